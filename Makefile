@@ -1,0 +1,128 @@
+# streambatch — dependencies, build, tests, run. The README's two commands are `make run` and
+# `make test`; both install what is missing first (`make deps`).
+#
+# Layout of the build (everything under $(BUILD), binaries under $(BINDIR)):
+#   every lib/*/*.c, controller/**/*.c and worker/**/*.c  -> $(BUILD)/libstreambatch.a
+#   api/proto/*.proto (protoc-c)                          -> $(BUILD)/gen/*.pb-c.[ch]
+#   cmd/<binary>.c                                        -> $(BINDIR)/<binary>
+#   tests/unit/test_*.c (Criterion)                       -> $(BUILD)/tests/test_*
+#   tests/fuzz/fuzz_*.c (libFuzzer, clang)                -> $(BUILD)/fuzz/fuzz_*
+# Sub-makefiles (tests/k8s/k8s.mk, ...) add targets and append to DEPS_EXTRA / TEST_EXTRA.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+BUILD  ?= build
+BINDIR ?= bin
+SAN    ?=
+CC     := gcc
+CLANG  ?= clang
+
+PKGS := libcurl libcjson yaml-0.1 grpc libprotobuf-c libmicrohttpd
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgpr
+
+WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
+CSTD   := -std=c17 -D_GNU_SOURCE
+INCS   := -Ilib -I. -I$(BUILD)/gen
+OPT    := -O2 -g
+ifeq ($(SAN),1)
+OPT    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDSAN  := -fsanitize=address,undefined
+endif
+CFLAGS  := $(CSTD) $(WARN) $(OPT) $(INCS) $(PKG_CFLAGS) -MMD -MP
+LDFLAGS := $(LDSAN)
+LDLIBS   = $(PKG_LIBS) -lpthread -lm
+
+PROTOS    := $(wildcard api/proto/*.proto)
+GEN_SRCS  := $(patsubst api/proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
+GEN_HDRS  := $(GEN_SRCS:.c=.h)
+LIB_SRCS  := $(wildcard lib/*/*.c controller/*.c controller/*/*.c worker/*.c worker/*/*.c)
+LIB_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(GEN_SRCS:.c=.o)
+LIBSB     := $(BUILD)/libstreambatch.a
+BINS      := $(patsubst cmd/%.c,$(BINDIR)/%,$(wildcard cmd/*.c))
+TEST_SRCS := $(wildcard tests/unit/test_*.c)
+TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_SECONDS ?= 10
+
+DEPS_EXTRA :=
+TEST_EXTRA :=
+-include tests/k8s/k8s.mk
+
+.PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean
+all: build
+build: $(BINS)
+
+deps:
+	@scripts/deps.sh
+	@$(if $(DEPS_EXTRA),$(MAKE) --no-print-directory $(DEPS_EXTRA))
+
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: api/proto/%.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -Iapi/proto $<
+
+$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
+	$(CC) $(CSTD) $(OPT) $(INCS) $(PKG_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c | $(GEN_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIBSB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BINDIR)/%: $(BUILD)/obj/cmd/%.o $(LIBSB)
+	@mkdir -p $(BINDIR)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBSB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+
+tests-build: $(BINS) $(TEST_BINS)
+
+# Runs every suite and prints one closing line: "N passed, N failed".
+check: tests-build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) SAN=$(SAN) \
+	  scripts/run-tests.sh $(TEST_BINS) -- $(TEST_EXTRA)
+
+# `make test`: the unit and CLI suites, then the slower suites (fuzz smoke run, valgrind on the
+# validate tests, and whatever sub-makefiles add to TEST_EXTRA), each counted in the summary.
+test: deps
+	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory check TEST_EXTRA="fuzz-smoke valgrind $(TEST_EXTRA)"
+
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=5
+
+sanitize: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan BINDIR=build/asan/bin SAN=1 check
+
+valgrind: build
+	@scripts/valgrind-validate.sh $(BINDIR)/streambatch
+
+lint:
+	@scripts/lint.sh
+
+FUZZ_OBJS := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(filter lib/%,$(LIB_SRCS))) $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(GEN_SRCS))
+FUZZ_FLAGS := $(CSTD) -g -O1 $(INCS) $(PKG_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined
+$(BUILD)/fuzz/obj/%.o: %.c | $(GEN_HDRS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_FLAGS) -c $< -o $@
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+fuzz-build: $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
+fuzz: fuzz-build
+	@scripts/fuzz.sh $(BUILD)/fuzz $(FUZZ_SECONDS)
+
+run: deps
+	@$(MAKE) --no-print-directory build
+	@scripts/run-example.sh
+
+clean:
+	rm -rf build bin
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,37 @@
+#include "core/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int sb_err_set(sb_err *err, const char *fmt, ...)
+{
+    if (err == NULL)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int sb_err_wrap(sb_err *err, const char *fmt, ...)
+{
+    if (err == NULL)
+        return -1;
+    char prefix[SB_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    char old[SB_ERR_MAX];
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    return -1;
+}
+
+void sb_err_clear(sb_err *err)
+{
+    if (err != NULL)
+        err->msg[0] = '\0';
+}

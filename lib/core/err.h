@@ -1,0 +1,30 @@
+/* err.h — the error convention of every streambatch module.
+ *
+ * Functions that can fail return an int (0 on success, -1 on failure; some return a pointer,
+ * NULL on failure) and take a `sb_err *err` as their last argument, which may be NULL when the
+ * caller does not want the message. On failure the callee writes a one-line, human-readable
+ * message that names what is wrong and where. The struct is caller-owned and holds no heap
+ * memory, so it never needs freeing. No library function calls exit().
+ */
+#ifndef SB_CORE_ERR_H
+#define SB_CORE_ERR_H
+
+#include <stddef.h>
+
+#define SB_ERR_MAX 512
+
+typedef struct sb_err {
+    char msg[SB_ERR_MAX];
+} sb_err;
+
+/* Sets err->msg from a printf format (truncated to SB_ERR_MAX-1 bytes). No-op if err is NULL.
+ * Always returns -1, so `return sb_err_set(err, ...)` reads naturally. */
+int sb_err_set(sb_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prepends "prefix: " to an existing message (for adding context on the way up). */
+int sb_err_wrap(sb_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Clears the message. */
+void sb_err_clear(sb_err *err);
+
+#endif
