@@ -22,7 +22,7 @@ PKGS := libcurl libcjson yaml-0.1 grpc libprotobuf-c libmicrohttpd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgpr
 
-WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
+WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wno-format-truncation
 CSTD   := -std=c17 -D_GNU_SOURCE
 INCS   := -Ilib -I. -I$(BUILD)/gen
 OPT    := -O2 -g
@@ -50,6 +50,7 @@ DEPS_EXTRA :=
 TEST_EXTRA :=
 -include tests/k8s/k8s.mk
 
+.SECONDARY:
 .PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean
 all: build
 build: $(BINS)

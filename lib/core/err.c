@@ -24,9 +24,10 @@ int sb_err_wrap(sb_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    char old[SB_ERR_MAX];
-    memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    char joined[2 * SB_ERR_MAX + 4];
+    snprintf(joined, sizeof joined, "%s: %s", prefix, err->msg);
+    memcpy(err->msg, joined, SB_ERR_MAX - 1);
+    err->msg[SB_ERR_MAX - 1] = '\0';
     return -1;
 }
 

@@ -87,7 +87,7 @@ void sb_log(sb_log_level level, const char *msg, ...)
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
-    char tsbuf[40];
+    char tsbuf[96];
     snprintf(tsbuf, sizeof tsbuf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
     const char *kv[3][2] = {{"ts", tsbuf}, {"level", names[level]}, {"msg", msg}};

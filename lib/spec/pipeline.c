@@ -1,0 +1,693 @@
+#include "spec/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec/quantity.h"
+
+const char *const sb_format_names[] = {"jsonl", "csv", "text", "binary", "image", NULL};
+const char *const sb_exec_mode_names[] = {"streaming", "staged", "static", NULL};
+static const char *const pull_policies[] = {"Always", "IfNotPresent", "Never", NULL};
+
+/* ---- op and format arguments ------------------------------------------------------------- */
+
+typedef enum { A_STR, A_INT, A_NUM, A_BOOL, A_STRLIST, A_NUMLIST, A_SCALAR, A_ENUM, A_ANY } akind;
+
+typedef struct {
+    const char *name;
+    akind kind;
+    int required;
+    double min; /* for A_INT / A_NUM */
+    const char *const *enums;
+} argspec;
+
+typedef struct {
+    const char *name;
+    const argspec *args;
+    const char *one_of; /* "a|b": exactly one of these must be given */
+} opspec;
+
+static const char *const cmp_ops[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};
+static const char *const activations[] = {"relu", "gelu", "none", NULL};
+
+static const argspec args_none[] = {{NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_spin[] = {{"msPerRecord", A_NUM, 0, 0, NULL},
+                                    {"msPerMB", A_NUM, 0, 0, NULL},
+                                    {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_filter[] = {{"field", A_STR, 1, 0, NULL},
+                                      {"op", A_ENUM, 1, 0, cmp_ops},
+                                      {"value", A_SCALAR, 1, 0, NULL},
+                                      {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_project[] = {{"fields", A_STRLIST, 1, 0, NULL},
+                                       {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_decode[] = {{"width", A_INT, 0, 1, NULL},
+                                      {"height", A_INT, 0, 1, NULL},
+                                      {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_resize[] = {{"width", A_INT, 1, 1, NULL},
+                                      {"height", A_INT, 1, 1, NULL},
+                                      {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_normalize[] = {{"mean", A_NUMLIST, 0, 0, NULL},
+                                         {"std", A_NUMLIST, 0, 0, NULL},
+                                         {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL},
+                                   {"activation", A_ENUM, 0, 0, activations},
+                                   {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_exec[] = {{"command", A_STRLIST, 1, 0, NULL},
+                                    {"env", A_ANY, 0, 0, NULL},
+                                    {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_plugin[] = {{"path", A_STR, 1, 0, NULL},
+                                      {"symbol", A_STR, 0, 0, NULL},
+                                      {"config", A_ANY, 0, 0, NULL},
+                                      {NULL, A_ANY, 0, 0, NULL}};
+
+static const opspec ops[] = {
+    {"identity", args_none, NULL},
+    {"bench.spin", args_spin, "msPerRecord|msPerMB"},
+    {"bench.sleep", args_spin, "msPerRecord|msPerMB"},
+    {"filter", args_filter, NULL},
+    {"project", args_project, NULL},
+    {"image.decode", args_decode, NULL},
+    {"image.resize", args_resize, NULL},
+    {"image.normalize", args_normalize, NULL},
+    {"tensor.mlp", args_mlp, NULL},
+    {"exec", args_exec, NULL},
+    {"plugin", args_plugin, NULL},
+};
+#define NOPS (sizeof ops / sizeof *ops)
+
+const char *const sb_op_names[] = {"identity", "bench.spin",      "bench.sleep", "filter",
+                                   "project",  "image.decode",    "image.resize",
+                                   "image.normalize", "tensor.mlp", "exec", "plugin", NULL};
+
+int sb_op_known(const char *name)
+{
+    for (size_t i = 0; i < NOPS; i++)
+        if (strcmp(ops[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+static const argspec fmt_args_csv[] = {{"header", A_BOOL, 0, 0, NULL},
+                                       {"delimiter", A_STR, 0, 0, NULL},
+                                       {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_binary_in[] = {{"recordSize", A_INT, 1, 1, NULL},
+                                             {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_binary_out[] = {{"recordSize", A_INT, 0, 1, NULL},
+                                              {NULL, A_ANY, 0, 0, NULL}};
+
+static const argspec *format_args(sb_format f, int is_sink)
+{
+    switch (f) {
+    case SB_FMT_CSV:
+        return fmt_args_csv;
+    case SB_FMT_BINARY:
+        return is_sink ? fmt_args_binary_out : fmt_args_binary_in;
+    default:
+        return args_none;
+    }
+}
+
+static int all_numbers(const sb_node *n)
+{
+    for (size_t i = 0; i < n->n; i++)
+        if (n->items[i]->kind != SB_NODE_INT && n->items[i]->kind != SB_NODE_FLOAT)
+            return 0;
+    return 1;
+}
+
+static int all_strings(const sb_node *n)
+{
+    for (size_t i = 0; i < n->n; i++)
+        if (n->items[i]->kind != SB_NODE_STRING)
+            return 0;
+    return 1;
+}
+
+/* Checks an args object against a spec. what = "op \"filter\"" or "format \"csv\"". */
+static void check_args(const argspec *spec, const sb_node *args, const char *path,
+                       const sb_node *owner, const char *what, sb_diags *d)
+{
+    char buf[512];
+    const char *names[32];
+    size_t nn = 0;
+    for (size_t i = 0; spec[i].name != NULL && nn < 31; i++)
+        names[nn++] = spec[i].name;
+    names[nn] = NULL;
+    if (args != NULL) {
+        for (size_t k = 0; k < args->n; k++) {
+            const char *key = args->keys[k]->text;
+            int known = 0;
+            for (size_t i = 0; spec[i].name != NULL && !known; i++)
+                known = strcmp(spec[i].name, key) == 0;
+            if (known)
+                continue;
+            sb_path_field(buf, sizeof buf, path, key);
+            const char *s = sb_suggest(key, names);
+            if (nn == 0)
+                sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
+                             "unknown argument \"%.80s\": %s takes no arguments", key, what);
+            else if (s != NULL)
+                sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
+                             "unknown argument \"%.80s\" for %s (did you mean \"%s\"?)", key, what,
+                             s);
+            else
+                sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
+                             "unknown argument \"%.80s\" for %s", key, what);
+        }
+    }
+    for (size_t i = 0; spec[i].name != NULL; i++) {
+        const argspec *a = &spec[i];
+        const sb_node *v = sb_node_get(args, a->name);
+        sb_path_field(buf, sizeof buf, path, a->name);
+        if (v == NULL || v->kind == SB_NODE_NULL) {
+            if (a->required)
+                sb_diags_add(d, buf, args ? args->line : owner ? owner->line : 0,
+                             args ? args->col : owner ? owner->col : 0,
+                             "required argument of %s is missing", what);
+            continue;
+        }
+        const char *want = NULL;
+        switch (a->kind) {
+        case A_STR:
+            if (v->kind != SB_NODE_STRING || v->text_len == 0)
+                want = "a non-empty string";
+            break;
+        case A_INT:
+            if (v->kind != SB_NODE_INT || v->v.i < (long long)a->min)
+                want = a->min >= 1 ? "a positive integer" : "an integer";
+            break;
+        case A_NUM:
+            if ((v->kind != SB_NODE_INT && v->kind != SB_NODE_FLOAT) ||
+                (v->kind == SB_NODE_INT ? (double)v->v.i : v->v.f) < a->min ||
+                (v->kind == SB_NODE_FLOAT && !isfinite(v->v.f)))
+                want = "a non-negative number";
+            break;
+        case A_BOOL:
+            if (v->kind != SB_NODE_BOOL)
+                want = "a boolean (true or false)";
+            break;
+        case A_STRLIST:
+            if (v->kind != SB_NODE_SEQ || v->n == 0 || !all_strings(v))
+                want = "a non-empty list of strings";
+            break;
+        case A_NUMLIST:
+            if (v->kind != SB_NODE_SEQ || v->n == 0 || !all_numbers(v))
+                want = "a non-empty list of numbers";
+            break;
+        case A_SCALAR:
+            if (v->kind == SB_NODE_MAP || v->kind == SB_NODE_SEQ)
+                want = "a string, number or boolean";
+            break;
+        case A_ENUM: {
+            int ok = 0;
+            for (size_t e = 0; v->kind == SB_NODE_STRING && a->enums[e] != NULL && !ok; e++)
+                ok = strcmp(a->enums[e], v->text) == 0;
+            if (!ok) {
+                char list[256];
+                size_t o = 0;
+                for (size_t e = 0; a->enums[e] != NULL && o < sizeof list; e++)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", e ? ", " : "",
+                                          a->enums[e]);
+                sb_diags_add(d, buf, v->line, v->col, "must be one of %s, got %s%.60s%s", list,
+                             v->kind == SB_NODE_STRING ? "\"" : "", v->text,
+                             v->kind == SB_NODE_STRING ? "\"" : "");
+            }
+            break;
+        }
+        case A_ANY:
+            break;
+        }
+        if (want != NULL)
+            sb_diags_add(d, buf, v->line, v->col, "must be %s, got %s%.60s%s", want,
+                         v->kind == SB_NODE_STRING ? "\"" : "",
+                         v->kind == SB_NODE_MAP   ? "an object"
+                         : v->kind == SB_NODE_SEQ ? "a list"
+                                                  : v->text,
+                         v->kind == SB_NODE_STRING ? "\"" : "");
+    }
+}
+
+/* ---- URIs --------------------------------------------------------------------------------- */
+
+static int valid_bucket(const char *b, size_t n)
+{
+    if (n < 3 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'))
+            return 0;
+    }
+    return b[0] != '-' && b[0] != '.' && b[n - 1] != '-' && b[n - 1] != '.';
+}
+
+static void check_uri(const char *uri, const sb_node *node, const char *path, int is_sink,
+                      sb_diags *d)
+{
+    if (uri == NULL || node == NULL)
+        return;
+    int line = node->line, col = node->col;
+    const char *sep = strstr(uri, "://");
+    const char *supported = is_sink ? "file:// and s3://" : "file://, http://, https:// and s3://";
+    if (sep == NULL) {
+        sb_diags_add(d, path, line, col,
+                     "\"%.80s\" has no scheme; write a URI such as file:///data/in or "
+                     "s3://bucket/prefix/ (%s supports %s)",
+                     uri, is_sink ? "the sink" : "the source", supported);
+        return;
+    }
+    size_t sl = (size_t)(sep - uri);
+    const char *rest = sep + 3;
+    if (sl == 4 && strncmp(uri, "file", 4) == 0) {
+        if (*rest == '\0')
+            sb_diags_add(d, path, line, col, "file URI \"%.80s\" has no path", uri);
+    } else if (sl == 2 && strncmp(uri, "s3", 2) == 0) {
+        const char *slash = strchr(rest, '/');
+        size_t bl = slash ? (size_t)(slash - rest) : strlen(rest);
+        if (!valid_bucket(rest, bl))
+            sb_diags_add(d, path, line, col,
+                         "\"%.80s\": S3 bucket name must be 3-63 lowercase letters, digits, '-' "
+                         "or '.'",
+                         uri);
+    } else if (!is_sink && ((sl == 4 && strncmp(uri, "http", 4) == 0) ||
+                            (sl == 5 && strncmp(uri, "https", 5) == 0))) {
+        if (*rest == '\0' || *rest == '/')
+            sb_diags_add(d, path, line, col, "\"%.80s\" has no host", uri);
+    } else {
+        sb_diags_add(d, path, line, col, "unsupported scheme \"%.*s\" in \"%.80s\"; %s supports %s",
+                     (int)(sl > 20 ? 20 : sl), uri, uri, is_sink ? "the sink" : "the source",
+                     supported);
+    }
+}
+
+/* ---- hooks -------------------------------------------------------------------------------- */
+
+static void check_io(const sb_node *node, const char *path, const char *uri, sb_format fmt,
+                     int is_sink, sb_diags *d)
+{
+    char buf[512];
+    if (node == NULL)
+        return;
+    check_uri(uri, sb_node_get(node, "uri"), sb_path_field(buf, sizeof buf, path, "uri"), is_sink,
+              d);
+    const sb_node *fnode = sb_node_get(node, "format");
+    if (is_sink && fmt == SB_FMT_IMAGE && fnode != NULL && fnode->kind == SB_NODE_STRING)
+        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "format"), fnode->line, fnode->col,
+                     "format \"image\" can be read but not written; the sink supports jsonl, csv, "
+                     "text and binary");
+    const sb_node *args = sb_node_get(node, "args");
+    if (fnode != NULL && fnode->kind == SB_NODE_STRING &&
+        (args == NULL || args->kind == SB_NODE_MAP)) {
+        char what[64];
+        snprintf(what, sizeof what, "format \"%s\"", sb_format_names[fmt]);
+        check_args(format_args(fmt, is_sink), args, sb_path_field(buf, sizeof buf, path, "args"),
+                   node, what, d);
+    }
+}
+
+static void source_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
+                         void *ctx)
+{
+    (void)ctx;
+    const sb_source_spec *s = obj;
+    check_io(node, path, s->uri, s->format, 0, d);
+}
+
+static void sink_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    const sb_sink_spec *s = obj;
+    check_io(node, path, s->uri, s->format, 1, d);
+}
+
+static void workers_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
+                          void *ctx)
+{
+    (void)ctx;
+    const sb_workers_spec *w = obj;
+    if (node != NULL && w->min > w->max)
+        sb_diags_add(d, path, node->line, node->col, "min (%lld) must not exceed max (%lld%s)",
+                     (long long)w->min, (long long)w->max, w->max_set ? "" : ", the default");
+}
+
+static void stage_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    const sb_stage_spec *st = obj;
+    char buf[512];
+    if (node == NULL || st->op == NULL)
+        return;
+    const sb_node *opn = sb_node_get(node, "op");
+    for (size_t i = 0; i < NOPS; i++) {
+        if (strcmp(ops[i].name, st->op) != 0)
+            continue;
+        const sb_node *args = sb_node_get(node, "args");
+        if (args != NULL && args->kind != SB_NODE_MAP && args->kind != SB_NODE_NULL)
+            return; /* the type error was reported */
+        if (args != NULL && args->kind == SB_NODE_NULL)
+            args = NULL;
+        char what[64];
+        snprintf(what, sizeof what, "op \"%s\"", st->op);
+        sb_path_field(buf, sizeof buf, path, "args");
+        check_args(ops[i].args, args, buf, node, what, d);
+        if (ops[i].one_of != NULL) {
+            char a[64], b[64];
+            const char *bar = strchr(ops[i].one_of, '|');
+            snprintf(a, sizeof a, "%.*s", (int)(bar - ops[i].one_of), ops[i].one_of);
+            snprintf(b, sizeof b, "%s", bar + 1);
+            int ha = sb_node_get(args, a) != NULL, hb = sb_node_get(args, b) != NULL;
+            if (ha == hb)
+                sb_diags_add(d, buf, args ? args->line : node->line, args ? args->col : node->col,
+                             "%s needs exactly one of \"%s\" or \"%s\"", what, a, b);
+        }
+        return;
+    }
+    const char *s = sb_suggest(st->op, sb_op_names);
+    sb_path_field(buf, sizeof buf, path, "op");
+    if (s != NULL)
+        sb_diags_add(d, buf, opn->line, opn->col, "unknown op \"%.80s\" (did you mean \"%s\"?)",
+                     st->op, s);
+    else
+        sb_diags_add(d, buf, opn->line, opn->col,
+                     "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
+                     "filter, project, image.decode, image.resize, image.normalize, tensor.mlp, "
+                     "exec and plugin",
+                     st->op);
+}
+
+static void spec_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    const sb_pipeline_spec *sp = obj;
+    char buf[512];
+    if (node == NULL)
+        return;
+    const sb_node *stages = sb_node_get(node, "stages");
+    for (size_t i = 0; i < sp->nstages; i++) {
+        if (sp->stages[i].name == NULL)
+            continue;
+        for (size_t j = 0; j < i; j++) {
+            if (sp->stages[j].name == NULL || strcmp(sp->stages[i].name, sp->stages[j].name) != 0)
+                continue;
+            const sb_node *nn = sb_node_get(stages->items[i], "name");
+            snprintf(buf, sizeof buf, "%s.stages[%zu].name", path, i);
+            sb_diags_add(d, buf, nn->line, nn->col,
+                         "duplicate stage name \"%s\" (also %s.stages[%zu].name)",
+                         sp->stages[i].name, path, j);
+            break;
+        }
+    }
+    const sb_node *ex = sb_node_get(node, "execution");
+    const sb_node *mb = sb_node_get(ex, "memoryBudget");
+    if (sp->execution.memory_budget < sp->source.partition_size && sp->source.partition_size > 0) {
+        char a[32], b[32];
+        snprintf(buf, sizeof buf, "%s.execution.memoryBudget", path);
+        sb_diags_add(d, buf, mb ? mb->line : node->line, mb ? mb->col : node->col,
+                     "must hold at least one partition: %s is less than source.partitionSize %s",
+                     sb_quantity_format_bytes(sp->execution.memory_budget, a, sizeof a),
+                     sb_quantity_format_bytes(sp->source.partition_size, b, sizeof b));
+    }
+}
+
+static void root_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    (void)path;
+    const sb_pipeline *p = obj;
+    const sb_node *av = sb_node_get(node, "apiVersion");
+    if (p->api_version != NULL && strcmp(p->api_version, SB_API_VERSION) != 0)
+        sb_diags_add(d, "apiVersion", av->line, av->col,
+                     "unsupported apiVersion \"%.80s\"; this version reads \"" SB_API_VERSION
+                     "\"",
+                     p->api_version);
+}
+
+/* ---- tables ------------------------------------------------------------------------------- */
+
+#define NF(arr) (sizeof arr / sizeof *arr)
+
+static const sb_field metadata_fields[] = {
+    {.name = "name", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_metadata_spec, name), .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "namespace", .type = SB_FT_STRING, .offset = offsetof(sb_metadata_spec, namespace_),
+     .format = SB_SF_DNS_LABEL},
+    {.name = "uid", .type = SB_FT_STRING, .offset = offsetof(sb_metadata_spec, uid)},
+};
+static const sb_object_schema metadata_schema = {"ObjectMeta", metadata_fields,
+                                                 NF(metadata_fields), sizeof(sb_metadata_spec),
+                                                 1, NULL};
+
+static const sb_field source_fields[] = {
+    {.name = "uri", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_source_spec, uri), .format = SB_SF_NONEMPTY},
+    {.name = "format", .type = SB_FT_ENUM, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_source_spec, format), .enums = sb_format_names},
+    {.name = "partitionSize", .type = SB_FT_BYTES, .flags = SB_F_MIN,
+     .offset = offsetof(sb_source_spec, partition_size), .min = 1, .def = "64Mi"},
+    {.name = "credentialsSecret", .type = SB_FT_STRING,
+     .offset = offsetof(sb_source_spec, credentials_secret), .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "args", .type = SB_FT_FREEFORM, .offset = offsetof(sb_source_spec, args_json)},
+};
+static const sb_object_schema source_schema = {"Source", source_fields, NF(source_fields),
+                                               sizeof(sb_source_spec), 0, source_check};
+
+static const sb_field sink_fields[] = {
+    {.name = "uri", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_sink_spec, uri), .format = SB_SF_NONEMPTY},
+    {.name = "format", .type = SB_FT_ENUM, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_sink_spec, format), .enums = sb_format_names},
+    {.name = "credentialsSecret", .type = SB_FT_STRING,
+     .offset = offsetof(sb_sink_spec, credentials_secret), .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "args", .type = SB_FT_FREEFORM, .offset = offsetof(sb_sink_spec, args_json)},
+};
+static const sb_object_schema sink_schema = {"Sink", sink_fields, NF(sink_fields),
+                                             sizeof(sb_sink_spec), 0, sink_check};
+
+static const sb_field resources_fields[] = {
+    {.name = "cpu", .type = SB_FT_MILLI, .flags = SB_F_MIN,
+     .offset = offsetof(sb_resources_spec, cpu_milli), .min = 1, .def = "1"},
+    {.name = "memory", .type = SB_FT_BYTES, .flags = SB_F_MIN,
+     .offset = offsetof(sb_resources_spec, memory_bytes), .min = 1},
+    {.name = "gpu", .type = SB_FT_INT, .flags = SB_F_MIN,
+     .offset = offsetof(sb_resources_spec, gpu), .min = 0, .def = "0"},
+};
+static const sb_object_schema resources_schema = {"Resources", resources_fields,
+                                                  NF(resources_fields), sizeof(sb_resources_spec),
+                                                  0, NULL};
+
+static const sb_field workers_fields[] = {
+    {.name = "min", .type = SB_FT_INT, .flags = SB_F_MIN, .offset = offsetof(sb_workers_spec, min),
+     .present_offset = SB_PRESENT(sb_workers_spec, min_set), .min = 0, .def = "1"},
+    {.name = "max", .type = SB_FT_INT, .flags = SB_F_MIN, .offset = offsetof(sb_workers_spec, max),
+     .present_offset = SB_PRESENT(sb_workers_spec, max_set), .min = 1, .def = "16"},
+};
+static const sb_object_schema workers_schema = {"Workers", workers_fields, NF(workers_fields),
+                                                sizeof(sb_workers_spec), 0, workers_check};
+
+static const sb_field stage_fields[] = {
+    {.name = "name", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_stage_spec, name), .format = SB_SF_DNS_LABEL},
+    {.name = "op", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_stage_spec, op), .format = SB_SF_NONEMPTY},
+    {.name = "args", .type = SB_FT_FREEFORM, .offset = offsetof(sb_stage_spec, args_json)},
+    {.name = "batchSize", .type = SB_FT_INT, .flags = SB_F_MIN,
+     .offset = offsetof(sb_stage_spec, batch_size), .min = 1},
+    {.name = "resources", .type = SB_FT_OBJECT, .offset = offsetof(sb_stage_spec, resources),
+     .object = &resources_schema},
+    {.name = "workers", .type = SB_FT_OBJECT, .offset = offsetof(sb_stage_spec, workers),
+     .object = &workers_schema},
+};
+static const sb_object_schema stage_schema = {"Stage", stage_fields, NF(stage_fields),
+                                              sizeof(sb_stage_spec), 0, stage_check};
+
+static const sb_field execution_fields[] = {
+    {.name = "memoryBudget", .type = SB_FT_BYTES, .flags = SB_F_MIN,
+     .offset = offsetof(sb_execution_spec, memory_budget), .min = 1, .def = "2Gi"},
+    {.name = "maxTaskRetries", .type = SB_FT_INT, .flags = SB_F_MIN | SB_F_MAX,
+     .offset = offsetof(sb_execution_spec, max_task_retries), .min = 0, .max = 100, .def = "3"},
+    {.name = "maxErroredPartitions", .type = SB_FT_INT, .flags = SB_F_MIN,
+     .offset = offsetof(sb_execution_spec, max_errored_partitions), .min = 0, .def = "0"},
+    {.name = "preserveOrder", .type = SB_FT_BOOL,
+     .offset = offsetof(sb_execution_spec, preserve_order), .def = "false"},
+    {.name = "mode", .type = SB_FT_ENUM, .offset = offsetof(sb_execution_spec, mode),
+     .enums = sb_exec_mode_names, .def = "streaming"},
+    {.name = "stallTimeout", .type = SB_FT_DURATION, .flags = SB_F_MIN,
+     .offset = offsetof(sb_execution_spec, stall_timeout_ns), .min = 1000000000, .def = "5m"},
+};
+static const sb_object_schema execution_schema = {"Execution", execution_fields,
+                                                  NF(execution_fields), sizeof(sb_execution_spec),
+                                                  0, NULL};
+
+/* WorkerTemplate: decoded only for validation; the spec keeps it as JSON text. */
+typedef struct {
+    char *image, *sa, *priority_class;
+    int pull_policy;
+    char *node_selector, *labels, *annotations;
+    struct env_var *env;
+    size_t nenv;
+    struct toleration *tolerations;
+    size_t ntolerations;
+} worker_template;
+struct env_var {
+    char *name, *value;
+};
+struct toleration {
+    char *key, *value;
+    int op, effect;
+    int64_t seconds;
+};
+static const char *const toleration_ops[] = {"Exists", "Equal", NULL};
+static const char *const toleration_effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute",
+                                                 NULL};
+
+static const sb_field env_fields[] = {
+    {.name = "name", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct env_var, name), .format = SB_SF_NONEMPTY},
+    {.name = "value", .type = SB_FT_STRING, .offset = offsetof(struct env_var, value)},
+};
+static const sb_object_schema env_schema = {"EnvVar", env_fields, NF(env_fields),
+                                            sizeof(struct env_var), 0, NULL};
+static const sb_field toleration_fields[] = {
+    {.name = "key", .type = SB_FT_STRING, .offset = offsetof(struct toleration, key)},
+    {.name = "operator", .type = SB_FT_ENUM, .offset = offsetof(struct toleration, op),
+     .enums = toleration_ops},
+    {.name = "value", .type = SB_FT_STRING, .offset = offsetof(struct toleration, value)},
+    {.name = "effect", .type = SB_FT_ENUM, .offset = offsetof(struct toleration, effect),
+     .enums = toleration_effects},
+    {.name = "tolerationSeconds", .type = SB_FT_INT, .offset = offsetof(struct toleration, seconds)},
+};
+static const sb_object_schema toleration_schema = {"Toleration", toleration_fields,
+                                                   NF(toleration_fields),
+                                                   sizeof(struct toleration), 0, NULL};
+static const sb_field template_fields[] = {
+    {.name = "image", .type = SB_FT_STRING, .offset = offsetof(worker_template, image),
+     .format = SB_SF_NONEMPTY},
+    {.name = "imagePullPolicy", .type = SB_FT_ENUM,
+     .offset = offsetof(worker_template, pull_policy), .enums = pull_policies},
+    {.name = "serviceAccountName", .type = SB_FT_STRING, .offset = offsetof(worker_template, sa),
+     .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "priorityClassName", .type = SB_FT_STRING,
+     .offset = offsetof(worker_template, priority_class)},
+    {.name = "nodeSelector", .type = SB_FT_STRMAP,
+     .offset = offsetof(worker_template, node_selector)},
+    {.name = "labels", .type = SB_FT_STRMAP, .offset = offsetof(worker_template, labels)},
+    {.name = "annotations", .type = SB_FT_STRMAP,
+     .offset = offsetof(worker_template, annotations)},
+    {.name = "env", .type = SB_FT_LIST, .offset = offsetof(worker_template, env),
+     .count_offset = offsetof(worker_template, nenv), .object = &env_schema},
+    {.name = "tolerations", .type = SB_FT_LIST, .offset = offsetof(worker_template, tolerations),
+     .count_offset = offsetof(worker_template, ntolerations), .object = &toleration_schema},
+};
+static const sb_object_schema template_schema = {"WorkerTemplate", template_fields,
+                                                 NF(template_fields), sizeof(worker_template), 0,
+                                                 NULL};
+
+/* The spec keeps the template as JSON; a pseudo-field decodes it for validation only. */
+static void template_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
+                           void *ctx);
+
+static const sb_field spec_fields[] = {
+    {.name = "source", .type = SB_FT_OBJECT, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline_spec, source), .object = &source_schema},
+    {.name = "stages", .type = SB_FT_LIST, .flags = SB_F_REQUIRED | SB_F_MIN | SB_F_MAX,
+     .offset = offsetof(sb_pipeline_spec, stages),
+     .count_offset = offsetof(sb_pipeline_spec, nstages), .object = &stage_schema, .min = 1,
+     .max = 64},
+    {.name = "sink", .type = SB_FT_OBJECT, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline_spec, sink), .object = &sink_schema},
+    {.name = "execution", .type = SB_FT_OBJECT, .offset = offsetof(sb_pipeline_spec, execution),
+     .object = &execution_schema},
+    {.name = "workerTemplate", .type = SB_FT_FREEFORM,
+     .offset = offsetof(sb_pipeline_spec, worker_template_json), .object = &template_schema},
+    {.name = "suspend", .type = SB_FT_BOOL, .offset = offsetof(sb_pipeline_spec, suspend),
+     .def = "false"},
+    {.name = "ttlSecondsAfterFinished", .type = SB_FT_INT, .flags = SB_F_MIN,
+     .offset = offsetof(sb_pipeline_spec, ttl_seconds_after_finished),
+     .present_offset = SB_PRESENT(sb_pipeline_spec, ttl_set), .min = 0},
+};
+
+static void spec_check_all(void *obj, const sb_node *node, const char *path, sb_diags *d,
+                           void *ctx)
+{
+    spec_check(obj, node, path, d, ctx);
+    template_check(obj, node, path, d, ctx);
+}
+
+static const sb_object_schema spec_schema = {"PipelineSpec", spec_fields, NF(spec_fields),
+                                             sizeof(sb_pipeline_spec), 0, spec_check_all};
+
+static void template_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
+                           void *ctx)
+{
+    (void)obj;
+    const sb_node *t = sb_node_get(node, "workerTemplate");
+    if (t == NULL || t->kind != SB_NODE_MAP)
+        return;
+    char buf[512];
+    worker_template wt;
+    memset(&wt, 0, sizeof wt);
+    sb_schema_decode(&template_schema, t, &wt, sb_path_field(buf, sizeof buf, path,
+                                                             "workerTemplate"),
+                     d, ctx);
+    sb_schema_free(&template_schema, &wt);
+}
+
+static const sb_field root_fields[] = {
+    {.name = "apiVersion", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline, api_version)},
+    {.name = "kind", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline, kind)},
+    {.name = "metadata", .type = SB_FT_OBJECT, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline, metadata), .object = &metadata_schema},
+    {.name = "spec", .type = SB_FT_OBJECT, .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline, spec), .object = &spec_schema},
+    /* status is written by the controller; accepted and ignored on input */
+    {.name = "status", .type = SB_FT_FREEFORM, .offset = offsetof(sb_pipeline, status_json)},
+};
+static const sb_object_schema root_schema = {"Pipeline", root_fields, NF(root_fields),
+                                             sizeof(sb_pipeline), 0, root_check};
+
+const sb_object_schema *sb_pipeline_schema(void)
+{
+    return &root_schema;
+}
+
+const char *sb_stage_pool(const sb_stage_spec *st)
+{
+    return st->resources.gpu > 0 ? "gpu" : "cpu";
+}
+
+int sb_pipeline_decode(const sb_node *root, sb_pipeline *out, sb_diags *d)
+{
+    memset(out, 0, sizeof *out);
+    if (root == NULL) {
+        sb_diags_add(d, "", 0, 0, "empty document: expected a Pipeline object");
+        return 0;
+    }
+    if (root->kind != SB_NODE_MAP) {
+        sb_diags_add(d, "", root->line, root->col,
+                     "document is %s, not a Pipeline object (kind: Pipeline, apiVersion: "
+                     "" SB_API_VERSION ")",
+                     sb_node_kind_name(root->kind));
+        return 0;
+    }
+    const sb_node *kind = sb_node_get(root, "kind");
+    if (kind != NULL && kind->kind == SB_NODE_STRING && strcmp(kind->text, SB_KIND) != 0) {
+        const sb_node *av = sb_node_get(root, "apiVersion");
+        sb_diags_add(d, "kind", kind->line, kind->col,
+                     "document is a %.60s%s%.60s%s, not a Pipeline (expected kind: Pipeline, "
+                     "apiVersion: " SB_API_VERSION ")",
+                     kind->text, av && av->kind == SB_NODE_STRING ? " (" : "",
+                     av && av->kind == SB_NODE_STRING ? av->text : "",
+                     av && av->kind == SB_NODE_STRING ? ")" : "");
+        return 0;
+    }
+    return sb_schema_decode(&root_schema, root, out, "", d, NULL);
+}
+
+void sb_pipeline_free(sb_pipeline *p)
+{
+    sb_schema_free(&root_schema, p);
+}

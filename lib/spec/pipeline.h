@@ -1,0 +1,119 @@
+/* pipeline.h — the Pipeline resource (streambatch.dev/v1alpha1) as one C struct, filled from
+ * YAML (local files, with line:column for every problem) or JSON (objects from the Kubernetes
+ * API), with the same defaults and the same validation for both.
+ *
+ * Validation collects every problem with its field path ("spec.stages[1].resources.gpu: must
+ * be a non-negative integer"). A pipeline is usable only when the diagnostics list is empty.
+ *
+ * Memory: sb_pipeline_decode() fills a caller-provided struct whose strings and arrays it
+ * allocates; sb_pipeline_free() releases them (the struct itself is the caller's).
+ */
+#ifndef SB_SPEC_PIPELINE_H
+#define SB_SPEC_PIPELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "doc/doc.h"
+#include "spec/diag.h"
+#include "spec/schema.h"
+
+#define SB_API_VERSION "streambatch.dev/v1alpha1"
+#define SB_KIND "Pipeline"
+
+typedef enum { SB_FMT_JSONL, SB_FMT_CSV, SB_FMT_TEXT, SB_FMT_BINARY, SB_FMT_IMAGE } sb_format;
+typedef enum { SB_MODE_STREAMING, SB_MODE_STAGED, SB_MODE_STATIC } sb_exec_mode;
+
+extern const char *const sb_format_names[];   /* indexed by sb_format, NULL-terminated */
+extern const char *const sb_exec_mode_names[]; /* indexed by sb_exec_mode */
+
+typedef struct sb_source_spec {
+    char *uri;
+    sb_format format;
+    int64_t partition_size; /* bytes; default 64Mi */
+    char *credentials_secret;
+    char *args_json; /* format options as a JSON object, or NULL */
+} sb_source_spec;
+
+typedef struct sb_sink_spec {
+    char *uri;
+    sb_format format;
+    char *credentials_secret;
+    char *args_json;
+} sb_sink_spec;
+
+typedef struct sb_resources_spec {
+    int64_t cpu_milli;    /* default 1 (1000m) */
+    int64_t memory_bytes; /* 0 = not set */
+    int64_t gpu;          /* whole devices, default 0 */
+} sb_resources_spec;
+
+typedef struct sb_workers_spec {
+    int64_t min, max; /* default 1, 16 */
+    bool min_set, max_set;
+} sb_workers_spec;
+
+typedef struct sb_stage_spec {
+    char *name;
+    char *op;
+    char *args_json; /* JSON object text, or NULL */
+    int64_t batch_size; /* records per op call; 0 = whole partition */
+    sb_resources_spec resources;
+    sb_workers_spec workers;
+} sb_stage_spec;
+
+typedef struct sb_execution_spec {
+    int64_t memory_budget; /* bytes of partitions in flight; default 2Gi */
+    int64_t max_task_retries;
+    int64_t max_errored_partitions;
+    bool preserve_order;
+    sb_exec_mode mode;
+    int64_t stall_timeout_ns; /* no-progress watchdog; default 5m */
+} sb_execution_spec;
+
+typedef struct sb_metadata_spec {
+    char *name;
+    char *namespace_;
+    char *uid;
+} sb_metadata_spec;
+
+typedef struct sb_pipeline_spec {
+    sb_source_spec source;
+    sb_stage_spec *stages;
+    size_t nstages;
+    sb_sink_spec sink;
+    sb_execution_spec execution;
+    char *worker_template_json; /* validated WorkerTemplate as JSON text, or NULL */
+    bool suspend;
+    int64_t ttl_seconds_after_finished;
+    bool ttl_set;
+} sb_pipeline_spec;
+
+typedef struct sb_pipeline {
+    char *api_version;
+    char *kind;
+    sb_metadata_spec metadata;
+    sb_pipeline_spec spec;
+    char *status_json; /* accepted on input (objects from the API server) and not interpreted */
+} sb_pipeline;
+
+/* The schema of the whole object (for the CRD consistency test and docs). */
+const sb_object_schema *sb_pipeline_schema(void);
+
+/* Decodes and validates one document. The struct is always filled as far as possible (with
+ * defaults) and must be freed with sb_pipeline_free() even when problems were found. Returns -1
+ * only when out of memory. A root that is not an object, or whose kind is not Pipeline, gets
+ * one clear problem ("document is a Deployment, not a Pipeline"). */
+int sb_pipeline_decode(const sb_node *root, sb_pipeline *out, sb_diags *d);
+
+void sb_pipeline_free(sb_pipeline *p);
+
+/* Built-in op names (NULL-terminated) and whether a name is one. */
+extern const char *const sb_op_names[];
+int sb_op_known(const char *name);
+
+/* The pool a stage runs in: "cpu" or "gpu" (stages with resources.gpu > 0). */
+const char *sb_stage_pool(const sb_stage_spec *st);
+
+#endif

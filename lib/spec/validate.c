@@ -1,0 +1,165 @@
+#include "spec/validate.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "doc/doc.h"
+#include "spec/pipeline.h"
+
+int sb_read_file_limited(const char *path, size_t max, char **buf, size_t *len, char *msg,
+                         size_t msglen)
+{
+    int fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(msg, msglen, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(msg, msglen, "is a directory, not a file");
+            goto fail;
+        }
+        if (S_ISREG(st.st_mode) && (size_t)st.st_size > max) {
+            snprintf(msg, msglen, "file is %lld bytes; manifests are limited to %zu bytes",
+                     (long long)st.st_size, max);
+            goto fail;
+        }
+    }
+    size_t cap = 64 * 1024, n = 0;
+    char *b = malloc(cap + 1);
+    if (b == NULL) {
+        snprintf(msg, msglen, "out of memory");
+        goto fail;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap > max) {
+                free(b);
+                snprintf(msg, msglen, "input is larger than the limit of %zu bytes", max);
+                goto fail;
+            }
+            cap *= 2;
+            char *nb = realloc(b, cap + 1);
+            if (nb == NULL) {
+                free(b);
+                snprintf(msg, msglen, "out of memory");
+                goto fail;
+            }
+            b = nb;
+        }
+        ssize_t r = read(fd, b + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            free(b);
+            snprintf(msg, msglen, "read error: %s", strerror(errno));
+            goto fail;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n > max) {
+        free(b);
+        snprintf(msg, msglen, "input is larger than the limit of %zu bytes", max);
+        goto fail;
+    }
+    b[n] = '\0';
+    if (fd != STDIN_FILENO)
+        close(fd);
+    *buf = b;
+    *len = n;
+    return 0;
+fail:
+    if (fd != STDIN_FILENO)
+        close(fd);
+    return -1;
+}
+
+static void print_problem(FILE *out, const char *name, int line, int col, const char *path,
+                          const char *msg)
+{
+    if (path != NULL && path[0] != '\0')
+        fprintf(out, "%s:%d:%d: %s: %s\n", name, line, col, path, msg);
+    else
+        fprintf(out, "%s:%d:%d: %s\n", name, line, col, msg);
+}
+
+int sb_validate_buffer(const char *name, const char *buf, size_t len, FILE *out, size_t *ndocs)
+{
+    size_t checked = 0;
+    int problems = 0;
+    if (len == 0 || strspn(buf, " \t\r\n") == len) {
+        print_problem(out, name, 1, 1, NULL, "file is empty: expected a Pipeline manifest");
+        if (ndocs)
+            *ndocs = 0;
+        return 1;
+    }
+    sb_doc *doc = sb_doc_parse_yaml(buf, len, NULL);
+    if (doc == NULL)
+        return -1;
+    for (size_t i = 0; i < sb_doc_count(doc); i++) {
+        const sb_node *root = sb_doc_root(doc, i);
+        if (root == NULL || (root->kind == SB_NODE_NULL && root->text_len == 0))
+            continue; /* an empty document, e.g. after a trailing "---" */
+        checked++;
+        sb_pipeline p;
+        sb_diags d = {0};
+        int rc = sb_pipeline_decode(root, &p, &d);
+        sb_diags_sort(&d);
+        for (size_t k = 0; k < d.n; k++) {
+            int line = d.items[k].line, col = d.items[k].col;
+            if (line == 0) {
+                line = sb_doc_start_line(doc, i);
+                col = 1;
+            }
+            print_problem(out, name, line, col, d.items[k].path, d.items[k].msg);
+        }
+        problems += (int)d.n;
+        int oom = d.oom || rc != 0;
+        sb_diags_free(&d);
+        sb_pipeline_free(&p);
+        if (oom) {
+            sb_doc_free(doc);
+            return -1;
+        }
+    }
+    int line, col;
+    const char *err = sb_doc_error(doc, &line, &col);
+    if (err != NULL) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "not valid YAML: %s", err);
+        print_problem(out, name, line ? line : 1, line ? col : 1, NULL, msg);
+        problems++;
+    } else if (checked == 0) {
+        print_problem(out, name, 1, 1, NULL,
+                      "no documents: expected a Pipeline manifest (only empty documents found)");
+        problems++;
+    }
+    sb_doc_free(doc);
+    if (ndocs)
+        *ndocs = checked;
+    return problems;
+}
+
+int sb_validate_file(const char *path, FILE *out, size_t *ndocs)
+{
+    char *buf;
+    size_t len;
+    char msg[300];
+    const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
+    if (sb_read_file_limited(path, SB_MANIFEST_MAX_BYTES, &buf, &len, msg, sizeof msg) != 0) {
+        fprintf(out, "%s: %s\n", name, msg);
+        if (ndocs)
+            *ndocs = 0;
+        return 1;
+    }
+    int rc = sb_validate_buffer(name, buf, len, out, ndocs);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,311 @@
+/* The Pipeline spec model: quantities, durations, the document tree, decoding with defaults,
+ * and that YAML and JSON give the same result and the same problems. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "doc/doc.h"
+#include "spec/pipeline.h"
+#include "spec/quantity.h"
+
+Test(quantity, values_as_kubernetes_parses_them)
+{
+    static const struct {
+        const char *s;
+        int64_t value, milli;
+    } ok[] = {
+        {"64Mi", 67108864, 67108864000}, {"1.5Gi", 1610612736, 1610612736000},
+        {"500m", 1, 500},                {"2", 2, 2000},
+        {"1e3", 1000, 1000000},          {"1E3", 1000, 1000000},
+        {"1k", 1000, 1000000},           {"0.1", 1, 100},
+        {"100n", 1, 1},                  {"-1", -1, -1000},
+        {"+5", 5, 5000},                 {".5", 1, 500},
+        {"1.", 1, 1000},                 {"0", 0, 0},
+        {"7Ei", 8070450532247928832, 0}, {"2.5", 3, 2500},
+        {"1M", 1000000, 1000000000},     {"1Ki", 1024, 1024000},
+        {"0.000000001", 1, 1},           {"123456789012345678", 123456789012345678, 0},
+        {"1e-3", 1, 1},                  {"10e+2", 1000, 1000000},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        int64_t v = -42, m = -42;
+        sb_err err = {{0}};
+        cr_expect_eq(sb_quantity_value(ok[i].s, &v, &err), 0, "%s: %s", ok[i].s, err.msg);
+        cr_expect_eq(v, ok[i].value, "%s: value %lld, want %lld", ok[i].s, (long long)v,
+                     (long long)ok[i].value);
+        if (ok[i].milli != 0 || strcmp(ok[i].s, "0") == 0) {
+            cr_expect_eq(sb_quantity_milli(ok[i].s, &m, &err), 0, "%s: %s", ok[i].s, err.msg);
+            cr_expect_eq(m, ok[i].milli, "%s: milli %lld, want %lld", ok[i].s, (long long)m,
+                         (long long)ok[i].milli);
+        }
+    }
+}
+
+Test(quantity, invalid_ones_are_rejected_with_a_reason)
+{
+    static const struct {
+        const char *s, *msg;
+    } bad[] = {
+        {"", "empty quantity"},
+        {"Mi", "must start with a number"},
+        {"1.5.5", "unknown suffix \".5\""},
+        {"1K", "unknown suffix \"K\""},
+        {"1 Mi", "unknown suffix \" Mi\""},
+        {"1Mb", "unknown suffix \"Mb\""},
+        {"1e", "invalid exponent \"e\""},
+        {"abc", "must start with a number"},
+        {"8Ei", "too large"},
+        {"1e19", "too large"},
+        {"12345678901234567891", "more than 19 significant digits"},
+        {"1ex", "invalid exponent"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int64_t v = 7;
+        sb_err err = {{0}};
+        cr_expect_eq(sb_quantity_value(bad[i].s, &v, &err), -1, "%s accepted", bad[i].s);
+        cr_expect(strstr(err.msg, bad[i].msg) != NULL, "%s: \"%s\" lacks \"%s\"", bad[i].s,
+                  err.msg, bad[i].msg);
+        cr_expect_eq(v, 7, "output written on error");
+    }
+    int64_t m;
+    cr_expect_eq(sb_quantity_milli("9223372036854775807", &m, NULL), -1, "milli overflow");
+}
+
+Test(quantity, format_bytes)
+{
+    char b[32];
+    cr_expect_str_eq(sb_quantity_format_bytes(67108864, b, sizeof b), "64Mi");
+    cr_expect_str_eq(sb_quantity_format_bytes(1536, b, sizeof b), "1536");
+    cr_expect_str_eq(sb_quantity_format_bytes(1000, b, sizeof b), "1000");
+    cr_expect_str_eq(sb_quantity_format_bytes(0, b, sizeof b), "0");
+}
+
+Test(duration, go_syntax)
+{
+    static const struct {
+        const char *s;
+        int64_t ns;
+    } ok[] = {
+        {"300ms", 300000000},     {"1h30m", 5400000000000}, {"0", 0},
+        {"-1.5h", -5400000000000}, {"1.5s", 1500000000},    {".5s", 500000000},
+        {"1\xc2\xb5s", 1000},     {"1us", 1000},            {"2h45m30.5s", 9930500000000},
+        {"1ns", 1},               {"+5m", 300000000000},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        int64_t v = 0;
+        sb_err err = {{0}};
+        cr_expect_eq(sb_duration_parse(ok[i].s, &v, &err), 0, "%s: %s", ok[i].s, err.msg);
+        cr_expect_eq(v, ok[i].ns, "%s: %lld", ok[i].s, (long long)v);
+    }
+    const char *bad[] = {"", "5", "5min", "1h-30m", "h", "9999999999h", "1.5", "-"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int64_t v;
+        sb_err err = {{0}};
+        cr_expect_eq(sb_duration_parse(bad[i], &v, &err), -1, "\"%s\" accepted", bad[i]);
+        cr_expect(err.msg[0] != '\0');
+    }
+}
+
+Test(doc, yaml_core_schema_scalars)
+{
+    const char *y = "a: 12\nb: -3\nc: 1.5\nd: true\ne: False\nf: null\ng: ~\nh: '12'\n"
+                    "i: 0x1f\nj: 0o17\nk: 64Mi\nl: .inf\nm: \"true\"\nn: yes\no: 1e3\np:\n";
+    sb_doc *d = sb_doc_parse_yaml(y, strlen(y), NULL);
+    cr_assert_null(sb_doc_error(d, NULL, NULL));
+    const sb_node *r = sb_doc_root(d, 0);
+    struct {
+        const char *k;
+        sb_node_kind kind;
+    } want[] = {{"a", SB_NODE_INT},    {"b", SB_NODE_INT},    {"c", SB_NODE_FLOAT},
+                {"d", SB_NODE_BOOL},   {"e", SB_NODE_BOOL},   {"f", SB_NODE_NULL},
+                {"g", SB_NODE_NULL},   {"h", SB_NODE_STRING}, {"i", SB_NODE_INT},
+                {"j", SB_NODE_INT},    {"k", SB_NODE_STRING}, {"l", SB_NODE_FLOAT},
+                {"m", SB_NODE_STRING}, {"n", SB_NODE_STRING}, {"o", SB_NODE_FLOAT},
+                {"p", SB_NODE_NULL}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const sb_node *n = sb_node_get(r, want[i].k);
+        cr_assert_not_null(n, "%s", want[i].k);
+        cr_expect_eq(n->kind, want[i].kind, "%s: kind %d want %d", want[i].k, n->kind,
+                     want[i].kind);
+    }
+    cr_expect_eq(sb_node_get(r, "a")->v.i, 12);
+    cr_expect_eq(sb_node_get(r, "i")->v.i, 31);
+    cr_expect_eq(sb_node_get(r, "j")->v.i, 15);
+    cr_expect_eq(sb_node_get(r, "e")->v.b, 0);
+    cr_expect(isinf(sb_node_get(r, "l")->v.f));
+    cr_expect_eq(sb_node_get(r, "c")->line, 3);
+    cr_expect_eq(sb_node_get(r, "c")->col, 4);
+    sb_doc_free(d);
+}
+
+Test(doc, multi_document_and_positions)
+{
+    const char *y = "a: 1\n---\nb: [x, y]\n---\n";
+    sb_doc *d = sb_doc_parse_yaml(y, strlen(y), NULL);
+    cr_assert_null(sb_doc_error(d, NULL, NULL));
+    cr_assert_eq(sb_doc_count(d), 3);
+    const sb_node *b = sb_node_get(sb_doc_root(d, 1), "b");
+    cr_assert_eq(b->kind, SB_NODE_SEQ);
+    cr_expect_eq(b->n, 2);
+    cr_expect_str_eq(b->items[1]->text, "y");
+    cr_expect_eq(b->items[1]->line, 3);
+    cr_expect_eq(b->items[1]->col, 8);
+    cr_expect_eq(sb_doc_start_line(d, 1), 2);
+    cr_expect_eq(sb_doc_root(d, 2)->kind, SB_NODE_NULL);
+    sb_doc_free(d);
+}
+
+Test(doc, aliases_share_and_count)
+{
+    const char *y = "base: &b {cpu: '1'}\nx: *b\ny: *b\n";
+    sb_doc *d = sb_doc_parse_yaml(y, strlen(y), NULL);
+    cr_assert_null(sb_doc_error(d, NULL, NULL));
+    const sb_node *r = sb_doc_root(d, 0);
+    cr_expect_eq(sb_node_get(r, "x"), sb_node_get(r, "base"));
+    char *j = sb_node_to_json(r);
+    cr_expect_str_eq(j, "{\"base\":{\"cpu\":\"1\"},\"x\":{\"cpu\":\"1\"},\"y\":{\"cpu\":\"1\"}}");
+    free(j);
+    sb_doc_free(d);
+    sb_doc_limits lim = {.max_nodes = 10};
+    const char *bomb = "a: &a [1,2,3]\nb: [*a,*a,*a]\n";
+    d = sb_doc_parse_yaml(bomb, strlen(bomb), &lim);
+    cr_expect(strstr(sb_doc_error(d, NULL, NULL), "more than 10 nodes") != NULL);
+    sb_doc_free(d);
+}
+
+Test(doc, json_parse_and_errors)
+{
+    const char *j = "{\"a\": 1, \"b\": [true, null, \"s\\n\"], \"c\": 2.5}";
+    sb_doc *d = sb_doc_parse_json(j, strlen(j), NULL);
+    cr_assert_null(sb_doc_error(d, NULL, NULL));
+    const sb_node *r = sb_doc_root(d, 0);
+    cr_expect_eq(sb_node_get(r, "a")->kind, SB_NODE_INT);
+    cr_expect_eq(sb_node_get(r, "c")->kind, SB_NODE_FLOAT);
+    char *out = sb_node_to_json(r);
+    cr_expect_str_eq(out, "{\"a\":1,\"b\":[true,null,\"s\\u000a\"],\"c\":2.5}");
+    free(out);
+    sb_doc_free(d);
+    const char *bad = "{\n  \"a\": 1,\n  \"b\": }";
+    int line, col;
+    d = sb_doc_parse_json(bad, strlen(bad), NULL);
+    cr_expect_str_eq(sb_doc_error(d, &line, &col), "invalid JSON");
+    cr_expect_eq(line, 3);
+    sb_doc_free(d);
+    const char *dup = "{\"a\": 1, \"a\": 2}";
+    d = sb_doc_parse_json(dup, strlen(dup), NULL);
+    cr_expect(strstr(sb_doc_error(d, NULL, NULL), "duplicate key \"a\"") != NULL);
+    sb_doc_free(d);
+}
+
+static const char *minimal =
+    "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: m}\n"
+    "spec:\n  source: {uri: 'file:///in', format: jsonl}\n"
+    "  stages: [{name: a, op: identity}, {name: b, op: bench.sleep, args: {msPerMB: 3},"
+    " resources: {gpu: 1, cpu: 250m, memory: 1.5Gi}, workers: {min: 0, max: 2}}]\n"
+    "  sink: {uri: 'file:///out', format: jsonl}\n";
+
+Test(spec, defaults)
+{
+    sb_doc *d = sb_doc_parse_yaml(minimal, strlen(minimal), NULL);
+    sb_pipeline p;
+    sb_diags dg = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(d, 0), &p, &dg), 0);
+    cr_assert_eq(dg.n, 0, "%s: %s", dg.n ? dg.items[0].path : "", dg.n ? dg.items[0].msg : "");
+    cr_expect_str_eq(p.metadata.name, "m");
+    cr_expect_eq(p.spec.source.format, SB_FMT_JSONL);
+    cr_expect_eq(p.spec.source.partition_size, 64 << 20);
+    cr_expect_eq(p.spec.execution.memory_budget, 2LL << 30);
+    cr_expect_eq(p.spec.execution.max_task_retries, 3);
+    cr_expect_eq(p.spec.execution.max_errored_partitions, 0);
+    cr_expect_eq(p.spec.execution.mode, SB_MODE_STREAMING);
+    cr_expect_eq(p.spec.execution.stall_timeout_ns, 300LL * 1000000000);
+    cr_expect_eq(p.spec.suspend, false);
+    cr_expect_eq(p.spec.ttl_set, false);
+    cr_assert_eq(p.spec.nstages, 2);
+    cr_expect_eq(p.spec.stages[0].resources.cpu_milli, 1000);
+    cr_expect_eq(p.spec.stages[0].resources.gpu, 0);
+    cr_expect_eq(p.spec.stages[0].workers.min, 1);
+    cr_expect_eq(p.spec.stages[0].workers.max, 16);
+    cr_expect_str_eq(sb_stage_pool(&p.spec.stages[0]), "cpu");
+    cr_expect_eq(p.spec.stages[1].resources.cpu_milli, 250);
+    cr_expect_eq(p.spec.stages[1].resources.memory_bytes, 1610612736);
+    cr_expect_eq(p.spec.stages[1].workers.min, 0);
+    cr_expect_str_eq(sb_stage_pool(&p.spec.stages[1]), "gpu");
+    cr_expect_str_eq(p.spec.stages[1].args_json, "{\"msPerMB\":3}");
+    cr_expect_null(p.spec.stages[0].args_json);
+    sb_pipeline_free(&p);
+    sb_diags_free(&dg);
+    sb_doc_free(d);
+}
+
+/* The same object as JSON (as the API server sends it, with metadata and status it adds) gives
+ * the same struct; an invalid one gives the same paths and messages as its YAML twin. */
+Test(spec, json_and_yaml_agree)
+{
+    const char *json =
+        "{\"apiVersion\":\"streambatch.dev/v1alpha1\",\"kind\":\"Pipeline\","
+        "\"metadata\":{\"name\":\"m\",\"namespace\":\"ml\",\"uid\":\"1-2\",\"resourceVersion\":\"7\","
+        "\"generation\":2,\"managedFields\":[{\"manager\":\"kubectl\"}]},"
+        "\"spec\":{\"source\":{\"uri\":\"file:///in\",\"format\":\"jsonl\"},"
+        "\"stages\":[{\"name\":\"a\",\"op\":\"identity\"},{\"name\":\"b\",\"op\":\"bench.sleep\","
+        "\"args\":{\"msPerMB\":3},\"resources\":{\"gpu\":1,\"cpu\":\"250m\",\"memory\":\"1.5Gi\"},"
+        "\"workers\":{\"min\":0,\"max\":2}}],\"sink\":{\"uri\":\"file:///out\",\"format\":"
+        "\"jsonl\"}},\"status\":{\"phase\":\"Running\"}}";
+    sb_doc *dj = sb_doc_parse_json(json, strlen(json), NULL);
+    sb_doc *dy = sb_doc_parse_yaml(minimal, strlen(minimal), NULL);
+    sb_pipeline pj, py;
+    sb_diags gj = {0}, gy = {0};
+    sb_pipeline_decode(sb_doc_root(dj, 0), &pj, &gj);
+    sb_pipeline_decode(sb_doc_root(dy, 0), &py, &gy);
+    cr_expect_eq(gj.n, 0, "%s", gj.n ? gj.items[0].msg : "");
+    cr_expect_str_eq(pj.metadata.namespace_, "ml");
+    cr_expect_eq(pj.spec.stages[1].resources.memory_bytes, py.spec.stages[1].resources.memory_bytes);
+    cr_expect_eq(pj.spec.stages[1].resources.cpu_milli, py.spec.stages[1].resources.cpu_milli);
+    cr_expect_str_eq(pj.spec.stages[1].args_json, py.spec.stages[1].args_json);
+    cr_expect_eq(pj.spec.execution.memory_budget, py.spec.execution.memory_budget);
+    cr_expect_eq(pj.spec.stages[0].workers.max, py.spec.stages[0].workers.max);
+    sb_pipeline_free(&pj);
+    sb_pipeline_free(&py);
+    sb_diags_free(&gj);
+    sb_diags_free(&gy);
+    sb_doc_free(dj);
+    sb_doc_free(dy);
+
+    const char *bad_json = "{\"apiVersion\":\"streambatch.dev/v1alpha1\",\"kind\":\"Pipeline\","
+                           "\"metadata\":{\"name\":\"m\"},\"spec\":{\"source\":{\"uri\":\"ftp://x\","
+                           "\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\",\"op\":\"identity\","
+                           "\"resources\":{\"gpu\":-1}}],\"sink\":{\"uri\":\"file:///o\","
+                           "\"format\":\"jsonl\"}}}";
+    const char *bad_yaml = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\n"
+                           "metadata: {name: m}\nspec:\n  source: {uri: 'ftp://x', format: jsonl}\n"
+                           "  stages: [{name: a, op: identity, resources: {gpu: -1}}]\n"
+                           "  sink: {uri: 'file:///o', format: jsonl}\n";
+    dj = sb_doc_parse_json(bad_json, strlen(bad_json), NULL);
+    dy = sb_doc_parse_yaml(bad_yaml, strlen(bad_yaml), NULL);
+    sb_pipeline_decode(sb_doc_root(dj, 0), &pj, &gj);
+    sb_pipeline_decode(sb_doc_root(dy, 0), &py, &gy);
+    cr_assert_eq(gj.n, 2);
+    cr_assert_eq(gy.n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        cr_expect_str_eq(gj.items[i].path, gy.items[i].path);
+        cr_expect_str_eq(gj.items[i].msg, gy.items[i].msg);
+        cr_expect_eq(gj.items[i].line, 0);
+        cr_expect_gt(gy.items[i].line, 0);
+    }
+    cr_expect_str_eq(gy.items[1].path, "spec.stages[0].resources.gpu");
+    cr_expect_str_eq(gy.items[1].msg, "must be a non-negative integer, got -1");
+    sb_pipeline_free(&pj);
+    sb_pipeline_free(&py);
+    sb_diags_free(&gj);
+    sb_diags_free(&gy);
+    sb_doc_free(dj);
+    sb_doc_free(dy);
+}
+
+Test(spec, op_table_matches_names)
+{
+    size_t n = 0;
+    for (; sb_op_names[n] != NULL; n++)
+        cr_expect(sb_op_known(sb_op_names[n]), "%s", sb_op_names[n]);
+    cr_expect_eq(n, 11);
+    cr_expect_not(sb_op_known("tensor.mlpp"));
+}
