@@ -1,0 +1,66 @@
+/* arrow.h — exporting an opened partition batch (partition.h) through the Apache Arrow C Data
+ * Interface, so plugins and other Arrow-speaking code read the columns with zero copies.
+ *
+ * The batch is exported as a struct-typed array ("+s") whose children are the columns, in
+ * order, with the column names as field names. Types map to Arrow formats: bool "b", int8..64
+ * "c" "s" "i" "l", uint8..64 "C" "S" "I" "L", float32 "f", float64 "g", binary "z", utf8 "u",
+ * fixed-size list "+w:N" with one child "item". The structs below are the ones the Arrow
+ * specification defines (written from the spec); the ARROW_C_DATA_INTERFACE guard lets this
+ * header coexist with Arrow's own headers.
+ *
+ * Memory: sb_batch_export() fills two caller-provided structs. Each has its own release
+ * callback, which the consumer calls when done (as the spec requires); until then the exported
+ * array's buffers point into the blob, so the BLOB must stay alive and unchanged until the
+ * array is released. The sb_batch itself may be closed right after exporting.
+ */
+#ifndef SB_PARTITION_ARROW_H
+#define SB_PARTITION_ARROW_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "partition/partition.h"
+
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+#endif /* ARROW_C_DATA_INTERFACE */
+
+/* The Arrow format string of a column type ("l", "u", ...; fixed lists: "+w:<n>" written into
+ * buf, which must hold 16 bytes). NULL for an unknown type. */
+const char *sb_arrow_format(sb_type t, uint32_t list_size, char buf[16]);
+
+/* Exports batch b. Either output may be NULL to skip it. On failure nothing needs releasing. */
+int sb_batch_export(const sb_batch *b, struct ArrowSchema *schema, struct ArrowArray *array,
+                    sb_err *err);
+
+#endif
