@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "worker/store/crc32c.h"
+#include "partition/crc32c.h"
 
 #define SPILL_MAGIC "SBSPILL1"
 #define SPILL_VERSION 1u
@@ -424,7 +424,7 @@ static int write_spill(sb_store *s, entry *e, const char *path, sb_err *err)
         for (size_t c = 0; c < nch; c++) {
             size_t off = c * s->chunk;
             size_t n = e->len - off < s->chunk ? e->len - off : s->chunk;
-            crcs[c] = sb_store_crc32c(0, (const char *)e->buf + off, n);
+            crcs[c] = sb_crc32c(0, (const char *)e->buf + off, n);
         }
         e->crcs = crcs;
     }
@@ -512,7 +512,7 @@ static int read_chunk(const sb_store *s, const entry *e, int fd, const char *pat
                    e->id, path, c, r, n);
         return SB_STORE_ECORRUPT;
     }
-    if (sb_store_crc32c(0, dst, n) != e->crcs[c]) {
+    if (sb_crc32c(0, dst, n) != e->crcs[c]) {
         sb_err_set(err, "partition %s: spill file %s is corrupted: checksum mismatch in chunk %zu",
                    e->id, path, c);
         return SB_STORE_ECORRUPT;
