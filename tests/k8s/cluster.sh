@@ -1,0 +1,257 @@
+#!/usr/bin/env bash
+# Local Kubernetes control plane for the streambatch tests (no kubelet, no container runtime):
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and sb-node-agent, all on
+# 127.0.0.1, from the binaries `make k8s-build` cached (tests/k8s/build.sh).
+#
+#   cluster.sh up     start; $STATE/kubeconfig exists once the cluster is ready
+#   cluster.sh down   stop what `up` started (recorded pids only) and remove $STATE
+#   cluster.sh status
+#
+# STATE is ${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}. Every wait is bounded; a
+# component that fails to start has its log tail printed.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+STATE=${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}
+BIN=$("$here/build.sh" --print-bin-dir)
+IMAGES=${SB_K8S_IMAGES:-$here/images.conf}
+NODES=${SB_K8S_NODES:-"name=sb-cpu-0,cpu=4,memory=16Gi name=sb-gpu-0,cpu=4,memory=16Gi,nvidia.com/gpu=1,label:streambatch.dev/gpu=true"}
+START_TIMEOUT=${SB_K8S_START_TIMEOUT:-90}
+MARKER=.streambatch-cluster
+
+log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# The pid recorded for NAME, if that process is still the one we started (guards against pid
+# reuse: its command line must name the binary we ran).
+live_pid() {
+  local f=$STATE/pids/$1.pid pid
+  [[ -f $f ]] || return 1
+  read -r pid _ <"$f" || return 1
+  [[ -r /proc/$pid/cmdline ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$(sed -n 's/^[0-9]* //p' "$f")" || return 1
+  echo "$pid"
+}
+
+fail_component() { # NAME MESSAGE
+  log "ERROR: $1: $2; last lines of $STATE/logs/$1.log:"
+  tail -n 40 "$STATE/logs/$1.log" >&2 || true
+  exit 1
+}
+
+start() { # NAME PROGRAM ARGS...
+  local name=$1; shift
+  setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
+  echo "$! $1" >"$STATE/pids/$name.pid"
+}
+
+# wait_for NAME SECONDS COMMAND...: retry COMMAND until it succeeds; fail NAME (with its log)
+# if its process died or the time ran out.
+wait_for() {
+  local name=$1 secs=$2; shift 2
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    live_pid "$name" >/dev/null || fail_component "$name" "exited during start-up"
+    ((SECONDS < end)) || fail_component "$name" "not ready after ${secs}s"
+    sleep 0.2
+  done
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pick_port() {
+  local p i
+  for i in $(seq 1 200); do
+    p=$((20000 + RANDOM % 20000))
+    if port_free "$p" && ! grep -qx "$p" "$STATE/ports.used" 2>/dev/null; then
+      echo "$p" >>"$STATE/ports.used"; echo "$p"; return
+    fi
+  done
+  die "no free port found"
+}
+
+gen_certs() {
+  local d=$STATE/pki
+  mkdir -p "$d"
+  (
+    cd "$d"
+    openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+    openssl req -x509 -new -key ca.key -subj /CN=streambatch-test-ca -days 3650 -out ca.crt \
+      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+    leaf() { # NAME SUBJECT EXTENSIONS
+      openssl ecparam -name prime256v1 -genkey -noout -out "$1.key" 2>/dev/null
+      openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -out "$1.crt" \
+        -extfile <(printf '%s\n' "$3" "keyUsage=critical,digitalSignature,keyEncipherment") 2>/dev/null
+      rm -f "$1.csr"
+    }
+    leaf apiserver /CN=kube-apiserver "$(printf '%s\n%s' 'extendedKeyUsage=serverAuth' \
+      'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local')"
+    leaf admin "/O=system:masters/CN=streambatch-admin" extendedKeyUsage=clientAuth
+    leaf controller-manager /CN=system:kube-controller-manager extendedKeyUsage=clientAuth
+    leaf scheduler /CN=system:kube-scheduler extendedKeyUsage=clientAuth
+    # service-account token signing key pair
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
+    openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
+  ) || die "certificate generation failed (is openssl installed? run make k8s-build)"
+}
+
+kubeconfig() { # FILE USER
+  local d=$STATE/pki
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: streambatch
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(base64 -w0 <"$d/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(base64 -w0 <"$d/$2.crt")
+    client-key-data: $(base64 -w0 <"$d/$2.key")
+contexts:
+- name: streambatch
+  context: {cluster: streambatch, user: $2, namespace: default}
+current-context: streambatch
+EOF
+}
+
+up() {
+  if [[ -f $STATE/kubeconfig ]] && live_pid kube-apiserver >/dev/null; then
+    log "already running (state $STATE)"; return 0
+  fi
+  [[ -e $STATE ]] && down
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl sb-node-agent; do
+    [[ -x $BIN/$b ]] || die "$BIN/$b is missing: run 'make k8s-build' first"
+  done
+  local t0=$SECONDS
+  mkdir -p "$STATE"/{pids,logs,pods}
+  touch "$STATE/$MARKER"
+  ln -sfn "$BIN" "$STATE/bin"
+  gen_certs
+  local ETCD_PORT PEER_PORT KCM_PORT SCHED_PORT p=$STATE/pki
+  ETCD_PORT=$(pick_port); PEER_PORT=$(pick_port); API_PORT=$(pick_port)
+  KCM_PORT=$(pick_port); SCHED_PORT=$(pick_port)
+  echo "$API_PORT" >"$STATE/apiserver.port"
+
+  start etcd "$BIN/etcd" --name sb --data-dir "$STATE/etcd" --unsafe-no-fsync --log-level warn \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
+    --initial-cluster "sb=http://127.0.0.1:$PEER_PORT" --listen-metrics-urls "" --quota-backend-bytes 2147483648
+  wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+  log "etcd ready on 127.0.0.1:$ETCD_PORT ($((SECONDS - t0))s)"
+
+  local issuer=https://kubernetes.default.svc.cluster.local
+  start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+    --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" --client-ca-file "$p/ca.crt" \
+    --authorization-mode RBAC --allow-privileged=true \
+    --service-account-issuer "$issuer" --api-audiences "$issuer" \
+    --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
+    --cert-dir "$STATE/apiserver" --profiling=false --v 1
+  wait_for kube-apiserver "$START_TIMEOUT" curl -fsS --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" \
+    "https://127.0.0.1:$API_PORT/readyz"
+  log "kube-apiserver ready on https://127.0.0.1:$API_PORT ($((SECONDS - t0))s)"
+  kubeconfig "$STATE/admin.kubeconfig" admin
+  kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
+  kubeconfig "$STATE/scheduler.kubeconfig" scheduler
+
+  local kc=$STATE/controller-manager.kubeconfig
+  start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$kc" \
+    --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
+    --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --cert-dir "$STATE/controller-manager" \
+    --leader-elect=false --use-service-account-credentials=true \
+    --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
+    --cluster-signing-cert-file "$p/ca.crt" --cluster-signing-key-file "$p/ca.key" \
+    --service-cluster-ip-range 10.96.0.0/16 --allocate-node-cidrs=false --controllers '*' \
+    --profiling=false --v 1
+  kc=$STATE/scheduler.kubeconfig
+  start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$kc" \
+    --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
+    --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --profiling=false --v 1
+  local nodeargs=() n
+  for n in $NODES; do nodeargs+=(--node "$n"); done
+  SB_REPO_DIR=${SB_REPO_DIR:-$repo} start sb-node-agent "$BIN/sb-node-agent" \
+    --kubeconfig "$STATE/admin.kubeconfig" --ca-file "$p/ca.crt" --state-dir "$STATE" \
+    --images "$IMAGES" "${nodeargs[@]}" --v 1
+  wait_for kube-controller-manager "$START_TIMEOUT" curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"
+  wait_for kube-scheduler "$START_TIMEOUT" curl -fsSk "https://127.0.0.1:$SCHED_PORT/healthz"
+  log "controller-manager and scheduler healthy ($((SECONDS - t0))s)"
+
+  local k=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig")
+  local want=0
+  for n in $NODES; do want=$((want + 1)); done
+  # Ready nodes without the not-ready taint (the node lifecycle controller removes it), and
+  # the default ServiceAccount (the serviceaccount controller creates it): pods can run.
+  nodes_ready() {
+    local out
+    out=$("${k[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{" "}{.spec.taints}{"\n"}{end}') || return 1
+    [[ $(grep -c ' True $' <<<"$out") -eq $want ]]
+  }
+  wait_for sb-node-agent "$START_TIMEOUT" nodes_ready
+  wait_for kube-controller-manager "$START_TIMEOUT" "${k[@]}" get serviceaccount default -n default
+  log "$want node(s) ready, default service account present ($((SECONDS - t0))s)"
+
+  cat >"$STATE/env" <<EOF
+export STREAMBATCH_CLUSTER_DIR=$STATE
+export KUBECONFIG=$STATE/kubeconfig
+export PATH=$BIN:\$PATH
+EOF
+  cp "$STATE/admin.kubeconfig" "$STATE/kubeconfig.tmp" && mv "$STATE/kubeconfig.tmp" "$STATE/kubeconfig"
+  log "cluster ready in $((SECONDS - t0))s: export KUBECONFIG=$STATE/kubeconfig (or: source $STATE/env)"
+}
+
+# stop NAME SECONDS: SIGTERM the recorded process, SIGKILL it if it is still there after SECONDS.
+stop() {
+  local pid end
+  pid=$(live_pid "$1") || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  end=$((SECONDS + $2))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$1 (pid $pid) still running after $2s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+}
+
+down() {
+  [[ -e $STATE ]] || return 0
+  [[ -f $STATE/$MARKER ]] || die "$STATE is not a streambatch cluster directory; not touching it"
+  stop sb-node-agent 20 # stops the pod processes it started first
+  stop kube-scheduler 10
+  stop kube-controller-manager 10
+  stop kube-apiserver 15
+  stop etcd 10
+  # Backstop: pod processes whose agent died without stopping them. Each carries
+  # SB_CLUSTER_DIR=$STATE in its environment, set by the agent.
+  local e pid
+  for e in /proc/[0-9]*/environ; do
+    pid=${e#/proc/}; pid=${pid%/environ}
+    [[ $pid == "$$" ]] && continue
+    if tr '\0' '\n' <"$e" 2>/dev/null | grep -qxF "SB_CLUSTER_DIR=$STATE"; then
+      log "pod process $pid left behind: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf -- "$STATE"
+  log "stopped; removed $STATE"
+}
+
+status() {
+  local n pid
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler sb-node-agent; do
+    if pid=$(live_pid "$n"); then echo "$n: running (pid $pid)"; else echo "$n: not running"; fi
+  done
+  [[ -f $STATE/kubeconfig ]] && echo "kubeconfig: $STATE/kubeconfig"
+  return 0
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
