@@ -1,5 +1,5 @@
-/* streambatch-controller — the Kubernetes operator and scheduler. It lands with the operator issue; for
- * now the binary only answers --help and --version. Exit codes: 0 ok, 2 usage error. */
+/* streambatch-controller — the Kubernetes operator and scheduler. It lands with the operator issue;
+ * for now the binary only answers --help and --version. Exit codes: 0 ok, 2 usage error. */
 #include <stdio.h>
 #include <string.h>
 

@@ -48,7 +48,8 @@ static int cmd_validate(int argc, char **argv)
         docs_total += ndocs;
     }
     if (nfiles == 0) {
-        fprintf(stderr, "streambatch validate: no files given\nusage: streambatch validate FILE...\n");
+        fprintf(stderr,
+                "streambatch validate: no files given\nusage: streambatch validate FILE...\n");
         return 2;
     }
     if (!quiet)

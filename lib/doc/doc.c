@@ -200,10 +200,10 @@ static int all_digits(const char *s, size_t n, int base)
         return 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        int ok = base == 8    ? (c >= '0' && c <= '7')
-                 : base == 16 ? ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
-                                 (c >= 'A' && c <= 'F'))
-                              : (c >= '0' && c <= '9');
+        int ok = base == 8 ? (c >= '0' && c <= '7')
+                 : base == 16
+                     ? ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))
+                     : (c >= '0' && c <= '9');
         if (!ok)
             return 0;
     }
@@ -268,7 +268,8 @@ static void resolve_plain(sb_node *nd)
     } else if (n > 2 && s[0] == '0' && s[1] == 'x' && all_digits(s + 2, n - 2, 16)) {
         base = 16;
         skip = 2;
-    } else if (all_digits(s + (n && (s[0] == '-' || s[0] == '+')), n - (n && (s[0] == '-' || s[0] == '+')), 10)) {
+    } else if (all_digits(s + (n && (s[0] == '-' || s[0] == '+')),
+                          n - (n && (s[0] == '-' || s[0] == '+')), 10)) {
         base = 10;
     }
     if (base != 0) {
@@ -290,14 +291,14 @@ static void resolve_plain(sb_node *nd)
         nd->v.f = strtod(s, NULL);
         return;
     }
-    const char *specials[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF",
-                              "-.inf", "-.Inf", "-.INF", ".nan", ".NaN", ".NAN"};
+    const char *specials[] = {".inf",  ".Inf",  ".INF",  "+.inf", "+.Inf", "+.INF",
+                              "-.inf", "-.Inf", "-.INF", ".nan",  ".NaN",  ".NAN"};
     for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
         if (strlen(specials[i]) == n && memcmp(s, specials[i], n) == 0) {
             nd->kind = SB_NODE_FLOAT;
             nd->v.f = strstr(s, "nan") || strstr(s, "NaN") || strstr(s, "NAN") ? NAN
-                      : s[0] == '-'                                             ? -INFINITY
-                                                                                : INFINITY;
+                      : s[0] == '-'                                            ? -INFINITY
+                                                                               : INFINITY;
             return;
         }
     nd->kind = SB_NODE_STRING;
@@ -430,8 +431,8 @@ static int attach(yparse *p, sb_node *nd)
         return frame_push_child(p, f, nd);
     if (f->want_key) {
         if (nd->kind == SB_NODE_MAP || nd->kind == SB_NODE_SEQ) {
-            doc_set_error(p->doc, nd->line, nd->col,
-                          "a mapping key must be a scalar, not %s", sb_node_kind_name(nd->kind));
+            doc_set_error(p->doc, nd->line, nd->col, "a mapping key must be a scalar, not %s",
+                          sb_node_kind_name(nd->kind));
             return -1;
         }
         if (frame_push_child(p, f, NULL) != 0)
@@ -549,8 +550,8 @@ static int on_event(yparse *p, const yaml_event_t *ev, int *doc_start_line)
         sb_node *nd = node_new(p->doc, SB_NODE_STRING, line, col);
         if (nd == NULL)
             return -1;
-        nd->text = arena_strdup(p->doc, (const char *)ev->data.scalar.value,
-                                ev->data.scalar.length);
+        nd->text =
+            arena_strdup(p->doc, (const char *)ev->data.scalar.value, ev->data.scalar.length);
         if (nd->text == NULL)
             return -1;
         nd->text_len = ev->data.scalar.length;
@@ -567,8 +568,7 @@ static int on_event(yparse *p, const yaml_event_t *ev, int *doc_start_line)
     case YAML_SEQUENCE_START_EVENT:
     case YAML_MAPPING_START_EVENT: {
         if (p->depth >= p->lim.max_depth) {
-            doc_set_error(p->doc, line, col, "nesting is deeper than %d levels",
-                          p->lim.max_depth);
+            doc_set_error(p->doc, line, col, "nesting is deeper than %d levels", p->lim.max_depth);
             return -1;
         }
         if (count_weight(p, 1, line, col) != 0)
@@ -581,8 +581,8 @@ static int on_event(yparse *p, const yaml_event_t *ev, int *doc_start_line)
         memset(f, 0, sizeof *f);
         f->node = nd;
         f->want_key = is_map;
-        const yaml_char_t *anchor = is_map ? ev->data.mapping_start.anchor
-                                           : ev->data.sequence_start.anchor;
+        const yaml_char_t *anchor =
+            is_map ? ev->data.mapping_start.anchor : ev->data.sequence_start.anchor;
         if (anchor != NULL) {
             f->anchor = strdup((const char *)anchor);
             if (f->anchor == NULL)

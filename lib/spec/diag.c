@@ -75,9 +75,8 @@ size_t sb_edit_distance(const char *a, const char *b)
         row[0] = i;
         for (size_t j = 1; j <= lb; j++) {
             size_t cur = row[j];
-            size_t cost = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1])
-                              ? 0
-                              : 1;
+            size_t cost =
+                tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
             size_t best = prev + cost;
             if (row[j] + 1 < best)
                 best = row[j] + 1;

@@ -33,30 +33,25 @@ static const char *const cmp_ops[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};
 static const char *const activations[] = {"relu", "gelu", "none", NULL};
 
 static const argspec args_none[] = {{NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_spin[] = {{"msPerRecord", A_NUM, 0, 0, NULL},
-                                    {"msPerMB", A_NUM, 0, 0, NULL},
-                                    {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_spin[] = {
+    {"msPerRecord", A_NUM, 0, 0, NULL}, {"msPerMB", A_NUM, 0, 0, NULL}, {NULL, A_ANY, 0, 0, NULL}};
 static const argspec args_filter[] = {{"field", A_STR, 1, 0, NULL},
                                       {"op", A_ENUM, 1, 0, cmp_ops},
                                       {"value", A_SCALAR, 1, 0, NULL},
                                       {NULL, A_ANY, 0, 0, NULL}};
 static const argspec args_project[] = {{"fields", A_STRLIST, 1, 0, NULL},
                                        {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_decode[] = {{"width", A_INT, 0, 1, NULL},
-                                      {"height", A_INT, 0, 1, NULL},
-                                      {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_resize[] = {{"width", A_INT, 1, 1, NULL},
-                                      {"height", A_INT, 1, 1, NULL},
-                                      {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_normalize[] = {{"mean", A_NUMLIST, 0, 0, NULL},
-                                         {"std", A_NUMLIST, 0, 0, NULL},
-                                         {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_decode[] = {
+    {"width", A_INT, 0, 1, NULL}, {"height", A_INT, 0, 1, NULL}, {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_resize[] = {
+    {"width", A_INT, 1, 1, NULL}, {"height", A_INT, 1, 1, NULL}, {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_normalize[] = {
+    {"mean", A_NUMLIST, 0, 0, NULL}, {"std", A_NUMLIST, 0, 0, NULL}, {NULL, A_ANY, 0, 0, NULL}};
 static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL},
                                    {"activation", A_ENUM, 0, 0, activations},
                                    {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_exec[] = {{"command", A_STRLIST, 1, 0, NULL},
-                                    {"env", A_ANY, 0, 0, NULL},
-                                    {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_exec[] = {
+    {"command", A_STRLIST, 1, 0, NULL}, {"env", A_ANY, 0, 0, NULL}, {NULL, A_ANY, 0, 0, NULL}};
 static const argspec args_plugin[] = {{"path", A_STR, 1, 0, NULL},
                                       {"symbol", A_STR, 0, 0, NULL},
                                       {"config", A_ANY, 0, 0, NULL},
@@ -77,9 +72,9 @@ static const opspec ops[] = {
 };
 #define NOPS (sizeof ops / sizeof *ops)
 
-const char *const sb_op_names[] = {"identity", "bench.spin",      "bench.sleep", "filter",
-                                   "project",  "image.decode",    "image.resize",
-                                   "image.normalize", "tensor.mlp", "exec", "plugin", NULL};
+const char *const sb_op_names[] = {"identity",   "bench.spin",   "bench.sleep",  "filter",
+                                   "project",    "image.decode", "image.resize", "image.normalize",
+                                   "tensor.mlp", "exec",         "plugin",       NULL};
 
 int sb_op_known(const char *name)
 {
@@ -89,9 +84,8 @@ int sb_op_known(const char *name)
     return 0;
 }
 
-static const argspec fmt_args_csv[] = {{"header", A_BOOL, 0, 0, NULL},
-                                       {"delimiter", A_STR, 0, 0, NULL},
-                                       {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_csv[] = {
+    {"header", A_BOOL, 0, 0, NULL}, {"delimiter", A_STR, 0, 0, NULL}, {NULL, A_ANY, 0, 0, NULL}};
 static const argspec fmt_args_binary_in[] = {{"recordSize", A_INT, 1, 1, NULL},
                                              {NULL, A_ANY, 0, 0, NULL}};
 static const argspec fmt_args_binary_out[] = {{"recordSize", A_INT, 0, 1, NULL},
@@ -163,8 +157,13 @@ static void check_args(const argspec *spec, const sb_node *args, const char *pat
         sb_path_field(buf, sizeof buf, path, a->name);
         if (v == NULL || v->kind == SB_NODE_NULL) {
             if (a->required)
-                sb_diags_add(d, buf, args ? args->line : owner ? owner->line : 0,
-                             args ? args->col : owner ? owner->col : 0,
+                sb_diags_add(d, buf,
+                             args    ? args->line
+                             : owner ? owner->line
+                                     : 0,
+                             args    ? args->col
+                             : owner ? owner->col
+                                     : 0,
                              "required argument of %s is missing", what);
             continue;
         }
@@ -307,8 +306,7 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
     }
 }
 
-static void source_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
-                         void *ctx)
+static void source_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
 {
     (void)ctx;
     const sb_source_spec *s = obj;
@@ -322,8 +320,7 @@ static void sink_check(void *obj, const sb_node *node, const char *path, sb_diag
     check_io(node, path, s->uri, s->format, 1, d);
 }
 
-static void workers_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
-                          void *ctx)
+static void workers_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
 {
     (void)ctx;
     const sb_workers_spec *w = obj;
@@ -419,8 +416,7 @@ static void root_check(void *obj, const sb_node *node, const char *path, sb_diag
     const sb_node *av = sb_node_get(node, "apiVersion");
     if (p->api_version != NULL && strcmp(p->api_version, SB_API_VERSION) != 0)
         sb_diags_add(d, "apiVersion", av->line, av->col,
-                     "unsupported apiVersion \"%.80s\"; this version reads \"" SB_API_VERSION
-                     "\"",
+                     "unsupported apiVersion \"%.80s\"; this version reads \"" SB_API_VERSION "\"",
                      p->api_version);
 }
 
@@ -429,96 +425,174 @@ static void root_check(void *obj, const sb_node *node, const char *path, sb_diag
 #define NF(arr) (sizeof arr / sizeof *arr)
 
 static const sb_field metadata_fields[] = {
-    {.name = "name", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_metadata_spec, name), .format = SB_SF_DNS_SUBDOMAIN},
-    {.name = "namespace", .type = SB_FT_STRING, .offset = offsetof(sb_metadata_spec, namespace_),
+    {.name = "name",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_metadata_spec, name),
+     .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "namespace",
+     .type = SB_FT_STRING,
+     .offset = offsetof(sb_metadata_spec, namespace_),
      .format = SB_SF_DNS_LABEL},
     {.name = "uid", .type = SB_FT_STRING, .offset = offsetof(sb_metadata_spec, uid)},
 };
-static const sb_object_schema metadata_schema = {"ObjectMeta", metadata_fields,
-                                                 NF(metadata_fields), sizeof(sb_metadata_spec),
-                                                 1, NULL};
+static const sb_object_schema metadata_schema = {
+    "ObjectMeta", metadata_fields, NF(metadata_fields), sizeof(sb_metadata_spec), 1, NULL};
 
 static const sb_field source_fields[] = {
-    {.name = "uri", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_source_spec, uri), .format = SB_SF_NONEMPTY},
-    {.name = "format", .type = SB_FT_ENUM, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_source_spec, format), .enums = sb_format_names},
-    {.name = "partitionSize", .type = SB_FT_BYTES, .flags = SB_F_MIN,
-     .offset = offsetof(sb_source_spec, partition_size), .min = 1, .def = "64Mi"},
-    {.name = "credentialsSecret", .type = SB_FT_STRING,
-     .offset = offsetof(sb_source_spec, credentials_secret), .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "uri",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_source_spec, uri),
+     .format = SB_SF_NONEMPTY},
+    {.name = "format",
+     .type = SB_FT_ENUM,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_source_spec, format),
+     .enums = sb_format_names},
+    {.name = "partitionSize",
+     .type = SB_FT_BYTES,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_source_spec, partition_size),
+     .min = 1,
+     .def = "64Mi"},
+    {.name = "credentialsSecret",
+     .type = SB_FT_STRING,
+     .offset = offsetof(sb_source_spec, credentials_secret),
+     .format = SB_SF_DNS_SUBDOMAIN},
     {.name = "args", .type = SB_FT_FREEFORM, .offset = offsetof(sb_source_spec, args_json)},
 };
-static const sb_object_schema source_schema = {"Source", source_fields, NF(source_fields),
-                                               sizeof(sb_source_spec), 0, source_check};
+static const sb_object_schema source_schema = {
+    "Source", source_fields, NF(source_fields), sizeof(sb_source_spec), 0, source_check};
 
 static const sb_field sink_fields[] = {
-    {.name = "uri", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_sink_spec, uri), .format = SB_SF_NONEMPTY},
-    {.name = "format", .type = SB_FT_ENUM, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_sink_spec, format), .enums = sb_format_names},
-    {.name = "credentialsSecret", .type = SB_FT_STRING,
-     .offset = offsetof(sb_sink_spec, credentials_secret), .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "uri",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_sink_spec, uri),
+     .format = SB_SF_NONEMPTY},
+    {.name = "format",
+     .type = SB_FT_ENUM,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_sink_spec, format),
+     .enums = sb_format_names},
+    {.name = "credentialsSecret",
+     .type = SB_FT_STRING,
+     .offset = offsetof(sb_sink_spec, credentials_secret),
+     .format = SB_SF_DNS_SUBDOMAIN},
     {.name = "args", .type = SB_FT_FREEFORM, .offset = offsetof(sb_sink_spec, args_json)},
 };
-static const sb_object_schema sink_schema = {"Sink", sink_fields, NF(sink_fields),
-                                             sizeof(sb_sink_spec), 0, sink_check};
+static const sb_object_schema sink_schema = {
+    "Sink", sink_fields, NF(sink_fields), sizeof(sb_sink_spec), 0, sink_check};
 
 static const sb_field resources_fields[] = {
-    {.name = "cpu", .type = SB_FT_MILLI, .flags = SB_F_MIN,
-     .offset = offsetof(sb_resources_spec, cpu_milli), .min = 1, .def = "1"},
-    {.name = "memory", .type = SB_FT_BYTES, .flags = SB_F_MIN,
-     .offset = offsetof(sb_resources_spec, memory_bytes), .min = 1},
-    {.name = "gpu", .type = SB_FT_INT, .flags = SB_F_MIN,
-     .offset = offsetof(sb_resources_spec, gpu), .min = 0, .def = "0"},
+    {.name = "cpu",
+     .type = SB_FT_MILLI,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_resources_spec, cpu_milli),
+     .min = 1,
+     .def = "1"},
+    {.name = "memory",
+     .type = SB_FT_BYTES,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_resources_spec, memory_bytes),
+     .min = 1},
+    {.name = "gpu",
+     .type = SB_FT_INT,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_resources_spec, gpu),
+     .min = 0,
+     .def = "0"},
 };
-static const sb_object_schema resources_schema = {"Resources", resources_fields,
-                                                  NF(resources_fields), sizeof(sb_resources_spec),
-                                                  0, NULL};
+static const sb_object_schema resources_schema = {
+    "Resources", resources_fields, NF(resources_fields), sizeof(sb_resources_spec), 0, NULL};
 
 static const sb_field workers_fields[] = {
-    {.name = "min", .type = SB_FT_INT, .flags = SB_F_MIN, .offset = offsetof(sb_workers_spec, min),
-     .present_offset = SB_PRESENT(sb_workers_spec, min_set), .min = 0, .def = "1"},
-    {.name = "max", .type = SB_FT_INT, .flags = SB_F_MIN, .offset = offsetof(sb_workers_spec, max),
-     .present_offset = SB_PRESENT(sb_workers_spec, max_set), .min = 1, .def = "16"},
+    {.name = "min",
+     .type = SB_FT_INT,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_workers_spec, min),
+     .present_offset = SB_PRESENT(sb_workers_spec, min_set),
+     .min = 0,
+     .def = "1"},
+    {.name = "max",
+     .type = SB_FT_INT,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_workers_spec, max),
+     .present_offset = SB_PRESENT(sb_workers_spec, max_set),
+     .min = 1,
+     .def = "16"},
 };
-static const sb_object_schema workers_schema = {"Workers", workers_fields, NF(workers_fields),
-                                                sizeof(sb_workers_spec), 0, workers_check};
+static const sb_object_schema workers_schema = {
+    "Workers", workers_fields, NF(workers_fields), sizeof(sb_workers_spec), 0, workers_check};
 
 static const sb_field stage_fields[] = {
-    {.name = "name", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_stage_spec, name), .format = SB_SF_DNS_LABEL},
-    {.name = "op", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_stage_spec, op), .format = SB_SF_NONEMPTY},
+    {.name = "name",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_stage_spec, name),
+     .format = SB_SF_DNS_LABEL},
+    {.name = "op",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_stage_spec, op),
+     .format = SB_SF_NONEMPTY},
     {.name = "args", .type = SB_FT_FREEFORM, .offset = offsetof(sb_stage_spec, args_json)},
-    {.name = "batchSize", .type = SB_FT_INT, .flags = SB_F_MIN,
-     .offset = offsetof(sb_stage_spec, batch_size), .min = 1},
-    {.name = "resources", .type = SB_FT_OBJECT, .offset = offsetof(sb_stage_spec, resources),
+    {.name = "batchSize",
+     .type = SB_FT_INT,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_stage_spec, batch_size),
+     .min = 1},
+    {.name = "resources",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(sb_stage_spec, resources),
      .object = &resources_schema},
-    {.name = "workers", .type = SB_FT_OBJECT, .offset = offsetof(sb_stage_spec, workers),
+    {.name = "workers",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(sb_stage_spec, workers),
      .object = &workers_schema},
 };
-static const sb_object_schema stage_schema = {"Stage", stage_fields, NF(stage_fields),
-                                              sizeof(sb_stage_spec), 0, stage_check};
+static const sb_object_schema stage_schema = {
+    "Stage", stage_fields, NF(stage_fields), sizeof(sb_stage_spec), 0, stage_check};
 
 static const sb_field execution_fields[] = {
-    {.name = "memoryBudget", .type = SB_FT_BYTES, .flags = SB_F_MIN,
-     .offset = offsetof(sb_execution_spec, memory_budget), .min = 1, .def = "2Gi"},
-    {.name = "maxTaskRetries", .type = SB_FT_INT, .flags = SB_F_MIN | SB_F_MAX,
-     .offset = offsetof(sb_execution_spec, max_task_retries), .min = 0, .max = 100, .def = "3"},
-    {.name = "maxErroredPartitions", .type = SB_FT_INT, .flags = SB_F_MIN,
-     .offset = offsetof(sb_execution_spec, max_errored_partitions), .min = 0, .def = "0"},
-    {.name = "preserveOrder", .type = SB_FT_BOOL,
-     .offset = offsetof(sb_execution_spec, preserve_order), .def = "false"},
-    {.name = "mode", .type = SB_FT_ENUM, .offset = offsetof(sb_execution_spec, mode),
-     .enums = sb_exec_mode_names, .def = "streaming"},
-    {.name = "stallTimeout", .type = SB_FT_DURATION, .flags = SB_F_MIN,
-     .offset = offsetof(sb_execution_spec, stall_timeout_ns), .min = 1000000000, .def = "5m"},
+    {.name = "memoryBudget",
+     .type = SB_FT_BYTES,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_execution_spec, memory_budget),
+     .min = 1,
+     .def = "2Gi"},
+    {.name = "maxTaskRetries",
+     .type = SB_FT_INT,
+     .flags = SB_F_MIN | SB_F_MAX,
+     .offset = offsetof(sb_execution_spec, max_task_retries),
+     .min = 0,
+     .max = 100,
+     .def = "3"},
+    {.name = "maxErroredPartitions",
+     .type = SB_FT_INT,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_execution_spec, max_errored_partitions),
+     .min = 0,
+     .def = "0"},
+    {.name = "preserveOrder",
+     .type = SB_FT_BOOL,
+     .offset = offsetof(sb_execution_spec, preserve_order),
+     .def = "false"},
+    {.name = "mode",
+     .type = SB_FT_ENUM,
+     .offset = offsetof(sb_execution_spec, mode),
+     .enums = sb_exec_mode_names,
+     .def = "streaming"},
+    {.name = "stallTimeout",
+     .type = SB_FT_DURATION,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_execution_spec, stall_timeout_ns),
+     .min = 1000000000,
+     .def = "5m"},
 };
-static const sb_object_schema execution_schema = {"Execution", execution_fields,
-                                                  NF(execution_fields), sizeof(sb_execution_spec),
-                                                  0, NULL};
+static const sb_object_schema execution_schema = {
+    "Execution", execution_fields, NF(execution_fields), sizeof(sb_execution_spec), 0, NULL};
 
 /* WorkerTemplate: decoded only for validation; the spec keeps it as JSON text. */
 typedef struct {
@@ -543,83 +617,120 @@ static const char *const toleration_effects[] = {"NoSchedule", "PreferNoSchedule
                                                  NULL};
 
 static const sb_field env_fields[] = {
-    {.name = "name", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
-     .offset = offsetof(struct env_var, name), .format = SB_SF_NONEMPTY},
+    {.name = "name",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct env_var, name),
+     .format = SB_SF_NONEMPTY},
     {.name = "value", .type = SB_FT_STRING, .offset = offsetof(struct env_var, value)},
 };
-static const sb_object_schema env_schema = {"EnvVar", env_fields, NF(env_fields),
-                                            sizeof(struct env_var), 0, NULL};
+static const sb_object_schema env_schema = {
+    "EnvVar", env_fields, NF(env_fields), sizeof(struct env_var), 0, NULL};
 static const sb_field toleration_fields[] = {
     {.name = "key", .type = SB_FT_STRING, .offset = offsetof(struct toleration, key)},
-    {.name = "operator", .type = SB_FT_ENUM, .offset = offsetof(struct toleration, op),
+    {.name = "operator",
+     .type = SB_FT_ENUM,
+     .offset = offsetof(struct toleration, op),
      .enums = toleration_ops},
     {.name = "value", .type = SB_FT_STRING, .offset = offsetof(struct toleration, value)},
-    {.name = "effect", .type = SB_FT_ENUM, .offset = offsetof(struct toleration, effect),
+    {.name = "effect",
+     .type = SB_FT_ENUM,
+     .offset = offsetof(struct toleration, effect),
      .enums = toleration_effects},
-    {.name = "tolerationSeconds", .type = SB_FT_INT, .offset = offsetof(struct toleration, seconds)},
+    {.name = "tolerationSeconds",
+     .type = SB_FT_INT,
+     .offset = offsetof(struct toleration, seconds)},
 };
-static const sb_object_schema toleration_schema = {"Toleration", toleration_fields,
-                                                   NF(toleration_fields),
-                                                   sizeof(struct toleration), 0, NULL};
+static const sb_object_schema toleration_schema = {
+    "Toleration", toleration_fields, NF(toleration_fields), sizeof(struct toleration), 0, NULL};
 static const sb_field template_fields[] = {
-    {.name = "image", .type = SB_FT_STRING, .offset = offsetof(worker_template, image),
+    {.name = "image",
+     .type = SB_FT_STRING,
+     .offset = offsetof(worker_template, image),
      .format = SB_SF_NONEMPTY},
-    {.name = "imagePullPolicy", .type = SB_FT_ENUM,
-     .offset = offsetof(worker_template, pull_policy), .enums = pull_policies},
-    {.name = "serviceAccountName", .type = SB_FT_STRING, .offset = offsetof(worker_template, sa),
+    {.name = "imagePullPolicy",
+     .type = SB_FT_ENUM,
+     .offset = offsetof(worker_template, pull_policy),
+     .enums = pull_policies},
+    {.name = "serviceAccountName",
+     .type = SB_FT_STRING,
+     .offset = offsetof(worker_template, sa),
      .format = SB_SF_DNS_SUBDOMAIN},
-    {.name = "priorityClassName", .type = SB_FT_STRING,
+    {.name = "priorityClassName",
+     .type = SB_FT_STRING,
      .offset = offsetof(worker_template, priority_class)},
-    {.name = "nodeSelector", .type = SB_FT_STRMAP,
+    {.name = "nodeSelector",
+     .type = SB_FT_STRMAP,
      .offset = offsetof(worker_template, node_selector)},
     {.name = "labels", .type = SB_FT_STRMAP, .offset = offsetof(worker_template, labels)},
-    {.name = "annotations", .type = SB_FT_STRMAP,
-     .offset = offsetof(worker_template, annotations)},
-    {.name = "env", .type = SB_FT_LIST, .offset = offsetof(worker_template, env),
-     .count_offset = offsetof(worker_template, nenv), .object = &env_schema},
-    {.name = "tolerations", .type = SB_FT_LIST, .offset = offsetof(worker_template, tolerations),
-     .count_offset = offsetof(worker_template, ntolerations), .object = &toleration_schema},
+    {.name = "annotations", .type = SB_FT_STRMAP, .offset = offsetof(worker_template, annotations)},
+    {.name = "env",
+     .type = SB_FT_LIST,
+     .offset = offsetof(worker_template, env),
+     .count_offset = offsetof(worker_template, nenv),
+     .object = &env_schema},
+    {.name = "tolerations",
+     .type = SB_FT_LIST,
+     .offset = offsetof(worker_template, tolerations),
+     .count_offset = offsetof(worker_template, ntolerations),
+     .object = &toleration_schema},
 };
-static const sb_object_schema template_schema = {"WorkerTemplate", template_fields,
-                                                 NF(template_fields), sizeof(worker_template), 0,
-                                                 NULL};
+static const sb_object_schema template_schema = {
+    "WorkerTemplate", template_fields, NF(template_fields), sizeof(worker_template), 0, NULL};
 
 /* The spec keeps the template as JSON; a pseudo-field decodes it for validation only. */
 static void template_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
                            void *ctx);
 
 static const sb_field spec_fields[] = {
-    {.name = "source", .type = SB_FT_OBJECT, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_pipeline_spec, source), .object = &source_schema},
-    {.name = "stages", .type = SB_FT_LIST, .flags = SB_F_REQUIRED | SB_F_MIN | SB_F_MAX,
+    {.name = "source",
+     .type = SB_FT_OBJECT,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline_spec, source),
+     .object = &source_schema},
+    {.name = "stages",
+     .type = SB_FT_LIST,
+     .flags = SB_F_REQUIRED | SB_F_MIN | SB_F_MAX,
      .offset = offsetof(sb_pipeline_spec, stages),
-     .count_offset = offsetof(sb_pipeline_spec, nstages), .object = &stage_schema, .min = 1,
+     .count_offset = offsetof(sb_pipeline_spec, nstages),
+     .object = &stage_schema,
+     .min = 1,
      .max = 64},
-    {.name = "sink", .type = SB_FT_OBJECT, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_pipeline_spec, sink), .object = &sink_schema},
-    {.name = "execution", .type = SB_FT_OBJECT, .offset = offsetof(sb_pipeline_spec, execution),
+    {.name = "sink",
+     .type = SB_FT_OBJECT,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline_spec, sink),
+     .object = &sink_schema},
+    {.name = "execution",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(sb_pipeline_spec, execution),
      .object = &execution_schema},
-    {.name = "workerTemplate", .type = SB_FT_FREEFORM,
-     .offset = offsetof(sb_pipeline_spec, worker_template_json), .object = &template_schema},
-    {.name = "suspend", .type = SB_FT_BOOL, .offset = offsetof(sb_pipeline_spec, suspend),
+    {.name = "workerTemplate",
+     .type = SB_FT_FREEFORM,
+     .offset = offsetof(sb_pipeline_spec, worker_template_json),
+     .object = &template_schema},
+    {.name = "suspend",
+     .type = SB_FT_BOOL,
+     .offset = offsetof(sb_pipeline_spec, suspend),
      .def = "false"},
-    {.name = "ttlSecondsAfterFinished", .type = SB_FT_INT, .flags = SB_F_MIN,
+    {.name = "ttlSecondsAfterFinished",
+     .type = SB_FT_INT,
+     .flags = SB_F_MIN,
      .offset = offsetof(sb_pipeline_spec, ttl_seconds_after_finished),
-     .present_offset = SB_PRESENT(sb_pipeline_spec, ttl_set), .min = 0},
+     .present_offset = SB_PRESENT(sb_pipeline_spec, ttl_set),
+     .min = 0},
 };
 
-static void spec_check_all(void *obj, const sb_node *node, const char *path, sb_diags *d,
-                           void *ctx)
+static void spec_check_all(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
 {
     spec_check(obj, node, path, d, ctx);
     template_check(obj, node, path, d, ctx);
 }
 
-static const sb_object_schema spec_schema = {"PipelineSpec", spec_fields, NF(spec_fields),
-                                             sizeof(sb_pipeline_spec), 0, spec_check_all};
+static const sb_object_schema spec_schema = {"PipelineSpec",           spec_fields, NF(spec_fields),
+                                             sizeof(sb_pipeline_spec), 0,           spec_check_all};
 
-static void template_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
-                           void *ctx)
+static void template_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
 {
     (void)obj;
     const sb_node *t = sb_node_get(node, "workerTemplate");
@@ -628,26 +739,35 @@ static void template_check(void *obj, const sb_node *node, const char *path, sb_
     char buf[512];
     worker_template wt;
     memset(&wt, 0, sizeof wt);
-    sb_schema_decode(&template_schema, t, &wt, sb_path_field(buf, sizeof buf, path,
-                                                             "workerTemplate"),
-                     d, ctx);
+    sb_schema_decode(&template_schema, t, &wt,
+                     sb_path_field(buf, sizeof buf, path, "workerTemplate"), d, ctx);
     sb_schema_free(&template_schema, &wt);
 }
 
 static const sb_field root_fields[] = {
-    {.name = "apiVersion", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+    {.name = "apiVersion",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
      .offset = offsetof(sb_pipeline, api_version)},
-    {.name = "kind", .type = SB_FT_STRING, .flags = SB_F_REQUIRED,
+    {.name = "kind",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
      .offset = offsetof(sb_pipeline, kind)},
-    {.name = "metadata", .type = SB_FT_OBJECT, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_pipeline, metadata), .object = &metadata_schema},
-    {.name = "spec", .type = SB_FT_OBJECT, .flags = SB_F_REQUIRED,
-     .offset = offsetof(sb_pipeline, spec), .object = &spec_schema},
+    {.name = "metadata",
+     .type = SB_FT_OBJECT,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline, metadata),
+     .object = &metadata_schema},
+    {.name = "spec",
+     .type = SB_FT_OBJECT,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(sb_pipeline, spec),
+     .object = &spec_schema},
     /* status is written by the controller; accepted and ignored on input */
     {.name = "status", .type = SB_FT_FREEFORM, .offset = offsetof(sb_pipeline, status_json)},
 };
-static const sb_object_schema root_schema = {"Pipeline", root_fields, NF(root_fields),
-                                             sizeof(sb_pipeline), 0, root_check};
+static const sb_object_schema root_schema = {"Pipeline",          root_fields, NF(root_fields),
+                                             sizeof(sb_pipeline), 0,           root_check};
 
 const sb_object_schema *sb_pipeline_schema(void)
 {

@@ -25,7 +25,7 @@
 typedef enum { SB_FMT_JSONL, SB_FMT_CSV, SB_FMT_TEXT, SB_FMT_BINARY, SB_FMT_IMAGE } sb_format;
 typedef enum { SB_MODE_STREAMING, SB_MODE_STAGED, SB_MODE_STATIC } sb_exec_mode;
 
-extern const char *const sb_format_names[];   /* indexed by sb_format, NULL-terminated */
+extern const char *const sb_format_names[];    /* indexed by sb_format, NULL-terminated */
 extern const char *const sb_exec_mode_names[]; /* indexed by sb_exec_mode */
 
 typedef struct sb_source_spec {
@@ -57,7 +57,7 @@ typedef struct sb_workers_spec {
 typedef struct sb_stage_spec {
     char *name;
     char *op;
-    char *args_json; /* JSON object text, or NULL */
+    char *args_json;    /* JSON object text, or NULL */
     int64_t batch_size; /* records per op call; 0 = whole partition */
     sb_resources_spec resources;
     sb_workers_spec workers;

@@ -153,14 +153,13 @@ int sb_duration_parse(const char *s, int64_t *out_ns, sb_err *err)
             }
         }
         if (nd == 0)
-            return sb_err_set(err, "invalid duration \"%s\" (examples: 30s, 5m, 1h30m, 300ms)",
-                              s);
+            return sb_err_set(err, "invalid duration \"%s\" (examples: 30s, 5m, 1h30m, 300ms)", s);
         static const struct {
             const char *name;
             uint64_t ns;
-        } units[] = {{"ns", 1},         {"us", 1000},        {"\xc2\xb5s", 1000},
-                     {"\xce\xbcs", 1000}, {"ms", 1000000},     {"s", 1000000000ull},
-                     {"m", 60000000000ull}, {"h", 3600000000000ull}};
+        } units[] = {
+            {"ns", 1},       {"us", 1000},         {"\xc2\xb5s", 1000},   {"\xce\xbcs", 1000},
+            {"ms", 1000000}, {"s", 1000000000ull}, {"m", 60000000000ull}, {"h", 3600000000000ull}};
         size_t best = 0, best_len = 0;
         for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
             size_t ul = strlen(units[i].name);

@@ -108,8 +108,8 @@ static const char *describe(const sb_node *n, char *buf, size_t len)
     case SB_NODE_FLOAT:
     case SB_NODE_NULL:
         snprintf(buf, len, "%s %.40s",
-                 n->kind == SB_NODE_BOOL  ? "boolean"
-                 : n->kind == SB_NODE_INT ? "integer"
+                 n->kind == SB_NODE_BOOL   ? "boolean"
+                 : n->kind == SB_NODE_INT  ? "integer"
                  : n->kind == SB_NODE_NULL ? "null"
                                            : "number",
                  n->text);
@@ -125,8 +125,8 @@ static const char *describe(const sb_node *n, char *buf, size_t len)
 static void type_error(sb_diags *d, const sb_field *f, const sb_node *n, const char *path)
 {
     char noun[256], got[128];
-    sb_diags_add(d, path, n->line, n->col, "must be %s, got %s", sb_ftype_noun(f, noun, sizeof noun),
-                 describe(n, got, sizeof got));
+    sb_diags_add(d, path, n->line, n->col, "must be %s, got %s",
+                 sb_ftype_noun(f, noun, sizeof noun), describe(n, got, sizeof got));
 }
 
 static int check_range(sb_diags *d, const sb_field *f, const sb_node *n, const char *path,
@@ -269,8 +269,9 @@ static int decode_field(const sb_field *f, const sb_node *n, void *obj, const ch
             const char *s = sb_suggest(n->text, f->enums);
             char noun[256];
             if (s != NULL)
-                sb_diags_add(d, path, n->line, n->col, "unknown value \"%.80s\" (did you mean \"%s\"?); must be %s",
-                             n->text, s, sb_ftype_noun(f, noun, sizeof noun));
+                sb_diags_add(d, path, n->line, n->col,
+                             "unknown value \"%.80s\" (did you mean \"%s\"?); must be %s", n->text,
+                             s, sb_ftype_noun(f, noun, sizeof noun));
             else
                 sb_diags_add(d, path, n->line, n->col, "unknown value \"%.80s\"; must be %s",
                              n->text, sb_ftype_noun(f, noun, sizeof noun));
@@ -291,8 +292,8 @@ static int decode_field(const sb_field *f, const sb_node *n, void *obj, const ch
             return 0;
         }
         if ((f->flags & SB_F_MIN) && (int64_t)n->n < f->min) {
-            sb_diags_add(d, path, n->line, n->col, "must have at least %lld item%s", (long long)f->min,
-                         f->min == 1 ? "" : "s");
+            sb_diags_add(d, path, n->line, n->col, "must have at least %lld item%s",
+                         (long long)f->min, f->min == 1 ? "" : "s");
             return 0;
         }
         if ((f->flags & SB_F_MAX) && (int64_t)n->n > f->max) {

@@ -56,15 +56,15 @@ typedef struct sb_field sb_field;
 typedef struct sb_object_schema sb_object_schema;
 
 /* Cross-field rule hook: obj is the decoded struct, node its map node (NULL when absent). */
-typedef void (*sb_object_check_fn)(void *obj, const sb_node *node, const char *path,
-                                   sb_diags *d, void *ctx);
+typedef void (*sb_object_check_fn)(void *obj, const sb_node *node, const char *path, sb_diags *d,
+                                   void *ctx);
 
 struct sb_object_schema {
     const char *name; /* for docs and messages: "Stage" */
     const sb_field *fields;
     size_t nfields;
-    size_t size;          /* sizeof the struct (for lists) */
-    int open;             /* unknown fields allowed (e.g. metadata) */
+    size_t size; /* sizeof the struct (for lists) */
+    int open;    /* unknown fields allowed (e.g. metadata) */
     sb_object_check_fn check;
 };
 

@@ -94,7 +94,11 @@ int sb_validate_buffer(const char *name, const char *buf, size_t len, FILE *out,
 {
     size_t checked = 0;
     int problems = 0;
-    if (len == 0 || strspn(buf, " \t\r\n") == len) {
+    size_t blank = 0; /* buf need not be NUL-terminated */
+    while (blank < len &&
+           (buf[blank] == ' ' || buf[blank] == '\t' || buf[blank] == '\r' || buf[blank] == '\n'))
+        blank++;
+    if (blank == len) {
         print_problem(out, name, 1, 1, NULL, "file is empty: expected a Pipeline manifest");
         if (ndocs)
             *ndocs = 0;

@@ -10,7 +10,8 @@
 #include "testutil.h"
 
 static const char *LABEL_RE = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-static const char *SUBDOMAIN_RE = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+static const char *SUBDOMAIN_RE =
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
 static size_t checked_fields;
 
@@ -137,8 +138,7 @@ static void compare_field(const sb_field *f, const sb_node *prop, const char *pa
                   "%s: C default \"%s\", CRD default \"%s\"", path, f->def,
                   def ? def->text : "(none)");
     else
-        cr_expect_null(def, "%s: CRD has default \"%s\", C model none", path,
-                       def ? def->text : "");
+        cr_expect_null(def, "%s: CRD has default \"%s\", C model none", path, def ? def->text : "");
 }
 
 static void compare_object(const sb_object_schema *s, const sb_node *crd, const char *path)

@@ -7,6 +7,7 @@
 #include "doc/doc.h"
 #include "spec/pipeline.h"
 #include "spec/quantity.h"
+#include "spec/validate.h"
 
 Test(quantity, values_as_kubernetes_parses_them)
 {
@@ -14,17 +15,28 @@ Test(quantity, values_as_kubernetes_parses_them)
         const char *s;
         int64_t value, milli;
     } ok[] = {
-        {"64Mi", 67108864, 67108864000}, {"1.5Gi", 1610612736, 1610612736000},
-        {"500m", 1, 500},                {"2", 2, 2000},
-        {"1e3", 1000, 1000000},          {"1E3", 1000, 1000000},
-        {"1k", 1000, 1000000},           {"0.1", 1, 100},
-        {"100n", 1, 1},                  {"-1", -1, -1000},
-        {"+5", 5, 5000},                 {".5", 1, 500},
-        {"1.", 1, 1000},                 {"0", 0, 0},
-        {"7Ei", 8070450532247928832, 0}, {"2.5", 3, 2500},
-        {"1M", 1000000, 1000000000},     {"1Ki", 1024, 1024000},
-        {"0.000000001", 1, 1},           {"123456789012345678", 123456789012345678, 0},
-        {"1e-3", 1, 1},                  {"10e+2", 1000, 1000000},
+        {"64Mi", 67108864, 67108864000},
+        {"1.5Gi", 1610612736, 1610612736000},
+        {"500m", 1, 500},
+        {"2", 2, 2000},
+        {"1e3", 1000, 1000000},
+        {"1E3", 1000, 1000000},
+        {"1k", 1000, 1000000},
+        {"0.1", 1, 100},
+        {"100n", 1, 1},
+        {"-1", -1, -1000},
+        {"+5", 5, 5000},
+        {".5", 1, 500},
+        {"1.", 1, 1000},
+        {"0", 0, 0},
+        {"7Ei", 8070450532247928832, 0},
+        {"2.5", 3, 2500},
+        {"1M", 1000000, 1000000000},
+        {"1Ki", 1024, 1024000},
+        {"0.000000001", 1, 1},
+        {"123456789012345678", 123456789012345678, 0},
+        {"1e-3", 1, 1},
+        {"10e+2", 1000, 1000000},
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         int64_t v = -42, m = -42;
@@ -62,8 +74,8 @@ Test(quantity, invalid_ones_are_rejected_with_a_reason)
         int64_t v = 7;
         sb_err err = {{0}};
         cr_expect_eq(sb_quantity_value(bad[i].s, &v, &err), -1, "%s accepted", bad[i].s);
-        cr_expect(strstr(err.msg, bad[i].msg) != NULL, "%s: \"%s\" lacks \"%s\"", bad[i].s,
-                  err.msg, bad[i].msg);
+        cr_expect(strstr(err.msg, bad[i].msg) != NULL, "%s: \"%s\" lacks \"%s\"", bad[i].s, err.msg,
+                  bad[i].msg);
         cr_expect_eq(v, 7, "output written on error");
     }
     int64_t m;
@@ -85,10 +97,17 @@ Test(duration, go_syntax)
         const char *s;
         int64_t ns;
     } ok[] = {
-        {"300ms", 300000000},     {"1h30m", 5400000000000}, {"0", 0},
-        {"-1.5h", -5400000000000}, {"1.5s", 1500000000},    {".5s", 500000000},
-        {"1\xc2\xb5s", 1000},     {"1us", 1000},            {"2h45m30.5s", 9930500000000},
-        {"1ns", 1},               {"+5m", 300000000000},
+        {"300ms", 300000000},
+        {"1h30m", 5400000000000},
+        {"0", 0},
+        {"-1.5h", -5400000000000},
+        {"1.5s", 1500000000},
+        {".5s", 500000000},
+        {"1\xc2\xb5s", 1000},
+        {"1us", 1000},
+        {"2h45m30.5s", 9930500000000},
+        {"1ns", 1},
+        {"+5m", 300000000000},
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         int64_t v = 0;
@@ -115,12 +134,11 @@ Test(doc, yaml_core_schema_scalars)
     struct {
         const char *k;
         sb_node_kind kind;
-    } want[] = {{"a", SB_NODE_INT},    {"b", SB_NODE_INT},    {"c", SB_NODE_FLOAT},
-                {"d", SB_NODE_BOOL},   {"e", SB_NODE_BOOL},   {"f", SB_NODE_NULL},
-                {"g", SB_NODE_NULL},   {"h", SB_NODE_STRING}, {"i", SB_NODE_INT},
-                {"j", SB_NODE_INT},    {"k", SB_NODE_STRING}, {"l", SB_NODE_FLOAT},
-                {"m", SB_NODE_STRING}, {"n", SB_NODE_STRING}, {"o", SB_NODE_FLOAT},
-                {"p", SB_NODE_NULL}};
+    } want[] = {
+        {"a", SB_NODE_INT},    {"b", SB_NODE_INT},    {"c", SB_NODE_FLOAT},  {"d", SB_NODE_BOOL},
+        {"e", SB_NODE_BOOL},   {"f", SB_NODE_NULL},   {"g", SB_NODE_NULL},   {"h", SB_NODE_STRING},
+        {"i", SB_NODE_INT},    {"j", SB_NODE_INT},    {"k", SB_NODE_STRING}, {"l", SB_NODE_FLOAT},
+        {"m", SB_NODE_STRING}, {"n", SB_NODE_STRING}, {"o", SB_NODE_FLOAT},  {"p", SB_NODE_NULL}};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const sb_node *n = sb_node_get(r, want[i].k);
         cr_assert_not_null(n, "%s", want[i].k);
@@ -243,7 +261,8 @@ Test(spec, json_and_yaml_agree)
 {
     const char *json =
         "{\"apiVersion\":\"streambatch.dev/v1alpha1\",\"kind\":\"Pipeline\","
-        "\"metadata\":{\"name\":\"m\",\"namespace\":\"ml\",\"uid\":\"1-2\",\"resourceVersion\":\"7\","
+        "\"metadata\":{\"name\":\"m\",\"namespace\":\"ml\",\"uid\":\"1-2\",\"resourceVersion\":"
+        "\"7\","
         "\"generation\":2,\"managedFields\":[{\"manager\":\"kubectl\"}]},"
         "\"spec\":{\"source\":{\"uri\":\"file:///in\",\"format\":\"jsonl\"},"
         "\"stages\":[{\"name\":\"a\",\"op\":\"identity\"},{\"name\":\"b\",\"op\":\"bench.sleep\","
@@ -258,7 +277,8 @@ Test(spec, json_and_yaml_agree)
     sb_pipeline_decode(sb_doc_root(dy, 0), &py, &gy);
     cr_expect_eq(gj.n, 0, "%s", gj.n ? gj.items[0].msg : "");
     cr_expect_str_eq(pj.metadata.namespace_, "ml");
-    cr_expect_eq(pj.spec.stages[1].resources.memory_bytes, py.spec.stages[1].resources.memory_bytes);
+    cr_expect_eq(pj.spec.stages[1].resources.memory_bytes,
+                 py.spec.stages[1].resources.memory_bytes);
     cr_expect_eq(pj.spec.stages[1].resources.cpu_milli, py.spec.stages[1].resources.cpu_milli);
     cr_expect_str_eq(pj.spec.stages[1].args_json, py.spec.stages[1].args_json);
     cr_expect_eq(pj.spec.execution.memory_budget, py.spec.execution.memory_budget);
@@ -270,11 +290,12 @@ Test(spec, json_and_yaml_agree)
     sb_doc_free(dj);
     sb_doc_free(dy);
 
-    const char *bad_json = "{\"apiVersion\":\"streambatch.dev/v1alpha1\",\"kind\":\"Pipeline\","
-                           "\"metadata\":{\"name\":\"m\"},\"spec\":{\"source\":{\"uri\":\"ftp://x\","
-                           "\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\",\"op\":\"identity\","
-                           "\"resources\":{\"gpu\":-1}}],\"sink\":{\"uri\":\"file:///o\","
-                           "\"format\":\"jsonl\"}}}";
+    const char *bad_json =
+        "{\"apiVersion\":\"streambatch.dev/v1alpha1\",\"kind\":\"Pipeline\","
+        "\"metadata\":{\"name\":\"m\"},\"spec\":{\"source\":{\"uri\":\"ftp://x\","
+        "\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\",\"op\":\"identity\","
+        "\"resources\":{\"gpu\":-1}}],\"sink\":{\"uri\":\"file:///o\","
+        "\"format\":\"jsonl\"}}}";
     const char *bad_yaml = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\n"
                            "metadata: {name: m}\nspec:\n  source: {uri: 'ftp://x', format: jsonl}\n"
                            "  stages: [{name: a, op: identity, resources: {gpu: -1}}]\n"
@@ -308,4 +329,20 @@ Test(spec, op_table_matches_names)
         cr_expect(sb_op_known(sb_op_names[n]), "%s", sb_op_names[n]);
     cr_expect_eq(n, 11);
     cr_expect_not(sb_op_known("tensor.mlpp"));
+}
+
+/* Regression (found by fuzz_spec): sb_validate_buffer read past a buffer that was not
+ * NUL-terminated when checking for a blank file. */
+Test(validate, blank_buffer_without_terminator)
+{
+    char *buf = malloc(2);
+    memcpy(buf, "\n\n", 2);
+    char *out = NULL;
+    size_t outlen = 0;
+    FILE *f = open_memstream(&out, &outlen);
+    cr_expect_eq(sb_validate_buffer("x.yaml", buf, 2, f, NULL), 1);
+    fclose(f);
+    cr_expect_str_eq(out, "x.yaml:1:1: file is empty: expected a Pipeline manifest\n");
+    free(out);
+    free(buf);
 }

@@ -18,61 +18,208 @@ typedef struct {
 
 /* Every file in tests/invalid/ has exactly one row; the test below keeps them in sync. */
 static const invalid_case cases[] = {
-    {"batchsize-zero.yaml", 1, {"batchsize-zero.yaml:12:16: spec.stages[0].batchSize: must be a positive integer, got 0"}},
-    {"binary-garbage.yaml", 1, {"binary-garbage.yaml:1:1: not valid YAML: control characters are not allowed"}},
-    {"binary-no-recordsize.yaml", 1, {"binary-no-recordsize.yaml:7:5: spec.source.args.recordSize: required argument of format \"binary\" is missing"}},
-    {"budget-below-partition.yaml", 1, {"budget-below-partition.yaml:15:29: spec.execution.memoryBudget: must hold at least one partition: 1Mi is less than source.partitionSize 64Mi"}},
-    {"cpu-invalid-quantity.yaml", 1, {"cpu-invalid-quantity.yaml:12:22: spec.stages[0].resources.cpu: quantity \"1.5cores\" has an unknown suffix \"cores\" (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent such as e3)"}},
-    {"crlf-bom-invalid.yaml", 1, {"crlf-bom-invalid.yaml:5:39: spec.source.format: unknown value \"txt\" (did you mean \"text\"?); must be one of jsonl, csv, text, binary, image"}},
-    {"duplicate-key.yaml", 1, {"duplicate-key.yaml:8:3: not valid YAML: duplicate key \"sink\" (first at line 7)"}},
-    {"duplicate-stage.yaml", 1, {"duplicate-stage.yaml:8:12: spec.stages[1].name: duplicate stage name \"step\" (also spec.stages[0].name)"}},
+    {"batchsize-zero.yaml",
+     1,
+     {"batchsize-zero.yaml:12:16: spec.stages[0].batchSize: must be a positive integer, got 0"}},
+    {"binary-garbage.yaml",
+     1,
+     {"binary-garbage.yaml:1:1: not valid YAML: control characters are not allowed"}},
+    {"binary-no-recordsize.yaml",
+     1,
+     {"binary-no-recordsize.yaml:7:5: spec.source.args.recordSize: required argument of format "
+      "\"binary\" is missing"}},
+    {"budget-below-partition.yaml",
+     1,
+     {"budget-below-partition.yaml:15:29: spec.execution.memoryBudget: must hold at least one "
+      "partition: 1Mi is less than source.partitionSize 64Mi"}},
+    {"cpu-invalid-quantity.yaml",
+     1,
+     {"cpu-invalid-quantity.yaml:12:22: spec.stages[0].resources.cpu: quantity \"1.5cores\" has an "
+      "unknown suffix \"cores\" (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an "
+      "exponent such as e3)"}},
+    {"crlf-bom-invalid.yaml",
+     1,
+     {"crlf-bom-invalid.yaml:5:39: spec.source.format: unknown value \"txt\" (did you mean "
+      "\"text\"?); must be one of jsonl, csv, text, binary, image"}},
+    {"duplicate-key.yaml",
+     1,
+     {"duplicate-key.yaml:8:3: not valid YAML: duplicate key \"sink\" (first at line 7)"}},
+    {"duplicate-stage.yaml",
+     1,
+     {"duplicate-stage.yaml:8:12: spec.stages[1].name: duplicate stage name \"step\" (also "
+      "spec.stages[0].name)"}},
     {"empty.yaml", 1, {"empty.yaml:1:1: file is empty: expected a Pipeline manifest"}},
-    {"filter-bad-op.yaml", 1, {"filter-bad-op.yaml:12:29: spec.stages[0].args.op: must be one of eq, ne, lt, le, gt, ge, got \"equals\""}},
-    {"filter-missing-args.yaml", 1, {"filter-missing-args.yaml:12:11: spec.stages[0].args.op: required argument of op \"filter\" is missing",
-       "filter-missing-args.yaml:12:11: spec.stages[0].args.value: required argument of op \"filter\" is missing"}},
-    {"gpu-negative.yaml", 1, {"gpu-negative.yaml:12:22: spec.stages[0].resources.gpu: must be a non-negative integer, got -1"}},
-    {"gpu-string.yaml", 1, {"gpu-string.yaml:12:22: spec.stages[0].resources.gpu: must be a non-negative integer, got string \"two\""}},
-    {"list-document.yaml", 1, {"list-document.yaml:1:1: document is a list, not a Pipeline object (kind: Pipeline, apiVersion: streambatch.dev/v1alpha1)"}},
-    {"memory-zero.yaml", 1, {"memory-zero.yaml:12:25: spec.stages[0].resources.memory: must be greater than zero, got \"0\""}},
-    {"missing-required.yaml", 1, {"missing-required.yaml:5:3: spec.sink: required field is missing",
-       "missing-required.yaml:5:11: spec.source.uri: required field is missing",
-       "missing-required.yaml:7:5: spec.stages[0].name: required field is missing"}},
-    {"mode-unknown.yaml", 1, {"mode-unknown.yaml:15:21: spec.execution.mode: unknown value \"stream\"; must be one of streaming, staged, static"}},
-    {"no-scheme.yaml", 1, {"no-scheme.yaml:7:10: spec.source.uri: \"/data/in\" has no scheme; write a URI such as file:///data/in or s3://bucket/prefix/ (the source supports file://, http://, https:// and s3://)"}},
+    {"filter-bad-op.yaml",
+     1,
+     {"filter-bad-op.yaml:12:29: spec.stages[0].args.op: must be one of eq, ne, lt, le, gt, ge, "
+      "got \"equals\""}},
+    {"filter-missing-args.yaml",
+     1,
+     {"filter-missing-args.yaml:12:11: spec.stages[0].args.op: required argument of op \"filter\" "
+      "is missing",
+      "filter-missing-args.yaml:12:11: spec.stages[0].args.value: required argument of op "
+      "\"filter\" is missing"}},
+    {"gpu-negative.yaml",
+     1,
+     {"gpu-negative.yaml:12:22: spec.stages[0].resources.gpu: must be a non-negative integer, got "
+      "-1"}},
+    {"gpu-string.yaml",
+     1,
+     {"gpu-string.yaml:12:22: spec.stages[0].resources.gpu: must be a non-negative integer, got "
+      "string \"two\""}},
+    {"list-document.yaml",
+     1,
+     {"list-document.yaml:1:1: document is a list, not a Pipeline object (kind: Pipeline, "
+      "apiVersion: streambatch.dev/v1alpha1)"}},
+    {"memory-zero.yaml",
+     1,
+     {"memory-zero.yaml:12:25: spec.stages[0].resources.memory: must be greater than zero, got "
+      "\"0\""}},
+    {"missing-required.yaml",
+     1,
+     {"missing-required.yaml:5:3: spec.sink: required field is missing",
+      "missing-required.yaml:5:11: spec.source.uri: required field is missing",
+      "missing-required.yaml:7:5: spec.stages[0].name: required field is missing"}},
+    {"mode-unknown.yaml",
+     1,
+     {"mode-unknown.yaml:15:21: spec.execution.mode: unknown value \"stream\"; must be one of "
+      "streaming, staged, static"}},
+    {"no-scheme.yaml",
+     1,
+     {"no-scheme.yaml:7:10: spec.source.uri: \"/data/in\" has no scheme; write a URI such as "
+      "file:///data/in or s3://bucket/prefix/ (the source supports file://, http://, https:// and "
+      "s3://)"}},
     {"no-stages.yaml", 1, {"no-stages.yaml:6:11: spec.stages: must have at least 1 item"}},
-    {"not-a-pipeline.yaml", 1, {"not-a-pipeline.yaml:2:7: kind: document is a Deployment (apps/v1), not a Pipeline (expected kind: Pipeline, apiVersion: streambatch.dev/v1alpha1)"}},
-    {"only-comments.yaml", 1, {"only-comments.yaml:1:1: no documents: expected a Pipeline manifest (only empty documents found)"}},
-    {"op-unknown-arg.yaml", 1, {"op-unknown-arg.yaml:12:11: spec.stages[0].args: op \"bench.sleep\" needs exactly one of \"msPerRecord\" or \"msPerMB\"",
-       "op-unknown-arg.yaml:12:12: spec.stages[0].args.msPerRecrd: unknown argument \"msPerRecrd\" for op \"bench.sleep\" (did you mean \"msPerRecord\"?)"}},
-    {"partition-size-negative.yaml", 1, {"partition-size-negative.yaml:8:20: spec.source.partitionSize: must be greater than zero, got \"-64Mi\""}},
-    {"partition-size-zero.yaml", 1, {"partition-size-zero.yaml:8:20: spec.source.partitionSize: must be greater than zero, got \"0\""}},
-    {"pipeline-name-invalid.yaml", 1, {"pipeline-name-invalid.yaml:4:9: metadata.name: \"My.Pipeline-\" is not a valid name: use at most 63 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (a DNS-1123 subdomain that also fits a label value)"}},
-    {"retries-out-of-range.yaml", 1, {"retries-out-of-range.yaml:15:31: spec.execution.maxTaskRetries: must be between 0 and 100, got 1000"}},
-    {"s3-bad-bucket.yaml", 1, {"s3-bad-bucket.yaml:7:10: spec.source.uri: \"s3://AB/x\": S3 bucket name must be 3-63 lowercase letters, digits, '-' or '.'"}},
-    {"scalar-document.yaml", 1, {"scalar-document.yaml:1:1: document is a string, not a Pipeline object (kind: Pipeline, apiVersion: streambatch.dev/v1alpha1)"}},
-    {"second-document-bad.yaml", 1, {"second-document-bad.yaml:14:51: spec.stages[0].workers.min: must be a non-negative integer, got -1"}},
-    {"sink-http.yaml", 1, {"sink-http.yaml:13:10: spec.sink.uri: unsupported scheme \"https\" in \"https://example.com/out\"; the sink supports file:// and s3://"}},
-    {"spin-both-args.yaml", 1, {"spin-both-args.yaml:12:11: spec.stages[0].args: op \"bench.spin\" needs exactly one of \"msPerRecord\" or \"msPerMB\""}},
-    {"spin-no-args.yaml", 1, {"spin-no-args.yaml:10:5: spec.stages[0].args: op \"bench.spin\" needs exactly one of \"msPerRecord\" or \"msPerMB\""}},
-    {"stage-name-uppercase.yaml", 1, {"stage-name-uppercase.yaml:10:11: spec.stages[0].name: \"Decode_Images\" is not a valid name: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (a DNS-1123 label, because it becomes part of pod names and label values)"}},
-    {"stall-timeout-bad.yaml", 1, {"stall-timeout-bad.yaml:15:29: spec.execution.stallTimeout: invalid duration \"5min\" (examples: 30s, 5m, 1h30m, 300ms)"}},
-    {"suspend-yes.yaml", 1, {"suspend-yes.yaml:15:12: spec.suspend: must be a boolean (true or false), got string \"yes\""}},
-    {"tabs.yaml", 1, {"tabs.yaml:4:1: not valid YAML: a tab character here: YAML indentation must use spaces, not tabs"}},
-    {"template-node-selector-int.yaml", 1, {"template-node-selector-int.yaml:15:40: spec.workerTemplate.nodeSelector.gpu: must be a string, got integer 1 (quote it)"}},
-    {"template-pull-policy.yaml", 1, {"template-pull-policy.yaml:15:49: spec.workerTemplate.imagePullPolicy: unknown value \"Sometimes\"; must be one of Always, IfNotPresent, Never"}},
-    {"ttl-negative.yaml", 1, {"ttl-negative.yaml:15:28: spec.ttlSecondsAfterFinished: must be a non-negative integer, got -5"}},
-    {"unclosed-flow.yaml", 1, {"unclosed-flow.yaml:4:1: not valid YAML: did not find expected ',' or '}' while parsing a flow mapping"}},
-    {"unknown-alias.yaml", 1, {"unknown-alias.yaml:3:11: not valid YAML: unknown alias \"*meta\" (no finished anchor \"&meta\")"}},
-    {"unknown-field-far.yaml", 1, {"unknown-field-far.yaml:12:5: spec.stages[0].color: unknown field \"color\""}},
-    {"unknown-field-typo.yaml", 1, {"unknown-field-typo.yaml:12:5: spec.stages[0].resorces: unknown field \"resorces\" (did you mean \"resources\"?)"}},
-    {"unknown-format.yaml", 1, {"unknown-format.yaml:8:13: spec.source.format: unknown value \"parquet\"; must be one of jsonl, csv, text, binary, image"}},
-    {"unknown-op-no-suggestion.yaml", 1, {"unknown-op-no-suggestion.yaml:11:9: spec.stages[0].op: unknown op \"sql.query\"; built-in ops are identity, bench.spin, bench.sleep, filter, project, image.decode, image.resize, image.normalize, tensor.mlp, exec and plugin"}},
-    {"unknown-op.yaml", 1, {"unknown-op.yaml:11:9: spec.stages[0].op: unknown op \"tensor.mlpp\" (did you mean \"tensor.mlp\"?)"}},
-    {"unsupported-scheme.yaml", 1, {"unsupported-scheme.yaml:7:10: spec.source.uri: unsupported scheme \"ftp\" in \"ftp://host/data\"; the source supports file://, http://, https:// and s3://"}},
-    {"workers-min-gt-default-max.yaml", 1, {"workers-min-gt-default-max.yaml:12:14: spec.stages[0].workers: min (20) must not exceed max (16, the default)"}},
-    {"workers-min-gt-max.yaml", 1, {"workers-min-gt-max.yaml:12:14: spec.stages[0].workers: min (8) must not exceed max (2)"}},
-    {"workers-wrong-type.yaml", 1, {"workers-wrong-type.yaml:12:14: spec.stages[0].workers: must be an object, got integer 3"}},
-    {"wrong-api-version.yaml", 1, {"wrong-api-version.yaml:1:13: apiVersion: unsupported apiVersion \"streambatch.dev/v1\"; this version reads \"streambatch.dev/v1alpha1\""}},
+    {"not-a-pipeline.yaml",
+     1,
+     {"not-a-pipeline.yaml:2:7: kind: document is a Deployment (apps/v1), not a Pipeline (expected "
+      "kind: Pipeline, apiVersion: streambatch.dev/v1alpha1)"}},
+    {"only-comments.yaml",
+     1,
+     {"only-comments.yaml:1:1: no documents: expected a Pipeline manifest (only empty documents "
+      "found)"}},
+    {"op-unknown-arg.yaml",
+     1,
+     {"op-unknown-arg.yaml:12:11: spec.stages[0].args: op \"bench.sleep\" needs exactly one of "
+      "\"msPerRecord\" or \"msPerMB\"",
+      "op-unknown-arg.yaml:12:12: spec.stages[0].args.msPerRecrd: unknown argument \"msPerRecrd\" "
+      "for op \"bench.sleep\" (did you mean \"msPerRecord\"?)"}},
+    {"partition-size-negative.yaml",
+     1,
+     {"partition-size-negative.yaml:8:20: spec.source.partitionSize: must be greater than zero, "
+      "got \"-64Mi\""}},
+    {"partition-size-zero.yaml",
+     1,
+     {"partition-size-zero.yaml:8:20: spec.source.partitionSize: must be greater than zero, got "
+      "\"0\""}},
+    {"pipeline-name-invalid.yaml",
+     1,
+     {"pipeline-name-invalid.yaml:4:9: metadata.name: \"My.Pipeline-\" is not a valid name: use at "
+      "most 63 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit "
+      "(a DNS-1123 subdomain that also fits a label value)"}},
+    {"retries-out-of-range.yaml",
+     1,
+     {"retries-out-of-range.yaml:15:31: spec.execution.maxTaskRetries: must be between 0 and 100, "
+      "got 1000"}},
+    {"s3-bad-bucket.yaml",
+     1,
+     {"s3-bad-bucket.yaml:7:10: spec.source.uri: \"s3://AB/x\": S3 bucket name must be 3-63 "
+      "lowercase letters, digits, '-' or '.'"}},
+    {"scalar-document.yaml",
+     1,
+     {"scalar-document.yaml:1:1: document is a string, not a Pipeline object (kind: Pipeline, "
+      "apiVersion: streambatch.dev/v1alpha1)"}},
+    {"second-document-bad.yaml",
+     1,
+     {"second-document-bad.yaml:14:51: spec.stages[0].workers.min: must be a non-negative integer, "
+      "got -1"}},
+    {"sink-http.yaml",
+     1,
+     {"sink-http.yaml:13:10: spec.sink.uri: unsupported scheme \"https\" in "
+      "\"https://example.com/out\"; the sink supports file:// and s3://"}},
+    {"spin-both-args.yaml",
+     1,
+     {"spin-both-args.yaml:12:11: spec.stages[0].args: op \"bench.spin\" needs exactly one of "
+      "\"msPerRecord\" or \"msPerMB\""}},
+    {"spin-no-args.yaml",
+     1,
+     {"spin-no-args.yaml:10:5: spec.stages[0].args: op \"bench.spin\" needs exactly one of "
+      "\"msPerRecord\" or \"msPerMB\""}},
+    {"stage-name-uppercase.yaml",
+     1,
+     {"stage-name-uppercase.yaml:10:11: spec.stages[0].name: \"Decode_Images\" is not a valid "
+      "name: use at most 63 lowercase letters, digits and '-', starting and ending with a letter "
+      "or digit (a DNS-1123 label, because it becomes part of pod names and label values)"}},
+    {"stall-timeout-bad.yaml",
+     1,
+     {"stall-timeout-bad.yaml:15:29: spec.execution.stallTimeout: invalid duration \"5min\" "
+      "(examples: 30s, 5m, 1h30m, 300ms)"}},
+    {"suspend-yes.yaml",
+     1,
+     {"suspend-yes.yaml:15:12: spec.suspend: must be a boolean (true or false), got string "
+      "\"yes\""}},
+    {"tabs.yaml",
+     1,
+     {"tabs.yaml:4:1: not valid YAML: a tab character here: YAML indentation must use spaces, not "
+      "tabs"}},
+    {"template-node-selector-int.yaml",
+     1,
+     {"template-node-selector-int.yaml:15:40: spec.workerTemplate.nodeSelector.gpu: must be a "
+      "string, got integer 1 (quote it)"}},
+    {"template-pull-policy.yaml",
+     1,
+     {"template-pull-policy.yaml:15:49: spec.workerTemplate.imagePullPolicy: unknown value "
+      "\"Sometimes\"; must be one of Always, IfNotPresent, Never"}},
+    {"ttl-negative.yaml",
+     1,
+     {"ttl-negative.yaml:15:28: spec.ttlSecondsAfterFinished: must be a non-negative integer, got "
+      "-5"}},
+    {"unclosed-flow.yaml",
+     1,
+     {"unclosed-flow.yaml:4:1: not valid YAML: did not find expected ',' or '}' while parsing a "
+      "flow mapping"}},
+    {"unknown-alias.yaml",
+     1,
+     {"unknown-alias.yaml:3:11: not valid YAML: unknown alias \"*meta\" (no finished anchor "
+      "\"&meta\")"}},
+    {"unknown-field-far.yaml",
+     1,
+     {"unknown-field-far.yaml:12:5: spec.stages[0].color: unknown field \"color\""}},
+    {"unknown-field-typo.yaml",
+     1,
+     {"unknown-field-typo.yaml:12:5: spec.stages[0].resorces: unknown field \"resorces\" (did you "
+      "mean \"resources\"?)"}},
+    {"unknown-format.yaml",
+     1,
+     {"unknown-format.yaml:8:13: spec.source.format: unknown value \"parquet\"; must be one of "
+      "jsonl, csv, text, binary, image"}},
+    {"unknown-op-no-suggestion.yaml",
+     1,
+     {"unknown-op-no-suggestion.yaml:11:9: spec.stages[0].op: unknown op \"sql.query\"; built-in "
+      "ops are identity, bench.spin, bench.sleep, filter, project, image.decode, image.resize, "
+      "image.normalize, tensor.mlp, exec and plugin"}},
+    {"unknown-op.yaml",
+     1,
+     {"unknown-op.yaml:11:9: spec.stages[0].op: unknown op \"tensor.mlpp\" (did you mean "
+      "\"tensor.mlp\"?)"}},
+    {"unsupported-scheme.yaml",
+     1,
+     {"unsupported-scheme.yaml:7:10: spec.source.uri: unsupported scheme \"ftp\" in "
+      "\"ftp://host/data\"; the source supports file://, http://, https:// and s3://"}},
+    {"workers-min-gt-default-max.yaml",
+     1,
+     {"workers-min-gt-default-max.yaml:12:14: spec.stages[0].workers: min (20) must not exceed max "
+      "(16, the default)"}},
+    {"workers-min-gt-max.yaml",
+     1,
+     {"workers-min-gt-max.yaml:12:14: spec.stages[0].workers: min (8) must not exceed max (2)"}},
+    {"workers-wrong-type.yaml",
+     1,
+     {"workers-wrong-type.yaml:12:14: spec.stages[0].workers: must be an object, got integer 3"}},
+    {"wrong-api-version.yaml",
+     1,
+     {"wrong-api-version.yaml:1:13: apiVersion: unsupported apiVersion \"streambatch.dev/v1\"; "
+      "this version reads \"streambatch.dev/v1alpha1\""}},
 };
 #define NCASES (sizeof cases / sizeof *cases)
 
@@ -194,15 +341,13 @@ Test(validate_cli, hundred_megabyte_file)
 
 Test(validate_cli, deep_nesting)
 {
-    hostile("deep.yaml",
-            "python3 -c \"print('spec: ' + '['*10000 + ']'*10000)\"",
+    hostile("deep.yaml", "python3 -c \"print('spec: ' + '['*10000 + ']'*10000)\"",
             "deep.yaml:1:70: not valid YAML: nesting is deeper than 64 levels");
 }
 
 Test(validate_cli, deep_block_nesting)
 {
-    hostile("deepblock.yaml",
-            "python3 -c \"print(''.join(' '*i + 'k:\\n' for i in range(2000)))\"",
+    hostile("deepblock.yaml", "python3 -c \"print(''.join(' '*i + 'k:\\n' for i in range(2000)))\"",
             "not valid YAML: nesting is deeper than 64 levels");
 }
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# valgrind on the validate tests: the CLI over every example and every invalid manifest must
+# show no leaks and no memory errors. Prints "N passed, N failed".
+set -uo pipefail
+bin=${1:-bin/streambatch}
+passed=0; failed=0
+for f in api/examples/*.yaml tests/invalid/*.yaml; do
+  log=$(mktemp)
+  valgrind -q --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all \
+    --error-exitcode=99 "$bin" validate -q "$f" >/dev/null 2>"$log"
+  rc=$?
+  if [[ $rc == 99 ]] || grep -q '==[0-9]*==' "$log"; then
+    echo "valgrind: $f"; cat "$log"; failed=$((failed + 1))
+  else
+    passed=$((passed + 1))
+  fi
+  rm -f "$log"
+done
+echo "valgrind-validate: $passed passed, $failed failed"
+((failed == 0))
