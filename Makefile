@@ -48,6 +48,7 @@ FUZZ_SECONDS ?= 10
 
 DEPS_EXTRA :=
 TEST_EXTRA :=
+BUILD_EXTRA :=
 -include tests/k8s/k8s.mk
 
 .SECONDARY:
@@ -93,6 +94,7 @@ check: tests-build
 # validate tests, and whatever sub-makefiles add to TEST_EXTRA), each counted in the summary.
 test: deps
 	@$(MAKE) --no-print-directory build
+	@$(if $(BUILD_EXTRA),$(MAKE) --no-print-directory $(BUILD_EXTRA))
 	@$(MAKE) --no-print-directory check TEST_EXTRA="fuzz-smoke valgrind $(TEST_EXTRA)"
 
 fuzz-smoke:
