@@ -1,6 +1,7 @@
 /* The CRD (api/crd/) and the C model (lib/spec/pipeline.c) must describe the same resource:
  * same fields at every level, types, required lists, enums, bounds, formats and defaults. */
 #include <criterion/criterion.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -230,4 +231,46 @@ Test(crd, printer_columns_point_at_real_fields)
     }
     free(buf);
     sb_doc_free(d);
+}
+
+/* word occurrence: not part of a longer identifier */
+static int mentions(const char *doc, const char *word)
+{
+    size_t wl = strlen(word);
+    for (const char *p = doc; (p = strstr(p, word)) != NULL; p++) {
+        char before = p == doc ? ' ' : p[-1], after = p[wl];
+        if (!isalnum((unsigned char)before) && !isalnum((unsigned char)after))
+            return 1;
+    }
+    return 0;
+}
+
+static void expect_documented(const sb_object_schema *s, const char *doc, const char *path)
+{
+    for (size_t i = 0; i < s->nfields; i++) {
+        const sb_field *f = &s->fields[i];
+        if (*path != '\0')
+            cr_expect(mentions(doc, f->name), "docs/pipeline-api.md does not mention %s.%s", path,
+                      f->name);
+        const sb_object_schema *sub = f->object;
+        if (sub != NULL && !sub->open && strcmp(f->name, "spec") != 0)
+            expect_documented(sub, doc, f->name);
+        else if (sub != NULL && strcmp(f->name, "spec") == 0)
+            expect_documented(sub, doc, "spec");
+    }
+}
+
+Test(crd, every_field_is_documented)
+{
+    char path[512], *buf, msg[256];
+    size_t len;
+    snprintf(path, sizeof path, "%s/docs/pipeline-api.md", sb_test_root());
+    cr_assert_eq(sb_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s", msg);
+    expect_documented(sb_pipeline_schema(), buf, "");
+    for (size_t i = 0; sb_op_names[i] != NULL; i++) {
+        char quoted[96];
+        snprintf(quoted, sizeof quoted, "`%s`", sb_op_names[i]);
+        cr_expect(strstr(buf, quoted) != NULL, "op %s is not documented", sb_op_names[i]);
+    }
+    free(buf);
 }
