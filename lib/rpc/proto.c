@@ -1,0 +1,372 @@
+/* proto.c — streambatch.v1 method table, partition ids, and checked message decoding. */
+#include "rpc/proto.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKEN_MAX 512
+
+static const sb_rpc_method_info methods[] = {
+    {SB_RPC_CONTROL_REGISTER, 0, &streambatch__v1__register_request__descriptor,
+     &streambatch__v1__register_reply__descriptor},
+    {SB_RPC_CONTROL_POLL_TASKS, 0, &streambatch__v1__poll_tasks_request__descriptor,
+     &streambatch__v1__poll_tasks_reply__descriptor},
+    {SB_RPC_CONTROL_COMPLETE_TASK, 0, &streambatch__v1__complete_task_request__descriptor,
+     &streambatch__v1__complete_task_reply__descriptor},
+    {SB_RPC_CONTROL_HEARTBEAT, 0, &streambatch__v1__heartbeat_request__descriptor,
+     &streambatch__v1__heartbeat_reply__descriptor},
+    {SB_RPC_DATA_FETCH, 1, &streambatch__v1__fetch_request__descriptor,
+     &streambatch__v1__chunk__descriptor},
+};
+
+const sb_rpc_method_info *sb_rpc_methods(size_t *n)
+{
+    *n = sizeof methods / sizeof methods[0];
+    return methods;
+}
+
+const sb_rpc_method_info *sb_rpc_method_find(const char *path)
+{
+    if (!path)
+        return NULL;
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (!strcmp(methods[i].path, path))
+            return &methods[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------ ids */
+
+int sb_rpc_partition_id_format(char *buf, size_t cap, uint32_t stage, uint64_t task, uint32_t seq)
+{
+    int n = snprintf(buf, cap, "s%u-t%llu-p%u", (unsigned)stage, (unsigned long long)task,
+                     (unsigned)seq);
+    if (n < 0 || (size_t)n >= cap)
+        return -1;
+    return n;
+}
+
+/* Parses decimal digits at *p (no leading zeros, <= max); advances *p. */
+static int parse_dec(const char **p, uint64_t max, uint64_t *out)
+{
+    const char *s = *p;
+    if (*s < '0' || *s > '9')
+        return -1;
+    if (s[0] == '0' && s[1] >= '0' && s[1] <= '9')
+        return -1;
+    uint64_t v = 0;
+    while (*s >= '0' && *s <= '9') {
+        uint64_t d = (uint64_t)(*s - '0');
+        if (v > (max - d) / 10)
+            return -1;
+        v = v * 10 + d;
+        s++;
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+int sb_rpc_partition_id_parse(const char *id, uint32_t *stage, uint64_t *task, uint32_t *seq,
+                              sb_err *err)
+{
+    if (!id || !*id)
+        return sb_err_set(err, "partition id is empty");
+    if (strlen(id) >= SB_RPC_PARTITION_ID_MAX)
+        return sb_err_set(err, "partition id is too long (%zu bytes)", strlen(id));
+    const char *p = id;
+    uint64_t st, tk, sq;
+    if (*p++ != 's' || parse_dec(&p, UINT32_MAX, &st) < 0 || *p++ != '-' || *p++ != 't' ||
+        parse_dec(&p, UINT64_MAX, &tk) < 0 || *p++ != '-' || *p++ != 'p' ||
+        parse_dec(&p, UINT32_MAX, &sq) < 0 || *p != '\0')
+        return sb_err_set(err, "partition id \"%.*s\" is not s<stage>-t<task>-p<seq>",
+                          SB_RPC_PARTITION_ID_MAX, id);
+    if (stage)
+        *stage = (uint32_t)st;
+    if (task)
+        *task = tk;
+    if (seq)
+        *seq = (uint32_t)sq;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------ validation */
+
+/* A non-empty run of printable, non-space ASCII (ids, addresses, names). */
+static int check_token(const char *s, const char *what, sb_err *err)
+{
+    if (!s || !*s)
+        return sb_err_set(err, "%s is missing", what);
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++, n++) {
+        if (n >= TOKEN_MAX)
+            return sb_err_set(err, "%s is longer than %d bytes", what, TOKEN_MAX);
+        if (*p <= 0x20 || *p >= 0x7f)
+            return sb_err_set(err, "%s contains a space or non-printable byte 0x%02x", what, *p);
+    }
+    return 0;
+}
+
+static int check_pid(const char *id, const char *what, size_t i, sb_err *err)
+{
+    if (sb_rpc_partition_id_parse(id, NULL, NULL, NULL, err) < 0)
+        return sb_err_wrap(err, "%s[%zu]", what, i);
+    return 0;
+}
+
+static int check_pids(char **ids, size_t n, const char *what, sb_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (check_pid(ids[i], what, i, err) < 0)
+            return -1;
+    return 0;
+}
+
+static int check_seconds(double v, const char *what, sb_err *err)
+{
+    if (!isfinite(v) || v < 0)
+        return sb_err_set(err, "%s must be a finite, non-negative number", what);
+    return 0;
+}
+
+static int v_partition_info(const Streambatch__V1__PartitionInfo *m, const char *what, size_t i,
+                            sb_err *err)
+{
+    if (!m)
+        return sb_err_set(err, "%s[%zu] is missing", what, i);
+    return check_pid(m->id, what, i, err);
+}
+
+static int v_partition_ref(const Streambatch__V1__PartitionRef *m, size_t i, sb_err *err)
+{
+    if (!m)
+        return sb_err_set(err, "inputs[%zu] is missing", i);
+    if (check_pid(m->id, "inputs", i, err) < 0)
+        return -1;
+    if (check_token(m->worker_address, "worker_address", err) < 0)
+        return sb_err_wrap(err, "inputs[%zu]", i);
+    return 0;
+}
+
+static int v_task_metrics(const Streambatch__V1__TaskMetrics *m, sb_err *err)
+{
+    if (!m)
+        return 0;
+    if (check_seconds(m->cpu_seconds, "metrics.cpu_seconds", err) < 0 ||
+        check_seconds(m->wall_seconds, "metrics.wall_seconds", err) < 0 ||
+        check_seconds(m->fetch_seconds, "metrics.fetch_seconds", err) < 0)
+        return -1;
+    return 0;
+}
+
+static int v_worker_metrics(const Streambatch__V1__WorkerMetrics *m, sb_err *err)
+{
+    if (!m)
+        return 0;
+    if (check_seconds(m->cpu_seconds, "metrics.cpu_seconds", err) < 0 ||
+        check_seconds(m->gpu_busy_seconds, "metrics.gpu_busy_seconds", err) < 0)
+        return -1;
+    return 0;
+}
+
+static int v_task(const Streambatch__V1__Task *t, size_t i, sb_err *err)
+{
+    if (!t)
+        return sb_err_set(err, "tasks[%zu] is missing", i);
+    if (check_token(t->task_id, "task_id", err) < 0 || check_token(t->pipeline, "pipeline", err) < 0)
+        goto bad;
+    if (t->n_ops == 0) {
+        sb_err_set(err, "ops is empty");
+        goto bad;
+    }
+    for (size_t k = 0; k < t->n_ops; k++) {
+        if (!t->ops[k] || check_token(t->ops[k]->op, "op", err) < 0) {
+            if (!t->ops[k])
+                sb_err_set(err, "ops[%zu] is missing", k);
+            goto bad;
+        }
+    }
+    for (size_t k = 0; k < t->n_inputs; k++)
+        if (v_partition_ref(t->inputs[k], k, err) < 0)
+            goto bad;
+    return 0;
+bad:
+    return sb_err_wrap(err, "tasks[%zu]", i);
+}
+
+static int task_status_ok(int s)
+{
+    return s == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK ||
+           s == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR ||
+           s == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST;
+}
+
+int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
+{
+    if (!msg)
+        return sb_err_set(err, "message is missing");
+    const ProtobufCMessageDescriptor *d = msg->descriptor;
+    int rc = 0;
+    if (d == &streambatch__v1__register_request__descriptor) {
+        const Streambatch__V1__RegisterRequest *m = (const void *)msg;
+        if (check_token(m->worker_id, "worker_id", err) < 0 ||
+            check_token(m->pool, "pool", err) < 0 || check_token(m->address, "address", err) < 0)
+            rc = -1;
+        else if (m->slots == 0)
+            rc = sb_err_set(err, "slots must be at least 1");
+        for (size_t i = 0; rc == 0 && i < m->n_partitions; i++)
+            rc = v_partition_info(m->partitions[i], "partitions", i, err);
+    } else if (d == &streambatch__v1__register_reply__descriptor) {
+        const Streambatch__V1__RegisterReply *m = (const void *)msg;
+        rc = check_pids(m->release, m->n_release, "release", err);
+    } else if (d == &streambatch__v1__poll_tasks_request__descriptor) {
+        const Streambatch__V1__PollTasksRequest *m = (const void *)msg;
+        rc = check_token(m->worker_id, "worker_id", err);
+    } else if (d == &streambatch__v1__poll_tasks_reply__descriptor) {
+        const Streambatch__V1__PollTasksReply *m = (const void *)msg;
+        for (size_t i = 0; rc == 0 && i < m->n_tasks; i++)
+            rc = v_task(m->tasks[i], i, err);
+    } else if (d == &streambatch__v1__task__descriptor) {
+        rc = v_task((const Streambatch__V1__Task *)(const void *)msg, 0, err);
+    } else if (d == &streambatch__v1__complete_task_request__descriptor) {
+        const Streambatch__V1__CompleteTaskRequest *m = (const void *)msg;
+        if (check_token(m->worker_id, "worker_id", err) < 0 ||
+            check_token(m->task_id, "task_id", err) < 0)
+            rc = -1;
+        else if (!task_status_ok((int)m->status))
+            rc = sb_err_set(err, "status %d is not a known TaskStatus", (int)m->status);
+        for (size_t i = 0; rc == 0 && i < m->n_outputs; i++)
+            rc = v_partition_info(m->outputs[i], "outputs", i, err);
+        if (rc == 0)
+            rc = check_pids(m->lost_inputs, m->n_lost_inputs, "lost_inputs", err);
+        if (rc == 0)
+            rc = v_task_metrics(m->metrics, err);
+    } else if (d == &streambatch__v1__complete_task_reply__descriptor) {
+        const Streambatch__V1__CompleteTaskReply *m = (const void *)msg;
+        rc = check_pids(m->release, m->n_release, "release", err);
+    } else if (d == &streambatch__v1__heartbeat_request__descriptor) {
+        const Streambatch__V1__HeartbeatRequest *m = (const void *)msg;
+        rc = check_token(m->worker_id, "worker_id", err);
+        if (rc == 0)
+            rc = v_worker_metrics(m->metrics, err);
+        for (size_t i = 0; rc == 0 && i < m->n_running_task_ids; i++)
+            if (check_token(m->running_task_ids[i], "running_task_ids", err) < 0)
+                rc = sb_err_wrap(err, "[%zu]", i);
+    } else if (d == &streambatch__v1__heartbeat_reply__descriptor) {
+        const Streambatch__V1__HeartbeatReply *m = (const void *)msg;
+        rc = check_pids(m->release, m->n_release, "release", err);
+    } else if (d == &streambatch__v1__fetch_request__descriptor) {
+        const Streambatch__V1__FetchRequest *m = (const void *)msg;
+        rc = check_pid(m->partition_id, "partition_id", 0, err);
+    } else if (d == &streambatch__v1__chunk__descriptor) {
+        const Streambatch__V1__Chunk *m = (const void *)msg;
+        if (m->total_length &&
+            (m->offset > m->total_length || m->data.len > m->total_length - m->offset))
+            rc = sb_err_set(err, "chunk [%llu, +%zu) lies outside total_length %llu",
+                            (unsigned long long)m->offset, m->data.len,
+                            (unsigned long long)m->total_length);
+    } else if (d == &streambatch__v1__partition_info__descriptor) {
+        rc = v_partition_info((const void *)msg, "partition", 0, err);
+    } else if (d == &streambatch__v1__partition_ref__descriptor) {
+        rc = v_partition_ref((const void *)msg, 0, err);
+    } else if (d == &streambatch__v1__task_metrics__descriptor) {
+        rc = v_task_metrics((const void *)msg, err);
+    } else if (d == &streambatch__v1__worker_metrics__descriptor) {
+        rc = v_worker_metrics((const void *)msg, err);
+    }
+    /* OpArgs has nothing to check on its own. */
+    if (rc < 0)
+        return sb_err_wrap(err, "%s", d->name);
+    return 0;
+}
+
+ProtobufCMessage *sb_rpc_msg_decode(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
+                                    size_t len, sb_err *err)
+{
+    ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, buf);
+    if (!m) {
+        sb_err_set(err, "%s: malformed or truncated protobuf (%zu bytes)", d->name, len);
+        return NULL;
+    }
+    if (sb_rpc_msg_validate(m, err) < 0) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        return NULL;
+    }
+    return m;
+}
+
+void sb_rpc_msg_free(ProtobufCMessage *m)
+{
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+}
+
+uint8_t *sb_rpc_msg_encode(const ProtobufCMessage *m, size_t *len, sb_err *err)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) {
+        sb_err_set(err, "%s: out of memory packing %zu bytes", m->descriptor->name, n);
+        return NULL;
+    }
+    *len = protobuf_c_message_pack(m, buf);
+    return buf;
+}
+
+/* ------------------------------------------------------------------------------ rpc glue */
+
+ProtobufCMessage *sb_rpc_call_decode(sb_rpc_call *call, const ProtobufCMessageDescriptor *d,
+                                     const uint8_t *req, size_t len)
+{
+    sb_err err;
+    ProtobufCMessage *m = sb_rpc_msg_decode(d, req, len, &err);
+    if (!m)
+        sb_rpc_call_finish(call, SB_RPC_INVALID_ARGUMENT, "%s", err.msg);
+    return m;
+}
+
+int sb_rpc_call_reply_msg(sb_rpc_call *call, const ProtobufCMessage *m, sb_err *err)
+{
+    size_t len;
+    uint8_t *buf = sb_rpc_msg_encode(m, &len, err);
+    if (!buf) {
+        sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED, "out of memory for the reply");
+        return -1;
+    }
+    int rc = sb_rpc_call_reply(call, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+sb_rpc_code sb_rpc_call_msg(sb_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                            int timeout_ms, unsigned flags, ProtobufCMessage **resp, sb_err *err)
+{
+    *resp = NULL;
+    const sb_rpc_method_info *mi = sb_rpc_method_find(method);
+    if (!mi || mi->server_streaming) {
+        sb_err_set(err, "%s: not a unary method of streambatch.v1", method);
+        return SB_RPC_INTERNAL;
+    }
+    if (req->descriptor != mi->request) {
+        sb_err_set(err, "%s: request is a %s, want %s", method, req->descriptor->name,
+                   mi->request->name);
+        return SB_RPC_INTERNAL;
+    }
+    size_t len, rlen;
+    uint8_t *buf = sb_rpc_msg_encode(req, &len, err), *rbuf = NULL;
+    if (!buf)
+        return SB_RPC_RESOURCE_EXHAUSTED;
+    sb_rpc_code code = sb_rpc_unary(ch, method, buf, len, timeout_ms, flags, &rbuf, &rlen, err);
+    free(buf);
+    if (code != SB_RPC_OK)
+        return code;
+    *resp = sb_rpc_msg_decode(mi->response, rbuf, rlen, err);
+    free(rbuf);
+    if (!*resp) {
+        sb_err_wrap(err, "%s: bad reply", method);
+        return SB_RPC_INTERNAL;
+    }
+    return SB_RPC_OK;
+}
