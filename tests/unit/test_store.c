@@ -863,3 +863,49 @@ Test(store, default_free_is_free)
     sb_store_close(s);
     cr_assert_eq(atomic_load(&g_freed_blobs), 0);
 }
+
+typedef struct {
+    sb_store *s;
+    const char *release_id;
+    int rc;
+} releasing_ctx;
+
+/* Frees a blob and, the first time, releases another partition: free_fn runs while a spill has
+ * the store's lock dropped, which is exactly when other threads can act. */
+static void releasing_free(void *blob, void *ctx)
+{
+    releasing_ctx *c = ctx;
+    free(blob);
+    if (c->release_id) {
+        c->rc = sb_store_release(c->s, c->release_id, NULL);
+        c->release_id = NULL;
+    }
+}
+
+Test(store, put_survives_release_of_its_partition_during_its_spill)
+{
+    /* regression: a put in the slack (case b) spilled a victim with the lock dropped; another
+     * thread released and freed the new partition meanwhile, and the put then read it */
+    releasing_ctx c = {0};
+    sb_store_config cfg = {.memory_budget = 100 * KiB,
+                           .spill_dir = g_dir,
+                           .chunk_size = 10 * KiB,
+                           .free_fn = releasing_free,
+                           .free_ctx = &c};
+    sb_err err = {{0}};
+    cr_assert_eq(sb_store_open(&cfg, &c.s, &err), 0, "%s", err.msg);
+    put_ok(c.s, "victim", 1, 95 * KiB, 100);
+    c.release_id = "new";
+    c.rc = 99;
+    put_ok(c.s, "new", 2, 8 * KiB, 0); /* 103 KiB: admitted in the slack, spills "victim" */
+    cr_assert_eq(c.rc, 0, "the partition was released during the put");
+    sb_store_ref *r = NULL;
+    cr_assert_eq(sb_store_pin(c.s, "new", &r, &err), SB_STORE_ENOTFOUND);
+    cr_assert(!in_memory(c.s, "victim"));
+    sb_store_stats st;
+    sb_store_get_stats(c.s, &st);
+    cr_assert_eq(st.mem_bytes, 0);
+    cr_assert_eq(st.disk_partitions, 1);
+    check_ok(c.s);
+    sb_store_close(c.s);
+}

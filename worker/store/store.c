@@ -894,7 +894,11 @@ int sb_store_put(sb_store *s, const char *id, void *blob, size_t len, const sb_s
     s->unbudgeted += excess;
     insert(s, e);
 
+    /* From admit() on, e is settled and public: another thread may pin, spill or release (and
+     * free) it as soon as the lock is dropped, so cases a and b do not touch it afterwards.
+     * Case c keeps e PENDING while it unlocks, which defers any release to here. */
     size_t mem = mem_bytes(s);
+    entry *dead = NULL;
     if (mem + excess <= s->budget) { /* a */
         admit(s, e);
     } else if (excess <= s->chunk && mem + excess <= slack_limit(s)) { /* b */
@@ -909,30 +913,22 @@ int sb_store_put(sb_store *s, const char *id, void *blob, size_t len, const sb_s
         wait_spec w;
         wait_init(&w, 0);
         sb_err tmp;
-        int r = room_loop(s, excess, s->budget, &w, e, &tmp);
-        if (r == 0) {
+        if (room_loop(s, excess, s->budget, &w, e, &tmp) == 0) {
             admit(s, e);
-        } else {
-            rc = put_direct(s, e, err);
-            if (rc != 0) {
-                entry_detach(s, e);
-                pthread_cond_broadcast(&s->cv);
-                pthread_mutex_unlock(&s->mu);
-                entry_free(s, e); /* frees the blob */
-                return rc;
-            }
+        } else if ((rc = put_direct(s, e, err)) != 0) {
+            entry_detach(s, e);
+            dead = e; /* frees the blob */
         }
-    }
-    entry *dead = NULL;
-    if (e->released && e->pins == 0) { /* released while we were deciding */
-        entry_detach(s, e);
-        dead = e;
+        if (rc == 0 && e->released && e->pins == 0) { /* released while it was pending */
+            entry_detach(s, e);
+            dead = e;
+        }
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (dead)
         entry_free(s, dead);
-    return 0;
+    return rc;
 }
 
 /* ---- pin / read / load -------------------------------------------------------------------- */

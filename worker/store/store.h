@@ -95,7 +95,9 @@ typedef struct sb_store_config {
                               sub-directory of it, removed by sb_store_close() */
     size_t chunk_size;     /* 0: SB_STORE_DEFAULT_CHUNK. Unit of spill checksums, of the
                               put slack above the budget, and of reads from spill. */
-    void (*free_fn)(void *blob, void *ctx); /* frees put blobs; NULL: free() */
+    void (*free_fn)(void *blob, void *ctx); /* frees put blobs; NULL: free(). Called from any
+                                               thread, never with the store's lock held (it
+                                               may call the store, except during close). */
     void *free_ctx;
 } sb_store_config;
 
