@@ -909,3 +909,46 @@ Test(store, put_survives_release_of_its_partition_during_its_spill)
     check_ok(c.s);
     sb_store_close(c.s);
 }
+
+Test(store, failing_spills_are_errors_and_leave_the_store_consistent)
+{
+    sb_store *s = open_store(100 * KiB, 16 * KiB);
+    put_ok(s, "a", 1, 90 * KiB, 50);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", sb_store_spill_path(s));
+    cr_assert_eq(rmdir(dir), 0, "the spill directory vanishes (disk trouble)");
+
+    sb_err err = {{0}};
+    size_t freed = atomic_load(&g_freed_blobs);
+    cr_assert_eq(sb_store_put(s, "b", make_blob(2, 50 * KiB), 50 * KiB, NULL, &err), SB_STORE_EFAIL,
+                 "neither a victim nor the new partition can be written");
+    cr_assert(strstr(err.msg, "partition b") != NULL && strstr(err.msg, dir) != NULL, "%s",
+              err.msg);
+    cr_assert_eq(atomic_load(&g_freed_blobs), freed + 1, "the failed put freed its blob");
+    sb_store_resv *resv = NULL;
+    cr_assert_eq(sb_store_reserve(s, 50 * KiB, 0, &resv, &err), SB_STORE_EFAIL);
+    cr_assert(strstr(err.msg, "spill file") != NULL, "%s", err.msg);
+    cr_assert_null(resv);
+    /* admitted in the slack; cannot spill back under the budget, but it is stored */
+    put_ok(s, "small", 3, 12 * KiB, 0);
+    check_ok(s);
+    sb_store_stats st;
+    sb_store_get_stats(s, &st);
+    cr_assert_eq(st.mem_bytes, 102 * KiB);
+    cr_assert_eq(st.spill_count, 0);
+    cr_assert(in_memory(s, "a") && in_memory(s, "small"));
+    /* a zero reservation needs no room, so it must not try to spill */
+    cr_assert_eq(sb_store_reserve(s, 0, 0, &resv, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_store_resv_left(resv), 0);
+    sb_store_unreserve(resv);
+
+    cr_assert_eq(mkdir(dir, 0700), 0, "the disk is back");
+    cr_assert_eq(sb_store_reserve(s, 50 * KiB, 0, &resv, &err), 0, "%s", err.msg);
+    cr_assert(!in_memory(s, "a"));
+    sb_store_get_stats(s, &st);
+    cr_assert_eq(st.mem_bytes, 62 * KiB);
+    sb_store_unreserve(resv);
+    check_ok(s);
+    sb_store_close(s);
+    cr_assert_eq(count_files(g_dir), 0);
+}

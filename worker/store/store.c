@@ -727,6 +727,8 @@ static int reserve_locked(sb_store *s, size_t bytes, int timeout_ms, sb_err *err
     if (bytes > s->budget)
         return fail(err, SB_STORE_ENOSPACE,
                     "partition store: cannot reserve %zu bytes: budget is %zu", bytes, s->budget);
+    if (bytes == 0)
+        return 0;
     wait_spec w;
     wait_init(&w, timeout_ms);
     int rc = room_loop(s, bytes, s->budget, &w, NULL, err);

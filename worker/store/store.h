@@ -145,7 +145,9 @@ const char *sb_store_spill_path(const sb_store *store);
 
 /* Reserves `bytes` of the budget for a partition about to be built (see the guarantee).
  * timeout_ms: 0 fails at once when room cannot be made, < 0 waits without limit, > 0 waits up
- * to that many milliseconds. Spills as needed. SB_STORE_ENOSPACE when it cannot. */
+ * to that many milliseconds. Spills as needed. SB_STORE_ENOSPACE when it cannot, SB_STORE_EFAIL
+ * when a spill fails. Waiting ends only when other threads unpin, release or unreserve: do not
+ * wait without limit while holding the pins or reservations that keep the store full. */
 int sb_store_reserve(sb_store *store, size_t bytes, int timeout_ms, sb_store_resv **out,
                      sb_err *err);
 
