@@ -5,10 +5,10 @@
 
 /* Field tags: (number << 3) | wire type. */
 enum {
-    TAG_OFFSET = (1 << 3) | 0,       /* varint */
-    TAG_DATA = (2 << 3) | 2,         /* length-delimited */
-    TAG_CRC = (3 << 3) | 5,          /* fixed32 */
-    TAG_TOTAL = (4 << 3) | 0,        /* varint */
+    TAG_OFFSET = (1 << 3) | 0, /* varint */
+    TAG_DATA = (2 << 3) | 2,   /* length-delimited */
+    TAG_CRC = (3 << 3) | 5,    /* fixed32 */
+    TAG_TOTAL = (4 << 3) | 0,  /* varint */
 };
 
 static size_t put_varint(uint8_t *p, uint64_t v)
@@ -185,8 +185,8 @@ int sb_rpc_chunk_parse(const sb_rpc_piece *pieces, size_t n, sb_rpc_chunk *out, 
                 return sb_err_set(err, "chunk: truncated field %u", (unsigned)field);
             break;
         default:
-            return sb_err_set(err, "chunk: unsupported wire type %u (field %u) at byte %zu",
-                              wire, (unsigned)field, at);
+            return sb_err_set(err, "chunk: unsupported wire type %u (field %u) at byte %zu", wire,
+                              (unsigned)field, at);
         }
     }
     return 0;
@@ -220,8 +220,8 @@ int sb_rpc_chunk_data_next(const sb_rpc_piece *pieces, size_t n, sb_rpc_chunk_it
     return 0;
 }
 
-int sb_rpc_chunk_copy_data(const sb_rpc_piece *pieces, size_t n, const sb_rpc_chunk *c,
-                           void *dst, size_t cap, sb_err *err)
+int sb_rpc_chunk_copy_data(const sb_rpc_piece *pieces, size_t n, const sb_rpc_chunk *c, void *dst,
+                           size_t cap, sb_err *err)
 {
     if (c->data_len > cap)
         return sb_err_set(err, "chunk: %zu data bytes do not fit in %zu", c->data_len, cap);

@@ -1,6 +1,7 @@
 /* chunk.h — the Data.Fetch `Chunk` message without copying its payload.
  *
- *   message Chunk { uint64 offset = 1; bytes data = 2; fixed32 crc32c = 3; uint64 total_length = 4; }
+ *   message Chunk { uint64 offset = 1; bytes data = 2; fixed32 crc32c = 3; uint64 total_length = 4;
+ * }
  *
  * Sending: sb_rpc_chunk_frame_encode() writes the protobuf bytes that go before `data` (field 1,
  * then the tag and length of field 2) and after it (fields 3 and 4) into a small caller-owned
@@ -61,7 +62,7 @@ void sb_rpc_chunk_data_begin(const sb_rpc_chunk *c, sb_rpc_chunk_iter *it);
 int sb_rpc_chunk_data_next(const sb_rpc_piece *pieces, size_t n, sb_rpc_chunk_iter *it,
                            sb_rpc_piece *out);
 /* Copies the data into dst (capacity cap >= c->data_len, else -1). */
-int sb_rpc_chunk_copy_data(const sb_rpc_piece *pieces, size_t n, const sb_rpc_chunk *c,
-                           void *dst, size_t cap, sb_err *err);
+int sb_rpc_chunk_copy_data(const sb_rpc_piece *pieces, size_t n, const sb_rpc_chunk *c, void *dst,
+                           size_t cap, sb_err *err);
 
 #endif

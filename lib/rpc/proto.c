@@ -175,7 +175,8 @@ static int v_task(const Streambatch__V1__Task *t, size_t i, sb_err *err)
 {
     if (!t)
         return sb_err_set(err, "tasks[%zu] is missing", i);
-    if (check_token(t->task_id, "task_id", err) < 0 || check_token(t->pipeline, "pipeline", err) < 0)
+    if (check_token(t->task_id, "task_id", err) < 0 ||
+        check_token(t->pipeline, "pipeline", err) < 0)
         goto bad;
     if (t->n_ops == 0) {
         sb_err_set(err, "ops is empty");

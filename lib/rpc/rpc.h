@@ -6,10 +6,11 @@
  * its own log lines go through lib/core/log.h (component=grpc).
  *
  * SERVER. sb_rpc_server_new() + sb_rpc_server_add_unary()/add_stream() (handlers by full method
- * path, e.g. "/streambatch.v1.Control/RegisterWorker") + sb_rpc_server_listen() + start(). N threads,
- * each with its own completion queue, run every handler and callback. Unknown methods are answered
- * UNIMPLEMENTED at once. A handler gets a call handle and the request bytes (valid only during the
- * handler; copy what you keep). It must end the call exactly once, from any thread, now or later:
+ * path, e.g. "/streambatch.v1.Control/RegisterWorker") + sb_rpc_server_listen() + start(). N
+ * threads, each with its own completion queue, run every handler and callback. Unknown methods are
+ * answered UNIMPLEMENTED at once. A handler gets a call handle and the request bytes (valid only
+ * during the handler; copy what you keep). It must end the call exactly once, from any thread, now
+ * or later:
  *   - unary:  sb_rpc_call_reply(call, bytes) or sb_rpc_call_finish(call, code, message);
  *   - stream: any number of sb_rpc_stream_write*(), then sb_rpc_call_finish(call, SB_RPC_OK, ...).
  * Ending the call releases the handle (it must not be used afterwards). Until then the handle
@@ -91,11 +92,11 @@ typedef struct sb_rpc_piece {
 /* Options shared by servers and channels; a zeroed struct (or NULL) means the defaults and no
  * TLS. Strings are only read during the *_new() call. */
 typedef struct sb_rpc_opts {
-    size_t max_message_bytes; /* send and receive limit; 0 = SB_RPC_DEFAULT_MAX_MESSAGE */
-    int keepalive_ms;         /* ping period (server: min accepted client period is half of it);
-                                 0 = SB_RPC_DEFAULT_KEEPALIVE_MS, < 0 = no keepalive pings */
-    int keepalive_timeout_ms; /* 0 = SB_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS */
-    int threads;              /* server: completion-queue threads (0 = 2) */
+    size_t max_message_bytes;     /* send and receive limit; 0 = SB_RPC_DEFAULT_MAX_MESSAGE */
+    int keepalive_ms;             /* ping period (server: min accepted client period is half of it);
+                                     0 = SB_RPC_DEFAULT_KEEPALIVE_MS, < 0 = no keepalive pings */
+    int keepalive_timeout_ms;     /* 0 = SB_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS */
+    int threads;                  /* server: completion-queue threads (0 = 2) */
     int max_reconnect_backoff_ms; /* client: 0 = 2000 (initial backoff 100 ms) */
     /* TLS: set tls_cert_file + tls_key_file on a server (plus tls_ca_file and
      * tls_require_client_cert for mutual TLS); tls_ca_file on a client (plus cert + key for
@@ -123,8 +124,8 @@ sb_rpc_server *sb_rpc_server_new(const sb_rpc_opts *opts, sb_err *err);
 /* Register before sb_rpc_server_start(). `method` is copied; `ud` is passed to the handler. */
 int sb_rpc_server_add_unary(sb_rpc_server *srv, const char *method, sb_rpc_handler_fn fn, void *ud,
                             sb_err *err);
-int sb_rpc_server_add_stream(sb_rpc_server *srv, const char *method, sb_rpc_handler_fn fn,
-                             void *ud, sb_err *err);
+int sb_rpc_server_add_stream(sb_rpc_server *srv, const char *method, sb_rpc_handler_fn fn, void *ud,
+                             sb_err *err);
 /* Binds "host:port" (port 0 = pick a free one). Returns the bound port, or -1. */
 int sb_rpc_server_listen(sb_rpc_server *srv, const char *addr, sb_err *err);
 int sb_rpc_server_start(sb_rpc_server *srv, sb_err *err);
@@ -194,6 +195,9 @@ void sb_rpc_channel_free(sb_rpc_channel *ch);
 /* Connects and waits until the channel is READY or timeout_ms passes (-1 then). */
 int sb_rpc_channel_wait_ready(sb_rpc_channel *ch, int timeout_ms, sb_err *err);
 
+/* 1 if the channel's connection is up right now (no connection attempt is made). */
+int sb_rpc_channel_is_ready(sb_rpc_channel *ch);
+
 /* Blocking unary call with a deadline of timeout_ms (<= 0: none). On SB_RPC_OK, *resp is a
  * malloc'ed copy of the response (caller frees; NULL when it is empty) and *resp_len its size.
  * Otherwise returns the status code, err holds "METHOD: CODE: message" and *resp is NULL. */
@@ -208,8 +212,8 @@ sb_rpc_reader *sb_rpc_stream_open(sb_rpc_channel *ch, const char *method, const 
 /* Asks for the next message and waits for it. Returns 1 with *pieces and *npieces (total length in
  * *len) describing it — valid until the next call on the reader; 0 at the end of a stream that
  * finished OK; -1 when the stream failed (sb_rpc_reader_code() says why, err has the message). */
-int sb_rpc_reader_next(sb_rpc_reader *r, const sb_rpc_piece **pieces, size_t *npieces,
-                       size_t *len, sb_err *err);
+int sb_rpc_reader_next(sb_rpc_reader *r, const sb_rpc_piece **pieces, size_t *npieces, size_t *len,
+                       sb_err *err);
 /* Status of the stream once next() returned 0 or -1 (SB_RPC_OK before that). */
 sb_rpc_code sb_rpc_reader_code(const sb_rpc_reader *r);
 /* Cancels the stream if it is still running and frees everything. NULL is a no-op. */

@@ -206,8 +206,8 @@ Test(rpc_chunk, malformed_inputs)
 Test(rpc_chunk, unknown_fields_skipped_and_last_data_wins)
 {
     /* unknown varint (5), unknown fixed64 (6), unknown bytes (7), two data fields */
-    const uint8_t msg[] = {0x28, 0x96, 0x01, 0x31, 1, 2, 3, 4, 5, 6, 7, 8, 0x3a, 0x02, 'x', 'y',
-                           0x12, 0x01, 'A', 0x12, 0x02, 'B', 'C', 0x08, 0x07};
+    const uint8_t msg[] = {0x28, 0x96, 0x01, 0x31, 1,    2,   3,    4,    5,   6,   7,    8,   0x3a,
+                           0x02, 'x',  'y',  0x12, 0x01, 'A', 0x12, 0x02, 'B', 'C', 0x08, 0x07};
     sb_rpc_piece p = {msg, sizeof msg};
     sb_rpc_chunk c;
     sb_err err;
@@ -253,10 +253,20 @@ Test(rpc_ids, format_and_parse_round_trip)
 
 Test(rpc_ids, rejects_malformed)
 {
-    static const char *bad[] = {"",           "s1-t2",         "s1-t2-p",      "S1-t2-p3",
-                                "s01-t2-p3",  "s1-t2-p3x",     "s1-t2-p3 ",    "s-1-t2-p3",
-                                "s1_t2_p3",   "s4294967296-t0-p0", "s0-t18446744073709551616-p0",
-                                "s1-t2-p-3",  "s1--t2-p3",     "t1-s2-p3"};
+    static const char *bad[] = {"",
+                                "s1-t2",
+                                "s1-t2-p",
+                                "S1-t2-p3",
+                                "s01-t2-p3",
+                                "s1-t2-p3x",
+                                "s1-t2-p3 ",
+                                "s-1-t2-p3",
+                                "s1_t2_p3",
+                                "s4294967296-t0-p0",
+                                "s0-t18446744073709551616-p0",
+                                "s1-t2-p-3",
+                                "s1--t2-p3",
+                                "t1-s2-p3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sb_err err = {{0}};
         cr_assert_eq(sb_rpc_partition_id_parse(bad[i], NULL, NULL, NULL, &err), -1,
@@ -368,9 +378,9 @@ Test(rpc_msgs, garbage_is_rejected_for_every_message)
 {
     static const uint8_t garbage[][8] = {
         {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, /* overlong key */
-        {0x0a, 0x7f, 'a'},                                 /* string longer than the input */
-        {0x07},                                            /* field 0, wire type 7 */
-        {0x0b, 0x0c},                                      /* groups */
+        {0x0a, 0x7f, 'a'},                                /* string longer than the input */
+        {0x07},                                           /* field 0, wire type 7 */
+        {0x0b, 0x0c},                                     /* groups */
     };
     static const size_t glen[] = {8, 3, 1, 2};
     size_t n;
@@ -449,8 +459,8 @@ Test(rpc_msgs, complete_task_and_replies)
     pr.tasks = tasks;
     size_t n;
     uint8_t *b = encode(&pr.base, &n);
-    ProtobufCMessage *m = sb_rpc_msg_decode(&streambatch__v1__poll_tasks_reply__descriptor, b, n,
-                                            &err);
+    ProtobufCMessage *m =
+        sb_rpc_msg_decode(&streambatch__v1__poll_tasks_reply__descriptor, b, n, &err);
     cr_assert_not_null(m, "%s", err.msg);
     Streambatch__V1__PollTasksReply *d = (void *)m;
     cr_assert_str_eq(d->tasks[0]->ops[0]->args_json, "{\"cpu_per_byte\": 10}");
@@ -495,8 +505,7 @@ Test(rpc_msgs, chunk_bounds_and_fetch_request)
     cr_assert_eq(sb_rpc_msg_validate(&f.base, &err), 0, "%s", err.msg);
     f.partition_id = "s3-t0-p012";
     cr_assert_eq(sb_rpc_msg_validate(&f.base, &err), -1);
-    cr_assert(strstr(err.msg, "FetchRequest") && strstr(err.msg, "partition_id"), "%s",
-              err.msg);
+    cr_assert(strstr(err.msg, "FetchRequest") && strstr(err.msg, "partition_id"), "%s", err.msg);
 }
 
 Test(rpc_msgs, code_names)
