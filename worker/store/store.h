@@ -46,9 +46,13 @@
  *           the budget (then case a), or writes the new partition straight to its spill file
  *           (never counted in mem_bytes) when the others cannot make room or are needed sooner.
  *  So a producer that reserves before building a partition (sb_store_reserve, growable with
- *  sb_store_reserve_more) keeps its output inside the budget; puts never wait for pins, only
- *  for their own spill I/O. unbudgeted_bytes is memory a producer allocated outside any
- *  reservation that the store holds only for the duration of a put.
+ *  sb_store_reserve_more) keeps its output inside the budget, and its put never goes straight
+ *  to disk for lack of room. Puts never wait for pins or reservations to go away; they only do
+ *  spill I/O and wait for spill writes already in flight. unbudgeted_bytes is memory a producer
+ *  allocated outside any reservation, which the store holds only for the duration of a put.
+ *  The slack is visible only while a put runs, or after one whose new partition another thread
+ *  pinned (or whose spill failed) before it could spill back: otherwise, between operations,
+ *  mem_bytes <= budget (the randomized test asserts this after every operation).
  *
  * Spilling
  *  Victims are unpinned in-memory partitions, least soon needed first (largest
