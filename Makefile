@@ -44,6 +44,9 @@ BINS      := $(patsubst cmd/%.c,$(BINDIR)/%,$(wildcard cmd/*.c))
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
 TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+# Helper programs the tests start as real processes, and benchmark programs.
+HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(wildcard tests/helpers/*.c))
+BENCH_BINS  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/bench_*.c))
 FUZZ_SECONDS ?= 10
 
 DEPS_EXTRA :=
@@ -83,7 +86,15 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBSB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 
-tests-build: $(BINS) $(TEST_BINS)
+$(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(LIBSB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBSB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+tests-build: $(BINS) $(TEST_BINS) $(HELPER_BINS)
 
 # Runs every suite and prints one closing line: "N passed, N failed".
 check: tests-build
@@ -120,6 +131,11 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS)
 fuzz-build: $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 fuzz: fuzz-build
 	@scripts/fuzz.sh $(BUILD)/fuzz $(FUZZ_SECONDS)
+
+# `make bench`: runs the benchmarks and writes the table to docs/benchmarks.md.
+bench: deps
+	@$(MAKE) --no-print-directory build $(BENCH_BINS) $(HELPER_BINS)
+	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) scripts/bench.sh
 
 run: deps
 	@$(MAKE) --no-print-directory build
