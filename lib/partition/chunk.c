@@ -108,18 +108,13 @@ static uint32_t crc_pieces(const sb_part_piece *pieces, size_t n)
     return crc;
 }
 
-/* Copies the pieces' bytes [skip, ...) to dst. */
-static void copy_pieces(uint8_t *dst, const sb_part_piece *pieces, size_t n, size_t skip)
+/* Copies the pieces' bytes to dst. */
+static void copy_pieces(uint8_t *dst, const sb_part_piece *pieces, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        size_t l = pieces[i].len;
-        if (skip >= l) {
-            skip -= l;
-            continue;
-        }
-        memcpy(dst, (const uint8_t *)pieces[i].p + skip, l - skip);
-        dst += l - skip;
-        skip = 0;
+        if (pieces[i].len > 0)
+            memcpy(dst, pieces[i].p, pieces[i].len);
+        dst += pieces[i].len;
     }
 }
 
@@ -210,14 +205,14 @@ int sb_part_asm_add(sb_part_asm *a, const sb_part_chunk *c, const sb_part_piece 
         if (learn_total(a, c, err) != 0)
             return -1;
         memcpy(a->dst, a->head, (size_t)c->offset); /* bytes before this chunk */
-        copy_pieces(a->dst + c->offset, pieces, npieces, 0);
+        copy_pieces(a->dst + c->offset, pieces, npieces);
         a->next = end;
         return 0;
     }
 
     if (c->offset == a->next) {
         /* Common case: copy into place, then checksum the (cache-hot) destination. */
-        copy_pieces(a->dst + c->offset, pieces, npieces, 0);
+        copy_pieces(a->dst + c->offset, pieces, npieces);
         uint32_t got = sb_crc32c(0, a->dst + c->offset, c->len);
         if (got != c->crc)
             return crc_mismatch(err, c, got);
@@ -228,7 +223,7 @@ int sb_part_asm_add(sb_part_asm *a, const sb_part_chunk *c, const sb_part_piece 
     uint32_t got = crc_pieces(pieces, npieces);
     if (got != c->crc)
         return crc_mismatch(err, c, got);
-    copy_pieces(a->dst + c->offset, pieces, npieces, 0);
+    copy_pieces(a->dst + c->offset, pieces, npieces);
     if (end > a->next)
         a->next = end;
     return 0;

@@ -98,8 +98,8 @@ static void *rebuild(const sb_batch *b, size_t *len)
                 uint8_t v = sb_column_bool(col, r);
                 rc = sb_batch_builder_append_values(bb, c, &v, 1, NULL, &err);
             } else {
-                rc = sb_batch_builder_append_values(
-                    bb, c, (const uint8_t *)col->values + r * w, 1, NULL, &err);
+                rc = sb_batch_builder_append_values(bb, c, (const uint8_t *)col->values + r * w, 1,
+                                                    NULL, &err);
             }
             CHECK(rc == 0);
         }
@@ -133,8 +133,8 @@ static void same_values(const sb_batch *x, const sb_batch *y)
             } else if (a->type == SB_TYPE_BOOL) {
                 CHECK(sb_column_bool(a, r) == sb_column_bool(b, r));
             } else {
-                CHECK(memcmp((const uint8_t *)a->values + r * w,
-                             (const uint8_t *)b->values + r * w, w) == 0);
+                CHECK(memcmp((const uint8_t *)a->values + r * w, (const uint8_t *)b->values + r * w,
+                             w) == 0);
             }
         }
     }
@@ -186,18 +186,38 @@ static void exercise(const sb_batch *b, unsigned seed)
     sb_part_free(r2);
 }
 
-/* The raw input as a chunk stream with correct crcs: exercises the header phase. */
+/* The raw input as a chunk stream with correct crcs (exercises the header phase on garbage),
+ * driven by a PRNG from `seed` that also re-sends earlier bytes, damages chunks and leaves gaps:
+ * damaged chunks and gaps must be refused without progress, and a completed blob must equal
+ * the input's prefix. */
 static void assemble_raw(const uint8_t *data, size_t size, unsigned seed)
 {
     sb_part_asm *a = sb_part_asm_new(1 << 16, NULL);
     CHECK(a != NULL);
+    uint32_t r = seed * 2654435761u + 1;
     size_t cs = 1 + seed % 64;
-    for (size_t off = 0; off < size; off += cs) {
-        sb_part_chunk c = {.index = off / cs, .offset = off};
-        c.len = size - off < cs ? size - off : cs;
-        c.crc = sb_crc32c(0, data + off, c.len);
-        if (sb_part_asm_add_bytes(a, &c, data + off, NULL) != 0)
+    for (int step = 0; step < 4096 && !sb_part_asm_done(a); step++) {
+        r = r * 1103515245u + 12345u;
+        uint64_t next = sb_part_asm_next_offset(a);
+        unsigned action = (r >> 16) % 8;
+        uint64_t off = next;
+        if (action == 1 && next > 0)
+            off = next - 1 - (r >> 8) % next; /* a re-send from earlier */
+        else if (action == 2)
+            off = next + 1 + (r >> 8) % 64; /* a gap */
+        if (off >= size)
             break;
+        sb_part_chunk c = {.index = off / cs, .offset = off};
+        c.len = size - off < cs ? size - (size_t)off : cs;
+        c.crc = sb_crc32c(0, data + off, c.len) ^ (action == 3 ? 1u << (r % 32) : 0u);
+        int rc = sb_part_asm_add_bytes(a, &c, data + off, NULL);
+        if (action == 2 || action == 3) {
+            CHECK(rc != 0 && sb_part_asm_next_offset(a) == next);
+            continue;
+        }
+        if (rc != 0)
+            break; /* a bad header or size: the stream is over */
+        CHECK(sb_part_asm_next_offset(a) >= next);
     }
     if (sb_part_asm_done(a)) {
         size_t len;

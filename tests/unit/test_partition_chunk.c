@@ -504,3 +504,45 @@ Test(assembler, reuses_its_buffer_between_partitions)
     sb_part_free(b2);
     sb_part_asm_free(a);
 }
+
+Test(assembler, bad_resent_chunk_never_touches_verified_bytes)
+{
+    size_t len;
+    uint8_t *blob = make_blob(20000, &len);
+    sb_err err = {{0}};
+    sb_part_asm *a = sb_part_asm_new(64 << 20, &err);
+    sb_part_chunk_iter it;
+    sb_part_chunk c0, c;
+    sb_part_chunks_begin(&it, blob, len, 0, 0, &err);
+    cr_assert(sb_part_chunks_next(&it, &c0));
+    /* Header phase: a damaged first chunk is refused before anything is learned from it. */
+    uint8_t *bad = malloc(c0.len);
+    memcpy(bad, c0.data, c0.len);
+    bad[0] ^= 0xff;
+    cr_assert_eq(sb_part_asm_add_bytes(a, &c0, bad, &err), -1);
+    cr_assert(strstr(err.msg, "chunk 0 at offset 0: crc32c mismatch") != NULL, "%s", err.msg);
+    cr_assert_eq(sb_part_asm_total(a), 0);
+    cr_assert_eq(sb_part_asm_add_bytes(a, &c0, c0.data, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_part_asm_total(a), len);
+    /* A damaged re-send of chunk 0 (already verified) is refused and leaves it intact. */
+    bad[0] ^= 0xff;
+    bad[500] ^= 1;
+    cr_assert_eq(sb_part_asm_add_bytes(a, &c0, bad, &err), -1);
+    cr_assert(strstr(err.msg, "chunk 0 at offset 0: crc32c mismatch") != NULL, "%s", err.msg);
+    cr_assert_eq(sb_part_asm_next_offset(a), SB_PART_CHUNK_MAX);
+    while (sb_part_chunks_next(&it, &c))
+        cr_assert_eq(sb_part_asm_add_bytes(a, &c, c.data, &err), 0, "%s", err.msg);
+    size_t n;
+    const uint8_t *v = sb_part_asm_view(a, &n, &err);
+    cr_assert_not_null(v);
+    cr_assert_eq(memcmp(v, blob, len), 0);
+    /* A NULL piece is refused. */
+    sb_part_asm_reset(a);
+    sb_part_piece p = {NULL, 10};
+    sb_part_chunk c10 = {.len = 10};
+    cr_assert_eq(sb_part_asm_add(a, &c10, &p, 1, &err), -1);
+    cr_assert_str_eq(err.msg, "partition assembler: chunk 0 at offset 0: piece 0 is NULL");
+    free(bad);
+    sb_part_free(blob);
+    sb_part_asm_free(a);
+}
