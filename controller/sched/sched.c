@@ -1,0 +1,1078 @@
+#include "controller/sched/sched.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/sched/strmap.h"
+
+#define NONE ((size_t)-1)
+
+typedef enum { P_AVAILABLE, P_LOST, P_RELEASED } part_state;
+typedef enum { T_QUEUED, T_RUNNING, T_DONE, T_SKIPPED } task_state;
+
+typedef struct {
+    char *id;
+    size_t producer; /* task */
+    size_t worker;   /* NONE when lost or released */
+    uint64_t bytes, rows;
+    size_t consumer; /* task that reads it, NONE while waiting in the op's input FIFO */
+    part_state state;
+} part;
+
+typedef struct {
+    uint32_t op;
+    uint64_t index;
+    uint32_t attempt;
+    task_state state;
+    size_t worker;
+    size_t *inputs;
+    size_t ninputs;
+    size_t split; /* op 0 */
+    size_t *outputs;
+    size_t nout, capout;
+    uint64_t in_bytes, in_rows;
+    uint64_t reserved; /* estimated output bytes while running */
+    uint32_t retries;
+    int queued; /* in its op's queue */
+    char *task_id;
+} task;
+
+typedef struct {
+    char *id, *pool, *address;
+    uint32_t slots, running;
+    int alive;
+    uint32_t *op_slots;   /* static mode: slots bound per op */
+    uint32_t *op_running; /* static mode: running per op */
+    char **releases;
+    size_t nrel, caprel;
+} worker;
+
+typedef struct {
+    size_t first_stage, nstages;
+    const char *pool;
+    char *name;
+    uint64_t target;
+    double ratio;  /* largest output/input bytes ratio seen; 0 = not measured yet */
+    size_t *queue; /* FIFO of queued tasks (ring not needed: head index + compaction) */
+    size_t qhead, qlen, qcap;
+    size_t *fifo; /* input partitions not yet in a task */
+    size_t fhead, flen, fcap;
+    uint64_t fifo_bytes;
+    uint64_t tasks_total, done, running, retries, recovered, errored;
+    uint64_t rows_in, bytes_in, rows_out, bytes_out;
+    double task_seconds;
+    uint64_t next_index;
+} op;
+
+struct sb_sched {
+    char *pipeline_id;
+    sb_stage_spec *stages; /* shallow copies of the spec's stages; strings dup'ed */
+    const sb_stage_spec **stage_ptrs;
+    size_t nstages;
+    sb_exec_mode mode;
+    uint64_t budget, target;
+    uint64_t max_retries, max_errored;
+    op *ops;
+    size_t nops;
+    const char *pools[2];
+    size_t npools;
+    char **splits;
+    uint64_t *split_bytes;
+    size_t nsplits;
+    task *tasks;
+    size_t ntasks, captasks;
+    part *parts;
+    size_t nparts, capparts;
+    worker *workers;
+    size_t nworkers, capworkers;
+    sb_strmap part_ids, task_ids, worker_ids;
+    uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
+    uint64_t tasks_run, tasks_rerun, partitions_recovered, running_total, errored_total;
+    sb_sched_output *sink;
+    size_t nsink, capsink;
+    uint64_t sink_rows, sink_bytes;
+    sb_sched_state state;
+    char *failure;
+    uint64_t last_progress_ms;
+    /* assignment scratch */
+    sb_sched_input *in_scratch;
+    size_t in_scratch_cap;
+    int oom;
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *n = realloc(*arr, ncap * elem);
+    if (n == NULL)
+        return -1;
+    *arr = n;
+    *cap = ncap;
+    return 0;
+}
+
+#define GROW(s, arr, cap, need)                                                                    \
+    (grow((void **)&(arr), &(cap), (need), sizeof *(arr)) == 0 ? 0 : ((s)->oom = 1, -1))
+
+static void set_failure(sb_sched *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_failure(sb_sched *s, const char *fmt, ...)
+{
+    if (s->state == SB_SCHED_FAILED)
+        return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    s->failure = strdup(buf);
+    s->state = SB_SCHED_FAILED;
+}
+
+static void add_release(sb_sched *s, size_t w, const char *id)
+{
+    if (w == NONE)
+        return;
+    worker *wk = &s->workers[w];
+    if (GROW(s, wk->releases, wk->caprel, wk->nrel + 1) != 0)
+        return;
+    wk->releases[wk->nrel] = strdup(id);
+    if (wk->releases[wk->nrel] == NULL) {
+        s->oom = 1;
+        return;
+    }
+    wk->nrel++;
+}
+
+static void part_drop_bytes(sb_sched *s, part *p)
+{
+    if (p->state == P_AVAILABLE)
+        s->partition_bytes -= p->bytes;
+}
+
+/* The partition will not be read again: free it where it lives. */
+static void part_release(sb_sched *s, size_t pi)
+{
+    part *p = &s->parts[pi];
+    if (p->state == P_RELEASED)
+        return;
+    part_drop_bytes(s, p);
+    if (p->state == P_AVAILABLE)
+        add_release(s, p->worker, p->id);
+    p->state = P_RELEASED;
+    p->worker = NONE;
+}
+
+static int queue_push(sb_sched *s, op *o, size_t t)
+{
+    if (o->qhead > 0 && o->qhead + o->qlen == o->qcap) { /* compact */
+        memmove(o->queue, o->queue + o->qhead, o->qlen * sizeof *o->queue);
+        o->qhead = 0;
+    }
+    if (GROW(s, o->queue, o->qcap, o->qhead + o->qlen + 1) != 0)
+        return -1;
+    o->queue[o->qhead + o->qlen++] = t;
+    s->tasks[t].queued = 1;
+    s->tasks[t].state = T_QUEUED;
+    return 0;
+}
+
+static int fifo_push(sb_sched *s, op *o, size_t pi)
+{
+    if (o->fhead > 0 && o->fhead + o->flen == o->fcap) {
+        memmove(o->fifo, o->fifo + o->fhead, o->flen * sizeof *o->fifo);
+        o->fhead = 0;
+    }
+    if (GROW(s, o->fifo, o->fcap, o->fhead + o->flen + 1) != 0)
+        return -1;
+    o->fifo[o->fhead + o->flen++] = pi;
+    o->fifo_bytes += s->parts[pi].bytes;
+    return 0;
+}
+
+static size_t task_new(sb_sched *s, uint32_t opi, uint64_t index)
+{
+    if (GROW(s, s->tasks, s->captasks, s->ntasks + 1) != 0)
+        return NONE;
+    task *t = &s->tasks[s->ntasks];
+    memset(t, 0, sizeof *t);
+    t->op = opi;
+    t->index = index;
+    t->worker = NONE;
+    t->split = NONE;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s/s%u-t%" PRIu64, s->pipeline_id, opi, index);
+    t->task_id = strdup(buf);
+    if (t->task_id == NULL || sb_strmap_put(&s->task_ids, buf, s->ntasks) != 0) {
+        free(t->task_id);
+        s->oom = 1;
+        return NONE;
+    }
+    s->ops[opi].tasks_total++;
+    return s->ntasks++;
+}
+
+/* ---- plan ----------------------------------------------------------------------------------- */
+
+static const char *pool_of(const sb_stage_spec *st)
+{
+    return sb_stage_pool(st);
+}
+
+sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits, size_t nsplits,
+                       sb_err *err)
+{
+    const sb_pipeline *p = cfg->pipeline;
+    if (p == NULL || p->spec.nstages == 0) {
+        sb_err_set(err, "scheduler: the pipeline has no stages");
+        return NULL;
+    }
+    sb_sched *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        goto oom;
+    s->pipeline_id = strdup(cfg->pipeline_id ? cfg->pipeline_id : "pipeline");
+    s->nstages = p->spec.nstages;
+    s->stages = calloc(s->nstages, sizeof *s->stages);
+    s->stage_ptrs = calloc(s->nstages, sizeof *s->stage_ptrs);
+    if (s->pipeline_id == NULL || s->stages == NULL || s->stage_ptrs == NULL)
+        goto oom;
+    for (size_t i = 0; i < s->nstages; i++) {
+        const sb_stage_spec *src = &p->spec.stages[i];
+        sb_stage_spec *d = &s->stages[i];
+        *d = *src;
+        d->name = strdup(src->name ? src->name : "");
+        d->op = strdup(src->op ? src->op : "");
+        d->args_json = src->args_json ? strdup(src->args_json) : NULL;
+        if (d->name == NULL || d->op == NULL || (src->args_json && d->args_json == NULL))
+            goto oom;
+        s->stage_ptrs[i] = d;
+    }
+    s->mode = p->spec.execution.mode;
+    s->budget = (uint64_t)p->spec.execution.memory_budget;
+    s->target = (uint64_t)p->spec.source.partition_size;
+    s->max_retries = (uint64_t)p->spec.execution.max_task_retries;
+    s->max_errored = (uint64_t)p->spec.execution.max_errored_partitions;
+    int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
+    s->ops = calloc(s->nstages, sizeof *s->ops);
+    if (s->ops == NULL)
+        goto oom;
+    for (size_t i = 0; i < s->nstages; i++) {
+        const char *pool = pool_of(s->stage_ptrs[i]);
+        if (fuse && s->nops > 0 && strcmp(s->ops[s->nops - 1].pool, pool) == 0) {
+            s->ops[s->nops - 1].nstages++;
+            continue;
+        }
+        op *o = &s->ops[s->nops++];
+        o->first_stage = i;
+        o->nstages = 1;
+        o->pool = pool;
+        o->target = s->target;
+        int known = 0;
+        for (size_t k = 0; k < s->npools; k++)
+            known |= strcmp(s->pools[k], pool) == 0;
+        if (!known)
+            s->pools[s->npools++] = pool;
+    }
+    for (size_t i = 0; i < s->nops; i++) {
+        op *o = &s->ops[i];
+        size_t len = 1;
+        for (size_t k = 0; k < o->nstages; k++)
+            len += strlen(s->stages[o->first_stage + k].name) + 1;
+        o->name = malloc(len);
+        if (o->name == NULL)
+            goto oom;
+        o->name[0] = '\0';
+        for (size_t k = 0; k < o->nstages; k++) {
+            if (k)
+                strcat(o->name, "+");
+            strcat(o->name, s->stages[o->first_stage + k].name);
+        }
+    }
+    s->nsplits = nsplits;
+    s->splits = calloc(nsplits ? nsplits : 1, sizeof *s->splits);
+    s->split_bytes = calloc(nsplits ? nsplits : 1, sizeof *s->split_bytes);
+    if (s->splits == NULL || s->split_bytes == NULL)
+        goto oom;
+    for (size_t i = 0; i < nsplits; i++) {
+        s->splits[i] = strdup(splits[i].split);
+        if (s->splits[i] == NULL)
+            goto oom;
+        s->split_bytes[i] = splits[i].bytes;
+        size_t t = task_new(s, 0, i);
+        if (t == NONE)
+            goto oom;
+        s->tasks[t].split = i;
+        s->tasks[t].in_bytes = splits[i].bytes;
+        if (queue_push(s, &s->ops[0], t) != 0)
+            goto oom;
+    }
+    s->ops[0].next_index = nsplits;
+    s->state = nsplits == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
+    return s;
+oom:
+    sb_err_set(err, "scheduler: out of memory");
+    sb_sched_free(s);
+    return NULL;
+}
+
+void sb_sched_free(sb_sched *s)
+{
+    if (s == NULL)
+        return;
+    for (size_t i = 0; i < s->nstages && s->stages; i++) {
+        free(s->stages[i].name);
+        free(s->stages[i].op);
+        free(s->stages[i].args_json);
+    }
+    free(s->stages);
+    free(s->stage_ptrs);
+    for (size_t i = 0; i < s->nops; i++) {
+        free(s->ops[i].name);
+        free(s->ops[i].queue);
+        free(s->ops[i].fifo);
+    }
+    free(s->ops);
+    for (size_t i = 0; i < s->nsplits && s->splits; i++)
+        free(s->splits[i]);
+    free(s->splits);
+    free(s->split_bytes);
+    for (size_t i = 0; i < s->ntasks; i++) {
+        free(s->tasks[i].inputs);
+        free(s->tasks[i].outputs);
+        free(s->tasks[i].task_id);
+    }
+    free(s->tasks);
+    for (size_t i = 0; i < s->nparts; i++)
+        free(s->parts[i].id);
+    free(s->parts);
+    for (size_t i = 0; i < s->nworkers; i++) {
+        worker *w = &s->workers[i];
+        free(w->id);
+        free(w->address);
+        free(w->pool);
+        free(w->op_slots);
+        free(w->op_running);
+        for (size_t k = 0; k < w->nrel; k++)
+            free(w->releases[k]);
+        free(w->releases);
+    }
+    free(s->workers);
+    for (size_t i = 0; i < s->nsink; i++)
+        free((char *)s->sink[i].id);
+    free(s->sink);
+    sb_strmap_free(&s->part_ids);
+    sb_strmap_free(&s->task_ids);
+    sb_strmap_free(&s->worker_ids);
+    free(s->failure);
+    free(s->in_scratch);
+    free(s->pipeline_id);
+    free(s);
+}
+
+size_t sb_sched_op_count(const sb_sched *s)
+{
+    return s->nops;
+}
+
+const char *const *sb_sched_pools(const sb_sched *s, size_t *n)
+{
+    *n = s->npools;
+    return s->pools;
+}
+
+/* ---- workers -------------------------------------------------------------------------------- */
+
+static size_t worker_find(const sb_sched *s, const char *id)
+{
+    size_t w;
+    return sb_strmap_get(&s->worker_ids, id, &w) ? w : NONE;
+}
+
+int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
+                        uint32_t slots, const sb_sched_output *held, size_t nheld, uint64_t now_ms,
+                        sb_err *err)
+{
+    if (id == NULL || *id == '\0' || pool == NULL || address == NULL || slots == 0)
+        return sb_err_set(err, "scheduler: a worker needs an id, a pool, an address and slots");
+    size_t w = worker_find(s, id);
+    if (w != NONE && s->workers[w].alive)
+        sb_sched_worker_lost(s, id, now_ms); /* a restarted worker with the same id */
+    if (w == NONE) {
+        if (GROW(s, s->workers, s->capworkers, s->nworkers + 1) != 0)
+            return sb_err_set(err, "scheduler: out of memory");
+        w = s->nworkers++;
+        memset(&s->workers[w], 0, sizeof s->workers[w]);
+        if (sb_strmap_put(&s->worker_ids, id, w) != 0)
+            return sb_err_set(err, "scheduler: out of memory");
+    }
+    worker *wk = &s->workers[w];
+    free(wk->id);
+    free(wk->pool);
+    free(wk->address);
+    free(wk->op_slots);
+    free(wk->op_running);
+    wk->id = strdup(id);
+    wk->pool = strdup(pool);
+    wk->address = strdup(address);
+    wk->op_slots = calloc(s->nops, sizeof *wk->op_slots);
+    wk->op_running = calloc(s->nops, sizeof *wk->op_running);
+    if (!wk->id || !wk->pool || !wk->address || !wk->op_slots || !wk->op_running)
+        return sb_err_set(err, "scheduler: out of memory");
+    wk->slots = slots;
+    wk->running = 0;
+    wk->alive = 1;
+    if (s->mode == SB_MODE_STATIC) { /* bind slots to this pool's ops, round robin */
+        size_t pool_ops[64], n = 0;
+        for (size_t i = 0; i < s->nops && n < 64; i++)
+            if (strcmp(s->ops[i].pool, pool) == 0)
+                pool_ops[n++] = i;
+        for (uint32_t k = 0; k < slots && n > 0; k++)
+            wk->op_slots[pool_ops[(k + w) % n]]++;
+    }
+    for (size_t i = 0; i < nheld; i++) {
+        size_t pi;
+        if (!sb_strmap_get(&s->part_ids, held[i].id, &pi) || s->parts[pi].state == P_RELEASED ||
+            s->parts[pi].state == P_AVAILABLE) {
+            add_release(s, w, held[i].id); /* not needed (or held elsewhere) */
+            continue;
+        }
+        part *p = &s->parts[pi]; /* lost, and this worker still has it */
+        p->state = P_AVAILABLE;
+        p->worker = w;
+        s->partition_bytes += p->bytes;
+    }
+    s->last_progress_ms = now_ms;
+    return 0;
+}
+
+/* Makes partition pi available again: re-queues its producer, and recursively the producers of
+ * that task's inputs that are gone. */
+static void recover_partition(sb_sched *s, size_t pi, int depth);
+
+static void requeue_task(sb_sched *s, size_t ti, int rerun)
+{
+    task *t = &s->tasks[ti];
+    if (t->state == T_QUEUED || t->state == T_SKIPPED)
+        return;
+    if (t->state == T_RUNNING) {
+        worker *w = &s->workers[t->worker];
+        w->running--;
+        if (w->op_running)
+            w->op_running[t->op]--;
+        s->ops[t->op].running--;
+        s->running_total--;
+        s->reserved_bytes -= t->reserved;
+        t->reserved = 0;
+    } else if (t->state == T_DONE) {
+        s->ops[t->op].done--;
+        s->ops[t->op].recovered++;
+    }
+    t->worker = NONE;
+    t->attempt++;
+    if (rerun)
+        s->tasks_rerun++;
+    queue_push(s, &s->ops[t->op], ti);
+    for (size_t i = 0; i < t->ninputs; i++) {
+        part *in = &s->parts[t->inputs[i]];
+        if (in->state != P_AVAILABLE)
+            recover_partition(s, t->inputs[i], 0);
+    }
+}
+
+static void recover_partition(sb_sched *s, size_t pi, int depth)
+{
+    part *p = &s->parts[pi];
+    if (p->state == P_AVAILABLE || depth > 1000)
+        return;
+    p->state = P_LOST; /* also when it was released: it is needed again */
+    p->worker = NONE;
+    task *prod = &s->tasks[p->producer];
+    if (prod->state == T_DONE) {
+        s->partitions_recovered++;
+        requeue_task(s, p->producer, 1);
+    }
+}
+
+void sb_sched_worker_lost(sb_sched *s, const char *id, uint64_t now_ms)
+{
+    size_t w = worker_find(s, id);
+    if (w == NONE || !s->workers[w].alive)
+        return;
+    worker *wk = &s->workers[w];
+    wk->alive = 0;
+    for (size_t k = 0; k < wk->nrel; k++)
+        free(wk->releases[k]);
+    wk->nrel = 0;
+    /* 1. partitions that lived there */
+    for (size_t pi = 0; pi < s->nparts; pi++) {
+        part *p = &s->parts[pi];
+        if (p->worker != w || p->state != P_AVAILABLE)
+            continue;
+        part_drop_bytes(s, p);
+        p->state = P_LOST;
+        p->worker = NONE;
+    }
+    /* 2. tasks running there go back to their queue */
+    for (size_t ti = 0; ti < s->ntasks; ti++)
+        if (s->tasks[ti].state == T_RUNNING && s->tasks[ti].worker == w)
+            requeue_task(s, ti, 1);
+    /* 3. lost partitions that are still needed get re-produced */
+    for (size_t pi = 0; pi < s->nparts; pi++) {
+        part *p = &s->parts[pi];
+        if (p->state != P_LOST)
+            continue;
+        size_t c = p->consumer;
+        if (c == NONE || s->tasks[c].state == T_QUEUED || s->tasks[c].state == T_RUNNING)
+            recover_partition(s, pi, 0);
+    }
+    s->last_progress_ms = now_ms;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+static int op_finished(const sb_sched *s, size_t i)
+{
+    for (size_t k = 0; k <= i; k++) {
+        const op *o = &s->ops[k];
+        if (o->qlen > 0 || o->running > 0 || o->flen > 0)
+            return 0;
+    }
+    return 1;
+}
+
+static int inputs_available(const sb_sched *s, const task *t)
+{
+    for (size_t i = 0; i < t->ninputs; i++)
+        if (s->parts[t->inputs[i]].state != P_AVAILABLE)
+            return 0;
+    return 1;
+}
+
+static uint64_t estimate(const sb_sched *s, const op *o, uint64_t in_bytes, size_t opi)
+{
+    if (opi == s->nops - 1)
+        return 0; /* writes the sink: nothing stays in flight */
+    double r = o->ratio > 0 ? o->ratio : 1.0;
+    double e = r * (double)in_bytes;
+    return e > 0 ? (uint64_t)e : 0;
+}
+
+/* Forms a new task for op i > 0 from its input FIFO, or returns NONE. */
+static size_t form_task(sb_sched *s, size_t i, int force)
+{
+    op *o = &s->ops[i];
+    if (o->flen == 0)
+        return NONE;
+    uint64_t sum = 0;
+    size_t n = 0;
+    while (n < o->flen) {
+        part *p = &s->parts[o->fifo[o->fhead + n]];
+        if (p->state != P_AVAILABLE || (n > 0 && sum + p->bytes > o->target))
+            break;
+        sum += p->bytes;
+        n++;
+        if (sum >= o->target)
+            break;
+    }
+    if (n == 0)
+        return NONE;
+    /* wait for more small partitions while upstream is still producing */
+    if (!force && sum < o->target / 2 && n == o->flen && !op_finished(s, i - 1))
+        return NONE;
+    size_t ti = task_new(s, (uint32_t)i, o->next_index);
+    if (ti == NONE)
+        return NONE;
+    o->next_index++;
+    task *t = &s->tasks[ti];
+    t->inputs = malloc(n * sizeof *t->inputs);
+    if (t->inputs == NULL) {
+        s->oom = 1;
+        return NONE;
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t pi = o->fifo[o->fhead + k];
+        t->inputs[k] = pi;
+        s->parts[pi].consumer = ti;
+        t->in_bytes += s->parts[pi].bytes;
+        t->in_rows += s->parts[pi].rows;
+    }
+    t->ninputs = n;
+    o->fhead += n;
+    o->flen -= n;
+    o->fifo_bytes -= sum;
+    queue_push(s, o, ti);
+    return ti;
+}
+
+/* The first runnable queued task of op i (removed from the queue), or NONE. */
+static size_t pop_ready(sb_sched *s, size_t i)
+{
+    op *o = &s->ops[i];
+    for (size_t k = 0; k < o->qlen; k++) {
+        size_t ti = o->queue[o->qhead + k];
+        if (!inputs_available(s, &s->tasks[ti]))
+            continue;
+        memmove(o->queue + o->qhead + k, o->queue + o->qhead + k + 1,
+                (o->qlen - k - 1) * sizeof *o->queue);
+        o->qlen--;
+        s->tasks[ti].queued = 0;
+        return ti;
+    }
+    return NONE;
+}
+
+static size_t peek_ready(sb_sched *s, size_t i, uint64_t *in_bytes)
+{
+    op *o = &s->ops[i];
+    for (size_t k = 0; k < o->qlen; k++) {
+        size_t ti = o->queue[o->qhead + k];
+        if (inputs_available(s, &s->tasks[ti])) {
+            *in_bytes = s->tasks[ti].in_bytes;
+            return ti;
+        }
+    }
+    return NONE;
+}
+
+static int op_eligible(sb_sched *s, const worker *wk, size_t i)
+{
+    const op *o = &s->ops[i];
+    if (strcmp(o->pool, wk->pool) != 0)
+        return 0;
+    if (s->mode == SB_MODE_STAGED && i > 0 && !op_finished(s, i - 1))
+        return 0;
+    if (s->mode == SB_MODE_STATIC && wk->op_running[i] >= wk->op_slots[i])
+        return 0;
+    if (o->ratio == 0 && o->running > 0 && i + 1 < s->nops && s->mode == SB_MODE_STREAMING)
+        return 0; /* ratio unknown: one task at a time until measured */
+    return 1;
+}
+
+static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    worker *wk = &s->workers[w];
+    t->state = T_RUNNING;
+    t->worker = w;
+    t->reserved = estimate(s, o, t->in_bytes, t->op);
+    s->reserved_bytes += t->reserved;
+    wk->running++;
+    wk->op_running[t->op]++;
+    o->running++;
+    s->running_total++;
+    s->tasks_run++;
+    s->last_progress_ms = now_ms;
+}
+
+static void fill_task_view(sb_sched *s, size_t ti, sb_sched_task *out, size_t *scratch_used)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    out->task_id = t->task_id;
+    out->op = t->op;
+    out->index = t->index;
+    out->attempt = t->attempt;
+    out->stages = s->stage_ptrs + o->first_stage;
+    out->nstages = o->nstages;
+    out->split = t->split != NONE ? s->splits[t->split] : NULL;
+    out->writes_sink = t->op == s->nops - 1;
+    out->target_bytes = o->target;
+    out->ninputs = t->ninputs;
+    out->inputs = NULL;
+    if (t->ninputs > 0) {
+        sb_sched_input *in = s->in_scratch + *scratch_used;
+        for (size_t k = 0; k < t->ninputs; k++) {
+            part *p = &s->parts[t->inputs[k]];
+            in[k].id = p->id;
+            in[k].bytes = p->bytes;
+            in[k].worker_id = s->workers[p->worker].id;
+            in[k].address = s->workers[p->worker].address;
+        }
+        out->inputs = in;
+        *scratch_used += t->ninputs;
+    }
+}
+
+/* Whether some op after the first has input to work on and a live worker to run it: then
+ * that work must run first (it consumes partitions), and nothing is forced past the budget. */
+static int downstream_work(const sb_sched *s)
+{
+    for (size_t i = 1; i < s->nops; i++) {
+        const op *o = &s->ops[i];
+        if (o->qlen == 0 && o->flen == 0)
+            continue;
+        for (size_t w = 0; w < s->nworkers; w++)
+            if (s->workers[w].alive && strcmp(s->workers[w].pool, o->pool) == 0)
+                return 1;
+    }
+    return 0;
+}
+
+size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t now_ms,
+                       sb_sched_task *out)
+{
+    size_t w = worker_find(s, worker_id);
+    if (w == NONE || !s->workers[w].alive || s->state != SB_SCHED_RUNNING)
+        return 0;
+    worker *wk = &s->workers[w];
+    size_t got = 0;
+    size_t chosen[256];
+    if (max > 256)
+        max = 256;
+    while (got < max && wk->running < wk->slots) {
+        size_t pick = NONE;
+        uint64_t in_flight = s->partition_bytes + s->reserved_bytes;
+        for (size_t pass = 0; pass < 2 && pick == NONE; pass++) {
+            /* pass 0: within budget; pass 1: nothing runs anywhere, take the most downstream */
+            if (pass == 1 && (s->running_total > 0 || downstream_work(s)))
+                break;
+            for (size_t k = s->nops; k-- > 0 && pick == NONE;) {
+                if (!op_eligible(s, wk, k))
+                    continue;
+                uint64_t in_bytes = 0;
+                size_t ti = peek_ready(s, k, &in_bytes);
+                if (ti == NONE && k > 0)
+                    ti = form_task(
+                        s, k, pass == 1 || s->mode != SB_MODE_STREAMING || s->running_total == 0);
+                if (ti == NONE)
+                    continue;
+                in_bytes = s->tasks[ti].in_bytes;
+                uint64_t est = estimate(s, &s->ops[k], in_bytes, k);
+                if (pass == 0 && s->mode != SB_MODE_STAGED && in_flight + est > s->budget)
+                    continue;
+                pick = k;
+            }
+        }
+        if (pick == NONE)
+            break;
+        size_t ti = pop_ready(s, pick);
+        if (ti == NONE)
+            break;
+        start_task(s, ti, w, now_ms);
+        chosen[got++] = ti;
+    }
+    size_t need = 0;
+    for (size_t i = 0; i < got; i++)
+        need += s->tasks[chosen[i]].ninputs;
+    if (GROW(s, s->in_scratch, s->in_scratch_cap, need + 1) != 0) {
+        for (size_t i = 0; i < got; i++)
+            requeue_task(s, chosen[i], 0);
+        return 0;
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < got; i++)
+        fill_task_view(s, chosen[i], &out[i], &used);
+    return got;
+}
+
+/* ---- completion ----------------------------------------------------------------------------- */
+
+static void task_stop_running(sb_sched *s, task *t)
+{
+    worker *wk = &s->workers[t->worker];
+    wk->running--;
+    wk->op_running[t->op]--;
+    s->ops[t->op].running--;
+    s->running_total--;
+    s->reserved_bytes -= t->reserved;
+    t->reserved = 0;
+}
+
+static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_output *outs,
+                          size_t nouts, sb_err *err)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    int last = t->op == s->nops - 1;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nouts; i++) {
+        bytes += outs[i].bytes;
+        o->rows_out += outs[i].rows;
+        o->bytes_out += outs[i].bytes;
+        if (last) {
+            int seen = 0;
+            for (size_t k = 0; k < s->nsink && !seen; k++)
+                seen = strcmp(s->sink[k].id, outs[i].id) == 0;
+            if (seen)
+                continue; /* a re-run rewrote the same part */
+            if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0)
+                return sb_err_set(err, "scheduler: out of memory");
+            s->sink[s->nsink].id = strdup(outs[i].id);
+            s->sink[s->nsink].bytes = outs[i].bytes;
+            s->sink[s->nsink].rows = outs[i].rows;
+            s->nsink++;
+            s->sink_rows += outs[i].rows;
+            s->sink_bytes += outs[i].bytes;
+            continue;
+        }
+        size_t pi;
+        if (sb_strmap_get(&s->part_ids, outs[i].id, &pi)) { /* re-produced */
+            part *p = &s->parts[pi];
+            if (p->state == P_AVAILABLE) { /* already available elsewhere */
+                add_release(s, w, outs[i].id);
+                continue;
+            }
+            int needed = p->state == P_LOST &&
+                         (p->consumer == NONE || s->tasks[p->consumer].state == T_QUEUED ||
+                          s->tasks[p->consumer].state == T_RUNNING);
+            if (!needed) {
+                add_release(s, w, outs[i].id);
+                continue;
+            }
+            p->state = P_AVAILABLE;
+            p->worker = w;
+            p->bytes = outs[i].bytes;
+            p->rows = outs[i].rows;
+            s->partition_bytes += p->bytes;
+        } else {
+            if (GROW(s, s->parts, s->capparts, s->nparts + 1) != 0)
+                return sb_err_set(err, "scheduler: out of memory");
+            pi = s->nparts;
+            part *p = &s->parts[pi];
+            memset(p, 0, sizeof *p);
+            p->id = strdup(outs[i].id);
+            if (p->id == NULL || sb_strmap_put(&s->part_ids, outs[i].id, pi) != 0)
+                return sb_err_set(err, "scheduler: out of memory");
+            s->nparts++;
+            p->producer = ti;
+            p->worker = w;
+            p->bytes = outs[i].bytes;
+            p->rows = outs[i].rows;
+            p->consumer = NONE;
+            p->state = P_AVAILABLE;
+            s->partition_bytes += p->bytes;
+            if (fifo_push(s, &s->ops[t->op + 1], pi) != 0)
+                return sb_err_set(err, "scheduler: out of memory");
+        }
+        if (GROW(s, t->outputs, t->capout, t->nout + 1) != 0)
+            return sb_err_set(err, "scheduler: out of memory");
+        t->outputs[t->nout++] = pi;
+        if (outs[i].bytes > s->max_partition_bytes)
+            s->max_partition_bytes = outs[i].bytes;
+    }
+    if (s->partition_bytes > s->peak_partition_bytes)
+        s->peak_partition_bytes = s->partition_bytes;
+    if (!last && t->in_bytes > 0) {
+        double r = (double)bytes / (double)t->in_bytes;
+        if (r > o->ratio)
+            o->ratio = r;
+        if (o->ratio == 0)
+            o->ratio = 1e-9; /* measured: it produces (almost) nothing */
+    } else if (!last && o->ratio == 0) {
+        o->ratio = 1e-9;
+    }
+    return 0;
+}
+
+static void consume_inputs(sb_sched *s, task *t)
+{
+    for (size_t i = 0; i < t->ninputs; i++)
+        part_release(s, t->inputs[i]);
+}
+
+static void check_finished(sb_sched *s)
+{
+    if (s->state == SB_SCHED_RUNNING && op_finished(s, s->nops - 1))
+        s->state = SB_SCHED_SUCCEEDED;
+}
+
+int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                      sb_sched_status status, const char *message, const sb_sched_output *outs,
+                      size_t nouts, const char *const *lost, size_t nlost, double wall_seconds,
+                      uint64_t now_ms, sb_err *err)
+{
+    size_t w = worker_find(s, worker_id ? worker_id : "");
+    size_t ti;
+    if (w == NONE)
+        return sb_err_set(err, "scheduler: completion from unknown worker \"%s\"",
+                          worker_id ? worker_id : "");
+    if (!sb_strmap_get(&s->task_ids, task_id ? task_id : "", &ti) ||
+        s->tasks[ti].attempt != attempt || s->tasks[ti].state != T_RUNNING ||
+        s->tasks[ti].worker != w) {
+        for (size_t i = 0; i < nouts; i++) /* stale: the worker drops what it made */
+            add_release(s, w, outs[i].id);
+        return 0;
+    }
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    s->last_progress_ms = now_ms;
+    if (status == SB_SCHED_INPUT_LOST) {
+        for (size_t i = 0; i < nlost; i++) {
+            size_t pi;
+            if (!sb_strmap_get(&s->part_ids, lost[i], &pi) || s->parts[pi].state != P_AVAILABLE)
+                continue;
+            part_drop_bytes(s, &s->parts[pi]);
+            s->parts[pi].state = P_LOST;
+            s->parts[pi].worker = NONE;
+        }
+        for (size_t i = 0; i < nouts; i++) /* partial outputs are dropped */
+            add_release(s, w, outs[i].id);
+        requeue_task(s, ti, 1); /* re-queues the producers of the lost inputs too */
+        return 1;
+    }
+    if (status == SB_SCHED_ERROR) {
+        for (size_t i = 0; i < nouts; i++)
+            add_release(s, w, outs[i].id);
+        if (t->retries < s->max_retries) {
+            t->retries++;
+            o->retries++;
+            requeue_task(s, ti, 0);
+            return 1;
+        }
+        task_stop_running(s, t);
+        t->state = T_SKIPPED;
+        o->errored++;
+        s->errored_total += t->ninputs > 0 ? t->ninputs : 1;
+        char what[256];
+        if (t->split != NONE)
+            snprintf(what, sizeof what, "split %.200s", s->splits[t->split]);
+        else if (t->ninputs > 0)
+            snprintf(what, sizeof what, "input partition %s%s", s->parts[t->inputs[0]].id,
+                     t->ninputs > 1 ? " (and more)" : "");
+        else
+            snprintf(what, sizeof what, "no input");
+        if (s->errored_total > s->max_errored)
+            set_failure(s,
+                        "stage %s failed: task %s (%s) failed %u time%s, last error: %s "
+                        "(%" PRIu64 " errored partition%s, maxErroredPartitions is %" PRIu64 ")",
+                        o->name, t->task_id, what, t->retries + 1, t->retries ? "s" : "",
+                        message && *message ? message : "(no message)", s->errored_total,
+                        s->errored_total == 1 ? "" : "s", s->max_errored);
+        consume_inputs(s, t);
+        check_finished(s);
+        return 1;
+    }
+    task_stop_running(s, t);
+    o->task_seconds += wall_seconds;
+    o->rows_in += t->in_rows;
+    o->bytes_in += t->in_bytes;
+    if (record_outputs(s, ti, w, outs, nouts, err) != 0)
+        return -1;
+    t->state = T_DONE;
+    o->done++;
+    consume_inputs(s, t);
+    check_finished(s);
+    return 1;
+}
+
+size_t sb_sched_take_releases(sb_sched *s, const char *worker_id, char ***ids)
+{
+    size_t w = worker_find(s, worker_id);
+    *ids = NULL;
+    if (w == NONE || s->workers[w].nrel == 0)
+        return 0;
+    worker *wk = &s->workers[w];
+    size_t n = wk->nrel;
+    *ids = wk->releases;
+    wk->releases = NULL;
+    wk->nrel = wk->caprel = 0;
+    return n;
+}
+
+sb_sched_state sb_sched_state_get(const sb_sched *s, const char **failure)
+{
+    if (failure != NULL)
+        *failure = s->failure;
+    return s->state;
+}
+
+void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->budget = s->budget;
+    out->partition_bytes = s->partition_bytes;
+    out->in_flight_bytes = s->partition_bytes + s->reserved_bytes;
+    out->peak_partition_bytes = s->peak_partition_bytes;
+    out->max_partition_bytes = s->max_partition_bytes;
+    out->tasks_run = s->tasks_run;
+    out->tasks_rerun = s->tasks_rerun;
+    out->partitions_recovered = s->partitions_recovered;
+    out->sink_parts = s->nsink;
+    out->sink_rows = s->sink_rows;
+    out->sink_bytes = s->sink_bytes;
+    for (size_t i = 0; i < s->nworkers; i++)
+        out->workers += s->workers[i].alive;
+}
+
+void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (i >= s->nops)
+        return;
+    const op *o = &s->ops[i];
+    out->name = o->name;
+    out->pool = o->pool;
+    out->tasks_total = o->tasks_total;
+    out->tasks_done = o->done;
+    out->tasks_running = o->running;
+    out->tasks_queued = o->qlen;
+    out->retries = o->retries;
+    out->recovered = o->recovered;
+    out->errored = o->errored;
+    out->rows_in = o->rows_in;
+    out->bytes_in = o->bytes_in;
+    out->rows_out = o->rows_out;
+    out->bytes_out = o->bytes_out;
+    out->queued_input_bytes = o->fifo_bytes;
+    out->task_seconds = o->task_seconds;
+}
+
+const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n)
+{
+    *n = s->nsink;
+    return s->sink;
+}
+
+int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char *buf, size_t len)
+{
+    if (s->state != SB_SCHED_RUNNING || now_ms < s->last_progress_ms + stall_ms)
+        return 0;
+    size_t o = (size_t)snprintf(
+        buf, len, "no progress for %" PRIu64 " s:", (now_ms - s->last_progress_ms) / 1000);
+    for (size_t i = 0; i < s->nops && o < len; i++) {
+        const op *op_ = &s->ops[i];
+        if (op_->qlen == 0 && op_->running == 0 && op_->flen == 0)
+            continue;
+        const char *why;
+        size_t alive = 0, free_slots = 0;
+        for (size_t w = 0; w < s->nworkers; w++) {
+            const worker *wk = &s->workers[w];
+            if (!wk->alive || strcmp(wk->pool, op_->pool) != 0)
+                continue;
+            alive++;
+            free_slots += wk->slots - wk->running;
+        }
+        int lost_inputs = 0;
+        for (size_t k = 0; k < op_->qlen && !lost_inputs; k++)
+            lost_inputs = !inputs_available(s, &s->tasks[op_->queue[op_->qhead + k]]);
+        if (alive == 0)
+            why = "no worker in its pool";
+        else if (op_->running > 0)
+            why = "tasks running without finishing (slow op, or waiting on a fetch)";
+        else if (lost_inputs)
+            why = "inputs lost, waiting for them to be recomputed";
+        else if (free_slots == 0)
+            why = "no free slot in its pool";
+        else if (s->partition_bytes + s->reserved_bytes >= s->budget)
+            why = "memory budget full";
+        else
+            why = "waiting for upstream output";
+        o += (size_t)snprintf(buf + o, len - o,
+                              " stage %s (%s pool): %zu queued, %" PRIu64 " running, %zu input "
+                              "partitions waiting — %s;",
+                              op_->name, op_->pool, op_->qlen, op_->running, op_->flen, why);
+    }
+    if (o < len)
+        snprintf(buf + o, len - o, " in flight %" PRIu64 " of %" PRIu64 " bytes",
+                 s->partition_bytes + s->reserved_bytes, s->budget);
+    return 1;
+}

@@ -1,0 +1,161 @@
+/* sched.h — the streaming-batch scheduler core: the plan, the lineage table, dispatch under a
+ * memory budget, retries, and recovery by lineage. It decides; it does no I/O.
+ *
+ * The controller (embedded in `streambatch run`, or the operator) feeds it events — workers
+ * joining and leaving, workers asking for tasks, tasks completing — and carries out what it
+ * returns: tasks to send, partitions to release. Time is passed in (now_ms), so the core is
+ * deterministic and tested without processes. Not thread-safe: the controller serialises calls.
+ *
+ * Plan. Stages become operators ("ops"); in streaming mode adjacent stages of the same pool
+ * (cpu or gpu) are fused into one op, whose tasks run the stages back to back with no transfer.
+ * Op 0 also reads the source (one task per split); the last op also writes the sink. An op's
+ * task reads input partitions of the previous op (coalesced up to the target partition size)
+ * and yields output partitions "s<op>-t<task>-p<seq>" — the same ids when a task is re-run.
+ *
+ * Dispatch. A worker of a pool asks for up to N tasks; eligible ops of that pool are tried
+ * downstream first (drain the pipeline before admitting more input). A task is admitted when
+ * the bytes in flight (partitions held by workers and not yet consumed, plus the estimated
+ * output of running tasks) plus its estimated output fit the memory budget; when nothing is
+ * running at all, one task is admitted regardless, so the pipeline cannot deadlock on a full
+ * budget. An op whose output/input ratio is not yet measured runs one task at a time until it
+ * is; estimates then use the largest ratio seen. So the bytes of partitions in flight stay
+ * within budget + one partition. Modes: `staged` runs an op only after the previous one
+ * finished (no budget: the stores spill); `static` binds each worker slot to one op up front.
+ *
+ * Recovery. When a worker is lost, its running tasks are re-queued, and every partition that
+ * lived only there and is still needed is re-produced by re-running its producer task —
+ * recursively up the lineage when that task's own inputs were already released (source tasks
+ * re-read their split). Nothing else re-runs. Op errors are retried up to maxTaskRetries; then
+ * the task's inputs count as errored partitions, and more than maxErroredPartitions fails the
+ * pipeline with a message naming the stage, the task, its input and the op's error.
+ *
+ * Memory: the scheduler owns everything it allocates; views it returns (tasks, stats) stay
+ * valid until the next call that changes it. Strings passed in are copied.
+ */
+#ifndef SB_SCHED_SCHED_H
+#define SB_SCHED_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "spec/pipeline.h"
+
+typedef struct sb_sched sb_sched;
+
+typedef struct sb_sched_split {
+    const char *split; /* opaque to the scheduler (worker/io encodes it) */
+    uint64_t bytes;
+} sb_sched_split;
+
+typedef struct sb_sched_config {
+    const sb_pipeline *pipeline; /* read during sb_sched_new() only */
+    const char *pipeline_id;     /* prefix of task ids, e.g. "default/wordcount" */
+    int no_fusion;               /* 1: one op per stage even in streaming mode */
+} sb_sched_config;
+
+/* A partition a task reads. */
+typedef struct sb_sched_input {
+    const char *id;
+    const char *address; /* Data service of the worker that holds it */
+    const char *worker_id;
+    uint64_t bytes;
+} sb_sched_input;
+
+/* A task to run (a view, valid until the next mutating call). */
+typedef struct sb_sched_task {
+    const char *task_id; /* "<pipeline_id>/s<op>-t<index>" */
+    uint32_t op;
+    uint64_t index;
+    uint32_t attempt;
+    const sb_stage_spec *const *stages; /* the fused stages, in order */
+    size_t nstages;
+    const sb_sched_input *inputs;
+    size_t ninputs;
+    const char *split; /* op 0: the split to read, else NULL */
+    int writes_sink;   /* last op: outputs go to the sink */
+    uint64_t target_bytes;
+} sb_sched_task;
+
+typedef struct sb_sched_output {
+    const char *id;
+    uint64_t bytes, rows;
+} sb_sched_output;
+
+typedef enum {
+    SB_SCHED_OK,
+    SB_SCHED_ERROR,      /* the op failed: retried up to maxTaskRetries */
+    SB_SCHED_INPUT_LOST, /* an input could not be fetched: recovered, then re-run */
+} sb_sched_status;
+
+typedef enum { SB_SCHED_RUNNING, SB_SCHED_SUCCEEDED, SB_SCHED_FAILED } sb_sched_state;
+
+typedef struct sb_sched_op_stats {
+    const char *name; /* stage names joined with '+' */
+    const char *pool;
+    uint64_t tasks_total, tasks_done, tasks_running, tasks_queued;
+    uint64_t retries, recovered, errored;
+    uint64_t rows_in, bytes_in, rows_out, bytes_out;
+    uint64_t queued_input_bytes; /* produced upstream, not yet in a task */
+    double task_seconds;         /* sum of completed task wall times reported */
+} sb_sched_op_stats;
+
+typedef struct sb_sched_stats {
+    uint64_t budget;
+    uint64_t in_flight_bytes;      /* partitions held for consumers + running estimates */
+    uint64_t partition_bytes;      /* partitions held for consumers (actual bytes) */
+    uint64_t peak_partition_bytes; /* highest partition_bytes seen */
+    uint64_t max_partition_bytes;  /* largest partition produced */
+    uint64_t tasks_run;            /* task attempts started */
+    uint64_t tasks_rerun;          /* attempts caused by lost workers or lost inputs */
+    uint64_t partitions_recovered;
+    uint64_t sink_parts, sink_rows, sink_bytes;
+    size_t workers;
+} sb_sched_stats;
+
+sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits, size_t nsplits,
+                       sb_err *err);
+void sb_sched_free(sb_sched *s);
+
+size_t sb_sched_op_count(const sb_sched *s);
+/* Pools that have ops ("cpu", "gpu"); *n set. */
+const char *const *sb_sched_pools(const sb_sched *s, size_t *n);
+
+/* A worker joined (or re-registered with `held` partitions it still has). */
+int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
+                        uint32_t slots, const sb_sched_output *held, size_t nheld, uint64_t now_ms,
+                        sb_err *err);
+/* A worker is gone (exited, unreachable, missed heartbeats): recovery starts. Unknown ids are
+ * ignored. */
+void sb_sched_worker_lost(sb_sched *s, const char *id, uint64_t now_ms);
+
+/* Up to max tasks for the worker, written to out[]. Returns how many. */
+size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t now_ms,
+                       sb_sched_task *out);
+
+/* A task finished. Returns 1 if accepted, 0 if stale (unknown task, old attempt, or not running
+ * on that worker: the worker should drop its outputs, which are queued for release), -1 with
+ * err on bad input. lost/nlost: with SB_SCHED_INPUT_LOST, the inputs that could not be read. */
+int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                      sb_sched_status status, const char *message, const sb_sched_output *outs,
+                      size_t nouts, const char *const *lost, size_t nlost, double wall_seconds,
+                      uint64_t now_ms, sb_err *err);
+
+/* Partition ids the worker may free now (the list is handed over: the caller frees each string
+ * and the array). */
+size_t sb_sched_take_releases(sb_sched *s, const char *worker_id, char ***ids);
+
+sb_sched_state sb_sched_state_get(const sb_sched *s, const char **failure);
+
+void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out);
+/* Per-op statistics; i < sb_sched_op_count(). */
+void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out);
+
+/* The sink parts committed so far, in partition-id order of completion; *n set. */
+const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n);
+
+/* If nothing progressed for stall_ms, writes which op is stuck and why into buf and returns 1;
+ * else 0. */
+int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,589 @@
+/* The scheduler core, driven by a deterministic simulation: workers with slots poll for tasks,
+ * "run" them for a simulated time, and report outputs whose sizes follow each op's ratio. The
+ * invariants are asserted on the scheduler's own accounting after every event. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "controller/sched/sched.h"
+#include "doc/doc.h"
+#include "spec/pipeline.h"
+
+#define MiB (1024ull * 1024)
+
+typedef struct {
+    sb_doc *doc;
+    sb_pipeline p;
+} spec_holder;
+
+static void load_spec(spec_holder *h, const char *yaml)
+{
+    h->doc = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
+    cr_assert_null(sb_doc_error(h->doc, NULL, NULL));
+    sb_diags d = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(h->doc, 0), &h->p, &d), 0);
+    cr_assert_eq(d.n, 0, "%s: %s", d.n ? d.items[0].path : "", d.n ? d.items[0].msg : "");
+    sb_diags_free(&d);
+}
+
+static void free_spec(spec_holder *h)
+{
+    sb_pipeline_free(&h->p);
+    sb_doc_free(h->doc);
+}
+
+static char *spec_text(const char *stages, const char *execution)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: t}\n"
+             "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 64Mi}\n"
+             "  stages:\n%s  sink: {uri: 'file:///out', format: text}\n  execution: %s\n",
+             stages, execution);
+    return buf;
+}
+
+/* ---- simulation ----------------------------------------------------------------------------- */
+
+#define MAXW 8
+#define MAXRUN 64
+
+typedef struct {
+    char id[64];
+    uint32_t attempt;
+    uint32_t op;
+    uint64_t index;
+    uint64_t in_bytes;
+    uint64_t done_at;
+    int writes_sink;
+} running;
+
+typedef struct {
+    char id[16], pool[8], addr[32];
+    uint32_t slots;
+    int alive;
+    running run[MAXRUN];
+    size_t nrun;
+} simworker;
+
+typedef struct {
+    sb_sched *s;
+    simworker w[MAXW];
+    size_t nw;
+    uint64_t now;
+    double ratio[8];       /* output/input per op */
+    uint64_t ms_per_mb[8]; /* simulated task time per MiB of input */
+    uint64_t target;
+    int fail_op; /* op whose tasks always fail, -1 none */
+    uint64_t max_seen_partition_bytes;
+    uint64_t peak_check_violations;
+    uint64_t op_started_before_upstream_done; /* staged mode check */
+    uint64_t events;
+} sim;
+
+static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t slots)
+{
+    simworker *w = &m->w[m->nw++];
+    memset(w, 0, sizeof *w);
+    snprintf(w->id, sizeof w->id, "%s", id);
+    snprintf(w->pool, sizeof w->pool, "%s", pool);
+    snprintf(w->addr, sizeof w->addr, "127.0.0.1:%zu", 9000 + m->nw);
+    w->slots = slots;
+    w->alive = 1;
+    cr_assert_eq(sb_sched_worker_add(m->s, id, pool, w->addr, slots, NULL, 0, m->now, NULL), 0);
+}
+
+static void check_invariants(sim *m)
+{
+    sb_sched_stats st;
+    sb_sched_get_stats(m->s, &st);
+    uint64_t slack = st.max_partition_bytes ? st.max_partition_bytes : m->target;
+    if (st.partition_bytes > st.budget + slack)
+        m->peak_check_violations++;
+    if (st.partition_bytes > m->max_seen_partition_bytes)
+        m->max_seen_partition_bytes = st.partition_bytes;
+}
+
+static void sim_poll(sim *m, simworker *w)
+{
+    if (!w->alive || w->nrun >= w->slots)
+        return;
+    sb_sched_task tasks[MAXRUN];
+    size_t n = sb_sched_assign(m->s, w->id, w->slots - w->nrun, m->now, tasks);
+    for (size_t i = 0; i < n; i++) {
+        running *r = &w->run[w->nrun++];
+        snprintf(r->id, sizeof r->id, "%s", tasks[i].task_id);
+        r->attempt = tasks[i].attempt;
+        r->op = tasks[i].op;
+        r->index = tasks[i].index;
+        r->writes_sink = tasks[i].writes_sink;
+        r->in_bytes = 0;
+        if (tasks[i].split != NULL)
+            r->in_bytes = strtoull(tasks[i].split, NULL, 10);
+        for (size_t k = 0; k < tasks[i].ninputs; k++)
+            r->in_bytes += tasks[i].inputs[k].bytes;
+        uint64_t dur = m->ms_per_mb[r->op] * r->in_bytes / MiB;
+        r->done_at = m->now + (dur ? dur : 1);
+    }
+    check_invariants(m);
+}
+
+static void sim_finish(sim *m, simworker *w, size_t k)
+{
+    running r = w->run[k];
+    w->run[k] = w->run[--w->nrun];
+    if ((int)r.op == m->fail_op) {
+        int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt, SB_SCHED_ERROR, "boom: bad record",
+                                   NULL, 0, NULL, 0, 0.1, m->now, NULL);
+        cr_assert_geq(rc, 0);
+        return;
+    }
+    uint64_t out = (uint64_t)(m->ratio[r.op] * (double)r.in_bytes);
+    sb_sched_output outs[64];
+    char ids[64][64];
+    size_t n = 0;
+    while (out > 0 && n < 64) {
+        uint64_t b = out > m->target ? m->target : out;
+        snprintf(ids[n], sizeof ids[n], "s%u-t%" PRIu64 "-p%zu", r.op, r.index, n);
+        outs[n].id = ids[n];
+        outs[n].bytes = b;
+        outs[n].rows = b / 100;
+        out -= b;
+        n++;
+    }
+    int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt, SB_SCHED_OK, NULL, outs, n, NULL, 0,
+                               0.1, m->now, NULL);
+    cr_assert_geq(rc, 0);
+    char **rel;
+    size_t nrel = sb_sched_take_releases(m->s, w->id, &rel);
+    for (size_t i = 0; i < nrel; i++)
+        free(rel[i]);
+    free(rel);
+    check_invariants(m);
+}
+
+/* Runs until the pipeline ends or max_events; a callback may inject faults. */
+static void sim_run(sim *m, uint64_t max_events, void (*fault)(sim *, uint64_t))
+{
+    while (sb_sched_state_get(m->s, NULL) == SB_SCHED_RUNNING && m->events < max_events) {
+        for (size_t i = 0; i < m->nw; i++)
+            sim_poll(m, &m->w[i]);
+        /* next completion */
+        simworker *bw = NULL;
+        size_t bk = 0;
+        for (size_t i = 0; i < m->nw; i++)
+            for (size_t k = 0; k < m->w[i].nrun; k++)
+                if (m->w[i].alive && (bw == NULL || m->w[i].run[k].done_at < bw->run[bk].done_at)) {
+                    bw = &m->w[i];
+                    bk = k;
+                }
+        if (bw == NULL)
+            break; /* nothing runs and nothing was assigned: stuck */
+        m->now = bw->run[bk].done_at;
+        sim_finish(m, bw, bk);
+        m->events++;
+        if (fault)
+            fault(m, m->events);
+    }
+}
+
+static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_bytes)
+{
+    memset(m, 0, sizeof *m);
+    m->fail_op = -1;
+    m->target = (uint64_t)h->p.spec.source.partition_size;
+    for (int i = 0; i < 8; i++) {
+        m->ratio[i] = 1.0;
+        m->ms_per_mb[i] = 1;
+    }
+    sb_sched_split *sp = calloc(nsplits, sizeof *sp);
+    char(*names)[32] = calloc(nsplits, 32);
+    for (size_t i = 0; i < nsplits; i++) {
+        snprintf(names[i], 32, "%" PRIu64 "\tsplit-%zu", split_bytes, i);
+        sp[i].split = names[i];
+        sp[i].bytes = split_bytes;
+    }
+    sb_sched_config cfg = {.pipeline = &h->p, .pipeline_id = "ns/t"};
+    sb_err err;
+    m->s = sb_sched_new(&cfg, sp, nsplits, &err);
+    cr_assert_not_null(m->s, "%s", err.msg);
+    free(sp);
+    free(names);
+}
+
+static const char *TWO_CPU = "  - {name: a, op: identity}\n  - {name: b, op: identity}\n";
+static const char *CPU_GPU = "  - {name: load, op: identity}\n"
+                             "  - {name: infer, op: bench.sleep, args: {msPerMB: 1}, "
+                             "resources: {gpu: 1}}\n";
+
+Test(sched, fusion_and_pools)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(TWO_CPU, "{}"));
+    sim m;
+    sim_init(&m, &h, 1, MiB);
+    cr_expect_eq(sb_sched_op_count(m.s), 1, "two cpu stages fuse into one op");
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_str_eq(os.name, "a+b");
+    sb_sched_free(m.s);
+    free_spec(&h);
+
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim_init(&m, &h, 1, MiB);
+    cr_expect_eq(sb_sched_op_count(m.s), 2);
+    size_t np;
+    const char *const *pools = sb_sched_pools(m.s, &np);
+    cr_assert_eq(np, 2);
+    cr_expect_str_eq(pools[0], "cpu");
+    cr_expect_str_eq(pools[1], "gpu");
+    sb_sched_free(m.s);
+    free_spec(&h);
+
+    load_spec(&h, spec_text(TWO_CPU, "{mode: staged}"));
+    sim_init(&m, &h, 1, MiB);
+    cr_expect_eq(sb_sched_op_count(m.s), 2, "no fusion outside streaming mode");
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, runs_every_split_once_and_finishes)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 1Gi}"));
+    sim m;
+    sim_init(&m, &h, 40, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 2);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.sink_parts, 40, "one sink part per split: %" PRIu64, st.sink_parts);
+    cr_expect_eq(st.sink_bytes, 40 * 64 * MiB);
+    cr_expect_eq(st.tasks_rerun, 0);
+    cr_expect_eq(st.partition_bytes, 0, "everything released at the end");
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.tasks_done, 40);
+    cr_expect_eq(os.tasks_total, 40);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+/* A dataset 10x the budget, with a 2x expanding CPU stage feeding a slow GPU stage: the bytes
+ * of partitions in flight never exceed budget + one partition. */
+Test(sched, memory_budget_bounds_partitions_in_flight)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 512Mi}"));
+    sim m;
+    sim_init(&m, &h, 80, 64 * MiB); /* 5 GiB of input, budget 512 MiB */
+    m.ratio[0] = 2.0;
+    m.ms_per_mb[0] = 2;
+    m.ms_per_mb[1] = 10; /* the GPU stage is the bottleneck */
+    sim_add_worker(&m, "c1", "cpu", 2);
+    sim_add_worker(&m, "c2", "cpu", 2);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(m.peak_check_violations, 0);
+    cr_expect_leq(st.peak_partition_bytes, st.budget + st.max_partition_bytes,
+                  "peak %" PRIu64 " > budget %" PRIu64 " + %" PRIu64, st.peak_partition_bytes,
+                  st.budget, st.max_partition_bytes);
+    cr_expect_geq(st.peak_partition_bytes, st.budget / 2, "the budget was used: %" PRIu64,
+                  st.peak_partition_bytes);
+    cr_expect_eq(st.sink_bytes, 2 * 80 * 64 * MiB);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+/* The same run without any failure, for comparing outputs. */
+static void sink_ids(sb_sched *s, char out[][64], size_t *n)
+{
+    size_t k;
+    const sb_sched_output *parts = sb_sched_sink_parts(s, &k);
+    for (size_t i = 0; i < k; i++)
+        snprintf(out[i], 64, "%s", parts[i].id);
+    *n = k;
+    qsort(out, k, 64, (int (*)(const void *, const void *))strcmp);
+}
+
+static void kill_c2_at_30(sim *m, uint64_t ev)
+{
+    if (ev != 30)
+        return;
+    m->w[1].alive = 0;
+    m->w[1].nrun = 0;
+    sb_sched_worker_lost(m->s, "c2", m->now);
+}
+
+Test(sched, worker_loss_reruns_only_lost_partitions_producers)
+{
+    spec_holder h;
+    const char *three = "  - {name: a, op: identity}\n"
+                        "  - {name: g, op: identity, resources: {gpu: 1}}\n"
+                        "  - {name: c, op: identity}\n";
+    load_spec(&h, spec_text(three, "{memoryBudget: 2Gi}"));
+    static char base_ids[256][64], fail_ids[256][64];
+    size_t nbase, nfail;
+    sim m;
+    sim_init(&m, &h, 30, 64 * MiB);
+    m.ms_per_mb[1] = 5;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sink_ids(m.s, base_ids, &nbase);
+    sb_sched_stats base;
+    sb_sched_get_stats(m.s, &base);
+    sb_sched_free(m.s);
+
+    sim_init(&m, &h, 30, 64 * MiB);
+    m.ms_per_mb[1] = 5;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, kill_c2_at_30);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sink_ids(m.s, fail_ids, &nfail);
+    cr_assert_eq(nfail, nbase);
+    for (size_t i = 0; i < nbase; i++)
+        cr_expect_str_eq(fail_ids[i], base_ids[i]);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_gt(st.tasks_rerun, 0, "the lost worker held something");
+    /* re-runs: the lost worker's running task plus the producers of the partitions it held
+     * (source tasks: no upstream chain to re-run, their inputs are splits) */
+    cr_expect_leq(st.tasks_rerun, st.partitions_recovered + 1,
+                  "reran %" PRIu64 " tasks for %" PRIu64 " lost partitions", st.tasks_rerun,
+                  st.partitions_recovered);
+    cr_expect_eq(st.tasks_run, base.tasks_run + st.tasks_rerun);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+static void kill_g1_at_40(sim *m, uint64_t ev)
+{
+    if (ev != 40)
+        return;
+    m->w[1].alive = 0;
+    m->w[1].nrun = 0;
+    sb_sched_worker_lost(m->s, "g1", m->now);
+    sim_add_worker(m, "g2", "gpu", 1); /* a replacement pod */
+}
+
+/* Losing a middle-stage worker whose inputs were already consumed re-runs the upstream chain. */
+Test(sched, recovery_recurses_up_the_lineage)
+{
+    spec_holder h;
+    const char *three = "  - {name: a, op: identity}\n"
+                        "  - {name: g, op: identity, resources: {gpu: 1}}\n"
+                        "  - {name: c, op: identity}\n";
+    load_spec(&h, spec_text(three, "{memoryBudget: 4Gi}"));
+    sim m;
+    sim_init(&m, &h, 30, 64 * MiB);
+    m.ms_per_mb[2] = 20; /* the last stage is slow: g1's outputs pile up on g1 */
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, kill_g1_at_40);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.sink_parts, 30);
+    cr_expect_gt(st.partitions_recovered, 0);
+    cr_expect_gt(st.tasks_rerun, st.partitions_recovered / 2);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, op_errors_are_retried_then_fail_the_pipeline)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{maxTaskRetries: 2}"));
+    sim m;
+    sim_init(&m, &h, 3, 64 * MiB);
+    m.fail_op = 1;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 1000, NULL);
+    const char *why;
+    cr_assert_eq(sb_sched_state_get(m.s, &why), SB_SCHED_FAILED);
+    cr_expect(strstr(why, "stage infer failed: task ns/t/s1-t0 (input partition s0-t") != NULL,
+              "%s", why);
+    cr_expect(strstr(why, "failed 3 times, last error: boom: bad record") != NULL, "%s", why);
+    cr_expect(strstr(why, "maxErroredPartitions is 0") != NULL, "%s", why);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 1, &os);
+    cr_expect_geq(os.retries, 2);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, errored_partitions_within_the_limit_are_skipped)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{maxTaskRetries: 0, maxErroredPartitions: 100}"));
+    sim m;
+    sim_init(&m, &h, 3, 64 * MiB);
+    m.fail_op = 1;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 1000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 1, &os);
+    cr_expect_eq(os.errored, 3);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.partition_bytes, 0, "errored tasks' inputs are released");
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, staged_mode_has_a_barrier)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(TWO_CPU, "{mode: staged, memoryBudget: 64Mi}"));
+    sim m;
+    sim_init(&m, &h, 10, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 2);
+    /* drive by hand: op 1 must not be assigned while op 0 has work left */
+    uint64_t op1_first = 0, op0_last = 0;
+    while (sb_sched_state_get(m.s, NULL) == SB_SCHED_RUNNING && m.events < 1000) {
+        sim_poll(&m, &m.w[0]);
+        for (size_t k = 0; k < m.w[0].nrun; k++) {
+            if (m.w[0].run[k].op == 1 && op1_first == 0)
+                op1_first = m.events + 1;
+            if (m.w[0].run[k].op == 0)
+                op0_last = m.events + 1;
+        }
+        if (m.w[0].nrun == 0)
+            break;
+        m.now = m.w[0].run[0].done_at;
+        sim_finish(&m, &m.w[0], 0);
+        m.events++;
+    }
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_gt(op1_first, op0_last, "op 1 started at event %" PRIu64 ", op 0 ran until %" PRIu64,
+                 op1_first, op0_last);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.peak_partition_bytes, 10 * 64 * MiB, "staged materialises the whole stage");
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, static_mode_binds_slots)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(TWO_CPU, "{mode: static}"));
+    sim m;
+    sim_init(&m, &h, 6, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 2);
+    sb_sched_task t[4];
+    size_t n = sb_sched_assign(m.s, "c1", 2, 0, t);
+    cr_expect_eq(n, 1, "one slot bound to op 0, the other to op 1 (no input yet)");
+    cr_expect_eq(t[0].op, 0);
+    m.w[0].run[0].attempt = t[0].attempt; /* hand the manual assignment to the simulation */
+    snprintf(m.w[0].run[0].id, sizeof m.w[0].run[0].id, "%s", t[0].task_id);
+    m.w[0].run[0].op = 0;
+    m.w[0].run[0].index = t[0].index;
+    m.w[0].run[0].in_bytes = 64 * MiB;
+    m.w[0].run[0].done_at = 64;
+    m.w[0].nrun = 1;
+    sim_run(&m, 1000, NULL);
+    char buf[1024] = "";
+    sb_sched_stalled(m.s, m.now + 1000000, 1, buf, sizeof buf);
+    cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "%s", buf);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, stale_and_unknown_completions)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim m;
+    sim_init(&m, &h, 2, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
+    char tid[128];
+    snprintf(tid, sizeof tid, "%s", t[0].task_id);
+    sb_sched_output o = {.id = "s0-t0-p0", .bytes = 10, .rows = 1};
+    cr_expect_eq(
+        sb_sched_complete(m.s, "c1", tid, 7, SB_SCHED_OK, NULL, &o, 1, NULL, 0, 0, 1, NULL), 0,
+        "wrong attempt is stale");
+    char **rel;
+    size_t nrel = sb_sched_take_releases(m.s, "c1", &rel);
+    cr_expect_eq(nrel, 1);
+    cr_expect_str_eq(rel[0], "s0-t0-p0");
+    free(rel[0]);
+    free(rel);
+    cr_expect_eq(
+        sb_sched_complete(m.s, "c1", "nope", 0, SB_SCHED_OK, NULL, NULL, 0, NULL, 0, 0, 1, NULL),
+        0);
+    sb_err err;
+    cr_expect_eq(
+        sb_sched_complete(m.s, "ghost", tid, 0, SB_SCHED_OK, NULL, NULL, 0, NULL, 0, 0, 1, &err),
+        -1);
+    cr_expect(strstr(err.msg, "unknown worker \"ghost\"") != NULL);
+    cr_expect_eq(
+        sb_sched_complete(m.s, "c1", tid, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0, 0, 1, NULL), 1);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, input_lost_recovers_the_input)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim m;
+    sim_init(&m, &h, 1, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
+    sb_sched_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
+    cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0, 0,
+                                   1, NULL),
+                 1);
+    cr_assert_eq(sb_sched_assign(m.s, "g1", 1, 2, t), 1);
+    cr_expect_str_eq(t[0].inputs[0].id, "s0-t0-p0");
+    cr_expect_str_eq(t[0].inputs[0].worker_id, "c1");
+    const char *lost[] = {"s0-t0-p0"};
+    cr_assert_eq(sb_sched_complete(m.s, "g1", t[0].task_id, 0, SB_SCHED_INPUT_LOST, "fetch failed",
+                                   NULL, 0, lost, 1, 0, 3, NULL),
+                 1);
+    cr_expect_eq(sb_sched_assign(m.s, "g1", 1, 4, t), 0, "its input must be re-produced first");
+    cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 4, t), 1);
+    cr_expect_str_eq(t[0].task_id, "ns/t/s0-t0");
+    cr_expect_eq(t[0].attempt, 1);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.partitions_recovered, 1);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, stall_report_names_the_stuck_stage)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim m;
+    sim_init(&m, &h, 2, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_run(&m, 1000, NULL); /* no GPU worker: stage infer cannot run */
+    char buf[1024];
+    cr_expect_eq(sb_sched_stalled(m.s, m.now + 1000, 60000, buf, sizeof buf), 0);
+    cr_assert_eq(sb_sched_stalled(m.s, m.now + 61000, 60000, buf, sizeof buf), 1);
+    cr_expect(strstr(buf, "stage infer (gpu pool)") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "no worker in its pool") != NULL, "%s", buf);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
