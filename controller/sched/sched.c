@@ -725,7 +725,7 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
         return 0;
     worker *wk = &s->workers[w];
     size_t got = 0;
-    size_t chosen[256];
+    size_t chosen[256] = {0};
     if (max > 256)
         max = 256;
     while (got < max && wk->running < wk->slots) {
