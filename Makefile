@@ -74,9 +74,16 @@ $(BUILD)/obj/%.o: %.c | $(GEN_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(LIBSB): $(LIB_OBJS)
+# The archive is rebuilt whenever the set of objects changes (not only when one is newer), and
+# is a thin archive: members keep their paths, so lib/rpc/chunk.o and lib/partition/chunk.o
+# cannot replace each other.
+$(BUILD)/lib.objs: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(LIB_OBJS)' | cmp -s - $@ || echo '$(LIB_OBJS)' > $@
+$(LIBSB): $(LIB_OBJS) $(BUILD)/lib.objs
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcsT $@ $(LIB_OBJS)
+FORCE:
 
 $(BINDIR)/%: $(BUILD)/obj/cmd/%.o $(LIBSB)
 	@mkdir -p $(BINDIR)

@@ -424,7 +424,7 @@ static void root_check(void *obj, const sb_node *node, const char *path, sb_diag
 
 #define NF(arr) (sizeof arr / sizeof *arr)
 
-static const sb_field metadata_fields[] = {
+static const sb_schema_field metadata_fields[] = {
     {.name = "name",
      .type = SB_FT_STRING,
      .flags = SB_F_REQUIRED,
@@ -439,7 +439,7 @@ static const sb_field metadata_fields[] = {
 static const sb_object_schema metadata_schema = {
     "ObjectMeta", metadata_fields, NF(metadata_fields), sizeof(sb_metadata_spec), 1, NULL};
 
-static const sb_field source_fields[] = {
+static const sb_schema_field source_fields[] = {
     {.name = "uri",
      .type = SB_FT_STRING,
      .flags = SB_F_REQUIRED,
@@ -465,7 +465,7 @@ static const sb_field source_fields[] = {
 static const sb_object_schema source_schema = {
     "Source", source_fields, NF(source_fields), sizeof(sb_source_spec), 0, source_check};
 
-static const sb_field sink_fields[] = {
+static const sb_schema_field sink_fields[] = {
     {.name = "uri",
      .type = SB_FT_STRING,
      .flags = SB_F_REQUIRED,
@@ -485,7 +485,7 @@ static const sb_field sink_fields[] = {
 static const sb_object_schema sink_schema = {
     "Sink", sink_fields, NF(sink_fields), sizeof(sb_sink_spec), 0, sink_check};
 
-static const sb_field resources_fields[] = {
+static const sb_schema_field resources_fields[] = {
     {.name = "cpu",
      .type = SB_FT_MILLI,
      .flags = SB_F_MIN,
@@ -507,7 +507,7 @@ static const sb_field resources_fields[] = {
 static const sb_object_schema resources_schema = {
     "Resources", resources_fields, NF(resources_fields), sizeof(sb_resources_spec), 0, NULL};
 
-static const sb_field workers_fields[] = {
+static const sb_schema_field workers_fields[] = {
     {.name = "min",
      .type = SB_FT_INT,
      .flags = SB_F_MIN,
@@ -526,7 +526,7 @@ static const sb_field workers_fields[] = {
 static const sb_object_schema workers_schema = {
     "Workers", workers_fields, NF(workers_fields), sizeof(sb_workers_spec), 0, workers_check};
 
-static const sb_field stage_fields[] = {
+static const sb_schema_field stage_fields[] = {
     {.name = "name",
      .type = SB_FT_STRING,
      .flags = SB_F_REQUIRED,
@@ -555,7 +555,7 @@ static const sb_field stage_fields[] = {
 static const sb_object_schema stage_schema = {
     "Stage", stage_fields, NF(stage_fields), sizeof(sb_stage_spec), 0, stage_check};
 
-static const sb_field execution_fields[] = {
+static const sb_schema_field execution_fields[] = {
     {.name = "memoryBudget",
      .type = SB_FT_BYTES,
      .flags = SB_F_MIN,
@@ -616,7 +616,7 @@ static const char *const toleration_ops[] = {"Exists", "Equal", NULL};
 static const char *const toleration_effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute",
                                                  NULL};
 
-static const sb_field env_fields[] = {
+static const sb_schema_field env_fields[] = {
     {.name = "name",
      .type = SB_FT_STRING,
      .flags = SB_F_REQUIRED,
@@ -626,7 +626,7 @@ static const sb_field env_fields[] = {
 };
 static const sb_object_schema env_schema = {
     "EnvVar", env_fields, NF(env_fields), sizeof(struct env_var), 0, NULL};
-static const sb_field toleration_fields[] = {
+static const sb_schema_field toleration_fields[] = {
     {.name = "key", .type = SB_FT_STRING, .offset = offsetof(struct toleration, key)},
     {.name = "operator",
      .type = SB_FT_ENUM,
@@ -643,7 +643,7 @@ static const sb_field toleration_fields[] = {
 };
 static const sb_object_schema toleration_schema = {
     "Toleration", toleration_fields, NF(toleration_fields), sizeof(struct toleration), 0, NULL};
-static const sb_field template_fields[] = {
+static const sb_schema_field template_fields[] = {
     {.name = "image",
      .type = SB_FT_STRING,
      .offset = offsetof(worker_template, image),
@@ -682,7 +682,7 @@ static const sb_object_schema template_schema = {
 static void template_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
                            void *ctx);
 
-static const sb_field spec_fields[] = {
+static const sb_schema_field spec_fields[] = {
     {.name = "source",
      .type = SB_FT_OBJECT,
      .flags = SB_F_REQUIRED,
@@ -744,7 +744,7 @@ static void template_check(void *obj, const sb_node *node, const char *path, sb_
     sb_schema_free(&template_schema, &wt);
 }
 
-static const sb_field root_fields[] = {
+static const sb_schema_field root_fields[] = {
     {.name = "apiVersion",
      .type = SB_FT_STRING,
      .flags = SB_F_REQUIRED,

@@ -59,7 +59,7 @@ int sb_is_dns_subdomain(const char *s)
     }
 }
 
-const char *sb_ftype_noun(const sb_field *f, char *buf, size_t len)
+const char *sb_ftype_noun(const sb_schema_field *f, char *buf, size_t len)
 {
     switch (f->type) {
     case SB_FT_STRING:
@@ -122,14 +122,14 @@ static const char *describe(const sb_node *n, char *buf, size_t len)
     }
 }
 
-static void type_error(sb_diags *d, const sb_field *f, const sb_node *n, const char *path)
+static void type_error(sb_diags *d, const sb_schema_field *f, const sb_node *n, const char *path)
 {
     char noun[256], got[128];
     sb_diags_add(d, path, n->line, n->col, "must be %s, got %s",
                  sb_ftype_noun(f, noun, sizeof noun), describe(n, got, sizeof got));
 }
 
-static int check_range(sb_diags *d, const sb_field *f, const sb_node *n, const char *path,
+static int check_range(sb_diags *d, const sb_schema_field *f, const sb_node *n, const char *path,
                        int64_t v)
 {
     char noun[256];
@@ -157,14 +157,14 @@ static void *at(void *obj, size_t off)
     return (char *)obj + off;
 }
 
-static void mark_present(const sb_field *f, void *obj)
+static void mark_present(const sb_schema_field *f, void *obj)
 {
     if (f->present_offset)
         *(bool *)at(obj, f->present_offset - 1) = true;
 }
 
-static int decode_string_value(sb_diags *d, const sb_field *f, const sb_node *n, const char *path,
-                               char **out)
+static int decode_string_value(sb_diags *d, const sb_schema_field *f, const sb_node *n,
+                               const char *path, char **out)
 {
     if (n->kind != SB_NODE_STRING) {
         type_error(d, f, n, path);
@@ -202,7 +202,7 @@ static int decode_string_value(sb_diags *d, const sb_field *f, const sb_node *n,
     return *out == NULL ? -1 : 0;
 }
 
-static int decode_field(const sb_field *f, const sb_node *n, void *obj, const char *path,
+static int decode_field(const sb_schema_field *f, const sb_node *n, void *obj, const char *path,
                         sb_diags *d, void *ctx)
 {
     void *p = at(obj, f->offset);
@@ -332,7 +332,7 @@ static int decode_field(const sb_field *f, const sb_node *n, void *obj, const ch
             return -1;
         *(char ***)p = arr;
         *(size_t *)at(obj, f->count_offset) = n->n;
-        sb_field item = *f;
+        sb_schema_field item = *f;
         item.type = SB_FT_STRING;
         for (size_t i = 0; i < n->n; i++) {
             sb_path_index(buf, sizeof buf, path, i);
@@ -362,7 +362,7 @@ static int decode_field(const sb_field *f, const sb_node *n, void *obj, const ch
     return 0;
 }
 
-static int apply_default(const sb_field *f, void *obj)
+static int apply_default(const sb_schema_field *f, void *obj)
 {
     void *p = at(obj, f->offset);
     const char *def = f->def;
@@ -424,7 +424,7 @@ int sb_schema_decode(const sb_object_schema *s, const sb_node *node, void *obj, 
         }
     }
     for (size_t i = 0; i < s->nfields; i++) {
-        const sb_field *f = &s->fields[i];
+        const sb_schema_field *f = &s->fields[i];
         const sb_node *child = sb_node_get(node, f->name);
         sb_path_field(buf, sizeof buf, path, f->name);
         if (child != NULL && child->kind == SB_NODE_NULL)
@@ -456,7 +456,7 @@ int sb_schema_decode(const sb_object_schema *s, const sb_node *node, void *obj, 
 void sb_schema_free(const sb_object_schema *s, void *obj)
 {
     for (size_t i = 0; i < s->nfields; i++) {
-        const sb_field *f = &s->fields[i];
+        const sb_schema_field *f = &s->fields[i];
         void *p = at(obj, f->offset);
         switch (f->type) {
         case SB_FT_STRING:

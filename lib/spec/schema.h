@@ -52,7 +52,7 @@ enum {
     SB_F_MAX = 1u << 2, /* max applies */
 };
 
-typedef struct sb_field sb_field;
+typedef struct sb_schema_field sb_schema_field;
 typedef struct sb_object_schema sb_object_schema;
 
 /* Cross-field rule hook: obj is the decoded struct, node its map node (NULL when absent). */
@@ -61,14 +61,14 @@ typedef void (*sb_object_check_fn)(void *obj, const sb_node *node, const char *p
 
 struct sb_object_schema {
     const char *name; /* for docs and messages: "Stage" */
-    const sb_field *fields;
+    const sb_schema_field *fields;
     size_t nfields;
     size_t size; /* sizeof the struct (for lists) */
     int open;    /* unknown fields allowed (e.g. metadata) */
     sb_object_check_fn check;
 };
 
-struct sb_field {
+struct sb_schema_field {
     const char *name;
     sb_ftype type;
     unsigned flags;
@@ -93,7 +93,7 @@ int sb_schema_decode(const sb_object_schema *s, const sb_node *node, void *obj, 
 void sb_schema_free(const sb_object_schema *s, void *obj);
 
 /* "a positive integer", "a boolean", "a quantity such as 64Mi", ... */
-const char *sb_ftype_noun(const sb_field *f, char *buf, size_t len);
+const char *sb_ftype_noun(const sb_schema_field *f, char *buf, size_t len);
 
 /* Format checks shared with hooks. */
 int sb_is_dns_label(const char *s);

@@ -43,7 +43,7 @@ static void expect_list(const sb_node *seq, const char *const *want, const char 
 
 static void compare_object(const sb_object_schema *s, const sb_node *crd, const char *path);
 
-static void compare_field(const sb_field *f, const sb_node *prop, const char *path)
+static void compare_field(const sb_schema_field *f, const sb_node *prop, const char *path)
 {
     checked_fields++;
     char noun[64];
@@ -148,7 +148,7 @@ static void compare_object(const sb_object_schema *s, const sb_node *crd, const 
     cr_assert_not_null(props, "%s: CRD object without properties", path);
     char sub[256];
     for (size_t i = 0; i < s->nfields; i++) {
-        const sb_field *f = &s->fields[i];
+        const sb_schema_field *f = &s->fields[i];
         snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", f->name);
         const sb_node *prop = sb_node_get(props, f->name);
         cr_expect_not_null(prop, "%s: in the C model, missing from the CRD", sub);
@@ -248,7 +248,7 @@ static int mentions(const char *doc, const char *word)
 static void expect_documented(const sb_object_schema *s, const char *doc, const char *path)
 {
     for (size_t i = 0; i < s->nfields; i++) {
-        const sb_field *f = &s->fields[i];
+        const sb_schema_field *f = &s->fields[i];
         if (*path != '\0')
             cr_expect(mentions(doc, f->name), "docs/pipeline-api.md does not mention %s.%s", path,
                       f->name);

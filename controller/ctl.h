@@ -1,0 +1,67 @@
+/* ctl.h — the controller's Control service: the scheduler core (sched/sched.h) behind gRPC.
+ *
+ * Workers register, long-poll for tasks (PollTasks is held open until there is work or its
+ * wait elapses), report completions and heartbeat. A timer thread expires polls, declares
+ * workers lost when they fall silent for heartbeat_timeout_ms (a stopped process counts), and
+ * watches for stalls. The same service runs embedded in `streambatch run` and in the operator;
+ * only the backend that starts workers differs.
+ *
+ * Threads: gRPC handlers and the timer thread share one mutex around the scheduler. Backends
+ * report process exits with sb_ctl_worker_exited(). Memory: the controller copies what it
+ * keeps from the config; snapshots are written into caller-provided structs.
+ */
+#ifndef SB_CTL_CTL_H
+#define SB_CTL_CTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "controller/sched/sched.h"
+#include "core/err.h"
+#include "rpc/rpc.h"
+
+typedef struct sb_ctl sb_ctl;
+
+typedef struct sb_ctl_config {
+    const sb_pipeline *pipeline;
+    const char *pipeline_id;   /* "namespace/name" */
+    const char *pipeline_json; /* the manifest as JSON, handed to workers at registration */
+    const sb_sched_split *splits;
+    size_t nsplits;
+    const char *listen_addr;        /* default "127.0.0.1:0" */
+    uint32_t heartbeat_interval_ms; /* default 500 */
+    uint32_t heartbeat_timeout_ms;  /* default 5000 */
+    int no_fusion;
+} sb_ctl_config;
+
+typedef struct sb_ctl_snapshot {
+    sb_sched_state state;
+    sb_sched_stats stats;
+    size_t nops;
+    sb_sched_op_stats ops[16]; /* names point into the controller: valid until sb_ctl_free */
+    size_t workers_registered, workers_lost;
+    char failure[1024];
+    char stall[1024]; /* non-empty while the watchdog sees no progress */
+} sb_ctl_snapshot;
+
+sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *err);
+/* The port the Control service listens on. */
+int sb_ctl_port(const sb_ctl *c);
+/* A backend saw a worker process end (or a pod vanish): recovery starts now, without waiting
+ * for missed heartbeats. */
+void sb_ctl_worker_exited(sb_ctl *c, const char *worker_id, const char *why);
+/* Waits up to timeout_ms for the pipeline to end; returns the state. */
+sb_sched_state sb_ctl_wait(sb_ctl *c, int timeout_ms);
+void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out);
+/* 1 with a report in buf when nothing progressed for stall_ms (the no-progress watchdog). */
+int sb_ctl_stalled(sb_ctl *c, uint64_t stall_ms, char *buf, size_t len);
+/* The sink parts committed (copied into a malloc'd array of `*n` entries whose ids are
+ * malloc'd too; free with sb_ctl_parts_free). */
+sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n);
+void sb_ctl_parts_free(sb_sched_output *parts, size_t n);
+/* From now on every poll and heartbeat answers shutdown. */
+void sb_ctl_shutdown_workers(sb_ctl *c);
+/* Stops the service (calls in flight are cancelled) and frees everything. */
+void sb_ctl_free(sb_ctl *c);
+
+#endif

@@ -1,0 +1,198 @@
+/* The Control service over real gRPC on loopback: a fake worker registers, long-polls for tasks,
+ * completes them; silence past the heartbeat timeout makes a worker lost. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "controller/ctl.h"
+#include "doc/doc.h"
+#include "rpc/proto.h"
+#include "spec/pipeline.h"
+
+static const char *YAML =
+    "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: c}\n"
+    "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Mi}\n"
+    "  stages: [{name: a, op: identity}]\n  sink: {uri: 'file:///out', format: text}\n"
+    "  execution: {memoryBudget: 8Mi}\n";
+
+typedef struct {
+    sb_doc *doc;
+    sb_pipeline p;
+    sb_ctl *ctl;
+    sb_rpc_channel *ch;
+} fixture;
+
+static void setup(fixture *f, uint32_t hb_timeout_ms)
+{
+    f->doc = sb_doc_parse_yaml(YAML, strlen(YAML), NULL);
+    sb_diags d = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(f->doc, 0), &f->p, &d), 0);
+    cr_assert_eq(d.n, 0);
+    sb_sched_split splits[2] = {{"in\t0\t100", 100}, {"in\t100\t200", 100}};
+    sb_ctl_config cfg = {.pipeline = &f->p,
+                         .pipeline_id = "default/c",
+                         .pipeline_json = "{\"kind\":\"Pipeline\"}",
+                         .splits = splits,
+                         .nsplits = 2,
+                         .heartbeat_timeout_ms = hb_timeout_ms};
+    sb_err err;
+    f->ctl = sb_ctl_start(&cfg, NULL, &err);
+    cr_assert_not_null(f->ctl, "%s", err.msg);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", sb_ctl_port(f->ctl));
+    f->ch = sb_rpc_channel_new(target, NULL, &err);
+    cr_assert_not_null(f->ch, "%s", err.msg);
+}
+
+static void teardown(fixture *f)
+{
+    sb_rpc_channel_free(f->ch);
+    sb_ctl_free(f->ctl);
+    sb_pipeline_free(&f->p);
+    sb_doc_free(f->doc);
+}
+
+static void do_register(fixture *f, const char *id)
+{
+    Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
+    req.worker_id = (char *)id;
+    req.pool = "cpu";
+    req.address = "127.0.0.1:1";
+    req.slots = 2;
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    cr_assert_eq(sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_REGISTER, &req.base, 5000,
+                                 SB_RPC_WAIT_FOR_READY, &resp, &err),
+                 SB_RPC_OK, "%s", err.msg);
+    Streambatch__V1__RegisterReply *r = (Streambatch__V1__RegisterReply *)resp;
+    cr_expect_str_eq(r->pipeline_json, "{\"kind\":\"Pipeline\"}");
+    cr_expect_gt(r->heartbeat_interval_ms, 0);
+    sb_rpc_msg_free(resp);
+}
+
+static Streambatch__V1__PollTasksReply *do_poll(fixture *f, const char *id, uint32_t wait_ms)
+{
+    Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
+    req.worker_id = (char *)id;
+    req.free_slots = 2;
+    req.wait_ms = wait_ms;
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    cr_assert_eq(
+        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_POLL_TASKS, &req.base, 10000, 0, &resp, &err),
+        SB_RPC_OK, "%s", err.msg);
+    return (Streambatch__V1__PollTasksReply *)resp;
+}
+
+Test(ctl, register_poll_complete_to_success)
+{
+    fixture f;
+    setup(&f, 5000);
+    do_register(&f, "w1");
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, "w1", 100);
+    cr_assert_eq(r->n_tasks, 2);
+    cr_expect_str_eq(r->tasks[0]->task_id, "default/c/s0-t0");
+    cr_expect_str_eq(r->tasks[0]->source_split, "in\t0\t100");
+    cr_expect(r->tasks[0]->writes_sink);
+    cr_expect_eq(r->tasks[0]->n_ops, 1);
+    cr_expect_str_eq(r->tasks[0]->ops[0]->op, "identity");
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        Streambatch__V1__CompleteTaskRequest c = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+        Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
+        Streambatch__V1__PartitionInfo *outs[] = {&out};
+        char id[32];
+        snprintf(id, sizeof id, "s0-t%zu-p0", i);
+        out.id = id;
+        out.bytes = 100;
+        out.rows = 10;
+        c.worker_id = "w1";
+        c.task_id = r->tasks[i]->task_id;
+        c.attempt = r->tasks[i]->attempt;
+        c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+        c.n_outputs = 1;
+        c.outputs = outs;
+        ProtobufCMessage *resp = NULL;
+        sb_err err;
+        cr_assert_eq(
+            sb_rpc_call_msg(f.ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
+            SB_RPC_OK, "%s", err.msg);
+        cr_expect(((Streambatch__V1__CompleteTaskReply *)resp)->accepted);
+        sb_rpc_msg_free(resp);
+    }
+    sb_rpc_msg_free(&r->base);
+    cr_expect_eq(sb_ctl_wait(f.ctl, 2000), SB_SCHED_SUCCEEDED);
+    size_t n;
+    sb_sched_output *parts = sb_ctl_sink_parts(f.ctl, &n);
+    cr_expect_eq(n, 2);
+    sb_ctl_parts_free(parts, n);
+    r = do_poll(&f, "w1", 5000); /* answered at once: the pipeline is over */
+    cr_expect_eq(r->n_tasks, 0);
+    cr_expect(r->drain);
+    sb_rpc_msg_free(&r->base);
+    teardown(&f);
+}
+
+Test(ctl, long_poll_is_held_then_answered_empty)
+{
+    fixture f;
+    setup(&f, 5000);
+    do_register(&f, "w1");
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, "w1", 100);
+    cr_assert_eq(r->n_tasks, 2);
+    sb_rpc_msg_free(&r->base);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    r = do_poll(&f, "w1", 300); /* no slot work left: held ~300 ms, then empty */
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+    cr_expect_eq(r->n_tasks, 0);
+    cr_expect_geq(ms, 250, "held %.0f ms", ms);
+    cr_expect_lt(ms, 3000, "held %.0f ms", ms);
+    sb_rpc_msg_free(&r->base);
+    teardown(&f);
+}
+
+Test(ctl, silent_worker_is_lost_and_its_tasks_requeued)
+{
+    fixture f;
+    setup(&f, 400);
+    do_register(&f, "w1");
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, "w1", 100);
+    cr_assert_eq(r->n_tasks, 2);
+    sb_rpc_msg_free(&r->base);
+    usleep(900 * 1000); /* w1 stops talking */
+    sb_ctl_snapshot s;
+    sb_ctl_snapshot_get(f.ctl, &s);
+    cr_expect_eq(s.workers_lost, 1);
+    cr_expect_eq(s.ops[0].tasks_queued, 2, "its running tasks went back to the queue");
+    do_register(&f, "w2");
+    r = do_poll(&f, "w2", 100);
+    cr_expect_eq(r->n_tasks, 2);
+    cr_expect_eq(r->tasks[0]->attempt, 1);
+    sb_rpc_msg_free(&r->base);
+    teardown(&f);
+}
+
+Test(ctl, malformed_requests_get_invalid_argument)
+{
+    fixture f;
+    setup(&f, 5000);
+    uint8_t junk[] = {0xff, 0xff, 0xff, 0x01};
+    uint8_t *resp = NULL;
+    size_t len;
+    sb_err err;
+    cr_expect_eq(sb_rpc_unary(f.ch, SB_RPC_CONTROL_REGISTER, junk, sizeof junk, 5000,
+                              SB_RPC_WAIT_FOR_READY, &resp, &len, &err),
+                 SB_RPC_INVALID_ARGUMENT);
+    Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
+    req.worker_id = "w";
+    req.pool = "cpu";
+    req.address = "a:1";
+    req.slots = 0;
+    ProtobufCMessage *rm = NULL;
+    cr_expect_neq(sb_rpc_call_msg(f.ch, SB_RPC_CONTROL_REGISTER, &req.base, 5000, 0, &rm, &err),
+                  SB_RPC_OK);
+    teardown(&f);
+}
