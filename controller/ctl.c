@@ -351,6 +351,7 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         outs[i].id = m->outputs[i]->id;
         outs[i].bytes = m->outputs[i]->bytes;
         outs[i].rows = m->outputs[i]->rows;
+        outs[i].crc32c = m->outputs[i]->crc32c;
     }
     pthread_mutex_lock(&c->mu);
     seen *w = worker_seen(c, m->worker_id, 0);
@@ -358,10 +359,11 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     sb_err err = {{0}};
     if (w != NULL && w->live) {
         w->last_seen_ms = now_ms();
-        double wall = m->metrics ? m->metrics->wall_seconds : 0;
+        sb_sched_metrics met = {m->metrics ? m->metrics->wall_seconds : 0,
+                                m->metrics ? m->metrics->cpu_seconds : 0};
         rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt, status_of(m->status),
                                m->message, outs, m->n_outputs, (const char *const *)m->lost_inputs,
-                               m->n_lost_inputs, wall, now_ms(), &err);
+                               m->n_lost_inputs, &met, now_ms(), &err);
         if (m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
             sb_log(SB_LOG_WARN, "task failed", "task", m->task_id, "worker", m->worker_id, "error",
                    m->message, NULL);

@@ -63,7 +63,7 @@ typedef struct {
     uint64_t fifo_bytes;
     uint64_t tasks_total, done, running, retries, recovered, errored;
     uint64_t rows_in, bytes_in, rows_out, bytes_out;
-    double task_seconds;
+    double task_seconds, cpu_seconds;
     uint64_t next_index;
 } op;
 
@@ -809,6 +809,7 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
             s->sink[s->nsink].id = strdup(outs[i].id);
             s->sink[s->nsink].bytes = outs[i].bytes;
             s->sink[s->nsink].rows = outs[i].rows;
+            s->sink[s->nsink].crc32c = outs[i].crc32c;
             s->nsink++;
             s->sink_rows += outs[i].rows;
             s->sink_bytes += outs[i].bytes;
@@ -887,8 +888,8 @@ static void check_finished(sb_sched *s)
 
 int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
                       sb_sched_status status, const char *message, const sb_sched_output *outs,
-                      size_t nouts, const char *const *lost, size_t nlost, double wall_seconds,
-                      uint64_t now_ms, sb_err *err)
+                      size_t nouts, const char *const *lost, size_t nlost,
+                      const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err)
 {
     size_t w = worker_find(s, worker_id ? worker_id : "");
     size_t ti;
@@ -952,7 +953,10 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         return 1;
     }
     task_stop_running(s, t);
-    o->task_seconds += wall_seconds;
+    if (metrics != NULL) {
+        o->task_seconds += metrics->wall_seconds;
+        o->cpu_seconds += metrics->cpu_seconds;
+    }
     o->rows_in += t->in_rows;
     o->bytes_in += t->in_bytes;
     if (record_outputs(s, ti, w, outs, nouts, err) != 0)
@@ -1024,6 +1028,7 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)
     out->bytes_out = o->bytes_out;
     out->queued_input_bytes = o->fifo_bytes;
     out->task_seconds = o->task_seconds;
+    out->cpu_seconds = o->cpu_seconds;
 }
 
 const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n)

@@ -80,7 +80,13 @@ typedef struct sb_sched_task {
 typedef struct sb_sched_output {
     const char *id;
     uint64_t bytes, rows;
+    uint32_t crc32c; /* sink parts: checksum of the part file */
 } sb_sched_output;
+
+/* What a task attempt cost, as the worker measured it (may be NULL). */
+typedef struct sb_sched_metrics {
+    double wall_seconds, cpu_seconds;
+} sb_sched_metrics;
 
 typedef enum {
     SB_SCHED_OK,
@@ -98,6 +104,7 @@ typedef struct sb_sched_op_stats {
     uint64_t rows_in, bytes_in, rows_out, bytes_out;
     uint64_t queued_input_bytes; /* produced upstream, not yet in a task */
     double task_seconds;         /* sum of completed task wall times reported */
+    double cpu_seconds;          /* sum of completed task CPU times reported */
 } sb_sched_op_stats;
 
 typedef struct sb_sched_stats {
@@ -138,8 +145,8 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
  * err on bad input. lost/nlost: with SB_SCHED_INPUT_LOST, the inputs that could not be read. */
 int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
                       sb_sched_status status, const char *message, const sb_sched_output *outs,
-                      size_t nouts, const char *const *lost, size_t nlost, double wall_seconds,
-                      uint64_t now_ms, sb_err *err);
+                      size_t nouts, const char *const *lost, size_t nlost,
+                      const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err);
 
 /* Partition ids the worker may free now (the list is handed over: the caller frees each string
  * and the array). */

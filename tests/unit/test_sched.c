@@ -135,7 +135,7 @@ static void sim_finish(sim *m, simworker *w, size_t k)
     w->run[k] = w->run[--w->nrun];
     if ((int)r.op == m->fail_op) {
         int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt, SB_SCHED_ERROR, "boom: bad record",
-                                   NULL, 0, NULL, 0, 0.1, m->now, NULL);
+                                   NULL, 0, NULL, 0, NULL, m->now, NULL);
         cr_assert_geq(rc, 0);
         return;
     }
@@ -153,7 +153,7 @@ static void sim_finish(sim *m, simworker *w, size_t k)
         n++;
     }
     int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt, SB_SCHED_OK, NULL, outs, n, NULL, 0,
-                               0.1, m->now, NULL);
+                               NULL, m->now, NULL);
     cr_assert_geq(rc, 0);
     char **rel;
     size_t nrel = sb_sched_take_releases(m->s, w->id, &rel);
@@ -517,7 +517,7 @@ Test(sched, stale_and_unknown_completions)
     snprintf(tid, sizeof tid, "%s", t[0].task_id);
     sb_sched_output o = {.id = "s0-t0-p0", .bytes = 10, .rows = 1};
     cr_expect_eq(
-        sb_sched_complete(m.s, "c1", tid, 7, SB_SCHED_OK, NULL, &o, 1, NULL, 0, 0, 1, NULL), 0,
+        sb_sched_complete(m.s, "c1", tid, 7, SB_SCHED_OK, NULL, &o, 1, NULL, 0, NULL, 1, NULL), 0,
         "wrong attempt is stale");
     char **rel;
     size_t nrel = sb_sched_take_releases(m.s, "c1", &rel);
@@ -526,15 +526,15 @@ Test(sched, stale_and_unknown_completions)
     free(rel[0]);
     free(rel);
     cr_expect_eq(
-        sb_sched_complete(m.s, "c1", "nope", 0, SB_SCHED_OK, NULL, NULL, 0, NULL, 0, 0, 1, NULL),
+        sb_sched_complete(m.s, "c1", "nope", 0, SB_SCHED_OK, NULL, NULL, 0, NULL, 0, NULL, 1, NULL),
         0);
     sb_err err;
     cr_expect_eq(
-        sb_sched_complete(m.s, "ghost", tid, 0, SB_SCHED_OK, NULL, NULL, 0, NULL, 0, 0, 1, &err),
+        sb_sched_complete(m.s, "ghost", tid, 0, SB_SCHED_OK, NULL, NULL, 0, NULL, 0, NULL, 1, &err),
         -1);
     cr_expect(strstr(err.msg, "unknown worker \"ghost\"") != NULL);
     cr_expect_eq(
-        sb_sched_complete(m.s, "c1", tid, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0, 0, 1, NULL), 1);
+        sb_sched_complete(m.s, "c1", tid, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0, NULL, 1, NULL), 1);
     sb_sched_free(m.s);
     free_spec(&h);
 }
@@ -550,15 +550,15 @@ Test(sched, input_lost_recovers_the_input)
     sb_sched_task t[2];
     cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
     sb_sched_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
-    cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0, 0,
-                                   1, NULL),
+    cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0,
+                                   NULL, 1, NULL),
                  1);
     cr_assert_eq(sb_sched_assign(m.s, "g1", 1, 2, t), 1);
     cr_expect_str_eq(t[0].inputs[0].id, "s0-t0-p0");
     cr_expect_str_eq(t[0].inputs[0].worker_id, "c1");
     const char *lost[] = {"s0-t0-p0"};
     cr_assert_eq(sb_sched_complete(m.s, "g1", t[0].task_id, 0, SB_SCHED_INPUT_LOST, "fetch failed",
-                                   NULL, 0, lost, 1, 0, 3, NULL),
+                                   NULL, 0, lost, 1, NULL, 3, NULL),
                  1);
     cr_expect_eq(sb_sched_assign(m.s, "g1", 1, 4, t), 0, "its input must be re-produced first");
     cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 4, t), 1);

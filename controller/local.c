@@ -1,0 +1,276 @@
+#include "controller/local.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+typedef struct {
+    char pool[16];
+    uint32_t slots, index, generation;
+    pid_t pid;
+    char id[64];
+} proc;
+
+struct sb_local {
+    sb_local_config cfg;
+    char *worker_bin, *controller, *run_dir;
+    proc *procs;
+    size_t nprocs;
+    pthread_mutex_t mu;
+    pthread_t monitor;
+    int stop;
+    uint64_t started;
+};
+
+static int spawn(sb_local *l, proc *p, sb_err *err)
+{
+    if (p->generation == 0)
+        snprintf(p->id, sizeof p->id, "%s-%u", p->pool, p->index);
+    else
+        snprintf(p->id, sizeof p->id, "%s-%u-r%u", p->pool, p->index, p->generation);
+    char dir[1024], log[1100], slots[16], budget[32];
+    snprintf(dir, sizeof dir, "%s/%s", l->run_dir, p->id);
+    snprintf(log, sizeof log, "%s/%s.log", l->run_dir, p->id);
+    snprintf(slots, sizeof slots, "%u", p->slots);
+    snprintf(budget, sizeof budget, "%llu", (unsigned long long)l->cfg.store_budget);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return sb_err_set(err, "cannot create %s: %s", dir, strerror(errno));
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        return sb_err_set(err, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0)
+            dup2(nul, STDIN_FILENO);
+        char *argv[] = {l->worker_bin, "--controller", l->controller, "--id", p->id,
+                        "--pool",      p->pool,        "--slots",     slots,  "--store-budget",
+                        budget,        "--spill-dir",  dir,           NULL};
+        execv(l->worker_bin, argv);
+        fprintf(stderr, "exec %s: %s\n", l->worker_bin, strerror(errno));
+        _exit(127);
+    }
+    p->pid = pid;
+    l->started++;
+    return 0;
+}
+
+static void *monitor_main(void *arg)
+{
+    sb_local *l = arg;
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        int stop = l->stop;
+        for (size_t i = 0; i < l->nprocs && !stop; i++) {
+            proc *p = &l->procs[i];
+            if (p->pid <= 0)
+                continue;
+            int st;
+            pid_t r = waitpid(p->pid, &st, WNOHANG);
+            if (r != p->pid)
+                continue;
+            char why[128];
+            if (WIFSIGNALED(st))
+                snprintf(why, sizeof why, "process killed by signal %d", WTERMSIG(st));
+            else
+                snprintf(why, sizeof why, "process exited with status %d", WEXITSTATUS(st));
+            char id[64];
+            snprintf(id, sizeof id, "%s", p->id);
+            p->pid = 0;
+            sb_log(SB_LOG_WARN, "worker process ended", "worker", id, "why", why, NULL);
+            pthread_mutex_unlock(&l->mu);
+            if (l->cfg.on_exit)
+                l->cfg.on_exit(l->cfg.ud, id, why);
+            pthread_mutex_lock(&l->mu);
+            if (l->cfg.respawn && !l->stop && p->generation < l->cfg.max_respawns) {
+                p->generation++;
+                sb_err err;
+                if (spawn(l, p, &err) != 0)
+                    sb_log(SB_LOG_ERROR, "respawn failed", "worker", id, "error", err.msg, NULL);
+            }
+        }
+        pthread_mutex_unlock(&l->mu);
+        if (stop)
+            return NULL;
+        usleep(20000);
+    }
+}
+
+sb_local *sb_local_start(const sb_local_config *cfg, sb_err *err)
+{
+    sb_local *l = calloc(1, sizeof *l);
+    if (l == NULL) {
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
+    l->cfg = *cfg;
+    if (l->cfg.max_respawns == 0)
+        l->cfg.max_respawns = 10;
+    pthread_mutex_init(&l->mu, NULL);
+    l->worker_bin = strdup(cfg->worker_bin);
+    l->controller = strdup(cfg->controller);
+    l->run_dir = strdup(cfg->run_dir);
+    size_t total = 0;
+    for (size_t i = 0; i < cfg->npools; i++)
+        total += cfg->pools[i].workers;
+    l->procs = calloc(total + 1, sizeof *l->procs);
+    if (!l->worker_bin || !l->controller || !l->run_dir || !l->procs) {
+        sb_err_set(err, "out of memory");
+        goto fail;
+    }
+    if (access(l->worker_bin, X_OK) != 0) {
+        sb_err_set(err, "worker binary %s: %s", l->worker_bin, strerror(errno));
+        goto fail;
+    }
+    if (mkdir(l->run_dir, 0755) != 0 && errno != EEXIST) {
+        sb_err_set(err, "cannot create %s: %s", l->run_dir, strerror(errno));
+        goto fail;
+    }
+    for (size_t i = 0; i < cfg->npools; i++)
+        for (uint32_t k = 0; k < cfg->pools[i].workers; k++) {
+            proc *p = &l->procs[l->nprocs++];
+            snprintf(p->pool, sizeof p->pool, "%s", cfg->pools[i].pool);
+            p->slots = cfg->pools[i].slots ? cfg->pools[i].slots : 1;
+            p->index = k;
+            if (spawn(l, p, err) != 0)
+                goto fail;
+        }
+    if (pthread_create(&l->monitor, NULL, monitor_main, l) != 0) {
+        sb_err_set(err, "cannot start the monitor thread");
+        l->stop = 1;
+        goto fail_nomonitor;
+    }
+    return l;
+fail:
+    l->stop = 1;
+fail_nomonitor:
+    for (size_t i = 0; i < l->nprocs; i++)
+        if (l->procs[i].pid > 0) {
+            kill(l->procs[i].pid, SIGKILL);
+            waitpid(l->procs[i].pid, NULL, 0);
+        }
+    free(l->procs);
+    free(l->worker_bin);
+    free(l->controller);
+    free(l->run_dir);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    return NULL;
+}
+
+size_t sb_local_count(const sb_local *l)
+{
+    return l->nprocs;
+}
+
+pid_t sb_local_pid(sb_local *l, size_t i, char *id, size_t idlen)
+{
+    pthread_mutex_lock(&l->mu);
+    pid_t p = i < l->nprocs ? l->procs[i].pid : 0;
+    if (id != NULL && i < l->nprocs)
+        snprintf(id, idlen, "%s", l->procs[i].id);
+    pthread_mutex_unlock(&l->mu);
+    return p;
+}
+
+int sb_local_signal(sb_local *l, size_t i, int sig)
+{
+    pid_t p = sb_local_pid(l, i, NULL, 0);
+    return p > 0 ? kill(p, sig) : -1;
+}
+
+uint64_t sb_local_started(const sb_local *l)
+{
+    return l->started;
+}
+
+uint64_t sb_local_rss(sb_local *l)
+{
+    uint64_t sum = 0;
+    long page = sysconf(_SC_PAGESIZE);
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < l->nprocs; i++) {
+        if (l->procs[i].pid <= 0)
+            continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/statm", (int)l->procs[i].pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        unsigned long size, rss;
+        if (fscanf(f, "%lu %lu", &size, &rss) == 2)
+            sum += (uint64_t)rss * (uint64_t)page;
+        fclose(f);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return sum;
+}
+
+void sb_local_stop(sb_local *l, int grace_ms)
+{
+    if (l == NULL)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->monitor, NULL);
+    for (size_t i = 0; i < l->nprocs; i++)
+        if (l->procs[i].pid > 0) {
+            kill(l->procs[i].pid, SIGCONT); /* a stopped worker cannot handle SIGTERM */
+            kill(l->procs[i].pid, SIGTERM);
+        }
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int alive = 0;
+        for (size_t i = 0; i < l->nprocs; i++) {
+            if (l->procs[i].pid <= 0)
+                continue;
+            if (waitpid(l->procs[i].pid, NULL, WNOHANG) == l->procs[i].pid)
+                l->procs[i].pid = 0;
+            else
+                alive++;
+        }
+        if (alive == 0)
+            break;
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (ms > grace_ms) {
+            for (size_t i = 0; i < l->nprocs; i++)
+                if (l->procs[i].pid > 0) {
+                    kill(l->procs[i].pid, SIGKILL);
+                    waitpid(l->procs[i].pid, NULL, 0);
+                    l->procs[i].pid = 0;
+                }
+            break;
+        }
+        usleep(10000);
+    }
+    free(l->procs);
+    free(l->worker_bin);
+    free(l->controller);
+    free(l->run_dir);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}

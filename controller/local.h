@@ -1,0 +1,55 @@
+/* local.h — the local backend: worker processes on this machine (fork/exec of
+ * streambatch-worker), one set per pool, respawned when they die.
+ *
+ * Each worker gets a unique id ("cpu-0", "cpu-0-r1" after a respawn: a respawned worker is a
+ * new worker with an empty store), its own spill directory and log file under run_dir, its own
+ * process group (so a terminal's Ctrl-C reaches the CLI, which stops workers in order), and
+ * PR_SET_PDEATHSIG so no worker outlives a killed parent. A monitor thread reaps exits and
+ * reports them through on_exit (the controller starts recovery at once).
+ *
+ * Memory: the backend copies the config; sb_local_stop() kills what is left and frees it.
+ */
+#ifndef SB_CTL_LOCAL_H
+#define SB_CTL_LOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/err.h"
+
+typedef struct sb_local sb_local;
+
+typedef struct sb_local_pool {
+    const char *pool; /* "cpu" or "gpu" */
+    uint32_t workers;
+    uint32_t slots; /* per worker */
+} sb_local_pool;
+
+typedef struct sb_local_config {
+    const char *worker_bin; /* path of streambatch-worker */
+    const char *controller; /* "127.0.0.1:port" */
+    const char *run_dir;    /* logs and spill directories (created) */
+    uint64_t store_budget;  /* per worker */
+    sb_local_pool pools[4];
+    size_t npools;
+    int respawn;           /* replace workers that die */
+    uint32_t max_respawns; /* per slot; default 10 */
+    void (*on_exit)(void *ud, const char *worker_id, const char *why);
+    void *ud;
+} sb_local_config;
+
+sb_local *sb_local_start(const sb_local_config *cfg, sb_err *err);
+/* Number of worker slots (processes alive or not) and the pid/id of slot i (0 when dead). */
+size_t sb_local_count(const sb_local *l);
+pid_t sb_local_pid(sb_local *l, size_t i, char *id, size_t idlen);
+/* Sends sig to worker i (fault injection in tests; SIGSTOP/SIGKILL). */
+int sb_local_signal(sb_local *l, size_t i, int sig);
+/* Processes started so far (first starts plus respawns). */
+uint64_t sb_local_started(const sb_local *l);
+/* Sum of the resident memory of the live workers (from /proc), bytes. */
+uint64_t sb_local_rss(sb_local *l);
+/* SIGTERM to every worker, SIGKILL after grace_ms, reaps them all, frees. NULL is a no-op. */
+void sb_local_stop(sb_local *l, int grace_ms);
+
+#endif

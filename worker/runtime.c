@@ -1,0 +1,595 @@
+#include "worker/runtime.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "doc/doc.h"
+#include "partition/partition.h"
+#include "rpc/proto.h"
+#include "spec/pipeline.h"
+#include "worker/data/fetch.h"
+#include "worker/data/server.h"
+#include "worker/io/reader.h"
+#include "worker/io/sink.h"
+#include "worker/io/split.h"
+#include "worker/ops/ops.h"
+#include "worker/store/store.h"
+
+static volatile sig_atomic_t g_stop;
+
+void sb_worker_request_stop(void)
+{
+    g_stop = 1;
+}
+
+typedef struct {
+    sb_worker_config cfg;
+    char address[128];
+    sb_store *store;
+    sb_data_server *data;
+    sb_rpc_server *srv;
+    sb_rpc_channel *ctl;
+    sb_doc *doc;
+    sb_pipeline pipeline;
+    int have_pipeline;
+    uint32_t hb_ms;
+    pthread_mutex_t mu;
+    int shutdown;
+    int running_tasks;
+    uint64_t bytes_received;
+    char fatal[512];
+} worker;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int stopping(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int s = w->shutdown || g_stop;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+static void set_shutdown(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->shutdown = 1;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void apply_releases(worker *w, char **ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sb_store_release(w->store, ids[i], NULL); /* unknown ids are fine */
+}
+
+/* ---- a task ------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *id;
+    uint64_t bytes, rows;
+    uint32_t crc;
+} out_part;
+
+typedef struct task_ctx task_ctx;
+
+typedef struct {
+    task_ctx *t;
+    size_t k; /* stage index within the fused chain */
+} emit_ud;
+
+struct task_ctx {
+    worker *w;
+    const Streambatch__V1__Task *task;
+    size_t n;
+    const sb_op_impl **impl;
+    void **state;
+    sb_op_out **out;
+    size_t *batch;
+    emit_ud *ud;
+    out_part *parts;
+    size_t nparts, capparts;
+    uint32_t seq;
+    uint64_t rows_in, bytes_in;
+    sb_err err;
+    int failed;
+};
+
+static int feed_stage(task_ctx *t, size_t k, const void *blob, size_t len)
+{
+    sb_batch *b = NULL;
+    if (sb_batch_open(blob, len, &b, &t->err) != 0)
+        return -1;
+    int rc = sb_op_run(t->impl[k], t->state[k], b, t->batch[k], t->out[k], &t->err);
+    sb_batch_close(b);
+    if (rc != 0)
+        sb_err_wrap(&t->err, "op %s", t->task->ops[k]->op);
+    return rc;
+}
+
+static int add_part(task_ctx *t, const char *id, uint64_t bytes, uint64_t rows, uint32_t crc)
+{
+    if (t->nparts == t->capparts) {
+        size_t cap = t->capparts ? t->capparts * 2 : 8;
+        out_part *np = realloc(t->parts, cap * sizeof *np);
+        if (np == NULL)
+            return sb_err_set(&t->err, "out of memory");
+        t->parts = np;
+        t->capparts = cap;
+    }
+    out_part *p = &t->parts[t->nparts];
+    p->id = strdup(id);
+    if (p->id == NULL)
+        return sb_err_set(&t->err, "out of memory");
+    p->bytes = bytes;
+    p->rows = rows;
+    p->crc = crc;
+    t->nparts++;
+    return 0;
+}
+
+/* The last stage's output: into the store, or to the sink. Owns blob. */
+static int emit_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
+{
+    char id[SB_RPC_PARTITION_ID_MAX];
+    sb_rpc_partition_id_format(id, sizeof id, t->task->stage_index, t->task->task_index, t->seq++);
+    if (t->task->writes_sink) {
+        sb_io_part_info info;
+        int rc = sb_io_sink_write_part(&t->w->pipeline.spec.sink, id, blob, len, &info, &t->err);
+        sb_part_free(blob);
+        if (rc != 0)
+            return -1;
+        return add_part(t, id, info.bytes, info.rows, info.crc32c);
+    }
+    sb_store_hints h = {.next_needed = t->task->task_index};
+    sb_store_release(t->w->store, id, NULL); /* a re-run here replaces an earlier copy */
+    int rc = sb_store_put(t->w->store, id, blob, len, &h, &t->err);
+    if (rc != 0)
+        return -1;
+    return add_part(t, id, len, rows, 0);
+}
+
+static int emit_cb(void *blob, size_t len, uint64_t rows, void *ud_)
+{
+    emit_ud *ud = ud_;
+    task_ctx *t = ud->t;
+    if (ud->k + 1 == t->n)
+        return emit_final(t, blob, len, rows);
+    int rc = feed_stage(t, ud->k + 1, blob, len);
+    sb_part_free(blob);
+    return rc;
+}
+
+static int source_emit(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    task_ctx *t = ud;
+    t->rows_in += rows;
+    t->bytes_in += len;
+    int rc = feed_stage(t, 0, blob, len);
+    sb_part_free(blob);
+    return rc;
+}
+
+static const sb_stage_spec *stage_by_name(const sb_pipeline *p, const char *name, size_t len)
+{
+    for (size_t i = 0; i < p->spec.nstages; i++)
+        if (strlen(p->spec.stages[i].name) == len &&
+            strncmp(p->spec.stages[i].name, name, len) == 0)
+            return &p->spec.stages[i];
+    return NULL;
+}
+
+static void task_ctx_free(task_ctx *t)
+{
+    for (size_t k = 0; k < t->n; k++) {
+        if (t->impl && t->impl[k] && t->state && t->state[k] && t->impl[k]->free)
+            t->impl[k]->free(t->state[k]);
+        if (t->out)
+            sb_op_out_free(t->out[k]);
+    }
+    free(t->impl);
+    free(t->state);
+    free(t->out);
+    free(t->batch);
+    free(t->ud);
+    for (size_t i = 0; i < t->nparts; i++)
+        free(t->parts[i].id);
+    free(t->parts);
+}
+
+static int task_setup(task_ctx *t)
+{
+    const Streambatch__V1__Task *task = t->task;
+    t->n = task->n_ops;
+    if (t->n == 0)
+        return sb_err_set(&t->err, "task %s has no ops", task->task_id);
+    t->impl = calloc(t->n, sizeof *t->impl);
+    t->state = calloc(t->n, sizeof *t->state);
+    t->out = calloc(t->n, sizeof *t->out);
+    t->batch = calloc(t->n, sizeof *t->batch);
+    t->ud = calloc(t->n, sizeof *t->ud);
+    if (!t->impl || !t->state || !t->out || !t->batch || !t->ud)
+        return sb_err_set(&t->err, "out of memory");
+    const char *names = task->stage;
+    for (size_t k = 0; k < t->n; k++) {
+        const char *name = task->ops[k]->op;
+        t->impl[k] = sb_op_find(name);
+        if (t->impl[k] == NULL)
+            return sb_err_set(&t->err, "op %s is not available in this worker build", name);
+        const char *plus = strchr(names, '+');
+        size_t nl = plus ? (size_t)(plus - names) : strlen(names);
+        const sb_stage_spec *st = stage_by_name(&t->w->pipeline, names, nl);
+        t->batch[k] = st && st->batch_size > 0 ? (size_t)st->batch_size : 0;
+        names = plus ? plus + 1 : names + nl;
+        const char *args =
+            task->ops[k]->args_json && *task->ops[k]->args_json ? task->ops[k]->args_json : NULL;
+        if (t->impl[k]->init(args, &t->state[k], &t->err) != 0)
+            return sb_err_wrap(&t->err, "op %s", name);
+        t->ud[k].t = t;
+        t->ud[k].k = k;
+        t->out[k] =
+            sb_op_out_new(task->target_partition_bytes ? task->target_partition_bytes : 64u << 20,
+                          emit_cb, &t->ud[k], &t->err);
+        if (t->out[k] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* Returns 0 ok, -1 op/io error (t->err), -2 an input was lost (its id in *lost). */
+static int task_inputs(task_ctx *t, char **lost)
+{
+    const Streambatch__V1__Task *task = t->task;
+    worker *w = t->w;
+    if (task->source_split != NULL && task->source_split[0] != '\0') {
+        sb_io_split sp;
+        memset(&sp, 0, sizeof sp);
+        if (sb_io_split_decode(task->source_split, strlen(task->source_split), &sp, &t->err) != 0)
+            return -1;
+        int rc = sb_io_read_split(
+            &sp, w->pipeline.spec.source.format, w->pipeline.spec.source.args_json,
+            task->target_partition_bytes ? task->target_partition_bytes : 64u << 20, source_emit, t,
+            &t->err);
+        sb_io_split_clear(&sp);
+        return rc;
+    }
+    for (size_t i = 0; i < task->n_inputs; i++) {
+        const Streambatch__V1__PartitionRef *ref = task->inputs[i];
+        if (strcmp(ref->worker_address, w->address) == 0) {
+            sb_store_ref *r = NULL;
+            if (sb_store_load(w->store, ref->id, 60000, &r, &t->err) != 0) {
+                *lost = ref->id;
+                return -2;
+            }
+            size_t len = sb_store_ref_len(r);
+            t->bytes_in += len;
+            int rc = feed_stage(t, 0, sb_store_ref_data(r), len);
+            sb_store_unpin(r);
+            if (rc != 0)
+                return -1;
+            continue;
+        }
+        void *blob = NULL;
+        size_t len = 0;
+        sb_data_fetch_opts fo = {.requester_id = w->cfg.id};
+        int rc = sb_data_fetch_addr(ref->worker_address, ref->id, (size_t)ref->bytes, 0, 60000, &fo,
+                                    &blob, &len, NULL, &t->err);
+        if (rc != 0) {
+            *lost = ref->id;
+            return -2;
+        }
+        t->bytes_in += len;
+        pthread_mutex_lock(&w->mu);
+        w->bytes_received += len;
+        pthread_mutex_unlock(&w->mu);
+        rc = feed_stage(t, 0, blob, len);
+        sb_part_free(blob);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void run_task(worker *w, const Streambatch__V1__Task *task)
+{
+    task_ctx t;
+    memset(&t, 0, sizeof t);
+    t.w = w;
+    t.task = task;
+    double wall0 = mono_s(), cpu0 = thread_cpu_s();
+    char *lost = NULL;
+    int rc = task_setup(&t);
+    if (rc == 0)
+        rc = task_inputs(&t, &lost);
+    for (size_t k = 0; rc == 0 && k < t.n; k++) { /* drain the chain front to back */
+        if (t.impl[k]->finish != NULL && t.impl[k]->finish(t.state[k], t.out[k], &t.err) != 0)
+            rc = -1;
+        else if (sb_op_out_flush(t.out[k], &t.err) != 0)
+            rc = -1;
+    }
+    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    Streambatch__V1__TaskMetrics met = STREAMBATCH__V1__TASK_METRICS__INIT;
+    req.worker_id = (char *)w->cfg.id;
+    req.task_id = task->task_id;
+    req.attempt = task->attempt;
+    req.metrics = &met;
+    met.wall_seconds = mono_s() - wall0;
+    met.cpu_seconds = thread_cpu_s() - cpu0;
+    met.bytes_in = t.bytes_in;
+    Streambatch__V1__PartitionInfo *infos = calloc(t.nparts + 1, sizeof *infos);
+    Streambatch__V1__PartitionInfo **ptrs = calloc(t.nparts + 1, sizeof *ptrs);
+    char msg[SB_ERR_MAX + 128];
+    if (rc == 0 && infos && ptrs) {
+        req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    } else if (rc == -2) {
+        req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST;
+        req.n_lost_inputs = 1;
+        req.lost_inputs = &lost;
+        snprintf(msg, sizeof msg, "input %s could not be fetched: %s", lost, t.err.msg);
+        req.message = msg;
+    } else {
+        req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+        snprintf(msg, sizeof msg, "%s", infos && ptrs ? t.err.msg : "out of memory");
+        req.message = msg;
+    }
+    for (size_t i = 0; infos && ptrs && i < t.nparts; i++) {
+        streambatch__v1__partition_info__init(&infos[i]);
+        infos[i].id = t.parts[i].id;
+        infos[i].bytes = t.parts[i].bytes;
+        infos[i].rows = t.parts[i].rows;
+        infos[i].crc32c = t.parts[i].crc;
+        ptrs[i] = &infos[i];
+    }
+    if (infos && ptrs) {
+        req.n_outputs = t.nparts;
+        req.outputs = ptrs;
+    }
+    if (req.status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
+        sb_log(SB_LOG_WARN, "task failed", "task", task->task_id, "error", req.message, NULL);
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    for (int tries = 0; tries < 5 && !g_stop; tries++) {
+        sb_rpc_code c = sb_rpc_call_msg(w->ctl, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 10000,
+                                        SB_RPC_WAIT_FOR_READY, &resp, &err);
+        if (c == SB_RPC_OK)
+            break;
+        sb_log(SB_LOG_WARN, "CompleteTask failed", "task", task->task_id, "error", err.msg, NULL);
+        usleep(200000);
+    }
+    if (resp != NULL) {
+        Streambatch__V1__CompleteTaskReply *r = (Streambatch__V1__CompleteTaskReply *)resp;
+        if (!r->accepted && !task->writes_sink)
+            for (size_t i = 0; i < t.nparts; i++)
+                sb_store_release(w->store, t.parts[i].id, NULL);
+        apply_releases(w, r->release, r->n_release);
+        sb_rpc_msg_free(resp);
+    }
+    free(infos);
+    free(ptrs);
+    task_ctx_free(&t);
+}
+
+/* ---- loops ------------------------------------------------------------------------------- */
+
+static void *slot_main(void *arg)
+{
+    worker *w = arg;
+    double last_ok = mono_s();
+    while (!stopping(w)) {
+        Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
+        req.worker_id = (char *)w->cfg.id;
+        req.free_slots = 1;
+        req.wait_ms = 1000;
+        ProtobufCMessage *resp = NULL;
+        sb_err err;
+        sb_rpc_code c = sb_rpc_call_msg(w->ctl, SB_RPC_CONTROL_POLL_TASKS, &req.base, 5000,
+                                        SB_RPC_WAIT_FOR_READY, &resp, &err);
+        if (c != SB_RPC_OK) {
+            if (mono_s() - last_ok > 15) {
+                pthread_mutex_lock(&w->mu);
+                snprintf(w->fatal, sizeof w->fatal, "controller unreachable for 15 s: %s", err.msg);
+                w->shutdown = 1;
+                pthread_mutex_unlock(&w->mu);
+                break;
+            }
+            usleep(100000);
+            continue;
+        }
+        last_ok = mono_s();
+        Streambatch__V1__PollTasksReply *r = (Streambatch__V1__PollTasksReply *)resp;
+        for (size_t i = 0; i < r->n_tasks && !g_stop; i++) {
+            pthread_mutex_lock(&w->mu);
+            w->running_tasks++;
+            pthread_mutex_unlock(&w->mu);
+            run_task(w, r->tasks[i]);
+            pthread_mutex_lock(&w->mu);
+            w->running_tasks--;
+            pthread_mutex_unlock(&w->mu);
+        }
+        if (r->shutdown)
+            set_shutdown(w);
+        sb_rpc_msg_free(resp);
+    }
+    return NULL;
+}
+
+static void heartbeat_once(worker *w)
+{
+    sb_store_stats ss;
+    sb_store_get_stats(w->store, &ss);
+    Streambatch__V1__HeartbeatRequest req = STREAMBATCH__V1__HEARTBEAT_REQUEST__INIT;
+    Streambatch__V1__WorkerMetrics m = STREAMBATCH__V1__WORKER_METRICS__INIT;
+    req.worker_id = (char *)w->cfg.id;
+    req.metrics = &m;
+    m.store_memory_bytes = ss.mem_bytes;
+    m.store_disk_bytes = ss.disk_bytes;
+    pthread_mutex_lock(&w->mu);
+    m.tasks_running = (uint32_t)w->running_tasks;
+    m.bytes_received = w->bytes_received;
+    pthread_mutex_unlock(&w->mu);
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    if (sb_rpc_call_msg(w->ctl, SB_RPC_CONTROL_HEARTBEAT, &req.base, 3000, 0, &resp, &err) !=
+        SB_RPC_OK)
+        return;
+    Streambatch__V1__HeartbeatReply *r = (Streambatch__V1__HeartbeatReply *)resp;
+    apply_releases(w, r->release, r->n_release);
+    if (r->shutdown)
+        set_shutdown(w);
+    sb_rpc_msg_free(resp);
+}
+
+static int do_register(worker *w, sb_err *err)
+{
+    sb_store_item *items = NULL;
+    size_t n = 0;
+    if (sb_store_list(w->store, &items, &n, err) != 0)
+        return -1;
+    Streambatch__V1__PartitionInfo *infos = calloc(n + 1, sizeof *infos);
+    Streambatch__V1__PartitionInfo **ptrs = calloc(n + 1, sizeof *ptrs);
+    if (infos == NULL || ptrs == NULL) {
+        free(items);
+        free(infos);
+        free(ptrs);
+        return sb_err_set(err, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        streambatch__v1__partition_info__init(&infos[i]);
+        infos[i].id = (char *)items[i].id;
+        infos[i].bytes = items[i].len;
+        ptrs[i] = &infos[i];
+    }
+    Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
+    req.worker_id = (char *)w->cfg.id;
+    req.pool = (char *)w->cfg.pool;
+    req.address = w->address;
+    req.slots = w->cfg.slots;
+    req.n_partitions = n;
+    req.partitions = ptrs;
+    req.memory_budget_bytes = w->cfg.store_budget;
+    ProtobufCMessage *resp = NULL;
+    sb_rpc_code c = sb_rpc_call_msg(w->ctl, SB_RPC_CONTROL_REGISTER, &req.base,
+                                    w->cfg.register_timeout_ms, SB_RPC_WAIT_FOR_READY, &resp, err);
+    free(items);
+    free(infos);
+    free(ptrs);
+    if (c != SB_RPC_OK)
+        return sb_err_wrap(err, "registering with %s", w->cfg.controller);
+    Streambatch__V1__RegisterReply *r = (Streambatch__V1__RegisterReply *)resp;
+    w->hb_ms = r->heartbeat_interval_ms ? (uint32_t)r->heartbeat_interval_ms : 1000;
+    apply_releases(w, r->release, r->n_release);
+    int rc = 0;
+    if (!w->have_pipeline) {
+        const char *js = r->pipeline_json ? r->pipeline_json : "";
+        w->doc = sb_doc_parse_json(js, strlen(js), NULL);
+        sb_diags d = {0};
+        if (w->doc == NULL || sb_doc_error(w->doc, NULL, NULL) != NULL ||
+            sb_pipeline_decode(sb_doc_root(w->doc, 0), &w->pipeline, &d) != 0 || d.n > 0) {
+            rc = sb_err_set(err, "the controller sent an invalid pipeline: %s",
+                            d.n ? d.items[0].msg : "not JSON");
+        } else {
+            w->have_pipeline = 1;
+        }
+        sb_diags_free(&d);
+    }
+    sb_rpc_msg_free(resp);
+    return rc;
+}
+
+int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
+{
+    worker *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return sb_err_set(err, "out of memory");
+    pthread_mutex_init(&w->mu, NULL);
+    w->cfg = *cfg_in;
+    if (w->cfg.slots == 0)
+        w->cfg.slots = 1;
+    if (w->cfg.listen == NULL)
+        w->cfg.listen = "127.0.0.1:0";
+    if (w->cfg.store_budget == 0)
+        w->cfg.store_budget = (size_t)1 << 30;
+    if (w->cfg.spill_dir == NULL)
+        w->cfg.spill_dir = "/tmp";
+    if (w->cfg.register_timeout_ms <= 0)
+        w->cfg.register_timeout_ms = 60000;
+    int rc = -1;
+    pthread_t *slots = calloc(w->cfg.slots, sizeof *slots);
+    size_t started = 0;
+    sb_store_config sc = {.memory_budget = w->cfg.store_budget, .spill_dir = w->cfg.spill_dir};
+    sb_data_server_config dc = {0};
+    if (slots == NULL || sb_store_open(&sc, &w->store, err) != 0)
+        goto out;
+    dc.store = w->store;
+    if (sb_data_server_new(&dc, &w->data, err) != 0)
+        goto out;
+    w->srv = sb_rpc_server_new(NULL, err);
+    if (w->srv == NULL || sb_data_server_register(w->data, w->srv, err) != 0)
+        goto out;
+    int port = sb_rpc_server_listen(w->srv, w->cfg.listen, err);
+    if (port < 0 || sb_rpc_server_start(w->srv, err) != 0)
+        goto out;
+    char host[96];
+    snprintf(host, sizeof host, "%s", w->cfg.advertise ? w->cfg.advertise : w->cfg.listen);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL && w->cfg.advertise == NULL)
+        *colon = '\0';
+    snprintf(w->address, sizeof w->address, "%s:%d", host, port);
+    w->ctl = sb_rpc_channel_new(w->cfg.controller, NULL, err);
+    if (w->ctl == NULL || do_register(w, err) != 0)
+        goto out;
+    sb_log(SB_LOG_INFO, "worker ready", "worker", w->cfg.id, "address", w->address, "pool",
+           w->cfg.pool, NULL);
+    for (; started < w->cfg.slots; started++)
+        if (pthread_create(&slots[started], NULL, slot_main, w) != 0)
+            break;
+    double next_hb = mono_s();
+    while (!stopping(w)) {
+        if (mono_s() >= next_hb) {
+            heartbeat_once(w);
+            next_hb = mono_s() + w->hb_ms / 1000.0;
+        }
+        usleep(20000);
+    }
+    set_shutdown(w);
+    rc = 0;
+    if (w->fatal[0] != '\0')
+        rc = sb_err_set(err, "%s", w->fatal);
+out:
+    set_shutdown(w);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(slots[i], NULL);
+    free(slots);
+    if (w->srv != NULL)
+        sb_rpc_server_shutdown(w->srv, 2000);
+    sb_data_server_free(w->data);
+    sb_rpc_server_free(w->srv);
+    sb_rpc_channel_free(w->ctl);
+    sb_store_close(w->store);
+    if (w->have_pipeline)
+        sb_pipeline_free(&w->pipeline);
+    sb_doc_free(w->doc);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* runtime.h — the worker process: registers with the controller, serves its partitions to
+ * peers (Data service over its store), runs tasks in `slots` threads, and heartbeats.
+ *
+ * A task: read the inputs (a source split, or partitions fetched from peers — or pinned from
+ * the own store when local), run the fused ops back to back, and put the outputs into the
+ * store as partitions "s<op>-t<task>-p<seq>" (or, for the last op, write them to the sink as
+ * part files), then report the completion. Releases in the controller's replies free store
+ * partitions. A worker the controller declared lost is told to shut down.
+ *
+ * sb_worker_run() blocks until the controller says shutdown, sb_worker_stop() is called (e.g.
+ * from a SIGTERM handler thread), or a fatal error; it cleans up everything it started.
+ */
+#ifndef SB_WORKER_RUNTIME_H
+#define SB_WORKER_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct sb_worker_config {
+    const char *controller;  /* "host:port" of the Control service */
+    const char *id;          /* unique worker id */
+    const char *pool;        /* "cpu" or "gpu" */
+    uint32_t slots;          /* tasks at once (threads); default 1 */
+    const char *listen;      /* Data service address, default "127.0.0.1:0" */
+    const char *advertise;   /* host peers use to reach it; default the listen host */
+    size_t store_budget;     /* bytes of partitions in memory; default 1 GiB */
+    const char *spill_dir;   /* default /tmp */
+    int register_timeout_ms; /* waiting for the controller; default 60000 */
+} sb_worker_config;
+
+typedef struct sb_worker sb_worker;
+
+/* Runs the worker (see above). 0 on an orderly shutdown, -1 + err otherwise. */
+int sb_worker_run(const sb_worker_config *cfg, sb_err *err);
+
+/* Asks a running worker to stop (async-signal-safe: it only sets a flag). */
+void sb_worker_request_stop(void);
+
+#endif
