@@ -11,6 +11,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 kube_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$here/kube/go.mod")
 helm_version=$(awk '$1 == "helm.sh/helm/v3" { print $2; exit }' "$here/helm/go.mod")
 cache=${SB_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streambatch/k8s-$kube_version}
@@ -19,9 +20,9 @@ if [[ ${1:-} == --print-bin-dir ]]; then echo "$bin"; exit 0; fi
 
 log() { printf '[k8s-build] %s\n' "$*" >&2; }
 
-# Debian packages the cluster scripts use.
+# Debian packages the cluster scripts (openssl, curl) and the self-test (python3) use.
 need=()
-for pkg in openssl curl; do
+for pkg in openssl curl python3; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then

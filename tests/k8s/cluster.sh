@@ -204,34 +204,38 @@ EOF
   log "cluster ready in $((SECONDS - t0))s: export KUBECONFIG=$STATE/kubeconfig (or: source $STATE/env)"
 }
 
-# stop NAME SECONDS: SIGTERM the recorded process, SIGKILL it if it is still there after SECONDS.
+# stop SECONDS NAME...: SIGTERM the recorded processes, SIGKILL those still there after SECONDS.
 stop() {
-  local pid end
-  pid=$(live_pid "$1") || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  end=$((SECONDS + $2))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "$1 (pid $pid) still running after $2s: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
+  local secs=$1 n pid end pids=() names=()
+  shift
+  for n in "$@"; do
+    pid=$(live_pid "$n") || continue
+    kill -TERM "$pid" 2>/dev/null || true
+    pids+=("$pid"); names+=("$n")
+  done
+  end=$((SECONDS + secs))
+  for i in "${!pids[@]}"; do
+    while kill -0 "${pids[i]}" 2>/dev/null && ((SECONDS < end)); do sleep 0.1; done
+    if kill -0 "${pids[i]}" 2>/dev/null; then
+      log "${names[i]} (pid ${pids[i]}) still running after ${secs}s: SIGKILL"
+      kill -KILL "${pids[i]}" 2>/dev/null || true
+    fi
+  done
 }
 
 down() {
   [[ -e $STATE ]] || return 0
   [[ -f $STATE/$MARKER ]] || die "$STATE is not a streambatch cluster directory; not touching it"
-  stop sb-node-agent 20 # stops the pod processes it started first
-  stop kube-scheduler 10
-  stop kube-controller-manager 10
-  stop kube-apiserver 15
-  stop etcd 10
+  stop 20 sb-node-agent # it stops the pod processes it started
+  stop 15 kube-scheduler kube-controller-manager kube-apiserver
+  stop 10 etcd
   # Backstop: pod processes whose agent died without stopping them. Each carries
   # SB_CLUSTER_DIR=$STATE in its environment, set by the agent.
   local e pid
   for e in /proc/[0-9]*/environ; do
     pid=${e#/proc/}; pid=${pid%/environ}
     [[ $pid == "$$" ]] && continue
-    if tr '\0' '\n' <"$e" 2>/dev/null | grep -qxF "SB_CLUSTER_DIR=$STATE"; then
+    if { tr '\0' '\n' <"$e"; } 2>/dev/null | grep -qxF "SB_CLUSTER_DIR=$STATE"; then
       log "pod process $pid left behind: SIGKILL"
       kill -KILL "$pid" 2>/dev/null || true
     fi

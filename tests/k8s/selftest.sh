@@ -250,7 +250,7 @@ cluster_down_clean() {
   "$here/cluster.sh" down || return 1
   for pid in "${pids[@]}"; do alive "$pid" && left+=("$pid"); done
   for f in /proc/[0-9]*/environ; do
-    tr '\0' '\n' <"$f" 2>/dev/null | grep -qxF "SB_CLUSTER_DIR=$STATE" && left+=("${f//[^0-9]/}")
+    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qxF "SB_CLUSTER_DIR=$STATE" && left+=("${f//[^0-9]/}")
   done
   ((${#left[@]} == 0)) || { echo "left running: ${left[*]}"; ps -o pid,args -p "${left[@]}"; return 1; }
   [[ ! -e $STATE ]] || { echo "$STATE still exists"; return 1; }

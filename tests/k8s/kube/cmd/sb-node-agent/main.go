@@ -51,6 +51,7 @@ type agent struct {
 
 	mu    sync.Mutex
 	pods  map[types.UID]*podRunner
+	ended map[types.UID]time.Time // pods whose runner has finished: late events are ignored
 	ips   map[string]types.UID
 	ipSeq int
 	wg    sync.WaitGroup
@@ -112,7 +113,7 @@ func run(kubeconfig, caFile, stateDir, imagesFile string, nodeSpecs []string, ba
 	defer cancel()
 	a := &agent{cs: cs, nodes: map[string]*nodeSpec{}, images: images, stateDir: stateDir, caPEM: caPEM,
 		apiHost: host, apiPort: port, backoff: backoff, maxBackoff: maxBackoff, ctx: ctx,
-		pods: map[types.UID]*podRunner{}, ips: map[string]types.UID{}}
+		pods: map[types.UID]*podRunner{}, ended: map[types.UID]time.Time{}, ips: map[string]types.UID{}}
 	for _, s := range nodeSpecs {
 		n, err := parseNodeSpec(s)
 		if err != nil {
@@ -164,6 +165,10 @@ func (a *agent) podChanged(p *v1.Pod) {
 		return
 	}
 	a.mu.Lock()
+	if _, done := a.ended[p.UID]; done {
+		a.mu.Unlock()
+		return
+	}
 	r := a.pods[p.UID]
 	if r == nil {
 		r = newPodRunner(a, p)
@@ -174,6 +179,12 @@ func (a *agent) podChanged(p *v1.Pod) {
 			r.run()
 			a.mu.Lock()
 			delete(a.pods, p.UID)
+			for uid, t := range a.ended {
+				if time.Since(t) > 10*time.Minute {
+					delete(a.ended, uid)
+				}
+			}
+			a.ended[p.UID] = time.Now()
 			a.mu.Unlock()
 		}()
 	}

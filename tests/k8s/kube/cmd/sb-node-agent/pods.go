@@ -69,6 +69,10 @@ func newPodRunner(a *agent, p *v1.Pod) *podRunner {
 	r := &podRunner{a: a, uid: p.UID, ns: p.Namespace, name: p.Name, pod: p,
 		stopCh: make(chan struct{}), changed: make(chan struct{}, 1), done: make(chan struct{}),
 		startTime: now()}
+	if p.DeletionTimestamp != nil {
+		close(r.stopCh)
+		r.stopOnce.Do(func() {})
+	}
 	r.dir = filepath.Join(a.stateDir, "pods", fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, string(p.UID)[:8]))
 	for _, c := range p.Spec.InitContainers {
 		r.inits = append(r.inits, &ctr{spec: c, init: true, logPath: filepath.Join(r.dir, c.Name+".log"),
