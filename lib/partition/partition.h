@@ -42,8 +42,17 @@
  *       binary, utf8:                   validity, offsets (rows+1 int32), data
  *     A validity buffer is empty when the column has no nulls, else exactly ceil(rows/8) bytes
  *     (LSB-first bitmap, 1 = valid, like Arrow).
- *   names: each column name, NUL-terminated, then zero padding to the data offset
- *   buffers, each starting at a multiple of 64, zero padding between them and to the end.
+ *     binary/utf8 offsets start at 0, never decrease and end at the data length; utf8 data
+ *     is valid UTF-8 and no offset splits a character. A null row still has a value slot (the
+ *     builder writes zeros or an empty slice); readers must ignore its contents.
+ *   names: each column name (UTF-8, no NUL), NUL-terminated, after the tables and before the
+ *     data offset, then zero padding to the data offset
+ *   buffers, each starting at a multiple of 64, zero padding between them and to the end, so
+ *     a reader may read (not use) up to the next 64-byte boundary past any buffer.
+ *
+ * Checksums protect spill files and blobs handed around in memory; the transfer chunks carry
+ * their own (chunk.h), so a receiver that verified every chunk may open with
+ * SB_BATCH_OPEN_SKIP_CHECKSUM. Structure is validated in every case.
  */
 #ifndef SB_PARTITION_PARTITION_H
 #define SB_PARTITION_PARTITION_H

@@ -20,6 +20,13 @@
 #include "partition/partition.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+const char *__ubsan_default_options(void);
+
+/* Undefined behaviour is a finding, also where the build lets UBSan recover. */
+const char *__ubsan_default_options(void)
+{
+    return "halt_on_error=1:print_stacktrace=1";
+}
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
@@ -54,8 +61,10 @@ static void read_all(const sb_batch *b)
             } else if (col->type == SB_TYPE_BOOL) {
                 acc ^= sb_column_bool(col, r);
             } else {
-                acc ^= (uint8_t)sb_column_int(col, r);
-                acc ^= (uint8_t)sb_column_double(col, r);
+                double d = sb_column_double(col, r);
+                uint64_t bits;
+                memcpy(&bits, &d, sizeof bits);
+                acc ^= (uint8_t)sb_column_int(col, r) ^ (uint8_t)bits;
             }
         }
         CHECK(nulls == col->null_count);
