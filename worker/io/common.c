@@ -1,0 +1,131 @@
+/* common.c — file:// URIs, supported formats, recordSize, full reads and writes. */
+#include "worker/io/common.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int sb_io_uri_path(const char *uri, const char *what, int is_sink, char *buf, size_t cap,
+                   sb_err *err)
+{
+    if (uri == NULL || uri[0] == '\0')
+        return sb_err_set(err, "%s: no uri given", what);
+    const char *sep = strstr(uri, "://");
+    if (sep == NULL)
+        return sb_err_set(err, "%s uri \"%.200s\": no scheme (expected file:///path)", what, uri);
+    if ((size_t)(sep - uri) != 4 || strncmp(uri, "file", 4) != 0)
+        return sb_err_set(err,
+                          "%s uri \"%.200s\": scheme \"%.*s\" is not supported yet by the local "
+                          "%s (only file:// is)",
+                          what, uri, (int)(sep - uri) > 32 ? 32 : (int)(sep - uri), uri,
+                          is_sink ? "writer" : "reader");
+    const char *path = sep + 3;
+    if (path[0] == '\0')
+        return sb_err_set(err, "%s uri \"%.200s\": empty path", what, uri);
+    size_t plen = strlen(path);
+    if (path[0] == '/') {
+        if (plen + 1 > cap)
+            return sb_err_set(err, "%s uri \"%.200s\": path is too long (%zu bytes)", what, uri,
+                              plen);
+        memcpy(buf, path, plen + 1);
+        return 0;
+    }
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) == NULL)
+        return sb_err_set(err,
+                          "%s uri \"%.200s\": relative path, and the current directory is "
+                          "unknown: %s",
+                          what, uri, strerror(errno));
+    size_t clen = strlen(cwd);
+    int slash = clen > 0 && cwd[clen - 1] == '/';
+    if (clen + (slash ? 0 : 1) + plen + 1 > cap)
+        return sb_err_set(err, "%s uri \"%.200s\": path is too long", what, uri);
+    snprintf(buf, cap, "%s%s%s", cwd, slash ? "" : "/", path);
+    return 0;
+}
+
+int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err)
+{
+    switch (fmt) {
+    case SB_FMT_JSONL:
+    case SB_FMT_TEXT:
+    case SB_FMT_BINARY:
+        return 0;
+    case SB_FMT_CSV:
+    case SB_FMT_IMAGE:
+        return sb_err_set(err, "%s: format %s is not supported yet by the local %s", what,
+                          sb_format_names[fmt], is_sink ? "writer" : "reader");
+    }
+    return sb_err_set(err, "%s: unknown format %d", what, (int)fmt);
+}
+
+int sb_io_record_size(const char *args_json, int required, const char *what, uint64_t *out,
+                      sb_err *err)
+{
+    *out = 0;
+    cJSON *root = NULL;
+    if (args_json != NULL && args_json[0] != '\0') {
+        root = cJSON_Parse(args_json);
+        if (root == NULL || !cJSON_IsObject(root)) {
+            cJSON_Delete(root);
+            return sb_err_set(err, "%s: format args are not a JSON object: %.80s", what, args_json);
+        }
+    }
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "recordSize");
+    int rc = 0;
+    if (rs == NULL || cJSON_IsNull(rs)) {
+        if (required)
+            rc =
+                sb_err_set(err, "%s: format binary needs args.recordSize (bytes per record)", what);
+    } else if (!cJSON_IsNumber(rs) || !isfinite(rs->valuedouble) || rs->valuedouble < 1 ||
+               rs->valuedouble > (double)SB_IO_MAX_RECORD_SIZE ||
+               rs->valuedouble != floor(rs->valuedouble)) {
+        rc = sb_err_set(err, "%s: args.recordSize must be an integer from 1 to %llu", what,
+                        (unsigned long long)SB_IO_MAX_RECORD_SIZE);
+    } else {
+        *out = (uint64_t)rs->valuedouble;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int sb_io_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+ssize_t sb_io_pread_full(int fd, void *p, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)p + got, n - got, (off_t)(off + got));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}

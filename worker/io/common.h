@@ -1,0 +1,47 @@
+/* common.h — helpers shared by the worker's local source and sink code (split.c, reader.c,
+ * sink.c): turning a file:// URI into a path, checking that a format is one the local reader
+ * and writer handle, and reading the binary format's recordSize from the format args.
+ *
+ * Memory: sb_io_uri_path() writes into a caller buffer; nothing here allocates memory that
+ * outlives a call.
+ */
+#ifndef SB_WORKER_IO_COMMON_H
+#define SB_WORKER_IO_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/err.h"
+#include "spec/pipeline.h"
+
+/* Size of the buffers of large reads and writes. */
+#define SB_IO_BUF_SIZE ((size_t)4 << 20)
+
+/* Largest binary record: values of a partition column have int32 offsets. */
+#define SB_IO_MAX_RECORD_SIZE ((uint64_t)1 << 30)
+
+/* The local path of a file:// URI, made absolute (a path that does not start with '/' is
+ * relative to the current working directory). `what` ("source", "sink") prefixes messages.
+ * Other schemes (s3://, http://, ...) fail with "... not supported yet by the local reader"
+ * (or writer when is_sink). 0, or -1 + err. */
+int sb_io_uri_path(const char *uri, const char *what, int is_sink, char *buf, size_t cap,
+                   sb_err *err);
+
+/* 0 when fmt is jsonl, text or binary; -1 + err (naming `what`) otherwise. */
+int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err);
+
+/* The binary format's recordSize from args_json (a JSON object or NULL). When `required` and
+ * it is absent: error; when not required and absent: *out = 0. It must be an integer in
+ * [1, SB_IO_MAX_RECORD_SIZE]. `what` prefixes messages. */
+int sb_io_record_size(const char *args_json, int required, const char *what, uint64_t *out,
+                      sb_err *err);
+
+/* Writes all n bytes (retrying short writes and EINTR). 0, or -1 with errno set. */
+int sb_io_write_all(int fd, const void *p, size_t n);
+
+/* Reads up to n bytes at offset `off` (retrying short reads and EINTR until n bytes or end of
+ * file). The number of bytes read, or -1 with errno set. */
+ssize_t sb_io_pread_full(int fd, void *p, size_t n, uint64_t off);
+
+#endif

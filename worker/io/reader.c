@@ -1,0 +1,372 @@
+/* reader.c — split reader for jsonl, text and binary files (see reader.h). */
+#include "worker/io/reader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "partition/partition.h"
+#include "partition/utf8.h"
+#include "worker/io/common.h"
+
+typedef struct {
+    const sb_io_split *sp;
+    sb_format fmt;
+    sb_batch_builder *b;
+    size_t target;
+    sb_io_emit_fn emit;
+    void *ud;
+    uint64_t parts;
+    uint64_t seen_bytes, seen_lines; /* line bytes (with '\n') and records appended so far */
+} rd;
+
+static int flush(rd *r, sb_err *err)
+{
+    size_t rows = sb_batch_builder_rows(r->b);
+    if (rows == 0)
+        return 0;
+    void *blob;
+    size_t len;
+    if (sb_batch_builder_finish(r->b, &blob, &len, err) != 0)
+        return sb_err_wrap(err, "reading %.300s", r->sp->path);
+    r->parts++;
+    int rc = r->emit(blob, len, rows, r->ud);
+    if (rc != 0)
+        return sb_err_set(err,
+                          "reading %.300s: the consumer refused partition %" PRIu64
+                          " (%zu records, returned %d)",
+                          r->sp->path, r->parts, rows, rc);
+    return 0;
+}
+
+/* Bytes the builder may still take before the partition reaches the target (at least 1, so
+ * that a target below the size of an empty blob still makes progress). */
+static size_t room(const rd *r)
+{
+    size_t cur = sb_batch_builder_bytes(r->b);
+    return cur < r->target ? r->target - cur : 1;
+}
+
+static int full(const rd *r)
+{
+    return sb_batch_builder_bytes(r->b) >= r->target;
+}
+
+/* Appends whole lines s[0..n) (the last may lack its '\n'); `off` is the file offset of s. */
+static int append_run(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
+{
+    if (n == 0)
+        return 0;
+    size_t used;
+    if (sb_batch_builder_append_lines(r->b, 0, s, n, true, true, &used, err) == 0)
+        return 0;
+    size_t bad;
+    if (!sb_utf8_valid(s, n, &bad)) {
+        const char *ls = bad > 0 ? memrchr(s, '\n', bad) : NULL;
+        size_t line_at = ls != NULL ? (size_t)(ls - s) + 1 : 0;
+        return sb_err_set(err,
+                          "%.300s: byte offset %" PRIu64
+                          ": the line starting at byte offset %" PRIu64 " is not valid UTF-8",
+                          r->sp->path, off + bad, off + line_at);
+    }
+    return sb_err_wrap(err, "%.300s: lines at byte offset %" PRIu64, r->sp->path, off);
+}
+
+static int blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+            return 0;
+    return 1;
+}
+
+/* Appends whole lines s[0..n), skipping blank lines for jsonl. */
+static int append_piece(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
+{
+    if (r->fmt != SB_FMT_JSONL)
+        return append_run(r, s, n, off, err);
+    size_t run = 0, pos = 0;
+    while (pos < n) {
+        const char *nl = memchr(s + pos, '\n', n - pos);
+        size_t le = nl != NULL ? (size_t)(nl - s) : n;
+        if (blank(s + pos, le - pos)) {
+            if (append_run(r, s + run, pos - run, off + run, err) != 0)
+                return -1;
+            run = le + 1 < n ? le + 1 : n;
+        }
+        pos = le + 1;
+    }
+    return append_run(r, s + run, n - run, off + run, err);
+}
+
+/* Appends the lines of seg[0..n) (whole lines; the last may lack '\n' only at the end of the
+ * split's data), flushing partitions as they fill. A partition grows by the line bytes plus 4
+ * bytes of offset per line, so each piece is sized from the average line length seen so far
+ * (half the room for the first piece); as the room shrinks the pieces do too, down to one line,
+ * so a partition passes the target by less than one line. */
+static int add_lines(rd *r, const char *seg, size_t n, uint64_t off, sb_err *err)
+{
+    while (n > 0) {
+        if (full(r) && flush(r, err) != 0)
+            return -1;
+        size_t rm = room(r);
+        size_t want;
+        if (r->seen_lines == 0) {
+            want = rm / 2;
+        } else {
+            double avg = (double)r->seen_bytes / (double)r->seen_lines;
+            want = (size_t)((double)rm * avg / (avg + sizeof(int32_t)));
+        }
+        if (want == 0)
+            want = 1;
+        size_t piece = n;
+        if (want < n) {
+            const char *nl = memrchr(seg, '\n', want);
+            if (nl == NULL)
+                nl = memchr(seg + want, '\n', n - want);
+            piece = nl != NULL ? (size_t)(nl - seg) + 1 : n;
+        }
+        size_t rows0 = sb_batch_builder_rows(r->b);
+        if (append_piece(r, seg, piece, off, err) != 0)
+            return -1;
+        r->seen_bytes += piece;
+        r->seen_lines += sb_batch_builder_rows(r->b) - rows0;
+        seg += piece;
+        n -= piece;
+        off += piece;
+    }
+    if (full(r) && flush(r, err) != 0)
+        return -1;
+    return 0;
+}
+
+static int read_lines(rd *r, int fd, sb_err *err)
+{
+    const sb_io_split *sp = r->sp;
+    size_t cap = SB_IO_BUF_SIZE;
+    uint64_t span = sp->file_size - (sp->start > 0 ? sp->start - 1 : 0);
+    if (span < cap)
+        cap = (size_t)span; /* small splits: no 4 MiB buffer (span >= 1: start < file_size) */
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return sb_err_set(err, "reading %.300s: out of memory for the read buffer", sp->path);
+    int rc = 0;
+    bool skipping = sp->start > 0;
+    uint64_t base = skipping ? sp->start - 1 : 0; /* file offset of buf[0] */
+    size_t len = 0;
+    const uint64_t stop = sp->end - 1; /* our data ends at the first '\n' at or after stop */
+    uint64_t scanned = stop;           /* no '\n' in [stop, scanned) */
+    bool bom_done = sp->start > 0 || r->fmt != SB_FMT_JSONL;
+    for (;;) {
+        if (len == cap && base + len < sp->file_size) {
+            if (cap >= SB_IO_MAX_LINE) {
+                rc = sb_err_set(err, "%.300s: byte offset %" PRIu64 ": line longer than %zu bytes",
+                                sp->path, base, (size_t)SB_IO_MAX_LINE);
+                break;
+            }
+            size_t ncap = cap * 2 > SB_IO_MAX_LINE ? SB_IO_MAX_LINE : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (nb == NULL) {
+                rc = sb_err_set(err, "reading %.300s: out of memory for a %zu-byte line buffer",
+                                sp->path, ncap);
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        /* Never read past the planned size: the file must not change under a plan. */
+        uint64_t avail = sp->file_size - (base + len);
+        size_t want = cap - len < avail ? cap - len : (size_t)avail;
+        if (want > 0) {
+            ssize_t got = sb_io_pread_full(fd, buf + len, want, base + len);
+            if (got < 0) {
+                rc = sb_err_set(err, "reading %.300s at byte offset %" PRIu64 ": %s", sp->path,
+                                base + len, strerror(errno));
+                break;
+            }
+            if ((size_t)got < want) {
+                rc = sb_err_set(err,
+                                "reading %.300s: file ends at byte offset %" PRIu64
+                                ", planned size %" PRIu64 " (it changed since planning)",
+                                sp->path, base + len + (uint64_t)got, sp->file_size);
+                break;
+            }
+            len += want;
+        }
+        bool eof = base + len == sp->file_size;
+        if (skipping) {
+            char *nl = memchr(buf, '\n', len);
+            if (nl == NULL) {
+                if (eof || base + len >= stop)
+                    break; /* no line starts in [start, end) */
+                base += len;
+                len = 0;
+                continue;
+            }
+            size_t k = (size_t)(nl - buf) + 1;
+            memmove(buf, buf + k, len - k);
+            base += k;
+            len -= k;
+            skipping = false;
+            if (base >= sp->end)
+                break; /* the next line starts at or after end: not ours */
+        }
+        if (!bom_done && len >= 3) {
+            if (memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
+                memmove(buf, buf + 3, len - 3);
+                base += 3;
+                len -= 3;
+            }
+            bom_done = true;
+        }
+        /* Does the buffer hold the end of our data (the first '\n' at or after stop)? */
+        size_t data = 0;
+        bool last = false;
+        uint64_t from = scanned > base ? scanned : base;
+        if (from < base + len) {
+            char *nl = memchr(buf + (from - base), '\n', (size_t)(base + len - from));
+            if (nl != NULL) {
+                data = (size_t)(nl - buf) + 1;
+                last = true;
+            } else {
+                scanned = base + len;
+            }
+        }
+        if (!last && eof) {
+            data = len;
+            last = true;
+        }
+        if (last) {
+            rc = add_lines(r, buf, data, base, err);
+            break;
+        }
+        const char *lnl = memrchr(buf, '\n', len);
+        if (lnl != NULL) {
+            size_t k = (size_t)(lnl - buf) + 1;
+            if ((rc = add_lines(r, buf, k, base, err)) != 0)
+                break;
+            memmove(buf, buf + k, len - k);
+            base += k;
+            len -= k;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+static int read_binary(rd *r, int fd, uint64_t rs, sb_err *err)
+{
+    const sb_io_split *sp = r->sp;
+    if (sp->start % rs != 0 || sp->end % rs != 0 || sp->file_size % rs != 0)
+        return sb_err_set(err,
+                          "%.300s: split [%" PRIu64 ", %" PRIu64 ") of a %" PRIu64
+                          "-byte file is not aligned to recordSize %" PRIu64,
+                          sp->path, sp->start, sp->end, sp->file_size, rs);
+    uint64_t per = SB_IO_BUF_SIZE / rs;
+    if (per == 0)
+        per = 1;
+    uint64_t total = sp->end - sp->start;
+    size_t cap = (size_t)(per * rs < total ? per * rs : total);
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return sb_err_set(err, "reading %.300s: out of memory for the read buffer", sp->path);
+    int rc = 0;
+    for (uint64_t off = sp->start; off < sp->end && rc == 0;) {
+        size_t want = (size_t)(sp->end - off < cap ? sp->end - off : cap);
+        ssize_t got = sb_io_pread_full(fd, buf, want, off);
+        if (got < 0) {
+            rc = sb_err_set(err, "reading %.300s at byte offset %" PRIu64 ": %s", sp->path, off,
+                            strerror(errno));
+            break;
+        }
+        if ((size_t)got < want) {
+            rc = sb_err_set(err,
+                            "reading %.300s: file ends at byte offset %" PRIu64
+                            ", planned size %" PRIu64 " (it changed since planning)",
+                            sp->path, off + (uint64_t)got, sp->file_size);
+            break;
+        }
+        for (size_t i = 0; i < want; i += (size_t)rs) {
+            if (sb_batch_builder_append_binary(r->b, 0, buf + i, (size_t)rs, err) != 0) {
+                rc = sb_err_wrap(err, "%.300s: record at byte offset %" PRIu64, sp->path, off + i);
+                break;
+            }
+            if (full(r) && (rc = flush(r, err)) != 0)
+                break;
+        }
+        off += want;
+    }
+    free(buf);
+    return rc;
+}
+
+int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_json,
+                     size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err)
+{
+    if (split == NULL || split->path == NULL || emit == NULL)
+        return sb_err_set(err, "read split: NULL split or callback");
+    if (split->start >= split->end || split->end > split->file_size)
+        return sb_err_set(err,
+                          "read split: %.300s: range [%" PRIu64 ", %" PRIu64
+                          ") is empty or past the file size %" PRIu64,
+                          split->path, split->start, split->end, split->file_size);
+    if (target_bytes == 0)
+        return sb_err_set(err, "read split: %.300s: target partition size is 0", split->path);
+    if (sb_io_check_format(fmt, "read split", 0, err) != 0)
+        return -1;
+    uint64_t rs = 0;
+    if (fmt == SB_FMT_BINARY && sb_io_record_size(args_json, 1, "read split", &rs, err) != 0)
+        return -1;
+
+    int fd = open(split->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sb_err_set(err, "read split: cannot open %.300s: %s", split->path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sb_err_set(err, "read split: cannot stat %.300s: %s", split->path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return sb_err_set(err, "read split: %.300s is a directory, not a file", split->path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return sb_err_set(err, "read split: %.300s is not a regular file", split->path);
+    }
+    if ((uint64_t)st.st_size != split->file_size) {
+        close(fd);
+        return sb_err_set(err,
+                          "read split: %.300s has %" PRIu64 " bytes, planned as %" PRIu64
+                          " (it changed since planning)",
+                          split->path, (uint64_t)st.st_size, split->file_size);
+    }
+    (void)posix_fadvise(fd, (off_t)split->start, (off_t)(split->end - split->start),
+                        POSIX_FADV_SEQUENTIAL);
+
+    sb_field f = {.name = SB_IO_RECORD_COLUMN,
+                  .type = fmt == SB_FMT_BINARY ? SB_TYPE_BINARY : SB_TYPE_UTF8};
+    rd r = {.sp = split, .fmt = fmt, .target = target_bytes, .emit = emit, .ud = ud};
+    r.b = sb_batch_builder_new(&f, 1, err);
+    if (r.b == NULL) {
+        close(fd);
+        return -1;
+    }
+    uint64_t span = split->end - split->start;
+    size_t pre = (size_t)(span < target_bytes ? span : target_bytes) + 4096;
+    int rc = sb_batch_builder_reserve(r.b, 0, fmt == SB_FMT_BINARY ? (size_t)(pre / rs) + 1 : 0,
+                                      pre, err);
+    if (rc == 0)
+        rc = fmt == SB_FMT_BINARY ? read_binary(&r, fd, rs, err) : read_lines(&r, fd, err);
+    if (rc == 0)
+        rc = flush(&r, err);
+    sb_batch_builder_free(r.b);
+    close(fd);
+    return rc;
+}

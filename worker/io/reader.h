@@ -1,0 +1,57 @@
+/* reader.h — reads one source split (split.h) of a local file and emits its records as
+ * partitions (lib/partition blobs) of about `target_bytes` each.
+ *
+ * Every partition has ONE column named "record" (SB_IO_RECORD_COLUMN):
+ *   jsonl  utf8, one line per record without its line terminator ("\n" or "\r\n"); blank lines
+ *          (empty or only spaces/tabs) are skipped; a UTF-8 byte order mark at the start of the
+ *          file is dropped. Lines are not parsed as JSON here.
+ *   text   utf8, one line per record without its terminator; empty lines are kept as empty
+ *          records. A final line without '\n' is a record too (for both formats).
+ *   binary binary, each value exactly recordSize bytes (args_json {"recordSize": N}).
+ * A line that is not valid UTF-8 is an error naming the file and the byte offset.
+ *
+ * Line ownership (text and jsonl): a line belongs to the split that contains its first byte.
+ * A split [s, e) with s > 0 skips everything up to and including the first '\n' at or after
+ * byte s-1 (the tail of a line owned by an earlier split), then reads every line that starts
+ * before e, reading past e to finish the last one. So splits that tile a file read every line
+ * exactly once, wherever their boundaries fall. A split may own no line at all (e.g. inside one
+ * long line); it then emits nothing.
+ *
+ * Partitions: a partition is flushed as soon as the builder's blob size reaches target_bytes
+ * (so it exceeds the target by less than one record), and the rest at the end. The file is
+ * read with large positioned reads (4 MiB buffers, grown only for longer lines); records go
+ * into the builder in bulk, with no per-record system call or allocation.
+ *
+ * Memory: the emit callback takes ownership of every blob (free with sb_part_free()), also
+ * when it returns nonzero, which stops the read (-1 with a message). Nothing else outlives the
+ * call.
+ */
+#ifndef SB_WORKER_IO_READER_H
+#define SB_WORKER_IO_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "spec/pipeline.h"
+#include "worker/io/split.h"
+
+#define SB_IO_RECORD_COLUMN "record"
+
+/* Longest line the reader accepts (a partition's values have int32 offsets). */
+#define SB_IO_MAX_LINE ((size_t)1 << 30)
+
+/* Receives one partition: blob[0..len) with `rows` records. Owns blob from now on. Nonzero
+ * stops the read. */
+typedef int (*sb_io_emit_fn)(void *blob, size_t len, uint64_t rows, void *ud);
+
+/* Reads `split` in format `fmt` (jsonl, text or binary; args_json carries binary's recordSize)
+ * and emits partitions of about target_bytes (> 0). 0 when the whole split was read; -1 + err
+ * (naming the file and byte offset) for an unreadable file, a directory, a file whose size
+ * changed since planning, a binary split not aligned to recordSize, invalid UTF-8, a line
+ * longer than SB_IO_MAX_LINE, or a refusing callback. Partitions emitted before a failure stay
+ * emitted. */
+int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_json,
+                     size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err);
+
+#endif
