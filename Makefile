@@ -10,6 +10,13 @@
 # Sub-makefiles (tests/k8s/k8s.mk, ...) add targets and append to DEPS_EXTRA / TEST_EXTRA.
 
 SHELL := /bin/bash
+# Quiet by default ("CC file"); `make V=1` shows the commands.
+V ?= 0
+ifeq ($(V),0)
+Q := @
+else
+Q :=
+endif
 .DEFAULT_GOAL := all
 
 BUILD  ?= build
@@ -65,14 +72,17 @@ deps:
 
 $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: api/proto/%.proto
 	@mkdir -p $(BUILD)/gen
-	protoc-c --c_out=$(BUILD)/gen -Iapi/proto $<
+	@echo "  PROTOC $<"
+	$(Q)protoc-c --c_out=$(BUILD)/gen -Iapi/proto $<
 
 $(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
-	$(CC) $(CSTD) $(OPT) $(INCS) $(PKG_CFLAGS) -c $< -o $@
+	@echo "  CC     $<"
+	$(Q)$(CC) $(CSTD) $(OPT) $(INCS) $(PKG_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c | $(GEN_HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "  CC     $<"
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
 # The archive is rebuilt whenever the set of objects changes (not only when one is newer), and
 # is a thin archive: members keep their paths, so lib/rpc/chunk.o and lib/partition/chunk.o
@@ -82,24 +92,29 @@ $(BUILD)/lib.objs: FORCE
 	@echo '$(LIB_OBJS)' | cmp -s - $@ || echo '$(LIB_OBJS)' > $@
 $(LIBSB): $(LIB_OBJS) $(BUILD)/lib.objs
 	@rm -f $@
-	ar rcsT $@ $(LIB_OBJS)
+	@echo "  AR     $@"
+	$(Q)ar rcsT $@ $(LIB_OBJS)
 FORCE:
 
 $(BINDIR)/%: $(BUILD)/obj/cmd/%.o $(LIBSB)
 	@mkdir -p $(BINDIR)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBSB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 
 $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(LIBSB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBSB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 tests-build: $(BINS) $(TEST_BINS) $(HELPER_BINS)
 
@@ -131,10 +146,12 @@ FUZZ_OBJS := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS)) $(patsubst %.c,$(
 FUZZ_FLAGS := $(CSTD) -g -O1 $(INCS) $(PKG_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined
 $(BUILD)/fuzz/obj/%.o: %.c | $(GEN_HDRS)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_FLAGS) -c $< -o $@
+	@echo "  CLANG  $<"
+	$(Q)$(CLANG) $(FUZZ_FLAGS) -c $< -o $@
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+	@echo "  LD     $@"
+	$(Q)$(CLANG) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
 fuzz-build: $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 fuzz: fuzz-build
 	@scripts/fuzz.sh $(BUILD)/fuzz $(FUZZ_SECONDS)

@@ -1,8 +1,10 @@
 /* streambatch — the command-line tool: validate manifests (and, as the engine lands, run them
  * locally). Exit codes: 0 success, 1 invalid input or failure, 2 usage error. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "controller/run.h"
 #include "spec/validate.h"
 #include "version.h"
 
@@ -11,12 +13,15 @@ static void usage(FILE *f)
     fprintf(f, "usage: streambatch <command> [args]\n"
                "\n"
                "commands:\n"
+               "  run FILE [--cpus N] [--gpus N] [--memory-budget SIZE] [--set PATH=VALUE]...\n"
+               "                     run a pipeline on this machine with local worker processes\n"
                "  validate FILE...   check Pipeline manifests (multi-document YAML; - = stdin);\n"
                "                     prints FILE:LINE:COL: FIELD.PATH: message per problem\n"
                "  version            print the version\n"
                "  help               this text\n"
                "\n"
-               "exit status: 0 ok, 1 invalid manifests, 2 usage error\n");
+               "exit status: 0 ok, 1 invalid manifests or a failed pipeline, 2 usage error or\n"
+               "invalid spec\n");
 }
 
 static int cmd_validate(int argc, char **argv)
@@ -59,6 +64,79 @@ static int cmd_validate(int argc, char **argv)
     return problems == 0 ? 0 : 1;
 }
 
+static int parse_int(const char *flag, const char *v, int *out)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || n < 0 || n > 4096) {
+        fprintf(stderr, "streambatch run: %s must be a number 0..4096, got \"%s\"\n", flag, v);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    sb_run_opts o = {0};
+    const char *sets[64];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = strcmp(a, "--cpus") == 0 || strcmp(a, "--gpus") == 0 ||
+                    strcmp(a, "--memory-budget") == 0 || strcmp(a, "--set") == 0 ||
+                    strcmp(a, "--summary-json") == 0 || strcmp(a, "--run-dir") == 0 ||
+                    strcmp(a, "--progress-interval-ms") == 0;
+        if (takes && v == NULL) {
+            fprintf(stderr, "streambatch run: %s needs a value\n", a);
+            return 2;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--cpus") == 0) {
+            if (parse_int(a, v, &o.cpus) != 0)
+                return 2;
+        } else if (strcmp(a, "--gpus") == 0) {
+            if (parse_int(a, v, &o.gpus) != 0)
+                return 2;
+        } else if (strcmp(a, "--progress-interval-ms") == 0) {
+            if (parse_int(a, v, &o.progress_interval_ms) != 0)
+                return 2;
+        } else if (strcmp(a, "--memory-budget") == 0) {
+            o.memory_budget = v;
+        } else if (strcmp(a, "--summary-json") == 0) {
+            o.summary_json = v;
+        } else if (strcmp(a, "--run-dir") == 0) {
+            o.run_dir = v;
+        } else if (strcmp(a, "--set") == 0) {
+            if (o.nsets == 64) {
+                fprintf(stderr, "streambatch run: at most 64 --set\n");
+                return 2;
+            }
+            sets[o.nsets++] = v;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "streambatch run: unknown option %s\n", a);
+            return 2;
+        } else if (o.file != NULL) {
+            fprintf(stderr, "streambatch run: one pipeline file at a time (got %s and %s)\n",
+                    o.file, a);
+            return 2;
+        } else {
+            o.file = a;
+            continue;
+        }
+        i += takes;
+    }
+    if (o.file == NULL) {
+        fprintf(stderr, "streambatch run: no pipeline file given\nusage: streambatch run FILE "
+                        "[--cpus N] [--gpus N] [--memory-budget SIZE] [--set PATH=VALUE]\n");
+        return 2;
+    }
+    o.sets = sets;
+    return sb_run(&o);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -66,6 +144,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "validate") == 0)
         return cmd_validate(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

@@ -316,6 +316,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     }
     s->ops[0].next_index = nsplits;
     s->state = nsplits == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
+    s->last_progress_ms = cfg->start_ms;
     return s;
 oom:
     sb_err_set(err, "scheduler: out of memory");

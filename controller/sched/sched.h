@@ -52,6 +52,7 @@ typedef struct sb_sched_config {
     const sb_pipeline *pipeline; /* read during sb_sched_new() only */
     const char *pipeline_id;     /* prefix of task ids, e.g. "default/wordcount" */
     int no_fusion;               /* 1: one op per stage even in streaming mode */
+    uint64_t start_ms;           /* the clock at creation (the stall watchdog starts there) */
 } sb_sched_config;
 
 /* A partition a task reads. */

@@ -1,0 +1,634 @@
+#include "controller/run.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "controller/ctl.h"
+#include "controller/local.h"
+#include "core/log.h"
+#include "doc/doc.h"
+#include "spec/pipeline.h"
+#include "spec/quantity.h"
+#include "spec/validate.h"
+#include "worker/io/sink.h"
+#include "worker/io/split.h"
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig)
+{
+    g_interrupted = sig;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *human_bytes(uint64_t b, char *buf, size_t len)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024 && i < 4) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+    return buf;
+}
+
+/* ---- --set overrides ----------------------------------------------------------------------- */
+
+/* Applies "a.b[2].c=value" to a cJSON tree. The value is read as YAML (so 3 is a number,
+ * true a boolean, {a: 1} an object). */
+static int apply_set(cJSON *root, const char *set, char *msg, size_t msglen)
+{
+    const char *eq = strchr(set, '=');
+    if (eq == NULL || eq == set) {
+        snprintf(msg, msglen, "--set %s: expected PATH=VALUE", set);
+        return -1;
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%.*s", (int)(eq - set), set);
+    const char *value = eq + 1;
+    sb_doc *vd = sb_doc_parse_yaml(value, strlen(value), NULL);
+    const sb_node *vn = vd ? sb_doc_root(vd, 0) : NULL;
+    cJSON *v = NULL;
+    if (vn == NULL || sb_doc_error(vd, NULL, NULL) != NULL) {
+        v = cJSON_CreateString(value);
+    } else {
+        char *js = sb_node_to_json(vn);
+        v = js ? cJSON_Parse(js) : NULL;
+        free(js);
+    }
+    sb_doc_free(vd);
+    if (v == NULL) {
+        snprintf(msg, msglen, "--set %s: cannot read the value", set);
+        return -1;
+    }
+    cJSON *cur = root;
+    char *save = NULL;
+    char *tok = strtok_r(path, ".", &save);
+    while (tok != NULL) {
+        char *next = strtok_r(NULL, ".", &save);
+        char *br = strchr(tok, '[');
+        long idx = -1;
+        if (br != NULL) {
+            char *end;
+            idx = strtol(br + 1, &end, 10);
+            if (*end != ']' || end[1] != '\0' || idx < 0) {
+                snprintf(msg, msglen, "--set %s: bad index in \"%s\"", set, tok);
+                cJSON_Delete(v);
+                return -1;
+            }
+            *br = '\0';
+        }
+        cJSON *child = cJSON_GetObjectItemCaseSensitive(cur, tok);
+        if (br != NULL) {
+            cJSON *item = cJSON_IsArray(child) ? cJSON_GetArrayItem(child, (int)idx) : NULL;
+            if (item == NULL) {
+                snprintf(msg, msglen, "--set %s: %s has no item %ld", set, tok, idx);
+                cJSON_Delete(v);
+                return -1;
+            }
+            if (next == NULL) {
+                cJSON_ReplaceItemInArray(child, (int)idx, v);
+                return 0;
+            }
+            cur = item;
+        } else if (next == NULL) {
+            if (!cJSON_IsObject(cur)) {
+                snprintf(msg, msglen, "--set %s: the parent of \"%s\" is not an object", set, tok);
+                cJSON_Delete(v);
+                return -1;
+            }
+            if (child != NULL)
+                cJSON_ReplaceItemInObjectCaseSensitive(cur, tok, v);
+            else
+                cJSON_AddItemToObject(cur, tok, v);
+            return 0;
+        } else {
+            if (child == NULL) {
+                child = cJSON_AddObjectToObject(cur, tok);
+                if (child == NULL) {
+                    snprintf(msg, msglen, "--set %s: \"%s\" is not an object", set, tok);
+                    cJSON_Delete(v);
+                    return -1;
+                }
+            }
+            cur = child;
+        }
+        tok = next;
+    }
+    cJSON_Delete(v);
+    snprintf(msg, msglen, "--set %s: empty path", set);
+    return -1;
+}
+
+/* ---- progress and summary ------------------------------------------------------------------ */
+
+static void print_progress(const sb_ctl_snapshot *s, double elapsed, int tty, int *lines)
+{
+    char a[32], b[32];
+    if (tty && *lines > 0)
+        fprintf(stderr, "\033[%dA", *lines);
+    int n = 0;
+    if (tty) {
+        fprintf(stderr, "\033[2K%-24s %7s %7s %7s %12s %10s\n", "stage", "done", "running",
+                "queued", "rows/s", "rows");
+        n++;
+        for (size_t i = 0; i < s->nops; i++) {
+            const sb_sched_op_stats *o = &s->ops[i];
+            fprintf(stderr,
+                    "\033[2K%-24.24s %3" PRIu64 "/%-3" PRIu64 " %7" PRIu64 " %7" PRIu64
+                    " %12.0f %10" PRIu64 "\n",
+                    o->name, o->tasks_done, o->tasks_total, o->tasks_running, o->tasks_queued,
+                    elapsed > 0 ? (double)o->rows_out / elapsed : 0.0, o->rows_out);
+            n++;
+        }
+        fprintf(stderr, "\033[2Kin flight %s of %s budget, %zu workers, %.1f s\n",
+                human_bytes(s->stats.in_flight_bytes, a, sizeof a),
+                human_bytes(s->stats.budget, b, sizeof b), s->stats.workers, elapsed);
+        n++;
+        *lines = n;
+        return;
+    }
+    fprintf(stderr, "progress %.0fs:", elapsed);
+    for (size_t i = 0; i < s->nops; i++)
+        fprintf(stderr, " %s %" PRIu64 "/%" PRIu64 " done %" PRIu64 " running;", s->ops[i].name,
+                s->ops[i].tasks_done, s->ops[i].tasks_total, s->ops[i].tasks_running);
+    fprintf(stderr, " in flight %s of %s\n", human_bytes(s->stats.in_flight_bytes, a, sizeof a),
+            human_bytes(s->stats.budget, b, sizeof b));
+}
+
+static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double cpu_total,
+                          uint64_t peak_rss, uint64_t started)
+{
+    char a[32], b[32], c[32];
+    fprintf(f, "\n%-24s %7s %12s %10s %9s %9s %12s %7s %9s\n", "stage", "tasks", "rows", "bytes",
+            "task-s", "cpu-s", "rows/s", "retries", "recovered");
+    for (size_t i = 0; i < s->nops; i++) {
+        const sb_sched_op_stats *o = &s->ops[i];
+        fprintf(f,
+                "%-24.24s %7" PRIu64 " %12" PRIu64 " %10s %9.1f %9.1f %12.0f %7" PRIu64 " %9" PRIu64
+                "\n",
+                o->name, o->tasks_done, o->rows_out, human_bytes(o->bytes_out, a, sizeof a),
+                o->task_seconds, o->cpu_seconds, wall > 0 ? (double)o->rows_out / wall : 0.0,
+                o->retries, o->recovered);
+    }
+    fprintf(f,
+            "\nwall %.2f s, cpu %.2f s (all processes), sink %" PRIu64 " parts %" PRIu64
+            " rows %s\n",
+            wall, cpu_total, s->stats.sink_parts, s->stats.sink_rows,
+            human_bytes(s->stats.sink_bytes, a, sizeof a));
+    fprintf(f,
+            "memory: partitions in flight peaked at %s (budget %s); peak worker RSS %s; "
+            "%" PRIu64 " worker processes started, %zu lost; %" PRIu64 " task attempts, %" PRIu64
+            " re-run for recovery\n",
+            human_bytes(s->stats.peak_partition_bytes, a, sizeof a),
+            human_bytes(s->stats.budget, b, sizeof b), human_bytes(peak_rss, c, sizeof c), started,
+            s->workers_lost, s->stats.tasks_run, s->stats.tasks_rerun);
+}
+
+static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const char *state,
+                               double wall, double cpu_total, uint64_t peak_rss, uint64_t started)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "state", state);
+    cJSON_AddNumberToObject(j, "wallSeconds", wall);
+    cJSON_AddNumberToObject(j, "cpuSeconds", cpu_total);
+    cJSON_AddNumberToObject(j, "budget", (double)s->stats.budget);
+    cJSON_AddNumberToObject(j, "peakPartitionBytes", (double)s->stats.peak_partition_bytes);
+    cJSON_AddNumberToObject(j, "maxPartitionBytes", (double)s->stats.max_partition_bytes);
+    cJSON_AddNumberToObject(j, "tasksRun", (double)s->stats.tasks_run);
+    cJSON_AddNumberToObject(j, "tasksRerun", (double)s->stats.tasks_rerun);
+    cJSON_AddNumberToObject(j, "partitionsRecovered", (double)s->stats.partitions_recovered);
+    cJSON_AddNumberToObject(j, "sinkParts", (double)s->stats.sink_parts);
+    cJSON_AddNumberToObject(j, "sinkRows", (double)s->stats.sink_rows);
+    cJSON_AddNumberToObject(j, "peakWorkerRss", (double)peak_rss);
+    cJSON_AddNumberToObject(j, "workersStarted", (double)started);
+    cJSON_AddNumberToObject(j, "workersLost", (double)s->workers_lost);
+    cJSON_AddStringToObject(j, "failure", s->failure);
+    cJSON *st = cJSON_AddArrayToObject(j, "stages");
+    for (size_t i = 0; i < s->nops; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", s->ops[i].name);
+        cJSON_AddNumberToObject(o, "tasks", (double)s->ops[i].tasks_done);
+        cJSON_AddNumberToObject(o, "rowsOut", (double)s->ops[i].rows_out);
+        cJSON_AddNumberToObject(o, "bytesOut", (double)s->ops[i].bytes_out);
+        cJSON_AddNumberToObject(o, "retries", (double)s->ops[i].retries);
+        cJSON_AddNumberToObject(o, "recovered", (double)s->ops[i].recovered);
+        cJSON_AddNumberToObject(o, "taskSeconds", s->ops[i].task_seconds);
+        cJSON_AddNumberToObject(o, "cpuSeconds", s->ops[i].cpu_seconds);
+        cJSON_AddItemToArray(st, o);
+    }
+    char *text = cJSON_Print(j);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (f != NULL) {
+        fputs(text, f);
+        fclose(f);
+    }
+    free(text);
+    cJSON_Delete(j);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+static void exit_cb(void *ud, const char *worker_id, const char *why)
+{
+    sb_ctl_worker_exited(ud, worker_id, why);
+}
+
+static const char *part_ext(sb_format f)
+{
+    return f == SB_FMT_JSONL    ? "jsonl"
+           : f == SB_FMT_BINARY ? "bin"
+           : f == SB_FMT_CSV    ? "csv"
+                                : "txt";
+}
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *buf, *json;
+    sb_doc *doc, *jdoc;
+    sb_pipeline p;
+    int have_p;
+    sb_io_split *splits;
+    size_t nsplits;
+    sb_sched_split *ss;
+    char **enc;
+} run_state;
+
+static void run_state_free(run_state *r)
+{
+    for (size_t i = 0; r->enc && i < r->nsplits; i++)
+        free(r->enc[i]);
+    free(r->enc);
+    free(r->ss);
+    sb_io_splits_free(r->splits, r->nsplits);
+    if (r->have_p)
+        sb_pipeline_free(&r->p);
+    sb_doc_free(r->doc);
+    sb_doc_free(r->jdoc);
+    free(r->json);
+    free(r->buf);
+}
+
+/* Reads, validates and applies overrides. Returns 0, or the exit code (2). */
+static int load(const sb_run_opts *o, run_state *r)
+{
+    size_t len;
+    char msg[512];
+    if (sb_read_file_limited(o->file, SB_MANIFEST_MAX_BYTES, &r->buf, &len, msg, sizeof msg) != 0) {
+        fprintf(stderr, "%s: %s\n", o->file, msg);
+        return 2;
+    }
+    size_t ndocs = 0;
+    int problems = sb_validate_buffer(o->file, r->buf, len, stderr, &ndocs);
+    if (problems != 0) {
+        fprintf(stderr, "streambatch run: %s is not a valid Pipeline (see above)\n", o->file);
+        return 2;
+    }
+    if (ndocs != 1) {
+        fprintf(stderr, "streambatch run: %s has %zu Pipelines; run takes exactly one\n", o->file,
+                ndocs);
+        return 2;
+    }
+    r->doc = sb_doc_parse_yaml(r->buf, len, NULL);
+    const sb_node *root = NULL;
+    for (size_t i = 0; r->doc && i < sb_doc_count(r->doc) && root == NULL; i++) {
+        const sb_node *n = sb_doc_root(r->doc, i);
+        if (n != NULL && n->kind == SB_NODE_MAP)
+            root = n;
+    }
+    char *js = root ? sb_node_to_json(root) : NULL;
+    cJSON *cj = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    if (cj == NULL) {
+        fprintf(stderr, "streambatch run: out of memory\n");
+        return 2;
+    }
+    char setbuf[128];
+    const char *sets[65];
+    size_t nsets = 0;
+    if (o->memory_budget != NULL) {
+        snprintf(setbuf, sizeof setbuf, "spec.execution.memoryBudget=\"%s\"", o->memory_budget);
+        sets[nsets++] = setbuf;
+    }
+    for (size_t i = 0; i < o->nsets && nsets < 65; i++)
+        sets[nsets++] = o->sets[i];
+    for (size_t i = 0; i < nsets; i++)
+        if (apply_set(cj, sets[i], msg, sizeof msg) != 0) {
+            fprintf(stderr, "streambatch run: %s\n", msg);
+            cJSON_Delete(cj);
+            return 2;
+        }
+    r->json = cJSON_PrintUnformatted(cj);
+    cJSON_Delete(cj);
+    r->jdoc = r->json ? sb_doc_parse_json(r->json, strlen(r->json), NULL) : NULL;
+    sb_diags d = {0};
+    if (r->jdoc == NULL || sb_pipeline_decode(sb_doc_root(r->jdoc, 0), &r->p, &d) != 0) {
+        fprintf(stderr, "streambatch run: out of memory\n");
+        sb_diags_free(&d);
+        return 2;
+    }
+    r->have_p = 1;
+    for (size_t i = 0; i < d.n; i++)
+        fprintf(stderr, "%s (after --set): %s: %s\n", o->file, d.items[i].path, d.items[i].msg);
+    int bad = d.n > 0;
+    sb_diags_free(&d);
+    return bad ? 2 : 0;
+}
+
+static int plan(run_state *r)
+{
+    sb_err err;
+    if (sb_io_plan_splits(&r->p.spec.source, &r->splits, &r->nsplits, &err) != 0) {
+        fprintf(stderr, "streambatch run: spec.source: %s\n", err.msg);
+        return 1;
+    }
+    r->ss = calloc(r->nsplits + 1, sizeof *r->ss);
+    r->enc = calloc(r->nsplits + 1, sizeof *r->enc);
+    if (r->ss == NULL || r->enc == NULL)
+        return 1;
+    for (size_t i = 0; i < r->nsplits; i++) {
+        r->enc[i] = sb_io_split_encode(&r->splits[i], &err);
+        if (r->enc[i] == NULL) {
+            fprintf(stderr, "streambatch run: %s\n", err.msg);
+            return 1;
+        }
+        r->ss[i].split = r->enc[i];
+        r->ss[i].bytes = r->splits[i].end - r->splits[i].start;
+    }
+    return 0;
+}
+
+static void default_worker_bin(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(buf, len, "streambatch-worker");
+        return;
+    }
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    snprintf(buf, len, "%s/streambatch-worker", self);
+}
+
+static int commit_sink(const sb_pipeline *p, sb_ctl *ctl, char *msg, size_t msglen)
+{
+    size_t n;
+    sb_sched_output *parts = sb_ctl_sink_parts(ctl, &n);
+    sb_io_part_info *infos = calloc(n + 1, sizeof *infos);
+    if (parts == NULL || infos == NULL) {
+        sb_ctl_parts_free(parts, n);
+        free(infos);
+        snprintf(msg, msglen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(infos[i].name, sizeof infos[i].name, "part-%s.%s", parts[i].id,
+                 part_ext(p->spec.sink.format));
+        infos[i].rows = parts[i].rows;
+        infos[i].bytes = parts[i].bytes;
+        infos[i].crc32c = parts[i].crc32c;
+    }
+    sb_err err;
+    int rc = sb_io_sink_commit(&p->spec.sink, infos, n, &err);
+    if (rc != 0)
+        snprintf(msg, msglen, "%s", err.msg);
+    sb_ctl_parts_free(parts, n);
+    free(infos);
+    return rc;
+}
+
+int sb_run(const sb_run_opts *o)
+{
+    run_state r;
+    memset(&r, 0, sizeof r);
+    int code = load(o, &r);
+    if (code == 0)
+        code = plan(&r);
+    int cpus = o->cpus > 0 ? o->cpus : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1)
+        cpus = 1;
+    int64_t cpu_max = 0, gpu_max = 0;
+    for (size_t i = 0; code == 0 && i < r.p.spec.nstages; i++) {
+        const sb_stage_spec *st = &r.p.spec.stages[i];
+        if (st->resources.gpu > 0)
+            gpu_max += st->workers.max;
+        else
+            cpu_max += st->workers.max;
+    }
+    if (code == 0 && gpu_max > 0 && o->gpus <= 0) {
+        for (size_t i = 0; i < r.p.spec.nstages; i++)
+            if (r.p.spec.stages[i].resources.gpu > 0) {
+                fprintf(stderr,
+                        "streambatch run: stage %s needs a GPU (resources.gpu > 0); run with "
+                        "--gpus N to give it N accelerator slots\n",
+                        r.p.spec.stages[i].name);
+                break;
+            }
+        code = 2;
+    }
+    if (code != 0) {
+        run_state_free(&r);
+        return code;
+    }
+    sb_err err;
+    if (sb_io_sink_prepare(&r.p.spec.sink, &err) != 0) {
+        fprintf(stderr, "streambatch run: spec.sink: %s\n", err.msg);
+        run_state_free(&r);
+        return 1;
+    }
+    char run_dir[PATH_MAX], worker_bin[PATH_MAX];
+    int own_dir = o->run_dir == NULL;
+    if (own_dir) {
+        const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        snprintf(run_dir, sizeof run_dir, "%s/streambatch-run-XXXXXX", tmp);
+        if (mkdtemp(run_dir) == NULL) {
+            fprintf(stderr, "streambatch run: cannot create a run directory in %s: %s\n", tmp,
+                    strerror(errno));
+            run_state_free(&r);
+            return 1;
+        }
+    } else {
+        snprintf(run_dir, sizeof run_dir, "%s", o->run_dir);
+    }
+    if (o->worker_bin != NULL)
+        snprintf(worker_bin, sizeof worker_bin, "%s", o->worker_bin);
+    else
+        default_worker_bin(worker_bin, sizeof worker_bin);
+
+    int ncpu = (int)(cpu_max < cpus ? cpu_max : cpus);
+    int ngpu = (int)(gpu_max < o->gpus ? gpu_max : o->gpus);
+    uint64_t budget = (uint64_t)r.p.spec.execution.memory_budget;
+    uint64_t part = (uint64_t)r.p.spec.source.partition_size;
+    int nworkers = ncpu + ngpu;
+    uint64_t store_budget = budget / (uint64_t)(nworkers > 0 ? nworkers : 1);
+    if (store_budget < 2 * part)
+        store_budget = 2 * part;
+
+    char pid_s[300];
+    snprintf(pid_s, sizeof pid_s, "default/%s", r.p.metadata.name);
+    sb_ctl_config cc = {
+        .pipeline = &r.p,
+        .pipeline_id = pid_s,
+        .pipeline_json = r.json,
+        .splits = r.ss,
+        .nsplits = r.nsplits,
+        .heartbeat_timeout_ms =
+            (uint32_t)(o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 3000)};
+    sb_ctl *ctl = sb_ctl_start(&cc, NULL, &err);
+    if (ctl == NULL) {
+        fprintf(stderr, "streambatch run: controller: %s\n", err.msg);
+        run_state_free(&r);
+        return 1;
+    }
+    char caddr[64];
+    snprintf(caddr, sizeof caddr, "127.0.0.1:%d", sb_ctl_port(ctl));
+    sb_local_config lc = {.worker_bin = worker_bin,
+                          .controller = caddr,
+                          .run_dir = run_dir,
+                          .store_budget = store_budget,
+                          .respawn = 1,
+                          .on_exit = exit_cb,
+                          .ud = ctl};
+    if (ncpu > 0)
+        lc.pools[lc.npools++] = (sb_local_pool){"cpu", (uint32_t)ncpu, 1};
+    if (ngpu > 0)
+        lc.pools[lc.npools++] = (sb_local_pool){"gpu", (uint32_t)ngpu, 1};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    g_interrupted = 0;
+    double t0 = mono_s();
+    sb_local *loc = sb_local_start(&lc, &err);
+    if (loc == NULL) {
+        fprintf(stderr, "streambatch run: starting workers: %s\n", err.msg);
+        sb_ctl_free(ctl);
+        run_state_free(&r);
+        return 1;
+    }
+    fprintf(stderr,
+            "running %s: %zu splits, %d cpu + %d gpu workers, memory budget %s, mode %s, "
+            "run dir %s\n",
+            r.p.metadata.name, r.nsplits, ncpu, ngpu, human_bytes(budget, (char[32]){0}, 32),
+            sb_exec_mode_names[r.p.spec.execution.mode], run_dir);
+    int tty = isatty(STDERR_FILENO);
+    int lines = 0, interval = o->progress_interval_ms > 0 ? o->progress_interval_ms : 5000;
+    double next_progress = mono_s() + (tty ? 0.2 : interval / 1000.0);
+    uint64_t stall_ms = (uint64_t)(r.p.spec.execution.stall_timeout_ns / 1000000);
+    double next_stall_report = 0;
+    uint64_t peak_rss = 0;
+    sb_sched_state st = SB_SCHED_RUNNING;
+    char stall[1024] = "";
+    int stalled_out = 0;
+    while (!g_interrupted) {
+        st = sb_ctl_wait(ctl, 100);
+        uint64_t rss = sb_local_rss(loc);
+        if (rss > peak_rss)
+            peak_rss = rss;
+        if (st != SB_SCHED_RUNNING)
+            break;
+        double now = mono_s();
+        if (now >= next_progress) {
+            sb_ctl_snapshot s;
+            sb_ctl_snapshot_get(ctl, &s);
+            print_progress(&s, now - t0, tty, &lines);
+            next_progress = now + (tty ? 0.2 : interval / 1000.0);
+        }
+        if (sb_ctl_stalled(ctl, stall_ms, stall, sizeof stall) && now >= next_stall_report) {
+            fprintf(stderr, "watchdog: %s\n", stall);
+            next_stall_report = now + (double)stall_ms / 1000.0;
+            if (sb_ctl_stalled(ctl, 3 * stall_ms, stall, sizeof stall)) {
+                stalled_out = 1;
+                break;
+            }
+        }
+    }
+    double wall = mono_s() - t0;
+    sb_ctl_snapshot s;
+    sb_ctl_snapshot_get(ctl, &s);
+    if (tty)
+        print_progress(&s, wall, tty, &lines);
+    sb_ctl_shutdown_workers(ctl);
+    uint64_t started = sb_local_started(loc);
+    sb_local_stop(loc, 3000);
+    struct rusage ru_self, ru_kids;
+    getrusage(RUSAGE_SELF, &ru_self);
+    getrusage(RUSAGE_CHILDREN, &ru_kids);
+    double cpu_total = (double)(ru_self.ru_utime.tv_sec + ru_self.ru_stime.tv_sec +
+                                ru_kids.ru_utime.tv_sec + ru_kids.ru_stime.tv_sec) +
+                       (double)(ru_self.ru_utime.tv_usec + ru_self.ru_stime.tv_usec +
+                                ru_kids.ru_utime.tv_usec + ru_kids.ru_stime.tv_usec) /
+                           1e6;
+    const char *state = "Succeeded";
+    char msg[600];
+    if (g_interrupted) {
+        state = "Interrupted";
+        code = 1;
+        sb_io_sink_abort(&r.p.spec.sink, NULL);
+        fprintf(stderr,
+                "\ninterrupted by signal %d after %.1f s: %" PRIu64 " of %" PRIu64
+                " sink parts written, workers stopped; the sink has no _SUCCESS\n",
+                (int)g_interrupted, wall, s.stats.sink_parts, (uint64_t)r.nsplits);
+    } else if (stalled_out) {
+        state = "Failed";
+        code = 1;
+        sb_io_sink_abort(&r.p.spec.sink, NULL);
+        fprintf(stderr, "\npipeline failed: stalled: %s\n", stall);
+        snprintf(s.failure, sizeof s.failure, "stalled: %s", stall);
+    } else if (st == SB_SCHED_SUCCEEDED) {
+        if (commit_sink(&r.p, ctl, msg, sizeof msg) != 0) {
+            state = "Failed";
+            code = 1;
+            sb_io_sink_abort(&r.p.spec.sink, NULL);
+            fprintf(stderr, "\npipeline failed: committing the sink: %s\n", msg);
+        }
+    } else {
+        state = "Failed";
+        code = 1;
+        sb_io_sink_abort(&r.p.spec.sink, NULL);
+        fprintf(stderr, "\npipeline failed: %s\n", s.failure);
+    }
+    print_summary(stdout, &s, wall, cpu_total, peak_rss, started);
+    printf("%s: %s in %.2f s\n", r.p.metadata.name, state, wall);
+    if (o->summary_json != NULL)
+        write_summary_json(o->summary_json, &s, state, wall, cpu_total, peak_rss, started);
+    sb_ctl_free(ctl);
+    if (own_dir && code == 0) {
+        if (nftw(run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+            fprintf(stderr, "could not remove %s: %s\n", run_dir, strerror(errno));
+    } else if (code != 0) {
+        fprintf(stderr, "worker logs are in %s\n", run_dir);
+    }
+    run_state_free(&r);
+    return code;
+}

@@ -1,0 +1,31 @@
+/* run.h — `streambatch run`: one pipeline on this machine with the embedded controller and
+ * local worker processes. Validates the manifest (with --set overrides), plans the source
+ * splits, starts the Control service and the workers, shows progress (a live display on a
+ * terminal, a plain line every few seconds otherwise), commits the sink on success and prints a
+ * summary per stage. Ctrl-C / SIGTERM stop the workers (no orphans, no _SUCCESS).
+ *
+ * Exit codes: 0 succeeded, 1 the pipeline failed or was interrupted, 2 usage or invalid spec.
+ */
+#ifndef SB_CTL_RUN_H
+#define SB_CTL_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sb_run_opts {
+    const char *file;
+    int cpus;                  /* CPU workers; 0 = number of online CPUs */
+    int gpus;                  /* GPU workers (accelerator slots); 0 = none */
+    const char *memory_budget; /* overrides spec.execution.memoryBudget */
+    const char **sets;         /* "path=value" overrides */
+    size_t nsets;
+    const char *worker_bin;   /* default: streambatch-worker next to this binary */
+    const char *run_dir;      /* default: a new directory under $TMPDIR */
+    int progress_interval_ms; /* non-terminal progress lines; default 5000 */
+    int heartbeat_timeout_ms; /* default 3000 */
+    const char *summary_json; /* write the summary as JSON to this file (tests, benchmarks) */
+} sb_run_opts;
+
+int sb_run(const sb_run_opts *o);
+
+#endif
