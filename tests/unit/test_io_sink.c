@@ -1,0 +1,385 @@
+/* Unit tests of worker/io/sink: part files per partition (contents, rows, bytes, CRC),
+ * overwrite on re-run, manifest + _SUCCESS on commit, abort and prepare cleaning up, and bad
+ * input. Each test works in its own mkdtemp() directory and removes it. */
+#include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "partition/crc32c.h"
+#include "partition/partition.h"
+#include "worker/io/sink.h"
+
+static char g_dir[64];
+static char g_uri[256];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void setup(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/sb-test-sink-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+    snprintf(g_uri, sizeof g_uri, "file://%s/out/nested/", g_dir);
+}
+
+static void teardown(void)
+{
+    nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(sink, .init = setup, .fini = teardown, .timeout = 60);
+
+static const char *out_path(const char *name)
+{
+    static char buf[4][512];
+    static int slot;
+    char *b = buf[slot++ % 4];
+    snprintf(b, 512, "%s/out/nested/%s", g_dir, name);
+    return b;
+}
+
+static bool exists(const char *name)
+{
+    struct stat st;
+    return stat(out_path(name), &st) == 0;
+}
+
+/* Names in the sink directory, sorted, joined by ','. */
+static void listing(char *buf, size_t cap)
+{
+    char names[64][256];
+    size_t n = 0;
+    DIR *d = opendir(out_path(""));
+    cr_assert_not_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && n < 64)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            snprintf(names[n++], 256, "%s", de->d_name);
+    closedir(d);
+    for (size_t a = 1; a < n; a++)
+        for (size_t b = a; b > 0 && strcmp(names[b - 1], names[b]) > 0; b--) {
+            char t[256];
+            memcpy(t, names[b], 256);
+            memcpy(names[b], names[b - 1], 256);
+            memcpy(names[b - 1], t, 256);
+        }
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        strncat(buf, names[i], cap - strlen(buf) - 1);
+        if (i + 1 < n)
+            strncat(buf, ",", cap - strlen(buf) - 1);
+    }
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
+    b[len] = '\0';
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+/* A partition with one column "record" of `type` holding recs[0..n). */
+static void *make_part(sb_type type, const char *const *recs, size_t n, size_t *len)
+{
+    sb_field f = {.name = "record", .type = type};
+    sb_err e;
+    sb_batch_builder *b = sb_batch_builder_new(&f, 1, &e);
+    cr_assert_not_null(b, "%s", e.msg);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(sb_batch_builder_append_binary(b, 0, recs[i], strlen(recs[i]), &e), 0, "%s",
+                     e.msg);
+    void *blob;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, len, &e), 0, "%s", e.msg);
+    sb_batch_builder_free(b);
+    return blob;
+}
+
+static sb_sink_spec spec(sb_format fmt, const char *args)
+{
+    return (sb_sink_spec){.uri = g_uri, .format = fmt, .args_json = (char *)args};
+}
+
+static void write_part(const sb_sink_spec *s, const char *id, const char *const *recs, size_t n,
+                       sb_io_part_info *info)
+{
+    size_t len;
+    void *blob = make_part(SB_TYPE_UTF8, recs, n, &len);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_write_part(s, id, blob, len, info, &e), 0, "%s", e.msg);
+    sb_part_free(blob);
+}
+
+Test(sink, parts_manifest_and_success)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *r1[] = {"{\"a\":1}", "{\"a\":2}", "{\"é\":\"x\"}"};
+    const char *r2[] = {"{}"};
+    sb_io_part_info info[3];
+    write_part(&s, "s2-t0-p0", r1, 3, &info[0]);
+    write_part(&s, "s2-t1-p0", r2, 1, &info[1]);
+    write_part(&s, "s2-t2-p0", NULL, 0, &info[2]); /* an empty partition: an empty part */
+
+    size_t n;
+    char *got = slurp(out_path("part-s2-t0-p0.jsonl"), &n);
+    const char want[] = "{\"a\":1}\n{\"a\":2}\n{\"é\":\"x\"}\n";
+    cr_assert_str_eq(got, want);
+    cr_assert_str_eq(info[0].name, "part-s2-t0-p0.jsonl");
+    cr_assert_eq(info[0].rows, 3);
+    cr_assert_eq(info[0].bytes, sizeof want - 1);
+    cr_assert_eq(info[0].crc32c, sb_crc32c_portable(0, want, sizeof want - 1));
+    free(got);
+    cr_assert_eq(info[1].rows, 1);
+    cr_assert_eq(info[1].bytes, 3);
+    cr_assert_eq(info[2].rows, 0);
+    cr_assert_eq(info[2].bytes, 0);
+    cr_assert(!exists("_SUCCESS"));
+
+    cr_assert_eq(sb_io_sink_commit(&s, info, 3, &e), 0, "%s", e.msg);
+    cr_assert(exists("_SUCCESS"));
+    char *m = slurp(out_path("_manifest.json"), &n);
+    cJSON *j = cJSON_Parse(m);
+    cr_assert_not_null(j, "manifest is not JSON: %s", m);
+    const cJSON *parts = cJSON_GetObjectItem(j, "parts");
+    cr_assert_eq(cJSON_GetArraySize(parts), 3);
+    const cJSON *p0 = cJSON_GetArrayItem(parts, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(p0, "name")->valuestring, "part-s2-t0-p0.jsonl");
+    cr_assert_eq(cJSON_GetObjectItem(p0, "rows")->valuedouble, 3);
+    cr_assert_eq(cJSON_GetObjectItem(p0, "bytes")->valuedouble, (double)(sizeof want - 1));
+    cr_assert_eq(cJSON_GetObjectItem(p0, "crc32c")->valuedouble, (double)info[0].crc32c);
+    const cJSON *tot = cJSON_GetObjectItem(j, "totals");
+    cr_assert_eq(cJSON_GetObjectItem(tot, "parts")->valuedouble, 3);
+    cr_assert_eq(cJSON_GetObjectItem(tot, "rows")->valuedouble, 4);
+    cr_assert_eq(cJSON_GetObjectItem(tot, "bytes")->valuedouble, (double)(sizeof want - 1 + 3));
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "format")->valuestring, "jsonl");
+    cJSON_Delete(j);
+    free(m);
+    char ls[1024];
+    listing(ls, sizeof ls);
+    cr_assert_str_eq(ls, "_SUCCESS,_manifest.json,part-s2-t0-p0.jsonl,part-s2-t1-p0.jsonl,"
+                         "part-s2-t2-p0.jsonl");
+}
+
+Test(sink, rewrite_overwrites_and_commit_drops_strays)
+{
+    sb_sink_spec s = spec(SB_FMT_TEXT, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *a[] = {"first try", "x"};
+    const char *b[] = {"second try"};
+    sb_io_part_info i1, i2, stray;
+    write_part(&s, "s1-t7-p0", a, 2, &i1);
+    write_part(&s, "s1-t9-p0", a, 1, &stray); /* an attempt the final list does not include */
+    write_part(&s, "s1-t7-p0", b, 1, &i2);    /* the task re-ran */
+    char ls[1024];
+    listing(ls, sizeof ls);
+    cr_assert_str_eq(ls, "part-s1-t7-p0.txt,part-s1-t9-p0.txt");
+    size_t n;
+    char *got = slurp(out_path("part-s1-t7-p0.txt"), &n);
+    cr_assert_str_eq(got, "second try\n");
+    free(got);
+    cr_assert_eq(i2.rows, 1);
+
+    /* a stale report of the first attempt no longer matches the file */
+    cr_assert_eq(sb_io_sink_commit(&s, &i1, 1, &e), -1);
+    cr_assert(strstr(e.msg, "has 11 bytes, reported 12") != NULL, "%s", e.msg);
+    cr_assert(!exists("_SUCCESS"));
+    /* the same part reported twice identically counts once; twice differently is an error */
+    sb_io_part_info twice[2] = {i2, i2};
+    cr_assert_eq(sb_io_sink_commit(&s, twice, 2, &e), 0, "%s", e.msg);
+    listing(ls, sizeof ls);
+    cr_assert_str_eq(ls, "_SUCCESS,_manifest.json,part-s1-t7-p0.txt");
+    char *m = slurp(out_path("_manifest.json"), &n);
+    cJSON *j = cJSON_Parse(m);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "parts")), 1);
+    cJSON_Delete(j);
+    free(m);
+    twice[1].crc32c ^= 1;
+    cr_assert_eq(sb_io_sink_commit(&s, twice, 2, &e), -1);
+    cr_assert(strstr(e.msg, "listed twice with different contents") != NULL, "%s", e.msg);
+}
+
+Test(sink, abort_and_prepare_clean_up)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    /* abort before anything exists is fine */
+    cr_assert_eq(sb_io_sink_abort(&s, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *r[] = {"{\"k\":true}"};
+    sb_io_part_info info;
+    write_part(&s, "s3-t0-p1", r, 1, &info);
+    cr_assert_eq(sb_io_sink_commit(&s, &info, 1, &e), 0, "%s", e.msg);
+    cr_assert(exists("_SUCCESS"));
+    /* leftovers of an interrupted writer */
+    FILE *f = fopen(out_path(".sbtmp-123-0-part-s3-t0-p2.jsonl"), "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_eq(sb_io_sink_abort(&s, &e), 0, "%s", e.msg);
+    char ls[1024];
+    listing(ls, sizeof ls);
+    cr_assert_str_eq(ls, "part-s3-t0-p1.jsonl");
+
+    /* a new run: prepare removes a stale _SUCCESS, manifest and temp files, keeps parts */
+    cr_assert_eq(sb_io_sink_commit(&s, &info, 1, &e), 0, "%s", e.msg);
+    f = fopen(out_path(".sbtmp-9-9-_manifest.json"), "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    listing(ls, sizeof ls);
+    cr_assert_str_eq(ls, "part-s3-t0-p1.jsonl");
+}
+
+Test(sink, failed_writes_leave_nothing_behind)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *ok[] = {"{\"v\":1}"};
+    sb_io_part_info info;
+    write_part(&s, "s1-t0-p0", ok, 1, &info);
+
+    /* a record with a newline cannot be one jsonl line; the old part stays as it was */
+    const char *bad[] = {"{\"v\":2}", "{\"v\":\n3}"};
+    size_t len;
+    void *blob = make_part(SB_TYPE_UTF8, bad, 2, &len);
+    cr_assert_eq(sb_io_sink_write_part(&s, "s1-t0-p0", blob, len, &info, &e), -1);
+    cr_assert(strstr(e.msg, "record 1 contains a newline") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "s1-t0-p0") != NULL, "%s", e.msg);
+    /* bad ids */
+    const char *ids[] = {"", "../x", ".hidden", "a/b", "a b", NULL};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        cr_assert_eq(sb_io_sink_write_part(&s, ids[i], blob, len, NULL, &e), -1, "id %zu", i);
+        cr_assert(strstr(e.msg, "partition id") != NULL, "%s", e.msg);
+    }
+    /* a corrupted blob */
+    ((unsigned char *)blob)[len - 1] ^= 0xFF;
+    cr_assert_eq(sb_io_sink_write_part(&s, "s1-t0-p5", blob, len, NULL, &e), -1);
+    cr_assert(strstr(e.msg, "partition s1-t0-p5") != NULL, "%s", e.msg);
+    sb_part_free(blob);
+    /* binary records against the sink's recordSize */
+    sb_sink_spec sb = spec(SB_FMT_BINARY, "{\"recordSize\":4}");
+    const char *recs[] = {"abcd", "efg"};
+    blob = make_part(SB_TYPE_BINARY, recs, 2, &len);
+    cr_assert_eq(sb_io_sink_write_part(&sb, "s1-t0-p1", blob, len, NULL, &e), -1);
+    cr_assert(strstr(e.msg, "record 1 has 3 bytes, the sink's recordSize is 4") != NULL, "%s",
+              e.msg);
+    sb_part_free(blob);
+    const char *recs4[] = {"abcd", "efgh"};
+    blob = make_part(SB_TYPE_BINARY, recs4, 2, &len);
+    cr_assert_eq(sb_io_sink_write_part(&sb, "s1-t0-p1", blob, len, &info, &e), 0, "%s", e.msg);
+    sb_part_free(blob);
+    cr_assert_str_eq(info.name, "part-s1-t0-p1.bin");
+    cr_assert_eq(info.bytes, 8);
+    size_t n;
+    char *got = slurp(out_path("part-s1-t0-p1.bin"), &n);
+    cr_assert_str_eq(got, "abcdefgh");
+    free(got);
+
+    char ls[1024];
+    listing(ls, sizeof ls);
+    cr_assert_str_eq(ls, "part-s1-t0-p0.jsonl,part-s1-t0-p1.bin");
+    got = slurp(out_path("part-s1-t0-p0.jsonl"), &n);
+    cr_assert_str_eq(got, "{\"v\":1}\n");
+    free(got);
+
+    /* commit with a part that is not there: no _SUCCESS */
+    sb_io_part_info missing = {.name = "part-s1-t4-p0.jsonl", .rows = 1, .bytes = 8};
+    cr_assert_eq(sb_io_sink_commit(&s, &missing, 1, &e), -1);
+    cr_assert(strstr(e.msg, "part-s1-t4-p0.jsonl") != NULL, "%s", e.msg);
+    sb_io_part_info evil = {.name = "part-../../x.jsonl"};
+    cr_assert_eq(sb_io_sink_commit(&s, &evil, 1, &e), -1);
+    cr_assert(strstr(e.msg, "invalid name") != NULL, "%s", e.msg);
+    cr_assert(!exists("_SUCCESS"));
+}
+
+Test(sink, bad_sinks)
+{
+    sb_err e;
+    const char *r[] = {"x"};
+    size_t len;
+    void *blob = make_part(SB_TYPE_UTF8, r, 1, &len);
+    sb_sink_spec s = {.uri = "s3://bucket/out/", .format = SB_FMT_JSONL};
+    cr_assert_eq(sb_io_sink_write_part(&s, "s1-t0-p0", blob, len, NULL, &e), -1);
+    cr_assert(strstr(e.msg, "not supported yet by the local writer") != NULL, "%s", e.msg);
+    s = spec(SB_FMT_CSV, NULL);
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), -1);
+    cr_assert(strstr(e.msg, "format csv is not supported yet") != NULL, "%s", e.msg);
+    /* the sink path is a file */
+    char uri[300];
+    char file[300];
+    snprintf(file, sizeof file, "%s/afile", g_dir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    snprintf(uri, sizeof uri, "file://%s", file);
+    s = (sb_sink_spec){.uri = uri, .format = SB_FMT_TEXT};
+    cr_assert_eq(sb_io_sink_write_part(&s, "s1-t0-p0", blob, len, NULL, &e), -1);
+    cr_assert(strstr(e.msg, "not a directory") != NULL, "%s", e.msg);
+    sb_part_free(blob);
+
+    /* a binary column written as text must be UTF-8 */
+    const char *bin[] = {"ok", "\xff\xfe"};
+    blob = make_part(SB_TYPE_BINARY, bin, 2, &len);
+    s = spec(SB_FMT_TEXT, NULL);
+    cr_assert_eq(sb_io_sink_write_part(&s, "s1-t0-p0", blob, len, NULL, &e), -1);
+    cr_assert(strstr(e.msg, "record 1 is not valid UTF-8") != NULL, "%s", e.msg);
+    sb_part_free(blob);
+}
+
+/* A partition bigger than the 4 MiB write buffer, with records larger than it too. */
+Test(sink, large_partition)
+{
+    sb_field f = {.name = "record", .type = SB_TYPE_UTF8};
+    sb_err e;
+    sb_batch_builder *b = sb_batch_builder_new(&f, 1, &e);
+    size_t big = 5u << 20;
+    char *line = malloc(big);
+    memset(line, 'y', big);
+    uint32_t crc = 0;
+    size_t total = 0;
+    for (int i = 0; i < 3000; i++) {
+        size_t n = i == 1500 ? big : (size_t)(i * 7) % 3000;
+        cr_assert_eq(sb_batch_builder_append_binary(b, 0, line, n, &e), 0, "%s", e.msg);
+        crc = sb_crc32c_portable(crc, line, n);
+        crc = sb_crc32c_portable(crc, "\n", 1);
+        total += n + 1;
+    }
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, &len, &e), 0, "%s", e.msg);
+    sb_batch_builder_free(b);
+    sb_sink_spec s = spec(SB_FMT_TEXT, NULL);
+    sb_io_part_info info;
+    cr_assert_eq(sb_io_sink_write_part(&s, "s9-t9-p9", blob, len, &info, &e), 0, "%s", e.msg);
+    cr_assert_eq(info.rows, 3000);
+    cr_assert_eq(info.bytes, total);
+    cr_assert_eq(info.crc32c, crc);
+    struct stat st;
+    cr_assert_eq(stat(out_path("part-s9-t9-p9.txt"), &st), 0);
+    cr_assert_eq((size_t)st.st_size, total);
+    sb_part_free(blob);
+    free(line);
+}

@@ -1,0 +1,82 @@
+/* sink.h — the local (file://) sink: one part file per partition, then a manifest and a
+ * _SUCCESS marker when the pipeline commits.
+ *
+ * Layout of a sink directory:
+ *   part-<partition id>.<ext>   one per partition; ext is jsonl, txt or bin by format. Named by
+ *                               the partition id, so re-running a task overwrites its output
+ *                               instead of duplicating it.
+ *   _manifest.json              written by commit: every part (name, rows, bytes, crc32c) and
+ *                               the totals.
+ *   _SUCCESS                    written by commit after the manifest; only a fully committed
+ *                               pipeline has one.
+ *   .sbtmp-*                    files being written (temporary names in the same directory,
+ *                               fsync'ed, then renamed into place); prepare and abort remove
+ *                               leftovers. Readers skip them (and _*) like any source listing.
+ *
+ * Record encoding: the partition's "record" column (or its only binary/utf8 column) is written
+ * as one line per record ending in "\n" for jsonl and text (a record containing '\n' is an
+ * error, as is one that is not UTF-8), and as the records' bytes back to back for binary (each
+ * exactly args.recordSize bytes when the sink sets it).
+ *
+ * Life cycle (the controller or the CLI drives it):
+ *   sb_io_sink_prepare()     at the start: creates the directory (and parents) if missing,
+ *                            removes a stale _SUCCESS and _manifest.json and leftover temporary
+ *                            files. Part files of earlier attempts are kept (a resumed pipeline
+ *                            does not redo committed partitions).
+ *   sb_io_sink_write_part()  by any worker, concurrently, one call per output partition.
+ *   sb_io_sink_commit()      once, with the parts of the finished pipeline: checks each part
+ *                            file exists with the reported size, deletes part files of this
+ *                            format that are not in the list (output of attempts the list no
+ *                            longer includes), writes _manifest.json atomically, then _SUCCESS.
+ *   sb_io_sink_abort()       on failure or cancel: removes _SUCCESS, _manifest.json and
+ *                            temporary files (a failed or interrupted pipeline never leaves
+ *                            _SUCCESS).
+ *
+ * Memory: the caller owns the spec, the blob and the info structs; nothing returned needs
+ * freeing.
+ */
+#ifndef SB_WORKER_IO_SINK_H
+#define SB_WORKER_IO_SINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "spec/pipeline.h"
+
+#define SB_IO_PART_NAME_MAX 256 /* bytes of a part file name, NUL included */
+#define SB_IO_PART_ID_MAX 200   /* bytes of a partition id */
+#define SB_IO_SUCCESS_NAME "_SUCCESS"
+#define SB_IO_MANIFEST_NAME "_manifest.json"
+
+/* What was written for one partition. */
+typedef struct sb_io_part_info {
+    char name[SB_IO_PART_NAME_MAX]; /* file name inside the sink directory */
+    uint64_t rows;
+    uint64_t bytes;  /* size of the part file */
+    uint32_t crc32c; /* CRC-32C (sb_crc32c) of the part file's bytes */
+} sb_io_part_info;
+
+/* Creates the sink directory if missing and removes a stale _SUCCESS, _manifest.json and
+ * leftover temporary files. 0, or -1 + err. */
+int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err);
+
+/* Writes the records of blob[0..len) (a partition blob, fully validated here) as the part file
+ * of `partition_id` (1..SB_IO_PART_ID_MAX bytes of [A-Za-z0-9._-], not starting with '.'),
+ * replacing an earlier one atomically. The directory is created if missing. `info` (may be
+ * NULL) receives the file name, rows, bytes and CRC. 0, or -1 + err; on failure no temporary
+ * file is left behind and an existing part file is unchanged. */
+int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, const void *blob,
+                          size_t len, sb_io_part_info *info, sb_err *err);
+
+/* Commits the output: parts[0..n) are the partitions of the finished pipeline, in output
+ * order. Duplicate names are allowed when their info is identical (counted once). 0, or -1 +
+ * err (no _SUCCESS is written then). */
+int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
+                      sb_err *err);
+
+/* Removes _SUCCESS, _manifest.json and temporary files; a missing directory is fine. 0, or -1
+ * + err naming the first file that could not be removed. */
+int sb_io_sink_abort(const sb_sink_spec *sink, sb_err *err);
+
+#endif
