@@ -17,6 +17,7 @@
  * Memory: the iterator is a caller-owned value that borrows the blob. The assembler is owned by
  * the caller (sb_part_asm_free()); it owns the destination blob until sb_part_asm_take() hands
  * it over (then free it with sb_part_free()). Chunk bytes are only read during the call.
+ * An assembler or iterator is used by one thread at a time.
  */
 #ifndef SB_PARTITION_CHUNK_H
 #define SB_PARTITION_CHUNK_H

@@ -19,6 +19,8 @@
  *     NOT own the blob: the blob must stay alive and unchanged while the sb_batch (and every
  *     pointer obtained from it) is in use. sb_batch_close() never frees the blob.
  *   - sb_column views returned by sb_batch_column() belong to the sb_batch.
+ * Threads: a builder is used by one thread at a time; an opened sb_batch is read-only and may
+ * be shared by any number of threads.
  *
  * Blob layout (version 1; every integer little-endian; offsets are from the blob's start):
  *
