@@ -62,7 +62,7 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pick_port() {
   local p i
   for i in $(seq 1 200); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+)
     if port_free "$p" && ! grep -qx "$p" "$STATE/ports.used" 2>/dev/null; then
       echo "$p" >>"$STATE/ports.used"; echo "$p"; return
     fi
@@ -174,7 +174,13 @@ up() {
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --profiling=false --v 1
   local nodeargs=() n
   for n in $NODES; do nodeargs+=(--node "$n"); done
-  SB_REPO_DIR=${SB_REPO_DIR:-$repo} start sb-node-agent "$BIN/sb-node-agent" \
+  # Pod IPs: 127.0.0.2, .3, ... for the default state dir; another state dir (the self-test's)
+  # gets its own block 127.0.B.x so that clusters running side by side do not share pod IPs.
+  local block=${SB_K8S_POD_IP_BLOCK:-0}
+  if [[ -z ${SB_K8S_POD_IP_BLOCK:-} && $STATE != /tmp/streambatch-cluster ]]; then
+    block=$(($(cksum <<<"$STATE" | cut -d' ' -f1) % 240 + 10))
+  fi
+  SB_REPO_DIR=${SB_REPO_DIR:-$repo} start sb-node-agent "$BIN/sb-node-agent" --pod-ip-block "$block" \
     --kubeconfig "$STATE/admin.kubeconfig" --ca-file "$p/ca.crt" --state-dir "$STATE" \
     --images "$IMAGES" "${nodeargs[@]}" --v 1
   wait_for kube-controller-manager "$START_TIMEOUT" curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"

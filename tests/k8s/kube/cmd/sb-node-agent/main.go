@@ -65,6 +65,7 @@ func main() {
 	imagesFile := flag.String("images", "", "image table: lines 'IMAGE-PATTERN PROGRAM [ARG...]'")
 	backoff := flag.Duration("restart-backoff", time.Second, "first container restart delay (doubles)")
 	maxBackoff := flag.Duration("max-restart-backoff", 20*time.Second, "longest container restart delay")
+	ipBlock := flag.Int("pod-ip-block", 0, "pod IPs start at 127.0.BLOCK.2 (0-249); clusters running side by side use different blocks")
 	flag.Var(&nodeSpecs, "node", "node to register: name=N,RESOURCE=QTY,...,label:KEY=VALUE (repeatable)")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -76,13 +77,17 @@ func main() {
 		nodeSpecs = multiFlag{"name=sb-cpu-0,cpu=4,memory=16Gi",
 			"name=sb-gpu-0,cpu=4,memory=16Gi,nvidia.com/gpu=1,label:streambatch.dev/gpu=true"}
 	}
-	if err := run(*kubeconfig, *caFile, *stateDir, *imagesFile, nodeSpecs, *backoff, *maxBackoff); err != nil {
+	if *ipBlock < 0 || *ipBlock > 249 {
+		fmt.Fprintln(os.Stderr, "sb-node-agent: --pod-ip-block must be 0-249")
+		os.Exit(2)
+	}
+	if err := run(*kubeconfig, *caFile, *stateDir, *imagesFile, nodeSpecs, *backoff, *maxBackoff, *ipBlock); err != nil {
 		fmt.Fprintln(os.Stderr, "sb-node-agent:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, caFile, stateDir, imagesFile string, nodeSpecs []string, backoff, maxBackoff time.Duration) error {
+func run(kubeconfig, caFile, stateDir, imagesFile string, nodeSpecs []string, backoff, maxBackoff time.Duration, ipBlock int) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -113,7 +118,8 @@ func run(kubeconfig, caFile, stateDir, imagesFile string, nodeSpecs []string, ba
 	defer cancel()
 	a := &agent{cs: cs, nodes: map[string]*nodeSpec{}, images: images, stateDir: stateDir, caPEM: caPEM,
 		apiHost: host, apiPort: port, backoff: backoff, maxBackoff: maxBackoff, ctx: ctx,
-		pods: map[types.UID]*podRunner{}, ended: map[types.UID]time.Time{}, ips: map[string]types.UID{}}
+		pods: map[types.UID]*podRunner{}, ended: map[types.UID]time.Time{}, ips: map[string]types.UID{},
+		ipSeq: ipBlock * 253}
 	for _, s := range nodeSpecs {
 		n, err := parseNodeSpec(s)
 		if err != nil {
@@ -201,7 +207,7 @@ func (a *agent) podGone(p *v1.Pod) {
 	}
 }
 
-// allocIP hands out the next free loopback address 127.0.X.Y (Y 2..254, from 127.0.0.2 on), cycling
+// allocIP hands out the next free loopback address 127.0.X.Y (Y 2..254, from 127.0.BLOCK.2 on), cycling
 // so that a freed address is not reused at once.
 func (a *agent) allocIP(uid types.UID) string {
 	a.mu.Lock()
