@@ -1,0 +1,778 @@
+/* Unit tests of worker/ops: the registry, the output builder's partitioning, identity, filter
+ * and project against expectations computed independently with cJSON, the JSON scanner's
+ * strictness, and the cost accuracy of bench.spin (thread CPU time) and bench.sleep (wall
+ * time). */
+#include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "partition/partition.h"
+#include "worker/ops/json.h"
+#include "worker/ops/ops.h"
+
+TestSuite(ops, .timeout = 60);
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+typedef struct {
+    char **v;
+    size_t *len;
+    size_t n, cap;
+    size_t parts;
+    size_t plen[4096];
+} coll;
+
+static void coll_free(coll *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free(c->v[i]);
+    free(c->v);
+    free(c->len);
+    memset(c, 0, sizeof *c);
+}
+
+static int collect(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    coll *c = ud;
+    sb_batch *b;
+    sb_err e;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_batch_rows(b), rows);
+    cr_assert_lt(c->parts, 4096);
+    c->plen[c->parts++] = len;
+    int ci = sb_batch_find(b, "record");
+    cr_assert_geq(ci, 0);
+    const sb_column *col = sb_batch_column(b, (size_t)ci);
+    for (size_t r = 0; r < rows; r++) {
+        if (c->n == c->cap) {
+            c->cap = c->cap ? c->cap * 2 : 64;
+            c->v = realloc(c->v, c->cap * sizeof *c->v);
+            c->len = realloc(c->len, c->cap * sizeof *c->len);
+        }
+        size_t n;
+        const void *p = sb_column_binary(col, r, &n);
+        c->v[c->n] = malloc(n + 1);
+        memcpy(c->v[c->n], p, n);
+        c->v[c->n][n] = '\0';
+        c->len[c->n++] = n;
+    }
+    sb_batch_close(b);
+    sb_part_free(blob);
+    return 0;
+}
+
+/* A partition of one "record" column (utf8 or binary). */
+static void *make_part(sb_type t, const char *const *recs, size_t n, size_t *len)
+{
+    sb_field f = {.name = "record", .type = t};
+    sb_err e;
+    sb_batch_builder *b = sb_batch_builder_new(&f, 1, &e);
+    cr_assert_not_null(b, "%s", e.msg);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(sb_batch_builder_append_binary(b, 0, recs[i], strlen(recs[i]), &e), 0, "%s",
+                     e.msg);
+    void *blob;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, len, &e), 0, "%s", e.msg);
+    sb_batch_builder_free(b);
+    return blob;
+}
+
+/* Runs op over one partition of recs; 0 or -1 (message in *e). */
+static int run_op(const char *name, const char *args, const char *const *recs, size_t n,
+                  size_t batch_size, size_t target, coll *out, sb_err *e)
+{
+    const sb_op_impl *op = sb_op_find(name);
+    cr_assert_not_null(op, "op %s", name);
+    void *st;
+    if (op->init(args, &st, e) != 0)
+        return -1;
+    sb_op_out *o = sb_op_out_new(target, collect, out, e);
+    cr_assert_not_null(o);
+    size_t len;
+    void *blob = make_part(SB_TYPE_UTF8, recs, n, &len);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, e), 0, "%s", e->msg);
+    int rc = sb_op_run(op, st, b, batch_size, o, e);
+    if (rc == 0)
+        rc = op->finish(st, o, e);
+    if (rc == 0)
+        rc = sb_op_out_flush(o, e);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    sb_op_out_free(o);
+    op->free(st);
+    return rc;
+}
+
+/* ---- registry ------------------------------------------------------------------------- */
+
+Test(ops, registry)
+{
+    const char *have[] = {"identity", "bench.spin", "bench.sleep", "filter", "project"};
+    for (size_t i = 0; i < 5; i++) {
+        const sb_op_impl *op = sb_op_find(have[i]);
+        cr_assert_not_null(op, "%s", have[i]);
+        cr_assert_str_eq(op->name, have[i]);
+    }
+    const char *missing[] = {"image.decode",
+                             "image.resize",
+                             "image.normalize",
+                             "tensor.mlp",
+                             "exec",
+                             "plugin",
+                             "Filter",
+                             "",
+                             NULL};
+    for (size_t i = 0; i < sizeof missing / sizeof *missing; i++)
+        cr_assert_null(sb_op_find(missing[i]));
+}
+
+Test(ops, bad_args)
+{
+    static const struct {
+        const char *op, *args, *needle;
+    } cases[] = {
+        {"bench.spin", "{}", "exactly one of args.msPerRecord and args.msPerMB"},
+        {"bench.spin", "{\"msPerRecord\":1,\"msPerMB\":1}", "exactly one"},
+        {"bench.spin", "{\"msPerRecord\":-1}", "must be a number from 0"},
+        {"bench.spin", "{\"msPerMB\":\"5\"}", "must be a number from 0"},
+        {"bench.sleep", NULL, "args must be an object"},
+        {"filter", "{\"op\":\"eq\",\"value\":1}", "args.field must be a non-empty string"},
+        {"filter", "{\"field\":\"a\",\"op\":\"like\",\"value\":1}", "args.op must be one of"},
+        {"filter", "{\"field\":\"a\",\"op\":\"eq\"}", "args.value must be a string, number"},
+        {"filter", "{\"field\":\"a\",\"op\":\"eq\",\"value\":null}", "args.value must be"},
+        {"filter", "{\"field\":\"a\",\"op\":\"eq\",\"value\":[1]}", "args.value must be"},
+        {"filter", "{\"field\":\"a\",\"op\":\"lt\",\"value\":true}",
+         "op lt does not apply to a boolean value"},
+        {"filter", "not json", "args must be an object"},
+        {"project", "{\"fields\":[]}", "non-empty list of strings"},
+        {"project", "{\"fields\":\"a\"}", "non-empty list of strings"},
+        {"project", "{\"fields\":[\"a\",2]}", "args.fields[1] must be a non-empty string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const sb_op_impl *op = sb_op_find(cases[i].op);
+        void *st = (void *)1;
+        sb_err e;
+        cr_assert_eq(op->init(cases[i].args, &st, &e), -1, "case %zu accepted", i);
+        cr_assert(strstr(e.msg, cases[i].needle) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, e.msg,
+                  cases[i].needle);
+        op->free(NULL);
+    }
+}
+
+/* ---- identity and the output's partitioning -------------------------------------------- */
+
+Test(ops, identity_repartitions_to_the_target)
+{
+    const sb_op_impl *op = sb_op_find("identity");
+    void *st;
+    sb_err e;
+    cr_assert_eq(op->init(NULL, &st, &e), 0);
+    coll out = {0};
+    size_t target = 4096;
+    sb_op_out *o = sb_op_out_new(target, collect, &out, &e);
+    cr_assert_not_null(o, "%s", e.msg);
+    for (int p = 0; p < 3; p++) { /* three inputs of 400 records each */
+        const char *recs[400];
+        char *bufs[400];
+        for (int i = 0; i < 400; i++) {
+            size_t n = (size_t)(p * 400 + i) * 37 % 250;
+            bufs[i] = malloc(n + 1);
+            memset(bufs[i], 'a' + (i % 26), n);
+            bufs[i][n] = '\0';
+            recs[i] = bufs[i];
+        }
+        size_t len;
+        void *blob = make_part(SB_TYPE_UTF8, recs, 400, &len);
+        sb_batch *b;
+        cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0);
+        cr_assert_eq(sb_op_run(op, st, b, p == 1 ? 7 : 0, o, &e), 0, "%s", e.msg);
+        sb_batch_close(b);
+        sb_part_free(blob);
+        for (int i = 0; i < 400; i++)
+            free(bufs[i]);
+    }
+    cr_assert_eq(op->finish(st, o, &e), 0);
+    cr_assert_eq(sb_op_out_flush(o, &e), 0);
+    cr_assert_eq(out.n, 1200);
+    for (size_t i = 0; i < 1200; i++) {
+        size_t n = i * 37 % 250;
+        cr_assert_eq(out.len[i], n, "record %zu", i);
+        for (size_t k = 0; k < n; k++)
+            cr_assert_eq(out.v[i][k], 'a' + (int)((i % 400) % 26));
+    }
+    cr_assert_eq(sb_op_out_rows_emitted(o), 1200);
+    cr_assert_eq(sb_op_out_parts_emitted(o), out.parts);
+    cr_assert_gt(out.parts, 10);
+    for (size_t p = 0; p < out.parts; p++) {
+        if (p + 1 < out.parts)
+            cr_assert_geq(out.plen[p], target, "partition %zu: %zu bytes", p, out.plen[p]);
+        cr_assert_lt(out.plen[p], target + 250 + 128, "partition %zu: %zu bytes", p, out.plen[p]);
+    }
+    sb_op_out_free(o);
+    op->free(st);
+    coll_free(&out);
+}
+
+typedef struct {
+    void *blob[64];
+    size_t len[64];
+    size_t n;
+} blobs;
+
+static int keep_blob(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    blobs *b = ud;
+    (void)rows;
+    cr_assert_lt(b->n, 64);
+    b->blob[b->n] = blob;
+    b->len[b->n++] = len;
+    return 0;
+}
+
+/* Rows of a multi-column batch (nulls, int64, bool) pass through identity and filter with
+ * every column intact. */
+Test(ops, rows_keep_every_column)
+{
+    sb_field f[3] = {{.name = "record", .type = SB_TYPE_UTF8, .nullable = true},
+                     {.name = "id", .type = SB_TYPE_INT64, .nullable = true},
+                     {.name = "ok", .type = SB_TYPE_BOOL}};
+    sb_err e;
+    sb_batch_builder *bb = sb_batch_builder_new(f, 3, &e);
+    for (int i = 0; i < 50; i++) {
+        char r[32];
+        snprintf(r, sizeof r, "{\"i\":%d}", i);
+        if (i % 7 == 3)
+            cr_assert_eq(sb_batch_builder_append_null(bb, 0, &e), 0);
+        else
+            cr_assert_eq(sb_batch_builder_append_binary(bb, 0, r, strlen(r), &e), 0);
+        if (i % 5 == 1)
+            cr_assert_eq(sb_batch_builder_append_null(bb, 1, &e), 0);
+        else
+            cr_assert_eq(sb_batch_builder_append_int(bb, 1, i * 1000, &e), 0);
+        cr_assert_eq(sb_batch_builder_append_bool(bb, 2, i % 3 == 0, &e), 0);
+    }
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0, "%s", e.msg);
+    sb_batch_builder_free(bb);
+    sb_batch *in;
+    cr_assert_eq(sb_batch_open(blob, len, &in, &e), 0);
+    cr_assert_null(sb_op_out_new(300, NULL, NULL, &e)); /* emit is required */
+
+    for (int variant = 0; variant < 2; variant++) {
+        const sb_op_impl *op = sb_op_find(variant ? "filter" : "identity");
+        void *st;
+        cr_assert_eq(op->init("{\"field\":\"i\",\"op\":\"ge\",\"value\":10}", &st, &e), 0);
+        blobs got = {.n = 0};
+        sb_op_out *o = sb_op_out_new(300, keep_blob, &got, &e);
+        cr_assert_eq(sb_op_run(op, st, in, 3, o, &e), 0, "%s", e.msg);
+        cr_assert_eq(sb_op_out_flush(o, &e), 0, "%s", e.msg);
+        cr_assert_gt(got.n, 1);
+        int row = variant ? 10 : 0; /* the filter drops i < 10 and the null records */
+        for (size_t p = 0; p < got.n; p++) {
+            sb_batch *b;
+            cr_assert_eq(sb_batch_open(got.blob[p], got.len[p], &b, &e), 0, "%s", e.msg);
+            cr_assert_eq(sb_batch_ncols(b), 3);
+            const sb_column *rc = sb_batch_column(b, 0), *ic = sb_batch_column(b, 1),
+                            *oc = sb_batch_column(b, 2);
+            cr_assert_str_eq(ic->name, "id");
+            for (size_t r = 0; r < sb_batch_rows(b); r++, row++) {
+                if (variant)
+                    while (row % 7 == 3)
+                        row++;
+                cr_assert_eq(sb_column_valid(rc, r), row % 7 != 3, "row %d", row);
+                if (row % 7 != 3) {
+                    char want[32];
+                    size_t n;
+                    const char *p2 = sb_column_binary(rc, r, &n);
+                    snprintf(want, sizeof want, "{\"i\":%d}", row);
+                    cr_assert_eq(n, strlen(want));
+                    cr_assert(memcmp(p2, want, n) == 0);
+                }
+                cr_assert_eq(sb_column_valid(ic, r), row % 5 != 1, "row %d", row);
+                if (row % 5 != 1)
+                    cr_assert_eq(sb_column_int64(ic, r), row * 1000);
+                cr_assert_eq(sb_column_bool(oc, r), row % 3 == 0);
+            }
+            sb_batch_close(b);
+            sb_part_free(got.blob[p]);
+        }
+        cr_assert_eq(row, 50);
+        sb_op_out_free(o);
+        op->free(st);
+    }
+    sb_batch_close(in);
+    sb_part_free(blob);
+}
+
+/* ---- filter ---------------------------------------------------------------------------- */
+
+static const char *const g_records[] = {
+    "{\"a\":1,\"s\":\"abc\",\"b\":true}",
+    "{\"a\":2.5,\"s\":\"abd\",\"b\":false}",
+    "{\"a\":-3,\"s\":\"ab\",\"b\":null}",
+    "{\"s\":\"zzz\"}",
+    "{\"a\":\"1\",\"s\":1,\"b\":\"true\"}",
+    "{\"nested\":{\"a\":1,\"s\":\"abc\"},\"a\":10}",
+    "{\"\\u0061\":7,\"s\":\"\\u00e9t\\u00e9\",\"\\u0062\":true}",
+    "{\"a\":1e2,\"s\":\"a\\\"b\"}",
+    "{\"a\":null,\"s\":null}",
+    "{\"a\":[1],\"s\":{\"x\":1},\"b\":[true]}",
+    "{\"a\":1,\"a\":99,\"s\":\"ab\",\"s\":\"zz\"}",
+    "[1,2,3]",
+    "\"just a string\"",
+    " { \"a\" : 0 , \"s\" : \"\" , \"b\" : false } ",
+    "{\"a\":-0.0,\"s\":\"ABC\"}",
+    "{\"a\":1.0,\"s\":\"\\u00e9t\\u00e9s\"}",
+    "{\"a\":0.1,\"s\":\"\\ud83d\\ude00\"}",
+    "{\"x\":{\"a\":[{\"a\":1}]},\"s\":\"abc\\u0041\"}",
+    "{}",
+    "{\"a\":1E+2,\"s\":\"é\"}",
+};
+#define NREC (sizeof g_records / sizeof *g_records)
+
+/* The expected decision, with cJSON (first member of a name, like the op). */
+static bool expect_keep(const char *rec, const char *field, const char *op, const cJSON *value)
+{
+    cJSON *j = cJSON_Parse(rec);
+    cr_assert_not_null(j, "test record is not JSON: %s", rec);
+    const cJSON *v = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, field) : NULL;
+    int c = 0;
+    bool comparable = false;
+    if (v != NULL && cJSON_IsNumber(value) && cJSON_IsNumber(v)) {
+        comparable = true;
+        c = v->valuedouble < value->valuedouble ? -1 : v->valuedouble > value->valuedouble;
+    } else if (v != NULL && cJSON_IsString(value) && cJSON_IsString(v)) {
+        comparable = true;
+        c = strcmp(v->valuestring, value->valuestring);
+        c = c < 0 ? -1 : c > 0;
+    } else if (v != NULL && cJSON_IsBool(value) && cJSON_IsBool(v)) {
+        comparable = true;
+        c = cJSON_IsTrue(v) != cJSON_IsTrue(value);
+    }
+    cJSON_Delete(j);
+    if (!comparable)
+        return false;
+    if (strcmp(op, "eq") == 0)
+        return c == 0;
+    if (strcmp(op, "ne") == 0)
+        return c != 0;
+    if (strcmp(op, "lt") == 0)
+        return c < 0;
+    if (strcmp(op, "le") == 0)
+        return c <= 0;
+    if (strcmp(op, "gt") == 0)
+        return c > 0;
+    return c >= 0;
+}
+
+Test(ops, filter_against_cjson)
+{
+    static const struct {
+        const char *field, *value;
+    } probes[] = {
+        {"a", "1"},
+        {"a", "2.5"},
+        {"a", "-3"},
+        {"a", "0"},
+        {"a", "100"},
+        {"a", "1.0"},
+        {"a", "-0.5"},
+        {"a", "0.1"},
+        {"a", "1e2"},
+        {"s", "\"abc\""},
+        {"s", "\"ab\""},
+        {"s", "\"\""},
+        {"s", "\"abd\""},
+        {"s", "\"\\u00e9t\\u00e9\""},
+        {"s", "\"a\\\"b\""},
+        {"s", "\"ABC\""},
+        {"s", "\"\\ud83d\\ude00\""},
+        {"s", "\"é\""},
+        {"b", "true"},
+        {"b", "false"},
+        {"nested", "1"},
+        {"x", "1"},
+    };
+    const char *ops[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+    size_t kept_total = 0;
+    for (size_t p = 0; p < sizeof probes / sizeof *probes; p++) {
+        cJSON *value = cJSON_Parse(probes[p].value);
+        cr_assert_not_null(value);
+        for (size_t o = 0; o < 6; o++) {
+            if (cJSON_IsBool(value) && o >= 2)
+                continue; /* booleans compare by eq/ne only */
+            char args[256];
+            snprintf(args, sizeof args, "{\"field\":\"%s\",\"op\":\"%s\",\"value\":%s}",
+                     probes[p].field, ops[o], probes[p].value);
+            coll out = {0};
+            sb_err e;
+            cr_assert_eq(run_op("filter", args, g_records, NREC, p % 3, 1 << 20, &out, &e), 0,
+                         "%s: %s", args, e.msg);
+            size_t k = 0;
+            for (size_t r = 0; r < NREC; r++) {
+                if (!expect_keep(g_records[r], probes[p].field, ops[o], value))
+                    continue;
+                cr_assert_lt(k, out.n, "%s: record %zu missing", args, r);
+                cr_assert_str_eq(out.v[k], g_records[r], "%s", args);
+                k++;
+            }
+            cr_assert_eq(k, out.n, "%s: kept %zu records, expected %zu", args, out.n, k);
+            kept_total += k;
+            coll_free(&out);
+        }
+        cJSON_Delete(value);
+    }
+    cr_assert_gt(kept_total, 100); /* the probes do select records */
+}
+
+Test(ops, filter_integers_compare_exactly)
+{
+    const char *recs[] = {"{\"n\":9007199254740993}", "{\"n\":9007199254740992}",
+                          "{\"n\":-9223372036854775808}", "{\"n\":9223372036854775807}",
+                          "{\"n\":18446744073709551616}"};
+    coll out = {0};
+    sb_err e;
+    cr_assert_eq(run_op("filter", "{\"field\":\"n\",\"op\":\"gt\",\"value\":9007199254740992}",
+                        recs, 5, 0, 1 << 20, &out, &e),
+                 0, "%s", e.msg);
+    cr_assert_eq(out.n, 3);
+    cr_assert_str_eq(out.v[0], recs[0]);
+    cr_assert_str_eq(out.v[1], recs[3]);
+    cr_assert_str_eq(out.v[2], recs[4]); /* beyond int64: compared as a double */
+    coll_free(&out);
+    cr_assert_eq(run_op("filter", "{\"field\":\"n\",\"op\":\"eq\",\"value\":-9223372036854775808}",
+                        recs, 5, 0, 1 << 20, &out, &e),
+                 0, "%s", e.msg);
+    cr_assert_eq(out.n, 1);
+    cr_assert_str_eq(out.v[0], recs[2]);
+    coll_free(&out);
+}
+
+Test(ops, filter_invalid_json_names_the_record)
+{
+    const char *recs[] = {"{\"a\":1}", "{\"a\":2}", "{\"a\":3}", "{\"a\":1,}", "{\"a\":5}"};
+    coll out = {0};
+    sb_err e;
+    cr_assert_eq(run_op("filter", "{\"field\":\"a\",\"op\":\"ge\",\"value\":0}", recs, 5, 0,
+                        1 << 20, &out, &e),
+                 -1);
+    cr_assert(strstr(e.msg, "record 3 is not valid JSON") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "at byte 7") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, ": {\"a\":1,}") != NULL, "%s", e.msg);
+    coll_free(&out);
+    /* a long line is quoted by its beginning, with control characters made visible */
+    char longrec[300];
+    memset(longrec, 'x', sizeof longrec);
+    memcpy(longrec, "{\"a\":\"\t", 7);
+    longrec[299] = '\0';
+    const char *recs2[] = {longrec};
+    cr_assert_eq(run_op("filter", "{\"field\":\"a\",\"op\":\"ge\",\"value\":0}", recs2, 1, 0,
+                        1 << 20, &out, &e),
+                 -1);
+    cr_assert(strstr(e.msg, "record 0 is not valid JSON (control character") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "{\"a\":\"?xxxx") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "...") != NULL, "%s", e.msg);
+    cr_assert_lt(strlen(e.msg), 300);
+    coll_free(&out);
+}
+
+/* ---- project --------------------------------------------------------------------------- */
+
+/* The expected projection, with cJSON, printed unformatted. */
+static char *expect_project(const char *rec, const char *const *fields, size_t nf)
+{
+    cJSON *j = cJSON_Parse(rec);
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; i < nf; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < i; k++)
+            seen = seen || strcmp(fields[k], fields[i]) == 0;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i]);
+        if (v != NULL && !seen)
+            cJSON_AddItemToObject(o, fields[i], cJSON_Duplicate(v, true));
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    cJSON_Delete(j);
+    return s;
+}
+
+static char *normalize(const char *json)
+{
+    cJSON *j = cJSON_Parse(json);
+    cr_assert_not_null(j, "output is not JSON: %s", json);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+Test(ops, project_against_cjson)
+{
+    const char *objs[NREC];
+    size_t n = 0;
+    for (size_t i = 0; i < NREC; i++)
+        if (strchr("[\" ", g_records[i][0]) == NULL) /* objects only (arrays etc. error) */
+            objs[n++] = g_records[i];
+    static const char *const sets[][4] = {
+        {"s", "a", NULL}, {"b", NULL},           {"nested", "x", "s", NULL},
+        {"zz", NULL},     {"a", "a", "s", NULL},
+    };
+    for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
+        size_t nf = 0;
+        char args[256] = "{\"fields\":[";
+        while (sets[k][nf] != NULL) {
+            snprintf(args + strlen(args), sizeof args - strlen(args), "%s\"%s\"", nf ? "," : "",
+                     sets[k][nf]);
+            nf++;
+        }
+        strcat(args, "]}");
+        coll out = {0};
+        sb_err e;
+        cr_assert_eq(run_op("project", args, objs, n, 2, 1 << 20, &out, &e), 0, "%s: %s", args,
+                     e.msg);
+        cr_assert_eq(out.n, n);
+        for (size_t r = 0; r < n; r++) {
+            char *want = expect_project(objs[r], sets[k], nf);
+            char *got = normalize(out.v[r]);
+            cr_assert_str_eq(got, want, "%s on %s", args, objs[r]);
+            free(want);
+            free(got);
+        }
+        coll_free(&out);
+    }
+}
+
+Test(ops, project_copies_values_verbatim)
+{
+    const char *recs[] = {"{\"a\":1, \"b\" : {\"c\": [1, 2]}, \"d\":\"x\\ny\", \"q\\\"k\":3}",
+                          "{\"zz\":1}", "{}"};
+    coll out = {0};
+    sb_err e;
+    cr_assert_eq(run_op("project", "{\"fields\":[\"d\",\"b\",\"missing\",\"q\\\"k\"]}", recs, 3, 0,
+                        1 << 20, &out, &e),
+                 0, "%s", e.msg);
+    cr_assert_eq(out.n, 3);
+    cr_assert_str_eq(out.v[0], "{\"d\":\"x\\ny\",\"b\":{\"c\": [1, 2]},\"q\\\"k\":3}");
+    cr_assert_str_eq(out.v[1], "{}");
+    cr_assert_str_eq(out.v[2], "{}");
+    coll_free(&out);
+
+    const char *bad[] = {"{\"a\":1}", "[{\"a\":1}]"};
+    cr_assert_eq(run_op("project", "{\"fields\":[\"a\"]}", bad, 2, 0, 1 << 20, &out, &e), -1);
+    cr_assert(strstr(e.msg, "record 1 is a JSON array, not an object") != NULL, "%s", e.msg);
+    coll_free(&out);
+    const char *bad2[] = {"{\"a\":01}"};
+    cr_assert_eq(run_op("project", "{\"fields\":[\"a\"]}", bad2, 1, 0, 1 << 20, &out, &e), -1);
+    cr_assert(strstr(e.msg, "record 0 is not valid JSON (invalid number (leading zero)") != NULL,
+              "%s", e.msg);
+    coll_free(&out);
+}
+
+/* ---- the JSON scanner ------------------------------------------------------------------- */
+
+Test(ops, json_scanner_is_strict)
+{
+    static const char *const valid[] = {
+        "{}",
+        "[]",
+        "0",
+        "-0",
+        "1.5e-3",
+        "-12E+4",
+        "\"\"",
+        "\"\\u00e9\\n\\/\"",
+        "true",
+        "null",
+        " {\"a\" :[ 1 , {\"b\":null} ] }\r\n",
+        "\"é\"",
+        "[[[[]]]]",
+        "1E9",
+        "{\"a\":{\"a\":{\"a\":1}}}",
+        "\"\\ud800\"",
+    };
+    static const char *const invalid[] = {
+        "",           " ",        "{",
+        "}",          "{\"a\"}",  "{\"a\":}",
+        "{\"a\":1,}", "[1,]",     "[1 2]",
+        "01",         "1.",       ".5",
+        "-",          "1e",       "1e+",
+        "+1",         "0x10",     "tru",
+        "nul",        "True",     "NaN",
+        "Infinity",   "\"\\x\"",  "\"\\u12G4\"",
+        "\"abc",      "\"a\tb\"", "{} x",
+        "[] []",      "{a:1}",    "{'a':1}",
+        "/*c*/1",     "[1,,2]",   "{\"a\":1 \"b\":2}",
+        "\"\\u00\"",  "-01",
+    };
+    char msg[160];
+    for (size_t i = 0; i < sizeof valid / sizeof *valid; i++) {
+        sb_op_json_type t;
+        cr_assert_eq(
+            sb_op_json_scan(valid[i], strlen(valid[i]), NULL, 0, NULL, &t, msg, sizeof msg), 0,
+            "valid %zu (%s): %s", i, valid[i], msg);
+        cr_assert_neq(t, SB_OP_JSON_NONE);
+    }
+    for (size_t i = 0; i < sizeof invalid / sizeof *invalid; i++) {
+        msg[0] = '\0';
+        cr_assert_eq(
+            sb_op_json_scan(invalid[i], strlen(invalid[i]), NULL, 0, NULL, NULL, msg, sizeof msg),
+            -1, "invalid %zu (%s) accepted", i, invalid[i]);
+        cr_assert(strstr(msg, "byte") != NULL, "%s", msg);
+    }
+    /* nesting: 256 levels are fine, 257 are not */
+    char deep[600];
+    for (int d = 256; d <= 257; d++) {
+        memset(deep, '[', (size_t)d);
+        memset(deep + d, ']', (size_t)d);
+        cr_assert_eq(sb_op_json_scan(deep, (size_t)(2 * d), NULL, 0, NULL, NULL, msg, sizeof msg),
+                     d == 256 ? 0 : -1, "depth %d", d);
+    }
+    cr_assert(strstr(msg, "nesting deeper than 256") != NULL, "%s", msg);
+}
+
+Test(ops, json_scanner_finds_top_level_members)
+{
+    const char *rec = "{\"x\":{\"k\":1},\"k\":\"v\\\"w\",\"\\u006b2\":[1,{\"k\":3}],\"k\":9}";
+    sb_op_json_key keys[3] = {{"k", 1}, {"k2", 2}, {"x", 1}};
+    sb_op_json_span f[3];
+    sb_op_json_type top;
+    cr_assert_eq(sb_op_json_scan(rec, strlen(rec), keys, 3, f, &top, NULL, 0), 0);
+    cr_assert_eq(top, SB_OP_JSON_OBJECT);
+    cr_assert_eq(f[0].type, SB_OP_JSON_STRING);
+    cr_assert_eq(f[0].n, 6);
+    cr_assert(memcmp(f[0].p, "\"v\\\"w\"", 6) == 0);
+    char dec[8];
+    cr_assert_eq(sb_op_json_unescape(f[0].p, f[0].n, dec, sizeof dec), 3);
+    cr_assert(memcmp(dec, "v\"w", 3) == 0);
+    cr_assert_eq(f[1].type, SB_OP_JSON_ARRAY);
+    cr_assert_eq(f[1].n, 11);
+    cr_assert_eq(f[2].type, SB_OP_JSON_OBJECT);
+    /* surrogate pairs decode to one 4-byte character; a lone one to U+FFFD */
+    const char *s = "\"\\ud83d\\ude00|\\udc00\"";
+    cr_assert_eq(sb_op_json_unescape(s, strlen(s), dec, sizeof dec), 8);
+    cr_assert(memcmp(dec, "\xF0\x9F\x98\x80|\xEF\xBF\xBD", 8) == 0);
+    char q[32];
+    size_t qn = sb_op_json_quote("a\"b\\\n", 5, q, sizeof q);
+    cr_assert_eq(qn, 14);
+    cr_assert(memcmp(q, "\"a\\\"b\\\\\\u000a\"", 14) == 0);
+}
+
+/* ---- bench.spin and bench.sleep: cost accuracy ----------------------------------------- */
+
+static double now_ms(clockid_t c)
+{
+    struct timespec t;
+    clock_gettime(c, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* CPU and wall milliseconds of running `name` over a partition of nrec records of reclen bytes
+ * (binary, so copying costs little) in batches of batch_size. */
+static void cost_of(const char *name, const char *args, size_t nrec, size_t reclen,
+                    size_t batch_size, double *cpu_ms, double *wall_ms)
+{
+    sb_field f = {.name = "record", .type = SB_TYPE_BINARY};
+    sb_err e;
+    sb_batch_builder *bb = sb_batch_builder_new(&f, 1, &e);
+    char *rec = calloc(1, reclen + 1);
+    for (size_t i = 0; i < nrec; i++)
+        cr_assert_eq(sb_batch_builder_append_binary(bb, 0, rec, reclen, &e), 0);
+    free(rec);
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0);
+    sb_batch_builder_free(bb);
+    sb_batch *in;
+    cr_assert_eq(sb_batch_open(blob, len, &in, &e), 0);
+    const sb_op_impl *op = sb_op_find(name);
+    void *st;
+    cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
+    coll out = {0};
+    sb_op_out *o = sb_op_out_new(64u << 20, collect, &out, &e);
+    double c0 = now_ms(CLOCK_THREAD_CPUTIME_ID), w0 = now_ms(CLOCK_MONOTONIC);
+    cr_assert_eq(sb_op_run(op, st, in, batch_size, o, &e), 0, "%s", e.msg);
+    *cpu_ms = now_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
+    *wall_ms = now_ms(CLOCK_MONOTONIC) - w0;
+    cr_assert_eq(sb_op_out_flush(o, &e), 0);
+    cr_assert_eq(out.n, nrec); /* output = input */
+    sb_op_out_free(o);
+    op->free(st);
+    coll_free(&out);
+    sb_batch_close(in);
+    sb_part_free(blob);
+}
+
+Test(ops, spin_burns_the_configured_cpu_time)
+{
+    static const struct {
+        const char *args;
+        size_t nrec, reclen, batch;
+    } cases[] = {
+        {"{\"msPerRecord\":5}", 10, 100, 0},      /* 50 ms in one call */
+        {"{\"msPerMB\":50}", 1024, 1024, 0},      /* 1 MiB of records: 50 ms */
+        {"{\"msPerMB\":25}", 2048, 1024, 64},     /* 2 MiB in 32 calls: 50 ms */
+        {"{\"msPerRecord\":0.025}", 2000, 10, 1}, /* 2000 calls of 25 us: 50 ms */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        double base_cpu, base_wall, cpu, wall;
+        cost_of("identity", NULL, cases[i].nrec, cases[i].reclen, cases[i].batch, &base_cpu,
+                &base_wall);
+        cost_of("bench.spin", cases[i].args, cases[i].nrec, cases[i].reclen, cases[i].batch, &cpu,
+                &wall);
+        double spin = cpu - base_cpu;
+        cr_log_info("spin %s: %.2f ms of CPU (identity overhead %.2f ms)", cases[i].args, spin,
+                    base_cpu);
+        cr_assert(fabs(spin - 50.0) <= 10.0, "%s: spun %.2f ms of CPU, expected 50 +- 10",
+                  cases[i].args, spin);
+    }
+}
+
+Test(ops, sleep_waits_the_configured_wall_time)
+{
+    static const struct {
+        const char *args;
+        size_t nrec, reclen, batch;
+    } cases[] = {
+        {"{\"msPerRecord\":5}", 10, 100, 0},
+        {"{\"msPerMB\":50}", 1024, 1024, 0},
+        {"{\"msPerRecord\":0.1}", 500, 10, 1}, /* 500 short sleeps: the overshoot is repaid */
+        {"{\"msPerRecord\":0}", 500, 10, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        double base_cpu, base_wall, cpu, wall;
+        cost_of("identity", NULL, cases[i].nrec, cases[i].reclen, cases[i].batch, &base_cpu,
+                &base_wall);
+        cost_of("bench.sleep", cases[i].args, cases[i].nrec, cases[i].reclen, cases[i].batch, &cpu,
+                &wall);
+        double want = i == 3 ? 0 : 50;
+        double slept = wall - base_wall;
+        cr_log_info("sleep %s: %.2f ms wall, %.2f ms CPU", cases[i].args, slept, cpu);
+        cr_assert(fabs(slept - want) <= 10.0, "%s: slept %.2f ms, expected %.0f +- 10",
+                  cases[i].args, slept, want);
+        cr_assert_lt(cpu - base_cpu, 20.0, "%s: sleeping used %.2f ms of CPU", cases[i].args,
+                     cpu - base_cpu);
+    }
+}
+
+Test(ops, empty_input_is_fine)
+{
+    const char *ops[] = {"identity", "bench.spin", "filter", "project"};
+    const char *args[] = {NULL, "{\"msPerRecord\":1}",
+                          "{\"field\":\"a\",\"op\":\"eq\",\"value\":1}", "{\"fields\":[\"a\"]}"};
+    for (size_t i = 0; i < 4; i++) {
+        coll out = {0};
+        sb_err e;
+        cr_assert_eq(run_op(ops[i], args[i], NULL, 0, 0, 1 << 20, &out, &e), 0, "%s: %s", ops[i],
+                     e.msg);
+        cr_assert_eq(out.n, 0);
+        cr_assert_eq(out.parts, 0);
+        coll_free(&out);
+    }
+}

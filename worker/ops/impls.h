@@ -1,0 +1,18 @@
+/* impls.h — the built-in operator tables, defined one family per file (bench.c: identity,
+ * bench.spin, bench.sleep; record.c: filter, project) and listed by ops.c. Internal to
+ * worker/ops.
+ *
+ * Memory: static, immutable tables.
+ */
+#ifndef SB_WORKER_OPS_IMPLS_H
+#define SB_WORKER_OPS_IMPLS_H
+
+#include "worker/ops/ops.h"
+
+extern const sb_op_impl sb_op_identity_impl;
+extern const sb_op_impl sb_op_spin_impl;
+extern const sb_op_impl sb_op_sleep_impl;
+extern const sb_op_impl sb_op_filter_impl;
+extern const sb_op_impl sb_op_project_impl;
+
+#endif

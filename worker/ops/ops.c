@@ -1,0 +1,60 @@
+/* ops.c — the operator registry and the batch-size loop (see ops.h). */
+#include <string.h>
+
+#include "worker/ops/impls.h"
+#include "worker/ops/ops.h"
+
+static const sb_op_impl *const registry[] = {
+    &sb_op_identity_impl, &sb_op_spin_impl,    &sb_op_sleep_impl,
+    &sb_op_filter_impl,   &sb_op_project_impl,
+};
+
+const sb_op_impl *sb_op_find(const char *name)
+{
+    if (name == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
+        if (strcmp(registry[i]->name, name) == 0)
+            return registry[i];
+    return NULL;
+}
+
+int sb_op_run(const sb_op_impl *op, void *state, const sb_batch *in, size_t batch_size,
+              sb_op_out *out, sb_err *err)
+{
+    size_t rows = sb_batch_rows(in);
+    if (rows == 0)
+        return op->process(state, in, 0, 0, out, err);
+    size_t step = batch_size == 0 ? rows : batch_size;
+    for (size_t first = 0; first < rows; first += step) {
+        size_t n = rows - first < step ? rows - first : step;
+        if (op->process(state, in, first, n, out, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err)
+{
+    int i = sb_batch_find(in, SB_OP_RECORD_COLUMN);
+    if (i < 0) {
+        for (size_t c = 0; c < sb_batch_ncols(in); c++) {
+            sb_type t = sb_batch_column(in, c)->type;
+            if (t != SB_TYPE_BINARY && t != SB_TYPE_UTF8)
+                continue;
+            if (i >= 0)
+                return sb_err_set(err,
+                                  "%s: the input has no \"record\" column and several "
+                                  "binary/utf8 columns",
+                                  op);
+            i = (int)c;
+        }
+        if (i < 0)
+            return sb_err_set(err, "%s: the input has no \"record\" column (jsonl records)", op);
+    }
+    const sb_column *c = sb_batch_column(in, (size_t)i);
+    if (c->type != SB_TYPE_BINARY && c->type != SB_TYPE_UTF8)
+        return sb_err_set(err, "%s: column \"%.64s\" is %s, not utf8 records", op, c->name,
+                          sb_type_name(c->type));
+    return i;
+}

@@ -1,0 +1,118 @@
+/* ops.h — the worker's built-in operators: a registry of implementations behind one vtable,
+ * and sb_op_out, the output side every operator appends its records to.
+ *
+ * Running a stage over the partitions of a task (what the task runtime does):
+ *
+ *     const sb_op_impl *op = sb_op_find(stage->op);     // NULL: not in this build
+ *     void *st;  op->init(stage->args_json, &st, &err);
+ *     sb_op_out *out = sb_op_out_new(target_bytes, emit, ud, &err);
+ *     for each input partition:  sb_batch_open(...);
+ *                                sb_op_run(op, st, batch, stage->batch_size, out, &err);
+ *     op->finish(st, out, &err);  sb_op_out_flush(out, &err);
+ *     op->free(st);  sb_op_out_free(out);
+ *
+ * Operators never build partitions themselves: they append rows to the sb_op_out, which
+ * flushes a partition to the runtime's emit callback whenever its blob reaches target_bytes
+ * (dynamic partitioning across the inputs of a task), and the rest on sb_op_out_flush().
+ *
+ * Operators of this build: identity, bench.spin, bench.sleep (any schema); filter, project
+ * (jsonl records: the "record" utf8/binary column). image.*, tensor.mlp, exec and plugin are
+ * not in this build: sb_op_find() returns NULL and the caller reports "op X is not available
+ * in this worker build".
+ *
+ * Memory and threads:
+ *  - sb_op_impl tables are static and immutable; sb_op_find() never allocates.
+ *  - init() allocates the op state; the caller owns it and frees it with impl->free() (NULL is
+ *    fine). One state belongs to one thread at a time; different states are independent.
+ *  - process() reads `in` (owned by the caller, not retained past the call) and appends to
+ *    `out` (owned by the caller).
+ *  - sb_op_out: created and freed by the caller; it copies every value appended. Each blob it
+ *    emits is owned by the emit callback from then on (also when the callback fails), freed
+ *    with sb_part_free(). sb_op_out_free() discards rows not yet flushed.
+ */
+#ifndef SB_WORKER_OPS_OPS_H
+#define SB_WORKER_OPS_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "partition/partition.h"
+
+/* Name of the single column of record-format partitions (jsonl, text, binary). */
+#define SB_OP_RECORD_COLUMN "record"
+
+typedef struct sb_op_out sb_op_out;
+
+/* Receives one output partition (blob[0..len), `rows` rows) and owns it from now on. Nonzero
+ * fails the append or flush that emitted it. */
+typedef int (*sb_op_emit_fn)(void *blob, size_t len, uint64_t rows, void *ud);
+
+/* ---- the output side ------------------------------------------------------------------- */
+
+/* An output that flushes a partition whenever the blob reaches target_bytes (> 0). The schema
+ * is set by the first sb_op_out_set_schema*() or sb_op_out_append_rows(). NULL + err. */
+sb_op_out *sb_op_out_new(size_t target_bytes, sb_op_emit_fn emit, void *ud, sb_err *err);
+
+/* Discards unflushed rows and frees everything. NULL is fine. */
+void sb_op_out_free(sb_op_out *o);
+
+/* Sets the output schema (copied). If a schema is already set it must be identical (names,
+ * types, nullability), else -1 + err. */
+int sb_op_out_set_schema(sb_op_out *o, const sb_field *fields, size_t n, sb_err *err);
+
+/* Sets the output schema to that of `b` (same rule). */
+int sb_op_out_set_schema_like(sb_op_out *o, const sb_batch *b, sb_err *err);
+
+bool sb_op_out_has_schema(const sb_op_out *o);
+
+/* Appends one value as a new row; the schema must have exactly one column, of type binary or
+ * utf8 (utf8: the value must be valid UTF-8). Flushes when full. */
+int sb_op_out_append_binary(sb_op_out *o, const void *p, size_t n, sb_err *err);
+
+/* Appends rows [first, first+n) of `in` unchanged (the schema becomes in's if none is set,
+ * and must match it otherwise). Flushes partitions of about target_bytes as it goes. */
+int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err);
+
+/* For operators that build rows column by column: the builder (NULL before a schema is set).
+ * After appending complete rows through it, call sb_op_out_rows_done() to let the output
+ * flush when full. */
+sb_batch_builder *sb_op_out_builder(sb_op_out *o);
+int sb_op_out_rows_done(sb_op_out *o, sb_err *err);
+
+/* Emits the pending rows as a partition (nothing when there are none). */
+int sb_op_out_flush(sb_op_out *o, sb_err *err);
+
+/* Totals so far: rows and partitions emitted, and the bytes of the emitted blobs. */
+uint64_t sb_op_out_rows_emitted(const sb_op_out *o);
+uint64_t sb_op_out_parts_emitted(const sb_op_out *o);
+uint64_t sb_op_out_bytes_emitted(const sb_op_out *o);
+
+/* ---- operators ------------------------------------------------------------------------- */
+
+typedef struct sb_op_impl {
+    const char *name;
+    /* Parses and checks args_json (a JSON object or NULL) and creates the state. */
+    int (*init)(const char *args_json, void **state, sb_err *err);
+    /* Processes rows [first, first+n) of `in` (n may be 0). Errors name the record (its row
+     * index in `in`). */
+    int (*process)(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                   sb_err *err);
+    /* Emits what the state still buffers (after the task's last input). */
+    int (*finish)(void *state, sb_op_out *out, sb_err *err);
+    void (*free)(void *state);
+} sb_op_impl;
+
+/* The implementation of a built-in op, or NULL when this build does not have it. */
+const sb_op_impl *sb_op_find(const char *name);
+
+/* Calls op->process over all rows of `in`, batch_size rows per call (0: all in one call). */
+int sb_op_run(const sb_op_impl *op, void *state, const sb_batch *in, size_t batch_size,
+              sb_op_out *out, sb_err *err);
+
+/* The index of the records column of `in`: "record", else its only binary/utf8 column. -1 +
+ * err (prefixed with `op`) otherwise. */
+int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err);
+
+#endif

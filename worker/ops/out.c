@@ -1,0 +1,288 @@
+/* out.c — sb_op_out: the output builder operators append to (see ops.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/ops/ops.h"
+
+struct sb_op_out {
+    size_t target;
+    sb_op_emit_fn emit;
+    void *ud;
+    sb_field *fields; /* the schema, names owned */
+    size_t nfields;
+    bool has_schema;
+    sb_batch_builder *b;
+    uint8_t *scratch; /* shifted validity bitmaps */
+    size_t scratch_cap;
+    uint64_t rows_emitted, parts, bytes;
+};
+
+sb_op_out *sb_op_out_new(size_t target_bytes, sb_op_emit_fn emit, void *ud, sb_err *err)
+{
+    if (target_bytes == 0 || emit == NULL) {
+        sb_err_set(err, "op output: target size must be positive and emit must be set");
+        return NULL;
+    }
+    sb_op_out *o = calloc(1, sizeof *o);
+    if (o == NULL) {
+        sb_err_set(err, "op output: out of memory");
+        return NULL;
+    }
+    o->target = target_bytes;
+    o->emit = emit;
+    o->ud = ud;
+    return o;
+}
+
+static void free_fields(sb_op_out *o)
+{
+    for (size_t i = 0; i < o->nfields; i++)
+        free((char *)o->fields[i].name);
+    free(o->fields);
+    o->fields = NULL;
+    o->nfields = 0;
+}
+
+void sb_op_out_free(sb_op_out *o)
+{
+    if (o == NULL)
+        return;
+    sb_batch_builder_free(o->b);
+    free_fields(o);
+    free(o->scratch);
+    free(o);
+}
+
+bool sb_op_out_has_schema(const sb_op_out *o)
+{
+    return o->has_schema;
+}
+
+static bool same_field(const sb_field *a, const sb_field *b)
+{
+    return strcmp(a->name, b->name) == 0 && a->type == b->type && a->child_type == b->child_type &&
+           a->list_size == b->list_size && a->nullable == b->nullable;
+}
+
+int sb_op_out_set_schema(sb_op_out *o, const sb_field *fields, size_t n, sb_err *err)
+{
+    if (o->has_schema) {
+        bool same = n == o->nfields;
+        for (size_t i = 0; same && i < n; i++)
+            same = same_field(&fields[i], &o->fields[i]);
+        if (!same)
+            return sb_err_set(err,
+                              "op output: the inputs of one task have different schemas "
+                              "(%zu columns, then %zu)",
+                              o->nfields, n);
+        return 0;
+    }
+    sb_batch_builder *b = sb_batch_builder_new(fields, n, err);
+    if (b == NULL)
+        return sb_err_wrap(err, "op output");
+    sb_field *f = calloc(n ? n : 1, sizeof *f);
+    if (f == NULL) {
+        sb_batch_builder_free(b);
+        return sb_err_set(err, "op output: out of memory");
+    }
+    o->fields = f;
+    for (size_t i = 0; i < n; i++) {
+        f[i] = fields[i];
+        f[i].name = strdup(fields[i].name);
+        o->nfields = i + 1;
+        if (f[i].name == NULL) {
+            sb_batch_builder_free(b);
+            free_fields(o);
+            return sb_err_set(err, "op output: out of memory");
+        }
+    }
+    o->nfields = n;
+    o->b = b;
+    o->has_schema = true;
+    return 0;
+}
+
+int sb_op_out_set_schema_like(sb_op_out *o, const sb_batch *in, sb_err *err)
+{
+    size_t n = sb_batch_ncols(in);
+    sb_field stack[16];
+    sb_field *f = n <= 16 ? stack : calloc(n, sizeof *f);
+    if (f == NULL)
+        return sb_err_set(err, "op output: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const sb_column *c = sb_batch_column(in, i);
+        f[i] = (sb_field){.name = c->name,
+                          .type = c->type,
+                          .child_type = c->child_type,
+                          .list_size = c->list_size,
+                          .nullable = c->nullable};
+    }
+    int rc = sb_op_out_set_schema(o, f, n, err);
+    if (f != stack)
+        free(f);
+    return rc;
+}
+
+sb_batch_builder *sb_op_out_builder(sb_op_out *o)
+{
+    return o->b;
+}
+
+int sb_op_out_flush(sb_op_out *o, sb_err *err)
+{
+    if (o->b == NULL)
+        return 0;
+    size_t rows = sb_batch_builder_rows(o->b);
+    if (rows == 0)
+        return 0;
+    void *blob;
+    size_t len;
+    if (sb_batch_builder_finish(o->b, &blob, &len, err) != 0)
+        return sb_err_wrap(err, "op output");
+    o->parts++;
+    o->rows_emitted += rows;
+    o->bytes += len;
+    int rc = o->emit(blob, len, rows, o->ud);
+    if (rc != 0)
+        return sb_err_set(err,
+                          "op output: the consumer refused output partition %llu (returned %d)",
+                          (unsigned long long)o->parts, rc);
+    return 0;
+}
+
+int sb_op_out_rows_done(sb_op_out *o, sb_err *err)
+{
+    if (o->b != NULL && sb_batch_builder_bytes(o->b) >= o->target)
+        return sb_op_out_flush(o, err);
+    return 0;
+}
+
+int sb_op_out_append_binary(sb_op_out *o, const void *p, size_t n, sb_err *err)
+{
+    if (!o->has_schema || o->nfields != 1 ||
+        (o->fields[0].type != SB_TYPE_BINARY && o->fields[0].type != SB_TYPE_UTF8))
+        return sb_err_set(err, "op output: append of one value needs a schema of one binary or "
+                               "utf8 column");
+    if (sb_batch_builder_append_binary(o->b, 0, p, n, err) != 0)
+        return -1;
+    return sb_op_out_rows_done(o, err);
+}
+
+/* in's validity bits [first, first+n) shifted to start at bit 0, into o->scratch; *out is
+ * NULL when the column has no nulls. -1 when out of memory. */
+static int shifted_validity(sb_op_out *o, const sb_column *c, size_t first, size_t n,
+                            const uint8_t **out)
+{
+    *out = NULL;
+    if (c->validity == NULL)
+        return 0;
+    size_t bytes = (n + 7) / 8;
+    if (bytes > o->scratch_cap) {
+        uint8_t *s = realloc(o->scratch, bytes);
+        if (s == NULL)
+            return -1;
+        o->scratch = s;
+        o->scratch_cap = bytes;
+    }
+    memset(o->scratch, 0, bytes);
+    for (size_t i = 0; i < n; i++)
+        if (sb_column_valid(c, first + i))
+            o->scratch[i >> 3] |= (uint8_t)(1u << (i & 7));
+    *out = o->scratch;
+    return 0;
+}
+
+static int copy_column(sb_op_out *o, size_t ci, const sb_column *c, size_t first, size_t n,
+                       sb_err *err)
+{
+    switch (c->type) {
+    case SB_TYPE_BINARY:
+    case SB_TYPE_UTF8: {
+        size_t data = (size_t)(c->offsets[first + n] - c->offsets[first]);
+        if (sb_batch_builder_reserve(o->b, ci, n, data, err) != 0)
+            return -1;
+        for (size_t r = first; r < first + n; r++) {
+            if (!sb_column_valid(c, r)) {
+                if (sb_batch_builder_append_null(o->b, ci, err) != 0)
+                    return -1;
+                continue;
+            }
+            size_t len;
+            const void *p = sb_column_binary(c, r, &len);
+            if (sb_batch_builder_append_binary(o->b, ci, p, len, err) != 0)
+                return -1;
+        }
+        return 0;
+    }
+    case SB_TYPE_BOOL:
+        for (size_t r = first; r < first + n; r++) {
+            int rc = sb_column_valid(c, r)
+                         ? sb_batch_builder_append_bool(o->b, ci, sb_column_bool(c, r), err)
+                         : sb_batch_builder_append_null(o->b, ci, err);
+            if (rc != 0)
+                return -1;
+        }
+        return 0;
+    default: {
+        size_t w = c->type == SB_TYPE_FIXED_LIST ? c->list_size * sb_type_width(c->child_type)
+                                                 : sb_type_width(c->type);
+        const uint8_t *v;
+        if (shifted_validity(o, c, first, n, &v) != 0)
+            return sb_err_set(err, "op output: out of memory");
+        return sb_batch_builder_append_values(o->b, ci, (const uint8_t *)c->values + first * w, n,
+                                              v, err);
+    }
+    }
+}
+
+int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    if (n == 0)
+        return 0;
+    size_t rows_in = sb_batch_rows(in);
+    if (first > rows_in || n > rows_in - first)
+        return sb_err_set(err, "op output: rows [%zu, %zu) of a batch of %zu rows", first,
+                          first + n, rows_in);
+    if (sb_op_out_set_schema_like(o, in, err) != 0)
+        return -1;
+    size_t avg = sb_batch_blob_len(in) / rows_in;
+    if (avg == 0)
+        avg = 1;
+    size_t ncols = sb_batch_ncols(in);
+    while (n > 0) {
+        size_t cur = sb_batch_builder_bytes(o->b);
+        size_t room = cur < o->target ? o->target - cur : 1;
+        size_t k = room / avg;
+        if (k == 0)
+            k = 1;
+        if (k > n)
+            k = n;
+        size_t rows0 = sb_batch_builder_rows(o->b);
+        for (size_t ci = 0; ci < ncols; ci++) {
+            if (copy_column(o, ci, sb_batch_column(in, ci), first, k, err) != 0) {
+                sb_batch_builder_truncate(o->b, rows0);
+                return sb_err_wrap(err, "op output: copying rows %zu..%zu", first, first + k);
+            }
+        }
+        if (sb_op_out_rows_done(o, err) != 0)
+            return -1;
+        first += k;
+        n -= k;
+    }
+    return 0;
+}
+
+uint64_t sb_op_out_rows_emitted(const sb_op_out *o)
+{
+    return o->rows_emitted;
+}
+
+uint64_t sb_op_out_parts_emitted(const sb_op_out *o)
+{
+    return o->parts;
+}
+
+uint64_t sb_op_out_bytes_emitted(const sb_op_out *o)
+{
+    return o->bytes;
+}

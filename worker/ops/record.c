@@ -1,0 +1,424 @@
+/* record.c — operators on jsonl records: filter and project.
+ *
+ * filter {field, op, value}: keeps the records whose top-level `field` compares true with
+ * `value` under op (eq ne lt le gt ge). A number value compares numerically with numbers
+ * (exactly when both are integers that fit int64, else as doubles); a string value compares
+ * byte-wise (i.e. by code point) with strings after decoding escapes; a boolean value compares
+ * with booleans by eq/ne only. A record without the field, or whose field has another type
+ * (null included), is dropped; so is a record that is not a JSON object. Kept records pass
+ * through unchanged (every column of the input is kept).
+ *
+ * project {fields}: rewrites each record as an object with only the listed top-level fields,
+ * in the listed order (the first occurrence of a duplicated key; fields the record lacks are
+ * omitted, a repeated name in `fields` counts once). Values are copied verbatim. The output has
+ * one column, "record", of the input's records column type. A record that is not an object is
+ * an error.
+ *
+ * Invalid JSON is an error naming the record's row index in the input partition and the
+ * beginning of the record.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "partition/utf8.h"
+#include "worker/ops/impls.h"
+#include "worker/ops/json.h"
+
+/* A printable excerpt of a record for messages: at most ~60 bytes, control characters as '?',
+ * never cutting a UTF-8 sequence. */
+static const char *excerpt(const char *p, size_t n, char *buf, size_t cap)
+{
+    size_t max = cap - 4;
+    size_t k = n < max ? n : max;
+    if (k < n)
+        while (k > 0 && ((unsigned char)p[k] & 0xC0) == 0x80)
+            k--;
+    for (size_t i = 0; i < k; i++)
+        buf[i] = (unsigned char)p[i] < 0x20 || p[i] == 0x7f ? '?' : p[i];
+    if (k < n) {
+        memcpy(buf + k, "...", 4);
+    } else {
+        buf[k] = '\0';
+    }
+    return buf;
+}
+
+/* Checks a record and scans it; -1 + err naming the record on invalid UTF-8 or JSON. */
+static int scan_record(const char *op, const sb_column *c, size_t row, const char *p, size_t n,
+                       const sb_op_json_key *keys, size_t nkeys, sb_op_json_span *found,
+                       sb_op_json_type *top, sb_err *err)
+{
+    char msg[160], ex[64];
+    size_t bad;
+    if (c->type == SB_TYPE_BINARY && !sb_utf8_valid(p, n, &bad))
+        return sb_err_set(err, "%s: record %zu is not valid UTF-8 (byte %zu)", op, row, bad);
+    if (sb_op_json_scan(p, n, keys, nkeys, found, top, msg, sizeof msg) != 0)
+        return sb_err_set(err, "%s: record %zu is not valid JSON (%s): %s", op, row, msg,
+                          excerpt(p, n, ex, sizeof ex));
+    return 0;
+}
+
+/* ---- filter ---------------------------------------------------------------------------- */
+
+typedef enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE } cmp_op;
+static const char *const cmp_names[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};
+
+typedef struct {
+    sb_op_json_key key;
+    char *field;
+    cmp_op op;
+    sb_op_json_type vtype; /* NUMBER, STRING or BOOL */
+    double d;
+    int64_t i;
+    bool is_int;
+    bool b;
+    char *str;
+    size_t str_len;
+    char *scratch; /* decoded string fields */
+    size_t scratch_cap;
+} filter_st;
+
+static void filter_free(void *state)
+{
+    filter_st *st = state;
+    if (st == NULL)
+        return;
+    free(st->field);
+    free(st->str);
+    free(st->scratch);
+    free(st);
+}
+
+static int filter_init(const char *args_json, void **state, sb_err *err)
+{
+    *state = NULL;
+    cJSON *root = args_json != NULL ? cJSON_Parse(args_json) : NULL;
+    if (root == NULL || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return sb_err_set(err, "op filter: args must be an object with field, op and value");
+    }
+    filter_st *st = calloc(1, sizeof *st);
+    int rc = 0;
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "field");
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "op");
+    if (st == NULL) {
+        rc = sb_err_set(err, "op filter: out of memory");
+        goto out;
+    }
+    if (!cJSON_IsString(f) || f->valuestring[0] == '\0') {
+        rc = sb_err_set(err, "op filter: args.field must be a non-empty string");
+        goto out;
+    }
+    if ((st->field = strdup(f->valuestring)) == NULL) {
+        rc = sb_err_set(err, "op filter: out of memory");
+        goto out;
+    }
+    st->key = (sb_op_json_key){st->field, strlen(st->field)};
+    size_t k = 0;
+    while (cJSON_IsString(o) && cmp_names[k] != NULL && strcmp(cmp_names[k], o->valuestring))
+        k++;
+    if (!cJSON_IsString(o) || cmp_names[k] == NULL) {
+        rc = sb_err_set(err, "op filter: args.op must be one of eq, ne, lt, le, gt, ge");
+        goto out;
+    }
+    st->op = (cmp_op)k;
+    /* The value's exact text (cJSON keeps numbers only as doubles). */
+    sb_op_json_key vk = {"value", 5};
+    sb_op_json_span v;
+    if (sb_op_json_scan(args_json, strlen(args_json), &vk, 1, &v, NULL, NULL, 0) != 0 ||
+        (v.type != SB_OP_JSON_NUMBER && v.type != SB_OP_JSON_STRING && v.type != SB_OP_JSON_BOOL)) {
+        rc = sb_err_set(err, "op filter: args.value must be a string, number or boolean");
+        goto out;
+    }
+    st->vtype = v.type;
+    if (v.type == SB_OP_JSON_NUMBER) {
+        sb_op_json_number(v.p, v.n, &st->d, &st->i, &st->is_int);
+    } else if (v.type == SB_OP_JSON_BOOL) {
+        st->b = v.p[0] == 't';
+        if (st->op != CMP_EQ && st->op != CMP_NE) {
+            rc = sb_err_set(err,
+                            "op filter: op %s does not apply to a boolean value (use eq or "
+                            "ne)",
+                            cmp_names[st->op]);
+            goto out;
+        }
+    } else {
+        if ((st->str = malloc(v.n)) == NULL) {
+            rc = sb_err_set(err, "op filter: out of memory");
+            goto out;
+        }
+        st->str_len = sb_op_json_unescape(v.p, v.n, st->str, v.n);
+    }
+out:
+    cJSON_Delete(root);
+    if (rc != 0) {
+        filter_free(st);
+        return rc;
+    }
+    *state = st;
+    return 0;
+}
+
+static bool apply(cmp_op op, int c)
+{
+    switch (op) {
+    case CMP_EQ:
+        return c == 0;
+    case CMP_NE:
+        return c != 0;
+    case CMP_LT:
+        return c < 0;
+    case CMP_LE:
+        return c <= 0;
+    case CMP_GT:
+        return c > 0;
+    case CMP_GE:
+        return c >= 0;
+    }
+    return false;
+}
+
+/* Does the field's value pass? -1 only when out of memory. */
+static int filter_match(filter_st *st, const sb_op_json_span *v, bool *keep, sb_err *err)
+{
+    *keep = false;
+    if (v->type != st->vtype)
+        return 0;
+    int c;
+    if (v->type == SB_OP_JSON_NUMBER) {
+        double d;
+        int64_t i;
+        bool is_int;
+        sb_op_json_number(v->p, v->n, &d, &i, &is_int);
+        if (is_int && st->is_int)
+            c = i < st->i ? -1 : i > st->i;
+        else
+            c = d < st->d ? -1 : d > st->d;
+    } else if (v->type == SB_OP_JSON_BOOL) {
+        c = (v->p[0] == 't') != st->b;
+    } else {
+        const char *s = v->p + 1;
+        size_t n = v->n - 2;
+        if (memchr(s, '\\', n) != NULL) {
+            if (v->n > st->scratch_cap) {
+                char *nb = realloc(st->scratch, v->n);
+                if (nb == NULL)
+                    return sb_err_set(err, "filter: out of memory for a %zu-byte string", v->n);
+                st->scratch = nb;
+                st->scratch_cap = v->n;
+            }
+            n = sb_op_json_unescape(v->p, v->n, st->scratch, st->scratch_cap);
+            s = st->scratch;
+        }
+        size_t m = n < st->str_len ? n : st->str_len;
+        c = m > 0 ? memcmp(s, st->str, m) : 0;
+        if (c == 0)
+            c = n < st->str_len ? -1 : n > st->str_len;
+    }
+    *keep = apply(st->op, c);
+    return 0;
+}
+
+static int filter_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                          sb_err *err)
+{
+    filter_st *st = state;
+    int ci = sb_op_record_column(in, "filter", err);
+    if (ci < 0)
+        return -1;
+    if (sb_op_out_set_schema_like(out, in, err) != 0)
+        return -1;
+    const sb_column *c = sb_batch_column(in, (size_t)ci);
+    size_t run = first, end = first + n; /* kept rows [run, r) not yet appended */
+    for (size_t r = first; r < end; r++) {
+        bool keep = false;
+        if (sb_column_valid(c, r)) {
+            size_t len;
+            const char *p = sb_column_binary(c, r, &len);
+            sb_op_json_span v;
+            if (scan_record("filter", c, r, p, len, &st->key, 1, &v, NULL, err) != 0)
+                return -1;
+            if (filter_match(st, &v, &keep, err) != 0)
+                return -1;
+        }
+        if (!keep) {
+            if (r > run && sb_op_out_append_rows(out, in, run, r - run, err) != 0)
+                return -1;
+            run = r + 1;
+        }
+    }
+    if (end > run && sb_op_out_append_rows(out, in, run, end - run, err) != 0)
+        return -1;
+    return 0;
+}
+
+static int no_finish(void *state, sb_op_out *out, sb_err *err)
+{
+    (void)state;
+    (void)out;
+    (void)err;
+    return 0;
+}
+
+const sb_op_impl sb_op_filter_impl = {
+    .name = "filter",
+    .init = filter_init,
+    .process = filter_process,
+    .finish = no_finish,
+    .free = filter_free,
+};
+
+/* ---- project --------------------------------------------------------------------------- */
+
+typedef struct {
+    size_t n;
+    sb_op_json_key *keys; /* decoded names */
+    char **enc;           /* "\"name\":" */
+    size_t *enc_len;
+    sb_op_json_span *found;
+    size_t enc_total;
+    char *buf; /* the output record */
+    size_t cap;
+} project_st;
+
+static void project_free(void *state)
+{
+    project_st *st = state;
+    if (st == NULL)
+        return;
+    for (size_t i = 0; i < st->n; i++) {
+        free((char *)st->keys[i].name);
+        free(st->enc[i]);
+    }
+    free(st->keys);
+    free(st->enc);
+    free(st->enc_len);
+    free(st->found);
+    free(st->buf);
+    free(st);
+}
+
+static int project_init(const char *args_json, void **state, sb_err *err)
+{
+    *state = NULL;
+    cJSON *root = args_json != NULL ? cJSON_Parse(args_json) : NULL;
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "fields");
+    int rc = 0;
+    project_st *st = NULL;
+    int nf = cJSON_GetArraySize(f);
+    if (!cJSON_IsObject(root) || !cJSON_IsArray(f) || nf == 0) {
+        rc = sb_err_set(err, "op project: args.fields must be a non-empty list of strings");
+        goto out;
+    }
+    st = calloc(1, sizeof *st);
+    if (st == NULL || (st->keys = calloc((size_t)nf, sizeof *st->keys)) == NULL ||
+        (st->enc = calloc((size_t)nf, sizeof *st->enc)) == NULL ||
+        (st->enc_len = calloc((size_t)nf, sizeof *st->enc_len)) == NULL ||
+        (st->found = calloc((size_t)nf, sizeof *st->found)) == NULL) {
+        rc = sb_err_set(err, "op project: out of memory");
+        goto out;
+    }
+    const cJSON *it;
+    size_t idx = 0;
+    cJSON_ArrayForEach(it, f)
+    {
+        idx++;
+        if (!cJSON_IsString(it) || it->valuestring[0] == '\0') {
+            rc =
+                sb_err_set(err, "op project: args.fields[%zu] must be a non-empty string", idx - 1);
+            goto out;
+        }
+        const char *name = it->valuestring;
+        size_t len = strlen(name);
+        bool dup = false;
+        for (size_t k = 0; k < st->n && !dup; k++)
+            dup = st->keys[k].len == len && memcmp(st->keys[k].name, name, len) == 0;
+        if (dup)
+            continue;
+        size_t qn = sb_op_json_quote(name, len, NULL, 0);
+        char *key = strdup(name);
+        char *enc = malloc(qn + 1);
+        if (key == NULL || enc == NULL) {
+            free(key);
+            free(enc);
+            rc = sb_err_set(err, "op project: out of memory");
+            goto out;
+        }
+        sb_op_json_quote(name, len, enc, qn);
+        enc[qn] = ':';
+        st->keys[st->n] = (sb_op_json_key){key, len};
+        st->enc[st->n] = enc;
+        st->enc_len[st->n] = qn + 1;
+        st->enc_total += qn + 2; /* with a comma */
+        st->n++;
+    }
+out:
+    cJSON_Delete(root);
+    if (rc != 0) {
+        project_free(st);
+        return rc;
+    }
+    *state = st;
+    return 0;
+}
+
+static int project_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                           sb_err *err)
+{
+    project_st *st = state;
+    int ci = sb_op_record_column(in, "project", err);
+    if (ci < 0)
+        return -1;
+    const sb_column *c = sb_batch_column(in, (size_t)ci);
+    sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = c->type};
+    if (sb_op_out_set_schema(out, &f, 1, err) != 0)
+        return sb_err_wrap(err, "project");
+    for (size_t r = first; r < first + n; r++) {
+        if (!sb_column_valid(c, r))
+            return sb_err_set(err, "project: record %zu is null", r);
+        size_t len;
+        const char *p = sb_column_binary(c, r, &len);
+        sb_op_json_type top;
+        if (scan_record("project", c, r, p, len, st->keys, st->n, st->found, &top, err) != 0)
+            return -1;
+        if (top != SB_OP_JSON_OBJECT) {
+            char ex[64];
+            return sb_err_set(err, "project: record %zu is a JSON %s, not an object: %s", r,
+                              sb_op_json_type_name(top), excerpt(p, len, ex, sizeof ex));
+        }
+        size_t need = 2 + st->enc_total + len;
+        if (need > st->cap) {
+            char *nb = realloc(st->buf, need);
+            if (nb == NULL)
+                return sb_err_set(err, "project: out of memory for a %zu-byte record", need);
+            st->buf = nb;
+            st->cap = need;
+        }
+        size_t o = 0;
+        st->buf[o++] = '{';
+        for (size_t k = 0; k < st->n; k++) {
+            if (st->found[k].type == SB_OP_JSON_NONE)
+                continue;
+            if (o > 1)
+                st->buf[o++] = ',';
+            memcpy(st->buf + o, st->enc[k], st->enc_len[k]);
+            o += st->enc_len[k];
+            memcpy(st->buf + o, st->found[k].p, st->found[k].n);
+            o += st->found[k].n;
+        }
+        st->buf[o++] = '}';
+        if (sb_op_out_append_binary(out, st->buf, o, err) != 0)
+            return sb_err_wrap(err, "project: record %zu", r);
+    }
+    return 0;
+}
+
+const sb_op_impl sb_op_project_impl = {
+    .name = "project",
+    .init = project_init,
+    .process = project_process,
+    .finish = no_finish,
+    .free = project_free,
+};
