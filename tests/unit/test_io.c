@@ -855,3 +855,41 @@ Test(io, unreadable_directory_changed_and_refused)
     cr_assert_eq(sb_io_read_split(&sp, SB_FMT_IMAGE, NULL, 10, collect, &got, &e), -1);
     cr_assert(strstr(e.msg, "format image is not supported yet") != NULL, "%s", e.msg);
 }
+
+/* jsonl pieces are appended in bulk unless a line may be blank: rare blank lines, lines with
+ * leading whitespace (not blank) and whitespace-only lines at every alignment. */
+Test(io, jsonl_rare_blank_lines_in_bulk_pieces)
+{
+    size_t cap = 3u << 20, n = 0;
+    char *data = malloc(cap);
+    cr_assert_not_null(data);
+    unsigned s = 3;
+    while (n < cap - 300) {
+        unsigned k = rnd(&s) % 997;
+        if (k == 0) {
+            data[n++] = '\n'; /* empty */
+        } else if (k == 1) {
+            memcpy(data + n, " \t\r\n", 4); /* whitespace only */
+            n += 4;
+        } else if (k == 2) {
+            memcpy(data + n, "  {\"lead\":1}\r\n", 14); /* leading spaces: kept */
+            n += 14;
+        } else {
+            n += (size_t)snprintf(data + n, cap - n, "{\"k\":%u,\"pad\":\"%.*s\"}\n", k,
+                                  (int)(k % 61),
+                                  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+        }
+    }
+    const char *path = path_in("rare.jsonl");
+    write_file(path, data, n);
+    coll want = {0};
+    ref_lines(data, n, true, &want);
+    size_t cuts[2] = {n / 3, n / 3 * 2};
+    coll got = {0};
+    read_tiling(path, n, cuts, 2, SB_FMT_JSONL, 256u << 10, &got);
+    assert_same(&got, &want, "rare blank lines");
+    cr_assert_lt(got.n, count_text_lines(data, n)); /* blank lines were dropped */
+    coll_free(&got);
+    coll_free(&want);
+    free(data);
+}
