@@ -50,6 +50,8 @@ LIBSB     := $(BUILD)/libstreambatch.a
 BINS      := $(patsubst cmd/%.c,$(BINDIR)/%,$(wildcard cmd/*.c))
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
 TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+# Integration tests (real processes, local mode): run one test at a time.
+ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/itests/%,$(wildcard tests/integration/test_*.c))
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 # Helper programs the tests start as real processes, and benchmark programs.
 HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(wildcard tests/helpers/*.c))
@@ -116,12 +118,17 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBSB)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-tests-build: $(BINS) $(TEST_BINS) $(HELPER_BINS)
+$(BUILD)/itests/%: $(BUILD)/obj/tests/integration/%.o $(LIBSB)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+
+tests-build: $(BINS) $(TEST_BINS) $(HELPER_BINS) $(ITEST_BINS)
 
 # Runs every suite and prints one closing line: "N passed, N failed".
 check: tests-build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) SAN=$(SAN) \
-	  scripts/run-tests.sh $(TEST_BINS) -- $(TEST_EXTRA)
+	  scripts/run-tests.sh $(TEST_BINS) $(ITEST_BINS) -- $(TEST_EXTRA)
 
 # `make test`: the unit and CLI suites, then the slower suites (fuzz smoke run, valgrind on the
 # validate tests, and whatever sub-makefiles add to TEST_EXTRA), each counted in the summary.

@@ -703,18 +703,14 @@ static void fill_task_view(sb_sched *s, size_t ti, sb_sched_task *out, size_t *s
     }
 }
 
-/* Whether some op after the first has input to work on and a live worker to run it: then
- * that work must run first (it consumes partitions), and nothing is forced past the budget. */
+/* Whether some op after the first has input to work on: then that work must run first (it
+ * consumes partitions), and nothing is forced past the budget — not even when that op's pool
+ * has no worker yet (admitting more input would only grow memory; the watchdog reports it). */
 static int downstream_work(const sb_sched *s)
 {
-    for (size_t i = 1; i < s->nops; i++) {
-        const op *o = &s->ops[i];
-        if (o->qlen == 0 && o->flen == 0)
-            continue;
-        for (size_t w = 0; w < s->nworkers; w++)
-            if (s->workers[w].alive && strcmp(s->workers[w].pool, o->pool) == 0)
-                return 1;
-    }
+    for (size_t i = 1; i < s->nops; i++)
+        if (s->ops[i].qlen > 0 || s->ops[i].flen > 0)
+            return 1;
     return 0;
 }
 
@@ -748,7 +744,10 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
                     continue;
                 in_bytes = s->tasks[ti].in_bytes;
                 uint64_t est = estimate(s, &s->ops[k], in_bytes, k);
-                if (pass == 0 && s->mode != SB_MODE_STAGED && in_flight + est > s->budget)
+                /* a downstream task frees its inputs when it finishes: only growth counts */
+                uint64_t grow = k == 0 ? est : est > in_bytes ? est - in_bytes : 0;
+                if (pass == 0 && s->mode != SB_MODE_STAGED && grow > 0 &&
+                    in_flight + grow > s->budget)
                     continue;
                 pick = k;
             }

@@ -587,3 +587,33 @@ Test(sched, stall_report_names_the_stuck_stage)
     sb_sched_free(m.s);
     free_spec(&h);
 }
+
+/* Regression: with the GPU worker not registered yet, the CPU worker kept forcing source tasks
+ * past the budget ("nothing runs"), and once the budget was exceeded the downstream task was
+ * never admitted (a deadlock). Downstream work now always takes precedence and only growth is
+ * checked against the budget. */
+Test(sched, late_downstream_worker_neither_overshoots_nor_deadlocks)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 256Mi}"));
+    sim m;
+    sim_init(&m, &h, 40, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 2);
+    for (int i = 0; i < 50; i++) { /* no GPU worker: the CPU side must stop at the budget */
+        sim_poll(&m, &m.w[0]);
+        if (m.w[0].nrun == 0)
+            break;
+        m.now = m.w[0].run[0].done_at;
+        sim_finish(&m, &m.w[0], 0);
+    }
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_leq(st.partition_bytes, st.budget + st.max_partition_bytes, "%" PRIu64,
+                  st.partition_bytes);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, NULL);
+    cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_eq(m.peak_check_violations, 0);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}

@@ -1,0 +1,316 @@
+/* `streambatch run` end to end with real worker processes: output correctness against an
+ * independent computation, workers killed with SIGKILL and stopped with SIGSTOP mid-run,
+ * a deterministic op failure, a dataset 10x the memory budget, and Ctrl-C. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../unit/testutil.h"
+
+static char dir[256];
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    int rc = sb_test_run(cmd, &out);
+    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
+    free(out);
+}
+
+static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *sh_out(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    sb_test_run(cmd, &out);
+    size_t n = strlen(out);
+    while (n > 0 && out[n - 1] == '\n')
+        out[--n] = '\0';
+    return out;
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/sb-itest-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    /* 24 files of JSON lines, ~6 MiB in all */
+    sh("cd %s && python3 -c \"\nimport json, random\nrandom.seed(3)\nimport os\nos.makedirs('in')\n"
+       "for f in range(24):\n  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range(2500):\n"
+       "      o.write(json.dumps({'id': f*100000+i, 'n': random.randint(0, 99),"
+       " 'pad': 'x'*random.randint(10, 150)}) + '\\\\n')\n\"",
+       dir);
+}
+
+static void teardown(void)
+{
+    sh("rm -rf %s", dir);
+}
+
+static void write_pipeline(const char *name, const char *stages, const char *extra)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 64Ki}\n"
+            "  stages:\n%s  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n%s",
+            name, dir, stages, dir, name, extra);
+    fclose(f);
+}
+
+/* Runs the CLI in the foreground; returns its exit status and output. */
+static int run_cli(const char *name, const char *flags, char **out)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && timeout 120 %s run %s.yaml %s --summary-json %s.summary.json 2>&1", dir,
+             sb_test_bin("streambatch"), name, flags, name);
+    return sb_test_run(cmd, out);
+}
+
+static long summary_num(const char *name, const char *key)
+{
+    char *v = sh_out("python3 -c \"import json; print(int(json.load(open('%s/%s.summary.json'))"
+                     "['%s']))\"",
+                     dir, name, key);
+    long n = strtol(v, NULL, 10);
+    free(v);
+    return n;
+}
+
+/* sorted multiset of output lines, as a digest */
+static char *output_digest(const char *name)
+{
+    return sh_out("cat %s/out-%s/part-*.jsonl | sort | md5sum | cut -d' ' -f1", dir, name);
+}
+
+static char *expected_digest(const char *filter_py)
+{
+    return sh_out("cd %s && python3 -c \"\nimport json, glob, hashlib\nlines=[]\n"
+                  "for p in sorted(glob.glob('in/*.jsonl')):\n  for l in open(p):\n"
+                  "    r=json.loads(l)\n    if %s: lines.append(l)\n"
+                  "print(hashlib.md5(''.join(sorted(lines)).encode()).hexdigest())\n\"",
+                  dir, filter_py);
+}
+
+TestSuite(run, .init = setup, .fini = teardown, .timeout = 180);
+
+Test(run, identity_and_spin_keep_every_record)
+{
+    write_pipeline("keep",
+                   "  - {name: a, op: identity}\n"
+                   "  - {name: b, op: bench.spin, args: {msPerMB: 1}}\n",
+                   "  execution: {memoryBudget: 1Mi}\n");
+    char *out;
+    int rc = run_cli("keep", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "keep: Succeeded") != NULL, "%s", out);
+    free(out);
+    char *got = output_digest("keep"), *want = expected_digest("True");
+    cr_expect_str_eq(got, want);
+    free(got);
+    free(want);
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/out-keep/_SUCCESS", dir);
+    cr_expect_eq(stat(p, &st), 0, "_SUCCESS written");
+    cr_expect_eq(summary_num("keep", "sinkRows"), 24 * 2500);
+}
+
+Test(run, filter_keeps_exactly_the_matching_records)
+{
+    write_pipeline("filt", "  - {name: small, op: filter, args: {field: n, op: lt, value: 30}}\n",
+                   "");
+    char *out;
+    int rc = run_cli("filt", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *got = output_digest("filt"), *want = expected_digest("r['n'] < 30");
+    cr_expect_str_eq(got, want);
+    free(got);
+    free(want);
+}
+
+/* Kills (SIGKILL) a random worker three times while the pipeline runs. */
+Test(run, killed_workers_are_recovered_with_identical_output)
+{
+    const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 1500}}\n"
+                         "  - {name: g, op: bench.sleep, args: {msPerMB: 1000}, "
+                         "resources: {gpu: 1}}\n";
+    write_pipeline("kill", stages, "  execution: {memoryBudget: 2Mi}\n");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && (timeout 150 %s run kill.yaml --cpus 2 --gpus 1 --summary-json "
+             "kill.summary.json > kill.log 2>&1; echo $? > kill.rc) >/dev/null 2>&1 & echo $!",
+             dir, sb_test_bin("streambatch"));
+    char *pid_s = sh_out("%s", cmd);
+    free(pid_s);
+    int kills = 0;
+    for (int round = 0; round < 3; round++) {
+        usleep(1500 * 1000);
+        char *victim = sh_out("pgrep -f 'streambatch-worke[r] .*--id (cpu|gpu)-[0-9]' | shuf -n 1");
+        if (*victim) {
+            sh("kill -9 %s", victim);
+            kills++;
+        }
+        free(victim);
+    }
+    sh("for i in $(seq 1 1400); do [ -f %s/kill.rc ] && break; sleep 0.1; done", dir);
+    char *rc = sh_out("cat %s/kill.rc", dir);
+    char *log = sh_out("tail -20 %s/kill.log", dir);
+    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    free(rc);
+    free(log);
+    cr_expect_geq(kills, 2, "workers were running to be killed");
+    char *got = output_digest("kill"), *want = expected_digest("True");
+    cr_expect_str_eq(got, want, "output differs from a failure-free computation");
+    free(got);
+    free(want);
+    long rerun = summary_num("kill", "tasksRerun"),
+         recovered = summary_num("kill", "partitionsRecovered");
+    long lost = summary_num("kill", "workersLost");
+    cr_expect_geq(lost, kills);
+    /* re-runs: the killed workers' running tasks (1 slot each) + producers of lost partitions */
+    cr_expect_leq(rerun, recovered + lost,
+                  "re-ran %ld tasks for %ld lost partitions, %ld lost workers", rerun, recovered,
+                  lost);
+    char *orphans = sh_out("pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+    cr_expect_str_eq(orphans, "0");
+    free(orphans);
+}
+
+Test(run, stopped_worker_is_detected_and_recovered)
+{
+    const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 1500}}\n";
+    write_pipeline("stop", stages, "");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && (timeout 150 %s run stop.yaml --cpus 2 --summary-json stop.summary.json "
+             "> stop.log 2>&1; echo $? > stop.rc) >/dev/null 2>&1 & echo $!",
+             dir, sb_test_bin("streambatch"));
+    free(sh_out("%s", cmd));
+    usleep(1500 * 1000);
+    char *victim = sh_out("pgrep -f 'streambatch-worke[r] .*--id cpu-0' | head -1");
+    cr_assert(*victim, "no worker to stop");
+    sh("kill -STOP %s", victim);
+    free(victim);
+    sh("for i in $(seq 1 1400); do [ -f %s/stop.rc ] && break; sleep 0.1; done", dir);
+    char *rc = sh_out("cat %s/stop.rc", dir);
+    char *log = sh_out("tail -20 %s/stop.log", dir);
+    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    cr_expect(strstr(log, "") != NULL);
+    free(rc);
+    free(log);
+    cr_expect_geq(summary_num("stop", "workersLost"), 1);
+    char *got = output_digest("stop"), *want = expected_digest("True");
+    cr_expect_str_eq(got, want);
+    free(got);
+    free(want);
+    char *orphans = sh_out("pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+    cr_expect_str_eq(orphans, "0");
+    free(orphans);
+}
+
+Test(run, deterministic_op_failure_is_retried_then_fails)
+{
+    sh("cd %s && printf '{\"n\": 1}\\nnot json at all\\n' > in/zz-bad.jsonl", dir);
+    write_pipeline("fail", "  - {name: pick, op: filter, args: {field: n, op: eq, value: 1}}\n",
+                   "  execution: {maxTaskRetries: 2}\n");
+    char *out;
+    int rc = run_cli("fail", "--cpus 2", &out);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "pipeline failed: stage pick failed: task default/fail/s0-t") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "zz-bad.jsonl") != NULL, "names the input: %s", out);
+    cr_expect(strstr(out, "failed 3 times") != NULL, "%s", out);
+    free(out);
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/out-fail/_SUCCESS", dir);
+    cr_expect_neq(stat(p, &st), 0, "a failed pipeline leaves no _SUCCESS");
+}
+
+Test(run, dataset_ten_times_the_budget_stays_within_it)
+{
+    write_pipeline("big",
+                   "  - {name: a, op: identity}\n"
+                   "  - {name: g, op: bench.sleep, args: {msPerMB: 20}, resources: {gpu: 1}}\n",
+                   "  execution: {memoryBudget: 512Ki}\n");
+    char *out;
+    int rc = run_cli("big", "--cpus 2 --gpus 1", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "peak worker RSS") != NULL, "%s", out);
+    free(out);
+    long peak = summary_num("big", "peakPartitionBytes"), budget = summary_num("big", "budget");
+    long maxp = summary_num("big", "maxPartitionBytes");
+    long input = atol(sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir));
+    cr_expect_geq(input, 10 * budget, "input %ld is 10x the budget %ld", input, budget);
+    cr_expect_leq(peak, budget + maxp, "peak %ld > budget %ld + one partition %ld", peak, budget,
+                  maxp);
+    cr_expect_gt(summary_num("big", "peakWorkerRss"), 0);
+}
+
+Test(run, interrupt_stops_workers_and_leaves_no_success)
+{
+    write_pipeline("intr", "  - {name: a, op: bench.spin, args: {msPerMB: 2000}}\n", "");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && { %s run intr.yaml --cpus 2 > intr.log 2>&1 & pid=$!; sleep 1.5; "
+             "kill -INT $pid; wait $pid; echo $?; }",
+             dir, sb_test_bin("streambatch"));
+    char *rc = sh_out("%s", cmd);
+    char *log = sh_out("cat %s/intr.log", dir);
+    cr_expect_str_eq(rc, "1", "%s", log);
+    cr_expect(strstr(log, "interrupted by signal 2") != NULL, "%s", log);
+    cr_expect(strstr(log, "the sink has no _SUCCESS") != NULL, "%s", log);
+    free(rc);
+    free(log);
+    char *orphans = sh_out("sleep 0.5; pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+    cr_expect_str_eq(orphans, "0");
+    free(orphans);
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/out-intr/_SUCCESS", dir);
+    cr_expect_neq(stat(p, &st), 0);
+}
+
+Test(run, invalid_spec_and_usage_exit_2)
+{
+    char *out;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cd %s/tests/invalid && %s run unknown-op.yaml 2>&1", sb_test_root(),
+             sb_test_bin("streambatch"));
+    cr_expect_eq(sb_test_run(cmd, &out), 2);
+    cr_expect(strstr(out, "unknown-op.yaml:11:9: spec.stages[0].op: unknown op") != NULL, "%s",
+              out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s run 2>&1", sb_test_bin("streambatch"));
+    cr_expect_eq(sb_test_run(cmd, &out), 2);
+    free(out);
+    write_pipeline("gpu", "  - {name: g, op: identity, resources: {gpu: 1}}\n", "");
+    cr_expect_eq(run_cli("gpu", "", &out), 2);
+    cr_expect(strstr(out, "stage g needs a GPU") != NULL, "%s", out);
+    free(out);
+    write_pipeline("set", "  - {name: a, op: identity}\n", "");
+    cr_expect_eq(run_cli("set", "--set spec.execution.mode=fast", &out), 2);
+    cr_expect(strstr(out, "spec.execution.mode: unknown value \"fast\"") != NULL, "%s", out);
+    free(out);
+}
