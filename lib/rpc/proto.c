@@ -283,12 +283,49 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
     return 0;
 }
 
+/* protobuf-c keeps fields it does not know (forward compatibility: a newer peer may send more),
+ * but it also lets through field numbers the protobuf spec forbids (0 in an over-long encoding,
+ * above 2^29-1), which it would then re-encode as a message it cannot read back. */
+static int check_unknown(const ProtobufCMessage *m, int depth, sb_err *err)
+{
+    if (depth > 16)
+        return sb_err_set(err, "%s: messages nested too deeply", m->descriptor->name);
+    for (unsigned i = 0; i < m->n_unknown_fields; i++)
+        if (m->unknown_fields[i].tag == 0 || m->unknown_fields[i].tag > 0x1fffffff)
+            return sb_err_set(err, "%s: invalid field number %u", m->descriptor->name,
+                              (unsigned)m->unknown_fields[i].tag);
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned f = 0; f < d->n_fields; f++) {
+        const ProtobufCFieldDescriptor *fd = &d->fields[f];
+        if (fd->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        const char *at = (const char *)m + fd->offset;
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)(const void *)((const char *)m + fd->quantifier_offset);
+            ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)(const void *)at;
+            for (size_t k = 0; k < n; k++)
+                if (v[k] && check_unknown(v[k], depth + 1, err) < 0)
+                    return -1;
+        } else {
+            const ProtobufCMessage *v = *(const ProtobufCMessage *const *)(const void *)at;
+            if (v && check_unknown(v, depth + 1, err) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
 ProtobufCMessage *sb_rpc_msg_decode(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
                                     size_t len, sb_err *err)
 {
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, buf);
     if (!m) {
         sb_err_set(err, "%s: malformed or truncated protobuf (%zu bytes)", d->name, len);
+        return NULL;
+    }
+    if (check_unknown(m, 0, err) < 0) {
+        sb_err_wrap(err, "malformed protobuf");
+        protobuf_c_message_free_unpacked(m, NULL);
         return NULL;
     }
     if (sb_rpc_msg_validate(m, err) < 0) {

@@ -792,7 +792,14 @@ void sb_rpc_call_set_cancel_cb(sb_rpc_call *call, sb_rpc_call_cb fn, void *ud)
     pthread_mutex_lock(&call->mu);
     call->cancel_cb = fn;
     call->cancel_ud = ud;
+    /* Already cancelled (the callback is set late, from another thread): run it now, or it
+     * would never run and the handle would never be ended. */
+    int now = fn && call->cancelled && !call->finished && !call->cancel_notified;
+    if (now)
+        call->cancel_notified = 1;
     pthread_mutex_unlock(&call->mu);
+    if (now)
+        fn(call, ud);
 }
 
 void sb_rpc_stream_set_ready_cb(sb_rpc_call *call, sb_rpc_call_cb fn, void *ud)

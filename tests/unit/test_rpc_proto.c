@@ -516,3 +516,25 @@ Test(rpc_msgs, code_names)
     cr_assert_str_eq(sb_rpc_code_name(17), "UNKNOWN_CODE");
     cr_assert_str_eq(sb_rpc_code_name(-1), "UNKNOWN_CODE");
 }
+
+Test(rpc_msgs, invalid_field_numbers_are_rejected)
+{
+    /* PollTasksRequest{worker_id: "w"} followed by an unknown varint field numbered 0 (in an
+     * over-long encoding) or 1664900330 (> 2^29-1): protobuf-c alone accepts both */
+    static const uint8_t zero[] = {0x0a, 0x01, 'w', 0x80, 0x00, 0x01};
+    static const uint8_t huge[] = {0x0a, 0x01, 'w', 0xd0, 0xce, 0x8b, 0xcf, 0x31, 0x01};
+    static const uint8_t fine[] = {0x0a, 0x01, 'w', 0xb8, 0x01, 0x07}; /* field 23: kept */
+    const ProtobufCMessageDescriptor *d = &streambatch__v1__poll_tasks_request__descriptor;
+    sb_err err;
+    ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, sizeof zero, zero);
+    cr_assert_not_null(m, "protobuf-c changed: it now rejects field 0 itself");
+    sb_rpc_msg_free(m);
+    cr_assert_null(sb_rpc_msg_decode(d, zero, sizeof zero, &err));
+    cr_assert(strstr(err.msg, "invalid field number 0"), "%s", err.msg);
+    cr_assert_null(sb_rpc_msg_decode(d, huge, sizeof huge, &err));
+    cr_assert(strstr(err.msg, "invalid field number 1664900330"), "%s", err.msg);
+    m = sb_rpc_msg_decode(d, fine, sizeof fine, &err);
+    cr_assert_not_null(m, "an unknown field from a newer peer is accepted: %s", err.msg);
+    cr_assert_eq(m->n_unknown_fields, 1);
+    sb_rpc_msg_free(m);
+}
