@@ -150,7 +150,7 @@ lint:
 	@scripts/lint.sh
 
 FUZZ_OBJS := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS)) $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(GEN_SRCS))
-FUZZ_FLAGS := $(CSTD) -g -O1 $(INCS) $(PKG_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_FLAGS := $(CSTD) -g -O1 $(INCS) $(PKG_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 $(BUILD)/fuzz/obj/%.o: %.c | $(GEN_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CLANG  $<"

@@ -88,7 +88,7 @@ struct sb_sched {
     size_t nparts, capparts;
     worker *workers;
     size_t nworkers, capworkers;
-    sb_strmap part_ids, task_ids, worker_ids;
+    sb_strmap part_ids, task_ids, worker_ids, sink_ids;
     uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
     uint64_t tasks_run, tasks_rerun, partitions_recovered, running_total, errored_total;
     sb_sched_output *sink;
@@ -372,6 +372,7 @@ void sb_sched_free(sb_sched *s)
     sb_strmap_free(&s->part_ids);
     sb_strmap_free(&s->task_ids);
     sb_strmap_free(&s->worker_ids);
+    sb_strmap_free(&s->sink_ids);
     free(s->failure);
     free(s->in_scratch);
     free(s->pipeline_id);
@@ -621,8 +622,9 @@ static size_t pop_ready(sb_sched *s, size_t i)
         size_t ti = o->queue[o->qhead + k];
         if (!inputs_available(s, &s->tasks[ti]))
             continue;
-        memmove(o->queue + o->qhead + k, o->queue + o->qhead + k + 1,
-                (o->qlen - k - 1) * sizeof *o->queue);
+        /* close the gap from the head side: O(k), and k is 0 unless inputs were lost */
+        memmove(o->queue + o->qhead + 1, o->queue + o->qhead, k * sizeof *o->queue);
+        o->qhead++;
         o->qlen--;
         s->tasks[ti].queued = 0;
         return ti;
@@ -799,11 +801,10 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
         o->rows_out += outs[i].rows;
         o->bytes_out += outs[i].bytes;
         if (last) {
-            int seen = 0;
-            for (size_t k = 0; k < s->nsink && !seen; k++)
-                seen = strcmp(s->sink[k].id, outs[i].id) == 0;
-            if (seen)
+            if (sb_strmap_get(&s->sink_ids, outs[i].id, NULL))
                 continue; /* a re-run rewrote the same part */
+            if (sb_strmap_put(&s->sink_ids, outs[i].id, s->nsink) != 0)
+                return sb_err_set(err, "scheduler: out of memory");
             if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
             s->sink[s->nsink].id = strdup(outs[i].id);
