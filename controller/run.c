@@ -204,10 +204,19 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
             s->workers_lost, s->stats.tasks_run, s->stats.tasks_rerun);
 }
 
+static double self_cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const char *state,
                                double wall, double cpu_total, uint64_t peak_rss, uint64_t started)
 {
     cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "controllerCpuSeconds", self_cpu_seconds());
     cJSON_AddStringToObject(j, "state", state);
     cJSON_AddNumberToObject(j, "wallSeconds", wall);
     cJSON_AddNumberToObject(j, "cpuSeconds", cpu_total);

@@ -33,8 +33,10 @@ static const char *const cmp_ops[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};
 static const char *const activations[] = {"relu", "gelu", "none", NULL};
 
 static const argspec args_none[] = {{NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_spin[] = {
-    {"msPerRecord", A_NUM, 0, 0, NULL}, {"msPerMB", A_NUM, 0, 0, NULL}, {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_spin[] = {{"msPerRecord", A_NUM, 0, 0, NULL},
+                                    {"msPerMB", A_NUM, 0, 0, NULL},
+                                    {"expand", A_INT, 0, 1, NULL},
+                                    {NULL, A_ANY, 0, 0, NULL}};
 static const argspec args_filter[] = {{"field", A_STR, 1, 0, NULL},
                                       {"op", A_ENUM, 1, 0, cmp_ops},
                                       {"value", A_SCALAR, 1, 0, NULL},

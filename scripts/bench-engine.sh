@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Engine benchmarks (issue 4), run by `make bench` after the data-plane ones. Prints markdown
+# sections on stdout; scripts/bench.sh appends them to docs/benchmarks.md.
+#   1. two CPU stages of known cost: throughput vs the analytic bound
+#   2. the streaming-batch paper's memory microbenchmark, swept over budgets and modes
+#   3. scheduler overhead: the core alone, and end to end with empty ops
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${SB_BIN_DIR:-bin}
+build=${SB_BUILD_DIR:-build}
+work=$(mktemp -d /tmp/sb-bench-engine-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cpus=2
+
+jget() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+
+pipeline() { # name source-uri format partSize stages-yaml extra-yaml
+  cat >"$work/$1.yaml" <<Y
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: $1}
+spec:
+  source: {uri: "file://$2", format: $3, partitionSize: $4, args: {recordSize: 4096}}
+  stages:
+$5
+  sink: {uri: "file://$work/out-$1/", format: binary}
+  execution: {$6}
+Y
+}
+
+run() { # name flags... -> summary json path
+  local name=$1; shift
+  "$bin/streambatch" run "$work/$name.yaml" "$@" --summary-json "$work/$name.json" \
+    >"$work/$name.log" 2>&1 || { echo "benchmark run $name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
+  echo "$work/$name.json"
+}
+
+mkdir -p "$work/in"
+# 48 MiB of 4 KiB binary records in 12 files
+for i in $(seq -w 1 12); do head -c $((4 << 20)) /dev/urandom >"$work/in/f$i.bin"; done
+
+echo "### Engine: two CPU stages of known cost (bench.spin), $cpus workers"
+echo
+echo "| partitions | CPU-s per partition | analytic bound (partitions/s) | measured (partitions/s) | fraction of bound |"
+echo "|---|---|---|---|---|"
+pipeline spin "$work/in/" binary 1Mi "  - {name: a, op: bench.spin, args: {msPerMB: 100}}
+  - {name: b, op: bench.spin, args: {msPerMB: 100}}" "memoryBudget: 64Mi"
+j=$(run spin --cpus $cpus)
+wall=$(jget "$j" wallSeconds); parts=$(jget "$j" sinkParts)
+python3 - "$wall" "$parts" "$cpus" <<'P'
+import sys
+wall, parts, cpus = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+cpu_per = 0.2                      # 100 + 100 ms per MiB, 1 MiB partitions
+bound = cpus / cpu_per
+meas = parts / wall
+print(f"| {parts} | {cpu_per:.2f} | {bound:.2f} | {meas:.2f} | **{meas/bound:.2f}** (goal >= 0.90) |")
+P
+echo
+echo "Wall time is measured by \`streambatch run\` from starting the workers to the last task; the"
+echo "two stages are fused into one task (same pool), so no partition crosses a process boundary."
+echo
+
+echo "### Engine: memory microbenchmark (load -> 2x-expanding CPU transform -> simulated accelerator)"
+echo
+echo "Input 32 MiB in 1 MiB partitions. Transform: bench.spin 50 ms/MiB, output twice its input;"
+echo "inference: bench.sleep 25 ms/MiB on one accelerator slot (\`--gpus 1\`). Lower bound ="
+echo "max(CPU work / $cpus cores, accelerator work / 1 slot) = max(32*0.05/2, 64*0.025) = 1.60 s."
+echo
+echo "| memory budget | streaming (x bound) | staged (x bound) | static (x bound) | streaming peak in flight |"
+echo "|---|---|---|---|---|"
+rm -rf "$work/in2"; mkdir -p "$work/in2"
+for i in $(seq -w 1 8); do head -c $((4 << 20)) /dev/urandom >"$work/in2/f$i.bin"; done
+for budget in 4Mi 8Mi 16Mi 64Mi; do
+  row="| $budget"
+  lb=$(echo "$budget" | tr 'A-Z' 'a-z')
+  peak=""
+  for mode in streaming staged static; do
+    pipeline "mb-$mode-$lb" "$work/in2/" binary 1Mi "  - {name: transform, op: bench.spin, args: {msPerMB: 50, expand: 2}}
+  - {name: infer, op: bench.sleep, args: {msPerMB: 25}, resources: {gpu: 1}}" "memoryBudget: $budget, mode: $mode"
+    j=$(run "mb-$mode-$lb" --cpus $cpus --gpus 1)
+    wall=$(jget "$j" wallSeconds)
+    row="$row | $(python3 -c "print(f'{$wall/1.6:.2f} ({$wall:.2f} s)')")"
+    [[ $mode == streaming ]] && peak=$(python3 -c "print(f'{$(jget "$j" peakPartitionBytes)/1048576:.1f} MiB')")
+  done
+  echo "$row | $peak |"
+done
+echo
+
+echo "### Engine: scheduler overhead"
+echo
+echo "| measurement | tasks | tasks/s | controller CPU per task |"
+echo "|---|---|---|---|"
+out=$("$build/bench/bench_sched" 100000)
+python3 - "$out" <<'P'
+import json, sys
+j = json.loads(sys.argv[1])
+print(f"| scheduler core alone (assign + complete, in process) | {j['tasks']} | {j['tasksPerSecond']:.0f} | {j['cpuMicrosPerTask']:.1f} us |")
+P
+rm -rf "$work/tiny"; mkdir -p "$work/tiny"
+python3 - "$work/tiny" <<'P'
+import sys
+for i in range(2000):
+    open(f"{sys.argv[1]}/t{i:05d}.bin", "wb").write(b"x" * 4096)
+P
+pipeline tiny "$work/tiny/" binary 1Mi "  - {name: a, op: identity}" "memoryBudget: 64Mi"
+j=$(run tiny --cpus $cpus)
+python3 - "$j" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j["tasksRun"]; w = j["wallSeconds"]; c = j["controllerCpuSeconds"]
+print(f"| end to end, empty op, {t} one-record tasks (gRPC poll + complete, sink part write) | {t} | {t/w:.0f} | {c/t*1e6:.0f} us |")
+P
+echo
+echo "Goal for the scheduler: >= 5,000 tasks/s on 2 cores."
