@@ -20,6 +20,7 @@ typedef struct {
     uint32_t slots, index, generation;
     pid_t pid;
     char id[64];
+    int retired; /* taken out by set_pool_size: not respawned */
 } proc;
 
 struct sb_local {
@@ -102,7 +103,7 @@ static void *monitor_main(void *arg)
             if (l->cfg.on_exit)
                 l->cfg.on_exit(l->cfg.ud, id, why);
             pthread_mutex_lock(&l->mu);
-            if (l->cfg.respawn && !l->stop && p->generation < l->cfg.max_respawns) {
+            if (l->cfg.respawn && !l->stop && !p->retired && p->generation < l->cfg.max_respawns) {
                 p->generation++;
                 sb_err err;
                 if (spawn(l, p, &err) != 0)
@@ -241,6 +242,7 @@ void sb_local_stop(sb_local *l, int grace_ms)
         }
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* reap everything we ever started (the monitor has stopped) */
     for (;;) {
         int alive = 0;
         for (size_t i = 0; i < l->nprocs; i++) {
@@ -273,4 +275,82 @@ void sb_local_stop(sb_local *l, int grace_ms)
     free(l->run_dir);
     pthread_mutex_destroy(&l->mu);
     free(l);
+}
+
+static int local_set_pool_size(void *impl, const char *pool, uint32_t workers)
+{
+    sb_local *l = impl;
+    pthread_mutex_lock(&l->mu);
+    uint32_t have = 0;
+    int rc = 0;
+    uint32_t slots = 1;
+    for (size_t i = 0; i < l->nprocs; i++) {
+        proc *p = &l->procs[i];
+        if (strcmp(p->pool, pool) != 0)
+            continue;
+        slots = p->slots;
+        if (p->retired)
+            continue;
+        if (have < workers) {
+            have++;
+        } else {
+            p->retired = 1;
+            if (p->pid > 0)
+                kill(p->pid, SIGTERM);
+        }
+    }
+    while (have < workers) {
+        proc *np = realloc(l->procs, (l->nprocs + 1) * sizeof *np);
+        if (np == NULL) {
+            rc = -1;
+            break;
+        }
+        l->procs = np;
+        proc *p = &l->procs[l->nprocs];
+        memset(p, 0, sizeof *p);
+        snprintf(p->pool, sizeof p->pool, "%s", pool);
+        p->slots = slots;
+        p->index = (uint32_t)l->nprocs;
+        sb_err err;
+        if (spawn(l, p, &err) != 0) {
+            sb_log(SB_LOG_ERROR, "starting a worker failed", "pool", pool, "error", err.msg, NULL);
+            rc = -1;
+            break;
+        }
+        l->nprocs++;
+        have++;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+static uint32_t local_pool_size(void *impl, const char *pool)
+{
+    sb_local *l = impl;
+    uint32_t n = 0;
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < l->nprocs; i++)
+        n += strcmp(l->procs[i].pool, pool) == 0 && l->procs[i].pid > 0 && !l->procs[i].retired;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+static uint64_t local_rss(void *impl)
+{
+    return sb_local_rss(impl);
+}
+
+static void local_stop(void *impl, int grace_ms)
+{
+    sb_local_stop(impl, grace_ms);
+}
+
+sb_backend sb_local_backend(sb_local *l)
+{
+    sb_backend b = {.impl = l,
+                    .set_pool_size = local_set_pool_size,
+                    .pool_size = local_pool_size,
+                    .rss = local_rss,
+                    .stop = local_stop};
+    return b;
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "controller/backend.h"
 #include "core/err.h"
 
 typedef struct sb_local sb_local;
@@ -51,5 +52,8 @@ uint64_t sb_local_started(const sb_local *l);
 uint64_t sb_local_rss(sb_local *l);
 /* SIGTERM to every worker, SIGKILL after grace_ms, reaps them all, frees. NULL is a no-op. */
 void sb_local_stop(sb_local *l, int grace_ms);
+/* The local backend behind the generic interface (backend.h). set_pool_size can shrink a pool
+ * (its highest-numbered workers get SIGTERM and are not respawned) or grow it. */
+sb_backend sb_local_backend(sb_local *l);
 
 #endif

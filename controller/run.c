@@ -550,6 +550,7 @@ int sb_run(const sb_run_opts *o)
             "run dir %s\n",
             r.p.metadata.name, r.nsplits, ncpu, ngpu, human_bytes(budget, (char[32]){0}, 32),
             sb_exec_mode_names[r.p.spec.execution.mode], run_dir);
+    sb_backend be = sb_local_backend(loc);
     int tty = isatty(STDERR_FILENO);
     int lines = 0, interval = o->progress_interval_ms > 0 ? o->progress_interval_ms : 5000;
     double next_progress = mono_s() + (tty ? 0.2 : interval / 1000.0);
@@ -561,7 +562,7 @@ int sb_run(const sb_run_opts *o)
     int stalled_out = 0;
     while (!g_interrupted) {
         st = sb_ctl_wait(ctl, 100);
-        uint64_t rss = sb_local_rss(loc);
+        uint64_t rss = be.rss(be.impl);
         if (rss > peak_rss)
             peak_rss = rss;
         if (st != SB_SCHED_RUNNING)
@@ -589,7 +590,7 @@ int sb_run(const sb_run_opts *o)
         print_progress(&s, wall, tty, &lines);
     sb_ctl_shutdown_workers(ctl);
     uint64_t started = sb_local_started(loc);
-    sb_local_stop(loc, 3000);
+    sb_backend_stop(&be, 3000);
     struct rusage ru_self, ru_kids;
     getrusage(RUSAGE_SELF, &ru_self);
     getrusage(RUSAGE_CHILDREN, &ru_kids);

@@ -135,6 +135,30 @@ Test(run, identity_and_spin_keep_every_record)
     cr_expect_eq(summary_num("keep", "sinkRows"), 24 * 2500);
 }
 
+Test(run, staged_and_static_modes_give_the_same_output)
+{
+    const char *stages =
+        "  - {name: a, op: identity}\n"
+        "  - {name: g, op: bench.sleep, args: {msPerMB: 5}, resources: {gpu: 1}}\n";
+    write_pipeline("staged", stages, "  execution: {mode: staged, memoryBudget: 1Mi}\n");
+    write_pipeline("static", stages, "  execution: {mode: static, memoryBudget: 1Mi}\n");
+    char *want = expected_digest("True");
+    const char *names[] = {"staged", "static"};
+    for (int i = 0; i < 2; i++) {
+        char *out;
+        int rc = run_cli(names[i], "--cpus 2 --gpus 1", &out);
+        cr_assert_eq(rc, 0, "%s", out);
+        free(out);
+        char *got = output_digest(names[i]);
+        cr_expect_str_eq(got, want, "mode %s", names[i]);
+        free(got);
+    }
+    /* staged materialises the whole first stage before the second starts */
+    cr_expect_geq(summary_num("staged", "peakPartitionBytes"),
+                  atol(sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir)) * 9 / 10);
+    free(want);
+}
+
 Test(run, filter_keeps_exactly_the_matching_records)
 {
     write_pipeline("filt", "  - {name: small, op: filter, args: {field: n, op: lt, value: 30}}\n",
