@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "controller/run.h"
+#include "core/log.h"
 #include "spec/validate.h"
 #include "version.h"
 
@@ -134,6 +135,8 @@ static int cmd_run(int argc, char **argv)
         return 2;
     }
     o.sets = sets;
+    if (getenv("SB_LOG_LEVEL") == NULL) /* the progress display and summary say what matters */
+        sb_log_set_level(SB_LOG_WARN);
     return sb_run(&o);
 }
 
