@@ -159,11 +159,13 @@ static void release_grpc_call(sb_rpc_server *srv, grpc_call *gc)
 {
     if (!gc)
         return;
-    grpc_call_unref(gc);
+    /* Count first: once the last call is unref'd, shutdown may complete and free srv (this can
+     * run on an application thread that ended the call). */
     pthread_mutex_lock(&srv->mu);
     srv->live_calls--;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
+    grpc_call_unref(gc);
 }
 
 /* Drops one reference; with c->mu held on entry (released on return). */

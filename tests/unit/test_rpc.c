@@ -36,6 +36,7 @@
 #define M_ECHO "/test.Svc/Echo"
 #define M_HANG "/test.Svc/Hang"
 #define M_LATER "/test.Svc/Later"
+#define M_DEADLINE "/test.Svc/Deadline"
 #define M_STREAM "/test.Svc/Stream"
 #define M_TWICE "/test.Svc/WriteTwice"
 
@@ -161,6 +162,19 @@ static void h_hang(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     (void)len;
     (void)ud;
     sb_rpc_call_set_cancel_cb(call, on_hang_cancel, NULL);
+}
+
+/* Replies with the method path and the milliseconds left until the client's deadline. */
+static void h_deadline(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
+{
+    (void)req;
+    (void)len;
+    (void)ud;
+    char out[128];
+    int n = snprintf(out, sizeof out, "%s %lld", sb_rpc_call_method(call),
+                     (long long)sb_rpc_call_deadline_left_ms(call));
+    sb_err err;
+    sb_rpc_call_reply(call, out, (size_t)n, &err);
 }
 
 typedef struct later {
@@ -441,6 +455,7 @@ static void tsrv_start_at(tsrv *t, const sb_rpc_opts *o, int port)
     cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_ECHO, h_echo, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_HANG, h_hang, NULL, &err), 0);
     cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_LATER, h_later, NULL, &err), 0);
+    cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_DEADLINE, h_deadline, NULL, &err), 0);
     cr_assert_eq(sb_rpc_server_add_stream(t->srv, M_STREAM, h_stream, NULL, &err), 0);
     cr_assert_eq(sb_rpc_server_add_stream(t->srv, M_TWICE, h_twice, NULL, &err), 0);
     cr_assert_eq(sb_rpc_server_add_unary(t->srv, SB_RPC_CONTROL_REGISTER, h_register, NULL, &err),
@@ -602,6 +617,34 @@ Test(rpc, deadline_exceeded_and_cancel_callback)
     cr_assert(dt >= 950 && dt < 5000, "took %lld ms for a 1000 ms deadline", (long long)dt);
     cr_assert_null(resp);
     cr_assert_eq(wait_eq(&g_cancel_cbs, 1, 3000), 1, "server never saw the cancellation");
+    sb_rpc_channel_free(ch);
+    tsrv_stop(&t);
+}
+
+Test(rpc, handler_sees_method_and_deadline)
+{
+    tsrv t;
+    tsrv_start(&t, NULL);
+    sb_rpc_channel *ch = chan(t.target, NULL);
+    sb_err err;
+    uint8_t *resp;
+    size_t n;
+    cr_assert_eq(sb_rpc_unary(ch, M_DEADLINE, "", 0, 5000, 0, &resp, &n, &err), SB_RPC_OK, "%s",
+                 err.msg);
+    char text[128];
+    snprintf(text, sizeof text, "%.*s", (int)n, (const char *)resp);
+    free(resp);
+    char path[64];
+    long long left;
+    cr_assert_eq(sscanf(text, "%63s %lld", path, &left), 2, "%s", text);
+    cr_assert_str_eq(path, M_DEADLINE);
+    cr_assert(left > 2000 && left <= 5000, "%lld ms left of a 5000 ms deadline", left);
+    cr_assert_eq(sb_rpc_unary(ch, M_DEADLINE, "", 0, 0, 0, &resp, &n, &err), SB_RPC_OK, "%s",
+                 err.msg);
+    snprintf(text, sizeof text, "%.*s", (int)n, (const char *)resp);
+    free(resp);
+    cr_assert_eq(sscanf(text, "%63s %lld", path, &left), 2, "%s", text);
+    cr_assert_eq(left, INT64_MAX, "no deadline: %s", text);
     sb_rpc_channel_free(ch);
     tsrv_stop(&t);
 }
