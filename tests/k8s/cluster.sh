@@ -34,9 +34,11 @@ live_pid() {
   echo "$pid"
 }
 
-fail_component() { # NAME MESSAGE
+fail_component() { # NAME MESSAGE: report, stop what was started, keep the logs
   log "ERROR: $1: $2; last lines of $STATE/logs/$1.log:"
   tail -n 40 "$STATE/logs/$1.log" >&2 || true
+  stop_all
+  log "stopped the components started so far; logs kept in $STATE/logs ('make cluster-down' removes them)"
   exit 1
 }
 
@@ -232,6 +234,12 @@ stop() {
 down() {
   [[ -e $STATE ]] || return 0
   [[ -f $STATE/$MARKER ]] || die "$STATE is not a streambatch cluster directory; not touching it"
+  stop_all
+  rm -rf -- "$STATE"
+  log "stopped; removed $STATE"
+}
+
+stop_all() {
   stop 20 sb-node-agent # it stops the pod processes it started
   stop 15 kube-scheduler kube-controller-manager kube-apiserver
   stop 10 etcd
@@ -246,8 +254,6 @@ down() {
       kill -KILL "$pid" 2>/dev/null || true
     fi
   done
-  rm -rf -- "$STATE"
-  log "stopped; removed $STATE"
 }
 
 status() {
