@@ -745,19 +745,26 @@ Test(ops, sleep_waits_the_configured_wall_time)
         {"{\"msPerRecord\":0.1}", 500, 10, 1}, /* 500 short sleeps: the overshoot is repaid */
         {"{\"msPerRecord\":0}", 500, 10, 1},
     };
+    /* Wall time suffers from other processes on a busy machine: a sleep must never be short,
+     * and the best of three attempts must be within 10 ms. */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        double base_cpu, base_wall, cpu, wall;
-        cost_of("identity", NULL, cases[i].nrec, cases[i].reclen, cases[i].batch, &base_cpu,
-                &base_wall);
-        cost_of("bench.sleep", cases[i].args, cases[i].nrec, cases[i].reclen, cases[i].batch, &cpu,
-                &wall);
-        double want = i == 3 ? 0 : 50;
-        double slept = wall - base_wall;
-        cr_log_info("sleep %s: %.2f ms wall, %.2f ms CPU", cases[i].args, slept, cpu);
-        cr_assert(fabs(slept - want) <= 10.0, "%s: slept %.2f ms, expected %.0f +- 10",
-                  cases[i].args, slept, want);
-        cr_assert_lt(cpu - base_cpu, 20.0, "%s: sleeping used %.2f ms of CPU", cases[i].args,
-                     cpu - base_cpu);
+        double want = i == 3 ? 0 : 50, best = 1e9;
+        for (int attempt = 0; attempt < 3 && fabs(best - want) > 10.0; attempt++) {
+            double base_cpu, base_wall, cpu, wall;
+            cost_of("identity", NULL, cases[i].nrec, cases[i].reclen, cases[i].batch, &base_cpu,
+                    &base_wall);
+            cost_of("bench.sleep", cases[i].args, cases[i].nrec, cases[i].reclen, cases[i].batch,
+                    &cpu, &wall);
+            cr_log_info("sleep %s: %.2f ms wall (identity %.2f ms), %.2f ms CPU", cases[i].args,
+                        wall, base_wall, cpu);
+            cr_assert_geq(wall, want - 0.5, "%s: slept only %.2f ms", cases[i].args, wall);
+            cr_assert_lt(cpu - base_cpu, 20.0, "%s: sleeping used %.2f ms of CPU", cases[i].args,
+                         cpu - base_cpu);
+            if (fabs(wall - base_wall - want) < fabs(best - want))
+                best = wall - base_wall;
+        }
+        cr_assert(fabs(best - want) <= 10.0, "%s: slept %.2f ms, expected %.0f +- 10",
+                  cases[i].args, best, want);
     }
 }
 
@@ -774,5 +781,67 @@ Test(ops, empty_input_is_fine)
         cr_assert_eq(out.n, 0);
         cr_assert_eq(out.parts, 0);
         coll_free(&out);
+    }
+}
+
+/* Number parsing (fast path and fallback) gives exactly strtod's double. */
+Test(ops, json_numbers_match_strtod)
+{
+    unsigned s = 77;
+    char buf[64];
+    for (int i = 0; i < 200000; i++) {
+        s = s * 1103515245u + 12345u;
+        unsigned a = s;
+        s = s * 1103515245u + 12345u;
+        unsigned b = s;
+        int len = 0;
+        if (a & 1)
+            buf[len++] = '-';
+        int idig = (int)(b % 19);
+        buf[len++] = (char)('1' + (a >> 1) % 9);
+        for (int k = 0; k < idig; k++)
+            buf[len++] = (char)('0' + (a >> (k % 20)) % 10);
+        if (a & 2) {
+            buf[len++] = '.';
+            int fdig = 1 + (int)((b >> 5) % 12);
+            for (int k = 0; k < fdig; k++)
+                buf[len++] = (char)('0' + ((b >> (k % 24)) + (unsigned)k) % 10);
+        }
+        if (a & 4)
+            len += snprintf(buf + len, sizeof buf - (size_t)len, "e%s%u", (b & 8) ? "-" : "",
+                            (b >> 8) % 40);
+        buf[len] = '\0';
+        sb_op_json_type t;
+        cr_assert_eq(sb_op_json_scan(buf, (size_t)len, NULL, 0, NULL, &t, NULL, 0), 0, "%s", buf);
+        double d;
+        int64_t iv;
+        bool is_int;
+        sb_op_json_number(buf, (size_t)len, &d, &iv, &is_int);
+        double want = strtod(buf, NULL);
+        cr_assert(memcmp(&d, &want, sizeof d) == 0, "%s: %.17g, strtod %.17g", buf, d, want);
+        if (is_int)
+            cr_assert_eq(iv, strtoll(buf, NULL, 10), "%s", buf);
+    }
+    const char *edge[] = {"0",
+                          "-0",
+                          "0.0",
+                          "0e5",
+                          "1e22",
+                          "1e23",
+                          "123456789012345e-22",
+                          "1234567890123456",
+                          "0.000000000000000000001",
+                          "9007199254740993",
+                          "-9223372036854775809",
+                          "1e-400",
+                          "1e400",
+                          "4.9e-324"};
+    for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) {
+        double d;
+        int64_t iv;
+        bool is_int;
+        sb_op_json_number(edge[i], strlen(edge[i]), &d, &iv, &is_int);
+        double want = strtod(edge[i], NULL);
+        cr_assert(memcmp(&d, &want, sizeof d) == 0, "%s: %.17g, strtod %.17g", edge[i], d, want);
     }
 }

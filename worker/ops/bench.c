@@ -150,7 +150,7 @@ static uint64_t clock_ns(clockid_t id)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static volatile uint64_t spin_sink; /* keeps the spin loop's result alive */
+static _Thread_local volatile uint64_t spin_sink; /* keeps the spin loop's result alive */
 
 /* Burns `ns` of this thread's CPU time; returns the CPU time actually used. */
 static uint64_t spin_cpu(int64_t ns)
