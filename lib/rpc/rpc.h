@@ -13,8 +13,9 @@
  * or later:
  *   - unary:  sb_rpc_call_reply(call, bytes) or sb_rpc_call_finish(call, code, message);
  *   - stream: any number of sb_rpc_stream_write*(), then sb_rpc_call_finish(call, SB_RPC_OK, ...).
- * Ending the call releases the handle (it must not be used afterwards). Until then the handle
- * stays valid even if the peer went away: writes then fail and sb_rpc_call_is_cancelled() says so.
+ * Ending the call releases the handle (it must not be used afterwards, by any thread: end it
+ * only once no other thread can still be using it). Until then the handle stays valid even if
+ * the peer went away: writes then fail and sb_rpc_call_is_cancelled() says so.
  * Handlers and callbacks run on server threads and must not block (no blocking write there:
  * it fails instead of deadlocking); long work goes to the caller's own threads or to the
  * ready-callback style below. Deadlines set by clients are enforced: the call is cancelled when
@@ -93,7 +94,8 @@ typedef struct sb_rpc_piece {
  * TLS. Strings are only read during the *_new() call. */
 typedef struct sb_rpc_opts {
     size_t max_message_bytes;     /* send and receive limit; 0 = SB_RPC_DEFAULT_MAX_MESSAGE */
-    int keepalive_ms;             /* ping period (server: min accepted client period is half of it);
+    int keepalive_ms;             /* ping period (server: min accepted client period is half of
+                                     it; gRPC 1.51 clients ping at most once a second anyway);
                                      0 = SB_RPC_DEFAULT_KEEPALIVE_MS, < 0 = no keepalive pings */
     int keepalive_timeout_ms;     /* 0 = SB_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS */
     int threads;                  /* server: completion-queue threads (0 = 2) */
@@ -134,7 +136,8 @@ int sb_rpc_server_port(const sb_rpc_server *srv);
 /* Stops accepting calls, lets calls in flight finish for up to grace_ms, then cancels the rest
  * (their writes fail, cancel callbacks fire), waits for gRPC to let go of every call and joins
  * the threads. Returns the number of calls that had to be cancelled (0 = all finished in time).
- * Idempotent. Handles the application still holds stay valid until it ends them. */
+ * Idempotent. Handles the application still holds stay valid until it ends them. Never call it
+ * from a handler or callback (it joins the server threads). */
 int sb_rpc_server_shutdown(sb_rpc_server *srv, int grace_ms);
 /* Shuts down (grace 0) if needed and frees the server. NULL is a no-op. */
 void sb_rpc_server_free(sb_rpc_server *srv);
