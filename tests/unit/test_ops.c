@@ -845,3 +845,21 @@ Test(ops, json_numbers_match_strtod)
         cr_assert(memcmp(&d, &want, sizeof d) == 0, "%s: %.17g, strtod %.17g", edge[i], d, want);
     }
 }
+
+Test(ops, spin_expand_emits_every_record_n_times)
+{
+    const char *recs[] = {"a", "bb", "ccc"};
+    coll c = {0};
+    sb_err e;
+    cr_assert_eq(
+        run_op("bench.spin", "{\"msPerRecord\": 0, \"expand\": 3}", recs, 3, 0, 1 << 20, &c, &e), 0,
+        "%s", e.msg);
+    cr_assert_eq(c.n, 9);
+    for (size_t i = 0; i < 9; i++)
+        cr_expect_str_eq(c.v[i], recs[i % 3]);
+    coll_free(&c);
+    cr_expect_eq(
+        run_op("bench.sleep", "{\"msPerMB\": 1, \"expand\": 0}", recs, 3, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "args.expand must be an integer from 1 to 1000") != NULL, "%s", e.msg);
+    coll_free(&c);
+}

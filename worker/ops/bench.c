@@ -64,6 +64,7 @@ typedef struct {
     const char *op;
     bool per_record; /* else per MiB */
     double ms;       /* per record or per MiB */
+    uint32_t expand; /* each record is emitted this many times (args.expand, default 1) */
     int64_t debt_ns; /* overshoot of earlier calls, taken off the next */
     uint64_t spent_ns;
 } cost_st;
@@ -94,6 +95,17 @@ static int cost_init(const char *op, const char *args_json, void **state, sb_err
             st->op = op;
             st->per_record = pr != NULL;
             st->ms = v->valuedouble;
+            st->expand = 1;
+            const cJSON *ex = cJSON_GetObjectItemCaseSensitive(root, "expand");
+            if (ex != NULL &&
+                (!cJSON_IsNumber(ex) || ex->valuedouble < 1 || ex->valuedouble > 1000 ||
+                 ex->valuedouble != floor(ex->valuedouble))) {
+                rc = sb_err_set(err, "op %s: args.expand must be an integer from 1 to 1000", op);
+                free(st);
+                st = NULL;
+            } else if (ex != NULL) {
+                st->expand = (uint32_t)ex->valuedouble;
+            }
         }
     }
     cJSON_Delete(root);
@@ -202,7 +214,10 @@ static int cost_process(cost_st *st, bool spin, const sb_batch *in, size_t first
     }
     if (n == 0)
         return sb_op_out_set_schema_like(out, in, err);
-    return sb_op_out_append_rows(out, in, first, n, err);
+    for (uint32_t e = 0; e < st->expand; e++)
+        if (sb_op_out_append_rows(out, in, first, n, err) != 0)
+            return -1;
+    return 0;
 }
 
 static int spin_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
