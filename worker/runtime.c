@@ -266,10 +266,12 @@ static int task_inputs(task_ctx *t, char **lost)
         memset(&sp, 0, sizeof sp);
         if (sb_io_split_decode(task->source_split, strlen(task->source_split), &sp, &t->err) != 0)
             return -1;
-        int rc = sb_io_read_split(
-            &sp, w->pipeline.spec.source.format, w->pipeline.spec.source.args_json,
-            task->target_partition_bytes ? task->target_partition_bytes : 64u << 20, source_emit, t,
-            &t->err);
+        /* a split holds about partitionSize bytes of records; their offsets add a little, so
+         * read into partitions 1/16 larger rather than emit a full one plus a tiny tail */
+        size_t target = task->target_partition_bytes ? task->target_partition_bytes : 64u << 20;
+        int rc =
+            sb_io_read_split(&sp, w->pipeline.spec.source.format, w->pipeline.spec.source.args_json,
+                             target + target / 16, source_emit, t, &t->err);
         sb_io_split_clear(&sp);
         return rc;
     }
