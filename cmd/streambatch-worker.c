@@ -27,6 +27,9 @@ static void usage(FILE *f)
             "  --advertise HOST    host peers use to reach this worker (SB_ADVERTISE, POD_IP)\n"
             "  --store-budget SIZE partition bytes kept in memory, default 1Gi (SB_STORE_BUDGET)\n"
             "  --spill-dir DIR     where partitions spill, default /tmp (SB_SPILL_DIR)\n"
+            "  --accelerators N    at most N slots run ops at once; the others fetch and write\n"
+            "                      meanwhile (a GPU shared by the slots), default 0 = no limit\n"
+            "                      (SB_ACCELERATORS)\n"
             "  --version, --help\n");
 }
 
@@ -52,6 +55,7 @@ int main(int argc, char **argv)
     cfg.advertise = env_or("SB_ADVERTISE", env_or("POD_IP", NULL));
     cfg.spill_dir = env_or("SB_SPILL_DIR", NULL);
     const char *slots = env_or("SB_SLOTS", "1"), *budget = env_or("SB_STORE_BUDGET", "1Gi");
+    const char *accel = env_or("SB_ACCELERATORS", "0");
     static const struct option opts[] = {{"controller", required_argument, 0, 'c'},
                                          {"id", required_argument, 0, 'i'},
                                          {"pool", required_argument, 0, 'p'},
@@ -60,6 +64,7 @@ int main(int argc, char **argv)
                                          {"advertise", required_argument, 0, 'a'},
                                          {"store-budget", required_argument, 0, 'b'},
                                          {"spill-dir", required_argument, 0, 'd'},
+                                         {"accelerators", required_argument, 0, 'A'},
                                          {"version", no_argument, 0, 'V'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -90,6 +95,9 @@ int main(int argc, char **argv)
         case 'd':
             cfg.spill_dir = optarg;
             break;
+        case 'A':
+            accel = optarg;
+            break;
         case 'V':
             printf("streambatch-worker %s\n", SB_VERSION);
             return 0;
@@ -113,6 +121,12 @@ int main(int argc, char **argv)
         return 2;
     }
     cfg.slots = (uint32_t)n;
+    n = strtol(accel, &end, 10);
+    if (*end != '\0' || n < 0 || n > 256) {
+        fprintf(stderr, "streambatch-worker: --accelerators must be 0..256, got \"%s\"\n", accel);
+        return 2;
+    }
+    cfg.accelerators = (uint32_t)n;
     int64_t b;
     sb_err err;
     if (sb_quantity_value(budget, &b, &err) != 0 || b <= 0) {

@@ -17,7 +17,7 @@
 
 typedef struct {
     char pool[16];
-    uint32_t slots, index, generation;
+    uint32_t slots, accelerators, index, generation;
     pid_t pid;
     char id[64];
     int retired; /* taken out by set_pool_size: not respawned */
@@ -40,10 +40,11 @@ static int spawn(sb_local *l, proc *p, sb_err *err)
         snprintf(p->id, sizeof p->id, "%s-%u", p->pool, p->index);
     else
         snprintf(p->id, sizeof p->id, "%s-%u-r%u", p->pool, p->index, p->generation);
-    char dir[1024], log[1100], slots[16], budget[32];
+    char dir[1024], log[1100], slots[16], budget[32], accel[16];
     snprintf(dir, sizeof dir, "%s/%s", l->run_dir, p->id);
     snprintf(log, sizeof log, "%s/%s.log", l->run_dir, p->id);
     snprintf(slots, sizeof slots, "%u", p->slots);
+    snprintf(accel, sizeof accel, "%u", p->accelerators);
     snprintf(budget, sizeof budget, "%llu", (unsigned long long)l->cfg.store_budget);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return sb_err_set(err, "cannot create %s: %s", dir, strerror(errno));
@@ -64,9 +65,10 @@ static int spawn(sb_local *l, proc *p, sb_err *err)
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0)
             dup2(nul, STDIN_FILENO);
-        char *argv[] = {l->worker_bin, "--controller", l->controller, "--id", p->id,
-                        "--pool",      p->pool,        "--slots",     slots,  "--store-budget",
-                        budget,        "--spill-dir",  dir,           NULL};
+        char *argv[] = {l->worker_bin, "--controller",   l->controller, "--id",
+                        p->id,         "--pool",         p->pool,       "--slots",
+                        slots,         "--accelerators", accel,         "--store-budget",
+                        budget,        "--spill-dir",    dir,           NULL};
         execv(l->worker_bin, argv);
         fprintf(stderr, "exec %s: %s\n", l->worker_bin, strerror(errno));
         _exit(127);
@@ -152,6 +154,7 @@ sb_local *sb_local_start(const sb_local_config *cfg, sb_err *err)
             proc *p = &l->procs[l->nprocs++];
             snprintf(p->pool, sizeof p->pool, "%s", cfg->pools[i].pool);
             p->slots = cfg->pools[i].slots ? cfg->pools[i].slots : 1;
+            p->accelerators = cfg->pools[i].accelerators;
             p->index = k;
             if (spawn(l, p, err) != 0)
                 goto fail;
@@ -283,12 +286,13 @@ static int local_set_pool_size(void *impl, const char *pool, uint32_t workers)
     pthread_mutex_lock(&l->mu);
     uint32_t have = 0;
     int rc = 0;
-    uint32_t slots = 1;
+    uint32_t slots = 1, accelerators = 0;
     for (size_t i = 0; i < l->nprocs; i++) {
         proc *p = &l->procs[i];
         if (strcmp(p->pool, pool) != 0)
             continue;
         slots = p->slots;
+        accelerators = p->accelerators;
         if (p->retired)
             continue;
         if (have < workers) {
@@ -310,6 +314,7 @@ static int local_set_pool_size(void *impl, const char *pool, uint32_t workers)
         memset(p, 0, sizeof *p);
         snprintf(p->pool, sizeof p->pool, "%s", pool);
         p->slots = slots;
+        p->accelerators = accelerators;
         p->index = (uint32_t)l->nprocs;
         sb_err err;
         if (spawn(l, p, &err) != 0) {

@@ -24,7 +24,8 @@ typedef struct sb_local sb_local;
 typedef struct sb_local_pool {
     const char *pool; /* "cpu" or "gpu" */
     uint32_t workers;
-    uint32_t slots; /* per worker */
+    uint32_t slots;        /* per worker */
+    uint32_t accelerators; /* per worker: slots that run ops at once (0 = all) */
 } sb_local_pool;
 
 typedef struct sb_local_config {

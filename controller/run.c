@@ -528,9 +528,10 @@ int sb_run(const sb_run_opts *o)
                           .on_exit = exit_cb,
                           .ud = ctl};
     if (ncpu > 0)
-        lc.pools[lc.npools++] = (sb_local_pool){"cpu", (uint32_t)ncpu, 1};
+        lc.pools[lc.npools++] = (sb_local_pool){"cpu", (uint32_t)ncpu, 1, 0};
     if (ngpu > 0)
-        lc.pools[lc.npools++] = (sb_local_pool){"gpu", (uint32_t)ngpu, 1};
+        /* two slots share the device: one task's fetch and write overlap the other's ops */
+        lc.pools[lc.npools++] = (sb_local_pool){"gpu", (uint32_t)ngpu, 2, 1};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,8 @@ typedef struct {
     int have_pipeline;
     uint32_t hb_ms;
     pthread_mutex_t mu;
+    sem_t accel;
+    int have_accel;
     int shutdown;
     int running_tasks;
     uint64_t bytes_received;
@@ -109,6 +112,12 @@ struct task_ctx {
     emit_ud *ud;
     out_part *parts;
     size_t nparts, capparts;
+    struct pending_out {
+        void *blob;
+        size_t len;
+        uint64_t rows;
+    } * pending;
+    size_t npending, cappending;
     uint32_t seq;
     uint64_t rows_in, bytes_in;
     sb_err err;
@@ -149,7 +158,7 @@ static int add_part(task_ctx *t, const char *id, uint64_t bytes, uint64_t rows, 
 }
 
 /* The last stage's output: into the store, or to the sink. Owns blob. */
-static int emit_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
+static int write_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
 {
     char id[SB_RPC_PARTITION_ID_MAX];
     sb_rpc_partition_id_format(id, sizeof id, t->task->stage_index, t->task->task_index, t->seq++);
@@ -169,6 +178,60 @@ static int emit_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
     return add_part(t, id, len, rows, 0);
 }
 
+/* Outputs are queued while the ops run and written after (outside the accelerator). */
+static int emit_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
+{
+    if (t->npending == t->cappending) {
+        size_t cap = t->cappending ? t->cappending * 2 : 8;
+        struct pending_out *np = realloc(t->pending, cap * sizeof *np);
+        if (np == NULL) {
+            sb_part_free(blob);
+            return sb_err_set(&t->err, "out of memory");
+        }
+        t->pending = np;
+        t->cappending = cap;
+    }
+    t->pending[t->npending++] = (struct pending_out){blob, len, rows};
+    return 0;
+}
+
+static int drain_pending(task_ctx *t)
+{
+    int rc = 0;
+    for (size_t i = 0; i < t->npending; i++) {
+        if (rc == 0)
+            rc = write_final(t, t->pending[i].blob, t->pending[i].len, t->pending[i].rows);
+        else
+            sb_part_free(t->pending[i].blob);
+    }
+    t->npending = 0;
+    return rc;
+}
+
+static void accel_acquire(worker *w)
+{
+    if (w->have_accel)
+        while (sem_wait(&w->accel) != 0 && errno == EINTR)
+            ;
+}
+
+static void accel_release(worker *w)
+{
+    if (w->have_accel)
+        sem_post(&w->accel);
+}
+
+/* Runs the op chain over one input partition, holding an accelerator, then writes what the
+ * last op emitted. */
+static int run_chain(task_ctx *t, const void *blob, size_t len)
+{
+    accel_acquire(t->w);
+    int rc = feed_stage(t, 0, blob, len);
+    accel_release(t->w);
+    int rc2 = drain_pending(t);
+    return rc != 0 ? rc : rc2;
+}
+
 static int emit_cb(void *blob, size_t len, uint64_t rows, void *ud_)
 {
     emit_ud *ud = ud_;
@@ -185,7 +248,7 @@ static int source_emit(void *blob, size_t len, uint64_t rows, void *ud)
     task_ctx *t = ud;
     t->rows_in += rows;
     t->bytes_in += len;
-    int rc = feed_stage(t, 0, blob, len);
+    int rc = run_chain(t, blob, len);
     sb_part_free(blob);
     return rc;
 }
@@ -215,6 +278,9 @@ static void task_ctx_free(task_ctx *t)
     for (size_t i = 0; i < t->nparts; i++)
         free(t->parts[i].id);
     free(t->parts);
+    for (size_t i = 0; i < t->npending; i++)
+        sb_part_free(t->pending[i].blob);
+    free(t->pending);
 }
 
 static int task_setup(task_ctx *t)
@@ -285,7 +351,7 @@ static int task_inputs(task_ctx *t, char **lost)
             }
             size_t len = sb_store_ref_len(r);
             t->bytes_in += len;
-            int rc = feed_stage(t, 0, sb_store_ref_data(r), len);
+            int rc = run_chain(t, sb_store_ref_data(r), len);
             sb_store_unpin(r);
             if (rc != 0)
                 return -1;
@@ -304,7 +370,7 @@ static int task_inputs(task_ctx *t, char **lost)
         pthread_mutex_lock(&w->mu);
         w->bytes_received += len;
         pthread_mutex_unlock(&w->mu);
-        rc = feed_stage(t, 0, blob, len);
+        rc = run_chain(t, blob, len);
         sb_part_free(blob);
         if (rc != 0)
             return -1;
@@ -323,11 +389,18 @@ static void run_task(worker *w, const Streambatch__V1__Task *task)
     int rc = task_setup(&t);
     if (rc == 0)
         rc = task_inputs(&t, &lost);
-    for (size_t k = 0; rc == 0 && k < t.n; k++) { /* drain the chain front to back */
-        if (t.impl[k]->finish != NULL && t.impl[k]->finish(t.state[k], t.out[k], &t.err) != 0)
-            rc = -1;
-        else if (sb_op_out_flush(t.out[k], &t.err) != 0)
-            rc = -1;
+    if (rc == 0) {
+        accel_acquire(w);
+        for (size_t k = 0; rc == 0 && k < t.n; k++) { /* drain the chain front to back */
+            if (t.impl[k]->finish != NULL && t.impl[k]->finish(t.state[k], t.out[k], &t.err) != 0)
+                rc = -1;
+            else if (sb_op_out_flush(t.out[k], &t.err) != 0)
+                rc = -1;
+        }
+        accel_release(w);
+        int rc2 = drain_pending(&t);
+        if (rc == 0)
+            rc = rc2;
     }
     Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
     Streambatch__V1__TaskMetrics met = STREAMBATCH__V1__TASK_METRICS__INIT;
@@ -535,6 +608,8 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
         w->cfg.spill_dir = "/tmp";
     if (w->cfg.register_timeout_ms <= 0)
         w->cfg.register_timeout_ms = 60000;
+    if (w->cfg.accelerators > 0 && sem_init(&w->accel, 0, w->cfg.accelerators) == 0)
+        w->have_accel = 1;
     int rc = -1;
     pthread_t *slots = calloc(w->cfg.slots, sizeof *slots);
     size_t started = 0;
@@ -592,6 +667,8 @@ out:
         sb_pipeline_free(&w->pipeline);
     sb_doc_free(w->doc);
     pthread_mutex_destroy(&w->mu);
+    if (w->have_accel)
+        sem_destroy(&w->accel);
     free(w);
     return rc;
 }

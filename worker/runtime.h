@@ -28,6 +28,9 @@ typedef struct sb_worker_config {
     size_t store_budget;     /* bytes of partitions in memory; default 1 GiB */
     const char *spill_dir;   /* default /tmp */
     int register_timeout_ms; /* waiting for the controller; default 60000 */
+    uint32_t accelerators;   /* 0: every slot runs ops at once. N: at most N tasks run their ops
+                                at a time (slots share N accelerators), while the other slots
+                                fetch inputs and write outputs: I/O overlaps the device */
 } sb_worker_config;
 
 typedef struct sb_worker sb_worker;
