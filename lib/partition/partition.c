@@ -1234,8 +1234,8 @@ int sb_batch_open_ex(const void *blob, size_t len, unsigned flags, sb_batch **ou
     for (size_t i = 0; i < ncols; i++) {
         sb_column *c = &b->cols[i];
         unsigned nb = col_nbuf(c->type);
-        const uint8_t *bp[3];
-        size_t bl[3];
+        const uint8_t *bp[3] = {0};
+        size_t bl[3] = {0};
         for (unsigned k = 0; k < nb; k++, bi++) {
             const uint8_t *be = p + SB_PART_HEADER_SIZE + COL_ENTRY * ncols + BUF_ENTRY * bi;
             uint64_t off = rd64(be), blen = rd64(be + 8);
