@@ -12,6 +12,7 @@
  */
 #include "rpc/rpc_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -116,7 +117,8 @@ struct sb_rpc_server {
     int shutdown_done; /* gRPC's shutdown notification arrived */
     int stopped;       /* everything joined and destroyed */
     int cancelled_calls;
-    int live_calls; /* grpc_calls not yet released */
+    int64_t last_stream_end_ms; /* when the last streaming call ended (monotonic ms) */
+    int live_calls;             /* grpc_calls not yet released */
     tag t_shutdown;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -155,7 +157,16 @@ static grpc_call *take_releasable_locked(sb_rpc_call *c)
     return NULL;
 }
 
-static void release_grpc_call(sb_rpc_server *srv, grpc_call *gc)
+#define SB_RPC_SHUTDOWN_LINGER_MS 2000
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void release_grpc_call(sb_rpc_server *srv, grpc_call *gc, int streaming)
 {
     if (!gc)
         return;
@@ -163,6 +174,8 @@ static void release_grpc_call(sb_rpc_server *srv, grpc_call *gc)
      * run on an application thread that ended the call). */
     pthread_mutex_lock(&srv->mu);
     srv->live_calls--;
+    if (streaming)
+        srv->last_stream_end_ms = mono_ms();
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     grpc_call_unref(gc);
@@ -175,7 +188,7 @@ static void call_unref_locked(sb_rpc_call *c)
     grpc_call *gc = take_releasable_locked(c);
     int gone = --c->refs == 0;
     pthread_mutex_unlock(&c->mu);
-    release_grpc_call(srv, gc);
+    release_grpc_call(srv, gc, c->m != NULL && c->m->streaming);
     if (gone)
         call_free(c);
 }
@@ -719,6 +732,22 @@ int sb_rpc_server_shutdown(sb_rpc_server *srv, int grace_ms)
             }
         }
         pthread_mutex_unlock(&srv->mu);
+    }
+    /* A stream's last messages and status may still sit in the transport when its call ends
+     * (accepted by flow control, not yet read by a slow client); tearing the connections down
+     * now would reset them and lose that tail. On a graceful shutdown keep the transports (and
+     * the threads that drive them) up a little longer after the last stream ended. */
+    if (grace_ms > 0 && srv->started) {
+        pthread_mutex_lock(&srv->mu);
+        int64_t linger =
+            grace_ms < SB_RPC_SHUTDOWN_LINGER_MS ? grace_ms : SB_RPC_SHUTDOWN_LINGER_MS;
+        int64_t left = srv->last_stream_end_ms + linger - mono_ms();
+        pthread_mutex_unlock(&srv->mu);
+        if (srv->last_stream_end_ms > 0 && left > 0) {
+            struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+        }
     }
     for (int t = 0; t < srv->nthreads; t++)
         grpc_completion_queue_shutdown(srv->threads[t].cq);

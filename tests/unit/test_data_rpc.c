@@ -1,14 +1,12 @@
-/* test_data_rpc.c — what worker/data needs from lib/rpc and does not get (yet). These tests
- * FAIL on purpose while the problems are open; they are kept apart from test_data.c so that the
- * data service's own suite stays meaningful. Found while building worker/data (issue 3):
+/* test_data_rpc.c — what worker/data needs from lib/rpc. Found while building worker/data
+ * (issue 3), fixed in lib/rpc since; this is the regression test:
  *
- *  1. A graceful sb_rpc_server_shutdown() can cut off the tail of a stream whose client is
- *     still reading: once the last call has finished on the server side (its last message was
- *     accepted by flow control, not yet read by the client), the connection is torn down, and the
- *     client gets "UNAVAILABLE: Broken pipe" with the last chunk(s) lost. About half the runs of
- *     8 slow readers lose at least one tail; the test runs five rounds.
- *     worker/data works around it: sb_data_server_drain() ends the fetches first and gives the
- *     readers a moment before the rpc server goes (test_data.c checks that).
+ *  1. A graceful sb_rpc_server_shutdown() could cut off the tail of a stream whose client was
+ *     still reading: once the last call had finished on the server side (its last message
+ *     accepted by flow control, not yet read by the client), the connection was torn down, and
+ *     the client got "UNAVAILABLE: Broken pipe" with the last chunk(s) lost (about half the
+ *     runs of 8 slow readers). The server now keeps its transports up for a short linger after
+ *     the last stream ends on a graceful shutdown.
  *
  * The test uses an in-process store + worker/data server on 127.0.0.1 and no drain. */
 #include <criterion/criterion.h>
