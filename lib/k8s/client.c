@@ -537,7 +537,8 @@ cJSON *sb_k8s_update_retry(sb_k8s_client *c, const char *path, const char *subre
     long st = 0;
     cJSON *latest = NULL, *out = NULL;
     const cJSON *cur = obj;
-    for (int attempt = 1; attempt <= max_attempts; attempt++) {
+    int attempt;
+    for (attempt = 1; attempt <= max_attempts; attempt++) {
         out = sb_k8s_update(c, target, cur, &st, err);
         if (out != NULL || st != 409 || reapply == NULL || attempt == max_attempts)
             break;
@@ -553,8 +554,9 @@ cJSON *sb_k8s_update_retry(sb_k8s_client *c, const char *path, const char *subre
         }
         cur = latest;
     }
-    if (out == NULL && st == 409)
-        sb_err_wrap(err, "still conflicting after %d attempts", max_attempts);
+    if (out == NULL && st == 409 && reapply != NULL)
+        sb_err_wrap(err, "still conflicting after %d attempts",
+                    attempt > max_attempts ? max_attempts : attempt);
     cJSON_Delete(latest);
     free(target);
     if (status != NULL)

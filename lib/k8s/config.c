@@ -76,19 +76,22 @@ static char *read_file(const char *path, size_t *len, sb_err *err)
     }
     size_t cap = 4096, n = 0;
     char *b = malloc(cap);
-    while (b != NULL) {
+    if (b == NULL) {
+        fclose(f);
+        sb_err_set(err, "%s: out of memory", path);
+        return NULL;
+    }
+    for (;;) {
         if (n + 1 >= cap) {
-            if (cap >= MAX_FILE) {
-                free(b);
-                fclose(f);
-                sb_err_set(err, "%s: larger than %d bytes", path, MAX_FILE);
-                return NULL;
-            }
-            char *nb = realloc(b, cap * 2);
+            char *nb = cap < MAX_FILE ? realloc(b, cap * 2) : NULL;
             if (nb == NULL) {
                 free(b);
-                b = NULL;
-                break;
+                fclose(f);
+                if (cap >= MAX_FILE)
+                    sb_err_set(err, "%s: larger than %d bytes", path, MAX_FILE);
+                else
+                    sb_err_set(err, "%s: out of memory", path);
+                return NULL;
             }
             b = nb;
             cap *= 2;
@@ -100,10 +103,6 @@ static char *read_file(const char *path, size_t *len, sb_err *err)
     }
     int bad = ferror(f);
     fclose(f);
-    if (b == NULL) {
-        sb_err_set(err, "%s: out of memory", path);
-        return NULL;
-    }
     if (bad) {
         free(b);
         sb_err_set(err, "%s: read error", path);
