@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,13 @@
 
 #define ID_MAX 256
 #define MAX_BACKOFF_MS 1000
+
+int sb_data_tune_malloc(void)
+{
+    int ok = mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    ok &= mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    return ok ? 0 : -1;
+}
 
 const char *sb_data_status_name(int status)
 {
@@ -63,6 +71,8 @@ struct sb_data_recv {
     char id[ID_MAX];
     size_t expected, limit, grid;
     uint64_t wire_total; /* total_length the server announced (0 = not yet) */
+    uint8_t head[16];    /* the blob's first bytes, verified, while its size is unknown */
+    size_t head_have;
     sb_part_piece *pp;
     size_t cap;
     uint64_t chunks, bytes;
@@ -103,6 +113,7 @@ void sb_data_recv_reset(sb_data_recv *r, const char *id, size_t expected_len, si
     r->limit = max_len ? max_len : expected_len ? expected_len : SIZE_MAX / 2;
     r->grid = chunk_grid ? chunk_grid : SB_PART_CHUNK_MAX;
     r->wire_total = 0;
+    r->head_have = 0;
     r->chunks = 0;
     r->bytes = 0;
 }
@@ -190,35 +201,47 @@ int sb_data_recv_feed(sb_data_recv *r, const sb_rpc_piece *pieces, size_t n, sb_
         k++;
     }
     sb_part_chunk pc = {.index = index, .offset = c.offset, .len = c.data_len, .crc = c.crc32c};
-    /* First chunk: check what the header claims before the assembler allocates that much (but
-     * only once the crc says these are the bytes the server sent). */
-    if (sb_part_asm_total(r->a) == 0 && c.offset == 0 && c.data_len >= 16) {
+    /* While the size is unknown: collect the header's first 16 bytes (from as many chunks as it
+     * takes) and check what they claim before the assembler allocates that much, but only once
+     * the crc says these are the bytes the server sent (else the assembler reports the crc). */
+    uint8_t head[sizeof r->head];
+    size_t head_have = r->head_have;
+    if (sb_part_asm_total(r->a) == 0 && c.offset <= r->head_have && c.offset < sizeof head) {
         uint32_t crc = 0;
         for (size_t i = 0; i < k; i++)
             crc = sb_crc32c(crc, r->pp[i].p, r->pp[i].len);
         if (crc == c.crc32c) {
-            uint8_t head[16];
-            size_t got = 0;
-            for (size_t i = 0; i < k && got < sizeof head; i++) {
-                size_t take = r->pp[i].len < sizeof head - got ? r->pp[i].len : sizeof head - got;
-                memcpy(head + got, r->pp[i].p, take);
-                got += take;
+            memcpy(head, r->head, sizeof head);
+            size_t at = (size_t)c.offset;
+            for (size_t i = 0; i < k && at < sizeof head; i++) {
+                size_t take = r->pp[i].len < sizeof head - at ? r->pp[i].len : sizeof head - at;
+                memcpy(head + at, r->pp[i].p, take);
+                at += take;
             }
+            if (at > head_have)
+                head_have = at;
             uint64_t total;
-            if (sb_part_peek(head, sizeof head, &total, NULL, &perr) != 0)
-                return fail(err, SB_DATA_ECORRUPT, "partition %s: chunk 0: %s", r->id, perr.msg);
-            if (r->wire_total && total != r->wire_total)
-                return fail(err, SB_DATA_ECORRUPT,
-                            "partition %s: its header says it is %" PRIu64
-                            " bytes but the server says %" PRIu64,
-                            r->id, total, r->wire_total);
-            int rc = check_total(r, total, "its header", err);
-            if (rc != 0)
-                return rc;
+            if (head_have == sizeof head) {
+                if (sb_part_peek(head, sizeof head, &total, NULL, &perr) != 0)
+                    return fail(err, SB_DATA_ECORRUPT, "partition %s: chunk %" PRIu64 ": %s", r->id,
+                                index, perr.msg);
+                if (r->wire_total && total != r->wire_total)
+                    return fail(err, SB_DATA_ECORRUPT,
+                                "partition %s: its header says it is %" PRIu64
+                                " bytes but the server says %" PRIu64,
+                                r->id, total, r->wire_total);
+                int rc = check_total(r, total, "its header", err);
+                if (rc != 0)
+                    return rc;
+            }
         }
     }
     if (sb_part_asm_add(r->a, &pc, r->pp, k, &perr) != 0)
         return fail(err, SB_DATA_ECORRUPT, "partition %s: %s", r->id, perr.msg);
+    if (head_have > r->head_have) {
+        memcpy(r->head, head, sizeof head);
+        r->head_have = head_have;
+    }
     uint64_t total = sb_part_asm_total(r->a);
     if (total && r->wire_total && total != r->wire_total)
         return fail(err, SB_DATA_ECORRUPT,
