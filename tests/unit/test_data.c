@@ -1157,6 +1157,24 @@ Test(data, receiver_checks_every_message)
     cr_assert_eq(sb_data_recv_next_offset(r), G, "progress was lost");
     cr_assert_eq(feed(r, msg, m, 100000, &err), 0, "%s", err.msg); /* the real one still fits */
     cr_assert_null(sb_data_recv_view(r, &m), "an incomplete blob is viewable");
+
+    /* A header that claims 1 TiB, arriving in 8-byte chunks (found by fuzz_data_msgs: the size
+     * check only looked at a first chunk of 16 bytes or more, so the assembler allocated what
+     * the header said). */
+    uint8_t liar[64];
+    memcpy(liar, blob, sizeof liar);
+    uint64_t tib = (uint64_t)1 << 40;
+    memcpy(liar + 8, &tib, 8); /* little-endian total length */
+    sb_data_recv_reset(r, "s1-t0-p0", 0, MIB, 8);
+    int rc = 0;
+    for (size_t off = 0; off < sizeof liar && rc == 0; off += 8) {
+        m = chunk_msg(msg, off, liar + off, 8, sb_crc32c(0, liar + off, 8), 0);
+        rc = feed(r, msg, m, 3, &err);
+    }
+    cr_assert_eq(rc, SB_DATA_ETOOBIG, "%s: %s", sb_data_status_name(rc), err.msg);
+    cr_assert(strstr(err.msg, "its header says it is 1099511627776 bytes, more than the limit"),
+              "%s", err.msg);
+    cr_assert_eq(sb_data_recv_total(r), 0, "the assembler took the header's word");
     sb_data_recv_free(r);
     free(msg);
     sb_part_free(blob);
