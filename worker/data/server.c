@@ -33,6 +33,7 @@
 #define HEADROOM 32                  /* room before a pooled chunk for the Chunk header */
 #define TAILROOM 32                  /* ... and after it for the trailer */
 #define FREE_WAIT_MS 30000
+#define READ_AHEAD 2 /* spilled chunks read and waiting to be sent, at most */
 
 enum job_kind { JOB_NONE = 0, JOB_PIN, JOB_READ };
 
@@ -59,9 +60,12 @@ typedef struct fx {
     int pinned;  /* the pin job ran and succeeded */
     int stalled; /* the ready callback found nothing to send: no write is in flight */
     int pending; /* a job (pin or read) is waiting for a buffer, queued or running */
-    pbuf *ready; /* spill: a chunk read and not sent yet */
-    size_t ready_off, ready_len;
-    uint32_t ready_crc;
+    struct {
+        pbuf *b;
+        size_t off, len;
+        uint32_t crc;
+    } ready[READ_AHEAD]; /* spill: chunks read and not sent yet, in order */
+    int nready;
     /* --- under ds->mu */
     int job;
     pbuf *job_buf;
@@ -236,7 +240,7 @@ static fx *fx_get(sb_data_server *ds)
     f->pinned = 0;
     f->stalled = 0;
     f->pending = 0;
-    f->ready = NULL;
+    f->nready = 0;
     f->job = JOB_NONE;
     f->job_buf = NULL;
     f->in_waiters = 0;
@@ -288,8 +292,6 @@ static int fx_end_locked(fx *f, sb_rpc_code code, const char *fmt, ...)
     sb_rpc_call *call = f->call;
     f->call = NULL;
     sb_rpc_call_finish(call, code, msg[0] ? "%s" : NULL, msg);
-    pbuf *ready = f->ready;
-    f->ready = NULL;
     int drop = 1; /* the call's reference */
     sb_data_server *ds = f->ds;
     pthread_mutex_lock(&ds->mu);
@@ -327,8 +329,9 @@ static int fx_end_locked(fx *f, sb_rpc_code code, const char *fmt, ...)
         ds->st.errors++;
     }
     pthread_mutex_unlock(&ds->mu);
-    if (ready)
-        pbuf_put(ready);
+    for (int i = 0; i < f->nready; i++)
+        pbuf_put(f->ready[i].b);
+    f->nready = 0;
     if (code != SB_RPC_OK && code != SB_RPC_CANCELLED && code != SB_RPC_NOT_FOUND)
         sb_log(code == SB_RPC_OUT_OF_RANGE ? SB_LOG_INFO : SB_LOG_ERROR, "data: fetch failed",
                "partition", f->id, "code", sb_rpc_code_name(code), "error", msg, (char *)NULL);
@@ -398,26 +401,28 @@ static int pump_locked(fx *f)
         return 0;
     }
     /* Spilled. */
-    if (f->ready) {
-        pbuf *b = f->ready;
-        f->ready = NULL;
-        size_t n = f->ready_len;
+    if (f->nready > 0) {
+        pbuf *b = f->ready[0].b;
+        size_t off = f->ready[0].off, n = f->ready[0].len;
+        uint32_t crc = f->ready[0].crc;
+        for (int i = 1; i < f->nready; i++)
+            f->ready[i - 1] = f->ready[i];
+        f->nready--;
         int rc;
         if (n <= COPY_MAX) {
             /* Frame it in place and let gRPC copy it: the buffer is free again at once. */
             sb_rpc_chunk_frame fr;
-            sb_rpc_chunk_frame_encode(&fr, f->ready_off, n, f->ready_crc, f->len);
+            sb_rpc_chunk_frame_encode(&fr, off, n, crc, f->len);
             uint8_t *start = pbuf_data(b) - fr.head_len;
             memcpy(start, fr.head, fr.head_len);
             memcpy(pbuf_data(b) + n, fr.tail, fr.tail_len);
             rc = sb_rpc_stream_write(f->call, start, fr.head_len + n + fr.tail_len, &err);
             pbuf_put(b);
         } else {
-            rc = sb_rpc_stream_write_chunk(f->call, f->ready_off, pbuf_data(b), n, f->ready_crc,
-                                           f->len, pbuf_unpin, b, &err);
+            rc = sb_rpc_stream_write_chunk(f->call, off, pbuf_data(b), n, crc, f->len, pbuf_unpin,
+                                           b, &err);
         }
-        if (rc != 0)
-            /* lib/rpc fails a write only when the stream is cancelled or broken */
+        if (rc != 0) /* lib/rpc fails a write only when the stream is cancelled or broken */
             return fx_end_locked(f, SB_RPC_CANCELLED, "%s", err.msg);
         pthread_mutex_lock(&ds->mu);
         ds->st.chunks++;
@@ -429,7 +434,7 @@ static int pump_locked(fx *f)
     } else {
         f->stalled = 1;
     }
-    if (!f->pending && f->pos < f->len)
+    if (!f->pending && f->pos < f->len && f->nready < READ_AHEAD)
         request_read_locked(f);
     return 0;
 }
@@ -591,13 +596,16 @@ static void do_read(fx *f, pbuf *b)
         drop = fx_end_locked(f, n == SB_STORE_ECORRUPT ? SB_RPC_DATA_LOSS : SB_RPC_INTERNAL,
                              "partition %s at offset %zu: %s", f->id, off, err.msg);
     } else {
-        f->ready = b;
-        f->ready_off = off;
-        f->ready_len = want;
-        f->ready_crc = crc;
+        f->ready[f->nready].b = b;
+        f->ready[f->nready].off = off;
+        f->ready[f->nready].len = want;
+        f->ready[f->nready].crc = crc;
+        f->nready++;
         f->pos = end;
         if (f->stalled)
             drop = pump_locked(f);
+        else if (f->pos < f->len && f->nready < READ_AHEAD)
+            request_read_locked(f); /* keep reading ahead */
     }
     pthread_mutex_unlock(&f->mu);
     fx_drop(f, drop);
