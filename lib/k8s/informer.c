@@ -431,6 +431,9 @@ static void *loop(void *arg)
         sb_log(SB_LOG_ERROR, "k8s informer: no client", "error", err.msg, NULL);
         return NULL;
     }
+    /* The loop has its own backoff; a single attempt per list keeps stop() prompt (a list in
+     * flight still runs to its end, at most the client's 30 s request timeout). */
+    sb_k8s_client_set_retry(c, 1, BACKOFF_MIN_MS);
     long backoff = BACKOFF_MIN_MS;
     while (!atomic_load(&inf->stop)) {
         int rc;

@@ -13,7 +13,8 @@
  * (its own curl handle); callbacks run on that thread, in event order, without the cache lock
  * held (so they may query the cache). Cache queries are safe from any thread.
  * sb_k8s_informer_stop() ends a blocked watch within about a second (curl's progress callback
- * checks a stop flag) and joins the thread.
+ * checks a stop flag) and joins the thread; a list request in flight runs to its end first
+ * (bounded by the 30 s request timeout).
  *
  * Keys are "namespace/name" ("name" for cluster-scoped objects).
  *
