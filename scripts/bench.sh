@@ -23,12 +23,19 @@ cmds=(
   "bench_data many --n 1000 --size 4096 --rounds 3"
   "bench_data unary --threads 4 --seconds 2 --rounds 3"
 )
+pressure() { # CPU time other tasks waited for, last 60 s (PSI), and the load average
+  local p=""
+  [[ -r /proc/pressure/cpu ]] && p=$(awk '/^some/ { sub("avg60=", "", $3); print $3 "%" }' /proc/pressure/cpu)
+  echo "CPU pressure ${p:-n/a}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+before=$(pressure)
 start=$(date +%s)
 for c in "${cmds[@]}"; do
   # shellcheck disable=SC2086
   run "$build/bench/"$c
 done
 elapsed=$(($(date +%s) - start))
+after=$(pressure)
 
 # field NAME KEY: the value of KEY= on the RESULT line for NAME
 field() { awk -v n="$1" -v k="$2" '$1 == "RESULT" && $2 == n {
@@ -62,7 +69,9 @@ Written by \`make bench\` (scripts/bench.sh); every number below was measured in
 - Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; the run took ${elapsed} s.
 - Machine: $(nproc) CPUs ($cpu_model), ${mem_gib} GiB memory, Linux $(uname -r). Server, client
   and the TCP pair run as separate processes on these same CPUs, over 127.0.0.1, and share them
-  with whatever else runs on the machine: numbers move by 10-20 % between runs.
+  with whatever else runs on the machine (before the run: $before; after: $after). Other load
+  hurts the fetch (several threads, a wake-up per chunk on each end) more than one TCP stream,
+  so results move between runs; the ratio column pairs transfers made back to back.
 - Commands (from \`$build\`):
 $(for c in "${cmds[@]}"; do echo "  - \`bench/$c\`"; done)
 
@@ -89,7 +98,7 @@ CPU is user + system time (getrusage) of each process over the timed transfers, 
 
 - Transfers: every round times one transfer of each kind (order rotating), each over a fresh
   connection warmed by one untimed transfer of the same size; the median over the rounds is
-  reported. The fetch uses a reusable \`sb_data_fetcher\` (destination buffer kept between
+  reported, and the ratio to TCP is the median of the per-round ratios. The fetch uses a reusable \`sb_data_fetcher\` (destination buffer kept between
   fetches, as the TCP receiver keeps its preallocated one) with the default checks: crc32c of
   every chunk and a structural \`sb_batch_open\` of the result. The server is
   \`tests/helpers/sb_data_serve\` with the worker's store and data server: the memory partition
