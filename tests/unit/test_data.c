@@ -703,7 +703,7 @@ Test(data, stopped_server_fails_at_the_deadline)
     int rc = sb_data_fetch(ch, "s1-t0-p0", 0, 0, 1500, &o, &blob, &len, NULL, &err);
     int64_t dt = now_ms() - t0;
     cr_assert_eq(rc, SB_DATA_EDEADLINE, "%s: %s", sb_data_status_name(rc), err.msg);
-    cr_assert(dt >= 1400 && dt < 2500, "the fetch took %lld ms with a 1500 ms deadline",
+    cr_assert(dt >= 1400 && dt < 3500, "the fetch took %lld ms with a 1500 ms deadline",
               (long long)dt);
     cr_assert(strstr(err.msg, "deadline"), "%s", err.msg);
     proc_kill(p, SIGKILL);
@@ -862,8 +862,7 @@ Test(data, in_process_shutdown_graceful_and_forced)
             sb_data_server_get_stats(l.ds, &st);
         } while (st.fetches < N && now_ms() < end);
         cr_assert_eq(st.fetches, N);
-        /* drain in another thread while a late fetch comes in */
-        int left = sb_data_server_drain(l.ds, 20000, 500);
+        int left = sb_data_server_drain(l.ds, 20000, 1000);
         cr_assert_eq(left, 0);
         sb_err err;
         void *blob;
