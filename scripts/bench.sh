@@ -86,7 +86,7 @@ $(fmt "$ratio_spill") ($(met "$ratio_spill") against the same bar).
 $(row_transfer tcp "Plain TCP, ${mib} MiB: one write, reads into a preallocated buffer")
 $(row_transfer fetch_memory "Data.Fetch, ${mib} MiB partition from memory")
 $(row_transfer fetch_spill "Data.Fetch, ${mib} MiB partition from its spill file (page cache warm)")
-$(row_transfer fetch_memory_default_malloc "Data.Fetch from memory, glibc default malloc (no sb_data_tune_malloc; vs the TCP of that run)")
+$(row_transfer fetch_memory_default_malloc "Data.Fetch from memory, glibc default malloc (no sb_rpc_tune_malloc; vs the TCP of that run)")
 $(row_transfer fetch_spill_default_malloc "Data.Fetch from spill, glibc default malloc")
 | 1,000 concurrent fetches of distinct $(($(field many bytes) / 1024)) KiB partitions (4 channels, one thread each) | $(fmt "$(field many median_s)" 3) s total, $(field many fetches_per_s) fetches/s | – | $(field many server_cpu_ms_per_1000) ms per 1,000 | $(field many client_cpu_ms_per_1000) ms per 1,000 |
 | Control-plane unary calls (Heartbeat-shaped, $(field unary threads) threads, one channel) | $(field unary calls_per_s) calls/s ($(field unary mean_latency_us) µs mean) | – | $(field unary server_cpu_us_per_call) µs per call | $(field unary client_cpu_us_per_call) µs per call |
@@ -120,7 +120,7 @@ CPU is user + system time (getrusage) of each process over the timed transfers, 
 - glibc malloc: with its default dynamic thresholds, gRPC's 64 KiB receive slices are freed at
   the top of the heap, which is trimmed and faulted in again — measured 4,000-8,000 page faults
   per 64 MiB fetch and about twice the receiver CPU; whether a connection falls into that pattern
-  varies from connection to connection. \`sb_data_tune_malloc()\` (keep 64 MiB of freed heap,
+  varies from connection to connection. \`sb_rpc_tune_malloc(0)\` (keep 64 MiB of freed heap,
   heap-allocate below 32 MiB) removes it; the row "glibc default malloc" shows the difference.
   Every process that moves partitions should call it at start.
 - Spilled partitions cost one more copy (\`pread\` from the page cache into a pooled buffer) and

@@ -10,7 +10,7 @@
  *       median over the rounds is reported; the ratio to TCP is the median of the per-round
  *       ratios (a round's transfers run back to back, under the same load). CPU time of both ends
  * (user+sys, getrusage) is summed over the timed transfers and divided by the bytes moved. Both
- * processes call sb_data_tune_malloc() unless --no-tune is given (rows then end in
+ * processes call sb_rpc_tune_malloc(0) unless --no-tune is given (rows then end in
  * _default_malloc). bench_data many [--n N] [--size BYTES] [--rounds N] N (default 1000) concurrent
  * fetches of distinct small partitions (default 4 KiB), one thread each over 4 shared channels,
  * started together; wall time until all are done. bench_data unary [--threads N] [--seconds S]
@@ -544,7 +544,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--no-tune"))
             g_tune = 0;
     if (g_tune)
-        sb_data_tune_malloc();
+        sb_rpc_tune_malloc(0);
     if (argc < 2)
         die("usage", "bench_data transfer|many|unary [options]");
     if (!strcmp(argv[1], "transfer"))

@@ -23,7 +23,7 @@
  *     --io-threads N, --spill-buffers N, --chunk BYTES   data server settings
  *     --grace-ms N           shutdown grace on SIGTERM (default 2000)
  *     --spill-dir DIR        where the store spills (default a fresh directory in /tmp)
- *     --no-tune-malloc       keep glibc's default malloc thresholds (see sb_data_tune_malloc)
+ *     --no-tune-malloc       keep glibc's default malloc thresholds (see sb_rpc_tune_malloc)
  *
  * Output (stdout, line by line): "part ID LEN mem|spill" per partition, then "listening ADDR".
  * SIGUSR1 prints "stats ..." (data server counters, and cpu=SECONDS: user+sys of the process). On
@@ -366,7 +366,7 @@ int main(int argc, char **argv)
     }
 
     if (tune)
-        sb_data_tune_malloc();
+        sb_rpc_tune_malloc(0);
     /* Signals are taken synchronously by the main thread; every thread inherits the mask. */
     sigset_t sigs;
     sigemptyset(&sigs);

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +18,6 @@
 
 #define ID_MAX 256
 #define MAX_BACKOFF_MS 1000
-
-int sb_data_tune_malloc(void)
-{
-    int ok = mallopt(M_TRIM_THRESHOLD, 64 << 20);
-    ok &= mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    return ok ? 0 : -1;
-}
 
 const char *sb_data_status_name(int status)
 {

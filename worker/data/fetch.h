@@ -38,11 +38,11 @@
  * *_addr variants make and free their own). Options and ids are only read during the call.
  * Thread safety: one fetch at a time per fetcher; any number of fetchers may share a channel.
  *
- * Process setup: call sb_data_tune_malloc() once at the start of a process that moves partitions
- * (worker, tools, benchmarks). With glibc's default (dynamic) thresholds, gRPC's 64 KiB receive
- * slices come and go at the top of the heap, which is trimmed and grown again: thousands of page
- * faults and zeroed pages per 64 MiB fetch, nearly doubling the receiver's CPU time
- * (docs/benchmarks.md has the numbers).
+ * Process setup: call sb_rpc_tune_malloc(0) (lib/rpc/rpc.h) once at the start of a process that
+ * moves partitions (worker, tools, benchmarks). With glibc's default (dynamic) thresholds, gRPC's
+ * 64 KiB receive slices come and go at the top of the heap, which is trimmed and grown again:
+ * thousands of page faults and zeroed pages per 64 MiB fetch, nearly doubling the receiver's
+ * CPU time (docs/benchmarks.md has the numbers).
  */
 #ifndef SB_WORKER_DATA_FETCH_H
 #define SB_WORKER_DATA_FETCH_H
@@ -65,12 +65,6 @@ typedef enum sb_data_status {
     SB_DATA_EREFUSED = -7,
     SB_DATA_ECANCELLED = -8,
 } sb_data_status;
-
-/* Process-wide glibc malloc settings for moving partitions: keep up to 64 MiB of freed heap
- * (M_TRIM_THRESHOLD) and serve blocks below 32 MiB from the heap (M_MMAP_THRESHOLD), so buffers
- * freed by gRPC are reused instead of being given back to the kernel and faulted in again. Call
- * once, early (before other threads allocate). 0, or -1 if glibc refused a setting. */
-int sb_data_tune_malloc(void);
 
 /* "ENOTFOUND", ... ("OK" for 0). */
 const char *sb_data_status_name(int status);

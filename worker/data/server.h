@@ -37,12 +37,11 @@
  * Cancellation and shutdown. A call cancelled by the client, its deadline or
  * sb_rpc_server_shutdown() ends at once on our side: queued reads are dropped, pooled buffers go
  * back, and the store pin is released as soon as gRPC lets go of the chunks still in flight.
- * To stop without cutting streams short, call sb_data_server_drain() before
- * sb_rpc_server_shutdown(): a stream ends on the server once its last chunk was accepted by flow
- * control, possibly megabytes before the client has read it, and lib/rpc tears the connection
- * down as soon as the last call ended, which loses that tail (tests/unit/test_data_rpc.c). Drain
- * refuses new fetches (UNAVAILABLE, so fetchers retry elsewhere or give up), waits for the
- * running ones to end and then lingers so that their readers can take the rest.
+ * To stop cleanly, call sb_data_server_drain() before sb_rpc_server_shutdown(): it refuses new
+ * fetches (UNAVAILABLE, so fetchers retry elsewhere or give up), waits for the running ones to
+ * end and lingers so that their readers can take the last chunks (a stream ends on the server
+ * once its last chunk was accepted by flow control, possibly megabytes before the client read
+ * it; lib/rpc's graceful shutdown lingers too, since e26ce35 — tests/unit/test_data_rpc.c).
  *
  * Memory ownership. The store is borrowed and must outlive the data server. The data server
  * owns its fetch contexts, its I/O threads and the pooled buffers. sb_data_server_free() must
