@@ -1,14 +1,14 @@
-/* test_data_rpc.c — what worker/data needs from lib/rpc. Found while building worker/data
- * (issue 3), fixed in lib/rpc since; this is the regression test:
+/* test_data_rpc.c — what worker/data needs from lib/rpc, as regression tests. Found while building
+ * worker/data (issue 3):
  *
- *  1. A graceful sb_rpc_server_shutdown() could cut off the tail of a stream whose client was
- *     still reading: once the last call had finished on the server side (its last message
- *     accepted by flow control, not yet read by the client), the connection was torn down, and
- *     the client got "UNAVAILABLE: Broken pipe" with the last chunk(s) lost (about half the
- *     runs of 8 slow readers). The server now keeps its transports up for a short linger after
- *     the last stream ends on a graceful shutdown.
+ *  1. A graceful sb_rpc_server_shutdown() cut off the tail of a stream whose client was still
+ *     reading: once the last call had finished on the server side (its last message accepted by
+ *     flow control, not yet read by the client), the connection was torn down and the client got
+ *     "UNAVAILABLE: Broken pipe" with the last chunk(s) lost — in about half the rounds of 8 slow
+ *     readers. Fixed in lib/rpc (e26ce35: the transports linger after the last stream ended);
+ *     this test (five rounds, no sb_data_server_drain) failed before.
  *
- * The test uses an in-process store + worker/data server on 127.0.0.1 and no drain. */
+ * The test uses an in-process store + worker/data server on 127.0.0.1. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
