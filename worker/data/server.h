@@ -15,9 +15,9 @@
  * chunk in flight holds a reference on the fetch, and the store ref is unpinned when the last
  * reference goes (the stream ended and gRPC released the last chunk). Spilled partitions are
  * read chunk by chunk with sb_store_read() into buffers of a small shared pool (allocated on
- * first use, reused, never freed before the server), one chunk read ahead of the one being sent;
- * a buffer goes back to the pool when gRPC releases it (chunks of at most 64 KiB are sent as a
- * copy, so their buffer goes back at once). When every buffer is in use, fetches queue for the
+ * first use, reused, never freed before the server), up to two chunks ahead of the one being
+ * sent; a buffer goes back to the pool when gRPC releases it (chunks of at most 64 KiB are sent
+ * as a copy, so their buffer goes back at once). When every buffer is in use, fetches queue for the
  * next one released, in order.
  *
  * Threading, and why ready callbacks plus a small I/O pool. Sends are driven by lib/rpc's
