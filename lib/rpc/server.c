@@ -187,8 +187,9 @@ static void call_unref_locked(sb_rpc_call *c)
     sb_rpc_server *srv = c->srv;
     grpc_call *gc = take_releasable_locked(c);
     int gone = --c->refs == 0;
+    int streaming = c->m != NULL && c->m->streaming; /* read before unlocking: c may go then */
     pthread_mutex_unlock(&c->mu);
-    release_grpc_call(srv, gc, c->m != NULL && c->m->streaming);
+    release_grpc_call(srv, gc, streaming);
     if (gone)
         call_free(c);
 }
