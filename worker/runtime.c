@@ -657,6 +657,8 @@ out:
     for (size_t i = 0; i < started; i++)
         pthread_join(slots[i], NULL);
     free(slots);
+    if (w->data != NULL) /* let peers finish the fetches they started */
+        sb_data_server_drain(w->data, 2000, 200);
     if (w->srv != NULL)
         sb_rpc_server_shutdown(w->srv, 2000);
     sb_data_server_free(w->data);
