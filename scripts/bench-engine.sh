@@ -39,7 +39,7 @@ mkdir -p "$work/in"
 # 48 MiB of 4 KiB binary records in 12 files
 for i in $(seq -w 1 12); do head -c $((4 << 20)) /dev/urandom >"$work/in/f$i.bin"; done
 
-echo "### Engine: two CPU stages of known cost (bench.spin), $cpus workers"
+echo "### Two CPU stages of known cost (bench.spin), $cpus workers"
 echo
 echo "| partitions | CPU-s per partition | analytic bound (partitions/s) | measured (partitions/s) | fraction of bound |"
 echo "|---|---|---|---|---|"
@@ -60,7 +60,7 @@ echo "Wall time is measured by \`streambatch run\` from starting the workers to 
 echo "two stages are fused into one task (same pool), so no partition crosses a process boundary."
 echo
 
-echo "### Engine: memory microbenchmark (load -> 2x-expanding CPU transform -> simulated accelerator)"
+echo "### Memory microbenchmark (load -> 2x-expanding CPU transform -> simulated accelerator)"
 echo
 echo "Input 32 MiB in 1 MiB partitions. Transform: bench.spin 50 ms/MiB, output twice its input;"
 echo "inference: bench.sleep 25 ms/MiB on one accelerator slot (\`--gpus 1\`). Lower bound ="
@@ -86,7 +86,7 @@ for budget in 4Mi 8Mi 16Mi 64Mi; do
 done
 echo
 
-echo "### Engine: scheduler overhead"
+echo "### Scheduler overhead"
 echo
 echo "| measurement | tasks | tasks/s | controller CPU per task |"
 echo "|---|---|---|---|"

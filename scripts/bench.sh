@@ -130,5 +130,15 @@ CPU is user + system time (getrusage) of each process over the timed transfers, 
   per byte as much as latency; on two machines each end would have its own cores.
 EOF
 } >"$out"
-echo "bench: wrote $out (${elapsed} s)" >&2
+# The engine's benchmarks (issue 4) append their section to the same report.
+echo "bench: engine benchmarks (scripts/bench-engine.sh, a few minutes)" >&2
+{
+  echo
+  echo "## Engine (\`streambatch run\` with local worker processes)"
+  echo
+  echo "Command: \`scripts/bench-engine.sh\` (run by \`make bench\`), same machine, same run."
+  echo
+  SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-engine.sh
+} >>"$out"
+echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"
