@@ -617,3 +617,27 @@ Test(sched, late_downstream_worker_neither_overshoots_nor_deadlocks)
     sb_sched_free(m.s);
     free_spec(&h);
 }
+
+/* Small partitions are coalesced: a filter-like first op that keeps a tenth of its input makes
+ * small partitions, and the next op's tasks take several of them, up to the target size. */
+Test(sched, small_partitions_are_coalesced)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 2Gi}"));
+    sim m;
+    sim_init(&m, &h, 40, 64 * MiB);
+    m.ratio[0] = 0.1; /* 6.4 MiB out of every 64 MiB split */
+    sim_add_worker(&m, "c1", "cpu", 2);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_op_stats a, b;
+    sb_sched_get_op_stats(m.s, 0, &a);
+    sb_sched_get_op_stats(m.s, 1, &b);
+    cr_expect_eq(a.tasks_done, 40);
+    cr_expect_lt(b.tasks_done, 40 / 3, "%" PRIu64 " downstream tasks for 40 small partitions",
+                 b.tasks_done);
+    cr_expect_eq(b.bytes_in, a.bytes_out, "every small partition was consumed once");
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
