@@ -72,6 +72,23 @@ static seen *worker_seen(sb_ctl *c, const char *id, int create)
     return w;
 }
 
+/* The worker if it is registered and live, with its last-seen time refreshed; else NULL. */
+static seen *touch_worker(sb_ctl *c, const char *id)
+{
+    seen *w = worker_seen(c, id, 0);
+    if (w == NULL || !w->live)
+        return NULL;
+    w->last_seen_ms = now_ms();
+    return w;
+}
+
+static void free_releases(char **rel, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(rel[i]);
+    free(rel);
+}
+
 static void mark_lost(sb_ctl *c, seen *w, const char *why)
 {
     if (!w->live)
@@ -279,9 +296,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
         rep.release = rel;
         sb_rpc_call_reply_msg(call, &rep.base, NULL);
-        for (size_t i = 0; i < rep.n_release; i++)
-            free(rel[i]);
-        free(rel);
+        free_releases(rel, rep.n_release);
         sb_log(SB_LOG_INFO, "worker registered", "worker", m->worker_id, "pool", m->pool, "address",
                m->address, NULL);
         serve_pending(c, 0);
@@ -301,9 +316,7 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     if (m == NULL)
         return;
     pthread_mutex_lock(&c->mu);
-    seen *w = worker_seen(c, m->worker_id, 0);
-    if (w != NULL && w->live)
-        w->last_seen_ms = now_ms();
+    touch_worker(c, m->worker_id);
     uint32_t slots = m->free_slots ? m->free_slots : 1;
     if (!try_answer(c, call, m->worker_id, slots, m->wait_ms == 0)) {
         if (c->npending == MAX_PENDING) {
@@ -354,11 +367,10 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         outs[i].crc32c = m->outputs[i]->crc32c;
     }
     pthread_mutex_lock(&c->mu);
-    seen *w = worker_seen(c, m->worker_id, 0);
+    seen *w = touch_worker(c, m->worker_id);
     int rc = 0;
     sb_err err = {{0}};
-    if (w != NULL && w->live) {
-        w->last_seen_ms = now_ms();
+    if (w != NULL) {
         sb_sched_metrics met = {m->metrics ? m->metrics->wall_seconds : 0,
                                 m->metrics ? m->metrics->cpu_seconds : 0};
         rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt, status_of(m->status),
@@ -371,13 +383,11 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     Streambatch__V1__CompleteTaskReply rep = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
     rep.accepted = rc == 1;
     char **rel = NULL;
-    if (w != NULL && w->live)
+    if (w != NULL)
         rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
     rep.release = rel;
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
-    for (size_t i = 0; i < rep.n_release; i++)
-        free(rel[i]);
-    free(rel);
+    free_releases(rel, rep.n_release);
     if (rc < 0)
         sb_log(SB_LOG_WARN, "completion rejected", "task", m->task_id, "error", err.msg, NULL);
     serve_pending(c, 0);
@@ -394,11 +404,10 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     if (m == NULL)
         return;
     pthread_mutex_lock(&c->mu);
-    seen *w = worker_seen(c, m->worker_id, 0);
+    seen *w = touch_worker(c, m->worker_id);
     Streambatch__V1__HeartbeatReply rep = STREAMBATCH__V1__HEARTBEAT_REPLY__INIT;
     char **rel = NULL;
-    if (w != NULL && w->live) {
-        w->last_seen_ms = now_ms();
+    if (w != NULL) {
         rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
         rep.release = rel;
     } else {
@@ -407,9 +416,7 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     rep.shutdown |= c->shutdown_workers;
     rep.drain = terminal(c);
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
-    for (size_t i = 0; i < rep.n_release; i++)
-        free(rel[i]);
-    free(rel);
+    free_releases(rel, rep.n_release);
     pthread_mutex_unlock(&c->mu);
     sb_rpc_msg_free(&m->base);
 }
