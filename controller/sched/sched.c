@@ -567,27 +567,34 @@ static uint64_t estimate(const sb_sched *s, const op *o, uint64_t in_bytes, size
     return e > 0 ? (uint64_t)e : 0;
 }
 
-/* Forms a new task for op i > 0 from its input FIFO, or returns NONE. */
+/* Forms a new task for op i > 0 from its input FIFO, or returns NONE. Takes available
+ * partitions in FIFO order up to the target size, stepping over lost ones (they stay queued
+ * until their producer has re-run), so a lost partition never blocks the ones behind it. */
 static size_t form_task(sb_sched *s, size_t i, int force)
 {
     op *o = &s->ops[i];
     if (o->flen == 0)
         return NONE;
     uint64_t sum = 0;
-    size_t n = 0;
-    while (n < o->flen) {
-        part *p = &s->parts[o->fifo[o->fhead + n]];
-        if (p->state != P_AVAILABLE || (n > 0 && sum + p->bytes > o->target))
+    size_t n = 0, scanned = 0, pick[64];
+    for (; scanned < o->flen && n < 64; scanned++) {
+        size_t pi = o->fifo[o->fhead + scanned];
+        part *p = &s->parts[pi];
+        if (p->state != P_AVAILABLE)
+            continue;
+        if (n > 0 && sum + p->bytes > o->target)
             break;
+        pick[n++] = scanned;
         sum += p->bytes;
-        n++;
-        if (sum >= o->target)
+        if (sum >= o->target) {
+            scanned++;
             break;
+        }
     }
     if (n == 0)
         return NONE;
     /* wait for more small partitions while upstream is still producing */
-    if (!force && sum < o->target / 2 && n == o->flen && !op_finished(s, i - 1))
+    if (!force && sum < o->target / 2 && scanned == o->flen && !op_finished(s, i - 1))
         return NONE;
     size_t ti = task_new(s, (uint32_t)i, o->next_index);
     if (ti == NONE)
@@ -600,14 +607,24 @@ static size_t form_task(sb_sched *s, size_t i, int force)
         return NONE;
     }
     for (size_t k = 0; k < n; k++) {
-        size_t pi = o->fifo[o->fhead + k];
+        size_t pi = o->fifo[o->fhead + pick[k]];
         t->inputs[k] = pi;
         s->parts[pi].consumer = ti;
         t->in_bytes += s->parts[pi].bytes;
         t->in_rows += s->parts[pi].rows;
     }
     t->ninputs = n;
-    o->fhead += n;
+    /* remove the picked entries, keeping the skipped (lost) ones in order at the front */
+    size_t kept = 0;
+    for (size_t k = 0, q = 0; k < scanned; k++) {
+        if (q < n && pick[q] == k) {
+            q++;
+            continue;
+        }
+        o->fifo[o->fhead + kept++] = o->fifo[o->fhead + k];
+    }
+    memmove(o->fifo + o->fhead + kept, o->fifo + o->fhead + scanned,
+            (o->flen - scanned) * sizeof *o->fifo);
     o->flen -= n;
     o->fifo_bytes -= sum;
     queue_push(s, o, ti);
@@ -705,14 +722,23 @@ static void fill_task_view(sb_sched *s, size_t ti, sb_sched_task *out, size_t *s
     }
 }
 
-/* Whether some op after the first has input to work on: then that work must run first (it
- * consumes partitions), and nothing is forced past the budget — not even when that op's pool
- * has no worker yet (admitting more input would only grow memory; the watchdog reports it). */
+/* Whether some op after the first can run now — a queued task whose inputs are all there, or
+ * an available partition waiting for a task: then that work goes first (it consumes
+ * partitions), and nothing is forced past the budget. Work whose inputs are lost does not
+ * count: their producers must be allowed to re-run (also past a full budget), or the pipeline
+ * would wait forever. Work for a pool without a worker does count: admitting more input would
+ * only grow memory (the watchdog reports the missing worker). */
 static int downstream_work(const sb_sched *s)
 {
-    for (size_t i = 1; i < s->nops; i++)
-        if (s->ops[i].qlen > 0 || s->ops[i].flen > 0)
-            return 1;
+    for (size_t i = 1; i < s->nops; i++) {
+        const op *o = &s->ops[i];
+        for (size_t k = 0; k < o->qlen; k++)
+            if (inputs_available(s, &s->tasks[o->queue[o->qhead + k]]))
+                return 1;
+        for (size_t k = 0; k < o->flen; k++)
+            if (s->parts[o->fifo[o->fhead + k]].state == P_AVAILABLE)
+                return 1;
+    }
     return 0;
 }
 

@@ -641,3 +641,49 @@ Test(sched, small_partitions_are_coalesced)
     sb_sched_free(m.s);
     free_spec(&h);
 }
+
+static uint64_t g_kill_event;
+static size_t g_kill_index;
+
+static void kill_one(sim *m, uint64_t ev)
+{
+    if (ev != g_kill_event)
+        return;
+    m->w[g_kill_index].alive = 0;
+    m->w[g_kill_index].nrun = 0;
+    sb_sched_worker_lost(m->s, m->w[g_kill_index].id, m->now);
+}
+
+/* Regression (found by the SIGKILL integration test): with the budget full of partitions
+ * waiting for a slow GPU stage, a lost CPU worker left lost partitions at the head of the GPU
+ * stage's input queue; they blocked the available ones behind them, and their producers were
+ * never re-admitted because "downstream work" (the lost partitions) seemed to exist. Every
+ * kill point of either CPU worker must finish. */
+Test(sched, lost_partitions_under_a_full_budget_do_not_deadlock)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 192Mi}"));
+    uint64_t recovered = 0;
+    for (g_kill_event = 2; g_kill_event < 24; g_kill_event++)
+        for (g_kill_index = 0; g_kill_index < 2; g_kill_index++) {
+            sim m;
+            sim_init(&m, &h, 30, 64 * MiB);
+            m.ms_per_mb[1] = 20; /* the GPU stage is slow: partitions pile up to the budget */
+            sim_add_worker(&m, "c1", "cpu", 1);
+            sim_add_worker(&m, "c2", "cpu", 1);
+            sim_add_worker(&m, "g1", "gpu", 1);
+            sim_run(&m, 100000, kill_one);
+            char buf[1024] = "";
+            sb_sched_stalled(m.s, m.now + 1000000, 1, buf, sizeof buf);
+            cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED,
+                         "kill c%zu at event %" PRIu64 ": %s", g_kill_index + 1, g_kill_event, buf);
+            sb_sched_stats st;
+            sb_sched_get_stats(m.s, &st);
+            cr_expect_eq(st.sink_parts, 30);
+            cr_expect_eq(m.peak_check_violations, 0);
+            recovered += st.partitions_recovered;
+            sb_sched_free(m.s);
+        }
+    cr_expect_gt(recovered, 0, "some kill lost partitions");
+    free_spec(&h);
+}
