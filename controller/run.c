@@ -226,6 +226,7 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
     cJSON_AddNumberToObject(j, "tasksRun", (double)s->stats.tasks_run);
     cJSON_AddNumberToObject(j, "tasksRerun", (double)s->stats.tasks_rerun);
     cJSON_AddNumberToObject(j, "partitionsRecovered", (double)s->stats.partitions_recovered);
+    cJSON_AddNumberToObject(j, "partitionsLost", (double)s->stats.partitions_lost);
     cJSON_AddNumberToObject(j, "sinkParts", (double)s->stats.sink_parts);
     cJSON_AddNumberToObject(j, "sinkRows", (double)s->stats.sink_rows);
     cJSON_AddNumberToObject(j, "peakWorkerRss", (double)peak_rss);

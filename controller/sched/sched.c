@@ -90,7 +90,8 @@ struct sb_sched {
     size_t nworkers, capworkers;
     sb_strmap part_ids, task_ids, worker_ids, sink_ids;
     uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
-    uint64_t tasks_run, tasks_rerun, partitions_recovered, running_total, errored_total;
+    uint64_t tasks_run, tasks_rerun, partitions_recovered, partitions_lost, running_total,
+        errored_total;
     sb_sched_output *sink;
     size_t nsink, capsink;
     uint64_t sink_rows, sink_bytes;
@@ -521,6 +522,7 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, uint64_t now_ms)
         part_drop_bytes(s, p);
         p->state = P_LOST;
         p->worker = NONE;
+        s->partitions_lost++;
     }
     /* 2. tasks running there go back to their queue */
     for (size_t ti = 0; ti < s->ntasks; ti++)
@@ -941,6 +943,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
             part_drop_bytes(s, &s->parts[pi]);
             s->parts[pi].state = P_LOST;
             s->parts[pi].worker = NONE;
+            s->partitions_lost++;
         }
         for (size_t i = 0; i < nouts; i++) /* partial outputs are dropped */
             add_release(s, w, outs[i].id);
@@ -1027,6 +1030,7 @@ void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out)
     out->tasks_run = s->tasks_run;
     out->tasks_rerun = s->tasks_rerun;
     out->partitions_recovered = s->partitions_recovered;
+    out->partitions_lost = s->partitions_lost;
     out->sink_parts = s->nsink;
     out->sink_rows = s->sink_rows;
     out->sink_bytes = s->sink_bytes;

@@ -116,7 +116,8 @@ typedef struct sb_sched_stats {
     uint64_t max_partition_bytes;  /* largest partition produced */
     uint64_t tasks_run;            /* task attempts started */
     uint64_t tasks_rerun;          /* attempts caused by lost workers or lost inputs */
-    uint64_t partitions_recovered;
+    uint64_t partitions_recovered; /* producer re-runs queued to re-make lost partitions */
+    uint64_t partitions_lost;      /* still-needed partitions lost with a worker or a fetch */
     uint64_t sink_parts, sink_rows, sink_bytes;
     size_t workers;
 } sb_sched_stats;
