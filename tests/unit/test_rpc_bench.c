@@ -241,7 +241,8 @@ Test(rpc_bench, loopback_64MiB_of_1MiB_chunks)
 {
     /* as a worker does at startup (SB_RPC_BENCH_NO_TUNE=1 measures glibc's defaults) */
     if (!getenv("SB_RPC_BENCH_NO_TUNE") && sb_rpc_tune_malloc(0) < 0)
-        cr_log_warn("malloc tuning refused (sanitizer allocator?)");
+        /* not cr_log_warn: Criterion 2.4.1 then exits 1 although every test passed */
+        fprintf(stderr, "note: malloc tuning refused (sanitizer allocator?)\n");
     src_init();
     uint8_t *dst = malloc(TOTAL);
     double best[3] = {1e9, 1e9, 1e9}, cpu[3] = {1e9, 1e9, 1e9};
