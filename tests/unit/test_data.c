@@ -887,14 +887,18 @@ Test(data, in_process_shutdown_graceful_and_forced)
     /* Forced: readers that stopped reading are cancelled after the grace period, and every
      * pin and buffer comes back. */
     local_start(&l, 1, 32 * MIB, 1, 32 * MIB, 2);
-    sb_rpc_channel *ch = chan(l.addr);
     enum { N = 8 };
+    /* one connection per reader: on a shared one, the unread data of the first streams can
+     * fill the connection's flow-control window and starve the later ones (seen once: a
+     * reader got no first chunk within 30 s) */
+    sb_rpc_channel *ch[N];
     sb_rpc_reader *r[N];
     const sb_rpc_piece *pc;
     size_t np, n;
     sb_err err;
     for (int i = 0; i < N; i++) {
-        r[i] = open_fetch(ch, i % 2 ? "s8-t0-p0" : "s7-t0-p0", 0, 30000);
+        ch[i] = chan(l.addr);
+        r[i] = open_fetch(ch[i], i % 2 ? "s8-t0-p0" : "s7-t0-p0", 0, 30000);
         cr_assert_eq(sb_rpc_reader_next(r[i], &pc, &np, &n, &err), 1, "%s", err.msg);
     }
     int64_t t0 = now_ms();
@@ -908,8 +912,8 @@ Test(data, in_process_shutdown_graceful_and_forced)
             ;
         cr_assert(rc == -1 || st.ok > 0, "stream %d ended OK although none was sent to the end", i);
         sb_rpc_reader_close(r[i]);
+        sb_rpc_channel_free(ch[i]);
     }
-    sb_rpc_channel_free(ch);
     local_stop(&l);
 }
 
