@@ -19,6 +19,8 @@ static const sb_rpc_method_info methods[] = {
      &streambatch__v1__heartbeat_reply__descriptor},
     {SB_RPC_DATA_FETCH, 1, &streambatch__v1__fetch_request__descriptor,
      &streambatch__v1__chunk__descriptor},
+    {SB_RPC_WORKER_REBIND, 0, &streambatch__v1__rebind_request__descriptor,
+     &streambatch__v1__rebind_reply__descriptor},
 };
 
 const sb_rpc_method_info *sb_rpc_methods(size_t *n)
@@ -268,6 +270,9 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
             rc = sb_err_set(err, "chunk [%llu, +%zu) lies outside total_length %llu",
                             (unsigned long long)m->offset, m->data.len,
                             (unsigned long long)m->total_length);
+    } else if (d == &streambatch__v1__rebind_request__descriptor) {
+        const Streambatch__V1__RebindRequest *m = (const void *)msg;
+        rc = check_token(m->controller_address, "controller_address", err);
     } else if (d == &streambatch__v1__partition_info__descriptor) {
         rc = v_partition_info((const void *)msg, "partition", 0, err);
     } else if (d == &streambatch__v1__partition_ref__descriptor) {

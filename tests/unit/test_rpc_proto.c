@@ -282,29 +282,42 @@ Test(rpc_msgs, method_table)
 {
     size_t n;
     const sb_rpc_method_info *m = sb_rpc_methods(&n);
-    cr_assert_eq(n, 5);
+    cr_assert_eq(n, 6);
     const sb_rpc_method_info *f = sb_rpc_method_find(SB_RPC_DATA_FETCH);
     cr_assert_not_null(f);
     cr_assert(f->server_streaming);
     cr_assert_eq(f->response, &streambatch__v1__chunk__descriptor);
     cr_assert_null(sb_rpc_method_find("/streambatch.v1.Control/Nope"));
-    for (size_t i = 0; i < n; i++) {
-        /* the path matches the descriptors generated from the proto */
-        const char *svc = m[i].server_streaming ? "Data" : "Control";
-        char want[128];
-        snprintf(want, sizeof want, "/streambatch.v1.%s/", svc);
-        cr_assert(strncmp(m[i].path, want, strlen(want)) == 0, "%s", m[i].path);
+    /* every method of every service generated from the proto is in the table, with its types */
+    const ProtobufCServiceDescriptor *svcs[] = {&streambatch__v1__control__descriptor,
+                                                &streambatch__v1__data__descriptor,
+                                                &streambatch__v1__worker__descriptor};
+    size_t total = 0;
+    for (size_t k = 0; k < sizeof svcs / sizeof svcs[0]; k++) {
+        const ProtobufCServiceDescriptor *cs = svcs[k];
+        for (unsigned i = 0; i < cs->n_methods; i++, total++) {
+            char path[128];
+            snprintf(path, sizeof path, "/%s/%s", cs->name, cs->methods[i].name);
+            const sb_rpc_method_info *mi = sb_rpc_method_find(path);
+            cr_assert_not_null(mi, "%s missing from the table", path);
+            cr_assert_eq(mi->request, cs->methods[i].input);
+            cr_assert_eq(mi->response, cs->methods[i].output);
+        }
     }
-    const ProtobufCServiceDescriptor *cs = &streambatch__v1__control__descriptor;
-    cr_assert_eq(cs->n_methods, 4);
-    for (unsigned i = 0; i < cs->n_methods; i++) {
-        char path[128];
-        snprintf(path, sizeof path, "/%s/%s", cs->name, cs->methods[i].name);
-        const sb_rpc_method_info *mi = sb_rpc_method_find(path);
-        cr_assert_not_null(mi, "%s missing from the table", path);
-        cr_assert_eq(mi->request, cs->methods[i].input);
-        cr_assert_eq(mi->response, cs->methods[i].output);
-    }
+    cr_assert_eq(total, n, "the table has methods the proto does not");
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(m[i].server_streaming, strcmp(m[i].path, SB_RPC_DATA_FETCH) == 0);
+}
+
+Test(rpc_msgs, rebind_request_needs_an_address)
+{
+    Streambatch__V1__RebindRequest r = STREAMBATCH__V1__REBIND_REQUEST__INIT;
+    sb_err err;
+    cr_assert_lt(sb_rpc_msg_validate(&r.base, &err), 0);
+    cr_assert(strstr(err.msg, "controller_address") != NULL, "%s", err.msg);
+    r.controller_address = "127.0.0.5:7000";
+    r.epoch = 2;
+    cr_assert_eq(sb_rpc_msg_validate(&r.base, &err), 0, "%s", err.msg);
 }
 
 static uint8_t *encode(const ProtobufCMessage *m, size_t *n)
