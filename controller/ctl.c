@@ -212,8 +212,10 @@ static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t
     sb_sched_task tasks[64];
     size_t n = 0;
     seen *w = worker_seen(c, worker, 0);
-    int dead = w == NULL || !w->live;
-    if (!dead && !c->shutdown_workers && !terminal(c))
+    /* unknown: never registered here (a new leader after failover): it gets no tasks and is
+     * not told to shut down; its heartbeat asks it to register. lost: declared lost here. */
+    int unknown = w == NULL, dead = w != NULL && !w->live;
+    if (!unknown && !dead && !c->shutdown_workers && !terminal(c))
         n = sb_sched_assign(c->sched, worker, free_slots > 64 ? 64 : free_slots, now_ms(), tasks);
     int shutdown = c->shutdown_workers || dead;
     if (n == 0 && !force && !shutdown && !terminal(c))
@@ -410,6 +412,8 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     if (w != NULL) {
         rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
         rep.release = rel;
+    } else if (worker_seen(c, m->worker_id, 0) == NULL) {
+        rep.reregister = 1; /* unknown here (a new leader): register again with what it holds */
     } else {
         rep.shutdown = 1; /* declared lost: its partitions are being recomputed elsewhere */
     }

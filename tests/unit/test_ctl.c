@@ -196,3 +196,38 @@ Test(ctl, malformed_requests_get_invalid_argument)
                   SB_RPC_OK);
     teardown(&f);
 }
+
+static Streambatch__V1__HeartbeatReply *do_heartbeat(fixture *f, const char *id)
+{
+    Streambatch__V1__HeartbeatRequest req = STREAMBATCH__V1__HEARTBEAT_REQUEST__INIT;
+    req.worker_id = (char *)id;
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    cr_assert_eq(sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_HEARTBEAT, &req.base, 5000, 0, &resp, &err),
+                 SB_RPC_OK, "%s", err.msg);
+    return (Streambatch__V1__HeartbeatReply *)resp;
+}
+
+/* After a controller failover the new leader does not know the workers yet: one that reaches it
+ * without a Rebind must be asked to register again, not told to shut down (only a worker this
+ * controller declared lost is told that). */
+Test(ctl, unknown_worker_is_asked_to_reregister_lost_one_to_shut_down)
+{
+    fixture f;
+    setup(&f, 400);
+    Streambatch__V1__HeartbeatReply *h = do_heartbeat(&f, "stranger");
+    cr_expect_eq(h->reregister, 1);
+    cr_expect_eq(h->shutdown, 0);
+    sb_rpc_msg_free(&h->base);
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, "stranger", 0);
+    cr_expect_eq(r->n_tasks, 0, "no tasks before it registers");
+    cr_expect_eq(r->shutdown, 0);
+    sb_rpc_msg_free(&r->base);
+    do_register(&f, "w1");
+    usleep(900 * 1000); /* w1 falls silent and is declared lost */
+    h = do_heartbeat(&f, "w1");
+    cr_expect_eq(h->shutdown, 1);
+    cr_expect_eq(h->reregister, 0);
+    sb_rpc_msg_free(&h->base);
+    teardown(&f);
+}
