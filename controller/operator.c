@@ -258,8 +258,11 @@ static int has_finalizer(const cJSON *obj)
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "finalizers");
     const cJSON *x;
-    cJSON_ArrayForEach(x,
-                       f) if (cJSON_IsString(x) && strcmp(x->valuestring, FINALIZER) == 0) return 1;
+    cJSON_ArrayForEach(x, f)
+    {
+        if (cJSON_IsString(x) && strcmp(x->valuestring, FINALIZER) == 0)
+            return 1;
+    }
     return 0;
 }
 
