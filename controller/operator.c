@@ -33,6 +33,7 @@ typedef struct entry {
     cJSON *written;      /* the last status written */
     uint64_t last_write; /* ms */
     int64_t refused_gen; /* generation a SpecChangeRefused event was posted for */
+    int64_t gen;         /* generation last reconciled */
     uint64_t lost, recovered;
     struct op *op;
     struct entry *next;
@@ -430,6 +431,7 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
     now_str(now, sizeof now);
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
     cJSON *st = e->status;
+    e->gen = gen;
     /* spec changes */
     char fields[1024];
     int nd = sb_opr_spec_diff(sb_opr_run_spec(e->run), spec, fields, sizeof fields);
@@ -605,6 +607,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     snprintf(e->uid, sizeof e->uid, "%s", uid ? uid : "");
     e->op = o;
     e->refused_gen = -1;
+    e->gen = gen;
     e->status = st;
     sb_opr_run_config rc = {.client = o->shared,
                             .object = obj,
@@ -949,7 +952,7 @@ out:
             char now[32];
             now_str(now, sizeof now);
             cJSON *obj = sb_k8s_informer_get(o.pipes[ns_index(&o, e->ns)], e->key);
-            if (obj != NULL && sb_opr_run_status(e->run, e->status, 0, now) == 0)
+            if (obj != NULL && sb_opr_run_status(e->run, e->status, e->gen, now) == 0)
                 write_status(o.shared, obj, e->status);
             cJSON_Delete(obj);
         }
