@@ -44,7 +44,8 @@ struct sb_kube {
     cJSON *tmpl;
     kpool pools[4];
     size_t npools;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;      /* the pod table and sizes; never held across a call out */
+    pthread_mutex_t sync_mu; /* one sync at a time (so two cannot both fill max_pending) */
     kpod *pods;
     size_t npods, cap;
     uint64_t seq;
@@ -611,6 +612,7 @@ int sb_kube_sync(sb_kube *k, sb_err *err)
     if (k == NULL)
         return sb_err_set(err, "no backend");
     int rc = 0;
+    pthread_mutex_lock(&k->sync_mu);
     for (size_t pi = 0; pi < k->npools; pi++) {
         kpool *kp = &k->pools[pi];
         victim *v = NULL;
@@ -621,7 +623,7 @@ int sb_kube_sync(sb_kube *k, sb_err *err)
         pthread_mutex_lock(&k->mu);
         if (k->stopping) {
             pthread_mutex_unlock(&k->mu);
-            return 0;
+            break;
         }
         desired = kp->desired;
         for (size_t i = 0; i < k->npods; i++) {
@@ -707,6 +709,7 @@ int sb_kube_sync(sb_kube *k, sb_err *err)
         }
         free(v);
     }
+    pthread_mutex_unlock(&k->sync_mu);
     return rc;
 }
 
@@ -866,6 +869,7 @@ void sb_kube_free(sb_kube *k)
     if (k == NULL)
         return;
     pthread_mutex_destroy(&k->mu);
+    pthread_mutex_destroy(&k->sync_mu);
     free(k->pods);
     cJSON_Delete(k->tmpl);
     free(k->ns);
@@ -895,6 +899,7 @@ sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
         return NULL;
     }
     pthread_mutex_init(&k->mu, NULL);
+    pthread_mutex_init(&k->sync_mu, NULL);
     k->cfg = *cfg;
     k->cfg.worker_template = NULL;
     if (k->cfg.max_pending == 0)

@@ -31,12 +31,14 @@
  * Adoption: sb_kube_start() lists the pipeline's existing pods (after a controller failover)
  * and keeps them (each pool's desired size starts at the pods it found); sb_kube_rebind() then
  * points every Running adopted pod at this controller (Worker.Rebind) and deletes those that
- * refuse or cannot be reached (Event Warning WorkerRebindFailed). Pods owned by another
- * incarnation of the pipeline (another owner uid) are ignored.
+ * refuse or cannot be reached (Event Warning WorkerRebindFailed; no on_exit: they never worked
+ * for this leader; desired sizes are left to the caller's next set_pool_size). Pods owned by
+ * another incarnation of the pipeline (another owner uid) are ignored.
  *
  * Threads: on_pod runs on the informer's thread, the rest on the operator's; one mutex guards
- * the pod table and is never held during an HTTP or gRPC call or a callback. Callbacks run on
- * the calling thread of on_pod/sync/rebind and must not call back into the backend.
+ * the pod table and is never held during an HTTP or gRPC call or a callback; syncs run one at
+ * a time. Callbacks run on the calling thread of on_pod/sync/rebind and must not call back
+ * into the backend.
  *
  * Ownership: the backend copies the config's strings and the worker template; the client is
  * borrowed (shared, thread-safe) and must outlive the backend. sb_kube_free() (or the
