@@ -52,7 +52,21 @@ typedef struct op {
     atomic_int leading, lost, synced;
     pthread_mutex_t mu; /* runs */
     entry *runs;
+    /* Events raised by runs (pod failures, rebinds, stalls) arrive on informer and tick threads,
+     * sometimes under mu: they are queued here and posted by their own thread, so no API call
+     * is made while a lock is held. */
+    pthread_mutex_t evmu;
+    pthread_cond_t evcv;
+    struct ev_item *evh, *evt;
+    int evstop, evthread_started;
+    pthread_t evthread;
 } op;
+
+typedef struct ev_item {
+    struct ev_item *next;
+    char ns[128], name[256], uid[64], type[16], reason[64];
+    char *msg;
+} ev_item;
 
 static uint64_t mono_ms(void)
 {
@@ -216,7 +230,49 @@ static void post_event(op *o, sb_k8s_client *c, const char *ns, const char *name
 static void run_event_cb(void *ud, const char *type, const char *reason, const char *message)
 {
     entry *e = ud;
-    post_event(e->op, e->op->shared, e->ns, e->name, e->uid, type, reason, message);
+    op *o = e->op;
+    ev_item *it = calloc(1, sizeof *it);
+    if (it == NULL || (it->msg = strdup(message != NULL ? message : "")) == NULL) {
+        free(it);
+        return; /* events are best effort */
+    }
+    snprintf(it->ns, sizeof it->ns, "%s", e->ns);
+    snprintf(it->name, sizeof it->name, "%s", e->name);
+    snprintf(it->uid, sizeof it->uid, "%s", e->uid);
+    snprintf(it->type, sizeof it->type, "%s", type);
+    snprintf(it->reason, sizeof it->reason, "%s", reason);
+    pthread_mutex_lock(&o->evmu);
+    if (o->evt != NULL)
+        o->evt->next = it;
+    else
+        o->evh = it;
+    o->evt = it;
+    pthread_cond_signal(&o->evcv);
+    pthread_mutex_unlock(&o->evmu);
+}
+
+/* Posts queued events in order; after evstop it drains what is left and returns. */
+static void *event_main(void *arg)
+{
+    op *o = arg;
+    pthread_mutex_lock(&o->evmu);
+    for (;;) {
+        while (o->evh == NULL && !o->evstop)
+            pthread_cond_wait(&o->evcv, &o->evmu);
+        ev_item *it = o->evh;
+        if (it == NULL)
+            break; /* stopping and drained */
+        o->evh = it->next;
+        if (o->evh == NULL)
+            o->evt = NULL;
+        pthread_mutex_unlock(&o->evmu);
+        post_event(o, o->shared, it->ns, it->name, it->uid, it->type, it->reason, it->msg);
+        free(it->msg);
+        free(it);
+        pthread_mutex_lock(&o->evmu);
+    }
+    pthread_mutex_unlock(&o->evmu);
+    return NULL;
 }
 
 static int reapply_status(cJSON *latest, void *arg, sb_err *err)
@@ -305,6 +361,23 @@ static int patch_finalizer(sb_k8s_client *c, const cJSON *obj, int add)
     }
     cJSON_Delete(r);
     return 0;
+}
+
+/* A Pipeline seen for the first time is accepted: phase Pending until its run starts (a merge
+ * patch of /status, so it never overwrites a status someone else wrote). Best effort. */
+static void mark_pending(sb_k8s_client *c, const char *ns, const char *name, int64_t gen)
+{
+    char path[700], body[128];
+    pipeline_path(path, sizeof path, ns, name);
+    strncat(path, "/status", sizeof path - strlen(path) - 1);
+    snprintf(body, sizeof body, "{\"status\":{\"phase\":\"Pending\",\"observedGeneration\":%lld}}",
+             (long long)gen);
+    long st = 0;
+    sb_err err = {{0}};
+    cJSON *r = sb_k8s_patch(c, path, body, &st, &err);
+    if (r == NULL && st != 404)
+        sb_log(SB_LOG_WARN, "status patch failed", "pipeline", path, "error", err.msg, NULL);
+    cJSON_Delete(r);
 }
 
 /* Deletes the pods of a pipeline the pod cache knows; returns how many are left. */
@@ -724,6 +797,8 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
     }
     if (!has_finalizer(obj)) {
         res = patch_finalizer(c, obj, 1) == 0 ? RC_OK : RC_ERROR;
+        if (res == RC_OK && cJSON_GetObjectItemCaseSensitive(obj, "status") == NULL)
+            mark_pending(c, ns, name, gen);
         cJSON_Delete(obj); /* the update event brings the key back */
         return res;
     }
@@ -866,6 +941,8 @@ int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
     memset(&o, 0, sizeof o);
     o.cfg = cfg;
     pthread_mutex_init(&o.mu, NULL);
+    pthread_mutex_init(&o.evmu, NULL);
+    pthread_cond_init(&o.evcv, NULL);
     int rc = -1;
     pthread_t threads[64];
     int nthreads = 0;
@@ -881,6 +958,11 @@ int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
     o.q = sb_k8s_queue_new(&qo, err);
     if (o.shared == NULL || o.metrics == NULL || o.q == NULL)
         goto out;
+    if (pthread_create(&o.evthread, NULL, event_main, &o) != 0) {
+        sb_err_set(err, "cannot start the event thread");
+        goto out;
+    }
+    o.evthread_started = 1;
     if (cfg->metrics_host != NULL) {
         sb_opr_http_config hc = {.host = cfg->metrics_host,
                                  .port = cfg->metrics_port,
@@ -961,12 +1043,21 @@ out:
     }
     for (size_t i = 0; i < o.nns; i++)
         sb_k8s_informer_free(o.pipes[i]);
+    if (o.evthread_started) { /* runs are stopped: post what they raised, then end */
+        pthread_mutex_lock(&o.evmu);
+        o.evstop = 1;
+        pthread_cond_signal(&o.evcv);
+        pthread_mutex_unlock(&o.evmu);
+        pthread_join(o.evthread, NULL);
+    }
     sb_leader_stop(o.leader, rc == 0);
     sb_opr_http_stop(o.http);
     sb_k8s_queue_free(o.q);
     sb_opr_metrics_free(o.metrics);
     sb_k8s_client_free(o.shared);
     sb_k8s_config_free(o.k8s);
+    pthread_cond_destroy(&o.evcv);
+    pthread_mutex_destroy(&o.evmu);
     pthread_mutex_destroy(&o.mu);
     return rc;
 }

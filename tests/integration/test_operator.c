@@ -83,7 +83,7 @@ static void setup(void)
         FILE *f = freopen(log, "w", stderr);
         (void)f;
         execl(sb_test_bin("streambatch-controller"), "streambatch-controller", "--kubeconfig", kc,
-              "--leader-elect=false", "--metrics-listen", "off", "--status-interval", "1s",
+              "--leader-elect=false", "--metrics-listen", "127.0.0.1:0", "--status-interval", "1s",
               (char *)NULL);
         _exit(127);
     }
@@ -221,5 +221,35 @@ Test(operator, delete_mid_run_removes_pods_then_finalizer)
     free(v);
     v = sh_out("test -f %s/out-del/_SUCCESS && echo yes || echo no", dir);
     cr_expect_str_eq(v, "no");
+    free(v);
+}
+
+Test(operator, ttl_deletes_the_finished_pipeline_and_metrics_count_it)
+{
+    write_pipeline("ttl", "op: identity", "  ttlSecondsAfterFinished: 2\n");
+    free(kubectl("apply -f %s/ttl.yaml", dir));
+    char *ph = wait_for("ttl", "{.status.phase}", "Succeeded Failed", 90);
+    cr_expect_str_eq(ph, "Succeeded");
+    free(ph);
+    char *v = NULL;
+    int gone = 0;
+    for (int i = 0; i < 60 && !gone; i++) { /* 2 s after completionTime, plus a requeue */
+        free(v);
+        v = kubectl("get pipeline ttl -o name");
+        gone = strstr(v, "NotFound") != NULL;
+        if (!gone)
+            usleep(500 * 1000);
+    }
+    cr_expect(gone, "still there 30 s after finishing: %s", v);
+    free(v);
+    /* the live /metrics endpoint (port from the controller's log line) */
+    v = sh_out("port=$(grep -o 'msg=\\\"metrics and health endpoints\\\".*port=[0-9]*' %s/controller.log"
+               " | grep -o '[0-9]*$'); curl -s --max-time 5 http://127.0.0.1:$port/metrics; "
+               "curl -s --max-time 5 -o /dev/null -w 'healthz=%%{http_code}\\n' "
+               "http://127.0.0.1:$port/healthz",
+               dir);
+    cr_expect(strstr(v, "controller_runtime_reconcile_total{") != NULL, "%s", v);
+    cr_expect(strstr(v, "workqueue_adds_total") != NULL, "%s", v);
+    cr_expect(strstr(v, "healthz=200") != NULL, "%s", v);
     free(v);
 }
