@@ -9,7 +9,7 @@ PKGS=(
   libmicrohttpd-dev
   libcriterion-dev
   clang libclang-rt-14-dev clang-format cppcheck
-  valgrind openssl python3
+  valgrind openssl python3 curl
 )
 missing=()
 for p in "${PKGS[@]}"; do
