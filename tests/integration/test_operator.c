@@ -243,11 +243,12 @@ Test(operator, ttl_deletes_the_finished_pipeline_and_metrics_count_it)
     cr_expect(gone, "still there 30 s after finishing: %s", v);
     free(v);
     /* the live /metrics endpoint (port from the controller's log line) */
-    v = sh_out("port=$(grep -o 'msg=\\\"metrics and health endpoints\\\".*port=[0-9]*' %s/controller.log"
-               " | grep -o '[0-9]*$'); curl -s --max-time 5 http://127.0.0.1:$port/metrics; "
-               "curl -s --max-time 5 -o /dev/null -w 'healthz=%%{http_code}\\n' "
-               "http://127.0.0.1:$port/healthz",
-               dir);
+    v = sh_out(
+        "port=$(grep -o 'msg=\\\"metrics and health endpoints\\\".*port=[0-9]*' %s/controller.log"
+        " | grep -o '[0-9]*$'); curl -s --max-time 5 http://127.0.0.1:$port/metrics; "
+        "curl -s --max-time 5 -o /dev/null -w 'healthz=%%{http_code}\\n' "
+        "http://127.0.0.1:$port/healthz",
+        dir);
     cr_expect(strstr(v, "controller_runtime_reconcile_total{") != NULL, "%s", v);
     cr_expect(strstr(v, "workqueue_adds_total") != NULL, "%s", v);
     cr_expect(strstr(v, "healthz=200") != NULL, "%s", v);
