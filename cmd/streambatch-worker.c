@@ -35,7 +35,7 @@ static void usage(FILE *f)
             "                      (SB_WORKER_PORT; used when SB_POD_IP is set and no --listen:\n"
             "                      listens on SB_POD_IP:PORT and advertises SB_POD_IP)\n"
             "  --store-budget SIZE partition bytes kept in memory, default 1Gi (SB_STORE_BUDGET)\n"
-            "  --spill-dir DIR     where partitions spill, default /tmp (SB_SPILL_DIR)\n"
+            "  --spill-dir DIR     where partitions spill, default $TMPDIR or /tmp (SB_SPILL_DIR)\n"
             "  --accelerators N    at most N slots run ops at once; the others fetch and write\n"
             "                      meanwhile (a GPU shared by the slots), default 0 = no limit\n"
             "                      (SB_ACCELERATORS)\n"

@@ -24,10 +24,17 @@ count_plain() { # file -> sets p f from the last "N passed, N failed" line; retu
   f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")
 }
 
+# Each suite gets its own TMPDIR, removed after it: temporary files of helpers killed on purpose
+# (and of failed assertions) do not pile up in /tmp.
+suite_tmp() { TMPDIR=$(mktemp -d /tmp/sb-suite.XXXXXX) && export TMPDIR; }
+suite_tmp_done() { [[ -n ${TMPDIR:-} && $TMPDIR == /tmp/sb-suite.* ]] && rm -rf "$TMPDIR"; unset TMPDIR; }
+
 for b in "${bins[@]}"; do
   name=$(basename "$b"); log=$log_dir/$name.log
   jobs=2; [[ $b == */itests/* ]] && jobs=1   # integration tests load the machine themselves
+  suite_tmp
   timeout -k 10 "$limit" "$b" --jobs $jobs >"$log" 2>&1; rc=$?
+  suite_tmp_done
   syn=$(grep -a 'Synthesis:' "$log" | tail -n 1)
   if [[ -n $syn ]]; then
     t=$(sed -E 's/.*Tested: ([0-9]+).*/\1/' <<<"$syn")
@@ -42,7 +49,9 @@ done
 
 for t in "${targets[@]}"; do
   log=$log_dir/make-$t.log
+  suite_tmp
   timeout -k 10 "$limit" make --no-print-directory "$t" >"$log" 2>&1; rc=$?
+  suite_tmp_done
   if count_plain "$log"; then :; else p=$((rc == 0 ? 1 : 0)); f=$((rc == 0 ? 0 : 1)); fi
   ((rc != 0 && f == 0)) && f=1
   passed=$((passed + p)); failed=$((failed + f))

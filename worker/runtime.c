@@ -904,8 +904,10 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
         w->cfg.listen = "127.0.0.1:0";
     if (w->cfg.store_budget == 0)
         w->cfg.store_budget = (size_t)1 << 30;
-    if (w->cfg.spill_dir == NULL)
-        w->cfg.spill_dir = "/tmp";
+    if (w->cfg.spill_dir == NULL) {
+        const char *t = getenv("TMPDIR");
+        w->cfg.spill_dir = t != NULL && *t ? t : "/tmp";
+    }
     if (w->cfg.register_timeout_ms <= 0)
         w->cfg.register_timeout_ms = 60000;
     if (w->cfg.controller_lost_timeout_ms <= 0)

@@ -39,7 +39,7 @@ typedef struct sb_worker_config {
     const char *listen;      /* Data service address, default "127.0.0.1:0" */
     const char *advertise;   /* host peers use to reach it; default the listen host */
     size_t store_budget;     /* bytes of partitions in memory; default 1 GiB */
-    const char *spill_dir;   /* default /tmp */
+    const char *spill_dir;   /* default $TMPDIR, else /tmp */
     int register_timeout_ms; /* waiting for the controller; default 60000 */
     uint32_t accelerators;   /* 0: every slot runs ops at once. N: at most N tasks run their ops
                                 at a time (slots share N accelerators), while the other slots

@@ -22,7 +22,7 @@
  *     --threads N            gRPC server threads (default 2)
  *     --io-threads N, --spill-buffers N, --chunk BYTES   data server settings
  *     --grace-ms N           shutdown grace on SIGTERM (default 2000)
- *     --spill-dir DIR        where the store spills (default a fresh directory in /tmp)
+ *     --spill-dir DIR        where the store spills (default a fresh directory in $TMPDIR or /tmp)
  *     --no-tune-malloc       keep glibc's default malloc thresholds (see sb_rpc_tune_malloc)
  *
  * Output (stdout, line by line): "part ID LEN mem|spill" per partition, then "listening ADDR".
@@ -375,7 +375,9 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
-    char own_dir[] = "/tmp/sb_data_serve-XXXXXX";
+    char own_dir[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(own_dir, sizeof own_dir, "%s/sb_data_serve-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!spill_dir) {
         if (!mkdtemp(own_dir))
             die("cannot create a spill directory: %s", strerror(errno));

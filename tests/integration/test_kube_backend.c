@@ -197,7 +197,7 @@ static void setup(void)
     cr_assert_not_null(g_cfg, "%s", err.msg);
     g_c = sb_k8s_client_new(g_cfg, &err);
     cr_assert_not_null(g_c, "%s", err.msg);
-    snprintf(g_dir, sizeof g_dir, "/tmp/sb-kb-XXXXXX");
+    sb_test_tmpl(g_dir, sizeof g_dir, "sb-kb");
     cr_assert_not_null(mkdtemp(g_dir));
     char cmd[1024], *out = NULL;
     /* 200 records; bench.sleep keeps the workers busy (sleeping, not burning CPU) */

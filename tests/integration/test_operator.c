@@ -65,7 +65,7 @@ static void setup(void)
     const char *e = getenv("SB_KC_ERROR");
     if (e != NULL)
         cr_assert_fail("no test cluster: %s", e);
-    snprintf(dir, sizeof dir, "/tmp/sb-optest-XXXXXX");
+    sb_test_tmpl(dir, sizeof dir, "sb-optest");
     cr_assert_not_null(mkdtemp(dir));
     free(sh_out("cd %s && python3 -c \"\nimport json, os\nos.makedirs('in')\nfor f in range(6):\n"
                 "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(2000):\n"

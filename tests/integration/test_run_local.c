@@ -46,7 +46,7 @@ static char *sh_out(const char *fmt, ...)
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/sb-itest-XXXXXX");
+    sb_test_tmpl(dir, sizeof dir, "sb-itest");
     cr_assert_not_null(mkdtemp(dir));
     /* 24 files of JSON lines, ~6 MiB in all */
     sh("cd %s && python3 -c \"\nimport json, random\nrandom.seed(3)\nimport os\nos.makedirs('in')\n"

@@ -331,7 +331,7 @@ static void rebind(const char *addr, const char *controller, uint64_t epoch, con
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/sb-rebind-XXXXXX");
+    sb_test_tmpl(dir, sizeof dir, "sb-rebind");
     cr_assert_not_null(mkdtemp(dir));
     g_npids = 0;
     g_pipeline_json = "{\"apiVersion\":\"streambatch.dev/v1alpha1\",\"kind\":\"Pipeline\","

@@ -41,6 +41,7 @@
 #include "worker/data/fetch.h"
 #include "worker/data/server.h"
 #include "worker/store/store.h"
+#include "testutil.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -272,7 +273,7 @@ static void fini_all(void)
 static const char *dump_dir(void)
 {
     if (!g_dump[0]) {
-        snprintf(g_dump, sizeof g_dump, "/tmp/test_data-XXXXXX");
+        sb_test_tmpl(g_dump, sizeof g_dump, "test_data");
         cr_assert_not_null(mkdtemp(g_dump));
     }
     return g_dump;
@@ -371,7 +372,7 @@ static void local_start(local *l, int nmem, size_t mem_bytes, int nspill, size_t
                         int spill_buffers)
 {
     memset(l, 0, sizeof *l);
-    snprintf(l->spill, sizeof l->spill, "/tmp/test_data_spill-XXXXXX");
+    sb_test_tmpl(l->spill, sizeof l->spill, "test_data_spill");
     cr_assert_not_null(mkdtemp(l->spill));
     sb_err err;
     size_t budget = (size_t)nmem * (mem_bytes + 4096) + 64;

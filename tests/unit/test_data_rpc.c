@@ -34,6 +34,7 @@
 #include "worker/data/fetch.h"
 #include "worker/data/server.h"
 #include "worker/store/store.h"
+#include "testutil.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -59,7 +60,7 @@ typedef struct srv {
 static void srv_start(srv *s, size_t bytes)
 {
     memset(s, 0, sizeof *s);
-    snprintf(s->spill, sizeof s->spill, "/tmp/test_data_rpc-XXXXXX");
+    sb_test_tmpl(s->spill, sizeof s->spill, "test_data_rpc");
     cr_assert_not_null(mkdtemp(s->spill));
     sb_err err;
     sb_store_config cfg = {.memory_budget = bytes + MIB, .spill_dir = s->spill};

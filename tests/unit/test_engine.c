@@ -14,6 +14,7 @@
 #include "doc/doc.h"
 #include "spec/pipeline.h"
 #include "worker/io/split.h"
+#include "testutil.h"
 
 static char g_dir[64];
 
@@ -27,7 +28,7 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sb-test-engine-XXXXXX");
+    sb_test_tmpl(g_dir, sizeof g_dir, "sb-test-engine");
     cr_assert_not_null(mkdtemp(g_dir));
 }
 

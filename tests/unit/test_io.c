@@ -17,6 +17,7 @@
 #include "partition/partition.h"
 #include "worker/io/reader.h"
 #include "worker/io/split.h"
+#include "testutil.h"
 
 static char g_dir[64];
 static char g_cwd[4096];
@@ -32,7 +33,7 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sb-test-io-XXXXXX");
+    sb_test_tmpl(g_dir, sizeof g_dir, "sb-test-io");
     cr_assert_not_null(mkdtemp(g_dir));
     cr_assert_not_null(getcwd(g_cwd, sizeof g_cwd));
 }

@@ -16,6 +16,7 @@
 #include "partition/crc32c.h"
 #include "partition/partition.h"
 #include "worker/io/sink.h"
+#include "testutil.h"
 
 static char g_dir[64];
 static char g_uri[256];
@@ -30,7 +31,7 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sb-test-sink-XXXXXX");
+    sb_test_tmpl(g_dir, sizeof g_dir, "sb-test-sink");
     cr_assert_not_null(mkdtemp(g_dir));
     snprintf(g_uri, sizeof g_uri, "file://%s/out/nested/", g_dir);
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "worker/store/store.h"
+#include "testutil.h"
 
 #define KiB ((size_t)1024)
 
@@ -33,7 +34,7 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sb-test-store-stress-XXXXXX");
+    sb_test_tmpl(g_dir, sizeof g_dir, "sb-test-store-stress");
     cr_assert_not_null(mkdtemp(g_dir));
 }
 

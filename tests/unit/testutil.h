@@ -37,6 +37,15 @@ static inline const char *sb_test_bin(const char *name)
 
 /* Runs cmd with /bin/sh, captures stdout (malloc'd, NUL-terminated, caller frees) and returns
  * the exit status (128+signal if killed, -1 if it could not run). */
+/* A mkdtemp template "$TMPDIR/<name>-XXXXXX" (TMPDIR defaults to /tmp). scripts/run-tests.sh
+ * gives every suite its own TMPDIR and removes it afterwards, so what a killed helper or a
+ * failed assertion leaves behind does not pile up in /tmp. */
+static inline void sb_test_tmpl(char *buf, size_t len, const char *name)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, len, "%s/%s-XXXXXX", t != NULL && *t ? t : "/tmp", name);
+}
+
 static inline int sb_test_run(const char *cmd, char **out)
 {
     FILE *p = popen(cmd, "r");
