@@ -1,26 +1,384 @@
-/* streambatch-controller — the Kubernetes operator and scheduler. It lands with the operator issue;
- * for now the binary only answers --help and --version. Exit codes: 0 ok, 2 usage error. */
+/* streambatch-controller — the Kubernetes operator: watches Pipeline resources and runs them
+ * with worker pods (controller/operator.h). Flags can also come from the environment (for the
+ * Deployment). Exit codes: 0 orderly stop (SIGTERM/SIGINT; the leader lease is released),
+ * 1 failure or lost leader lease, 2 usage error. */
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "controller/operator.h"
+#include "core/log.h"
+#include "spec/quantity.h"
 #include "version.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: streambatch-controller [options]\n"
+            "\n"
+            "Watches Pipeline resources (streambatch.dev/v1alpha1) and runs them on the cluster:\n"
+            "worker pods per pool, status, events, leader election. See docs/operator.md.\n"
+            "\n"
+            "  --kubeconfig PATH           kubeconfig file; default: in-cluster config when\n"
+            "                              $KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or\n"
+            "                              ~/.kube/config                        (KUBECONFIG)\n"
+            "  --context NAME              kubeconfig context, default the current one\n"
+            "  --namespace NS              watch this namespace; repeatable or comma-separated;\n"
+            "                              default all namespaces          (SB_WATCH_NAMESPACES)\n"
+            "  --grpc-listen HOST:0        where each pipeline's Control service listens (port 0:\n"
+            "                              one free port per pipeline); workers must reach HOST;\n"
+            "                              default $SB_POD_IP or $POD_IP, else 127.0.0.1\n"
+            "                                                                 (SB_GRPC_LISTEN)\n"
+            "  --metrics-listen HOST:PORT  /metrics, /healthz, /readyz; HOST empty: the pod IP\n"
+            "                              ($SB_POD_IP/$POD_IP) else 0.0.0.0; \"off\" disables;\n"
+            "                              default :8080                   (SB_METRICS_LISTEN)\n"
+            "  --leader-elect=true|false   compete for a Lease, only the leader reconciles;\n"
+            "                              default true                       (SB_LEADER_ELECT)\n"
+            "  --leader-election-id NAME   the Lease's name, default streambatch-controller\n"
+            "                                                          (SB_LEADER_ELECTION_ID)\n"
+            "  --leader-election-namespace NS  the Lease's namespace; default $POD_NAMESPACE,\n"
+            "                              else the kubeconfig's/service account's namespace\n"
+            "                                                   (SB_LEADER_ELECTION_NAMESPACE)\n"
+            "  --lease-duration D          default 15s  (Go durations: 500ms, 15s, 1m)\n"
+            "  --renew-deadline D          default 10s\n"
+            "  --retry-period D            default 2s\n"
+            "  --identity ID               this replica in the Lease; default <hostname>_<random>\n"
+            "                                                                   (SB_IDENTITY)\n"
+            "  --worker-image IMAGE        default worker image (spec.workerTemplate.image wins);\n"
+            "                              default streambatch/worker:latest   (SB_WORKER_IMAGE)\n"
+            "  --max-pending-pods N        Pending pods per pool at most, default 2\n"
+            "                                                            (SB_MAX_PENDING_PODS)\n"
+            "  --status-interval D         at most one status write per pipeline per D (plus one\n"
+            "                              per phase change), default 2s    (SB_STATUS_INTERVAL)\n"
+            "  --workers N                 reconcile threads, default 4           (SB_WORKERS)\n"
+            "  --heartbeat-timeout D       a silent worker is lost after D, default 5s\n"
+            "                                                           (SB_HEARTBEAT_TIMEOUT)\n"
+            "  --version, --help\n"
+            "\n"
+            "Exit status: 0 after SIGTERM/SIGINT (lease released), 1 on failure or when the\n"
+            "leader lease is lost (a restarted process competes again), 2 on bad flags.\n");
+}
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+static const char *env_or(const char *name, const char *def)
+{
+    const char *v = getenv(name);
+    return v != NULL && *v ? v : def;
+}
+
+static int bad(const char *flag, const char *value, const char *why)
+{
+    fprintf(stderr, "streambatch-controller: %s %s: %s (try --help)\n", flag, value, why);
+    return 2;
+}
+
+static int parse_ms(const char *flag, const char *v, long *out)
+{
+    int64_t ns;
+    sb_err err;
+    if (sb_duration_parse(v, &ns, &err) != 0)
+        return bad(flag, v, err.msg);
+    if (ns <= 0)
+        return bad(flag, v, "must be positive");
+    *out = (long)(ns / 1000000);
+    if (*out == 0)
+        *out = 1;
+    return 0;
+}
+
+static int parse_uint(const char *flag, const char *v, long min, long max, long *out)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || n < min || n > max) {
+        char why[64];
+        snprintf(why, sizeof why, "must be an integer in [%ld, %ld]", min, max);
+        return bad(flag, v, why);
+    }
+    *out = n;
+    return 0;
+}
+
+static int parse_bool(const char *flag, const char *v, int *out)
+{
+    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+        *out = 1;
+    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+        *out = 0;
+    else
+        return bad(flag, v, "must be true or false");
+    return 0;
+}
+
+/* "HOST:PORT" (HOST may be empty) into host and port. */
+static int split_hostport(const char *flag, const char *v, char *host, size_t hl, long *port)
+{
+    const char *c = strrchr(v, ':');
+    if (c == NULL)
+        return bad(flag, v, "expected HOST:PORT");
+    if ((size_t)(c - v) >= hl)
+        return bad(flag, v, "host too long");
+    snprintf(host, hl, "%.*s", (int)(c - v), v);
+    return parse_uint(flag, c + 1, 0, 65535, port);
+}
+
+#define MAX_NAMESPACES 32
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
+    sb_operator_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    const char *pod_ip = env_or("SB_POD_IP", env_or("POD_IP", NULL));
+    const char *grpc = env_or("SB_GRPC_LISTEN", NULL);
+    const char *metrics = env_or("SB_METRICS_LISTEN", ":8080");
+    const char *leader_elect = env_or("SB_LEADER_ELECT", "true");
+    const char *ns_env = env_or("SB_WATCH_NAMESPACES", NULL);
+    const char *lease_d = "15s", *renew_d = "10s", *retry_d = "2s";
+    const char *status_d = env_or("SB_STATUS_INTERVAL", "2s");
+    const char *hb_d = env_or("SB_HEARTBEAT_TIMEOUT", "5s");
+    const char *max_pending = env_or("SB_MAX_PENDING_PODS", "2");
+    const char *workers = env_or("SB_WORKERS", "4");
+    cfg.lease_name = env_or("SB_LEADER_ELECTION_ID", "streambatch-controller");
+    cfg.lease_namespace = env_or("SB_LEADER_ELECTION_NAMESPACE",
+                                 env_or("POD_NAMESPACE", env_or("SB_POD_NAMESPACE", NULL)));
+    cfg.identity = env_or("SB_IDENTITY", NULL);
+    cfg.worker_image = env_or("SB_WORKER_IMAGE", "streambatch/worker:latest");
+    static char ns_buf[4096];
+    const char *namespaces[MAX_NAMESPACES];
+    size_t nns = 0;
+    int ns_flag = 0;
+    enum {
+        O_KUBECONFIG = 256,
+        O_CONTEXT,
+        O_NAMESPACE,
+        O_GRPC,
+        O_METRICS,
+        O_LEADER,
+        O_LEASE_ID,
+        O_LEASE_NS,
+        O_LEASE_D,
+        O_RENEW_D,
+        O_RETRY_D,
+        O_IDENTITY,
+        O_IMAGE,
+        O_PENDING,
+        O_STATUS,
+        O_WORKERS,
+        O_HB,
+        O_VERSION,
+        O_HELP
+    };
+    static const struct option opts[] = {
+        {"kubeconfig", required_argument, 0, O_KUBECONFIG},
+        {"context", required_argument, 0, O_CONTEXT},
+        {"namespace", required_argument, 0, O_NAMESPACE},
+        {"grpc-listen", required_argument, 0, O_GRPC},
+        {"metrics-listen", required_argument, 0, O_METRICS},
+        {"leader-elect", required_argument, 0, O_LEADER},
+        {"leader-election-id", required_argument, 0, O_LEASE_ID},
+        {"leader-election-namespace", required_argument, 0, O_LEASE_NS},
+        {"lease-duration", required_argument, 0, O_LEASE_D},
+        {"renew-deadline", required_argument, 0, O_RENEW_D},
+        {"retry-period", required_argument, 0, O_RETRY_D},
+        {"identity", required_argument, 0, O_IDENTITY},
+        {"worker-image", required_argument, 0, O_IMAGE},
+        {"max-pending-pods", required_argument, 0, O_PENDING},
+        {"status-interval", required_argument, 0, O_STATUS},
+        {"workers", required_argument, 0, O_WORKERS},
+        {"heartbeat-timeout", required_argument, 0, O_HB},
+        {"version", no_argument, 0, O_VERSION},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0}};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_KUBECONFIG:
+            cfg.kubeconfig = optarg;
+            break;
+        case O_CONTEXT:
+            cfg.context = optarg;
+            break;
+        case O_NAMESPACE: {
+            if (!ns_flag) {
+                nns = 0;
+                ns_flag = 1;
+            }
+            char *copy = strdup(optarg), *save = NULL;
+            for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+                if (nns >= MAX_NAMESPACES) {
+                    free(copy);
+                    return bad("--namespace", optarg, "at most 32 namespaces");
+                }
+                namespaces[nns++] = strdup(t);
+            }
+            free(copy);
+            break;
+        }
+        case O_GRPC:
+            grpc = optarg;
+            break;
+        case O_METRICS:
+            metrics = optarg;
+            break;
+        case O_LEADER:
+            leader_elect = optarg;
+            break;
+        case O_LEASE_ID:
+            cfg.lease_name = optarg;
+            break;
+        case O_LEASE_NS:
+            cfg.lease_namespace = optarg;
+            break;
+        case O_LEASE_D:
+            lease_d = optarg;
+            break;
+        case O_RENEW_D:
+            renew_d = optarg;
+            break;
+        case O_RETRY_D:
+            retry_d = optarg;
+            break;
+        case O_IDENTITY:
+            cfg.identity = optarg;
+            break;
+        case O_IMAGE:
+            cfg.worker_image = optarg;
+            break;
+        case O_PENDING:
+            max_pending = optarg;
+            break;
+        case O_STATUS:
+            status_d = optarg;
+            break;
+        case O_WORKERS:
+            workers = optarg;
+            break;
+        case O_HB:
+            hb_d = optarg;
+            break;
+        case O_VERSION:
             printf("streambatch-controller %s\n", SB_VERSION);
             return 0;
-        }
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: streambatch-controller [--help] [--version]\n"
-                   "The controller of streambatch: watches Pipeline resources and runs them.\n"
-                   "It is deployed with the Helm chart or deploy/ manifests.\n");
+        case O_HELP:
+        case 'h':
+            usage(stdout);
             return 0;
+        default:
+            if (optopt != 0)
+                fprintf(stderr, "streambatch-controller: option --%s needs a value (try --help)\n",
+                        argv[optind - 1] + 2);
+            else
+                fprintf(stderr, "streambatch-controller: unknown option %s (try --help)\n",
+                        argv[optind - 1]);
+            return 2;
         }
-        fprintf(stderr, "streambatch-controller: unknown option %s (try --help)\n", argv[i]);
+    }
+    if (optind < argc) {
+        fprintf(stderr, "streambatch-controller: unexpected argument %s (try --help)\n",
+                argv[optind]);
         return 2;
     }
-    fprintf(stderr, "streambatch-controller: the operator is not built yet (see --help)\n");
-    return 2;
+    if (!ns_flag && ns_env != NULL) {
+        snprintf(ns_buf, sizeof ns_buf, "%s", ns_env);
+        char *save = NULL;
+        for (char *t = strtok_r(ns_buf, ",", &save); t != NULL && nns < MAX_NAMESPACES;
+             t = strtok_r(NULL, ",", &save))
+            namespaces[nns++] = t;
+    }
+    cfg.namespaces = namespaces;
+    cfg.nnamespaces = nns;
+    int rc;
+    long v;
+    if ((rc = parse_bool("--leader-elect", leader_elect, &cfg.leader_elect)) != 0 ||
+        (rc = parse_ms("--lease-duration", lease_d, &cfg.lease_ms)) != 0 ||
+        (rc = parse_ms("--renew-deadline", renew_d, &cfg.renew_ms)) != 0 ||
+        (rc = parse_ms("--retry-period", retry_d, &cfg.retry_ms)) != 0 ||
+        (rc = parse_ms("--status-interval", status_d, &cfg.status_interval_ms)) != 0)
+        return rc;
+    if (!(cfg.lease_ms > cfg.renew_ms && cfg.renew_ms > cfg.retry_ms)) {
+        fprintf(stderr, "streambatch-controller: need --lease-duration > --renew-deadline > "
+                        "--retry-period (try --help)\n");
+        return 2;
+    }
+    if ((rc = parse_ms("--heartbeat-timeout", hb_d, &v)) != 0)
+        return rc;
+    cfg.heartbeat_timeout_ms = (uint32_t)v;
+    if ((rc = parse_uint("--max-pending-pods", max_pending, 1, 1000, &v)) != 0)
+        return rc;
+    cfg.max_pending = (uint32_t)v;
+    if ((rc = parse_uint("--workers", workers, 1, 64, &v)) != 0)
+        return rc;
+    cfg.workers = (int)v;
+    char grpc_host[256];
+    if (grpc != NULL) {
+        long port;
+        if ((rc = split_hostport("--grpc-listen", grpc, grpc_host, sizeof grpc_host, &port)) != 0)
+            return rc;
+        if (port != 0)
+            return bad("--grpc-listen", grpc, "the port must be 0 (one port per pipeline)");
+        if (grpc_host[0] == '\0')
+            return bad("--grpc-listen", grpc, "needs a host workers can reach");
+    } else {
+        snprintf(grpc_host, sizeof grpc_host, "%s", pod_ip ? pod_ip : "127.0.0.1");
+    }
+    cfg.grpc_host = grpc_host;
+    char metrics_host[256];
+    if (strcmp(metrics, "off") != 0) {
+        long port;
+        if ((rc = split_hostport("--metrics-listen", metrics, metrics_host, sizeof metrics_host,
+                                 &port)) != 0)
+            return rc;
+        if (metrics_host[0] == '\0')
+            snprintf(metrics_host, sizeof metrics_host, "%s", pod_ip ? pod_ip : "0.0.0.0");
+        cfg.metrics_host = metrics_host;
+        cfg.metrics_port = (uint16_t)port;
+    }
+    char identity[300];
+    if (cfg.identity == NULL) {
+        char host[HOST_NAME_MAX + 1] = "controller";
+        gethostname(host, sizeof host);
+        host[HOST_NAME_MAX] = '\0';
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        srand((unsigned)(ts.tv_nsec ^ getpid()));
+        snprintf(identity, sizeof identity, "%s_%08x", env_or("SB_POD_NAME", host),
+                 (unsigned)rand());
+        cfg.identity = identity;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    cfg.stop = &g_stop;
+    sb_log(SB_LOG_INFO, "streambatch-controller starting", "version", SB_VERSION, "identity",
+           cfg.identity, "grpc", grpc_host, "leaderElect", cfg.leader_elect ? "true" : "false",
+           NULL);
+    sb_err err = {{0}};
+    rc = sb_operator_run(&cfg, &err);
+    if (rc < 0) {
+        fprintf(stderr, "streambatch-controller: %s\n", err.msg);
+        return 1;
+    }
+    if (rc > 0) {
+        fprintf(stderr, "streambatch-controller: %s; exiting so a new process competes again\n",
+                err.msg[0] ? err.msg : "lost the leader lease");
+        return 1;
+    }
+    sb_log(SB_LOG_INFO, "streambatch-controller stopped", NULL);
+    return 0;
 }

@@ -1,8 +1,13 @@
 /* streambatch-worker — runs tasks for a controller and serves its partitions to peers.
  * Started by the controller's backend (local processes for `streambatch run`, pods on
- * Kubernetes), not by hand. Every flag can also come from the environment (for pods).
- * Exit codes: 0 orderly shutdown, 1 failure, 2 usage error. */
+ * Kubernetes), not by hand. Every flag can also come from the environment (for pods); a flag
+ * wins over its variable. Pod mode: with SB_POD_IP set and no --listen/SB_LISTEN it listens on
+ * $SB_POD_IP:$SB_WORKER_PORT (default 7070) and advertises $SB_POD_IP.
+ * Exit codes: 0 orderly shutdown (also when the controller says so), 1 failure (the controller
+ * lost past --controller-lost-timeout included), 2 usage error. */
+#include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +29,30 @@ static void usage(FILE *f)
             "  --pool POOL         cpu or gpu, default cpu             (SB_POOL)\n"
             "  --slots N           tasks at once, default 1            (SB_SLOTS)\n"
             "  --listen ADDR       Data service address, default 127.0.0.1:0 (SB_LISTEN)\n"
-            "  --advertise HOST    host peers use to reach this worker (SB_ADVERTISE, POD_IP)\n"
+            "  --advertise HOST    host peers use to reach this worker, default the listen host\n"
+            "                      (SB_ADVERTISE, else SB_POD_IP, else POD_IP)\n"
+            "  --worker-port PORT  port of the Data service in pod mode, 1..65535, default 7070\n"
+            "                      (SB_WORKER_PORT; used when SB_POD_IP is set and no --listen:\n"
+            "                      listens on SB_POD_IP:PORT and advertises SB_POD_IP)\n"
             "  --store-budget SIZE partition bytes kept in memory, default 1Gi (SB_STORE_BUDGET)\n"
             "  --spill-dir DIR     where partitions spill, default /tmp (SB_SPILL_DIR)\n"
             "  --accelerators N    at most N slots run ops at once; the others fetch and write\n"
             "                      meanwhile (a GPU shared by the slots), default 0 = no limit\n"
             "                      (SB_ACCELERATORS)\n"
-            "  --version, --help\n");
+            "  --pipeline NS/NAME  the pipeline this worker runs for; a Rebind for another one\n"
+            "                      is refused, default any (SB_PIPELINE)\n"
+            "  --epoch N           controller epoch accepted at start; a Rebind with a lower\n"
+            "                      epoch is refused, default 0 (SB_EPOCH)\n"
+            "  --controller-lost-timeout DURATION\n"
+            "                      exit with status 1 when the controller stayed unreachable this\n"
+            "                      long (Go duration: 90s, 2m, 500ms); a Rebind restarts the\n"
+            "                      clock, default 120s (SB_CONTROLLER_LOST_TIMEOUT)\n"
+            "  --version, --help\n"
+            "\n"
+            "Environment only: SB_POD_IP (pod mode, see --worker-port), POD_IP (advertised host\n"
+            "when neither --advertise, SB_ADVERTISE nor SB_POD_IP is set), SB_LOG_LEVEL.\n"
+            "The worker serves Data.Fetch and Worker.Rebind on its listen address.\n"
+            "Exit status: 0 orderly shutdown, 1 failure or controller lost, 2 usage error.\n");
 }
 
 static void on_signal(int sig)
@@ -45,6 +67,38 @@ static const char *env_or(const char *name, const char *def)
     return v != NULL && *v ? v : def;
 }
 
+/* A usage error naming the flag and its variable. Returns 2 (the exit status). */
+static int bad(const char *flag, const char *env, const char *what, const char *value)
+{
+    fprintf(stderr, "streambatch-worker: --%s (%s) %s, got \"%s\"\n", flag, env, what, value);
+    return 2;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    if (*s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* "ns/name": two non-empty parts without spaces. */
+static int pipeline_ok(const char *s)
+{
+    const char *slash = strchr(s, '/');
+    if (slash == NULL || slash == s || slash[1] == '\0' || strchr(slash + 1, '/') != NULL)
+        return 0;
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
+            return 0;
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     sb_worker_config cfg = {0};
@@ -52,10 +106,14 @@ int main(int argc, char **argv)
     cfg.id = env_or("SB_WORKER_ID", NULL);
     cfg.pool = env_or("SB_POOL", "cpu");
     cfg.listen = env_or("SB_LISTEN", NULL);
-    cfg.advertise = env_or("SB_ADVERTISE", env_or("POD_IP", NULL));
+    const char *pod_ip = env_or("SB_POD_IP", NULL);
+    cfg.advertise = env_or("SB_ADVERTISE", pod_ip ? pod_ip : env_or("POD_IP", NULL));
     cfg.spill_dir = env_or("SB_SPILL_DIR", NULL);
+    cfg.pipeline = env_or("SB_PIPELINE", NULL);
     const char *slots = env_or("SB_SLOTS", "1"), *budget = env_or("SB_STORE_BUDGET", "1Gi");
     const char *accel = env_or("SB_ACCELERATORS", "0");
+    const char *port = env_or("SB_WORKER_PORT", "7070"), *epoch = env_or("SB_EPOCH", "0");
+    const char *lost = env_or("SB_CONTROLLER_LOST_TIMEOUT", "120s");
     static const struct option opts[] = {{"controller", required_argument, 0, 'c'},
                                          {"id", required_argument, 0, 'i'},
                                          {"pool", required_argument, 0, 'p'},
@@ -65,6 +123,10 @@ int main(int argc, char **argv)
                                          {"store-budget", required_argument, 0, 'b'},
                                          {"spill-dir", required_argument, 0, 'd'},
                                          {"accelerators", required_argument, 0, 'A'},
+                                         {"worker-port", required_argument, 0, 'P'},
+                                         {"pipeline", required_argument, 0, 'n'},
+                                         {"epoch", required_argument, 0, 'e'},
+                                         {"controller-lost-timeout", required_argument, 0, 'L'},
                                          {"version", no_argument, 0, 'V'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -97,6 +159,18 @@ int main(int argc, char **argv)
             break;
         case 'A':
             accel = optarg;
+            break;
+        case 'P':
+            port = optarg;
+            break;
+        case 'n':
+            cfg.pipeline = optarg;
+            break;
+        case 'e':
+            epoch = optarg;
+            break;
+        case 'L':
+            lost = optarg;
             break;
         case 'V':
             printf("streambatch-worker %s\n", SB_VERSION);
@@ -135,6 +209,33 @@ int main(int argc, char **argv)
         return 2;
     }
     cfg.store_budget = (size_t)b;
+    uint64_t u;
+    if (parse_u64(port, &u) != 0 || u < 1 || u > 65535)
+        return bad("worker-port", "SB_WORKER_PORT", "must be a port number 1..65535", port);
+    /* Pod mode: the pod IP (IPv6 in brackets) and the fixed port the pod spec declares. */
+    char listen[160];
+    if (cfg.listen == NULL && pod_ip != NULL) {
+        int v6 = strchr(pod_ip, ':') != NULL && pod_ip[0] != '[';
+        snprintf(listen, sizeof listen, "%s%s%s:%" PRIu64, v6 ? "[" : "", pod_ip, v6 ? "]" : "", u);
+        cfg.listen = listen;
+    }
+    char adv[160];
+    if (cfg.advertise != NULL && strchr(cfg.advertise, ':') != NULL && cfg.advertise[0] != '[') {
+        snprintf(adv, sizeof adv, "[%s]", cfg.advertise); /* an IPv6 host */
+        cfg.advertise = adv;
+    }
+    if (parse_u64(epoch, &cfg.epoch) != 0)
+        return bad("epoch", "SB_EPOCH", "must be a non-negative integer", epoch);
+    if (cfg.pipeline != NULL && !pipeline_ok(cfg.pipeline))
+        return bad("pipeline", "SB_PIPELINE", "must be NAMESPACE/NAME", cfg.pipeline);
+    int64_t ns;
+    if (sb_duration_parse(lost, &ns, &err) != 0)
+        return bad("controller-lost-timeout", "SB_CONTROLLER_LOST_TIMEOUT",
+                   "must be a duration such as 90s, 2m or 500ms", lost);
+    if (ns < 1000000 || ns / 1000000 > 24LL * 3600 * 1000)
+        return bad("controller-lost-timeout", "SB_CONTROLLER_LOST_TIMEOUT",
+                   "must be between 1ms and 24h", lost);
+    cfg.controller_lost_timeout_ms = (int)(ns / 1000000);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

@@ -457,8 +457,11 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
     c->hb_timeout_ms = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 5000;
     c->pipeline_id = strdup(cfg->pipeline_id ? cfg->pipeline_id : "pipeline");
     c->pipeline_json = strdup(cfg->pipeline_json ? cfg->pipeline_json : "{}");
-    sb_sched_config sc = {
-        .pipeline = cfg->pipeline, .pipeline_id = c->pipeline_id, .no_fusion = cfg->no_fusion};
+    sb_sched_config sc = {.pipeline = cfg->pipeline,
+                          .pipeline_id = c->pipeline_id,
+                          .no_fusion = cfg->no_fusion,
+                          .start_ms = now_ms(),
+                          .resume = cfg->resume};
     if (c->pipeline_id == NULL || c->pipeline_json == NULL)
         goto fail;
     c->sched = sb_sched_new(&sc, cfg->splits, cfg->nsplits, err);
@@ -566,6 +569,30 @@ void sb_ctl_parts_free(sb_sched_output *parts, size_t n)
     for (size_t i = 0; parts != NULL && i < n; i++)
         free((char *)parts[i].id);
     free(parts);
+}
+
+int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = sb_sched_checkpoint(c->sched, ranges, parts, n, err);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int sb_ctl_worker_removable(sb_ctl *c, const char *worker_id)
+{
+    pthread_mutex_lock(&c->mu);
+    int r = sb_sched_worker_removable(c->sched, worker_id);
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t *running,
+                        int *active)
+{
+    pthread_mutex_lock(&c->mu);
+    sb_sched_pool_demand(c->sched, pool, queued, running, active);
+    pthread_mutex_unlock(&c->mu);
 }
 
 void sb_ctl_shutdown_workers(sb_ctl *c)

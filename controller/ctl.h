@@ -32,6 +32,7 @@ typedef struct sb_ctl_config {
     uint32_t heartbeat_interval_ms; /* default 500 */
     uint32_t heartbeat_timeout_ms;  /* default 5000 */
     int no_fusion;
+    const sb_sched_resume *resume; /* NULL: a fresh run; else passed to sb_sched_new() */
 } sb_ctl_config;
 
 typedef struct sb_ctl_snapshot {
@@ -59,6 +60,15 @@ int sb_ctl_stalled(sb_ctl *c, uint64_t stall_ms, char *buf, size_t len);
  * malloc'd too; free with sb_ctl_parts_free). */
 sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n);
 void sb_ctl_parts_free(sb_sched_output *parts, size_t n);
+/* The scheduler's checkpoint (sb_sched_checkpoint), taken under the controller's lock: ranges
+ * and parts are malloc'd (free ranges with free(), parts with sb_ctl_parts_free). 0 or -1 +
+ * err. */
+int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err);
+/* 1 if the worker may be removed now (sb_sched_worker_removable), under the lock. */
+int sb_ctl_worker_removable(sb_ctl *c, const char *worker_id);
+/* The pool's demand (sb_sched_pool_demand), under the lock. */
+void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t *running,
+                        int *active);
 /* From now on every poll and heartbeat answers shutdown. */
 void sb_ctl_shutdown_workers(sb_ctl *c);
 /* Stops the service (calls in flight are cancelled) and frees everything. */

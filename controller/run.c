@@ -15,14 +15,13 @@
 #include <unistd.h>
 
 #include "controller/ctl.h"
+#include "controller/engine.h"
 #include "controller/local.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
 #include "spec/quantity.h"
 #include "spec/validate.h"
-#include "worker/io/sink.h"
-#include "worker/io/split.h"
 
 static volatile sig_atomic_t g_interrupted;
 
@@ -269,14 +268,6 @@ static void exit_cb(void *ud, const char *worker_id, const char *why)
     sb_ctl_worker_exited(ud, worker_id, why);
 }
 
-static const char *part_ext(sb_format f)
-{
-    return f == SB_FMT_JSONL    ? "jsonl"
-           : f == SB_FMT_BINARY ? "bin"
-           : f == SB_FMT_CSV    ? "csv"
-                                : "txt";
-}
-
 /* ---- the run ------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -284,19 +275,12 @@ typedef struct {
     sb_doc *doc, *jdoc;
     sb_pipeline p;
     int have_p;
-    sb_io_split *splits;
-    size_t nsplits;
-    sb_sched_split *ss;
-    char **enc;
+    sb_engine_plan plan;
 } run_state;
 
 static void run_state_free(run_state *r)
 {
-    for (size_t i = 0; r->enc && i < r->nsplits; i++)
-        free(r->enc[i]);
-    free(r->enc);
-    free(r->ss);
-    sb_io_splits_free(r->splits, r->nsplits);
+    sb_engine_plan_free(&r->plan);
     if (r->have_p)
         sb_pipeline_free(&r->p);
     sb_doc_free(r->doc);
@@ -374,22 +358,9 @@ static int load(const sb_run_opts *o, run_state *r)
 static int plan(run_state *r)
 {
     sb_err err;
-    if (sb_io_plan_splits(&r->p.spec.source, &r->splits, &r->nsplits, &err) != 0) {
-        fprintf(stderr, "streambatch run: spec.source: %s\n", err.msg);
+    if (sb_engine_plan_make(&r->p, &r->plan, &err) != 0) {
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
         return 1;
-    }
-    r->ss = calloc(r->nsplits + 1, sizeof *r->ss);
-    r->enc = calloc(r->nsplits + 1, sizeof *r->enc);
-    if (r->ss == NULL || r->enc == NULL)
-        return 1;
-    for (size_t i = 0; i < r->nsplits; i++) {
-        r->enc[i] = sb_io_split_encode(&r->splits[i], &err);
-        if (r->enc[i] == NULL) {
-            fprintf(stderr, "streambatch run: %s\n", err.msg);
-            return 1;
-        }
-        r->ss[i].split = r->enc[i];
-        r->ss[i].bytes = r->splits[i].end - r->splits[i].start;
     }
     return 0;
 }
@@ -413,26 +384,15 @@ static int commit_sink(const sb_pipeline *p, sb_ctl *ctl, char *msg, size_t msgl
 {
     size_t n;
     sb_sched_output *parts = sb_ctl_sink_parts(ctl, &n);
-    sb_io_part_info *infos = calloc(n + 1, sizeof *infos);
-    if (parts == NULL || infos == NULL) {
-        sb_ctl_parts_free(parts, n);
-        free(infos);
+    if (parts == NULL) {
         snprintf(msg, msglen, "out of memory");
         return -1;
     }
-    for (size_t i = 0; i < n; i++) {
-        snprintf(infos[i].name, sizeof infos[i].name, "part-%s.%s", parts[i].id,
-                 part_ext(p->spec.sink.format));
-        infos[i].rows = parts[i].rows;
-        infos[i].bytes = parts[i].bytes;
-        infos[i].crc32c = parts[i].crc32c;
-    }
     sb_err err;
-    int rc = sb_io_sink_commit(&p->spec.sink, infos, n, &err);
+    int rc = sb_engine_commit(p, parts, n, &err);
     if (rc != 0)
         snprintf(msg, msglen, "%s", err.msg);
     sb_ctl_parts_free(parts, n);
-    free(infos);
     return rc;
 }
 
@@ -470,7 +430,7 @@ int sb_run(const sb_run_opts *o)
         return code;
     }
     sb_err err;
-    if (sb_io_sink_prepare(&r.p.spec.sink, &err) != 0) {
+    if (sb_engine_prepare(&r.p, &err) != 0) {
         fprintf(stderr, "streambatch run: spec.sink: %s\n", err.msg);
         run_state_free(&r);
         return 1;
@@ -509,8 +469,8 @@ int sb_run(const sb_run_opts *o)
         .pipeline = &r.p,
         .pipeline_id = pid_s,
         .pipeline_json = r.json,
-        .splits = r.ss,
-        .nsplits = r.nsplits,
+        .splits = r.plan.splits,
+        .nsplits = r.plan.nsplits,
         .heartbeat_timeout_ms =
             (uint32_t)(o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 3000)};
     sb_ctl *ctl = sb_ctl_start(&cc, NULL, &err);
@@ -550,7 +510,7 @@ int sb_run(const sb_run_opts *o)
     fprintf(stderr,
             "running %s: %zu splits, %d cpu + %d gpu workers, memory budget %s, mode %s, "
             "run dir %s\n",
-            r.p.metadata.name, r.nsplits, ncpu, ngpu, human_bytes(budget, (char[32]){0}, 32),
+            r.p.metadata.name, r.plan.nsplits, ncpu, ngpu, human_bytes(budget, (char[32]){0}, 32),
             sb_exec_mode_names[r.p.spec.execution.mode], run_dir);
     sb_backend be = sb_local_backend(loc);
     int tty = isatty(STDERR_FILENO);
@@ -606,28 +566,28 @@ int sb_run(const sb_run_opts *o)
     if (g_interrupted) {
         state = "Interrupted";
         code = 1;
-        sb_io_sink_abort(&r.p.spec.sink, NULL);
+        sb_engine_abort(&r.p, NULL);
         fprintf(stderr,
                 "\ninterrupted by signal %d after %.1f s: %" PRIu64 " of %" PRIu64
                 " sink parts written, workers stopped; the sink has no _SUCCESS\n",
-                (int)g_interrupted, wall, s.stats.sink_parts, (uint64_t)r.nsplits);
+                (int)g_interrupted, wall, s.stats.sink_parts, (uint64_t)r.plan.nsplits);
     } else if (stalled_out) {
         state = "Failed";
         code = 1;
-        sb_io_sink_abort(&r.p.spec.sink, NULL);
+        sb_engine_abort(&r.p, NULL);
         fprintf(stderr, "\npipeline failed: stalled: %s\n", stall);
         snprintf(s.failure, sizeof s.failure, "stalled: %s", stall);
     } else if (st == SB_SCHED_SUCCEEDED) {
         if (commit_sink(&r.p, ctl, msg, sizeof msg) != 0) {
             state = "Failed";
             code = 1;
-            sb_io_sink_abort(&r.p.spec.sink, NULL);
+            sb_engine_abort(&r.p, NULL);
             fprintf(stderr, "\npipeline failed: committing the sink: %s\n", msg);
         }
     } else {
         state = "Failed";
         code = 1;
-        sb_io_sink_abort(&r.p.spec.sink, NULL);
+        sb_engine_abort(&r.p, NULL);
         fprintf(stderr, "\npipeline failed: %s\n", s.failure);
     }
     print_summary(stdout, &s, wall, cpu_total, peak_rss, started);

@@ -31,13 +31,26 @@ void sb_worker_request_stop(void)
     g_stop = 1;
 }
 
+/* A Control channel. The current one is referenced by the worker itself (refs 1) and by every
+ * call in flight on it; a Rebind replaces it, and the last user of the old one frees it. */
+typedef struct ctl_chan {
+    sb_rpc_channel *ch;
+    int refs;     /* under worker.mu */
+    uint64_t gen; /* the worker's gen when it became current */
+    char addr[256];
+} ctl_chan;
+
 typedef struct {
     sb_worker_config cfg;
     char address[128];
     sb_store *store;
     sb_data_server *data;
     sb_rpc_server *srv;
-    sb_rpc_channel *ctl;
+    ctl_chan *chan;      /* current Control channel (mu) */
+    uint64_t gen;        /* bumped by every accepted Rebind (mu) */
+    uint64_t epoch;      /* last accepted epoch (mu) */
+    int need_register;   /* polls and heartbeats wait until a (re-)registration succeeded (mu) */
+    double last_contact; /* mono_s() of the last call that reached the current controller (mu) */
     sb_doc *doc;
     sb_pipeline pipeline;
     int have_pipeline;
@@ -84,6 +97,94 @@ static void apply_releases(worker *w, char **ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         sb_store_release(w->store, ids[i], NULL); /* unknown ids are fine */
+}
+
+/* ---- the Control channel ----------------------------------------------------------------- */
+
+#define BACKOFF_FIRST_MS 200
+#define BACKOFF_MAX_MS 2000
+
+static int backoff_next(int ms)
+{
+    return ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms * 2;
+}
+
+static ctl_chan *chan_new(const char *addr, sb_err *err)
+{
+    ctl_chan *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
+    c->ch = sb_rpc_channel_new(addr, NULL, err);
+    if (c->ch == NULL) {
+        free(c);
+        return NULL;
+    }
+    c->refs = 1;
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
+    return c;
+}
+
+/* The current channel with a reference taken (give it back with ctl_put). NULL while a
+ * (re-)registration is pending, unless `registering`. */
+static ctl_chan *ctl_get(worker *w, int registering)
+{
+    pthread_mutex_lock(&w->mu);
+    ctl_chan *c = w->chan;
+    if (c != NULL && (registering || !w->need_register))
+        c->refs++;
+    else
+        c = NULL;
+    pthread_mutex_unlock(&w->mu);
+    return c;
+}
+
+static void ctl_put(worker *w, ctl_chan *c)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    int last = --c->refs == 0;
+    pthread_mutex_unlock(&w->mu);
+    if (last) {
+        sb_rpc_channel_free(c->ch);
+        free(c);
+    }
+}
+
+/* A call on c got an answer: 1 (and the loss clock restarts) if c is still the current channel,
+ * 0 if a Rebind replaced it meanwhile (the answer is stale: ignore it). */
+static int ctl_ok(worker *w, const ctl_chan *c)
+{
+    pthread_mutex_lock(&w->mu);
+    int cur = c == w->chan && c->gen == w->gen;
+    if (cur)
+        w->last_contact = mono_s();
+    pthread_mutex_unlock(&w->mu);
+    return cur;
+}
+
+static uint64_t cur_gen(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t g = w->gen;
+    pthread_mutex_unlock(&w->mu);
+    return g;
+}
+
+/* Sleeps up to ms; returns early when the worker stops or a Rebind moved past gen. */
+static void nap(worker *w, int ms, uint64_t gen)
+{
+    for (int slept = 0; slept < ms && !stopping(w) && cur_gen(w) == gen; slept += 20)
+        usleep(20000);
+}
+
+/* The controller did not answer (as opposed to answering with an error). */
+static int unreachable(sb_rpc_code c)
+{
+    return c == SB_RPC_UNAVAILABLE || c == SB_RPC_DEADLINE_EXCEEDED || c == SB_RPC_CANCELLED ||
+           c == SB_RPC_UNKNOWN;
 }
 
 /* ---- a task ------------------------------------------------------------------------------- */
@@ -378,7 +479,8 @@ static int task_inputs(task_ctx *t, char **lost)
     return 0;
 }
 
-static void run_task(worker *w, const Streambatch__V1__Task *task)
+/* Runs a task handed out by the controller of generation gen and reports it there. */
+static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
 {
     task_ctx t;
     memset(&t, 0, sizeof t);
@@ -441,15 +543,44 @@ static void run_task(worker *w, const Streambatch__V1__Task *task)
     }
     if (req.status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
         sb_log(SB_LOG_WARN, "task failed", "task", task->task_id, "error", req.message, NULL);
+    /* Retried while the controller is unreachable; given up when the worker stops (the loss
+     * timeout included), when a Rebind replaced that controller, or after 5 answers that were
+     * errors. An undelivered report's store outputs are released: nobody knows of them. */
     ProtobufCMessage *resp = NULL;
     sb_err err;
-    for (int tries = 0; tries < 5 && !g_stop; tries++) {
-        sb_rpc_code c = sb_rpc_call_msg(w->ctl, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 10000,
-                                        SB_RPC_WAIT_FOR_READY, &resp, &err);
-        if (c == SB_RPC_OK)
+    const char *dropped = "the worker is stopping";
+    int backoff = BACKOFF_FIRST_MS;
+    for (int errors = 0; !stopping(w);) {
+        if (cur_gen(w) != gen) {
+            dropped = "the controller changed (Rebind)";
             break;
-        sb_log(SB_LOG_WARN, "CompleteTask failed", "task", task->task_id, "error", err.msg, NULL);
-        usleep(200000);
+        }
+        ctl_chan *c = ctl_get(w, 0);
+        if (c == NULL) { /* a re-registration is pending */
+            nap(w, 20, gen);
+            continue;
+        }
+        sb_rpc_code code =
+            sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 10000, 0, &resp, &err);
+        int cur = code == SB_RPC_OK && ctl_ok(w, c);
+        ctl_put(w, c);
+        if (code == SB_RPC_OK && !cur) {
+            sb_rpc_msg_free(resp);
+            resp = NULL;
+            dropped = "the controller changed (Rebind)";
+            break;
+        }
+        if (code == SB_RPC_OK)
+            break;
+        if (backoff == BACKOFF_FIRST_MS || !unreachable(code))
+            sb_log(SB_LOG_WARN, "CompleteTask failed, retrying", "task", task->task_id, "error",
+                   err.msg, NULL);
+        if (!unreachable(code) && ++errors >= 5) {
+            dropped = "the controller kept refusing it";
+            break;
+        }
+        nap(w, backoff, gen);
+        backoff = backoff_next(backoff);
     }
     if (resp != NULL) {
         Streambatch__V1__CompleteTaskReply *r = (Streambatch__V1__CompleteTaskReply *)resp;
@@ -458,6 +589,12 @@ static void run_task(worker *w, const Streambatch__V1__Task *task)
                 sb_store_release(w->store, t.parts[i].id, NULL);
         apply_releases(w, r->release, r->n_release);
         sb_rpc_msg_free(resp);
+    } else {
+        sb_log(SB_LOG_WARN, "completion report dropped", "task", task->task_id, "why", dropped,
+               NULL);
+        if (!task->writes_sink)
+            for (size_t i = 0; i < t.nparts; i++)
+                sb_store_release(w->store, t.parts[i].id, NULL);
     }
     free(infos);
     free(ptrs);
@@ -466,49 +603,59 @@ static void run_task(worker *w, const Streambatch__V1__Task *task)
 
 /* ---- loops ------------------------------------------------------------------------------- */
 
+/* Polls for tasks and runs them. A controller that cannot be reached is retried with backoff
+ * (the main loop gives up after the loss timeout); answers from a controller that a Rebind
+ * replaced meanwhile are ignored (tasks included: the new leader hands out its own). */
 static void *slot_main(void *arg)
 {
     worker *w = arg;
-    double last_ok = mono_s();
+    int backoff = BACKOFF_FIRST_MS;
     while (!stopping(w)) {
+        ctl_chan *c = ctl_get(w, 0);
+        if (c == NULL) { /* a (re-)registration is pending */
+            usleep(20000);
+            continue;
+        }
+        uint64_t gen = c->gen;
         Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
         req.worker_id = (char *)w->cfg.id;
         req.free_slots = 1;
         req.wait_ms = 1000;
         ProtobufCMessage *resp = NULL;
         sb_err err;
-        sb_rpc_code c = sb_rpc_call_msg(w->ctl, SB_RPC_CONTROL_POLL_TASKS, &req.base, 5000,
-                                        SB_RPC_WAIT_FOR_READY, &resp, &err);
-        if (c != SB_RPC_OK) {
-            if (mono_s() - last_ok > 15) {
-                pthread_mutex_lock(&w->mu);
-                snprintf(w->fatal, sizeof w->fatal, "controller unreachable for 15 s: %s", err.msg);
-                w->shutdown = 1;
-                pthread_mutex_unlock(&w->mu);
-                break;
-            }
-            usleep(100000);
+        sb_rpc_code code =
+            sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_POLL_TASKS, &req.base, 5000, 0, &resp, &err);
+        int cur = code == SB_RPC_OK && ctl_ok(w, c);
+        ctl_put(w, c);
+        if (code != SB_RPC_OK) {
+            if (backoff == BACKOFF_FIRST_MS)
+                sb_log(SB_LOG_WARN, "PollTasks failed, retrying with backoff", "worker", w->cfg.id,
+                       "error", err.msg, NULL);
+            nap(w, backoff, gen);
+            backoff = backoff_next(backoff);
             continue;
         }
-        last_ok = mono_s();
+        backoff = BACKOFF_FIRST_MS;
         Streambatch__V1__PollTasksReply *r = (Streambatch__V1__PollTasksReply *)resp;
-        for (size_t i = 0; i < r->n_tasks && !g_stop; i++) {
+        for (size_t i = 0; cur && i < r->n_tasks && !stopping(w) && cur_gen(w) == gen; i++) {
             pthread_mutex_lock(&w->mu);
             w->running_tasks++;
             pthread_mutex_unlock(&w->mu);
-            run_task(w, r->tasks[i]);
+            run_task(w, r->tasks[i], gen);
             pthread_mutex_lock(&w->mu);
             w->running_tasks--;
             pthread_mutex_unlock(&w->mu);
         }
-        if (r->shutdown)
+        if (cur && r->shutdown && cur_gen(w) == gen)
             set_shutdown(w);
         sb_rpc_msg_free(resp);
     }
     return NULL;
 }
 
-static void heartbeat_once(worker *w)
+/* 0 when the controller answered, -1 when it could not be reached (or must be registered with
+ * first). */
+static int heartbeat_once(worker *w)
 {
     sb_store_stats ss;
     sb_store_get_stats(w->store, &ss);
@@ -522,19 +669,36 @@ static void heartbeat_once(worker *w)
     m.tasks_running = (uint32_t)w->running_tasks;
     m.bytes_received = w->bytes_received;
     pthread_mutex_unlock(&w->mu);
+    ctl_chan *c = ctl_get(w, 0);
+    if (c == NULL)
+        return -1;
     ProtobufCMessage *resp = NULL;
     sb_err err;
-    if (sb_rpc_call_msg(w->ctl, SB_RPC_CONTROL_HEARTBEAT, &req.base, 3000, 0, &resp, &err) !=
-        SB_RPC_OK)
-        return;
+    sb_rpc_code code =
+        sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_HEARTBEAT, &req.base, 3000, 0, &resp, &err);
+    int cur = code == SB_RPC_OK && ctl_ok(w, c);
+    ctl_put(w, c);
+    if (code != SB_RPC_OK) {
+        sb_log(SB_LOG_DEBUG, "Heartbeat failed", "worker", w->cfg.id, "error", err.msg, NULL);
+        return -1;
+    }
     Streambatch__V1__HeartbeatReply *r = (Streambatch__V1__HeartbeatReply *)resp;
-    apply_releases(w, r->release, r->n_release);
-    if (r->shutdown)
-        set_shutdown(w);
+    if (cur) {
+        apply_releases(w, r->release, r->n_release);
+        if (r->shutdown)
+            set_shutdown(w);
+        if (r->reregister && !r->shutdown) { /* a new leader that does not know this worker */
+            pthread_mutex_lock(&w->mu);
+            w->need_register = 1;
+            pthread_mutex_unlock(&w->mu);
+        }
+    }
     sb_rpc_msg_free(resp);
+    return 0;
 }
 
-static int do_register(worker *w, sb_err *err)
+/* Registers on channel c with every partition the store holds. */
+static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb_err *err)
 {
     sb_store_item *items = NULL;
     size_t n = 0;
@@ -554,6 +718,7 @@ static int do_register(worker *w, sb_err *err)
         infos[i].bytes = items[i].len;
         ptrs[i] = &infos[i];
     }
+    *nheld = n;
     Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
     req.worker_id = (char *)w->cfg.id;
     req.pool = (char *)w->cfg.pool;
@@ -563,16 +728,17 @@ static int do_register(worker *w, sb_err *err)
     req.partitions = ptrs;
     req.memory_budget_bytes = w->cfg.store_budget;
     ProtobufCMessage *resp = NULL;
-    sb_rpc_code c = sb_rpc_call_msg(w->ctl, SB_RPC_CONTROL_REGISTER, &req.base,
-                                    w->cfg.register_timeout_ms, SB_RPC_WAIT_FOR_READY, &resp, err);
+    sb_rpc_code code = sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_REGISTER, &req.base, timeout_ms,
+                                       SB_RPC_WAIT_FOR_READY, &resp, err);
     free(items);
     free(infos);
     free(ptrs);
-    if (c != SB_RPC_OK)
-        return sb_err_wrap(err, "registering with %s", w->cfg.controller);
+    if (code != SB_RPC_OK)
+        return sb_err_wrap(err, "registering with %s", c->addr);
     Streambatch__V1__RegisterReply *r = (Streambatch__V1__RegisterReply *)resp;
     w->hb_ms = r->heartbeat_interval_ms ? (uint32_t)r->heartbeat_interval_ms : 1000;
-    apply_releases(w, r->release, r->n_release);
+    if (ctl_ok(w, c))
+        apply_releases(w, r->release, r->n_release);
     int rc = 0;
     if (!w->have_pipeline) {
         const char *js = r->pipeline_json ? r->pipeline_json : "";
@@ -589,6 +755,140 @@ static int do_register(worker *w, sb_err *err)
     }
     sb_rpc_msg_free(resp);
     return rc;
+}
+
+/* ---- Worker.Rebind ------------------------------------------------------------------------ */
+
+/* Runs on a server thread: only swaps the channel (no blocking call); the main loop registers
+ * at the new controller and the slots wait for that before they poll again. */
+static void h_rebind(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
+{
+    worker *w = ud;
+    Streambatch__V1__RebindRequest *m = (Streambatch__V1__RebindRequest *)sb_rpc_call_decode(
+        call, &streambatch__v1__rebind_request__descriptor, req, len);
+    if (m == NULL)
+        return;
+    Streambatch__V1__RebindReply rep = STREAMBATCH__V1__REBIND_REPLY__INIT;
+    rep.worker_id = (char *)w->cfg.id;
+    char msg[SB_ERR_MAX + 256] = "";
+    const char *mine = w->cfg.pipeline;
+    ctl_chan *nc = NULL, *old = NULL;
+    uint64_t accepted_epoch = 0;
+    if (mine != NULL && *mine && m->pipeline != NULL && *m->pipeline && strcmp(mine, m->pipeline))
+        snprintf(msg, sizeof msg, "worker %s belongs to pipeline %s, not %s", w->cfg.id, mine,
+                 m->pipeline);
+    else {
+        sb_err err;
+        nc = chan_new(m->controller_address, &err);
+        if (nc == NULL)
+            snprintf(msg, sizeof msg, "cannot use controller address %s: %s", m->controller_address,
+                     err.msg);
+    }
+    if (nc != NULL) {
+        pthread_mutex_lock(&w->mu);
+        if (w->shutdown || g_stop) {
+            snprintf(msg, sizeof msg, "worker %s is shutting down", w->cfg.id);
+        } else if (m->epoch < w->epoch) {
+            snprintf(msg, sizeof msg, "epoch %" PRIu64 " is lower than the accepted epoch %" PRIu64,
+                     (uint64_t)m->epoch, w->epoch);
+        } else {
+            old = w->chan;
+            nc->gen = ++w->gen;
+            w->chan = nc;
+            nc = NULL;
+            w->epoch = m->epoch;
+            w->need_register = 1;
+            w->last_contact = mono_s(); /* the loss clock starts again */
+            rep.accepted = 1;
+        }
+        accepted_epoch = w->epoch;
+        pthread_mutex_unlock(&w->mu);
+    }
+    char ep[32], acc[32];
+    snprintf(ep, sizeof ep, "%" PRIu64, (uint64_t)m->epoch);
+    snprintf(acc, sizeof acc, "%" PRIu64, accepted_epoch);
+    if (rep.accepted)
+        sb_log(SB_LOG_INFO, "rebound to a new controller", "worker", w->cfg.id, "controller",
+               m->controller_address, "epoch", ep, NULL);
+    else
+        sb_log(SB_LOG_WARN, "Rebind refused", "worker", w->cfg.id, "controller",
+               m->controller_address, "epoch", ep, "accepted_epoch", acc, "why", msg, NULL);
+    rep.message = msg;
+    sb_err err;
+    if (sb_rpc_call_reply_msg(call, &rep.base, &err) != 0)
+        sb_log(SB_LOG_WARN, "Rebind reply failed", "error", err.msg, NULL);
+    sb_rpc_msg_free(&m->base);
+    ctl_put(w, nc);  /* refused: never used */
+    ctl_put(w, old); /* freed here, or by the last call still in flight on it */
+}
+
+/* The main thread: (re-)registration, heartbeats, and the controller-loss timeout. */
+static void main_loop(worker *w)
+{
+    double next_hb = mono_s(), next_reg = 0;
+    int hb_backoff = BACKOFF_FIRST_MS, reg_backoff = BACKOFF_FIRST_MS;
+    uint64_t seen_gen = cur_gen(w);
+    while (!stopping(w)) {
+        double now = mono_s();
+        pthread_mutex_lock(&w->mu);
+        int need = w->need_register;
+        double silent_ms = (now - w->last_contact) * 1000;
+        uint64_t gen = w->gen;
+        char addr[256];
+        snprintf(addr, sizeof addr, "%s", w->chan->addr);
+        pthread_mutex_unlock(&w->mu);
+        if (gen != seen_gen) { /* a Rebind: register at once */
+            seen_gen = gen;
+            next_reg = 0;
+            reg_backoff = BACKOFF_FIRST_MS;
+        }
+        if (silent_ms > w->cfg.controller_lost_timeout_ms) {
+            char t[32];
+            snprintf(t, sizeof t, "%d", w->cfg.controller_lost_timeout_ms);
+            sb_log(SB_LOG_ERROR, "controller lost: unreachable past the timeout, exiting", "worker",
+                   w->cfg.id, "controller", addr, "controller_lost_timeout_ms", t, NULL);
+            pthread_mutex_lock(&w->mu);
+            snprintf(w->fatal, sizeof w->fatal,
+                     "controller %s unreachable for %d ms (controller lost timeout); no Rebind "
+                     "came",
+                     addr, w->cfg.controller_lost_timeout_ms);
+            w->shutdown = 1;
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        if (need && now >= next_reg) {
+            ctl_chan *c = ctl_get(w, 1);
+            sb_err err;
+            size_t held = 0;
+            if (do_register(w, c, 5000, &held, &err) == 0) {
+                pthread_mutex_lock(&w->mu);
+                if (c == w->chan)
+                    w->need_register = 0;
+                pthread_mutex_unlock(&w->mu);
+                char h[32];
+                snprintf(h, sizeof h, "%zu", held);
+                sb_log(SB_LOG_INFO, "registered again", "worker", w->cfg.id, "controller", c->addr,
+                       "partitions", h, NULL);
+                reg_backoff = BACKOFF_FIRST_MS;
+                next_hb = mono_s() + w->hb_ms / 1000.0;
+            } else {
+                sb_log(SB_LOG_WARN, "re-registration failed, retrying", "worker", w->cfg.id,
+                       "error", err.msg, NULL);
+                next_reg = mono_s() + reg_backoff / 1000.0;
+                reg_backoff = backoff_next(reg_backoff);
+            }
+            ctl_put(w, c);
+        } else if (!need && now >= next_hb) {
+            if (heartbeat_once(w) == 0) {
+                hb_backoff = BACKOFF_FIRST_MS;
+                next_hb = mono_s() + w->hb_ms / 1000.0;
+            } else {
+                next_hb = mono_s() + hb_backoff / 1000.0;
+                hb_backoff = backoff_next(hb_backoff);
+            }
+        }
+        usleep(20000);
+    }
 }
 
 int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
@@ -608,6 +908,11 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
         w->cfg.spill_dir = "/tmp";
     if (w->cfg.register_timeout_ms <= 0)
         w->cfg.register_timeout_ms = 60000;
+    if (w->cfg.controller_lost_timeout_ms <= 0)
+        w->cfg.controller_lost_timeout_ms = 120000;
+    w->epoch = w->cfg.epoch;
+    w->need_register = 1;
+    w->last_contact = mono_s();
     if (w->cfg.accelerators > 0 && sem_init(&w->accel, 0, w->cfg.accelerators) == 0)
         w->have_accel = 1;
     int rc = -1;
@@ -617,11 +922,15 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
     sb_data_server_config dc = {0};
     if (slots == NULL || sb_store_open(&sc, &w->store, err) != 0)
         goto out;
+    w->chan = chan_new(w->cfg.controller, err); /* before the server: Rebind may come at once */
+    if (w->chan == NULL)
+        goto out;
     dc.store = w->store;
     if (sb_data_server_new(&dc, &w->data, err) != 0)
         goto out;
     w->srv = sb_rpc_server_new(NULL, err);
-    if (w->srv == NULL || sb_data_server_register(w->data, w->srv, err) != 0)
+    if (w->srv == NULL || sb_data_server_register(w->data, w->srv, err) != 0 ||
+        sb_rpc_server_add_unary(w->srv, SB_RPC_WORKER_REBIND, h_rebind, w, err) != 0)
         goto out;
     int port = sb_rpc_server_listen(w->srv, w->cfg.listen, err);
     if (port < 0 || sb_rpc_server_start(w->srv, err) != 0)
@@ -632,22 +941,23 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
     if (colon != NULL && w->cfg.advertise == NULL)
         *colon = '\0';
     snprintf(w->address, sizeof w->address, "%s:%d", host, port);
-    w->ctl = sb_rpc_channel_new(w->cfg.controller, NULL, err);
-    if (w->ctl == NULL || do_register(w, err) != 0)
+    ctl_chan *c = ctl_get(w, 1);
+    size_t held = 0;
+    int reg = do_register(w, c, w->cfg.register_timeout_ms, &held, err);
+    pthread_mutex_lock(&w->mu);
+    int rebound = c != w->chan; /* a Rebind came meanwhile: the main loop registers there */
+    if (reg == 0 && !rebound)
+        w->need_register = 0;
+    pthread_mutex_unlock(&w->mu);
+    ctl_put(w, c);
+    if (reg != 0 && !rebound)
         goto out;
     sb_log(SB_LOG_INFO, "worker ready", "worker", w->cfg.id, "address", w->address, "pool",
            w->cfg.pool, NULL);
     for (; started < w->cfg.slots; started++)
         if (pthread_create(&slots[started], NULL, slot_main, w) != 0)
             break;
-    double next_hb = mono_s();
-    while (!stopping(w)) {
-        if (mono_s() >= next_hb) {
-            heartbeat_once(w);
-            next_hb = mono_s() + w->hb_ms / 1000.0;
-        }
-        usleep(20000);
-    }
+    main_loop(w);
     set_shutdown(w);
     rc = 0;
     if (w->fatal[0] != '\0')
@@ -663,7 +973,7 @@ out:
         sb_rpc_server_shutdown(w->srv, 2000);
     sb_data_server_free(w->data);
     sb_rpc_server_free(w->srv);
-    sb_rpc_channel_free(w->ctl);
+    ctl_put(w, w->chan); /* every call on it has ended: the slots are joined, the server is down */
     sb_store_close(w->store);
     if (w->have_pipeline)
         sb_pipeline_free(&w->pipeline);

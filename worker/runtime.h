@@ -7,8 +7,21 @@
  * part files), then report the completion. Releases in the controller's replies free store
  * partitions. A worker the controller declared lost is told to shut down.
  *
- * sb_worker_run() blocks until the controller says shutdown, sb_worker_stop() is called (e.g.
- * from a SIGTERM handler thread), or a fatal error; it cleans up everything it started.
+ * The worker also serves Worker.Rebind beside Data: a new controller leader (after a failover)
+ * tells it where the Control service now is. A Rebind is accepted when its pipeline matches the
+ * worker's (when both are set) and its epoch is >= the last accepted one; the worker then
+ * switches its Control channel (the old one is freed once no thread uses it), registers again
+ * with every partition it holds, and goes on polling. Completion reports of tasks handed out by
+ * an earlier controller are dropped then (their store outputs released): the new leader re-runs
+ * what it needs.
+ *
+ * Controller unreachable (poll, completion, heartbeat, re-registration fail): the worker keeps
+ * its store and retries with backoff (200 ms doubling to 2 s). Once nothing reached the
+ * controller for controller_lost_timeout_ms (a Rebind resets that clock) it gives up:
+ * sb_worker_run() returns -1 ("controller unreachable ...").
+ *
+ * sb_worker_run() blocks until the controller says shutdown, sb_worker_request_stop() is called
+ * (e.g. from a SIGTERM handler), or a fatal error; it cleans up everything it started.
  */
 #ifndef SB_WORKER_RUNTIME_H
 #define SB_WORKER_RUNTIME_H
@@ -31,6 +44,11 @@ typedef struct sb_worker_config {
     uint32_t accelerators;   /* 0: every slot runs ops at once. N: at most N tasks run their ops
                                 at a time (slots share N accelerators), while the other slots
                                 fetch inputs and write outputs: I/O overlaps the device */
+    const char *pipeline;    /* "namespace/name" this worker runs for; a Rebind naming another
+                                pipeline is refused. NULL/"": any */
+    uint64_t epoch;          /* initial accepted epoch: Rebinds with a lower one are refused */
+    int controller_lost_timeout_ms; /* give up after the controller was unreachable this long;
+                                       default 120000 */
 } sb_worker_config;
 
 typedef struct sb_worker sb_worker;

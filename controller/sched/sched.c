@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/sched/ranges.h"
 #include "controller/sched/strmap.h"
 
 #define NONE ((size_t)-1)
@@ -61,7 +62,7 @@ typedef struct {
     size_t *fifo; /* input partitions not yet in a task */
     size_t fhead, flen, fcap;
     uint64_t fifo_bytes;
-    uint64_t tasks_total, done, running, retries, recovered, errored;
+    uint64_t tasks_total, done, running, retries, recovered, errored, resumed;
     uint64_t rows_in, bytes_in, rows_out, bytes_out;
     double task_seconds, cpu_seconds;
     uint64_t next_index;
@@ -94,6 +95,9 @@ struct sb_sched {
         errored_total;
     sb_sched_output *sink;
     size_t nsink, capsink;
+    size_t *sink_task; /* producer of sink[i]; NONE for parts carried over by a resume */
+    size_t capsink_task;
+    uint32_t epoch;
     uint64_t sink_rows, sink_bytes;
     sb_sched_state state;
     char *failure;
@@ -228,10 +232,94 @@ static const char *pool_of(const sb_stage_spec *st)
     return sb_stage_pool(st);
 }
 
+/* Parses "s<op>-t<task>-p<seq>" (decimal fields); 0 or -1. */
+static int parse_part_id(const char *id, uint64_t *opi, uint64_t *tix)
+{
+    const char *p = id;
+    uint64_t v[3];
+    const char tag[3] = {'s', 't', 'p'};
+    for (int k = 0; k < 3; k++) {
+        if (*p++ != tag[k] || *p < '0' || *p > '9')
+            return -1;
+        uint64_t x = 0;
+        while (*p >= '0' && *p <= '9') {
+            uint64_t d = (uint64_t)(*p++ - '0');
+            if (x > (UINT64_MAX - d) / 10)
+                return -1;
+            x = x * 10 + d;
+        }
+        v[k] = x;
+        if (k < 2 && *p++ != '-')
+            return -1;
+    }
+    if (*p != '\0')
+        return -1;
+    *opi = v[0];
+    *tix = v[1];
+    return 0;
+}
+
+/* Reads a resume: the committed splits into committed[], the sink parts into s->sink. */
+static int resume_load(sb_sched *s, const sb_sched_resume *r, uint8_t *committed, sb_err *err)
+{
+    if (sb_ranges_parse(r->committed_splits, committed, s->nsplits, err) != 0)
+        return sb_err_wrap(err, "scheduler: resume");
+    s->epoch = r->epoch;
+    int any = 0;
+    for (size_t i = 0; i < s->nsplits && !any; i++)
+        any = committed[i];
+    if (r->epoch == 0 && (any || r->nparts > 0))
+        return sb_err_set(err, "scheduler: resume: epoch 0 with committed work (a leader that "
+                               "resumes a run takes the next epoch, >= 1)");
+    if (r->nparts > 0 && r->parts == NULL)
+        return sb_err_set(err, "scheduler: resume: %zu parts but no array", r->nparts);
+    uint64_t first_new = (uint64_t)r->epoch * SB_SCHED_EPOCH_STRIDE;
+    for (size_t i = 0; i < r->nparts; i++) {
+        const sb_sched_output *o = &r->parts[i];
+        uint64_t opi, tix;
+        if (o->id == NULL || parse_part_id(o->id, &opi, &tix) != 0)
+            return sb_err_set(err,
+                              "scheduler: resume: part %zu: id \"%.64s\" is not "
+                              "s<op>-t<task>-p<seq>",
+                              i, o->id ? o->id : "(null)");
+        if (opi >= s->nops)
+            return sb_err_set(err,
+                              "scheduler: resume: part %s: op %" PRIu64 " does not exist "
+                              "(%zu ops)",
+                              o->id, opi, s->nops);
+        if (opi == 0 && (tix >= s->nsplits || !committed[tix]))
+            return sb_err_set(err,
+                              "scheduler: resume: part %s: split %" PRIu64 " is not "
+                              "committed",
+                              o->id, tix);
+        if (opi > 0 && tix >= first_new)
+            return sb_err_set(err,
+                              "scheduler: resume: part %s: task index not below epoch %u's "
+                              "first (%" PRIu64 "); it would collide with this run's parts",
+                              o->id, r->epoch, first_new);
+        if (sb_strmap_get(&s->sink_ids, o->id, NULL))
+            continue; /* listed twice */
+        if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0 ||
+            GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0 ||
+            sb_strmap_put(&s->sink_ids, o->id, s->nsink) != 0)
+            return sb_err_set(err, "scheduler: out of memory");
+        s->sink[s->nsink] = *o;
+        s->sink[s->nsink].id = strdup(o->id);
+        if (s->sink[s->nsink].id == NULL)
+            return sb_err_set(err, "scheduler: out of memory");
+        s->sink_task[s->nsink] = NONE;
+        s->nsink++;
+        s->sink_rows += o->rows;
+        s->sink_bytes += o->bytes;
+    }
+    return 0;
+}
+
 sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits, size_t nsplits,
                        sb_err *err)
 {
     const sb_pipeline *p = cfg->pipeline;
+    uint8_t *committed = NULL;
     if (p == NULL || p->spec.nstages == 0) {
         sb_err_set(err, "scheduler: the pipeline has no stages");
         return NULL;
@@ -302,6 +390,11 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     s->split_bytes = calloc(nsplits ? nsplits : 1, sizeof *s->split_bytes);
     if (s->splits == NULL || s->split_bytes == NULL)
         goto oom;
+    committed = calloc(nsplits ? nsplits : 1, 1);
+    if (committed == NULL)
+        goto oom;
+    if (cfg->resume != NULL && resume_load(s, cfg->resume, committed, err) != 0)
+        goto fail;
     for (size_t i = 0; i < nsplits; i++) {
         s->splits[i] = strdup(splits[i].split);
         if (s->splits[i] == NULL)
@@ -312,15 +405,26 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
             goto oom;
         s->tasks[t].split = i;
         s->tasks[t].in_bytes = splits[i].bytes;
+        if (committed[i]) { /* an earlier leader committed it: not run again */
+            s->tasks[t].state = T_SKIPPED;
+            s->ops[0].done++;
+            s->ops[0].resumed++;
+            continue;
+        }
         if (queue_push(s, &s->ops[0], t) != 0)
             goto oom;
     }
+    free(committed);
     s->ops[0].next_index = nsplits;
-    s->state = nsplits == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
+    for (size_t i = 1; i < s->nops; i++)
+        s->ops[i].next_index = (uint64_t)s->epoch * SB_SCHED_EPOCH_STRIDE;
+    s->state = s->ops[0].qlen == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
     s->last_progress_ms = cfg->start_ms;
     return s;
 oom:
     sb_err_set(err, "scheduler: out of memory");
+fail:
+    free(committed);
     sb_sched_free(s);
     return NULL;
 }
@@ -370,6 +474,7 @@ void sb_sched_free(sb_sched *s)
     for (size_t i = 0; i < s->nsink; i++)
         free((char *)s->sink[i].id);
     free(s->sink);
+    free(s->sink_task);
     sb_strmap_free(&s->part_ids);
     sb_strmap_free(&s->task_ids);
     sb_strmap_free(&s->worker_ids);
@@ -833,8 +938,10 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
                 continue; /* a re-run rewrote the same part */
             if (sb_strmap_put(&s->sink_ids, outs[i].id, s->nsink) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
-            if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0)
+            if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0 ||
+                GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
+            s->sink_task[s->nsink] = ti;
             s->sink[s->nsink].id = strdup(outs[i].id);
             s->sink[s->nsink].bytes = outs[i].bytes;
             s->sink[s->nsink].rows = outs[i].rows;
@@ -1053,6 +1160,7 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)
     out->retries = o->retries;
     out->recovered = o->recovered;
     out->errored = o->errored;
+    out->resumed = o->resumed;
     out->rows_in = o->rows_in;
     out->bytes_in = o->bytes_in;
     out->rows_out = o->rows_out;
@@ -1111,4 +1219,144 @@ int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char
         snprintf(buf + o, len - o, " in flight %" PRIu64 " of %" PRIu64 " bytes",
                  s->partition_bytes + s->reserved_bytes, s->budget);
     return 1;
+}
+
+/* ---- checkpoint ----------------------------------------------------------------------------- */
+
+static size_t uf_find(size_t *parent, size_t x)
+{
+    while (parent[x] != x) {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    return x;
+}
+
+static void uf_union(size_t *parent, size_t a, size_t b)
+{
+    a = uf_find(parent, a);
+    b = uf_find(parent, b);
+    if (a != b)
+        parent[a < b ? b : a] = a < b ? a : b;
+}
+
+int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **parts, size_t *nparts,
+                        sb_err *err)
+{
+    *ranges = NULL;
+    *parts = NULL;
+    *nparts = 0;
+    size_t ns = s->nsplits;
+    size_t *parent = malloc((ns ? ns : 1) * sizeof *parent);
+    size_t *rep = malloc((s->ntasks ? s->ntasks : 1) * sizeof *rep); /* a split of each task */
+    uint8_t *bad = calloc(ns ? ns : 1, 1);
+    uint8_t *committed = calloc(ns ? ns : 1, 1);
+    sb_sched_output *out = calloc(s->nsink + 1, sizeof *out);
+    size_t n = 0;
+    if (parent == NULL || rep == NULL || bad == NULL || committed == NULL || out == NULL)
+        goto oom;
+    for (size_t i = 0; i < ns; i++)
+        parent[i] = i;
+    /* 1. components: a task's inputs were made by tasks created before it, so one pass in
+     * creation order joins every split a task descends from */
+    for (size_t ti = 0; ti < s->ntasks; ti++) {
+        const task *t = &s->tasks[ti];
+        rep[ti] = t->split;
+        for (size_t k = 0; k < t->ninputs; k++) {
+            size_t r = rep[s->parts[t->inputs[k]].producer];
+            if (r == NONE)
+                continue;
+            if (rep[ti] == NONE)
+                rep[ti] = r;
+            else
+                uf_union(parent, rep[ti], r);
+        }
+    }
+    /* 2. a component with unfinished work anywhere in it is not committed */
+    for (size_t ti = 0; ti < s->ntasks; ti++) {
+        const task *t = &s->tasks[ti];
+        if (t->state != T_DONE && t->state != T_SKIPPED && rep[ti] != NONE)
+            bad[uf_find(parent, rep[ti])] = 1;
+    }
+    for (size_t pi = 0; pi < s->nparts; pi++) { /* partitions waiting for a consumer */
+        const part *p = &s->parts[pi];
+        if (p->consumer == NONE && p->state != P_RELEASED && rep[p->producer] != NONE)
+            bad[uf_find(parent, rep[p->producer])] = 1;
+    }
+    for (size_t i = 0; i < ns; i++)
+        committed[i] = !bad[uf_find(parent, i)];
+    /* 3. the sink parts of committed components (and every resumed part) */
+    for (size_t k = 0; k < s->nsink; k++) {
+        size_t ti = s->sink_task[k];
+        if (ti != NONE && (rep[ti] == NONE || !committed[uf_find(parent, rep[ti])]))
+            continue;
+        out[n] = s->sink[k];
+        out[n].id = strdup(s->sink[k].id);
+        if (out[n].id == NULL)
+            goto oom;
+        n++;
+    }
+    *ranges = sb_ranges_format(committed, ns);
+    if (*ranges == NULL)
+        goto oom;
+    *parts = out;
+    *nparts = n;
+    free(parent);
+    free(rep);
+    free(bad);
+    free(committed);
+    return 0;
+oom:
+    sb_sched_parts_free(out, n);
+    free(parent);
+    free(rep);
+    free(bad);
+    free(committed);
+    return sb_err_set(err, "scheduler: checkpoint: out of memory");
+}
+
+void sb_sched_parts_free(sb_sched_output *parts, size_t n)
+{
+    for (size_t i = 0; parts != NULL && i < n; i++)
+        free((char *)parts[i].id);
+    free(parts);
+}
+
+/* ---- elasticity ----------------------------------------------------------------------------- */
+
+int sb_sched_worker_removable(const sb_sched *s, const char *worker_id)
+{
+    size_t w = worker_find(s, worker_id ? worker_id : "");
+    if (w == NONE || !s->workers[w].alive || s->workers[w].running > 0)
+        return 0;
+    for (size_t pi = 0; pi < s->nparts; pi++) /* available = not yet consumed: still needed */
+        if (s->parts[pi].worker == w && s->parts[pi].state == P_AVAILABLE)
+            return 0;
+    return 1;
+}
+
+void sb_sched_pool_demand(const sb_sched *s, const char *pool, uint64_t *queued, uint64_t *running,
+                          int *active)
+{
+    uint64_t q = 0, r = 0;
+    int act = 0;
+    for (size_t i = 0; pool != NULL && i < s->nops; i++) {
+        const op *o = &s->ops[i];
+        if (strcmp(o->pool, pool) != 0)
+            continue;
+        q += o->qlen;
+        if (o->flen > 0) { /* tasks these partitions will form */
+            uint64_t t = o->target ? (o->fifo_bytes + o->target - 1) / o->target : o->flen;
+            q += t > 0 ? t : 1;
+        }
+        r += o->running;
+        if (s->state == SB_SCHED_RUNNING && !op_finished(s, i))
+            act = 1;
+    }
+    if (queued != NULL)
+        *queued = q;
+    if (running != NULL)
+        *running = r;
+    if (active != NULL)
+        *active = act;
 }

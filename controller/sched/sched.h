@@ -29,6 +29,16 @@
  * the task's inputs count as errored partitions, and more than maxErroredPartitions fails the
  * pipeline with a message naming the stage, the task, its input and the op's error.
  *
+ * Checkpoint and resume (controller failover). A split is committed when every task that
+ * descends from it is done (errored and skipped tasks count as done) and none of its
+ * partitions still waits for a consumer, closed under coalescing: splits whose partitions met
+ * in one task form one component, committed only as a whole. sb_sched_checkpoint() computes
+ * that set on demand (union-find over the lineage) with the sink parts it produced; a new
+ * leader passes it back as sb_sched_resume: committed splits' source tasks do not run again
+ * (they count as done), their sink parts are part of the result, and tasks of ops > 0 are
+ * numbered from epoch * SB_SCHED_EPOCH_STRIDE, so the new run's partition and sink part ids
+ * ("s<op>-t<task>-p<seq>") never collide with those of an earlier leader.
+ *
  * Memory: the scheduler owns everything it allocates; views it returns (tasks, stats) stay
  * valid until the next call that changes it. Strings passed in are copied.
  */
@@ -48,11 +58,26 @@ typedef struct sb_sched_split {
     uint64_t bytes;
 } sb_sched_split;
 
+typedef struct sb_sched_output sb_sched_output;
+
+#define SB_SCHED_EPOCH_STRIDE 1000000000ULL /* task indices of ops > 0 start at epoch * stride */
+
+/* Where an earlier leader left the pipeline (see "Checkpoint and resume" above). Borrowed
+ * during sb_sched_new() only. */
+typedef struct sb_sched_resume {
+    uint32_t epoch;               /* 0 on a first run; +1 at every leader that resumes it */
+    const char *committed_splits; /* split indices already committed, as ranges "0-41,45";
+                                     NULL/"" none */
+    const sb_sched_output *parts; /* the sink parts those splits produced (kept in the manifest) */
+    size_t nparts;
+} sb_sched_resume;
+
 typedef struct sb_sched_config {
-    const sb_pipeline *pipeline; /* read during sb_sched_new() only */
-    const char *pipeline_id;     /* prefix of task ids, e.g. "default/wordcount" */
-    int no_fusion;               /* 1: one op per stage even in streaming mode */
-    uint64_t start_ms;           /* the clock at creation (the stall watchdog starts there) */
+    const sb_pipeline *pipeline;   /* read during sb_sched_new() only */
+    const char *pipeline_id;       /* prefix of task ids, e.g. "default/wordcount" */
+    int no_fusion;                 /* 1: one op per stage even in streaming mode */
+    uint64_t start_ms;             /* the clock at creation (the stall watchdog starts there) */
+    const sb_sched_resume *resume; /* NULL: a fresh run */
 } sb_sched_config;
 
 /* A partition a task reads. */
@@ -78,11 +103,11 @@ typedef struct sb_sched_task {
     uint64_t target_bytes;
 } sb_sched_task;
 
-typedef struct sb_sched_output {
+struct sb_sched_output {
     const char *id;
     uint64_t bytes, rows;
     uint32_t crc32c; /* sink parts: checksum of the part file */
-} sb_sched_output;
+};
 
 /* What a task attempt cost, as the worker measured it (may be NULL). */
 typedef struct sb_sched_metrics {
@@ -102,6 +127,7 @@ typedef struct sb_sched_op_stats {
     const char *pool;
     uint64_t tasks_total, tasks_done, tasks_running, tasks_queued;
     uint64_t retries, recovered, errored;
+    uint64_t resumed; /* source tasks of committed splits a resume skipped (in tasks_done) */
     uint64_t rows_in, bytes_in, rows_out, bytes_out;
     uint64_t queued_input_bytes; /* produced upstream, not yet in a task */
     double task_seconds;         /* sum of completed task wall times reported */
@@ -122,6 +148,9 @@ typedef struct sb_sched_stats {
     size_t workers;
 } sb_sched_stats;
 
+/* NULL + err on an invalid config, including a resume whose ranges do not parse (the message
+ * names the bad piece), that has committed splits at epoch 0, or whose parts are not
+ * "s<op>-t<task>-p<seq>" ids of committed splits and earlier epochs. */
 sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits, size_t nsplits,
                        sb_err *err);
 void sb_sched_free(sb_sched *s);
@@ -162,6 +191,25 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out);
 
 /* The sink parts committed so far, in partition-id order of completion; *n set. */
 const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n);
+
+/* The checkpoint now: the largest set S of splits whose every descendant task is done, closed
+ * under coalescing (a sink part whose lineage reaches a split outside S makes that whole
+ * connected component uncommitted), as ranges (malloc'd string), and every sink part that
+ * descends from S (malloc'd array, ids malloc'd; free with sb_sched_parts_free). Resumed
+ * splits/parts are part of it. 0, or -1 + err (out of memory; nothing to free then). */
+int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **parts, size_t *nparts,
+                        sb_err *err);
+void sb_sched_parts_free(sb_sched_output *parts, size_t n);
+
+/* 1 if the worker may be removed now: alive, no running task, holds no partition still needed
+ * (unknown or lost workers: 0). */
+int sb_sched_worker_removable(const sb_sched *s, const char *worker_id);
+
+/* Demand of a pool: tasks queued (ready to run, plus the tasks the partitions waiting in its
+ * ops' input queues will form, at least one when any waits) and running for its ops, and
+ * whether its ops can still get work (1) or are all finished, or the pipeline ended (0). */
+void sb_sched_pool_demand(const sb_sched *s, const char *pool, uint64_t *queued, uint64_t *running,
+                          int *active);
 
 /* If nothing progressed for stall_ms, writes which op is stuck and why into buf and returns 1;
  * else 0. */

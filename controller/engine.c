@@ -1,0 +1,86 @@
+#include "controller/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/io/sink.h"
+#include "worker/io/split.h"
+
+int sb_engine_plan_make(const sb_pipeline *p, sb_engine_plan *out, sb_err *err)
+{
+    memset(out, 0, sizeof *out);
+    sb_io_split *io = NULL;
+    size_t n = 0;
+    if (sb_io_plan_splits(&p->spec.source, &io, &n, err) != 0)
+        return sb_err_wrap(err, "spec.source");
+    out->io = io;
+    out->nsplits = n;
+    out->splits = calloc(n + 1, sizeof *out->splits);
+    out->enc = calloc(n + 1, sizeof *out->enc);
+    if (out->splits == NULL || out->enc == NULL) {
+        sb_engine_plan_free(out);
+        return sb_err_set(err, "planning the source: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        out->enc[i] = sb_io_split_encode(&io[i], err);
+        if (out->enc[i] == NULL) {
+            sb_engine_plan_free(out);
+            return -1;
+        }
+        out->splits[i].split = out->enc[i];
+        out->splits[i].bytes = io[i].end - io[i].start;
+    }
+    return 0;
+}
+
+void sb_engine_plan_free(sb_engine_plan *pl)
+{
+    if (pl == NULL)
+        return;
+    for (size_t i = 0; pl->enc != NULL && i < pl->nsplits; i++)
+        free(pl->enc[i]);
+    free(pl->enc);
+    free(pl->splits);
+    sb_io_splits_free(pl->io, pl->nsplits);
+    memset(pl, 0, sizeof *pl);
+}
+
+static const char *part_ext(sb_format f)
+{
+    return f == SB_FMT_JSONL    ? "jsonl"
+           : f == SB_FMT_BINARY ? "bin"
+           : f == SB_FMT_CSV    ? "csv"
+                                : "txt";
+}
+
+int sb_engine_prepare(const sb_pipeline *p, sb_err *err)
+{
+    return sb_io_sink_prepare(&p->spec.sink, err);
+}
+
+int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t n, sb_err *err)
+{
+    sb_io_part_info *infos = calloc(n + 1, sizeof *infos);
+    if (infos == NULL)
+        return sb_err_set(err, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        int k = snprintf(infos[i].name, sizeof infos[i].name, "part-%s.%s",
+                         parts[i].id ? parts[i].id : "", part_ext(p->spec.sink.format));
+        if (k < 0 || (size_t)k >= sizeof infos[i].name) {
+            free(infos);
+            return sb_err_set(err, "sink part id \"%.64s...\" is too long", parts[i].id);
+        }
+        infos[i].rows = parts[i].rows;
+        infos[i].bytes = parts[i].bytes;
+        infos[i].crc32c = parts[i].crc32c;
+    }
+    int rc = sb_io_sink_commit(&p->spec.sink, infos, n, err);
+    free(infos);
+    return rc;
+}
+
+int sb_engine_abort(const sb_pipeline *p, sb_err *err)
+{
+    return sb_io_sink_abort(&p->spec.sink, err);
+}

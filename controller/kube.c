@@ -1,0 +1,1044 @@
+#include "controller/kube.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "rpc/proto.h"
+#include "rpc/rpc.h"
+
+#define LABEL_PIPELINE "streambatch.dev/pipeline"
+#define LABEL_POOL "streambatch.dev/pool"
+
+typedef struct kpod {
+    char name[64];
+    char pool[16];
+    char phase[16]; /* "" = created by us, not seen yet */
+    char ip[64];
+    char why[512];   /* PodScheduled=False message or waiting reason */
+    char end[512];   /* why it ended (Failed: reason, exit code) */
+    int by_us;       /* we deleted it (scale down, cleanup, rebind failure) */
+    int terminating; /* deletionTimestamp seen */
+    int ran;         /* was Running at some point */
+    int reported;    /* on_exit already called */
+    int adopted;
+    int gone; /* DELETED seen: remove from the table */
+    uint64_t seq;
+} kpod;
+
+typedef struct kpool {
+    sb_kube_pool p;
+    char name[16], cpu[32], memory[32];
+    uint32_t desired;
+} kpool;
+
+struct sb_kube {
+    sb_kube_config cfg;
+    char *ns, *pipeline, *uid, *controller, *image, *pipeline_id;
+    cJSON *tmpl;
+    kpool pools[4];
+    size_t npools;
+    pthread_mutex_t mu;
+    kpod *pods;
+    size_t npods, cap;
+    uint64_t seq;
+    int stopping;
+    long grace_s; /* for deletes; -1 = the pod's own */
+};
+
+typedef struct report {
+    char id[64];
+    char why[600];
+    int event; /* also a Warning WorkerPodFailed */
+} report;
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+static const cJSON *jobj(const cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+static void fmt_cpu(int64_t milli, char *buf, size_t n)
+{
+    if (milli % 1000 == 0)
+        snprintf(buf, n, "%" PRId64, milli / 1000);
+    else
+        snprintf(buf, n, "%" PRId64 "m", milli);
+}
+
+static void fmt_bytes(int64_t b, char *buf, size_t n)
+{
+    const char *u[] = {"Ei", "Pi", "Ti", "Gi", "Mi", "Ki"};
+    for (int i = 0; i < 6; i++) {
+        int64_t unit = (int64_t)1 << (10 * (6 - i));
+        if (b >= unit && b % unit == 0) {
+            snprintf(buf, n, "%" PRId64 "%s", b / unit, u[i]);
+            return;
+        }
+    }
+    snprintf(buf, n, "%" PRId64, b);
+}
+
+size_t sb_kube_pools_from_spec(const sb_pipeline *p, sb_kube_pool *out, size_t cap)
+{
+    size_t n = 0;
+    int64_t cpu[4] = {0}, mem[4] = {0};
+    for (size_t i = 0; p != NULL && i < p->spec.nstages; i++) {
+        const sb_stage_spec *st = &p->spec.stages[i];
+        const char *pool = sb_stage_pool(st);
+        size_t j = 0;
+        while (j < n && strcmp(out[j].pool, pool) != 0)
+            j++;
+        if (j == n) {
+            if (n == cap || n == 4)
+                continue;
+            memset(&out[n], 0, sizeof out[n]);
+            out[n].pool = strcmp(pool, "gpu") == 0 ? "gpu" : "cpu";
+            int gpu = strcmp(pool, "gpu") == 0;
+            out[n].slots = gpu ? 2 : 1;
+            out[n].accelerators = gpu ? 1 : 0;
+            n++;
+        }
+        sb_kube_pool *o = &out[j];
+        if (st->workers.min > (int64_t)o->min)
+            o->min = (uint32_t)st->workers.min;
+        if (st->workers.max > (int64_t)o->max)
+            o->max = (uint32_t)st->workers.max;
+        if (st->resources.gpu > (int64_t)o->gpus)
+            o->gpus = (uint32_t)st->resources.gpu;
+        if (st->resources.cpu_milli > cpu[j])
+            cpu[j] = st->resources.cpu_milli;
+        if (st->resources.memory_bytes > mem[j])
+            mem[j] = st->resources.memory_bytes;
+    }
+    for (size_t j = 0; j < n; j++) {
+        out[j].cpu = out[j].memory = NULL;
+        if (cpu[j] > 0) {
+            fmt_cpu(cpu[j], out[j].cpu_buf, sizeof out[j].cpu_buf);
+            out[j].cpu = out[j].cpu_buf;
+        }
+        if (mem[j] > 0) {
+            fmt_bytes(mem[j], out[j].memory_buf, sizeof out[j].memory_buf);
+            out[j].memory = out[j].memory_buf;
+        }
+    }
+    return n;
+}
+
+static kpool *pool_find(sb_kube *k, const char *name)
+{
+    for (size_t i = 0; name != NULL && i < k->npools; i++)
+        if (strcmp(k->pools[i].name, name) == 0)
+            return &k->pools[i];
+    return NULL;
+}
+
+static kpod *pod_find(sb_kube *k, const char *name)
+{
+    for (size_t i = 0; i < k->npods; i++)
+        if (strcmp(k->pods[i].name, name) == 0)
+            return &k->pods[i];
+    return NULL;
+}
+
+static kpod *pod_add(sb_kube *k, const char *name, const char *pool)
+{
+    if (k->npods == k->cap) {
+        size_t nc = k->cap ? k->cap * 2 : 16;
+        kpod *np = realloc(k->pods, nc * sizeof *np);
+        if (np == NULL)
+            return NULL;
+        k->pods = np;
+        k->cap = nc;
+    }
+    kpod *p = &k->pods[k->npods++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->pool, sizeof p->pool, "%s", pool);
+    p->seq = ++k->seq;
+    return p;
+}
+
+static void pod_remove(sb_kube *k, kpod *p)
+{
+    size_t i = (size_t)(p - k->pods);
+    k->pods[i] = k->pods[--k->npods];
+}
+
+/* A pod that still is, or will be, a worker of the pool. */
+static int alive(const kpod *p)
+{
+    return !p->by_us && !p->terminating && !p->gone && strcmp(p->phase, "Failed") != 0 &&
+           strcmp(p->phase, "Succeeded") != 0;
+}
+
+static int is_running(const kpod *p)
+{
+    return alive(p) && strcmp(p->phase, "Running") == 0;
+}
+
+static int is_pending(const kpod *p)
+{
+    return alive(p) && strcmp(p->phase, "Running") != 0;
+}
+
+static void emit(sb_kube *k, const char *type, const char *reason, const char *msg)
+{
+    sb_log(strcmp(type, "Warning") == 0 ? SB_LOG_WARN : SB_LOG_INFO, msg, "pipeline",
+           k->pipeline_id, "reason", reason, NULL);
+    if (k->cfg.on_event != NULL)
+        k->cfg.on_event(k->cfg.ud, type, reason, msg);
+}
+
+static void fire(sb_kube *k, const report *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (r[i].event) {
+            char msg[800];
+            snprintf(msg, sizeof msg, "worker pod %s: %s", r[i].id, r[i].why);
+            emit(k, "Warning", "WorkerPodFailed", msg);
+        }
+        if (k->cfg.on_exit != NULL)
+            k->cfg.on_exit(k->cfg.ud, r[i].id, r[i].why);
+    }
+}
+
+/* ---- pod events --------------------------------------------------------------------------- */
+
+/* Whether the pod belongs to this pipeline (label, namespace, and owner uid when both known). */
+static int ours(const sb_kube *k, const cJSON *pod)
+{
+    const cJSON *md = jobj(pod, "metadata");
+    const char *ns = jstr(md, "namespace");
+    const char *pl = jstr(jobj(md, "labels"), LABEL_PIPELINE);
+    if (pl == NULL || strcmp(pl, k->pipeline) != 0 || (ns != NULL && strcmp(ns, k->ns) != 0))
+        return 0;
+    const cJSON *refs = jobj(md, "ownerReferences");
+    if (k->uid == NULL || !cJSON_IsArray(refs) || cJSON_GetArraySize(refs) == 0)
+        return 1;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, refs)
+    {
+        const char *kind = jstr(r, "kind"), *uid = jstr(r, "uid");
+        if (kind != NULL && strcmp(kind, "Pipeline") == 0 && uid != NULL)
+            return strcmp(uid, k->uid) == 0;
+    }
+    return 1;
+}
+
+/* Reads phase, IP, scheduling message and end reason of a pod into p. */
+static void read_pod(kpod *p, const cJSON *pod)
+{
+    const cJSON *md = jobj(pod, "metadata"), *st = jobj(pod, "status");
+    const char *phase = jstr(st, "phase");
+    snprintf(p->phase, sizeof p->phase, "%s", phase ? phase : "Pending");
+    const char *ip = jstr(st, "podIP");
+    snprintf(p->ip, sizeof p->ip, "%s", ip ? ip : "");
+    if (jobj(md, "deletionTimestamp") != NULL && !cJSON_IsNull(jobj(md, "deletionTimestamp")))
+        p->terminating = 1;
+    if (strcmp(p->phase, "Running") == 0)
+        p->ran = 1;
+    p->why[0] = '\0';
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jobj(st, "conditions"))
+    {
+        const char *type = jstr(c, "type"), *status = jstr(c, "status");
+        if (type != NULL && strcmp(type, "PodScheduled") == 0 && status != NULL &&
+            strcmp(status, "False") == 0) {
+            const char *m = jstr(c, "message"), *r = jstr(c, "reason");
+            snprintf(p->why, sizeof p->why, "%s", m ? m : r ? r : "Unschedulable");
+        }
+    }
+    cJSON_ArrayForEach(c, jobj(st, "containerStatuses"))
+    {
+        const cJSON *state = jobj(c, "state");
+        const cJSON *w = jobj(state, "waiting"), *t = jobj(state, "terminated");
+        if (p->why[0] == '\0' && w != NULL) {
+            const char *r = jstr(w, "reason"), *m = jstr(w, "message");
+            if (r != NULL && strcmp(r, "ContainerCreating") != 0 &&
+                strcmp(r, "PodInitializing") != 0)
+                snprintf(p->why, sizeof p->why, "%s%s%s", r, m ? ": " : "", m ? m : "");
+        }
+        if (t != NULL) {
+            const cJSON *code = jobj(t, "exitCode");
+            const char *r = jstr(t, "reason");
+            snprintf(p->end, sizeof p->end, "container exited with code %d%s%s%s",
+                     cJSON_IsNumber(code) ? code->valueint : -1, r ? " (" : "", r ? r : "",
+                     r ? ")" : "");
+        }
+    }
+    if (p->end[0] == '\0' && strcmp(p->phase, "Failed") == 0) {
+        const char *r = jstr(st, "reason"), *m = jstr(st, "message");
+        snprintf(p->end, sizeof p->end, "%s%s%s", r ? r : "failed", m ? ": " : "", m ? m : "");
+    }
+}
+
+/* Decides whether the pod's change must be reported; fills r. Called under the lock. */
+static int judge(sb_kube *k, kpod *p, report *r)
+{
+    if (p->reported || k->stopping)
+        return 0;
+    const char *why = NULL;
+    int event = 1;
+    char buf[600];
+    if (p->by_us) {
+        if (!p->ran || !(p->gone || p->terminating || strcmp(p->phase, "Failed") == 0 ||
+                         strcmp(p->phase, "Succeeded") == 0))
+            return 0;
+        why = "pod deleted by the controller (scale down)";
+        event = 0;
+    } else if (strcmp(p->phase, "Failed") == 0) {
+        snprintf(buf, sizeof buf, "pod failed: %s", p->end[0] ? p->end : "no reason given");
+        why = buf;
+    } else if (strcmp(p->phase, "Succeeded") == 0) {
+        /* the worker was told to shut down: normal, nothing to recover */
+        p->reported = 1;
+        return 0;
+    } else if (p->terminating || p->gone) {
+        why = p->gone ? "pod deleted" : "pod is being deleted";
+    } else {
+        return 0;
+    }
+    p->reported = 1;
+    snprintf(r->id, sizeof r->id, "%s", p->name);
+    snprintf(r->why, sizeof r->why, "%s", why);
+    r->event = event;
+    return 1;
+}
+
+void sb_kube_on_pod(sb_kube *k, const cJSON *pod, int deleted)
+{
+    if (k == NULL || pod == NULL || !ours(k, pod))
+        return;
+    const cJSON *md = jobj(pod, "metadata");
+    const char *name = jstr(md, "name");
+    const char *pool = jstr(jobj(md, "labels"), LABEL_POOL);
+    if (name == NULL)
+        return;
+    report r;
+    int fire_it = 0;
+    pthread_mutex_lock(&k->mu);
+    kpod *p = pod_find(k, name);
+    if (p == NULL && !deleted && pool != NULL && pool_find(k, pool) != NULL)
+        p = pod_add(k, name, pool); /* created by an earlier leader, or seen before the POST
+                                       answered */
+    if (p != NULL) {
+        read_pod(p, pod);
+        if (deleted)
+            p->gone = 1;
+        fire_it = judge(k, p, &r);
+        if (p->gone)
+            pod_remove(k, p);
+    }
+    pthread_mutex_unlock(&k->mu);
+    if (fire_it)
+        fire(k, &r, 1);
+}
+
+/* ---- pod spec ----------------------------------------------------------------------------- */
+
+static void rand_suffix(char *out)
+{
+    static const char alnum[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char b[5];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        unsigned v = (unsigned)ts.tv_nsec ^ (unsigned)getpid();
+        for (int i = 0; i < 5; i++)
+            b[i] = (unsigned char)(rand_r(&v) & 0xff);
+    }
+    for (int i = 0; i < 5; i++)
+        out[i] = alnum[b[i] % 36];
+    out[5] = '\0';
+}
+
+static void pod_name(const sb_kube *k, const char *pool, char *out, size_t n)
+{
+    char sfx[6];
+    rand_suffix(sfx);
+    size_t room = 63 - (strlen(pool) + 7); /* "-<pool>-xxxxx" */
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)room, k->pipeline);
+    size_t pl = strlen(prefix);
+    while (pl > 0 && (prefix[pl - 1] == '-' || prefix[pl - 1] == '.'))
+        prefix[--pl] = '\0';
+    snprintf(out, n, "%s-%s-%s", prefix, pool, sfx);
+}
+
+static void add_env(cJSON *env, const char *name, const char *value)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON_AddStringToObject(e, "value", value);
+    cJSON_AddItemToArray(env, e);
+}
+
+static void add_env_field(cJSON *env, const char *name, const char *field)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON *fr = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "fieldRef");
+    cJSON_AddStringToObject(fr, "fieldPath", field);
+    cJSON_AddItemToArray(env, e);
+}
+
+static void merge_strings(cJSON *dst, const cJSON *src)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, src)
+    {
+        if (!cJSON_IsString(e) || e->string == NULL)
+            continue;
+        cJSON_DeleteItemFromObjectCaseSensitive(dst, e->string);
+        cJSON_AddStringToObject(dst, e->string, e->valuestring);
+    }
+}
+
+static void copy_str(cJSON *dst, const char *key, const cJSON *tmpl)
+{
+    const char *v = jstr(tmpl, key);
+    if (v != NULL)
+        cJSON_AddStringToObject(dst, key, v);
+}
+
+static cJSON *pod_spec(const sb_kube *k, const kpool *kp, const char *name)
+{
+    const cJSON *t = k->tmpl;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "apiVersion", "v1");
+    cJSON_AddStringToObject(o, "kind", "Pod");
+    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+    cJSON_AddStringToObject(md, "name", name);
+    cJSON_AddStringToObject(md, "namespace", k->ns);
+    cJSON *labels = cJSON_AddObjectToObject(md, "labels");
+    merge_strings(labels, jobj(t, "labels"));
+    cJSON *own = cJSON_CreateObject();
+    cJSON_AddStringToObject(own, LABEL_PIPELINE, k->pipeline);
+    cJSON_AddStringToObject(own, LABEL_POOL, kp->name);
+    cJSON_AddStringToObject(own, "app.kubernetes.io/name", "streambatch-worker");
+    cJSON_AddStringToObject(own, "app.kubernetes.io/managed-by", "streambatch-controller");
+    merge_strings(labels, own);
+    cJSON_Delete(own);
+    const cJSON *ann = jobj(t, "annotations");
+    if (cJSON_IsObject(ann) && cJSON_GetArraySize(ann) > 0)
+        merge_strings(cJSON_AddObjectToObject(md, "annotations"), ann);
+    if (k->uid != NULL) {
+        cJSON *ref = cJSON_CreateObject();
+        cJSON_AddStringToObject(ref, "apiVersion", "streambatch.dev/v1alpha1");
+        cJSON_AddStringToObject(ref, "kind", "Pipeline");
+        cJSON_AddStringToObject(ref, "name", k->pipeline);
+        cJSON_AddStringToObject(ref, "uid", k->uid);
+        cJSON_AddBoolToObject(ref, "controller", 1);
+        cJSON_AddBoolToObject(ref, "blockOwnerDeletion", 1);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
+    }
+    cJSON *spec = cJSON_AddObjectToObject(o, "spec");
+    cJSON_AddStringToObject(spec, "restartPolicy", "Never");
+    copy_str(spec, "serviceAccountName", t);
+    copy_str(spec, "priorityClassName", t);
+    const cJSON *ns = jobj(t, "nodeSelector");
+    if (cJSON_IsObject(ns) && cJSON_GetArraySize(ns) > 0)
+        merge_strings(cJSON_AddObjectToObject(spec, "nodeSelector"), ns);
+    const cJSON *tol = jobj(t, "tolerations");
+    if (cJSON_IsArray(tol) && cJSON_GetArraySize(tol) > 0)
+        cJSON_AddItemToObject(spec, "tolerations", cJSON_Duplicate(tol, 1));
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "containers"), c);
+    cJSON_AddStringToObject(c, "name", "worker");
+    const char *image = jstr(t, "image");
+    cJSON_AddStringToObject(c, "image", image != NULL ? image : k->image);
+    copy_str(c, "imagePullPolicy", t);
+    cJSON *port = cJSON_CreateObject();
+    cJSON_AddStringToObject(port, "name", "data");
+    cJSON_AddNumberToObject(port, "containerPort", k->cfg.worker_port);
+    cJSON_AddStringToObject(port, "protocol", "TCP");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "ports"), port);
+    cJSON *env = cJSON_AddArrayToObject(c, "env");
+    char num[32];
+    add_env(env, "SB_CONTROLLER", k->controller);
+    add_env_field(env, "SB_WORKER_ID", "metadata.name");
+    add_env_field(env, "SB_POD_IP", "status.podIP");
+    snprintf(num, sizeof num, "%u", (unsigned)k->cfg.worker_port);
+    add_env(env, "SB_WORKER_PORT", num);
+    add_env(env, "SB_POOL", kp->name);
+    snprintf(num, sizeof num, "%u", kp->p.slots);
+    add_env(env, "SB_SLOTS", num);
+    snprintf(num, sizeof num, "%u", kp->p.accelerators);
+    add_env(env, "SB_ACCELERATORS", num);
+    if (k->cfg.store_budget > 0) {
+        snprintf(num, sizeof num, "%" PRIu64, k->cfg.store_budget);
+        add_env(env, "SB_STORE_BUDGET", num);
+    }
+    add_env(env, "SB_PIPELINE", k->pipeline_id);
+    snprintf(num, sizeof num, "%" PRIu64, k->cfg.epoch);
+    add_env(env, "SB_EPOCH", num);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, jobj(t, "env"))
+    {
+        if (jstr(e, "name") != NULL)
+            cJSON_AddItemToArray(env, cJSON_Duplicate(e, 1));
+    }
+    cJSON *res = cJSON_AddObjectToObject(c, "resources");
+    cJSON *req = cJSON_AddObjectToObject(res, "requests");
+    cJSON *lim = cJSON_AddObjectToObject(res, "limits");
+    if (kp->cpu[0] != '\0') {
+        cJSON_AddStringToObject(req, "cpu", kp->cpu);
+        cJSON_AddStringToObject(lim, "cpu", kp->cpu);
+    }
+    if (kp->memory[0] != '\0') {
+        cJSON_AddStringToObject(req, "memory", kp->memory);
+        cJSON_AddStringToObject(lim, "memory", kp->memory);
+    }
+    if (kp->p.gpus > 0) {
+        snprintf(num, sizeof num, "%u", kp->p.gpus);
+        cJSON_AddStringToObject(req, "nvidia.com/gpu", num);
+        cJSON_AddStringToObject(lim, "nvidia.com/gpu", num);
+    }
+    return o;
+}
+
+/* ---- API calls ---------------------------------------------------------------------------- */
+
+static int delete_pod(sb_kube *k, const char *name, sb_err *err)
+{
+    char path[512];
+    if (k->grace_s >= 0)
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=%ld", k->ns,
+                 name, k->grace_s);
+    else
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", k->ns, name);
+    long st = 0;
+    if (sb_k8s_delete(k->cfg.client, path, &st, err) == 0 || st == 404)
+        return 0;
+    return -1;
+}
+
+static cJSON *list_pods(sb_kube *k, sb_err *err)
+{
+    char path[300], sel[300];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods", k->ns);
+    snprintf(sel, sizeof sel, LABEL_PIPELINE "=%s", k->pipeline);
+    long st = 0;
+    return sb_k8s_list(k->cfg.client, path, sel, &st, err);
+}
+
+/* ---- sync --------------------------------------------------------------------------------- */
+
+typedef struct victim {
+    char name[64];
+    int running;
+} victim;
+
+static int create_pods(sb_kube *k, kpool *kp, uint32_t n, sb_err *err)
+{
+    char names[16][64];
+    uint32_t made = 0;
+    int rc = 0;
+    if (n > 16)
+        n = 16;
+    for (uint32_t i = 0; i < n; i++) {
+        char name[64];
+        pthread_mutex_lock(&k->mu);
+        int stopping = k->stopping;
+        kpod *p = NULL;
+        if (!stopping) {
+            do
+                pod_name(k, kp->name, name, sizeof name);
+            while (pod_find(k, name) != NULL);
+            p = pod_add(k, name, kp->name); /* before the POST: its events find it */
+        }
+        pthread_mutex_unlock(&k->mu);
+        if (stopping)
+            break;
+        if (p == NULL) {
+            rc = sb_err_set(err, "out of memory");
+            break;
+        }
+        cJSON *spec = pod_spec(k, kp, name);
+        char path[300];
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods", k->ns);
+        long st = 0;
+        sb_err e = {{0}};
+        cJSON *got = spec ? sb_k8s_create(k->cfg.client, path, spec, &st, &e) : NULL;
+        cJSON_Delete(spec);
+        pthread_mutex_lock(&k->mu);
+        p = pod_find(k, name);
+        if (got == NULL) {
+            if (p != NULL)
+                pod_remove(k, p);
+        } else if (p != NULL && p->phase[0] == '\0') {
+            read_pod(p, got);
+        }
+        pthread_mutex_unlock(&k->mu);
+        if (got == NULL) {
+            char msg[SB_ERR_MAX + 64];
+            snprintf(msg, sizeof msg, "creating a worker pod in pool %s failed: %s", kp->name,
+                     e.msg);
+            emit(k, "Warning", "WorkerPodCreateFailed", msg);
+            rc = sb_err_set(err, "%s", msg);
+            break;
+        }
+        cJSON_Delete(got);
+        snprintf(names[made++], sizeof names[0], "%s", name);
+    }
+    if (made > 0) {
+        char msg[1200];
+        int off = snprintf(msg, sizeof msg, "created %u worker pod%s in pool %s:", made,
+                           made == 1 ? "" : "s", kp->name);
+        for (uint32_t i = 0; i < made && off > 0 && (size_t)off < sizeof msg; i++)
+            off += snprintf(msg + off, sizeof msg - (size_t)off, " %s", names[i]);
+        emit(k, "Normal", "WorkerPodsCreated", msg);
+    }
+    return rc;
+}
+
+int sb_kube_sync(sb_kube *k, sb_err *err)
+{
+    if (k == NULL)
+        return sb_err_set(err, "no backend");
+    int rc = 0;
+    for (size_t pi = 0; pi < k->npools; pi++) {
+        kpool *kp = &k->pools[pi];
+        victim *v = NULL;
+        size_t nv = 0;
+        char ended[32][64];
+        size_t nended = 0;
+        uint32_t running = 0, pending = 0, desired;
+        pthread_mutex_lock(&k->mu);
+        if (k->stopping) {
+            pthread_mutex_unlock(&k->mu);
+            return 0;
+        }
+        desired = kp->desired;
+        for (size_t i = 0; i < k->npods; i++) {
+            kpod *p = &k->pods[i];
+            if (strcmp(p->pool, kp->name) != 0)
+                continue;
+            running += is_running(p);
+            pending += is_pending(p);
+            /* ended pods (Failed/Succeeded) are removed so they do not linger */
+            if (!p->by_us && !p->terminating && nended < 32 &&
+                (strcmp(p->phase, "Failed") == 0 || strcmp(p->phase, "Succeeded") == 0)) {
+                p->by_us = 1;
+                snprintf(ended[nended++], sizeof ended[0], "%s", p->name);
+            }
+        }
+        uint32_t have = running + pending;
+        if (have > desired) {
+            v = calloc(have, sizeof *v);
+            /* Pending first, newest first; then Running, newest first. */
+            for (int pass = 0; v != NULL && pass < 2; pass++) {
+                size_t start = nv;
+                for (size_t i = 0; i < k->npods; i++) {
+                    kpod *p = &k->pods[i];
+                    if (strcmp(p->pool, kp->name) != 0 ||
+                        !(pass == 0 ? is_pending(p) : is_running(p)))
+                        continue;
+                    snprintf(v[nv].name, sizeof v[nv].name, "%s", p->name);
+                    v[nv].running = pass;
+                    nv++;
+                }
+                /* newest first: sort this pass by seq, descending */
+                for (size_t a = start; a < nv; a++)
+                    for (size_t b = a + 1; b < nv; b++) {
+                        kpod *pa = pod_find(k, v[a].name), *pb = pod_find(k, v[b].name);
+                        if (pa != NULL && pb != NULL && pb->seq > pa->seq) {
+                            victim t = v[a];
+                            v[a] = v[b];
+                            v[b] = t;
+                        }
+                    }
+            }
+        }
+        pthread_mutex_unlock(&k->mu);
+
+        for (size_t i = 0; i < nended; i++) {
+            sb_err e = {{0}};
+            if (delete_pod(k, ended[i], &e) != 0)
+                rc = sb_err_set(err, "%s", e.msg);
+        }
+        if (have > desired) {
+            uint32_t excess = have - desired, removed = 0;
+            for (size_t i = 0; i < nv && removed < excess; i++) {
+                if (v[i].running && k->cfg.can_remove != NULL &&
+                    !k->cfg.can_remove(k->cfg.ud, v[i].name))
+                    continue;
+                pthread_mutex_lock(&k->mu);
+                kpod *p = pod_find(k, v[i].name);
+                int ok = p != NULL && alive(p) && !k->stopping;
+                if (ok)
+                    p->by_us = 1;
+                pthread_mutex_unlock(&k->mu);
+                if (!ok)
+                    continue;
+                sb_err e = {{0}};
+                if (delete_pod(k, v[i].name, &e) != 0) {
+                    rc = sb_err_set(err, "%s", e.msg);
+                    pthread_mutex_lock(&k->mu);
+                    p = pod_find(k, v[i].name);
+                    if (p != NULL)
+                        p->by_us = 0;
+                    pthread_mutex_unlock(&k->mu);
+                    continue;
+                }
+                sb_log(SB_LOG_INFO, "worker pod deleted (scale down)", "pipeline", k->pipeline_id,
+                       "pod", v[i].name, "pool", kp->name, NULL);
+                removed++;
+            }
+        } else if (have < desired) {
+            uint32_t room = pending < k->cfg.max_pending ? k->cfg.max_pending - pending : 0;
+            uint32_t n = desired - have < room ? desired - have : room;
+            if (n > 0 && create_pods(k, kp, n, err) != 0)
+                rc = -1;
+        }
+        free(v);
+    }
+    return rc;
+}
+
+/* ---- status, adoption, rebind ------------------------------------------------------------- */
+
+void sb_kube_pool_status(sb_kube *k, const char *pool, uint32_t *desired, uint32_t *ready,
+                         uint32_t *pending, char *why, size_t whylen)
+{
+    uint32_t d = 0, r = 0, p = 0;
+    if (why != NULL && whylen > 0)
+        why[0] = '\0';
+    if (k == NULL)
+        return;
+    pthread_mutex_lock(&k->mu);
+    kpool *kp = pool_find(k, pool);
+    d = kp != NULL ? kp->desired : 0;
+    for (size_t i = 0; i < k->npods; i++) {
+        kpod *x = &k->pods[i];
+        if (pool == NULL || strcmp(x->pool, pool) != 0)
+            continue;
+        r += is_running(x);
+        if (is_pending(x)) {
+            p++;
+            if (why != NULL && whylen > 0 && why[0] == '\0' && x->why[0] != '\0')
+                snprintf(why, whylen, "%s", x->why);
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+    if (desired != NULL)
+        *desired = d;
+    if (ready != NULL)
+        *ready = r;
+    if (pending != NULL)
+        *pending = p;
+}
+
+int sb_kube_rebind(sb_kube *k, sb_err *err)
+{
+    if (k == NULL)
+        return sb_err_set(err, "no backend");
+    size_t n = 0;
+    victim *v = NULL;
+    char(*ips)[64] = NULL;
+    pthread_mutex_lock(&k->mu);
+    v = calloc(k->npods + 1, sizeof *v);
+    ips = calloc(k->npods + 1, sizeof *ips);
+    for (size_t i = 0; v != NULL && ips != NULL && i < k->npods; i++) {
+        kpod *p = &k->pods[i];
+        if (!p->adopted || !is_running(p) || p->ip[0] == '\0')
+            continue;
+        snprintf(v[n].name, sizeof v[n].name, "%s", p->name);
+        snprintf(ips[n], sizeof ips[n], "%s", p->ip);
+        n++;
+    }
+    pthread_mutex_unlock(&k->mu);
+    if (v == NULL || ips == NULL) {
+        free(v);
+        free(ips);
+        return sb_err_set(err, "out of memory");
+    }
+    int rebound = 0;
+    for (size_t i = 0; i < n; i++) {
+        char target[128], why[SB_ERR_MAX + 64] = "";
+        if (strchr(ips[i], ':') != NULL)
+            snprintf(target, sizeof target, "[%s]:%u", ips[i], (unsigned)k->cfg.worker_port);
+        else
+            snprintf(target, sizeof target, "%s:%u", ips[i], (unsigned)k->cfg.worker_port);
+        sb_err e = {{0}};
+        sb_rpc_channel *ch = sb_rpc_channel_new(target, NULL, &e);
+        int ok = 0;
+        if (ch == NULL) {
+            snprintf(why, sizeof why, "%s", e.msg);
+        } else {
+            Streambatch__V1__RebindRequest req = STREAMBATCH__V1__REBIND_REQUEST__INIT;
+            req.controller_address = k->controller;
+            req.epoch = k->cfg.epoch;
+            req.pipeline = k->pipeline_id;
+            ProtobufCMessage *resp = NULL;
+            sb_rpc_code code =
+                sb_rpc_call_msg(ch, SB_RPC_WORKER_REBIND, &req.base, 3000, 0, &resp, &e);
+            if (code != SB_RPC_OK) {
+                snprintf(why, sizeof why, "Rebind at %s failed: %s", target, e.msg);
+            } else {
+                Streambatch__V1__RebindReply *rep = (Streambatch__V1__RebindReply *)resp;
+                if (rep->accepted)
+                    ok = 1;
+                else
+                    snprintf(why, sizeof why, "Rebind refused: %s",
+                             rep->message && rep->message[0] ? rep->message : "no reason given");
+            }
+            sb_rpc_msg_free(resp);
+            sb_rpc_channel_free(ch);
+        }
+        if (ok) {
+            rebound++;
+            sb_log(SB_LOG_INFO, "worker pod rebound", "pipeline", k->pipeline_id, "pod", v[i].name,
+                   "controller", k->controller, NULL);
+            continue;
+        }
+        pthread_mutex_lock(&k->mu);
+        kpod *p = pod_find(k, v[i].name);
+        if (p != NULL) {
+            p->by_us = 1;
+            p->reported = 1; /* it never worked for this leader: not a worker exit */
+        }
+        pthread_mutex_unlock(&k->mu);
+        char msg[sizeof why + 128];
+        snprintf(msg, sizeof msg, "worker pod %s deleted: %s", v[i].name, why);
+        emit(k, "Warning", "WorkerRebindFailed", msg);
+        sb_err de = {{0}};
+        if (delete_pod(k, v[i].name, &de) != 0)
+            sb_log(SB_LOG_WARN, "deleting a worker pod failed", "pod", v[i].name, "error", de.msg,
+                   NULL);
+    }
+    free(v);
+    free(ips);
+    return rebound;
+}
+
+int sb_kube_delete_all(sb_kube *k, sb_err *err)
+{
+    if (k == NULL)
+        return 0;
+    pthread_mutex_lock(&k->mu);
+    k->stopping = 1;
+    for (size_t i = 0; i < k->npods; i++)
+        k->pods[i].by_us = 1;
+    pthread_mutex_unlock(&k->mu);
+    cJSON *l = list_pods(k, err);
+    if (l == NULL)
+        return -1;
+    int left = 0, rc = 0;
+    const cJSON *pod;
+    cJSON_ArrayForEach(pod, jobj(l, "items"))
+    {
+        if (!ours(k, pod))
+            continue;
+        const cJSON *md = jobj(pod, "metadata");
+        const char *name = jstr(md, "name");
+        if (name == NULL)
+            continue;
+        left++;
+        const cJSON *dt = jobj(md, "deletionTimestamp");
+        if (dt != NULL && !cJSON_IsNull(dt))
+            continue; /* already terminating */
+        if (delete_pod(k, name, err) != 0)
+            rc = -1;
+    }
+    cJSON_Delete(l);
+    return rc != 0 ? -1 : left;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+void sb_kube_free(sb_kube *k)
+{
+    if (k == NULL)
+        return;
+    pthread_mutex_destroy(&k->mu);
+    free(k->pods);
+    cJSON_Delete(k->tmpl);
+    free(k->ns);
+    free(k->pipeline);
+    free(k->uid);
+    free(k->controller);
+    free(k->image);
+    free(k->pipeline_id);
+    free(k);
+}
+
+sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
+{
+    if (cfg == NULL || cfg->client == NULL || cfg->namespace == NULL || cfg->pipeline == NULL ||
+        cfg->controller_address == NULL) {
+        sb_err_set(err, "kube backend: client, namespace, pipeline and controller address are "
+                        "required");
+        return NULL;
+    }
+    if (cfg->npools == 0 || cfg->npools > 4) {
+        sb_err_set(err, "kube backend: 1 to 4 pools, got %zu", cfg->npools);
+        return NULL;
+    }
+    sb_kube *k = calloc(1, sizeof *k);
+    if (k == NULL) {
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&k->mu, NULL);
+    k->cfg = *cfg;
+    k->cfg.worker_template = NULL;
+    if (k->cfg.max_pending == 0)
+        k->cfg.max_pending = 2;
+    if (k->cfg.worker_port == 0)
+        k->cfg.worker_port = 7070;
+    k->grace_s = -1;
+    k->ns = strdup(cfg->namespace);
+    k->pipeline = strdup(cfg->pipeline);
+    k->uid = cfg->pipeline_uid && cfg->pipeline_uid[0] ? strdup(cfg->pipeline_uid) : NULL;
+    k->controller = strdup(cfg->controller_address);
+    k->image = strdup(cfg->image != NULL ? cfg->image : "streambatch/worker:latest");
+    size_t idl = strlen(cfg->namespace) + strlen(cfg->pipeline) + 2;
+    k->pipeline_id = malloc(idl);
+    k->tmpl = cfg->worker_template ? cJSON_Duplicate(cfg->worker_template, 1) : NULL;
+    if (k->ns == NULL || k->pipeline == NULL || k->controller == NULL || k->image == NULL ||
+        k->pipeline_id == NULL || (cfg->worker_template != NULL && k->tmpl == NULL) ||
+        (cfg->pipeline_uid && cfg->pipeline_uid[0] && k->uid == NULL)) {
+        sb_kube_free(k);
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
+    snprintf(k->pipeline_id, idl, "%s/%s", cfg->namespace, cfg->pipeline);
+    for (size_t i = 0; i < cfg->npools; i++) {
+        const sb_kube_pool *src = &cfg->pools[i];
+        kpool *kp = &k->pools[i];
+        kp->p = *src;
+        if (src->pool == NULL || src->pool[0] == '\0' || strlen(src->pool) >= sizeof kp->name) {
+            sb_kube_free(k);
+            sb_err_set(err, "kube backend: pool %zu has no valid name", i);
+            return NULL;
+        }
+        snprintf(kp->name, sizeof kp->name, "%s", src->pool);
+        const char *cpu = src->cpu_buf[0] ? src->cpu_buf : src->cpu;
+        const char *mem = src->memory_buf[0] ? src->memory_buf : src->memory;
+        snprintf(kp->cpu, sizeof kp->cpu, "%s", cpu ? cpu : "");
+        snprintf(kp->memory, sizeof kp->memory, "%s", mem ? mem : "");
+        kp->p.pool = kp->name;
+        kp->p.cpu = kp->cpu[0] ? kp->cpu : NULL;
+        kp->p.memory = kp->memory[0] ? kp->memory : NULL;
+        if (kp->p.slots == 0)
+            kp->p.slots = 1;
+    }
+    k->npools = cfg->npools;
+    cJSON *l = list_pods(k, err);
+    if (l == NULL) {
+        sb_kube_free(k);
+        return NULL;
+    }
+    const cJSON *pod;
+    size_t adopted = 0;
+    cJSON_ArrayForEach(pod, jobj(l, "items"))
+    {
+        if (!ours(k, pod))
+            continue;
+        const cJSON *md = jobj(pod, "metadata");
+        const char *name = jstr(md, "name");
+        const char *pool = jstr(jobj(md, "labels"), LABEL_POOL);
+        kpool *kp = pool_find(k, pool);
+        if (name == NULL || kp == NULL || strlen(name) >= sizeof k->pods[0].name)
+            continue;
+        kpod *p = pod_add(k, name, pool);
+        if (p == NULL)
+            break;
+        read_pod(p, pod);
+        p->adopted = 1;
+        if (alive(p)) {
+            kp->desired++;
+            adopted++;
+        }
+    }
+    cJSON_Delete(l);
+    if (adopted > 0) {
+        char n[16];
+        snprintf(n, sizeof n, "%zu", adopted);
+        sb_log(SB_LOG_INFO, "adopted existing worker pods", "pipeline", k->pipeline_id, "pods", n,
+               NULL);
+    }
+    return k;
+}
+
+/* ---- backend interface -------------------------------------------------------------------- */
+
+static int kube_set_pool_size(void *impl, const char *pool, uint32_t workers)
+{
+    sb_kube *k = impl;
+    pthread_mutex_lock(&k->mu);
+    kpool *kp = pool_find(k, pool);
+    if (kp != NULL)
+        kp->desired = workers;
+    pthread_mutex_unlock(&k->mu);
+    if (kp == NULL)
+        return -1;
+    sb_err err = {{0}};
+    if (sb_kube_sync(k, &err) != 0) {
+        sb_log(SB_LOG_WARN, "worker pods: sync failed", "pipeline", k->pipeline_id, "error",
+               err.msg, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+static uint32_t kube_pool_size(void *impl, const char *pool)
+{
+    uint32_t ready = 0;
+    sb_kube_pool_status(impl, pool, NULL, &ready, NULL, NULL, 0);
+    return ready;
+}
+
+static uint64_t kube_rss(void *impl)
+{
+    (void)impl;
+    return 0;
+}
+
+static void kube_stop(void *impl, int grace_ms)
+{
+    sb_kube *k = impl;
+    k->grace_s = grace_ms <= 0 ? 0 : (grace_ms + 999) / 1000;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        sb_err err = {{0}};
+        int left = sb_kube_delete_all(k, &err);
+        if (left == 0)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (ms > (long)(grace_ms > 0 ? grace_ms : 0) + 10000) {
+            sb_log(SB_LOG_WARN, "worker pods still present after stop", "pipeline", k->pipeline_id,
+                   "error", left < 0 ? err.msg : "terminating", NULL);
+            break;
+        }
+        usleep(200 * 1000);
+    }
+    sb_kube_free(k);
+}
+
+sb_backend sb_kube_backend(sb_kube *k)
+{
+    sb_backend b = {.impl = k,
+                    .set_pool_size = kube_set_pool_size,
+                    .pool_size = kube_pool_size,
+                    .rss = kube_rss,
+                    .stop = kube_stop};
+    return b;
+}

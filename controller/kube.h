@@ -1,0 +1,120 @@
+/* kube.h — the Kubernetes backend: worker pods per pool, behind controller/backend.h.
+ *
+ * Each pool ("cpu", "gpu") gets pods "<pipeline>-<pool>-<5 random [a-z0-9]>" (the pipeline
+ * part is shortened so a name stays <= 63 characters), labelled streambatch.dev/pipeline,
+ * streambatch.dev/pool, app.kubernetes.io/name=streambatch-worker and
+ * app.kubernetes.io/managed-by=streambatch-controller, owned by the Pipeline (controller and
+ * blockOwnerDeletion, so deleting the Pipeline garbage-collects them), restartPolicy Never, one
+ * container "worker" with port 7070 "data", requests = limits (cpu, memory, nvidia.com/gpu) and
+ * the env the worker reads: SB_CONTROLLER, SB_WORKER_ID (= the pod name, downward API),
+ * SB_POD_IP (status.podIP), SB_WORKER_PORT, SB_POOL, SB_SLOTS, SB_ACCELERATORS,
+ * SB_STORE_BUDGET, SB_PIPELINE ("ns/name"), SB_EPOCH. spec.workerTemplate adds: image,
+ * imagePullPolicy, serviceAccountName, priorityClassName, nodeSelector, labels and annotations
+ * (merged; the backend's own labels win), env (appended) and tolerations.
+ *
+ * State comes from pod events: the operator's pod informer calls sb_kube_on_pod() for every
+ * pod it sees (pods of other pipelines are ignored). Rules:
+ *   - Pending pods are never capacity: pool_size() counts Running pods only;
+ *   - at most max_pending pods of a pool are Pending at once, so a pool that cannot be
+ *     scheduled (e.g. no GPU in the cluster) never piles up pods; sb_kube_pool_status() then
+ *     gives the scheduler's PodScheduled=False message ("0/2 nodes are available: ...");
+ *   - a pod that fails, or is deleted by someone else, while the backend runs ->
+ *     on_exit(pod name, why) + Event Warning WorkerPodFailed; a pod the backend deleted itself
+ *     (scale down) that had run -> on_exit only; a pod that Succeeded (its worker was told to
+ *     shut down) is normal; ended pods are deleted by the next sync;
+ *   - scale down deletes Pending pods first (newest first), then Running pods that
+ *     can_remove() allows (NULL: any);
+ *   - created pods -> Event Normal WorkerPodsCreated; a failed create -> Warning
+ *     WorkerPodCreateFailed (and sync returns -1).
+ * After sb_kube_delete_all() (or stop) no callback runs any more.
+ *
+ * Adoption: sb_kube_start() lists the pipeline's existing pods (after a controller failover)
+ * and keeps them (each pool's desired size starts at the pods it found); sb_kube_rebind() then
+ * points every Running adopted pod at this controller (Worker.Rebind) and deletes those that
+ * refuse or cannot be reached (Event Warning WorkerRebindFailed). Pods owned by another
+ * incarnation of the pipeline (another owner uid) are ignored.
+ *
+ * Threads: on_pod runs on the informer's thread, the rest on the operator's; one mutex guards
+ * the pod table and is never held during an HTTP or gRPC call or a callback. Callbacks run on
+ * the calling thread of on_pod/sync/rebind and must not call back into the backend.
+ *
+ * Ownership: the backend copies the config's strings and the worker template; the client is
+ * borrowed (shared, thread-safe) and must outlive the backend. sb_kube_free() (or the
+ * backend's stop) frees everything; the pods stay unless deleted first.
+ */
+#ifndef SB_CTL_KUBE_H
+#define SB_CTL_KUBE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "controller/backend.h"
+#include "core/err.h"
+#include "k8s/client.h"
+#include "spec/pipeline.h"
+
+typedef struct sb_kube sb_kube;
+
+typedef struct sb_kube_pool {
+    const char *pool;         /* "cpu" | "gpu" */
+    uint32_t min, max;        /* pool bounds: [max of the stages' min, max of the stages' max] */
+    const char *cpu, *memory; /* quantities for requests and limits, e.g. "500m", "1Gi" (NULL:
+                                 none) */
+    uint32_t gpus;            /* nvidia.com/gpu per pod (requests = limits) */
+    uint32_t slots, accelerators;
+    char cpu_buf[32], memory_buf[32]; /* storage used by sb_kube_pools_from_spec */
+} sb_kube_pool;
+
+/* Fills pools from the spec (one per pool the scheduler uses, in stage order; the pool of a
+ * stage is sb_stage_pool()): bounds as above, resources = max over the pool's stages; CPU pools
+ * slots 1, accelerators 0; GPU pools slots 2, accelerators 1 (as `streambatch run`). The
+ * quantities are kept in the pool's own cpu_buf/memory_buf (cpu/memory point there, NULL when
+ * not set); sb_kube_start() reads a set buffer in preference to the pointer, so the struct may
+ * be copied (e.g. into sb_kube_config.pools). Returns the number of pools (at most cap). */
+size_t sb_kube_pools_from_spec(const sb_pipeline *p, sb_kube_pool *out, size_t cap);
+
+typedef struct sb_kube_config {
+    sb_k8s_client *client; /* borrowed; shared */
+    const char *namespace, *pipeline, *pipeline_uid;
+    const char *controller_address; /* "ip:port" of this pipeline's Control service ->
+                                       SB_CONTROLLER */
+    uint64_t epoch;                 /* -> SB_EPOCH; Rebind uses it */
+    const char *image;              /* default worker image; workerTemplate.image wins */
+    const cJSON *worker_template;   /* spec.workerTemplate (may be NULL); borrowed during start */
+    sb_kube_pool pools[4];
+    size_t npools;
+    uint64_t store_budget; /* per worker -> SB_STORE_BUDGET */
+    uint32_t max_pending;  /* Pending pods per pool at most; default 2 */
+    uint16_t worker_port;  /* default 7070 */
+    void (*on_exit)(void *ud, const char *worker_id, const char *why); /* pod failed/vanished */
+    void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
+    int (*can_remove)(void *ud, const char *worker_id); /* scale-down victim check */
+    void *ud;
+} sb_kube_config;
+
+/* Lists existing pods of the pipeline (adopts them). NULL with err set when the list fails. */
+sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err);
+/* Fed by the operator's pod informer (deleted = 1 for a DELETED event). */
+void sb_kube_on_pod(sb_kube *k, const cJSON *pod, int deleted);
+/* Worker.Rebind on every Running adopted pod; deletes pods that refuse or cannot be reached.
+ * Returns the number rebound, or -1 (err set) when no pod could be asked at all. */
+int sb_kube_rebind(sb_kube *k, sb_err *err);
+/* Creates/deletes pods toward the desired sizes (bounded pending). 0, or -1 with err set when
+ * an API call failed (the rest is still done). */
+int sb_kube_sync(sb_kube *k, sb_err *err);
+/* desired, ready (Running), pending, and why: the PodScheduled=False message (or the waiting
+ * reason, e.g. ErrImagePull) of a Pending pod, "" when none. Any output may be NULL. */
+void sb_kube_pool_status(sb_kube *k, const char *pool, uint32_t *desired, uint32_t *ready,
+                         uint32_t *pending, char *why, size_t whylen);
+/* Deletes every pod of the pipeline (listed from the API, not only the known ones) and stops
+ * all callbacks. Returns how many of its pods still exist (terminating ones included): 0 when
+ * none is left; -1 with err set when the API failed. Call again to poll. */
+int sb_kube_delete_all(sb_kube *k, sb_err *err);
+/* set_pool_size records desired + sync; pool_size = Running pods; rss = 0 (unknown);
+ * stop(grace_ms) = delete all with that grace period, wait (grace + 10 s at most) for the pods
+ * to be gone, and free. */
+sb_backend sb_kube_backend(sb_kube *k);
+void sb_kube_free(sb_kube *k);
+
+#endif

@@ -1,0 +1,972 @@
+#include "controller/operator.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "controller/leader.h"
+#include "controller/operator_events.h"
+#include "controller/operator_http.h"
+#include "controller/operator_run.h"
+#include "controller/operator_status.h"
+#include "core/log.h"
+#include "k8s/client.h"
+#include "k8s/config.h"
+#include "k8s/informer.h"
+#include "k8s/queue.h"
+
+#define FINALIZER "streambatch.dev/finalizer"
+#define POD_LABEL "streambatch.dev/pipeline"
+#define TICK_MS 500
+#define MAX_NS 32
+
+/* One pipeline the leader runs (or ran: the entry outlives nothing but the run). */
+typedef struct entry {
+    char key[300];
+    char ns[128], name[256], uid[64];
+    sb_opr_run *run;
+    cJSON *status;       /* what we keep writing (authoritative while we run it) */
+    cJSON *written;      /* the last status written */
+    uint64_t last_write; /* ms */
+    int64_t refused_gen; /* generation a SpecChangeRefused event was posted for */
+    int64_t gen;         /* generation last reconciled */
+    uint64_t lost, recovered;
+    struct op *op;
+    struct entry *next;
+} entry;
+
+typedef struct op {
+    const sb_operator_config *cfg;
+    sb_k8s_config *k8s;
+    sb_k8s_client *shared; /* runs' client (thread-safe, serialised) */
+    size_t nns;
+    sb_k8s_informer *pipes[MAX_NS], *pods[MAX_NS];
+    sb_k8s_queue *q;
+    sb_opr_metrics *metrics;
+    sb_opr_http *http;
+    sb_leader *leader;
+    atomic_int leading, lost, synced;
+    pthread_mutex_t mu; /* runs */
+    entry *runs;
+} op;
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static const char *str_at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b != NULL)
+        x = cJSON_GetObjectItemCaseSensitive(x, b);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+static void now_str(char *buf, size_t len)
+{
+    sb_opr_time_format(time(NULL), buf, len);
+}
+
+static size_t ns_index(const op *o, const char *ns)
+{
+    if (o->cfg->nnamespaces == 0)
+        return 0;
+    for (size_t i = 0; i < o->cfg->nnamespaces; i++)
+        if (strcmp(o->cfg->namespaces[i], ns) == 0)
+            return i;
+    return SIZE_MAX;
+}
+
+static void split_key(const char *key, char *ns, size_t nl, char *name, size_t nml)
+{
+    const char *sl = strchr(key, '/');
+    if (sl == NULL) {
+        snprintf(ns, nl, "default");
+        snprintf(name, nml, "%s", key);
+        return;
+    }
+    snprintf(ns, nl, "%.*s", (int)(sl - key), key);
+    snprintf(name, nml, "%s", sl + 1);
+}
+
+static void enqueue(op *o, const char *key)
+{
+    if (sb_k8s_queue_add(o->q, key) == 0)
+        sb_opr_metrics_queue_add(o->metrics);
+}
+
+/* ---- the run table ---- */
+
+static entry *entry_find(op *o, const char *key)
+{
+    for (entry *e = o->runs; e != NULL; e = e->next)
+        if (strcmp(e->key, key) == 0)
+            return e;
+    return NULL;
+}
+
+static void entry_remove(op *o, entry *e)
+{
+    pthread_mutex_lock(&o->mu);
+    for (entry **p = &o->runs; *p != NULL; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Takes the run out of the entry under the table lock (so no pod event reaches it any more). */
+static sb_opr_run *detach_run(op *o, entry *e)
+{
+    pthread_mutex_lock(&o->mu);
+    sb_opr_run *r = e->run;
+    e->run = NULL;
+    pthread_mutex_unlock(&o->mu);
+    return r;
+}
+
+static void entry_free(entry *e)
+{
+    if (e == NULL)
+        return;
+    cJSON_Delete(e->status);
+    cJSON_Delete(e->written);
+    free(e);
+}
+
+/* ---- informer callbacks ---- */
+
+static void pipe_event(const cJSON *obj, op *o)
+{
+    char key[400];
+    snprintf(key, sizeof key, "%s/%s", str_at(obj, "metadata", "namespace") ?: "",
+             str_at(obj, "metadata", "name") ?: "");
+    if (atomic_load(&o->leading))
+        enqueue(o, key);
+}
+
+static void pipe_add(const cJSON *obj, void *arg)
+{
+    pipe_event(obj, arg);
+}
+
+static void pipe_update(const cJSON *old, const cJSON *obj, void *arg)
+{
+    (void)old;
+    pipe_event(obj, arg);
+}
+
+static void pod_event(const cJSON *pod, int deleted, op *o)
+{
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "labels");
+    const char *pl = str_at(labels, POD_LABEL, NULL);
+    const char *ns = str_at(pod, "metadata", "namespace");
+    if (pl == NULL || ns == NULL)
+        return;
+    char key[400];
+    snprintf(key, sizeof key, "%s/%s", ns, pl);
+    pthread_mutex_lock(&o->mu);
+    entry *e = entry_find(o, key);
+    if (e != NULL && e->run != NULL)
+        sb_opr_run_on_pod(e->run, pod, deleted);
+    pthread_mutex_unlock(&o->mu);
+    if (deleted && atomic_load(&o->leading))
+        enqueue(o, key); /* a deletion may be waiting for its pods */
+}
+
+static void pod_add(const cJSON *obj, void *arg)
+{
+    pod_event(obj, 0, arg);
+}
+
+static void pod_update(const cJSON *old, const cJSON *obj, void *arg)
+{
+    (void)old;
+    pod_event(obj, 0, arg);
+}
+
+static void pod_delete(const cJSON *obj, void *arg)
+{
+    pod_event(obj, 1, arg);
+}
+
+/* ---- API helpers ---- */
+
+static void pipeline_path(char *buf, size_t len, const char *ns, const char *name)
+{
+    snprintf(buf, len, "/apis/streambatch.dev/v1alpha1/namespaces/%s/pipelines/%s", ns, name);
+}
+
+static void post_event(op *o, sb_k8s_client *c, const char *ns, const char *name, const char *uid,
+                       const char *type, const char *reason, const char *msg)
+{
+    sb_opr_event_ref ref = {ns, name, uid, NULL};
+    sb_opr_event_post(c, &ref, type, reason, msg, o->cfg->identity, NULL);
+}
+
+static void run_event_cb(void *ud, const char *type, const char *reason, const char *message)
+{
+    entry *e = ud;
+    post_event(e->op, e->op->shared, e->ns, e->name, e->uid, type, reason, message);
+}
+
+static int reapply_status(cJSON *latest, void *arg, sb_err *err)
+{
+    cJSON *st = cJSON_Duplicate(arg, 1);
+    if (st == NULL)
+        return sb_err_set(err, "out of memory");
+    if (cJSON_GetObjectItemCaseSensitive(latest, "status") != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(latest, "status", st);
+    else
+        cJSON_AddItemToObject(latest, "status", st);
+    return 0;
+}
+
+/* PUT status; 409 re-read + re-applied by the client. 0, or -1 (404 counts as done). */
+static int write_status(sb_k8s_client *c, const cJSON *obj, const cJSON *status)
+{
+    char path[600];
+    pipeline_path(path, sizeof path, str_at(obj, "metadata", "namespace"),
+                  str_at(obj, "metadata", "name"));
+    cJSON *copy = cJSON_Duplicate(obj, 1);
+    if (copy == NULL || reapply_status(copy, (void *)status, NULL) != 0) {
+        cJSON_Delete(copy);
+        return -1;
+    }
+    long st = 0;
+    sb_err err = {{0}};
+    cJSON *r = sb_k8s_update_status(c, path, copy, reapply_status, (void *)status, &st, &err);
+    cJSON_Delete(copy);
+    if (r == NULL && st != 404) {
+        sb_log(SB_LOG_WARN, "status write failed", "pipeline", path, "error", err.msg, NULL);
+        return -1;
+    }
+    cJSON_Delete(r);
+    return 0;
+}
+
+static int has_finalizer(const cJSON *obj)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "finalizers");
+    const cJSON *x;
+    cJSON_ArrayForEach(x, f)
+    {
+        if (cJSON_IsString(x) && strcmp(x->valuestring, FINALIZER) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Adds (add=1) or removes our finalizer with a merge patch guarded by resourceVersion. */
+static int patch_finalizer(sb_k8s_client *c, const cJSON *obj, int add)
+{
+    cJSON *p = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(p, "metadata");
+    cJSON *list = cJSON_AddArrayToObject(md, "finalizers");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "finalizers");
+    const cJSON *x;
+    cJSON_ArrayForEach(x, f)
+    {
+        if (cJSON_IsString(x) && strcmp(x->valuestring, FINALIZER) != 0)
+            cJSON_AddItemToArray(list, cJSON_CreateString(x->valuestring));
+    }
+    if (add)
+        cJSON_AddItemToArray(list, cJSON_CreateString(FINALIZER));
+    const char *rv = str_at(obj, "metadata", "resourceVersion");
+    if (rv != NULL)
+        cJSON_AddStringToObject(md, "resourceVersion", rv);
+    char *body = cJSON_PrintUnformatted(p);
+    cJSON_Delete(p);
+    if (body == NULL)
+        return -1;
+    char path[600];
+    pipeline_path(path, sizeof path, str_at(obj, "metadata", "namespace"),
+                  str_at(obj, "metadata", "name"));
+    long st = 0;
+    sb_err err = {{0}};
+    cJSON *r = sb_k8s_patch(c, path, body, &st, &err);
+    free(body);
+    if (r == NULL) {
+        if (st == 404)
+            return 0;
+        sb_log(SB_LOG_WARN, "finalizer patch failed", "pipeline", path, "error", err.msg, NULL);
+        return -1;
+    }
+    cJSON_Delete(r);
+    return 0;
+}
+
+/* Deletes the pods of a pipeline the pod cache knows; returns how many are left. */
+static int delete_pods(op *o, sb_k8s_client *c, const char *ns, const char *name)
+{
+    size_t i = ns_index(o, ns);
+    if (i == SIZE_MAX)
+        return 0;
+    cJSON *list = sb_k8s_informer_list(o->pods[i]);
+    int left = 0;
+    const cJSON *pod;
+    cJSON_ArrayForEach(pod, list)
+    {
+        const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "labels");
+        const char *pl = str_at(labels, POD_LABEL, NULL);
+        const char *pns = str_at(pod, "metadata", "namespace");
+        if (pl == NULL || pns == NULL || strcmp(pl, name) != 0 || strcmp(pns, ns) != 0)
+            continue;
+        left++;
+        if (str_at(pod, "metadata", "deletionTimestamp") != NULL)
+            continue;
+        char path[600];
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns,
+                 str_at(pod, "metadata", "name"));
+        long st = 0;
+        sb_k8s_delete(c, path, &st, NULL);
+    }
+    cJSON_Delete(list);
+    return left;
+}
+
+static const char *phase_of(const cJSON *status)
+{
+    const char *p = str_at(status, "phase", NULL);
+    return p != NULL ? p : "";
+}
+
+static void set_str(cJSON *o, const char *k, const char *v)
+{
+    cJSON *n = cJSON_CreateString(v);
+    if (cJSON_GetObjectItemCaseSensitive(o, k) != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(o, k, n);
+    else
+        cJSON_AddItemToObject(o, k, n);
+}
+
+static void set_num(cJSON *o, const char *k, double v)
+{
+    cJSON *n = cJSON_CreateNumber(v);
+    if (cJSON_GetObjectItemCaseSensitive(o, k) != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(o, k, n);
+    else
+        cJSON_AddItemToObject(o, k, n);
+}
+
+/* Writes status when it differs from what the object has. */
+static int sync_status(sb_k8s_client *c, const cJSON *obj, const cJSON *status)
+{
+    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    if (cur != NULL && cJSON_Compare(cur, status, 1))
+        return 0;
+    return write_status(c, obj, status);
+}
+
+/* ---- reconcile ---- */
+
+typedef enum { RC_OK, RC_ERROR } rresult;
+
+static void finish_conditions(cJSON *st, int ok, const char *reason, const char *msg, int64_t gen,
+                              const char *now)
+{
+    set_str(st, "phase", ok ? "Succeeded" : "Failed");
+    set_str(st, "message", msg);
+    if (str_at(st, "completionTime", NULL) == NULL)
+        set_str(st, "completionTime", now);
+    sb_opr_condition_set(st, "Running", 0, ok ? "Succeeded" : "Failed", "", gen, now);
+    if (ok)
+        sb_opr_condition_set(st, "Complete", 1, "Succeeded", msg, gen, now);
+    else
+        sb_opr_condition_set(st, "Failed", 1, reason, msg, gen, now);
+    if (sb_opr_condition_get(st, "SpecChangeRefused") != NULL)
+        sb_opr_condition_set(st, "SpecChangeRefused", 0, "Finished", "", gen, now);
+    if (sb_opr_condition_get(st, "WorkersPending") != NULL)
+        sb_opr_condition_set(st, "WorkersPending", 0, "Finished", "", gen, now);
+}
+
+/* A finished pipeline: TTL, leftover pods. */
+static rresult reconcile_finished(op *o, sb_k8s_client *c, const cJSON *obj, const char *ns,
+                                  const char *name, long *requeue)
+{
+    if (delete_pods(o, c, ns, name) > 0)
+        *requeue = 2000;
+    const cJSON *ttl = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "spec"), "ttlSecondsAfterFinished");
+    time_t done;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    if (cJSON_IsNumber(ttl) && sb_opr_time_parse(str_at(st, "completionTime", NULL), &done) == 0) {
+        time_t due = done + (time_t)ttl->valuedouble;
+        time_t now = time(NULL);
+        if (now >= due) {
+            char path[600];
+            pipeline_path(path, sizeof path, ns, name);
+            long hs = 0;
+            sb_err err = {{0}};
+            if (sb_k8s_delete(c, path, &hs, &err) != 0 && hs != 404) {
+                sb_log(SB_LOG_WARN, "ttl delete failed", "pipeline", path, "error", err.msg, NULL);
+                return RC_ERROR;
+            }
+            sb_log(SB_LOG_INFO, "deleted after ttlSecondsAfterFinished", "pipeline", path, NULL);
+        } else {
+            long ms = (long)(due - now) * 1000 + 100;
+            if (*requeue == 0 || ms < *requeue)
+                *requeue = ms;
+        }
+    }
+    return RC_OK;
+}
+
+static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON *obj, int64_t gen,
+                                 long *requeue)
+{
+    char now[32], reason[64], msg[2048];
+    now_str(now, sizeof now);
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    cJSON *st = e->status;
+    e->gen = gen;
+    /* spec changes */
+    char fields[1024];
+    int nd = sb_opr_spec_diff(sb_opr_run_spec(e->run), spec, fields, sizeof fields);
+    if (nd > 0) {
+        snprintf(msg, sizeof msg,
+                 "changed fields cannot be applied to a running pipeline: %s (the running spec "
+                 "goes on; suspend and resume, or delete and re-create, to apply them)",
+                 fields);
+        sb_opr_condition_set(st, "SpecChangeRefused", 1, "SpecChangeRefused", msg, gen, now);
+        if (e->refused_gen != gen) {
+            e->refused_gen = gen;
+            post_event(o, c, e->ns, e->name, e->uid, "Warning", "SpecChangeRefused", msg);
+        }
+    } else if (sb_opr_condition_get(st, "SpecChangeRefused") != NULL) {
+        sb_opr_condition_set(st, "SpecChangeRefused", 0, "SpecApplied", "", gen, now);
+    }
+    sb_pipeline p;
+    int bad = sb_opr_decode(obj, &p, NULL, msg, sizeof msg);
+    int suspend = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "suspend"));
+    if (bad == 0) {
+        if (nd == 0)
+            sb_opr_run_set_bounds(e->run, &p);
+        sb_pipeline_free(&p);
+    }
+    if (nd == 0 || suspend)
+        set_num(st, "observedGeneration", (double)gen);
+    const char *old_phase = phase_of(cJSON_GetObjectItemCaseSensitive(obj, "status"));
+    if (suspend) {
+        sb_opr_run_status(e->run, st, gen, now);
+        sb_opr_run_stop(detach_run(o, e), 1);
+        set_str(st, "phase", "Suspended");
+        sb_opr_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept", gen,
+                             now);
+        sb_opr_condition_set(st, "Running", 0, "Suspended", "", gen, now);
+        sb_opr_condition_set(st, "WorkersPending", 0, "Suspended", "", gen, now);
+        if (sb_opr_condition_get(st, "SpecChangeRefused") != NULL)
+            sb_opr_condition_set(st, "SpecChangeRefused", 0, "Suspended", "", gen, now);
+        int rc = write_status(c, obj, st);
+        post_event(o, c, e->ns, e->name, e->uid, "Normal", "Suspended",
+                   "workers stopped; the checkpoint is kept in status");
+        entry_remove(o, e);
+        entry_free(e);
+        return rc == 0 ? RC_OK : RC_ERROR;
+    }
+    sb_opr_outcome out = sb_opr_run_tick(e->run, reason, sizeof reason, msg, sizeof msg);
+    sb_opr_run_status(e->run, st, gen, now);
+    /* recovery events */
+    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(st, "partitions");
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(parts, "recovered");
+    uint64_t recovered = cJSON_IsNumber(rec) ? (uint64_t)rec->valuedouble : 0;
+    if (recovered > e->recovered) {
+        char m[128];
+        snprintf(m, sizeof m, "%llu partitions re-produced from lineage after worker loss",
+                 (unsigned long long)recovered);
+        post_event(o, c, e->ns, e->name, e->uid, "Normal", "Recovered", m);
+        e->recovered = recovered;
+    }
+    if (out == SB_OPR_RUNNING) {
+        uint64_t t = mono_ms();
+        int phase_change = strcmp(old_phase, "Running") != 0 && e->written == NULL;
+        if (phase_change || t - e->last_write >= (uint64_t)o->cfg->status_interval_ms) {
+            if (e->written == NULL || !cJSON_Compare(e->written, st, 1)) {
+                if (write_status(c, obj, st) == 0) {
+                    cJSON_Delete(e->written);
+                    e->written = cJSON_Duplicate(st, 1);
+                }
+            }
+            e->last_write = t;
+        }
+        *requeue = TICK_MS;
+        return RC_OK;
+    }
+    int ok = out == SB_OPR_SUCCEEDED;
+    if (ok)
+        snprintf(msg, sizeof msg, "all %zu splits committed", sb_opr_run_splits(e->run));
+    finish_conditions(st, ok, reason, msg, gen, now);
+    sb_opr_run_stop(detach_run(o, e), 1);
+    int rc = write_status(c, obj, st);
+    post_event(o, c, e->ns, e->name, e->uid, ok ? "Normal" : "Warning", ok ? "Succeeded" : "Failed",
+               msg);
+    entry_remove(o, e);
+    entry_free(e);
+    if (rc != 0)
+        return RC_ERROR;
+    *requeue = 1000; /* leftover pods, TTL */
+    return RC_OK;
+}
+
+static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const char *key,
+                               const char *ns, const char *name, int64_t gen, long *requeue)
+{
+    char now[32], msg[4096];
+    now_str(now, sizeof now);
+    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    cJSON *st = cur != NULL ? cJSON_Duplicate(cur, 1) : cJSON_CreateObject();
+    const char *uid = str_at(obj, "metadata", "uid");
+    const char *phase = phase_of(cur);
+    sb_pipeline p;
+    int bad = sb_opr_decode(obj, &p, NULL, msg, sizeof msg);
+    if (bad < 0) {
+        cJSON_Delete(st);
+        return RC_ERROR;
+    }
+    if (bad > 0) {
+        int first =
+            !sb_opr_condition_true(st, "InvalidSpec") ||
+            cJSON_GetObjectItemCaseSensitive(st, "observedGeneration") == NULL ||
+            cJSON_GetObjectItemCaseSensitive(st, "observedGeneration")->valuedouble != (double)gen;
+        set_str(st, "phase", "Failed");
+        set_str(st, "message", msg);
+        set_num(st, "observedGeneration", (double)gen);
+        sb_opr_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, gen, now);
+        sb_opr_condition_set(st, "Failed", 1, "InvalidSpec", msg, gen, now);
+        sb_opr_condition_set(st, "Running", 0, "Failed", "", gen, now);
+        if (str_at(st, "completionTime", NULL) == NULL)
+            set_str(st, "completionTime", now);
+        int rc = sync_status(c, obj, st);
+        if (first && rc == 0)
+            post_event(o, c, ns, name, uid, "Warning", "InvalidSpec", msg);
+        cJSON_Delete(st);
+        return rc == 0 ? RC_OK : RC_ERROR;
+    }
+    int suspend = p.spec.suspend;
+    sb_pipeline_free(&p);
+    set_num(st, "observedGeneration", (double)gen);
+    if (suspend) {
+        set_str(st, "phase", "Suspended");
+        sb_opr_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept", gen,
+                             now);
+        sb_opr_condition_set(st, "Running", 0, "Suspended", "", gen, now);
+        int was = strcmp(phase, "Suspended") == 0;
+        int rc = sync_status(c, obj, st);
+        if (!was && rc == 0)
+            post_event(o, c, ns, name, uid, "Normal", "Suspended", "suspended before it started");
+        cJSON_Delete(st);
+        return rc == 0 ? RC_OK : RC_ERROR;
+    }
+    /* start or resume */
+    sb_opr_checkpoint cp;
+    memset(&cp, 0, sizeof cp);
+    int have_cp = 0;
+    const cJSON *cpj = cJSON_GetObjectItemCaseSensitive(cur, "checkpoint");
+    int resuming = strcmp(phase, "Running") == 0 || strcmp(phase, "Suspended") == 0;
+    if (resuming && cpj != NULL) {
+        /* the split count is only known after planning: parse with a generous bound first,
+         * the scheduler checks the ranges against the plan again */
+        sb_err err = {{0}};
+        if (sb_opr_checkpoint_parse(cpj, (size_t)1 << 24, &cp, &err) == 0) {
+            have_cp = 1;
+        } else {
+            post_event(o, c, ns, name, uid, "Warning", "InvalidCheckpoint", err.msg);
+            const cJSON *ep = cJSON_GetObjectItemCaseSensitive(cpj, "epoch");
+            memset(&cp, 0, sizeof cp);
+            cp.epoch = cJSON_IsNumber(ep) && ep->valuedouble >= 0 && ep->valuedouble < 4e9
+                           ? (uint32_t)ep->valuedouble
+                           : 0;
+            cp.committed_splits = strdup("");
+            have_cp = 1; /* re-run everything at a new epoch (sink writes are idempotent) */
+        }
+    } else if (resuming) {
+        cp.committed_splits = strdup(""); /* a leader died before its first checkpoint */
+        have_cp = 1;
+    }
+    entry *e = calloc(1, sizeof *e);
+    if (e == NULL) {
+        sb_opr_checkpoint_free(&cp);
+        cJSON_Delete(st);
+        return RC_ERROR;
+    }
+    snprintf(e->key, sizeof e->key, "%s", key);
+    snprintf(e->ns, sizeof e->ns, "%s", ns);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    snprintf(e->uid, sizeof e->uid, "%s", uid ? uid : "");
+    e->op = o;
+    e->refused_gen = -1;
+    e->gen = gen;
+    e->status = st;
+    sb_opr_run_config rc = {.client = o->shared,
+                            .object = obj,
+                            .grpc_host = o->cfg->grpc_host,
+                            .image = o->cfg->worker_image,
+                            .max_pending = o->cfg->max_pending,
+                            .heartbeat_timeout_ms = o->cfg->heartbeat_timeout_ms,
+                            .resume = have_cp ? &cp : NULL,
+                            .on_event = run_event_cb,
+                            .ud = e};
+    int plan_error = 0;
+    sb_err err = {{0}};
+    /* in the table before start: pod events of adopted pods find it */
+    pthread_mutex_lock(&o->mu);
+    e->next = o->runs;
+    o->runs = e;
+    pthread_mutex_unlock(&o->mu);
+    sb_opr_run *run = sb_opr_run_start(&rc, &plan_error, &err);
+    if (run == NULL) {
+        entry_remove(o, e);
+        sb_opr_checkpoint_free(&cp);
+        if (!plan_error) {
+            sb_log(SB_LOG_WARN, "starting a run failed", "pipeline", key, "error", err.msg, NULL);
+            entry_free(e);
+            return RC_ERROR;
+        }
+        set_str(st, "phase", "Failed");
+        set_str(st, "message", err.msg);
+        sb_opr_condition_set(st, "InvalidSpec", 1, "InvalidSpec", err.msg, gen, now);
+        sb_opr_condition_set(st, "Failed", 1, "InvalidSpec", err.msg, gen, now);
+        sb_opr_condition_set(st, "Running", 0, "Failed", "", gen, now);
+        if (str_at(st, "completionTime", NULL) == NULL)
+            set_str(st, "completionTime", now);
+        int wr = write_status(c, obj, st);
+        post_event(o, c, ns, name, uid, "Warning", "InvalidSpec", err.msg);
+        entry_free(e);
+        return wr == 0 ? RC_OK : RC_ERROR;
+    }
+    pthread_mutex_lock(&o->mu);
+    e->run = run;
+    pthread_mutex_unlock(&o->mu);
+    set_str(st, "phase", "Running");
+    set_str(st, "leader", o->cfg->identity);
+    cJSON_DeleteItemFromObjectCaseSensitive(st, "completionTime");
+    if (str_at(st, "startTime", NULL) == NULL)
+        set_str(st, "startTime", now);
+    sb_opr_condition_set(st, "Running", 1, "Running", "", gen, now);
+    if (sb_opr_condition_get(st, "Suspended") != NULL)
+        sb_opr_condition_set(st, "Suspended", 0, "Resumed", "", gen, now);
+    sb_opr_run_status(run, st, gen, now);
+    char m[256];
+    if (have_cp && strcmp(phase, "Running") == 0) {
+        snprintf(m, sizeof m, "epoch %u, %zu of %zu splits already committed",
+                 sb_opr_run_epoch(run), cp.ncommitted, sb_opr_run_splits(run));
+        post_event(o, c, ns, name, uid, "Normal", "TookOver", m);
+    } else if (have_cp) {
+        snprintf(m, sizeof m, "epoch %u, %zu of %zu splits already committed",
+                 sb_opr_run_epoch(run), cp.ncommitted, sb_opr_run_splits(run));
+        post_event(o, c, ns, name, uid, "Normal", "Resumed", m);
+    } else {
+        snprintf(m, sizeof m, "%zu splits", sb_opr_run_splits(run));
+        post_event(o, c, ns, name, uid, "Normal", "Started", m);
+    }
+    sb_opr_checkpoint_free(&cp);
+    if (write_status(c, obj, st) == 0) {
+        e->written = cJSON_Duplicate(st, 1);
+        e->last_write = mono_ms();
+    }
+    *requeue = TICK_MS;
+    return RC_OK;
+}
+
+static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue)
+{
+    *requeue = 0;
+    char ns[128], name[256];
+    split_key(key, ns, sizeof ns, name, sizeof name);
+    size_t i = ns_index(o, ns);
+    cJSON *obj = i == SIZE_MAX ? NULL : sb_k8s_informer_get(o->pipes[i], key);
+    pthread_mutex_lock(&o->mu);
+    entry *e = entry_find(o, key);
+    pthread_mutex_unlock(&o->mu);
+    if (obj == NULL) { /* gone (deleted without our finalizer) */
+        if (e != NULL) {
+            sb_opr_run_stop(detach_run(o, e), 1);
+            entry_remove(o, e);
+            entry_free(e);
+        }
+        return RC_OK;
+    }
+    const cJSON *gj = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "generation");
+    int64_t gen = cJSON_IsNumber(gj) ? (int64_t)gj->valuedouble : 0;
+    rresult res = RC_OK;
+    if (str_at(obj, "metadata", "deletionTimestamp") != NULL) {
+        if (e != NULL) {
+            sb_opr_run_stop(detach_run(o, e), 1);
+            entry_remove(o, e);
+            entry_free(e);
+        }
+        if (has_finalizer(obj)) {
+            int left = delete_pods(o, c, ns, name);
+            if (left > 0) {
+                *requeue = 500;
+            } else if (patch_finalizer(c, obj, 0) != 0) {
+                res = RC_ERROR;
+            } else {
+                post_event(o, c, ns, name, str_at(obj, "metadata", "uid"), "Normal", "Deleted",
+                           "worker pods deleted, finalizer removed");
+            }
+        }
+        cJSON_Delete(obj);
+        return res;
+    }
+    if (!has_finalizer(obj)) {
+        res = patch_finalizer(c, obj, 1) == 0 ? RC_OK : RC_ERROR;
+        cJSON_Delete(obj); /* the update event brings the key back */
+        return res;
+    }
+    if (e != NULL && e->run != NULL) {
+        res = reconcile_running(o, c, e, obj, gen, requeue);
+    } else {
+        const char *phase = phase_of(cJSON_GetObjectItemCaseSensitive(obj, "status"));
+        if (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)
+            res = reconcile_finished(o, c, obj, ns, name, requeue);
+        else
+            res = reconcile_start(o, c, obj, key, ns, name, gen, requeue);
+    }
+    cJSON_Delete(obj);
+    return res;
+}
+
+static void *worker_main(void *arg)
+{
+    op *o = arg;
+    sb_err err = {{0}};
+    sb_k8s_client *c = sb_k8s_client_new(o->k8s, &err);
+    if (c == NULL) {
+        sb_log(SB_LOG_ERROR, "reconciler client", "error", err.msg, NULL);
+        return NULL;
+    }
+    char *key;
+    while ((key = sb_k8s_queue_get(o->q, -1)) != NULL) {
+        if (!atomic_load(&o->leading) || atomic_load(&o->lost)) {
+            sb_k8s_queue_done(o->q, key);
+            free(key);
+            continue;
+        }
+        uint64_t t0 = mono_ms();
+        long requeue = 0;
+        rresult r = reconcile(o, c, key, &requeue);
+        double secs = (double)(mono_ms() - t0) / 1000.0;
+        if (r == RC_ERROR) {
+            sb_opr_metrics_reconcile(o->metrics, "error", secs);
+            sb_k8s_queue_add_rate_limited(o->q, key);
+        } else {
+            sb_opr_metrics_reconcile(o->metrics, requeue > 0 ? "requeue" : "success", secs);
+            sb_k8s_queue_forget(o->q, key);
+            if (requeue > 0)
+                sb_k8s_queue_add_after(o->q, key, requeue);
+        }
+        sb_k8s_queue_done(o->q, key);
+        free(key);
+    }
+    sb_k8s_client_free(c);
+    return NULL;
+}
+
+/* ---- leader hooks, gauges ---- */
+
+static void enqueue_all(op *o)
+{
+    for (size_t i = 0; i < o->nns; i++) {
+        cJSON *list = sb_k8s_informer_list(o->pipes[i]);
+        const cJSON *x;
+        cJSON_ArrayForEach(x, list)
+        {
+            pipe_event(x, o);
+        }
+        cJSON_Delete(list);
+    }
+}
+
+static void on_started(void *ud)
+{
+    op *o = ud;
+    sb_log(SB_LOG_INFO, "became the leader", "identity", o->cfg->identity, NULL);
+    atomic_store(&o->leading, 1);
+    enqueue_all(o);
+}
+
+static void on_stopped(void *ud)
+{
+    op *o = ud;
+    sb_log(SB_LOG_ERROR, "lost the leader lease: stopping", "identity", o->cfg->identity, NULL);
+    atomic_store(&o->leading, 0);
+    atomic_store(&o->lost, 1);
+}
+
+static void gauges(void *ud, sb_opr_gauges *g)
+{
+    op *o = ud;
+    g->queue_depth = sb_k8s_queue_len(o->q);
+    g->leader = atomic_load(&o->leading);
+    g->ready = atomic_load(&o->synced);
+    for (size_t i = 0; i < o->nns; i++) {
+        cJSON *list = sb_k8s_informer_list(o->pipes[i]);
+        const cJSON *x;
+        cJSON_ArrayForEach(x, list)
+        {
+            const char *ph = phase_of(cJSON_GetObjectItemCaseSensitive(x, "status"));
+            size_t k = SB_OPR_NPHASES - 1;
+            for (size_t j = 0; j < SB_OPR_NPHASES - 1; j++)
+                if (strcmp(ph, sb_opr_phase_names[j]) == 0)
+                    k = j;
+            g->pipelines[k]++;
+        }
+        cJSON_Delete(list);
+    }
+}
+
+/* ---- the run loop ---- */
+
+static int start_informers(op *o, sb_err *err)
+{
+    static const sb_k8s_informer_handlers ph0 = {pipe_add, pipe_update, NULL, NULL};
+    static const sb_k8s_informer_handlers pd0 = {pod_add, pod_update, pod_delete, NULL};
+    o->nns = o->cfg->nnamespaces ? o->cfg->nnamespaces : 1;
+    if (o->nns > MAX_NS)
+        return sb_err_set(err, "at most %d namespaces can be watched", MAX_NS);
+    for (size_t i = 0; i < o->nns; i++) {
+        char pp[300], dp[300];
+        if (o->cfg->nnamespaces == 0) {
+            snprintf(pp, sizeof pp, "/apis/streambatch.dev/v1alpha1/pipelines");
+            snprintf(dp, sizeof dp, "/api/v1/pods");
+        } else {
+            snprintf(pp, sizeof pp, "/apis/streambatch.dev/v1alpha1/namespaces/%s/pipelines",
+                     o->cfg->namespaces[i]);
+            snprintf(dp, sizeof dp, "/api/v1/namespaces/%s/pods", o->cfg->namespaces[i]);
+        }
+        sb_k8s_informer_handlers ph = ph0, pd = pd0;
+        ph.arg = o;
+        pd.arg = o;
+        o->pipes[i] = sb_k8s_informer_new(o->k8s, pp, NULL, &ph, err);
+        o->pods[i] = o->pipes[i] ? sb_k8s_informer_new(o->k8s, dp, POD_LABEL, &pd, err) : NULL;
+        if (o->pods[i] == NULL || sb_k8s_informer_start(o->pipes[i], err) != 0 ||
+            sb_k8s_informer_start(o->pods[i], err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
+{
+    op o;
+    memset(&o, 0, sizeof o);
+    o.cfg = cfg;
+    pthread_mutex_init(&o.mu, NULL);
+    int rc = -1;
+    pthread_t threads[64];
+    int nthreads = 0;
+    if (cfg->kubeconfig != NULL || cfg->context != NULL)
+        o.k8s = sb_k8s_config_load_kubeconfig(cfg->kubeconfig, cfg->context, err);
+    else
+        o.k8s = sb_k8s_config_load_default(err);
+    if (o.k8s == NULL)
+        goto out;
+    o.shared = sb_k8s_client_new(o.k8s, err);
+    o.metrics = sb_opr_metrics_new();
+    sb_k8s_queue_opts qo = {.base_delay_s = 0.05, .max_delay_s = 60};
+    o.q = sb_k8s_queue_new(&qo, err);
+    if (o.shared == NULL || o.metrics == NULL || o.q == NULL)
+        goto out;
+    if (cfg->metrics_host != NULL) {
+        sb_opr_http_config hc = {.host = cfg->metrics_host,
+                                 .port = cfg->metrics_port,
+                                 .metrics = o.metrics,
+                                 .gauges = gauges,
+                                 .ud = &o};
+        o.http = sb_opr_http_start(&hc, err);
+        if (o.http == NULL)
+            goto out;
+        char port[16];
+        snprintf(port, sizeof port, "%d", sb_opr_http_port(o.http));
+        sb_log(SB_LOG_INFO, "metrics and health endpoints", "host", cfg->metrics_host, "port", port,
+               NULL);
+    }
+    if (start_informers(&o, err) != 0)
+        goto out;
+    for (size_t i = 0; i < o.nns; i++)
+        while (!sb_k8s_informer_wait_synced(o.pipes[i], 1000) ||
+               !sb_k8s_informer_wait_synced(o.pods[i], 1000))
+            if (*cfg->stop) {
+                rc = 0;
+                goto out;
+            }
+    atomic_store(&o.synced, 1);
+    sb_log(SB_LOG_INFO, "informers synced", "identity", cfg->identity, NULL);
+    int nw = cfg->workers > 0 ? (cfg->workers < 64 ? cfg->workers : 64) : 4;
+    for (int i = 0; i < nw; i++)
+        if (pthread_create(&threads[nthreads], NULL, worker_main, &o) == 0)
+            nthreads++;
+    if (cfg->leader_elect) {
+        sb_leader_config lc = {.k8s = o.k8s,
+                               .namespace = cfg->lease_namespace != NULL
+                                                ? cfg->lease_namespace
+                                                : sb_k8s_config_namespace(o.k8s),
+                               .name = cfg->lease_name,
+                               .identity = cfg->identity,
+                               .lease_ms = cfg->lease_ms,
+                               .renew_ms = cfg->renew_ms,
+                               .retry_ms = cfg->retry_ms,
+                               .on_started = on_started,
+                               .on_stopped = on_stopped,
+                               .ud = &o};
+        o.leader = sb_leader_start(&lc, err);
+        if (o.leader == NULL)
+            goto out;
+    } else {
+        on_started(&o);
+    }
+    while (!*cfg->stop && !atomic_load(&o.lost))
+        usleep(100 * 1000);
+    rc = atomic_load(&o.lost) ? 1 : 0;
+    if (rc == 1)
+        sb_err_set(err, "lost the leader lease");
+out:
+    if (o.q != NULL)
+        sb_k8s_queue_shutdown(o.q);
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(threads[i], NULL);
+    /* stop the informers before the runs, so no pod event reaches a freed run */
+    for (size_t i = 0; i < o.nns; i++) {
+        sb_k8s_informer_free(o.pods[i]);
+        o.pods[i] = NULL;
+    }
+    /* leave the pods for the next leader; a last status carries the checkpoint */
+    while (o.runs != NULL) {
+        entry *e = o.runs;
+        o.runs = e->next;
+        if (rc == 0 && e->run != NULL) {
+            char now[32];
+            now_str(now, sizeof now);
+            cJSON *obj = sb_k8s_informer_get(o.pipes[ns_index(&o, e->ns)], e->key);
+            if (obj != NULL && sb_opr_run_status(e->run, e->status, e->gen, now) == 0)
+                write_status(o.shared, obj, e->status);
+            cJSON_Delete(obj);
+        }
+        sb_opr_run_stop(e->run, 0);
+        entry_free(e);
+    }
+    for (size_t i = 0; i < o.nns; i++)
+        sb_k8s_informer_free(o.pipes[i]);
+    sb_leader_stop(o.leader, rc == 0);
+    sb_opr_http_stop(o.http);
+    sb_k8s_queue_free(o.q);
+    sb_opr_metrics_free(o.metrics);
+    sb_k8s_client_free(o.shared);
+    sb_k8s_config_free(o.k8s);
+    pthread_mutex_destroy(&o.mu);
+    return rc;
+}

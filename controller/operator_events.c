@@ -1,0 +1,82 @@
+#include "controller/operator_events.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "controller/operator_status.h"
+#include "core/log.h"
+
+cJSON *sb_opr_event_build(const sb_opr_event_ref *ref, const char *type, const char *reason,
+                          const char *message, const char *host, uint64_t now_ns)
+{
+    cJSON *e = cJSON_CreateObject();
+    if (e == NULL)
+        return NULL;
+    char name[320], ts[32], micro[48];
+    snprintf(name, sizeof name, "%.240s.%" PRIx64, ref->name, now_ns);
+    time_t t = (time_t)(now_ns / 1000000000ULL);
+    sb_opr_time_format(t, ts, sizeof ts);
+    /* eventTime is a MicroTime: seconds with six fractional digits */
+    snprintf(micro, sizeof micro, "%.19s.%06uZ", ts, (unsigned)(now_ns / 1000 % 1000000));
+    cJSON_AddStringToObject(e, "apiVersion", "v1");
+    cJSON_AddStringToObject(e, "kind", "Event");
+    cJSON *md = cJSON_AddObjectToObject(e, "metadata");
+    cJSON_AddStringToObject(md, "name", name);
+    cJSON_AddStringToObject(md, "namespace", ref->namespace);
+    cJSON *io = cJSON_AddObjectToObject(e, "involvedObject");
+    cJSON_AddStringToObject(io, "apiVersion", "streambatch.dev/v1alpha1");
+    cJSON_AddStringToObject(io, "kind", "Pipeline");
+    cJSON_AddStringToObject(io, "namespace", ref->namespace);
+    cJSON_AddStringToObject(io, "name", ref->name);
+    if (ref->uid != NULL)
+        cJSON_AddStringToObject(io, "uid", ref->uid);
+    if (ref->resource_version != NULL)
+        cJSON_AddStringToObject(io, "resourceVersion", ref->resource_version);
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON_AddStringToObject(e, "reason", reason);
+    cJSON_AddStringToObject(e, "message", message != NULL ? message : "");
+    cJSON *src = cJSON_AddObjectToObject(e, "source");
+    cJSON_AddStringToObject(src, "component", SB_OPR_COMPONENT);
+    if (host != NULL && *host)
+        cJSON_AddStringToObject(src, "host", host);
+    cJSON_AddStringToObject(e, "firstTimestamp", ts);
+    cJSON_AddStringToObject(e, "lastTimestamp", ts);
+    cJSON_AddStringToObject(e, "eventTime", micro);
+    cJSON_AddNumberToObject(e, "count", 1);
+    cJSON_AddStringToObject(e, "action", reason);
+    cJSON_AddStringToObject(e, "reportingComponent", SB_OPR_COMPONENT);
+    cJSON_AddStringToObject(e, "reportingInstance",
+                            host != NULL && *host ? host : SB_OPR_COMPONENT);
+    return e;
+}
+
+int sb_opr_event_post(sb_k8s_client *c, const sb_opr_event_ref *ref, const char *type,
+                      const char *reason, const char *message, const char *host, sb_err *err)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t ns = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+    cJSON *e = sb_opr_event_build(ref, type, reason, message, host, ns);
+    if (e == NULL)
+        return sb_err_set(err, "out of memory");
+    char path[512];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/events", ref->namespace);
+    long st = 0;
+    sb_err e2 = {{0}};
+    cJSON *made = sb_k8s_create(c, path, e, &st, &e2);
+    cJSON_Delete(e);
+    sb_log(strcmp(type, "Warning") == 0 ? SB_LOG_WARN : SB_LOG_INFO, "event", "pipeline", ref->name,
+           "namespace", ref->namespace, "reason", reason, "message", message != NULL ? message : "",
+           NULL);
+    if (made == NULL) {
+        sb_log(SB_LOG_WARN, "posting an event failed", "reason", reason, "error", e2.msg, NULL);
+        if (err != NULL)
+            *err = e2;
+        return -1;
+    }
+    cJSON_Delete(made);
+    return 0;
+}

@@ -1,0 +1,35 @@
+/* operator_events.h — core/v1 Events about Pipelines (what `kubectl describe pipeline` shows):
+ * Started, WorkerPodsCreated, WorkerPodFailed, Recovered, Suspended, Resumed, TookOver,
+ * Succeeded, Failed, InvalidSpec, SpecChangeRefused, Deleted.
+ *
+ * Events are best effort: a failed post is logged and never fails a reconcile. The object is
+ * built by a pure function (unit tested); the name is "<pipeline>.<hex nanoseconds>" as
+ * client-go names them, so two events never collide.
+ *
+ * Memory: the builder returns a new cJSON the caller deletes; nothing is kept.
+ */
+#ifndef SB_CTL_OPERATOR_EVENTS_H
+#define SB_CTL_OPERATOR_EVENTS_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "k8s/client.h"
+
+#define SB_OPR_COMPONENT "streambatch-controller"
+
+typedef struct sb_opr_event_ref {
+    const char *namespace, *name, *uid, *resource_version;
+} sb_opr_event_ref;
+
+/* The Event object for a Pipeline. type: "Normal" or "Warning"; host: the controller's identity
+ * (source.host / reportingInstance; may be NULL); now_ns: wall clock in nanoseconds. */
+cJSON *sb_opr_event_build(const sb_opr_event_ref *ref, const char *type, const char *reason,
+                          const char *message, const char *host, uint64_t now_ns);
+
+/* Posts an Event (best effort: logs a failure and returns -1 with err). */
+int sb_opr_event_post(sb_k8s_client *c, const sb_opr_event_ref *ref, const char *type,
+                      const char *reason, const char *message, const char *host, sb_err *err);
+
+#endif

@@ -1,0 +1,471 @@
+#include "controller/operator_run.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "controller/autoscale.h"
+#include "controller/ctl.h"
+#include "controller/engine.h"
+#include "controller/kube.h"
+#include "controller/sched/ranges.h"
+#include "core/log.h"
+#include "doc/doc.h"
+
+#define MAX_POOLS 4
+
+typedef struct run_pool {
+    sb_kube_pool spec;
+    uint64_t idle_since_ms;
+    uint32_t desired;
+} run_pool;
+
+struct sb_opr_run {
+    sb_k8s_client *client;
+    char key[300];
+    char *json;  /* manifest handed to workers */
+    cJSON *spec; /* the spec the run started with */
+    sb_pipeline p;
+    sb_engine_plan plan;
+    sb_ctl *ctl;
+    sb_kube *kube;
+    pthread_mutex_t kube_mu; /* guards the kube pointer: on_pod (informer thread) vs stop */
+    run_pool pools[MAX_POOLS];
+    size_t npools;
+    uint32_t epoch;
+    size_t committed_at_start;
+    uint64_t started_ms;
+    uint64_t stall_ms;
+    int stall_warned;
+    int finished;
+    void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
+    void *ud;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static const char *str_at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b != NULL)
+        x = cJSON_GetObjectItemCaseSensitive(x, b);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len)
+{
+    memset(p, 0, sizeof *p);
+    if (len > 0)
+        msg[0] = '\0';
+    if (json != NULL)
+        *json = NULL;
+    /* The manifest workers get: no status, no managedFields. */
+    cJSON *m = cJSON_CreateObject();
+    if (m == NULL)
+        return -1;
+    cJSON_AddStringToObject(m, "apiVersion", SB_API_VERSION);
+    cJSON_AddStringToObject(m, "kind", SB_KIND);
+    cJSON *md = cJSON_AddObjectToObject(m, "metadata");
+    const char *keys[] = {"name", "namespace", "uid"};
+    for (size_t i = 0; i < 3; i++) {
+        const char *v = str_at(object, "metadata", keys[i]);
+        if (v != NULL)
+            cJSON_AddStringToObject(md, keys[i], v);
+    }
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(object, "spec");
+    cJSON_AddItemToObject(m, "spec", spec ? cJSON_Duplicate(spec, 1) : cJSON_CreateObject());
+    char *text = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    if (text == NULL)
+        return -1;
+    sb_doc *d = sb_doc_parse_json(text, strlen(text), NULL);
+    sb_diags dg = {0};
+    if (d == NULL || sb_pipeline_decode(sb_doc_root(d, 0), p, &dg) != 0) {
+        sb_doc_free(d);
+        sb_diags_free(&dg);
+        free(text);
+        return -1;
+    }
+    sb_doc_free(d);
+    size_t used = 0;
+    for (size_t i = 0; i < dg.n && used < len; i++) {
+        int n = snprintf(msg + used, len - used, "%s%s: %s", i ? "; " : "", dg.items[i].path,
+                         dg.items[i].msg);
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+    int problems = (int)dg.n;
+    sb_diags_free(&dg);
+    if (problems > 0) {
+        sb_pipeline_free(p);
+        memset(p, 0, sizeof *p);
+        free(text);
+        return problems;
+    }
+    if (json != NULL)
+        *json = text;
+    else
+        free(text);
+    return 0;
+}
+
+static void on_exit_cb(void *ud, const char *worker_id, const char *why)
+{
+    sb_opr_run *r = ud;
+    if (r->ctl != NULL)
+        sb_ctl_worker_exited(r->ctl, worker_id, why);
+}
+
+static void on_event_cb(void *ud, const char *type, const char *reason, const char *message)
+{
+    sb_opr_run *r = ud;
+    if (r->on_event != NULL)
+        r->on_event(r->ud, type, reason, message);
+}
+
+static int can_remove_cb(void *ud, const char *worker_id)
+{
+    sb_opr_run *r = ud;
+    return r->ctl != NULL && sb_ctl_worker_removable(r->ctl, worker_id);
+}
+
+static void run_free(sb_opr_run *r)
+{
+    if (r->kube != NULL)
+        sb_kube_free(r->kube);
+    if (r->ctl != NULL)
+        sb_ctl_free(r->ctl);
+    sb_engine_plan_free(&r->plan);
+    sb_pipeline_free(&r->p);
+    cJSON_Delete(r->spec);
+    free(r->json);
+    pthread_mutex_destroy(&r->kube_mu);
+    free(r);
+}
+
+sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_err *err)
+{
+    *plan_error = 0;
+    sb_opr_run *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&r->kube_mu, NULL);
+    r->client = cfg->client;
+    r->on_event = cfg->on_event;
+    r->ud = cfg->ud;
+    const char *ns = str_at(cfg->object, "metadata", "namespace");
+    const char *name = str_at(cfg->object, "metadata", "name");
+    const char *uid = str_at(cfg->object, "metadata", "uid");
+    snprintf(r->key, sizeof r->key, "%s/%s", ns ? ns : "", name ? name : "");
+    char msg[2048];
+    int bad = sb_opr_decode(cfg->object, &r->p, &r->json, msg, sizeof msg);
+    if (bad != 0) {
+        *plan_error = bad > 0;
+        sb_err_set(err, "%s", bad > 0 ? msg : "out of memory");
+        free(r->json);
+        pthread_mutex_destroy(&r->kube_mu);
+        free(r);
+        return NULL;
+    }
+    r->spec = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cfg->object, "spec"), 1);
+    if (sb_engine_plan_make(&r->p, &r->plan, err) != 0 || sb_engine_prepare(&r->p, err) != 0) {
+        *plan_error = 1;
+        run_free(r);
+        return NULL;
+    }
+    /* resume state */
+    sb_sched_resume resume;
+    memset(&resume, 0, sizeof resume);
+    if (cfg->resume != NULL) {
+        resume.epoch = cfg->resume->epoch + 1;
+        resume.committed_splits = cfg->resume->committed_splits;
+        resume.parts = cfg->resume->parts;
+        resume.nparts = cfg->resume->nparts;
+        r->committed_at_start = cfg->resume->ncommitted;
+    }
+    r->epoch = resume.epoch;
+    char listen[300];
+    snprintf(listen, sizeof listen, "%s:0", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1");
+    sb_ctl_config cc = {.pipeline = &r->p,
+                        .pipeline_id = r->key,
+                        .pipeline_json = r->json,
+                        .splits = r->plan.splits,
+                        .nsplits = r->plan.nsplits,
+                        .listen_addr = listen,
+                        .heartbeat_timeout_ms = cfg->heartbeat_timeout_ms,
+                        .resume = cfg->resume != NULL ? &resume : NULL};
+    r->ctl = sb_ctl_start(&cc, NULL, err);
+    if (r->ctl == NULL) {
+        sb_err_wrap(err, "starting the Control service on %s", listen);
+        run_free(r);
+        return NULL;
+    }
+    char caddr[300];
+    snprintf(caddr, sizeof caddr, "%s:%d", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1",
+             sb_ctl_port(r->ctl));
+    sb_kube_config kc;
+    memset(&kc, 0, sizeof kc);
+    kc.client = cfg->client;
+    kc.namespace = ns;
+    kc.pipeline = name;
+    kc.pipeline_uid = uid;
+    kc.controller_address = caddr;
+    kc.epoch = r->epoch;
+    kc.image = cfg->image;
+    const cJSON *wt = cJSON_GetObjectItemCaseSensitive(r->spec, "workerTemplate");
+    kc.worker_template = cJSON_IsObject(wt) ? wt : NULL;
+    kc.npools = sb_kube_pools_from_spec(&r->p, kc.pools, MAX_POOLS);
+    /* store budget per worker: the pipeline's budget spread over its largest worker count,
+     * at least two partitions (as `streambatch run` does) */
+    uint64_t maxw = 0;
+    for (size_t i = 0; i < kc.npools; i++)
+        maxw += kc.pools[i].max;
+    uint64_t part = (uint64_t)r->p.spec.source.partition_size;
+    uint64_t sb = (uint64_t)r->p.spec.execution.memory_budget / (maxw ? maxw : 1);
+    kc.store_budget = sb < 2 * part ? 2 * part : sb;
+    kc.max_pending = cfg->max_pending;
+    kc.on_exit = on_exit_cb;
+    kc.on_event = on_event_cb;
+    kc.can_remove = can_remove_cb;
+    kc.ud = r;
+    r->npools = kc.npools;
+    for (size_t i = 0; i < kc.npools; i++)
+        r->pools[i].spec = kc.pools[i];
+    r->kube = sb_kube_start(&kc, err);
+    if (r->kube == NULL) {
+        sb_err_wrap(err, "worker pods");
+        run_free(r);
+        return NULL;
+    }
+    /* pool names point into kc (stack): re-point them at static strings */
+    for (size_t i = 0; i < r->npools; i++)
+        r->pools[i].spec.pool = strcmp(kc.pools[i].pool, "gpu") == 0 ? "gpu" : "cpu";
+    if (cfg->resume != NULL) {
+        sb_err e2 = {{0}};
+        int n = sb_kube_rebind(r->kube, &e2);
+        if (n < 0)
+            sb_log(SB_LOG_WARN, "rebinding worker pods failed", "pipeline", r->key, "error", e2.msg,
+                   NULL);
+        else {
+            char nb[16];
+            snprintf(nb, sizeof nb, "%d", n);
+            sb_log(SB_LOG_INFO, "worker pods rebound", "pipeline", r->key, "pods", nb, NULL);
+        }
+    }
+    r->stall_ms = (uint64_t)(r->p.spec.execution.stall_timeout_ns / 1000000);
+    r->started_ms = now_ms();
+    sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", caddr, NULL);
+    return r;
+}
+
+uint32_t sb_opr_run_epoch(const sb_opr_run *r)
+{
+    return r->epoch;
+}
+
+size_t sb_opr_run_splits(const sb_opr_run *r)
+{
+    return r->plan.nsplits;
+}
+
+const cJSON *sb_opr_run_spec(const sb_opr_run *r)
+{
+    return r->spec;
+}
+
+void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p)
+{
+    sb_kube_pool pools[MAX_POOLS];
+    size_t n = sb_kube_pools_from_spec(p, pools, MAX_POOLS);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < r->npools; k++)
+            if (strcmp(pools[i].pool, r->pools[k].spec.pool) == 0) {
+                r->pools[k].spec.min = pools[i].min;
+                r->pools[k].spec.max = pools[i].max;
+            }
+}
+
+static void autoscale(sb_opr_run *r, uint64_t t)
+{
+    for (size_t i = 0; i < r->npools; i++) {
+        run_pool *pl = &r->pools[i];
+        uint64_t queued = 0, running = 0;
+        int active = 0;
+        sb_ctl_pool_demand(r->ctl, pl->spec.pool, &queued, &running, &active);
+        uint32_t desired = 0, ready = 0, pending = 0;
+        char why[256];
+        sb_kube_pool_status(r->kube, pl->spec.pool, &desired, &ready, &pending, why, sizeof why);
+        uint32_t slots = pl->spec.slots ? pl->spec.slots : 1;
+        uint64_t capacity = (uint64_t)ready * slots;
+        if (queued + running >= capacity)
+            pl->idle_since_ms = 0;
+        else if (pl->idle_since_ms == 0)
+            pl->idle_since_ms = t;
+        sb_autoscale_in in = {.min = pl->spec.min,
+                              .max = pl->spec.max,
+                              .ready = ready,
+                              .pending = pending,
+                              .slots = slots,
+                              .queued = queued,
+                              .running = running,
+                              .active = active,
+                              .now_ms = t,
+                              .idle_since_ms = pl->idle_since_ms,
+                              .scale_down_delay_ms = 10000};
+        uint32_t want = sb_autoscale_desired(&in);
+        pl->desired = want;
+        sb_backend be = sb_kube_backend(r->kube);
+        if (be.set_pool_size(be.impl, pl->spec.pool, want) != 0)
+            sb_log(SB_LOG_WARN, "syncing worker pods failed", "pipeline", r->key, "pool",
+                   pl->spec.pool, NULL);
+    }
+}
+
+sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *message, size_t mlen)
+{
+    if (r->finished)
+        return (sb_opr_outcome)r->finished;
+    sb_sched_state st = sb_ctl_wait(r->ctl, 0);
+    uint64_t t = now_ms();
+    if (st == SB_SCHED_RUNNING) {
+        autoscale(r, t); /* set_pool_size syncs the pods */
+        char stall[1024];
+        if (r->stall_ms > 0 && sb_ctl_stalled(r->ctl, r->stall_ms, stall, sizeof stall)) {
+            if (!r->stall_warned && r->on_event != NULL)
+                r->on_event(r->ud, "Warning", "Stalled", stall);
+            r->stall_warned = 1;
+            if (sb_ctl_stalled(r->ctl, 3 * r->stall_ms, stall, sizeof stall)) {
+                snprintf(reason, rlen, "Stalled");
+                snprintf(message, mlen, "stalled: %s", stall);
+                sb_ctl_shutdown_workers(r->ctl);
+                sb_engine_abort(&r->p, NULL);
+                r->finished = SB_OPR_FAILED;
+                return SB_OPR_FAILED;
+            }
+        } else {
+            r->stall_warned = 0;
+        }
+        return SB_OPR_RUNNING;
+    }
+    sb_ctl_shutdown_workers(r->ctl);
+    if (st == SB_SCHED_SUCCEEDED) {
+        size_t n = 0;
+        sb_sched_output *parts = sb_ctl_sink_parts(r->ctl, &n);
+        sb_err e2 = {{0}};
+        int rc = parts == NULL && n > 0 ? sb_err_set(&e2, "out of memory")
+                                        : sb_engine_commit(&r->p, parts, n, &e2);
+        sb_ctl_parts_free(parts, n);
+        if (rc != 0) {
+            snprintf(reason, rlen, "CommitFailed");
+            snprintf(message, mlen, "committing the sink: %s", e2.msg);
+            sb_engine_abort(&r->p, NULL);
+            r->finished = SB_OPR_FAILED;
+            return SB_OPR_FAILED;
+        }
+        r->finished = SB_OPR_SUCCEEDED;
+        return SB_OPR_SUCCEEDED;
+    }
+    sb_ctl_snapshot s;
+    sb_ctl_snapshot_get(r->ctl, &s);
+    snprintf(reason, rlen, "TaskFailed");
+    snprintf(message, mlen, "%s", s.failure[0] ? s.failure : "the pipeline failed");
+    sb_engine_abort(&r->p, NULL);
+    r->finished = SB_OPR_FAILED;
+    return SB_OPR_FAILED;
+}
+
+int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now)
+{
+    sb_ctl_snapshot s;
+    sb_ctl_snapshot_get(r->ctl, &s);
+    sb_opr_pool_view views[MAX_POOLS];
+    char why[MAX_POOLS][512];
+    int pending_unschedulable = 0;
+    char pmsg[1200] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < r->npools; i++) {
+        views[i].pool = r->pools[i].spec.pool;
+        why[i][0] = '\0';
+        sb_kube_pool_status(r->kube, views[i].pool, &views[i].desired, &views[i].ready,
+                            &views[i].pending, why[i], sizeof why[i]);
+        if (views[i].pending > 0 && why[i][0] != '\0' && used < sizeof pmsg) {
+            int n = snprintf(pmsg + used, sizeof pmsg - used, "%spool %s: %s", used ? "; " : "",
+                             views[i].pool, why[i]);
+            if (n > 0)
+                used += (size_t)n < sizeof pmsg - used ? (size_t)n : sizeof pmsg - used;
+            pending_unschedulable = 1;
+        }
+    }
+    char *ranges = NULL;
+    sb_sched_output *parts = NULL;
+    size_t nparts = 0;
+    sb_err e2 = {{0}};
+    if (sb_ctl_checkpoint(r->ctl, &ranges, &parts, &nparts, &e2) != 0) {
+        sb_log(SB_LOG_WARN, "checkpoint failed", "pipeline", r->key, "error", e2.msg, NULL);
+        return -1;
+    }
+    size_t committed = 0;
+    uint8_t *set = calloc(r->plan.nsplits + 1, 1);
+    if (set != NULL && sb_ranges_parse(ranges, set, r->plan.nsplits, NULL) == 0)
+        for (size_t i = 0; i < r->plan.nsplits; i++)
+            committed += set[i] != 0;
+    free(set);
+    double elapsed = (double)(now_ms() - r->started_ms) / 1000.0;
+    int rc =
+        sb_opr_status_progress(status, &s, r->plan.nsplits, committed, views, r->npools, elapsed);
+    cJSON *cp = sb_opr_checkpoint_json(r->epoch, ranges, parts, nparts);
+    free(ranges);
+    sb_sched_parts_free(parts, nparts);
+    if (cp == NULL || rc != 0) {
+        cJSON_Delete(cp);
+        return -1;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(status, "checkpoint") != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(status, "checkpoint", cp);
+    else
+        cJSON_AddItemToObject(status, "checkpoint", cp);
+    if (sb_opr_condition_set(status, "WorkersPending", pending_unschedulable,
+                             pending_unschedulable ? "Unschedulable" : "WorkersScheduled", pmsg,
+                             generation, now) < 0)
+        return -1;
+    return 0;
+}
+
+void sb_opr_run_on_pod(sb_opr_run *r, const cJSON *pod, int deleted)
+{
+    pthread_mutex_lock(&r->kube_mu);
+    if (r->kube != NULL)
+        sb_kube_on_pod(r->kube, pod, deleted);
+    pthread_mutex_unlock(&r->kube_mu);
+}
+
+void sb_opr_run_stop(sb_opr_run *r, int delete_pods)
+{
+    if (r == NULL)
+        return;
+    if (delete_pods) {
+        sb_ctl_shutdown_workers(r->ctl);
+        sb_err e2 = {{0}};
+        if (sb_kube_delete_all(r->kube, &e2) < 0)
+            sb_log(SB_LOG_WARN, "deleting worker pods failed", "pipeline", r->key, "error", e2.msg,
+                   NULL);
+    }
+    pthread_mutex_lock(&r->kube_mu);
+    sb_kube *k = r->kube;
+    r->kube = NULL;
+    pthread_mutex_unlock(&r->kube_mu);
+    if (k != NULL)
+        sb_kube_free(k);
+    run_free(r);
+}

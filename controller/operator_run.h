@@ -1,0 +1,88 @@
+/* operator_run.h — one running Pipeline inside the operator: its plan (engine.h), its Control
+ * service (ctl.h, listening on the controller's gRPC host, port 0) and its worker pods
+ * (kube.h), driven by a periodic tick.
+ *
+ * A tick (about every 500 ms, from the reconciler) autoscales each pool (autoscale.h from the
+ * pool's demand and its ready/pending pods), syncs the pods, runs the stall watchdog and, when
+ * the scheduler finished, commits the sink (or aborts it) and reports the outcome. Stopping a
+ * run shuts its workers down and deletes their pods (or, when the controller itself stops,
+ * leaves them for the next leader to adopt).
+ *
+ * Resume: with a checkpoint (status.checkpoint of the Pipeline), the run starts at epoch
+ * checkpoint.epoch + 1 with the committed splits and their sink parts, adopts the pods that
+ * exist and rebinds them (Worker.Rebind) to its Control service.
+ *
+ * Threads: one reconciler thread at a time calls tick/status/stop for a given run (the work
+ * queue guarantees it); sb_opr_run_on_pod() comes from the pod informer's thread.
+ *
+ * Memory: the run copies what it keeps from the config (the decoded pipeline, its JSON); the
+ * client is borrowed and must outlive the run.
+ */
+#ifndef SB_CTL_OPERATOR_RUN_H
+#define SB_CTL_OPERATOR_RUN_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "controller/operator_status.h"
+#include "core/err.h"
+#include "k8s/client.h"
+#include "spec/pipeline.h"
+
+typedef struct sb_opr_run sb_opr_run;
+
+typedef struct sb_opr_run_config {
+    sb_k8s_client *client; /* borrowed */
+    const cJSON *object;   /* the Pipeline as read from the API (borrowed during start) */
+    const char *grpc_host; /* where the Control service listens (port 0) */
+    const char *image;     /* default worker image */
+    uint32_t max_pending;  /* Pending pods per pool at most */
+    uint32_t heartbeat_timeout_ms;
+    const sb_opr_checkpoint *resume; /* NULL: a fresh run at epoch 0 */
+    void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
+    void *ud;
+} sb_opr_run_config;
+
+typedef enum { SB_OPR_RUNNING, SB_OPR_SUCCEEDED, SB_OPR_FAILED } sb_opr_outcome;
+
+/* Decodes and validates the Pipeline object. Returns the number of problems (messages joined
+ * "; " in msg, each "spec.stages[1].args.x: ..."), 0 when valid (p then filled; free it with
+ * sb_pipeline_free), -1 when out of memory. *json (may be NULL) receives the manifest handed to
+ * workers (apiVersion, kind, metadata name/namespace/uid, spec; malloc'd). */
+int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len);
+
+/* Starts a run (plan, sink prepare, Control service, pods). NULL with err; *plan_error is set
+ * to 1 when the spec cannot be planned (a source that does not exist...), so the caller fails
+ * the pipeline instead of retrying. */
+sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_err *err);
+
+/* One tick. Returns the outcome; on SB_OPR_FAILED, reason ("TaskFailed" | "Stalled" |
+ * "CommitFailed") and message are filled. On a finished run the workers are shut down already
+ * (their pods still need sb_opr_run_stop). */
+sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *message,
+                               size_t mlen);
+
+/* Live changes: the stages' workers min/max of a new spec (same stages). */
+void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p);
+
+/* Writes progress, partitions, stages, checkpoint and the WorkersPending condition into status
+ * (now: RFC 3339 time for condition transitions). Returns 0, or -1 when out of memory. */
+int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now);
+
+/* The epoch of this run, the number of splits, and how many were already committed at start. */
+uint32_t sb_opr_run_epoch(const sb_opr_run *r);
+size_t sb_opr_run_splits(const sb_opr_run *r);
+
+/* The spec the run was started with (borrowed). */
+const cJSON *sb_opr_run_spec(const sb_opr_run *r);
+
+/* A pod of this pipeline changed (pod informer). */
+void sb_opr_run_on_pod(sb_opr_run *r, const cJSON *pod, int deleted);
+
+/* Stops the run and frees it. delete_pods=1: tell workers to shut down and delete every pod
+ * (waits for the deletes to be accepted); 0: leave the pods for the next leader (controller
+ * shutdown). */
+void sb_opr_run_stop(sb_opr_run *r, int delete_pods);
+
+#endif

@@ -1,0 +1,456 @@
+#include "controller/operator_status.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/sched/ranges.h"
+
+/* ---- times ---- */
+
+void sb_opr_time_format(time_t t, char *buf, size_t len)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int sb_opr_time_parse(const char *s, time_t *out)
+{
+    if (s == NULL)
+        return -1;
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (end == NULL)
+        return -1;
+    if (*end == '.') {
+        end++;
+        if (!isdigit((unsigned char)*end))
+            return -1;
+        while (isdigit((unsigned char)*end))
+            end++;
+    }
+    if (strcmp(end, "Z") != 0)
+        return -1;
+    *out = timegm(&tm);
+    return 0;
+}
+
+/* ---- conditions ---- */
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+const cJSON *sb_opr_condition_get(const cJSON *status, const char *type)
+{
+    const cJSON *conds = cJSON_GetObjectItemCaseSensitive(status, "conditions");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, conds)
+    {
+        const char *t = str_of(c, "type");
+        if (t != NULL && strcmp(t, type) == 0)
+            return c;
+    }
+    return NULL;
+}
+
+int sb_opr_condition_true(const cJSON *status, const char *type)
+{
+    const char *s = str_of(sb_opr_condition_get(status, type), "status");
+    return s != NULL && strcmp(s, "True") == 0;
+}
+
+static int set_str(cJSON *o, const char *k, const char *v)
+{
+    const char *cur = str_of(o, k);
+    if (cur != NULL && strcmp(cur, v) == 0)
+        return 0;
+    cJSON *n = cJSON_CreateString(v);
+    if (n == NULL)
+        return -1;
+    if (cJSON_GetObjectItemCaseSensitive(o, k) != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(o, k, n);
+    else
+        cJSON_AddItemToObject(o, k, n);
+    return 1;
+}
+
+static int set_num(cJSON *o, const char *k, double v)
+{
+    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (cJSON_IsNumber(cur) && cur->valuedouble == v)
+        return 0;
+    cJSON *n = cJSON_CreateNumber(v);
+    if (n == NULL)
+        return -1;
+    if (cur != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(o, k, n);
+    else
+        cJSON_AddItemToObject(o, k, n);
+    return 1;
+}
+
+int sb_opr_condition_set(cJSON *status, const char *type, int truth, const char *reason,
+                         const char *message, int64_t generation, const char *now)
+{
+    cJSON *conds = cJSON_GetObjectItemCaseSensitive(status, "conditions");
+    if (!cJSON_IsArray(conds)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(status, "conditions");
+        conds = cJSON_AddArrayToObject(status, "conditions");
+        if (conds == NULL)
+            return -1;
+    }
+    cJSON *c = (cJSON *)sb_opr_condition_get(status, type);
+    int changed = 0;
+    const char *st = truth ? "True" : "False";
+    if (c == NULL) {
+        c = cJSON_CreateObject();
+        if (c == NULL)
+            return -1;
+        cJSON_AddItemToArray(conds, c);
+        cJSON_AddStringToObject(c, "type", type);
+        changed = 1;
+    }
+    const char *old = str_of(c, "status");
+    if (old == NULL || strcmp(old, st) != 0 || str_of(c, "lastTransitionTime") == NULL) {
+        if (set_str(c, "status", st) < 0 || set_str(c, "lastTransitionTime", now) < 0)
+            return -1;
+        changed = 1;
+    }
+    int r1 = set_str(c, "reason", reason);
+    int r2 = set_str(c, "message", message != NULL ? message : "");
+    int r3 = set_num(c, "observedGeneration", (double)generation);
+    if (r1 < 0 || r2 < 0 || r3 < 0)
+        return -1;
+    return changed || r1 || r2 || r3;
+}
+
+/* ---- checkpoint ---- */
+
+char *sb_opr_part_format(const sb_sched_output *p)
+{
+    size_t n = strlen(p->id) + 3 * 21 + 4;
+    char *s = malloc(n);
+    if (s != NULL)
+        snprintf(s, n, "%s:%" PRIu64 ":%" PRIu64 ":%" PRIu32, p->id, p->rows, p->bytes, p->crc32c);
+    return s;
+}
+
+/* A decimal number without sign or leading zeros, ending at ':' or '\0'. */
+static int strict_u64(const char **pp, uint64_t max, uint64_t *out)
+{
+    const char *p = *pp;
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    if (*p == '0' && isdigit((unsigned char)p[1]))
+        return -1;
+    uint64_t v = 0;
+    while (isdigit((unsigned char)*p)) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (max - d) / 10)
+            return -1;
+        v = v * 10 + d;
+        p++;
+    }
+    *out = v;
+    *pp = p;
+    return 0;
+}
+
+int sb_opr_part_parse(const char *s, sb_sched_output *out, sb_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (s == NULL)
+        return sb_err_set(err, "not a string");
+    const char *p = s;
+    while (isalnum((unsigned char)*p) || *p == '.' || *p == '_' || *p == '-')
+        p++;
+    if (p == s || *p != ':')
+        return sb_err_set(err,
+                          "\"%.80s\": expected <id>:<rows>:<bytes>:<crc> with an id of "
+                          "letters, digits, '.', '_' or '-'",
+                          s);
+    size_t idlen = (size_t)(p - s);
+    uint64_t v[3];
+    const char *names[3] = {"rows", "bytes", "crc"};
+    p++;
+    for (int i = 0; i < 3; i++) {
+        if (strict_u64(&p, i == 2 ? UINT32_MAX : UINT64_MAX, &v[i]) != 0)
+            return sb_err_set(err, "\"%.80s\": %s is not a decimal number%s", s, names[i],
+                              i == 2 ? " below 2^32" : "");
+        if (i < 2 && *p++ != ':')
+            return sb_err_set(err, "\"%.80s\": expected <id>:<rows>:<bytes>:<crc>", s);
+    }
+    if (*p != '\0')
+        return sb_err_set(err, "\"%.80s\": unexpected text after the crc", s);
+    out->id = strndup(s, idlen);
+    if (out->id == NULL)
+        return sb_err_set(err, "out of memory");
+    out->rows = v[0];
+    out->bytes = v[1];
+    out->crc32c = (uint32_t)v[2];
+    return 0;
+}
+
+cJSON *sb_opr_checkpoint_json(uint32_t epoch, const char *committed_splits,
+                              const sb_sched_output *parts, size_t nparts)
+{
+    cJSON *j = cJSON_CreateObject();
+    if (j == NULL)
+        return NULL;
+    cJSON_AddNumberToObject(j, "epoch", epoch);
+    cJSON_AddStringToObject(j, "committedSplits", committed_splits ? committed_splits : "");
+    cJSON *a = cJSON_AddArrayToObject(j, "parts");
+    for (size_t i = 0; a != NULL && i < nparts; i++) {
+        char *s = sb_opr_part_format(&parts[i]);
+        cJSON *x = s ? cJSON_CreateString(s) : NULL;
+        free(s);
+        if (x == NULL) {
+            cJSON_Delete(j);
+            return NULL;
+        }
+        cJSON_AddItemToArray(a, x);
+    }
+    if (a == NULL) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+void sb_opr_checkpoint_free(sb_opr_checkpoint *c)
+{
+    if (c == NULL)
+        return;
+    free(c->committed_splits);
+    for (size_t i = 0; i < c->nparts; i++)
+        free((char *)c->parts[i].id);
+    free(c->parts);
+    memset(c, 0, sizeof *c);
+}
+
+int sb_opr_checkpoint_parse(const cJSON *cp, size_t nsplits, sb_opr_checkpoint *out, sb_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!cJSON_IsObject(cp))
+        return sb_err_set(err, "status.checkpoint: must be an object");
+    const cJSON *ep = cJSON_GetObjectItemCaseSensitive(cp, "epoch");
+    if (!cJSON_IsNumber(ep) || ep->valuedouble < 0 || ep->valuedouble > 4294967295.0 ||
+        ep->valuedouble != (double)(uint32_t)ep->valuedouble)
+        return sb_err_set(err, "status.checkpoint.epoch: must be an integer in [0, 4294967295]");
+    out->epoch = (uint32_t)ep->valuedouble;
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(cp, "committedSplits");
+    if (cs != NULL && !cJSON_IsString(cs))
+        return sb_err_set(err, "status.checkpoint.committedSplits: must be a string");
+    uint8_t *set = calloc(nsplits + 1, 1);
+    if (set == NULL)
+        return sb_err_set(err, "out of memory");
+    sb_err e2;
+    if (sb_ranges_parse(cs ? cs->valuestring : "", set, nsplits, &e2) != 0) {
+        free(set);
+        return sb_err_set(err, "status.checkpoint.committedSplits: %s", e2.msg);
+    }
+    for (size_t i = 0; i < nsplits; i++)
+        out->ncommitted += set[i] != 0;
+    out->committed_splits = sb_ranges_format(set, nsplits);
+    free(set);
+    if (out->committed_splits == NULL)
+        return sb_err_set(err, "out of memory");
+    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(cp, "parts");
+    if (parts != NULL && !cJSON_IsArray(parts)) {
+        sb_opr_checkpoint_free(out);
+        return sb_err_set(err, "status.checkpoint.parts: must be a list of strings");
+    }
+    int n = cJSON_GetArraySize(parts);
+    out->parts = calloc((size_t)n + 1, sizeof *out->parts);
+    if (out->parts == NULL) {
+        sb_opr_checkpoint_free(out);
+        return sb_err_set(err, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(parts, i);
+        if (sb_opr_part_parse(cJSON_IsString(x) ? x->valuestring : NULL, &out->parts[i], &e2) !=
+            0) {
+            sb_opr_checkpoint_free(out);
+            return sb_err_set(err, "status.checkpoint.parts[%d]: %s", i, e2.msg);
+        }
+        out->nparts++;
+        for (int k = 0; k < i; k++)
+            if (strcmp(out->parts[k].id, out->parts[i].id) == 0) {
+                sb_err_set(err, "status.checkpoint.parts[%d]: part %s is listed twice", i,
+                           out->parts[i].id);
+                sb_opr_checkpoint_free(out);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* ---- progress ---- */
+
+static cJSON *obj_at(cJSON *o, const char *k)
+{
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (cJSON_IsObject(x))
+        return x;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, k);
+    return cJSON_AddObjectToObject(o, k);
+}
+
+int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
+                           size_t committed_splits, const sb_opr_pool_view *pools, size_t npools,
+                           double elapsed_s)
+{
+    char prog[48];
+    snprintf(prog, sizeof prog, "%zu/%zu", committed_splits, total_splits);
+    if (set_str(status, "progress", prog) < 0)
+        return -1;
+    cJSON *pt = obj_at(status, "partitions");
+    if (pt == NULL)
+        return -1;
+    uint64_t running = 0, errored = 0;
+    for (size_t i = 0; i < s->nops; i++) {
+        running += s->ops[i].tasks_running;
+        errored += s->ops[i].errored;
+    }
+    set_num(pt, "total", (double)total_splits);
+    set_num(pt, "committed", (double)committed_splits);
+    set_num(pt, "inFlight", (double)running);
+    set_num(pt, "recovered", (double)s->stats.partitions_recovered);
+    set_num(pt, "errored", (double)errored);
+    cJSON *st = cJSON_CreateArray();
+    if (st == NULL)
+        return -1;
+    for (size_t i = 0; i < s->nops; i++) {
+        const sb_sched_op_stats *o = &s->ops[i];
+        cJSON *x = cJSON_CreateObject();
+        if (x == NULL) {
+            cJSON_Delete(st);
+            return -1;
+        }
+        cJSON_AddItemToArray(st, x);
+        cJSON_AddStringToObject(x, "name", o->name ? o->name : "");
+        cJSON_AddStringToObject(x, "pool", o->pool ? o->pool : "");
+        uint32_t desired = 0, ready = 0;
+        for (size_t k = 0; k < npools; k++)
+            if (o->pool != NULL && strcmp(pools[k].pool, o->pool) == 0) {
+                desired = pools[k].desired;
+                ready = pools[k].ready;
+            }
+        cJSON_AddNumberToObject(x, "workersDesired", desired);
+        cJSON_AddNumberToObject(x, "workersReady", ready);
+        cJSON_AddNumberToObject(x, "tasksRunning", (double)o->tasks_running);
+        cJSON_AddNumberToObject(x, "rowsOut", (double)o->rows_out);
+        cJSON_AddNumberToObject(x, "bytesOut", (double)o->bytes_out);
+        double rps = elapsed_s > 0 ? (double)o->rows_out / elapsed_s : 0.0;
+        cJSON_AddNumberToObject(x, "rowsPerSecond", (double)(int64_t)(rps * 10) / 10);
+    }
+    if (cJSON_GetObjectItemCaseSensitive(status, "stages") != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(status, "stages", st);
+    else
+        cJSON_AddItemToObject(status, "stages", st);
+    return 0;
+}
+
+/* ---- spec changes ---- */
+
+static void add_field(char *buf, size_t len, size_t *used, const char *name)
+{
+    if (*used >= len)
+        return;
+    int n = snprintf(buf + *used, len - *used, "%s%s", *used ? ", " : "", name);
+    if (n < 0 || (size_t)n >= len - *used) {
+        if (len >= 4)
+            memcpy(buf + len - 4, "...", 4);
+        *used = len;
+        return;
+    }
+    *used += (size_t)n;
+}
+
+/* Keys of a and b (union), each once, in a's order then b's. Calls fn for each. */
+static int diff_objects(const cJSON *a, const cJSON *b, const char *prefix,
+                        const char *const *ignore, char *buf, size_t len, size_t *used,
+                        int (*nested)(const char *key, const cJSON *x, const cJSON *y, char *buf,
+                                      size_t len, size_t *used))
+{
+    int n = 0;
+    const cJSON *pass[2] = {a, b};
+    for (int side = 0; side < 2; side++) {
+        const cJSON *k;
+        cJSON_ArrayForEach(k, pass[side])
+        {
+            if (k->string == NULL)
+                continue;
+            if (side == 1 && cJSON_GetObjectItemCaseSensitive(a, k->string) != NULL)
+                continue; /* seen from a */
+            int skip = 0;
+            for (size_t i = 0; ignore != NULL && ignore[i] != NULL && !skip; i++)
+                skip = strcmp(ignore[i], k->string) == 0;
+            if (skip)
+                continue;
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, k->string);
+            const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, k->string);
+            if (nested != NULL) {
+                int r = nested(k->string, x, y, buf, len, used);
+                if (r >= 0) {
+                    n += r;
+                    continue;
+                }
+            }
+            if (x != NULL && y != NULL && cJSON_Compare(x, y, 1))
+                continue;
+            char name[300];
+            snprintf(name, sizeof name, "%s.%s", prefix, k->string);
+            add_field(buf, len, used, name);
+            n++;
+        }
+    }
+    return n;
+}
+
+static int stages_diff(const char *key, const cJSON *x, const cJSON *y, char *buf, size_t len,
+                       size_t *used)
+{
+    if (strcmp(key, "stages") != 0 || !cJSON_IsArray(x) || !cJSON_IsArray(y) ||
+        cJSON_GetArraySize(x) != cJSON_GetArraySize(y))
+        return -1; /* compared whole */
+    static const char *const ign[] = {"workers", NULL};
+    int n = 0;
+    for (int i = 0; i < cJSON_GetArraySize(x); i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "spec.stages[%d]", i);
+        const cJSON *sx = cJSON_GetArrayItem(x, i), *sy = cJSON_GetArrayItem(y, i);
+        if (!cJSON_IsObject(sx) || !cJSON_IsObject(sy)) {
+            if (!cJSON_Compare(sx, sy, 1)) {
+                add_field(buf, len, used, prefix);
+                n++;
+            }
+            continue;
+        }
+        n += diff_objects(sx, sy, prefix, ign, buf, len, used, NULL);
+    }
+    return n;
+}
+
+int sb_opr_spec_diff(const cJSON *old_spec, const cJSON *new_spec, char *buf, size_t len)
+{
+    static const char *const ign[] = {"suspend", "ttlSecondsAfterFinished", NULL};
+    size_t used = 0;
+    if (len > 0)
+        buf[0] = '\0';
+    if (!cJSON_IsObject(old_spec) || !cJSON_IsObject(new_spec)) {
+        if (old_spec != NULL && new_spec != NULL && cJSON_Compare(old_spec, new_spec, 1))
+            return 0;
+        add_field(buf, len, &used, "spec");
+        return 1;
+    }
+    return diff_objects(old_spec, new_spec, "spec", ign, buf, len, &used, stages_diff);
+}

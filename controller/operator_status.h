@@ -1,0 +1,84 @@
+/* operator_status.h — the pure parts of the Pipeline status the operator writes: conditions in
+ * metav1.Condition style, the checkpoint (committed splits and the sink parts they produced),
+ * progress/partitions/stages from a controller snapshot, RFC 3339 times, and the comparison of
+ * a running spec with a new one (which changes cannot be applied live).
+ *
+ * No I/O here: everything works on cJSON trees, so it is unit tested without an API server.
+ * The checkpoint comes back from the API server, where anybody may have edited it, so it is
+ * parsed strictly and every error names the offending field.
+ *
+ * Memory: functions that return cJSON or strings return new objects the caller frees
+ * (cJSON_Delete / free); sb_opr_checkpoint is freed with sb_opr_checkpoint_free().
+ */
+#ifndef SB_CTL_OPERATOR_STATUS_H
+#define SB_CTL_OPERATOR_STATUS_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "controller/ctl.h"
+#include "controller/sched/sched.h"
+#include "core/err.h"
+
+/* ---- times ---- */
+/* "2024-05-01T12:00:00Z" (UTC) into buf (at least 21 bytes). */
+void sb_opr_time_format(time_t t, char *buf, size_t len);
+/* Parses an RFC 3339 UTC time ("...Z", optional fractional seconds). 0, or -1. */
+int sb_opr_time_parse(const char *s, time_t *out);
+
+/* ---- conditions (status.conditions, a list keyed by type) ---- */
+/* Sets condition `type` to status True (truth != 0) or False with reason and message;
+ * lastTransitionTime (now) changes only when the status flips or the condition is new.
+ * Returns 1 when anything changed, 0 when it was already so, -1 when out of memory. */
+int sb_opr_condition_set(cJSON *status, const char *type, int truth, const char *reason,
+                         const char *message, int64_t generation, const char *now);
+/* The condition of that type, or NULL. */
+const cJSON *sb_opr_condition_get(const cJSON *status, const char *type);
+/* 1 when the condition exists with status "True". */
+int sb_opr_condition_true(const cJSON *status, const char *type);
+
+/* ---- checkpoint: {epoch, committedSplits, parts: ["<id>:<rows>:<bytes>:<crc>"]} ---- */
+typedef struct sb_opr_checkpoint {
+    uint32_t epoch;
+    char *committed_splits; /* "0-41,45" (malloc'd, never NULL after a parse) */
+    size_t ncommitted;      /* how many splits that is */
+    sb_sched_output *parts; /* ids malloc'd */
+    size_t nparts;
+} sb_opr_checkpoint;
+
+/* "<id>:<rows>:<bytes>:<crc32c>" (decimal numbers), malloc'd. */
+char *sb_opr_part_format(const sb_sched_output *p);
+/* Strict: id of [A-Za-z0-9._-]+, then three decimal numbers without sign or leading zeros
+ * (crc < 2^32). out->id is malloc'd. 0, or -1 with err naming the problem. */
+int sb_opr_part_parse(const char *s, sb_sched_output *out, sb_err *err);
+/* The JSON object of a checkpoint, or NULL when out of memory. */
+cJSON *sb_opr_checkpoint_json(uint32_t epoch, const char *committed_splits,
+                              const sb_sched_output *parts, size_t nparts);
+/* Reads status.checkpoint against a plan of nsplits splits: epoch an integer in [0, 2^32),
+ * committedSplits valid ranges below nsplits, parts each valid and unique. 0, or -1 with err
+ * ("status.checkpoint.parts[3]: ..."); out is zeroed on failure. */
+int sb_opr_checkpoint_parse(const cJSON *cp, size_t nsplits, sb_opr_checkpoint *out, sb_err *err);
+void sb_opr_checkpoint_free(sb_opr_checkpoint *c);
+
+/* ---- progress ---- */
+typedef struct sb_opr_pool_view {
+    const char *pool;
+    uint32_t desired, ready, pending;
+} sb_opr_pool_view;
+
+/* Sets progress ("committed/total"), partitions {total, committed, inFlight, recovered,
+ * errored} and stages[] (name, pool, workersDesired, workersReady, tasksRunning, rowsOut,
+ * bytesOut, rowsPerSecond over elapsed_s) in status from a controller snapshot. */
+int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
+                           size_t committed_splits, const sb_opr_pool_view *pools, size_t npools,
+                           double elapsed_s);
+
+/* ---- spec changes ---- */
+/* Compares two spec objects, ignoring what applies live (suspend, ttlSecondsAfterFinished,
+ * stages[].workers). Writes the changed fields, "spec.sink, spec.stages[1].op", into buf
+ * (truncated with "..."). Returns how many differ. */
+int sb_opr_spec_diff(const cJSON *old_spec, const cJSON *new_spec, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,225 @@
+/* streambatch-controller as a real process against a private test cluster (tests/k8s/cluster.sh,
+ * via tests/helpers/kube_cluster.h): a Pipeline created with kubectl runs on worker pods (the
+ * node agent runs bin/streambatch-worker) and reaches Succeeded with the same output as the
+ * input, its pods deleted and its Events posted; a spec only the controller can reject gets
+ * InvalidSpec; deleting a running Pipeline removes its pods, then its finalizer. The full
+ * end-to-end suite (Helm chart, failover, GPU pools) is tests/k8s/operator-test.sh. */
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../unit/testutil.h"
+#include "../helpers/kube_cluster.h"
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+    (void)set;
+    sb_kc_up("op-test", NULL);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+    (void)stats;
+    sb_kc_down();
+}
+
+static char dir[256];
+static pid_t ctl_pid;
+
+static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *sh_out(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    sb_test_run(cmd, &out);
+    size_t n = strlen(out);
+    while (n > 0 && out[n - 1] == '\n')
+        out[--n] = '\0';
+    return out;
+}
+
+static char *kubectl(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *kubectl(const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const char *st = getenv("SB_KC_STATE");
+    return sh_out("KUBECONFIG=%s/kubeconfig timeout 60 %s/bin/kubectl %s 2>&1", st, st, args);
+}
+
+static void setup(void)
+{
+    const char *e = getenv("SB_KC_ERROR");
+    if (e != NULL)
+        cr_assert_fail("no test cluster: %s", e);
+    snprintf(dir, sizeof dir, "/tmp/sb-optest-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    free(sh_out("cd %s && python3 -c \"\nimport json, os\nos.makedirs('in')\nfor f in range(6):\n"
+                "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(2000):\n"
+                "      o.write(json.dumps({'id': f*100000+i, 'pad': 'x'*50}) + '\\\\n')\n\"",
+                dir));
+    free(kubectl("apply --server-side -f %s/api/crd/pipelines.streambatch.dev.yaml",
+                 sb_test_root()));
+    free(kubectl("wait --for=condition=Established crd/pipelines.streambatch.dev --timeout=30s"));
+    ctl_pid = fork();
+    cr_assert_geq(ctl_pid, 0);
+    if (ctl_pid == 0) {
+        char kc[512], log[512];
+        snprintf(kc, sizeof kc, "%s/kubeconfig", getenv("SB_KC_STATE"));
+        snprintf(log, sizeof log, "%s/controller.log", dir);
+        FILE *f = freopen(log, "w", stderr);
+        (void)f;
+        execl(sb_test_bin("streambatch-controller"), "streambatch-controller", "--kubeconfig", kc,
+              "--leader-elect=false", "--metrics-listen", "off", "--status-interval", "1s",
+              (char *)NULL);
+        _exit(127);
+    }
+}
+
+static void teardown(void)
+{
+    if (ctl_pid > 0) {
+        kill(ctl_pid, SIGTERM);
+        int st = 0;
+        waitpid(ctl_pid, &st, 0);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the controller exits 0 on SIGTERM");
+        ctl_pid = 0;
+    }
+    free(sh_out("rm -rf %s", dir));
+}
+
+TestSuite(operator, .init = setup, .fini = teardown, .timeout = 180);
+
+static void write_pipeline(const char *name, const char *stage_args, const char *extra)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 64Ki}\n"
+            "  stages:\n  - {name: a, %s, workers: {min: 1, max: 2}}\n"
+            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n%s",
+            name, dir, stage_args, dir, name, extra);
+    fclose(f);
+}
+
+/* Waits until jsonpath gives one of the wanted values (space-separated); returns the last. */
+static char *wait_for(const char *name, const char *jsonpath, const char *want, int secs)
+{
+    char *v = NULL;
+    for (int i = 0; i < secs * 2; i++) {
+        free(v);
+        v = kubectl("get pipeline %s -o jsonpath='%s'", name, jsonpath);
+        char w[256];
+        snprintf(w, sizeof w, " %s ", want);
+        char needle[300];
+        snprintf(needle, sizeof needle, " %s ", v);
+        if (*v && strstr(w, needle) != NULL)
+            return v;
+        usleep(500 * 1000);
+    }
+    return v;
+}
+
+Test(operator, pipeline_succeeds_on_worker_pods)
+{
+    write_pipeline("wc", "op: identity", "");
+    free(kubectl("apply -f %s/wc.yaml", dir));
+    char *ph = wait_for("wc", "{.status.phase}", "Succeeded Failed", 90);
+    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
+                     sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    char *v = kubectl("get pipeline wc -o jsonpath='{.status.progress} "
+                      "{.status.conditions[?(@.type==\"Complete\")].status} "
+                      "{.status.checkpoint.committedSplits} {.metadata.finalizers[0]}'");
+    cr_expect_str_eq(v, "18/18 True 0-17 streambatch.dev/finalizer");
+    free(v);
+    v = sh_out("cat %s/out-wc/part-*.jsonl | sort | md5sum; cat %s/in/*.jsonl | sort | md5sum", dir,
+               dir);
+    cr_expect(strlen(v) > 40 && strncmp(v, v + strcspn(v, "\n") + 1, 32) == 0,
+              "output differs from input: %s", v);
+    free(v);
+    v = sh_out("test -f %s/out-wc/_SUCCESS && echo yes", dir);
+    cr_expect_str_eq(v, "yes");
+    free(v);
+    /* pods go away */
+    for (int i = 0; i < 40; i++) {
+        v = kubectl("get pods -l streambatch.dev/pipeline=wc -o name");
+        int none = *v == '\0' || strstr(v, "No resources") != NULL;
+        free(v);
+        if (none)
+            break;
+        usleep(500 * 1000);
+    }
+    v = kubectl("get pods -l streambatch.dev/pipeline=wc -o name");
+    cr_expect(*v == '\0' || strstr(v, "No resources") != NULL, "pods left: %s", v);
+    free(v);
+    v = kubectl("get events --field-selector involvedObject.name=wc "
+                "-o jsonpath='{range .items[*]}{.reason} {end}'");
+    cr_expect(strstr(v, "Started") && strstr(v, "WorkerPodsCreated") && strstr(v, "Succeeded"),
+              "events: %s", v);
+    free(v);
+    free(kubectl("delete pipeline wc --timeout=30s"));
+}
+
+Test(operator, invalid_spec_fails_with_the_field_named)
+{
+    write_pipeline("bad", "op: identity", "  execution: {memoryBudget: 32Ki}\n");
+    free(kubectl("apply -f %s/bad.yaml", dir));
+    char *ph = wait_for("bad", "{.status.phase}", "Failed Succeeded", 30);
+    cr_expect_str_eq(ph, "Failed");
+    free(ph);
+    char *v =
+        kubectl("get pipeline bad -o jsonpath='{.status.conditions[?(@.type==\"InvalidSpec\")]"
+                ".status} {.status.conditions[?(@.type==\"InvalidSpec\")].message}'");
+    cr_expect(strncmp(v, "True spec.execution.memoryBudget: ", 34) == 0, "%s", v);
+    free(v);
+    v = kubectl("get events --field-selector involvedObject.name=bad,reason=InvalidSpec "
+                "-o jsonpath='{.items[0].type}'");
+    cr_expect_str_eq(v, "Warning");
+    free(v);
+    free(kubectl("delete pipeline bad --timeout=30s"));
+}
+
+Test(operator, delete_mid_run_removes_pods_then_finalizer)
+{
+    write_pipeline("del", "op: bench.sleep, args: {msPerMB: 60000}", "");
+    free(kubectl("apply -f %s/del.yaml", dir));
+    char *ph = wait_for("del", "{.status.phase}", "Running", 30);
+    cr_expect_str_eq(ph, "Running");
+    free(ph);
+    char *v = NULL;
+    for (int i = 0; i < 40; i++) {
+        free(v);
+        v = kubectl("get pods -l streambatch.dev/pipeline=del -o name");
+        if (strstr(v, "pod/") != NULL)
+            break;
+        usleep(250 * 1000);
+    }
+    cr_expect(strstr(v, "pod/del-cpu-") != NULL, "no worker pods: %s", v);
+    free(v);
+    v = kubectl("delete pipeline del --timeout=60s");
+    cr_expect(strstr(v, "deleted") != NULL, "%s", v);
+    free(v);
+    v = kubectl("get pods -l streambatch.dev/pipeline=del -o name");
+    cr_expect(*v == '\0' || strstr(v, "No resources") != NULL, "pods left after delete: %s", v);
+    free(v);
+    v = sh_out("test -f %s/out-del/_SUCCESS && echo yes || echo no", dir);
+    cr_expect_str_eq(v, "no");
+    free(v);
+}

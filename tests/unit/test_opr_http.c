@@ -1,0 +1,133 @@
+/* The operator's /metrics, /healthz and /readyz (a real libmicrohttpd server on a free port,
+ * queried with libcurl) and the Event object it posts. */
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/operator_events.h"
+#include "controller/operator_http.h"
+
+Test(opr_http, render_counters_and_histogram)
+{
+    sb_opr_metrics *m = sb_opr_metrics_new();
+    sb_opr_metrics_queue_add(m);
+    sb_opr_metrics_queue_add(m);
+    sb_opr_metrics_reconcile(m, "success", 0.003);
+    sb_opr_metrics_reconcile(m, "success", 0.2);
+    sb_opr_metrics_reconcile(m, "error", 100);
+    sb_opr_gauges g = {.queue_depth = 4, .leader = 1};
+    g.pipelines[1] = 2;
+    char *t = sb_opr_metrics_render(m, &g);
+    cr_assert_not_null(t);
+    const char *want[] = {
+        "workqueue_depth{name=\"pipeline\"} 4\n",
+        "workqueue_adds_total{name=\"pipeline\"} 2\n",
+        "controller_runtime_reconcile_total{controller=\"pipeline\",result=\"success\"} 2\n",
+        "controller_runtime_reconcile_total{controller=\"pipeline\",result=\"error\"} 1\n",
+        "controller_runtime_reconcile_total{controller=\"pipeline\",result=\"requeue\"} 0\n",
+        "controller_runtime_reconcile_time_seconds_bucket{controller=\"pipeline\",le=\"0.005\"} "
+        "1\n",
+        "controller_runtime_reconcile_time_seconds_bucket{controller=\"pipeline\",le=\"0.25\"} 2\n",
+        "controller_runtime_reconcile_time_seconds_bucket{controller=\"pipeline\",le=\"30\"} 2\n",
+        "controller_runtime_reconcile_time_seconds_bucket{controller=\"pipeline\",le=\"+Inf\"} 3\n",
+        "controller_runtime_reconcile_time_seconds_count{controller=\"pipeline\"} 3\n",
+        "streambatch_pipelines{phase=\"Running\"} 2\n",
+        "streambatch_pipelines{phase=\"Failed\"} 0\n",
+        "streambatch_leader 1\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(strstr(t, want[i]) != NULL, "missing %s in:\n%s", want[i], t);
+    free(t);
+    sb_opr_metrics_free(m);
+}
+
+static size_t collect(char *p, size_t sz, size_t n, void *ud)
+{
+    char **b = ud;
+    size_t old = *b ? strlen(*b) : 0;
+    char *nb = realloc(*b, old + sz * n + 1);
+    memcpy(nb + old, p, sz * n);
+    nb[old + sz * n] = '\0';
+    *b = nb;
+    return sz * n;
+}
+
+static long get(int port, const char *path, char **body)
+{
+    CURL *c = curl_easy_init();
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    *body = NULL;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 5L);
+    long code = 0;
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(c);
+    return code;
+}
+
+static int g_ready;
+static void gauges(void *ud, sb_opr_gauges *out)
+{
+    (void)ud;
+    out->ready = g_ready;
+    out->queue_depth = 7;
+}
+
+Test(opr_http, endpoints)
+{
+    sb_opr_metrics *m = sb_opr_metrics_new();
+    sb_opr_http_config cfg = {.host = "127.0.0.1", .port = 0, .metrics = m, .gauges = gauges};
+    sb_err err;
+    sb_opr_http *h = sb_opr_http_start(&cfg, &err);
+    cr_assert_not_null(h, "%s", err.msg);
+    int port = sb_opr_http_port(h);
+    cr_assert_gt(port, 0);
+    char *b;
+    cr_expect_eq(get(port, "/healthz", &b), 200);
+    free(b);
+    g_ready = 0;
+    cr_expect_eq(get(port, "/readyz", &b), 503);
+    free(b);
+    g_ready = 1;
+    cr_expect_eq(get(port, "/readyz", &b), 200);
+    free(b);
+    cr_expect_eq(get(port, "/metrics", &b), 200);
+    cr_expect(b && strstr(b, "workqueue_depth{name=\"pipeline\"} 7\n"), "%s", b);
+    free(b);
+    cr_expect_eq(get(port, "/nope", &b), 404);
+    free(b);
+    sb_opr_http_stop(h);
+    sb_opr_metrics_free(m);
+    cfg.host = "not-an-ip";
+    cr_expect_null(sb_opr_http_start(&cfg, &err));
+    cr_expect(strstr(err.msg, "not-an-ip") != NULL, "%s", err.msg);
+}
+
+Test(opr_http, event_object)
+{
+    sb_opr_event_ref ref = {"ns1", "wc", "uid-1", "42"};
+    cJSON *e = sb_opr_event_build(&ref, "Warning", "WorkerPodFailed", "pod x failed", "ctl-0",
+                                  1714564800123456789ULL);
+    cr_assert_not_null(e);
+    char *t = cJSON_PrintUnformatted(e);
+    const char *want[] = {"\"name\":\"wc.17cb5b99ffbf4d15\"",
+                          "\"namespace\":\"ns1\"",
+                          "\"kind\":\"Pipeline\"",
+                          "\"uid\":\"uid-1\"",
+                          "\"type\":\"Warning\"",
+                          "\"reason\":\"WorkerPodFailed\"",
+                          "\"message\":\"pod x failed\"",
+                          "\"component\":\"streambatch-controller\"",
+                          "\"host\":\"ctl-0\"",
+                          "\"firstTimestamp\":\"2024-05-01T12:00:00Z\"",
+                          "\"eventTime\":\"2024-05-01T12:00:00.123456Z\""};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(strstr(t, want[i]) != NULL, "missing %s in %s", want[i], t);
+    free(t);
+    cJSON_Delete(e);
+}

@@ -1,0 +1,218 @@
+/* The operator's pure status code: conditions (transition times kept when nothing flips),
+ * checkpoint encoding and its strict parser (the status may be edited by anyone), progress and
+ * stages from a snapshot, and the spec comparison that refuses changes a running pipeline
+ * cannot take. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/operator_status.h"
+
+static const char *sget(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+Test(opr_status, time_round_trip)
+{
+    char b[32];
+    sb_opr_time_format(1714564800, b, sizeof b);
+    cr_expect_str_eq(b, "2024-05-01T12:00:00Z");
+    time_t t = 0;
+    cr_expect_eq(sb_opr_time_parse(b, &t), 0);
+    cr_expect_eq(t, 1714564800);
+    cr_expect_eq(sb_opr_time_parse("2024-05-01T12:00:00.123456Z", &t), 0);
+    cr_expect_eq(t, 1714564800);
+    cr_expect_neq(sb_opr_time_parse("2024-05-01T12:00:00+02:00", &t), 0);
+    cr_expect_neq(sb_opr_time_parse("yesterday", &t), 0);
+    cr_expect_neq(sb_opr_time_parse(NULL, &t), 0);
+}
+
+Test(opr_status, condition_transition_time_only_on_flip)
+{
+    cJSON *st = cJSON_CreateObject();
+    cr_expect_eq(sb_opr_condition_set(st, "Running", 1, "Running", "", 1, "T1"), 1);
+    cr_expect_eq(sb_opr_condition_set(st, "Running", 1, "Running", "", 1, "T2"), 0,
+                 "same condition again is no change");
+    const cJSON *c = sb_opr_condition_get(st, "Running");
+    cr_assert_not_null(c);
+    cr_expect_str_eq(sget(c, "lastTransitionTime"), "T1");
+    cr_expect_eq(sb_opr_condition_set(st, "Running", 1, "Running", "msg", 2, "T3"), 1);
+    cr_expect_str_eq(sget(c, "lastTransitionTime"), "T1", "message change is no transition");
+    cr_expect_eq(cJSON_GetObjectItem(c, "observedGeneration")->valuedouble, 2);
+    cr_expect_eq(sb_opr_condition_set(st, "Running", 0, "Succeeded", "", 2, "T4"), 1);
+    cr_expect_str_eq(sget(c, "lastTransitionTime"), "T4");
+    cr_expect_str_eq(sget(c, "status"), "False");
+    cr_expect_eq(sb_opr_condition_true(st, "Running"), 0);
+    sb_opr_condition_set(st, "Complete", 1, "Succeeded", "", 2, "T4");
+    cr_expect(sb_opr_condition_true(st, "Complete"));
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(st, "conditions")), 2);
+    cr_expect_null(sb_opr_condition_get(st, "Failed"));
+    cJSON_Delete(st);
+}
+
+Test(opr_status, part_format_and_strict_parse)
+{
+    sb_sched_output p = {.id = "s1-t2-p0", .rows = 10, .bytes = 1234, .crc32c = 4294967295u};
+    char *s = sb_opr_part_format(&p);
+    cr_expect_str_eq(s, "s1-t2-p0:10:1234:4294967295");
+    sb_sched_output q;
+    sb_err err;
+    cr_assert_eq(sb_opr_part_parse(s, &q, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(q.id, "s1-t2-p0");
+    cr_expect_eq(q.rows, 10);
+    cr_expect_eq(q.bytes, 1234);
+    cr_expect_eq(q.crc32c, 4294967295u);
+    free((char *)q.id);
+    free(s);
+    const char *bad[] = {"",          ":1:2:3",           "a:1:2",
+                         "a:1:2:3:4", "a:01:2:3",         "a:-1:2:3",
+                         "a:+1:2:3",  "a:1:2:4294967296", "a:1:99999999999999999999:3",
+                         "a b:1:2:3", "a:1: 2:3",         "a:1:2:3 ",
+                         "a/b:1:2:3"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_expect_neq(sb_opr_part_parse(bad[i], &q, &err), 0, "accepted \"%s\"", bad[i]);
+    cr_expect_neq(sb_opr_part_parse(NULL, &q, &err), 0);
+}
+
+Test(opr_status, checkpoint_round_trip)
+{
+    sb_sched_output parts[2] = {{.id = "s0-t0-p0", .rows = 3, .bytes = 30, .crc32c = 7},
+                                {.id = "s0-t1-p0", .rows = 4, .bytes = 40, .crc32c = 8}};
+    cJSON *j = sb_opr_checkpoint_json(3, "0-1", parts, 2);
+    char *txt = cJSON_PrintUnformatted(j);
+    cr_expect_str_eq(txt, "{\"epoch\":3,\"committedSplits\":\"0-1\",\"parts\":[\"s0-t0-p0:3:30:7\","
+                          "\"s0-t1-p0:4:40:8\"]}");
+    sb_opr_checkpoint cp;
+    sb_err err;
+    cr_assert_eq(sb_opr_checkpoint_parse(j, 5, &cp, &err), 0, "%s", err.msg);
+    cr_expect_eq(cp.epoch, 3);
+    cr_expect_str_eq(cp.committed_splits, "0-1");
+    cr_expect_eq(cp.ncommitted, 2);
+    cr_expect_eq(cp.nparts, 2);
+    cr_expect_str_eq(cp.parts[1].id, "s0-t1-p0");
+    cr_expect_eq(cp.parts[1].crc32c, 8);
+    sb_opr_checkpoint_free(&cp);
+    /* an index beyond the plan is refused, with the field named */
+    cr_expect_neq(sb_opr_checkpoint_parse(j, 1, &cp, &err), 0);
+    cr_expect(strstr(err.msg, "status.checkpoint.committedSplits") != NULL, "%s", err.msg);
+    cJSON_Delete(j);
+    free(txt);
+}
+
+Test(opr_status, checkpoint_rejects_edited_status)
+{
+    struct {
+        const char *json, *needle;
+    } cases[] = {
+        {"[]", "must be an object"},
+        {"{\"committedSplits\":\"\"}", "status.checkpoint.epoch"},
+        {"{\"epoch\":-1}", "status.checkpoint.epoch"},
+        {"{\"epoch\":1.5}", "status.checkpoint.epoch"},
+        {"{\"epoch\":1,\"committedSplits\":3}", "committedSplits: must be a string"},
+        {"{\"epoch\":1,\"committedSplits\":\"3-1\"}", "status.checkpoint.committedSplits"},
+        {"{\"epoch\":1,\"parts\":\"x\"}", "status.checkpoint.parts"},
+        {"{\"epoch\":1,\"parts\":[\"a:1:2:3\",5]}", "status.checkpoint.parts[1]"},
+        {"{\"epoch\":1,\"parts\":[\"a:1:2:3\",\"a:1:2:3\"]}", "listed twice"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cJSON *j = cJSON_Parse(cases[i].json);
+        cr_assert_not_null(j);
+        sb_opr_checkpoint cp;
+        sb_err err = {{0}};
+        cr_expect_neq(sb_opr_checkpoint_parse(j, 10, &cp, &err), 0, "accepted %s", cases[i].json);
+        cr_expect(strstr(err.msg, cases[i].needle) != NULL, "%s: %s", cases[i].json, err.msg);
+        cr_expect_null(cp.parts);
+        cr_expect_null(cp.committed_splits);
+        cJSON_Delete(j);
+    }
+    /* an empty checkpoint is fine */
+    cJSON *j = cJSON_Parse("{\"epoch\":0}");
+    sb_opr_checkpoint cp;
+    sb_err err;
+    cr_expect_eq(sb_opr_checkpoint_parse(j, 4, &cp, &err), 0, "%s", err.msg);
+    cr_expect_eq(cp.ncommitted, 0);
+    cr_expect_str_eq(cp.committed_splits, "");
+    sb_opr_checkpoint_free(&cp);
+    cJSON_Delete(j);
+}
+
+Test(opr_status, progress_and_stages)
+{
+    sb_ctl_snapshot s;
+    memset(&s, 0, sizeof s);
+    s.nops = 2;
+    s.ops[0] = (sb_sched_op_stats){.name = "read+parse",
+                                   .pool = "cpu",
+                                   .tasks_running = 2,
+                                   .rows_out = 100,
+                                   .bytes_out = 1000};
+    s.ops[1] = (sb_sched_op_stats){
+        .name = "embed", .pool = "gpu", .tasks_running = 1, .rows_out = 50, .errored = 1};
+    s.stats.partitions_recovered = 3;
+    sb_opr_pool_view pools[2] = {{"cpu", 3, 2, 1}, {"gpu", 1, 0, 1}};
+    cJSON *st = cJSON_CreateObject();
+    cr_assert_eq(sb_opr_status_progress(st, &s, 10, 4, pools, 2, 10.0), 0);
+    cr_expect_str_eq(sget(st, "progress"), "4/10");
+    cJSON *pt = cJSON_GetObjectItem(st, "partitions");
+    cr_expect_eq(cJSON_GetObjectItem(pt, "total")->valuedouble, 10);
+    cr_expect_eq(cJSON_GetObjectItem(pt, "committed")->valuedouble, 4);
+    cr_expect_eq(cJSON_GetObjectItem(pt, "inFlight")->valuedouble, 3);
+    cr_expect_eq(cJSON_GetObjectItem(pt, "recovered")->valuedouble, 3);
+    cr_expect_eq(cJSON_GetObjectItem(pt, "errored")->valuedouble, 1);
+    cJSON *stages = cJSON_GetObjectItem(st, "stages");
+    cr_assert_eq(cJSON_GetArraySize(stages), 2);
+    cJSON *s0 = cJSON_GetArrayItem(stages, 0), *s1 = cJSON_GetArrayItem(stages, 1);
+    cr_expect_str_eq(sget(s0, "name"), "read+parse");
+    cr_expect_str_eq(sget(s0, "pool"), "cpu");
+    cr_expect_eq(cJSON_GetObjectItem(s0, "workersDesired")->valuedouble, 3);
+    cr_expect_eq(cJSON_GetObjectItem(s0, "workersReady")->valuedouble, 2);
+    cr_expect_eq(cJSON_GetObjectItem(s0, "rowsPerSecond")->valuedouble, 10);
+    cr_expect_str_eq(sget(s1, "pool"), "gpu");
+    cr_expect_eq(cJSON_GetObjectItem(s1, "workersReady")->valuedouble, 0);
+    /* a second call replaces, not appends */
+    cr_assert_eq(sb_opr_status_progress(st, &s, 10, 5, pools, 2, 10.0), 0);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(st, "stages")), 2);
+    cr_expect_str_eq(sget(st, "progress"), "5/10");
+    cJSON_Delete(st);
+}
+
+static int diff(const char *a, const char *b, char *buf, size_t len)
+{
+    cJSON *x = cJSON_Parse(a), *y = cJSON_Parse(b);
+    cr_assert(x != NULL && y != NULL);
+    int n = sb_opr_spec_diff(x, y, buf, len);
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+    return n;
+}
+
+Test(opr_status, spec_diff_ignores_live_fields)
+{
+    char buf[256];
+    const char *base = "{\"source\":{\"uri\":\"file:///a\"},\"stages\":[{\"name\":\"a\",\"op\":"
+                       "\"identity\",\"workers\":{\"min\":1,\"max\":2}}],\"suspend\":false}";
+    cr_expect_eq(diff(base, base, buf, sizeof buf), 0);
+    cr_expect_str_eq(buf, "");
+    cr_expect_eq(diff(base,
+                      "{\"source\":{\"uri\":\"file:///a\"},\"stages\":[{\"name\":\"a\",\"op\":"
+                      "\"identity\",\"workers\":{\"min\":3,\"max\":9}}],\"suspend\":true,"
+                      "\"ttlSecondsAfterFinished\":5}",
+                      buf, sizeof buf),
+                 0, "workers, suspend and ttl apply live: %s", buf);
+    cr_expect_eq(diff(base,
+                      "{\"source\":{\"uri\":\"file:///b\"},\"stages\":[{\"name\":\"a\",\"op\":"
+                      "\"upper\",\"workers\":{\"min\":1,\"max\":2}}],\"sink\":{}}",
+                      buf, sizeof buf),
+                 3);
+    cr_expect_str_eq(buf, "spec.source, spec.stages[0].op, spec.sink");
+    cr_expect_eq(diff(base, "{\"source\":{\"uri\":\"file:///a\"},\"stages\":[]}", buf, sizeof buf),
+                 1);
+    cr_expect_str_eq(buf, "spec.stages");
+    /* truncation keeps the buffer terminated */
+    char small[12];
+    cr_expect_eq(diff(base, "{\"x\":1,\"y\":2,\"z\":3}", small, sizeof small), 5);
+    cr_expect_eq(strlen(small), sizeof small - 1);
+    cr_expect(strstr(small, "...") != NULL, "%s", small);
+}
