@@ -40,22 +40,27 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" .Values.workerImage.repository (default .Chart.AppVersion .Values.workerImage.tag) -}}
 {{- end -}}
 
-{{/* The rules on Pipelines, worker pods and Events, used cluster-wide or per namespace. */}}
+{{/* The rules on Pipelines, worker pods and Events, used cluster-wide or per namespace: exactly
+the requests the controller makes (controller/operator*.c, controller/kube.c):
+- pipelines: list/watch (informer), get (re-read on a 409 status conflict), patch (its
+  finalizer), delete (ttlSecondsAfterFinished); status: update (PUT); finalizers: update, which
+  the OwnerReferencesPermissionEnforcement admission plugin requires for worker pods whose
+  ownerReference to the Pipeline sets blockOwnerDeletion.
+- pods: list/watch (informer and adoption), create, delete. events (core/v1): create. */}}
 {{- define "streambatch.workloadRules" -}}
 - apiGroups: [streambatch.dev]
   resources: [pipelines]
-  verbs: [get, list, watch, update, patch]
+  verbs: [get, list, watch, patch, delete]
 - apiGroups: [streambatch.dev]
   resources: [pipelines/status]
-  verbs: [get, update, patch]
-# ownerReferences with blockOwnerDeletion on worker pods need update on the owner's finalizers
+  verbs: [update]
 - apiGroups: [streambatch.dev]
   resources: [pipelines/finalizers]
   verbs: [update]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end -}}
