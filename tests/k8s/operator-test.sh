@@ -41,7 +41,7 @@ stray_pids() {
   for f in /proc/[0-9]*/environ; do
     pid=${f#/proc/}; pid=${pid%/environ}
     [[ $pid == "$$" ]] && continue
-    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qxF "SB_CLUSTER_DIR=$1" && echo "$pid"
+    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -xF "SB_CLUSTER_DIR=$1" >/dev/null && echo "$pid"
   done
 }
 
@@ -156,7 +156,8 @@ events() { # NAME: "REASON: MESSAGE" lines of the Pipeline's Events
   kubectl -n "${PNS:-$NS}" get events --field-selector "involvedObject.kind=Pipeline,involvedObject.name=$1" \
     -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' 2>/dev/null
 }
-has_event() { events "$1" | grep -qE "^($2):"; }
+# (grep -q on a pipe would close it early: with pipefail the writer's SIGPIPE fails the check)
+has_event() { local e; e=$(events "$1"); grep -qE "^($2):" <<<"$e"; }
 committed() { jp "$1" '{.status.partitions.committed}'; }
 committed_at_least() { local c; c=$(committed "$1"); [[ -n $c ]] && ((c >= $2)); }
 # wait_progress NAME N SECONDS: until N splits are committed; fails at once when the pipeline ended
@@ -261,7 +262,7 @@ check "chart, watchNamespaces: a Role + RoleBinding per namespace and no cluster
 two_leaders_refused() {
   ! helm template "$REL" "$CHART" --set leaderElection.enabled=false >/dev/null 2>"$tmp/err" &&
     grep -q 'needs leaderElection.enabled' "$tmp/err" &&
-    helm template "$REL" "$CHART" --set leaderElection.enabled=false --set replicaCount=1 | grep -q -- '--leader-elect=false'
+    helm template "$REL" "$CHART" --set leaderElection.enabled=false --set replicaCount=1 | grep -- '--leader-elect=false' >/dev/null
 }
 check "chart refuses 2 replicas without leader election; 1 replica without it renders" two_leaders_refused
 docker_libs() {
@@ -336,7 +337,7 @@ controller_processes() {
     pid=$(pod_pid "$SYS" "$p" controller)
     echo "$p: pid $pid, ip $ip: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-300)"
     ls "$STATE"/pods/${SYS}_${p}_*/serviceaccount/token >/dev/null || { echo "$p: no token"; return 1; }
-    tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qxF -- "--metrics-listen=$ip:8080" ||
+    tr '\0' '\n' <"/proc/$pid/cmdline" | grep -xF -- "--metrics-listen=$ip:8080" >/dev/null ||
       { echo "$p: --metrics-listen not on the pod IP ($ip)"; return 1; }
   done
 }
@@ -348,8 +349,10 @@ controller_ready() {
   local p ip
   for p in $(controller_pods); do
     ip=$(kubectl -n "$SYS" get pod "$p" -o 'jsonpath={.status.podIP}')
+    local m
     curl -fsS "http://$ip:8080/healthz" >/dev/null && curl -fsS "http://$ip:8080/readyz" >/dev/null &&
-      curl -fsS "http://$ip:8080/metrics" | head -n 3 || { echo "$p: /healthz /readyz /metrics on $ip:8080 do not answer"; return 1; }
+      m=$(curl -fsS "http://$ip:8080/metrics") || { echo "$p: /healthz /readyz /metrics on $ip:8080 do not answer"; return 1; }
+    echo "$p /metrics: $(grep -c '^[a-z]' <<<"$m") samples, $(grep '^streambatch_leader' <<<"$m")"
   done
 }
 check "the Deployment becomes Available (/readyz), one replica holds Lease $SYS/$LEASE" controller_ready && operator_up=1
