@@ -58,10 +58,14 @@ if [[ ${1:-} != --inner ]]; then
     [[ -n $left ]] && echo "$T: killed stray processes: $left"
     rm -rf "$STREAMBATCH_CLUSTER_DIR" /tmp/sb-optest-files.$$
   }
-  trap 'cleanup; echo "$T: interrupted"; echo "$T: 0 passed, 1 failed"; exit 1' INT TERM
+  interrupted() { cleanup; echo "$T: interrupted"; echo "$T: 0 passed, 1 failed"; exit 1; }
+  trap interrupted INT TERM
   SB_OPTEST_TMP=/tmp/sb-optest-files.$$ timeout -k 5 "$limit" "$0" --inner &
   inner=$!
   wait "$inner"; rc=$?
+  # A signal can end the wait without the trap having run (seen with SIGTERM): the inner half
+  # still running means we were interrupted.
+  kill -0 "$inner" 2>/dev/null && interrupted
   inner=
   cleanup
   if ((rc == 124 || rc == 137)); then
