@@ -4,10 +4,14 @@
 #   make cluster-up    start a cluster; state in $${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}
 #   make cluster-down  stop it (only the processes cluster-up started) and remove the state
 #   make k8s-selftest  start a private cluster, check it works, stop it (part of `make test`)
+#   make k8s-operator-test  the operator end to end: helm install of deploy/helm/streambatch on a
+#                      private cluster, Pipelines applied with kubectl (part of `make test`)
+#   make chart-crd     copy api/crd/pipelines.streambatch.dev.yaml into the Helm chart's crds/
+#                      (the operator test fails when the two differ)
 # See docs/testing.md.
 K8S_DIR := tests/k8s
 
-.PHONY: k8s-build cluster-up cluster-down cluster-status k8s-selftest
+.PHONY: k8s-build cluster-up cluster-down cluster-status k8s-selftest k8s-operator-test chart-crd
 k8s-build:
 	@$(K8S_DIR)/build.sh
 cluster-up: k8s-build
@@ -18,8 +22,15 @@ cluster-status:
 	@$(K8S_DIR)/cluster.sh status
 k8s-selftest: k8s-build
 	@$(K8S_DIR)/selftest.sh
+# The chart carries its own copy of the CRD (helm installs crds/ before the templates); the
+# source of truth is api/crd/.
+CHART_CRD := deploy/helm/streambatch/crds/pipelines.streambatch.dev.yaml
+chart-crd:
+	@cp api/crd/pipelines.streambatch.dev.yaml $(CHART_CRD) && echo "  CRD    $(CHART_CRD)"
+k8s-operator-test: k8s-build build
+	@$(K8S_DIR)/operator-test.sh
 
 # `make test` builds first (outside the per-suite time limit: a cold build takes minutes),
 # then runs the self-test as one of the slower suites.
 BUILD_EXTRA += k8s-build
-TEST_EXTRA += k8s-selftest
+TEST_EXTRA += k8s-selftest k8s-operator-test

@@ -1,0 +1,66 @@
+{{/* Names and labels shared by the templates. */}}
+{{- define "streambatch.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "streambatch.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "streambatch.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "streambatch.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "streambatch.selectorLabels" -}}
+app.kubernetes.io/name: streambatch-controller
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "streambatch.labels" -}}
+{{ include "streambatch.selectorLabels" . }}
+app.kubernetes.io/part-of: streambatch
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "streambatch.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "streambatch.workerImage" -}}
+{{- printf "%s:%s" .Values.workerImage.repository (default .Chart.AppVersion .Values.workerImage.tag) -}}
+{{- end -}}
+
+{{/* The rules on Pipelines, worker pods and Events, used cluster-wide or per namespace: exactly
+the requests the controller makes (controller/operator*.c, controller/kube.c):
+- pipelines: list/watch (informer), get (re-read on a 409 status conflict), patch (its
+  finalizer), delete (ttlSecondsAfterFinished); status: update (PUT); finalizers: update, which
+  the OwnerReferencesPermissionEnforcement admission plugin requires for worker pods whose
+  ownerReference to the Pipeline sets blockOwnerDeletion.
+- pods: list/watch (informer and adoption), create, delete. events (core/v1): create. */}}
+{{- define "streambatch.workloadRules" -}}
+- apiGroups: [streambatch.dev]
+  resources: [pipelines]
+  verbs: [get, list, watch, patch, delete]
+- apiGroups: [streambatch.dev]
+  resources: [pipelines/status]
+  verbs: [update]
+- apiGroups: [streambatch.dev]
+  resources: [pipelines/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, create, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}

@@ -1,0 +1,786 @@
+#!/usr/bin/env bash
+# The operator end to end (make k8s-operator-test, part of `make test`): on a private test
+# cluster (tests/k8s/cluster.sh, its own state dir), `helm install` of deploy/helm/streambatch
+# runs bin/streambatch-controller as two pods under the chart's ServiceAccount (RBAC enforced,
+# leader election on a Lease), and Pipelines applied with kubectl run on worker pods that the
+# node agent runs as local processes. Checks, in order:
+#   0. without a cluster: the chart's CRD equals api/crd/, helm lint, the rendered RBAC (all
+#      namespaces: ClusterRole; listed namespaces: Roles only), the Dockerfiles' runtime
+#      packages against ldd (deploy/docker/check-libs.sh)
+#   1. cluster up, helm install, both controller pods Ready, one of them holds the Lease
+#   g. the ServiceAccount can do what the controller needs and nothing else (kubectl auth can-i)
+#   d. the CRD schema rejects a manifest at apply (field named); the controller rejects one the
+#      schema lets through (InvalidSpec with the validator's messages, phase Failed)
+#   a. a Pipeline -> worker pods -> Succeeded, output equal to an independent Python computation,
+#      _SUCCESS, worker pods gone
+#   b. a worker pod deleted mid-run -> Succeeded, same output as (a), WorkerPodFailed/Recovered
+#   c. the leading controller killed with SIGKILL mid-run -> the other replica leads within the
+#      lease time, the pipeline succeeds, committed part files are not rewritten
+#   e. a GPU stage no node can hold -> bounded Pending pods, WorkersPending; suspend -> pods gone,
+#      Suspended; resume of a suspended runnable pipeline finishes it
+#   f. a Pipeline deleted mid-run -> its pods and worker processes are gone, then the object
+#   h. 100 Pipelines at once all reach a terminal phase; API requests per Pipeline (API server
+#      flow-control metrics of a FlowSchema matching only the controller's ServiceAccount) and
+#      the controller's peak memory (VmHWM)
+# Measured figures are printed as lines starting with "figure:". The last line is
+# "k8s-operator-test: N passed, N failed"; exit status non-zero on any failure.
+# Bounded by SB_OPERATOR_TEST_TIMEOUT (default 840 s, under run-tests.sh's 900 s per suite); the
+# cluster is always stopped and no process it started is left (also on failure or SIGTERM).
+# SB_OPTEST_PIPELINES (default 100) sets the count of (h).
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+limit=${SB_OPERATOR_TEST_TIMEOUT:-840}
+T=k8s-operator-test
+
+# Processes of this test cluster that outlived it: any process whose environment carries
+# SB_CLUSTER_DIR=$1 (the agent sets it in every pod), and our binaries started with that state.
+stray_pids() {
+  local f pid
+  for f in /proc/[0-9]*/environ; do
+    pid=${f#/proc/}; pid=${pid%/environ}
+    [[ $pid == "$$" ]] && continue
+    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -xF "SB_CLUSTER_DIR=$1" >/dev/null && echo "$pid"
+  done
+}
+
+if [[ ${1:-} != --inner ]]; then
+  # Outer half: run the checks under a time limit, then stop the cluster whatever happened.
+  export STREAMBATCH_CLUSTER_DIR=/tmp/sb-k8s-optest.$$
+  inner=
+  cleanup() {
+    [[ -n $inner ]] && kill -TERM "$inner" 2>/dev/null && wait "$inner" 2>/dev/null
+    "$here/cluster.sh" down >/dev/null 2>&1 || true
+    local p left
+    left=$(stray_pids "$STREAMBATCH_CLUSTER_DIR")
+    for p in $left; do kill -KILL "$p" 2>/dev/null; done
+    [[ -n $left ]] && echo "$T: killed stray processes: $left"
+    rm -rf "$STREAMBATCH_CLUSTER_DIR" /tmp/sb-optest-files.$$
+  }
+  interrupted() { cleanup; echo "$T: interrupted"; echo "$T: 0 passed, 1 failed"; exit 1; }
+  trap interrupted INT TERM
+  SB_OPTEST_TMP=/tmp/sb-optest-files.$$ timeout -k 5 "$limit" "$0" --inner &
+  inner=$!
+  wait "$inner"; rc=$?
+  # A signal can end the wait without the trap having run (seen with SIGTERM): the inner half
+  # still running means we were interrupted.
+  kill -0 "$inner" 2>/dev/null && interrupted
+  inner=
+  cleanup
+  if ((rc == 124 || rc == 137)); then
+    echo "$T: timed out after ${limit}s"
+    echo "$T: 0 passed, 1 failed"
+  fi
+  exit "$rc"
+fi
+
+# ---------------------------------------------------------------------------------------------
+STATE=$STREAMBATCH_CLUSTER_DIR
+BIN=$("$here/build.sh" --print-bin-dir)
+export KUBECONFIG=$STATE/kubeconfig PATH=$BIN:$PATH
+tmp=${SB_OPTEST_TMP:-$(mktemp -d /tmp/sb-optest-files.XXXXXX)}
+mkdir -p "$tmp"
+export HELM_CACHE_HOME=$tmp/helm/cache HELM_CONFIG_HOME=$tmp/helm/config HELM_DATA_HOME=$tmp/helm/data
+CHART=$repo/deploy/helm/streambatch
+SYS=sb-system           # release namespace
+REL=sb                  # release name -> Deployment/ServiceAccount "sb-streambatch"
+SA=sb-streambatch
+DEPLOY=sb-streambatch
+LEASE=streambatch-controller
+NS=sb-e2e               # where the test Pipelines live
+LEASE_S=15 RETRY_S=2    # the issue's lease timings (15 s / 10 s / 2 s), the chart's defaults
+MAX_PENDING=2
+passed=0; failed=0; t_start=$SECONDS
+operator_up=0
+
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+not_ok() {
+  failed=$((failed + 1)); echo "FAIL - $*"
+  if [[ -f $KUBECONFIG ]]; then
+    kubectl get pipelines -A 2>&1 | head -15
+    kubectl get pods -A -o wide 2>&1 | grep -v kube-system | head -20
+    local f
+    for f in "$STATE"/pods/${SYS}_*/controller.log; do
+      [[ -f $f ]] && { echo "--- tail of $f"; tail -n 12 "$f"; }
+    done
+  fi
+}
+check() { # NAME COMMAND...: one test; its output is shown (figures included)
+  local name=$1; shift
+  echo "--- $name"
+  if "$@" >"$tmp/check.out" 2>&1; then cat "$tmp/check.out"; ok "$name"; else cat "$tmp/check.out"; not_ok "$name"; return 1; fi
+}
+# An operator test: failed at once (with the reason) when the controller never came up.
+# SB_OPTEST_ONLY="a c" runs only those lettered tests (while developing; `make test` runs all).
+opcheck() {
+  local letter=${1%%:*}
+  [[ -n ${SB_OPTEST_ONLY:-} && " $SB_OPTEST_ONLY " != *" $letter "* ]] && return 0
+  if ((operator_up)); then check "$@"; else echo "--- $1"; not_ok "$1 (not run: the controller is not Ready)"; fi
+}
+figure() { echo "figure: $*"; }
+until_ok() { # SECONDS COMMAND...: poll until COMMAND succeeds, at most SECONDS
+  local end=$((SECONDS + $1)); shift
+  until "$@"; do ((SECONDS < end)) || return 1; sleep 0.5; done
+}
+now() { date +%s.%N; }
+since() { python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$(now)"; }
+pod_pid() { # NS POD CONTAINER: pid of the container's process, from the agent's pid file
+  local f p
+  f=$(ls -t "$STATE"/pods/"$1"_"$2"_*/"$3".pid 2>/dev/null | head -n 1) && [[ -n $f ]] && read -r p _ <"$f" && echo "$p"
+}
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# ---- Pipelines
+jp() { kubectl -n "${PNS:-$NS}" get pipeline "$1" -o "jsonpath=$2" 2>/dev/null; }
+phase() { jp "$1" '{.status.phase}'; }
+cond() { # NAME TYPE FIELD (status|reason|message)
+  jp "$1" "{.status.conditions[?(@.type==\"$2\")].$3}"
+}
+is_phase() { [[ $(phase "$1") == "$2" ]]; }
+terminal() { local p; p=$(phase "$1"); [[ $p == Succeeded || $p == Failed ]]; }
+wait_phase() { # NAME PHASE SECONDS: waits; fails early when the pipeline ends in another phase
+  local end=$((SECONDS + $3)) p
+  while :; do
+    p=$(phase "$1")
+    [[ $p == "$2" ]] && return 0
+    if [[ $p == Succeeded || $p == Failed ]]; then
+      echo "$1 ended $p, wanted $2: $(jp "$1" '{.status.message} {.status.conditions}')"; return 1
+    fi
+    ((SECONDS < end)) || { echo "$1 is '$p' after $3 s, wanted $2: $(jp "$1" '{.status}')"; return 1; }
+    sleep 0.5
+  done
+}
+worker_pods() { # NAME [FIELD-SELECTOR]: names of the pipeline's worker pods
+  kubectl -n "${PNS:-$NS}" get pods -l "streambatch.dev/pipeline=$1" ${2:+--field-selector "$2"} \
+    -o 'jsonpath={.items[*].metadata.name}' 2>/dev/null
+}
+no_worker_pods() { [[ -z $(worker_pods "$1") ]]; }
+events() { # NAME: "REASON: MESSAGE" lines of the Pipeline's Events
+  kubectl -n "${PNS:-$NS}" get events --field-selector "involvedObject.kind=Pipeline,involvedObject.name=$1" \
+    -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' 2>/dev/null
+}
+# (grep -q on a pipe would close it early: with pipefail the writer's SIGPIPE fails the check)
+has_event() { local e; e=$(events "$1"); grep -qE "^($2):" <<<"$e"; }
+committed() { jp "$1" '{.status.partitions.committed}'; }
+committed_at_least() { local c; c=$(committed "$1"); [[ -n $c ]] && ((c >= $2)); }
+# wait_progress NAME N SECONDS: until N splits are committed; fails at once when the pipeline ended
+wait_progress() {
+  local end=$((SECONDS + $3))
+  until committed_at_least "$1" "$2"; do
+    terminal "$1" && { echo "$1 ended $(phase "$1") before $2 splits were committed: $(jp "$1" '{.status.message}')"; return 1; }
+    ((SECONDS < end)) || { echo "$1: fewer than $2 splits committed after $3 s: $(jp "$1" '{.status}')"; return 1; }
+    sleep 0.5
+  done
+}
+
+# ---- data: NAME STAGES [SPEC-EXTRA]; source $IN (24 files of JSON lines), sink $tmp/out/NAME/
+IN=$tmp/in
+pipeline() {
+  cat <<EOF
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: $1, namespace: ${PNS:-$NS}}
+spec:
+  source: {uri: 'file://${SRC:-$IN}/', format: jsonl, partitionSize: ${PSIZE:-64Ki}}
+  stages:
+$2
+  sink: {uri: 'file://$tmp/out/$1/', format: jsonl}
+${3:-}
+EOF
+}
+output_digest() { cat "$tmp/out/$1"/part-* 2>/dev/null | sort | md5sum | cut -d' ' -f1; }
+expected_digest() { # PYTHON-CONDITION on r (the record)
+  python3 - "$IN" "$1" <<'PY'
+import glob, hashlib, json, sys
+lines = []
+for p in sorted(glob.glob(sys.argv[1] + '/*.jsonl')):
+    for l in open(p):
+        r = json.loads(l)
+        if eval(sys.argv[2]): lines.append(l)
+print(hashlib.md5(''.join(sorted(lines)).encode()).hexdigest())
+PY
+}
+FILTER="  - {name: small, op: filter, args: {field: 'n', op: lt, value: 30}, resources: {cpu: 500m}, workers: {min: 1, max: 2}}"
+check_output() { # NAME: output == the independent computation of n < 30, and _SUCCESS
+  local got want
+  got=$(output_digest "$1"); want=$(expected_digest 'r["n"] < 30')
+  echo "output digest $got, expected $want ($(cat "$tmp/out/$1"/part-* 2>/dev/null | wc -l) rows)"
+  [[ $got == "$want" ]] || { echo "output of $1 differs from the independent computation"; return 1; }
+  [[ -f $tmp/out/$1/_SUCCESS ]] || { echo "no _SUCCESS in $tmp/out/$1"; return 1; }
+}
+
+# =============================================================================================
+# 0. Without a cluster
+# =============================================================================================
+crd_identical() {
+  cmp "$repo/api/crd/pipelines.streambatch.dev.yaml" "$CHART/crds/pipelines.streambatch.dev.yaml" ||
+    { echo "the chart's CRD differs from api/crd/: run 'make chart-crd'"; return 1; }
+}
+check "the chart's crds/ holds api/crd/pipelines.streambatch.dev.yaml unchanged" crd_identical
+check "helm lint of the chart" helm lint --strict "$CHART"
+
+# rules_of KIND FILE: "namespace|apiGroups|resources|resourceNames|verbs" per rule of every object of KIND
+rules_of() {
+  python3 - "$1" "$2" <<'PY'
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[2])):
+    if d and d.get('kind') == sys.argv[1]:
+        for r in d.get('rules', []):
+            print('|'.join([d['metadata'].get('namespace', '-'), ','.join(r.get('apiGroups', [])),
+                            ','.join(r['resources']), ','.join(r.get('resourceNames', [])),
+                            ','.join(sorted(r['verbs']))]))
+PY
+}
+WORKLOAD_RULES='streambatch.dev|pipelines||delete,get,list,patch,watch
+streambatch.dev|pipelines/status||update
+streambatch.dev|pipelines/finalizers||update
+|pods||create,delete,list,watch
+|events||create'
+render_all_namespaces() {
+  helm template "$REL" "$CHART" -n "$SYS" >"$tmp/all.yaml" || return 1
+  local got want
+  got=$(rules_of ClusterRole "$tmp/all.yaml" | sort)
+  want=$(sed 's/^/-|/' <<<"$WORKLOAD_RULES" | sort)
+  [[ $got == "$want" ]] || { printf 'ClusterRole rules:\n%s\nwanted:\n%s\n' "$got" "$want"; return 1; }
+  got=$(rules_of Role "$tmp/all.yaml" | sort)
+  want=$(printf '%s\n' "$SYS|coordination.k8s.io|leases||create" "$SYS|coordination.k8s.io|leases|$LEASE|get,update" | sort)
+  [[ $got == "$want" ]] || { printf 'Role rules:\n%s\nwanted:\n%s\n' "$got" "$want"; return 1; }
+  grep -q -- "--leader-election-namespace=$SYS" "$tmp/all.yaml" && grep -q 'replicas: 2' "$tmp/all.yaml" &&
+    ! grep -q -- '--namespace=' "$tmp/all.yaml" || { echo "Deployment args/replicas wrong"; return 1; }
+}
+check "chart, all namespaces: ClusterRole with exactly the workload rules, Lease rights only in $SYS" render_all_namespaces
+render_namespaced() {
+  helm template "$REL" "$CHART" -n "$SYS" --set 'watchNamespaces={team-a,team-b}' >"$tmp/ns.yaml" || return 1
+  [[ -z $(rules_of ClusterRole "$tmp/ns.yaml") ]] || { echo "a ClusterRole is rendered"; return 1; }
+  grep -q 'kind: ClusterRoleBinding' "$tmp/ns.yaml" && { echo "a ClusterRoleBinding is rendered"; return 1; }
+  local ns got want
+  for ns in team-a team-b; do
+    got=$(rules_of Role "$tmp/ns.yaml" | grep "^$ns|" | sort)
+    want=$(sed "s/^/$ns|/" <<<"$WORKLOAD_RULES" | sort)
+    [[ $got == "$want" ]] || { printf 'Role in %s:\n%s\nwanted:\n%s\n' "$ns" "$got" "$want"; return 1; }
+  done
+  grep -q -- '--namespace=team-a' "$tmp/ns.yaml" && grep -q -- '--namespace=team-b' "$tmp/ns.yaml"
+}
+check "chart, watchNamespaces: a Role + RoleBinding per namespace and no cluster-wide rule" render_namespaced
+two_leaders_refused() {
+  ! helm template "$REL" "$CHART" --set leaderElection.enabled=false >/dev/null 2>"$tmp/err" &&
+    grep -q 'needs leaderElection.enabled' "$tmp/err" &&
+    helm template "$REL" "$CHART" --set leaderElection.enabled=false --set replicaCount=1 | grep -- '--leader-elect=false' >/dev/null
+}
+check "chart refuses 2 replicas without leader election; 1 replica without it renders" two_leaders_refused
+docker_libs() {
+  "$repo/deploy/docker/check-libs.sh" "$repo/bin" || return 1
+  # and the check catches a wrong list: an extra package and a missing one
+  mkdir -p "$tmp/df" && cp "$repo/deploy/docker/Dockerfile.worker" "$tmp/df/"
+  sed -i 's/^ARG RUNTIME_PACKAGES="/ARG RUNTIME_PACKAGES="libssl3 /; s/ libyaml-0-2//' "$tmp/df/Dockerfile.worker"
+  ! "$repo/deploy/docker/check-libs.sh" "$repo/bin" "$tmp/df" >"$tmp/df/out" 2>&1 &&
+    grep -q 'missing: libyaml-0-2' "$tmp/df/out" && grep -q 'not needed: libssl3' "$tmp/df/out" ||
+    { cat "$tmp/df/out"; echo "check-libs.sh accepted a wrong package list"; return 1; }
+}
+check "Dockerfiles install exactly the runtime packages of ldd bin/streambatch-{controller,worker}" docker_libs
+
+# =============================================================================================
+# 1. Cluster, helm install
+# =============================================================================================
+finish() {
+  echo "$T: $((SECONDS - t_start))s"
+  echo "$T: $passed passed, $failed failed"
+  ((failed == 0))
+  exit
+}
+# Plenty of CPU so that 100 tiny pipelines are not limited by the scheduler; one GPU node with
+# a single GPU (a stage asking for 2 never fits).
+export SB_K8S_NODES=${SB_OPTEST_NODES:-"name=sb-cpu-0,cpu=64,memory=256Gi name=sb-cpu-1,cpu=64,memory=256Gi name=sb-gpu-0,cpu=8,memory=32Gi,nvidia.com/gpu=1,label:streambatch.dev/gpu=true"}
+t0=$SECONDS
+if "$here/cluster.sh" up; then ok "cluster up in $((SECONDS - t0))s"; else not_ok "cluster up"; finish; fi
+
+kubectl create namespace "$NS" >/dev/null
+# A FlowSchema that matches only the controller's ServiceAccount: the API server's
+# apiserver_flowcontrol_dispatched_requests_total{flow_schema="streambatch-controller-test"}
+# then counts exactly the controller's requests (used by h).
+cat <<EOF | kubectl apply -f - >/dev/null
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata: {name: streambatch-controller-test}
+spec:
+  priorityLevelConfiguration: {name: workload-high}
+  matchingPrecedence: 500
+  distinguisherMethod: {type: ByUser}
+  rules:
+  - subjects: [{kind: ServiceAccount, serviceAccount: {name: $SA, namespace: $SYS}}]
+    resourceRules: [{verbs: ["*"], apiGroups: ["*"], resources: ["*"], clusterScope: true, namespaces: ["*"]}]
+    nonResourceRules: [{verbs: ["*"], nonResourceURLs: ["*"]}]
+EOF
+
+controller_pods() { kubectl -n "$SYS" get pods -l app.kubernetes.io/name=streambatch-controller -o 'jsonpath={.items[*].metadata.name}'; }
+holder() { kubectl -n "$SYS" get lease "$LEASE" -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null; }
+leader_pod() { # the pod of the Lease holder ("<pod>_<random>")
+  local h; h=$(holder); [[ -n $h ]] || return 1
+  local p; for p in $(controller_pods); do [[ $h == "$p"* ]] && { echo "$p"; return 0; }; done
+  return 1
+}
+helm_install() {
+  helm install "$REL" "$CHART" -n "$SYS" --create-namespace \
+    --set controller.maxPendingPods=$MAX_PENDING || return 1
+  kubectl -n "$SYS" get "deployment/$DEPLOY" "serviceaccount/$SA" "service/$DEPLOY-metrics" \
+    "role/$DEPLOY-leader-election" "rolebinding/$DEPLOY-leader-election" || return 1
+  kubectl get "clusterrole/$DEPLOY" "clusterrolebinding/$DEPLOY" crd/pipelines.streambatch.dev || return 1
+}
+check "helm install of deploy/helm/streambatch into $SYS" helm_install
+controller_processes() {
+  # Both pods are bound and their processes run bin/streambatch-controller with the chart's
+  # flags ($(POD_IP) expanded) under the ServiceAccount (the agent wrote its token).
+  until_ok 60 bash -c "[[ \$(kubectl -n $SYS get pods -l app.kubernetes.io/name=streambatch-controller -o 'jsonpath={.items[*].status.podIP}' | wc -w) -eq 2 ]]" ||
+    { echo "2 controller pods with an IP not seen"; return 1; }
+  local p pid ip
+  for p in $(controller_pods); do
+    [[ $(kubectl -n "$SYS" get pod "$p" -o 'jsonpath={.spec.serviceAccountName}') == "$SA" ]] || { echo "$p: not under $SA"; return 1; }
+    ip=$(kubectl -n "$SYS" get pod "$p" -o 'jsonpath={.status.podIP}')
+    until_ok 30 pod_pid "$SYS" "$p" controller >/dev/null || { echo "$p: no process"; return 1; }
+    pid=$(pod_pid "$SYS" "$p" controller)
+    echo "$p: pid $pid, ip $ip: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-300)"
+    ls "$STATE"/pods/${SYS}_${p}_*/serviceaccount/token >/dev/null || { echo "$p: no token"; return 1; }
+    tr '\0' '\n' <"/proc/$pid/cmdline" | grep -xF -- "--metrics-listen=$ip:8080" >/dev/null ||
+      { echo "$p: --metrics-listen not on the pod IP ($ip)"; return 1; }
+  done
+}
+check "2 controller pods run bin/streambatch-controller under ServiceAccount $SA" controller_processes
+controller_ready() {
+  kubectl -n "$SYS" rollout status "deployment/$DEPLOY" --timeout=90s || return 1
+  until_ok 30 leader_pod >/dev/null || { echo "nobody holds Lease $SYS/$LEASE"; kubectl -n "$SYS" get lease -o yaml; return 1; }
+  echo "leader: $(holder)"
+  local p ip
+  for p in $(controller_pods); do
+    ip=$(kubectl -n "$SYS" get pod "$p" -o 'jsonpath={.status.podIP}')
+    local m
+    curl -fsS "http://$ip:8080/healthz" >/dev/null && curl -fsS "http://$ip:8080/readyz" >/dev/null &&
+      m=$(curl -fsS "http://$ip:8080/metrics") || { echo "$p: /healthz /readyz /metrics on $ip:8080 do not answer"; return 1; }
+    echo "$p /metrics: $(grep -c '^[a-z]' <<<"$m") samples, $(grep '^streambatch_leader' <<<"$m")"
+  done
+}
+check "the Deployment becomes Available (/readyz), one replica holds Lease $SYS/$LEASE" controller_ready && operator_up=1
+
+# =============================================================================================
+# g. RBAC: exactly what the controller needs
+# =============================================================================================
+AS=system:serviceaccount:$SYS:$SA
+can() { kubectl auth can-i --as="$AS" "$@" 2>/dev/null; }
+rbac_exact() {
+  local bad=0 a
+  while read -r a; do
+    [[ -n $a ]] || continue
+    [[ $(can $a) == yes ]] && echo "allowed: $a" || { echo "DENIED but needed: $a"; bad=1; }
+  done <<EOF
+get pipelines.streambatch.dev -n $NS
+list pipelines.streambatch.dev -A
+watch pipelines.streambatch.dev -A
+patch pipelines.streambatch.dev -n $NS
+delete pipelines.streambatch.dev -n $NS
+update pipelines.streambatch.dev --subresource=status -n $NS
+update pipelines.streambatch.dev --subresource=finalizers -n $NS
+list pods -A
+watch pods -A
+create pods -n $NS
+delete pods -n $NS
+create events -n $NS
+create leases.coordination.k8s.io -n $SYS
+get leases.coordination.k8s.io/$LEASE -n $SYS
+update leases.coordination.k8s.io/$LEASE -n $SYS
+EOF
+  while read -r a; do
+    [[ -n $a ]] || continue
+    [[ $(can $a) == no ]] && echo "denied: $a" || { echo "ALLOWED but not needed: $a"; bad=1; }
+  done <<EOF
+create pipelines.streambatch.dev -n $NS
+update pipelines.streambatch.dev -n $NS
+deletecollection pipelines.streambatch.dev -A
+patch pipelines.streambatch.dev --subresource=status -n $NS
+create pipelines.streambatch.dev --subresource=status -n $NS
+get secrets -n $NS
+list secrets -A
+get secrets -n $SYS
+get configmaps -n $NS
+list nodes
+get nodes
+patch pods -n $NS
+update pods -n $NS
+create pods --subresource=exec -n $NS
+get pods --subresource=log -n $NS
+deletecollection pods -n $NS
+delete events -n $NS
+patch events -n $NS
+list events -n $NS
+create deployments.apps -n $NS
+create serviceaccounts --subresource=token -n $NS
+create leases.coordination.k8s.io -n $NS
+create leases.coordination.k8s.io -n kube-system
+get leases.coordination.k8s.io -n kube-node-lease
+list leases.coordination.k8s.io -A
+update leases.coordination.k8s.io/other-lease -n $SYS
+delete leases.coordination.k8s.io/$LEASE -n $SYS
+get leases.coordination.k8s.io/other-lease -n $SYS
+create clusterrolebindings.rbac.authorization.k8s.io
+create rolebindings.rbac.authorization.k8s.io -n $NS
+patch customresourcedefinitions.apiextensions.k8s.io
+impersonate users
+EOF
+  return $bad
+}
+check "ServiceAccount $SA: every verb the controller uses allowed; secrets, nodes, pod patch/exec, pipeline create/update, other Leases denied (can-i)" rbac_exact
+
+# =============================================================================================
+# d. Rejections: by the CRD schema at apply, by the controller with InvalidSpec
+# =============================================================================================
+python3 - "$IN" <<'PY'
+import json, os, random, sys
+random.seed(3)
+os.makedirs(sys.argv[1])
+for f in range(24):
+    with open('%s/f%02d.jsonl' % (sys.argv[1], f), 'w') as o:
+        for i in range(2500):
+            o.write(json.dumps({'id': f * 100000 + i, 'n': random.randint(0, 99),
+                                'pad': 'x' * random.randint(10, 150)}) + '\n')
+PY
+schema_rejects() {
+  local bad=0
+  pipeline bad-gpu "  - {name: a, op: identity, resources: {gpu: -1}}" >"$tmp/bad-gpu.yaml"
+  pipeline bad-mode "  - {name: a, op: identity}" "  execution: {mode: fast}" >"$tmp/bad-mode.yaml"
+  pipeline bad-workers "  - {name: a, op: identity, workers: {min: 5, max: 2}}" >"$tmp/bad-workers.yaml"
+  local f field
+  for f in bad-gpu:spec.stages[0].resources.gpu bad-mode:spec.execution.mode bad-workers:spec.stages[0].workers; do
+    field=${f#*:}; f=${f%%:*}
+    if kubectl apply -f "$tmp/$f.yaml" >"$tmp/apply.out" 2>&1; then
+      echo "$f: accepted"; bad=1
+    elif grep -qF "$field" "$tmp/apply.out"; then
+      echo "$f: rejected: $(tail -c 300 "$tmp/apply.out")"
+    else
+      echo "$f: rejected without naming $field: $(cat "$tmp/apply.out")"; bad=1
+    fi
+    kubectl -n "$NS" get pipeline "$f" >/dev/null 2>&1 && { echo "$f exists"; bad=1; }
+  done
+  return $bad
+}
+check "the CRD schema rejects bad manifests at kubectl apply, naming the field" schema_rejects
+# validator messages of a manifest, as the CLI prints them without the "file:line:col: " prefix
+validator_messages() { "$repo/bin/streambatch" validate "$1" 2>&1 | sed -n 's/^[^ ]*:[0-9]*:[0-9]*: //p'; }
+controller_rejects() {
+  local bad=0 name msg want
+  pipeline invalid-budget "$FILTER" "  execution: {memoryBudget: 1Mi}" | sed 's/partitionSize: 64Ki/partitionSize: 4Mi/' >"$tmp/invalid-budget.yaml"
+  pipeline invalid-args "  - {name: a, op: bench.sleep, args: {msPerRecrd: 1}}" >"$tmp/invalid-args.yaml"
+  for name in invalid-budget invalid-args; do
+    kubectl apply -f "$tmp/$name.yaml" || { bad=1; continue; }
+  done
+  for name in invalid-budget invalid-args; do
+    wait_phase "$name" Failed 60 || { bad=1; continue; }
+    msg=$(cond "$name" InvalidSpec message)
+    echo "$name: InvalidSpec=$(cond "$name" InvalidSpec status) reason=$(cond "$name" InvalidSpec reason) message: $msg"
+    [[ $(cond "$name" InvalidSpec status) == True && $(cond "$name" InvalidSpec reason) == InvalidSpec ]] || bad=1
+    while read -r want; do
+      [[ -n $want ]] || continue
+      [[ $msg == *"$want"* ]] || { echo "$name: message lacks the validator's \"$want\""; bad=1; }
+    done < <(validator_messages "$tmp/$name.yaml")
+    has_event "$name" InvalidSpec || { echo "$name: no InvalidSpec Event: $(events "$name")"; bad=1; }
+    no_worker_pods "$name" || { echo "$name: has worker pods"; bad=1; }
+  done
+  return $bad
+}
+opcheck "d: the controller rejects what only it can check: InvalidSpec with the validator's messages, phase Failed" controller_rejects
+
+# =============================================================================================
+# a. A Pipeline runs on worker pods and succeeds
+# =============================================================================================
+basic_run() {
+  pipeline basic "$FILTER" >"$tmp/basic.yaml"
+  local t0; t0=$(now)
+  kubectl apply -f "$tmp/basic.yaml" || return 1
+  # worker pods appear and run as processes of the node agent
+  local seen="" p pid end=$((SECONDS + 90))
+  while [[ -z $seen ]] && ! terminal basic && ((SECONDS < end)); do
+    for p in $(worker_pods basic status.phase=Running); do
+      pid=$(pod_pid "$NS" "$p" worker) && alive "$pid" && seen="$p (pid $pid, $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-80))"
+    done
+    sleep 0.3
+  done
+  wait_phase basic Succeeded 120 || return 1
+  echo "Succeeded in $(since "$t0") s; a worker pod seen running: ${seen:-none}"
+  [[ -n $seen ]] || ls -d "$STATE"/pods/${NS}_basic-* || { echo "no worker pod ever ran"; return 1; }
+  figure "basic pipeline (24 files, 6 MB, filter) apply to Succeeded: $(since "$t0") s"
+  check_output basic || return 1
+  until_ok 30 no_worker_pods basic || { echo "worker pods left: $(worker_pods basic)"; return 1; }
+  echo "events: $(events basic | tr '\n' ';')"
+  has_event basic 'Started' && has_event basic 'WorkerPodsCreated' && has_event basic 'Succeeded' ||
+    { echo "missing lifecycle Events (Started, WorkerPodsCreated, Succeeded)"; return 1; }
+  [[ $(cond basic Complete status) == True ]] || { echo "condition Complete not True"; return 1; }
+  echo "status: $(jp basic '{.status.progress} {.status.partitions}')"
+}
+opcheck "a: kubectl apply -> worker pods -> Succeeded, output = independent computation, _SUCCESS, pods gone" basic_run
+
+# =============================================================================================
+# b. A worker pod deleted mid-run
+# =============================================================================================
+# bench.sleep (5 s per MB over 6 MB, on 2 workers) makes the run last; the output is the same
+# as (a): sleep passes records through.
+SLOW_STAGES="  - {name: slow, op: bench.sleep, args: {msPerMB: MS}, resources: {cpu: 500m}, workers: {min: 2, max: 2}}
+$FILTER"
+pod_loss() {
+  # ttlSecondsAfterFinished also checks that the controller may delete a Pipeline under its Role
+  pipeline podloss "${SLOW_STAGES/MS/5000}" "  ttlSecondsAfterFinished: 8" >"$tmp/podloss.yaml"
+  kubectl apply -f "$tmp/podloss.yaml" || return 1
+  wait_progress podloss 2 90 || return 1
+  local victim pid
+  victim=$(worker_pods podloss status.phase=Running | awk '{print $1}')
+  [[ -n $victim ]] || { echo "no running worker pod"; return 1; }
+  pid=$(pod_pid "$NS" "$victim" worker)
+  echo "deleting worker pod $victim (pid $pid) at $(jp podloss '{.status.progress}')"
+  kubectl -n "$NS" delete pod "$victim" --wait=false || return 1
+  wait_phase podloss Succeeded 180 || return 1
+  echo "status: $(jp podloss '{.status.progress} {.status.partitions}')"
+  figure "pod loss: partitions recovered $(jp podloss '{.status.partitions.recovered}'), total $(jp podloss '{.status.partitions.total}')"
+  [[ $(output_digest podloss) == $(output_digest basic) ]] || { echo "output differs from the clean run (a)"; return 1; }
+  check_output podloss || return 1
+  echo "events: $(events podloss | tr '\n' ';')"
+  has_event podloss 'WorkerPodFailed|Recovered' || { echo "no WorkerPodFailed/Recovered Event"; return 1; }
+  until_ok 30 no_worker_pods podloss || { echo "worker pods left"; return 1; }
+  until_ok 40 bash -c "! kubectl -n $NS get pipeline podloss >/dev/null 2>&1" ||
+    { echo "ttlSecondsAfterFinished: 8 did not delete the Pipeline"; return 1; }
+  echo "deleted by ttlSecondsAfterFinished"
+}
+opcheck "b: a worker pod deleted mid-run -> Succeeded, output identical to the clean run, WorkerPodFailed/Recovered Event; TTL deletes it" pod_loss
+
+# =============================================================================================
+# c. The leading controller killed mid-run
+# =============================================================================================
+# checkpoint_files NAME: "file inode mtime" of every sink part in status.checkpoint.parts
+checkpoint_files() {
+  kubectl -n "$NS" get pipeline "$1" -o json | python3 -c '
+import json, os, sys
+st = json.load(sys.stdin).get("status", {})
+parts = (st.get("checkpoint") or {}).get("parts") or []
+d = sys.argv[1]
+names = os.listdir(d) if os.path.isdir(d) else []
+for p in parts:
+    pid = p.rsplit(":", 3)[0]
+    f = [n for n in names if n.startswith("part-" + pid + ".")]
+    if not f:
+        print("MISSING part-%s.*" % pid); continue
+    s = os.stat(os.path.join(d, f[0]))
+    print(f[0], s.st_ino, s.st_mtime_ns)
+' "$tmp/out/$1"
+}
+failover() {
+  pipeline failover "${SLOW_STAGES/MS/8000}" >"$tmp/failover.yaml"
+  kubectl apply -f "$tmp/failover.yaml" || return 1
+  # wait for checkpointed parts, then take the checkpoint just before the kill
+  until_ok 120 bash -c "[[ \$(kubectl -n $NS get pipeline failover -o 'jsonpath={.status.checkpoint.parts[2]}' 2>/dev/null) ]]" ||
+    { echo "no checkpoint with 3 parts: $(jp failover '{.status}')"; return 1; }
+  local old lpod pid before ck
+  old=$(holder); lpod=$(leader_pod) || { echo "no leader"; return 1; }
+  pid=$(pod_pid "$SYS" "$lpod" controller) && alive "$pid" || { echo "no process for $lpod"; return 1; }
+  ck=$(jp failover '{.status.checkpoint}')
+  checkpoint_files failover >"$tmp/ck.before"
+  grep -q MISSING "$tmp/ck.before" && { cat "$tmp/ck.before"; echo "checkpointed parts missing on disk"; return 1; }
+  local t_kill; t_kill=$(now)
+  kill -KILL "$pid"
+  echo "killed leader $old (pod $lpod, pid $pid) at checkpoint $ck"
+  local h="" end=$((SECONDS + LEASE_S + 4 * RETRY_S + 10))
+  while ((SECONDS < end)); do
+    h=$(holder); [[ -n $h && $h != "$old" ]] && break; sleep 0.2
+  done
+  local took; took=$(since "$t_kill")
+  ls "$tmp/out/failover" | grep '^part-' >"$tmp/parts.at-takeover"
+  [[ -n $h && $h != "$old" ]] || { echo "no new leader ${took}s after the kill"; return 1; }
+  echo "new leader $h after $took s"
+  figure "failover: new leader $h leads $took s after SIGKILL of the leader (lease ${LEASE_S}s, retry ${RETRY_S}s)"
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= $LEASE_S + $RETRY_S + 3 else 1)" "$took" ||
+    { echo "takeover took longer than the lease time ($LEASE_S s + retry $RETRY_S s + 3 s polling)"; return 1; }
+  wait_phase failover Succeeded 180 || return 1
+  check_output failover || return 1
+  checkpoint_files failover >"$tmp/ck.after.all"
+  local changed
+  changed=$(grep -vxF -f "$tmp/ck.after.all" "$tmp/ck.before" | wc -l)
+  echo "checkpointed before the kill: $(wc -l <"$tmp/ck.before") parts; rewritten since: $changed"
+  echo "events: $(events failover | tr '\n' ';')"
+  local took_over; took_over=$(events failover | grep '^TookOver:' | head -n 1)
+  echo "checkpoint now: $(jp failover '{.status.checkpoint.epoch} {.status.checkpoint.committedSplits}')"
+  figure "failover: ${took_over:-no TookOver event}; committed parts rewritten after the kill: $changed of $(wc -l <"$tmp/ck.before")"
+  failover_rerun_figures "$changed"
+  ((changed == 0)) || { echo "committed parts were rewritten:"; grep -vxF -f "$tmp/ck.after.all" "$tmp/ck.before"; return 1; }
+  [[ -n $took_over ]] || { echo "no TookOver Event"; return 1; }
+  [[ $(jp failover '{.status.checkpoint.epoch}') -ge 1 ]] || { echo "checkpoint epoch not raised"; return 1; }
+  until_ok 30 no_worker_pods failover
+}
+# Work re-run by the new leader. The filter is fused into the sleep stage (one pool), so each
+# split is one task that writes one sink part. Parts on disk when the new leader took over but
+# not in the checkpoint it resumed from were done by the old leader's workers and not
+# checkpointed: if the final _manifest.json does not list them, the new leader ran their splits
+# again (new part ids; the commit removed the old files).
+failover_rerun_figures() {
+  python3 - "$tmp/ck.before" "$tmp/parts.at-takeover" "$tmp/out/failover/_manifest.json" "$(jp failover '{.status.partitions.total}')" "$1" <<'PY2' | sed 's/^/figure: failover: /'
+import json, sys
+ck = {l.split()[0] for l in open(sys.argv[1]) if l.strip()}
+disk = {l.strip() for l in open(sys.argv[2]) if l.strip()}
+text = open(sys.argv[3]).read()
+try:
+    m = json.loads(text)
+    parts = m.get("parts", m) if isinstance(m, dict) else m
+    final = {p.get("name", "") if isinstance(p, dict) else str(p) for p in parts}
+except ValueError:
+    final = set()
+final = {f if f.startswith("part-") else "part-" + f for f in final}
+done_uncommitted = disk - ck
+rerun = {p for p in done_uncommitted if p not in final}
+total = int(sys.argv[4] or 0)
+print("splits committed in the checkpoint at the kill %d of %d; the new leader ran the other %d" % (len(ck), total, total - len(ck)))
+print("sink parts on disk at takeover %d: %d checkpointed, %d finished after the last checkpoint (%d of them kept by the new leader, %d run again)"
+      % (len(disk), len(ck), len(done_uncommitted), len(done_uncommitted) - len(rerun), len(rerun)))
+print("tasks re-run: %d; committed parts rewritten: %s of %d" % (len(rerun), sys.argv[5], len(ck)))
+PY2
+}
+opcheck "c: SIGKILL of the leading controller mid-run -> the other leads within the lease time, Succeeded, committed parts not rewritten" failover
+
+# =============================================================================================
+# e. GPU stage with no GPU capacity; suspend and resume
+# =============================================================================================
+gpu_pending() {
+  pipeline gpu-pending "  - {name: prep, op: identity, resources: {cpu: 100m}}
+  - {name: infer, op: bench.sleep, args: {msPerMB: 1}, resources: {gpu: 2}, workers: {min: 1, max: 8}}" >"$tmp/gpu.yaml"
+  kubectl apply -f "$tmp/gpu.yaml" || return 1
+  until_ok 60 bash -c "[[ -n \$(kubectl -n $NS get pods -l streambatch.dev/pipeline=gpu-pending,streambatch.dev/pool=gpu -o name) ]]" ||
+    { echo "no gpu pod was created"; return 1; }
+  # sample the Pending gpu pods for 20 s: never more than --max-pending-pods
+  local max=0 n i end=$((SECONDS + 20))
+  while ((SECONDS < end)); do
+    n=$(kubectl -n "$NS" get pods -l streambatch.dev/pipeline=gpu-pending,streambatch.dev/pool=gpu \
+      --field-selector status.phase=Pending -o name | wc -l)
+    ((n > max)) && max=$n
+    sleep 1
+  done
+  figure "gpu stage without capacity: at most $max Pending gpu pods over 20 s (--max-pending-pods=$MAX_PENDING)"
+  ((max >= 1 && max <= MAX_PENDING)) || { echo "Pending gpu pods: max $max, bound $MAX_PENDING"; return 1; }
+  until_ok 30 bash -c "[[ \$(kubectl -n $NS get pipeline gpu-pending -o 'jsonpath={.status.conditions[?(@.type==\"WorkersPending\")].status}') == True ]]" ||
+    { echo "no WorkersPending=True: $(jp gpu-pending '{.status.conditions}')"; return 1; }
+  local reason msg
+  reason=$(cond gpu-pending WorkersPending reason); msg=$(cond gpu-pending WorkersPending message)
+  echo "WorkersPending: $reason: $msg; phase $(phase gpu-pending)"
+  [[ $reason == Unschedulable && $msg == *"pool gpu"* && $msg == *"nvidia.com/gpu"* ]] ||
+    { echo "WorkersPending should say Unschedulable, name pool gpu and the missing nvidia.com/gpu"; return 1; }
+  terminal gpu-pending && { echo "the pipeline ended"; return 1; }
+  # suspend: every pod goes, Pending ones included
+  kubectl -n "$NS" patch pipeline gpu-pending --type merge -p '{"spec":{"suspend":true}}' || return 1
+  wait_phase gpu-pending Suspended 30 || return 1
+  until_ok 30 no_worker_pods gpu-pending || { echo "pods left while suspended: $(worker_pods gpu-pending)"; return 1; }
+  [[ $(cond gpu-pending Suspended status) == True ]] || { echo "condition Suspended not True"; return 1; }
+  kubectl -n "$NS" delete pipeline gpu-pending --wait=false >/dev/null
+}
+opcheck "e: a GPU stage no node can hold -> <= $MAX_PENDING Pending pods, WorkersPending Unschedulable; suspend -> pods gone, Suspended" gpu_pending
+suspend_resume() {
+  pipeline suspend "${SLOW_STAGES/MS/3000}" >"$tmp/suspend.yaml"
+  kubectl apply -f "$tmp/suspend.yaml" || return 1
+  wait_progress suspend 2 90 || return 1
+  kubectl -n "$NS" patch pipeline suspend --type merge -p '{"spec":{"suspend":true}}' || return 1
+  wait_phase suspend Suspended 30 || return 1
+  until_ok 30 no_worker_pods suspend || { echo "pods left while suspended: $(worker_pods suspend)"; return 1; }
+  local c1; c1=$(committed suspend)
+  sleep 4
+  no_worker_pods suspend && is_phase suspend Suspended || { echo "suspended pipeline started pods again"; return 1; }
+  echo "suspended at $(jp suspend '{.status.progress}')"
+  kubectl -n "$NS" patch pipeline suspend --type merge -p '{"spec":{"suspend":false}}' || return 1
+  wait_phase suspend Succeeded 180 || return 1
+  check_output suspend || return 1
+  echo "events: $(events suspend | tr '\n' ';')"
+  has_event suspend Suspended && has_event suspend Resumed || { echo "no Suspended/Resumed Events"; return 1; }
+  [[ $(committed suspend) -ge $c1 ]] || return 1
+  until_ok 30 no_worker_pods suspend
+}
+opcheck "e: suspend mid-run -> pods gone, phase Suspended; resume -> Succeeded with the right output" suspend_resume
+
+# =============================================================================================
+# f. Delete a Pipeline mid-run
+# =============================================================================================
+worker_procs_of() { # NAME: pids of streambatch-worker processes of the pipeline (any left?)
+  local f pid env
+  for f in /proc/[0-9]*/environ; do
+    pid=${f#/proc/}; pid=${pid%/environ}
+    env=$(tr '\0' '\n' <"$f" 2>/dev/null) || continue
+    grep -qxF "SB_CLUSTER_DIR=$STATE" <<<"$env" || continue
+    grep -qE "^(SB_PIPELINE=$NS/$1|SB_POD_NAME=$1-(cpu|gpu)-[a-z0-9]{5})\$" <<<"$env" || continue
+    [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == *streambatch-worker* ]] && echo "$pid"
+  done
+}
+delete_mid_run() {
+  pipeline doomed "${SLOW_STAGES/MS/20000}" >"$tmp/doomed.yaml"
+  kubectl apply -f "$tmp/doomed.yaml" || return 1
+  until_ok 90 bash -c "[[ \$(kubectl -n $NS get pods -l streambatch.dev/pipeline=doomed --field-selector status.phase=Running -o name | wc -l) -ge 2 ]]" ||
+    { echo "2 running worker pods not seen"; return 1; }
+  sleep 2
+  local pids; pids=$(worker_procs_of doomed | tr '\n' ' ')
+  echo "worker processes of doomed: $pids; finalizers: $(kubectl -n "$NS" get pipeline doomed -o 'jsonpath={.metadata.finalizers}')"
+  [[ -n $pids ]] || { echo "no worker process found for doomed"; return 1; }
+  [[ $(kubectl -n "$NS" get pipeline doomed -o 'jsonpath={.metadata.finalizers}') == *streambatch.dev/finalizer* ]] ||
+    { echo "no streambatch.dev/finalizer"; return 1; }
+  local t0; t0=$(now)
+  kubectl -n "$NS" delete pipeline doomed --wait=false || return 1
+  until_ok 60 bash -c "! kubectl -n $NS get pipeline doomed >/dev/null 2>&1" || { echo "the Pipeline is still there: $(jp doomed '{.metadata}')"; return 1; }
+  figure "delete mid-run: Pipeline gone $(since "$t0") s after kubectl delete"
+  until_ok 30 no_worker_pods doomed || { echo "pods left: $(worker_pods doomed)"; return 1; }
+  local p
+  until_ok 20 bash -c "for p in $pids; do kill -0 \$p 2>/dev/null && exit 1; done; exit 0" || { echo "worker processes still alive: $pids"; return 1; }
+  p=$(worker_procs_of doomed)
+  [[ -z $p ]] || { echo "orphan worker processes: $p"; return 1; }
+}
+opcheck "f: kubectl delete of a running Pipeline -> pods and worker processes gone, finalizer removed, object gone" delete_mid_run
+
+# =============================================================================================
+# h. 100 Pipelines at once
+# =============================================================================================
+NLOAD=${SB_OPTEST_PIPELINES:-100}
+LOAD_TIMEOUT=${SB_OPTEST_LOAD_TIMEOUT:-300}
+controller_requests() { # requests the API server dispatched for the controller's ServiceAccount
+  kubectl get --raw /metrics | awk '/^apiserver_flowcontrol_dispatched_requests_total\{/ && /flow_schema="streambatch-controller-test"/ {s += $NF} END {printf "%d\n", s}'
+}
+many_pipelines() {
+  kubectl create namespace sb-load >/dev/null || return 1
+  mkdir -p "$tmp/tiny" && python3 -c "
+import json
+with open('$tmp/tiny/a.jsonl', 'w') as o:
+    for i in range(200): o.write(json.dumps({'id': i, 'n': i % 100}) + '\n')"
+  local i
+  for i in $(seq -f '%03g' 0 $((NLOAD - 1))); do
+    PNS=sb-load SRC=$tmp/tiny pipeline "load-$i" "  - {name: a, op: identity, resources: {cpu: 10m, memory: 32Mi}, workers: {min: 1, max: 1}}"
+    echo "---"
+  done >"$tmp/load.yaml"
+  # the controller's idle request rate (Lease renewals of both replicas), to report net figures
+  local r0 r1 t0 idle
+  r0=$(controller_requests); sleep 10; r1=$(controller_requests); idle=$((r1 - r0))
+  t0=$(now)
+  kubectl apply -f "$tmp/load.yaml" >/dev/null || return 1
+  local end=$((SECONDS + LOAD_TIMEOUT)) done=0 phases
+  while ((SECONDS < end)); do
+    phases=$(kubectl -n sb-load get pipelines -o 'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}')
+    done=$(grep -cE '^(Succeeded|Failed)$' <<<"$phases")
+    ((done == NLOAD)) && break
+    sleep 2
+  done
+  local took; took=$(since "$t0")
+  local r2 succ; r2=$(controller_requests); succ=$(grep -c '^Succeeded$' <<<"$phases")
+  echo "$done of $NLOAD terminal after $took s ($succ Succeeded); phases: $(sort <<<"$phases" | uniq -c | tr '\n' ' ')"
+  local lpod pid hwm
+  lpod=$(leader_pod) && pid=$(pod_pid "$SYS" "$lpod" controller) &&
+    hwm=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
+  local gross=$((r2 - r1)) secs
+  secs=${took%.*}
+  figure "$NLOAD pipelines: $done terminal ($succ Succeeded) in $took s after one kubectl apply"
+  figure "$NLOAD pipelines: controller API requests $gross in all = $(python3 -c "print('%.1f' % ($gross / $NLOAD))") per Pipeline; net of the idle rate ($idle per 10 s, Lease renewals) $(python3 -c "print('%.1f' % (($gross - $idle * $secs / 10) / $NLOAD))") per Pipeline"
+  figure "$NLOAD pipelines: leading controller ($lpod, pid ${pid:-?}) peak memory VmHWM ${hwm:-?} MiB"
+  local p; for p in $(controller_pods); do
+    [[ $p == "$lpod" ]] && continue
+    pid=$(pod_pid "$SYS" "$p" controller) && figure "$NLOAD pipelines: standby controller ($p) VmHWM $(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status") MiB"
+  done
+  ((done == NLOAD)) || { echo "not all terminal within ${LOAD_TIMEOUT}s"; return 1; }
+  ((succ == NLOAD)) || { echo "not all Succeeded: $(kubectl -n sb-load get pipelines -o 'jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.message}{"\n"}{end}' | grep -v Succeeded | head -5)"; return 1; }
+  ((gross > 0)) || { echo "no controller requests counted (FlowSchema metric missing?)"; return 1; }
+}
+opcheck "h: $NLOAD Pipelines applied at once all reach a terminal phase within ${LOAD_TIMEOUT}s" many_pipelines
+
+finish
