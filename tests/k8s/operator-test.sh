@@ -519,34 +519,43 @@ opcheck "a: kubectl apply -> worker pods -> Succeeded, output = independent comp
 # =============================================================================================
 # b. A worker pod deleted mid-run
 # =============================================================================================
-# bench.sleep (5 s per MB over 6 MB, on 2 workers) makes the run last; the output is the same
-# as (a): sleep passes records through.
+# A CPU stage feeding a slower GPU stage (bench.sleep, 1 s per MB on 2 CPU workers, 2.5 s per MB
+# on the one GPU worker): the CPU pods hold produced partitions the GPU has not consumed yet, so
+# deleting one loses partitions that lineage recovery must make again (partitions.recovered > 0,
+# a Recovered Event). The output is the same as (a): sleep passes records through.
 SLOW_STAGES="  - {name: slow, op: bench.sleep, args: {msPerMB: MS}, resources: {cpu: 500m}, workers: {min: 2, max: 2}}
 $FILTER"
+LINEAGE_STAGES="  - {name: prep, op: bench.sleep, args: {msPerMB: 1000}, resources: {cpu: 500m}, workers: {min: 2, max: 2}}
+  - {name: infer, op: bench.sleep, args: {msPerMB: 2500}, resources: {gpu: 1}, workers: {min: 1, max: 1}}
+  - {name: small, op: filter, args: {field: 'n', op: lt, value: 30}, resources: {gpu: 1}, workers: {min: 1, max: 1}}"
 pod_loss() {
   # ttlSecondsAfterFinished also checks that the controller may delete a Pipeline under its Role
-  pipeline podloss "${SLOW_STAGES/MS/5000}" "  ttlSecondsAfterFinished: 8" >"$tmp/podloss.yaml"
+  pipeline podloss "$LINEAGE_STAGES" "  ttlSecondsAfterFinished: 8" >"$tmp/podloss.yaml"
   kubectl apply -f "$tmp/podloss.yaml" || return 1
-  wait_progress podloss 2 90 || return 1
+  wait_progress podloss 2 120 || return 1
   local victim pid
-  victim=$(worker_pods podloss status.phase=Running | awk '{print $1}')
-  [[ -n $victim ]] || { echo "no running worker pod"; return 1; }
+  victim=$(kubectl -n "$NS" get pods -l streambatch.dev/pipeline=podloss,streambatch.dev/pool=cpu \
+    --field-selector status.phase=Running -o 'jsonpath={.items[0].metadata.name}')
+  [[ -n $victim ]] || { echo "no running cpu worker pod"; return 1; }
   pid=$(pod_pid "$NS" "$victim" worker)
-  echo "deleting worker pod $victim (pid $pid) at $(jp podloss '{.status.progress}')"
+  echo "deleting cpu worker pod $victim (pid $pid) at $(jp podloss '{.status.progress}')"
   kubectl -n "$NS" delete pod "$victim" --wait=false || return 1
   wait_phase podloss Succeeded 180 || return 1
   echo "status: $(jp podloss '{.status.progress} {.status.partitions}')"
-  figure "pod loss: partitions recovered $(jp podloss '{.status.partitions.recovered}'), total $(jp podloss '{.status.partitions.total}')"
+  local recovered; recovered=$(jp podloss '{.status.partitions.recovered}')
+  figure "pod loss: cpu pod deleted mid-run: partitions recovered ${recovered:-0} (re-made by lineage), total $(jp podloss '{.status.partitions.total}')"
+  ((${recovered:-0} > 0)) || { echo "no partition was recovered: the deleted pod held none?"; return 1; }
   [[ $(output_digest podloss) == $(output_digest basic) ]] || { echo "output differs from the clean run (a)"; return 1; }
   check_output podloss || return 1
   echo "events: $(events podloss | tr '\n' ';')"
-  has_event podloss 'WorkerPodFailed|Recovered' || { echo "no WorkerPodFailed/Recovered Event"; return 1; }
+  has_event podloss 'WorkerPodFailed' || { echo "no WorkerPodFailed Event"; return 1; }
+  has_event podloss 'Recovered' || { echo "no Recovered Event"; return 1; }
   until_ok 30 no_worker_pods podloss || { echo "worker pods left"; return 1; }
   until_ok 40 bash -c "! kubectl -n $NS get pipeline podloss >/dev/null 2>&1" ||
     { echo "ttlSecondsAfterFinished: 8 did not delete the Pipeline"; return 1; }
   echo "deleted by ttlSecondsAfterFinished"
 }
-opcheck "b: a worker pod deleted mid-run -> Succeeded, output identical to the clean run, WorkerPodFailed/Recovered Event; TTL deletes it" pod_loss
+opcheck "b: a cpu worker pod holding partitions deleted mid-run -> recovered by lineage, Succeeded, output identical to the clean run, WorkerPodFailed and Recovered Events; TTL deletes it" pod_loss
 
 # =============================================================================================
 # c. The leading controller killed mid-run
