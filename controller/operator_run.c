@@ -28,6 +28,7 @@ struct sb_opr_run {
     char key[300];
     char *json;  /* manifest handed to workers */
     cJSON *spec; /* the spec the run started with */
+    char spec_hash[17];
     sb_pipeline p;
     sb_engine_plan plan;
     sb_ctl *ctl;
@@ -187,12 +188,26 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     /* resume state */
     sb_sched_resume resume;
     memset(&resume, 0, sizeof resume);
+    sb_opr_spec_hash(r->spec, r->spec_hash);
     if (cfg->resume != NULL) {
         resume.epoch = cfg->resume->epoch + 1;
-        resume.committed_splits = cfg->resume->committed_splits;
-        resume.parts = cfg->resume->parts;
-        resume.nparts = cfg->resume->nparts;
-        r->committed_at_start = cfg->resume->ncommitted;
+        /* committed parts are only valid for the spec that made them: after a change while
+         * suspended (another source, stages or sink) the run starts over at the new epoch */
+        int same = cfg->resume->spec_hash[0] == '\0' ||
+                   strcmp(cfg->resume->spec_hash, r->spec_hash) == 0;
+        if (same) {
+            resume.committed_splits = cfg->resume->committed_splits;
+            resume.parts = cfg->resume->parts;
+            resume.nparts = cfg->resume->nparts;
+            r->committed_at_start = cfg->resume->ncommitted;
+        } else if (cfg->resume->ncommitted > 0 && cfg->on_event != NULL) {
+            char m[200];
+            snprintf(m, sizeof m,
+                     "the spec changed since %zu splits were committed: they are run again with "
+                     "the new spec",
+                     cfg->resume->ncommitted);
+            cfg->on_event(cfg->ud, "Warning", "CheckpointDiscarded", m);
+        }
     }
     r->epoch = resume.epoch;
     char listen[300];
@@ -267,6 +282,11 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     r->started_ms = now_ms();
     sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", caddr, NULL);
     return r;
+}
+
+size_t sb_opr_run_committed_at_start(const sb_opr_run *r)
+{
+    return r->committed_at_start;
 }
 
 uint32_t sb_opr_run_epoch(const sb_opr_run *r)
@@ -427,6 +447,10 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
     cJSON *cp = sb_opr_checkpoint_json(r->epoch, ranges, parts, nparts);
     free(ranges);
     sb_sched_parts_free(parts, nparts);
+    if (cp != NULL && cJSON_AddStringToObject(cp, "specHash", r->spec_hash) == NULL) {
+        cJSON_Delete(cp);
+        cp = NULL;
+    }
     if (cp == NULL || rc != 0) {
         cJSON_Delete(cp);
         return -1;

@@ -263,6 +263,15 @@ int sb_opr_checkpoint_parse(const cJSON *cp, size_t nsplits, sb_opr_checkpoint *
     free(set);
     if (out->committed_splits == NULL)
         return sb_err_set(err, "out of memory");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(cp, "specHash");
+    if (sh != NULL) {
+        const char *v = cJSON_IsString(sh) ? sh->valuestring : "";
+        if (strlen(v) != 16 || strspn(v, "0123456789abcdef") != 16) {
+            sb_opr_checkpoint_free(out);
+            return sb_err_set(err, "status.checkpoint.specHash: must be 16 lowercase hex digits");
+        }
+        memcpy(out->spec_hash, v, 17);
+    }
     const cJSON *parts = cJSON_GetObjectItemCaseSensitive(cp, "parts");
     if (parts != NULL && !cJSON_IsArray(parts)) {
         sb_opr_checkpoint_free(out);
@@ -453,4 +462,78 @@ int sb_opr_spec_diff(const cJSON *old_spec, const cJSON *new_spec, char *buf, si
         return 1;
     }
     return diff_objects(old_spec, new_spec, "spec", ign, buf, len, &used, stages_diff);
+}
+
+/* FNV-1a, 64 bit, over a canonical form: objects with their keys sorted, every value tagged
+ * with its type and every string with its length, so no two different trees share a form. */
+static void fnv(uint64_t *h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        *h ^= p[i];
+        *h *= 1099511628211ULL;
+    }
+}
+
+static void fnv_str(uint64_t *h, const char *s)
+{
+    uint64_t n = s ? strlen(s) : 0;
+    fnv(h, &n, sizeof n);
+    fnv(h, s ? s : "", (size_t)n);
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+/* depth 0: the spec (suspend, ttlSecondsAfterFinished skipped); in_stages: items of
+ * spec.stages (workers skipped). */
+static void hash_node(uint64_t *h, const cJSON *n, int depth, int in_stage)
+{
+    if (cJSON_IsObject(n)) {
+        fnv(h, "{", 1);
+        size_t k = 0, cnt = (size_t)cJSON_GetArraySize(n);
+        const cJSON **kids = calloc(cnt + 1, sizeof *kids);
+        if (kids == NULL) {
+            fnv(h, "!", 1); /* out of memory: a hash that matches nothing real */
+            return;
+        }
+        for (const cJSON *c = n->child; c != NULL; c = c->next)
+            kids[k++] = c;
+        qsort(kids, k, sizeof *kids, cmp_names);
+        for (size_t i = 0; i < k; i++) {
+            const char *name = kids[i]->string;
+            if (depth == 0 && (strcmp(name, "suspend") == 0 ||
+                               strcmp(name, "ttlSecondsAfterFinished") == 0))
+                continue;
+            if (in_stage && strcmp(name, "workers") == 0)
+                continue;
+            fnv_str(h, name);
+            hash_node(h, kids[i], depth + 1, depth == 0 && strcmp(name, "stages") == 0 ? 2 : 0);
+        }
+        free(kids);
+        fnv(h, "}", 1);
+    } else if (cJSON_IsArray(n)) {
+        fnv(h, "[", 1);
+        for (const cJSON *c = n->child; c != NULL; c = c->next)
+            hash_node(h, c, depth + 1, in_stage == 2);
+        fnv(h, "]", 1);
+    } else if (cJSON_IsString(n)) {
+        fnv(h, "s", 1);
+        fnv_str(h, n->valuestring);
+    } else if (cJSON_IsNumber(n)) {
+        char b[64];
+        snprintf(b, sizeof b, "n%.17g", n->valuedouble);
+        fnv_str(h, b);
+    } else {
+        fnv(h, cJSON_IsTrue(n) ? "t" : cJSON_IsFalse(n) ? "f" : "z", 1);
+    }
+}
+
+void sb_opr_spec_hash(const cJSON *spec, char out[17])
+{
+    uint64_t h = 14695981039346656037ULL;
+    hash_node(&h, spec, 0, 0);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
 }

@@ -46,6 +46,7 @@ typedef struct sb_opr_checkpoint {
     size_t ncommitted;      /* how many splits that is */
     sb_sched_output *parts; /* ids malloc'd */
     size_t nparts;
+    char spec_hash[17]; /* sb_opr_spec_hash of the spec that made it; "" when absent */
 } sb_opr_checkpoint;
 
 /* "<id>:<rows>:<bytes>:<crc32c>" (decimal numbers), malloc'd. */
@@ -57,6 +58,7 @@ int sb_opr_part_parse(const char *s, sb_sched_output *out, sb_err *err);
 cJSON *sb_opr_checkpoint_json(uint32_t epoch, const char *committed_splits,
                               const sb_sched_output *parts, size_t nparts);
 /* Reads status.checkpoint against a plan of nsplits splits: epoch an integer in [0, 2^32),
+ * specHash (optional) 16 lowercase hex digits,
  * committedSplits valid ranges below nsplits, parts each valid and unique. 0, or -1 with err
  * ("status.checkpoint.parts[3]: ..."); out is zeroed on failure. */
 int sb_opr_checkpoint_parse(const cJSON *cp, size_t nsplits, sb_opr_checkpoint *out, sb_err *err);
@@ -80,5 +82,10 @@ int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total
  * stages[].workers). Writes the changed fields, "spec.sink, spec.stages[1].op", into buf
  * (truncated with "..."). Returns how many differ. */
 int sb_opr_spec_diff(const cJSON *old_spec, const cJSON *new_spec, char *buf, size_t len);
+/* A fingerprint of what a checkpoint depends on: the spec without what applies live (the
+ * fields sb_opr_spec_diff ignores), independent of key order. Two specs with the same hash
+ * make the same splits, lineage and sink, so committed parts of one are valid for the other.
+ * Writes 16 lowercase hex digits and a NUL into out. */
+void sb_opr_spec_hash(const cJSON *spec, char out[17]);
 
 #endif

@@ -704,6 +704,54 @@ suspend_resume() {
 }
 opcheck "e: suspend mid-run -> pods gone, phase Suspended; resume -> Succeeded with the right output" suspend_resume
 
+# A running pipeline: stages[].workers changes apply live (the pool grows); a change that cannot
+# be applied live (the sink) is refused with a condition and an Event, and the old spec runs on.
+spec_change() {
+  pipeline respec "${SLOW_STAGES/MS/4000}" >"$tmp/respec.yaml"
+  kubectl apply -f "$tmp/respec.yaml" || return 1
+  wait_progress respec 1 90 || return 1
+  kubectl -n "$NS" patch pipeline respec --type json \
+    -p '[{"op":"replace","path":"/spec/stages/0/workers","value":{"min":3,"max":3}}]' || return 1
+  until_ok 30 bash -c "[[ \$(kubectl -n $NS get pods -l streambatch.dev/pipeline=respec,streambatch.dev/pool=cpu --field-selector status.phase=Running -o name | wc -l) -ge 3 ]]" ||
+    { echo "workers min 3 was not applied live: pods $(worker_pods respec)"; return 1; }
+  [[ $(cond respec SpecChangeRefused status) != True ]] || { echo "a workers change was refused"; return 1; }
+  echo "workers 2 -> 3 applied live at $(jp respec '{.status.progress}')"
+  kubectl -n "$NS" patch pipeline respec --type merge -p "{\"spec\":{\"sink\":{\"uri\":\"file://$tmp/out/elsewhere/\"}}}" || return 1
+  until_ok 30 bash -c "[[ \$(kubectl -n $NS get pipeline respec -o 'jsonpath={.status.conditions[?(@.type==\"SpecChangeRefused\")].status}') == True ]]" ||
+    { echo "no SpecChangeRefused=True: $(jp respec '{.status.conditions}')"; return 1; }
+  local msg; msg=$(cond respec SpecChangeRefused message)
+  echo "SpecChangeRefused: $msg"
+  [[ $msg == *spec.sink* ]] || { echo "the condition does not name spec.sink"; return 1; }
+  has_event respec SpecChangeRefused || { echo "no SpecChangeRefused Event"; return 1; }
+  wait_phase respec Succeeded 180 || return 1
+  check_output respec || return 1   # written to the sink it started with
+  [[ ! -e $tmp/out/elsewhere ]] || { echo "the refused sink was written"; return 1; }
+  until_ok 20 bash -c "[[ \$(kubectl -n $NS get pipeline respec -o 'jsonpath={.status.conditions[?(@.type==\"SpecChangeRefused\")].status}') != True ]]" ||
+    { echo "SpecChangeRefused still True after the pipeline finished"; return 1; }
+  kubectl -n "$NS" delete pipeline respec --wait=false >/dev/null
+}
+opcheck "i: a running pipeline applies a workers change live and refuses a sink change with SpecChangeRefused, finishing on its old spec" spec_change
+
+# Suspended, the sink changed, resumed: the committed parts belong to the old sink, so the
+# checkpoint is discarded (its specHash differs) and everything is written to the new sink.
+respec_suspended() {
+  pipeline moved "${SLOW_STAGES/MS/3000}" >"$tmp/moved.yaml"
+  kubectl apply -f "$tmp/moved.yaml" || return 1
+  wait_progress moved 2 90 || return 1
+  kubectl -n "$NS" patch pipeline moved --type merge -p '{"spec":{"suspend":true}}' || return 1
+  wait_phase moved Suspended 30 || return 1
+  local c1; c1=$(committed moved)
+  [[ -n $(jp moved '{.status.checkpoint.specHash}') ]] || { echo "no checkpoint.specHash"; return 1; }
+  kubectl -n "$NS" patch pipeline moved --type merge \
+    -p "{\"spec\":{\"suspend\":false,\"sink\":{\"uri\":\"file://$tmp/out/moved2/\"}}}" || return 1
+  wait_phase moved Succeeded 180 || return 1
+  echo "suspended at $c1 committed; events: $(events moved | tr '\n' ';')"
+  has_event moved CheckpointDiscarded || { echo "no CheckpointDiscarded Event"; return 1; }
+  check_output moved2 || return 1
+  kubectl -n "$NS" delete pipeline moved --wait=false >/dev/null
+}
+opcheck "j: suspended, sink changed, resumed -> checkpoint discarded (CheckpointDiscarded), complete output in the new sink" respec_suspended
+
 # =============================================================================================
 # f. Delete a Pipeline mid-run
 # =============================================================================================

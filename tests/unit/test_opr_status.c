@@ -115,6 +115,9 @@ Test(opr_status, checkpoint_rejects_edited_status)
         {"{\"epoch\":1,\"parts\":\"x\"}", "status.checkpoint.parts"},
         {"{\"epoch\":1,\"parts\":[\"a:1:2:3\",5]}", "status.checkpoint.parts[1]"},
         {"{\"epoch\":1,\"parts\":[\"a:1:2:3\",\"a:1:2:3\"]}", "listed twice"},
+        {"{\"epoch\":1,\"specHash\":\"ABCDEF0123456789\"}", "status.checkpoint.specHash"},
+        {"{\"epoch\":1,\"specHash\":\"0123\"}", "status.checkpoint.specHash"},
+        {"{\"epoch\":1,\"specHash\":7}", "status.checkpoint.specHash"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cJSON *j = cJSON_Parse(cases[i].json);
@@ -215,4 +218,60 @@ Test(opr_status, spec_diff_ignores_live_fields)
     cr_expect_eq(diff(base, "{\"x\":1,\"y\":2,\"z\":3}", small, sizeof small), 5);
     cr_expect_eq(strlen(small), sizeof small - 1);
     cr_expect(strstr(small, "...") != NULL, "%s", small);
+}
+
+static void hash_of(const char *json, char out[17])
+{
+    cJSON *j = cJSON_Parse(json);
+    cr_assert_not_null(j, "%s", json);
+    sb_opr_spec_hash(j, out);
+    cJSON_Delete(j);
+    cr_assert_eq(strlen(out), 16);
+    cr_assert_eq(strspn(out, "0123456789abcdef"), 16, "%s", out);
+}
+
+/* A checkpoint is kept across suspend/resume only for the spec that made it: the hash ignores
+ * key order and what applies live, and changes with anything else. */
+Test(opr_status, spec_hash_ignores_order_and_live_fields_only)
+{
+    char a[17], b[17];
+    hash_of("{\"source\":{\"uri\":\"file:///a\",\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\","
+            "\"op\":\"identity\",\"workers\":{\"min\":1,\"max\":2}}],\"suspend\":false}",
+            a);
+    hash_of("{\"suspend\":true,\"ttlSecondsAfterFinished\":9,\"stages\":[{\"workers\":{\"max\":7},"
+            "\"op\":\"identity\",\"name\":\"a\"}],\"source\":{\"format\":\"jsonl\",\"uri\":"
+            "\"file:///a\"}}",
+            b);
+    cr_expect_str_eq(a, b, "order, suspend, ttl and workers must not change it");
+    const char *changed[] = {
+        "{\"source\":{\"uri\":\"file:///b\",\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\","
+        "\"op\":\"identity\"}]}",
+        "{\"source\":{\"uri\":\"file:///a\",\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\","
+        "\"op\":\"filter\"}]}",
+        "{\"source\":{\"uri\":\"file:///a\",\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\","
+        "\"op\":\"identity\"}],\"sink\":{\"uri\":\"file:///o\"}}",
+        /* a string "1" and a number 1 differ; so does a key moved into another object */
+        "{\"source\":{\"uri\":\"file:///a\",\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\","
+        "\"op\":\"identity\",\"args\":{\"n\":\"1\"}}]}",
+        "{\"source\":{\"uri\":\"file:///a\",\"format\":\"jsonl\"},\"stages\":[{\"name\":\"a\","
+        "\"op\":\"identity\",\"args\":{\"n\":1}}]}",
+        /* workers is live only inside a stage */
+        "{\"source\":{\"uri\":\"file:///a\",\"format\":\"jsonl\",\"workers\":1},\"stages\":[{"
+        "\"name\":\"a\",\"op\":\"identity\"}]}",
+    };
+    char seen[8][17];
+    for (size_t i = 0; i < sizeof changed / sizeof *changed; i++) {
+        hash_of(changed[i], seen[i]);
+        cr_expect_str_neq(seen[i], a, "%s", changed[i]);
+        for (size_t k = 0; k < i; k++)
+            cr_expect_str_neq(seen[i], seen[k], "%s", changed[i]);
+    }
+    /* parsed back from a checkpoint */
+    cJSON *j = cJSON_Parse("{\"epoch\":2,\"specHash\":\"00ff00ff00ff00ff\"}");
+    sb_opr_checkpoint cp;
+    sb_err err;
+    cr_assert_eq(sb_opr_checkpoint_parse(j, 4, &cp, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(cp.spec_hash, "00ff00ff00ff00ff");
+    sb_opr_checkpoint_free(&cp);
+    cJSON_Delete(j);
 }
