@@ -193,8 +193,8 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
         resume.epoch = cfg->resume->epoch + 1;
         /* committed parts are only valid for the spec that made them: after a change while
          * suspended (another source, stages or sink) the run starts over at the new epoch */
-        int same = cfg->resume->spec_hash[0] == '\0' ||
-                   strcmp(cfg->resume->spec_hash, r->spec_hash) == 0;
+        int same =
+            cfg->resume->spec_hash[0] == '\0' || strcmp(cfg->resume->spec_hash, r->spec_hash) == 0;
         if (same) {
             resume.committed_splits = cfg->resume->committed_splits;
             resume.parts = cfg->resume->parts;

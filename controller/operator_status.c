@@ -504,8 +504,8 @@ static void hash_node(uint64_t *h, const cJSON *n, int depth, int in_stage)
         qsort(kids, k, sizeof *kids, cmp_names);
         for (size_t i = 0; i < k; i++) {
             const char *name = kids[i]->string;
-            if (depth == 0 && (strcmp(name, "suspend") == 0 ||
-                               strcmp(name, "ttlSecondsAfterFinished") == 0))
+            if (depth == 0 &&
+                (strcmp(name, "suspend") == 0 || strcmp(name, "ttlSecondsAfterFinished") == 0))
                 continue;
             if (in_stage && strcmp(name, "workers") == 0)
                 continue;
