@@ -734,13 +734,11 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     char m[256];
     if (have_cp && strcmp(phase, "Running") == 0) {
         snprintf(m, sizeof m, "epoch %u, %zu of %zu splits already committed",
-                 sb_opr_run_epoch(run), sb_opr_run_committed_at_start(run),
-                 sb_opr_run_splits(run));
+                 sb_opr_run_epoch(run), sb_opr_run_committed_at_start(run), sb_opr_run_splits(run));
         post_event(o, c, ns, name, uid, "Normal", "TookOver", m);
     } else if (have_cp) {
         snprintf(m, sizeof m, "epoch %u, %zu of %zu splits already committed",
-                 sb_opr_run_epoch(run), sb_opr_run_committed_at_start(run),
-                 sb_opr_run_splits(run));
+                 sb_opr_run_epoch(run), sb_opr_run_committed_at_start(run), sb_opr_run_splits(run));
         post_event(o, c, ns, name, uid, "Normal", "Resumed", m);
     } else {
         snprintf(m, sizeof m, "%zu splits", sb_opr_run_splits(run));
