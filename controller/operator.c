@@ -68,21 +68,6 @@ typedef struct ev_item {
     char *msg;
 } ev_item;
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static const char *str_at(const cJSON *o, const char *a, const char *b)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
-    if (b != NULL)
-        x = cJSON_GetObjectItemCaseSensitive(x, b);
-    return cJSON_IsString(x) ? x->valuestring : NULL;
-}
-
 static void now_str(char *buf, size_t len)
 {
     sb_opr_time_format(time(NULL), buf, len);
@@ -161,8 +146,8 @@ static void entry_free(entry *e)
 static void pipe_event(const cJSON *obj, op *o)
 {
     char key[400];
-    snprintf(key, sizeof key, "%s/%s", str_at(obj, "metadata", "namespace") ?: "",
-             str_at(obj, "metadata", "name") ?: "");
+    snprintf(key, sizeof key, "%s/%s", sb_opr_str_at(obj, "metadata", "namespace") ?: "",
+             sb_opr_str_at(obj, "metadata", "name") ?: "");
     if (atomic_load(&o->leading))
         enqueue(o, key);
 }
@@ -182,8 +167,8 @@ static void pod_event(const cJSON *pod, int deleted, op *o)
 {
     const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "labels");
-    const char *pl = str_at(labels, POD_LABEL, NULL);
-    const char *ns = str_at(pod, "metadata", "namespace");
+    const char *pl = sb_opr_str_at(labels, POD_LABEL, NULL);
+    const char *ns = sb_opr_str_at(pod, "metadata", "namespace");
     if (pl == NULL || ns == NULL)
         return;
     char key[400];
@@ -291,8 +276,8 @@ static int reapply_status(cJSON *latest, void *arg, sb_err *err)
 static int write_status(sb_k8s_client *c, const cJSON *obj, const cJSON *status)
 {
     char path[600];
-    pipeline_path(path, sizeof path, str_at(obj, "metadata", "namespace"),
-                  str_at(obj, "metadata", "name"));
+    pipeline_path(path, sizeof path, sb_opr_str_at(obj, "metadata", "namespace"),
+                  sb_opr_str_at(obj, "metadata", "name"));
     cJSON *copy = cJSON_Duplicate(obj, 1);
     if (copy == NULL || reapply_status(copy, (void *)status, NULL) != 0) {
         cJSON_Delete(copy);
@@ -339,7 +324,7 @@ static int patch_finalizer(sb_k8s_client *c, const cJSON *obj, int add)
     }
     if (add)
         cJSON_AddItemToArray(list, cJSON_CreateString(FINALIZER));
-    const char *rv = str_at(obj, "metadata", "resourceVersion");
+    const char *rv = sb_opr_str_at(obj, "metadata", "resourceVersion");
     if (rv != NULL)
         cJSON_AddStringToObject(md, "resourceVersion", rv);
     char *body = cJSON_PrintUnformatted(p);
@@ -347,8 +332,8 @@ static int patch_finalizer(sb_k8s_client *c, const cJSON *obj, int add)
     if (body == NULL)
         return -1;
     char path[600];
-    pipeline_path(path, sizeof path, str_at(obj, "metadata", "namespace"),
-                  str_at(obj, "metadata", "name"));
+    pipeline_path(path, sizeof path, sb_opr_str_at(obj, "metadata", "namespace"),
+                  sb_opr_str_at(obj, "metadata", "name"));
     long st = 0;
     sb_err err = {{0}};
     cJSON *r = sb_k8s_patch(c, path, body, &st, &err);
@@ -393,16 +378,16 @@ static int delete_pods(op *o, sb_k8s_client *c, const char *ns, const char *name
     {
         const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "labels");
-        const char *pl = str_at(labels, POD_LABEL, NULL);
-        const char *pns = str_at(pod, "metadata", "namespace");
+        const char *pl = sb_opr_str_at(labels, POD_LABEL, NULL);
+        const char *pns = sb_opr_str_at(pod, "metadata", "namespace");
         if (pl == NULL || pns == NULL || strcmp(pl, name) != 0 || strcmp(pns, ns) != 0)
             continue;
         left++;
-        if (str_at(pod, "metadata", "deletionTimestamp") != NULL)
+        if (sb_opr_str_at(pod, "metadata", "deletionTimestamp") != NULL)
             continue;
         char path[600];
         snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns,
-                 str_at(pod, "metadata", "name"));
+                 sb_opr_str_at(pod, "metadata", "name"));
         long st = 0;
         sb_k8s_delete(c, path, &st, NULL);
     }
@@ -412,7 +397,7 @@ static int delete_pods(op *o, sb_k8s_client *c, const char *ns, const char *name
 
 static const char *phase_of(const cJSON *status)
 {
-    const char *p = str_at(status, "phase", NULL);
+    const char *p = sb_opr_str_at(status, "phase", NULL);
     return p != NULL ? p : "";
 }
 
@@ -452,7 +437,7 @@ static void finish_conditions(cJSON *st, int ok, const char *reason, const char 
 {
     set_str(st, "phase", ok ? "Succeeded" : "Failed");
     set_str(st, "message", msg);
-    if (str_at(st, "completionTime", NULL) == NULL)
+    if (sb_opr_str_at(st, "completionTime", NULL) == NULL)
         set_str(st, "completionTime", now);
     sb_opr_condition_set(st, "Running", 0, ok ? "Succeeded" : "Failed", "", gen, now);
     if (ok)
@@ -475,7 +460,8 @@ static rresult reconcile_finished(op *o, sb_k8s_client *c, const cJSON *obj, con
         cJSON_GetObjectItemCaseSensitive(obj, "spec"), "ttlSecondsAfterFinished");
     time_t done;
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
-    if (cJSON_IsNumber(ttl) && sb_opr_time_parse(str_at(st, "completionTime", NULL), &done) == 0) {
+    if (cJSON_IsNumber(ttl) &&
+        sb_opr_time_parse(sb_opr_str_at(st, "completionTime", NULL), &done) == 0) {
         time_t due = done + (time_t)ttl->valuedouble;
         time_t now = time(NULL);
         if (now >= due) {
@@ -563,7 +549,7 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
         e->recovered = recovered;
     }
     if (out == SB_OPR_RUNNING) {
-        uint64_t t = mono_ms();
+        uint64_t t = sb_opr_mono_ms();
         int phase_change = strcmp(old_phase, "Running") != 0 && e->written == NULL;
         if (phase_change || t - e->last_write >= (uint64_t)o->cfg->status_interval_ms) {
             if (e->written == NULL || !cJSON_Compare(e->written, st, 1)) {
@@ -600,7 +586,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     now_str(now, sizeof now);
     const cJSON *cur = cJSON_GetObjectItemCaseSensitive(obj, "status");
     cJSON *st = cur != NULL ? cJSON_Duplicate(cur, 1) : cJSON_CreateObject();
-    const char *uid = str_at(obj, "metadata", "uid");
+    const char *uid = sb_opr_str_at(obj, "metadata", "uid");
     const char *phase = phase_of(cur);
     sb_pipeline p;
     int bad = sb_opr_decode(obj, &p, NULL, msg, sizeof msg);
@@ -619,7 +605,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
         sb_opr_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, gen, now);
         sb_opr_condition_set(st, "Failed", 1, "InvalidSpec", msg, gen, now);
         sb_opr_condition_set(st, "Running", 0, "Failed", "", gen, now);
-        if (str_at(st, "completionTime", NULL) == NULL)
+        if (sb_opr_str_at(st, "completionTime", NULL) == NULL)
             set_str(st, "completionTime", now);
         int rc = sync_status(c, obj, st);
         if (first && rc == 0)
@@ -712,7 +698,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
         sb_opr_condition_set(st, "InvalidSpec", 1, "InvalidSpec", err.msg, gen, now);
         sb_opr_condition_set(st, "Failed", 1, "InvalidSpec", err.msg, gen, now);
         sb_opr_condition_set(st, "Running", 0, "Failed", "", gen, now);
-        if (str_at(st, "completionTime", NULL) == NULL)
+        if (sb_opr_str_at(st, "completionTime", NULL) == NULL)
             set_str(st, "completionTime", now);
         int wr = write_status(c, obj, st);
         post_event(o, c, ns, name, uid, "Warning", "InvalidSpec", err.msg);
@@ -725,7 +711,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     set_str(st, "phase", "Running");
     set_str(st, "leader", o->cfg->identity);
     cJSON_DeleteItemFromObjectCaseSensitive(st, "completionTime");
-    if (str_at(st, "startTime", NULL) == NULL)
+    if (sb_opr_str_at(st, "startTime", NULL) == NULL)
         set_str(st, "startTime", now);
     sb_opr_condition_set(st, "Running", 1, "Running", "", gen, now);
     if (sb_opr_condition_get(st, "Suspended") != NULL)
@@ -747,7 +733,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     sb_opr_checkpoint_free(&cp);
     if (write_status(c, obj, st) == 0) {
         e->written = cJSON_Duplicate(st, 1);
-        e->last_write = mono_ms();
+        e->last_write = sb_opr_mono_ms();
     }
     *requeue = TICK_MS;
     return RC_OK;
@@ -775,7 +761,7 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
         cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "generation");
     int64_t gen = cJSON_IsNumber(gj) ? (int64_t)gj->valuedouble : 0;
     rresult res = RC_OK;
-    if (str_at(obj, "metadata", "deletionTimestamp") != NULL) {
+    if (sb_opr_str_at(obj, "metadata", "deletionTimestamp") != NULL) {
         if (e != NULL) {
             sb_opr_run_stop(detach_run(o, e), 1);
             entry_remove(o, e);
@@ -788,8 +774,8 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
             } else if (patch_finalizer(c, obj, 0) != 0) {
                 res = RC_ERROR;
             } else {
-                post_event(o, c, ns, name, str_at(obj, "metadata", "uid"), "Normal", "Deleted",
-                           "worker pods deleted, finalizer removed");
+                post_event(o, c, ns, name, sb_opr_str_at(obj, "metadata", "uid"), "Normal",
+                           "Deleted", "worker pods deleted, finalizer removed");
             }
         }
         cJSON_Delete(obj);
@@ -831,10 +817,10 @@ static void *worker_main(void *arg)
             free(key);
             continue;
         }
-        uint64_t t0 = mono_ms();
+        uint64_t t0 = sb_opr_mono_ms();
         long requeue = 0;
         rresult r = reconcile(o, c, key, &requeue);
-        double secs = (double)(mono_ms() - t0) / 1000.0;
+        double secs = (double)(sb_opr_mono_ms() - t0) / 1000.0;
         if (r == RC_ERROR) {
             sb_opr_metrics_reconcile(o->metrics, "error", secs);
             sb_k8s_queue_add_rate_limited(o->q, key);

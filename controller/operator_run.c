@@ -46,21 +46,6 @@ struct sb_opr_run {
     void *ud;
 };
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static const char *str_at(const cJSON *o, const char *a, const char *b)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
-    if (b != NULL)
-        x = cJSON_GetObjectItemCaseSensitive(x, b);
-    return cJSON_IsString(x) ? x->valuestring : NULL;
-}
-
 int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len)
 {
     memset(p, 0, sizeof *p);
@@ -77,7 +62,7 @@ int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, s
     cJSON *md = cJSON_AddObjectToObject(m, "metadata");
     const char *keys[] = {"name", "namespace", "uid"};
     for (size_t i = 0; i < 3; i++) {
-        const char *v = str_at(object, "metadata", keys[i]);
+        const char *v = sb_opr_str_at(object, "metadata", keys[i]);
         if (v != NULL)
             cJSON_AddStringToObject(md, keys[i], v);
     }
@@ -165,9 +150,9 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     r->client = cfg->client;
     r->on_event = cfg->on_event;
     r->ud = cfg->ud;
-    const char *ns = str_at(cfg->object, "metadata", "namespace");
-    const char *name = str_at(cfg->object, "metadata", "name");
-    const char *uid = str_at(cfg->object, "metadata", "uid");
+    const char *ns = sb_opr_str_at(cfg->object, "metadata", "namespace");
+    const char *name = sb_opr_str_at(cfg->object, "metadata", "name");
+    const char *uid = sb_opr_str_at(cfg->object, "metadata", "uid");
     snprintf(r->key, sizeof r->key, "%s/%s", ns ? ns : "", name ? name : "");
     char msg[2048];
     int bad = sb_opr_decode(cfg->object, &r->p, &r->json, msg, sizeof msg);
@@ -279,7 +264,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
         }
     }
     r->stall_ms = (uint64_t)(r->p.spec.execution.stall_timeout_ns / 1000000);
-    r->started_ms = now_ms();
+    r->started_ms = sb_opr_mono_ms();
     sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", caddr, NULL);
     return r;
 }
@@ -357,7 +342,7 @@ sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *m
     if (r->finished)
         return (sb_opr_outcome)r->finished;
     sb_sched_state st = sb_ctl_wait(r->ctl, 0);
-    uint64_t t = now_ms();
+    uint64_t t = sb_opr_mono_ms();
     if (st == SB_SCHED_RUNNING) {
         autoscale(r, t); /* set_pool_size syncs the pods */
         char stall[1024];
@@ -441,7 +426,7 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
         for (size_t i = 0; i < r->plan.nsplits; i++)
             committed += set[i] != 0;
     free(set);
-    double elapsed = (double)(now_ms() - r->started_ms) / 1000.0;
+    double elapsed = (double)(sb_opr_mono_ms() - r->started_ms) / 1000.0;
     int rc =
         sb_opr_status_progress(status, &s, r->plan.nsplits, committed, views, r->npools, elapsed);
     cJSON *cp = sb_opr_checkpoint_json(r->epoch, ranges, parts, nparts);

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "controller/sched/ranges.h"
+#include "core/num.h"
 
 /* ---- times ---- */
 
@@ -143,27 +145,6 @@ char *sb_opr_part_format(const sb_sched_output *p)
     return s;
 }
 
-/* A decimal number without sign or leading zeros, ending at ':' or '\0'. */
-static int strict_u64(const char **pp, uint64_t max, uint64_t *out)
-{
-    const char *p = *pp;
-    if (!isdigit((unsigned char)*p))
-        return -1;
-    if (*p == '0' && isdigit((unsigned char)p[1]))
-        return -1;
-    uint64_t v = 0;
-    while (isdigit((unsigned char)*p)) {
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (max - d) / 10)
-            return -1;
-        v = v * 10 + d;
-        p++;
-    }
-    *out = v;
-    *pp = p;
-    return 0;
-}
-
 int sb_opr_part_parse(const char *s, sb_sched_output *out, sb_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -182,7 +163,7 @@ int sb_opr_part_parse(const char *s, sb_sched_output *out, sb_err *err)
     const char *names[3] = {"rows", "bytes", "crc"};
     p++;
     for (int i = 0; i < 3; i++) {
-        if (strict_u64(&p, i == 2 ? UINT32_MAX : UINT64_MAX, &v[i]) != 0)
+        if (sb_num_parse_dec(&p, i == 2 ? UINT32_MAX : UINT64_MAX, &v[i]) != 0)
             return sb_err_set(err, "\"%.80s\": %s is not a decimal number%s", s, names[i],
                               i == 2 ? " below 2^32" : "");
         if (i < 2 && *p++ != ':')
@@ -536,4 +517,19 @@ void sb_opr_spec_hash(const cJSON *spec, char out[17])
     uint64_t h = 14695981039346656037ULL;
     hash_node(&h, spec, 0, 0);
     snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+const char *sb_opr_str_at(const cJSON *obj, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, a);
+    if (b != NULL)
+        x = cJSON_GetObjectItemCaseSensitive(x, b);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+uint64_t sb_opr_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }

@@ -64,6 +64,12 @@ cJSON *sb_opr_checkpoint_json(uint32_t epoch, const char *committed_splits,
 int sb_opr_checkpoint_parse(const cJSON *cp, size_t nsplits, sb_opr_checkpoint *out, sb_err *err);
 void sb_opr_checkpoint_free(sb_opr_checkpoint *c);
 
+/* ---- small helpers shared by the operator's modules ---- */
+/* obj[a] (or obj[a][b] when b is not NULL) if it is a string, else NULL (borrowed). */
+const char *sb_opr_str_at(const cJSON *obj, const char *a, const char *b);
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t sb_opr_mono_ms(void);
+
 /* ---- progress ---- */
 typedef struct sb_opr_pool_view {
     const char *pool;

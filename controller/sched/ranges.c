@@ -1,4 +1,5 @@
 #include "controller/sched/ranges.h"
+#include "core/num.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -40,28 +41,6 @@ char *sb_ranges_format(const uint8_t *set, size_t n)
     return out;
 }
 
-/* A canonical decimal at *p (digits only, no leading zero unless "0", fits uint64); advances
- * *p. */
-static int parse_index(const char **p, uint64_t *out)
-{
-    const char *s = *p;
-    if (*s < '0' || *s > '9')
-        return -1;
-    if (s[0] == '0' && s[1] >= '0' && s[1] <= '9')
-        return -1;
-    uint64_t v = 0;
-    while (*s >= '0' && *s <= '9') {
-        uint64_t d = (uint64_t)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-        s++;
-    }
-    *p = s;
-    *out = v;
-    return 0;
-}
-
 int sb_ranges_parse(const char *s, uint8_t *set, size_t n, sb_err *err)
 {
     if (n > 0)
@@ -80,7 +59,7 @@ int sb_ranges_parse(const char *s, uint8_t *set, size_t n, sb_err *err)
                        (size_t)(piece - s));
             goto fail;
         }
-        if (parse_index(&p, &a) != 0) {
+        if (sb_num_parse_dec(&p, UINT64_MAX, &a) != 0) {
             sb_err_set(err,
                        "split ranges: bad piece \"%.*s\" (expected N or N-M, decimal without "
                        "leading zeros)",
@@ -90,7 +69,7 @@ int sb_ranges_parse(const char *s, uint8_t *set, size_t n, sb_err *err)
         b = a;
         if (*p == '-') {
             p++;
-            if (parse_index(&p, &b) != 0) {
+            if (sb_num_parse_dec(&p, UINT64_MAX, &b) != 0) {
                 sb_err_set(err,
                            "split ranges: bad piece \"%.*s\" (expected N or N-M, decimal "
                            "without leading zeros)",

@@ -1,5 +1,6 @@
 /* proto.c — streambatch.v1 method table, partition ids, and checked message decoding. */
 #include "rpc/proto.h"
+#include "core/num.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -50,27 +51,6 @@ int sb_rpc_partition_id_format(char *buf, size_t cap, uint32_t stage, uint64_t t
     return n;
 }
 
-/* Parses decimal digits at *p (no leading zeros, <= max); advances *p. */
-static int parse_dec(const char **p, uint64_t max, uint64_t *out)
-{
-    const char *s = *p;
-    if (*s < '0' || *s > '9')
-        return -1;
-    if (s[0] == '0' && s[1] >= '0' && s[1] <= '9')
-        return -1;
-    uint64_t v = 0;
-    while (*s >= '0' && *s <= '9') {
-        uint64_t d = (uint64_t)(*s - '0');
-        if (v > (max - d) / 10)
-            return -1;
-        v = v * 10 + d;
-        s++;
-    }
-    *p = s;
-    *out = v;
-    return 0;
-}
-
 int sb_rpc_partition_id_parse(const char *id, uint32_t *stage, uint64_t *task, uint32_t *seq,
                               sb_err *err)
 {
@@ -80,9 +60,9 @@ int sb_rpc_partition_id_parse(const char *id, uint32_t *stage, uint64_t *task, u
         return sb_err_set(err, "partition id is too long (%zu bytes)", strlen(id));
     const char *p = id;
     uint64_t st, tk, sq;
-    if (*p++ != 's' || parse_dec(&p, UINT32_MAX, &st) < 0 || *p++ != '-' || *p++ != 't' ||
-        parse_dec(&p, UINT64_MAX, &tk) < 0 || *p++ != '-' || *p++ != 'p' ||
-        parse_dec(&p, UINT32_MAX, &sq) < 0 || *p != '\0')
+    if (*p++ != 's' || sb_num_parse_dec(&p, UINT32_MAX, &st) < 0 || *p++ != '-' || *p++ != 't' ||
+        sb_num_parse_dec(&p, UINT64_MAX, &tk) < 0 || *p++ != '-' || *p++ != 'p' ||
+        sb_num_parse_dec(&p, UINT32_MAX, &sq) < 0 || *p != '\0')
         return sb_err_set(err, "partition id \"%.*s\" is not s<stage>-t<task>-p<seq>",
                           SB_RPC_PARTITION_ID_MAX, id);
     if (stage)
