@@ -27,8 +27,9 @@ struct sb_leader {
     long observed_ms; /* monotonic time of the last observed change */
     char holder[256];
     uint32_t transitions;
-    char acquire_time[40]; /* of our own tenure */
-    long last_renew_ms;    /* monotonic time of our last successful acquire/renew */
+    char acquire_time[40];    /* of our own tenure */
+    long last_renew_ms;       /* monotonic time of our last successful acquire/renew */
+    long other_expires_in_ms; /* another holder's lease: ms until it expires, as observed */
 };
 
 static long mono_ms(void)
@@ -165,6 +166,7 @@ static int try_acquire_or_renew(sb_leader *l, int *other, char *why, size_t whyl
         snprintf(why, whylen, "held by %s", holder);
         cJSON_Delete(lease);
         *other = 1;
+        l->other_expires_in_ms = observed + l->cfg.lease_ms - now;
         return 0;
     }
     int leading = atomic_load(&l->leading);
@@ -249,6 +251,10 @@ static void *run(void *arg)
         if (r < 0)
             snprintf(last_why, sizeof last_why, "%s", why);
         long wait = l->cfg.retry_ms;
+        if (!atomic_load(&l->leading) && other && l->other_expires_in_ms + 20 < wait)
+            /* a standby tries again right when the holder's lease expires (by our own
+             * observation), not up to a retry period later: a faster takeover, no less safe */
+            wait = l->other_expires_in_ms + 20;
         if (atomic_load(&l->leading)) {
             /* never sleep past the renew deadline */
             long left = l->last_renew_ms + l->cfg.renew_ms - mono_ms();
