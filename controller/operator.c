@@ -35,6 +35,8 @@ typedef struct entry {
     int64_t refused_gen; /* generation a SpecChangeRefused event was posted for */
     int64_t gen;         /* generation last reconciled */
     uint64_t lost, recovered;
+    int done;         /* the run finished: status holds the terminal status (see reconcile) */
+    int done_written; /* ... and it was written */
     struct op *op;
     struct entry *next;
 } entry;
@@ -571,12 +573,12 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
     int rc = write_status(c, obj, st);
     post_event(o, c, e->ns, e->name, e->uid, ok ? "Normal" : "Warning", ok ? "Succeeded" : "Failed",
                msg);
-    entry_remove(o, e);
-    entry_free(e);
-    if (rc != 0)
-        return RC_ERROR;
-    *requeue = 1000; /* leftover pods, TTL */
-    return RC_OK;
+    /* The entry stays until the cache shows the terminal phase: a reconcile from a stale cache
+     * (still "Running") must not start the finished pipeline again. */
+    e->done = 1;
+    e->done_written = rc == 0;
+    *requeue = rc == 0 ? 500 : 1000;
+    return rc == 0 ? RC_OK : RC_ERROR;
 }
 
 static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const char *key,
@@ -780,6 +782,20 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
         }
         cJSON_Delete(obj);
         return res;
+    }
+    if (e != NULL && e->done) {
+        const cJSON *cst = cJSON_GetObjectItemCaseSensitive(obj, "status");
+        if (sb_opr_finished_seen(e->uid, sb_opr_str_at(obj, "metadata", "uid"), phase_of(cst))) {
+            entry_remove(o, e);
+            entry_free(e);
+            e = NULL; /* on to the finished Pipeline's handling (pods, TTL) below */
+        } else {
+            if (!e->done_written)
+                e->done_written = write_status(c, obj, e->status) == 0;
+            *requeue = 500;
+            cJSON_Delete(obj);
+            return e->done_written ? RC_OK : RC_ERROR;
+        }
     }
     if (!has_finalizer(obj)) {
         res = patch_finalizer(c, obj, 1) == 0 ? RC_OK : RC_ERROR;

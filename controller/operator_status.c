@@ -533,3 +533,10 @@ uint64_t sb_opr_mono_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
+
+int sb_opr_finished_seen(const char *done_uid, const char *uid, const char *phase)
+{
+    if (uid == NULL || done_uid == NULL || strcmp(uid, done_uid) != 0)
+        return 1;
+    return phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
+}

@@ -64,6 +64,13 @@ cJSON *sb_opr_checkpoint_json(uint32_t epoch, const char *committed_splits,
 int sb_opr_checkpoint_parse(const cJSON *cp, size_t nsplits, sb_opr_checkpoint *out, sb_err *err);
 void sb_opr_checkpoint_free(sb_opr_checkpoint *c);
 
+/* ---- after a run finished ---- */
+/* This controller finished the run of Pipeline uid done_uid and wrote its terminal phase; the
+ * informer cache now shows uid with phase. 1: the cache has caught up (terminal phase) or the
+ * name now holds another Pipeline: forget the finished run. 0: the cache is stale — the run must
+ * not be started again (that would re-prepare the sink and remove its _SUCCESS); wait. */
+int sb_opr_finished_seen(const char *done_uid, const char *uid, const char *phase);
+
 /* ---- small helpers shared by the operator's modules ---- */
 /* obj[a] (or obj[a][b] when b is not NULL) if it is a string, else NULL (borrowed). */
 const char *sb_opr_str_at(const cJSON *obj, const char *a, const char *b);

@@ -60,6 +60,15 @@ static char *kubectl(const char *fmt, ...)
     return sh_out("KUBECONFIG=%s/kubeconfig timeout 60 %s/bin/kubectl %s 2>&1", st, st, args);
 }
 
+/* The last occurrence of needle in s (NULL if none). */
+static const char *strrstr_(const char *s, const char *needle)
+{
+    const char *last = NULL;
+    for (const char *p = strstr(s, needle); p != NULL; p = strstr(p + 1, needle))
+        last = p;
+    return last;
+}
+
 static void setup(void)
 {
     const char *e = getenv("SB_KC_ERROR");
@@ -173,6 +182,8 @@ Test(operator, pipeline_succeeds_on_worker_pods)
                 "-o jsonpath='{range .items[*]}{.reason} {end}'");
     cr_expect(strstr(v, "Started") && strstr(v, "WorkerPodsCreated") && strstr(v, "Succeeded"),
               "events: %s", v);
+    cr_expect(strstr(v, "Started") == strrstr_(v, "Started"),
+              "started more than once (a stale cache restarted the finished run): %s", v);
     free(v);
     free(kubectl("delete pipeline wc --timeout=30s"));
 }

@@ -275,3 +275,17 @@ Test(opr_status, spec_hash_ignores_order_and_live_fields_only)
     sb_opr_checkpoint_free(&cp);
     cJSON_Delete(j);
 }
+
+/* Regression: after a run finished, a reconcile from a stale cache (phase still Running) started
+ * the pipeline again, whose sink preparation removed the committed _SUCCESS. The finished run is
+ * remembered until the cache shows the terminal phase of the same Pipeline. */
+Test(opr_status, finished_run_is_remembered_until_the_cache_catches_up)
+{
+    cr_expect_eq(sb_opr_finished_seen("u1", "u1", "Running"), 0, "stale cache: must wait");
+    cr_expect_eq(sb_opr_finished_seen("u1", "u1", ""), 0, "no phase yet: must wait");
+    cr_expect_eq(sb_opr_finished_seen("u1", "u1", NULL), 0);
+    cr_expect_eq(sb_opr_finished_seen("u1", "u1", "Succeeded"), 1);
+    cr_expect_eq(sb_opr_finished_seen("u1", "u1", "Failed"), 1);
+    cr_expect_eq(sb_opr_finished_seen("u1", "u2", "Running"), 1, "re-created under the same name");
+    cr_expect_eq(sb_opr_finished_seen("u1", NULL, "Running"), 1);
+}
