@@ -538,11 +538,8 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
         return rc == 0 ? RC_OK : RC_ERROR;
     }
     sb_opr_outcome out = sb_opr_run_tick(e->run, reason, sizeof reason, msg, sizeof msg);
-    sb_opr_run_status(e->run, st, gen, now);
-    /* recovery events */
-    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(st, "partitions");
-    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(parts, "recovered");
-    uint64_t recovered = cJSON_IsNumber(rec) ? (uint64_t)rec->valuedouble : 0;
+    /* recovery events, from the controller's counter at every tick */
+    uint64_t recovered = sb_opr_run_recovered(e->run);
     if (recovered > e->recovered) {
         char m[128];
         snprintf(m, sizeof m, "%llu partitions re-produced from lineage after worker loss",
@@ -550,18 +547,24 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
         post_event(o, c, e->ns, e->name, e->uid, "Normal", "Recovered", m);
         e->recovered = recovered;
     }
+    /* the status (with its checkpoint, computed under the controller's lock) is built only
+     * when it is written: at the status interval, a phase change, or the end */
+    uint64_t t = sb_opr_mono_ms();
+    int phase_change = strcmp(old_phase, "Running") != 0 && e->written == NULL;
+    if (out == SB_OPR_RUNNING && !phase_change &&
+        t - e->last_write < (uint64_t)o->cfg->status_interval_ms) {
+        *requeue = TICK_MS;
+        return RC_OK;
+    }
+    sb_opr_run_status(e->run, st, gen, now);
     if (out == SB_OPR_RUNNING) {
-        uint64_t t = sb_opr_mono_ms();
-        int phase_change = strcmp(old_phase, "Running") != 0 && e->written == NULL;
-        if (phase_change || t - e->last_write >= (uint64_t)o->cfg->status_interval_ms) {
-            if (e->written == NULL || !cJSON_Compare(e->written, st, 1)) {
-                if (write_status(c, obj, st) == 0) {
-                    cJSON_Delete(e->written);
-                    e->written = cJSON_Duplicate(st, 1);
-                }
+        if (e->written == NULL || !cJSON_Compare(e->written, st, 1)) {
+            if (write_status(c, obj, st) == 0) {
+                cJSON_Delete(e->written);
+                e->written = cJSON_Duplicate(st, 1);
             }
-            e->last_write = t;
         }
+        e->last_write = t;
         *requeue = TICK_MS;
         return RC_OK;
     }

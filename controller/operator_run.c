@@ -269,6 +269,13 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     return r;
 }
 
+uint64_t sb_opr_run_recovered(sb_opr_run *r)
+{
+    sb_ctl_snapshot s;
+    sb_ctl_snapshot_get(r->ctl, &s);
+    return s.stats.partitions_recovered;
+}
+
 size_t sb_opr_run_committed_at_start(const sb_opr_run *r)
 {
     return r->committed_at_start;

@@ -70,6 +70,9 @@ void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p);
  * (now: RFC 3339 time for condition transitions). Returns 0, or -1 when out of memory. */
 int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now);
 
+/* Partitions re-produced from lineage so far (the controller's counter; cheap). */
+uint64_t sb_opr_run_recovered(sb_opr_run *r);
+
 /* The epoch of this run, the number of splits, and how many were already committed at start
  * (the resumed checkpoint's; 0 when it was discarded because the spec changed). */
 size_t sb_opr_run_committed_at_start(const sb_opr_run *r);
