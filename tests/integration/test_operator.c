@@ -32,22 +32,6 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
 static char dir[256];
 static pid_t ctl_pid;
 
-static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *sh_out(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *out = NULL;
-    sb_test_run(cmd, &out);
-    size_t n = strlen(out);
-    while (n > 0 && out[n - 1] == '\n')
-        out[--n] = '\0';
-    return out;
-}
-
 static char *kubectl(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *kubectl(const char *fmt, ...)
 {
@@ -57,7 +41,8 @@ static char *kubectl(const char *fmt, ...)
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     const char *st = getenv("SB_KC_STATE");
-    return sh_out("KUBECONFIG=%s/kubeconfig timeout 60 %s/bin/kubectl %s 2>&1", st, st, args);
+    return sb_test_sh_out("KUBECONFIG=%s/kubeconfig timeout 60 %s/bin/kubectl %s 2>&1", st, st,
+                          args);
 }
 
 /* The last occurrence of needle in s (NULL if none). */
@@ -76,10 +61,11 @@ static void setup(void)
         cr_assert_fail("no test cluster: %s", e);
     sb_test_tmpl(dir, sizeof dir, "sb-optest");
     cr_assert_not_null(mkdtemp(dir));
-    free(sh_out("cd %s && python3 -c \"\nimport json, os\nos.makedirs('in')\nfor f in range(6):\n"
-                "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(2000):\n"
-                "      o.write(json.dumps({'id': f*100000+i, 'pad': 'x'*50}) + '\\\\n')\n\"",
-                dir));
+    free(sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport json, os\nos.makedirs('in')\nfor f in range(6):\n"
+        "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(2000):\n"
+        "      o.write(json.dumps({'id': f*100000+i, 'pad': 'x'*50}) + '\\\\n')\n\"",
+        dir));
     free(kubectl("apply --server-side -f %s/api/crd/pipelines.streambatch.dev.yaml",
                  sb_test_root()));
     free(kubectl("wait --for=condition=Established crd/pipelines.streambatch.dev --timeout=30s"));
@@ -107,7 +93,7 @@ static void teardown(void)
         cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the controller exits 0 on SIGTERM");
         ctl_pid = 0;
     }
-    free(sh_out("rm -rf %s", dir));
+    free(sb_test_sh_out("rm -rf %s", dir));
 }
 
 TestSuite(operator, .init = setup, .fini = teardown, .timeout = 180);
@@ -151,19 +137,19 @@ Test(operator, pipeline_succeeds_on_worker_pods)
     free(kubectl("apply -f %s/wc.yaml", dir));
     char *ph = wait_for("wc", "{.status.phase}", "Succeeded Failed", 90);
     cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
-                     sh_out("tail -30 %s/controller.log", dir));
+                     sb_test_sh_out("tail -30 %s/controller.log", dir));
     free(ph);
     char *v = kubectl("get pipeline wc -o jsonpath='{.status.progress} "
                       "{.status.conditions[?(@.type==\"Complete\")].status} "
                       "{.status.checkpoint.committedSplits} {.metadata.finalizers[0]}'");
     cr_expect_str_eq(v, "18/18 True 0-17 streambatch.dev/finalizer");
     free(v);
-    v = sh_out("cat %s/out-wc/part-*.jsonl | sort | md5sum; cat %s/in/*.jsonl | sort | md5sum", dir,
-               dir);
+    v = sb_test_sh_out(
+        "cat %s/out-wc/part-*.jsonl | sort | md5sum; cat %s/in/*.jsonl | sort | md5sum", dir, dir);
     cr_expect(strlen(v) > 40 && strncmp(v, v + strcspn(v, "\n") + 1, 32) == 0,
               "output differs from input: %s", v);
     free(v);
-    v = sh_out("test -f %s/out-wc/_SUCCESS && echo yes", dir);
+    v = sb_test_sh_out("test -f %s/out-wc/_SUCCESS && echo yes", dir);
     cr_expect_str_eq(v, "yes");
     free(v);
     /* pods go away */
@@ -230,7 +216,7 @@ Test(operator, delete_mid_run_removes_pods_then_finalizer)
     v = kubectl("get pods -l streambatch.dev/pipeline=del -o name");
     cr_expect(*v == '\0' || strstr(v, "No resources") != NULL, "pods left after delete: %s", v);
     free(v);
-    v = sh_out("test -f %s/out-del/_SUCCESS && echo yes || echo no", dir);
+    v = sb_test_sh_out("test -f %s/out-del/_SUCCESS && echo yes || echo no", dir);
     cr_expect_str_eq(v, "no");
     free(v);
 }
@@ -254,7 +240,7 @@ Test(operator, ttl_deletes_the_finished_pipeline_and_metrics_count_it)
     cr_expect(gone, "still there 30 s after finishing: %s", v);
     free(v);
     /* the live /metrics endpoint (port from the controller's log line) */
-    v = sh_out(
+    v = sb_test_sh_out(
         "port=$(grep -o 'msg=\\\"metrics and health endpoints\\\".*port=[0-9]*' %s/controller.log"
         " | grep -o '[0-9]*$'); curl -s --max-time 5 http://127.0.0.1:$port/metrics; "
         "curl -s --max-time 5 -o /dev/null -w 'healthz=%%{http_code}\\n' "

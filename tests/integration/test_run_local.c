@@ -28,22 +28,6 @@ static void sh(const char *fmt, ...)
     free(out);
 }
 
-static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *sh_out(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *out = NULL;
-    sb_test_run(cmd, &out);
-    size_t n = strlen(out);
-    while (n > 0 && out[n - 1] == '\n')
-        out[--n] = '\0';
-    return out;
-}
-
 static void setup(void)
 {
     sb_test_tmpl(dir, sizeof dir, "sb-itest");
@@ -88,9 +72,10 @@ static int run_cli(const char *name, const char *flags, char **out)
 
 static long summary_num(const char *name, const char *key)
 {
-    char *v = sh_out("python3 -c \"import json; print(int(json.load(open('%s/%s.summary.json'))"
-                     "['%s']))\"",
-                     dir, name, key);
+    char *v =
+        sb_test_sh_out("python3 -c \"import json; print(int(json.load(open('%s/%s.summary.json'))"
+                       "['%s']))\"",
+                       dir, name, key);
     long n = strtol(v, NULL, 10);
     free(v);
     return n;
@@ -99,16 +84,16 @@ static long summary_num(const char *name, const char *key)
 /* sorted multiset of output lines, as a digest */
 static char *output_digest(const char *name)
 {
-    return sh_out("cat %s/out-%s/part-*.jsonl | sort | md5sum | cut -d' ' -f1", dir, name);
+    return sb_test_sh_out("cat %s/out-%s/part-*.jsonl | sort | md5sum | cut -d' ' -f1", dir, name);
 }
 
 static char *expected_digest(const char *filter_py)
 {
-    return sh_out("cd %s && python3 -c \"\nimport json, glob, hashlib\nlines=[]\n"
-                  "for p in sorted(glob.glob('in/*.jsonl')):\n  for l in open(p):\n"
-                  "    r=json.loads(l)\n    if %s: lines.append(l)\n"
-                  "print(hashlib.md5(''.join(sorted(lines)).encode()).hexdigest())\n\"",
-                  dir, filter_py);
+    return sb_test_sh_out("cd %s && python3 -c \"\nimport json, glob, hashlib\nlines=[]\n"
+                          "for p in sorted(glob.glob('in/*.jsonl')):\n  for l in open(p):\n"
+                          "    r=json.loads(l)\n    if %s: lines.append(l)\n"
+                          "print(hashlib.md5(''.join(sorted(lines)).encode()).hexdigest())\n\"",
+                          dir, filter_py);
 }
 
 TestSuite(run, .init = setup, .fini = teardown, .timeout = 180);
@@ -155,7 +140,7 @@ Test(run, staged_and_static_modes_give_the_same_output)
     }
     /* staged materialises the whole first stage before the second starts */
     cr_expect_geq(summary_num("staged", "peakPartitionBytes"),
-                  atol(sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir)) * 9 / 10);
+                  atol(sb_test_sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir)) * 9 / 10);
     free(want);
 }
 
@@ -185,12 +170,13 @@ Test(run, killed_workers_are_recovered_with_identical_output)
              "cd %s && (timeout 150 %s run kill.yaml --cpus 2 --gpus 1 --summary-json "
              "kill.summary.json > kill.log 2>&1; echo $? > kill.rc) >/dev/null 2>&1 & echo $!",
              dir, sb_test_bin("streambatch"));
-    char *pid_s = sh_out("%s", cmd);
+    char *pid_s = sb_test_sh_out("%s", cmd);
     free(pid_s);
     int kills = 0;
     for (int round = 0; round < 3; round++) {
         usleep(1500 * 1000);
-        char *victim = sh_out("pgrep -f 'streambatch-worke[r] .*--id (cpu|gpu)-[0-9]' | shuf -n 1");
+        char *victim =
+            sb_test_sh_out("pgrep -f 'streambatch-worke[r] .*--id (cpu|gpu)-[0-9]' | shuf -n 1");
         if (*victim) {
             sh("kill -9 %s", victim);
             kills++;
@@ -198,8 +184,8 @@ Test(run, killed_workers_are_recovered_with_identical_output)
         free(victim);
     }
     sh("for i in $(seq 1 1400); do [ -f %s/kill.rc ] && break; sleep 0.1; done", dir);
-    char *rc = sh_out("cat %s/kill.rc", dir);
-    char *log = sh_out("tail -20 %s/kill.log", dir);
+    char *rc = sb_test_sh_out("cat %s/kill.rc", dir);
+    char *log = sb_test_sh_out("tail -20 %s/kill.log", dir);
     cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
     free(rc);
     free(log);
@@ -219,7 +205,7 @@ Test(run, killed_workers_are_recovered_with_identical_output)
                   "re-ran %ld tasks for %ld lost partitions and %ld lost workers", rerun, lostp,
                   lost);
     cr_expect_lt(rerun, (run - rerun) / 2, "re-ran %ld of %ld tasks", rerun, run - rerun);
-    char *orphans = sh_out("pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+    char *orphans = sb_test_sh_out("pgrep -f 'streambatch-worke[r] --controller' | wc -l");
     cr_expect_str_eq(orphans, "0");
     free(orphans);
 }
@@ -233,15 +219,15 @@ Test(run, stopped_worker_is_detected_and_recovered)
              "cd %s && (timeout 150 %s run stop.yaml --cpus 2 --summary-json stop.summary.json "
              "> stop.log 2>&1; echo $? > stop.rc) >/dev/null 2>&1 & echo $!",
              dir, sb_test_bin("streambatch"));
-    free(sh_out("%s", cmd));
+    free(sb_test_sh_out("%s", cmd));
     usleep(1500 * 1000);
-    char *victim = sh_out("pgrep -f 'streambatch-worke[r] .*--id cpu-0' | head -1");
+    char *victim = sb_test_sh_out("pgrep -f 'streambatch-worke[r] .*--id cpu-0' | head -1");
     cr_assert(*victim, "no worker to stop");
     sh("kill -STOP %s", victim);
     free(victim);
     sh("for i in $(seq 1 1400); do [ -f %s/stop.rc ] && break; sleep 0.1; done", dir);
-    char *rc = sh_out("cat %s/stop.rc", dir);
-    char *log = sh_out("tail -20 %s/stop.log", dir);
+    char *rc = sb_test_sh_out("cat %s/stop.rc", dir);
+    char *log = sb_test_sh_out("tail -20 %s/stop.log", dir);
     cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
     cr_expect(strstr(log, "") != NULL);
     free(rc);
@@ -251,7 +237,7 @@ Test(run, stopped_worker_is_detected_and_recovered)
     cr_expect_str_eq(got, want);
     free(got);
     free(want);
-    char *orphans = sh_out("pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+    char *orphans = sb_test_sh_out("pgrep -f 'streambatch-worke[r] --controller' | wc -l");
     cr_expect_str_eq(orphans, "0");
     free(orphans);
 }
@@ -288,7 +274,7 @@ Test(run, dataset_ten_times_the_budget_stays_within_it)
     free(out);
     long peak = summary_num("big", "peakPartitionBytes"), budget = summary_num("big", "budget");
     long maxp = summary_num("big", "maxPartitionBytes");
-    long input = atol(sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir));
+    long input = atol(sb_test_sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir));
     cr_expect_geq(input, 10 * budget, "input %ld is 10x the budget %ld", input, budget);
     cr_expect_leq(peak, budget + maxp, "peak %ld > budget %ld + one partition %ld", peak, budget,
                   maxp);
@@ -303,14 +289,15 @@ Test(run, interrupt_stops_workers_and_leaves_no_success)
              "cd %s && { %s run intr.yaml --cpus 2 > intr.log 2>&1 & pid=$!; sleep 1.5; "
              "kill -INT $pid; wait $pid; echo $?; }",
              dir, sb_test_bin("streambatch"));
-    char *rc = sh_out("%s", cmd);
-    char *log = sh_out("cat %s/intr.log", dir);
+    char *rc = sb_test_sh_out("%s", cmd);
+    char *log = sb_test_sh_out("cat %s/intr.log", dir);
     cr_expect_str_eq(rc, "1", "%s", log);
     cr_expect(strstr(log, "interrupted by signal 2") != NULL, "%s", log);
     cr_expect(strstr(log, "the sink has no _SUCCESS") != NULL, "%s", log);
     free(rc);
     free(log);
-    char *orphans = sh_out("sleep 0.5; pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+    char *orphans =
+        sb_test_sh_out("sleep 0.5; pgrep -f 'streambatch-worke[r] --controller' | wc -l");
     cr_expect_str_eq(orphans, "0");
     free(orphans);
     struct stat st;

@@ -24,85 +24,18 @@
 #include "k8s/config.h"
 #include "k8s/informer.h"
 #include "testutil.h"
-
-static char g_state[256];
-static int g_up;
-
-static void cluster_down(void)
-{
-    if (!g_up)
-        return;
-    g_up = 0;
-    char cmd[1024], *out = NULL;
-    snprintf(cmd, sizeof cmd,
-             "STREAMBATCH_CLUSTER_DIR=%s timeout -k 5 60 %s/tests/k8s/cluster.sh down 2>&1",
-             g_state, sb_test_root());
-    int rc = sb_test_run(cmd, &out);
-    if (rc != 0)
-        fprintf(stderr, "test_k8s_cluster: cluster.sh down failed (%d):\n%s\n", rc, out);
-    free(out);
-}
+#include "../helpers/kube_cluster.h"
 
 ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
     (void)set;
-    snprintf(g_state, sizeof g_state, "/tmp/sb-k8s-test.%d", (int)getpid());
-    setenv("SB_K8S_TEST_STATE", g_state, 1);
-    char cmd[2048], *out = NULL;
-    /* The binaries must be built (make k8s-build); cluster.sh would otherwise fail late. */
-    snprintf(cmd, sizeof cmd,
-             "d=$(%s/tests/k8s/build.sh --print-bin-dir) && test -x \"$d/kube-apiserver\" && test "
-             "-x \"$d/etcd\" && test -x \"$d/kubectl\" && echo \"$d\"",
-             sb_test_root());
-    int rc = sb_test_run(cmd, &out);
-    if (rc != 0) {
-        setenv("SB_K8S_TEST_ERROR",
-               "Kubernetes test binaries are not built: run `make k8s-build` first (see "
-               "docs/testing.md)",
-               1);
-        free(out);
-        return;
-    }
-    free(out);
-    const char *lim = getenv("SB_K8S_TEST_UP_TIMEOUT");
-    time_t t0 = time(NULL);
-    g_up = 1; /* from here on, always try to stop it */
-    atexit(cluster_down);
-    snprintf(cmd, sizeof cmd,
-             "STREAMBATCH_CLUSTER_DIR=%s timeout -k 5 %s %s/tests/k8s/cluster.sh up 2>&1", g_state,
-             lim != NULL ? lim : "150", sb_test_root());
-    rc = sb_test_run(cmd, &out);
-    if (rc != 0) {
-        /* One more try after a clean stop (a start can fail for a passing reason, e.g. a port
-         * taken between pick and bind); the first failure is still printed. */
-        fprintf(stderr, "test_k8s_cluster: cluster.sh up failed (exit %d), retrying once:\n%s\n",
-                rc, out);
-        free(out);
-        char down[1024], *dout = NULL;
-        snprintf(down, sizeof down,
-                 "STREAMBATCH_CLUSTER_DIR=%s timeout -k 5 60 %s/tests/k8s/cluster.sh down 2>&1",
-                 g_state, sb_test_root());
-        sb_test_run(down, &dout);
-        free(dout);
-        rc = sb_test_run(cmd, &out);
-    }
-    if (rc != 0) {
-        static char msg[4096];
-        size_t n = strlen(out);
-        snprintf(msg, sizeof msg, "cluster.sh up failed (exit %d); last output:\n%s", rc,
-                 out + (n > 3000 ? n - 3000 : 0));
-        setenv("SB_K8S_TEST_ERROR", msg, 1);
-    } else {
-        fprintf(stderr, "test_k8s_cluster: cluster up in %lds (%s)\n", (long)(time(NULL) - t0),
-                g_state);
-    }
-    free(out);
+    sb_kc_up("k8s-test", NULL);
 }
 
 ReportHook(POST_ALL)(struct criterion_global_stats *stats)
 {
     (void)stats;
-    cluster_down();
+    sb_kc_down();
 }
 
 /* ---- per-test helpers ---- */
@@ -112,10 +45,10 @@ static sb_k8s_client *g_c;
 
 static void setup(void)
 {
-    const char *e = getenv("SB_K8S_TEST_ERROR");
+    const char *e = getenv("SB_KC_ERROR");
     if (e != NULL)
         cr_assert_fail("no test cluster: %s", e);
-    const char *st = getenv("SB_K8S_TEST_STATE");
+    const char *st = getenv("SB_KC_STATE");
     cr_assert_not_null(st, "the PRE_ALL hook did not run");
     char kc[512];
     snprintf(kc, sizeof kc, "%s/kubeconfig", st);
@@ -148,7 +81,7 @@ static int kubectl(const char *args, char **out)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "KUBECONFIG=%s/kubeconfig timeout 60 %s/bin/kubectl %s 2>&1",
-             getenv("SB_K8S_TEST_STATE"), getenv("SB_K8S_TEST_STATE"), args);
+             getenv("SB_KC_STATE"), getenv("SB_KC_STATE"), args);
     return sb_test_run(cmd, out);
 }
 
@@ -324,7 +257,7 @@ Test(k8s_cluster, crd_then_pipeline_status_subresource)
         "apply --server-side --field-manager=sb-test -f %s/api/crd/pipelines.streambatch.dev.yaml"
         " && %s/bin/kubectl --kubeconfig %s/kubeconfig wait --for=condition=Established "
         "crd/pipelines.streambatch.dev --timeout=30s",
-        sb_test_root(), getenv("SB_K8S_TEST_STATE"), getenv("SB_K8S_TEST_STATE"));
+        sb_test_root(), getenv("SB_KC_STATE"), getenv("SB_KC_STATE"));
     int rc = kubectl(args, &out);
     cr_assert_eq(rc, 0, "applying the CRD failed: %s", out);
     free(out);
@@ -501,7 +434,7 @@ Test(k8s_cluster, informer_relists_after_410_gone)
              "'import json,sys; print(json.load(sys.stdin)[\"header\"][\"revision\"])'); "
              "curl -fsS -X POST $url/v3/kv/compaction -d \"{\\\"revision\\\":\\\"$rev\\\","
              "\\\"physical\\\":true}\"; echo; echo compacted to $rev",
-             getenv("SB_K8S_TEST_STATE"));
+             getenv("SB_KC_STATE"));
     int rc = sb_test_run(cmd, &out);
     cr_assert_eq(rc, 0, "etcd compaction failed: %s", out);
     free(out);
@@ -534,7 +467,7 @@ Test(k8s_cluster, informer_relists_after_410_gone)
  * ca.crt and namespace in $SB_SERVICEACCOUNT_DIR, KUBERNETES_SERVICE_HOST/PORT. */
 Test(k8s_cluster, in_cluster_config_with_serviceaccount_token)
 {
-    const char *state = getenv("SB_K8S_TEST_STATE");
+    const char *state = getenv("SB_KC_STATE");
     char args[1024], *out = NULL;
     snprintf(args, sizeof args, "create serviceaccount sb-incluster");
     int rc = kubectl(args, &out);

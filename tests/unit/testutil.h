@@ -5,6 +5,7 @@
 #define SB_TESTUTIL_H
 
 #include <stdio.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -77,6 +78,24 @@ static inline int sb_test_run(const char *cmd, char **out)
     if (WIFEXITED(st))
         return WEXITSTATUS(st);
     return 128 + WTERMSIG(st);
+}
+
+/* Runs a printf-formatted shell command; returns its output (stdout and whatever the command
+ * redirects) without trailing newlines, malloc'd (caller frees). The exit status is ignored. */
+static inline char *sb_test_sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline char *sb_test_sh_out(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    sb_test_run(cmd, &out);
+    size_t n = strlen(out);
+    while (n > 0 && out[n - 1] == '\n')
+        out[--n] = '\0';
+    return out;
 }
 
 static inline int sb_test_has_line(const char *out, const char *line)
