@@ -1,5 +1,5 @@
 /* streambatch-controller — the Kubernetes operator: watches Pipeline resources and runs them
- * with worker pods (controller/operator.h). Flags can also come from the environment (for the
+ * with worker pods (controller/operator/operator.h). Flags can also come from the environment (for the
  * Deployment). Exit codes: 0 orderly stop (SIGTERM/SIGINT; the leader lease is released),
  * 1 failure or lost leader lease, 2 usage error. */
 #include <getopt.h>
@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "controller/operator.h"
+#include "controller/operator/operator.h"
 #include "core/log.h"
 #include "spec/quantity.h"
 #include "version.h"

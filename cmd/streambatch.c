@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller/run.h"
+#include "controller/engine/run.h"
 #include "core/log.h"
 #include "spec/validate.h"
 #include "version.h"

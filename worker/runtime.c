@@ -18,9 +18,9 @@
 #include "spec/pipeline.h"
 #include "worker/data/fetch.h"
 #include "worker/data/server.h"
-#include "worker/io/reader.h"
-#include "worker/io/sink.h"
-#include "worker/io/split.h"
+#include "io/reader.h"
+#include "io/sink.h"
+#include "io/split.h"
 #include "worker/ops/ops.h"
 #include "worker/store/store.h"
 

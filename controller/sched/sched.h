@@ -54,7 +54,7 @@
 typedef struct sb_sched sb_sched;
 
 typedef struct sb_sched_split {
-    const char *split; /* opaque to the scheduler (worker/io encodes it) */
+    const char *split; /* opaque to the scheduler (lib/io encodes it) */
     uint64_t bytes;
 } sb_sched_split;
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: the inputs of worker/io and worker/ops that come from outside — split
+/* libFuzzer target: the inputs of lib/io and worker/ops that come from outside — split
  * strings (they arrive over the network), jsonl records (user data) through the JSON scanner,
  * filter and project, op arguments, and files through the split reader. The low 3 bits of the
  * first byte pick the mode, the rest is a selector. Besides crashes, sanitizer reports and
@@ -20,8 +20,8 @@
 
 #include "partition/partition.h"
 #include "partition/utf8.h"
-#include "worker/io/reader.h"
-#include "worker/io/split.h"
+#include "io/reader.h"
+#include "io/split.h"
 #include "worker/ops/json.h"
 #include "worker/ops/ops.h"
 

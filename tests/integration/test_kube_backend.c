@@ -1,4 +1,4 @@
-/* The Kubernetes backend (controller/kube.h) against a real API server, scheduler and node agent:
+/* The Kubernetes backend (controller/operator/kube.h) against a real API server, scheduler and node agent:
  * the test starts its own cluster (tests/helpers/kube_cluster.h) with two nodes without GPUs
  * (sb-kb-0, sb-kb-1; sb-kb-1 labelled streambatch.dev/test=yes) and always stops it. Each test
  * creates its own Pipeline object (for the owner uid) and feeds the backend from a pod informer
@@ -25,8 +25,8 @@
 
 #include "../unit/testutil.h"
 #include "../helpers/kube_cluster.h"
-#include "controller/ctl.h"
-#include "controller/kube.h"
+#include "controller/engine/ctl.h"
+#include "controller/operator/kube.h"
 #include "doc/doc.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
@@ -34,7 +34,7 @@
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
 #include "spec/pipeline.h"
-#include "worker/io/split.h"
+#include "io/split.h"
 
 #define NODES                                                                                      \
     "name=sb-kb-0,cpu=4,memory=16Gi name=sb-kb-1,cpu=4,memory=16Gi,label:streambatch.dev/test=yes"

@@ -1,4 +1,4 @@
-/* Lease leader election (controller/leader.h) against a real API server: the test starts its
+/* Lease leader election (controller/operator/leader.h) against a real API server: the test starts its
  * own cluster (tests/helpers/kube_cluster.h) and always stops it. Short timings (lease 3000 ms,
  * renew deadline 2000 ms, retry 500 ms) keep it quick; each test uses its own Lease.
  *
@@ -18,7 +18,7 @@
 
 #include "../unit/testutil.h"
 #include "../helpers/kube_cluster.h"
-#include "controller/leader.h"
+#include "controller/operator/leader.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 

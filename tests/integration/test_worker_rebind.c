@@ -23,12 +23,12 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
-#include "controller/ctl.h"
+#include "controller/engine/ctl.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "rpc/proto.h"
 #include "spec/pipeline.h"
-#include "worker/io/split.h"
+#include "io/split.h"
 
 static int64_t now_ms(void)
 {

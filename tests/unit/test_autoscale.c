@@ -4,7 +4,7 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 
-#include "controller/autoscale.h"
+#include "controller/sched/autoscale.h"
 
 static sb_autoscale_in base(void)
 {

@@ -6,7 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "controller/ctl.h"
+#include "controller/engine/ctl.h"
 #include "doc/doc.h"
 #include "rpc/proto.h"
 #include "spec/pipeline.h"

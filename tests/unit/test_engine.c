@@ -10,10 +10,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "controller/engine.h"
+#include "controller/engine/engine.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
-#include "worker/io/split.h"
+#include "io/split.h"
 #include "testutil.h"
 
 static char g_dir[64];

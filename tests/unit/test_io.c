@@ -1,4 +1,4 @@
-/* Unit tests of worker/io: split planning (files, directories, globs, binary alignment),
+/* Unit tests of lib/io: split planning (files, directories, globs, binary alignment),
  * split encoding, and the split reader (line ownership across every boundary, CRLF, blank
  * lines, long lines, partition sizes, bad input). Each test works in its own mkdtemp()
  * directory and removes it. */
@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "partition/partition.h"
-#include "worker/io/reader.h"
-#include "worker/io/split.h"
+#include "io/reader.h"
+#include "io/split.h"
 #include "testutil.h"
 
 static char g_dir[64];

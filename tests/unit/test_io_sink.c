@@ -1,4 +1,4 @@
-/* Unit tests of worker/io/sink: part files per partition (contents, rows, bytes, CRC),
+/* Unit tests of io/sink: part files per partition (contents, rows, bytes, CRC),
  * overwrite on re-run, manifest + _SUCCESS on commit, abort and prepare cleaning up, and bad
  * input. Each test works in its own mkdtemp() directory and removes it. */
 #include <criterion/criterion.h>
@@ -15,7 +15,7 @@
 
 #include "partition/crc32c.h"
 #include "partition/partition.h"
-#include "worker/io/sink.h"
+#include "io/sink.h"
 #include "testutil.h"
 
 static char g_dir[64];

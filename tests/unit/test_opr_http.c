@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller/operator_events.h"
-#include "controller/operator_http.h"
+#include "controller/operator/operator_events.h"
+#include "controller/operator/operator_http.h"
 
 Test(opr_http, render_counters_and_histogram)
 {

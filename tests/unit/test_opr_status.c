@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller/operator_status.h"
+#include "controller/operator/operator_status.h"
 
 static const char *sget(const cJSON *o, const char *k)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller/ctl.h"
+#include "controller/engine/ctl.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
 

@@ -41,7 +41,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/* The rules on Pipelines, worker pods and Events, used cluster-wide or per namespace: exactly
-the requests the controller makes (controller/operator*.c, controller/kube.c):
+the requests the controller makes (controller/operator/*.c):
 - pipelines: list/watch (informer), get (re-read on a 409 status conflict), patch (its
   finalizer), delete (ttlSecondsAfterFinished); status: update (PUT); finalizers: update, which
   the OwnerReferencesPermissionEnforcement admission plugin requires for worker pods whose

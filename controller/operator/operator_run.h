@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "controller/operator_status.h"
+#include "controller/operator/operator_status.h"
 #include "core/err.h"
 #include "k8s/client.h"
 #include "spec/pipeline.h"

@@ -2,7 +2,7 @@
  * planning the source into the scheduler's splits, and the sink's life cycle (prepare at the
  * start, commit the finished pipeline's parts, abort on failure).
  *
- * Planning reads the source (file:// listing, see worker/io/split.h) and encodes each split as
+ * Planning reads the source (file:// listing, see io/split.h) and encodes each split as
  * the text a worker decodes; the scheduler gets one sb_sched_split per split, in plan order,
  * so a split's index is stable across controllers for an unchanged source (what resume relies
  * on). Committing names each sink part "part-<id>.<ext>" (ext by the sink format: jsonl, bin,
@@ -39,7 +39,7 @@ void sb_engine_plan_free(sb_engine_plan *pl);
  * temporary files; part files of earlier attempts stay (a resumed run keeps its parts). */
 int sb_engine_prepare(const sb_pipeline *p, sb_err *err);
 /* Writes _manifest.json + _SUCCESS for the given sink parts (removes orphans; see
- * worker/io/sink.h). 0, or -1 + err (no _SUCCESS then). */
+ * io/sink.h). 0, or -1 + err (no _SUCCESS then). */
 int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t n, sb_err *err);
 /* Removes _SUCCESS, _manifest.json and temporary files (a failed run never looks done). */
 int sb_engine_abort(const sb_pipeline *p, sb_err *err);

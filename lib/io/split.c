@@ -1,5 +1,5 @@
 /* split.c — planning, encoding and decoding of source splits (see split.h). */
-#include "worker/io/split.h"
+#include "io/split.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "worker/io/common.h"
+#include "io/common.h"
 
 typedef struct {
     char *path;

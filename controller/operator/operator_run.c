@@ -1,4 +1,4 @@
-#include "controller/operator_run.h"
+#include "controller/operator/operator_run.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -7,10 +7,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "controller/autoscale.h"
-#include "controller/ctl.h"
-#include "controller/engine.h"
-#include "controller/kube.h"
+#include "controller/sched/autoscale.h"
+#include "controller/engine/ctl.h"
+#include "controller/engine/engine.h"
+#include "controller/operator/kube.h"
 #include "controller/sched/ranges.h"
 #include "core/log.h"
 #include "doc/doc.h"

@@ -1,4 +1,4 @@
-#include "controller/operator_events.h"
+#include "controller/operator/operator_events.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "controller/operator_status.h"
+#include "controller/operator/operator_status.h"
 #include "core/log.h"
 
 cJSON *sb_opr_event_build(const sb_opr_event_ref *ref, const char *type, const char *reason,

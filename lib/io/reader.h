@@ -26,15 +26,15 @@
  * when it returns nonzero, which stops the read (-1 with a message). Nothing else outlives the
  * call.
  */
-#ifndef SB_WORKER_IO_READER_H
-#define SB_WORKER_IO_READER_H
+#ifndef SB_IO_READER_H
+#define SB_IO_READER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/err.h"
 #include "spec/pipeline.h"
-#include "worker/io/split.h"
+#include "io/split.h"
 
 #define SB_IO_RECORD_COLUMN "record"
 

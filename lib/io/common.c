@@ -1,5 +1,5 @@
 /* common.c — file:// URIs, supported formats, recordSize, full reads and writes. */
-#include "worker/io/common.h"
+#include "io/common.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

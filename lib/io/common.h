@@ -5,8 +5,8 @@
  * Memory: sb_io_uri_path() writes into a caller buffer; nothing here allocates memory that
  * outlives a call.
  */
-#ifndef SB_WORKER_IO_COMMON_H
-#define SB_WORKER_IO_COMMON_H
+#ifndef SB_IO_COMMON_H
+#define SB_IO_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>

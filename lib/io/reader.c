@@ -1,5 +1,5 @@
 /* reader.c — split reader for jsonl, text and binary files (see reader.h). */
-#include "worker/io/reader.h"
+#include "io/reader.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 
 #include "partition/partition.h"
 #include "partition/utf8.h"
-#include "worker/io/common.h"
+#include "io/common.h"
 
 typedef struct {
     const sb_io_split *sp;

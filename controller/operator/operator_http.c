@@ -1,4 +1,4 @@
-#include "controller/operator_http.h"
+#include "controller/operator/operator_http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>

@@ -1,4 +1,4 @@
-#include "controller/local.h"
+#include "controller/engine/local.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "controller/run.h"
+#include "controller/engine/run.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "controller/ctl.h"
-#include "controller/engine.h"
-#include "controller/local.h"
+#include "controller/engine/ctl.h"
+#include "controller/engine/engine.h"
+#include "controller/engine/local.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"

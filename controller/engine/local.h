@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "controller/backend.h"
+#include "controller/engine/backend.h"
 #include "core/err.h"
 
 typedef struct sb_local sb_local;

@@ -1,11 +1,11 @@
-#include "controller/engine.h"
+#include "controller/engine/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/io/sink.h"
-#include "worker/io/split.h"
+#include "io/sink.h"
+#include "io/split.h"
 
 int sb_engine_plan_make(const sb_pipeline *p, sb_engine_plan *out, sb_err *err)
 {

@@ -1,4 +1,4 @@
-#include "controller/ctl.h"
+#include "controller/engine/ctl.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "controller/ctl.h"
+#include "controller/engine/ctl.h"
 #include "controller/sched/sched.h"
 #include "core/err.h"
 

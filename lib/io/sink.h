@@ -35,8 +35,8 @@
  * Memory: the caller owns the spec, the blob and the info structs; nothing returned needs
  * freeing.
  */
-#ifndef SB_WORKER_IO_SINK_H
-#define SB_WORKER_IO_SINK_H
+#ifndef SB_IO_SINK_H
+#define SB_IO_SINK_H
 
 #include <stddef.h>
 #include <stdint.h>

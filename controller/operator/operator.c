@@ -1,4 +1,4 @@
-#include "controller/operator.h"
+#include "controller/operator/operator.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,11 +8,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "controller/leader.h"
-#include "controller/operator_events.h"
-#include "controller/operator_http.h"
-#include "controller/operator_run.h"
-#include "controller/operator_status.h"
+#include "controller/operator/leader.h"
+#include "controller/operator/operator_events.h"
+#include "controller/operator/operator_http.h"
+#include "controller/operator/operator_run.h"
+#include "controller/operator/operator_status.h"
 #include "core/log.h"
 #include "k8s/client.h"
 #include "k8s/config.h"

@@ -1,4 +1,4 @@
-#include "controller/autoscale.h"
+#include "controller/sched/autoscale.h"
 
 uint32_t sb_autoscale_desired(const sb_autoscale_in *in)
 {

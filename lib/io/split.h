@@ -27,8 +27,8 @@
  * the caller clears with sb_io_split_clear(); sb_io_split_encode() returns a malloc'd string
  * the caller frees with free().
  */
-#ifndef SB_WORKER_IO_SPLIT_H
-#define SB_WORKER_IO_SPLIT_H
+#ifndef SB_IO_SPLIT_H
+#define SB_IO_SPLIT_H
 
 #include <stddef.h>
 #include <stdint.h>

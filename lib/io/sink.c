@@ -1,5 +1,5 @@
 /* sink.c — local part files, manifest and _SUCCESS (see sink.h). */
-#include "worker/io/sink.h"
+#include "io/sink.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -18,8 +18,8 @@
 #include "partition/crc32c.h"
 #include "partition/partition.h"
 #include "partition/utf8.h"
-#include "worker/io/common.h"
-#include "worker/io/reader.h"
+#include "io/common.h"
+#include "io/reader.h"
 
 #define TMP_PREFIX ".sbtmp-"
 #define PART_PREFIX "part-"

@@ -1,4 +1,4 @@
-#include "controller/kube.h"
+#include "controller/operator/kube.h"
 
 #include <inttypes.h>
 #include <pthread.h>

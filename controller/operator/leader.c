@@ -1,4 +1,4 @@
-#include "controller/leader.h"
+#include "controller/operator/leader.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-#include "controller/operator_status.h"
+#include "controller/operator/operator_status.h"
 
 #include <ctype.h>
 #include <errno.h>
