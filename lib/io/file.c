@@ -1,0 +1,466 @@
+/* file.c — the file:// backend of the storage interface (see store.h): POSIX files; a write is
+ * a temporary ".sbtmp-*" file in the target directory, fsync'ed, then renamed into place. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/common.h"
+#include "io/store.h"
+
+#define TMP_PREFIX ".sbtmp-"
+
+static atomic_ulong tmp_seq;
+
+/* The path of a file URI ("/abs" or file://...), malloc'd. */
+static char *path_of(const char *uri, sb_err *err)
+{
+    return sb_io_uri_norm(uri, err);
+}
+
+/* ---- listing ---- */
+
+typedef struct {
+    sb_io_obj *v;
+    size_t n, cap;
+} objs;
+
+static int objs_add(objs *f, const char *path, uint64_t size, sb_err *err)
+{
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 16;
+        sb_io_obj *v = realloc(f->v, cap * sizeof *v);
+        if (v == NULL)
+            return sb_err_set(err, "out of memory listing files");
+        f->v = v;
+        f->cap = cap;
+    }
+    char *p = strdup(path);
+    if (p == NULL)
+        return sb_err_set(err, "out of memory listing files");
+    f->v[f->n].uri = p;
+    f->v[f->n].size = size;
+    f->n++;
+    return 0;
+}
+
+static int obj_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sb_io_obj *)a)->uri, ((const sb_io_obj *)b)->uri);
+}
+
+static int skipped_name(const char *base)
+{
+    return base[0] == '.' || base[0] == '_';
+}
+
+static int list_dir(const char *uri, const char *dir, int flags, objs *f, sb_err *err)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        if (errno == ENOENT && (flags & SB_IO_LIST_ALL))
+            return 0; /* a sink directory that does not exist yet holds nothing */
+        return sb_err_set(err, "\"%.200s\": cannot open directory %.200s: %s", uri, dir,
+                          strerror(errno));
+    }
+    size_t dlen = strlen(dir);
+    while (dlen > 1 && dir[dlen - 1] == '/')
+        dlen--;
+    int rc = 0;
+    struct dirent *de;
+    char path[PATH_MAX];
+    errno = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (!(flags & SB_IO_LIST_ALL) && skipped_name(de->d_name))
+            continue;
+        if ((size_t)snprintf(path, sizeof path, "%.*s/%s", (int)dlen, dir, de->d_name) >=
+            sizeof path) {
+            rc = sb_err_set(err, "\"%.200s\": path too long in %.200s", uri, dir);
+            break;
+        }
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            if (errno == ENOENT) /* a dangling link, or removed meanwhile */
+                continue;
+            rc = sb_err_set(err, "\"%.200s\": cannot stat %.200s: %s", uri, path, strerror(errno));
+            break;
+        }
+        if (!S_ISREG(st.st_mode))
+            continue;
+        if ((rc = objs_add(f, path, (uint64_t)st.st_size, err)) != 0)
+            break;
+        errno = 0;
+    }
+    if (rc == 0 && errno != 0)
+        rc = sb_err_set(err, "\"%.200s\": reading directory %.200s: %s", uri, dir, strerror(errno));
+    closedir(d);
+    if (rc == 0 && f->n == 0 && !(flags & SB_IO_LIST_ALL))
+        rc = sb_err_set(err,
+                        "\"%.200s\": directory %.200s has no input files (names starting with "
+                        "'.' or '_' are skipped)",
+                        uri, dir);
+    return rc;
+}
+
+static int glob_errfn(const char *epath, int eerrno)
+{
+    (void)epath;
+    (void)eerrno;
+    return 0; /* unreadable directories are skipped, like a shell does */
+}
+
+static int list_glob(const char *uri, const char *pattern, objs *f, sb_err *err)
+{
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int grc = glob(pattern, GLOB_NOSORT, glob_errfn, &g);
+    if (grc == GLOB_NOMATCH) {
+        globfree(&g);
+        return sb_err_set(err, "\"%.200s\": no files match %.200s", uri, pattern);
+    }
+    if (grc != 0) {
+        globfree(&g);
+        return sb_err_set(err, "\"%.200s\": glob failed (%s)", uri,
+                          grc == GLOB_NOSPACE ? "out of memory" : "read error");
+    }
+    char pfirst = sb_io_uri_base(pattern)[0];
+    int rc = 0;
+    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
+        const char *p = g.gl_pathv[i];
+        const char *b = sb_io_uri_base(p);
+        if (skipped_name(b) && b[0] != pfirst)
+            continue;
+        struct stat st;
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        rc = objs_add(f, p, (uint64_t)st.st_size, err);
+    }
+    globfree(&g);
+    if (rc == 0 && f->n == 0)
+        rc = sb_err_set(err, "\"%.200s\": no regular files match %.200s", uri, pattern);
+    return rc;
+}
+
+static int f_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err *err)
+{
+    char *path = path_of(uri, err);
+    if (path == NULL)
+        return -1;
+    objs f = {0};
+    struct stat st;
+    int rc = 0;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            rc = list_dir(uri, path, flags, &f, err);
+        else if (S_ISREG(st.st_mode) && !(flags & SB_IO_LIST_DIR))
+            rc = objs_add(&f, path, (uint64_t)st.st_size, err);
+        else
+            rc = sb_err_set(err, "\"%.200s\": %.200s is not a %s", uri, path,
+                            (flags & SB_IO_LIST_DIR) ? "directory"
+                                                     : "regular file or a directory");
+    } else if (errno == ENOENT && (flags & SB_IO_LIST_DIR)) {
+        rc = 0; /* a directory that does not exist yet holds nothing */
+    } else if (errno == ENOENT && strpbrk(path, "*?[") != NULL) {
+        rc = list_glob(uri, path, &f, err);
+    } else {
+        rc = sb_err_set(err, "\"%.200s\": %.200s: %s", uri, path, strerror(errno));
+    }
+    free(path);
+    if (rc != 0) {
+        sb_io_objs_free(f.v, f.n);
+        return -1;
+    }
+    if (f.n > 1)
+        qsort(f.v, f.n, sizeof *f.v, obj_cmp);
+    *out = f.v;
+    *n = f.n;
+    return 0;
+}
+
+static int f_stat(const char *uri, uint64_t *size, int *exists, sb_err *err)
+{
+    char *path = path_of(uri, err);
+    if (path == NULL)
+        return -1;
+    struct stat st;
+    int rc = 0;
+    if (stat(path, &st) == 0) {
+        if (S_ISREG(st.st_mode)) {
+            *exists = 1;
+            *size = (uint64_t)st.st_size;
+        } else {
+            rc = sb_err_set(err, "%.300s is not a regular file", path);
+        }
+    } else if (errno != ENOENT) {
+        rc = sb_err_set(err, "%.300s: %s", path, strerror(errno));
+    }
+    free(path);
+    return rc;
+}
+
+/* ---- reading ---- */
+
+typedef struct {
+    sb_io_rd base;
+    int fd;
+    uint64_t pos, end;
+    char *path;
+} frd;
+
+static int f_read_open(const char *uri, uint64_t off, uint64_t end, sb_io_rd **out, sb_err *err)
+{
+    char *path = path_of(uri, err);
+    if (path == NULL)
+        return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        sb_err_set(err, "cannot open %.300s: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        sb_err_set(err, "%.300s is not a regular file", path);
+        close(fd);
+        free(path);
+        return -1;
+    }
+    frd *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        close(fd);
+        free(path);
+        return sb_err_set(err, "out of memory");
+    }
+    r->base.be = &sb_io_backend_file;
+    r->fd = fd;
+    r->pos = off;
+    r->end = end;
+    r->path = path;
+    *out = &r->base;
+    return 0;
+}
+
+static ssize_t f_read(sb_io_rd *rr, void *buf, size_t n, sb_err *err)
+{
+    frd *r = (frd *)rr;
+    if (r->pos >= r->end || n == 0)
+        return 0;
+    if (n > r->end - r->pos)
+        n = (size_t)(r->end - r->pos);
+    ssize_t got = sb_io_pread_full(r->fd, buf, n, r->pos);
+    if (got < 0)
+        return sb_err_set(err, "reading %.300s at byte offset %llu: %s", r->path,
+                          (unsigned long long)r->pos, strerror(errno));
+    if ((size_t)got < n)
+        return sb_err_set(err,
+                          "reading %.300s: file ends at byte offset %llu, planned size %llu (it "
+                          "changed since planning)",
+                          r->path, (unsigned long long)(r->pos + (uint64_t)got),
+                          (unsigned long long)r->end);
+    r->pos += (uint64_t)got;
+    return got;
+}
+
+static void f_read_close(sb_io_rd *rr)
+{
+    frd *r = (frd *)rr;
+    close(r->fd);
+    free(r->path);
+    free(r);
+}
+
+/* ---- writing ---- */
+
+static int mkdir_p(const char *dir, sb_err *err)
+{
+    char p[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof p)
+        return sb_err_set(err, "directory path too long");
+    memcpy(p, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != '\0')
+            continue;
+        char c = p[i];
+        p[i] = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return sb_err_set(err, "cannot create directory %.300s: %s", p, strerror(errno));
+        p[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return sb_err_set(err, "%.300s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return sb_err_set(err, "%.300s exists and is not a directory", dir);
+    return 0;
+}
+
+static int fsync_dir(const char *dir, sb_err *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return sb_err_set(err, "cannot open directory %.300s: %s", dir, strerror(errno));
+    int rc = 0;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        rc = sb_err_set(err, "fsync of directory %.300s: %s", dir, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+typedef struct {
+    sb_io_wr base;
+    int fd;
+    char *dir, *final, *tmp;
+} fwr;
+
+static void fwr_free(fwr *w)
+{
+    free(w->dir);
+    free(w->final);
+    free(w->tmp);
+    free(w);
+}
+
+static int f_write_open(const char *uri, sb_io_wr **out, sb_err *err)
+{
+    char *path = path_of(uri, err);
+    if (path == NULL)
+        return -1;
+    fwr *w = calloc(1, sizeof *w);
+    char *slash = strrchr(path, '/');
+    if (w == NULL || slash == NULL || slash[1] == '\0') {
+        free(w);
+        int rc = sb_err_set(err, "%.300s: %s", path,
+                            w == NULL ? "out of memory" : "not a file path");
+        free(path);
+        return rc;
+    }
+    w->base.be = &sb_io_backend_file;
+    w->fd = -1;
+    w->final = path;
+    w->dir = slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+    unsigned long seq = atomic_fetch_add(&tmp_seq, 1);
+    if (w->dir == NULL ||
+        asprintf(&w->tmp, "%s/" TMP_PREFIX "%ld-%lu-%s", w->dir, (long)getpid(), seq,
+                 slash + 1) < 0) {
+        w->tmp = NULL;
+        fwr_free(w);
+        return sb_err_set(err, "out of memory");
+    }
+    if (mkdir_p(w->dir, err) != 0) {
+        fwr_free(w);
+        return -1;
+    }
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        sb_err_set(err, "cannot create %.300s: %s", w->tmp, strerror(errno));
+        fwr_free(w);
+        return -1;
+    }
+    *out = &w->base;
+    return 0;
+}
+
+static int f_write(sb_io_wr *ww, const void *buf, size_t n, sb_err *err)
+{
+    fwr *w = (fwr *)ww;
+    if (sb_io_write_all(w->fd, buf, n) != 0)
+        return sb_err_set(err, "writing %.300s: %s", w->tmp, strerror(errno));
+    return 0;
+}
+
+static void f_write_abort(sb_io_wr *ww)
+{
+    fwr *w = (fwr *)ww;
+    if (w->fd >= 0)
+        close(w->fd);
+    unlink(w->tmp);
+    fwr_free(w);
+}
+
+static int f_write_commit(sb_io_wr *ww, sb_err *err)
+{
+    fwr *w = (fwr *)ww;
+    int rc = 0;
+    if (fsync(w->fd) != 0)
+        rc = sb_err_set(err, "fsync of %.300s: %s", w->tmp, strerror(errno));
+    if (close(w->fd) != 0 && rc == 0)
+        rc = sb_err_set(err, "closing %.300s: %s", w->tmp, strerror(errno));
+    w->fd = -1;
+    if (rc == 0 && rename(w->tmp, w->final) != 0)
+        rc = sb_err_set(err, "renaming %.300s to %.300s: %s", w->tmp, w->final, strerror(errno));
+    if (rc != 0) {
+        f_write_abort(ww);
+        return -1;
+    }
+    rc = fsync_dir(w->dir, err);
+    fwr_free(w);
+    return rc;
+}
+
+static int f_del(const char *uri, sb_err *err)
+{
+    char *path = path_of(uri, err);
+    if (path == NULL)
+        return -1;
+    int rc = 0;
+    if (unlink(path) != 0 && errno != ENOENT)
+        rc = sb_err_set(err, "cannot remove %.300s: %s", path, strerror(errno));
+    free(path);
+    return rc;
+}
+
+static int f_cleanup(const char *dir_uri, sb_err *err)
+{
+    char *dir = path_of(dir_uri, err);
+    if (dir == NULL)
+        return -1;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        int rc = errno == ENOENT ? 0
+                                 : sb_err_set(err, "cannot open directory %.300s: %s", dir,
+                                              strerror(errno));
+        free(dir);
+        return rc;
+    }
+    int rc = 0;
+    struct dirent *de;
+    char path[PATH_MAX];
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
+            continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
+            continue;
+        if (unlink(path) != 0 && errno != ENOENT && rc == 0)
+            rc = sb_err_set(err, "cannot remove %.300s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (rc == 0)
+        rc = fsync_dir(dir, err);
+    free(dir);
+    return rc;
+}
+
+const sb_io_backend sb_io_backend_file = {
+    .name = "file",
+    .list = f_list,
+    .stat = f_stat,
+    .read_open = f_read_open,
+    .read = f_read,
+    .read_close = f_read_close,
+    .write_open = f_write_open,
+    .write = f_write,
+    .write_commit = f_write_commit,
+    .write_abort = f_write_abort,
+    .del = f_del,
+    .cleanup = f_cleanup,
+};

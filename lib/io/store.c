@@ -1,0 +1,202 @@
+/* store.c — URI helpers and dispatch of the storage interface to its backends (see store.h). */
+#include "io/store.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int has_prefix(const char *s, const char *p)
+{
+    return strncmp(s, p, strlen(p)) == 0;
+}
+
+const sb_io_backend *sb_io_backend_of(const char *uri, int write, sb_err *err)
+{
+    if (uri == NULL || uri[0] == '\0') {
+        sb_err_set(err, "no uri given");
+        return NULL;
+    }
+    if (uri[0] == '/' || has_prefix(uri, "file://"))
+        return &sb_io_backend_file;
+    if (has_prefix(uri, "s3://"))
+        return &sb_io_backend_s3;
+    if (has_prefix(uri, "http://") || has_prefix(uri, "https://")) {
+        if (write) {
+            sb_err_set(err, "\"%.200s\": http(s):// is read only (a sink needs file:// or s3://)",
+                       uri);
+            return NULL;
+        }
+        return &sb_io_backend_http;
+    }
+    const char *sep = strstr(uri, "://");
+    if (sep == NULL)
+        sb_err_set(err, "\"%.200s\": no scheme (expected file://, s3:// or http(s)://)", uri);
+    else
+        sb_err_set(err, "\"%.200s\": unsupported scheme \"%.*s\" (file://, s3:// and http(s):// are)",
+                   uri, (int)(sep - uri) > 32 ? 32 : (int)(sep - uri), uri);
+    return NULL;
+}
+
+char *sb_io_uri_norm(const char *uri, sb_err *err)
+{
+    if (uri == NULL || uri[0] == '\0') {
+        sb_err_set(err, "no uri given");
+        return NULL;
+    }
+    char *out = NULL;
+    if (has_prefix(uri, "file://")) {
+        const char *path = uri + 7;
+        if (path[0] == '\0') {
+            sb_err_set(err, "\"%.200s\": empty path", uri);
+            return NULL;
+        }
+        if (path[0] == '/') {
+            out = strdup(path);
+        } else {
+            char cwd[PATH_MAX];
+            if (getcwd(cwd, sizeof cwd) == NULL) {
+                sb_err_set(err, "\"%.200s\": relative path, and the current directory is unknown: %s",
+                           uri, strerror(errno));
+                return NULL;
+            }
+            size_t clen = strlen(cwd);
+            if (asprintf(&out, "%s%s%s", cwd, clen > 0 && cwd[clen - 1] == '/' ? "" : "/", path) < 0)
+                out = NULL;
+        }
+        if (out != NULL && strlen(out) >= PATH_MAX) {
+            free(out);
+            sb_err_set(err, "\"%.200s\": path is too long", uri);
+            return NULL;
+        }
+    } else {
+        out = strdup(uri);
+    }
+    if (out == NULL)
+        sb_err_set(err, "\"%.200s\": out of memory", uri);
+    return out;
+}
+
+char *sb_io_uri_join(const char *dir, const char *name)
+{
+    size_t dl = strlen(dir);
+    int slash = dl > 0 && dir[dl - 1] == '/';
+    char *out;
+    if (asprintf(&out, "%s%s%s", dir, slash ? "" : "/", name) < 0)
+        return NULL;
+    return out;
+}
+
+const char *sb_io_uri_base(const char *uri)
+{
+    const char *s = strrchr(uri, '/');
+    return s != NULL ? s + 1 : uri;
+}
+
+int sb_io_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    const sb_io_backend *be = sb_io_backend_of(uri, 0, err);
+    return be == NULL ? -1 : be->list(uri, flags, out, n, err);
+}
+
+void sb_io_objs_free(sb_io_obj *o, size_t n)
+{
+    if (o == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(o[i].uri);
+    free(o);
+}
+
+int sb_io_stat(const char *uri, uint64_t *size, int *exists, sb_err *err)
+{
+    *size = 0;
+    *exists = 0;
+    const sb_io_backend *be = sb_io_backend_of(uri, 0, err);
+    return be == NULL ? -1 : be->stat(uri, size, exists, err);
+}
+
+int sb_io_read_open(const char *uri, uint64_t off, uint64_t end, sb_io_rd **out, sb_err *err)
+{
+    *out = NULL;
+    if (off > end)
+        return sb_err_set(err, "\"%.200s\": read range starts after its end", uri);
+    const sb_io_backend *be = sb_io_backend_of(uri, 0, err);
+    return be == NULL ? -1 : be->read_open(uri, off, end, out, err);
+}
+
+ssize_t sb_io_read(sb_io_rd *r, void *buf, size_t n, sb_err *err)
+{
+    return r->be->read(r, buf, n, err);
+}
+
+ssize_t sb_io_read_full(sb_io_rd *r, void *buf, size_t n, sb_err *err)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = r->be->read(r, (char *)buf + got, n - got, err);
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
+void sb_io_read_close(sb_io_rd *r)
+{
+    if (r != NULL)
+        r->be->read_close(r);
+}
+
+int sb_io_write_open(const char *uri, sb_io_wr **out, sb_err *err)
+{
+    *out = NULL;
+    const sb_io_backend *be = sb_io_backend_of(uri, 1, err);
+    return be == NULL ? -1 : be->write_open(uri, out, err);
+}
+
+int sb_io_write(sb_io_wr *w, const void *buf, size_t n, sb_err *err)
+{
+    return n == 0 ? 0 : w->be->write(w, buf, n, err);
+}
+
+int sb_io_write_commit(sb_io_wr *w, sb_err *err)
+{
+    return w->be->write_commit(w, err);
+}
+
+void sb_io_write_abort(sb_io_wr *w)
+{
+    if (w != NULL)
+        w->be->write_abort(w);
+}
+
+int sb_io_put(const char *uri, const void *buf, size_t n, sb_err *err)
+{
+    sb_io_wr *w;
+    if (sb_io_write_open(uri, &w, err) != 0)
+        return -1;
+    if (sb_io_write(w, buf, n, err) != 0) {
+        sb_io_write_abort(w);
+        return -1;
+    }
+    return sb_io_write_commit(w, err);
+}
+
+int sb_io_del(const char *uri, sb_err *err)
+{
+    const sb_io_backend *be = sb_io_backend_of(uri, 1, err);
+    return be == NULL ? -1 : be->del(uri, err);
+}
+
+int sb_io_cleanup(const char *dir_uri, sb_err *err)
+{
+    const sb_io_backend *be = sb_io_backend_of(dir_uri, 1, err);
+    return be == NULL ? -1 : be->cleanup(dir_uri, err);
+}

@@ -1,0 +1,127 @@
+/* store.h — the storage interface: the few operations the source planner, the split reader and
+ * the sink need, over every backend. Formats (reader.c, sink.c, csv) never see a backend; they
+ * call these functions with a URI and the scheme picks the backend:
+ *
+ *   "/abs/path" or file://...   local files (file.c)
+ *   s3://bucket/key             S3 and S3-compatible servers (s3.c; configuration from the
+ *                               standard AWS environment, see s3.h)
+ *   http://..., https://...     read only (http.c)
+ *
+ * Operations:
+ *   list        the objects a source URI names (a file, a "directory" = every object directly
+ *               under a prefix, or a glob in the last component), sorted by URI, each with its
+ *               size. Names whose last component starts with '.' or '_' are skipped unless
+ *               SB_IO_LIST_ALL (the sink uses that to find its own files).
+ *   stat        size of one object, or "absent".
+ *   read        a sequential reader of bytes [off, end) of an object, streamed (never buffered
+ *               whole). `end` is the size the planner saw: an object that is shorter now is an
+ *               error ("changed since planning"), never a silent short read.
+ *   write       an atomic write of a whole object: nothing is visible under the final name
+ *               until commit succeeds; abort (or a crash) leaves no visible object (file: a
+ *               temporary ".sbtmp-*" name then rename; S3: one PUT, or a multipart upload
+ *               completed at commit and aborted on failure).
+ *   del         removes one object; an absent one is fine.
+ *   cleanup     removes the backend's own leftovers under a directory URI (file: .sbtmp-*
+ *               files; S3: unfinished multipart uploads), e.g. of a killed worker.
+ *
+ * Errors name the URI and wrap the backend's cause (HTTP status, S3 error code, errno).
+ * Network backends retry transient failures themselves (5xx, SlowDown, reset connections) with
+ * jittered backoff (retry.h) before reporting one.
+ *
+ * Threads: every function may be called from any thread; handles (sb_io_rd, sb_io_wr) belong
+ * to one thread at a time.
+ *
+ * Memory: sb_io_list() returns a malloc'd array the caller frees with sb_io_objs_free();
+ * handles are freed by their close/commit/abort call; everything else is borrowed.
+ */
+#ifndef SB_IO_STORE_H
+#define SB_IO_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/err.h"
+
+/* One object of a listing. */
+typedef struct sb_io_obj {
+    char *uri;     /* full URI (file: an absolute path, without "file://"); owned */
+    uint64_t size; /* bytes */
+} sb_io_obj;
+
+/* sb_io_list() flags. */
+#define SB_IO_LIST_ALL 1 /* keep names starting with '.' or '_' */
+#define SB_IO_LIST_DIR 2 /* the URI is a directory/prefix even when an object has its name */
+
+typedef struct sb_io_rd sb_io_rd;
+typedef struct sb_io_wr sb_io_wr;
+
+/* A backend: what store.c dispatches to. Every function follows the contract of the public
+ * function of the same name below. `uri` is always of this backend's scheme. */
+typedef struct sb_io_backend {
+    const char *name; /* "file", "s3", "http" */
+    int (*list)(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err *err);
+    int (*stat)(const char *uri, uint64_t *size, int *exists, sb_err *err);
+    int (*read_open)(const char *uri, uint64_t off, uint64_t end, sb_io_rd **out, sb_err *err);
+    ssize_t (*read)(sb_io_rd *r, void *buf, size_t n, sb_err *err);
+    void (*read_close)(sb_io_rd *r);
+    int (*write_open)(const char *uri, sb_io_wr **out, sb_err *err);
+    int (*write)(sb_io_wr *w, const void *buf, size_t n, sb_err *err);
+    int (*write_commit)(sb_io_wr *w, sb_err *err);
+    void (*write_abort)(sb_io_wr *w);
+    int (*del)(const char *uri, sb_err *err);
+    int (*cleanup)(const char *dir_uri, sb_err *err);
+} sb_io_backend;
+
+/* Every handle starts with its backend, so the public functions can dispatch on it. */
+struct sb_io_rd {
+    const sb_io_backend *be;
+};
+struct sb_io_wr {
+    const sb_io_backend *be;
+};
+
+/* The backend of a URI: "/..." and file:// -> file, s3:// -> s3, http(s):// -> http. NULL + err
+ * naming the URI for another scheme. `write` is nonzero when the caller will write (http has
+ * no writes: an error). */
+const sb_io_backend *sb_io_backend_of(const char *uri, int write, sb_err *err);
+
+/* The storage location of a spec URI: file:// URIs become absolute paths (relative ones are
+ * resolved against the working directory); others are copied. malloc'd, NULL + err. */
+char *sb_io_uri_norm(const char *uri, sb_err *err);
+
+/* dir + "/" + name without doubling the '/'; malloc'd, NULL on out of memory. */
+char *sb_io_uri_join(const char *dir, const char *name);
+
+/* The last path component of a URI (points into uri). */
+const char *sb_io_uri_base(const char *uri);
+
+int sb_io_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err *err);
+void sb_io_objs_free(sb_io_obj *o, size_t n);
+int sb_io_stat(const char *uri, uint64_t *size, int *exists, sb_err *err);
+
+int sb_io_read_open(const char *uri, uint64_t off, uint64_t end, sb_io_rd **out, sb_err *err);
+/* Up to n bytes; 0 only at `end`. Short counts are normal (call again). -1 + err. */
+ssize_t sb_io_read(sb_io_rd *r, void *buf, size_t n, sb_err *err);
+/* Reads exactly n bytes (fewer only at `end`): the count, or -1 + err. */
+ssize_t sb_io_read_full(sb_io_rd *r, void *buf, size_t n, sb_err *err);
+void sb_io_read_close(sb_io_rd *r);
+
+int sb_io_write_open(const char *uri, sb_io_wr **out, sb_err *err);
+int sb_io_write(sb_io_wr *w, const void *buf, size_t n, sb_err *err);
+/* Publishes the object and frees w (also on failure, after aborting). */
+int sb_io_write_commit(sb_io_wr *w, sb_err *err);
+/* Discards the object and frees w; NULL is fine. */
+void sb_io_write_abort(sb_io_wr *w);
+/* open + write + commit of a small object. */
+int sb_io_put(const char *uri, const void *buf, size_t n, sb_err *err);
+
+int sb_io_del(const char *uri, sb_err *err);
+int sb_io_cleanup(const char *dir_uri, sb_err *err);
+
+/* The backends (file.c, s3.c, http.c). */
+extern const sb_io_backend sb_io_backend_file;
+extern const sb_io_backend sb_io_backend_s3;
+extern const sb_io_backend sb_io_backend_http;
+
+#endif
