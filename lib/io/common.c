@@ -93,6 +93,30 @@ int sb_io_record_size(const char *args_json, int required, const char *what, uin
     return rc;
 }
 
+int sb_io_max_record(const char *args_json, size_t target_bytes, const char *what, size_t *out,
+                     sb_err *err)
+{
+    uint64_t lim = (uint64_t)target_bytes * 4;
+    if (lim < ((uint64_t)1 << 20))
+        lim = (uint64_t)1 << 20;
+    cJSON *root = args_json != NULL && args_json[0] != '\0' ? cJSON_Parse(args_json) : NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "maxRecordSize");
+    int rc = 0;
+    if (v != NULL && !cJSON_IsNull(v)) {
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 1 ||
+            v->valuedouble > (double)SB_IO_MAX_LINE || v->valuedouble != floor(v->valuedouble))
+            rc = sb_err_set(err, "%s: args.maxRecordSize must be an integer from 1 to %zu", what,
+                            SB_IO_MAX_LINE);
+        else
+            lim = (uint64_t)v->valuedouble;
+    }
+    cJSON_Delete(root);
+    if (lim > SB_IO_MAX_LINE)
+        lim = SB_IO_MAX_LINE;
+    *out = (size_t)lim;
+    return rc;
+}
+
 int sb_io_write_all(int fd, const void *p, size_t n)
 {
     const char *c = p;

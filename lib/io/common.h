@@ -37,6 +37,13 @@ int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err
 int sb_io_record_size(const char *args_json, int required, const char *what, uint64_t *out,
                       sb_err *err);
 
+/* The longest record the line reader accepts for a source (args.maxRecordSize when set, else
+ * 4x the target partition size but at least 1 MiB), at most SB_IO_MAX_LINE. A record
+ * larger than the budget can see must fail clearly, not grow the worker's memory unseen. */
+#define SB_IO_MAX_LINE ((size_t)1 << 30)
+int sb_io_max_record(const char *args_json, size_t target_bytes, const char *what, size_t *out,
+                     sb_err *err);
+
 /* Writes all n bytes (retrying short writes and EINTR). 0, or -1 with errno set. */
 int sb_io_write_all(int fd, const void *p, size_t n);
 

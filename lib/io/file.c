@@ -165,8 +165,7 @@ static int f_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err
             rc = objs_add(&f, path, (uint64_t)st.st_size, err);
         else
             rc = sb_err_set(err, "\"%.200s\": %.200s is not a %s", uri, path,
-                            (flags & SB_IO_LIST_DIR) ? "directory"
-                                                     : "regular file or a directory");
+                            (flags & SB_IO_LIST_DIR) ? "directory" : "regular file or a directory");
     } else if (errno == ENOENT && (flags & SB_IO_LIST_DIR)) {
         rc = 0; /* a directory that does not exist yet holds nothing */
     } else if (errno == ENOENT && strpbrk(path, "*?[") != NULL) {
@@ -198,10 +197,11 @@ static int f_stat(const char *uri, uint64_t *size, int *exists, sb_err *err)
             *exists = 1;
             *size = (uint64_t)st.st_size;
         } else {
-            rc = sb_err_set(err, "%.300s is not a regular file", path);
+            rc = sb_err_set(err, "%.300s is %s", path,
+                            S_ISDIR(st.st_mode) ? "a directory, not a file" : "not a regular file");
         }
     } else if (errno != ENOENT) {
-        rc = sb_err_set(err, "%.300s: %s", path, strerror(errno));
+        rc = sb_err_set(err, "cannot open %.300s: %s", path, strerror(errno));
     }
     free(path);
     return rc;
@@ -339,8 +339,8 @@ static int f_write_open(const char *uri, sb_io_wr **out, sb_err *err)
     char *slash = strrchr(path, '/');
     if (w == NULL || slash == NULL || slash[1] == '\0') {
         free(w);
-        int rc = sb_err_set(err, "%.300s: %s", path,
-                            w == NULL ? "out of memory" : "not a file path");
+        int rc =
+            sb_err_set(err, "%.300s: %s", path, w == NULL ? "out of memory" : "not a file path");
         free(path);
         return rc;
     }
@@ -349,9 +349,8 @@ static int f_write_open(const char *uri, sb_io_wr **out, sb_err *err)
     w->final = path;
     w->dir = slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
     unsigned long seq = atomic_fetch_add(&tmp_seq, 1);
-    if (w->dir == NULL ||
-        asprintf(&w->tmp, "%s/" TMP_PREFIX "%ld-%lu-%s", w->dir, (long)getpid(), seq,
-                 slash + 1) < 0) {
+    if (w->dir == NULL || asprintf(&w->tmp, "%s/" TMP_PREFIX "%ld-%lu-%s", w->dir, (long)getpid(),
+                                   seq, slash + 1) < 0) {
         w->tmp = NULL;
         fwr_free(w);
         return sb_err_set(err, "out of memory");
@@ -424,11 +423,13 @@ static int f_cleanup(const char *dir_uri, sb_err *err)
     char *dir = path_of(dir_uri, err);
     if (dir == NULL)
         return -1;
+    if (mkdir_p(dir, err) != 0) {
+        free(dir);
+        return -1;
+    }
     DIR *d = opendir(dir);
     if (d == NULL) {
-        int rc = errno == ENOENT ? 0
-                                 : sb_err_set(err, "cannot open directory %.300s: %s", dir,
-                                              strerror(errno));
+        int rc = sb_err_set(err, "cannot open directory %.300s: %s", dir, strerror(errno));
         free(dir);
         return rc;
     }

@@ -16,9 +16,65 @@
 #include "partition/partition.h"
 #include "partition/utf8.h"
 #include "io/common.h"
+#include "io/store.h"
+
+/* The split's bytes as one sequential stream from the storage layer. The first request covers
+ * the split itself; reading past its end (to finish the last line) continues with requests of
+ * growing size, so a remote split never downloads the rest of a large object. */
+typedef struct {
+    const char *uri;
+    sb_io_rd *h;
+    uint64_t pos;  /* next byte to read */
+    uint64_t lim;  /* end of the current request */
+    uint64_t size; /* planned object size */
+    uint64_t ext;  /* size of the next extension request */
+} src;
+
+static int src_open(src *s, uint64_t from, uint64_t to, sb_err *err)
+{
+    sb_io_read_close(s->h);
+    s->h = NULL;
+    if (to > s->size)
+        to = s->size;
+    if (sb_io_read_open(s->uri, from, to, &s->h, err) != 0)
+        return -1;
+    s->pos = from;
+    s->lim = to;
+    return 0;
+}
+
+/* Reads exactly n bytes at s->pos (n <= size - pos): the count, or -1 + err. */
+static ssize_t src_read(src *s, void *buf, size_t n, sb_err *err)
+{
+    size_t got = 0;
+    while (got < n) {
+        if (s->pos == s->lim) {
+            if (src_open(s, s->pos, s->pos + s->ext, err) != 0)
+                return -1;
+            if (s->ext < ((uint64_t)64 << 20))
+                s->ext *= 4;
+        }
+        size_t want = n - got;
+        if (want > s->lim - s->pos)
+            want = (size_t)(s->lim - s->pos);
+        ssize_t k = sb_io_read_full(s->h, (char *)buf + got, want, err);
+        if (k < 0)
+            return -1;
+        if ((size_t)k < want)
+            return sb_err_set(err,
+                              "reading %.300s: object ends at byte offset %" PRIu64
+                              ", planned size %" PRIu64 " (it changed since planning)",
+                              s->uri, s->pos + (uint64_t)k, s->size);
+        s->pos += (uint64_t)k;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
 
 typedef struct {
     const sb_io_split *sp;
+    src *in;
+    size_t max_record; /* longest record accepted (bytes) */
     sb_format fmt;
     sb_batch_builder *b;
     size_t target;
@@ -176,7 +232,7 @@ static int add_lines(rd *r, const char *seg, size_t n, uint64_t off, sb_err *err
     return 0;
 }
 
-static int read_lines(rd *r, int fd, sb_err *err)
+static int read_lines(rd *r, sb_err *err)
 {
     const sb_io_split *sp = r->sp;
     size_t cap = SB_IO_BUF_SIZE;
@@ -195,12 +251,15 @@ static int read_lines(rd *r, int fd, sb_err *err)
     bool bom_done = sp->start > 0 || r->fmt != SB_FMT_JSONL;
     for (;;) {
         if (len == cap && base + len < sp->file_size) {
-            if (cap >= SB_IO_MAX_LINE) {
-                rc = sb_err_set(err, "%.300s: byte offset %" PRIu64 ": line longer than %zu bytes",
-                                sp->path, base, (size_t)SB_IO_MAX_LINE);
+            if (cap >= r->max_record) {
+                rc = sb_err_set(err,
+                                "%.300s: byte offset %" PRIu64
+                                ": a record longer than %zu bytes (the limit is 4x "
+                                "partitionSize; set the source's args.maxRecordSize to raise it)",
+                                sp->path, base, r->max_record);
                 break;
             }
-            size_t ncap = cap * 2 > SB_IO_MAX_LINE ? SB_IO_MAX_LINE : cap * 2;
+            size_t ncap = cap * 2 > r->max_record ? r->max_record : cap * 2;
             char *nb = realloc(buf, ncap);
             if (nb == NULL) {
                 rc = sb_err_set(err, "reading %.300s: out of memory for a %zu-byte line buffer",
@@ -214,17 +273,8 @@ static int read_lines(rd *r, int fd, sb_err *err)
         uint64_t avail = sp->file_size - (base + len);
         size_t want = cap - len < avail ? cap - len : (size_t)avail;
         if (want > 0) {
-            ssize_t got = sb_io_pread_full(fd, buf + len, want, base + len);
-            if (got < 0) {
-                rc = sb_err_set(err, "reading %.300s at byte offset %" PRIu64 ": %s", sp->path,
-                                base + len, strerror(errno));
-                break;
-            }
-            if ((size_t)got < want) {
-                rc = sb_err_set(err,
-                                "reading %.300s: file ends at byte offset %" PRIu64
-                                ", planned size %" PRIu64 " (it changed since planning)",
-                                sp->path, base + len + (uint64_t)got, sp->file_size);
+            if (src_read(r->in, buf + len, want, err) < 0) {
+                rc = -1;
                 break;
             }
             len += want;
@@ -290,7 +340,7 @@ static int read_lines(rd *r, int fd, sb_err *err)
     return rc;
 }
 
-static int read_binary(rd *r, int fd, uint64_t rs, sb_err *err)
+static int read_binary(rd *r, uint64_t rs, sb_err *err)
 {
     const sb_io_split *sp = r->sp;
     if (sp->start % rs != 0 || sp->end % rs != 0 || sp->file_size % rs != 0)
@@ -309,17 +359,8 @@ static int read_binary(rd *r, int fd, uint64_t rs, sb_err *err)
     int rc = 0;
     for (uint64_t off = sp->start; off < sp->end && rc == 0;) {
         size_t want = (size_t)(sp->end - off < cap ? sp->end - off : cap);
-        ssize_t got = sb_io_pread_full(fd, buf, want, off);
-        if (got < 0) {
-            rc = sb_err_set(err, "reading %.300s at byte offset %" PRIu64 ": %s", sp->path, off,
-                            strerror(errno));
-            break;
-        }
-        if ((size_t)got < want) {
-            rc = sb_err_set(err,
-                            "reading %.300s: file ends at byte offset %" PRIu64
-                            ", planned size %" PRIu64 " (it changed since planning)",
-                            sp->path, off + (uint64_t)got, sp->file_size);
+        if (src_read(r->in, buf, want, err) < 0) {
+            rc = -1;
             break;
         }
         for (size_t i = 0; i < want; i += (size_t)rs) {
@@ -354,39 +395,40 @@ int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_j
     if (fmt == SB_FMT_BINARY && sb_io_record_size(args_json, 1, "read split", &rs, err) != 0)
         return -1;
 
-    int fd = open(split->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sb_err_set(err, "read split: cannot open %.300s: %s", split->path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return sb_err_set(err, "read split: cannot stat %.300s: %s", split->path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return sb_err_set(err, "read split: %.300s is a directory, not a file", split->path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return sb_err_set(err, "read split: %.300s is not a regular file", split->path);
-    }
-    if ((uint64_t)st.st_size != split->file_size) {
-        close(fd);
+    size_t max_record = 0;
+    if (sb_io_max_record(args_json, target_bytes, "read split", &max_record, err) != 0)
+        return -1;
+    uint64_t now = 0;
+    int exists = 0;
+    if (sb_io_stat(split->path, &now, &exists, err) != 0)
+        return sb_err_wrap(err, "read split");
+    if (!exists)
+        return sb_err_set(
+            err, "read split: cannot open %.300s: No such file (it was removed since planning)",
+            split->path);
+    if (now != split->file_size)
         return sb_err_set(err,
                           "read split: %.300s has %" PRIu64 " bytes, planned as %" PRIu64
                           " (it changed since planning)",
-                          split->path, (uint64_t)st.st_size, split->file_size);
-    }
-    (void)posix_fadvise(fd, (off_t)split->start, (off_t)(split->end - split->start),
-                        POSIX_FADV_SEQUENTIAL);
+                          split->path, now, split->file_size);
+    /* Text and jsonl start one byte early (line ownership); binary exactly at its range. */
+    uint64_t from = fmt != SB_FMT_BINARY && split->start > 0 ? split->start - 1 : split->start;
+    src in = {.uri = split->path, .size = split->file_size, .ext = (uint64_t)64 << 10};
+    if (src_open(&in, from, split->end, err) != 0)
+        return sb_err_wrap(err, "read split");
 
     sb_field f = {.name = SB_IO_RECORD_COLUMN,
                   .type = fmt == SB_FMT_BINARY ? SB_TYPE_BINARY : SB_TYPE_UTF8};
-    rd r = {.sp = split, .fmt = fmt, .target = target_bytes, .emit = emit, .ud = ud};
+    rd r = {.sp = split,
+            .in = &in,
+            .max_record = max_record,
+            .fmt = fmt,
+            .target = target_bytes,
+            .emit = emit,
+            .ud = ud};
     r.b = sb_batch_builder_new(&f, 1, err);
     if (r.b == NULL) {
-        close(fd);
+        sb_io_read_close(in.h);
         return -1;
     }
     uint64_t span = split->end - split->start;
@@ -394,10 +436,10 @@ int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_j
     int rc = sb_batch_builder_reserve(r.b, 0, fmt == SB_FMT_BINARY ? (size_t)(pre / rs) + 1 : 0,
                                       pre, err);
     if (rc == 0)
-        rc = fmt == SB_FMT_BINARY ? read_binary(&r, fd, rs, err) : read_lines(&r, fd, err);
+        rc = fmt == SB_FMT_BINARY ? read_binary(&r, rs, err) : read_lines(&r, err);
     if (rc == 0)
         rc = flush(&r, err);
     sb_batch_builder_free(r.b);
-    close(fd);
+    sb_io_read_close(in.h);
     return rc;
 }

@@ -10,6 +10,13 @@
  *   binary binary, each value exactly recordSize bytes (args_json {"recordSize": N}).
  * A line that is not valid UTF-8 is an error naming the file and the byte offset.
  *
+ * Record size: a line longer than sb_io_max_record() (args.maxRecordSize, default 4x the
+ * target partition size, at least 1 MiB) is an error naming the file and byte offset; the read
+ * buffer never grows past it, so memory the budget does not see stays bounded.
+ *
+ * Storage: the split's path is a local path or a URI of any backend (store.h); the split is read
+ * as one sequential stream, never buffered whole.
+ *
  * Line ownership (text and jsonl): a line belongs to the split that contains its first byte.
  * A split [s, e) with s > 0 skips everything up to and including the first '\n' at or after
  * byte s-1 (the tail of a line owned by an earlier split), then reads every line that starts
@@ -34,12 +41,10 @@
 
 #include "core/err.h"
 #include "spec/pipeline.h"
+#include "io/common.h"
 #include "io/split.h"
 
 #define SB_IO_RECORD_COLUMN "record"
-
-/* Longest line the reader accepts (a partition's values have int32 offsets). */
-#define SB_IO_MAX_LINE ((size_t)1 << 30)
 
 /* Receives one partition: blob[0..len) with `rows` records. Owns blob from now on. Nonzero
  * stops the read. */
@@ -49,7 +54,7 @@ typedef int (*sb_io_emit_fn)(void *blob, size_t len, uint64_t rows, void *ud);
  * and emits partitions of about target_bytes (> 0). 0 when the whole split was read; -1 + err
  * (naming the file and byte offset) for an unreadable file, a directory, a file whose size
  * changed since planning, a binary split not aligned to recordSize, invalid UTF-8, a line
- * longer than SB_IO_MAX_LINE, or a refusing callback. Partitions emitted before a failure stay
+ * longer than the record limit, or a refusing callback. Partitions emitted before a failure stay
  * emitted. */
 int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_json,
                      size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err);

@@ -20,11 +20,10 @@
 #include "partition/utf8.h"
 #include "io/common.h"
 #include "io/reader.h"
+#include "io/store.h"
+#include "rpc/proto.h"
 
-#define TMP_PREFIX ".sbtmp-"
 #define PART_PREFIX "part-"
-
-static atomic_ulong tmp_seq;
 
 static const char *ext_of(sb_format f)
 {
@@ -38,87 +37,46 @@ static const char *ext_of(sb_format f)
     }
 }
 
-/* The sink directory's path, after checking the scheme and format. */
-static int sink_dir(const sb_sink_spec *sink, char *dir, size_t cap, sb_err *err)
+/* The sink directory's storage URI (a local path for file://), after checking the scheme and
+ * format: malloc'd, NULL + err. */
+static char *sink_dir(const sb_sink_spec *sink, sb_err *err)
 {
-    if (sink == NULL)
-        return sb_err_set(err, "sink: no sink spec");
-    if (sb_io_uri_path(sink->uri, "sink", 1, dir, cap, err) != 0 ||
-        sb_io_check_format(sink->format, "sink", 1, err) != 0)
-        return -1;
+    if (sink == NULL) {
+        sb_err_set(err, "sink: no sink spec");
+        return NULL;
+    }
+    if (sink->uri == NULL || strstr(sink->uri, "://") == NULL) {
+        sb_err_set(err, "sink uri \"%.200s\": no scheme (expected file:///path or s3://)",
+                   sink->uri ? sink->uri : "");
+        return NULL;
+    }
+    if (sb_io_check_format(sink->format, "sink", 1, err) != 0 ||
+        sb_io_backend_of(sink->uri, 1, err) == NULL) {
+        sb_err_wrap(err, "sink");
+        return NULL;
+    }
+    char *dir = sb_io_uri_norm(sink->uri, err);
+    if (dir == NULL) {
+        sb_err_wrap(err, "sink");
+        return NULL;
+    }
     size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/')
+    while (n > 1 && dir[n - 1] == '/' && dir[n - 2] != '/')
         dir[--n] = '\0';
-    return 0;
+    return dir;
 }
 
-static int mkdir_p(const char *dir, sb_err *err)
+/* Writes dir/name atomically with the given content. */
+static int put_file(const char *dir, const char *name, const char *content, sb_err *err)
 {
-    char p[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n >= sizeof p)
-        return sb_err_set(err, "sink: directory path too long");
-    memcpy(p, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (p[i] != '/' && p[i] != '\0')
-            continue;
-        char c = p[i];
-        p[i] = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return sb_err_set(err, "sink: cannot create directory %.300s: %s", p, strerror(errno));
-        p[i] = c;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return sb_err_set(err, "sink: %.300s: %s", dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return sb_err_set(err, "sink: %.300s exists and is not a directory", dir);
-    return 0;
-}
-
-static int fsync_dir(const char *dir, sb_err *err)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return sb_err_set(err, "sink: cannot open directory %.300s: %s", dir, strerror(errno));
-    int rc = 0;
-    if (fsync(fd) != 0 && errno != EINVAL)
-        rc = sb_err_set(err, "sink: fsync of directory %.300s: %s", dir, strerror(errno));
-    close(fd);
+    char *uri = sb_io_uri_join(dir, name);
+    if (uri == NULL)
+        return sb_err_set(err, "sink: out of memory");
+    int rc = sb_io_put(uri, content, strlen(content), err);
+    if (rc != 0)
+        sb_err_wrap(err, "sink: writing %.300s", uri);
+    free(uri);
     return rc;
-}
-
-/* Opens a new temporary file in dir for `final` (a name); its path goes to tmp. */
-static int open_tmp(const char *dir, const char *final, char *tmp, size_t cap, sb_err *err)
-{
-    unsigned long seq = atomic_fetch_add(&tmp_seq, 1);
-    if ((size_t)snprintf(tmp, cap, "%s/" TMP_PREFIX "%ld-%lu-%s", dir, (long)getpid(), seq,
-                         final) >= cap)
-        return sb_err_set(err, "sink: path too long in %.300s", dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return sb_err_set(err, "sink: cannot create %.300s: %s", tmp, strerror(errno));
-    return fd;
-}
-
-/* fsync + close fd, rename tmp to dir/final, fsync dir. On failure tmp is removed. */
-static int publish(int fd, const char *tmp, const char *dir, const char *final, sb_err *err)
-{
-    char path[PATH_MAX];
-    int rc = 0;
-    if (fsync(fd) != 0)
-        rc = sb_err_set(err, "sink: fsync of %.300s: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == 0)
-        rc = sb_err_set(err, "sink: closing %.300s: %s", tmp, strerror(errno));
-    if (rc == 0 && (size_t)snprintf(path, sizeof path, "%s/%s", dir, final) >= sizeof path)
-        rc = sb_err_set(err, "sink: path too long in %.300s", dir);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = sb_err_set(err, "sink: renaming %.300s to %.300s: %s", tmp, final, strerror(errno));
-    if (rc != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return fsync_dir(dir, err);
 }
 
 static int valid_id(const char *id)
@@ -183,7 +141,8 @@ static size_t row_of_byte(const sb_column *c, size_t at)
 }
 
 typedef struct {
-    int fd;
+    sb_io_wr *h;
+    sb_err *err;
     char *buf;
     size_t cap, len;
     uint32_t crc;
@@ -196,7 +155,7 @@ static int wb_flush(wbuf *w)
         return 0;
     w->crc = sb_crc32c(w->crc, w->buf, w->len);
     w->bytes += w->len;
-    int rc = sb_io_write_all(w->fd, w->buf, w->len);
+    int rc = sb_io_write(w->h, w->buf, w->len, w->err);
     w->len = 0;
     return rc;
 }
@@ -208,7 +167,7 @@ static int wb_put(wbuf *w, const void *p, size_t n)
     if (n > w->cap) { /* larger than the buffer: write it through */
         w->crc = sb_crc32c(w->crc, p, n);
         w->bytes += n;
-        return sb_io_write_all(w->fd, p, n);
+        return sb_io_write(w->h, p, n, w->err);
     }
     memcpy(w->buf + w->len, p, n);
     w->len += n;
@@ -270,39 +229,50 @@ static int write_records(const sb_sink_spec *sink, const sb_column *c, wbuf *w)
 int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, const void *blob,
                           size_t len, sb_io_part_info *info, sb_err *err)
 {
-    char dir[PATH_MAX], final[SB_IO_PART_NAME_MAX], tmp[PATH_MAX];
-    if (sink_dir(sink, dir, sizeof dir, err) != 0)
-        return -1;
+    char final[SB_IO_PART_NAME_MAX];
     if (!valid_id(partition_id))
         return sb_err_set(err,
                           "sink: partition id \"%.64s\" is not 1..%d characters of "
                           "[A-Za-z0-9._-] (not starting with '.')",
                           partition_id ? partition_id : "(null)", SB_IO_PART_ID_MAX);
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
+        return -1;
     uint64_t rs = 0;
     if (sink->format == SB_FMT_BINARY &&
-        sb_io_record_size(sink->args_json, 0, "sink", &rs, err) != 0)
+        sb_io_record_size(sink->args_json, 0, "sink", &rs, err) != 0) {
+        free(dir);
         return -1;
+    }
     snprintf(final, sizeof final, PART_PREFIX "%s.%s", partition_id, ext_of(sink->format));
 
     sb_batch *b = NULL;
-    if (sb_batch_open(blob, len, &b, err) != 0)
+    if (sb_batch_open(blob, len, &b, err) != 0) {
+        free(dir);
         return sb_err_wrap(err, "sink: partition %s", partition_id);
+    }
     const sb_column *c = record_column(b, err);
     if (c == NULL || check_records(sink, c, rs, err) != 0) {
         sb_batch_close(b);
+        free(dir);
         return sb_err_wrap(err, "sink: partition %s", partition_id);
     }
-    if (mkdir_p(dir, err) != 0) {
+    char *uri = sb_io_uri_join(dir, final);
+    free(dir);
+    sb_io_wr *h = NULL;
+    if (uri == NULL) {
         sb_batch_close(b);
-        return -1;
+        return sb_err_set(err, "sink: out of memory");
     }
-    int fd = open_tmp(dir, final, tmp, sizeof tmp, err);
-    if (fd < 0) {
+    if (sb_io_write_open(uri, &h, err) != 0) {
         sb_batch_close(b);
+        sb_err_wrap(err, "sink: partition %s", partition_id);
+        free(uri);
         return -1;
     }
     size_t data = (size_t)c->offsets[c->length] + c->length;
-    wbuf w = {.fd = fd, .cap = data < SB_IO_BUF_SIZE ? (data > 0 ? data : 1) : SB_IO_BUF_SIZE};
+    wbuf w = {
+        .h = h, .err = err, .cap = data < SB_IO_BUF_SIZE ? (data > 0 ? data : 1) : SB_IO_BUF_SIZE};
     if (sink->format == SB_FMT_BINARY)
         w.cap = 1; /* binary writes the values buffer straight through */
     w.buf = malloc(w.cap);
@@ -310,17 +280,21 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
     if (w.buf == NULL)
         rc = sb_err_set(err, "sink: out of memory for the write buffer");
     else if (write_records(sink, c, &w) != 0 || wb_flush(&w) != 0)
-        rc = sb_err_set(err, "sink: writing %.300s: %s", tmp, strerror(errno));
+        rc = sb_err_wrap(err, "sink: writing %.300s", uri);
     free(w.buf);
     uint64_t rows = c->length;
     sb_batch_close(b);
     if (rc != 0) {
-        close(fd);
-        unlink(tmp);
+        sb_io_write_abort(h);
+        free(uri);
         return -1;
     }
-    if (publish(fd, tmp, dir, final, err) != 0)
+    if (sb_io_write_commit(h, err) != 0) {
+        sb_err_wrap(err, "sink: writing %.300s", uri);
+        free(uri);
         return -1;
+    }
+    free(uri);
     if (info != NULL) {
         memset(info, 0, sizeof *info);
         snprintf(info->name, sizeof info->name, "%s", final);
@@ -331,57 +305,52 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
     return 0;
 }
 
-/* Removes _SUCCESS, the manifest and temporary files from dir (missing dir: nothing to do). */
+/* Removes _SUCCESS, the manifest and the backend's leftovers (temporary files, unfinished
+ * uploads) from dir; a missing directory holds nothing. */
 static int cleanup(const char *dir, sb_err *err)
 {
-    char path[PATH_MAX];
     const char *names[] = {SB_IO_SUCCESS_NAME, SB_IO_MANIFEST_NAME};
     for (size_t i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (unlink(path) != 0 && errno != ENOENT)
-            return sb_err_set(err, "sink: cannot remove %.300s: %s", path, strerror(errno));
+        char *uri = sb_io_uri_join(dir, names[i]);
+        if (uri == NULL)
+            return sb_err_set(err, "sink: out of memory");
+        int rc = sb_io_del(uri, err);
+        free(uri);
+        if (rc != 0)
+            return sb_err_wrap(err, "sink");
     }
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        if (errno == ENOENT)
-            return 0;
-        return sb_err_set(err, "sink: cannot open directory %.300s: %s", dir, strerror(errno));
-    }
-    int rc = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
-            continue;
-        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
-            continue;
-        if (unlink(path) != 0 && errno != ENOENT && rc == 0)
-            rc = sb_err_set(err, "sink: cannot remove %.300s: %s", path, strerror(errno));
-    }
-    closedir(d);
-    return rc;
+    if (sb_io_cleanup(dir, err) != 0)
+        return sb_err_wrap(err, "sink");
+    return 0;
 }
 
 int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err)
 {
-    char dir[PATH_MAX];
-    if (sink_dir(sink, dir, sizeof dir, err) != 0 || mkdir_p(dir, err) != 0)
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
         return -1;
-    if (cleanup(dir, err) != 0)
-        return -1;
-    return fsync_dir(dir, err);
+    /* Listing first: a sink that is not a directory, a missing bucket or refused credentials
+     * fail here, before any task runs. */
+    sb_io_obj *o = NULL;
+    size_t n = 0;
+    int rc = sb_io_list(dir, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &o, &n, err);
+    sb_io_objs_free(o, n);
+    if (rc != 0)
+        sb_err_wrap(err, "sink");
+    else
+        rc = cleanup(dir, err);
+    free(dir);
+    return rc;
 }
 
 int sb_io_sink_abort(const sb_sink_spec *sink, sb_err *err)
 {
-    char dir[PATH_MAX];
-    if (sink_dir(sink, dir, sizeof dir, err) != 0)
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
         return -1;
-    if (cleanup(dir, err) != 0)
-        return -1;
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return 0;
-    return fsync_dir(dir, err);
+    int rc = cleanup(dir, err);
+    free(dir);
+    return rc;
 }
 
 static int name_cmp(const void *a, const void *b)
@@ -399,22 +368,6 @@ static int valid_part_name(const char *name, const char *ext)
         strcmp(name + n - el, ext) != 0)
         return 0;
     return strchr(name, '/') == NULL;
-}
-
-/* Writes dir/name atomically with the given content. */
-static int write_file(const char *dir, const char *name, const char *content, sb_err *err)
-{
-    char tmp[PATH_MAX];
-    int fd = open_tmp(dir, name, tmp, sizeof tmp, err);
-    if (fd < 0)
-        return -1;
-    if (sb_io_write_all(fd, content, strlen(content)) != 0) {
-        sb_err_set(err, "sink: writing %.300s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        return -1;
-    }
-    return publish(fd, tmp, dir, name, err);
 }
 
 static char *manifest_json(const sb_sink_spec *sink, const sb_io_part_info *parts,
@@ -459,28 +412,62 @@ done:
     return text;
 }
 
+/* Is `name` a part file this engine writes ("part-s<stage>-t<task>-p<seq>.<ext>")? Only those
+ * may be removed as strays: other files a user keeps in the sink directory stay untouched. */
+static int our_part_name(const char *name, const char *ext)
+{
+    if (!valid_part_name(name, ext))
+        return 0;
+    size_t n = strlen(name) - strlen(PART_PREFIX) - strlen(ext) - 1;
+    char id[SB_IO_PART_NAME_MAX];
+    memcpy(id, name + strlen(PART_PREFIX), n);
+    id[n] = '\0';
+    uint32_t stage, seq;
+    uint64_t task;
+    sb_err e;
+    return sb_rpc_partition_id_parse(id, &stage, &task, &seq, &e) == 0;
+}
+
+static int obj_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n, sb_err *err)
 {
-    char dir[PATH_MAX], path[PATH_MAX];
-    if (sink_dir(sink, dir, sizeof dir, err) != 0)
-        return -1;
     if (n > 0 && parts == NULL)
         return sb_err_set(err, "sink: commit: NULL parts");
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
+        return -1;
     const char *ext = ext_of(sink->format);
     const char **sorted = malloc((n ? n : 1) * sizeof *sorted);
     unsigned char *skip = calloc(n ? n : 1, 1);
+    sb_io_obj *objs = NULL;
+    size_t nobjs = 0;
     int rc = 0;
     char *text = NULL;
-    DIR *d = NULL;
     if (sorted == NULL || skip == NULL) {
         rc = sb_err_set(err, "sink: commit: out of memory");
         goto out;
     }
+    /* One listing gives every part's size (no request per part on S3). */
+    if (sb_io_list(dir, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &objs, &nobjs, err) != 0) {
+        rc = sb_err_wrap(err, "sink: commit");
+        goto out;
+    }
+    const char **listed = malloc((nobjs ? nobjs : 1) * sizeof *listed);
+    if (listed == NULL) {
+        rc = sb_err_set(err, "sink: commit: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nobjs; i++)
+        listed[i] = objs[i].uri; /* sorted by URI = sorted by name within one directory */
     for (size_t i = 0; i < n; i++) {
         if (!valid_part_name(parts[i].name, ext)) {
             rc = sb_err_set(err, "sink: commit: part %zu has an invalid name \"%.64s\"", i,
                             parts[i].name);
-            goto out;
+            break;
         }
         /* The same name twice: allowed only with identical info (e.g. a report repeated). */
         for (size_t j = 0; j < i && !skip[i]; j++) {
@@ -492,45 +479,47 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
                                 "sink: commit: part %.64s is listed twice with different "
                                 "contents (%" PRIu64 " and %" PRIu64 " bytes)",
                                 parts[i].name, parts[j].bytes, parts[i].bytes);
-                goto out;
+                break;
             }
             skip[i] = 1;
         }
-        snprintf(path, sizeof path, "%s/%s", dir, parts[i].name);
-        struct stat st;
-        if (stat(path, &st) != 0) {
-            rc = sb_err_set(err, "sink: commit: part file %.300s: %s", path, strerror(errno));
-            goto out;
+        if (rc != 0)
+            break;
+        char *uri = sb_io_uri_join(dir, parts[i].name);
+        if (uri == NULL) {
+            rc = sb_err_set(err, "sink: commit: out of memory");
+            break;
         }
-        if ((uint64_t)st.st_size != parts[i].bytes) {
+        const char *key = uri;
+        const char **hit =
+            nobjs > 0 ? bsearch(&key, listed, nobjs, sizeof *listed, obj_name_cmp) : NULL;
+        if (hit == NULL)
+            rc = sb_err_set(err, "sink: commit: part file %.300s: No such file or directory", uri);
+        else if (objs[hit - listed].size != parts[i].bytes)
             rc = sb_err_set(
-                err, "sink: commit: part file %.300s has %" PRIu64 " bytes, reported %" PRIu64,
-                path, (uint64_t)st.st_size, parts[i].bytes);
-            goto out;
-        }
+                err, "sink: commit: part file %.300s has %" PRIu64 " bytes, reported %" PRIu64, uri,
+                objs[hit - listed].size, parts[i].bytes);
+        free(uri);
+        if (rc != 0)
+            break;
         sorted[i] = parts[i].name;
     }
+    free(listed);
+    if (rc != 0)
+        goto out;
     if (n > 0)
         qsort(sorted, n, sizeof *sorted, name_cmp);
-    /* Part files of this format that the committed list does not name are output of attempts
-     * that no longer count: remove them so readers of the directory see no duplicates. */
-    d = opendir(dir);
-    if (d == NULL) {
-        rc =
-            sb_err_set(err, "sink: commit: cannot open directory %.300s: %s", dir, strerror(errno));
-        goto out;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        const char *nm = de->d_name;
-        if (!valid_part_name(nm, ext))
+    /* Part files this engine wrote that the committed list does not name are output of
+     * attempts that no longer count: remove them so readers of the directory see no
+     * duplicates. Files of other names (a user's own part-00000.jsonl) are left alone. */
+    for (size_t i = 0; i < nobjs; i++) {
+        const char *nm = sb_io_uri_base(objs[i].uri);
+        if (!our_part_name(nm, ext))
             continue;
         if (n > 0 && bsearch(&nm, sorted, n, sizeof *sorted, name_cmp) != NULL)
             continue;
-        snprintf(path, sizeof path, "%s/%s", dir, nm);
-        if (unlink(path) != 0 && errno != ENOENT) {
-            rc = sb_err_set(err, "sink: commit: cannot remove stray part %.300s: %s", path,
-                            strerror(errno));
+        if (sb_io_del(objs[i].uri, err) != 0) {
+            rc = sb_err_wrap(err, "sink: commit: cannot remove stray part %.300s", objs[i].uri);
             goto out;
         }
     }
@@ -539,14 +528,14 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
         rc = sb_err_set(err, "sink: commit: out of memory for the manifest");
         goto out;
     }
-    if (write_file(dir, SB_IO_MANIFEST_NAME, text, err) != 0 ||
-        write_file(dir, SB_IO_SUCCESS_NAME, "", err) != 0)
+    if (put_file(dir, SB_IO_MANIFEST_NAME, text, err) != 0 ||
+        put_file(dir, SB_IO_SUCCESS_NAME, "", err) != 0)
         rc = -1;
 out:
-    if (d != NULL)
-        closedir(d);
+    sb_io_objs_free(objs, nobjs);
     free(text);
     free(sorted);
     free(skip);
+    free(dir);
     return rc;
 }

@@ -1,162 +1,14 @@
 /* split.c — planning, encoding and decoding of source splits (see split.h). */
 #include "io/split.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <glob.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "io/common.h"
-
-typedef struct {
-    char *path;
-    uint64_t size;
-} infile;
-
-typedef struct {
-    infile *v;
-    size_t n, cap;
-} infiles;
-
-static void infiles_free(infiles *f)
-{
-    for (size_t i = 0; i < f->n; i++)
-        free(f->v[i].path);
-    free(f->v);
-    f->v = NULL;
-    f->n = f->cap = 0;
-}
-
-static int infiles_add(infiles *f, const char *path, uint64_t size, sb_err *err)
-{
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        infile *v = realloc(f->v, cap * sizeof *v);
-        if (v == NULL)
-            return sb_err_set(err, "source: out of memory listing input files");
-        f->v = v;
-        f->cap = cap;
-    }
-    char *p = strdup(path);
-    if (p == NULL)
-        return sb_err_set(err, "source: out of memory listing input files");
-    f->v[f->n].path = p;
-    f->v[f->n].size = size;
-    f->n++;
-    return 0;
-}
-
-static int infile_cmp(const void *a, const void *b)
-{
-    return strcmp(((const infile *)a)->path, ((const infile *)b)->path);
-}
-
-static int skipped_name(const char *base)
-{
-    return base[0] == '.' || base[0] == '_';
-}
-
-static const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s != NULL ? s + 1 : path;
-}
-
-static int list_dir(const char *uri, const char *dir, infiles *f, sb_err *err)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return sb_err_set(err, "source uri \"%.200s\": cannot open directory %.200s: %s", uri, dir,
-                          strerror(errno));
-    size_t dlen = strlen(dir);
-    while (dlen > 1 && dir[dlen - 1] == '/')
-        dlen--;
-    int rc = 0;
-    struct dirent *de;
-    char path[PATH_MAX];
-    errno = 0;
-    while ((de = readdir(d)) != NULL) {
-        if (skipped_name(de->d_name))
-            continue;
-        if ((size_t)snprintf(path, sizeof path, "%.*s/%s", (int)dlen, dir, de->d_name) >=
-            sizeof path) {
-            rc = sb_err_set(err, "source uri \"%.200s\": path too long in %.200s", uri, dir);
-            break;
-        }
-        struct stat st;
-        if (stat(path, &st) != 0) {
-            if (errno == ENOENT) /* a dangling link, or removed meanwhile */
-                continue;
-            rc = sb_err_set(err, "source uri \"%.200s\": cannot stat %.200s: %s", uri, path,
-                            strerror(errno));
-            break;
-        }
-        if (!S_ISREG(st.st_mode))
-            continue;
-        if ((rc = infiles_add(f, path, (uint64_t)st.st_size, err)) != 0)
-            break;
-        errno = 0;
-    }
-    if (rc == 0 && errno != 0)
-        rc = sb_err_set(err, "source uri \"%.200s\": reading directory %.200s: %s", uri, dir,
-                        strerror(errno));
-    closedir(d);
-    if (rc == 0 && f->n == 0)
-        rc = sb_err_set(err,
-                        "source uri \"%.200s\": directory %.200s has no input files (names "
-                        "starting with '.' or '_' are skipped)",
-                        uri, dir);
-    return rc;
-}
-
-static int glob_errfn(const char *epath, int eerrno)
-{
-    (void)epath;
-    (void)eerrno;
-    return 0; /* unreadable directories are skipped, like a shell does */
-}
-
-static int list_glob(const char *uri, const char *pattern, infiles *f, sb_err *err)
-{
-    glob_t g;
-    memset(&g, 0, sizeof g);
-    int grc = glob(pattern, GLOB_NOSORT, glob_errfn, &g);
-    if (grc == GLOB_NOMATCH) {
-        globfree(&g);
-        return sb_err_set(err, "source uri \"%.200s\": no files match %.200s", uri, pattern);
-    }
-    if (grc != 0) {
-        globfree(&g);
-        return sb_err_set(err, "source uri \"%.200s\": glob failed (%s)", uri,
-                          grc == GLOB_NOSPACE ? "out of memory" : "read error");
-    }
-    char pfirst = base_name(pattern)[0];
-    int rc = 0;
-    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
-        const char *p = g.gl_pathv[i];
-        const char *b = base_name(p);
-        if (skipped_name(b) && b[0] != pfirst)
-            continue;
-        struct stat st;
-        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        rc = infiles_add(f, p, (uint64_t)st.st_size, err);
-    }
-    globfree(&g);
-    if (rc == 0 && f->n == 0)
-        rc = sb_err_set(err, "source uri \"%.200s\": no regular files match %.200s", uri, pattern);
-    return rc;
-}
-
-static int has_glob_chars(const char *s)
-{
-    return strpbrk(s, "*?[") != NULL;
-}
+#include "io/store.h"
 
 /* a * b / c without overflow for a <= c (b, c < 2^63). */
 static uint64_t muldiv(uint64_t a, uint64_t b, uint64_t c)
@@ -170,9 +22,13 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
     *n = 0;
     if (src == NULL)
         return sb_err_set(err, "source: no source spec");
-    char path[PATH_MAX];
-    if (sb_io_uri_path(src->uri, "source", 0, path, sizeof path, err) != 0)
-        return -1;
+    if (src->uri == NULL || src->uri[0] == '\0')
+        return sb_err_set(err, "source: no uri given");
+    if (strstr(src->uri, "://") == NULL)
+        return sb_err_set(err,
+                          "source uri \"%.200s\": no scheme (expected file:///path, s3:// or "
+                          "http(s)://)",
+                          src->uri);
     if (sb_io_check_format(src->format, "source", 0, err) != 0)
         return -1;
     if (src->partition_size <= 0)
@@ -185,29 +41,14 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
             return -1;
     }
 
-    infiles f = {0};
-    struct stat st;
+    /* The listing is sorted by URI, so a split's index is stable for an unchanged source. */
+    struct {
+        sb_io_obj *v;
+        size_t n;
+    } f = {0};
     int rc = 0;
-    if (stat(path, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            rc = list_dir(src->uri, path, &f, err);
-        else if (S_ISREG(st.st_mode))
-            rc = infiles_add(&f, path, (uint64_t)st.st_size, err);
-        else
-            rc = sb_err_set(err,
-                            "source uri \"%.200s\": %.200s is not a regular file or a "
-                            "directory",
-                            src->uri, path);
-    } else if (errno == ENOENT && has_glob_chars(path)) {
-        rc = list_glob(src->uri, path, &f, err);
-    } else {
-        rc = sb_err_set(err, "source uri \"%.200s\": %.200s: %s", src->uri, path, strerror(errno));
-    }
-    if (rc != 0) {
-        infiles_free(&f);
-        return -1;
-    }
-    qsort(f.v, f.n, sizeof *f.v, infile_cmp);
+    if (sb_io_list(src->uri, 0, &f.v, &f.n, err) != 0)
+        return sb_err_wrap(err, "source");
 
     /* Count first, so the array is allocated once and the limit is checked before. */
     uint64_t ps = (uint64_t)src->partition_size;
@@ -218,7 +59,7 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
             rc = sb_err_set(err,
                             "source: %.300s has %" PRIu64 " bytes, not a multiple of "
                             "recordSize %" PRIu64 " (%" PRIu64 " bytes left over)",
-                            f.v[i].path, size, rs, size % rs);
+                            f.v[i].uri, size, rs, size % rs);
             break;
         }
         uint64_t k = size == 0 ? 0 : (size + ps - 1) / ps;
@@ -249,7 +90,7 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         if (k > recs)
             k = recs;
         for (uint64_t p = 0; p < k; p++) {
-            v[j].path = strdup(f.v[i].path);
+            v[j].path = strdup(f.v[i].uri);
             if (v[j].path == NULL) {
                 rc = sb_err_set(err, "source: out of memory for split paths");
                 break;
@@ -260,7 +101,7 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
             j++;
         }
     }
-    infiles_free(&f);
+    sb_io_objs_free(f.v, f.n);
     if (rc != 0) {
         sb_io_splits_free(v, j);
         return -1;
@@ -287,10 +128,26 @@ void sb_io_splits_free(sb_io_split *s, size_t n)
     free(s);
 }
 
+/* A split names an absolute local path or an object of a remote backend. */
+static int located(const char *p, size_t n)
+{
+    if (n > 0 && p[0] == '/')
+        return 1;
+    static const char *const schemes[] = {"s3://", "http://", "https://"};
+    for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++) {
+        size_t k = strlen(schemes[i]);
+        if (n > k && strncmp(p, schemes[i], k) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static int split_check(const sb_io_split *s, sb_err *err)
 {
-    if (s->path == NULL || s->path[0] != '/')
-        return sb_err_set(err, "split: path must be absolute, got \"%.200s\"",
+    if (s->path == NULL || !located(s->path, strlen(s->path)))
+        return sb_err_set(err,
+                          "split: path must be absolute or an s3:// or http(s):// URI, got "
+                          "\"%.200s\"",
                           s->path ? s->path : "(null)");
     if (strlen(s->path) >= PATH_MAX)
         return sb_err_set(err, "split: path is longer than %d bytes", PATH_MAX - 1);
@@ -376,8 +233,11 @@ int sb_io_split_decode(const char *s, size_t len, sb_io_split *out, sb_err *err)
     size_t plen = len - pos;
     if (plen == 0)
         return sb_err_set(err, "split \"%s\": byte %zu: missing path", head, pos);
-    if (s[pos] != '/')
-        return sb_err_set(err, "split \"%s\": byte %zu: path is not absolute", head, pos);
+    if (!located(s + pos, plen))
+        return sb_err_set(err,
+                          "split \"%s\": byte %zu: path is not absolute (nor an s3:// or "
+                          "http(s):// URI)",
+                          head, pos);
     if (plen >= PATH_MAX)
         return sb_err_set(err, "split: path is %zu bytes, longer than %d", plen, PATH_MAX - 1);
     if (start >= end)

@@ -1,12 +1,13 @@
 /* split.h — source splits: the units of work of a pipeline's source stage. A split is a byte
- * range [start, end) of one input file; sb_io_read_split() (reader.h) turns it into partitions.
+ * range [start, end) of one input object; sb_io_read_split() (reader.h) turns it into partitions.
  *
- * Planning (file:// only for now): the source URI names a single file, a directory (every
- * regular file in it, not recursive, sorted by name, skipping names that start with '.' or '_'
- * such as _SUCCESS and hidden files), or a glob(3) pattern (matches that are regular files,
- * sorted by path; the '.'/'_' rule applies too unless the pattern's last component itself
- * starts with that character). A relative path ("file://data/x.jsonl") is resolved against the
- * current working directory, and split paths are always absolute. Files larger than the
+ * Planning lists the source through the storage interface (store.h: file://, s3://, http(s)://;
+ * an S3 prefix behaves like a directory). For file:// the source URI names a single file, a
+ * directory (every regular file in it, not recursive, sorted by name, skipping names that start
+ * with '.' or '_' such as _SUCCESS and hidden files), or a glob(3) pattern (matches that are
+ * regular files, sorted by path; the '.'/'_' rule applies too unless the pattern's last component
+ * itself starts with that character). A relative path ("file://data/x.jsonl") is resolved against
+ * the current working directory, and split paths are always absolute. Files larger than the
  * source's partitionSize are cut into ceil(size / partitionSize) ranges of nearly equal size;
  * for the binary format every boundary is a multiple of recordSize (args.recordSize) and a file
  * whose size is not a multiple of it is an error. Empty files produce no split (no records), so
@@ -18,7 +19,7 @@
  * exactly once whatever the boundaries.
  *
  * Encoding (what travels to workers in a task): "<start>\t<end>\t<file_size>\t<path>", three
- * canonical unsigned decimals (no sign, no leading zeros) then the absolute path, which is
+ * canonical unsigned decimals (no sign, no leading zeros) then the absolute path or URI, which is
  * last so that it may contain any byte but NUL. The decoder is strict because the text
  * arrives over the network.
  *
@@ -44,7 +45,7 @@
 #define SB_IO_SPLIT_ENCODED_MAX 4200
 
 typedef struct sb_io_split {
-    char *path;         /* absolute path of the file; owned */
+    char *path;         /* absolute local path, or an s3:// / http(s):// URI; owned */
     uint64_t start;     /* first byte of the range */
     uint64_t end;       /* one past the last byte; start < end <= file_size */
     uint64_t file_size; /* size at planning time; the reader fails if the file changed size */

@@ -35,7 +35,8 @@ const sb_io_backend *sb_io_backend_of(const char *uri, int write, sb_err *err)
     if (sep == NULL)
         sb_err_set(err, "\"%.200s\": no scheme (expected file://, s3:// or http(s)://)", uri);
     else
-        sb_err_set(err, "\"%.200s\": unsupported scheme \"%.*s\" (file://, s3:// and http(s):// are)",
+        sb_err_set(err,
+                   "\"%.200s\": unsupported scheme \"%.*s\" (file://, s3:// and http(s):// are)",
                    uri, (int)(sep - uri) > 32 ? 32 : (int)(sep - uri), uri);
     return NULL;
 }
@@ -58,12 +59,14 @@ char *sb_io_uri_norm(const char *uri, sb_err *err)
         } else {
             char cwd[PATH_MAX];
             if (getcwd(cwd, sizeof cwd) == NULL) {
-                sb_err_set(err, "\"%.200s\": relative path, and the current directory is unknown: %s",
+                sb_err_set(err,
+                           "\"%.200s\": relative path, and the current directory is unknown: %s",
                            uri, strerror(errno));
                 return NULL;
             }
             size_t clen = strlen(cwd);
-            if (asprintf(&out, "%s%s%s", cwd, clen > 0 && cwd[clen - 1] == '/' ? "" : "/", path) < 0)
+            if (asprintf(&out, "%s%s%s", cwd, clen > 0 && cwd[clen - 1] == '/' ? "" : "/", path) <
+                0)
                 out = NULL;
         }
         if (out != NULL && strlen(out) >= PATH_MAX) {

@@ -21,8 +21,9 @@
  *               temporary ".sbtmp-*" name then rename; S3: one PUT, or a multipart upload
  *               completed at commit and aborted on failure).
  *   del         removes one object; an absent one is fine.
- *   cleanup     removes the backend's own leftovers under a directory URI (file: .sbtmp-*
- *               files; S3: unfinished multipart uploads), e.g. of a killed worker.
+ *   cleanup     readies a directory URI for writes: removes the backend's own leftovers
+ *               (file: .sbtmp-* files; S3: unfinished multipart uploads), e.g. of a killed
+ *               worker, and creates the directory where the backend has directories (file).
  *
  * Errors name the URI and wrap the backend's cause (HTTP status, S3 error code, errno).
  * Network backends retry transient failures themselves (5xx, SlowDown, reset connections) with

@@ -86,8 +86,13 @@ int sb_op_known(const char *name)
     return 0;
 }
 
-static const argspec fmt_args_csv[] = {
-    {"header", A_BOOL, 0, 0, NULL}, {"delimiter", A_STR, 0, 0, NULL}, {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_csv[] = {{"header", A_BOOL, 0, 0, NULL},
+                                       {"delimiter", A_STR, 0, 0, NULL},
+                                       {"maxRecordSize", A_INT, 0, 1, NULL},
+                                       {NULL, A_ANY, 0, 0, NULL}};
+/* jsonl and text sources: the longest record accepted (lib/io/reader.h). */
+static const argspec fmt_args_lines_in[] = {{"maxRecordSize", A_INT, 0, 1, NULL},
+                                            {NULL, A_ANY, 0, 0, NULL}};
 static const argspec fmt_args_binary_in[] = {{"recordSize", A_INT, 1, 1, NULL},
                                              {NULL, A_ANY, 0, 0, NULL}};
 static const argspec fmt_args_binary_out[] = {{"recordSize", A_INT, 0, 1, NULL},
@@ -100,6 +105,9 @@ static const argspec *format_args(sb_format f, int is_sink)
         return fmt_args_csv;
     case SB_FMT_BINARY:
         return is_sink ? fmt_args_binary_out : fmt_args_binary_in;
+    case SB_FMT_JSONL:
+    case SB_FMT_TEXT:
+        return is_sink ? args_none : fmt_args_lines_in;
     default:
         return args_none;
     }

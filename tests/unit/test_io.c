@@ -236,8 +236,8 @@ static size_t count_text_lines(const char *s, size_t n)
 }
 
 /* Reads the file as the tiling [0, c1) [c1, c2) ... [ck, n) and returns the records. */
-static void read_tiling(const char *path, size_t n, const size_t *cuts, size_t ncuts, sb_format fmt,
-                        size_t target, coll *got)
+static void read_tiling_args(const char *path, size_t n, const size_t *cuts, size_t ncuts,
+                             sb_format fmt, const char *args, size_t target, coll *got)
 {
     size_t prev = 0;
     for (size_t i = 0; i <= ncuts; i++) {
@@ -246,13 +246,19 @@ static void read_tiling(const char *path, size_t n, const size_t *cuts, size_t n
             continue;
         sb_err e;
         size_t parts0 = got->parts;
-        cr_assert_eq(read_range(path, prev, end, n, fmt, NULL, target, got, &e), 0, "%s", e.msg);
+        cr_assert_eq(read_range(path, prev, end, n, fmt, args, target, got, &e), 0, "%s", e.msg);
         /* every partition but the last of a split reached the target */
         for (size_t p = parts0; p + 1 < got->parts; p++)
             cr_assert_geq(got->plen[p], target, "partition %zu: %zu bytes < target %zu", p,
                           got->plen[p], target);
         prev = end;
     }
+}
+
+static void read_tiling(const char *path, size_t n, const size_t *cuts, size_t ncuts, sb_format fmt,
+                        size_t target, coll *got)
+{
+    read_tiling_args(path, n, cuts, ncuts, fmt, NULL, target, got);
 }
 
 /* ---- line ownership: every line exactly once, for every way of cutting the file -------- */
@@ -364,7 +370,9 @@ Test(io, long_lines_across_buffers)
     };
     for (size_t k = 0; k < sizeof cutsets / sizeof *cutsets; k++) {
         coll got = {0};
-        read_tiling(path, n, cutsets[k], 3, SB_FMT_TEXT, 1u << 20, &got);
+        /* a 9 MiB line is over the default limit (4x the 1 MiB target): raise it */
+        read_tiling_args(path, n, cutsets[k], 3, SB_FMT_TEXT, "{\"maxRecordSize\": 16777216}",
+                         1u << 20, &got);
         assert_same(&got, &want, "long lines");
         cr_assert_eq(got.v[1].n, big);
         /* partitions pass the 1 MiB target by less than one line */
@@ -374,6 +382,16 @@ Test(io, long_lines_across_buffers)
                       "partition %zu: %zu bytes", p, got.plen[p]);
         coll_free(&got);
     }
+    /* Without maxRecordSize the 9 MiB line is refused (4 MiB limit) with file and offset,
+     * whichever split holds its start; the read buffer never grew past the limit. */
+    coll got = {0};
+    sb_err e;
+    cr_assert_eq(read_range(path, 0, n, n, SB_FMT_TEXT, NULL, 1u << 20, &got, &e), -1);
+    cr_assert(strstr(e.msg, path) != NULL && strstr(e.msg, "byte offset 6") != NULL &&
+                  strstr(e.msg, "longer than 4194304 bytes") != NULL &&
+                  strstr(e.msg, "maxRecordSize") != NULL,
+              "%s", e.msg);
+    coll_free(&got);
     coll_free(&want);
     free(data);
 }
@@ -673,8 +691,7 @@ Test(io, planning_errors_name_the_uri)
     plan_fails(uri, SB_FMT_JSONL, uri);
     snprintf(uri, sizeof uri, "file://%s", path_in("missing.jsonl"));
     plan_fails(uri, SB_FMT_JSONL, "No such file or directory");
-    plan_fails("s3://bucket/data/", SB_FMT_JSONL, "not supported yet by the local reader");
-    plan_fails("http://example.com/x.jsonl", SB_FMT_JSONL, "not supported yet by the local reader");
+    plan_fails("gs://bucket/data/", SB_FMT_JSONL, "unsupported scheme \"gs\"");
     plan_fails("/no/scheme", SB_FMT_JSONL, "no scheme");
     plan_fails("file://", SB_FMT_JSONL, "empty path");
     write_file(path_in("x.csv"), "a,b\n", 4);

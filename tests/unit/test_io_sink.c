@@ -194,9 +194,18 @@ Test(sink, rewrite_overwrites_and_commit_drops_strays)
     write_part(&s, "s1-t7-p0", a, 2, &i1);
     write_part(&s, "s1-t9-p0", a, 1, &stray); /* an attempt the final list does not include */
     write_part(&s, "s1-t7-p0", b, 1, &i2);    /* the task re-ran */
+    /* files a user keeps in the sink directory, some named like parts: never removed */
+    const char *mine[] = {"part-00000.txt", "part-s1-t9.txt", "part-x-s1-t9-p0.txt", "notes.txt"};
+    for (size_t k = 0; k < 4; k++) {
+        FILE *uf = fopen(out_path(mine[k]), "w");
+        cr_assert_not_null(uf);
+        fputs("user data\n", uf);
+        fclose(uf);
+    }
     char ls[1024];
     listing(ls, sizeof ls);
-    cr_assert_str_eq(ls, "part-s1-t7-p0.txt,part-s1-t9-p0.txt");
+    cr_assert_str_eq(ls, "notes.txt,part-00000.txt,part-s1-t7-p0.txt,part-s1-t9-p0.txt,"
+                         "part-s1-t9.txt,part-x-s1-t9-p0.txt");
     size_t n;
     char *got = slurp(out_path("part-s1-t7-p0.txt"), &n);
     cr_assert_str_eq(got, "second try\n");
@@ -211,7 +220,8 @@ Test(sink, rewrite_overwrites_and_commit_drops_strays)
     sb_io_part_info twice[2] = {i2, i2};
     cr_assert_eq(sb_io_sink_commit(&s, twice, 2, &e), 0, "%s", e.msg);
     listing(ls, sizeof ls);
-    cr_assert_str_eq(ls, "_SUCCESS,_manifest.json,part-s1-t7-p0.txt");
+    cr_assert_str_eq(ls, "_SUCCESS,_manifest.json,notes.txt,part-00000.txt,part-s1-t7-p0.txt,"
+                         "part-s1-t9.txt,part-x-s1-t9-p0.txt");
     char *m = slurp(out_path("_manifest.json"), &n);
     cJSON *j = cJSON_Parse(m);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "parts")), 1);
@@ -322,9 +332,12 @@ Test(sink, bad_sinks)
     const char *r[] = {"x"};
     size_t len;
     void *blob = make_part(SB_TYPE_UTF8, r, 1, &len);
-    sb_sink_spec s = {.uri = "s3://bucket/out/", .format = SB_FMT_JSONL};
+    sb_sink_spec s = {.uri = "https://example.com/out/", .format = SB_FMT_JSONL};
     cr_assert_eq(sb_io_sink_write_part(&s, "s1-t0-p0", blob, len, NULL, &e), -1);
-    cr_assert(strstr(e.msg, "not supported yet by the local writer") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "read only") != NULL, "%s", e.msg);
+    s.uri = "gs://bucket/out/";
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), -1);
+    cr_assert(strstr(e.msg, "unsupported scheme \"gs\"") != NULL, "%s", e.msg);
     s = spec(SB_FMT_CSV, NULL);
     cr_assert_eq(sb_io_sink_prepare(&s, &e), -1);
     cr_assert(strstr(e.msg, "format csv is not supported yet") != NULL, "%s", e.msg);

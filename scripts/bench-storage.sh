@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Storage benchmarks (issue 10), run by `make bench` after the others; prints a markdown section.
+#   1. one 1 GiB jsonl object read from MinIO through a pipeline's source (a filter that keeps
+#      nothing, so the source's read dominates) vs `curl` downloading the same object to /dev/null
+#   2. an s3 -> s3 filter+project pipeline vs the same pipeline file -> file, same data
+# Every pair is measured back to back in this run, ROUNDS times (default 3); medians and the
+# spread are reported. MinIO runs on 127.0.0.1 from scripts/minio.sh's cache, data in a temp dir.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+bin=${SB_BIN_DIR:-$top/bin}
+rounds=${ROUNDS:-3}
+size_mib=${BENCH_S3_MIB:-1024}
+minio=$("$top/scripts/minio.sh")
+work=$(mktemp -d /tmp/sb-bench-s3.XXXXXX)
+port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+cport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+export AWS_ACCESS_KEY_ID=sbbench AWS_SECRET_ACCESS_KEY=sbbench-secret AWS_REGION=us-east-1
+export AWS_ENDPOINT_URL=http://127.0.0.1:$port
+MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY \
+  "$minio" server --quiet --address 127.0.0.1:$port --console-address 127.0.0.1:$cport \
+  "$work/minio" >"$work/minio.log" 2>&1 &
+mpid=$!
+cleanup() { kill "$mpid" 2>/dev/null; wait "$mpid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+for _ in $(seq 100); do
+  curl -fs "http://127.0.0.1:$port/minio/health/live" >/dev/null && break
+  sleep 0.1
+done
+s3curl() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$@"; }
+s3curl -X PUT "$AWS_ENDPOINT_URL/bench" >/dev/null
+
+# The data: jsonl records of ~200 bytes, size_mib MiB in one object, and the same in 16 files.
+mkdir -p "$work/in" "$work/in16"
+python3 - "$work/in/big.jsonl" "$size_mib" <<'PY'
+import sys, random
+path, mib = sys.argv[1], int(sys.argv[2])
+random.seed(7)
+langs = ["en", "de", "fr", "es"]
+with open(path, "w") as f:
+    n, target, i = 0, mib << 20, 0
+    while n < target:
+        line = '{"id":%d,"lang":"%s","score":%d,"text":"%s"}\n' % (
+            i, langs[i % 4], random.randrange(1000), "x" * random.randrange(100, 200))
+        f.write(line); n += len(line); i += 1
+PY
+split -n l/16 -d --additional-suffix=.jsonl "$work/in/big.jsonl" "$work/in16/part-"
+s3curl -T "$work/in/big.jsonl" "$AWS_ENDPOINT_URL/bench/one/big.jsonl" >/dev/null
+for f in "$work"/in16/*.jsonl; do s3curl -T "$f" "$AWS_ENDPOINT_URL/bench/in16/$(basename "$f")" >/dev/null; done
+bytes=$(stat -c %s "$work/in/big.jsonl")
+
+pipeline() { # name source sink op-yaml
+  cat >"$work/$1.yaml" <<Y
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: $1}
+spec:
+  source: {uri: "$2", format: jsonl, partitionSize: 64Mi}
+  stages:
+$4
+  sink: {uri: "$3", format: jsonl}
+  execution: {memoryBudget: 512Mi}
+Y
+}
+pipeline read "s3://bench/one/big.jsonl" "file://$work/out-read/" \
+  "  - {name: none, op: filter, args: {field: lang, op: eq, value: zz}}"
+etl="  - {name: keep, op: filter, args: {field: lang, op: eq, value: en}}
+  - {name: cut, op: project, args: {fields: [id, score]}}"
+pipeline s3etl "s3://bench/in16/" "s3://bench/out-etl/" "$etl"
+pipeline fileetl "file://$work/in16/" "file://$work/out-file/" "$etl"
+
+secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>"$work/last.err" || { cat "$work/last.err" >&2; return 1; }; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
+run() { secs "$bin/streambatch" run "$work/$1.yaml" --cpus 2; }
+declare -a curl_t read_t s3_t file_t
+for r in $(seq "$rounds"); do
+  curl_t+=("$(secs s3curl -o /dev/null "$AWS_ENDPOINT_URL/bench/one/big.jsonl")")
+  read_t+=("$(run read)")
+  s3_t+=("$(run s3etl)")
+  file_t+=("$(run fileetl)")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
+mc=$(median "${curl_t[@]}"); mr=$(median "${read_t[@]}"); ms=$(median "${s3_t[@]}"); mf=$(median "${file_t[@]}")
+gbs() { echo "$bytes / $1 / 1000000000" | bc -l | xargs printf '%.2f'; }
+cat <<MD
+
+## Storage: S3 (MinIO) and files (scripts/bench-storage.sh)
+
+$(date -u '+%Y-%m-%d %H:%M UTC'); $rounds rounds, each pair back to back; MinIO on 127.0.0.1 on the
+same 2 CPUs as the client (MinIO's own CPU counts against both sides). Data: $((bytes >> 20)) MiB of
+jsonl (~200-byte records).
+
+| Benchmark | median s (range) | GB/s | ratio |
+|---|---|---|---|
+| curl GET of the object to /dev/null | $(printf '%.2f' "$mc") ($(range "${curl_t[@]}")) | $(gbs "$mc") | 1.00 |
+| \`streambatch run\`: s3 source (ranged splits of 64 MiB) -> filter keeping nothing | $(printf '%.2f' "$mr") ($(range "${read_t[@]}")) | $(gbs "$mr") | $(echo "$mc / $mr" | bc -l | xargs printf '%.2f') of curl |
+| file -> filter -> project -> file, 16 files | $(printf '%.2f' "$mf") ($(range "${file_t[@]}")) | $(gbs "$mf") | 1.00 |
+| s3 -> filter -> project -> s3, the same 16 objects | $(printf '%.2f' "$ms") ($(range "${s3_t[@]}")) | $(gbs "$ms") | $(echo "$mf / $ms" | bc -l | xargs printf '%.2f') of file |
+
+Goal (issue 10): the pipeline's source at >= 0.9 of curl. The `streambatch run` times include
+starting the controller and workers (about 0.1-0.3 s).
+MD
