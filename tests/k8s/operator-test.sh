@@ -19,6 +19,7 @@
 #   e. a GPU stage no node can hold -> bounded Pending pods, WorkersPending; suspend -> pods gone,
 #      Suspended; resume of a suspended runnable pipeline finishes it
 #   f. a Pipeline deleted mid-run -> its pods and worker processes are gone, then the object
+#   k. s3 source and sink in MinIO, keys only in a Secret (credentialsSecret), no host path
 #   h. 100 Pipelines at once all reach a terminal phase; API requests per Pipeline (API server
 #      flow-control metrics of a FlowSchema matching only the controller's ServiceAccount) and
 #      the controller's peak memory (VmHWM)
@@ -515,6 +516,79 @@ basic_run() {
   echo "status: $(jp basic '{.status.progress} {.status.partitions}')"
 }
 opcheck "a: kubectl apply -> worker pods -> Succeeded, output = independent computation, _SUCCESS, pods gone" basic_run
+
+# =============================================================================================
+# k. S3 end to end: data only in MinIO, keys only in a Secret, no host path in the worker pods
+# =============================================================================================
+# MinIO (scripts/minio.sh's cache) on 127.0.0.1, started with SB_CLUSTER_DIR so the outer half's
+# stray-process sweep ends it whatever happens. The Pipeline names the Secret in
+# credentialsSecret; the controller never gets the keys (no permission on Secrets, see g), so it
+# cannot list the source or commit the sink itself: a Succeeded run proves workers did.
+s3c() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$S3_KEY:$S3_SECRET" "$@"; }
+s3_run() {
+  local minio port cport
+  S3_KEY=optest-key S3_SECRET=optest-secret-key
+  minio=$("$repo/scripts/minio.sh") || return 1
+  port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  cport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  SB_CLUSTER_DIR=$STATE MINIO_ROOT_USER=$S3_KEY MINIO_ROOT_PASSWORD=$S3_SECRET \
+    "$minio" server --quiet --address "127.0.0.1:$port" --console-address "127.0.0.1:$cport" \
+    "$tmp/minio" >"$tmp/minio.log" 2>&1 &
+  MINIO_PID=$!
+  local ep=http://127.0.0.1:$port
+  until_ok 30 curl -fs "$ep/minio/health/live" -o /dev/null || { echo "MinIO did not start: $(tail -3 "$tmp/minio.log")"; return 1; }
+  s3c -X PUT "$ep/optest" -o /dev/null || return 1
+  local f
+  for f in "$IN"/*.jsonl; do s3c -T "$f" "$ep/optest/in/$(basename "$f")" -o /dev/null || return 1; done
+  kubectl -n "$NS" create secret generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=$S3_KEY \
+    --from-literal=AWS_SECRET_ACCESS_KEY=$S3_SECRET --from-literal=AWS_ENDPOINT_URL=$ep \
+    --from-literal=AWS_REGION=us-east-1 || return 1
+  cat >"$tmp/s3.yaml" <<YAML
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: s3run, namespace: $NS}
+spec:
+  source: {uri: 's3://optest/in/', format: jsonl, partitionSize: 64Ki, credentialsSecret: s3-creds}
+  stages:
+$FILTER
+  sink: {uri: 's3://optest/out/', format: jsonl, credentialsSecret: s3-creds}
+YAML
+  kubectl apply -f "$tmp/s3.yaml" || return 1
+  local t0; t0=$(now)
+  s3_pods_seen() {
+    kubectl -n "$NS" get pods -l streambatch.dev/pipeline=s3run -o json >"$tmp/s3-pods.json" 2>/dev/null &&
+      python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["items"] else 1)' "$tmp/s3-pods.json"
+  }
+  until_ok 60 s3_pods_seen || { echo "no worker pod of s3run seen: $(jp s3run '{.status}')"; return 1; }
+  wait_phase s3run Succeeded 150 || return 1
+  figure "s3 pipeline (24 objects in MinIO, filter, s3 sink) apply to Succeeded: $(since "$t0") s"
+  # the worker pods seen while it ran: keys from the Secret by reference, no hostPath volume
+  python3 - "$tmp/s3-pods.json" <<'PY' || return 1
+import json, sys
+items = json.load(open(sys.argv[1]))["items"]
+assert items, "no worker pod"
+for p in items:
+    vols = p["spec"].get("volumes", [])
+    assert not any("hostPath" in v for v in vols), "hostPath volume in %s" % p["metadata"]["name"]
+    env = {e["name"]: e for c in p["spec"]["containers"] for e in c.get("env", [])}
+    ref = env.get("AWS_SECRET_ACCESS_KEY", {}).get("valueFrom", {}).get("secretKeyRef", {})
+    assert ref.get("name") == "s3-creds", "no secretKeyRef for the secret key in %s" % p["metadata"]["name"]
+print("worker pods checked: %d (no hostPath, keys by secretKeyRef)" % len(items))
+PY
+  # the output, read back from MinIO through the manifest
+  mkdir -p "$tmp/out/s3run"
+  s3c "$ep/optest/out/_SUCCESS" -o /dev/null || { echo "no _SUCCESS in s3://optest/out/"; return 1; }
+  s3c "$ep/optest/out/_manifest.json" -o "$tmp/s3-manifest.json" || return 1
+  local n
+  for n in $(python3 -c 'import json,sys;[print(p["name"]) for p in json.load(open(sys.argv[1]))["parts"]]' "$tmp/s3-manifest.json"); do
+    s3c "$ep/optest/out/$n" -o "$tmp/out/s3run/$n" || return 1
+  done
+  : >"$tmp/out/s3run/_SUCCESS"
+  check_output s3run || return 1
+  kubectl -n "$NS" delete pipeline s3run --wait=false >/dev/null
+}
+opcheck "k: s3 source and sink in MinIO, keys in a Secret (credentialsSecret), no host path in worker pods -> Succeeded, output = independent computation" s3_run
+[[ -n ${MINIO_PID:-} ]] && { kill "$MINIO_PID" 2>/dev/null; wait "$MINIO_PID" 2>/dev/null; }
 
 # =============================================================================================
 # b. A worker pod deleted mid-run
