@@ -848,12 +848,13 @@ static void volume_check(void *obj, const sb_node *node, const char *path, sb_di
     if (n == 0 && has_unknown_key(node, volume_sources, others))
         return; /* hostPath, nfs, a typo: reported as an unknown field */
     if (n != 1) {
-        sb_diags_add(
-            d, path, node->line, node->col,
-            "needs exactly one source (emptyDir, persistentVolumeClaim, configMap, secret, "
-            "projected, csi, ephemeral or downwardAPI), got %s; other volume types "
-            "(hostPath, nfs, ...) are refused: use a PersistentVolumeClaim",
-            n == 0 ? "none" : "several");
+        sb_diags_add(d, path, node->line, node->col,
+                     "needs exactly one source (emptyDir, persistentVolumeClaim, configMap, "
+                     "secret, projected, csi, ephemeral or downwardAPI), got %s%s",
+                     n == 0 ? "none" : "several",
+                     n == 0 ? " (other types such as hostPath or nfs are refused: reach such "
+                              "storage through a PersistentVolumeClaim)"
+                            : "");
         return;
     }
     /* the name of the object a configMap or secret volume projects */
