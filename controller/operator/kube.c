@@ -40,7 +40,7 @@ typedef struct kpool {
 
 struct sb_kube {
     sb_kube_config cfg;
-    char *ns, *pipeline, *uid, *controller, *image, *pipeline_id;
+    char *ns, *pipeline, *uid, *controller, *image, *pipeline_id, *secret;
     cJSON *tmpl;
     kpool pools[4];
     size_t npools;
@@ -416,20 +416,56 @@ static void copy_str(cJSON *dst, const char *key, const cJSON *tmpl)
         cJSON_AddStringToObject(dst, key, v);
 }
 
-static cJSON *pod_spec(const sb_kube *k, const kpool *kp, const char *name)
+static void add_env_secret(cJSON *env, const char *name, const char *secret, int optional)
 {
-    const cJSON *t = k->tmpl;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON *r = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "secretKeyRef");
+    cJSON_AddStringToObject(r, "name", secret);
+    cJSON_AddStringToObject(r, "key", name);
+    cJSON_AddBoolToObject(r, "optional", optional);
+    cJSON_AddItemToArray(env, e);
+}
+
+/* Appends a copy of every object item of the template's list `key` to dst. */
+static void append_items(cJSON *dst, const cJSON *tmpl, const char *key)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, jobj(tmpl, key))
+    {
+        if (cJSON_IsObject(e))
+            cJSON_AddItemToArray(dst, cJSON_Duplicate(e, 1));
+    }
+}
+
+static int nonempty_list(const cJSON *tmpl, const char *key)
+{
+    const cJSON *l = jobj(tmpl, key);
+    return cJSON_IsArray(l) && cJSON_GetArraySize(l) > 0;
+}
+
+cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, const char *name)
+{
+    if (cfg == NULL || pool == NULL || name == NULL || cfg->namespace == NULL ||
+        cfg->pipeline == NULL || cfg->controller_address == NULL || pool->pool == NULL)
+        return NULL;
+    const cJSON *t = cfg->worker_template;
+    unsigned port_no = cfg->worker_port ? cfg->worker_port : 7070;
+    const char *cpu = pool->cpu_buf[0] ? pool->cpu_buf : pool->cpu;
+    const char *mem = pool->memory_buf[0] ? pool->memory_buf : pool->memory;
     cJSON *o = cJSON_CreateObject();
+    if (o == NULL)
+        return NULL;
     cJSON_AddStringToObject(o, "apiVersion", "v1");
     cJSON_AddStringToObject(o, "kind", "Pod");
     cJSON *md = cJSON_AddObjectToObject(o, "metadata");
     cJSON_AddStringToObject(md, "name", name);
-    cJSON_AddStringToObject(md, "namespace", k->ns);
+    cJSON_AddStringToObject(md, "namespace", cfg->namespace);
     cJSON *labels = cJSON_AddObjectToObject(md, "labels");
     merge_strings(labels, jobj(t, "labels"));
     cJSON *own = cJSON_CreateObject();
-    cJSON_AddStringToObject(own, LABEL_PIPELINE, k->pipeline);
-    cJSON_AddStringToObject(own, LABEL_POOL, kp->name);
+    cJSON_AddStringToObject(own, LABEL_PIPELINE, cfg->pipeline);
+    cJSON_AddStringToObject(own, LABEL_POOL, pool->pool);
     cJSON_AddStringToObject(own, "app.kubernetes.io/name", "streambatch-worker");
     cJSON_AddStringToObject(own, "app.kubernetes.io/managed-by", "streambatch-controller");
     merge_strings(labels, own);
@@ -437,12 +473,12 @@ static cJSON *pod_spec(const sb_kube *k, const kpool *kp, const char *name)
     const cJSON *ann = jobj(t, "annotations");
     if (cJSON_IsObject(ann) && cJSON_GetArraySize(ann) > 0)
         merge_strings(cJSON_AddObjectToObject(md, "annotations"), ann);
-    if (k->uid != NULL) {
+    if (cfg->pipeline_uid != NULL && cfg->pipeline_uid[0] != '\0') {
         cJSON *ref = cJSON_CreateObject();
         cJSON_AddStringToObject(ref, "apiVersion", "streambatch.dev/v1alpha1");
         cJSON_AddStringToObject(ref, "kind", "Pipeline");
-        cJSON_AddStringToObject(ref, "name", k->pipeline);
-        cJSON_AddStringToObject(ref, "uid", k->uid);
+        cJSON_AddStringToObject(ref, "name", cfg->pipeline);
+        cJSON_AddStringToObject(ref, "uid", cfg->pipeline_uid);
         cJSON_AddBoolToObject(ref, "controller", 1);
         cJSON_AddBoolToObject(ref, "blockOwnerDeletion", 1);
         cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
@@ -451,65 +487,123 @@ static cJSON *pod_spec(const sb_kube *k, const kpool *kp, const char *name)
     cJSON_AddStringToObject(spec, "restartPolicy", "Never");
     copy_str(spec, "serviceAccountName", t);
     copy_str(spec, "priorityClassName", t);
+    /* the image's user (deploy/docker/Dockerfile.worker); fsGroup makes the emptyDir its own */
+    cJSON *psc = cJSON_AddObjectToObject(spec, "securityContext");
+    cJSON_AddBoolToObject(psc, "runAsNonRoot", 1);
+    cJSON_AddNumberToObject(psc, "runAsUser", 65532);
+    cJSON_AddNumberToObject(psc, "runAsGroup", 65532);
+    cJSON_AddNumberToObject(psc, "fsGroup", 65532);
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(psc, "seccompProfile"), "type",
+                            "RuntimeDefault");
     const cJSON *ns = jobj(t, "nodeSelector");
     if (cJSON_IsObject(ns) && cJSON_GetArraySize(ns) > 0)
         merge_strings(cJSON_AddObjectToObject(spec, "nodeSelector"), ns);
     const cJSON *tol = jobj(t, "tolerations");
     if (cJSON_IsArray(tol) && cJSON_GetArraySize(tol) > 0)
         cJSON_AddItemToObject(spec, "tolerations", cJSON_Duplicate(tol, 1));
+    cJSON *vols = cJSON_AddArrayToObject(spec, "volumes");
+    cJSON *spill = cJSON_CreateObject();
+    cJSON_AddStringToObject(spill, "name", SB_WORKER_SPILL_VOLUME);
+    cJSON_AddObjectToObject(spill, "emptyDir");
+    cJSON_AddItemToArray(vols, spill);
+    append_items(vols, t, "volumes");
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "containers"), c);
     cJSON_AddStringToObject(c, "name", "worker");
     const char *image = jstr(t, "image");
-    cJSON_AddStringToObject(c, "image", image != NULL ? image : k->image);
+    cJSON_AddStringToObject(c, "image",
+                            image != NULL        ? image
+                            : cfg->image != NULL ? cfg->image
+                                                 : "streambatch/worker:latest");
     copy_str(c, "imagePullPolicy", t);
     cJSON *port = cJSON_CreateObject();
     cJSON_AddStringToObject(port, "name", "data");
-    cJSON_AddNumberToObject(port, "containerPort", k->cfg.worker_port);
+    cJSON_AddNumberToObject(port, "containerPort", port_no);
     cJSON_AddStringToObject(port, "protocol", "TCP");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "ports"), port);
+    cJSON *csc = cJSON_AddObjectToObject(c, "securityContext");
+    cJSON_AddBoolToObject(csc, "readOnlyRootFilesystem", 1);
+    cJSON_AddBoolToObject(csc, "allowPrivilegeEscalation", 0);
+    cJSON_AddItemToArray(
+        cJSON_AddArrayToObject(cJSON_AddObjectToObject(csc, "capabilities"), "drop"),
+        cJSON_CreateString("ALL"));
+    if (nonempty_list(t, "envFrom"))
+        append_items(cJSON_AddArrayToObject(c, "envFrom"), t, "envFrom");
     cJSON *env = cJSON_AddArrayToObject(c, "env");
     char num[32];
-    add_env(env, "SB_CONTROLLER", k->controller);
+    add_env(env, "SB_CONTROLLER", cfg->controller_address);
     add_env_field(env, "SB_WORKER_ID", "metadata.name");
     add_env_field(env, "SB_POD_IP", "status.podIP");
-    snprintf(num, sizeof num, "%u", (unsigned)k->cfg.worker_port);
+    snprintf(num, sizeof num, "%u", port_no);
     add_env(env, "SB_WORKER_PORT", num);
-    add_env(env, "SB_POOL", kp->name);
-    snprintf(num, sizeof num, "%u", kp->p.slots);
+    add_env(env, "SB_POOL", pool->pool);
+    snprintf(num, sizeof num, "%u", pool->slots ? pool->slots : 1);
     add_env(env, "SB_SLOTS", num);
-    snprintf(num, sizeof num, "%u", kp->p.accelerators);
+    snprintf(num, sizeof num, "%u", pool->accelerators);
     add_env(env, "SB_ACCELERATORS", num);
-    if (k->cfg.store_budget > 0) {
-        snprintf(num, sizeof num, "%" PRIu64, k->cfg.store_budget);
+    if (cfg->store_budget > 0) {
+        snprintf(num, sizeof num, "%" PRIu64, cfg->store_budget);
         add_env(env, "SB_STORE_BUDGET", num);
     }
-    add_env(env, "SB_PIPELINE", k->pipeline_id);
-    snprintf(num, sizeof num, "%" PRIu64, k->cfg.epoch);
+    char pid[300];
+    snprintf(pid, sizeof pid, "%s/%s", cfg->namespace, cfg->pipeline);
+    add_env(env, "SB_PIPELINE", pid);
+    snprintf(num, sizeof num, "%" PRIu64, cfg->epoch);
     add_env(env, "SB_EPOCH", num);
+    add_env(env, "SB_SPILL_DIR", SB_WORKER_SPILL_MOUNT);
+    add_env(env, "TMPDIR", SB_WORKER_SPILL_MOUNT);
+    if (cfg->credentials_secret != NULL && cfg->credentials_secret[0] != '\0')
+        for (size_t i = 0; sb_credentials_keys[i] != NULL; i++)
+            add_env_secret(env, sb_credentials_keys[i], cfg->credentials_secret,
+                           i >= sb_credentials_required);
     const cJSON *e;
     cJSON_ArrayForEach(e, jobj(t, "env"))
     {
         if (jstr(e, "name") != NULL)
             cJSON_AddItemToArray(env, cJSON_Duplicate(e, 1));
     }
+    cJSON *mounts = cJSON_AddArrayToObject(c, "volumeMounts");
+    cJSON *sm = cJSON_CreateObject();
+    cJSON_AddStringToObject(sm, "name", SB_WORKER_SPILL_VOLUME);
+    cJSON_AddStringToObject(sm, "mountPath", SB_WORKER_SPILL_MOUNT);
+    cJSON_AddItemToArray(mounts, sm);
+    append_items(mounts, t, "volumeMounts");
     cJSON *res = cJSON_AddObjectToObject(c, "resources");
     cJSON *req = cJSON_AddObjectToObject(res, "requests");
     cJSON *lim = cJSON_AddObjectToObject(res, "limits");
-    if (kp->cpu[0] != '\0') {
-        cJSON_AddStringToObject(req, "cpu", kp->cpu);
-        cJSON_AddStringToObject(lim, "cpu", kp->cpu);
+    if (cpu != NULL && cpu[0] != '\0') {
+        cJSON_AddStringToObject(req, "cpu", cpu);
+        cJSON_AddStringToObject(lim, "cpu", cpu);
     }
-    if (kp->memory[0] != '\0') {
-        cJSON_AddStringToObject(req, "memory", kp->memory);
-        cJSON_AddStringToObject(lim, "memory", kp->memory);
+    if (mem != NULL && mem[0] != '\0') {
+        cJSON_AddStringToObject(req, "memory", mem);
+        cJSON_AddStringToObject(lim, "memory", mem);
     }
-    if (kp->p.gpus > 0) {
-        snprintf(num, sizeof num, "%u", kp->p.gpus);
+    if (pool->gpus > 0) {
+        snprintf(num, sizeof num, "%u", pool->gpus);
         cJSON_AddStringToObject(req, "nvidia.com/gpu", num);
         cJSON_AddStringToObject(lim, "nvidia.com/gpu", num);
     }
+    /* cJSON_Add* return NULL when out of memory: a pod without its parts must not be sent */
+    if (md == NULL || spec == NULL || c == NULL || env == NULL || mounts == NULL || vols == NULL ||
+        req == NULL || lim == NULL) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     return o;
+}
+
+static cJSON *pod_spec(const sb_kube *k, const kpool *kp, const char *name)
+{
+    sb_kube_config c = k->cfg;
+    c.namespace = k->ns;
+    c.pipeline = k->pipeline;
+    c.pipeline_uid = k->uid;
+    c.controller_address = k->controller;
+    c.image = k->image;
+    c.worker_template = k->tmpl;
+    c.credentials_secret = k->secret;
+    return sb_kube_pod_json(&c, &kp->p, name);
 }
 
 /* ---- API calls ---------------------------------------------------------------------------- */
@@ -878,6 +972,7 @@ void sb_kube_free(sb_kube *k)
     free(k->controller);
     free(k->image);
     free(k->pipeline_id);
+    free(k->secret);
     free(k);
 }
 
@@ -915,8 +1010,12 @@ sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
     size_t idl = strlen(cfg->namespace) + strlen(cfg->pipeline) + 2;
     k->pipeline_id = malloc(idl);
     k->tmpl = cfg->worker_template ? cJSON_Duplicate(cfg->worker_template, 1) : NULL;
-    if (k->ns == NULL || k->pipeline == NULL || k->controller == NULL || k->image == NULL ||
-        k->pipeline_id == NULL || (cfg->worker_template != NULL && k->tmpl == NULL) ||
+    int want_secret = cfg->credentials_secret != NULL && cfg->credentials_secret[0] != '\0';
+    k->secret = want_secret ? strdup(cfg->credentials_secret) : NULL;
+    k->cfg.credentials_secret = NULL;
+    if ((want_secret && k->secret == NULL) || k->ns == NULL || k->pipeline == NULL ||
+        k->controller == NULL || k->image == NULL || k->pipeline_id == NULL ||
+        (cfg->worker_template != NULL && k->tmpl == NULL) ||
         (cfg->pipeline_uid && cfg->pipeline_uid[0] && k->uid == NULL)) {
         sb_kube_free(k);
         sb_err_set(err, "out of memory");

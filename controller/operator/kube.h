@@ -8,9 +8,17 @@
  * container "worker" with port 7070 "data", requests = limits (cpu, memory, nvidia.com/gpu) and
  * the env the worker reads: SB_CONTROLLER, SB_WORKER_ID (= the pod name, downward API),
  * SB_POD_IP (status.podIP), SB_WORKER_PORT, SB_POOL, SB_SLOTS, SB_ACCELERATORS,
- * SB_STORE_BUDGET, SB_PIPELINE ("ns/name"), SB_EPOCH. spec.workerTemplate adds: image,
- * imagePullPolicy, serviceAccountName, priorityClassName, nodeSelector, labels and annotations
- * (merged; the backend's own labels win), env (appended) and tolerations.
+ * SB_STORE_BUDGET, SB_PIPELINE ("ns/name"), SB_EPOCH, SB_SPILL_DIR and TMPDIR (both
+ * SB_WORKER_SPILL_MOUNT). The pod runs as uid/gid 65532 (runAsNonRoot, fsGroup 65532, seccomp
+ * RuntimeDefault); the container has a read-only root filesystem, no privilege escalation and
+ * no capabilities; its one writable place is the emptyDir SB_WORKER_SPILL_VOLUME mounted at
+ * SB_WORKER_SPILL_MOUNT (spec/pipeline.h). With a credentials Secret, every standard AWS
+ * variable (sb_credentials_keys) comes from the Secret's key of the same name (secretKeyRef;
+ * the access key and secret key required, the others optional): the controller never reads
+ * the Secret. spec.workerTemplate adds: image, imagePullPolicy, serviceAccountName,
+ * priorityClassName, nodeSelector, labels and annotations (merged; the backend's own labels
+ * win), env (appended after ours: it may refer to ours as $(SB_POOL); the validator refuses
+ * names we set), envFrom, volumes (beside ours), volumeMounts (after ours) and tolerations.
  *
  * State comes from pod events: the operator's pod informer calls sb_kube_on_pod() for every
  * pod it sees (pods of other pipelines are ignored). Rules:
@@ -84,6 +92,7 @@ typedef struct sb_kube_config {
     uint64_t epoch;                 /* -> SB_EPOCH; Rebind uses it */
     const char *image;              /* default worker image; workerTemplate.image wins */
     const cJSON *worker_template;   /* spec.workerTemplate (may be NULL); borrowed during start */
+    const char *credentials_secret; /* sb_pipeline_credentials_secret() (may be NULL) */
     sb_kube_pool pools[4];
     size_t npools;
     uint64_t store_budget; /* per worker -> SB_STORE_BUDGET */
@@ -94,6 +103,12 @@ typedef struct sb_kube_config {
     int (*can_remove)(void *ud, const char *worker_id); /* scale-down victim check */
     void *ud;
 } sb_kube_config;
+
+/* The Pod object (a new cJSON tree, the caller's) the backend creates for a worker of pool
+ * named `name`: a pure function of cfg (namespace, pipeline, pipeline_uid, controller_address,
+ * epoch, image, worker_template, credentials_secret, store_budget, worker_port: 0 = 7070) and
+ * the pool. NULL when out of memory. */
+cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, const char *name);
 
 /* Lists existing pods of the pipeline (adopts them). NULL with err set when the list fails. */
 sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err);

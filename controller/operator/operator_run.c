@@ -225,6 +225,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     kc.image = cfg->image;
     const cJSON *wt = cJSON_GetObjectItemCaseSensitive(r->spec, "workerTemplate");
     kc.worker_template = cJSON_IsObject(wt) ? wt : NULL;
+    kc.credentials_secret = sb_pipeline_credentials_secret(&r->p);
     kc.npools = sb_kube_pools_from_spec(&r->p, kc.pools, MAX_POOLS);
     /* store budget per worker: the pipeline's budget spread over its largest worker count,
      * at least two partitions (as `streambatch run` does) */

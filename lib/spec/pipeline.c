@@ -604,28 +604,392 @@ static const sb_schema_field execution_fields[] = {
 static const sb_object_schema execution_schema = {
     "Execution", execution_fields, NF(execution_fields), sizeof(sb_execution_spec), 0, NULL};
 
-/* WorkerTemplate: decoded only for validation; the spec keeps it as JSON text. */
-typedef struct {
-    char *image, *sa, *priority_class;
-    int pull_policy;
-    char *node_selector, *labels, *annotations;
-    struct env_var *env;
-    size_t nenv;
-    struct toleration *tolerations;
-    size_t ntolerations;
-} worker_template;
+/* WorkerTemplate: decoded only for validation; the spec keeps it as JSON text. The pod fields
+ * mirror core/v1 (EnvVar, EnvFromSource, Volume, VolumeMount, Toleration) as far as a worker
+ * needs them; volume sources other than persistentVolumeClaim are kept as objects and checked
+ * for their name fields only (the API server checks the rest when the pod is created). */
+struct key_ref {
+    char *name, *key;
+    bool optional;
+};
+struct field_ref {
+    char *field_path, *api_version;
+};
+struct resource_ref {
+    char *resource, *container_name;
+    int64_t divisor;
+};
+struct env_source {
+    struct key_ref secret, config_map;
+    struct field_ref field;
+    struct resource_ref resource;
+};
 struct env_var {
     char *name, *value;
+    struct env_source from;
+};
+struct obj_ref {
+    char *name;
+    bool optional;
+};
+struct env_from {
+    char *prefix;
+    struct obj_ref secret, config_map;
+};
+struct pvc_source {
+    char *claim_name;
+    bool read_only;
+};
+struct volume {
+    char *name;
+    struct pvc_source pvc;
+    char *empty_dir, *config_map, *secret, *projected, *csi, *ephemeral, *downward_api;
+};
+struct volume_mount {
+    char *name, *mount_path, *sub_path;
+    bool read_only;
 };
 struct toleration {
     char *key, *value;
     int op, effect;
     int64_t seconds;
 };
+typedef struct {
+    char *image, *sa, *priority_class;
+    int pull_policy;
+    char *node_selector, *labels, *annotations;
+    struct env_var *env;
+    size_t nenv;
+    struct env_from *env_from;
+    size_t nenv_from;
+    struct volume *volumes;
+    size_t nvolumes;
+    struct volume_mount *mounts;
+    size_t nmounts;
+    struct toleration *tolerations;
+    size_t ntolerations;
+} worker_template;
 static const char *const toleration_ops[] = {"Exists", "Equal", NULL};
 static const char *const toleration_effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute",
                                                  NULL};
 
+const char *const sb_worker_env_names[] = {"SB_CONTROLLER",
+                                           "SB_WORKER_ID",
+                                           "SB_POD_IP",
+                                           "SB_WORKER_PORT",
+                                           "SB_POOL",
+                                           "SB_SLOTS",
+                                           "SB_ACCELERATORS",
+                                           "SB_STORE_BUDGET",
+                                           "SB_PIPELINE",
+                                           "SB_EPOCH",
+                                           "SB_SPILL_DIR",
+                                           "TMPDIR",
+                                           NULL};
+const char *const sb_credentials_keys[] = {"AWS_ACCESS_KEY_ID",
+                                           "AWS_SECRET_ACCESS_KEY",
+                                           "AWS_SESSION_TOKEN",
+                                           "AWS_REGION",
+                                           "AWS_ENDPOINT_URL",
+                                           "AWS_ENDPOINT_URL_S3",
+                                           NULL};
+const size_t sb_credentials_required = 2;
+
+const char *sb_pipeline_credentials_secret(const sb_pipeline *p)
+{
+    if (p == NULL)
+        return NULL;
+    if (p->spec.source.credentials_secret != NULL)
+        return p->spec.source.credentials_secret;
+    return p->spec.sink.credentials_secret;
+}
+
+/* An environment variable name that every shell and runtime accepts: [A-Za-z_][A-Za-z0-9_]*. */
+static int is_c_ident(const char *s, int allow_empty)
+{
+    if (s == NULL || *s == '\0')
+        return allow_empty;
+    for (size_t i = 0; s[i] != '\0'; i++) {
+        char c = s[i];
+        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' ||
+                 (i > 0 && c >= '0' && c <= '9');
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* A key of a Secret or ConfigMap: [-._a-zA-Z0-9]+, at most 253, not "." or "..". */
+static int is_config_key(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '.' || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+static void node_pos(const sb_node *n, const sb_node *fallback, int *line, int *col)
+{
+    const sb_node *x = n != NULL ? n : fallback;
+    *line = x != NULL ? x->line : 0;
+    *col = x != NULL ? x->col : 0;
+}
+
+/* Exactly one of the named fields of node is set; otherwise one problem at path. */
+/* Whether node has a key that is neither in a nor in b (an unknown field, reported as such). */
+static int has_unknown_key(const sb_node *node, const char *const *a, const char *const *b)
+{
+    for (size_t k = 0; node != NULL && node->kind == SB_NODE_MAP && k < node->n; k++) {
+        int known = 0;
+        for (size_t i = 0; a != NULL && a[i] != NULL && !known; i++)
+            known = strcmp(a[i], node->keys[k]->text) == 0;
+        for (size_t i = 0; b != NULL && b[i] != NULL && !known; i++)
+            known = strcmp(b[i], node->keys[k]->text) == 0;
+        if (!known)
+            return 1;
+    }
+    return 0;
+}
+
+/* Exactly one of the named fields of node is set; otherwise one problem at path (none when
+ * nothing known is set but an unknown field is: that one was reported, e.g. a misspelling).
+ * others: the node's other fields. */
+static void exactly_one(const sb_node *node, const char *path, const char *const *names,
+                        const char *const *others, const char *what, sb_diags *d)
+{
+    size_t n = 0;
+    for (size_t i = 0; names[i] != NULL; i++) {
+        const sb_node *x = sb_node_get(node, names[i]);
+        n += x != NULL && x->kind != SB_NODE_NULL;
+    }
+    if (n == 1 || node == NULL || (n == 0 && has_unknown_key(node, names, others)))
+        return;
+    char list[256];
+    size_t o = 0;
+    for (size_t i = 0; names[i] != NULL && o < sizeof list; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", names[i]);
+    sb_diags_add(d, path, node->line, node->col, "%s exactly one of %s, got %s", what, list,
+                 n == 0 ? "none" : "several");
+}
+
+static void key_ref_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    const struct key_ref *r = obj;
+    char buf[512];
+    int line, col;
+    if (node == NULL || r->key == NULL || is_config_key(r->key))
+        return;
+    node_pos(sb_node_get(node, "key"), node, &line, &col);
+    sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "key"), line, col,
+                 "\"%.80s\" is not a valid key: use letters, digits, '-', '_' and '.'", r->key);
+}
+
+static void env_var_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    const struct env_var *e = obj;
+    char buf[512];
+    int line, col;
+    if (node == NULL)
+        return;
+    if (e->name != NULL && !is_c_ident(e->name, 0)) {
+        node_pos(sb_node_get(node, "name"), node, &line, &col);
+        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "name"), line, col,
+                     "\"%.80s\" is not a valid variable name: use letters, digits and '_', not "
+                     "starting with a digit",
+                     e->name);
+    }
+    const sb_node *from = sb_node_get(node, "valueFrom");
+    if (from != NULL && from->kind == SB_NODE_MAP) {
+        if (sb_node_get(node, "value") != NULL)
+            sb_diags_add(d, path, node->line, node->col,
+                         "value and valueFrom exclude each other; give one");
+        static const char *const srcs[] = {"secretKeyRef", "configMapKeyRef", "fieldRef",
+                                           "resourceFieldRef", NULL};
+        exactly_one(from, sb_path_field(buf, sizeof buf, path, "valueFrom"), srcs, NULL, "needs",
+                    d);
+    }
+}
+
+static void env_from_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    const struct env_from *e = obj;
+    char buf[512];
+    int line, col;
+    if (node == NULL)
+        return;
+    if (e->prefix != NULL && !is_c_ident(e->prefix, 1)) {
+        node_pos(sb_node_get(node, "prefix"), node, &line, &col);
+        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "prefix"), line, col,
+                     "\"%.80s\" is not a valid variable name prefix: use letters, digits and "
+                     "'_', not starting with a digit",
+                     e->prefix);
+    }
+    static const char *const srcs[] = {"secretRef", "configMapRef", NULL};
+    static const char *const others[] = {"prefix", NULL};
+    exactly_one(node, path, srcs, others, "needs", d);
+}
+
+static const char *const volume_sources[] = {
+    "emptyDir",  "persistentVolumeClaim", "configMap", "secret", "projected", "csi",
+    "ephemeral", "downwardAPI",           NULL};
+
+static void volume_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    (void)obj;
+    char buf[512];
+    if (node == NULL)
+        return;
+    size_t n = 0;
+    for (size_t i = 0; volume_sources[i] != NULL; i++)
+        n += sb_node_get(node, volume_sources[i]) != NULL;
+    static const char *const others[] = {"name", NULL};
+    if (n == 0 && has_unknown_key(node, volume_sources, others))
+        return; /* hostPath, nfs, a typo: reported as an unknown field */
+    if (n != 1) {
+        sb_diags_add(d, path, node->line, node->col,
+                     "needs exactly one source (emptyDir, persistentVolumeClaim, configMap, "
+                     "secret, projected, csi, ephemeral or downwardAPI), got %s%s",
+                     n == 0 ? "none" : "several",
+                     n == 0 ? " (other types such as hostPath or nfs are refused: reach such "
+                              "storage through a PersistentVolumeClaim)"
+                            : "");
+        return;
+    }
+    /* the name of the object a configMap or secret volume projects */
+    static const struct {
+        const char *source, *field;
+    } named[] = {{"configMap", "name"}, {"secret", "secretName"}};
+    for (size_t i = 0; i < 2; i++) {
+        const sb_node *src = sb_node_get(node, named[i].source);
+        if (src == NULL || src->kind != SB_NODE_MAP)
+            continue;
+        char sp[512];
+        sb_path_field(sp, sizeof sp, path, named[i].source);
+        sb_path_field(buf, sizeof buf, sp, named[i].field);
+        const sb_node *nm = sb_node_get(src, named[i].field);
+        if (nm == NULL)
+            sb_diags_add(d, buf, src->line, src->col, "required field is missing");
+        else if (nm->kind != SB_NODE_STRING || !sb_is_dns_subdomain(nm->text))
+            sb_diags_add(d, buf, nm->line, nm->col,
+                         "must be the name of a %s (a DNS-1123 subdomain of at most 63 "
+                         "characters), got %.80s",
+                         i == 0 ? "ConfigMap" : "Secret", nm->text);
+    }
+}
+
+static void volume_mount_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
+                               void *ctx)
+{
+    (void)ctx;
+    const struct volume_mount *m = obj;
+    char buf[512];
+    int line, col;
+    if (node == NULL)
+        return;
+    if (m->mount_path != NULL) {
+        const char *mp = m->mount_path;
+        size_t sl = strlen(SB_WORKER_SPILL_MOUNT);
+        node_pos(sb_node_get(node, "mountPath"), node, &line, &col);
+        sb_path_field(buf, sizeof buf, path, "mountPath");
+        if (mp[0] != '/')
+            sb_diags_add(d, buf, line, col, "\"%.80s\" must be an absolute path", mp);
+        else if (strcmp(mp, "/") == 0 || strchr(mp, ':') != NULL)
+            sb_diags_add(d, buf, line, col, "\"%.80s\" cannot be mounted over", mp);
+        else if (strncmp(mp, SB_WORKER_SPILL_MOUNT, sl) == 0 && (mp[sl] == '\0' || mp[sl] == '/'))
+            sb_diags_add(
+                d, buf, line, col,
+                "\"%.80s\" collides with the worker's spill directory " SB_WORKER_SPILL_MOUNT
+                " (an emptyDir the controller mounts); mount elsewhere",
+                mp);
+    }
+    if (m->sub_path != NULL &&
+        (m->sub_path[0] == '/' || strcmp(m->sub_path, "..") == 0 ||
+         strncmp(m->sub_path, "../", 3) == 0 || strstr(m->sub_path, "/../") != NULL ||
+         (strlen(m->sub_path) >= 3 && strcmp(m->sub_path + strlen(m->sub_path) - 3, "/..") == 0))) {
+        node_pos(sb_node_get(node, "subPath"), node, &line, &col);
+        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "subPath"), line, col,
+                     "\"%.80s\" must be a relative path inside the volume (no leading '/', no "
+                     "'..')",
+                     m->sub_path);
+    }
+}
+
+static const sb_schema_field key_ref_fields[] = {
+    {.name = "name",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct key_ref, name),
+     .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "key",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct key_ref, key),
+     .format = SB_SF_NONEMPTY},
+    {.name = "optional", .type = SB_FT_BOOL, .offset = offsetof(struct key_ref, optional)},
+};
+static const sb_object_schema key_ref_schema = {
+    "KeySelector", key_ref_fields, NF(key_ref_fields), sizeof(struct key_ref), 0, key_ref_check};
+static const sb_schema_field field_ref_fields[] = {
+    {.name = "fieldPath",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct field_ref, field_path),
+     .format = SB_SF_NONEMPTY},
+    {.name = "apiVersion", .type = SB_FT_STRING, .offset = offsetof(struct field_ref, api_version)},
+};
+static const sb_object_schema field_ref_schema = {"ObjectFieldSelector",
+                                                  field_ref_fields,
+                                                  NF(field_ref_fields),
+                                                  sizeof(struct field_ref),
+                                                  0,
+                                                  NULL};
+static const sb_schema_field resource_ref_fields[] = {
+    {.name = "resource",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct resource_ref, resource),
+     .format = SB_SF_NONEMPTY},
+    {.name = "containerName",
+     .type = SB_FT_STRING,
+     .offset = offsetof(struct resource_ref, container_name)},
+    {.name = "divisor", .type = SB_FT_MILLI, .offset = offsetof(struct resource_ref, divisor)},
+};
+static const sb_object_schema resource_ref_schema = {"ResourceFieldSelector",
+                                                     resource_ref_fields,
+                                                     NF(resource_ref_fields),
+                                                     sizeof(struct resource_ref),
+                                                     0,
+                                                     NULL};
+static const sb_schema_field env_source_fields[] = {
+    {.name = "secretKeyRef",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(struct env_source, secret),
+     .object = &key_ref_schema},
+    {.name = "configMapKeyRef",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(struct env_source, config_map),
+     .object = &key_ref_schema},
+    {.name = "fieldRef",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(struct env_source, field),
+     .object = &field_ref_schema},
+    {.name = "resourceFieldRef",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(struct env_source, resource),
+     .object = &resource_ref_schema},
+};
+static const sb_object_schema env_source_schema = {
+    "EnvVarSource", env_source_fields, NF(env_source_fields), sizeof(struct env_source), 0, NULL};
 static const sb_schema_field env_fields[] = {
     {.name = "name",
      .type = SB_FT_STRING,
@@ -633,9 +997,87 @@ static const sb_schema_field env_fields[] = {
      .offset = offsetof(struct env_var, name),
      .format = SB_SF_NONEMPTY},
     {.name = "value", .type = SB_FT_STRING, .offset = offsetof(struct env_var, value)},
+    {.name = "valueFrom",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(struct env_var, from),
+     .object = &env_source_schema},
 };
 static const sb_object_schema env_schema = {
-    "EnvVar", env_fields, NF(env_fields), sizeof(struct env_var), 0, NULL};
+    "EnvVar", env_fields, NF(env_fields), sizeof(struct env_var), 0, env_var_check};
+static const sb_schema_field obj_ref_fields[] = {
+    {.name = "name",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct obj_ref, name),
+     .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "optional", .type = SB_FT_BOOL, .offset = offsetof(struct obj_ref, optional)},
+};
+static const sb_object_schema obj_ref_schema = {
+    "ObjectReference", obj_ref_fields, NF(obj_ref_fields), sizeof(struct obj_ref), 0, NULL};
+static const sb_schema_field env_from_fields[] = {
+    {.name = "prefix", .type = SB_FT_STRING, .offset = offsetof(struct env_from, prefix)},
+    {.name = "secretRef",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(struct env_from, secret),
+     .object = &obj_ref_schema},
+    {.name = "configMapRef",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(struct env_from, config_map),
+     .object = &obj_ref_schema},
+};
+static const sb_object_schema env_from_schema = {
+    "EnvFromSource", env_from_fields, NF(env_from_fields), sizeof(struct env_from), 0,
+    env_from_check};
+static const sb_schema_field pvc_fields[] = {
+    {.name = "claimName",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct pvc_source, claim_name),
+     .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "readOnly", .type = SB_FT_BOOL, .offset = offsetof(struct pvc_source, read_only)},
+};
+static const sb_object_schema pvc_schema = {
+    "PersistentVolumeClaimVolumeSource", pvc_fields, NF(pvc_fields),
+    sizeof(struct pvc_source),           0,          NULL};
+static const sb_schema_field volume_fields[] = {
+    {.name = "name",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct volume, name),
+     .format = SB_SF_DNS_LABEL},
+    {.name = "emptyDir", .type = SB_FT_FREEFORM, .offset = offsetof(struct volume, empty_dir)},
+    {.name = "persistentVolumeClaim",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(struct volume, pvc),
+     .object = &pvc_schema},
+    {.name = "configMap", .type = SB_FT_FREEFORM, .offset = offsetof(struct volume, config_map)},
+    {.name = "secret", .type = SB_FT_FREEFORM, .offset = offsetof(struct volume, secret)},
+    {.name = "projected", .type = SB_FT_FREEFORM, .offset = offsetof(struct volume, projected)},
+    {.name = "csi", .type = SB_FT_FREEFORM, .offset = offsetof(struct volume, csi)},
+    {.name = "ephemeral", .type = SB_FT_FREEFORM, .offset = offsetof(struct volume, ephemeral)},
+    {.name = "downwardAPI",
+     .type = SB_FT_FREEFORM,
+     .offset = offsetof(struct volume, downward_api)},
+};
+static const sb_object_schema volume_schema = {
+    "Volume", volume_fields, NF(volume_fields), sizeof(struct volume), 0, volume_check};
+static const sb_schema_field volume_mount_fields[] = {
+    {.name = "name",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct volume_mount, name),
+     .format = SB_SF_DNS_LABEL},
+    {.name = "mountPath",
+     .type = SB_FT_STRING,
+     .flags = SB_F_REQUIRED,
+     .offset = offsetof(struct volume_mount, mount_path),
+     .format = SB_SF_NONEMPTY},
+    {.name = "subPath", .type = SB_FT_STRING, .offset = offsetof(struct volume_mount, sub_path)},
+    {.name = "readOnly", .type = SB_FT_BOOL, .offset = offsetof(struct volume_mount, read_only)},
+};
+static const sb_object_schema volume_mount_schema = {
+    "VolumeMount",     volume_mount_fields, NF(volume_mount_fields), sizeof(struct volume_mount), 0,
+    volume_mount_check};
 static const sb_schema_field toleration_fields[] = {
     {.name = "key", .type = SB_FT_STRING, .offset = offsetof(struct toleration, key)},
     {.name = "operator",
@@ -679,6 +1121,21 @@ static const sb_schema_field template_fields[] = {
      .offset = offsetof(worker_template, env),
      .count_offset = offsetof(worker_template, nenv),
      .object = &env_schema},
+    {.name = "envFrom",
+     .type = SB_FT_LIST,
+     .offset = offsetof(worker_template, env_from),
+     .count_offset = offsetof(worker_template, nenv_from),
+     .object = &env_from_schema},
+    {.name = "volumes",
+     .type = SB_FT_LIST,
+     .offset = offsetof(worker_template, volumes),
+     .count_offset = offsetof(worker_template, nvolumes),
+     .object = &volume_schema},
+    {.name = "volumeMounts",
+     .type = SB_FT_LIST,
+     .offset = offsetof(worker_template, mounts),
+     .count_offset = offsetof(worker_template, nmounts),
+     .object = &volume_mount_schema},
     {.name = "tolerations",
      .type = SB_FT_LIST,
      .offset = offsetof(worker_template, tolerations),
@@ -691,6 +1148,8 @@ static const sb_object_schema template_schema = {
 /* The spec keeps the template as JSON; a pseudo-field decodes it for validation only. */
 static void template_check(void *obj, const sb_node *node, const char *path, sb_diags *d,
                            void *ctx);
+static void credentials_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
+                              sb_diags *d);
 
 static const sb_schema_field spec_fields[] = {
     {.name = "source",
@@ -735,23 +1194,136 @@ static void spec_check_all(void *obj, const sb_node *node, const char *path, sb_
 {
     spec_check(obj, node, path, d, ctx);
     template_check(obj, node, path, d, ctx);
+    if (node != NULL)
+        credentials_check(obj, node, path, d);
 }
 
 static const sb_object_schema spec_schema = {"PipelineSpec",           spec_fields, NF(spec_fields),
                                              sizeof(sb_pipeline_spec), 0,           spec_check_all};
 
+/* The list item node i of field `name` of t (for positions), or t. */
+static const sb_node *item_node(const sb_node *t, const char *name, size_t i)
+{
+    const sb_node *l = sb_node_get(t, name);
+    return l != NULL && l->kind == SB_NODE_SEQ && i < l->n ? l->items[i] : t;
+}
+
+static int in_list(const char *s, const char *const *list)
+{
+    for (size_t i = 0; s != NULL && list[i] != NULL; i++)
+        if (strcmp(s, list[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Rules across the template's lists and against what the controller puts into every pod. */
+static void template_cross_check(const sb_pipeline_spec *sp, const worker_template *wt,
+                                 const sb_node *t, const char *path, sb_diags *d)
+{
+    char buf[512], ip[512];
+    int secret = sp->source.credentials_secret != NULL || sp->sink.credentials_secret != NULL;
+    for (size_t i = 0; i < wt->nenv; i++) {
+        const char *n = wt->env[i].name;
+        if (n == NULL)
+            continue;
+        const sb_node *it = item_node(t, "env", i);
+        sb_path_index(ip, sizeof ip, sb_path_field(buf, sizeof buf, path, "env"), i);
+        sb_path_field(buf, sizeof buf, ip, "name");
+        const sb_node *nn = sb_node_get(it, "name");
+        int line = nn ? nn->line : it->line, col = nn ? nn->col : it->col;
+        if (in_list(n, sb_worker_env_names))
+            sb_diags_add(d, buf, line, col,
+                         "%s is set by the controller in every worker pod and cannot be "
+                         "overridden",
+                         n);
+        else if (secret && in_list(n, sb_credentials_keys))
+            sb_diags_add(d, buf, line, col,
+                         "%s comes from credentialsSecret; set it in the Secret instead", n);
+        for (size_t j = 0; j < i; j++)
+            if (wt->env[j].name != NULL && strcmp(wt->env[j].name, n) == 0) {
+                sb_diags_add(d, buf, line, col, "duplicate variable %s (also %s.env[%zu])", n, path,
+                             j);
+                break;
+            }
+    }
+    for (size_t i = 0; i < wt->nvolumes; i++) {
+        const char *n = wt->volumes[i].name;
+        if (n == NULL)
+            continue;
+        const sb_node *it = item_node(t, "volumes", i);
+        sb_path_index(ip, sizeof ip, sb_path_field(buf, sizeof buf, path, "volumes"), i);
+        sb_path_field(buf, sizeof buf, ip, "name");
+        const sb_node *nn = sb_node_get(it, "name");
+        int line = nn ? nn->line : it->line, col = nn ? nn->col : it->col;
+        if (strcmp(n, SB_WORKER_SPILL_VOLUME) == 0)
+            sb_diags_add(d, buf, line, col,
+                         "\"%s\" is the name of the controller's spill volume; choose another", n);
+        for (size_t j = 0; j < i; j++)
+            if (wt->volumes[j].name != NULL && strcmp(wt->volumes[j].name, n) == 0) {
+                sb_diags_add(d, buf, line, col, "duplicate volume \"%s\" (also %s.volumes[%zu])", n,
+                             path, j);
+                break;
+            }
+    }
+    for (size_t i = 0; i < wt->nmounts; i++) {
+        const struct volume_mount *m = &wt->mounts[i];
+        const sb_node *it = item_node(t, "volumeMounts", i);
+        sb_path_index(ip, sizeof ip, sb_path_field(buf, sizeof buf, path, "volumeMounts"), i);
+        if (m->name != NULL) {
+            int found = strcmp(m->name, SB_WORKER_SPILL_VOLUME) == 0;
+            for (size_t j = 0; j < wt->nvolumes && !found; j++)
+                found = wt->volumes[j].name != NULL && strcmp(wt->volumes[j].name, m->name) == 0;
+            const sb_node *nn = sb_node_get(it, "name");
+            if (!found)
+                sb_diags_add(d, sb_path_field(buf, sizeof buf, ip, "name"),
+                             nn ? nn->line : it->line, nn ? nn->col : it->col,
+                             "no volume \"%.80s\" in %s.volumes", m->name, path);
+        }
+        if (m->mount_path == NULL)
+            continue;
+        for (size_t j = 0; j < i; j++)
+            if (wt->mounts[j].mount_path != NULL &&
+                strcmp(wt->mounts[j].mount_path, m->mount_path) == 0) {
+                const sb_node *pn = sb_node_get(it, "mountPath");
+                sb_diags_add(d, sb_path_field(buf, sizeof buf, ip, "mountPath"),
+                             pn ? pn->line : it->line, pn ? pn->col : it->col,
+                             "duplicate mountPath \"%.80s\" (also %s.volumeMounts[%zu])",
+                             m->mount_path, path, j);
+                break;
+            }
+    }
+}
+
 static void template_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
 {
-    (void)obj;
+    const sb_pipeline_spec *sp = obj;
     const sb_node *t = sb_node_get(node, "workerTemplate");
     if (t == NULL || t->kind != SB_NODE_MAP)
         return;
     char buf[512];
     worker_template wt;
     memset(&wt, 0, sizeof wt);
-    sb_schema_decode(&template_schema, t, &wt,
-                     sb_path_field(buf, sizeof buf, path, "workerTemplate"), d, ctx);
+    sb_path_field(buf, sizeof buf, path, "workerTemplate");
+    if (sb_schema_decode(&template_schema, t, &wt, buf, d, ctx) == 0)
+        template_cross_check(sp, &wt, t, buf, d);
     sb_schema_free(&template_schema, &wt);
+}
+
+/* A worker has one environment, so one set of AWS credentials: source and sink must name the
+ * same Secret when both name one. */
+static void credentials_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
+                              sb_diags *d)
+{
+    const char *a = sp->source.credentials_secret, *b = sp->sink.credentials_secret;
+    if (a == NULL || b == NULL || strcmp(a, b) == 0)
+        return;
+    char buf[512];
+    const sb_node *n = sb_node_get(sb_node_get(node, "sink"), "credentialsSecret");
+    snprintf(buf, sizeof buf, "%s.sink.credentialsSecret", path);
+    sb_diags_add(d, buf, n ? n->line : 0, n ? n->col : 0,
+                 "must equal %s.source.credentialsSecret when both are set: a worker has one set "
+                 "of AWS credentials (sink names \"%.80s\", source \"%.80s\")",
+                 path, b, a);
 }
 
 static const sb_schema_field root_fields[] = {

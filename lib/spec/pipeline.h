@@ -116,4 +116,22 @@ int sb_op_known(const char *name);
 /* The pool a stage runs in: "cpu" or "gpu" (stages with resources.gpu > 0). */
 const char *sb_stage_pool(const sb_stage_spec *st);
 
+/* What every worker pod gets from the controller (controller/operator/kube.c), shared here so
+ * that validation refuses a workerTemplate that would clash with it:
+ *   - an emptyDir volume SB_WORKER_SPILL_VOLUME mounted at SB_WORKER_SPILL_MOUNT (the only
+ *     writable place: the root filesystem is read-only), where SB_SPILL_DIR and TMPDIR point;
+ *   - the env variables sb_worker_env_names (NULL-terminated);
+ *   - with a credentialsSecret, one env variable per sb_credentials_keys entry (NULL-terminated)
+ *     from the Secret's key of the same name; the first sb_credentials_required of them are
+ *     required, the others optional. */
+#define SB_WORKER_SPILL_VOLUME "streambatch-spill"
+#define SB_WORKER_SPILL_MOUNT "/tmp"
+extern const char *const sb_worker_env_names[];
+extern const char *const sb_credentials_keys[];
+extern const size_t sb_credentials_required;
+
+/* The Secret that gives the workers their S3 credentials: the source's, else the sink's (the
+ * validator makes sure that they agree when both are set), or NULL. */
+const char *sb_pipeline_credentials_secret(const sb_pipeline *p);
+
 #endif

@@ -10,9 +10,9 @@
  * message; a deleted pod and a killed one -> on_exit + WorkerPodFailed, and are replaced;
  * workerTemplate (image, nodeSelector, labels, annotations, env, tolerations) and the pod spec
  * read back from the API (owner reference, env with fieldRefs, requests = limits, port, name
- * length); adoption after a "failover" + Rebind against fake Worker.Rebind servers bound to the
- * pod IPs (the real worker serves Rebind on another branch); delete_all leaves no pod and no
- * process. */
+ * length, the spill emptyDir and the security context); adoption after a "failover" + Rebind
+ * against fake Worker.Rebind servers bound to the pod IPs (the real worker serves Rebind on
+ * another branch); delete_all leaves no pod and no process. */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <dirent.h>
@@ -849,6 +849,31 @@ Test(kube, worker_template_and_pod_spec)
     cr_expect_str_eq(env_value(env, "SB_EPOCH", &epoch_at), "7");
     cr_expect_str_eq(env_value(env, "EXTRA", &extra_at), "42");
     cr_expect_gt(extra_at, epoch_at, "template env is appended");
+    /* the spill emptyDir, the variables that point at it, and the non-root security context
+     * survive the API server (the test node agent runs the process on the host: /tmp) */
+    cr_expect_str_eq(env_value(env, "SB_SPILL_DIR", NULL), "/tmp");
+    cr_expect_str_eq(env_value(env, "TMPDIR", NULL), "/tmp");
+    int spill_vol = 0, spill_mount = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, cJSON_GetObjectItem(spec, "volumes"))
+    {
+        const char *vn = sget(v, "name", NULL);
+        spill_vol |= vn != NULL && strcmp(vn, "streambatch-spill") == 0 &&
+                     cJSON_IsObject(cJSON_GetObjectItem(v, "emptyDir"));
+    }
+    cJSON_ArrayForEach(v, cJSON_GetObjectItem(c, "volumeMounts"))
+    {
+        const char *vn = sget(v, "name", NULL), *mp = sget(v, "mountPath", NULL);
+        spill_mount |= vn != NULL && mp != NULL && strcmp(vn, "streambatch-spill") == 0 &&
+                       strcmp(mp, "/tmp") == 0;
+    }
+    cr_expect(spill_vol && spill_mount, "spill emptyDir volume %d, mount at /tmp %d", spill_vol,
+              spill_mount);
+    const cJSON *psc = cJSON_GetObjectItem(spec, "securityContext");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(psc, "runAsNonRoot")));
+    cr_expect_eq(cJSON_GetObjectItem(psc, "fsGroup")->valueint, 65532);
+    cr_expect(cJSON_IsTrue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(c, "securityContext"), "readOnlyRootFilesystem")));
     const cJSON *res = cJSON_GetObjectItem(c, "resources");
     cr_expect_str_eq(sget(res, "requests", "cpu"), "100m");
     cr_expect_str_eq(sget(res, "limits", "cpu"), "100m");

@@ -37,6 +37,11 @@ static const invalid_case cases[] = {
      {"cpu-invalid-quantity.yaml:12:22: spec.stages[0].resources.cpu: quantity \"1.5cores\" has an "
       "unknown suffix \"cores\" (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an "
       "exponent such as e3)"}},
+    {"credentials-two-secrets.yaml",
+     1,
+     {"credentials-two-secrets.yaml:16:24: spec.sink.credentialsSecret: must equal "
+      "spec.source.credentialsSecret when both are set: a worker has one set of AWS credentials "
+      "(sink names \"writer-creds\", source \"reader-creds\")"}},
     {"crlf-bom-invalid.yaml",
      1,
      {"crlf-bom-invalid.yaml:5:39: spec.source.format: unknown value \"txt\" (did you mean "
@@ -162,6 +167,11 @@ static const invalid_case cases[] = {
      1,
      {"tabs.yaml:4:1: not valid YAML: a tab character here: YAML indentation must use spaces, not "
       "tabs"}},
+    {"template-mount-over-spill.yaml",
+     1,
+     {"template-mount-over-spill.yaml:19:31: spec.workerTemplate.volumeMounts[0].mountPath: "
+      "\"/tmp/data\" collides with the worker's spill directory /tmp (an emptyDir the controller "
+      "mounts); mount elsewhere"}},
     {"template-node-selector-int.yaml",
      1,
      {"template-node-selector-int.yaml:15:40: spec.workerTemplate.nodeSelector.gpu: must be a "

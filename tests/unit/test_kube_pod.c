@@ -1,0 +1,255 @@
+/* The worker Pod object the Kubernetes backend creates (sb_kube_pod_json, no API server):
+ * credentials as secretKeyRef env, the spill emptyDir and the security context, and the
+ * workerTemplate's env, envFrom, volumes, volumeMounts and serviceAccountName merged with ours.
+ * The spec that feeds it comes through the validator, as in the operator. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "controller/operator/kube.h"
+#include "doc/doc.h"
+#include "spec/pipeline.h"
+
+static const cJSON *get(const cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *x = get(o, k);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+/* The env entry named name, and its index (-1 when absent). */
+static const cJSON *env_entry(const cJSON *env, const char *name, int *at)
+{
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, env)
+    {
+        const char *n = str(e, "name");
+        if (n != NULL && strcmp(n, name) == 0) {
+            if (at != NULL)
+                *at = i;
+            return e;
+        }
+        i++;
+    }
+    if (at != NULL)
+        *at = -1;
+    return NULL;
+}
+
+static const cJSON *named(const cJSON *list, const char *name)
+{
+    return env_entry(list, name, NULL);
+}
+
+typedef struct built {
+    sb_doc *doc;
+    sb_pipeline p;
+    cJSON *spec_json, *pod;
+} built;
+
+/* Validates the pipeline (YAML), then builds the pod of its first pool as the operator would. */
+static void build(const char *yaml, built *b)
+{
+    memset(b, 0, sizeof *b);
+    b->doc = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
+    cr_assert_not_null(b->doc);
+    sb_diags d = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(b->doc, 0), &b->p, &d), 0);
+    cr_assert_eq(d.n, 0, "invalid test pipeline: %s: %s", d.n ? d.items[0].path : "",
+                 d.n ? d.items[0].msg : "");
+    sb_diags_free(&d);
+    if (b->p.spec.worker_template_json != NULL) {
+        b->spec_json = cJSON_Parse(b->p.spec.worker_template_json);
+        cr_assert_not_null(b->spec_json);
+    }
+    sb_kube_config kc = {.namespace = "team-a",
+                         .pipeline = "p",
+                         .pipeline_uid = "uid-1",
+                         .controller_address = "10.0.0.5:4000",
+                         .epoch = 3,
+                         .image = "streambatch/worker:1",
+                         .worker_template = b->spec_json,
+                         .credentials_secret = sb_pipeline_credentials_secret(&b->p),
+                         .store_budget = 1 << 20};
+    kc.npools = sb_kube_pools_from_spec(&b->p, kc.pools, 4);
+    cr_assert_geq(kc.npools, 1);
+    b->pod = sb_kube_pod_json(&kc, &kc.pools[0], "p-cpu-abcde");
+    cr_assert_not_null(b->pod);
+}
+
+static void built_free(built *b)
+{
+    cJSON_Delete(b->pod);
+    cJSON_Delete(b->spec_json);
+    sb_pipeline_free(&b->p);
+    sb_doc_free(b->doc);
+}
+
+static const cJSON *container(const built *b)
+{
+    const cJSON *c = cJSON_GetArrayItem(get(get(b->pod, "spec"), "containers"), 0);
+    cr_assert_not_null(c);
+    return c;
+}
+
+#define HEAD                                                                                       \
+    "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: p}\nspec:\n"           \
+    "  stages: [{name: a, op: identity, resources: {cpu: 500m, memory: 1Gi}}]\n"
+
+Test(kube_pod, credentials_secret_becomes_secret_key_refs)
+{
+    built b;
+    build(HEAD "  source: {uri: 's3://in-b/x/', format: jsonl, credentialsSecret: s3-creds}\n"
+               "  sink: {uri: 's3://out-b/y/', format: jsonl}\n",
+          &b);
+    const cJSON *env = get(container(&b), "env");
+    static const struct {
+        const char *name;
+        int optional;
+    } want[] = {{"AWS_ACCESS_KEY_ID", 0}, {"AWS_SECRET_ACCESS_KEY", 0}, {"AWS_SESSION_TOKEN", 1},
+                {"AWS_REGION", 1},        {"AWS_ENDPOINT_URL", 1},      {"AWS_ENDPOINT_URL_S3", 1}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const cJSON *e = named(env, want[i].name);
+        cr_assert_not_null(e, "no %s", want[i].name);
+        cr_expect_null(get(e, "value"), "%s: a value, not a reference", want[i].name);
+        const cJSON *r = get(get(e, "valueFrom"), "secretKeyRef");
+        cr_assert_not_null(r, "%s: no secretKeyRef", want[i].name);
+        cr_expect_str_eq(str(r, "name"), "s3-creds");
+        cr_expect_str_eq(str(r, "key"), want[i].name);
+        const cJSON *opt = get(r, "optional");
+        cr_assert(cJSON_IsBool(opt), "%s: optional not a bool", want[i].name);
+        cr_expect_eq(cJSON_IsTrue(opt), want[i].optional, "%s: optional", want[i].name);
+    }
+    built_free(&b);
+}
+
+Test(kube_pod, the_sink_secret_alone_is_used_and_no_secret_means_no_aws_env)
+{
+    built b;
+    build(HEAD "  source: {uri: 'file:///in/', format: jsonl}\n"
+               "  sink: {uri: 's3://out-b/y/', format: jsonl, credentialsSecret: sink-creds}\n",
+          &b);
+    const cJSON *r = get(get(named(get(container(&b), "env"), "AWS_ACCESS_KEY_ID"), "valueFrom"),
+                         "secretKeyRef");
+    cr_expect_str_eq(str(r, "name"), "sink-creds");
+    built_free(&b);
+    build(HEAD "  source: {uri: 'file:///in/', format: jsonl}\n"
+               "  sink: {uri: 'file:///out/', format: jsonl}\n",
+          &b);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, get(container(&b), "env"))
+    {
+        cr_expect_neq(strncmp(str(e, "name"), "AWS_", 4), 0, "%s without a Secret", str(e, "name"));
+        cr_expect_null(get(get(e, "valueFrom"), "secretKeyRef"), "%s refers to a Secret",
+                       str(e, "name"));
+    }
+    built_free(&b);
+}
+
+Test(kube_pod, spill_emptydir_and_security_context)
+{
+    built b;
+    build(HEAD "  source: {uri: 'file:///in/', format: jsonl}\n"
+               "  sink: {uri: 'file:///out/', format: jsonl}\n",
+          &b);
+    const cJSON *spec = get(b.pod, "spec"), *c = container(&b);
+    const cJSON *vol = named(get(spec, "volumes"), SB_WORKER_SPILL_VOLUME);
+    cr_assert_not_null(vol, "no spill volume");
+    cr_expect(cJSON_IsObject(get(vol, "emptyDir")));
+    const cJSON *m = named(get(c, "volumeMounts"), SB_WORKER_SPILL_VOLUME);
+    cr_assert_not_null(m);
+    cr_expect_str_eq(str(m, "mountPath"), "/tmp");
+    cr_expect_null(get(m, "readOnly"));
+    const cJSON *env = get(c, "env");
+    cr_expect_str_eq(str(named(env, "SB_SPILL_DIR"), "value"), "/tmp");
+    cr_expect_str_eq(str(named(env, "TMPDIR"), "value"), "/tmp");
+    const cJSON *psc = get(spec, "securityContext");
+    cr_expect(cJSON_IsTrue(get(psc, "runAsNonRoot")));
+    cr_expect_eq(get(psc, "runAsUser")->valueint, 65532);
+    cr_expect_eq(get(psc, "runAsGroup")->valueint, 65532);
+    cr_expect_eq(get(psc, "fsGroup")->valueint, 65532, "the emptyDir is writable by the user");
+    cr_expect_str_eq(str(get(psc, "seccompProfile"), "type"), "RuntimeDefault");
+    const cJSON *csc = get(c, "securityContext");
+    cr_expect(cJSON_IsTrue(get(csc, "readOnlyRootFilesystem")));
+    cr_expect(cJSON_IsFalse(get(csc, "allowPrivilegeEscalation")));
+    cr_expect_str_eq(cJSON_GetArrayItem(get(get(csc, "capabilities"), "drop"), 0)->valuestring,
+                     "ALL");
+    cr_expect_null(get(spec, "serviceAccountName"), "none unless the template names one");
+    cr_expect_null(get(c, "envFrom"));
+    /* what was there before stays */
+    cr_expect_str_eq(str(spec, "restartPolicy"), "Never");
+    cr_expect_str_eq(str(c, "image"), "streambatch/worker:1");
+    cr_expect_str_eq(str(named(env, "SB_CONTROLLER"), "value"), "10.0.0.5:4000");
+    cr_expect_str_eq(str(named(env, "SB_PIPELINE"), "value"), "team-a/p");
+    cr_expect_str_eq(str(named(env, "SB_EPOCH"), "value"), "3");
+    cr_expect_str_eq(str(named(env, "SB_STORE_BUDGET"), "value"), "1048576");
+    cr_expect_str_eq(str(get(get(c, "resources"), "limits"), "memory"), "1Gi");
+    cr_expect_str_eq(str(get(get(c, "resources"), "requests"), "cpu"), "500m");
+    cr_expect_str_eq(str(get(get(b.pod, "metadata"), "labels"), "streambatch.dev/pool"), "cpu");
+    built_free(&b);
+}
+
+Test(kube_pod, template_env_volumes_and_service_account_are_merged)
+{
+    built b;
+    build(HEAD "  source: {uri: 's3://in-b/x/', format: jsonl, credentialsSecret: s3-creds}\n"
+               "  sink: {uri: 'file:///data/out/', format: jsonl}\n"
+               "  workerTemplate:\n"
+               "    serviceAccountName: s3-reader\n"
+               "    env:\n"
+               "    - {name: POOL_COPY, value: '$(SB_POOL)'}\n"
+               "    - {name: TOKEN, valueFrom: {secretKeyRef: {name: tok, key: t}}}\n"
+               "    envFrom: [{prefix: CFG_, configMapRef: {name: settings}}]\n"
+               "    volumes:\n"
+               "    - {name: data, persistentVolumeClaim: {claimName: shared}}\n"
+               "    - {name: certs, secret: {secretName: ca, defaultMode: 292}}\n"
+               "    volumeMounts:\n"
+               "    - {name: data, mountPath: /data}\n"
+               "    - {name: certs, mountPath: /etc/certs, readOnly: true}\n",
+          &b);
+    const cJSON *spec = get(b.pod, "spec"), *c = container(&b);
+    cr_expect_str_eq(str(spec, "serviceAccountName"), "s3-reader");
+    const cJSON *env = get(c, "env");
+    int ours = -1, secret = -1, user = -1, tok = -1;
+    env_entry(env, "SB_EPOCH", &ours);
+    env_entry(env, "AWS_SECRET_ACCESS_KEY", &secret);
+    cr_expect_str_eq(str(env_entry(env, "POOL_COPY", &user), "value"), "$(SB_POOL)");
+    const cJSON *t = env_entry(env, "TOKEN", &tok);
+    cr_expect_str_eq(str(get(get(t, "valueFrom"), "secretKeyRef"), "name"), "tok");
+    cr_expect(ours >= 0 && secret > ours && user > secret && tok > user,
+              "order: ours %d, credentials %d, user %d, %d", ours, secret, user, tok);
+    const cJSON *ef = cJSON_GetArrayItem(get(c, "envFrom"), 0);
+    cr_expect_str_eq(str(ef, "prefix"), "CFG_");
+    cr_expect_str_eq(str(get(ef, "configMapRef"), "name"), "settings");
+    const cJSON *vols = get(spec, "volumes");
+    cr_expect_eq(cJSON_GetArraySize(vols), 3, "ours + two");
+    cr_expect_str_eq(str(cJSON_GetArrayItem(vols, 0), "name"), SB_WORKER_SPILL_VOLUME);
+    cr_expect_str_eq(str(get(named(vols, "data"), "persistentVolumeClaim"), "claimName"), "shared");
+    cr_expect_eq(get(get(named(vols, "certs"), "secret"), "defaultMode")->valueint, 292,
+                 "volume sources pass through whole");
+    const cJSON *mounts = get(c, "volumeMounts");
+    cr_expect_eq(cJSON_GetArraySize(mounts), 3);
+    cr_expect_str_eq(str(named(mounts, "data"), "mountPath"), "/data");
+    cr_expect(cJSON_IsTrue(get(named(mounts, "certs"), "readOnly")));
+    built_free(&b);
+}
+
+Test(kube_pod, missing_inputs_give_null)
+{
+    sb_kube_pool pool = {.pool = "cpu", .slots = 1};
+    sb_kube_config kc = {.namespace = "ns", .pipeline = "p"};
+    cr_expect_null(sb_kube_pod_json(&kc, &pool, "x"), "no controller address");
+    kc.controller_address = "1.2.3.4:5";
+    cr_expect_null(sb_kube_pod_json(&kc, &pool, NULL));
+    cJSON *pod = sb_kube_pod_json(&kc, &pool, "x");
+    cr_assert_not_null(pod);
+    const cJSON *c = cJSON_GetArrayItem(get(get(pod, "spec"), "containers"), 0);
+    cr_expect_str_eq(str(c, "image"), "streambatch/worker:latest");
+    cr_expect_eq(get(cJSON_GetArrayItem(get(c, "ports"), 0), "containerPort")->valueint, 7070);
+    cr_expect_null(get(get(pod, "metadata"), "ownerReferences"), "no uid, no owner");
+    cJSON_Delete(pod);
+}
