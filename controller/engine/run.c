@@ -551,6 +551,7 @@ int sb_run(const sb_run_opts *o)
     if ((g_interrupted || stalled_out || st != SB_SCHED_SUCCEEDED || commit_failed) &&
         !s.storage_failed)
         abort_sink(ctl);
+    sb_ctl_snapshot_get(ctl, &s); /* with the workers lost during the final job */
     sb_ctl_shutdown_workers(ctl);
     uint64_t started = sb_local_started(loc);
     sb_backend_stop(&be, 3000);
