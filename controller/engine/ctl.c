@@ -492,10 +492,8 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     else if (c->sched != NULL)
         rc = sb_sched_worker_add(c->sched, m->worker_id, m->pool, m->address, m->slots, held,
                                  m->n_partitions, now_ms(), &err);
-    else if (c->failed)
-        rc = sb_err_set(&err, "the pipeline failed: %s", c->failure);
     else
-        rc = 0; /* planning: added to the scheduler when the plan is ready */
+        rc = 0; /* planning (or it failed): added to the scheduler when the plan is ready */
     if (rc == 0) {
         seen *w = worker_seen(c, m->worker_id, 1);
         if (w != NULL) {

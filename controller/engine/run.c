@@ -547,9 +547,10 @@ int sb_run(const sb_run_opts *o)
     int commit_failed = 0;
     if (!g_interrupted && !stalled_out && st == SB_SCHED_SUCCEEDED)
         commit_failed = commit_sink(ctl, stall_ms, msg, sizeof msg) != 0;
-    /* (a run that failed planning or preparing never touched the sink: leave it alone) */
+    /* (a run that failed or stopped while planning or preparing never touched the sink, or
+     * cannot: leave it alone) */
     if ((g_interrupted || stalled_out || st != SB_SCHED_SUCCEEDED || commit_failed) &&
-        !s.storage_failed)
+        !s.storage_failed && !s.planning)
         abort_sink(ctl);
     sb_ctl_snapshot_get(ctl, &s); /* with the workers lost during the final job */
     sb_ctl_shutdown_workers(ctl);
