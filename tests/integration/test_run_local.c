@@ -348,6 +348,31 @@ Test(run, worker_killed_while_committing_the_sink_run_succeeds)
     storage_job_worker_killed("commitkill", "commit");
 }
 
+Test(run, commit_failure_fails_the_run_with_the_worker_and_file_named)
+{
+    /* a part file vanishes from the sink after it was written and reported: the commit (on a
+     * worker) refuses to write _SUCCESS, and the run fails with its message */
+    write_pipeline("cfail", "  - {name: a, op: bench.sleep, args: {msPerMB: 400}}\n", "");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && { (while [ ! -f cfail.done ]; do rm -f out-cfail/part-s0-t0-p0.jsonl; "
+             "sleep 0.02; done) & timeout 120 %s run cfail.yaml --cpus 2 > cfail.log 2>&1; "
+             "echo $?; touch cfail.done; wait; }",
+             dir, sb_test_bin("streambatch"));
+    char *rc = sb_test_sh_out("%s", cmd);
+    char *log = sb_test_sh_out("cat %s/cfail.log", dir);
+    cr_expect_str_eq(rc, "1", "%s", log);
+    cr_expect(strstr(log, "pipeline failed: committing the sink on worker cpu-") != NULL, "%s",
+              log);
+    cr_expect(strstr(log, "part-s0-t0-p0.jsonl: No such file or directory") != NULL, "%s", log);
+    free(rc);
+    free(log);
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/out-cfail/_SUCCESS", dir);
+    cr_expect_neq(stat(p, &st), 0, "no _SUCCESS");
+}
+
 Test(run, missing_input_fails_before_any_task_naming_the_uri)
 {
     char path[512];
