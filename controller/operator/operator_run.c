@@ -343,13 +343,18 @@ static void autoscale(sb_opr_run *r, uint64_t t)
     }
 }
 
-/* Starts the final storage job; the failure (if any) is reported when it ended. */
+/* Starts the final storage job (SB_STORAGE_NONE: none); the failure to report once it ended is
+ * kept in final_reason/final_message. */
 static void final_start(sb_opr_run *r, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
                         const char *reason, const char *message, uint64_t t)
 {
     snprintf(r->final_reason, sizeof r->final_reason, "%s", reason ? reason : "");
     snprintf(r->final_message, sizeof r->final_message, "%s", message ? message : "");
     sb_err e2 = {{0}};
+    if (kind == SB_STORAGE_NONE) {
+        r->final_kind = SB_STORAGE_NONE;
+        return;
+    }
     if (sb_ctl_storage_start(r->ctl, kind, parts, n, &e2) != 0) {
         sb_log(SB_LOG_WARN, "starting a storage job failed", "pipeline", r->key, "error", e2.msg,
                NULL);
