@@ -992,6 +992,8 @@ static void job_parts_free(storage_job *j)
 int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
                          sb_err *err)
 {
+    if (kind != SB_STORAGE_PREPARE && kind != SB_STORAGE_COMMIT && kind != SB_STORAGE_ABORT)
+        return sb_err_set(err, "storage job kind %d cannot be queued by the caller", (int)kind);
     pthread_mutex_lock(&c->mu);
     if (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING) {
         pthread_mutex_unlock(&c->mu);
