@@ -21,6 +21,7 @@
 #include "io/reader.h"
 #include "io/sink.h"
 #include "io/split.h"
+#include "controller/engine/storage.h"
 #include "worker/ops/ops.h"
 #include "worker/store/store.h"
 
@@ -601,6 +602,152 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
     task_ctx_free(&t);
 }
 
+/* ---- storage jobs -------------------------------------------------------------------------- */
+
+/* Sends one storage job report, retried like a task's completion report. The reply (to free
+ * with sb_rpc_msg_free), or NULL when it was given up (*why says why). */
+static ProtobufCMessage *storage_report(worker *w, Streambatch__V1__CompleteTaskRequest *req,
+                                        uint64_t gen, const char **why)
+{
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    *why = "the worker is stopping";
+    int backoff = BACKOFF_FIRST_MS;
+    for (int errors = 0; !stopping(w);) {
+        if (cur_gen(w) != gen) {
+            *why = "the controller changed (Rebind)";
+            return NULL;
+        }
+        ctl_chan *c = ctl_get(w, 0);
+        if (c == NULL) {
+            nap(w, 20, gen);
+            continue;
+        }
+        sb_rpc_code code =
+            sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_COMPLETE_TASK, &req->base, 30000, 0, &resp, &err);
+        int cur = code == SB_RPC_OK && ctl_ok(w, c);
+        ctl_put(w, c);
+        if (code == SB_RPC_OK && !cur) {
+            sb_rpc_msg_free(resp);
+            *why = "the controller changed (Rebind)";
+            return NULL;
+        }
+        if (code == SB_RPC_OK)
+            return resp;
+        sb_log(SB_LOG_WARN, "storage job report failed, retrying", "job", req->task_id, "error",
+               err.msg, NULL);
+        if (!unreachable(code) && ++errors >= 5) {
+            *why = "the controller kept refusing it";
+            return NULL;
+        }
+        nap(w, backoff, gen);
+        backoff = backoff_next(backoff);
+    }
+    return NULL;
+}
+
+/* Test hook: SB_WORKER_TEST_DIE_IN_STORAGE_JOB="<kind>:<marker path>" (kind plan, prepare,
+ * commit or abort) kills this worker in the first job of that kind, before it reports, if it
+ * can create the marker file (so exactly one worker dies, and the retry succeeds). */
+static void test_die_hook(sb_storage_kind kind)
+{
+    const char *v = getenv("SB_WORKER_TEST_DIE_IN_STORAGE_JOB");
+    static const char *names[] = {"", "plan", "prepare", "commit", "abort"};
+    if (v == NULL || kind < SB_STORAGE_PLAN || kind > SB_STORAGE_ABORT)
+        return;
+    size_t k = strlen(names[kind]);
+    if (strncmp(v, names[kind], k) != 0 || v[k] != ':')
+        return;
+    FILE *f = fopen(v + k + 1, "wx");
+    if (f == NULL)
+        return;
+    fclose(f);
+    sb_log(SB_LOG_WARN, "test hook: dying in a storage job", "kind", names[kind], NULL);
+    raise(SIGKILL);
+}
+
+/* Runs a storage job (see controller/engine/storage.h) and reports it: PLAN in pieces of at
+ * most SB_STORAGE_PIECE_BYTES, in plan order. */
+static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, uint64_t gen)
+{
+    sb_storage_kind kind = (sb_storage_kind)job->kind;
+    sb_err err = {{0}};
+    sb_engine_plan plan;
+    memset(&plan, 0, sizeof plan);
+    sb_sched_output *parts = calloc(job->n_parts + 1, sizeof *parts);
+    int rc;
+    if (parts == NULL) {
+        rc = sb_err_set(&err, "out of memory");
+    } else if (!w->have_pipeline) {
+        rc = sb_err_set(&err, "the worker has no pipeline");
+    } else {
+        for (size_t i = 0; i < job->n_parts; i++) {
+            parts[i].id = job->parts[i]->id;
+            parts[i].bytes = job->parts[i]->bytes;
+            parts[i].rows = job->parts[i]->rows;
+            parts[i].crc32c = job->parts[i]->crc32c;
+        }
+        rc = sb_storage_run(&w->pipeline, kind, parts, job->n_parts, &plan, &err);
+    }
+    free(parts);
+    test_die_hook(kind);
+    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;
+    req.worker_id = (char *)w->cfg.id;
+    req.task_id = job->job_id;
+    req.attempt = job->attempt;
+    uint64_t *bytes = NULL;
+    if (rc == 0 && kind == SB_STORAGE_PLAN) {
+        bytes = calloc(plan.nsplits + 1, sizeof *bytes);
+        if (bytes == NULL)
+            rc = sb_err_set(&err, "out of memory");
+        for (size_t i = 0; bytes != NULL && i < plan.nsplits; i++)
+            bytes[i] = plan.splits[i].bytes;
+    }
+    char msg[SB_ERR_MAX + 64];
+    if (rc != 0) {
+        req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        req.message = msg;
+        sb_log(SB_LOG_WARN, "storage job failed", "job", job->job_id, "error", msg, NULL);
+    } else {
+        req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    }
+    if (rc == 0 && kind == SB_STORAGE_PLAN)
+        req.storage = &res;
+    size_t from = 0;
+    do {
+        size_t k = 0;
+        if (req.storage != NULL) {
+            k = sb_storage_piece((const char *const *)plan.enc, plan.nsplits, from,
+                                 SB_STORAGE_PIECE_BYTES);
+            res.offset = from;
+            res.n_splits = k;
+            res.splits = plan.enc + from;
+            res.n_split_bytes = k;
+            res.split_bytes = bytes + from;
+            res.more = from + k < plan.nsplits;
+        }
+        const char *why = NULL;
+        ProtobufCMessage *resp = storage_report(w, &req, gen, &why);
+        if (resp == NULL) {
+            sb_log(SB_LOG_WARN, "storage job report dropped", "job", job->job_id, "why", why, NULL);
+            break;
+        }
+        Streambatch__V1__CompleteTaskReply *r = (Streambatch__V1__CompleteTaskReply *)resp;
+        int accepted = r->accepted;
+        sb_rpc_msg_free(resp);
+        if (!accepted) {
+            sb_log(SB_LOG_INFO, "storage job report refused (another attempt owns the job)", "job",
+                   job->job_id, NULL);
+            break;
+        }
+        from += k;
+    } while (req.storage != NULL && from < plan.nsplits);
+    free(bytes);
+    sb_engine_plan_free(&plan);
+}
+
 /* ---- loops ------------------------------------------------------------------------------- */
 
 /* Polls for tasks and runs them. A controller that cannot be reached is retried with backoff
@@ -637,6 +784,15 @@ static void *slot_main(void *arg)
         }
         backoff = BACKOFF_FIRST_MS;
         Streambatch__V1__PollTasksReply *r = (Streambatch__V1__PollTasksReply *)resp;
+        if (cur && r->storage_job != NULL && !stopping(w) && cur_gen(w) == gen) {
+            pthread_mutex_lock(&w->mu);
+            w->running_tasks++;
+            pthread_mutex_unlock(&w->mu);
+            run_storage_job(w, r->storage_job, gen);
+            pthread_mutex_lock(&w->mu);
+            w->running_tasks--;
+            pthread_mutex_unlock(&w->mu);
+        }
         for (size_t i = 0; cur && i < r->n_tasks && !stopping(w) && cur_gen(w) == gen; i++) {
             pthread_mutex_lock(&w->mu);
             w->running_tasks++;

@@ -23,7 +23,29 @@ typedef struct {
     char id[128];
     uint64_t last_seen_ms;
     int live;
+    /* registered while planning (no scheduler yet): added to it when the plan is ready */
+    int deferred;
+    char pool[32], address[256];
+    uint32_t slots;
+    sb_sched_output *held;
+    size_t nheld;
 } seen;
+
+enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED };
+
+/* The storage job in flight (one at a time). */
+typedef struct {
+    sb_storage_kind kind;
+    int state;
+    uint32_t attempt;
+    uint64_t seq;
+    char id[400];
+    char worker[128];
+    sb_sched_output *parts; /* COMMIT: ids malloc'd */
+    size_t nparts;
+    uint64_t since_ms; /* queued (or re-queued) at */
+    char msg[SB_ERR_MAX + 256];
+} storage_job;
 
 struct sb_ctl {
     pthread_mutex_t mu;
@@ -42,6 +64,18 @@ struct sb_ctl {
     int stop;
     pthread_t timer;
     int timer_started;
+    /* storage jobs (storage_on_workers) */
+    const sb_pipeline *pipeline;
+    int no_fusion;
+    int planning; /* PLAN/PREPARE under way: sched is NULL */
+    int failed;   /* a storage job failed the pipeline before the scheduler */
+    char failure[SB_ERR_MAX + 256];
+    sb_storage_plan plan; /* the PLAN result being received */
+    size_t nsplits;
+    const char *job_pool; /* the pool whose demand a storage job counts in */
+    storage_job job;
+    int have_resume;
+    sb_sched_resume resume; /* deep copy: ranges and parts malloc'd */
 };
 
 static uint64_t now_ms(void)
@@ -49,6 +83,31 @@ static uint64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void held_free(seen *w)
+{
+    for (size_t i = 0; i < w->nheld; i++)
+        free((char *)w->held[i].id);
+    free(w->held);
+    w->held = NULL;
+    w->nheld = 0;
+    w->deferred = 0;
+}
+
+static sb_sched_state state_of(sb_ctl *c, const char **why)
+{
+    if (c->failed) {
+        if (why != NULL)
+            *why = c->failure;
+        return SB_SCHED_FAILED;
+    }
+    if (c->sched == NULL) {
+        if (why != NULL)
+            *why = NULL;
+        return SB_SCHED_RUNNING;
+    }
+    return sb_sched_state_get(c->sched, why);
 }
 
 static seen *worker_seen(sb_ctl *c, const char *id, int create)
@@ -89,6 +148,21 @@ static void free_releases(char **rel, size_t n)
     free(rel);
 }
 
+static void job_queue(sb_ctl *c, sb_storage_kind kind)
+{
+    storage_job *j = &c->job;
+    j->kind = kind;
+    j->state = JOB_QUEUED;
+    j->attempt = 0;
+    j->seq++;
+    snprintf(j->id, sizeof j->id, "%s/storage-%llu", c->pipeline_id, (unsigned long long)j->seq);
+    j->worker[0] = '\0';
+    j->msg[0] = '\0';
+    j->since_ms = now_ms();
+    if (kind == SB_STORAGE_PLAN)
+        sb_storage_plan_free(&c->plan);
+}
+
 static void mark_lost(sb_ctl *c, seen *w, const char *why)
 {
     if (!w->live)
@@ -96,7 +170,95 @@ static void mark_lost(sb_ctl *c, seen *w, const char *why)
     w->live = 0;
     c->lost++;
     sb_log(SB_LOG_WARN, "worker lost", "worker", w->id, "why", why, NULL);
-    sb_sched_worker_lost(c->sched, w->id, now_ms());
+    held_free(w);
+    if (c->sched != NULL)
+        sb_sched_worker_lost(c->sched, w->id, now_ms());
+    storage_job *j = &c->job;
+    if (j->state == JOB_RUNNING && strcmp(j->worker, w->id) == 0) {
+        /* storage jobs are idempotent: the next worker that polls runs it again */
+        j->state = JOB_QUEUED;
+        j->attempt++;
+        j->worker[0] = '\0';
+        j->since_ms = now_ms();
+        if (j->kind == SB_STORAGE_PLAN)
+            sb_storage_plan_free(&c->plan);
+        sb_log(SB_LOG_WARN, "storage job re-queued: its worker was lost", "job", j->id, "worker",
+               w->id, "what", sb_storage_kind_what(j->kind), NULL);
+    }
+}
+
+/* The plan is complete and the sink prepared: the scheduler starts, with every worker that
+ * registered meanwhile. Lock held. */
+static void plan_ready(sb_ctl *c)
+{
+    sb_sched_split *ss = calloc(c->plan.n + 1, sizeof *ss);
+    sb_err err = {{0}};
+    if (ss == NULL) {
+        snprintf(c->failure, sizeof c->failure, "starting the scheduler: out of memory");
+        c->failed = 1;
+        return;
+    }
+    for (size_t i = 0; i < c->plan.n; i++) {
+        ss[i].split = c->plan.enc[i];
+        ss[i].bytes = c->plan.bytes[i];
+    }
+    sb_sched_config sc = {.pipeline = c->pipeline,
+                          .pipeline_id = c->pipeline_id,
+                          .no_fusion = c->no_fusion,
+                          .start_ms = now_ms(),
+                          .resume = c->have_resume ? &c->resume : NULL};
+    c->sched = sb_sched_new(&sc, ss, c->plan.n, &err);
+    free(ss);
+    c->nsplits = c->plan.n;
+    sb_storage_plan_free(&c->plan);
+    c->planning = 0;
+    if (c->sched == NULL) {
+        snprintf(c->failure, sizeof c->failure, "starting the scheduler: %s", err.msg);
+        c->failed = 1;
+        return;
+    }
+    char n[32];
+    snprintf(n, sizeof n, "%zu", c->nsplits);
+    sb_log(SB_LOG_INFO, "source planned on a worker", "pipeline", c->pipeline_id, "splits", n,
+           NULL);
+    for (size_t i = 0; i < c->nworkers; i++) {
+        seen *w = &c->workers[i];
+        if (!w->live || !w->deferred)
+            continue;
+        if (sb_sched_worker_add(c->sched, w->id, w->pool, w->address, w->slots, w->held, w->nheld,
+                                now_ms(), &err) != 0) {
+            sb_log(SB_LOG_WARN, "adding a worker to the scheduler failed", "worker", w->id, "error",
+                   err.msg, NULL);
+            w->live = 0;
+        }
+        held_free(w);
+    }
+}
+
+/* The job in flight ended (ok, or failed with c->job.msg). Lock held. */
+static void job_ended(sb_ctl *c, int ok, const char *msg)
+{
+    storage_job *j = &c->job;
+    char full[sizeof j->msg];
+    if (!ok) {
+        snprintf(full, sizeof full, "%s on worker %s: %s", sb_storage_kind_what(j->kind), j->worker,
+                 msg && msg[0] ? msg : "failed");
+        snprintf(j->msg, sizeof j->msg, "%s", full);
+        sb_log(SB_LOG_WARN, "storage job failed", "job", j->id, "error", j->msg, NULL);
+    }
+    j->state = ok ? JOB_DONE : JOB_FAILED;
+    if (c->planning) {
+        if (!ok) {
+            snprintf(c->failure, sizeof c->failure, "%s", j->msg);
+            c->failed = 1;
+            c->planning = 0;
+        } else if (j->kind == SB_STORAGE_PLAN) {
+            job_queue(c, SB_STORAGE_PREPARE);
+        } else {
+            plan_ready(c);
+        }
+    }
+    pthread_cond_broadcast(&c->changed);
 }
 
 /* ---- messages ---------------------------------------------------------------------------- */
@@ -202,7 +364,49 @@ static int poll_reply_build(sb_ctl *c, poll_reply *r, const sb_sched_task *t, si
 
 static int terminal(sb_ctl *c)
 {
-    return sb_sched_state_get(c->sched, NULL) != SB_SCHED_RUNNING;
+    return state_of(c, NULL) != SB_SCHED_RUNNING;
+}
+
+/* Hands the queued storage job to the worker in a poll reply. Lock held. */
+static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker)
+{
+    storage_job *j = &c->job;
+    Streambatch__V1__PollTasksReply rep = STREAMBATCH__V1__POLL_TASKS_REPLY__INIT;
+    Streambatch__V1__StorageJob m = STREAMBATCH__V1__STORAGE_JOB__INIT;
+    Streambatch__V1__PartitionInfo *infos = calloc(j->nparts + 1, sizeof *infos);
+    Streambatch__V1__PartitionInfo **ptrs = calloc(j->nparts + 1, sizeof *ptrs);
+    if (infos == NULL || ptrs == NULL) {
+        free(infos);
+        free(ptrs);
+        sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED, "controller out of memory");
+        return;
+    }
+    m.job_id = j->id;
+    m.kind = (Streambatch__V1__StorageJobKind)j->kind;
+    m.attempt = j->attempt;
+    for (size_t i = 0; i < j->nparts; i++) {
+        streambatch__v1__partition_info__init(&infos[i]);
+        infos[i].id = (char *)j->parts[i].id;
+        infos[i].bytes = j->parts[i].bytes;
+        infos[i].rows = j->parts[i].rows;
+        infos[i].crc32c = j->parts[i].crc32c;
+        ptrs[i] = &infos[i];
+    }
+    m.n_parts = j->nparts;
+    m.parts = ptrs;
+    rep.storage_job = &m;
+    sb_err err;
+    if (sb_rpc_call_reply_msg(call, &rep.base, &err) != 0) {
+        /* not delivered: the job stays queued for the next poll */
+        sb_log(SB_LOG_WARN, "poll reply failed", "worker", worker, "error", err.msg, NULL);
+    } else {
+        j->state = JOB_RUNNING;
+        snprintf(j->worker, sizeof j->worker, "%s", worker);
+        sb_log(SB_LOG_INFO, "storage job started", "job", j->id, "what",
+               sb_storage_kind_what(j->kind), "worker", worker, NULL);
+    }
+    free(infos);
+    free(ptrs);
 }
 
 /* Tries to answer a poll: returns 1 if the call was ended. Lock held. */
@@ -215,7 +419,11 @@ static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t
     /* unknown: never registered here (a new leader after failover): it gets no tasks and is
      * not told to shut down; its heartbeat asks it to register. lost: declared lost here. */
     int unknown = w == NULL, dead = w != NULL && !w->live;
-    if (!unknown && !dead && !c->shutdown_workers && !terminal(c))
+    if (!unknown && !dead && !c->shutdown_workers && c->job.state == JOB_QUEUED) {
+        answer_job(c, call, worker);
+        return 1;
+    }
+    if (!unknown && !dead && !c->shutdown_workers && !terminal(c) && c->sched != NULL)
         n = sb_sched_assign(c->sched, worker, free_slots > 64 ? 64 : free_slots, now_ms(), tasks);
     int shutdown = c->shutdown_workers || dead;
     if (n == 0 && !force && !shutdown && !terminal(c))
@@ -278,16 +486,33 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     }
     sb_err err;
     pthread_mutex_lock(&c->mu);
-    int rc = held == NULL ? -1
-                          : sb_sched_worker_add(c->sched, m->worker_id, m->pool, m->address,
-                                                m->slots, held, m->n_partitions, now_ms(), &err);
+    int rc = -1;
     if (held == NULL)
         snprintf(err.msg, sizeof err.msg, "out of memory");
+    else if (c->sched != NULL)
+        rc = sb_sched_worker_add(c->sched, m->worker_id, m->pool, m->address, m->slots, held,
+                                 m->n_partitions, now_ms(), &err);
+    else
+        rc = 0; /* planning (or it failed): added to the scheduler when the plan is ready */
     if (rc == 0) {
         seen *w = worker_seen(c, m->worker_id, 1);
         if (w != NULL) {
             w->live = 1;
             w->last_seen_ms = now_ms();
+        }
+        if (w != NULL && c->sched == NULL) {
+            held_free(w);
+            w->deferred = 1;
+            snprintf(w->pool, sizeof w->pool, "%s", m->pool);
+            snprintf(w->address, sizeof w->address, "%s", m->address);
+            w->slots = m->slots;
+            w->held = calloc(m->n_partitions + 1, sizeof *w->held);
+            for (size_t i = 0; w->held != NULL && i < m->n_partitions; i++) {
+                w->held[i] = held[i];
+                w->held[i].id = strdup(held[i].id);
+                if (w->held[i].id != NULL)
+                    w->nheld++;
+            }
         }
         c->registered++;
         Streambatch__V1__RegisterReply rep = STREAMBATCH__V1__REGISTER_REPLY__INIT;
@@ -295,7 +520,8 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         rep.controller_id = c->pipeline_id;
         rep.pipeline_json = c->pipeline_json;
         char **rel = NULL;
-        rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
+        if (c->sched != NULL)
+            rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
         rep.release = rel;
         sb_rpc_call_reply_msg(call, &rep.base, NULL);
         free_releases(rel, rep.n_release);
@@ -348,6 +574,44 @@ static sb_sched_status status_of(Streambatch__V1__TaskStatus s)
     }
 }
 
+/* A storage job's report: 1 accepted, 0 stale (another attempt or worker, or no such job).
+ * Lock held. */
+static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m)
+{
+    storage_job *j = &c->job;
+    if (j->state != JOB_RUNNING || strcmp(m->task_id, j->id) != 0 || m->attempt != j->attempt ||
+        strcmp(m->worker_id, j->worker) != 0)
+        return 0;
+    if (m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK) {
+        job_ended(c, 0, m->message);
+        return 1;
+    }
+    if (j->kind != SB_STORAGE_PLAN) {
+        job_ended(c, 1, NULL);
+        return 1;
+    }
+    const Streambatch__V1__StorageResult *r = m->storage;
+    sb_err err = {{0}};
+    if (r == NULL) {
+        job_ended(c, 0, "the worker reported no plan");
+        return 1;
+    }
+    if (r->n_splits != r->n_split_bytes) {
+        sb_err_set(&err, "the worker reported %zu splits with %zu sizes", r->n_splits,
+                   r->n_split_bytes);
+        job_ended(c, 0, err.msg);
+        return 1;
+    }
+    if (sb_storage_plan_add(&c->plan, r->offset, (const char *const *)r->splits, r->split_bytes,
+                            r->n_splits, &err) < 0) {
+        job_ended(c, 0, err.msg);
+        return 1;
+    }
+    if (!r->more)
+        job_ended(c, 1, NULL);
+    return 1;
+}
+
 static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
 {
     sb_ctl *c = ud;
@@ -372,7 +636,9 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     seen *w = touch_worker(c, m->worker_id);
     int rc = 0;
     sb_err err = {{0}};
-    if (w != NULL) {
+    if (w != NULL && c->job.state != JOB_NONE && strcmp(m->task_id, c->job.id) == 0) {
+        rc = storage_report(c, m);
+    } else if (w != NULL && c->sched != NULL) {
         sb_sched_metrics met = {m->metrics ? m->metrics->wall_seconds : 0,
                                 m->metrics ? m->metrics->cpu_seconds : 0};
         rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt, status_of(m->status),
@@ -385,7 +651,7 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     Streambatch__V1__CompleteTaskReply rep = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
     rep.accepted = rc == 1;
     char **rel = NULL;
-    if (w != NULL)
+    if (w != NULL && c->sched != NULL)
         rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
     rep.release = rel;
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
@@ -410,7 +676,8 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     Streambatch__V1__HeartbeatReply rep = STREAMBATCH__V1__HEARTBEAT_REPLY__INIT;
     char **rel = NULL;
     if (w != NULL) {
-        rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
+        if (c->sched != NULL)
+            rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
         rep.release = rel;
     } else if (worker_seen(c, m->worker_id, 0) == NULL) {
         rep.reregister = 1; /* unknown here (a new leader): register again with what it holds */
@@ -468,9 +735,49 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
                           .resume = cfg->resume};
     if (c->pipeline_id == NULL || c->pipeline_json == NULL)
         goto fail;
-    c->sched = sb_sched_new(&sc, cfg->splits, cfg->nsplits, err);
-    if (c->sched == NULL)
-        goto fail;
+    c->pipeline = cfg->pipeline;
+    c->no_fusion = cfg->no_fusion;
+    c->job_pool = "cpu";
+    if (cfg->pipeline != NULL && cfg->pipeline->spec.nstages > 0) {
+        int any_cpu = 0;
+        for (size_t i = 0; i < cfg->pipeline->spec.nstages; i++)
+            any_cpu |= cfg->pipeline->spec.stages[i].resources.gpu <= 0;
+        c->job_pool = any_cpu ? "cpu" : "gpu";
+    }
+    if (cfg->storage_on_workers) {
+        if (cfg->pipeline == NULL || cfg->pipeline->spec.nstages == 0) {
+            sb_err_set(err, "scheduler: the pipeline has no stages");
+            goto fail;
+        }
+        if (cfg->resume != NULL) {
+            const sb_sched_resume *r = cfg->resume;
+            c->have_resume = 1;
+            c->resume.epoch = r->epoch;
+            c->resume.committed_splits = strdup(r->committed_splits ? r->committed_splits : "");
+            sb_sched_output *parts = calloc(r->nparts + 1, sizeof *parts);
+            c->resume.parts = parts;
+            if (c->resume.committed_splits == NULL || parts == NULL) {
+                sb_err_set(err, "controller: out of memory");
+                goto fail;
+            }
+            for (size_t i = 0; i < r->nparts; i++) {
+                parts[i] = r->parts[i];
+                parts[i].id = strdup(r->parts[i].id ? r->parts[i].id : "");
+                if (parts[i].id == NULL) {
+                    sb_err_set(err, "controller: out of memory");
+                    goto fail;
+                }
+                c->resume.nparts++;
+            }
+        }
+        c->planning = 1;
+        job_queue(c, SB_STORAGE_PLAN);
+    } else {
+        c->sched = sb_sched_new(&sc, cfg->splits, cfg->nsplits, err);
+        if (c->sched == NULL)
+            goto fail;
+        c->nsplits = cfg->nsplits;
+    }
     c->srv = sb_rpc_server_new(opts, err);
     if (c->srv == NULL ||
         sb_rpc_server_add_unary(c->srv, SB_RPC_CONTROL_REGISTER, h_register, c, err) != 0 ||
@@ -512,7 +819,7 @@ sb_sched_state sb_ctl_wait(sb_ctl *c, int timeout_ms)
     uint64_t end = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
     pthread_mutex_lock(&c->mu);
     sb_sched_state st;
-    while ((st = sb_sched_state_get(c->sched, NULL)) == SB_SCHED_RUNNING && now_ms() < end) {
+    while ((st = state_of(c, NULL)) == SB_SCHED_RUNNING && now_ms() < end) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 20 * 1000000;
@@ -531,11 +838,18 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&c->mu);
     const char *why = NULL;
-    out->state = sb_sched_state_get(c->sched, &why);
+    out->state = state_of(c, &why);
     if (why != NULL)
         snprintf(out->failure, sizeof out->failure, "%s", why);
-    sb_sched_get_stats(c->sched, &out->stats);
-    out->nops = sb_sched_op_count(c->sched);
+    out->planning = c->planning;
+    out->storage_failed = c->failed;
+    out->nsplits = c->nsplits;
+    if (c->sched != NULL) {
+        sb_sched_get_stats(c->sched, &out->stats);
+        out->nops = sb_sched_op_count(c->sched);
+    } else if (c->pipeline != NULL) {
+        out->stats.budget = (uint64_t)c->pipeline->spec.execution.memory_budget;
+    }
     if (out->nops > 16)
         out->nops = 16;
     for (size_t i = 0; i < out->nops; i++)
@@ -548,7 +862,25 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
 int sb_ctl_stalled(sb_ctl *c, uint64_t stall_ms, char *buf, size_t len)
 {
     pthread_mutex_lock(&c->mu);
-    int r = sb_sched_stalled(c->sched, now_ms(), stall_ms, buf, len);
+    int r = 0;
+    uint64_t now = now_ms();
+    storage_job *j = &c->job;
+    if (j->state == JOB_QUEUED || j->state == JOB_RUNNING) {
+        /* a storage job in flight is the progress to watch */
+        if (now >= j->since_ms + stall_ms) {
+            r = 1;
+            if (j->state == JOB_QUEUED)
+                snprintf(buf, len, "%s: no worker took the job for %llu s",
+                         sb_storage_kind_what(j->kind),
+                         (unsigned long long)((now - j->since_ms) / 1000));
+            else
+                snprintf(buf, len, "%s: running on worker %s for %llu s",
+                         sb_storage_kind_what(j->kind), j->worker,
+                         (unsigned long long)((now - j->since_ms) / 1000));
+        }
+    } else if (c->sched != NULL) {
+        r = sb_sched_stalled(c->sched, now, stall_ms, buf, len);
+    }
     pthread_mutex_unlock(&c->mu);
     return r;
 }
@@ -556,8 +888,8 @@ int sb_ctl_stalled(sb_ctl *c, uint64_t stall_ms, char *buf, size_t len)
 sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n)
 {
     pthread_mutex_lock(&c->mu);
-    size_t k;
-    const sb_sched_output *p = sb_sched_sink_parts(c->sched, &k);
+    size_t k = 0;
+    const sb_sched_output *p = c->sched ? sb_sched_sink_parts(c->sched, &k) : NULL;
     sb_sched_output *out = calloc(k + 1, sizeof *out);
     for (size_t i = 0; out != NULL && i < k; i++) {
         out[i] = p[i];
@@ -578,7 +910,34 @@ void sb_ctl_parts_free(sb_sched_output *parts, size_t n)
 int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err)
 {
     pthread_mutex_lock(&c->mu);
-    int rc = sb_sched_checkpoint(c->sched, ranges, parts, n, err);
+    int rc;
+    if (c->sched != NULL) {
+        rc = sb_sched_checkpoint(c->sched, ranges, parts, n, err);
+    } else {
+        /* no plan yet: the checkpoint is still the one the run resumed from */
+        const sb_sched_resume *r = c->have_resume ? &c->resume : NULL;
+        size_t k = r ? r->nparts : 0;
+        *ranges = strdup(r && r->committed_splits ? r->committed_splits : "");
+        *parts = calloc(k + 1, sizeof **parts);
+        *n = 0;
+        rc = *ranges != NULL && *parts != NULL ? 0 : -1;
+        for (size_t i = 0; rc == 0 && i < k; i++) {
+            (*parts)[i] = r->parts[i];
+            (*parts)[i].id = strdup(r->parts[i].id);
+            if ((*parts)[i].id == NULL)
+                rc = -1;
+            else
+                (*n)++;
+        }
+        if (rc != 0) {
+            free(*ranges);
+            sb_sched_parts_free(*parts, *n);
+            *ranges = NULL;
+            *parts = NULL;
+            *n = 0;
+            sb_err_set(err, "checkpoint: out of memory");
+        }
+    }
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -586,7 +945,15 @@ int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t 
 int sb_ctl_worker_removable(sb_ctl *c, const char *worker_id)
 {
     pthread_mutex_lock(&c->mu);
-    int r = sb_sched_worker_removable(c->sched, worker_id);
+    int r;
+    if (c->sched != NULL) {
+        r = sb_sched_worker_removable(c->sched, worker_id);
+    } else {
+        seen *w = worker_seen(c, worker_id, 0);
+        r = w != NULL && w->live && w->nheld == 0;
+    }
+    if (r && c->job.state == JOB_RUNNING && strcmp(c->job.worker, worker_id) == 0)
+        r = 0;
     pthread_mutex_unlock(&c->mu);
     return r;
 }
@@ -595,8 +962,120 @@ void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t 
                         int *active)
 {
     pthread_mutex_lock(&c->mu);
-    sb_sched_pool_demand(c->sched, pool, queued, running, active);
+    *queued = *running = 0;
+    *active = 0;
+    if (c->sched != NULL)
+        sb_sched_pool_demand(c->sched, pool, queued, running, active);
+    else if (c->planning)
+        *active = 1; /* every pool gets work once the plan is ready */
+    /* a storage job needs one worker of job_pool */
+    if ((c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING) &&
+        strcmp(pool, c->job_pool) == 0) {
+        if (c->job.state == JOB_QUEUED)
+            *queued += 1;
+        else
+            *running += 1;
+        *active = 1;
+    }
     pthread_mutex_unlock(&c->mu);
+}
+
+static void job_parts_free(storage_job *j)
+{
+    for (size_t i = 0; i < j->nparts; i++)
+        free((char *)j->parts[i].id);
+    free(j->parts);
+    j->parts = NULL;
+    j->nparts = 0;
+}
+
+int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+                         sb_err *err)
+{
+    if (kind != SB_STORAGE_PREPARE && kind != SB_STORAGE_COMMIT && kind != SB_STORAGE_ABORT)
+        return sb_err_set(err, "storage job kind %d cannot be queued by the caller", (int)kind);
+    pthread_mutex_lock(&c->mu);
+    if (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING) {
+        pthread_mutex_unlock(&c->mu);
+        return sb_err_set(err, "%s is still in flight", sb_storage_kind_what(c->job.kind));
+    }
+    job_parts_free(&c->job);
+    c->job.parts = calloc(n + 1, sizeof *c->job.parts);
+    for (size_t i = 0; c->job.parts != NULL && i < n; i++) {
+        c->job.parts[i] = parts[i];
+        c->job.parts[i].id = strdup(parts[i].id ? parts[i].id : "");
+        if (c->job.parts[i].id == NULL)
+            break;
+        c->job.nparts++;
+    }
+    if (c->job.parts == NULL || c->job.nparts != n) {
+        job_parts_free(&c->job);
+        pthread_mutex_unlock(&c->mu);
+        return sb_err_set(err, "%s: out of memory", sb_storage_kind_what(kind));
+    }
+    job_queue(c, kind);
+    serve_pending(c, 0);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+int sb_ctl_storage_poll(sb_ctl *c, char *msg, size_t len)
+{
+    pthread_mutex_lock(&c->mu);
+    int st = c->job.state;
+    if (st == JOB_FAILED && len > 0)
+        snprintf(msg, len, "%s", c->job.msg);
+    pthread_mutex_unlock(&c->mu);
+    return st == JOB_DONE ? 1 : st == JOB_FAILED ? -1 : 0;
+}
+
+int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+                       int timeout_ms, const volatile int *cancel, char *msg, size_t len)
+{
+    sb_err err;
+    if (sb_ctl_storage_start(c, kind, parts, n, &err) != 0) {
+        snprintf(msg, len, "%s", err.msg);
+        return -1;
+    }
+    uint64_t end = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    for (;;) {
+        int r = sb_ctl_storage_poll(c, msg, len);
+        if (r != 0)
+            return r;
+        if (cancel != NULL && *cancel) {
+            snprintf(msg, len, "%s: interrupted", sb_storage_kind_what(kind));
+            return 0;
+        }
+        if (now_ms() >= end) {
+            pthread_mutex_lock(&c->mu);
+            if (c->job.state == JOB_QUEUED)
+                snprintf(msg, len, "%s: no worker took the job within %d ms",
+                         sb_storage_kind_what(kind), timeout_ms);
+            else
+                snprintf(msg, len, "%s: not done on worker %s within %d ms",
+                         sb_storage_kind_what(kind), c->job.worker, timeout_ms);
+            pthread_mutex_unlock(&c->mu);
+            return 0;
+        }
+        pthread_mutex_lock(&c->mu);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&c->changed, &c->mu, &ts);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+size_t sb_ctl_nsplits(sb_ctl *c)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->nsplits;
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 void sb_ctl_shutdown_workers(sb_ctl *c)
@@ -614,7 +1093,7 @@ void sb_ctl_free(sb_ctl *c)
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
     c->shutdown_workers = 1;
-    if (c->sched != NULL)
+    if (c->srv != NULL)
         serve_pending(c, 1);
     pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&c->mu);
@@ -622,7 +1101,13 @@ void sb_ctl_free(sb_ctl *c)
         pthread_join(c->timer, NULL);
     sb_rpc_server_free(c->srv);
     sb_sched_free(c->sched);
+    for (size_t i = 0; i < c->nworkers; i++)
+        held_free(&c->workers[i]);
     free(c->workers);
+    sb_storage_plan_free(&c->plan);
+    job_parts_free(&c->job);
+    free((char *)c->resume.committed_splits);
+    sb_sched_parts_free((sb_sched_output *)c->resume.parts, c->resume.nparts);
     free(c->pipeline_id);
     free(c->pipeline_json);
     pthread_mutex_destroy(&c->mu);

@@ -6,6 +6,14 @@
  * watches for stalls. The same service runs embedded in `streambatch run` and in the operator;
  * only the backend that starts workers differs.
  *
+ * Storage jobs (storage.h). With storage_on_workers the controller never opens user storage:
+ * it starts without a plan, queues a PLAN job and then a PREPARE job for the first live worker
+ * that polls, and creates the scheduler from the splits the worker reported (in plan order,
+ * with the resume) only when both succeeded; workers that register meanwhile are added then.
+ * A job whose worker is lost goes to the next worker (attempt + 1); a job that fails fails the
+ * pipeline with "<what> on worker <id>: <error>". The final COMMIT or ABORT is queued the same
+ * way by the caller (sb_ctl_storage_start/poll/run) before it shuts the workers down.
+ *
  * Threads: gRPC handlers and the timer thread share one mutex around the scheduler. Backends
  * report process exits with sb_ctl_worker_exited(). Memory: the controller copies what it
  * keeps from the config; snapshots are written into caller-provided structs.
@@ -16,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "controller/engine/storage.h"
 #include "controller/sched/sched.h"
 #include "core/err.h"
 #include "rpc/rpc.h"
@@ -32,7 +41,10 @@ typedef struct sb_ctl_config {
     uint32_t heartbeat_interval_ms; /* default 500 */
     uint32_t heartbeat_timeout_ms;  /* default 5000 */
     int no_fusion;
-    const sb_sched_resume *resume; /* NULL: a fresh run; else passed to sb_sched_new() */
+    const sb_sched_resume *resume; /* NULL: a fresh run; else passed to sb_sched_new() (copied
+                                      when storage_on_workers defers it) */
+    int storage_on_workers;        /* 1: ignore splits; plan the source and prepare the sink on a
+                                      worker (the pipeline must then outlive the controller) */
 } sb_ctl_config;
 
 typedef struct sb_ctl_snapshot {
@@ -42,7 +54,10 @@ typedef struct sb_ctl_snapshot {
     sb_sched_op_stats ops[16]; /* names point into the controller: valid until sb_ctl_free */
     size_t workers_registered, workers_lost;
     char failure[1024];
-    char stall[1024]; /* non-empty while the watchdog sees no progress */
+    char stall[1024];   /* non-empty while the watchdog sees no progress */
+    int planning;       /* 1 while the PLAN/PREPARE storage jobs run (no scheduler yet) */
+    int storage_failed; /* 1 when `failure` is a storage job's (planning, preparing) */
+    size_t nsplits;     /* splits of the plan (0 while planning) */
 } sb_ctl_snapshot;
 
 sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *err);
@@ -69,6 +84,19 @@ int sb_ctl_worker_removable(sb_ctl *c, const char *worker_id);
 /* The pool's demand (sb_sched_pool_demand), under the lock. */
 void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t *running,
                         int *active);
+/* Queues a COMMIT (with the sink parts), ABORT or PREPARE storage job for the next worker
+ * that polls. 0, or -1 + err (another job is in flight, or out of memory). */
+int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+                         sb_err *err);
+/* The job queued last: 0 still queued or running, 1 done, -1 failed with msg ("committing the
+ * sink on worker cpu-0: ..."). */
+int sb_ctl_storage_poll(sb_ctl *c, char *msg, size_t len);
+/* sb_ctl_storage_start, then waits up to timeout_ms, or until *cancel becomes non-zero (cancel
+ * may be NULL): 1 done, -1 failed or could not start, 0 not done in time (msg says why). */
+int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+                       int timeout_ms, const volatile int *cancel, char *msg, size_t len);
+/* Splits of the plan (0 while planning). */
+size_t sb_ctl_nsplits(sb_ctl *c);
 /* From now on every poll and heartbeat answers shutdown. */
 void sb_ctl_shutdown_workers(sb_ctl *c);
 /* Stops the service (calls in flight are cancelled) and frees everything. */

@@ -9,6 +9,9 @@
  * csv, txt), the name workers write, then calls sb_io_sink_commit(), which checks the files,
  * removes orphans of earlier attempts, and writes _manifest.json and _SUCCESS.
  *
+ * These functions open user storage, so only workers call them (through storage.h's storage
+ * jobs); the controller process never does (it may have no access to the storage at all).
+ *
  * Memory: sb_engine_plan owns its splits (and the encoded strings they point to) until
  * sb_engine_plan_free(); everything else is borrowed for the duration of the call.
  */

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "controller/engine/ctl.h"
-#include "controller/engine/engine.h"
 #include "controller/engine/local.h"
 #include "core/log.h"
 #include "doc/doc.h"
@@ -275,12 +274,10 @@ typedef struct {
     sb_doc *doc, *jdoc;
     sb_pipeline p;
     int have_p;
-    sb_engine_plan plan;
 } run_state;
 
 static void run_state_free(run_state *r)
 {
-    sb_engine_plan_free(&r->plan);
     if (r->have_p)
         sb_pipeline_free(&r->p);
     sb_doc_free(r->doc);
@@ -355,16 +352,6 @@ static int load(const sb_run_opts *o, run_state *r)
     return bad ? 2 : 0;
 }
 
-static int plan(run_state *r)
-{
-    sb_err err;
-    if (sb_engine_plan_make(&r->p, &r->plan, &err) != 0) {
-        fprintf(stderr, "streambatch run: %s\n", err.msg);
-        return 1;
-    }
-    return 0;
-}
-
 static void default_worker_bin(char *buf, size_t len)
 {
     char self[PATH_MAX];
@@ -380,7 +367,10 @@ static void default_worker_bin(char *buf, size_t len)
     snprintf(buf, len, "%s/streambatch-worker", self);
 }
 
-static int commit_sink(const sb_pipeline *p, sb_ctl *ctl, char *msg, size_t msglen)
+/* The sink's final storage jobs run on a worker (storage.h), like planning: commit waits as
+ * long as the stall timeout allows, abort a few seconds (best effort: a failed run never wrote
+ * _SUCCESS, so an abort that cannot run leaves nothing that looks done). */
+static int commit_sink(sb_ctl *ctl, uint64_t stall_ms, char *msg, size_t msglen)
 {
     size_t n;
     sb_sched_output *parts = sb_ctl_sink_parts(ctl, &n);
@@ -388,12 +378,18 @@ static int commit_sink(const sb_pipeline *p, sb_ctl *ctl, char *msg, size_t msgl
         snprintf(msg, msglen, "out of memory");
         return -1;
     }
-    sb_err err;
-    int rc = sb_engine_commit(p, parts, n, &err);
-    if (rc != 0)
-        snprintf(msg, msglen, "%s", err.msg);
+    int rc = sb_ctl_storage_run(ctl, SB_STORAGE_COMMIT, parts, n,
+                                (int)(stall_ms > 0 && stall_ms < 3600000 ? stall_ms : 3600000),
+                                (const volatile int *)&g_interrupted, msg, msglen);
     sb_ctl_parts_free(parts, n);
-    return rc;
+    return rc == 1 ? 0 : -1;
+}
+
+static void abort_sink(sb_ctl *ctl)
+{
+    char msg[SB_ERR_MAX + 256];
+    if (sb_ctl_storage_run(ctl, SB_STORAGE_ABORT, NULL, 0, 5000, NULL, msg, sizeof msg) != 1)
+        fprintf(stderr, "cleaning the sink up: %s\n", msg);
 }
 
 int sb_run(const sb_run_opts *o)
@@ -401,8 +397,6 @@ int sb_run(const sb_run_opts *o)
     run_state r;
     memset(&r, 0, sizeof r);
     int code = load(o, &r);
-    if (code == 0)
-        code = plan(&r);
     int cpus = o->cpus > 0 ? o->cpus : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus < 1)
         cpus = 1;
@@ -430,11 +424,6 @@ int sb_run(const sb_run_opts *o)
         return code;
     }
     sb_err err;
-    if (sb_engine_prepare(&r.p, &err) != 0) {
-        fprintf(stderr, "streambatch run: spec.sink: %s\n", err.msg);
-        run_state_free(&r);
-        return 1;
-    }
     char run_dir[PATH_MAX], worker_bin[PATH_MAX];
     int own_dir = o->run_dir == NULL;
     if (own_dir) {
@@ -469,8 +458,7 @@ int sb_run(const sb_run_opts *o)
         .pipeline = &r.p,
         .pipeline_id = pid_s,
         .pipeline_json = r.json,
-        .splits = r.plan.splits,
-        .nsplits = r.plan.nsplits,
+        .storage_on_workers = 1, /* the source is planned and the sink prepared on a worker */
         .heartbeat_timeout_ms =
             (uint32_t)(o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 3000)};
     sb_ctl *ctl = sb_ctl_start(&cc, NULL, &err);
@@ -507,11 +495,10 @@ int sb_run(const sb_run_opts *o)
         run_state_free(&r);
         return 1;
     }
-    fprintf(stderr,
-            "running %s: %zu splits, %d cpu + %d gpu workers, memory budget %s, mode %s, "
-            "run dir %s\n",
-            r.p.metadata.name, r.plan.nsplits, ncpu, ngpu, human_bytes(budget, (char[32]){0}, 32),
+    fprintf(stderr, "running %s: %d cpu + %d gpu workers, memory budget %s, mode %s, run dir %s\n",
+            r.p.metadata.name, ncpu, ngpu, human_bytes(budget, (char[32]){0}, 32),
             sb_exec_mode_names[r.p.spec.execution.mode], run_dir);
+    int planned = 0;
     sb_backend be = sb_local_backend(loc);
     int tty = isatty(STDERR_FILENO);
     int lines = 0, interval = o->progress_interval_ms > 0 ? o->progress_interval_ms : 5000;
@@ -530,6 +517,10 @@ int sb_run(const sb_run_opts *o)
         if (st != SB_SCHED_RUNNING)
             break;
         double now = mono_s();
+        if (!planned && sb_ctl_nsplits(ctl) > 0) {
+            fprintf(stderr, "planned %zu splits\n", sb_ctl_nsplits(ctl));
+            planned = 1;
+        }
         if (now >= next_progress) {
             sb_ctl_snapshot s;
             sb_ctl_snapshot_get(ctl, &s);
@@ -550,6 +541,18 @@ int sb_run(const sb_run_opts *o)
     sb_ctl_snapshot_get(ctl, &s);
     if (tty)
         print_progress(&s, wall, tty, &lines);
+    /* the sink's commit or abort runs on a worker: before the workers are shut down */
+    const char *state = "Succeeded";
+    char msg[SB_ERR_MAX + 512];
+    int commit_failed = 0;
+    if (!g_interrupted && !stalled_out && st == SB_SCHED_SUCCEEDED)
+        commit_failed = commit_sink(ctl, stall_ms, msg, sizeof msg) != 0;
+    /* (a run that failed or stopped while planning or preparing never touched the sink, or
+     * cannot: leave it alone) */
+    if ((g_interrupted || stalled_out || st != SB_SCHED_SUCCEEDED || commit_failed) &&
+        !s.storage_failed && !s.planning)
+        abort_sink(ctl);
+    sb_ctl_snapshot_get(ctl, &s); /* with the workers lost during the final job */
     sb_ctl_shutdown_workers(ctl);
     uint64_t started = sb_local_started(loc);
     sb_backend_stop(&be, 3000);
@@ -561,33 +564,28 @@ int sb_run(const sb_run_opts *o)
                        (double)(ru_self.ru_utime.tv_usec + ru_self.ru_stime.tv_usec +
                                 ru_kids.ru_utime.tv_usec + ru_kids.ru_stime.tv_usec) /
                            1e6;
-    const char *state = "Succeeded";
-    char msg[600];
     if (g_interrupted) {
         state = "Interrupted";
         code = 1;
-        sb_engine_abort(&r.p, NULL);
         fprintf(stderr,
-                "\ninterrupted by signal %d after %.1f s: %" PRIu64 " of %" PRIu64
+                "\ninterrupted by signal %d after %.1f s: %" PRIu64 " of %zu"
                 " sink parts written, workers stopped; the sink has no _SUCCESS\n",
-                (int)g_interrupted, wall, s.stats.sink_parts, (uint64_t)r.plan.nsplits);
+                (int)g_interrupted, wall, s.stats.sink_parts, s.nsplits);
     } else if (stalled_out) {
         state = "Failed";
         code = 1;
-        sb_engine_abort(&r.p, NULL);
         fprintf(stderr, "\npipeline failed: stalled: %s\n", stall);
         snprintf(s.failure, sizeof s.failure, "stalled: %s", stall);
     } else if (st == SB_SCHED_SUCCEEDED) {
-        if (commit_sink(&r.p, ctl, msg, sizeof msg) != 0) {
+        if (commit_failed) {
             state = "Failed";
             code = 1;
-            sb_engine_abort(&r.p, NULL);
-            fprintf(stderr, "\npipeline failed: committing the sink: %s\n", msg);
+            fprintf(stderr, "\npipeline failed: %s\n", msg);
+            snprintf(s.failure, sizeof s.failure, "%s", msg);
         }
     } else {
         state = "Failed";
         code = 1;
-        sb_engine_abort(&r.p, NULL);
         fprintf(stderr, "\npipeline failed: %s\n", s.failure);
     }
     print_summary(stdout, &s, wall, cpu_total, peak_rss, started);

@@ -9,7 +9,6 @@
 
 #include "controller/sched/autoscale.h"
 #include "controller/engine/ctl.h"
-#include "controller/engine/engine.h"
 #include "controller/operator/kube.h"
 #include "controller/sched/ranges.h"
 #include "core/log.h"
@@ -30,7 +29,6 @@ struct sb_opr_run {
     cJSON *spec; /* the spec the run started with */
     char spec_hash[17];
     sb_pipeline p;
-    sb_engine_plan plan;
     sb_ctl *ctl;
     sb_kube *kube;
     pthread_mutex_t kube_mu; /* guards the kube pointer: on_pod (informer thread) vs stop */
@@ -42,6 +40,12 @@ struct sb_opr_run {
     uint64_t stall_ms;
     int stall_warned;
     int finished;
+    /* the final storage job (commit or abort of the sink) runs on a worker: the run stays
+     * Running until it ended or final_deadline_ms passed */
+    sb_storage_kind final_kind;
+    uint64_t final_deadline_ms, final_limit_ms;
+    char final_reason[64];
+    char final_message[SB_ERR_MAX + 512];
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     void *ud;
 };
@@ -130,7 +134,6 @@ static void run_free(sb_opr_run *r)
         sb_kube_free(r->kube);
     if (r->ctl != NULL)
         sb_ctl_free(r->ctl);
-    sb_engine_plan_free(&r->plan);
     sb_pipeline_free(&r->p);
     cJSON_Delete(r->spec);
     free(r->json);
@@ -165,11 +168,8 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
         return NULL;
     }
     r->spec = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cfg->object, "spec"), 1);
-    if (sb_engine_plan_make(&r->p, &r->plan, err) != 0 || sb_engine_prepare(&r->p, err) != 0) {
-        *plan_error = 1;
-        run_free(r);
-        return NULL;
-    }
+    /* the source is planned and the sink prepared by a worker pod (storage jobs): the
+     * controller has no access to user storage */
     /* resume state */
     sb_sched_resume resume;
     memset(&resume, 0, sizeof resume);
@@ -200,8 +200,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     sb_ctl_config cc = {.pipeline = &r->p,
                         .pipeline_id = r->key,
                         .pipeline_json = r->json,
-                        .splits = r->plan.splits,
-                        .nsplits = r->plan.nsplits,
+                        .storage_on_workers = 1,
                         .listen_addr = listen,
                         .heartbeat_timeout_ms = cfg->heartbeat_timeout_ms,
                         .resume = cfg->resume != NULL ? &resume : NULL};
@@ -289,7 +288,7 @@ uint32_t sb_opr_run_epoch(const sb_opr_run *r)
 
 size_t sb_opr_run_splits(const sb_opr_run *r)
 {
-    return r->plan.nsplits;
+    return sb_ctl_nsplits(r->ctl);
 }
 
 const cJSON *sb_opr_run_spec(const sb_opr_run *r)
@@ -345,12 +344,79 @@ static void autoscale(sb_opr_run *r, uint64_t t)
     }
 }
 
+/* Starts the final storage job (SB_STORAGE_NONE: none); the failure to report once it ended is
+ * kept in final_reason/final_message. */
+static void final_start(sb_opr_run *r, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+                        const char *reason, const char *message, uint64_t t)
+{
+    snprintf(r->final_reason, sizeof r->final_reason, "%s", reason ? reason : "");
+    snprintf(r->final_message, sizeof r->final_message, "%s", message ? message : "");
+    sb_err e2 = {{0}};
+    if (kind == SB_STORAGE_NONE) {
+        r->final_kind = SB_STORAGE_NONE;
+        return;
+    }
+    if (sb_ctl_storage_start(r->ctl, kind, parts, n, &e2) != 0) {
+        sb_log(SB_LOG_WARN, "starting a storage job failed", "pipeline", r->key, "error", e2.msg,
+               NULL);
+        r->final_kind = SB_STORAGE_NONE;
+        r->final_deadline_ms = 0;
+        return;
+    }
+    r->final_kind = kind;
+    uint64_t limit = kind == SB_STORAGE_COMMIT ? (r->stall_ms ? r->stall_ms : 300000) : 30000;
+    r->final_limit_ms = limit;
+    r->final_deadline_ms = t + limit;
+}
+
+static sb_opr_outcome finish(sb_opr_run *r, sb_opr_outcome o, char *reason, size_t rlen,
+                             char *message, size_t mlen)
+{
+    sb_ctl_shutdown_workers(r->ctl);
+    if (o == SB_OPR_FAILED) {
+        snprintf(reason, rlen, "%s", r->final_reason);
+        snprintf(message, mlen, "%s", r->final_message);
+    }
+    r->final_kind = SB_STORAGE_NONE;
+    r->finished = o;
+    return o;
+}
+
+/* A failure: the sink is aborted on a worker first (unless the failure was planning or
+ * preparing it: then the sink was never touched, or cannot be). */
+static sb_opr_outcome fail(sb_opr_run *r, const char *why, const char *msg, int touch_sink,
+                           uint64_t t, char *reason, size_t rlen, char *message, size_t mlen)
+{
+    final_start(r, touch_sink ? SB_STORAGE_ABORT : SB_STORAGE_NONE, NULL, 0, why, msg, t);
+    if (r->final_kind == SB_STORAGE_NONE)
+        return finish(r, SB_OPR_FAILED, reason, rlen, message, mlen);
+    return SB_OPR_RUNNING;
+}
+
 sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *message, size_t mlen)
 {
     if (r->finished)
         return (sb_opr_outcome)r->finished;
-    sb_sched_state st = sb_ctl_wait(r->ctl, 0);
     uint64_t t = sb_opr_mono_ms();
+    if (r->final_kind != SB_STORAGE_NONE) {
+        autoscale(r, t); /* the job's pool keeps a worker (its demand counts the job) */
+        char m[SB_ERR_MAX + 512] = "";
+        int jr = sb_ctl_storage_poll(r->ctl, m, sizeof m);
+        if (jr == 0 && t < r->final_deadline_ms)
+            return SB_OPR_RUNNING;
+        if (jr == 0)
+            snprintf(m, sizeof m, "%s: not done within %llu s", sb_storage_kind_what(r->final_kind),
+                     (unsigned long long)(r->final_limit_ms / 1000));
+        if (r->final_kind == SB_STORAGE_COMMIT) {
+            if (jr == 1)
+                return finish(r, SB_OPR_SUCCEEDED, reason, rlen, message, mlen);
+            return fail(r, "CommitFailed", m, 1, t, reason, rlen, message, mlen);
+        }
+        if (jr != 1) /* the abort is best effort: the failed run never wrote _SUCCESS */
+            sb_log(SB_LOG_WARN, "aborting the sink failed", "pipeline", r->key, "error", m, NULL);
+        return finish(r, SB_OPR_FAILED, reason, rlen, message, mlen);
+    }
+    sb_sched_state st = sb_ctl_wait(r->ctl, 0);
     if (st == SB_SCHED_RUNNING) {
         autoscale(r, t); /* set_pool_size syncs the pods */
         char stall[1024];
@@ -359,43 +425,37 @@ sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *m
                 r->on_event(r->ud, "Warning", "Stalled", stall);
             r->stall_warned = 1;
             if (sb_ctl_stalled(r->ctl, 3 * r->stall_ms, stall, sizeof stall)) {
-                snprintf(reason, rlen, "Stalled");
-                snprintf(message, mlen, "stalled: %s", stall);
-                sb_ctl_shutdown_workers(r->ctl);
-                sb_engine_abort(&r->p, NULL);
-                r->finished = SB_OPR_FAILED;
-                return SB_OPR_FAILED;
+                char m[1100];
+                snprintf(m, sizeof m, "stalled: %s", stall);
+                sb_ctl_snapshot s;
+                sb_ctl_snapshot_get(r->ctl, &s);
+                /* stalled while planning: the job never ended, and nobody may take an abort */
+                return fail(r, "Stalled", m, !s.planning, t, reason, rlen, message, mlen);
             }
         } else {
             r->stall_warned = 0;
         }
         return SB_OPR_RUNNING;
     }
-    sb_ctl_shutdown_workers(r->ctl);
     if (st == SB_SCHED_SUCCEEDED) {
+        /* the commit runs on a worker pod; the workers are shut down when it ended */
         size_t n = 0;
         sb_sched_output *parts = sb_ctl_sink_parts(r->ctl, &n);
-        sb_err e2 = {{0}};
-        int rc = parts == NULL && n > 0 ? sb_err_set(&e2, "out of memory")
-                                        : sb_engine_commit(&r->p, parts, n, &e2);
+        if (parts == NULL)
+            return fail(r, "CommitFailed", "committing the sink: out of memory", 1, t, reason, rlen,
+                        message, mlen);
+        final_start(r, SB_STORAGE_COMMIT, parts, n, "CommitFailed", "", t);
         sb_ctl_parts_free(parts, n);
-        if (rc != 0) {
-            snprintf(reason, rlen, "CommitFailed");
-            snprintf(message, mlen, "committing the sink: %s", e2.msg);
-            sb_engine_abort(&r->p, NULL);
-            r->finished = SB_OPR_FAILED;
-            return SB_OPR_FAILED;
-        }
-        r->finished = SB_OPR_SUCCEEDED;
-        return SB_OPR_SUCCEEDED;
+        if (r->final_kind == SB_STORAGE_NONE)
+            return fail(r, "CommitFailed", "committing the sink: could not start the job", 1, t,
+                        reason, rlen, message, mlen);
+        return SB_OPR_RUNNING;
     }
     sb_ctl_snapshot s;
     sb_ctl_snapshot_get(r->ctl, &s);
-    snprintf(reason, rlen, "TaskFailed");
-    snprintf(message, mlen, "%s", s.failure[0] ? s.failure : "the pipeline failed");
-    sb_engine_abort(&r->p, NULL);
-    r->finished = SB_OPR_FAILED;
-    return SB_OPR_FAILED;
+    return fail(r, s.storage_failed ? "PlanFailed" : "TaskFailed",
+                s.failure[0] ? s.failure : "the pipeline failed", !s.storage_failed, t, reason,
+                rlen, message, mlen);
 }
 
 int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now)
@@ -428,15 +488,14 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
         sb_log(SB_LOG_WARN, "checkpoint failed", "pipeline", r->key, "error", e2.msg, NULL);
         return -1;
     }
-    size_t committed = 0;
-    uint8_t *set = calloc(r->plan.nsplits + 1, 1);
-    if (set != NULL && sb_ranges_parse(ranges, set, r->plan.nsplits, NULL) == 0)
-        for (size_t i = 0; i < r->plan.nsplits; i++)
+    size_t committed = 0, nsplits = sb_ctl_nsplits(r->ctl);
+    uint8_t *set = calloc(nsplits + 1, 1);
+    if (set != NULL && sb_ranges_parse(ranges, set, nsplits, NULL) == 0)
+        for (size_t i = 0; i < nsplits; i++)
             committed += set[i] != 0;
     free(set);
     double elapsed = (double)(sb_opr_mono_ms() - r->started_ms) / 1000.0;
-    int rc =
-        sb_opr_status_progress(status, &s, r->plan.nsplits, committed, views, r->npools, elapsed);
+    int rc = sb_opr_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
     cJSON *cp = sb_opr_checkpoint_json(r->epoch, ranges, parts, nparts);
     free(ranges);
     sb_sched_parts_free(parts, nparts);

@@ -306,6 +306,100 @@ Test(run, interrupt_stops_workers_and_leaves_no_success)
     cr_expect_neq(stat(p, &st), 0);
 }
 
+/* Storage jobs (listing the source, committing the sink) run on a worker; the worker that runs
+ * one dies (a test hook kills the first one, before it reports): the job goes to another
+ * worker and the run succeeds with every record, once. */
+static void storage_job_worker_killed(const char *name, const char *kind)
+{
+    write_pipeline(name, "  - {name: a, op: identity}\n", "  execution: {memoryBudget: 1Mi}\n");
+    const char *flags = "--cpus 2";
+    char *out;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && SB_WORKER_TEST_DIE_IN_STORAGE_JOB=%s:%s/%s.marker timeout 120 %s run "
+             "%s.yaml %s --summary-json %s.summary.json 2>&1",
+             dir, kind, dir, name, sb_test_bin("streambatch"), name, flags, name);
+    int rc = sb_test_run(cmd, &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "Succeeded") != NULL, "%s", out);
+    cr_expect(strstr(out, "storage job re-queued: its worker was lost") != NULL, "%s", out);
+    free(out);
+    char m[512];
+    struct stat st;
+    snprintf(m, sizeof m, "%s/%s.marker", dir, name);
+    cr_expect_eq(stat(m, &st), 0, "the hook fired");
+    cr_expect_geq(summary_num(name, "workersLost"), 1);
+    cr_expect_eq(summary_num(name, "sinkRows"), 24 * 2500);
+    char *got = output_digest(name), *want = expected_digest("True");
+    cr_expect_str_eq(got, want);
+    free(got);
+    free(want);
+    snprintf(m, sizeof m, "%s/out-%s/_SUCCESS", dir, name);
+    cr_expect_eq(stat(m, &st), 0, "_SUCCESS written");
+}
+
+Test(run, worker_killed_while_planning_the_source_run_succeeds)
+{
+    storage_job_worker_killed("plankill", "plan");
+}
+
+Test(run, worker_killed_while_committing_the_sink_run_succeeds)
+{
+    storage_job_worker_killed("commitkill", "commit");
+}
+
+Test(run, commit_failure_fails_the_run_with_the_worker_and_file_named)
+{
+    /* a part file vanishes from the sink after it was written and reported: the commit (on a
+     * worker) refuses to write _SUCCESS, and the run fails with its message */
+    write_pipeline("cfail", "  - {name: a, op: bench.sleep, args: {msPerMB: 400}}\n", "");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && { (while [ ! -f cfail.done ]; do rm -f out-cfail/part-s0-t0-p0.jsonl; "
+             "sleep 0.02; done) & timeout 120 %s run cfail.yaml --cpus 2 > cfail.log 2>&1; "
+             "echo $?; touch cfail.done; wait; }",
+             dir, sb_test_bin("streambatch"));
+    char *rc = sb_test_sh_out("%s", cmd);
+    char *log = sb_test_sh_out("cat %s/cfail.log", dir);
+    cr_expect_str_eq(rc, "1", "%s", log);
+    cr_expect(strstr(log, "pipeline failed: committing the sink on worker cpu-") != NULL, "%s",
+              log);
+    cr_expect(strstr(log, "part-s0-t0-p0.jsonl: No such file or directory") != NULL, "%s", log);
+    free(rc);
+    free(log);
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/out-cfail/_SUCCESS", dir);
+    cr_expect_neq(stat(p, &st), 0, "no _SUCCESS");
+}
+
+Test(run, missing_input_fails_before_any_task_naming_the_uri)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/missing.yaml", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: missing}\n"
+            "spec:\n  source: {uri: 'file://%s/nope/', format: jsonl}\n"
+            "  stages: [{name: a, op: identity}]\n"
+            "  sink: {uri: 'file://%s/out-missing/', format: jsonl}\n",
+            dir, dir);
+    fclose(f);
+    char *out;
+    cr_assert_eq(run_cli("missing", "--cpus 2", &out), 1, "%s", out);
+    char want[600];
+    cr_expect(strstr(out, "pipeline failed: planning the source on worker cpu-") != NULL, "%s",
+              out);
+    snprintf(want, sizeof want, "spec.source: source uri \"file://%s/nope/\"", dir);
+    cr_expect(strstr(out, want) != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(summary_num("missing", "tasksRun"), 0, "no task ran");
+    struct stat st;
+    snprintf(path, sizeof path, "%s/out-missing", dir);
+    cr_expect_neq(stat(path, &st), 0, "the sink was not touched");
+}
+
 Test(run, invalid_spec_and_usage_exit_2)
 {
     char *out;
