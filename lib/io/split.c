@@ -48,7 +48,7 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
     } f = {0};
     int rc = 0;
     if (sb_io_list(src->uri, 0, &f.v, &f.n, err) != 0)
-        return sb_err_wrap(err, "source");
+        return -1; /* the backend names the URI; the caller says it is the source */
 
     /* Count first, so the array is allocated once and the limit is checked before. */
     uint64_t ps = (uint64_t)src->partition_size;

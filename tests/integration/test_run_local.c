@@ -391,7 +391,7 @@ Test(run, missing_input_fails_before_any_task_naming_the_uri)
     char want[600];
     cr_expect(strstr(out, "pipeline failed: planning the source on worker cpu-") != NULL, "%s",
               out);
-    snprintf(want, sizeof want, "spec.source: source uri \"file://%s/nope/\"", dir);
+    snprintf(want, sizeof want, "spec.source: \"file://%s/nope/\"", dir);
     cr_expect(strstr(out, want) != NULL, "%s", out);
     free(out);
     cr_expect_eq(summary_num("missing", "tasksRun"), 0, "no task ran");
