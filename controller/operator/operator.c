@@ -724,15 +724,16 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     sb_opr_run_status(run, st, gen, now);
     char m[256];
     if (have_cp && strcmp(phase, "Running") == 0) {
-        snprintf(m, sizeof m, "epoch %u, %zu of %zu splits already committed",
-                 sb_opr_run_epoch(run), sb_opr_run_committed_at_start(run), sb_opr_run_splits(run));
+        /* The split count is known only once a worker has planned the source. */
+        snprintf(m, sizeof m, "epoch %u, %zu splits already committed", sb_opr_run_epoch(run),
+                 sb_opr_run_committed_at_start(run));
         post_event(o, c, ns, name, uid, "Normal", "TookOver", m);
     } else if (have_cp) {
-        snprintf(m, sizeof m, "epoch %u, %zu of %zu splits already committed",
-                 sb_opr_run_epoch(run), sb_opr_run_committed_at_start(run), sb_opr_run_splits(run));
+        snprintf(m, sizeof m, "epoch %u, %zu splits already committed", sb_opr_run_epoch(run),
+                 sb_opr_run_committed_at_start(run));
         post_event(o, c, ns, name, uid, "Normal", "Resumed", m);
     } else {
-        snprintf(m, sizeof m, "%zu splits", sb_opr_run_splits(run));
+        snprintf(m, sizeof m, "worker pods requested; a worker plans the source");
         post_event(o, c, ns, name, uid, "Normal", "Started", m);
     }
     sb_opr_checkpoint_free(&cp);
