@@ -14,6 +14,7 @@
 #include "controller/sched/ranges.h"
 #include "core/log.h"
 #include "doc/doc.h"
+#include "spec/validate.h"
 
 #define MAX_POOLS 4
 
@@ -81,6 +82,10 @@ int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, s
         return -1;
     }
     sb_doc_free(d);
+    char overlap[1200]; /* the operator has no working directory: compared as written */
+    if (sb_validate_sink_vs_source(p->spec.source.uri, p->spec.sink.uri, NULL, overlap,
+                                   sizeof overlap))
+        sb_diags_add(&dg, "spec.sink.uri", 0, 0, "%s", overlap);
     size_t used = 0;
     for (size_t i = 0; i < dg.n && used < len; i++) {
         int n = snprintf(msg + used, len - used, "%s%s: %s", i ? "; " : "", dg.items[i].path,
