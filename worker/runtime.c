@@ -488,6 +488,7 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
     t.task = task;
     double wall0 = mono_s(), cpu0 = thread_cpu_s();
     char *lost = NULL;
+    (void)sb_op_data_error_take(); /* a flag left by an earlier task of this thread */
     int rc = task_setup(&t);
     if (rc == 0)
         rc = task_inputs(&t, &lost);
@@ -526,6 +527,8 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
         req.message = msg;
     } else {
         req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+        /* an op failed on the records themselves: a retry would fail the same way */
+        req.deterministic = sb_op_data_error_take();
         snprintf(msg, sizeof msg, "%s", infos && ptrs ? t.err.msg : "out of memory");
         req.message = msg;
     }

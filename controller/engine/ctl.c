@@ -336,7 +336,7 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     sb_rpc_msg_free(&m->base);
 }
 
-static sb_sched_status status_of(Streambatch__V1__TaskStatus s)
+static sb_sched_status status_of(Streambatch__V1__TaskStatus s, int deterministic)
 {
     switch (s) {
     case STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK:
@@ -344,7 +344,7 @@ static sb_sched_status status_of(Streambatch__V1__TaskStatus s)
     case STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST:
         return SB_SCHED_INPUT_LOST;
     default:
-        return SB_SCHED_ERROR;
+        return deterministic ? SB_SCHED_ERROR_DATA : SB_SCHED_ERROR;
     }
 }
 
@@ -375,9 +375,10 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     if (w != NULL) {
         sb_sched_metrics met = {m->metrics ? m->metrics->wall_seconds : 0,
                                 m->metrics ? m->metrics->cpu_seconds : 0};
-        rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt, status_of(m->status),
-                               m->message, outs, m->n_outputs, (const char *const *)m->lost_inputs,
-                               m->n_lost_inputs, &met, now_ms(), &err);
+        rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt,
+                               status_of(m->status, m->deterministic), m->message, outs,
+                               m->n_outputs, (const char *const *)m->lost_inputs, m->n_lost_inputs,
+                               &met, now_ms(), &err);
         if (m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
             sb_log(SB_LOG_WARN, "task failed", "task", m->task_id, "worker", m->worker_id, "error",
                    m->message, NULL);

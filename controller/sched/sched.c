@@ -93,6 +93,8 @@ struct sb_sched {
     uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
     uint64_t tasks_run, tasks_rerun, partitions_recovered, partitions_lost, running_total,
         errored_total;
+    sb_sched_errored *errored;
+    size_t nerrored, caperrored;
     sb_sched_output *sink;
     size_t nsink, capsink;
     size_t *sink_task; /* producer of sink[i]; NONE for parts carried over by a resume */
@@ -456,6 +458,11 @@ void sb_sched_free(sb_sched *s)
         free(s->tasks[i].task_id);
     }
     free(s->tasks);
+    for (size_t i = 0; i < s->nerrored; i++) {
+        free((char *)s->errored[i].input);
+        free((char *)s->errored[i].error);
+    }
+    free(s->errored);
     for (size_t i = 0; i < s->nparts; i++)
         free(s->parts[i].id);
     free(s->parts);
@@ -1057,10 +1064,10 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         requeue_task(s, ti, 1); /* re-queues the producers of the lost inputs too */
         return 1;
     }
-    if (status == SB_SCHED_ERROR) {
+    if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA) {
         for (size_t i = 0; i < nouts; i++)
             add_release(s, w, outs[i].id);
-        if (t->retries < s->max_retries) {
+        if (status == SB_SCHED_ERROR && t->retries < s->max_retries) {
             t->retries++;
             o->retries++;
             requeue_task(s, ti, 0);
@@ -1078,6 +1085,21 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
                      t->ninputs > 1 ? " (and more)" : "");
         else
             snprintf(what, sizeof what, "no input");
+        if (s->nerrored < SB_SCHED_ERRORED_KEEP &&
+            GROW(s, s->errored, s->caperrored, s->nerrored + 1) == 0) {
+            sb_sched_errored *e = &s->errored[s->nerrored];
+            e->stage = o->name;
+            e->task_id = t->task_id;
+            e->input = strdup(what);
+            e->error = strdup(message && *message ? message : "(no message)");
+            if (e->input == NULL || e->error == NULL) {
+                free((char *)e->input);
+                free((char *)e->error);
+                s->oom = 1;
+            } else {
+                s->nerrored++;
+            }
+        }
         if (s->errored_total > s->max_errored)
             set_failure(s,
                         "stage %s failed: task %s (%s) failed %u time%s, last error: %s "
@@ -1103,6 +1125,14 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     consume_inputs(s, t);
     check_finished(s);
     return 1;
+}
+
+const sb_sched_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total)
+{
+    *n = s->nerrored;
+    if (total != NULL)
+        *total = s->errored_total;
+    return s->errored;
 }
 
 size_t sb_sched_take_releases(sb_sched *s, const char *worker_id, char ***ids)

@@ -79,7 +79,7 @@ typedef struct {
     size_t *plen; /* blob length of each partition */
     size_t *prows;
     size_t pcap;
-    int refuse_at; /* partition number (1-based) to refuse; 0: never */
+    int refuse_at;      /* partition number (1-based) to refuse; 0: never */
     sb_err *refuse_err; /* when set, the refusal writes its cause there (the reader's err) */
     sb_type want_type;
 } coll;

@@ -500,6 +500,13 @@ Test(ops, filter_invalid_json_names_the_record)
     cr_assert(strstr(e.msg, "record 3 is not valid JSON") != NULL, "%s", e.msg);
     cr_assert(strstr(e.msg, "at byte 7") != NULL, "%s", e.msg);
     cr_assert(strstr(e.msg, ": {\"a\":1,}") != NULL, "%s", e.msg);
+    cr_assert(sb_op_data_error_take(), "invalid JSON is a data error (not retried)");
+    cr_assert(!sb_op_data_error_take(), "take clears the flag");
+    coll_free(&out);
+    cr_assert_eq(run_op("filter", "{\"field\":\"a\",\"op\":\"ge\",\"value\":0}", recs, 3, 0,
+                        1 << 20, &out, &e),
+                 0, "%s", e.msg);
+    cr_assert(!sb_op_data_error_take(), "valid records leave no data error");
     coll_free(&out);
     /* a long line is quoted by its beginning, with control characters made visible */
     char longrec[300];

@@ -75,7 +75,8 @@ typedef struct {
     double ratio[8];       /* output/input per op */
     uint64_t ms_per_mb[8]; /* simulated task time per MiB of input */
     uint64_t target;
-    int fail_op; /* op whose tasks always fail, -1 none */
+    int fail_op;                 /* op whose tasks always fail, -1 none */
+    sb_sched_status fail_status; /* how they fail: SB_SCHED_ERROR (default) or _DATA */
     uint64_t max_seen_partition_bytes;
     uint64_t peak_check_violations;
     uint64_t op_started_before_upstream_done; /* staged mode check */
@@ -134,8 +135,9 @@ static void sim_finish(sim *m, simworker *w, size_t k)
     running r = w->run[k];
     w->run[k] = w->run[--w->nrun];
     if ((int)r.op == m->fail_op) {
-        int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt, SB_SCHED_ERROR, "boom: bad record",
-                                   NULL, 0, NULL, 0, NULL, m->now, NULL);
+        int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt,
+                                   m->fail_status ? m->fail_status : SB_SCHED_ERROR,
+                                   "boom: bad record", NULL, 0, NULL, 0, NULL, m->now, NULL);
         cr_assert_geq(rc, 0);
         return;
     }
@@ -441,6 +443,40 @@ Test(sched, errored_partitions_within_the_limit_are_skipped)
     sb_sched_stats st;
     sb_sched_get_stats(m.s, &st);
     cr_expect_eq(st.partition_bytes, 0, "errored tasks' inputs are released");
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+/* A data error (invalid JSON, ...) would fail every retry the same way: the partition errors at
+ * once, and every errored partition is listed with its stage, input and error. */
+Test(sched, data_errors_are_not_retried_and_errored_partitions_are_listed)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{maxTaskRetries: 3, maxErroredPartitions: 100}"));
+    sim m;
+    sim_init(&m, &h, 3, 64 * MiB);
+    m.fail_op = 0;
+    m.fail_status = SB_SCHED_ERROR_DATA;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 1000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.retries, 0, "a data error was retried %" PRIu64 " times", os.retries);
+    cr_expect_eq(os.errored, 3);
+    size_t n;
+    uint64_t total;
+    const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, &total);
+    cr_assert_eq(n, 3);
+    cr_expect_eq(total, 3);
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_str_eq(e[i].stage, "load");
+        cr_expect(strncmp(e[i].input, "split ", 6) == 0 && strstr(e[i].input, "split-") != NULL,
+                  "%s", e[i].input);
+        cr_expect_str_eq(e[i].error, "boom: bad record");
+        cr_expect(strstr(e[i].task_id, "ns/t/s0-t") == e[i].task_id, "%s", e[i].task_id);
+    }
     sb_sched_free(m.s);
     free_spec(&h);
 }
