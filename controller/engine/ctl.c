@@ -576,6 +576,40 @@ void sb_ctl_parts_free(sb_sched_output *parts, size_t n)
     free(parts);
 }
 
+sb_sched_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t k;
+    const sb_sched_errored *e = sb_sched_errored_list(c->sched, &k, total);
+    sb_sched_errored *out = k > 0 ? calloc(k, sizeof *out) : NULL;
+    size_t got = 0;
+    for (size_t i = 0; out != NULL && i < k; i++, got++) {
+        out[i].stage = strdup(e[i].stage);
+        out[i].task_id = strdup(e[i].task_id);
+        out[i].input = strdup(e[i].input);
+        out[i].error = strdup(e[i].error);
+        if (!out[i].stage || !out[i].task_id || !out[i].input || !out[i].error) {
+            sb_ctl_errored_free(out, i + 1);
+            out = NULL;
+            got = 0;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    *n = got;
+    return out;
+}
+
+void sb_ctl_errored_free(sb_sched_errored *e, size_t n)
+{
+    for (size_t i = 0; e != NULL && i < n; i++) {
+        free((char *)e[i].stage);
+        free((char *)e[i].task_id);
+        free((char *)e[i].input);
+        free((char *)e[i].error);
+    }
+    free(e);
+}
+
 int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err)
 {
     pthread_mutex_lock(&c->mu);

@@ -379,9 +379,12 @@ sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *m
     if (st == SB_SCHED_SUCCEEDED) {
         size_t n = 0;
         sb_sched_output *parts = sb_ctl_sink_parts(r->ctl, &n);
+        size_t nerr = 0;
+        sb_sched_errored *errs = sb_ctl_errored(r->ctl, &nerr, NULL);
         sb_err e2 = {{0}};
         int rc = parts == NULL && n > 0 ? sb_err_set(&e2, "out of memory")
-                                        : sb_engine_commit(&r->p, parts, n, &e2);
+                                        : sb_engine_commit(&r->p, parts, n, errs, nerr, &e2);
+        sb_ctl_errored_free(errs, nerr);
         sb_ctl_parts_free(parts, n);
         if (rc != 0) {
             snprintf(reason, rlen, "CommitFailed");

@@ -261,6 +261,41 @@ Test(run, deterministic_op_failure_is_retried_then_fails)
     cr_expect_neq(stat(p, &st), 0, "a failed pipeline leaves no _SUCCESS");
 }
 
+/* maxErroredPartitions >= 1: a malformed line errors its partition (at once: invalid JSON is a
+ * data error, no retry), and the run says so everywhere instead of a bare "Succeeded": the
+ * summary lists stage, input and first error, the last line counts the errored partitions, and
+ * _manifest.json has an "errored" array. */
+Test(run, errored_partitions_are_reported)
+{
+    sh("cd %s && printf '{\"n\": 1}\\nnot json at all\\n' > in/zz-bad.jsonl", dir);
+    write_pipeline("skip", "  - {name: pick, op: filter, args: {field: n, op: ge, value: 0}}\n",
+                   "  execution: {maxTaskRetries: 3, maxErroredPartitions: 1}\n");
+    char *out;
+    int rc = run_cli("skip", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "skip: Succeeded with 1 errored partition in ") != NULL, "%s", out);
+    cr_expect(strstr(out, "errored partitions (stage, input, first error):") != NULL, "%s", out);
+    cr_expect(strstr(out, "pick") != NULL && strstr(out, "zz-bad.jsonl") != NULL &&
+                  strstr(out, "is not valid JSON") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "the consumer refused") == NULL, "the cause is kept: %s", out);
+    free(out);
+    cr_expect_eq(summary_num("skip", "erroredPartitions"), 1);
+    char *m = sb_test_sh_out(
+        "python3 -c \"import json; e=json.load(open('%s/out-skip/_manifest.json'))['errored'];"
+        "print(len(e), e[0]['stage'], 'zz-bad.jsonl' in e[0]['split'], "
+        "'not valid JSON' in e[0]['error'])\"",
+        dir);
+    cr_expect_str_eq(m, "1 pick True True");
+    free(m);
+    char *r =
+        sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/skip.summary.json'))"
+                       "['stages'][0]['retries'])\"",
+                       dir);
+    cr_expect_str_eq(r, "0", "a data error is not retried");
+    free(r);
+}
+
 Test(run, dataset_ten_times_the_budget_stays_within_it)
 {
     write_pipeline("big",
