@@ -274,6 +274,11 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     return r;
 }
 
+sb_sched_errored *sb_opr_run_errored(sb_opr_run *r, size_t *n)
+{
+    return sb_ctl_errored(r->ctl, n, NULL);
+}
+
 uint64_t sb_opr_run_recovered(sb_opr_run *r)
 {
     sb_ctl_snapshot s;
@@ -444,6 +449,11 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
     double elapsed = (double)(sb_opr_mono_ms() - r->started_ms) / 1000.0;
     int rc =
         sb_opr_status_progress(status, &s, r->plan.nsplits, committed, views, r->npools, elapsed);
+    size_t nerr = 0;
+    sb_sched_errored *errs = sb_ctl_errored(r->ctl, &nerr, NULL);
+    if (rc == 0)
+        rc = sb_opr_status_errored(status, errs, nerr);
+    sb_ctl_errored_free(errs, nerr);
     cJSON *cp = sb_opr_checkpoint_json(r->epoch, ranges, parts, nparts);
     free(ranges);
     sb_sched_parts_free(parts, nparts);
