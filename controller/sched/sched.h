@@ -209,7 +209,10 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out);
  * listed (*n), *total counts them all (may be NULL). A view, valid until the next mutating call. */
 const sb_sched_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total);
 
-/* The sink parts committed so far, in partition-id order of completion; *n set. */
+/* The sink parts committed so far, in order of completion; with execution.preserveOrder in
+ * input order instead (by lineage: source split, then each op's output sequence number; every
+ * task of op > 0 then reads exactly one partition, so a part holds the records of one input
+ * partition, in order); *n set. */
 const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n);
 
 /* The checkpoint now: the largest set S of splits whose every descendant task is done, closed
