@@ -39,6 +39,7 @@ typedef struct {
     uint32_t retries;
     int queued; /* in its op's queue */
     char *task_id;
+    char *first_error; /* the message of its first failed attempt */
 } task;
 
 typedef struct {
@@ -460,6 +461,7 @@ void sb_sched_free(sb_sched *s)
         free(s->tasks[i].inputs);
         free(s->tasks[i].outputs);
         free(s->tasks[i].task_id);
+        free(s->tasks[i].first_error);
     }
     free(s->tasks);
     free(s->sink_ordered);
@@ -1073,6 +1075,8 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA) {
         for (size_t i = 0; i < nouts; i++)
             add_release(s, w, outs[i].id);
+        if (t->first_error == NULL) /* NULL when out of memory: the last message is used */
+            t->first_error = strdup(message && *message ? message : "(no message)");
         if (status == SB_SCHED_ERROR && t->retries < s->max_retries) {
             t->retries++;
             o->retries++;
@@ -1097,7 +1101,9 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
             e->stage = o->name;
             e->task_id = t->task_id;
             e->input = strdup(what);
-            e->error = strdup(message && *message ? message : "(no message)");
+            e->error = strdup(t->first_error        ? t->first_error
+                              : message && *message ? message
+                                                    : "(no message)");
             if (e->input == NULL || e->error == NULL) {
                 free((char *)e->input);
                 free((char *)e->error);

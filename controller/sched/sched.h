@@ -131,7 +131,7 @@ typedef struct sb_sched_errored {
     const char *stage; /* the op's stage names joined with '+' */
     const char *task_id;
     const char *input; /* "split <split>" (op 0) or "input partition <id>[ (and more)]" */
-    const char *error; /* the task's last error message */
+    const char *error; /* the message of the task's first failed attempt */
 } sb_sched_errored;
 
 #define SB_SCHED_ERRORED_KEEP 100 /* errored partitions listed (the count goes on) */

@@ -723,3 +723,29 @@ Test(sched, lost_partitions_under_a_full_budget_do_not_deadlock)
     cr_expect_gt(recovered, 0, "some kill lost partitions");
     free_spec(&h);
 }
+
+/* The errored list keeps the first error of a retried task (later attempts may fail for another
+ * reason, e.g. a worker running out of memory). */
+Test(sched, errored_partition_keeps_the_first_error)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(TWO_CPU, "{maxTaskRetries: 1, maxErroredPartitions: 5}"));
+    sim m;
+    sim_init(&m, &h, 1, 1 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    const char *msgs[] = {"first: record 3 is not valid JSON", "second: out of memory"};
+    for (int k = 0; k < 2; k++) {
+        sb_sched_task t;
+        cr_assert_eq(sb_sched_assign(m.s, "c1", 1, m.now, &t), 1);
+        cr_assert_eq(sb_sched_complete(m.s, "c1", t.task_id, t.attempt, SB_SCHED_ERROR, msgs[k],
+                                       NULL, 0, NULL, 0, NULL, m.now, NULL),
+                     1);
+    }
+    size_t n;
+    const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, NULL);
+    cr_assert_eq(n, 1);
+    cr_expect_str_eq(e[0].error, msgs[0]);
+    cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
