@@ -93,6 +93,8 @@ static int norm_uri(const char *uri, const char *cwd, char *out, size_t cap, siz
         return -1;
     size_t sl = (size_t)(sep - uri);
     const char *rest = sep + 3;
+    if (rest[0] == '\0')
+        return -1; /* no path: reported by the URI checks */
     int is_file = sl == 4 && strncasecmp(uri, "file", 4) == 0;
     char joined[8192];
     if (is_file && rest[0] != '/' && cwd != NULL) {

@@ -400,6 +400,7 @@ Test(validate_cli, sink_seen_by_the_source_listing)
         {"S3://b/p", "s3://b/p/", NULL, 1},
         {"file:///b/p", "s3://b/p", NULL, 0},
         {"https://h/b/p", "s3://h/b/p", NULL, 0},
+        {"file://", "file://", "/w", 0}, /* no path: the URI checks report it, once */
     };
     for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) {
         char msg[1200] = "";
