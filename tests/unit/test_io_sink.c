@@ -158,11 +158,19 @@ Test(sink, parts_manifest_and_success)
     cr_assert_eq(info[2].bytes, 0);
     cr_assert(!exists("_SUCCESS"));
 
-    cr_assert_eq(sb_io_sink_commit(&s, info, 3, NULL, 0, &e), 0, "%s", e.msg);
+    /* a skipped (errored) partition is listed: its records are not in the parts */
+    sb_io_errored skipped = {"pick", "split in/bad.jsonl", "record 1 is not valid JSON"};
+    cr_assert_eq(sb_io_sink_commit(&s, info, 3, &skipped, 1, &e), 0, "%s", e.msg);
     cr_assert(exists("_SUCCESS"));
     char *m = slurp(out_path("_manifest.json"), &n);
     cJSON *j = cJSON_Parse(m);
     cr_assert_not_null(j, "manifest is not JSON: %s", m);
+    const cJSON *errored = cJSON_GetObjectItem(j, "errored");
+    cr_assert_eq(cJSON_GetArraySize(errored), 1, "%s", m);
+    const cJSON *e0 = cJSON_GetArrayItem(errored, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(e0, "stage")->valuestring, "pick");
+    cr_assert_str_eq(cJSON_GetObjectItem(e0, "split")->valuestring, "split in/bad.jsonl");
+    cr_assert_str_eq(cJSON_GetObjectItem(e0, "error")->valuestring, "record 1 is not valid JSON");
     const cJSON *parts = cJSON_GetObjectItem(j, "parts");
     cr_assert_eq(cJSON_GetArraySize(parts), 3);
     const cJSON *p0 = cJSON_GetArrayItem(parts, 0);
