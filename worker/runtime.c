@@ -489,6 +489,7 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
     t.task = task;
     double wall0 = mono_s(), cpu0 = thread_cpu_s();
     char *lost = NULL;
+    (void)sb_op_data_error_take(); /* a flag left by an earlier task of this thread */
     int rc = task_setup(&t);
     if (rc == 0)
         rc = task_inputs(&t, &lost);
@@ -527,6 +528,8 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
         req.message = msg;
     } else {
         req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+        /* an op failed on the records themselves: a retry would fail the same way */
+        req.deterministic = sb_op_data_error_take();
         snprintf(msg, sizeof msg, "%s", infos && ptrs ? t.err.msg : "out of memory");
         req.message = msg;
     }
@@ -675,8 +678,9 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
     sb_engine_plan plan;
     memset(&plan, 0, sizeof plan);
     sb_sched_output *parts = calloc(job->n_parts + 1, sizeof *parts);
+    sb_sched_errored *errs = calloc(job->n_errored + 1, sizeof *errs);
     int rc;
-    if (parts == NULL) {
+    if (parts == NULL || errs == NULL) {
         rc = sb_err_set(&err, "out of memory");
     } else if (!w->have_pipeline) {
         rc = sb_err_set(&err, "the worker has no pipeline");
@@ -687,9 +691,14 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
             parts[i].rows = job->parts[i]->rows;
             parts[i].crc32c = job->parts[i]->crc32c;
         }
-        rc = sb_storage_run(&w->pipeline, kind, parts, job->n_parts, &plan, &err);
+        for (size_t i = 0; i < job->n_errored; i++)
+            errs[i] = (sb_sched_errored){job->errored[i]->stage, job->errored[i]->task_id,
+                                         job->errored[i]->input, job->errored[i]->error};
+        rc = sb_storage_run(&w->pipeline, kind, parts, job->n_parts, errs, job->n_errored, &plan,
+                            &err);
     }
     free(parts);
+    free(errs);
     test_die_hook(kind);
     Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
     Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;

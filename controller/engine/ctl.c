@@ -394,6 +394,31 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker)
     }
     m.n_parts = j->nparts;
     m.parts = ptrs;
+    /* COMMIT lists the partitions skipped under maxErroredPartitions (for _manifest.json). */
+    size_t nerr = 0;
+    const sb_sched_errored *errs = j->kind == SB_STORAGE_COMMIT && c->sched != NULL
+                                       ? sb_sched_errored_list(c->sched, &nerr, NULL)
+                                       : NULL;
+    Streambatch__V1__ErroredPartition *einfos = calloc(nerr + 1, sizeof *einfos);
+    Streambatch__V1__ErroredPartition **eptrs = calloc(nerr + 1, sizeof *eptrs);
+    if (einfos == NULL || eptrs == NULL) {
+        free(einfos);
+        free(eptrs);
+        free(infos);
+        free(ptrs);
+        sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED, "controller out of memory");
+        return;
+    }
+    for (size_t i = 0; i < nerr; i++) {
+        streambatch__v1__errored_partition__init(&einfos[i]);
+        einfos[i].stage = (char *)errs[i].stage;
+        einfos[i].task_id = (char *)errs[i].task_id;
+        einfos[i].input = (char *)errs[i].input;
+        einfos[i].error = (char *)errs[i].error;
+        eptrs[i] = &einfos[i];
+    }
+    m.n_errored = nerr;
+    m.errored = eptrs;
     rep.storage_job = &m;
     sb_err err;
     if (sb_rpc_call_reply_msg(call, &rep.base, &err) != 0) {
@@ -407,6 +432,8 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker)
     }
     free(infos);
     free(ptrs);
+    free(einfos);
+    free(eptrs);
 }
 
 /* Tries to answer a poll: returns 1 if the call was ended. Lock held. */
@@ -562,7 +589,7 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     sb_rpc_msg_free(&m->base);
 }
 
-static sb_sched_status status_of(Streambatch__V1__TaskStatus s)
+static sb_sched_status status_of(Streambatch__V1__TaskStatus s, int deterministic)
 {
     switch (s) {
     case STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK:
@@ -570,7 +597,7 @@ static sb_sched_status status_of(Streambatch__V1__TaskStatus s)
     case STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST:
         return SB_SCHED_INPUT_LOST;
     default:
-        return SB_SCHED_ERROR;
+        return deterministic ? SB_SCHED_ERROR_DATA : SB_SCHED_ERROR;
     }
 }
 
@@ -641,9 +668,10 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     } else if (w != NULL && c->sched != NULL) {
         sb_sched_metrics met = {m->metrics ? m->metrics->wall_seconds : 0,
                                 m->metrics ? m->metrics->cpu_seconds : 0};
-        rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt, status_of(m->status),
-                               m->message, outs, m->n_outputs, (const char *const *)m->lost_inputs,
-                               m->n_lost_inputs, &met, now_ms(), &err);
+        rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt,
+                               status_of(m->status, m->deterministic), m->message, outs,
+                               m->n_outputs, (const char *const *)m->lost_inputs, m->n_lost_inputs,
+                               &met, now_ms(), &err);
         if (m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
             sb_log(SB_LOG_WARN, "task failed", "task", m->task_id, "worker", m->worker_id, "error",
                    m->message, NULL);
@@ -905,6 +933,44 @@ void sb_ctl_parts_free(sb_sched_output *parts, size_t n)
     for (size_t i = 0; parts != NULL && i < n; i++)
         free((char *)parts[i].id);
     free(parts);
+}
+
+sb_sched_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t k = 0;
+    if (total != NULL)
+        *total = 0;
+    /* no scheduler yet: the source was never planned, nothing errored */
+    const sb_sched_errored *e =
+        c->sched != NULL ? sb_sched_errored_list(c->sched, &k, total) : NULL;
+    sb_sched_errored *out = k > 0 ? calloc(k, sizeof *out) : NULL;
+    size_t got = 0;
+    for (size_t i = 0; out != NULL && i < k; i++, got++) {
+        out[i].stage = strdup(e[i].stage);
+        out[i].task_id = strdup(e[i].task_id);
+        out[i].input = strdup(e[i].input);
+        out[i].error = strdup(e[i].error);
+        if (!out[i].stage || !out[i].task_id || !out[i].input || !out[i].error) {
+            sb_ctl_errored_free(out, i + 1);
+            out = NULL;
+            got = 0;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    *n = got;
+    return out;
+}
+
+void sb_ctl_errored_free(sb_sched_errored *e, size_t n)
+{
+    for (size_t i = 0; e != NULL && i < n; i++) {
+        free((char *)e[i].stage);
+        free((char *)e[i].task_id);
+        free((char *)e[i].input);
+        free((char *)e[i].error);
+    }
+    free(e);
 }
 
 int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err)

@@ -75,6 +75,12 @@ int sb_ctl_stalled(sb_ctl *c, uint64_t stall_ms, char *buf, size_t len);
  * malloc'd too; free with sb_ctl_parts_free). */
 sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n);
 void sb_ctl_parts_free(sb_sched_output *parts, size_t n);
+/* The errored partitions (sb_sched_errored_list), copied under the lock: a malloc'd array of
+ * *n entries whose strings are malloc'd (free with sb_ctl_errored_free); *total (may be NULL)
+ * counts them all, also beyond the SB_SCHED_ERRORED_KEEP listed. NULL with *n 0 when there are
+ * none (or out of memory). */
+sb_sched_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total);
+void sb_ctl_errored_free(sb_sched_errored *e, size_t n);
 /* The scheduler's checkpoint (sb_sched_checkpoint), taken under the controller's lock: ranges
  * and parts are malloc'd (free ranges with free(), parts with sb_ctl_parts_free). 0 or -1 +
  * err. */

@@ -59,7 +59,8 @@ int sb_engine_prepare(const sb_pipeline *p, sb_err *err)
     return sb_io_sink_prepare(&p->spec.sink, err);
 }
 
-int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t n, sb_err *err)
+int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t n,
+                     const sb_sched_errored *errored, size_t nerrored, sb_err *err)
 {
     sb_io_part_info *infos = calloc(n + 1, sizeof *infos);
     if (infos == NULL)
@@ -75,7 +76,15 @@ int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t 
         infos[i].bytes = parts[i].bytes;
         infos[i].crc32c = parts[i].crc32c;
     }
-    int rc = sb_io_sink_commit(&p->spec.sink, infos, n, err);
+    sb_io_errored *errs = calloc(nerrored + 1, sizeof *errs);
+    if (errs == NULL) {
+        free(infos);
+        return sb_err_set(err, "out of memory");
+    }
+    for (size_t i = 0; i < nerrored; i++)
+        errs[i] = (sb_io_errored){errored[i].stage, errored[i].input, errored[i].error};
+    int rc = sb_io_sink_commit(&p->spec.sink, infos, n, errs, nerrored, err);
+    free(errs);
     free(infos);
     return rc;
 }

@@ -42,8 +42,10 @@ void sb_engine_plan_free(sb_engine_plan *pl);
  * temporary files; part files of earlier attempts stay (a resumed run keeps its parts). */
 int sb_engine_prepare(const sb_pipeline *p, sb_err *err);
 /* Writes _manifest.json + _SUCCESS for the given sink parts (removes orphans; see
- * io/sink.h). 0, or -1 + err (no _SUCCESS then). */
-int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t n, sb_err *err);
+ * io/sink.h); the manifest's "errored" array lists errored[0..nerrored) (may be NULL/0: the
+ * partitions skipped under maxErroredPartitions). 0, or -1 + err (no _SUCCESS then). */
+int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t n,
+                     const sb_sched_errored *errored, size_t nerrored, sb_err *err);
 /* Removes _SUCCESS, _manifest.json and temporary files (a failed run never looks done). */
 int sb_engine_abort(const sb_pipeline *p, sb_err *err);
 

@@ -202,6 +202,18 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
             s->workers_lost, s->stats.tasks_run, s->stats.tasks_rerun);
 }
 
+/* Every errored partition (the records of its input are not in the output): stage, input and
+ * the first error of the task, so a "Succeeded" run never hides skipped rows. */
+static void print_errored(FILE *f, const sb_sched_errored *e, size_t n, uint64_t total)
+{
+    if (total == 0)
+        return;
+    fprintf(f, "\nerrored partitions (stage, input, first error): %" PRIu64 "%s\n", total,
+            total > n ? " (the first listed)" : "");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "  %s  %s  %s\n", e[i].stage, e[i].input, e[i].error);
+}
+
 static double self_cpu_seconds(void)
 {
     struct rusage ru;
@@ -211,9 +223,19 @@ static double self_cpu_seconds(void)
 }
 
 static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const char *state,
-                               double wall, double cpu_total, uint64_t peak_rss, uint64_t started)
+                               double wall, double cpu_total, uint64_t peak_rss, uint64_t started,
+                               const sb_sched_errored *errs, size_t nerr, uint64_t errored_total)
 {
     cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "erroredPartitions", (double)errored_total);
+    cJSON *ea = cJSON_AddArrayToObject(j, "errored");
+    for (size_t i = 0; ea != NULL && i < nerr; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "stage", errs[i].stage);
+        cJSON_AddStringToObject(e, "split", errs[i].input);
+        cJSON_AddStringToObject(e, "error", errs[i].error);
+        cJSON_AddItemToArray(ea, e);
+    }
     cJSON_AddNumberToObject(j, "controllerCpuSeconds", self_cpu_seconds());
     cJSON_AddStringToObject(j, "state", state);
     cJSON_AddNumberToObject(j, "wallSeconds", wall);
@@ -588,10 +610,20 @@ int sb_run(const sb_run_opts *o)
         code = 1;
         fprintf(stderr, "\npipeline failed: %s\n", s.failure);
     }
+    size_t nerr = 0;
+    uint64_t errored_total = 0;
+    sb_sched_errored *errs = sb_ctl_errored(ctl, &nerr, &errored_total);
     print_summary(stdout, &s, wall, cpu_total, peak_rss, started);
-    printf("%s: %s in %.2f s\n", r.p.metadata.name, state, wall);
+    print_errored(stdout, errs, nerr, errored_total);
+    if (errored_total > 0 && strcmp(state, "Succeeded") == 0)
+        printf("%s: Succeeded with %" PRIu64 " errored partition%s in %.2f s\n", r.p.metadata.name,
+               errored_total, errored_total == 1 ? "" : "s", wall);
+    else
+        printf("%s: %s in %.2f s\n", r.p.metadata.name, state, wall);
     if (o->summary_json != NULL)
-        write_summary_json(o->summary_json, &s, state, wall, cpu_total, peak_rss, started);
+        write_summary_json(o->summary_json, &s, state, wall, cpu_total, peak_rss, started, errs,
+                           nerr, errored_total);
+    sb_ctl_errored_free(errs, nerr);
     sb_ctl_free(ctl);
     if (own_dir && code == 0) {
         if (nftw(run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)

@@ -89,7 +89,8 @@ void sb_storage_plan_free(sb_storage_plan *p)
 }
 
 int sb_storage_run(const sb_pipeline *p, sb_storage_kind k, const sb_sched_output *parts,
-                   size_t nparts, sb_engine_plan *plan, sb_err *err)
+                   size_t nparts, const sb_sched_errored *errored, size_t nerrored,
+                   sb_engine_plan *plan, sb_err *err)
 {
     switch (k) {
     case SB_STORAGE_PLAN:
@@ -97,7 +98,7 @@ int sb_storage_run(const sb_pipeline *p, sb_storage_kind k, const sb_sched_outpu
     case SB_STORAGE_PREPARE:
         return sb_engine_prepare(p, err) != 0 ? sb_err_wrap(err, "spec.sink") : 0;
     case SB_STORAGE_COMMIT:
-        return sb_engine_commit(p, parts, nparts, err);
+        return sb_engine_commit(p, parts, nparts, errored, nerrored, err);
     case SB_STORAGE_ABORT:
         return sb_engine_abort(p, err);
     default:

@@ -61,6 +61,7 @@ void sb_storage_plan_free(sb_storage_plan *p);
  * sb_engine_plan_free); COMMIT commits parts[0..nparts). 0, or -1 + err (the callee's
  * message). */
 int sb_storage_run(const sb_pipeline *p, sb_storage_kind k, const sb_sched_output *parts,
-                   size_t nparts, sb_engine_plan *plan, sb_err *err);
+                   size_t nparts, const sb_sched_errored *errored, size_t nerrored,
+                   sb_engine_plan *plan, sb_err *err);
 
 #endif

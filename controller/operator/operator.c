@@ -35,8 +35,9 @@ typedef struct entry {
     int64_t refused_gen; /* generation a SpecChangeRefused event was posted for */
     int64_t gen;         /* generation last reconciled */
     uint64_t lost, recovered;
-    int done;         /* the run finished: status holds the terminal status (see reconcile) */
-    int done_written; /* ... and it was written */
+    size_t errored_posted; /* PartitionErrored events posted for this run */
+    int done;              /* the run finished: status holds the terminal status (see reconcile) */
+    int done_written;      /* ... and it was written */
     struct op *op;
     struct entry *next;
 } entry;
@@ -547,6 +548,17 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
         post_event(o, c, e->ns, e->name, e->uid, "Normal", "Recovered", m);
         e->recovered = recovered;
     }
+    /* one PartitionErrored event per errored partition (bounded: the scheduler lists the
+     * first SB_SCHED_ERRORED_KEEP) */
+    size_t nerr = 0;
+    sb_sched_errored *errs = sb_opr_run_errored(e->run, &nerr);
+    for (; e->errored_posted < nerr; e->errored_posted++) {
+        const sb_sched_errored *x = &errs[e->errored_posted];
+        char m[1024];
+        sb_opr_event_errored_message(x->stage, x->input, x->error, m, sizeof m);
+        post_event(o, c, e->ns, e->name, e->uid, "Warning", "PartitionErrored", m);
+    }
+    sb_ctl_errored_free(errs, nerr);
     /* the status (with its checkpoint, computed under the controller's lock) is built only
      * when it is written: at the status interval, a phase change, or the end */
     uint64_t t = sb_opr_mono_ms();

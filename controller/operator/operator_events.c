@@ -80,3 +80,10 @@ int sb_opr_event_post(sb_k8s_client *c, const sb_opr_event_ref *ref, const char 
     cJSON_Delete(made);
     return 0;
 }
+
+void sb_opr_event_errored_message(const char *stage, const char *input, const char *error,
+                                  char *buf, size_t len)
+{
+    snprintf(buf, len, "stage %s: %.300s: %.600s; its records are not in the output",
+             stage ? stage : "?", input ? input : "?", error ? error : "(no message)");
+}

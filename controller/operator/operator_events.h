@@ -1,5 +1,6 @@
 /* operator_events.h — core/v1 Events about Pipelines (what `kubectl describe pipeline` shows):
- * Started, WorkerPodsCreated, WorkerPodFailed, Recovered, Suspended, Resumed, TookOver,
+ * Started, WorkerPodsCreated, WorkerPodFailed, Recovered, PartitionErrored (Warning, one per
+ * errored partition, at most SB_SCHED_ERRORED_KEEP per run), Suspended, Resumed, TookOver,
  * Succeeded, Failed, InvalidSpec, SpecChangeRefused, Deleted.
  *
  * Events are best effort: a failed post is logged and never fails a reconcile. The object is
@@ -27,6 +28,11 @@ typedef struct sb_opr_event_ref {
  * (source.host / reportingInstance; may be NULL); now_ns: wall clock in nanoseconds. */
 cJSON *sb_opr_event_build(const sb_opr_event_ref *ref, const char *type, const char *reason,
                           const char *message, const char *host, uint64_t now_ns);
+
+/* The message of a PartitionErrored event: "stage S: <input>: <error>; its records are not in
+ * the output", truncated to len. */
+void sb_opr_event_errored_message(const char *stage, const char *input, const char *error,
+                                  char *buf, size_t len);
 
 /* Posts an Event (best effort: logs a failure and returns -1 with err). */
 int sb_opr_event_post(sb_k8s_client *c, const sb_opr_event_ref *ref, const char *type,

@@ -13,6 +13,7 @@
 #include "controller/sched/ranges.h"
 #include "core/log.h"
 #include "doc/doc.h"
+#include "spec/validate.h"
 
 #define MAX_POOLS 4
 
@@ -85,6 +86,10 @@ int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, s
         return -1;
     }
     sb_doc_free(d);
+    char overlap[1200]; /* the operator has no working directory: compared as written */
+    if (sb_validate_sink_vs_source(p->spec.source.uri, p->spec.sink.uri, NULL, overlap,
+                                   sizeof overlap))
+        sb_diags_add(&dg, "spec.sink.uri", 0, 0, "%s", overlap);
     size_t used = 0;
     for (size_t i = 0; i < dg.n && used < len; i++) {
         int n = snprintf(msg + used, len - used, "%s%s: %s", i ? "; " : "", dg.items[i].path,
@@ -267,6 +272,11 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     r->started_ms = sb_opr_mono_ms();
     sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", caddr, NULL);
     return r;
+}
+
+sb_sched_errored *sb_opr_run_errored(sb_opr_run *r, size_t *n)
+{
+    return sb_ctl_errored(r->ctl, n, NULL);
 }
 
 uint64_t sb_opr_run_recovered(sb_opr_run *r)
@@ -496,6 +506,11 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
     free(set);
     double elapsed = (double)(sb_opr_mono_ms() - r->started_ms) / 1000.0;
     int rc = sb_opr_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
+    size_t nerr = 0;
+    sb_sched_errored *errs = sb_ctl_errored(r->ctl, &nerr, NULL);
+    if (rc == 0)
+        rc = sb_opr_status_errored(status, errs, nerr);
+    sb_ctl_errored_free(errs, nerr);
     cJSON *cp = sb_opr_checkpoint_json(r->epoch, ranges, parts, nparts);
     free(ranges);
     sb_sched_parts_free(parts, nparts);

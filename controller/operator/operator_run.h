@@ -70,6 +70,9 @@ void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p);
  * (now: RFC 3339 time for condition transitions). Returns 0, or -1 when out of memory. */
 int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now);
 
+/* The errored partitions (sb_ctl_errored: a copy, free with sb_ctl_errored_free); *n set. */
+sb_sched_errored *sb_opr_run_errored(sb_opr_run *r, size_t *n);
+
 /* Partitions re-produced from lineage so far (the controller's counter; cheap). */
 uint64_t sb_opr_run_recovered(sb_opr_run *r);
 

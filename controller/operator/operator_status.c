@@ -540,3 +540,24 @@ int sb_opr_finished_seen(const char *done_uid, const char *uid, const char *phas
         return 1;
     return phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
 }
+
+int sb_opr_status_errored(cJSON *status, const sb_sched_errored *errored, size_t n)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(status, "erroredPartitions");
+    if (n == 0)
+        return 0;
+    cJSON *arr = cJSON_AddArrayToObject(status, "erroredPartitions");
+    if (arr == NULL)
+        return -1;
+    for (size_t i = 0; i < n && i < SB_SCHED_ERRORED_KEEP; i++) {
+        cJSON *x = cJSON_CreateObject();
+        if (x == NULL)
+            return -1;
+        cJSON_AddItemToArray(arr, x);
+        if (cJSON_AddStringToObject(x, "stage", errored[i].stage) == NULL ||
+            cJSON_AddStringToObject(x, "split", errored[i].input) == NULL ||
+            cJSON_AddStringToObject(x, "error", errored[i].error) == NULL)
+            return -1;
+    }
+    return 0;
+}

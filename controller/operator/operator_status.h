@@ -90,6 +90,11 @@ int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total
                            size_t committed_splits, const sb_opr_pool_view *pools, size_t npools,
                            double elapsed_s);
 
+/* Sets status.erroredPartitions to [{stage, split, error}] for errored[0..n) (the scheduler
+ * keeps the first SB_SCHED_ERRORED_KEEP; status.partitions.errored has the count), or removes
+ * it when n is 0. 0, or -1 when out of memory. */
+int sb_opr_status_errored(cJSON *status, const sb_sched_errored *errored, size_t n);
+
 /* ---- spec changes ---- */
 /* Compares two spec objects, ignoring what applies live (suspend, ttlSecondsAfterFinished,
  * stages[].workers). Writes the changed fields, "spec.sink, spec.stages[1].op", into buf

@@ -39,6 +39,7 @@ typedef struct {
     uint32_t retries;
     int queued; /* in its op's queue */
     char *task_id;
+    char *first_error; /* the message of its first failed attempt */
 } task;
 
 typedef struct {
@@ -76,6 +77,9 @@ struct sb_sched {
     sb_exec_mode mode;
     uint64_t budget, target;
     uint64_t max_retries, max_errored;
+    int preserve_order; /* execution.preserveOrder: one input per task of op > 0, sink parts
+                           listed in input order */
+    sb_sched_output *sink_ordered; /* sb_sched_sink_parts' view with preserve_order */
     op *ops;
     size_t nops;
     const char *pools[2];
@@ -93,6 +97,8 @@ struct sb_sched {
     uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
     uint64_t tasks_run, tasks_rerun, partitions_recovered, partitions_lost, running_total,
         errored_total;
+    sb_sched_errored *errored;
+    size_t nerrored, caperrored;
     sb_sched_output *sink;
     size_t nsink, capsink;
     size_t *sink_task; /* producer of sink[i]; NONE for parts carried over by a resume */
@@ -349,6 +355,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     s->target = (uint64_t)p->spec.source.partition_size;
     s->max_retries = (uint64_t)p->spec.execution.max_task_retries;
     s->max_errored = (uint64_t)p->spec.execution.max_errored_partitions;
+    s->preserve_order = p->spec.execution.preserve_order;
     int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
     s->ops = calloc(s->nstages, sizeof *s->ops);
     if (s->ops == NULL)
@@ -454,8 +461,15 @@ void sb_sched_free(sb_sched *s)
         free(s->tasks[i].inputs);
         free(s->tasks[i].outputs);
         free(s->tasks[i].task_id);
+        free(s->tasks[i].first_error);
     }
     free(s->tasks);
+    free(s->sink_ordered);
+    for (size_t i = 0; i < s->nerrored; i++) {
+        free((char *)s->errored[i].input);
+        free((char *)s->errored[i].error);
+    }
+    free(s->errored);
     for (size_t i = 0; i < s->nparts; i++)
         free(s->parts[i].id);
     free(s->parts);
@@ -693,7 +707,7 @@ static size_t form_task(sb_sched *s, size_t i, int force)
             break;
         pick[n++] = scanned;
         sum += p->bytes;
-        if (sum >= o->target) {
+        if (sum >= o->target || s->preserve_order) { /* preserveOrder: one input per task */
             scanned++;
             break;
         }
@@ -701,7 +715,8 @@ static size_t form_task(sb_sched *s, size_t i, int force)
     if (n == 0)
         return NONE;
     /* wait for more small partitions while upstream is still producing */
-    if (!force && sum < o->target / 2 && scanned == o->flen && !op_finished(s, i - 1))
+    if (!force && !s->preserve_order && sum < o->target / 2 && scanned == o->flen &&
+        !op_finished(s, i - 1))
         return NONE;
     size_t ti = task_new(s, (uint32_t)i, o->next_index);
     if (ti == NONE)
@@ -1057,10 +1072,12 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         requeue_task(s, ti, 1); /* re-queues the producers of the lost inputs too */
         return 1;
     }
-    if (status == SB_SCHED_ERROR) {
+    if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA) {
         for (size_t i = 0; i < nouts; i++)
             add_release(s, w, outs[i].id);
-        if (t->retries < s->max_retries) {
+        if (t->first_error == NULL) /* NULL when out of memory: the last message is used */
+            t->first_error = strdup(message && *message ? message : "(no message)");
+        if (status == SB_SCHED_ERROR && t->retries < s->max_retries) {
             t->retries++;
             o->retries++;
             requeue_task(s, ti, 0);
@@ -1078,6 +1095,23 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
                      t->ninputs > 1 ? " (and more)" : "");
         else
             snprintf(what, sizeof what, "no input");
+        if (s->nerrored < SB_SCHED_ERRORED_KEEP &&
+            GROW(s, s->errored, s->caperrored, s->nerrored + 1) == 0) {
+            sb_sched_errored *e = &s->errored[s->nerrored];
+            e->stage = o->name;
+            e->task_id = t->task_id;
+            e->input = strdup(what);
+            e->error = strdup(t->first_error        ? t->first_error
+                              : message && *message ? message
+                                                    : "(no message)");
+            if (e->input == NULL || e->error == NULL) {
+                free((char *)e->input);
+                free((char *)e->error);
+                s->oom = 1;
+            } else {
+                s->nerrored++;
+            }
+        }
         if (s->errored_total > s->max_errored)
             set_failure(s,
                         "stage %s failed: task %s (%s) failed %u time%s, last error: %s "
@@ -1103,6 +1137,14 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     consume_inputs(s, t);
     check_finished(s);
     return 1;
+}
+
+const sb_sched_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total)
+{
+    *n = s->nerrored;
+    if (total != NULL)
+        *total = s->errored_total;
+    return s->errored;
 }
 
 size_t sb_sched_take_releases(sb_sched *s, const char *worker_id, char ***ids)
@@ -1170,10 +1212,98 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)
     out->cpu_seconds = o->cpu_seconds;
 }
 
+/* The output sequence number of a partition id "s<op>-t<task>-p<seq>" (0 if none). */
+static uint64_t id_seq(const char *id)
+{
+    const char *p = strrchr(id, 'p');
+    return p != NULL && p > id && p[-1] == '-' ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* The input-order key of sink part i: (source split, seq at op 0, seq at op 1, ...), written
+ * into key[0..nops] (unused tail 0). With preserve_order every task of op > 0 has one input,
+ * so the producer chain is a path back to one split. Parts carried over by a resume have no
+ * producer here: keyed by their id when it is an op-0 id, else first. */
+static void order_key(const sb_sched *s, size_t i, uint64_t *key)
+{
+    memset(key, 0, (s->nops + 1) * sizeof *key);
+    size_t ti = s->sink_task[i];
+    if (ti == NONE) {
+        unsigned opi;
+        unsigned long long t, q;
+        if (sscanf(s->sink[i].id, "s%u-t%llu-p%llu", &opi, &t, &q) == 3 && opi == 0) {
+            key[0] = t;
+            key[1] = q;
+        }
+        return;
+    }
+    uint64_t seq = id_seq(s->sink[i].id);
+    for (;;) {
+        const task *t = &s->tasks[ti];
+        key[1 + t->op] = seq;
+        if (t->op == 0 || t->ninputs == 0) {
+            key[0] = t->op == 0 && t->split != NONE ? t->split : 0;
+            return;
+        }
+        const part *p = &s->parts[t->inputs[0]];
+        seq = id_seq(p->id);
+        ti = p->producer;
+    }
+}
+
+static int key_cmp(const uint64_t *a, const uint64_t *b, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (a[k] != b[k])
+            return a[k] < b[k] ? -1 : 1;
+    return 0;
+}
+
 const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n)
 {
     *n = s->nsink;
-    return s->sink;
+    if (!s->preserve_order || s->nsink < 2)
+        return s->sink;
+    /* input order: a merge sort of part indices by their lineage keys (stable) */
+    size_t w = s->nops + 1, m = s->nsink;
+    uint64_t *keys = malloc(m * w * sizeof *keys);
+    size_t *idx = malloc(m * sizeof *idx), *tmp = malloc(m * sizeof *tmp);
+    sb_sched_output *ord = realloc(s->sink_ordered, m * sizeof *ord);
+    if (keys == NULL || idx == NULL || tmp == NULL || ord == NULL) {
+        free(keys);
+        free(idx);
+        free(tmp);
+        if (ord != NULL)
+            ((sb_sched *)s)->sink_ordered = ord;
+        return s->sink; /* out of memory: completion order */
+    }
+    ((sb_sched *)s)->sink_ordered = ord;
+    for (size_t i = 0; i < m; i++) {
+        order_key(s, i, keys + i * w);
+        idx[i] = i;
+    }
+    for (size_t width = 1; width < m; width *= 2) {
+        for (size_t lo = 0; lo < m; lo += 2 * width) {
+            size_t mid = lo + width < m ? lo + width : m,
+                   hi = lo + 2 * width < m ? lo + 2 * width : m;
+            size_t a = lo, b = mid, k = lo;
+            while (a < mid && b < hi)
+                tmp[k++] =
+                    key_cmp(keys + idx[b] * w, keys + idx[a] * w, w) < 0 ? idx[b++] : idx[a++];
+            while (a < mid)
+                tmp[k++] = idx[a++];
+            while (b < hi)
+                tmp[k++] = idx[b++];
+        }
+        size_t *sw = idx;
+        idx = tmp;
+        tmp = sw;
+    }
+    for (size_t i = 0; i < m; i++)
+        ord[i] = s->sink[idx[i]];
+    free(keys);
+    free(idx);
+    free(tmp);
+    return ord;
 }
 
 int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char *buf, size_t len)

@@ -25,9 +25,11 @@
  * Recovery. When a worker is lost, its running tasks are re-queued, and every partition that
  * lived only there and is still needed is re-produced by re-running its producer task —
  * recursively up the lineage when that task's own inputs were already released (source tasks
- * re-read their split). Nothing else re-runs. Op errors are retried up to maxTaskRetries; then
- * the task's inputs count as errored partitions, and more than maxErroredPartitions fails the
- * pipeline with a message naming the stage, the task, its input and the op's error.
+ * re-read their split). Nothing else re-runs. Op errors are retried up to maxTaskRetries (data
+ * errors, SB_SCHED_ERROR_DATA, are not: they would fail again); then the task's inputs count
+ * as errored partitions (listed with stage, input and error by sb_sched_errored_list), and more
+ * than maxErroredPartitions fails the pipeline with a message naming the stage, the task, its input
+ * and the op's error.
  *
  * Checkpoint and resume (controller failover). A split is committed when every task that
  * descends from it is done (errored and skipped tasks count as done) and none of its
@@ -118,7 +120,21 @@ typedef enum {
     SB_SCHED_OK,
     SB_SCHED_ERROR,      /* the op failed: retried up to maxTaskRetries */
     SB_SCHED_INPUT_LOST, /* an input could not be fetched: recovered, then re-run */
+    SB_SCHED_ERROR_DATA, /* the op failed on its data (invalid JSON or UTF-8, a record too
+                            large): a retry would fail the same way, so the partition is
+                            errored at once, without retries */
 } sb_sched_status;
+
+/* An errored partition: a task that failed for good (after its retries, or at once on a data
+ * error) and whose input was skipped. */
+typedef struct sb_sched_errored {
+    const char *stage; /* the op's stage names joined with '+' */
+    const char *task_id;
+    const char *input; /* "split <split>" (op 0) or "input partition <id>[ (and more)]" */
+    const char *error; /* the message of the task's first failed attempt */
+} sb_sched_errored;
+
+#define SB_SCHED_ERRORED_KEEP 100 /* errored partitions listed (the count goes on) */
 
 typedef enum { SB_SCHED_RUNNING, SB_SCHED_SUCCEEDED, SB_SCHED_FAILED } sb_sched_state;
 
@@ -189,7 +205,14 @@ void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out);
 /* Per-op statistics; i < sb_sched_op_count(). */
 void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out);
 
-/* The sink parts committed so far, in partition-id order of completion; *n set. */
+/* The errored partitions so far, in the order they errored: at most SB_SCHED_ERRORED_KEEP are
+ * listed (*n), *total counts them all (may be NULL). A view, valid until the next mutating call. */
+const sb_sched_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total);
+
+/* The sink parts committed so far, in order of completion; with execution.preserveOrder in
+ * input order instead (by lineage: source split, then each op's output sequence number; every
+ * task of op > 0 then reads exactly one partition, so a part holds the records of one input
+ * partition, in order); *n set. */
 const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n);
 
 /* The checkpoint now: the largest set S of splits whose every descendant task is done, closed

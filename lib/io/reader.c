@@ -94,7 +94,11 @@ static int flush(rd *r, sb_err *err)
     if (sb_batch_builder_finish(r->b, &blob, &len, err) != 0)
         return sb_err_wrap(err, "reading %.300s", r->sp->path);
     r->parts++;
+    sb_err_clear(err); /* a consumer sharing err may leave its cause there: keep and wrap it */
     int rc = r->emit(blob, len, rows, r->ud);
+    if (rc != 0 && err != NULL && err->msg[0] != '\0')
+        return sb_err_wrap(err, "reading %.300s: partition %" PRIu64 " (%zu records)", r->sp->path,
+                           r->parts, rows);
     if (rc != 0)
         return sb_err_set(err,
                           "reading %.300s: the consumer refused partition %" PRIu64

@@ -371,7 +371,8 @@ static int valid_part_name(const char *name, const char *ext)
 }
 
 static char *manifest_json(const sb_sink_spec *sink, const sb_io_part_info *parts,
-                           const unsigned char *skip, size_t n)
+                           const unsigned char *skip, size_t n, const sb_io_errored *errored,
+                           size_t nerrored)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON *arr = cJSON_CreateArray();
@@ -404,6 +405,18 @@ static char *manifest_json(const sb_sink_spec *sink, const sb_io_part_info *part
     arr = NULL;
     cJSON_AddItemToObject(root, "totals", tot);
     tot = NULL;
+    cJSON *err_arr = cJSON_AddArrayToObject(root, "errored"); /* partitions not in the output */
+    if (err_arr == NULL)
+        goto done;
+    for (size_t i = 0; i < nerrored; i++) {
+        cJSON *e = cJSON_CreateObject();
+        if (e == NULL)
+            goto done;
+        cJSON_AddItemToArray(err_arr, e);
+        cJSON_AddStringToObject(e, "stage", errored[i].stage ? errored[i].stage : "");
+        cJSON_AddStringToObject(e, "split", errored[i].split ? errored[i].split : "");
+        cJSON_AddStringToObject(e, "error", errored[i].error ? errored[i].error : "");
+    }
     text = cJSON_Print(root);
 done:
     cJSON_Delete(arr);
@@ -433,7 +446,8 @@ static int obj_name_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n, sb_err *err)
+int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
+                      const sb_io_errored *errored, size_t nerrored, sb_err *err)
 {
     if (n > 0 && parts == NULL)
         return sb_err_set(err, "sink: commit: NULL parts");
@@ -523,7 +537,7 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
             goto out;
         }
     }
-    text = manifest_json(sink, parts, skip, n);
+    text = manifest_json(sink, parts, skip, n, errored, nerrored);
     if (text == NULL) {
         rc = sb_err_set(err, "sink: commit: out of memory for the manifest");
         goto out;

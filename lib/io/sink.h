@@ -69,11 +69,18 @@ int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err);
 int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, const void *blob,
                           size_t len, sb_io_part_info *info, sb_err *err);
 
+/* An errored partition whose records are missing from the output (listed in the manifest's
+ * "errored" array as {stage, split, error}). */
+typedef struct sb_io_errored {
+    const char *stage, *split, *error;
+} sb_io_errored;
+
 /* Commits the output: parts[0..n) are the partitions of the finished pipeline, in output
- * order. Duplicate names are allowed when their info is identical (counted once). 0, or -1 +
- * err (no _SUCCESS is written then). */
+ * order. Duplicate names are allowed when their info is identical (counted once).
+ * errored[0..nerrored) (may be NULL/0) are the partitions skipped under maxErroredPartitions.
+ * 0, or -1 + err (no _SUCCESS is written then). */
 int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
-                      sb_err *err);
+                      const sb_io_errored *errored, size_t nerrored, sb_err *err);
 
 /* Removes _SUCCESS, _manifest.json and temporary files; a missing directory is fine. 0, or -1
  * + err naming the first file that could not be removed. */

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,6 +82,102 @@ fail:
     return -1;
 }
 
+/* Normalizes a URI into out: "scheme://" then the path with "//" and "." segments removed, ".."
+ * applied (file only), no trailing '/'. *glob_dir receives the length of out up to (not
+ * including) the last '/' when the last segment is a glob, else 0. Returns -1 when out is too
+ * small or the URI has no scheme. */
+static int norm_uri(const char *uri, const char *cwd, char *out, size_t cap, size_t *glob_dir)
+{
+    const char *sep = strstr(uri, "://");
+    if (sep == NULL || sep == uri)
+        return -1;
+    size_t sl = (size_t)(sep - uri);
+    const char *rest = sep + 3;
+    if (rest[0] == '\0')
+        return -1; /* no path: reported by the URI checks */
+    int is_file = sl == 4 && strncasecmp(uri, "file", 4) == 0;
+    char joined[8192];
+    if (is_file && rest[0] != '/' && cwd != NULL) {
+        if ((size_t)snprintf(joined, sizeof joined, "%s/%s", cwd, rest) >= sizeof joined)
+            return -1;
+        rest = joined;
+    }
+    if (sl + 3 >= cap)
+        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < sl; i++)
+        out[n++] = (char)(uri[i] >= 'A' && uri[i] <= 'Z' ? uri[i] - 'A' + 'a' : uri[i]);
+    memcpy(out + n, "://", 3);
+    n += 3;
+    size_t base = n;
+    if (is_file && rest[0] == '/')
+        out[n++] = '/', base = n;
+    size_t last_seg = n;
+    const char *s = rest;
+    while (*s != '\0') {
+        while (*s == '/')
+            s++;
+        const char *e = s;
+        while (*e != '\0' && *e != '/')
+            e++;
+        size_t len = (size_t)(e - s);
+        if (len == 0)
+            break;
+        if (len == 1 && s[0] == '.') {
+            /* drop "." */
+        } else if (is_file && len == 2 && s[0] == '.' && s[1] == '.' && n > base &&
+                   !(n - base >= 2 && out[n - 1] == '.' && out[n - 2] == '.' &&
+                     (n - base == 2 || out[n - 3] == '/'))) {
+            while (n > base && out[n - 1] != '/')
+                n--;
+            if (n > base)
+                n--; /* the '/' before the dropped segment */
+        } else {
+            if (n > base && out[n - 1] != '/') {
+                if (n + 1 >= cap)
+                    return -1;
+                out[n++] = '/';
+            }
+            if (n + len >= cap)
+                return -1;
+            last_seg = n;
+            memcpy(out + n, s, len);
+            n += len;
+        }
+        s = e;
+    }
+    out[n] = '\0';
+    *glob_dir = 0;
+    if (last_seg < n && strpbrk(out + last_seg, "*?[") != NULL)
+        *glob_dir = last_seg > base ? last_seg - 1 : last_seg;
+    return 0;
+}
+
+int sb_validate_sink_vs_source(const char *source_uri, const char *sink_uri, const char *cwd,
+                               char *msg, size_t msglen)
+{
+    if (source_uri == NULL || sink_uri == NULL)
+        return 0;
+    char src[8192], snk[8192];
+    size_t src_glob, snk_glob;
+    if (norm_uri(source_uri, cwd, src, sizeof src, &src_glob) != 0 ||
+        norm_uri(sink_uri, cwd, snk, sizeof snk, &snk_glob) != 0)
+        return 0; /* no scheme: reported by the URI checks */
+    const char *why = NULL;
+    if (strcmp(src, snk) == 0)
+        why = "the sink is the source directory";
+    else if (src_glob > 0 && strlen(snk) == src_glob && strncmp(src, snk, src_glob) == 0)
+        why = "the sink is the directory the source glob lists";
+    if (why == NULL)
+        return 0;
+    snprintf(msg, msglen,
+             "%s (spec.sink.uri \"%.200s\", spec.source.uri \"%.200s\"): every run would "
+             "read the previous run's output back in; write the sink to another directory or "
+             "prefix (a subdirectory of the source is fine, the source listing is not recursive)",
+             why, sink_uri, source_uri);
+    return 1;
+}
+
 static void print_problem(FILE *out, const char *name, int line, int col, const char *path,
                           const char *msg)
 {
@@ -115,6 +212,13 @@ int sb_validate_buffer(const char *name, const char *buf, size_t len, FILE *out,
         sb_pipeline p;
         sb_diags d = {0};
         int rc = sb_pipeline_decode(root, &p, &d);
+        char overlap[1200], cwd[4096];
+        if (rc == 0 &&
+            sb_validate_sink_vs_source(p.spec.source.uri, p.spec.sink.uri, getcwd(cwd, sizeof cwd),
+                                       overlap, sizeof overlap)) {
+            const sb_node *u = sb_node_get(sb_node_get(sb_node_get(root, "spec"), "sink"), "uri");
+            sb_diags_add(&d, "spec.sink.uri", u ? u->line : 0, u ? u->col : 0, "%s", overlap);
+        }
         sb_diags_sort(&d);
         for (size_t k = 0; k < d.n; k++) {
             int line = d.items[k].line, col = d.items[k].col;

@@ -25,4 +25,14 @@ int sb_validate_file(const char *path, FILE *out, size_t *ndocs);
 int sb_read_file_limited(const char *path, size_t max, char **buf, size_t *len, char *msg,
                          size_t msglen);
 
+/* Would the source listing see what the sink writes? The listing is not recursive (a directory
+ * lists the files directly in it; an s3 prefix the objects directly under it), so the sink is
+ * refused when, after normalizing both URIs (same scheme; "//" and "/./" collapsed, ".." applied
+ * to file paths, trailing '/' dropped; a relative file path resolved against cwd when cwd is not
+ * NULL, else compared as written), the sink equals the source, or the source is a glob whose
+ * directory is the sink. A sink in a subdirectory of the source is not seen. Returns 1 with a
+ * message naming both fields in msg when the sink is refused, else 0. */
+int sb_validate_sink_vs_source(const char *source_uri, const char *sink_uri, const char *cwd,
+                               char *msg, size_t msglen);
+
 #endif

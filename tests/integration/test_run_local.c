@@ -242,7 +242,9 @@ Test(run, stopped_worker_is_detected_and_recovered)
     free(orphans);
 }
 
-Test(run, deterministic_op_failure_is_retried_then_fails)
+/* Invalid JSON is a data error: not retried (a retry would fail the same way), the pipeline
+ * fails at once naming the input. */
+Test(run, deterministic_op_failure_is_not_retried_and_fails)
 {
     sh("cd %s && printf '{\"n\": 1}\\nnot json at all\\n' > in/zz-bad.jsonl", dir);
     write_pipeline("fail", "  - {name: pick, op: filter, args: {field: n, op: eq, value: 1}}\n",
@@ -253,12 +255,96 @@ Test(run, deterministic_op_failure_is_retried_then_fails)
     cr_expect(strstr(out, "pipeline failed: stage pick failed: task default/fail/s0-t") != NULL,
               "%s", out);
     cr_expect(strstr(out, "zz-bad.jsonl") != NULL, "names the input: %s", out);
-    cr_expect(strstr(out, "failed 3 times") != NULL, "%s", out);
+    cr_expect(strstr(out, "failed 1 time, last error: ") != NULL, "%s", out);
+    cr_expect(strstr(out, "record 1 is not valid JSON") != NULL, "the cause is kept: %s", out);
     free(out);
     struct stat st;
     char p[512];
     snprintf(p, sizeof p, "%s/out-fail/_SUCCESS", dir);
     cr_expect_neq(stat(p, &st), 0, "a failed pipeline leaves no _SUCCESS");
+}
+
+/* maxErroredPartitions >= 1: a malformed line errors its partition (at once: invalid JSON is a
+ * data error, no retry), and the run says so everywhere instead of a bare "Succeeded": the
+ * summary lists stage, input and first error, the last line counts the errored partitions, and
+ * _manifest.json has an "errored" array. */
+Test(run, errored_partitions_are_reported)
+{
+    sh("cd %s && printf '{\"n\": 1}\\nnot json at all\\n' > in/zz-bad.jsonl", dir);
+    write_pipeline("skip", "  - {name: pick, op: filter, args: {field: n, op: ge, value: 0}}\n",
+                   "  execution: {maxTaskRetries: 3, maxErroredPartitions: 1}\n");
+    char *out;
+    int rc = run_cli("skip", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "skip: Succeeded with 1 errored partition in ") != NULL, "%s", out);
+    cr_expect(strstr(out, "errored partitions (stage, input, first error):") != NULL, "%s", out);
+    cr_expect(strstr(out, "pick") != NULL && strstr(out, "zz-bad.jsonl") != NULL &&
+                  strstr(out, "is not valid JSON") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "the consumer refused") == NULL, "the cause is kept: %s", out);
+    free(out);
+    cr_expect_eq(summary_num("skip", "erroredPartitions"), 1);
+    char *m = sb_test_sh_out(
+        "python3 -c \"import json; e=json.load(open('%s/out-skip/_manifest.json'))['errored'];"
+        "print(len(e), e[0]['stage'], 'zz-bad.jsonl' in e[0]['split'], "
+        "'not valid JSON' in e[0]['error'])\"",
+        dir);
+    cr_expect_str_eq(m, "1 pick True True");
+    free(m);
+    char *r =
+        sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/skip.summary.json'))"
+                       "['stages'][0]['retries'])\"",
+                       dir);
+    cr_expect_str_eq(r, "0", "a data error is not retried");
+    free(r);
+}
+
+/* The part files concatenated in _manifest.json order, against the input lines in input order
+ * (files by name, lines in file order): 0 when identical. */
+static int ordered_output_matches(const char *name)
+{
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "cd %s && python3 -c \"\nimport json, glob\n"
+             "want=''.join(open(p).read() for p in sorted(glob.glob('in/*.jsonl')))\n"
+             "m=json.load(open('out-%s/_manifest.json'))\n"
+             "got=''.join(open('out-%s/'+p['name']).read() for p in m['parts'])\n"
+             "w=want.splitlines(); g=got.splitlines()\n"
+             "inv=next((k for k,(a,b) in enumerate(zip(w,g)) if a!=b), -1)\n"
+             "print(len(w), len(g), inv)\n"
+             "raise SystemExit(0 if got==want else 1)\n\"",
+             dir, name, name);
+    int rc = sb_test_run(cmd, &out);
+    if (rc != 0)
+        cr_log_error(
+            "%s: output not in input order (input lines, output lines, first different line): %s",
+            name, out);
+    free(out);
+    return rc;
+}
+
+/* preserveOrder: with several workers, files of very different sizes (fast and slow tasks), a
+ * fused op and an unfused chain (static mode: two ops, the second would coalesce), the parts in
+ * manifest order hold exactly the input, in input order. */
+Test(run, preserve_order_keeps_input_order)
+{
+    sh("cd %s && python3 -c \"\nimport json\nfor f in range(6):\n"
+       "  with open('in/g%%02d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range([9000, 300, 4000, 50, 7000, 1][f]):\n"
+       "      o.write(json.dumps({'g': f, 'i': i}) + '\\\\n')\n\"",
+       dir);
+    const char *stages = "  - {name: a, op: identity}\n"
+                         "  - {name: b, op: bench.sleep, args: {msPerMB: 40}}\n";
+    write_pipeline("ord", stages, "  execution: {preserveOrder: true}\n");
+    write_pipeline("ords", stages, "  execution: {preserveOrder: true, mode: static}\n");
+    const char *names[] = {"ord", "ords"};
+    for (size_t i = 0; i < 2; i++) {
+        char *out;
+        int rc = run_cli(names[i], "--cpus 4", &out);
+        cr_assert_eq(rc, 0, "%s", out);
+        free(out);
+        cr_expect_eq(ordered_output_matches(names[i]), 0, "%s", names[i]);
+    }
 }
 
 Test(run, dataset_ten_times_the_budget_stays_within_it)

@@ -79,7 +79,8 @@ typedef struct {
     size_t *plen; /* blob length of each partition */
     size_t *prows;
     size_t pcap;
-    int refuse_at; /* partition number (1-based) to refuse; 0: never */
+    int refuse_at;      /* partition number (1-based) to refuse; 0: never */
+    sb_err *refuse_err; /* when set, the refusal writes its cause there (the reader's err) */
     sb_type want_type;
 } coll;
 
@@ -123,6 +124,8 @@ static int collect(void *blob, size_t len, uint64_t rows, void *ud)
     c->prows[c->parts - 1] = (size_t)rows;
     if (c->refuse_at != 0 && (int)c->parts == c->refuse_at) {
         sb_part_free(blob);
+        if (c->refuse_err != NULL)
+            return sb_err_set(c->refuse_err, "filter: record 5005 is not valid JSON at byte 47");
         return 7;
     }
     sb_batch *b;
@@ -863,6 +866,19 @@ Test(io, unreadable_directory_changed_and_refused)
                  -1);
     cr_assert(strstr(e.msg, "refused partition 2") != NULL, "%s", e.msg);
     cr_assert_eq(got.parts, 2);
+    coll_free(&got);
+
+    /* a consumer that says why (it shares the reader's err, as the worker's fused chain does):
+     * its message is kept and wrapped, not replaced */
+    memset(&got, 0, sizeof got);
+    got.refuse_at = 2;
+    got.refuse_err = &e;
+    cr_assert_eq(read_range(path_in("many.txt"), 0, sizeof lines, sizeof lines, SB_FMT_TEXT, NULL,
+                            1000, &got, &e),
+                 -1);
+    cr_assert(strstr(e.msg, "record 5005 is not valid JSON at byte 47") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "many.txt") != NULL && strstr(e.msg, "partition 2") != NULL, "%s",
+              e.msg);
     coll_free(&got);
 
     /* bad arguments */

@@ -158,11 +158,19 @@ Test(sink, parts_manifest_and_success)
     cr_assert_eq(info[2].bytes, 0);
     cr_assert(!exists("_SUCCESS"));
 
-    cr_assert_eq(sb_io_sink_commit(&s, info, 3, &e), 0, "%s", e.msg);
+    /* a skipped (errored) partition is listed: its records are not in the parts */
+    sb_io_errored skipped = {"pick", "split in/bad.jsonl", "record 1 is not valid JSON"};
+    cr_assert_eq(sb_io_sink_commit(&s, info, 3, &skipped, 1, &e), 0, "%s", e.msg);
     cr_assert(exists("_SUCCESS"));
     char *m = slurp(out_path("_manifest.json"), &n);
     cJSON *j = cJSON_Parse(m);
     cr_assert_not_null(j, "manifest is not JSON: %s", m);
+    const cJSON *errored = cJSON_GetObjectItem(j, "errored");
+    cr_assert_eq(cJSON_GetArraySize(errored), 1, "%s", m);
+    const cJSON *e0 = cJSON_GetArrayItem(errored, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(e0, "stage")->valuestring, "pick");
+    cr_assert_str_eq(cJSON_GetObjectItem(e0, "split")->valuestring, "split in/bad.jsonl");
+    cr_assert_str_eq(cJSON_GetObjectItem(e0, "error")->valuestring, "record 1 is not valid JSON");
     const cJSON *parts = cJSON_GetObjectItem(j, "parts");
     cr_assert_eq(cJSON_GetArraySize(parts), 3);
     const cJSON *p0 = cJSON_GetArrayItem(parts, 0);
@@ -213,12 +221,12 @@ Test(sink, rewrite_overwrites_and_commit_drops_strays)
     cr_assert_eq(i2.rows, 1);
 
     /* a stale report of the first attempt no longer matches the file */
-    cr_assert_eq(sb_io_sink_commit(&s, &i1, 1, &e), -1);
+    cr_assert_eq(sb_io_sink_commit(&s, &i1, 1, NULL, 0, &e), -1);
     cr_assert(strstr(e.msg, "has 11 bytes, reported 12") != NULL, "%s", e.msg);
     cr_assert(!exists("_SUCCESS"));
     /* the same part reported twice identically counts once; twice differently is an error */
     sb_io_part_info twice[2] = {i2, i2};
-    cr_assert_eq(sb_io_sink_commit(&s, twice, 2, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_sink_commit(&s, twice, 2, NULL, 0, &e), 0, "%s", e.msg);
     listing(ls, sizeof ls);
     cr_assert_str_eq(ls, "_SUCCESS,_manifest.json,notes.txt,part-00000.txt,part-s1-t7-p0.txt,"
                          "part-s1-t9.txt,part-x-s1-t9-p0.txt");
@@ -228,7 +236,7 @@ Test(sink, rewrite_overwrites_and_commit_drops_strays)
     cJSON_Delete(j);
     free(m);
     twice[1].crc32c ^= 1;
-    cr_assert_eq(sb_io_sink_commit(&s, twice, 2, &e), -1);
+    cr_assert_eq(sb_io_sink_commit(&s, twice, 2, NULL, 0, &e), -1);
     cr_assert(strstr(e.msg, "listed twice with different contents") != NULL, "%s", e.msg);
 }
 
@@ -242,7 +250,7 @@ Test(sink, abort_and_prepare_clean_up)
     const char *r[] = {"{\"k\":true}"};
     sb_io_part_info info;
     write_part(&s, "s3-t0-p1", r, 1, &info);
-    cr_assert_eq(sb_io_sink_commit(&s, &info, 1, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_sink_commit(&s, &info, 1, NULL, 0, &e), 0, "%s", e.msg);
     cr_assert(exists("_SUCCESS"));
     /* leftovers of an interrupted writer */
     FILE *f = fopen(out_path(".sbtmp-123-0-part-s3-t0-p2.jsonl"), "w");
@@ -254,7 +262,7 @@ Test(sink, abort_and_prepare_clean_up)
     cr_assert_str_eq(ls, "part-s3-t0-p1.jsonl");
 
     /* a new run: prepare removes a stale _SUCCESS, manifest and temp files, keeps parts */
-    cr_assert_eq(sb_io_sink_commit(&s, &info, 1, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_sink_commit(&s, &info, 1, NULL, 0, &e), 0, "%s", e.msg);
     f = fopen(out_path(".sbtmp-9-9-_manifest.json"), "w");
     cr_assert_not_null(f);
     fclose(f);
@@ -318,10 +326,10 @@ Test(sink, failed_writes_leave_nothing_behind)
 
     /* commit with a part that is not there: no _SUCCESS */
     sb_io_part_info missing = {.name = "part-s1-t4-p0.jsonl", .rows = 1, .bytes = 8};
-    cr_assert_eq(sb_io_sink_commit(&s, &missing, 1, &e), -1);
+    cr_assert_eq(sb_io_sink_commit(&s, &missing, 1, NULL, 0, &e), -1);
     cr_assert(strstr(e.msg, "part-s1-t4-p0.jsonl") != NULL, "%s", e.msg);
     sb_io_part_info evil = {.name = "part-../../x.jsonl"};
-    cr_assert_eq(sb_io_sink_commit(&s, &evil, 1, &e), -1);
+    cr_assert_eq(sb_io_sink_commit(&s, &evil, 1, NULL, 0, &e), -1);
     cr_assert(strstr(e.msg, "invalid name") != NULL, "%s", e.msg);
     cr_assert(!exists("_SUCCESS"));
 }

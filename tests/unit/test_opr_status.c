@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/operator/operator_events.h"
 #include "controller/operator/operator_status.h"
 
 static const char *sget(const cJSON *o, const char *k)
@@ -288,4 +289,32 @@ Test(opr_status, finished_run_is_remembered_until_the_cache_catches_up)
     cr_expect_eq(sb_opr_finished_seen("u1", "u1", "Failed"), 1);
     cr_expect_eq(sb_opr_finished_seen("u1", "u2", "Running"), 1, "re-created under the same name");
     cr_expect_eq(sb_opr_finished_seen("u1", NULL, "Running"), 1);
+}
+
+/* Every errored partition is in status.erroredPartitions (stage, split, error) and has its
+ * PartitionErrored event message; none: the list is absent. */
+Test(opr_status, errored_partitions_are_listed)
+{
+    sb_sched_errored e[2] = {
+        {"pick", "ns/p/s0-t4", "split in/bad.jsonl",
+         "reading in/bad.jsonl: record 1 is not valid JSON"},
+        {"a+b", "ns/p/s1-t2", "input partition s0-t3-p0", "op b: boom"},
+    };
+    cJSON *st = cJSON_CreateObject();
+    cr_assert_eq(sb_opr_status_errored(st, e, 2), 0);
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(st, "erroredPartitions");
+    cr_assert(cJSON_IsArray(arr));
+    cr_assert_eq(cJSON_GetArraySize(arr), 2);
+    const cJSON *x = cJSON_GetArrayItem(arr, 0);
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(x, "stage")->valuestring, "pick");
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(x, "split")->valuestring,
+                     "split in/bad.jsonl");
+    cr_expect(strstr(cJSON_GetObjectItemCaseSensitive(x, "error")->valuestring, "not valid JSON"));
+    cr_assert_eq(sb_opr_status_errored(st, e, 0), 0);
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(st, "erroredPartitions"));
+    cJSON_Delete(st);
+    char m[1024];
+    sb_opr_event_errored_message(e[0].stage, e[0].input, e[0].error, m, sizeof m);
+    cr_expect_str_eq(m, "stage pick: split in/bad.jsonl: reading in/bad.jsonl: record 1 is not "
+                        "valid JSON; its records are not in the output");
 }

@@ -358,7 +358,7 @@ static bool expect_keep(const char *rec, const char *field, const char *op, cons
     }
     cJSON_Delete(j);
     if (!comparable)
-        return false;
+        return strcmp(op, "ne") == 0; /* ne is the complement of eq */
     if (strcmp(op, "eq") == 0)
         return c == 0;
     if (strcmp(op, "ne") == 0)
@@ -432,6 +432,40 @@ Test(ops, filter_against_cjson)
     cr_assert_gt(kept_total, 100); /* the probes do select records */
 }
 
+/* `ne` is the complement of `eq`: a record that does not satisfy eq (field missing, another
+ * type, null, not an object) is kept by ne, so eq and ne together keep every record once. */
+Test(ops, filter_ne_is_the_complement_of_eq)
+{
+    const char *probes[] = {"{\"field\":\"a\",\"op\":\"%s\",\"value\":1}",
+                            "{\"field\":\"s\",\"op\":\"%s\",\"value\":\"abc\"}",
+                            "{\"field\":\"b\",\"op\":\"%s\",\"value\":true}"};
+    for (size_t p = 0; p < sizeof probes / sizeof *probes; p++) {
+        coll eq = {0}, ne = {0};
+        sb_err e;
+        char args[160];
+        snprintf(args, sizeof args, probes[p], "eq");
+        cr_assert_eq(run_op("filter", args, g_records, NREC, 0, 1 << 20, &eq, &e), 0, "%s", e.msg);
+        snprintf(args, sizeof args, probes[p], "ne");
+        cr_assert_eq(run_op("filter", args, g_records, NREC, 0, 1 << 20, &ne, &e), 0, "%s", e.msg);
+        cr_assert_eq(eq.n + ne.n, NREC, "%s: eq kept %zu, ne kept %zu of %zu", args, eq.n, ne.n,
+                     NREC);
+        for (size_t i = 0; i < ne.n; i++)
+            for (size_t j = 0; j < eq.n; j++)
+                cr_assert_str_neq(ne.v[i], eq.v[j], "%s: kept by both eq and ne", args);
+        coll_free(&eq);
+        coll_free(&ne);
+    }
+    /* the user's case: v missing, a string or null is kept by `v ne 5` */
+    const char *recs[] = {"{\"v\":5}", "{\"w\":5}", "{\"v\":\"5\"}", "{\"v\":null}", "{\"v\":6}"};
+    coll out = {0};
+    sb_err e;
+    cr_assert_eq(run_op("filter", "{\"field\":\"v\",\"op\":\"ne\",\"value\":5}", recs, 5, 0,
+                        1 << 20, &out, &e),
+                 0, "%s", e.msg);
+    cr_assert_eq(out.n, 4, "v ne 5 kept %zu of the 4 records without v == 5", out.n);
+    coll_free(&out);
+}
+
 Test(ops, filter_integers_compare_exactly)
 {
     const char *recs[] = {"{\"n\":9007199254740993}", "{\"n\":9007199254740992}",
@@ -466,6 +500,13 @@ Test(ops, filter_invalid_json_names_the_record)
     cr_assert(strstr(e.msg, "record 3 is not valid JSON") != NULL, "%s", e.msg);
     cr_assert(strstr(e.msg, "at byte 7") != NULL, "%s", e.msg);
     cr_assert(strstr(e.msg, ": {\"a\":1,}") != NULL, "%s", e.msg);
+    cr_assert(sb_op_data_error_take(), "invalid JSON is a data error (not retried)");
+    cr_assert(!sb_op_data_error_take(), "take clears the flag");
+    coll_free(&out);
+    cr_assert_eq(run_op("filter", "{\"field\":\"a\",\"op\":\"ge\",\"value\":0}", recs, 3, 0,
+                        1 << 20, &out, &e),
+                 0, "%s", e.msg);
+    cr_assert(!sb_op_data_error_take(), "valid records leave no data error");
     coll_free(&out);
     /* a long line is quoted by its beginning, with control characters made visible */
     char longrec[300];

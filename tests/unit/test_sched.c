@@ -75,7 +75,8 @@ typedef struct {
     double ratio[8];       /* output/input per op */
     uint64_t ms_per_mb[8]; /* simulated task time per MiB of input */
     uint64_t target;
-    int fail_op; /* op whose tasks always fail, -1 none */
+    int fail_op;                 /* op whose tasks always fail, -1 none */
+    sb_sched_status fail_status; /* how they fail: SB_SCHED_ERROR (default) or _DATA */
     uint64_t max_seen_partition_bytes;
     uint64_t peak_check_violations;
     uint64_t op_started_before_upstream_done; /* staged mode check */
@@ -134,8 +135,9 @@ static void sim_finish(sim *m, simworker *w, size_t k)
     running r = w->run[k];
     w->run[k] = w->run[--w->nrun];
     if ((int)r.op == m->fail_op) {
-        int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt, SB_SCHED_ERROR, "boom: bad record",
-                                   NULL, 0, NULL, 0, NULL, m->now, NULL);
+        int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt,
+                                   m->fail_status ? m->fail_status : SB_SCHED_ERROR,
+                                   "boom: bad record", NULL, 0, NULL, 0, NULL, m->now, NULL);
         cr_assert_geq(rc, 0);
         return;
     }
@@ -445,6 +447,40 @@ Test(sched, errored_partitions_within_the_limit_are_skipped)
     free_spec(&h);
 }
 
+/* A data error (invalid JSON, ...) would fail every retry the same way: the partition errors at
+ * once, and every errored partition is listed with its stage, input and error. */
+Test(sched, data_errors_are_not_retried_and_errored_partitions_are_listed)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{maxTaskRetries: 3, maxErroredPartitions: 100}"));
+    sim m;
+    sim_init(&m, &h, 3, 64 * MiB);
+    m.fail_op = 0;
+    m.fail_status = SB_SCHED_ERROR_DATA;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 1000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.retries, 0, "a data error was retried %" PRIu64 " times", os.retries);
+    cr_expect_eq(os.errored, 3);
+    size_t n;
+    uint64_t total;
+    const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, &total);
+    cr_assert_eq(n, 3);
+    cr_expect_eq(total, 3);
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_str_eq(e[i].stage, "load");
+        cr_expect(strncmp(e[i].input, "split ", 6) == 0 && strstr(e[i].input, "split-") != NULL,
+                  "%s", e[i].input);
+        cr_expect_str_eq(e[i].error, "boom: bad record");
+        cr_expect(strstr(e[i].task_id, "ns/t/s0-t") == e[i].task_id, "%s", e[i].task_id);
+    }
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
 Test(sched, staged_mode_has_a_barrier)
 {
     spec_holder h;
@@ -685,5 +721,31 @@ Test(sched, lost_partitions_under_a_full_budget_do_not_deadlock)
             sb_sched_free(m.s);
         }
     cr_expect_gt(recovered, 0, "some kill lost partitions");
+    free_spec(&h);
+}
+
+/* The errored list keeps the first error of a retried task (later attempts may fail for another
+ * reason, e.g. a worker running out of memory). */
+Test(sched, errored_partition_keeps_the_first_error)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(TWO_CPU, "{maxTaskRetries: 1, maxErroredPartitions: 5}"));
+    sim m;
+    sim_init(&m, &h, 1, 1 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    const char *msgs[] = {"first: record 3 is not valid JSON", "second: out of memory"};
+    for (int k = 0; k < 2; k++) {
+        sb_sched_task t;
+        cr_assert_eq(sb_sched_assign(m.s, "c1", 1, m.now, &t), 1);
+        cr_assert_eq(sb_sched_complete(m.s, "c1", t.task_id, t.attempt, SB_SCHED_ERROR, msgs[k],
+                                       NULL, 0, NULL, 0, NULL, m.now, NULL),
+                     1);
+    }
+    size_t n;
+    const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, NULL);
+    cr_assert_eq(n, 1);
+    cr_expect_str_eq(e[0].error, msgs[0]);
+    cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_free(m.s);
     free_spec(&h);
 }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "spec/validate.h"
 #include "testutil.h"
 
 typedef struct {
@@ -142,6 +143,19 @@ static const invalid_case cases[] = {
      1,
      {"sink-http.yaml:13:10: spec.sink.uri: unsupported scheme \"https\" in "
       "\"https://example.com/out\"; the sink supports file:// and s3://"}},
+    {"sink-equals-source.yaml",
+     1,
+     {"sink-equals-source.yaml:13:10: spec.sink.uri: the sink is the source directory "
+      "(spec.sink.uri \"file://./data//in\", spec.source.uri \"file://data/in/\"): every run "
+      "would read the previous run's output back in; write the sink to another directory or "
+      "prefix (a subdirectory of the source is fine, the source listing is not recursive)"}},
+    {"sink-in-source-glob.yaml",
+     1,
+     {"sink-in-source-glob.yaml:13:10: spec.sink.uri: the sink is the directory the source glob "
+      "lists (spec.sink.uri \"s3://bucket/events/\", spec.source.uri "
+      "\"s3://bucket/events/*.jsonl\"): every run would read the previous run's output back "
+      "in; write the sink to another directory or prefix (a subdirectory of the source is fine, "
+      "the source listing is not recursive)"}},
     {"spin-both-args.yaml",
      1,
      {"spin-both-args.yaml:12:11: spec.stages[0].args: op \"bench.spin\" needs exactly one of "
@@ -368,4 +382,44 @@ Test(validate_cli, alias_bomb)
             "[print('%s: &%s [%s]' % (chr(97+i), chr(97+i), ','.join(['*'+chr(96+i)]*9))) "
             "for i in range(1,12)]\"",
             "not valid YAML: document has more than 200000 nodes (counting alias expansions)");
+}
+
+/* The sink-vs-source rule (docs/pipeline-api.md, spec.sink): equal after normalizing, or the
+ * directory of a source glob, is refused; a subdirectory, a sibling or another scheme is not. */
+Test(validate_cli, sink_seen_by_the_source_listing)
+{
+    static const struct {
+        const char *src, *sink, *cwd;
+        int refused;
+    } rules[] = {
+        {"file:///data/in", "file:///data/in", NULL, 1},
+        {"file:///data/in/", "file:///data//./in", NULL, 1},
+        {"file://data/in", "file:///work/data/in/", "/work", 1},
+        {"file://./data/in", "file://data/x/../in", "/w", 1},
+        {"file://data/in", "file:///work/data/in", NULL, 0}, /* no cwd: compared as written */
+        {"file:///data/*.jsonl", "file:///data", NULL, 1},
+        {"file:///data/in/*.jsonl", "file:///data/in/out", NULL, 0},
+        {"file:///data/in", "file:///data/in/out", NULL, 0},
+        {"file:///data/in", "file:///data/inx", NULL, 0},
+        {"file:///data/in", "file:///data", NULL, 0},
+        {"s3://b/events/", "s3://b/events", NULL, 1},
+        {"s3://b/events//x/", "s3://b/events/./x", NULL, 1},
+        {"s3://b/events/*.jsonl", "s3://b/events/", NULL, 1},
+        {"s3://b/events/", "s3://b/events/out/", NULL, 0},
+        {"s3://b/events", "s3://c/events", NULL, 0},
+        {"S3://b/p", "s3://b/p/", NULL, 1},
+        {"file:///b/p", "s3://b/p", NULL, 0},
+        {"https://h/b/p", "s3://h/b/p", NULL, 0},
+        {"file://", "file://", "/w", 0}, /* no path: the URI checks report it, once */
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) {
+        char msg[1200] = "";
+        int r =
+            sb_validate_sink_vs_source(rules[i].src, rules[i].sink, rules[i].cwd, msg, sizeof msg);
+        cr_expect_eq(r, rules[i].refused, "source %s sink %s (cwd %s): got %d, want %d: %s",
+                     rules[i].src, rules[i].sink, rules[i].cwd ? rules[i].cwd : "none", r,
+                     rules[i].refused, msg);
+        if (r)
+            cr_expect(strstr(msg, "spec.sink.uri") && strstr(msg, "spec.source.uri"), "%s", msg);
+    }
 }

@@ -5,8 +5,9 @@
  * (exactly when both are integers that fit int64, else as doubles); a string value compares
  * byte-wise (i.e. by code point) with strings after decoding escapes; a boolean value compares
  * with booleans by eq/ne only. A record without the field, or whose field has another type
- * (null included), is dropped; so is a record that is not a JSON object. Kept records pass
- * through unchanged (every column of the input is kept).
+ * (null included), or that is not a JSON object, does not satisfy any comparison: eq lt le gt
+ * ge drop it and ne keeps it (ne is exactly the complement of eq). Kept records pass through
+ * unchanged (every column of the input is kept).
  *
  * project {fields}: rewrites each record as an object with only the listed top-level fields,
  * in the listed order (the first occurrence of a duplicated key; fields the record lacks are
@@ -52,11 +53,15 @@ static int scan_record(const char *op, const sb_column *c, size_t row, const cha
 {
     char msg[160], ex[64];
     size_t bad;
-    if (c->type == SB_TYPE_BINARY && !sb_utf8_valid(p, n, &bad))
+    if (c->type == SB_TYPE_BINARY && !sb_utf8_valid(p, n, &bad)) {
+        sb_op_data_error();
         return sb_err_set(err, "%s: record %zu is not valid UTF-8 (byte %zu)", op, row, bad);
-    if (sb_op_json_scan(p, n, keys, nkeys, found, top, msg, sizeof msg) != 0)
+    }
+    if (sb_op_json_scan(p, n, keys, nkeys, found, top, msg, sizeof msg) != 0) {
+        sb_op_data_error();
         return sb_err_set(err, "%s: record %zu is not valid JSON (%s): %s", op, row, msg,
                           excerpt(p, n, ex, sizeof ex));
+    }
     return 0;
 }
 
@@ -184,8 +189,10 @@ static bool apply(cmp_op op, int c)
 static int filter_match(filter_st *st, const sb_op_json_span *v, bool *keep, sb_err *err)
 {
     *keep = false;
-    if (v->type != st->vtype)
+    if (v->type != st->vtype) {
+        *keep = st->op == CMP_NE; /* not comparable: does not satisfy eq, so ne keeps it */
         return 0;
+    }
     int c;
     if (v->type == SB_OP_JSON_NUMBER) {
         double d;
@@ -233,7 +240,7 @@ static int filter_process(void *state, const sb_batch *in, size_t first, size_t 
     const sb_column *c = sb_batch_column(in, (size_t)ci);
     size_t run = first, end = first + n; /* kept rows [run, r) not yet appended */
     for (size_t r = first; r < end; r++) {
-        bool keep = false;
+        bool keep = st->op == CMP_NE; /* a null row does not satisfy eq */
         if (sb_column_valid(c, r)) {
             size_t len;
             const char *p = sb_column_binary(c, r, &len);
@@ -376,8 +383,10 @@ static int project_process(void *state, const sb_batch *in, size_t first, size_t
     if (sb_op_out_set_schema(out, &f, 1, err) != 0)
         return sb_err_wrap(err, "project");
     for (size_t r = first; r < first + n; r++) {
-        if (!sb_column_valid(c, r))
+        if (!sb_column_valid(c, r)) {
+            sb_op_data_error();
             return sb_err_set(err, "project: record %zu is null", r);
+        }
         size_t len;
         const char *p = sb_column_binary(c, r, &len);
         sb_op_json_type top;
@@ -385,6 +394,7 @@ static int project_process(void *state, const sb_batch *in, size_t first, size_t
             return -1;
         if (top != SB_OP_JSON_OBJECT) {
             char ex[64];
+            sb_op_data_error();
             return sb_err_set(err, "project: record %zu is a JSON %s, not an object: %s", r,
                               sb_op_json_type_name(top), excerpt(p, len, ex, sizeof ex));
         }
