@@ -530,8 +530,9 @@ static int pump(hrd *r, sb_err *err)
             }
         }
         if (r->done) {
-            transfer_stop(r);
-            int d = transfer_done(r, err);
+            int d = transfer_done(r, err); /* reads the status: before the handle goes */
+            if (d != 1)
+                transfer_stop(r);
             if (d < 0)
                 return -1;
             if (d == 0)

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 static char g_dir[64];
 static pid_t g_pid;
 static int g_port, g_port_nr; /* ranges / no ranges */
+static int g_port_fake;       /* the scripted server below */
 static unsigned char *g_data; /* the 20 MiB file's bytes */
 
 static const char *nginx_bin(void)
@@ -385,4 +387,131 @@ Test(io_http, reads_stream_instead_of_buffering)
     free(buf);
     cr_assert(after - before < 32 * 1024, "RSS grew by %ld KiB reading 1 MiB of 200 MiB",
               after - before);
+}
+
+/* ---- a tiny scripted server for failures nginx cannot produce on demand ---- */
+
+typedef struct {
+    int lfd;
+    int mode;      /* 0: the first answer breaks mid-body; 1: the first answer is a 503 */
+    int conns;     /* connections served */
+    uint64_t size; /* object size (bytes of g_data) */
+} fake_srv;
+
+static void send_all(int fd, const void *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return;
+        p = (const char *)p + k;
+        n -= (size_t)k;
+    }
+}
+
+static void *fake_main(void *arg)
+{
+    fake_srv *s = arg;
+    for (;;) {
+        int fd = accept(s->lfd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        char req[4096];
+        size_t got = 0;
+        req[0] = '\0';
+        while (got < sizeof req - 1 && strstr(req, "\r\n\r\n") == NULL) {
+            ssize_t k = recv(fd, req + got, sizeof req - 1 - got, 0);
+            if (k <= 0)
+                break;
+            got += (size_t)k;
+            req[got] = '\0';
+        }
+        req[got] = '\0';
+        int c = s->conns++;
+        int head = strncmp(req, "HEAD ", 5) == 0;
+        unsigned long long a = 0, b = s->size - 1;
+        const char *r = strcasestr(req, "\r\nRange: bytes=");
+        if (r != NULL)
+            sscanf(r + 15, "%llu-%llu", &a, &b);
+        if (b >= s->size)
+            b = s->size - 1;
+        char h[512];
+        int hl;
+        if (s->mode == 1 && c == 0) {
+            hl = snprintf(h, sizeof h,
+                          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                          "Connection: close\r\n\r\n");
+            send_all(fd, h, (size_t)hl);
+            close(fd);
+            continue;
+        }
+        if (r != NULL)
+            hl = snprintf(h, sizeof h,
+                          "HTTP/1.1 206 Partial Content\r\nAccept-Ranges: bytes\r\n"
+                          "Content-Range: bytes %llu-%llu/%llu\r\nContent-Length: %llu\r\n"
+                          "Connection: close\r\n\r\n",
+                          a, b, (unsigned long long)s->size, b - a + 1);
+        else
+            hl = snprintf(h, sizeof h,
+                          "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\nContent-Length: %llu\r\n"
+                          "Connection: close\r\n\r\n",
+                          (unsigned long long)s->size);
+        send_all(fd, h, (size_t)hl);
+        if (!head) {
+            uint64_t n = b - a + 1;
+            if (s->mode == 0 && c == 0 && !head)
+                n /= 2; /* then the connection drops */
+            send_all(fd, g_data + a, n);
+        }
+        close(fd);
+    }
+}
+
+static void fake_start(fake_srv *s, pthread_t *t, int mode, uint64_t size)
+{
+    s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert(bind(s->lfd, (struct sockaddr *)&a, sizeof a) == 0);
+    cr_assert(listen(s->lfd, 8) == 0);
+    socklen_t l = sizeof a;
+    cr_assert(getsockname(s->lfd, (struct sockaddr *)&a, &l) == 0);
+    s->mode = mode;
+    s->conns = 0;
+    s->size = size;
+    cr_assert(pthread_create(t, NULL, fake_main, s) == 0);
+    g_port_fake = ntohs(a.sin_port);
+}
+
+Test(io_http, broken_transfer_resumes_from_its_position)
+{
+    fake_srv s;
+    pthread_t t;
+    fake_start(&s, &t, 0, 4 * MiB);
+    char u[128];
+    url(u, sizeof u, g_port_fake, "obj");
+    unsigned char *b = read_range(u, 100, 4 * MiB);
+    cr_assert(memcmp(b, g_data + 100, 4 * MiB - 100) == 0, "resumed bytes differ");
+    free(b);
+    cr_assert_geq(s.conns, 2, "the first transfer was not cut (conns %d)", s.conns);
+}
+
+Test(io_http, service_unavailable_is_retried)
+{
+    fake_srv s;
+    pthread_t t;
+    fake_start(&s, &t, 1, MiB);
+    char u[128];
+    url(u, sizeof u, g_port_fake, "obj");
+    sb_err err = {0};
+    sb_io_obj *o;
+    size_t n;
+    cr_assert(sb_io_list(u, 0, &o, &n, &err) == 0, "%s", err.msg);
+    cr_assert_eq(o[0].size, MiB);
+    cr_assert_eq(o[0].whole, 0);
+    sb_io_objs_free(o, n);
+    s.conns = 0; /* the next first answer is a 503 again */
+    unsigned char *b = read_range(u, 0, MiB);
+    cr_assert(memcmp(b, g_data, MiB) == 0);
+    free(b);
+    cr_assert_geq(s.conns, 2);
 }
