@@ -1,8 +1,10 @@
 /* Unit tests of the http(s) storage backend (lib/io/http.c) against a real nginx that each test
  * starts on 127.0.0.1 (free ports, its own temp prefix, config, pid and logs; stopped by pid):
- * one server that honours Range and one that ignores it (max_ranges 0). Covers listing one
- * URL, ranged reads compared byte for byte, a server without ranges, a redirect, 404, a refused
- * connection after retries, short bodies, read-only errors, and that reads stream (RSS). */
+ * one server that honours Range, one that ignores it (max_ranges 0) and one over TLS with a
+ * self-signed certificate. Covers listing one URL, ranged reads compared byte for byte, a server
+ * without ranges, a redirect, 404, a refused connection after retries, short bodies, read-only
+ * errors, that reads stream (RSS), certificate checks and SSL_CERT_FILE; a small scripted server
+ * (a thread) cuts a transfer mid-body (resume) and answers 503 once (retry). */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -31,6 +33,7 @@ static char g_dir[64];
 static pid_t g_pid;
 static int g_port, g_port_nr; /* ranges / no ranges */
 static int g_port_fake;       /* the scripted server below */
+static int g_port_tls;        /* https with a self-signed certificate (cert.pem) */
 static unsigned char *g_data; /* the 20 MiB file's bytes */
 
 static const char *nginx_bin(void)
@@ -106,6 +109,15 @@ static void setup(void)
 
     g_port = free_port();
     g_port_nr = free_port();
+    g_port_tls = free_port();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+             "-keyout %s/key.pem -out %s/cert.pem -subj /CN=127.0.0.1 "
+             "-addext subjectAltName=IP:127.0.0.1 >%s/openssl.log 2>&1",
+             g_dir, g_dir, g_dir);
+    cr_assert(system(cmd) == 0, "openssl could not make a test certificate (%s/openssl.log)",
+              g_dir);
     snprintf(p, sizeof p, "%s/nginx.conf", g_dir);
     FILE *f = fopen(p, "w");
     cr_assert(f != NULL);
@@ -123,9 +135,11 @@ static void setup(void)
             "  server { listen 127.0.0.1:%d; root %s/www;\n"
             "           location = /redir { return 302 /f20; } }\n"
             "  server { listen 127.0.0.1:%d; root %s/www; max_ranges 0; }\n"
+            "  server { listen 127.0.0.1:%d ssl; root %s/www;\n"
+            "           ssl_certificate %s/cert.pem; ssl_certificate_key %s/key.pem; }\n"
             "}\n",
             getuid() == 0 ? "user root;\n" : "", g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir,
-            g_dir, g_port, g_dir, g_port_nr, g_dir);
+            g_dir, g_port, g_dir, g_port_nr, g_dir, g_port_tls, g_dir, g_dir, g_dir);
     fclose(f);
 
     g_pid = fork();
@@ -138,7 +152,7 @@ static void setup(void)
         _exit(127);
     }
     for (int i = 0; i < 500; i++) {
-        if (can_connect(g_port) && can_connect(g_port_nr))
+        if (can_connect(g_port) && can_connect(g_port_nr) && can_connect(g_port_tls))
             return;
         int st;
         if (waitpid(g_pid, &st, WNOHANG) == g_pid) {
@@ -514,4 +528,28 @@ Test(io_http, service_unavailable_is_retried)
     cr_assert(memcmp(b, g_data, MiB) == 0);
     free(b);
     cr_assert_geq(s.conns, 2);
+}
+
+Test(io_http, https_verifies_the_certificate_and_honours_ssl_cert_file)
+{
+    char u[128], ca[128];
+    snprintf(u, sizeof u, "https://127.0.0.1:%d/f20", g_port_tls);
+    unsetenv("SSL_CERT_FILE");
+    unsetenv("CURL_CA_BUNDLE");
+    setenv("SB_IO_RETRIES", "1", 1);
+    sb_err err = {0};
+    sb_io_obj *o;
+    size_t n;
+    cr_assert(sb_io_list(u, 0, &o, &n, &err) != 0, "a self-signed certificate was accepted");
+    cr_assert(strstr(err.msg, u) != NULL && strstr(err.msg, "certificate") != NULL, "%s", err.msg);
+
+    snprintf(ca, sizeof ca, "%s/cert.pem", g_dir);
+    setenv("SSL_CERT_FILE", ca, 1);
+    cr_assert(sb_io_list(u, 0, &o, &n, &err) == 0, "%s", err.msg);
+    cr_assert_eq(o[0].size, F20);
+    cr_assert_eq(o[0].whole, 0);
+    sb_io_objs_free(o, n);
+    unsigned char *b = read_range(u, 3 * MiB + 1, 4 * MiB);
+    cr_assert(memcmp(b, g_data + 3 * MiB + 1, MiB - 1) == 0);
+    free(b);
 }
