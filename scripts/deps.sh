@@ -10,6 +10,7 @@ PKGS=(
   libcriterion-dev
   clang libclang-rt-14-dev clang-format cppcheck
   valgrind openssl python3 curl
+  nginx
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -47,6 +47,7 @@ static int objs_add(objs *f, const char *path, uint64_t size, sb_err *err)
         return sb_err_set(err, "out of memory listing files");
     f->v[f->n].uri = p;
     f->v[f->n].size = size;
+    f->v[f->n].whole = 0;
     f->n++;
     return 0;
 }

@@ -48,6 +48,7 @@
 typedef struct sb_io_obj {
     char *uri;     /* full URI (file: an absolute path, without "file://"); owned */
     uint64_t size; /* bytes */
+    int whole; /* cannot be read from an offset > 0 (the server ignores Range): plan one split */
 } sb_io_obj;
 
 /* sb_io_list() flags. */

@@ -321,6 +321,34 @@ static void source_check(void *obj, const sb_node *node, const char *path, sb_di
     (void)ctx;
     const sb_source_spec *s = obj;
     check_io(node, path, s->uri, s->format, 0, d);
+    if (node == NULL)
+        return;
+    char buf[512];
+    const sb_node *un = sb_node_get(node, "uri"), *ln = sb_node_get(node, "uris");
+    if (un != NULL && ln != NULL) {
+        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "uris"), ln->line, ln->col,
+                     "give either uri or uris, not both");
+    } else if (un == NULL && ln == NULL) {
+        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "uri"), node->line, node->col,
+                     "required field is missing (or give uris, a list of URIs)");
+    } else if (ln != NULL && ln->kind == SB_NODE_SEQ) {
+        if (ln->n == 0)
+            sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "uris"), ln->line, ln->col,
+                         "must list at least one URI");
+        char lp[512];
+        sb_path_field(lp, sizeof lp, path, "uris");
+        for (size_t i = 0; i < s->nuris && i < ln->n; i++) {
+            const sb_node *it = ln->items[i];
+            sb_path_index(buf, sizeof buf, lp, i);
+            if (s->uris[i] == NULL)
+                continue; /* a wrong type, reported by the decoder */
+            if (s->uris[i][0] == '\0') {
+                sb_diags_add(d, buf, it->line, it->col, "must be a non-empty URI");
+                continue;
+            }
+            check_uri(s->uris[i], it, buf, 0, d);
+        }
+    }
 }
 
 static void sink_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
@@ -452,9 +480,12 @@ static const sb_object_schema metadata_schema = {
 static const sb_schema_field source_fields[] = {
     {.name = "uri",
      .type = SB_FT_STRING,
-     .flags = SB_F_REQUIRED,
      .offset = offsetof(sb_source_spec, uri),
      .format = SB_SF_NONEMPTY},
+    {.name = "uris",
+     .type = SB_FT_STRLIST,
+     .offset = offsetof(sb_source_spec, uris),
+     .count_offset = offsetof(sb_source_spec, nuris)},
     {.name = "format",
      .type = SB_FT_ENUM,
      .flags = SB_F_REQUIRED,

@@ -29,7 +29,9 @@ extern const char *const sb_format_names[];    /* indexed by sb_format, NULL-ter
 extern const char *const sb_exec_mode_names[]; /* indexed by sb_exec_mode */
 
 typedef struct sb_source_spec {
-    char *uri;
+    char *uri;    /* exactly one of uri and uris is set (validation checks it) */
+    char **uris;  /* a list of objects (e.g. http(s) URLs), each read as one object */
+    size_t nuris; /* entries of uris */
     sb_format format;
     int64_t partition_size; /* bytes; default 64Mi */
     char *credentials_secret;

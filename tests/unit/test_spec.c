@@ -255,6 +255,34 @@ Test(spec, defaults)
     sb_doc_free(d);
 }
 
+/* source.uris: a list of URLs instead of uri, carried in order; uri stays NULL. */
+Test(spec, source_uris_list)
+{
+    static const char y[] = "apiVersion: streambatch.dev/v1alpha1\n"
+                            "kind: Pipeline\n"
+                            "metadata: {name: u}\n"
+                            "spec:\n"
+                            "  source:\n"
+                            "    uris: [https://h.example/a.csv, 'http://h.example:8080/b.csv',\n"
+                            "           s3://bucket/c.csv]\n"
+                            "    format: csv\n"
+                            "  stages: [{name: a, op: identity}]\n"
+                            "  sink: {uri: file:///out, format: jsonl}\n";
+    sb_doc *d = sb_doc_parse_yaml(y, strlen(y), NULL);
+    sb_pipeline p;
+    sb_diags dg = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(d, 0), &p, &dg), 0);
+    cr_assert_eq(dg.n, 0, "%s: %s", dg.n ? dg.items[0].path : "", dg.n ? dg.items[0].msg : "");
+    cr_expect_null(p.spec.source.uri);
+    cr_assert_eq(p.spec.source.nuris, 3);
+    cr_expect_str_eq(p.spec.source.uris[0], "https://h.example/a.csv");
+    cr_expect_str_eq(p.spec.source.uris[1], "http://h.example:8080/b.csv");
+    cr_expect_str_eq(p.spec.source.uris[2], "s3://bucket/c.csv");
+    sb_pipeline_free(&p);
+    sb_diags_free(&dg);
+    sb_doc_free(d);
+}
+
 /* The same object as JSON (as the API server sends it, with metadata and status it adds) gives
  * the same struct; an invalid one gives the same paths and messages as its YAML twin. */
 Test(spec, json_and_yaml_agree)

@@ -84,7 +84,8 @@ static const invalid_case cases[] = {
     {"missing-required.yaml",
      1,
      {"missing-required.yaml:5:3: spec.sink: required field is missing",
-      "missing-required.yaml:5:11: spec.source.uri: required field is missing",
+      "missing-required.yaml:5:11: spec.source.uri: required field is missing (or give uris, a "
+      "list of URIs)",
       "missing-required.yaml:7:5: spec.stages[0].name: required field is missing"}},
     {"mode-unknown.yaml",
      1,
@@ -156,6 +157,19 @@ static const invalid_case cases[] = {
       "\"s3://bucket/events/*.jsonl\"): every run would read the previous run's output back "
       "in; write the sink to another directory or prefix (a subdirectory of the source is fine, "
       "the source listing is not recursive)"}},
+    {"source-uri-and-uris.yaml",
+     1,
+     {"source-uri-and-uris.yaml:7:11: spec.source.uris: give either uri or uris, not both"}},
+    {"source-uris-bad.yaml",
+     1,
+     {"source-uris-bad.yaml:9:7: spec.source.uris[2]: unsupported scheme \"ftp\" in "
+      "\"ftp://data.example.com/c.csv\"; the source supports file://, http://, https:// and s3://",
+      "source-uris-bad.yaml:10:7: spec.source.uris[3]: must be a non-empty URI",
+      "source-uris-bad.yaml:11:7: spec.source.uris[4]: \"https:///no-host.csv\" has no host",
+      "source-uris-bad.yaml:12:7: spec.source.uris[5]: must be a string, got integer 42"}},
+    {"source-uris-empty.yaml",
+     1,
+     {"source-uris-empty.yaml:6:11: spec.source.uris: must list at least one URI"}},
     {"spin-both-args.yaml",
      1,
      {"spin-both-args.yaml:12:11: spec.stages[0].args: op \"bench.spin\" needs exactly one of "
