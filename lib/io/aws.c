@@ -172,7 +172,8 @@ static char *xml_decode(const char *s, size_t n)
         static const struct {
             const char *e;
             char c;
-        } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+        } ents[] = {
+            {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
         int done = 0;
         if (s[i] == '&') {
             for (size_t k = 0; k < sizeof ents / sizeof ents[0]; k++) {
@@ -239,12 +240,12 @@ char *sb_aws_xml_get(const char *xml, const char *tag)
 
 char *sb_aws_sts_query(const char *role_arn, const char *session, const char *token)
 {
-    const char *kv[] = {"Action",      "AssumeRoleWithWebIdentity",
-                        "Version",     "2011-06-15",
-                        "RoleArn",     role_arn,
-                        "RoleSessionName", session ? session : "streambatch",
+    const char *kv[] = {"Action",           "AssumeRoleWithWebIdentity",
+                        "Version",          "2011-06-15",
+                        "RoleArn",          role_arn,
+                        "RoleSessionName",  session ? session : "streambatch",
                         "WebIdentityToken", token,
-                        "DurationSeconds", "3600"};
+                        "DurationSeconds",  "3600"};
     return sb_aws_query(kv, 6);
 }
 

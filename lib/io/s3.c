@@ -334,8 +334,8 @@ static int list_prefix(const char *uri, const loc *l, const char *prefix, const 
     char *token = NULL;
     int rc = 0, more = 1;
     while (rc == 0 && more) {
-        const char *kv[] = {"list-type", "2", "delimiter", "/", "prefix", prefix,
-                            "continuation-token", token};
+        const char *kv[] = {"list-type", "2",    "delimiter",          "/",
+                            "prefix",    prefix, "continuation-token", token};
         char *q = sb_aws_query(kv, 4);
         resp r;
         if (q == NULL) {
@@ -734,8 +734,8 @@ typedef struct {
     loc l;
     char *buf;
     size_t len, cap, part;
-    char *upload;  /* multipart UploadId, NULL before the first part */
-    char **etags;  /* of parts 1..nparts */
+    char *upload; /* multipart UploadId, NULL before the first part */
+    char **etags; /* of parts 1..nparts */
     int nparts;
 } wr;
 
@@ -962,9 +962,10 @@ static int s3_cleanup(const char *dir_uri, sb_err *err)
     }
     int rc = 0, more = 1;
     while (rc == 0 && more) {
-        const char *kv[] = {"uploads", "", "prefix", prefix, "key-marker", km,
-                            "upload-id-marker", um};
-        char *q = sb_aws_query(kv, 4);
+        /* the whole bucket's uploads, filtered here: MinIO lists uploads under a prefix only
+         * when the prefix is a whole object key */
+        const char *kv[] = {"uploads", "", "key-marker", km, "upload-id-marker", um};
+        char *q = sb_aws_query(kv, 3);
         resp r;
         free(km);
         free(um);
@@ -983,7 +984,7 @@ static int s3_cleanup(const char *dir_uri, sb_err *err)
         char *u = NULL;
         while (rc == 0 && sb_aws_xml_next(r.body ? r.body : "", "Upload", &pos, &u) == 1) {
             char *key = sb_aws_xml_get(u, "Key"), *id = sb_aws_xml_get(u, "UploadId");
-            if (key != NULL && id != NULL) {
+            if (key != NULL && id != NULL && strncmp(key, prefix, strlen(prefix)) == 0) {
                 const char *akv[] = {"uploadId", id};
                 char *aq = sb_aws_query(akv, 1);
                 resp ar;

@@ -119,8 +119,8 @@ static inline int sb_minio_start(sb_minio *m, char *msg, size_t cap)
         FILE *f = freopen(log, "a", stdout);
         (void)f;
         dup2(1, 2);
-        execl(m->bin, "minio", "server", "--quiet", "--address", addr, "--console-address",
-              caddr, m->dir, (char *)NULL);
+        execl(m->bin, "minio", "server", "--quiet", "--address", addr, "--console-address", caddr,
+              m->dir, (char *)NULL);
         _exit(127);
     }
     m->pid = p;
