@@ -1,10 +1,12 @@
 /* test_io_s3.c — the s3:// backend (lib/io/s3.c, aws.c) against a real MinIO server started by
  * each test (tests/helpers/minio.h): listing with continuation tokens, streamed ranged reads,
  * PUT and multipart writes, abort and cleanup of multipart uploads, a server restart in the
- * middle of a read and of a write, and the error messages. The query encoding and the STS
- * response parsing are tested offline: web identity end to end needs an OpenID provider,
- * which MinIO cannot be here. A missing MinIO binary fails the tests (`make deps` builds it). */
+ * middle of a read and of a write, and the error messages. Offline: the query encoding, the STS
+ * response parsing, and web identity against a fake STS (libmicrohttpd) — not end to end with S3,
+ * which needs an OpenID provider MinIO cannot have here. A missing MinIO binary fails the tests
+ * (`make deps` builds it). */
 #include <criterion/criterion.h>
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -140,6 +142,89 @@ Test(s3offline, sts_request_and_response)
     cr_assert_eq(
         sb_aws_sts_parse("<Credentials><AccessKeyId>A</AccessKeyId></Credentials>", &c, &err), -1);
     cr_assert(strstr(err.msg, "incomplete") != NULL, "%s", err.msg);
+}
+
+/* A fake STS (libmicrohttpd): records the query of each AssumeRoleWithWebIdentity and answers
+ * credentials that expire `sts_ttl` seconds from now. */
+static int sts_calls;
+static char sts_token_seen[256], sts_role_seen[256];
+static long sts_ttl;
+
+static enum MHD_Result sts_handler(void *cls, struct MHD_Connection *c, const char *url,
+                                   const char *method, const char *version, const char *data,
+                                   size_t *size, void **ctx)
+{
+    (void)cls, (void)url, (void)method, (void)version, (void)data, (void)size, (void)ctx;
+    const char *tok = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "WebIdentityToken");
+    const char *role = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "RoleArn");
+    const char *act = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "Action");
+    snprintf(sts_token_seen, sizeof sts_token_seen, "%s", tok ? tok : "");
+    snprintf(sts_role_seen, sizeof sts_role_seen, "%s", role ? role : "");
+    sts_calls++;
+    char body[1024], exp[64];
+    time_t t = time(NULL) + sts_ttl;
+    strftime(exp, sizeof exp, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    snprintf(body, sizeof body,
+             "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+             "<AccessKeyId>AK%d</AccessKeyId><SecretAccessKey>SK</SecretAccessKey>"
+             "<SessionToken>ST</SessionToken><Expiration>%s</Expiration></Credentials>"
+             "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>",
+             sts_calls, exp);
+    int ok = act != NULL && strcmp(act, "AssumeRoleWithWebIdentity") == 0;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result res = MHD_queue_response(c, ok ? 200 : 400, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
+Test(s3offline, web_identity_refresh_with_fake_sts)
+{
+    int port = sb_minio_free_port();
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL,
+                                            NULL, sts_handler, NULL, MHD_OPTION_END);
+    cr_assert_not_null(d);
+    char tokf[] = "/tmp/sb-wi-XXXXXX";
+    int fd = mkstemp(tokf);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "jwt.tok+en\n", 11), 11);
+    close(fd);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokf, 1);
+    setenv("AWS_ROLE_ARN", "arn:aws:iam::1:role/r", 1);
+    setenv("AWS_ENDPOINT_URL_STS", url, 1);
+    sb_io_s3_reset_config();
+    sts_ttl = 3600;
+    sb_aws_creds c;
+    sb_err err = {{0}};
+    cr_assert_eq(sb_aws_credentials(&c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.key, "AK1");
+    cr_assert_str_eq(c.token, "ST");
+    cr_assert_str_eq(sts_token_seen, "jwt.tok+en");
+    cr_assert_str_eq(sts_role_seen, "arn:aws:iam::1:role/r");
+    sb_aws_creds_free(&c);
+    /* still valid for an hour: no new call */
+    cr_assert_eq(sb_aws_credentials(&c, &err), 0, "%s", err.msg);
+    cr_assert_eq(sts_calls, 1);
+    sb_aws_creds_free(&c);
+    /* credentials that expire within the 5-minute margin are refreshed at the next use */
+    sb_io_s3_reset_config();
+    sts_ttl = 120;
+    cr_assert_eq(sb_aws_credentials(&c, &err), 0, "%s", err.msg);
+    sb_aws_creds_free(&c);
+    cr_assert_eq(sb_aws_credentials(&c, &err), 0, "%s", err.msg);
+    cr_assert_eq(sts_calls, 3);
+    cr_assert_str_eq(c.key, "AK3");
+    sb_aws_creds_free(&c);
+    MHD_stop_daemon(d);
+    /* an STS that is not there: a clear error */
+    sb_io_s3_reset_config();
+    cr_assert_eq(sb_aws_credentials(&c, &err), -1);
+    cr_assert(strstr(err.msg, "STS") != NULL, "%s", err.msg);
+    unlink(tokf);
 }
 
 Test(s3, put_stat_list_del)
