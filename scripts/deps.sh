@@ -26,3 +26,5 @@ if ((${#missing[@]})); then
 else
   echo "deps: all ${#PKGS[@]} Debian packages present"
 fi
+# The MinIO server of the S3 tests (built once, cached outside the repo).
+"$(dirname "$0")"/minio.sh >/dev/null
