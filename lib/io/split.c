@@ -16,25 +16,60 @@ static uint64_t muldiv(uint64_t a, uint64_t b, uint64_t c)
     return (uint64_t)((unsigned __int128)a * b / c);
 }
 
+/* The source's objects: the listing of `uri` (sorted by URI), or each entry of `uris` listed in
+ * the order given (a URL is one object). */
+static int list_source(const sb_source_spec *src, sb_io_obj **out, size_t *n, sb_err *err)
+{
+    if (src->uri != NULL)
+        return sb_io_list(src->uri, 0, out, n, err);
+    sb_io_obj *all = NULL;
+    size_t nall = 0;
+    for (size_t i = 0; i < src->nuris; i++) {
+        sb_io_obj *o = NULL;
+        size_t k = 0;
+        if (sb_io_list(src->uris[i], 0, &o, &k, err) != 0) {
+            sb_io_objs_free(all, nall);
+            return sb_err_wrap(err, "uris[%zu]", i);
+        }
+        sb_io_obj *grown = k > 0 ? realloc(all, (nall + k) * sizeof *all) : all;
+        if (k > 0 && grown == NULL) {
+            sb_io_objs_free(o, k);
+            sb_io_objs_free(all, nall);
+            return sb_err_set(err, "source: out of memory listing uris");
+        }
+        all = grown;
+        memcpy(all + nall, o, k * sizeof *o);
+        nall += k;
+        free(o); /* the entries' strings moved to all */
+    }
+    *out = all;
+    *n = nall;
+    return 0;
+}
+
 int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, sb_err *err)
 {
     *out = NULL;
     *n = 0;
     if (src == NULL)
         return sb_err_set(err, "source: no source spec");
-    if (src->uri == NULL || src->uri[0] == '\0')
+    const char *suri = src->uri != NULL ? src->uri : src->nuris > 0 ? src->uris[0] : NULL;
+    if (suri == NULL || suri[0] == '\0')
         return sb_err_set(err, "source: no uri given");
-    if (strstr(src->uri, "://") == NULL)
-        return sb_err_set(err,
-                          "source uri \"%.200s\": no scheme (expected file:///path, s3:// or "
-                          "http(s)://)",
-                          src->uri);
+    for (size_t i = 0; i < (src->uri != NULL ? 1 : src->nuris); i++) {
+        const char *u = src->uri != NULL ? src->uri : src->uris[i];
+        if (u == NULL || strstr(u, "://") == NULL)
+            return sb_err_set(err,
+                              "source uri \"%.200s\": no scheme (expected file:///path, s3:// "
+                              "or http(s)://)",
+                              u ? u : "");
+    }
     if (sb_io_check_format(src->format, "source", 0, err) != 0)
         return -1;
     if (src->partition_size <= 0)
         return sb_err_set(err,
                           "source uri \"%.200s\": partitionSize must be positive, got %" PRId64,
-                          src->uri, src->partition_size);
+                          suri, src->partition_size);
     uint64_t rs = 1;
     if (src->format == SB_FMT_BINARY) {
         if (sb_io_record_size(src->args_json, 1, "source", &rs, err) != 0)
@@ -47,7 +82,7 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         size_t n;
     } f = {0};
     int rc = 0;
-    if (sb_io_list(src->uri, 0, &f.v, &f.n, err) != 0)
+    if (list_source(src, &f.v, &f.n, err) != 0)
         return -1; /* the backend names the URI; the caller says it is the source */
 
     /* Count first, so the array is allocated once and the limit is checked before. */
@@ -65,11 +100,13 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         uint64_t k = size == 0 ? 0 : (size + ps - 1) / ps;
         if (k > size / rs)
             k = size / rs;
+        if (k > 1 && f.v[i].whole)
+            k = 1; /* the server cannot read from an offset: one split */
         if (k > SB_IO_MAX_SPLITS - total) {
             rc = sb_err_set(err,
                             "source uri \"%.200s\": more than %zu splits (partitionSize %" PRIu64
                             " is too small for the input)",
-                            src->uri, SB_IO_MAX_SPLITS, ps);
+                            suri, SB_IO_MAX_SPLITS, ps);
             break;
         }
         total += (size_t)k;
@@ -89,6 +126,8 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         uint64_t k = (size + ps - 1) / ps;
         if (k > recs)
             k = recs;
+        if (k > 1 && f.v[i].whole)
+            k = 1;
         for (uint64_t p = 0; p < k; p++) {
             v[j].path = strdup(f.v[i].uri);
             if (v[j].path == NULL) {

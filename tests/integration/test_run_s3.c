@@ -1,0 +1,312 @@
+/* `streambatch run` against a real S3 server (MinIO, tests/helpers/minio.h) with real worker
+ * processes: s3 -> s3 with more than 2,000 input objects, a 1 GiB object read as ranged splits
+ * and written back byte for byte (preserveOrder), multipart sink parts, MinIO killed and
+ * restarted mid-run, and the errors a new user meets (wrong keys, a missing bucket, an
+ * unreachable endpoint) reported naming the URI before any task runs. Inputs are uploaded with
+ * the curl command line (independent of our S3 client); outputs are checked against the input
+ * files on disk. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../helpers/minio.h"
+#include "../unit/testutil.h"
+#include "io/store.h"
+
+static char dir[256];
+static sb_minio mio;
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    int rc = sb_test_run(cmd, &out);
+    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
+    free(out);
+}
+
+#define S3CURL "curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user " SB_MINIO_USER ":" SB_MINIO_PASS
+
+static void setup(void)
+{
+    sb_test_tmpl(dir, sizeof dir, "sb-itest-s3");
+    cr_assert_not_null(mkdtemp(dir));
+    memset(&mio, 0, sizeof mio);
+    char msg[512];
+    cr_assert_eq(sb_minio_start(&mio, msg, sizeof msg), 0, "%s", msg);
+    sb_minio_env(&mio);
+    unsetenv("AWS_ENDPOINT_URL");
+    sh(S3CURL " -X PUT %s/data -o /dev/null", mio.url);
+}
+
+static void teardown(void)
+{
+    sb_minio_destroy(&mio);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(run_s3, .init = setup, .fini = teardown, .timeout = 240);
+
+static void write_yaml(const char *name, const char *body)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n%s",
+            name, body);
+    fclose(f);
+}
+
+static int run_cli(const char *name, const char *flags, char **out)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && timeout 200 %s run %s.yaml %s --summary-json %s.summary.json 2>&1", dir,
+             sb_test_bin("streambatch"), name, flags, name);
+    return sb_test_run(cmd, out);
+}
+
+static long summary_num(const char *name, const char *key)
+{
+    char *v =
+        sb_test_sh_out("python3 -c \"import json; print(int(json.load(open('%s/%s.summary.json'))"
+                       "['%s']))\"",
+                       dir, name, key);
+    long n = strtol(v, NULL, 10);
+    free(v);
+    return n;
+}
+
+/* Every part listed in the S3 manifest under prefix, concatenated in manifest order, into
+ * local file `to` (through our storage layer); returns the number of parts. */
+static size_t fetch_output(const char *prefix, const char *to)
+{
+    char uri[512];
+    snprintf(uri, sizeof uri, "s3://data/%s/_SUCCESS", prefix);
+    uint64_t size;
+    int exists;
+    sb_err e;
+    cr_assert_eq(sb_io_stat(uri, &size, &exists, &e), 0, "%s", e.msg);
+    cr_assert(exists, "no _SUCCESS under s3://data/%s/", prefix);
+    char mpath[600];
+    snprintf(mpath, sizeof mpath, "%s/%s.manifest.json", dir, prefix);
+    snprintf(uri, sizeof uri, "s3://data/%s/_manifest.json", prefix);
+    char *names = NULL;
+    {
+        sb_io_rd *r;
+        cr_assert_eq(sb_io_stat(uri, &size, &exists, &e), 0, "%s", e.msg);
+        cr_assert_eq(sb_io_read_open(uri, 0, size, &r, &e), 0, "%s", e.msg);
+        char *buf = malloc(size + 1);
+        cr_assert_eq(sb_io_read_full(r, buf, size, &e), (ssize_t)size, "%s", e.msg);
+        sb_io_read_close(r);
+        FILE *f = fopen(mpath, "w");
+        fwrite(buf, 1, size, f);
+        fclose(f);
+        free(buf);
+        names = sb_test_sh_out("python3 -c \"import json; print(' '.join(p['name'] for p in "
+                               "json.load(open('%s'))['parts']))\"",
+                               mpath);
+    }
+    FILE *out = fopen(to, "w");
+    cr_assert_not_null(out);
+    size_t nparts = 0;
+    char *save = NULL;
+    for (char *n = strtok_r(names, " \n", &save); n != NULL; n = strtok_r(NULL, " \n", &save)) {
+        snprintf(uri, sizeof uri, "s3://data/%s/%s", prefix, n);
+        cr_assert_eq(sb_io_stat(uri, &size, &exists, &e), 0, "%s", e.msg);
+        cr_assert(exists, "%s listed in the manifest but absent", uri);
+        sb_io_rd *r;
+        cr_assert_eq(sb_io_read_open(uri, 0, size, &r, &e), 0, "%s", e.msg);
+        char buf[1 << 16];
+        ssize_t k;
+        while ((k = sb_io_read(r, buf, sizeof buf, &e)) > 0)
+            fwrite(buf, 1, (size_t)k, out);
+        cr_assert_geq(k, 0, "%s", e.msg);
+        sb_io_read_close(r);
+        nparts++;
+    }
+    fclose(out);
+    free(names);
+    return nparts;
+}
+
+static char *sorted_md5(const char *path)
+{
+    return sb_test_sh_out("sort %s | md5sum | cut -d' ' -f1", path);
+}
+
+Test(run_s3, s3_to_s3_2100_objects_with_multipart_parts)
+{
+    /* 2,100 small objects (one per file), uploaded in one curl process (connection reused) */
+    sh("cd %s && mkdir in && python3 -c \"\nimport json, random\nrandom.seed(5)\n"
+       "for f in range(2100):\n  with open('in/f%%04d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range(40):\n"
+       "      o.write(json.dumps({'id': f*1000+i, 'n': random.randint(0, 99),"
+       " 'pad': 'y'*random.randint(100, 3000)}) + '\\\\n')\n"
+       "for f in range(3):\n  with open('in/g%%d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range(8000):\n"
+       "      o.write(json.dumps({'id': 9000000+f*10000+i, 'n': random.randint(0, 99),"
+       " 'pad': 'g'*random.randint(100, 3000)}) + '\\\\n')\n\"",
+       dir);
+    sh("cd %s/in && " S3CURL " -T 'f[0000-2099].jsonl' %s/data/in/ -o /dev/null", dir, mio.url);
+    /* three ~12 MiB objects: their 8 MiB partitions become parts above the multipart threshold */
+    sh("cd %s/in && " S3CURL " -T 'g[0-2].jsonl' %s/data/in/ -o /dev/null", dir, mio.url);
+    write_yaml("many",
+               "  source: {uri: 's3://data/in/', format: jsonl, partitionSize: 8Mi}\n"
+               "  stages: [{name: keep, op: filter, args: {field: 'n', op: lt, value: 60}}]\n"
+               "  sink: {uri: 's3://data/out-many/', format: jsonl}\n"
+               "  execution: {memoryBudget: 256Mi}\n");
+    /* parts above 5 MiB go up as multipart uploads */
+    setenv("SB_S3_MULTIPART_THRESHOLD", "5242880", 1);
+    char *out;
+    int rc = run_cli("many", "--cpus 2", &out);
+    unsetenv("SB_S3_MULTIPART_THRESHOLD");
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char got[600];
+    snprintf(got, sizeof got, "%s/many.out", dir);
+    size_t parts = fetch_output("out-many", got);
+    char *want =
+        sb_test_sh_out("cd %s && python3 -c \"\nimport json, glob, hashlib\nlines=[]\n"
+                       "for p in sorted(glob.glob('in/*.jsonl')):\n  for l in open(p):\n"
+                       "    if json.loads(l)['n'] < 60: lines.append(l)\n"
+                       "print(hashlib.md5(''.join(sorted(lines)).encode()).hexdigest())\n\"",
+                       dir);
+    char *have = sorted_md5(got);
+    cr_assert_str_eq(have, want, "s3 -> s3 output differs from the input's independent filter");
+    /* the parts were large enough for multipart: some part exceeds the 5 MiB threshold */
+    char *big = sb_test_sh_out("python3 -c \"import json; print(max(p['bytes'] for p in "
+                               "json.load(open('%s/out-many.manifest.json'))['parts']))\"",
+                               dir);
+    cr_assert_gt(strtol(big, NULL, 10), 5242880, "largest part %s bytes", big);
+    cr_assert_gt(parts, 1);
+    /* no unfinished multipart upload is left behind */
+    char *ups = sb_minio_get(&mio, "/data?uploads=");
+    cr_assert_not_null(ups);
+    cr_assert_null(strstr(ups, "<Upload>"), "unfinished uploads left: %s", ups);
+    free(ups);
+    free(big);
+    free(have);
+    free(want);
+}
+
+Test(run_s3, one_gib_object_as_ranged_splits_byte_for_byte)
+{
+    /* 1 GiB of JSON lines in one object: 16 ranged splits of 64 MiB; with preserveOrder the
+     * parts in manifest order are the input, byte for byte */
+    sh("cd %s && python3 -c \"\nimport json\nchunk=''.join(json.dumps({'i': i, 'pad': 'z'*(i%%97)})"
+       "+'\\\\n' for i in range(20000))\nn=0\nwith open('big.jsonl','w') as o:\n"
+       "  while n < (1<<30):\n    o.write(chunk); n += len(chunk)\n\"",
+       dir);
+    sh("cd %s && " S3CURL " -T big.jsonl %s/data/big/big.jsonl -o /dev/null", dir, mio.url);
+    write_yaml("big", "  source: {uri: 's3://data/big/big.jsonl', format: jsonl, "
+                      "partitionSize: 64Mi}\n"
+                      "  stages: [{name: copy, op: identity}]\n"
+                      "  sink: {uri: 'file://out-big/', format: jsonl}\n"
+                      "  execution: {memoryBudget: 512Mi, preserveOrder: true}\n");
+    char *out;
+    cr_assert_eq(run_cli("big", "--cpus 2", &out), 0, "%s", out);
+    free(out);
+    cr_assert_geq(summary_num("big", "tasksRun"), 16, "fewer tasks than ranged splits");
+    char *want = sb_test_sh_out("md5sum < %s/big.jsonl | cut -d' ' -f1", dir);
+    char *have = sb_test_sh_out(
+        "cd %s/out-big && python3 -c \"import json; print(' '.join(p['name'] for p in "
+        "json.load(open('_manifest.json'))['parts']))\" | xargs cat | md5sum | cut -d' ' -f1",
+        dir);
+    cr_assert_str_eq(have, want, "1 GiB object read as ranged splits is not identical");
+    free(have);
+    free(want);
+}
+
+Test(run_s3, minio_restarted_mid_run_completes)
+{
+    sh("cd %s && mkdir in && python3 -c \"\nimport json\n"
+       "for f in range(8):\n  with open('in/f%%d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range(20000):\n      o.write(json.dumps({'id': f*100000+i, 'n': i%%100}) + "
+       "'\\\\n')\n\"",
+       dir);
+    sh("cd %s/in && " S3CURL " -T 'f[0-7].jsonl' %s/data/rin/ -o /dev/null", dir, mio.url);
+    write_yaml("restart", "  source: {uri: 's3://data/rin/', format: jsonl, partitionSize: 256Ki}\n"
+                          "  stages: [{name: slow, op: bench.sleep, args: {msPerMB: 3000}}]\n"
+                          "  sink: {uri: 's3://data/out-restart/', format: jsonl}\n"
+                          "  execution: {memoryBudget: 64Mi}\n");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && (timeout 200 %s run restart.yaml --cpus 2 > restart.log 2>&1; echo $? > "
+             "restart.rc) &",
+             dir, sb_test_bin("streambatch"));
+    cr_assert_eq(system(cmd), 0);
+    char rcpath[600];
+    snprintf(rcpath, sizeof rcpath, "%s/restart.rc", dir);
+    sleep(3);
+    cr_assert_neq(access(rcpath, F_OK), 0, "the run ended before MinIO was stopped");
+    sb_minio_stop(&mio); /* SIGKILL: connections reset, requests refused */
+    sleep(3);
+    char msg[512];
+    cr_assert_eq(sb_minio_start(&mio, msg, sizeof msg), 0, "%s", msg);
+    for (int i = 0; i < 1800 && access(rcpath, F_OK) != 0; i++)
+        usleep(100000);
+    char *rc = sb_test_sh_out("cat %s/restart.rc", dir);
+    char *log = sb_test_sh_out("tail -20 %s/restart.log", dir);
+    cr_assert_str_eq(rc, "0", "run failed after the MinIO restart:\n%s", log);
+    char got[600];
+    snprintf(got, sizeof got, "%s/restart.out", dir);
+    fetch_output("out-restart", got);
+    char *want = sb_test_sh_out("cat %s/in/*.jsonl | sort | md5sum | cut -d' ' -f1", dir);
+    char *have = sorted_md5(got);
+    cr_assert_str_eq(have, want, "output after a MinIO restart differs from the input");
+    free(rc);
+    free(log);
+    free(have);
+    free(want);
+}
+
+/* A run that must fail before any task with a message naming the URI and the cause. */
+static void fails_naming(const char *name, const char *uri, const char *cause)
+{
+    char body[1024];
+    snprintf(body, sizeof body,
+             "  source: {uri: '%s', format: jsonl}\n"
+             "  stages: [{name: a, op: identity}]\n"
+             "  sink: {uri: 'file://out-%s/', format: jsonl}\n",
+             uri, name);
+    write_yaml(name, body);
+    char *out;
+    cr_assert_eq(run_cli(name, "--cpus 1", &out), 1, "%s", out);
+    cr_assert(strstr(out, uri) != NULL, "the message does not name %s:\n%s", uri, out);
+    cr_assert(strstr(out, cause) != NULL, "the message lacks \"%s\":\n%s", cause, out);
+    free(out);
+    cr_assert_eq(summary_num(name, "tasksRun"), 0, "a task ran");
+}
+
+Test(run_s3, bad_keys_missing_bucket_unreachable_endpoint)
+{
+    sh("cd %s && printf '{\"a\":1}\\n' > a.jsonl && " S3CURL
+       " -T a.jsonl %s/data/x/a.jsonl -o /dev/null",
+       dir, mio.url);
+    fails_naming("nobucket", "s3://no-such-bucket/x/", "NoSuchBucket");
+    setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-key", 1);
+    fails_naming("badkey", "s3://data/x/", "SignatureDoesNotMatch");
+    setenv("AWS_SECRET_ACCESS_KEY", SB_MINIO_PASS, 1);
+    setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1", 1);
+    setenv("SB_IO_RETRIES", "2", 1);
+    fails_naming("noserver", "s3://data/x/", "onnect");
+    unsetenv("SB_IO_RETRIES");
+    sb_minio_env(&mio);
+}
