@@ -309,6 +309,7 @@ static int objs_add(objs *f, const char *bucket, const char *key, uint64_t size,
         return sb_err_set(err, "out of memory listing objects");
     f->v[f->n].uri = u;
     f->v[f->n].size = size;
+    f->v[f->n].whole = 0; /* ranged GETs always work on S3 */
     f->n++;
     return 0;
 }

@@ -927,3 +927,32 @@ Test(io, jsonl_rare_blank_lines_in_bulk_pieces)
     coll_free(&want);
     free(data);
 }
+
+Test(io, uris_are_planned_in_the_order_given)
+{
+    write_file(path_in("z.jsonl"), "{\"a\":1}\n{\"a\":2}\n", 16);
+    write_file(path_in("a.jsonl"), "{\"a\":3}\n", 8);
+    char u0[600], u1[600], u2[600];
+    snprintf(u0, sizeof u0, "file://%s", path_in("z.jsonl"));
+    snprintf(u1, sizeof u1, "file://%s", path_in("a.jsonl"));
+    snprintf(u2, sizeof u2, "file://%s", path_in("missing.jsonl"));
+    char *uris[] = {u0, u1};
+    sb_source_spec src = {
+        .uris = uris, .nuris = 2, .format = SB_FMT_JSONL, .partition_size = 1 << 20};
+    sb_io_split *sp = NULL;
+    size_t n = 0;
+    sb_err e;
+    cr_assert_eq(sb_io_plan_splits(&src, &sp, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(n, 2);
+    /* the list order, not sorted by name */
+    cr_assert_str_eq(sp[0].path, path_in("z.jsonl"));
+    cr_assert_str_eq(sp[1].path, path_in("a.jsonl"));
+    cr_assert_eq(sp[0].file_size, 16);
+    sb_io_splits_free(sp, n);
+    /* a missing entry names its index and the URI */
+    char *bad[] = {u0, u2};
+    src.uris = bad;
+    cr_assert_eq(sb_io_plan_splits(&src, &sp, &n, &e), -1);
+    cr_assert(strstr(e.msg, "uris[1]") != NULL && strstr(e.msg, "missing.jsonl") != NULL, "%s",
+              e.msg);
+}
