@@ -27,34 +27,9 @@ static char *path_of(const char *uri, sb_err *err)
 
 /* ---- listing ---- */
 
-typedef struct {
-    sb_io_obj *v;
-    size_t n, cap;
-} objs;
-
-static int objs_add(objs *f, const char *path, uint64_t size, sb_err *err)
+static int objs_add(sb_io_objlist *f, const char *path, uint64_t size, sb_err *err)
 {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        sb_io_obj *v = realloc(f->v, cap * sizeof *v);
-        if (v == NULL)
-            return sb_err_set(err, "out of memory listing files");
-        f->v = v;
-        f->cap = cap;
-    }
-    char *p = strdup(path);
-    if (p == NULL)
-        return sb_err_set(err, "out of memory listing files");
-    f->v[f->n].uri = p;
-    f->v[f->n].size = size;
-    f->v[f->n].whole = 0;
-    f->n++;
-    return 0;
-}
-
-static int obj_cmp(const void *a, const void *b)
-{
-    return strcmp(((const sb_io_obj *)a)->uri, ((const sb_io_obj *)b)->uri);
+    return sb_io_objlist_add(f, strdup(path), size, 0, err);
 }
 
 static int skipped_name(const char *base)
@@ -62,7 +37,7 @@ static int skipped_name(const char *base)
     return base[0] == '.' || base[0] == '_';
 }
 
-static int list_dir(const char *uri, const char *dir, int flags, objs *f, sb_err *err)
+static int list_dir(const char *uri, const char *dir, int flags, sb_io_objlist *f, sb_err *err)
 {
     DIR *d = opendir(dir);
     if (d == NULL) {
@@ -119,7 +94,7 @@ static int glob_errfn(const char *epath, int eerrno)
     return 0; /* unreadable directories are skipped, like a shell does */
 }
 
-static int list_glob(const char *uri, const char *pattern, objs *f, sb_err *err)
+static int list_glob(const char *uri, const char *pattern, sb_io_objlist *f, sb_err *err)
 {
     glob_t g;
     memset(&g, 0, sizeof g);
@@ -156,7 +131,7 @@ static int f_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err
     char *path = path_of(uri, err);
     if (path == NULL)
         return -1;
-    objs f = {0};
+    sb_io_objlist f = {0};
     struct stat st;
     int rc = 0;
     if (stat(path, &st) == 0) {
@@ -175,15 +150,7 @@ static int f_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err
         rc = sb_err_set(err, "\"%.200s\": %.200s: %s", uri, path, strerror(errno));
     }
     free(path);
-    if (rc != 0) {
-        sb_io_objs_free(f.v, f.n);
-        return -1;
-    }
-    if (f.n > 1)
-        qsort(f.v, f.n, sizeof *f.v, obj_cmp);
-    *out = f.v;
-    *n = f.n;
-    return 0;
+    return sb_io_objlist_finish(&f, rc, out, n);
 }
 
 static int f_stat(const char *uri, uint64_t *size, int *exists, sb_err *err)

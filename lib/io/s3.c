@@ -289,34 +289,13 @@ static int s3_do(const char *method, const char *bucket, const char *key, const 
 
 /* ---- list ---- */
 
-typedef struct {
-    sb_io_obj *v;
-    size_t n, cap;
-} objs;
-
-static int objs_add(objs *f, const char *bucket, const char *key, uint64_t size, sb_err *err)
+static int objs_add(sb_io_objlist *f, const char *bucket, const char *key, uint64_t size,
+                    sb_err *err)
 {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 64;
-        sb_io_obj *v = realloc(f->v, cap * sizeof *v);
-        if (v == NULL)
-            return sb_err_set(err, "out of memory listing objects");
-        f->v = v;
-        f->cap = cap;
-    }
     char *u = NULL;
     if (asprintf(&u, "s3://%s/%s", bucket, key) < 0)
-        return sb_err_set(err, "out of memory listing objects");
-    f->v[f->n].uri = u;
-    f->v[f->n].size = size;
-    f->v[f->n].whole = 0; /* ranged GETs always work on S3 */
-    f->n++;
-    return 0;
-}
-
-static int obj_cmp(const void *a, const void *b)
-{
-    return strcmp(((const sb_io_obj *)a)->uri, ((const sb_io_obj *)b)->uri);
+        u = NULL;
+    return sb_io_objlist_add(f, u, size, 0 /* ranged GETs always work on S3 */, err);
 }
 
 static int parse_u64(const char *s, uint64_t *v)
@@ -330,7 +309,7 @@ static int parse_u64(const char *s, uint64_t *v)
 
 /* The objects directly under prefix (whose last component matches pattern when not NULL). */
 static int list_prefix(const char *uri, const loc *l, const char *prefix, const char *pattern,
-                       int flags, objs *f, sb_err *err)
+                       int flags, sb_io_objlist *f, sb_err *err)
 {
     char *token = NULL;
     int rc = 0, more = 1;
@@ -456,7 +435,7 @@ static int s3_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_er
     loc l;
     if (loc_parse(uri, &l, err) != 0)
         return -1;
-    objs f = {0};
+    sb_io_objlist f = {0};
     int rc = 0;
     size_t kl = strlen(l.key);
     const char *last = strrchr(l.key, '/');
@@ -501,15 +480,7 @@ static int s3_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_er
         }
     }
     loc_free(&l);
-    if (rc != 0) {
-        sb_io_objs_free(f.v, f.n);
-        return -1;
-    }
-    if (f.n > 1)
-        qsort(f.v, f.n, sizeof *f.v, obj_cmp);
-    *out = f.v;
-    *n = f.n;
-    return 0;
+    return sb_io_objlist_finish(&f, rc, out, n);
 }
 
 static int s3_stat(const char *uri, uint64_t *size, int *exists, sb_err *err)

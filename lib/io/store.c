@@ -115,6 +115,43 @@ void sb_io_objs_free(sb_io_obj *o, size_t n)
     free(o);
 }
 
+int sb_io_objlist_add(sb_io_objlist *l, char *uri, uint64_t size, int whole, sb_err *err)
+{
+    if (uri == NULL)
+        return sb_err_set(err, "out of memory listing objects");
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        sb_io_obj *v = realloc(l->v, cap * sizeof *v);
+        if (v == NULL) {
+            free(uri);
+            return sb_err_set(err, "out of memory listing objects");
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (sb_io_obj){.uri = uri, .size = size, .whole = whole};
+    return 0;
+}
+
+static int obj_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sb_io_obj *)a)->uri, ((const sb_io_obj *)b)->uri);
+}
+
+int sb_io_objlist_finish(sb_io_objlist *l, int rc, sb_io_obj **out, size_t *n)
+{
+    if (rc != 0) {
+        sb_io_objs_free(l->v, l->n);
+    } else {
+        if (l->n > 1)
+            qsort(l->v, l->n, sizeof *l->v, obj_cmp);
+        *out = l->v;
+        *n = l->n;
+    }
+    memset(l, 0, sizeof *l);
+    return rc;
+}
+
 int sb_io_stat(const char *uri, uint64_t *size, int *exists, sb_err *err)
 {
     *size = 0;

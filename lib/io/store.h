@@ -100,6 +100,18 @@ const char *sb_io_uri_base(const char *uri);
 
 int sb_io_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err *err);
 void sb_io_objs_free(sb_io_obj *o, size_t n);
+
+/* A listing being built by a backend. */
+typedef struct sb_io_objlist {
+    sb_io_obj *v;
+    size_t n, cap;
+} sb_io_objlist;
+/* Appends an object; takes ownership of `uri` (malloc'd; freed on failure, and NULL is an
+ * out-of-memory failure). 0, or -1 + err. */
+int sb_io_objlist_add(sb_io_objlist *l, char *uri, uint64_t size, int whole, sb_err *err);
+/* Ends a listing: when rc == 0 sorts it by URI and moves it to *out and *n, else frees it. Returns
+ * rc. The list is empty afterwards. */
+int sb_io_objlist_finish(sb_io_objlist *l, int rc, sb_io_obj **out, size_t *n);
 int sb_io_stat(const char *uri, uint64_t *size, int *exists, sb_err *err);
 
 int sb_io_read_open(const char *uri, uint64_t off, uint64_t end, sb_io_rd **out, sb_err *err);
