@@ -54,8 +54,8 @@ int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err
     case SB_FMT_JSONL:
     case SB_FMT_TEXT:
     case SB_FMT_BINARY:
-        return 0;
     case SB_FMT_CSV:
+        return 0;
     case SB_FMT_IMAGE:
         return sb_err_set(err, "%s: format %s is not supported yet by the local %s", what,
                           sb_format_names[fmt], is_sink ? "writer" : "reader");

@@ -16,6 +16,7 @@
 #include "partition/partition.h"
 #include "partition/utf8.h"
 #include "io/common.h"
+#include "io/csv.h"
 #include "io/store.h"
 
 /* The split's bytes as one sequential stream from the storage layer. The first request covers
@@ -82,6 +83,12 @@ typedef struct {
     void *ud;
     uint64_t parts;
     uint64_t seen_bytes, seen_lines; /* line bytes (with '\n') and records appended so far */
+    /* csv (csv.h): options, column names, the JSON text of a record, a multi-line record */
+    const sb_csv_opts *csv;
+    sb_csv_header hdr;
+    bool need_header; /* the next record is the file's header row */
+    sb_csv_buf json, pend;
+    uint64_t pend_off;
 } rd;
 
 static int flush(rd *r, sb_err *err)
@@ -176,9 +183,87 @@ static int maybe_blank(const char *s, size_t n)
     return 0;
 }
 
+/* One complete csv record rec[0..n) at file offset off: the header row, or a JSON object. */
+static int csv_record(rd *r, const char *rec, size_t n, uint64_t off, sb_err *err)
+{
+    size_t bad;
+    if (!sb_utf8_valid(rec, n, &bad))
+        return sb_err_set(err, "%.300s: byte offset %" PRIu64 ": not valid UTF-8", r->sp->path,
+                          off + bad);
+    if (blank(rec, n))
+        return 0;
+    int rc = 0;
+    if (r->need_header) {
+        r->need_header = false;
+        rc = sb_csv_header_parse(rec, n, r->csv, &r->hdr, err);
+        return rc != 0 ? sb_err_wrap(err, "%.300s: byte offset %" PRIu64, r->sp->path, off) : 0;
+    }
+    if (r->hdr.n == 0 && sb_csv_header_default(rec, n, r->csv, &r->hdr, err) != 0)
+        return sb_err_wrap(err, "%.300s: byte offset %" PRIu64, r->sp->path, off);
+    if (sb_csv_record_to_json(rec, n, r->csv, &r->hdr, &r->json, err) != 0)
+        return sb_err_wrap(err, "%.300s: the csv record at byte offset %" PRIu64, r->sp->path, off);
+    if (sb_batch_builder_append_binary(r->b, 0, r->json.p, r->json.len, err) != 0)
+        return sb_err_wrap(err, "%.300s: byte offset %" PRIu64, r->sp->path, off);
+    return 0;
+}
+
+/* Appends the csv records of whole lines s[0..n) (the last may lack '\n' only at the end of
+ * the data). A record spanning lines (multiline) is gathered in r->pend. */
+static int append_csv(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
+{
+    size_t pos = 0;
+    while (pos < n) {
+        const char *nl = memchr(s + pos, '\n', n - pos);
+        size_t le = nl != NULL ? (size_t)(nl - s) + 1 : n;
+        const char *rec = s + pos;
+        size_t len = le - pos;
+        uint64_t at = off + pos;
+        if (r->pend.len > 0) {
+            if (r->pend.len + len > r->max_record)
+                return sb_err_set(err,
+                                  "%.300s: byte offset %" PRIu64 ": a csv record longer than "
+                                  "%zu bytes (args.maxRecordSize)",
+                                  r->sp->path, r->pend_off, r->max_record);
+            char *p = realloc(r->pend.p, r->pend.len + len);
+            if (p == NULL)
+                return sb_err_set(err, "%.300s: out of memory", r->sp->path);
+            r->pend.p = p;
+            memcpy(p + r->pend.len, rec, len);
+            r->pend.len += len;
+            rec = r->pend.p;
+            len = r->pend.len;
+            at = r->pend_off;
+        }
+        ssize_t rl = sb_csv_record_len(rec, len, r->csv, nl == NULL, err);
+        if (rl < 0)
+            return sb_err_wrap(err, "%.300s: the csv record at byte offset %" PRIu64, r->sp->path,
+                               at);
+        if (rl == 0) { /* a quoted newline (multiline): the record goes on */
+            if (r->pend.len == 0) {
+                char *p = malloc(len);
+                if (p == NULL)
+                    return sb_err_set(err, "%.300s: out of memory", r->sp->path);
+                free(r->pend.p);
+                r->pend.p = p;
+                memcpy(p, rec, len);
+                r->pend.len = len;
+                r->pend_off = at;
+            }
+        } else {
+            if (csv_record(r, rec, len, at, err) != 0)
+                return -1;
+            r->pend.len = 0;
+        }
+        pos = le;
+    }
+    return 0;
+}
+
 /* Appends whole lines s[0..n), skipping blank lines for jsonl. */
 static int append_piece(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
 {
+    if (r->fmt == SB_FMT_CSV)
+        return append_csv(r, s, n, off, err);
     if (r->fmt != SB_FMT_JSONL || !maybe_blank(s, n))
         return append_run(r, s, n, off, err);
     size_t run = 0, pos = 0;
@@ -252,7 +337,7 @@ static int read_lines(rd *r, sb_err *err)
     size_t len = 0;
     const uint64_t stop = sp->end - 1; /* our data ends at the first '\n' at or after stop */
     uint64_t scanned = stop;           /* no '\n' in [stop, scanned) */
-    bool bom_done = sp->start > 0 || r->fmt != SB_FMT_JSONL;
+    bool bom_done = sp->start > 0 || (r->fmt != SB_FMT_JSONL && r->fmt != SB_FMT_CSV);
     for (;;) {
         if (len == cap && base + len < sp->file_size) {
             if (cap >= r->max_record) {
@@ -381,6 +466,47 @@ static int read_binary(rd *r, uint64_t rs, sb_err *err)
     return rc;
 }
 
+/* A split after the first of a csv file with a header: reads the file's first record (a
+ * separate ranged read from byte 0) for the column names. */
+static int csv_file_header(rd *r, sb_err *err)
+{
+    src h = {.uri = r->sp->path, .size = r->sp->file_size, .ext = (uint64_t)64 << 10};
+    sb_csv_buf b = {0};
+    int rc = src_open(&h, 0, 0, err);
+    ssize_t len = 0;
+    while (rc == 0) {
+        size_t want = b.len < 4096 ? 4096 : b.len;
+        if (want > h.size - h.pos)
+            want = (size_t)(h.size - h.pos);
+        if (b.len + want > r->max_record) {
+            rc = sb_err_set(err, "%.300s: the csv header row is longer than %zu bytes", r->sp->path,
+                            r->max_record);
+            break;
+        }
+        char *p = realloc(b.p, b.len + want + 1);
+        if (p == NULL) {
+            rc = sb_err_set(err, "%.300s: out of memory", r->sp->path);
+            break;
+        }
+        b.p = p;
+        if (want > 0 && src_read(&h, b.p + b.len, want, err) < 0) {
+            rc = -1;
+            break;
+        }
+        b.len += want;
+        len = sb_csv_record_len(b.p, b.len, r->csv, h.pos == h.size, err);
+        if (len < 0)
+            rc = sb_err_wrap(err, "%.300s: the csv header row", r->sp->path);
+        if (len != 0)
+            break;
+    }
+    if (rc == 0 && sb_csv_header_parse(b.p, (size_t)len, r->csv, &r->hdr, err) != 0)
+        rc = sb_err_wrap(err, "%.300s: the csv header row", r->sp->path);
+    sb_io_read_close(h.h);
+    sb_csv_buf_free(&b);
+    return rc;
+}
+
 int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_json,
                      size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err)
 {
@@ -430,8 +556,25 @@ int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_j
             .target = target_bytes,
             .emit = emit,
             .ud = ud};
+    sb_csv_opts copts;
+    memset(&copts, 0, sizeof copts);
+    if (fmt == SB_FMT_CSV) {
+        if (sb_csv_opts_parse(args_json, &copts, err) != 0) {
+            sb_io_read_close(in.h);
+            return sb_err_wrap(err, "read split: %.300s", split->path);
+        }
+        r.csv = &copts;
+        r.need_header = copts.header && split->start == 0;
+        if (copts.header && split->start > 0 && csv_file_header(&r, err) != 0) {
+            sb_csv_opts_free(&copts);
+            sb_io_read_close(in.h);
+            return -1;
+        }
+    }
     r.b = sb_batch_builder_new(&f, 1, err);
     if (r.b == NULL) {
+        sb_csv_opts_free(&copts);
+        sb_csv_header_free(&r.hdr);
         sb_io_read_close(in.h);
         return -1;
     }
@@ -441,9 +584,18 @@ int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_j
                                       pre, err);
     if (rc == 0)
         rc = fmt == SB_FMT_BINARY ? read_binary(&r, rs, err) : read_lines(&r, err);
+    if (rc == 0 && r.pend.len > 0)
+        rc = sb_err_set(err,
+                        "%.300s: the csv record at byte offset %" PRIu64
+                        ": a quoted field is not closed before the end of the file",
+                        split->path, r.pend_off);
     if (rc == 0)
         rc = flush(&r, err);
     sb_batch_builder_free(r.b);
     sb_io_read_close(in.h);
+    sb_csv_opts_free(&copts);
+    sb_csv_header_free(&r.hdr);
+    sb_csv_buf_free(&r.json);
+    sb_csv_buf_free(&r.pend);
     return rc;
 }

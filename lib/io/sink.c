@@ -19,6 +19,7 @@
 #include "partition/partition.h"
 #include "partition/utf8.h"
 #include "io/common.h"
+#include "io/csv.h"
 #include "io/reader.h"
 #include "io/store.h"
 #include "rpc/proto.h"
@@ -32,6 +33,8 @@ static const char *ext_of(sb_format f)
         return "jsonl";
     case SB_FMT_TEXT:
         return "txt";
+    case SB_FMT_CSV:
+        return "csv";
     default:
         return "bin";
     }
@@ -207,10 +210,33 @@ static int check_records(const sb_sink_spec *sink, const sb_column *c, uint64_t 
     return 0;
 }
 
-static int write_records(const sb_sink_spec *sink, const sb_column *c, wbuf *w)
+/* csv: each record (a JSON object) becomes a row, after the header row. */
+static int write_csv(const sb_csv_opts *co, const sb_column *c, wbuf *w)
+{
+    sb_csv_writer cw = {.o = co};
+    sb_csv_buf row = {0};
+    int rc = 0;
+    for (size_t r = 0; rc == 0 && r < c->length; r++) {
+        size_t n;
+        const void *p = sb_column_binary(c, r, &n);
+        row.len = 0;
+        if (sb_csv_write_record(&cw, p, n, &row, w->err) != 0)
+            rc = sb_err_wrap(w->err, "record %zu", r);
+        else
+            rc = wb_put(w, row.p, row.len);
+    }
+    sb_csv_writer_free(&cw);
+    sb_csv_buf_free(&row);
+    return rc;
+}
+
+static int write_records(const sb_sink_spec *sink, const sb_csv_opts *co, const sb_column *c,
+                         wbuf *w)
 {
     if (sink->format == SB_FMT_BINARY)
         return wb_put(w, c->values, (size_t)c->offsets[c->length]);
+    if (sink->format == SB_FMT_CSV)
+        return write_csv(co, c, w);
     for (size_t r = 0; r < c->length; r++) {
         size_t n;
         const void *p = sb_column_binary(c, r, &n);
@@ -271,6 +297,8 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
         return -1;
     }
     size_t data = (size_t)c->offsets[c->length] + c->length;
+    sb_csv_opts co;
+    memset(&co, 0, sizeof co);
     wbuf w = {
         .h = h, .err = err, .cap = data < SB_IO_BUF_SIZE ? (data > 0 ? data : 1) : SB_IO_BUF_SIZE};
     if (sink->format == SB_FMT_BINARY)
@@ -279,8 +307,11 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
     int rc = 0;
     if (w.buf == NULL)
         rc = sb_err_set(err, "sink: out of memory for the write buffer");
-    else if (write_records(sink, c, &w) != 0 || wb_flush(&w) != 0)
-        rc = sb_err_wrap(err, "sink: writing %.300s", uri);
+    else if (sink->format == SB_FMT_CSV && sb_csv_opts_parse(sink->args_json, &co, err) != 0)
+        rc = sb_err_wrap(err, "sink");
+    else if (write_records(sink, &co, c, &w) != 0 || wb_flush(&w) != 0)
+        rc = sb_err_wrap(err, "sink: writing %.300s (partition %s)", uri, partition_id);
+    sb_csv_opts_free(&co);
     free(w.buf);
     uint64_t rows = c->length;
     sb_batch_close(b);
@@ -329,6 +360,14 @@ int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err)
     char *dir = sink_dir(sink, err);
     if (dir == NULL)
         return -1;
+    if (sink->format == SB_FMT_CSV) { /* bad options fail before any task */
+        sb_csv_opts co;
+        if (sb_csv_opts_parse(sink->args_json, &co, err) != 0) {
+            free(dir);
+            return sb_err_wrap(err, "sink");
+        }
+        sb_csv_opts_free(&co);
+    }
     /* Listing first: a sink that is not a directory, a missing bucket or refused credentials
      * fail here, before any task runs. */
     sb_io_obj *o = NULL;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "io/common.h"
+#include "io/csv.h"
 #include "io/store.h"
 
 /* a * b / c without overflow for a <= c (b, c < 2^63). */
@@ -76,6 +77,16 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
             return -1;
     }
 
+    /* csv with multiline records: a file is never cut (a quoted newline may sit anywhere). */
+    int whole_files = 0;
+    if (src->format == SB_FMT_CSV) {
+        sb_csv_opts co;
+        if (sb_csv_opts_parse(src->args_json, &co, err) != 0)
+            return sb_err_wrap(err, "source");
+        whole_files = co.multiline;
+        sb_csv_opts_free(&co);
+    }
+
     /* The listing is sorted by URI, so a split's index is stable for an unchanged source. */
     struct {
         sb_io_obj *v;
@@ -100,8 +111,8 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         uint64_t k = size == 0 ? 0 : (size + ps - 1) / ps;
         if (k > size / rs)
             k = size / rs;
-        if (k > 1 && f.v[i].whole)
-            k = 1; /* the server cannot read from an offset: one split */
+        if (k > 1 && (f.v[i].whole || whole_files))
+            k = 1; /* the server cannot read from an offset, or multiline csv: one split */
         if (k > SB_IO_MAX_SPLITS - total) {
             rc = sb_err_set(err,
                             "source uri \"%.200s\": more than %zu splits (partitionSize %" PRIu64
@@ -126,7 +137,7 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         uint64_t k = (size + ps - 1) / ps;
         if (k > recs)
             k = recs;
-        if (k > 1 && f.v[i].whole)
+        if (k > 1 && (f.v[i].whole || whole_files))
             k = 1;
         for (uint64_t p = 0; p < k; p++) {
             v[j].path = strdup(f.v[i].uri);

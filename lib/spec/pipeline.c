@@ -86,10 +86,15 @@ int sb_op_known(const char *name)
     return 0;
 }
 
-static const argspec fmt_args_csv[] = {{"header", A_BOOL, 0, 0, NULL},
-                                       {"delimiter", A_STR, 0, 0, NULL},
-                                       {"maxRecordSize", A_INT, 0, 1, NULL},
-                                       {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_csv_in[] = {{"header", A_BOOL, 0, 0, NULL},
+                                          {"delimiter", A_STR, 0, 0, NULL},
+                                          {"multiline", A_BOOL, 0, 0, NULL},
+                                          {"maxRecordSize", A_INT, 0, 1, NULL},
+                                          {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_csv_out[] = {{"header", A_BOOL, 0, 0, NULL},
+                                           {"delimiter", A_STR, 0, 0, NULL},
+                                           {"columns", A_STRLIST, 0, 0, NULL},
+                                           {NULL, A_ANY, 0, 0, NULL}};
 /* jsonl and text sources: the longest record accepted (lib/io/reader.h). */
 static const argspec fmt_args_lines_in[] = {{"maxRecordSize", A_INT, 0, 1, NULL},
                                             {NULL, A_ANY, 0, 0, NULL}};
@@ -102,7 +107,7 @@ static const argspec *format_args(sb_format f, int is_sink)
 {
     switch (f) {
     case SB_FMT_CSV:
-        return fmt_args_csv;
+        return is_sink ? fmt_args_csv_out : fmt_args_csv_in;
     case SB_FMT_BINARY:
         return is_sink ? fmt_args_binary_out : fmt_args_binary_in;
     case SB_FMT_JSONL:

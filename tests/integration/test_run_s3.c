@@ -165,11 +165,12 @@ Test(run_s3, s3_to_s3_2100_objects_with_multipart_parts)
        " 'pad': 'g'*random.randint(100, 3000)}) + '\\\\n')\n\"",
        dir);
     sh("cd %s/in && " S3CURL " -T 'f[0000-2099].jsonl' %s/data/in/ -o /dev/null", dir, mio.url);
-    /* three ~12 MiB objects: their 8 MiB partitions become parts above the multipart threshold */
+    /* three ~12 MiB objects, one split each: ~95% of each is a part above the multipart threshold
+     */
     sh("cd %s/in && " S3CURL " -T 'g[0-2].jsonl' %s/data/in/ -o /dev/null", dir, mio.url);
     write_yaml("many",
-               "  source: {uri: 's3://data/in/', format: jsonl, partitionSize: 8Mi}\n"
-               "  stages: [{name: keep, op: filter, args: {field: 'n', op: lt, value: 60}}]\n"
+               "  source: {uri: 's3://data/in/', format: jsonl, partitionSize: 16Mi}\n"
+               "  stages: [{name: keep, op: filter, args: {field: 'n', op: lt, value: 95}}]\n"
                "  sink: {uri: 's3://data/out-many/', format: jsonl}\n"
                "  execution: {memoryBudget: 256Mi}\n");
     /* parts above 5 MiB go up as multipart uploads */
@@ -185,7 +186,7 @@ Test(run_s3, s3_to_s3_2100_objects_with_multipart_parts)
     char *want =
         sb_test_sh_out("cd %s && python3 -c \"\nimport json, glob, hashlib\nlines=[]\n"
                        "for p in sorted(glob.glob('in/*.jsonl')):\n  for l in open(p):\n"
-                       "    if json.loads(l)['n'] < 60: lines.append(l)\n"
+                       "    if json.loads(l)['n'] < 95: lines.append(l)\n"
                        "print(hashlib.md5(''.join(sorted(lines)).encode()).hexdigest())\n\"",
                        dir);
     char *have = sorted_md5(got);
@@ -311,4 +312,37 @@ Test(run_s3, bad_keys_missing_bucket_unreachable_endpoint)
     fails_naming("noserver", "s3://data/x/", "onnect");
     unsetenv("SB_IO_RETRIES");
     sb_minio_env(&mio);
+}
+
+Test(run_s3, csv_from_s3_filter_project_to_csv)
+{
+    /* csv with a header, quoted fields and CRLF, 3 objects cut into several ranged splits */
+    sh("cd %s && mkdir cin && python3 -c \"\nimport csv, random\nrandom.seed(9)\n"
+       "for f in range(3):\n  with open('cin/p%%d.csv' %% f, 'w', newline='') as o:\n"
+       "    w = csv.writer(o)\n    w.writerow(['id', 'n', 'name'])\n"
+       "    for i in range(6000):\n"
+       "      w.writerow([f*10000+i, random.randint(0, 99), 'x, \\\"%%d\\\"' %% i])\n\"",
+       dir);
+    sh("cd %s/cin && " S3CURL " -T 'p[0-2].csv' %s/data/csv/ -o /dev/null", dir, mio.url);
+    write_yaml("csv",
+               "  source: {uri: 's3://data/csv/', format: csv, partitionSize: 32Ki}\n"
+               "  stages:\n"
+               "  - {name: keep, op: filter, args: {field: 'n', op: lt, value: 30}}\n"
+               "  - {name: cut, op: project, args: {fields: [name, id]}}\n"
+               "  sink: {uri: 'file://out-csv/', format: csv, args: {columns: [id, name]}}\n");
+    char *out;
+    cr_assert_eq(run_cli("csv", "--cpus 2", &out), 0, "%s", out);
+    free(out);
+    cr_assert_gt(summary_num("csv", "tasksRun"), 6, "the csv objects were not split");
+    /* read the output back with Python's csv module and compare with the input's filter */
+    char *res = sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport csv, glob\nwant=sorted((r['id'], r['name']) for p in "
+        "sorted(glob.glob('cin/*.csv')) for r in csv.DictReader(open(p, newline='')) if "
+        "int(r['n']) < 30)\ngot=[]\nfor p in glob.glob('out-csv/part-*.csv'):\n"
+        "  rows=list(csv.reader(open(p, newline='')))\n  assert rows[0]==['id','name'], rows[0]\n"
+        "  got += [tuple(r) for r in rows[1:]]\nprint('same' if sorted(got)==want and want else "
+        "'differ %%d %%d' %% (len(got), len(want)))\n\"",
+        dir);
+    cr_assert_str_eq(res, "same");
+    free(res);
 }

@@ -699,7 +699,7 @@ Test(io, planning_errors_name_the_uri)
     plan_fails("file://", SB_FMT_JSONL, "empty path");
     write_file(path_in("x.csv"), "a,b\n", 4);
     snprintf(uri, sizeof uri, "file://%s", path_in("x.csv"));
-    plan_fails(uri, SB_FMT_CSV, "format csv is not supported yet");
+    plan_fails(uri, SB_FMT_IMAGE, "format image is not supported yet");
     cr_assert_eq(mkfifo(path_in("fifo"), 0644), 0);
     snprintf(uri, sizeof uri, "file://%s", path_in("fifo"));
     plan_fails(uri, SB_FMT_TEXT, "not a regular file or a directory");

@@ -346,9 +346,9 @@ Test(sink, bad_sinks)
     s.uri = "gs://bucket/out/";
     cr_assert_eq(sb_io_sink_prepare(&s, &e), -1);
     cr_assert(strstr(e.msg, "unsupported scheme \"gs\"") != NULL, "%s", e.msg);
-    s = spec(SB_FMT_CSV, NULL);
+    s = spec(SB_FMT_CSV, "{\"delimiter\": \";;\"}");
     cr_assert_eq(sb_io_sink_prepare(&s, &e), -1);
-    cr_assert(strstr(e.msg, "format csv is not supported yet") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "args.delimiter must be one byte") != NULL, "%s", e.msg);
     /* the sink path is a file */
     char uri[300];
     char file[300];
