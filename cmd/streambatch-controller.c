@@ -1,7 +1,7 @@
 /* streambatch-controller — the Kubernetes operator: watches Pipeline resources and runs them
- * with worker pods (controller/operator/operator.h). Flags can also come from the environment (for the
- * Deployment). Exit codes: 0 orderly stop (SIGTERM/SIGINT; the leader lease is released),
- * 1 failure or lost leader lease, 2 usage error. */
+ * with worker pods (controller/operator/operator.h). Flags can also come from the environment (for
+ * the Deployment). Exit codes: 0 orderly stop (SIGTERM/SIGINT; the leader lease is released), 1
+ * failure or lost leader lease, 2 usage error. */
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>

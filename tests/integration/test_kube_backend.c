@@ -1,5 +1,5 @@
-/* The Kubernetes backend (controller/operator/kube.h) against a real API server, scheduler and node agent:
- * the test starts its own cluster (tests/helpers/kube_cluster.h) with two nodes without GPUs
+/* The Kubernetes backend (controller/operator/kube.h) against a real API server, scheduler and node
+ * agent: the test starts its own cluster (tests/helpers/kube_cluster.h) with two nodes without GPUs
  * (sb-kb-0, sb-kb-1; sb-kb-1 labelled streambatch.dev/test=yes) and always stops it. Each test
  * creates its own Pipeline object (for the owner uid) and feeds the backend from a pod informer
  * with the pipeline's label selector, as the operator does.

@@ -1,5 +1,5 @@
-/* Lease leader election (controller/operator/leader.h) against a real API server: the test starts its
- * own cluster (tests/helpers/kube_cluster.h) and always stops it. Short timings (lease 3000 ms,
+/* Lease leader election (controller/operator/leader.h) against a real API server: the test starts
+ * its own cluster (tests/helpers/kube_cluster.h) and always stops it. Short timings (lease 3000 ms,
  * renew deadline 2000 ms, retry 500 ms) keep it quick; each test uses its own Lease.
  *
  * Covered: of two electors exactly one leads, and the Lease names it; stopping the leader

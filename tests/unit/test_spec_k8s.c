@@ -208,8 +208,7 @@ Test(spec_k8s, volume_problems)
     expect_one(NULL, NULL, "{volumes: [{name: d}]}", "spec.workerTemplate.volumes[0]",
                "needs exactly one source");
     expect_one(NULL, NULL, "{volumes: [{name: d, hostPath: {path: /etc}}]}",
-               "spec.workerTemplate.volumes[0].hostPath",
-               "unknown field \"hostPath\"");
+               "spec.workerTemplate.volumes[0].hostPath", "unknown field \"hostPath\"");
     expect_one(NULL, NULL, "{volumes: [{name: d, emptyDir: {}, configMap: {name: c}}]}",
                "spec.workerTemplate.volumes[0]", "got several");
     expect_one(NULL, NULL, "{volumes: [{name: Data, emptyDir: {}}]}",
