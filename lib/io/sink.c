@@ -576,6 +576,12 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
             goto out;
         }
     }
+    /* Temporary files and unfinished multipart uploads of workers killed mid-write: every
+     * counted part is written by now, so what is still open is garbage (billed, on S3). */
+    if (sb_io_cleanup(dir, err) != 0) {
+        rc = sb_err_wrap(err, "sink: commit");
+        goto out;
+    }
     text = manifest_json(sink, parts, skip, n, errored, nerrored);
     if (text == NULL) {
         rc = sb_err_set(err, "sink: commit: out of memory for the manifest");

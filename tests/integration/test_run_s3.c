@@ -346,3 +346,79 @@ Test(run_s3, csv_from_s3_filter_project_to_csv)
     cr_assert_str_eq(res, "same");
     free(res);
 }
+
+Test(run_s3, workers_killed_during_an_s3_sink_run_leave_identical_output_and_no_uploads)
+{
+    /* 6 objects of ~9 MiB: each output part (~9 MiB) goes up as a multipart upload, behind a
+     * slow stage, while workers are killed with SIGKILL. A kill lands inside an upload only by
+     * chance (uploads are short next to the stage); test_io_s3 covers an upload left open
+     * (cleanup aborts it), and commit runs that cleanup. */
+    sh("cd %s && mkdir kin && python3 -c \"\nimport json\n"
+       "for f in range(6):\n  with open('kin/k%%d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range(30000):\n      o.write(json.dumps({'id': f*100000+i, 'pad': 'k'*280})"
+       " + '\\\\n')\n\"",
+       dir);
+    sh("cd %s/kin && " S3CURL " -T 'k[0-5].jsonl' %s/data/kin/ -o /dev/null", dir, mio.url);
+    write_yaml("kill", "  source: {uri: 's3://data/kin/', format: jsonl, partitionSize: 16Mi}\n"
+                       "  stages: [{name: slow, op: bench.sleep, args: {msPerMB: 150}}]\n"
+                       "  sink: {uri: 's3://data/out-kill/', format: jsonl}\n"
+                       "  execution: {memoryBudget: 256Mi}\n");
+    setenv("SB_S3_MULTIPART_THRESHOLD", "5242880", 1);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && (timeout 200 %s run kill.yaml --cpus 2 > kill.log 2>&1; echo $? > "
+             "kill.rc) &",
+             dir, sb_test_bin("streambatch"));
+    cr_assert_eq(system(cmd), 0);
+    unsetenv("SB_S3_MULTIPART_THRESHOLD");
+    char rcpath[600];
+    snprintf(rcpath, sizeof rcpath, "%s/kill.rc", dir);
+    int kills = 0;
+    for (int round = 0; round < 2; round++) {
+        usleep(1500000);
+        if (access(rcpath, F_OK) == 0)
+            break;
+        /* a worker of this run: a child of its `streambatch run` process */
+        char *victim =
+            sb_test_sh_out("for p in $(pgrep -f 'streambatch run kill.yaml'); do pgrep -P $p -f "
+                           "streambatch-worker; done | shuf -n 1");
+        if (victim[0] != '\0') {
+            sh("kill -9 %s", victim);
+            kills++;
+        }
+        free(victim);
+    }
+    cr_assert_gt(kills, 0, "no worker was killed (the run ended too early)");
+    for (int i = 0; i < 2000 && access(rcpath, F_OK) != 0; i++)
+        usleep(100000);
+    char *rc = sb_test_sh_out("cat %s/kill.rc", dir);
+    char *log = sb_test_sh_out("tail -20 %s/kill.log", dir);
+    cr_assert_str_eq(rc, "0", "run failed after %d worker kills:\n%s", kills, log);
+    char got[600];
+    snprintf(got, sizeof got, "%s/kill.out", dir);
+    fetch_output("out-kill", got);
+    char *want = sb_test_sh_out("cat %s/kin/*.jsonl | sort | md5sum | cut -d' ' -f1", dir);
+    char *have = sorted_md5(got);
+    cr_assert_str_eq(have, want, "output after %d worker kills differs from the input", kills);
+    /* no part file outside the manifest, no unfinished multipart upload */
+    char *ups = sb_minio_get(&mio, "/data?uploads=");
+    cr_assert_not_null(ups);
+    cr_assert_null(strstr(ups, "<Upload>"), "unfinished uploads left: %s", ups);
+    sb_io_obj *objs = NULL;
+    size_t nobjs = 0;
+    sb_err e;
+    cr_assert_eq(sb_io_list("s3://data/out-kill/", SB_IO_LIST_ALL, &objs, &nobjs, &e), 0, "%s",
+                 e.msg);
+    char *nparts = sb_test_sh_out("python3 -c \"import json; print(len(json.load(open("
+                                  "'%s/out-kill.manifest.json'))['parts']))\"",
+                                  dir);
+    cr_assert_eq(nobjs, (size_t)strtol(nparts, NULL, 10) + 2,
+                 "%zu objects in the sink, %s parts + _manifest.json + _SUCCESS", nobjs, nparts);
+    sb_io_objs_free(objs, nobjs);
+    free(nparts);
+    free(ups);
+    free(rc);
+    free(log);
+    free(have);
+    free(want);
+}
