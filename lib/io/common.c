@@ -9,45 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-int sb_io_uri_path(const char *uri, const char *what, int is_sink, char *buf, size_t cap,
-                   sb_err *err)
-{
-    if (uri == NULL || uri[0] == '\0')
-        return sb_err_set(err, "%s: no uri given", what);
-    const char *sep = strstr(uri, "://");
-    if (sep == NULL)
-        return sb_err_set(err, "%s uri \"%.200s\": no scheme (expected file:///path)", what, uri);
-    if ((size_t)(sep - uri) != 4 || strncmp(uri, "file", 4) != 0)
-        return sb_err_set(err,
-                          "%s uri \"%.200s\": scheme \"%.*s\" is not supported yet by the local "
-                          "%s (only file:// is)",
-                          what, uri, (int)(sep - uri) > 32 ? 32 : (int)(sep - uri), uri,
-                          is_sink ? "writer" : "reader");
-    const char *path = sep + 3;
-    if (path[0] == '\0')
-        return sb_err_set(err, "%s uri \"%.200s\": empty path", what, uri);
-    size_t plen = strlen(path);
-    if (path[0] == '/') {
-        if (plen + 1 > cap)
-            return sb_err_set(err, "%s uri \"%.200s\": path is too long (%zu bytes)", what, uri,
-                              plen);
-        memcpy(buf, path, plen + 1);
-        return 0;
-    }
-    char cwd[PATH_MAX];
-    if (getcwd(cwd, sizeof cwd) == NULL)
-        return sb_err_set(err,
-                          "%s uri \"%.200s\": relative path, and the current directory is "
-                          "unknown: %s",
-                          what, uri, strerror(errno));
-    size_t clen = strlen(cwd);
-    int slash = clen > 0 && cwd[clen - 1] == '/';
-    if (clen + (slash ? 0 : 1) + plen + 1 > cap)
-        return sb_err_set(err, "%s uri \"%.200s\": path is too long", what, uri);
-    snprintf(buf, cap, "%s%s%s", cwd, slash ? "" : "/", path);
-    return 0;
-}
-
 int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err)
 {
     switch (fmt) {

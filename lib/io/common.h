@@ -1,9 +1,8 @@
-/* common.h — helpers shared by the worker's local source and sink code (split.c, reader.c,
- * sink.c): turning a file:// URI into a path, checking that a format is one the local reader
- * and writer handle, and reading the binary format's recordSize from the format args.
+/* common.h — helpers shared by the storage code (split.c, reader.c, sink.c, file.c): which
+ * formats the reader and writer handle, the binary format's recordSize and the record size
+ * limit from the format args, and full reads and writes of file descriptors.
  *
- * Memory: sb_io_uri_path() writes into a caller buffer; nothing here allocates memory that
- * outlives a call.
+ * Memory: nothing here allocates memory that outlives a call.
  */
 #ifndef SB_IO_COMMON_H
 #define SB_IO_COMMON_H
@@ -21,14 +20,7 @@
 /* Largest binary record: values of a partition column have int32 offsets. */
 #define SB_IO_MAX_RECORD_SIZE ((uint64_t)1 << 30)
 
-/* The local path of a file:// URI, made absolute (a path that does not start with '/' is
- * relative to the current working directory). `what` ("source", "sink") prefixes messages.
- * Other schemes (s3://, http://, ...) fail with "... not supported yet by the local reader"
- * (or writer when is_sink). 0, or -1 + err. */
-int sb_io_uri_path(const char *uri, const char *what, int is_sink, char *buf, size_t cap,
-                   sb_err *err);
-
-/* 0 when fmt is jsonl, text or binary; -1 + err (naming `what`) otherwise. */
+/* 0 when fmt is jsonl, csv, text or binary; -1 + err (naming `what`) otherwise. */
 int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err);
 
 /* The binary format's recordSize from args_json (a JSON object or NULL). When `required` and
