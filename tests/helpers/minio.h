@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -111,8 +110,6 @@ static inline int sb_minio_start(sb_minio *m, char *msg, size_t cap)
         return -1;
     }
     if (p == 0) {
-        /* the server never outlives the test process, whatever ends it */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
         setenv("MINIO_ROOT_USER", SB_MINIO_USER, 1);
         setenv("MINIO_ROOT_PASSWORD", SB_MINIO_PASS, 1);
         setenv("MINIO_BROWSER", "off", 1);
