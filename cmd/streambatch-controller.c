@@ -368,7 +368,7 @@ int main(int argc, char **argv)
     sb_log(SB_LOG_INFO, "streambatch-controller starting", "version", SB_VERSION, "identity",
            cfg.identity, "grpc", grpc_host, "leaderElect", cfg.leader_elect ? "true" : "false",
            NULL);
-    sb_err err = {{0}};
+    sb_err err = {0};
     rc = sb_operator_run(&cfg, &err);
     if (rc < 0) {
         fprintf(stderr, "streambatch-controller: %s\n", err.msg);

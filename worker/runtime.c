@@ -489,7 +489,6 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
     t.task = task;
     double wall0 = mono_s(), cpu0 = thread_cpu_s();
     char *lost = NULL;
-    (void)sb_op_data_error_take(); /* a flag left by an earlier task of this thread */
     int rc = task_setup(&t);
     if (rc == 0)
         rc = task_inputs(&t, &lost);
@@ -528,8 +527,9 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
         req.message = msg;
     } else {
         req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
-        /* an op failed on the records themselves: a retry would fail the same way */
-        req.deterministic = sb_op_data_error_take();
+        /* the source or an op failed on the records themselves: a retry would fail the same
+         * way */
+        req.deterministic = t.err.data != 0;
         snprintf(msg, sizeof msg, "%s", infos && ptrs ? t.err.msg : "out of memory");
         req.message = msg;
     }
@@ -674,7 +674,7 @@ static void test_die_hook(sb_storage_kind kind)
 static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, uint64_t gen)
 {
     sb_storage_kind kind = (sb_storage_kind)job->kind;
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_engine_plan plan;
     memset(&plan, 0, sizeof plan);
     sb_sched_output *parts = calloc(job->n_parts + 1, sizeof *parts);

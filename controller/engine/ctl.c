@@ -192,7 +192,7 @@ static void mark_lost(sb_ctl *c, seen *w, const char *why)
 static void plan_ready(sb_ctl *c)
 {
     sb_sched_split *ss = calloc(c->plan.n + 1, sizeof *ss);
-    sb_err err = {{0}};
+    sb_err err = {0};
     if (ss == NULL) {
         snprintf(c->failure, sizeof c->failure, "starting the scheduler: out of memory");
         c->failed = 1;
@@ -618,7 +618,7 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
         return 1;
     }
     const Streambatch__V1__StorageResult *r = m->storage;
-    sb_err err = {{0}};
+    sb_err err = {0};
     if (r == NULL) {
         job_ended(c, 0, "the worker reported no plan");
         return 1;
@@ -662,7 +662,7 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     pthread_mutex_lock(&c->mu);
     seen *w = touch_worker(c, m->worker_id);
     int rc = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     if (w != NULL && c->job.state != JOB_NONE && strcmp(m->task_id, c->job.id) == 0) {
         rc = storage_report(c, m);
     } else if (w != NULL && c->sched != NULL) {

@@ -667,7 +667,7 @@ static int create_pods(sb_kube *k, kpool *kp, uint32_t n, sb_err *err)
         char path[300];
         snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods", k->ns);
         long st = 0;
-        sb_err e = {{0}};
+        sb_err e = {0};
         cJSON *got = spec ? sb_k8s_create(k->cfg.client, path, spec, &st, &e) : NULL;
         cJSON_Delete(spec);
         pthread_mutex_lock(&k->mu);
@@ -763,7 +763,7 @@ int sb_kube_sync(sb_kube *k, sb_err *err)
         pthread_mutex_unlock(&k->mu);
 
         for (size_t i = 0; i < nended; i++) {
-            sb_err e = {{0}};
+            sb_err e = {0};
             if (delete_pod(k, ended[i], &e) != 0)
                 rc = sb_err_set(err, "%s", e.msg);
         }
@@ -781,7 +781,7 @@ int sb_kube_sync(sb_kube *k, sb_err *err)
                 pthread_mutex_unlock(&k->mu);
                 if (!ok)
                     continue;
-                sb_err e = {{0}};
+                sb_err e = {0};
                 if (delete_pod(k, v[i].name, &e) != 0) {
                     rc = sb_err_set(err, "%s", e.msg);
                     pthread_mutex_lock(&k->mu);
@@ -871,7 +871,7 @@ int sb_kube_rebind(sb_kube *k, sb_err *err)
             snprintf(target, sizeof target, "[%s]:%u", ips[i], (unsigned)k->cfg.worker_port);
         else
             snprintf(target, sizeof target, "%s:%u", ips[i], (unsigned)k->cfg.worker_port);
-        sb_err e = {{0}};
+        sb_err e = {0};
         sb_rpc_channel *ch = sb_rpc_channel_new(target, NULL, &e);
         int ok = 0;
         if (ch == NULL) {
@@ -913,7 +913,7 @@ int sb_kube_rebind(sb_kube *k, sb_err *err)
         char msg[sizeof why + 128];
         snprintf(msg, sizeof msg, "worker pod %s deleted: %s", v[i].name, why);
         emit(k, "Warning", "WorkerRebindFailed", msg);
-        sb_err de = {{0}};
+        sb_err de = {0};
         if (delete_pod(k, v[i].name, &de) != 0)
             sb_log(SB_LOG_WARN, "deleting a worker pod failed", "pod", v[i].name, "error", de.msg,
                    NULL);
@@ -1092,7 +1092,7 @@ static int kube_set_pool_size(void *impl, const char *pool, uint32_t workers)
     pthread_mutex_unlock(&k->mu);
     if (kp == NULL)
         return -1;
-    sb_err err = {{0}};
+    sb_err err = {0};
     if (sb_kube_sync(k, &err) != 0) {
         sb_log(SB_LOG_WARN, "worker pods: sync failed", "pipeline", k->pipeline_id, "error",
                err.msg, NULL);
@@ -1121,7 +1121,7 @@ static void kube_stop(void *impl, int grace_ms)
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
-        sb_err err = {{0}};
+        sb_err err = {0};
         int left = sb_kube_delete_all(k, &err);
         if (left == 0)
             break;

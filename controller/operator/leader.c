@@ -120,7 +120,7 @@ static void observe(sb_leader *l, const cJSON *lease, long now)
 static int try_acquire_or_renew(sb_leader *l, int *other, char *why, size_t whylen)
 {
     *other = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     char now_s[40];
     micro_time(now_s, sizeof now_s);
@@ -368,7 +368,7 @@ void sb_leader_current(sb_leader *l, char *holder, size_t n, uint32_t *transitio
  * still the holder (the PUT carries the resourceVersion we read). */
 static void release(sb_leader *l)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *lease = sb_k8s_get(l->client, l->path, &st, &err);
     if (lease == NULL)

@@ -287,7 +287,7 @@ static int write_status(sb_k8s_client *c, const cJSON *obj, const cJSON *status)
         return -1;
     }
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *r = sb_k8s_update_status(c, path, copy, reapply_status, (void *)status, &st, &err);
     cJSON_Delete(copy);
     if (r == NULL && st != 404) {
@@ -338,7 +338,7 @@ static int patch_finalizer(sb_k8s_client *c, const cJSON *obj, int add)
     pipeline_path(path, sizeof path, sb_opr_str_at(obj, "metadata", "namespace"),
                   sb_opr_str_at(obj, "metadata", "name"));
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *r = sb_k8s_patch(c, path, body, &st, &err);
     free(body);
     if (r == NULL) {
@@ -361,7 +361,7 @@ static void mark_pending(sb_k8s_client *c, const char *ns, const char *name, int
     snprintf(body, sizeof body, "{\"status\":{\"phase\":\"Pending\",\"observedGeneration\":%lld}}",
              (long long)gen);
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *r = sb_k8s_patch(c, path, body, &st, &err);
     if (r == NULL && st != 404)
         sb_log(SB_LOG_WARN, "status patch failed", "pipeline", path, "error", err.msg, NULL);
@@ -471,7 +471,7 @@ static rresult reconcile_finished(op *o, sb_k8s_client *c, const cJSON *obj, con
             char path[600];
             pipeline_path(path, sizeof path, ns, name);
             long hs = 0;
-            sb_err err = {{0}};
+            sb_err err = {0};
             if (sb_k8s_delete(c, path, &hs, &err) != 0 && hs != 404) {
                 sb_log(SB_LOG_WARN, "ttl delete failed", "pipeline", path, "error", err.msg, NULL);
                 return RC_ERROR;
@@ -654,7 +654,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     if (resuming && cpj != NULL) {
         /* the split count is only known after planning: parse with a generous bound first,
          * the scheduler checks the ranges against the plan again */
-        sb_err err = {{0}};
+        sb_err err = {0};
         if (sb_opr_checkpoint_parse(cpj, (size_t)1 << 24, &cp, &err) == 0) {
             have_cp = 1;
         } else {
@@ -695,7 +695,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
                             .on_event = run_event_cb,
                             .ud = e};
     int plan_error = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     /* in the table before start: pod events of adopted pods find it */
     pthread_mutex_lock(&o->mu);
     e->next = o->runs;
@@ -836,7 +836,7 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
 static void *worker_main(void *arg)
 {
     op *o = arg;
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_client *c = sb_k8s_client_new(o->k8s, &err);
     if (c == NULL) {
         sb_log(SB_LOG_ERROR, "reconciler client", "error", err.msg, NULL);

@@ -65,7 +65,7 @@ int sb_opr_event_post(sb_k8s_client *c, const sb_opr_event_ref *ref, const char 
     char path[512];
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/events", ref->namespace);
     long st = 0;
-    sb_err e2 = {{0}};
+    sb_err e2 = {0};
     cJSON *made = sb_k8s_create(c, path, e, &st, &e2);
     cJSON_Delete(e);
     sb_log(strcmp(type, "Warning") == 0 ? SB_LOG_WARN : SB_LOG_INFO, "event", "pipeline", ref->name,

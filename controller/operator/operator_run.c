@@ -257,7 +257,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     for (size_t i = 0; i < r->npools; i++)
         r->pools[i].spec.pool = strcmp(kc.pools[i].pool, "gpu") == 0 ? "gpu" : "cpu";
     if (cfg->resume != NULL) {
-        sb_err e2 = {{0}};
+        sb_err e2 = {0};
         int n = sb_kube_rebind(r->kube, &e2);
         if (n < 0)
             sb_log(SB_LOG_WARN, "rebinding worker pods failed", "pipeline", r->key, "error", e2.msg,
@@ -361,7 +361,7 @@ static void final_start(sb_opr_run *r, sb_storage_kind kind, const sb_sched_outp
 {
     snprintf(r->final_reason, sizeof r->final_reason, "%s", reason ? reason : "");
     snprintf(r->final_message, sizeof r->final_message, "%s", message ? message : "");
-    sb_err e2 = {{0}};
+    sb_err e2 = {0};
     if (kind == SB_STORAGE_NONE) {
         r->final_kind = SB_STORAGE_NONE;
         return;
@@ -493,7 +493,7 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
     char *ranges = NULL;
     sb_sched_output *parts = NULL;
     size_t nparts = 0;
-    sb_err e2 = {{0}};
+    sb_err e2 = {0};
     if (sb_ctl_checkpoint(r->ctl, &ranges, &parts, &nparts, &e2) != 0) {
         sb_log(SB_LOG_WARN, "checkpoint failed", "pipeline", r->key, "error", e2.msg, NULL);
         return -1;
@@ -547,7 +547,7 @@ void sb_opr_run_stop(sb_opr_run *r, int delete_pods)
         return;
     if (delete_pods) {
         sb_ctl_shutdown_workers(r->ctl);
-        sb_err e2 = {{0}};
+        sb_err e2 = {0};
         if (sb_kube_delete_all(r->kube, &e2) < 0)
             sb_log(SB_LOG_WARN, "deleting worker pods failed", "pipeline", r->key, "error", e2.msg,
                    NULL);

@@ -12,6 +12,19 @@ int sb_err_set(sb_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    err->data = 0;
+    return -1;
+}
+
+int sb_err_data(sb_err *err, const char *fmt, ...)
+{
+    if (err == NULL)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    err->data = 1;
     return -1;
 }
 
@@ -33,6 +46,8 @@ int sb_err_wrap(sb_err *err, const char *fmt, ...)
 
 void sb_err_clear(sb_err *err)
 {
-    if (err != NULL)
+    if (err != NULL) {
         err->msg[0] = '\0';
+        err->data = 0;
+    }
 }

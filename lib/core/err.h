@@ -15,16 +15,24 @@
 
 typedef struct sb_err {
     char msg[SB_ERR_MAX];
+    /* Nonzero when the input data itself is bad (invalid UTF-8 or JSON, a record too long, a
+     * malformed csv row): the same input fails the same way every time, so a task that fails
+     * with it is not retried (the controller errors its partitions at once). Set by
+     * sb_err_data(), cleared by sb_err_set() and sb_err_clear(), kept by sb_err_wrap(). */
+    int data;
 } sb_err;
 
 /* Sets err->msg from a printf format (truncated to SB_ERR_MAX-1 bytes). No-op if err is NULL.
  * Always returns -1, so `return sb_err_set(err, ...)` reads naturally. */
 int sb_err_set(sb_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Like sb_err_set(), for an error caused by the input data (see sb_err.data). Returns -1. */
+int sb_err_data(sb_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Prepends "prefix: " to an existing message (for adding context on the way up). */
 int sb_err_wrap(sb_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Clears the message. */
+/* Clears the message and the data flag. */
 void sb_err_clear(sb_err *err);
 
 #endif

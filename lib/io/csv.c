@@ -127,17 +127,17 @@ ssize_t sb_csv_record_len(const char *s, size_t n, const sb_csv_opts *o, bool eo
             if (!q)
                 return (ssize_t)(i + 1);
             if (!o->multiline)
-                return sb_err_set(err,
-                                  "a quoted field holds a line break at byte %zu of the record "
-                                  "(quote not closed on its line; set args.multiline: true for "
-                                  "fields with newlines)",
-                                  i);
+                return sb_err_data(err,
+                                   "a quoted field holds a line break at byte %zu of the record "
+                                   "(quote not closed on its line; set args.multiline: true for "
+                                   "fields with newlines)",
+                                   i);
         }
     }
     if (!eof)
         return 0;
     if (q)
-        return sb_err_set(err, "a quoted field is not closed before the end of the file");
+        return sb_err_data(err, "a quoted field is not closed before the end of the file");
     return (ssize_t)n;
 }
 
@@ -171,7 +171,7 @@ static int each_field(const char *s, size_t n, char delim,
             size_t st = ++pos;
             for (;;) {
                 if (pos >= n)
-                    return sb_err_set(err, "field %zu: quote not closed", idx + 1);
+                    return sb_err_data(err, "field %zu: quote not closed", idx + 1);
                 if (s[pos] == '"') {
                     if (pos + 1 < n && s[pos + 1] == '"') {
                         pos += 2;
@@ -184,17 +184,17 @@ static int each_field(const char *s, size_t n, char delim,
             f = (field){s + st, pos - st, true};
             pos++; /* the closing quote */
             if (pos < n && s[pos] != delim)
-                return sb_err_set(err,
-                                  "field %zu: character '%c' after the closing quote (byte %zu)",
-                                  idx + 1, s[pos], pos);
+                return sb_err_data(err,
+                                   "field %zu: character '%c' after the closing quote (byte %zu)",
+                                   idx + 1, s[pos], pos);
         } else {
             size_t st = pos;
             while (pos < n && s[pos] != delim) {
                 if (s[pos] == '"')
-                    return sb_err_set(err,
-                                      "field %zu: a quote inside an unquoted field (byte %zu); "
-                                      "quote the field and double the quote",
-                                      idx + 1, pos);
+                    return sb_err_data(err,
+                                       "field %zu: a quote inside an unquoted field (byte %zu); "
+                                       "quote the field and double the quote",
+                                       idx + 1, pos);
                 pos++;
             }
             f = (field){s + st, pos - st, false};
@@ -252,12 +252,12 @@ static int add_name(const field *f, size_t idx, void *ud, sb_err *err)
     char *t = field_text(f);
     if (t != NULL && t[0] == '\0') {
         free(t);
-        return sb_err_set(err, "csv header: column %zu has no name", idx + 1);
+        return sb_err_data(err, "csv header: column %zu has no name", idx + 1);
     }
     for (size_t i = 0; t != NULL && i < h->n; i++)
         if (strcmp(h->names[i], t) == 0) {
             int rc =
-                sb_err_set(err, "csv header: column %zu repeats the name \"%.64s\"", idx + 1, t);
+                sb_err_data(err, "csv header: column %zu repeats the name \"%.64s\"", idx + 1, t);
             free(t);
             return rc;
         }
@@ -417,7 +417,7 @@ int sb_csv_record_to_json(const char *s, size_t n, const sb_csv_opts *o, const s
     if (each_field(s, len, o->delim, put_field, &t, err) != 0)
         return -1;
     if (t.k != h->n)
-        return sb_err_set(err, "%zu fields, the header has %zu columns", t.k, h->n);
+        return sb_err_data(err, "%zu fields, the header has %zu columns", t.k, h->n);
     if (buf_putc(out, '}') != 0)
         return sb_err_set(err, "csv: out of memory");
     return 0;
@@ -481,7 +481,7 @@ int sb_csv_write_record(sb_csv_writer *w, const char *json, size_t n, sb_csv_buf
     cJSON *r = cJSON_ParseWithLength(json, n);
     if (!cJSON_IsObject(r)) {
         cJSON_Delete(r);
-        return sb_err_set(err, "not a JSON object: a csv sink writes records that are objects");
+        return sb_err_data(err, "not a JSON object: a csv sink writes records that are objects");
     }
     int rc = 0;
     if (!w->started) {
@@ -494,7 +494,7 @@ int sb_csv_write_record(sb_csv_writer *w, const char *json, size_t n, sb_csv_buf
                 rc = header_add(&w->cols, strdup(c->string), err);
         }
         if (rc == 0 && w->cols.n == 0)
-            rc = sb_err_set(err, "the first record has no fields and args.columns is not set");
+            rc = sb_err_data(err, "the first record has no fields and args.columns is not set");
         if (rc == 0 && w->o->header && put_row_names(out, &w->cols, w->o->delim) != 0)
             rc = sb_err_set(err, "csv: out of memory");
         w->started = rc == 0;
@@ -504,10 +504,10 @@ int sb_csv_write_record(sb_csv_writer *w, const char *json, size_t n, sb_csv_buf
         for (size_t i = 0; !known && i < w->cols.n; i++)
             known = strcmp(w->cols.names[i], c->string) == 0;
         if (!known)
-            rc = sb_err_set(err,
-                            "key \"%.64s\" is not a column (columns come from args.columns or "
-                            "the part's first record)",
-                            c->string);
+            rc = sb_err_data(err,
+                             "key \"%.64s\" is not a column (columns come from args.columns or "
+                             "the part's first record)",
+                             c->string);
     }
     for (size_t i = 0; rc == 0 && i < w->cols.n; i++) {
         if ((i > 0 && buf_putc(out, w->o->delim) != 0) ||

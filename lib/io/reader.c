@@ -139,10 +139,10 @@ static int append_run(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
     if (!sb_utf8_valid(s, n, &bad)) {
         const char *ls = bad > 0 ? memrchr(s, '\n', bad) : NULL;
         size_t line_at = ls != NULL ? (size_t)(ls - s) + 1 : 0;
-        return sb_err_set(err,
-                          "%.300s: byte offset %" PRIu64
-                          ": the line starting at byte offset %" PRIu64 " is not valid UTF-8",
-                          r->sp->path, off + bad, off + line_at);
+        return sb_err_data(err,
+                           "%.300s: byte offset %" PRIu64
+                           ": the line starting at byte offset %" PRIu64 " is not valid UTF-8",
+                           r->sp->path, off + bad, off + line_at);
     }
     return sb_err_wrap(err, "%.300s: lines at byte offset %" PRIu64, r->sp->path, off);
 }
@@ -188,8 +188,8 @@ static int csv_record(rd *r, const char *rec, size_t n, uint64_t off, sb_err *er
 {
     size_t bad;
     if (!sb_utf8_valid(rec, n, &bad))
-        return sb_err_set(err, "%.300s: byte offset %" PRIu64 ": not valid UTF-8", r->sp->path,
-                          off + bad);
+        return sb_err_data(err, "%.300s: byte offset %" PRIu64 ": not valid UTF-8", r->sp->path,
+                           off + bad);
     if (blank(rec, n))
         return 0;
     int rc = 0;
@@ -220,10 +220,10 @@ static int append_csv(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
         uint64_t at = off + pos;
         if (r->pend.len > 0) {
             if (r->pend.len + len > r->max_record)
-                return sb_err_set(err,
-                                  "%.300s: byte offset %" PRIu64 ": a csv record longer than "
-                                  "%zu bytes (args.maxRecordSize)",
-                                  r->sp->path, r->pend_off, r->max_record);
+                return sb_err_data(err,
+                                   "%.300s: byte offset %" PRIu64 ": a csv record longer than "
+                                   "%zu bytes (args.maxRecordSize)",
+                                   r->sp->path, r->pend_off, r->max_record);
             char *p = realloc(r->pend.p, r->pend.len + len);
             if (p == NULL)
                 return sb_err_set(err, "%.300s: out of memory", r->sp->path);
@@ -341,11 +341,11 @@ static int read_lines(rd *r, sb_err *err)
     for (;;) {
         if (len == cap && base + len < sp->file_size) {
             if (cap >= r->max_record) {
-                rc = sb_err_set(err,
-                                "%.300s: byte offset %" PRIu64
-                                ": a record longer than %zu bytes (the limit is 4x "
-                                "partitionSize; set the source's args.maxRecordSize to raise it)",
-                                sp->path, base, r->max_record);
+                rc = sb_err_data(err,
+                                 "%.300s: byte offset %" PRIu64
+                                 ": a record longer than %zu bytes (the limit is 4x "
+                                 "partitionSize; set the source's args.maxRecordSize to raise it)",
+                                 sp->path, base, r->max_record);
                 break;
             }
             size_t ncap = cap * 2 > r->max_record ? r->max_record : cap * 2;
@@ -479,8 +479,8 @@ static int csv_file_header(rd *r, sb_err *err)
         if (want > h.size - h.pos)
             want = (size_t)(h.size - h.pos);
         if (b.len + want > r->max_record) {
-            rc = sb_err_set(err, "%.300s: the csv header row is longer than %zu bytes", r->sp->path,
-                            r->max_record);
+            rc = sb_err_data(err, "%.300s: the csv header row is longer than %zu bytes",
+                             r->sp->path, r->max_record);
             break;
         }
         char *p = realloc(b.p, b.len + want + 1);
@@ -585,10 +585,10 @@ int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_j
     if (rc == 0)
         rc = fmt == SB_FMT_BINARY ? read_binary(&r, rs, err) : read_lines(&r, err);
     if (rc == 0 && r.pend.len > 0)
-        rc = sb_err_set(err,
-                        "%.300s: the csv record at byte offset %" PRIu64
-                        ": a quoted field is not closed before the end of the file",
-                        split->path, r.pend_off);
+        rc = sb_err_data(err,
+                         "%.300s: the csv record at byte offset %" PRIu64
+                         ": a quoted field is not closed before the end of the file",
+                         split->path, r.pend_off);
     if (rc == 0)
         rc = flush(&r, err);
     sb_batch_builder_free(r.b);

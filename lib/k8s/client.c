@@ -162,7 +162,7 @@ static struct curl_slist *headers_for(sb_k8s_client *c, const char *accept, cons
             goto oom;
         h = t;
     }
-    sb_err e = {{0}};
+    sb_err e = {0};
     char *tok = sb_k8s_config_token(c->cfg, &e);
     if (tok == NULL && e.msg[0] != '\0') {
         curl_slist_free_all(h);

@@ -282,7 +282,7 @@ static int kc_blob(const kc *k, const sb_node *m, const char *field, const char 
     }
     if (file != NULL) {
         char *p = kc_path(k, file);
-        sb_err e = {{0}};
+        sb_err e = {0};
         *out = p != NULL ? read_file(p, out_len, &e) : NULL;
         free(p);
         if (*out == NULL) {
@@ -373,7 +373,7 @@ static int kc_load(sb_k8s_config *c, const kc *k, const sb_node *root, const cha
         c->token_file = kc_path(k, token_file);
         if (c->token_file == NULL)
             return sb_err_set(k->err, "kubeconfig %s: out of memory", k->name);
-        sb_err e = {{0}};
+        sb_err e = {0};
         char *t = sb_k8s_config_token(c, &e);
         if (t == NULL) {
             char path[256];
@@ -465,7 +465,7 @@ sb_k8s_config *sb_k8s_config_load_kubeconfig(const char *path, const char *conte
         path = buf;
     }
     size_t len = 0;
-    sb_err e = {{0}};
+    sb_err e = {0};
     char *text = read_file(path, &len, &e);
     if (text == NULL) {
         sb_err_set(err, "kubeconfig %s", e.msg);
@@ -510,7 +510,7 @@ sb_k8s_config *sb_k8s_config_in_cluster(sb_err *err)
         snprintf(c->server, n, "https://[%s]:%s", host, port);
     else
         snprintf(c->server, n, "https://%s:%s", host, port);
-    sb_err e = {{0}};
+    sb_err e = {0};
     snprintf(path, sizeof path, "%s/ca.crt", dir);
     c->ca = read_file(path, &c->ca_len, &e);
     if (c->ca == NULL) {
@@ -603,7 +603,7 @@ char *sb_k8s_config_token(sb_k8s_config *c, sb_err *err)
     pthread_mutex_lock(&c->mu);
     if (c->token_file != NULL &&
         (c->token == NULL || now_s() - c->token_read_at >= (double)c->refresh_ms / 1000.0)) {
-        sb_err e = {{0}};
+        sb_err e = {0};
         char *t = read_file(c->token_file, NULL, &e);
         if (t != NULL)
             rstrip(t, " \t\r\n");

@@ -343,7 +343,7 @@ static int on_chunk(const char *data, size_t len, void *arg)
 
 static int do_list(sb_k8s_informer *inf, sb_k8s_client *c)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *list = sb_k8s_list(c, inf->path, inf->selector, &st, &err);
     if (list == NULL) {
@@ -385,7 +385,7 @@ static int do_watch(sb_k8s_informer *inf, sb_k8s_client *c)
     pthread_mutex_unlock(&inf->mu);
     long st = 0;
     char *ebody = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     double t0 = now_s();
     int rc = sb_k8s_stream(c, p, (inf->watch_timeout_s + 30) * 1000L, on_chunk, inf, &inf->stop,
                            &st, &ebody, &err);
@@ -425,7 +425,7 @@ static int do_watch(sb_k8s_informer *inf, sb_k8s_client *c)
 static void *loop(void *arg)
 {
     sb_k8s_informer *inf = arg;
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_client *c = sb_k8s_client_new(inf->cfg, &err);
     if (c == NULL) {
         sb_log(SB_LOG_ERROR, "k8s informer: no client", "error", err.msg, NULL);

@@ -376,7 +376,7 @@ static void *many_main(void *p)
     pthread_barrier_wait(a->go);
     void *blob;
     size_t len;
-    sb_err err = {{0}};
+    sb_err err = {0};
     a->rc = sb_data_fetch(a->ch, a->id, 0, 0, 60000, NULL, &blob, &len, NULL, &err);
     snprintf(a->msg, sizeof a->msg, "%s", err.msg);
     sb_part_free(blob);

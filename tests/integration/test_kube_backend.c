@@ -173,7 +173,7 @@ static sb_k8s_informer *start_informer(const char *pipeline)
     char sel[128];
     snprintf(sel, sizeof sel, "streambatch.dev/pipeline=%s", pipeline);
     sb_k8s_informer_handlers h = {inf_add, inf_update, inf_delete, NULL};
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_informer *inf = sb_k8s_informer_new(g_cfg, PODS, sel, &h, &err);
     cr_assert_not_null(inf, "%s", err.msg);
     cr_assert_eq(sb_k8s_informer_start(inf, &err), 0, "%s", err.msg);
@@ -192,7 +192,7 @@ static void setup(void)
 {
     char kc[512];
     SB_KC_REQUIRE(kc);
-    sb_err err = {{0}};
+    sb_err err = {0};
     g_cfg = sb_k8s_config_load_kubeconfig(kc, NULL, &err);
     cr_assert_not_null(g_cfg, "%s", err.msg);
     g_c = sb_k8s_client_new(g_cfg, &err);
@@ -249,7 +249,7 @@ static cJSON *pipeline_obj(const char *name, int gpu, const char *tmpl)
 static const char *create_pipeline(const cJSON *obj)
 {
     static char uid[64];
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *made = NULL;
     for (int i = 0; i < 40 && made == NULL; i++) {
@@ -310,7 +310,7 @@ static sb_kube *start_kube(const char *name, const char *uid, const sb_pipeline 
                          .can_remove = can_remove_cb,
                          .ud = &g_rec};
     kc.npools = sb_kube_pools_from_spec(p, kc.pools, 4);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_kube *k = sb_kube_start(&kc, &err);
     cr_assert_not_null(k, "%s", err.msg);
     return k;
@@ -323,7 +323,7 @@ static int api_pods(const char *pipeline, int *running, int *pending)
 {
     char sel[128];
     snprintf(sel, sizeof sel, "streambatch.dev/pipeline=%s", pipeline);
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *l = sb_k8s_list(g_c, PODS, sel, &st, &err);
     cr_assert_not_null(l, "%s", err.msg);
@@ -414,7 +414,7 @@ static int wait_api_pods(const char *pipeline, int want, long limit_ms)
 /* Deletes everything and checks that no pod and no process is left. */
 static void delete_all_and_check(sb_kube *k, const char *pipeline)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     int left = -1;
     long t0 = sb_kc_now_ms();
     while (sb_kc_now_ms() - t0 < 40000) {
@@ -482,7 +482,7 @@ Test(kube, worker_pods_register_and_the_pool_scales)
     decode(o, &d);
     sb_io_split *splits = NULL;
     size_t nsplits = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_io_plan_splits(&d.p.spec.source, &splits, &nsplits, &err), 0, "%s", err.msg);
     sb_sched_split ss[16];
     char *enc[16];
@@ -602,7 +602,7 @@ Test(kube, gpu_pool_without_gpus_stays_bounded_with_the_scheduler_message)
     uint32_t pending = 0, desired = 0, ready = 0;
     long t0 = sb_kc_now_ms();
     while (sb_kc_now_ms() - t0 < 20000) {
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_assert_eq(sb_kube_sync(k, &err), 0, "%s", err.msg);
         sb_kube_pool_status(k, "gpu", &desired, &ready, &pending, why, sizeof why);
         cr_assert_leq(pending, 2);
@@ -620,7 +620,7 @@ Test(kube, gpu_pool_without_gpus_stays_bounded_with_the_scheduler_message)
     cr_expect(strstr(why, "Insufficient nvidia.com/gpu") != NULL, "why: %s", why);
     /* more syncs later still do not pile up pods */
     for (int i = 0; i < 5; i++) {
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_assert_eq(sb_kube_sync(k, &err), 0, "%s", err.msg);
         usleep(200 * 1000);
     }
@@ -660,7 +660,7 @@ static int running_names(const char *pipeline, char names[][64], int cap)
 {
     char sel[128];
     snprintf(sel, sizeof sel, "streambatch.dev/pipeline=%s", pipeline);
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *l = sb_k8s_list(g_c, PODS, sel, &st, &err);
     cr_assert_not_null(l, "%s", err.msg);
@@ -707,7 +707,7 @@ Test(kube, deleted_or_failed_pod_is_reported_and_replaced)
     cr_expect_eq(count_exits(names[0], "deleted"), 1);
     cr_expect_eq(count_events("Warning|WorkerPodFailed", names[0]), 1);
     cr_expect_eq(be.pool_size(be.impl, "cpu"), 1);
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_kube_sync(k, &err), 0, "%s", err.msg);
     cr_assert(wait_pool(k, "cpu", 2, 0, 60000), "the deleted pod was not replaced");
 
@@ -798,7 +798,7 @@ Test(kube, worker_template_and_pod_spec)
 
     char path[300];
     snprintf(path, sizeof path, PODS "/%s", pn);
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *pod = sb_k8s_get(g_c, path, &st, &err);
     cr_assert_not_null(pod, "%s", err.msg);
@@ -935,7 +935,7 @@ static void fake_rebind(sb_rpc_call *call, const uint8_t *req, size_t len, void 
 
 static sb_rpc_server *fake_server(const char *ip, fake_worker *f)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_rpc_server *s = sb_rpc_server_new(NULL, &err);
     cr_assert_not_null(s, "%s", err.msg);
     cr_assert_eq(sb_rpc_server_add_unary(s, SB_RPC_WORKER_REBIND, fake_rebind, f, &err), 0);
@@ -950,7 +950,7 @@ static void pod_ip(const char *pod, char *ip, size_t n)
 {
     char path[300];
     snprintf(path, sizeof path, PODS "/%s", pod);
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *p = sb_k8s_get(g_c, path, &st, &err);
     cr_assert_not_null(p, "%s", err.msg);
@@ -1005,7 +1005,7 @@ Test(kube, adoption_after_failover_and_rebind)
     sb_kube_pool_status(b, "cpu", &desired, &ready, NULL, NULL, 0);
     cr_expect_eq(desired, 3, "adopted pods keep the pool's size");
     cr_expect_eq(ready, 3);
-    sb_err err = {{0}};
+    sb_err err = {0};
     long t0 = sb_kc_now_ms();
     int n = sb_kube_rebind(b, &err);
     fprintf(stderr, "kube: rebind of 3 adopted pods took %ld ms\n", sb_kc_now_ms() - t0);

@@ -40,7 +40,7 @@ static void setup(void)
 {
     char kc[512];
     SB_KC_REQUIRE(kc);
-    sb_err err = {{0}};
+    sb_err err = {0};
     g_cfg = sb_k8s_config_load_kubeconfig(kc, NULL, &err);
     cr_assert_not_null(g_cfg, "%s", err.msg);
 }
@@ -79,7 +79,7 @@ static sb_leader *start(const char *lease, const char *id, cand *c)
                            .on_started = on_started,
                            .on_stopped = on_stopped,
                            .ud = c};
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_leader *l = sb_leader_start(&lc, &err);
     cr_assert_not_null(l, "%s", err.msg);
     return l;
@@ -111,7 +111,7 @@ static long wait_one(sb_leader *a, sb_leader *b, long limit_ms)
 /* The Lease as the API server has it. */
 static cJSON *get_lease(const char *name)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_client *c = sb_k8s_client_new(g_cfg, &err);
     cr_assert_not_null(c, "%s", err.msg);
     char path[256];
@@ -245,7 +245,7 @@ Test(leader, overwritten_lease_stops_the_leader)
     cJSON_DeleteItemFromObject(lease, "metadata");
     char *patch = cJSON_PrintUnformatted(lease);
     cJSON_Delete(lease);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_client *c = sb_k8s_client_new(g_cfg, &err);
     cr_assert_not_null(c, "%s", err.msg);
     long st = 0;
@@ -281,7 +281,7 @@ Test(leader, bad_timings_are_refused)
                            .lease_ms = 2000,
                            .renew_ms = 2000,
                            .retry_ms = 500};
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_expect_null(sb_leader_start(&lc, &err));
     cr_expect(strstr(err.msg, "lease duration > renew deadline > retry period") != NULL, "%s",
               err.msg);

@@ -264,6 +264,29 @@ Test(run, deterministic_op_failure_is_not_retried_and_fails)
     cr_expect_neq(stat(p, &st), 0, "a failed pipeline leaves no _SUCCESS");
 }
 
+/* A source file that is not valid UTF-8 fails in the reader, before any op: a data error as
+ * well, so the task is not retried and the error names the file and byte offset. */
+Test(run, invalid_utf8_in_the_source_is_not_retried)
+{
+    sh("cd %s && printf '{\"n\": 1}\\n{\"n\": \"\\303\\050\"}\\n' > in/zz-utf8.jsonl", dir);
+    write_pipeline("utf8", "  - {name: pick, op: filter, args: {field: n, op: ge, value: 0}}\n",
+                   "  execution: {maxTaskRetries: 3, maxErroredPartitions: 1}\n");
+    char *out;
+    int rc = run_cli("utf8", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "utf8: Succeeded with 1 errored partition in ") != NULL, "%s", out);
+    cr_expect(strstr(out, "zz-utf8.jsonl: byte offset 16") != NULL &&
+                  strstr(out, "is not valid UTF-8") != NULL,
+              "names file and byte: %s", out);
+    free(out);
+    char *r =
+        sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/utf8.summary.json'))"
+                       "['stages'][0]['retries'])\"",
+                       dir);
+    cr_expect_str_eq(r, "0", "a data error in the source is not retried");
+    free(r);
+}
+
 /* maxErroredPartitions >= 1: a malformed line errors its partition (at once: invalid JSON is a
  * data error, no retry), and the run says so everywhere instead of a bare "Succeeded": the
  * summary lists stage, input and first error, the last line counts the errored partitions, and

@@ -817,7 +817,7 @@ typedef struct job {
 static void *job_main(void *arg)
 {
     job *j = arg;
-    sb_err err = {{0}};
+    sb_err err = {0};
     if (j->ch)
         j->rc = sb_data_fetch(j->ch, j->id, j->expected, 0, j->timeout_ms, j->o, &j->blob, &j->len,
                               NULL, &err);

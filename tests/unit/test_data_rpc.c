@@ -120,7 +120,7 @@ static void *slow_main(void *arg)
         .on_chunk = on_chunk_slow, .on_chunk_ud = &j->chunks, .max_retries = -1};
     void *blob = NULL;
     size_t len;
-    sb_err err = {{0}};
+    sb_err err = {0};
     j->rc = sb_data_fetch_addr(j->addr, "s7-t0-p0", 0, 0, 30000, &o, &blob, &len, NULL, &err);
     snprintf(j->msg, sizeof j->msg, "%s", err.msg);
     sb_part_free(blob);

@@ -129,7 +129,7 @@ Test(engine, plan_errors_name_the_source)
     spec_holder h;
     load(&h, "missing", "1Mi");
     sb_engine_plan pl;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_engine_plan_make(&h.p, &pl, &err), -1);
     cr_expect(strncmp(err.msg, "spec.source: ", 13) == 0, "%s", err.msg);
     cr_expect(strstr(err.msg, "missing") != NULL, "%s", err.msg);

@@ -394,6 +394,7 @@ Test(io, long_lines_across_buffers)
                   strstr(e.msg, "longer than 4194304 bytes") != NULL &&
                   strstr(e.msg, "maxRecordSize") != NULL,
               "%s", e.msg);
+    cr_assert(e.data, "a record over the limit is a data error (not retried)");
     coll_free(&got);
     coll_free(&want);
     free(data);
@@ -814,6 +815,7 @@ Test(io, invalid_utf8_names_file_and_offset)
         cr_assert(strstr(e.msg, "byte offset 19") != NULL, "%s", e.msg);
         cr_assert(strstr(e.msg, "line starting at byte offset 15") != NULL, "%s", e.msg);
         cr_assert(strstr(e.msg, "not valid UTF-8") != NULL, "%s", e.msg);
+        cr_assert(e.data, "invalid UTF-8 is a data error (not retried)");
         coll_free(&got);
         /* the split that does not own the bad line reads fine */
         cr_assert_eq(read_range(path, 0, 10, sizeof data - 1, f ? SB_FMT_TEXT : SB_FMT_JSONL, NULL,

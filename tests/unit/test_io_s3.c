@@ -29,7 +29,7 @@ static void up(void)
     sb_minio_env(&mn);
     setenv("SB_IO_RETRIES", "12", 1);
     sb_io_s3_reset_config();
-    sb_err err = {{0}};
+    sb_err err = {0};
     if (sb_io_s3_make_bucket("bkt", &err) != 0)
         cr_assert_fail("make bucket: %s", err.msg);
 }
@@ -51,7 +51,7 @@ static unsigned char pat(uint64_t i, unsigned seed)
 
 static void write_obj(const char *uri, uint64_t size, unsigned seed)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_io_wr *w = NULL;
     cr_assert_eq(sb_io_write_open(uri, &w, &err), 0, "%s", err.msg);
     unsigned char *buf = malloc(1 << 20);
@@ -68,7 +68,7 @@ static void write_obj(const char *uri, uint64_t size, unsigned seed)
 
 static void check_range(const char *uri, uint64_t off, uint64_t end, unsigned seed)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_io_rd *r = NULL;
     cr_assert_eq(sb_io_read_open(uri, off, end, &r, &err), 0, "%s", err.msg);
     unsigned char buf[70000];
@@ -128,7 +128,7 @@ Test(s3offline, sts_request_and_response)
         "<SessionToken>TOK</SessionToken><Expiration>2026-01-02T03:04:05Z</Expiration>"
         "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>";
     sb_aws_creds c;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_aws_sts_parse(ok, &c, &err), 0, "%s", err.msg);
     cr_assert_str_eq(c.key, "ASIAX");
     cr_assert_str_eq(c.secret, "s/e&c");
@@ -199,7 +199,7 @@ Test(s3offline, web_identity_refresh_with_fake_sts)
     sb_io_s3_reset_config();
     sts_ttl = 3600;
     sb_aws_creds c;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_aws_credentials(&c, &err), 0, "%s", err.msg);
     cr_assert_str_eq(c.key, "AK1");
     cr_assert_str_eq(c.token, "ST");
@@ -229,7 +229,7 @@ Test(s3offline, web_identity_refresh_with_fake_sts)
 
 Test(s3, put_stat_list_del)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_io_put("s3://bkt/d/a.txt", "hello", 5, &err), 0, "%s", err.msg);
     cr_assert_eq(sb_io_put("s3://bkt/d/b c+.txt", "hi", 2, &err), 0, "%s", err.msg);
     cr_assert_eq(sb_io_put("s3://bkt/d/_SUCCESS", "", 0, &err), 0, "%s", err.msg);
@@ -280,7 +280,7 @@ static void *put_many(void *a)
     span *s = a;
     for (int i = s->from; i < s->to; i++) {
         char u[64], b[16];
-        sb_err err = {{0}};
+        sb_err err = {0};
         snprintf(u, sizeof u, "s3://bkt/many/o%05d", i);
         int n = snprintf(b, sizeof b, "%d", i);
         if (sb_io_put(u, b, (size_t)n, &err) != 0) {
@@ -307,7 +307,7 @@ Test(s3, list_continuation)
     }
     sb_io_obj *o;
     size_t n;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_io_list("s3://bkt/many/", 0, &o, &n, &err), 0, "%s", err.msg);
     cr_assert_eq(n, N);
     for (size_t i = 0; i < n; i++) {
@@ -331,7 +331,7 @@ Test(s3, ranged_streamed_read)
     check_range("s3://bkt/big", sz - 3, sz, 7);
     check_range("s3://bkt/big", 100, 100, 7);
     /* planned longer than it is: an error, not a short read */
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_io_rd *r;
     char buf[4096];
     cr_assert_eq(sb_io_read_open("s3://bkt/big", sz - 10, sz + 10, &r, &err), 0);
@@ -354,7 +354,7 @@ Test(s3, multipart_abort_cleanup)
     write_obj("s3://bkt/mp/obj", sz, 3);
     uint64_t size = 0;
     int ex = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_io_stat("s3://bkt/mp/obj", &size, &ex, &err), 0, "%s", err.msg);
     cr_assert(ex == 1 && size == sz);
     check_range("s3://bkt/mp/obj", 0, sz, 3);
@@ -403,7 +403,7 @@ Test(s3, server_restart_mid_read_and_write)
 {
     const uint64_t sz = 48ull << 20;
     write_obj("s3://bkt/r", sz, 9);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_io_rd *r;
     cr_assert_eq(sb_io_read_open("s3://bkt/r", 0, sz, &r, &err), 0, "%s", err.msg);
     unsigned char *buf = malloc(1 << 20);
@@ -453,7 +453,7 @@ Test(s3, server_restart_mid_read_and_write)
 
 Test(s3, clear_errors)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_io_obj *o;
     size_t n;
     cr_assert_eq(sb_io_list("s3://nobucket/x/", 0, &o, &n, &err), -1);

@@ -129,7 +129,7 @@ static void setup(void)
              "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
              "current-context: x\n",
              (unsigned)info->port);
-    sb_err err = {{0}};
+    sb_err err = {0};
     g_cfg = sb_k8s_config_parse_kubeconfig(kc, strlen(kc), "mock", NULL, NULL, &err);
     cr_assert_not_null(g_cfg, "%s", err.msg);
     g_c = sb_k8s_client_new(g_cfg, &err);
@@ -152,7 +152,7 @@ Test(k8s_client, retry_after_on_429)
     script(2, r);
     double t0 = now_s();
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *j = sb_k8s_get(g_c, "/api/v1/x", &st, &err);
     double dt = now_s() - t0;
     cr_assert_not_null(j, "%s", err.msg);
@@ -167,7 +167,7 @@ Test(k8s_client, retries_5xx_with_backoff_then_succeeds)
     reply r[] = {{503, NULL, "busy", 0}, {500, NULL, "oops", 0}, {200, NULL, "{}", 0}};
     script(3, r);
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *j = sb_k8s_get(g_c, "/api/v1/x", &st, &err);
     cr_assert_not_null(j, "%s", err.msg);
     cr_expect_eq(g.requests, 3);
@@ -183,7 +183,7 @@ Test(k8s_client, attempts_are_bounded)
     script(1, r);
     sb_k8s_client_set_retry(g_c, 3, 10);
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_expect_null(sb_k8s_get(g_c, "/api/v1/x", &st, &err));
     cr_expect_eq(g.requests, 3, "3 attempts, got %d", g.requests);
     cr_expect_eq(st, 503);
@@ -195,7 +195,7 @@ Test(k8s_client, post_is_not_retried_on_5xx_but_on_429)
     reply r[] = {{500, NULL, "<html>bad gateway</html>", 0}};
     script(1, r);
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *o = cJSON_Parse("{\"metadata\":{\"name\":\"x\"}}");
     cr_expect_null(sb_k8s_create(g_c, "/api/v1/namespaces/d/configmaps", o, &st, &err));
     cr_expect_eq(g.requests, 1, "a POST that may have been applied must not be repeated");
@@ -216,7 +216,7 @@ Test(k8s_client, headers_token_content_type_and_selector)
     reply r[] = {{200, NULL, "{}", 0}};
     script(1, r);
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON_Delete(
         sb_k8s_patch(g_c, "/api/v1/namespaces/d/configmaps/a", "{\"data\":{}}", &st, &err));
     cr_expect_eq(st, 200, "%s", err.msg);
@@ -249,7 +249,7 @@ Test(k8s_client, every_request_has_a_timeout)
     sb_k8s_client_set_retry(g_c, 1, 10);
     long st = 7;
     char *body = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     double t0 = now_s();
     int rc = sb_k8s_request(g_c, "GET", "/slow", NULL, NULL, 300, &st, &body, &err);
     double dt = now_s() - t0;
@@ -275,7 +275,7 @@ Test(k8s_client, update_conflict_callback_can_give_up)
     script(2, r);
     int calls = 0;
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *o = cJSON_Parse("{}");
     cr_expect_null(sb_k8s_update_status(g_c, "/apis/g/v1/namespaces/d/things/p", o, give_up, &calls,
                                         &st, &err));
@@ -312,7 +312,7 @@ Test(k8s_client, stop_flag_ends_a_blocked_stream)
     size_t got = 0;
     long st = 0;
     char *eb = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     double t0 = now_s();
     int rc = sb_k8s_stream(g_c, "/watch", 0, count_chunks, &got, &stop, &st, &eb, &err);
     double dt = now_s() - t0;
@@ -355,7 +355,7 @@ Test(k8s_client, update_conflict_retries_are_bounded)
     script(6, r);
     int calls = 0;
     long st = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *o = cJSON_Parse("{}");
     cr_expect_null(
         sb_k8s_update_retry(g_c, "/api/v1/x", NULL, o, reapply_ok, &calls, 3, &st, &err));

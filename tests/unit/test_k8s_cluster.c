@@ -52,7 +52,7 @@ static void setup(void)
     cr_assert_not_null(st, "the PRE_ALL hook did not run");
     char kc[512];
     snprintf(kc, sizeof kc, "%s/kubeconfig", st);
-    sb_err err = {{0}};
+    sb_err err = {0};
     g_cfg = sb_k8s_config_load_kubeconfig(kc, NULL, &err);
     cr_assert_not_null(g_cfg, "%s", err.msg);
     g_c = sb_k8s_client_new(g_cfg, &err);
@@ -104,7 +104,7 @@ Test(k8s_cluster, version_over_tls_with_client_certificate)
 {
     size_t n;
     cr_expect_not_null(sb_k8s_config_client_cert_pem(g_cfg, &n), "the admin kubeconfig uses certs");
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *v = sb_k8s_get(g_c, "/version", &st, &err);
     cr_assert_not_null(v, "%s", err.msg);
@@ -124,7 +124,7 @@ Test(k8s_cluster, version_over_tls_with_client_certificate)
 
 Test(k8s_cluster, configmap_create_get_list_patch_delete)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *o = configmap("crud-a", "crud", "1");
     cJSON *made = sb_k8s_create(g_c, CM, o, &st, &err);
@@ -189,7 +189,7 @@ static int reapply_data(cJSON *latest, void *arg, sb_err *err)
 
 Test(k8s_cluster, conflict_on_update_is_retried_via_callback)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *o = configmap("conflict", NULL, "1");
     cJSON *stale = sb_k8s_create(g_c, CM, o, &st, &err);
@@ -261,7 +261,7 @@ Test(k8s_cluster, crd_then_pipeline_status_subresource)
     int rc = kubectl(args, &out);
     cr_assert_eq(rc, 0, "applying the CRD failed: %s", out);
     free(out);
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st = 0;
     cJSON *p = example_pipeline("status-test");
     cJSON *made = NULL;
@@ -355,7 +355,7 @@ Test(k8s_cluster, informer_sees_labelled_configmaps_only)
 {
     seen s = {PTHREAD_MUTEX_INITIALIZER, {0}};
     sb_k8s_informer_handlers h = {s_add, s_upd, s_del, &s};
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st;
     cJSON *pre = configmap("inf-pre", "watch", "0");
     cJSON_Delete(sb_k8s_create(g_c, CM, pre, &st, &err));
@@ -417,7 +417,7 @@ Test(k8s_cluster, informer_relists_after_410_gone)
 {
     seen s = {PTHREAD_MUTEX_INITIALIZER, {0}};
     sb_k8s_informer_handlers h = {s_add, s_upd, s_del, &s};
-    sb_err err = {{0}};
+    sb_err err = {0};
     long st;
     cJSON *o = event("gone-real", "m1");
     cJSON_Delete(sb_k8s_create(g_c, EVENTS, o, &st, &err));
@@ -494,7 +494,7 @@ Test(k8s_cluster, in_cluster_config_with_serviceaccount_token)
     setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
     setenv("KUBERNETES_SERVICE_PORT", port, 1);
     setenv("SB_SERVICEACCOUNT_DIR", dir, 1);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_config *cfg = sb_k8s_config_load_default(&err);
     cr_assert_not_null(cfg, "%s", err.msg);
     sb_k8s_client *c = sb_k8s_client_new(cfg, &err);

@@ -72,7 +72,7 @@ static const char *GOOD = "apiVersion: v1\n"
 
 Test(k8s_config, kubeconfig_with_data_fields)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     const char *p = write_file("config", GOOD);
     sb_k8s_config *c = sb_k8s_config_load_kubeconfig(p, NULL, &err);
     cr_assert_not_null(c, "%s", err.msg);
@@ -95,7 +95,7 @@ Test(k8s_config, kubeconfig_with_data_fields)
 
 Test(k8s_config, named_context_with_token_and_default_namespace)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     const char *p = write_file("config", GOOD);
     sb_k8s_config *c = sb_k8s_config_load_kubeconfig(p, "robot", &err);
     cr_assert_not_null(c, "%s", err.msg);
@@ -126,7 +126,7 @@ Test(k8s_config, file_fields_relative_to_the_kubeconfig)
                                           "contexts:\n"
                                           "- {name: x, context: {cluster: c, user: u}}\n"
                                           "current-context: x\n");
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_config *c = sb_k8s_config_load_kubeconfig(p, NULL, &err);
     cr_assert_not_null(c, "%s", err.msg);
     size_t n;
@@ -142,7 +142,7 @@ Test(k8s_config, kubeconfig_env_list_takes_first_existing_file)
     char env[1100];
     snprintf(env, sizeof env, "%s/missing:%s", dir, p);
     setenv("KUBECONFIG", env, 1);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_config *c = sb_k8s_config_load_kubeconfig(NULL, NULL, &err);
     cr_assert_not_null(c, "%s", err.msg);
     cr_expect_str_eq(sb_k8s_config_context(c), "sb");
@@ -168,7 +168,7 @@ Test(k8s_config, token_file_is_reread_when_stale)
                                      "users: [{name: u, user: {tokenFile: tok}}]\n"
                                      "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
                                      "current-context: x\n");
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_config *c = sb_k8s_config_load_kubeconfig(p, NULL, &err);
     cr_assert_not_null(c, "%s", err.msg);
     char *t = sb_k8s_config_token(c, &err);
@@ -198,7 +198,7 @@ Test(k8s_config, in_cluster_from_serviceaccount_dir)
     write_file("ca.crt", "IN-CLUSTER-CA");
     write_file("namespace", "team-a\n");
     setenv("SB_SERVICEACCOUNT_DIR", dir, 1);
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_expect_null(sb_k8s_config_in_cluster(&err));
     cr_expect(strstr(err.msg, "KUBERNETES_SERVICE_HOST") != NULL, "%s", err.msg);
     setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
@@ -301,7 +301,7 @@ Test(k8s_config, broken_kubeconfigs_name_file_field_and_line)
         char name[32];
         snprintf(name, sizeof name, "bad%zu.yaml", i);
         const char *p = write_file(name, BAD[i].text);
-        sb_err err = {{0}};
+        sb_err err = {0};
         sb_k8s_config *c = sb_k8s_config_load_kubeconfig(p, BAD[i].context, &err);
         cr_expect_null(c, "case %zu: broken kubeconfig accepted", i);
         sb_k8s_config_free(c);
@@ -315,7 +315,7 @@ Test(k8s_config, broken_kubeconfigs_name_file_field_and_line)
 
 Test(k8s_config, missing_kubeconfig_names_the_path)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_expect_null(sb_k8s_config_load_kubeconfig("/nonexistent/kubeconfig", NULL, &err));
     cr_expect(strstr(err.msg, "/nonexistent/kubeconfig") && strstr(err.msg, "No such file"), "%s",
               err.msg);

@@ -39,7 +39,7 @@ static void on_delete(const cJSON *o, void *a)
 static sb_k8s_informer *new_inf(rec *r)
 {
     sb_k8s_informer_handlers h = {on_add, on_update, on_delete, r};
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_informer *inf =
         sb_k8s_informer_new(NULL, "/api/v1/namespaces/d/configmaps", "a=b", &h, &err);
     cr_assert_not_null(inf, "%s", err.msg);
@@ -117,7 +117,7 @@ Test(k8s_informer, error_event_410_requests_relist)
 {
     rec r = {{0}};
     sb_k8s_informer *inf = new_inf(&r);
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *empty = cJSON_Parse("{\"metadata\":{\"resourceVersion\":\"5\"},\"items\":[]}");
     cr_assert_eq(sb_k8s_informer_replace(inf, empty, &err), 0, "%s", err.msg);
     cJSON_Delete(empty);
@@ -187,7 +187,7 @@ Test(k8s_informer, replace_diffs_the_cache)
     cJSON *all = sb_k8s_informer_list(inf);
     cr_expect_eq(cJSON_GetArraySize(all), 3);
     cJSON_Delete(all);
-    sb_err err = {{0}};
+    sb_err err = {0};
     cJSON *notlist = cJSON_Parse("{\"items\":7}");
     cr_expect_eq(sb_k8s_informer_replace(inf, notlist, &err), -1);
     cr_expect(strstr(err.msg, "items") != NULL, "%s", err.msg);
@@ -201,7 +201,7 @@ Test(k8s_informer, start_without_config_fails)
 {
     rec r = {{0}};
     sb_k8s_informer *inf = new_inf(&r);
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_expect_eq(sb_k8s_informer_start(inf, &err), -1);
     cr_expect(strstr(err.msg, "no config") != NULL, "%s", err.msg);
     sb_k8s_informer_free(inf);

@@ -20,7 +20,7 @@ static double now_s(void)
 static sb_k8s_queue *new_queue(double qps, double burst)
 {
     sb_k8s_queue_opts o = {.qps = qps, .burst = burst};
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_k8s_queue *q = sb_k8s_queue_new(&o, &err);
     cr_assert_not_null(q, "%s", err.msg);
     return q;

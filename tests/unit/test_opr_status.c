@@ -124,7 +124,7 @@ Test(opr_status, checkpoint_rejects_edited_status)
         cJSON *j = cJSON_Parse(cases[i].json);
         cr_assert_not_null(j);
         sb_opr_checkpoint cp;
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_expect_neq(sb_opr_checkpoint_parse(j, 10, &cp, &err), 0, "accepted %s", cases[i].json);
         cr_expect(strstr(err.msg, cases[i].needle) != NULL, "%s: %s", cases[i].json, err.msg);
         cr_expect_null(cp.parts);

@@ -71,7 +71,7 @@ static const sb_field all_fields[] = {
 
 static void fill_row(sb_batch_builder *b, size_t i)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_batch_builder_append_int(b, 0, (int64_t)i * 1000 - 7, &err), 0, "%s", err.msg);
     if (i % 3 == 1)
         cr_assert_eq(sb_batch_builder_append_null(b, 1, &err), 0, "%s", err.msg);
@@ -105,7 +105,7 @@ static void fill_row(sb_batch_builder *b, size_t i)
 
 static uint8_t *make_blob(size_t rows, size_t *len)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_batch_builder *b = sb_batch_builder_new(all_fields, NF, &err);
     cr_assert_not_null(b, "%s", err.msg);
     for (size_t i = 0; i < rows; i++)
@@ -202,7 +202,7 @@ Test(partition_roundtrip, all_types)
     cr_assert_eq(get64(blob + H_TOTAL), len);
     cr_assert_eq(get64(blob + H_ROWS), ROWS);
     sb_batch *bt;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
     check_batch(bt, ROWS);
     cr_assert_eq(sb_batch_find(bt, "vec"), 5);
@@ -224,7 +224,7 @@ Test(partition_roundtrip, many_rows_and_bitmap_tail)
     size_t len;
     uint8_t *blob = make_blob(1003, &len);
     sb_batch *bt;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
     check_batch(bt, 1003);
     const sb_column *score = sb_batch_column(bt, 1);
@@ -240,7 +240,7 @@ Test(partition_roundtrip, empty_batch)
     size_t len;
     uint8_t *blob = make_blob(0, &len);
     sb_batch *bt;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
     check_batch(bt, 0);
     cr_assert_eq(sb_batch_column(bt, 3)->offsets[0], 0);
@@ -250,7 +250,7 @@ Test(partition_roundtrip, empty_batch)
 
 Test(partition_roundtrip, zero_columns)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_batch_builder *b = sb_batch_builder_new(NULL, 0, &err);
     cr_assert_not_null(b, "%s", err.msg);
     cr_assert_eq(sb_batch_builder_bytes(b), 64);
@@ -274,7 +274,7 @@ Test(partition_roundtrip, zero_columns)
 
 Test(partition_builder, bytes_is_exact_and_finish_resets)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_batch_builder *b = sb_batch_builder_new(all_fields, NF, &err);
     cr_assert_not_null(b);
     size_t prev = sb_batch_builder_bytes(b);
@@ -321,7 +321,7 @@ Test(partition_builder, bytes_is_exact_and_finish_resets)
 
 Test(partition_builder, column_length_mismatch)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_batch_builder *b = sb_batch_builder_new(all_fields, NF, &err);
     fill_row(b, 0);
     cr_assert_eq(sb_batch_builder_append_int(b, 0, 1, &err), 0);
@@ -337,7 +337,7 @@ Test(partition_builder, column_length_mismatch)
 
 Test(partition_builder, append_errors)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_batch_builder *b = sb_batch_builder_new(all_fields, NF, &err);
     cr_assert_eq(sb_batch_builder_append_int(b, 9, 1, &err), -1);
     cr_assert_str_eq(err.msg, "partition builder: column 9 out of range (the batch has 9)");
@@ -382,7 +382,7 @@ Test(partition_builder, append_errors)
 
 Test(partition_builder, field_validation)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     struct {
         sb_field f;
         const char *msg;
@@ -418,7 +418,7 @@ Test(partition_builder, field_validation)
 
 Test(partition_builder, bulk_values_with_validity)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_field fs[] = {
         {.name = "x", .type = SB_TYPE_INT32, .nullable = true},
         {.name = "b", .type = SB_TYPE_BOOL},
@@ -464,7 +464,7 @@ Test(partition_builder, bulk_values_with_validity)
 
 Test(partition_builder, lines_fast_path)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_field f = {.name = "record", .type = SB_TYPE_UTF8};
     sb_batch_builder *b = sb_batch_builder_new(&f, 1, &err);
     const char *in1 = "{\"a\":1}\r\n{\"b\":2}\n\npart";
@@ -510,7 +510,7 @@ Test(partition_builder, lines_fast_path)
 
 Test(partition_builder, truncate_undoes_half_rows)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_batch_builder *b = sb_batch_builder_new(all_fields, NF, &err);
     for (size_t i = 0; i < 12; i++)
         fill_row(b, i);
@@ -541,7 +541,7 @@ Test(partition_builder, new_like_copies_schema)
     size_t len;
     uint8_t *blob = make_blob(3, &len);
     sb_batch *bt;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
     sb_batch_builder *b = sb_batch_builder_new_like(bt, &err);
     cr_assert_not_null(b, "%s", err.msg);
@@ -562,7 +562,7 @@ Test(partition_builder, new_like_copies_schema)
 
 Test(partition_builder, record_column_reserve)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_field f = {.name = "record", .type = SB_TYPE_BINARY, .nullable = true};
     sb_batch_builder *b = sb_batch_builder_new(&f, 1, &err);
     cr_assert_eq(sb_batch_builder_reserve(b, 0, 100000, 1 << 20, &err), 0);
@@ -607,11 +607,11 @@ static const char *open_edited(edit_fn edit, bool reseal, unsigned flags)
     uint8_t *blob = make_blob(ROWS, &len);
     edit(blob, &len);
     if (reseal) {
-        sb_err e = {{0}};
+        sb_err e = {0};
         cr_assert_eq(sb_part_seal(blob, len, &e), 0, "%s", e.msg);
     }
     sb_batch *bt = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     int rc = sb_batch_open_ex(blob, len, flags, &bt, &err);
     if (rc == 0) {
         cr_assert_not_null(bt);
@@ -932,7 +932,7 @@ Test(partition_open, short_unaligned_and_null)
     size_t len;
     uint8_t *blob = make_blob(ROWS, &len);
     sb_batch *bt = (sb_batch *)1;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_batch_open(blob, 10, &bt, &err), -1);
     cr_assert_null(bt);
     cr_assert_str_eq(err.msg, "partition blob: 10 bytes is shorter than the 64-byte fixed header");
@@ -984,7 +984,7 @@ Test(partition_open, seal_and_peek)
     size_t len;
     uint8_t *blob = make_blob(ROWS, &len);
     uint64_t total, rows;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_part_peek(blob, 24, &total, &rows, &err), 0, "%s", err.msg);
     cr_assert_eq(total, len);
     cr_assert_eq(rows, ROWS);
@@ -1015,7 +1015,7 @@ Test(partition_open, seal_and_peek)
 
 Test(partition_open, float_nan_and_extremes_roundtrip)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_field fs[] = {{.name = "d", .type = SB_TYPE_FLOAT64},
                      {.name = "i", .type = SB_TYPE_INT64},
                      {.name = "u32", .type = SB_TYPE_UINT32},

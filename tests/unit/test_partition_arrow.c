@@ -24,7 +24,7 @@ static const sb_field fields[] = {
 
 static void *make_blob(size_t *len)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_batch_builder *b = sb_batch_builder_new(fields, NF, &err);
     cr_assert_not_null(b, "%s", err.msg);
     for (size_t i = 0; i < ROWS; i++) {
@@ -69,7 +69,7 @@ Test(arrow, export_struct_of_columns)
     size_t len;
     void *blob = make_blob(&len);
     sb_batch *bt;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
     struct ArrowSchema s;
     struct ArrowArray a;
@@ -144,7 +144,7 @@ Test(arrow, export_struct_of_columns)
 
 Test(arrow, export_schema_only_and_empty_batch)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_batch_builder *b = sb_batch_builder_new(fields, NF, &err);
     void *blob;
     size_t len;

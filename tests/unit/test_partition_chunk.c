@@ -198,7 +198,7 @@ Test(utf8, matches_a_reference_decoder_on_random_bytes)
 /* A blob of `rows` binary records of varying length (so sizes are not round). */
 static uint8_t *make_blob(size_t rows, size_t *len)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_field f = {.name = "record", .type = SB_TYPE_BINARY};
     sb_batch_builder *b = sb_batch_builder_new(&f, 1, &err);
     cr_assert_not_null(b, "%s", err.msg);
@@ -221,7 +221,7 @@ Test(chunks, iterator_covers_blob)
     uint8_t *blob = make_blob(20000, &len); /* ~3 MiB */
     cr_assert_gt(len, 2 * SB_PART_CHUNK_MAX);
     sb_part_chunk_iter it;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_part_chunks_begin(&it, blob, len, 0, 0, &err), 0, "%s", err.msg);
     sb_part_chunk c;
     size_t n = 0, covered = 0;
@@ -267,7 +267,7 @@ Test(chunks, iterator_covers_blob)
 static uint8_t *assemble(sb_part_asm *a, const uint8_t *blob, size_t len, size_t cs, size_t piece)
 {
     sb_part_chunk_iter it;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_part_chunks_begin(&it, blob, len, cs, sb_part_asm_next_offset(a), &err), 0);
     sb_part_chunk c;
     sb_part_piece pieces[64];
@@ -294,7 +294,7 @@ Test(assembler, roundtrip_pieces_and_small_chunks)
 {
     size_t len;
     uint8_t *blob = make_blob(20000, &len);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_part_asm *a = sb_part_asm_new(64 << 20, &err);
     cr_assert_not_null(a);
     struct {
@@ -330,7 +330,7 @@ Test(assembler, crc_mismatch_names_chunk_and_allows_refetch)
 {
     size_t len;
     uint8_t *blob = make_blob(20000, &len);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_part_asm *a = sb_part_asm_new(64 << 20, &err);
     sb_part_chunk_iter it;
     sb_part_chunk c;
@@ -371,7 +371,7 @@ Test(assembler, resume_after_broken_stream)
 {
     size_t len;
     uint8_t *blob = make_blob(20000, &len);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_part_asm *a = sb_part_asm_new(64 << 20, &err);
     /* First stream: 64 KiB chunks, breaks after 1.5 chunks of the second MiB... */
     sb_part_chunk_iter it;
@@ -416,7 +416,7 @@ Test(assembler, rejects_bad_streams)
 {
     size_t len;
     uint8_t *blob = make_blob(5000, &len);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_part_asm *a = sb_part_asm_new(len - 64, &err);
     sb_part_chunk c = {.index = 0, .offset = 0, .len = 4096, .crc = sb_crc32c(0, blob, 4096)};
     char want[200];
@@ -476,7 +476,7 @@ Test(assembler, reuses_its_buffer_between_partitions)
 {
     size_t l1, l2;
     uint8_t *b1 = make_blob(3000, &l1), *b2 = make_blob(1000, &l2);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_part_asm *a = sb_part_asm_new(64 << 20, &err);
     sb_part_chunk_iter it;
     sb_part_chunk c;
@@ -509,7 +509,7 @@ Test(assembler, bad_resent_chunk_never_touches_verified_bytes)
 {
     size_t len;
     uint8_t *blob = make_blob(20000, &len);
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_part_asm *a = sb_part_asm_new(64 << 20, &err);
     sb_part_chunk_iter it;
     sb_part_chunk c0, c;

@@ -98,7 +98,7 @@ Test(ranges, malformed_input_is_refused_naming_the_piece)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t set[16];
         memset(set, 9, sizeof set);
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_expect_eq(sb_ranges_parse(cases[i].text, set, cases[i].n, &err), -1, "%s",
                      cases[i].text);
         cr_expect(strstr(err.msg, cases[i].needle) != NULL, "\"%s\": got \"%s\", want \"%s\"",

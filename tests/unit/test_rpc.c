@@ -1099,7 +1099,7 @@ static void *wfr_main(void *arg)
 {
     wfr *w = arg;
     sb_rpc_channel *ch = chan(w->target, NULL);
-    sb_err err = {{0}};
+    sb_err err = {0};
     uint8_t *resp;
     size_t n;
     int64_t t0 = now_ms();

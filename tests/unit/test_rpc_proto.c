@@ -197,7 +197,7 @@ Test(rpc_chunk, malformed_inputs)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sb_rpc_piece p = {cases[i].b, cases[i].n};
         sb_rpc_chunk c;
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_assert_eq(sb_rpc_chunk_parse(&p, 1, &c, &err), -1, "%s parsed", cases[i].what);
         cr_assert(strstr(err.msg, cases[i].msg), "%s: message \"%s\"", cases[i].what, err.msg);
     }
@@ -268,7 +268,7 @@ Test(rpc_ids, rejects_malformed)
                                 "s1--t2-p3",
                                 "t1-s2-p3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_assert_eq(sb_rpc_partition_id_parse(bad[i], NULL, NULL, NULL, &err), -1,
                      "\"%s\" accepted", bad[i]);
         cr_assert(err.msg[0], "no message for \"%s\"", bad[i]);
@@ -400,7 +400,7 @@ Test(rpc_msgs, garbage_is_rejected_for_every_message)
     const sb_rpc_method_info *m = sb_rpc_methods(&n);
     for (size_t i = 0; i < n; i++)
         for (size_t g = 0; g < 4; g++) {
-            sb_err err = {{0}};
+            sb_err err = {0};
             ProtobufCMessage *x = sb_rpc_msg_decode(m[i].request, garbage[g], glen[g], &err);
             cr_assert_null(x, "%s accepted garbage %zu", m[i].request->name, g);
             cr_assert(err.msg[0]);
@@ -412,7 +412,7 @@ Test(rpc_msgs, empty_requests_miss_required_fields)
     size_t n;
     const sb_rpc_method_info *m = sb_rpc_methods(&n);
     for (size_t i = 0; i < n; i++) {
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_assert_null(sb_rpc_msg_decode(m[i].request, (const uint8_t *)"", 0, &err),
                        "empty %s accepted", m[i].request->name);
         cr_assert(strstr(err.msg, "missing") || strstr(err.msg, "empty"), "%s", err.msg);

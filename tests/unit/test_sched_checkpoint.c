@@ -599,7 +599,7 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
     sb_sched_split sp[6] = {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/t", .resume = &cases[i].r};
-        sb_err err = {{0}};
+        sb_err err = {0};
         sb_sched *s = sb_sched_new(&cfg, sp, 6, &err);
         cr_expect_null(s, "case %zu", i);
         sb_sched_free(s);

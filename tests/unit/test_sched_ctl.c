@@ -90,7 +90,7 @@ Test(sched_ctl, bad_resume_fails_the_start)
     spec_holder h;
     load(&h);
     sb_sched_resume r = {.epoch = 1, .committed_splits = "2,0"};
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_expect_null(start(&h, &r, &err));
     cr_expect(strstr(err.msg, "resume: split ranges: piece \"0\" is out of order") != NULL, "%s",
               err.msg);

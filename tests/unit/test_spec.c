@@ -40,7 +40,7 @@ Test(quantity, values_as_kubernetes_parses_them)
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         int64_t v = -42, m = -42;
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_expect_eq(sb_quantity_value(ok[i].s, &v, &err), 0, "%s: %s", ok[i].s, err.msg);
         cr_expect_eq(v, ok[i].value, "%s: value %lld, want %lld", ok[i].s, (long long)v,
                      (long long)ok[i].value);
@@ -72,7 +72,7 @@ Test(quantity, invalid_ones_are_rejected_with_a_reason)
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int64_t v = 7;
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_expect_eq(sb_quantity_value(bad[i].s, &v, &err), -1, "%s accepted", bad[i].s);
         cr_expect(strstr(err.msg, bad[i].msg) != NULL, "%s: \"%s\" lacks \"%s\"", bad[i].s, err.msg,
                   bad[i].msg);
@@ -111,14 +111,14 @@ Test(duration, go_syntax)
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         int64_t v = 0;
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_expect_eq(sb_duration_parse(ok[i].s, &v, &err), 0, "%s: %s", ok[i].s, err.msg);
         cr_expect_eq(v, ok[i].ns, "%s: %lld", ok[i].s, (long long)v);
     }
     const char *bad[] = {"", "5", "5min", "1h-30m", "h", "9999999999h", "1.5", "-"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int64_t v;
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_expect_eq(sb_duration_parse(bad[i], &v, &err), -1, "\"%s\" accepted", bad[i]);
         cr_expect(err.msg[0] != '\0');
     }

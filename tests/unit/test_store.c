@@ -113,7 +113,7 @@ static sb_store *open_store(size_t budget, size_t chunk)
     sb_store_config cfg = {
         .memory_budget = budget, .spill_dir = g_dir, .chunk_size = chunk, .free_fn = counting_free};
     sb_store *s = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_open(&cfg, &s, &err), 0, "open: %s", err.msg);
     cr_assert_not_null(s);
     return s;
@@ -122,21 +122,21 @@ static sb_store *open_store(size_t budget, size_t chunk)
 static void put_ok(sb_store *s, const char *id, unsigned seed, size_t len, uint64_t next)
 {
     sb_store_hints h = {.next_needed = next};
-    sb_err err = {{0}};
+    sb_err err = {0};
     int rc = sb_store_put(s, id, make_blob(seed, len), len, &h, &err);
     cr_assert_eq(rc, 0, "put %s: %s", id, err.msg);
 }
 
 static void check_ok(sb_store *s)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_check(s, &err), 0, "%s", err.msg);
 }
 
 static int in_memory(sb_store *s, const char *id)
 {
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, id, &r, &err), 0, "pin %s: %s", id, err.msg);
     int m = sb_store_ref_in_memory(r);
     sb_store_unpin(r);
@@ -150,7 +150,7 @@ static void read_all_check(sb_store_ref *r, unsigned seed, size_t step)
     unsigned char *buf = malloc(step);
     cr_assert_not_null(buf);
     size_t off = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     while (off < len) {
         ssize_t n = sb_store_read(r, off, buf, step, &err);
         cr_assert_gt(n, 0, "read at %zu: %zd %s", off, n, err.msg);
@@ -183,7 +183,7 @@ Test(store, open_close_removes_its_directory)
 Test(store, open_rejects_bad_config)
 {
     sb_store *s = (sb_store *)1;
-    sb_err err = {{0}};
+    sb_err err = {0};
     sb_store_config cfg = {.memory_budget = 1, .spill_dir = NULL};
     cr_assert_eq(sb_store_open(&cfg, &s, &err), -1);
     cr_assert_null(s);
@@ -204,7 +204,7 @@ Test(store, open_creates_missing_spill_dir)
     snprintf(sub, sizeof sub, "%s/spill", g_dir);
     sb_store_config cfg = {.memory_budget = 1, .spill_dir = sub};
     sb_store *s = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_open(&cfg, &s, &err), 0, "%s", err.msg);
     cr_assert_eq(count_files(sub), 1);
     sb_store_close(s);
@@ -216,7 +216,7 @@ Test(store, put_pin_read_in_memory)
     sb_store *s = open_store(64 * KiB, 4 * KiB);
     put_ok(s, "s1-t42-p0", 7, 10000, 0);
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "s1-t42-p0", &r, &err), 0, "%s", err.msg);
     cr_assert(sb_store_ref_in_memory(r));
     cr_assert_eq(sb_store_ref_len(r), 10000);
@@ -249,7 +249,7 @@ Test(store, duplicate_id_is_eexist_and_blob_is_freed)
 {
     sb_store *s = open_store(64 * KiB, 0);
     put_ok(s, "a", 1, 100, 0);
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_put(s, "a", make_blob(2, 50), 50, NULL, &err), SB_STORE_EEXIST);
     cr_assert(strstr(err.msg, "a") != NULL);
     cr_assert_eq(atomic_load(&g_freed_blobs), 1, "the rejected blob is freed by the store");
@@ -274,7 +274,7 @@ Test(store, unknown_id_is_enotfound)
 {
     sb_store *s = open_store(64 * KiB, 0);
     sb_store_ref *r = (sb_store_ref *)1;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "s9-t9-p9", &r, &err), SB_STORE_ENOTFOUND);
     cr_assert_null(r);
     cr_assert(strstr(err.msg, "s9-t9-p9") != NULL, "%s", err.msg);
@@ -290,7 +290,7 @@ Test(store, unknown_id_is_enotfound)
 Test(store, zero_length_partition)
 {
     sb_store *s = open_store(0, 0); /* a zero budget still holds empty partitions */
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_put(s, "empty", NULL, 0, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(sb_store_put(s, "empty2", malloc(1), 0, NULL, &err), 0, "%s", err.msg);
     sb_store_ref *r = NULL;
@@ -343,7 +343,7 @@ Test(store, spill_and_read_back_byte_identical)
     cr_assert(!in_memory(s, "p2"));
 
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "p2", &r, &err), 0, "%s", err.msg);
     cr_assert(!sb_store_ref_in_memory(r));
     cr_assert_null(sb_store_ref_data(r));
@@ -419,7 +419,7 @@ Test(store, release_frees_memory_and_files)
     cr_assert_eq(st.mem_partitions, 2);
     cr_assert_eq(st.disk_partitions, 4);
     cr_assert_eq(count_files(sb_store_spill_path(s)), 4);
-    sb_err err = {{0}};
+    sb_err err = {0};
     for (int i = 0; i < 6; i++) {
         snprintf(id, sizeof id, "s1-t%d-p0", i);
         cr_assert_eq(sb_store_release(s, id, &err), 0, "%s", err.msg);
@@ -440,7 +440,7 @@ Test(store, pinned_partition_is_never_spilled)
     sb_store *s = open_store(200 * KiB, 8 * KiB);
     put_ok(s, "keep", 1, 100 * KiB, 1000); /* the least soon needed of all */
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "keep", &r, &err), 0);
     const void *p = sb_store_ref_data(r);
     char id[32];
@@ -486,7 +486,7 @@ Test(store, release_of_pinned_spilled_partition_keeps_file_until_unpin)
     sb_store *s = open_store(64 * KiB, 8 * KiB);
     put_ok(s, "big", 3, 100 * KiB, 0); /* larger than the budget: straight to disk */
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "big", &r, &err), 0, "%s", err.msg);
     cr_assert(!sb_store_ref_in_memory(r));
     cr_assert_eq(sb_store_release(s, "big", &err), 0);
@@ -523,7 +523,7 @@ Test(store, larger_than_budget_goes_straight_to_disk)
     cr_assert_eq(st.disk_bytes, len);
     cr_assert(in_memory(s, "small"));
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "huge", &r, &err), 0, "%s", err.msg);
     read_all_check(r, 2, chunk);
     read_all_check(r, 2, 50000);
@@ -542,7 +542,7 @@ Test(store, reservation_covers_put)
 {
     sb_store *s = open_store(1000 * KiB, 10 * KiB);
     sb_store_resv *resv = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_reserve(s, 600 * KiB, 0, &resv, &err), 0, "%s", err.msg);
     sb_store_stats st;
     sb_store_get_stats(s, &st);
@@ -584,7 +584,7 @@ Test(store, reserve_times_out_when_everything_is_pinned)
     sb_store *s = open_store(100 * KiB, 4 * KiB);
     put_ok(s, "a", 1, 90 * KiB, 0);
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "a", &r, &err), 0);
     sb_store_resv *resv = NULL;
     struct timespec t0, t1;
@@ -609,7 +609,7 @@ typedef struct {
 static void *reserve_thread(void *p)
 {
     reserve_arg *a = p;
-    sb_err err = {{0}};
+    sb_err err = {0};
     a->rc = sb_store_reserve(a->s, 50 * KiB, -1, &a->resv, &err);
     return NULL;
 }
@@ -619,7 +619,7 @@ Test(store, reserve_waits_for_an_unpin)
     sb_store *s = open_store(100 * KiB, 4 * KiB);
     put_ok(s, "a", 1, 90 * KiB, 0);
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "a", &r, &err), 0);
     reserve_arg a = {.s = s, .rc = 99};
     pthread_t t;
@@ -647,7 +647,7 @@ Test(store, put_slack_of_one_chunk_then_back_under_budget)
     sb_store *s = open_store(100 * KiB, 10 * KiB);
     put_ok(s, "a", 1, 95 * KiB, 0);
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "a", &r, &err), 0);
     put_ok(s, "b", 2, 8 * KiB, 0);
     sb_store_stats st;
@@ -721,7 +721,7 @@ Test(store, corrupted_spill_file_is_detected)
     corrupt_byte(path, st0.st_size - (off_t)len + 5 * (off_t)chunk + 17); /* in chunk 5 */
 
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "s2-t7-p1", &r, &err), 0, "header and size are fine");
     unsigned char buf[4 * KiB];
     cr_assert_eq(sb_store_read(r, 0, buf, sizeof buf, &err), (ssize_t)sizeof buf);
@@ -756,7 +756,7 @@ Test(store, short_spill_file_is_detected)
     cr_assert_eq(stat(path, &st0), 0);
     cr_assert_eq(truncate(path, st0.st_size - 100), 0);
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "s3-t1-p0", &r, &err), SB_STORE_ECORRUPT);
     cr_assert_null(r);
     cr_assert(strstr(err.msg, "s3-t1-p0") != NULL && strstr(err.msg, path) != NULL &&
@@ -777,7 +777,7 @@ Test(store, bad_spill_header_or_missing_file_is_detected)
     sb_store *s = spilled_store("s4-t1-p0", path, sizeof path);
     corrupt_byte(path, 42); /* inside the id */
     sb_store_ref *r = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_pin(s, "s4-t1-p0", &r, &err), SB_STORE_ECORRUPT);
     cr_assert(strstr(err.msg, "header") != NULL && strstr(err.msg, path) != NULL, "%s", err.msg);
     cr_assert_eq(unlink(path), 0);
@@ -796,7 +796,7 @@ Test(store, list_reports_ids_and_sizes)
     put_ok(s, "ccc", 3, 0, 0);
     sb_store_item *items = NULL;
     size_t n = 0;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_list(s, &items, &n, &err), 0);
     cr_assert_eq(n, 3);
     int seen = 0;
@@ -839,7 +839,7 @@ Test(store, odd_ids_make_safe_file_names)
     closedir(d);
     for (unsigned i = 0; i < 4; i++) {
         sb_store_ref *r = NULL;
-        sb_err err = {{0}};
+        sb_err err = {0};
         cr_assert_eq(sb_store_pin(s, ids[i], &r, &err), 0, "%s", err.msg);
         read_all_check(r, i, 700);
         sb_store_unpin(r);
@@ -853,7 +853,7 @@ Test(store, default_free_is_free)
     /* no free_fn: blobs are free()d (valgrind/ASan see a leak or a bad free otherwise) */
     sb_store_config cfg = {.memory_budget = 8 * KiB, .spill_dir = g_dir};
     sb_store *s = NULL;
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_open(&cfg, &s, &err), 0, "%s", err.msg);
     cr_assert_eq(sb_store_put(s, "m", make_blob(1, 4 * KiB), 4 * KiB, NULL, &err), 0);
     cr_assert_eq(sb_store_put(s, "d", make_blob(2, 16 * KiB), 16 * KiB, NULL, &err), 0);
@@ -893,7 +893,7 @@ Test(store, put_survives_release_of_its_partition_during_its_spill)
                            .chunk_size = 10 * KiB,
                            .free_fn = releasing_free,
                            .free_ctx = &c};
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_open(&cfg, &c.s, &err), 0, "%s", err.msg);
     put_ok(c.s, "victim", 1, 95 * KiB, 100);
     c.release_id = "new";
@@ -919,7 +919,7 @@ Test(store, failing_spills_are_errors_and_leave_the_store_consistent)
     snprintf(dir, sizeof dir, "%s", sb_store_spill_path(s));
     cr_assert_eq(rmdir(dir), 0, "the spill directory vanishes (disk trouble)");
 
-    sb_err err = {{0}};
+    sb_err err = {0};
     size_t freed = atomic_load(&g_freed_blobs);
     cr_assert_eq(sb_store_put(s, "b", make_blob(2, 50 * KiB), 50 * KiB, NULL, &err), SB_STORE_EFAIL,
                  "neither a victim nor the new partition can be written");

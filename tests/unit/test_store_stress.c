@@ -164,7 +164,7 @@ static size_t pick_len(model *m)
 
 static void check_model(model *m)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_check(m->s, &err), 0, "op %d: %s", m->op, err.msg);
     sb_store_stats st;
     sb_store_get_stats(m->s, &st);
@@ -229,7 +229,7 @@ static void check_model(model *m)
 
 static void verify_ref(model *m, sb_store_ref *r, const slot *sl)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_ref_len(r), sl->len);
     size_t off = rnd(&m->rng, sl->len + 1);
     size_t len = rnd(&m->rng, 3 * m->chunk);
@@ -265,7 +265,7 @@ static void do_put(model *m, int i, sb_store_resv *resv)
     slot *sl = &m->slots[i];
     size_t len = sl->len;
     sb_store_hints h = {.next_needed = rnd(&m->rng, 100), .resv = resv};
-    sb_err err = {{0}};
+    sb_err err = {0};
     int rc = sb_store_put(m->s, sl->id, make_blob(sl->id, len), len, &h, &err);
     cr_assert_eq(rc, 0, "op %d: put %s (%zu): %s", m->op, sl->id, len, err.msg);
     sl->held = 1;
@@ -273,7 +273,7 @@ static void do_put(model *m, int i, sb_store_resv *resv)
 
 static void random_op(model *m)
 {
-    sb_err err = {{0}};
+    sb_err err = {0};
     int i = (int)rnd(&m->rng, NSLOT);
     slot *sl = &m->slots[i];
     size_t what = rnd(&m->rng, 100);
@@ -387,7 +387,7 @@ static void run_random(uint64_t seed, int ops)
     m->chunk = 16 * KiB;
     m->rng = seed;
     sb_store_config cfg = {.memory_budget = m->budget, .spill_dir = g_dir, .chunk_size = m->chunk};
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_open(&cfg, &m->s, &err), 0, "%s", err.msg);
     for (m->op = 0; m->op < ops; m->op++) {
         random_op(m);
@@ -489,7 +489,7 @@ static void check_ref_data(worker *w, sb_store_ref *r, const char *id)
     unsigned char *buf = malloc(n);
     if (buf == NULL)
         return;
-    sb_err err = {{0}};
+    sb_err err = {0};
     ssize_t got = sb_store_read(r, off, buf, n, &err);
     size_t want = len - off < n ? len - off : n;
     if (got != (ssize_t)want)
@@ -512,7 +512,7 @@ static void *worker_main(void *p)
             snprintf(id, sizeof id, "t%d-p%d", w->tid, (int)rnd(&w->rng, own + 1));
         else
             snprintf(id, sizeof id, "c%d", (int)rnd(&w->rng, NSHARED));
-        sb_err err = {{0}};
+        sb_err err = {0};
         sb_store_ref *r = NULL;
         int rc = 0;
         size_t what = rnd(&w->rng, 100);
@@ -574,7 +574,7 @@ static void *checker_main(void *p)
 {
     shared *sh = p;
     while (!atomic_load(&sh->stop)) {
-        sb_err err = {{0}};
+        sb_err err = {0};
         if (sb_store_check(sh->s, &err) != 0)
             failf(sh, "check: %s", err.msg);
         sb_store_stats st;
@@ -596,7 +596,7 @@ static void run_concurrent(size_t budget, size_t chunk, int ops)
     sh->ops = ops;
     pthread_mutex_init(&sh->fail_mu, NULL);
     sb_store_config cfg = {.memory_budget = budget, .spill_dir = g_dir, .chunk_size = chunk};
-    sb_err err = {{0}};
+    sb_err err = {0};
     cr_assert_eq(sb_store_open(&cfg, &sh->s, &err), 0, "%s", err.msg);
 
     pthread_t checker, th[NTHREADS];

@@ -9,20 +9,6 @@ static const sb_op_impl *const registry[] = {
     &sb_op_filter_impl,   &sb_op_project_impl,
 };
 
-static _Thread_local bool g_data_error;
-
-void sb_op_data_error(void)
-{
-    g_data_error = true;
-}
-
-bool sb_op_data_error_take(void)
-{
-    bool was = g_data_error;
-    g_data_error = false;
-    return was;
-}
-
 const sb_op_impl *sb_op_find(const char *name)
 {
     if (name == NULL)
@@ -57,24 +43,21 @@ int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err)
             if (t != SB_TYPE_BINARY && t != SB_TYPE_UTF8)
                 continue;
             if (i >= 0) {
-                sb_op_data_error();
-                return sb_err_set(err,
-                                  "%s: the input has no \"record\" column and several "
-                                  "binary/utf8 columns",
-                                  op);
+                return sb_err_data(err,
+                                   "%s: the input has no \"record\" column and several "
+                                   "binary/utf8 columns",
+                                   op);
             }
             i = (int)c;
         }
         if (i < 0) {
-            sb_op_data_error();
-            return sb_err_set(err, "%s: the input has no \"record\" column (jsonl records)", op);
+            return sb_err_data(err, "%s: the input has no \"record\" column (jsonl records)", op);
         }
     }
     const sb_column *c = sb_batch_column(in, (size_t)i);
     if (c->type != SB_TYPE_BINARY && c->type != SB_TYPE_UTF8) {
-        sb_op_data_error();
-        return sb_err_set(err, "%s: column \"%.64s\" is %s, not utf8 records", op, c->name,
-                          sb_type_name(c->type));
+        return sb_err_data(err, "%s: column \"%.64s\" is %s, not utf8 records", op, c->name,
+                           sb_type_name(c->type));
     }
     return i;
 }

@@ -116,11 +116,8 @@ int sb_op_run(const sb_op_impl *op, void *state, const sb_batch *in, size_t batc
 int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err);
 
 /* Data errors. An op that fails because of the records themselves (invalid JSON or UTF-8, a
- * record of the wrong kind, no records column) calls sb_op_data_error() as it sets err: such a
+ * record of the wrong kind, no records column) sets err with sb_err_data() (core/err.h): such a
  * failure would repeat on every retry, so the runtime reports it as deterministic and the
- * controller errors the partition at once. The flag is per thread (a task runs on one thread);
- * sb_op_data_error_take() returns it and clears it. */
-void sb_op_data_error(void);
-bool sb_op_data_error_take(void);
+ * controller errors the partition at once. */
 
 #endif

@@ -54,13 +54,11 @@ static int scan_record(const char *op, const sb_column *c, size_t row, const cha
     char msg[160], ex[64];
     size_t bad;
     if (c->type == SB_TYPE_BINARY && !sb_utf8_valid(p, n, &bad)) {
-        sb_op_data_error();
-        return sb_err_set(err, "%s: record %zu is not valid UTF-8 (byte %zu)", op, row, bad);
+        return sb_err_data(err, "%s: record %zu is not valid UTF-8 (byte %zu)", op, row, bad);
     }
     if (sb_op_json_scan(p, n, keys, nkeys, found, top, msg, sizeof msg) != 0) {
-        sb_op_data_error();
-        return sb_err_set(err, "%s: record %zu is not valid JSON (%s): %s", op, row, msg,
-                          excerpt(p, n, ex, sizeof ex));
+        return sb_err_data(err, "%s: record %zu is not valid JSON (%s): %s", op, row, msg,
+                           excerpt(p, n, ex, sizeof ex));
     }
     return 0;
 }
@@ -384,8 +382,7 @@ static int project_process(void *state, const sb_batch *in, size_t first, size_t
         return sb_err_wrap(err, "project");
     for (size_t r = first; r < first + n; r++) {
         if (!sb_column_valid(c, r)) {
-            sb_op_data_error();
-            return sb_err_set(err, "project: record %zu is null", r);
+            return sb_err_data(err, "project: record %zu is null", r);
         }
         size_t len;
         const char *p = sb_column_binary(c, r, &len);
@@ -394,9 +391,8 @@ static int project_process(void *state, const sb_batch *in, size_t first, size_t
             return -1;
         if (top != SB_OP_JSON_OBJECT) {
             char ex[64];
-            sb_op_data_error();
-            return sb_err_set(err, "project: record %zu is a JSON %s, not an object: %s", r,
-                              sb_op_json_type_name(top), excerpt(p, len, ex, sizeof ex));
+            return sb_err_data(err, "project: record %zu is a JSON %s, not an object: %s", r,
+                               sb_op_json_type_name(top), excerpt(p, len, ex, sizeof ex));
         }
         size_t need = 2 + st->enc_total + len;
         if (need > st->cap) {
