@@ -1,5 +1,11 @@
 /* s3.h — extras of the s3 backend (s3.c) beyond store.h, for tests and tools. Configuration
  * comes from the standard AWS environment (see aws.h and docs/pipeline-api.md "S3").
+ *
+ * Fault injection (tests only): when SB_S3_TEST_STOP_FILE names a file, the first process to
+ * finish uploading a multipart part after the file appears removes it and stops itself with
+ * SIGSTOP, its upload still open, so a test can kill a worker exactly mid-upload. One file, one
+ * stop: a test creates it again for the next one. Unset (always, outside tests), it costs one
+ * getenv per uploaded part.
  */
 #ifndef SB_IO_S3_H
 #define SB_IO_S3_H

@@ -2,7 +2,8 @@
  * processes: s3 -> s3 with more than 2,000 input objects, a 1 GiB object read as ranged splits
  * and written back byte for byte (preserveOrder), multipart sink parts, MinIO killed and
  * restarted mid-run, and the errors a new user meets (wrong keys, a missing bucket, an
- * unreachable endpoint) reported naming the URI before any task runs. Inputs are uploaded with
+ * unreachable endpoint) reported naming the URI before any task runs, and workers SIGKILLed in
+ * the middle of a multipart upload. Inputs are uploaded with
  * the curl command line (independent of our S3 client); outputs are checked against the input
  * files on disk. */
 #include <criterion/criterion.h>
@@ -347,12 +348,13 @@ Test(run_s3, csv_from_s3_filter_project_to_csv)
     free(res);
 }
 
-Test(run_s3, workers_killed_during_an_s3_sink_run_leave_identical_output_and_no_uploads)
+Test(run_s3, workers_killed_mid_upload_leave_identical_output_and_no_uploads)
 {
-    /* 6 objects of ~9 MiB: each output part (~9 MiB) goes up as a multipart upload, behind a
-     * slow stage, while workers are killed with SIGKILL. A kill lands inside an upload only by
-     * chance (uploads are short next to the stage); test_io_s3 covers an upload left open
-     * (cleanup aborts it), and commit runs that cleanup. */
+    /* 6 objects of ~9 MiB: each output part (~9 MiB) goes up as a multipart upload (5 MiB
+     * parts), behind a slow stage. Twice, a worker is stopped right after uploading a part
+     * (SB_S3_TEST_STOP_FILE, s3.h), the test sees the open upload in MinIO, and SIGKILLs the
+     * worker: the run re-makes the lost work, the output is identical, and commit's cleanup
+     * aborts the dead worker's upload. */
     sh("cd %s && mkdir kin && python3 -c \"\nimport json\n"
        "for f in range(6):\n  with open('kin/k%%d.jsonl' %% f, 'w') as o:\n"
        "    for i in range(30000):\n      o.write(json.dumps({'id': f*100000+i, 'pad': 'k'*280})"
@@ -363,7 +365,10 @@ Test(run_s3, workers_killed_during_an_s3_sink_run_leave_identical_output_and_no_
                        "  stages: [{name: slow, op: bench.sleep, args: {msPerMB: 150}}]\n"
                        "  sink: {uri: 's3://data/out-kill/', format: jsonl}\n"
                        "  execution: {memoryBudget: 256Mi}\n");
+    char token[600];
+    snprintf(token, sizeof token, "%s/stop.token", dir);
     setenv("SB_S3_MULTIPART_THRESHOLD", "5242880", 1);
+    setenv("SB_S3_TEST_STOP_FILE", token, 1);
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "cd %s && (timeout 200 %s run kill.yaml --cpus 2 > kill.log 2>&1; echo $? > "
@@ -371,29 +376,37 @@ Test(run_s3, workers_killed_during_an_s3_sink_run_leave_identical_output_and_no_
              dir, sb_test_bin("streambatch"));
     cr_assert_eq(system(cmd), 0);
     unsetenv("SB_S3_MULTIPART_THRESHOLD");
+    unsetenv("SB_S3_TEST_STOP_FILE");
     char rcpath[600];
     snprintf(rcpath, sizeof rcpath, "%s/kill.rc", dir);
     int kills = 0;
-    for (int round = 0; round < 3 && kills < 2; round++) {
-        usleep(1500000);
-        if (access(rcpath, F_OK) == 0)
-            break;
-        /* a worker of this run: a child of its `streambatch run` process */
-        char *victim =
-            sb_test_sh_out("for p in $(pgrep -f 'streambatch run kill.yaml'); do pgrep -P $p -f "
-                           "streambatch-worker; done | shuf -n 1");
-        if (victim[0] != '\0') {
-            /* the worker may have exited since pgrep saw it: only a delivered kill counts */
-            char cmd2[128];
-            snprintf(cmd2, sizeof cmd2, "kill -9 %s", victim);
-            char *o = NULL;
-            if (sb_test_run(cmd2, &o) == 0)
-                kills++;
-            free(o);
+    for (int round = 0; round < 2; round++) {
+        sh("touch %s", token);
+        /* a worker of this run (a child of its `streambatch run`) stopped after a part */
+        char *victim = NULL;
+        for (int i = 0; i < 600 && access(rcpath, F_OK) != 0; i++) {
+            victim = sb_test_sh_out(
+                "for p in $(pgrep -f 'streambatch run kill.yaml'); do for c in $(pgrep -P $p -f "
+                "streambatch-worker); do [ \"$(cut -d' ' -f3 /proc/$c/stat 2>/dev/null)\" = T ] "
+                "&& echo $c; done; done | head -1");
+            if (victim[0] != '\0')
+                break;
+            free(victim);
+            victim = NULL;
+            usleep(100000);
         }
+        cr_assert_not_null(victim, "no worker stopped mid-upload (round %d)", round);
+        char *ups = sb_minio_get(&mio, "/data?uploads=");
+        cr_assert(ups != NULL && strstr(ups, "<Upload>") != NULL,
+                  "the stopped worker has an open upload: %s", ups ? ups : "(no answer)");
+        free(ups);
+        char kcmd[128];
+        snprintf(kcmd, sizeof kcmd, "kill -9 %s", victim);
+        cr_assert_eq(system(kcmd), 0);
+        kills++;
         free(victim);
     }
-    cr_assert_gt(kills, 0, "no worker was killed (the run ended too early)");
+    unlink(token);
     for (int i = 0; i < 2000 && access(rcpath, F_OK) != 0; i++)
         usleep(100000);
     char *rc = sb_test_sh_out("cat %s/kill.rc", dir);
