@@ -10,7 +10,7 @@ PKGS=(
   libcriterion-dev
   clang libclang-rt-14-dev clang-format cppcheck
   valgrind openssl python3 curl
-  nginx
+  nginx prometheus
 )
 missing=()
 for p in "${PKGS[@]}"; do
