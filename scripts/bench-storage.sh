@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Storage benchmarks (issue 10), run by `make bench` after the others; prints a markdown section.
-#   1. one 1 GiB jsonl object read from MinIO through a pipeline's source (a filter that keeps
-#      nothing, so the source's read dominates) vs `curl` downloading the same object to /dev/null
+#   1. one 1 GiB jsonl object read from MinIO by the pipeline's source vs `curl` downloading the
+#      same object to /dev/null: the source alone (build/bench/bench_read: the controller's split
+#      plan read by the worker's reader on 2 threads) and a whole `streambatch run` (a filter that
+#      keeps nothing, so the read and the filter's JSON scan are all the work)
 #   2. an s3 -> s3 filter+project pipeline vs the same pipeline file -> file, same data
 # Every pair is measured back to back in this run, ROUNDS times (default 3); medians and the
 # spread are reported. MinIO runs on 127.0.0.1 from scripts/minio.sh's cache, data in a temp dir.
@@ -71,9 +73,13 @@ pipeline fileetl "file://$work/in16/" "file://$work/out-file/" "$etl"
 
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>"$work/last.err" || { cat "$work/last.err" >&2; return 1; }; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
 run() { secs "$bin/streambatch" run "$work/$1.yaml" --cpus 2; }
-declare -a curl_t read_t readf_t s3_t file_t
+benchbin=${SB_BUILD_DIR:-$top/build}/bench/bench_read
+src() { local out; out=$("$benchbin" "$1" jsonl $((64 << 20)) 2) || return 1; sed -n 's/.* seconds=\([0-9.]*\) .*/\1/p' <<<"$out"; }
+declare -a curl_t src_t srcf_t read_t readf_t s3_t file_t
 for r in $(seq "$rounds"); do
   curl_t+=("$(secs s3curl -o /dev/null "$AWS_ENDPOINT_URL/bench/one/big.jsonl")")
+  src_t+=("$(src "s3://bench/one/big.jsonl")")
+  srcf_t+=("$(src "file://$work/in/big.jsonl")")
   read_t+=("$(run read)")
   readf_t+=("$(run readfile)")
   s3_t+=("$(run s3etl)")
@@ -81,7 +87,7 @@ for r in $(seq "$rounds"); do
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
-mc=$(median "${curl_t[@]}"); mr=$(median "${read_t[@]}"); mrf=$(median "${readf_t[@]}"); ms=$(median "${s3_t[@]}"); mf=$(median "${file_t[@]}")
+mc=$(median "${curl_t[@]}"); msr=$(median "${src_t[@]}"); msf=$(median "${srcf_t[@]}"); mr=$(median "${read_t[@]}"); mrf=$(median "${readf_t[@]}"); ms=$(median "${s3_t[@]}"); mf=$(median "${file_t[@]}")
 gbs() { echo "$bytes / $1 / 1000000000" | bc -l | xargs printf '%.2f'; }
 cat <<MD
 
@@ -94,6 +100,8 @@ jsonl (~200-byte records).
 | Benchmark | median s (range) | GB/s | ratio |
 |---|---|---|---|
 | curl GET of the object to /dev/null | $(printf '%.2f' "$mc") ($(range "${curl_t[@]}")) | $(gbs "$mc") | 1.00 |
+| the source alone (bench_read, 2 threads): s3, ranged splits of 64 MiB | $(printf '%.2f' "$msr") ($(range "${src_t[@]}")) | $(gbs "$msr") | $(echo "$mc / $msr" | bc -l | xargs printf '%.2f') of curl |
+| the source alone on the local file (page cache warm) | $(printf '%.2f' "$msf") ($(range "${srcf_t[@]}")) | $(gbs "$msf") | $(echo "$mc / $msf" | bc -l | xargs printf '%.2f') of curl |
 | \`streambatch run\`: s3 source (ranged splits of 64 MiB) -> filter keeping nothing | $(printf '%.2f' "$mr") ($(range "${read_t[@]}")) | $(gbs "$mr") | $(echo "$mc / $mr" | bc -l | xargs printf '%.2f') of curl |
 | the same pipeline on the local file (page cache warm) | $(printf '%.2f' "$mrf") ($(range "${readf_t[@]}")) | $(gbs "$mrf") | s3 source at $(echo "$mrf / $mr" | bc -l | xargs printf '%.2f') of file |
 | file -> filter -> project -> file, 16 files | $(printf '%.2f' "$mf") ($(range "${file_t[@]}")) | $(gbs "$mf") | 1.00 |
