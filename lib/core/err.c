@@ -4,27 +4,30 @@
 #include <stdio.h>
 #include <string.h>
 
-int sb_err_set(sb_err *err, const char *fmt, ...)
+static int vset(sb_err *err, int data, const char *fmt, va_list ap)
 {
     if (err == NULL)
         return -1;
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    err->data = data;
+    return -1;
+}
+
+int sb_err_set(sb_err *err, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    vset(err, 0, fmt, ap);
     va_end(ap);
-    err->data = 0;
     return -1;
 }
 
 int sb_err_data(sb_err *err, const char *fmt, ...)
 {
-    if (err == NULL)
-        return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    vset(err, 1, fmt, ap);
     va_end(ap);
-    err->data = 1;
     return -1;
 }
 

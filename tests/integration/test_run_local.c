@@ -81,6 +81,17 @@ static long summary_num(const char *name, const char *key)
     return n;
 }
 
+/* stages[0].retries of the run's summary */
+static long first_stage_retries(const char *name)
+{
+    char *v = sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/%s.summary.json'))"
+                             "['stages'][0]['retries'])\"",
+                             dir, name);
+    long n = strtol(v, NULL, 10);
+    free(v);
+    return n;
+}
+
 /* sorted multiset of output lines, as a digest */
 static char *output_digest(const char *name)
 {
@@ -279,12 +290,7 @@ Test(run, invalid_utf8_in_the_source_is_not_retried)
                   strstr(out, "is not valid UTF-8") != NULL,
               "names file and byte: %s", out);
     free(out);
-    char *r =
-        sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/utf8.summary.json'))"
-                       "['stages'][0]['retries'])\"",
-                       dir);
-    cr_expect_str_eq(r, "0", "a data error in the source is not retried");
-    free(r);
+    cr_expect_eq(first_stage_retries("utf8"), 0, "a data error in the source is not retried");
 }
 
 /* maxErroredPartitions >= 1: a malformed line errors its partition (at once: invalid JSON is a
@@ -314,12 +320,7 @@ Test(run, errored_partitions_are_reported)
         dir);
     cr_expect_str_eq(m, "1 pick True True");
     free(m);
-    char *r =
-        sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/skip.summary.json'))"
-                       "['stages'][0]['retries'])\"",
-                       dir);
-    cr_expect_str_eq(r, "0", "a data error is not retried");
-    free(r);
+    cr_expect_eq(first_stage_retries("skip"), 0, "a data error is not retried");
 }
 
 /* The part files concatenated in _manifest.json order, against the input lines in input order
