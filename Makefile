@@ -63,6 +63,15 @@ TEST_EXTRA :=
 BUILD_EXTRA :=
 -include tests/k8s/k8s.mk
 
+# `make images`: the controller, worker and worker-gpu images (OCI layout + docker archives in
+# build/images) without a Docker daemon; `make images-test` checks them (part of `make test`).
+.PHONY: images images-test
+images: deps build
+	@scripts/images.sh
+images-test: build
+	@tests/images/test-images.sh
+TEST_EXTRA += images-test
+
 .SECONDARY:
 .PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean
 all: build

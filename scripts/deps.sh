@@ -11,6 +11,7 @@ PKGS=(
   clang libclang-rt-14-dev clang-format cppcheck
   valgrind openssl python3 curl
   nginx prometheus
+  mmdebstrap umoci skopeo runc
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -6,7 +6,7 @@
 # node agent runs as local processes. Checks, in order:
 #   0. without a cluster: the chart's CRD equals api/crd/, helm lint, the rendered RBAC (all
 #      namespaces: ClusterRole; listed namespaces: Roles only), the Dockerfiles' runtime
-#      packages against ldd (deploy/docker/check-libs.sh)
+#      packages against ldd (docker/check-libs.sh)
 #   1. cluster up, helm install, both controller pods Ready, one of them holds the Lease
 #   g. the ServiceAccount can do what the controller needs and nothing else (kubectl auth can-i)
 #   d. the CRD schema rejects a manifest at apply (field named); the controller rejects one the
@@ -271,15 +271,15 @@ two_leaders_refused() {
 }
 check "chart refuses 2 replicas without leader election; 1 replica without it renders" two_leaders_refused
 docker_libs() {
-  "$repo/deploy/docker/check-libs.sh" "$repo/bin" || return 1
+  "$repo/docker/check-libs.sh" "$repo/bin" || return 1
   # and the check catches a wrong list: an extra package and a missing one
-  mkdir -p "$tmp/df" && cp "$repo/deploy/docker/Dockerfile.worker" "$tmp/df/"
-  sed -i 's/^ARG RUNTIME_PACKAGES="/ARG RUNTIME_PACKAGES="libssl3 /; s/ libyaml-0-2//' "$tmp/df/Dockerfile.worker"
-  ! "$repo/deploy/docker/check-libs.sh" "$repo/bin" "$tmp/df" >"$tmp/df/out" 2>&1 &&
+  mkdir -p "$tmp/df" && cp "$repo/docker/images.conf" "$tmp/df/"
+  sed -i '/^worker  *libs/ { s/ libs  */ libs libssl3 /; s/ libyaml-0-2// }' "$tmp/df/images.conf"
+  ! "$repo/docker/check-libs.sh" "$repo/bin" "$tmp/df/images.conf" >"$tmp/df/out" 2>&1 &&
     grep -q 'missing: libyaml-0-2' "$tmp/df/out" && grep -q 'not needed: libssl3' "$tmp/df/out" ||
     { cat "$tmp/df/out"; echo "check-libs.sh accepted a wrong package list"; return 1; }
 }
-check "Dockerfiles install exactly the runtime packages of ldd bin/streambatch-{controller,worker}" docker_libs
+check "docker/images.conf lists exactly the runtime packages of ldd of each image's binaries" docker_libs
 
 # =============================================================================================
 # 1. Cluster, helm install

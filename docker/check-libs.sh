@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Checks that each Dockerfile's runtime stage installs exactly the Debian packages its binary
-# needs (Docker cannot run on the test machine, so this compares against the locally built
-# binaries on the same Debian release as the image, bookworm):
+# Checks that each image of docker/images.conf installs exactly the Debian packages its binaries
+# need (compared against the locally built binaries, on the same Debian release as the images,
+# bookworm; `make images` and the Dockerfiles install that list):
 #   needed  = packages owning the libraries the binary links directly (DT_NEEDED, resolved by
 #             ldd), minus those already in debian:bookworm-slim (BASE below)
-#   listed  = ARG RUNTIME_PACKAGES in the Dockerfile
+#   listed  = the image's libs line in images.conf
 #   needed == listed, and every library ldd resolves (transitively) belongs to BASE or to the
 #   dependency closure of the listed packages, so the image can load the binary.
-#   check-libs.sh [BINDIR [DOCKERFILE_DIR]]  (default: bin, deploy/docker); exit 0 when all match
+#   check-libs.sh [BINDIR [IMAGES_CONF]]  (default: bin, docker/images.conf); exit 0 when all match
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bindir=${1:-$here/../../bin}
-dfdir=${2:-$here}   # where the Dockerfile.* are (the tests also point it at altered copies)
+cfg=${2:-$here/images.conf}   # the tests also point it at altered copies
 # Library packages present in debian:bookworm-slim (Essential, apt and their dependencies).
 BASE="libc6 libgcc-s1 libstdc++6 zlib1g libzstd1 liblzma5 libbz2-1.0 liblz4-1 libxxhash0
 libcrypt1 libselinux1 libpcre2-8-0 libacl1 libattr1 libgmp10 libtinfo6 libsystemd0 libudev1
@@ -49,22 +49,28 @@ print("\n".join(sorted(seen)))
 PY
 }
 
-for df in "$dfdir"/Dockerfile.*; do
-  bin=$(sed -n 's#^COPY --from=build /src/bin/\([a-z-]*\) .*#\1#p' "$df" | head -n 1)
-  listed=$(sed -n 's/^ARG RUNTIME_PACKAGES="\(.*\)"/\1/p' "$df" | tr ' ' '\n' | sed '/^$/d' | sort -u)
-  exe=$bindir/$bin
-  if [[ -z $bin || ! -x $exe ]]; then echo "FAIL $(basename "$df"): binary '$bin' not found in $bindir"; status=1; continue; fi
-  ldd_out=$(ldd "$exe") || { echo "FAIL $(basename "$df"): ldd $exe failed"; status=1; continue; }
-  if grep -q 'not found' <<<"$ldd_out"; then echo "FAIL $bin: unresolved libraries: $(grep 'not found' <<<"$ldd_out")"; status=1; continue; fi
-  needed=()
-  for lib in $(objdump -p "$exe" | awk '/NEEDED/ {print $2}'); do
-    path=$(awk -v l="$lib" '$1 == l && $2 == "=>" {print $3}' <<<"$ldd_out")
-    pkg=$(owner "$path") || { echo "FAIL $bin: no package owns $lib ($path)"; status=1; continue; }
-    grep -qxF "$pkg" <<<"$(tr ' ' '\n' <<<"$BASE")" || needed+=("$pkg")
+# conf IMAGE KIND -> the values of that line of images.conf, one per line
+conf() { awk -v i="$1" -v k="$2" '$1 == i && $2 == k { for (n = 3; n <= NF; n++) print $n }' "$cfg"; }
+
+for img in $(awk '!/^#/ && NF { print $1 }' "$cfg" | uniq); do
+  listed=$(conf "$img" libs | sort -u)
+  needed=(); have_all=1; ldd_all=""
+  for bin in $(conf "$img" bins); do
+    exe=$bindir/$bin
+    if [[ ! -x $exe ]]; then echo "FAIL $img: binary '$bin' not found in $bindir"; have_all=0; continue; fi
+    ldd_out=$(ldd "$exe") || { echo "FAIL $img: ldd $exe failed"; have_all=0; continue; }
+    if grep -q 'not found' <<<"$ldd_out"; then echo "FAIL $bin: unresolved libraries: $(grep 'not found' <<<"$ldd_out")"; have_all=0; continue; fi
+    ldd_all+=$ldd_out$'\n'
+    for lib in $(objdump -p "$exe" | awk '/NEEDED/ {print $2}'); do
+      path=$(awk -v l="$lib" '$1 == l && $2 == "=>" {print $3}' <<<"$ldd_out")
+      pkg=$(owner "$path") || { echo "FAIL $bin: no package owns $lib ($path)"; have_all=0; continue; }
+      grep -qxF "$pkg" <<<"$(tr ' ' '\n' <<<"$BASE")" || needed+=("$pkg")
+    done
   done
+  if ((!have_all)); then status=1; continue; fi
   need_s=$(printf '%s\n' "${needed[@]}" | sed '/^$/d' | sort -u)
   if [[ $need_s != "$listed" ]]; then
-    echo "FAIL $(basename "$df"): RUNTIME_PACKAGES must be \"$(tr '\n' ' ' <<<"$need_s" | sed 's/ $//')\""
+    echo "FAIL $img: its libs line in $(basename "$cfg") must be \"$(tr '\n' ' ' <<<"$need_s" | sed 's/ $//')\""
     echo "  missing: $(comm -23 <(echo "$need_s") <(echo "$listed") | tr '\n' ' ')"
     echo "  not needed: $(comm -13 <(echo "$need_s") <(echo "$listed") | tr '\n' ' ')"
     status=1; continue
@@ -74,10 +80,10 @@ for df in "$dfdir"/Dockerfile.*; do
   bad=0
   while read -r path; do
     [[ -n $path ]] || continue
-    pkg=$(owner "$path") || { echo "FAIL $bin: no package owns $path"; bad=1; continue; }
-    grep -qxF "$pkg" <<<"$have" || { echo "FAIL $bin: $path ($pkg) would be missing in the image"; bad=1; }
-  done < <(awk '$2 == "=>" {print $3}' <<<"$ldd_out")
+    pkg=$(owner "$path") || { echo "FAIL $img: no package owns $path"; bad=1; continue; }
+    grep -qxF "$pkg" <<<"$have" || { echo "FAIL $img: $path ($pkg) would be missing in the image"; bad=1; }
+  done < <(awk '$2 == "=>" {print $3}' <<<"$ldd_all" | sort -u)
   if ((bad)); then status=1; continue; fi
-  echo "ok $(basename "$df"): $bin needs [$(tr '\n' ' ' <<<"$need_s" | sed 's/ $//')] beyond debian:bookworm-slim; $(grep -c '=>' <<<"$ldd_out") libraries resolved"
+  echo "ok $img: [$(conf "$img" bins | tr '\n' ' ' | sed 's/ $//')] need [$(tr '\n' ' ' <<<"$need_s" | sed 's/ $//')] beyond debian:bookworm-slim; $(awk '$2 == "=>" {print $3}' <<<"$ldd_all" | sort -u | wc -l) libraries resolved"
 done
 exit $status
