@@ -7,8 +7,10 @@
 #   cluster.sh down   stop what `up` started (recorded pids only) and remove $STATE
 #   cluster.sh status
 #
-# STATE is ${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}. Every wait is bounded; a
-# component that fails to start has its log tail printed.
+# STATE is ${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}. Every wait is bounded. etcd or
+# kube-apiserver exiting during start-up is started again on fresh ports (up to 3 starts); a
+# component that fails to start has its log tail printed and all logs copied to
+# ${SB_K8S_KEEP_LOGS:-/tmp/sb-k8s-failed-starts}/, which `down` does not remove.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,11 +36,22 @@ live_pid() {
   echo "$pid"
 }
 
+# Logs of a failed start are copied here before anything removes $STATE (the callers' cleanup
+# runs `down`), so the cause of a rare failure can still be read afterwards.
+KEEP_LOGS=${SB_K8S_KEEP_LOGS:-/tmp/sb-k8s-failed-starts}
+
+keep_logs() { # -> the directory the logs were copied to
+  local d
+  d=$KEEP_LOGS/$(basename "$STATE")-$(date +%Y%m%d-%H%M%S)-$$
+  mkdir -p "$d" && cp -r "$STATE/logs/." "$d/" 2>/dev/null
+  echo "$d"
+}
+
 fail_component() { # NAME MESSAGE: report, stop what was started, keep the logs
   log "ERROR: $1: $2; last lines of $STATE/logs/$1.log:"
-  tail -n 40 "$STATE/logs/$1.log" >&2 || true
+  tail -n 60 "$STATE/logs/$1.log" >&2 || true
   stop_all
-  log "stopped the components started so far; logs kept in $STATE/logs ('make cluster-down' removes them)"
+  log "stopped the components started so far; logs copied to $(keep_logs)"
   exit 1
 }
 
@@ -48,15 +61,45 @@ start() { # NAME PROGRAM ARGS...
   echo "$! $1" >"$STATE/pids/$name.pid"
 }
 
-# wait_for NAME SECONDS COMMAND...: retry COMMAND until it succeeds; fail NAME (with its log)
-# if its process died or the time ran out.
-wait_for() {
+# wait_up NAME SECONDS COMMAND...: retry COMMAND until it succeeds: 0; 1 if NAME's process
+# died first, 2 if the time ran out.
+wait_up() {
   local name=$1 secs=$2; shift 2
   local end=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
-    live_pid "$name" >/dev/null || fail_component "$name" "exited during start-up"
-    ((SECONDS < end)) || fail_component "$name" "not ready after ${secs}s"
+    live_pid "$name" >/dev/null || return 1
+    ((SECONDS < end)) || return 2
     sleep 0.2
+  done
+}
+
+# wait_for NAME SECONDS COMMAND...: wait_up, failing NAME (with its log) if it did not come up.
+wait_for() {
+  local rc=0
+  wait_up "$@" || rc=$?
+  ((rc == 1)) && fail_component "$1" "exited during start-up"
+  ((rc == 2)) && fail_component "$1" "not ready after ${2}s"
+  return 0
+}
+
+# start_retry NAME TRIES STARTFN SECONDS READYFN: STARTFN starts NAME (on ports it picks
+# itself), READYFN tells when it is ready. A process that exits during start-up is safe to
+# start again here (etcd starts from an empty data dir, the others keep no state): its log is
+# printed and kept (logs/NAME.exit-N.log, and a copy under $KEEP_LOGS that `down` leaves), and
+# it gets up to TRIES starts, each on fresh ports.
+start_retry() {
+  local name=$1 tries=$2 startfn=$3 secs=$4 readyfn=$5 n rc
+  for ((n = 1; ; n++)); do
+    "$startfn"
+    rc=0
+    wait_up "$name" "$secs" "$readyfn" || rc=$?
+    ((rc == 0)) && return 0
+    ((rc == 2)) && fail_component "$name" "not ready after ${secs}s"
+    ((n < tries)) || fail_component "$name" "exited during start-up ($n starts)"
+    cp "$STATE/logs/$name.log" "$STATE/logs/$name.exit-$n.log"
+    log "$name exited during start-up (start $n of $tries); last lines of its log:"
+    tail -n 30 "$STATE/logs/$name.log" >&2 || true
+    log "starting $name again on fresh ports (logs so far copied to $(keep_logs))"
   done
 }
 
@@ -134,28 +177,37 @@ up() {
   ln -sfn "$BIN" "$STATE/bin"
   gen_certs
   local ETCD_PORT PEER_PORT KCM_PORT SCHED_PORT p=$STATE/pki
-  ETCD_PORT=$(pick_port); PEER_PORT=$(pick_port); API_PORT=$(pick_port)
   KCM_PORT=$(pick_port); SCHED_PORT=$(pick_port)
-  echo "$API_PORT" >"$STATE/apiserver.port"
 
-  start etcd "$BIN/etcd" --name sb --data-dir "$STATE/etcd" --unsafe-no-fsync --log-level warn \
-    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
-    --initial-cluster "sb=http://127.0.0.1:$PEER_PORT" --listen-metrics-urls "" --quota-backend-bytes 2147483648
-  wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+  start_etcd() {
+    ETCD_PORT=$(pick_port); PEER_PORT=$(pick_port)
+    rm -rf "$STATE/etcd"
+    start etcd "$BIN/etcd" --name sb --data-dir "$STATE/etcd" --unsafe-no-fsync --log-level warn \
+      --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+      --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
+      --initial-cluster "sb=http://127.0.0.1:$PEER_PORT" --listen-metrics-urls "" --quota-backend-bytes 2147483648
+  }
+  etcd_ready() { curl -fsS "http://127.0.0.1:$ETCD_PORT/health"; }
+  start_retry etcd 3 start_etcd 30 etcd_ready
   log "etcd ready on 127.0.0.1:$ETCD_PORT ($((SECONDS - t0))s)"
 
   local issuer=https://kubernetes.default.svc.cluster.local
-  start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
-    --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" --client-ca-file "$p/ca.crt" \
-    --authorization-mode RBAC --allow-privileged=true \
-    --service-account-issuer "$issuer" --api-audiences "$issuer" \
-    --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
-    --cert-dir "$STATE/apiserver" --profiling=false --v 1
-  wait_for kube-apiserver "$START_TIMEOUT" curl -fsS --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" \
-    "https://127.0.0.1:$API_PORT/readyz"
+  start_apiserver() {
+    API_PORT=$(pick_port)
+    echo "$API_PORT" >"$STATE/apiserver.port"
+    start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+      --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+      --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" --client-ca-file "$p/ca.crt" \
+      --authorization-mode RBAC --allow-privileged=true \
+      --service-account-issuer "$issuer" --api-audiences "$issuer" \
+      --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
+      --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
+      --cert-dir "$STATE/apiserver" --profiling=false --v 1
+  }
+  apiserver_ready() {
+    curl -fsS --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" "https://127.0.0.1:$API_PORT/readyz"
+  }
+  start_retry kube-apiserver 3 start_apiserver "$START_TIMEOUT" apiserver_ready
   log "kube-apiserver ready on https://127.0.0.1:$API_PORT ($((SECONDS - t0))s)"
   kubeconfig "$STATE/admin.kubeconfig" admin
   kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
