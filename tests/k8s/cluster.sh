@@ -306,6 +306,18 @@ stop_all() {
       kill -KILL "$pid" 2>/dev/null || true
     fi
   done
+  # Containers run from OCI images (runc) and the overlay roots of an agent that died
+  local id m
+  if [[ -d $STATE/runc ]] && command -v runc >/dev/null; then
+    for id in $(runc --root "$STATE/runc" list -q 2>/dev/null); do
+      log "container $id left behind: runc delete --force"
+      runc --root "$STATE/runc" delete --force "$id" >/dev/null 2>&1 || true
+    done
+  fi
+  for m in $(awk -v s="$STATE/" 'index($2, s) == 1 { print $2 }' /proc/mounts | sort -r); do
+    log "mount $m left behind: umount"
+    umount -l "$m" 2>/dev/null || true
+  done
 }
 
 status() {

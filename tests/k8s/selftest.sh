@@ -240,6 +240,44 @@ EOF
 }
 check "a pod reaches the API server with its service-account token (RBAC applies)" sa_token
 
+# ---- 8b. A pod from an OCI image (make images; the table's sb-oci/* rule) runs under runc with
+# the pod's user, a read-only root, an emptyDir, env from a Secret, a configMap volume and the
+# service-account token at the standard path, with no capabilities left.
+version=$(sed -n 's/^#define SB_VERSION "\(.*\)"/\1/p' "$here/../../cmd/version.h")
+oci_pod() {
+  "$here/../../scripts/images.sh" >"$tmp/images.log" 2>&1 || { tail -20 "$tmp/images.log"; return 1; }
+  kubectl create secret generic oci-s --from-literal=v=secret-value &&
+    kubectl create configmap oci-c --from-literal=key=cfg-value || return 1
+  sed "s/@VERSION@/$version/" <<'EOF' | kubectl apply -f - || return 1
+apiVersion: v1
+kind: Pod
+metadata: {name: oci}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532}
+  containers:
+  - name: c
+    image: sb-oci/worker:@VERSION@
+    command: [/bin/sh, -c]
+    args:
+    - 'echo "uid=$(id -u)"; touch /tmp/x && echo tmp-writable; touch /usr/x 2>/dev/null || echo root-readonly; echo "secret=$S"; echo "cfg=$(cat /cfg/key)"; test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo token-ok; /usr/local/bin/streambatch-worker --version; grep CapEff /proc/self/status'
+    env: [{name: S, valueFrom: {secretKeyRef: {name: oci-s, key: v}}}]
+    securityContext: {readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+    volumeMounts: [{name: tmp, mountPath: /tmp}, {name: cfg, mountPath: /cfg}]
+  volumes: [{name: tmp, emptyDir: {}}, {name: cfg, configMap: {name: oci-c}}]
+EOF
+  until_ok 60 bash -c '[[ $(kubectl get pod oci -o "jsonpath={.status.phase}") == Succeeded ]]' ||
+    { kubectl get pod oci -o yaml | tail -30; cat "$STATE"/pods/default_oci_*/c.log; return 1; }
+  local log want
+  log=$(cat "$STATE"/pods/default_oci_*/c.log)
+  echo "$log"
+  for want in uid=65532 tmp-writable root-readonly secret=secret-value cfg=cfg-value token-ok \
+    "streambatch-worker $version" "CapEff:	0000000000000000"; do
+    grep -qxF "$want" <<<"$log" || { echo "missing: $want"; return 1; }
+  done
+}
+check "a pod from the worker's OCI image runs under runc (user, read-only root, volumes, Secret env, token, no capabilities)" oci_pod
+
 # ---- 9. cluster-down stops everything that cluster-up started.
 cluster_down_clean() {
   local pids=() f pid left=()
@@ -253,6 +291,7 @@ cluster_down_clean() {
     { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qxF "SB_CLUSTER_DIR=$STATE" && left+=("${f//[^0-9]/}")
   done
   ((${#left[@]} == 0)) || { echo "left running: ${left[*]}"; ps -o pid,args -p "${left[@]}"; return 1; }
+  ! grep -qF " $STATE/" /proc/mounts || { echo "mounts left: $(grep -F " $STATE/" /proc/mounts)"; return 1; }
   [[ ! -e $STATE ]] || { echo "$STATE still exists"; return 1; }
 }
 # leave one pod running so that the agent has something to stop
@@ -264,6 +303,14 @@ spec:
   containers: [{name: c, image: busybox, command: [sh, -c, 'sleep 3600 & sleep 3600']}]
 EOF
 kubectl wait --for=condition=Ready pod/survivor --timeout=60s >/dev/null
+sed "s/@VERSION@/$version/" <<'EOF' | kubectl apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: oci-survivor}
+spec:
+  containers: [{name: c, image: "sb-oci/worker:@VERSION@", command: [/bin/sh, -c, 'sleep 3600 & sleep 3600']}]
+EOF
+kubectl wait --for=condition=Ready pod/oci-survivor --timeout=60s >/dev/null
 check "cluster-down leaves no process behind" cluster_down_clean
 
 finish

@@ -32,8 +32,9 @@ type ctr struct {
 	restarts int32
 	ready    bool
 	started  bool
-	image    string // program that stands for the image
-	cid      string // containerID of the running instance
+	image    string  // program that stands for the image
+	img      *ociImg // the OCI image it runs from, when the image table says oci:
+	cid      string  // containerID of the running instance
 	logPath  string
 }
 
@@ -456,6 +457,13 @@ func (r *podRunner) prepare(c *ctr) (argv, env []string, dir, reason string, err
 	if !ok {
 		return nil, nil, "", "ErrImagePull", fmt.Errorf("image %q is not in the agent's image table", c.spec.Image)
 	}
+	var img *ociImg
+	if ref := ociRef(entry, c.spec.Image); ref != "" {
+		if img, err = r.a.image(ref); err != nil {
+			return nil, nil, "", "ErrImagePull", err
+		}
+		entry = img.entry()
+	}
 	env, vars, err := r.containerEnv(c)
 	if err != nil {
 		return nil, nil, "", "CreateContainerConfigError", err
@@ -463,19 +471,32 @@ func (r *podRunner) prepare(c *ctr) (argv, env []string, dir, reason string, err
 	expand := func(s string) string {
 		return expandVars(s, func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
 	}
-	argv, err = containerArgv(entry, &c.spec, expand)
+	if img != nil {
+		argv, err = ociArgv(entry, &c.spec, expand)
+		env = ociEnv(img, env)
+		dir = c.spec.WorkingDir
+		if dir == "" {
+			dir, _ = img.process()["cwd"].(string)
+		}
+		if dir == "" {
+			dir = "/"
+		}
+	} else {
+		argv, err = containerArgv(entry, &c.spec, expand)
+		dir = r.dir
+		if wd := c.spec.WorkingDir; wd != "" {
+			if st, err := os.Stat(wd); err == nil && st.IsDir() {
+				dir = wd
+			}
+		}
+	}
 	if err != nil {
 		return nil, nil, "", "CreateContainerError", err
 	}
 	r.mu.Lock()
 	c.image = entry[0]
+	c.img = img
 	r.mu.Unlock()
-	dir = r.dir
-	if wd := c.spec.WorkingDir; wd != "" {
-		if st, err := os.Stat(wd); err == nil && st.IsDir() {
-			dir = wd
-		}
-	}
 	return argv, env, dir, "", nil
 }
 
@@ -487,8 +508,26 @@ func (r *podRunner) execute(c *ctr, argv, env []string, dir string) (int32, erro
 		return -1, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, dir, logf, logf
+	r.mu.Lock()
+	img := c.img
+	r.mu.Unlock()
+	var cmd *exec.Cmd
+	ociID := ""
+	if img != nil {
+		bundle, cleanup, err := r.ociBundle(c, img, argv, env, dir)
+		if err != nil {
+			return -1, err
+		}
+		defer cleanup()
+		ociID = filepath.Base(bundle)
+		cmd = r.a.runcCmd(bundle, ociID)
+		cmd.Env = []string{"PATH=" + defaultPath, "SB_CLUSTER_DIR=" + r.a.stateDir}
+		defer r.a.runcDelete(ociID)
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.Env, cmd.Dir = env, dir
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return -1, err
@@ -535,11 +574,14 @@ func (r *podRunner) execute(c *ctr, argv, env []string, dir string) (int32, erro
 	case werr = <-waitCh:
 	case <-liveFail:
 		reason = "liveness probe failed"
-		werr = r.kill(pid, waitCh, r.grace())
+		werr = r.stop(pid, ociID, waitCh, r.grace())
 	case <-r.stopCh:
-		werr = r.kill(pid, waitCh, r.grace())
+		werr = r.stop(pid, ociID, waitCh, r.grace())
 	case <-r.a.ctx.Done():
-		werr = r.kill(pid, waitCh, 3*time.Second)
+		werr = r.stop(pid, ociID, waitCh, 3*time.Second)
+	}
+	if ociID != "" {
+		r.a.runcSignal(ociID, syscall.SIGKILL) // what the container left behind
 	}
 	close(probesDone)
 	_ = syscall.Kill(-pid, syscall.SIGKILL) // whatever the container left behind in its group
@@ -559,6 +601,23 @@ func (r *podRunner) execute(c *ctr, argv, env []string, dir string) (int32, erro
 		c.ready = false
 	})
 	return code, nil
+}
+
+// stop ends a container instance: SIGTERM (through runc for an OCI container), SIGKILL after
+// the grace period.
+func (r *podRunner) stop(pid int, ociID string, waitCh <-chan error, grace time.Duration) error {
+	if ociID != "" {
+		r.a.runcSignal(ociID, syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case err := <-waitCh:
+			return err
+		case <-t.C:
+			r.a.runcSignal(ociID, syscall.SIGKILL)
+		}
+	}
+	return r.kill(pid, waitCh, grace)
 }
 
 func (r *podRunner) grace() time.Duration {
