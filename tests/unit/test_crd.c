@@ -274,3 +274,57 @@ Test(crd, every_field_is_documented)
     }
     free(buf);
 }
+
+/* `kubectl explain pipeline --recursive` shows each property's description: every property of
+ * the schema (spec and status, array items' properties included) must have a non-empty one.
+ * The root's metadata is the exception: the API server refuses anything but name and
+ * generateName restrictions there ("metadata is implicitly specified"), a description too. */
+static size_t described, undescribed;
+
+static void expect_descriptions(const sb_node *schema, const char *path)
+{
+    if (schema == NULL || schema->kind != SB_NODE_MAP)
+        return;
+    const sb_node *props = sb_node_get(schema, "properties");
+    for (size_t k = 0; props != NULL && props->kind == SB_NODE_MAP && k < props->n; k++) {
+        const char *name = props->keys[k]->text;
+        const sb_node *prop = props->items[k];
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", name);
+        if (*path == '\0' && strcmp(name, "metadata") == 0)
+            continue;
+        const char *desc = str_of(prop, "description");
+        int ok = desc != NULL && strspn(desc, " \t\n") < strlen(desc);
+        if (ok)
+            described++;
+        else
+            undescribed++;
+        cr_expect(ok, "%s: no description (kubectl explain shows nothing)", sub);
+        expect_descriptions(prop, sub);
+        char items[520];
+        snprintf(items, sizeof items, "%s[]", sub);
+        expect_descriptions(sb_node_get(prop, "items"), items);
+        expect_descriptions(sb_node_get(prop, "additionalProperties"), sub);
+    }
+}
+
+Test(crd, every_property_has_a_description)
+{
+    char path[512], *buf, msg[256];
+    size_t len;
+    snprintf(path, sizeof path, "%s/api/crd/pipelines.streambatch.dev.yaml", sb_test_root());
+    cr_assert_eq(sb_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s", msg);
+    sb_doc *d = sb_doc_parse_yaml(buf, len, NULL);
+    cr_assert_null(sb_doc_error(d, NULL, NULL));
+    const sb_node *v = sb_node_get(sb_node_get(sb_doc_root(d, 0), "spec"), "versions")->items[0];
+    const sb_node *root = sb_node_get(sb_node_get(v, "schema"), "openAPIV3Schema");
+    cr_assert_not_null(root);
+    described = undescribed = 0;
+    expect_descriptions(root, "");
+    cr_expect_eq(undescribed, 0, "%zu of %zu properties have no description", undescribed,
+                 described + undescribed);
+    cr_expect_geq(described + undescribed, 80, "only %zu properties walked",
+                  described + undescribed);
+    free(buf);
+    sb_doc_free(d);
+}
