@@ -229,6 +229,32 @@ Test(crd, printer_columns_point_at_real_fields)
             cur = sb_node_get(sb_node_get(cur, "properties"), tok);
         cr_expect_not_null(cur, "printer column %s points nowhere", jp);
     }
+    /* what Kubernetes users expect of `kubectl get`, and of -o wide (priority 1) */
+    static const struct {
+        const char *name, *path;
+        int wide;
+    } want[] = {
+        {"Phase", ".status.phase", 0},
+        {"Partitions", ".status.progress", 0},
+        {"Workers", ".status.workers", 0},
+        {"Throughput", ".status.throughput", 0},
+        {"Age", ".metadata.creationTimestamp", 0},
+        {"Mode", ".spec.execution.mode", 1},
+        {"Failing Condition", ".status.failingCondition", 1},
+    };
+    size_t nwant = sizeof want / sizeof want[0];
+    cr_expect_eq(cols->n, nwant, "%zu printer columns, expected %zu", cols->n, nwant);
+    for (size_t i = 0; i < nwant && i < cols->n; i++) {
+        const sb_node *c = cols->items[i];
+        const char *name = str_of(c, "name"), *prio = str_of(c, "priority");
+        cr_expect_str_eq(name, want[i].name, "printer column %zu", i);
+        cr_expect_str_eq(str_of(c, "jsonPath"), want[i].path, "printer column %s", name);
+        cr_expect_eq(prio != NULL && strcmp(prio, "1") == 0, want[i].wide,
+                     "printer column %s: priority %s", name, prio ? prio : "(none)");
+        const char *desc = str_of(c, "description");
+        if (strcmp(want[i].path, ".metadata.creationTimestamp") != 0)
+            cr_expect(desc != NULL && *desc != '\0', "printer column %s has no description", name);
+    }
     free(buf);
     sb_doc_free(d);
 }
