@@ -99,6 +99,62 @@ static int set_num(cJSON *o, const char *k, double v)
     return 1;
 }
 
+/* Condition types whose status True means something is wrong (metav1 "abnormal-true"). */
+static const char *const failing_types[] = {"InvalidSpec", "Failed", "WorkersPending",
+                                            "SpecChangeRefused", NULL};
+
+static int is_failing_type(const char *type)
+{
+    for (size_t i = 0; type != NULL && failing_types[i] != NULL; i++)
+        if (strcmp(type, failing_types[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* status.failingCondition and, when Running is False, status.workers "0/0", from the
+ * conditions. 1 when either changed, 0 when not, -1 when out of memory. */
+static int sync_condition_fields(cJSON *status)
+{
+    const cJSON *conds = cJSON_GetObjectItemCaseSensitive(status, "conditions");
+    const cJSON *c, *first = NULL;
+    cJSON_ArrayForEach(c, conds)
+    {
+        const char *st = str_of(c, "status");
+        if (is_failing_type(str_of(c, "type")) && st != NULL && strcmp(st, "True") == 0) {
+            first = c;
+            break;
+        }
+    }
+    int changed = 0;
+    if (first == NULL) {
+        changed = cJSON_GetObjectItemCaseSensitive(status, "failingCondition") != NULL;
+        cJSON_DeleteItemFromObjectCaseSensitive(status, "failingCondition");
+    } else {
+        const char *reason = str_of(first, "reason"), *msg = str_of(first, "message");
+        char text[SB_OPR_FAILING_MAX + 1];
+        int n = snprintf(text, sizeof text, "%s%s%s", reason != NULL ? reason : "",
+                         msg != NULL && *msg != '\0' ? ": " : "", msg != NULL ? msg : "");
+        if (n >= (int)sizeof text) {
+            size_t end = SB_OPR_FAILING_MAX - 3; /* room for "..." */
+            while (end > 0 && ((unsigned char)text[end] & 0xC0) == 0x80)
+                end--; /* not inside a UTF-8 sequence */
+            memcpy(text + end, "...", 4);
+        }
+        int r = set_str(status, "failingCondition", text);
+        if (r < 0)
+            return -1;
+        changed = r;
+    }
+    const char *running = str_of(sb_opr_condition_get(status, "Running"), "status");
+    if (running != NULL && strcmp(running, "False") == 0) {
+        int r = set_str(status, "workers", "0/0");
+        if (r < 0)
+            return -1;
+        changed |= r;
+    }
+    return changed;
+}
+
 int sb_opr_condition_set(cJSON *status, const char *type, int truth, const char *reason,
                          const char *message, int64_t generation, const char *now)
 {
@@ -129,9 +185,10 @@ int sb_opr_condition_set(cJSON *status, const char *type, int truth, const char 
     int r1 = set_str(c, "reason", reason);
     int r2 = set_str(c, "message", message != NULL ? message : "");
     int r3 = set_num(c, "observedGeneration", (double)generation);
-    if (r1 < 0 || r2 < 0 || r3 < 0)
+    int r4 = r1 < 0 || r2 < 0 || r3 < 0 ? -1 : sync_condition_fields(status);
+    if (r4 < 0)
         return -1;
-    return changed || r1 || r2 || r3;
+    return changed || r1 || r2 || r3 || r4;
 }
 
 /* ---- checkpoint ---- */
@@ -285,6 +342,20 @@ int sb_opr_checkpoint_parse(const cJSON *cp, size_t nsplits, sb_opr_checkpoint *
 
 /* ---- progress ---- */
 
+void sb_opr_rate_format(double rows_per_s, char *buf, size_t len)
+{
+    static const char *const units[] = {"", "k", "M", "G", "T", "P", "E"};
+    /* NaN compares false: 0; below 0.001 "0", since %.3g would switch to an exponent */
+    double v = rows_per_s >= 0.001 ? rows_per_s : 0;
+    size_t u = 0;
+    /* %.3g of a value below 999.5 has no exponent and rounds to at most 999 */
+    while (v >= 999.5 && u + 1 < sizeof units / sizeof units[0]) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, len, "%.3g%s rows/s", v, units[u]);
+}
+
 static cJSON *obj_at(cJSON *o, const char *k)
 {
     cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -301,6 +372,17 @@ int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total
     char prog[48];
     snprintf(prog, sizeof prog, "%zu/%zu", committed_splits, total_splits);
     if (set_str(status, "progress", prog) < 0)
+        return -1;
+    uint64_t pods_ready = 0, pods_desired = 0;
+    for (size_t k = 0; k < npools; k++) {
+        pods_ready += pools[k].ready;
+        pods_desired += pools[k].desired;
+    }
+    char workers[48], rate[48];
+    snprintf(workers, sizeof workers, "%" PRIu64 "/%" PRIu64, pods_ready, pods_desired);
+    uint64_t sink_rows = s->nops > 0 ? s->ops[s->nops - 1].rows_out : 0;
+    sb_opr_rate_format(elapsed_s > 0 ? (double)sink_rows / elapsed_s : 0.0, rate, sizeof rate);
+    if (set_str(status, "workers", workers) < 0 || set_str(status, "throughput", rate) < 0)
         return -1;
     cJSON *pt = obj_at(status, "partitions");
     if (pt == NULL)

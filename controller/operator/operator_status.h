@@ -38,6 +38,13 @@ int sb_opr_condition_set(cJSON *status, const char *type, int truth, const char 
 const cJSON *sb_opr_condition_get(const cJSON *status, const char *type);
 /* 1 when the condition exists with status "True". */
 int sb_opr_condition_true(const cJSON *status, const char *type);
+/* Every sb_opr_condition_set also keeps two printer-column fields in step with the conditions:
+ * status.failingCondition is "<reason>: <message>" (just the reason when the message is empty;
+ * at most SB_OPR_FAILING_MAX bytes, cut at a character boundary with "...") of the first
+ * condition, in list order, that is True and of a type whose True means trouble (InvalidSpec,
+ * Failed, WorkersPending, SpecChangeRefused), and is removed when there is none; status.workers
+ * becomes "0/0" when the Running condition is False (suspended or finished: no worker pods). */
+#define SB_OPR_FAILING_MAX 256
 
 /* ---- checkpoint: {epoch, committedSplits, parts: ["<id>:<rows>:<bytes>:<crc>"]} ---- */
 typedef struct sb_opr_checkpoint {
@@ -85,10 +92,17 @@ typedef struct sb_opr_pool_view {
 
 /* Sets progress ("committed/total"), partitions {total, committed, inFlight, recovered,
  * errored} and stages[] (name, pool, workersDesired, workersReady, tasksRunning, rowsOut,
- * bytesOut, rowsPerSecond over elapsed_s) in status from a controller snapshot. */
+ * bytesOut, rowsPerSecond over elapsed_s) in status from a controller snapshot, and the
+ * printer-column fields workers ("ready/desired" summed over pools[0..npools), e.g. "3/4") and
+ * throughput (the last stage's rowsOut over elapsed_s, sb_opr_rate_format: "1.2k rows/s"). */
 int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
                            size_t committed_splits, const sb_opr_pool_view *pools, size_t npools,
                            double elapsed_s);
+
+/* rows_per_s as at most 3 significant digits with a k/M/G/T/P/E suffix and " rows/s": "0 rows/s",
+ * "0.5 rows/s", "850 rows/s", "1.23k rows/s", "12.3M rows/s" (below 0.001, negative or NaN:
+ * "0 rows/s"). */
+void sb_opr_rate_format(double rows_per_s, char *buf, size_t len);
 
 /* Sets status.erroredPartitions to [{stage, split, error}] for errored[0..n) (the scheduler
  * keeps the first SB_SCHED_ERRORED_KEEP; status.partitions.errored has the count), or removes

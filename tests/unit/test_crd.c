@@ -229,6 +229,32 @@ Test(crd, printer_columns_point_at_real_fields)
             cur = sb_node_get(sb_node_get(cur, "properties"), tok);
         cr_expect_not_null(cur, "printer column %s points nowhere", jp);
     }
+    /* what Kubernetes users expect of `kubectl get`, and of -o wide (priority 1) */
+    static const struct {
+        const char *name, *path;
+        int wide;
+    } want[] = {
+        {"Phase", ".status.phase", 0},
+        {"Partitions", ".status.progress", 0},
+        {"Workers", ".status.workers", 0},
+        {"Throughput", ".status.throughput", 0},
+        {"Age", ".metadata.creationTimestamp", 0},
+        {"Mode", ".spec.execution.mode", 1},
+        {"Failing Condition", ".status.failingCondition", 1},
+    };
+    size_t nwant = sizeof want / sizeof want[0];
+    cr_expect_eq(cols->n, nwant, "%zu printer columns, expected %zu", cols->n, nwant);
+    for (size_t i = 0; i < nwant && i < cols->n; i++) {
+        const sb_node *c = cols->items[i];
+        const char *name = str_of(c, "name"), *prio = str_of(c, "priority");
+        cr_expect_str_eq(name, want[i].name, "printer column %zu", i);
+        cr_expect_str_eq(str_of(c, "jsonPath"), want[i].path, "printer column %s", name);
+        cr_expect_eq(prio != NULL && strcmp(prio, "1") == 0, want[i].wide,
+                     "printer column %s: priority %s", name, prio ? prio : "(none)");
+        const char *desc = str_of(c, "description");
+        if (strcmp(want[i].path, ".metadata.creationTimestamp") != 0)
+            cr_expect(desc != NULL && *desc != '\0', "printer column %s has no description", name);
+    }
     free(buf);
     sb_doc_free(d);
 }
@@ -273,4 +299,58 @@ Test(crd, every_field_is_documented)
         cr_expect(strstr(buf, quoted) != NULL, "op %s is not documented", sb_op_names[i]);
     }
     free(buf);
+}
+
+/* `kubectl explain pipeline --recursive` shows each property's description: every property of
+ * the schema (spec and status, array items' properties included) must have a non-empty one.
+ * The root's metadata is the exception: the API server refuses anything but name and
+ * generateName restrictions there ("metadata is implicitly specified"), a description too. */
+static size_t described, undescribed;
+
+static void expect_descriptions(const sb_node *schema, const char *path)
+{
+    if (schema == NULL || schema->kind != SB_NODE_MAP)
+        return;
+    const sb_node *props = sb_node_get(schema, "properties");
+    for (size_t k = 0; props != NULL && props->kind == SB_NODE_MAP && k < props->n; k++) {
+        const char *name = props->keys[k]->text;
+        const sb_node *prop = props->items[k];
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", name);
+        if (*path == '\0' && strcmp(name, "metadata") == 0)
+            continue;
+        const char *desc = str_of(prop, "description");
+        int ok = desc != NULL && strspn(desc, " \t\n") < strlen(desc);
+        if (ok)
+            described++;
+        else
+            undescribed++;
+        cr_expect(ok, "%s: no description (kubectl explain shows nothing)", sub);
+        expect_descriptions(prop, sub);
+        char items[520];
+        snprintf(items, sizeof items, "%s[]", sub);
+        expect_descriptions(sb_node_get(prop, "items"), items);
+        expect_descriptions(sb_node_get(prop, "additionalProperties"), sub);
+    }
+}
+
+Test(crd, every_property_has_a_description)
+{
+    char path[512], *buf, msg[256];
+    size_t len;
+    snprintf(path, sizeof path, "%s/api/crd/pipelines.streambatch.dev.yaml", sb_test_root());
+    cr_assert_eq(sb_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s", msg);
+    sb_doc *d = sb_doc_parse_yaml(buf, len, NULL);
+    cr_assert_null(sb_doc_error(d, NULL, NULL));
+    const sb_node *v = sb_node_get(sb_node_get(sb_doc_root(d, 0), "spec"), "versions")->items[0];
+    const sb_node *root = sb_node_get(sb_node_get(v, "schema"), "openAPIV3Schema");
+    cr_assert_not_null(root);
+    described = undescribed = 0;
+    expect_descriptions(root, "");
+    cr_expect_eq(undescribed, 0, "%zu of %zu properties have no description", undescribed,
+                 described + undescribed);
+    cr_expect_geq(described + undescribed, 80, "only %zu properties walked",
+                  described + undescribed);
+    free(buf);
+    sb_doc_free(d);
 }

@@ -318,3 +318,92 @@ Test(opr_status, errored_partitions_are_listed)
     cr_expect_str_eq(m, "stage pick: split in/bad.jsonl: reading in/bad.jsonl: record 1 is not "
                         "valid JSON; its records are not in the output");
 }
+
+/* The printer columns Workers and Throughput show status.workers and status.throughput. */
+Test(opr_status, workers_and_throughput_columns)
+{
+    sb_ctl_snapshot s;
+    memset(&s, 0, sizeof s);
+    s.nops = 2;
+    s.ops[0] = (sb_sched_op_stats){.name = "read+parse", .pool = "cpu", .rows_out = 100000};
+    s.ops[1] = (sb_sched_op_stats){.name = "embed", .pool = "gpu", .rows_out = 12345};
+    sb_opr_pool_view pools[2] = {{"cpu", 3, 2, 1}, {"gpu", 1, 1, 0}};
+    cJSON *st = cJSON_CreateObject();
+    cr_assert_eq(sb_opr_status_progress(st, &s, 10, 4, pools, 2, 10.0), 0);
+    cr_expect_str_eq(sget(st, "workers"), "3/4", "ready/desired summed over the pools");
+    cr_expect_str_eq(sget(st, "throughput"), "1.23k rows/s", "the last stage's rows per second");
+    cr_assert_eq(sb_opr_status_progress(st, &s, 10, 4, NULL, 0, 0.0), 0);
+    cr_expect_str_eq(sget(st, "workers"), "0/0");
+    cr_expect_str_eq(sget(st, "throughput"), "0 rows/s", "no time elapsed yet");
+    cJSON_Delete(st);
+
+    static const struct {
+        double v;
+        const char *want;
+    } cases[] = {
+        {0, "0 rows/s"},          {-5, "0 rows/s"},        {0.0004, "0 rows/s"},
+        {0.5, "0.5 rows/s"},      {12.34, "12.3 rows/s"},  {850, "850 rows/s"},
+        {999.4, "999 rows/s"},    {999.6, "1k rows/s"},    {1200, "1.2k rows/s"},
+        {1234, "1.23k rows/s"},   {123456, "123k rows/s"}, {999999, "1M rows/s"},
+        {12.3e6, "12.3M rows/s"}, {4.5e9, "4.5G rows/s"},  {7e15, "7P rows/s"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char b[48];
+        sb_opr_rate_format(cases[i].v, b, sizeof b);
+        cr_expect_str_eq(b, cases[i].want, "%g rows/s", cases[i].v);
+    }
+    char nan_buf[48];
+    sb_opr_rate_format(0.0 / 0.0, nan_buf, sizeof nan_buf);
+    cr_expect_str_eq(nan_buf, "0 rows/s");
+}
+
+/* status.failingCondition (the -o wide column) follows the conditions: the first True one of
+ * a type that means trouble, "<reason>: <message>"; status.workers is 0/0 once Running is False. */
+Test(opr_status, failing_condition_column)
+{
+    cJSON *st = cJSON_CreateObject();
+    sb_opr_condition_set(st, "Running", 1, "Running", "", 1, "T1");
+    sb_opr_condition_set(st, "Suspended", 0, "Resumed", "", 1, "T1");
+    cr_expect_null(cJSON_GetObjectItem(st, "failingCondition"), "nothing wrong: no field");
+    cr_expect_eq(sb_opr_condition_set(st, "WorkersPending", 1, "Unschedulable",
+                                      "pool gpu: 0/2 nodes are available", 1, "T2"),
+                 1);
+    cr_expect_str_eq(sget(st, "failingCondition"),
+                     "Unschedulable: pool gpu: 0/2 nodes are available");
+    sb_opr_condition_set(st, "SpecChangeRefused", 1, "SpecChangeRefused", "spec.sink", 2, "T3");
+    cr_expect_str_eq(sget(st, "failingCondition"),
+                     "Unschedulable: pool gpu: 0/2 nodes are available", "the first one wins");
+    sb_opr_condition_set(st, "WorkersPending", 0, "WorkersScheduled", "", 2, "T4");
+    cr_expect_str_eq(sget(st, "failingCondition"), "SpecChangeRefused: spec.sink");
+    cJSON *w = cJSON_CreateString("3/4");
+    cJSON_AddItemToObject(st, "workers", w);
+    sb_opr_condition_set(st, "SpecChangeRefused", 0, "Finished", "", 2, "T5");
+    cr_expect_null(cJSON_GetObjectItem(st, "failingCondition"), "False conditions never fail");
+    cr_expect_str_eq(sget(st, "workers"), "3/4", "Running is still True");
+    /* the finish path: Running False, then Failed True with an empty message */
+    sb_opr_condition_set(st, "Running", 0, "Failed", "", 2, "T6");
+    cr_expect_str_eq(sget(st, "workers"), "0/0", "no worker pods once Running is False");
+    cr_expect_null(cJSON_GetObjectItem(st, "failingCondition"), "Running False is not trouble");
+    sb_opr_condition_set(st, "Failed", 1, "Stalled", "", 2, "T6");
+    cr_expect_str_eq(sget(st, "failingCondition"), "Stalled");
+    cJSON_Delete(st);
+
+    /* a long message is cut at a character boundary, with "..." */
+    st = cJSON_CreateObject();
+    char msg[600];
+    memset(msg, 'a', sizeof msg);
+    memcpy(msg + 239, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 14);
+    msg[sizeof msg - 1] = '\0';
+    sb_opr_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, 1, "T1");
+    const char *fc = sget(st, "failingCondition");
+    cr_assert_not_null(fc);
+    size_t n = strlen(fc);
+    cr_expect_leq(n, SB_OPR_FAILING_MAX);
+    cr_expect_str_eq(fc + n - 3, "...");
+    cr_expect_eq(strncmp(fc, "InvalidSpec: aaa", 16), 0);
+    /* "InvalidSpec: " is 13 bytes, so the é's start at byte 252: the cut at 253 (256 less
+     * "...") falls inside one, which is dropped whole */
+    cr_expect_eq(n, 252 + 3, "cut before the character at byte 252: %zu", n);
+    cr_expect_eq((unsigned char)fc[251], 'a');
+    cJSON_Delete(st);
+}
