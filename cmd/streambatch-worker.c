@@ -47,6 +47,8 @@ static void usage(FILE *f)
             "                      exit with status 1 when the controller stayed unreachable this\n"
             "                      long (Go duration: 90s, 2m, 500ms); a Rebind restarts the\n"
             "                      clock, default 120s (SB_CONTROLLER_LOST_TIMEOUT)\n"
+            "  --metrics-addr ADDR serve Prometheus /metrics on HOST:PORT (docs/metrics.md),\n"
+            "                      default none (SB_METRICS_ADDR)\n"
             "  --version, --help\n"
             "\n"
             "Environment only: SB_POD_IP (pod mode, see --worker-port), POD_IP (advertised host\n"
@@ -110,6 +112,7 @@ int main(int argc, char **argv)
     cfg.advertise = env_or("SB_ADVERTISE", pod_ip ? pod_ip : env_or("POD_IP", NULL));
     cfg.spill_dir = env_or("SB_SPILL_DIR", NULL);
     cfg.pipeline = env_or("SB_PIPELINE", NULL);
+    cfg.metrics_addr = env_or("SB_METRICS_ADDR", NULL);
     const char *slots = env_or("SB_SLOTS", "1"), *budget = env_or("SB_STORE_BUDGET", "1Gi");
     const char *accel = env_or("SB_ACCELERATORS", "0");
     const char *port = env_or("SB_WORKER_PORT", "7070"), *epoch = env_or("SB_EPOCH", "0");
@@ -127,6 +130,7 @@ int main(int argc, char **argv)
                                          {"pipeline", required_argument, 0, 'n'},
                                          {"epoch", required_argument, 0, 'e'},
                                          {"controller-lost-timeout", required_argument, 0, 'L'},
+                                         {"metrics-addr", required_argument, 0, 'M'},
                                          {"version", no_argument, 0, 'V'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -171,6 +175,9 @@ int main(int argc, char **argv)
             break;
         case 'L':
             lost = optarg;
+            break;
+        case 'M':
+            cfg.metrics_addr = optarg;
             break;
         case 'V':
             printf("streambatch-worker %s\n", SB_VERSION);

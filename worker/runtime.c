@@ -18,6 +18,8 @@
 #include "spec/pipeline.h"
 #include "worker/data/fetch.h"
 #include "worker/data/server.h"
+#include "worker/metrics.h"
+#include "metrics/serve.h"
 #include "io/reader.h"
 #include "io/sink.h"
 #include "io/split.h"
@@ -62,6 +64,8 @@ typedef struct {
     int shutdown;
     int running_tasks;
     uint64_t bytes_received;
+    sb_wmetrics *metrics;    /* always kept (the heartbeat carries its totals) */
+    sb_metrics_server *msrv; /* when cfg.metrics_addr is set */
     char fatal[512];
 } worker;
 
@@ -222,6 +226,7 @@ struct task_ctx {
     size_t npending, cappending;
     uint32_t seq;
     uint64_t rows_in, bytes_in;
+    int from_source; /* op 0 reads a source split (its rows are counted as read) */
     sb_err err;
     int failed;
 };
@@ -231,6 +236,8 @@ static int feed_stage(task_ctx *t, size_t k, const void *blob, size_t len)
     sb_batch *b = NULL;
     if (sb_batch_open(blob, len, &b, &t->err) != 0)
         return -1;
+    if (k == 0 && !t->from_source)
+        t->rows_in += sb_batch_rows(b);
     int rc = sb_op_run(t->impl[k], t->state[k], b, t->batch[k], t->out[k], &t->err);
     sb_batch_close(b);
     if (rc != 0)
@@ -310,26 +317,30 @@ static int drain_pending(task_ctx *t)
     return rc;
 }
 
-static void accel_acquire(worker *w)
+/* Takes an accelerator slot (when the worker has some); returns when it got it. */
+static double accel_acquire(worker *w)
 {
     if (w->have_accel)
         while (sem_wait(&w->accel) != 0 && errno == EINTR)
             ;
+    return mono_s();
 }
 
-static void accel_release(worker *w)
+static void accel_release(worker *w, double since)
 {
-    if (w->have_accel)
+    if (w->have_accel) {
+        sb_wmetrics_accel_busy(w->metrics, mono_s() - since);
         sem_post(&w->accel);
+    }
 }
 
 /* Runs the op chain over one input partition, holding an accelerator, then writes what the
  * last op emitted. */
 static int run_chain(task_ctx *t, const void *blob, size_t len)
 {
-    accel_acquire(t->w);
+    double t0 = accel_acquire(t->w);
     int rc = feed_stage(t, 0, blob, len);
-    accel_release(t->w);
+    accel_release(t->w, t0);
     int rc2 = drain_pending(t);
     return rc != 0 ? rc : rc2;
 }
@@ -430,6 +441,7 @@ static int task_inputs(task_ctx *t, char **lost)
     const Streambatch__V1__Task *task = t->task;
     worker *w = t->w;
     if (task->source_split != NULL && task->source_split[0] != '\0') {
+        t->from_source = 1;
         sb_io_split sp;
         memset(&sp, 0, sizeof sp);
         if (sb_io_split_decode(task->source_split, strlen(task->source_split), &sp, &t->err) != 0)
@@ -465,6 +477,7 @@ static int task_inputs(task_ctx *t, char **lost)
         int rc = sb_data_fetch_addr(ref->worker_address, ref->id, (size_t)ref->bytes, 0, 60000, &fo,
                                     &blob, &len, NULL, &t->err);
         if (rc != 0) {
+            sb_wmetrics_fetch_error(w->metrics);
             *lost = ref->id;
             return -2;
         }
@@ -489,18 +502,20 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
     t.task = task;
     double wall0 = mono_s(), cpu0 = thread_cpu_s();
     char *lost = NULL;
+    const char *stage = task->stage ? task->stage : "";
+    sb_wmetrics_task_started(w->metrics, stage);
     int rc = task_setup(&t);
     if (rc == 0)
         rc = task_inputs(&t, &lost);
     if (rc == 0) {
-        accel_acquire(w);
+        double a0 = accel_acquire(w);
         for (size_t k = 0; rc == 0 && k < t.n; k++) { /* drain the chain front to back */
             if (t.impl[k]->finish != NULL && t.impl[k]->finish(t.state[k], t.out[k], &t.err) != 0)
                 rc = -1;
             else if (sb_op_out_flush(t.out[k], &t.err) != 0)
                 rc = -1;
         }
-        accel_release(w);
+        accel_release(w, a0);
         int rc2 = drain_pending(&t);
         if (rc == 0)
             rc = rc2;
@@ -514,6 +529,7 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
     met.wall_seconds = mono_s() - wall0;
     met.cpu_seconds = thread_cpu_s() - cpu0;
     met.bytes_in = t.bytes_in;
+    met.rows_in = t.rows_in;
     Streambatch__V1__PartitionInfo *infos = calloc(t.nparts + 1, sizeof *infos);
     Streambatch__V1__PartitionInfo **ptrs = calloc(t.nparts + 1, sizeof *ptrs);
     char msg[SB_ERR_MAX + 128];
@@ -545,6 +561,14 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
         req.n_outputs = t.nparts;
         req.outputs = ptrs;
     }
+    uint64_t rows_out = 0, bytes_out = 0;
+    for (size_t i = 0; i < t.nparts; i++) {
+        rows_out += t.parts[i].rows;
+        bytes_out += t.parts[i].bytes;
+    }
+    sb_wmetrics_task_ended(w->metrics, stage,
+                           req.status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK,
+                           met.wall_seconds, t.rows_in, t.bytes_in, rows_out, bytes_out);
     if (req.status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
         sb_log(SB_LOG_WARN, "task failed", "task", task->task_id, "error", req.message, NULL);
     /* Retried while the controller is unreachable; given up when the worker stops (the loss
@@ -834,6 +858,10 @@ static int heartbeat_once(worker *w)
     m.tasks_running = (uint32_t)w->running_tasks;
     m.bytes_received = w->bytes_received;
     pthread_mutex_unlock(&w->mu);
+    m.spill_bytes_total = ss.spilled_bytes;
+    m.fetch_errors_total = sb_wmetrics_fetch_errors(w->metrics);
+    m.gpu_busy_seconds = sb_wmetrics_accel_seconds(w->metrics);
+    sb_wmetrics_process(&m.cpu_seconds, &m.rss_bytes);
     ctl_chan *c = ctl_get(w, 0);
     if (c == NULL)
         return -1;
@@ -915,6 +943,8 @@ static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb
                             d.n ? d.items[0].msg : "not JSON");
         } else {
             w->have_pipeline = 1;
+            sb_wmetrics_set_pipeline(w->metrics, w->pipeline.metadata.namespace_,
+                                     w->pipeline.metadata.name);
         }
         sb_diags_free(&d);
     }
@@ -1056,6 +1086,20 @@ static void main_loop(worker *w)
     }
 }
 
+/* The sampled worker figures, at every scrape. */
+static void metrics_sample(void *ud, sb_wmetrics_sample *out)
+{
+    worker *w = ud;
+    sb_store_stats ss;
+    sb_store_get_stats(w->store, &ss);
+    out->store_memory_bytes = ss.mem_bytes;
+    out->store_spilled_bytes = ss.disk_bytes;
+    out->spill_bytes_total = ss.spilled_bytes;
+    pthread_mutex_lock(&w->mu);
+    out->fetch_bytes_total = w->bytes_received;
+    pthread_mutex_unlock(&w->mu);
+}
+
 int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
 {
     worker *w = calloc(1, sizeof *w);
@@ -1089,6 +1133,21 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
     sb_data_server_config dc = {0};
     if (slots == NULL || sb_store_open(&sc, &w->store, err) != 0)
         goto out;
+    w->metrics = sb_wmetrics_new(w->cfg.pool, metrics_sample, w, err);
+    if (w->metrics == NULL)
+        goto out;
+    if (w->cfg.metrics_addr != NULL && w->cfg.metrics_addr[0] != '\0') {
+        sb_metrics_serve_config mc = {.addr = w->cfg.metrics_addr,
+                                      .metrics = sb_wmetrics_registry(w->metrics)};
+        w->msrv = sb_metrics_serve(&mc, err);
+        if (w->msrv == NULL) {
+            sb_err_wrap(err, "worker metrics");
+            goto out;
+        }
+        char port[16];
+        snprintf(port, sizeof port, "%d", sb_metrics_serve_port(w->msrv));
+        sb_log(SB_LOG_INFO, "serving metrics", "address", w->cfg.metrics_addr, "port", port, NULL);
+    }
     w->chan = chan_new(w->cfg.controller, err); /* before the server: Rebind may come at once */
     if (w->chan == NULL)
         goto out;
@@ -1141,6 +1200,8 @@ out:
     sb_data_server_free(w->data);
     sb_rpc_server_free(w->srv);
     ctl_put(w, w->chan); /* every call on it has ended: the slots are joined, the server is down */
+    sb_metrics_serve_stop(w->msrv);
+    sb_wmetrics_free(w->metrics);
     sb_store_close(w->store);
     if (w->have_pipeline)
         sb_pipeline_free(&w->pipeline);

@@ -49,6 +49,8 @@ typedef struct sb_worker_config {
     uint64_t epoch;          /* initial accepted epoch: Rebinds with a lower one are refused */
     int controller_lost_timeout_ms; /* give up after the controller was unreachable this long;
                                        default 120000 */
+    const char *metrics_addr;       /* "HOST:PORT" to serve Prometheus /metrics (worker/metrics.h);
+                                       NULL/"": not served */
 } sb_worker_config;
 
 typedef struct sb_worker sb_worker;

@@ -520,7 +520,14 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     cJSON_AddStringToObject(port, "name", "data");
     cJSON_AddNumberToObject(port, "containerPort", port_no);
     cJSON_AddStringToObject(port, "protocol", "TCP");
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "ports"), port);
+    cJSON *ports = cJSON_AddArrayToObject(c, "ports");
+    cJSON_AddItemToArray(ports, port);
+    /* Prometheus /metrics on a fixed port, so a PodMonitor can name it (docs/metrics.md) */
+    cJSON *mport = cJSON_CreateObject();
+    cJSON_AddStringToObject(mport, "name", "metrics");
+    cJSON_AddNumberToObject(mport, "containerPort", SB_KUBE_METRICS_PORT);
+    cJSON_AddStringToObject(mport, "protocol", "TCP");
+    cJSON_AddItemToArray(ports, mport);
     cJSON *csc = cJSON_AddObjectToObject(c, "securityContext");
     cJSON_AddBoolToObject(csc, "readOnlyRootFilesystem", 1);
     cJSON_AddBoolToObject(csc, "allowPrivilegeEscalation", 0);
@@ -536,6 +543,8 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     add_env_field(env, "SB_POD_IP", "status.podIP");
     snprintf(num, sizeof num, "%u", port_no);
     add_env(env, "SB_WORKER_PORT", num);
+    snprintf(num, sizeof num, "$(SB_POD_IP):%d", SB_KUBE_METRICS_PORT);
+    add_env(env, "SB_METRICS_ADDR", num); /* $(VAR): expanded by the kubelet */
     add_env(env, "SB_POOL", pool->pool);
     snprintf(num, sizeof num, "%u", pool->slots ? pool->slots : 1);
     add_env(env, "SB_SLOTS", num);

@@ -64,6 +64,9 @@
 #include "k8s/client.h"
 #include "spec/pipeline.h"
 
+/* The worker container's metrics port (named "metrics"; docs/metrics.md). */
+#define SB_KUBE_METRICS_PORT 9102
+
 typedef struct sb_kube sb_kube;
 
 typedef struct sb_kube_pool {

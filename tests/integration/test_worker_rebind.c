@@ -690,3 +690,70 @@ Test(rebind, bad_flag_values_name_the_flag_and_exit_2)
         cr_expect(strstr(out, words[i]) != NULL, "--help lacks %s", words[i]);
     free(out);
 }
+
+/* The worker's own /metrics (--metrics-addr): after stage a ran its tasks on it, the per-stage
+ * counters, rows, bytes and the duration histogram carry the pipeline's labels, the sampled
+ * store figures are there, and promtool finds nothing wrong with the text. */
+Test(rebind, worker_serves_its_metrics)
+{
+    int aport, afd;
+    pid_t apid = ctl_a_start(&aport, &afd);
+    char ctl[64], listen[64], maddr[64];
+    snprintf(ctl, sizeof ctl, "127.0.0.1:%d", aport);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", free_port());
+    int mport = free_port();
+    snprintf(maddr, sizeof maddr, "127.0.0.1:%d", mport);
+    const char *args[] = {"--controller", ctl, "--id", "wm", "--listen", listen, NULL};
+    const char *env[] = {"SB_LOG_LEVEL=info", NULL};
+    char menv[96];
+    snprintf(menv, sizeof menv, "SB_METRICS_ADDR=%s", maddr); /* the variable pods use */
+    env[0] = menv;
+    pid_t pid = worker_start("wm.log", args, env);
+    char line[512];
+    cr_assert(read_line(afd, line, sizeof line, 60000), "controller A said nothing:\n%s",
+              slurp("wm.log"));
+    unsigned long long done;
+    size_t nsplits, nops;
+    cr_assert_eq(sscanf(line, "done %llu %zu %zu", &done, &nsplits, &nops), 3, "%s", line);
+    close(afd);
+    char path[600];
+    snprintf(path, sizeof path, "%s/metrics.txt", dir);
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd, "curl -fsS http://%s/metrics -o %s", maddr, path);
+    cr_assert_eq(sb_test_run(cmd, &out), 0, "%s\n%s", out, slurp("wm.log"));
+    free(out);
+    const char *lab = "namespace=\"default\",pipeline=\"rb\",pool=\"cpu\"";
+    char want[256];
+    snprintf(cmd, sizeof cmd,
+             "grep -E '^streambatch_worker_tasks_finished_total\\{%s,stage=\"a\"\\} ' %s | "
+             "awk '{print $2}'",
+             lab, path);
+    char *v = sb_test_sh_out("%s", cmd);
+    cr_expect_eq(strtoull(v, NULL, 10), done, "tasks finished of stage a: %s", v);
+    free(v);
+    snprintf(
+        cmd, sizeof cmd,
+        "grep -E '^streambatch_worker_rows_in_total\\{%s,stage=\"a\"\\} ' %s | awk '{print $2}'",
+        lab, path);
+    v = sb_test_sh_out("%s", cmd);
+    cr_expect_eq(strtoull(v, NULL, 10), 900, "rows read by stage a (3 files x 300): %s", v);
+    free(v);
+    const char *present[] = {"streambatch_worker_task_duration_seconds_count{%s,stage=\"a\"} ",
+                             "streambatch_worker_store_memory_bytes{%s} ",
+                             "streambatch_worker_bytes_out_total{%s,stage=\"a\"} ",
+                             "streambatch_workers{%s} 1", "process_resident_memory_bytes "};
+    char *text = slurp("metrics.txt");
+    for (size_t i = 0; i < sizeof present / sizeof *present; i++) {
+        snprintf(want, sizeof want, present[i], lab);
+        cr_expect(strstr(text, want) != NULL, "missing \"%s\" in:\n%s", want, text);
+    }
+    free(text);
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s 2>&1", path);
+    int rc = sb_test_run(cmd, &out);
+    cr_expect_eq(rc, 0, "promtool: %s", out);
+    free(out);
+    kill(pid, SIGTERM);
+    worker_reap(pid, 10000);
+    kill(apid, SIGKILL);
+    worker_reap(apid, 5000);
+}

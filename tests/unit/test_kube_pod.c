@@ -250,6 +250,13 @@ Test(kube_pod, missing_inputs_give_null)
     const cJSON *c = cJSON_GetArrayItem(get(get(pod, "spec"), "containers"), 0);
     cr_expect_str_eq(str(c, "image"), "streambatch/worker:latest");
     cr_expect_eq(get(cJSON_GetArrayItem(get(c, "ports"), 0), "containerPort")->valueint, 7070);
+    /* /metrics on the pod IP, port 9102 named "metrics" (a PodMonitor selects it by name) */
+    const cJSON *mp = cJSON_GetArrayItem(get(c, "ports"), 1);
+    cr_expect_str_eq(str(mp, "name"), "metrics");
+    cr_expect_eq(get(mp, "containerPort")->valueint, 9102);
+    int user = 0;
+    cr_expect_str_eq(str(env_entry(get(c, "env"), "SB_METRICS_ADDR", &user), "value"),
+                     "$(SB_POD_IP):9102");
     cr_expect_null(get(get(pod, "metadata"), "ownerReferences"), "no uid, no owner");
     cJSON_Delete(pod);
 }
