@@ -65,12 +65,15 @@ BUILD_EXTRA :=
 
 # `make images`: the controller, worker and worker-gpu images (OCI layout + docker archives in
 # build/images) without a Docker daemon; `make images-test` checks them (part of `make test`).
-.PHONY: images images-test
+.PHONY: images images-test dashboard-test
 images: deps build
 	@scripts/images.sh
 images-test: build
 	@tests/images/test-images.sh
-TEST_EXTRA += images-test
+TEST_EXTRA += images-test dashboard-test
+# The Grafana dashboard against Grafana's schema and a real Prometheus (tests/dashboard/).
+dashboard-test: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) tests/dashboard/test-dashboard.sh
 
 .SECONDARY:
 .PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean

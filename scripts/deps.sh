@@ -29,3 +29,16 @@ else
 fi
 # The MinIO server of the S3 tests (built once, cached outside the repo).
 "$(dirname "$0")"/minio.sh >/dev/null
+# Grafana's published dashboard schema and TypeScript, for the dashboard's type check
+# (tests/dashboard/): pinned, from npm, cached outside the repo.
+GRAFANA_SCHEMA=13.2.3 TYPESCRIPT=5.9.3
+gs_dir=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch/grafana-schema-$GRAFANA_SCHEMA-ts-$TYPESCRIPT
+if [[ ! -x $gs_dir/node_modules/.bin/tsc || ! -f $gs_dir/node_modules/@grafana/schema/package.json ]]; then
+  command -v npm >/dev/null || { SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm; }
+  echo "deps: installing @grafana/schema@$GRAFANA_SCHEMA and typescript@$TYPESCRIPT into $gs_dir"
+  rm -rf "$gs_dir.tmp" && mkdir -p "$gs_dir.tmp"
+  npm install --no-audit --no-fund --silent --prefix "$gs_dir.tmp" \
+    "@grafana/schema@$GRAFANA_SCHEMA" "typescript@$TYPESCRIPT" >/dev/null
+  rm -rf "$gs_dir" && mv "$gs_dir.tmp" "$gs_dir"
+fi

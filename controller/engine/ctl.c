@@ -29,6 +29,7 @@ typedef struct {
     uint32_t slots;
     sb_sched_output *held;
     size_t nheld;
+    sb_ctl_worker_figures fig; /* from its latest heartbeat */
 } seen;
 
 enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED };
@@ -667,7 +668,8 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         rc = storage_report(c, m);
     } else if (w != NULL && c->sched != NULL) {
         sb_sched_metrics met = {m->metrics ? m->metrics->wall_seconds : 0,
-                                m->metrics ? m->metrics->cpu_seconds : 0};
+                                m->metrics ? m->metrics->cpu_seconds : 0,
+                                m->metrics ? m->metrics->rows_in : 0};
         rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt,
                                status_of(m->status, m->deterministic), m->message, outs,
                                m->n_outputs, (const char *const *)m->lost_inputs, m->n_lost_inputs,
@@ -704,6 +706,18 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     Streambatch__V1__HeartbeatReply rep = STREAMBATCH__V1__HEARTBEAT_REPLY__INIT;
     char **rel = NULL;
     if (w != NULL) {
+        const Streambatch__V1__WorkerMetrics *wm = m->metrics;
+        if (wm != NULL)
+            w->fig = (sb_ctl_worker_figures){
+                .store_memory_bytes = wm->store_memory_bytes,
+                .store_spilled_bytes = wm->store_disk_bytes,
+                .spill_bytes_total = wm->spill_bytes_total,
+                .fetch_bytes_total = wm->bytes_received,
+                .fetch_errors_total = wm->fetch_errors_total,
+                .accelerator_seconds = wm->gpu_busy_seconds,
+                .cpu_seconds = wm->cpu_seconds,
+                .rss_bytes = wm->rss_bytes,
+            };
         if (c->sched != NULL)
             rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
         rep.release = rel;
@@ -884,6 +898,31 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
         sb_sched_get_op_stats(c->sched, i, &out->ops[i]);
     out->workers_registered = c->registered;
     out->workers_lost = c->lost;
+    /* live workers per pool, their latest heartbeat figures summed */
+    for (size_t i = 0; i < c->nworkers; i++) {
+        const seen *w = &c->workers[i];
+        if (!w->live)
+            continue;
+        size_t k = 0;
+        while (k < out->npools && strcmp(out->pools[k].pool, w->pool) != 0)
+            k++;
+        if (k == out->npools) {
+            if (k == sizeof out->pools / sizeof out->pools[0])
+                continue;
+            snprintf(out->pools[k].pool, sizeof out->pools[k].pool, "%s", w->pool);
+            out->npools++;
+        }
+        sb_ctl_pool_figures *p = &out->pools[k];
+        p->workers++;
+        p->sum.store_memory_bytes += w->fig.store_memory_bytes;
+        p->sum.store_spilled_bytes += w->fig.store_spilled_bytes;
+        p->sum.spill_bytes_total += w->fig.spill_bytes_total;
+        p->sum.fetch_bytes_total += w->fig.fetch_bytes_total;
+        p->sum.fetch_errors_total += w->fig.fetch_errors_total;
+        p->sum.accelerator_seconds += w->fig.accelerator_seconds;
+        p->sum.cpu_seconds += w->fig.cpu_seconds;
+        p->sum.rss_bytes += w->fig.rss_bytes;
+    }
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -47,6 +47,20 @@ typedef struct sb_ctl_config {
                                       worker (the pipeline must then outlive the controller) */
 } sb_ctl_config;
 
+/* A worker's figures from its latest heartbeat (WorkerMetrics). */
+typedef struct sb_ctl_worker_figures {
+    uint64_t store_memory_bytes, store_spilled_bytes, spill_bytes_total, fetch_bytes_total,
+        fetch_errors_total, rss_bytes;
+    double accelerator_seconds, cpu_seconds;
+} sb_ctl_worker_figures;
+
+/* The live workers of one pool and their figures summed. */
+typedef struct sb_ctl_pool_figures {
+    char pool[32];
+    size_t workers;
+    sb_ctl_worker_figures sum;
+} sb_ctl_pool_figures;
+
 typedef struct sb_ctl_snapshot {
     sb_sched_state state;
     sb_sched_stats stats;
@@ -58,6 +72,8 @@ typedef struct sb_ctl_snapshot {
     int planning;       /* 1 while the PLAN/PREPARE storage jobs run (no scheduler yet) */
     int storage_failed; /* 1 when `failure` is a storage job's (planning, preparing) */
     size_t nsplits;     /* splits of the plan (0 while planning) */
+    size_t npools;
+    sb_ctl_pool_figures pools[4]; /* live workers per pool (heartbeat figures summed) */
 } sb_ctl_snapshot;
 
 sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *err);

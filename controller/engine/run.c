@@ -16,8 +16,10 @@
 
 #include "controller/engine/ctl.h"
 #include "controller/engine/local.h"
+#include "controller/metrics/pipeline.h"
 #include "core/log.h"
 #include "doc/doc.h"
+#include "metrics/serve.h"
 #include "spec/pipeline.h"
 #include "spec/quantity.h"
 #include "spec/validate.h"
@@ -139,6 +141,69 @@ static int apply_set(cJSON *root, const char *set, char *msg, size_t msglen)
 
 /* ---- progress and summary ------------------------------------------------------------------ */
 
+/* ---- --metrics-addr: one endpoint for the whole run (controller/metrics/pipeline.h) ---- */
+
+typedef struct {
+    sb_ctl *ctl;
+    int ncpu, ngpu;
+    const char *name;
+    sb_metrics *reg;
+    sb_cmetrics *cm;
+    sb_metrics_server *srv;
+} run_metrics;
+
+static void run_metrics_collect(void *ud, sb_metrics *reg)
+{
+    (void)reg;
+    run_metrics *m = ud;
+    static sb_ctl_snapshot s; /* large; collects run one at a time on the server's thread */
+    sb_ctl_snapshot_get(m->ctl, &s);
+    sb_cmetrics_pool pools[2];
+    size_t np = 0;
+    const char *names[2] = {"cpu", "gpu"};
+    const int want[2] = {m->ncpu, m->ngpu};
+    for (int k = 0; k < 2; k++) {
+        if (want[k] <= 0)
+            continue;
+        uint64_t ready = 0;
+        for (size_t i = 0; i < s.npools; i++)
+            if (strcmp(s.pools[i].pool, names[k]) == 0)
+                ready = s.pools[i].workers;
+        uint64_t desired = (uint64_t)want[k];
+        pools[np++] =
+            (sb_cmetrics_pool){names[k], desired, ready, ready < desired ? desired - ready : 0};
+    }
+    sb_cmetrics_clear(m->cm);
+    sb_cmetrics_add(m->cm, "default", m->name, &s, pools, np);
+}
+
+static int run_metrics_start(run_metrics *m, const char *addr, sb_err *err)
+{
+    m->reg = sb_metrics_new();
+    if (m->reg == NULL)
+        return sb_err_set(err, "out of memory");
+    m->cm = sb_cmetrics_new(m->reg, 1, err);
+    if (m->cm == NULL || sb_metrics_add_process(m->reg, err) != 0 ||
+        sb_metrics_on_collect(m->reg, run_metrics_collect, m, err) != 0)
+        return -1;
+    sb_metrics_serve_config mc = {.addr = addr, .metrics = m->reg};
+    m->srv = sb_metrics_serve(&mc, err);
+    if (m->srv == NULL)
+        return -1;
+    fprintf(stderr, "serving metrics on %s (http://%s/metrics)\n", addr, addr);
+    return 0;
+}
+
+static void run_metrics_stop(run_metrics *m)
+{
+    sb_metrics_serve_stop(m->srv);
+    sb_cmetrics_free(m->cm);
+    sb_metrics_free(m->reg);
+    m->srv = NULL;
+    m->cm = NULL;
+    m->reg = NULL;
+}
+
 static void print_progress(const sb_ctl_snapshot *s, double elapsed, int tty, int *lines)
 {
     char a[32], b[32];
@@ -153,9 +218,10 @@ static void print_progress(const sb_ctl_snapshot *s, double elapsed, int tty, in
             const sb_sched_op_stats *o = &s->ops[i];
             fprintf(stderr,
                     "\033[2K%-24.24s %3" PRIu64 "/%-3" PRIu64 " %7" PRIu64 " %7" PRIu64
-                    " %12.0f %10" PRIu64 "\n",
+                    " %12.0f %10" PRIu64 "%s\n",
                     o->name, o->tasks_done, o->tasks_total, o->tasks_running, o->tasks_queued,
-                    elapsed > 0 ? (double)o->rows_out / elapsed : 0.0, o->rows_out);
+                    elapsed > 0 ? (double)o->rows_out / elapsed : 0.0, o->rows_out,
+                    o->held ? " [backpressure]" : "");
             n++;
         }
         fprintf(stderr, "\033[2Kin flight %s of %s budget, %zu workers, %.1f s\n",
@@ -167,8 +233,9 @@ static void print_progress(const sb_ctl_snapshot *s, double elapsed, int tty, in
     }
     fprintf(stderr, "progress %.0fs:", elapsed);
     for (size_t i = 0; i < s->nops; i++)
-        fprintf(stderr, " %s %" PRIu64 "/%" PRIu64 " done %" PRIu64 " running;", s->ops[i].name,
-                s->ops[i].tasks_done, s->ops[i].tasks_total, s->ops[i].tasks_running);
+        fprintf(stderr, " %s %" PRIu64 "/%" PRIu64 " done %" PRIu64 " running%s;", s->ops[i].name,
+                s->ops[i].tasks_done, s->ops[i].tasks_total, s->ops[i].tasks_running,
+                s->ops[i].held ? " [backpressure]" : "");
     fprintf(stderr, " in flight %s of %s\n", human_bytes(s->stats.in_flight_bytes, a, sizeof a),
             human_bytes(s->stats.budget, b, sizeof b));
 }
@@ -489,6 +556,13 @@ int sb_run(const sb_run_opts *o)
         run_state_free(&r);
         return 1;
     }
+    run_metrics rm = {.ctl = ctl, .ncpu = ncpu, .ngpu = ngpu, .name = r.p.metadata.name};
+    if (o->metrics_addr != NULL && run_metrics_start(&rm, o->metrics_addr, &err) != 0) {
+        fprintf(stderr, "streambatch run: --metrics-addr: %s\n", err.msg);
+        sb_ctl_free(ctl);
+        run_state_free(&r);
+        return 2;
+    }
     char caddr[64];
     snprintf(caddr, sizeof caddr, "127.0.0.1:%d", sb_ctl_port(ctl));
     sb_local_config lc = {.worker_bin = worker_bin,
@@ -513,6 +587,7 @@ int sb_run(const sb_run_opts *o)
     sb_local *loc = sb_local_start(&lc, &err);
     if (loc == NULL) {
         fprintf(stderr, "streambatch run: starting workers: %s\n", err.msg);
+        run_metrics_stop(&rm);
         sb_ctl_free(ctl);
         run_state_free(&r);
         return 1;
@@ -624,6 +699,7 @@ int sb_run(const sb_run_opts *o)
         write_summary_json(o->summary_json, &s, state, wall, cpu_total, peak_rss, started, errs,
                            nerr, errored_total);
     sb_ctl_errored_free(errs, nerr);
+    run_metrics_stop(&rm);
     sb_ctl_free(ctl);
     if (own_dir && code == 0) {
         if (nftw(run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)

@@ -24,6 +24,7 @@ typedef struct sb_run_opts {
     int progress_interval_ms; /* non-terminal progress lines; default 5000 */
     int heartbeat_timeout_ms; /* default 3000 */
     const char *summary_json; /* write the summary as JSON to this file (tests, benchmarks) */
+    const char *metrics_addr; /* serve Prometheus /metrics here for the run (docs/metrics.md) */
 } sb_run_opts;
 
 int sb_run(const sb_run_opts *o);

@@ -8,6 +8,7 @@
 
 #include "controller/sched/ranges.h"
 #include "controller/sched/strmap.h"
+#include "metrics/metrics.h"
 
 #define NONE ((size_t)-1)
 
@@ -66,6 +67,12 @@ typedef struct {
     uint64_t tasks_total, done, running, retries, recovered, errored, resumed;
     uint64_t rows_in, bytes_in, rows_out, bytes_out;
     double task_seconds, cpu_seconds;
+    uint64_t attempts, failed_attempts; /* task attempts started, ended without success */
+    uint64_t timed;                     /* successful attempts with a reported wall time */
+    uint64_t duration_buckets[SB_SCHED_DURATION_BUCKETS]; /* successful attempts' wall times */
+    uint64_t backpressure_ms; /* time held by the budget with a task ready, closed spells */
+    uint64_t held_since_ms;   /* start of the current spell; held: one is open */
+    int held;
     uint64_t next_index;
 } op;
 
@@ -108,6 +115,7 @@ struct sb_sched {
     sb_sched_state state;
     char *failure;
     uint64_t last_progress_ms;
+    uint64_t now_ms; /* the latest clock a call brought (open backpressure spells end there) */
     /* assignment scratch */
     sb_sched_input *in_scratch;
     size_t in_scratch_cap;
@@ -810,6 +818,11 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     wk->running++;
     wk->op_running[t->op]++;
     o->running++;
+    o->attempts++;
+    if (o->held) { /* the budget let it run: the spell of backpressure ends */
+        o->backpressure_ms += now_ms > o->held_since_ms ? now_ms - o->held_since_ms : 0;
+        o->held = 0;
+    }
     s->running_total++;
     s->tasks_run++;
     s->last_progress_ms = now_ms;
@@ -873,6 +886,8 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
     worker *wk = &s->workers[w];
     size_t got = 0;
     size_t chosen[256] = {0};
+    if (now_ms > s->now_ms)
+        s->now_ms = now_ms;
     if (max > 256)
         max = 256;
     while (got < max && wk->running < wk->slots) {
@@ -897,8 +912,14 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
                 /* a downstream task frees its inputs when it finishes: only growth counts */
                 uint64_t grow = k == 0 ? est : est > in_bytes ? est - in_bytes : 0;
                 if (pass == 0 && s->mode != SB_MODE_STAGED && grow > 0 &&
-                    in_flight + grow > s->budget)
+                    in_flight + grow > s->budget) {
+                    op *ho = &s->ops[k]; /* a task ready, held back by the budget */
+                    if (!ho->held) {
+                        ho->held = 1;
+                        ho->held_since_ms = now_ms;
+                    }
                     continue;
+                }
                 pick = k;
             }
         }
@@ -1057,6 +1078,10 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
     s->last_progress_ms = now_ms;
+    if (now_ms > s->now_ms)
+        s->now_ms = now_ms;
+    if (status != SB_SCHED_OK)
+        o->failed_attempts++;
     if (status == SB_SCHED_INPUT_LOST) {
         for (size_t i = 0; i < nlost; i++) {
             size_t pi;
@@ -1127,8 +1152,15 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     if (metrics != NULL) {
         o->task_seconds += metrics->wall_seconds;
         o->cpu_seconds += metrics->cpu_seconds;
+        size_t b = 0;
+        while (b < SB_SCHED_DURATION_BUCKETS && metrics->wall_seconds > sb_metrics_task_buckets[b])
+            b++;
+        if (b < SB_SCHED_DURATION_BUCKETS)
+            o->duration_buckets[b]++;
+        o->timed++;
     }
-    o->rows_in += t->in_rows;
+    /* a source task's input rows are known only to the worker that read its split */
+    o->rows_in += t->split != NONE && metrics != NULL ? metrics->rows_in : t->in_rows;
     o->bytes_in += t->in_bytes;
     if (record_outputs(s, ti, w, outs, nouts, err) != 0)
         return -1;
@@ -1210,6 +1242,15 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)
     out->queued_input_bytes = o->fifo_bytes;
     out->task_seconds = o->task_seconds;
     out->cpu_seconds = o->cpu_seconds;
+    out->attempts = o->attempts;
+    out->failed_attempts = o->failed_attempts;
+    out->timed_tasks = o->timed;
+    memcpy(out->duration_buckets, o->duration_buckets, sizeof out->duration_buckets);
+    uint64_t bp = o->backpressure_ms;
+    if (o->held && s->now_ms > o->held_since_ms)
+        bp += s->now_ms - o->held_since_ms;
+    out->backpressure_seconds = (double)bp / 1000.0;
+    out->held = o->held;
 }
 
 /* The output sequence number of a partition id "s<op>-t<task>-p<seq>" (0 if none). */

@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "metrics/metrics.h"
 #include "spec/pipeline.h"
 
 typedef struct sb_sched sb_sched;
@@ -114,6 +115,7 @@ struct sb_sched_output {
 /* What a task attempt cost, as the worker measured it (may be NULL). */
 typedef struct sb_sched_metrics {
     double wall_seconds, cpu_seconds;
+    uint64_t rows_in; /* records the task read (a source task's only count of its input) */
 } sb_sched_metrics;
 
 typedef enum {
@@ -138,6 +140,8 @@ typedef struct sb_sched_errored {
 
 typedef enum { SB_SCHED_RUNNING, SB_SCHED_SUCCEEDED, SB_SCHED_FAILED } sb_sched_state;
 
+#define SB_SCHED_DURATION_BUCKETS SB_METRICS_TASK_NBUCKETS
+
 typedef struct sb_sched_op_stats {
     const char *name; /* stage names joined with '+' */
     const char *pool;
@@ -148,6 +152,15 @@ typedef struct sb_sched_op_stats {
     uint64_t queued_input_bytes; /* produced upstream, not yet in a task */
     double task_seconds;         /* sum of completed task wall times reported */
     double cpu_seconds;          /* sum of completed task CPU times reported */
+    uint64_t attempts;           /* task attempts started (re-runs included) */
+    uint64_t failed_attempts;    /* attempts that ended with an error or a lost input */
+    uint64_t timed_tasks;        /* successful attempts with a wall time (duration_buckets) */
+    /* successful attempts' wall times per bucket: bucket b counts those <= the b-th bound of
+     * sb_metrics_task_buckets (lib/metrics/metrics.h) and > the one before */
+    uint64_t duration_buckets[SB_SCHED_DURATION_BUCKETS];
+    double backpressure_seconds; /* time a task of this op was ready but the memory budget held
+                                    it back (up to the latest call's clock) */
+    int held;                    /* held back by the budget right now */
 } sb_sched_op_stats;
 
 typedef struct sb_sched_stats {

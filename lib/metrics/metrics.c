@@ -12,9 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-const double sb_metrics_task_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                          2.5,   5,     10,   30,    60,   120, 300,  600};
-const size_t sb_metrics_task_nbuckets = sizeof sb_metrics_task_buckets / sizeof(double);
+const double sb_metrics_task_buckets[SB_METRICS_TASK_NBUCKETS] = {
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+const size_t sb_metrics_task_nbuckets = SB_METRICS_TASK_NBUCKETS;
+_Static_assert(sizeof sb_metrics_task_buckets / sizeof(double) == SB_METRICS_TASK_NBUCKETS,
+               "bucket count");
 
 typedef struct series {
     char **values; /* one per label */
@@ -259,6 +261,22 @@ void sb_metric_observe(sb_metric *f, const char *const *values, double v)
                 s->buckets[i]++;
                 break;
             }
+    }
+    pthread_mutex_unlock(&f->reg->mu);
+}
+
+void sb_metric_set_histogram(sb_metric *f, const char *const *values, const uint64_t *counts,
+                             size_t nb, uint64_t count, double sum)
+{
+    if (f == NULL || f->type != SB_METRIC_HISTOGRAM || nb != f->nb)
+        return;
+    pthread_mutex_lock(&f->reg->mu);
+    series *s = find(f, values);
+    if (s != NULL) {
+        for (size_t i = 0; i < nb; i++)
+            s->buckets[i] = counts[i];
+        s->count = count;
+        s->v = sum;
     }
     pthread_mutex_unlock(&f->reg->mu);
 }

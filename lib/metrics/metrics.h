@@ -23,6 +23,7 @@
 #define SB_METRICS_METRICS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/err.h"
 
@@ -51,6 +52,12 @@ void sb_metric_inc(sb_metric *f, const char *const *values, double v);     /* co
 void sb_metric_set(sb_metric *f, const char *const *values, double v);     /* gauge, counter */
 void sb_metric_observe(sb_metric *f, const char *const *values, double v); /* histogram */
 
+/* Sets a histogram series from figures counted elsewhere: counts[i] observations in bucket i
+ * (not cumulative; nb must equal the family's bucket count), count in all (those above the
+ * last bound included) and their sum. */
+void sb_metric_set_histogram(sb_metric *f, const char *const *values, const uint64_t *counts,
+                             size_t nb, uint64_t count, double sum);
+
 /* Drops every series of the family (collect callbacks that rebuild a family). */
 void sb_metric_clear(sb_metric *f);
 
@@ -72,7 +79,8 @@ int sb_metrics_add_process(sb_metrics *m, sb_err *err);
 char *sb_metrics_render(sb_metrics *m);
 
 /* Duration histogram buckets for task times: 1 ms .. 10 min. */
-extern const double sb_metrics_task_buckets[];
-extern const size_t sb_metrics_task_nbuckets;
+#define SB_METRICS_TASK_NBUCKETS 17
+extern const double sb_metrics_task_buckets[SB_METRICS_TASK_NBUCKETS];
+extern const size_t sb_metrics_task_nbuckets; /* = SB_METRICS_TASK_NBUCKETS */
 
 #endif

@@ -1,0 +1,226 @@
+/* pipeline.c — the Prometheus figures of the pipelines a controller runs (see pipeline.h). */
+#include "controller/metrics/pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    /* controller families */
+    C_PARTITIONS,
+    C_RECOVERED,
+    C_ERRORED,
+    C_RERUNS,
+    C_ROWS_OUT,
+    C_BYTES_OUT,
+    C_QUEUED_BYTES,
+    C_BACKPRESSURE,
+    C_MEM_USED,
+    C_MEM_BUDGET,
+    C_POOL_WORKERS,
+    NC,
+    /* worker families (summed per pool) */
+    W_STARTED = NC,
+    W_FINISHED,
+    W_FAILED,
+    W_ROWS_IN,
+    W_ROWS_OUT,
+    W_BYTES_IN,
+    W_BYTES_OUT,
+    W_DURATION,
+    W_STORE_MEM,
+    W_STORE_SPILLED,
+    W_SPILL_TOTAL,
+    W_FETCH_BYTES,
+    W_FETCH_ERRORS,
+    W_ACCEL,
+    W_CPU,
+    W_RSS,
+    W_WORKERS,
+    NALL
+};
+
+/* label sets */
+enum { L_PIPE, L_STAGE, L_STAGE_STATE, L_STAGE_CAUSE, L_POOL_STATE, L_POOL, L_POOL_STAGE };
+static const char *const labelsets[][6] = {
+    [L_PIPE] = {"namespace", "pipeline", NULL},
+    [L_STAGE] = {"namespace", "pipeline", "stage", NULL},
+    [L_STAGE_STATE] = {"namespace", "pipeline", "stage", "state", NULL},
+    [L_STAGE_CAUSE] = {"namespace", "pipeline", "stage", "cause", NULL},
+    [L_POOL_STATE] = {"namespace", "pipeline", "pool", "state", NULL},
+    [L_POOL] = {"namespace", "pipeline", "pool", NULL},
+    [L_POOL_STAGE] = {"namespace", "pipeline", "pool", "stage", NULL},
+};
+
+static const struct {
+    sb_metric_type type;
+    const char *name, *help;
+    int labels;
+} defs[NALL] = {
+    [C_PARTITIONS] = {SB_METRIC_GAUGE, "streambatch_stage_partitions",
+                      "The stage's units of work (one task each) by state: total planned, "
+                      "committed, running now, queued.",
+                      L_STAGE_STATE},
+    [C_RECOVERED] = {SB_METRIC_COUNTER, "streambatch_stage_partitions_recovered_total",
+                     "Partitions re-made by lineage after they were lost.", L_STAGE},
+    [C_ERRORED] = {SB_METRIC_COUNTER, "streambatch_stage_partitions_errored_total",
+                   "Partitions given up (after their retries, or at once on a data error).",
+                   L_STAGE},
+    [C_RERUNS] = {SB_METRIC_COUNTER, "streambatch_stage_task_reruns_total",
+                  "Task attempts run again, by cause: error (retries) or lost (recovery).",
+                  L_STAGE_CAUSE},
+    [C_ROWS_OUT] = {SB_METRIC_COUNTER, "streambatch_stage_rows_out_total",
+                    "Records the stage produced.", L_STAGE},
+    [C_BYTES_OUT] = {SB_METRIC_COUNTER, "streambatch_stage_bytes_out_total",
+                     "Bytes the stage produced.", L_STAGE},
+    [C_QUEUED_BYTES] = {SB_METRIC_GAUGE, "streambatch_stage_queued_input_bytes",
+                        "Bytes produced upstream that wait for this stage.", L_STAGE},
+    [C_BACKPRESSURE] = {SB_METRIC_COUNTER, "streambatch_stage_backpressure_seconds_total",
+                        "Time the stage had a task ready but the memory budget held it back.",
+                        L_STAGE},
+    [C_MEM_USED] = {SB_METRIC_GAUGE, "streambatch_pipeline_memory_used_bytes",
+                    "Bytes counted against the memory budget.", L_PIPE},
+    [C_MEM_BUDGET] = {SB_METRIC_GAUGE, "streambatch_pipeline_memory_budget_bytes",
+                      "The memory budget.", L_PIPE},
+    [C_POOL_WORKERS] = {SB_METRIC_GAUGE, "streambatch_pool_workers",
+                        "Workers of the pool by state: desired, ready, pending.", L_POOL_STATE},
+    [W_STARTED] = {SB_METRIC_COUNTER, "streambatch_worker_tasks_started_total",
+                   "Task attempts started.", L_POOL_STAGE},
+    [W_FINISHED] = {SB_METRIC_COUNTER, "streambatch_worker_tasks_finished_total",
+                    "Task attempts that completed successfully.", L_POOL_STAGE},
+    [W_FAILED] = {SB_METRIC_COUNTER, "streambatch_worker_tasks_failed_total",
+                  "Task attempts that failed (op error, data error, lost input).", L_POOL_STAGE},
+    [W_ROWS_IN] = {SB_METRIC_COUNTER, "streambatch_worker_rows_in_total",
+                   "Records read by tasks (source records or input partitions).", L_POOL_STAGE},
+    [W_ROWS_OUT] = {SB_METRIC_COUNTER, "streambatch_worker_rows_out_total",
+                    "Records in the partitions or sink parts tasks produced.", L_POOL_STAGE},
+    [W_BYTES_IN] = {SB_METRIC_COUNTER, "streambatch_worker_bytes_in_total", "Bytes of task input.",
+                    L_POOL_STAGE},
+    [W_BYTES_OUT] = {SB_METRIC_COUNTER, "streambatch_worker_bytes_out_total",
+                     "Bytes of the partitions or sink parts tasks produced.", L_POOL_STAGE},
+    [W_DURATION] = {SB_METRIC_HISTOGRAM, "streambatch_worker_task_duration_seconds",
+                    "Wall time of successful task attempts.", L_POOL_STAGE},
+    [W_STORE_MEM] = {SB_METRIC_GAUGE, "streambatch_worker_store_memory_bytes",
+                     "Partition bytes held in memory.", L_POOL},
+    [W_STORE_SPILLED] = {SB_METRIC_GAUGE, "streambatch_worker_store_spilled_bytes",
+                         "Partition bytes held on local disk (spilled).", L_POOL},
+    [W_SPILL_TOTAL] = {SB_METRIC_COUNTER, "streambatch_worker_spill_bytes_total",
+                       "Bytes written to the spill directory.", L_POOL},
+    [W_FETCH_BYTES] = {SB_METRIC_COUNTER, "streambatch_worker_fetch_bytes_total",
+                       "Partition bytes received from other workers.", L_POOL},
+    [W_FETCH_ERRORS] = {SB_METRIC_COUNTER, "streambatch_worker_fetch_errors_total",
+                        "Fetches from other workers that failed.", L_POOL},
+    [W_ACCEL] = {SB_METRIC_COUNTER, "streambatch_worker_accelerator_busy_seconds_total",
+                 "Time tasks held the accelerator.", L_POOL},
+    [W_CPU] = {SB_METRIC_COUNTER, "streambatch_worker_cpu_seconds_total",
+               "Process CPU time (user + system).", L_POOL},
+    [W_RSS] = {SB_METRIC_GAUGE, "streambatch_worker_resident_memory_bytes",
+               "Process resident memory.", L_POOL},
+    [W_WORKERS] = {SB_METRIC_GAUGE, "streambatch_workers", "Worker processes behind these figures.",
+                   L_POOL},
+};
+
+struct sb_cmetrics {
+    sb_metric *f[NALL];
+    int workers;
+};
+
+sb_cmetrics *sb_cmetrics_new(sb_metrics *reg, int worker_families, sb_err *err)
+{
+    sb_cmetrics *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        sb_err_set(err, "controller metrics: out of memory");
+        return NULL;
+    }
+    m->workers = worker_families;
+    int n = worker_families ? NALL : NC;
+    for (int i = 0; i < n; i++) {
+        int h = defs[i].type == SB_METRIC_HISTOGRAM;
+        m->f[i] = sb_metrics_add(reg, defs[i].type, defs[i].name, defs[i].help,
+                                 labelsets[defs[i].labels], h ? sb_metrics_task_buckets : NULL,
+                                 h ? sb_metrics_task_nbuckets : 0, err);
+        if (m->f[i] == NULL) {
+            free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+void sb_cmetrics_free(sb_cmetrics *m)
+{
+    free(m);
+}
+
+void sb_cmetrics_clear(sb_cmetrics *m)
+{
+    for (int i = 0; i < NALL; i++)
+        sb_metric_clear(m->f[i]);
+}
+
+static void stage_figures(sb_cmetrics *m, const char *ns, const char *pl,
+                          const sb_sched_op_stats *o)
+{
+    const char *st = o->name ? o->name : "";
+    const char *const v[] = {ns, pl, st};
+    static const char *const states[] = {"total", "committed", "running", "queued"};
+    const uint64_t counts[] = {o->tasks_total, o->tasks_done, o->tasks_running, o->tasks_queued};
+    for (size_t k = 0; k < 4; k++)
+        sb_metric_set(m->f[C_PARTITIONS], (const char *const[]){ns, pl, st, states[k]},
+                      (double)counts[k]);
+    sb_metric_set(m->f[C_RECOVERED], v, (double)o->recovered);
+    sb_metric_set(m->f[C_ERRORED], v, (double)o->errored);
+    sb_metric_set(m->f[C_RERUNS], (const char *const[]){ns, pl, st, "error"}, (double)o->retries);
+    sb_metric_set(m->f[C_RERUNS], (const char *const[]){ns, pl, st, "lost"}, (double)o->recovered);
+    sb_metric_set(m->f[C_ROWS_OUT], v, (double)o->rows_out);
+    sb_metric_set(m->f[C_BYTES_OUT], v, (double)o->bytes_out);
+    sb_metric_set(m->f[C_QUEUED_BYTES], v, (double)o->queued_input_bytes);
+    sb_metric_set(m->f[C_BACKPRESSURE], v, o->backpressure_seconds);
+    if (!m->workers)
+        return;
+    const char *pool = o->pool ? o->pool : "";
+    const char *const w[] = {ns, pl, pool, st};
+    uint64_t finished = o->tasks_done > o->resumed ? o->tasks_done - o->resumed : 0;
+    sb_metric_set(m->f[W_STARTED], w, (double)o->attempts);
+    sb_metric_set(m->f[W_FINISHED], w, (double)finished);
+    sb_metric_set(m->f[W_FAILED], w, (double)o->failed_attempts);
+    sb_metric_set(m->f[W_ROWS_IN], w, (double)o->rows_in);
+    sb_metric_set(m->f[W_BYTES_IN], w, (double)o->bytes_in);
+    sb_metric_set(m->f[W_ROWS_OUT], w, (double)o->rows_out);
+    sb_metric_set(m->f[W_BYTES_OUT], w, (double)o->bytes_out);
+    sb_metric_set_histogram(m->f[W_DURATION], w, o->duration_buckets, SB_SCHED_DURATION_BUCKETS,
+                            o->timed_tasks, o->task_seconds);
+}
+
+void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipeline,
+                     const sb_ctl_snapshot *s, const sb_cmetrics_pool *pools, size_t npools)
+{
+    const char *ns = namespace_ && *namespace_ ? namespace_ : "default";
+    const char *pl = pipeline ? pipeline : "";
+    const char *const v[] = {ns, pl};
+    for (size_t i = 0; i < s->nops; i++)
+        stage_figures(m, ns, pl, &s->ops[i]);
+    sb_metric_set(m->f[C_MEM_USED], v, (double)s->stats.in_flight_bytes);
+    sb_metric_set(m->f[C_MEM_BUDGET], v, (double)s->stats.budget);
+    for (size_t i = 0; i < npools; i++) {
+        static const char *const states[] = {"desired", "ready", "pending"};
+        const uint64_t n[] = {pools[i].desired, pools[i].ready, pools[i].pending};
+        for (size_t k = 0; k < 3; k++)
+            sb_metric_set(m->f[C_POOL_WORKERS],
+                          (const char *const[]){ns, pl, pools[i].pool, states[k]}, (double)n[k]);
+    }
+    if (!m->workers)
+        return;
+    for (size_t i = 0; i < s->npools; i++) {
+        const sb_ctl_pool_figures *p = &s->pools[i];
+        const char *const w[] = {ns, pl, p->pool};
+        sb_metric_set(m->f[W_STORE_MEM], w, (double)p->sum.store_memory_bytes);
+        sb_metric_set(m->f[W_STORE_SPILLED], w, (double)p->sum.store_spilled_bytes);
+        sb_metric_set(m->f[W_SPILL_TOTAL], w, (double)p->sum.spill_bytes_total);
+        sb_metric_set(m->f[W_FETCH_BYTES], w, (double)p->sum.fetch_bytes_total);
+        sb_metric_set(m->f[W_FETCH_ERRORS], w, (double)p->sum.fetch_errors_total);
+        sb_metric_set(m->f[W_ACCEL], w, p->sum.accelerator_seconds);
+        sb_metric_set(m->f[W_CPU], w, p->sum.cpu_seconds);
+        sb_metric_set(m->f[W_RSS], w, (double)p->sum.rss_bytes);
+        sb_metric_set(m->f[W_WORKERS], w, (double)p->workers);
+    }
+}
