@@ -922,6 +922,18 @@ static void gauges(void *ud, sb_opr_gauges *g)
     }
 }
 
+/* The figures of every pipeline this leader runs (operator_http calls it on the leader only).
+ * Under the table lock, as pod events are: the run cannot be stopped meanwhile. */
+static void pipeline_metrics(void *ud, sb_cmetrics *cm)
+{
+    op *o = ud;
+    pthread_mutex_lock(&o->mu);
+    for (entry *e = o->runs; e != NULL; e = e->next)
+        if (e->run != NULL)
+            sb_opr_run_metrics(e->run, cm, e->ns, e->name);
+    pthread_mutex_unlock(&o->mu);
+}
+
 /* ---- the run loop ---- */
 
 static int start_informers(op *o, sb_err *err)
@@ -972,6 +984,8 @@ int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
         goto out;
     o.shared = sb_k8s_client_new(o.k8s, err);
     o.metrics = sb_opr_metrics_new();
+    if (o.metrics != NULL)
+        sb_opr_metrics_on_pipelines(o.metrics, pipeline_metrics, &o);
     sb_k8s_queue_opts qo = {.base_delay_s = 0.05, .max_delay_s = 60};
     o.q = sb_k8s_queue_new(&qo, err);
     if (o.shared == NULL || o.metrics == NULL || o.q == NULL)

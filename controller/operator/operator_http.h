@@ -1,7 +1,9 @@
 /* operator_http.h — the controller's metrics and health endpoints (libmicrohttpd):
- *   GET /metrics  Prometheus text: workqueue_depth, workqueue_adds_total,
+ *   GET /metrics  Prometheus text (lib/metrics): workqueue_depth, workqueue_adds_total,
  *                 controller_runtime_reconcile_total{result}, controller_runtime_reconcile_
- *                 time_seconds (histogram), streambatch_pipelines{phase}, streambatch_leader
+ *                 time_seconds (histogram), streambatch_pipelines{phase}, streambatch_leader,
+ *                 process_*, and, on the leader only, the figures of the pipelines it runs
+ *                 (controller/metrics/pipeline.h; docs/metrics.md)
  *   GET /healthz  200 "ok" while the process serves
  *   GET /readyz   200 once the informers synced (a standby is ready too), else 503
  *
@@ -17,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "controller/metrics/pipeline.h"
 #include "core/err.h"
 
 /* Phases in streambatch_pipelines{phase}; index SB_OPR_PHASE_NONE counts those with no phase. */
@@ -37,7 +40,10 @@ void sb_opr_metrics_free(sb_opr_metrics *m);
 void sb_opr_metrics_queue_add(sb_opr_metrics *m);
 /* result: "success" | "error" | "requeue" */
 void sb_opr_metrics_reconcile(sb_opr_metrics *m, const char *result, double seconds);
-/* The Prometheus text (malloc'd), with the gauges given. */
+/* Called at each render of a leader: adds the pipelines it runs (sb_cmetrics_add). */
+typedef void (*sb_opr_pipelines_fn)(void *ud, sb_cmetrics *cm);
+void sb_opr_metrics_on_pipelines(sb_opr_metrics *m, sb_opr_pipelines_fn fn, void *ud);
+/* The Prometheus text (malloc'd), with the gauges given; NULL on out of memory. */
 char *sb_opr_metrics_render(sb_opr_metrics *m, const sb_opr_gauges *g);
 
 typedef struct sb_opr_http_config {

@@ -468,6 +468,19 @@ sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *m
                 rlen, message, mlen);
 }
 
+void sb_opr_run_metrics(sb_opr_run *r, sb_cmetrics *cm, const char *ns, const char *name)
+{
+    static __thread sb_ctl_snapshot s; /* large: off the stack */
+    sb_ctl_snapshot_get(r->ctl, &s);
+    sb_cmetrics_pool pools[MAX_POOLS];
+    for (size_t i = 0; i < r->npools; i++) {
+        uint32_t d = 0, rd = 0, p = 0;
+        sb_kube_pool_status(r->kube, r->pools[i].spec.pool, &d, &rd, &p, NULL, 0);
+        pools[i] = (sb_cmetrics_pool){r->pools[i].spec.pool, d, rd, p};
+    }
+    sb_cmetrics_add(cm, ns, name, &s, pools, r->npools);
+}
+
 int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now)
 {
     sb_ctl_snapshot s;

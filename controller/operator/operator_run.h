@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "controller/metrics/pipeline.h"
 #include "controller/operator/operator_status.h"
 #include "core/err.h"
 #include "k8s/client.h"
@@ -69,6 +70,8 @@ void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p);
 /* Writes progress, partitions, stages, checkpoint and the WorkersPending condition into status
  * (now: RFC 3339 time for condition transitions). Returns 0, or -1 when out of memory. */
 int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now);
+/* Adds the run's Prometheus figures (controller/metrics/pipeline.h) for namespace/name. */
+void sb_opr_run_metrics(sb_opr_run *r, sb_cmetrics *cm, const char *ns, const char *name);
 
 /* The errored partitions (sb_ctl_errored: a copy, free with sb_ctl_errored_free); *n set. */
 sb_sched_errored *sb_opr_run_errored(sb_opr_run *r, size_t *n);

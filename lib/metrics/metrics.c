@@ -468,8 +468,13 @@ static void put_num(sbuf *b, double v)
         put(b, "NaN");
     else if (v == floor(v) && fabs(v) < 9007199254740992.0)
         put(b, "%.0f", v);
-    else
-        put(b, "%.17g", v);
+    else {
+        char t[40];
+        snprintf(t, sizeof t, "%.15g", v); /* the shortest that reads back exactly */
+        if (strtod(t, NULL) != v)
+            snprintf(t, sizeof t, "%.17g", v);
+        put(b, "%s", t);
+    }
 }
 
 /* name{labels[,le="x"]} */

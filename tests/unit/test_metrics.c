@@ -62,10 +62,10 @@ Test(metrics, render_exact_text_and_promtool_finds_nothing)
         "streambatch_test_queue 7\n"
         "# HELP streambatch_test_duration_seconds Durations.\n"
         "# TYPE streambatch_test_duration_seconds histogram\n"
-        "streambatch_test_duration_seconds_bucket{stage=\"s\",le=\"0.10000000000000001\"} 1\n"
+        "streambatch_test_duration_seconds_bucket{stage=\"s\",le=\"0.1\"} 1\n"
         "streambatch_test_duration_seconds_bucket{stage=\"s\",le=\"1\"} 2\n"
         "streambatch_test_duration_seconds_bucket{stage=\"s\",le=\"+Inf\"} 3\n"
-        "streambatch_test_duration_seconds_sum{stage=\"s\"} 5.5499999999999998\n"
+        "streambatch_test_duration_seconds_sum{stage=\"s\"} 5.55\n"
         "streambatch_test_duration_seconds_count{stage=\"s\"} 3\n";
     cr_assert_str_eq(txt, want);
     cr_assert_eq(sb_metric_value(c, (const char *const[]){"p", "zeta"}), 5);

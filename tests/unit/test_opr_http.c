@@ -2,11 +2,13 @@
  * queried with libcurl) and the Event object it posts. */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "controller/operator/operator_events.h"
 #include "controller/operator/operator_http.h"
+#include "controller/metrics/pipeline.h"
 
 Test(opr_http, render_counters_and_histogram)
 {
@@ -130,4 +132,65 @@ Test(opr_http, event_object)
         cr_expect(strstr(t, want[i]) != NULL, "missing %s in %s", want[i], t);
     free(t);
     cJSON_Delete(e);
+}
+
+/* Only the leader reports pipelines; a standby says it is one (streambatch_leader 0) and has
+ * no pipeline series, so sums over replicas count each pipeline once. promtool finds nothing
+ * wrong with either text. */
+static void one_pipeline(void *ud, sb_cmetrics *cm)
+{
+    (void)ud;
+    static sb_ctl_snapshot s;
+    memset(&s, 0, sizeof s);
+    s.nops = 1;
+    s.ops[0] = (sb_sched_op_stats){.name = "parse",
+                                   .pool = "cpu",
+                                   .tasks_total = 10,
+                                   .tasks_done = 4,
+                                   .rows_out = 400,
+                                   .backpressure_seconds = 1.5};
+    s.stats.budget = 1 << 20;
+    sb_cmetrics_pool p = {"cpu", 3, 2, 1};
+    sb_cmetrics_add(cm, "team", "logs", &s, &p, 1);
+}
+
+static int promtool_ok(const char *text)
+{
+    FILE *f = popen("promtool check metrics >/dev/null 2>&1", "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    return pclose(f) == 0;
+}
+
+Test(opr_http, only_the_leader_reports_pipelines)
+{
+    sb_opr_metrics *m = sb_opr_metrics_new();
+    cr_assert_not_null(m);
+    sb_opr_metrics_on_pipelines(m, one_pipeline, NULL);
+    sb_opr_gauges g = {.leader = 1};
+    char *t = sb_opr_metrics_render(m, &g);
+    const char *want[] = {
+        "streambatch_leader 1\n",
+        "streambatch_stage_partitions{namespace=\"team\",pipeline=\"logs\",stage=\"parse\","
+        "state=\"committed\"} 4\n",
+        "streambatch_stage_rows_out_total{namespace=\"team\",pipeline=\"logs\",stage=\"parse\"} "
+        "400\n",
+        "streambatch_stage_backpressure_seconds_total{namespace=\"team\",pipeline=\"logs\","
+        "stage=\"parse\"} 1.5\n",
+        "streambatch_pool_workers{namespace=\"team\",pipeline=\"logs\",pool=\"cpu\",state="
+        "\"pending\"} "
+        "1\n",
+        "streambatch_pipeline_memory_budget_bytes{namespace=\"team\",pipeline=\"logs\"} 1048576\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(strstr(t, want[i]) != NULL, "missing %s in:\n%s", want[i], t);
+    cr_expect(promtool_ok(t), "promtool check metrics:\n%s", t);
+    free(t);
+    g.leader = 0;
+    t = sb_opr_metrics_render(m, &g);
+    cr_expect(strstr(t, "streambatch_leader 0\n") != NULL);
+    cr_expect(strstr(t, "pipeline=\"logs\"") == NULL, "a standby reports no pipeline:\n%s", t);
+    cr_expect(promtool_ok(t));
+    free(t);
+    sb_opr_metrics_free(m);
 }
