@@ -66,6 +66,38 @@ static_ok() {
 }
 check "queries: documented metrics, counters through rate()/increase(), filters, promtool parses them" static_ok
 
+# ---- the chart ships it
+chart_ok() {
+  local helm chart=$top/deploy/helm/streambatch
+  helm=$("$top/tests/k8s/build.sh" --print-bin-dir)/helm
+  [[ -x $helm ]] || { echo "$helm missing (make k8s-build)"; return 1; }
+  cmp "$dash" "$chart/dashboards/streambatch.json" ||
+    { echo "the chart's copy differs from deploy/grafana/streambatch.json (make chart-crd copies it)"; return 1; }
+  "$helm" template t "$chart" >"$tmp/off.yaml" &&
+    "$helm" template t "$chart" --set metrics.serviceMonitor.enabled=true \
+      --set metrics.podMonitor.enabled=true --set metrics.podMonitor.release=prom >"$tmp/on.yaml" || return 1
+  python3 - "$tmp/off.yaml" "$tmp/on.yaml" "$dash" <<'PY' || return 1
+import json, sys, re
+def docs(path):
+    return [d for d in open(path).read().split("\n---\n") if d.strip()]
+def kinds(path):
+    return [m.group(1) for d in docs(path) for m in [re.search(r"^kind: (\S+)", d, re.M)] if m]
+off, on = kinds(sys.argv[1]), kinds(sys.argv[2])
+assert "ServiceMonitor" not in off and "PodMonitor" not in off, off
+assert "ServiceMonitor" in on and "PodMonitor" in on, on
+cm = [d for d in docs(sys.argv[1]) if re.search(r"^kind: ConfigMap", d, re.M) and "grafana_dashboard" in d]
+assert len(cm) == 1, "one dashboard ConfigMap"
+assert re.search(r'grafana_dashboard: "1"', cm[0]), "sidecar label"
+body = cm[0].split("streambatch.json: |-\n", 1)[1]
+text = "\n".join(l[4:] for l in body.split("\n"))
+assert json.loads(text) == json.load(open(sys.argv[3])), "the ConfigMap holds the dashboard"
+pm = [d for d in docs(sys.argv[2]) if "kind: PodMonitor" in d][0]
+assert 'release: "prom"' in pm and "port: metrics" in pm and "streambatch.dev/pipeline" in pm, pm
+print("ConfigMap (grafana_dashboard: \"1\") holds the dashboard; monitors only when enabled")
+PY
+}
+check "the chart ships the dashboard (sidecar ConfigMap) and, switched on, a ServiceMonitor and a PodMonitor" chart_ok
+
 # ---- 3. a real Prometheus scraping a real run
 mkdir -p "$tmp/in"
 python3 - "$tmp/in" <<'PY'

@@ -7,7 +7,8 @@
 #   make k8s-operator-test  the operator end to end: helm install of deploy/helm/streambatch on a
 #                      private cluster, Pipelines applied with kubectl (part of `make test`)
 #   make chart-crd     copy api/crd/pipelines.streambatch.dev.yaml into the Helm chart's crds/
-#                      (the operator test fails when the two differ)
+#                      and deploy/grafana/streambatch.json into its dashboards/ (the operator
+#                      and dashboard tests fail when a copy differs)
 # See docs/testing.md.
 K8S_DIR := tests/k8s
 
@@ -27,6 +28,8 @@ k8s-selftest: k8s-build
 CHART_CRD := deploy/helm/streambatch/crds/pipelines.streambatch.dev.yaml
 chart-crd:
 	@cp api/crd/pipelines.streambatch.dev.yaml $(CHART_CRD) && echo "  CRD    $(CHART_CRD)"
+	@cp deploy/grafana/streambatch.json deploy/helm/streambatch/dashboards/streambatch.json && \
+	  echo "  DASH   deploy/helm/streambatch/dashboards/streambatch.json"
 k8s-operator-test: k8s-build build
 	@$(K8S_DIR)/operator-test.sh
 
