@@ -142,5 +142,7 @@ echo "bench: engine benchmarks (scripts/bench-engine.sh, a few minutes)" >&2
 } >>"$out"
 echo "bench: storage benchmarks (scripts/bench-storage.sh: MinIO vs curl, s3 vs file)" >&2
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-storage.sh >>"$out"
+echo "bench: metrics cost (scripts/bench-metrics.sh: runs with metrics served vs not)" >&2
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-metrics.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"

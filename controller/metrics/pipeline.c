@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics/families.h"
+
 enum {
     /* controller families */
     C_PARTITIONS,
@@ -18,44 +20,25 @@ enum {
     C_MEM_BUDGET,
     C_POOL_WORKERS,
     NC,
-    /* worker families (summed per pool) */
-    W_STARTED = NC,
-    W_FINISHED,
-    W_FAILED,
-    W_ROWS_IN,
-    W_ROWS_OUT,
-    W_BYTES_IN,
-    W_BYTES_OUT,
-    W_DURATION,
-    W_STORE_MEM,
-    W_STORE_SPILLED,
-    W_SPILL_TOTAL,
-    W_FETCH_BYTES,
-    W_FETCH_ERRORS,
-    W_ACCEL,
-    W_CPU,
-    W_RSS,
-    W_WORKERS,
-    NALL
+    /* then the worker families, summed per pool (lib/metrics/families.h) */
+    NALL = NC + SB_WF_COUNT
 };
 
 /* label sets */
-enum { L_PIPE, L_STAGE, L_STAGE_STATE, L_STAGE_CAUSE, L_POOL_STATE, L_POOL, L_POOL_STAGE };
+enum { L_PIPE, L_STAGE, L_STAGE_STATE, L_STAGE_CAUSE, L_POOL_STATE };
 static const char *const labelsets[][6] = {
     [L_PIPE] = {"namespace", "pipeline", NULL},
     [L_STAGE] = {"namespace", "pipeline", "stage", NULL},
     [L_STAGE_STATE] = {"namespace", "pipeline", "stage", "state", NULL},
     [L_STAGE_CAUSE] = {"namespace", "pipeline", "stage", "cause", NULL},
     [L_POOL_STATE] = {"namespace", "pipeline", "pool", "state", NULL},
-    [L_POOL] = {"namespace", "pipeline", "pool", NULL},
-    [L_POOL_STAGE] = {"namespace", "pipeline", "pool", "stage", NULL},
 };
 
 static const struct {
     sb_metric_type type;
     const char *name, *help;
     int labels;
-} defs[NALL] = {
+} defs[NC] = {
     [C_PARTITIONS] = {SB_METRIC_GAUGE, "streambatch_stage_partitions",
                       "The stage's units of work (one task each) by state: total planned, "
                       "committed, running now, queued.",
@@ -83,40 +66,6 @@ static const struct {
                       "The memory budget.", L_PIPE},
     [C_POOL_WORKERS] = {SB_METRIC_GAUGE, "streambatch_pool_workers",
                         "Workers of the pool by state: desired, ready, pending.", L_POOL_STATE},
-    [W_STARTED] = {SB_METRIC_COUNTER, "streambatch_worker_tasks_started_total",
-                   "Task attempts started.", L_POOL_STAGE},
-    [W_FINISHED] = {SB_METRIC_COUNTER, "streambatch_worker_tasks_finished_total",
-                    "Task attempts that completed successfully.", L_POOL_STAGE},
-    [W_FAILED] = {SB_METRIC_COUNTER, "streambatch_worker_tasks_failed_total",
-                  "Task attempts that failed (op error, data error, lost input).", L_POOL_STAGE},
-    [W_ROWS_IN] = {SB_METRIC_COUNTER, "streambatch_worker_rows_in_total",
-                   "Records read by tasks (source records or input partitions).", L_POOL_STAGE},
-    [W_ROWS_OUT] = {SB_METRIC_COUNTER, "streambatch_worker_rows_out_total",
-                    "Records in the partitions or sink parts tasks produced.", L_POOL_STAGE},
-    [W_BYTES_IN] = {SB_METRIC_COUNTER, "streambatch_worker_bytes_in_total", "Bytes of task input.",
-                    L_POOL_STAGE},
-    [W_BYTES_OUT] = {SB_METRIC_COUNTER, "streambatch_worker_bytes_out_total",
-                     "Bytes of the partitions or sink parts tasks produced.", L_POOL_STAGE},
-    [W_DURATION] = {SB_METRIC_HISTOGRAM, "streambatch_worker_task_duration_seconds",
-                    "Wall time of successful task attempts.", L_POOL_STAGE},
-    [W_STORE_MEM] = {SB_METRIC_GAUGE, "streambatch_worker_store_memory_bytes",
-                     "Partition bytes held in memory.", L_POOL},
-    [W_STORE_SPILLED] = {SB_METRIC_GAUGE, "streambatch_worker_store_spilled_bytes",
-                         "Partition bytes held on local disk (spilled).", L_POOL},
-    [W_SPILL_TOTAL] = {SB_METRIC_COUNTER, "streambatch_worker_spill_bytes_total",
-                       "Bytes written to the spill directory.", L_POOL},
-    [W_FETCH_BYTES] = {SB_METRIC_COUNTER, "streambatch_worker_fetch_bytes_total",
-                       "Partition bytes received from other workers.", L_POOL},
-    [W_FETCH_ERRORS] = {SB_METRIC_COUNTER, "streambatch_worker_fetch_errors_total",
-                        "Fetches from other workers that failed.", L_POOL},
-    [W_ACCEL] = {SB_METRIC_COUNTER, "streambatch_worker_accelerator_busy_seconds_total",
-                 "Time tasks held the accelerator.", L_POOL},
-    [W_CPU] = {SB_METRIC_COUNTER, "streambatch_worker_cpu_seconds_total",
-               "Process CPU time (user + system).", L_POOL},
-    [W_RSS] = {SB_METRIC_GAUGE, "streambatch_worker_resident_memory_bytes",
-               "Process resident memory.", L_POOL},
-    [W_WORKERS] = {SB_METRIC_GAUGE, "streambatch_workers", "Worker processes behind these figures.",
-                   L_POOL},
 };
 
 struct sb_cmetrics {
@@ -132,8 +81,11 @@ sb_cmetrics *sb_cmetrics_new(sb_metrics *reg, int worker_families, sb_err *err)
         return NULL;
     }
     m->workers = worker_families;
-    int n = worker_families ? NALL : NC;
-    for (int i = 0; i < n; i++) {
+    if (worker_families && sb_metrics_add_worker_families(reg, m->f + NC, err) != 0) {
+        free(m);
+        return NULL;
+    }
+    for (int i = 0; i < NC; i++) {
         int h = defs[i].type == SB_METRIC_HISTOGRAM;
         m->f[i] = sb_metrics_add(reg, defs[i].type, defs[i].name, defs[i].help,
                                  labelsets[defs[i].labels], h ? sb_metrics_task_buckets : NULL,
@@ -180,15 +132,15 @@ static void stage_figures(sb_cmetrics *m, const char *ns, const char *pl,
     const char *pool = o->pool ? o->pool : "";
     const char *const w[] = {ns, pl, pool, st};
     uint64_t finished = o->tasks_done > o->resumed ? o->tasks_done - o->resumed : 0;
-    sb_metric_set(m->f[W_STARTED], w, (double)o->attempts);
-    sb_metric_set(m->f[W_FINISHED], w, (double)finished);
-    sb_metric_set(m->f[W_FAILED], w, (double)o->failed_attempts);
-    sb_metric_set(m->f[W_ROWS_IN], w, (double)o->rows_in);
-    sb_metric_set(m->f[W_BYTES_IN], w, (double)o->bytes_in);
-    sb_metric_set(m->f[W_ROWS_OUT], w, (double)o->rows_out);
-    sb_metric_set(m->f[W_BYTES_OUT], w, (double)o->bytes_out);
-    sb_metric_set_histogram(m->f[W_DURATION], w, o->duration_buckets, SB_SCHED_DURATION_BUCKETS,
-                            o->timed_tasks, o->task_seconds);
+    sb_metric_set(m->f[NC + SB_WF_TASKS_STARTED], w, (double)o->attempts);
+    sb_metric_set(m->f[NC + SB_WF_TASKS_FINISHED], w, (double)finished);
+    sb_metric_set(m->f[NC + SB_WF_TASKS_FAILED], w, (double)o->failed_attempts);
+    sb_metric_set(m->f[NC + SB_WF_ROWS_IN], w, (double)o->rows_in);
+    sb_metric_set(m->f[NC + SB_WF_BYTES_IN], w, (double)o->bytes_in);
+    sb_metric_set(m->f[NC + SB_WF_ROWS_OUT], w, (double)o->rows_out);
+    sb_metric_set(m->f[NC + SB_WF_BYTES_OUT], w, (double)o->bytes_out);
+    sb_metric_set_histogram(m->f[NC + SB_WF_DURATION], w, o->duration_buckets,
+                            SB_SCHED_DURATION_BUCKETS, o->timed_tasks, o->task_seconds);
 }
 
 void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipeline,
@@ -213,14 +165,14 @@ void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipelin
     for (size_t i = 0; i < s->npools; i++) {
         const sb_ctl_pool_figures *p = &s->pools[i];
         const char *const w[] = {ns, pl, p->pool};
-        sb_metric_set(m->f[W_STORE_MEM], w, (double)p->sum.store_memory_bytes);
-        sb_metric_set(m->f[W_STORE_SPILLED], w, (double)p->sum.store_spilled_bytes);
-        sb_metric_set(m->f[W_SPILL_TOTAL], w, (double)p->sum.spill_bytes_total);
-        sb_metric_set(m->f[W_FETCH_BYTES], w, (double)p->sum.fetch_bytes_total);
-        sb_metric_set(m->f[W_FETCH_ERRORS], w, (double)p->sum.fetch_errors_total);
-        sb_metric_set(m->f[W_ACCEL], w, p->sum.accelerator_seconds);
-        sb_metric_set(m->f[W_CPU], w, p->sum.cpu_seconds);
-        sb_metric_set(m->f[W_RSS], w, (double)p->sum.rss_bytes);
-        sb_metric_set(m->f[W_WORKERS], w, (double)p->workers);
+        sb_metric_set(m->f[NC + SB_WF_STORE_MEMORY], w, (double)p->sum.store_memory_bytes);
+        sb_metric_set(m->f[NC + SB_WF_STORE_SPILLED], w, (double)p->sum.store_spilled_bytes);
+        sb_metric_set(m->f[NC + SB_WF_SPILL_TOTAL], w, (double)p->sum.spill_bytes_total);
+        sb_metric_set(m->f[NC + SB_WF_FETCH_BYTES], w, (double)p->sum.fetch_bytes_total);
+        sb_metric_set(m->f[NC + SB_WF_FETCH_ERRORS], w, (double)p->sum.fetch_errors_total);
+        sb_metric_set(m->f[NC + SB_WF_ACCELERATOR], w, p->sum.accelerator_seconds);
+        sb_metric_set(m->f[NC + SB_WF_CPU], w, p->sum.cpu_seconds);
+        sb_metric_set(m->f[NC + SB_WF_RSS], w, (double)p->sum.rss_bytes);
+        sb_metric_set(m->f[NC + SB_WF_WORKERS], w, (double)p->workers);
     }
 }

@@ -341,22 +341,32 @@ static double boot_time(void)
     return bt;
 }
 
-static void collect_process(void *ud, sb_metrics *m)
+void sb_metrics_process_read(double *cpu_seconds, uint64_t *rss_bytes)
 {
-    (void)ud;
     struct rusage ru;
+    *cpu_seconds = 0;
+    *rss_bytes = 0;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
-        sb_metric_set(m->proc[0], NULL,
-                      (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-                          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
-    long page = sysconf(_SC_PAGESIZE);
+        *cpu_seconds = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f != NULL) {
         unsigned long long size, rss;
         if (fscanf(f, "%llu %llu", &size, &rss) == 2)
-            sb_metric_set(m->proc[1], NULL, (double)rss * (double)page);
+            *rss_bytes = (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
         fclose(f);
     }
+}
+
+static void collect_process(void *ud, sb_metrics *m)
+{
+    (void)ud;
+    double cpu;
+    uint64_t rss;
+    sb_metrics_process_read(&cpu, &rss);
+    sb_metric_set(m->proc[0], NULL, cpu);
+    sb_metric_set(m->proc[1], NULL, (double)rss);
+    FILE *f;
     f = fopen("/proc/self/stat", "r");
     if (f != NULL) {
         char buf[1024];

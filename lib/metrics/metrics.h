@@ -74,6 +74,9 @@ int sb_metrics_on_collect(sb_metrics *m, sb_metrics_collect_fn fn, void *ud, sb_
  * render. 0, or -1 + err. */
 int sb_metrics_add_process(sb_metrics *m, sb_err *err);
 
+/* This process's CPU seconds (user + system) and resident bytes, read now. */
+void sb_metrics_process_read(double *cpu_seconds, uint64_t *rss_bytes);
+
 /* The text exposition of every family, families in registration order, series sorted by
  * their label values (so output is stable). NULL on out of memory. */
 char *sb_metrics_render(sb_metrics *m);

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Metrics cost (issue 12), run by `make bench`: the same `streambatch run` with metrics served
+# (--metrics-addr, scraped every 0.5 s by curl, as a busy Prometheus would) and without, rounds
+# interleaved; prints a markdown section on stdout. Two shapes: many tiny tasks (per-task
+# bookkeeping dominates) and two CPU stages (bench.spin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${SB_BIN_DIR:-bin}
+rounds=${ROUNDS:-5}
+work=$(mktemp -d /tmp/sb-bench-metrics-XXXXXX)
+scraper=
+cleanup() { [[ -n $scraper ]] && kill "$scraper" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+
+mkdir -p "$work/tiny" "$work/bin"
+for i in $(seq 1 1000); do echo "{\"i\":$i}" >"$work/tiny/r$i.jsonl"; done
+for i in $(seq -w 1 12); do head -c $((4 << 20)) /dev/urandom >"$work/bin/f$i.bin"; done
+cat >"$work/tiny.yaml" <<Y
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: tiny}
+spec:
+  source: {uri: "file://$work/tiny/", format: jsonl}
+  stages: [{name: id, op: identity}]
+  sink: {uri: "file://$work/out-tiny/", format: jsonl}
+Y
+cat >"$work/spin.yaml" <<Y
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: spin}
+spec:
+  source: {uri: "file://$work/bin/", format: binary, partitionSize: 1Mi, args: {recordSize: 4096}}
+  stages:
+  - {name: a, op: bench.spin, args: {msPerMB: 50}}
+  - {name: b, op: bench.spin, args: {msPerMB: 50}}
+  sink: {uri: "file://$work/out-spin/", format: binary}
+  execution: {memoryBudget: 64Mi}
+Y
+
+secs() { # name [metrics] -> wall seconds of the whole command
+  local t0 t1
+  t0=$(date +%s.%N)
+  if [[ ${2:-} == on ]]; then
+    (while sleep 0.5; do curl -fs "http://127.0.0.1:$port/metrics" >/dev/null || true; done) &
+    scraper=$!
+    "$bin/streambatch" run "$work/$1.yaml" --cpus 2 --metrics-addr "127.0.0.1:$port" \
+      >"$work/$1.log" 2>&1 || { tail "$work/$1.log" >&2; return 1; }
+    kill "$scraper"; wait "$scraper" 2>/dev/null || true; scraper=
+  else
+    "$bin/streambatch" run "$work/$1.yaml" --cpus 2 >"$work/$1.log" 2>&1 || { tail "$work/$1.log" >&2; return 1; }
+  fi
+  t1=$(date +%s.%N)
+  echo "$t1 - $t0" | bc -l
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
+
+echo
+echo "## Metrics cost (scripts/bench-metrics.sh)"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $rounds rounds, off and on interleaved; \"on\" serves"
+echo "\`--metrics-addr\` and is scraped every 0.5 s. Goal (issue 12): at most 2% slower."
+echo
+echo "| pipeline | off: median s (range) | on: median s (range) | on / off |"
+echo "|---|---|---|---|"
+for p in tiny spin; do
+  off=() on=()
+  for _ in $(seq "$rounds"); do
+    off+=("$(secs $p)")
+    on+=("$(secs $p on)")
+  done
+  mo=$(median "${off[@]}"); mn=$(median "${on[@]}")
+  label=$([[ $p == tiny ]] && echo "1,000 one-record files -> identity" || echo "48 MiB, two bench.spin stages (50 ms/MiB each)")
+  printf '| %s | %.2f (%s) | %.2f (%s) | %.3f |\n' "$label" "$mo" "$(range "${off[@]}")" "$mn" \
+    "$(range "${on[@]}")" "$(echo "$mn / $mo" | bc -l)"
+done
