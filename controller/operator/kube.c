@@ -486,6 +486,9 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     cJSON *spec = cJSON_AddObjectToObject(o, "spec");
     cJSON_AddStringToObject(spec, "restartPolicy", "Never");
     copy_str(spec, "serviceAccountName", t);
+    /* workers never call the API: no token in the pod unless the template asks for one */
+    const cJSON *am = jobj(t, "automountServiceAccountToken");
+    cJSON_AddBoolToObject(spec, "automountServiceAccountToken", cJSON_IsTrue(am));
     copy_str(spec, "priorityClassName", t);
     /* the image's user (deploy/docker/Dockerfile.worker); fsGroup makes the emptyDir its own */
     cJSON *psc = cJSON_AddObjectToObject(spec, "securityContext");

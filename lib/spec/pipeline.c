@@ -693,6 +693,7 @@ struct toleration {
 typedef struct {
     char *image, *sa, *priority_class;
     int pull_policy;
+    bool automount_token;
     char *node_selector, *labels, *annotations;
     struct env_var *env;
     size_t nenv;
@@ -709,19 +710,13 @@ static const char *const toleration_ops[] = {"Exists", "Equal", NULL};
 static const char *const toleration_effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute",
                                                  NULL};
 
-const char *const sb_worker_env_names[] = {"SB_CONTROLLER",
-                                           "SB_WORKER_ID",
-                                           "SB_POD_IP",
-                                           "SB_WORKER_PORT",
-                                           "SB_POOL",
-                                           "SB_SLOTS",
-                                           "SB_ACCELERATORS",
-                                           "SB_STORE_BUDGET",
-                                           "SB_PIPELINE",
-                                           "SB_EPOCH",
-                                           "SB_SPILL_DIR",
-                                           "TMPDIR",
-                                           NULL};
+const char *const sb_worker_env_names[] = {"SB_CONTROLLER",   "SB_WORKER_ID",
+                                           "SB_POD_IP",       "SB_WORKER_PORT",
+                                           "SB_POOL",         "SB_SLOTS",
+                                           "SB_ACCELERATORS", "SB_STORE_BUDGET",
+                                           "SB_PIPELINE",     "SB_EPOCH",
+                                           "SB_METRICS_ADDR", "SB_SPILL_DIR",
+                                           "TMPDIR",          NULL};
 const char *const sb_credentials_keys[] = {"AWS_ACCESS_KEY_ID",
                                            "AWS_SECRET_ACCESS_KEY",
                                            "AWS_SESSION_TOKEN",
@@ -1144,6 +1139,9 @@ static const sb_schema_field template_fields[] = {
      .type = SB_FT_STRING,
      .offset = offsetof(worker_template, sa),
      .format = SB_SF_DNS_SUBDOMAIN},
+    {.name = "automountServiceAccountToken",
+     .type = SB_FT_BOOL,
+     .offset = offsetof(worker_template, automount_token)},
     {.name = "priorityClassName",
      .type = SB_FT_STRING,
      .offset = offsetof(worker_template, priority_class)},

@@ -179,6 +179,8 @@ Test(kube_pod, spill_emptydir_and_security_context)
     cr_expect_str_eq(cJSON_GetArrayItem(get(get(csc, "capabilities"), "drop"), 0)->valuestring,
                      "ALL");
     cr_expect_null(get(spec, "serviceAccountName"), "none unless the template names one");
+    cr_expect(cJSON_IsFalse(get(spec, "automountServiceAccountToken")),
+              "workers never call the API: no token unless the template asks");
     cr_expect_null(get(c, "envFrom"));
     /* what was there before stays */
     cr_expect_str_eq(str(spec, "restartPolicy"), "Never");
@@ -200,6 +202,7 @@ Test(kube_pod, template_env_volumes_and_service_account_are_merged)
                "  sink: {uri: 'file:///data/out/', format: jsonl}\n"
                "  workerTemplate:\n"
                "    serviceAccountName: s3-reader\n"
+               "    automountServiceAccountToken: true\n"
                "    env:\n"
                "    - {name: POOL_COPY, value: '$(SB_POOL)'}\n"
                "    - {name: TOKEN, valueFrom: {secretKeyRef: {name: tok, key: t}}}\n"
@@ -213,6 +216,7 @@ Test(kube_pod, template_env_volumes_and_service_account_are_merged)
           &b);
     const cJSON *spec = get(b.pod, "spec"), *c = container(&b);
     cr_expect_str_eq(str(spec, "serviceAccountName"), "s3-reader");
+    cr_expect(cJSON_IsTrue(get(spec, "automountServiceAccountToken")), "the template asked");
     const cJSON *env = get(c, "env");
     int ours = -1, secret = -1, user = -1, tok = -1;
     env_entry(env, "SB_EPOCH", &ours);
