@@ -123,7 +123,12 @@ void sb_wmetrics_task_started(sb_wmetrics *m, const char *stage)
         return;
     char ns[256], pl[256], pool[64];
     labels(m, stage, ns, pl, pool);
-    sb_metric_inc(m->f[SB_WF_TASKS_STARTED], (const char *const[]){ns, pl, pool, stage}, 1);
+    const char *const v[] = {ns, pl, pool, stage};
+    sb_metric_inc(m->f[SB_WF_TASKS_STARTED], v, 1);
+    /* every series of the stage exists from its first task (0 until it counts something), so
+     * rate() over failures has data before the first failure */
+    for (int f = SB_WF_TASKS_FINISHED; f <= SB_WF_BYTES_OUT; f++)
+        sb_metric_inc(m->f[f], v, 0);
 }
 
 void sb_wmetrics_task_ended(sb_wmetrics *m, const char *stage, int ok, double seconds,

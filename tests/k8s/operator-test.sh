@@ -588,6 +588,62 @@ PY
   kubectl -n "$NS" delete pipeline s3run --wait=false >/dev/null
 }
 opcheck "k: s3 source and sink in MinIO, keys in a Secret (credentialsSecret), no host path in worker pods -> Succeeded, output = independent computation" s3_run
+
+# =============================================================================================
+# m. Prometheus on the test cluster: the controllers' and a running Pipeline's worker pods'
+#    /metrics scraped by a real Prometheus; every dashboard panel, the operator's included,
+#    returns data (tests/dashboard/queries.py eval --operator)
+# =============================================================================================
+prom_targets() { # writes file_sd targets: controller pods :8080, the pipeline's worker pods :9102
+  local c w
+  c=$(kubectl -n "$SYS" get pods -l app.kubernetes.io/name=streambatch-controller \
+    --field-selector status.phase=Running -o 'jsonpath={range .items[*]}{.status.podIP}:8080 {end}')
+  w=$(kubectl -n "$NS" get pods -l streambatch.dev/pipeline=metrics --field-selector status.phase=Running \
+    -o 'jsonpath={range .items[*]}{.status.podIP}:9102 {end}')
+  python3 -c 'import json,sys; print(json.dumps([{"targets": sys.argv[1:], "labels": {"job": "streambatch"}}]))' \
+    $c $w >"$tmp/targets.json.tmp" && mv "$tmp/targets.json.tmp" "$tmp/targets.json"
+}
+prometheus_panels() {
+  local pport t0 wpod wip
+  pport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  prom_targets || return 1
+  cat >"$tmp/prometheus.yml" <<Y
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+scrape_configs:
+- job_name: streambatch
+  file_sd_configs: [{files: ["$tmp/targets.json"], refresh_interval: 1s}]
+Y
+  SB_CLUSTER_DIR=$STATE prometheus --config.file "$tmp/prometheus.yml" --storage.tsdb.path "$tmp/tsdb" \
+    --web.listen-address "127.0.0.1:$pport" --log.level warn >"$tmp/prometheus.log" 2>&1 &
+  PROM_PID=$!
+  pipeline metrics "$FILTER
+  - {name: slow, op: bench.sleep, args: {msPerMB: 60000}, workers: {min: 1, max: 2}}" >"$tmp/metrics.yaml"
+  kubectl apply -f "$tmp/metrics.yaml" || return 1
+  t0=$SECONDS
+  until_ok 60 is_phase metrics Running || { echo "not Running: $(phase metrics)"; return 1; }
+  # keep the targets current for 14 s of samples while the pipeline runs
+  while ((SECONDS - t0 < 16)) && ! terminal metrics; do prom_targets; sleep 0.5; done
+  terminal metrics && { echo "the pipeline ended before the queries ($(phase metrics))"; return 1; }
+  wpod=$(worker_pods metrics status.phase=Running | cut -d' ' -f1)
+  wip=$(kubectl -n "$NS" get pod "$wpod" -o 'jsonpath={.status.podIP}')
+  curl -fsS "http://$wip:9102/metrics" >"$tmp/worker.metrics" &&
+    promtool check metrics <"$tmp/worker.metrics" ||
+    { echo "worker pod $wpod ($wip:9102): no /metrics or promtool found problems"; return 1; }
+  grep -q "^streambatch_worker_tasks_finished_total{namespace=\"$NS\",pipeline=\"metrics\",pool=\"cpu\"" "$tmp/worker.metrics" ||
+    { echo "worker pod $wpod reports no finished task of pipeline metrics"; grep tasks_finished "$tmp/worker.metrics"; return 1; }
+  curl -fsS "http://127.0.0.1:$pport/api/v1/targets?state=active" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["data"]["activeTargets"]
+print("scraped:", ", ".join("%s %s" % (x["scrapeUrl"], x["health"]) for x in t))'
+  python3 "$repo/tests/dashboard/queries.py" eval "$repo/deploy/grafana/streambatch.json" \
+    "http://127.0.0.1:$pport" metrics --operator || { tail -5 "$tmp/prometheus.log"; return 1; }
+  # (the run would take minutes: its figures are what this case is about)
+  kubectl -n "$NS" delete pipeline metrics --wait=false >/dev/null
+  kill "$PROM_PID" 2>/dev/null; wait "$PROM_PID" 2>/dev/null
+  PROM_PID=
+}
+opcheck "m: a real Prometheus scrapes the controller pods and a running Pipeline's worker pods: every dashboard panel, the operator's included, returns data" prometheus_panels
+[[ -n ${PROM_PID:-} ]] && { kill "$PROM_PID" 2>/dev/null; wait "$PROM_PID" 2>/dev/null; }
 [[ -n ${MINIO_PID:-} ]] && { kill "$MINIO_PID" 2>/dev/null; wait "$MINIO_PID" 2>/dev/null; }
 
 # =============================================================================================

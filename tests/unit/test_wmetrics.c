@@ -62,6 +62,12 @@ Test(wmetrics, tasks_fetch_errors_accelerator_and_samples)
         cr_expect(has(t, want[i]), "missing %s", want[i]);
     cr_expect(has(t, "streambatch_worker_resident_memory_bytes{" L "} "));
     free(t);
+    /* a stage's series exist from its first task: rate() over failures has data at once */
+    sb_wmetrics_task_started(m, "x");
+    t = sb_metrics_render(sb_wmetrics_registry(m));
+    cr_expect(has(t, "streambatch_worker_tasks_failed_total{" L ",stage=\"x\"} 0\n"), "%s", t);
+    cr_expect(has(t, "streambatch_worker_bytes_out_total{" L ",stage=\"x\"} 0\n"));
+    free(t);
     /* a local run has no namespace: Kubernetes' default, as the controller names it */
     sb_wmetrics_set_pipeline(m, NULL, "local");
     t = sb_metrics_render(sb_wmetrics_registry(m));
