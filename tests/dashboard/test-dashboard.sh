@@ -68,7 +68,7 @@ check "queries: documented metrics, counters through rate()/increase(), filters,
 
 # ---- the chart ships it
 chart_ok() {
-  local helm chart=$top/deploy/helm/streambatch
+  local helm chart=$top/helm/streambatch
   helm=$("$top/tests/k8s/build.sh" --print-bin-dir)/helm
   [[ -x $helm ]] || { echo "$helm missing (make k8s-build)"; return 1; }
   cmp "$dash" "$chart/dashboards/streambatch.json" ||

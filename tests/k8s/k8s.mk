@@ -4,7 +4,7 @@
 #   make cluster-up    start a cluster; state in $${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}
 #   make cluster-down  stop it (only the processes cluster-up started) and remove the state
 #   make k8s-selftest  start a private cluster, check it works, stop it (part of `make test`)
-#   make k8s-operator-test  the operator end to end: helm install of deploy/helm/streambatch on a
+#   make k8s-operator-test  the operator end to end: helm install of helm/streambatch on a
 #                      private cluster, Pipelines applied with kubectl (part of `make test`)
 #   make chart-crd     copy api/crd/pipelines.streambatch.dev.yaml into the Helm chart's crds/
 #                      and deploy/grafana/streambatch.json into its dashboards/ (the operator
@@ -25,11 +25,11 @@ k8s-selftest: k8s-build
 	@$(K8S_DIR)/selftest.sh
 # The chart carries its own copy of the CRD (helm installs crds/ before the templates); the
 # source of truth is api/crd/.
-CHART_CRD := deploy/helm/streambatch/crds/pipelines.streambatch.dev.yaml
+CHART_CRD := helm/streambatch/crds/pipelines.streambatch.dev.yaml
 chart-crd:
 	@cp api/crd/pipelines.streambatch.dev.yaml $(CHART_CRD) && echo "  CRD    $(CHART_CRD)"
-	@cp deploy/grafana/streambatch.json deploy/helm/streambatch/dashboards/streambatch.json && \
-	  echo "  DASH   deploy/helm/streambatch/dashboards/streambatch.json"
+	@cp deploy/grafana/streambatch.json helm/streambatch/dashboards/streambatch.json && \
+	  echo "  DASH   helm/streambatch/dashboards/streambatch.json"
 k8s-operator-test: k8s-build build
 	@$(K8S_DIR)/operator-test.sh
 

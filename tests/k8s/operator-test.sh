@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The operator end to end (make k8s-operator-test, part of `make test`): on a private test
-# cluster (tests/k8s/cluster.sh, its own state dir), `helm install` of deploy/helm/streambatch
+# cluster (tests/k8s/cluster.sh, its own state dir), `helm install` of helm/streambatch
 # runs bin/streambatch-controller as two pods under the chart's ServiceAccount (RBAC enforced,
 # leader election on a Lease), and Pipelines applied with kubectl run on worker pods that the
 # node agent runs as local processes. Checks, in order:
@@ -83,7 +83,7 @@ export KUBECONFIG=$STATE/kubeconfig PATH=$BIN:$PATH
 tmp=${SB_OPTEST_TMP:-$(mktemp -d /tmp/sb-optest-files.XXXXXX)}
 mkdir -p "$tmp"
 export HELM_CACHE_HOME=$tmp/helm/cache HELM_CONFIG_HOME=$tmp/helm/config HELM_DATA_HOME=$tmp/helm/data
-CHART=$repo/deploy/helm/streambatch
+CHART=$repo/helm/streambatch
 SYS=sb-system           # release namespace
 REL=sb                  # release name -> Deployment/ServiceAccount "sb-streambatch"
 SA=sb-streambatch
@@ -270,6 +270,16 @@ two_leaders_refused() {
     helm template "$REL" "$CHART" --set leaderElection.enabled=false --set replicaCount=1 | grep -- '--leader-elect=false' >/dev/null
 }
 check "chart refuses 2 replicas without leader election; 1 replica without it renders" two_leaders_refused
+values_schema() { # values.schema.json: wrong values fail at install time, naming the value
+  local v
+  for v in replicaCount=two controller.statusInterval=soon metrics.service.type=Internal nosuch=1; do
+    ! helm template "$REL" "$CHART" --set "$v" >/dev/null 2>"$tmp/err" || { echo "accepted $v"; return 1; }
+    grep -q "${v%%=*}" "$tmp/err" || grep -q "additional properties '${v%%=*}'" "$tmp/err" ||
+      { echo "$v: $(cat "$tmp/err")"; return 1; }
+    echo "refused $v: $(grep -m1 "at '" "$tmp/err")"
+  done
+}
+check "the chart's values.schema.json refuses wrong values, naming them" values_schema
 docker_libs() {
   "$repo/docker/check-libs.sh" "$repo/bin" || return 1
   # and the check catches a wrong list: an extra package and a missing one
@@ -328,7 +338,7 @@ helm_install() {
     "role/$DEPLOY-leader-election" "rolebinding/$DEPLOY-leader-election" || return 1
   kubectl get "clusterrole/$DEPLOY" "clusterrolebinding/$DEPLOY" crd/pipelines.streambatch.dev || return 1
 }
-check "helm install of deploy/helm/streambatch into $SYS" helm_install
+check "helm install of helm/streambatch into $SYS" helm_install
 controller_processes() {
   # Both pods are bound and their processes run bin/streambatch-controller with the chart's
   # flags ($(POD_IP) expanded) under the ServiceAccount (the agent wrote its token).

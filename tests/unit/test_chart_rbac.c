@@ -1,7 +1,7 @@
 /* The Helm chart's RBAC grants nothing on Secrets (nor wildcards): worker pods get their
  * credentials from the kubelet (secretKeyRef), the controller never reads them. Checked on the
  * template text, without helm: every `resources:` and `verbs:` list in
- * deploy/helm/streambatch/templates (flow `[a, b]` or block `- a` form). tests/k8s/operator-test.sh
+ * helm/streambatch/templates (flow `[a, b]` or block `- a` form). tests/k8s/operator-test.sh
  * checks the same on a live cluster with `kubectl auth can-i`. */
 #include <criterion/criterion.h>
 #include <ctype.h>
@@ -82,7 +82,7 @@ static void scan(rules *r, const char *text)
 static void scan_chart(rules *r)
 {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/deploy/helm/streambatch/templates", sb_test_root());
+    snprintf(dir, sizeof dir, "%s/helm/streambatch/templates", sb_test_root());
     DIR *d = opendir(dir);
     cr_assert_not_null(d, "%s", dir);
     struct dirent *e;
