@@ -109,6 +109,12 @@ archives() {
   done
 }
 check "docker archives carry streambatch/<image>:$version" archives
+chart_version() { # helm install pulls streambatch/<image>:<appVersion>: the tag make images gives
+  local app
+  app=$(sed -n 's/^appVersion: "\([^"]*\)".*/\1/p' "$top/helm/streambatch/Chart.yaml")
+  [[ $app == "$version" ]] || { echo "Chart.yaml appVersion $app, images tagged $version"; return 1; }
+}
+check "the chart's appVersion is the images' tag ($version)" chart_version
 
 echo "images-test: $passed passed, $failed failed"
 ((failed == 0))
