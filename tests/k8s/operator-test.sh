@@ -280,6 +280,15 @@ values_schema() { # values.schema.json: wrong values fail at install time, namin
   done
 }
 check "the chart's values.schema.json refuses wrong values, naming them" values_schema
+network_policy() { # off by default; on: one per watched namespace; refused without them
+  ! helm template "$REL" "$CHART" | grep -q "kind: NetworkPolicy" || { echo "rendered while off"; return 1; }
+  ! helm template "$REL" "$CHART" --set networkPolicy.enabled=true >/dev/null 2>"$tmp/err" &&
+    grep -q "needs watchNamespaces" "$tmp/err" || { echo "enabled without namespaces: $(cat "$tmp/err")"; return 1; }
+  helm template "$REL" "$CHART" -n "$SYS" --set networkPolicy.enabled=true --set 'watchNamespaces={team-a,team-b}' >"$tmp/np.yaml" || return 1
+  [[ $(grep -c "kind: NetworkPolicy" "$tmp/np.yaml") == 2 ]] && grep -q "port: 7070" "$tmp/np.yaml" &&
+    grep -q "kubernetes.io/metadata.name: $SYS" "$tmp/np.yaml" || { cat "$tmp/np.yaml"; return 1; }
+}
+check "the chart's NetworkPolicy: off by default, one per watched namespace (7070 from workers and controllers)" network_policy
 docker_libs() {
   "$repo/docker/check-libs.sh" "$repo/bin" || return 1
   # and the check catches a wrong list: an extra package and a missing one
