@@ -97,7 +97,17 @@ digests() { # layout -> "image digest" lines
 }
 reproducible() {
   SB_IMAGES_DIR=$tmp/b SB_CACHE_DIR=$tmp/cache "$top/scripts/images.sh" >"$tmp/b.log" 2>&1 || { cat "$tmp/b.log"; return 1; }
-  diff <(digests "$oci") <(digests "$tmp/b/oci")
+  diff <(digests "$oci") <(digests "$tmp/b/oci") && return 0
+  # say what differs: the base tarballs, then each image's manifest and config
+  sha256sum "${XDG_CACHE_HOME:-$HOME/.cache}"/streambatch/images/base-*.tar "$tmp"/cache/base-*.tar
+  local img
+  for img in $images; do
+    diff <(skopeo inspect --raw "oci:$oci:$img-$version" | python3 -m json.tool) \
+      <(skopeo inspect --raw "oci:$tmp/b/oci:$img-$version" | python3 -m json.tool)
+    diff <(skopeo inspect --config "oci:$oci:$img-$version" | python3 -m json.tool) \
+      <(skopeo inspect --config "oci:$tmp/b/oci:$img-$version" | python3 -m json.tool)
+  done
+  return 1
 }
 check "a second build with its base made again gives the same digests" reproducible
 archives() {
