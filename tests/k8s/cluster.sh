@@ -58,7 +58,16 @@ fail_component() { # NAME MESSAGE: report, stop what was started, keep the logs
 start() { # NAME PROGRAM ARGS...
   local name=$1; shift
   setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
-  echo "$! $1" >"$STATE/pids/$name.pid"
+  local pid=$! i
+  echo "$pid $1" >"$STATE/pids/$name.pid"
+  # Until the child has exec'd, /proc/PID/cmdline is this script's, and live_pid would take the
+  # component for dead ("exited during start-up" with an empty log, about 1 start in 10 on a
+  # busy machine): wait for the exec (or the exit), at most 5 s.
+  for i in $(seq 1 100); do
+    [[ -r /proc/$pid/cmdline ]] || break
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$1" && break
+    sleep 0.05
+  done
 }
 
 # wait_up NAME SECONDS COMMAND...: retry COMMAND until it succeeds: 0; 1 if NAME's process
@@ -96,6 +105,8 @@ start_retry() {
     ((rc == 0)) && return 0
     ((rc == 2)) && fail_component "$name" "not ready after ${secs}s"
     ((n < tries)) || fail_component "$name" "exited during start-up ($n starts)"
+    local pid
+    read -r pid _ <"$STATE/pids/$name.pid" && kill -KILL "$pid" 2>/dev/null # if it lingers
     cp "$STATE/logs/$name.log" "$STATE/logs/$name.exit-$n.log"
     log "$name exited during start-up (start $n of $tries); last lines of its log:"
     tail -n 30 "$STATE/logs/$name.log" >&2 || true
@@ -187,7 +198,7 @@ up() {
       --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
       --initial-cluster "sb=http://127.0.0.1:$PEER_PORT" --listen-metrics-urls "" --quota-backend-bytes 2147483648
   }
-  etcd_ready() { curl -fsS "http://127.0.0.1:$ETCD_PORT/health"; }
+  etcd_ready() { curl -fsS --max-time 5 "http://127.0.0.1:$ETCD_PORT/health"; }
   start_retry etcd 3 start_etcd 30 etcd_ready
   log "etcd ready on 127.0.0.1:$ETCD_PORT ($((SECONDS - t0))s)"
 
@@ -205,7 +216,8 @@ up() {
       --cert-dir "$STATE/apiserver" --profiling=false --v 1
   }
   apiserver_ready() {
-    curl -fsS --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" "https://127.0.0.1:$API_PORT/readyz"
+    curl -fsS --max-time 5 --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" \
+      "https://127.0.0.1:$API_PORT/readyz"
   }
   start_retry kube-apiserver 3 start_apiserver "$START_TIMEOUT" apiserver_ready
   log "kube-apiserver ready on https://127.0.0.1:$API_PORT ($((SECONDS - t0))s)"
@@ -237,11 +249,11 @@ up() {
   SB_REPO_DIR=${SB_REPO_DIR:-$repo} start sb-node-agent "$BIN/sb-node-agent" --pod-ip-block "$block" \
     --kubeconfig "$STATE/admin.kubeconfig" --ca-file "$p/ca.crt" --state-dir "$STATE" \
     --images "$IMAGES" "${nodeargs[@]}" --v 1
-  wait_for kube-controller-manager "$START_TIMEOUT" curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"
-  wait_for kube-scheduler "$START_TIMEOUT" curl -fsSk "https://127.0.0.1:$SCHED_PORT/healthz"
+  wait_for kube-controller-manager "$START_TIMEOUT" curl -fsSk --max-time 5 "https://127.0.0.1:$KCM_PORT/healthz"
+  wait_for kube-scheduler "$START_TIMEOUT" curl -fsSk --max-time 5 "https://127.0.0.1:$SCHED_PORT/healthz"
   log "controller-manager and scheduler healthy ($((SECONDS - t0))s)"
 
-  local k=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig")
+  local k=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig" --request-timeout=5s)
   local want=0
   for n in $NODES; do want=$((want + 1)); done
   # Ready nodes without the not-ready taint (the node lifecycle controller removes it), and
