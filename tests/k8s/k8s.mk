@@ -6,7 +6,7 @@
 #   make k8s-selftest  start a private cluster, check it works, stop it (part of `make test`)
 #   make k8s-operator-test  the operator end to end: helm install of helm/streambatch on a
 #                      private cluster, Pipelines applied with kubectl (part of `make test`)
-#   make chart-crd     copy api/crd/pipelines.streambatch.dev.yaml into the Helm chart's crds/
+#   make chart-crd     copy api/crd/pipelines.streambatch.dev.yaml into the Helm chart's crd/
 #                      and deploy/grafana/streambatch.json into its dashboards/ (the operator
 #                      and dashboard tests fail when a copy differs)
 # See docs/testing.md.
@@ -23,9 +23,9 @@ cluster-status:
 	@$(K8S_DIR)/cluster.sh status
 k8s-selftest: k8s-build
 	@$(K8S_DIR)/selftest.sh
-# The chart carries its own copy of the CRD (helm installs crds/ before the templates); the
+# The chart carries its own copy of the CRD (crd/, rendered by templates/crd.yaml); the
 # source of truth is api/crd/.
-CHART_CRD := helm/streambatch/crds/pipelines.streambatch.dev.yaml
+CHART_CRD := helm/streambatch/crd/pipelines.streambatch.dev.yaml
 chart-crd:
 	@cp api/crd/pipelines.streambatch.dev.yaml $(CHART_CRD) && echo "  CRD    $(CHART_CRD)"
 	@cp deploy/grafana/streambatch.json helm/streambatch/dashboards/streambatch.json && \

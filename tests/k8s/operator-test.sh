@@ -215,10 +215,20 @@ check_output() { # NAME: output == the independent computation of n < 30, and _S
 # 0. Without a cluster
 # =============================================================================================
 crd_identical() {
-  cmp "$repo/api/crd/pipelines.streambatch.dev.yaml" "$CHART/crds/pipelines.streambatch.dev.yaml" ||
+  cmp "$repo/api/crd/pipelines.streambatch.dev.yaml" "$CHART/crd/pipelines.streambatch.dev.yaml" ||
     { echo "the chart's CRD differs from api/crd/: run 'make chart-crd'"; return 1; }
+  # the template renders it unchanged, with helm.sh/resource-policy: keep
+  helm template "$REL" "$CHART" >"$tmp/crd-render.yaml" || return 1
+  python3 - "$repo/api/crd/pipelines.streambatch.dev.yaml" "$tmp/crd-render.yaml" <<'PY'
+import sys, yaml
+src = yaml.safe_load(open(sys.argv[1]))
+crd = [d for d in yaml.safe_load_all(open(sys.argv[2])) if d and d.get("kind") == "CustomResourceDefinition"]
+assert len(crd) == 1, "one CRD rendered"
+assert crd[0]["spec"] == src["spec"], "the rendered CRD's spec differs from api/crd"
+assert crd[0]["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+PY
 }
-check "the chart's crds/ holds api/crd/pipelines.streambatch.dev.yaml unchanged" crd_identical
+check "the chart's crd/ holds api/crd/ unchanged and renders it as a template with resource-policy keep" crd_identical
 check "helm lint of the chart" helm lint --strict "$CHART"
 
 # rules_of KIND FILE: "namespace|apiGroups|resources|resourceNames|verbs" per rule of every object of KIND
@@ -980,5 +990,45 @@ with open('$tmp/tiny/a.jsonl', 'w') as o:
   ((gross > 0)) || { echo "no controller requests counted (FlowSchema metric missing?)"; return 1; }
 }
 opcheck "h: $NLOAD Pipelines applied at once all reach a terminal phase within ${LOAD_TIMEOUT}s" many_pipelines
+
+# =============================================================================================
+# n. helm upgrade to a next chart version whose CRD has a new property: the CRD is updated
+#    (Helm never upgrades crds/, so the chart ships it as a template), the Deployment rolls
+#    out, the Pipelines are untouched; helm uninstall keeps the CRD and the Pipelines.
+# =============================================================================================
+crd_has() { # PROPERTY: the live CRD's workerTemplate has it
+  kubectl get crd pipelines.streambatch.dev -o json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+p = d["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["workerTemplate"]["properties"]
+sys.exit(0 if sys.argv[1] in p else 1)' "$1"
+}
+upgrade_crd() {
+  local next=$tmp/next-chart before
+  rm -rf "$next" && cp -r "$CHART" "$next" || return 1
+  sed -i 's/^version: .*/version: 0.1.1/' "$next/Chart.yaml"
+  python3 - "$next/crd/pipelines.streambatch.dev.yaml" <<'PY' || return 1
+import sys, yaml
+p = sys.argv[1]
+d = yaml.safe_load(open(p))
+wt = d["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["workerTemplate"]["properties"]
+wt["upgradeProbe"] = {"type": "string", "description": "added by the next chart version (test)"}
+yaml.safe_dump(d, open(p, "w"), sort_keys=False)
+PY
+  ! crd_has upgradeProbe || { echo "the installed CRD already has the property"; return 1; }
+  before=$(kubectl get pipelines -A --no-headers 2>/dev/null | wc -l)
+  helm upgrade "$REL" "$next" -n "$SYS" --set controller.maxPendingPods=$MAX_PENDING || return 1
+  crd_has upgradeProbe || { echo "helm upgrade did not update the CRD"; return 1; }
+  kubectl -n "$SYS" rollout status "deployment/$DEPLOY" --timeout=120s || return 1
+  [[ $(kubectl get pipelines -A --no-headers 2>/dev/null | wc -l) == "$before" ]] ||
+    { echo "Pipelines before $before, after $(kubectl get pipelines -A --no-headers | wc -l)"; return 1; }
+  echo "CRD updated by helm upgrade (0.1.0 -> 0.1.1), Deployment rolled out, $before Pipelines kept"
+  helm uninstall "$REL" -n "$SYS" --wait --timeout 120s || return 1
+  kubectl get crd pipelines.streambatch.dev >/dev/null || { echo "helm uninstall removed the CRD"; return 1; }
+  [[ $(kubectl get pipelines -A --no-headers 2>/dev/null | wc -l) == "$before" ]] ||
+    { echo "helm uninstall removed Pipelines"; return 1; }
+  echo "helm uninstall kept the CRD (helm.sh/resource-policy: keep) and the $before Pipelines"
+}
+opcheck "n: helm upgrade updates the CRD (a new property), rolls the controllers, keeps the Pipelines; uninstall keeps the CRD" upgrade_crd
 
 finish
