@@ -17,6 +17,7 @@
 #include "rpc/rpc.h"
 #include "spec/quantity.h"
 #include "version.h"
+#include "worker/ops/ops.h"
 #include "worker/runtime.h"
 
 static void usage(FILE *f)
@@ -250,7 +251,9 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     sb_rpc_tune_malloc(0); /* keep freed receive buffers: ~40% less CPU per GiB fetched */
-    if (sb_worker_run(&cfg, &err) != 0) {
+    int rc = sb_worker_run(&cfg, &err);
+    sb_op_shutdown(); /* exec's long-lived processes */
+    if (rc != 0) {
         sb_log(SB_LOG_ERROR, "worker failed", "worker", cfg.id, "error", err.msg, NULL);
         return 1;
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "metrics/families.h"
+#include "worker/ops/ops.h"
 
 struct sb_wmetrics {
     sb_metrics *reg;
@@ -22,6 +23,7 @@ struct sb_wmetrics {
 void sb_wmetrics_process(double *cpu_seconds, uint64_t *rss_bytes)
 {
     sb_metrics_process_read(cpu_seconds, rss_bytes);
+    *rss_bytes += sb_op_children_rss(); /* exec's processes are the worker's memory */
 }
 
 /* The constant labels (and stage) of this worker, under m->mu. */

@@ -47,7 +47,8 @@ void sb_wmetrics_accel_busy(sb_wmetrics *m, double seconds);
 /* Cumulative figures for the heartbeat. */
 uint64_t sb_wmetrics_fetch_errors(sb_wmetrics *m);
 double sb_wmetrics_accel_seconds(sb_wmetrics *m);
-/* Process CPU seconds (user + system) and resident bytes, read now. */
+/* Process CPU seconds (user + system) and resident bytes (with exec's child processes), read
+ * now. */
 void sb_wmetrics_process(double *cpu_seconds, uint64_t *rss_bytes);
 
 #endif

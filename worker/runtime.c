@@ -418,7 +418,7 @@ static int task_setup(task_ctx *t)
         const char *plus = strchr(names, '+');
         size_t nl = plus ? (size_t)(plus - names) : strlen(names);
         const sb_stage_spec *st = stage_by_name(&t->w->pipeline, names, nl);
-        t->batch[k] = st && st->batch_size > 0 ? (size_t)st->batch_size : 0;
+        t->batch[k] = st && st->batch_size > 0 ? (size_t)st->batch_size : t->impl[k]->default_batch;
         names = plus ? plus + 1 : names + nl;
         const char *args =
             task->ops[k]->args_json && *task->ops[k]->args_json ? task->ops[k]->args_json : NULL;

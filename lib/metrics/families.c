@@ -34,7 +34,7 @@ const sb_metrics_family sb_metrics_worker_families[SB_WF_COUNT] = {
     [SB_WF_CPU] = {SB_METRIC_COUNTER, "streambatch_worker_cpu_seconds_total",
                    "Process CPU time (user + system).", 0},
     [SB_WF_RSS] = {SB_METRIC_GAUGE, "streambatch_worker_resident_memory_bytes",
-                   "Process resident memory.", 0},
+                   "Process resident memory, with the exec operator's child processes.", 0},
     [SB_WF_WORKERS] = {SB_METRIC_GAUGE, "streambatch_workers",
                        "Worker processes behind these figures.", 0},
 };

@@ -9,9 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "partition/partition.h"
+#include "worker/ops/exec/proc.h"
 #include "worker/ops/json.h"
 #include "worker/ops/ops.h"
 
@@ -113,8 +117,8 @@ static int run_op(const char *name, const char *args, const char *const *recs, s
 
 Test(ops, registry)
 {
-    const char *have[] = {"identity", "bench.spin", "bench.sleep", "filter", "project"};
-    for (size_t i = 0; i < 5; i++) {
+    const char *have[] = {"identity", "bench.spin", "bench.sleep", "filter", "project", "exec"};
+    for (size_t i = 0; i < 6; i++) {
         const sb_op_impl *op = sb_op_find(have[i]);
         cr_assert_not_null(op, "%s", have[i]);
         cr_assert_str_eq(op->name, have[i]);
@@ -123,7 +127,6 @@ Test(ops, registry)
                              "image.resize",
                              "image.normalize",
                              "tensor.mlp",
-                             "exec",
                              "plugin",
                              "Filter",
                              "",
@@ -903,4 +906,343 @@ Test(ops, spin_expand_emits_every_record_n_times)
         run_op("bench.sleep", "{\"msPerMB\": 1, \"expand\": 0}", recs, 3, 0, 1 << 20, &c, &e), -1);
     cr_expect(strstr(e.msg, "args.expand must be an integer from 1 to 1000") != NULL, "%s", e.msg);
     coll_free(&c);
+}
+
+/* ---- exec (worker/ops/exec): real child processes ----------------------------------------- */
+
+TestSuite(exec, .timeout = 60);
+
+/* A Python "model" for mode batches: loaded once (its pid and a record counter show it), one
+ * output record per input record, the delimiter answered after each batch. */
+#define PY_BATCHES                                                                               \
+    "import os, sys, json\n"                                                                     \
+    "n = 0\n"                                                                                    \
+    "for line in sys.stdin:\n"                                                                   \
+    "    line = line.rstrip('\\n')\n"                                                            \
+    "    if line == '\\x1e':\n"                                                                  \
+    "        sys.stdout.write('\\x1e\\n'); sys.stdout.flush(); continue\n"                       \
+    "    n += 1\n"                                                                               \
+    "    r = json.loads(line)\n"                                                                 \
+    "    r['pid'] = os.getpid(); r['n'] = n\n"                                                   \
+    "    sys.stdout.write(json.dumps(r, separators=(',', ':')) + '\\n')\n"
+
+/* args JSON for command argv (a JSON array text) plus extra members. */
+static char *exec_args(const char *argv_json, const char *extra)
+{
+    char *s;
+    cr_assert(asprintf(&s, "{\"command\":%s%s%s}", argv_json, extra ? "," : "",
+                       extra ? extra : "") > 0);
+    return s;
+}
+
+static char *py_args(const char *prog, const char *extra)
+{
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateString("/usr/bin/python3"));
+    cJSON_AddItemToArray(a, cJSON_CreateString("-c"));
+    cJSON_AddItemToArray(a, cJSON_CreateString(prog));
+    char *argv = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    char *s = exec_args(argv, extra);
+    free(argv);
+    return s;
+}
+
+static long field_long(const char *rec, const char *name)
+{
+    cJSON *j = cJSON_Parse(rec);
+    cr_assert_not_null(j, "not JSON: %s", rec);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    cr_assert(cJSON_IsNumber(v), "%s has no number %s", rec, name);
+    long r = (long)v->valuedouble;
+    cJSON_Delete(j);
+    return r;
+}
+
+Test(exec, filter_mode_runs_a_plain_unix_filter)
+{
+    const char *recs[] = {"{\"a\":1}", "{\"a\":2}", "{\"b\":3}", "{\"a\":4}"};
+    coll c = {0};
+    sb_err e;
+    /* sed rewrites, grep drops: plain programs that read to end of file and exit */
+    char *args = exec_args("[\"sh\",\"-c\",\"grep -v '\\\"b\\\"' | sed 's/\\\"a\\\"/\\\"x\\\"/'\"]", NULL);
+    cr_assert_eq(run_op("exec", args, recs, 4, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.n, 3);
+    cr_expect_str_eq(c.v[0], "{\"x\":1}");
+    cr_expect_str_eq(c.v[1], "{\"x\":2}");
+    cr_expect_str_eq(c.v[2], "{\"x\":4}");
+    coll_free(&c);
+    free(args);
+}
+
+Test(exec, filter_mode_streams_more_than_the_pipes_hold)
+{
+    /* 20,000 records of ~1 KiB in one process() call through cat: a pump that wrote everything
+     * before reading would block on a full pipe */
+    enum { N = 20000 };
+    char **bufs = calloc(N, sizeof *bufs);
+    const char **recs = calloc(N, sizeof *recs);
+    for (size_t i = 0; i < N; i++) {
+        bufs[i] = malloc(1100);
+        int k = snprintf(bufs[i], 1100, "{\"i\":%zu,\"pad\":\"", i);
+        memset(bufs[i] + k, 'a' + (char)(i % 26), 1000);
+        strcpy(bufs[i] + k + 1000, "\"}");
+        recs[i] = bufs[i];
+    }
+    coll c = {0};
+    sb_err e;
+    char *args = exec_args("[\"cat\"]", "\"batchSize\":100000");
+    cr_assert_eq(run_op("exec", args, recs, N, 0, 4 << 20, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.n, N);
+    for (size_t i = 0; i < N; i++)
+        cr_assert_str_eq(c.v[i], recs[i], "record %zu", i);
+    cr_expect_gt(c.parts, 3, "the output was cut into partitions of the target size");
+    coll_free(&c);
+    free(args);
+    for (size_t i = 0; i < N; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(recs);
+}
+
+Test(exec, filter_that_stops_reading_early_keeps_what_it_wrote)
+{
+    const char *recs[] = {"{\"a\":1}", "{\"a\":2}", "{\"a\":3}"};
+    coll c = {0};
+    sb_err e;
+    char *args = exec_args("[\"head\",\"-n\",\"1\"]", NULL);
+    cr_assert_eq(run_op("exec", args, recs, 3, 1, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.n, 1);
+    cr_expect_str_eq(c.v[0], "{\"a\":1}");
+    coll_free(&c);
+    free(args);
+}
+
+Test(exec, batches_mode_keeps_one_process_across_batches_and_tasks)
+{
+    const char *recs[] = {"{\"k\":1}", "{\"k\":2}", "{\"k\":3}", "{\"k\":4}", "{\"k\":5}"};
+    char *args = py_args(PY_BATCHES, "\"mode\":\"batches\",\"batchSize\":2");
+    coll c = {0};
+    sb_err e;
+    cr_assert_eq(run_op("exec", args, recs, 5, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.n, 5);
+    long pid = field_long(c.v[0], "pid");
+    for (size_t i = 0; i < 5; i++) {
+        cr_expect_eq(field_long(c.v[i], "k"), (long)i + 1, "order kept");
+        cr_expect_eq(field_long(c.v[i], "pid"), pid, "one process for every batch");
+        cr_expect_eq(field_long(c.v[i], "n"), (long)i + 1);
+    }
+    coll_free(&c);
+    /* a second task of the same stage gets the same process: the model is loaded once */
+    cr_assert_eq(run_op("exec", args, recs, 3, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.n, 3);
+    cr_expect_eq(field_long(c.v[0], "pid"), pid);
+    cr_expect_eq(field_long(c.v[0], "n"), 6, "its state survived the task");
+    cr_expect_gt(sb_op_children_rss(), 1u << 20, "its memory counts as the worker's");
+    coll_free(&c);
+    sb_op_shutdown();
+    cr_expect_eq(sb_op_children_rss(), 0);
+    cr_expect_eq(kill((pid_t)pid, 0), -1, "stopped at shutdown");
+    free(args);
+}
+
+Test(exec, batches_mode_answers_per_batch_and_may_expand)
+{
+    /* one summary record per batch plus every input record 10 times */
+    const char *prog = "import sys\n"
+                       "b = []\n"
+                       "for line in sys.stdin:\n"
+                       "    line = line.rstrip('\\n')\n"
+                       "    if line == '\\x1e':\n"
+                       "        for r in b:\n"
+                       "            for _ in range(10): print(r)\n"
+                       "        print('{\"batch\":%d}' % len(b)); print('\\x1e', flush=True); b = []\n"
+                       "    else:\n"
+                       "        b.append(line)\n";
+    const char *recs[] = {"1", "2", "3", "4", "5"};
+    char *args = py_args(prog, "\"mode\":\"batches\",\"batchSize\":2");
+    coll c = {0};
+    sb_err e;
+    cr_assert_eq(run_op("exec", args, recs, 5, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.n, 53);
+    cr_expect_str_eq(c.v[20], "{\"batch\":2}");
+    cr_expect_str_eq(c.v[41], "{\"batch\":2}");
+    cr_expect_str_eq(c.v[52], "{\"batch\":1}");
+    cr_expect_str_eq(c.v[42], "5");
+    coll_free(&c);
+    sb_op_shutdown();
+    free(args);
+}
+
+Test(exec, bad_args_and_commands)
+{
+    static const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"{}", "args.command must be a non-empty list of strings"},
+        {"{\"command\":[]}", "args.command must be a non-empty list"},
+        {"{\"command\":[\"\"]}", "args.command[0] must be a non-empty string"},
+        {"{\"command\":[\"cat\",3]}", "args.command[1] must be a string"},
+        {"{\"command\":[\"cat\"],\"framing\":\"arrow\"}", "framing \"arrow\" is not in this"},
+        {"{\"command\":[\"cat\"],\"framing\":\"xml\"}", "args.framing must be"},
+        {"{\"command\":[\"cat\"],\"mode\":\"daemon\"}", "args.mode must be \"filter\" or"},
+        {"{\"command\":[\"cat\"],\"batchSize\":0}", "args.batchSize must be an integer >= 1"},
+        {"{\"command\":[\"cat\"],\"timeout\":\"soon\"}", "args.timeout"},
+        {"{\"command\":[\"cat\"],\"timeout\":30}", "args.timeout must be a duration"},
+        {"{\"command\":[\"cat\"],\"env\":{\"A\":1}}", "env.A must be a string"},
+        {"{\"command\":[\"cat\"],\"output\":\"csv\"}", "args.output must be"},
+        {"{\"command\":[\"no-such-program-sb\"]}", "command \"no-such-program-sb\" not found in PATH"},
+        {"{\"command\":[\"/no/such/file\"]}", "could not start: No such file or directory"},
+        {"{\"command\":[\"/tmp/sb-test-exec-not-executable\"]}",
+         "could not start: Permission denied"},
+        {"{\"command\":[\"cat\"],\"workingDir\":\"/no/such/dir\"}",
+         "working directory \"/no/such/dir\": No such file or directory"},
+    };
+    FILE *f = fopen("/tmp/sb-test-exec-not-executable", "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\n", f);
+    fclose(f);
+    chmod("/tmp/sb-test-exec-not-executable", 0644);
+    const sb_op_impl *op = sb_op_find("exec");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        void *st = (void *)1;
+        sb_err e = {0};
+        cr_assert_eq(op->init(cases[i].args, &st, &e), -1, "case %zu accepted", i);
+        cr_expect_null(st);
+        cr_expect(strstr(e.msg, cases[i].needle) != NULL, "case %zu: \"%s\" lacks \"%s\"", i,
+                  e.msg, cases[i].needle);
+    }
+}
+
+Test(exec, a_failing_filter_names_its_status_and_stderr)
+{
+    const char *recs[] = {"{\"a\":1}"};
+    coll c = {0};
+    sb_err e;
+    char *args = exec_args(
+        "[\"sh\",\"-c\",\"cat >/dev/null; echo 'Traceback: ValueError: bad input' >&2; exit 3\"]",
+        NULL);
+    cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "exited with status 3") != NULL, "%s", e.msg);
+    cr_expect(strstr(e.msg, "stderr: Traceback: ValueError: bad input") != NULL, "%s", e.msg);
+    cr_expect_eq(e.data, 0, "the program's failure may be transient: retried");
+    coll_free(&c);
+    free(args);
+}
+
+Test(exec, a_process_that_stops_answering_is_killed_at_the_timeout)
+{
+    const char *recs[] = {"{\"a\":1}"};
+    coll c = {0};
+    sb_err e;
+    char *args = exec_args("[\"sleep\",\"30\"]", "\"mode\":\"batches\",\"timeout\":\"300ms\"");
+    int64_t t0 = sb_proc_now_ms();
+    cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), -1);
+    cr_expect_lt(sb_proc_now_ms() - t0, 5000);
+    cr_expect(strstr(e.msg, "no answer before the timeout; killed") != NULL, "%s", e.msg);
+    cr_expect(strstr(e.msg, "killed by signal 9") != NULL, "%s", e.msg);
+    cr_expect_eq(sb_op_children_rss(), 0, "nothing left running");
+    coll_free(&c);
+    free(args);
+}
+
+Test(exec, a_process_that_exits_after_the_first_batch_is_an_error)
+{
+    const char *prog = "import sys\n"
+                       "for line in sys.stdin:\n"
+                       "    if line == '\\x1e\\n':\n"
+                       "        print('\\x1e', flush=True); sys.exit(0)\n"
+                       "    print(line, end='')\n";
+    const char *recs[] = {"1", "2", "3"};
+    char *args = py_args(prog, "\"mode\":\"batches\",\"batchSize\":1");
+    coll c = {0};
+    sb_err e;
+    cr_assert_eq(run_op("exec", args, recs, 3, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "batch of records 1-1") != NULL, "%s", e.msg);
+    cr_expect(strstr(e.msg, "ended before answering the batch") != NULL, "%s", e.msg);
+    coll_free(&c);
+    free(args);
+    /* the next task starts a new process */
+    const char *ok = "import sys\n"
+                     "for line in sys.stdin: print(line, end='', flush=True)\n";
+    args = py_args(ok, "\"mode\":\"batches\"");
+    cr_assert_eq(run_op("exec", args, recs, 3, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(c.n, 3);
+    coll_free(&c);
+    sb_op_shutdown();
+    free(args);
+}
+
+Test(exec, garbage_on_stdout_is_an_error_naming_the_line)
+{
+    const char *recs[] = {"{\"a\":1}"};
+    coll c = {0};
+    sb_err e;
+    char *args = exec_args("[\"sh\",\"-c\",\"cat; echo 'loading model...'\"]", NULL);
+    cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "output line 2 is not valid JSON") != NULL, "%s", e.msg);
+    cr_expect(strstr(e.msg, "loading model...") != NULL, "%s", e.msg);
+    coll_free(&c);
+    free(args);
+    /* output text takes any UTF-8 line, but not invalid UTF-8 */
+    args = exec_args("[\"sh\",\"-c\",\"cat; echo 'loading model...'\"]", "\"output\":\"text\"");
+    cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.n, 2);
+    cr_expect_str_eq(c.v[1], "loading model...");
+    coll_free(&c);
+    free(args);
+    args = exec_args("[\"printf\",\"\\\\377\\\\n\"]", "\"output\":\"text\"");
+    cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "output line 1") != NULL, "%s", e.msg);
+    cr_expect(strstr(e.msg, "UTF-8") != NULL, "%s", e.msg);
+    coll_free(&c);
+    free(args);
+}
+
+Test(exec, a_record_with_a_line_break_is_a_data_error)
+{
+    const char *recs[] = {"one", "two\nlines"};
+    coll c = {0};
+    sb_err e;
+    char *args = exec_args("[\"cat\"]", "\"output\":\"text\"");
+    cr_assert_eq(run_op("exec", args, recs, 2, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "record 1 contains a line break") != NULL, "%s", e.msg);
+    cr_expect_eq(e.data, 1);
+    coll_free(&c);
+    free(args);
+}
+
+Test(exec, env_and_working_directory)
+{
+    const char *recs[] = {"{}"};
+    coll c = {0};
+    sb_err e;
+    char *args = exec_args(
+        "[\"sh\",\"-c\",\"cat >/dev/null; printf '{\\\"dir\\\":\\\"%s\\\",\\\"foo\\\":\\\"%s\\\","
+        "\\\"mode\\\":\\\"%s\\\"}\\\\n' \\\"$PWD\\\" \\\"$FOO\\\" \\\"$STREAMBATCH_MODE\\\"\"]",
+        "\"env\":{\"FOO\":\"bar baz\"},\"workingDir\":\"/tmp\"");
+    cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.n, 1);
+    cr_expect_str_eq(c.v[0], "{\"dir\":\"/tmp\",\"foo\":\"bar baz\",\"mode\":\"filter\"}");
+    coll_free(&c);
+    free(args);
+}
+
+Test(exec, a_pooled_process_that_died_is_replaced)
+{
+    const char *recs[] = {"{\"k\":1}"};
+    char *args = py_args(PY_BATCHES, "\"mode\":\"batches\"");
+    coll c = {0};
+    sb_err e;
+    cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    long pid = field_long(c.v[0], "pid");
+    coll_free(&c);
+    cr_assert_eq(kill((pid_t)pid, SIGKILL), 0);
+    usleep(100 * 1000);
+    cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+    cr_expect_neq(field_long(c.v[0], "pid"), pid);
+    cr_expect_eq(field_long(c.v[0], "n"), 1);
+    coll_free(&c);
+    sb_op_shutdown();
+    free(args);
 }

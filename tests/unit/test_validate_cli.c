@@ -55,6 +55,20 @@ static const invalid_case cases[] = {
      {"duplicate-stage.yaml:8:12: spec.stages[1].name: duplicate stage name \"step\" (also "
       "spec.stages[0].name)"}},
     {"empty.yaml", 1, {"empty.yaml:1:1: file is empty: expected a Pipeline manifest"}},
+    {"exec-arrow.yaml",
+     1,
+     {"exec-arrow.yaml:12:51: spec.stages[0].args.framing: framing \"arrow\" is not in this "
+      "build yet; use \"lines\" (docs/exec.md)"}},
+    {"exec-bad-args.yaml",
+     1,
+     {"exec-bad-args.yaml:13:16: spec.stages[0].args.command: must be a non-empty list of "
+      "strings, got \"python3 embed.py\"",
+      "exec-bad-args.yaml:14:20: spec.stages[0].args.env.BATCH: must be a string (quote numbers "
+      "and booleans)",
+      "exec-bad-args.yaml:15:13: spec.stages[0].args.mode: must be one of filter, batches, got "
+      "\"daemon\"",
+      "exec-bad-args.yaml:16:16: spec.stages[0].args.timeout: must be a duration more than 0 "
+      "(examples: 30s, 5m, 1h30m, 300ms), got \"soon\""}},
     {"filter-bad-op.yaml",
      1,
      {"filter-bad-op.yaml:12:29: spec.stages[0].args.op: must be one of eq, ne, lt, le, gt, ge, "
@@ -105,6 +119,12 @@ static const invalid_case cases[] = {
      1,
      {"only-comments.yaml:1:1: no documents: expected a Pipeline manifest (only empty documents "
       "found)"}},
+    {"op-not-in-build.yaml",
+     1,
+     {"op-not-in-build.yaml:8:13: spec.source.format: format \"image\" is not in this build yet; "
+      "this build reads jsonl, csv, text and binary",
+      "op-not-in-build.yaml:11:9: spec.stages[0].op: op \"tensor.mlp\" is not in this build yet; "
+      "the ops this build runs are identity, bench.spin, bench.sleep, filter, project and exec"}},
     {"op-unknown-arg.yaml",
      1,
      {"op-unknown-arg.yaml:12:11: spec.stages[0].args: op \"bench.sleep\" needs exactly one of "

@@ -6,7 +6,7 @@
 
 static const sb_op_impl *const registry[] = {
     &sb_op_identity_impl, &sb_op_spin_impl,    &sb_op_sleep_impl,
-    &sb_op_filter_impl,   &sb_op_project_impl,
+    &sb_op_filter_impl,   &sb_op_project_impl, &sb_op_exec_impl,
 };
 
 const sb_op_impl *sb_op_find(const char *name)
@@ -60,4 +60,21 @@ int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err)
                            sb_type_name(c->type));
     }
     return i;
+}
+
+const char *sb_op_excerpt(const char *p, size_t n, char *buf, size_t cap)
+{
+    size_t max = cap - 4;
+    size_t k = n < max ? n : max;
+    if (k < n)
+        while (k > 0 && ((unsigned char)p[k] & 0xC0) == 0x80)
+            k--;
+    for (size_t i = 0; i < k; i++)
+        buf[i] = (unsigned char)p[i] < 0x20 || p[i] == 0x7f ? '?' : p[i];
+    if (k < n) {
+        memcpy(buf + k, "...", 4);
+    } else {
+        buf[k] = '\0';
+    }
+    return buf;
 }

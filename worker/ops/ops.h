@@ -16,9 +16,10 @@
  * (dynamic partitioning across the inputs of a task), and the rest on sb_op_out_flush().
  *
  * Operators of this build: identity, bench.spin, bench.sleep (any schema); filter, project
- * (jsonl records: the "record" utf8/binary column). image.*, tensor.mlp, exec and plugin are
- * not in this build: sb_op_find() returns NULL and the caller reports "op X is not available
- * in this worker build".
+ * (jsonl records: the "record" utf8/binary column); exec (user code in a child process,
+ * framing lines: worker/ops/exec, docs/exec.md). image.*, tensor.mlp and plugin are not in
+ * this build: sb_op_find() returns NULL and the caller reports "op X is not available in this
+ * worker build" (validate rejects them first).
  *
  * Memory and threads:
  *  - sb_op_impl tables are static and immutable; sb_op_find() never allocates.
@@ -46,7 +47,9 @@
 typedef struct sb_op_out sb_op_out;
 
 /* Receives one output partition (blob[0..len), `rows` rows) and owns it from now on. Nonzero
- * fails the append or flush that emitted it. */
+ * fails the append or flush that emitted it. A callback that sets its reason in the sb_err the
+ * op was given (the task runtime does: the next op of a fused chain fails into it) has that
+ * message kept and wrapped; otherwise the flush says the consumer refused. */
 typedef int (*sb_op_emit_fn)(void *blob, size_t len, uint64_t rows, void *ud);
 
 /* ---- the output side ------------------------------------------------------------------- */
@@ -102,6 +105,8 @@ typedef struct sb_op_impl {
     /* Emits what the state still buffers (after the task's last input). */
     int (*finish)(void *state, sb_op_out *out, sb_err *err);
     void (*free)(void *state);
+    /* Rows per process() call when the stage sets no batchSize (0: a whole partition). */
+    size_t default_batch;
 } sb_op_impl;
 
 /* The implementation of a built-in op, or NULL when this build does not have it. */
@@ -114,6 +119,15 @@ int sb_op_run(const sb_op_impl *op, void *state, const sb_batch *in, size_t batc
 /* The index of the records column of `in`: "record", else its only binary/utf8 column. -1 +
  * err (prefixed with `op`) otherwise. */
 int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err);
+
+/* A printable excerpt of a record for messages: at most cap-4 bytes of p[0..n) (cap >= 8),
+ * control characters as '?', "..." when cut, never cutting a UTF-8 sequence. Returns buf. */
+const char *sb_op_excerpt(const char *p, size_t n, char *buf, size_t cap);
+
+/* What operators keep across tasks: exec's long-lived processes (worker/ops/exec). Their
+ * resident memory (counted in the worker's), and stopping them all at worker shutdown. */
+uint64_t sb_op_children_rss(void);
+void sb_op_shutdown(void);
 
 /* Data errors. An op that fails because of the records themselves (invalid JSON or UTF-8, a
  * record of the wrong kind, no records column) sets err with sb_err_data() (core/err.h): such a

@@ -142,7 +142,10 @@ int sb_op_out_flush(sb_op_out *o, sb_err *err)
     o->parts++;
     o->rows_emitted += rows;
     o->bytes += len;
+    sb_err_clear(err); /* a consumer sharing err leaves its cause there: keep and wrap it */
     int rc = o->emit(blob, len, rows, o->ud);
+    if (rc != 0 && err != NULL && err->msg[0] != '\0')
+        return sb_err_wrap(err, "output partition %llu", (unsigned long long)o->parts);
     if (rc != 0)
         return sb_err_set(err,
                           "op output: the consumer refused output partition %llu (returned %d)",

@@ -27,25 +27,6 @@
 #include "worker/ops/impls.h"
 #include "worker/ops/json.h"
 
-/* A printable excerpt of a record for messages: at most ~60 bytes, control characters as '?',
- * never cutting a UTF-8 sequence. */
-static const char *excerpt(const char *p, size_t n, char *buf, size_t cap)
-{
-    size_t max = cap - 4;
-    size_t k = n < max ? n : max;
-    if (k < n)
-        while (k > 0 && ((unsigned char)p[k] & 0xC0) == 0x80)
-            k--;
-    for (size_t i = 0; i < k; i++)
-        buf[i] = (unsigned char)p[i] < 0x20 || p[i] == 0x7f ? '?' : p[i];
-    if (k < n) {
-        memcpy(buf + k, "...", 4);
-    } else {
-        buf[k] = '\0';
-    }
-    return buf;
-}
-
 /* Checks a record and scans it; -1 + err naming the record on invalid UTF-8 or JSON. */
 static int scan_record(const char *op, const sb_column *c, size_t row, const char *p, size_t n,
                        const sb_op_json_key *keys, size_t nkeys, sb_op_json_span *found,
@@ -58,7 +39,7 @@ static int scan_record(const char *op, const sb_column *c, size_t row, const cha
     }
     if (sb_op_json_scan(p, n, keys, nkeys, found, top, msg, sizeof msg) != 0) {
         return sb_err_data(err, "%s: record %zu is not valid JSON (%s): %s", op, row, msg,
-                           excerpt(p, n, ex, sizeof ex));
+                           sb_op_excerpt(p, n, ex, sizeof ex));
     }
     return 0;
 }
@@ -392,7 +373,7 @@ static int project_process(void *state, const sb_batch *in, size_t first, size_t
         if (top != SB_OP_JSON_OBJECT) {
             char ex[64];
             return sb_err_data(err, "project: record %zu is a JSON %s, not an object: %s", r,
-                               sb_op_json_type_name(top), excerpt(p, len, ex, sizeof ex));
+                               sb_op_json_type_name(top), sb_op_excerpt(p, len, ex, sizeof ex));
         }
         size_t need = 2 + st->enc_total + len;
         if (need > st->cap) {
