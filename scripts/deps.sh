@@ -9,7 +9,7 @@ PKGS=(
   libmicrohttpd-dev
   libcriterion-dev
   clang libclang-rt-14-dev clang-format cppcheck
-  valgrind openssl python3 python3-yaml curl
+  valgrind openssl python3 python3-yaml python3-venv curl
   nginx prometheus
   mmdebstrap umoci skopeo runc
 )

@@ -1,5 +1,6 @@
 #include "controller/engine/local.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -32,6 +33,11 @@ struct sb_local {
     pthread_t monitor;
     int stop;
     uint64_t started;
+    /* the workers' child processes (exec's), whose memory counts as theirs: found by a /proc
+     * scan at most once a second, under mu */
+    pid_t kids[256];
+    size_t nkids;
+    struct timespec kids_at;
 };
 
 static int spawn(sb_local *l, proc *p, sb_err *err)
@@ -208,24 +214,69 @@ uint64_t sb_local_started(const sb_local *l)
     return l->started;
 }
 
+static uint64_t statm_rss(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    unsigned long size, rss = 0;
+    if (fscanf(f, "%lu %lu", &size, &rss) != 2)
+        rss = 0;
+    fclose(f);
+    return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Refreshes l->kids (under l->mu): the processes whose parent is one of our workers. */
+static void scan_kids(sb_local *l)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (l->kids_at.tv_sec != 0 && now.tv_sec - l->kids_at.tv_sec < 1)
+        return;
+    l->kids_at = now;
+    l->nkids = 0;
+    DIR *d = opendir("/proc");
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && l->nkids < sizeof l->kids / sizeof *l->kids) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        const char *rp = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+        int ppid;
+        if (rp == NULL || sscanf(rp + 1, " %*c %d", &ppid) != 1)
+            continue;
+        for (size_t i = 0; i < l->nprocs; i++)
+            if (l->procs[i].pid > 0 && l->procs[i].pid == ppid) {
+                l->kids[l->nkids++] = (pid_t)atoi(e->d_name);
+                break;
+            }
+    }
+    closedir(d);
+}
+
 uint64_t sb_local_rss(sb_local *l)
 {
     uint64_t sum = 0;
-    long page = sysconf(_SC_PAGESIZE);
     pthread_mutex_lock(&l->mu);
-    for (size_t i = 0; i < l->nprocs; i++) {
-        if (l->procs[i].pid <= 0)
-            continue;
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/statm", (int)l->procs[i].pid);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        unsigned long size, rss;
-        if (fscanf(f, "%lu %lu", &size, &rss) == 2)
-            sum += (uint64_t)rss * (uint64_t)page;
-        fclose(f);
-    }
+    for (size_t i = 0; i < l->nprocs; i++)
+        if (l->procs[i].pid > 0)
+            sum += statm_rss(l->procs[i].pid);
+    scan_kids(l);
+    for (size_t i = 0; i < l->nkids; i++)
+        sum += statm_rss(l->kids[i]);
     pthread_mutex_unlock(&l->mu);
     return sum;
 }

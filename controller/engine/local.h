@@ -49,7 +49,8 @@ pid_t sb_local_pid(sb_local *l, size_t i, char *id, size_t idlen);
 int sb_local_signal(sb_local *l, size_t i, int sig);
 /* Processes started so far (first starts plus respawns). */
 uint64_t sb_local_started(const sb_local *l);
-/* Sum of the resident memory of the live workers (from /proc), bytes. */
+/* Sum of the resident memory of the live workers and their child processes (exec's; from
+ * /proc, children found at most once a second), bytes. */
 uint64_t sb_local_rss(sb_local *l);
 /* SIGTERM to every worker, SIGKILL after grace_ms, reaps them all, frees. NULL is a no-op. */
 void sb_local_stop(sb_local *l, int grace_ms);

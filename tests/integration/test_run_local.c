@@ -557,6 +557,7 @@ static void write_udfs(void)
                            "        print(json.dumps(r))\n");
     write_file("embed.py", "import os, sys, json\n"
                            "fail = int(os.environ.get('SB_FAIL_ID', '-1'))\n"
+                           "model = b'w' * (int(os.environ.get('SB_MODEL_MB', '0')) << 20)\n"
                            "for line in sys.stdin:\n"
                            "    if line == '\\x1e\\n':\n"
                            "        sys.stdout.write('\\x1e\\n'); sys.stdout.flush(); continue\n"
@@ -574,7 +575,7 @@ Test(run, exec_stages_run_user_code_with_the_model_loaded_once_per_slot)
     snprintf(stages, sizeof stages,
              "  - {name: clean, op: exec, args: {command: [python3, %s/clean.py]}}\n"
              "  - {name: embed, op: exec, args: {command: [python3, %s/embed.py], mode: batches, "
-             "batchSize: 100}}\n",
+             "batchSize: 100, env: {SB_MODEL_MB: '200'}}}\n",
              dir, dir);
     write_pipeline("udf", stages, "");
     char *out;
@@ -602,6 +603,8 @@ Test(run, exec_stages_run_user_code_with_the_model_loaded_once_per_slot)
     free(check);
     cr_expect_eq(summary_num("udf", "sinkRows"), rows);
     cr_expect_eq(first_stage_retries("udf"), 0, "no task failed");
+    cr_expect_gt(summary_num("udf", "peakWorkerRss"), 200l << 20,
+                 "the model process's 200 MiB count as the worker's memory");
 }
 
 Test(run, exec_udf_that_raises_fails_the_run_with_its_traceback)

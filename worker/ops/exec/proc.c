@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #define TAIL_KEEP 1024 /* stderr bytes kept */
-#define TAIL_SHOW 300  /* stderr bytes shown in messages */
+#define TAIL_SHOW 200  /* stderr bytes shown in messages: the last lines that fit */
 #define READ_CHUNK 65536
 #define MAX_IOV 64
 
@@ -28,7 +28,7 @@ struct sb_proc {
     int in, out, errfd; /* our ends; -1 once closed */
     bool reaped;
     int status;
-    char cmd[96]; /* argv[0] and the start of the arguments, for messages */
+    char cmd[72]; /* argv[0] and the start of the arguments, for messages */
     char *lbuf;   /* stdout bytes not yet passed on as lines */
     size_t llen, lcap;
     char tail[TAIL_KEEP];

@@ -77,7 +77,7 @@ bool sb_proc_alive(sb_proc *p);
  * exited. */
 const char *sb_proc_describe(sb_proc *p, char *buf, size_t cap);
 
-/* The last bytes the child wrote to stderr (up to ~300, whole lines where possible, control
+/* The last bytes the child wrote to stderr (up to ~200: the last whole lines that fit, control
  * characters as spaces), "" when none. Points into p. */
 const char *sb_proc_stderr_tail(sb_proc *p);
 
