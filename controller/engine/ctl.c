@@ -173,7 +173,7 @@ static void mark_lost(sb_ctl *c, seen *w, const char *why)
     sb_log(SB_LOG_WARN, "worker lost", "worker", w->id, "why", why, NULL);
     held_free(w);
     if (c->sched != NULL)
-        sb_sched_worker_lost(c->sched, w->id, now_ms());
+        sb_sched_worker_lost(c->sched, w->id, why, now_ms());
     storage_job *j = &c->job;
     if (j->state == JOB_RUNNING && strcmp(j->worker, w->id) == 0) {
         /* storage jobs are idempotent: the next worker that polls runs it again */

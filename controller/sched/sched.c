@@ -38,7 +38,8 @@ typedef struct {
     uint64_t in_bytes, in_rows;
     uint64_t reserved; /* estimated output bytes while running */
     uint32_t retries;
-    int queued; /* in its op's queue */
+    uint32_t deaths; /* times its worker was lost while running it */
+    int queued;      /* in its op's queue */
     char *task_id;
     char *first_error; /* the message of its first failed attempt */
 } task;
@@ -534,7 +535,8 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
         return sb_err_set(err, "scheduler: a worker needs an id, a pool, an address and slots");
     size_t w = worker_find(s, id);
     if (w != NONE && s->workers[w].alive)
-        sb_sched_worker_lost(s, id, now_ms); /* a restarted worker with the same id */
+        sb_sched_worker_lost(s, id, "it registered again: restarted",
+                             now_ms); /* a restarted worker with the same id */
     if (w == NONE) {
         if (GROW(s, s->workers, s->capworkers, s->nworkers + 1) != 0)
             return sb_err_set(err, "scheduler: out of memory");
@@ -586,6 +588,8 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
 /* Makes partition pi available again: re-queues its producer, and recursively the producers of
  * that task's inputs that are gone. */
 static void recover_partition(sb_sched *s, size_t pi, int depth);
+static void task_stop_running(sb_sched *s, task *t);
+static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *message);
 
 static void requeue_task(sb_sched *s, size_t ti, int rerun)
 {
@@ -631,7 +635,7 @@ static void recover_partition(sb_sched *s, size_t pi, int depth)
     }
 }
 
-void sb_sched_worker_lost(sb_sched *s, const char *id, uint64_t now_ms)
+void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t now_ms)
 {
     size_t w = worker_find(s, id);
     if (w == NONE || !s->workers[w].alive)
@@ -651,10 +655,27 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, uint64_t now_ms)
         p->worker = NONE;
         s->partitions_lost++;
     }
-    /* 2. tasks running there go back to their queue */
-    for (size_t ti = 0; ti < s->ntasks; ti++)
-        if (s->tasks[ti].state == T_RUNNING && s->tasks[ti].worker == w)
+    /* 2. tasks running there go back to their queue. A worker dying under a task is a failed
+     * attempt of that task and counts against maxTaskRetries: a task that kills its worker (a
+     * plugin that crashes, a UDF the kernel kills for memory) would otherwise loop forever. */
+    for (size_t ti = 0; ti < s->ntasks; ti++) {
+        task *t = &s->tasks[ti];
+        if (t->state != T_RUNNING || t->worker != w)
+            continue;
+        t->deaths++;
+        s->ops[t->op].failed_attempts++;
+        if (t->retries + t->deaths <= s->max_retries) {
             requeue_task(s, ti, 1);
+            continue;
+        }
+        char msg[512];
+        snprintf(msg, sizeof msg, "its worker was lost while running it (worker %.100s: %.200s)",
+                 wk->id, why && *why ? why : "lost");
+        if (t->first_error == NULL)
+            t->first_error = strdup(msg);
+        task_stop_running(s, t);
+        task_errored(s, ti, t->retries + t->deaths, msg);
+    }
     /* 3. lost partitions that are still needed get re-produced */
     for (size_t pi = 0; pi < s->nparts; pi++) {
         part *p = &s->parts[pi];
@@ -1058,6 +1079,51 @@ static void check_finished(sb_sched *s)
         s->state = SB_SCHED_SUCCEEDED;
 }
 
+/* Task ti (no longer running) failed for good after `times` attempts: its partition is errored,
+ * and the pipeline fails past maxErroredPartitions. */
+static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *message)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    t->state = T_SKIPPED;
+    o->errored++;
+    s->errored_total += t->ninputs > 0 ? t->ninputs : 1;
+    char what[256];
+    if (t->split != NONE)
+        snprintf(what, sizeof what, "split %.200s", s->splits[t->split]);
+    else if (t->ninputs > 0)
+        snprintf(what, sizeof what, "input partition %s%s", s->parts[t->inputs[0]].id,
+                 t->ninputs > 1 ? " (and more)" : "");
+    else
+        snprintf(what, sizeof what, "no input");
+    if (s->nerrored < SB_SCHED_ERRORED_KEEP &&
+        GROW(s, s->errored, s->caperrored, s->nerrored + 1) == 0) {
+        sb_sched_errored *e = &s->errored[s->nerrored];
+        e->stage = o->name;
+        e->task_id = t->task_id;
+        e->input = strdup(what);
+        e->error = strdup(t->first_error        ? t->first_error
+                          : message && *message ? message
+                                                : "(no message)");
+        if (e->input == NULL || e->error == NULL) {
+            free((char *)e->input);
+            free((char *)e->error);
+            s->oom = 1;
+        } else {
+            s->nerrored++;
+        }
+    }
+    if (s->errored_total > s->max_errored)
+        set_failure(s,
+                    "stage %s failed: task %s (%s) failed %u time%s, last error: %s "
+                    "(%" PRIu64 " errored partition%s, maxErroredPartitions is %" PRIu64 ")",
+                    o->name, t->task_id, what, times, times > 1 ? "s" : "",
+                    message && *message ? message : "(no message)", s->errored_total,
+                    s->errored_total == 1 ? "" : "s", s->max_errored);
+    consume_inputs(s, t);
+    check_finished(s);
+}
+
 int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
                       sb_sched_status status, const char *message, const sb_sched_output *outs,
                       size_t nouts, const char *const *lost, size_t nlost,
@@ -1109,43 +1175,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
             return 1;
         }
         task_stop_running(s, t);
-        t->state = T_SKIPPED;
-        o->errored++;
-        s->errored_total += t->ninputs > 0 ? t->ninputs : 1;
-        char what[256];
-        if (t->split != NONE)
-            snprintf(what, sizeof what, "split %.200s", s->splits[t->split]);
-        else if (t->ninputs > 0)
-            snprintf(what, sizeof what, "input partition %s%s", s->parts[t->inputs[0]].id,
-                     t->ninputs > 1 ? " (and more)" : "");
-        else
-            snprintf(what, sizeof what, "no input");
-        if (s->nerrored < SB_SCHED_ERRORED_KEEP &&
-            GROW(s, s->errored, s->caperrored, s->nerrored + 1) == 0) {
-            sb_sched_errored *e = &s->errored[s->nerrored];
-            e->stage = o->name;
-            e->task_id = t->task_id;
-            e->input = strdup(what);
-            e->error = strdup(t->first_error        ? t->first_error
-                              : message && *message ? message
-                                                    : "(no message)");
-            if (e->input == NULL || e->error == NULL) {
-                free((char *)e->input);
-                free((char *)e->error);
-                s->oom = 1;
-            } else {
-                s->nerrored++;
-            }
-        }
-        if (s->errored_total > s->max_errored)
-            set_failure(s,
-                        "stage %s failed: task %s (%s) failed %u time%s, last error: %s "
-                        "(%" PRIu64 " errored partition%s, maxErroredPartitions is %" PRIu64 ")",
-                        o->name, t->task_id, what, t->retries + 1, t->retries ? "s" : "",
-                        message && *message ? message : "(no message)", s->errored_total,
-                        s->errored_total == 1 ? "" : "s", s->max_errored);
-        consume_inputs(s, t);
-        check_finished(s);
+        task_errored(s, ti, t->retries + 1, message);
         return 1;
     }
     task_stop_running(s, t);

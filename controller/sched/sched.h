@@ -192,9 +192,11 @@ const char *const *sb_sched_pools(const sb_sched *s, size_t *n);
 int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
                         uint32_t slots, const sb_sched_output *held, size_t nheld, uint64_t now_ms,
                         sb_err *err);
-/* A worker is gone (exited, unreachable, missed heartbeats): recovery starts. Unknown ids are
+/* A worker is gone (exited, unreachable, missed heartbeats; `why` says so in messages, NULL
+ * is fine): recovery starts. Its running tasks are re-queued, each losing one of its
+ * maxTaskRetries; a task out of retries errors with the worker and why. Unknown ids are
  * ignored. */
-void sb_sched_worker_lost(sb_sched *s, const char *id, uint64_t now_ms);
+void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t now_ms);
 
 /* Up to max tasks for the worker, written to out[]. Returns how many. */
 size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t now_ms,

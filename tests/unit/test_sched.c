@@ -320,7 +320,7 @@ static void kill_c2_at_30(sim *m, uint64_t ev)
         return;
     m->w[1].alive = 0;
     m->w[1].nrun = 0;
-    sb_sched_worker_lost(m->s, "c2", m->now);
+    sb_sched_worker_lost(m->s, "c2", "test", m->now);
 }
 
 Test(sched, worker_loss_reruns_only_lost_partitions_producers)
@@ -375,7 +375,7 @@ static void kill_g1_at_40(sim *m, uint64_t ev)
         return;
     m->w[1].alive = 0;
     m->w[1].nrun = 0;
-    sb_sched_worker_lost(m->s, "g1", m->now);
+    sb_sched_worker_lost(m->s, "g1", "test", m->now);
     sim_add_worker(m, "g2", "gpu", 1); /* a replacement pod */
 }
 
@@ -687,7 +687,7 @@ static void kill_one(sim *m, uint64_t ev)
         return;
     m->w[g_kill_index].alive = 0;
     m->w[g_kill_index].nrun = 0;
-    sb_sched_worker_lost(m->s, m->w[g_kill_index].id, m->now);
+    sb_sched_worker_lost(m->s, m->w[g_kill_index].id, "test", m->now);
 }
 
 /* Regression (found by the SIGKILL integration test): with the budget full of partitions
@@ -795,4 +795,68 @@ Test(sched, backpressure_time_attempts_and_durations)
     cr_expect_eq(n, 0, "no wall times were reported by the simulation (metrics NULL)");
     held = run_backpressure("64Gi", &a, &b, &wall);
     cr_expect_eq(held, 0, "a budget holding everything never holds the CPU stage back");
+}
+
+/* A task that kills every worker it runs on (a plugin's segfault, a UDF the kernel kills for
+ * memory): each death costs it one of maxTaskRetries, then it errors naming the worker and why,
+ * instead of being re-queued forever. */
+static int g_poison_deaths;
+static void poison_task_zero(sim *m, uint64_t ev)
+{
+    (void)ev;
+    for (size_t i = 0; i < m->nw; i++) {
+        simworker *w = &m->w[i];
+        for (size_t r = 0; w->alive && r < w->nrun; r++) {
+            if (w->run[r].op != 0 || w->run[r].index != 0)
+                continue;
+            w->alive = 0;
+            w->nrun = 0;
+            sb_sched_worker_lost(m->s, w->id, "process killed by signal 11", m->now);
+            g_poison_deaths++;
+            char id[16];
+            snprintf(id, sizeof id, "c%d", 10 + g_poison_deaths);
+            sim_add_worker(m, id, "cpu", 2);
+            return;
+        }
+    }
+}
+
+Test(sched, a_task_that_kills_its_workers_errors_after_max_task_retries)
+{
+    const char *one = "  - {name: a, op: identity}\n";
+    for (int limit = 0; limit <= 1; limit++) {
+        spec_holder h;
+        load_spec(&h, spec_text(one, limit ? "{maxTaskRetries: 2, maxErroredPartitions: 1}"
+                                           : "{maxTaskRetries: 2, maxErroredPartitions: 0}"));
+        sim m;
+        sim_init(&m, &h, 6, 64 * MiB);
+        sim_add_worker(&m, "c1", "cpu", 2);
+        g_poison_deaths = 0;
+        /* its first run is killed as soon as it starts; later runs start beside a task that
+         * ends first, whose completion event kills it */
+        sim_poll(&m, &m.w[0]);
+        poison_task_zero(&m, 0);
+        sim_run(&m, 10000, poison_task_zero);
+        cr_expect_eq(g_poison_deaths, 3, "1 run + 2 retries, then no more");
+        const char *why = NULL;
+        sb_sched_state st = sb_sched_state_get(m.s, &why);
+        if (limit) {
+            cr_expect_eq(st, SB_SCHED_SUCCEEDED);
+            size_t n;
+            uint64_t total;
+            const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, &total);
+            cr_assert_eq(n, 1);
+            cr_expect(strstr(e[0].error, "its worker was lost while running it (worker c") !=
+                          NULL &&
+                          strstr(e[0].error, "process killed by signal 11") != NULL,
+                      "%s", e[0].error);
+        } else {
+            cr_expect_eq(st, SB_SCHED_FAILED);
+            cr_expect(why != NULL && strstr(why, "failed 3 times") != NULL &&
+                          strstr(why, "process killed by signal 11") != NULL,
+                      "%s", why ? why : "(none)");
+        }
+        sb_sched_free(m.s);
+        free_spec(&h);
+    }
 }

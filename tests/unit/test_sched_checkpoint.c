@@ -438,7 +438,7 @@ Test(sched_checkpoint, half_done_component_is_not_committed)
     expect_checkpoint(s, "0-3", 3);
     sb_sched_pool_demand(s, "gpu", &q, &r, &act);
     cr_expect(q == 0 && r == 0 && act == 0);
-    sb_sched_worker_lost(s, "g1", 0);
+    sb_sched_worker_lost(s, "g1", "test", 0);
     cr_expect_eq(sb_sched_worker_removable(s, "g1"), 0, "lost workers are not the caller's");
     sb_sched_free(s);
     free_spec(&h);
@@ -566,7 +566,7 @@ static void kill_c2_then_return(sim *m, uint64_t ev)
     if (ev == 12) {
         m->w[1].alive = 0;
         m->w[1].nrun = 0;
-        sb_sched_worker_lost(m->s, "c2", m->now);
+        sb_sched_worker_lost(m->s, "c2", "test", m->now);
         memset(m->pending, 0, sizeof m->pending); /* unknown now: re-marked as re-made */
     } else if (ev == 20) {
         sim_add_worker(m, "c3", "cpu", 1);
