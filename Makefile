@@ -56,6 +56,8 @@ ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/itests/%,$(wildcard test
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 # Helper programs the tests start as real processes, and benchmark programs.
 HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(wildcard tests/helpers/*.c))
+# Plugins (api/plugin/streambatch_plugin.h): the examples and the tests' own, as shared objects.
+PLUGINS   := $(patsubst %.c,$(BUILD)/plugins/lib%.so,$(notdir $(wildcard examples/plugins/*.c tests/plugins/*.c)))
 BENCH_BINS  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/bench_*.c))
 FUZZ_SECONDS ?= 10
 
@@ -139,7 +141,16 @@ $(BUILD)/itests/%: $(BUILD)/obj/tests/integration/%.o $(LIBSB)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 
-tests-build: $(BINS) $(TEST_BINS) $(HELPER_BINS) $(ITEST_BINS)
+tests-build: $(BINS) $(TEST_BINS) $(HELPER_BINS) $(ITEST_BINS) $(PLUGINS)
+
+$(BUILD)/plugins/lib%.so: examples/plugins/%.c api/plugin/streambatch_plugin.h
+	@mkdir -p $(dir $@)
+	@echo "  PLUGIN $@"
+	$(Q)$(CC) $(CSTD) -O2 -Wall -Wextra -Werror -fPIC -shared -Iapi/plugin $< -o $@
+$(BUILD)/plugins/lib%.so: tests/plugins/%.c api/plugin/streambatch_plugin.h
+	@mkdir -p $(dir $@)
+	@echo "  PLUGIN $@"
+	$(Q)$(CC) $(CSTD) -O2 -Wall -Wextra -Werror -fPIC -shared -Iapi/plugin $< -o $@
 
 # Runs every suite and prints one closing line: "N passed, N failed".
 check: tests-build

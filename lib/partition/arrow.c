@@ -190,3 +190,205 @@ int sb_batch_export(const sb_batch *b, struct ArrowSchema *schema, struct ArrowA
     }
     return 0;
 }
+
+/* ---- importing -------------------------------------------------------------------------- */
+
+static int parse_format(const char *f, sb_type *t, sb_type *child, uint32_t *list)
+{
+    static const struct {
+        const char *f;
+        sb_type t;
+    } simple[] = {{"b", SB_TYPE_BOOL},    {"c", SB_TYPE_INT8},    {"s", SB_TYPE_INT16},
+                  {"i", SB_TYPE_INT32},   {"l", SB_TYPE_INT64},   {"C", SB_TYPE_UINT8},
+                  {"S", SB_TYPE_UINT16},  {"I", SB_TYPE_UINT32},  {"L", SB_TYPE_UINT64},
+                  {"f", SB_TYPE_FLOAT32}, {"g", SB_TYPE_FLOAT64}, {"z", SB_TYPE_BINARY},
+                  {"u", SB_TYPE_UTF8}};
+    *child = 0;
+    *list = 0;
+    for (size_t i = 0; i < sizeof simple / sizeof *simple; i++)
+        if (strcmp(f, simple[i].f) == 0) {
+            *t = simple[i].t;
+            return 0;
+        }
+    if (strncmp(f, "+w:", 3) == 0) {
+        char *end;
+        unsigned long n = strtoul(f + 3, &end, 10);
+        if (*end != '\0' || n == 0 || n > UINT32_MAX || f[3] < '0' || f[3] > '9')
+            return -1;
+        *t = SB_TYPE_FIXED_LIST;
+        *list = (uint32_t)n;
+        return 0;
+    }
+    return -1;
+}
+
+/* A bitmap's bits [off, off+n) starting at bit 0: the bitmap itself when off is a multiple of
+ * 8, else a shifted copy kept in the view. NULL bitmap stays NULL. */
+static int bits_at(sb_arrow_view *v, const void *bitmap, size_t off, size_t n, const uint8_t **out)
+{
+    *out = NULL;
+    if (bitmap == NULL)
+        return 0;
+    const uint8_t *b = bitmap;
+    if (off % 8 == 0) {
+        *out = b + off / 8;
+        return 0;
+    }
+    void **ns = realloc(v->scratch, (v->nscratch + 1) * sizeof *ns);
+    if (ns == NULL)
+        return -1;
+    v->scratch = ns;
+    uint8_t *c = calloc((n + 7) / 8 + 1, 1);
+    if (c == NULL)
+        return -1;
+    v->scratch[v->nscratch++] = c;
+    for (size_t i = 0; i < n; i++)
+        if ((b[(off + i) >> 3] >> ((off + i) & 7)) & 1)
+            c[i >> 3] |= (uint8_t)(1u << (i & 7));
+    *out = c;
+    return 0;
+}
+
+void sb_arrow_view_close(sb_arrow_view *v)
+{
+    if (v == NULL)
+        return;
+    for (size_t i = 0; i < v->nscratch; i++)
+        free(v->scratch[i]);
+    free(v->scratch);
+    free(v->fields);
+    free(v->cols);
+    memset(v, 0, sizeof *v);
+}
+
+int sb_arrow_view_open(const struct ArrowSchema *s, const struct ArrowArray *a, sb_arrow_view *v,
+                       sb_err *err)
+{
+    memset(v, 0, sizeof *v);
+    if (s == NULL || a == NULL || s->format == NULL || strcmp(s->format, "+s") != 0)
+        return sb_err_set(err,
+                          "arrow: the batch must be a struct array (format \"+s\"), got "
+                          "\"%.32s\"",
+                          s && s->format ? s->format : "(null)");
+    if (a->length < 0 || a->offset < 0 || s->n_children < 0 || a->n_children != s->n_children)
+        return sb_err_set(err,
+                          "arrow: struct array with length %lld, offset %lld, %lld children "
+                          "for a schema of %lld",
+                          (long long)a->length, (long long)a->offset, (long long)a->n_children,
+                          (long long)s->n_children);
+    if (s->n_children == 0 || s->n_children > SB_PART_MAX_COLUMNS)
+        return sb_err_set(err, "arrow: a batch needs 1 to %d columns, got %lld",
+                          SB_PART_MAX_COLUMNS, (long long)s->n_children);
+    if (a->null_count != 0 && a->n_buffers > 0 && a->buffers[0] != NULL)
+        return sb_err_set(err, "arrow: null rows at the struct level are not supported");
+    v->ncols = (size_t)s->n_children;
+    v->rows = (size_t)a->length;
+    v->fields = calloc(v->ncols, sizeof *v->fields);
+    v->cols = calloc(v->ncols, sizeof *v->cols);
+    if (v->fields == NULL || v->cols == NULL) {
+        sb_arrow_view_close(v);
+        return sb_err_set(err, "arrow: out of memory");
+    }
+    for (size_t i = 0; i < v->ncols; i++) {
+        const struct ArrowSchema *cs = s->children[i];
+        const struct ArrowArray *ca = a->children[i];
+        const char *name = cs && cs->name ? cs->name : "";
+        sb_type t, ct;
+        uint32_t ls;
+        if (cs == NULL || ca == NULL || cs->format == NULL ||
+            parse_format(cs->format, &t, &ct, &ls) != 0 || cs->dictionary != NULL) {
+            sb_arrow_view_close(v);
+            return sb_err_set(err, "arrow: column %zu \"%.64s\": unsupported format \"%.32s\"", i,
+                              name, cs && cs->format ? cs->format : "(null)");
+        }
+        int64_t need_buf = t == SB_TYPE_BINARY || t == SB_TYPE_UTF8 ? 3
+                           : t == SB_TYPE_FIXED_LIST                ? 1
+                                                                    : 2;
+        if (ca->n_buffers != need_buf || ca->offset < 0 || ca->length < 0 ||
+            (uint64_t)a->offset + (uint64_t)a->length > (uint64_t)ca->length) {
+            sb_arrow_view_close(v);
+            return sb_err_set(err,
+                              "arrow: column %zu \"%.64s\": %lld buffers (want %lld), length "
+                              "%lld, offset %lld for %lld rows",
+                              i, name, (long long)ca->n_buffers, (long long)need_buf,
+                              (long long)ca->length, (long long)ca->offset, (long long)a->length);
+        }
+        size_t base = (size_t)ca->offset + (size_t)a->offset, n = v->rows;
+        sb_column *c = &v->cols[i];
+        *c = (sb_column){.name = name,
+                         .name_len = strlen(name),
+                         .type = t,
+                         .child_type = ct,
+                         .list_size = ls,
+                         .nullable = (cs->flags & ARROW_FLAG_NULLABLE) != 0,
+                         .length = n};
+        const uint8_t *valid;
+        if (bits_at(v, ca->null_count == 0 ? NULL : ca->buffers[0], base, n, &valid) != 0) {
+            sb_arrow_view_close(v);
+            return sb_err_set(err, "arrow: out of memory");
+        }
+        c->validity = valid;
+        if (valid != NULL) {
+            c->nullable = true;
+            for (size_t r = 0; r < n; r++)
+                c->null_count += !((valid[r >> 3] >> (r & 7)) & 1);
+        }
+        const char *bad = NULL;
+        if (t == SB_TYPE_BINARY || t == SB_TYPE_UTF8) {
+            const int32_t *off = ca->buffers[1];
+            if (off == NULL || (ca->buffers[2] == NULL && n > 0 && off[base + n] != off[base])) {
+                bad = "no offsets or data buffer";
+            } else {
+                for (size_t r = 0; r < n && bad == NULL; r++)
+                    if (off[base + r] < 0 || off[base + r + 1] < off[base + r])
+                        bad = "offsets that decrease";
+                c->offsets = off + base;
+                c->values = ca->buffers[2] ? ca->buffers[2] : "";
+                c->values_len = (size_t)(off[base + n] - off[base]);
+            }
+        } else if (t == SB_TYPE_BOOL) {
+            const uint8_t *vals;
+            if (ca->buffers[1] == NULL && n > 0)
+                bad = "no values buffer";
+            else if (bits_at(v, ca->buffers[1], base, n, &vals) != 0)
+                bad = "out of memory";
+            else
+                c->values = vals, c->values_len = (n + 7) / 8;
+        } else if (t == SB_TYPE_FIXED_LIST) {
+            const struct ArrowSchema *ks = cs->n_children == 1 ? cs->children[0] : NULL;
+            const struct ArrowArray *ka = ca->n_children == 1 ? ca->children[0] : NULL;
+            sb_type kt, kk;
+            uint32_t kl;
+            if (ks == NULL || ka == NULL || ks->format == NULL ||
+                parse_format(ks->format, &kt, &kk, &kl) != 0 || kt < SB_TYPE_INT8 ||
+                kt > SB_TYPE_FLOAT64 || ka->n_buffers != 2 || ka->null_count > 0 ||
+                ka->offset < 0 || (ka->buffers[1] == NULL && n > 0) ||
+                (uint64_t)ka->length + (uint64_t)ka->offset <
+                    ((uint64_t)base + n) * ls + (uint64_t)ka->offset) {
+                bad = "a fixed-size list needs one numeric child without nulls, long enough";
+            } else {
+                c->child_type = kt;
+                size_t w = sb_type_width(kt);
+                c->values = (const uint8_t *)ka->buffers[1] + ((size_t)ka->offset + base * ls) * w;
+                c->values_len = n * ls * w;
+            }
+        } else {
+            size_t w = sb_type_width(t);
+            if (ca->buffers[1] == NULL && n > 0)
+                bad = "no values buffer";
+            else
+                c->values = (const uint8_t *)ca->buffers[1] + base * w, c->values_len = n * w;
+        }
+        if (bad != NULL) {
+            sb_arrow_view_close(v);
+            return sb_err_set(err, "arrow: column %zu \"%.64s\" (%s): %s", i, name, cs->format,
+                              bad);
+        }
+        v->fields[i] = (sb_field){.name = name,
+                                  .type = t,
+                                  .child_type = c->child_type,
+                                  .list_size = ls,
+                                  .nullable = c->nullable};
+    }
+    return 0;
+}

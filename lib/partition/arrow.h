@@ -63,4 +63,26 @@ const char *sb_arrow_format(sb_type t, uint32_t list_size, char buf[16]);
 int sb_batch_export(const sb_batch *b, struct ArrowSchema *schema, struct ArrowArray *array,
                     sb_err *err);
 
+/* ---- importing -------------------------------------------------------------------------- */
+
+/* A struct array ("+s") from elsewhere (a plugin's output) seen as partition columns: `cols`
+ * describe its children with pointers into the array's buffers (valid while the array is), ready
+ * for copying into a partition (worker/ops: sb_op_out_append_columns); `fields` is the matching
+ * schema. Accepts the formats listed above with their standard buffers, any offsets (bitmaps at
+ * offsets that are not a multiple of 8 are copied, shifted, into memory of the view); refuses
+ * dictionaries, other nested types, nulls at the struct level, negative lengths, and binary
+ * offsets that decrease. Checked values are as trustworthy as the producer: a buffer shorter
+ * than its length says cannot be detected through this interface. */
+typedef struct sb_arrow_view {
+    size_t ncols, rows;
+    sb_field *fields; /* ncols; names point into the schema */
+    sb_column *cols;  /* ncols */
+    void **scratch;   /* owned copies of shifted bitmaps */
+    size_t nscratch;
+} sb_arrow_view;
+
+int sb_arrow_view_open(const struct ArrowSchema *schema, const struct ArrowArray *array,
+                       sb_arrow_view *v, sb_err *err);
+void sb_arrow_view_close(sb_arrow_view *v);
+
 #endif

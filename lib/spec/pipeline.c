@@ -93,7 +93,7 @@ static const opspec ops[] = {
     {"image.normalize", args_normalize, NULL, 1},
     {"tensor.mlp", args_mlp, NULL, 1},
     {"exec", args_exec, NULL, 0},
-    {"plugin", args_plugin, NULL, 1},
+    {"plugin", args_plugin, NULL, 0},
 };
 #define NOPS (sizeof ops / sizeof *ops)
 
@@ -439,7 +439,7 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
             sb_path_field(buf, sizeof buf, path, "op");
             sb_diags_add(d, buf, opn->line, opn->col,
                          "op \"%s\" is not in this build yet; the ops this build runs are "
-                         "identity, bench.spin, bench.sleep, filter, project and exec",
+                         "identity, bench.spin, bench.sleep, filter, project, exec and plugin",
                          st->op);
             return;
         }

@@ -598,8 +598,7 @@ Test(run, exec_stages_run_user_code_with_the_model_loaded_once_per_slot)
     sscanf(check + 5, "%ld %ld", &rows, &pids);
     cr_expect(same, "output differs from the expected records: %s", check);
     cr_expect_gt(rows, 24 * 2500 / 3, "%s", check);
-    cr_expect(pids >= 1 && pids <= 2, "one model process per worker slot, not per task: %s",
-              check);
+    cr_expect(pids >= 1 && pids <= 2, "one model process per worker slot, not per task: %s", check);
     free(check);
     cr_expect_eq(summary_num("udf", "sinkRows"), rows);
     cr_expect_eq(first_stage_retries("udf"), 0, "no task failed");
@@ -631,4 +630,50 @@ Test(run, exec_udf_that_raises_fails_the_run_with_its_traceback)
     char p[512];
     snprintf(p, sizeof p, "%s/out-raise/_SUCCESS", dir);
     cr_expect_neq(stat(p, &st), 0, "a failed pipeline leaves no _SUCCESS");
+}
+
+/* ---- plugin: native user code inside the worker ------------------------------------------ */
+
+Test(run, plugin_stage_runs_the_example_plugin_on_every_record)
+{
+    char stages[1024];
+    snprintf(stages, sizeof stages,
+             "  - {name: tag, op: plugin, args: {path: '%s', config: {field: len}}}\n",
+             sb_test_plugin("tag"));
+    write_pipeline("plug", stages, "");
+    char *out;
+    int rc = run_cli("plug", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *check = sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport json, glob\nwant=[]\n"
+        "for p in glob.glob('in/*.jsonl'):\n  for l in open(p):\n    l=l.rstrip('\\\\n')\n"
+        "    want.append('{\\\\\\\"len\\\\\\\":%%d,%%s' %% (len(l.encode()), l[1:]))\n"
+        "got=[l.rstrip('\\\\n') for p in glob.glob('out-plug/part-*.jsonl') for l in open(p)]\n"
+        "print(sorted(got) == sorted(want), len(got))\n\"",
+        dir);
+    cr_expect_str_eq(check, "True 60000", "the plugin's output is every record with its length");
+    free(check);
+}
+
+/* A plugin that segfaults kills its worker: the task is re-run on a new worker, and after
+ * maxTaskRetries the pipeline fails naming the signal, instead of crashing workers forever. */
+Test(run, plugin_that_crashes_its_worker_fails_after_max_task_retries)
+{
+    sh("cd %s && printf '{\"n\": 1, \"x\": \"CRASH\"}\\n' > in/zz-crash.jsonl", dir);
+    char stages[1024];
+    snprintf(stages, sizeof stages, "  - {name: native, op: plugin, args: {path: '%s'}}\n",
+             sb_test_plugin("crash"));
+    write_pipeline("crash", stages, "  execution: {maxTaskRetries: 1}\n");
+    char *out;
+    int rc = run_cli("crash", "--cpus 2", &out);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "pipeline failed: stage native failed") != NULL, "%s", out);
+    cr_expect(strstr(out, "zz-crash.jsonl") != NULL, "names the input: %s", out);
+    cr_expect(strstr(out, "failed 2 times") != NULL, "%s", out);
+    cr_expect(strstr(out, "its worker was lost while running it") != NULL &&
+                  strstr(out, "killed by signal 11") != NULL,
+              "the cause is named: %s", out);
+    free(out);
+    cr_expect_eq(summary_num("crash", "workersLost"), 2, "one worker per attempt");
 }

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "testutil.h"
 #include "partition/partition.h"
 #include "worker/ops/exec/proc.h"
 #include "worker/ops/json.h"
@@ -117,20 +118,15 @@ static int run_op(const char *name, const char *args, const char *const *recs, s
 
 Test(ops, registry)
 {
-    const char *have[] = {"identity", "bench.spin", "bench.sleep", "filter", "project", "exec"};
-    for (size_t i = 0; i < 6; i++) {
+    const char *have[] = {"identity", "bench.spin", "bench.sleep", "filter",
+                          "project",  "exec",       "plugin"};
+    for (size_t i = 0; i < 7; i++) {
         const sb_op_impl *op = sb_op_find(have[i]);
         cr_assert_not_null(op, "%s", have[i]);
         cr_assert_str_eq(op->name, have[i]);
     }
-    const char *missing[] = {"image.decode",
-                             "image.resize",
-                             "image.normalize",
-                             "tensor.mlp",
-                             "plugin",
-                             "Filter",
-                             "",
-                             NULL};
+    const char *missing[] = {
+        "image.decode", "image.resize", "image.normalize", "tensor.mlp", "Filter", "", NULL};
     for (size_t i = 0; i < sizeof missing / sizeof *missing; i++)
         cr_assert_null(sb_op_find(missing[i]));
 }
@@ -914,24 +910,24 @@ TestSuite(exec, .timeout = 60);
 
 /* A Python "model" for mode batches: loaded once (its pid and a record counter show it), one
  * output record per input record, the delimiter answered after each batch. */
-#define PY_BATCHES                                                                               \
-    "import os, sys, json\n"                                                                     \
-    "n = 0\n"                                                                                    \
-    "for line in sys.stdin:\n"                                                                   \
-    "    line = line.rstrip('\\n')\n"                                                            \
-    "    if line == '\\x1e':\n"                                                                  \
-    "        sys.stdout.write('\\x1e\\n'); sys.stdout.flush(); continue\n"                       \
-    "    n += 1\n"                                                                               \
-    "    r = json.loads(line)\n"                                                                 \
-    "    r['pid'] = os.getpid(); r['n'] = n\n"                                                   \
+#define PY_BATCHES                                                                                 \
+    "import os, sys, json\n"                                                                       \
+    "n = 0\n"                                                                                      \
+    "for line in sys.stdin:\n"                                                                     \
+    "    line = line.rstrip('\\n')\n"                                                              \
+    "    if line == '\\x1e':\n"                                                                    \
+    "        sys.stdout.write('\\x1e\\n'); sys.stdout.flush(); continue\n"                         \
+    "    n += 1\n"                                                                                 \
+    "    r = json.loads(line)\n"                                                                   \
+    "    r['pid'] = os.getpid(); r['n'] = n\n"                                                     \
     "    sys.stdout.write(json.dumps(r, separators=(',', ':')) + '\\n')\n"
 
 /* args JSON for command argv (a JSON array text) plus extra members. */
 static char *exec_args(const char *argv_json, const char *extra)
 {
     char *s;
-    cr_assert(asprintf(&s, "{\"command\":%s%s%s}", argv_json, extra ? "," : "",
-                       extra ? extra : "") > 0);
+    cr_assert(
+        asprintf(&s, "{\"command\":%s%s%s}", argv_json, extra ? "," : "", extra ? extra : "") > 0);
     return s;
 }
 
@@ -965,7 +961,8 @@ Test(exec, filter_mode_runs_a_plain_unix_filter)
     coll c = {0};
     sb_err e;
     /* sed rewrites, grep drops: plain programs that read to end of file and exit */
-    char *args = exec_args("[\"sh\",\"-c\",\"grep -v '\\\"b\\\"' | sed 's/\\\"a\\\"/\\\"x\\\"/'\"]", NULL);
+    char *args =
+        exec_args("[\"sh\",\"-c\",\"grep -v '\\\"b\\\"' | sed 's/\\\"a\\\"/\\\"x\\\"/'\"]", NULL);
     cr_assert_eq(run_op("exec", args, recs, 4, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
     cr_assert_eq(c.n, 3);
     cr_expect_str_eq(c.v[0], "{\"x\":1}");
@@ -1049,16 +1046,17 @@ Test(exec, batches_mode_keeps_one_process_across_batches_and_tasks)
 Test(exec, batches_mode_answers_per_batch_and_may_expand)
 {
     /* one summary record per batch plus every input record 10 times */
-    const char *prog = "import sys\n"
-                       "b = []\n"
-                       "for line in sys.stdin:\n"
-                       "    line = line.rstrip('\\n')\n"
-                       "    if line == '\\x1e':\n"
-                       "        for r in b:\n"
-                       "            for _ in range(10): print(r)\n"
-                       "        print('{\"batch\":%d}' % len(b)); print('\\x1e', flush=True); b = []\n"
-                       "    else:\n"
-                       "        b.append(line)\n";
+    const char *prog =
+        "import sys\n"
+        "b = []\n"
+        "for line in sys.stdin:\n"
+        "    line = line.rstrip('\\n')\n"
+        "    if line == '\\x1e':\n"
+        "        for r in b:\n"
+        "            for _ in range(10): print(r)\n"
+        "        print('{\"batch\":%d}' % len(b)); print('\\x1e', flush=True); b = []\n"
+        "    else:\n"
+        "        b.append(line)\n";
     const char *recs[] = {"1", "2", "3", "4", "5"};
     char *args = py_args(prog, "\"mode\":\"batches\",\"batchSize\":2");
     coll c = {0};
@@ -1091,7 +1089,8 @@ Test(exec, bad_args_and_commands)
         {"{\"command\":[\"cat\"],\"timeout\":30}", "args.timeout must be a duration"},
         {"{\"command\":[\"cat\"],\"env\":{\"A\":1}}", "env.A must be a string"},
         {"{\"command\":[\"cat\"],\"output\":\"csv\"}", "args.output must be"},
-        {"{\"command\":[\"no-such-program-sb\"]}", "command \"no-such-program-sb\" not found in PATH"},
+        {"{\"command\":[\"no-such-program-sb\"]}",
+         "command \"no-such-program-sb\" not found in PATH"},
         {"{\"command\":[\"/no/such/file\"]}", "could not start: No such file or directory"},
         {"{\"command\":[\"/tmp/sb-test-exec-not-executable\"]}",
          "could not start: Permission denied"},
@@ -1109,8 +1108,8 @@ Test(exec, bad_args_and_commands)
         sb_err e = {0};
         cr_assert_eq(op->init(cases[i].args, &st, &e), -1, "case %zu accepted", i);
         cr_expect_null(st);
-        cr_expect(strstr(e.msg, cases[i].needle) != NULL, "case %zu: \"%s\" lacks \"%s\"", i,
-                  e.msg, cases[i].needle);
+        cr_expect(strstr(e.msg, cases[i].needle) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, e.msg,
+                  cases[i].needle);
     }
 }
 
@@ -1244,5 +1243,175 @@ Test(exec, a_pooled_process_that_died_is_replaced)
     cr_expect_eq(field_long(c.v[0], "n"), 1);
     coll_free(&c);
     sb_op_shutdown();
+    free(args);
+}
+
+/* ---- plugin (worker/ops/plugin): real shared objects built by the Makefile ----------------- */
+
+TestSuite(plugin, .timeout = 60);
+
+static char *plugin_args(const char *name, const char *extra)
+{
+    char *s;
+    cr_assert(asprintf(&s, "{\"path\":\"%s\"%s%s}", sb_test_plugin(name), extra ? "," : "",
+                       extra ? extra : "") > 0);
+    return s;
+}
+
+Test(plugin, the_example_tag_plugin_adds_a_field_to_every_record)
+{
+    const char *recs[] = {"{\"a\":1}", "{}", "{\"b\":\"xyz\"}", "{\"c\":[1,2]}", "{\"d\":null}"};
+    for (size_t bs = 0; bs <= 2; bs++) { /* whole partition, then batches at offsets 2, 4 */
+        char *args = plugin_args("tag", "\"config\":{\"field\":\"len\"}");
+        coll c = {0};
+        sb_err e;
+        cr_assert_eq(run_op("plugin", args, recs, 5, bs, 1 << 20, &c, &e), 0, "%s", e.msg);
+        cr_assert_eq(c.n, 5);
+        cr_expect_str_eq(c.v[0], "{\"len\":7,\"a\":1}");
+        cr_expect_str_eq(c.v[1], "{\"len\":2}");
+        cr_expect_str_eq(c.v[2], "{\"len\":11,\"b\":\"xyz\"}");
+        cr_expect_str_eq(c.v[4], "{\"len\":10,\"d\":null}");
+        coll_free(&c);
+        free(args);
+    }
+}
+
+static void *g_blob;
+static size_t g_blob_len;
+static int collect_blob(void *b, size_t l, uint64_t rows, void *ud)
+{
+    (void)rows, (void)ud;
+    cr_assert_null(g_blob, "one output partition expected");
+    g_blob = b;
+    g_blob_len = l;
+    return 0;
+}
+
+/* Every column type through the passthrough plugin, in batches of 3 rows (bitmaps at offsets
+ * that are not multiples of 8): the output partition equals the input row for row. */
+Test(plugin, every_column_type_crosses_the_boundary_unchanged)
+{
+    sb_field f[] = {
+        {.name = "i", .type = SB_TYPE_INT64, .nullable = true},
+        {.name = "f", .type = SB_TYPE_FLOAT32},
+        {.name = "b", .type = SB_TYPE_BOOL, .nullable = true},
+        {.name = "s", .type = SB_TYPE_UTF8, .nullable = true},
+        {.name = "z", .type = SB_TYPE_BINARY},
+        {.name = "t", .type = SB_TYPE_FIXED_LIST, .child_type = SB_TYPE_FLOAT32, .list_size = 3},
+        {.name = "u", .type = SB_TYPE_UINT8},
+    };
+    enum { NCOL = 7, ROWS = 50 };
+    sb_err e;
+    sb_batch_builder *bb = sb_batch_builder_new(f, NCOL, &e);
+    cr_assert_not_null(bb, "%s", e.msg);
+    for (int r = 0; r < ROWS; r++) {
+        char s[32];
+        snprintf(s, sizeof s, "row %d é", r);
+        float t[3] = {(float)r, (float)r / 2, -1};
+        uint8_t u = (uint8_t)(r * 7);
+        cr_assert_eq(r % 5 == 0 ? sb_batch_builder_append_null(bb, 0, &e)
+                                : sb_batch_builder_append_int(bb, 0, (int64_t)r * 1000003, &e),
+                     0);
+        cr_assert_eq(sb_batch_builder_append_double(bb, 1, r / 3.0, &e), 0);
+        cr_assert_eq(r % 7 == 0 ? sb_batch_builder_append_null(bb, 2, &e)
+                                : sb_batch_builder_append_bool(bb, 2, r % 3 == 0, &e),
+                     0);
+        cr_assert_eq(r % 4 == 0 ? sb_batch_builder_append_null(bb, 3, &e)
+                                : sb_batch_builder_append_binary(bb, 3, s, strlen(s), &e),
+                     0);
+        cr_assert_eq(sb_batch_builder_append_binary(bb, 4, "\0\1\2", (size_t)(r % 4), &e), 0);
+        cr_assert_eq(sb_batch_builder_append_list(bb, 5, t, 3, &e), 0, "%s", e.msg);
+        cr_assert_eq(sb_batch_builder_append_values(bb, 6, &u, 1, NULL, &e), 0, "%s", e.msg);
+    }
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0, "%s", e.msg);
+    sb_batch_builder_free(bb);
+    sb_batch *in;
+    cr_assert_eq(sb_batch_open(blob, len, &in, &e), 0, "%s", e.msg);
+
+    const sb_op_impl *op = sb_op_find("plugin");
+    char *args = plugin_args("passthrough", NULL);
+    void *st;
+    cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
+    sb_op_out *o = sb_op_out_new(1 << 20, collect_blob, NULL, &e);
+    cr_assert_eq(sb_op_run(op, st, in, 3, o, &e), 0, "%s", e.msg);
+    cr_assert_eq(op->finish(st, o, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_op_out_flush(o, &e), 0, "%s", e.msg);
+    sb_op_out_free(o);
+    op->free(st);
+    free(args);
+    sb_batch *out;
+    cr_assert_not_null(g_blob);
+    cr_assert_eq(sb_batch_open(g_blob, g_blob_len, &out, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_batch_rows(out), ROWS);
+    cr_assert_eq(sb_batch_ncols(out), NCOL);
+    for (size_t ci = 0; ci < NCOL; ci++) {
+        const sb_column *a = sb_batch_column(in, ci), *b = sb_batch_column(out, ci);
+        cr_expect_str_eq(b->name, a->name);
+        cr_expect_eq(b->type, a->type);
+        cr_expect_eq(b->list_size, a->list_size);
+        for (size_t r = 0; r < ROWS; r++) {
+            cr_assert_eq(sb_column_valid(a, r), sb_column_valid(b, r), "col %zu row %zu", ci, r);
+            if (!sb_column_valid(a, r))
+                continue;
+            if (a->type == SB_TYPE_BOOL) {
+                cr_expect_eq(sb_column_bool(a, r), sb_column_bool(b, r), "row %zu", r);
+            } else if (a->type == SB_TYPE_UTF8 || a->type == SB_TYPE_BINARY) {
+                size_t la, lb;
+                const void *pa = sb_column_binary(a, r, &la), *pb = sb_column_binary(b, r, &lb);
+                cr_expect(la == lb && memcmp(pa, pb, la) == 0, "col %zu row %zu", ci, r);
+            } else {
+                size_t w = a->type == SB_TYPE_FIXED_LIST
+                               ? a->list_size * sb_type_width(a->child_type)
+                               : sb_type_width(a->type);
+                cr_expect(memcmp((const char *)a->values + r * w, (const char *)b->values + r * w,
+                                 w) == 0,
+                          "col %zu row %zu", ci, r);
+            }
+        }
+    }
+    sb_batch_close(out);
+    sb_part_free(g_blob);
+    sb_batch_close(in);
+    sb_part_free(blob);
+}
+
+Test(plugin, bad_plugins_are_clear_errors)
+{
+    char *abi2 = plugin_args("abi2", NULL), *nosym = plugin_args("tag", "\"symbol\":\"nope\""),
+         *badcfg = plugin_args("tag", "\"config\":{\"field\":\"\"}");
+    const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"{}", "args.path must be the path of a shared object"},
+        {"{\"path\":\"/no/such/libx.so\"}", "cannot load /no/such/libx.so: "},
+        {"{\"path\":\"/etc/hostname\"}", "cannot load /etc/hostname: "},
+        {abi2, "ABI version 2, this worker speaks version 1"},
+        {nosym, "no symbol \"nope\""},
+        {badcfg, "plugin tag: init: config.field must be a string of 1 to 63 characters"},
+    };
+    const sb_op_impl *op = sb_op_find("plugin");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        void *st = (void *)1;
+        sb_err e = {0};
+        cr_assert_eq(op->init(cases[i].args, &st, &e), -1, "case %zu accepted", i);
+        cr_expect_null(st);
+        cr_expect(strstr(e.msg, cases[i].needle) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, e.msg,
+                  cases[i].needle);
+    }
+    free(abi2);
+    free(nosym);
+    free(badcfg);
+    /* a failure inside process() names the rows and the plugin's message */
+    const char *recs[] = {"{\"a\":1}", "[1,2]"};
+    char *args = plugin_args("tag", NULL);
+    coll c = {0};
+    sb_err e;
+    cr_assert_eq(run_op("plugin", args, recs, 2, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "plugin tag: process (rows 0-1): record 1 is not a JSON object") !=
+                  NULL,
+              "%s", e.msg);
+    coll_free(&c);
     free(args);
 }

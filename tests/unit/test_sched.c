@@ -847,7 +847,7 @@ Test(sched, a_task_that_kills_its_workers_errors_after_max_task_retries)
             const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, &total);
             cr_assert_eq(n, 1);
             cr_expect(strstr(e[0].error, "its worker was lost while running it (worker c") !=
-                          NULL &&
+                              NULL &&
                           strstr(e[0].error, "process killed by signal 11") != NULL,
                       "%s", e[0].error);
         } else {

@@ -36,6 +36,20 @@ static inline const char *sb_test_bin(const char *name)
     return b;
 }
 
+/* The shared object of a plugin built by the Makefile (examples/plugins, tests/plugins). */
+static inline const char *sb_test_plugin(const char *name)
+{
+    static char buf[4][1024];
+    static int slot;
+    char *b = buf[slot++ % 4];
+    const char *dir = getenv("SB_BUILD_DIR");
+    if (dir != NULL)
+        snprintf(b, 1024, "%s/plugins/lib%s.so", dir, name);
+    else
+        snprintf(b, 1024, "%s/build/plugins/lib%s.so", sb_test_root(), name);
+    return b;
+}
+
 /* Runs cmd with /bin/sh, captures stdout (malloc'd, NUL-terminated, caller frees) and returns
  * the exit status (128+signal if killed, -1 if it could not run). */
 /* A mkdtemp template "$TMPDIR/<name>-XXXXXX" (TMPDIR defaults to /tmp). scripts/run-tests.sh

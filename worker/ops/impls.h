@@ -1,6 +1,6 @@
 /* impls.h — the built-in operator tables, defined one family per file (bench.c: identity,
  * bench.spin, bench.sleep; record.c: filter, project;
- * exec/exec.c: exec) and listed by ops.c. Internal to
+ * exec/exec.c: exec; plugin/plugin.c: plugin) and listed by ops.c. Internal to
  * worker/ops.
  *
  * Memory: static, immutable tables.
@@ -16,5 +16,6 @@ extern const sb_op_impl sb_op_sleep_impl;
 extern const sb_op_impl sb_op_filter_impl;
 extern const sb_op_impl sb_op_project_impl;
 extern const sb_op_impl sb_op_exec_impl;
+extern const sb_op_impl sb_op_plugin_impl;
 
 #endif

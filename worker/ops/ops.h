@@ -78,6 +78,12 @@ int sb_op_out_append_binary(sb_op_out *o, const void *p, size_t n, sb_err *err);
  * and must match it otherwise). Flushes partitions of about target_bytes as it goes. */
 int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err);
 
+/* Like sb_op_out_append_rows() for columns described elsewhere (an Arrow array a plugin
+ * returned, partition/arrow.h's view): rows [first, first+n) of every column, fields[] their
+ * schema, row_bytes about the bytes of one row (for cutting partitions at the target). */
+int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
+                             size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err);
+
 /* For operators that build rows column by column: the builder (NULL before a schema is set).
  * After appending complete rows through it, call sb_op_out_rows_done() to let the output
  * flush when full. */

@@ -238,20 +238,18 @@ static int copy_column(sb_op_out *o, size_t ci, const sb_column *c, size_t first
     }
 }
 
-int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err)
+int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
+                             size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err)
 {
     if (n == 0)
         return 0;
-    size_t rows_in = sb_batch_rows(in);
-    if (first > rows_in || n > rows_in - first)
-        return sb_err_set(err, "op output: rows [%zu, %zu) of a batch of %zu rows", first,
-                          first + n, rows_in);
-    if (sb_op_out_set_schema_like(o, in, err) != 0)
+    for (size_t ci = 0; ci < ncols; ci++)
+        if (first > cols[ci].length || n > cols[ci].length - first)
+            return sb_err_set(err, "op output: rows [%zu, %zu) of a column of %zu rows", first,
+                              first + n, cols[ci].length);
+    if (sb_op_out_set_schema(o, fields, ncols, err) != 0)
         return -1;
-    size_t avg = sb_batch_blob_len(in) / rows_in;
-    if (avg == 0)
-        avg = 1;
-    size_t ncols = sb_batch_ncols(in);
+    size_t avg = row_bytes ? row_bytes : 1;
     while (n > 0) {
         size_t cur = sb_batch_builder_bytes(o->b);
         size_t room = cur < o->target ? o->target - cur : 1;
@@ -262,7 +260,7 @@ int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t
             k = n;
         size_t rows0 = sb_batch_builder_rows(o->b);
         for (size_t ci = 0; ci < ncols; ci++) {
-            if (copy_column(o, ci, sb_batch_column(in, ci), first, k, err) != 0) {
+            if (copy_column(o, ci, &cols[ci], first, k, err) != 0) {
                 sb_batch_builder_truncate(o->b, rows0);
                 return sb_err_wrap(err, "op output: copying rows %zu..%zu", first, first + k);
             }
@@ -273,6 +271,41 @@ int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t
         n -= k;
     }
     return 0;
+}
+
+int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    if (n == 0)
+        return 0;
+    size_t rows_in = sb_batch_rows(in);
+    if (first > rows_in || n > rows_in - first)
+        return sb_err_set(err, "op output: rows [%zu, %zu) of a batch of %zu rows", first,
+                          first + n, rows_in);
+    size_t ncols = sb_batch_ncols(in);
+    sb_field fstack[16] = {0};
+    sb_column cstack[16] = {0};
+    sb_field *f = ncols <= 16 ? fstack : calloc(ncols, sizeof *f);
+    sb_column *c = ncols <= 16 ? cstack : calloc(ncols, sizeof *c);
+    int rc = -1;
+    if (f == NULL || c == NULL) {
+        sb_err_set(err, "op output: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < ncols; i++) {
+        c[i] = *sb_batch_column(in, i);
+        f[i] = (sb_field){.name = c[i].name,
+                          .type = c[i].type,
+                          .child_type = c[i].child_type,
+                          .list_size = c[i].list_size,
+                          .nullable = c[i].nullable};
+    }
+    rc = sb_op_out_append_columns(o, f, c, ncols, first, n, sb_batch_blob_len(in) / rows_in, err);
+out:
+    if (f != fstack)
+        free(f);
+    if (c != cstack)
+        free(c);
+    return rc;
 }
 
 uint64_t sb_op_out_rows_emitted(const sb_op_out *o)

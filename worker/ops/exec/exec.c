@@ -164,8 +164,8 @@ static int build_env(exec_cfg *c, const cJSON *env, sb_err *err)
     size_t k = 0;
     char *extra[2];
     if (asprintf(&extra[0], "STREAMBATCH_FRAMING=lines") < 0 ||
-        asprintf(&extra[1], "STREAMBATCH_MODE=%s",
-                 c->mode == MODE_BATCHES ? "batches" : "filter") < 0)
+        asprintf(&extra[1], "STREAMBATCH_MODE=%s", c->mode == MODE_BATCHES ? "batches" : "filter") <
+            0)
         return sb_err_set(err, "out of memory");
     for (size_t i = 0; i < 2; i++)
         c->env[k++] = extra[i];
@@ -249,8 +249,8 @@ static int parse_args(const char *args_json, exec_cfg *c, sb_err *err)
         }
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(a, "output")) != NULL) {
-        if (cJSON_IsString(v) && (strcmp(v->valuestring, "jsonl") == 0 ||
-                                  strcmp(v->valuestring, "text") == 0)) {
+        if (cJSON_IsString(v) &&
+            (strcmp(v->valuestring, "jsonl") == 0 || strcmp(v->valuestring, "text") == 0)) {
             c->jsonl = strcmp(v->valuestring, "jsonl") == 0;
         } else {
             sb_err_set(err, "exec: args.output must be \"jsonl\" or \"text\"");
@@ -334,8 +334,8 @@ static int exec_init(const char *args_json, void **state, sb_err *err)
     if (s->cfg.mode == MODE_BATCHES)
         s->p = pool_take(s->cfg.key);
     if (s->p == NULL &&
-        sb_proc_start((const char *const *)s->cfg.argv, (const char *const *)s->cfg.env,
-                      s->cfg.cwd, &s->p, err) != 0) {
+        sb_proc_start((const char *const *)s->cfg.argv, (const char *const *)s->cfg.env, s->cfg.cwd,
+                      &s->p, err) != 0) {
         sb_err_wrap(err, "exec");
         exec_free(s);
         return -1;
@@ -442,8 +442,9 @@ static int run_batch(exec_state *s, size_t first, size_t n, sb_err *err)
         int64_t dl = sb_proc_now_ms() + 2000;
         if (sb_proc_wait(s->p, dl, err) == 0)
             sb_err_set(err, "exited with status 0");
-        return sb_err_wrap(err, "exec (batch of records %zu-%zu): the process ended before "
-                                "answering the batch",
+        return sb_err_wrap(err,
+                           "exec (batch of records %zu-%zu): the process ended before "
+                           "answering the batch",
                            first, first + n - 1);
     }
     s->clean = true;

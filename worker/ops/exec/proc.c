@@ -87,8 +87,8 @@ static int resolve(const char *argv0, const char *const *env, char *out, size_t 
 }
 
 /* In the child, between fork and exec: only async-signal-safe calls. */
-static void child(const char *exe, const char *const *argv, const char *const *env,
-                  const char *cwd, int in, int out, int errfd, int status, pid_t parent)
+static void child(const char *exe, const char *const *argv, const char *const *env, const char *cwd,
+                  int in, int out, int errfd, int status, pid_t parent)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -126,8 +126,8 @@ static int set_nonblock(int fd)
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-int sb_proc_start(const char *const *argv, const char *const *env, const char *cwd,
-                  sb_proc **out, sb_err *err)
+int sb_proc_start(const char *const *argv, const char *const *env, const char *cwd, sb_proc **out,
+                  sb_err *err)
 {
     *out = NULL;
     if (argv == NULL || argv[0] == NULL || argv[0][0] == '\0')
@@ -147,8 +147,8 @@ int sb_proc_start(const char *const *argv, const char *const *env, const char *c
     if (cl >= sizeof p->cmd)
         memcpy(p->cmd + sizeof p->cmd - 4, "...", 4);
     int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, pst[2] = {-1, -1};
-    if (pipe2(pin, O_CLOEXEC) != 0 || pipe2(pout, O_CLOEXEC) != 0 ||
-        pipe2(perr, O_CLOEXEC) != 0 || pipe2(pst, O_CLOEXEC) != 0) {
+    if (pipe2(pin, O_CLOEXEC) != 0 || pipe2(pout, O_CLOEXEC) != 0 || pipe2(perr, O_CLOEXEC) != 0 ||
+        pipe2(pst, O_CLOEXEC) != 0) {
         int e = errno;
         int *fds[] = {&pin[0], &pin[1], &pout[0], &pout[1], &perr[0], &perr[1], &pst[0], &pst[1]};
         for (size_t i = 0; i < 8; i++)
@@ -334,8 +334,8 @@ int sb_proc_wait(sb_proc *p, int64_t deadline_ms, sb_err *err)
             sb_proc_kill(p);
             drain_stderr(p);
             const char *t = sb_proc_stderr_tail(p);
-            return sb_err_set(err, "%s: did not exit after its output ended; killed%s%s",
-                              p->cmd, *t ? "; stderr: " : "", t);
+            return sb_err_set(err, "%s: did not exit after its output ended; killed%s%s", p->cmd,
+                              *t ? "; stderr: " : "", t);
         }
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);

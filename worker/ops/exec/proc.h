@@ -34,8 +34,8 @@ typedef struct sb_proc sb_proc;
 /* Starts argv (argv[0] looked up in env's PATH when it has no '/') with env (NULL-terminated
  * "K=V" strings: the whole environment) in cwd (NULL: the worker's). -1 + err naming the
  * command when it cannot be started. */
-int sb_proc_start(const char *const *argv, const char *const *env, const char *cwd,
-                  sb_proc **out, sb_err *err);
+int sb_proc_start(const char *const *argv, const char *const *env, const char *cwd, sb_proc **out,
+                  sb_err *err);
 
 /* What one sb_proc_pump() call writes and how it reports lines.
  *  - fill(): puts up to `max` iovecs of the next bytes to write into iov and returns how many;
