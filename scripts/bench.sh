@@ -144,5 +144,7 @@ echo "bench: storage benchmarks (scripts/bench-storage.sh: MinIO vs curl, s3 vs 
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-storage.sh >>"$out"
 echo "bench: metrics cost (scripts/bench-metrics.sh: runs with metrics served vs not)" >&2
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-metrics.sh >>"$out"
+echo "bench: user code (scripts/bench-usercode.sh: exec and plugin costs, Ray Data side by side)" >&2
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-usercode.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"
