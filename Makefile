@@ -68,18 +68,25 @@ BUILD_EXTRA :=
 
 # `make images`: the controller, worker and worker-gpu images (OCI layout + docker archives in
 # build/images) without a Docker daemon; `make images-test` checks them (part of `make test`).
-.PHONY: images images-test dashboard-test sdk-test
+.PHONY: images images-test dashboard-test sdk-test embed-test example-embeddings
 images: deps build
 	@scripts/images.sh
 images-test: build
 	@tests/images/test-images.sh
-TEST_EXTRA += images-test dashboard-test sdk-test
+TEST_EXTRA += images-test dashboard-test sdk-test embed-test
 # The Grafana dashboard against Grafana's schema and a real Prometheus (tests/dashboard/).
 dashboard-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) tests/dashboard/test-dashboard.sh
 # The Python UDF kit (sdk/python) pip-installed into a venv, driving exec stages (tests/sdk/).
 sdk-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) tests/sdk/test-python-kit.sh
+# Batch inference with a real model (all-MiniLM-L6-v2 from PyPI) through exec: the example, and
+# the test that checks its vectors against the model called directly.
+example-embeddings: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-embeddings.sh
+embed-test: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-embeddings.sh --check && \
+	  echo "embed-test: 1 passed, 0 failed" || { echo "embed-test: 0 passed, 1 failed"; false; }
 
 .SECONDARY:
 .PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean
