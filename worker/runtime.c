@@ -528,6 +528,9 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
     req.metrics = &met;
     met.wall_seconds = mono_s() - wall0;
     met.cpu_seconds = thread_cpu_s() - cpu0;
+    for (size_t k = 0; k < t.n && t.impl != NULL && t.state != NULL; k++)
+        if (t.impl[k] != NULL && t.state[k] != NULL && t.impl[k]->child_cpu != NULL)
+            met.cpu_seconds += t.impl[k]->child_cpu(t.state[k]); /* exec's program */
     met.bytes_in = t.bytes_in;
     met.rows_in = t.rows_in;
     Streambatch__V1__PartitionInfo *infos = calloc(t.nparts + 1, sizeof *infos);

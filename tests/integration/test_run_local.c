@@ -604,6 +604,13 @@ Test(run, exec_stages_run_user_code_with_the_model_loaded_once_per_slot)
     cr_expect_eq(first_stage_retries("udf"), 0, "no task failed");
     cr_expect_gt(summary_num("udf", "peakWorkerRss"), 200l << 20,
                  "the model process's 200 MiB count as the worker's memory");
+    char *cpu =
+        sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/udf.summary.json'))"
+                       "['stages'][0]['cpuSeconds'])\"",
+                       dir);
+    cr_expect_gt(strtod(cpu, NULL), 2.0,
+                 "the Python processes' CPU counts in the stage's (%s s; 0.7 s without)", cpu);
+    free(cpu);
 }
 
 Test(run, exec_udf_that_raises_fails_the_run_with_its_traceback)

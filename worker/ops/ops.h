@@ -111,6 +111,9 @@ typedef struct sb_op_impl {
     /* Emits what the state still buffers (after the task's last input). */
     int (*finish)(void *state, sb_op_out *out, sb_err *err);
     void (*free)(void *state);
+    /* CPU seconds the op's own child processes used for this state since init (exec's
+     * program), counted in the task's CPU time; NULL when an op has none. */
+    double (*child_cpu)(void *state);
     /* Rows per process() call when the stage sets no batchSize (0: a whole partition). */
     size_t default_batch;
 } sb_op_impl;

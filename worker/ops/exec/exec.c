@@ -53,8 +53,9 @@ typedef struct {
 typedef struct {
     exec_cfg cfg;
     sb_proc *p;
-    bool clean; /* batches: between batches, nothing outstanding */
-    bool cut;   /* filter: the process closed its stdin before taking all input */
+    double cpu0; /* the process's CPU seconds when this task took it */
+    bool clean;  /* batches: between batches, nothing outstanding */
+    bool cut;    /* filter: the process closed its stdin before taking all input */
     /* the batch being written */
     const sb_column *col;
     size_t row, end;
@@ -341,8 +342,15 @@ static int exec_init(const char *args_json, void **state, sb_err *err)
         return -1;
     }
     s->clean = true;
+    s->cpu0 = sb_proc_cpu_seconds(s->p);
     *state = s;
     return 0;
+}
+
+static double exec_cpu(void *state)
+{
+    exec_state *s = state;
+    return s->p != NULL ? sb_proc_cpu_seconds(s->p) - s->cpu0 : 0;
 }
 
 static size_t fill(void *ud, struct iovec *iov, size_t max)
@@ -506,5 +514,6 @@ const sb_op_impl sb_op_exec_impl = {
     .process = exec_process,
     .finish = exec_finish,
     .free = exec_free,
+    .child_cpu = exec_cpu,
     .default_batch = DEFAULT_BATCH,
 };

@@ -28,8 +28,9 @@ struct sb_proc {
     int in, out, errfd; /* our ends; -1 once closed */
     bool reaped;
     int status;
-    char cmd[72]; /* argv[0] and the start of the arguments, for messages */
-    char *lbuf;   /* stdout bytes not yet passed on as lines */
+    double cpu_at_exit; /* user + system seconds, from wait4 */
+    char cmd[72];       /* argv[0] and the start of the arguments, for messages */
+    char *lbuf;         /* stdout bytes not yet passed on as lines */
     size_t llen, lcap;
     char tail[TAIL_KEEP];
     size_t tlen;
@@ -282,9 +283,14 @@ static bool reap(sb_proc *p, int flags)
     if (p->pid <= 0)
         return true;
     pid_t r;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
     do
-        r = waitpid(p->pid, &p->status, flags);
+        r = wait4(p->pid, &p->status, flags, &ru);
     while (r < 0 && errno == EINTR);
+    if (r == p->pid)
+        p->cpu_at_exit = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
     if (r == p->pid || (r < 0 && errno == ECHILD)) {
         p->reaped = true;
         unlist(p);
@@ -554,7 +560,27 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
     }
 }
 
-/* ---- memory ------------------------------------------------------------------------------ */
+/* ---- resources --------------------------------------------------------------------------- */
+
+double sb_proc_cpu_seconds(sb_proc *p)
+{
+    if (p->reaped)
+        return p->cpu_at_exit;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)p->pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return p->cpu_at_exit;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); /* comm may hold spaces: fields 14, 15 after it */
+    unsigned long long ut = 0, st = 0;
+    if (rp == NULL ||
+        sscanf(rp + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return p->cpu_at_exit;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
 
 uint64_t sb_proc_rss_total(void)
 {

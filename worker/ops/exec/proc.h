@@ -87,6 +87,9 @@ void sb_proc_kill(sb_proc *p);
 /* Kills the child if it still runs, closes the pipes and frees p. NULL is fine. */
 void sb_proc_free(sb_proc *p);
 
+/* CPU seconds (user + system) the child has used so far, or in all once it exited. */
+double sb_proc_cpu_seconds(sb_proc *p);
+
 /* Resident memory of all live children started by sb_proc_start() in this process (bytes, from
  * /proc/PID/statm; 0 for a child that cannot be read). */
 uint64_t sb_proc_rss_total(void);
