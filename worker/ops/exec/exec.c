@@ -56,13 +56,14 @@ typedef struct {
     double cpu0; /* the process's CPU seconds when this task took it */
     bool clean;  /* batches: between batches, nothing outstanding */
     bool cut;    /* filter: the process closed its stdin before taking all input */
-    /* the rows being written: [row, end), batches of `step` ending at chunk_end */
+    /* the batch being written */
     const sb_column *col;
-    size_t first, row, end, step, chunk_end;
+    size_t row, end;
     bool nl_pending, delim_pending;
-    /* the answers being read: batches sent (delimiters written), answered, expected */
+    /* the answer being read */
     sb_op_out *out;
-    size_t line_no, sent, answered, nbatches;
+    size_t line_no;
+    bool delim_seen;
 } exec_state;
 
 /* ---- the pool of long-lived processes ------------------------------------------------------ */
@@ -362,21 +363,18 @@ static size_t fill(void *ud, struct iovec *iov, size_t max)
             s->nl_pending = false;
             continue;
         }
-        if (s->row < s->chunk_end) {
+        if (s->row < s->end) {
             size_t n;
             const void *p = sb_column_binary(s->col, s->row++, &n);
             iov[k++] = (struct iovec){(void *)p, n};
             s->nl_pending = true;
             continue;
         }
-        if (!s->delim_pending)
-            break;
-        /* batches: the delimiter, then the next batch right away (two in flight hide the
-         * hand-off between them) */
-        iov[k++] = (struct iovec){(void *)DELIM "\n", 2};
-        s->sent++;
-        s->delim_pending = s->row < s->end;
-        s->chunk_end = s->end - s->row < s->step ? s->end : s->row + s->step;
+        if (s->delim_pending) {
+            iov[k++] = (struct iovec){(void *)DELIM "\n", 2};
+            s->delim_pending = false;
+        }
+        break;
     }
     return k;
 }
@@ -386,11 +384,8 @@ static int on_line(void *ud, const char *p, size_t n, sb_err *err)
     exec_state *s = ud;
     s->line_no++;
     if (s->cfg.mode == MODE_BATCHES && n == 1 && p[0] == DELIM[0]) {
-        if (s->answered >= s->sent)
-            return sb_err_set(err, "answered a batch it was not given (a delimiter line too many)");
-        s->answered++;
-        s->line_no = 0;
-        return s->answered == s->nbatches ? 1 : 2; /* done, or progress: the timeout restarts */
+        s->delim_seen = true;
+        return 1;
     }
     if (s->cfg.jsonl) {
         size_t i = 0;
@@ -427,30 +422,19 @@ static int check_rows(const exec_state *s, const sb_column *c, size_t first, siz
     return 0;
 }
 
-/* The first and last record of the batch being answered, for messages. */
-static void batch_span(const exec_state *s, size_t *a, size_t *b)
+static int run_batch(exec_state *s, size_t first, size_t n, sb_err *err)
 {
-    *a = s->first + s->answered * s->step;
-    *b = s->end - *a <= s->step ? s->end - 1 : *a + s->step - 1;
-}
-
-/* Rows [first, first+n) through the process: a filter takes them all; in mode batches they go
- * in batches of `step`, each answered up to a delimiter line. */
-static int run_rows(exec_state *s, size_t first, size_t n, size_t step, sb_err *err)
-{
-    bool batches = s->cfg.mode == MODE_BATCHES;
-    s->first = s->row = first;
+    s->row = first;
     s->end = first + n;
-    s->step = batches ? step : n;
-    s->chunk_end = n < s->step ? s->end : first + s->step;
     s->nl_pending = false;
-    s->delim_pending = batches;
-    s->sent = s->answered = 0;
-    s->nbatches = batches ? (n + step - 1) / step : 0;
-    sb_proc_io io = {.fill = fill, .line = on_line, .ud = s, .timeout_ms = s->cfg.timeout_ms};
+    s->delim_pending = s->cfg.mode == MODE_BATCHES;
+    s->delim_seen = false;
+    if (s->cfg.mode == MODE_BATCHES)
+        s->line_no = 0; /* a filter's lines are numbered over the whole task */
+    sb_proc_io io = {.fill = fill, .line = on_line, .ud = s};
     int64_t deadline = sb_proc_now_ms() + s->cfg.timeout_ms;
     s->clean = false;
-    if (!batches) {
+    if (s->cfg.mode == MODE_FILTER) {
         if (s->cut)
             return 0; /* it took no more input */
         if (sb_proc_pump(s->p, &io, SB_PROC_UNTIL_WRITTEN, deadline, MAX_LINE, err) != 0)
@@ -459,20 +443,17 @@ static int run_rows(exec_state *s, size_t first, size_t n, size_t step, sb_err *
         s->clean = true;
         return 0;
     }
-    size_t a, b;
-    if (sb_proc_pump(s->p, &io, SB_PROC_UNTIL_LINE_OR_EOF, deadline, MAX_LINE, err) != 0) {
-        batch_span(s, &a, &b);
-        return sb_err_wrap(err, "exec (batch of records %zu-%zu)", a, b);
-    }
-    if (s->answered < s->nbatches) {
+    if (sb_proc_pump(s->p, &io, SB_PROC_UNTIL_LINE_OR_EOF, deadline, MAX_LINE, err) != 0)
+        return sb_err_wrap(err, "exec (batch of records %zu-%zu)", first, first + n - 1);
+    if (!s->delim_seen) {
         /* its stdout ended: it exited or is about to */
-        batch_span(s, &a, &b);
-        if (sb_proc_wait(s->p, sb_proc_now_ms() + 2000, err) == 0)
+        int64_t dl = sb_proc_now_ms() + 2000;
+        if (sb_proc_wait(s->p, dl, err) == 0)
             sb_err_set(err, "exited with status 0");
         return sb_err_wrap(err,
                            "exec (batch of records %zu-%zu): the process ended before "
                            "answering the batch",
-                           a, b);
+                           first, first + n - 1);
     }
     s->clean = true;
     return 0;
@@ -495,9 +476,15 @@ static int exec_process(void *state, const sb_batch *in, size_t first, size_t n,
         return -1;
     s->col = c;
     s->out = out;
+    size_t step = s->cfg.batch ? s->cfg.batch : n;
     if (n == 0)
         return 0;
-    return run_rows(s, first, n, s->cfg.batch ? s->cfg.batch : n, err);
+    for (size_t at = first; at < first + n; at += step) {
+        size_t k = first + n - at < step ? first + n - at : step;
+        if (run_batch(s, at, k, err) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int exec_finish(void *state, sb_op_out *out, sb_err *err)

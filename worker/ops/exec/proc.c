@@ -410,9 +410,8 @@ static ssize_t write_nosigpipe(int fd, const struct iovec *iov, int cnt)
     return w;
 }
 
-/* Passes complete lines of lbuf to io->line. 1 when it asked to stop, -1 on error; a line
- * that reported progress moves *deadline. */
-static int split_lines(sb_proc *p, sb_proc_io *io, int64_t *deadline, sb_err *err)
+/* Passes complete lines of lbuf to io->line. 1 when it asked to stop, -1 on error. */
+static int split_lines(sb_proc *p, sb_proc_io *io, sb_err *err)
 {
     size_t at = 0;
     int rc = 0;
@@ -423,11 +422,6 @@ static int split_lines(sb_proc *p, sb_proc_io *io, int64_t *deadline, sb_err *er
         size_t n = (size_t)(nl - (p->lbuf + at));
         rc = io->line(io->ud, p->lbuf + at, n, err);
         at += n + 1;
-        if (rc == 2) {
-            *deadline = sb_proc_now_ms() + io->timeout_ms;
-            rc = 0;
-            continue;
-        }
         if (rc != 0)
             break;
     }
@@ -441,14 +435,13 @@ static int split_lines(sb_proc *p, sb_proc_io *io, int64_t *deadline, sb_err *er
 int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadline_ms,
                  size_t max_line, sb_err *err)
 {
-    int64_t deadline = deadline_ms;
     struct iovec iov[MAX_IOV];
     size_t niov = 0, at = 0;
     bool fill_done = io->fill == NULL;
     io->eof = io->epipe = false;
     /* lines left over from the previous pump (after a delimiter) */
     if (p->llen > 0) {
-        int rc = split_lines(p, io, &deadline, err);
+        int rc = split_lines(p, io, err);
         if (rc < 0)
             return -1;
         if (rc == 1)
@@ -477,7 +470,7 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
                 io->epipe = true;
             return 0;
         }
-        int64_t left = deadline - sb_proc_now_ms();
+        int64_t left = deadline_ms - sb_proc_now_ms();
         if (left <= 0)
             return child_err(p, err, "no answer before the timeout; killed");
         struct pollfd fds[3];
@@ -548,13 +541,11 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
                     p->llen = 0;
                     if (rc < 0)
                         return -1;
-                    if (rc == 1)
-                        return 0;
                 }
                 continue;
             }
             p->llen += (size_t)rd;
-            int rc = split_lines(p, io, &deadline, err);
+            int rc = split_lines(p, io, err);
             if (rc < 0)
                 return -1;
             if (rc == 1) {

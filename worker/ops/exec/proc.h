@@ -41,16 +41,14 @@ int sb_proc_start(const char *const *argv, const char *const *env, const char *c
  *  - fill(): puts up to `max` iovecs of the next bytes to write into iov and returns how many;
  *    0 when there is nothing more to write in this call. Called again only after all the bytes
  *    it gave were written.
- *  - line(): one stdout line without its '\n'. Returns 0 to go on, 1 to end the pump (e.g. the
- *    last batch delimiter), 2 to go on with the deadline restarted at now + timeout_ms (a
- *    batch answered: progress), -1 + err to fail it.
+ *  - line(): one stdout line without its '\n'. Returns 0 to go on, 1 to end the pump (e.g. a
+ *    batch delimiter), -1 + err to fail it.
  * Results set by the pump: eof (stdout closed), epipe (the child closed its stdin before taking
  * everything: the rest of fill's bytes were not written). */
 typedef struct {
     size_t (*fill)(void *ud, struct iovec *iov, size_t max);
     int (*line)(void *ud, const char *p, size_t n, sb_err *err);
     void *ud;
-    int64_t timeout_ms; /* for line() returning 2 */
     bool eof, epipe;
 } sb_proc_io;
 
