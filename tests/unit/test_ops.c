@@ -1415,3 +1415,47 @@ Test(plugin, bad_plugins_are_clear_errors)
     coll_free(&c);
     free(args);
 }
+
+/* A program that answers a batch with one delimiter too many must fail loudly, never have its
+ * next batch's output taken for the extra answer (silent loss). */
+Test(exec, an_extra_delimiter_is_a_protocol_error)
+{
+    const char *prog = "import sys\n"
+                       "for line in sys.stdin:\n"
+                       "    if line == '\\x1e\\n':\n"
+                       "        print('\\x1e'); print('\\x1e', flush=True)\n"
+                       "    else:\n"
+                       "        print(line, end='')\n";
+    const char *recs[] = {"1", "2", "3"};
+    char *args = py_args(prog, "\"mode\":\"batches\",\"batchSize\":1");
+    coll c = {0};
+    sb_err e;
+    cr_assert_eq(run_op("exec", args, recs, 3, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "batch of records 1-1") != NULL, "%s", e.msg);
+    cr_expect(strstr(e.msg, "answered before it was given its input") != NULL, "%s", e.msg);
+    coll_free(&c);
+    sb_op_shutdown();
+    free(args);
+}
+
+/* Output after the delimiter (a program that answers first and prints later) belongs to no
+ * batch: the task fails instead of losing it or handing it to the next task. */
+Test(exec, output_after_the_last_answer_fails_the_task)
+{
+    const char *prog = "import sys, time\n"
+                       "b = []\n"
+                       "for line in sys.stdin:\n"
+                       "    if line == '\\x1e\\n':\n"
+                       "        print('\\x1e'); print(''.join(b), end='', flush=True); b = []\n"
+                       "    else:\n"
+                       "        b.append(line)\n";
+    const char *recs[] = {"1", "2"};
+    char *args = py_args(prog, "\"mode\":\"batches\"");
+    coll c = {0};
+    sb_err e;
+    cr_assert_eq(run_op("exec", args, recs, 2, 0, 1 << 20, &c, &e), -1);
+    cr_expect(strstr(e.msg, "wrote output after answering its last batch") != NULL, "%s", e.msg);
+    coll_free(&c);
+    sb_op_shutdown();
+    free(args);
+}

@@ -313,7 +313,8 @@ static void exec_free(void *state)
     exec_state *s = state;
     if (s == NULL)
         return;
-    if (s->p != NULL && s->cfg.mode == MODE_BATCHES && s->clean && sb_proc_alive(s->p))
+    if (s->p != NULL && s->cfg.mode == MODE_BATCHES && s->clean && sb_proc_alive(s->p) &&
+        !sb_proc_has_output(s->p))
         pool_put(s->cfg.key, s->p);
     else
         sb_proc_free(s->p);
@@ -490,8 +491,16 @@ static int exec_process(void *state, const sb_batch *in, size_t first, size_t n,
 static int exec_finish(void *state, sb_op_out *out, sb_err *err)
 {
     exec_state *s = state;
-    if (s->cfg.mode == MODE_BATCHES)
+    if (s->cfg.mode == MODE_BATCHES) {
+        /* output after its last answer belongs to no batch: fail rather than lose it, or hand
+         * it to the next task that takes this process */
+        if (sb_proc_has_output(s->p)) {
+            s->clean = false;
+            return sb_err_set(err, "exec: the process wrote output after answering its last "
+                                   "batch (records must come before the batch's delimiter)");
+        }
         return 0;
+    }
     if (!sb_op_out_has_schema(out)) {
         sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
         if (sb_op_out_set_schema(out, &f, 1, err) != 0)

@@ -560,6 +560,16 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
     }
 }
 
+bool sb_proc_has_output(sb_proc *p)
+{
+    if (p->llen > 0)
+        return true;
+    if (p->out < 0)
+        return false;
+    struct pollfd pf = {p->out, POLLIN, 0};
+    return poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN) != 0;
+}
+
 /* ---- resources --------------------------------------------------------------------------- */
 
 double sb_proc_cpu_seconds(sb_proc *p)

@@ -62,6 +62,9 @@ typedef enum { SB_PROC_UNTIL_WRITTEN, SB_PROC_UNTIL_LINE_OR_EOF } sb_proc_until;
 int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadline_ms,
                  size_t max_line, sb_err *err);
 
+/* True when stdout holds bytes not yet passed to a line callback (buffered, or readable now). */
+bool sb_proc_has_output(sb_proc *p);
+
 /* Closes the child's stdin (end of input). Idempotent. */
 void sb_proc_close_stdin(sb_proc *p);
 
