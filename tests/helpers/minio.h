@@ -1,8 +1,8 @@
 /* minio.h — starts and stops a real MinIO server for the S3 tests: on 127.0.0.1 with a free
- * port and a temporary data directory, waits for /minio/health/live, and points the standard
- * AWS environment (AWS_ENDPOINT_URL_S3, keys) at it. The binary is $SB_MINIO_BIN, else the one
- * scripts/minio.sh caches (~/.cache/streambatch/minio-VERSION/minio); `make deps` builds it. Also a
- * signed GET for checks the storage interface does not expose (ListMultipartUploads).
+ * port and a temporary data directory, waits for /minio/health/live and /ready, and points the
+ * standard AWS environment (AWS_ENDPOINT_URL_S3, keys) at it. The binary is $SB_MINIO_BIN, else
+ * the one scripts/minio.sh caches (~/.cache/streambatch/minio-VERSION/minio); `make deps` builds
+ * it. Also a signed GET for checks the storage interface does not expose (ListMultipartUploads).
  * Header-only (static inline). */
 #ifndef SB_TEST_MINIO_H
 #define SB_TEST_MINIO_H
@@ -51,11 +51,11 @@ static inline size_t sb_minio_sink_(char *p, size_t s, size_t n, void *u)
     return s * n;
 }
 
-/* 1 when the health endpoint answers 200. */
-static inline int sb_minio_live(const sb_minio *m)
+/* 1 when MinIO's health endpoint `what` (live, ready) answers 200. */
+static inline int sb_minio_health_(const sb_minio *m, const char *what)
 {
-    char u[128];
-    snprintf(u, sizeof u, "%s/minio/health/live", m->url);
+    char u[160];
+    snprintf(u, sizeof u, "%s/minio/health/%s", m->url, what);
     CURL *c = curl_easy_init();
     long st = 0;
     curl_easy_setopt(c, CURLOPT_URL, u);
@@ -65,6 +65,14 @@ static inline int sb_minio_live(const sb_minio *m)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
     curl_easy_cleanup(c);
     return st == 200;
+}
+
+/* 1 when the server is up and serves S3 requests: "live" answers as soon as the process
+ * listens, "ready" once its object layer is initialised (a bucket PUT between the two was seen
+ * to fail). */
+static inline int sb_minio_live(const sb_minio *m)
+{
+    return sb_minio_health_(m, "live") && sb_minio_health_(m, "ready");
 }
 
 /* Starts the server (again, on the same port and directory when m->pid was stopped).

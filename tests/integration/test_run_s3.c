@@ -47,7 +47,18 @@ static void setup(void)
     cr_assert_eq(sb_minio_start(&mio, msg, sizeof msg), 0, "%s", msg);
     sb_minio_env(&mio);
     unsetenv("AWS_ENDPOINT_URL");
-    sh(S3CURL " -X PUT %s/data -o /dev/null", mio.url);
+    /* the bucket; retried briefly: MinIO may still be settling just after it reports ready */
+    char cmd[512], *out = NULL;
+    snprintf(cmd, sizeof cmd, S3CURL " -X PUT %s/data -o /dev/null 2>&1", mio.url);
+    int rc = -1;
+    for (int i = 0; i < 10 && rc != 0; i++) {
+        if (i > 0)
+            usleep(500 * 1000);
+        free(out);
+        rc = sb_test_run(cmd, &out);
+    }
+    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
+    free(out);
 }
 
 static void teardown(void)
