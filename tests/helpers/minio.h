@@ -143,6 +143,9 @@ static inline int sb_minio_start(sb_minio *m, char *msg, size_t cap)
         }
         usleep(50000);
     }
+    kill(p, SIGKILL); /* not left running when the caller gives up */
+    waitpid(p, NULL, 0);
+    m->pid = 0;
     snprintf(msg, cap, "MinIO not live after 60 s (log: %s.log)", m->dir);
     return -1;
 }

@@ -32,6 +32,8 @@ static void sh(const char *fmt, ...)
     va_end(ap);
     char *out = NULL;
     int rc = sb_test_run(cmd, &out);
+    if (rc != 0) /* a failed init gets no fini: stop the server here, not leave it running */
+        sb_minio_destroy(&mio);
     cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
     free(out);
 }
@@ -57,6 +59,8 @@ static void setup(void)
         free(out);
         rc = sb_test_run(cmd, &out);
     }
+    if (rc != 0) /* a failed init gets no fini: stop the server here, not leave it running */
+        sb_minio_destroy(&mio);
     cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
     free(out);
 }
