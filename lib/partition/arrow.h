@@ -4,9 +4,9 @@
  * The batch is exported as a struct-typed array ("+s") whose children are the columns, in
  * order, with the column names as field names. Types map to Arrow formats: bool "b", int8..64
  * "c" "s" "i" "l", uint8..64 "C" "S" "I" "L", float32 "f", float64 "g", binary "z", utf8 "u",
- * fixed-size list "+w:N" with one child "item". The structs below are the ones the Arrow
- * specification defines (written from the spec); the ARROW_C_DATA_INTERFACE guard lets this
- * header coexist with Arrow's own headers.
+ * fixed-size list "+w:N" with one child "item". The structs are the Arrow specification's,
+ * defined once in api/plugin/streambatch_plugin.h (its ARROW_C_DATA_INTERFACE guard lets them
+ * coexist with Arrow's own headers).
  *
  * Memory: sb_batch_export() fills two caller-provided structs. Each has its own release
  * callback, which the consumer calls when done (as the spec requires); until then the exported
@@ -21,39 +21,8 @@
 #include "core/err.h"
 #include "partition/partition.h"
 
-#ifndef ARROW_C_DATA_INTERFACE
-#define ARROW_C_DATA_INTERFACE
-
-#define ARROW_FLAG_DICTIONARY_ORDERED 1
-#define ARROW_FLAG_NULLABLE 2
-#define ARROW_FLAG_MAP_KEYS_SORTED 4
-
-struct ArrowSchema {
-    const char *format;
-    const char *name;
-    const char *metadata;
-    int64_t flags;
-    int64_t n_children;
-    struct ArrowSchema **children;
-    struct ArrowSchema *dictionary;
-    void (*release)(struct ArrowSchema *);
-    void *private_data;
-};
-
-struct ArrowArray {
-    int64_t length;
-    int64_t null_count;
-    int64_t offset;
-    int64_t n_buffers;
-    int64_t n_children;
-    const void **buffers;
-    struct ArrowArray **children;
-    struct ArrowArray *dictionary;
-    void (*release)(struct ArrowArray *);
-    void *private_data;
-};
-
-#endif /* ARROW_C_DATA_INTERFACE */
+/* struct ArrowSchema / ArrowArray: defined once, in the public plugin ABI header. */
+#include "api/plugin/streambatch_plugin.h"
 
 /* The Arrow format string of a column type ("l", "u", ...; fixed lists: "+w:<n>" written into
  * buf, which must hold 16 bytes). NULL for an unknown type. */
