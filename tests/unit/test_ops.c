@@ -1439,16 +1439,19 @@ Test(exec, an_extra_delimiter_is_a_protocol_error)
 }
 
 /* Output after the delimiter (a program that answers first and prints later) belongs to no
- * batch: the task fails instead of losing it or handing it to the next task. */
+ * batch: the task fails instead of losing it or handing it to the next task. The program writes
+ * both in one write(), so the output is there when the task ends (output that comes later still
+ * keeps the process out of the pool only if it has arrived by then). */
 Test(exec, output_after_the_last_answer_fails_the_task)
 {
-    const char *prog = "import sys, time\n"
-                       "b = []\n"
-                       "for line in sys.stdin:\n"
-                       "    if line == '\\x1e\\n':\n"
-                       "        print('\\x1e'); print(''.join(b), end='', flush=True); b = []\n"
-                       "    else:\n"
-                       "        b.append(line)\n";
+    const char *prog =
+        "import sys, time\n"
+        "b = []\n"
+        "for line in sys.stdin:\n"
+        "    if line == '\\x1e\\n':\n"
+        "        sys.stdout.write('\\x1e\\n' + ''.join(b)); sys.stdout.flush(); b = []\n"
+        "    else:\n"
+        "        b.append(line)\n";
     const char *recs[] = {"1", "2"};
     char *args = py_args(prog, "\"mode\":\"batches\"");
     coll c = {0};

@@ -90,9 +90,9 @@ static sb_proc *pool_take(const char *key)
             break;
         }
         pthread_mutex_unlock(&pool_mu);
-        if (p == NULL || sb_proc_alive(p))
+        if (p == NULL || (sb_proc_alive(p) && !sb_proc_has_output(p)))
             return p;
-        sb_proc_free(p); /* died while idle: start a new one */
+        sb_proc_free(p); /* died while idle, or wrote while idle (output of no batch): replace */
     }
 }
 
