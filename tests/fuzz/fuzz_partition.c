@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "partition/arrow.h"
+#include "arrow/cdata.h"
 #include "partition/chunk.h"
 #include "partition/crc32c.h"
 #include "partition/partition.h"

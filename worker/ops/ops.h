@@ -79,7 +79,7 @@ int sb_op_out_append_binary(sb_op_out *o, const void *p, size_t n, sb_err *err);
 int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err);
 
 /* Like sb_op_out_append_rows() for columns described elsewhere (an Arrow array a plugin
- * returned, partition/arrow.h's view): rows [first, first+n) of every column, fields[] their
+ * returned, arrow/cdata.h's view): rows [first, first+n) of every column, fields[] their
  * schema, row_bytes about the bytes of one row (for cutting partitions at the target). */
 int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
                              size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err);

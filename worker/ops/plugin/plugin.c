@@ -4,7 +4,7 @@
  * Args: path (the shared object, required), symbol (the entry point; default
  * STREAMBATCH_PLUGIN_ENTRY), config (any JSON, passed to the plugin's init as text).
  *
- * Each call exports the input rows with partition/arrow.h (zero copy: the plugin reads the
+ * Each call exports the input rows with arrow/cdata.h (zero copy: the plugin reads the
  * partition's buffers), calls process(), and copies the returned batch into the op's output
  * through a view of its buffers, before the input is released (so a plugin may return arrays
  * that point into its input). The library stays loaded while any state uses it (dlopen counts).
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "api/plugin/streambatch_plugin.h"
-#include "partition/arrow.h"
+#include "arrow/cdata.h"
 #include "worker/ops/impls.h"
 
 #define ERRCAP 400

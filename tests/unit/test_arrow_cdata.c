@@ -1,10 +1,10 @@
-/* Tests of lib/partition/arrow.h: the Arrow C Data Interface export of an opened batch. */
+/* Tests of lib/arrow/cdata.h: the Arrow C Data Interface export of an opened batch. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
 #include <string.h>
 
-#include "partition/arrow.h"
+#include "arrow/cdata.h"
 #include "partition/partition.h"
 
 static const sb_field fields[] = {

@@ -1,4 +1,4 @@
-/* arrow.h — exporting an opened partition batch (partition.h) through the Apache Arrow C Data
+/* cdata.h — exporting an opened partition batch (partition.h) through the Apache Arrow C Data
  * Interface, so plugins and other Arrow-speaking code read the columns with zero copies.
  *
  * The batch is exported as a struct-typed array ("+s") whose children are the columns, in
@@ -13,8 +13,8 @@
  * array's buffers point into the blob, so the BLOB must stay alive and unchanged until the
  * array is released. The sb_batch itself may be closed right after exporting.
  */
-#ifndef SB_PARTITION_ARROW_H
-#define SB_PARTITION_ARROW_H
+#ifndef SB_ARROW_CDATA_H
+#define SB_ARROW_CDATA_H
 
 #include <stdint.h>
 

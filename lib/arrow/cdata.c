@@ -1,4 +1,4 @@
-#include "partition/arrow.h"
+#include "arrow/cdata.h"
 
 #include <stdio.h>
 #include <stdlib.h>
