@@ -17,6 +17,7 @@
 
 #include "partition/crc32c.h"
 #include "partition/partition.h"
+#include "partition/rowjson.h"
 #include "partition/utf8.h"
 #include "io/common.h"
 #include "io/csv.h"
@@ -98,35 +99,49 @@ static int valid_id(const char *id)
     return 1;
 }
 
-/* The column holding the records: "record", else the only binary/utf8 column. */
-static const sb_column *record_column(const sb_batch *b, sb_err *err)
+/* The column holding the records: "record", else the only column when it is binary/utf8. NULL
+ * with *typed set when there is neither (typed columns: rows_as_json), NULL + err otherwise. */
+static const sb_column *record_column(const sb_batch *b, bool *typed, sb_err *err)
 {
+    *typed = false;
     int i = sb_batch_find(b, SB_IO_RECORD_COLUMN);
+    if (i < 0 && sb_batch_ncols(b) == 1)
+        i = 0;
     if (i < 0) {
-        int found = -1;
-        for (size_t c = 0; c < sb_batch_ncols(b); c++) {
-            sb_type t = sb_batch_column(b, c)->type;
-            if (t == SB_TYPE_BINARY || t == SB_TYPE_UTF8) {
-                if (found >= 0) {
-                    sb_err_set(err, "no \"record\" column and several binary/utf8 columns");
-                    return NULL;
-                }
-                found = (int)c;
-            }
-        }
-        i = found;
-    }
-    if (i < 0) {
-        sb_err_set(err, "no \"record\" column");
+        *typed = true;
         return NULL;
     }
     const sb_column *c = sb_batch_column(b, (size_t)i);
     if (c->type != SB_TYPE_BINARY && c->type != SB_TYPE_UTF8) {
+        if (strcmp(c->name, SB_IO_RECORD_COLUMN) != 0) { /* one typed column */
+            *typed = true;
+            return NULL;
+        }
         sb_err_set(err, "column \"%.64s\" is %s, not binary or utf8", c->name,
                    sb_type_name(c->type));
         return NULL;
     }
     return c;
+}
+
+/* Typed columns (no record column: exec with framing arrow, plugins) as one JSON object per row,
+ * for the formats that write JSON records; *jb and *jblob own the new batch. */
+static const sb_column *rows_as_json(const sb_sink_spec *sink, const sb_batch *b, sb_batch **jb,
+                                     void **jblob, sb_err *err)
+{
+    if (sink->format != SB_FMT_JSONL && sink->format != SB_FMT_CSV) {
+        sb_err_set(err,
+                   "format %s writes one record column (\"record\", or a lone binary/utf8 "
+                   "column); this partition has %zu typed columns (the first is \"%.64s\"): use "
+                   "jsonl or csv, or output a \"record\" column",
+                   sb_format_names[sink->format], sb_batch_ncols(b),
+                   sb_batch_ncols(b) ? sb_batch_column(b, 0)->name : "");
+        return NULL;
+    }
+    size_t len;
+    if (sb_batch_rows_json(b, jblob, &len, err) != 0 || sb_batch_open(*jblob, len, jb, err) != 0)
+        return NULL;
+    return sb_batch_column(*jb, 0);
 }
 
 /* The record (row) holding byte `at` of the values buffer. */
@@ -277,8 +292,15 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
         free(dir);
         return sb_err_wrap(err, "sink: partition %s", partition_id);
     }
-    const sb_column *c = record_column(b, err);
+    bool typed;
+    sb_batch *jb = NULL;
+    void *jblob = NULL;
+    const sb_column *c = record_column(b, &typed, err);
+    if (c == NULL && typed)
+        c = rows_as_json(sink, b, &jb, &jblob, err);
     if (c == NULL || check_records(sink, c, rs, err) != 0) {
+        sb_batch_close(jb);
+        sb_part_free(jblob);
         sb_batch_close(b);
         free(dir);
         return sb_err_wrap(err, "sink: partition %s", partition_id);
@@ -288,10 +310,14 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
     sb_io_wr *h = NULL;
     if (uri == NULL) {
         sb_batch_close(b);
+        sb_batch_close(jb);
+        sb_part_free(jblob);
         return sb_err_set(err, "sink: out of memory");
     }
     if (sb_io_write_open(uri, &h, err) != 0) {
         sb_batch_close(b);
+        sb_batch_close(jb);
+        sb_part_free(jblob);
         sb_err_wrap(err, "sink: partition %s", partition_id);
         free(uri);
         return -1;
@@ -315,6 +341,8 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
     free(w.buf);
     uint64_t rows = c->length;
     sb_batch_close(b);
+    sb_batch_close(jb);
+    sb_part_free(jblob);
     if (rc != 0) {
         sb_io_write_abort(h);
         free(uri);

@@ -446,14 +446,15 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
         sb_path_field(buf, sizeof buf, path, "args");
         check_args(ops[i].args, args, buf, node, what, d);
         const sb_node *fr = sb_node_get(args, "framing");
+        const sb_node *outn = sb_node_get(args, "output");
         if (strcmp(st->op, "exec") == 0 && fr != NULL && fr->kind == SB_NODE_STRING &&
-            strcmp(fr->text, "arrow") == 0) {
+            strcmp(fr->text, "arrow") == 0 && outn != NULL) {
             char ab[512];
             sb_path_field(ab, sizeof ab, path, "args");
-            sb_path_field(buf, sizeof buf, ab, "framing");
-            sb_diags_add(d, buf, fr->line, fr->col,
-                         "framing \"arrow\" is not in this build yet; use \"lines\" "
-                         "(docs/exec.md)");
+            sb_path_field(buf, sizeof buf, ab, "output");
+            sb_diags_add(d, buf, outn->line, outn->col,
+                         "output applies to framing \"lines\" only (framing \"arrow\" carries "
+                         "typed columns; docs/exec.md)");
         }
         if (ops[i].one_of != NULL) {
             char a[64], b[64];

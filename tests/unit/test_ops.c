@@ -17,6 +17,7 @@
 #include "testutil.h"
 #include "partition/partition.h"
 #include "worker/ops/exec/proc.h"
+#include "partition/rowjson.h"
 #include "worker/ops/json.h"
 #include "worker/ops/ops.h"
 
@@ -699,7 +700,7 @@ Test(ops, json_scanner_finds_top_level_members)
     cr_assert_eq(sb_op_json_unescape(s, strlen(s), dec, sizeof dec), 8);
     cr_assert(memcmp(dec, "\xF0\x9F\x98\x80|\xEF\xBF\xBD", 8) == 0);
     char q[32];
-    size_t qn = sb_op_json_quote("a\"b\\\n", 5, q, sizeof q);
+    size_t qn = sb_json_quote("a\"b\\\n", 5, q, sizeof q);
     cr_assert_eq(qn, 14);
     cr_assert(memcmp(q, "\"a\\\"b\\\\\\u000a\"", 14) == 0);
 }

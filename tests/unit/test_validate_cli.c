@@ -57,8 +57,8 @@ static const invalid_case cases[] = {
     {"empty.yaml", 1, {"empty.yaml:1:1: file is empty: expected a Pipeline manifest"}},
     {"exec-arrow.yaml",
      1,
-     {"exec-arrow.yaml:12:51: spec.stages[0].args.framing: framing \"arrow\" is not in this "
-      "build yet; use \"lines\" (docs/exec.md)"}},
+     {"exec-arrow.yaml:12:66: spec.stages[0].args.output: output applies to framing \"lines\" "
+      "only (framing \"arrow\" carries typed columns; docs/exec.md)"}},
     {"exec-bad-args.yaml",
      1,
      {"exec-bad-args.yaml:13:16: spec.stages[0].args.command: must be a non-empty list of "

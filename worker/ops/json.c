@@ -560,35 +560,3 @@ void sb_op_json_number(const char *p, size_t n, double *d, int64_t *i, bool *is_
     if (buf != stack)
         free(buf);
 }
-
-size_t sb_op_json_quote(const char *s, size_t n, char *dst, size_t cap)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-#define PUT(c)                                                                                     \
-    do {                                                                                           \
-        if (o < cap)                                                                               \
-            dst[o] = (c);                                                                          \
-        o++;                                                                                       \
-    } while (0)
-    PUT('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            PUT('\\');
-            PUT((char)c);
-        } else if (c < 0x20) {
-            PUT('\\');
-            PUT('u');
-            PUT('0');
-            PUT('0');
-            PUT(hex[c >> 4]);
-            PUT(hex[c & 15]);
-        } else {
-            PUT((char)c);
-        }
-    }
-    PUT('"');
-#undef PUT
-    return o;
-}

@@ -60,8 +60,5 @@ size_t sb_op_json_unescape(const char *p, size_t n, char *dst, size_t cap);
  * *i is exact); *d is its double value in every case. */
 void sb_op_json_number(const char *p, size_t n, double *d, int64_t *i, bool *is_int);
 
-/* Writes the JSON string literal of s[0..n) (quotes, escapes for '"', '\\' and control
- * characters) into dst[0..cap); returns the full length it needs (written only if <= cap). */
-size_t sb_op_json_quote(const char *s, size_t n, char *dst, size_t cap);
 
 #endif

@@ -25,6 +25,7 @@
 
 #include "partition/utf8.h"
 #include "worker/ops/impls.h"
+#include "partition/rowjson.h"
 #include "worker/ops/json.h"
 
 /* Checks a record and scans it; -1 + err naming the record on invalid UTF-8 or JSON. */
@@ -323,7 +324,7 @@ static int project_init(const char *args_json, void **state, sb_err *err)
             dup = st->keys[k].len == len && memcmp(st->keys[k].name, name, len) == 0;
         if (dup)
             continue;
-        size_t qn = sb_op_json_quote(name, len, NULL, 0);
+        size_t qn = sb_json_quote(name, len, NULL, 0);
         char *key = strdup(name);
         char *enc = malloc(qn + 1);
         if (key == NULL || enc == NULL) {
@@ -332,7 +333,7 @@ static int project_init(const char *args_json, void **state, sb_err *err)
             rc = sb_err_set(err, "op project: out of memory");
             goto out;
         }
-        sb_op_json_quote(name, len, enc, qn);
+        sb_json_quote(name, len, enc, qn);
         enc[qn] = ':';
         st->keys[st->n] = (sb_op_json_key){key, len};
         st->enc[st->n] = enc;

@@ -1,4 +1,4 @@
-"""Run a batch function or class as a streambatch `exec` stage (framing "lines").
+"""Run a batch function or class as a streambatch `exec` stage (framing "lines" or "arrow").
 
     # embed.py, run by a stage {op: exec, args: {command: [python3, embed.py], mode: batches}}
     from streambatch import udf
@@ -20,10 +20,20 @@ in the mode the stage chose (the worker sets STREAMBATCH_MODE):
     flushed. The process lives across batches and tasks.
   - filter: the input ends at end of file; fn is called on every `batch_size` records and on
     the rest at the end.
-batch_format: "rows" (a list of dicts; the default), "columns" (a dict of lists, keys in first
-appearance order, None where a record lacks a key) or "numpy" (a dict of numpy arrays, like Ray
-Data's map_batches; needs numpy). fn returns the same kind (a list of records, a dict of
-equal-length columns) or None for no records.
+batch_format: "rows" (a list of dicts; the default for framing lines), "columns" (a dict of
+lists, keys in first appearance order, None where a record lacks a key), "numpy" (a dict of numpy
+arrays, like Ray Data's map_batches; needs numpy) or, with framing "arrow", "pyarrow" (a
+pyarrow.RecordBatch; the default there). fn returns the same kind (a list of records, a dict of
+equal-length columns, a RecordBatch or Table) or None for no records.
+
+Framing "arrow" (the stage sets args.framing: arrow; the worker sets STREAMBATCH_FRAMING): the
+input is an Arrow IPC stream of the partition's columns (a jsonl source gives one utf8 column
+"record" holding each JSON text: json_records(batch) parses it), the output an Arrow IPC stream
+of typed columns, which a jsonl or csv sink writes as one JSON object per row. Lists of equal
+length (a 2-D numpy array, Python lists of floats) become fixed-size lists (tensors). In mode
+batches exactly one output batch answers each input batch; when fn's output schema changes the
+kit ends its stream and starts a new one (the worker accepts that; one task's rows must share a
+schema).
 
 An exception in fn prints its traceback on stderr and ends the process with status 1: the
 worker puts the end of the traceback in the task's error and retries the task (with a new
@@ -39,7 +49,7 @@ import traceback
 
 DELIM = "\x1e"
 
-__all__ = ["run", "DELIM"]
+__all__ = ["run", "json_records", "DELIM"]
 
 
 def _columns(records):
@@ -107,17 +117,125 @@ def _emit(out, records, batch_no):
         out.write("\n".join(lines).encode())
 
 
-def run(fn, *, batch_format="rows", batch_size=1000, fn_args=(), fn_kwargs=None,
+def json_records(batch, column="record"):
+    """The JSON texts of a batch's record column (framing arrow, jsonl source) as Python values."""
+    loads = json.loads
+    return [loads(t) for t in batch.column(batch.schema.get_field_index(column)).to_pylist()]
+
+
+def _arrow_in(batch, batch_format):
+    if batch_format == "pyarrow":
+        return batch
+    if batch_format == "rows":
+        return batch.to_pylist()
+    if batch_format == "columns":
+        return batch.to_pydict()
+    return {name: col.to_numpy(zero_copy_only=False)
+            for name, col in zip(batch.schema.names, batch.columns)}
+
+
+def _arrow_column(pa, v):
+    """A column value from fn as an Arrow array; equal-length lists become fixed-size lists."""
+    nd = getattr(v, "ndim", None)
+    if nd == 2:  # a 2-D numpy array: one fixed-size list per row
+        return pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), v.shape[1])
+    arr = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)
+    return _fixed_lists(pa, arr)
+
+
+def _fixed_lists(pa, arr):
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        lens = {n for n in arr.value_lengths().to_pylist() if n is not None}
+        if len(lens) == 1:
+            return arr.cast(pa.list_(arr.type.value_type, lens.pop()))
+    return arr
+
+
+def _arrow_out(pa, res):
+    """fn's result as one RecordBatch (None: no rows)."""
+    if res is None:
+        return None
+    if isinstance(res, pa.Table):
+        res = res.combine_chunks()
+        batches = res.to_batches()
+        res = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=res.schema)
+    if isinstance(res, pa.RecordBatch):
+        cols = [_fixed_lists(pa, c) for c in res.columns]
+        return pa.RecordBatch.from_arrays(cols, names=res.schema.names)
+    if isinstance(res, dict):
+        return pa.RecordBatch.from_arrays([_arrow_column(pa, v) for v in res.values()],
+                                          names=[str(k) for k in res])
+    if isinstance(res, (list, tuple)):
+        if not res:
+            return None
+        b = pa.RecordBatch.from_pylist([_plain(r) for r in res])
+        return pa.RecordBatch.from_arrays([_fixed_lists(pa, c) for c in b.columns],
+                                          names=b.schema.names)
+    raise TypeError("the batch function must return a RecordBatch, a Table, a dict of columns, "
+                    "a list of records or None, not %s" % type(res).__name__)
+
+
+def _run_arrow(call, batch_format, stdin, stdout, mode):
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    writer = schema = None
+    batches = 0
+    empty = pa.RecordBatch.from_arrays([], names=[])
+
+    def write(out):
+        nonlocal writer, schema
+        if writer is not None and not out.schema.equals(schema):
+            writer.close()  # end this stream; the next one has the new schema
+            writer = None
+        if writer is None:
+            writer, schema = ipc.new_stream(stdout, out.schema), out.schema
+        writer.write_batch(out)
+
+    for batch in ipc.open_stream(stdin):
+        batches += 1
+        try:
+            out = _arrow_out(pa, call(_arrow_in(batch, batch_format)))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise TypeError("batch %d: the result is not an Arrow batch: %s" % (batches, e)) from e
+        if out is None and mode == "batches":  # every batch gets exactly one answer
+            out = pa.RecordBatch.from_pylist([], schema=schema) if writer else empty
+        if out is not None and (out.num_rows > 0 or mode == "batches"):
+            write(out)
+        stdout.flush()
+    if writer is not None:
+        writer.close()
+    stdout.flush()
+    return batches
+
+
+def run(fn, *, batch_format=None, batch_size=1000, fn_args=(), fn_kwargs=None,
         stdin=None, stdout=None):
     """Serve fn (a callable, or a class instantiated once with fn_args/fn_kwargs) as an exec
-    stage until the input ends. stdin (text) and stdout (binary) default to the process's;
-    they are parameters for tests. Returns the number of batches processed."""
-    if batch_format not in ("rows", "columns", "numpy"):
-        raise ValueError('batch_format must be "rows", "columns" or "numpy"')
-    if stdin is None:  # text decoding in bulk is the fastest way to json.loads lines
-        stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
+    stage until the input ends. stdin (text for lines, binary for arrow) and stdout (binary)
+    default to the process's; they are parameters for tests. Returns the number of batches
+    processed."""
+    arrow = os.environ.get("STREAMBATCH_FRAMING", "lines") == "arrow"
+    if batch_format is None:
+        batch_format = "pyarrow" if arrow else "rows"
+    if batch_format not in ("rows", "columns", "numpy") + (("pyarrow",) if arrow else ()):
+        raise ValueError('batch_format must be "rows", "columns", "numpy"'
+                         + (' or "pyarrow"' if arrow else ' ("pyarrow" needs framing arrow)'))
     stdout = stdout if stdout is not None else sys.stdout.buffer
     mode = os.environ.get("STREAMBATCH_MODE", "filter")
+    if arrow:
+        try:
+            call = fn(*fn_args, **(fn_kwargs or {})) if isinstance(fn, type) else fn
+            return _run_arrow(call, batch_format, stdin if stdin is not None else sys.stdin.buffer,
+                              stdout, mode)
+        except Exception:  # the worker shows the end of stderr in the task's error
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+            sys.exit(1)
+    if stdin is None:  # text decoding in bulk is the fastest way to json.loads lines
+        stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
     delim = DELIM + "\n"
     loads = json.loads
     try:

@@ -1,9 +1,9 @@
 /* exec.c — the exec operator: user code in any language, as a child process that reads records
  * on stdin and writes records on stdout, one per line (framing "lines"; docs/exec.md is the
- * contract).
+ * contract), or Arrow IPC streams both ways (framing "arrow": arrow.c).
  *
- * Args: command (list of strings, required), env (map of strings), framing ("lines"; "arrow" is
- * not in this build), mode ("filter": one process per task reading its input to end of file, a
+ * Args: command (list of strings, required), env (map of strings), framing ("lines" or
+ * "arrow"), mode ("filter": one process per task reading its input to end of file, a
  * plain Unix filter; "batches": one long-lived process per worker slot, each batch of input
  * records followed by a delimiter line that the process answers with its output records and
  * the same delimiter), batchSize (records per batch, default the stage's batchSize, else
@@ -26,98 +26,90 @@
 
 #include "partition/utf8.h"
 #include "spec/quantity.h"
+#include "worker/ops/exec/exec.h"
 #include "worker/ops/exec/proc.h"
 #include "worker/ops/impls.h"
 #include "worker/ops/json.h"
 
 extern char **environ;
 
-#define DELIM "\x1e"          /* the batch delimiter line: ASCII RS */
-#define MAX_LINE (256u << 20) /* the longest output record */
+#define DELIM "\x1e" /* the batch delimiter line: ASCII RS */
 #define DEFAULT_BATCH 1000
 #define DEFAULT_TIMEOUT_MS (10 * 60 * 1000)
-
-typedef enum { MODE_FILTER, MODE_BATCHES } exec_mode;
-
-typedef struct {
-    char **argv;
-    char **env; /* the whole environment of the child */
-    char *cwd;
-    exec_mode mode;
-    bool jsonl; /* output lines must be JSON */
-    size_t batch;
-    int64_t timeout_ms;
-    char *key; /* the args, for the pool */
-} exec_cfg;
-
-typedef struct {
-    exec_cfg cfg;
-    sb_proc *p;
-    double cpu0; /* the process's CPU seconds when this task took it */
-    bool clean;  /* batches: between batches, nothing outstanding */
-    bool cut;    /* filter: the process closed its stdin before taking all input */
-    /* the batch being written */
-    const sb_column *col;
-    size_t row, end;
-    bool nl_pending, delim_pending;
-    /* the answer being read */
-    sb_op_out *out;
-    size_t line_no;
-    bool delim_seen;
-} exec_state;
+#define MODE_FILTER SB_EXEC_FILTER
+#define MODE_BATCHES SB_EXEC_BATCHES
+#define MAX_LINE SB_EXEC_MAX_OUTPUT
 
 /* ---- the pool of long-lived processes ------------------------------------------------------ */
 
 #define POOL_MAX 64
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    char *key;
-    sb_proc *p;
-} pool[POOL_MAX];
+static exec_child *pool[POOL_MAX];
 static size_t npool;
 
-static sb_proc *pool_take(const char *key)
+void exec_child_free(exec_child *c)
+{
+    if (c == NULL)
+        return;
+    sb_proc_free(c->p);
+    sb_ipc_reader_free(&c->rd);
+    free(c->key);
+    free(c);
+}
+
+int exec_child_start(const exec_cfg *cfg, const char *key, exec_child **out, sb_err *err)
+{
+    *out = NULL;
+    exec_child *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->key = strdup(key)) == NULL) {
+        free(c);
+        return sb_err_set(err, "out of memory");
+    }
+    sb_ipc_reader_init(&c->rd);
+    if (sb_proc_start((const char *const *)cfg->argv, (const char *const *)cfg->env, cfg->cwd,
+                      &c->p, err) != 0) {
+        exec_child_free(c);
+        return sb_err_wrap(err, "exec");
+    }
+    *out = c;
+    return 0;
+}
+
+exec_child *exec_pool_take(const char *key)
 {
     for (;;) {
-        sb_proc *p = NULL;
+        exec_child *c = NULL;
         pthread_mutex_lock(&pool_mu);
         for (size_t i = 0; i < npool; i++) {
-            if (strcmp(pool[i].key, key) != 0)
+            if (strcmp(pool[i]->key, key) != 0)
                 continue;
-            p = pool[i].p;
-            free(pool[i].key);
+            c = pool[i];
             pool[i] = pool[--npool];
             break;
         }
         pthread_mutex_unlock(&pool_mu);
-        if (p == NULL || (sb_proc_alive(p) && !sb_proc_has_output(p)))
-            return p;
-        sb_proc_free(p); /* died while idle, or wrote while idle (output of no batch): replace */
+        if (c == NULL || (sb_proc_alive(c->p) && !sb_proc_has_output(c->p)))
+            return c;
+        exec_child_free(c); /* died while idle, or wrote while idle (output of no batch): replace */
     }
 }
 
-static void pool_put(const char *key, sb_proc *p)
+static void pool_put(exec_child *c)
 {
-    char *k = strdup(key);
     pthread_mutex_lock(&pool_mu);
-    if (k != NULL && npool < POOL_MAX) {
-        pool[npool].key = k;
-        pool[npool++].p = p;
-        p = NULL;
-        k = NULL;
+    if (npool < POOL_MAX) {
+        pool[npool++] = c;
+        c = NULL;
     }
     pthread_mutex_unlock(&pool_mu);
-    free(k);
-    sb_proc_free(p);
+    exec_child_free(c);
 }
 
 void sb_op_shutdown(void)
 {
     pthread_mutex_lock(&pool_mu);
-    for (size_t i = 0; i < npool; i++) {
-        free(pool[i].key);
-        sb_proc_free(pool[i].p);
-    }
+    for (size_t i = 0; i < npool; i++)
+        exec_child_free(pool[i]);
     npool = 0;
     pthread_mutex_unlock(&pool_mu);
 }
@@ -164,7 +156,7 @@ static int build_env(exec_cfg *c, const cJSON *env, sb_err *err)
         return sb_err_set(err, "out of memory");
     size_t k = 0;
     char *extra[2];
-    if (asprintf(&extra[0], "STREAMBATCH_FRAMING=lines") < 0 ||
+    if (asprintf(&extra[0], "STREAMBATCH_FRAMING=%s", c->arrow ? "arrow" : "lines") < 0 ||
         asprintf(&extra[1], "STREAMBATCH_MODE=%s", c->mode == MODE_BATCHES ? "batches" : "filter") <
             0)
         return sb_err_set(err, "out of memory");
@@ -234,10 +226,7 @@ static int parse_args(const char *args_json, exec_cfg *c, sb_err *err)
             sb_err_set(err, "exec: args.framing must be \"lines\" or \"arrow\"");
             goto out;
         }
-        if (strcmp(v->valuestring, "arrow") == 0) {
-            sb_err_set(err, "exec: framing \"arrow\" is not in this worker build (use \"lines\")");
-            goto out;
-        }
+        c->arrow = strcmp(v->valuestring, "arrow") == 0;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(a, "mode")) != NULL) {
         if (cJSON_IsString(v) && strcmp(v->valuestring, "filter") == 0) {
@@ -294,6 +283,10 @@ static int parse_args(const char *args_json, exec_cfg *c, sb_err *err)
             goto out;
         }
     }
+    if (c->arrow && cJSON_GetObjectItemCaseSensitive(a, "output") != NULL) {
+        sb_err_set(err, "exec: args.output applies to framing \"lines\" only");
+        goto out;
+    }
     if (build_env(c, cJSON_GetObjectItemCaseSensitive(a, "env"), err) != 0)
         goto out;
     if ((c->key = strdup(args_json)) == NULL) {
@@ -313,11 +306,12 @@ static void exec_free(void *state)
     exec_state *s = state;
     if (s == NULL)
         return;
-    if (s->p != NULL && s->cfg.mode == MODE_BATCHES && s->clean && sb_proc_alive(s->p) &&
-        !sb_proc_has_output(s->p))
-        pool_put(s->cfg.key, s->p);
+    if (s->c != NULL && s->cfg.mode == MODE_BATCHES && s->clean && sb_proc_alive(s->c->p) &&
+        !sb_proc_has_output(s->c->p))
+        pool_put(s->c);
     else
-        sb_proc_free(s->p);
+        exec_child_free(s->c);
+    sb_ipc_buf_free(&s->msg);
     cfg_free(&s->cfg);
     free(s);
 }
@@ -333,25 +327,25 @@ static int exec_init(const char *args_json, void **state, sb_err *err)
         free(s);
         return -1;
     }
+    s->clean = true;
+    *state = s;
+    if (s->cfg.arrow)
+        return 0; /* started at the first batch: the pool key includes the input's schema */
     if (s->cfg.mode == MODE_BATCHES)
-        s->p = pool_take(s->cfg.key);
-    if (s->p == NULL &&
-        sb_proc_start((const char *const *)s->cfg.argv, (const char *const *)s->cfg.env, s->cfg.cwd,
-                      &s->p, err) != 0) {
-        sb_err_wrap(err, "exec");
+        s->c = exec_pool_take(s->cfg.key);
+    if (s->c == NULL && exec_child_start(&s->cfg, s->cfg.key, &s->c, err) != 0) {
+        *state = NULL;
         exec_free(s);
         return -1;
     }
-    s->clean = true;
-    s->cpu0 = sb_proc_cpu_seconds(s->p);
-    *state = s;
+    s->cpu0 = sb_proc_cpu_seconds(s->c->p);
     return 0;
 }
 
 static double exec_cpu(void *state)
 {
     exec_state *s = state;
-    return s->p != NULL ? sb_proc_cpu_seconds(s->p) - s->cpu0 : 0;
+    return s->c != NULL ? sb_proc_cpu_seconds(s->c->p) - s->cpu0 : 0;
 }
 
 static size_t fill(void *ud, struct iovec *iov, size_t max)
@@ -438,18 +432,18 @@ static int run_batch(exec_state *s, size_t first, size_t n, sb_err *err)
     if (s->cfg.mode == MODE_FILTER) {
         if (s->cut)
             return 0; /* it took no more input */
-        if (sb_proc_pump(s->p, &io, SB_PROC_UNTIL_WRITTEN, deadline, MAX_LINE, err) != 0)
+        if (sb_proc_pump(s->c->p, &io, SB_PROC_UNTIL_WRITTEN, deadline, MAX_LINE, err) != 0)
             return sb_err_wrap(err, "exec (records %zu-%zu)", first, first + n - 1);
         s->cut = io.epipe;
         s->clean = true;
         return 0;
     }
-    if (sb_proc_pump(s->p, &io, SB_PROC_UNTIL_LINE_OR_EOF, deadline, MAX_LINE, err) != 0)
+    if (sb_proc_pump(s->c->p, &io, SB_PROC_UNTIL_LINE_OR_EOF, deadline, MAX_LINE, err) != 0)
         return sb_err_wrap(err, "exec (batch of records %zu-%zu)", first, first + n - 1);
     if (!s->delim_seen) {
         /* its stdout ended: it exited or is about to */
         int64_t dl = sb_proc_now_ms() + 2000;
-        if (sb_proc_wait(s->p, dl, err) == 0)
+        if (sb_proc_wait(s->c->p, dl, err) == 0)
             sb_err_set(err, "exited with status 0");
         return sb_err_wrap(err,
                            "exec (batch of records %zu-%zu): the process ended before "
@@ -464,6 +458,8 @@ static int exec_process(void *state, const sb_batch *in, size_t first, size_t n,
                         sb_err *err)
 {
     exec_state *s = state;
+    if (s->cfg.arrow)
+        return exec_arrow_process(s, in, first, n, out, err);
     int ci = sb_op_record_column(in, "exec", err);
     if (ci < 0)
         return -1;
@@ -491,10 +487,12 @@ static int exec_process(void *state, const sb_batch *in, size_t first, size_t n,
 static int exec_finish(void *state, sb_op_out *out, sb_err *err)
 {
     exec_state *s = state;
+    if (s->cfg.arrow)
+        return exec_arrow_finish(s, out, err);
     if (s->cfg.mode == MODE_BATCHES) {
         /* output after its last answer belongs to no batch: fail rather than lose it, or hand
          * it to the next task that takes this process */
-        if (sb_proc_has_output(s->p)) {
+        if (sb_proc_has_output(s->c->p)) {
             s->clean = false;
             return sb_err_set(err, "exec: the process wrote output after answering its last "
                                    "batch (records must come before the batch's delimiter)");
@@ -508,11 +506,11 @@ static int exec_finish(void *state, sb_op_out *out, sb_err *err)
     }
     s->out = out;
     s->clean = false;
-    sb_proc_close_stdin(s->p);
+    sb_proc_close_stdin(s->c->p);
     sb_proc_io io = {.fill = NULL, .line = on_line, .ud = s};
     int64_t deadline = sb_proc_now_ms() + s->cfg.timeout_ms;
-    if (sb_proc_pump(s->p, &io, SB_PROC_UNTIL_LINE_OR_EOF, deadline, MAX_LINE, err) != 0 ||
-        sb_proc_wait(s->p, deadline, err) != 0)
+    if (sb_proc_pump(s->c->p, &io, SB_PROC_UNTIL_LINE_OR_EOF, deadline, MAX_LINE, err) != 0 ||
+        sb_proc_wait(s->c->p, deadline, err) != 0)
         return sb_err_wrap(err, "exec");
     return 0;
 }

@@ -410,12 +410,20 @@ static ssize_t write_nosigpipe(int fd, const struct iovec *iov, int cnt)
     return w;
 }
 
-/* Passes complete lines of lbuf to io->line. 1 when it asked to stop, -1 on error. */
+/* Passes complete lines of lbuf to io->line (or its bytes to io->bytes). 1 when it asked to
+ * stop, -1 on error. */
 static int split_lines(sb_proc *p, sb_proc_io *io, sb_err *err)
 {
     size_t at = 0;
     int rc = 0;
-    while (at < p->llen) {
+    while (io->bytes != NULL && at < p->llen) {
+        size_t used = 0;
+        rc = io->bytes(io->ud, (const uint8_t *)p->lbuf + at, p->llen - at, &used, err);
+        at += used < p->llen - at ? used : p->llen - at;
+        if (rc != 0 || used == 0)
+            break;
+    }
+    while (io->bytes == NULL && at < p->llen) {
         char *nl = memchr(p->lbuf + at, '\n', p->llen - at);
         if (nl == NULL)
             break;
@@ -536,6 +544,8 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
                 return sb_err_set(err, "%s: reading its stdout: %s", p->cmd, strerror(errno));
             if (rd == 0) {
                 close_fd(&p->out);
+                if (p->llen > 0 && io->bytes != NULL)
+                    return child_err(p, err, "its output ended inside a message");
                 if (p->llen > 0) { /* the last line had no '\n' */
                     int rc = io->line(io->ud, p->lbuf, p->llen, err);
                     p->llen = 0;
@@ -555,7 +565,9 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
                 return 0;
             }
             if (p->llen > max_line)
-                return child_err(p, err, "wrote a stdout line longer than the limit");
+                return child_err(p, err,
+                                 io->bytes ? "wrote a message longer than the limit"
+                                           : "wrote a stdout line longer than the limit");
         }
     }
 }

@@ -48,6 +48,10 @@ int sb_proc_start(const char *const *argv, const char *const *env, const char *c
 typedef struct {
     size_t (*fill)(void *ud, struct iovec *iov, size_t max);
     int (*line)(void *ud, const char *p, size_t n, sb_err *err);
+    /* instead of line (framings that are not lines): all stdout bytes not yet consumed, each time
+     * more arrive; sets *used to the bytes it consumed (a whole message, or 0 to wait for more)
+     * and returns like line(). Bytes left unconsumed at end of file are an error. */
+    int (*bytes)(void *ud, const uint8_t *p, size_t n, size_t *used, sb_err *err);
     void *ud;
     bool eof, epipe;
 } sb_proc_io;
@@ -57,7 +61,8 @@ typedef struct {
  * answer came before the question), or when everything is written and `until` is
  * SB_PROC_UNTIL_WRITTEN, or at stdout's end of file (io->eof). An unfinished last line at end
  * of file is passed to line() too. -1 + err at deadline_ms (CLOCK_MONOTONIC milliseconds; the
- * child is killed), on an I/O error, or a line longer than max_line bytes. */
+ * child is killed), on an I/O error, or a line (or, with bytes(), unconsumed output) longer than
+ * max_line bytes. */
 typedef enum { SB_PROC_UNTIL_WRITTEN, SB_PROC_UNTIL_LINE_OR_EOF } sb_proc_until;
 int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadline_ms,
                  size_t max_line, sb_err *err);
