@@ -9,6 +9,18 @@
  *                         (null, numbers, true/false, strings; binary as "0x<hex>"; fixed-size
  *                         lists as arrays), then "batches N rows N"; exit status 1 with the
  *                         reader's error on stderr for a stream it refuses.
+ *   sb_arrow_ipc echo [options]
+ *                         an exec stage with framing arrow (tests/unit/test_exec_arrow.c): reads
+ *                         the stream message by message and writes each batch back as it comes
+ *                         (so it answers mode batches too), then end of stream at end of input.
+ *       --seen            adds an int64 column "seen": batches this process has read so far
+ *       --times K         writes each batch K times (K = 0: answers nothing)
+ *       --exit-after N    exits with status 0 on reading batch N, without answering it
+ *       --hang-at N       stops answering (sleeps) at batch N
+ *       --garbage         writes a line of text instead of a stream
+ *       --empty-first     answers batch 1 with a stream of no columns and no rows, then starts
+ *                         a new stream with the real schema
+ *       --stderr TEXT     writes TEXT to stderr and exits with status 3 at batch 1
  */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -253,12 +265,147 @@ done:
     return rc;
 }
 
+/* Reads exactly one message from fd 0 into *buf (grown as needed); 0 at end of input. */
+static size_t read_message(uint8_t **buf, size_t *cap, sb_err *err, int *rc)
+{
+    size_t len = 0, total = 0;
+    *rc = 0;
+    for (;;) {
+        int fr = sb_ipc_frame(*buf, len, 1u << 30, &total, err);
+        if (fr < 0) {
+            *rc = -1;
+            return 0;
+        }
+        if (fr == 0)
+            return total;
+        size_t want = total > len ? total - len : (len < 8 ? 8 - len : 4);
+        if (len + want > *cap) {
+            while (len + want > *cap)
+                *cap *= 2;
+            *buf = realloc(*buf, *cap);
+        }
+        ssize_t r = read(0, *buf + len, want);
+        if (r <= 0)
+            return 0;
+        len += (size_t)r;
+    }
+}
+
+static int echo(int argc, char **argv)
+{
+    bool seen = false, garbage = false, empty_first = false;
+    long times = 1, exit_after = -1, hang_at = -1;
+    const char *stderr_text = NULL;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--seen") == 0)
+            seen = true;
+        else if (strcmp(argv[i], "--garbage") == 0)
+            garbage = true;
+        else if (strcmp(argv[i], "--empty-first") == 0)
+            empty_first = true;
+        else if (strcmp(argv[i], "--times") == 0 && i + 1 < argc)
+            times = atol(argv[++i]);
+        else if (strcmp(argv[i], "--exit-after") == 0 && i + 1 < argc)
+            exit_after = atol(argv[++i]);
+        else if (strcmp(argv[i], "--hang-at") == 0 && i + 1 < argc)
+            hang_at = atol(argv[++i]);
+        else if (strcmp(argv[i], "--stderr") == 0 && i + 1 < argc)
+            stderr_text = argv[++i];
+        else
+            return fprintf(stderr, "echo: unknown option %s\n", argv[i]), 2;
+    }
+    size_t cap = 1 << 16;
+    uint8_t *buf = malloc(cap);
+    sb_ipc_reader rd;
+    sb_ipc_reader_init(&rd);
+    sb_err err = {0};
+    sb_ipc_buf out = {0};
+    bool schema_out = false;
+    long n = 0;
+    int rc = 0;
+    int64_t *seen_vals = NULL;
+    for (;;) {
+        size_t total = read_message(&buf, &cap, &err, &rc);
+        if (total == 0)
+            break;
+        sb_ipc_kind kind;
+        if ((rc = sb_ipc_read(&rd, buf, total, &kind, &err)) != 0 || kind == SB_IPC_EOS)
+            break;
+        if (kind != SB_IPC_BATCH)
+            continue;
+        n++;
+        if (n == exit_after)
+            goto done;
+        if (stderr_text != NULL) {
+            fprintf(stderr, "%s\n", stderr_text);
+            rc = 3;
+            goto done;
+        }
+        while (n == hang_at)
+            sleep(60);
+        if (garbage) {
+            fputs("hello, this is not arrow\n", stdout);
+            fflush(stdout);
+            continue;
+        }
+        out.len = 0;
+        if (empty_first && n == 1) {
+            sb_ipc_write_schema(&out, NULL, 0, &err);
+            sb_ipc_write_batch(&out, NULL, 0, 0, 0, &err);
+            sb_ipc_write_eos(&out, &err);
+        } else {
+            size_t nc = rd.ncols + (seen ? 1 : 0);
+            sb_field f[64];
+            sb_column c[64];
+            if (nc > 64)
+                return fprintf(stderr, "echo: too many columns\n"), 2;
+            memcpy(f, rd.fields, rd.ncols * sizeof *f);
+            memcpy(c, rd.cols, rd.ncols * sizeof *c);
+            if (seen) {
+                seen_vals = realloc(seen_vals, (rd.rows ? rd.rows : 1) * sizeof *seen_vals);
+                for (size_t i = 0; i < rd.rows; i++)
+                    seen_vals[i] = n;
+                f[rd.ncols] = (sb_field){.name = "seen", .type = SB_TYPE_INT64};
+                c[rd.ncols] = (sb_column){.name = "seen",
+                                          .name_len = 4,
+                                          .type = SB_TYPE_INT64,
+                                          .length = rd.rows,
+                                          .values = seen_vals,
+                                          .values_len = 8 * rd.rows};
+            }
+            if (!schema_out)
+                sb_ipc_write_schema(&out, f, nc, &err);
+            schema_out = true;
+            for (long k = 0; k < times; k++)
+                sb_ipc_write_batch(&out, c, nc, 0, rd.rows, &err);
+        }
+        fflush(stdout); /* one write(): an answer and what follows it arrive together */
+        if (write(1, out.p, out.len) != (ssize_t)out.len)
+            break;
+    }
+    if (rc == 0 && !garbage) {
+        out.len = 0;
+        sb_ipc_write_eos(&out, &err);
+        fwrite(out.p, 1, out.len, stdout);
+    }
+done:
+    if (rc == -1)
+        fprintf(stderr, "echo: %s\n", err.msg);
+    sb_ipc_reader_free(&rd);
+    sb_ipc_buf_free(&out);
+    free(buf);
+    free(seen_vals);
+    return rc == 0 ? 0 : rc == 3 ? 3 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "echo") == 0)
+        return echo(argc, argv);
     if (argc == 2 && strcmp(argv[1], "sample") == 0)
         return sample();
     if (argc == 2 && strcmp(argv[1], "dump") == 0)
         return dump();
-    fprintf(stderr, "usage: sb_arrow_ipc sample|dump\n");
+    fprintf(stderr, "usage: sb_arrow_ipc sample|dump|echo [options]\n");
     return 2;
 }

@@ -7,6 +7,11 @@
 #      computation of the same transform
 #   3. a UDF that raises on one record: the run fails, the error ends with the exception's line
 #   4. a UDF returning what JSON cannot carry: the error names the batch
+#   5. lib/arrow/ipc against pyarrow both ways (tests/sdk/test-arrow-ipc.py)
+#   6. framing arrow, mode batches, the kit's numpy form: typed columns out (a 2-D array becomes a
+#      fixed-size list), the jsonl sink writes them as objects equal to an independent computation
+#   7. framing arrow, mode filter, a plain pyarrow script (no kit): open_stream/new_stream
+#   8. framing arrow, a UDF that raises: the error ends with the exception's line
 # Prints "sdk-test: N passed, N failed" last. Bounded (timeout per run); cleans its files.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,9 +26,13 @@ check() { # description command...
   else failed=$((failed + 1)); echo "FAIL $d"; sed 's/^/     /' "$tmp/check.out" | tail -40; fi
 }
 
+# pinned, so that the pyarrow the tests compare against does not change under them
+PYARROW_VERSION=26.0.1
+NUMPY_VERSION=2.4.6
 install_kit() {
   rm -rf "$venv" && python3 -m venv "$venv" &&
-    "$venv/bin/pip" install -q --disable-pip-version-check "$top/sdk/python" &&
+    "$venv/bin/pip" install -q --disable-pip-version-check "$top/sdk/python" \
+      "pyarrow==$PYARROW_VERSION" "numpy==$NUMPY_VERSION" &&
     "$venv/bin/python" -c 'import streambatch.udf as u; print("streambatch", u.__name__, "installed")'
 }
 check "pip installs the kit from the repository path into a venv" install_kit
@@ -153,6 +162,99 @@ unserialisable() {
     { echo "the error does not name the batch and the cause"; grep -m3 "error" "$tmp/bad.log"; return 1; }
 }
 check "a UDF returning what JSON cannot carry: the error names the batch" unserialisable
+
+check "our Arrow IPC stream code against pyarrow, both ways" \
+  "$py" "$top/tests/sdk/test-arrow-ipc.py" "${SB_BUILD_DIR:-$top/build}/tests/helpers/sb_arrow_ipc"
+
+cat >"$tmp/arrow_np.py" <<'EOF'
+import json
+import os
+import numpy as np
+from streambatch import udf
+
+class Embed:  # a "model": built once per process
+    def __init__(self):
+        self.pid = os.getpid()
+    def __call__(self, cols):  # framing arrow, batch_format numpy: a dict of numpy arrays
+        recs = [json.loads(t) for t in cols["record"]]
+        ids = np.array([r["id"] for r in recs], dtype=np.int64)
+        lens = np.array([len(r["text"]) for r in recs], dtype=np.float32)
+        return {"id": ids, "vec": np.stack([lens, lens / 2, -lens], axis=1),
+                "pid": np.full(len(ids), self.pid), "ok": lens > 20}
+
+udf.run(Embed, batch_format="numpy")
+EOF
+arrow_numpy() {
+  pipeline anp "  - {name: embed, op: exec, args: {command: [$py, $tmp/arrow_np.py], framing: arrow, mode: batches, batchSize: 500}}" ""
+  run anp || { tail -20 "$tmp/anp.log"; return 1; }
+  python3 - "$tmp" <<'EOF'
+import glob, json, sys
+t = sys.argv[1]
+want = {}
+for p in glob.glob(t + "/in/*.jsonl"):
+    for l in open(p):
+        r = json.loads(l); n = float(len(r["text"]))
+        want[r["id"]] = {"id": r["id"], "vec": [n, n / 2, -n], "ok": n > 20}
+got, pids = {}, set()
+for p in glob.glob(t + "/out-anp/part-*.jsonl"):
+    for l in open(p):
+        r = json.loads(l)
+        assert r["id"] not in got, "record %d twice" % r["id"]
+        pids.add(r.pop("pid")); got[r["id"]] = r
+assert got == want, "output differs: %d records, want %d; e.g. %s" % (
+    len(got), len(want), [(got.get(k), want[k]) for k in want if got.get(k) != want[k]][:1])
+assert 1 <= len(pids) <= 2, "one process per worker slot: %d" % len(pids)
+print("%d typed records as JSON objects, %d processes" % (len(got), len(pids)))
+EOF
+}
+check "framing arrow, mode batches, numpy form: typed columns written as JSON objects" arrow_numpy
+
+cat >"$tmp/plain.py" <<'EOF'
+import sys, json
+import pyarrow as pa, pyarrow.ipc as ipc
+writer = None
+for batch in ipc.open_stream(sys.stdin.buffer):
+    recs = [json.loads(t) for t in batch.column("record").to_pylist()]
+    out = pa.record_batch({"id": pa.array([r["id"] for r in recs], pa.int64()),
+                           "w": pa.array([r["text"][:3] for r in recs])})
+    if writer is None:
+        writer = ipc.new_stream(sys.stdout.buffer, out.schema)
+    writer.write_batch(out)
+if writer is not None:
+    writer.close()
+EOF
+arrow_plain() {
+  pipeline apl "  - {name: plain, op: exec, args: {command: [$py, $tmp/plain.py], framing: arrow}}" ""
+  run apl || { tail -20 "$tmp/apl.log"; return 1; }
+  python3 - "$tmp" <<'EOF'
+import glob, json, sys
+t = sys.argv[1]
+want = sorted((r["id"], r["text"][:3]) for p in glob.glob(t + "/in/*.jsonl") for r in map(json.loads, open(p)))
+got = sorted((r["id"], r["w"]) for p in glob.glob(t + "/out-apl/part-*.jsonl") for r in map(json.loads, open(p)))
+assert got == want, "output differs: %d records, want %d" % (len(got), len(want))
+print("%d records from a plain pyarrow filter" % len(got))
+EOF
+}
+check "framing arrow, mode filter: a plain pyarrow script without the kit" arrow_plain
+
+cat >"$tmp/araise.py" <<'EOF'
+from streambatch import udf
+
+def fn(batch):
+    if 30017 in [r["id"] for r in udf.json_records(batch)]:
+        raise KeyError("no model output for record 30017")
+    return batch
+
+udf.run(fn)
+EOF
+arrow_raise() {
+  pipeline araise "  - {name: k, op: exec, args: {command: [$py, $tmp/araise.py], framing: arrow, mode: batches}}" \
+    "  execution: {maxTaskRetries: 1}"
+  if run araise; then echo "the run succeeded"; return 1; fi
+  grep -q "KeyError: 'no model output for record 30017'" "$tmp/araise.log" ||
+    { echo "the error lacks the exception"; grep -m3 error "$tmp/araise.log"; return 1; }
+}
+check "framing arrow: a UDF that raises fails the run with the exception in the error" arrow_raise
 
 echo "sdk-test: $passed passed, $failed failed"
 ((failed == 0))

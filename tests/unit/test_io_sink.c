@@ -405,3 +405,57 @@ Test(sink, large_partition)
     sb_part_free(blob);
     free(line);
 }
+
+/* A partition of typed columns (exec with framing arrow, plugins): no "record" column. */
+static void *typed_part(size_t *len, bool nan)
+{
+    sb_field f[] = {
+        {.name = "id", .type = SB_TYPE_INT64},
+        {.name = "text", .type = SB_TYPE_UTF8, .nullable = true},
+        {.name = "v", .type = SB_TYPE_FIXED_LIST, .child_type = SB_TYPE_FLOAT32, .list_size = 2}};
+    sb_err e;
+    sb_batch_builder *b = sb_batch_builder_new(f, 3, &e);
+    cr_assert_not_null(b, "%s", e.msg);
+    float v[2][2] = {{0.1f, -2.0f}, {nan ? 0.0f / 0.0f : 1e-3f, 3.0f}};
+    cr_assert_eq(sb_batch_builder_append_int(b, 0, 7, &e), 0);
+    cr_assert_eq(sb_batch_builder_append_binary(b, 1, "a \"q\"", 5, &e), 0);
+    cr_assert_eq(sb_batch_builder_append_list(b, 2, v[0], 2, &e), 0);
+    cr_assert_eq(sb_batch_builder_append_int(b, 0, -8, &e), 0);
+    cr_assert_eq(sb_batch_builder_append_null(b, 1, &e), 0);
+    cr_assert_eq(sb_batch_builder_append_list(b, 2, v[1], 2, &e), 0);
+    void *blob;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, len, &e), 0, "%s", e.msg);
+    sb_batch_builder_free(b);
+    return blob;
+}
+
+Test(sink, typed_columns_are_written_as_json_objects)
+{
+    sb_err err = {0};
+    size_t len;
+    void *blob = typed_part(&len, false);
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    cr_assert_eq(sb_io_sink_prepare(&s, &err), 0, "%s", err.msg);
+    sb_io_part_info info;
+    cr_assert_eq(sb_io_sink_write_part(&s, "p0", blob, len, &info, &err), 0, "%s", err.msg);
+    cr_expect_eq(info.rows, 2);
+    size_t n;
+    char *got = slurp(out_path("part-p0.jsonl"), &n);
+    cr_expect_str_eq(got, "{\"id\":7,\"text\":\"a \\\"q\\\"\",\"v\":[0.1,-2]}\n"
+                          "{\"id\":-8,\"text\":null,\"v\":[0.001,3]}\n");
+    free(got);
+    /* a format that writes one record column cannot: it says which columns it got */
+    sb_sink_spec t = spec(SB_FMT_TEXT, NULL);
+    cr_assert_eq(sb_io_sink_write_part(&t, "p1", blob, len, &info, &err), -1);
+    cr_expect(strstr(err.msg, "format text writes one record column") != NULL &&
+                  strstr(err.msg, "3 typed columns (the first is \"id\")") != NULL,
+              "%s", err.msg);
+    sb_part_free(blob);
+    /* NaN has no JSON: an error naming the column, row and element, no part file */
+    blob = typed_part(&len, true);
+    cr_assert_eq(sb_io_sink_write_part(&s, "p2", blob, len, &info, &err), -1);
+    cr_expect(strstr(err.msg, "column \"v\", row 1, element 0: NaN or infinity") != NULL, "%s",
+              err.msg);
+    cr_expect(!exists("part-p2.jsonl"));
+    sb_part_free(blob);
+}
