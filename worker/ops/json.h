@@ -60,5 +60,4 @@ size_t sb_op_json_unescape(const char *p, size_t n, char *dst, size_t cap);
  * *i is exact); *d is its double value in every case. */
 void sb_op_json_number(const char *p, size_t n, double *d, int64_t *i, bool *is_int);
 
-
 #endif
