@@ -2,7 +2,8 @@
 # User code cost (issue 13), run by `make bench`; prints a markdown section on stdout.
 #   1. exec: one Python function over the same jsonl, (a) called in one Python process that reads
 #      and writes the files itself, (b) as an exec stage (mode batches, the sdk/python kit,
-#      batches of 1,000) on one worker slot, (c) the same on two slots; rounds interleaved.
+#      batches of 1,000) on one worker slot, (c) the same with framing arrow (typed columns out,
+#      written as JSON by the sink), (d) lines on two slots; rounds interleaved.
 #   2. plugin: examples/plugins/passthrough (identity through the plugin ABI) vs the built-in
 #      identity op, same data, two slots.
 #   3. Ray Data 2.x (pip, in a venv cached under ~/.cache/streambatch; for this benchmark only)
@@ -20,7 +21,7 @@ trap 'rm -rf "$work"' EXIT
 make -s --no-print-directory "$build/plugins/libpassthrough.so" BUILD="$build" >&2
 
 # the kit, in a venv of its own
-python3 -m venv "$work/venv" >&2 && "$work/venv/bin/pip" install -q --disable-pip-version-check "$top/sdk/python" >&2
+python3 -m venv "$work/venv" >&2 && "$work/venv/bin/pip" install -q --disable-pip-version-check "$top/sdk/python" pyarrow >&2
 py=$work/venv/bin/python
 
 # 8 files, 400,000 records, ~46 MB
@@ -54,6 +55,16 @@ from fn import fn
 from streambatch import udf
 udf.run(fn, batch_format="columns")
 EOF
+cat >"$work/stage_arrow.py" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+from fn import fn
+from streambatch import udf
+def on_batch(batch):  # the jsonl records arrive as one "record" column of JSON texts
+    recs = udf.json_records(batch)
+    return fn({"id": [r["id"] for r in recs], "text": [r["text"] for r in recs]})
+udf.run(on_batch)
+EOF
 cat >"$work/alone.py" <<'EOF'
 import glob, json, sys
 sys.path.insert(0, sys.argv[1])
@@ -86,6 +97,7 @@ spec:
 Y
 }
 pipeline exec "{name: fn, op: exec, args: {command: [$py, $work/stage.py, $work], mode: batches, batchSize: 1000}}"
+pipeline exarrow "{name: fn, op: exec, args: {command: [$py, $work/stage_arrow.py, $work], mode: batches, batchSize: 1000, framing: arrow}}"
 pipeline ident "{name: id, op: identity}" big
 pipeline plug "{name: id, op: plugin, args: {path: '$build/plugins/libpassthrough.so'}}" big
 
@@ -131,7 +143,7 @@ EOF
 have_ray=0
 "$ray_py" -c 'import ray.data' 2>/dev/null && have_ray=1
 
-alone=() ex1=() ex2=() ident=() plug=() ray=() ray_pipe=()
+alone=() ex1=() exa=() ex2=() ident=() plug=() ray=() ray_pipe=()
 for r in $(seq "$rounds"); do
   echo "bench: user code round $r/$rounds" >&2
   rm -f "$work/alone.jsonl"
@@ -139,9 +151,15 @@ for r in $(seq "$rounds"); do
   ex1+=("$(secs run_sb exec 1)")
   [[ $r == 1 ]] && { a=$(digest "$work/alone.jsonl"); b=$(digest "$work"/out-exec/part-*.jsonl)
     [[ $a == "$b" ]] || { echo "bench: exec output differs from the function called alone ($a vs $b)" >&2; exit 1; }; }
+  exa+=("$(secs run_sb exarrow 1)")
+  [[ $r == 1 ]] && { a=$(digest "$work/alone.jsonl"); b=$(digest "$work"/out-exarrow/part-*.jsonl)
+    [[ $a == "$b" ]] || { echo "bench: exec (arrow) output differs from the function called alone ($a vs $b)" >&2; exit 1; }; }
   ex2+=("$(secs run_sb exec 2)")
+  # A B B A: the pair is short (~1.6 s), so drift within a round would otherwise favour one side
   ident+=("$(secs run_sb ident 2)")
   plug+=("$(secs run_sb plug 2)")
+  plug+=("$(secs run_sb plug 2)")
+  ident+=("$(secs run_sb ident 2)")
   [[ $r == 1 ]] && { a=$(digest "$work"/out-ident/part-*.jsonl); b=$(digest "$work"/out-plug/part-*.jsonl)
     [[ $a == "$b" ]] || { echo "bench: plugin output differs from identity's" >&2; exit 1; }; }
   if ((have_ray)); then
@@ -174,6 +192,7 @@ echo "| run | median s | range | / Python alone |"
 echo "|---|---|---|---|"
 row "Python alone: one process reads, calls the function, writes" "${alone[@]}"
 row "exec (kit, mode batches), 1 slot" "${ex1[@]}"
+row "exec (kit, mode batches, framing arrow), 1 slot" "${exa[@]}"
 row "exec (kit, mode batches), 2 slots" "${ex2[@]}"
 if ((${#ray[@]})); then
   rv=$("$ray_py" -c 'import ray; print(ray.__version__)')
@@ -183,9 +202,9 @@ else
   echo "| Ray Data | not measured (could not be installed or run here) | | |"
 fi
 echo
-echo "Goal (issue 13): exec on one slot at most 1.15x the function called alone."
+echo "Goal (issue 13): exec on one slot (lines and arrow) at most 1.15x the function called alone."
 echo
-echo "| identity, 8x the data ($((bytes * 8 / 1000000)) MB), 2 slots | median s | range | plugin / built-in |"
+echo "| identity, 8x the data ($((bytes * 8 / 1000000)) MB), 2 slots, 2 runs per round (A B B A) | median s | range | plugin / built-in |"
 echo "|---|---|---|---|"
 mi=$(median "${ident[@]}"); mp=$(median "${plug[@]}")
 printf '| built-in identity | %.2f | %s | |\n' "$mi" "$(range "${ident[@]}")"

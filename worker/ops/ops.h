@@ -17,9 +17,10 @@
  *
  * Operators of this build: identity, bench.spin, bench.sleep (any schema); filter, project
  * (jsonl records: the "record" utf8/binary column); exec (user code in a child process,
- * framing lines: worker/ops/exec, docs/exec.md). image.*, tensor.mlp and plugin are not in
- * this build: sb_op_find() returns NULL and the caller reports "op X is not available in this
- * worker build" (validate rejects them first).
+ * framing lines or arrow: worker/ops/exec, docs/exec.md); plugin (native code over the Arrow
+ * C Data Interface: worker/ops/plugin). image.* and tensor.mlp are not in this build:
+ * sb_op_find() returns NULL and the caller reports "op X is not available in this worker
+ * build" (validate rejects them first).
  *
  * Memory and threads:
  *  - sb_op_impl tables are static and immutable; sb_op_find() never allocates.
