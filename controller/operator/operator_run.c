@@ -519,6 +519,8 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
     free(set);
     double elapsed = (double)(sb_opr_mono_ms() - r->started_ms) / 1000.0;
     int rc = sb_opr_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
+    if (rc == 0)
+        rc = sb_opr_status_mode(status, r->p.spec.execution.mode);
     size_t nerr = 0;
     sb_sched_errored *errs = sb_ctl_errored(r->ctl, &nerr, NULL);
     if (rc == 0)

@@ -365,6 +365,11 @@ static cJSON *obj_at(cJSON *o, const char *k)
     return cJSON_AddObjectToObject(o, k);
 }
 
+int sb_opr_status_mode(cJSON *status, sb_exec_mode mode)
+{
+    return set_str(status, "mode", sb_exec_mode_names[mode]) < 0 ? -1 : 0;
+}
+
 int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
                            size_t committed_splits, const sb_opr_pool_view *pools, size_t npools,
                            double elapsed_s)

@@ -90,6 +90,10 @@ typedef struct sb_opr_pool_view {
     uint32_t desired, ready, pending;
 } sb_opr_pool_view;
 
+/* Sets status.mode, the execution model the run uses (the -o wide Mode column: the spec's
+ * mode may be absent, meaning streaming). */
+int sb_opr_status_mode(cJSON *status, sb_exec_mode mode);
+
 /* Sets progress ("committed/total"), partitions {total, committed, inFlight, recovered,
  * errored} and stages[] (name, pool, workersDesired, workersReady, tasksRunning, rowsOut,
  * bytesOut, rowsPerSecond over elapsed_s) in status from a controller snapshot, and the

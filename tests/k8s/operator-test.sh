@@ -543,6 +543,10 @@ basic_run() {
     { echo "missing lifecycle Events (Started, WorkerPodsCreated, Succeeded)"; return 1; }
   [[ $(cond basic Complete status) == True ]] || { echo "condition Complete not True"; return 1; }
   echo "status: $(jp basic '{.status.progress} {.status.partitions}')"
+  # -o wide's Mode column shows the model the run used, also without spec.execution
+  local wide; wide=$(kubectl -n "$NS" get pipeline basic -o wide --no-headers)
+  echo "kubectl get -o wide: $wide"
+  [[ " $wide " == *" streaming "* ]] || { echo "the MODE column does not say streaming"; return 1; }
 }
 opcheck "a: kubectl apply -> worker pods -> Succeeded, output = independent computation, _SUCCESS, pods gone" basic_run
 

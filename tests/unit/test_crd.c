@@ -239,7 +239,7 @@ Test(crd, printer_columns_point_at_real_fields)
         {"Workers", ".status.workers", 0},
         {"Throughput", ".status.throughput", 0},
         {"Age", ".metadata.creationTimestamp", 0},
-        {"Mode", ".spec.execution.mode", 1},
+        {"Mode", ".status.mode", 1},
         {"Failing Condition", ".status.failingCondition", 1},
     };
     size_t nwant = sizeof want / sizeof want[0];

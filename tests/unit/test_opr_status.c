@@ -407,3 +407,17 @@ Test(opr_status, failing_condition_column)
     cr_expect_eq((unsigned char)fc[251], 'a');
     cJSON_Delete(st);
 }
+
+/* The -o wide Mode column reads status.mode: written for every run, also when spec.execution
+ * (and so spec.execution.mode) is absent, where the printer column showed nothing before. */
+Test(opr_status, mode_column)
+{
+    cJSON *st = cJSON_CreateObject();
+    cr_assert_eq(sb_opr_status_mode(st, SB_MODE_STREAMING), 0);
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(st, "mode")->valuestring, "streaming");
+    cr_assert_eq(sb_opr_status_mode(st, SB_MODE_STATIC), 0);
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(st, "mode")->valuestring, "static");
+    cr_assert_eq(sb_opr_status_mode(st, SB_MODE_STAGED), 0);
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(st, "mode")->valuestring, "staged");
+    cJSON_Delete(st);
+}
