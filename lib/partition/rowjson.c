@@ -80,17 +80,22 @@ static int add_quoted(text *t, const char *s, size_t n)
     return 0;
 }
 
-/* The shortest %g text that reads back as v (as a float when single). */
+size_t sb_json_float(char buf[40], double v, bool single)
+{
+    int n = 0;
+    for (int prec = single ? 6 : 15; prec <= (single ? 9 : 17); prec++) {
+        n = snprintf(buf, 40, "%.*g", prec, v);
+        if (single ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v)
+            break;
+    }
+    return (size_t)n;
+}
+
 static int add_float(text *t, double v, bool single)
 {
     char b[40];
-    int n = 0;
-    for (int prec = single ? 6 : 15; prec <= (single ? 9 : 17); prec++) {
-        n = snprintf(b, sizeof b, "%.*g", prec, v);
-        if (single ? strtof(b, NULL) == (float)v : strtod(b, NULL) == v)
-            break;
-    }
-    return add(t, b, (size_t)n);
+    size_t n = sb_json_float(b, v, single);
+    return add(t, b, n);
 }
 
 /* Value i of a numeric column's values (fixed-size list children too). Returns -1 for a value

@@ -13,6 +13,7 @@
 #ifndef SB_PARTITION_ROWJSON_H
 #define SB_PARTITION_ROWJSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/err.h"
@@ -21,6 +22,10 @@
 /* Writes the JSON string literal of s[0..n) (quotes, escapes for '"', '\\' and control
  * characters) into dst[0..cap); returns the full length it needs (written only if <= cap). */
 size_t sb_json_quote(const char *s, size_t n, char *dst, size_t cap);
+
+/* The shortest text of v that reads back as the same value (as a float when single): at most
+ * 32 bytes into buf, which must hold 40; returns the length. v must be finite. */
+size_t sb_json_float(char buf[40], double v, bool single);
 
 /* A new batch with one utf8 column "record" holding each row of b as a JSON object. */
 int sb_batch_rows_json(const sb_batch *b, void **blob, size_t *len, sb_err *err);

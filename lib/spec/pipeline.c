@@ -63,7 +63,10 @@ static const argspec args_resize[] = {
 static const argspec args_normalize[] = {
     {"mean", A_NUMLIST, 0, 0, NULL}, {"std", A_NUMLIST, 0, 0, NULL}, {NULL, A_ANY, 0, 0, NULL}};
 static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL},
+                                   {"field", A_STR, 1, 0, NULL},
                                    {"activation", A_ENUM, 0, 0, activations},
+                                   {"outputField", A_STR, 0, 0, NULL},
+                                   {"topK", A_INT, 0, 1, NULL},
                                    {NULL, A_ANY, 0, 0, NULL}};
 static const char *const exec_framings[] = {"lines", "arrow", NULL};
 static const char *const exec_modes[] = {"filter", "batches", NULL};
@@ -91,7 +94,7 @@ static const opspec ops[] = {
     {"image.decode", args_decode, NULL, 1},
     {"image.resize", args_resize, NULL, 1},
     {"image.normalize", args_normalize, NULL, 1},
-    {"tensor.mlp", args_mlp, NULL, 1},
+    {"tensor.mlp", args_mlp, NULL, 0},
     {"exec", args_exec, NULL, 0},
     {"plugin", args_plugin, NULL, 0},
 };
@@ -439,7 +442,8 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
             sb_path_field(buf, sizeof buf, path, "op");
             sb_diags_add(d, buf, opn->line, opn->col,
                          "op \"%s\" is not in this build yet; the ops this build runs are "
-                         "identity, bench.spin, bench.sleep, filter, project, exec and plugin",
+                         "identity, bench.spin, bench.sleep, filter, project, tensor.mlp, exec "
+                         "and plugin",
                          st->op);
             return;
         }

@@ -12,6 +12,8 @@
 #      fixed-size list), the jsonl sink writes them as objects equal to an independent computation
 #   7. framing arrow, mode filter, a plain pyarrow script (no kit): open_stream/new_stream
 #   8. framing arrow, a UDF that raises: the error ends with the exception's line
+#   9. tensor.mlp against numpy: a random model in safetensors, over jsonl vectors and over an
+#      Arrow tensor column made by an exec stage
 # Prints "sdk-test: N passed, N failed" last. Bounded (timeout per run); cleans its files.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -255,6 +257,90 @@ arrow_raise() {
     { echo "the error lacks the exception"; grep -m3 error "$tmp/araise.log"; return 1; }
 }
 check "framing arrow: a UDF that raises fails the run with the exception in the error" arrow_raise
+
+# tensor.mlp (CPU) against numpy: a random 3-layer model saved as safetensors the way
+# safetensors.torch.save_file lays it out (F32, nn.Sequential indices 0, 2, 4), vectors in jsonl
+# and, through an exec stage with framing arrow, as a tensor column
+mlp_numpy() {
+  "$py" - "$tmp" <<'EOF' || return 1
+import json, struct, sys
+import numpy as np
+t = sys.argv[1]
+rng = np.random.default_rng(7)
+shapes = [(16, 12), (8, 16), (5, 8)]
+tensors, data, off = {}, b"", 0
+for i, (o, n) in zip((0, 2, 4), shapes):
+    for name, arr in ((f"{i}.weight", rng.standard_normal((o, n)).astype(np.float32)),
+                      (f"{i}.bias", rng.standard_normal(o).astype(np.float32))):
+        b = arr.tobytes()
+        tensors[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        data += b; off += len(b)
+        np.save(f"{t}/{name}.npy", arr)
+h = json.dumps(tensors).encode()
+open(f"{t}/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + data)
+import os
+os.makedirs(f"{t}/vec", exist_ok=True)
+with open(f"{t}/vec/v.jsonl", "w") as f:
+    for i in range(3000):
+        f.write(json.dumps({"id": i, "v": [float(x) for x in rng.standard_normal(12).astype(np.float32)]}) + "\n")
+EOF
+  cat >"$tmp/mlp.yaml" <<EOF
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: mlp}
+spec:
+  source: {uri: 'file://$tmp/vec/', format: jsonl, partitionSize: 64Ki}
+  stages:
+  - {name: mlp, op: tensor.mlp, args: {weights: 'file://$tmp/model.safetensors', field: v, activation: gelu, topK: 2}}
+  sink: {uri: 'file://$tmp/out-mlp/', format: jsonl}
+EOF
+  cat >"$tmp/tens.py" <<'EOF'
+import numpy as np
+from streambatch import udf
+def fn(batch):  # jsonl records -> a float32 tensor column
+    recs = udf.json_records(batch)
+    return {"id": np.array([r["id"] for r in recs]), "v": np.array([r["v"] for r in recs], dtype=np.float32)}
+udf.run(fn)
+EOF
+  sed -e 's/name: mlp}/name: mlpt}/' -e "s#out-mlp#out-mlpt#" \
+      -e "s#  - {name: mlp, op: tensor.mlp#  - {name: tens, op: exec, args: {command: [$py, $tmp/tens.py], framing: arrow, mode: batches}}\n  - {name: mlp, op: tensor.mlp#" \
+      "$tmp/mlp.yaml" >"$tmp/mlpt.yaml"
+  run mlp || { tail -20 "$tmp/mlp.log"; return 1; }
+  run mlpt || { tail -20 "$tmp/mlpt.log"; return 1; }
+  "$py" - "$tmp" <<'EOF'
+import glob, json, math, sys
+import numpy as np
+t = sys.argv[1]
+W = [np.load(f"{t}/{i}.weight.npy").astype(np.float64) for i in (0, 2, 4)]
+B = [np.load(f"{t}/{i}.bias.npy").astype(np.float64) for i in (0, 2, 4)]
+erf = np.vectorize(math.erf)
+def forward(x):
+    for k, (w, b) in enumerate(zip(W, B)):
+        x = x @ w.T + b
+        if k < 2:
+            x = 0.5 * x * (1 + erf(x / math.sqrt(2)))
+    return x
+inp = {r["id"]: r["v"] for r in map(json.loads, open(f"{t}/vec/v.jsonl"))}
+for out in ("out-mlp", "out-mlpt"):
+    got = {}
+    for p in glob.glob(f"{t}/{out}/part-*.jsonl"):
+        for r in map(json.loads, open(p)):
+            assert r["id"] not in got, "record %d twice" % r["id"]
+            got[r["id"]] = r
+    assert sorted(got) == sorted(inp), "%s: %d records, want %d" % (out, len(got), len(inp))
+    ids = sorted(inp)
+    want = forward(np.array([inp[i] for i in ids], dtype=np.float32).astype(np.float64))
+    y = np.array([got[i]["y"] for i in ids])
+    # relative to each output vector's scale (its largest magnitude): an element near zero
+    # after cancellation has no meaningful relative error of its own
+    err = np.max(np.abs(y - want) / np.max(np.abs(want), axis=1, keepdims=True))
+    assert err <= 1e-5, "%s: max relative difference %g" % (out, err)
+    top = np.array([got[i]["yTopK"] for i in ids])
+    assert (top == np.argsort(-want, axis=1, kind="stable")[:, :2]).all(), out + ": top-2 differs"
+    print("%s: %d records, max difference to numpy (float64) %.2g of each vector's scale, top-2 equal" % (out, len(ids), err))
+EOF
+}
+check "tensor.mlp (CPU) equals numpy on a random 3-layer gelu model: jsonl vectors and an Arrow tensor column" mlp_numpy
 
 echo "sdk-test: $passed passed, $failed failed"
 ((failed == 0))

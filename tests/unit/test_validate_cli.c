@@ -123,9 +123,9 @@ static const invalid_case cases[] = {
      1,
      {"op-not-in-build.yaml:8:13: spec.source.format: format \"image\" is not in this build yet; "
       "this build reads jsonl, csv, text and binary",
-      "op-not-in-build.yaml:11:9: spec.stages[0].op: op \"tensor.mlp\" is not in this build yet; "
-      "the ops this build runs are identity, bench.spin, bench.sleep, filter, project, exec and "
-      "plugin"}},
+      "op-not-in-build.yaml:11:9: spec.stages[0].op: op \"image.resize\" is not in this build "
+      "yet; the ops this build runs are identity, bench.spin, bench.sleep, filter, project, "
+      "tensor.mlp, exec and plugin"}},
     {"op-unknown-arg.yaml",
      1,
      {"op-unknown-arg.yaml:12:11: spec.stages[0].args: op \"bench.sleep\" needs exactly one of "

@@ -1,7 +1,7 @@
 /* impls.h — the built-in operator tables, defined one family per file (bench.c: identity,
  * bench.spin, bench.sleep; record.c: filter, project;
- * exec/exec.c: exec; plugin/plugin.c: plugin) and listed by ops.c. Internal to
- * worker/ops.
+ * exec/exec.c: exec; plugin/plugin.c: plugin; tensor/mlp.c: tensor.mlp) and listed by ops.c.
+ * Internal to worker/ops.
  *
  * Memory: static, immutable tables.
  */
@@ -17,5 +17,11 @@ extern const sb_op_impl sb_op_filter_impl;
 extern const sb_op_impl sb_op_project_impl;
 extern const sb_op_impl sb_op_exec_impl;
 extern const sb_op_impl sb_op_plugin_impl;
+extern const sb_op_impl sb_op_mlp_impl;
+
+/* What the ops keep across tasks, released by sb_op_shutdown(): exec's pooled processes
+ * (exec/exec.c), tensor.mlp's loaded models (tensor/mlp.c). */
+void sb_op_exec_shutdown(void);
+void sb_op_mlp_shutdown(void);
 
 #endif

@@ -6,8 +6,14 @@
 
 static const sb_op_impl *const registry[] = {
     &sb_op_identity_impl, &sb_op_spin_impl, &sb_op_sleep_impl,  &sb_op_filter_impl,
-    &sb_op_project_impl,  &sb_op_exec_impl, &sb_op_plugin_impl,
+    &sb_op_project_impl,  &sb_op_exec_impl, &sb_op_plugin_impl, &sb_op_mlp_impl,
 };
+
+void sb_op_shutdown(void)
+{
+    sb_op_exec_shutdown();
+    sb_op_mlp_shutdown();
+}
 
 const sb_op_impl *sb_op_find(const char *name)
 {

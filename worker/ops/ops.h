@@ -18,9 +18,10 @@
  * Operators of this build: identity, bench.spin, bench.sleep (any schema); filter, project
  * (jsonl records: the "record" utf8/binary column); exec (user code in a child process,
  * framing lines or arrow: worker/ops/exec, docs/exec.md); plugin (native code over the Arrow
- * C Data Interface: worker/ops/plugin). image.* and tensor.mlp are not in this build:
- * sb_op_find() returns NULL and the caller reports "op X is not available in this worker
- * build" (validate rejects them first).
+ * C Data Interface: worker/ops/plugin); tensor.mlp (an MLP over a tensor column or a jsonl
+ * field, CPU: worker/ops/tensor). image.* are not in this build: sb_op_find() returns NULL and
+ * the caller reports "op X is not available in this worker build" (validate rejects them
+ * first).
  *
  * Memory and threads:
  *  - sb_op_impl tables are static and immutable; sb_op_find() never allocates.
@@ -134,8 +135,9 @@ int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err);
  * control characters as '?', "..." when cut, never cutting a UTF-8 sequence. Returns buf. */
 const char *sb_op_excerpt(const char *p, size_t n, char *buf, size_t cap);
 
-/* What operators keep across tasks: exec's long-lived processes (worker/ops/exec). Their
- * resident memory (counted in the worker's), and stopping them all at worker shutdown. */
+/* What operators keep across tasks: exec's long-lived processes (worker/ops/exec) and
+ * tensor.mlp's loaded weights. The processes' resident memory (counted in the worker's), and
+ * releasing all of it at worker shutdown. */
 uint64_t sb_op_children_rss(void);
 void sb_op_shutdown(void);
 

@@ -105,7 +105,7 @@ static void pool_put(exec_child *c)
     exec_child_free(c);
 }
 
-void sb_op_shutdown(void)
+void sb_op_exec_shutdown(void)
 {
     pthread_mutex_lock(&pool_mu);
     for (size_t i = 0; i < npool; i++)

@@ -1,0 +1,301 @@
+/* Tests of tensor.mlp's CPU implementation (worker/ops/tensor): the strict safetensors reader
+ * and the op over tensor columns and jsonl records. Models are written here as safetensors
+ * files; expected outputs are computed here in double precision. (Against numpy, on random
+ * models through `streambatch run`: tests/sdk/test-python-kit.sh.) */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "partition/partition.h"
+#include "partition/rowjson.h"
+#include "worker/ops/ops.h"
+#include "worker/ops/tensor/safetensors.h"
+#include "testutil.h"
+
+TestSuite(mlp, .timeout = 60);
+
+/* A safetensors file from a header text and data bytes; returns its path (static buffer). */
+static const char *write_st(const char *header, const void *data, size_t dlen)
+{
+    static char path[256];
+    char dir[128];
+    sb_test_tmpl(dir, sizeof dir, "sb-test-mlp");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint64_t hl = strlen(header);
+    fwrite(&hl, 8, 1, f);
+    fwrite(header, 1, hl, f);
+    if (dlen)
+        fwrite(data, 1, dlen, f);
+    fclose(f);
+    return path;
+}
+
+/* The model used below: 0: Linear(3 -> 4) with bias, relu, 2: Linear(4 -> 2) without bias. */
+static const float W0[4][3] = {{1, -1, 0.5f}, {0.25f, 2, -1}, {-0.5f, 0, 1}, {1, 1, 1}};
+static const float B0[4] = {0.1f, -0.2f, 0.3f, -4};
+static const float W2[2][4] = {{1, 0.5f, -1, 2}, {-1, 1, 0.25f, 0}};
+
+static const char *model_file(void)
+{
+    float data[12 + 4 + 8];
+    memcpy(data, W0, sizeof W0);
+    memcpy(data + 12, B0, sizeof B0);
+    memcpy(data + 16, W2, sizeof W2);
+    return write_st("{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4,3],\"data_offsets\":[0,48]},"
+                    "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[48,64]},"
+                    "\"2.weight\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[64,96]},"
+                    "\"__metadata__\":{\"format\":\"pt\"}}",
+                    data, sizeof data);
+}
+
+static void expect_row(const float x[3], double y[2], int relu)
+{
+    double h[4];
+    for (int o = 0; o < 4; o++) {
+        h[o] = B0[o];
+        for (int i = 0; i < 3; i++)
+            h[o] += (double)W0[o][i] * x[i];
+        if (relu && h[o] < 0)
+            h[o] = 0;
+    }
+    for (int o = 0; o < 2; o++) {
+        y[o] = 0;
+        for (int i = 0; i < 4; i++)
+            y[o] += (double)W2[o][i] * h[i];
+    }
+}
+
+static void *g_blob;
+static size_t g_len;
+static int collect(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    (void)rows, (void)ud;
+    cr_assert_null(g_blob, "one output partition expected");
+    g_blob = blob;
+    g_len = len;
+    return 0;
+}
+
+/* Runs tensor.mlp (args) over blob; 0 with the output in g_blob, or -1 + e. */
+static int run(const char *args, void *blob, size_t len, size_t batch, sb_err *e)
+{
+    const sb_op_impl *op = sb_op_find("tensor.mlp");
+    cr_assert_not_null(op);
+    void *st;
+    if (op->init(args, &st, e) != 0)
+        return -1;
+    sb_op_out *o = sb_op_out_new(64 << 20, collect, NULL, e);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, e), 0);
+    g_blob = NULL;
+    int rc = sb_op_run(op, st, b, batch, o, e);
+    if (rc == 0)
+        rc = op->finish(st, o, e);
+    if (rc == 0)
+        rc = sb_op_out_flush(o, e);
+    sb_batch_close(b);
+    sb_op_out_free(o);
+    op->free(st);
+    return rc;
+}
+
+static const float X[5][3] = {{1, 2, 3}, {0, 0, 0}, {-1, 0.5f, 2}, {3, -2, 1}, {0.1f, 0.2f, 0.3f}};
+
+Test(mlp, tensor_column_in_typed_columns_out)
+{
+    sb_field f[2] = {{.name = "id", .type = SB_TYPE_INT64},
+                     {.name = "x",
+                      .type = SB_TYPE_FIXED_LIST,
+                      .child_type = SB_TYPE_FLOAT32,
+                      .list_size = 3,
+                      .nullable = true}};
+    sb_err e = {0};
+    sb_batch_builder *bb = sb_batch_builder_new(f, 2, &e);
+    for (int r = 0; r < 5; r++) {
+        cr_assert_eq(sb_batch_builder_append_int(bb, 0, r, &e), 0);
+        cr_assert_eq(r == 1 ? sb_batch_builder_append_null(bb, 1, &e)
+                            : sb_batch_builder_append_list(bb, 1, X[r], 3, &e),
+                     0);
+    }
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0);
+    sb_batch_builder_free(bb);
+    char *args;
+    cr_assert(asprintf(&args, "{\"weights\":\"%s\",\"field\":\"x\",\"topK\":2}", model_file()) > 0);
+    /* batches of 2 rows: the op's output rows follow the input's, row ranges that start inside
+     * the partition included */
+    cr_assert_eq(run(args, blob, len, 2, &e), 0, "%s", e.msg);
+    sb_batch *out;
+    cr_assert_eq(sb_batch_open(g_blob, g_len, &out, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_batch_ncols(out), 4);
+    const sb_column *y = sb_batch_column(out, 2), *k = sb_batch_column(out, 3);
+    cr_assert_str_eq(y->name, "y");
+    cr_assert_str_eq(k->name, "yTopK");
+    cr_assert_eq(y->list_size, 2);
+    for (int r = 0; r < 5; r++) {
+        cr_assert_eq(sb_column_valid(y, r), r != 1, "row %d validity", r);
+        if (r == 1)
+            continue;
+        double want[2];
+        expect_row(X[r], want, 1);
+        const float *got = (const float *)y->values + 2 * r;
+        for (int o = 0; o < 2; o++)
+            cr_assert(fabs(got[o] - want[o]) <= 1e-5 * fmax(1, fabs(want[o])),
+                      "row %d output %d: %g, want %g", r, o, got[o], want[o]);
+        const int32_t *ki = (const int32_t *)k->values + 2 * r;
+        cr_assert_eq(ki[0], want[0] >= want[1] ? 0 : 1, "row %d top 1", r);
+        cr_assert_eq(ki[1], want[0] >= want[1] ? 1 : 0);
+    }
+    sb_batch_close(out);
+    sb_part_free(g_blob);
+    sb_part_free(blob);
+    free(args);
+    sb_op_shutdown();
+}
+
+static void *json_part(const char *const *recs, size_t n, size_t *len)
+{
+    sb_field f = {.name = "record", .type = SB_TYPE_UTF8};
+    sb_err e = {0};
+    sb_batch_builder *bb = sb_batch_builder_new(&f, 1, &e);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(sb_batch_builder_append_binary(bb, 0, recs[i], strlen(recs[i]), &e), 0);
+    void *blob;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, len, &e), 0);
+    sb_batch_builder_free(bb);
+    return blob;
+}
+
+Test(mlp, jsonl_records_get_the_output_member)
+{
+    const char *recs[] = {"{\"id\":1,\"v\":[1,2,3]}", " {\"v\":[3, -2, 1e0]} ", "{\"v\":[0,0,0]}"};
+    size_t len;
+    void *blob = json_part(recs, 3, &len);
+    char *args;
+    cr_assert(asprintf(&args,
+                       "{\"weights\":\"%s\",\"field\":\"v\",\"activation\":\"none\","
+                       "\"outputField\":\"logits\"}",
+                       model_file()) > 0);
+    sb_err e = {0};
+    cr_assert_eq(run(args, blob, len, 0, &e), 0, "%s", e.msg);
+    sb_batch *out;
+    cr_assert_eq(sb_batch_open(g_blob, g_len, &out, &e), 0);
+    const sb_column *c = sb_batch_column(out, 0);
+    const float xs[3][3] = {{1, 2, 3}, {3, -2, 1}, {0, 0, 0}};
+    for (int r = 0; r < 3; r++) {
+        size_t n;
+        const char *p = sb_column_binary(c, r, &n);
+        char *s = strndup(p, n);
+        double want[2];
+        expect_row(xs[r], want, 0);
+        double got[2];
+        const char *at = strstr(s, "\"logits\":[");
+        cr_assert_not_null(at, "%s", s);
+        cr_assert_eq(sscanf(at, "\"logits\":[%lf,%lf]}", &got[0], &got[1]), 2, "%s", s);
+        for (int o = 0; o < 2; o++)
+            cr_assert(fabs(got[o] - want[o]) <= 1e-5 * fmax(1, fabs(want[o])), "%s: want %g", s,
+                      want[o]);
+        if (r == 0)
+            cr_assert(strncmp(s, "{\"id\":1,\"v\":[1,2,3],\"logits\":[", 30) == 0, "%s", s);
+        free(s);
+    }
+    sb_batch_close(out);
+    sb_part_free(g_blob);
+    sb_part_free(blob);
+    free(args);
+    sb_op_shutdown();
+}
+
+Test(mlp, bad_records_are_data_errors_naming_the_record)
+{
+    struct {
+        const char *rec, *want;
+    } cases[] = {
+        {"{\"v\":[1,2]}", "record 0: field \"v\" has the wrong number of elements (2 elements"},
+        {"{\"v\":[1,2,\"x\"]}", "record 0: field \"v\" has an element that is not a number"},
+        {"{\"w\":[1,2,3]}", "record 0: field \"v\" is absent, not an array of 3 numbers"},
+        {"{\"v\":[1,2,3],\"y\":0}", "record 0 already has a field \"y\""},
+        {"[1,2,3]", "record 0 is a JSON array, not an object"},
+        {"{\"v\":[1,2,3e99]}", "a number outside float32's range"},
+    };
+    char *args;
+    cr_assert(asprintf(&args, "{\"weights\":\"%s\",\"field\":\"v\"}", model_file()) > 0);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t len;
+        void *blob = json_part(&cases[i].rec, 1, &len);
+        sb_err e = {0};
+        cr_expect_eq(run(args, blob, len, 0, &e), -1, "case %zu", i);
+        cr_expect(e.data, "case %zu: a data error", i);
+        cr_expect(strstr(e.msg, cases[i].want) != NULL, "case %zu: %s", i, e.msg);
+        sb_part_free(blob);
+        sb_part_free(g_blob);
+        g_blob = NULL;
+    }
+    free(args);
+    sb_op_shutdown();
+}
+
+Test(mlp, bad_weights_files_say_what_is_wrong)
+{
+    float d[8] = {0};
+    struct {
+        const char *header;
+        size_t dlen;
+        const char *want;
+    } cases[] = {
+        {"{\"0.weight\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}", 8,
+         "has dtype F16 (F32 and F64 are supported"},
+        {"{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,64]}}", 32,
+         "data_offsets [0, 64] lie outside the 32 data bytes"},
+        {"{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,16]}}", 32,
+         "16 data bytes for 6 values of F32"},
+        {"{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+         "\"1.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[8,24]}}",
+         32, "overlap"},
+        {"{\"fc.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", 32,
+         "tensor \"fc.weight\" is not <index>.weight or <index>.bias"},
+        {"{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+         "\"1.weight\":{\"dtype\":\"F32\",\"shape\":[1,3],\"data_offsets\":[16,28]}}",
+         32, "layers do not chain: 1.weight takes 3 inputs, the layer before gives 2"},
+        {"{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+         "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[16,28]}}",
+         32, "tensor 0.bias must have shape [2]"},
+        {"{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+         "\"3.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}",
+         32, "tensor \"3.bias\" has no matching weight"},
+        {"not json at all", 0, "the header is not a JSON object"},
+        {"{}", 0, "no <index>.weight tensor"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *path = write_st(cases[i].header, d, cases[i].dlen);
+        char *args;
+        cr_assert(asprintf(&args, "{\"weights\":\"%s\",\"field\":\"v\"}", path) > 0);
+        const sb_op_impl *op = sb_op_find("tensor.mlp");
+        void *st = NULL;
+        sb_err e = {0};
+        cr_expect_eq(op->init(args, &st, &e), -1, "case %zu", i);
+        cr_expect(strstr(e.msg, cases[i].want) != NULL, "case %zu: %s", i, e.msg);
+        cr_expect(strstr(e.msg, path) != NULL, "case %zu names the file: %s", i, e.msg);
+        free(args);
+    }
+    /* a header length past the end of the file */
+    FILE *f = fopen(write_st("{}", NULL, 0), "r+b");
+    uint64_t big = 1ull << 40;
+    fwrite(&big, 8, 1, f);
+    fclose(f);
+    uint8_t *buf = malloc(16);
+    memcpy(buf, &big, 8);
+    memcpy(buf + 8, "{}      ", 8);
+    sb_safetensors st;
+    sb_err e = {0};
+    cr_expect_eq(sb_st_parse(buf, 16, &st, &e), -1);
+    cr_expect(strstr(e.msg, "not a safetensors file?") != NULL, "%s", e.msg);
+}

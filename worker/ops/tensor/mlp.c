@@ -1,0 +1,729 @@
+/* mlp.c — the tensor.mlp operator, CPU implementation (the reference; docs/pipeline-api.md):
+ * a multilayer perceptron of Linear layers with an activation between them, weights from a
+ * safetensors file as PyTorch saves an nn.Sequential of Linear and activation layers
+ * (`<index>.weight` [out, in] and `<index>.bias` [out], taken in index order).
+ *
+ * Args: weights (URI on any storage backend, required), field (the input, required),
+ * activation (relu, gelu or none between layers; default relu), outputField (default "y"),
+ * topK (optional: also "<outputField>TopK", the indices of the k largest outputs, largest
+ * first).
+ *
+ * Input, per batch: a fixed-size-list column named `field` (any numeric child type, as wide as
+ * the first layer) gives typed output: every input column plus `outputField` (fixed-size list of
+ * float32) and the top-k column (fixed-size list of int32); a null row gives null outputs.
+ * Otherwise jsonl records: `field` is a top-level member holding an array of numbers, and each
+ * output record is the input record with the output members added. A record without the field,
+ * with a non-number or the wrong width, or that already has the output member is a data error
+ * naming the record.
+ *
+ * Weights are loaded once per worker process and kept (keyed by URI) across tasks; a file over
+ * 2 GiB is refused. Memory: the state owns its scratch; the model cache owns the models until
+ * sb_op_shutdown().
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/store.h"
+#include "partition/rowjson.h"
+#include "worker/ops/impls.h"
+#include "worker/ops/json.h"
+#include "worker/ops/tensor/safetensors.h"
+
+#define MAX_WEIGHTS (2ull << 30)
+#define MAX_LAYERS 64
+
+typedef enum { ACT_RELU, ACT_GELU, ACT_NONE } act_kind;
+
+typedef struct mlp_model {
+    char *uri;
+    size_t nl;
+    size_t din[MAX_LAYERS], dout[MAX_LAYERS];
+    float *w[MAX_LAYERS]; /* dout x din, row-major */
+    float *b[MAX_LAYERS]; /* dout, or NULL */
+    size_t widest;
+    struct mlp_model *next;
+} mlp_model;
+
+typedef struct {
+    const mlp_model *m;
+    act_kind act;
+    char *field, *out_field, *topk_field;
+    size_t topk;
+    float *x, *y, *t; /* scratch: input, output, the layer between */
+    size_t cap_rows;
+    char *rec; /* jsonl: the output record being built */
+    size_t rec_cap;
+} mlp_state;
+
+/* ---- the model cache ---------------------------------------------------------------------- */
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static mlp_model *cache;
+
+static void model_free(mlp_model *m)
+{
+    for (size_t l = 0; l < m->nl; l++) {
+        free(m->w[l]);
+        free(m->b[l]);
+    }
+    free(m->uri);
+    free(m);
+}
+
+void sb_op_mlp_shutdown(void)
+{
+    pthread_mutex_lock(&cache_mu);
+    while (cache != NULL) {
+        mlp_model *m = cache;
+        cache = m->next;
+        model_free(m);
+    }
+    pthread_mutex_unlock(&cache_mu);
+}
+
+/* "<index>.weight" / "<index>.bias": the index and the kind (0 weight, 1 bias); -1 otherwise. */
+static long layer_index(const char *name, int *kind)
+{
+    char *end;
+    long i = strtol(name, &end, 10);
+    if (end == name || name[0] < '0' || name[0] > '9' || i < 0 || i > 1000000)
+        return -1;
+    if (strcmp(end, ".weight") == 0)
+        *kind = 0;
+    else if (strcmp(end, ".bias") == 0)
+        *kind = 1;
+    else
+        return -1;
+    return i;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int build_model(const sb_safetensors *st, mlp_model *m, sb_err *err)
+{
+    long idx[MAX_LAYERS];
+    size_t ni = 0;
+    for (size_t i = 0; i < st->n; i++) {
+        int kind;
+        long k = layer_index(st->t[i].name, &kind);
+        if (k < 0)
+            return sb_err_set(err,
+                              "tensor \"%.100s\" is not <index>.weight or <index>.bias (weights "
+                              "of an nn.Sequential of Linear layers are expected)",
+                              st->t[i].name);
+        if (kind != 0)
+            continue;
+        if (ni == MAX_LAYERS)
+            return sb_err_set(err, "more than %d layers", MAX_LAYERS);
+        idx[ni++] = k;
+    }
+    if (ni == 0)
+        return sb_err_set(err, "no <index>.weight tensor: no layers");
+    qsort(idx, ni, sizeof *idx, cmp_long);
+    for (size_t l = 0; l < ni; l++) {
+        char wn[48], bn[48];
+        snprintf(wn, sizeof wn, "%ld.weight", idx[l]);
+        snprintf(bn, sizeof bn, "%ld.bias", idx[l]);
+        const sb_st_tensor *w = sb_st_find(st, wn), *b = sb_st_find(st, bn);
+        if (w->ndim != 2 || w->shape[0] == 0 || w->shape[1] == 0 || w->shape[0] > (1u << 20) ||
+            w->shape[1] > (1u << 20))
+            return sb_err_set(err, "tensor %s must have shape [out, in] (sizes 1 to 2^20)", wn);
+        m->dout[l] = (size_t)w->shape[0];
+        m->din[l] = (size_t)w->shape[1];
+        if (l > 0 && m->din[l] != m->dout[l - 1])
+            return sb_err_set(err,
+                              "layers do not chain: %s takes %zu inputs, the layer before "
+                              "gives %zu",
+                              wn, m->din[l], m->dout[l - 1]);
+        if (b != NULL && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+            return sb_err_set(err, "tensor %s must have shape [%zu]", bn, m->dout[l]);
+        m->w[l] = malloc(m->din[l] * m->dout[l] * sizeof(float));
+        m->b[l] = b != NULL ? malloc(m->dout[l] * sizeof(float)) : NULL;
+        m->nl = l + 1;
+        if (m->w[l] == NULL || (b != NULL && m->b[l] == NULL))
+            return sb_err_set(err, "out of memory for the weights");
+        for (uint64_t i = 0; i < w->count; i++)
+            m->w[l][i] = sb_st_get(w, i);
+        for (size_t i = 0; b != NULL && i < m->dout[l]; i++)
+            m->b[l][i] = sb_st_get(b, i);
+        if (m->din[l] > m->widest)
+            m->widest = m->din[l];
+        if (m->dout[l] > m->widest)
+            m->widest = m->dout[l];
+    }
+    for (size_t i = 0; i < st->n; i++) { /* a bias without its weight */
+        int kind;
+        long k = layer_index(st->t[i].name, &kind);
+        bool found = false;
+        for (size_t l = 0; l < ni; l++)
+            found |= idx[l] == k;
+        if (!found)
+            return sb_err_set(err, "tensor \"%.100s\" has no matching weight", st->t[i].name);
+    }
+    return 0;
+}
+
+static int load_model(const char *uri, mlp_model **out, sb_err *err)
+{
+    uint64_t size = 0;
+    int exists = 0;
+    if (sb_io_stat(uri, &size, &exists, err) != 0)
+        return -1;
+    if (!exists)
+        return sb_err_set(err, "not found");
+    if (size > MAX_WEIGHTS)
+        return sb_err_set(err, "%llu bytes (the limit is 2 GiB)", (unsigned long long)size);
+    uint8_t *buf = malloc(size ? (size_t)size : 1);
+    if (buf == NULL)
+        return sb_err_set(err, "out of memory for %llu bytes", (unsigned long long)size);
+    sb_io_rd *r = NULL;
+    ssize_t got = -1;
+    if (sb_io_read_open(uri, 0, size, &r, err) == 0) {
+        got = sb_io_read_full(r, buf, (size_t)size, err);
+        sb_io_read_close(r);
+    }
+    if (got < 0 || (uint64_t)got != size) {
+        free(buf);
+        return got < 0 ? -1 : sb_err_set(err, "the file changed while it was read");
+    }
+    sb_safetensors st;
+    if (sb_st_parse(buf, (size_t)size, &st, err) != 0)
+        return -1;
+    mlp_model *m = calloc(1, sizeof *m);
+    int rc = m == NULL ? sb_err_set(err, "out of memory") : build_model(&st, m, err);
+    sb_st_free(&st);
+    if (rc == 0 && (m->uri = strdup(uri)) == NULL)
+        rc = sb_err_set(err, "out of memory");
+    if (rc != 0) {
+        if (m != NULL)
+            model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+/* The cached model of uri, loaded on first use (under the lock: one load per worker). */
+static const mlp_model *model_get(const char *uri, sb_err *err)
+{
+    pthread_mutex_lock(&cache_mu);
+    mlp_model *m = cache;
+    while (m != NULL && strcmp(m->uri, uri) != 0)
+        m = m->next;
+    if (m == NULL) {
+        if (load_model(uri, &m, err) != 0) {
+            sb_err_wrap(err, "tensor.mlp: weights %.300s", uri);
+            m = NULL;
+        } else {
+            m->next = cache;
+            cache = m;
+        }
+    }
+    pthread_mutex_unlock(&cache_mu);
+    return m;
+}
+
+/* ---- the forward pass --------------------------------------------------------------------- */
+
+static void linear(const float *x, size_t n, size_t din, const float *w, const float *b,
+                   size_t dout, float *y)
+{
+    for (size_t r = 0; r < n; r++) {
+        const float *xr = x + r * din;
+        float *yr = y + r * dout;
+        for (size_t o = 0; o < dout; o++) {
+            const float *wo = w + o * din;
+            float acc[8] = {0};
+            size_t i = 0;
+            for (; i + 8 <= din; i += 8)
+                for (size_t k = 0; k < 8; k++)
+                    acc[k] += xr[i + k] * wo[i + k];
+            float s =
+                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            for (; i < din; i++)
+                s += xr[i] * wo[i];
+            yr[o] = s + (b != NULL ? b[o] : 0.0f);
+        }
+    }
+}
+
+static void activate(float *v, size_t n, act_kind a)
+{
+    if (a == ACT_RELU) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = v[i] > 0 ? v[i] : 0;
+    } else if (a == ACT_GELU) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118654752f));
+    }
+}
+
+/* s->y[0..n*out) = the model applied to s->x[0..n*in). The last layer writes y; the ones before
+ * alternate between t and y so that no layer writes its own input. */
+static void forward(mlp_state *s, size_t n)
+{
+    const mlp_model *m = s->m;
+    const float *in = s->x;
+    for (size_t l = 0; l < m->nl; l++) {
+        float *dst = (m->nl - 1 - l) % 2 == 0 ? s->y : s->t;
+        linear(in, n, m->din[l], m->w[l], m->b[l], m->dout[l], dst);
+        if (l + 1 < m->nl)
+            activate(dst, n * m->dout[l], s->act);
+        in = dst;
+    }
+}
+
+/* The indices of the k largest of v[0..n), largest first (ties: lower index first). */
+static void top_k(const float *v, size_t n, size_t k, int32_t *out)
+{
+    for (size_t j = 0; j < k; j++)
+        out[j] = -1;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = k;
+        while (j > 0 && (out[j - 1] < 0 || v[i] > v[out[j - 1]]))
+            j--;
+        if (j == k)
+            continue;
+        memmove(out + j + 1, out + j, (k - j - 1) * sizeof *out);
+        out[j] = (int32_t)i;
+    }
+}
+
+static int reserve_rows(mlp_state *s, size_t n, sb_err *err)
+{
+    if (n <= s->cap_rows)
+        return 0;
+    size_t w = s->m->widest;
+    float *x = realloc(s->x, n * w * sizeof(float));
+    if (x != NULL)
+        s->x = x;
+    float *y = realloc(s->y, n * w * sizeof(float));
+    if (y != NULL)
+        s->y = y;
+    float *t = realloc(s->t, n * w * sizeof(float));
+    if (t != NULL)
+        s->t = t;
+    if (x == NULL || y == NULL || t == NULL)
+        return sb_err_set(err, "tensor.mlp: out of memory for %zu rows", n);
+    s->cap_rows = n;
+    return 0;
+}
+
+/* ---- the op ------------------------------------------------------------------------------- */
+
+static void mlp_free(void *state)
+{
+    mlp_state *s = state;
+    if (s == NULL)
+        return;
+    free(s->field);
+    free(s->out_field);
+    free(s->topk_field);
+    free(s->x);
+    free(s->y);
+    free(s->t);
+    free(s->rec);
+    free(s);
+}
+
+static int mlp_init(const char *args_json, void **state, sb_err *err)
+{
+    *state = NULL;
+    cJSON *a = args_json ? cJSON_Parse(args_json) : NULL;
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(a, "weights");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(a, "field");
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(a, "activation");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(a, "outputField");
+    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(a, "topK");
+    mlp_state *s = calloc(1, sizeof *s);
+    int rc = -1;
+    if (s == NULL) {
+        sb_err_set(err, "out of memory");
+        goto out;
+    }
+    if (!cJSON_IsString(w) || w->valuestring[0] == '\0') {
+        sb_err_set(err, "tensor.mlp: args.weights must be the URI of a safetensors file");
+        goto out;
+    }
+    if (!cJSON_IsString(f) || f->valuestring[0] == '\0') {
+        sb_err_set(err, "tensor.mlp: args.field must name the input (a tensor column or a jsonl "
+                        "field)");
+        goto out;
+    }
+    if (of != NULL && (!cJSON_IsString(of) || of->valuestring[0] == '\0')) {
+        sb_err_set(err, "tensor.mlp: args.outputField must be a non-empty string");
+        goto out;
+    }
+    s->act = ACT_RELU;
+    if (act != NULL) {
+        if (cJSON_IsString(act) && strcmp(act->valuestring, "relu") == 0)
+            s->act = ACT_RELU;
+        else if (cJSON_IsString(act) && strcmp(act->valuestring, "gelu") == 0)
+            s->act = ACT_GELU;
+        else if (cJSON_IsString(act) && strcmp(act->valuestring, "none") == 0)
+            s->act = ACT_NONE;
+        else {
+            sb_err_set(err, "tensor.mlp: args.activation must be relu, gelu or none");
+            goto out;
+        }
+    }
+    if (tk != NULL && (!cJSON_IsNumber(tk) || tk->valuedouble < 1 || tk->valuedouble > 1e6 ||
+                       tk->valuedouble != (double)(size_t)tk->valuedouble)) {
+        sb_err_set(err, "tensor.mlp: args.topK must be an integer >= 1");
+        goto out;
+    }
+    s->field = strdup(f->valuestring);
+    s->out_field = strdup(of ? of->valuestring : "y");
+    if (s->field == NULL || s->out_field == NULL ||
+        asprintf(&s->topk_field, "%sTopK", s->out_field) < 0) {
+        s->topk_field = NULL;
+        sb_err_set(err, "out of memory");
+        goto out;
+    }
+    if ((s->m = model_get(w->valuestring, err)) == NULL)
+        goto out;
+    if (tk != NULL) {
+        s->topk = (size_t)tk->valuedouble;
+        size_t outw = s->m->dout[s->m->nl - 1];
+        if (s->topk > outw) {
+            sb_err_set(err, "tensor.mlp: args.topK is %zu, the model has %zu outputs", s->topk,
+                       outw);
+            goto out;
+        }
+    }
+    *state = s;
+    s = NULL;
+    rc = 0;
+out:
+    mlp_free(s);
+    cJSON_Delete(a);
+    return rc;
+}
+
+static float load_num(sb_type t, const void *base, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)base + i * sb_type_width(t);
+    union {
+        int8_t i8;
+        int16_t i16;
+        int32_t i32;
+        int64_t i64;
+        uint8_t u8;
+        uint16_t u16;
+        uint32_t u32;
+        uint64_t u64;
+        float f;
+        double d;
+    } v;
+    memcpy(&v, p, sb_type_width(t));
+    switch (t) {
+    case SB_TYPE_INT8:
+        return v.i8;
+    case SB_TYPE_INT16:
+        return v.i16;
+    case SB_TYPE_INT32:
+        return (float)v.i32;
+    case SB_TYPE_INT64:
+        return (float)v.i64;
+    case SB_TYPE_UINT8:
+        return v.u8;
+    case SB_TYPE_UINT16:
+        return v.u16;
+    case SB_TYPE_UINT32:
+        return (float)v.u32;
+    case SB_TYPE_UINT64:
+        return (float)v.u64;
+    case SB_TYPE_FLOAT32:
+        return v.f;
+    default:
+        return (float)v.d;
+    }
+}
+
+/* Typed input: the tensor column `ci`; output = every input column + the outputs. */
+static int process_tensor(mlp_state *s, const sb_batch *in, size_t ci, size_t first, size_t n,
+                          sb_op_out *out, sb_err *err)
+{
+    const sb_column *c = sb_batch_column(in, ci);
+    const mlp_model *m = s->m;
+    size_t din = m->din[0], dout = m->dout[m->nl - 1];
+    if (c->list_size != din)
+        return sb_err_data(err,
+                           "tensor.mlp: column \"%.100s\" holds %u values per row, the "
+                           "model's first layer takes %zu",
+                           s->field, (unsigned)c->list_size, din);
+    if (sb_batch_find(in, s->out_field) >= 0 || (s->topk && sb_batch_find(in, s->topk_field) >= 0))
+        return sb_err_data(err, "tensor.mlp: the input already has a column \"%.100s\"",
+                           sb_batch_find(in, s->out_field) >= 0 ? s->out_field : s->topk_field);
+    if (reserve_rows(s, n, err) != 0)
+        return -1;
+    for (size_t r = 0; r < n; r++)
+        for (size_t k = 0; k < din; k++)
+            s->x[r * din + k] = load_num(c->child_type, c->values, (first + r) * din + k);
+    forward(s, n);
+    /* the new columns hold rows [first, first+n) like the input's (append_columns takes the
+     * same row range of every column); the rows before are never touched */
+    size_t ncols = sb_batch_ncols(in), extra = s->topk ? 2 : 1;
+    sb_field *f = calloc(ncols + extra, sizeof *f);
+    sb_column *cols = calloc(ncols + extra, sizeof *cols);
+    float *yv = malloc((first + n) * dout * sizeof(float));
+    int32_t *kv = s->topk ? malloc((first + n) * s->topk * sizeof(int32_t)) : NULL;
+    int rc = -1;
+    if (f == NULL || cols == NULL || yv == NULL || (s->topk && kv == NULL)) {
+        sb_err_set(err, "tensor.mlp: out of memory");
+        goto done;
+    }
+    memcpy(yv + first * dout, s->y, n * dout * sizeof(float));
+    for (size_t r = 0; kv != NULL && r < n; r++)
+        top_k(s->y + r * dout, dout, s->topk, kv + (first + r) * s->topk);
+    for (size_t i = 0; i < ncols; i++) {
+        cols[i] = *sb_batch_column(in, i);
+        f[i] = (sb_field){cols[i].name, cols[i].type, cols[i].child_type, cols[i].list_size,
+                          cols[i].nullable};
+    }
+    f[ncols] =
+        (sb_field){s->out_field, SB_TYPE_FIXED_LIST, SB_TYPE_FLOAT32, (uint32_t)dout, c->nullable};
+    cols[ncols] = (sb_column){.name = s->out_field,
+                              .name_len = strlen(s->out_field),
+                              .type = SB_TYPE_FIXED_LIST,
+                              .child_type = SB_TYPE_FLOAT32,
+                              .list_size = (uint32_t)dout,
+                              .nullable = c->nullable,
+                              .length = first + n,
+                              .null_count = c->null_count,
+                              .validity = c->validity,
+                              .values = yv,
+                              .values_len = (first + n) * dout * sizeof(float)};
+    if (kv != NULL) {
+        f[ncols + 1] = (sb_field){s->topk_field, SB_TYPE_FIXED_LIST, SB_TYPE_INT32,
+                                  (uint32_t)s->topk, c->nullable};
+        cols[ncols + 1] = cols[ncols];
+        cols[ncols + 1].name = s->topk_field;
+        cols[ncols + 1].name_len = strlen(s->topk_field);
+        cols[ncols + 1].child_type = SB_TYPE_INT32;
+        cols[ncols + 1].list_size = (uint32_t)s->topk;
+        cols[ncols + 1].values = kv;
+        cols[ncols + 1].values_len = (first + n) * s->topk * sizeof(int32_t);
+    }
+    size_t row_bytes = sb_batch_blob_len(in) / (sb_batch_rows(in) ? sb_batch_rows(in) : 1) +
+                       dout * 4 + s->topk * 4;
+    rc = sb_op_out_append_columns(out, f, cols, ncols + extra, first, n, row_bytes, err);
+done:
+    free(f);
+    free(cols);
+    free(yv);
+    free(kv);
+    return rc;
+}
+
+/* Parses a JSON array of numbers (a validated span) into x[0..want); -1 + why otherwise. */
+static int parse_vector(const char *p, size_t n, float *x, size_t want, const char **why,
+                        size_t *got)
+{
+    size_t i = 1, k = 0; /* after '[' */
+    *got = 0;
+    for (;;) {
+        while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+            i++;
+        if (i >= n || p[i] == ']')
+            break;
+        if (p[i] == ',') {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < n && strchr("+-0123456789.eE", p[j]) != NULL)
+            j++;
+        if (j == i) {
+            *why = "an element that is not a number";
+            return -1;
+        }
+        if (k < want) {
+            double d;
+            int64_t iv;
+            bool is_int;
+            sb_op_json_number(p + i, j - i, &d, &iv, &is_int);
+            if (!isfinite((float)d)) {
+                *why = "a number outside float32's range";
+                return -1;
+            }
+            x[k] = (float)d;
+        }
+        k++;
+        i = j;
+    }
+    *got = k;
+    if (k != want) {
+        *why = "the wrong number of elements";
+        return -1;
+    }
+    return 0;
+}
+
+static int add_text(mlp_state *s, size_t *len, const char *p, size_t n)
+{
+    if (s->rec_cap - *len < n) {
+        size_t cap = s->rec_cap ? s->rec_cap : 1024;
+        while (cap - *len < n)
+            cap *= 2;
+        char *r = realloc(s->rec, cap);
+        if (r == NULL)
+            return -1;
+        s->rec = r;
+        s->rec_cap = cap;
+    }
+    memcpy(s->rec + *len, p, n);
+    *len += n;
+    return 0;
+}
+
+/* jsonl input: `field` is an array member of each record. */
+static int process_json(mlp_state *s, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                        sb_err *err)
+{
+    int ci = sb_op_record_column(in, "tensor.mlp", err);
+    if (ci < 0)
+        return sb_err_wrap(err, "tensor.mlp: no tensor column \"%.100s\" either", s->field);
+    const sb_column *c = sb_batch_column(in, (size_t)ci);
+    const mlp_model *m = s->m;
+    size_t din = m->din[0], dout = m->dout[m->nl - 1];
+    if (!sb_op_out_has_schema(out)) {
+        sb_field rf = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+        if (sb_op_out_set_schema(out, &rf, 1, err) != 0)
+            return -1;
+    }
+    if (reserve_rows(s, n, err) != 0)
+        return -1;
+    sb_op_json_key keys[3] = {{s->field, strlen(s->field)},
+                              {s->out_field, strlen(s->out_field)},
+                              {s->topk_field, strlen(s->topk_field)}};
+    for (size_t r = 0; r < n; r++) {
+        size_t len;
+        const char *p = sb_column_binary(c, first + r, &len);
+        sb_op_json_span found[3];
+        sb_op_json_type top;
+        char msg[160];
+        if (sb_op_json_scan(p, len, keys, s->topk ? 3 : 2, found, &top, msg, sizeof msg) != 0)
+            return sb_err_data(err, "tensor.mlp: record %zu is not valid JSON (%s)", first + r,
+                               msg);
+        if (top != SB_OP_JSON_OBJECT)
+            return sb_err_data(err, "tensor.mlp: record %zu is a JSON %s, not an object", first + r,
+                               sb_op_json_type_name(top));
+        if (found[0].type != SB_OP_JSON_ARRAY)
+            return sb_err_data(err,
+                               "tensor.mlp: record %zu: field \"%.100s\" is %s, not an array "
+                               "of %zu numbers",
+                               first + r, s->field, sb_op_json_type_name(found[0].type), din);
+        if (found[1].type != SB_OP_JSON_NONE || (s->topk && found[2].type != SB_OP_JSON_NONE))
+            return sb_err_data(err, "tensor.mlp: record %zu already has a field \"%.100s\"",
+                               first + r,
+                               found[1].type != SB_OP_JSON_NONE ? s->out_field : s->topk_field);
+        const char *why;
+        size_t got;
+        if (parse_vector(found[0].p, found[0].n, s->x + r * din, din, &why, &got) != 0)
+            return sb_err_data(err,
+                               "tensor.mlp: record %zu: field \"%.100s\" has %s (%zu elements; "
+                               "the model's first layer takes %zu numbers)",
+                               first + r, s->field, why, got, din);
+    }
+    forward(s, n);
+    int32_t *idx = s->topk ? malloc(s->topk * sizeof *idx) : NULL;
+    if (s->topk && idx == NULL)
+        return sb_err_set(err, "tensor.mlp: out of memory");
+    int rc = 0;
+    for (size_t r = 0; r < n && rc == 0; r++) {
+        size_t len, at = 0;
+        const char *p = sb_column_binary(c, first + r, &len);
+        while (len > 0 && p[len - 1] != '}')
+            len--; /* trailing whitespace */
+        size_t body = len - 1;
+        bool empty = true;
+        for (size_t i = 1; i < body && empty; i++)
+            empty = p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n' || p[i] == '{';
+        char num[40];
+        size_t q = sb_json_quote(s->out_field, strlen(s->out_field), NULL, 0);
+        char *qb = malloc(q + 1);
+        rc = qb == NULL ? -1 : 0;
+        if (rc == 0) {
+            sb_json_quote(s->out_field, strlen(s->out_field), qb, q);
+            rc |= add_text(s, &at, p, body);
+            rc |= add_text(s, &at, empty ? "" : ",", empty ? 0 : 1);
+            rc |= add_text(s, &at, qb, q);
+            rc |= add_text(s, &at, ":[", 2);
+            for (size_t k = 0; k < dout && rc == 0; k++) {
+                if (k)
+                    rc |= add_text(s, &at, ",", 1);
+                rc |= add_text(s, &at, num, sb_json_float(num, s->y[r * dout + k], true));
+            }
+            rc |= add_text(s, &at, "]", 1);
+        }
+        if (rc == 0 && s->topk) {
+            top_k(s->y + r * dout, dout, s->topk, idx);
+            size_t tq = sb_json_quote(s->topk_field, strlen(s->topk_field), NULL, 0);
+            char *tb = malloc(tq);
+            rc = tb == NULL ? -1 : 0;
+            if (rc == 0) {
+                sb_json_quote(s->topk_field, strlen(s->topk_field), tb, tq);
+                rc |= add_text(s, &at, ",", 1);
+                rc |= add_text(s, &at, tb, tq);
+                rc |= add_text(s, &at, ":[", 2);
+                for (size_t k = 0; k < s->topk && rc == 0; k++) {
+                    int w = snprintf(num, sizeof num, "%s%d", k ? "," : "", (int)idx[k]);
+                    rc |= add_text(s, &at, num, (size_t)w);
+                }
+                rc |= add_text(s, &at, "]", 1);
+            }
+            free(tb);
+        }
+        free(qb);
+        rc |= add_text(s, &at, "}", 1);
+        if (rc != 0) {
+            rc = sb_err_set(err, "tensor.mlp: out of memory");
+            break;
+        }
+        rc = sb_op_out_append_binary(out, s->rec, at, err);
+    }
+    free(idx);
+    return rc;
+}
+
+static int mlp_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                       sb_err *err)
+{
+    mlp_state *s = state;
+    if (n == 0)
+        return 0;
+    int ci = sb_batch_find(in, s->field);
+    if (ci >= 0 && sb_batch_column(in, (size_t)ci)->type == SB_TYPE_FIXED_LIST)
+        return process_tensor(s, in, (size_t)ci, first, n, out, err);
+    if (ci >= 0 && strcmp(s->field, SB_OP_RECORD_COLUMN) != 0)
+        return sb_err_data(err,
+                           "tensor.mlp: column \"%.100s\" is %s, not a fixed-size list of numbers",
+                           s->field, sb_type_name(sb_batch_column(in, (size_t)ci)->type));
+    return process_json(s, in, first, n, out, err);
+}
+
+static int mlp_finish(void *state, sb_op_out *out, sb_err *err)
+{
+    (void)state;
+    (void)out;
+    (void)err;
+    return 0;
+}
+
+const sb_op_impl sb_op_mlp_impl = {
+    .name = "tensor.mlp",
+    .init = mlp_init,
+    .process = mlp_process,
+    .finish = mlp_finish,
+    .free = mlp_free,
+    .default_batch = 256,
+};
