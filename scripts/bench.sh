@@ -146,5 +146,7 @@ echo "bench: metrics cost (scripts/bench-metrics.sh: runs with metrics served vs
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-metrics.sh >>"$out"
 echo "bench: user code (scripts/bench-usercode.sh: exec and plugin costs, Ray Data side by side)" >&2
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-usercode.sh >>"$out"
+echo "bench: tensor.mlp on the CPU (scripts/bench-mlp.sh: the op vs numpy's matmuls)" >&2
+scripts/bench-mlp.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"
