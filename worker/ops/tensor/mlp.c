@@ -58,7 +58,8 @@ typedef struct {
     size_t topk;
     float *x, *y, *t; /* scratch: input, output, the layer between */
     size_t cap_rows;
-    char *rec; /* jsonl: the output record being built */
+    char *out_key, *topk_key; /* jsonl: "<outputField>":[ and ,"<topk field>":[ as JSON text */
+    char *rec;                /* jsonl: the output record being built */
     size_t rec_cap;
 } mlp_state;
 
@@ -438,11 +439,26 @@ static void mlp_free(void *state)
     free(s->field);
     free(s->out_field);
     free(s->topk_field);
+    free(s->out_key);
+    free(s->topk_key);
     free(s->x);
     free(s->y);
     free(s->t);
     free(s->rec);
     free(s);
+}
+
+/* lead + the JSON string of name + ":[" (malloc'd), the text before an output member's values. */
+static char *json_key(const char *name, const char *lead)
+{
+    size_t q = sb_json_quote(name, strlen(name), NULL, 0), l = strlen(lead);
+    char *k = malloc(l + q + 3);
+    if (k == NULL)
+        return NULL;
+    memcpy(k, lead, l);
+    sb_json_quote(name, strlen(name), k + l, q);
+    memcpy(k + l + q, ":[", 3);
+    return k;
 }
 
 static int mlp_init(const char *args_json, void **state, sb_err *err)
@@ -496,6 +512,11 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
     if (s->field == NULL || s->out_field == NULL ||
         asprintf(&s->topk_field, "%sTopK", s->out_field) < 0) {
         s->topk_field = NULL;
+        sb_err_set(err, "out of memory");
+        goto out;
+    }
+    if ((s->out_key = json_key(s->out_field, "")) == NULL ||
+        (s->topk_key = json_key(s->topk_field, ",")) == NULL) {
         sb_err_set(err, "out of memory");
         goto out;
     }
@@ -760,41 +781,24 @@ static int process_json(mlp_state *s, const sb_batch *in, size_t first, size_t n
         for (size_t i = 1; i < body && empty; i++)
             empty = p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n' || p[i] == '{';
         char num[40];
-        size_t q = sb_json_quote(s->out_field, strlen(s->out_field), NULL, 0);
-        char *qb = malloc(q + 1);
-        rc = qb == NULL ? -1 : 0;
-        if (rc == 0) {
-            sb_json_quote(s->out_field, strlen(s->out_field), qb, q);
-            rc |= add_text(s, &at, p, body);
-            rc |= add_text(s, &at, empty ? "" : ",", empty ? 0 : 1);
-            rc |= add_text(s, &at, qb, q);
-            rc |= add_text(s, &at, ":[", 2);
-            for (size_t k = 0; k < dout && rc == 0; k++) {
-                if (k)
-                    rc |= add_text(s, &at, ",", 1);
-                rc |= add_text(s, &at, num, sb_json_float(num, s->y[r * dout + k], true));
+        rc |= add_text(s, &at, p, body);
+        rc |= add_text(s, &at, empty ? "" : ",", empty ? 0 : 1);
+        rc |= add_text(s, &at, s->out_key, strlen(s->out_key));
+        for (size_t k = 0; k < dout && rc == 0; k++) {
+            if (k)
+                rc |= add_text(s, &at, ",", 1);
+            rc |= add_text(s, &at, num, sb_json_float(num, s->y[r * dout + k], true));
+        }
+        rc |= add_text(s, &at, "]", 1);
+        if (rc == 0 && s->topk) {
+            top_k(s->y + r * dout, dout, s->topk, idx);
+            rc |= add_text(s, &at, s->topk_key, strlen(s->topk_key));
+            for (size_t k = 0; k < s->topk && rc == 0; k++) {
+                int w = snprintf(num, sizeof num, "%s%d", k ? "," : "", (int)idx[k]);
+                rc |= add_text(s, &at, num, (size_t)w);
             }
             rc |= add_text(s, &at, "]", 1);
         }
-        if (rc == 0 && s->topk) {
-            top_k(s->y + r * dout, dout, s->topk, idx);
-            size_t tq = sb_json_quote(s->topk_field, strlen(s->topk_field), NULL, 0);
-            char *tb = malloc(tq);
-            rc = tb == NULL ? -1 : 0;
-            if (rc == 0) {
-                sb_json_quote(s->topk_field, strlen(s->topk_field), tb, tq);
-                rc |= add_text(s, &at, ",", 1);
-                rc |= add_text(s, &at, tb, tq);
-                rc |= add_text(s, &at, ":[", 2);
-                for (size_t k = 0; k < s->topk && rc == 0; k++) {
-                    int w = snprintf(num, sizeof num, "%s%d", k ? "," : "", (int)idx[k]);
-                    rc |= add_text(s, &at, num, (size_t)w);
-                }
-                rc |= add_text(s, &at, "]", 1);
-            }
-            free(tb);
-        }
-        free(qb);
         rc |= add_text(s, &at, "}", 1);
         if (rc != 0) {
             rc = sb_err_set(err, "tensor.mlp: out of memory");
