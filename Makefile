@@ -25,7 +25,7 @@ SAN    ?=
 CC     := gcc
 CLANG  ?= clang
 
-PKGS := libcurl libcjson yaml-0.1 grpc libprotobuf-c libmicrohttpd
+PKGS := libcurl libcjson yaml-0.1 grpc libprotobuf-c libmicrohttpd libpng libjpeg zlib
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgpr
 
@@ -68,12 +68,13 @@ BUILD_EXTRA :=
 
 # `make images`: the controller, worker and worker-gpu images (OCI layout + docker archives in
 # build/images) without a Docker daemon; `make images-test` checks them (part of `make test`).
-.PHONY: images images-test dashboard-test sdk-test embed-test example-embeddings
+.PHONY: images images-test dashboard-test sdk-test embed-test example-embeddings example-images \
+  image-test
 images: deps build
 	@scripts/images.sh
 images-test: build
 	@tests/images/test-images.sh
-TEST_EXTRA += images-test dashboard-test sdk-test embed-test
+TEST_EXTRA += images-test dashboard-test sdk-test embed-test image-test
 # The Grafana dashboard against Grafana's schema and a real Prometheus (tests/dashboard/).
 dashboard-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) tests/dashboard/test-dashboard.sh
@@ -103,6 +104,13 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: api/proto/%.proto
 	$(Q)protoc-c --c_out=$(BUILD)/gen -Iapi/proto $<
 
 $(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
+# Image classification (image source, image.resize/normalize, tensor.mlp on a GPU stage) on
+# scikit-learn's handwritten digits with a model trained by the test: the example and its check.
+example-images: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh
+image-test: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh --check && \
+	  echo "image-test: 1 passed, 0 failed" || { echo "image-test: 0 passed, 1 failed"; false; }
 	@echo "  CC     $<"
 	$(Q)$(CC) $(CSTD) $(OPT) $(INCS) $(PKG_CFLAGS) -c $< -o $@
 

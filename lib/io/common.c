@@ -18,8 +18,12 @@ int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err
     case SB_FMT_CSV:
         return 0;
     case SB_FMT_IMAGE:
-        return sb_err_set(err, "%s: format %s is not supported yet by the local %s", what,
-                          sb_format_names[fmt], is_sink ? "writer" : "reader");
+        if (!is_sink)
+            return 0;
+        return sb_err_set(err,
+                          "%s: format image is a source format only (sinks write jsonl, csv, "
+                          "text or binary)",
+                          what);
     }
     return sb_err_set(err, "%s: unknown format %d", what, (int)fmt);
 }

@@ -1,4 +1,5 @@
-/* reader.c — split reader for jsonl, text and binary files (see reader.h). */
+/* reader.c — split reader for jsonl, text, csv and binary files, and the entry to the image
+ * reader (imgread.c) (see reader.h). */
 #include "io/reader.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include "partition/utf8.h"
 #include "io/common.h"
 #include "io/csv.h"
+#include "io/imgread.h"
 #include "io/store.h"
 
 /* The split's bytes as one sequential stream from the storage layer. The first request covers
@@ -541,6 +543,8 @@ int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_j
                           "read split: %.300s has %" PRIu64 " bytes, planned as %" PRIu64
                           " (it changed since planning)",
                           split->path, now, split->file_size);
+    if (fmt == SB_FMT_IMAGE)
+        return sb_io_read_image(split, args_json, target_bytes, emit, ud, err);
     /* Text and jsonl start one byte early (line ownership); binary exactly at its range. */
     uint64_t from = fmt != SB_FMT_BINARY && split->start > 0 ? split->start - 1 : split->start;
     src in = {.uri = split->path, .size = split->file_size, .ext = (uint64_t)64 << 10};

@@ -1,7 +1,8 @@
 /* reader.h — reads one source split (split.h) of a local file and emits its records as
  * partitions (lib/partition blobs) of about `target_bytes` each.
  *
- * Every partition has ONE column named "record" (SB_IO_RECORD_COLUMN):
+ * Format image: one partition per object, decoded into typed columns (imgread.h). Every
+ * other format's partitions have ONE column named "record" (SB_IO_RECORD_COLUMN):
  *   jsonl  utf8, one line per record without its line terminator ("\n" or "\r\n"); blank lines
  *          (empty or only spaces/tabs) are skipped; a UTF-8 byte order mark at the start of the
  *          file is dropped. Lines are not parsed as JSON here.
@@ -50,7 +51,8 @@
  * stops the read. */
 typedef int (*sb_io_emit_fn)(void *blob, size_t len, uint64_t rows, void *ud);
 
-/* Reads `split` in format `fmt` (jsonl, text or binary; args_json carries binary's recordSize)
+/* Reads `split` in format `fmt` (jsonl, text, csv, binary or image; args_json carries the format
+ * args, e.g. binary's recordSize)
  * and emits partitions of about target_bytes (> 0). 0 when the whole split was read; -1 + err
  * (naming the file and byte offset) for an unreadable file, a directory, a file whose size
  * changed since planning, a binary split not aligned to recordSize, invalid UTF-8, a line

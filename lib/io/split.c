@@ -78,7 +78,7 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
     }
 
     /* csv with multiline records: a file is never cut (a quoted newline may sit anywhere). */
-    int whole_files = 0;
+    int whole_files = src->format == SB_FMT_IMAGE; /* an image is decoded whole */
     if (src->format == SB_FMT_CSV) {
         sb_csv_opts co;
         if (sb_csv_opts_parse(src->args_json, &co, err) != 0)

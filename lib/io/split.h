@@ -8,7 +8,8 @@
  * regular files, sorted by path; the '.'/'_' rule applies too unless the pattern's last component
  * itself starts with that character). A relative path ("file://data/x.jsonl") is resolved against
  * the current working directory, and split paths are always absolute. Files larger than the
- * source's partitionSize are cut into ceil(size / partitionSize) ranges of nearly equal size;
+ * source's partitionSize are cut into ceil(size / partitionSize) ranges of nearly equal size
+ * (never an image, or a csv file with multiline records: one split per file);
  * for the binary format every boundary is a multiple of recordSize (args.recordSize) and a file
  * whose size is not a multiple of it is an error. Empty files produce no split (no records), so
  * a source of only empty files plans zero splits successfully; no matching file at all (an

@@ -58,10 +58,14 @@ static const argspec args_project[] = {{"fields", A_STRLIST, 1, 0, NULL},
                                        {NULL, A_ANY, 0, 0, NULL}};
 static const argspec args_decode[] = {
     {"width", A_INT, 0, 1, NULL}, {"height", A_INT, 0, 1, NULL}, {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_resize[] = {
-    {"width", A_INT, 1, 1, NULL}, {"height", A_INT, 1, 1, NULL}, {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_resize[] = {{"width", A_INT, 1, 1, NULL},
+                                      {"height", A_INT, 1, 1, NULL},
+                                      {"field", A_STR, 0, 0, NULL},
+                                      {NULL, A_ANY, 0, 0, NULL}};
+static const char *const layouts[] = {"hwc", "chw", NULL};
 static const argspec args_normalize[] = {
-    {"mean", A_NUMLIST, 0, 0, NULL}, {"std", A_NUMLIST, 0, 0, NULL}, {NULL, A_ANY, 0, 0, NULL}};
+    {"mean", A_NUMLIST, 0, 0, NULL},   {"std", A_NUMLIST, 0, 0, NULL}, {"scale", A_NUM, 0, 0, NULL},
+    {"layout", A_ENUM, 0, 0, layouts}, {"field", A_STR, 0, 0, NULL},   {NULL, A_ANY, 0, 0, NULL}};
 static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL},
                                    {"field", A_STR, 1, 0, NULL},
                                    {"activation", A_ENUM, 0, 0, activations},
@@ -92,8 +96,8 @@ static const opspec ops[] = {
     {"filter", args_filter, NULL, 0},
     {"project", args_project, NULL, 0},
     {"image.decode", args_decode, NULL, 1},
-    {"image.resize", args_resize, NULL, 1},
-    {"image.normalize", args_normalize, NULL, 1},
+    {"image.resize", args_resize, NULL, 0},
+    {"image.normalize", args_normalize, NULL, 0},
     {"tensor.mlp", args_mlp, NULL, 0},
     {"exec", args_exec, NULL, 0},
     {"plugin", args_plugin, NULL, 0},
@@ -128,6 +132,11 @@ static const argspec fmt_args_binary_in[] = {{"recordSize", A_INT, 1, 1, NULL},
                                              {NULL, A_ANY, 0, 0, NULL}};
 static const argspec fmt_args_binary_out[] = {{"recordSize", A_INT, 0, 1, NULL},
                                               {NULL, A_ANY, 0, 0, NULL}};
+/* image sources (lib/io/imgread.h): channels 1, 3 or 4 (checked in check_io) */
+static const argspec fmt_args_image_in[] = {{"channels", A_INT, 0, 1, NULL},
+                                            {"maxPixels", A_INT, 0, 1, NULL},
+                                            {"maxRecordSize", A_INT, 0, 1, NULL},
+                                            {NULL, A_ANY, 0, 0, NULL}};
 
 static const argspec *format_args(sb_format f, int is_sink)
 {
@@ -139,6 +148,8 @@ static const argspec *format_args(sb_format f, int is_sink)
     case SB_FMT_JSONL:
     case SB_FMT_TEXT:
         return is_sink ? args_none : fmt_args_lines_in;
+    case SB_FMT_IMAGE:
+        return is_sink ? args_none : fmt_args_image_in;
     default:
         return args_none;
     }
@@ -354,12 +365,24 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
     check_uri(uri, sb_node_get(node, "uri"), sb_path_field(buf, sizeof buf, path, "uri"), is_sink,
               d);
     const sb_node *fnode = sb_node_get(node, "format");
-    if (fmt == SB_FMT_IMAGE && fnode != NULL && fnode->kind == SB_NODE_STRING)
+    if (fmt == SB_FMT_IMAGE && is_sink && fnode != NULL && fnode->kind == SB_NODE_STRING)
         sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "format"), fnode->line, fnode->col,
-                     "format \"image\" is not in this build yet; this build %s jsonl, csv, text "
-                     "and binary",
-                     is_sink ? "writes" : "reads");
+                     "format \"image\" is a source format only; sinks write jsonl, csv, text "
+                     "and binary");
     const sb_node *args = sb_node_get(node, "args");
+    if (fmt == SB_FMT_IMAGE && !is_sink && args != NULL && args->kind == SB_NODE_MAP) {
+        char ab[512];
+        sb_path_field(ab, sizeof ab, path, "args");
+        const sb_node *ch = sb_node_get(args, "channels");
+        if (ch != NULL && ch->kind == SB_NODE_INT && ch->v.i != 1 && ch->v.i != 3 && ch->v.i != 4)
+            sb_diags_add(d, sb_path_field(buf, sizeof buf, ab, "channels"), ch->line, ch->col,
+                         "must be 1 (gray), 3 (RGB) or 4 (RGBA), got %lld", ch->v.i);
+        const sb_node *mp = sb_node_get(args, "maxPixels");
+        if (mp != NULL && mp->kind == SB_NODE_INT && mp->v.i > (1ll << 29))
+            sb_diags_add(d, sb_path_field(buf, sizeof buf, ab, "maxPixels"), mp->line, mp->col,
+                         "must be at most %lld (an image of 2^29 pixels), got %lld", 1ll << 29,
+                         mp->v.i);
+    }
     if (fnode != NULL && fnode->kind == SB_NODE_STRING &&
         (args == NULL || args->kind == SB_NODE_MAP)) {
         char what[64];
@@ -440,11 +463,17 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
         snprintf(what, sizeof what, "op \"%s\"", st->op);
         if (ops[i].planned) {
             sb_path_field(buf, sizeof buf, path, "op");
-            sb_diags_add(d, buf, opn->line, opn->col,
-                         "op \"%s\" is not in this build yet; the ops this build runs are "
-                         "identity, bench.spin, bench.sleep, filter, project, tensor.mlp, exec "
-                         "and plugin",
-                         st->op);
+            if (strcmp(st->op, "image.decode") == 0)
+                sb_diags_add(d, buf, opn->line, opn->col,
+                             "op \"image.decode\" does not exist in this build: the image "
+                             "source format decodes (source.format: image, args.channels); use "
+                             "image.resize to give images one size");
+            else
+                sb_diags_add(d, buf, opn->line, opn->col,
+                             "op \"%s\" is not in this build yet; the ops this build runs are "
+                             "identity, bench.spin, bench.sleep, filter, project, image.resize, "
+                             "image.normalize, tensor.mlp, exec and plugin",
+                             st->op);
             return;
         }
         sb_path_field(buf, sizeof buf, path, "args");
@@ -480,8 +509,8 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
     else
         sb_diags_add(d, buf, opn->line, opn->col,
                      "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
-                     "filter, project, image.decode, image.resize, image.normalize, tensor.mlp, "
-                     "exec and plugin",
+                     "filter, project, image.resize, image.normalize, tensor.mlp, exec and "
+                     "plugin",
                      st->op);
 }
 

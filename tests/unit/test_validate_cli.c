@@ -119,13 +119,17 @@ static const invalid_case cases[] = {
      1,
      {"only-comments.yaml:1:1: no documents: expected a Pipeline manifest (only empty documents "
       "found)"}},
-    {"op-not-in-build.yaml",
+    {"image-misused.yaml",
      1,
-     {"op-not-in-build.yaml:8:13: spec.source.format: format \"image\" is not in this build yet; "
-      "this build reads jsonl, csv, text and binary",
-      "op-not-in-build.yaml:11:9: spec.stages[0].op: op \"image.resize\" is not in this build "
-      "yet; the ops this build runs are identity, bench.spin, bench.sleep, filter, project, "
-      "tensor.mlp, exec and plugin"}},
+     {"image-misused.yaml:9:22: spec.source.args.channels: must be 1 (gray), 3 (RGB) or 4 "
+      "(RGBA), got 2",
+      "image-misused.yaml:9:36: spec.source.args.maxPixels: must be at most 536870912 (an image "
+      "of 2^29 pixels), got 1000000000",
+      "image-misused.yaml:12:9: spec.stages[0].op: op \"image.decode\" does not exist in this "
+      "build: the image source format decodes (source.format: image, args.channels); use "
+      "image.resize to give images one size",
+      "image-misused.yaml:16:13: spec.sink.format: format \"image\" is a source format only; "
+      "sinks write jsonl, csv, text and binary"}},
     {"op-unknown-arg.yaml",
      1,
      {"op-unknown-arg.yaml:12:11: spec.stages[0].args: op \"bench.sleep\" needs exactly one of "
@@ -255,7 +259,7 @@ static const invalid_case cases[] = {
     {"unknown-op-no-suggestion.yaml",
      1,
      {"unknown-op-no-suggestion.yaml:11:9: spec.stages[0].op: unknown op \"sql.query\"; built-in "
-      "ops are identity, bench.spin, bench.sleep, filter, project, image.decode, image.resize, "
+      "ops are identity, bench.spin, bench.sleep, filter, project, image.resize, "
       "image.normalize, tensor.mlp, exec and plugin"}},
     {"unknown-op.yaml",
      1,
@@ -328,7 +332,7 @@ Test(validate_cli, examples_are_valid)
              sb_test_bin("streambatch"));
     int rc = sb_test_run(cmd, &out);
     cr_expect_eq(rc, 0, "examples: exit %d:\n%s", rc, out);
-    cr_expect(strstr(out, "0 problems in 6 documents of 5 files") != NULL, "%s", out);
+    cr_expect(strstr(out, "0 problems in 7 documents of 6 files") != NULL, "%s", out);
     free(out);
 }
 

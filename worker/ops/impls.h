@@ -1,6 +1,7 @@
 /* impls.h — the built-in operator tables, defined one family per file (bench.c: identity,
  * bench.spin, bench.sleep; record.c: filter, project;
- * exec/exec.c: exec; plugin/plugin.c: plugin; tensor/mlp.c: tensor.mlp) and listed by ops.c.
+ * exec/exec.c: exec; plugin/plugin.c: plugin; tensor/mlp.c: tensor.mlp; image/transform.c:
+ * image.resize, image.normalize) and listed by ops.c.
  * Internal to worker/ops.
  *
  * Memory: static, immutable tables.
@@ -18,6 +19,8 @@ extern const sb_op_impl sb_op_project_impl;
 extern const sb_op_impl sb_op_exec_impl;
 extern const sb_op_impl sb_op_plugin_impl;
 extern const sb_op_impl sb_op_mlp_impl;
+extern const sb_op_impl sb_op_image_resize_impl;
+extern const sb_op_impl sb_op_image_normalize_impl;
 
 /* What the ops keep across tasks, released by sb_op_shutdown(): exec's pooled processes
  * (exec/exec.c), tensor.mlp's loaded models (tensor/mlp.c). */

@@ -5,8 +5,10 @@
 #include "worker/ops/ops.h"
 
 static const sb_op_impl *const registry[] = {
-    &sb_op_identity_impl, &sb_op_spin_impl, &sb_op_sleep_impl,  &sb_op_filter_impl,
-    &sb_op_project_impl,  &sb_op_exec_impl, &sb_op_plugin_impl, &sb_op_mlp_impl,
+    &sb_op_identity_impl,        &sb_op_spin_impl,    &sb_op_sleep_impl,
+    &sb_op_filter_impl,          &sb_op_project_impl, &sb_op_exec_impl,
+    &sb_op_plugin_impl,          &sb_op_mlp_impl,     &sb_op_image_resize_impl,
+    &sb_op_image_normalize_impl,
 };
 
 void sb_op_shutdown(void)

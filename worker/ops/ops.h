@@ -19,9 +19,9 @@
  * (jsonl records: the "record" utf8/binary column); exec (user code in a child process,
  * framing lines or arrow: worker/ops/exec, docs/exec.md); plugin (native code over the Arrow
  * C Data Interface: worker/ops/plugin); tensor.mlp (an MLP over a tensor column or a jsonl
- * field, CPU: worker/ops/tensor). image.* are not in this build: sb_op_find() returns NULL and
- * the caller reports "op X is not available in this worker build" (validate rejects them
- * first).
+ * field, CPU: worker/ops/tensor); image.resize, image.normalize (the image source's pixel
+ * columns: worker/ops/image). An op not in this build: sb_op_find() returns NULL and the caller
+ * reports "op X is not available in this worker build" (validate rejects it first).
  *
  * Memory and threads:
  *  - sb_op_impl tables are static and immutable; sb_op_find() never allocates.
@@ -64,7 +64,9 @@ sb_op_out *sb_op_out_new(size_t target_bytes, sb_op_emit_fn emit, void *ud, sb_e
 void sb_op_out_free(sb_op_out *o);
 
 /* Sets the output schema (copied). If a schema is already set it must be identical (names,
- * types, nullability), else -1 + err. */
+ * types, nullability), else -1 + err; except that fixed-size-list widths may change (images of
+ * different sizes): the pending rows are then flushed as a partition and the new schema
+ * starts the next one. */
 int sb_op_out_set_schema(sb_op_out *o, const sb_field *fields, size_t n, sb_err *err);
 
 /* Sets the output schema to that of `b` (same rule). */

@@ -64,18 +64,35 @@ static bool same_field(const sb_field *a, const sb_field *b)
            a->list_size == b->list_size && a->nullable == b->nullable;
 }
 
+/* Equal but for the widths of fixed-size lists (images of different sizes). */
+static bool same_but_widths(const sb_field *a, const sb_field *b)
+{
+    return strcmp(a->name, b->name) == 0 && a->type == b->type && a->child_type == b->child_type &&
+           a->nullable == b->nullable;
+}
+
 int sb_op_out_set_schema(sb_op_out *o, const sb_field *fields, size_t n, sb_err *err)
 {
     if (o->has_schema) {
-        bool same = n == o->nfields;
+        bool same = n == o->nfields, widths = n == o->nfields;
         for (size_t i = 0; same && i < n; i++)
             same = same_field(&fields[i], &o->fields[i]);
-        if (!same)
+        for (size_t i = 0; !same && widths && i < n; i++)
+            widths = same_but_widths(&fields[i], &o->fields[i]);
+        if (same)
+            return 0;
+        if (!widths)
             return sb_err_set(err,
                               "op output: the inputs of one task have different schemas "
                               "(%zu columns, then %zu)",
                               o->nfields, n);
-        return 0;
+        /* only list widths differ: the rows so far become a partition of their own */
+        if (sb_op_out_flush(o, err) != 0)
+            return -1;
+        sb_batch_builder_free(o->b);
+        o->b = NULL;
+        free_fields(o);
+        o->has_schema = false;
     }
     sb_batch_builder *b = sb_batch_builder_new(fields, n, err);
     if (b == NULL)

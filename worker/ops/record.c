@@ -13,7 +13,9 @@
  * in the listed order (the first occurrence of a duplicated key; fields the record lacks are
  * omitted, a repeated name in `fields` counts once). Values are copied verbatim. The output has
  * one column, "record", of the input's records column type. A record that is not an object is
- * an error.
+ * an error. On typed input (columns without a "record" column: the image source, tensor.mlp's
+ * outputs, exec's Arrow framing) it keeps the listed columns in the listed order; a listed
+ * column the input lacks is a data error naming the input's columns.
  *
  * Invalid JSON is an error naming the record's row index in the input partition and the
  * beginning of the record.
@@ -351,10 +353,54 @@ out:
     return 0;
 }
 
+/* Typed input (columns, not jsonl records): the listed columns in the listed order. */
+static int project_columns(const project_st *st, const sb_batch *in, size_t first, size_t n,
+                           sb_op_out *out, sb_err *err)
+{
+    sb_field f[64];
+    sb_column cols[64];
+    if (st->n > 64)
+        return sb_err_set(err, "project: more than 64 columns listed");
+    size_t row_bytes = 8;
+    for (size_t k = 0; k < st->n; k++) {
+        int ci = sb_batch_find(in, st->keys[k].name);
+        if (ci < 0) {
+            char names[256] = "";
+            size_t o = 0;
+            for (size_t i = 0; i < sb_batch_ncols(in) && o < sizeof names - 1; i++)
+                o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "",
+                                      sb_batch_column(in, i)->name);
+            return sb_err_data(err, "project: the input has no column \"%.100s\" (its columns: %s)",
+                               st->keys[k].name, names);
+        }
+        cols[k] = *sb_batch_column(in, (size_t)ci);
+        f[k] = (sb_field){cols[k].name, cols[k].type, cols[k].child_type, cols[k].list_size,
+                          cols[k].nullable};
+        size_t rows = sb_batch_rows(in) ? sb_batch_rows(in) : 1;
+        row_bytes += cols[k].values_len / rows + 4;
+    }
+    return sb_op_out_append_columns(out, f, cols, st->n, first, n, row_bytes, err);
+}
+
+/* Records (jsonl) or typed columns: typed when there is no "record" column and the input is not
+ * a single binary/utf8 column (which stands for the records, as everywhere). */
+static bool typed_input(const sb_batch *in)
+{
+    if (sb_batch_find(in, SB_OP_RECORD_COLUMN) >= 0)
+        return false;
+    size_t nc = sb_batch_ncols(in);
+    if (nc != 1)
+        return nc > 1;
+    sb_type t = sb_batch_column(in, 0)->type;
+    return t != SB_TYPE_BINARY && t != SB_TYPE_UTF8;
+}
+
 static int project_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                            sb_err *err)
 {
     project_st *st = state;
+    if (typed_input(in))
+        return project_columns(st, in, first, n, out, err);
     int ci = sb_op_record_column(in, "project", err);
     if (ci < 0)
         return -1;
