@@ -255,8 +255,11 @@ Test(k8s_cluster, crd_then_pipeline_status_subresource)
     snprintf(
         args, sizeof args,
         "apply --server-side --field-manager=sb-test -f %s/api/crd/pipelines.streambatch.dev.yaml"
-        " && %s/bin/kubectl --kubeconfig %s/kubeconfig wait --for=condition=Established "
-        "crd/pipelines.streambatch.dev --timeout=30s",
+        /* kubectl wait fails at once ("status.conditions accessor error") when it reads the CRD
+         * before the API server has written its status: try again */
+        " && for i in 1 2 3 4 5 6 7 8 9 10; do %s/bin/kubectl --kubeconfig %s/kubeconfig wait "
+        "--for=condition=Established crd/pipelines.streambatch.dev --timeout=30s && break; "
+        "sleep 1; false; done",
         sb_test_root(), getenv("SB_KC_STATE"), getenv("SB_KC_STATE"));
     int rc = kubectl(args, &out);
     cr_assert_eq(rc, 0, "applying the CRD failed: %s", out);
