@@ -35,7 +35,10 @@ images=$(awk '!/^#/ && NF { print $1 }' "$conf" | uniq)
 base_of() { # packages... -> path of the cached tarball
   local pkgs key tar tmp
   pkgs=$(printf '%s\n' "$@" | sort -u | tr '\n' ' ')
-  key=$(printf '%s|%s|%s|%s' "$suite" "$mirror" "$pkgs" "$(mmdebstrap --version)" | sha256sum | cut -c1-16)
+  # recipe: bumped when the way the base is made changes (2: apt's sandbox user is root, so its
+  # partial/ directories are root's; they were _apt's in some builds and root's in others, so a
+  # base cached earlier and one made again differed)
+  key=$(printf '%s|%s|%s|%s|recipe 2' "$suite" "$mirror" "$pkgs" "$(mmdebstrap --version)" | sha256sum | cut -c1-16)
   tar=$cache/base-$suite-$key.tar
   if [[ ! -s $tar ]]; then
     mkdir -p "$cache"
@@ -43,6 +46,7 @@ base_of() { # packages... -> path of the cached tarball
     echo "images: building the base root filesystem ($suite minbase + $pkgs)" >&2
     SOURCE_DATE_EPOCH=$epoch mmdebstrap --quiet --variant=minbase --mode=root \
       --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr --skip=output/dev \
+      --aptopt='APT::Sandbox::User "root"' \
       --include="$(tr ' ' ',' <<<"${pkgs% }")" "$suite" "$tmp" "$mirror" >"$tmp.log" 2>&1 ||
       { tail -20 "$tmp.log" >&2; rm -f "$tmp" "$tmp.log"; echo "images: mmdebstrap failed" >&2; return 1; }
     rm -f "$tmp.log"
