@@ -5,7 +5,9 @@
 #   every lib/*/*.c, controller/**/*.c and worker/**/*.c  -> $(BUILD)/libstreambatch.a
 #   api/proto/*.proto (protoc-c)                          -> $(BUILD)/gen/*.pb-c.[ch]
 #   cmd/<binary>.c                                        -> $(BINDIR)/<binary>
+#   cmd/streambatch-worker.c + worker/ops/tensor/*.cu (nvcc) -> $(BINDIR)/streambatch-worker-gpu
 #   tests/unit/test_*.c (Criterion)                       -> $(BUILD)/tests/test_*
+#   tests/cuda/test_*.c (Criterion, + the CUDA objects)   -> $(BUILD)/tests/test_*
 #   tests/fuzz/fuzz_*.c (libFuzzer, clang)                -> $(BUILD)/fuzz/fuzz_*
 # Sub-makefiles (tests/k8s/k8s.mk, ...) add targets and append to DEPS_EXTRA / TEST_EXTRA.
 
@@ -61,6 +63,20 @@ PLUGINS   := $(patsubst %.c,$(BUILD)/plugins/lib%.so,$(notdir $(wildcard example
 BENCH_BINS  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/bench_*.c))
 FUZZ_SECONDS ?= 10
 
+# The CUDA build (docs/architecture.md, "The CUDA build"): nvcc and the static CUDA runtime from
+# the pinned PyPI wheels that `make deps` caches (scripts/deps.sh); no GPU is needed to build.
+# SASS for A100 (sm_80) and H100 (sm_90), and PTX of compute_80 for the GPUs in between and after.
+CUDA_HOME ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/streambatch/cuda-13.5.37/nvidia/cu13
+NVCC      := $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_80,code=compute_80
+NVCCFLAGS := -ccbin $(CC) -std=c++17 -O2 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
+             $(INCS) -MMD -MP
+CUDA_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard worker/ops/tensor/*.cu))
+CUDA_LIBS := -L$(CUDA_HOME)/lib -l:libcudart_static.a -lstdc++ -ldl -lpthread -lrt
+GPU_BINS  := $(BINDIR)/streambatch-worker-gpu
+CUDA_TEST_BINS := $(patsubst tests/cuda/%.c,$(BUILD)/tests/%,$(wildcard tests/cuda/test_*.c))
+
 DEPS_EXTRA :=
 TEST_EXTRA :=
 BUILD_EXTRA :=
@@ -88,11 +104,18 @@ example-embeddings: build
 embed-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-embeddings.sh --check && \
 	  echo "embed-test: 1 passed, 0 failed" || { echo "embed-test: 0 passed, 1 failed"; false; }
+# Image classification (image source, image.resize/normalize, tensor.mlp on a GPU stage) on
+# scikit-learn's handwritten digits with a model trained by the test: the example and its check.
+example-images: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh
+image-test: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh --check && \
+	  echo "image-test: 1 passed, 0 failed" || { echo "image-test: 0 passed, 1 failed"; false; }
 
 .SECONDARY:
 .PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean
 all: build
-build: $(BINS)
+build: $(BINS) $(GPU_BINS)
 
 deps:
 	@scripts/deps.sh
@@ -104,13 +127,6 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: api/proto/%.proto
 	$(Q)protoc-c --c_out=$(BUILD)/gen -Iapi/proto $<
 
 $(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
-# Image classification (image source, image.resize/normalize, tensor.mlp on a GPU stage) on
-# scikit-learn's handwritten digits with a model trained by the test: the example and its check.
-example-images: build
-	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh
-image-test: build
-	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh --check && \
-	  echo "image-test: 1 passed, 0 failed" || { echo "image-test: 0 passed, 1 failed"; false; }
 	@echo "  CC     $<"
 	$(Q)$(CC) $(CSTD) $(OPT) $(INCS) $(PKG_CFLAGS) -c $< -o $@
 
@@ -136,6 +152,24 @@ $(BINDIR)/%: $(BUILD)/obj/cmd/%.o $(LIBSB)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	@test -x $(NVCC) || { echo "nvcc not found at $(NVCC): run make deps (or set CUDA_HOME)"; exit 1; }
+	@echo "  NVCC   $<"
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# The worker with the CUDA implementations: the same main and archive, plus the CUDA objects,
+# whose strong definitions replace the archive's weak references (worker/ops/tensor/mlp_cuda.h).
+$(GPU_BINS): $(BUILD)/obj/cmd/streambatch-worker.o $(CUDA_OBJS) $(LIBSB)
+	@mkdir -p $(BINDIR)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+
+$(CUDA_TEST_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/cuda/%.o $(CUDA_OBJS) $(LIBSB)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS) -lcriterion
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBSB)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
@@ -156,7 +190,7 @@ $(BUILD)/itests/%: $(BUILD)/obj/tests/integration/%.o $(LIBSB)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 
-tests-build: $(BINS) $(TEST_BINS) $(HELPER_BINS) $(ITEST_BINS) $(PLUGINS)
+tests-build: $(BINS) $(GPU_BINS) $(TEST_BINS) $(CUDA_TEST_BINS) $(HELPER_BINS) $(ITEST_BINS) $(PLUGINS)
 
 $(BUILD)/plugins/lib%.so: examples/plugins/%.c api/plugin/streambatch_plugin.h
 	@mkdir -p $(dir $@)
@@ -170,7 +204,7 @@ $(BUILD)/plugins/lib%.so: tests/plugins/%.c api/plugin/streambatch_plugin.h
 # Runs every suite and prints one closing line: "N passed, N failed".
 check: tests-build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) SAN=$(SAN) \
-	  scripts/run-tests.sh $(TEST_BINS) $(ITEST_BINS) -- $(TEST_EXTRA)
+	  scripts/run-tests.sh $(TEST_BINS) $(CUDA_TEST_BINS) $(ITEST_BINS) -- $(TEST_EXTRA)
 
 # `make test`: the unit and CLI suites, then the slower suites (fuzz smoke run, valgrind on the
 # validate tests, and whatever sub-makefiles add to TEST_EXTRA), each counted in the summary.

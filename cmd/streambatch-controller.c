@@ -51,6 +51,9 @@ static void usage(FILE *f)
             "                                                                   (SB_IDENTITY)\n"
             "  --worker-image IMAGE        default worker image (spec.workerTemplate.image wins);\n"
             "                              default streambatch/worker:latest   (SB_WORKER_IMAGE)\n"
+            "  --worker-gpu-image IMAGE    worker image of GPU pools (the CUDA build; the\n"
+            "                              workerTemplate's image still wins); default\n"
+            "                              streambatch/worker-gpu:latest   (SB_WORKER_GPU_IMAGE)\n"
             "  --max-pending-pods N        Pending pods per pool at most, default 2\n"
             "                                                            (SB_MAX_PENDING_PODS)\n"
             "  --status-interval D         at most one status write per pipeline per D (plus one\n"
@@ -155,6 +158,7 @@ int main(int argc, char **argv)
                                  env_or("POD_NAMESPACE", env_or("SB_POD_NAMESPACE", NULL)));
     cfg.identity = env_or("SB_IDENTITY", NULL);
     cfg.worker_image = env_or("SB_WORKER_IMAGE", "streambatch/worker:latest");
+    cfg.worker_gpu_image = env_or("SB_WORKER_GPU_IMAGE", "streambatch/worker-gpu:latest");
     static char ns_buf[4096];
     const char *namespaces[MAX_NAMESPACES];
     size_t nns = 0;
@@ -173,6 +177,7 @@ int main(int argc, char **argv)
         O_RETRY_D,
         O_IDENTITY,
         O_IMAGE,
+        O_GPU_IMAGE,
         O_PENDING,
         O_STATUS,
         O_WORKERS,
@@ -194,6 +199,7 @@ int main(int argc, char **argv)
         {"retry-period", required_argument, 0, O_RETRY_D},
         {"identity", required_argument, 0, O_IDENTITY},
         {"worker-image", required_argument, 0, O_IMAGE},
+        {"worker-gpu-image", required_argument, 0, O_GPU_IMAGE},
         {"max-pending-pods", required_argument, 0, O_PENDING},
         {"status-interval", required_argument, 0, O_STATUS},
         {"workers", required_argument, 0, O_WORKERS},
@@ -256,6 +262,9 @@ int main(int argc, char **argv)
             break;
         case O_IMAGE:
             cfg.worker_image = optarg;
+            break;
+        case O_GPU_IMAGE:
+            cfg.worker_gpu_image = optarg;
             break;
         case O_PENDING:
             max_pending = optarg;

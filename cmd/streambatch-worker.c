@@ -4,7 +4,9 @@
  * wins over its variable. Pod mode: with SB_POD_IP set and no --listen/SB_LISTEN it listens on
  * $SB_POD_IP:$SB_WORKER_PORT (default 7070) and advertises $SB_POD_IP.
  * Exit codes: 0 orderly shutdown (also when the controller says so), 1 failure (the controller
- * lost past --controller-lost-timeout included), 2 usage error. */
+ * lost past --controller-lost-timeout included), 2 usage error.
+ * The same main is streambatch-worker-gpu, the CUDA build (linked with the CUDA objects of
+ * worker/ops/tensor: docs/architecture.md, "The CUDA build"); --version says which. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -18,6 +20,7 @@
 #include "spec/quantity.h"
 #include "version.h"
 #include "worker/ops/ops.h"
+#include "worker/ops/tensor/mlp_cuda.h"
 #include "worker/runtime.h"
 
 static void usage(FILE *f)
@@ -181,7 +184,9 @@ int main(int argc, char **argv)
             cfg.metrics_addr = optarg;
             break;
         case 'V':
-            printf("streambatch-worker %s\n", SB_VERSION);
+            printf("%s %s\n",
+                   sb_mlp_cuda_probe != NULL ? "streambatch-worker-gpu" : "streambatch-worker",
+                   SB_VERSION);
             return 0;
         case 'h':
             usage(stdout);

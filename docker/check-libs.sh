@@ -62,7 +62,10 @@ for img in $(awk '!/^#/ && NF { print $1 }' "$cfg" | uniq); do
     if grep -q 'not found' <<<"$ldd_out"; then echo "FAIL $bin: unresolved libraries: $(grep 'not found' <<<"$ldd_out")"; have_all=0; continue; fi
     ldd_all+=$ldd_out$'\n'
     for lib in $(objdump -p "$exe" | awk '/NEEDED/ {print $2}'); do
-      path=$(awk -v l="$lib" '$1 == l && $2 == "=>" {print $3}' <<<"$ldd_out")
+      # "lib => path (addr)", or "path (addr)" for the dynamic loader itself (a NEEDED of the
+      # static CUDA runtime)
+      path=$(awk -v l="$lib" '$1 == l && $2 == "=>" {print $3; exit} $1 ~ ("/" l "$") {print $1; exit}' <<<"$ldd_out")
+      [[ -n $path ]] || { echo "FAIL $bin: ldd does not say where $lib is"; have_all=0; continue; }
       pkg=$(owner "$path") || { echo "FAIL $bin: no package owns $lib ($path)"; have_all=0; continue; }
       grep -qxF "$pkg" <<<"$(tr ' ' '\n' <<<"$BASE")" || needed+=("$pkg")
     done

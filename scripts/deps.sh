@@ -42,3 +42,19 @@ if [[ ! -x $gs_dir/node_modules/.bin/tsc || ! -f $gs_dir/node_modules/@grafana/s
     "@grafana/schema@$GRAFANA_SCHEMA" "typescript@$TYPESCRIPT" >/dev/null
   rm -rf "$gs_dir" && mv "$gs_dir.tmp" "$gs_dir"
 fi
+# The CUDA toolkit of the worker-gpu build (nvcc with its crt and nvvm, headers,
+# libcudart_static.a): PyPI's CUDA 13
+# wheels (Debian has no toolkit; the CUDA 12 wheels have no nvcc), pinned, installed with pip from
+# a throwaway venv (a fresh Debian has no pip outside one), cached outside the repo. The Makefile
+# reads CUDA_HOME=$cu_dir/nvidia/cu13. No GPU or driver is needed to build.
+CUDA_WHEELS=13.5.37
+cu_dir=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch/cuda-$CUDA_WHEELS
+if [[ ! -x $cu_dir/nvidia/cu13/bin/nvcc || ! -f $cu_dir/nvidia/cu13/lib/libcudart_static.a ]]; then
+  echo "deps: installing nvidia-cuda-nvcc==$CUDA_WHEELS and nvidia-cuda-runtime==$CUDA_WHEELS into $cu_dir"
+  rm -rf "$cu_dir.tmp" "$cu_dir.venv" && mkdir -p "$cu_dir.tmp"
+  python3 -m venv "$cu_dir.venv"
+  "$cu_dir.venv/bin/pip" install --quiet --disable-pip-version-check --target "$cu_dir.tmp" \
+    "nvidia-cuda-nvcc==$CUDA_WHEELS" "nvidia-cuda-runtime==$CUDA_WHEELS" \
+    "nvidia-cuda-crt==$CUDA_WHEELS" "nvidia-nvvm==$CUDA_WHEELS"
+  rm -rf "$cu_dir.venv" "$cu_dir" && mv "$cu_dir.tmp" "$cu_dir"
+fi

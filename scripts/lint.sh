@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make lint`: clang-format must leave every C file unchanged, and cppcheck must report nothing.
+# `make lint`: clang-format must leave every C file (and CUDA .cu file) unchanged, and cppcheck
+# must report nothing on the C files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files -co --exclude-standard -- '*.c' '*.h' | grep -v '^build/')
+mapfile -t files < <(git ls-files -co --exclude-standard -- '*.c' '*.h' '*.cu' | grep -v '^build/')
 status=0
 bad=()
 for f in "${files[@]}"; do
@@ -18,6 +19,7 @@ fi
 # ((void *)0), and gcc's sentinel attribute on sb_log checks every call site at compile time.
 src=()
 for f in "${files[@]}"; do
+  [[ $f == *.cu ]] && continue # (nvcc's C++: cppcheck reads C here)
   case $f in lib/*|controller/*|worker/*|cmd/*) [[ -f $f ]] && src+=("$f");; esac
 done
 if ! cppcheck -q --error-exitcode=1 --enable=warning,performance,portability --inline-suppr \

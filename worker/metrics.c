@@ -8,10 +8,12 @@
 
 #include "metrics/families.h"
 #include "worker/ops/ops.h"
+#include "worker/ops/tensor/mlp_cuda.h"
 
 struct sb_wmetrics {
     sb_metrics *reg;
     sb_metric *f[SB_WF_COUNT];
+    sb_metric *cuda;    /* this worker's own figure: not summed per pool by `streambatch run` */
     pthread_mutex_t mu; /* label values, counters below */
     char ns[256], pipeline[256], pool[64];
     uint64_t fetch_errors;
@@ -65,6 +67,11 @@ static void collect(void *ud, sb_metrics *reg)
     sb_metric_set(m->f[SB_WF_CPU], v, cpu);
     sb_metric_set(m->f[SB_WF_RSS], v, (double)rss);
     sb_metric_set(m->f[SB_WF_WORKERS], v, 1);
+    /* present once a tensor.mlp stage asked for CUDA devices (0: none usable) */
+    int cuda = sb_op_mlp_cuda_devices();
+    sb_metric_clear(m->cuda);
+    if (cuda >= 0)
+        sb_metric_set(m->cuda, v, cuda);
 }
 
 sb_wmetrics *sb_wmetrics_new(const char *pool, sb_wmetrics_sample_fn sample, void *ud, sb_err *err)
@@ -88,7 +95,11 @@ sb_wmetrics *sb_wmetrics_new(const char *pool, sb_wmetrics_sample_fn sample, voi
         sb_wmetrics_free(m);
         return NULL;
     }
-    if (sb_metrics_on_collect(m->reg, collect, m, err) != 0 ||
+    static const char *const base[] = {"namespace", "pipeline", "pool", NULL};
+    m->cuda = sb_metrics_add(m->reg, SB_METRIC_GAUGE, "streambatch_worker_cuda_devices",
+                             "CUDA devices tensor.mlp can use (0: it runs on the CPU).", base, NULL,
+                             0, err);
+    if (m->cuda == NULL || sb_metrics_on_collect(m->reg, collect, m, err) != 0 ||
         sb_metrics_add_process(m->reg, err) != 0) {
         sb_wmetrics_free(m);
         return NULL;

@@ -1,8 +1,9 @@
 /* metrics.h — a worker's Prometheus figures (docs/metrics.md, "Worker figures"): per-stage task
  * counters and durations updated by the runtime as tasks start and end, and store, spill, fetch,
- * accelerator and process figures sampled at every scrape. Served by the worker itself when it
- * has a metrics address (lib/metrics/serve.h); the cumulative figures also travel in heartbeats
- * so that `streambatch run` can sum them per pool.
+ * accelerator and process figures sampled at every scrape, with the CUDA devices tensor.mlp found
+ * (worker/ops/tensor/mlp_cuda.h; a figure of the worker's own endpoint only). Served by the worker
+ * itself when it has a metrics address (lib/metrics/serve.h); the cumulative figures also travel in
+ * heartbeats so that `streambatch run` can sum them per pool.
  *
  * Labels: namespace, pipeline (from the pipeline the worker registered for; empty before), pool;
  * `stage` on the per-stage families (a task's stage names joined with '+').

@@ -26,7 +26,7 @@ typedef struct {
 
 struct sb_local {
     sb_local_config cfg;
-    char *worker_bin, *controller, *run_dir;
+    char *worker_bin, *worker_gpu_bin, *controller, *run_dir; /* worker_gpu_bin may be NULL */
     proc *procs;
     size_t nprocs;
     pthread_mutex_t mu;
@@ -71,12 +71,13 @@ static int spawn(sb_local *l, proc *p, sb_err *err)
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0)
             dup2(nul, STDIN_FILENO);
-        char *argv[] = {l->worker_bin, "--controller",   l->controller, "--id",
-                        p->id,         "--pool",         p->pool,       "--slots",
-                        slots,         "--accelerators", accel,         "--store-budget",
-                        budget,        "--spill-dir",    dir,           NULL};
-        execv(l->worker_bin, argv);
-        fprintf(stderr, "exec %s: %s\n", l->worker_bin, strerror(errno));
+        char *bin = p->accelerators > 0 && l->worker_gpu_bin ? l->worker_gpu_bin : l->worker_bin;
+        char *argv[] = {bin,    "--controller",   l->controller, "--id",
+                        p->id,  "--pool",         p->pool,       "--slots",
+                        slots,  "--accelerators", accel,         "--store-budget",
+                        budget, "--spill-dir",    dir,           NULL};
+        execv(bin, argv);
+        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
     }
     p->pid = pid;
@@ -137,18 +138,24 @@ sb_local *sb_local_start(const sb_local_config *cfg, sb_err *err)
         l->cfg.max_respawns = 10;
     pthread_mutex_init(&l->mu, NULL);
     l->worker_bin = strdup(cfg->worker_bin);
+    l->worker_gpu_bin = cfg->worker_gpu_bin ? strdup(cfg->worker_gpu_bin) : NULL;
     l->controller = strdup(cfg->controller);
     l->run_dir = strdup(cfg->run_dir);
     size_t total = 0;
     for (size_t i = 0; i < cfg->npools; i++)
         total += cfg->pools[i].workers;
     l->procs = calloc(total + 1, sizeof *l->procs);
-    if (!l->worker_bin || !l->controller || !l->run_dir || !l->procs) {
+    if (!l->worker_bin || !l->controller || !l->run_dir || !l->procs ||
+        (cfg->worker_gpu_bin && !l->worker_gpu_bin)) {
         sb_err_set(err, "out of memory");
         goto fail;
     }
     if (access(l->worker_bin, X_OK) != 0) {
         sb_err_set(err, "worker binary %s: %s", l->worker_bin, strerror(errno));
+        goto fail;
+    }
+    if (l->worker_gpu_bin && access(l->worker_gpu_bin, X_OK) != 0) {
+        sb_err_set(err, "worker binary %s: %s", l->worker_gpu_bin, strerror(errno));
         goto fail;
     }
     if (mkdir(l->run_dir, 0755) != 0 && errno != EEXIST) {
@@ -181,6 +188,7 @@ fail_nomonitor:
         }
     free(l->procs);
     free(l->worker_bin);
+    free(l->worker_gpu_bin);
     free(l->controller);
     free(l->run_dir);
     pthread_mutex_destroy(&l->mu);
@@ -325,6 +333,7 @@ void sb_local_stop(sb_local *l, int grace_ms)
     }
     free(l->procs);
     free(l->worker_bin);
+    free(l->worker_gpu_bin);
     free(l->controller);
     free(l->run_dir);
     pthread_mutex_destroy(&l->mu);

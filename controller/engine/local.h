@@ -1,5 +1,6 @@
 /* local.h — the local backend: worker processes on this machine (fork/exec of
- * streambatch-worker), one set per pool, respawned when they die.
+ * streambatch-worker, or of streambatch-worker-gpu for pools with accelerators when
+ * worker_gpu_bin is set), one set per pool, respawned when they die.
  *
  * Each worker gets a unique id ("cpu-0", "cpu-0-r1" after a respawn: a respawned worker is a
  * new worker with an empty store), its own spill directory and log file under run_dir, its own
@@ -30,6 +31,8 @@ typedef struct sb_local_pool {
 
 typedef struct sb_local_config {
     const char *worker_bin; /* path of streambatch-worker */
+    /* pools with accelerators run this one (streambatch-worker-gpu); NULL: worker_bin */
+    const char *worker_gpu_bin;
     const char *controller; /* "127.0.0.1:port" */
     const char *run_dir;    /* logs and spill directories (created) */
     uint64_t store_budget;  /* per worker */

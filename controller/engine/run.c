@@ -441,19 +441,20 @@ static int load(const sb_run_opts *o, run_state *r)
     return bad ? 2 : 0;
 }
 
-static void default_worker_bin(char *buf, size_t len)
+/* `name` next to this binary (just `name` when /proc/self/exe cannot be read). */
+static void default_worker_bin(char *buf, size_t len, const char *name)
 {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
-        snprintf(buf, len, "streambatch-worker");
+        snprintf(buf, len, "%s", name);
         return;
     }
     self[n] = '\0';
     char *slash = strrchr(self, '/');
     if (slash != NULL)
         *slash = '\0';
-    snprintf(buf, len, "%s/streambatch-worker", self);
+    snprintf(buf, len, "%s/%s", self, name);
 }
 
 /* The sink's final storage jobs run on a worker (storage.h), like planning: commit waits as
@@ -513,7 +514,7 @@ int sb_run(const sb_run_opts *o)
         return code;
     }
     sb_err err;
-    char run_dir[PATH_MAX], worker_bin[PATH_MAX];
+    char run_dir[PATH_MAX], worker_bin[PATH_MAX], worker_gpu_bin[PATH_MAX];
     int own_dir = o->run_dir == NULL;
     if (own_dir) {
         const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -527,10 +528,17 @@ int sb_run(const sb_run_opts *o)
     } else {
         snprintf(run_dir, sizeof run_dir, "%s", o->run_dir);
     }
-    if (o->worker_bin != NULL)
+    /* the gpu pool runs the CUDA build when it is next to this binary (and no --worker-bin
+     * names one worker for every pool) */
+    worker_gpu_bin[0] = '\0';
+    if (o->worker_bin != NULL) {
         snprintf(worker_bin, sizeof worker_bin, "%s", o->worker_bin);
-    else
-        default_worker_bin(worker_bin, sizeof worker_bin);
+    } else {
+        default_worker_bin(worker_bin, sizeof worker_bin, "streambatch-worker");
+        default_worker_bin(worker_gpu_bin, sizeof worker_gpu_bin, "streambatch-worker-gpu");
+        if (access(worker_gpu_bin, X_OK) != 0)
+            worker_gpu_bin[0] = '\0';
+    }
 
     int ncpu = (int)(cpu_max < cpus ? cpu_max : cpus);
     int ngpu = (int)(gpu_max < o->gpus ? gpu_max : o->gpus);
@@ -566,6 +574,7 @@ int sb_run(const sb_run_opts *o)
     char caddr[64];
     snprintf(caddr, sizeof caddr, "127.0.0.1:%d", sb_ctl_port(ctl));
     sb_local_config lc = {.worker_bin = worker_bin,
+                          .worker_gpu_bin = worker_gpu_bin[0] ? worker_gpu_bin : NULL,
                           .controller = caddr,
                           .run_dir = run_dir,
                           .store_budget = store_budget,

@@ -19,7 +19,9 @@ typedef struct sb_run_opts {
     const char *memory_budget; /* overrides spec.execution.memoryBudget */
     const char **sets;         /* "path=value" overrides */
     size_t nsets;
-    const char *worker_bin;   /* default: streambatch-worker next to this binary */
+    const char *worker_bin;   /* default: streambatch-worker next to this binary (and for the
+                               * gpu pool streambatch-worker-gpu, when it is there); set: every
+                               * pool runs it */
     const char *run_dir;      /* default: a new directory under $TMPDIR */
     int progress_interval_ms; /* non-terminal progress lines; default 5000 */
     int heartbeat_timeout_ms; /* default 3000 */

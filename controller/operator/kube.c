@@ -40,7 +40,7 @@ typedef struct kpool {
 
 struct sb_kube {
     sb_kube_config cfg;
-    char *ns, *pipeline, *uid, *controller, *image, *pipeline_id, *secret;
+    char *ns, *pipeline, *uid, *controller, *image, *gpu_image, *pipeline_id, *secret;
     cJSON *tmpl;
     kpool pools[4];
     size_t npools;
@@ -514,6 +514,8 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "containers"), c);
     cJSON_AddStringToObject(c, "name", "worker");
     const char *image = jstr(t, "image");
+    if (image == NULL && pool->gpus > 0)
+        image = cfg->gpu_image != NULL ? cfg->gpu_image : "streambatch/worker-gpu:latest";
     cJSON_AddStringToObject(c, "image",
                             image != NULL        ? image
                             : cfg->image != NULL ? cfg->image
@@ -613,6 +615,7 @@ static cJSON *pod_spec(const sb_kube *k, const kpool *kp, const char *name)
     c.pipeline_uid = k->uid;
     c.controller_address = k->controller;
     c.image = k->image;
+    c.gpu_image = k->gpu_image;
     c.worker_template = k->tmpl;
     c.credentials_secret = k->secret;
     return sb_kube_pod_json(&c, &kp->p, name);
@@ -983,6 +986,7 @@ void sb_kube_free(sb_kube *k)
     free(k->uid);
     free(k->controller);
     free(k->image);
+    free(k->gpu_image);
     free(k->pipeline_id);
     free(k->secret);
     free(k);
@@ -1019,6 +1023,8 @@ sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
     k->uid = cfg->pipeline_uid && cfg->pipeline_uid[0] ? strdup(cfg->pipeline_uid) : NULL;
     k->controller = strdup(cfg->controller_address);
     k->image = strdup(cfg->image != NULL ? cfg->image : "streambatch/worker:latest");
+    k->gpu_image =
+        strdup(cfg->gpu_image != NULL ? cfg->gpu_image : "streambatch/worker-gpu:latest");
     size_t idl = strlen(cfg->namespace) + strlen(cfg->pipeline) + 2;
     k->pipeline_id = malloc(idl);
     k->tmpl = cfg->worker_template ? cJSON_Duplicate(cfg->worker_template, 1) : NULL;
@@ -1026,8 +1032,8 @@ sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
     k->secret = want_secret ? strdup(cfg->credentials_secret) : NULL;
     k->cfg.credentials_secret = NULL;
     if ((want_secret && k->secret == NULL) || k->ns == NULL || k->pipeline == NULL ||
-        k->controller == NULL || k->image == NULL || k->pipeline_id == NULL ||
-        (cfg->worker_template != NULL && k->tmpl == NULL) ||
+        k->controller == NULL || k->image == NULL || k->gpu_image == NULL ||
+        k->pipeline_id == NULL || (cfg->worker_template != NULL && k->tmpl == NULL) ||
         (cfg->pipeline_uid && cfg->pipeline_uid[0] && k->uid == NULL)) {
         sb_kube_free(k);
         sb_err_set(err, "out of memory");

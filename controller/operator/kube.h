@@ -15,7 +15,9 @@
  * SB_WORKER_SPILL_MOUNT (spec/pipeline.h). With a credentials Secret, every standard AWS
  * variable (sb_credentials_keys) comes from the Secret's key of the same name (secretKeyRef;
  * the access key and secret key required, the others optional): the controller never reads
- * the Secret. spec.workerTemplate adds: image, imagePullPolicy, serviceAccountName,
+ * the Secret. The image: a pool with GPUs runs gpu_image (the CUDA build of the worker, the
+ * worker-gpu image), the others image. spec.workerTemplate adds: image (every pool's),
+ * imagePullPolicy, serviceAccountName,
  * priorityClassName, nodeSelector, labels and annotations (merged; the backend's own labels
  * win), env (appended after ours: it may refer to ours as $(SB_POOL); the validator refuses
  * names we set), envFrom, volumes (beside ours), volumeMounts (after ours) and tolerations.
@@ -94,6 +96,8 @@ typedef struct sb_kube_config {
                                        SB_CONTROLLER */
     uint64_t epoch;                 /* -> SB_EPOCH; Rebind uses it */
     const char *image;              /* default worker image; workerTemplate.image wins */
+    const char *gpu_image;          /* default image of pools with gpus > 0 (NULL:
+                                       streambatch/worker-gpu:latest); workerTemplate.image wins */
     const cJSON *worker_template;   /* spec.workerTemplate (may be NULL); borrowed during start */
     const char *credentials_secret; /* sb_pipeline_credentials_secret() (may be NULL) */
     sb_kube_pool pools[4];
@@ -109,7 +113,8 @@ typedef struct sb_kube_config {
 
 /* The Pod object (a new cJSON tree, the caller's) the backend creates for a worker of pool
  * named `name`: a pure function of cfg (namespace, pipeline, pipeline_uid, controller_address,
- * epoch, image, worker_template, credentials_secret, store_budget, worker_port: 0 = 7070) and
+ * epoch, image, gpu_image, worker_template, credentials_secret, store_budget, worker_port: 0 =
+ * 7070) and
  * the pool. NULL when out of memory. */
 cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, const char *name);
 

@@ -689,6 +689,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
                             .object = obj,
                             .grpc_host = o->cfg->grpc_host,
                             .image = o->cfg->worker_image,
+                            .gpu_image = o->cfg->worker_gpu_image,
                             .max_pending = o->cfg->max_pending,
                             .heartbeat_timeout_ms = o->cfg->heartbeat_timeout_ms,
                             .resume = have_cp ? &cp : NULL,

@@ -38,6 +38,7 @@ typedef struct sb_operator_config {
     long lease_ms, renew_ms, retry_ms;
     const char *identity; /* unique per process */
     const char *worker_image;
+    const char *worker_gpu_image; /* pools with GPUs (the CUDA build); NULL: the default */
     uint32_t max_pending;
     long status_interval_ms;
     int workers; /* reconcile threads */

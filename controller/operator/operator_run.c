@@ -227,6 +227,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     kc.controller_address = caddr;
     kc.epoch = r->epoch;
     kc.image = cfg->image;
+    kc.gpu_image = cfg->gpu_image;
     const cJSON *wt = cJSON_GetObjectItemCaseSensitive(r->spec, "workerTemplate");
     kc.worker_template = cJSON_IsObject(wt) ? wt : NULL;
     kc.credentials_secret = sb_pipeline_credentials_secret(&r->p);

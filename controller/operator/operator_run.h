@@ -38,6 +38,7 @@ typedef struct sb_opr_run_config {
     const cJSON *object;   /* the Pipeline as read from the API (borrowed during start) */
     const char *grpc_host; /* where the Control service listens (port 0) */
     const char *image;     /* default worker image */
+    const char *gpu_image; /* default worker image of pools with GPUs */
     uint32_t max_pending;  /* Pending pods per pool at most */
     uint32_t heartbeat_timeout_ms;
     const sb_opr_checkpoint *resume; /* NULL: a fresh run at epoch 0 */

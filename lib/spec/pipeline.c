@@ -66,11 +66,13 @@ static const char *const layouts[] = {"hwc", "chw", NULL};
 static const argspec args_normalize[] = {
     {"mean", A_NUMLIST, 0, 0, NULL},   {"std", A_NUMLIST, 0, 0, NULL}, {"scale", A_NUM, 0, 0, NULL},
     {"layout", A_ENUM, 0, 0, layouts}, {"field", A_STR, 0, 0, NULL},   {NULL, A_ANY, 0, 0, NULL}};
+static const char *const mlp_devices[] = {"auto", "cpu", "cuda", NULL};
 static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL},
                                    {"field", A_STR, 1, 0, NULL},
                                    {"activation", A_ENUM, 0, 0, activations},
                                    {"outputField", A_STR, 0, 0, NULL},
                                    {"topK", A_INT, 0, 1, NULL},
+                                   {"device", A_ENUM, 0, 0, mlp_devices},
                                    {NULL, A_ANY, 0, 0, NULL}};
 static const char *const exec_framings[] = {"lines", "arrow", NULL};
 static const char *const exec_modes[] = {"filter", "batches", NULL};

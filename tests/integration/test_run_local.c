@@ -187,7 +187,9 @@ Test(run, killed_workers_are_recovered_with_identical_output)
     for (int round = 0; round < 3; round++) {
         usleep(1500 * 1000);
         char *victim =
-            sb_test_sh_out("pgrep -f 'streambatch-worke[r] .*--id (cpu|gpu)-[0-9]' | shuf -n 1");
+            /* (the gpu pool runs streambatch-worker-gpu when it is built) */
+            sb_test_sh_out(
+                "pgrep -f 'streambatch-worke[r](-gpu)? .*--id (cpu|gpu)-[0-9]' | shuf -n 1");
         if (*victim) {
             sh("kill -9 %s", victim);
             kills++;
@@ -216,7 +218,7 @@ Test(run, killed_workers_are_recovered_with_identical_output)
                   "re-ran %ld tasks for %ld lost partitions and %ld lost workers", rerun, lostp,
                   lost);
     cr_expect_lt(rerun, (run - rerun) / 2, "re-ran %ld of %ld tasks", rerun, run - rerun);
-    char *orphans = sb_test_sh_out("pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+    char *orphans = sb_test_sh_out("pgrep -f 'streambatch-worke[r](-gpu)? --controller' | wc -l");
     cr_expect_str_eq(orphans, "0");
     free(orphans);
 }
@@ -248,7 +250,7 @@ Test(run, stopped_worker_is_detected_and_recovered)
     cr_expect_str_eq(got, want);
     free(got);
     free(want);
-    char *orphans = sb_test_sh_out("pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+    char *orphans = sb_test_sh_out("pgrep -f 'streambatch-worke[r](-gpu)? --controller' | wc -l");
     cr_expect_str_eq(orphans, "0");
     free(orphans);
 }
@@ -407,7 +409,7 @@ Test(run, interrupt_stops_workers_and_leaves_no_success)
     free(rc);
     free(log);
     char *orphans =
-        sb_test_sh_out("sleep 0.5; pgrep -f 'streambatch-worke[r] --controller' | wc -l");
+        sb_test_sh_out("sleep 0.5; pgrep -f 'streambatch-worke[r](-gpu)? --controller' | wc -l");
     cr_expect_str_eq(orphans, "0");
     free(orphans);
     struct stat st;

@@ -264,3 +264,36 @@ Test(kube_pod, missing_inputs_give_null)
     cr_expect_null(get(get(pod, "metadata"), "ownerReferences"), "no uid, no owner");
     cJSON_Delete(pod);
 }
+
+/* GPU pools run the CUDA build: gpu_image (default streambatch/worker-gpu:latest); CPU pools the
+ * worker image; spec.workerTemplate.image wins for every pool. */
+Test(kube_pod, gpu_pools_use_the_worker_gpu_image)
+{
+    sb_kube_pool cpu = {.pool = "cpu", .slots = 1};
+    sb_kube_pool gpu = {.pool = "gpu", .slots = 2, .accelerators = 1, .gpus = 1};
+    sb_kube_config kc = {.namespace = "ns", .pipeline = "p", .controller_address = "1.2.3.4:5"};
+    struct {
+        const char *image, *gpu_image, *tmpl, *want_cpu, *want_gpu;
+    } cases[] = {
+        {NULL, NULL, NULL, "streambatch/worker:latest", "streambatch/worker-gpu:latest"},
+        {"r/worker:1", "r/worker-gpu:1", NULL, "r/worker:1", "r/worker-gpu:1"},
+        {"r/worker:1", "r/worker-gpu:1", "{\"image\":\"mine:2\"}", "mine:2", "mine:2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        kc.image = cases[i].image;
+        kc.gpu_image = cases[i].gpu_image;
+        cJSON *t = cases[i].tmpl ? cJSON_Parse(cases[i].tmpl) : NULL;
+        kc.worker_template = t;
+        cJSON *pc = sb_kube_pod_json(&kc, &cpu, "p-cpu-x"),
+              *pg = sb_kube_pod_json(&kc, &gpu, "p-gpu-x");
+        cr_assert(pc != NULL && pg != NULL);
+        const cJSON *cc = cJSON_GetArrayItem(get(get(pc, "spec"), "containers"), 0);
+        const cJSON *cg = cJSON_GetArrayItem(get(get(pg, "spec"), "containers"), 0);
+        cr_expect_str_eq(str(cc, "image"), cases[i].want_cpu, "case %zu", i);
+        cr_expect_str_eq(str(cg, "image"), cases[i].want_gpu, "case %zu", i);
+        cr_expect_str_eq(str(get(get(cg, "resources"), "limits"), "nvidia.com/gpu"), "1");
+        cJSON_Delete(pc);
+        cJSON_Delete(pg);
+        cJSON_Delete(t);
+    }
+}

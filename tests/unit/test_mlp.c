@@ -13,6 +13,7 @@
 #include "partition/partition.h"
 #include "partition/rowjson.h"
 #include "worker/ops/ops.h"
+#include "worker/ops/tensor/mlp_cuda.h"
 #include "worker/ops/tensor/safetensors.h"
 #include "testutil.h"
 
@@ -298,4 +299,75 @@ Test(mlp, bad_weights_files_say_what_is_wrong)
     sb_err e = {0};
     cr_expect_eq(sb_st_parse(buf, 16, &st, &e), -1);
     cr_expect(strstr(e.msg, "not a safetensors file?") != NULL, "%s", e.msg);
+}
+
+/* args.device in a build without CUDA (this test links only the archive): cuda fails and says
+ * why, cpu and auto (the default) run the CPU implementation, anything else is refused; the
+ * worker's gauge says no device once a stage asked. */
+Test(mlp, device_cuda_fails_clearly_without_the_cuda_build_and_auto_is_the_cpu)
+{
+    const sb_op_impl *op = sb_op_find("tensor.mlp");
+    const char *w = model_file();
+    cr_assert_eq(sb_op_mlp_cuda_devices(), -1, "nothing asked before the first stage");
+    struct {
+        const char *device, *want; /* want: NULL when init succeeds */
+    } cases[] = {
+        {"\"cuda\"", "tensor.mlp: args.device is cuda, but this worker was built without CUDA "
+                     "(the CUDA build is streambatch-worker-gpu, in the worker-gpu image)"},
+        {"\"gpu\"", "tensor.mlp: args.device must be auto, cpu or cuda"},
+        {"1", "tensor.mlp: args.device must be auto, cpu or cuda"},
+        {"\"cpu\"", NULL},
+        {"\"auto\"", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *args;
+        cr_assert(asprintf(&args, "{\"weights\":\"%s\",\"field\":\"v\",\"device\":%s}", w,
+                           cases[i].device) > 0);
+        void *st = NULL;
+        sb_err e = {0};
+        int rc = op->init(args, &st, &e);
+        if (cases[i].want == NULL) {
+            cr_expect_eq(rc, 0, "%s: %s", cases[i].device, e.msg);
+        } else {
+            cr_expect_eq(rc, -1, "%s", cases[i].device);
+            cr_expect(strstr(e.msg, cases[i].want) != NULL, "%s: %s", cases[i].device, e.msg);
+        }
+        op->free(st);
+        free(args);
+    }
+    cr_expect_eq(sb_op_mlp_cuda_devices(), 0, "asked once: none");
+    /* the default (auto) gives the CPU's outputs, bit for bit */
+    const char *recs[] = {"{\"v\":[1,2,3]}", "{\"v\":[-1,0.5,2]}", "{\"v\":[3,-2,1]}"};
+    size_t len;
+    void *blob = json_part(recs, 3, &len);
+    char *out[2];
+    for (int k = 0; k < 2; k++) {
+        char *args;
+        cr_assert(asprintf(&args, "{\"weights\":\"%s\",\"field\":\"v\"%s}", w,
+                           k ? ",\"device\":\"cpu\"" : "") > 0);
+        sb_err e = {0};
+        cr_assert_eq(run(args, blob, len, 2, &e), 0, "%s", e.msg);
+        sb_batch *b;
+        cr_assert_eq(sb_batch_open(g_blob, g_len, &b, &e), 0);
+        size_t n, total = 0;
+        out[k] = NULL;
+        for (size_t r = 0; r < sb_batch_rows(b); r++) {
+            const char *p = sb_column_binary(sb_batch_column(b, 0), r, &n);
+            out[k] = realloc(out[k], total + n + 2);
+            memcpy(out[k] + total, p, n);
+            total += n;
+            out[k][total++] = '\n';
+            out[k][total] = '\0';
+        }
+        sb_batch_close(b);
+        sb_part_free(g_blob);
+        g_blob = NULL;
+        free(args);
+    }
+    cr_expect_str_eq(out[0], out[1]);
+    cr_expect(strstr(out[0], "\"y\":[") != NULL, "%s", out[0]);
+    free(out[0]);
+    free(out[1]);
+    sb_part_free(blob);
+    sb_op_shutdown();
 }

@@ -73,6 +73,10 @@ static const invalid_case cases[] = {
      1,
      {"filter-bad-op.yaml:12:29: spec.stages[0].args.op: must be one of eq, ne, lt, le, gt, ge, "
       "got \"equals\""}},
+    {"mlp-bad-device.yaml",
+     1,
+     {"mlp-bad-device.yaml:12:62: spec.stages[0].args.device: must be one of auto, cpu, cuda, "
+      "got \"gpu\""}},
     {"filter-missing-args.yaml",
      1,
      {"filter-missing-args.yaml:12:11: spec.stages[0].args.op: required argument of op \"filter\" "

@@ -2,10 +2,15 @@
  * attempt counts its input but no output and no duration), fetch errors and accelerator time
  * in the render and in the heartbeat totals, and the sampled store figures. */
 #include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "worker/metrics.h"
+#include "worker/ops/ops.h"
+#include "testutil.h"
 
 static void sample(void *ud, sb_wmetrics_sample *out)
 {
@@ -76,5 +81,43 @@ Test(wmetrics, tasks_fetch_errors_accelerator_and_samples)
         "%s", t);
     cr_expect(!has(t, "streambatch_workers{" L "}"), "sampled series follow the pipeline");
     free(t);
+    sb_wmetrics_free(m);
+}
+
+/* streambatch_worker_cuda_devices: absent until a tensor.mlp stage asks for CUDA, then the devices
+ * found (0 here: the tests link the archive, which has no CUDA). */
+Test(wmetrics, cuda_devices_once_a_tensor_mlp_stage_asked)
+{
+    sb_err e = {0};
+    sb_wmetrics *m = sb_wmetrics_new("gpu", NULL, NULL, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    sb_wmetrics_set_pipeline(m, "team", "infer");
+    char *t = sb_metrics_render(sb_wmetrics_registry(m));
+    cr_expect(!has(t, "streambatch_worker_cuda_devices{"), "%s", t);
+    free(t);
+    /* a one-layer model: 0.weight [1, 1] */
+    char dir[128], path[256];
+    sb_test_tmpl(dir, sizeof dir, "sb-test-wmetrics");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    const char *h = "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[0,4]}}";
+    uint64_t hl = strlen(h);
+    float one = 1;
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fwrite(&hl, 8, 1, f);
+    fwrite(h, 1, hl, f);
+    fwrite(&one, 4, 1, f);
+    fclose(f);
+    char args[400];
+    snprintf(args, sizeof args, "{\"weights\":\"%s\",\"field\":\"x\"}", path);
+    const sb_op_impl *op = sb_op_find("tensor.mlp");
+    void *st = NULL;
+    cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
+    op->free(st);
+    t = sb_metrics_render(sb_wmetrics_registry(m));
+    cr_expect(has(t, "streambatch_worker_cuda_devices{" L "} 0\n"), "%s", t);
+    free(t);
+    sb_op_shutdown();
     sb_wmetrics_free(m);
 }

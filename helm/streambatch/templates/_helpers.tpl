@@ -40,6 +40,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" .Values.workerImage.repository (default .Chart.AppVersion .Values.workerImage.tag) -}}
 {{- end -}}
 
+{{- define "streambatch.workerGpuImage" -}}
+{{- printf "%s:%s" .Values.workerGpuImage.repository (default .Chart.AppVersion .Values.workerGpuImage.tag) -}}
+{{- end -}}
+
 {{/* The rules on Pipelines, worker pods and Events, used cluster-wide or per namespace: exactly
 the requests the controller makes (controller/operator/*.c):
 - pipelines: list/watch (informer), get (re-read on a 409 status conflict), patch (its

@@ -6,7 +6,9 @@
  * Args: weights (URI on any storage backend, required), field (the input, required),
  * activation (relu, gelu or none between layers; default relu), outputField (default "y"),
  * topK (optional: also "<outputField>TopK", the indices of the k largest outputs, largest
- * first).
+ * first), device (auto: CUDA when this worker has a usable device, else the CPU; cpu; cuda:
+ * the stage fails, saying why, when there is no usable device or the worker is not the CUDA
+ * build).
  *
  * Input, per batch: a fixed-size-list column named `field` (any numeric child type, as wide as
  * the first layer) gives typed output: every input column plus `outputField` (fixed-size list of
@@ -19,6 +21,15 @@
  * Weights are loaded once per worker process and kept (keyed by URI) across tasks; a file over
  * 2 GiB is refused. Memory: the state owns its scratch; the model cache owns the models until
  * sb_op_shutdown().
+ *
+ * CUDA (mlp_cuda.h; only in streambatch-worker-gpu, whose mlp_cuda.o defines the weak entry
+ * points): the first stage that may use it asks cudaGetDeviceCount once per worker, and says
+ * once in the log (and in the streambatch_worker_cuda_devices gauge) when there is no usable
+ * device. A model's weights go to the device once, with the cached model, and stay there until
+ * sb_op_shutdown(). A state on CUDA owns a run (two streams with their pinned and device
+ * buffers): batch k is converted into its slot's pinned buffer and queued, then batch k-1's
+ * output is taken and appended while the device works on batch k; the last batch of an input
+ * partition is waited for at once, so nothing is held past the partition's last process() call.
  */
 #include <cjson/cJSON.h>
 #if defined(__x86_64__)
@@ -30,16 +41,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "io/store.h"
 #include "partition/rowjson.h"
 #include "worker/ops/impls.h"
 #include "worker/ops/json.h"
+#include "worker/ops/tensor/mlp_cuda.h"
 #include "worker/ops/tensor/safetensors.h"
 
 #define MAX_WEIGHTS (2ull << 30)
 #define MAX_LAYERS 64
 
 typedef enum { ACT_RELU, ACT_GELU, ACT_NONE } act_kind;
+_Static_assert((int)ACT_RELU == (int)SB_MLP_CUDA_RELU && (int)ACT_GELU == (int)SB_MLP_CUDA_GELU &&
+                   (int)ACT_NONE == (int)SB_MLP_CUDA_NONE,
+               "mlp_cuda.h numbers the activations as mlp.c does");
 
 typedef struct mlp_model {
     char *uri;
@@ -48,12 +64,25 @@ typedef struct mlp_model {
     float *w[MAX_LAYERS]; /* dout x din, row-major */
     float *b[MAX_LAYERS]; /* dout, or NULL */
     size_t widest;
+    sb_mlp_cuda_model *dev; /* the weights on the device (CUDA build), made on first use */
     struct mlp_model *next;
 } mlp_model;
+
+typedef enum { DEV_AUTO, DEV_CPU, DEV_CUDA } dev_kind;
+
+/* A batch queued on the device whose output is not appended yet (its input's rows). */
+typedef struct {
+    bool active, json;
+    int slot;
+    size_t ci, first, n;
+} mlp_pending;
 
 typedef struct {
     const mlp_model *m;
     act_kind act;
+    sb_mlp_cuda_run *run; /* NULL: the CPU implementation */
+    int next_slot;
+    mlp_pending pending;
     char *field, *out_field, *topk_field;
     size_t topk;
     float *x, *y, *t; /* scratch: input, output, the layer between */
@@ -70,6 +99,8 @@ static mlp_model *cache;
 
 static void model_free(mlp_model *m)
 {
+    if (m->dev != NULL)
+        sb_mlp_cuda_model_free(m->dev);
     for (size_t l = 0; l < m->nl; l++) {
         free(m->w[l]);
         free(m->b[l]);
@@ -233,6 +264,72 @@ static const mlp_model *model_get(const char *uri, sb_err *err)
     }
     pthread_mutex_unlock(&cache_mu);
     return m;
+}
+
+/* ---- CUDA: the probe and the weights on the device ------------------------------------------ */
+
+static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
+static int cuda_devices = -1;     /* -1: not asked yet */
+static char cuda_why[SB_ERR_MAX]; /* why there is none, when cuda_devices is 0 */
+
+int sb_op_mlp_cuda_devices(void)
+{
+    pthread_mutex_lock(&cuda_mu);
+    int n = cuda_devices;
+    pthread_mutex_unlock(&cuda_mu);
+    return n;
+}
+
+/* The usable CUDA devices (asked once per worker, logged once); 0 with why[] set when none. */
+static int cuda_usable(char *why, size_t cap)
+{
+    pthread_mutex_lock(&cuda_mu);
+    if (cuda_devices < 0) {
+        sb_err e = {0};
+        int n = 0;
+        if (sb_mlp_cuda_probe == NULL) {
+            snprintf(cuda_why, sizeof cuda_why,
+                     "this worker was built without CUDA (the CUDA build is "
+                     "streambatch-worker-gpu, in the worker-gpu image)");
+        } else if ((n = sb_mlp_cuda_probe(&e)) < 0) {
+            n = 0;
+            snprintf(cuda_why, sizeof cuda_why, "no usable CUDA device: %s", e.msg);
+        } else if (n == 0) {
+            snprintf(cuda_why, sizeof cuda_why,
+                     "no usable CUDA device: cudaGetDeviceCount found none");
+        }
+        cuda_devices = n;
+        if (n > 0) {
+            char num[16];
+            snprintf(num, sizeof num, "%d", n);
+            sb_log(SB_LOG_INFO, "tensor.mlp runs on CUDA", "devices", num, NULL);
+        } else {
+            sb_log(SB_LOG_INFO, "tensor.mlp runs on the CPU", "reason", cuda_why, NULL);
+        }
+    }
+    int n = cuda_devices;
+    snprintf(why, cap, "%s", cuda_why);
+    pthread_mutex_unlock(&cuda_mu);
+    return n;
+}
+
+/* The model's weights on the device, uploaded by the first state that needs them. */
+static int model_to_device(const mlp_model *cm, sb_err *err)
+{
+    pthread_mutex_lock(&cache_mu);
+    mlp_model *m = (mlp_model *)cm; /* the cache's own model: dev is set under the lock */
+    int rc = 0;
+    if (m->dev == NULL) {
+        const float *w[MAX_LAYERS], *b[MAX_LAYERS];
+        for (size_t l = 0; l < m->nl; l++) {
+            w[l] = m->w[l];
+            b[l] = m->b[l];
+        }
+        m->dev = sb_mlp_cuda_model_new(m->nl, m->din, m->dout, w, b, err);
+        rc = m->dev == NULL ? -1 : 0;
+    }
+    pthread_mutex_unlock(&cache_mu);
+    return rc;
 }
 
 /* ---- the forward pass --------------------------------------------------------------------- */
@@ -436,6 +533,8 @@ static void mlp_free(void *state)
     mlp_state *s = state;
     if (s == NULL)
         return;
+    if (s->run != NULL)
+        sb_mlp_cuda_run_free(s->run); /* waits for what is in flight */
     free(s->field);
     free(s->out_field);
     free(s->topk_field);
@@ -470,6 +569,7 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(a, "activation");
     const cJSON *of = cJSON_GetObjectItemCaseSensitive(a, "outputField");
     const cJSON *tk = cJSON_GetObjectItemCaseSensitive(a, "topK");
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(a, "device");
     mlp_state *s = calloc(1, sizeof *s);
     int rc = -1;
     if (s == NULL) {
@@ -507,6 +607,19 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
         sb_err_set(err, "tensor.mlp: args.topK must be an integer >= 1");
         goto out;
     }
+    dev_kind device = DEV_AUTO;
+    if (dev != NULL) {
+        if (cJSON_IsString(dev) && strcmp(dev->valuestring, "auto") == 0)
+            device = DEV_AUTO;
+        else if (cJSON_IsString(dev) && strcmp(dev->valuestring, "cpu") == 0)
+            device = DEV_CPU;
+        else if (cJSON_IsString(dev) && strcmp(dev->valuestring, "cuda") == 0)
+            device = DEV_CUDA;
+        else {
+            sb_err_set(err, "tensor.mlp: args.device must be auto, cpu or cuda");
+            goto out;
+        }
+    }
     s->field = strdup(f->valuestring);
     s->out_field = strdup(of ? of->valuestring : "y");
     if (s->field == NULL || s->out_field == NULL ||
@@ -528,6 +641,19 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
         if (s->topk > outw) {
             sb_err_set(err, "tensor.mlp: args.topK is %zu, the model has %zu outputs", s->topk,
                        outw);
+            goto out;
+        }
+    }
+    if (device != DEV_CPU) {
+        char why[SB_ERR_MAX];
+        if (cuda_usable(why, sizeof why) > 0) {
+            if (model_to_device(s->m, err) != 0 ||
+                (s->run = sb_mlp_cuda_run_new(s->m->dev, (int)s->act, err)) == NULL) {
+                sb_err_wrap(err, "tensor.mlp: weights %.200s on the GPU", w->valuestring);
+                goto out;
+            }
+        } else if (device == DEV_CUDA) {
+            sb_err_set(err, "tensor.mlp: args.device is cuda, but %s", why);
             goto out;
         }
     }
@@ -580,13 +706,13 @@ static float load_num(sb_type t, const void *base, size_t i)
     }
 }
 
-/* Typed input: the tensor column `ci`; output = every input column + the outputs. */
-static int process_tensor(mlp_state *s, const sb_batch *in, size_t ci, size_t first, size_t n,
-                          sb_op_out *out, sb_err *err)
+/* Typed input: the tensor column `ci`, rows [first, first+n) into x (n x din). */
+static int tensor_input(const mlp_state *s, const sb_batch *in, size_t ci, size_t first, size_t n,
+                        float *x, sb_err *err)
 {
     const sb_column *c = sb_batch_column(in, ci);
     const mlp_model *m = s->m;
-    size_t din = m->din[0], dout = m->dout[m->nl - 1];
+    size_t din = m->din[0];
     if (c->list_size != din)
         return sb_err_data(err,
                            "tensor.mlp: column \"%.100s\" holds %u values per row, the "
@@ -595,12 +721,20 @@ static int process_tensor(mlp_state *s, const sb_batch *in, size_t ci, size_t fi
     if (sb_batch_find(in, s->out_field) >= 0 || (s->topk && sb_batch_find(in, s->topk_field) >= 0))
         return sb_err_data(err, "tensor.mlp: the input already has a column \"%.100s\"",
                            sb_batch_find(in, s->out_field) >= 0 ? s->out_field : s->topk_field);
-    if (reserve_rows(s, n, err) != 0)
-        return -1;
     for (size_t r = 0; r < n; r++)
         for (size_t k = 0; k < din; k++)
-            s->x[r * din + k] = load_num(c->child_type, c->values, (first + r) * din + k);
-    forward(s, n);
+            x[r * din + k] = load_num(c->child_type, c->values, (first + r) * din + k);
+    return 0;
+}
+
+/* Typed output for rows [first, first+n) of `in`, their model outputs y (n x dout): every input
+ * column + the outputs. */
+static int tensor_output(const mlp_state *s, const sb_batch *in, size_t ci, size_t first, size_t n,
+                         const float *y, sb_op_out *out, sb_err *err)
+{
+    const sb_column *c = sb_batch_column(in, ci);
+    const mlp_model *m = s->m;
+    size_t dout = m->dout[m->nl - 1];
     /* the new columns hold rows [first, first+n) like the input's (append_columns takes the
      * same row range of every column); the rows before are never touched */
     size_t ncols = sb_batch_ncols(in), extra = s->topk ? 2 : 1;
@@ -613,9 +747,9 @@ static int process_tensor(mlp_state *s, const sb_batch *in, size_t ci, size_t fi
         sb_err_set(err, "tensor.mlp: out of memory");
         goto done;
     }
-    memcpy(yv + first * dout, s->y, n * dout * sizeof(float));
+    memcpy(yv + first * dout, y, n * dout * sizeof(float));
     for (size_t r = 0; kv != NULL && r < n; r++)
-        top_k(s->y + r * dout, dout, s->topk, kv + (first + r) * s->topk);
+        top_k(y + r * dout, dout, s->topk, kv + (first + r) * s->topk);
     for (size_t i = 0; i < ncols; i++) {
         cols[i] = *sb_batch_column(in, i);
         f[i] = (sb_field){cols[i].name, cols[i].type, cols[i].child_type, cols[i].list_size,
@@ -717,23 +851,13 @@ static int add_text(mlp_state *s, size_t *len, const char *p, size_t n)
     return 0;
 }
 
-/* jsonl input: `field` is an array member of each record. */
-static int process_json(mlp_state *s, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
-                        sb_err *err)
+/* jsonl input: `field` is an array member of each record (of the records column ci); rows
+ * [first, first+n) into x (n x din). */
+static int json_input(const mlp_state *s, const sb_batch *in, size_t ci, size_t first, size_t n,
+                      float *x, sb_err *err)
 {
-    int ci = sb_op_record_column(in, "tensor.mlp", err);
-    if (ci < 0)
-        return sb_err_wrap(err, "tensor.mlp: no tensor column \"%.100s\" either", s->field);
-    const sb_column *c = sb_batch_column(in, (size_t)ci);
-    const mlp_model *m = s->m;
-    size_t din = m->din[0], dout = m->dout[m->nl - 1];
-    if (!sb_op_out_has_schema(out)) {
-        sb_field rf = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
-        if (sb_op_out_set_schema(out, &rf, 1, err) != 0)
-            return -1;
-    }
-    if (reserve_rows(s, n, err) != 0)
-        return -1;
+    const sb_column *c = sb_batch_column(in, ci);
+    size_t din = s->m->din[0];
     sb_op_json_key keys[3] = {{s->field, strlen(s->field)},
                               {s->out_field, strlen(s->out_field)},
                               {s->topk_field, strlen(s->topk_field)}};
@@ -760,13 +884,22 @@ static int process_json(mlp_state *s, const sb_batch *in, size_t first, size_t n
                                found[1].type != SB_OP_JSON_NONE ? s->out_field : s->topk_field);
         const char *why;
         size_t got;
-        if (parse_vector(found[0].p, found[0].n, s->x + r * din, din, &why, &got) != 0)
+        if (parse_vector(found[0].p, found[0].n, x + r * din, din, &why, &got) != 0)
             return sb_err_data(err,
                                "tensor.mlp: record %zu: field \"%.100s\" has %s (%zu elements; "
                                "the model's first layer takes %zu numbers)",
                                first + r, s->field, why, got, din);
     }
-    forward(s, n);
+    return 0;
+}
+
+/* jsonl output: each record of rows [first, first+n) with the output members of y (n x dout)
+ * added. */
+static int json_output(mlp_state *s, const sb_batch *in, size_t ci, size_t first, size_t n,
+                       const float *y, sb_op_out *out, sb_err *err)
+{
+    const sb_column *c = sb_batch_column(in, ci);
+    size_t dout = s->m->dout[s->m->nl - 1];
     int32_t *idx = s->topk ? malloc(s->topk * sizeof *idx) : NULL;
     if (s->topk && idx == NULL)
         return sb_err_set(err, "tensor.mlp: out of memory");
@@ -787,11 +920,11 @@ static int process_json(mlp_state *s, const sb_batch *in, size_t first, size_t n
         for (size_t k = 0; k < dout && rc == 0; k++) {
             if (k)
                 rc |= add_text(s, &at, ",", 1);
-            rc |= add_text(s, &at, num, sb_json_float(num, s->y[r * dout + k], true));
+            rc |= add_text(s, &at, num, sb_json_float(num, y[r * dout + k], true));
         }
         rc |= add_text(s, &at, "]", 1);
         if (rc == 0 && s->topk) {
-            top_k(s->y + r * dout, dout, s->topk, idx);
+            top_k(y + r * dout, dout, s->topk, idx);
             rc |= add_text(s, &at, s->topk_key, strlen(s->topk_key));
             for (size_t k = 0; k < s->topk && rc == 0; k++) {
                 int w = snprintf(num, sizeof num, "%s%d", k ? "," : "", (int)idx[k]);
@@ -810,6 +943,55 @@ static int process_json(mlp_state *s, const sb_batch *in, size_t first, size_t n
     return rc;
 }
 
+static int batch_input(const mlp_state *s, const sb_batch *in, bool json, size_t ci, size_t first,
+                       size_t n, float *x, sb_err *err)
+{
+    return json ? json_input(s, in, ci, first, n, x, err)
+                : tensor_input(s, in, ci, first, n, x, err);
+}
+
+static int batch_output(mlp_state *s, const sb_batch *in, bool json, size_t ci, size_t first,
+                        size_t n, const float *y, sb_op_out *out, sb_err *err)
+{
+    return json ? json_output(s, in, ci, first, n, y, out, err)
+                : tensor_output(s, in, ci, first, n, y, out, err);
+}
+
+/* Appends the output of the batch in flight (its rows are in `in`: see the header). */
+static int cuda_drain(mlp_state *s, const sb_batch *in, sb_op_out *out, sb_err *err)
+{
+    mlp_pending p = s->pending;
+    s->pending.active = false;
+    if (!p.active)
+        return 0;
+    const float *y = sb_mlp_cuda_wait(s->run, p.slot, err);
+    if (y == NULL)
+        return sb_err_wrap(err, "tensor.mlp");
+    return batch_output(s, in, p.json, p.ci, p.first, p.n, y, out, err);
+}
+
+/* On the device: queue this batch, then append the previous one's output while it runs. */
+static int process_cuda(mlp_state *s, const sb_batch *in, bool json, size_t ci, size_t first,
+                        size_t n, sb_op_out *out, sb_err *err)
+{
+    int slot = s->next_slot;
+    float *x = sb_mlp_cuda_input(s->run, slot, n, err);
+    if (x == NULL)
+        return sb_err_wrap(err, "tensor.mlp");
+    if (batch_input(s, in, json, ci, first, n, x, err) != 0)
+        return -1;
+    if (sb_mlp_cuda_submit(s->run, slot, n, err) != 0)
+        return sb_err_wrap(err, "tensor.mlp");
+    s->next_slot = (slot + 1) % SB_MLP_CUDA_SLOTS;
+    if (cuda_drain(s, in, out, err) != 0)
+        return -1;
+    s->pending =
+        (mlp_pending){.active = true, .json = json, .slot = slot, .ci = ci, .first = first, .n = n};
+    if (first + n >= sb_batch_rows(in)) /* the partition's last batch: `in` goes after this */
+        return cuda_drain(s, in, out, err);
+    return 0;
+}
+
 static int mlp_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                        sb_err *err)
 {
@@ -817,20 +999,35 @@ static int mlp_process(void *state, const sb_batch *in, size_t first, size_t n, 
     if (n == 0)
         return 0;
     int ci = sb_batch_find(in, s->field);
-    if (ci >= 0 && sb_batch_column(in, (size_t)ci)->type == SB_TYPE_FIXED_LIST)
-        return process_tensor(s, in, (size_t)ci, first, n, out, err);
-    if (ci >= 0 && strcmp(s->field, SB_OP_RECORD_COLUMN) != 0)
+    bool json = ci < 0 || sb_batch_column(in, (size_t)ci)->type != SB_TYPE_FIXED_LIST;
+    if (json && ci >= 0 && strcmp(s->field, SB_OP_RECORD_COLUMN) != 0)
         return sb_err_data(err,
                            "tensor.mlp: column \"%.100s\" is %s, not a fixed-size list of numbers",
                            s->field, sb_type_name(sb_batch_column(in, (size_t)ci)->type));
-    return process_json(s, in, first, n, out, err);
+    if (json) { /* jsonl records */
+        if ((ci = sb_op_record_column(in, "tensor.mlp", err)) < 0)
+            return sb_err_wrap(err, "tensor.mlp: no tensor column \"%.100s\" either", s->field);
+        if (!sb_op_out_has_schema(out)) {
+            sb_field rf = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+            if (sb_op_out_set_schema(out, &rf, 1, err) != 0)
+                return -1;
+        }
+    }
+    if (s->run != NULL)
+        return process_cuda(s, in, json, (size_t)ci, first, n, out, err);
+    if (reserve_rows(s, n, err) != 0 ||
+        batch_input(s, in, json, (size_t)ci, first, n, s->x, err) != 0)
+        return -1;
+    forward(s, n);
+    return batch_output(s, in, json, (size_t)ci, first, n, s->y, out, err);
 }
 
 static int mlp_finish(void *state, sb_op_out *out, sb_err *err)
 {
-    (void)state;
     (void)out;
     (void)err;
+    mlp_state *s = state;
+    s->pending.active = false; /* (none: a partition's last batch is always drained) */
     return 0;
 }
 

@@ -1,0 +1,320 @@
+/* Tests of tensor.mlp's CUDA implementation (worker/ops/tensor/mlp_cuda.cu), linked with the
+ * CUDA objects (Makefile: CUDA_TEST_BINS). With a device: the GEMM kernel against a double
+ * precision reference, and the op on CUDA against the op on the CPU (the reference) over the
+ * same random model and data, tensor columns and jsonl, several batch sizes (one batch, batches
+ * that overlap on the two streams, a last batch that is not full), within 1e-4 relative.
+ * Without one (no driver: cudaGetDeviceCount fails): those skip, and the tests check that
+ * `device: cuda` fails with the CUDA error and that `auto` gives the CPU's results. */
+#include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "partition/partition.h"
+#include "tests/unit/testutil.h"
+#include "worker/ops/ops.h"
+#include "worker/ops/tensor/mlp_cuda.h"
+
+TestSuite(mlp_cuda, .timeout = 120);
+
+/* The number of devices, or 0 with why[] set. */
+static int devices(char *why, size_t cap)
+{
+    cr_assert_not_null(sb_mlp_cuda_probe, "this test links the CUDA objects");
+    sb_err e = {0};
+    int n = sb_mlp_cuda_probe(&e);
+    snprintf(why, cap, "%s", n < 0 ? e.msg : "cudaGetDeviceCount found none");
+    return n < 0 ? 0 : n;
+}
+
+static void need_device(void)
+{
+    char why[SB_ERR_MAX];
+    if (devices(why, sizeof why) == 0)
+        cr_skip("no CUDA device here (%s): the CUDA results are not compared", why);
+}
+
+/* Deterministic values in [-1, 1). */
+static float rnd(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* |got - want| within tol of the larger of |want| and the vector's scale (a value near zero
+ * in a vector of large ones is judged against the vector). */
+static void expect_close(const float *got, const float *want, size_t n, size_t width, double tol,
+                         const char *what)
+{
+    for (size_t r = 0; r < n / width; r++) {
+        double scale = 1e-6;
+        for (size_t k = 0; k < width; k++)
+            scale = fmax(scale, fabs(want[r * width + k]));
+        for (size_t k = 0; k < width; k++) {
+            size_t i = r * width + k;
+            cr_assert(fabs(got[i] - want[i]) <= tol * fmax(fabs(want[i]), scale),
+                      "%s: row %zu output %zu: %.9g, want %.9g", what, r, k, got[i], want[i]);
+        }
+    }
+}
+
+Test(mlp_cuda, gemm_kernel_matches_a_double_reference)
+{
+    need_device();
+    /* sizes that are not multiples of the 64 x 64 x 16 tiles */
+    const size_t n = 173, din = 70, dout = 131;
+    float *x = malloc(n * din * 4), *w = malloc(dout * din * 4), *b = malloc(dout * 4);
+    float *y = malloc(n * dout * 4), *want = malloc(n * dout * 4);
+    unsigned s = 7;
+    for (size_t i = 0; i < n * din; i++)
+        x[i] = rnd(&s);
+    for (size_t i = 0; i < dout * din; i++)
+        w[i] = rnd(&s);
+    for (size_t i = 0; i < dout; i++)
+        b[i] = rnd(&s);
+    for (int act = SB_MLP_CUDA_RELU; act <= SB_MLP_CUDA_NONE; act++) {
+        for (size_t r = 0; r < n; r++)
+            for (size_t o = 0; o < dout; o++) {
+                double v = b[o];
+                for (size_t k = 0; k < din; k++)
+                    v += (double)x[r * din + k] * w[o * din + k];
+                if (act == SB_MLP_CUDA_RELU)
+                    v = v > 0 ? v : 0;
+                else if (act == SB_MLP_CUDA_GELU)
+                    v = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+                want[r * dout + o] = (float)v;
+            }
+        sb_err e = {0};
+        cr_assert_eq(sb_mlp_cuda_linear(x, n, din, w, b, dout, act, y, &e), 0, "%s", e.msg);
+        expect_close(y, want, n * dout, dout, 1e-4, act == 0 ? "relu" : act == 1 ? "gelu" : "none");
+    }
+    free(x), free(w), free(b), free(y), free(want);
+}
+
+/* A random 3-layer model 48 -> 96 -> 80 -> 10 as a safetensors file (path in a static buffer). */
+static const char *model_file(void)
+{
+    static const size_t dims[4] = {48, 96, 80, 10};
+    static char path[256];
+    char dir[128], header[1024];
+    size_t off = 0, hl = 0, total = 0;
+    for (int l = 0; l < 3; l++)
+        total += dims[l + 1] * dims[l] + dims[l + 1];
+    float *data = malloc(total * 4);
+    unsigned s = 42;
+    for (size_t i = 0; i < total; i++)
+        data[i] = rnd(&s) * 0.3f;
+    hl += (size_t)snprintf(header + hl, sizeof header - hl, "{");
+    for (int l = 0; l < 3; l++) {
+        size_t wn = dims[l + 1] * dims[l] * 4, bn = dims[l + 1] * 4;
+        hl += (size_t)snprintf(header + hl, sizeof header - hl,
+                               "%s\"%d.weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
+                               "\"data_offsets\":[%zu,%zu]},\"%d.bias\":{\"dtype\":\"F32\","
+                               "\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
+                               l ? "," : "", 2 * l, dims[l + 1], dims[l], off, off + wn, 2 * l,
+                               dims[l + 1], off + wn, off + wn + bn);
+        off += wn + bn;
+    }
+    hl += (size_t)snprintf(header + hl, sizeof header - hl, "}");
+    sb_test_tmpl(dir, sizeof dir, "sb-test-mlp-cuda");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint64_t h64 = hl;
+    fwrite(&h64, 8, 1, f);
+    fwrite(header, 1, hl, f);
+    fwrite(data, 4, total, f);
+    fclose(f);
+    free(data);
+    return path;
+}
+
+#define ROWS 1000
+#define DIN 48
+#define DOUT 10
+
+static void *tensor_part(size_t *len)
+{
+    sb_field f = {
+        .name = "x", .type = SB_TYPE_FIXED_LIST, .child_type = SB_TYPE_FLOAT32, .list_size = DIN};
+    sb_err e = {0};
+    sb_batch_builder *bb = sb_batch_builder_new(&f, 1, &e);
+    unsigned s = 3;
+    for (int r = 0; r < ROWS; r++) {
+        float x[DIN];
+        for (int k = 0; k < DIN; k++)
+            x[k] = rnd(&s) * 2;
+        cr_assert_eq(sb_batch_builder_append_list(bb, 0, x, DIN, &e), 0, "%s", e.msg);
+    }
+    void *blob;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, len, &e), 0);
+    sb_batch_builder_free(bb);
+    return blob;
+}
+
+static void *json_part(size_t *len)
+{
+    sb_field f = {.name = "record", .type = SB_TYPE_UTF8};
+    sb_err e = {0};
+    sb_batch_builder *bb = sb_batch_builder_new(&f, 1, &e);
+    unsigned s = 3;
+    for (int r = 0; r < ROWS; r++) {
+        char rec[DIN * 24 + 32];
+        size_t at = (size_t)snprintf(rec, sizeof rec, "{\"id\":%d,\"v\":[", r);
+        for (int k = 0; k < DIN; k++)
+            at += (size_t)snprintf(rec + at, sizeof rec - at, "%s%.9g", k ? "," : "",
+                                   (double)(rnd(&s) * 2));
+        at += (size_t)snprintf(rec + at, sizeof rec - at, "]}");
+        cr_assert_eq(sb_batch_builder_append_binary(bb, 0, rec, at, &e), 0);
+    }
+    void *blob;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, len, &e), 0);
+    sb_batch_builder_free(bb);
+    return blob;
+}
+
+typedef struct {
+    float *y; /* ROWS x DOUT, in row order over every partition emitted */
+    size_t rows;
+    int json;
+} sink;
+
+static int collect(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    (void)rows;
+    sink *k = ud;
+    sb_err e = {0};
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    for (size_t r = 0; r < sb_batch_rows(b); r++, k->rows++) {
+        cr_assert_lt(k->rows, ROWS);
+        float *dst = k->y + k->rows * DOUT;
+        if (!k->json) {
+            const sb_column *c = sb_batch_column(b, (size_t)sb_batch_find(b, "y"));
+            memcpy(dst, (const float *)c->values + r * DOUT, DOUT * 4);
+            continue;
+        }
+        size_t n;
+        const char *p = sb_column_binary(sb_batch_column(b, 0), r, &n);
+        cJSON *j = cJSON_ParseWithLength(p, n);
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(j, "y");
+        cr_assert_eq(cJSON_GetArraySize(y), DOUT, "%.*s", (int)n, p);
+        cr_assert_eq(cJSON_GetObjectItemCaseSensitive(j, "id")->valueint, (int)k->rows);
+        for (int o = 0; o < DOUT; o++)
+            dst[o] = (float)cJSON_GetArrayItem(y, o)->valuedouble;
+        cJSON_Delete(j);
+    }
+    sb_batch_close(b);
+    sb_part_free(blob);
+    return 0;
+}
+
+/* Runs tensor.mlp over blob with args; 0 with the outputs in y, or -1 + e. */
+static int run(const char *args, void *blob, size_t len, size_t batch, int json, float *y,
+               sb_err *e)
+{
+    const sb_op_impl *op = sb_op_find("tensor.mlp");
+    cr_assert_not_null(op);
+    void *st;
+    if (op->init(args, &st, e) != 0)
+        return -1;
+    sink k = {.y = y, .json = json};
+    sb_op_out *o = sb_op_out_new(16 << 10, collect, &k, e); /* several output partitions */
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, e), 0);
+    int rc = sb_op_run(op, st, b, batch, o, e);
+    if (rc == 0)
+        rc = op->finish(st, o, e);
+    if (rc == 0)
+        rc = sb_op_out_flush(o, e);
+    sb_batch_close(b);
+    sb_op_out_free(o);
+    op->free(st);
+    if (rc == 0)
+        cr_assert_eq(k.rows, ROWS);
+    return rc;
+}
+
+static char *args_for(const char *weights, const char *act, const char *device, const char *field)
+{
+    char *a;
+    cr_assert(asprintf(&a,
+                       "{\"weights\":\"%s\",\"field\":\"%s\",\"activation\":\"%s\","
+                       "\"device\":\"%s\"}",
+                       weights, field, act, device) > 0);
+    return a;
+}
+
+Test(mlp_cuda, the_op_on_cuda_equals_the_op_on_the_cpu)
+{
+    need_device();
+    const char *w = model_file();
+    size_t lens[2];
+    void *blobs[2] = {tensor_part(&lens[0]), json_part(&lens[1])};
+    float *cpu = malloc(ROWS * DOUT * 4), *gpu = malloc(ROWS * DOUT * 4);
+    const char *acts[] = {"relu", "gelu", "none"};
+    const size_t batches[] = {0, 1, 128, 333};
+    for (int json = 0; json < 2; json++)
+        for (size_t a = 0; a < 3; a++) {
+            char *ac = args_for(w, acts[a], "cpu", json ? "v" : "x");
+            char *ag = args_for(w, acts[a], "cuda", json ? "v" : "x");
+            sb_err e = {0};
+            cr_assert_eq(run(ac, blobs[json], lens[json], 128, json, cpu, &e), 0, "%s", e.msg);
+            for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+                memset(gpu, 0, ROWS * DOUT * 4);
+                cr_assert_eq(run(ag, blobs[json], lens[json], batches[bi], json, gpu, &e), 0, "%s",
+                             e.msg);
+                char what[96];
+                snprintf(what, sizeof what, "%s, %s, batches of %zu", json ? "jsonl" : "tensor",
+                         acts[a], batches[bi]);
+                expect_close(gpu, cpu, ROWS * DOUT, DOUT, 1e-4, what);
+            }
+            free(ac);
+            free(ag);
+        }
+    /* auto picks the device: the same results */
+    char *aa = args_for(w, "gelu", "auto", "x"), *ac = args_for(w, "gelu", "cpu", "x");
+    sb_err e = {0};
+    cr_assert_eq(run(ac, blobs[0], lens[0], 256, 0, cpu, &e), 0, "%s", e.msg);
+    cr_assert_eq(run(aa, blobs[0], lens[0], 256, 0, gpu, &e), 0, "%s", e.msg);
+    expect_close(gpu, cpu, ROWS * DOUT, DOUT, 1e-4, "auto");
+    cr_expect_gt(sb_op_mlp_cuda_devices(), 0);
+    free(aa), free(ac), free(cpu), free(gpu);
+    sb_part_free(blobs[0]);
+    sb_part_free(blobs[1]);
+    sb_op_shutdown();
+}
+
+Test(mlp_cuda, without_a_device_cuda_fails_clearly_and_auto_runs_on_the_cpu)
+{
+    char why[SB_ERR_MAX];
+    if (devices(why, sizeof why) > 0)
+        cr_skip("a CUDA device is here: the fallback is not taken");
+    const char *w = model_file();
+    size_t len;
+    void *blob = tensor_part(&len);
+    float *cpu = malloc(ROWS * DOUT * 4), *dflt = malloc(ROWS * DOUT * 4);
+    cr_assert_eq(sb_op_mlp_cuda_devices(), -1, "not asked before the first stage");
+    char *ag = args_for(w, "relu", "cuda", "x");
+    sb_err e = {0};
+    cr_assert_eq(run(ag, blob, len, 100, 0, cpu, &e), -1);
+    cr_expect(strstr(e.msg, "tensor.mlp: args.device is cuda, but no usable CUDA device: CUDA: "
+                            "cudaGetDeviceCount: ") != NULL,
+              "%s", e.msg);
+    cr_expect(strstr(e.msg, why) != NULL, "the CUDA error string: %s (want %s)", e.msg, why);
+    cr_expect_eq(sb_op_mlp_cuda_devices(), 0);
+    char *ac = args_for(w, "relu", "cpu", "x");
+    cr_assert_eq(run(ac, blob, len, 100, 0, cpu, &e), 0, "%s", e.msg);
+    char *aa;
+    cr_assert(asprintf(&aa, "{\"weights\":\"%s\",\"field\":\"x\"}", w) > 0); /* auto */
+    cr_assert_eq(run(aa, blob, len, 100, 0, dflt, &e), 0, "%s", e.msg);
+    cr_expect_eq(memcmp(cpu, dflt, ROWS * DOUT * 4), 0, "auto without a device is the CPU");
+    free(ag), free(ac), free(aa), free(cpu), free(dflt);
+    sb_part_free(blob);
+    sb_op_shutdown();
+}
