@@ -77,6 +77,8 @@ struct sb_ctl {
     storage_job job;
     int have_resume;
     sb_sched_resume resume; /* deep copy: ranges and parts malloc'd */
+    char resume_plan_hash[17], plan_hash[17];
+    int resume_dropped;
 };
 
 static uint64_t now_ms(void)
@@ -199,9 +201,34 @@ static void plan_ready(sb_ctl *c)
         c->failed = 1;
         return;
     }
+    uint64_t h = 14695981039346656037ULL; /* FNV-1a 64 of the encoded splits, NUL-separated */
     for (size_t i = 0; i < c->plan.n; i++) {
         ss[i].split = c->plan.enc[i];
         ss[i].bytes = c->plan.bytes[i];
+        for (const unsigned char *p = (const unsigned char *)c->plan.enc[i];; p++) {
+            h = (h ^ *p) * 1099511628211ULL;
+            if (*p == '\0')
+                break;
+        }
+    }
+    snprintf(c->plan_hash, sizeof c->plan_hash, "%016llx", (unsigned long long)h);
+    if (c->have_resume && c->resume_plan_hash[0] != '\0' &&
+        strcmp(c->resume_plan_hash, c->plan_hash) != 0) {
+        sb_log(SB_LOG_WARN, "the source changed since the checkpoint: every split runs again",
+               "pipeline", c->pipeline_id, "checkpoint_plan", c->resume_plan_hash, "plan",
+               c->plan_hash, NULL);
+        free((char *)c->resume.committed_splits);
+        sb_sched_parts_free((sb_sched_output *)c->resume.parts, c->resume.nparts);
+        c->resume.committed_splits = strdup("");
+        c->resume.parts = NULL;
+        c->resume.nparts = 0;
+        c->resume_dropped = 1;
+        if (c->resume.committed_splits == NULL) {
+            free(ss);
+            snprintf(c->failure, sizeof c->failure, "starting the scheduler: out of memory");
+            c->failed = 1;
+            return;
+        }
     }
     sb_sched_config sc = {.pipeline = c->pipeline,
                           .pipeline_id = c->pipeline_id,
@@ -794,6 +821,8 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
         if (cfg->resume != NULL) {
             const sb_sched_resume *r = cfg->resume;
             c->have_resume = 1;
+            snprintf(c->resume_plan_hash, sizeof c->resume_plan_hash, "%s",
+                     cfg->resume_plan_hash ? cfg->resume_plan_hash : "");
             c->resume.epoch = r->epoch;
             c->resume.committed_splits = strdup(r->committed_splits ? r->committed_splits : "");
             sb_sched_output *parts = calloc(r->nparts + 1, sizeof *parts);
@@ -1010,6 +1039,21 @@ void sb_ctl_errored_free(sb_sched_errored *e, size_t n)
         free((char *)e[i].error);
     }
     free(e);
+}
+
+void sb_ctl_plan_hash(sb_ctl *c, char out[17])
+{
+    pthread_mutex_lock(&c->mu);
+    memcpy(out, c->plan_hash, 17);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int sb_ctl_resume_dropped(sb_ctl *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int d = c->resume_dropped;
+    pthread_mutex_unlock(&c->mu);
+    return d;
 }
 
 int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err)

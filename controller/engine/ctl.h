@@ -45,6 +45,10 @@ typedef struct sb_ctl_config {
                                       when storage_on_workers defers it) */
     int storage_on_workers;        /* 1: ignore splits; plan the source and prepare the sink on a
                                       worker (the pipeline must then outlive the controller) */
+    const char *resume_plan_hash;  /* with resume: the plan hash its checkpoint was taken against
+                                      (NULL/"": unknown); a plan that hashes otherwise (the
+                                      source changed, so split indices name other data) runs
+                                      everything again at the resume's epoch */
 } sb_ctl_config;
 
 /* A worker's figures from its latest heartbeat (WorkerMetrics). */
@@ -101,6 +105,11 @@ void sb_ctl_errored_free(sb_sched_errored *e, size_t n);
  * and parts are malloc'd (free ranges with free(), parts with sb_ctl_parts_free). 0 or -1 +
  * err. */
 int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err);
+/* The plan's fingerprint (FNV-1a 64 of every encoded split, in order: paths, ranges, sizes) as
+ * 16 hex digits, "" before the plan is known; and 1 when a resume was dropped because the plan
+ * differs from resume_plan_hash. */
+void sb_ctl_plan_hash(sb_ctl *c, char out[17]);
+int sb_ctl_resume_dropped(sb_ctl *c);
 /* 1 if the worker may be removed now (sb_sched_worker_removable), under the lock. */
 int sb_ctl_worker_removable(sb_ctl *c, const char *worker_id);
 /* The pool's demand (sb_sched_pool_demand), under the lock. */

@@ -646,7 +646,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
         return rc == 0 ? RC_OK : RC_ERROR;
     }
     /* start or resume */
-    sb_opr_checkpoint cp;
+    sb_ckpt cp;
     memset(&cp, 0, sizeof cp);
     int have_cp = 0;
     const cJSON *cpj = cJSON_GetObjectItemCaseSensitive(cur, "checkpoint");
@@ -655,7 +655,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
         /* the split count is only known after planning: parse with a generous bound first,
          * the scheduler checks the ranges against the plan again */
         sb_err err = {0};
-        if (sb_opr_checkpoint_parse(cpj, (size_t)1 << 24, &cp, &err) == 0) {
+        if (sb_ckpt_parse(cpj, (size_t)1 << 24, "status.checkpoint", &cp, &err) == 0) {
             have_cp = 1;
         } else {
             post_event(o, c, ns, name, uid, "Warning", "InvalidCheckpoint", err.msg);
@@ -673,7 +673,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     }
     entry *e = calloc(1, sizeof *e);
     if (e == NULL) {
-        sb_opr_checkpoint_free(&cp);
+        sb_ckpt_free(&cp);
         cJSON_Delete(st);
         return RC_ERROR;
     }
@@ -705,7 +705,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     sb_opr_run *run = sb_opr_run_start(&rc, &plan_error, &err);
     if (run == NULL) {
         entry_remove(o, e);
-        sb_opr_checkpoint_free(&cp);
+        sb_ckpt_free(&cp);
         if (!plan_error) {
             sb_log(SB_LOG_WARN, "starting a run failed", "pipeline", key, "error", err.msg, NULL);
             entry_free(e);
@@ -749,7 +749,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
         snprintf(m, sizeof m, "worker pods requested; a worker plans the source");
         post_event(o, c, ns, name, uid, "Normal", "Started", m);
     }
-    sb_opr_checkpoint_free(&cp);
+    sb_ckpt_free(&cp);
     if (write_status(c, obj, st) == 0) {
         e->written = cJSON_Duplicate(st, 1);
         e->last_write = sb_opr_mono_ms();

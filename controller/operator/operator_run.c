@@ -178,7 +178,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     /* resume state */
     sb_sched_resume resume;
     memset(&resume, 0, sizeof resume);
-    sb_opr_spec_hash(r->spec, r->spec_hash);
+    sb_ckpt_spec_hash(r->spec, r->spec_hash);
     if (cfg->resume != NULL) {
         resume.epoch = cfg->resume->epoch + 1;
         /* committed parts are only valid for the spec that made them: after a change while
@@ -208,7 +208,10 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
                         .storage_on_workers = 1,
                         .listen_addr = listen,
                         .heartbeat_timeout_ms = cfg->heartbeat_timeout_ms,
-                        .resume = cfg->resume != NULL ? &resume : NULL};
+                        .resume = cfg->resume != NULL ? &resume : NULL,
+                        .resume_plan_hash = cfg->resume != NULL && resume.committed_splits != NULL
+                                                ? cfg->resume->plan_hash
+                                                : NULL};
     r->ctl = sb_ctl_start(&cc, NULL, err);
     if (r->ctl == NULL) {
         sb_err_wrap(err, "starting the Control service on %s", listen);
@@ -527,13 +530,11 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
     if (rc == 0)
         rc = sb_opr_status_errored(status, errs, nerr);
     sb_ctl_errored_free(errs, nerr);
-    cJSON *cp = sb_opr_checkpoint_json(r->epoch, ranges, parts, nparts);
+    char plan_hash[17];
+    sb_ctl_plan_hash(r->ctl, plan_hash);
+    cJSON *cp = sb_ckpt_json(r->epoch, r->spec_hash, plan_hash, ranges, parts, nparts);
     free(ranges);
     sb_sched_parts_free(parts, nparts);
-    if (cp != NULL && cJSON_AddStringToObject(cp, "specHash", r->spec_hash) == NULL) {
-        cJSON_Delete(cp);
-        cp = NULL;
-    }
     if (cp == NULL || rc != 0) {
         cJSON_Delete(cp);
         return -1;

@@ -41,7 +41,7 @@ typedef struct sb_opr_run_config {
     const char *gpu_image; /* default worker image of pools with GPUs */
     uint32_t max_pending;  /* Pending pods per pool at most */
     uint32_t heartbeat_timeout_ms;
-    const sb_opr_checkpoint *resume; /* NULL: a fresh run at epoch 0 */
+    const sb_ckpt *resume; /* NULL: a fresh run at epoch 0 */
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     void *ud;
 } sb_opr_run_config;

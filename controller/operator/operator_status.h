@@ -1,14 +1,13 @@
 /* operator_status.h — the pure parts of the Pipeline status the operator writes: conditions in
- * metav1.Condition style, the checkpoint (committed splits and the sink parts they produced),
- * progress/partitions/stages from a controller snapshot, RFC 3339 times, and the comparison of
- * a running spec with a new one (which changes cannot be applied live).
+ * metav1.Condition style, progress/partitions/stages from a controller snapshot, RFC 3339 times,
+ * and the comparison of a running spec with a new one (which changes cannot be applied live).
  *
  * No I/O here: everything works on cJSON trees, so it is unit tested without an API server.
- * The checkpoint comes back from the API server, where anybody may have edited it, so it is
- * parsed strictly and every error names the offending field.
+ * The checkpoint (committed splits and the sink parts they produced) is
+ * controller/engine/checkpoint.h, shared with `streambatch run`.
  *
  * Memory: functions that return cJSON or strings return new objects the caller frees
- * (cJSON_Delete / free); sb_opr_checkpoint is freed with sb_opr_checkpoint_free().
+ * (cJSON_Delete / free).
  */
 #ifndef SB_CTL_OPERATOR_STATUS_H
 #define SB_CTL_OPERATOR_STATUS_H
@@ -18,6 +17,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "controller/engine/checkpoint.h"
 #include "controller/engine/ctl.h"
 #include "controller/sched/sched.h"
 #include "core/err.h"
@@ -46,30 +46,7 @@ int sb_opr_condition_true(const cJSON *status, const char *type);
  * becomes "0/0" when the Running condition is False (suspended or finished: no worker pods). */
 #define SB_OPR_FAILING_MAX 256
 
-/* ---- checkpoint: {epoch, committedSplits, parts: ["<id>:<rows>:<bytes>:<crc>"]} ---- */
-typedef struct sb_opr_checkpoint {
-    uint32_t epoch;
-    char *committed_splits; /* "0-41,45" (malloc'd, never NULL after a parse) */
-    size_t ncommitted;      /* how many splits that is */
-    sb_sched_output *parts; /* ids malloc'd */
-    size_t nparts;
-    char spec_hash[17]; /* sb_opr_spec_hash of the spec that made it; "" when absent */
-} sb_opr_checkpoint;
-
-/* "<id>:<rows>:<bytes>:<crc32c>" (decimal numbers), malloc'd. */
-char *sb_opr_part_format(const sb_sched_output *p);
-/* Strict: id of [A-Za-z0-9._-]+, then three decimal numbers without sign or leading zeros
- * (crc < 2^32). out->id is malloc'd. 0, or -1 with err naming the problem. */
-int sb_opr_part_parse(const char *s, sb_sched_output *out, sb_err *err);
-/* The JSON object of a checkpoint, or NULL when out of memory. */
-cJSON *sb_opr_checkpoint_json(uint32_t epoch, const char *committed_splits,
-                              const sb_sched_output *parts, size_t nparts);
-/* Reads status.checkpoint against a plan of nsplits splits: epoch an integer in [0, 2^32),
- * specHash (optional) 16 lowercase hex digits,
- * committedSplits valid ranges below nsplits, parts each valid and unique. 0, or -1 with err
- * ("status.checkpoint.parts[3]: ..."); out is zeroed on failure. */
-int sb_opr_checkpoint_parse(const cJSON *cp, size_t nsplits, sb_opr_checkpoint *out, sb_err *err);
-void sb_opr_checkpoint_free(sb_opr_checkpoint *c);
+/* ---- checkpoint: controller/engine/checkpoint.h (shared with `streambatch run`) ---- */
 
 /* ---- after a run finished ---- */
 /* This controller finished the run of Pipeline uid done_uid and wrote its terminal phase; the
@@ -118,10 +95,5 @@ int sb_opr_status_errored(cJSON *status, const sb_sched_errored *errored, size_t
  * stages[].workers). Writes the changed fields, "spec.sink, spec.stages[1].op", into buf
  * (truncated with "..."). Returns how many differ. */
 int sb_opr_spec_diff(const cJSON *old_spec, const cJSON *new_spec, char *buf, size_t len);
-/* A fingerprint of what a checkpoint depends on: the spec without what applies live (the
- * fields sb_opr_spec_diff ignores), independent of key order. Two specs with the same hash
- * make the same splits, lineage and sink, so committed parts of one are valid for the other.
- * Writes 16 lowercase hex digits and a NUL into out. */
-void sb_opr_spec_hash(const cJSON *spec, char out[17]);
 
 #endif

@@ -56,11 +56,11 @@ Test(opr_status, condition_transition_time_only_on_flip)
 Test(opr_status, part_format_and_strict_parse)
 {
     sb_sched_output p = {.id = "s1-t2-p0", .rows = 10, .bytes = 1234, .crc32c = 4294967295u};
-    char *s = sb_opr_part_format(&p);
+    char *s = sb_ckpt_part_format(&p);
     cr_expect_str_eq(s, "s1-t2-p0:10:1234:4294967295");
     sb_sched_output q;
     sb_err err;
-    cr_assert_eq(sb_opr_part_parse(s, &q, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_ckpt_part_parse(s, &q, &err), 0, "%s", err.msg);
     cr_expect_str_eq(q.id, "s1-t2-p0");
     cr_expect_eq(q.rows, 10);
     cr_expect_eq(q.bytes, 1234);
@@ -73,30 +73,39 @@ Test(opr_status, part_format_and_strict_parse)
                          "a b:1:2:3", "a:1: 2:3",         "a:1:2:3 ",
                          "a/b:1:2:3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        cr_expect_neq(sb_opr_part_parse(bad[i], &q, &err), 0, "accepted \"%s\"", bad[i]);
-    cr_expect_neq(sb_opr_part_parse(NULL, &q, &err), 0);
+        cr_expect_neq(sb_ckpt_part_parse(bad[i], &q, &err), 0, "accepted \"%s\"", bad[i]);
+    cr_expect_neq(sb_ckpt_part_parse(NULL, &q, &err), 0);
 }
 
 Test(opr_status, checkpoint_round_trip)
 {
     sb_sched_output parts[2] = {{.id = "s0-t0-p0", .rows = 3, .bytes = 30, .crc32c = 7},
                                 {.id = "s0-t1-p0", .rows = 4, .bytes = 40, .crc32c = 8}};
-    cJSON *j = sb_opr_checkpoint_json(3, "0-1", parts, 2);
+    cJSON *j = sb_ckpt_json(3, "00ff00ff00ff00ff", "0123456789abcdef", "0-1", parts, 2);
     char *txt = cJSON_PrintUnformatted(j);
-    cr_expect_str_eq(txt, "{\"epoch\":3,\"committedSplits\":\"0-1\",\"parts\":[\"s0-t0-p0:3:30:7\","
-                          "\"s0-t1-p0:4:40:8\"]}");
-    sb_opr_checkpoint cp;
+    cr_expect_str_eq(txt, "{\"epoch\":3,\"specHash\":\"00ff00ff00ff00ff\",\"planHash\":"
+                          "\"0123456789abcdef\",\"committedSplits\":\"0-1\",\"parts\":["
+                          "\"s0-t0-p0:3:30:7\",\"s0-t1-p0:4:40:8\"]}");
+    sb_ckpt cp;
     sb_err err;
-    cr_assert_eq(sb_opr_checkpoint_parse(j, 5, &cp, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_ckpt_parse(j, 5, "status.checkpoint", &cp, &err), 0, "%s", err.msg);
     cr_expect_eq(cp.epoch, 3);
     cr_expect_str_eq(cp.committed_splits, "0-1");
     cr_expect_eq(cp.ncommitted, 2);
     cr_expect_eq(cp.nparts, 2);
     cr_expect_str_eq(cp.parts[1].id, "s0-t1-p0");
     cr_expect_eq(cp.parts[1].crc32c, 8);
-    sb_opr_checkpoint_free(&cp);
+    cr_expect_str_eq(cp.spec_hash, "00ff00ff00ff00ff");
+    cr_expect_str_eq(cp.plan_hash, "0123456789abcdef");
+    sb_ckpt_free(&cp);
+    /* hashes are optional */
+    cJSON *k = sb_ckpt_json(0, NULL, "", "", NULL, 0);
+    char *kt = cJSON_PrintUnformatted(k);
+    cr_expect_str_eq(kt, "{\"epoch\":0,\"committedSplits\":\"\",\"parts\":[]}");
+    free(kt);
+    cJSON_Delete(k);
     /* an index beyond the plan is refused, with the field named */
-    cr_expect_neq(sb_opr_checkpoint_parse(j, 1, &cp, &err), 0);
+    cr_expect_neq(sb_ckpt_parse(j, 1, "status.checkpoint", &cp, &err), 0);
     cr_expect(strstr(err.msg, "status.checkpoint.committedSplits") != NULL, "%s", err.msg);
     cJSON_Delete(j);
     free(txt);
@@ -119,13 +128,15 @@ Test(opr_status, checkpoint_rejects_edited_status)
         {"{\"epoch\":1,\"specHash\":\"ABCDEF0123456789\"}", "status.checkpoint.specHash"},
         {"{\"epoch\":1,\"specHash\":\"0123\"}", "status.checkpoint.specHash"},
         {"{\"epoch\":1,\"specHash\":7}", "status.checkpoint.specHash"},
+        {"{\"epoch\":1,\"planHash\":\"xyz\"}", "status.checkpoint.planHash"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cJSON *j = cJSON_Parse(cases[i].json);
         cr_assert_not_null(j);
-        sb_opr_checkpoint cp;
+        sb_ckpt cp;
         sb_err err = {0};
-        cr_expect_neq(sb_opr_checkpoint_parse(j, 10, &cp, &err), 0, "accepted %s", cases[i].json);
+        cr_expect_neq(sb_ckpt_parse(j, 10, "status.checkpoint", &cp, &err), 0, "accepted %s",
+                      cases[i].json);
         cr_expect(strstr(err.msg, cases[i].needle) != NULL, "%s: %s", cases[i].json, err.msg);
         cr_expect_null(cp.parts);
         cr_expect_null(cp.committed_splits);
@@ -133,12 +144,12 @@ Test(opr_status, checkpoint_rejects_edited_status)
     }
     /* an empty checkpoint is fine */
     cJSON *j = cJSON_Parse("{\"epoch\":0}");
-    sb_opr_checkpoint cp;
+    sb_ckpt cp;
     sb_err err;
-    cr_expect_eq(sb_opr_checkpoint_parse(j, 4, &cp, &err), 0, "%s", err.msg);
+    cr_expect_eq(sb_ckpt_parse(j, 4, "status.checkpoint", &cp, &err), 0, "%s", err.msg);
     cr_expect_eq(cp.ncommitted, 0);
     cr_expect_str_eq(cp.committed_splits, "");
-    sb_opr_checkpoint_free(&cp);
+    sb_ckpt_free(&cp);
     cJSON_Delete(j);
 }
 
@@ -225,7 +236,7 @@ static void hash_of(const char *json, char out[17])
 {
     cJSON *j = cJSON_Parse(json);
     cr_assert_not_null(j, "%s", json);
-    sb_opr_spec_hash(j, out);
+    sb_ckpt_spec_hash(j, out);
     cJSON_Delete(j);
     cr_assert_eq(strlen(out), 16);
     cr_assert_eq(strspn(out, "0123456789abcdef"), 16, "%s", out);
@@ -269,11 +280,11 @@ Test(opr_status, spec_hash_ignores_order_and_live_fields_only)
     }
     /* parsed back from a checkpoint */
     cJSON *j = cJSON_Parse("{\"epoch\":2,\"specHash\":\"00ff00ff00ff00ff\"}");
-    sb_opr_checkpoint cp;
+    sb_ckpt cp;
     sb_err err;
-    cr_assert_eq(sb_opr_checkpoint_parse(j, 4, &cp, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_ckpt_parse(j, 4, "status.checkpoint", &cp, &err), 0, "%s", err.msg);
     cr_expect_str_eq(cp.spec_hash, "00ff00ff00ff00ff");
-    sb_opr_checkpoint_free(&cp);
+    sb_ckpt_free(&cp);
     cJSON_Delete(j);
 }
 
