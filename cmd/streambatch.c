@@ -18,6 +18,9 @@ static void usage(FILE *f)
                "                     run a pipeline on this machine with local worker processes\n"
                "                     [--metrics-addr HOST:PORT] serves Prometheus /metrics of the\n"
                "                     whole run (docs/metrics.md)\n"
+               "                     [--resume] continues a run that did not finish from its\n"
+               "                     checkpoint [--checkpoint FILE] (default under\n"
+               "                     ~/.local/state/streambatch/checkpoints)\n"
                "  validate FILE...   check Pipeline manifests (multi-document YAML; - = stdin);\n"
                "                     prints FILE:LINE:COL: FIELD.PATH: message per problem\n"
                "  version            print the version\n"
@@ -89,7 +92,8 @@ static int cmd_run(int argc, char **argv)
         int takes = strcmp(a, "--cpus") == 0 || strcmp(a, "--gpus") == 0 ||
                     strcmp(a, "--memory-budget") == 0 || strcmp(a, "--set") == 0 ||
                     strcmp(a, "--summary-json") == 0 || strcmp(a, "--run-dir") == 0 ||
-                    strcmp(a, "--progress-interval-ms") == 0 || strcmp(a, "--metrics-addr") == 0;
+                    strcmp(a, "--progress-interval-ms") == 0 || strcmp(a, "--metrics-addr") == 0 ||
+                    strcmp(a, "--checkpoint") == 0;
         if (takes && v == NULL) {
             fprintf(stderr, "streambatch run: %s needs a value\n", a);
             return 2;
@@ -114,6 +118,10 @@ static int cmd_run(int argc, char **argv)
             o.run_dir = v;
         } else if (strcmp(a, "--metrics-addr") == 0) {
             o.metrics_addr = v;
+        } else if (strcmp(a, "--checkpoint") == 0) {
+            o.checkpoint = v;
+        } else if (strcmp(a, "--resume") == 0) {
+            o.resume = 1;
         } else if (strcmp(a, "--set") == 0) {
             if (o.nsets == 64) {
                 fprintf(stderr, "streambatch run: at most 64 --set\n");

@@ -16,6 +16,7 @@
 
 #include "controller/engine/ctl.h"
 #include "controller/engine/local.h"
+#include "controller/engine/runckpt.h"
 #include "controller/metrics/pipeline.h"
 #include "core/log.h"
 #include "doc/doc.h"
@@ -482,6 +483,103 @@ static void abort_sink(sb_ctl *ctl)
         fprintf(stderr, "cleaning the sink up: %s\n", msg);
 }
 
+/* The checkpoint of a run: where it is kept, what it was last written as. */
+typedef struct {
+    char path[PATH_MAX];
+    char spec_hash[17];
+    uint32_t epoch;
+    char *last; /* the JSON text last written (NULL: none yet) */
+    int saved_any;
+} run_ckpt;
+
+/* Writes the controller's checkpoint when it changed since the last write. */
+static void ckpt_save(sb_ctl *ctl, run_ckpt *ck)
+{
+    char *ranges = NULL;
+    sb_sched_output *parts = NULL;
+    size_t nparts = 0;
+    sb_err err = {0};
+    if (sb_ctl_checkpoint(ctl, &ranges, &parts, &nparts, &err) != 0)
+        return;
+    char plan_hash[17];
+    sb_ctl_plan_hash(ctl, plan_hash);
+    cJSON *j = sb_ckpt_json(ck->epoch, ck->spec_hash, plan_hash, ranges, parts, nparts);
+    free(ranges);
+    sb_ctl_parts_free(parts, nparts);
+    char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (text == NULL || (ck->last != NULL && strcmp(text, ck->last) == 0) ||
+        (ck->last == NULL && nparts == 0)) {
+        free(text);
+        return;
+    }
+    if (sb_runckpt_save(ck->path, text, &err) != 0) {
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
+        free(text);
+        return;
+    }
+    free(ck->last);
+    ck->last = text;
+    ck->saved_any = 1;
+}
+
+/* Prepares the checkpoint: its path, the spec's hash, and with --resume the checkpoint to
+ * continue (*have set). Returns 0, or the exit code (2). */
+static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_ckpt *prev,
+                     int *have)
+{
+    sb_err err = {0};
+    *have = 0;
+    memset(prev, 0, sizeof *prev);
+    if (o->checkpoint != NULL)
+        snprintf(ck->path, sizeof ck->path, "%s", o->checkpoint);
+    else if (sb_runckpt_default_path(&r->p, ck->path, sizeof ck->path, &err) != 0) {
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
+        return 2;
+    }
+    cJSON *j = cJSON_Parse(r->json);
+    sb_ckpt_spec_hash(cJSON_GetObjectItemCaseSensitive(j, "spec"), ck->spec_hash);
+    cJSON_Delete(j);
+    int exists = 0;
+    if (sb_runckpt_load(ck->path, prev, &exists, &err) != 0) {
+        if (o->resume) {
+            fprintf(stderr, "streambatch run: --resume: %s\n", err.msg);
+            return 2;
+        }
+        exists = 1; /* an unreadable one is replaced below */
+    } else if (exists && o->resume && prev->spec_hash[0] != '\0' &&
+               strcmp(prev->spec_hash, ck->spec_hash) != 0) {
+        fprintf(stderr,
+                "streambatch run: --resume: the pipeline changed since %s was written (its "
+                "source, stages or sink differ: spec hash %s, now %s); run without --resume to "
+                "start over\n",
+                ck->path, prev->spec_hash, ck->spec_hash);
+        sb_ckpt_free(prev);
+        return 2;
+    }
+    if (o->resume && exists) {
+        *have = 1;
+        ck->epoch = prev->epoch + 1;
+        fprintf(stderr, "resuming from %s: %zu splits committed by earlier runs (epoch %u)\n",
+                ck->path, prev->ncommitted, ck->epoch);
+    } else if (o->resume) {
+        fprintf(stderr, "no checkpoint at %s: starting from the beginning\n", ck->path);
+    } else if (exists) {
+        /* removed now: a run killed before its first checkpoint must not leave the old one
+         * for a later --resume, whose parts this run may rewrite */
+        fprintf(stderr,
+                "%s held the checkpoint of an earlier run that did not finish; starting over "
+                "(--resume would have continued it)\n",
+                ck->path);
+        sb_ckpt_free(prev);
+        if (sb_runckpt_remove(ck->path, &err) != 0) {
+            fprintf(stderr, "streambatch run: %s\n", err.msg);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 int sb_run(const sb_run_opts *o)
 {
     run_state r;
@@ -513,6 +611,19 @@ int sb_run(const sb_run_opts *o)
         run_state_free(&r);
         return code;
     }
+    run_ckpt ck;
+    memset(&ck, 0, sizeof ck);
+    sb_ckpt prev;
+    int have_prev = 0;
+    code = ckpt_open(o, &r, &ck, &prev, &have_prev);
+    if (code != 0) {
+        run_state_free(&r);
+        return code;
+    }
+    sb_sched_resume resume = {.epoch = ck.epoch,
+                              .committed_splits = have_prev ? prev.committed_splits : NULL,
+                              .parts = have_prev ? prev.parts : NULL,
+                              .nparts = have_prev ? prev.nparts : 0};
     sb_err err;
     char run_dir[PATH_MAX], worker_bin[PATH_MAX], worker_gpu_bin[PATH_MAX];
     int own_dir = o->run_dir == NULL;
@@ -522,6 +633,7 @@ int sb_run(const sb_run_opts *o)
         if (mkdtemp(run_dir) == NULL) {
             fprintf(stderr, "streambatch run: cannot create a run directory in %s: %s\n", tmp,
                     strerror(errno));
+            sb_ckpt_free(&prev);
             run_state_free(&r);
             return 1;
         }
@@ -557,8 +669,11 @@ int sb_run(const sb_run_opts *o)
         .pipeline_json = r.json,
         .storage_on_workers = 1, /* the source is planned and the sink prepared on a worker */
         .heartbeat_timeout_ms =
-            (uint32_t)(o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 3000)};
+            (uint32_t)(o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 3000),
+        .resume = have_prev ? &resume : NULL,
+        .resume_plan_hash = have_prev ? prev.plan_hash : NULL};
     sb_ctl *ctl = sb_ctl_start(&cc, NULL, &err);
+    sb_ckpt_free(&prev); /* the controller copied it */
     if (ctl == NULL) {
         fprintf(stderr, "streambatch run: controller: %s\n", err.msg);
         run_state_free(&r);
@@ -605,6 +720,7 @@ int sb_run(const sb_run_opts *o)
             r.p.metadata.name, ncpu, ngpu, human_bytes(budget, (char[32]){0}, 32),
             sb_exec_mode_names[r.p.spec.execution.mode], run_dir);
     int planned = 0;
+    double next_ckpt = 0;
     sb_backend be = sb_local_backend(loc);
     int tty = isatty(STDERR_FILENO);
     int lines = 0, interval = o->progress_interval_ms > 0 ? o->progress_interval_ms : 5000;
@@ -625,7 +741,14 @@ int sb_run(const sb_run_opts *o)
         double now = mono_s();
         if (!planned && sb_ctl_nsplits(ctl) > 0) {
             fprintf(stderr, "planned %zu splits\n", sb_ctl_nsplits(ctl));
+            if (sb_ctl_resume_dropped(ctl))
+                fprintf(stderr, "the source changed since the checkpoint was written: every "
+                                "split runs again\n");
             planned = 1;
+        }
+        if (planned && now >= next_ckpt) {
+            ckpt_save(ctl, &ck);
+            next_ckpt = now + 1.0;
         }
         if (now >= next_progress) {
             sb_ctl_snapshot s;
@@ -708,6 +831,19 @@ int sb_run(const sb_run_opts *o)
         write_summary_json(o->summary_json, &s, state, wall, cpu_total, peak_rss, started, errs,
                            nerr, errored_total);
     sb_ctl_errored_free(errs, nerr);
+    if (code == 0) {
+        if (sb_runckpt_remove(ck.path, &err) != 0)
+            fprintf(stderr, "streambatch run: %s\n", err.msg);
+    } else {
+        if (planned)
+            ckpt_save(ctl, &ck);
+        if (ck.saved_any || have_prev)
+            fprintf(stderr,
+                    "the committed work is in %s: `streambatch run %s --resume` continues "
+                    "from it\n",
+                    ck.path, o->file);
+    }
+    free(ck.last);
     run_metrics_stop(&rm);
     sb_ctl_free(ctl);
     if (own_dir && code == 0) {

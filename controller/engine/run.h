@@ -2,7 +2,9 @@
  * local worker processes. Validates the manifest (with --set overrides), plans the source
  * splits, starts the Control service and the workers, shows progress (a live display on a
  * terminal, a plain line every few seconds otherwise), commits the sink on success and prints a
- * summary per stage. Ctrl-C / SIGTERM stop the workers (no orphans, no _SUCCESS).
+ * summary per stage. Ctrl-C / SIGTERM stop the workers (no orphans, no _SUCCESS). The committed
+ * work is kept in a checkpoint file while the run goes (runckpt.h): a run that did not finish,
+ * even one whose process was SIGKILLed, continues with --resume without redoing it.
  *
  * Exit codes: 0 succeeded, 1 the pipeline failed or was interrupted, 2 usage or invalid spec.
  */
@@ -27,6 +29,8 @@ typedef struct sb_run_opts {
     int heartbeat_timeout_ms; /* default 3000 */
     const char *summary_json; /* write the summary as JSON to this file (tests, benchmarks) */
     const char *metrics_addr; /* serve Prometheus /metrics here for the run (docs/metrics.md) */
+    int resume;               /* continue from the checkpoint of an earlier run (runckpt.h) */
+    const char *checkpoint;   /* the checkpoint file; default runckpt.h's path */
 } sb_run_opts;
 
 int sb_run(const sb_run_opts *o);

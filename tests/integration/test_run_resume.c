@@ -1,0 +1,237 @@
+/* `streambatch run` whose own process dies: SIGKILLed at random points, then `--resume` from
+ * the checkpoint file continues without redoing committed work, with output identical to the
+ * input; the killed driver's workers exit with it. A changed spec refuses --resume, a changed
+ * source runs everything again, a damaged checkpoint is named. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../unit/testutil.h"
+
+static char dir[256];
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    int rc = sb_test_run(cmd, &out);
+    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
+    free(out);
+}
+
+/* 40 files of 200 records; each split sleeps 2 ms a record: ~8 s of work on 2 slots */
+static void setup(void)
+{
+    sb_test_tmpl(dir, sizeof dir, "sb-resume");
+    cr_assert_not_null(mkdtemp(dir));
+    sh("cd %s && mkdir in && python3 -c \"\nimport json\nfor f in range(40):\n"
+       "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range(200): o.write(json.dumps({'id': f * 1000 + i}) + '\\\\n')\n\"",
+       dir);
+    sh("cd %s && cat > p.yaml <<'EOF'\n"
+       "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: resumable}\n"
+       "spec:\n  source: {uri: 'file://%s/in/', format: jsonl}\n  stages:\n"
+       "  - {name: a, op: bench.sleep, args: {msPerRecord: 2}}\n  - {name: b, op: identity}\n"
+       "  sink: {uri: 'file://%s/out/', format: jsonl}\nEOF",
+       dir, dir, dir);
+}
+
+static void teardown(void)
+{
+    sh("rm -rf %s", dir);
+}
+
+TestSuite(resume, .init = setup, .fini = teardown, .timeout = 240);
+
+/* Starts `streambatch run p.yaml FLAGS` and SIGKILLs it after `secs`; returns the log. */
+static char *run_killed(const char *flags, double secs)
+{
+    sh("cd %s && { %s run p.yaml --cpus 2 --checkpoint ck.json %s > killed.log 2>&1 & "
+       "pid=$!; sleep %.2f; kill -9 $pid; wait $pid; true; }",
+       dir, sb_test_bin("streambatch"), flags, secs);
+    return sb_test_sh_out("cat %s/killed.log", dir);
+}
+
+static int run_to_end(const char *flags, char **out)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && timeout 120 %s run p.yaml --cpus 2 --checkpoint ck.json "
+             "--summary-json s.json %s 2>&1",
+             dir, sb_test_bin("streambatch"), flags);
+    return sb_test_run(cmd, out);
+}
+
+static long summary_num(const char *key)
+{
+    char *v = sb_test_sh_out(
+        "python3 -c \"import json; print(int(json.load(open('%s/s.json'))['%s']))\"", dir, key);
+    long n = strtol(v, NULL, 10);
+    free(v);
+    return n;
+}
+
+/* committed splits the checkpoint file holds (-1: no file) */
+static long committed_in_checkpoint(void)
+{
+    char *v = sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport json, os\nif not os.path.exists('ck.json'): print(-1)\n"
+        "else:\n  n = 0\n  for r in filter(None, json.load(open('ck.json'))['committedSplits']"
+        ".split(',')):\n    a, _, b = r.partition('-'); n += int(b or a) - int(a) + 1\n"
+        "  print(n)\n\"",
+        dir);
+    long n = strtol(v, NULL, 10);
+    free(v);
+    return n;
+}
+
+static void expect_output_equals_input(void)
+{
+    char *got = sb_test_sh_out("cat %s/out/part-*.jsonl | sort | md5sum", dir);
+    char *want = sb_test_sh_out("cat %s/in/*.jsonl | sort | md5sum", dir);
+    cr_expect_str_eq(got, want, "output differs from the input (lost or duplicated records)");
+    free(got);
+    free(want);
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/out/_SUCCESS", dir);
+    cr_expect_eq(stat(p, &st), 0, "_SUCCESS written");
+    snprintf(p, sizeof p, "%s/ck.json", dir);
+    cr_expect_neq(stat(p, &st), 0, "the checkpoint is removed when the run succeeds");
+}
+
+static void expect_no_orphans(void)
+{
+    char *n =
+        sb_test_sh_out("sleep 1; pgrep -f 'streambatch-worke[r](-gpu)? --controller' | wc -l");
+    cr_expect_str_eq(n, "0", "workers of the killed driver are still running");
+    free(n);
+}
+
+Test(resume, sigkilled_driver_resumes_without_redoing_committed_work)
+{
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    srand(seed);
+    /* kill twice at random points (the second while resuming), then resume to the end */
+    double t1 = 1.5 + (rand() % 2500) / 1000.0, t2 = 1.0 + (rand() % 2500) / 1000.0;
+    char *log = run_killed("", t1);
+    free(log);
+    expect_no_orphans();
+    long c1 = committed_in_checkpoint();
+    cr_assert_geq(c1, 1, "seed %u: nothing checkpointed after %.2f s", seed, t1);
+    cr_assert_lt(c1, 40, "seed %u: the run finished before it was killed at %.2f s", seed, t1);
+    log = run_killed("--resume", t2);
+    cr_expect(strstr(log, "resuming from") != NULL, "seed %u: %s", seed, log);
+    free(log);
+    expect_no_orphans();
+    long c2 = committed_in_checkpoint();
+    cr_assert_geq(c2, c1, "seed %u: the checkpoint went back (%ld after %ld)", seed, c2, c1);
+    char *out;
+    int rc = run_to_end("--resume", &out);
+    cr_assert_eq(rc, 0, "seed %u (kills at %.2f s, %.2f s): %s", seed, t1, t2, out);
+    char want[128];
+    snprintf(want, sizeof want, "%ld splits committed by earlier runs (epoch 2)", c2);
+    cr_expect(strstr(out, want) != NULL, "seed %u: %s", seed, out);
+    free(out);
+    /* one fused task per split: the last run ran exactly the splits not committed */
+    cr_expect_eq(summary_num("tasksRun"), 40 - c2, "seed %u: %ld committed, %ld tasks run", seed,
+                 c2, summary_num("tasksRun"));
+    cr_expect_eq(summary_num("sinkRows"), 8000);
+    expect_output_equals_input();
+}
+
+Test(resume, changed_spec_refuses_resume_and_a_plain_run_starts_over)
+{
+    char *log = run_killed("", 2.5);
+    free(log);
+    cr_assert_geq(committed_in_checkpoint(), 1);
+    sh("cd %s && sed -i 's/{name: b, op: identity}/{name: b, op: bench.spin, args: {msPerRecord: "
+       "0}}/' p.yaml",
+       dir);
+    char *out;
+    int rc = run_to_end("--resume", &out);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "--resume: the pipeline changed since") != NULL &&
+                  strstr(out, "run without --resume to start over") != NULL,
+              "%s", out);
+    free(out);
+    rc = run_to_end("", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "held the checkpoint of an earlier run that did not finish; starting "
+                          "over") != NULL,
+              "%s", out);
+    free(out);
+    cr_expect_eq(summary_num("tasksRun"), 40, "a plain run starts over");
+    expect_output_equals_input();
+}
+
+Test(resume, changed_source_runs_every_split_again)
+{
+    char *log = run_killed("", 2.5);
+    free(log);
+    cr_assert_geq(committed_in_checkpoint(), 1);
+    /* a file sorted first shifts every split index: committed indices would name other data */
+    sh("cd %s && echo '{\"id\": -1}' > in/a00.jsonl", dir);
+    char *out;
+    int rc = run_to_end("--resume", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "the source changed since the checkpoint was written: every split runs "
+                          "again") != NULL,
+              "%s", out);
+    free(out);
+    cr_expect_eq(summary_num("tasksRun"), 41);
+    expect_output_equals_input();
+}
+
+Test(resume, damaged_checkpoint_is_named_and_replaced_by_a_plain_run)
+{
+    sh("cd %s && printf '{\"epoch\": 1, \"committedSplits\": \"0-3\", \"parts\": [\"bad part\"]}' "
+       "> ck.json",
+       dir);
+    char *out;
+    int rc = run_to_end("--resume", &out);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "ck.json.parts[0]") != NULL, "%s", out);
+    free(out);
+    sh("cd %s && printf '{\"epoch\": 1, \"commi' > ck.json", dir);
+    rc = run_to_end("--resume", &out);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "not JSON (a file cut short? remove it to start over)") != NULL, "%s",
+              out);
+    free(out);
+    rc = run_to_end("", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    expect_output_equals_input();
+}
+
+Test(resume, default_path_is_per_pipeline_and_sink_under_the_state_directory)
+{
+    char cmd[2048], *out;
+    snprintf(cmd, sizeof cmd,
+             "cd %s && { XDG_STATE_HOME=%s/state %s run p.yaml --cpus 2 > k.log 2>&1 & pid=$!; "
+             "sleep 2.5; kill -9 $pid; wait $pid; ls state/streambatch/checkpoints; }",
+             dir, dir, sb_test_bin("streambatch"));
+    char *ls = sb_test_sh_out("%s", cmd);
+    cr_expect(strncmp(ls, "resumable-", 10) == 0 && strstr(ls, ".json") != NULL, "%s", ls);
+    free(ls);
+    snprintf(cmd, sizeof cmd,
+             "cd %s && XDG_STATE_HOME=%s/state timeout 120 %s run p.yaml --cpus 2 --resume 2>&1; "
+             "ls state/streambatch/checkpoints | wc -l",
+             dir, dir, sb_test_bin("streambatch"));
+    int rc = sb_test_run(cmd, &out);
+    cr_expect_eq(rc, 0);
+    cr_expect(strstr(out, "resuming from") != NULL && strstr(out, "resumable: Succeeded") != NULL,
+              "%s", out);
+    cr_expect(out[strlen(out) - 2] == '0', "checkpoint removed: %s", out);
+    free(out);
+}
