@@ -148,5 +148,7 @@ echo "bench: user code (scripts/bench-usercode.sh: exec and plugin costs, Ray Da
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-usercode.sh >>"$out"
 echo "bench: tensor.mlp on the CPU (scripts/bench-mlp.sh: the op vs numpy's matmuls)" >&2
 scripts/bench-mlp.sh >>"$out"
+echo "bench: many tiny files (scripts/bench-tiny.sh: grouped splits vs a task per file vs Daft)" >&2
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-tiny.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"

@@ -442,17 +442,18 @@ static int task_inputs(task_ctx *t, char **lost)
     worker *w = t->w;
     if (task->source_split != NULL && task->source_split[0] != '\0') {
         t->from_source = 1;
-        sb_io_split sp;
-        memset(&sp, 0, sizeof sp);
-        if (sb_io_split_decode(task->source_split, strlen(task->source_split), &sp, &t->err) != 0)
+        sb_io_split *sp = NULL;
+        size_t np = 0;
+        if (sb_io_splits_decode(task->source_split, strlen(task->source_split), &sp, &np,
+                                &t->err) != 0)
             return -1;
         /* a split holds about partitionSize bytes of records; their offsets add a little, so
          * read into partitions 1/16 larger rather than emit a full one plus a tiny tail */
         size_t target = task->target_partition_bytes ? task->target_partition_bytes : 64u << 20;
-        int rc =
-            sb_io_read_split(&sp, w->pipeline.spec.source.format, w->pipeline.spec.source.args_json,
-                             target + target / 16, source_emit, t, &t->err);
-        sb_io_split_clear(&sp);
+        int rc = sb_io_read_splits(sp, np, w->pipeline.spec.source.format,
+                                   w->pipeline.spec.source.args_json, target + target / 16,
+                                   source_emit, t, &t->err);
+        sb_io_splits_free(sp, np);
         return rc;
     }
     for (size_t i = 0; i < task->n_inputs; i++) {

@@ -11,26 +11,36 @@ int sb_engine_plan_make(const sb_pipeline *p, sb_engine_plan *out, sb_err *err)
 {
     memset(out, 0, sizeof *out);
     sb_io_split *io = NULL;
-    size_t n = 0;
+    size_t n = 0, *first = NULL, ng = 0;
     if (sb_io_plan_splits(&p->spec.source, &io, &n, err) != 0)
         return sb_err_wrap(err, "spec.source");
     out->io = io;
-    out->nsplits = n;
-    out->splits = calloc(n + 1, sizeof *out->splits);
-    out->enc = calloc(n + 1, sizeof *out->enc);
+    out->npieces = n;
+    if (sb_io_plan_group(&p->spec.source, io, n, &first, &ng, err) != 0) {
+        sb_engine_plan_free(out);
+        return -1;
+    }
+    out->nsplits = ng;
+    out->splits = calloc(ng + 1, sizeof *out->splits);
+    out->enc = calloc(ng + 1, sizeof *out->enc);
     if (out->splits == NULL || out->enc == NULL) {
+        free(first);
         sb_engine_plan_free(out);
         return sb_err_set(err, "planning the source: out of memory");
     }
-    for (size_t i = 0; i < n; i++) {
-        out->enc[i] = sb_io_split_encode(&io[i], err);
-        if (out->enc[i] == NULL) {
+    for (size_t g = 0; g < ng; g++) {
+        size_t a = first[g], b = g + 1 < ng ? first[g + 1] : n;
+        out->enc[g] = sb_io_splits_encode(&io[a], b - a, err);
+        if (out->enc[g] == NULL) {
+            free(first);
             sb_engine_plan_free(out);
             return -1;
         }
-        out->splits[i].split = out->enc[i];
-        out->splits[i].bytes = io[i].end - io[i].start;
+        out->splits[g].split = out->enc[g];
+        for (size_t i = a; i < b; i++)
+            out->splits[g].bytes += io[i].end - io[i].start;
     }
+    free(first);
     return 0;
 }
 
@@ -42,7 +52,7 @@ void sb_engine_plan_free(sb_engine_plan *pl)
         free(pl->enc[i]);
     free(pl->enc);
     free(pl->splits);
-    sb_io_splits_free(pl->io, pl->nsplits);
+    sb_io_splits_free(pl->io, pl->npieces);
     memset(pl, 0, sizeof *pl);
 }
 

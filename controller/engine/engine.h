@@ -2,8 +2,9 @@
  * planning the source into the scheduler's splits, and the sink's life cycle (prepare at the
  * start, commit the finished pipeline's parts, abort on failure).
  *
- * Planning reads the source (file:// listing, see io/split.h) and encodes each split as
- * the text a worker decodes; the scheduler gets one sb_sched_split per split, in plan order,
+ * Planning reads the source (file:// listing, see io/split.h), groups small whole files into
+ * splits of about partitionSize (sb_io_plan_group) and encodes each split as the text a worker
+ * decodes; the scheduler gets one sb_sched_split per split, in plan order,
  * so a split's index is stable across controllers for an unchanged source (what resume relies
  * on). Committing names each sink part "part-<id>.<ext>" (ext by the sink format: jsonl, bin,
  * csv, txt), the name workers write, then calls sb_io_sink_commit(), which checks the files,
@@ -28,7 +29,8 @@ typedef struct sb_engine_plan {
     sb_sched_split *splits; /* nsplits entries (a non-NULL array even when nsplits is 0) */
     size_t nsplits;
     /* private */
-    void *io;   /* sb_io_split[nsplits] */
+    void *io; /* sb_io_split[npieces]: the files and ranges the splits group */
+    size_t npieces;
     char **enc; /* the encoded splits that splits[i].split points to */
 } sb_engine_plan;
 

@@ -509,27 +509,16 @@ static int csv_file_header(rd *r, sb_err *err)
     return rc;
 }
 
-int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_json,
-                     size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err)
+/* Reads one piece (a file's byte range) into r's builder: checks, opens, reads, closes. */
+static int read_piece(rd *r, const sb_io_split *split, uint64_t rs, sb_err *err)
 {
-    if (split == NULL || split->path == NULL || emit == NULL)
-        return sb_err_set(err, "read split: NULL split or callback");
+    if (split == NULL || split->path == NULL)
+        return sb_err_set(err, "read split: NULL split");
     if (split->start >= split->end || split->end > split->file_size)
         return sb_err_set(err,
                           "read split: %.300s: range [%" PRIu64 ", %" PRIu64
                           ") is empty or past the file size %" PRIu64,
                           split->path, split->start, split->end, split->file_size);
-    if (target_bytes == 0)
-        return sb_err_set(err, "read split: %.300s: target partition size is 0", split->path);
-    if (sb_io_check_format(fmt, "read split", 0, err) != 0)
-        return -1;
-    uint64_t rs = 0;
-    if (fmt == SB_FMT_BINARY && sb_io_record_size(args_json, 1, "read split", &rs, err) != 0)
-        return -1;
-
-    size_t max_record = 0;
-    if (sb_io_max_record(args_json, target_bytes, "read split", &max_record, err) != 0)
-        return -1;
     uint64_t now = 0;
     int exists = 0;
     if (sb_io_stat(split->path, &now, &exists, err) != 0)
@@ -543,63 +532,92 @@ int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_j
                           "read split: %.300s has %" PRIu64 " bytes, planned as %" PRIu64
                           " (it changed since planning)",
                           split->path, now, split->file_size);
-    if (fmt == SB_FMT_IMAGE)
-        return sb_io_read_image(split, args_json, target_bytes, emit, ud, err);
     /* Text and jsonl start one byte early (line ownership); binary exactly at its range. */
-    uint64_t from = fmt != SB_FMT_BINARY && split->start > 0 ? split->start - 1 : split->start;
+    uint64_t from = r->fmt != SB_FMT_BINARY && split->start > 0 ? split->start - 1 : split->start;
     src in = {.uri = split->path, .size = split->file_size, .ext = (uint64_t)64 << 10};
     if (src_open(&in, from, split->end, err) != 0)
         return sb_err_wrap(err, "read split");
+    r->sp = split;
+    r->in = &in;
+    int rc = 0;
+    if (r->csv != NULL) {
+        r->need_header = r->csv->header && split->start == 0;
+        if (r->csv->header && split->start > 0 && csv_file_header(r, err) != 0)
+            rc = -1;
+    }
+    if (rc == 0)
+        rc = r->fmt == SB_FMT_BINARY ? read_binary(r, rs, err) : read_lines(r, err);
+    if (rc == 0 && r->pend.len > 0)
+        rc = sb_err_data(err,
+                         "%.300s: the csv record at byte offset %" PRIu64
+                         ": a quoted field is not closed before the end of the file",
+                         split->path, r->pend_off);
+    r->pend.len = 0;
+    sb_csv_header_free(&r->hdr); /* a file's columns are its own */
+    sb_io_read_close(in.h);
+    r->in = NULL;
+    return rc;
+}
 
+int sb_io_read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
+                      size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err)
+{
+    if (pieces == NULL || n == 0 || emit == NULL)
+        return sb_err_set(err, "read split: no pieces or no callback");
+    if (target_bytes == 0)
+        return sb_err_set(err, "read split: %.300s: target partition size is 0",
+                          pieces[0].path ? pieces[0].path : "(null)");
+    if (sb_io_check_format(fmt, "read split", 0, err) != 0)
+        return -1;
+    if (fmt == SB_FMT_IMAGE) {
+        for (size_t i = 0; i < n; i++)
+            if (sb_io_read_image(&pieces[i], args_json, target_bytes, emit, ud, err) != 0)
+                return -1;
+        return 0;
+    }
+    uint64_t rs = 0;
+    if (fmt == SB_FMT_BINARY && sb_io_record_size(args_json, 1, "read split", &rs, err) != 0)
+        return -1;
+    size_t max_record = 0;
+    if (sb_io_max_record(args_json, target_bytes, "read split", &max_record, err) != 0)
+        return -1;
     sb_field f = {.name = SB_IO_RECORD_COLUMN,
                   .type = fmt == SB_FMT_BINARY ? SB_TYPE_BINARY : SB_TYPE_UTF8};
-    rd r = {.sp = split,
-            .in = &in,
-            .max_record = max_record,
-            .fmt = fmt,
-            .target = target_bytes,
-            .emit = emit,
-            .ud = ud};
+    rd r = {.max_record = max_record, .fmt = fmt, .target = target_bytes, .emit = emit, .ud = ud};
     sb_csv_opts copts;
     memset(&copts, 0, sizeof copts);
     if (fmt == SB_FMT_CSV) {
-        if (sb_csv_opts_parse(args_json, &copts, err) != 0) {
-            sb_io_read_close(in.h);
-            return sb_err_wrap(err, "read split: %.300s", split->path);
-        }
+        if (sb_csv_opts_parse(args_json, &copts, err) != 0)
+            return sb_err_wrap(err, "read split: %.300s", pieces[0].path);
         r.csv = &copts;
-        r.need_header = copts.header && split->start == 0;
-        if (copts.header && split->start > 0 && csv_file_header(&r, err) != 0) {
-            sb_csv_opts_free(&copts);
-            sb_io_read_close(in.h);
-            return -1;
-        }
     }
     r.b = sb_batch_builder_new(&f, 1, err);
     if (r.b == NULL) {
         sb_csv_opts_free(&copts);
-        sb_csv_header_free(&r.hdr);
-        sb_io_read_close(in.h);
         return -1;
     }
-    uint64_t span = split->end - split->start;
+    uint64_t span = 0;
+    for (size_t i = 0; i < n; i++)
+        span += pieces[i].end > pieces[i].start ? pieces[i].end - pieces[i].start : 0;
     size_t pre = (size_t)(span < target_bytes ? span : target_bytes) + 4096;
     int rc = sb_batch_builder_reserve(r.b, 0, fmt == SB_FMT_BINARY ? (size_t)(pre / rs) + 1 : 0,
                                       pre, err);
-    if (rc == 0)
-        rc = fmt == SB_FMT_BINARY ? read_binary(&r, rs, err) : read_lines(&r, err);
-    if (rc == 0 && r.pend.len > 0)
-        rc = sb_err_data(err,
-                         "%.300s: the csv record at byte offset %" PRIu64
-                         ": a quoted field is not closed before the end of the file",
-                         split->path, r.pend_off);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = read_piece(&r, &pieces[i], rs, err);
     if (rc == 0)
         rc = flush(&r, err);
     sb_batch_builder_free(r.b);
-    sb_io_read_close(in.h);
     sb_csv_opts_free(&copts);
     sb_csv_header_free(&r.hdr);
     sb_csv_buf_free(&r.json);
     sb_csv_buf_free(&r.pend);
     return rc;
+}
+
+int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_json,
+                     size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err)
+{
+    if (split == NULL || split->path == NULL || emit == NULL)
+        return sb_err_set(err, "read split: NULL split or callback");
+    return sb_io_read_splits(split, 1, fmt, args_json, target_bytes, emit, ud, err);
 }

@@ -61,4 +61,10 @@ typedef int (*sb_io_emit_fn)(void *blob, size_t len, uint64_t rows, void *ud);
 int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_json,
                      size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err);
 
+/* Reads the pieces of one split (split.h: whole small files grouped, or one file's range) in
+ * order into the same partitions (a partition may hold records of several files); errors name
+ * the file. Image sources read each piece as its own image. */
+int sb_io_read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
+                      size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err);
+
 #endif

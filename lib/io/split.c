@@ -307,3 +307,147 @@ int sb_io_split_decode(const char *s, size_t len, sb_io_split *out, sb_err *err)
     out->file_size = size;
     return 0;
 }
+
+/* ---- coalescing small files ---------------------------------------------------------------- */
+
+int sb_io_plan_group(const sb_source_spec *src, const sb_io_split *pieces, size_t n, size_t **first,
+                     size_t *ngroups, sb_err *err)
+{
+    *first = malloc((n + 1) * sizeof **first);
+    *ngroups = 0;
+    if (*first == NULL)
+        return sb_err_set(err, "source: out of memory grouping %zu splits", n);
+    uint64_t ps = src->partition_size > 0 ? (uint64_t)src->partition_size : 1;
+    int group = src->format != SB_FMT_IMAGE;
+    uint64_t sum = 0;
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        const sb_io_split *p = &pieces[i];
+        int whole_small = p->start == 0 && p->end == p->file_size && p->file_size < ps;
+        int joins = group && whole_small && count > 0 && sum + p->file_size <= ps &&
+                    count < SB_IO_MAX_FILES_PER_SPLIT;
+        if (!joins) {
+            (*first)[(*ngroups)++] = i;
+            sum = 0;
+            count = 0;
+        }
+        if (whole_small) {
+            sum += p->file_size;
+            count++;
+        } else {
+            count = SB_IO_MAX_FILES_PER_SPLIT; /* a cut or large file stays alone */
+        }
+    }
+    return 0;
+}
+
+char *sb_io_splits_encode(const sb_io_split *pieces, size_t n, sb_err *err)
+{
+    if (n == 1)
+        return sb_io_split_encode(&pieces[0], err);
+    if (n == 0 || n > SB_IO_MAX_FILES_PER_SPLIT) {
+        sb_err_set(err, "split: %zu pieces (1 to %d)", n, SB_IO_MAX_FILES_PER_SPLIT);
+        return NULL;
+    }
+    char **enc = calloc(n, sizeof *enc);
+    size_t total = 32;
+    char *out = NULL;
+    if (enc == NULL) {
+        sb_err_set(err, "split: out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((enc[i] = sb_io_split_encode(&pieces[i], err)) == NULL)
+            goto done;
+        total += strlen(enc[i]) + 24;
+    }
+    out = malloc(total);
+    if (out == NULL) {
+        sb_err_set(err, "split: out of memory");
+        goto done;
+    }
+    size_t o = (size_t)snprintf(out, total, "m\t%zu\t", n);
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf(out + o, total - o, "%zu\t%s", strlen(enc[i]), enc[i]);
+done:
+    for (size_t i = 0; i < n; i++)
+        free(enc[i]);
+    free(enc);
+    return out;
+}
+
+/* A decimal count at s[*pos..len) followed by a tab, at most max. */
+static int parse_count(const char *s, size_t len, size_t *pos, size_t max, const char *what,
+                       size_t *v, sb_err *err)
+{
+    size_t i = *pos, x = 0;
+    if (i >= len || s[i] < '0' || s[i] > '9' || (s[i] == '0' && i + 1 < len && s[i + 1] != '\t'))
+        return sb_err_set(err, "split: byte %zu: expected the %s (a decimal number)", i, what);
+    while (i < len && s[i] >= '0' && s[i] <= '9') {
+        x = x * 10 + (size_t)(s[i] - '0');
+        if (x > max)
+            return sb_err_set(err, "split: byte %zu: the %s is over %zu", *pos, what, max);
+        i++;
+    }
+    if (i >= len || s[i] != '\t')
+        return sb_err_set(err, "split: byte %zu: expected a tab after the %s", i, what);
+    *v = x;
+    *pos = i + 1;
+    return 0;
+}
+
+int sb_io_splits_decode(const char *s, size_t len, sb_io_split **out, size_t *n, sb_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (s == NULL)
+        return sb_err_set(err, "split: NULL string");
+    if (len < 2 || s[0] != 'm' || s[1] != '\t') {
+        sb_io_split *one = calloc(1, sizeof *one);
+        if (one == NULL)
+            return sb_err_set(err, "split: out of memory");
+        if (sb_io_split_decode(s, len, one, err) != 0) {
+            free(one);
+            return -1;
+        }
+        *out = one;
+        *n = 1;
+        return 0;
+    }
+    if (len > SB_IO_SPLITS_ENCODED_MAX)
+        return sb_err_set(err, "split: %zu bytes, longer than the limit %zu", len,
+                          SB_IO_SPLITS_ENCODED_MAX);
+    size_t pos = 2, k = 0;
+    if (parse_count(s, len, &pos, SB_IO_MAX_FILES_PER_SPLIT, "piece count", &k, err) != 0)
+        return -1;
+    if (k < 2)
+        return sb_err_set(err, "split: %zu pieces in a multi-piece split (2 to %d)", k,
+                          SB_IO_MAX_FILES_PER_SPLIT);
+    sb_io_split *v = calloc(k, sizeof *v);
+    if (v == NULL)
+        return sb_err_set(err, "split: out of memory");
+    size_t got = 0;
+    for (; got < k; got++) {
+        size_t plen = 0;
+        if (parse_count(s, len, &pos, SB_IO_SPLIT_ENCODED_MAX, "piece length", &plen, err) != 0)
+            break;
+        if (plen > len - pos) {
+            sb_err_set(err, "split: byte %zu: piece %zu runs past the end", pos, got);
+            break;
+        }
+        if (sb_io_split_decode(s + pos, plen, &v[got], err) != 0) {
+            sb_err_wrap(err, "split piece %zu", got);
+            break;
+        }
+        pos += plen;
+    }
+    if (got == k && pos != len)
+        sb_err_set(err, "split: byte %zu: unexpected text after the last piece", pos);
+    if (got < k || pos != len) {
+        sb_io_splits_free(v, got);
+        return -1;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}

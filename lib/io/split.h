@@ -73,4 +73,31 @@ char *sb_io_split_encode(const sb_io_split *s, sb_err *err);
  * absolute, longer than PATH_MAX or containing NUL. */
 int sb_io_split_decode(const char *s, size_t len, sb_io_split *out, sb_err *err);
 
+/* ---- coalescing small files ----------------------------------------------------------------
+ * A task that reads one tiny file costs a scheduling round trip, a partition and a sink part
+ * for a few bytes; so consecutive whole files smaller than partitionSize share one split while
+ * their sizes sum to at most partitionSize (and at most SB_IO_MAX_FILES_PER_SPLIT files). The
+ * split then reads them in listing order into the same partitions. Image sources are never
+ * grouped: a corrupt image errors its split, and it should not take good images with it.
+ *
+ * Encoding of a split of several pieces (what travels in a task): "m\t<n>\t" then, n times,
+ * "<len>\t" and a piece's encoding (above) of exactly len bytes. One piece encodes exactly as
+ * sb_io_split_encode() does, so single-file splits are unchanged. */
+#define SB_IO_MAX_FILES_PER_SPLIT 256
+#define SB_IO_SPLITS_ENCODED_MAX                                                                   \
+    ((size_t)SB_IO_MAX_FILES_PER_SPLIT * (SB_IO_SPLIT_ENCODED_MAX + 8) + 32)
+
+/* Groups pieces[0..n) (sb_io_plan_splits() order) into splits as above: *first (malloc'd,
+ * *ngroups entries) receives each split's first piece; split g is pieces [first[g], first[g+1])
+ * (the last ends at n). 0, or -1 + err (out of memory). */
+int sb_io_plan_group(const sb_source_spec *src, const sb_io_split *pieces, size_t n, size_t **first,
+                     size_t *ngroups, sb_err *err);
+
+/* The encoding of a split of pieces[0..n) (n >= 1), malloc'd; NULL + err. */
+char *sb_io_splits_encode(const sb_io_split *pieces, size_t n, sb_err *err);
+
+/* Parses either form into *out (malloc'd array of *n pieces, free with sb_io_splits_free()).
+ * -1 + err naming the problem and its byte offset; *out is NULL then. */
+int sb_io_splits_decode(const char *s, size_t len, sb_io_split **out, size_t *n, sb_err *err);
+
 #endif

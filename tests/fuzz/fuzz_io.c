@@ -3,7 +3,7 @@
  * filter and project, op arguments, and files through the split reader. The low 3 bits of the
  * first byte pick the mode, the rest is a selector. Besides crashes, sanitizer reports and
  * leaks, these properties are findings (they trap):
- *   - a split string that decodes re-encodes to exactly the same bytes;
+ *   - a split string (one piece or several) that decodes re-encodes to exactly the same bytes;
  *   - splits cut anywhere read every line of a file exactly once, in order (compared with a
  *     plain reference line splitter);
  *   - every member span the scanner reports is itself a valid JSON value of the reported type,
@@ -31,8 +31,28 @@
             __builtin_trap();                                                                      \
     } while (0)
 
+/* Several pieces ("m\t..."): what decodes re-encodes to the same bytes. */
+static void fuzz_splits(const char *s, size_t n)
+{
+    sb_io_split *v;
+    size_t k;
+    sb_err e;
+    if (sb_io_splits_decode(s, n, &v, &k, &e) != 0) {
+        CHECK(v == NULL);
+        CHECK(memchr(e.msg, '\0', sizeof e.msg) != NULL);
+        return;
+    }
+    CHECK(k >= 1 && k <= SB_IO_MAX_FILES_PER_SPLIT);
+    char *enc = sb_io_splits_encode(v, k, &e);
+    CHECK(enc != NULL);
+    CHECK(strlen(enc) == n && memcmp(enc, s, n) == 0);
+    free(enc);
+    sb_io_splits_free(v, k);
+}
+
 static void fuzz_split(const char *s, size_t n)
 {
+    fuzz_splits(s, n);
     sb_io_split sp;
     sb_err e;
     if (sb_io_split_decode(s, n, &sp, &e) != 0) {

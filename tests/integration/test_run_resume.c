@@ -39,7 +39,7 @@ static void setup(void)
        dir);
     sh("cd %s && cat > p.yaml <<'EOF'\n"
        "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: resumable}\n"
-       "spec:\n  source: {uri: 'file://%s/in/', format: jsonl}\n  stages:\n"
+       "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 3000}\n  stages:\n"
        "  - {name: a, op: bench.sleep, args: {msPerRecord: 2}}\n  - {name: b, op: identity}\n"
        "  sink: {uri: 'file://%s/out/', format: jsonl}\nEOF",
        dir, dir, dir);
@@ -179,8 +179,12 @@ Test(resume, changed_source_runs_every_split_again)
     char *log = run_killed("", 2.5);
     free(log);
     cr_assert_geq(committed_in_checkpoint(), 1);
-    /* a file sorted first shifts every split index: committed indices would name other data */
-    sh("cd %s && echo '{\"id\": -1}' > in/a00.jsonl", dir);
+    /* a file sorted first shifts every split index: committed indices would name other data
+     * (2,900 bytes: too large to share a split with f00 under partitionSize 3000) */
+    sh("cd %s && python3 -c \"\nimport json\nwith open('in/a00.jsonl', 'w') as o:\n"
+       "  o.write(json.dumps({'id': -1, 'p': 'x' * 2880}) + '\\\\n')\n\" && "
+       "test $(stat -c %%s in/a00.jsonl) -eq 2900",
+       dir);
     char *out;
     int rc = run_to_end("--resume", &out);
     cr_assert_eq(rc, 0, "%s", out);

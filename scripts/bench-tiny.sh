@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Many tiny input files (issue 16, goal 3), run by `make bench`; prints a markdown section.
+# 2,000 one-record jsonl files -> identity -> jsonl, streambatch (2 CPU workers) against Daft
+# (its documented read_json/write_json, default settings; in a venv cached outside the repo,
+# benchmark only) in the same run, rounds interleaved, whole process times (start-up included
+# for both), outputs checked equal. Also the same files with partitionSize 40 (no coalescing:
+# a task per file: each file is 34 bytes), to show what grouping small files into splits buys.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${SB_BIN_DIR:-$PWD/bin}
+rounds=${ROUNDS:-5}
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch
+work=$(mktemp -d /tmp/sb-bench-tiny-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+python3 - "$work" <<'PY'
+import json, os, sys
+os.makedirs(sys.argv[1] + "/in")
+for f in range(2000):
+    with open("%s/in/f%04d.jsonl" % (sys.argv[1], f), "w") as o:
+        o.write(json.dumps({"id": f, "v": "x" * 20}) + "\n")
+PY
+for v in grouped:64Mi pertask:40; do
+  name=${v%%:*} ps=${v#*:}
+  cat >"$work/$name.yaml" <<EOF2
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: tiny-$name}
+spec:
+  source: {uri: 'file://$work/in/', format: jsonl, partitionSize: $ps}
+  stages:
+  - {name: a, op: identity}
+  sink: {uri: 'file://$work/out-$name/', format: jsonl}
+EOF2
+done
+daft_py=$cache/bench-daft-venv/bin/python
+if [[ ! -x $daft_py ]] || ! "$daft_py" -c 'import daft' 2>/dev/null; then
+  echo "bench: installing daft into $cache/bench-daft-venv (once)" >&2
+  rm -rf "$cache/bench-daft-venv"
+  { python3 -m venv "$cache/bench-daft-venv" &&
+      timeout 900 "$cache/bench-daft-venv/bin/pip" install -q --disable-pip-version-check "daft==0.7.26"; } >&2 ||
+    echo "bench: daft could not be installed; Daft is not measured" >&2
+fi
+have_daft=0
+"$daft_py" -c 'import daft' 2>/dev/null && have_daft=1
+cat >"$work/daft_run.py" <<'PY'
+import shutil, sys
+import daft
+shutil.rmtree(sys.argv[2], ignore_errors=True)
+daft.read_json(sys.argv[1] + "/in/*.jsonl").write_json(sys.argv[2])
+PY
+secs() { local t0 t1; t0=$(date +%s.%N); "$@" >"$work/last.log" 2>&1 || { tail "$work/last.log" >&2; return 1; }
+  t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
+digest() { cat "$@" | python3 -c '
+import json, sys, hashlib
+rows = sorted(json.dumps(json.loads(l), sort_keys=True) for l in sys.stdin if l.strip())
+print(len(rows), hashlib.md5("\n".join(rows).encode()).hexdigest())'; }
+run_sb() { rm -rf "$work/out-$1"; "$bin/streambatch" run "$work/$1.yaml" --cpus 2; }
+want=$(digest "$work"/in/*.jsonl)
+g=() p=() d=()
+for r in $(seq "$rounds"); do
+  echo "bench: tiny files round $r/$rounds" >&2
+  g+=("$(secs run_sb grouped)")
+  ((have_daft)) && d+=("$(secs "$daft_py" "$work/daft_run.py" "$work" "$work/out-daft")")
+  p+=("$(secs run_sb pertask)")
+  if [[ $r == 1 ]]; then
+    for o in grouped pertask; do
+      [[ $(digest "$work"/out-$o/part-*.jsonl) == "$want" ]] || { echo "bench: $o output differs" >&2; exit 1; }
+    done
+    ((have_daft)) && { [[ $(digest "$work"/out-daft/*) == "$want" ]] || { echo "bench: daft output differs" >&2; exit 1; }; }
+  fi
+done
+mg=$(median "${g[@]}") mp=$(median "${p[@]}")
+parts=$(ls "$work"/out-grouped/part-* | wc -l)
+echo
+echo "## Many tiny files (scripts/bench-tiny.sh)"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $rounds rounds interleaved, medians (range), whole processes"
+echo "(start-up included), outputs checked equal. 2,000 one-record jsonl files -> identity ->"
+echo "jsonl on 2 CPU workers."
+echo
+echo "| run | median s (range) | / streambatch |"
+echo "|---|---|---|"
+printf '| streambatch, small files grouped into splits (%s sink parts) | %.2f (%s) | 1.00 |\n' "$parts" "$mg" "$(range "${g[@]}")"
+printf '| streambatch, partitionSize 40 (a task per 34-byte file) | %.2f (%s) | %.1f |\n' "$mp" "$(range "${p[@]}")" "$(echo "$mp / $mg" | bc -l)"
+if ((have_daft)); then
+  md=$(median "${d[@]}")
+  printf '| Daft 0.7.26 read_json/write_json (import included) | %.2f (%s) | %.1f |\n' "$md" "$(range "${d[@]}")" "$(echo "$md / $mg" | bc -l)"
+else
+  echo "| Daft | not installed (pip failed) | |"
+fi
+echo
+echo "Consecutive whole files smaller than partitionSize share a split (up to 256 files, their"
+echo "sizes summing to at most partitionSize): one task reads them in order into the same"
+echo "partitions. Goal (issue 16): at least 2x faster than Daft in the same run."
