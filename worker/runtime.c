@@ -62,6 +62,7 @@ typedef struct {
     sem_t accel;
     int have_accel;
     int shutdown;
+    int told_to_exit; /* the controller said so: no partition here is still needed (mu) */
     int running_tasks;
     uint64_t bytes_received;
     sb_wmetrics *metrics;    /* always kept (the heartbeat carries its totals) */
@@ -95,6 +96,17 @@ static void set_shutdown(worker *w)
 {
     pthread_mutex_lock(&w->mu);
     w->shutdown = 1;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The controller's reply said shutdown: it sends that only when no partition this worker holds
+ * is still needed (the pipeline ended, the worker is idle and removable, or it was declared
+ * lost and its partitions are being made elsewhere), so no reader is left to linger for. */
+static void set_told_to_exit(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->shutdown = 1;
+    w->told_to_exit = 1;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -840,7 +852,7 @@ static void *slot_main(void *arg)
             pthread_mutex_unlock(&w->mu);
         }
         if (cur && r->shutdown && cur_gen(w) == gen)
-            set_shutdown(w);
+            set_told_to_exit(w);
         sb_rpc_msg_free(resp);
     }
     return NULL;
@@ -883,7 +895,7 @@ static int heartbeat_once(worker *w)
     if (cur) {
         apply_releases(w, r->release, r->n_release);
         if (r->shutdown)
-            set_shutdown(w);
+            set_told_to_exit(w);
         if (r->reregister && !r->shutdown) { /* a new leader that does not know this worker */
             pthread_mutex_lock(&w->mu);
             w->need_register = 1;
@@ -1197,10 +1209,16 @@ out:
     for (size_t i = 0; i < started; i++)
         pthread_join(slots[i], NULL);
     free(slots);
-    if (w->data != NULL) /* let peers finish the fetches they started */
-        sb_data_server_drain(w->data, 2000, 200);
+    /* Let peers finish the fetches they started. Told to exit by the controller, nobody still
+     * needs this worker's partitions: wait for fetches in flight, but do not linger for late
+     * readers (a run's end would otherwise wait ~2 s for every worker that served a fetch). */
+    pthread_mutex_lock(&w->mu);
+    int calm = w->told_to_exit && !g_stop;
+    pthread_mutex_unlock(&w->mu);
+    if (w->data != NULL)
+        sb_data_server_drain(w->data, 2000, calm ? 0 : 200);
     if (w->srv != NULL)
-        sb_rpc_server_shutdown(w->srv, 2000);
+        sb_rpc_server_shutdown_linger(w->srv, 2000, calm ? 0 : 2000);
     sb_data_server_free(w->data);
     sb_rpc_server_free(w->srv);
     ctl_put(w, w->chan); /* every call on it has ended: the slots are joined, the server is down */

@@ -289,6 +289,28 @@ uint64_t sb_local_rss(sb_local *l)
     return sum;
 }
 
+/* Reaps the workers that exited; returns how many are still alive. */
+static int reap_exited(sb_local *l)
+{
+    int alive = 0;
+    for (size_t i = 0; i < l->nprocs; i++) {
+        if (l->procs[i].pid <= 0)
+            continue;
+        if (waitpid(l->procs[i].pid, NULL, WNOHANG) == l->procs[i].pid)
+            l->procs[i].pid = 0;
+        else
+            alive++;
+    }
+    return alive;
+}
+
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
 void sb_local_stop(sb_local *l, int grace_ms)
 {
     if (l == NULL)
@@ -297,30 +319,24 @@ void sb_local_stop(sb_local *l, int grace_ms)
     l->stop = 1;
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->monitor, NULL);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* Workers the controller told to exit (sb_ctl_shutdown_workers) leave on their own, without
+     * the linger a SIGTERM asks for (serving late fetch readers of a pod being deleted): give
+     * them a moment before signalling the rest. */
+    long quiet_ms = grace_ms < 1000 ? grace_ms : 1000;
+    while (reap_exited(l) > 0 && ms_since(&t0) < quiet_ms)
+        usleep(5000);
     for (size_t i = 0; i < l->nprocs; i++)
         if (l->procs[i].pid > 0) {
             kill(l->procs[i].pid, SIGCONT); /* a stopped worker cannot handle SIGTERM */
             kill(l->procs[i].pid, SIGTERM);
         }
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     /* reap everything we ever started (the monitor has stopped) */
     for (;;) {
-        int alive = 0;
-        for (size_t i = 0; i < l->nprocs; i++) {
-            if (l->procs[i].pid <= 0)
-                continue;
-            if (waitpid(l->procs[i].pid, NULL, WNOHANG) == l->procs[i].pid)
-                l->procs[i].pid = 0;
-            else
-                alive++;
-        }
-        if (alive == 0)
+        if (reap_exited(l) == 0)
             break;
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-        if (ms > grace_ms) {
+        if (ms_since(&t0) > grace_ms) {
             for (size_t i = 0; i < l->nprocs; i++)
                 if (l->procs[i].pid > 0) {
                     kill(l->procs[i].pid, SIGKILL);

@@ -139,6 +139,10 @@ int sb_rpc_server_port(const sb_rpc_server *srv);
  * Idempotent. Handles the application still holds stay valid until it ends them. Never call it
  * from a handler or callback (it joins the server threads). */
 int sb_rpc_server_shutdown(sb_rpc_server *srv, int grace_ms);
+/* Like sb_rpc_server_shutdown(), and keeps the connections up for linger_ms after the last
+ * stream ended (so a slow reader still gets a stream's tail; sb_rpc_server_shutdown() lingers
+ * min(grace_ms, 2 s)). linger_ms 0: the caller knows every reader has read all it needs. */
+int sb_rpc_server_shutdown_linger(sb_rpc_server *srv, int grace_ms, int linger_ms);
 /* Shuts down (grace 0) if needed and frees the server. NULL is a no-op. */
 void sb_rpc_server_free(sb_rpc_server *srv);
 

@@ -693,6 +693,12 @@ static void wait_until(sb_rpc_server *srv, const int *flag, int timeout_ms)
 
 int sb_rpc_server_shutdown(sb_rpc_server *srv, int grace_ms)
 {
+    return sb_rpc_server_shutdown_linger(
+        srv, grace_ms, grace_ms < SB_RPC_SHUTDOWN_LINGER_MS ? grace_ms : SB_RPC_SHUTDOWN_LINGER_MS);
+}
+
+int sb_rpc_server_shutdown_linger(sb_rpc_server *srv, int grace_ms, int linger_ms)
+{
     pthread_mutex_lock(&srv->mu);
     if (srv->shutdown_started) {
         while (!srv->stopped)
@@ -738,11 +744,9 @@ int sb_rpc_server_shutdown(sb_rpc_server *srv, int grace_ms)
      * (accepted by flow control, not yet read by a slow client); tearing the connections down
      * now would reset them and lose that tail. On a graceful shutdown keep the transports (and
      * the threads that drive them) up a little longer after the last stream ended. */
-    if (grace_ms > 0 && srv->started) {
+    if (linger_ms > 0 && srv->started) {
         pthread_mutex_lock(&srv->mu);
-        int64_t linger =
-            grace_ms < SB_RPC_SHUTDOWN_LINGER_MS ? grace_ms : SB_RPC_SHUTDOWN_LINGER_MS;
-        int64_t left = srv->last_stream_end_ms + linger - mono_ms();
+        int64_t left = srv->last_stream_end_ms + linger_ms - mono_ms();
         pthread_mutex_unlock(&srv->mu);
         if (srv->last_stream_end_ms > 0 && left > 0) {
             struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
