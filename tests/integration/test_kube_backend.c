@@ -51,8 +51,11 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
     snprintf(
         args, sizeof args,
         "apply --server-side --field-manager=sb-test -f %s/api/crd/pipelines.streambatch.dev.yaml"
-        " && %s/bin/kubectl --kubeconfig %s/kubeconfig wait --for=condition=Established "
-        "crd/pipelines.streambatch.dev --timeout=30s",
+        /* kubectl wait fails at once ("status.conditions accessor error") when it reads the CRD
+         * before the API server has written its status: try again (as test_k8s_cluster) */
+        " && for i in 1 2 3 4 5 6 7 8 9 10; do %s/bin/kubectl --kubeconfig %s/kubeconfig wait "
+        "--for=condition=Established crd/pipelines.streambatch.dev --timeout=30s && break; "
+        "sleep 1; false; done",
         sb_test_root(), getenv("SB_KC_STATE"), getenv("SB_KC_STATE"));
     if (sb_kc_kubectl(args, &out) != 0) {
         static char msg[4096];
