@@ -180,6 +180,12 @@ $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(LIBSB)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+# tensor.mlp's benchmark with the CUDA objects (scripts/device-cuda.sh runs it on a GPU machine).
+$(BUILD)/bench/bench_mlp_gpu: $(BUILD)/obj/tests/bench/bench_mlp.o $(CUDA_OBJS) $(LIBSB)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBSB)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
@@ -190,7 +196,8 @@ $(BUILD)/itests/%: $(BUILD)/obj/tests/integration/%.o $(LIBSB)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 
-tests-build: $(BINS) $(GPU_BINS) $(TEST_BINS) $(CUDA_TEST_BINS) $(HELPER_BINS) $(ITEST_BINS) $(PLUGINS)
+tests-build: $(BINS) $(GPU_BINS) $(TEST_BINS) $(CUDA_TEST_BINS) $(HELPER_BINS) $(ITEST_BINS) $(PLUGINS) \
+             $(BUILD)/bench/bench_mlp_gpu
 
 $(BUILD)/plugins/lib%.so: examples/plugins/%.c api/plugin/streambatch_plugin.h
 	@mkdir -p $(dir $@)

@@ -16,22 +16,7 @@ make -s --no-print-directory "$build/bench/bench_mlp" BUILD="$build" >&2
 python3 -m venv "$work/venv" >&2 && "$work/venv/bin/pip" install -q --disable-pip-version-check numpy >&2
 py=$work/venv/bin/python
 rows=4000
-"$py" - "$work" <<'EOF'
-import json, struct, sys
-import numpy as np
-t = sys.argv[1]
-rng = np.random.default_rng(3)
-dims = [768, 1024, 1024, 16]
-tensors, data = {}, b""
-for k in range(3):
-    for name, arr in ((f"{2*k}.weight", rng.standard_normal((dims[k+1], dims[k])).astype(np.float32) / 30),
-                      (f"{2*k}.bias", rng.standard_normal(dims[k+1]).astype(np.float32))):
-        b = arr.tobytes()
-        tensors[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [len(data), len(data) + len(b)]}
-        data += b
-h = json.dumps(tensors).encode()
-open(f"{t}/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + data)
-EOF
+"$py" tests/bench/mlp_model.py "$work/model.safetensors"
 cat >"$work/np.py" <<'EOF'
 import json, struct, sys, time
 import numpy as np

@@ -1,11 +1,15 @@
 /* bench_mlp — tensor.mlp's CPU path alone, for scripts/bench-mlp.sh.
  *
- *   bench_mlp WEIGHTS DIN ROWS BATCH ROUNDS
+ *   bench_mlp WEIGHTS DIN ROWS BATCH ROUNDS [DEVICE [replace]]
  *
  * Runs the op (as a worker's task would: sb_op_run over one partition, BATCH rows per call)
  * over ROWS random float32 vectors of DIN values (the model's first layer), ROUNDS times after one
  * warm-up round (the weights load once, as in a worker), and prints
  * "RESULT mlp rows=N din=N seconds=S,S,..." (seconds per round: the op's calls and its output).
+ * DEVICE is the op's args.device (auto when left out); `replace`: the outputs replace the input
+ * column (outputField = field) instead of being added beside it. Built twice: bench_mlp (the plain
+ * archive: the CPU path) and bench_mlp_gpu (linked with the CUDA objects, as streambatch-worker-gpu
+ * is).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,8 +36,9 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: bench_mlp WEIGHTS DIN ROWS BATCH ROUNDS\n");
+    if (argc < 6 || argc > 8) {
+        fprintf(stderr,
+                "usage: bench_mlp WEIGHTS DIN ROWS BATCH ROUNDS [auto|cpu|cuda [replace]]\n");
         return 2;
     }
     size_t din = strtoull(argv[2], NULL, 10), rows = strtoull(argv[3], NULL, 10),
@@ -41,8 +46,11 @@ int main(int argc, char **argv)
     int rounds = atoi(argv[5]);
     const sb_op_impl *op = sb_op_find("tensor.mlp");
     char args[1200];
-    snprintf(args, sizeof args, "{\"weights\":\"%s\",\"field\":\"x\",\"activation\":\"relu\"}",
-             argv[1]);
+    snprintf(args, sizeof args,
+             "{\"weights\":\"%s\",\"field\":\"x\",\"activation\":\"relu\",\"device\":\"%s\""
+             "%s}",
+             argv[1], argc >= 7 ? argv[6] : "auto",
+             argc == 8 && strcmp(argv[7], "replace") == 0 ? ",\"outputField\":\"x\"" : "");
     sb_err err = {0};
     void *st;
     if (op == NULL || op->init(args, &st, &err) != 0) {

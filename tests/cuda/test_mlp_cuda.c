@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,11 +63,10 @@ static void expect_close(const float *got, const float *want, size_t n, size_t w
     }
 }
 
-Test(mlp_cuda, gemm_kernel_matches_a_double_reference)
+/* One shape through one kernel (tile 64 or 128, or auto), every activation, against double
+ * precision; b may be left out (NULL). */
+static void gemm_case(size_t n, size_t din, size_t dout, int tile, bool bias)
 {
-    need_device();
-    /* sizes that are not multiples of the 64 x 64 x 16 tiles */
-    const size_t n = 173, din = 70, dout = 131;
     float *x = malloc(n * din * 4), *w = malloc(dout * din * 4), *b = malloc(dout * 4);
     float *y = malloc(n * dout * 4), *want = malloc(n * dout * 4);
     unsigned s = 7;
@@ -75,7 +75,7 @@ Test(mlp_cuda, gemm_kernel_matches_a_double_reference)
     for (size_t i = 0; i < dout * din; i++)
         w[i] = rnd(&s);
     for (size_t i = 0; i < dout; i++)
-        b[i] = rnd(&s);
+        b[i] = bias ? rnd(&s) : 0.0f;
     for (int act = SB_MLP_CUDA_RELU; act <= SB_MLP_CUDA_NONE; act++) {
         for (size_t r = 0; r < n; r++)
             for (size_t o = 0; o < dout; o++) {
@@ -89,10 +89,34 @@ Test(mlp_cuda, gemm_kernel_matches_a_double_reference)
                 want[r * dout + o] = (float)v;
             }
         sb_err e = {0};
-        cr_assert_eq(sb_mlp_cuda_linear(x, n, din, w, b, dout, act, y, &e), 0, "%s", e.msg);
-        expect_close(y, want, n * dout, dout, 1e-4, act == 0 ? "relu" : act == 1 ? "gelu" : "none");
+        memset(y, 0xff, n * dout * 4); /* NaN: a value the kernel does not write fails */
+        cr_assert_eq(sb_mlp_cuda_linear(x, n, din, w, bias ? b : NULL, dout, act, tile, y, &e), 0,
+                     "%s", e.msg);
+        char what[96];
+        snprintf(what, sizeof what, "%zu x %zu -> %zu, tile %d, %s%s", n, din, dout, tile,
+                 act == 0   ? "relu"
+                 : act == 1 ? "gelu"
+                            : "none",
+                 bias ? "" : ", no bias");
+        expect_close(y, want, n * dout, dout, 1e-4, what);
     }
     free(x), free(w), free(b), free(y), free(want);
+}
+
+Test(mlp_cuda, gemm_kernel_matches_a_double_reference)
+{
+    need_device();
+    /* sizes that are not multiples of the tiles (64 x 64 x 16, 128 x 128 x 8); din a multiple
+     * of 4 (the large kernel's float4 loads) and not; both kernels on each */
+    for (int t = 0; t < 2; t++) {
+        int tile = t ? SB_MLP_CUDA_TILE_128 : SB_MLP_CUDA_TILE_64;
+        gemm_case(173, 70, 131, tile, true);
+        gemm_case(300, 72, 260, tile, true);
+        gemm_case(129, 9, 3, tile, false);
+        gemm_case(1, 4, 1, tile, true);
+    }
+    /* auto: a grid that fills the GPU takes the large kernel */
+    gemm_case(2000, 132, 1100, SB_MLP_CUDA_TILE_AUTO, true);
 }
 
 /* A random 3-layer model 48 -> 96 -> 80 -> 10 as a safetensors file (path in a static buffer). */

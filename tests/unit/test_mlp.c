@@ -175,6 +175,79 @@ static void *json_part(const char *const *recs, size_t n, size_t *len)
     return blob;
 }
 
+/* outputField = field: the outputs replace the input column in its place (an int16 input:
+ * every numeric type is read as float32); a jsonl input is refused naming both args. */
+Test(mlp, output_field_equal_to_field_replaces_the_tensor_column)
+{
+    sb_field f[3] = {
+        {.name = "id", .type = SB_TYPE_INT64},
+        {.name = "x", .type = SB_TYPE_FIXED_LIST, .child_type = SB_TYPE_INT16, .list_size = 3},
+        {.name = "tag", .type = SB_TYPE_UTF8}};
+    static const int16_t XI[4][3] = {{1, 2, 3}, {-7, 0, 5}, {300, -2, 1}, {0, 0, 0}};
+    sb_err e = {0};
+    sb_batch_builder *bb = sb_batch_builder_new(f, 3, &e);
+    for (int r = 0; r < 4; r++) {
+        char tag[8];
+        snprintf(tag, sizeof tag, "t%d", r);
+        cr_assert_eq(sb_batch_builder_append_int(bb, 0, 10 + r, &e), 0);
+        cr_assert_eq(sb_batch_builder_append_list(bb, 1, XI[r], 3, &e), 0, "%s", e.msg);
+        cr_assert_eq(sb_batch_builder_append_binary(bb, 2, tag, strlen(tag), &e), 0);
+    }
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0);
+    sb_batch_builder_free(bb);
+    char *args;
+    cr_assert(asprintf(&args,
+                       "{\"weights\":\"%s\",\"field\":\"x\",\"outputField\":\"x\","
+                       "\"topK\":1}",
+                       model_file()) > 0);
+    cr_assert_eq(run(args, blob, len, 3, &e), 0, "%s", e.msg);
+    sb_batch *out;
+    cr_assert_eq(sb_batch_open(g_blob, g_len, &out, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_batch_ncols(out), 4, "id, x (the outputs), tag, xTopK");
+    cr_assert_eq(sb_batch_rows(out), 4);
+    const sb_column *id = sb_batch_column(out, 0), *y = sb_batch_column(out, 1);
+    const sb_column *tag = sb_batch_column(out, 2), *k = sb_batch_column(out, 3);
+    cr_assert_str_eq(y->name, "x");
+    cr_assert_eq(y->child_type, SB_TYPE_FLOAT32);
+    cr_assert_eq(y->list_size, 2);
+    cr_assert_str_eq(tag->name, "tag");
+    cr_assert_str_eq(k->name, "xTopK");
+    for (int r = 0; r < 4; r++) {
+        float xf[3] = {XI[r][0], XI[r][1], XI[r][2]};
+        double want[2];
+        expect_row(xf, want, 1);
+        const float *got = (const float *)y->values + 2 * r;
+        for (int o = 0; o < 2; o++)
+            cr_assert(fabs(got[o] - want[o]) <= 1e-5 * fmax(1, fabs(want[o])),
+                      "row %d output %d: %g, want %g", r, o, got[o], want[o]);
+        cr_assert_eq(((const int64_t *)id->values)[r], 10 + r);
+        size_t tl;
+        const char *t = sb_column_binary(tag, (size_t)r, &tl);
+        char want_tag[8];
+        snprintf(want_tag, sizeof want_tag, "t%d", r);
+        cr_assert(tl == strlen(want_tag) && memcmp(t, want_tag, tl) == 0, "row %d tag", r);
+        cr_assert_eq(((const int32_t *)k->values)[r], want[0] >= want[1] ? 0 : 1, "row %d", r);
+    }
+    sb_batch_close(out);
+    sb_part_free(g_blob);
+    sb_part_free(blob);
+    free(args);
+
+    const char *recs[] = {"{\"x\":[1,2,3]}"};
+    void *jb = json_part(recs, 1, &len);
+    cr_assert(asprintf(&args, "{\"weights\":\"%s\",\"field\":\"x\",\"outputField\":\"x\"}",
+                       model_file()) > 0);
+    cr_assert_neq(run(args, jb, len, 8, &e), 0);
+    cr_assert(strstr(e.msg, "args.outputField \"x\" equals args.field") != NULL, "%s", e.msg);
+    if (g_blob)
+        sb_part_free(g_blob);
+    sb_part_free(jb);
+    free(args);
+    sb_op_shutdown();
+}
+
 Test(mlp, jsonl_records_get_the_output_member)
 {
     const char *recs[] = {"{\"id\":1,\"v\":[1,2,3]}", " {\"v\":[3, -2, 1e0]} ", "{\"v\":[0,0,0]}"};

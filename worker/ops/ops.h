@@ -88,6 +88,13 @@ int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t
 int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
                              size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err);
 
+/* Like sb_op_out_append_columns() where the columns' rows start at different places: rows
+ * [firsts[ci], firsts[ci]+n) of column ci (an op's new column of n rows beside the input's
+ * columns at rows [first, first+n): firsts[ci] = 0 for the one, first for the others). */
+int sb_op_out_append_columns_at(sb_op_out *o, const sb_field *fields, const sb_column *cols,
+                                const size_t *firsts, size_t ncols, size_t n, size_t row_bytes,
+                                sb_err *err);
+
 /* For operators that build rows column by column: the builder (NULL before a schema is set).
  * After appending complete rows through it, call sb_op_out_rows_done() to let the output
  * flush when full. */

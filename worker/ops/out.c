@@ -255,39 +255,56 @@ static int copy_column(sb_op_out *o, size_t ci, const sb_column *c, size_t first
     }
 }
 
-int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
-                             size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err)
+/* Rows [at(ci), at(ci)+n) of every column: firsts[ci] when firsts is set, else first. */
+static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols, size_t ncols,
+                          const size_t *firsts, size_t first, size_t n, size_t row_bytes,
+                          sb_err *err)
 {
     if (n == 0)
         return 0;
-    for (size_t ci = 0; ci < ncols; ci++)
-        if (first > cols[ci].length || n > cols[ci].length - first)
-            return sb_err_set(err, "op output: rows [%zu, %zu) of a column of %zu rows", first,
-                              first + n, cols[ci].length);
+    for (size_t ci = 0; ci < ncols; ci++) {
+        size_t at = firsts ? firsts[ci] : first;
+        if (at > cols[ci].length || n > cols[ci].length - at)
+            return sb_err_set(err, "op output: rows [%zu, %zu) of a column of %zu rows", at, at + n,
+                              cols[ci].length);
+    }
     if (sb_op_out_set_schema(o, fields, ncols, err) != 0)
         return -1;
-    size_t avg = row_bytes ? row_bytes : 1;
-    while (n > 0) {
+    size_t avg = row_bytes ? row_bytes : 1, done = 0;
+    while (done < n) {
         size_t cur = sb_batch_builder_bytes(o->b);
         size_t room = cur < o->target ? o->target - cur : 1;
         size_t k = room / avg;
         if (k == 0)
             k = 1;
-        if (k > n)
-            k = n;
+        if (k > n - done)
+            k = n - done;
         size_t rows0 = sb_batch_builder_rows(o->b);
         for (size_t ci = 0; ci < ncols; ci++) {
-            if (copy_column(o, ci, &cols[ci], first, k, err) != 0) {
+            size_t at = (firsts ? firsts[ci] : first) + done;
+            if (copy_column(o, ci, &cols[ci], at, k, err) != 0) {
                 sb_batch_builder_truncate(o->b, rows0);
-                return sb_err_wrap(err, "op output: copying rows %zu..%zu", first, first + k);
+                return sb_err_wrap(err, "op output: copying rows %zu..%zu", at, at + k);
             }
         }
         if (sb_op_out_rows_done(o, err) != 0)
             return -1;
-        first += k;
-        n -= k;
+        done += k;
     }
     return 0;
+}
+
+int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
+                             size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err)
+{
+    return append_columns(o, fields, cols, ncols, NULL, first, n, row_bytes, err);
+}
+
+int sb_op_out_append_columns_at(sb_op_out *o, const sb_field *fields, const sb_column *cols,
+                                const size_t *firsts, size_t ncols, size_t n, size_t row_bytes,
+                                sb_err *err)
+{
+    return append_columns(o, fields, cols, ncols, firsts, 0, n, row_bytes, err);
 }
 
 int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err)

@@ -666,44 +666,55 @@ out:
     return rc;
 }
 
-static float load_num(sb_type t, const void *base, size_t i)
+/* Values [0, count) of a column of numbers of type t as float32, into x. One loop per type: a
+ * float32 column (the usual input) is one copy. */
+static void load_nums(sb_type t, const void *base, size_t count, float *x)
 {
-    const uint8_t *p = (const uint8_t *)base + i * sb_type_width(t);
-    union {
-        int8_t i8;
-        int16_t i16;
-        int32_t i32;
-        int64_t i64;
-        uint8_t u8;
-        uint16_t u16;
-        uint32_t u32;
-        uint64_t u64;
-        float f;
-        double d;
-    } v;
-    memcpy(&v, p, sb_type_width(t));
+#define SB_MLP_LOAD(T)                                                                             \
+    do {                                                                                           \
+        const T *v_ = base;                                                                        \
+        for (size_t i_ = 0; i_ < count; i_++)                                                      \
+            x[i_] = (float)v_[i_];                                                                 \
+    } while (0)
     switch (t) {
-    case SB_TYPE_INT8:
-        return v.i8;
-    case SB_TYPE_INT16:
-        return v.i16;
-    case SB_TYPE_INT32:
-        return (float)v.i32;
-    case SB_TYPE_INT64:
-        return (float)v.i64;
-    case SB_TYPE_UINT8:
-        return v.u8;
-    case SB_TYPE_UINT16:
-        return v.u16;
-    case SB_TYPE_UINT32:
-        return (float)v.u32;
-    case SB_TYPE_UINT64:
-        return (float)v.u64;
     case SB_TYPE_FLOAT32:
-        return v.f;
+        memcpy(x, base, count * sizeof(float));
+        break;
+    case SB_TYPE_INT8:
+        SB_MLP_LOAD(int8_t);
+        break;
+    case SB_TYPE_INT16:
+        SB_MLP_LOAD(int16_t);
+        break;
+    case SB_TYPE_INT32:
+        SB_MLP_LOAD(int32_t);
+        break;
+    case SB_TYPE_INT64:
+        SB_MLP_LOAD(int64_t);
+        break;
+    case SB_TYPE_UINT8:
+        SB_MLP_LOAD(uint8_t);
+        break;
+    case SB_TYPE_UINT16:
+        SB_MLP_LOAD(uint16_t);
+        break;
+    case SB_TYPE_UINT32:
+        SB_MLP_LOAD(uint32_t);
+        break;
+    case SB_TYPE_UINT64:
+        SB_MLP_LOAD(uint64_t);
+        break;
     default:
-        return (float)v.d;
+        SB_MLP_LOAD(double);
+        break;
     }
+#undef SB_MLP_LOAD
+}
+
+/* Whether the output replaces the input column (outputField = field) instead of adding one. */
+static bool replaces_input(const mlp_state *s)
+{
+    return strcmp(s->out_field, s->field) == 0;
 }
 
 /* Typed input: the tensor column `ci`, rows [first, first+n) into x (n x din). */
@@ -718,75 +729,97 @@ static int tensor_input(const mlp_state *s, const sb_batch *in, size_t ci, size_
                            "tensor.mlp: column \"%.100s\" holds %u values per row, the "
                            "model's first layer takes %zu",
                            s->field, (unsigned)c->list_size, din);
-    if (sb_batch_find(in, s->out_field) >= 0 || (s->topk && sb_batch_find(in, s->topk_field) >= 0))
+    bool out_taken = !replaces_input(s) && sb_batch_find(in, s->out_field) >= 0;
+    if (out_taken || (s->topk && sb_batch_find(in, s->topk_field) >= 0))
         return sb_err_data(err, "tensor.mlp: the input already has a column \"%.100s\"",
-                           sb_batch_find(in, s->out_field) >= 0 ? s->out_field : s->topk_field);
-    for (size_t r = 0; r < n; r++)
-        for (size_t k = 0; k < din; k++)
-            x[r * din + k] = load_num(c->child_type, c->values, (first + r) * din + k);
+                           out_taken ? s->out_field : s->topk_field);
+    load_nums(c->child_type,
+              (const uint8_t *)c->values + first * din * sb_type_width(c->child_type), n * din, x);
+    return 0;
+}
+
+/* Validity bits [first, first+n) of c from bit 0 (malloc'd into *out; NULL when c has none). */
+static int validity_slice(const sb_column *c, size_t first, size_t n, uint8_t **out)
+{
+    *out = NULL;
+    if (c->validity == NULL || c->null_count == 0)
+        return 0;
+    if ((*out = calloc(1, (n + 7) / 8)) == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (sb_column_valid(c, first + i))
+            (*out)[i >> 3] |= (uint8_t)(1u << (i & 7));
     return 0;
 }
 
 /* Typed output for rows [first, first+n) of `in`, their model outputs y (n x dout): every input
- * column + the outputs. */
+ * column + the outputs, or with the input column replaced by the outputs (outputField = field).
+ * The new columns hold n rows from 0, the input's rows [first, first+n). */
 static int tensor_output(const mlp_state *s, const sb_batch *in, size_t ci, size_t first, size_t n,
                          const float *y, sb_op_out *out, sb_err *err)
 {
     const sb_column *c = sb_batch_column(in, ci);
     const mlp_model *m = s->m;
     size_t dout = m->dout[m->nl - 1];
-    /* the new columns hold rows [first, first+n) like the input's (append_columns takes the
-     * same row range of every column); the rows before are never touched */
-    size_t ncols = sb_batch_ncols(in), extra = s->topk ? 2 : 1;
-    sb_field *f = calloc(ncols + extra, sizeof *f);
-    sb_column *cols = calloc(ncols + extra, sizeof *cols);
-    float *yv = malloc((first + n) * dout * sizeof(float));
-    int32_t *kv = s->topk ? malloc((first + n) * s->topk * sizeof(int32_t)) : NULL;
+    bool replace = replaces_input(s);
+    size_t ncols = sb_batch_ncols(in), extra = (replace ? 0 : 1) + (s->topk ? 1 : 0);
+    size_t total = ncols + extra, yi = replace ? ci : ncols;
+    sb_field *f = calloc(total, sizeof *f);
+    sb_column *cols = calloc(total, sizeof *cols);
+    size_t *firsts = calloc(total, sizeof *firsts);
+    int32_t *kv = s->topk ? malloc(n * s->topk * sizeof(int32_t)) : NULL;
+    uint8_t *valid = NULL;
     int rc = -1;
-    if (f == NULL || cols == NULL || yv == NULL || (s->topk && kv == NULL)) {
+    if (f == NULL || cols == NULL || firsts == NULL || (s->topk && kv == NULL) ||
+        validity_slice(c, first, n, &valid) != 0) {
         sb_err_set(err, "tensor.mlp: out of memory");
         goto done;
     }
-    memcpy(yv + first * dout, y, n * dout * sizeof(float));
     for (size_t r = 0; kv != NULL && r < n; r++)
-        top_k(y + r * dout, dout, s->topk, kv + (first + r) * s->topk);
+        top_k(y + r * dout, dout, s->topk, kv + r * s->topk);
     for (size_t i = 0; i < ncols; i++) {
         cols[i] = *sb_batch_column(in, i);
+        firsts[i] = first;
+    }
+    cols[yi] = (sb_column){.name = s->out_field,
+                           .name_len = strlen(s->out_field),
+                           .type = SB_TYPE_FIXED_LIST,
+                           .child_type = SB_TYPE_FLOAT32,
+                           .list_size = (uint32_t)dout,
+                           .nullable = c->nullable,
+                           .length = n,
+                           .null_count = valid ? c->null_count : 0,
+                           .validity = valid,
+                           .values = y,
+                           .values_len = n * dout * sizeof(float)};
+    firsts[yi] = 0;
+    if (kv != NULL) {
+        cols[total - 1] = cols[yi];
+        cols[total - 1].name = s->topk_field;
+        cols[total - 1].name_len = strlen(s->topk_field);
+        cols[total - 1].child_type = SB_TYPE_INT32;
+        cols[total - 1].list_size = (uint32_t)s->topk;
+        cols[total - 1].values = kv;
+        cols[total - 1].values_len = n * s->topk * sizeof(int32_t);
+        firsts[total - 1] = 0;
+    }
+    for (size_t i = 0; i < total; i++)
         f[i] = (sb_field){cols[i].name, cols[i].type, cols[i].child_type, cols[i].list_size,
                           cols[i].nullable};
-    }
-    f[ncols] =
-        (sb_field){s->out_field, SB_TYPE_FIXED_LIST, SB_TYPE_FLOAT32, (uint32_t)dout, c->nullable};
-    cols[ncols] = (sb_column){.name = s->out_field,
-                              .name_len = strlen(s->out_field),
-                              .type = SB_TYPE_FIXED_LIST,
-                              .child_type = SB_TYPE_FLOAT32,
-                              .list_size = (uint32_t)dout,
-                              .nullable = c->nullable,
-                              .length = first + n,
-                              .null_count = c->null_count,
-                              .validity = c->validity,
-                              .values = yv,
-                              .values_len = (first + n) * dout * sizeof(float)};
-    if (kv != NULL) {
-        f[ncols + 1] = (sb_field){s->topk_field, SB_TYPE_FIXED_LIST, SB_TYPE_INT32,
-                                  (uint32_t)s->topk, c->nullable};
-        cols[ncols + 1] = cols[ncols];
-        cols[ncols + 1].name = s->topk_field;
-        cols[ncols + 1].name_len = strlen(s->topk_field);
-        cols[ncols + 1].child_type = SB_TYPE_INT32;
-        cols[ncols + 1].list_size = (uint32_t)s->topk;
-        cols[ncols + 1].values = kv;
-        cols[ncols + 1].values_len = (first + n) * s->topk * sizeof(int32_t);
-    }
-    size_t row_bytes = sb_batch_blob_len(in) / (sb_batch_rows(in) ? sb_batch_rows(in) : 1) +
-                       dout * 4 + s->topk * 4;
-    rc = sb_op_out_append_columns(out, f, cols, ncols + extra, first, n, row_bytes, err);
+    size_t in_row = sb_batch_blob_len(in) / (sb_batch_rows(in) ? sb_batch_rows(in) : 1);
+    size_t row_bytes = in_row + dout * 4 + s->topk * 4;
+    if (replace)
+        row_bytes =
+            in_row > c->list_size * sb_type_width(c->child_type)
+                ? in_row - c->list_size * sb_type_width(c->child_type) + dout * 4 + s->topk * 4
+                : dout * 4 + s->topk * 4;
+    rc = sb_op_out_append_columns_at(out, f, cols, firsts, total, n, row_bytes, err);
 done:
     free(f);
     free(cols);
-    free(yv);
+    free(firsts);
     free(kv);
+    free(valid);
     return rc;
 }
 
@@ -878,6 +911,12 @@ static int json_input(const mlp_state *s, const sb_batch *in, size_t ci, size_t 
                                "tensor.mlp: record %zu: field \"%.100s\" is %s, not an array "
                                "of %zu numbers",
                                first + r, s->field, sb_op_json_type_name(found[0].type), din);
+        if (replaces_input(s))
+            return sb_err_data(err,
+                               "tensor.mlp: args.outputField \"%.100s\" equals args.field: "
+                               "the output replaces a tensor column, not a member of jsonl "
+                               "records (record %zu); choose another outputField",
+                               s->out_field, first + r);
         if (found[1].type != SB_OP_JSON_NONE || (s->topk && found[2].type != SB_OP_JSON_NONE))
             return sb_err_data(err, "tensor.mlp: record %zu already has a field \"%.100s\"",
                                first + r,

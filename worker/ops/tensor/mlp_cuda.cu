@@ -7,6 +7,8 @@
  * step it stages a 64 x 16 tile of x and of w in shared memory (transposed, K outermost, padded
  * against bank conflicts) and every thread accumulates a 4 x 4 register block (rows ty + 16 i,
  * outputs tx + 16 j: shared reads are broadcasts or consecutive, stores to y are coalesced).
+ * A second kernel (sgemm_xwt_big) does the same with 128 x 128 tiles and 8 x 8 outputs per
+ * thread for grids large enough to fill the GPU (batches of thousands of rows).
  * Accumulation is fp32 FMA, like the CPU's AVX2 kernel (the order of the sums differs: results
  * agree to ~1e-6 relative, the tests allow 1e-4).
  *
@@ -21,6 +23,7 @@ extern "C" { /* (C headers without extern "C" of their own) */
 }
 #include "worker/ops/tensor/mlp_cuda.h"
 
+#include <atomic>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,18 +119,124 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-/* Queues y = act(x . w^T + b) on stream s. */
+/* The large kernel: a block of 256 threads computes a 128 x 128 tile of y, staging 128 x 8
+ * tiles of x and w in shared memory (K outermost) each step; thread (ty, tx) accumulates 8 x 8
+ * outputs: rows ty*4 + {0..3} and 64 + ty*4 + {0..3}, outputs tx*4 + {0..3} and 64 + tx*4 +
+ * {0..3}, read from shared memory as float4s (no bank conflicts: a warp reads 2 and 16
+ * consecutive float4s). Each thread loads 4 consecutive k of one row of each operand: one float4
+ * when VEC (din a multiple of 4, so rows are 16-byte aligned), else 4 checked scalars. */
+#define BIG_M 128
+#define BIG_N 128
+#define BIG_K 8
+
+template <bool VEC>
+__global__ void __launch_bounds__(THREADS)
+    sgemm_xwt_big(const float *__restrict__ x, const float *__restrict__ w,
+                  const float *__restrict__ b, float *__restrict__ y, int n, int din, int dout,
+                  int act)
+{
+    __shared__ __align__(16) float xs[BIG_K][BIG_M];
+    __shared__ __align__(16) float ws[BIG_K][BIG_N];
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int row0 = blockIdx.x * BIG_M, col0 = blockIdx.y * BIG_N;
+    const int lr = tid >> 1, lk = (tid & 1) * 4; /* this thread's load: row lr, k lk..lk+3 */
+    const int gr = row0 + lr, gc = col0 + lr;
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < din; k0 += BIG_K) {
+        const int gk = k0 + lk;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), c = a;
+        if (VEC) {
+            if (gr < n && gk < din)
+                a = *(const float4 *)&x[(size_t)gr * din + gk];
+            if (gc < dout && gk < din)
+                c = *(const float4 *)&w[(size_t)gc * din + gk];
+        } else {
+            float av[4], cv[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                av[q] = gr < n && gk + q < din ? x[(size_t)gr * din + gk + q] : 0.0f;
+                cv[q] = gc < dout && gk + q < din ? w[(size_t)gc * din + gk + q] : 0.0f;
+            }
+            a = make_float4(av[0], av[1], av[2], av[3]);
+            c = make_float4(cv[0], cv[1], cv[2], cv[3]);
+        }
+        xs[lk][lr] = a.x, xs[lk + 1][lr] = a.y, xs[lk + 2][lr] = a.z, xs[lk + 3][lr] = a.w;
+        ws[lk][lr] = c.x, ws[lk + 1][lr] = c.y, ws[lk + 2][lr] = c.z, ws[lk + 3][lr] = c.w;
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BIG_K; k++) {
+            const float4 a0 = *(const float4 *)&xs[k][ty * 4];
+            const float4 a1 = *(const float4 *)&xs[k][64 + ty * 4];
+            const float4 c0 = *(const float4 *)&ws[k][tx * 4];
+            const float4 c1 = *(const float4 *)&ws[k][64 + tx * 4];
+            const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float cv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc[i][j] = fmaf(av[i], cv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int r = row0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+        if (r >= n)
+            continue;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int c = col0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
+            if (c < dout)
+                y[(size_t)r * dout + c] = act_apply(acc[i][j] + (b != NULL ? b[c] : 0.0f), act);
+        }
+    }
+}
+
+/* The multiprocessors of the current device (asked once; 0 when the call fails). */
+static int device_sms(void)
+{
+    static std::atomic<int> sms{-1};
+    int v = sms.load();
+    if (v < 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            v = 0;
+        sms.store(v);
+    }
+    return v;
+}
+
+/* Queues y = act(x . w^T + b) on stream s: the 128 x 128 kernel once its grid has a block for
+ * every multiprocessor (it does twice the work per shared-memory load), else the 64 x 64 one. */
 static int launch(const float *x, size_t n, size_t din, const float *w, const float *b, size_t dout,
-                  int act, float *y, cudaStream_t s, sb_err *err)
+                  int act, int tile, float *y, cudaStream_t s, sb_err *err)
 {
     if (n > 0x7fffffffu || din > 0x7fffffffu || dout > 0x7fffffffu)
         return sb_err_set(err, "CUDA: a batch of %zu rows is too large", n);
     if (n == 0 || dout == 0)
         return 0;
-    dim3 grid((unsigned)((n + TILE_M - 1) / TILE_M), (unsigned)((dout + TILE_N - 1) / TILE_N));
+    size_t big_blocks = ((n + BIG_M - 1) / BIG_M) * ((dout + BIG_N - 1) / BIG_N);
+    if (tile == SB_MLP_CUDA_TILE_AUTO)
+        tile = device_sms() > 0 && big_blocks >= (size_t)device_sms() ? SB_MLP_CUDA_TILE_128
+                                                                      : SB_MLP_CUDA_TILE_64;
+    size_t tm = tile == SB_MLP_CUDA_TILE_128 ? BIG_M : TILE_M;
+    size_t tn = tile == SB_MLP_CUDA_TILE_128 ? BIG_N : TILE_N;
+    dim3 grid((unsigned)((n + tm - 1) / tm), (unsigned)((dout + tn - 1) / tn));
     if (grid.y > 65535)
         return sb_err_set(err, "CUDA: %zu outputs is more than the kernel's grid takes", dout);
-    sgemm_xwt<<<grid, THREADS, 0, s>>>(x, w, b, y, (int)n, (int)din, (int)dout, act);
+    if (tile != SB_MLP_CUDA_TILE_128)
+        sgemm_xwt<<<grid, THREADS, 0, s>>>(x, w, b, y, (int)n, (int)din, (int)dout, act);
+    else if (din % 4 == 0)
+        sgemm_xwt_big<true><<<grid, THREADS, 0, s>>>(x, w, b, y, (int)n, (int)din, (int)dout, act);
+    else
+        sgemm_xwt_big<false><<<grid, THREADS, 0, s>>>(x, w, b, y, (int)n, (int)din, (int)dout, act);
     CK(cudaGetLastError(), "launching the GEMM kernel");
     return 0;
 }
@@ -302,7 +411,8 @@ extern "C" int sb_mlp_cuda_submit(sb_mlp_cuda_run *r, int slot, size_t n, sb_err
     float *dst = s->t0;
     for (size_t l = 0; l < m->nl; l++) {
         int act = l + 1 < m->nl ? r->act : SB_MLP_CUDA_NONE;
-        if (launch(in, n, m->din[l], m->w[l], m->b[l], m->dout[l], act, dst, s->s, err) != 0)
+        if (launch(in, n, m->din[l], m->w[l], m->b[l], m->dout[l], act, SB_MLP_CUDA_TILE_AUTO, dst,
+                   s->s, err) != 0)
             return -1;
         in = dst;
         dst = dst == s->t0 ? s->t1 : s->t0;
@@ -328,7 +438,8 @@ extern "C" const float *sb_mlp_cuda_wait(sb_mlp_cuda_run *r, int slot, sb_err *e
 }
 
 extern "C" int sb_mlp_cuda_linear(const float *x, size_t n, size_t din, const float *w,
-                                  const float *b, size_t dout, int act, float *y, sb_err *err)
+                                  const float *b, size_t dout, int act, int tile, float *y,
+                                  sb_err *err)
 {
     float *d[4] = {NULL, NULL, NULL, NULL}; /* x, w, b, y */
     size_t sz[4] = {n * din, dout * din, b != NULL ? dout : 0, n * dout};
@@ -347,7 +458,7 @@ extern "C" int sb_mlp_cuda_linear(const float *x, size_t n, size_t din, const fl
         }
     }
     if (e == cudaSuccess)
-        rc = launch(d[0], n, din, d[1], d[2], dout, act, d[3], 0, err);
+        rc = launch(d[0], n, din, d[1], d[2], dout, act, tile, d[3], 0, err);
     if (e == cudaSuccess && rc == 0) {
         what = "cudaMemcpy (to the host)";
         e = cudaMemcpy(y, d[3], sz[3] * sizeof(float), cudaMemcpyDeviceToHost);

@@ -72,10 +72,15 @@ SB_MLP_CUDA_API int sb_mlp_cuda_submit(sb_mlp_cuda_run *r, int slot, size_t n, s
 /* Waits for the slot's batch and returns its output (n x dout[last] floats, pinned). */
 SB_MLP_CUDA_API const float *sb_mlp_cuda_wait(sb_mlp_cuda_run *r, int slot, sb_err *err);
 
+/* The GEMM kernels (mlp_cuda.cu): 64 x 64 tiles for small grids, 128 x 128 tiles (8 x 8
+ * outputs per thread, vector loads when din is a multiple of 4) once the grid fills the GPU. */
+enum { SB_MLP_CUDA_TILE_AUTO = 0, SB_MLP_CUDA_TILE_64 = 64, SB_MLP_CUDA_TILE_128 = 128 };
+
 /* y[n x dout] = x[n x din] . w^T + b, activation applied, with everything on the host side:
- * the GEMM kernel alone, for tests and benchmarks. 0, or -1 + err. */
+ * the GEMM kernel alone (`tile`: one of the above), for tests and benchmarks. 0, or -1 + err. */
 SB_MLP_CUDA_API int sb_mlp_cuda_linear(const float *x, size_t n, size_t din, const float *w,
-                                       const float *b, size_t dout, int act, float *y, sb_err *err);
+                                       const float *b, size_t dout, int act, int tile, float *y,
+                                       sb_err *err);
 
 /* ---- the C side (mlp.c, always present) ------------------------------------------------ */
 
