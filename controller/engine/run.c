@@ -268,6 +268,16 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
             human_bytes(s->stats.peak_partition_bytes, a, sizeof a),
             human_bytes(s->stats.budget, b, sizeof b), human_bytes(peak_rss, c, sizeof c), started,
             s->workers_lost, s->stats.tasks_run, s->stats.tasks_rerun);
+    uint64_t spec = 0, won = 0;
+    for (size_t i = 0; i < s->nops; i++) {
+        spec += s->ops[i].speculated;
+        won += s->ops[i].spec_won;
+    }
+    if (spec > 0)
+        fprintf(f,
+                "stragglers: %" PRIu64 " speculative cop%s started, %" PRIu64
+                " finished before the original\n",
+                spec, spec == 1 ? "y" : "ies", won);
 }
 
 /* Every errored partition (the records of its input are not in the output): stage, input and
@@ -330,6 +340,8 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
         cJSON_AddNumberToObject(o, "bytesOut", (double)s->ops[i].bytes_out);
         cJSON_AddNumberToObject(o, "retries", (double)s->ops[i].retries);
         cJSON_AddNumberToObject(o, "recovered", (double)s->ops[i].recovered);
+        cJSON_AddNumberToObject(o, "speculated", (double)s->ops[i].speculated);
+        cJSON_AddNumberToObject(o, "speculativeWins", (double)s->ops[i].spec_won);
         cJSON_AddNumberToObject(o, "taskSeconds", s->ops[i].task_seconds);
         cJSON_AddNumberToObject(o, "cpuSeconds", s->ops[i].cpu_seconds);
         cJSON_AddItemToArray(st, o);

@@ -12,6 +12,7 @@ enum {
     C_RECOVERED,
     C_ERRORED,
     C_RERUNS,
+    C_SPECULATIVE,
     C_ROWS_OUT,
     C_BYTES_OUT,
     C_QUEUED_BYTES,
@@ -25,12 +26,13 @@ enum {
 };
 
 /* label sets */
-enum { L_PIPE, L_STAGE, L_STAGE_STATE, L_STAGE_CAUSE, L_POOL_STATE };
+enum { L_PIPE, L_STAGE, L_STAGE_STATE, L_STAGE_CAUSE, L_STAGE_OUTCOME, L_POOL_STATE };
 static const char *const labelsets[][6] = {
     [L_PIPE] = {"namespace", "pipeline", NULL},
     [L_STAGE] = {"namespace", "pipeline", "stage", NULL},
     [L_STAGE_STATE] = {"namespace", "pipeline", "stage", "state", NULL},
     [L_STAGE_CAUSE] = {"namespace", "pipeline", "stage", "cause", NULL},
+    [L_STAGE_OUTCOME] = {"namespace", "pipeline", "stage", "outcome", NULL},
     [L_POOL_STATE] = {"namespace", "pipeline", "pool", "state", NULL},
 };
 
@@ -51,6 +53,10 @@ static const struct {
     [C_RERUNS] = {SB_METRIC_COUNTER, "streambatch_stage_task_reruns_total",
                   "Task attempts run again, by cause: error (retries) or lost (recovery).",
                   L_STAGE_CAUSE},
+    [C_SPECULATIVE] = {SB_METRIC_COUNTER, "streambatch_stage_speculative_copies_total",
+                       "Copies of straggling tasks run on idle workers: started, and won "
+                       "(finished before the original).",
+                       L_STAGE_OUTCOME},
     [C_ROWS_OUT] = {SB_METRIC_COUNTER, "streambatch_stage_rows_out_total",
                     "Records the stage produced.", L_STAGE},
     [C_BYTES_OUT] = {SB_METRIC_COUNTER, "streambatch_stage_bytes_out_total",
@@ -123,6 +129,10 @@ static void stage_figures(sb_cmetrics *m, const char *ns, const char *pl,
     sb_metric_set(m->f[C_ERRORED], v, (double)o->errored);
     sb_metric_set(m->f[C_RERUNS], (const char *const[]){ns, pl, st, "error"}, (double)o->retries);
     sb_metric_set(m->f[C_RERUNS], (const char *const[]){ns, pl, st, "lost"}, (double)o->recovered);
+    sb_metric_set(m->f[C_SPECULATIVE], (const char *const[]){ns, pl, st, "started"},
+                  (double)o->speculated);
+    sb_metric_set(m->f[C_SPECULATIVE], (const char *const[]){ns, pl, st, "won"},
+                  (double)o->spec_won);
     sb_metric_set(m->f[C_ROWS_OUT], v, (double)o->rows_out);
     sb_metric_set(m->f[C_BYTES_OUT], v, (double)o->bytes_out);
     sb_metric_set(m->f[C_QUEUED_BYTES], v, (double)o->queued_input_bytes);

@@ -38,8 +38,14 @@ typedef struct {
     uint64_t in_bytes, in_rows;
     uint64_t reserved; /* estimated output bytes while running */
     uint32_t retries;
-    uint32_t deaths; /* times its worker was lost while running it */
-    int queued;      /* in its op's queue */
+    uint32_t deaths;     /* times its worker was lost while running it */
+    int queued;          /* in its op's queue */
+    uint64_t started_ms; /* when its running attempt started */
+    /* a speculative copy running beside it (see "Speculative copies"): its worker (NONE: none),
+     * attempt number and reserved output estimate */
+    size_t spec_worker;
+    uint32_t spec_attempt;
+    uint64_t spec_reserved, spec_started_ms;
     char *task_id;
     char *first_error; /* the message of its first failed attempt */
 } task;
@@ -52,6 +58,8 @@ typedef struct {
     uint32_t *op_running; /* static mode: running per op */
     char **releases;
     size_t nrel, caprel;
+    uint64_t spec_scan_ms; /* its last scan for a straggler to copy (spec_candidate) */
+    int spec_scanned;
 } worker;
 
 typedef struct {
@@ -75,6 +83,8 @@ typedef struct {
     uint64_t held_since_ms;   /* start of the current spell; held: one is open */
     int held;
     uint64_t next_index;
+    uint64_t ok_ms_sum, ok_n;      /* successful attempts' durations by the scheduler's clock */
+    uint64_t speculated, spec_won; /* copies started; copies that finished first */
 } op;
 
 struct sb_sched {
@@ -228,6 +238,7 @@ static size_t task_new(sb_sched *s, uint32_t opi, uint64_t index)
     t->index = index;
     t->worker = NONE;
     t->split = NONE;
+    t->spec_worker = NONE;
     char buf[512];
     snprintf(buf, sizeof buf, "%s/s%u-t%" PRIu64, s->pipeline_id, opi, index);
     t->task_id = strdup(buf);
@@ -591,11 +602,47 @@ static void recover_partition(sb_sched *s, size_t pi, int depth);
 static void task_stop_running(sb_sched *s, task *t);
 static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *message);
 
+/* Abandons the task's speculative copy, if any: its slot and reserve are given back, and its
+ * completion, when it comes, is stale (the worker drops what it made). */
+static void drop_copy(sb_sched *s, task *t)
+{
+    if (t->spec_worker == NONE)
+        return;
+    worker *w = &s->workers[t->spec_worker];
+    w->running--;
+    w->op_running[t->op]--;
+    s->ops[t->op].running--;
+    s->running_total--;
+    s->reserved_bytes -= t->spec_reserved;
+    t->spec_reserved = 0;
+    t->spec_worker = NONE;
+}
+
+/* The copy takes over from the primary attempt (which failed, or whose worker is gone, or
+ * which the copy beat): the primary's slot and reserve are given back, the copy's worker and
+ * attempt become the task's. */
+static void promote_copy(sb_sched *s, task *t)
+{
+    worker *w = &s->workers[t->worker];
+    w->running--;
+    w->op_running[t->op]--;
+    s->ops[t->op].running--;
+    s->running_total--;
+    s->reserved_bytes -= t->reserved;
+    t->reserved = t->spec_reserved;
+    t->worker = t->spec_worker;
+    t->attempt = t->spec_attempt;
+    t->started_ms = t->spec_started_ms;
+    t->spec_worker = NONE;
+    t->spec_reserved = 0;
+}
+
 static void requeue_task(sb_sched *s, size_t ti, int rerun)
 {
     task *t = &s->tasks[ti];
     if (t->state == T_QUEUED || t->state == T_SKIPPED)
         return;
+    drop_copy(s, t);
     if (t->state == T_RUNNING) {
         worker *w = &s->workers[t->worker];
         w->running--;
@@ -610,7 +657,7 @@ static void requeue_task(sb_sched *s, size_t ti, int rerun)
         s->ops[t->op].recovered++;
     }
     t->worker = NONE;
-    t->attempt++;
+    t->attempt = (t->spec_attempt > t->attempt ? t->spec_attempt : t->attempt) + 1;
     if (rerun)
         s->tasks_rerun++;
     queue_push(s, &s->ops[t->op], ti);
@@ -660,10 +707,17 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
      * plugin that crashes, a UDF the kernel kills for memory) would otherwise loop forever. */
     for (size_t ti = 0; ti < s->ntasks; ti++) {
         task *t = &s->tasks[ti];
+        if (t->state == T_RUNNING && t->spec_worker == w)
+            drop_copy(s, t); /* the primary goes on */
         if (t->state != T_RUNNING || t->worker != w)
             continue;
         t->deaths++;
         s->ops[t->op].failed_attempts++;
+        if (t->spec_worker != NONE && t->retries + t->deaths <= s->max_retries) {
+            promote_copy(s, t); /* its copy is already running it elsewhere */
+            s->tasks_rerun++;
+            continue;
+        }
         if (t->retries + t->deaths <= s->max_retries) {
             requeue_task(s, ti, 1);
             continue;
@@ -834,6 +888,7 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     worker *wk = &s->workers[w];
     t->state = T_RUNNING;
     t->worker = w;
+    t->started_ms = now_ms;
     t->reserved = estimate(s, o, t->in_bytes, t->op);
     s->reserved_bytes += t->reserved;
     wk->running++;
@@ -849,14 +904,15 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     s->last_progress_ms = now_ms;
 }
 
-static void fill_task_view(sb_sched *s, size_t ti, sb_sched_task *out, size_t *scratch_used)
+static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
+                           size_t *scratch_used)
 {
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
     out->task_id = t->task_id;
     out->op = t->op;
     out->index = t->index;
-    out->attempt = t->attempt;
+    out->attempt = copy ? t->spec_attempt : t->attempt;
     out->stages = s->stage_ptrs + o->first_stage;
     out->nstages = o->nstages;
     out->split = t->split != NONE ? s->splits[t->split] : NULL;
@@ -896,6 +952,77 @@ static int downstream_work(const sb_sched *s)
                 return 1;
     }
     return 0;
+}
+
+/* Speculative copies. A worker of the pool that asks for work and gets none may run a copy
+ * of the op's slowest running task when the op is in its tail (nothing queued or waiting for
+ * it, everything upstream done), at least SPEC_MIN_DONE of its tasks succeeded, and that task
+ * has run SPEC_FACTOR times their mean duration and at least SPEC_MIN_MS, on another worker,
+ * with its inputs still there. Ops that write the sink are not copied: a part file is written
+ * under its final name by the attempt that makes it, and two attempts must not both write
+ * one. The copy gets an attempt number of its own; the first attempt to finish is the task's
+ * result, the other one's completion is stale and its outputs are released. One copy per task;
+ * a copy counts against the memory budget like a task. */
+#define SPEC_FACTOR 2
+#define SPEC_MIN_DONE 3
+#define SPEC_MIN_MS 1000
+#define SPEC_SCAN_MS 100
+
+static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
+{
+    worker *wk = &s->workers[w];
+    size_t best = NONE;
+    uint64_t best_over = 0;
+    /* the scan is over every task: at most one every SPEC_SCAN_MS per worker */
+    if (wk->spec_scanned && now_ms < wk->spec_scan_ms + SPEC_SCAN_MS)
+        return NONE;
+    wk->spec_scanned = 1;
+    wk->spec_scan_ms = now_ms;
+    for (size_t k = 0; k + 1 < s->nops; k++) {
+        const op *o = &s->ops[k];
+        if (strcmp(o->pool, wk->pool) != 0 || o->qlen > 0 || o->flen > 0 || o->running == 0 ||
+            o->ok_n < SPEC_MIN_DONE || (k > 0 && !op_finished(s, k - 1)) ||
+            (s->mode == SB_MODE_STATIC && wk->op_running[k] >= wk->op_slots[k]))
+            continue;
+        uint64_t mean = o->ok_ms_sum / o->ok_n;
+        uint64_t bar = mean * SPEC_FACTOR > SPEC_MIN_MS ? mean * SPEC_FACTOR : SPEC_MIN_MS;
+        for (size_t ti = 0; ti < s->ntasks; ti++) {
+            const task *t = &s->tasks[ti];
+            if (t->op != k || t->state != T_RUNNING || t->spec_worker != NONE || t->worker == w ||
+                now_ms < t->started_ms + bar || !inputs_available(s, t))
+                continue;
+            uint64_t over = now_ms - t->started_ms - bar;
+            if (best == NONE || over > best_over) {
+                best = ti;
+                best_over = over;
+            }
+        }
+    }
+    return best;
+}
+
+/* Starts a copy of task ti on worker w if the budget has room (see above); 1 if it did. */
+static int start_copy(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    uint64_t est = estimate(s, o, t->in_bytes, t->op);
+    if (est > 0 && s->partition_bytes + s->reserved_bytes + est > s->budget)
+        return 0;
+    worker *wk = &s->workers[w];
+    t->spec_worker = w;
+    t->spec_attempt = t->attempt + 1;
+    t->spec_reserved = est;
+    t->spec_started_ms = now_ms;
+    s->reserved_bytes += est;
+    wk->running++;
+    wk->op_running[t->op]++;
+    o->running++;
+    o->attempts++;
+    o->speculated++;
+    s->running_total++;
+    s->tasks_run++;
+    return 1;
 }
 
 size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t now_ms,
@@ -952,17 +1079,25 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
         start_task(s, ti, w, now_ms);
         chosen[got++] = ti;
     }
-    size_t need = 0;
+    size_t copy = NONE; /* nothing else to do here: a copy of a straggler */
+    if (got == 0 && max > 0 && wk->running < wk->slots && s->mode == SB_MODE_STREAMING &&
+        (copy = spec_candidate(s, w, now_ms)) != NONE && !start_copy(s, copy, w, now_ms))
+        copy = NONE;
+    size_t need = copy != NONE ? s->tasks[copy].ninputs : 0;
     for (size_t i = 0; i < got; i++)
         need += s->tasks[chosen[i]].ninputs;
     if (GROW(s, s->in_scratch, s->in_scratch_cap, need + 1) != 0) {
         for (size_t i = 0; i < got; i++)
             requeue_task(s, chosen[i], 0);
+        if (copy != NONE)
+            drop_copy(s, &s->tasks[copy]);
         return 0;
     }
     size_t used = 0;
     for (size_t i = 0; i < got; i++)
-        fill_task_view(s, chosen[i], &out[i], &used);
+        fill_task_view(s, chosen[i], 0, &out[i], &used);
+    if (copy != NONE)
+        fill_task_view(s, copy, 1, &out[got++], &used);
     return got;
 }
 
@@ -1085,6 +1220,7 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
 {
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
+    drop_copy(s, t);
     t->state = T_SKIPPED;
     o->errored++;
     s->errored_total += t->ninputs > 0 ? t->ninputs : 1;
@@ -1134,15 +1270,42 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     if (w == NONE)
         return sb_err_set(err, "scheduler: completion from unknown worker \"%s\"",
                           worker_id ? worker_id : "");
-    if (!sb_strmap_get(&s->task_ids, task_id ? task_id : "", &ti) ||
-        s->tasks[ti].attempt != attempt || s->tasks[ti].state != T_RUNNING ||
-        s->tasks[ti].worker != w) {
+    int primary = 0, copy = 0;
+    if (sb_strmap_get(&s->task_ids, task_id ? task_id : "", &ti) &&
+        s->tasks[ti].state == T_RUNNING) {
+        primary = s->tasks[ti].attempt == attempt && s->tasks[ti].worker == w;
+        copy = s->tasks[ti].spec_worker == w && s->tasks[ti].spec_attempt == attempt;
+    }
+    if (!primary && !copy) {
         for (size_t i = 0; i < nouts; i++) /* stale: the worker drops what it made */
             add_release(s, w, outs[i].id);
         return 0;
     }
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
+    if (copy && status != SB_SCHED_OK) { /* a failed copy: the primary goes on */
+        for (size_t i = 0; i < nouts; i++)
+            add_release(s, w, outs[i].id);
+        drop_copy(s, t);
+        o->failed_attempts++;
+        return 1;
+    }
+    if (copy) { /* the copy finished first: it is the task's result */
+        promote_copy(s, t);
+        o->spec_won++;
+    } else if (t->spec_worker != NONE && status == SB_SCHED_ERROR && t->retries < s->max_retries) {
+        for (size_t i = 0; i < nouts; i++) /* a failed primary: its copy goes on as the task */
+            add_release(s, w, outs[i].id);
+        o->failed_attempts++;
+        if (t->first_error == NULL)
+            t->first_error = strdup(message && *message ? message : "(no message)");
+        t->retries++;
+        o->retries++;
+        promote_copy(s, t);
+        return 1;
+    } else {
+        drop_copy(s, t); /* the primary's result (or failure) stands; a copy is stale now */
+    }
     s->last_progress_ms = now_ms;
     if (now_ms > s->now_ms)
         s->now_ms = now_ms;
@@ -1179,6 +1342,8 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         return 1;
     }
     task_stop_running(s, t);
+    o->ok_ms_sum += now_ms > t->started_ms ? now_ms - t->started_ms : 0;
+    o->ok_n++;
     if (metrics != NULL) {
         o->task_seconds += metrics->wall_seconds;
         o->cpu_seconds += metrics->cpu_seconds;
@@ -1273,6 +1438,8 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)
     out->task_seconds = o->task_seconds;
     out->cpu_seconds = o->cpu_seconds;
     out->attempts = o->attempts;
+    out->speculated = o->speculated;
+    out->spec_won = o->spec_won;
     out->failed_attempts = o->failed_attempts;
     out->timed_tasks = o->timed;
     memcpy(out->duration_buckets, o->duration_buckets, sizeof out->duration_buckets);

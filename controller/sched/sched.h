@@ -154,6 +154,8 @@ typedef struct sb_sched_op_stats {
     double cpu_seconds;          /* sum of completed task CPU times reported */
     uint64_t attempts;           /* task attempts started (re-runs included) */
     uint64_t failed_attempts;    /* attempts that ended with an error or a lost input */
+    uint64_t speculated;         /* speculative copies of stragglers started (sched.c) */
+    uint64_t spec_won;           /* of those, copies that finished before the original */
     uint64_t timed_tasks;        /* successful attempts with a wall time (duration_buckets) */
     /* successful attempts' wall times per bucket: bucket b counts those <= the b-th bound of
      * sb_metrics_task_buckets (lib/metrics/metrics.h) and > the one before */

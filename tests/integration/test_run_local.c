@@ -32,6 +32,9 @@ static void setup(void)
 {
     sb_test_tmpl(dir, sizeof dir, "sb-itest");
     cr_assert_not_null(mkdtemp(dir));
+    /* runs make their run directory (the workers' --spill-dir) under TMPDIR: in dir, so the
+     * tests find, stop and count only their own workers (other runs may go on here) */
+    setenv("TMPDIR", dir, 1);
     /* 24 files of JSON lines, ~6 MiB in all */
     sh("cd %s && python3 -c \"\nimport json, random\nrandom.seed(3)\nimport os\nos.makedirs('in')\n"
        "for f in range(24):\n  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n"
@@ -188,8 +191,7 @@ Test(run, killed_workers_are_recovered_with_identical_output)
         usleep(1500 * 1000);
         char *victim =
             /* (the gpu pool runs streambatch-worker-gpu when it is built) */
-            sb_test_sh_out(
-                "pgrep -f 'streambatch-worke[r](-gpu)? .*--id (cpu|gpu)-[0-9]' | shuf -n 1");
+            sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | shuf -n 1", dir);
         if (*victim) {
             sh("kill -9 %s", victim);
             kills++;
@@ -218,7 +220,7 @@ Test(run, killed_workers_are_recovered_with_identical_output)
                   "re-ran %ld tasks for %ld lost partitions and %ld lost workers", rerun, lostp,
                   lost);
     cr_expect_lt(rerun, (run - rerun) / 2, "re-ran %ld of %ld tasks", rerun, run - rerun);
-    char *orphans = sb_test_sh_out("pgrep -f 'streambatch-worke[r](-gpu)? --controller' | wc -l");
+    char *orphans = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | wc -l", dir);
     cr_expect_str_eq(orphans, "0");
     free(orphans);
 }
@@ -234,7 +236,7 @@ Test(run, stopped_worker_is_detected_and_recovered)
              dir, sb_test_bin("streambatch"));
     free(sb_test_sh_out("%s", cmd));
     usleep(1500 * 1000);
-    char *victim = sb_test_sh_out("pgrep -f 'streambatch-worke[r] .*--id cpu-0' | head -1");
+    char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/.*/cpu-0$' | head -1", dir);
     cr_assert(*victim, "no worker to stop");
     sh("kill -STOP %s", victim);
     free(victim);
@@ -250,9 +252,55 @@ Test(run, stopped_worker_is_detected_and_recovered)
     cr_expect_str_eq(got, want);
     free(got);
     free(want);
-    char *orphans = sb_test_sh_out("pgrep -f 'streambatch-worke[r](-gpu)? --controller' | wc -l");
+    char *orphans = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | wc -l", dir);
     cr_expect_str_eq(orphans, "0");
     free(orphans);
+}
+
+/* A throttled worker (stopped 0.9 s of every second, so its heartbeats still get through: slow,
+ * not lost) holds tasks of the CPU stage at its tail: the idle worker runs copies of them, the
+ * first attempt to finish counts, and the output is exactly the input. */
+Test(run, stragglers_get_speculative_copies)
+{
+    const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 1500}}\n"
+                         "  - {name: b, op: identity, resources: {gpu: 1}}\n";
+    write_pipeline("spec", stages, "");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && mkdir -p spec-run && (timeout 150 %s run spec.yaml --cpus 2 --gpus 1 "
+             "--set spec.source.partitionSize=256Ki --run-dir %s/spec-run "
+             "--summary-json spec.summary.json > spec.log 2>&1; echo $? > spec.rc) "
+             ">/dev/null 2>&1 & echo $!",
+             dir, sb_test_bin("streambatch"), dir);
+    free(sb_test_sh_out("%s", cmd));
+    usleep(1000 * 1000);
+    /* this run's worker (by its spill directory: other runs may be going on here) */
+    char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/spec-run/cpu-0' | head -1", dir);
+    cr_assert(*victim, "no worker to throttle");
+    sh("(while [ ! -f %s/spec.rc ] && kill -STOP %s 2>/dev/null; do sleep 0.9; "
+       "kill -CONT %s; sleep 0.1; done; kill -CONT %s) >/dev/null 2>&1 &",
+       dir, victim, victim, victim);
+    free(victim);
+    sh("for i in $(seq 1 1400); do [ -f %s/spec.rc ] && break; sleep 0.1; done", dir);
+    char *rc = sb_test_sh_out("cat %s/spec.rc", dir);
+    char *log = sb_test_sh_out("tail -20 %s/spec.log", dir);
+    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    cr_expect(strstr(log, "speculative cop") != NULL, "the summary says so:\n%s", log);
+    free(rc);
+    free(log);
+    char *spec =
+        sb_test_sh_out("python3 -c \"import json; s=json.load(open('%s/spec.summary.json'));"
+                       " print(s['stages'][0]['speculated'], s['workersLost'])\"",
+                       dir);
+    long copies = 0, lost = -1;
+    cr_assert_eq(sscanf(spec, "%ld %ld", &copies, &lost), 2, "%s", spec);
+    free(spec);
+    cr_expect_geq(copies, 1, "copies of the throttled worker's tasks");
+    cr_expect_eq(lost, 0, "throttled, not lost");
+    char *got = output_digest("spec"), *want = expected_digest("True");
+    cr_expect_str_eq(got, want, "every record exactly once");
+    free(got);
+    free(want);
 }
 
 /* Invalid JSON is a data error: not retried (a retry would fail the same way), the pipeline
@@ -408,8 +456,7 @@ Test(run, interrupt_stops_workers_and_leaves_no_success)
     cr_expect(strstr(log, "the sink has no _SUCCESS") != NULL, "%s", log);
     free(rc);
     free(log);
-    char *orphans =
-        sb_test_sh_out("sleep 0.5; pgrep -f 'streambatch-worke[r](-gpu)? --controller' | wc -l");
+    char *orphans = sb_test_sh_out("sleep 0.5; pgrep -f -- '--spill-[d]ir %s/' | wc -l", dir);
     cr_expect_str_eq(orphans, "0");
     free(orphans);
     struct stat st;

@@ -33,6 +33,8 @@ static void setup(void)
 {
     sb_test_tmpl(dir, sizeof dir, "sb-resume");
     cr_assert_not_null(mkdtemp(dir));
+    /* run directories (the workers' --spill-dir) under dir: only this test's workers count */
+    setenv("TMPDIR", dir, 1);
     sh("cd %s && mkdir in && python3 -c \"\nimport json\nfor f in range(40):\n"
        "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n"
        "    for i in range(200): o.write(json.dumps({'id': f * 1000 + i}) + '\\\\n')\n\"",
@@ -111,8 +113,7 @@ static void expect_output_equals_input(void)
 
 static void expect_no_orphans(void)
 {
-    char *n =
-        sb_test_sh_out("sleep 1; pgrep -f 'streambatch-worke[r](-gpu)? --controller' | wc -l");
+    char *n = sb_test_sh_out("sleep 1; pgrep -f -- '--spill-[d]ir %s/' | wc -l", dir);
     cr_expect_str_eq(n, "0", "workers of the killed driver are still running");
     free(n);
 }

@@ -860,3 +860,174 @@ Test(sched, a_task_that_kills_its_workers_errors_after_max_task_retries)
         free_spec(&h);
     }
 }
+
+/* ---- speculative copies of stragglers ------------------------------------------------------ */
+
+/* Completes task `tid` (attempt) on worker w at time now with one output partition `out`
+ * (NULL: none); returns what sb_sched_complete returned. */
+static int complete1(sb_sched *s, const char *w, const char *tid, uint32_t attempt,
+                     sb_sched_status st, const char *out, uint64_t now)
+{
+    sb_sched_output o = {.id = out, .bytes = MiB, .rows = 10};
+    sb_sched_metrics mt = {.wall_seconds = 0.1};
+    return sb_sched_complete(s, w, tid, attempt, st, st == SB_SCHED_OK ? NULL : "boom", &o,
+                             out ? 1 : 0, NULL, 0, &mt, now, NULL);
+}
+
+/* 4 splits on c1 and c2 (one slot each): c2 runs s0-t0..t2 in 100 ms each (an op runs one
+ * task at a time until its output ratio is measured), then c1 takes s0-t3 at 300 ms and holds
+ * it (the straggler); c2 is idle from 300 ms. */
+static void straggler_setup(sim *m, spec_holder *h)
+{
+    load_spec(h, spec_text(CPU_GPU, "{}"));
+    sim_init(m, h, 4, MiB);
+    sim_add_worker(m, "c1", "cpu", 1);
+    sim_add_worker(m, "c2", "cpu", 1);
+    sb_sched_task t[2];
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(sb_sched_assign(m->s, "c2", 1, (uint64_t)i * 100, t), 1);
+        char want[32], out[32];
+        snprintf(want, sizeof want, "ns/t/s0-t%d", i);
+        cr_assert_str_eq(t[0].task_id, want);
+        snprintf(out, sizeof out, "s0-t%d-p0", i);
+        cr_assert_eq(complete1(m->s, "c2", want, 0, SB_SCHED_OK, out, (uint64_t)(i + 1) * 100), 1);
+    }
+    cr_assert_eq(sb_sched_assign(m->s, "c1", 1, 300, t), 1);
+    cr_assert_str_eq(t[0].task_id, "ns/t/s0-t3");
+}
+
+Test(sched, an_idle_worker_copies_a_straggler_and_the_first_to_finish_counts)
+{
+    spec_holder h;
+    sim m;
+    straggler_setup(&m, &h);
+    sb_sched_task t[2];
+    /* mean 100 ms: not before 1 s (SPEC_MIN_MS) after it started */
+    cr_expect_eq(sb_sched_assign(m.s, "c2", 1, 1200, t), 0, "too early for a copy");
+    cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1, "c2 copies the straggler");
+    cr_expect_str_eq(t[0].task_id, "ns/t/s0-t3");
+    cr_expect_eq(t[0].attempt, 1, "the copy has an attempt number of its own");
+    cr_expect_eq(sb_sched_assign(m.s, "c2", 1, 1500, t), 0, "one copy per task, c2 is busy");
+    /* the copy finishes first: its output is the task's */
+    cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1600), 1);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.speculated, 1);
+    cr_expect_eq(os.spec_won, 1);
+    cr_expect_eq(os.tasks_done, 4);
+    cr_expect_eq(os.tasks_running, 0, "c1's attempt no longer counts as running");
+    /* the original's late completion is stale; c1 drops its copy of the partition */
+    cr_expect_eq(complete1(m.s, "c1", "ns/t/s0-t3", 0, SB_SCHED_OK, "s0-t3-p0", 5000), 0);
+    char **rel;
+    size_t nrel = sb_sched_take_releases(m.s, "c1", &rel);
+    cr_assert_eq(nrel, 1);
+    cr_expect_str_eq(rel[0], "s0-t3-p0");
+    free(rel[0]);
+    free(rel);
+    /* downstream reads the winner's partition, from c2 */
+    sim_add_worker(&m, "g1", "gpu", 1);
+    size_t n = sb_sched_assign(m.s, "g1", 1, 5001, t);
+    cr_assert_eq(n, 1);
+    int from_c2 = 0;
+    for (size_t i = 0; i < t[0].ninputs; i++)
+        if (strcmp(t[0].inputs[i].id, "s0-t3-p0") == 0)
+            from_c2 = strcmp(t[0].inputs[i].worker_id, "c2") == 0;
+    cr_expect(from_c2, "the partition of s0-t0 is read from the copy's worker");
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.tasks_run, 5 + 1, "4 source tasks, 1 copy, 1 downstream task");
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, when_the_original_wins_the_copy_is_stale_and_released)
+{
+    spec_holder h;
+    sim m;
+    straggler_setup(&m, &h);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
+    cr_assert_eq(complete1(m.s, "c1", "ns/t/s0-t3", 0, SB_SCHED_OK, "s0-t3-p0", 1450), 1);
+    cr_expect_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1500), 0);
+    char **rel;
+    size_t nrel = sb_sched_take_releases(m.s, "c2", &rel);
+    cr_assert_eq(nrel, 1);
+    cr_expect_str_eq(rel[0], "s0-t3-p0");
+    free(rel[0]);
+    free(rel);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.speculated, 1);
+    cr_expect_eq(os.spec_won, 0);
+    cr_expect_eq(os.tasks_running, 0);
+    cr_expect_eq(os.tasks_done, 4);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
+{
+    spec_holder h;
+    sim m;
+    straggler_setup(&m, &h);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
+    /* the straggler's worker dies: no re-run, the copy goes on as the task */
+    sb_sched_worker_lost(m.s, "c1", "test", 1450);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.tasks_queued, 0, "not re-queued: the copy runs it");
+    cr_expect_eq(os.tasks_running, 1);
+    sim_add_worker(&m, "c3", "cpu", 1);
+    cr_expect_eq(sb_sched_assign(m.s, "c3", 1, 1460, t), 0, "nothing to run twice");
+    cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1500), 1);
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.tasks_done, 4);
+    sb_sched_free(m.s);
+    free_spec(&h);
+
+    /* the original fails (retries left): the copy goes on, the failure counts as a retry */
+    straggler_setup(&m, &h);
+    cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
+    cr_assert_eq(complete1(m.s, "c1", "ns/t/s0-t3", 0, SB_SCHED_ERROR, NULL, 1450), 1);
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.retries, 1);
+    cr_expect_eq(os.tasks_queued, 0);
+    cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1500), 1);
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.tasks_done, 4);
+    sb_sched_free(m.s);
+    free_spec(&h);
+
+    /* a failed copy changes nothing: the original goes on */
+    straggler_setup(&m, &h);
+    cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
+    cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_ERROR, NULL, 1450), 1);
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.retries, 0);
+    cr_expect_eq(os.tasks_running, 1);
+    cr_assert_eq(complete1(m.s, "c1", "ns/t/s0-t3", 0, SB_SCHED_OK, "s0-t3-p0", 1500), 1);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, tasks_that_write_the_sink_are_not_copied)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(TWO_CPU, "{}")); /* one fused op: it writes the sink */
+    sim m;
+    sim_init(&m, &h, 4, MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
+    for (int i = 1; i <= 3; i++) {
+        cr_assert_eq(sb_sched_assign(m.s, "c2", 1, (uint64_t)(i - 1) * 100, t), 1);
+        char out[32];
+        snprintf(out, sizeof out, "s0-t%d-p0", i);
+        cr_assert_eq(complete1(m.s, "c2", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100), 1);
+    }
+    cr_expect_eq(sb_sched_assign(m.s, "c2", 1, 60000, t), 0, "a sink task is never copied");
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
