@@ -500,3 +500,62 @@ Test(run_s3, images_from_s3_resized_and_a_truncated_one_errored)
     free(rows);
     cr_expect_eq(summary_num("img", "erroredPartitions"), 1);
 }
+
+/* Writes text to file `name` in the test's directory. */
+static void save_text(const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text ? text : "", f);
+    fclose(f);
+}
+
+/* No secret value appears anywhere a user or an operator reads: the CLI's output, the summary,
+ * every worker's log (debug level), the sink's manifest, after a run with good keys and one with
+ * a wrong key and a session token (whose errors quote S3's answer). */
+Test(run_s3, no_secret_in_logs_errors_or_outputs)
+{
+    sh("cd %s && printf '{\"a\":1,\"k\":\"x\"}\\n{\"a\":2,\"k\":\"y\"}\\n' > s.jsonl && " S3CURL
+       " -T s.jsonl %s/data/sec/in/s.jsonl -o /dev/null",
+       dir, mio.url);
+    write_yaml("sec", "  source: {uri: 's3://data/sec/in/', format: jsonl}\n"
+                      "  stages:\n  - {name: f, op: filter, args: {field: a, op: gt, value: 1}}\n"
+                      "  sink: {uri: 's3://data/secout/', format: jsonl}\n");
+    setenv("SB_LOG_LEVEL", "debug", 1);
+    sh("mkdir -p %s/sec-run %s/bad-run", dir, dir);
+    char *out = NULL;
+    int rc = run_cli("sec", "--cpus 2 --run-dir sec-run", &out);
+    save_text("good.out", out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    const char *bad_secret = "wrong-SECRET-4f1c9e", *token = "TOKEN-77aa-session-SECRET";
+    setenv("AWS_SECRET_ACCESS_KEY", bad_secret, 1);
+    setenv("AWS_SESSION_TOKEN", token, 1);
+    rc = run_cli("sec", "--cpus 2 --run-dir bad-run", &out);
+    unsetenv("AWS_SESSION_TOKEN");
+    unsetenv("SB_LOG_LEVEL");
+    sb_minio_env(&mio);
+    cr_assert_neq(rc, 0, "a wrong key must fail the run");
+    cr_expect(strstr(out, "s3://data/sec/") != NULL, "the error names the URI:\n%s", out);
+    save_text("bad.out", out);
+    free(out);
+    fetch_output("secout", "/dev/null");
+    sh("cd %s && " S3CURL " %s/data/secout/_manifest.json -o manifest.json", dir, mio.url);
+    /* what is there to look at */
+    char *files = sb_test_sh_out("cd %s && ls good.out bad.out sec.summary.json manifest.json "
+                                 "sec-run/*.log bad-run/*.log | wc -l",
+                                 dir);
+    cr_expect_geq(atoi(files), 6, "outputs and worker logs to check");
+    free(files);
+    const char *secrets[] = {SB_MINIO_PASS, bad_secret, token};
+    for (size_t i = 0; i < 3; i++) {
+        char *hits = sb_test_sh_out(
+            "cd %s && grep -rlF -- '%s' good.out bad.out sec.summary.json manifest.json sec-run "
+            "bad-run 2>/dev/null | head -5",
+            dir, secrets[i]);
+        cr_expect_str_eq(hits, "", "secret %zu appears in: %s", i, hits);
+        free(hits);
+    }
+}
