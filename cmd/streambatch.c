@@ -4,30 +4,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/engine/plancmd.h"
 #include "controller/engine/run.h"
 #include "core/log.h"
+#include "plan/plan.h"
+#include "spec/quantity.h"
 #include "spec/validate.h"
 #include "version.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: streambatch <command> [args]\n"
-               "\n"
-               "commands:\n"
-               "  run FILE [--cpus N] [--gpus N] [--memory-budget SIZE] [--set PATH=VALUE]...\n"
-               "                     run a pipeline on this machine with local worker processes\n"
-               "                     [--metrics-addr HOST:PORT] serves Prometheus /metrics of the\n"
-               "                     whole run (docs/metrics.md)\n"
-               "                     [--resume] continues a run that did not finish from its\n"
-               "                     checkpoint [--checkpoint FILE] (default under\n"
-               "                     ~/.local/state/streambatch/checkpoints)\n"
-               "  validate FILE...   check Pipeline manifests (multi-document YAML; - = stdin);\n"
-               "                     prints FILE:LINE:COL: FIELD.PATH: message per problem\n"
-               "  version            print the version\n"
-               "  help               this text\n"
-               "\n"
-               "exit status: 0 ok, 1 invalid manifests or a failed pipeline, 2 usage error or\n"
-               "invalid spec\n");
+    fprintf(f,
+            "usage: streambatch <command> [args]\n"
+            "\n"
+            "commands:\n"
+            "  run FILE [--cpus N] [--gpus N] [--memory-budget SIZE] [--set PATH=VALUE]...\n"
+            "                     run a pipeline on this machine with local worker processes\n"
+            "                     [--metrics-addr HOST:PORT] serves Prometheus /metrics of the\n"
+            "                     whole run (docs/metrics.md)\n"
+            "                     [--resume] continues a run that did not finish from its\n"
+            "                     checkpoint [--checkpoint FILE] (default under\n"
+            "                     ~/.local/state/streambatch/checkpoints)\n"
+            "                     [--plan] runs stages that allow cpu and gpu on the shape\n"
+            "                     `streambatch plan` chooses from declared costs (else: the\n"
+            "                     first listed in placement)\n"
+            "  plan FILE [--profile] [-o json] [--capacity cpu=N,gpu=N,memory=SIZE]\n"
+            "                     choose each stage's shape (cpu/gpu) and workers to meet\n"
+            "                     spec.execution.target at the lowest cost per row; rates from\n"
+            "                     bench.* costs, or measured with --profile on the first\n"
+            "                     objects of the source [--profile-bytes SIZE] [--profile-cpus N]\n"
+            "  validate FILE...   check Pipeline manifests (multi-document YAML; - = stdin);\n"
+            "                     prints FILE:LINE:COL: FIELD.PATH: message per problem\n"
+            "  version            print the version\n"
+            "  help               this text\n"
+            "\n"
+            "exit status: 0 ok, 1 invalid manifests or a failed pipeline, 2 usage error or\n"
+            "invalid spec\n");
 }
 
 static int cmd_validate(int argc, char **argv)
@@ -86,6 +98,7 @@ static int cmd_run(int argc, char **argv)
 {
     sb_run_opts o = {0};
     const char *sets[64];
+    int plan = 0, user_placement = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -122,12 +135,15 @@ static int cmd_run(int argc, char **argv)
             o.checkpoint = v;
         } else if (strcmp(a, "--resume") == 0) {
             o.resume = 1;
+        } else if (strcmp(a, "--plan") == 0) {
+            plan = 1;
         } else if (strcmp(a, "--set") == 0) {
             if (o.nsets == 64) {
                 fprintf(stderr, "streambatch run: at most 64 --set\n");
                 return 2;
             }
             sets[o.nsets++] = v;
+            user_placement |= strstr(v, "placement") != NULL;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "streambatch run: unknown option %s\n", a);
             return 2;
@@ -146,10 +162,126 @@ static int cmd_run(int argc, char **argv)
                         "[--cpus N] [--gpus N] [--memory-budget SIZE] [--set PATH=VALUE]\n");
         return 2;
     }
+    /* stages that allow several shapes run on their first; --plan puts the plan's choice first */
+    static char plan_sets[SB_PLAN_MAX_STAGES][SB_PLAN_SET_MAX];
+    static int chosen[SB_PLAN_MAX_STAGES];
+    size_t nplan = 0;
+    if (plan) {
+        char msg[1024];
+        if (sb_plan_placement_sets(o.file, plan_sets, SB_PLAN_MAX_STAGES, &nplan, chosen, msg,
+                                   sizeof msg) != 0) {
+            fprintf(stderr, "streambatch run: %s\n", msg);
+            return 2;
+        }
+        for (size_t i = 0; i < nplan && o.nsets < 64; i++)
+            sets[o.nsets++] = plan_sets[i];
+    }
+    if (!user_placement)
+        sb_plan_run_notice(o.file, stderr, plan ? chosen : NULL);
     o.sets = sets;
     if (getenv("SB_LOG_LEVEL") == NULL) /* the progress display and summary say what matters */
         sb_log_set_level(SB_LOG_WARN);
     return sb_run(&o);
+}
+
+/* "cpu=64,gpu=4,memory=256Gi": the capacity a plan must fit (absent = unlimited). */
+static int parse_capacity(const char *v, sb_plan_opts *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *save = NULL;
+    for (char *kv = strtok_r(buf, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        int64_t n = 0;
+        if (eq == NULL || sb_quantity_value(eq + 1, &n, NULL) != 0 || n < 0) {
+            fprintf(stderr,
+                    "streambatch plan: --capacity: \"%s\" is not KEY=QUANTITY (cpu=64, gpu=4, "
+                    "memory=256Gi)\n",
+                    kv);
+            return -1;
+        }
+        *eq = '\0';
+        if (strcmp(kv, "cpu") == 0) {
+            o->cpus = (double)n;
+        } else if (strcmp(kv, "gpu") == 0) {
+            o->gpus = (double)n;
+        } else if (strcmp(kv, "memory") == 0) {
+            o->memory_gib = (double)n / (double)(1ll << 30);
+        } else {
+            fprintf(stderr, "streambatch plan: --capacity: unknown key \"%s\" (cpu, gpu, memory)\n",
+                    kv);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    sb_plan_opts o = {.cpus = -1, .gpus = -1, .memory_gib = -1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = strcmp(a, "-o") == 0 || strcmp(a, "--capacity") == 0 ||
+                    strcmp(a, "--profile-bytes") == 0 || strcmp(a, "--profile-cpus") == 0;
+        if (takes && v == NULL) {
+            fprintf(stderr, "streambatch plan: %s needs a value\n", a);
+            return 2;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--profile") == 0) {
+            o.profile = 1;
+        } else if (strcmp(a, "-o") == 0) {
+            if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
+                fprintf(stderr, "streambatch plan: -o takes json or text, got \"%s\"\n", v);
+                return 2;
+            }
+            o.json = strcmp(v, "json") == 0;
+        } else if (strcmp(a, "--capacity") == 0) {
+            if (parse_capacity(v, &o) != 0)
+                return 2;
+        } else if (strcmp(a, "--profile-bytes") == 0) {
+            if (sb_quantity_value(v, &o.profile_bytes, NULL) != 0 || o.profile_bytes <= 0) {
+                fprintf(stderr,
+                        "streambatch plan: --profile-bytes takes a size such as 256Mi, "
+                        "got \"%s\"\n",
+                        v);
+                return 2;
+            }
+        } else if (strcmp(a, "--profile-cpus") == 0) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || n < 1 || n > 4096) {
+                fprintf(stderr,
+                        "streambatch plan: --profile-cpus must be a number 1..4096, got "
+                        "\"%s\"\n",
+                        v);
+                return 2;
+            }
+            o.profile_cpus = (int)n;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "streambatch plan: unknown option %s\n", a);
+            return 2;
+        } else if (o.file != NULL) {
+            fprintf(stderr, "streambatch plan: one pipeline file at a time (got %s and %s)\n",
+                    o.file, a);
+            return 2;
+        } else {
+            o.file = a;
+            continue;
+        }
+        i += takes;
+    }
+    if (o.file == NULL) {
+        fprintf(stderr, "streambatch plan: no pipeline file given\nusage: streambatch plan FILE "
+                        "[--profile] [-o json] [--capacity cpu=N,gpu=N,memory=SIZE]\n");
+        return 2;
+    }
+    if (getenv("SB_LOG_LEVEL") == NULL)
+        sb_log_set_level(SB_LOG_WARN);
+    return sb_plan_main(&o);
 }
 
 int main(int argc, char **argv)
@@ -163,6 +295,8 @@ int main(int argc, char **argv)
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "validate") == 0)
         return cmd_validate(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0)
+        return cmd_plan(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("streambatch %s\n", SB_VERSION);
         return 0;

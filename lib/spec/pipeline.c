@@ -1,5 +1,6 @@
 #include "spec/pipeline.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@ typedef struct {
     const argspec *args;
     const char *one_of; /* "a|b": exactly one of these must be given */
     int planned;        /* named by the API but not in this build: rejected */
+    unsigned shapes;    /* SB_SHAPE_BIT_*: where the op has an implementation */
 } opspec;
 
 static const char *const cmp_ops[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};
@@ -92,17 +94,19 @@ static const argspec args_plugin[] = {{"path", A_STR, 1, 0, NULL},
                                       {NULL, A_ANY, 0, 0, NULL}};
 
 static const opspec ops[] = {
-    {"identity", args_none, NULL, 0},
-    {"bench.spin", args_spin, "msPerRecord|msPerMB", 0},
-    {"bench.sleep", args_spin, "msPerRecord|msPerMB", 0},
-    {"filter", args_filter, NULL, 0},
-    {"project", args_project, NULL, 0},
-    {"image.decode", args_decode, NULL, 1},
-    {"image.resize", args_resize, NULL, 0},
-    {"image.normalize", args_normalize, NULL, 0},
-    {"tensor.mlp", args_mlp, NULL, 0},
-    {"exec", args_exec, NULL, 0},
-    {"plugin", args_plugin, NULL, 0},
+    /* gpu: bench.* model a stage with a GPU implementation (shapeArgs give its cost there);
+     * tensor.mlp has a CUDA one; exec and plugin run the user's code, which may use the GPU */
+    {"identity", args_none, NULL, 0, SB_SHAPE_BIT_CPU},
+    {"bench.spin", args_spin, "msPerRecord|msPerMB", 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
+    {"bench.sleep", args_spin, "msPerRecord|msPerMB", 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
+    {"filter", args_filter, NULL, 0, SB_SHAPE_BIT_CPU},
+    {"project", args_project, NULL, 0, SB_SHAPE_BIT_CPU},
+    {"image.decode", args_decode, NULL, 1, SB_SHAPE_BIT_CPU},
+    {"image.resize", args_resize, NULL, 0, SB_SHAPE_BIT_CPU},
+    {"image.normalize", args_normalize, NULL, 0, SB_SHAPE_BIT_CPU},
+    {"tensor.mlp", args_mlp, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
+    {"exec", args_exec, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
+    {"plugin", args_plugin, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
 };
 #define NOPS (sizeof ops / sizeof *ops)
 
@@ -175,7 +179,7 @@ static int all_strings(const sb_node *n)
 
 /* Checks an args object against a spec. what = "op \"filter\"" or "format \"csv\"". */
 static void check_args(const argspec *spec, const sb_node *args, const char *path,
-                       const sb_node *owner, const char *what, sb_diags *d)
+                       const sb_node *owner, const char *what, int partial, sb_diags *d)
 {
     char buf[512];
     const char *names[32];
@@ -210,7 +214,7 @@ static void check_args(const argspec *spec, const sb_node *args, const char *pat
         const sb_node *v = sb_node_get(args, a->name);
         sb_path_field(buf, sizeof buf, path, a->name);
         if (v == NULL || v->kind == SB_NODE_NULL) {
-            if (a->required)
+            if (a->required && !partial)
                 sb_diags_add(d, buf,
                              args    ? args->line
                              : owner ? owner->line
@@ -390,7 +394,7 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
         char what[64];
         snprintf(what, sizeof what, "format \"%s\"", sb_format_names[fmt]);
         check_args(format_args(fmt, is_sink), args, sb_path_field(buf, sizeof buf, path, "args"),
-                   node, what, d);
+                   node, what, 0, d);
     }
 }
 
@@ -445,9 +449,177 @@ static void workers_check(void *obj, const sb_node *node, const char *path, sb_d
                      (long long)w->min, (long long)w->max, w->max_set ? "" : ", the default");
 }
 
+static const opspec *find_op(const char *name)
+{
+    for (size_t i = 0; name != NULL && i < NOPS; i++)
+        if (strcmp(ops[i].name, name) == 0)
+            return &ops[i];
+    return NULL;
+}
+
+static const char *const shape_names[] = {"cpu", "gpu", NULL};
+
+static unsigned shape_bit(const char *name)
+{
+    if (name == NULL)
+        return 0;
+    return strcmp(name, "cpu") == 0   ? SB_SHAPE_BIT_CPU
+           : strcmp(name, "gpu") == 0 ? SB_SHAPE_BIT_GPU
+                                      : 0;
+}
+
+/* "bench.spin, bench.sleep, tensor.mlp, exec and plugin": the ops that run on a shape. */
+static const char *ops_on_shape(unsigned bit, char *buf, size_t len)
+{
+    size_t o = 0, n = 0, total = 0;
+    for (size_t i = 0; i < NOPS; i++)
+        total += !ops[i].planned && (ops[i].shapes & bit);
+    for (size_t i = 0; i < NOPS && o < len; i++) {
+        if (ops[i].planned || !(ops[i].shapes & bit))
+            continue;
+        n++;
+        o += (size_t)snprintf(buf + o, len - o, "%s%s",
+                              n == 1       ? ""
+                              : n == total ? " and "
+                                           : ", ",
+                              ops[i].name);
+    }
+    return buf;
+}
+
+/* placement: known shapes, no duplicates, shapes the op has, agreeing with resources.gpu; then
+ * resources.gpu is made to describe the first shape (pipeline.h). */
+static void placement_check(sb_stage_spec *st, const sb_node *node, const char *path, sb_diags *d)
+{
+    char buf[512], lp[512], list[256];
+    const sb_node *pl = sb_node_get(node, "placement");
+    st->gpu_shape_gpus = st->resources.gpu > 0 ? st->resources.gpu : 1;
+    if (pl == NULL || pl->kind != SB_NODE_SEQ)
+        return;
+    sb_path_field(lp, sizeof lp, path, "placement");
+    if (pl->n == 0) {
+        sb_diags_add(d, lp, pl->line, pl->col, "must list at least one shape (cpu, gpu)");
+        return;
+    }
+    const opspec *op = find_op(st->op);
+    unsigned seen = 0;
+    int ok = 1;
+    for (size_t i = 0; i < st->nplacement && i < pl->n; i++) {
+        const sb_node *it = pl->items[i];
+        const char *name = st->placement[i];
+        sb_path_index(buf, sizeof buf, lp, i);
+        if (name == NULL) {
+            ok = 0;
+            continue; /* a wrong type, reported by the decoder */
+        }
+        unsigned bit = shape_bit(name);
+        if (bit == 0) {
+            const char *sug = sb_suggest(name, shape_names);
+            sb_diags_add(d, buf, it->line, it->col,
+                         "unknown shape \"%.40s\"%s%s%s; the shapes are cpu and gpu", name,
+                         sug ? " (did you mean \"" : "", sug ? sug : "", sug ? "\"?)" : "");
+            ok = 0;
+            continue;
+        }
+        if (seen & bit) {
+            sb_diags_add(d, buf, it->line, it->col, "duplicate shape \"%s\"", name);
+            ok = 0;
+        }
+        seen |= bit;
+        if (op != NULL && !op->planned && !(op->shapes & bit)) {
+            sb_diags_add(d, buf, it->line, it->col,
+                         "op \"%s\" has no %s implementation: it runs on %s only (ops that "
+                         "also run on gpu: %s)",
+                         op->name, name, (op->shapes & SB_SHAPE_BIT_GPU) ? "gpu" : "cpu",
+                         ops_on_shape(SB_SHAPE_BIT_GPU, list, sizeof list));
+            ok = 0;
+        }
+    }
+    if (!ok)
+        return;
+    if (st->resources.gpu > 0 && !(seen & SB_SHAPE_BIT_GPU)) {
+        const sb_node *g = sb_node_get(sb_node_get(node, "resources"), "gpu");
+        sb_diags_add(d, lp, pl->line, pl->col,
+                     "resources.gpu is %lld (line %d) but placement does not list gpu; list gpu, "
+                     "or drop resources.gpu",
+                     (long long)st->resources.gpu, g ? g->line : 0);
+        return;
+    }
+    st->resources.gpu = shape_bit(st->placement[0]) == SB_SHAPE_BIT_GPU ? st->gpu_shape_gpus : 0;
+}
+
+/* The op runs with the args of the stage's first shape: shapeArgs.<shape> merged over args. */
+static void shape_args_apply(sb_stage_spec *st, const sb_node *node)
+{
+    const sb_node *sa = sb_node_get(node, "shapeArgs");
+    const char *shape = sb_stage_pool(st);
+    const sb_node *over = sb_node_get(sa, shape);
+    if (over == NULL || over->kind != SB_NODE_MAP || st->args_base_json != NULL)
+        return;
+    char *merged = sb_stage_args_for_shape(st, shape);
+    if (merged == NULL)
+        return; /* out of memory: the op runs with args as written */
+    st->args_base_json = st->args_json != NULL ? st->args_json : strdup("{}");
+    st->args_json = merged;
+}
+
+/* shapeArgs: {shape: {args...}} for shapes the stage allows, each checked against the op's
+ * arguments (none required: they are merged over args). */
+static void shape_args_check(const sb_stage_spec *st, const sb_node *node, const char *path,
+                             sb_diags *d)
+{
+    char buf[512], sp[512], what[96];
+    const sb_node *sa = sb_node_get(node, "shapeArgs");
+    const opspec *op = find_op(st->op);
+    if (sa == NULL || sa->kind != SB_NODE_MAP || op == NULL || op->planned)
+        return;
+    sb_path_field(sp, sizeof sp, path, "shapeArgs");
+    unsigned allowed = sb_stage_shapes(st);
+    for (size_t k = 0; k < sa->n; k++) {
+        const char *shape = sa->keys[k]->text;
+        const sb_node *v = sa->items[k];
+        sb_path_field(buf, sizeof buf, sp, shape);
+        unsigned bit = shape_bit(shape);
+        if (bit == 0) {
+            sb_diags_add(d, buf, sa->keys[k]->line, sa->keys[k]->col,
+                         "unknown shape \"%.40s\"; the shapes are cpu and gpu", shape);
+            continue;
+        }
+        if (!(allowed & bit)) {
+            sb_diags_add(d, buf, sa->keys[k]->line, sa->keys[k]->col,
+                         st->nplacement > 0
+                             ? "the stage does not run on %s (placement lists %s only)"
+                             : "the stage does not run on %s (it runs on %s only: list both in "
+                               "placement to allow %s)",
+                         shape, allowed == SB_SHAPE_BIT_GPU ? "gpu" : "cpu", shape);
+            continue;
+        }
+        if (v->kind != SB_NODE_MAP) {
+            sb_diags_add(d, buf, v->line, v->col, "must be an object of %s's arguments", op->name);
+            continue;
+        }
+        snprintf(what, sizeof what, "op \"%s\"", op->name);
+        check_args(op->args, v, buf, sa->keys[k], what, 1, d);
+        if (op->one_of != NULL) {
+            char a[64], b[64];
+            const char *bar = strchr(op->one_of, '|');
+            snprintf(a, sizeof a, "%.*s", (int)(bar - op->one_of), op->one_of);
+            snprintf(b, sizeof b, "%s", bar + 1);
+            if (sb_node_get(v, a) != NULL && sb_node_get(v, b) != NULL)
+                sb_diags_add(d, buf, v->line, v->col, "%s needs exactly one of \"%s\" or \"%s\"",
+                             what, a, b);
+        }
+    }
+}
+
 static void stage_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
 {
     (void)ctx;
+    placement_check(obj, node, path, d);
+    size_t before = d->n;
+    shape_args_check(obj, node, path, d);
+    if (d->n == before)
+        shape_args_apply(obj, node);
     const sb_stage_spec *st = obj;
     char buf[512];
     if (node == NULL || st->op == NULL)
@@ -479,7 +651,7 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
             return;
         }
         sb_path_field(buf, sizeof buf, path, "args");
-        check_args(ops[i].args, args, buf, node, what, d);
+        check_args(ops[i].args, args, buf, node, what, 0, d);
         const sb_node *fr = sb_node_get(args, "framing");
         const sb_node *outn = sb_node_get(args, "output");
         if (strcmp(st->op, "exec") == 0 && fr != NULL && fr->kind == SB_NODE_STRING &&
@@ -696,9 +868,97 @@ static const sb_schema_field stage_fields[] = {
      .type = SB_FT_OBJECT,
      .offset = offsetof(sb_stage_spec, workers),
      .object = &workers_schema},
+    {.name = "placement",
+     .type = SB_FT_STRLIST,
+     .offset = offsetof(sb_stage_spec, placement),
+     .count_offset = offsetof(sb_stage_spec, nplacement)},
+    {.name = "shapeArgs",
+     .type = SB_FT_FREEFORM,
+     .offset = offsetof(sb_stage_spec, shape_args_json)},
 };
 static const sb_object_schema stage_schema = {
     "Stage", stage_fields, NF(stage_fields), sizeof(sb_stage_spec), 0, stage_check};
+
+/* A number field that must be more than 0 (or at least 0). */
+static void positive_number(const sb_node *node, const char *name, double v, bool set, int zero_ok,
+                            const char *path, sb_diags *d)
+{
+    const sb_node *n = sb_node_get(node, name);
+    if (!set || n == NULL || ((zero_ok ? v >= 0 : v > 0) && isfinite(v)))
+        return;
+    char buf[512];
+    sb_diags_add(d, sb_path_field(buf, sizeof buf, path, name), n->line, n->col,
+                 "must be a number %s, got %.60s", zero_ok ? "of at least 0" : "more than 0",
+                 n->text);
+}
+
+static void target_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    const sb_target_spec *t = obj;
+    if (node == NULL)
+        return;
+    positive_number(node, "rowsPerSecond", t->rows_per_second, t->rows_per_second_set, 0, path, d);
+    positive_number(node, "maxCostPerHour", t->max_cost_per_hour, t->max_cost_per_hour_set, 0, path,
+                    d);
+    if (t->rows_per_second_set && t->deadline_set) {
+        char buf[512];
+        const sb_node *n = sb_node_get(node, "deadline");
+        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "deadline"), n->line, n->col,
+                     "give rowsPerSecond or deadline, not both");
+    }
+}
+
+static void pricing_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
+{
+    (void)ctx;
+    const sb_pricing_spec *p = obj;
+    if (node == NULL)
+        return;
+    positive_number(node, "cpuCoreHour", p->cpu_core_hour, p->cpu_core_hour_set, 1, path, d);
+    positive_number(node, "memoryGiBHour", p->memory_gib_hour, p->memory_gib_hour_set, 1, path, d);
+    positive_number(node, "gpuHour", p->gpu_hour, p->gpu_hour_set, 1, path, d);
+}
+
+static const sb_schema_field target_fields[] = {
+    {.name = "rowsPerSecond",
+     .type = SB_FT_NUMBER,
+     .offset = offsetof(sb_target_spec, rows_per_second),
+     .present_offset = SB_PRESENT(sb_target_spec, rows_per_second_set)},
+    {.name = "deadline",
+     .type = SB_FT_DURATION,
+     .flags = SB_F_MIN,
+     .offset = offsetof(sb_target_spec, deadline_ns),
+     .present_offset = SB_PRESENT(sb_target_spec, deadline_set),
+     .min = 1000000000},
+    {.name = "maxCostPerHour",
+     .type = SB_FT_NUMBER,
+     .offset = offsetof(sb_target_spec, max_cost_per_hour),
+     .present_offset = SB_PRESENT(sb_target_spec, max_cost_per_hour_set)},
+};
+static const sb_object_schema target_schema = {
+    "Target", target_fields, NF(target_fields), sizeof(sb_target_spec), 0, target_check};
+
+static const sb_schema_field pricing_fields[] = {
+    {.name = "cpuCoreHour",
+     .type = SB_FT_NUMBER,
+     .offset = offsetof(sb_pricing_spec, cpu_core_hour),
+     .present_offset = SB_PRESENT(sb_pricing_spec, cpu_core_hour_set)},
+    {.name = "memoryGiBHour",
+     .type = SB_FT_NUMBER,
+     .offset = offsetof(sb_pricing_spec, memory_gib_hour),
+     .present_offset = SB_PRESENT(sb_pricing_spec, memory_gib_hour_set)},
+    {.name = "gpuHour",
+     .type = SB_FT_NUMBER,
+     .offset = offsetof(sb_pricing_spec, gpu_hour),
+     .present_offset = SB_PRESENT(sb_pricing_spec, gpu_hour_set)},
+    {.name = "gpuType",
+     .type = SB_FT_STRING,
+     .offset = offsetof(sb_pricing_spec, gpu_type),
+     .format = SB_SF_NONEMPTY},
+};
+static const sb_object_schema pricing_schema = {
+    "Pricing", pricing_fields, NF(pricing_fields), sizeof(sb_pricing_spec), 0, pricing_check};
 
 static const sb_schema_field execution_fields[] = {
     {.name = "memoryBudget",
@@ -735,6 +995,14 @@ static const sb_schema_field execution_fields[] = {
      .offset = offsetof(sb_execution_spec, stall_timeout_ns),
      .min = 1000000000,
      .def = "5m"},
+    {.name = "target",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(sb_execution_spec, target),
+     .object = &target_schema},
+    {.name = "pricing",
+     .type = SB_FT_OBJECT,
+     .offset = offsetof(sb_execution_spec, pricing),
+     .object = &pricing_schema},
 };
 static const sb_object_schema execution_schema = {
     "Execution", execution_fields, NF(execution_fields), sizeof(sb_execution_spec), 0, NULL};
@@ -1491,7 +1759,64 @@ const sb_object_schema *sb_pipeline_schema(void)
 
 const char *sb_stage_pool(const sb_stage_spec *st)
 {
+    if (st->nplacement > 0 && shape_bit(st->placement[0]) != 0)
+        return st->placement[0][0] == 'g' ? "gpu" : "cpu";
     return st->resources.gpu > 0 ? "gpu" : "cpu";
+}
+
+unsigned sb_op_shapes(const char *op)
+{
+    const opspec *o = find_op(op);
+    return o != NULL && !o->planned ? o->shapes : 0;
+}
+
+unsigned sb_stage_shapes(const sb_stage_spec *st)
+{
+    unsigned bits = 0;
+    for (size_t i = 0; i < st->nplacement; i++)
+        bits |= shape_bit(st->placement[i]);
+    if (bits != 0)
+        return bits;
+    return st->resources.gpu > 0 ? SB_SHAPE_BIT_GPU : SB_SHAPE_BIT_CPU;
+}
+
+char *sb_stage_args_for_shape(const sb_stage_spec *st, const char *shape)
+{
+    const char *base = st->args_base_json != NULL ? st->args_base_json : st->args_json;
+    cJSON *args = base != NULL ? cJSON_Parse(base) : cJSON_CreateObject();
+    cJSON *sa = st->shape_args_json != NULL ? cJSON_Parse(st->shape_args_json) : NULL;
+    const cJSON *over = cJSON_GetObjectItemCaseSensitive(sa, shape);
+    const opspec *op = find_op(st->op);
+    if (args == NULL) {
+        cJSON_Delete(sa);
+        return NULL;
+    }
+    for (const cJSON *it = cJSON_IsObject(over) ? over->child : NULL; it != NULL; it = it->next) {
+        if (op != NULL && op->one_of != NULL) {
+            /* "a|b": an overlay giving a drops the base's b, and the other way round */
+            const char *bar = strchr(op->one_of, '|');
+            size_t la = (size_t)(bar - op->one_of);
+            if (strlen(it->string) == la && strncmp(it->string, op->one_of, la) == 0)
+                cJSON_DeleteItemFromObjectCaseSensitive(args, bar + 1);
+            else if (strcmp(it->string, bar + 1) == 0) {
+                char a[64];
+                snprintf(a, sizeof a, "%.*s", (int)la, op->one_of);
+                cJSON_DeleteItemFromObjectCaseSensitive(args, a);
+            }
+        }
+        cJSON *copy = cJSON_Duplicate(it, 1);
+        if (copy == NULL) {
+            cJSON_Delete(args);
+            cJSON_Delete(sa);
+            return NULL;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(args, it->string);
+        cJSON_AddItemToObject(args, it->string, copy);
+    }
+    char *out = cJSON_PrintUnformatted(args);
+    cJSON_Delete(args);
+    cJSON_Delete(sa);
+    return out;
 }
 
 int sb_pipeline_decode(const sb_node *root, sb_pipeline *out, sb_diags *d)
@@ -1524,5 +1849,9 @@ int sb_pipeline_decode(const sb_node *root, sb_pipeline *out, sb_diags *d)
 
 void sb_pipeline_free(sb_pipeline *p)
 {
+    for (size_t i = 0; p->spec.stages != NULL && i < p->spec.nstages; i++) {
+        free(p->spec.stages[i].args_base_json);
+        p->spec.stages[i].args_base_json = NULL;
+    }
     sb_schema_free(&root_schema, p);
 }

@@ -56,6 +56,10 @@ typedef struct sb_workers_spec {
     bool min_set, max_set;
 } sb_workers_spec;
 
+/* Resource shapes a stage may run on (placement), as bits. */
+#define SB_SHAPE_BIT_CPU 1u
+#define SB_SHAPE_BIT_GPU 2u
+
 typedef struct sb_stage_spec {
     char *name;
     char *op;
@@ -63,7 +67,35 @@ typedef struct sb_stage_spec {
     int64_t batch_size; /* records per op call; 0 = whole partition */
     sb_resources_spec resources;
     sb_workers_spec workers;
+    /* placement: the shapes ("cpu", "gpu") the stage may run on, in preference order; none
+     * given = the one its resources say (gpu when resources.gpu > 0). The decoder makes
+     * resources.gpu describe the *first* shape (0 when it is cpu) and keeps the GPUs of a gpu
+     * worker in gpu_shape_gpus (resources.gpu as written, at least 1), so code that reads
+     * resources.gpu or sb_stage_pool() runs the stage on its first listed shape. */
+    char **placement;
+    size_t nplacement;
+    int64_t gpu_shape_gpus;
+    char *shape_args_json; /* shapeArgs: {"gpu": {...}} args per shape, JSON text, or NULL */
+    /* When shapeArgs has an entry for the first shape, args_json is the merged args of that
+     * shape (what the op runs with) and args_base_json the args as written (owned, freed by
+     * sb_pipeline_free); else NULL. */
+    char *args_base_json;
 } sb_stage_spec;
+
+/* execution.target: what `streambatch plan` must meet (lib/plan/plan.h). */
+typedef struct sb_target_spec {
+    double rows_per_second; /* rows/s out of the pipeline; 0 = none */
+    int64_t deadline_ns;    /* finish the whole input within; 0 = none */
+    double max_cost_per_hour;
+    bool rows_per_second_set, deadline_set, max_cost_per_hour_set;
+} sb_target_spec;
+
+/* execution.pricing: overrides of the controller's prices (per hour). */
+typedef struct sb_pricing_spec {
+    double cpu_core_hour, memory_gib_hour, gpu_hour;
+    bool cpu_core_hour_set, memory_gib_hour_set, gpu_hour_set;
+    char *gpu_type; /* the price-table entry of the GPUs, or NULL */
+} sb_pricing_spec;
 
 typedef struct sb_execution_spec {
     int64_t memory_budget; /* bytes of partitions in flight; default 2Gi */
@@ -72,6 +104,8 @@ typedef struct sb_execution_spec {
     bool preserve_order;
     sb_exec_mode mode;
     int64_t stall_timeout_ns; /* no-progress watchdog; default 5m */
+    sb_target_spec target;
+    sb_pricing_spec pricing;
 } sb_execution_spec;
 
 typedef struct sb_metadata_spec {
@@ -115,8 +149,20 @@ void sb_pipeline_free(sb_pipeline *p);
 extern const char *const sb_op_names[];
 int sb_op_known(const char *name);
 
-/* The pool a stage runs in: "cpu" or "gpu" (stages with resources.gpu > 0). */
+/* The pool a stage runs in: "cpu" or "gpu" (its first placement shape; without placement, gpu
+ * for stages with resources.gpu > 0). */
 const char *sb_stage_pool(const sb_stage_spec *st);
+
+/* The shapes (SB_SHAPE_BIT_*) an op can run on, 0 for an unknown op; and those a stage allows
+ * (its placement, or its one pool). */
+unsigned sb_op_shapes(const char *op);
+unsigned sb_stage_shapes(const sb_stage_spec *st);
+
+/* The stage's args for one shape ("cpu", "gpu"): args with shapeArgs.<shape> merged over them
+ * (a key of the overlay replaces the same key; for ops that take exactly one of two arguments,
+ * such as bench.spin's msPerRecord and msPerMB, giving one drops the other). Returns malloc'd
+ * JSON text (the caller frees), "{}" when there are none, or NULL when out of memory. */
+char *sb_stage_args_for_shape(const sb_stage_spec *st, const char *shape);
 
 /* What every worker pod gets from the controller (controller/operator/kube.c), shared here so
  * that validation refuses a workerTemplate that would clash with it:

@@ -153,6 +153,28 @@ static const invalid_case cases[] = {
      {"pipeline-name-invalid.yaml:4:9: metadata.name: \"My.Pipeline-\" is not a valid name: use at "
       "most 63 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit "
       "(a DNS-1123 subdomain that also fits a label value)"}},
+    {"placement-gpu-resources.yaml",
+     1,
+     {"placement-gpu-resources.yaml:14:16: spec.stages[0].placement: resources.gpu "
+      "is 1 (line 13) but placement does not list gpu; list gpu, or drop "
+      "resources.gpu"}},
+    {"placement-op-cpu-only.yaml",
+     1,
+     {"placement-op-cpu-only.yaml:13:22: spec.stages[0].placement[1]: op \"filter\" "
+      "has no gpu implementation: it runs on cpu only (ops that also run on gpu: "
+      "bench.spin, bench.sleep, tensor.mlp, exec and plugin)"}},
+    {"placement-unknown-shape.yaml",
+     1,
+     {"placement-unknown-shape.yaml:13:22: spec.stages[0].placement[1]: unknown "
+      "shape \"gpus\" (did you mean \"gpu\"?); the shapes are cpu and gpu",
+      "placement-unknown-shape.yaml:13:28: spec.stages[0].placement[2]: duplicate "
+      "shape \"cpu\""}},
+    {"pricing-invalid.yaml",
+     1,
+     {"pricing-invalid.yaml:16:28: spec.execution.pricing.cpuCoreHour: must be a "
+      "number of at least 0, got -0.5",
+      "pricing-invalid.yaml:16:43: spec.execution.pricing.gpuHour: must be a number, "
+      "got string \"cheap\""}},
     {"retries-out-of-range.yaml",
      1,
      {"retries-out-of-range.yaml:15:31: spec.execution.maxTaskRetries: must be between 0 and 100, "
@@ -169,6 +191,13 @@ static const invalid_case cases[] = {
      1,
      {"second-document-bad.yaml:14:51: spec.stages[0].workers.min: must be a non-negative integer, "
       "got -1"}},
+    {"shapeargs-invalid.yaml",
+     1,
+     {"shapeargs-invalid.yaml:15:7: spec.stages[0].shapeArgs.gpu: the stage does not "
+      "run on gpu (placement lists cpu only)",
+      "shapeargs-invalid.yaml:16:13: spec.stages[0].shapeArgs.cpu.msPerRecrd: "
+      "unknown argument \"msPerRecrd\" for op \"bench.spin\" (did you mean "
+      "\"msPerRecord\"?)"}},
     {"sink-http.yaml",
      1,
      {"sink-http.yaml:13:10: spec.sink.uri: unsupported scheme \"https\" in "
@@ -224,6 +253,14 @@ static const invalid_case cases[] = {
      1,
      {"tabs.yaml:4:1: not valid YAML: a tab character here: YAML indentation must use spaces, not "
       "tabs"}},
+    {"target-invalid.yaml",
+     1,
+     {"target-invalid.yaml:16:29: spec.execution.target.rowsPerSecond: must be a "
+      "number more than 0, got 0",
+      "target-invalid.yaml:16:42: spec.execution.target.deadline: give rowsPerSecond "
+      "or deadline, not both",
+      "target-invalid.yaml:16:62: spec.execution.target.maxCostPerHour: must be a "
+      "number more than 0, got -2"}},
     {"template-mount-over-spill.yaml",
      1,
      {"template-mount-over-spill.yaml:19:31: spec.workerTemplate.volumeMounts[0].mountPath: "
