@@ -12,6 +12,7 @@ PKGS=(
   valgrind openssl python3 python3-yaml python3-venv curl
   nginx prometheus
   mmdebstrap umoci skopeo runc
+  iproute2 iptables
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -30,6 +30,7 @@ typedef struct {
     sb_sched_output *held;
     size_t nheld;
     sb_ctl_worker_figures fig; /* from its latest heartbeat */
+    int told_lost;             /* declared lost, it came back and was told to shut down (logged) */
 } seen;
 
 enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED };
@@ -464,6 +465,16 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker)
     free(eptrs);
 }
 
+/* A worker declared lost called again (its network came back): it is told to shut down (said
+ * once). Lock held. */
+static void told_lost(seen *w)
+{
+    if (!w->told_lost)
+        sb_log(SB_LOG_WARN, "a worker declared lost came back: told to shut down", "worker", w->id,
+               NULL);
+    w->told_lost = 1;
+}
+
 /* Tries to answer a poll: returns 1 if the call was ended. Lock held. */
 static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t free_slots,
                       int force)
@@ -492,6 +503,8 @@ static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t
     }
     r.reply.shutdown = shutdown;
     r.reply.drain = terminal(c);
+    if (dead && !c->shutdown_workers)
+        told_lost(w);
     if (sb_rpc_call_reply_msg(call, &r.reply.base, &err) != 0)
         sb_log(SB_LOG_WARN, "poll reply failed", "worker", worker, "error", err.msg, NULL);
     poll_reply_free(&r);
@@ -553,6 +566,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         seen *w = worker_seen(c, m->worker_id, 1);
         if (w != NULL) {
             w->live = 1;
+            w->told_lost = 0;
             w->last_seen_ms = now_ms();
         }
         if (w != NULL && c->sched == NULL) {
@@ -704,6 +718,10 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         if (m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
             sb_log(SB_LOG_WARN, "task failed", "task", m->task_id, "worker", m->worker_id, "error",
                    m->message, NULL);
+    } else if (w == NULL && worker_seen(c, m->worker_id, 0) != NULL) {
+        /* fenced: its tasks and partitions were given to others when it was declared lost */
+        sb_log(SB_LOG_WARN, "report from a worker declared lost ignored", "worker", m->worker_id,
+               "task", m->task_id, NULL);
     }
     Streambatch__V1__CompleteTaskReply rep = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
     rep.accepted = rc == 1;
@@ -715,6 +733,9 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     free_releases(rel, rep.n_release);
     if (rc < 0)
         sb_log(SB_LOG_WARN, "completion rejected", "task", m->task_id, "error", err.msg, NULL);
+    else if (rc == 0 && w != NULL)
+        sb_log(SB_LOG_INFO, "stale report ignored (an older attempt)", "task", m->task_id, "worker",
+               m->worker_id, NULL);
     serve_pending(c, 0);
     pthread_mutex_unlock(&c->mu);
     free(outs);
@@ -752,6 +773,7 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
         rep.reregister = 1; /* unknown here (a new leader): register again with what it holds */
     } else {
         rep.shutdown = 1; /* declared lost: its partitions are being recomputed elsewhere */
+        told_lost(worker_seen(c, m->worker_id, 0));
     }
     rep.shutdown |= c->shutdown_workers;
     rep.drain = terminal(c);

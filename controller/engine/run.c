@@ -655,7 +655,12 @@ int sb_run(const sb_run_opts *o)
     /* the gpu pool runs the CUDA build when it is next to this binary (and no --worker-bin
      * names one worker for every pool) */
     worker_gpu_bin[0] = '\0';
-    if (o->worker_bin != NULL) {
+    /* Test hook (tests/integration/netns.h): SB_RUN_WORKER_BIN is the program every pool runs,
+     * e.g. a wrapper that starts the worker in a network namespace of its own. */
+    const char *env_worker = getenv("SB_RUN_WORKER_BIN");
+    if (o->worker_bin == NULL && env_worker != NULL && *env_worker) {
+        snprintf(worker_bin, sizeof worker_bin, "%s", env_worker);
+    } else if (o->worker_bin != NULL) {
         snprintf(worker_bin, sizeof worker_bin, "%s", o->worker_bin);
     } else {
         default_worker_bin(worker_bin, sizeof worker_bin, "streambatch-worker");
@@ -675,6 +680,13 @@ int sb_run(const sb_run_opts *o)
 
     char pid_s[300];
     snprintf(pid_s, sizeof pid_s, "default/%s", r.p.metadata.name);
+    /* Test hook: SB_RUN_CONTROLLER_HOST is the address the Control service listens on and the
+     * workers are given (default 127.0.0.1), for workers on other (network namespace) hosts. */
+    const char *chost = getenv("SB_RUN_CONTROLLER_HOST");
+    if (chost == NULL || *chost == '\0' || strlen(chost) > 45)
+        chost = "127.0.0.1";
+    char listen[64];
+    snprintf(listen, sizeof listen, "%s:0", chost);
     sb_ctl_config cc = {
         .pipeline = &r.p,
         .pipeline_id = pid_s,
@@ -683,7 +695,8 @@ int sb_run(const sb_run_opts *o)
         .heartbeat_timeout_ms =
             (uint32_t)(o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 3000),
         .resume = have_prev ? &resume : NULL,
-        .resume_plan_hash = have_prev ? prev.plan_hash : NULL};
+        .resume_plan_hash = have_prev ? prev.plan_hash : NULL,
+        .listen_addr = listen};
     sb_ctl *ctl = sb_ctl_start(&cc, NULL, &err);
     sb_ckpt_free(&prev); /* the controller copied it */
     if (ctl == NULL) {
@@ -699,7 +712,7 @@ int sb_run(const sb_run_opts *o)
         return 2;
     }
     char caddr[64];
-    snprintf(caddr, sizeof caddr, "127.0.0.1:%d", sb_ctl_port(ctl));
+    snprintf(caddr, sizeof caddr, "%s:%d", chost, sb_ctl_port(ctl));
     sb_local_config lc = {.worker_bin = worker_bin,
                           .worker_gpu_bin = worker_gpu_bin[0] ? worker_gpu_bin : NULL,
                           .controller = caddr,

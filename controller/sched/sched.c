@@ -692,11 +692,14 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
     for (size_t k = 0; k < wk->nrel; k++)
         free(wk->releases[k]);
     wk->nrel = 0;
-    /* 1. partitions that lived there */
+    /* 1. partitions that lived there (lost_here: which; NULL when out of memory) */
+    unsigned char *lost_here = calloc(s->nparts + 1, 1);
     for (size_t pi = 0; pi < s->nparts; pi++) {
         part *p = &s->parts[pi];
         if (p->worker != w || p->state != P_AVAILABLE)
             continue;
+        if (lost_here != NULL)
+            lost_here[pi] = 1;
         part_drop_bytes(s, p);
         p->state = P_LOST;
         p->worker = NONE;
@@ -730,15 +733,24 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
         task_stop_running(s, t);
         task_errored(s, ti, t->retries + t->deaths, msg);
     }
-    /* 3. lost partitions that are still needed get re-produced */
+    /* 3. lost partitions that are still needed get re-produced. A consumer running elsewhere
+     * read (or is reading) its input from the lost worker: it goes back to its queue too (a new
+     * attempt, so the old one's report is stale), because a worker declared lost is fenced — what
+     * it serves after that (it may only be cut off, and come back) must not be used. Except a
+     * consumer that writes the sink: two attempts must not both write its part file (as with
+     * speculative copies); it keeps running, and reports the input lost if its fetch fails. */
     for (size_t pi = 0; pi < s->nparts; pi++) {
         part *p = &s->parts[pi];
         if (p->state != P_LOST)
             continue;
         size_t c = p->consumer;
-        if (c == NONE || s->tasks[c].state == T_QUEUED || s->tasks[c].state == T_RUNNING)
+        if (c != NONE && s->tasks[c].state == T_RUNNING && lost_here != NULL && lost_here[pi] &&
+            s->tasks[c].op != s->nops - 1)
+            requeue_task(s, c, 1); /* also re-produces its inputs that are not available */
+        else if (c == NONE || s->tasks[c].state == T_QUEUED || s->tasks[c].state == T_RUNNING)
             recover_partition(s, pi, 0);
     }
+    free(lost_here);
     s->last_progress_ms = now_ms;
 }
 

@@ -359,9 +359,10 @@ Test(sched, worker_loss_reruns_only_lost_partitions_producers)
     sb_sched_stats st;
     sb_sched_get_stats(m.s, &st);
     cr_expect_gt(st.tasks_rerun, 0, "the lost worker held something");
-    /* re-runs: the lost worker's running task plus the producers of the partitions it held
-     * (source tasks: no upstream chain to re-run, their inputs are splits) */
-    cr_expect_leq(st.tasks_rerun, st.partitions_recovered + 1,
+    /* re-runs: the lost worker's running task, the producers of the partitions it held (source
+     * tasks: no upstream chain to re-run, their inputs are splits) and the task g1 was running
+     * on one of them, if any (it read from a fenced worker) */
+    cr_expect_leq(st.tasks_rerun, st.partitions_recovered + 2,
                   "reran %" PRIu64 " tasks for %" PRIu64 " lost partitions", st.tasks_rerun,
                   st.partitions_recovered);
     cr_expect_eq(st.tasks_run, base.tasks_run + st.tasks_rerun);
@@ -603,6 +604,69 @@ Test(sched, input_lost_recovers_the_input)
     sb_sched_stats st;
     sb_sched_get_stats(m.s, &st);
     cr_expect_eq(st.partitions_recovered, 1);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+/* A worker declared lost is fenced: a consumer running elsewhere that reads a partition from it
+ * (the worker may only be cut off, and serve it after coming back) runs again, so its old
+ * attempt's report is stale; its input is re-made. A consumer that writes the sink keeps
+ * running (two attempts must not write one part file). */
+Test(sched, consumers_of_a_lost_workers_partitions_run_again)
+{
+    spec_holder h;
+    load_spec(&h, spec_text("  - {name: a, op: identity}\n"
+                            "  - {name: g, op: identity, resources: {gpu: 1}}\n"
+                            "  - {name: c, op: identity}\n",
+                            "{}"));
+    sim m;
+    sim_init(&m, &h, 1, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
+    sb_sched_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
+    cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0,
+                                   NULL, 1, NULL),
+                 1);
+    cr_assert_eq(sb_sched_assign(m.s, "g1", 1, 2, t), 1);
+    cr_assert_str_eq(t[0].task_id, "ns/t/s1-t0");
+    cr_assert_str_eq(t[0].inputs[0].worker_id, "c1");
+    sb_sched_worker_lost(m.s, "c1", "missed heartbeats", 3);
+    sb_sched_output o1 = {.id = "s1-t0-p0", .bytes = 64 * MiB, .rows = 5};
+    cr_expect_eq(sb_sched_complete(m.s, "g1", "ns/t/s1-t0", 0, SB_SCHED_OK, NULL, &o1, 1, NULL, 0,
+                                   NULL, 4, NULL),
+                 0, "the report of a task that read from a fenced worker must be stale");
+    cr_expect_eq(sb_sched_assign(m.s, "g1", 1, 5, t), 0, "its input must be re-made first");
+    cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 5, t), 1);
+    cr_expect_str_eq(t[0].task_id, "ns/t/s0-t0");
+    cr_expect_eq(t[0].attempt, 1);
+    cr_assert_eq(sb_sched_complete(m.s, "c2", t[0].task_id, 1, SB_SCHED_OK, NULL, &o, 1, NULL, 0,
+                                   NULL, 6, NULL),
+                 1);
+    cr_assert_eq(sb_sched_assign(m.s, "g1", 1, 7, t), 1);
+    cr_expect_str_eq(t[0].task_id, "ns/t/s1-t0");
+    cr_expect_eq(t[0].attempt, 1);
+    cr_expect_str_eq(t[0].inputs[0].worker_id, "c2");
+    sb_sched_free(m.s);
+    free_spec(&h);
+
+    /* the consumer writes the sink: it is not run twice at once */
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim_init(&m, &h, 1, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
+    cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0,
+                                   NULL, 1, NULL),
+                 1);
+    cr_assert_eq(sb_sched_assign(m.s, "g1", 1, 2, t), 1);
+    cr_assert(t[0].writes_sink);
+    sb_sched_worker_lost(m.s, "c1", "missed heartbeats", 3);
+    cr_expect_eq(sb_sched_complete(m.s, "g1", t[0].task_id, 0, SB_SCHED_OK, NULL, &o1, 1, NULL, 0,
+                                   NULL, 4, NULL),
+                 1);
     sb_sched_free(m.s);
     free_spec(&h);
 }
