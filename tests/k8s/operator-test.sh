@@ -19,7 +19,8 @@
 #   e. a GPU stage no node can hold -> bounded Pending pods, WorkersPending; suspend -> pods gone,
 #      Suspended; resume of a suspended runnable pipeline finishes it
 #   f. a Pipeline deleted mid-run -> its pods and worker processes are gone, then the object
-#   k. s3 source and sink in MinIO, keys only in a Secret (credentialsSecret), no host path
+#   k. s3 source and sink in MinIO, keys only in a Secret (credentialsSecret), no host path; the
+#      key appears in no Event, Pipeline status or pod log
 #   h. 100 Pipelines at once all reach a terminal phase; API requests per Pipeline (API server
 #      flow-control metrics of a FlowSchema matching only the controller's ServiceAccount) and
 #      the controller's peak memory (VmHWM)
@@ -618,6 +619,16 @@ PY
   done
   : >"$tmp/out/s3run/_SUCCESS"
   check_output s3run || return 1
+  # no secret value in what users and operators read: Events, the Pipeline (status included),
+  # the controllers' logs and the worker pods' logs (issue 17)
+  kubectl get events -A -o yaml >"$tmp/s3-events.yaml" &&
+    kubectl -n "$NS" get pipeline s3run -o yaml >"$tmp/s3-pipeline.yaml" || return 1
+  local logs leaks
+  logs=$(ls "$STATE"/pods/${SYS}_*/*.log "$STATE"/pods/${NS}_s3run-*/*.log 2>/dev/null)
+  grep -q "/${NS}_s3run-" <<<"$logs" || { echo "no worker pod log of s3run to check"; return 1; }
+  leaks=$(grep -lF -- "$S3_SECRET" "$tmp/s3-events.yaml" "$tmp/s3-pipeline.yaml" $logs)
+  [[ -z $leaks ]] || { echo "the secret key appears in: $leaks"; return 1; }
+  echo "the secret key is in none of: Events, the Pipeline, $(wc -w <<<"$logs") controller and worker pod logs"
   kubectl -n "$NS" delete pipeline s3run --wait=false >/dev/null
 }
 opcheck "k: s3 source and sink in MinIO, keys in a Secret (credentialsSecret), no host path in worker pods -> Succeeded, output = independent computation" s3_run
