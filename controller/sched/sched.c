@@ -60,6 +60,7 @@ typedef struct {
     size_t nrel, caprel;
     uint64_t spec_scan_ms; /* its last scan for a straggler to copy (spec_candidate) */
     int spec_scanned;
+    double *op_speed; /* per op: input bytes per ms of its successful tasks (EWMA); 0 unknown */
 } worker;
 
 typedef struct {
@@ -95,8 +96,9 @@ struct sb_sched {
     sb_exec_mode mode;
     uint64_t budget, target;
     uint64_t max_retries, max_errored;
-    int preserve_order; /* execution.preserveOrder: one input per task of op > 0, sink parts
-                           listed in input order */
+    int preserve_order;  /* execution.preserveOrder: one input per task of op > 0, sink parts
+                            listed in input order */
+    int tail_sizing_off; /* sb_sched_config.no_tail_sizing */
     sb_sched_output *sink_ordered; /* sb_sched_sink_parts' view with preserve_order */
     op *ops;
     size_t nops;
@@ -376,6 +378,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     s->max_retries = (uint64_t)p->spec.execution.max_task_retries;
     s->max_errored = (uint64_t)p->spec.execution.max_errored_partitions;
     s->preserve_order = p->spec.execution.preserve_order;
+    s->tail_sizing_off = cfg->no_tail_sizing;
     int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
     s->ops = calloc(s->nstages, sizeof *s->ops);
     if (s->ops == NULL)
@@ -500,6 +503,7 @@ void sb_sched_free(sb_sched *s)
         free(w->pool);
         free(w->op_slots);
         free(w->op_running);
+        free(w->op_speed);
         for (size_t k = 0; k < w->nrel; k++)
             free(w->releases[k]);
         free(w->releases);
@@ -562,12 +566,14 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
     free(wk->address);
     free(wk->op_slots);
     free(wk->op_running);
+    free(wk->op_speed);
     wk->id = strdup(id);
     wk->pool = strdup(pool);
     wk->address = strdup(address);
     wk->op_slots = calloc(s->nops, sizeof *wk->op_slots);
     wk->op_running = calloc(s->nops, sizeof *wk->op_running);
-    if (!wk->id || !wk->pool || !wk->address || !wk->op_slots || !wk->op_running)
+    wk->op_speed = calloc(s->nops, sizeof *wk->op_speed);
+    if (!wk->id || !wk->pool || !wk->address || !wk->op_slots || !wk->op_running || !wk->op_speed)
         return sb_err_set(err, "scheduler: out of memory");
     wk->slots = slots;
     wk->running = 0;
@@ -783,14 +789,50 @@ static uint64_t estimate(const sb_sched *s, const op *o, uint64_t in_bytes, size
     return e > 0 ? (uint64_t)e : 0;
 }
 
-/* Forms a new task for op i > 0 from its input FIFO, or returns NONE. Takes available
- * partitions in FIFO order up to the target size, stepping over lost ones (they stay queued
- * until their producer has re-run), so a lost partition never blocks the ones behind it. */
-static size_t form_task(sb_sched *s, size_t i, int force)
+/* Tail sizing (LB-BSP at the partition boundary). Once nothing more will come into op i
+ * (everything upstream is done) and what waits is less than a full task per slot of its pool,
+ * the task formed for worker w takes a share of the waiting bytes in proportion to w's measured
+ * speed on the op (input bytes per ms, an EWMA over its successful tasks), so that every
+ * worker's last task ends at about the same time instead of a slow worker taking a full-size
+ * last task. Workers whose speed is not measured yet count at the mean of the others; with
+ * fewer than two measured workers, or tail_sizing off, the target stands. */
+static uint64_t task_target(const sb_sched *s, size_t i, size_t w)
+{
+    const op *o = &s->ops[i];
+    if (s->tail_sizing_off || w == NONE || !op_finished(s, i - 1))
+        return o->target;
+    double sum = 0, known = 0;
+    uint64_t slots = 0, nknown = 0;
+    for (size_t k = 0; k < s->nworkers; k++) {
+        const worker *x = &s->workers[k];
+        if (!x->alive || strcmp(x->pool, o->pool) != 0)
+            continue;
+        slots += x->slots;
+        if (x->op_speed[i] > 0) {
+            known += x->op_speed[i] * x->slots;
+            nknown += x->slots;
+        }
+    }
+    if (nknown < 2 || o->fifo_bytes >= o->target * slots)
+        return o->target;
+    double mean = known / (double)nknown;
+    sum = known + mean * (double)(slots - nknown);
+    double mine = s->workers[w].op_speed[i] > 0 ? s->workers[w].op_speed[i] : mean;
+    double share = (double)o->fifo_bytes * mine / sum;
+    uint64_t cap = share < 1 ? 1 : (uint64_t)share;
+    return cap < o->target ? cap : o->target;
+}
+
+/* Forms a new task for op i > 0 from its input FIFO for worker w (NONE: any), or returns NONE.
+ * Takes available partitions in FIFO order up to the target size (task_target), stepping over
+ * lost ones (they stay queued until their producer has re-run), so a lost partition never
+ * blocks the ones behind it. */
+static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
 {
     op *o = &s->ops[i];
     if (o->flen == 0)
         return NONE;
+    uint64_t target = task_target(s, i, w);
     uint64_t sum = 0;
     size_t n = 0, scanned = 0, pick[64];
     for (; scanned < o->flen && n < 64; scanned++) {
@@ -798,11 +840,11 @@ static size_t form_task(sb_sched *s, size_t i, int force)
         part *p = &s->parts[pi];
         if (p->state != P_AVAILABLE)
             continue;
-        if (n > 0 && sum + p->bytes > o->target)
+        if (n > 0 && sum + p->bytes > target)
             break;
         pick[n++] = scanned;
         sum += p->bytes;
-        if (sum >= o->target || s->preserve_order) { /* preserveOrder: one input per task */
+        if (sum >= target || s->preserve_order) { /* preserveOrder: one input per task */
             scanned++;
             break;
         }
@@ -1064,7 +1106,8 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
                 size_t ti = peek_ready(s, k, &in_bytes);
                 if (ti == NONE && k > 0)
                     ti = form_task(
-                        s, k, pass == 1 || s->mode != SB_MODE_STREAMING || s->running_total == 0);
+                        s, k, pass == 1 || s->mode != SB_MODE_STREAMING || s->running_total == 0,
+                        w);
                 if (ti == NONE)
                     continue;
                 in_bytes = s->tasks[ti].in_bytes;
@@ -1354,8 +1397,13 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         return 1;
     }
     task_stop_running(s, t);
-    o->ok_ms_sum += now_ms > t->started_ms ? now_ms - t->started_ms : 0;
+    uint64_t took = now_ms > t->started_ms ? now_ms - t->started_ms : 0;
+    o->ok_ms_sum += took;
     o->ok_n++;
+    if (took > 0 && t->in_bytes > 0) { /* the worker's speed on this op: EWMA, weight 1/2 */
+        double v = (double)t->in_bytes / (double)took, *sp = &s->workers[t->worker].op_speed[t->op];
+        *sp = *sp > 0 ? 0.5 * *sp + 0.5 * v : v;
+    }
     if (metrics != NULL) {
         o->task_seconds += metrics->wall_seconds;
         o->cpu_seconds += metrics->cpu_seconds;

@@ -79,6 +79,8 @@ typedef struct sb_sched_config {
     const sb_pipeline *pipeline;   /* read during sb_sched_new() only */
     const char *pipeline_id;       /* prefix of task ids, e.g. "default/wordcount" */
     int no_fusion;                 /* 1: one op per stage even in streaming mode */
+    int no_tail_sizing;            /* 1: an op's last tasks are not sized by worker speed
+                                      (task_target in sched.c; for ablations and tests) */
     uint64_t start_ms;             /* the clock at creation (the stall watchdog starts there) */
     const sb_sched_resume *resume; /* NULL: a fresh run */
 } sb_sched_config;

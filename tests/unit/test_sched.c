@@ -63,6 +63,7 @@ typedef struct {
     char id[16], pool[8], addr[32];
     uint32_t slots;
     int alive;
+    uint64_t slow; /* task times are multiplied by this (a slower machine); 1 by default */
     running run[MAXRUN];
     size_t nrun;
 } simworker;
@@ -92,6 +93,7 @@ static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t sl
     snprintf(w->addr, sizeof w->addr, "127.0.0.1:%zu", 9000 + m->nw);
     w->slots = slots;
     w->alive = 1;
+    w->slow = 1;
     cr_assert_eq(sb_sched_worker_add(m->s, id, pool, w->addr, slots, NULL, 0, m->now, NULL), 0);
 }
 
@@ -124,7 +126,7 @@ static void sim_poll(sim *m, simworker *w)
             r->in_bytes = strtoull(tasks[i].split, NULL, 10);
         for (size_t k = 0; k < tasks[i].ninputs; k++)
             r->in_bytes += tasks[i].inputs[k].bytes;
-        uint64_t dur = m->ms_per_mb[r->op] * r->in_bytes / MiB;
+        uint64_t dur = m->ms_per_mb[r->op] * r->in_bytes / MiB * w->slow;
         r->done_at = m->now + (dur ? dur : 1);
     }
     check_invariants(m);
@@ -1094,4 +1096,68 @@ Test(sched, tasks_that_write_the_sink_are_not_copied)
     cr_expect_eq(sb_sched_assign(m.s, "c2", 1, 60000, t), 0, "a sink task is never copied");
     sb_sched_free(m.s);
     free_spec(&h);
+}
+
+/* ---- tail sizing (LB-BSP) ------------------------------------------------------------------- */
+
+/* 256 x 1 MiB through a fast load op (4 cpu workers) into a GPU op of 100 ms/MiB on two GPU
+ * workers, one 4 times slower; 4 MiB target partitions. Returns the simulated makespan (ms). */
+static uint64_t tail_run(int no_tail_sizing)
+{
+    spec_holder h;
+    static char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: t}\n"
+             "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 4Mi}\n"
+             "  stages:\n%s  sink: {uri: 'file:///out', format: text}\n",
+             CPU_GPU);
+    load_spec(&h, yaml);
+    sim m;
+    memset(&m, 0, sizeof m);
+    m.fail_op = -1;
+    m.target = 4 * MiB;
+    for (int i = 0; i < 8; i++) {
+        m.ratio[i] = 1.0;
+        m.ms_per_mb[i] = 1;
+    }
+    m.ms_per_mb[1] = 100;
+    sb_sched_split sp[256];
+    static char names[256][32];
+    for (size_t i = 0; i < 256; i++) {
+        snprintf(names[i], 32, "%" PRIu64 "\tsplit-%zu", (uint64_t)MiB, i);
+        sp[i].split = names[i];
+        sp[i].bytes = MiB;
+    }
+    sb_sched_config cfg = {
+        .pipeline = &h.p, .pipeline_id = "ns/t", .no_tail_sizing = no_tail_sizing};
+    sb_err err;
+    m.s = sb_sched_new(&cfg, sp, 256, &err);
+    cr_assert_not_null(m.s, "%s", err.msg);
+    for (int i = 0; i < 4; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "c%d", i);
+        sim_add_worker(&m, id, "cpu", 1);
+    }
+    sim_add_worker(&m, "g-fast", "gpu", 1);
+    sim_add_worker(&m, "g-slow", "gpu", 1);
+    m.w[5].slow = 4;
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_assert_eq(st.sink_bytes, 256 * MiB, "every byte once");
+    uint64_t end = m.now;
+    sb_sched_free(m.s);
+    free_spec(&h);
+    return end;
+}
+
+Test(sched, tail_tasks_are_sized_by_worker_speed)
+{
+    /* bound: 256 MiB at 1/100 + 1/400 MiB per ms = 20,480 ms of GPU work shared ideally */
+    uint64_t with = tail_run(0), without = tail_run(1);
+    cr_log_info("makespan with tail sizing %" PRIu64 " ms, without %" PRIu64 " ms, bound 20480 ms",
+                with, without);
+    cr_expect_lt(with, without, "with %" PRIu64 " ms, without %" PRIu64 " ms", with, without);
+    cr_expect_leq(with, 20480 * 105 / 100, "within 1.05x of the bound: %" PRIu64 " ms", with);
 }
