@@ -13,6 +13,7 @@
 
 #include "controller/operator/operator.h"
 #include "core/log.h"
+#include "rpc/tlsdir.h"
 #include "spec/quantity.h"
 #include "version.h"
 
@@ -61,6 +62,16 @@ static void usage(FILE *f)
             "  --workers N                 reconcile threads, default 4           (SB_WORKERS)\n"
             "  --heartbeat-timeout D       a silent worker is lost after D, default 5s\n"
             "                                                           (SB_HEARTBEAT_TIMEOUT)\n"
+            "  --tls-dir DIR               mutual TLS for every Control service and the calls to\n"
+            "                              workers: DIR holds tls.crt, tls.key, ca.crt (the\n"
+            "                              Secret mounted); needs --tls-secret     (SB_TLS_DIR)\n"
+            "  --tls-secret NAME           Secret (same layout, same CA) that worker pods mount\n"
+            "                              at /etc/streambatch/tls; it must exist in each\n"
+            "                              pipeline's namespace                 (SB_TLS_SECRET)\n"
+            "  --tls-server-name NAME      the name certificates are checked for (peers are\n"
+            "                              dialled by IP), default streambatch\n"
+            "                                                             (SB_TLS_SERVER_NAME)\n"
+            "                              /metrics, /healthz and /readyz stay plain HTTP\n"
             "  --version, --help\n"
             "\n"
             "Exit status: 0 after SIGTERM/SIGINT (lease released), 1 on failure or when the\n"
@@ -153,6 +164,9 @@ int main(int argc, char **argv)
     const char *hb_d = env_or("SB_HEARTBEAT_TIMEOUT", "5s");
     const char *max_pending = env_or("SB_MAX_PENDING_PODS", "2");
     const char *workers = env_or("SB_WORKERS", "4");
+    const char *tls_dir = env_or("SB_TLS_DIR", NULL);
+    cfg.tls_secret = env_or("SB_TLS_SECRET", NULL);
+    cfg.tls_server_name = env_or("SB_TLS_SERVER_NAME", NULL);
     cfg.lease_name = env_or("SB_LEADER_ELECTION_ID", "streambatch-controller");
     cfg.lease_namespace = env_or("SB_LEADER_ELECTION_NAMESPACE",
                                  env_or("POD_NAMESPACE", env_or("SB_POD_NAMESPACE", NULL)));
@@ -182,6 +196,9 @@ int main(int argc, char **argv)
         O_STATUS,
         O_WORKERS,
         O_HB,
+        O_TLS_DIR,
+        O_TLS_SECRET,
+        O_TLS_NAME,
         O_VERSION,
         O_HELP
     };
@@ -204,6 +221,9 @@ int main(int argc, char **argv)
         {"status-interval", required_argument, 0, O_STATUS},
         {"workers", required_argument, 0, O_WORKERS},
         {"heartbeat-timeout", required_argument, 0, O_HB},
+        {"tls-dir", required_argument, 0, O_TLS_DIR},
+        {"tls-secret", required_argument, 0, O_TLS_SECRET},
+        {"tls-server-name", required_argument, 0, O_TLS_NAME},
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0}};
@@ -278,6 +298,15 @@ int main(int argc, char **argv)
         case O_HB:
             hb_d = optarg;
             break;
+        case O_TLS_DIR:
+            tls_dir = optarg;
+            break;
+        case O_TLS_SECRET:
+            cfg.tls_secret = optarg;
+            break;
+        case O_TLS_NAME:
+            cfg.tls_server_name = optarg;
+            break;
         case O_VERSION:
             printf("streambatch-controller %s\n", SB_VERSION);
             return 0;
@@ -331,6 +360,28 @@ int main(int argc, char **argv)
     if ((rc = parse_uint("--workers", workers, 1, 64, &v)) != 0)
         return rc;
     cfg.workers = (int)v;
+    static sb_rpc_tlsdir tls;
+    static sb_rpc_opts rpc;
+    if ((tls_dir != NULL) != (cfg.tls_secret != NULL)) {
+        fprintf(stderr, "streambatch-controller: --tls-dir and --tls-secret go together: the "
+                        "controller's certificate directory and the Secret worker pods mount "
+                        "(try --help)\n");
+        return 2;
+    }
+    if (tls_dir != NULL) {
+        sb_err terr;
+        if (sb_rpc_tlsdir_load(&tls, tls_dir, cfg.tls_server_name, &terr) != 0) {
+            fprintf(stderr, "streambatch-controller: %s\n", terr.msg);
+            return 2;
+        }
+        if (sb_rpc_tlsdir_selftest(&tls, 5000, &terr) != 0) {
+            fprintf(stderr, "streambatch-controller: %s\n", terr.msg);
+            return 2;
+        }
+        sb_rpc_tlsdir_apply(&tls, &rpc);
+        cfg.rpc = &rpc;
+        cfg.tls_server_name = tls.server_name;
+    }
     char grpc_host[256];
     if (grpc != NULL) {
         long port;
@@ -376,7 +427,7 @@ int main(int argc, char **argv)
     cfg.stop = &g_stop;
     sb_log(SB_LOG_INFO, "streambatch-controller starting", "version", SB_VERSION, "identity",
            cfg.identity, "grpc", grpc_host, "leaderElect", cfg.leader_elect ? "true" : "false",
-           NULL);
+           "tls", cfg.rpc != NULL ? "mutual" : "off", NULL);
     sb_err err = {0};
     rc = sb_operator_run(&cfg, &err);
     if (rc < 0) {

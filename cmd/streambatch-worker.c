@@ -17,6 +17,7 @@
 
 #include "core/log.h"
 #include "rpc/rpc.h"
+#include "rpc/tlsdir.h"
 #include "spec/quantity.h"
 #include "version.h"
 #include "worker/ops/ops.h"
@@ -53,6 +54,12 @@ static void usage(FILE *f)
             "                      clock, default 120s (SB_CONTROLLER_LOST_TIMEOUT)\n"
             "  --metrics-addr ADDR serve Prometheus /metrics on HOST:PORT (docs/metrics.md),\n"
             "                      default none (SB_METRICS_ADDR)\n"
+            "  --tls-dir DIR       mutual TLS on every gRPC connection: DIR holds tls.crt,\n"
+            "                      tls.key and ca.crt (a cert-manager Secret); the Data and\n"
+            "                      Worker services require a client certificate signed by\n"
+            "                      ca.crt; default plaintext (SB_TLS_DIR). /metrics stays plain\n"
+            "  --tls-server-name NAME  name the peers' certificates are checked for (peers are\n"
+            "                      dialled by IP), default streambatch (SB_TLS_SERVER_NAME)\n"
             "  --version, --help\n"
             "\n"
             "Environment only: SB_POD_IP (pod mode, see --worker-port), POD_IP (advertised host\n"
@@ -121,6 +128,8 @@ int main(int argc, char **argv)
     const char *accel = env_or("SB_ACCELERATORS", "0");
     const char *port = env_or("SB_WORKER_PORT", "7070"), *epoch = env_or("SB_EPOCH", "0");
     const char *lost = env_or("SB_CONTROLLER_LOST_TIMEOUT", "120s");
+    const char *tls_dir = env_or("SB_TLS_DIR", NULL);
+    const char *tls_name = env_or("SB_TLS_SERVER_NAME", NULL);
     static const struct option opts[] = {{"controller", required_argument, 0, 'c'},
                                          {"id", required_argument, 0, 'i'},
                                          {"pool", required_argument, 0, 'p'},
@@ -135,6 +144,8 @@ int main(int argc, char **argv)
                                          {"epoch", required_argument, 0, 'e'},
                                          {"controller-lost-timeout", required_argument, 0, 'L'},
                                          {"metrics-addr", required_argument, 0, 'M'},
+                                         {"tls-dir", required_argument, 0, 'T'},
+                                         {"tls-server-name", required_argument, 0, 'N'},
                                          {"version", no_argument, 0, 'V'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -182,6 +193,12 @@ int main(int argc, char **argv)
             break;
         case 'M':
             cfg.metrics_addr = optarg;
+            break;
+        case 'T':
+            tls_dir = optarg;
+            break;
+        case 'N':
+            tls_name = optarg;
             break;
         case 'V':
             printf("%s %s\n",
@@ -249,6 +266,20 @@ int main(int argc, char **argv)
         return bad("controller-lost-timeout", "SB_CONTROLLER_LOST_TIMEOUT",
                    "must be between 1ms and 24h", lost);
     cfg.controller_lost_timeout_ms = (int)(ns / 1000000);
+    static sb_rpc_tlsdir tls;
+    sb_rpc_opts rpc = {0};
+    if (tls_dir != NULL) {
+        if (sb_rpc_tlsdir_load(&tls, tls_dir, tls_name, &err) != 0) {
+            fprintf(stderr, "streambatch-worker: %s\n", err.msg);
+            return 2;
+        }
+        if (sb_rpc_tlsdir_selftest(&tls, 5000, &err) != 0) {
+            fprintf(stderr, "streambatch-worker: %s\n", err.msg);
+            return 2;
+        }
+        sb_rpc_tlsdir_apply(&tls, &rpc);
+        cfg.rpc = &rpc;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

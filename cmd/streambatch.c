@@ -28,6 +28,10 @@ static void usage(FILE *f)
             "                     [--plan] runs stages that allow cpu and gpu on the shape\n"
             "                     `streambatch plan` chooses from declared costs (else: the\n"
             "                     first listed in placement)\n"
+            "                     [--tls-dir DIR] mutual TLS between the controller and the\n"
+            "                     workers: DIR holds tls.crt, tls.key, ca.crt (SB_TLS_DIR)\n"
+            "                     [--tls-server-name NAME] the name certificates are checked\n"
+            "                     for, default streambatch (SB_TLS_SERVER_NAME)\n"
             "  plan FILE [--profile] [-o json] [--capacity cpu=N,gpu=N,memory=SIZE]\n"
             "                     choose each stage's shape (cpu/gpu) and workers to meet\n"
             "                     spec.execution.target at the lowest cost per row; rates from\n"
@@ -97,6 +101,8 @@ static int parse_int(const char *flag, const char *v, int *out)
 static int cmd_run(int argc, char **argv)
 {
     sb_run_opts o = {0};
+    o.tls_dir = getenv("SB_TLS_DIR");
+    o.tls_server_name = getenv("SB_TLS_SERVER_NAME");
     const char *sets[64];
     int plan = 0, user_placement = 0;
     for (int i = 0; i < argc; i++) {
@@ -106,7 +112,8 @@ static int cmd_run(int argc, char **argv)
                     strcmp(a, "--memory-budget") == 0 || strcmp(a, "--set") == 0 ||
                     strcmp(a, "--summary-json") == 0 || strcmp(a, "--run-dir") == 0 ||
                     strcmp(a, "--progress-interval-ms") == 0 || strcmp(a, "--metrics-addr") == 0 ||
-                    strcmp(a, "--checkpoint") == 0;
+                    strcmp(a, "--checkpoint") == 0 || strcmp(a, "--tls-dir") == 0 ||
+                    strcmp(a, "--tls-server-name") == 0;
         if (takes && v == NULL) {
             fprintf(stderr, "streambatch run: %s needs a value\n", a);
             return 2;
@@ -133,6 +140,10 @@ static int cmd_run(int argc, char **argv)
             o.metrics_addr = v;
         } else if (strcmp(a, "--checkpoint") == 0) {
             o.checkpoint = v;
+        } else if (strcmp(a, "--tls-dir") == 0) {
+            o.tls_dir = v;
+        } else if (strcmp(a, "--tls-server-name") == 0) {
+            o.tls_server_name = v;
         } else if (strcmp(a, "--resume") == 0) {
             o.resume = 1;
         } else if (strcmp(a, "--plan") == 0) {

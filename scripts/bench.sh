@@ -11,6 +11,18 @@ bench=$build/bench/bench_data
 export SB_BUILD_DIR=$build
 [[ -x $bench ]] || { echo "bench: $bench is missing (run make bench)" >&2; exit 1; }
 
+# A CA and a certificate (SAN DNS:streambatch, the default --tls-server-name) for the TLS rows
+tls=$build/bench/tls
+if [[ ! -r $tls/tls.crt ]]; then
+  mkdir -p "$tls"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tls/ca.key" \
+    -out "$tls/ca.crt" -days 3650 -subj /CN=streambatch-bench-ca 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tls/tls.key" \
+    -out "$tls/tls.csr" -subj /CN=streambatch 2>/dev/null
+  printf 'subjectAltName=DNS:streambatch\nextendedKeyUsage=serverAuth,clientAuth\n' >"$tls/ext"
+  openssl x509 -req -in "$tls/tls.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -set_serial 1 \
+    -days 3650 -extfile "$tls/ext" -out "$tls/tls.crt" 2>/dev/null
+fi
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 run() { # command line, shown in the report
@@ -18,7 +30,7 @@ run() { # command line, shown in the report
   "$@" >>"$results"
 }
 cmds=(
-  "bench_data transfer --size 67108864 --rounds 15"
+  "bench_data transfer --size 67108864 --rounds 15 --tls-dir $tls"
   "bench_data transfer --size 67108864 --rounds 7 --no-tune"
   "bench_data many --n 1000 --size 4096 --rounds 3"
   "bench_data unary --threads 4 --seconds 2 --rounds 3"
@@ -88,8 +100,13 @@ $(row_transfer fetch_memory "Data.Fetch, ${mib} MiB partition from memory")
 $(row_transfer fetch_spill "Data.Fetch, ${mib} MiB partition from its spill file (page cache warm)")
 $(row_transfer fetch_memory_default_malloc "Data.Fetch from memory, glibc default malloc (no sb_rpc_tune_malloc; vs the TCP of that run)")
 $(row_transfer fetch_spill_default_malloc "Data.Fetch from spill, glibc default malloc")
+$(row_transfer fetch_memory_tls "Data.Fetch from memory with mutual TLS (\`--tls-dir\`, same rounds as the rows above)")
+| Connection setup with and without mutual TLS (new channel until READY; a worker opens one per fetch from a peer) | plaintext $(fmt "$(field connect plain_ms)") ms, TLS $(fmt "$(field connect tls_ms)") ms (median of $(field connect tries)) | – | – | – |
 | 1,000 concurrent fetches of distinct $(($(field many bytes) / 1024)) KiB partitions (4 channels, one thread each) | $(fmt "$(field many median_s)" 3) s total, $(field many fetches_per_s) fetches/s | – | $(field many server_cpu_ms_per_1000) ms per 1,000 | $(field many client_cpu_ms_per_1000) ms per 1,000 |
 | Control-plane unary calls (Heartbeat-shaped, $(field unary threads) threads, one channel) | $(field unary calls_per_s) calls/s ($(field unary mean_latency_us) µs mean) | – | $(field unary server_cpu_us_per_call) µs per call | $(field unary client_cpu_us_per_call) µs per call |
+
+With mutual TLS (ECDSA P-256 certificates, \`--tls-dir\`) the fetch from memory ran at
+$(fmt "$(field tls_vs_plain ratio)") of the plaintext fetch in the same rounds (median of the per-round ratios).
 
 CPU is user + system time (getrusage) of each process over the timed transfers, per GiB moved
 (per 1,000 fetches, per call). "Best" is the fastest round.
@@ -126,6 +143,11 @@ CPU is user + system time (getrusage) of each process over the timed transfers, 
 - Spilled partitions cost one more copy (\`pread\` from the page cache into a pooled buffer) and
   two more crc32c passes (the store verifies the chunk it read, then the chunk is checksummed for
   the wire): the spill row's higher server CPU.
+- Mutual TLS: gRPC encrypts into new buffers and decrypts out of them (TLS records of at most
+  16 KiB, AES-GCM), so each end makes a full extra pass over the bytes (the partition the store
+  hands over without a copy is read once more to encrypt it); a new connection also pays the
+  handshake (the connection-setup row), which matters because a worker opens a connection per
+  fetch from a peer.
 - On this machine both ends and the TCP pair share the same CPUs, so the ratio reflects total CPU
   per byte as much as latency; on two machines each end would have its own cores.
 EOF

@@ -126,14 +126,14 @@ static int backoff_next(int ms)
     return ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms * 2;
 }
 
-static ctl_chan *chan_new(const char *addr, sb_err *err)
+static ctl_chan *chan_new(const char *addr, const sb_rpc_opts *rpc, sb_err *err)
 {
     ctl_chan *c = calloc(1, sizeof *c);
     if (c == NULL) {
         sb_err_set(err, "out of memory");
         return NULL;
     }
-    c->ch = sb_rpc_channel_new(addr, NULL, err);
+    c->ch = sb_rpc_channel_new(addr, rpc, err);
     if (c->ch == NULL) {
         free(c);
         return NULL;
@@ -486,7 +486,7 @@ static int task_inputs(task_ctx *t, char **lost)
         }
         void *blob = NULL;
         size_t len = 0;
-        sb_data_fetch_opts fo = {.requester_id = w->cfg.id};
+        sb_data_fetch_opts fo = {.requester_id = w->cfg.id, .rpc = w->cfg.rpc};
         int rc = sb_data_fetch_addr(ref->worker_address, ref->id, (size_t)ref->bytes, 0, 60000, &fo,
                                     &blob, &len, NULL, &t->err);
         if (rc != 0) {
@@ -990,7 +990,7 @@ static void h_rebind(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud
                  m->pipeline);
     else {
         sb_err err;
-        nc = chan_new(m->controller_address, &err);
+        nc = chan_new(m->controller_address, w->cfg.rpc, &err);
         if (nc == NULL)
             snprintf(msg, sizeof msg, "cannot use controller address %s: %s", m->controller_address,
                      err.msg);
@@ -1164,13 +1164,14 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
         snprintf(port, sizeof port, "%d", sb_metrics_serve_port(w->msrv));
         sb_log(SB_LOG_INFO, "serving metrics", "address", w->cfg.metrics_addr, "port", port, NULL);
     }
-    w->chan = chan_new(w->cfg.controller, err); /* before the server: Rebind may come at once */
+    /* before the server: Rebind may come at once */
+    w->chan = chan_new(w->cfg.controller, w->cfg.rpc, err);
     if (w->chan == NULL)
         goto out;
     dc.store = w->store;
     if (sb_data_server_new(&dc, &w->data, err) != 0)
         goto out;
-    w->srv = sb_rpc_server_new(NULL, err);
+    w->srv = sb_rpc_server_new(w->cfg.rpc, err);
     if (w->srv == NULL || sb_data_server_register(w->data, w->srv, err) != 0 ||
         sb_rpc_server_add_unary(w->srv, SB_RPC_WORKER_REBIND, h_rebind, w, err) != 0)
         goto out;

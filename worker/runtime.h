@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "rpc/rpc.h"
 
 typedef struct sb_worker_config {
     const char *controller;  /* "host:port" of the Control service */
@@ -51,6 +52,8 @@ typedef struct sb_worker_config {
                                        default 120000 */
     const char *metrics_addr;       /* "HOST:PORT" to serve Prometheus /metrics (worker/metrics.h);
                                        NULL/"": not served */
+    const sb_rpc_opts *rpc;         /* the Data/Worker server, the Control channel and fetches
+                                       from peers (mutual TLS: rpc/tlsdir.h); NULL: plaintext */
 } sb_worker_config;
 
 typedef struct sb_worker sb_worker;

@@ -27,6 +27,7 @@ typedef struct {
 struct sb_local {
     sb_local_config cfg;
     char *worker_bin, *worker_gpu_bin, *controller, *run_dir; /* worker_gpu_bin may be NULL */
+    char *tls_dir, *tls_name;                                 /* NULL: plaintext */
     proc *procs;
     size_t nprocs;
     pthread_mutex_t mu;
@@ -72,10 +73,16 @@ static int spawn(sb_local *l, proc *p, sb_err *err)
         if (nul >= 0)
             dup2(nul, STDIN_FILENO);
         char *bin = p->accelerators > 0 && l->worker_gpu_bin ? l->worker_gpu_bin : l->worker_bin;
-        char *argv[] = {bin,    "--controller",   l->controller, "--id",
-                        p->id,  "--pool",         p->pool,       "--slots",
-                        slots,  "--accelerators", accel,         "--store-budget",
-                        budget, "--spill-dir",    dir,           NULL};
+        char *argv[20] = {bin,    "--controller",   l->controller, "--id",
+                          p->id,  "--pool",         p->pool,       "--slots",
+                          slots,  "--accelerators", accel,         "--store-budget",
+                          budget, "--spill-dir",    dir,           NULL};
+        if (l->tls_dir != NULL) {
+            argv[15] = "--tls-dir";
+            argv[16] = l->tls_dir;
+            argv[17] = "--tls-server-name";
+            argv[18] = l->tls_name;
+        }
         execv(bin, argv);
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
@@ -141,6 +148,14 @@ sb_local *sb_local_start(const sb_local_config *cfg, sb_err *err)
     l->worker_gpu_bin = cfg->worker_gpu_bin ? strdup(cfg->worker_gpu_bin) : NULL;
     l->controller = strdup(cfg->controller);
     l->run_dir = strdup(cfg->run_dir);
+    if (cfg->tls_dir != NULL) {
+        l->tls_dir = strdup(cfg->tls_dir);
+        l->tls_name = strdup(cfg->tls_server_name ? cfg->tls_server_name : "streambatch");
+        if (l->tls_dir == NULL || l->tls_name == NULL) {
+            sb_err_set(err, "out of memory");
+            goto fail;
+        }
+    }
     size_t total = 0;
     for (size_t i = 0; i < cfg->npools; i++)
         total += cfg->pools[i].workers;
@@ -191,6 +206,8 @@ fail_nomonitor:
     free(l->worker_gpu_bin);
     free(l->controller);
     free(l->run_dir);
+    free(l->tls_dir);
+    free(l->tls_name);
     pthread_mutex_destroy(&l->mu);
     free(l);
     return NULL;
@@ -350,6 +367,8 @@ void sb_local_stop(sb_local *l, int grace_ms)
     free(l->procs);
     free(l->worker_bin);
     free(l->worker_gpu_bin);
+    free(l->tls_dir);
+    free(l->tls_name);
     free(l->controller);
     free(l->run_dir);
     pthread_mutex_destroy(&l->mu);

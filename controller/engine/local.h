@@ -40,6 +40,9 @@ typedef struct sb_local_config {
     size_t npools;
     int respawn;           /* replace workers that die */
     uint32_t max_respawns; /* per slot; default 10 */
+    const char *tls_dir;   /* passed as --tls-dir (and --tls-server-name) to every worker;
+                              NULL: plaintext */
+    const char *tls_server_name;
     void (*on_exit)(void *ud, const char *worker_id, const char *why);
     void *ud;
 } sb_local_config;

@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "doc/doc.h"
 #include "metrics/serve.h"
+#include "rpc/tlsdir.h"
 #include "spec/pipeline.h"
 #include "spec/quantity.h"
 #include "spec/validate.h"
@@ -594,6 +595,18 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
 
 int sb_run(const sb_run_opts *o)
 {
+    /* --tls-dir: checked before anything starts; the controller and every worker use it */
+    static sb_rpc_tlsdir tls;
+    sb_rpc_opts rpc = {0};
+    int use_tls = o->tls_dir != NULL && *o->tls_dir;
+    if (use_tls) {
+        sb_err terr;
+        if (sb_rpc_tlsdir_load(&tls, o->tls_dir, o->tls_server_name, &terr) != 0) {
+            fprintf(stderr, "streambatch run: %s\n", terr.msg);
+            return 2;
+        }
+        sb_rpc_tlsdir_apply(&tls, &rpc);
+    }
     run_state r;
     memset(&r, 0, sizeof r);
     int code = load(o, &r);
@@ -697,7 +710,7 @@ int sb_run(const sb_run_opts *o)
         .resume = have_prev ? &resume : NULL,
         .resume_plan_hash = have_prev ? prev.plan_hash : NULL,
         .listen_addr = listen};
-    sb_ctl *ctl = sb_ctl_start(&cc, NULL, &err);
+    sb_ctl *ctl = sb_ctl_start(&cc, use_tls ? &rpc : NULL, &err);
     sb_ckpt_free(&prev); /* the controller copied it */
     if (ctl == NULL) {
         fprintf(stderr, "streambatch run: controller: %s\n", err.msg);
@@ -713,12 +726,21 @@ int sb_run(const sb_run_opts *o)
     }
     char caddr[64];
     snprintf(caddr, sizeof caddr, "%s:%d", chost, sb_ctl_port(ctl));
+    if (use_tls && sb_rpc_tlsdir_check(&tls, caddr, 5000, &err) != 0) {
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
+        run_metrics_stop(&rm);
+        sb_ctl_free(ctl);
+        run_state_free(&r);
+        return 2;
+    }
     sb_local_config lc = {.worker_bin = worker_bin,
                           .worker_gpu_bin = worker_gpu_bin[0] ? worker_gpu_bin : NULL,
                           .controller = caddr,
                           .run_dir = run_dir,
                           .store_budget = store_budget,
                           .respawn = 1,
+                          .tls_dir = use_tls ? tls.dir : NULL,
+                          .tls_server_name = use_tls ? tls.server_name : NULL,
                           .on_exit = exit_cb,
                           .ud = ctl};
     if (ncpu > 0)

@@ -21,16 +21,19 @@ typedef struct sb_run_opts {
     const char *memory_budget; /* overrides spec.execution.memoryBudget */
     const char **sets;         /* "path=value" overrides */
     size_t nsets;
-    const char *worker_bin;   /* default: streambatch-worker next to this binary (and for the
-                               * gpu pool streambatch-worker-gpu, when it is there); set: every
-                               * pool runs it */
-    const char *run_dir;      /* default: a new directory under $TMPDIR */
-    int progress_interval_ms; /* non-terminal progress lines; default 5000 */
-    int heartbeat_timeout_ms; /* default 3000 */
-    const char *summary_json; /* write the summary as JSON to this file (tests, benchmarks) */
-    const char *metrics_addr; /* serve Prometheus /metrics here for the run (docs/metrics.md) */
-    int resume;               /* continue from the checkpoint of an earlier run (runckpt.h) */
-    const char *checkpoint;   /* the checkpoint file; default runckpt.h's path */
+    const char *worker_bin;      /* default: streambatch-worker next to this binary (and for the
+                                  * gpu pool streambatch-worker-gpu, when it is there); set: every
+                                  * pool runs it */
+    const char *run_dir;         /* default: a new directory under $TMPDIR */
+    int progress_interval_ms;    /* non-terminal progress lines; default 5000 */
+    int heartbeat_timeout_ms;    /* default 3000 */
+    const char *summary_json;    /* write the summary as JSON to this file (tests, benchmarks) */
+    const char *metrics_addr;    /* serve Prometheus /metrics here for the run (docs/metrics.md) */
+    int resume;                  /* continue from the checkpoint of an earlier run (runckpt.h) */
+    const char *checkpoint;      /* the checkpoint file; default runckpt.h's path */
+    const char *tls_dir;         /* mutual TLS between the controller and the workers (tls.crt,
+                                    tls.key, ca.crt: rpc/tlsdir.h); NULL/"": plaintext */
+    const char *tls_server_name; /* checked in the certificates; NULL: "streambatch" */
 } sb_run_opts;
 
 int sb_run(const sb_run_opts *o);

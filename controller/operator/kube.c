@@ -509,6 +509,14 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     cJSON_AddStringToObject(spill, "name", SB_WORKER_SPILL_VOLUME);
     cJSON_AddObjectToObject(spill, "emptyDir");
     cJSON_AddItemToArray(vols, spill);
+    if (cfg->tls_secret != NULL && cfg->tls_secret[0] != '\0') {
+        cJSON *tv = cJSON_CreateObject();
+        cJSON_AddStringToObject(tv, "name", SB_WORKER_TLS_VOLUME);
+        cJSON *sec = cJSON_AddObjectToObject(tv, "secret");
+        cJSON_AddStringToObject(sec, "secretName", cfg->tls_secret);
+        cJSON_AddNumberToObject(sec, "defaultMode", 0440); /* group: fsGroup 65532 */
+        cJSON_AddItemToArray(vols, tv);
+    }
     append_items(vols, t, "volumes");
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "containers"), c);
@@ -566,6 +574,11 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     add_env(env, "SB_EPOCH", num);
     add_env(env, "SB_SPILL_DIR", SB_WORKER_SPILL_MOUNT);
     add_env(env, "TMPDIR", SB_WORKER_SPILL_MOUNT);
+    if (cfg->tls_secret != NULL && cfg->tls_secret[0] != '\0') {
+        add_env(env, "SB_TLS_DIR", SB_WORKER_TLS_MOUNT); /* = --tls-dir */
+        if (cfg->tls_server_name != NULL && cfg->tls_server_name[0] != '\0')
+            add_env(env, "SB_TLS_SERVER_NAME", cfg->tls_server_name);
+    }
     if (cfg->credentials_secret != NULL && cfg->credentials_secret[0] != '\0')
         for (size_t i = 0; sb_credentials_keys[i] != NULL; i++)
             add_env_secret(env, sb_credentials_keys[i], cfg->credentials_secret,
@@ -581,6 +594,13 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     cJSON_AddStringToObject(sm, "name", SB_WORKER_SPILL_VOLUME);
     cJSON_AddStringToObject(sm, "mountPath", SB_WORKER_SPILL_MOUNT);
     cJSON_AddItemToArray(mounts, sm);
+    if (cfg->tls_secret != NULL && cfg->tls_secret[0] != '\0') {
+        cJSON *tm = cJSON_CreateObject();
+        cJSON_AddStringToObject(tm, "name", SB_WORKER_TLS_VOLUME);
+        cJSON_AddStringToObject(tm, "mountPath", SB_WORKER_TLS_MOUNT);
+        cJSON_AddBoolToObject(tm, "readOnly", 1);
+        cJSON_AddItemToArray(mounts, tm);
+    }
     append_items(mounts, t, "volumeMounts");
     cJSON *res = cJSON_AddObjectToObject(c, "resources");
     cJSON *req = cJSON_AddObjectToObject(res, "requests");
@@ -887,7 +907,7 @@ int sb_kube_rebind(sb_kube *k, sb_err *err)
         else
             snprintf(target, sizeof target, "%s:%u", ips[i], (unsigned)k->cfg.worker_port);
         sb_err e = {0};
-        sb_rpc_channel *ch = sb_rpc_channel_new(target, NULL, &e);
+        sb_rpc_channel *ch = sb_rpc_channel_new(target, k->cfg.rpc, &e);
         int ok = 0;
         if (ch == NULL) {
             snprintf(why, sizeof why, "%s", e.msg);

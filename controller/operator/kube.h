@@ -64,6 +64,7 @@
 #include "controller/engine/backend.h"
 #include "core/err.h"
 #include "k8s/client.h"
+#include "rpc/rpc.h"
 #include "spec/pipeline.h"
 
 /* The worker container's metrics port (named "metrics"; docs/metrics.md). */
@@ -105,6 +106,12 @@ typedef struct sb_kube_config {
     uint64_t store_budget; /* per worker -> SB_STORE_BUDGET */
     uint32_t max_pending;  /* Pending pods per pool at most; default 2 */
     uint16_t worker_port;  /* default 7070 */
+    /* Mutual TLS (rpc/tlsdir.h), all three borrowed (must outlive the backend); NULL: plaintext.
+     * tls_secret: the Secret mounted at SB_WORKER_TLS_MOUNT in every pod (SB_TLS_DIR);
+     * tls_server_name -> SB_TLS_SERVER_NAME; rpc: options of the Rebind channel to workers. */
+    const char *tls_secret;
+    const char *tls_server_name;
+    const sb_rpc_opts *rpc;
     void (*on_exit)(void *ud, const char *worker_id, const char *why); /* pod failed/vanished */
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     int (*can_remove)(void *ud, const char *worker_id); /* scale-down victim check */

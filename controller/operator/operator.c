@@ -692,6 +692,9 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
                             .gpu_image = o->cfg->worker_gpu_image,
                             .max_pending = o->cfg->max_pending,
                             .heartbeat_timeout_ms = o->cfg->heartbeat_timeout_ms,
+                            .rpc = o->cfg->rpc,
+                            .tls_secret = o->cfg->tls_secret,
+                            .tls_server_name = o->cfg->tls_server_name,
                             .resume = have_cp ? &cp : NULL,
                             .on_event = run_event_cb,
                             .ud = e};

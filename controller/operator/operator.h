@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "rpc/rpc.h"
 
 typedef struct sb_operator_config {
     const char *kubeconfig; /* NULL: in-cluster when $KUBERNETES_SERVICE_HOST, else default */
@@ -43,6 +44,11 @@ typedef struct sb_operator_config {
     long status_interval_ms;
     int workers; /* reconcile threads */
     uint32_t heartbeat_timeout_ms;
+    /* Mutual TLS (--tls-dir, rpc/tlsdir.h): the Control services and the Rebind calls use rpc;
+     * worker pods mount the Secret tls_secret (the same CA) and check tls_server_name. NULL:
+     * plaintext. Borrowed for the whole run. */
+    const sb_rpc_opts *rpc;
+    const char *tls_secret, *tls_server_name;
     volatile sig_atomic_t *stop; /* set by a signal handler: orderly stop */
 } sb_operator_config;
 

@@ -212,7 +212,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
                         .resume_plan_hash = cfg->resume != NULL && resume.committed_splits != NULL
                                                 ? cfg->resume->plan_hash
                                                 : NULL};
-    r->ctl = sb_ctl_start(&cc, NULL, err);
+    r->ctl = sb_ctl_start(&cc, cfg->rpc, err);
     if (r->ctl == NULL) {
         sb_err_wrap(err, "starting the Control service on %s", listen);
         run_free(r);
@@ -244,6 +244,9 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     uint64_t sb = (uint64_t)r->p.spec.execution.memory_budget / (maxw ? maxw : 1);
     kc.store_budget = sb < 2 * part ? 2 * part : sb;
     kc.max_pending = cfg->max_pending;
+    kc.rpc = cfg->rpc;
+    kc.tls_secret = cfg->tls_secret;
+    kc.tls_server_name = cfg->tls_server_name;
     kc.on_exit = on_exit_cb;
     kc.on_event = on_event_cb;
     kc.can_remove = can_remove_cb;

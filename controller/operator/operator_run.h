@@ -29,6 +29,7 @@
 #include "controller/operator/operator_status.h"
 #include "core/err.h"
 #include "k8s/client.h"
+#include "rpc/rpc.h"
 #include "spec/pipeline.h"
 
 typedef struct sb_opr_run sb_opr_run;
@@ -41,6 +42,9 @@ typedef struct sb_opr_run_config {
     const char *gpu_image; /* default worker image of pools with GPUs */
     uint32_t max_pending;  /* Pending pods per pool at most */
     uint32_t heartbeat_timeout_ms;
+    const sb_rpc_opts *rpc; /* mutual TLS of the Control service and Rebind (NULL: none) */
+    const char *tls_secret; /* mounted into worker pods (kube.h); NULL: none */
+    const char *tls_server_name;
     const sb_ckpt *resume; /* NULL: a fresh run at epoch 0 */
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     void *ud;

@@ -1077,13 +1077,11 @@ static const char *const toleration_ops[] = {"Exists", "Equal", NULL};
 static const char *const toleration_effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute",
                                                  NULL};
 
-const char *const sb_worker_env_names[] = {"SB_CONTROLLER",   "SB_WORKER_ID",
-                                           "SB_POD_IP",       "SB_WORKER_PORT",
-                                           "SB_POOL",         "SB_SLOTS",
-                                           "SB_ACCELERATORS", "SB_STORE_BUDGET",
-                                           "SB_PIPELINE",     "SB_EPOCH",
-                                           "SB_METRICS_ADDR", "SB_SPILL_DIR",
-                                           "TMPDIR",          NULL};
+const char *const sb_worker_env_names[] = {
+    "SB_CONTROLLER", "SB_WORKER_ID", "SB_POD_IP",          "SB_WORKER_PORT",
+    "SB_POOL",       "SB_SLOTS",     "SB_ACCELERATORS",    "SB_STORE_BUDGET",
+    "SB_PIPELINE",   "SB_EPOCH",     "SB_METRICS_ADDR",    "SB_SPILL_DIR",
+    "TMPDIR",        "SB_TLS_DIR",   "SB_TLS_SERVER_NAME", NULL};
 const char *const sb_credentials_keys[] = {"AWS_ACCESS_KEY_ID",
                                            "AWS_SECRET_ACCESS_KEY",
                                            "AWS_SESSION_TOKEN",
@@ -1309,6 +1307,13 @@ static void volume_mount_check(void *obj, const sb_node *node, const char *path,
                 "\"%.80s\" collides with the worker's spill directory " SB_WORKER_SPILL_MOUNT
                 " (an emptyDir the controller mounts); mount elsewhere",
                 mp);
+        else if (strncmp(mp, SB_WORKER_TLS_MOUNT, strlen(SB_WORKER_TLS_MOUNT)) == 0 &&
+                 (mp[strlen(SB_WORKER_TLS_MOUNT)] == '\0' ||
+                  mp[strlen(SB_WORKER_TLS_MOUNT)] == '/'))
+            sb_diags_add(d, buf, line, col,
+                         "\"%.80s\" collides with the worker's TLS directory " SB_WORKER_TLS_MOUNT
+                         " (the Secret the controller mounts with TLS on); mount elsewhere",
+                         mp);
     }
     if (m->sub_path != NULL &&
         (m->sub_path[0] == '/' || strcmp(m->sub_path, "..") == 0 ||
@@ -1659,6 +1664,9 @@ static void template_cross_check(const sb_pipeline_spec *sp, const worker_templa
         if (strcmp(n, SB_WORKER_SPILL_VOLUME) == 0)
             sb_diags_add(d, buf, line, col,
                          "\"%s\" is the name of the controller's spill volume; choose another", n);
+        else if (strcmp(n, SB_WORKER_TLS_VOLUME) == 0)
+            sb_diags_add(d, buf, line, col,
+                         "\"%s\" is the name of the controller's TLS volume; choose another", n);
         for (size_t j = 0; j < i; j++)
             if (wt->volumes[j].name != NULL && strcmp(wt->volumes[j].name, n) == 0) {
                 sb_diags_add(d, buf, line, col, "duplicate volume \"%s\" (also %s.volumes[%zu])", n,

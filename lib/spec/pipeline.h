@@ -174,6 +174,9 @@ char *sb_stage_args_for_shape(const sb_stage_spec *st, const char *shape);
  *     required, the others optional. */
 #define SB_WORKER_SPILL_VOLUME "streambatch-spill"
 #define SB_WORKER_SPILL_MOUNT "/tmp"
+/* The TLS Secret (tls.crt, tls.key, ca.crt) in worker pods, when the operator runs with TLS. */
+#define SB_WORKER_TLS_VOLUME "streambatch-tls"
+#define SB_WORKER_TLS_MOUNT "/etc/streambatch/tls"
 extern const char *const sb_worker_env_names[];
 extern const char *const sb_credentials_keys[];
 extern const size_t sb_credentials_required;

@@ -8,9 +8,12 @@
  *       buffer, in the same run: rounds interleave the three (order rotating); each round times
  *       one transfer of each over a fresh connection warmed by one untimed transfer, and the
  *       median over the rounds is reported; the ratio to TCP is the median of the per-round
- *       ratios (a round's transfers run back to back, under the same load). CPU time of both ends
- * (user+sys, getrusage) is summed over the timed transfers and divided by the bytes moved. Both
- * processes call sb_rpc_tune_malloc(0) unless --no-tune is given (rows then end in
+ *       ratios (a round's transfers run back to back, under the same load). With --tls-dir DIR
+ *       (tls.crt, tls.key, ca.crt) a second server with mutual TLS joins the rounds
+ *       (fetch_memory_tls), and "connect" compares setting up a connection (channel, handshake,
+ *       READY) with and without TLS: the worker opens one per fetch from a peer. CPU time of both
+ * ends (user+sys, getrusage) is summed over the timed transfers and divided by the bytes moved.
+ * Both processes call sb_rpc_tune_malloc(0) unless --no-tune is given (rows then end in
  * _default_malloc). bench_data many [--n N] [--size BYTES] [--rounds N] N (default 1000) concurrent
  * fetches of distinct small partitions (default 4 KiB), one thread each over 4 shared channels,
  * started together; wall time until all are done. bench_data unary [--threads N] [--seconds S]
@@ -45,6 +48,7 @@
 #include "partition/partition.h"
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
+#include "rpc/tlsdir.h"
 #include "worker/data/fetch.h"
 
 #define MIB ((size_t)1 << 20)
@@ -254,8 +258,12 @@ static void tcp_stop(tcp *t)
 
 /* ------------------------------------------------------------------------------ transfer */
 
-enum { M_TCP, M_MEM, M_SPILL, NMODES };
-static const char *const mode_name[NMODES] = {"tcp", "fetch_memory", "fetch_spill"};
+enum { M_TCP, M_MEM, M_SPILL, M_MEM_TLS, NMODES };
+static const char *const mode_name[NMODES] = {"tcp", "fetch_memory", "fetch_spill",
+                                              "fetch_memory_tls"};
+static const char *g_tls_dir; /* --tls-dir: the fetch_memory_tls mode and the connect figures */
+static sb_rpc_tlsdir g_tls;
+static sb_rpc_opts g_tls_opts;
 
 /* One timed transfer of `mode` over a fresh connection warmed by one untimed transfer (a new
  * gRPC connection starts with small HTTP/2 windows, a new TCP connection with small buffers, and
@@ -280,8 +288,8 @@ static double transfer_once(int mode, server *s, size_t len, uint8_t *dst, sb_da
         tcp_stop(&t);
         return dt;
     }
-    const char *id = mode == M_MEM ? "s1-t0-p0" : "s1-t1-p0";
-    sb_rpc_channel *ch = sb_rpc_channel_new(s->addr, NULL, &err);
+    const char *id = mode == M_SPILL ? "s1-t1-p0" : "s1-t0-p0";
+    sb_rpc_channel *ch = sb_rpc_channel_new(s->addr, mode == M_MEM_TLS ? &g_tls_opts : NULL, &err);
     if (!ch || sb_data_fetcher_run(f, ch, id, len, 0, 60000, &err) != 0)
         die("fetch", err.msg);
     sc0 = server_cpu(s);
@@ -298,6 +306,24 @@ static double transfer_once(int mode, server *s, size_t len, uint8_t *dst, sb_da
 
 static int g_tune = 1;
 
+/* Median milliseconds of setting up a connection (new channel until READY) over n tries. */
+static double connect_ms(const char *addr, const sb_rpc_opts *o, int n)
+{
+    double *t = calloc((size_t)n, sizeof *t);
+    for (int i = 0; i < n; i++) {
+        sb_err err;
+        double t0 = now_s();
+        sb_rpc_channel *ch = sb_rpc_channel_new(addr, o, &err);
+        if (!ch || sb_rpc_channel_wait_ready(ch, 10000, &err) != 0)
+            die("connect", err.msg);
+        t[i] = (now_s() - t0) * 1e3;
+        sb_rpc_channel_free(ch);
+    }
+    double m = median(t, n);
+    free(t);
+    return m;
+}
+
 static int bench_transfer(size_t size, int rounds)
 {
     char spec_mem[64], spec_spill[64];
@@ -305,9 +331,19 @@ static int bench_transfer(size_t size, int rounds)
     snprintf(spec_spill, sizeof spec_spill, "s1-t1-p0:%zu:spill", size);
     const char *args[] = {
         "--part", spec_mem, "--part", spec_spill, g_tune ? NULL : "--no-tune-malloc", NULL};
-    server s;
+    server s, stls = {0};
     server_start(&s, args);
     sb_err err;
+    int nmodes = g_tls_dir ? NMODES : M_MEM_TLS;
+    if (g_tls_dir) {
+        if (sb_rpc_tlsdir_load(&g_tls, g_tls_dir, NULL, &err) != 0)
+            die("--tls-dir", err.msg);
+        sb_rpc_tlsdir_apply(&g_tls, &g_tls_opts);
+        const char *targs[] = {"--part", spec_mem, g_tune ? NULL : "--no-tune-malloc", NULL};
+        setenv("SB_TLS_DIR", g_tls_dir, 1); /* sb_data_serve's TLS */
+        server_start(&stls, targs);
+        unsetenv("SB_TLS_DIR");
+    }
     sb_rpc_channel *ch = sb_rpc_channel_new(s.addr, NULL, &err);
     sb_data_fetcher *f = sb_data_fetcher_new(NULL, &err);
     if (!ch || !f)
@@ -324,23 +360,33 @@ static int bench_transfer(size_t size, int rounds)
     for (int m = 0; m < NMODES; m++)
         secs[m] = calloc((size_t)rounds, sizeof(double));
     for (int r = 0; r < rounds; r++) {
-        for (int k = 0; k < NMODES; k++) {
-            int m = (k + r) % NMODES; /* rotate the order */
-            secs[m][r] = transfer_once(m, &s, len, dst, f, &cpu_client[m], &cpu_server[m]);
+        for (int k = 0; k < nmodes; k++) {
+            int m = (k + r) % nmodes; /* rotate the order */
+            secs[m][r] = transfer_once(m, m == M_MEM_TLS ? &stls : &s, len, dst, f, &cpu_client[m],
+                                       &cpu_server[m]);
         }
-        fprintf(stderr, "round %d: tcp %.1f ms, memory %.1f ms, spill %.1f ms\n", r,
+        fprintf(stderr, "round %d: tcp %.1f ms, memory %.1f ms, spill %.1f ms", r,
                 secs[M_TCP][r] * 1e3, secs[M_MEM][r] * 1e3, secs[M_SPILL][r] * 1e3);
+        if (g_tls_dir)
+            fprintf(stderr, ", memory with TLS %.1f ms", secs[M_MEM_TLS][r] * 1e3);
+        fprintf(stderr, "\n");
     }
     double gib = (double)len / GIB, med[NMODES], ratio[NMODES];
     double *pair = calloc((size_t)rounds, sizeof *pair);
     /* The ratio is the median of the per-round ratios (a round's transfers ran back to back,
      * under the same load); computed before median() sorts the times. */
-    for (int m = 0; m < NMODES; m++) {
+    for (int m = 0; m < nmodes; m++) {
         for (int r = 0; r < rounds; r++)
             pair[r] = secs[M_TCP][r] / secs[m][r];
         ratio[m] = median(pair, rounds);
     }
-    for (int m = 0; m < NMODES; m++) {
+    double tls_rel = 0; /* fetch with TLS vs without, per round (back to back), median */
+    if (g_tls_dir) {
+        for (int r = 0; r < rounds; r++)
+            pair[r] = secs[M_MEM][r] / secs[M_MEM_TLS][r];
+        tls_rel = median(pair, rounds);
+    }
+    for (int m = 0; m < nmodes; m++) {
         double best = secs[m][0];
         for (int r = 1; r < rounds; r++)
             best = secs[m][r] < best ? secs[m][r] : best;
@@ -354,6 +400,13 @@ static int bench_transfer(size_t size, int rounds)
     for (int m = 0; m < NMODES; m++)
         free(secs[m]);
     free(pair);
+    if (g_tls_dir) {
+        printf("RESULT tls_vs_plain rounds=%d ratio=%.3f\n", rounds, tls_rel);
+        int nc = 5 * rounds;
+        double plain = connect_ms(s.addr, NULL, nc), tls = connect_ms(stls.addr, &g_tls_opts, nc);
+        printf("RESULT connect tries=%d plain_ms=%.3f tls_ms=%.3f\n", nc, plain, tls);
+        server_stop(&stls);
+    }
     sb_part_free(dst);
     sb_data_fetcher_free(f);
     server_stop(&s);
@@ -543,6 +596,7 @@ int main(int argc, char **argv)
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--no-tune"))
             g_tune = 0;
+    g_tls_dir = opt(argc, argv, "--tls-dir", NULL);
     if (g_tune)
         sb_rpc_tune_malloc(0);
     if (argc < 2)

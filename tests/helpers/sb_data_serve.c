@@ -25,6 +25,9 @@
  *     --spill-dir DIR        where the store spills (default a fresh directory in $TMPDIR or /tmp)
  *     --no-tune-malloc       keep glibc's default malloc thresholds (see sb_rpc_tune_malloc)
  *
+ * Environment: SB_TLS_DIR=DIR serves with mutual TLS from DIR/tls.crt, tls.key, ca.crt
+ * (rpc/tlsdir.h).
+ *
  * Output (stdout, line by line): "part ID LEN mem|spill" per partition, then "listening ADDR".
  * SIGUSR1 prints "stats ..." (data server counters, and cpu=SECONDS: user+sys of the process). On
  * SIGTERM: drains the data server (grace, then 500 ms for readers to take their last chunks), shuts
@@ -49,6 +52,7 @@
 #include "partition/partition.h"
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
+#include "rpc/tlsdir.h"
 #include "worker/data/fetch.h"
 #include "worker/data/server.h"
 #include "worker/store/store.h"
@@ -280,6 +284,7 @@ static void parse_spec(const char *arg, char *x, size_t xcap, size_t *bytes, boo
 int main(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:0", *dump = NULL, *lie_arg = NULL, *spill_dir = NULL;
+    const char *tls_dir = getenv("SB_TLS_DIR");
     uint64_t seed = 1;
     int threads = 2, io_threads = 0, spill_buffers = 0, grace_ms = 2000, heartbeat = 0;
     size_t chunk = 0;
@@ -448,6 +453,12 @@ int main(int argc, char **argv)
     free(items);
 
     sb_rpc_opts ro = {.threads = threads};
+    static sb_rpc_tlsdir tls;
+    if (tls_dir != NULL && *tls_dir) {
+        if (sb_rpc_tlsdir_load(&tls, tls_dir, NULL, &err) != 0)
+            die("%s", err.msg);
+        sb_rpc_tlsdir_apply(&tls, &ro);
+    }
     rpc = sb_rpc_server_new(&ro, &err);
     if (!rpc)
         die("%s", err.msg);

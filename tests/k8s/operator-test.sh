@@ -6,7 +6,8 @@
 # node agent runs as local processes. Checks, in order:
 #   0. without a cluster: the chart's CRD equals api/crd/, helm lint, the rendered RBAC (all
 #      namespaces: ClusterRole; listed namespaces: Roles only), the Dockerfiles' runtime
-#      packages against ldd (docker/check-libs.sh)
+#      packages against ldd (docker/check-libs.sh), the TLS Secret volume and flags with
+#      tls.enabled
 #   1. cluster up, helm install, both controller pods Ready, one of them holds the Lease
 #   g. the ServiceAccount can do what the controller needs and nothing else (kubectl auth can-i)
 #   d. the CRD schema rejects a manifest at apply (field named); the controller rejects one the
@@ -300,6 +301,30 @@ network_policy() { # off by default; on: one per watched namespace; refused with
     grep -q "kubernetes.io/metadata.name: $SYS" "$tmp/np.yaml" || { cat "$tmp/np.yaml"; return 1; }
 }
 check "the chart's NetworkPolicy: off by default, one per watched namespace (7070 from workers and controllers)" network_policy
+tls_render() { # tls.enabled: the controller mounts the Secret, gets --tls-dir/--tls-secret
+  ! helm template "$REL" "$CHART" | grep -q -- "--tls-" || { echo "TLS flags rendered while off"; return 1; }
+  ! helm template "$REL" "$CHART" --set tls.enabled=true >/dev/null 2>"$tmp/err" &&
+    grep -q "secretName" "$tmp/err" || { echo "enabled without tls.secretName: $(cat "$tmp/err")"; return 1; }
+  helm template "$REL" "$CHART" -n "$SYS" --set tls.enabled=true --set tls.secretName=sb-tls \
+    --set tls.serverName=sb.internal >"$tmp/tls.yaml" || return 1
+  python3 - "$tmp/tls.yaml" <<'PY'
+import sys, yaml
+dep = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "Deployment"]
+assert len(dep) == 1, "one Deployment"
+pod = dep[0]["spec"]["template"]["spec"]
+c = pod["containers"][0]
+for a in ("--tls-dir=/etc/streambatch/tls", "--tls-secret=sb-tls", "--tls-server-name=sb.internal"):
+    assert a in c["args"], "no %s in %s" % (a, c["args"])
+vol = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "sb-tls"]
+assert len(vol) == 1, "no volume of Secret sb-tls: %s" % pod.get("volumes")
+m = [m for m in c["volumeMounts"] if m["name"] == vol[0]["name"]]
+assert m and m[0]["mountPath"] == "/etc/streambatch/tls" and m[0]["readOnly"], c["volumeMounts"]
+assert pod["securityContext"]["fsGroup"] == 65532, "fsGroup to read the 0440 files"
+assert c["securityContext"]["readOnlyRootFilesystem"], "root stays read-only"
+print("tls: args, Secret volume %s, read-only mount, fsGroup %d" % (vol[0]["name"], pod["securityContext"]["fsGroup"]))
+PY
+}
+check "the chart with tls.enabled: Secret volume + read-only mount, --tls-dir/--tls-secret; refused without tls.secretName" tls_render
 docker_libs() {
   "$repo/docker/check-libs.sh" "$repo/bin" || return 1
   # and the check catches a wrong list: an extra package and a missing one

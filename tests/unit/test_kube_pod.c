@@ -51,6 +51,8 @@ typedef struct built {
     cJSON *spec_json, *pod;
 } built;
 
+static const char *g_tls_secret, *g_tls_name; /* set by a test before build() */
+
 /* Validates the pipeline (YAML), then builds the pod of its first pool as the operator would. */
 static void build(const char *yaml, built *b)
 {
@@ -74,7 +76,9 @@ static void build(const char *yaml, built *b)
                          .image = "streambatch/worker:1",
                          .worker_template = b->spec_json,
                          .credentials_secret = sb_pipeline_credentials_secret(&b->p),
-                         .store_budget = 1 << 20};
+                         .store_budget = 1 << 20,
+                         .tls_secret = g_tls_secret,
+                         .tls_server_name = g_tls_name};
     kc.npools = sb_kube_pools_from_spec(&b->p, kc.pools, 4);
     cr_assert_geq(kc.npools, 1);
     b->pod = sb_kube_pod_json(&kc, &kc.pools[0], "p-cpu-abcde");
@@ -296,4 +300,52 @@ Test(kube_pod, gpu_pools_use_the_worker_gpu_image)
         cJSON_Delete(pg);
         cJSON_Delete(t);
     }
+}
+
+Test(kube_pod, tls_secret_is_mounted_read_only_and_named_in_sb_tls_dir)
+{
+    built b;
+    g_tls_secret = "streambatch-tls";
+    g_tls_name = "sb.internal";
+    build(HEAD "  source: {uri: 'file:///in/', format: jsonl}\n"
+               "  sink: {uri: 'file:///out/', format: jsonl}\n"
+               "  workerTemplate:\n"
+               "    volumes: [{name: models, emptyDir: {}}]\n"
+               "    volumeMounts: [{name: models, mountPath: /models}]\n",
+          &b);
+    g_tls_secret = g_tls_name = NULL;
+    const cJSON *spec = get(b.pod, "spec"), *c = container(&b);
+    const cJSON *vol = named(get(spec, "volumes"), SB_WORKER_TLS_VOLUME);
+    cr_assert_not_null(vol, "no TLS volume");
+    const cJSON *sec = get(vol, "secret");
+    cr_expect_str_eq(str(sec, "secretName"), "streambatch-tls");
+    cr_expect_eq(get(sec, "defaultMode")->valueint, 0440, "readable by fsGroup, not by others");
+    const cJSON *m = named(get(c, "volumeMounts"), SB_WORKER_TLS_VOLUME);
+    cr_assert_not_null(m, "no TLS mount");
+    cr_expect_str_eq(str(m, "mountPath"), "/etc/streambatch/tls");
+    cr_expect(cJSON_IsTrue(get(m, "readOnly")));
+    const cJSON *env = get(c, "env");
+    cr_expect_str_eq(str(named(env, "SB_TLS_DIR"), "value"), "/etc/streambatch/tls");
+    cr_expect_str_eq(str(named(env, "SB_TLS_SERVER_NAME"), "value"), "sb.internal");
+    /* the template's volumes and the security rules stay */
+    cr_expect_not_null(named(get(spec, "volumes"), "models"));
+    cr_expect_not_null(named(get(c, "volumeMounts"), "models"));
+    cr_expect_not_null(named(get(spec, "volumes"), SB_WORKER_SPILL_VOLUME));
+    cr_expect(cJSON_IsTrue(get(get(c, "securityContext"), "readOnlyRootFilesystem")));
+    cr_expect(cJSON_IsTrue(get(get(spec, "securityContext"), "runAsNonRoot")));
+    built_free(&b);
+}
+
+Test(kube_pod, no_tls_secret_means_no_tls_volume_or_env)
+{
+    built b;
+    build(HEAD "  source: {uri: 'file:///in/', format: jsonl}\n"
+               "  sink: {uri: 'file:///out/', format: jsonl}\n",
+          &b);
+    const cJSON *c = container(&b);
+    cr_expect_null(named(get(get(b.pod, "spec"), "volumes"), SB_WORKER_TLS_VOLUME));
+    cr_expect_null(named(get(c, "volumeMounts"), SB_WORKER_TLS_VOLUME));
+    cr_expect_null(named(get(c, "env"), "SB_TLS_DIR"));
+    cr_expect_null(named(get(c, "env"), "SB_TLS_SERVER_NAME"));
+    built_free(&b);
 }

@@ -215,6 +215,8 @@ Test(spec_k8s, volume_problems)
                "spec.workerTemplate.volumes[0].name", "DNS-1123 label");
     expect_one(NULL, NULL, "{volumes: [{name: streambatch-spill, emptyDir: {}}]}",
                "spec.workerTemplate.volumes[0].name", "controller's spill volume");
+    expect_one(NULL, NULL, "{volumes: [{name: streambatch-tls, emptyDir: {}}]}",
+               "spec.workerTemplate.volumes[0].name", "controller's TLS volume");
     expect_one(NULL, NULL, "{volumes: [{name: a, emptyDir: {}}, {name: a, emptyDir: {}}]}",
                "spec.workerTemplate.volumes[1].name", "duplicate volume \"a\"");
     expect_one(NULL, NULL, "{volumes: [{name: a, persistentVolumeClaim: {}}]}",
@@ -242,6 +244,11 @@ Test(spec_k8s, volume_mount_problems)
     snprintf(t, sizeof t, "{%s, volumeMounts: [{name: d, mountPath: /tmp/x}]}", v);
     expect_one(NULL, NULL, t, "spec.workerTemplate.volumeMounts[0].mountPath", "collides");
     snprintf(t, sizeof t, "{%s, volumeMounts: [{name: d, mountPath: /tmpfoo}]}", v);
+    expect_valid(NULL, NULL, t);
+    snprintf(t, sizeof t, "{%s, volumeMounts: [{name: d, mountPath: /etc/streambatch/tls/x}]}", v);
+    expect_one(NULL, NULL, t, "spec.workerTemplate.volumeMounts[0].mountPath",
+               "collides with the worker's TLS directory /etc/streambatch/tls");
+    snprintf(t, sizeof t, "{%s, volumeMounts: [{name: d, mountPath: /etc/streambatch/tlsx}]}", v);
     expect_valid(NULL, NULL, t);
     snprintf(t, sizeof t, "{%s, volumeMounts: [{name: d, mountPath: /}]}", v);
     expect_one(NULL, NULL, t, "spec.workerTemplate.volumeMounts[0].mountPath",
