@@ -1,5 +1,6 @@
 #include "controller/engine/ctl.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "controller/sched/strmap.h"
 #include "core/log.h"
 #include "rpc/proto.h"
 
@@ -61,6 +63,7 @@ struct sb_ctl {
     size_t npending;
     seen *workers;
     size_t nworkers, capworkers;
+    sb_strmap worker_index; /* id -> index in workers (entries are never removed) */
     size_t registered, lost;
     int shutdown_workers;
     int stop;
@@ -116,9 +119,9 @@ static sb_sched_state state_of(sb_ctl *c, const char **why)
 
 static seen *worker_seen(sb_ctl *c, const char *id, int create)
 {
-    for (size_t i = 0; i < c->nworkers; i++)
-        if (strcmp(c->workers[i].id, id) == 0)
-            return &c->workers[i];
+    size_t i;
+    if (sb_strmap_get(&c->worker_index, id, &i))
+        return &c->workers[i];
     if (!create)
         return NULL;
     if (c->nworkers == c->capworkers) {
@@ -129,9 +132,12 @@ static seen *worker_seen(sb_ctl *c, const char *id, int create)
         c->workers = n;
         c->capworkers = cap;
     }
-    seen *w = &c->workers[c->nworkers++];
+    seen *w = &c->workers[c->nworkers];
     memset(w, 0, sizeof *w);
     snprintf(w->id, sizeof w->id, "%s", id);
+    if (sb_strmap_put(&c->worker_index, w->id, c->nworkers) != 0)
+        return NULL;
+    c->nworkers++;
     return w;
 }
 
@@ -787,6 +793,8 @@ static void *timer_main(void *arg)
 {
     sb_ctl *c = arg;
     pthread_mutex_lock(&c->mu);
+    /* every 50 ms: `changed` is broadcast after every call (serve_pending), and a scan of every
+     * worker per wake-up would cost O(workers) per call */
     while (!c->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -795,7 +803,10 @@ static void *timer_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        pthread_cond_timedwait(&c->changed, &c->mu, &ts);
+        while (!c->stop && pthread_cond_timedwait(&c->changed, &c->mu, &ts) != ETIMEDOUT) {
+        }
+        if (c->stop)
+            break;
         uint64_t now = now_ms();
         for (size_t i = 0; i < c->nworkers; i++)
             if (c->workers[i].live && now > c->workers[i].last_seen_ms + c->hb_timeout_ms)
@@ -1241,6 +1252,20 @@ int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *p
     }
 }
 
+int sb_ctl_memory(sb_ctl *c, sb_sched_memory *out)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = -1;
+    if (c->sched != NULL) {
+        sb_sched_memory_get(c->sched, out);
+        rc = 0;
+    } else {
+        memset(out, 0, sizeof *out);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 size_t sb_ctl_nsplits(sb_ctl *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -1275,6 +1300,7 @@ void sb_ctl_free(sb_ctl *c)
     for (size_t i = 0; i < c->nworkers; i++)
         held_free(&c->workers[i]);
     free(c->workers);
+    sb_strmap_free(&c->worker_index);
     sb_storage_plan_free(&c->plan);
     job_parts_free(&c->job);
     free((char *)c->resume.committed_splits);

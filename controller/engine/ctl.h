@@ -126,6 +126,9 @@ int sb_ctl_storage_poll(sb_ctl *c, char *msg, size_t len);
  * may be NULL): 1 done, -1 failed or could not start, 0 not done in time (msg says why). */
 int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
                        int timeout_ms, const volatile int *cancel, char *msg, size_t len);
+/* The scheduler's lineage memory (sb_sched_memory_get), under the lock: 0, or -1 (zeroed)
+ * while there is no scheduler yet. */
+int sb_ctl_memory(sb_ctl *c, sb_sched_memory *out);
 /* Splits of the plan (0 while planning). */
 size_t sb_ctl_nsplits(sb_ctl *c);
 /* From now on every poll and heartbeat answers shutdown. */

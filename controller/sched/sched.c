@@ -1788,3 +1788,60 @@ void sb_sched_pool_demand(const sb_sched *s, const char *pool, uint64_t *queued,
     if (active != NULL)
         *active = act;
 }
+
+/* ---- memory accounting ---------------------------------------------------------------------- */
+
+/* glibc's footprint of one malloc(n): 8 bytes of header, 16-byte granules, 32 bytes at least. */
+static uint64_t blk(size_t n)
+{
+    size_t b = (n + 8 + 15) & ~(size_t)15;
+    return b < 32 ? 32 : b;
+}
+
+static uint64_t str_blk(const char *p)
+{
+    return p != NULL ? blk(strlen(p) + 1) : 0;
+}
+
+static uint64_t map_blk(const sb_strmap *m)
+{
+    if (m->cap == 0)
+        return 0;
+    uint64_t b = blk(m->cap * sizeof *m->keys) + blk(m->cap * sizeof *m->vals);
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->keys[i] != NULL && m->keys[i][0] != '\0')
+            b += blk(strlen(m->keys[i]) + 1);
+    return b;
+}
+
+void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out)
+{
+    memset(out, 0, sizeof *out);
+    out->tasks = s->ntasks;
+    out->parts = s->nparts;
+    out->sink_parts = s->nsink;
+    out->task_bytes = s->captasks ? blk(s->captasks * sizeof *s->tasks) : 0;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const task *t = &s->tasks[i];
+        out->task_bytes += str_blk(t->task_id) + str_blk(t->first_error);
+        if (t->inputs != NULL)
+            out->task_bytes += blk(t->ninputs * sizeof *t->inputs);
+        if (t->outputs != NULL)
+            out->task_bytes += blk(t->capout * sizeof *t->outputs);
+    }
+    out->part_bytes = s->capparts ? blk(s->capparts * sizeof *s->parts) : 0;
+    for (size_t i = 0; i < s->nparts; i++)
+        out->part_bytes += str_blk(s->parts[i].id);
+    out->sink_bytes = (s->capsink ? blk(s->capsink * sizeof *s->sink) : 0) +
+                      (s->capsink_task ? blk(s->capsink_task * sizeof *s->sink_task) : 0);
+    for (size_t i = 0; i < s->nsink; i++)
+        out->sink_bytes += str_blk(s->sink[i].id);
+    out->map_bytes = map_blk(&s->part_ids) + map_blk(&s->task_ids) + map_blk(&s->worker_ids) +
+                     map_blk(&s->sink_ids);
+    size_t ns = s->nsplits ? s->nsplits : 1;
+    out->split_bytes = blk(ns * sizeof *s->splits) + blk(ns * sizeof *s->split_bytes);
+    for (size_t i = 0; i < s->nsplits; i++)
+        out->split_bytes += str_blk(s->splits[i]);
+    out->total_bytes =
+        out->task_bytes + out->part_bytes + out->sink_bytes + out->map_bytes + out->split_bytes;
+}

@@ -253,6 +253,20 @@ int sb_sched_worker_removable(const sb_sched *s, const char *worker_id);
 void sb_sched_pool_demand(const sb_sched *s, const char *pool, uint64_t *queued, uint64_t *running,
                           int *active);
 
+/* What the lineage table holds (tasks, partitions, their ids and index maps, the splits and the
+ * sink list), counted from the structures with an estimate of malloc's per-block overhead.
+ * O(tasks + partitions): for reports and benchmarks, not for every call. */
+typedef struct sb_sched_memory {
+    uint64_t tasks, parts, sink_parts; /* entries */
+    uint64_t task_bytes;  /* task array, ids, input/output index arrays, error messages */
+    uint64_t part_bytes;  /* partition array and ids */
+    uint64_t sink_bytes;  /* sink part list, ids, producer index */
+    uint64_t map_bytes;   /* id -> index hash maps (tasks, partitions, sink parts, workers) */
+    uint64_t split_bytes; /* the plan's encoded splits */
+    uint64_t total_bytes; /* all of the above */
+} sb_sched_memory;
+void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out);
+
 /* If nothing progressed for stall_ms, writes which op is stuck and why into buf and returns 1;
  * else 0. */
 int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char *buf, size_t len);

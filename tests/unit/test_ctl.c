@@ -231,3 +231,47 @@ Test(ctl, unknown_worker_is_asked_to_reregister_lost_one_to_shut_down)
     sb_rpc_msg_free(&h->base);
     teardown(&f);
 }
+
+/* Workers are looked up by id on every call (an index, not a scan): with hundreds of them, each
+ * is still found, a re-registration keeps one entry, and lost and unknown ids answer as before. */
+Test(ctl, many_workers_are_each_found_by_id)
+{
+    fixture f;
+    setup(&f, 5000);
+    char id[32];
+    for (int i = 0; i < 300; i++) {
+        snprintf(id, sizeof id, "w%d", i);
+        do_register(&f, id);
+    }
+    for (int i = 0; i < 300; i += 7) {
+        snprintf(id, sizeof id, "w%d", i);
+        Streambatch__V1__HeartbeatReply *h = do_heartbeat(&f, id);
+        cr_expect_eq(h->reregister, 0, "%s", id);
+        cr_expect_eq(h->shutdown, 0, "%s", id);
+        sb_rpc_msg_free(&h->base);
+    }
+    do_register(&f, "w7"); /* again: the same entry */
+    sb_ctl_snapshot s;
+    sb_ctl_snapshot_get(f.ctl, &s);
+    cr_expect_eq(s.npools, 1);
+    cr_expect_eq(s.pools[0].workers, 300);
+    cr_expect_eq(s.workers_registered, 301);
+    sb_ctl_worker_exited(f.ctl, "w150", "test");
+    Streambatch__V1__HeartbeatReply *h = do_heartbeat(&f, "w150");
+    cr_expect_eq(h->shutdown, 1);
+    sb_rpc_msg_free(&h->base);
+    h = do_heartbeat(&f, "w300");
+    cr_expect_eq(h->reregister, 1);
+    sb_rpc_msg_free(&h->base);
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, "w299", 100);
+    cr_expect_eq(r->n_tasks, 2);
+    sb_rpc_msg_free(&r->base);
+    sb_ctl_snapshot_get(f.ctl, &s);
+    cr_expect_eq(s.workers_lost, 1);
+    cr_expect_eq(s.pools[0].workers, 299);
+    sb_sched_memory m;
+    cr_expect_eq(sb_ctl_memory(f.ctl, &m), 0);
+    cr_expect_eq(m.tasks, 2);
+    cr_expect_gt(m.total_bytes, m.task_bytes);
+    teardown(&f);
+}
