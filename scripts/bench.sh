@@ -172,6 +172,8 @@ echo "bench: tensor.mlp on the CPU (scripts/bench-mlp.sh: the op vs numpy's matm
 scripts/bench-mlp.sh >>"$out"
 echo "bench: many tiny files (scripts/bench-tiny.sh: grouped splits vs a task per file vs Daft)" >&2
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-tiny.sh >>"$out"
+echo "bench: ETL (scripts/bench-etl.sh: jsonl filter + project vs one C program doing the same)" >&2
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-etl.sh >>"$out"
 echo "bench: controller under load (scripts/bench-ctl-load.sh: 1,000 and 10,000 simulated workers)" >&2
 scripts/bench-ctl-load.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2

@@ -10,9 +10,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "partition/partition.h"
 #include "partition/utf8.h"
@@ -81,6 +78,7 @@ typedef struct {
     sb_format fmt;
     sb_batch_builder *b;
     size_t target;
+    bool unsealed; /* partitions for a consumer in this process: no checksums */
     sb_io_emit_fn emit;
     void *ud;
     uint64_t parts;
@@ -100,11 +98,13 @@ static int flush(rd *r, sb_err *err)
         return 0;
     void *blob;
     size_t len;
-    if (sb_batch_builder_finish(r->b, &blob, &len, err) != 0)
+    int rc = r->unsealed ? sb_batch_builder_finish_unsealed(r->b, &blob, &len, err)
+                         : sb_batch_builder_finish(r->b, &blob, &len, err);
+    if (rc != 0)
         return sb_err_wrap(err, "reading %.300s", r->sp->path);
     r->parts++;
     sb_err_clear(err); /* a consumer sharing err may leave its cause there: keep and wrap it */
-    int rc = r->emit(blob, len, rows, r->ud);
+    rc = r->emit(blob, len, rows, r->ud);
     if (rc != 0 && err != NULL && err->msg[0] != '\0')
         return sb_err_wrap(err, "reading %.300s: partition %" PRIu64 " (%zu records)", r->sp->path,
                            r->parts, rows);
@@ -135,7 +135,10 @@ static int append_run(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
     if (n == 0)
         return 0;
     size_t used;
-    if (sb_batch_builder_append_lines(r->b, 0, s, n, true, true, &used, err) == 0)
+    int rc = r->fmt == SB_FMT_JSONL
+                 ? sb_batch_builder_append_nonblank_lines(r->b, 0, s, n, true, &used, err)
+                 : sb_batch_builder_append_lines(r->b, 0, s, n, true, true, &used, err);
+    if (rc == 0)
         return 0;
     size_t bad;
     if (!sb_utf8_valid(s, n, &bad)) {
@@ -155,34 +158,6 @@ static int blank(const char *s, size_t n)
         if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
             return 0;
     return 1;
-}
-
-/* Could some line of s[0..n) be blank, i.e. does a line start with '\n', ' ', '\t' or '\r'?
- * (A false "yes" only costs the exact line-by-line path.) 16 bytes per step with SSE2. */
-static int maybe_blank(const char *s, size_t n)
-{
-    if (n == 0)
-        return 0;
-    if (s[0] == '\n' || s[0] == ' ' || s[0] == '\t' || s[0] == '\r')
-        return 1;
-    size_t i = 0;
-#if defined(__SSE2__)
-    const __m128i nl = _mm_set1_epi8('\n'), sp = _mm_set1_epi8(' '), tab = _mm_set1_epi8('\t'),
-                  cr = _mm_set1_epi8('\r');
-    for (; i + 17 <= n; i += 16) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 1));
-        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(b, nl), _mm_cmpeq_epi8(b, sp)),
-                                  _mm_or_si128(_mm_cmpeq_epi8(b, tab), _mm_cmpeq_epi8(b, cr)));
-        if (_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, nl), ws)) != 0)
-            return 1;
-    }
-#endif
-    for (; i + 1 < n; i++)
-        if (s[i] == '\n' &&
-            (s[i + 1] == '\n' || s[i + 1] == ' ' || s[i + 1] == '\t' || s[i + 1] == '\r'))
-            return 1;
-    return 0;
 }
 
 /* One complete csv record rec[0..n) at file offset off: the header row, or a JSON object. */
@@ -261,25 +236,12 @@ static int append_csv(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
     return 0;
 }
 
-/* Appends whole lines s[0..n), skipping blank lines for jsonl. */
+/* Appends whole lines s[0..n) (jsonl: blank lines are skipped as they are appended). */
 static int append_piece(rd *r, const char *s, size_t n, uint64_t off, sb_err *err)
 {
     if (r->fmt == SB_FMT_CSV)
         return append_csv(r, s, n, off, err);
-    if (r->fmt != SB_FMT_JSONL || !maybe_blank(s, n))
-        return append_run(r, s, n, off, err);
-    size_t run = 0, pos = 0;
-    while (pos < n) {
-        const char *nl = memchr(s + pos, '\n', n - pos);
-        size_t le = nl != NULL ? (size_t)(nl - s) : n;
-        if (blank(s + pos, le - pos)) {
-            if (append_run(r, s + run, pos - run, off + run, err) != 0)
-                return -1;
-            run = le + 1 < n ? le + 1 : n;
-        }
-        pos = le + 1;
-    }
-    return append_run(r, s + run, n - run, off + run, err);
+    return append_run(r, s, n, off, err);
 }
 
 /* Appends the lines of seg[0..n) (whole lines; the last may lack '\n' only at the end of the
@@ -559,8 +521,26 @@ static int read_piece(rd *r, const sb_io_split *split, uint64_t rs, sb_err *err)
     return rc;
 }
 
+static int read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
+                       size_t target_bytes, size_t chunk_bytes, bool unsealed, sb_io_emit_fn emit,
+                       void *ud, sb_err *err);
+
 int sb_io_read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
                       size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err)
+{
+    return read_splits(pieces, n, fmt, args_json, target_bytes, target_bytes, false, emit, ud, err);
+}
+
+int sb_io_read_splits_chunked(const sb_io_split *pieces, size_t n, sb_format fmt,
+                              const char *args_json, size_t target_bytes, size_t chunk_bytes,
+                              sb_io_emit_fn emit, void *ud, sb_err *err)
+{
+    return read_splits(pieces, n, fmt, args_json, target_bytes, chunk_bytes, true, emit, ud, err);
+}
+
+static int read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
+                       size_t target_bytes, size_t chunk_bytes, bool unsealed, sb_io_emit_fn emit,
+                       void *ud, sb_err *err)
 {
     if (pieces == NULL || n == 0 || emit == NULL)
         return sb_err_set(err, "read split: no pieces or no callback");
@@ -583,7 +563,14 @@ int sb_io_read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const 
         return -1;
     sb_field f = {.name = SB_IO_RECORD_COLUMN,
                   .type = fmt == SB_FMT_BINARY ? SB_TYPE_BINARY : SB_TYPE_UTF8};
-    rd r = {.max_record = max_record, .fmt = fmt, .target = target_bytes, .emit = emit, .ud = ud};
+    if (chunk_bytes > 0 && chunk_bytes < target_bytes)
+        target_bytes = chunk_bytes; /* the record limit above stays that of the real target */
+    rd r = {.max_record = max_record,
+            .fmt = fmt,
+            .target = target_bytes,
+            .unsealed = unsealed,
+            .emit = emit,
+            .ud = ud};
     sb_csv_opts copts;
     memset(&copts, 0, sizeof copts);
     if (fmt == SB_FMT_CSV) {
@@ -593,6 +580,14 @@ int sb_io_read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const 
     }
     r.b = sb_batch_builder_new(&f, 1, err);
     if (r.b == NULL) {
+        sb_csv_opts_free(&copts);
+        return -1;
+    }
+    /* Partitions for this process are built in place (their values where the blob has them),
+     * with header room for lines of 64 bytes on average: longer lines copy nothing when a
+     * partition is finished; shorter ones fall back to the copy. */
+    if (unsealed && sb_batch_builder_build_in_place(r.b, target_bytes / 64 + 16, err) != 0) {
+        sb_batch_builder_free(r.b);
         sb_csv_opts_free(&copts);
         return -1;
     }

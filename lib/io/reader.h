@@ -67,4 +67,15 @@ int sb_io_read_split(const sb_io_split *split, sb_format fmt, const char *args_j
 int sb_io_read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
                       size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err);
 
+/* Like sb_io_read_splits(), for a consumer in this process that re-cuts the partitions at the
+ * target anyway (the worker feeding a task's op chain): partitions of about chunk_bytes when that
+ * is smaller than target_bytes (0: target_bytes), so their blobs are reused from the heap and
+ * still in cache when the first op reads them, and unsealed (sb_batch_builder_finish_unsealed:
+ * checksums 0, open with SB_BATCH_OPEN_SKIP_CHECKSUM). Everything else derived from the target
+ * (the default record limit, 4x target_bytes) stays as sb_io_read_splits() has it; image sources
+ * ignore chunk_bytes (their partitions are sealed). */
+int sb_io_read_splits_chunked(const sb_io_split *pieces, size_t n, sb_format fmt,
+                              const char *args_json, size_t target_bytes, size_t chunk_bytes,
+                              sb_io_emit_fn emit, void *ud, sb_err *err);
+
 #endif

@@ -167,6 +167,7 @@ static const char *field_problem(unsigned type, unsigned child, uint64_t list_si
 typedef struct buf {
     uint8_t *p;
     size_t len, cap;
+    size_t front; /* bytes allocated before p (64-byte aligned base): a blob's header room */
 } buf;
 
 typedef struct bcol {
@@ -188,6 +189,20 @@ struct sb_batch_builder {
     bcol *cols;
 };
 
+/* In place (sb_batch_builder_build_in_place): column 0's values sit where the blob will have
+ * them, after `front` bytes of room for the header and the offsets. Can this batch be finished
+ * there? Then *data_off is where the offsets go. */
+static size_t meta_bytes(const sb_batch_builder *b, size_t *nbuf_out);
+static bool in_place(const sb_batch_builder *b, size_t *data_off)
+{
+    if (b->ncols != 1 || b->cols[0].values.front == 0 || b->cols[0].values.p == NULL ||
+        b->cols[0].null_count > 0)
+        return false;
+    size_t nbuf;
+    *data_off = meta_bytes(b, &nbuf);
+    return *data_off + (b->cols[0].length + 1) * sizeof(int32_t) <= b->cols[0].values.front;
+}
+
 static int buf_grow(buf *b, size_t extra)
 {
     size_t need;
@@ -195,11 +210,25 @@ static int buf_grow(buf *b, size_t extra)
         return -1;
     size_t cap = b->cap < 64 ? 64 : b->cap;
     while (cap < need) {
-        if (cap > SIZE_MAX / 2) {
+        if (cap > SIZE_MAX / 2 - SB_PART_ALIGN) {
             cap = need;
             break;
         }
         cap *= 2;
+    }
+    if (b->front > 0) { /* aligned, with the room in front: no realloc */
+        uint8_t *base = NULL;
+        cap = align_up(cap);
+        if (cap > SIZE_MAX - b->front ||
+            posix_memalign((void **)&base, SB_PART_ALIGN, b->front + cap) != 0)
+            return -1;
+        if (b->len > 0)
+            memcpy(base + b->front, b->p, b->len);
+        if (b->p != NULL)
+            free(b->p - b->front);
+        b->p = base + b->front;
+        b->cap = cap;
+        return 0;
     }
     uint8_t *p = realloc(b->p, cap);
     if (p == NULL)
@@ -226,7 +255,8 @@ static inline int buf_reserve(buf *b, size_t extra)
 
 static void buf_free(buf *b)
 {
-    free(b->p);
+    if (b->p != NULL)
+        free(b->p - b->front);
     b->p = NULL;
     b->len = b->cap = 0;
 }
@@ -425,7 +455,8 @@ static size_t meta_bytes(const sb_batch_builder *b, size_t *nbuf_out)
     return align_up(SB_PART_HEADER_SIZE + COL_ENTRY * b->ncols + BUF_ENTRY * nbuf + names);
 }
 
-size_t sb_batch_builder_bytes(const sb_batch_builder *b)
+/* The size of the blob when the buffers are copied into it (finish_into). */
+static size_t copy_bytes(const sb_batch_builder *b)
 {
     size_t nbuf;
     size_t total = meta_bytes(b, &nbuf);
@@ -437,6 +468,14 @@ size_t sb_batch_builder_bytes(const sb_batch_builder *b)
             total += align_up(lens[k]);
     }
     return total;
+}
+
+size_t sb_batch_builder_bytes(const sb_batch_builder *b)
+{
+    size_t data_off;
+    if (in_place(b, &data_off))
+        return b->cols[0].values.front + align_up(b->cols[0].values.len);
+    return copy_bytes(b);
 }
 
 static bcol *get_col(sb_batch_builder *b, size_t col, sb_err *err)
@@ -648,6 +687,72 @@ int sb_batch_builder_append_binary(sb_batch_builder *b, size_t col, const void *
     return push_var(c, col, p, n, err);
 }
 
+int sb_batch_builder_append_range(sb_batch_builder *b, size_t col, const sb_column *src,
+                                  size_t first, size_t n, bool verify, sb_err *err)
+{
+    bcol *c = get_col(b, col, err);
+    if (c == NULL)
+        return -1;
+    if (!is_var(c->type) || src == NULL || !is_var(src->type))
+        return wrong_type(err, c, col, "a range of a binary/utf8 column");
+    if (first > src->length || n > src->length - first)
+        return sb_err_set(err,
+                          "partition builder: column %zu \"%.64s\": rows [%zu, %zu) of a column "
+                          "of %zu",
+                          col, c->name, first, first + n, src->length);
+    if (n == 0)
+        return 0;
+    if (src->null_count > 0) { /* value by value, nulls kept */
+        for (size_t r = first; r < first + n; r++) {
+            size_t len;
+            const void *p = sb_column_binary(src, r, &len);
+            int rc = !sb_column_valid(src, r) ? sb_batch_builder_append_null(b, col, err)
+                     : src->type == SB_TYPE_UTF8 && !verify
+                         ? push_var(c, col, p, len, err)
+                         : sb_batch_builder_append_binary(b, col, p, len, err);
+            if (rc != 0)
+                return -1;
+        }
+        return 0;
+    }
+    const int32_t *o = src->offsets + first;
+    size_t bytes = (size_t)(o[n] - o[0]);
+    const uint8_t *data = (const uint8_t *)src->values + o[0];
+    size_t bad;
+    if (c->type == SB_TYPE_UTF8 && (verify || src->type != SB_TYPE_UTF8) &&
+        !sb_utf8_valid(data, bytes, &bad)) {
+        size_t r = first;
+        while (r + 1 < first + n && (size_t)(src->offsets[r + 1] - o[0]) <= bad)
+            r++;
+        return sb_err_set(err,
+                          "partition builder: column %zu \"%.64s\" (utf8): value for row %zu is "
+                          "not valid UTF-8 (byte %zu)",
+                          col, c->name, c->length + (r - first),
+                          bad - (size_t)(src->offsets[r] - o[0]));
+    }
+    size_t ob;
+    if (bytes > (size_t)INT32_MAX - c->values.len)
+        return too_big(err, c, col);
+    if (__builtin_mul_overflow(n, sizeof(int32_t), &ob) || buf_reserve(&c->values, bytes) != 0 ||
+        buf_reserve(&c->offsets, ob) != 0 ||
+        (c->has_validity && buf_reserve(&c->validity, bitmap_bytes(c->length + n) + 1) != 0))
+        return oom(err, c, col);
+    memcpy(c->values.p + c->values.len, data, bytes);
+    int32_t shift = (int32_t)c->values.len - o[0];
+    uint8_t *dst = c->offsets.p + c->offsets.len;
+    for (size_t i = 0; i < n; i++) {
+        int32_t v = o[i + 1] + shift;
+        memcpy(dst + i * sizeof v, &v, sizeof v);
+    }
+    c->values.len += bytes;
+    c->offsets.len += ob;
+    if (c->has_validity)
+        for (size_t i = 0; i < n; i++)
+            bit_put(&c->validity, c->length + i, true);
+    c->length += n;
+    return 0;
+}
+
 int sb_batch_builder_append_list(sb_batch_builder *b, size_t col, const void *values, size_t n,
                                  sb_err *err)
 {
@@ -717,8 +822,19 @@ int sb_batch_builder_append_values(sb_batch_builder *b, size_t col, const void *
     return 0;
 }
 
-int sb_batch_builder_append_lines(sb_batch_builder *b, size_t col, const void *buf_, size_t len,
-                                  bool strip_cr, bool final, size_t *consumed, sb_err *err)
+/* Is the line s[0..n) empty or only spaces, tabs and '\r'? */
+static inline bool blank_line(const char *s, size_t n)
+{
+    if (n > 0 && (unsigned char)s[0] > ' ')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+            return false;
+    return true;
+}
+
+static int append_lines(sb_batch_builder *b, size_t col, const void *buf_, size_t len,
+                        bool strip_cr, bool final, bool skip_blank, size_t *consumed, sb_err *err)
 {
     const char *s = buf_;
     if (consumed != NULL)
@@ -760,6 +876,10 @@ int sb_batch_builder_append_lines(sb_batch_builder *b, size_t col, const void *b
         size_t n = end - pos;
         if (strip_cr && n > 0 && s[end - 1] == '\r')
             n--;
+        if (skip_blank && blank_line(s + pos, n)) {
+            pos = end + 1;
+            continue;
+        }
         if (buf_reserve(&c->offsets, sizeof(int32_t)) != 0 || validity_prepare(c, false) != 0) {
             c->length = len0, c->values.len = vlen0, c->offsets.len = olen0,
             c->validity.len = blen0;
@@ -778,6 +898,18 @@ int sb_batch_builder_append_lines(sb_batch_builder *b, size_t col, const void *b
     if (consumed != NULL)
         *consumed = use;
     return 0;
+}
+
+int sb_batch_builder_append_lines(sb_batch_builder *b, size_t col, const void *lines, size_t len,
+                                  bool strip_cr, bool final, size_t *consumed, sb_err *err)
+{
+    return append_lines(b, col, lines, len, strip_cr, final, false, consumed, err);
+}
+
+int sb_batch_builder_append_nonblank_lines(sb_batch_builder *b, size_t col, const void *lines,
+                                           size_t len, bool final, size_t *consumed, sb_err *err)
+{
+    return append_lines(b, col, lines, len, true, final, true, consumed, err);
 }
 
 static size_t count_zero_bits(const uint8_t *bm, size_t from, size_t to)
@@ -847,8 +979,17 @@ static void seal(uint8_t *blob, size_t data_off, size_t total)
     wr32(blob + H_DCRC, sb_crc32c(0, blob + data_off, total - data_off));
 }
 
+static int finish_into(sb_batch_builder *b, void *dst, size_t cap, size_t *len_out, bool sealed,
+                       sb_err *err);
+
 int sb_batch_builder_finish_into(sb_batch_builder *b, void *dst, size_t cap, size_t *len_out,
                                  sb_err *err)
+{
+    return finish_into(b, dst, cap, len_out, true, err);
+}
+
+static int finish_into(sb_batch_builder *b, void *dst, size_t cap, size_t *len_out, bool sealed,
+                       sb_err *err)
 {
     size_t rows = b->ncols > 0 ? b->cols[0].length : 0;
     for (size_t i = 1; i < b->ncols; i++)
@@ -857,7 +998,7 @@ int sb_batch_builder_finish_into(sb_batch_builder *b, void *dst, size_t cap, siz
                               "partition builder: column %zu \"%.64s\" has %zu values but column "
                               "0 \"%.64s\" has %zu",
                               i, b->cols[i].name, b->cols[i].length, b->cols[0].name, rows);
-    size_t total = sb_batch_builder_bytes(b);
+    size_t total = copy_bytes(b);
     if (dst == NULL || cap < total)
         return sb_err_set(err, "partition builder: output buffer of %zu bytes, %zu needed", cap,
                           total);
@@ -908,7 +1049,8 @@ int sb_batch_builder_finish_into(sb_batch_builder *b, void *dst, size_t cap, siz
             off = end;
         }
     }
-    seal(out, data_off, total);
+    if (sealed)
+        seal(out, data_off, total);
     if (len_out != NULL)
         *len_out = total;
     sb_batch_builder_reset(b);
@@ -943,14 +1085,65 @@ void sb_part_free(void *blob)
     free(blob);
 }
 
-int sb_batch_builder_finish(sb_batch_builder *b, void **blob_out, size_t *len_out, sb_err *err)
+/* Finishes an in_place() batch: the header and the offsets go in front of the values, whose
+ * allocation becomes the blob; the column gets a new buffer for the next batch. */
+static void finish_in_place(sb_batch_builder *b, size_t data_off, void **blob_out, size_t *len_out,
+                            bool sealed)
 {
-    size_t total = sb_batch_builder_bytes(b);
+    bcol *c = &b->cols[0];
+    size_t rows = c->length, front = c->values.front, olen = (rows + 1) * sizeof(int32_t);
+    size_t total = front + align_up(c->values.len);
+    uint8_t *out = c->values.p - front;
+    memset(out, 0, data_off);
+    memcpy(out + H_MAGIC, SB_PART_MAGIC, 4);
+    wr16(out + H_VERSION, SB_PART_VERSION);
+    wr16(out + H_HSIZE, SB_PART_HEADER_SIZE);
+    wr64(out + H_TOTAL, total);
+    wr64(out + H_ROWS, rows);
+    wr32(out + H_NCOLS, 1);
+    wr32(out + H_NBUF, 3);
+    wr32(out + H_DATA_OFF, (uint32_t)data_off);
+    uint8_t *ce = out + SB_PART_HEADER_SIZE, *bt = ce + COL_ENTRY;
+    size_t name_off = SB_PART_HEADER_SIZE + COL_ENTRY + 3 * BUF_ENTRY;
+    ce[0] = (uint8_t)c->type;
+    ce[2] = c->nullable ? 1 : 0;
+    wr32(ce + 16, (uint32_t)name_off);
+    wr32(ce + 20, (uint32_t)c->name_len);
+    memcpy(out + name_off, c->name, c->name_len + 1);
+    const uint64_t offs[3] = {data_off, data_off, front}, lens[3] = {0, olen, c->values.len};
+    for (unsigned k = 0; k < 3; k++) {
+        wr64(bt + BUF_ENTRY * k, offs[k]);
+        wr64(bt + BUF_ENTRY * k + 8, lens[k]);
+    }
+    memcpy(out + data_off, c->offsets.p, olen);
+    memset(out + data_off + olen, 0, front - data_off - olen);
+    memset(c->values.p + c->values.len, 0, total - front - c->values.len);
+    if (sealed)
+        seal(out, data_off, total);
+    *blob_out = out;
+    if (len_out != NULL)
+        *len_out = total;
+    size_t keep = c->values.cap; /* the next batch gets a buffer as large at once */
+    c->values.p = NULL;
+    c->values.cap = 0;
+    c->values.len = 0;
+    (void)buf_grow(&c->values, keep); /* on failure appends allocate as they go */
+    sb_batch_builder_reset(b);
+}
+
+static int finish(sb_batch_builder *b, void **blob_out, size_t *len_out, bool sealed, sb_err *err)
+{
+    size_t data_off;
+    if (in_place(b, &data_off)) {
+        finish_in_place(b, data_off, blob_out, len_out, sealed);
+        return 0;
+    }
+    size_t total = copy_bytes(b);
     void *blob = sb_part_alloc(total);
     if (blob == NULL)
         return sb_err_set(err, "partition builder: out of memory for a %zu-byte blob", total);
     size_t len;
-    if (sb_batch_builder_finish_into(b, blob, total, &len, err) != 0) {
+    if (finish_into(b, blob, total, &len, sealed, err) != 0) {
         sb_part_free(blob);
         return -1;
     }
@@ -958,6 +1151,37 @@ int sb_batch_builder_finish(sb_batch_builder *b, void **blob_out, size_t *len_ou
     if (len_out != NULL)
         *len_out = len;
     return 0;
+}
+
+int sb_batch_builder_finish(sb_batch_builder *b, void **blob_out, size_t *len_out, sb_err *err)
+{
+    return finish(b, blob_out, len_out, true, err);
+}
+
+int sb_batch_builder_build_in_place(sb_batch_builder *b, size_t max_rows, sb_err *err)
+{
+    if (b->ncols != 1 || !is_var(b->cols[0].type))
+        return sb_err_set(err, "partition builder: building in place needs one binary/utf8 "
+                               "column");
+    bcol *c = &b->cols[0];
+    size_t nbuf, front;
+    if (__builtin_mul_overflow(max_rows + 1, sizeof(int32_t), &front) ||
+        __builtin_add_overflow(front, meta_bytes(b, &nbuf), &front) || front > UINT32_MAX)
+        return sb_err_set(err, "partition builder: room for %zu rows is too large", max_rows);
+    buf_free(&c->values);
+    c->values = (buf){.front = align_up(front)};
+    c->length = 0;
+    c->null_count = 0;
+    c->has_validity = false;
+    c->validity.len = 0;
+    c->offsets.len = sizeof(int32_t);
+    return 0;
+}
+
+int sb_batch_builder_finish_unsealed(sb_batch_builder *b, void **blob_out, size_t *len_out,
+                                     sb_err *err)
+{
+    return finish(b, blob_out, len_out, false, err);
 }
 
 int sb_batch_builder_reserve(sb_batch_builder *b, size_t col, size_t values, size_t data_bytes,

@@ -175,6 +175,15 @@ int sb_batch_builder_append_binary(sb_batch_builder *b, size_t col, const void *
 int sb_batch_builder_append_list(sb_batch_builder *b, size_t col, const void *values, size_t n,
                                  sb_err *err);
 
+/* Appends rows [first, first+n) of `src`, a binary or utf8 column whose offsets are valid (as
+ * sb_batch_open() checks them), to the binary/utf8 column `col`: the bytes in one copy, the
+ * offsets rebased, nulls kept. UTF-8 is validated when `col` is utf8 and either `verify` is set
+ * or src is binary; with verify false a utf8 src is trusted (a column of a batch that
+ * sb_batch_open() validated, or that a builder made). All-or-nothing when one check covers the
+ * range (no nulls); the error names the row. */
+int sb_batch_builder_append_range(sb_batch_builder *b, size_t col, const sb_column *src,
+                                  size_t first, size_t n, bool verify, sb_err *err);
+
 /* Appends `n` values to a fixed-width column in its native representation: numeric types and
  * fixed-size lists take n*width bytes (a list row is list_size child values); BOOL takes one
  * byte per value (nonzero = true). `validity` is NULL (all valid) or an LSB-first bitmap of n
@@ -190,6 +199,11 @@ int sb_batch_builder_append_values(sb_batch_builder *b, size_t col, const void *
 int sb_batch_builder_append_lines(sb_batch_builder *b, size_t col, const void *buf, size_t len,
                                   bool strip_cr, bool final, size_t *consumed, sb_err *err);
 
+/* The same with strip_cr, skipping blank lines: empty, or only spaces, tabs and '\r' (jsonl
+ * records); the check costs one byte compare per line that starts with anything else. */
+int sb_batch_builder_append_nonblank_lines(sb_batch_builder *b, size_t col, const void *buf,
+                                           size_t len, bool final, size_t *consumed, sb_err *err);
+
 /* Drops every value past `rows` in every column (e.g. to undo a half-appended row). Columns
  * shorter than `rows` are left alone. */
 void sb_batch_builder_truncate(sb_batch_builder *b, size_t rows);
@@ -202,6 +216,21 @@ void sb_batch_builder_reset(sb_batch_builder *b);
  * the columns have different lengths or a binary column holds more than 2 GiB (int32 offsets);
  * the builder is then unchanged. */
 int sb_batch_builder_finish(sb_batch_builder *b, void **blob_out, size_t *len_out, sb_err *err);
+
+/* For a builder of exactly one binary/utf8 column: from now on its values are written where the
+ * blob will hold them, after room for the header and up to max_rows offsets, so that finishing
+ * a batch of at most max_rows rows without nulls copies only the offsets (the values' memory
+ * becomes the blob, 64-byte aligned, freed with sb_part_free(); the builder allocates anew for
+ * the next batch). Larger batches, or ones with a null, are finished by copying as usual.
+ * sb_batch_builder_bytes() stays exact. Discards what the builder holds. -1 + err when the
+ * builder has another schema. */
+int sb_batch_builder_build_in_place(sb_batch_builder *b, size_t max_rows, sb_err *err);
+
+/* Like finish, but both checksums are left 0 (computing them is a pass over the whole blob): for
+ * a blob that stays in this process and is opened with SB_BATCH_OPEN_SKIP_CHECKSUM, e.g. handed
+ * from one operator to the next inside a task. sb_part_seal() makes it a normal blob. */
+int sb_batch_builder_finish_unsealed(sb_batch_builder *b, void **blob_out, size_t *len_out,
+                                     sb_err *err);
 
 /* Like finish, into a caller buffer of `cap` bytes (>= sb_batch_builder_bytes(); should be
  * 64-byte aligned so that the opened columns are). */

@@ -1,19 +1,13 @@
 /* json.c — strict one-pass JSON validation with top-level member lookup (see json.h). */
 #include "worker/ops/json.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-
-typedef struct {
-    const unsigned char *s;
-    size_t n, i;
-    char *msg;
-    size_t msgcap;
-} js;
 
 const char *sb_op_json_type_name(sb_op_json_type t)
 {
@@ -35,29 +29,6 @@ const char *sb_op_json_type_name(sb_op_json_type t)
     }
 }
 
-static int fail(js *j, const char *what)
-{
-    if (j->msg != NULL && j->msgcap > 0) {
-        if (j->i >= j->n)
-            snprintf(j->msg, j->msgcap, "%s at the end (byte %zu)", what, j->i);
-        else if (j->s[j->i] >= 0x21 && j->s[j->i] < 0x7f)
-            snprintf(j->msg, j->msgcap, "%s at byte %zu ('%c')", what, j->i, j->s[j->i]);
-        else
-            snprintf(j->msg, j->msgcap, "%s at byte %zu (byte 0x%02x)", what, j->i, j->s[j->i]);
-    }
-    return -1;
-}
-
-static inline void ws(js *j)
-{
-    while (j->i < j->n) {
-        unsigned char c = j->s[j->i];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
-            break;
-        j->i++;
-    }
-}
-
 static int hexval(unsigned char c)
 {
     if (c >= '0' && c <= '9')
@@ -67,123 +38,6 @@ static int hexval(unsigned char c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
-}
-
-/* The offset of the first byte at or after i that ends a plain run inside a string: '"', '\\'
- * or a control character; n when there is none. 16 bytes per step with SSE2. */
-static inline size_t plain_run(const unsigned char *s, size_t i, size_t n)
-{
-#if defined(__SSE2__)
-    const __m128i quote = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), c1f = _mm_set1_epi8(0x1f);
-    for (; i + 16 <= n; i += 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
-        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bs)),
-                                   _mm_cmpeq_epi8(_mm_max_epu8(x, c1f), c1f));
-        int m = _mm_movemask_epi8(hit);
-        if (m != 0)
-            return i + (size_t)__builtin_ctz((unsigned)m);
-    }
-#endif
-    while (i < n && s[i] != '"' && s[i] != '\\' && s[i] >= 0x20)
-        i++;
-    return i;
-}
-
-/* At '"': skips the string. *esc tells whether it has escapes. */
-static int str(js *j, bool *esc)
-{
-    const unsigned char *s = j->s;
-    size_t n = j->n;
-    size_t i = j->i + 1;
-    *esc = false;
-    for (;;) {
-        i = plain_run(s, i, n);
-        if (i >= n) {
-            j->i = i;
-            return fail(j, "unterminated string");
-        }
-        if (s[i] == '"') {
-            j->i = i + 1;
-            return 0;
-        }
-        if (s[i] < 0x20) {
-            j->i = i;
-            return fail(j, "control character in a string (must be escaped)");
-        }
-        *esc = true;
-        i++;
-        if (i >= n) {
-            j->i = i;
-            return fail(j, "unterminated string");
-        }
-        switch (s[i]) {
-        case '"':
-        case '\\':
-        case '/':
-        case 'b':
-        case 'f':
-        case 'n':
-        case 'r':
-        case 't':
-            i++;
-            break;
-        case 'u':
-            for (size_t k = 1; k <= 4; k++)
-                if (i + k >= n || hexval(s[i + k]) < 0) {
-                    j->i = i + k < n ? i + k : n;
-                    return fail(j, "invalid \\u escape (needs 4 hex digits)");
-                }
-            i += 5;
-            break;
-        default:
-            j->i = i;
-            return fail(j, "invalid escape in a string");
-        }
-    }
-}
-
-static int digits(js *j)
-{
-    size_t i0 = j->i;
-    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9')
-        j->i++;
-    return j->i > i0 ? 0 : fail(j, "invalid number (expected a digit)");
-}
-
-static int num(js *j)
-{
-    if (j->s[j->i] == '-')
-        j->i++;
-    if (j->i >= j->n)
-        return fail(j, "invalid number (expected a digit)");
-    if (j->s[j->i] == '0') {
-        j->i++;
-        if (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9')
-            return fail(j, "invalid number (leading zero)");
-    } else if (digits(j) != 0) {
-        return -1;
-    }
-    if (j->i < j->n && j->s[j->i] == '.') {
-        j->i++;
-        if (digits(j) != 0)
-            return -1;
-    }
-    if (j->i < j->n && (j->s[j->i] == 'e' || j->s[j->i] == 'E')) {
-        j->i++;
-        if (j->i < j->n && (j->s[j->i] == '+' || j->s[j->i] == '-'))
-            j->i++;
-        if (digits(j) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-static int lit(js *j, const char *w, size_t len)
-{
-    if (j->n - j->i < len || memcmp(j->s + j->i, w, len) != 0)
-        return fail(j, "invalid literal (expected true, false or null)");
-    j->i += len;
-    return 0;
 }
 
 /* Decodes one escape at p[0..n) (p[0] == '\\'); writes up to 4 UTF-8 bytes to out, returns the
@@ -312,152 +166,502 @@ static bool key_equals(const unsigned char *k, size_t kn, const char *name, size
     return o == nn;
 }
 
-static int value(js *j, int depth, sb_op_json_type *t, const sb_op_json_key *keys, size_t nkeys,
-                 sb_op_json_span *found);
+/* ---- validation ------------------------------------------------------------------------
+ *
+ * The scanner walks the record with a pointer and no recursion: scalars inline, nested arrays
+ * and objects in one loop with a stack of their kinds (at most SB_OP_JSON_MAX_DEPTH). A failure
+ * returns NULL after noting where and what in a jfail; sb_op_json_scan() turns that into the
+ * message. Strings are skipped 16 bytes per step with SSE2. */
 
-static int object(js *j, int depth, const sb_op_json_key *keys, size_t nkeys,
-                  sb_op_json_span *found)
+typedef struct {
+    const unsigned char *base; /* the record's first byte (reads never go below it) */
+    const unsigned char *at;   /* where it failed */
+    const char *what;
+} jfail;
+
+static const unsigned char *failed(jfail *f, const unsigned char *at, const char *what)
 {
-    j->i++; /* '{' */
-    ws(j);
-    if (j->i < j->n && j->s[j->i] == '}') {
-        j->i++;
-        return 0;
+    f->at = at;
+    f->what = what;
+    return NULL;
+}
+
+static inline const unsigned char *ws(const unsigned char *p, const unsigned char *e)
+{
+    while (p < e && *p <= ' ' && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+#if defined(__SSE2__)
+/* Bit i set when x's byte i ends a plain run. */
+static inline unsigned stops16(__m128i x)
+{
+    const __m128i quote = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), c1f = _mm_set1_epi8(0x1f);
+    __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bs)),
+                               _mm_cmpeq_epi8(_mm_max_epu8(x, c1f), c1f));
+    return (unsigned)_mm_movemask_epi8(hit);
+}
+#endif
+
+/* The first byte at or after p that ends a plain run inside a string: '"', '\\' or a control
+ * character; e when there is none. 16 bytes per step with SSE2; the last step reads the
+ * record's last 16 bytes (never before `base`, the record's start) and ignores those before p. */
+static inline const unsigned char *plain_run(const unsigned char *p, const unsigned char *e,
+                                             const unsigned char *base)
+{
+#if defined(__SSE2__)
+    while (e - p >= 16) {
+        unsigned m = stops16(_mm_loadu_si128((const __m128i *)(const void *)p));
+        if (m != 0)
+            return p + __builtin_ctz(m);
+        p += 16;
     }
-    for (;;) {
-        if (j->i >= j->n || j->s[j->i] != '"')
-            return fail(j, "expected a member name (a string)");
-        size_t ks = j->i + 1;
-        bool esc;
-        if (str(j, &esc) != 0)
-            return -1;
-        size_t ke = j->i - 1;
-        ws(j);
-        if (j->i >= j->n || j->s[j->i] != ':')
-            return fail(j, "expected ':' after a member name");
-        j->i++;
-        ws(j);
-        size_t vs = j->i;
-        sb_op_json_type vt;
-        if (value(j, depth + 1, &vt, NULL, 0, NULL) != 0)
-            return -1;
-        for (size_t k = 0; k < nkeys; k++) {
-            if (found[k].type != SB_OP_JSON_NONE)
-                continue;
-            bool eq =
-                esc ? key_equals(j->s + ks, ke - ks, keys[k].name, keys[k].len)
-                    : (ke - ks == keys[k].len && memcmp(j->s + ks, keys[k].name, keys[k].len) == 0);
-            if (eq) {
-                found[k].p = (const char *)j->s + vs;
-                found[k].n = j->i - vs;
-                found[k].type = vt;
-            }
-        }
-        ws(j);
-        if (j->i < j->n && j->s[j->i] == ',') {
-            j->i++;
-            ws(j);
-            continue;
-        }
-        if (j->i < j->n && j->s[j->i] == '}') {
-            j->i++;
-            return 0;
-        }
-        return fail(j, "expected ',' or '}' in an object");
+    if (p < e && e - base >= 16) {
+        const unsigned char *q = e - 16;
+        unsigned m = stops16(_mm_loadu_si128((const __m128i *)(const void *)q)) >> (p - q);
+        return m != 0 ? p + __builtin_ctz(m) : e;
+    }
+#else
+    (void)base;
+#endif
+    while (p < e && *p != '"' && *p != '\\' && *p >= 0x20)
+        p++;
+    return p;
+}
+
+/* An escape's tail, p at the byte after '\\': the byte after the escape, or NULL. */
+static const unsigned char *escape(const unsigned char *p, const unsigned char *e, jfail *f)
+{
+    if (p >= e)
+        return failed(f, p, "unterminated string");
+    switch (*p) {
+    case '"':
+    case '\\':
+    case '/':
+    case 'b':
+    case 'f':
+    case 'n':
+    case 'r':
+    case 't':
+        return p + 1;
+    case 'u':
+        for (size_t k = 1; k <= 4; k++)
+            if (p + k >= e || hexval(p[k]) < 0)
+                return failed(f, p + k < e ? p + k : e, "invalid \\u escape (needs 4 hex digits)");
+        return p + 5;
+    default:
+        return failed(f, p, "invalid escape in a string");
     }
 }
 
-static int array(js *j, int depth)
+/* At '"': the byte after the closing quote, or NULL. *esc tells whether it has escapes. */
+__attribute__((always_inline)) static inline const unsigned char *
+str(const unsigned char *p, const unsigned char *e, bool *esc, jfail *f)
 {
-    j->i++; /* '[' */
-    ws(j);
-    if (j->i < j->n && j->s[j->i] == ']') {
-        j->i++;
-        return 0;
-    }
+    p++;
+    *esc = false;
     for (;;) {
-        sb_op_json_type vt;
-        if (value(j, depth + 1, &vt, NULL, 0, NULL) != 0)
-            return -1;
-        ws(j);
-        if (j->i < j->n && j->s[j->i] == ',') {
-            j->i++;
-            ws(j);
-            continue;
-        }
-        if (j->i < j->n && j->s[j->i] == ']') {
-            j->i++;
-            return 0;
-        }
-        return fail(j, "expected ',' or ']' in an array");
+        p = plain_run(p, e, f->base);
+        if (p >= e)
+            return failed(f, e, "unterminated string");
+        if (*p == '"')
+            return p + 1;
+        if (*p < 0x20)
+            return failed(f, p, "control character in a string (must be escaped)");
+        *esc = true;
+        if ((p = escape(p + 1, e, f)) == NULL)
+            return NULL;
     }
 }
 
-/* At the first byte of a value (no whitespace before it). */
-static int value(js *j, int depth, sb_op_json_type *t, const sb_op_json_key *keys, size_t nkeys,
-                 sb_op_json_span *found)
+/* The digits at p: the byte after them, or NULL when there are none. Eight bytes per step: a
+ * byte is a digit when its high nibble is 3 and adding 6 keeps it so (a carry out of a byte that
+ * is not a digit can only disturb the bytes after it, which do not count). */
+static inline const unsigned char *digits(const unsigned char *p, const unsigned char *e, jfail *f)
 {
-    if (j->i >= j->n)
-        return fail(j, "expected a value");
+    const unsigned char *p0 = p;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t hi = 0xF0F0F0F0F0F0F0F0ull, three = 0x3030303030303030ull;
+    while (e - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, sizeof w);
+        uint64_t nd = ((w & hi) ^ three) | (((w + 0x0606060606060606ull) & hi) ^ three);
+        if (nd != 0) {
+            p += __builtin_ctzll(nd) >> 3;
+            return p > p0 ? p : failed(f, p, "invalid number (expected a digit)");
+        }
+        p += 8;
+    }
+#endif
+    while (p < e && *p >= '0' && *p <= '9')
+        p++;
+    return p > p0 ? p : failed(f, p, "invalid number (expected a digit)");
+}
+
+static inline const unsigned char *num(const unsigned char *p, const unsigned char *e, jfail *f)
+{
+    if (*p == '-')
+        p++;
+    if (p >= e)
+        return failed(f, p, "invalid number (expected a digit)");
+    if (*p == '0') {
+        p++;
+        if (p < e && *p >= '0' && *p <= '9')
+            return failed(f, p, "invalid number (leading zero)");
+    } else if ((p = digits(p, e, f)) == NULL) {
+        return NULL;
+    }
+    if (p < e && *p == '.' && (p = digits(p + 1, e, f)) == NULL)
+        return NULL;
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < e && (*p == '+' || *p == '-'))
+            p++;
+        return digits(p, e, f);
+    }
+    return p;
+}
+
+static inline const unsigned char *lit(const unsigned char *p, const unsigned char *e,
+                                       const char *w, size_t len, jfail *f)
+{
+    if ((size_t)(e - p) < len || memcmp(p, w, len) != 0)
+        return failed(f, p, "invalid literal (expected true, false or null)");
+    return p + len;
+}
+
+/* A value that is not an array or object, at p (no whitespace before it). */
+static inline const unsigned char *scalar(const unsigned char *p, const unsigned char *e,
+                                          sb_op_json_type *t, jfail *f)
+{
     bool esc;
-    switch (j->s[j->i]) {
-    case '{':
-        if (depth >= SB_OP_JSON_MAX_DEPTH)
-            return fail(j, "nesting deeper than 256 levels");
-        *t = SB_OP_JSON_OBJECT;
-        return object(j, depth, keys, nkeys, found);
-    case '[':
-        if (depth >= SB_OP_JSON_MAX_DEPTH)
-            return fail(j, "nesting deeper than 256 levels");
-        *t = SB_OP_JSON_ARRAY;
-        return array(j, depth);
+    if (p >= e)
+        return failed(f, p, "expected a value");
+    switch (*p) {
     case '"':
         *t = SB_OP_JSON_STRING;
-        return str(j, &esc);
+        return str(p, e, &esc, f);
     case 't':
         *t = SB_OP_JSON_BOOL;
-        return lit(j, "true", 4);
+        return lit(p, e, "true", 4, f);
     case 'f':
         *t = SB_OP_JSON_BOOL;
-        return lit(j, "false", 5);
+        return lit(p, e, "false", 5, f);
     case 'n':
         *t = SB_OP_JSON_NULL;
-        return lit(j, "null", 4);
+        return lit(p, e, "null", 4, f);
     default:
-        if (j->s[j->i] == '-' || (j->s[j->i] >= '0' && j->s[j->i] <= '9')) {
+        if (*p == '-' || (*p >= '0' && *p <= '9')) {
             *t = SB_OP_JSON_NUMBER;
-            return num(j);
+            return num(p, e, f);
         }
-        return fail(j, "expected a value");
+        return failed(f, p, "expected a value");
+    }
+}
+
+/* An array or object at p ('[' or '{') that is nested `depth` levels deep (0: the record
+ * itself): the byte after it, or NULL. One loop, the kinds of the open containers on a stack. */
+static const unsigned char *container(const unsigned char *p, const unsigned char *e, int depth,
+                                      jfail *f)
+{
+    unsigned char open[SB_OP_JSON_MAX_DEPTH]; /* closing byte of each open container */
+    int top = 0;
+    bool esc;
+    sb_op_json_type t;
+    for (;;) {
+        /* p is at '[' or '{' */
+        if (depth + top >= SB_OP_JSON_MAX_DEPTH)
+            return failed(f, p, "nesting deeper than 256 levels");
+        open[top++] = *p == '{' ? '}' : ']';
+        p = ws(p + 1, e);
+        if (p < e && *p == open[top - 1]) {
+            p++;
+            goto closed;
+        }
+    next: /* a member or element starts at p */
+        if (open[top - 1] == '}') {
+            if (p >= e || *p != '"')
+                return failed(f, p, "expected a member name (a string)");
+            if ((p = str(p, e, &esc, f)) == NULL)
+                return NULL;
+            p = ws(p, e);
+            if (p >= e || *p != ':')
+                return failed(f, p, "expected ':' after a member name");
+            p = ws(p + 1, e);
+        }
+        if (p < e && (*p == '{' || *p == '['))
+            continue; /* opens a nested one */
+        if ((p = scalar(p, e, &t, f)) == NULL)
+            return NULL;
+    after: /* a member or element ended at p */
+        p = ws(p, e);
+        if (p < e && *p == ',') {
+            p = ws(p + 1, e);
+            goto next;
+        }
+        if (p < e && *p == open[top - 1]) {
+            p++;
+            goto closed;
+        }
+        return failed(f, p,
+                      open[top - 1] == '}' ? "expected ',' or '}' in an object"
+                                           : "expected ',' or ']' in an array");
+    closed:
+        if (--top == 0)
+            return p;
+        goto after;
+    }
+}
+
+/* Any value at p (no whitespace before it), nested `depth` levels deep. */
+static inline const unsigned char *value(const unsigned char *p, const unsigned char *e, int depth,
+                                         sb_op_json_type *t, jfail *f)
+{
+    if (p < e && (*p == '{' || *p == '[')) {
+        *t = *p == '{' ? SB_OP_JSON_OBJECT : SB_OP_JSON_ARRAY;
+        return container(p, e, depth, f);
+    }
+    return scalar(p, e, t, f);
+}
+
+/* Does the raw key k[0..kn) (between the quotes, no escapes) equal name[0..nn)? */
+static inline bool key_is(const unsigned char *k, size_t kn, const char *name, size_t nn)
+{
+    if (kn != nn)
+        return false;
+    for (size_t i = 0; i < kn; i++)
+        if (k[i] != (unsigned char)name[i])
+            return false;
+    return true;
+}
+
+/* The record's top-level object at p ('{'), noting where the wanted members' values are. */
+static const unsigned char *top_object(const unsigned char *p, const unsigned char *e,
+                                       const sb_op_json_key *keys, size_t nkeys,
+                                       sb_op_json_span *found, jfail *f)
+{
+    size_t left = nkeys; /* wanted members not found yet */
+    p = ws(p + 1, e);
+    if (p < e && *p == '}')
+        return p + 1;
+    for (;;) {
+        if (p >= e || *p != '"')
+            return failed(f, p, "expected a member name (a string)");
+        const unsigned char *ks = p + 1;
+        bool esc;
+        if ((p = str(p, e, &esc, f)) == NULL)
+            return NULL;
+        size_t kn = (size_t)(p - 1 - ks);
+        p = ws(p, e);
+        if (p >= e || *p != ':')
+            return failed(f, p, "expected ':' after a member name");
+        p = ws(p + 1, e);
+        const unsigned char *vs = p;
+        sb_op_json_type vt;
+        if ((p = value(p, e, 1, &vt, f)) == NULL)
+            return NULL;
+        for (size_t k = 0; left > 0 && k < nkeys; k++) {
+            if (found[k].type != SB_OP_JSON_NONE)
+                continue;
+            if (esc ? key_equals(ks, kn, keys[k].name, keys[k].len)
+                    : key_is(ks, kn, keys[k].name, keys[k].len)) {
+                found[k] = (sb_op_json_span){(const char *)vs, (size_t)(p - vs), vt};
+                left--;
+            }
+        }
+        p = ws(p, e);
+        if (p < e && *p == ',') {
+            p = ws(p + 1, e);
+            continue;
+        }
+        if (p < e && *p == '}')
+            return p + 1;
+        return failed(f, p, "expected ',' or '}' in an object");
     }
 }
 
 int sb_op_json_scan(const char *s, size_t n, const sb_op_json_key *keys, size_t nkeys,
                     sb_op_json_span *found, sb_op_json_type *top, char *msg, size_t msgcap)
 {
-    js j = {.s = (const unsigned char *)s, .n = n, .msg = msg, .msgcap = msgcap};
+    const unsigned char *b = (const unsigned char *)s, *e = b + n, *p;
+    jfail f = {b, NULL, NULL};
     for (size_t k = 0; k < nkeys; k++)
         found[k] = (sb_op_json_span){0};
     if (top != NULL)
         *top = SB_OP_JSON_NONE;
     sb_op_json_type t = SB_OP_JSON_NONE;
-    ws(&j);
-    if (j.i >= n)
-        return fail(&j, "empty record (no JSON value)");
-    int rc = value(&j, 0, &t, keys, nkeys, found);
-    if (rc == 0) {
-        ws(&j);
-        if (j.i < n)
-            rc = fail(&j, "unexpected data after the JSON value");
+    p = ws(b, e);
+    if (p >= e) {
+        p = failed(&f, p, "empty record (no JSON value)");
+    } else if (*p == '{') {
+        t = SB_OP_JSON_OBJECT;
+        p = top_object(p, e, keys, nkeys, found, &f);
+    } else {
+        p = value(p, e, 0, &t, &f);
     }
-    if (rc != 0) {
+    if (p != NULL && (p = ws(p, e)) < e)
+        p = failed(&f, p, "unexpected data after the JSON value");
+    if (p == NULL) {
         for (size_t k = 0; k < nkeys; k++)
             found[k] = (sb_op_json_span){0};
+        if (msg != NULL && msgcap > 0) {
+            size_t at = (size_t)(f.at - b);
+            if (at >= n)
+                snprintf(msg, msgcap, "%s at the end (byte %zu)", f.what, at);
+            else if (b[at] >= 0x21 && b[at] < 0x7f)
+                snprintf(msg, msgcap, "%s at byte %zu ('%c')", f.what, at, b[at]);
+            else
+                snprintf(msg, msgcap, "%s at byte %zu (byte 0x%02x)", f.what, at, b[at]);
+        }
         return -1;
     }
     if (top != NULL)
         *top = t;
     return 0;
+}
+
+/* ---- finding members of a record that was validated before ----------------------------- */
+
+#if defined(__SSE2__)
+/* Bit i set when x's byte i is '"' or '\\'. */
+static inline unsigned quotes16(__m128i x)
+{
+    const __m128i quote = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+    return (unsigned)_mm_movemask_epi8(
+        _mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bs)));
+}
+#endif
+
+/* The first '"' or '\\' at or after p (e when none), reading as plain_run() does. */
+static inline const unsigned char *quote_run(const unsigned char *p, const unsigned char *e,
+                                             const unsigned char *base)
+{
+#if defined(__SSE2__)
+    while (e - p >= 16) {
+        unsigned m = quotes16(_mm_loadu_si128((const __m128i *)(const void *)p));
+        if (m != 0)
+            return p + __builtin_ctz(m);
+        p += 16;
+    }
+    if (p < e && e - base >= 16) {
+        const unsigned char *q = e - 16;
+        unsigned m = quotes16(_mm_loadu_si128((const __m128i *)(const void *)q)) >> (p - q);
+        return m != 0 ? p + __builtin_ctz(m) : e;
+    }
+#else
+    (void)base;
+#endif
+    while (p < e && *p != '"' && *p != '\\')
+        p++;
+    return p;
+}
+
+/* At '"' of a valid string: the byte after its closing quote. */
+static inline const unsigned char *skip_str(const unsigned char *p, const unsigned char *e,
+                                            const unsigned char *base, bool *esc)
+{
+    *esc = false;
+    for (p++;;) {
+        p = quote_run(p, e, base);
+        if (p >= e)
+            return e;
+        if (*p == '"')
+            return p + 1;
+        *esc = true;
+        p += 2; /* the escaped byte cannot end the string (\u's digits cannot either) */
+    }
+}
+
+/* The end of the valid value at p, and its type. */
+static inline const unsigned char *skip_value(const unsigned char *p, const unsigned char *e,
+                                              const unsigned char *base, sb_op_json_type *t)
+{
+    bool esc;
+    switch (*p) {
+    case '"':
+        *t = SB_OP_JSON_STRING;
+        return skip_str(p, e, base, &esc);
+    case '{':
+    case '[':
+        *t = *p == '{' ? SB_OP_JSON_OBJECT : SB_OP_JSON_ARRAY;
+        for (size_t depth = 0; p < e;) {
+            if (*p == '"') {
+                p = skip_str(p, e, base, &esc);
+                continue;
+            }
+            if (*p == '{' || *p == '[')
+                depth++;
+            else if ((*p == '}' || *p == ']') && --depth == 0)
+                return p + 1;
+            p++;
+        }
+        return e;
+    case 't':
+    case 'f':
+        *t = SB_OP_JSON_BOOL;
+        return p + (*p == 't' ? 4 : 5) <= e ? p + (*p == 't' ? 4 : 5) : e;
+    case 'n':
+        *t = SB_OP_JSON_NULL;
+        return p + 4 <= e ? p + 4 : e;
+    default: /* a number: digits, then maybe a fraction or an exponent */
+        *t = SB_OP_JSON_NUMBER;
+        if (*p == '-')
+            p++;
+        for (;;) {
+            const unsigned char *d = digits(p, e, &(jfail){0});
+            p = d != NULL ? d : p;
+            if (p >= e || (*p != '.' && *p != 'e' && *p != 'E' && *p != '+' && *p != '-'))
+                return p;
+            p++;
+        }
+    }
+}
+
+sb_op_json_type sb_op_json_find(const char *s, size_t n, const sb_op_json_key *keys, size_t nkeys,
+                                sb_op_json_span *found)
+{
+    const unsigned char *b = (const unsigned char *)s, *e = b + n, *p = ws(b, e);
+    for (size_t k = 0; k < nkeys; k++)
+        found[k] = (sb_op_json_span){0};
+    if (p >= e)
+        return SB_OP_JSON_NONE;
+    sb_op_json_type t;
+    if (*p != '{') {
+        skip_value(p, e, b, &t);
+        return t;
+    }
+    size_t left = nkeys;
+    p = ws(p + 1, e);
+    while (left > 0 && p < e && *p == '"') {
+        const unsigned char *ks = p + 1;
+        bool esc;
+        p = skip_str(p, e, b, &esc);
+        size_t kn = (size_t)(p - 1 - ks);
+        p = ws(p, e);
+        if (p >= e || *p != ':')
+            break;
+        p = ws(p + 1, e);
+        if (p >= e)
+            break;
+        const unsigned char *vs = p;
+        sb_op_json_type vt;
+        p = skip_value(p, e, b, &vt);
+        for (size_t k = 0; k < nkeys; k++) {
+            if (found[k].type != SB_OP_JSON_NONE)
+                continue;
+            if (esc ? key_equals(ks, kn, keys[k].name, keys[k].len)
+                    : key_is(ks, kn, keys[k].name, keys[k].len)) {
+                found[k] = (sb_op_json_span){(const char *)vs, (size_t)(p - vs), vt};
+                left--;
+            }
+        }
+        p = ws(p, e);
+        if (p >= e || *p != ',')
+            break;
+        p = ws(p + 1, e);
+    }
+    return SB_OP_JSON_OBJECT;
 }
 
 /* Clinger's fast path: a decimal with at most 15 significant digits m and a power of ten e

@@ -63,6 +63,11 @@ sb_op_out *sb_op_out_new(size_t target_bytes, sb_op_emit_fn emit, void *ud, sb_e
 /* Discards unflushed rows and frees everything. NULL is fine. */
 void sb_op_out_free(sb_op_out *o);
 
+/* From now on the emitted blobs are unsealed (sb_batch_builder_finish_unsealed: checksums 0), for
+ * an emit callback that opens them in this process with SB_BATCH_OPEN_SKIP_CHECKSUM (the next
+ * op of a task's chain). */
+void sb_op_out_set_unsealed(sb_op_out *o);
+
 /* Sets the output schema (copied). If a schema is already set it must be identical (names,
  * types, nullability), else -1 + err; except that fixed-size-list widths may change (images of
  * different sizes): the pending rows are then flushed as a partition and the new schema
@@ -81,6 +86,12 @@ int sb_op_out_append_binary(sb_op_out *o, const void *p, size_t n, sb_err *err);
 /* Appends rows [first, first+n) of `in` unchanged (the schema becomes in's if none is set,
  * and must match it otherwise). Flushes partitions of about target_bytes as it goes. */
 int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err);
+
+/* Appends runs of rows of `in` unchanged, in order: run i is rows [first[i], first[i]+n[i]).
+ * The same as one sb_op_out_append_rows() per run, cheaper for many short runs (a filter keeping
+ * scattered rows hands them over here in batches): the schema is checked once per call. */
+int sb_op_out_append_runs(sb_op_out *o, const sb_batch *in, const size_t *first, const size_t *n,
+                          size_t nruns, sb_err *err);
 
 /* Like sb_op_out_append_rows() for columns described elsewhere (an Arrow array a plugin
  * returned, arrow/cdata.h's view): rows [first, first+n) of every column, fields[] their
@@ -127,6 +138,13 @@ typedef struct sb_op_impl {
     double (*child_cpu)(void *state);
     /* Rows per process() call when the stage sets no batchSize (0: a whole partition). */
     size_t default_batch;
+    /* Every record this op emits in the records column is one JSON text that the strict scan
+     * (json.h) accepted, valid UTF-8 (filter: it passes on only records it scanned). */
+    bool emits_valid_json;
+    /* Called (when set) by the runtime after init when the op before this one in the same task
+     * emits_valid_json: this op's input records are then known valid and it may find their
+     * members without checking them again (sb_op_json_find). NULL: not used. */
+    void (*input_valid_json)(void *state);
 } sb_op_impl;
 
 /* The implementation of a built-in op, or NULL when this build does not have it. */

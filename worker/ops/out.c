@@ -15,6 +15,7 @@ struct sb_op_out {
     uint8_t *scratch; /* shifted validity bitmaps */
     size_t scratch_cap;
     uint64_t rows_emitted, parts, bytes;
+    bool unsealed; /* blobs for a consumer in this process: no checksums */
 };
 
 sb_op_out *sb_op_out_new(size_t target_bytes, sb_op_emit_fn emit, void *ud, sb_err *err)
@@ -51,6 +52,11 @@ void sb_op_out_free(sb_op_out *o)
     free_fields(o);
     free(o->scratch);
     free(o);
+}
+
+void sb_op_out_set_unsealed(sb_op_out *o)
+{
+    o->unsealed = true;
 }
 
 bool sb_op_out_has_schema(const sb_op_out *o)
@@ -97,6 +103,14 @@ int sb_op_out_set_schema(sb_op_out *o, const sb_field *fields, size_t n, sb_err 
     sb_batch_builder *b = sb_batch_builder_new(fields, n, err);
     if (b == NULL)
         return sb_err_wrap(err, "op output");
+    /* records for the next op of this task (small partitions): built in place, so that a flush
+     * copies only the offsets (room for records of 64 bytes on average) */
+    if (o->unsealed && n == 1 &&
+        (fields[0].type == SB_TYPE_BINARY || fields[0].type == SB_TYPE_UTF8) &&
+        sb_batch_builder_build_in_place(b, o->target / 64 + 16, err) != 0) {
+        sb_batch_builder_free(b);
+        return sb_err_wrap(err, "op output");
+    }
     sb_field *f = calloc(n ? n : 1, sizeof *f);
     if (f == NULL) {
         sb_batch_builder_free(b);
@@ -154,7 +168,9 @@ int sb_op_out_flush(sb_op_out *o, sb_err *err)
         return 0;
     void *blob;
     size_t len;
-    if (sb_batch_builder_finish(o->b, &blob, &len, err) != 0)
+    int frc = o->unsealed ? sb_batch_builder_finish_unsealed(o->b, &blob, &len, err)
+                          : sb_batch_builder_finish(o->b, &blob, &len, err);
+    if (frc != 0)
         return sb_err_wrap(err, "op output");
     o->parts++;
     o->rows_emitted += rows;
@@ -212,28 +228,15 @@ static int shifted_validity(sb_op_out *o, const sb_column *c, size_t first, size
     return 0;
 }
 
+/* verify: c is not a column of an opened batch (an Arrow view a plugin or exec returned), so
+ * its UTF-8 is checked; an opened batch's utf8 column is copied as it is. */
 static int copy_column(sb_op_out *o, size_t ci, const sb_column *c, size_t first, size_t n,
-                       sb_err *err)
+                       bool verify, sb_err *err)
 {
     switch (c->type) {
     case SB_TYPE_BINARY:
-    case SB_TYPE_UTF8: {
-        size_t data = (size_t)(c->offsets[first + n] - c->offsets[first]);
-        if (sb_batch_builder_reserve(o->b, ci, n, data, err) != 0)
-            return -1;
-        for (size_t r = first; r < first + n; r++) {
-            if (!sb_column_valid(c, r)) {
-                if (sb_batch_builder_append_null(o->b, ci, err) != 0)
-                    return -1;
-                continue;
-            }
-            size_t len;
-            const void *p = sb_column_binary(c, r, &len);
-            if (sb_batch_builder_append_binary(o->b, ci, p, len, err) != 0)
-                return -1;
-        }
-        return 0;
-    }
+    case SB_TYPE_UTF8:
+        return sb_batch_builder_append_range(o->b, ci, c, first, n, verify, err);
     case SB_TYPE_BOOL:
         for (size_t r = first; r < first + n; r++) {
             int rc = sb_column_valid(c, r)
@@ -258,7 +261,7 @@ static int copy_column(sb_op_out *o, size_t ci, const sb_column *c, size_t first
 /* Rows [at(ci), at(ci)+n) of every column: firsts[ci] when firsts is set, else first. */
 static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols, size_t ncols,
                           const size_t *firsts, size_t first, size_t n, size_t row_bytes,
-                          sb_err *err)
+                          bool verify, sb_err *err)
 {
     if (n == 0)
         return 0;
@@ -282,7 +285,7 @@ static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column 
         size_t rows0 = sb_batch_builder_rows(o->b);
         for (size_t ci = 0; ci < ncols; ci++) {
             size_t at = (firsts ? firsts[ci] : first) + done;
-            if (copy_column(o, ci, &cols[ci], at, k, err) != 0) {
+            if (copy_column(o, ci, &cols[ci], at, k, verify, err) != 0) {
                 sb_batch_builder_truncate(o->b, rows0);
                 return sb_err_wrap(err, "op output: copying rows %zu..%zu", at, at + k);
             }
@@ -297,14 +300,14 @@ static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column 
 int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
                              size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err)
 {
-    return append_columns(o, fields, cols, ncols, NULL, first, n, row_bytes, err);
+    return append_columns(o, fields, cols, ncols, NULL, first, n, row_bytes, true, err);
 }
 
 int sb_op_out_append_columns_at(sb_op_out *o, const sb_field *fields, const sb_column *cols,
                                 const size_t *firsts, size_t ncols, size_t n, size_t row_bytes,
                                 sb_err *err)
 {
-    return append_columns(o, fields, cols, ncols, firsts, 0, n, row_bytes, err);
+    return append_columns(o, fields, cols, ncols, firsts, 0, n, row_bytes, true, err);
 }
 
 int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err)
@@ -333,13 +336,57 @@ int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t
                           .list_size = c[i].list_size,
                           .nullable = c[i].nullable};
     }
-    rc = sb_op_out_append_columns(o, f, c, ncols, first, n, sb_batch_blob_len(in) / rows_in, err);
+    rc =
+        append_columns(o, f, c, ncols, NULL, first, n, sb_batch_blob_len(in) / rows_in, false, err);
 out:
     if (f != fstack)
         free(f);
     if (c != cstack)
         free(c);
     return rc;
+}
+
+int sb_op_out_append_runs(sb_op_out *o, const sb_batch *in, const size_t *first, const size_t *n,
+                          size_t nruns, sb_err *err)
+{
+    size_t rows_in = sb_batch_rows(in), ncols = sb_batch_ncols(in);
+    for (size_t i = 0; i < nruns; i++)
+        if (first[i] > rows_in || n[i] > rows_in - first[i])
+            return sb_err_set(err, "op output: rows [%zu, %zu) of a batch of %zu rows", first[i],
+                              first[i] + n[i], rows_in);
+    if (nruns == 0)
+        return 0;
+    if (ncols > 16) { /* wide batches: run by run */
+        for (size_t i = 0; i < nruns; i++)
+            if (sb_op_out_append_rows(o, in, first[i], n[i], err) != 0)
+                return -1;
+        return 0;
+    }
+    if (sb_op_out_set_schema_like(o, in, err) != 0)
+        return -1;
+    const sb_column *c[16];
+    for (size_t ci = 0; ci < ncols; ci++)
+        c[ci] = sb_batch_column(in, ci);
+    for (size_t i = 0; i < nruns; i++) {
+        if (n[i] == 0)
+            continue;
+        if (n[i] > 1) { /* cut at the target within the run, as append_rows does */
+            if (sb_op_out_append_rows(o, in, first[i], n[i], err) != 0)
+                return -1;
+            continue;
+        }
+        size_t rows0 = sb_batch_builder_rows(o->b);
+        for (size_t ci = 0; ci < ncols; ci++) {
+            if (copy_column(o, ci, c[ci], first[i], n[i], false, err) != 0) {
+                sb_batch_builder_truncate(o->b, rows0);
+                return sb_err_wrap(err, "op output: copying rows %zu..%zu", first[i],
+                                   first[i] + n[i]);
+            }
+        }
+        if (sb_op_out_rows_done(o, err) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 uint64_t sb_op_out_rows_emitted(const sb_op_out *o)

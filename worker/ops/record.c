@@ -18,7 +18,9 @@
  * column the input lacks is a data error naming the input's columns.
  *
  * Invalid JSON is an error naming the record's row index in the input partition and the
- * beginning of the record.
+ * beginning of the record. Records are validated once per task: after a filter in the same task
+ * (which passed on only records it scanned), filter and project find the members without
+ * checking the record again (sb_op_json_find).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -30,13 +32,20 @@
 #include "partition/rowjson.h"
 #include "worker/ops/json.h"
 
-/* Checks a record and scans it; -1 + err naming the record on invalid UTF-8 or JSON. */
+/* Checks a record and scans it; -1 + err naming the record on invalid UTF-8 or JSON. `valid`:
+ * the previous op of this task validated it (input_valid_json): only its members are found. */
 static int scan_record(const char *op, const sb_column *c, size_t row, const char *p, size_t n,
                        const sb_op_json_key *keys, size_t nkeys, sb_op_json_span *found,
-                       sb_op_json_type *top, sb_err *err)
+                       sb_op_json_type *top, bool valid, sb_err *err)
 {
     char msg[160], ex[64];
     size_t bad;
+    if (valid) {
+        sb_op_json_type t = sb_op_json_find(p, n, keys, nkeys, found);
+        if (top != NULL)
+            *top = t;
+        return 0;
+    }
     if (c->type == SB_TYPE_BINARY && !sb_utf8_valid(p, n, &bad)) {
         return sb_err_data(err, "%s: record %zu is not valid UTF-8 (byte %zu)", op, row, bad);
     }
@@ -65,6 +74,7 @@ typedef struct {
     size_t str_len;
     char *scratch; /* decoded string fields */
     size_t scratch_cap;
+    bool input_valid; /* the previous op validated every record (input_valid_json) */
 } filter_st;
 
 static void filter_free(void *state)
@@ -210,6 +220,10 @@ static int filter_match(filter_st *st, const sb_op_json_span *v, bool *keep, sb_
     return 0;
 }
 
+/* Kept runs waiting to be appended (appending them in batches keeps the per-call cost of the
+ * output off every kept record when the kept rows are scattered). */
+#define FILTER_RUNS 256
+
 static int filter_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                           sb_err *err)
 {
@@ -220,27 +234,38 @@ static int filter_process(void *state, const sb_batch *in, size_t first, size_t 
     if (sb_op_out_set_schema_like(out, in, err) != 0)
         return -1;
     const sb_column *c = sb_batch_column(in, (size_t)ci);
-    size_t run = first, end = first + n; /* kept rows [run, r) not yet appended */
+    size_t rs[FILTER_RUNS], rn[FILTER_RUNS], nruns = 0;
+    size_t run = first, end = first + n; /* kept rows [run, r) not yet in rs/rn */
     for (size_t r = first; r < end; r++) {
         bool keep = st->op == CMP_NE; /* a null row does not satisfy eq */
         if (sb_column_valid(c, r)) {
             size_t len;
             const char *p = sb_column_binary(c, r, &len);
             sb_op_json_span v;
-            if (scan_record("filter", c, r, p, len, &st->key, 1, &v, NULL, err) != 0)
+            if (scan_record("filter", c, r, p, len, &st->key, 1, &v, NULL, st->input_valid, err) !=
+                0)
                 return -1;
             if (filter_match(st, &v, &keep, err) != 0)
                 return -1;
         }
         if (!keep) {
-            if (r > run && sb_op_out_append_rows(out, in, run, r - run, err) != 0)
-                return -1;
+            if (r > run) {
+                rs[nruns] = run;
+                rn[nruns++] = r - run;
+                if (nruns == FILTER_RUNS) {
+                    if (sb_op_out_append_runs(out, in, rs, rn, nruns, err) != 0)
+                        return -1;
+                    nruns = 0;
+                }
+            }
             run = r + 1;
         }
     }
-    if (end > run && sb_op_out_append_rows(out, in, run, end - run, err) != 0)
-        return -1;
-    return 0;
+    if (end > run) {
+        rs[nruns] = run;
+        rn[nruns++] = end - run;
+    }
+    return sb_op_out_append_runs(out, in, rs, rn, nruns, err);
 }
 
 static int no_finish(void *state, sb_op_out *out, sb_err *err)
@@ -251,12 +276,19 @@ static int no_finish(void *state, sb_op_out *out, sb_err *err)
     return 0;
 }
 
+static void filter_input_valid(void *state)
+{
+    ((filter_st *)state)->input_valid = true;
+}
+
 const sb_op_impl sb_op_filter_impl = {
     .name = "filter",
     .init = filter_init,
     .process = filter_process,
     .finish = no_finish,
     .free = filter_free,
+    .emits_valid_json = true, /* it passes on only records it scanned */
+    .input_valid_json = filter_input_valid,
 };
 
 /* ---- project --------------------------------------------------------------------------- */
@@ -270,6 +302,7 @@ typedef struct {
     size_t enc_total;
     char *buf; /* the output record */
     size_t cap;
+    bool input_valid; /* the previous op validated every record (input_valid_json) */
 } project_st;
 
 static void project_free(void *state)
@@ -415,7 +448,8 @@ static int project_process(void *state, const sb_batch *in, size_t first, size_t
         size_t len;
         const char *p = sb_column_binary(c, r, &len);
         sb_op_json_type top;
-        if (scan_record("project", c, r, p, len, st->keys, st->n, st->found, &top, err) != 0)
+        if (scan_record("project", c, r, p, len, st->keys, st->n, st->found, &top, st->input_valid,
+                        err) != 0)
             return -1;
         if (top != SB_OP_JSON_OBJECT) {
             char ex[64];
@@ -449,10 +483,16 @@ static int project_process(void *state, const sb_batch *in, size_t first, size_t
     return 0;
 }
 
+static void project_input_valid(void *state)
+{
+    ((project_st *)state)->input_valid = true;
+}
+
 const sb_op_impl sb_op_project_impl = {
     .name = "project",
     .init = project_init,
     .process = project_process,
     .finish = no_finish,
     .free = project_free,
+    .input_valid_json = project_input_valid,
 };
