@@ -58,8 +58,6 @@ typedef struct {
     uint32_t *op_running; /* static mode: running per op */
     char **releases;
     size_t nrel, caprel;
-    uint64_t spec_scan_ms; /* its last scan for a straggler to copy (spec_candidate) */
-    int spec_scanned;
     double *op_speed; /* per op: input bytes per ms of its successful tasks (EWMA); 0 unknown */
 } worker;
 
@@ -86,6 +84,8 @@ typedef struct {
     uint64_t next_index;
     uint64_t ok_ms_sum, ok_n;      /* successful attempts' durations by the scheduler's clock */
     uint64_t speculated, spec_won; /* copies started; copies that finished first */
+    uint64_t spec_scan_ms;         /* its last scan for a straggler to copy (spec_candidate) */
+    int spec_scanned;
 } op;
 
 struct sb_sched {
@@ -1024,20 +1024,21 @@ static int downstream_work(const sb_sched *s)
 
 static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
 {
-    worker *wk = &s->workers[w];
+    const worker *wk = &s->workers[w];
     size_t best = NONE;
     uint64_t best_over = 0;
-    /* the scan is over every task: at most one every SPEC_SCAN_MS per worker */
-    if (wk->spec_scanned && now_ms < wk->spec_scan_ms + SPEC_SCAN_MS)
-        return NONE;
-    wk->spec_scanned = 1;
-    wk->spec_scan_ms = now_ms;
     for (size_t k = 0; k + 1 < s->nops; k++) {
-        const op *o = &s->ops[k];
+        op *o = &s->ops[k];
         if (strcmp(o->pool, wk->pool) != 0 || o->qlen > 0 || o->flen > 0 || o->running == 0 ||
             o->ok_n < SPEC_MIN_DONE || (k > 0 && !op_finished(s, k - 1)) ||
             (s->mode == SB_MODE_STATIC && wk->op_running[k] >= wk->op_slots[k]))
             continue;
+        /* the scan is over every task: at most one per op every SPEC_SCAN_MS, however many
+         * workers are idle */
+        if (o->spec_scanned && now_ms < o->spec_scan_ms + SPEC_SCAN_MS)
+            continue;
+        o->spec_scanned = 1;
+        o->spec_scan_ms = now_ms;
         uint64_t mean = o->ok_ms_sum / o->ok_n;
         uint64_t bar = mean * SPEC_FACTOR > SPEC_MIN_MS ? mean * SPEC_FACTOR : SPEC_MIN_MS;
         for (size_t ti = 0; ti < s->ntasks; ti++) {
