@@ -771,7 +771,9 @@ static const sb_schema_field source_fields[] = {
      .type = SB_FT_BYTES,
      .flags = SB_F_MIN,
      .offset = offsetof(sb_source_spec, partition_size),
-     .min = 1,
+     /* a floor: below 1 KiB every record is its own split and task (a typo such as
+      * "64" for "64Mi" would turn one file into millions of tasks) */
+     .min = 1024,
      .def = "64Mi"},
     {.name = "credentialsSecret",
      .type = SB_FT_STRING,

@@ -140,10 +140,14 @@ static int check_range(sb_diags *d, const sb_schema_field *f, const sb_node *n, 
         else if (f->type == SB_FT_INT)
             sb_diags_add(d, path, n->line, n->col, "must be between %lld and %lld, got %lld",
                          (long long)f->min, (long long)f->max, (long long)v);
-        else if ((f->flags & SB_F_MIN) && f->min == 1 && v < 1)
+        else if ((f->flags & SB_F_MIN) && f->min >= 1 && v < 1)
             sb_diags_add(d, path, n->line, n->col, "must be greater than zero, got \"%s\"",
                          n->text);
-        else if ((f->flags & SB_F_MIN) && f->min == 0 && v < 0)
+        else if ((f->flags & SB_F_MIN) && f->type == SB_FT_BYTES && v < f->min) {
+            char q[64];
+            sb_diags_add(d, path, n->line, n->col, "must be at least %s (%lld bytes), got \"%s\"",
+                         sb_quantity_format_bytes(f->min, q, sizeof q), (long long)f->min, n->text);
+        } else if ((f->flags & SB_F_MIN) && f->min == 0 && v < 0)
             sb_diags_add(d, path, n->line, n->col, "must not be negative, got \"%s\"", n->text);
         else
             sb_diags_add(d, path, n->line, n->col, "\"%s\" is out of range", n->text);

@@ -148,6 +148,10 @@ static const invalid_case cases[] = {
      1,
      {"partition-size-zero.yaml:8:20: spec.source.partitionSize: must be greater than zero, got "
       "\"0\""}},
+    {"partition-size-tiny.yaml",
+     1,
+     {"partition-size-tiny.yaml:8:20: spec.source.partitionSize: must be at least 1Ki (1024 bytes), "
+      "got \"64\""}},
     {"pipeline-name-invalid.yaml",
      1,
      {"pipeline-name-invalid.yaml:4:9: metadata.name: \"My.Pipeline-\" is not a valid name: use at "
