@@ -2,7 +2,8 @@
 # Storage benchmarks (issue 10), run by `make bench` after the others; prints a markdown section.
 #   1. one 1 GiB jsonl object read from MinIO by the pipeline's source vs `curl` downloading the
 #      same object to /dev/null: the source alone (build/bench/bench_read: the controller's split
-#      plan read by the worker's reader on 2 threads) and a whole `streambatch run` (a filter that
+#      plan read by the worker's reader on 2 threads, into the 1 MiB in-place partitions a worker
+#      hands its op chain) and a whole `streambatch run` (a filter that
 #      keeps nothing, so the read and the filter's JSON scan are all the work)
 #   2. an s3 -> s3 filter+project pipeline vs the same pipeline file -> file, same data
 # Every pair is measured back to back in this run, ROUNDS times (default 3); medians and the
@@ -74,7 +75,7 @@ pipeline fileetl "file://$work/in16/" "file://$work/out-file/" "$etl"
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>"$work/last.err" || { cat "$work/last.err" >&2; return 1; }; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
 run() { secs "$bin/streambatch" run "$work/$1.yaml" --cpus 2; }
 benchbin=${SB_BUILD_DIR:-$top/build}/bench/bench_read
-src() { local out; out=$("$benchbin" "$1" jsonl $((64 << 20)) 2) || return 1; sed -n 's/.* seconds=\([0-9.]*\) .*/\1/p' <<<"$out"; }
+src() { local out; out=$("$benchbin" "$1" jsonl $((64 << 20)) 2 $((1 << 20))) || return 1; sed -n 's/.* seconds=\([0-9.]*\) .*/\1/p' <<<"$out"; }
 declare -a curl_t src_t srcf_t read_t readf_t s3_t file_t
 for r in $(seq "$rounds"); do
   curl_t+=("$(secs s3curl -o /dev/null "$AWS_ENDPOINT_URL/bench/one/big.jsonl")")
@@ -100,7 +101,7 @@ jsonl (~200-byte records).
 | Benchmark | median s (range) | GB/s | ratio |
 |---|---|---|---|
 | curl GET of the object to /dev/null | $(printf '%.2f' "$mc") ($(range "${curl_t[@]}")) | $(gbs "$mc") | 1.00 |
-| the source alone (bench_read, 2 threads): s3, ranged splits of 64 MiB | $(printf '%.2f' "$msr") ($(range "${src_t[@]}")) | $(gbs "$msr") | $(echo "$mc / $msr" | bc -l | xargs printf '%.2f') of curl |
+| the source alone (bench_read, 2 threads, 1 MiB partitions as a worker builds them): s3, ranged splits of 64 MiB | $(printf '%.2f' "$msr") ($(range "${src_t[@]}")) | $(gbs "$msr") | $(echo "$mc / $msr" | bc -l | xargs printf '%.2f') of curl |
 | the source alone on the local file (page cache warm) | $(printf '%.2f' "$msf") ($(range "${srcf_t[@]}")) | $(gbs "$msf") | $(echo "$mc / $msf" | bc -l | xargs printf '%.2f') of curl |
 | \`streambatch run\`: s3 source (ranged splits of 64 MiB) -> filter keeping nothing | $(printf '%.2f' "$mr") ($(range "${read_t[@]}")) | $(gbs "$mr") | $(echo "$mc / $mr" | bc -l | xargs printf '%.2f') of curl |
 | the same pipeline on the local file (page cache warm) | $(printf '%.2f' "$mrf") ($(range "${readf_t[@]}")) | $(gbs "$mrf") | s3 source at $(echo "$mrf / $mr" | bc -l | xargs printf '%.2f') of file |

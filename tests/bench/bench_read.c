@@ -1,6 +1,6 @@
 /* bench_read — a pipeline source's read path alone, for scripts/bench-storage.sh.
  *
- *   bench_read URI FORMAT PARTITION_BYTES THREADS
+ *   bench_read URI FORMAT PARTITION_BYTES THREADS [CHUNK_BYTES]
  *
  * Plans the source's splits exactly as the controller does (sb_io_plan_splits) and reads them
  * with the worker's reader (sb_io_read_split: ranged streamed reads through the storage layer,
@@ -32,6 +32,7 @@ typedef struct {
     size_t n;
     sb_format fmt;
     size_t target;
+    size_t chunk; /* 0: sealed partitions of `target` (sb_io_read_split) */
     atomic_size_t next;
     atomic_uint_fast64_t rows;
     atomic_int failed;
@@ -54,7 +55,11 @@ static void *worker(void *arg)
         if (i >= j->n || atomic_load(&j->failed))
             return NULL;
         sb_err err = {0};
-        if (sb_io_read_split(&j->splits[i], j->fmt, NULL, j->target, discard, j, &err) != 0) {
+        int rc = j->chunk ? sb_io_read_splits_chunked(&j->splits[i], 1, j->fmt, NULL, j->target,
+                                                      j->chunk, discard, j, &err)
+                          : sb_io_read_split(&j->splits[i], j->fmt, NULL, j->target, discard, j,
+                                             &err);
+        if (rc != 0) {
             fprintf(stderr, "bench_read: %s\n", err.msg);
             atomic_store(&j->failed, 1);
             return NULL;
@@ -79,8 +84,8 @@ static double cpu(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: bench_read URI FORMAT PARTITION_BYTES THREADS\n");
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: bench_read URI FORMAT PARTITION_BYTES THREADS [CHUNK_BYTES]\n");
         return 2;
     }
     int fmt = -1;
@@ -93,13 +98,14 @@ int main(int argc, char **argv)
     }
     long long psize = atoll(argv[3]);
     int threads = atoi(argv[4]);
-    if (psize <= 0 || threads <= 0 || threads > 64) {
+    long long chunk = argc == 6 ? atoll(argv[5]) : 0;
+    if (psize <= 0 || threads <= 0 || threads > 64 || chunk < 0) {
         fprintf(stderr, "bench_read: bad partition size or thread count\n");
         return 2;
     }
     sb_rpc_tune_malloc(0); /* as the worker process does */
     sb_source_spec src = {.uri = argv[1], .format = (sb_format)fmt, .partition_size = psize};
-    job j = {.fmt = (sb_format)fmt, .target = (size_t)psize};
+    job j = {.fmt = (sb_format)fmt, .target = (size_t)psize, .chunk = (size_t)chunk};
     sb_err err = {0};
     double t0 = now(), c0 = cpu();
     if (sb_io_plan_splits(&src, &j.splits, &j.n, &err) != 0) {
