@@ -1425,9 +1425,9 @@ Test(exec, an_extra_delimiter_is_a_protocol_error)
     const char *prog = "import sys\n"
                        "for line in sys.stdin:\n"
                        "    if line == '\\x1e\\n':\n"
-                       "        print('\\x1e'); print('\\x1e', flush=True)\n"
+                       "        sys.stdout.write('\\x1e\\n\\x1e\\n'); sys.stdout.flush()\n"
                        "    else:\n"
-                       "        print(line, end='')\n";
+                       "        sys.stdout.write(line)\n";
     const char *recs[] = {"1", "2", "3"};
     char *args = py_args(prog, "\"mode\":\"batches\",\"batchSize\":1");
     coll c = {0};
