@@ -43,17 +43,24 @@ static int src_open(src *s, uint64_t from, uint64_t to, sb_err *err)
     return 0;
 }
 
+/* Opens the next range after the one read to its end (to finish a split's last line): each
+ * extension four times the last, up to 64 MiB. */
+static int src_more(src *s, sb_err *err)
+{
+    if (src_open(s, s->pos, s->pos + s->ext, err) != 0)
+        return -1;
+    if (s->ext < ((uint64_t)64 << 20))
+        s->ext *= 4;
+    return 0;
+}
+
 /* Reads exactly n bytes at s->pos (n <= size - pos): the count, or -1 + err. */
 static ssize_t src_read(src *s, void *buf, size_t n, sb_err *err)
 {
     size_t got = 0;
     while (got < n) {
-        if (s->pos == s->lim) {
-            if (src_open(s, s->pos, s->pos + s->ext, err) != 0)
-                return -1;
-            if (s->ext < ((uint64_t)64 << 20))
-                s->ext *= 4;
-        }
+        if (s->pos == s->lim && src_more(s, err) != 0)
+            return -1;
         size_t want = n - got;
         if (want > s->lim - s->pos)
             want = (size_t)(s->lim - s->pos);
@@ -285,31 +292,135 @@ static int add_lines(rd *r, const char *seg, size_t n, uint64_t off, sb_err *err
     return 0;
 }
 
-static int read_lines(rd *r, sb_err *err)
+/* Where a split's line reading stands (text, jsonl, csv); offsets are the file's. Shared by
+ * the pull reader (read_lines_pull: the file's bytes read into our buffer) and the push reader
+ * (read_lines_push: the bytes handed over in the storage backend's buffers). */
+typedef struct {
+    bool skipping; /* before the first line this split owns */
+    bool bom_done;
+    bool done;     /* the split's data ended */
+    uint64_t base; /* file offset of the first byte not consumed yet */
+    uint64_t stop; /* our data ends at the first '\n' at or after stop */
+    uint64_t scanned; /* no '\n' in [stop, scanned) */
+} lines_st;
+
+static void lines_init(const rd *r, lines_st *st)
 {
     const sb_io_split *sp = r->sp;
+    st->skipping = sp->start > 0;
+    st->base = st->skipping ? sp->start - 1 : 0;
+    st->stop = sp->end - 1;
+    st->scanned = st->stop;
+    st->bom_done = sp->start > 0 || (r->fmt != SB_FMT_JSONL && r->fmt != SB_FMT_CSV);
+    st->done = false;
+}
+
+/* Consumes what it can of buf[0..len), which starts at file offset st->base: skips to the first
+ * line the split owns, drops a byte order mark, appends whole lines up to the end of the split's
+ * data (the first '\n' at or after stop). *used: the bytes consumed; the rest (a line not yet
+ * complete) comes again with more bytes. eof: buf ends at the end of the file. */
+static int lines_step(rd *r, lines_st *st, const char *buf, size_t len, bool eof, size_t *used,
+                      sb_err *err)
+{
+    size_t at = 0;
+    *used = 0;
+    if (st->skipping) {
+        const char *nl = memchr(buf, '\n', len);
+        if (nl == NULL) {
+            if (eof || st->base + len >= st->stop)
+                st->done = true; /* no line starts in [start, end) */
+            st->base += len;
+            *used = len;
+            return 0;
+        }
+        at = (size_t)(nl - buf) + 1;
+        st->base += at;
+        st->skipping = false;
+        if (st->base >= r->sp->end) {
+            st->done = true; /* the next line starts at or after end: not ours */
+            *used = at;
+            return 0;
+        }
+    }
+    if (!st->bom_done) {
+        if (len - at < 3 && !eof) {
+            *used = at; /* too few bytes to tell */
+            return 0;
+        }
+        if (len - at >= 3 && memcmp(buf + at, "\xEF\xBB\xBF", 3) == 0) {
+            at += 3;
+            st->base += 3;
+        }
+        st->bom_done = true;
+    }
+    const char *d = buf + at;
+    size_t n = len - at;
+    /* Does d hold the end of our data? */
+    size_t data = 0;
+    bool last = false;
+    uint64_t from = st->scanned > st->base ? st->scanned : st->base;
+    if (from < st->base + n) {
+        const char *nl = memchr(d + (from - st->base), '\n', (size_t)(st->base + n - from));
+        if (nl != NULL) {
+            data = (size_t)(nl - d) + 1;
+            last = true;
+        } else {
+            st->scanned = st->base + n;
+        }
+    }
+    if (!last && eof) {
+        data = n;
+        last = true;
+    }
+    if (last) {
+        st->done = true;
+        int rc = add_lines(r, d, data, st->base, err);
+        st->base += data;
+        *used = at + data;
+        return rc;
+    }
+    const char *lnl = n > 0 ? memrchr(d, '\n', n) : NULL;
+    if (lnl != NULL) {
+        size_t k = (size_t)(lnl - d) + 1;
+        if (add_lines(r, d, k, st->base, err) != 0)
+            return -1;
+        st->base += k;
+        at += k;
+    }
+    *used = at;
+    return 0;
+}
+
+static int too_long(const rd *r, uint64_t off, sb_err *err)
+{
+    return sb_err_data(err,
+                       "%.300s: byte offset %" PRIu64
+                       ": a record longer than %zu bytes (the limit is 4x "
+                       "partitionSize; set the source's args.maxRecordSize to raise it)",
+                       r->sp->path, off, r->max_record);
+}
+
+/* The pull reader: large reads into a buffer of our own. */
+static int read_lines_pull(rd *r, sb_err *err)
+{
+    const sb_io_split *sp = r->sp;
+    lines_st st;
+    lines_init(r, &st);
     size_t cap = SB_IO_BUF_SIZE;
-    uint64_t span = sp->file_size - (sp->start > 0 ? sp->start - 1 : 0);
+    uint64_t span = sp->file_size - st.base;
     if (span < cap)
         cap = (size_t)span; /* small splits: no 4 MiB buffer (span >= 1: start < file_size) */
+    if (cap > r->max_record)
+        cap = r->max_record; /* else a limit below 4 MiB would not hold */
     char *buf = malloc(cap);
     if (buf == NULL)
         return sb_err_set(err, "reading %.300s: out of memory for the read buffer", sp->path);
     int rc = 0;
-    bool skipping = sp->start > 0;
-    uint64_t base = skipping ? sp->start - 1 : 0; /* file offset of buf[0] */
-    size_t len = 0;
-    const uint64_t stop = sp->end - 1; /* our data ends at the first '\n' at or after stop */
-    uint64_t scanned = stop;           /* no '\n' in [stop, scanned) */
-    bool bom_done = sp->start > 0 || (r->fmt != SB_FMT_JSONL && r->fmt != SB_FMT_CSV);
+    size_t len = 0; /* buf[0] is at file offset st.base */
     for (;;) {
-        if (len == cap && base + len < sp->file_size) {
+        if (len == cap && st.base + len < sp->file_size) {
             if (cap >= r->max_record) {
-                rc = sb_err_data(err,
-                                 "%.300s: byte offset %" PRIu64
-                                 ": a record longer than %zu bytes (the limit is 4x "
-                                 "partitionSize; set the source's args.maxRecordSize to raise it)",
-                                 sp->path, base, r->max_record);
+                rc = too_long(r, st.base, err);
                 break;
             }
             size_t ncap = cap * 2 > r->max_record ? r->max_record : cap * 2;
@@ -323,7 +434,7 @@ static int read_lines(rd *r, sb_err *err)
             cap = ncap;
         }
         /* Never read past the planned size: the file must not change under a plan. */
-        uint64_t avail = sp->file_size - (base + len);
+        uint64_t avail = sp->file_size - (st.base + len);
         size_t want = cap - len < avail ? cap - len : (size_t)avail;
         if (want > 0) {
             if (src_read(r->in, buf + len, want, err) < 0) {
@@ -332,65 +443,135 @@ static int read_lines(rd *r, sb_err *err)
             }
             len += want;
         }
-        bool eof = base + len == sp->file_size;
-        if (skipping) {
-            char *nl = memchr(buf, '\n', len);
-            if (nl == NULL) {
-                if (eof || base + len >= stop)
-                    break; /* no line starts in [start, end) */
-                base += len;
-                len = 0;
-                continue;
-            }
-            size_t k = (size_t)(nl - buf) + 1;
-            memmove(buf, buf + k, len - k);
-            base += k;
-            len -= k;
-            skipping = false;
-            if (base >= sp->end)
-                break; /* the next line starts at or after end: not ours */
-        }
-        if (!bom_done && len >= 3) {
-            if (memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
-                memmove(buf, buf + 3, len - 3);
-                base += 3;
-                len -= 3;
-            }
-            bom_done = true;
-        }
-        /* Does the buffer hold the end of our data (the first '\n' at or after stop)? */
-        size_t data = 0;
-        bool last = false;
-        uint64_t from = scanned > base ? scanned : base;
-        if (from < base + len) {
-            char *nl = memchr(buf + (from - base), '\n', (size_t)(base + len - from));
-            if (nl != NULL) {
-                data = (size_t)(nl - buf) + 1;
-                last = true;
-            } else {
-                scanned = base + len;
-            }
-        }
-        if (!last && eof) {
-            data = len;
-            last = true;
-        }
-        if (last) {
-            rc = add_lines(r, buf, data, base, err);
+        size_t used;
+        if ((rc = lines_step(r, &st, buf, len, st.base + len == sp->file_size, &used, err)) != 0 ||
+            st.done)
             break;
-        }
-        const char *lnl = memrchr(buf, '\n', len);
-        if (lnl != NULL) {
-            size_t k = (size_t)(lnl - buf) + 1;
-            if ((rc = add_lines(r, buf, k, base, err)) != 0)
-                break;
-            memmove(buf, buf + k, len - k);
-            base += k;
-            len -= k;
-        }
+        memmove(buf, buf + used, len - used);
+        len -= used;
     }
     free(buf);
     return rc;
+}
+
+/* The push reader: the storage backend hands its own buffers to on_push; whole lines are taken
+ * from there, and only a line cut by a buffer's end is gathered in `carry`. */
+typedef struct {
+    rd *r;
+    lines_st st;
+    char *carry;
+    size_t clen, ccap;
+    int rc;
+    sb_err *err;
+} push_ctx;
+
+/* Adds p[0..n) to the carry; -1 + err when the line it holds grows past the record limit (the
+ * pull reader's rule: a line whose first max_record bytes hold no '\n', with more bytes after). */
+static int carry_add(push_ctx *c, const char *p, size_t n, bool complete, bool eof)
+{
+    rd *r = c->r;
+    size_t need = c->clen + n;
+    if (need > r->max_record || (need == r->max_record && !complete && !eof))
+        return too_long(r, c->st.base, c->err);
+    if (need > c->ccap) {
+        size_t ncap = c->ccap ? c->ccap : 64u << 10;
+        while (ncap < need)
+            ncap *= 2;
+        char *nb = realloc(c->carry, ncap);
+        if (nb == NULL)
+            return sb_err_set(c->err, "reading %.300s: out of memory for a %zu-byte line buffer",
+                              r->sp->path, ncap);
+        c->carry = nb;
+        c->ccap = ncap;
+    }
+    memcpy(c->carry + c->clen, p, n);
+    c->clen = need;
+    return 0;
+}
+
+static int on_push(void *ud, const char *p, size_t n)
+{
+    push_ctx *c = ud;
+    rd *r = c->r;
+    r->in->pos += n;
+    bool eof_after = r->in->pos == r->sp->file_size; /* p ends at the end of the file */
+    size_t used;
+    /* A line begun in an earlier buffer: complete it there first (and whatever else the carry
+     * cannot give up yet, e.g. a byte order mark still too short to tell). */
+    while (c->clen > 0 && n > 0) {
+        const char *nl = memchr(p, '\n', n);
+        size_t k = nl != NULL ? (size_t)(nl - p) + 1 : n;
+        if (carry_add(c, p, k, nl != NULL, eof_after && k == n) != 0)
+            goto fail;
+        p += k;
+        n -= k;
+        if (nl == NULL && !(eof_after && n == 0))
+            return 0; /* still no end of line */
+        if (lines_step(r, &c->st, c->carry, c->clen, eof_after && n == 0, &used, c->err) != 0)
+            goto fail;
+        if (c->st.done)
+            return 1;
+        memmove(c->carry, c->carry + used, c->clen - used);
+        c->clen -= used;
+    }
+    if (n == 0)
+        return 0;
+    if (lines_step(r, &c->st, p, n, eof_after, &used, c->err) != 0)
+        goto fail;
+    if (c->st.done)
+        return 1;
+    if (used < n && carry_add(c, p + used, n - used, false, eof_after) != 0)
+        goto fail;
+    return 0;
+fail:
+    c->rc = -1;
+    return 1;
+}
+
+static int read_lines_push(rd *r, sb_err *err)
+{
+    push_ctx c = {.r = r, .err = err};
+    lines_init(r, &c.st);
+    int rc = 0;
+    while (!c.st.done) {
+        if (r->in->pos == r->in->lim) {
+            if (r->in->pos == r->sp->file_size) {
+                /* every byte pushed and the data did not end: cannot happen (eof ends it) */
+                rc = sb_err_set(err, "reading %.300s: the read ended before its data",
+                                r->sp->path);
+                break;
+            }
+            if (src_more(r->in, err) != 0) {
+                rc = -1;
+                break;
+            }
+        }
+        int k = sb_io_read_push(r->in->h, on_push, &c, err);
+        if (c.rc != 0 || k < 0) {
+            rc = -1;
+            break;
+        }
+        if (k == 1 && !c.st.done) {
+            rc = sb_err_set(err, "reading %.300s: the read stopped early", r->sp->path);
+            break;
+        }
+        if (k == 0 && r->in->pos != r->in->lim) {
+            rc = sb_err_set(err,
+                            "reading %.300s: object ends at byte offset %" PRIu64
+                            ", planned size %" PRIu64 " (it changed since planning)",
+                            r->sp->path, r->in->pos, r->sp->file_size);
+            break;
+        }
+    }
+    free(c.carry);
+    return rc;
+}
+
+static int read_lines(rd *r, sb_err *err)
+{
+    if (sb_io_read_can_push(r->in->h) && getenv("SB_IO_NO_PUSH") == NULL)
+        return read_lines_push(r, err);
+    return read_lines_pull(r, err);
 }
 
 static int read_binary(rd *r, uint64_t rs, sb_err *err)

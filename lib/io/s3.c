@@ -510,6 +510,9 @@ typedef struct {
     size_t cap, head, tail;
     char *dst; /* the caller's buffer while s3_read waits with an empty ring: bytes go there */
     size_t dst_cap, dst_len;
+    sb_io_push_fn push; /* while s3_read_push runs a transfer: bytes go there, uncopied */
+    void *push_ud;
+    int push_stopped; /* push returned nonzero: the transfer was ended on purpose */
     int paused, done, attempt;
     CURLcode result;
     long status;
@@ -527,6 +530,15 @@ static size_t rd_cb(char *p, size_t sz, size_t nm, void *ud)
         return body_cb(p, sz, nm, &r->ebody);
     if (r->pos + r->dst_len + (r->tail - r->head) + n > r->end)
         return 0; /* more than asked: fails the transfer */
+    if (r->push != NULL) {
+        /* the consumer takes the bytes from curl's buffer: no copy here */
+        r->pos += n;
+        if (r->push(r->push_ud, p, n) != 0) {
+            r->push_stopped = 1;
+            return 0; /* ends the transfer (the handle is spent) */
+        }
+        return n;
+    }
     size_t total = n;
     if (r->dst != NULL && r->dst_len < r->dst_cap) {
         /* the ring is empty and the caller waits: one copy instead of two */
@@ -589,8 +601,14 @@ static int rd_start(rd *r, sb_err *err)
     free(url);
     curl_easy_setopt(r->e, CURLOPT_WRITEFUNCTION, rd_cb);
     curl_easy_setopt(r->e, CURLOPT_WRITEDATA, r);
-    /* large receive chunks: one callback (and one recv) per 512 KiB instead of per 16 KiB */
-    curl_easy_setopt(r->e, CURLOPT_BUFFERSIZE, 512L * 1024);
+    /* large receive chunks: one callback (and one recv) per 512 KiB instead of per 16 KiB;
+     * SB_S3_RECV_BUFFER (bytes, 1024..) sets it otherwise, which tests use to cut the bytes into
+     * many small pieces */
+    long rb = 512L * 1024;
+    const char *rbs = getenv("SB_S3_RECV_BUFFER");
+    if (rbs != NULL && atol(rbs) >= 1024)
+        rb = atol(rbs);
+    curl_easy_setopt(r->e, CURLOPT_BUFFERSIZE, rb);
     r->status = 0;
     r->done = 0;
     r->paused = 0;
@@ -598,6 +616,58 @@ static int rd_start(rd *r, sb_err *err)
     resp_free(&r->ebody);
     curl_multi_add_handle(r->m, r->e);
     return 0;
+}
+
+/* The transfer finished short of the range's end (the ring drained): a transient failure is
+ * retried (the next rd_start resumes at pos) and 0 returned; anything else is -1 + err. */
+static int rd_ended(rd *r, sb_err *err)
+{
+    long st = r->status;
+    CURLcode cc = r->result;
+    int transient = cc != CURLE_OK ? sb_io_retry_curl((int)cc) : sb_io_retry_status(st);
+    if (cc == CURLE_OK && (st == 206 || st == 200)) {
+        rd_stop(r);
+        return sb_err_set(err,
+                          "\"%.200s\": object changed since planning: the body ended at "
+                          "byte %" PRIu64 ", expected %" PRIu64,
+                          r->uri, r->pos, r->end);
+    }
+    if (transient && r->attempt + 1 < sb_io_retry_attempts()) {
+        r->attempt++;
+        rd_stop(r);
+        sb_io_retry_sleep(r->attempt);
+        return 0;
+    }
+    if (cc != CURLE_OK) {
+        sb_err_set(err, "\"%.200s\": GET at byte %" PRIu64 ": %s%s%s", r->uri, r->pos,
+                   curl_easy_strerror(cc), r->errbuf[0] ? ": " : "", r->errbuf);
+    } else if (st == 416) {
+        sb_err_set(err,
+                   "\"%.200s\": object changed since planning: it is shorter than %" PRIu64
+                   " bytes",
+                   r->uri, r->end);
+    } else {
+        r->ebody.status = st;
+        s3_fail(r->uri, "GET", &r->ebody, err);
+    }
+    rd_stop(r);
+    return -1;
+}
+
+/* Runs the transfer until it has handed something over, finished, or waited a while. */
+static void rd_step(rd *r)
+{
+    int running = 0;
+    curl_multi_perform(r->m, &running);
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(r->m, &left)) != NULL) {
+        if (msg->msg == CURLMSG_DONE && msg->easy_handle == r->e) {
+            r->done = 1;
+            r->result = msg->data.result;
+            curl_easy_getinfo(r->e, CURLINFO_RESPONSE_CODE, &r->status);
+        }
+    }
 }
 
 static ssize_t s3_read(sb_io_rd *base, void *buf, size_t n, sb_err *err)
@@ -620,37 +690,9 @@ static ssize_t s3_read(sb_io_rd *base, void *buf, size_t n, sb_err *err)
                 return -1;
         }
         if (r->done) {
-            /* finished and drained, short of end */
-            long st = r->status;
-            CURLcode cc = r->result;
-            int transient = cc != CURLE_OK ? sb_io_retry_curl((int)cc) : sb_io_retry_status(st);
-            if (cc == CURLE_OK && (st == 206 || st == 200)) {
-                rd_stop(r);
-                return sb_err_set(err,
-                                  "\"%.200s\": object changed since planning: the body ended at "
-                                  "byte %" PRIu64 ", expected %" PRIu64,
-                                  r->uri, r->pos, r->end);
-            }
-            if (transient && r->attempt + 1 < sb_io_retry_attempts()) {
-                r->attempt++;
-                rd_stop(r);
-                sb_io_retry_sleep(r->attempt);
-                continue;
-            }
-            if (cc != CURLE_OK) {
-                sb_err_set(err, "\"%.200s\": GET at byte %" PRIu64 ": %s%s%s", r->uri, r->pos,
-                           curl_easy_strerror(cc), r->errbuf[0] ? ": " : "", r->errbuf);
-            } else if (st == 416) {
-                sb_err_set(err,
-                           "\"%.200s\": object changed since planning: it is shorter than %" PRIu64
-                           " bytes",
-                           r->uri, r->end);
-            } else {
-                r->ebody.status = st;
-                s3_fail(r->uri, "GET", &r->ebody, err);
-            }
-            rd_stop(r);
-            return -1;
+            if (rd_ended(r, err) != 0)
+                return -1;
+            continue; /* retried */
         }
         /* the ring is empty: the transfer writes straight into the caller's buffer */
         r->dst = buf;
@@ -661,17 +703,7 @@ static ssize_t s3_read(sb_io_rd *base, void *buf, size_t n, sb_err *err)
             r->paused = 0;
             curl_easy_pause(r->e, CURLPAUSE_CONT); /* may deliver data at once */
         } else {
-            int running = 0;
-            curl_multi_perform(r->m, &running);
-            CURLMsg *msg;
-            int left;
-            while ((msg = curl_multi_info_read(r->m, &left)) != NULL) {
-                if (msg->msg == CURLMSG_DONE && msg->easy_handle == r->e) {
-                    r->done = 1;
-                    r->result = msg->data.result;
-                    curl_easy_getinfo(r->e, CURLINFO_RESPONSE_CODE, &r->status);
-                }
-            }
+            rd_step(r);
         }
         size_t got = r->dst_len;
         r->dst = NULL;
@@ -683,6 +715,52 @@ static ssize_t s3_read(sb_io_rd *base, void *buf, size_t n, sb_err *err)
             return (ssize_t)got;
         }
         if (!r->done && r->tail == r->head && !r->paused)
+            curl_multi_poll(r->m, NULL, 0, 1000, NULL);
+    }
+}
+
+static int s3_read_push(sb_io_rd *base, sb_io_push_fn fn, void *ud, sb_err *err)
+{
+    rd *r = (rd *)base;
+    if (r->head < r->tail) { /* bytes a pull read left in the ring go first */
+        size_t k = r->tail - r->head;
+        const char *p = r->buf + r->head;
+        r->head = r->tail = 0;
+        r->pos += k;
+        if (fn(ud, p, k) != 0) {
+            rd_stop(r);
+            return 1;
+        }
+    }
+    for (;;) {
+        if (r->pos == r->end) {
+            rd_stop(r);
+            return 0;
+        }
+        if (r->e == NULL && rd_start(r, err) != 0)
+            return -1;
+        if (r->done) {
+            if (rd_ended(r, err) != 0)
+                return -1;
+            continue; /* retried */
+        }
+        uint64_t before = r->pos;
+        r->push = fn;
+        r->push_ud = ud;
+        if (r->paused) { /* paused by an earlier pull read: its chunk comes again, to fn */
+            r->paused = 0;
+            curl_easy_pause(r->e, CURLPAUSE_CONT);
+        } else {
+            rd_step(r);
+        }
+        r->push = NULL;
+        if (r->push_stopped) {
+            rd_stop(r);
+            return 1;
+        }
+        if (r->pos > before)
+            r->attempt = 0; /* progress: the retry budget starts again */
+        else if (!r->done)
             curl_multi_poll(r->m, NULL, 0, 1000, NULL);
     }
 }
@@ -1053,6 +1131,7 @@ const sb_io_backend sb_io_backend_s3 = {
     .read_open = s3_read_open,
     .read = s3_read,
     .read_close = s3_read_close,
+    .read_push = s3_read_push,
     .write_open = s3_write_open,
     .write = s3_write,
     .write_commit = s3_write_commit,

@@ -188,6 +188,18 @@ ssize_t sb_io_read_full(sb_io_rd *r, void *buf, size_t n, sb_err *err)
     return (ssize_t)got;
 }
 
+int sb_io_read_can_push(const sb_io_rd *r)
+{
+    return r != NULL && r->be->read_push != NULL;
+}
+
+int sb_io_read_push(sb_io_rd *r, sb_io_push_fn fn, void *ud, sb_err *err)
+{
+    if (!sb_io_read_can_push(r))
+        return sb_err_set(err, "read: this storage backend cannot push its bytes");
+    return r->be->read_push(r, fn, ud, err);
+}
+
 void sb_io_read_close(sb_io_rd *r)
 {
     if (r != NULL)

@@ -58,6 +58,10 @@ typedef struct sb_io_obj {
 typedef struct sb_io_rd sb_io_rd;
 typedef struct sb_io_wr sb_io_wr;
 
+/* Receives the next bytes p[0..n) of a pushed read (sb_io_read_push); p is the backend's own
+ * buffer, valid only during the call. 0 to go on; nonzero stops the read. */
+typedef int (*sb_io_push_fn)(void *ud, const char *p, size_t n);
+
 /* A backend: what store.c dispatches to. Every function follows the contract of the public
  * function of the same name below. `uri` is always of this backend's scheme. */
 typedef struct sb_io_backend {
@@ -67,6 +71,8 @@ typedef struct sb_io_backend {
     int (*read_open)(const char *uri, uint64_t off, uint64_t end, sb_io_rd **out, sb_err *err);
     ssize_t (*read)(sb_io_rd *r, void *buf, size_t n, sb_err *err);
     void (*read_close)(sb_io_rd *r);
+    /* optional: sb_io_read_push() (backends whose bytes arrive in their own buffers) */
+    int (*read_push)(sb_io_rd *r, sb_io_push_fn fn, void *ud, sb_err *err);
     int (*write_open)(const char *uri, sb_io_wr **out, sb_err *err);
     int (*write)(sb_io_wr *w, const void *buf, size_t n, sb_err *err);
     int (*write_commit)(sb_io_wr *w, sb_err *err);
@@ -120,6 +126,13 @@ ssize_t sb_io_read(sb_io_rd *r, void *buf, size_t n, sb_err *err);
 /* Reads exactly n bytes (fewer only at `end`): the count, or -1 + err. */
 ssize_t sb_io_read_full(sb_io_rd *r, void *buf, size_t n, sb_err *err);
 void sb_io_read_close(sb_io_rd *r);
+/* Nonzero when r can hand its bytes over in the backend's own buffers (s3: libcurl's receive
+ * buffer), which saves the copy into a caller's buffer that sb_io_read() makes. */
+int sb_io_read_can_push(const sb_io_rd *r);
+/* Hands the rest of r's range to fn in order, in pieces of the backend's choosing (with the same
+ * retries and checks as sb_io_read): 0 when the range is done, 1 when fn stopped the read (r is
+ * then spent: only sb_io_read_close), -1 + err. Only where sb_io_read_can_push(r). */
+int sb_io_read_push(sb_io_rd *r, sb_io_push_fn fn, void *ud, sb_err *err);
 
 int sb_io_write_open(const char *uri, sb_io_wr **out, sb_err *err);
 int sb_io_write(sb_io_wr *w, const void *buf, size_t n, sb_err *err);

@@ -3,7 +3,9 @@
  * PUT and multipart writes, abort and cleanup of multipart uploads, a server restart in the
  * middle of a read and of a write, and the error messages. Offline: the query encoding, the STS
  * response parsing, and web identity against a fake STS (libmicrohttpd) — not end to end with S3,
- * which needs an OpenID provider MinIO cannot have here. A missing MinIO binary fails the tests
+ * which needs an OpenID provider MinIO cannot have here. The reader's push path (s3 hands
+ * libcurl's buffers to the line reader) is checked against the pull path of the same bytes in a
+ * local file. A missing MinIO binary fails the tests
  * (`make deps` builds it). */
 #include <criterion/criterion.h>
 #include <microhttpd.h>
@@ -12,11 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../helpers/minio.h"
 #include "io/aws.h"
+#include "io/reader.h"
 #include "io/s3.h"
+#include "io/split.h"
 #include "io/store.h"
+#include "partition/partition.h"
 
 static sb_minio mn;
 
@@ -489,4 +495,291 @@ Test(s3, clear_errors)
     sb_io_s3_reset_config();
     cr_assert_eq(sb_io_stat("s3://bkt/x", &size, &ex, &err), -1);
     cr_assert(strstr(err.msg, "\"s3://bkt/x\"") && strstr(err.msg, "onnect"), "%s", err.msg);
+}
+
+/* ---- the line reader on s3 (pushed buffers) against the same bytes in a file (pulled) ---- */
+
+typedef struct {
+    char *buf; /* records, each followed by '\0' */
+    size_t len, cap, rows;
+} recs;
+
+static int keep_recs(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    recs *c = ud;
+    sb_batch *b;
+    sb_err e;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    const sb_column *col = sb_batch_column(b, 0);
+    for (uint64_t r = 0; r < rows; r++) {
+        size_t n;
+        const void *p = sb_column_binary(col, (size_t)r, &n);
+        if (c->len + n + 1 > c->cap) {
+            c->cap = (c->len + n + 1) * 2;
+            c->buf = realloc(c->buf, c->cap);
+            cr_assert_not_null(c->buf);
+        }
+        memcpy(c->buf + c->len, p, n);
+        c->len += n;
+        c->buf[c->len++] = '\0';
+        c->rows++;
+    }
+    sb_batch_close(b);
+    sb_part_free(blob);
+    return 0;
+}
+
+/* Reads the file cut at cuts[0..ncuts) (sorted, inside (0, size)) as splits of `uri`: every
+ * record in order, or the first error's message in *msg. */
+static int read_cut(const char *uri, uint64_t size, const uint64_t *cuts, size_t ncuts,
+                    sb_format fmt, const char *args, recs *out, char *msg, size_t msglen)
+{
+    uint64_t from = 0;
+    for (size_t i = 0; i <= ncuts; i++) {
+        uint64_t to = i < ncuts ? cuts[i] : size;
+        if (to <= from)
+            continue;
+        sb_io_split sp = {.path = (char *)uri, .start = from, .end = to, .file_size = size};
+        sb_err err = {0};
+        if (sb_io_read_split(&sp, fmt, args, 64 << 10, keep_recs, out, &err) != 0) {
+            snprintf(msg, msglen, "%s", err.msg);
+            return -1;
+        }
+        from = to;
+    }
+    return 0;
+}
+
+static uint64_t rnd(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Text with what line reading must get right: a byte order mark, blank and space-only lines,
+ * CRLF, lines from 0 bytes to ~20 KiB, multi-byte UTF-8, csv quoted fields with commas, doubled
+ * quotes (and line breaks when `multiline`: such a file is one split), and (unless `newline_at_end`) a last line without '\n'. */
+static char *lines_text(sb_format fmt, uint64_t seed, size_t target, bool newline_at_end,
+                        bool multiline, size_t *len)
+{
+    size_t cap = target + (64 << 10), n = 0;
+    char *t = malloc(cap);
+    cr_assert_not_null(t);
+    if (fmt != SB_FMT_TEXT)
+        n += (size_t)sprintf(t, "\xEF\xBB\xBF");
+    if (fmt == SB_FMT_CSV)
+        n += (size_t)sprintf(t + n, "id,name,note\n");
+    uint64_t x = seed | 1;
+    for (unsigned i = 0; n < target; i++) {
+        unsigned kind = (unsigned)(rnd(&x) % 10);
+        size_t pad = (size_t)(rnd(&x) % (kind == 0 ? 20000 : 300));
+        if (fmt == SB_FMT_CSV) {
+            n += (size_t)sprintf(t + n, "%u,\"n%u, \"\"q\"\"", i, i);
+            if (kind == 1 && multiline)
+                n += (size_t)sprintf(t + n, "\nsecond line");
+            n += (size_t)sprintf(t + n, "\",");
+            memset(t + n, 'c', pad);
+            n += pad;
+        } else if (kind == 2) {
+            n += (size_t)sprintf(t + n, "%s", fmt == SB_FMT_TEXT ? "" : "  \t");
+        } else {
+            n += (size_t)sprintf(t + n, "{\"i\":%u,\"s\":\"\xC3\xA9", i);
+            memset(t + n, 'x', pad);
+            n += pad;
+            n += (size_t)sprintf(t + n, "\"}");
+        }
+        n += (size_t)sprintf(t + n, "%s", kind == 3 ? "\r\n" : "\n");
+    }
+    if (!newline_at_end) {
+        n += (size_t)sprintf(t + n, fmt == SB_FMT_CSV ? "-1,\"%s\",x" : "{\"i\":-1,\"s\":\"%s\"}",
+                             "end");
+    }
+    *len = n;
+    return t;
+}
+
+static char *to_remove[32];
+static size_t n_remove;
+static void remove_files(void)
+{
+    for (size_t i = 0; i < n_remove; i++) {
+        unlink(to_remove[i]);
+        free(to_remove[i]);
+    }
+    n_remove = 0;
+}
+static void remove_at_exit(const char *path)
+{
+    if (n_remove == 0)
+        atexit(remove_files);
+    if (n_remove < sizeof to_remove / sizeof *to_remove)
+        to_remove[n_remove++] = strdup(path);
+}
+
+/* A path for a local copy, outside MinIO's directory (removed by the caller's TMPDIR). */
+static void local_path(char *path, size_t n, const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, n, "%s/sb-test-io-s3-%d-%s", tmp && *tmp ? tmp : "/tmp", (int)getpid(), name);
+}
+
+static void same_records(sb_format fmt, const char *args, const char *text, size_t len,
+                         const char *name, unsigned rounds)
+{
+    char path[512], uri[256];
+    local_path(path, sizeof path, name);
+    snprintf(uri, sizeof uri, "s3://bkt/lines/%s", name);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(text, 1, len, f), len);
+    fclose(f);
+    remove_at_exit(path);
+    sb_err err = {0};
+    sb_io_wr *w = NULL;
+    cr_assert_eq(sb_io_write_open(uri, &w, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_io_write(w, text, len, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_io_write_commit(w, &err), 0, "%s", err.msg);
+    uint64_t x = 0x5eed ^ len;
+    for (unsigned round = 0; round < rounds; round++) {
+        uint64_t cuts[40];
+        size_t nc = round == 0 ? 0 : 1 + (size_t)(rnd(&x) % 39);
+        for (size_t i = 0; i < nc; i++) {
+            /* near a line break or anywhere, including 1 and len - 1 */
+            uint64_t c = 1 + rnd(&x) % (len - 1);
+            const char *nl = memchr(text + c, '\n', len - c);
+            if (nl != NULL && rnd(&x) % 2)
+                c = (uint64_t)(nl - text) + (rnd(&x) % 3); /* at, after or past the '\n' */
+            cuts[i] = c < len ? c : len - 1;
+        }
+        for (size_t i = 1; i < nc; i++) /* insertion sort */
+            for (size_t j = i; j > 0 && cuts[j] < cuts[j - 1]; j--) {
+                uint64_t t = cuts[j];
+                cuts[j] = cuts[j - 1];
+                cuts[j - 1] = t;
+            }
+        recs a = {0}, b = {0};
+        char ea[1024] = "", eb[1024] = "";
+        int ra = read_cut(path, len, cuts, nc, fmt, args, &a, ea, sizeof ea);
+        int rb = read_cut(uri, len, cuts, nc, fmt, args, &b, eb, sizeof eb);
+        cr_assert_eq(ra, 0, "%s round %u: file: %s", name, round, ea);
+        cr_assert_eq(rb, 0, "%s round %u: s3: %s", name, round, eb);
+        cr_assert_gt(a.rows, 10);
+        cr_assert_eq(a.rows, b.rows, "%s round %u (%zu cuts): %zu records from the file, %zu from s3",
+                     name, round, nc, a.rows, b.rows);
+        cr_assert_eq(a.len, b.len);
+        cr_assert(memcmp(a.buf, b.buf, a.len) == 0, "%s round %u: records differ", name, round);
+        free(a.buf);
+        free(b.buf);
+    }
+}
+
+static void pushed_equals_pulled(const char *recv_buffer)
+{
+    if (recv_buffer != NULL)
+        setenv("SB_S3_RECV_BUFFER", recv_buffer, 1);
+    /* a multiline csv file is never cut (split.h): only its whole read is compared */
+    const sb_format fmts[] = {SB_FMT_JSONL, SB_FMT_TEXT, SB_FMT_CSV, SB_FMT_CSV};
+    const char *args[] = {NULL, NULL, "{\"header\": true}", "{\"header\": true, \"multiline\": true}"};
+    for (size_t i = 0; i < 4; i++)
+        for (int nl = 0; nl < 2; nl++) {
+            size_t len;
+            char *t = lines_text(fmts[i], 11 + i * 2 + (size_t)nl, 3 << 20, nl, i == 3, &len);
+            char name[64];
+            snprintf(name, sizeof name, "%s%s-%d-%s", sb_format_names[fmts[i]], i == 3 ? "-ml" : "",
+                     nl, recv_buffer ? recv_buffer : "default");
+            same_records(fmts[i], args[i], t, len, name, i == 3 ? 1 : 12);
+            free(t);
+        }
+    unsetenv("SB_S3_RECV_BUFFER");
+}
+
+Test(s3, pushed_line_reads_equal_file_reads)
+{
+    pushed_equals_pulled(NULL);
+}
+
+/* libcurl's buffer at its smallest (1 KiB): most lines cross buffers and are gathered */
+Test(s3, pushed_line_reads_equal_file_reads_in_small_pieces)
+{
+    pushed_equals_pulled("1024");
+}
+
+/* A line longer than the record limit fails alike, naming the same offset. */
+Test(s3, pushed_line_over_the_limit_fails_like_the_file)
+{
+    setenv("SB_S3_RECV_BUFFER", "1024", 1);
+    size_t len = (2 << 20) + 100;
+    char *t = malloc(len);
+    memset(t, 'a', len);
+    memcpy(t, "short\n", 6);
+    t[len - 1] = '\n';
+    char path[512];
+    local_path(path, sizeof path, "long.txt");
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(t, 1, len, f), len);
+    fclose(f);
+    remove_at_exit(path);
+    sb_err err = {0};
+    sb_io_wr *w = NULL;
+    cr_assert_eq(sb_io_write_open("s3://bkt/lines/long.txt", &w, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_io_write(w, t, len, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_io_write_commit(w, &err), 0, "%s", err.msg);
+    const char *args = "{\"maxRecordSize\": 1048576}";
+    recs a = {0}, b = {0};
+    char ea[1024] = "", eb[1024] = "";
+    cr_assert_eq(read_cut(path, len, NULL, 0, SB_FMT_TEXT, args, &a, ea, sizeof ea), -1);
+    cr_assert_eq(read_cut("s3://bkt/lines/long.txt", len, NULL, 0, SB_FMT_TEXT, args, &b, eb,
+                          sizeof eb),
+                 -1);
+    cr_assert(strstr(ea, "byte offset 6: a record longer than 1048576 bytes") != NULL, "%s", ea);
+    cr_assert(strstr(eb, "byte offset 6: a record longer than 1048576 bytes") != NULL, "%s", eb);
+    cr_assert_eq(a.rows, b.rows);
+    free(a.buf);
+    free(b.buf);
+    free(t);
+    unsetenv("SB_S3_RECV_BUFFER");
+}
+
+/* A pushed read across a server restart: the transfer is retried from the first byte not handed
+ * over, so every byte comes exactly once and in order. */
+typedef struct {
+    uint64_t pos;
+    int restarted;
+    pthread_t t;
+} push_check;
+
+static int check_pushed(void *ud, const char *p, size_t n)
+{
+    push_check *c = ud;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] != pat(c->pos + i, 4))
+            cr_assert_fail("byte %llu differs", (unsigned long long)(c->pos + i));
+    c->pos += n;
+    if (!c->restarted && c->pos > (4u << 20)) {
+        sb_minio_stop(&mn);
+        pthread_create(&c->t, NULL, restart_later, NULL);
+        c->restarted = 1;
+    }
+    return 0;
+}
+
+Test(s3, pushed_read_across_a_server_restart)
+{
+    const uint64_t sz = 24ull << 20;
+    write_obj("s3://bkt/p", sz, 4);
+    sb_err err = {0};
+    sb_io_rd *r;
+    cr_assert_eq(sb_io_read_open("s3://bkt/p", 0, sz, &r, &err), 0, "%s", err.msg);
+    cr_assert(sb_io_read_can_push(r));
+    push_check c = {0};
+    cr_assert_eq(sb_io_read_push(r, check_pushed, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.pos, sz);
+    cr_assert(c.restarted);
+    sb_io_read_close(r);
+    void *res;
+    pthread_join(c.t, &res);
+    cr_assert_null(res, "%s", (char *)res);
 }
