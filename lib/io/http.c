@@ -345,6 +345,9 @@ typedef struct {
     int retry_st;  /* a retryable status (5xx, 429) before any byte */
     sb_err fail;
     int attempt;
+    sb_io_push_fn push; /* while h_read_push runs: the body goes there, uncopied */
+    void *push_ud;
+    int push_stopped; /* push returned nonzero: the transfer was ended on purpose */
 } hrd;
 
 /* The status of the response, checked when its first body byte (or its end) arrives.
@@ -405,6 +408,19 @@ static size_t body_cb(char *p, size_t sz, size_t nm, void *ud)
     }
     uint64_t left = r->end - r->net;
     size_t take = len < left ? len : (size_t)left;
+    if (r->push != NULL) {
+        r->net += take;
+        r->pos += take;
+        if (r->push(r->push_ud, p, take) != 0) {
+            r->push_stopped = 1;
+            return 0;
+        }
+        if (take < len) {
+            r->enough = 1;
+            return 0;
+        }
+        return len;
+    }
     if (SB_HTTP_BUF - r->used < take) {
         if (r->rd > 0) { /* compact */
             memmove(r->buf, r->buf + r->rd, r->used - r->rd);
@@ -505,7 +521,8 @@ static int transfer_done(hrd *r, sb_err *err)
     return transfer_start(r, err) == 0 ? 1 : -1;
 }
 
-/* Runs the transfer until bytes are buffered or it is over. */
+/* Runs the transfer until bytes are buffered (or, pushing, handed over) or it is over: 0, or
+ * -1 + err; 1 when the push callback stopped it. */
 static int pump(hrd *r, sb_err *err)
 {
     while (r->rd == r->used && r->net < r->end) {
@@ -521,6 +538,8 @@ static int pump(hrd *r, sb_err *err)
         CURLMcode mc = curl_multi_perform(r->m, &running);
         if (mc != CURLM_OK)
             return sb_err_set(err, "\"%.200s\": %s", r->uri, curl_multi_strerror(mc));
+        if (r->push_stopped)
+            return 1;
         CURLMsg *msg;
         int q;
         while ((msg = curl_multi_info_read(r->m, &q)) != NULL) {
@@ -600,6 +619,32 @@ static ssize_t h_read(sb_io_rd *rr, void *buf, size_t n, sb_err *err)
     return (ssize_t)k;
 }
 
+static int h_read_push(sb_io_rd *rr, sb_io_push_fn fn, void *ud, sb_err *err)
+{
+    hrd *r = (hrd *)rr;
+    if (r->rd < r->used) { /* bytes buffered by the open (or a pull read) go first */
+        size_t k = r->used - r->rd;
+        const char *p = r->buf + r->rd;
+        r->rd = r->used = 0;
+        r->pos += k;
+        if (fn(ud, p, k) != 0) {
+            transfer_stop(r);
+            return 1;
+        }
+    }
+    if (r->pos >= r->end)
+        return 0;
+    r->push = fn;
+    r->push_ud = ud;
+    int rc = pump(r, err);
+    r->push = NULL;
+    if (rc == 1 || r->push_stopped) {
+        transfer_stop(r);
+        return 1;
+    }
+    return rc;
+}
+
 static void h_read_close(sb_io_rd *rr)
 {
     hrd *r = (hrd *)rr;
@@ -636,6 +681,7 @@ const sb_io_backend sb_io_backend_http = {
     .read_open = h_read_open,
     .read = h_read,
     .read_close = h_read_close,
+    .read_push = h_read_push,
     .write_open = h_write_open,
     .del = h_del,
     .cleanup = h_del,
