@@ -298,9 +298,9 @@ static int add_lines(rd *r, const char *seg, size_t n, uint64_t off, sb_err *err
 typedef struct {
     bool skipping; /* before the first line this split owns */
     bool bom_done;
-    bool done;     /* the split's data ended */
-    uint64_t base; /* file offset of the first byte not consumed yet */
-    uint64_t stop; /* our data ends at the first '\n' at or after stop */
+    bool done;        /* the split's data ended */
+    uint64_t base;    /* file offset of the first byte not consumed yet */
+    uint64_t stop;    /* our data ends at the first '\n' at or after stop */
     uint64_t scanned; /* no '\n' in [stop, scanned) */
 } lines_st;
 
@@ -537,8 +537,7 @@ static int read_lines_push(rd *r, sb_err *err)
         if (r->in->pos == r->in->lim) {
             if (r->in->pos == r->sp->file_size) {
                 /* every byte pushed and the data did not end: cannot happen (eof ends it) */
-                rc = sb_err_set(err, "reading %.300s: the read ended before its data",
-                                r->sp->path);
+                rc = sb_err_set(err, "reading %.300s: the read ended before its data", r->sp->path);
                 break;
             }
             if (src_more(r->in, err) != 0) {

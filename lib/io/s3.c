@@ -642,10 +642,9 @@ static int rd_ended(rd *r, sb_err *err)
         sb_err_set(err, "\"%.200s\": GET at byte %" PRIu64 ": %s%s%s", r->uri, r->pos,
                    curl_easy_strerror(cc), r->errbuf[0] ? ": " : "", r->errbuf);
     } else if (st == 416) {
-        sb_err_set(err,
-                   "\"%.200s\": object changed since planning: it is shorter than %" PRIu64
-                   " bytes",
-                   r->uri, r->end);
+        sb_err_set(
+            err, "\"%.200s\": object changed since planning: it is shorter than %" PRIu64 " bytes",
+            r->uri, r->end);
     } else {
         r->ebody.status = st;
         s3_fail(r->uri, "GET", &r->ebody, err);

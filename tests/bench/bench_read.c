@@ -55,10 +55,10 @@ static void *worker(void *arg)
         if (i >= j->n || atomic_load(&j->failed))
             return NULL;
         sb_err err = {0};
-        int rc = j->chunk ? sb_io_read_splits_chunked(&j->splits[i], 1, j->fmt, NULL, j->target,
-                                                      j->chunk, discard, j, &err)
-                          : sb_io_read_split(&j->splits[i], j->fmt, NULL, j->target, discard, j,
-                                             &err);
+        int rc = j->chunk
+                     ? sb_io_read_splits_chunked(&j->splits[i], 1, j->fmt, NULL, j->target,
+                                                 j->chunk, discard, j, &err)
+                     : sb_io_read_split(&j->splits[i], j->fmt, NULL, j->target, discard, j, &err);
         if (rc != 0) {
             fprintf(stderr, "bench_read: %s\n", err.msg);
             atomic_store(&j->failed, 1);

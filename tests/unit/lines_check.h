@@ -78,7 +78,8 @@ static uint64_t rnd(uint64_t *x)
 
 /* Text with what line reading must get right: a byte order mark, blank and space-only lines,
  * CRLF, lines from 0 bytes to ~20 KiB, multi-byte UTF-8, csv quoted fields with commas, doubled
- * quotes (and line breaks when `multiline`: such a file is one split), and (unless `newline_at_end`) a last line without '\n'. */
+ * quotes (and line breaks when `multiline`: such a file is one split), and (unless
+ * `newline_at_end`) a last line without '\n'. */
 static char *lines_text(sb_format fmt, uint64_t seed, size_t target, bool newline_at_end,
                         bool multiline, size_t *len)
 {
@@ -121,8 +122,7 @@ static char *lines_text(sb_format fmt, uint64_t seed, size_t target, bool newlin
 /* Reads text[0..len), stored at `path` and at `uri`, cut at random points (round 0: uncut) in
  * `rounds` rounds, and asserts both give the same records in the same order. */
 static void lines_check_same(sb_format fmt, const char *args, const char *text, size_t len,
-                             const char *path, const char *uri, const char *name,
-                             unsigned rounds)
+                             const char *path, const char *uri, const char *name, unsigned rounds)
 {
     uint64_t x = 0x5eed ^ len;
     for (unsigned round = 0; round < rounds; round++) {
@@ -149,8 +149,9 @@ static void lines_check_same(sb_format fmt, const char *args, const char *text, 
         cr_assert_eq(ra, 0, "%s round %u: file: %s", name, round, ea);
         cr_assert_eq(rb, 0, "%s round %u: %s: %s", name, round, uri, eb);
         cr_assert_gt(a.rows, 10);
-        cr_assert_eq(a.rows, b.rows, "%s round %u (%zu cuts): %zu records from the file, %zu from %s",
-                     name, round, nc, a.rows, b.rows, uri);
+        cr_assert_eq(a.rows, b.rows,
+                     "%s round %u (%zu cuts): %zu records from the file, %zu from %s", name, round,
+                     nc, a.rows, b.rows, uri);
         cr_assert_eq(a.len, b.len);
         cr_assert(memcmp(a.buf, b.buf, a.len) == 0, "%s round %u: records differ", name, round);
         free(a.buf);

@@ -547,7 +547,8 @@ static void pushed_equals_pulled(const char *recv_buffer)
         setenv("SB_S3_RECV_BUFFER", recv_buffer, 1);
     /* a multiline csv file is never cut (split.h): only its whole read is compared */
     const sb_format fmts[] = {SB_FMT_JSONL, SB_FMT_TEXT, SB_FMT_CSV, SB_FMT_CSV};
-    const char *args[] = {NULL, NULL, "{\"header\": true}", "{\"header\": true, \"multiline\": true}"};
+    const char *args[] = {NULL, NULL, "{\"header\": true}",
+                          "{\"header\": true, \"multiline\": true}"};
     for (size_t i = 0; i < 4; i++)
         for (int nl = 0; nl < 2; nl++) {
             size_t len;
@@ -597,9 +598,9 @@ Test(s3, pushed_line_over_the_limit_fails_like_the_file)
     recs a = {0}, b = {0};
     char ea[1024] = "", eb[1024] = "";
     cr_assert_eq(read_cut(path, len, NULL, 0, SB_FMT_TEXT, args, &a, ea, sizeof ea), -1);
-    cr_assert_eq(read_cut("s3://bkt/lines/long.txt", len, NULL, 0, SB_FMT_TEXT, args, &b, eb,
-                          sizeof eb),
-                 -1);
+    cr_assert_eq(
+        read_cut("s3://bkt/lines/long.txt", len, NULL, 0, SB_FMT_TEXT, args, &b, eb, sizeof eb),
+        -1);
     cr_assert(strstr(ea, "byte offset 6: a record longer than 1048576 bytes") != NULL, "%s", ea);
     cr_assert(strstr(eb, "byte offset 6: a record longer than 1048576 bytes") != NULL, "%s", eb);
     cr_assert_eq(a.rows, b.rows);

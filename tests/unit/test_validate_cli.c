@@ -150,7 +150,8 @@ static const invalid_case cases[] = {
       "\"0\""}},
     {"partition-size-tiny.yaml",
      1,
-     {"partition-size-tiny.yaml:8:20: spec.source.partitionSize: must be at least 1Ki (1024 bytes), "
+     {"partition-size-tiny.yaml:8:20: spec.source.partitionSize: must be at least 1Ki (1024 "
+      "bytes), "
       "got \"64\""}},
     {"pipeline-name-invalid.yaml",
      1,
