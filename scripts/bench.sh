@@ -174,6 +174,8 @@ echo "bench: many tiny files (scripts/bench-tiny.sh: grouped splits vs a task pe
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-tiny.sh >>"$out"
 echo "bench: ETL (scripts/bench-etl.sh: jsonl filter + project vs one C program doing the same)" >&2
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-etl.sh >>"$out"
+echo "bench: memory of the process tree (scripts/bench-memory.sh: peak Pss vs budget + 40 MiB/worker)" >&2
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-memory.sh >>"$out"
 echo "bench: controller under load (scripts/bench-ctl-load.sh: 1,000 and 10,000 simulated workers)" >&2
 scripts/bench-ctl-load.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
