@@ -43,6 +43,17 @@
  * SB_RPC_WAIT_FOR_READY makes a call wait (within its deadline) for a server that is not up yet
  * instead of failing UNAVAILABLE; sb_rpc_channel_wait_ready() waits for the connection itself.
  *
+ * SERVER LIMITS (against hostile peers; tests/integration/test_hostile.c measures them). gRPC
+ * checks the receive limit only once a whole message has arrived and opens its flow-control
+ * window for all of it, so each server has a gRPC memory quota of its own (its connections
+ * only; clients are not limited) of max_message_bytes + 16 MiB: once its connections hold
+ * that much, gRPC resets the streams holding the buffers (RESOURCE_EXHAUSTED), however many
+ * peers send oversized messages. gRPC reclaims asynchronously, so a fast sender overshoots it
+ * (measured: peaks of +20..+96 MiB on loopback, against +256..+370 MiB for 4 x 100 MB without
+ * the quota). Idle connections are closed by gRPC itself: one that never sends the HTTP/2
+ * preface after 30 s (measured with Debian's 1.51), one that answers no keepalive pings after
+ * keepalive_ms + keepalive_timeout_ms.
+ *
  * BOTH ENDS use the same sb_rpc_opts: max message size (send and receive), keepalive (the server
  * accepts client pings at the configured rate, also without calls), optional TLS/mTLS from PEM
  * files. Functions returning int give 0 (or a port) on success and -1 with `err` set on failure;

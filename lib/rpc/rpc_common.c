@@ -113,6 +113,12 @@ void sb_rpc__server_args(sb_rpc_args *a, const sb_rpc_opts *o)
     }
 }
 
+size_t sb_rpc__server_quota(size_t max_message)
+{
+    /* one request of the largest size, plus room for the connections themselves */
+    return max_message + (size_t)16 * 1024 * 1024;
+}
+
 void sb_rpc__client_args(sb_rpc_args *a, const sb_rpc_opts *o)
 {
     int ka, ka_to;

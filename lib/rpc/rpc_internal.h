@@ -26,6 +26,8 @@ void sb_rpc__acquire(void);
 void sb_rpc__release(void);
 
 void sb_rpc__server_args(sb_rpc_args *a, const sb_rpc_opts *o);
+/* Bytes of gRPC buffers one server's connections may hold, for a receive limit of max_message. */
+size_t sb_rpc__server_quota(size_t max_message);
 void sb_rpc__client_args(sb_rpc_args *a, const sb_rpc_opts *o);
 
 /* Credentials from the TLS fields of o (insecure when none is set); caller releases. */

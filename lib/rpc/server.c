@@ -571,7 +571,20 @@ sb_rpc_server *sb_rpc_server_new(const sb_rpc_opts *opts, sb_err *err)
         goto fail;
     sb_rpc_args a;
     sb_rpc__server_args(&a, opts);
+    /* A memory quota of its own for the server's transports (see "SERVER LIMITS" in rpc.h): gRPC
+     * checks the receive limit only once a whole message has arrived, and grants flow-control
+     * window for all of it, so without a quota one peer announcing a huge message makes the
+     * server buffer all of it, and N peers N times that. Once the quota is spent gRPC cancels
+     * the streams that hold buffers. (10 args at most: within SB_RPC_MAX_ARGS.) */
+    grpc_resource_quota *quota = grpc_resource_quota_create("sb-rpc-server");
+    grpc_resource_quota_resize(quota, sb_rpc__server_quota(a.max_message));
+    grpc_arg *qa = &a.arg[a.args.num_args++];
+    qa->type = GRPC_ARG_POINTER;
+    qa->key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+    qa->value.pointer.p = quota;
+    qa->value.pointer.vtable = grpc_resource_quota_arg_vtable();
     srv->server = grpc_server_create(&a.args, NULL);
+    grpc_resource_quota_unref(quota); /* the server holds its own reference */
     srv->threads = calloc((size_t)srv->nthreads, sizeof *srv->threads);
     if (!srv->server || !srv->threads) {
         sb_err_set(err, "rpc server: cannot create the gRPC server");
