@@ -137,7 +137,12 @@ static ctl_chan *chan_new(const char *addr, const sb_rpc_opts *rpc, sb_err *err)
         sb_err_set(err, "out of memory");
         return NULL;
     }
-    c->ch = sb_rpc_channel_new(addr, rpc, err);
+    /* the controller's replies may be larger than any request (a COMMIT lists every sink
+     * part): this channel, to the controller only, takes them */
+    sb_rpc_opts o = rpc != NULL ? *rpc : (sb_rpc_opts){0};
+    if (o.max_receive_bytes < SB_RPC_CONTROL_MAX_REPLY)
+        o.max_receive_bytes = SB_RPC_CONTROL_MAX_REPLY;
+    c->ch = sb_rpc_channel_new(addr, &o, err);
     if (c->ch == NULL) {
         free(c);
         return NULL;

@@ -882,7 +882,11 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
             goto fail;
         c->nsplits = cfg->nsplits;
     }
-    c->srv = sb_rpc_server_new(opts, err);
+    /* replies may be larger than requests: a COMMIT lists every sink part */
+    sb_rpc_opts o = opts != NULL ? *opts : (sb_rpc_opts){0};
+    if (o.max_send_bytes < SB_RPC_CONTROL_MAX_REPLY)
+        o.max_send_bytes = SB_RPC_CONTROL_MAX_REPLY;
+    c->srv = sb_rpc_server_new(&o, err);
     if (c->srv == NULL ||
         sb_rpc_server_add_unary(c->srv, SB_RPC_CONTROL_REGISTER, h_register, c, err) != 0 ||
         sb_rpc_server_add_unary(c->srv, SB_RPC_CONTROL_POLL_TASKS, h_poll, c, err) != 0 ||

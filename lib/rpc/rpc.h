@@ -98,6 +98,10 @@ typedef struct sb_rpc_piece {
 } sb_rpc_piece;
 
 #define SB_RPC_DEFAULT_MAX_MESSAGE (16u * 1024u * 1024u + 64u * 1024u)
+/* The Control service's replies (max_send_bytes on the controller, max_receive_bytes on the
+ * workers' control channel): a COMMIT lists every sink part, ~22 bytes each, so 16 MiB held
+ * ~770,000 parts and a larger pipeline's COMMIT was never delivered; 1 GiB holds ~48 million. */
+#define SB_RPC_CONTROL_MAX_REPLY (1024u * 1024u * 1024u)
 #define SB_RPC_DEFAULT_KEEPALIVE_MS 20000
 #define SB_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS 10000
 
@@ -105,6 +109,11 @@ typedef struct sb_rpc_piece {
  * TLS. Strings are only read during the *_new() call. */
 typedef struct sb_rpc_opts {
     size_t max_message_bytes;     /* send and receive limit; 0 = SB_RPC_DEFAULT_MAX_MESSAGE */
+    size_t max_send_bytes;        /* a larger send limit (0: max_message_bytes): a server whose
+                                     replies grow with the job, e.g. the controller's COMMIT */
+    size_t max_receive_bytes;     /* a larger receive limit (0: max_message_bytes), for a client
+                                     of such a server only: a server's own receive limit (and its
+                                     memory quota) stays max_message_bytes */
     int keepalive_ms;             /* ping period (server: min accepted client period is half of
                                      it; gRPC 1.51 clients ping at most once a second anyway);
                                      0 = SB_RPC_DEFAULT_KEEPALIVE_MS, < 0 = no keepalive pings */

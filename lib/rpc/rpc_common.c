@@ -77,7 +77,7 @@ static void add_str(sb_rpc_args *a, const char *key, const char *v)
     a->arg[i].value.string = (char *)v;
 }
 
-static void common_args(sb_rpc_args *a, const sb_rpc_opts *o, int *ka, int *ka_to)
+static void common_args(sb_rpc_args *a, const sb_rpc_opts *o, int server, int *ka, int *ka_to)
 {
     memset(a, 0, sizeof *a);
     a->args.args = a->arg;
@@ -85,8 +85,11 @@ static void common_args(sb_rpc_args *a, const sb_rpc_opts *o, int *ka, int *ka_t
     if (max > INT_MAX)
         max = INT_MAX;
     a->max_message = max;
-    add_int(a, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)max);
-    add_int(a, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)max);
+    size_t send = o && o->max_send_bytes > max ? o->max_send_bytes : max;
+    /* a server's receive limit is never raised: it is what hostile peers can send */
+    size_t recv = !server && o && o->max_receive_bytes > max ? o->max_receive_bytes : max;
+    add_int(a, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, recv > INT_MAX ? INT_MAX : (int)recv);
+    add_int(a, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, send > INT_MAX ? INT_MAX : (int)send);
     /* Bigger HTTP/2 frames: fewer frame headers and iovecs per 1 MiB chunk. */
     add_int(a, GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1024 * 1024);
     *ka = o && o->keepalive_ms ? o->keepalive_ms : SB_RPC_DEFAULT_KEEPALIVE_MS;
@@ -97,7 +100,7 @@ static void common_args(sb_rpc_args *a, const sb_rpc_opts *o, int *ka, int *ka_t
 void sb_rpc__server_args(sb_rpc_args *a, const sb_rpc_opts *o)
 {
     int ka, ka_to;
-    common_args(a, o, &ka, &ka_to);
+    common_args(a, o, 1, &ka, &ka_to);
     /* No SO_REUSEPORT: a second server on a taken port must fail to listen instead of silently
      * sharing (and load-balancing) the port with the first one. */
     add_int(a, GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -122,7 +125,7 @@ size_t sb_rpc__server_quota(size_t max_message)
 void sb_rpc__client_args(sb_rpc_args *a, const sb_rpc_opts *o)
 {
     int ka, ka_to;
-    common_args(a, o, &ka, &ka_to);
+    common_args(a, o, 0, &ka, &ka_to);
     if (ka > 0) {
         add_int(a, GRPC_ARG_KEEPALIVE_TIME_MS, ka);
         add_int(a, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ka_to);

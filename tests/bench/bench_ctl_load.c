@@ -835,7 +835,8 @@ int main(int argc, char **argv)
     CH = calloc((size_t)O.channels, sizeof *CH);
     for (int i = 0; i < O.channels; i++) {
         sb_err err;
-        CH[i] = sb_rpc_channel_new(target, NULL, &err);
+        sb_rpc_opts ro = {.max_receive_bytes = SB_RPC_CONTROL_MAX_REPLY}; /* as a worker's */
+        CH[i] = sb_rpc_channel_new(target, &ro, &err);
         if (CH[i] == NULL) {
             fprintf(stderr, "bench_ctl_load: %s\n", err.msg);
             kill(pid, SIGKILL);

@@ -39,6 +39,7 @@
 #define M_DEADLINE "/test.Svc/Deadline"
 #define M_STREAM "/test.Svc/Stream"
 #define M_TWICE "/test.Svc/WriteTwice"
+#define M_BIG "/test.Svc/Big"
 
 /* ------------------------------------------------------------------------------ helpers */
 
@@ -146,6 +147,19 @@ static void h_echo(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     (void)ud;
     sb_err err;
     cr_assert_eq(sb_rpc_call_reply(call, req, len, &err), 0, "%s", err.msg);
+}
+
+/* Replies with the first N bytes of g_blob, N the request's 4 bytes. */
+static void h_big(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
+{
+    (void)ud;
+    uint32_t n = 0;
+    if (len == sizeof n)
+        memcpy(&n, req, sizeof n);
+    if (n > BLOB_LEN)
+        n = BLOB_LEN;
+    sb_err err;
+    sb_rpc_call_reply(call, g_blob, n, &err); /* fails when the reply is over the send limit */
 }
 
 static void on_hang_cancel(sb_rpc_call *call, void *ud)
@@ -454,6 +468,7 @@ static void tsrv_start_at(tsrv *t, const sb_rpc_opts *o, int port)
     cr_assert_not_null(t->srv, "%s", err.msg);
     cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_ECHO, h_echo, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_HANG, h_hang, NULL, &err), 0);
+    cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_BIG, h_big, NULL, &err), 0);
     cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_LATER, h_later, NULL, &err), 0);
     cr_assert_eq(sb_rpc_server_add_unary(t->srv, M_DEADLINE, h_deadline, NULL, &err), 0);
     cr_assert_eq(sb_rpc_server_add_stream(t->srv, M_STREAM, h_stream, NULL, &err), 0);
@@ -1244,6 +1259,45 @@ Test(rpc, message_size_limits_on_both_ends)
     ch = chan(t.target, NULL);
     cr_assert_eq(sb_rpc_unary(ch, M_ECHO, g_blob, 100 * 1024, 5000, 0, &resp, &n, &err),
                  SB_RPC_RESOURCE_EXHAUSTED, "%s", err.msg);
+    sb_rpc_channel_free(ch);
+    tsrv_stop(&t);
+}
+
+/* A reply larger than the receive limit: allowed where the server raises its send limit and the
+ * client its receive limit (the controller's COMMIT of many parts), refused when either does
+ * not, and a server never receives more than max_message_bytes whatever the client sets. */
+Test(rpc, replies_larger_than_requests_need_both_ends_raised)
+{
+    sb_rpc_opts srv = {.max_message_bytes = 64 * 1024, .max_send_bytes = 4 << 20};
+    sb_rpc_opts big = {.max_message_bytes = 64 * 1024, .max_receive_bytes = 4 << 20};
+    sb_rpc_opts small = {.max_message_bytes = 64 * 1024};
+    tsrv t;
+    tsrv_start(&t, &srv);
+    sb_err err;
+    uint8_t *resp;
+    size_t n;
+    uint32_t want = 3u << 20; /* 3 MiB reply to a 4-byte request */
+    sb_rpc_channel *ch = chan(t.target, &big);
+    cr_assert_eq(sb_rpc_unary(ch, M_BIG, &want, sizeof want, 10000, 0, &resp, &n, &err),
+                 SB_RPC_OK, "%s", err.msg);
+    cr_assert_eq(n, want);
+    cr_assert(memcmp(resp, g_blob, n) == 0);
+    free(resp);
+    /* the raised receive limit is the client's only: the server still refuses > 64 KiB */
+    cr_assert_eq(sb_rpc_unary(ch, M_ECHO, g_blob, 100 * 1024, 5000, 0, &resp, &n, &err),
+                 SB_RPC_RESOURCE_EXHAUSTED, "%s", err.msg);
+    sb_rpc_channel_free(ch);
+    /* a client that did not raise its receive limit cannot take the reply */
+    ch = chan(t.target, &small);
+    cr_assert_eq(sb_rpc_unary(ch, M_BIG, &want, sizeof want, 10000, 0, &resp, &n, &err),
+                 SB_RPC_RESOURCE_EXHAUSTED, "%s", err.msg);
+    sb_rpc_channel_free(ch);
+    tsrv_stop(&t);
+    /* nor a server that did not raise its send limit give it */
+    tsrv_start(&t, &small);
+    ch = chan(t.target, &big);
+    cr_assert_neq(sb_rpc_unary(ch, M_BIG, &want, sizeof want, 10000, 0, &resp, &n, &err),
+                  SB_RPC_OK);
     sb_rpc_channel_free(ch);
     tsrv_stop(&t);
 }
