@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "controller/operator/operator.h"
 #include "core/log.h"
+#include "plan/price.h"
 #include "rpc/tlsdir.h"
 #include "spec/quantity.h"
 #include "version.h"
@@ -72,6 +74,19 @@ static void usage(FILE *f)
             "                              dialled by IP), default streambatch\n"
             "                                                             (SB_TLS_SERVER_NAME)\n"
             "                              /metrics, /healthz and /readyz stay plain HTTP\n"
+            "  --price-cpu-core-hour P     prices a plan is costed with (docs/scheduling.md),\n"
+            "  --price-memory-gib-hour P   per hour; a Pipeline's spec.execution.pricing\n"
+            "                              overrides each; default the built-in table\n"
+            "                     (SB_PRICE_CPU_CORE_HOUR, SB_PRICE_MEMORY_GIB_HOUR)\n"
+            "  --gpu-type NAME             GPU type of the GPU pools' nodes, priced from\n"
+            "                              --price-gpu-hour or the table   (SB_GPU_TYPE)\n"
+            "  --price-gpu-hour TYPE=P     price of one GPU of TYPE per hour; repeatable\n"
+            "                              (SB_PRICE_GPU_HOUR: comma-separated)\n"
+            "  --replan-threshold F        re-plan when a stage's measured rate differs from\n"
+            "                              the planned one by more than F (relative),\n"
+            "                              default 0.25                (SB_REPLAN_THRESHOLD)\n"
+            "  --replan-interval D         at most one plan per pipeline per D, default 60s\n"
+            "                                                           (SB_REPLAN_INTERVAL)\n"
             "  --version, --help\n"
             "\n"
             "Exit status: 0 after SIGTERM/SIGINT (lease released), 1 on failure or when the\n"
@@ -148,6 +163,20 @@ static int split_hostport(const char *flag, const char *v, char *host, size_t hl
     return parse_uint(flag, c + 1, 0, 65535, port);
 }
 
+/* A price per hour (NULL: not set). */
+static int parse_price(const char *flag, const char *v, double *out, bool *set)
+{
+    if (v == NULL)
+        return 0;
+    char *end = NULL;
+    double d = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || !(d >= 0) || d > 1e9)
+        return bad(flag, v, "must be a price per hour >= 0");
+    *out = d;
+    *set = true;
+    return 0;
+}
+
 #define MAX_NAMESPACES 32
 
 int main(int argc, char **argv)
@@ -165,6 +194,23 @@ int main(int argc, char **argv)
     const char *max_pending = env_or("SB_MAX_PENDING_PODS", "2");
     const char *workers = env_or("SB_WORKERS", "4");
     const char *tls_dir = env_or("SB_TLS_DIR", NULL);
+    const char *price_cpu = env_or("SB_PRICE_CPU_CORE_HOUR", NULL);
+    const char *price_mem = env_or("SB_PRICE_MEMORY_GIB_HOUR", NULL);
+    const char *replan_t = env_or("SB_REPLAN_THRESHOLD", "0.25");
+    const char *replan_d = env_or("SB_REPLAN_INTERVAL", "60s");
+    static sb_price_defaults prices;
+    prices.gpu_type = env_or("SB_GPU_TYPE", NULL);
+    const char *gpu_prices[SB_PRICE_MAX_GPU_TYPES + 1];
+    size_t ngpu_prices = 0;
+    static char gpu_env[1024];
+    if (env_or("SB_PRICE_GPU_HOUR", NULL) != NULL) {
+        snprintf(gpu_env, sizeof gpu_env, "%s", getenv("SB_PRICE_GPU_HOUR"));
+        char *save = NULL;
+        for (char *t = strtok_r(gpu_env, ",", &save);
+             t != NULL && ngpu_prices <= SB_PRICE_MAX_GPU_TYPES; t = strtok_r(NULL, ",", &save))
+            gpu_prices[ngpu_prices++] = t;
+    }
+    int gpu_flag = 0;
     cfg.tls_secret = env_or("SB_TLS_SECRET", NULL);
     cfg.tls_server_name = env_or("SB_TLS_SERVER_NAME", NULL);
     cfg.lease_name = env_or("SB_LEADER_ELECTION_ID", "streambatch-controller");
@@ -199,6 +245,12 @@ int main(int argc, char **argv)
         O_TLS_DIR,
         O_TLS_SECRET,
         O_TLS_NAME,
+        O_PRICE_CPU,
+        O_PRICE_MEM,
+        O_GPU_TYPE,
+        O_PRICE_GPU,
+        O_REPLAN_T,
+        O_REPLAN_D,
         O_VERSION,
         O_HELP
     };
@@ -224,6 +276,12 @@ int main(int argc, char **argv)
         {"tls-dir", required_argument, 0, O_TLS_DIR},
         {"tls-secret", required_argument, 0, O_TLS_SECRET},
         {"tls-server-name", required_argument, 0, O_TLS_NAME},
+        {"price-cpu-core-hour", required_argument, 0, O_PRICE_CPU},
+        {"price-memory-gib-hour", required_argument, 0, O_PRICE_MEM},
+        {"gpu-type", required_argument, 0, O_GPU_TYPE},
+        {"price-gpu-hour", required_argument, 0, O_PRICE_GPU},
+        {"replan-threshold", required_argument, 0, O_REPLAN_T},
+        {"replan-interval", required_argument, 0, O_REPLAN_D},
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0}};
@@ -307,6 +365,30 @@ int main(int argc, char **argv)
         case O_TLS_NAME:
             cfg.tls_server_name = optarg;
             break;
+        case O_PRICE_CPU:
+            price_cpu = optarg;
+            break;
+        case O_PRICE_MEM:
+            price_mem = optarg;
+            break;
+        case O_GPU_TYPE:
+            prices.gpu_type = optarg;
+            break;
+        case O_PRICE_GPU:
+            if (!gpu_flag) { /* flags replace the environment's list */
+                ngpu_prices = 0;
+                gpu_flag = 1;
+            }
+            if (ngpu_prices > SB_PRICE_MAX_GPU_TYPES)
+                return bad("--price-gpu-hour", optarg, "too many GPU types");
+            gpu_prices[ngpu_prices++] = optarg;
+            break;
+        case O_REPLAN_T:
+            replan_t = optarg;
+            break;
+        case O_REPLAN_D:
+            replan_d = optarg;
+            break;
         case O_VERSION:
             printf("streambatch-controller %s\n", SB_VERSION);
             return 0;
@@ -360,6 +442,35 @@ int main(int argc, char **argv)
     if ((rc = parse_uint("--workers", workers, 1, 64, &v)) != 0)
         return rc;
     cfg.workers = (int)v;
+    if ((rc = parse_price("--price-cpu-core-hour", price_cpu, &prices.cpu_core_hour,
+                          &prices.cpu_core_hour_set)) != 0 ||
+        (rc = parse_price("--price-memory-gib-hour", price_mem, &prices.memory_gib_hour,
+                          &prices.memory_gib_hour_set)) != 0)
+        return rc;
+    for (size_t i = 0; i < ngpu_prices; i++) {
+        sb_err perr;
+        if (sb_price_defaults_add_gpu(&prices, gpu_prices[i], &perr) != 0)
+            return bad("--price-gpu-hour", gpu_prices[i], perr.msg);
+    }
+    if (prices.gpu_type != NULL) {
+        sb_plan_prices probe;
+        sb_err perr;
+        if (sb_price_resolve_with(&prices, NULL, &probe, NULL, &perr) != 0)
+            return bad("--gpu-type", prices.gpu_type,
+                       "no price for this type: give --price-gpu-hour TYPE=PRICE");
+    }
+    cfg.plan.prices = &prices;
+    {
+        char *end = NULL;
+        double th = strtod(replan_t, &end);
+        if (*replan_t == '\0' || *end != '\0' || !(th > 0) || th > 100)
+            return bad("--replan-threshold", replan_t, "must be a number in (0, 100], e.g. 0.25");
+        cfg.plan.replan_threshold = th;
+        long ms;
+        if ((rc = parse_ms("--replan-interval", replan_d, &ms)) != 0)
+            return rc;
+        cfg.plan.replan_interval_ms = (uint64_t)ms;
+    }
     static sb_rpc_tlsdir tls;
     static sb_rpc_opts rpc;
     if ((tls_dir != NULL) != (cfg.tls_secret != NULL)) {

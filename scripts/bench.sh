@@ -178,5 +178,8 @@ echo "bench: memory of the process tree (scripts/bench-memory.sh: peak Pss vs bu
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-memory.sh >>"$out"
 echo "bench: controller under load (scripts/bench-ctl-load.sh: 1,000 and 10,000 simulated workers)" >&2
 scripts/bench-ctl-load.sh >>"$out"
+echo "bench: a sick worker (scripts/bench-stragglers.sh: tail sizing, copies, drain vs none)" >&2
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-stragglers.sh >>"$out"
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} PARTITION_SIZE=512Ki scripts/bench-stragglers.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"

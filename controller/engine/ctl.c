@@ -33,6 +33,7 @@ typedef struct {
     size_t nheld;
     sb_ctl_worker_figures fig; /* from its latest heartbeat */
     int told_lost;             /* declared lost, it came back and was told to shut down (logged) */
+    int retired;               /* drained, then retired: told to shut down, not lost */
 } seen;
 
 enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED };
@@ -65,6 +66,11 @@ struct sb_ctl {
     size_t nworkers, capworkers;
     sb_strmap worker_index; /* id -> index in workers (entries are never removed) */
     size_t registered, lost;
+    /* sick workers drained by the scheduler: notices not yet taken (sb_ctl_drains_take; the
+     * oldest are dropped past SB_CTL_DRAIN_KEEP) and how many were retired */
+    sb_ctl_drain drain_notes[SB_CTL_DRAIN_KEEP];
+    size_t ndrain_notes;
+    size_t retired;
     int shutdown_workers;
     int stop;
     pthread_t timer;
@@ -72,8 +78,9 @@ struct sb_ctl {
     /* storage jobs (storage_on_workers) */
     const sb_pipeline *pipeline;
     int no_fusion;
-    int planning; /* PLAN/PREPARE under way: sched is NULL */
-    int failed;   /* a storage job failed the pipeline before the scheduler */
+    int no_tail_sizing, no_speculation, no_drain; /* sb_ctl_config */
+    int planning;                                 /* PLAN/PREPARE under way: sched is NULL */
+    int failed; /* a storage job failed the pipeline before the scheduler */
     char failure[SB_ERR_MAX + 256];
     sb_storage_plan plan; /* the PLAN result being received */
     size_t nsplits;
@@ -173,13 +180,21 @@ static void job_queue(sb_ctl *c, sb_storage_kind kind)
         sb_storage_plan_free(&c->plan);
 }
 
-static void mark_lost(sb_ctl *c, seen *w, const char *why)
+/* The worker is gone for this controller: lost (counted, logged as a warning) or retired after a
+ * drain. Either way its next poll or heartbeat is answered shutdown. */
+static void worker_end(sb_ctl *c, seen *w, const char *why, int lost)
 {
     if (!w->live)
         return;
     w->live = 0;
-    c->lost++;
-    sb_log(SB_LOG_WARN, "worker lost", "worker", w->id, "why", why, NULL);
+    if (lost) {
+        c->lost++;
+        sb_log(SB_LOG_WARN, "worker lost", "worker", w->id, "why", why, NULL);
+    } else {
+        c->retired++;
+        w->retired = 1;
+        sb_log(SB_LOG_INFO, "worker retired", "worker", w->id, "why", why, NULL);
+    }
     held_free(w);
     if (c->sched != NULL)
         sb_sched_worker_lost(c->sched, w->id, why, now_ms());
@@ -194,6 +209,49 @@ static void mark_lost(sb_ctl *c, seen *w, const char *why)
             sb_storage_plan_free(&c->plan);
         sb_log(SB_LOG_WARN, "storage job re-queued: its worker was lost", "job", j->id, "worker",
                w->id, "what", sb_storage_kind_what(j->kind), NULL);
+    }
+}
+
+static void mark_lost(sb_ctl *c, seen *w, const char *why)
+{
+    worker_end(c, w, why, 1);
+}
+
+/* Sick workers (sched.c, "Draining sick workers"): the scheduler's new drain notices are logged
+ * and kept for sb_ctl_drains_take; a drained worker that holds nothing still needed is retired
+ * (told to shut down; the backend replaces the process or pod that ends). Lock held. */
+static void drain_tick(sb_ctl *c)
+{
+    if (c->sched == NULL)
+        return;
+    sb_sched_drain d[8];
+    size_t n;
+    while ((n = sb_sched_drains_take(c->sched, d, 8)) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            char speed[64], median[64];
+            snprintf(speed, sizeof speed, "%.0f", d[i].speed);
+            snprintf(median, sizeof median, "%.0f", d[i].median);
+            sb_log(SB_LOG_WARN, "worker drained: persistently far slower than its pool", "worker",
+                   d[i].worker_id, "stage", d[i].op, "bytes_per_s", speed, "pool_median", median,
+                   NULL);
+            if (c->ndrain_notes == SB_CTL_DRAIN_KEEP) {
+                memmove(c->drain_notes, c->drain_notes + 1,
+                        (SB_CTL_DRAIN_KEEP - 1) * sizeof *c->drain_notes);
+                c->ndrain_notes--;
+            }
+            sb_ctl_drain *o = &c->drain_notes[c->ndrain_notes++];
+            snprintf(o->worker_id, sizeof o->worker_id, "%s", d[i].worker_id);
+            snprintf(o->pool, sizeof o->pool, "%s", d[i].pool);
+            snprintf(o->stage, sizeof o->stage, "%s", d[i].op);
+            o->speed = d[i].speed;
+            o->median = d[i].median;
+        }
+    }
+    for (size_t i = 0; i < c->nworkers && sb_sched_draining_count(c->sched) > 0; i++) {
+        seen *w = &c->workers[i];
+        if (w->live && sb_sched_worker_draining(c->sched, w->id) &&
+            sb_sched_worker_removable(c->sched, w->id))
+            worker_end(c, w, "drained: persistently far slower than its pool", 0);
     }
 }
 
@@ -240,6 +298,9 @@ static void plan_ready(sb_ctl *c)
     sb_sched_config sc = {.pipeline = c->pipeline,
                           .pipeline_id = c->pipeline_id,
                           .no_fusion = c->no_fusion,
+                          .no_tail_sizing = c->no_tail_sizing,
+                          .no_speculation = c->no_speculation,
+                          .no_drain = c->no_drain,
                           .start_ms = now_ms(),
                           .resume = c->have_resume ? &c->resume : NULL};
     c->sched = sb_sched_new(&sc, ss, c->plan.n, &err);
@@ -475,7 +536,7 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker)
  * once). Lock held. */
 static void told_lost(seen *w)
 {
-    if (!w->told_lost)
+    if (!w->told_lost && !w->retired)
         sb_log(SB_LOG_WARN, "a worker declared lost came back: told to shut down", "worker", w->id,
                NULL);
     w->told_lost = 1;
@@ -573,6 +634,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         if (w != NULL) {
             w->live = 1;
             w->told_lost = 0;
+            w->retired = 0;
             w->last_seen_ms = now_ms();
         }
         if (w != NULL && c->sched == NULL) {
@@ -724,6 +786,7 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         if (m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
             sb_log(SB_LOG_WARN, "task failed", "task", m->task_id, "worker", m->worker_id, "error",
                    m->message, NULL);
+        drain_tick(c);
     } else if (w == NULL && worker_seen(c, m->worker_id, 0) != NULL) {
         /* fenced: its tasks and partitions were given to others when it was declared lost */
         sb_log(SB_LOG_WARN, "report from a worker declared lost ignored", "worker", m->worker_id,
@@ -811,6 +874,7 @@ static void *timer_main(void *arg)
         for (size_t i = 0; i < c->nworkers; i++)
             if (c->workers[i].live && now > c->workers[i].last_seen_ms + c->hb_timeout_ms)
                 mark_lost(c, &c->workers[i], "missed heartbeats");
+        drain_tick(c);
         serve_pending(c, 0);
     }
     pthread_mutex_unlock(&c->mu);
@@ -833,12 +897,18 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
     sb_sched_config sc = {.pipeline = cfg->pipeline,
                           .pipeline_id = c->pipeline_id,
                           .no_fusion = cfg->no_fusion,
+                          .no_tail_sizing = cfg->no_tail_sizing,
+                          .no_speculation = cfg->no_speculation,
+                          .no_drain = cfg->no_drain,
                           .start_ms = now_ms(),
                           .resume = cfg->resume};
     if (c->pipeline_id == NULL || c->pipeline_json == NULL)
         goto fail;
     c->pipeline = cfg->pipeline;
     c->no_fusion = cfg->no_fusion;
+    c->no_tail_sizing = cfg->no_tail_sizing;
+    c->no_speculation = cfg->no_speculation;
+    c->no_drain = cfg->no_drain;
     c->job_pool = "cpu";
     if (cfg->pipeline != NULL && cfg->pipeline->spec.nstages > 0) {
         int any_cpu = 0;
@@ -964,6 +1034,7 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
         sb_sched_get_op_stats(c->sched, i, &out->ops[i]);
     out->workers_registered = c->registered;
     out->workers_lost = c->lost;
+    out->workers_retired = c->retired;
     /* live workers per pool, their latest heartbeat figures summed */
     for (size_t i = 0; i < c->nworkers; i++) {
         const seen *w = &c->workers[i];
@@ -1274,6 +1345,17 @@ size_t sb_ctl_nsplits(sb_ctl *c)
 {
     pthread_mutex_lock(&c->mu);
     size_t n = c->nsplits;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+size_t sb_ctl_drains_take(sb_ctl *c, sb_ctl_drain *out, size_t max)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->ndrain_notes < max ? c->ndrain_notes : max;
+    memcpy(out, c->drain_notes, n * sizeof *out);
+    memmove(c->drain_notes, c->drain_notes + n, (c->ndrain_notes - n) * sizeof *c->drain_notes);
+    c->ndrain_notes -= n;
     pthread_mutex_unlock(&c->mu);
     return n;
 }

@@ -41,6 +41,8 @@ typedef struct sb_ctl_config {
     uint32_t heartbeat_interval_ms; /* default 500 */
     uint32_t heartbeat_timeout_ms;  /* default 5000 */
     int no_fusion;
+    int no_tail_sizing, no_speculation, no_drain; /* sb_sched_config's straggler switches
+                                                      (ablations; run.h: SB_SCHED_OFF) */
     const sb_sched_resume *resume; /* NULL: a fresh run; else passed to sb_sched_new() (copied
                                       when storage_on_workers defers it) */
     int storage_on_workers;        /* 1: ignore splits; plan the source and prepare the sink on a
@@ -65,12 +67,21 @@ typedef struct sb_ctl_pool_figures {
     sb_ctl_worker_figures sum;
 } sb_ctl_pool_figures;
 
+/* A worker the scheduler drained as a sick node (sb_sched_drain, copied). */
+typedef struct sb_ctl_drain {
+    char worker_id[128], pool[32], stage[128];
+    double speed, median; /* its input bytes per second; the rest of its pool's median */
+} sb_ctl_drain;
+
+#define SB_CTL_DRAIN_KEEP 32 /* drain notices kept until taken (the oldest are dropped) */
+
 typedef struct sb_ctl_snapshot {
     sb_sched_state state;
     sb_sched_stats stats;
     size_t nops;
     sb_sched_op_stats ops[16]; /* names point into the controller: valid until sb_ctl_free */
     size_t workers_registered, workers_lost;
+    size_t workers_retired; /* drained (stats.workers_drained) and then retired */
     char failure[1024];
     char stall[1024];   /* non-empty while the watchdog sees no progress */
     int planning;       /* 1 while the PLAN/PREPARE storage jobs run (no scheduler yet) */
@@ -131,6 +142,10 @@ int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *p
 int sb_ctl_memory(sb_ctl *c, sb_sched_memory *out);
 /* Splits of the plan (0 while planning). */
 size_t sb_ctl_nsplits(sb_ctl *c);
+/* Workers drained since the last call (oldest first, once each): up to max copied into out.
+ * A drained worker gets no new task; once it holds nothing still needed it is retired (its
+ * next poll or heartbeat answers shutdown), and the backend replaces the process or pod. */
+size_t sb_ctl_drains_take(sb_ctl *c, sb_ctl_drain *out, size_t max);
 /* From now on every poll and heartbeat answers shutdown. */
 void sb_ctl_shutdown_workers(sb_ctl *c);
 /* Stops the service (calls in flight are cancelled) and frees everything. */

@@ -18,15 +18,11 @@
 #include "core/log.h"
 #include "doc/doc.h"
 #include "io/split.h"
+#include "plan/fromspec.h"
 #include "plan/plan.h"
 #include "plan/price.h"
 #include "spec/pipeline.h"
 #include "spec/validate.h"
-
-/* What the command knows of a stage beyond the planner's input. */
-typedef struct {
-    char why_missing[SB_SHAPE_COUNT][160]; /* declared rates: why a shape has none */
-} stage_info;
 
 typedef struct {
     char *buf;
@@ -35,7 +31,7 @@ typedef struct {
     sb_pipeline p;
     int have_p;
     sb_plan_stage_in st[SB_PLAN_MAX_STAGES];
-    stage_info info[SB_PLAN_MAX_STAGES];
+    char why_missing[SB_PLAN_MAX_STAGES][SB_SHAPE_COUNT][SB_PLAN_WHY_MAX]; /* declared rates */
     sb_plan_input in;
     const char *gpu_type;
     const char *rates_from; /* "declared" or "measured" */
@@ -119,21 +115,7 @@ static const char *shape_name(int k)
 /* Resources, bounds and allowed shapes of every stage (rates come later). */
 static void fill_stages(plan_state *s)
 {
-    for (size_t i = 0; i < s->p.spec.nstages; i++) {
-        const sb_stage_spec *st = &s->p.spec.stages[i];
-        sb_plan_stage_in *in = &s->st[i];
-        unsigned bits = sb_stage_shapes(st);
-        in->name = st->name;
-        in->min_workers = st->workers.min;
-        in->max_workers = st->workers.max;
-        for (int k = 0; k < SB_SHAPE_COUNT; k++) {
-            sb_plan_shape_in *sh = &in->shapes[k];
-            sh->allowed = (bits & (k == SB_SHAPE_CPU ? SB_SHAPE_BIT_CPU : SB_SHAPE_BIT_GPU)) != 0;
-            sh->cpu_cores = (double)st->resources.cpu_milli / 1000.0;
-            sh->mem_gib = (double)st->resources.memory_bytes / (double)(1ll << 30);
-            sh->gpus = k == SB_SHAPE_GPU ? (double)st->gpu_shape_gpus : 0;
-        }
-    }
+    sb_plan_stages_from_spec(&s->p, s->st);
 }
 
 /* ---- declared rates ------------------------------------------------------------------------ */
@@ -144,70 +126,11 @@ static double json_num(const cJSON *o, const char *k, double def)
     return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
 
-/* Output rows per input row of a stage on a shape: bench's expand, 1 for ops that keep the row
- * count, -1 when it depends on the data. */
-static double stage_ratio(const sb_stage_spec *st, const char *shape)
-{
-    static const char *const one[] = {"identity",        "project",    "image.resize",
-                                      "image.normalize", "tensor.mlp", NULL};
-    for (size_t i = 0; one[i] != NULL; i++)
-        if (strcmp(st->op, one[i]) == 0)
-            return 1;
-    if (strncmp(st->op, "bench.", 6) != 0)
-        return -1;
-    char *a = sb_stage_args_for_shape(st, shape);
-    cJSON *j = a ? cJSON_Parse(a) : NULL;
-    double e = json_num(j, "expand", 1);
-    cJSON_Delete(j);
-    free(a);
-    return e;
-}
-
-/* 0 when every allowed shape of every stage has a declared rate; else the number of stages
- * without one (their reasons in info). */
+/* 0 when every allowed shape of every stage has a declared rate (lib/plan/fromspec.h); else the
+ * number of stages without one (their reasons in why_missing). */
 static int declared_rates(plan_state *s)
 {
-    size_t n = s->p.spec.nstages, missing = 0;
-    for (size_t i = 0; i < n; i++) {
-        const sb_stage_spec *st = &s->p.spec.stages[i];
-        int stage_missing = 0;
-        for (int k = 0; k < SB_SHAPE_COUNT; k++) {
-            sb_plan_shape_in *sh = &s->st[i].shapes[k];
-            char *why = s->info[i].why_missing[k];
-            if (!sh->allowed)
-                continue;
-            double ms = -1;
-            if (strncmp(st->op, "bench.", 6) != 0) {
-                snprintf(why, 160, "op %s has no declared cost", st->op);
-            } else {
-                char *a = sb_stage_args_for_shape(st, shape_name(k));
-                cJSON *j = a ? cJSON_Parse(a) : NULL;
-                ms = json_num(j, "msPerRecord", -1);
-                cJSON_Delete(j);
-                free(a);
-                if (ms < 0)
-                    snprintf(why, 160, "msPerMB: its rows/s depend on the record size");
-            }
-            /* rows out of the pipeline per row into this stage */
-            double mult = 1;
-            for (size_t j = i; j < n && ms >= 0; j++) {
-                const sb_stage_spec *sj = &s->p.spec.stages[j];
-                double r = stage_ratio(sj, j == i ? shape_name(k) : sb_stage_pool(sj));
-                if (r < 0) {
-                    snprintf(why, 160, "the rows of later stage %s (op %s) depend on the data",
-                             sj->name, sj->op);
-                    ms = -1;
-                    break;
-                }
-                mult *= r;
-            }
-            if (ms >= 0)
-                sh->rate = (ms > 0 ? 1000.0 / ms : 1e12) * mult;
-            stage_missing |= sh->rate <= 0;
-        }
-        missing += stage_missing;
-    }
-    return (int)missing;
+    return sb_plan_declared_rates(&s->p, s->st, s->why_missing);
 }
 
 /* ---- profiling ----------------------------------------------------------------------------- */
@@ -699,7 +622,7 @@ int sb_plan_main(const sb_plan_opts *o)
                 for (int k = 0; k < SB_SHAPE_COUNT; k++)
                     if (s.st[i].shapes[k].allowed && s.st[i].shapes[k].rate <= 0)
                         fprintf(stderr, "  spec.stages[%zu] (%s) on %s: %s\n", i,
-                                sp->stages[i].name, shape_name(k), s.info[i].why_missing[k]);
+                                sp->stages[i].name, shape_name(k), s.why_missing[i][k]);
             plan_state_free(&s);
             return 2;
         }

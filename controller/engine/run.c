@@ -279,6 +279,11 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
                 "stragglers: %" PRIu64 " speculative cop%s started, %" PRIu64
                 " finished before the original\n",
                 spec, spec == 1 ? "y" : "ies", won);
+    if (s->stats.workers_drained > 0)
+        fprintf(f,
+                "sick workers: %" PRIu64 " drained (persistently far slower than their pool), "
+                "%zu retired and replaced\n",
+                s->stats.workers_drained, s->workers_retired);
 }
 
 /* Every errored partition (the records of its input are not in the output): stage, input and
@@ -331,6 +336,8 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
     cJSON_AddNumberToObject(j, "peakWorkerRss", (double)peak_rss);
     cJSON_AddNumberToObject(j, "workersStarted", (double)started);
     cJSON_AddNumberToObject(j, "workersLost", (double)s->workers_lost);
+    cJSON_AddNumberToObject(j, "workersDrained", (double)s->stats.workers_drained);
+    cJSON_AddNumberToObject(j, "workersRetired", (double)s->workers_retired);
     cJSON_AddStringToObject(j, "failure", s->failure);
     cJSON *st = cJSON_AddArrayToObject(j, "stages");
     for (size_t i = 0; i < s->nops; i++) {
@@ -593,8 +600,41 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
     return 0;
 }
 
+/* SB_SCHED_OFF: the straggler mechanisms to switch off, comma-separated words of
+ * "tail-sizing", "speculation", "drain" (ablations: scripts/bench-stragglers.sh). 0, or -1 with
+ * the bad word in bad. */
+static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, char *bad, size_t len)
+{
+    *tail = *spec = *drain = 0;
+    while (v != NULL && *v) {
+        size_t n = strcspn(v, ",");
+        if (n == 11 && strncmp(v, "tail-sizing", n) == 0)
+            *tail = 1;
+        else if (n == 11 && strncmp(v, "speculation", n) == 0)
+            *spec = 1;
+        else if (n == 5 && strncmp(v, "drain", n) == 0)
+            *drain = 1;
+        else if (n > 0) {
+            snprintf(bad, len, "%.*s", (int)n, v);
+            return -1;
+        }
+        v += n + (v[n] == ',');
+    }
+    return 0;
+}
+
 int sb_run(const sb_run_opts *o)
 {
+    int off_tail, off_spec, off_drain;
+    char bad[64];
+    if (sched_off_parse(getenv("SB_SCHED_OFF"), &off_tail, &off_spec, &off_drain, bad,
+                        sizeof bad) != 0) {
+        fprintf(stderr,
+                "streambatch run: SB_SCHED_OFF: unknown \"%s\" (comma-separated: tail-sizing, "
+                "speculation, drain)\n",
+                bad);
+        return 2;
+    }
     /* --tls-dir: checked before anything starts; the controller and every worker use it */
     static sb_rpc_tlsdir tls;
     sb_rpc_opts rpc = {0};
@@ -709,6 +749,9 @@ int sb_run(const sb_run_opts *o)
             (uint32_t)(o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 3000),
         .resume = have_prev ? &resume : NULL,
         .resume_plan_hash = have_prev ? prev.plan_hash : NULL,
+        .no_tail_sizing = off_tail,
+        .no_speculation = off_spec,
+        .no_drain = off_drain,
         .listen_addr = listen};
     sb_ctl *ctl = sb_ctl_start(&cc, use_tls ? &rpc : NULL, &err);
     sb_ckpt_free(&prev); /* the controller copied it */

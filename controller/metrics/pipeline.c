@@ -20,6 +20,7 @@ enum {
     C_MEM_USED,
     C_MEM_BUDGET,
     C_POOL_WORKERS,
+    C_DRAINED,
     NC,
     /* then the worker families, summed per pool (lib/metrics/families.h) */
     NALL = NC + SB_WF_COUNT
@@ -72,6 +73,10 @@ static const struct {
                       "The memory budget.", L_PIPE},
     [C_POOL_WORKERS] = {SB_METRIC_GAUGE, "streambatch_pool_workers",
                         "Workers of the pool by state: desired, ready, pending.", L_POOL_STATE},
+    [C_DRAINED] = {SB_METRIC_COUNTER, "streambatch_pipeline_workers_drained_total",
+                   "Workers drained as sick nodes (persistently far slower than their pool) "
+                   "and replaced.",
+                   L_PIPE},
 };
 
 struct sb_cmetrics {
@@ -163,6 +168,7 @@ void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipelin
         stage_figures(m, ns, pl, &s->ops[i]);
     sb_metric_set(m->f[C_MEM_USED], v, (double)s->stats.in_flight_bytes);
     sb_metric_set(m->f[C_MEM_BUDGET], v, (double)s->stats.budget);
+    sb_metric_set(m->f[C_DRAINED], v, (double)s->stats.workers_drained);
     for (size_t i = 0; i < npools; i++) {
         static const char *const states[] = {"desired", "ready", "pending"};
         const uint64_t n[] = {pools[i].desired, pools[i].ready, pools[i].pending};

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "controller/operator/operator_plan.h"
 #include "core/err.h"
 #include "rpc/rpc.h"
 
@@ -49,6 +50,9 @@ typedef struct sb_operator_config {
      * plaintext. Borrowed for the whole run. */
     const sb_rpc_opts *rpc;
     const char *tls_secret, *tls_server_name;
+    /* Cost-aware placement (operator_plan.h): the controller's prices (Helm `pricing`, under a
+     * Pipeline's spec.execution.pricing), the re-plan threshold and interval. */
+    sb_opr_plan_config plan;
     volatile sig_atomic_t *stop; /* set by a signal handler: orderly stop */
 } sb_operator_config;
 

@@ -87,3 +87,13 @@ void sb_opr_event_errored_message(const char *stage, const char *input, const ch
     snprintf(buf, len, "stage %s: %.300s: %.600s; its records are not in the output",
              stage ? stage : "?", input ? input : "?", error ? error : "(no message)");
 }
+
+void sb_opr_event_drained_message(const char *pod, const char *pool, const char *stage,
+                                  double speed, double median, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "worker pod %.100s (pool %.16s) drained: stage %.100s ran at %.3f MB/s there, the "
+             "pool's median is %.3f MB/s; once its work is handed over the pod is deleted and a "
+             "new one replaces it",
+             pod ? pod : "?", pool ? pool : "?", stage ? stage : "?", speed / 1e6, median / 1e6);
+}

@@ -1,7 +1,8 @@
 /* operator_events.h — core/v1 Events about Pipelines (what `kubectl describe pipeline` shows):
  * Started, WorkerPodsCreated, WorkerPodFailed, Recovered, PartitionErrored (Warning, one per
  * errored partition, at most SB_SCHED_ERRORED_KEEP per run), Suspended, Resumed, TookOver,
- * Succeeded, Failed, InvalidSpec, SpecChangeRefused, Deleted.
+ * Succeeded, Failed, InvalidSpec, SpecChangeRefused, Deleted, WorkerDrained (Warning: a worker
+ * persistently far slower than its pool, a sick node, is drained and its pod replaced).
  *
  * Events are best effort: a failed post is logged and never fails a reconcile. The object is
  * built by a pure function (unit tested); the name is "<pipeline>.<hex nanoseconds>" as
@@ -33,6 +34,12 @@ cJSON *sb_opr_event_build(const sb_opr_event_ref *ref, const char *type, const c
  * the output", truncated to len. */
 void sb_opr_event_errored_message(const char *stage, const char *input, const char *error,
                                   char *buf, size_t len);
+
+/* The message of a WorkerDrained event (Warning): the worker's pod, its pool, the stage it was
+ * slow on, its speed and the median of the rest of its pool (bytes per second, shown in MB/s),
+ * truncated to len. */
+void sb_opr_event_drained_message(const char *pod, const char *pool, const char *stage,
+                                  double speed, double median, char *buf, size_t len);
 
 /* Posts an Event (best effort: logs a failure and returns -1 with err). */
 int sb_opr_event_post(sb_k8s_client *c, const sb_opr_event_ref *ref, const char *type,

@@ -10,9 +10,11 @@
 #include "controller/sched/autoscale.h"
 #include "controller/engine/ctl.h"
 #include "controller/operator/kube.h"
+#include "controller/operator/operator_events.h"
 #include "controller/sched/ranges.h"
 #include "core/log.h"
 #include "doc/doc.h"
+#include "plan/fromspec.h"
 #include "spec/validate.h"
 
 #define MAX_POOLS 4
@@ -21,7 +23,32 @@ typedef struct run_pool {
     sb_kube_pool spec;
     uint64_t idle_since_ms;
     uint32_t desired;
+    uint32_t plan_max; /* pods the plan sizes the pool to (0: the spec's bounds) */
 } run_pool;
+
+#define PLAN_OPS 16 /* as sb_ctl_snapshot.ops */
+
+/* Cost-aware placement of a run (operator_plan.h). */
+typedef struct run_plan {
+    sb_opr_plan_config cfg;
+    sb_plan_prices prices;
+    const char *gpu_type;
+    sb_plan_stage_in declared[SB_PLAN_MAX_STAGES]; /* declared rates (0: none) */
+    int all_declared;
+    sb_plan_stage_in st[SB_PLAN_MAX_STAGES]; /* the input of the current plan */
+    sb_plan_input in;
+    sb_plan_result out; /* the plan applied */
+    int have;           /* a plan was made */
+    uint32_t replans;
+    uint64_t planned_ms, checked_ms;
+    char planned_at[32];
+    const char *rates_from;
+    double used[SB_PLAN_MAX_STAGES]; /* rates of the running shapes the plan used */
+    sb_opr_plan_op base[PLAN_OPS];   /* the op figures when the measuring window opened */
+    size_t nbase;
+    int pools_sized;
+    char note[512];
+} run_plan;
 
 struct sb_opr_run {
     sb_k8s_client *client;
@@ -49,6 +76,7 @@ struct sb_opr_run {
     char final_message[SB_ERR_MAX + 512];
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     void *ud;
+    run_plan *plan; /* NULL: not planned */
 };
 
 int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len)
@@ -142,8 +170,300 @@ static void run_free(sb_opr_run *r)
     sb_pipeline_free(&r->p);
     cJSON_Delete(r->spec);
     free(r->json);
+    free(r->plan);
     pthread_mutex_destroy(&r->kube_mu);
     free(r);
+}
+
+/* ---- cost-aware placement (operator_plan.h) ----------------------------------------------- */
+
+static sb_shape stage_shape(const sb_stage_spec *st)
+{
+    return strcmp(sb_stage_pool(st), "gpu") == 0 ? SB_SHAPE_GPU : SB_SHAPE_CPU;
+}
+
+static sb_opr_plan_view plan_view(const run_plan *pl)
+{
+    return (sb_opr_plan_view){.in = &pl->in,
+                              .out = &pl->out,
+                              .gpu_type = pl->gpu_type,
+                              .rates_from = pl->rates_from,
+                              .planned_at = pl->planned_at,
+                              .replans = pl->replans,
+                              .pools_sized = pl->pools_sized,
+                              .note = pl->note};
+}
+
+/* The planner's input from the run's pipeline with the declared rates; target from the spec
+ * (a deadline only with remaining_rows > 0). */
+static void plan_input(sb_opr_run *r, double remaining_rows, double remaining_s)
+{
+    run_plan *pl = r->plan;
+    const sb_pipeline_spec *sp = &r->p.spec;
+    sb_plan_stages_from_spec(&r->p, pl->st);
+    for (size_t i = 0; i < sp->nstages; i++)
+        for (int k = 0; k < SB_SHAPE_COUNT; k++)
+            pl->st[i].shapes[k].rate = pl->declared[i].shapes[k].rate;
+    memset(&pl->in, 0, sizeof pl->in);
+    pl->in.stages = pl->st;
+    pl->in.nstages = sp->nstages;
+    pl->in.prices = pl->prices;
+    pl->in.capacity = (sb_plan_capacity){-1, -1, -1};
+    const sb_target_spec *t = &sp->execution.target;
+    pl->in.target.rows_per_second = t->rows_per_second_set ? t->rows_per_second : 0;
+    pl->in.target.max_cost_per_hour = t->max_cost_per_hour_set ? t->max_cost_per_hour : 0;
+    if (t->deadline_set && remaining_rows > 0) {
+        pl->in.target.total_rows = remaining_rows;
+        pl->in.target.deadline_seconds = remaining_s > 1 ? remaining_s : 1;
+    }
+}
+
+/* Pool max pods from the plan when a target is set (else the spec's bounds stay). */
+static void plan_size_pools(sb_opr_run *r)
+{
+    run_plan *pl = r->plan;
+    const sb_target_spec *t = &r->p.spec.execution.target;
+    pl->pools_sized = pl->out.feasible && (t->rows_per_second_set || t->deadline_set);
+    for (size_t k = 0; k < r->npools; k++) {
+        uint64_t sum = 0;
+        for (size_t i = 0; pl->pools_sized && i < pl->out.nstages; i++)
+            if (strcmp(sb_shape_names[pl->out.stages[i].shape], r->pools[k].spec.pool) == 0)
+                sum += (uint64_t)pl->out.stages[i].workers;
+        r->pools[k].plan_max = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
+    }
+}
+
+static void plan_event(sb_opr_run *r, const char *drift_stage, double drift)
+{
+    run_plan *pl = r->plan;
+    char m[1024];
+    sb_opr_plan_view v = plan_view(pl);
+    sb_opr_plan_event_message(&v, drift_stage, drift, m, sizeof m);
+    if (r->on_event != NULL)
+        r->on_event(r->ud, pl->out.feasible ? "Normal" : "Warning",
+                    pl->replans > 0 ? "Replanned" : "Planned", m);
+    sb_log(SB_LOG_INFO, pl->replans > 0 ? "pipeline re-planned" : "pipeline planned", "pipeline",
+           r->key, "plan", m, NULL);
+}
+
+static void plan_stamp(run_plan *pl, uint64_t t)
+{
+    if (pl->have)
+        pl->replans++;
+    pl->have = 1;
+    pl->planned_ms = t;
+    sb_opr_time_format(time(NULL), pl->planned_at, sizeof pl->planned_at);
+}
+
+/* Task slots of a pod of a shape's pool (sb_kube_pools_from_spec: cpu 1, gpu 2). */
+static double shape_slots(int shape)
+{
+    return shape == SB_SHAPE_GPU ? 2 : 1;
+}
+
+/* The declared rates (per task slot, as `streambatch plan` gives them) per worker pod. Returns
+ * the number of stages with an allowed shape without one. */
+static int declared_per_pod(sb_opr_run *r)
+{
+    run_plan *pl = r->plan;
+    sb_plan_stages_from_spec(&r->p, pl->declared);
+    int missing = sb_plan_declared_rates(&r->p, pl->declared, NULL);
+    for (size_t i = 0; i < r->p.spec.nstages; i++)
+        for (int k = 0; k < SB_SHAPE_COUNT; k++)
+            pl->declared[i].shapes[k].rate *= shape_slots(k);
+    return missing;
+}
+
+/* At start: prices, declared rates, and a plan from them when every allowed shape has one (the
+ * placement it chooses is written into the manifest: r->p and r->json are decoded again).
+ * Returns 0, or -1 when out of memory or the reordered manifest does not decode. */
+static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
+{
+    if (cfg->plan == NULL || !sb_opr_plan_wanted(&r->p) || r->p.spec.nstages > SB_PLAN_MAX_STAGES)
+        return 0;
+    run_plan *pl = calloc(1, sizeof *pl);
+    if (pl == NULL)
+        return sb_err_set(err, "out of memory");
+    pl->cfg = *cfg->plan;
+    if (!(pl->cfg.replan_threshold > 0))
+        pl->cfg.replan_threshold = SB_OPR_REPLAN_THRESHOLD;
+    if (pl->cfg.replan_interval_ms == 0)
+        pl->cfg.replan_interval_ms = SB_OPR_REPLAN_INTERVAL_MS;
+    sb_err pe = {0};
+    if (sb_price_resolve_with(pl->cfg.prices, &r->p.spec.execution.pricing, &pl->prices,
+                              &pl->gpu_type, &pe) != 0) {
+        if (r->on_event != NULL)
+            r->on_event(r->ud, "Warning", "NotPlanned", pe.msg);
+        free(pl);
+        return 0;
+    }
+    r->plan = pl;
+    pl->all_declared = declared_per_pod(r) == 0;
+    const sb_target_spec *t = &r->p.spec.execution.target;
+    if (!pl->all_declared || (t->deadline_set && !t->rows_per_second_set))
+        return 0; /* planned once rates are measured */
+    plan_input(r, 0, 0);
+    sb_plan_result best;
+    if (sb_plan_solve(&pl->in, &best, &pe) != 0) {
+        if (r->on_event != NULL)
+            r->on_event(r->ud, "Warning", "NotPlanned", pe.msg);
+        r->plan = NULL;
+        free(pl);
+        return 0;
+    }
+    cJSON *moved = best.feasible ? sb_opr_plan_reorder(cfg->object, &r->p, &best) : NULL;
+    if (moved != NULL) {
+        /* the manifest workers get runs each stage on the plan's shape (its shapeArgs) */
+        sb_pipeline np;
+        char *json = NULL, msg[512];
+        int bad = sb_opr_decode(moved, &np, &json, msg, sizeof msg);
+        cJSON_Delete(moved);
+        if (bad != 0)
+            return sb_err_set(err, "the planned placement: %s", bad > 0 ? msg : "out of memory");
+        sb_pipeline_free(&r->p);
+        free(r->json);
+        r->p = np;
+        r->json = json;
+        /* names point into the new pipeline; later stages' row counts may follow their shape */
+        declared_per_pod(r);
+        plan_input(r, 0, 0);
+        sb_shape shapes[SB_PLAN_MAX_STAGES];
+        for (size_t i = 0; i < r->p.spec.nstages; i++)
+            shapes[i] = best.stages[i].shape;
+        if (sb_plan_fixed(&pl->in, shapes, &pl->out, &pe) != 0)
+            pl->out = best;
+    } else {
+        pl->out = best;
+    }
+    pl->rates_from = "declared";
+    for (size_t i = 0; i < r->p.spec.nstages; i++)
+        pl->used[i] = pl->st[i].shapes[stage_shape(&r->p.spec.stages[i])].rate;
+    plan_stamp(pl, sb_opr_mono_ms());
+    plan_event(r, NULL, 0);
+    return 0;
+}
+
+/* A plan from measured rates m[] (the running shapes; other shapes keep their declared rates or
+ * are left out). A cheaper placement than the running one is only noted: a stage's shape is
+ * fixed for the run, it applies when the pipeline starts again. */
+static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot *s, uint64_t t)
+{
+    run_plan *pl = r->plan;
+    const sb_pipeline_spec *sp = &r->p.spec;
+    double remaining_rows = 0, remaining_s = 0;
+    const sb_target_spec *tg = &sp->execution.target;
+    if (tg->deadline_set && s->nops > 0 && s->ops[0].tasks_done > 0) {
+        double done = (double)s->ops[0].tasks_done, total = (double)s->ops[0].tasks_total;
+        double rows = (double)s->ops[s->nops - 1].rows_out;
+        remaining_rows = total > done ? rows * (total - done) / done : 0;
+        remaining_s = (double)tg->deadline_ns / 1e9 - (double)(t - r->started_ms) / 1000.0;
+    }
+    plan_input(r, remaining_rows, remaining_s);
+    sb_shape running[SB_PLAN_MAX_STAGES];
+    for (size_t i = 0; i < sp->nstages; i++) {
+        running[i] = stage_shape(&sp->stages[i]);
+        pl->st[i].shapes[running[i]].allowed = true;
+        pl->st[i].shapes[running[i]].rate = m[i];
+        sb_plan_shape_in *other = &pl->st[i].shapes[1 - (int)running[i]];
+        if (other->rate <= 0)
+            other->allowed = false;
+    }
+    sb_plan_result best;
+    sb_err pe = {0};
+    if (sb_plan_solve(&pl->in, &best, &pe) != 0) {
+        sb_log(SB_LOG_WARN, "planning failed", "pipeline", r->key, "error", pe.msg, NULL);
+        return;
+    }
+    pl->note[0] = '\0';
+    int moved = 0;
+    for (size_t i = 0; best.feasible && i < sp->nstages; i++)
+        moved |= best.stages[i].shape != running[i];
+    if (moved) {
+        size_t o = (size_t)snprintf(pl->note, sizeof pl->note, "placement");
+        for (size_t i = 0; i < sp->nstages && o < sizeof pl->note; i++)
+            o += (size_t)snprintf(pl->note + o, sizeof pl->note - o, " %s=%s", pl->st[i].name,
+                                  sb_shape_names[best.stages[i].shape]);
+        if (o < sizeof pl->note)
+            snprintf(pl->note + o, sizeof pl->note - o,
+                     " would cost %.4g per million rows; it applies when the pipeline starts "
+                     "again (suspend and resume)",
+                     best.cost_per_million_rows);
+        if (sb_plan_fixed(&pl->in, running, &pl->out, &pe) != 0)
+            pl->out = best;
+    } else {
+        pl->out = best;
+    }
+    pl->rates_from = "measured";
+    for (size_t i = 0; i < sp->nstages; i++)
+        pl->used[i] = m[i];
+}
+
+/* Every few seconds while running: measure, plan when there is no plan yet, re-plan on drift
+ * (operator_plan.h), size the pools. */
+static void plan_tick(sb_opr_run *r, uint64_t t)
+{
+    run_plan *pl = r->plan;
+    if (pl == NULL || t - pl->checked_ms < 2000)
+        return;
+    pl->checked_ms = t;
+    /* a declared plan gives way to measured rates as soon as they drift (no interval): the
+     * interval keeps measured plans from flapping */
+    int measured = pl->have && strcmp(pl->rates_from, "measured") == 0;
+    uint64_t interval = measured ? pl->cfg.replan_interval_ms : 0;
+    if (pl->have && t - pl->planned_ms < interval)
+        return;
+    static __thread sb_ctl_snapshot s; /* large: off the stack */
+    sb_ctl_snapshot_get(r->ctl, &s);
+    if (s.planning || s.nops == 0 || s.nops > PLAN_OPS)
+        return;
+    sb_opr_plan_op cur[PLAN_OPS];
+    for (size_t j = 0; j < s.nops; j++)
+        cur[j] = (sb_opr_plan_op){.name = s.ops[j].name,
+                                  .rows_in = s.ops[j].rows_in,
+                                  .rows_out = s.ops[j].rows_out,
+                                  .tasks = s.ops[j].timed_tasks,
+                                  .task_seconds = s.ops[j].task_seconds};
+    const sb_pipeline_spec *sp = &r->p.spec;
+    uint32_t slots[SB_PLAN_MAX_STAGES];
+    for (size_t i = 0; i < sp->nstages; i++) {
+        slots[i] = 1;
+        for (size_t k = 0; k < r->npools; k++)
+            if (strcmp(r->pools[k].spec.pool, sb_stage_pool(&sp->stages[i])) == 0 &&
+                r->pools[k].spec.slots > 0)
+                slots[i] = r->pools[k].spec.slots;
+    }
+    double m[SB_PLAN_MAX_STAGES];
+    if (!sb_opr_plan_measure(&r->p, slots, pl->nbase == s.nops ? pl->base : NULL, cur, s.nops,
+                             SB_OPR_PLAN_MIN_TASKS, m))
+        return;
+    size_t ds = 0;
+    double drift = 0;
+    int first = !pl->have;
+    if (!first && !sb_opr_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t,
+                                       pl->planned_ms, interval, &ds, &drift))
+        return;
+    plan_measured(r, m, &s, t);
+    plan_stamp(pl, t);
+    plan_size_pools(r);
+    memcpy(pl->base, cur, s.nops * sizeof cur[0]); /* the next window starts now */
+    pl->nbase = s.nops;
+    plan_event(r, first ? NULL : sp->stages[ds].name, drift);
+}
+
+/* status.plan (replaced), when the run has a plan. */
+static int plan_status(sb_opr_run *r, cJSON *status)
+{
+    if (r->plan == NULL || !r->plan->have)
+        return 0;
+    sb_opr_plan_view v = plan_view(r->plan);
+    cJSON *j = sb_opr_plan_status_json(&v);
+    if (j == NULL)
+        return -1;
+    if (cJSON_GetObjectItemCaseSensitive(status, "plan") != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(status, "plan", j);
+    else
+        cJSON_AddItemToObject(status, "plan", j);
+    return 0;
 }
 
 sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_err *err)
@@ -173,6 +493,12 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
         return NULL;
     }
     r->spec = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cfg->object, "spec"), 1);
+    r->started_ms = sb_opr_mono_ms();
+    if (plan_start(r, cfg, err) != 0) {
+        *plan_error = 1;
+        run_free(r);
+        return NULL;
+    }
     /* the source is planned and the sink prepared by a worker pod (storage jobs): the
      * controller has no access to user storage */
     /* resume state */
@@ -254,6 +580,8 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     r->npools = kc.npools;
     for (size_t i = 0; i < kc.npools; i++)
         r->pools[i].spec = kc.pools[i];
+    if (r->plan != NULL && r->plan->have)
+        plan_size_pools(r);
     r->kube = sb_kube_start(&kc, err);
     if (r->kube == NULL) {
         sb_err_wrap(err, "worker pods");
@@ -341,8 +669,11 @@ static void autoscale(sb_opr_run *r, uint64_t t)
             pl->idle_since_ms = 0;
         else if (pl->idle_since_ms == 0)
             pl->idle_since_ms = t;
+        uint32_t max = pl->spec.max;
+        if (pl->plan_max > 0) /* the plan's pods, not below the pool's min */
+            max = pl->plan_max > pl->spec.min ? pl->plan_max : pl->spec.min;
         sb_autoscale_in in = {.min = pl->spec.min,
-                              .max = pl->spec.max,
+                              .max = max,
                               .ready = ready,
                               .pending = pending,
                               .slots = slots,
@@ -410,6 +741,26 @@ static sb_opr_outcome fail(sb_opr_run *r, const char *why, const char *msg, int 
     return SB_OPR_RUNNING;
 }
 
+/* Sick workers the scheduler drained (sched.c, "Draining sick workers"): an Event WorkerDrained
+ * each. The controller retires a drained worker once it holds nothing still needed; its pod
+ * then ends (Succeeded), and the next sync deletes it and creates a new pod toward the pool's
+ * desired count. */
+static void drain_events(sb_opr_run *r)
+{
+    sb_ctl_drain d[8];
+    size_t n;
+    while ((n = sb_ctl_drains_take(r->ctl, d, 8)) > 0)
+        for (size_t i = 0; i < n; i++) {
+            char m[768];
+            sb_opr_event_drained_message(d[i].worker_id, d[i].pool, d[i].stage, d[i].speed,
+                                         d[i].median, m, sizeof m);
+            sb_log(SB_LOG_WARN, "worker pod drained", "pipeline", r->key, "pod", d[i].worker_id,
+                   NULL);
+            if (r->on_event != NULL)
+                r->on_event(r->ud, "Warning", "WorkerDrained", m);
+        }
+}
+
 sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *message, size_t mlen)
 {
     if (r->finished)
@@ -435,6 +786,8 @@ sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *m
     }
     sb_sched_state st = sb_ctl_wait(r->ctl, 0);
     if (st == SB_SCHED_RUNNING) {
+        plan_tick(r, t);
+        drain_events(r);
         autoscale(r, t); /* set_pool_size syncs the pods */
         char stall[1024];
         if (r->stall_ms > 0 && sb_ctl_stalled(r->ctl, r->stall_ms, stall, sizeof stall)) {
@@ -538,6 +891,8 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
     cJSON *cp = sb_ckpt_json(r->epoch, r->spec_hash, plan_hash, ranges, parts, nparts);
     free(ranges);
     sb_sched_parts_free(parts, nparts);
+    if (rc == 0)
+        rc = plan_status(r, status);
     if (cp == NULL || rc != 0) {
         cJSON_Delete(cp);
         return -1;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "controller/metrics/pipeline.h"
+#include "controller/operator/operator_plan.h"
 #include "controller/operator/operator_status.h"
 #include "core/err.h"
 #include "k8s/client.h"
@@ -46,6 +47,9 @@ typedef struct sb_opr_run_config {
     const char *tls_secret; /* mounted into worker pods (kube.h); NULL: none */
     const char *tls_server_name;
     const sb_ckpt *resume; /* NULL: a fresh run at epoch 0 */
+    /* cost-aware placement (operator_plan.h): prices, re-plan threshold and interval; NULL: no
+     * planning. Borrowed: must outlive the run. */
+    const sb_opr_plan_config *plan;
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     void *ud;
 } sb_opr_run_config;
@@ -72,8 +76,15 @@ sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *m
 /* Live changes: the stages' workers min/max of a new spec (same stages). */
 void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p);
 
+/* Planning (operator_plan.h), when cfg->plan is set and the Pipeline has a placement choice or
+ * a target: at start from declared rates (a multi-shape stage then runs on the plan's shape:
+ * the manifest workers get lists it first), later from measured rates; each plan posts a
+ * Planned (first) or Replanned event, and with a target the pools' max pods follow the plan.
+ * status.plan is written by sb_opr_run_status. */
+
 /* Writes progress, partitions, stages, checkpoint and the WorkersPending condition into status
- * (now: RFC 3339 time for condition transitions). Returns 0, or -1 when out of memory. */
+ * (now: RFC 3339 time for condition transitions), and status.plan when the run has a plan.
+ * Returns 0, or -1 when out of memory. */
 int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now);
 /* Adds the run's Prometheus figures (controller/metrics/pipeline.h) for namespace/name. */
 void sb_opr_run_metrics(sb_opr_run *r, sb_cmetrics *cm, const char *ns, const char *name);

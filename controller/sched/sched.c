@@ -59,6 +59,13 @@ typedef struct {
     char **releases;
     size_t nrel, caprel;
     double *op_speed; /* per op: input bytes per ms of its successful tasks (EWMA); 0 unknown */
+    /* sick-node drain (see "Draining sick workers"): its current run of slow tasks (count, when
+     * the first started), and once drained the op, its speed and the pool's median then */
+    uint32_t slow_n;
+    uint64_t slow_since_ms;
+    int draining;
+    uint32_t drain_op;
+    double drain_speed, drain_median;
 } worker;
 
 typedef struct {
@@ -86,6 +93,7 @@ typedef struct {
     uint64_t speculated, spec_won; /* copies started; copies that finished first */
     uint64_t spec_scan_ms;         /* its last scan for a straggler to copy (spec_candidate) */
     int spec_scanned;
+    double speed_avg; /* EWMA of every successful task's input bytes per ms (drain pre-filter) */
 } op;
 
 struct sb_sched {
@@ -99,6 +107,12 @@ struct sb_sched {
     int preserve_order;  /* execution.preserveOrder: one input per task of op > 0, sink parts
                             listed in input order */
     int tail_sizing_off; /* sb_sched_config.no_tail_sizing */
+    int spec_off;        /* sb_sched_config.no_speculation */
+    int drain_off;       /* sb_sched_config.no_drain */
+    uint64_t workers_drained;
+    size_t ndraining;    /* alive workers that are draining */
+    size_t *drain_notes; /* drained workers not yet taken by sb_sched_drains_take */
+    size_t ndrain_notes, capdrain_notes;
     sb_sched_output *sink_ordered; /* sb_sched_sink_parts' view with preserve_order */
     op *ops;
     size_t nops;
@@ -379,6 +393,8 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     s->max_errored = (uint64_t)p->spec.execution.max_errored_partitions;
     s->preserve_order = p->spec.execution.preserve_order;
     s->tail_sizing_off = cfg->no_tail_sizing;
+    s->spec_off = cfg->no_speculation;
+    s->drain_off = cfg->no_drain;
     int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
     s->ops = calloc(s->nstages, sizeof *s->ops);
     if (s->ops == NULL)
@@ -509,6 +525,7 @@ void sb_sched_free(sb_sched *s)
         free(w->releases);
     }
     free(s->workers);
+    free(s->drain_notes);
     for (size_t i = 0; i < s->nsink; i++)
         free((char *)s->sink[i].id);
     free(s->sink);
@@ -578,6 +595,8 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
     wk->slots = slots;
     wk->running = 0;
     wk->alive = 1;
+    wk->draining = 0; /* a new incarnation under the same id starts healthy */
+    wk->slow_n = 0;
     if (s->mode == SB_MODE_STATIC) { /* bind slots to this pool's ops, round robin */
         size_t pool_ops[64], n = 0;
         for (size_t i = 0; i < s->nops && n < 64; i++)
@@ -695,6 +714,8 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
         return;
     worker *wk = &s->workers[w];
     wk->alive = 0;
+    if (wk->draining)
+        s->ndraining--;
     for (size_t k = 0; k < wk->nrel; k++)
         free(wk->releases[k]);
     wk->nrel = 0;
@@ -930,8 +951,8 @@ static int op_eligible(sb_sched *s, const worker *wk, size_t i)
         return 0;
     if (s->mode == SB_MODE_STATIC && wk->op_running[i] >= wk->op_slots[i])
         return 0;
-    if (o->ratio == 0 && o->running > 0 && i + 1 < s->nops && s->mode == SB_MODE_STREAMING)
-        return 0; /* ratio unknown: one task at a time until measured */
+    if (o->ratio == 0 && wk->op_running[i] > 0 && i + 1 < s->nops && s->mode == SB_MODE_STREAMING)
+        return 0; /* ratio unknown: one probe per worker until measured */
     return 1;
 }
 
@@ -1008,30 +1029,145 @@ static int downstream_work(const sb_sched *s)
     return 0;
 }
 
+/* Draining sick workers. A worker persistently far slower than the rest of its pool — a sick
+ * node: throttled, stolen CPU, a failing disk — is drained: it gets no new task (unless it is
+ * the last of its pool that is not draining), its running tasks finish or are copied (see
+ * "Speculative copies"), and once it holds nothing still needed (sb_sched_worker_removable) the
+ * controller retires it and the backend starts a replacement. The rule, checked at each of its
+ * successful tasks: the task's speed (input bytes per ms, by the scheduler's clock) is below
+ * 1/DRAIN_SLOWER of the median speed of the other live, non-draining workers of its pool on that
+ * op (their EWMAs); DRAIN_MIN_TASKS such tasks in a row (a task at normal speed resets the run)
+ * spanning at least DRAIN_MIN_MS; the pool has at least two workers that are not draining; and
+ * the op has work left for a full round of the pool's slots (queued tasks, waiting input, or an
+ * upstream still producing) — in the tail, tail sizing and copies do better than a new worker
+ * that first has to start. A cheap pre-filter (the task slower than half the op's mean speed)
+ * keeps the O(workers) median off the path of healthy completions. */
+#define DRAIN_SLOWER 3
+#define DRAIN_MIN_TASKS 3
+#define DRAIN_MIN_MS 3000
+
+/* Live workers of the pool that are not draining. */
+static size_t pool_healthy(const sb_sched *s, const char *pool)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < s->nworkers; k++)
+        n +=
+            s->workers[k].alive && !s->workers[k].draining && strcmp(s->workers[k].pool, pool) == 0;
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void drain_check(sb_sched *s, size_t w, size_t i, double v, uint64_t started_ms,
+                        uint64_t now_ms)
+{
+    worker *wk = &s->workers[w];
+    op *o = &s->ops[i];
+    double avg = o->speed_avg;
+    o->speed_avg = avg > 0 ? 0.9 * avg + 0.1 * v : v;
+    if (s->drain_off || wk->draining || !wk->alive)
+        return;
+    if (avg <= 0 || v * 2 >= avg) { /* not far slower than the op's mean: healthy */
+        wk->slow_n = 0;
+        return;
+    }
+    double *sp = malloc((s->nworkers + 1) * sizeof *sp);
+    if (sp == NULL)
+        return;
+    size_t n = 0, healthy = 0;
+    uint64_t slots = 0;
+    for (size_t k = 0; k < s->nworkers; k++) {
+        const worker *x = &s->workers[k];
+        if (!x->alive || x->draining || strcmp(x->pool, wk->pool) != 0)
+            continue;
+        healthy++;
+        slots += x->slots;
+        if (k != w && x->op_speed[i] > 0)
+            sp[n++] = x->op_speed[i];
+    }
+    double median = 0;
+    if (n > 0) {
+        qsort(sp, n, sizeof *sp, cmp_double);
+        median = n % 2 ? sp[n / 2] : (sp[n / 2 - 1] + sp[n / 2]) / 2;
+    }
+    free(sp);
+    if (n == 0)
+        return; /* nothing to compare with yet */
+    if (v * DRAIN_SLOWER >= median) {
+        wk->slow_n = 0;
+        return;
+    }
+    if (wk->slow_n++ == 0)
+        wk->slow_since_ms = started_ms;
+    if (wk->slow_n < DRAIN_MIN_TASKS || now_ms < wk->slow_since_ms + DRAIN_MIN_MS || healthy < 2)
+        return;
+    uint64_t left = o->qlen + (o->target ? (o->fifo_bytes + o->target - 1) / o->target : o->flen);
+    if (i > 0 && !op_finished(s, i - 1))
+        left += slots; /* upstream still producing */
+    if (left < slots)
+        return;
+    if (GROW(s, s->drain_notes, s->capdrain_notes, s->ndrain_notes + 1) != 0)
+        return;
+    s->drain_notes[s->ndrain_notes++] = w;
+    wk->draining = 1;
+    s->ndraining++;
+    wk->drain_op = (uint32_t)i;
+    wk->drain_speed = v * 1000.0;
+    wk->drain_median = median * 1000.0;
+    s->workers_drained++;
+}
+
 /* Speculative copies. A worker of the pool that asks for work and gets none may run a copy
  * of the op's slowest running task when the op is in its tail (nothing queued or waiting for
  * it, everything upstream done), at least SPEC_MIN_DONE of its tasks succeeded, and that task
- * has run SPEC_FACTOR times their mean duration and at least SPEC_MIN_MS, on another worker,
- * with its inputs still there. Ops that write the sink are not copied: a part file is written
- * under its final name by the attempt that makes it, and two attempts must not both write
- * one. The copy gets an attempt number of its own; the first attempt to finish is the task's
- * result, the other one's completion is stale and its outputs are released. One copy per task;
- * a copy counts against the memory budget like a task. */
+ * has run SPEC_FACTOR times their mean duration and at least SPEC_MIN_MS — or, when both
+ * workers' speeds on the op are measured (the EWMAs of tail sizing), sooner: as soon as what the
+ * task has left at its worker's speed is more than SPEC_GAIN times what the whole task would
+ * take at the asking worker's speed (a task on a worker 4 times slower is copied at once) — on
+ * another worker, with its inputs still there. The task with the most to gain goes first. Ops that
+ * write the sink are not copied: a part file is written under its final name by the attempt that
+ * makes it, and two attempts must not both write one. The copy gets an attempt number of its own;
+ * the first attempt to finish is the task's result, the other one's completion is stale and its
+ * outputs are released. One copy per task; a copy counts against the memory budget like a task. */
 #define SPEC_FACTOR 2
 #define SPEC_MIN_DONE 3
 #define SPEC_MIN_MS 1000
 #define SPEC_SCAN_MS 100
+#define SPEC_GAIN 1.5
+
+/* Whether a worker of the pool other than w is draining (its tasks may be copied any time). */
+static int pool_draining(const sb_sched *s, const char *pool, size_t w)
+{
+    for (size_t k = 0; k < s->nworkers; k++)
+        if (k != w && s->workers[k].alive && s->workers[k].draining &&
+            strcmp(s->workers[k].pool, pool) == 0)
+            return 1;
+    return 0;
+}
 
 static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
 {
     const worker *wk = &s->workers[w];
     size_t best = NONE;
-    uint64_t best_over = 0;
+    double best_gain = 0;
+    if (s->spec_off)
+        return NONE;
+    int drains = -1; /* computed once, when an op is not in its tail */
     for (size_t k = 0; k + 1 < s->nops; k++) {
         op *o = &s->ops[k];
-        if (strcmp(o->pool, wk->pool) != 0 || o->qlen > 0 || o->flen > 0 || o->running == 0 ||
-            o->ok_n < SPEC_MIN_DONE || (k > 0 && !op_finished(s, k - 1)) ||
+        if (strcmp(o->pool, wk->pool) != 0 || o->running == 0 ||
             (s->mode == SB_MODE_STATIC && wk->op_running[k] >= wk->op_slots[k]))
+            continue;
+        /* outside the tail only the tasks of a drained (sick) worker are copied */
+        int tail = o->qlen == 0 && o->flen == 0 && o->ok_n >= SPEC_MIN_DONE &&
+                   (k == 0 || op_finished(s, k - 1));
+        if (!tail && drains < 0) /* O(workers): only while some worker drains */
+            drains = s->ndraining > 0 && pool_draining(s, wk->pool, w);
+        if (!tail && !drains)
             continue;
         /* the scan is over every task: at most one per op every SPEC_SCAN_MS, however many
          * workers are idle */
@@ -1039,17 +1175,30 @@ static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
             continue;
         o->spec_scanned = 1;
         o->spec_scan_ms = now_ms;
-        uint64_t mean = o->ok_ms_sum / o->ok_n;
+        uint64_t mean = o->ok_n > 0 ? o->ok_ms_sum / o->ok_n : 0;
         uint64_t bar = mean * SPEC_FACTOR > SPEC_MIN_MS ? mean * SPEC_FACTOR : SPEC_MIN_MS;
         for (size_t ti = 0; ti < s->ntasks; ti++) {
             const task *t = &s->tasks[ti];
             if (t->op != k || t->state != T_RUNNING || t->spec_worker != NONE || t->worker == w ||
-                now_ms < t->started_ms + bar || !inputs_available(s, t))
+                !inputs_available(s, t))
                 continue;
-            uint64_t over = now_ms - t->started_ms - bar;
-            if (best == NONE || over > best_over) {
+            const worker *x = &s->workers[t->worker];
+            int sick = x->draining;
+            if (!tail && !sick)
+                continue;
+            double ran = now_ms > t->started_ms ? (double)(now_ms - t->started_ms) : 0;
+            double gain = ran - (double)(sick ? SPEC_MIN_MS : bar); /* ms past the bar */
+            if (x->op_speed[k] > 0 && wk->op_speed[k] > 0 && t->in_bytes > 0) {
+                double left = (double)t->in_bytes / x->op_speed[k] - ran;
+                double mine = (double)t->in_bytes / wk->op_speed[k];
+                if (left > SPEC_GAIN * mine && left - mine > gain)
+                    gain = left - mine; /* a copy here ends that much sooner */
+            }
+            if (gain < 0)
+                continue;
+            if (best == NONE || gain > best_gain) {
                 best = ti;
-                best_over = over;
+                best_gain = gain;
             }
         }
     }
@@ -1087,6 +1236,8 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
     if (w == NONE || !s->workers[w].alive || s->state != SB_SCHED_RUNNING)
         return 0;
     worker *wk = &s->workers[w];
+    if (wk->draining && pool_healthy(s, wk->pool) > 0)
+        return 0; /* drained: no new work while a healthy worker of its pool is there */
     size_t got = 0;
     size_t chosen[256] = {0};
     if (now_ms > s->now_ms)
@@ -1115,6 +1266,11 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
                 uint64_t est = estimate(s, &s->ops[k], in_bytes, k);
                 /* a downstream task frees its inputs when it finishes: only growth counts */
                 uint64_t grow = k == 0 ? est : est > in_bytes ? est - in_bytes : 0;
+                /* a second probe of an unmeasured op (another already runs): its whole output
+                 * counts as growth, so probes beyond the first fit the budget at ratio 2 */
+                if (s->ops[k].ratio == 0 && s->ops[k].running > 0 && k + 1 < s->nops &&
+                    grow < in_bytes)
+                    grow = in_bytes;
                 if (pass == 0 && s->mode != SB_MODE_STAGED && grow > 0 &&
                     in_flight + grow > s->budget) {
                     op *ho = &s->ops[k]; /* a task ready, held back by the budget */
@@ -1404,6 +1560,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     if (took > 0 && t->in_bytes > 0) { /* the worker's speed on this op: EWMA, weight 1/2 */
         double v = (double)t->in_bytes / (double)took, *sp = &s->workers[t->worker].op_speed[t->op];
         *sp = *sp > 0 ? 0.5 * *sp + 0.5 * v : v;
+        drain_check(s, t->worker, t->op, v, t->started_ms, now_ms);
     }
     if (metrics != NULL) {
         o->task_seconds += metrics->wall_seconds;
@@ -1471,8 +1628,38 @@ void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out)
     out->sink_parts = s->nsink;
     out->sink_rows = s->sink_rows;
     out->sink_bytes = s->sink_bytes;
+    out->workers_drained = s->workers_drained;
     for (size_t i = 0; i < s->nworkers; i++)
         out->workers += s->workers[i].alive;
+}
+
+size_t sb_sched_drains_take(sb_sched *s, sb_sched_drain *out, size_t max)
+{
+    size_t n = s->ndrain_notes < max ? s->ndrain_notes : max;
+    if (n == 0)
+        return 0; /* no notes yet (the array may not exist) */
+    for (size_t i = 0; i < n; i++) {
+        const worker *wk = &s->workers[s->drain_notes[i]];
+        out[i] = (sb_sched_drain){.worker_id = wk->id,
+                                  .pool = wk->pool,
+                                  .op = s->ops[wk->drain_op].name,
+                                  .speed = wk->drain_speed,
+                                  .median = wk->drain_median};
+    }
+    memmove(s->drain_notes, s->drain_notes + n, (s->ndrain_notes - n) * sizeof *s->drain_notes);
+    s->ndrain_notes -= n;
+    return n;
+}
+
+size_t sb_sched_draining_count(const sb_sched *s)
+{
+    return s->ndraining;
+}
+
+int sb_sched_worker_draining(const sb_sched *s, const char *worker_id)
+{
+    size_t w = worker_find(s, worker_id ? worker_id : "");
+    return w != NONE && s->workers[w].alive && s->workers[w].draining;
 }
 
 void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)

@@ -17,10 +17,19 @@
  * the bytes in flight (partitions held by workers and not yet consumed, plus the estimated
  * output of running tasks) plus its estimated output fit the memory budget; when nothing is
  * running at all, one task is admitted regardless, so the pipeline cannot deadlock on a full
- * budget. An op whose output/input ratio is not yet measured runs one task at a time until it
- * is; estimates then use the largest ratio seen. So the bytes of partitions in flight stay
- * within budget + one partition. Modes: `staged` runs an op only after the previous one
- * finished (no budget: the stores spill); `static` binds each worker slot to one op up front.
+ * budget. An op whose output/input ratio is not yet measured runs one probe task per worker
+ * until it is (so a slow worker's probe does not hold the pipeline back): the first at ratio 1,
+ * the others only when their whole input fits the budget on top (ratio 2); estimates then use
+ * the largest ratio seen. So the bytes of partitions in flight stay within budget + one
+ * partition (while an op's ratio is unmeasured, up to one partition more per probe beyond
+ * ratio 2).
+ *
+ * Stragglers (sched.c): tail sizing (an op's last tasks sized by worker speed), speculative
+ * copies of slow tasks at an op's tail, and draining of sick workers — a worker persistently
+ * far slower than its pool gets no new tasks and is reported (sb_sched_drains_take) so the
+ * controller retires it once it is removable and the backend replaces it. Modes: `staged` runs an
+ * op only after the previous one finished (no budget: the stores spill); `static` binds each worker
+ * slot to one op up front.
  *
  * Recovery. When a worker is lost, its running tasks are re-queued, and every partition that
  * lived only there and is still needed is re-produced by re-running its producer task —
@@ -81,6 +90,8 @@ typedef struct sb_sched_config {
     int no_fusion;                 /* 1: one op per stage even in streaming mode */
     int no_tail_sizing;            /* 1: an op's last tasks are not sized by worker speed
                                       (task_target in sched.c; for ablations and tests) */
+    int no_speculation;            /* 1: no speculative copies (ablations) */
+    int no_drain;                  /* 1: slow workers are never drained (ablations) */
     uint64_t start_ms;             /* the clock at creation (the stall watchdog starts there) */
     const sb_sched_resume *resume; /* NULL: a fresh run */
 } sb_sched_config;
@@ -179,6 +190,7 @@ typedef struct sb_sched_stats {
     uint64_t partitions_lost;      /* still-needed partitions lost with a worker or a fetch */
     uint64_t sink_parts, sink_rows, sink_bytes;
     size_t workers;
+    uint64_t workers_drained; /* workers drained as persistently slow (sick nodes) */
 } sb_sched_stats;
 
 /* NULL + err on an invalid config, including a resume whose ranges do not parse (the message
@@ -246,6 +258,22 @@ void sb_sched_parts_free(sb_sched_output *parts, size_t n);
 /* 1 if the worker may be removed now: alive, no running task, holds no partition still needed
  * (unknown or lost workers: 0). */
 int sb_sched_worker_removable(const sb_sched *s, const char *worker_id);
+
+/* A worker drained as a sick node (sched.c, "Draining sick workers"): a view, valid until the
+ * scheduler is freed. */
+typedef struct sb_sched_drain {
+    const char *worker_id, *pool;
+    const char *op; /* the stage(s) it was slow on */
+    double speed;   /* its last slow task's input bytes per second */
+    double median;  /* the median speed of the rest of its pool then (bytes per second) */
+} sb_sched_drain;
+
+/* Workers drained since the last call, in order, once each: up to max written to out[]. */
+size_t sb_sched_drains_take(sb_sched *s, sb_sched_drain *out, size_t max);
+/* Alive workers that are draining now (0: nothing to retire; O(1)). */
+size_t sb_sched_draining_count(const sb_sched *s);
+/* 1 if the worker is alive and draining (retire it when sb_sched_worker_removable says so). */
+int sb_sched_worker_draining(const sb_sched *s, const char *worker_id);
 
 /* Demand of a pool: tasks queued (ready to run, plus the tasks the partitions waiting in its
  * ops' input queues will form, at least one when any waits) and running for its ops, and

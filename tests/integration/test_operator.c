@@ -174,6 +174,87 @@ Test(operator, pipeline_succeeds_on_worker_pods)
     free(kubectl("delete pipeline wc --timeout=30s"));
 }
 
+/* Cost-aware placement: a stage with a placement choice and a target is planned at start from
+ * its declared cost (bench.spin msPerRecord): status.plan records the shape, workers, predicted
+ * rows/s and cost, and a Planned event names the plan; the run still succeeds. */
+Test(operator, placement_plan_in_status_and_event)
+{
+    write_pipeline("pl",
+                   "op: bench.spin, args: {msPerRecord: 0.05}, placement: [cpu, gpu], "
+                   "resources: {cpu: 500m}",
+                   "  execution: {target: {rowsPerSecond: 5000}}\n");
+    free(kubectl("apply -f %s/pl.yaml", dir));
+    char *ph = wait_for("pl", "{.status.phase}", "Succeeded Failed", 90);
+    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
+                     sb_test_sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    /* cpu: 20000 rows/s per pod for 0.02/h; gpu (the table's 2.50/h) costs far more per row */
+    char *v = kubectl("get events --field-selector involvedObject.name=pl,reason=Planned "
+                      "-o jsonpath='{.items[0].message}'");
+    cr_expect_str_eq(v, "a=cpu:1; 20k rows/s for 0.02 per hour (0.0002778 per million rows), "
+                        "rates declared");
+    free(v);
+    v = kubectl("get pipeline pl -o jsonpath='{.status.plan.feasible} "
+                "{.status.plan.stages[0].name} {.status.plan.stages[0].shape} "
+                "{.status.plan.poolsSized} {.status.plan.prices.gpuType} "
+                "{.status.plan.target.rowsPerSecond}'");
+    cr_expect_str_eq(v, "true a cpu true default 5000");
+    free(v);
+    /* the measured rate (parsing included) may differ from the declared one by more than 25%:
+     * then the declared plan was replaced at once, with a Replanned event */
+    char *rates = kubectl("get pipeline pl -o jsonpath='{.status.plan.rates} "
+                          "{.status.plan.replans}'");
+    char *w = kubectl("get pipeline pl -o jsonpath='{.status.plan.stages[0].workers} "
+                      "{.status.plan.costPerHour}'");
+    v = kubectl("get events --field-selector involvedObject.name=pl,reason=Replanned "
+                "-o jsonpath='{range .items[*]}{.message}{end}'");
+    if (strncmp(rates, "measured ", 9) == 0) {
+        cr_expect(strcmp(rates, "measured 0") != 0, "a measured plan is a re-plan: %s", rates);
+        cr_expect(strncmp(v, "stage a runs at ", 16) == 0 && strstr(v, "rates measured"),
+                  "Replanned event: %s", v);
+    } else {
+        cr_expect_str_eq(rates, "declared 0");
+        cr_expect_str_eq(w, "1 0.02");
+    }
+    free(w);
+    free(v);
+    free(rates);
+    free(kubectl("delete pipeline pl --timeout=30s"));
+}
+
+/* Without declared rates (identity has no declared cost) the first plan waits for measured
+ * ones: once each op has completed tasks, status.plan has rates "measured" and a Planned event
+ * says so. bench.sleep keeps the run going for several seconds (12000 rows x 1 ms over at most
+ * 2 pods). */
+Test(operator, placement_plan_from_measured_rates)
+{
+    write_pipeline("plm",
+                   "op: identity, workers: {min: 1, max: 2}}\n"
+                   "  - {name: b, op: bench.sleep, args: {msPerRecord: 1}",
+                   "  execution: {target: {rowsPerSecond: 1000}}\n");
+    free(kubectl("apply -f %s/plm.yaml", dir));
+    char *ph = wait_for("plm", "{.status.phase}", "Succeeded Failed", 120);
+    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
+                     sb_test_sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    char *v = kubectl("get pipeline plm -o jsonpath='{.status.plan.rates} "
+                      "{.status.plan.stages[0].name} {.status.plan.stages[1].name} "
+                      "{.status.plan.stages[1].shape} {.status.plan.target.rowsPerSecond}'");
+    cr_expect_str_eq(v, "measured a b cpu 1000");
+    free(v);
+    v = kubectl("get pipeline plm -o jsonpath='{.status.plan.stages[1].rowsPerSecondPerWorker}'");
+    double rate = atof(v);
+    /* 1 ms per record: at most about 1000 rows/s per task slot; a and b run fused as one op
+     * (one pool), whose time the model splits evenly over them: up to 2000 per stage */
+    cr_expect(rate > 200 && rate < 2200, "measured rate of b per pod: %s", v);
+    free(v);
+    v = kubectl("get events --field-selector involvedObject.name=plm,reason=Planned "
+                "-o jsonpath='{.items[0].message}'");
+    cr_expect(strstr(v, "rates measured") != NULL, "event: %s", v);
+    free(v);
+    free(kubectl("delete pipeline plm --timeout=30s"));
+}
+
 Test(operator, invalid_spec_fails_with_the_field_named)
 {
     write_pipeline("bad", "op: identity", "  execution: {memoryBudget: 32Ki}\n");

@@ -259,7 +259,9 @@ Test(run, stopped_worker_is_detected_and_recovered)
 
 /* A throttled worker (stopped 0.9 s of every second, so its heartbeats still get through: slow,
  * not lost) holds tasks of the CPU stage at its tail: the idle worker runs copies of them, the
- * first attempt to finish counts, and the output is exactly the input. */
+ * first attempt to finish counts, and the output is exactly the input. Drain is off here
+ * (SB_SCHED_OFF=drain): on a loaded machine the run lasts long enough for this worker to be
+ * drained as sick and replaced before the tail (a_sick_worker_is_drained_and_replaced). */
 Test(run, stragglers_get_speculative_copies)
 {
     const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 1500}}\n"
@@ -267,7 +269,8 @@ Test(run, stragglers_get_speculative_copies)
     write_pipeline("spec", stages, "");
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd %s && mkdir -p spec-run && (timeout 150 %s run spec.yaml --cpus 2 --gpus 1 "
+             "cd %s && mkdir -p spec-run && (SB_SCHED_OFF=drain timeout 150 %s run spec.yaml "
+             "--cpus 2 --gpus 1 "
              "--set spec.source.partitionSize=256Ki --run-dir %s/spec-run "
              "--summary-json spec.summary.json > spec.log 2>&1; echo $? > spec.rc) "
              ">/dev/null 2>&1 & echo $!",
@@ -298,6 +301,51 @@ Test(run, stragglers_get_speculative_copies)
     cr_expect_geq(copies, 1, "copies of the throttled worker's tasks");
     cr_expect_eq(lost, 0, "throttled, not lost");
     char *got = output_digest("spec"), *want = expected_digest("True");
+    cr_expect_str_eq(got, want, "every record exactly once");
+    free(got);
+    free(want);
+}
+
+/* A sick node: one worker duty-cycled from outside (SIGSTOP for 150 ms of every 200 ms, so it
+ * runs at about a quarter of the others' speed) is drained — no new task, retired once its task
+ * ended — and `streambatch run` starts a replacement process (cpu-0-r1); every record once. */
+Test(run, a_sick_worker_is_drained_and_replaced)
+{
+    const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 4000}}\n";
+    write_pipeline("sick", stages, "");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && mkdir -p sick-run && (timeout 150 %s run sick.yaml --cpus 3 "
+             "--run-dir %s/sick-run --summary-json sick.summary.json > sick.log 2>&1; "
+             "echo $? > sick.rc) >/dev/null 2>&1 & echo $!",
+             dir, sb_test_bin("streambatch"), dir);
+    free(sb_test_sh_out("%s", cmd));
+    usleep(1000 * 1000);
+    char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/sick-run/cpu-0$' | head -1", dir);
+    cr_assert(*victim, "no worker to throttle");
+    sh("(while [ ! -f %s/sick.rc ] && kill -STOP %s 2>/dev/null; do sleep 0.15; "
+       "kill -CONT %s; sleep 0.05; done; kill -CONT %s) >/dev/null 2>&1 &",
+       dir, victim, victim, victim);
+    sh("for i in $(seq 1 1400); do [ -f %s/sick.rc ] && break; sleep 0.1; done", dir);
+    char *rc = sb_test_sh_out("cat %s/sick.rc", dir);
+    char *log = sb_test_sh_out("tail -12 %s/sick.log", dir);
+    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    cr_expect(strstr(log, "sick workers: ") != NULL, "the summary says so:\n%s", log);
+    free(rc);
+    free(log);
+    /* the throttled process ended before the run did (retired), and cpu-0-r1 replaced it */
+    char *gone = sb_test_sh_out("kill -0 %s 2>/dev/null && echo alive || echo gone", victim);
+    cr_expect_str_eq(gone, "gone");
+    free(gone);
+    free(victim);
+    char *repl = sb_test_sh_out("test -d %s/sick-run/cpu-0-r1 && echo yes || echo no", dir);
+    cr_expect_str_eq(repl, "yes", "a replacement worker was started");
+    free(repl);
+    cr_expect_geq(summary_num("sick", "workersDrained"), 1);
+    cr_expect_geq(summary_num("sick", "workersRetired"), 1);
+    cr_expect_geq(summary_num("sick", "workersStarted"), 4, "3 workers and a replacement");
+    cr_expect_eq(summary_num("sick", "workersLost"), 0, "retired, not lost");
+    char *got = output_digest("sick"), *want = expected_digest("True");
     cr_expect_str_eq(got, want, "every record exactly once");
     free(got);
     free(want);

@@ -3,10 +3,15 @@
  * stages from a snapshot, and the spec comparison that refuses changes a running pipeline
  * cannot take. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "controller/operator/operator_events.h"
+#include "controller/operator/operator_plan.h"
+#include "controller/operator/operator_run.h"
+#include "plan/fromspec.h"
 #include "controller/operator/operator_status.h"
 
 static const char *sget(const cJSON *o, const char *k)
@@ -431,4 +436,269 @@ Test(opr_status, mode_column)
     cr_assert_eq(sb_opr_status_mode(st, SB_MODE_STAGED), 0);
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(st, "mode")->valuestring, "staged");
     cJSON_Delete(st);
+}
+
+/* ---- cost-aware placement (operator_plan.h) ---- */
+
+/* A Pipeline object: stages a (cpu), b+c fused or not, b with a placement choice; `extra` goes
+ * into spec.execution. */
+static cJSON *plan_object(const char *b_placement, const char *execution)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"metadata\": {\"name\": \"p\", \"namespace\": \"ns\", \"uid\": \"u\"},"
+             " \"spec\": {\"source\": {\"uri\": \"s3://bucket-in/\", \"format\": \"jsonl\"},"
+             " \"stages\": ["
+             "  {\"name\": \"a\", \"op\": \"bench.spin\", \"args\": {\"msPerRecord\": 1}},"
+             "  {\"name\": \"b\", \"op\": \"bench.spin\", \"args\": {\"msPerRecord\": 4},"
+             "   \"resources\": {\"cpu\": \"1\"},"
+             "   \"placement\": %s%s},"
+             "  {\"name\": \"c\", \"op\": \"bench.spin\", \"args\": {\"msPerRecord\": 0.1}}],"
+             " \"sink\": {\"uri\": \"s3://bucket-out/\", \"format\": \"jsonl\"},"
+             " \"execution\": {%s}}}",
+             b_placement,
+             strstr(b_placement, "gpu") ? ", \"shapeArgs\": {\"gpu\": {\"msPerRecord\": 0.5}}" : "",
+             execution);
+    cJSON *o = cJSON_Parse(text);
+    cr_assert_not_null(o);
+    return o;
+}
+
+static void plan_pipeline(sb_pipeline *p, const char *b_placement, const char *execution)
+{
+    cJSON *o = plan_object(b_placement, execution);
+    char msg[1024];
+    int bad = sb_opr_decode(o, p, NULL, msg, sizeof msg);
+    cJSON_Delete(o);
+    cr_assert_eq(bad, 0, "%s", msg);
+}
+
+Test(opr_plan, wanted_with_a_choice_or_a_target)
+{
+    sb_pipeline p;
+    plan_pipeline(&p, "[\"cpu\", \"gpu\"]", "");
+    cr_expect_eq(sb_opr_plan_wanted(&p), 1, "placement choice");
+    sb_pipeline_free(&p);
+    plan_pipeline(&p, "[\"cpu\"]", "");
+    cr_expect_eq(sb_opr_plan_wanted(&p), 0, "one shape each, no target");
+    sb_pipeline_free(&p);
+    plan_pipeline(&p, "[\"cpu\"]", "\"target\": {\"rowsPerSecond\": 100}");
+    cr_expect_eq(sb_opr_plan_wanted(&p), 1, "a target");
+    sb_pipeline_free(&p);
+}
+
+/* Rates per pod from the scheduler's op figures: input rows per task-second times the rows the
+ * rest of the pipeline makes of each, split over fused stages, times the pool's slots. */
+Test(opr_plan, measure_from_op_figures)
+{
+    sb_pipeline p;
+    plan_pipeline(&p, "[\"cpu\", \"gpu\"]", "");
+    uint32_t slots[3] = {1, 2, 2};
+    /* op a: 1000 rows in, 500 out (a filter) in 10 task-seconds; op b+c: 500 in, 500 out in 5 */
+    sb_opr_plan_op cur[2] = {{"a", 1000, 500, 4, 10.0}, {"b+c", 500, 500, 4, 5.0}};
+    double r[3] = {0};
+    cr_assert_eq(sb_opr_plan_measure(&p, slots, NULL, cur, 2, 2, r), 1);
+    /* a: 100 rows/task-s in, half reach the sink: 50 per pod (1 slot) */
+    cr_expect(fabs(r[0] - 50) < 1e-9, "a: %g", r[0]);
+    /* b+c: 100 rows/task-s, two stages share the time (x2), two slots per pod (x2) */
+    cr_expect(fabs(r[1] - 400) < 1e-9, "b: %g", r[1]);
+    cr_expect(fabs(r[2] - 400) < 1e-9, "c: %g", r[2]);
+    /* a window: the figures since base */
+    sb_opr_plan_op later[2] = {{"a", 3000, 1500, 8, 50.0}, {"b+c", 1500, 1500, 8, 10.0}};
+    cr_assert_eq(sb_opr_plan_measure(&p, slots, cur, later, 2, 2, r), 1);
+    cr_expect(fabs(r[0] - 25) < 1e-9, "a slowed down to 2000 rows in 40 s: %g", r[0]);
+    /* too few tasks in the window, no rows out, or an op without time: no measurement */
+    double keep[3] = {7, 7, 7};
+    sb_opr_plan_op few[2] = {{"a", 3100, 1550, 9, 51.0}, {"b+c", 1550, 1550, 9, 10.5}};
+    cr_expect_eq(sb_opr_plan_measure(&p, slots, later, few, 2, 2, keep), 0);
+    sb_opr_plan_op none_out[2] = {{"a", 1000, 0, 4, 10.0}, {"b+c", 0, 0, 0, 0}};
+    cr_expect_eq(sb_opr_plan_measure(&p, slots, NULL, none_out, 2, 2, keep), 0);
+    cr_expect(keep[0] == 7 && keep[1] == 7 && keep[2] == 7, "rates untouched");
+    /* an op too quick to time (0 task-seconds) is measured, as taking 1 us */
+    sb_opr_plan_op quick[2] = {{"a", 1000, 1000, 4, 0.0}, {"b+c", 1000, 1000, 4, 10.0}};
+    cr_assert_eq(sb_opr_plan_measure(&p, slots, NULL, quick, 2, 2, r), 1);
+    cr_expect(fabs(r[0] - 1e9) < 1, "a: %g", r[0]);
+    /* figures below the base (counters of another run) give no window */
+    cr_expect_eq(sb_opr_plan_measure(&p, slots, later, cur, 2, 2, keep), 0);
+    /* an op that names no stage of the pipeline leaves a stage unmeasured */
+    sb_opr_plan_op other[2] = {{"a", 1000, 500, 4, 10.0}, {"x+y", 500, 500, 4, 5.0}};
+    cr_expect_eq(sb_opr_plan_measure(&p, slots, NULL, other, 2, 2, keep), 0);
+    sb_pipeline_free(&p);
+}
+
+/* Re-plan only past the threshold and the minimum interval. */
+Test(opr_plan, drift_rule)
+{
+    double planned[3] = {100, 50, 0};
+    double m[3] = {110, 45, 999}; /* +10%, -10%; stage 2 has no planned rate: not compared */
+    size_t st = 9;
+    double d = 0;
+    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 200000, 100000, 60000, &st, &d), 0);
+    cr_expect(st == 0 && fabs(d - 0.10) < 1e-9, "largest drift: stage %zu %g", st, d);
+    m[1] = 30; /* -40% */
+    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 200000, 100000, 60000, &st, &d), 1);
+    cr_expect(st == 1 && fabs(d + 0.40) < 1e-9, "stage %zu %g", st, d);
+    /* same drift, but the last plan is younger than the interval */
+    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 159999, 100000, 60000, &st, &d), 0);
+    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 160000, 100000, 60000, &st, &d), 1);
+    /* a clock before the plan (never re-plans), a larger threshold, exactly at the threshold */
+    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 50000, 100000, 0, &st, &d), 0);
+    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.5, 200000, 100000, 60000, &st, &d), 0);
+    double at[3] = {125, 50, 0};
+    cr_expect_eq(sb_opr_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL), 0,
+                 "exactly 25%% is not more than 25%%");
+    at[0] = 126;
+    cr_expect_eq(sb_opr_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL), 1);
+}
+
+static const cJSON *jget(const cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+Test(opr_plan, status_json_and_event_message)
+{
+    sb_plan_stage_in st[2] = {
+        {.name = "a",
+         .shapes = {{.allowed = true, .rate = 100, .cpu_cores = 1}},
+         .min_workers = 1,
+         .max_workers = 10},
+        {.name = "b",
+         .shapes = {{.allowed = true, .rate = 20, .cpu_cores = 1},
+                    {.allowed = true, .rate = 400, .cpu_cores = 1, .gpus = 1}},
+         .min_workers = 1,
+         .max_workers = 10},
+    };
+    sb_plan_input in = {.stages = st,
+                        .nstages = 2,
+                        .prices = {.cpu_core_hour = 0.04, .mem_gib_hour = 0.005, .gpu_hour = 0.8},
+                        .capacity = {-1, -1, -1},
+                        .target = {.rows_per_second = 300, .max_cost_per_hour = 10}};
+    sb_plan_result out;
+    sb_err err = {0};
+    cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
+    cr_assert(out.feasible, "%s", out.why);
+    sb_opr_plan_view v = {.in = &in,
+                          .out = &out,
+                          .gpu_type = "nvidia-l4",
+                          .rates_from = "measured",
+                          .planned_at = "2026-01-01T00:00:00Z",
+                          .replans = 2,
+                          .pools_sized = 1,
+                          .note = NULL};
+    cJSON *j = sb_opr_plan_status_json(&v);
+    cr_assert_not_null(j);
+    cr_expect_str_eq(sget(j, "plannedAt"), "2026-01-01T00:00:00Z");
+    cr_expect_str_eq(sget(j, "rates"), "measured");
+    cr_expect_eq(jget(j, "replans")->valuedouble, 2);
+    cr_expect(cJSON_IsTrue(jget(j, "feasible")));
+    cr_expect(cJSON_IsTrue(jget(j, "poolsSized")));
+    cr_expect_null(jget(j, "why"));
+    cr_expect_null(jget(j, "note"));
+    const cJSON *stages = jget(j, "stages");
+    cr_assert_eq(cJSON_GetArraySize(stages), 2);
+    const cJSON *b = cJSON_GetArrayItem(stages, 1);
+    cr_expect_str_eq(sget(b, "name"), "b");
+    /* b on gpu: 1 pod of 400 rows/s at 0.84/h beats 15 cpu pods at 0.60/h per row */
+    cr_expect_str_eq(sget(b, "shape"), sb_shape_names[out.stages[1].shape]);
+    cr_expect_eq(jget(b, "workers")->valuedouble, (double)out.stages[1].workers);
+    cr_expect_eq(jget(b, "rowsPerSecondPerWorker")->valuedouble,
+                 st[1].shapes[out.stages[1].shape].rate);
+    cr_expect_eq(jget(j, "rowsPerSecond")->valuedouble, out.rows_per_second);
+    cr_expect(out.rows_per_second >= 300);
+    cr_expect_eq(jget(j, "costPerHour")->valuedouble, out.cost_per_hour);
+    cr_expect_eq(jget(j, "costPerMillionRows")->valuedouble, out.cost_per_million_rows);
+    cr_expect_eq(jget(jget(j, "target"), "rowsPerSecond")->valuedouble, 300);
+    cr_expect_eq(jget(jget(j, "target"), "maxCostPerHour")->valuedouble, 10);
+    cr_expect_str_eq(sget(jget(j, "prices"), "gpuType"), "nvidia-l4");
+    cr_expect_eq(jget(jget(j, "prices"), "gpuHour")->valuedouble, 0.8);
+    cJSON_Delete(j);
+    char m[512];
+    sb_opr_plan_event_message(&v, NULL, 0, m, sizeof m);
+    char want[64];
+    snprintf(want, sizeof want, "a=cpu:%lld b=%s:%lld; ", (long long)out.stages[0].workers,
+             sb_shape_names[out.stages[1].shape], (long long)out.stages[1].workers);
+    cr_expect(strncmp(m, want, strlen(want)) == 0, "%s (want %s...)", m, want);
+    cr_expect(strstr(m, "rows/s for ") && strstr(m, "per million rows), rates measured"), "%s", m);
+    sb_opr_plan_event_message(&v, "b", -0.4, m, sizeof m);
+    cr_expect(strncmp(m, "stage b runs at -40% of its planned rate; a=cpu:", 48) == 0, "%s", m);
+    /* infeasible: why, no stages, no totals */
+    in.target.rows_per_second = 1e9;
+    cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
+    cr_assert(!out.feasible);
+    v.note = "placement a=cpu b=gpu would cost less";
+    j = sb_opr_plan_status_json(&v);
+    cr_assert_not_null(j);
+    cr_expect(cJSON_IsFalse(jget(j, "feasible")));
+    cr_expect_str_eq(sget(j, "why"), out.why);
+    cr_expect_eq(cJSON_GetArraySize(jget(j, "stages")), 0);
+    cr_expect_null(jget(j, "costPerHour"));
+    cr_expect_str_eq(sget(j, "note"), "placement a=cpu b=gpu would cost less");
+    cJSON_Delete(j);
+    sb_opr_plan_event_message(&v, NULL, 0, m, sizeof m);
+    cr_expect(strncmp(m, "no plan: ", 9) == 0, "%s", m);
+    /* a short buffer is cut, never overrun */
+    char small[8];
+    sb_opr_plan_event_message(&v, "b", -0.4, small, sizeof small);
+    cr_expect_eq(strlen(small), 7);
+}
+
+/* At start the operator plans from declared rates with the controller's prices under the
+ * Pipeline's, and a stage whose planned shape is not its first listed one gets a manifest that
+ * lists it first: decoded again, the stage runs on gpu with its gpu shapeArgs. */
+Test(opr_plan, declared_plan_reorders_the_manifest)
+{
+    static const struct {
+        const char *execution;
+        const char *want; /* b's pool */
+    } cases[] = {
+        /* the controller's GPU price (2.5/h, below) makes gpu dear: b stays on cpu */
+        {"\"target\": {\"rowsPerSecond\": 1000}", "cpu"},
+        /* the Pipeline's gpuHour overrides it: 2000 rows/s for ~0.05/h beats 4 cpu pods */
+        {"\"target\": {\"rowsPerSecond\": 1000}, \"pricing\": {\"gpuHour\": 0.01}", "gpu"},
+    };
+    sb_price_defaults d;
+    memset(&d, 0, sizeof d);
+    sb_err err = {0};
+    cr_assert_eq(sb_price_defaults_add_gpu(&d, "default=2.5", &err), 0, "%s", err.msg);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        cJSON *obj = plan_object("[\"cpu\", \"gpu\"]", cases[c].execution);
+        sb_pipeline p;
+        char msg[1024];
+        cr_assert_eq(sb_opr_decode(obj, &p, NULL, msg, sizeof msg), 0, "%s", msg);
+        sb_plan_stage_in st[SB_PLAN_MAX_STAGES];
+        sb_plan_stages_from_spec(&p, st);
+        cr_assert_eq(sb_plan_declared_rates(&p, st, NULL), 0, "bench.spin and identity declare");
+        cr_expect(fabs(st[1].shapes[SB_SHAPE_GPU].rate - 2000) < 1e-6, "b gpu: %g",
+                  st[1].shapes[SB_SHAPE_GPU].rate);
+        sb_plan_input in = {.stages = st, .nstages = p.spec.nstages, .capacity = {-1, -1, -1}};
+        cr_assert_eq(sb_price_resolve_with(&d, &p.spec.execution.pricing, &in.prices, NULL, &err),
+                     0, "%s", err.msg);
+        in.target.rows_per_second = p.spec.execution.target.rows_per_second;
+        sb_plan_result out;
+        cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
+        cr_assert(out.feasible, "%s", out.why);
+        cr_expect_str_eq(sb_shape_names[out.stages[1].shape], cases[c].want, "case %zu", c);
+        cJSON *moved = sb_opr_plan_reorder(obj, &p, &out);
+        if (strcmp(cases[c].want, "cpu") == 0) {
+            cr_expect_null(moved, "already in the planned order");
+        } else {
+            cr_assert_not_null(moved);
+            sb_pipeline q;
+            char *json = NULL;
+            cr_assert_eq(sb_opr_decode(moved, &q, &json, msg, sizeof msg), 0, "%s", msg);
+            cr_expect_str_eq(sb_stage_pool(&q.spec.stages[1]), "gpu");
+            cr_expect_str_eq(q.spec.stages[1].placement[1], "cpu", "cpu stays allowed");
+            cr_expect(strstr(q.spec.stages[1].args_json, "0.5") != NULL, "gpu shapeArgs: %s",
+                      q.spec.stages[1].args_json);
+            cr_expect(strstr(json, "\"placement\":[\"gpu\",\"cpu\"]") != NULL,
+                      "the workers' manifest: %s", json);
+            cr_expect_str_eq(sb_stage_pool(&p.spec.stages[1]), "cpu", "the original is kept");
+            free(json);
+            sb_pipeline_free(&q);
+            cJSON_Delete(moved);
+        }
+        sb_pipeline_free(&p);
+        cJSON_Delete(obj);
+    }
 }

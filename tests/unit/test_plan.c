@@ -4,9 +4,11 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "plan/plan.h"
+#include "plan/price.h"
 
 static sb_plan_shape_in cpu_shape(double rate, double cores)
 {
@@ -427,4 +429,96 @@ Test(plan, large_search_is_fast, .timeout = 20)
     sb_plan_result r = solve(&in);
     cr_assert(r.feasible, "%s", r.why);
     cr_expect_geq(r.rows_per_second, 5000);
+}
+
+/* Prices, field by field: the Pipeline's spec.execution.pricing, else the controller's (Helm
+ * `pricing`), else the built-in table; the controller's per GPU type prices come before the
+ * table's. */
+Test(price, defaults_and_override_merge)
+{
+    sb_plan_prices pr;
+    const char *type = NULL;
+    sb_err err = {0};
+    /* nothing set: the table */
+    cr_assert_eq(sb_price_resolve_with(NULL, NULL, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.cpu_core_hour, sb_price_cpu_core_hour));
+    cr_expect(NEAR(pr.mem_gib_hour, sb_price_memory_gib_hour));
+    cr_expect(NEAR(pr.gpu_hour, 2.50));
+    cr_expect_str_eq(type, "default");
+    /* the controller's defaults: cpu price, a GPU type the table has, another only it has */
+    sb_price_defaults d;
+    memset(&d, 0, sizeof d);
+    d.cpu_core_hour = 0.03;
+    d.cpu_core_hour_set = true;
+    d.gpu_type = "nvidia-l4";
+    cr_assert_eq(sb_price_defaults_add_gpu(&d, "acme-x1=1.25", &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_price_resolve_with(&d, NULL, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.cpu_core_hour, 0.03), "controller's cpu price: %g", pr.cpu_core_hour);
+    cr_expect(NEAR(pr.mem_gib_hour, sb_price_memory_gib_hour), "unset: the table's");
+    cr_expect(NEAR(pr.gpu_hour, 0.80), "controller's GPU type priced by the table");
+    cr_expect_str_eq(type, "nvidia-l4");
+    /* the controller prices its own type; a later entry replaces an earlier one */
+    cr_assert_eq(sb_price_defaults_add_gpu(&d, "nvidia-l4=0.7", &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_price_defaults_add_gpu(&d, "nvidia-l4=0.6", &err), 0, "%s", err.msg);
+    cr_expect_eq(d.ngpus, 2);
+    cr_assert_eq(sb_price_resolve_with(&d, NULL, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.gpu_hour, 0.6), "the controller's table before the built-in: %g",
+              pr.gpu_hour);
+    /* a Pipeline overrides field by field: memory only; then its own GPU type */
+    sb_pricing_spec over = {.memory_gib_hour = 0.01, .memory_gib_hour_set = true};
+    cr_assert_eq(sb_price_resolve_with(&d, &over, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.cpu_core_hour, 0.03), "cpu still the controller's");
+    cr_expect(NEAR(pr.mem_gib_hour, 0.01), "memory the Pipeline's");
+    cr_expect(NEAR(pr.gpu_hour, 0.6));
+    over.gpu_type = "acme-x1";
+    cr_assert_eq(sb_price_resolve_with(&d, &over, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.gpu_hour, 1.25), "the Pipeline's type priced by the controller");
+    cr_expect_str_eq(type, "acme-x1");
+    over.gpu_type = "nvidia-h100";
+    cr_assert_eq(sb_price_resolve_with(&d, &over, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.gpu_hour, 4.0), "a type only the table has");
+    over.gpu_hour = 3.3;
+    over.gpu_hour_set = true;
+    over.cpu_core_hour = 0.05;
+    over.cpu_core_hour_set = true;
+    cr_assert_eq(sb_price_resolve_with(&d, &over, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.gpu_hour, 3.3) && NEAR(pr.cpu_core_hour, 0.05), "the Pipeline's wins");
+    /* a type nobody prices: an error naming both tables, unless gpuHour is given */
+    sb_pricing_spec unknown = {.gpu_type = "acme-z9"};
+    cr_expect_neq(sb_price_resolve_with(&d, &unknown, &pr, &type, &err), 0);
+    cr_expect(strstr(err.msg, "\"acme-z9\"") && strstr(err.msg, "acme-x1") &&
+                  strstr(err.msg, "nvidia-t4") && strstr(err.msg, "gpuHour"),
+              "%s", err.msg);
+    unknown.gpu_hour = 0.5;
+    unknown.gpu_hour_set = true;
+    cr_expect_eq(sb_price_resolve_with(&d, &unknown, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.gpu_hour, 0.5));
+    /* sb_price_resolve is the same without the controller's prices */
+    over = (sb_pricing_spec){.gpu_type = "nvidia-t4"};
+    cr_assert_eq(sb_price_resolve(&over, &pr, &type, &err), 0, "%s", err.msg);
+    cr_expect(NEAR(pr.gpu_hour, 0.35) && NEAR(pr.cpu_core_hour, sb_price_cpu_core_hour));
+}
+
+Test(price, gpu_price_flag_parse)
+{
+    sb_price_defaults d;
+    memset(&d, 0, sizeof d);
+    sb_err err = {0};
+    const char *bad[] = {"nvidia-h100",    "=4", "nvidia-h100=", "nvidia-h100=-1", "nvidia-h100=4x",
+                         "nvidia-h100=nan"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err.msg[0] = '\0';
+        cr_expect_neq(sb_price_defaults_add_gpu(&d, bad[i], &err), 0, "%s accepted", bad[i]);
+        cr_expect(strstr(err.msg, "TYPE=PRICE") || strstr(err.msg, ">= 0"), "%s: %s", bad[i],
+                  err.msg);
+    }
+    cr_expect_eq(d.ngpus, 0);
+    char buf[32];
+    for (int i = 0; i < SB_PRICE_MAX_GPU_TYPES; i++) {
+        snprintf(buf, sizeof buf, "t%d=%d", i, i);
+        cr_assert_eq(sb_price_defaults_add_gpu(&d, buf, &err), 0, "%s", err.msg);
+    }
+    cr_expect_str_eq(d.gpus[3].type, "t3", "the type is copied, not borrowed from the text");
+    cr_expect_neq(sb_price_defaults_add_gpu(&d, "one-more=1", &err), 0, "table full");
+    cr_expect(strstr(err.msg, "at most"), "%s", err.msg);
 }

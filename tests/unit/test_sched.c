@@ -940,9 +940,9 @@ static int complete1(sb_sched *s, const char *w, const char *tid, uint32_t attem
                              out ? 1 : 0, NULL, 0, &mt, now, NULL);
 }
 
-/* 4 splits on c1 and c2 (one slot each): c2 runs s0-t0..t2 in 100 ms each (an op runs one
- * task at a time until its output ratio is measured), then c1 takes s0-t3 at 300 ms and holds
- * it (the straggler); c2 is idle from 300 ms. */
+/* 4 splits on c1 and c2 (one slot each): c2 runs s0-t0..t2 in 100 ms each (c1 is not asked
+ * meanwhile), then c1 takes s0-t3 at 300 ms and holds it (the straggler; its speed is never
+ * measured); c2 is idle from 300 ms. */
 static void straggler_setup(sim *m, spec_holder *h)
 {
     load_spec(h, spec_text(CPU_GPU, "{}"));
@@ -1128,8 +1128,10 @@ static uint64_t tail_run(int no_tail_sizing)
         sp[i].split = names[i];
         sp[i].bytes = MiB;
     }
+    /* no_drain: a worker 4 times slower than its pool is drained as a sick node (see the drain
+     * tests); here it stays, and the tail sizing alone is measured */
     sb_sched_config cfg = {
-        .pipeline = &h.p, .pipeline_id = "ns/t", .no_tail_sizing = no_tail_sizing};
+        .pipeline = &h.p, .pipeline_id = "ns/t", .no_tail_sizing = no_tail_sizing, .no_drain = 1};
     sb_err err;
     m.s = sb_sched_new(&cfg, sp, 256, &err);
     cr_assert_not_null(m.s, "%s", err.msg);
@@ -1160,4 +1162,284 @@ Test(sched, tail_tasks_are_sized_by_worker_speed)
                 with, without);
     cr_expect_lt(with, without, "with %" PRIu64 " ms, without %" PRIu64 " ms", with, without);
     cr_expect_leq(with, 20480 * 105 / 100, "within 1.05x of the bound: %" PRIu64 " ms", with);
+}
+
+/* ---- measuring an op's output ratio --------------------------------------------------------- */
+
+/* Until an op's output ratio is measured each worker may run one probe of it: a probe on a slow
+ * worker does not make the others wait (it did: one task of the op at a time). */
+Test(sched, probes_of_an_unmeasured_op_run_one_per_worker_not_one_in_all)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim m;
+    sim_init(&m, &h, 8, MiB);
+    sim_add_worker(&m, "slow", "cpu", 2);
+    sim_add_worker(&m, "fast", "cpu", 2);
+    sb_sched_task t[4];
+    cr_expect_eq(sb_sched_assign(m.s, "slow", 2, 0, t), 1, "one probe per worker");
+    cr_assert_eq(sb_sched_assign(m.s, "fast", 2, 0, t), 1, "the other worker probes too");
+    cr_expect_str_eq(t[0].task_id, "ns/t/s0-t1");
+    cr_expect_eq(sb_sched_assign(m.s, "fast", 1, 10, t), 0, "still one probe per worker");
+    cr_assert_eq(complete1(m.s, "fast", "ns/t/s0-t1", 0, SB_SCHED_OK, "s0-t1-p0", 100), 1);
+    cr_expect_eq(sb_sched_assign(m.s, "fast", 2, 100, t), 2, "measured: the op runs freely");
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+/* A slow worker holds the first probe for 10 s: the pipeline still ends long before. */
+Test(sched, a_slow_first_probe_does_not_serialise_the_pipeline)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim m;
+    sim_init(&m, &h, 40, MiB);
+    m.ms_per_mb[0] = 100;
+    sim_add_worker(&m, "c-slow", "cpu", 1);
+    m.w[0].slow = 100; /* 10 s per task */
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.sink_bytes, 40 * MiB, "every byte once");
+    cr_expect_eq(m.peak_check_violations, 0);
+    /* 39 tasks of 100 ms on two workers ~ 2 s, but the slow probe's own task ends at 10 s */
+    cr_expect_leq(m.now, 10100, "makespan %" PRIu64 " ms", m.now);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_leq(os.tasks_done, 40);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+/* ---- draining sick workers ------------------------------------------------------------------ */
+
+typedef struct {
+    size_t drained;   /* drain notices taken */
+    char who[4][64];  /* their workers */
+    uint64_t at[4];   /* when */
+    size_t retired;   /* drained workers retired and replaced */
+    int replace;      /* 1: retire a drained worker once removable and add a healthy one */
+    uint64_t heal_at; /* > 0: the slow worker is back to normal from then */
+    const char *lose; /* a worker to lose at event lose_at (NULL: none) */
+    uint64_t lose_at;
+    uint64_t max_running_on_drained; /* tasks a drained worker started after its drain */
+} drain_obs;
+
+static drain_obs g_drain;
+
+static void drain_fault(sim *m, uint64_t ev)
+{
+    sb_sched_drain d[4];
+    size_t n = sb_sched_drains_take(m->s, d, 4);
+    for (size_t i = 0; i < n && g_drain.drained < 4; i++) {
+        snprintf(g_drain.who[g_drain.drained], 64, "%s", d[i].worker_id);
+        cr_expect_lt(d[i].speed * 3, d[i].median, "drained at %.0f B/s, median %.0f B/s",
+                     d[i].speed, d[i].median);
+        g_drain.at[g_drain.drained++] = m->now;
+    }
+    if (g_drain.heal_at > 0 && m->now >= g_drain.heal_at)
+        for (size_t i = 0; i < m->nw; i++)
+            m->w[i].slow = 1;
+    if (g_drain.lose != NULL && ev == g_drain.lose_at)
+        for (size_t i = 0; i < m->nw; i++)
+            if (m->w[i].alive && strcmp(m->w[i].id, g_drain.lose) == 0) {
+                m->w[i].alive = 0;
+                m->w[i].nrun = 0;
+                sb_sched_worker_lost(m->s, m->w[i].id, "test", m->now);
+            }
+    for (size_t i = 0; i < m->nw; i++) {
+        simworker *w = &m->w[i];
+        if (!w->alive || !sb_sched_worker_draining(m->s, w->id))
+            continue;
+        if (!g_drain.replace || !sb_sched_worker_removable(m->s, w->id) || m->nw >= MAXW)
+            continue;
+        w->alive = 0; /* retired (the controller tells it to exit) and replaced */
+        sb_sched_worker_lost(m->s, w->id, "drained", m->now);
+        char id[32];
+        snprintf(id, sizeof id, "%s-r1", w->id);
+        sim_add_worker(m, id, w->pool, w->slots);
+        g_drain.retired++;
+    }
+}
+
+/* 200 x 1 MiB through a CPU op of 100 ms/MiB on three workers, one 4 times slower, into a fast
+ * GPU op. Returns the scheduler (caller frees) after the run. */
+static sb_sched *drain_run(spec_holder *h, sim *m, uint64_t slow, int no_drain)
+{
+    load_spec(h, spec_text(CPU_GPU, "{}"));
+    memset(m, 0, sizeof *m);
+    m->fail_op = -1;
+    m->target = (uint64_t)h->p.spec.source.partition_size;
+    for (int i = 0; i < 8; i++) {
+        m->ratio[i] = 1.0;
+        m->ms_per_mb[i] = 1;
+    }
+    m->ms_per_mb[0] = 100;
+    static sb_sched_split sp[200];
+    static char names[200][32];
+    for (size_t i = 0; i < 200; i++) {
+        snprintf(names[i], 32, "%" PRIu64 "\tsplit-%zu", (uint64_t)MiB, i);
+        sp[i].split = names[i];
+        sp[i].bytes = MiB;
+    }
+    sb_sched_config cfg = {.pipeline = &h->p, .pipeline_id = "ns/t", .no_drain = no_drain};
+    sb_err err;
+    m->s = sb_sched_new(&cfg, sp, 200, &err);
+    cr_assert_not_null(m->s, "%s", err.msg);
+    sim_add_worker(m, "c1", "cpu", 1);
+    sim_add_worker(m, "c2", "cpu", 1);
+    sim_add_worker(m, "c3", "cpu", 1);
+    m->w[2].slow = slow;
+    sim_add_worker(m, "g1", "gpu", 1);
+    sim_run(m, 100000, drain_fault);
+    cr_assert_eq(sb_sched_state_get(m->s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m->s, &st);
+    cr_expect_eq(st.sink_bytes, 200 * MiB, "every byte once");
+    cr_expect_eq(st.partition_bytes, 0, "everything released at the end");
+    cr_expect_eq(m->peak_check_violations, 0, "memory budget + one partition");
+    sb_sched_memory mem;
+    sb_sched_memory_get(m->s, &mem);
+    cr_expect_eq(mem.sink_parts, st.sink_parts);
+    cr_expect_eq(st.workers_drained, g_drain.drained, "the stats count the notices");
+    return m->s;
+}
+
+Test(sched, a_persistently_slow_worker_is_drained_and_replaced)
+{
+    spec_holder h;
+    sim m;
+    memset(&g_drain, 0, sizeof g_drain);
+    g_drain.replace = 1;
+    drain_run(&h, &m, 4, 0);
+    uint64_t with = m.now;
+    cr_assert_eq(g_drain.drained, 1, "one worker drained");
+    cr_expect_str_eq(g_drain.who[0], "c3");
+    cr_expect_geq(g_drain.at[0], 3000, "not before DRAIN_MIN_MS: %" PRIu64, g_drain.at[0]);
+    cr_expect_eq(g_drain.retired, 1, "retired once removable, and replaced");
+    sb_sched_free(m.s);
+    free_spec(&h);
+    /* the same without draining takes longer: the slow worker stays slow */
+    memset(&g_drain, 0, sizeof g_drain);
+    drain_run(&h, &m, 4, 1);
+    cr_expect_eq(g_drain.drained, 0, "no_drain: none");
+    cr_log_info("makespan with drain %" PRIu64 " ms, without %" PRIu64 " ms", with, m.now);
+    cr_expect_lt(with, m.now, "with %" PRIu64 " ms, without %" PRIu64 " ms", with, m.now);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, a_transiently_slow_worker_is_not_drained)
+{
+    spec_holder h;
+    sim m;
+    memset(&g_drain, 0, sizeof g_drain);
+    g_drain.replace = 1;
+    g_drain.heal_at = 2000; /* slow for 2 s (< DRAIN_MIN_MS), then normal */
+    drain_run(&h, &m, 4, 0);
+    cr_expect_eq(g_drain.drained, 0, "drained %s at %" PRIu64, g_drain.who[0], g_drain.at[0]);
+    sb_sched_free(m.s);
+    free_spec(&h);
+    /* slightly slow (2x: not far slower than the pool) for the whole run: not drained either */
+    memset(&g_drain, 0, sizeof g_drain);
+    g_drain.replace = 1;
+    drain_run(&h, &m, 2, 0);
+    cr_expect_eq(g_drain.drained, 0, "drained %s at %" PRIu64, g_drain.who[0], g_drain.at[0]);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, the_last_worker_of_a_pool_is_never_drained_and_a_drained_one_works_when_alone)
+{
+    spec_holder h;
+    sim m;
+    /* the healthy worker is lost early: c3, slow, is the last of its pool */
+    memset(&g_drain, 0, sizeof g_drain);
+    g_drain.lose = "c1";
+    g_drain.lose_at = 3;
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim_init(&m, &h, 60, MiB);
+    m.ms_per_mb[0] = 100;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c3", "cpu", 1);
+    m.w[1].slow = 4;
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, drain_fault);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_eq(g_drain.drained, 0, "the last worker of its pool is not drained");
+    sb_sched_free(m.s);
+    free_spec(&h);
+
+    /* c3 is drained (no replacement here), then c1 is lost: c3 takes work again and finishes */
+    memset(&g_drain, 0, sizeof g_drain);
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim_init(&m, &h, 100, MiB);
+    m.ms_per_mb[0] = 100;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "c3", "cpu", 1);
+    m.w[2].slow = 4;
+    sim_add_worker(&m, "g1", "gpu", 1);
+    while (g_drain.drained == 0 && sb_sched_state_get(m.s, NULL) == SB_SCHED_RUNNING &&
+           m.events < 10000)
+        sim_run(&m, m.events + 1, drain_fault);
+    cr_assert_eq(g_drain.drained, 1);
+    cr_expect_str_eq(g_drain.who[0], "c3");
+    sb_sched_task t[2];
+    cr_expect_eq(sb_sched_assign(m.s, "c3", 1, m.now, t), 0, "drained: no new task");
+    /* both healthy workers go: c3 is the last of its pool */
+    for (size_t i = 0; i < 2; i++) {
+        m.w[i].alive = 0;
+        m.w[i].nrun = 0;
+        sb_sched_worker_lost(m.s, m.w[i].id, "test", m.now);
+    }
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "c3 finished the pipeline");
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.sink_bytes, 100 * MiB, "every byte once");
+    cr_expect_eq(m.peak_check_violations, 0);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+/* With both workers' speeds measured, a tail task on a worker 4 times slower is copied as soon
+ * as a faster worker is idle (its copy ends sooner), not only after 2x the mean and 1 s. */
+Test(sched, a_task_on_a_measured_slow_worker_is_copied_at_once_in_the_tail)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    sim m;
+    sim_init(&m, &h, 6, MiB);
+    sim_add_worker(&m, "slow", "cpu", 1);
+    sim_add_worker(&m, "fast", "cpu", 1);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "slow", 1, 0, t), 1);
+    cr_assert_str_eq(t[0].task_id, "ns/t/s0-t0");
+    for (int i = 1; i <= 3; i++) { /* fast: 100 ms per MiB */
+        cr_assert_eq(sb_sched_assign(m.s, "fast", 1, (uint64_t)(i - 1) * 100, t), 1);
+        char out[32];
+        snprintf(out, sizeof out, "s0-t%d-p0", i);
+        cr_assert_eq(complete1(m.s, "fast", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100),
+                     1);
+    }
+    /* slow: 400 ms per MiB */
+    cr_assert_eq(complete1(m.s, "slow", "ns/t/s0-t0", 0, SB_SCHED_OK, "s0-t0-p0", 400), 1);
+    cr_assert_eq(sb_sched_assign(m.s, "slow", 1, 400, t), 1);
+    cr_assert_str_eq(t[0].task_id, "ns/t/s0-t4");
+    cr_assert_eq(sb_sched_assign(m.s, "fast", 1, 400, t), 1);
+    cr_assert_eq(complete1(m.s, "fast", "ns/t/s0-t5", 0, SB_SCHED_OK, "s0-t5-p0", 500), 1);
+    /* the tail: s0-t4 has ~350 ms left on slow, a copy takes ~100 ms on fast */
+    cr_assert_eq(sb_sched_assign(m.s, "fast", 1, 550, t), 1, "copied at once, long before 1 s");
+    cr_expect_str_eq(t[0].task_id, "ns/t/s0-t4");
+    cr_expect_eq(t[0].attempt, 1);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.speculated, 1);
+    sb_sched_free(m.s);
+    free_spec(&h);
 }
