@@ -1278,8 +1278,8 @@ Test(rpc, replies_larger_than_requests_need_both_ends_raised)
     size_t n;
     uint32_t want = 3u << 20; /* 3 MiB reply to a 4-byte request */
     sb_rpc_channel *ch = chan(t.target, &big);
-    cr_assert_eq(sb_rpc_unary(ch, M_BIG, &want, sizeof want, 10000, 0, &resp, &n, &err),
-                 SB_RPC_OK, "%s", err.msg);
+    cr_assert_eq(sb_rpc_unary(ch, M_BIG, &want, sizeof want, 10000, 0, &resp, &n, &err), SB_RPC_OK,
+                 "%s", err.msg);
     cr_assert_eq(n, want);
     cr_assert(memcmp(resp, g_blob, n) == 0);
     free(resp);
