@@ -112,6 +112,20 @@ image-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh --check && \
 	  echo "image-test: 1 passed, 0 failed" || { echo "image-test: 0 passed, 1 failed"; false; }
 
+# Chaos run (docs/testing.md, "Chaos run"): random pipelines back to back under random faults
+# (workers killed and stopped, `streambatch run` killed and resumed, spill disk full, link cuts
+# and loss), every output row checked against an independent computation. `make chaos
+# DURATION=1800` for a long run; `chaos-test` (3 minutes) is part of `make test`.
+DURATION ?= 1800
+CHAOS_TEST_DURATION ?= 180
+.PHONY: chaos chaos-test
+CHAOS_DEPS = $(BINDIR)/streambatch $(BINDIR)/streambatch-worker $(BUILD)/tests/helpers/sb_netem
+chaos: $(CHAOS_DEPS)
+	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) scripts/chaos.sh $(DURATION)
+chaos-test: $(CHAOS_DEPS)
+	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) scripts/chaos.sh $(CHAOS_TEST_DURATION)
+TEST_EXTRA += chaos-test
+
 .SECONDARY:
 .PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean
 all: build

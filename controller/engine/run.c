@@ -425,6 +425,11 @@ static int load(const sb_run_opts *o, run_state *r)
     }
     char *js = root ? sb_node_to_json(root) : NULL;
     cJSON *cj = js ? cJSON_Parse(js) : NULL;
+    /* integers past 2^53 (a filter value) would come out of cJSON rounded */
+    if (cj != NULL && sb_doc_cjson_keep_ints(cj, js) != 0) {
+        cJSON_Delete(cj);
+        cj = NULL;
+    }
     free(js);
     if (cj == NULL) {
         fprintf(stderr, "streambatch run: out of memory\n");

@@ -676,8 +676,98 @@ sb_doc *sb_doc_parse_yaml(const char *buf, size_t len, const sb_doc_limits *lim_
 
 /* ---- JSON -------------------------------------------------------------------------------- */
 
+/* cJSON keeps numbers only as doubles, so an integer beyond 2^53 would lose its last digits (a
+ * filter value 4611686018427387905 would arrive at the worker as 4611686018427387904). The
+ * numbers' texts, taken in document order -- the order from_cjson visits them: cJSON keeps
+ * members and elements in order --, give the exact integers. */
+typedef struct {
+    const char *p;
+    size_t len, pos;
+} num_cursor;
+
+/* The next number token of the document (outside strings); 0 when there is none. */
+static int next_number(num_cursor *c, const char **s, size_t *n)
+{
+    const char *p = c->p;
+    size_t i = c->pos;
+    while (i < c->len) {
+        char ch = p[i];
+        if (ch == '"') {
+            for (i++; i < c->len && p[i] != '"'; i++)
+                if (p[i] == '\\')
+                    i++;
+            i++;
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            size_t st = i;
+            while (i < c->len && (p[i] == '-' || p[i] == '+' || p[i] == '.' || p[i] == 'e' ||
+                                  p[i] == 'E' || (p[i] >= '0' && p[i] <= '9')))
+                i++;
+            *s = p + st;
+            *n = i - st;
+            c->pos = i;
+            return 1;
+        } else {
+            i++;
+        }
+    }
+    c->pos = i;
+    return 0;
+}
+
+/* An integer token that fits int64, exactly; 0 when the text is not one. */
+static int exact_int(const char *s, size_t n, long long *v)
+{
+    size_t k = n > 0 && s[0] == '-' ? 1 : 0;
+    if (n == k || n >= 32)
+        return 0;
+    for (size_t i = k; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    char tmp[32];
+    memcpy(tmp, s, n);
+    tmp[n] = '\0';
+    errno = 0;
+    char *end;
+    *v = strtoll(tmp, &end, 10);
+    return errno == 0 && end == tmp + n;
+}
+
+static int keep_ints(cJSON *parent, num_cursor *nums)
+{
+    for (cJSON *c = parent->child, *next; c != NULL; c = next) {
+        next = c->next;
+        if (cJSON_IsNumber(c)) {
+            const char *ns;
+            size_t nn;
+            long long iv;
+            if (next_number(nums, &ns, &nn) && exact_int(ns, nn, &iv) &&
+                (iv > 9007199254740992LL || iv < -9007199254740992LL)) {
+                char tmp[32];
+                snprintf(tmp, sizeof tmp, "%lld", iv);
+                cJSON *raw = cJSON_CreateRaw(tmp);
+                if (raw == NULL)
+                    return -1;
+                raw->string = c->string; /* the member's key moves to the new item */
+                c->string = NULL;
+                cJSON_ReplaceItemViaPointer(parent, c, raw);
+            }
+        } else if ((cJSON_IsArray(c) || cJSON_IsObject(c)) && keep_ints(c, nums) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int sb_doc_cjson_keep_ints(cJSON *root, const char *text)
+{
+    num_cursor nums = {text, strlen(text), 0};
+    if (root == NULL || !(cJSON_IsArray(root) || cJSON_IsObject(root)))
+        return 0; /* a lone number keeps its double */
+    return keep_ints(root, &nums);
+}
+
 static sb_node *from_cjson(sb_doc *d, const cJSON *j, int depth, const sb_doc_limits *lim,
-                           size_t *count)
+                           size_t *count, num_cursor *nums)
 {
     if (depth > lim->max_depth) {
         doc_set_error(d, 0, 0, "nesting is deeper than %d levels", lim->max_depth);
@@ -697,7 +787,14 @@ static sb_node *from_cjson(sb_doc *d, const cJSON *j, int depth, const sb_doc_li
     } else if (cJSON_IsNumber(j)) {
         char tmp[64];
         double v = j->valuedouble;
-        if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+        const char *ns;
+        size_t nn;
+        long long iv;
+        if (next_number(nums, &ns, &nn) && exact_int(ns, nn, &iv)) {
+            nd->kind = SB_NODE_INT;
+            nd->v.i = iv;
+            snprintf(tmp, sizeof tmp, "%lld", nd->v.i);
+        } else if (v == floor(v) && fabs(v) < 9007199254740992.0) {
             nd->kind = SB_NODE_INT;
             nd->v.i = (long long)v;
             snprintf(tmp, sizeof tmp, "%lld", nd->v.i);
@@ -739,7 +836,7 @@ static sb_node *from_cjson(sb_doc *d, const cJSON *j, int depth, const sb_doc_li
                     }
                 nd->keys[i] = k;
             }
-            nd->items[i] = from_cjson(d, c, depth + 1, lim, count);
+            nd->items[i] = from_cjson(d, c, depth + 1, lim, count, nums);
             if (nd->items[i] == NULL)
                 return NULL;
             nd->weight += nd->items[i]->weight + (is_map ? 1 : 0);
@@ -783,7 +880,8 @@ sb_doc *sb_doc_parse_json(const char *buf, size_t len, const sb_doc_limits *lim_
         return d;
     }
     size_t count = 0;
-    sb_node *root = from_cjson(d, j, 0, &lim, &count);
+    num_cursor nums = {buf, end != NULL && end >= buf ? (size_t)(end - buf) : len, 0};
+    sb_node *root = from_cjson(d, j, 0, &lim, &count, &nums);
     cJSON_Delete(j);
     if (root != NULL && doc_add_root(d, root, 1) != 0)
         doc_set_error(d, 0, 0, "out of memory");

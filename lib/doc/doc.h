@@ -64,6 +64,13 @@ sb_doc *sb_doc_parse_yaml(const char *buf, size_t len, const sb_doc_limits *lim)
  * columns are 0. */
 sb_doc *sb_doc_parse_json(const char *buf, size_t len, const sb_doc_limits *lim);
 
+/* cJSON holds numbers as doubles, which cannot hold every int64: for a tree `root` that
+ * cJSON_Parse made from `text`, replaces each number whose text is an integer beyond 2^53 by a
+ * raw item of that text, so that cJSON_Print writes it back exactly. 0, or -1 when out of memory
+ * (the tree is then still valid). */
+struct cJSON;
+int sb_doc_cjson_keep_ints(struct cJSON *root, const char *text);
+
 void sb_doc_free(sb_doc *doc);
 
 size_t sb_doc_count(const sb_doc *doc);

@@ -1,5 +1,6 @@
 /* The Pipeline spec model: quantities, durations, the document tree, decoding with defaults,
  * and that YAML and JSON give the same result and the same problems. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -202,6 +203,29 @@ Test(doc, json_parse_and_errors)
     cr_expect_str_eq(out, "{\"a\":1,\"b\":[true,null,\"s\\u000a\"],\"c\":2.5}");
     free(out);
     sb_doc_free(d);
+    /* integers past 2^53 stay exact (cJSON holds doubles): a filter value reaches the worker
+     * as written; numbers inside strings and keys do not shift the others */
+    const char *big = "{\"s\": \"-7 \\\" 12\", \"12\": [4611686018427387905, -9223372036854775808,"
+                      " 1.5, 9223372036854775808, 2.0, 1e2], \"v\": 9007199254740993}";
+    d = sb_doc_parse_json(big, strlen(big), NULL);
+    cr_assert_null(sb_doc_error(d, NULL, NULL));
+    r = sb_doc_root(d, 0);
+    cr_expect_eq(sb_node_get(r, "v")->kind, SB_NODE_INT);
+    cr_expect_eq(sb_node_get(r, "v")->v.i, 9007199254740993LL);
+    out = sb_node_to_json(r);
+    cr_expect_str_eq(out, "{\"s\":\"-7 \\\" 12\",\"12\":[4611686018427387905,-9223372036854775808,"
+                          "1.5,9.2233720368547758e+18,2,100],\"v\":9007199254740993}");
+    free(out);
+    sb_doc_free(d);
+    /* the same through cJSON (streambatch run's --set round trip) */
+    cJSON *cj = cJSON_Parse(big);
+    cr_assert_not_null(cj);
+    cr_assert_eq(sb_doc_cjson_keep_ints(cj, big), 0);
+    out = cJSON_PrintUnformatted(cj);
+    cr_expect(strstr(out, "[4611686018427387905,-9223372036854775808,1.5,") != NULL, "%s", out);
+    cr_expect(strstr(out, "\"v\":9007199254740993}") != NULL, "%s", out);
+    free(out);
+    cJSON_Delete(cj);
     const char *bad = "{\n  \"a\": 1,\n  \"b\": }";
     int line, col;
     d = sb_doc_parse_json(bad, strlen(bad), NULL);

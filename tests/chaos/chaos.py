@@ -1,0 +1,1018 @@
+#!/usr/bin/env python3
+"""chaos.py -- runs random pipelines back to back with `streambatch run` while injecting random
+faults, and checks every output row against an independent computation of the expected output.
+
+Run through scripts/chaos.sh (`make chaos DURATION=<seconds>`), which bounds the time and cleans
+up after a killed driver. What it does, per pipeline (seed = <master seed>-<index>, both logged,
+so `--seed S --only I` runs pipeline I of seed S again, faults included):
+
+  * input: 1-12 files (jsonl or csv; ids unique; some fields missing, null, unicode, quoted csv
+    fields, big integers), the pipeline: 1-4 stages among filter, project, identity, bench.spin
+    and bench.sleep (with `expand`), random partitionSize (2-48 KiB: many tasks), memoryBudget,
+    mode, preserveOrder, maxTaskRetries, --cpus; the sink is jsonl (or csv for a csv source);
+  * faults at random times while it runs: SIGKILL a worker, SIGSTOP a worker for 0.5-8 s,
+    SIGKILL `streambatch run` itself and run it again with --resume, fill the run directory (a
+    small tmpfs holding the workers' spill dirs: ENOSPC) for a while or for good, and in netns
+    mode (--netns: controller and workers in network namespaces) cut a link or make it lossy;
+  * the expected output is computed here, from docs/pipeline-api.md's semantics of filter,
+    project and expand (never by calling streambatch), and compared with every row of every
+    part file as a multiset (in order under preserveOrder), together with _manifest.json;
+  * a run that fails is acceptable only with an error and no _SUCCESS ("failed clean"); a
+    sanitizer report, or a process dying of a signal nobody sent, is a crash.
+
+The last line is "chaos: N passed, M failed" (a pipeline passes when it succeeded with exactly
+the expected rows, or failed clean); exit status 1 when any failed.
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+G_VALUES = ["a", "b", "ab", "B", "\u00e4", "\u20acx", "z\"q", "A,b", "", "x y", "\U0001F600"]
+CSV_FIELDS = ["id", "k", "g", "x", "pad", "n"]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# ---- input data ------------------------------------------------------------------------------
+
+def gen_records(rng, fidx, nrows, fmt):
+    """The logical records of one file (dicts in key order), ids unique across files."""
+    recs = []
+    for r in range(nrows):
+        rid = fidx * 1_000_000 + r
+        rec = {"id": rid}
+        rec["k"] = rng.randint(-50, 50)
+        rec["g"] = rng.choice(G_VALUES)
+        rec["x"] = round(rng.uniform(-100, 100), rng.choice([0, 2, 9]))
+        if fmt == "jsonl":
+            rec["b"] = rng.random() < 0.5
+            if rng.random() < 0.3:
+                rec["big"] = rng.choice([2**62 + rng.randint(-3, 3), -(2**62), 2**53 + 1])
+        rec["pad"] = "p" * rng.choice([0, 1, 5, 40, 200, 700])
+        nv = rng.random()
+        if nv < 0.3:
+            rec["n"] = None
+        elif nv < 0.5:
+            rec["n"] = "007"
+        elif nv < 0.7:
+            rec["n"] = rng.randint(0, 9)
+        elif fmt == "jsonl" and nv < 0.85:
+            pass  # missing
+        else:
+            rec["n"] = "1"
+        if fmt == "jsonl":
+            # some keys missing (never id), in a shuffled order now and then
+            for key in ("k", "g", "x"):
+                if rng.random() < 0.08:
+                    del rec[key]
+            if rng.random() < 0.1:
+                items = list(rec.items())
+                rng.shuffle(items)
+                rec = dict(items)
+        recs.append(rec)
+    return recs
+
+
+def csv_field(v, rng):
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        raise ValueError("no booleans in csv")
+    if isinstance(v, (int, float)):
+        return repr(v)
+    # a string: quoted when it has to be, when it would read back as a number or null, or by chance
+    needs = v == "" or any(c in v for c in ',"\r\n') or NUM_RE.match(v) or rng.random() < 0.2
+    if needs:
+        return '"' + v.replace('"', '""') + '"'
+    return v
+
+
+def write_input(rng, d, fmt):
+    os.makedirs(d)
+    nfiles = rng.randint(1, 12)
+    files = []
+    total = 0
+    for f in range(nfiles):
+        nrows = rng.choice([0, 1, 10, 100, 500, 1500, 3000]) if rng.random() < 0.9 else 6000
+        recs = gen_records(rng, f, nrows, fmt)
+        name = "f%03d.%s" % (f, fmt)
+        with open(os.path.join(d, name), "w", encoding="utf-8", newline="") as o:
+            if fmt == "jsonl":
+                for rec in recs:
+                    o.write(json.dumps(rec, ensure_ascii=rng.random() < 0.5) + "\n")
+            else:
+                eol = "\r\n" if rng.random() < 0.3 else "\n"
+                o.write(",".join(CSV_FIELDS) + eol)
+                for rec in recs:
+                    o.write(",".join(csv_field(rec[c], rng) for c in CSV_FIELDS) + eol)
+        files.append(recs)
+        total += len(recs)
+    return files, total
+
+
+# ---- the independent model of the ops (docs/pipeline-api.md) -----------------------------------
+
+def is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def compare(a, b, op):
+    if op == "eq":
+        return a == b
+    if op == "ne":
+        return a != b
+    if op == "lt":
+        return a < b
+    if op == "le":
+        return a <= b
+    if op == "gt":
+        return a > b
+    return a >= b
+
+
+def filter_keeps(rec, field, op, value):
+    comparable = False
+    if isinstance(rec, dict) and field in rec:
+        fv = rec[field]
+        if isinstance(value, bool):
+            comparable = isinstance(fv, bool)
+        elif is_num(value):
+            comparable = is_num(fv)
+        elif isinstance(value, str):
+            comparable = isinstance(fv, str)
+    if not comparable:
+        return op == "ne"
+    if is_num(value):
+        both_int = isinstance(fv, int) and isinstance(value, int) and \
+            INT64_MIN <= fv <= INT64_MAX and INT64_MIN <= value <= INT64_MAX
+        if not both_int:
+            fv, value = float(fv), float(value)
+    return compare(fv, value, op)
+
+
+def project(rec, fields):
+    out = {}
+    for f in fields:
+        if f in rec and f not in out:
+            out[f] = rec[f]
+    return out
+
+
+def expected_rows(files, stages):
+    """The expected output rows in input order (files by name, records in order). An op with
+    `expand` and batchSize 1 repeats each record; without batchSize the multiset is the same."""
+    rows = [r for recs in files for r in recs]
+    for st in stages:
+        op, a = st["op"], st.get("args", {})
+        if op == "filter":
+            rows = [r for r in rows if filter_keeps(r, a["field"], a["op"], a["value"])]
+        elif op == "project":
+            rows = [project(r, a["fields"]) for r in rows]
+        elif op in ("bench.spin", "bench.sleep"):
+            rows = [r for r in rows for _ in range(a.get("expand", 1))]
+    return rows
+
+
+def num_norm(v):
+    """A JSON number's value, not its spelling: 40.0 and 40 are one number (a csv sink may
+    write either)."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return int(v)
+    if isinstance(v, dict):
+        return {k: num_norm(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [num_norm(x) for x in v]
+    return v
+
+
+def canon(rec):
+    return json.dumps(num_norm(rec), ensure_ascii=False, separators=(",", ":"))
+
+
+# ---- reading the output ------------------------------------------------------------------------
+
+NUM_RE = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?\Z")
+
+
+def parse_csv(text):
+    """RFC 4180 rows of (value, quoted) fields."""
+    rows, row, i, n = [], [], 0, len(text)
+    while i < n:
+        if text[i] == '"':
+            j, buf = i + 1, []
+            while True:
+                k = text.find('"', j)
+                if k < 0:
+                    raise ValueError("unterminated quote at %d" % i)
+                buf.append(text[j:k])
+                if k + 1 < n and text[k + 1] == '"':
+                    buf.append('"')
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            row.append(("".join(buf), True))
+        else:
+            m = re.compile(r'[^,\r\n]*').match(text, i)
+            row.append((m.group(0), False))
+            i = m.end()
+        if i >= n:
+            rows.append(row)
+            break
+        c = text[i]
+        if c == ",":
+            i += 1
+            if i >= n:
+                row.append(("", False))
+                rows.append(row)
+            continue
+        if c == "\r" and i + 1 < n and text[i + 1] == "\n":
+            i += 1
+        if text[i] in "\r\n":
+            rows.append(row)
+            row = []
+            i += 1
+            continue
+        raise ValueError("garbage after a quoted field at %d" % i)
+    return rows
+
+
+def csv_value(v, quoted):
+    if quoted:
+        return v
+    if v == "":
+        return None
+    if NUM_RE.match(v) and sum(c.isdigit() for c in v) <= 15:
+        return json.loads(v)
+    return v
+
+
+def read_part(path, fmt):
+    with open(path, "rb") as f:
+        data = f.read()
+    text = data.decode("utf-8")
+    if fmt == "jsonl":
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return [canon(json.loads(line)) for line in lines], len(data)
+    rows = parse_csv(text)
+    if not rows:
+        return [], len(data)
+    header = [v for v, _ in rows[0]]
+    out = []
+    for r in rows[1:]:
+        if len(r) != len(header):
+            raise ValueError("%s: a row of %d fields under a header of %d" % (path, len(r), len(header)))
+        rec = {}
+        for h, (v, q) in zip(header, r):
+            val = csv_value(v, q)
+            if val is not None:
+                rec[h] = val  # a csv sink writes a missing key and null alike
+        out.append(canon(rec))
+    return out, len(data)
+
+
+# ---- processes ---------------------------------------------------------------------------------
+
+def proc_cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return None
+
+
+def workers_of(run_dir):
+    """{pid: worker id} of the worker processes whose --spill-dir is under run_dir."""
+    found = {}
+    pref = (run_dir.rstrip("/") + "/").encode()
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        argv = proc_cmdline(int(e))
+        if not argv or b"--spill-dir" not in argv:
+            continue
+        i = argv.index(b"--spill-dir")
+        if i + 1 < len(argv) and argv[i + 1].startswith(pref) and b"--id" in argv:
+            try:
+                with open("/proc/%s/stat" % e) as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        continue
+            except OSError:
+                continue
+            found[int(e)] = argv[argv.index(b"--id") + 1].decode()
+    return found
+
+
+def kill_pids(pids, sig=signal.SIGKILL):
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
+def sh(cmd, check=True):
+    r = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (cmd, r.returncode, r.stdout.strip()))
+    return r
+
+
+# ---- network namespaces (as tests/integration/netns.h) -----------------------------------------
+
+class Net:
+    """A bridge and one namespace per node (ctl, w0..), each with a veth to the bridge."""
+
+    def __init__(self, prefix, subnet, netem_bin, tmp):
+        self.prefix, self.subnet, self.netem_bin, self.tmp = prefix, subnet, netem_bin, tmp
+        self.bridge = prefix + "br"
+        self.nodes = {}  # name -> (ns, host_if, ip)
+        self.netem = {}  # name -> Popen
+        sh("ip link add %s type bridge && ip link set %s up" % (self.bridge, self.bridge))
+
+    def add(self, name):
+        k = len(self.nodes)
+        ns, hif, ip = "%s-%s" % (self.prefix, name), "%s%d" % (self.prefix, k), \
+            "10.78.%d.%d" % (self.subnet, k + 1)
+        sh("ip netns add {ns} && ip link add {h} type veth peer name eth0 netns {ns} && "
+           "ip link set {h} master {br} && ip link set {h} up && ip -n {ns} link set lo up && "
+           "ip -n {ns} addr add {ip}/24 dev eth0 && ip -n {ns} link set eth0 up"
+           .format(ns=ns, h=hif, br=self.bridge, ip=ip))
+        self.nodes[name] = (ns, hif, ip)
+        return ip
+
+    def link(self, name, up):
+        sh("ip link set %s %s" % (self.nodes[name][1], "up" if up else "down"))
+
+    def impair(self, name, loss, delay, jitter, seed):
+        """Loss (%) and delay on what node `name` receives, through sb_netem on NFQUEUE 0."""
+        ns = self.nodes[name][0]
+        logf = os.path.join(self.tmp, "%s-netem.log" % ns)
+        p = subprocess.Popen(["ip", "netns", "exec", ns, self.netem_bin, "--queue", "0", "--loss",
+                              str(loss), "--delay", str(delay), "--jitter", str(jitter), "--seed",
+                              str(seed)], stdout=open(logf, "w"), stderr=subprocess.STDOUT)
+        for _ in range(150):
+            if "ready" in open(logf).read():
+                break
+            if p.poll() is not None:
+                raise RuntimeError("sb_netem exited: " + open(logf).read())
+            time.sleep(0.02)
+        sh("ip netns exec %s iptables -w -A INPUT -i eth0 -j NFQUEUE --queue-num 0" % ns)
+        self.netem[name] = p
+
+    def unimpair(self, name):
+        p = self.netem.pop(name, None)
+        if p is None:
+            return
+        sh("ip netns exec %s iptables -w -D INPUT -i eth0 -j NFQUEUE --queue-num 0"
+           % self.nodes[name][0], check=False)
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    def close(self):
+        for name in list(self.netem):
+            self.unimpair(name)
+        for ns, _, _ in self.nodes.values():
+            r = sh("ip netns pids %s" % ns, check=False)
+            kill_pids(int(x) for x in r.stdout.split() if x.isdigit())
+        for ns, hif, _ in self.nodes.values():
+            sh("ip netns del %s" % ns, check=False)
+            sh("ip link del %s 2>/dev/null" % hif, check=False)
+        sh("ip link del %s 2>/dev/null" % self.bridge, check=False)
+        self.nodes = {}
+
+
+# ---- one pipeline --------------------------------------------------------------------------------
+
+class Stats:
+    def __init__(self):
+        self.c = collections.Counter()
+        self.faults = collections.Counter()
+        self.fail_kinds = collections.Counter()
+        self.problems = []
+
+
+def rand_value(rng, field):
+    if field in ("k", "n"):
+        return rng.randint(-20, 20) if rng.random() < 0.8 else rng.choice(["007", "1", "a", True])
+    if field == "x":
+        return rng.choice([round(rng.uniform(-100, 100), 2), rng.randint(-50, 50)])
+    if field == "id":
+        return rng.randint(0, 5_000_000)
+    if field == "big":
+        return rng.choice([2**62, 2**62 + 1, 2**53 + 1, 2**53, 0])
+    if field == "b":
+        return rng.random() < 0.5
+    return rng.choice(G_VALUES + ["c", "\u00e0"])
+
+
+def gen_pipeline(rng, fmt, total_rows, cpus, preserve):
+    fields = CSV_FIELDS if fmt == "csv" else CSV_FIELDS + ["b", "big"]
+    stages = []
+    present = list(fields)
+    nst = rng.randint(1, 4)
+    expand_ok = total_rows < 20000
+    for i in range(nst):
+        kind = rng.choice(["filter", "filter", "project", "identity", "bench"])
+        name = "s%d" % i
+        if kind == "filter":
+            field = rng.choice(present + ["zz"]) if rng.random() < 0.95 else "zz"
+            value = rand_value(rng, field)
+            ops = ["eq", "ne"] if isinstance(value, bool) else ["eq", "ne", "lt", "le", "gt", "ge"]
+            stages.append({"name": name, "op": "filter",
+                           "args": {"field": field, "op": rng.choice(ops), "value": value}})
+        elif kind == "project":
+            keep = rng.sample(present, rng.randint(1, len(present)))
+            if "id" not in keep and rng.random() < 0.7:
+                keep.insert(rng.randint(0, len(keep)), "id")
+            fl = list(keep)
+            if rng.random() < 0.2:
+                fl.append("zz")
+            if rng.random() < 0.1:
+                fl.append(fl[0])  # a repeated name counts once
+            stages.append({"name": name, "op": "project", "args": {"fields": fl}})
+            present = [f for f in keep]
+        elif kind == "identity":
+            stages.append({"name": name, "op": "identity"})
+        else:
+            st = {"name": name, "op": rng.choice(["bench.spin", "bench.sleep"]),
+                  "args": {"msPerRecord": 0}}
+            if expand_ok and rng.random() < 0.5:
+                st["args"]["expand"] = rng.randint(2, 3)
+                if preserve:
+                    st["batchSize"] = 1  # record by record: each one repeated in place
+            stages.append(st)
+    # a sleep stage first so that the run lasts a few seconds and faults land while it runs
+    target_s = rng.uniform(2, 12)
+    ms = max(0.001, target_s * 1000.0 * cpus / max(total_rows, 1))
+    stages.insert(0, {"name": "slow", "op": "bench.sleep", "args": {"msPerRecord": round(ms, 4)}})
+    return stages, target_s
+
+
+def yaml_pipeline(name, src, fmt, psize, stages, sink, sink_fmt, execution):
+    p = {"apiVersion": "streambatch.dev/v1alpha1", "kind": "Pipeline", "metadata": {"name": name},
+         "spec": {"source": {"uri": "file://" + src + "/", "format": fmt, "partitionSize": psize},
+                  "stages": stages,
+                  "sink": {"uri": "file://" + sink + "/", "format": sink_fmt},
+                  "execution": execution}}
+    # JSON is YAML, but not JSON's surrogate-pair escapes ("\ud83d\ude00"), which libyaml
+    # refuses: the characters are written as they are
+    return json.dumps(p, indent=1, ensure_ascii=False)
+
+
+CRASH_RE = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:|"
+                      r"ThreadSanitizer|Segmentation fault|core dumped|stack smashing|"
+                      r"double free|corrupted size|malloc\(\)")
+
+
+class Pipeline:
+    def __init__(self, cfg, stats, idx, net):
+        self.cfg, self.st, self.idx, self.net = cfg, stats, idx, net
+        self.seed = "%d-%d" % (cfg.seed, idx)
+        self.rng = random.Random(self.seed)
+        self.dir = os.path.join(cfg.work, "p%05d" % idx)
+        self.mnt = os.path.join(self.dir, "mnt")
+        self.mounted = False
+        self.killed_workers = set()  # worker ids we SIGKILLed
+        self.stopped = {}  # pid -> time to SIGCONT
+        self.filler = None  # (path, until or None)
+        self.cut = {}  # node -> time to restore
+        self.lossy = {}  # node -> time to restore
+        self.events = []
+        self.proc = None
+
+    def ev(self, msg):
+        t = time.monotonic() - self.t0
+        self.events.append("%6.2f %s" % (t, msg))
+
+    # ---- setup
+    def setup(self):
+        rng, cfg = self.rng, self.cfg
+        os.makedirs(self.dir)
+        self.fmt = rng.choice(["jsonl", "jsonl", "csv"])
+        self.files, self.total = write_input(rng, os.path.join(self.dir, "in"), self.fmt)
+        self.cpus = rng.randint(2, 3)
+        self.preserve = rng.random() < 0.3
+        self.stages, self.target_s = gen_pipeline(rng, self.fmt, self.total, self.cpus, self.preserve)
+        psize = rng.choice([2048, 4096, 8192, 16384, 49152])
+        execution = {"maxTaskRetries": rng.choice([3, 5, 10]), "stallTimeout": "10s",
+                     "mode": rng.choice(["streaming", "streaming", "staged", "static"]),
+                     "memoryBudget": psize * rng.choice([2, 4, 16, 64])}
+        if execution["mode"] == "static":
+            # static binds each worker's slots to stages round robin by worker index: with fewer
+            # slots than stages one stage gets none and the run stalls (a known scheduler bug)
+            self.cpus = max(self.cpus, len(self.stages))
+        if self.preserve:
+            execution["preserveOrder"] = True
+        self.exec = execution
+        self.sink_fmt = "csv" if self.fmt == "csv" and rng.random() < 0.6 else "jsonl"
+        self.out = os.path.join(self.dir, "out")
+        self.yaml = os.path.join(self.dir, "p.yaml")
+        with open(self.yaml, "w") as f:
+            f.write(yaml_pipeline("chaos-%d" % self.idx, os.path.join(self.dir, "in"), self.fmt, psize,
+                                  self.stages, self.out, self.sink_fmt, execution))
+        os.makedirs(self.mnt)
+        if cfg.diskfull:
+            size = rng.choice(["8m", "16m", "64m"])
+            r = sh("mount -t tmpfs -o size=%s chaos %s" % (size, self.mnt), check=False)
+            self.mounted = r.returncode == 0
+        # the fault plan: times relative to the start; at most 2 driver kills
+        kinds = ["worker_kill", "worker_stop", "driver_kill"]
+        if self.mounted:
+            kinds.append("disk_full")
+        if self.net is not None:
+            kinds += ["link_cut", "link_loss"]
+        n = rng.choice([0, 1, 2, 2, 3, 4, 5])
+        plan = []
+        for _ in range(n):
+            k = rng.choice(kinds)
+            if k == "driver_kill" and sum(1 for _, x in plan if x == "driver_kill") >= 2:
+                k = "worker_kill"
+            plan.append((rng.uniform(0.2, self.target_s * 1.2 + 0.5), k))
+        self.plan = sorted(plan)
+        self.desc = ("seed %s: %s %d files %d rows, %d cpus, partitionSize %d, %s%s, stages %s, "
+                     "sink %s, faults %s" % (
+                         self.seed, self.fmt, len(self.files), self.total, self.cpus, psize,
+                         json.dumps(execution, separators=(",", ":")),
+                         " netns" if self.net else "",
+                         json.dumps([[s["op"], s.get("args", {})] for s in self.stages],
+                                    ensure_ascii=True, separators=(",", ":")),
+                         self.sink_fmt, ["%.1f:%s" % p for p in self.plan]))
+
+    # ---- running
+    def start(self, attempt, resume):
+        run_dir = os.path.join(self.mnt, "run%d" % attempt)
+        self.run_dir = run_dir
+        self.run_dirs.append(run_dir)
+        logf = os.path.join(self.dir, "run%d.log" % attempt)
+        self.logs.append(logf)
+        argv = [os.path.join(self.cfg.bin_dir, "streambatch"), "run", self.yaml, "--cpus", str(self.cpus),
+                "--checkpoint", os.path.join(self.dir, "ck.json"), "--run-dir", run_dir,
+                "--summary-json", os.path.join(self.dir, "summary%d.json" % attempt),
+                "--progress-interval-ms", "1000"]
+        if resume:
+            argv.append("--resume")
+        env = dict(os.environ, TMPDIR=self.mnt, SB_LOG_LEVEL="info")
+        if self.net is not None:
+            env["SB_RUN_CONTROLLER_HOST"] = self.net.nodes["ctl"][2]
+            env["SB_RUN_WORKER_BIN"] = self.cfg.wrapper
+            argv = ["nsenter", "--net=/run/netns/" + self.net.nodes["ctl"][0], "--"] + argv
+        self.proc = subprocess.Popen(argv, stdout=open(logf, "w"), stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, cwd=self.dir,
+                                     start_new_session=True)
+        self.ev("start attempt %d%s (pid %d)" % (attempt, " --resume" if resume else "", self.proc.pid))
+
+    def pick_worker(self):
+        ws = workers_of(self.run_dir)
+        ws = {p: i for p, i in ws.items() if p not in self.stopped}
+        if not ws:
+            return None, None
+        pid = self.rng.choice(sorted(ws))
+        return pid, ws[pid]
+
+    def inject(self, kind, now):
+        rng = self.rng
+        if kind == "worker_kill":
+            pid, wid = self.pick_worker()
+            if pid is None:
+                return False
+            self.killed_workers.add(wid)
+            os.kill(pid, signal.SIGKILL)
+            self.ev("SIGKILL worker %s (pid %d)" % (wid, pid))
+        elif kind == "worker_stop":
+            pid, wid = self.pick_worker()
+            if pid is None:
+                return False
+            d = rng.uniform(0.5, 8)
+            os.kill(pid, signal.SIGSTOP)
+            self.stopped[pid] = now + d
+            self.ev("SIGSTOP worker %s (pid %d) for %.1f s" % (wid, pid, d))
+        elif kind == "driver_kill":
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.driver_killed = True
+            self.ev("SIGKILL streambatch run (pid %d)" % self.proc.pid)
+        elif kind == "disk_full":
+            if self.filler is not None:
+                return False
+            path = os.path.join(self.mnt, "filler")
+            n = 0
+            try:
+                with open(path, "wb") as f:
+                    chunk = b"\0" * (1 << 20)
+                    while True:
+                        try:
+                            n += f.write(chunk)
+                            f.flush()
+                        except OSError:
+                            if len(chunk) <= 4096:
+                                break
+                            chunk = chunk[: len(chunk) // 16]
+            except OSError:
+                pass
+            forever = rng.random() < 0.25
+            d = rng.uniform(1, 6)
+            self.filler = (path, None if forever else now + d)
+            self.ev("disk full: %d bytes of filler, %s" % (n, "for good" if forever else "for %.1f s" % d))
+        elif kind == "link_cut":
+            node = rng.choice(sorted(self.net.nodes))
+            if node in self.cut:
+                return False
+            d = rng.uniform(0.5, 8)
+            self.net.link(node, False)
+            self.cut[node] = now + d
+            self.ev("link of %s down for %.1f s" % (node, d))
+        elif kind == "link_loss":
+            node = rng.choice(sorted(self.net.nodes))
+            if node in self.lossy:
+                return False
+            d = rng.uniform(2, 10)
+            loss = rng.choice([5, 20, 50])
+            self.net.impair(node, loss, rng.choice([0, 20]), 10, rng.randint(1, 10**6))
+            self.lossy[node] = now + d
+            self.ev("%d%% loss into %s for %.1f s" % (loss, node, d))
+        self.st.faults[kind] += 1
+        return True
+
+    def restore(self, now, everything=False):
+        for pid, t in list(self.stopped.items()):
+            if everything or now >= t:
+                kill_pids([pid], signal.SIGCONT)
+                del self.stopped[pid]
+                self.ev("SIGCONT pid %d" % pid)
+        if self.filler is not None and (everything or (self.filler[1] is not None and now >= self.filler[1])):
+            try:
+                os.unlink(self.filler[0])
+            except OSError:
+                pass
+            self.filler = None
+            self.ev("filler removed")
+        for node, t in list(self.cut.items()):
+            if everything or now >= t:
+                self.net.link(node, True)
+                del self.cut[node]
+                self.ev("link of %s up" % node)
+        for node, t in list(self.lossy.items()):
+            if everything or now >= t:
+                self.net.unimpair(node)
+                del self.lossy[node]
+                self.ev("loss into %s ended" % node)
+
+    def run(self):
+        self.t0 = time.monotonic()
+        self.run_dirs, self.logs = [], []
+        plan = list(self.plan)
+        attempt, resume = 0, False
+        self.hung = False
+        self.orphans = 0
+        deadline = self.t0 + self.cfg.pipeline_limit
+        while True:
+            self.driver_killed = False
+            self.start(attempt, resume)
+            while self.proc.poll() is None:
+                now = time.monotonic() - self.t0
+                self.restore(now)
+                while plan and plan[0][0] <= now and self.proc.poll() is None:
+                    _, kind = plan.pop(0)
+                    try:
+                        self.inject(kind, now)
+                    except Exception as e:  # a fault that cannot be injected is logged, not fatal
+                        self.ev("cannot inject %s: %s" % (kind, e))
+                    if self.driver_killed:
+                        break
+                if time.monotonic() > deadline:
+                    self.hung = True
+                    self.ev("no end after %d s: SIGKILL" % self.cfg.pipeline_limit)
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                time.sleep(0.05)
+            self.rc = self.proc.wait()
+            self.ev("attempt %d ended: %s" % (attempt, "rc %d" % self.rc if self.rc >= 0 else
+                                             "signal %d" % -self.rc))
+            # the killed driver's workers must go with it (PR_SET_PDEATHSIG); any left are killed
+            if self.driver_killed or self.hung:
+                t = time.monotonic()
+                while workers_of(self.run_dir) and time.monotonic() - t < 5:
+                    time.sleep(0.1)
+                left = workers_of(self.run_dir)
+                if left:
+                    self.orphans += len(left)
+                    kill_pids(left)
+                    self.ev("orphaned workers killed: %s" % sorted(left.values()))
+                # a stopped worker that died with the driver needs no SIGCONT
+                self.stopped = {p: t for p, t in self.stopped.items() if os.path.exists("/proc/%d" % p)}
+            if self.driver_killed and not self.hung:
+                attempt += 1
+                resume = True
+                continue
+            break
+        self.restore(0, everything=True)
+        self.wall = time.monotonic() - self.t0
+
+    # ---- checking
+    def crash_reports(self):
+        found = []
+        for lf in self.logs + [os.path.join(d, x) for d in self.run_dirs if os.path.isdir(d)
+                               for x in os.listdir(d) if x.endswith(".log")]:
+            try:
+                text = open(lf, errors="replace").read()
+            except OSError:
+                continue
+            m = CRASH_RE.search(text)
+            if m:
+                found.append("%s: %s" % (os.path.basename(lf), text[max(0, m.start() - 200): m.start() + 300]))
+            for line in text.splitlines():
+                if "worker process ended" in line and "killed by signal" in line:
+                    sig = re.search(r"killed by signal (\d+)", line)
+                    wid = re.search(r'\bworker="?([A-Za-z0-9-]+)', line)
+                    wid = wid.group(1) if wid else "?"
+                    if sig and (int(sig.group(1)) != 9 or wid not in self.killed_workers):
+                        found.append("%s: %s" % (os.path.basename(lf), line.strip()))
+        return found
+
+    def failure_kind(self):
+        text = open(self.logs[-1], errors="replace").read()
+        for kind, pat in (("stalled", "stalled: no progress"), ("disk full", "No space left"),
+                          ("task retries exhausted", "retries"), ("workers lost", "lost")):
+            if pat in text:
+                return kind
+        return "other"
+
+    def check(self):
+        st = self.st
+        problems = []
+        succ = os.path.exists(os.path.join(self.out, "_SUCCESS"))
+        last = open(self.logs[-1], errors="replace").read().strip().splitlines()
+        last_line = last[-1] if last else ""
+        crashes = self.crash_reports()
+        if self.rc < 0 and not self.hung:
+            crashes.append("streambatch run died of signal %d" % -self.rc)
+        if crashes:
+            problems.append("crash: " + " | ".join(crashes)[:3000])
+            st.c["crashes"] += 1
+        if self.hung:
+            problems.append("hung: no end within %d s" % self.cfg.pipeline_limit)
+            st.c["hung"] += 1
+        if self.orphans:
+            problems.append("%d workers outlived the killed driver" % self.orphans)
+            st.c["orphans"] += self.orphans
+        verdict = None
+        if self.rc == 0 and not succ:
+            problems.append("exit 0 without _SUCCESS")
+        elif self.rc != 0 and succ:
+            problems.append("exit %d but _SUCCESS written" % self.rc)
+        elif self.rc != 0 and "is not a valid Pipeline" in "\n".join(last[-30:]):
+            problems.append("the generated pipeline is invalid (a bug of this driver): " +
+                            " ".join(last[-3:]))
+        elif self.rc != 0:
+            verdict = "failed-clean"
+            st.c["failed_clean"] += 1
+            self.failure = last_line
+            st.fail_kinds[self.failure_kind()] += 1
+            try:  # the summary's reason, when the run wrote one
+                with open(os.path.join(self.dir, "summary%d.json" % (len(self.logs) - 1))) as f:
+                    why = json.load(f).get("failure") or ""
+                if why:
+                    self.failure += " (" + why + ")"
+            except (OSError, ValueError):
+                pass
+        if succ:
+            verdict = verdict or "succeeded"
+            if self.rc == 0:
+                st.c["succeeded"] += 1
+            problems += self.check_output()
+        if problems:
+            st.c["bad"] += 1
+            st.problems.append((self.seed, self.desc, problems, self.events))
+        return verdict, problems
+
+    def check_output(self):
+        st = self.st
+        problems = []
+        exp = expected_rows(self.files, self.stages)
+        if self.sink_fmt == "csv":  # a csv sink writes null and a missing key alike
+            exp = [{k: v for k, v in r.items() if v is not None} for r in exp]
+        exp = [canon(r) for r in exp]
+        try:
+            with open(os.path.join(self.out, "_manifest.json")) as f:
+                man = json.load(f)
+        except (OSError, ValueError) as e:
+            return ["_manifest.json: %s" % e]
+        ext = "." + self.sink_fmt
+        listed = [p["name"] for p in man.get("parts", [])]
+        on_disk = sorted(x for x in os.listdir(self.out) if x.startswith("part-"))
+        stray = sorted(set(on_disk) - set(listed))
+        missing = sorted(set(listed) - set(on_disk))
+        if stray:
+            problems.append("part files not in the manifest: %s" % stray[:10])
+        if missing:
+            problems.append("manifest parts missing: %s" % missing[:10])
+        got_ordered = []
+        by_name = {p["name"]: p for p in man.get("parts", [])}
+        for name in listed + stray:
+            if name in missing:
+                continue
+            if not name.endswith(ext):
+                problems.append("part %s is not %s" % (name, ext))
+            try:
+                rows, nbytes = read_part(os.path.join(self.out, name), self.sink_fmt)
+            except (ValueError, UnicodeDecodeError) as e:
+                problems.append("part %s unreadable: %s" % (name, e))
+                continue
+            st.c["bytes_checked"] += nbytes
+            m = by_name.get(name)
+            if m is not None and (m.get("rows") != len(rows) or m.get("bytes") != nbytes):
+                problems.append("part %s: manifest says %s rows %s bytes, file has %d rows %d bytes"
+                                % (name, m.get("rows"), m.get("bytes"), len(rows), nbytes))
+            got_ordered += rows
+        st.c["rows_checked"] += len(got_ordered)
+        st.c["rows_expected"] += len(exp)
+        ce, cg = collections.Counter(exp), collections.Counter(got_ordered)
+        lost = sum((ce - cg).values())
+        extra = cg - ce
+        dup = sum(v for k, v in extra.items() if k in ce)
+        alien = sum(v for k, v in extra.items() if k not in ce)
+        if lost or dup or alien:
+            ex_lost = list((ce - cg).keys())[:3]
+            ex_extra = list(extra.keys())[:3]
+            problems.append("rows: %d expected, %d got: %d lost, %d duplicated, %d unexpected "
+                            "(lost e.g. %s; extra e.g. %s)" % (len(exp), len(got_ordered), lost, dup,
+                                                               alien, ex_lost, ex_extra))
+            st.c["rows_lost"] += lost
+            st.c["rows_duplicated"] += dup
+            st.c["rows_unexpected"] += alien
+        elif self.preserve and got_ordered != exp:
+            i = next(i for i, (a, b) in enumerate(zip(got_ordered, exp)) if a != b)
+            problems.append("preserveOrder: same rows, other order (first difference at row %d: "
+                            "%s, expected %s)" % (i, got_ordered[i][:120], exp[i][:120]))
+            st.c["order_violations"] += 1
+        return problems
+
+    def cleanup(self, keep):
+        if self.proc is not None and self.proc.poll() is None:
+            kill_pids([self.proc.pid])
+            self.proc.wait()
+        for d in getattr(self, "run_dirs", []):
+            if os.path.isdir(d):
+                kill_pids(workers_of(d))
+        if keep and os.path.isdir(self.mnt):  # the run dirs (worker logs) outlive the tmpfs
+            shutil.copytree(self.mnt, self.mnt + "-saved", ignore=shutil.ignore_patterns("filler"),
+                            symlinks=True, dirs_exist_ok=True)
+        if self.mounted:
+            for _ in range(50):
+                if sh("umount %s" % self.mnt, check=False).returncode == 0:
+                    self.mounted = False
+                    break
+                time.sleep(0.1)
+            if self.mounted:
+                sh("umount -l %s" % self.mnt, check=False)
+                self.mounted = False
+        if not keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+def write_wrapper(cfg, net):
+    """SB_RUN_WORKER_BIN: the real worker in node w<index % 3> by its id (cpu-1, cpu-1-r2 -> w1)."""
+    lines = ["#!/bin/sh", "id=; prev=", 'for a in "$@"; do [ "$prev" = --id ] && id=$a; prev=$a; done',
+             'i=$(echo "$id" | sed -E "s/^[a-z]+-([0-9]+).*/\\1/")', "case $((i % 3)) in"]
+    for k in range(3):
+        ns, _, ip = net.nodes["w%d" % k]
+        lines.append("  %d) ns=%s; ip=%s;;" % (k, ns, ip))
+    lines += ["esac", 'exec nsenter --net=/run/netns/$ns -- env SB_POD_IP=$ip %s "$@"'
+              % os.path.join(cfg.bin_dir, "streambatch-worker")]
+    path = os.path.join(cfg.work, "worker.sh")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=180, help="seconds of pipelines (default 180)")
+    ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--build-dir", required=True, help="for tests/helpers/sb_netem")
+    ap.add_argument("--work", required=True, help="an empty directory for inputs, outputs, logs")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--only", type=int, default=None, help="run only pipeline I of --seed")
+    ap.add_argument("--netns", choices=["off", "on", "mix"], default="mix",
+                    help="netns mode: never, always, every other pipeline (default, when root)")
+    ap.add_argument("--no-diskfull", dest="diskfull", action="store_false")
+    ap.add_argument("--pipeline-limit", type=int, default=240, help="seconds before a run counts as hung")
+    cfg = ap.parse_args()
+    cfg.seed = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(3), "big")
+    os.makedirs(cfg.work, exist_ok=True)
+    stats = Stats()
+    root = os.geteuid() == 0
+    if not root:
+        cfg.diskfull = False
+    net = None
+    netem = os.path.join(cfg.build_dir, "tests/helpers/sb_netem")
+
+    def on_signal(sig, _frame):
+        raise Interrupted("signal %d" % sig)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    log("chaos: seed %d, %d s, bin %s, work %s, netns %s, disk-full %s" % (
+        cfg.seed, cfg.duration, cfg.bin_dir, cfg.work, cfg.netns, "on" if cfg.diskfull else "off"))
+    t_end = time.monotonic() + cfg.duration
+    idx = cfg.only if cfg.only is not None else 0
+    pipe = None
+    interrupted = None
+    try:
+        if cfg.netns != "off" and root:
+            try:
+                net = Net("sbc%x" % (os.getpid() & 0xfffff), 1 + os.getpid() % 250, netem, cfg.work)
+                for n in ("ctl", "w0", "w1", "w2"):
+                    net.add(n)
+                cfg.wrapper = write_wrapper(cfg, net)
+                if not os.access(netem, os.X_OK):
+                    log("chaos: no %s: link loss is not injected" % netem)
+            except Exception as e:
+                log("chaos: netns mode unavailable: %s" % e)
+                if net is not None:
+                    net.close()
+                net = None
+        while True:
+            use_net = net if (cfg.netns == "on" or (cfg.netns == "mix" and idx % 2 == 1)) else None
+            pipe = Pipeline(cfg, stats, idx, use_net)
+            pipe.setup()
+            if use_net is not None and not os.access(netem, os.X_OK):
+                pipe.plan = [(t, k if k != "link_loss" else "link_cut") for t, k in pipe.plan]
+            log("[%d] %s" % (idx, pipe.desc))
+            pipe.run()
+            verdict, problems = pipe.check()
+            stats.c["pipelines"] += 1
+            log("[%d] %s in %.1f s (%d attempts)%s%s" % (
+                idx, verdict or "BAD", pipe.wall, len(pipe.logs),
+                ": " + pipe.failure[:800] if verdict == "failed-clean" else "",
+                "".join("\n    PROBLEM " + p for p in problems)))
+            if problems:
+                for e in pipe.events:
+                    log("    " + e)
+            pipe.cleanup(keep=bool(problems) or os.environ.get("SB_CHAOS_KEEP") == "1")
+            pipe = None
+            idx += 1
+            if cfg.only is not None or time.monotonic() >= t_end:
+                break
+    except Interrupted as e:
+        interrupted = str(e)
+    finally:
+        if pipe is not None:
+            try:
+                pipe.restore(0, everything=True)
+            except Exception as e:
+                log("chaos: restoring faults: %s" % e)
+            pipe.cleanup(keep=True)
+        if net is not None:
+            net.close()
+    c = stats.c
+    log("")
+    log("chaos report (seed %d%s)" % (cfg.seed, ", interrupted: " + interrupted if interrupted else ""))
+    log("  pipelines run        %d" % c["pipelines"])
+    log("  succeeded            %d" % c["succeeded"])
+    log("  failed clean         %d" % c["failed_clean"])
+    log("  faults injected      %d (%s)" % (sum(stats.faults.values()), ", ".join(
+        "%s %d" % kv for kv in sorted(stats.faults.items())) or "none"))
+    log("  failures (clean)     %s" % (", ".join("%s %d" % kv for kv in sorted(stats.fail_kinds.items()))
+                                       or "none"))
+    log("  bytes checked        %d" % c["bytes_checked"])
+    log("  rows checked         %d (expected %d)" % (c["rows_checked"], c["rows_expected"]))
+    log("  rows lost            %d" % c["rows_lost"])
+    log("  rows duplicated      %d" % c["rows_duplicated"])
+    log("  rows unexpected      %d" % c["rows_unexpected"])
+    log("  order violations     %d" % c["order_violations"])
+    log("  crashes              %d" % c["crashes"])
+    log("  hung runs            %d" % c["hung"])
+    log("  orphaned workers     %d" % c["orphans"])
+    for seed, desc, problems, _ in stats.problems:
+        log("  BAD %s: %s" % (seed, "; ".join(problems)[:600]))
+    passed = c["pipelines"] - c["bad"]
+    log("chaos: %d passed, %d failed" % (passed, c["bad"] + (1 if interrupted else 0)))
+    return 1 if (c["bad"] or interrupted or c["pipelines"] == 0) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
