@@ -12,10 +12,11 @@
 
 char *sb_ckpt_part_format(const sb_sched_output *p)
 {
-    size_t n = strlen(p->id) + 3 * 21 + 4;
+    size_t n = strlen(p->id) + 3 * 21 + 4 + (p->order != NULL ? strlen(p->order) + 1 : 0);
     char *s = malloc(n);
     if (s != NULL)
-        snprintf(s, n, "%s:%" PRIu64 ":%" PRIu64 ":%" PRIu32, p->id, p->rows, p->bytes, p->crc32c);
+        snprintf(s, n, "%s:%" PRIu64 ":%" PRIu64 ":%" PRIu32 "%s%s", p->id, p->rows, p->bytes,
+                 p->crc32c, p->order != NULL ? ":" : "", p->order != NULL ? p->order : "");
     return s;
 }
 
@@ -43,11 +44,27 @@ int sb_ckpt_part_parse(const char *s, sb_sched_output *out, sb_err *err)
         if (i < 2 && *p++ != ':')
             return sb_err_set(err, "\"%.80s\": expected <id>:<rows>:<bytes>:<crc>", s);
     }
+    const char *order = NULL;
+    if (*p == ':') { /* preserveOrder: the part's order key, decimal numbers joined by '.' */
+        order = ++p;
+        while ((*p >= '0' && *p <= '9') || (*p == '.' && p > order && p[-1] != '.'))
+            p++;
+        if (p == order || p[-1] == '.' || *p != '\0')
+            return sb_err_set(err,
+                              "\"%.80s\": the order key after the crc must be decimal numbers "
+                              "joined by '.'",
+                              s);
+    }
     if (*p != '\0')
         return sb_err_set(err, "\"%.80s\": unexpected text after the crc", s);
     out->id = strndup(s, idlen);
-    if (out->id == NULL)
+    out->order = order != NULL ? strdup(order) : NULL;
+    if (out->id == NULL || (order != NULL && out->order == NULL)) {
+        free((char *)out->id);
+        free((char *)out->order);
+        out->id = out->order = NULL;
         return sb_err_set(err, "out of memory");
+    }
     out->rows = v[0];
     out->bytes = v[1];
     out->crc32c = (uint32_t)v[2];
@@ -92,8 +109,10 @@ void sb_ckpt_free(sb_ckpt *c)
     if (c == NULL)
         return;
     free(c->committed_splits);
-    for (size_t i = 0; i < c->nparts; i++)
+    for (size_t i = 0; i < c->nparts; i++) {
         free((char *)c->parts[i].id);
+        free((char *)c->parts[i].order);
+    }
     free(c->parts);
     memset(c, 0, sizeof *c);
 }

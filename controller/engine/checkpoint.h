@@ -2,7 +2,7 @@
  * status.checkpoint and `streambatch run` in a local file (docs/pipeline-api.md, "Resuming"):
  *
  *   {"epoch": N, "specHash": "<16 hex>", "planHash": "<16 hex>", "committedSplits": "0-41,45",
- *    "parts": ["<id>:<rows>:<bytes>:<crc32c>", ...]}
+ *    "parts": ["<id>:<rows>:<bytes>:<crc32c>[:<order key>]", ...]}
  *
  * epoch counts the controllers (or local drivers) that ran the pipeline; committedSplits are the
  * splits whose whole lineage is done (sb_sched_checkpoint), parts the sink parts they produced.
@@ -36,10 +36,12 @@ typedef struct sb_ckpt {
     char plan_hash[17]; /* sb_ctl_plan_hash of the plan it counts splits of; "" when absent */
 } sb_ckpt;
 
-/* "<id>:<rows>:<bytes>:<crc32c>" (decimal numbers), malloc'd. */
+/* "<id>:<rows>:<bytes>:<crc32c>" (decimal numbers), with ":<order>" when p->order is set
+ * (preserveOrder: the part's input-order key, so a resume sorts it among new parts), malloc'd. */
 char *sb_ckpt_part_format(const sb_sched_output *p);
 /* Strict: id of [A-Za-z0-9._-]+, then three decimal numbers without sign or leading zeros
- * (crc < 2^32). out->id is malloc'd. 0, or -1 with err naming the problem. */
+ * (crc < 2^32), then optionally an order key (decimal numbers joined by '.'). out->id (and
+ * out->order) are malloc'd. 0, or -1 with err naming the problem. */
 int sb_ckpt_part_parse(const char *s, sb_sched_output *out, sb_err *err);
 /* The JSON object of a checkpoint (hashes omitted when NULL or ""), or NULL when out of
  * memory. */

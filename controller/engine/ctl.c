@@ -937,7 +937,10 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
             for (size_t i = 0; i < r->nparts; i++) {
                 parts[i] = r->parts[i];
                 parts[i].id = strdup(r->parts[i].id ? r->parts[i].id : "");
-                if (parts[i].id == NULL) {
+                parts[i].order = r->parts[i].order ? strdup(r->parts[i].order) : NULL;
+                if (parts[i].id == NULL || (r->parts[i].order && parts[i].order == NULL)) {
+                    free((char *)parts[i].id);
+                    free((char *)parts[i].order);
                     sb_err_set(err, "controller: out of memory");
                     goto fail;
                 }
@@ -1098,6 +1101,7 @@ sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n)
     for (size_t i = 0; out != NULL && i < k; i++) {
         out[i] = p[i];
         out[i].id = strdup(p[i].id);
+        out[i].order = NULL; /* the manifest needs no order key */
     }
     pthread_mutex_unlock(&c->mu);
     *n = out ? k : 0;
@@ -1106,9 +1110,7 @@ sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n)
 
 void sb_ctl_parts_free(sb_sched_output *parts, size_t n)
 {
-    for (size_t i = 0; parts != NULL && i < n; i++)
-        free((char *)parts[i].id);
-    free(parts);
+    sb_sched_parts_free(parts, n); /* ids and order keys */
 }
 
 sb_sched_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total)
@@ -1181,9 +1183,12 @@ int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t 
         for (size_t i = 0; rc == 0 && i < k; i++) {
             (*parts)[i] = r->parts[i];
             (*parts)[i].id = strdup(r->parts[i].id);
-            if ((*parts)[i].id == NULL)
+            (*parts)[i].order = r->parts[i].order ? strdup(r->parts[i].order) : NULL;
+            if ((*parts)[i].id == NULL || (r->parts[i].order && (*parts)[i].order == NULL)) {
+                free((char *)(*parts)[i].id);
+                free((char *)(*parts)[i].order);
                 rc = -1;
-            else
+            } else
                 (*n)++;
         }
         if (rc != 0) {
@@ -1261,6 +1266,7 @@ int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_sched_output 
     for (size_t i = 0; c->job.parts != NULL && i < n; i++) {
         c->job.parts[i] = parts[i];
         c->job.parts[i].id = strdup(parts[i].id ? parts[i].id : "");
+        c->job.parts[i].order = NULL; /* a COMMIT needs no order key */
         if (c->job.parts[i].id == NULL)
             break;
         c->job.nparts++;

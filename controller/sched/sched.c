@@ -302,6 +302,8 @@ static int parse_part_id(const char *id, uint64_t *opi, uint64_t *tix)
 }
 
 /* Reads a resume: the committed splits into committed[], the sink parts into s->sink. */
+static int order_key_valid(const char *key, size_t nops);
+
 static int resume_load(sb_sched *s, const sb_sched_resume *r, uint8_t *committed, sb_err *err)
 {
     if (sb_ranges_parse(r->committed_splits, committed, s->nsplits, err) != 0)
@@ -345,9 +347,16 @@ static int resume_load(sb_sched *s, const sb_sched_resume *r, uint8_t *committed
             GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0 ||
             sb_strmap_put(&s->sink_ids, o->id, s->nsink) != 0)
             return sb_err_set(err, "scheduler: out of memory");
+        if (o->order != NULL && s->preserve_order && !order_key_valid(o->order, s->nops))
+            return sb_err_set(err,
+                              "scheduler: resume: part %s: order key \"%.80s\" is not %zu "
+                              "decimal numbers joined by '.'",
+                              o->id, o->order, s->nops + 1);
         s->sink[s->nsink] = *o;
         s->sink[s->nsink].id = strdup(o->id);
-        if (s->sink[s->nsink].id == NULL)
+        s->sink[s->nsink].order = o->order != NULL && s->preserve_order ? strdup(o->order) : NULL;
+        if (s->sink[s->nsink].id == NULL ||
+            (o->order != NULL && s->preserve_order && s->sink[s->nsink].order == NULL))
             return sb_err_set(err, "scheduler: out of memory");
         s->sink_task[s->nsink] = NONE;
         s->nsink++;
@@ -526,8 +535,10 @@ void sb_sched_free(sb_sched *s)
     }
     free(s->workers);
     free(s->drain_notes);
-    for (size_t i = 0; i < s->nsink; i++)
+    for (size_t i = 0; i < s->nsink; i++) {
         free((char *)s->sink[i].id);
+        free((char *)s->sink[i].order);
+    }
     free(s->sink);
     free(s->sink_task);
     sb_strmap_free(&s->part_ids);
@@ -1350,6 +1361,7 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
             s->sink[s->nsink].bytes = outs[i].bytes;
             s->sink[s->nsink].rows = outs[i].rows;
             s->sink[s->nsink].crc32c = outs[i].crc32c;
+            s->sink[s->nsink].order = NULL;
             s->nsink++;
             s->sink_rows += outs[i].rows;
             s->sink_bytes += outs[i].bytes;
@@ -1705,6 +1717,41 @@ static uint64_t id_seq(const char *id)
     return p != NULL && p > id && p[-1] == '-' ? strtoull(p + 1, NULL, 10) : 0;
 }
 
+/* 1 if key is nops + 1 decimal numbers joined by '.' (a checkpoint's order key). */
+static int order_key_valid(const char *key, size_t nops)
+{
+    size_t n = 0;
+    const char *p = key;
+    for (;;) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        n++;
+        if (*p == '\0')
+            return n == nops + 1;
+        if (*p++ != '.')
+            return 0;
+    }
+}
+
+static void order_key(const sb_sched *s, size_t i, uint64_t *key);
+
+/* The order key of sink part k as a checkpoint keeps it ("a.b.c"), malloc'd; NULL when out of
+ * memory. */
+static char *order_key_format(const sb_sched *s, size_t k)
+{
+    uint64_t *key = malloc((s->nops + 1) * sizeof *key);
+    size_t len = (s->nops + 1) * 21 + 1;
+    char *out = key != NULL ? malloc(len) : NULL, *p = out;
+    if (out != NULL)
+        order_key(s, k, key);
+    for (size_t i = 0; out != NULL && i <= s->nops; i++)
+        p += snprintf(p, len - (size_t)(p - out), "%s%" PRIu64, i ? "." : "", key[i]);
+    free(key);
+    return out;
+}
+
 /* The input-order key of sink part i: (source split, seq at op 0, seq at op 1, ...), written
  * into key[0..nops] (unused tail 0). With preserve_order every task of op > 0 has one input,
  * so the producer chain is a path back to one split. Parts carried over by a resume have no
@@ -1713,6 +1760,15 @@ static void order_key(const sb_sched *s, size_t i, uint64_t *key)
 {
     memset(key, 0, (s->nops + 1) * sizeof *key);
     size_t ti = s->sink_task[i];
+    if (ti == NONE && s->sink[i].order != NULL) { /* kept by the checkpoint (checked at resume) */
+        const char *p = s->sink[i].order;
+        for (size_t k = 0; k <= s->nops && *p; k++) {
+            key[k] = strtoull(p, (char **)&p, 10);
+            if (*p == '.')
+                p++;
+        }
+        return;
+    }
     if (ti == NONE) {
         unsigned opi;
         unsigned long long t, q;
@@ -1908,7 +1964,8 @@ int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **part
             continue;
         out[n] = s->sink[k];
         out[n].id = strdup(s->sink[k].id);
-        if (out[n].id == NULL)
+        out[n].order = s->preserve_order ? order_key_format(s, k) : NULL;
+        if (out[n].id == NULL || (s->preserve_order && out[n].order == NULL))
             goto oom;
         n++;
     }
@@ -1933,8 +1990,10 @@ oom:
 
 void sb_sched_parts_free(sb_sched_output *parts, size_t n)
 {
-    for (size_t i = 0; parts != NULL && i < n; i++)
+    for (size_t i = 0; parts != NULL && i < n; i++) {
         free((char *)parts[i].id);
+        free((char *)parts[i].order);
+    }
     free(parts);
 }
 

@@ -122,7 +122,11 @@ typedef struct sb_sched_task {
 struct sb_sched_output {
     const char *id;
     uint64_t bytes, rows;
-    uint32_t crc32c; /* sink parts: checksum of the part file */
+    uint32_t crc32c;   /* sink parts: checksum of the part file */
+    const char *order; /* preserveOrder sink parts in a checkpoint or resume: the part's place in
+                          input order, "<split>.<seq at op 0>.<seq at op 1>..." (one number per
+                          op after the split), so parts carried over by a resume sort among the
+                          new ones; NULL elsewhere (then owned like id where id is) */
 };
 
 /* What a task attempt cost, as the worker measured it (may be NULL). */

@@ -148,7 +148,7 @@ Test(engine, commit_abort_and_prepare)
     write_file("out/part-s0-t0-p0.jsonl", 20);
     write_file("out/part-s1-t1000000000-p0.jsonl", 30);
     write_file("out/part-s0-t9-p0.jsonl", 5); /* an orphan of an earlier attempt */
-    sb_sched_output parts[] = {{"s0-t0-p0", 20, 2, 0}, {"s1-t1000000000-p0", 30, 3, 0}};
+    sb_sched_output parts[] = {{"s0-t0-p0", 20, 2, 0, NULL}, {"s1-t1000000000-p0", 30, 3, 0, NULL}};
     cr_assert_eq(sb_engine_commit(&h.p, parts, 2, NULL, 0, &err), 0, "%s", err.msg);
     cr_expect(exists("out/_SUCCESS"));
     cr_expect(exists("out/_manifest.json"));
@@ -158,7 +158,7 @@ Test(engine, commit_abort_and_prepare)
     cr_expect(!exists("out/_SUCCESS"));
     cr_expect(!exists("out/_manifest.json"));
     /* a part whose file is missing or whose size differs fails, without _SUCCESS */
-    sb_sched_output bad[] = {{"s0-t0-p0", 21, 2, 0}};
+    sb_sched_output bad[] = {{"s0-t0-p0", 21, 2, 0, NULL}};
     cr_expect_eq(sb_engine_commit(&h.p, bad, 1, NULL, 0, &err), -1);
     cr_expect(strstr(err.msg, "part-s0-t0-p0.jsonl") != NULL, "%s", err.msg);
     cr_expect(!exists("out/_SUCCESS"));
@@ -166,7 +166,7 @@ Test(engine, commit_abort_and_prepare)
     char longid[300];
     memset(longid, 'x', sizeof longid - 1);
     longid[sizeof longid - 1] = '\0';
-    sb_sched_output lng[] = {{longid, 1, 1, 0}};
+    sb_sched_output lng[] = {{longid, 1, 1, 0, NULL}};
     cr_expect_eq(sb_engine_commit(&h.p, lng, 1, NULL, 0, &err), -1);
     cr_expect(strstr(err.msg, "too long") != NULL, "%s", err.msg);
     /* no parts at all: an empty, committed output */

@@ -70,12 +70,35 @@ Test(opr_status, part_format_and_strict_parse)
     cr_expect_eq(q.rows, 10);
     cr_expect_eq(q.bytes, 1234);
     cr_expect_eq(q.crc32c, 4294967295u);
+    cr_expect_null(q.order);
     free((char *)q.id);
     free(s);
-    const char *bad[] = {"",          ":1:2:3",           "a:1:2",
-                         "a:1:2:3:4", "a:01:2:3",         "a:-1:2:3",
-                         "a:+1:2:3",  "a:1:2:4294967296", "a:1:99999999999999999999:3",
-                         "a b:1:2:3", "a:1: 2:3",         "a:1:2:3 ",
+    /* preserveOrder parts carry their order key */
+    p.order = "7.0.12";
+    s = sb_ckpt_part_format(&p);
+    cr_expect_str_eq(s, "s1-t2-p0:10:1234:4294967295:7.0.12");
+    cr_assert_eq(sb_ckpt_part_parse(s, &q, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(q.order, "7.0.12");
+    free((char *)q.id);
+    free((char *)q.order);
+    free(s);
+    const char *bad[] = {"",
+                         ":1:2:3",
+                         "a:1:2",
+                         "a:1:2:3:",
+                         "a:1:2:3:4.",
+                         "a:1:2:3:.4",
+                         "a:1:2:3:4..5",
+                         "a:1:2:3:x",
+                         "a:1:2:3:4:5",
+                         "a:01:2:3",
+                         "a:-1:2:3",
+                         "a:+1:2:3",
+                         "a:1:2:4294967296",
+                         "a:1:99999999999999999999:3",
+                         "a b:1:2:3",
+                         "a:1: 2:3",
+                         "a:1:2:3 ",
                          "a/b:1:2:3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_expect_neq(sb_ckpt_part_parse(bad[i], &q, &err), 0, "accepted \"%s\"", bad[i]);

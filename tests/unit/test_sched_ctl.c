@@ -52,7 +52,7 @@ Test(sched_ctl, resume_checkpoint_and_demand)
 {
     spec_holder h;
     load(&h);
-    sb_sched_output kept[] = {{"s0-t1-p0", 100, 10, 5}};
+    sb_sched_output kept[] = {{"s0-t1-p0", 100, 10, 5, NULL}};
     sb_sched_resume r = {.epoch = 1, .committed_splits = "1", .parts = kept, .nparts = 1};
     sb_err err;
     sb_ctl *c = start(&h, &r, &err);
