@@ -53,7 +53,10 @@ python3 "$here/tests/chaos/chaos.py" --duration "$duration" --bin-dir "$bin" --b
   --work "$work" "$@" &
 driver=$!
 limit=$(( ${duration%.*} + 300 ))
-( sleep "$limit"; kill -TERM "$driver" 2>/dev/null; sleep 20; kill -KILL "$driver" 2>/dev/null ) &
+# (its sleeps end with it: an orphaned sleep would hold the caller's stdout open)
+( trap 'kill "$s" 2>/dev/null; exit 0' TERM
+  sleep "$limit" & s=$!; wait "$s"; kill -TERM "$driver" 2>/dev/null
+  sleep 20 & s=$!; wait "$s"; kill -KILL "$driver" 2>/dev/null ) &
 watchdog=$!
 wait "$driver"; rc=$?
 kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
