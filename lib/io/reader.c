@@ -568,7 +568,7 @@ static int read_lines_push(rd *r, sb_err *err)
 
 static int read_lines(rd *r, sb_err *err)
 {
-    if (sb_io_read_can_push(r->in->h) && getenv("SB_IO_NO_PUSH") == NULL)
+    if (sb_io_read_can_push(r->in->h))
         return read_lines_push(r, err);
     return read_lines_pull(r, err);
 }
