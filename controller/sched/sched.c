@@ -54,8 +54,8 @@ typedef struct {
     char *id, *pool, *address;
     uint32_t slots, running;
     int alive;
-    uint32_t *op_slots;   /* static mode: slots bound per op */
-    uint32_t *op_running; /* static mode: running per op */
+    uint32_t *op_slots;   /* static mode: its slots bound to the op's slot group (static_bind) */
+    uint32_t *op_running; /* its running tasks per op */
     char **releases;
     size_t nrel, caprel;
     double *op_speed; /* per op: input bytes per ms of its successful tasks (EWMA); 0 unknown */
@@ -93,6 +93,7 @@ typedef struct {
     uint64_t speculated, spec_won; /* copies started; copies that finished first */
     uint64_t spec_scan_ms;         /* its last scan for a straggler to copy (spec_candidate) */
     int spec_scanned;
+    uint32_t group;   /* static mode: its slot group within its pool (static_bind) */
     double speed_avg; /* EWMA of every successful task's input bytes per ms (drain pre-filter) */
 } op;
 
@@ -564,6 +565,9 @@ const char *const *sb_sched_pools(const sb_sched *s, size_t *n)
 
 /* ---- workers -------------------------------------------------------------------------------- */
 
+static void static_bind(sb_sched *s, const char *pool);
+static int static_full(const sb_sched *s, const worker *wk, size_t i);
+
 static size_t worker_find(const sb_sched *s, const char *id)
 {
     size_t w;
@@ -608,14 +612,7 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
     wk->alive = 1;
     wk->draining = 0; /* a new incarnation under the same id starts healthy */
     wk->slow_n = 0;
-    if (s->mode == SB_MODE_STATIC) { /* bind slots to this pool's ops, round robin */
-        size_t pool_ops[64], n = 0;
-        for (size_t i = 0; i < s->nops && n < 64; i++)
-            if (strcmp(s->ops[i].pool, pool) == 0)
-                pool_ops[n++] = i;
-        for (uint32_t k = 0; k < slots && n > 0; k++)
-            wk->op_slots[pool_ops[(k + w) % n]]++;
-    }
+    static_bind(s, pool); /* the pool's slots changed: bind them again */
     for (size_t i = 0; i < nheld; i++) {
         size_t pi;
         if (!sb_strmap_get(&s->part_ids, held[i].id, &pi) || s->parts[pi].state == P_RELEASED ||
@@ -727,6 +724,7 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
     wk->alive = 0;
     if (wk->draining)
         s->ndraining--;
+    static_bind(s, wk->pool); /* its slots are gone: the others cover every op */
     for (size_t k = 0; k < wk->nrel; k++)
         free(wk->releases[k]);
     wk->nrel = 0;
@@ -960,7 +958,7 @@ static int op_eligible(sb_sched *s, const worker *wk, size_t i)
         return 0;
     if (s->mode == SB_MODE_STAGED && i > 0 && !op_finished(s, i - 1))
         return 0;
-    if (s->mode == SB_MODE_STATIC && wk->op_running[i] >= wk->op_slots[i])
+    if (s->mode == SB_MODE_STATIC && static_full(s, wk, i))
         return 0;
     if (o->ratio == 0 && wk->op_running[i] > 0 && i + 1 < s->nops && s->mode == SB_MODE_STREAMING)
         return 0; /* ratio unknown: one probe per worker until measured */
@@ -1067,6 +1065,64 @@ static size_t pool_healthy(const sb_sched *s, const char *pool)
     return n;
 }
 
+/* Static mode. Every slot of a pool is bound to one slot group of the pool's ops, and a task of
+ * an op starts only in a free slot of its group: the fixed stage-to-slot placement of a classic
+ * stream system. With S slots for the pool's n ops there are G = min(S, n) groups: the pool's
+ * p-th op is in group p mod G, and its j-th slot (live workers in index order, slot by slot;
+ * drained workers left out while the pool has a healthy one) is bound to group j mod G. So with
+ * S >= n every op has slots of its own (S/n each, the first S mod n ops one more), and with
+ * S < n ops share slots round robin (op p with ops p+G, p+2G, ...; downstream first, as
+ * always), so no op is left without a slot while its pool has one. The binding is computed
+ * again whenever the pool's slots change — a worker joins (a respawned or replacement worker
+ * has a new index), is lost, or is drained — and tasks already running keep their slot until
+ * they end. */
+static void static_bind(sb_sched *s, const char *pool)
+{
+    if (s->mode != SB_MODE_STATIC)
+        return;
+    uint32_t n = 0;
+    for (size_t i = 0; i < s->nops; i++)
+        if (strcmp(s->ops[i].pool, pool) == 0)
+            s->ops[i].group = n++; /* its index in the pool, for now */
+    int healthy = pool_healthy(s, pool) > 0;
+    uint64_t nslots = 0;
+    for (size_t k = 0; k < s->nworkers; k++) {
+        const worker *x = &s->workers[k];
+        if (x->alive && (!healthy || !x->draining) && strcmp(x->pool, pool) == 0)
+            nslots += x->slots;
+    }
+    uint32_t groups = nslots < n ? (uint32_t)nslots : n;
+    for (size_t i = 0; i < s->nops; i++)
+        if (strcmp(s->ops[i].pool, pool) == 0)
+            s->ops[i].group = groups > 0 ? s->ops[i].group % groups : 0;
+    uint64_t j = 0;
+    for (size_t k = 0; k < s->nworkers; k++) {
+        worker *x = &s->workers[k];
+        if (x->pool == NULL || x->op_slots == NULL || strcmp(x->pool, pool) != 0)
+            continue; /* (an entry whose registration ran out of memory) */
+        for (size_t i = 0; i < s->nops; i++)
+            if (strcmp(s->ops[i].pool, pool) == 0)
+                x->op_slots[i] = 0;
+        if (!x->alive || (healthy && x->draining) || groups == 0)
+            continue;
+        for (uint32_t q = 0; q < x->slots; q++, j++)
+            for (size_t i = 0; i < s->nops; i++)
+                if (strcmp(s->ops[i].pool, pool) == 0 && s->ops[i].group == j % groups)
+                    x->op_slots[i]++;
+    }
+}
+
+/* Static mode: whether the worker's slots bound to op i's group are all taken (by tasks of any
+ * op of the group). */
+static int static_full(const sb_sched *s, const worker *wk, size_t i)
+{
+    uint32_t busy = 0;
+    for (size_t k = 0; k < s->nops; k++)
+        if (s->ops[k].group == s->ops[i].group && strcmp(s->ops[k].pool, s->ops[i].pool) == 0)
+            busy += wk->op_running[k];
+    return busy >= wk->op_slots[i];
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -1126,6 +1182,7 @@ static void drain_check(sb_sched *s, size_t w, size_t i, double v, uint64_t star
     s->drain_notes[s->ndrain_notes++] = w;
     wk->draining = 1;
     s->ndraining++;
+    static_bind(s, wk->pool); /* it takes no new task: the healthy workers cover every op */
     wk->drain_op = (uint32_t)i;
     wk->drain_speed = v * 1000.0;
     wk->drain_median = median * 1000.0;
@@ -1171,7 +1228,7 @@ static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
     for (size_t k = 0; k + 1 < s->nops; k++) {
         op *o = &s->ops[k];
         if (strcmp(o->pool, wk->pool) != 0 || o->running == 0 ||
-            (s->mode == SB_MODE_STATIC && wk->op_running[k] >= wk->op_slots[k]))
+            (s->mode == SB_MODE_STATIC && static_full(s, wk, k)))
             continue;
         /* outside the tail only the tasks of a drained (sick) worker are copied */
         int tail = o->qlen == 0 && o->flen == 0 && o->ok_n >= SPEC_MIN_DONE &&
@@ -1859,13 +1916,14 @@ int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char
         if (op_->qlen == 0 && op_->running == 0 && op_->flen == 0)
             continue;
         const char *why;
-        size_t alive = 0, free_slots = 0;
+        size_t alive = 0, free_slots = 0, bound = 0;
         for (size_t w = 0; w < s->nworkers; w++) {
             const worker *wk = &s->workers[w];
             if (!wk->alive || strcmp(wk->pool, op_->pool) != 0)
                 continue;
             alive++;
             free_slots += wk->slots - wk->running;
+            bound += wk->op_slots[i];
         }
         int lost_inputs = 0;
         for (size_t k = 0; k < op_->qlen && !lost_inputs; k++)
@@ -1876,6 +1934,8 @@ int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char
             why = "tasks running without finishing (slow op, or waiting on a fetch)";
         else if (lost_inputs)
             why = "inputs lost, waiting for them to be recomputed";
+        else if (s->mode == SB_MODE_STATIC && bound == 0)
+            why = "no slot bound to it (static mode)";
         else if (free_slots == 0)
             why = "no free slot in its pool";
         else if (s->partition_bytes + s->reserved_bytes >= s->budget)

@@ -28,8 +28,9 @@
  * copies of slow tasks at an op's tail, and draining of sick workers — a worker persistently
  * far slower than its pool gets no new tasks and is reported (sb_sched_drains_take) so the
  * controller retires it once it is removable and the backend replaces it. Modes: `staged` runs an
- * op only after the previous one finished (no budget: the stores spill); `static` binds each worker
- * slot to one op up front.
+ * op only after the previous one finished (no budget: the stores spill); `static` binds each slot
+ * of a pool to one op (to a group of ops, round robin, when the pool has fewer slots than ops),
+ * bound again whenever a worker joins, is lost or is drained (static_bind in sched.c).
  *
  * Recovery. When a worker is lost, its running tasks are re-queued, and every partition that
  * lived only there and is still needed is re-produced by re-running its producer task —

@@ -519,10 +519,6 @@ class Pipeline:
         execution = {"maxTaskRetries": rng.choice([3, 5, 10]), "stallTimeout": "10s",
                      "mode": rng.choice(["streaming", "streaming", "staged", "static"]),
                      "memoryBudget": psize * rng.choice([2, 4, 16, 64])}
-        if execution["mode"] == "static":
-            # static binds each worker's slots to stages round robin by worker index: with fewer
-            # slots than stages one stage gets none and the run stalls (a known scheduler bug)
-            self.cpus = max(self.cpus, len(self.stages))
         if self.preserve:
             execution["preserveOrder"] = True
         self.exec = execution

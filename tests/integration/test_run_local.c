@@ -158,6 +158,115 @@ Test(run, staged_and_static_modes_give_the_same_output)
     free(want);
 }
 
+/* Row by row: the expected rows (filter n < 70, then project [id, n], computed here from the
+ * input) against the rows of every part file, parsed, field order included, as multisets.
+ * Returns "<expected> <got> <lost> <extra>" (extra: duplicated or unexpected rows). */
+static char *check_filter_project(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/check_rows.py", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("import collections, glob, json, sys\n"
+          "want, got = collections.Counter(), collections.Counter()\n"
+          "for p in sorted(glob.glob('in/*.jsonl')):\n"
+          "    for l in open(p):\n"
+          "        r = json.loads(l)\n"
+          "        if r['n'] < 70:\n"
+          "            want[json.dumps([['id', r['id']], ['n', r['n']]])] += 1\n"
+          "for p in glob.glob('out-%s/part-*' % sys.argv[1]):\n"
+          "    for l in open(p):\n"
+          "        got[json.dumps([list(kv) for kv in json.loads(l).items()])] += 1\n"
+          "print(sum(want.values()), sum(got.values()), sum((want - got).values()),\n"
+          "      sum((got - want).values()))\n",
+          f);
+    fclose(f);
+    return sb_test_sh_out("cd %s && python3 check_rows.py %s", dir, name);
+}
+
+static const char *FILTER_PROJECT_STAGES =
+    "  - {name: keep, op: filter, args: {field: n, op: lt, value: 70}}\n"
+    "  - {name: proj, op: project, args: {fields: [id, n]}}\n"
+    "  - {name: same, op: identity}\n";
+
+/* Static mode binds CPU slots to stages; with 3 stages on 2 CPUs the stages share the slots
+ * round robin. Before, the third stage had no slot and the run always ended "stalled" (after
+ * 3 x stallTimeout: 15 minutes by default). */
+Test(run, static_mode_with_more_stages_than_cpus_finishes)
+{
+    write_pipeline("st3", FILTER_PROJECT_STAGES, "  execution: {mode: static, stallTimeout: 3s}\n");
+    char *out;
+    /* (the checkpoint, kept when a run fails, stays in the test's directory) */
+    int rc = run_cli("st3", "--cpus 2 --checkpoint st3.ckpt.json", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "st3: Succeeded") != NULL, "%s", out);
+    cr_expect(strstr(out, "2 cpu + 0 gpu workers") != NULL, "%s", out);
+    free(out);
+    char *rows = check_filter_project("st3");
+    long want = -1, got = -1, lost = -1, extra = -1;
+    cr_assert_eq(sscanf(rows, "%ld %ld %ld %ld", &want, &got, &lost, &extra), 4, "%s", rows);
+    free(rows);
+    cr_expect_gt(want, 0);
+    cr_expect_eq(got, want, "rows written %ld, expected %ld", got, want);
+    cr_expect_eq(lost, 0, "rows lost");
+    cr_expect_eq(extra, 0, "rows duplicated or unexpected");
+    cr_expect_eq(summary_num("st3", "sinkRows"), want);
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/out-st3/_SUCCESS", dir);
+    cr_expect_eq(stat(p, &st), 0, "_SUCCESS written");
+}
+
+/* Static mode, one CPU per stage (3 workers, 1 slot each); the worker of the second stage
+ * (cpu-1) is SIGKILLed while the first stage still runs, and `streambatch run` respawns it as
+ * cpu-1-r1, a new worker: the slots are bound again, so the second stage gets one. Before, a
+ * worker's binding came from its registration index, so cpu-1-r1 was bound to the first stage,
+ * the second had no slot and the run ended "stalled". */
+Test(run, static_mode_binds_slots_again_after_a_worker_is_respawned)
+{
+    const char *stages = "  - {name: slow, op: bench.spin, args: {msPerMB: 800}}\n"
+                         "  - {name: keep, op: filter, args: {field: n, op: lt, value: 70}}\n"
+                         "  - {name: proj, op: project, args: {fields: [id, n]}}\n";
+    write_pipeline("st3k", stages, "  execution: {mode: static, stallTimeout: 3s}\n");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && mkdir -p st3k-run && (timeout 150 %s run st3k.yaml --cpus 3 "
+             "--checkpoint st3k.ckpt.json "
+             "--run-dir %s/st3k-run --summary-json st3k.summary.json > st3k.log 2>&1; "
+             "echo $? > st3k.rc) >/dev/null 2>&1 & echo $!",
+             dir, sb_test_bin("streambatch"), dir);
+    free(sb_test_sh_out("%s", cmd));
+    /* cpu-1 once it is up, while the first stage still has seconds of work */
+    sh("for i in $(seq 1 100); do grep -q 'worker ready' %s/st3k-run/cpu-1.log 2>/dev/null && "
+       "break; sleep 0.05; done; sleep 1",
+       dir);
+    char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/st3k-run/cpu-1$' | head -1", dir);
+    cr_assert(*victim, "no worker to kill");
+    sh("kill -9 %s", victim);
+    free(victim);
+    sh("for i in $(seq 1 1400); do [ -f %s/st3k.rc ] && break; sleep 0.1; done", dir);
+    char *rc = sb_test_sh_out("cat %s/st3k.rc", dir);
+    char *log = sb_test_sh_out("grep -v '^progress' %s/st3k.log | tail -20", dir);
+    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    free(rc);
+    free(log);
+    char *repl = sb_test_sh_out("test -d %s/st3k-run/cpu-1-r1 && echo yes || echo no", dir);
+    cr_expect_str_eq(repl, "yes", "the killed worker was respawned");
+    free(repl);
+    cr_expect_geq(summary_num("st3k", "workersLost"), 1);
+    char *rows = check_filter_project("st3k");
+    long want = -1, got = -1, lost = -1, extra = -1;
+    cr_assert_eq(sscanf(rows, "%ld %ld %ld %ld", &want, &got, &lost, &extra), 4, "%s", rows);
+    free(rows);
+    cr_expect_gt(want, 0);
+    cr_expect_eq(got, want, "rows written %ld, expected %ld", got, want);
+    cr_expect_eq(lost, 0, "rows lost");
+    cr_expect_eq(extra, 0, "rows duplicated or unexpected");
+    char *orphans = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | wc -l", dir);
+    cr_expect_str_eq(orphans, "0");
+    free(orphans);
+}
+
 Test(run, filter_keeps_exactly_the_matching_records)
 {
     write_pipeline("filt", "  - {name: small, op: filter, args: {field: n, op: lt, value: 30}}\n",

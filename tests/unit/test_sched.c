@@ -63,7 +63,8 @@ typedef struct {
     char id[16], pool[8], addr[32];
     uint32_t slots;
     int alive;
-    uint64_t slow; /* task times are multiplied by this (a slower machine); 1 by default */
+    uint64_t slow;    /* task times are multiplied by this (a slower machine); 1 by default */
+    unsigned ops_ran; /* bit k: it was given a task of op k */
     running run[MAXRUN];
     size_t nrun;
 } simworker;
@@ -121,6 +122,7 @@ static void sim_poll(sim *m, simworker *w)
         r->op = tasks[i].op;
         r->index = tasks[i].index;
         r->writes_sink = tasks[i].writes_sink;
+        w->ops_ran |= 1u << (tasks[i].op & 31);
         r->in_bytes = 0;
         if (tasks[i].split != NULL)
             r->in_bytes = strtoull(tasks[i].split, NULL, 10);
@@ -541,6 +543,99 @@ Test(sched, static_mode_binds_slots)
     cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "%s", buf);
     sb_sched_free(m.s);
     free_spec(&h);
+}
+
+/* Static mode with more stages than slots (3 stages, no fusion in static mode): the slots are
+ * shared by the stages round robin, so every stage runs and the pipeline ends. Before, each slot
+ * was bound to one stage and the third stage had none: "stalled" (3 stages, `--cpus 2`). */
+static const char *THREE_CPU = "  - {name: a, op: identity}\n  - {name: b, op: identity}\n"
+                               "  - {name: c, op: identity}\n";
+
+/* ops each worker was given tasks of (simworker.ops_ran), copied at the end of static_run */
+static unsigned g_ops_seen[MAXW];
+
+static void static_run(uint32_t nworkers, uint32_t slots, void (*fault)(sim *, uint64_t),
+                       uint64_t *sink_parts, char *why, size_t whylen)
+{
+    spec_holder h;
+    load_spec(&h, spec_text(THREE_CPU, "{mode: static}"));
+    sim m;
+    sim_init(&m, &h, 8, 64 * MiB);
+    cr_assert_eq(sb_sched_op_count(m.s), 3, "static mode does not fuse stages");
+    for (uint32_t k = 0; k < nworkers; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "c%u", k + 1);
+        sim_add_worker(&m, id, "cpu", slots);
+    }
+    sim_run(&m, 10000, fault);
+    for (size_t i = 0; i < MAXW; i++)
+        g_ops_seen[i] = i < m.nw ? m.w[i].ops_ran : 0;
+    why[0] = '\0';
+    sb_sched_stalled(m.s, m.now + 1000000, 1, why, whylen);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    *sink_parts = st.sink_parts;
+    cr_expect_eq(m.peak_check_violations, 0);
+    cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "%u worker(s) x %u slot(s): %s",
+                 nworkers, slots, why);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+Test(sched, static_mode_shares_slots_when_stages_outnumber_them)
+{
+    char why[1024];
+    uint64_t parts = 0;
+    static_run(2, 1, NULL, &parts, why, sizeof why); /* `--cpus 2`: 2 workers, 1 slot */
+    cr_expect_eq(parts, 8, "every split reached the sink: %s", why);
+    /* still static: c1's slot serves ops 0 and 2, c2's op 1 */
+    cr_expect_eq(g_ops_seen[0], 0x5u, "c1 ran ops mask %#x", g_ops_seen[0]);
+    cr_expect_eq(g_ops_seen[1], 0x2u, "c2 ran ops mask %#x", g_ops_seen[1]);
+    static_run(1, 2, NULL, &parts, why, sizeof why); /* one worker, 2 slots */
+    cr_expect_eq(parts, 8, "%s", why);
+    cr_expect_eq(g_ops_seen[0], 0x7u);
+    static_run(1, 1, NULL, &parts, why, sizeof why); /* one slot runs every stage */
+    cr_expect_eq(parts, 8, "%s", why);
+    cr_expect_eq(g_ops_seen[0], 0x7u);
+}
+
+Test(sched, static_mode_gives_each_stage_its_own_slots_when_there_are_enough)
+{
+    char why[1024];
+    uint64_t parts = 0;
+    static_run(3, 1, NULL, &parts, why, sizeof why);
+    cr_expect_eq(parts, 8, "%s", why);
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(g_ops_seen[i], 1u << i, "c%d ran ops mask %#x", i + 1, g_ops_seen[i]);
+}
+
+/* A worker of 3 (one slot per stage) is lost at event g_static_kill and, with g_static_respawn,
+ * replaced by a worker of a new id (as `streambatch run` respawns cpu-1 as cpu-1-r1): the slots
+ * are bound again, so no stage is left without one. Before, the binding was fixed at each
+ * worker's registration by its index: the lost worker's stage had no slot ("stalled"). */
+static uint64_t g_static_kill;
+static int g_static_respawn;
+static void kill_c2_maybe_respawn(sim *m, uint64_t ev)
+{
+    if (ev != g_static_kill)
+        return;
+    m->w[1].alive = 0;
+    m->w[1].nrun = 0;
+    sb_sched_worker_lost(m->s, m->w[1].id, "test: killed", m->now);
+    if (g_static_respawn)
+        sim_add_worker(m, "c2-r1", "cpu", 1);
+}
+
+Test(sched, static_mode_binds_slots_again_when_a_worker_is_lost_or_replaced)
+{
+    char why[1024];
+    uint64_t parts = 0;
+    for (g_static_respawn = 0; g_static_respawn < 2; g_static_respawn++)
+        for (g_static_kill = 1; g_static_kill < 16; g_static_kill++) {
+            static_run(3, 1, kill_c2_maybe_respawn, &parts, why, sizeof why);
+            cr_expect_eq(parts, 8, "kill c2 at event %" PRIu64 "%s: %s", g_static_kill,
+                         g_static_respawn ? ", respawned" : "", why);
+        }
 }
 
 Test(sched, stale_and_unknown_completions)
