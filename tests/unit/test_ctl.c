@@ -1,6 +1,7 @@
 /* The Control service over real gRPC on loopback: a fake worker registers, long-polls for tasks,
  * completes them; silence past the heartbeat timeout makes a worker lost. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -127,10 +128,93 @@ Test(ctl, register_poll_complete_to_success)
     sb_sched_output *parts = sb_ctl_sink_parts(f.ctl, &n);
     cr_expect_eq(n, 2);
     sb_ctl_parts_free(parts, n);
-    r = do_poll(&f, "w1", 5000); /* answered at once: the pipeline is over */
+    /* the pipeline is over: the poll is held for its wait (a sink commit could still come as a
+     * storage job), not answered at once, so that idle slots do not spin until the shutdown */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    r = do_poll(&f, "w1", 300);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
     cr_expect_eq(r->n_tasks, 0);
     cr_expect(r->drain);
+    cr_expect_geq(ms, 250, "a poll after the end was answered after %.0f ms", ms);
     sb_rpc_msg_free(&r->base);
+    teardown(&f);
+}
+
+/* A poll held after the end of the pipeline is answered as soon as the workers are shut
+ * down, not when its wait ends. */
+typedef struct {
+    fixture *f;
+    double ms;
+    int shutdown, ntasks;
+} held_poll;
+
+static void *held_poll_main(void *arg)
+{
+    held_poll *h = arg;
+    Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
+    req.worker_id = "w1";
+    req.free_slots = 1;
+    req.wait_ms = 5000;
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    h->ntasks = -1;
+    if (sb_rpc_call_msg(h->f->ch, SB_RPC_CONTROL_POLL_TASKS, &req.base, 10000, 0, &resp, &err) ==
+        SB_RPC_OK) {
+        Streambatch__V1__PollTasksReply *r = (Streambatch__V1__PollTasksReply *)resp;
+        h->shutdown = r->shutdown;
+        h->ntasks = (int)r->n_tasks;
+        sb_rpc_msg_free(resp);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    h->ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+    return NULL;
+}
+
+Test(ctl, a_poll_held_after_the_end_is_answered_by_the_shutdown)
+{
+    fixture f;
+    setup(&f, 5000);
+    do_register(&f, "w1");
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, "w1", 100);
+    cr_assert_eq(r->n_tasks, 2);
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        Streambatch__V1__CompleteTaskRequest c = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+        Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
+        Streambatch__V1__PartitionInfo *outs[] = {&out};
+        char id[32];
+        snprintf(id, sizeof id, "s0-t%zu-p0", i);
+        out.id = id;
+        out.bytes = 100;
+        out.rows = 10;
+        c.worker_id = "w1";
+        c.task_id = r->tasks[i]->task_id;
+        c.attempt = r->tasks[i]->attempt;
+        c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+        c.n_outputs = 1;
+        c.outputs = outs;
+        ProtobufCMessage *resp = NULL;
+        sb_err err;
+        cr_assert_eq(
+            sb_rpc_call_msg(f.ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
+            SB_RPC_OK, "%s", err.msg);
+        sb_rpc_msg_free(resp);
+    }
+    sb_rpc_msg_free(&r->base);
+    cr_assert_eq(sb_ctl_wait(f.ctl, 2000), SB_SCHED_SUCCEEDED);
+    held_poll h = {.f = &f};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, held_poll_main, &h), 0);
+    usleep(300000);
+    sb_ctl_shutdown_workers(f.ctl);
+    pthread_join(t, NULL);
+    cr_expect_eq(h.ntasks, 0);
+    cr_expect(h.shutdown, "the held poll says shut down");
+    cr_expect_geq(h.ms, 250, "answered after %.0f ms: not held", h.ms);
+    cr_expect_lt(h.ms, 3000, "answered after %.0f ms: the shutdown did not answer it", h.ms);
     teardown(&f);
 }
 
