@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "controller/operator/operator.h"
+#include "controller/operator/testrun.h"
 #include "core/log.h"
 #include "plan/price.h"
 #include "rpc/tlsdir.h"
@@ -87,6 +88,10 @@ static void usage(FILE *f)
             "                              default 0.25                (SB_REPLAN_THRESHOLD)\n"
             "  --replan-interval D         at most one plan per pipeline per D, default 60s\n"
             "                                                           (SB_REPLAN_INTERVAL)\n"
+            "  --test-pipeline FILE        instead of running the operator: create the Pipeline\n"
+            "                              in FILE, follow it to its end, delete it when it\n"
+            "                              Succeeded; exit 0 only then (the chart's helm test)\n"
+            "  --test-timeout D            for --test-pipeline, default 5m\n"
             "  --version, --help\n"
             "\n"
             "Exit status: 0 after SIGTERM/SIGINT (lease released), 1 on failure or when the\n"
@@ -179,6 +184,29 @@ static int parse_price(const char *flag, const char *v, double *out, bool *set)
 
 #define MAX_NAMESPACES 32
 
+/* --test-pipeline: what the chart's helm test runs (controller/operator/testrun.h). */
+static int run_test(const sb_operator_config *cfg, const char *path, const char *timeout)
+{
+    sb_testrun_opts o = {.path = path,
+                         .kubeconfig = cfg->kubeconfig,
+                         .context = cfg->context,
+                         .out = stdout,
+                         .stop = &g_stop};
+    int rc = parse_ms("--test-timeout", timeout, &o.timeout_ms);
+    if (rc != 0)
+        return rc;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sb_err err = {0};
+    rc = sb_testrun_run(&o, &err);
+    if (rc != 0)
+        fprintf(stderr, "streambatch-controller: --test-pipeline %s: %s\n", path, err.msg);
+    return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     sb_operator_config cfg;
@@ -198,6 +226,7 @@ int main(int argc, char **argv)
     const char *price_mem = env_or("SB_PRICE_MEMORY_GIB_HOUR", NULL);
     const char *replan_t = env_or("SB_REPLAN_THRESHOLD", "0.25");
     const char *replan_d = env_or("SB_REPLAN_INTERVAL", "60s");
+    const char *test_pipeline = NULL, *test_timeout = "5m";
     static sb_price_defaults prices;
     prices.gpu_type = env_or("SB_GPU_TYPE", NULL);
     const char *gpu_prices[SB_PRICE_MAX_GPU_TYPES + 1];
@@ -252,7 +281,9 @@ int main(int argc, char **argv)
         O_REPLAN_T,
         O_REPLAN_D,
         O_VERSION,
-        O_HELP
+        O_HELP,
+        O_TEST,
+        O_TEST_TIMEOUT
     };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KUBECONFIG},
@@ -284,6 +315,8 @@ int main(int argc, char **argv)
         {"replan-interval", required_argument, 0, O_REPLAN_D},
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
+        {"test-pipeline", required_argument, 0, O_TEST},
+        {"test-timeout", required_argument, 0, O_TEST_TIMEOUT},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -392,6 +425,12 @@ int main(int argc, char **argv)
         case O_VERSION:
             printf("streambatch-controller %s\n", SB_VERSION);
             return 0;
+        case O_TEST:
+            test_pipeline = optarg;
+            break;
+        case O_TEST_TIMEOUT:
+            test_timeout = optarg;
+            break;
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -411,6 +450,8 @@ int main(int argc, char **argv)
                 argv[optind]);
         return 2;
     }
+    if (test_pipeline != NULL)
+        return run_test(&cfg, test_pipeline, test_timeout);
     if (!ns_flag && ns_env != NULL) {
         snprintf(ns_buf, sizeof ns_buf, "%s", ns_env);
         char *save = NULL;

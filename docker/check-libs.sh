@@ -20,13 +20,19 @@ libsepol2 libsmartcols1 libblkid1 libmount1 libuuid1 libdebconfclient0 libgnutls
 libnettle8 libidn2-0 libunistring2 libtasn1-6 libp11-kit0 libffi8 libseccomp2 libapt-pkg6.0"
 status=0
 
-owner() { # LIBRARY PATH -> the Debian package that ships it (usrmerge: try /lib and /usr/lib)
-  local p=$1 r q
-  r=$(realpath "$p")
-  for q in "$p" "$r" "${p#/usr}" "${r#/usr}" "/usr${p#/usr}" "/usr${r#/usr}"; do
-    dpkg -S "$q" 2>/dev/null | head -n 1 | cut -d: -f1 && return 0
-  done
-  return 1
+declare -A OWNER # path -> package ("" when none): dpkg -S reads every package's file list,
+                  # about a second a call, and the images share most libraries
+owner() { # LIBRARY PATH -> REPLY: the Debian package that ships it (usrmerge: /lib and /usr/lib)
+  local p=$1 r q o=""
+  if [[ -z ${OWNER[$p]+set} ]]; then
+    r=$(realpath "$p")
+    for q in "$p" "$r" "${p#/usr}" "${r#/usr}" "/usr${p#/usr}" "/usr${r#/usr}"; do
+      o=$(dpkg -S "$q" 2>/dev/null | head -n 1 | cut -d: -f1) && [[ -n $o ]] && break
+    done
+    OWNER[$p]=$o
+  fi
+  REPLY=${OWNER[$p]}
+  [[ -n $REPLY ]]
 }
 closure() { # PACKAGE... -> the packages and their recursive Depends/Pre-Depends (installed here)
   python3 - "$@" <<'PY'
@@ -66,7 +72,8 @@ for img in $(awk '!/^#/ && NF { print $1 }' "$cfg" | uniq); do
       # static CUDA runtime)
       path=$(awk -v l="$lib" '$1 == l && $2 == "=>" {print $3; exit} $1 ~ ("/" l "$") {print $1; exit}' <<<"$ldd_out")
       [[ -n $path ]] || { echo "FAIL $bin: ldd does not say where $lib is"; have_all=0; continue; }
-      pkg=$(owner "$path") || { echo "FAIL $bin: no package owns $lib ($path)"; have_all=0; continue; }
+      owner "$path" || { echo "FAIL $bin: no package owns $lib ($path)"; have_all=0; continue; }
+      pkg=$REPLY
       grep -qxF "$pkg" <<<"$(tr ' ' '\n' <<<"$BASE")" || needed+=("$pkg")
     done
   done
@@ -83,7 +90,8 @@ for img in $(awk '!/^#/ && NF { print $1 }' "$cfg" | uniq); do
   bad=0
   while read -r path; do
     [[ -n $path ]] || continue
-    pkg=$(owner "$path") || { echo "FAIL $img: no package owns $path"; bad=1; continue; }
+    owner "$path" || { echo "FAIL $img: no package owns $path"; bad=1; continue; }
+    pkg=$REPLY
     grep -qxF "$pkg" <<<"$have" || { echo "FAIL $img: $path ($pkg) would be missing in the image"; bad=1; }
   done < <(awk '$2 == "=>" {print $3}' <<<"$ldd_all" | sort -u)
   if ((bad)); then status=1; continue; fi

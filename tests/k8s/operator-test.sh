@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
 # The operator end to end (make k8s-operator-test, part of `make test`): on a private test
 # cluster (tests/k8s/cluster.sh, its own state dir), `helm install` of helm/streambatch
-# runs bin/streambatch-controller as two pods under the chart's ServiceAccount (RBAC enforced,
-# leader election on a Lease), and Pipelines applied with kubectl run on worker pods that the
-# node agent runs as local processes. Checks, in order:
+# runs the controller image as two pods under the chart's ServiceAccount (RBAC enforced,
+# leader election on a Lease), and Pipelines applied with kubectl run on worker pods. Every pod
+# is a container from our own images (scripts/images.sh builds them into this test's directory;
+# the node agent runs them with runc: the image's read-only root, uid 65532, only the pod's
+# volumes), and every Pipeline reads and writes MinIO (s3://, keys from a Secret): no test
+# relies on a path shared by the host and a pod. Checks, in order:
 #   0. without a cluster: the chart's CRD equals api/crd/, helm lint, the rendered RBAC (all
 #      namespaces: ClusterRole; listed namespaces: Roles only), the Dockerfiles' runtime
 #      packages against ldd (docker/check-libs.sh), the TLS Secret volume and flags with
 #      tls.enabled
-#   1. cluster up, helm install, both controller pods Ready, one of them holds the Lease
+#   1. images built, cluster up (its image table knows only our images), MinIO up with the
+#      input, helm install, both controller pods Ready, one of them holds the Lease
 #   g. the ServiceAccount can do what the controller needs and nothing else (kubectl auth can-i)
 #   d. the CRD schema rejects a manifest at apply (field named); the controller rejects one the
 #      schema lets through (InvalidSpec with the validator's messages, phase Failed)
 #   a. a Pipeline -> worker pods -> Succeeded, output equal to an independent Python computation,
-#      _SUCCESS, worker pods gone
+#      _SUCCESS, worker pods gone; a worker's process runs in its container (uid 65532, its own
+#      mount namespace, the image's root, the host's files out of sight)
 #   b. a worker pod deleted mid-run -> Succeeded, same output as (a), WorkerPodFailed/Recovered
 #   c. the leading controller killed with SIGKILL mid-run -> the other replica leads within the
 #      lease time, the pipeline succeeds, committed part files are not rewritten
 #   e. a GPU stage no node can hold -> bounded Pending pods, WorkersPending; suspend -> pods gone,
 #      Suspended; resume of a suspended runnable pipeline finishes it
 #   f. a Pipeline deleted mid-run -> its pods and worker processes are gone, then the object
-#   k. s3 source and sink in MinIO, keys only in a Secret (credentialsSecret), no host path; the
-#      key appears in no Event, Pipeline status or pod log
+#   t. helm test: the chart's test pod runs a tiny Pipeline to Succeeded; a broken one fails it
+#   k. worker pods take the keys from the Secret by reference, no hostPath volume; the key
+#      appears in no Event, Pipeline status or pod log
 #   h. 100 Pipelines at once all reach a terminal phase; API requests per Pipeline (API server
 #      flow-control metrics of a FlowSchema matching only the controller's ServiceAccount) and
 #      the controller's peak memory (VmHWM)
@@ -133,6 +139,20 @@ pod_pid() { # NS POD CONTAINER: pid of the container's process, from the agent's
   f=$(ls -t "$STATE"/pods/"$1"_"$2"_*/"$3".pid 2>/dev/null | head -n 1) && [[ -n $f ]] && read -r p _ <"$f" && echo "$p"
 }
 alive() { kill -0 "$1" 2>/dev/null; }
+# in_container PID BINARY: the process runs in a container of our image: as uid 65532, in a
+# mount namespace of its own whose root is the image's (BINARY in /usr/local/bin), read-only,
+# with this test's files out of sight
+in_container() {
+  local pid=$1 uid rootopt
+  uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status") || return 1
+  rootopt=$(awk '$5 == "/" {print $6; exit}' "/proc/$pid/mountinfo")
+  echo "pid $pid: uid $uid, root mounted $rootopt, $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-80)"
+  [[ $uid == 65532 ]] || { echo "runs as uid $uid, not 65532"; return 1; }
+  [[ $(readlink "/proc/$pid/ns/mnt") != "$(readlink /proc/self/ns/mnt)" ]] || { echo "shares the host's mount namespace"; return 1; }
+  [[ -x /proc/$pid/root/usr/local/bin/$2 ]] || { echo "no /usr/local/bin/$2 in its root"; return 1; }
+  [[ $rootopt == ro* ]] || { echo "its root is not read-only ($rootopt)"; return 1; }
+  [[ ! -e /proc/$pid/root$IN ]] || { echo "sees the host's $IN"; return 1; }
+}
 
 # ---- Pipelines
 jp() { kubectl -n "${PNS:-$NS}" get pipeline "$1" -o "jsonpath=$2" 2>/dev/null; }
@@ -177,22 +197,56 @@ wait_progress() {
   done
 }
 
-# ---- data: NAME STAGES [SPEC-EXTRA]; source $IN (24 files of JSON lines), sink $tmp/out/NAME/
+# ---- data in MinIO (started in 1.): bucket $BUCKET, the input $IN uploaded under in/, each
+# Pipeline's sink under out/NAME/; the keys in Secret s3-creds of each test namespace
 IN=$tmp/in
+BUCKET=optest
+S3_KEY=optest-key S3_SECRET=optest-secret-key S3_EP=
+s3c() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$S3_KEY:$S3_SECRET" "$@"; }
+s3_keys() { # PREFIX: "key etag last-modified" of every object under s3://$BUCKET/PREFIX
+  # (the query is sorted and its "/" encoded: curl's SigV4 signs it as given, MinIO canonically)
+  local out
+  out=$(s3c "$S3_EP/$BUCKET?list-type=2&max-keys=1000&prefix=${1//\//%2F}") || return 1
+  python3 -c '
+import sys, xml.etree.ElementTree as ET
+ns = {"s": "http://s3.amazonaws.com/doc/2006-03-01/"}
+r = ET.parse(sys.stdin).getroot()
+assert r.findtext("s:IsTruncated", namespaces=ns) != "true", "more than 1000 keys"
+for c in r.findall("s:Contents", ns):
+    print(c.findtext("s:Key", namespaces=ns), c.findtext("s:ETag", namespaces=ns).strip(chr(34)),
+          c.findtext("s:LastModified", namespaces=ns))' <<<"$out"
+}
+s3_secret() { # NAMESPACE: Secret s3-creds with the keys and the endpoint
+  kubectl -n "$1" create secret generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=$S3_KEY \
+    --from-literal=AWS_SECRET_ACCESS_KEY=$S3_SECRET --from-literal=AWS_ENDPOINT_URL=$S3_EP \
+    --from-literal=AWS_REGION=us-east-1 >/dev/null
+}
+# pipeline NAME STAGES [SPEC-EXTRA]: source s3://$BUCKET/${SRC:-in}/, sink s3://$BUCKET/out/NAME/
 pipeline() {
   cat <<EOF
 apiVersion: streambatch.dev/v1alpha1
 kind: Pipeline
 metadata: {name: $1, namespace: ${PNS:-$NS}}
 spec:
-  source: {uri: 'file://${SRC:-$IN}/', format: jsonl, partitionSize: ${PSIZE:-64Ki}}
+  source: {uri: 's3://$BUCKET/${SRC:-in}/', format: jsonl, partitionSize: ${PSIZE:-64Ki}, credentialsSecret: s3-creds}
   stages:
 $2
-  sink: {uri: 'file://$tmp/out/$1/', format: jsonl}
+  sink: {uri: 's3://$BUCKET/out/$1/', format: jsonl, credentialsSecret: s3-creds}
 ${3:-}
 EOF
 }
-output_digest() { cat "$tmp/out/$1"/part-* 2>/dev/null | sort | md5sum | cut -d' ' -f1; }
+# fetch_output NAME: the sink's parts (those _manifest.json lists) and _SUCCESS, copied from
+# MinIO into $tmp/out/NAME/ (emptied first)
+fetch_output() {
+  local d=$tmp/out/$1 n
+  rm -rf "$d" && mkdir -p "$d"
+  s3c "$S3_EP/$BUCKET/out/$1/_manifest.json" -o "$d/.manifest" 2>/dev/null || return 0
+  for n in $(python3 -c 'import json,sys;[print(p["name"]) for p in json.load(open(sys.argv[1]))["parts"]]' "$d/.manifest"); do
+    s3c "$S3_EP/$BUCKET/out/$1/$n" -o "$d/$n" || return 1
+  done
+  if s3c "$S3_EP/$BUCKET/out/$1/_SUCCESS" -o /dev/null 2>/dev/null; then : >"$d/_SUCCESS"; fi
+}
+output_digest() { fetch_output "$1" && cat "$tmp/out/$1"/part-* 2>/dev/null | sort | md5sum | cut -d' ' -f1; }
 expected_digest() { # PYTHON-CONDITION on r (the record)
   python3 - "$IN" "$1" <<'PY'
 import glob, hashlib, json, sys
@@ -210,7 +264,7 @@ check_output() { # NAME: output == the independent computation of n < 30, and _S
   got=$(output_digest "$1"); want=$(expected_digest 'r["n"] < 30')
   echo "output digest $got, expected $want ($(cat "$tmp/out/$1"/part-* 2>/dev/null | wc -l) rows)"
   [[ $got == "$want" ]] || { echo "output of $1 differs from the independent computation"; return 1; }
-  [[ -f $tmp/out/$1/_SUCCESS ]] || { echo "no _SUCCESS in $tmp/out/$1"; return 1; }
+  [[ -f $tmp/out/$1/_SUCCESS ]] || { echo "no _SUCCESS in s3://$BUCKET/out/$1/"; return 1; }
 }
 
 # =============================================================================================
@@ -251,7 +305,7 @@ streambatch.dev|pipelines/finalizers||update
 |pods||create,delete,list,watch
 |events||create'
 render_all_namespaces() {
-  helm template "$REL" "$CHART" -n "$SYS" >"$tmp/all.yaml" || return 1
+  helm template "$REL" "$CHART" -n "$SYS" --skip-tests >"$tmp/all.yaml" || return 1
   local got want
   got=$(rules_of ClusterRole "$tmp/all.yaml" | sort)
   want=$(sed 's/^/-|/' <<<"$WORKLOAD_RULES" | sort)
@@ -264,7 +318,7 @@ render_all_namespaces() {
 }
 check "chart, all namespaces: ClusterRole with exactly the workload rules, Lease rights only in $SYS" render_all_namespaces
 render_namespaced() {
-  helm template "$REL" "$CHART" -n "$SYS" --set 'watchNamespaces={team-a,team-b}' >"$tmp/ns.yaml" || return 1
+  helm template "$REL" "$CHART" -n "$SYS" --skip-tests --set 'watchNamespaces={team-a,team-b}' >"$tmp/ns.yaml" || return 1
   [[ -z $(rules_of ClusterRole "$tmp/ns.yaml") ]] || { echo "a ClusterRole is rendered"; return 1; }
   grep -q 'kind: ClusterRoleBinding' "$tmp/ns.yaml" && { echo "a ClusterRoleBinding is rendered"; return 1; }
   local ns got want
@@ -276,6 +330,24 @@ render_namespaced() {
   grep -q -- '--namespace=team-a' "$tmp/ns.yaml" && grep -q -- '--namespace=team-b' "$tmp/ns.yaml"
 }
 check "chart, watchNamespaces: a Role + RoleBinding per namespace and no cluster-wide rule" render_namespaced
+test_hook_render() { # the helm test's objects: its Role may create/get/delete Pipelines, only there
+  local got
+  helm template "$REL" "$CHART" -n "$SYS" >"$tmp/t.yaml" &&
+    helm template "$REL" "$CHART" -n "$SYS" --skip-tests >"$tmp/t0.yaml" || return 1
+  got=$(diff <(rules_of Role "$tmp/t0.yaml" | sort) <(rules_of Role "$tmp/t.yaml" | sort) | grep '^>')
+  [[ $got == "> $SYS|streambatch.dev|pipelines||create,delete,get" ]] || { echo "test Role rules: $got"; return 1; }
+  helm template "$REL" "$CHART" -n "$SYS" --set 'watchNamespaces={team-a,team-b}' >"$tmp/t.yaml" || return 1
+  rules_of Role "$tmp/t.yaml" | grep -qx "team-a|streambatch.dev|pipelines||create,delete,get" ||
+    { echo "with watchNamespaces the test Role is not in team-a"; return 1; }
+  grep -q 'namespace: team-a' <(python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-test"): print(d["data"]["pipeline.yaml"])' "$tmp/t.yaml") ||
+    { echo "the test Pipeline is not in team-a"; return 1; }
+  ! helm template "$REL" "$CHART" --set tests.enabled=false | grep -q 'helm.sh/hook: test' || { echo "tests.enabled=false renders a test"; return 1; }
+  echo "test Role: create,delete,get on pipelines in the release namespace, or the first watched one; off with tests.enabled=false"
+}
+check "the chart's helm test: a Role with create/get/delete on Pipelines where the test Pipeline runs, and nothing else" test_hook_render
 two_leaders_refused() {
   ! helm template "$REL" "$CHART" --set leaderElection.enabled=false >/dev/null 2>"$tmp/err" &&
     grep -q 'needs leaderElection.enabled' "$tmp/err" &&
@@ -340,6 +412,7 @@ check "docker/images.conf lists exactly the runtime packages of ldd of each imag
 # 1. Cluster, helm install
 # =============================================================================================
 finish() {
+  [[ -n ${MINIO_PID:-} ]] && { kill "$MINIO_PID" 2>/dev/null; wait "$MINIO_PID" 2>/dev/null; }
   echo "$T: $((SECONDS - t_start))s"
   echo "$T: $passed passed, $failed failed"
   ((failed == 0))
@@ -348,10 +421,56 @@ finish() {
 # Plenty of CPU so that 100 tiny pipelines are not limited by the scheduler; one GPU node with
 # a single GPU (a stage asking for 2 never fits).
 export SB_K8S_NODES=${SB_OPTEST_NODES:-"name=sb-cpu-0,cpu=64,memory=256Gi name=sb-cpu-1,cpu=64,memory=256Gi name=sb-gpu-0,cpu=8,memory=32Gi,nvidia.com/gpu=1,label:streambatch.dev/gpu=true"}
+# Our images, built from bin/ into this test's directory (the base root filesystem is cached),
+# and an image table that knows only them: sb-oci/NAME:TAG runs from the layout's NAME-TAG
+# with runc; any other image stays Pending (ErrImagePull), so nothing runs as a host process.
+VERSION=$(sed -n 's/^#define SB_VERSION "\(.*\)"/\1/p' "$repo/cmd/version.h")
+build_images() {
+  local t0=$SECONDS
+  SB_IMAGES_DIR=$tmp/images "$repo/scripts/images.sh" || return 1
+  echo "built in $((SECONDS - t0)) s"
+  echo "sb-oci/*  oci:$tmp/images/oci:{name}-{tag}" >"$tmp/images.conf"
+}
+check "our images built by scripts/images.sh into this test's directory" build_images || finish
+export SB_K8S_IMAGES=$tmp/images.conf
+HELM_IMAGES=(--set image.repository=sb-oci/controller --set workerImage.repository=sb-oci/worker
+  --set workerGpuImage.repository=sb-oci/worker-gpu)
 t0=$SECONDS
 if "$here/cluster.sh" up; then ok "cluster up in $((SECONDS - t0))s"; else not_ok "cluster up"; finish; fi
 
-kubectl create namespace "$NS" >/dev/null
+# MinIO (scripts/minio.sh's cache) on 127.0.0.1, started with SB_CLUSTER_DIR so the outer half's
+# stray-process sweep ends it whatever happens; the input: 24 files of JSON lines under in/
+python3 - "$IN" <<'PY'
+import json, os, random, sys
+random.seed(3)
+os.makedirs(sys.argv[1])
+for f in range(24):
+    with open('%s/f%02d.jsonl' % (sys.argv[1], f), 'w') as o:
+        for i in range(2500):
+            o.write(json.dumps({'id': f * 100000 + i, 'n': random.randint(0, 99),
+                                'pad': 'x' * random.randint(10, 150)}) + '\n')
+PY
+minio_up() {
+  local minio port cport
+  minio=$("$repo/scripts/minio.sh") || return 1
+  port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  cport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  SB_CLUSTER_DIR=$STATE MINIO_ROOT_USER=$S3_KEY MINIO_ROOT_PASSWORD=$S3_SECRET \
+    "$minio" server --quiet --address "127.0.0.1:$port" --console-address "127.0.0.1:$cport" \
+    "$tmp/minio" >"$tmp/minio.log" 2>&1 &
+  MINIO_PID=$!
+  S3_EP=http://127.0.0.1:$port
+  until_ok 30 curl -fs "$S3_EP/minio/health/live" -o /dev/null || { echo "MinIO did not start: $(tail -3 "$tmp/minio.log")"; return 1; }
+  s3c -X PUT "$S3_EP/$BUCKET" -o /dev/null || return 1
+  local f
+  for f in "$IN"/*.jsonl; do s3c -T "$f" "$S3_EP/$BUCKET/in/$(basename "$f")" -o /dev/null || return 1; done
+  local keys; keys=$(s3_keys in/) || { echo "cannot list s3://$BUCKET/in/"; return 1; }
+  echo "MinIO at $S3_EP: $(wc -l <<<"$keys") input objects in s3://$BUCKET/in/"
+  [[ $(wc -l <<<"$keys") == 24 ]] || { echo "the listing does not show the 24 input objects: $keys"; return 1; }
+}
+check "MinIO up, the input uploaded" minio_up || finish
+
+kubectl create namespace "$NS" >/dev/null && s3_secret "$NS"
 # A FlowSchema that matches only the controller's ServiceAccount: the API server's
 # apiserver_flowcontrol_dispatched_requests_total{flow_schema="streambatch-controller-test"}
 # then counts exactly the controller's requests (used by h).
@@ -377,7 +496,7 @@ leader_pod() { # the pod of the Lease holder ("<pod>_<random>")
   return 1
 }
 helm_install() {
-  helm install "$REL" "$CHART" -n "$SYS" --create-namespace \
+  helm install "$REL" "$CHART" -n "$SYS" --create-namespace "${HELM_IMAGES[@]}" \
     --set controller.maxPendingPods=$MAX_PENDING || return 1
   kubectl -n "$SYS" get "deployment/$DEPLOY" "serviceaccount/$SA" "service/$DEPLOY-metrics" \
     "role/$DEPLOY-leader-election" "rolebinding/$DEPLOY-leader-election" || return 1
@@ -385,8 +504,9 @@ helm_install() {
 }
 check "helm install of helm/streambatch into $SYS" helm_install
 controller_processes() {
-  # Both pods are bound and their processes run bin/streambatch-controller with the chart's
-  # flags ($(POD_IP) expanded) under the ServiceAccount (the agent wrote its token).
+  # Both pods are bound and their containers run the controller image's streambatch-controller
+  # with the chart's flags ($(POD_IP) expanded) under the ServiceAccount (the agent wrote its
+  # token).
   until_ok 60 bash -c "[[ \$(kubectl -n $SYS get pods -l app.kubernetes.io/name=streambatch-controller -o 'jsonpath={.items[*].status.podIP}' | wc -w) -eq 2 ]]" ||
     { echo "2 controller pods with an IP not seen"; return 1; }
   local p pid ip
@@ -396,12 +516,13 @@ controller_processes() {
     until_ok 30 pod_pid "$SYS" "$p" controller >/dev/null || { echo "$p: no process"; return 1; }
     pid=$(pod_pid "$SYS" "$p" controller)
     echo "$p: pid $pid, ip $ip: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-300)"
+    in_container "$pid" streambatch-controller || return 1
     ls "$STATE"/pods/${SYS}_${p}_*/serviceaccount/token >/dev/null || { echo "$p: no token"; return 1; }
     tr '\0' '\n' <"/proc/$pid/cmdline" | grep -xF -- "--metrics-listen=$ip:8080" >/dev/null ||
       { echo "$p: --metrics-listen not on the pod IP ($ip)"; return 1; }
   done
 }
-check "2 controller pods run bin/streambatch-controller under ServiceAccount $SA" controller_processes
+check "2 controller pods run the controller image (in containers) under ServiceAccount $SA" controller_processes
 controller_ready() {
   kubectl -n "$SYS" rollout status "deployment/$DEPLOY" --timeout=90s || return 1
   until_ok 30 leader_pod >/dev/null || { echo "nobody holds Lease $SYS/$LEASE"; kubectl -n "$SYS" get lease -o yaml; return 1; }
@@ -488,16 +609,6 @@ check "ServiceAccount $SA: every verb the controller uses allowed; secrets, node
 # =============================================================================================
 # d. Rejections: by the CRD schema at apply, by the controller with InvalidSpec
 # =============================================================================================
-python3 - "$IN" <<'PY'
-import json, os, random, sys
-random.seed(3)
-os.makedirs(sys.argv[1])
-for f in range(24):
-    with open('%s/f%02d.jsonl' % (sys.argv[1], f), 'w') as o:
-        for i in range(2500):
-            o.write(json.dumps({'id': f * 100000 + i, 'n': random.randint(0, 99),
-                                'pad': 'x' * random.randint(10, 150)}) + '\n')
-PY
 schema_rejects() {
   local bad=0
   pipeline bad-gpu "  - {name: a, op: identity, resources: {gpu: -1}}" >"$tmp/bad-gpu.yaml"
@@ -550,17 +661,17 @@ basic_run() {
   pipeline basic "$FILTER" >"$tmp/basic.yaml"
   local t0; t0=$(now)
   kubectl apply -f "$tmp/basic.yaml" || return 1
-  # worker pods appear and run as processes of the node agent
-  local seen="" p pid end=$((SECONDS + 90))
+  # worker pods appear and run as containers of our worker image
+  local seen="" p pid end=$((SECONDS + 90)) ctr=""
   while [[ -z $seen ]] && ! terminal basic && ((SECONDS < end)); do
     for p in $(worker_pods basic status.phase=Running); do
-      pid=$(pod_pid "$NS" "$p" worker) && alive "$pid" && seen="$p (pid $pid, $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-80))"
+      pid=$(pod_pid "$NS" "$p" worker) && alive "$pid" && ctr=$(in_container "$pid" streambatch-worker 2>&1) && seen="$p"
     done
     sleep 0.3
   done
   wait_phase basic Succeeded 120 || return 1
-  echo "Succeeded in $(since "$t0") s; a worker pod seen running: ${seen:-none}"
-  [[ -n $seen ]] || ls -d "$STATE"/pods/${NS}_basic-* || { echo "no worker pod ever ran"; return 1; }
+  echo "Succeeded in $(since "$t0") s; a worker pod seen running: ${seen:-none}: $ctr"
+  [[ -n $seen ]] || { echo "no worker pod was seen running in its container"; return 1; }
   figure "basic pipeline (24 files, 6 MB, filter) apply to Succeeded: $(since "$t0") s"
   check_output basic || return 1
   until_ok 30 no_worker_pods basic || { echo "worker pods left: $(worker_pods basic)"; return 1; }
@@ -576,42 +687,43 @@ basic_run() {
 }
 opcheck "a: kubectl apply -> worker pods -> Succeeded, output = independent computation, _SUCCESS, pods gone" basic_run
 
+# t. helm test: the chart's test pod (controller image, --test-pipeline) creates a tiny Pipeline
+#    (the worker image's license texts -> the worker's scratch space), follows it to Succeeded and
+#    deletes it; with a source that does not exist the Pipeline fails and so does helm test
+helm_test() {
+  local t0; t0=$(now)
+  # (the test cluster's nodes serve no container logs, so the log is read from the agent's file)
+  test_log() { cat $(ls -t "$STATE"/pods/${SYS}_$DEPLOY-test_*/test.log | head -n 1) 2>/dev/null; }
+  helm test "$REL" -n "$SYS" --timeout 180s >"$tmp/helm-test.out" 2>&1 || { cat "$tmp/helm-test.out"; test_log; return 1; }
+  test_log | tee -a "$tmp/helm-test.out"
+  figure "helm test (a tiny Pipeline through the operator): $(since "$t0") s"
+  grep -q "Pipeline $SYS/$REL-helm-test Succeeded and was deleted" "$tmp/helm-test.out" ||
+    { echo "the test pod's log does not say the Pipeline Succeeded"; return 1; }
+  ! kubectl -n "$SYS" get pipeline "$REL-helm-test" >/dev/null 2>&1 || { echo "the test Pipeline is left"; return 1; }
+  # the same test with a source that does not exist must fail, naming it
+  helm upgrade "$REL" "$CHART" -n "$SYS" --reuse-values \
+    --set tests.pipeline.source.uri=file:///no/such/dir/ >/dev/null || return 1
+  if helm test "$REL" -n "$SYS" --timeout 180s >"$tmp/helm-test-bad.out" 2>&1; then
+    cat "$tmp/helm-test-bad.out"; test_log; echo "helm test passed with a source that does not exist"; return 1
+  fi
+  test_log >>"$tmp/helm-test-bad.out"
+  grep -E "Failed:.*no/such/dir" "$tmp/helm-test-bad.out" | head -3
+  grep -qE "Failed:.*no/such/dir" "$tmp/helm-test-bad.out" || { cat "$tmp/helm-test-bad.out"; echo "the failure does not name the source"; return 1; }
+  kubectl -n "$SYS" delete pipeline "$REL-helm-test" --wait=false >/dev/null 2>&1
+  kubectl -n "$SYS" delete pod "$DEPLOY-test" --wait=false >/dev/null 2>&1
+  helm upgrade "$REL" "$CHART" -n "$SYS" --reuse-values --set tests.pipeline.source.uri=file:///usr/share/common-licenses/ >/dev/null
+}
+opcheck "t: helm test runs a tiny Pipeline through the operator and passes; with a missing source it fails, naming it" helm_test
+
 # =============================================================================================
 # k. S3 end to end: data only in MinIO, keys only in a Secret, no host path in the worker pods
 # =============================================================================================
-# MinIO (scripts/minio.sh's cache) on 127.0.0.1, started with SB_CLUSTER_DIR so the outer half's
-# stray-process sweep ends it whatever happens. The Pipeline names the Secret in
-# credentialsSecret; the controller never gets the keys (no permission on Secrets, see g), so it
-# cannot list the source or commit the sink itself: a Succeeded run proves workers did.
-s3c() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$S3_KEY:$S3_SECRET" "$@"; }
+# Every Pipeline of this test reads and writes MinIO; this one checks how the keys travel. The
+# Pipeline names the Secret in credentialsSecret; the controller never gets the keys (no
+# permission on Secrets, see g), so it cannot list the source or commit the sink itself: a
+# Succeeded run proves workers did.
 s3_run() {
-  local minio port cport
-  S3_KEY=optest-key S3_SECRET=optest-secret-key
-  minio=$("$repo/scripts/minio.sh") || return 1
-  port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-  cport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-  SB_CLUSTER_DIR=$STATE MINIO_ROOT_USER=$S3_KEY MINIO_ROOT_PASSWORD=$S3_SECRET \
-    "$minio" server --quiet --address "127.0.0.1:$port" --console-address "127.0.0.1:$cport" \
-    "$tmp/minio" >"$tmp/minio.log" 2>&1 &
-  MINIO_PID=$!
-  local ep=http://127.0.0.1:$port
-  until_ok 30 curl -fs "$ep/minio/health/live" -o /dev/null || { echo "MinIO did not start: $(tail -3 "$tmp/minio.log")"; return 1; }
-  s3c -X PUT "$ep/optest" -o /dev/null || return 1
-  local f
-  for f in "$IN"/*.jsonl; do s3c -T "$f" "$ep/optest/in/$(basename "$f")" -o /dev/null || return 1; done
-  kubectl -n "$NS" create secret generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=$S3_KEY \
-    --from-literal=AWS_SECRET_ACCESS_KEY=$S3_SECRET --from-literal=AWS_ENDPOINT_URL=$ep \
-    --from-literal=AWS_REGION=us-east-1 || return 1
-  cat >"$tmp/s3.yaml" <<YAML
-apiVersion: streambatch.dev/v1alpha1
-kind: Pipeline
-metadata: {name: s3run, namespace: $NS}
-spec:
-  source: {uri: 's3://optest/in/', format: jsonl, partitionSize: 64Ki, credentialsSecret: s3-creds}
-  stages:
-$FILTER
-  sink: {uri: 's3://optest/out/', format: jsonl, credentialsSecret: s3-creds}
-YAML
+  pipeline s3run "$FILTER" >"$tmp/s3.yaml"
   kubectl apply -f "$tmp/s3.yaml" || return 1
   local t0; t0=$(now)
   s3_pods_seen() {
@@ -635,14 +747,6 @@ for p in items:
 print("worker pods checked: %d (no hostPath, keys by secretKeyRef)" % len(items))
 PY
   # the output, read back from MinIO through the manifest
-  mkdir -p "$tmp/out/s3run"
-  s3c "$ep/optest/out/_SUCCESS" -o /dev/null || { echo "no _SUCCESS in s3://optest/out/"; return 1; }
-  s3c "$ep/optest/out/_manifest.json" -o "$tmp/s3-manifest.json" || return 1
-  local n
-  for n in $(python3 -c 'import json,sys;[print(p["name"]) for p in json.load(open(sys.argv[1]))["parts"]]' "$tmp/s3-manifest.json"); do
-    s3c "$ep/optest/out/$n" -o "$tmp/out/s3run/$n" || return 1
-  done
-  : >"$tmp/out/s3run/_SUCCESS"
   check_output s3run || return 1
   # no secret value in what users and operators read: Events, the Pipeline (status included),
   # the controllers' logs and the worker pods' logs (issue 17)
@@ -656,7 +760,7 @@ PY
   echo "the secret key is in none of: Events, the Pipeline, $(wc -w <<<"$logs") controller and worker pod logs"
   kubectl -n "$NS" delete pipeline s3run --wait=false >/dev/null
 }
-opcheck "k: s3 source and sink in MinIO, keys in a Secret (credentialsSecret), no host path in worker pods -> Succeeded, output = independent computation" s3_run
+opcheck "k: keys in a Secret (credentialsSecret) reach the worker pods by secretKeyRef, no hostPath volume, the key in no Event, status or log" s3_run
 
 # =============================================================================================
 # m. Prometheus on the test cluster: the controllers' and a running Pipeline's worker pods'
@@ -713,7 +817,6 @@ print("scraped:", ", ".join("%s %s" % (x["scrapeUrl"], x["health"]) for x in t))
 }
 opcheck "m: a real Prometheus scrapes the controller pods and a running Pipeline's worker pods: every dashboard panel, the operator's included, returns data" prometheus_panels
 [[ -n ${PROM_PID:-} ]] && { kill "$PROM_PID" 2>/dev/null; wait "$PROM_PID" 2>/dev/null; }
-[[ -n ${MINIO_PID:-} ]] && { kill "$MINIO_PID" 2>/dev/null; wait "$MINIO_PID" 2>/dev/null; }
 
 # =============================================================================================
 # b. A worker pod deleted mid-run
@@ -759,22 +862,30 @@ opcheck "b: a cpu worker pod holding partitions deleted mid-run -> recovered by 
 # =============================================================================================
 # c. The leading controller killed mid-run
 # =============================================================================================
-# checkpoint_files NAME: "file inode mtime" of every sink part in status.checkpoint.parts
+# sink_parts NAME: the names of the part objects in the sink now
+sink_parts() {
+  local k; k=$(s3_keys "out/$1/") || return 1
+  awk '{ n = $1; sub(".*/", "", n) } n ~ /^part-/ { print n }' <<<"$k"
+}
+# checkpoint_files NAME: "name etag last-modified" of every sink part in status.checkpoint.parts,
+# as MinIO lists them (a part written again gets a new last-modified time, in milliseconds)
 checkpoint_files() {
+  s3_keys "out/$1/" >"$tmp/ck.keys" || return 1
   kubectl -n "$NS" get pipeline "$1" -o json | python3 -c '
-import json, os, sys
+import json, sys
 st = json.load(sys.stdin).get("status", {})
 parts = (st.get("checkpoint") or {}).get("parts") or []
-d = sys.argv[1]
-names = os.listdir(d) if os.path.isdir(d) else []
+objs = {}
+for l in open(sys.argv[1]):
+    k, etag, lm = l.split()
+    objs[k.rsplit("/", 1)[-1]] = (etag, lm)
 for p in parts:
-    pid = p.rsplit(":", 3)[0]
-    f = [n for n in names if n.startswith("part-" + pid + ".")]
+    pid = p.split(":", 1)[0]
+    f = sorted(n for n in objs if n.startswith("part-" + pid + "."))
     if not f:
         print("MISSING part-%s.*" % pid); continue
-    s = os.stat(os.path.join(d, f[0]))
-    print(f[0], s.st_ino, s.st_mtime_ns)
-' "$tmp/out/$1"
+    print(f[0], *objs[f[0]])
+' "$tmp/ck.keys"
 }
 failover() {
   pipeline failover "${SLOW_STAGES/MS/8000}" >"$tmp/failover.yaml"
@@ -786,8 +897,9 @@ failover() {
   old=$(holder); lpod=$(leader_pod) || { echo "no leader"; return 1; }
   pid=$(pod_pid "$SYS" "$lpod" controller) && alive "$pid" || { echo "no process for $lpod"; return 1; }
   ck=$(jp failover '{.status.checkpoint}')
-  checkpoint_files failover >"$tmp/ck.before"
-  grep -q MISSING "$tmp/ck.before" && { cat "$tmp/ck.before"; echo "checkpointed parts missing on disk"; return 1; }
+  checkpoint_files failover >"$tmp/ck.before" || { echo "cannot list the sink"; return 1; }
+  grep -q MISSING "$tmp/ck.before" && { cat "$tmp/ck.before"; echo "checkpointed parts missing in the sink"; return 1; }
+  (($(wc -l <"$tmp/ck.before") >= 3)) || { cat "$tmp/ck.before"; echo "fewer than 3 checkpointed parts found in the sink"; return 1; }
   local t_kill; t_kill=$(now)
   kill -KILL "$pid"
   echo "killed leader $old (pod $lpod, pid $pid) at checkpoint $ck"
@@ -796,7 +908,7 @@ failover() {
     h=$(holder); [[ -n $h && $h != "$old" ]] && break; sleep 0.2
   done
   local took; took=$(since "$t_kill")
-  ls "$tmp/out/failover" | grep '^part-' >"$tmp/parts.at-takeover"
+  sink_parts failover >"$tmp/parts.at-takeover" || { echo "cannot list the sink"; return 1; }
   [[ -n $h && $h != "$old" ]] || { echo "no new leader ${took}s after the kill"; return 1; }
   echo "new leader $h after $took s"
   figure "failover: new leader $h leads $took s after SIGKILL of the leader (lease ${LEASE_S}s, retry ${RETRY_S}s)"
@@ -804,7 +916,7 @@ failover() {
     { echo "takeover took longer than the lease time ($LEASE_S s + retry $RETRY_S s + 3 s polling)"; return 1; }
   wait_phase failover Succeeded 180 || return 1
   check_output failover || return 1
-  checkpoint_files failover >"$tmp/ck.after.all"
+  checkpoint_files failover >"$tmp/ck.after.all" || { echo "cannot list the sink"; return 1; }
   local changed
   changed=$(grep -vxF -f "$tmp/ck.after.all" "$tmp/ck.before" | wc -l)
   echo "checkpointed before the kill: $(wc -l <"$tmp/ck.before") parts; rewritten since: $changed"
@@ -823,7 +935,7 @@ failover() {
 # writes the same name again. The new leader runs every split outside the checkpoint it resumed
 # from, so sink parts already on disk at the takeover but not checkpointed (finished by the old
 # leader's workers after its last status write) are work done twice; checkpointed parts must
-# not be rewritten (checked by inode and mtime above).
+# not be rewritten (checked by ETag and last-modified time above).
 failover_rerun_figures() {
   python3 - "$tmp/ck.before" "$tmp/parts.at-takeover" "$(jp failover '{.status.partitions.total}')" "$1" <<'PY2' | sed 's/^/figure: failover: /'
 import sys
@@ -832,7 +944,7 @@ disk = {l.strip() for l in open(sys.argv[2]) if l.strip()}
 total = int(sys.argv[3] or 0)
 twice = disk - ck
 print("splits committed in the checkpoint at the kill %d of %d; the new leader ran the other %d" % (len(ck), total, total - len(ck)))
-print("sink parts on disk at takeover %d: %d checkpointed (not re-run), %d finished after the last checkpoint write (re-run: work done twice)"
+print("sink parts in MinIO at takeover %d: %d checkpointed (not re-run), %d finished after the last checkpoint write (re-run: work done twice)"
       % (len(disk), len(ck), len(twice)))
 print("tasks re-run: %d finished but uncheckpointed (plus the tasks in flight at the kill); committed parts rewritten: %s of %d" % (len(twice), sys.argv[4], len(ck)))
 PY2
@@ -907,7 +1019,7 @@ spec_change() {
     { echo "workers min 3 was not applied live: pods $(worker_pods respec)"; return 1; }
   [[ $(cond respec SpecChangeRefused status) != True ]] || { echo "a workers change was refused"; return 1; }
   echo "workers 2 -> 3 applied live at $(jp respec '{.status.progress}')"
-  kubectl -n "$NS" patch pipeline respec --type merge -p "{\"spec\":{\"sink\":{\"uri\":\"file://$tmp/out/elsewhere/\"}}}" || return 1
+  kubectl -n "$NS" patch pipeline respec --type merge -p "{\"spec\":{\"sink\":{\"uri\":\"s3://$BUCKET/out/elsewhere/\"}}}" || return 1
   until_ok 30 bash -c "[[ \$(kubectl -n $NS get pipeline respec -o 'jsonpath={.status.conditions[?(@.type==\"SpecChangeRefused\")].status}') == True ]]" ||
     { echo "no SpecChangeRefused=True: $(jp respec '{.status.conditions}')"; return 1; }
   local msg; msg=$(cond respec SpecChangeRefused message)
@@ -916,7 +1028,8 @@ spec_change() {
   has_event respec SpecChangeRefused || { echo "no SpecChangeRefused Event"; return 1; }
   wait_phase respec Succeeded 180 || return 1
   check_output respec || return 1   # written to the sink it started with
-  [[ ! -e $tmp/out/elsewhere ]] || { echo "the refused sink was written"; return 1; }
+  local elsewhere; elsewhere=$(s3_keys out/elsewhere/) || { echo "cannot list s3://$BUCKET/out/elsewhere/"; return 1; }
+  [[ -z $elsewhere ]] || { echo "the refused sink was written: $elsewhere"; return 1; }
   until_ok 20 bash -c "[[ \$(kubectl -n $NS get pipeline respec -o 'jsonpath={.status.conditions[?(@.type==\"SpecChangeRefused\")].status}') != True ]]" ||
     { echo "SpecChangeRefused still True after the pipeline finished"; return 1; }
   kubectl -n "$NS" delete pipeline respec --wait=false >/dev/null
@@ -934,7 +1047,7 @@ respec_suspended() {
   local c1; c1=$(committed moved)
   [[ -n $(jp moved '{.status.checkpoint.specHash}') ]] || { echo "no checkpoint.specHash"; return 1; }
   kubectl -n "$NS" patch pipeline moved --type merge \
-    -p "{\"spec\":{\"suspend\":false,\"sink\":{\"uri\":\"file://$tmp/out/moved2/\"}}}" || return 1
+    -p "{\"spec\":{\"suspend\":false,\"sink\":{\"uri\":\"s3://$BUCKET/out/moved2/\"}}}" || return 1
   wait_phase moved Succeeded 180 || return 1
   echo "suspended at $c1 committed; events: $(events moved | tr '\n' ';')"
   has_event moved CheckpointDiscarded || { echo "no CheckpointDiscarded Event"; return 1; }
@@ -950,7 +1063,7 @@ worker_procs_of() { # NAME: pids of streambatch-worker processes of the pipeline
   local f pid env
   for f in /proc/[0-9]*/environ; do
     pid=${f#/proc/}; pid=${pid%/environ}
-    env=$(tr '\0' '\n' <"$f" 2>/dev/null) || continue
+    env=$({ tr '\0' '\n' <"$f"; } 2>/dev/null) || continue
     grep -qxF "SB_CLUSTER_DIR=$STATE" <<<"$env" || continue
     grep -qE "^(SB_PIPELINE=$NS/$1|SB_POD_NAME=$1-(cpu|gpu)-[a-z0-9]{5})\$" <<<"$env" || continue
     [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == *streambatch-worker* ]] && echo "$pid"
@@ -988,14 +1101,15 @@ controller_requests() { # requests the API server dispatched for the controller'
   kubectl get --raw /metrics | awk '/^apiserver_flowcontrol_dispatched_requests_total\{/ && /flow_schema="streambatch-controller-test"/ {s += $NF} END {printf "%d\n", s}'
 }
 many_pipelines() {
-  kubectl create namespace sb-load >/dev/null || return 1
+  kubectl create namespace sb-load >/dev/null && s3_secret sb-load || return 1
   mkdir -p "$tmp/tiny" && python3 -c "
 import json
 with open('$tmp/tiny/a.jsonl', 'w') as o:
-    for i in range(200): o.write(json.dumps({'id': i, 'n': i % 100}) + '\n')"
+    for i in range(200): o.write(json.dumps({'id': i, 'n': i % 100}) + '\n')" &&
+    s3c -T "$tmp/tiny/a.jsonl" "$S3_EP/$BUCKET/tiny/a.jsonl" -o /dev/null || return 1
   local i
   for i in $(seq -f '%03g' 0 $((NLOAD - 1))); do
-    PNS=sb-load SRC=$tmp/tiny pipeline "load-$i" "  - {name: a, op: identity, resources: {cpu: 10m, memory: 32Mi}, workers: {min: 1, max: 1}}"
+    PNS=sb-load SRC=tiny pipeline "load-$i" "  - {name: a, op: identity, resources: {cpu: 10m, memory: 32Mi}, workers: {min: 1, max: 1}}"
     echo "---"
   done >"$tmp/load.yaml"
   # the controller's idle request rate (Lease renewals of both replicas), to report net figures
@@ -1057,7 +1171,7 @@ yaml.safe_dump(d, open(p, "w"), sort_keys=False)
 PY
   ! crd_has upgradeProbe || { echo "the installed CRD already has the property"; return 1; }
   before=$(kubectl get pipelines -A --no-headers 2>/dev/null | wc -l)
-  helm upgrade "$REL" "$next" -n "$SYS" --set controller.maxPendingPods=$MAX_PENDING || return 1
+  helm upgrade "$REL" "$next" -n "$SYS" "${HELM_IMAGES[@]}" --set controller.maxPendingPods=$MAX_PENDING || return 1
   crd_has upgradeProbe || { echo "helm upgrade did not update the CRD"; return 1; }
   kubectl -n "$SYS" rollout status "deployment/$DEPLOY" --timeout=120s || return 1
   [[ $(kubectl get pipelines -A --no-headers 2>/dev/null | wc -l) == "$before" ]] ||

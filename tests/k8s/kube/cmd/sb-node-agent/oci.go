@@ -474,3 +474,22 @@ func (a *agent) runcSignal(id string, sig syscall.Signal) {
 func (a *agent) runcDelete(id string) {
 	_ = exec.Command("runc", "--root", a.runcRoot(), "delete", "--force", id).Run()
 }
+
+// writeInitPid writes the pid of container id's first process to pidFile as soon as runc
+// reports it (runc state), polling for at most 30 s; nothing is written if it never does.
+func (a *agent) writeInitPid(id, pidFile string) {
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		out, err := exec.Command("runc", "--root", a.runcRoot(), "state", id).Output()
+		if err != nil {
+			continue
+		}
+		var st struct {
+			Pid    int    `json:"pid"`
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(out, &st) == nil && st.Pid > 0 {
+			_ = os.WriteFile(pidFile, []byte(strconv.Itoa(st.Pid)+"\n"), 0o644)
+			return
+		}
+	}
+}

@@ -533,7 +533,14 @@ func (r *podRunner) execute(c *ctr, argv, env []string, dir string) (int32, erro
 		return -1, err
 	}
 	pid := cmd.Process.Pid
-	_ = os.WriteFile(strings.TrimSuffix(c.logPath, ".log")+".pid", []byte(strconv.Itoa(pid)+"\n"), 0o644)
+	pidFile := strings.TrimSuffix(c.logPath, ".log") + ".pid"
+	if ociID == "" {
+		_ = os.WriteFile(pidFile, []byte(strconv.Itoa(pid)+"\n"), 0o644)
+	} else {
+		// the pid file names the container's own first process (what tests signal and read
+		// /proc of), not runc's: written once runc has created it
+		go r.a.writeInitPid(ociID, pidFile)
+	}
 	started := now()
 	cid := fmt.Sprintf("sb-node-agent://%s-%d", string(r.uid)[:8], pid)
 	klog.Infof("pod %s/%s container %s: started pid %d: %q", r.ns, r.name, c.spec.Name, pid, argv)
