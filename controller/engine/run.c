@@ -515,6 +515,7 @@ typedef struct {
     uint32_t epoch;
     char *last; /* the JSON text last written (NULL: none yet) */
     int saved_any;
+    sb_runckpt_claim claim; /* the run record beside it (runckpt.h), held for the run */
 } run_ckpt;
 
 /* Writes the controller's checkpoint when it changed since the last write. */
@@ -561,6 +562,33 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
     else if (sb_runckpt_default_path(&r->p, ck->path, sizeof ck->path, &err) != 0) {
         fprintf(stderr, "streambatch run: %s\n", err.msg);
         return 2;
+    }
+    /* before the checkpoint is read or removed: a live run of this pipeline keeps both, and
+     * what a killed one left (its run dir, its workers' spill files) is removed */
+    sb_runckpt_owner owner;
+    int had_owner = 0;
+    int cl = sb_runckpt_claim_take(ck->path, &ck->claim, &owner, &had_owner, &err);
+    if (cl == 1) {
+        fprintf(stderr,
+                "streambatch run: another `streambatch run` (pid %ld, run dir %s) is running this "
+                "pipeline into this sink (checkpoint %s); its files are left alone: wait for it "
+                "or stop it\n",
+                owner.pid, owner.run_dir[0] ? owner.run_dir : "not yet made", ck->path);
+        return 2;
+    }
+    if (cl < 0)
+        fprintf(stderr, "streambatch run: %s (what a killed earlier run left is not removed)\n",
+                err.msg);
+    if (had_owner) {
+        long removed = 0;
+        if (sb_runckpt_clean_dead(&owner, &removed, &err) != 0)
+            fprintf(stderr, "streambatch run: cleaning after the dead run (pid %ld): %s\n",
+                    owner.pid, err.msg);
+        fprintf(stderr,
+                "an earlier run (pid %ld) died without cleaning up: removed %ld of its files and "
+                "directories (%s%s)\n",
+                owner.pid, removed, owner.run_dir,
+                owner.own_dir ? "" : ": the workers' spill dirs");
     }
     cJSON *j = cJSON_Parse(r->json);
     sb_ckpt_spec_hash(cJSON_GetObjectItemCaseSensitive(j, "spec"), ck->spec_hash);
@@ -683,10 +711,12 @@ int sb_run(const sb_run_opts *o)
     }
     run_ckpt ck;
     memset(&ck, 0, sizeof ck);
+    ck.claim.fd = -1;
     sb_ckpt prev;
     int have_prev = 0;
     code = ckpt_open(o, &r, &ck, &prev, &have_prev);
     if (code != 0) {
+        sb_runckpt_claim_release(&ck.claim);
         run_state_free(&r);
         return code;
     }
@@ -703,6 +733,7 @@ int sb_run(const sb_run_opts *o)
         if (mkdtemp(run_dir) == NULL) {
             fprintf(stderr, "streambatch run: cannot create a run directory in %s: %s\n", tmp,
                     strerror(errno));
+            sb_runckpt_claim_release(&ck.claim);
             sb_ckpt_free(&prev);
             run_state_free(&r);
             return 1;
@@ -710,6 +741,8 @@ int sb_run(const sb_run_opts *o)
     } else {
         snprintf(run_dir, sizeof run_dir, "%s", o->run_dir);
     }
+    if (ck.claim.fd >= 0 && sb_runckpt_claim_record(&ck.claim, run_dir, own_dir, &err) != 0)
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
     /* the gpu pool runs the CUDA build when it is next to this binary (and no --worker-bin
      * names one worker for every pool) */
     worker_gpu_bin[0] = '\0';
@@ -762,6 +795,7 @@ int sb_run(const sb_run_opts *o)
     sb_ckpt_free(&prev); /* the controller copied it */
     if (ctl == NULL) {
         fprintf(stderr, "streambatch run: controller: %s\n", err.msg);
+        sb_runckpt_claim_release(&ck.claim);
         run_state_free(&r);
         return 1;
     }
@@ -769,6 +803,7 @@ int sb_run(const sb_run_opts *o)
     if (o->metrics_addr != NULL && run_metrics_start(&rm, o->metrics_addr, &err) != 0) {
         fprintf(stderr, "streambatch run: --metrics-addr: %s\n", err.msg);
         sb_ctl_free(ctl);
+        sb_runckpt_claim_release(&ck.claim);
         run_state_free(&r);
         return 2;
     }
@@ -778,6 +813,7 @@ int sb_run(const sb_run_opts *o)
         fprintf(stderr, "streambatch run: %s\n", err.msg);
         run_metrics_stop(&rm);
         sb_ctl_free(ctl);
+        sb_runckpt_claim_release(&ck.claim);
         run_state_free(&r);
         return 2;
     }
@@ -808,6 +844,7 @@ int sb_run(const sb_run_opts *o)
         fprintf(stderr, "streambatch run: starting workers: %s\n", err.msg);
         run_metrics_stop(&rm);
         sb_ctl_free(ctl);
+        sb_runckpt_claim_release(&ck.claim);
         run_state_free(&r);
         return 1;
     }
@@ -947,6 +984,7 @@ int sb_run(const sb_run_opts *o)
     } else if (code != 0) {
         fprintf(stderr, "worker logs are in %s\n", run_dir);
     }
+    sb_runckpt_claim_release(&ck.claim);
     run_state_free(&r);
     return code;
 }

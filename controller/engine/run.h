@@ -4,7 +4,10 @@
  * terminal, a plain line every few seconds otherwise), commits the sink on success and prints a
  * summary per stage. Ctrl-C / SIGTERM stop the workers (no orphans, no _SUCCESS). The committed
  * work is kept in a checkpoint file while the run goes (runckpt.h): a run that did not finish,
- * even one whose process was SIGKILLed, continues with --resume without redoing it.
+ * even one whose process was SIGKILLed, continues with --resume without redoing it. What a
+ * SIGKILLed run left (its run dir, its workers' spill files) is removed by the next run of the
+ * same pipeline once that process is gone; a second run beside a live one is refused (exit 2;
+ * runckpt.h, the run record).
  *
  * Exit codes: 0 succeeded, 1 the pipeline failed or was interrupted, 2 usage or invalid spec.
  */

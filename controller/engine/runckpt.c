@@ -1,6 +1,8 @@
 /* runckpt.c — the checkpoint file of `streambatch run` (see runckpt.h). */
 #include "controller/engine/runckpt.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -8,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,5 +142,242 @@ int sb_runckpt_remove(const char *path, sb_err *err)
 {
     if (unlink(path) != 0 && errno != ENOENT)
         return sb_err_set(err, "checkpoint: cannot remove %.300s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* ---- the run record ------------------------------------------------------------------------ */
+
+int sb_runckpt_proc_start(long pid, unsigned long long *start)
+{
+    char p[64], buf[1024];
+    if (pid <= 0)
+        return -1;
+    snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *q = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (q == NULL || q[1] != ' ')
+        return -1;
+    q += 2;
+    if (*q == 'Z' || *q == 'X') /* a zombie is gone: its locks and files are released */
+        return -1;
+    /* fields 3 (state) .. 22 (starttime): 19 to skip */
+    for (int i = 0; i < 19; i++) {
+        q = strchr(q, ' ');
+        if (q == NULL)
+            return -1;
+        q++;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(q, &end, 10);
+    if (errno != 0 || end == q)
+        return -1;
+    *start = v;
+    return 0;
+}
+
+/* Is prev's process alive (the same pid with the same start time)? */
+static int owner_alive(const sb_runckpt_owner *prev)
+{
+    unsigned long long st;
+    return prev->pid > 0 && sb_runckpt_proc_start(prev->pid, &st) == 0 && st == prev->start;
+}
+
+/* Parses the record in fd into *o: 1 when it names an owner, 0 when empty or unreadable. */
+static int owner_read(int fd, sb_runckpt_owner *o)
+{
+    char buf[4096 + 128];
+    memset(o, 0, sizeof *o);
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    int own = 0, used = 0;
+    if (sscanf(buf, "pid %ld\nstart %llu\nown %d\nrundir %n", &o->pid, &o->start, &own, &used) !=
+            3 ||
+        used == 0)
+        return 0;
+    const char *rd = buf + used;
+    size_t len = strcspn(rd, "\n");
+    if (len == 0 || len >= sizeof o->run_dir || rd[len] != '\n')
+        return 0;
+    memcpy(o->run_dir, rd, len);
+    o->run_dir[len] = '\0';
+    o->own_dir = own != 0;
+    return 1;
+}
+
+int sb_runckpt_claim_take(const char *ckpt_path, sb_runckpt_claim *c, sb_runckpt_owner *prev,
+                          int *had_prev, sb_err *err)
+{
+    c->fd = -1;
+    *had_prev = 0;
+    memset(prev, 0, sizeof *prev);
+    int n = snprintf(c->path, sizeof c->path, "%s.run", ckpt_path);
+    if (n < 0 || (size_t)n >= sizeof c->path)
+        return sb_err_set(err, "run record: the path is too long");
+    if (make_parent(c->path, err) != 0)
+        return -1;
+    /* the owner may remove the file between our open and our lock: then the lock is on a file
+     * nobody else will find, and we try again */
+    for (int tries = 0; tries < 8; tries++) {
+        int fd = open(c->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return sb_err_set(err, "run record %.300s: %s", c->path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            if (e == EWOULDBLOCK) {
+                owner_read(fd, prev);
+                close(fd);
+                return 1;
+            }
+            close(fd);
+            return sb_err_set(err, "run record %.300s: lock: %s", c->path, strerror(e));
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) != 0 || stat(c->path, &b) != 0 || a.st_dev != b.st_dev ||
+            a.st_ino != b.st_ino) {
+            close(fd);
+            continue;
+        }
+        if (owner_read(fd, prev)) {
+            if (owner_alive(prev)) { /* no lock but alive: leave it be */
+                close(fd);
+                return 1;
+            }
+            *had_prev = 1;
+        }
+        c->fd = fd;
+        return 0;
+    }
+    return sb_err_set(err, "run record %.300s: removed again and again while being claimed",
+                      c->path);
+}
+
+int sb_runckpt_claim_record(sb_runckpt_claim *c, const char *run_dir, int own_dir, sb_err *err)
+{
+    unsigned long long start = 0;
+    if (sb_runckpt_proc_start((long)getpid(), &start) != 0)
+        return sb_err_set(err, "run record: cannot read this process's start time from /proc");
+    if (strchr(run_dir, '\n') != NULL)
+        return sb_err_set(err, "run record: the run directory's name holds a newline");
+    char cwd[PATH_MAX] = "";
+    if (run_dir[0] != '/' && getcwd(cwd, sizeof cwd) == NULL) /* recorded absolute */
+        return sb_err_set(err, "run record: the working directory: %s", strerror(errno));
+    char text[4096 + 128];
+    int n = snprintf(text, sizeof text, "pid %ld\nstart %llu\nown %d\nrundir %s%s%s\n",
+                     (long)getpid(), start, own_dir ? 1 : 0, cwd, cwd[0] ? "/" : "", run_dir);
+    if (n < 0 || (size_t)n >= sizeof text)
+        return sb_err_set(err, "run record: the run directory's name is too long");
+    if (ftruncate(c->fd, 0) != 0 || pwrite(c->fd, text, (size_t)n, 0) != n || fdatasync(c->fd) != 0)
+        return sb_err_set(err, "run record %.300s: writing: %s", c->path, strerror(errno));
+    return 0;
+}
+
+void sb_runckpt_claim_release(sb_runckpt_claim *c)
+{
+    if (c->fd < 0)
+        return;
+    unlink(c->path); /* under the lock: a claimant that opened it before sees another inode */
+    close(c->fd);
+    c->fd = -1;
+}
+
+/* rm -r of name in the directory dfd (no symlink followed); counts what it removed. */
+static int rm_tree(int dfd, const char *name, long *removed)
+{
+    if (unlinkat(dfd, name, 0) == 0) {
+        (*removed)++;
+        return 0;
+    }
+    if (errno == ENOENT)
+        return 0;
+    if (errno != EISDIR && errno != EPERM)
+        return -1;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (rm_tree(dirfd(d), e->d_name, removed) != 0)
+            rc = -1;
+    }
+    closedir(d);
+    if (unlinkat(dfd, name, AT_REMOVEDIR) == 0)
+        (*removed)++;
+    else if (errno != ENOENT)
+        rc = -1;
+    return rc;
+}
+
+/* A worker's id (local.c): <pool>-<index>[-r<generation>] */
+static int is_worker_id(const char *s)
+{
+    const char *p = s;
+    while (islower((unsigned char)*p))
+        p++;
+    if (p == s || *p++ != '-' || !isdigit((unsigned char)*p))
+        return 0;
+    while (isdigit((unsigned char)*p))
+        p++;
+    if (*p == '\0')
+        return 1;
+    if (p[0] != '-' || p[1] != 'r' || !isdigit((unsigned char)p[2]))
+        return 0;
+    for (p += 2; isdigit((unsigned char)*p); p++)
+        ;
+    return *p == '\0';
+}
+
+int sb_runckpt_clean_dead(const sb_runckpt_owner *prev, long *removed, sb_err *err)
+{
+    *removed = 0;
+    if (owner_alive(prev))
+        return sb_err_set(err, "run record: pid %ld is still running", prev->pid);
+    struct stat st;
+    if (prev->run_dir[0] != '/' || lstat(prev->run_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0; /* gone already, or not a directory we made */
+    if (prev->own_dir) {
+        const char *base = strrchr(prev->run_dir, '/') + 1;
+        if (strncmp(base, "streambatch-run-", 16) != 0)
+            return 0;
+        if (rm_tree(AT_FDCWD, prev->run_dir, removed) != 0)
+            return sb_err_set(err, "cannot remove %.300s: %s", prev->run_dir, strerror(errno));
+        return 0;
+    }
+    DIR *d = opendir(prev->run_dir);
+    if (d == NULL)
+        return sb_err_set(err, "cannot read %.300s: %s", prev->run_dir, strerror(errno));
+    int rc = 0, e = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        struct stat s;
+        if (!is_worker_id(de->d_name) ||
+            fstatat(dirfd(d), de->d_name, &s, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(s.st_mode))
+            continue;
+        if (rm_tree(dirfd(d), de->d_name, removed) != 0) {
+            rc = -1;
+            e = errno;
+        }
+    }
+    closedir(d);
+    if (rc != 0)
+        return sb_err_set(err, "cannot remove the spill dirs in %.300s: %s", prev->run_dir,
+                          strerror(e));
     return 0;
 }

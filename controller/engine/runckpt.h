@@ -10,8 +10,18 @@
  * sink does not. The driver rewrites it (a temporary file renamed over it) whenever the
  * committed set grows, removes it when the run succeeds, and keeps it otherwise.
  *
+ * The run record, <checkpoint>.run beside it: the driver that runs the pipeline holds an
+ * exclusive flock on it for the whole run and writes its pid, its start time (/proc/<pid>/stat)
+ * and its run directory (the workers' spill dirs and logs) there. A driver that is SIGKILLed
+ * leaves the file and the run directory behind; the next run of the same pipeline (same
+ * checkpoint file, --resume or not) claims the record, and when its owner is really gone (the
+ * lock is free and no process has that pid with that start time) removes what it left: the
+ * whole directory when the driver made it ($TMPDIR/streambatch-run-*), only the workers' spill
+ * dirs (<run dir>/<worker id>/, the logs stay) when it was given with --run-dir. A run whose
+ * owner is alive is refused, and its files are never touched.
+ *
  * Memory: sb_runckpt_load() fills a caller sb_ckpt (free with sb_ckpt_free()); nothing else
- * is retained.
+ * is retained. A claim holds one file descriptor until sb_runckpt_release().
  */
 #ifndef SB_CTL_RUNCKPT_H
 #define SB_CTL_RUNCKPT_H
@@ -36,5 +46,41 @@ int sb_runckpt_save(const char *path, const char *text, sb_err *err);
 
 /* Removes the file (missing is fine). 0, or -1 + err. */
 int sb_runckpt_remove(const char *path, sb_err *err);
+
+/* The owner of a run record: pid, start time in clock ticks since boot, and its run dir. */
+typedef struct {
+    long pid;
+    unsigned long long start;
+    int own_dir; /* 1: the driver made run_dir (removed whole); 0: --run-dir */
+    char run_dir[4096];
+} sb_runckpt_owner;
+
+/* A claimed run record (see above). */
+typedef struct {
+    int fd; /* -1: none */
+    char path[4096];
+} sb_runckpt_claim;
+
+/* The start time of process pid (field 22 of /proc/<pid>/stat) into *start. 0, or -1 when
+ * there is no such process or /proc cannot say. */
+int sb_runckpt_proc_start(long pid, unsigned long long *start);
+
+/* Claims the run record of the checkpoint at ckpt_path for this process. Returns 0 when
+ * claimed (*had_prev = 1 with *prev filled when a dead earlier run left its record), 1 when a
+ * live run holds it (*prev names that run; nothing is changed), -1 + err when the file cannot
+ * be made or locked. */
+int sb_runckpt_claim_take(const char *ckpt_path, sb_runckpt_claim *c, sb_runckpt_owner *prev,
+                          int *had_prev, sb_err *err);
+
+/* Writes this process (pid, start time) and run_dir into the claimed record. 0, or -1 + err. */
+int sb_runckpt_claim_record(sb_runckpt_claim *c, const char *run_dir, int own_dir, sb_err *err);
+
+/* Removes the record and gives up the claim (nothing to do when c->fd < 0). */
+void sb_runckpt_claim_release(sb_runckpt_claim *c);
+
+/* Removes what the dead run prev left (see above): nothing outside prev->run_dir, and only
+ * when prev's process is gone. Sets *removed to the number of files and directories removed.
+ * 0, or -1 + err (what could not be removed; the rest is removed). */
+int sb_runckpt_clean_dead(const sb_runckpt_owner *prev, long *removed, sb_err *err);
 
 #endif

@@ -18,13 +18,23 @@ so `--seed S --only I` runs pipeline I of seed S again, faults included):
     project and expand (never by calling streambatch), and compared with every row of every
     part file as a multiset (in order under preserveOrder), together with _manifest.json;
   * a run that fails is acceptable only with an error and no _SUCCESS ("failed clean"); a
-    sanitizer report, or a process dying of a signal nobody sent, is a crash.
+    sanitizer report, or a process dying of a signal nobody sent, is a crash;
+  * with MinIO (--s3, default mix: $SB_MINIO_BIN or the one scripts/minio.sh caches), started
+    once on 127.0.0.1 for the whole run and stopped at its end: some pipelines (not in netns
+    mode, which cannot reach loopback) read their input from and/or write their output to a
+    bucket; the output is read back with this file's own SigV4 client (listing, _manifest.json,
+    every part) and checked exactly as a file sink's, _SUCCESS included.
 
 The last line is "chaos: N passed, M failed" (a pipeline passes when it succeeded with exactly
 the expected rows, or failed clean); exit status 1 when any failed.
 """
 import argparse
 import collections
+import datetime
+import glob
+import hashlib
+import hmac
+import http.client
 import json
 import os
 import random
@@ -34,6 +44,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import xml.etree.ElementTree as ET
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 G_VALUES = ["a", "b", "ab", "B", "\u00e4", "\u20acx", "z\"q", "A,b", "", "x y", "\U0001F600"]
@@ -288,6 +300,161 @@ def read_part(path, fmt):
     return out, len(data)
 
 
+# ---- S3 (MinIO), with a SigV4 signer of our own (no boto3 here) --------------------------------
+
+S3_USER, S3_PASS, S3_REGION, S3_BUCKET = "sbchaosadmin", "sbchaossecret123", "us-east-1", "chaos"
+
+
+def _hm(key, msg):
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+
+class S3:
+    """Path-style requests to one endpoint, signed with AWS Signature V4."""
+
+    def __init__(self, host, port):
+        self.host, self.port = host, port
+        self.conn = None
+
+    def request(self, method, path, query=None, body=b""):
+        q = sorted((query or {}).items())
+        cq = "&".join("%s=%s" % (urllib.parse.quote(k, safe="-_.~"), urllib.parse.quote(v, safe="-_.~"))
+                      for k, v in q)
+        cpath = urllib.parse.quote(path, safe="/-_.~")
+        now = datetime.datetime.now(datetime.timezone.utc)
+        amz, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+        ph = hashlib.sha256(body).hexdigest()
+        hosth = "%s:%d" % (self.host, self.port)
+        creq = "\n".join([method, cpath, cq, "host:" + hosth, "x-amz-content-sha256:" + ph,
+                          "x-amz-date:" + amz, "", "host;x-amz-content-sha256;x-amz-date", ph])
+        scope = "%s/%s/s3/aws4_request" % (day, S3_REGION)
+        sts = "\n".join(["AWS4-HMAC-SHA256", amz, scope, hashlib.sha256(creq.encode()).hexdigest()])
+        k = _hm(_hm(_hm(_hm(("AWS4" + S3_PASS).encode(), day), S3_REGION), "s3"), "aws4_request")
+        sig = hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
+        hdrs = {"Host": hosth, "x-amz-date": amz, "x-amz-content-sha256": ph,
+                "Authorization": "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=host;"
+                                 "x-amz-content-sha256;x-amz-date, Signature=%s" % (S3_USER, scope, sig)}
+        for attempt in range(2):  # a kept-alive connection the server closed: once more
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+                self.conn.request(method, cpath + ("?" + cq if cq else ""), body=body, headers=hdrs)
+                r = self.conn.getresponse()
+                return r.status, r.read()
+            except (OSError, http.client.HTTPException):
+                self.conn = None
+                if attempt:
+                    raise
+
+    def put(self, key, data):
+        st, b = self.request("PUT", "/%s/%s" % (S3_BUCKET, key), body=data)
+        if st != 200:
+            raise RuntimeError("PUT %s: %d %s" % (key, st, b[:300]))
+
+    def get(self, key):
+        """(status, body) of an object."""
+        return self.request("GET", "/%s/%s" % (S3_BUCKET, key))
+
+    def list(self, prefix):
+        keys, token = [], None
+        ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+        while True:
+            q = {"list-type": "2", "prefix": prefix}
+            if token:
+                q["continuation-token"] = token
+            st, b = self.request("GET", "/" + S3_BUCKET, q)
+            if st != 200:
+                raise RuntimeError("list %s: %d %s" % (prefix, st, b[:300]))
+            root = ET.fromstring(b)
+            keys += [c.find(ns + "Key").text for c in root.findall(ns + "Contents")]
+            if (root.findtext(ns + "IsTruncated") or "false") != "true":
+                return keys
+            token = root.findtext(ns + "NextContinuationToken")
+
+    def mirror(self, prefix, d):
+        """Every object under prefix into the local directory d (d/<key after prefix>)."""
+        os.makedirs(d, exist_ok=True)
+        n = 0
+        for key in self.list(prefix):
+            rel = key[len(prefix):]
+            if not rel or rel.endswith("/"):
+                continue
+            st, b = self.get(key)
+            if st != 200:
+                raise RuntimeError("GET %s: %d" % (key, st))
+            path = os.path.join(d, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(b)
+            n += 1
+        return n
+
+
+class MinIO:
+    """One MinIO server on 127.0.0.1 for the whole chaos run (data under the work directory)."""
+
+    def __init__(self, binary, work):
+        self.dir = os.path.join(work, "minio-data")
+        os.makedirs(self.dir)
+        self.port, cport = free_port(), free_port()
+        self.logf = os.path.join(work, "minio.log")
+        env = dict(os.environ, MINIO_ROOT_USER=S3_USER, MINIO_ROOT_PASSWORD=S3_PASS,
+                   MINIO_BROWSER="off", MINIO_UPDATE="off")
+        self.proc = subprocess.Popen([binary, "server", "--quiet", "--address", "127.0.0.1:%d" % self.port,
+                                      "--console-address", "127.0.0.1:%d" % cport, self.dir],
+                                     stdout=open(self.logf, "w"), stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.s3 = S3("127.0.0.1", self.port)
+        t = time.monotonic()
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("MinIO exited at start: " + open(self.logf).read()[-500:])
+            try:
+                ok = all(self.s3.request("GET", "/minio/health/" + w)[0] == 200 for w in ("live", "ready"))
+            except OSError:
+                ok = False
+            if ok:
+                break
+            if time.monotonic() - t > 60:
+                self.stop()
+                raise RuntimeError("MinIO not ready after 60 s")
+            time.sleep(0.1)
+        for _ in range(300):  # "ready" may still answer 503 XMinioServerNotInitialized
+            st, b = self.s3.request("PUT", "/" + S3_BUCKET)
+            if st != 503:
+                break
+            time.sleep(0.1)
+        if st != 200:
+            self.stop()
+            raise RuntimeError("creating the bucket: %d %s" % (st, b[:300]))
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def env(self):
+        return {"AWS_ACCESS_KEY_ID": S3_USER, "AWS_SECRET_ACCESS_KEY": S3_PASS,
+                "AWS_ENDPOINT_URL_S3": self.url, "AWS_REGION": S3_REGION}
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def find_minio():
+    b = os.environ.get("SB_MINIO_BIN")
+    if b:
+        return b if os.access(b, os.X_OK) else None
+    found = sorted(glob.glob(os.path.join(os.environ.get("HOME", "/root"),
+                                          ".cache/streambatch/minio-*/minio")))
+    return found[-1] if found and os.access(found[-1], os.X_OK) else None
+
+
 # ---- processes ---------------------------------------------------------------------------------
 
 def proc_cmdline(pid):
@@ -471,10 +638,13 @@ def gen_pipeline(rng, fmt, total_rows, cpus, preserve):
 
 
 def yaml_pipeline(name, src, fmt, psize, stages, sink, sink_fmt, execution):
+    """src and sink: local directories, or s3:// URIs"""
+    def uri(x):
+        return x if x.startswith("s3://") else "file://" + x + "/"
     p = {"apiVersion": "streambatch.dev/v1alpha1", "kind": "Pipeline", "metadata": {"name": name},
-         "spec": {"source": {"uri": "file://" + src + "/", "format": fmt, "partitionSize": psize},
+         "spec": {"source": {"uri": uri(src), "format": fmt, "partitionSize": psize},
                   "stages": stages,
-                  "sink": {"uri": "file://" + sink + "/", "format": sink_fmt},
+                  "sink": {"uri": uri(sink), "format": sink_fmt},
                   "execution": execution}}
     # JSON is YAML, but not JSON's surrogate-pair escapes ("\ud83d\ude00"), which libyaml
     # refuses: the characters are written as they are
@@ -487,8 +657,8 @@ CRASH_RE = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitize
 
 
 class Pipeline:
-    def __init__(self, cfg, stats, idx, net):
-        self.cfg, self.st, self.idx, self.net = cfg, stats, idx, net
+    def __init__(self, cfg, stats, idx, net, minio=None):
+        self.cfg, self.st, self.idx, self.net, self.minio = cfg, stats, idx, net, minio
         self.seed = "%d-%d" % (cfg.seed, idx)
         self.rng = random.Random(self.seed)
         self.dir = os.path.join(cfg.work, "p%05d" % idx)
@@ -524,10 +694,30 @@ class Pipeline:
         self.exec = execution
         self.sink_fmt = "csv" if self.fmt == "csv" and rng.random() < 0.6 else "jsonl"
         self.out = os.path.join(self.dir, "out")
+        # S3 from a random stream of its own: the file-only pipelines of a seed stay as they were
+        src, sink = os.path.join(self.dir, "in"), self.out
+        self.s3_src = self.s3_sink = False
+        if self.minio is not None:
+            r3 = random.Random(self.seed + "-s3")
+            self.s3_src, self.s3_sink = r3.random() < 0.4, r3.random() < 0.6
+            if self.cfg.s3 == "on":
+                self.s3_sink = True
+            pfx = "p%05d-%d/" % (self.idx, os.getpid())
+            self.s3_prefix = pfx
+            if self.s3_src:
+                src = "s3://%s/%sin/" % (S3_BUCKET, pfx)
+                for name in sorted(os.listdir(os.path.join(self.dir, "in"))):
+                    with open(os.path.join(self.dir, "in", name), "rb") as f:
+                        self.minio.s3.put(pfx + "in/" + name, f.read())
+            if self.s3_sink:
+                sink = "s3://%s/%sout/" % (S3_BUCKET, pfx)
+            self.st.c["s3_pipelines"] += self.s3_src or self.s3_sink
+            self.st.c["s3_sources"] += self.s3_src
+            self.st.c["s3_sinks"] += self.s3_sink
         self.yaml = os.path.join(self.dir, "p.yaml")
         with open(self.yaml, "w") as f:
-            f.write(yaml_pipeline("chaos-%d" % self.idx, os.path.join(self.dir, "in"), self.fmt, psize,
-                                  self.stages, self.out, self.sink_fmt, execution))
+            f.write(yaml_pipeline("chaos-%d" % self.idx, src, self.fmt, psize,
+                                  self.stages, sink, self.sink_fmt, execution))
         os.makedirs(self.mnt)
         if cfg.diskfull:
             size = rng.choice(["8m", "16m", "64m"])
@@ -554,7 +744,10 @@ class Pipeline:
                          " netns" if self.net else "",
                          json.dumps([[s["op"], s.get("args", {})] for s in self.stages],
                                     ensure_ascii=True, separators=(",", ":")),
-                         self.sink_fmt, ["%.1f:%s" % p for p in self.plan]))
+                         self.sink_fmt + (" (s3)" if self.s3_sink else ""),
+                         ["%.1f:%s" % p for p in self.plan]))
+        if self.s3_src:
+            self.desc = self.desc.replace(" files ", " files (s3) ", 1)
 
     # ---- running
     def start(self, attempt, resume):
@@ -570,6 +763,8 @@ class Pipeline:
         if resume:
             argv.append("--resume")
         env = dict(os.environ, TMPDIR=self.mnt, SB_LOG_LEVEL="info")
+        if self.minio is not None:
+            env.update(self.minio.env())
         if self.net is not None:
             env["SB_RUN_CONTROLLER_HOST"] = self.net.nodes["ctl"][2]
             env["SB_RUN_WORKER_BIN"] = self.cfg.wrapper
@@ -756,6 +951,12 @@ class Pipeline:
     def check(self):
         st = self.st
         problems = []
+        if self.s3_sink:  # the bucket's objects, read back here, are checked as a directory
+            try:
+                n = self.minio.s3.mirror(self.s3_prefix + "out/", self.out)
+                st.c["s3_objects_read"] += n
+            except (OSError, RuntimeError, ET.ParseError, http.client.HTTPException) as e:
+                problems.append("reading the S3 output back: %s" % e)
         succ = os.path.exists(os.path.join(self.out, "_SUCCESS"))
         last = open(self.logs[-1], errors="replace").read().strip().splitlines()
         last_line = last[-1] if last else ""
@@ -771,6 +972,12 @@ class Pipeline:
         if self.orphans:
             problems.append("%d workers outlived the killed driver" % self.orphans)
             st.c["orphans"] += self.orphans
+        # a killed attempt's spill dirs are removed by the next attempt (runckpt.h, the run record)
+        left = [x for d in self.run_dirs[:-1] for x in glob.glob(os.path.join(d, "*", "sbstore-*"))]
+        if left:
+            problems.append("%d spill dirs of killed drivers left behind: %s" % (
+                len(left), [os.path.relpath(x, self.dir) for x in left[:5]]))
+            st.c["leftover_spill_dirs"] += len(left)
         verdict = None
         if self.rc == 0 and not succ:
             problems.append("exit 0 without _SUCCESS")
@@ -915,6 +1122,9 @@ def main():
     ap.add_argument("--netns", choices=["off", "on", "mix"], default="mix",
                     help="netns mode: never, always, every other pipeline (default, when root)")
     ap.add_argument("--no-diskfull", dest="diskfull", action="store_false")
+    ap.add_argument("--s3", choices=["off", "on", "mix"], default="mix",
+                    help="MinIO sources and sinks: never; in every pipeline outside netns mode; "
+                         "at random there (default, when MinIO is there)")
     ap.add_argument("--pipeline-limit", type=int, default=240, help="seconds before a run counts as hung")
     cfg = ap.parse_args()
     cfg.seed = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(3), "big")
@@ -931,13 +1141,25 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    log("chaos: seed %d, %d s, bin %s, work %s, netns %s, disk-full %s" % (
-        cfg.seed, cfg.duration, cfg.bin_dir, cfg.work, cfg.netns, "on" if cfg.diskfull else "off"))
+    minio = None
+    minio_bin = find_minio() if cfg.s3 != "off" else None
+    if cfg.s3 != "off" and minio_bin is None:
+        log("chaos: no MinIO (SB_MINIO_BIN, or scripts/minio.sh to build it): S3 is off")
+    log("chaos: seed %d, %d s, bin %s, work %s, netns %s, disk-full %s, s3 %s" % (
+        cfg.seed, cfg.duration, cfg.bin_dir, cfg.work, cfg.netns, "on" if cfg.diskfull else "off",
+        cfg.s3 if minio_bin else "off"))
     t_end = time.monotonic() + cfg.duration
     idx = cfg.only if cfg.only is not None else 0
     pipe = None
     interrupted = None
     try:
+        if minio_bin is not None:
+            try:
+                minio = MinIO(minio_bin, cfg.work)
+                log("chaos: MinIO %s (pid %d) on %s" % (minio_bin, minio.proc.pid, minio.url))
+            except (OSError, RuntimeError) as e:
+                log("chaos: MinIO unavailable, S3 is off: %s" % e)
+                minio = None
         if cfg.netns != "off" and root:
             try:
                 net = Net("sbc%x" % (os.getpid() & 0xfffff), 1 + os.getpid() % 250, netem, cfg.work)
@@ -953,7 +1175,9 @@ def main():
                 net = None
         while True:
             use_net = net if (cfg.netns == "on" or (cfg.netns == "mix" and idx % 2 == 1)) else None
-            pipe = Pipeline(cfg, stats, idx, use_net)
+            # the workers in network namespaces cannot reach MinIO on the host's loopback
+            use_s3 = minio if use_net is None else None
+            pipe = Pipeline(cfg, stats, idx, use_net, use_s3)
             pipe.setup()
             if use_net is not None and not os.access(netem, os.X_OK):
                 pipe.plan = [(t, k if k != "link_loss" else "link_cut") for t, k in pipe.plan]
@@ -984,6 +1208,8 @@ def main():
             pipe.cleanup(keep=True)
         if net is not None:
             net.close()
+        if minio is not None:
+            minio.stop()
     c = stats.c
     log("")
     log("chaos report (seed %d%s)" % (cfg.seed, ", interrupted: " + interrupted if interrupted else ""))
@@ -994,6 +1220,8 @@ def main():
         "%s %d" % kv for kv in sorted(stats.faults.items())) or "none"))
     log("  failures (clean)     %s" % (", ".join("%s %d" % kv for kv in sorted(stats.fail_kinds.items()))
                                        or "none"))
+    log("  s3 pipelines         %d (source %d, sink %d; %d objects read back)" % (
+        c["s3_pipelines"], c["s3_sources"], c["s3_sinks"], c["s3_objects_read"]))
     log("  bytes checked        %d" % c["bytes_checked"])
     log("  rows checked         %d (expected %d)" % (c["rows_checked"], c["rows_expected"]))
     log("  rows lost            %d" % c["rows_lost"])
@@ -1003,6 +1231,7 @@ def main():
     log("  crashes              %d" % c["crashes"])
     log("  hung runs            %d" % c["hung"])
     log("  orphaned workers     %d" % c["orphans"])
+    log("  leftover spill dirs  %d" % c["leftover_spill_dirs"])
     for seed, desc, problems, _ in stats.problems:
         log("  BAD %s: %s" % (seed, "; ".join(problems)[:600]))
     passed = c["pipelines"] - c["bad"]
