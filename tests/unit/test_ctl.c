@@ -87,18 +87,9 @@ static Streambatch__V1__PollTasksReply *do_poll(fixture *f, const char *id, uint
     return (Streambatch__V1__PollTasksReply *)resp;
 }
 
-Test(ctl, register_poll_complete_to_success)
+/* Reports every task of r done by w1, each with one output s0-t<i>-p0 (100 bytes, 10 rows). */
+static void complete_all(fixture *f, const Streambatch__V1__PollTasksReply *r)
 {
-    fixture f;
-    setup(&f, 5000);
-    do_register(&f, "w1");
-    Streambatch__V1__PollTasksReply *r = do_poll(&f, "w1", 100);
-    cr_assert_eq(r->n_tasks, 2);
-    cr_expect_str_eq(r->tasks[0]->task_id, "default/c/s0-t0");
-    cr_expect_str_eq(r->tasks[0]->source_split, "in\t0\t100");
-    cr_expect(r->tasks[0]->writes_sink);
-    cr_expect_eq(r->tasks[0]->n_ops, 1);
-    cr_expect_str_eq(r->tasks[0]->ops[0]->op, "identity");
     for (size_t i = 0; i < r->n_tasks; i++) {
         Streambatch__V1__CompleteTaskRequest c = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
         Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
@@ -117,11 +108,26 @@ Test(ctl, register_poll_complete_to_success)
         ProtobufCMessage *resp = NULL;
         sb_err err;
         cr_assert_eq(
-            sb_rpc_call_msg(f.ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
+            sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
             SB_RPC_OK, "%s", err.msg);
         cr_expect(((Streambatch__V1__CompleteTaskReply *)resp)->accepted);
         sb_rpc_msg_free(resp);
     }
+}
+
+Test(ctl, register_poll_complete_to_success)
+{
+    fixture f;
+    setup(&f, 5000);
+    do_register(&f, "w1");
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, "w1", 100);
+    cr_assert_eq(r->n_tasks, 2);
+    cr_expect_str_eq(r->tasks[0]->task_id, "default/c/s0-t0");
+    cr_expect_str_eq(r->tasks[0]->source_split, "in\t0\t100");
+    cr_expect(r->tasks[0]->writes_sink);
+    cr_expect_eq(r->tasks[0]->n_ops, 1);
+    cr_expect_str_eq(r->tasks[0]->ops[0]->op, "identity");
+    complete_all(&f, r);
     sb_rpc_msg_free(&r->base);
     cr_expect_eq(sb_ctl_wait(f.ctl, 2000), SB_SCHED_SUCCEEDED);
     size_t n;
@@ -181,28 +187,7 @@ Test(ctl, a_poll_held_after_the_end_is_answered_by_the_shutdown)
     do_register(&f, "w1");
     Streambatch__V1__PollTasksReply *r = do_poll(&f, "w1", 100);
     cr_assert_eq(r->n_tasks, 2);
-    for (size_t i = 0; i < r->n_tasks; i++) {
-        Streambatch__V1__CompleteTaskRequest c = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
-        Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
-        Streambatch__V1__PartitionInfo *outs[] = {&out};
-        char id[32];
-        snprintf(id, sizeof id, "s0-t%zu-p0", i);
-        out.id = id;
-        out.bytes = 100;
-        out.rows = 10;
-        c.worker_id = "w1";
-        c.task_id = r->tasks[i]->task_id;
-        c.attempt = r->tasks[i]->attempt;
-        c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
-        c.n_outputs = 1;
-        c.outputs = outs;
-        ProtobufCMessage *resp = NULL;
-        sb_err err;
-        cr_assert_eq(
-            sb_rpc_call_msg(f.ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
-            SB_RPC_OK, "%s", err.msg);
-        sb_rpc_msg_free(resp);
-    }
+    complete_all(&f, r);
     sb_rpc_msg_free(&r->base);
     cr_assert_eq(sb_ctl_wait(f.ctl, 2000), SB_SCHED_SUCCEEDED);
     held_poll h = {.f = &f};
