@@ -102,7 +102,9 @@ import sys
 for i in range(2000):
     open(f"{sys.argv[1]}/t{i:05d}.bin", "wb").write(b"x" * 4096)
 P
-pipeline tiny "$work/tiny/" binary 1Mi "  - {name: a, op: identity}" "memoryBudget: 64Mi"
+# partitionSize = one file: small files are coalesced into splits of about partitionSize, so
+# with 1Mi the 2,000 files were 8 tasks and the row measured nothing of the scheduler
+pipeline tiny "$work/tiny/" binary 4Ki "  - {name: a, op: identity}" "memoryBudget: 64Mi"
 j=$(run tiny --cpus $cpus)
 python3 - "$j" <<'P'
 import json, sys
