@@ -124,6 +124,9 @@ static void apply_releases(worker *w, char **ids, size_t n)
 
 #define BACKOFF_FIRST_MS 200
 #define BACKOFF_MAX_MS 2000
+#ifndef REGISTER_ATTEMPT_MS
+#define REGISTER_ATTEMPT_MS 5000 /* one attempt of the first registration (see sb_worker_run) */
+#endif
 
 static int backoff_next(int ms)
 {
@@ -934,9 +937,13 @@ static int heartbeat_once(worker *w)
     return 0;
 }
 
-/* Registers on channel c with every partition the store holds. */
-static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb_err *err)
+/* Registers on channel c with every partition the store holds; *code (may be NULL) is the
+ * call's status: SB_RPC_OK, or why it failed. */
+static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb_rpc_code *code,
+                       sb_err *err)
 {
+    if (code != NULL)
+        *code = SB_RPC_UNKNOWN;
     sb_store_item *items = NULL;
     size_t n = 0;
     if (sb_store_list(w->store, &items, &n, err) != 0)
@@ -965,12 +972,14 @@ static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb
     req.partitions = ptrs;
     req.memory_budget_bytes = w->cfg.store_budget;
     ProtobufCMessage *resp = NULL;
-    sb_rpc_code code = sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_REGISTER, &req.base, timeout_ms,
-                                       SB_RPC_WAIT_FOR_READY, &resp, err);
+    sb_rpc_code rc_call = sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_REGISTER, &req.base, timeout_ms,
+                                          SB_RPC_WAIT_FOR_READY, &resp, err);
+    if (code != NULL)
+        *code = rc_call;
     free(items);
     free(infos);
     free(ptrs);
-    if (code != SB_RPC_OK)
+    if (rc_call != SB_RPC_OK)
         return sb_err_wrap(err, "registering with %s", c->addr);
     Streambatch__V1__RegisterReply *r = (Streambatch__V1__RegisterReply *)resp;
     w->hb_ms = r->heartbeat_interval_ms ? (uint32_t)r->heartbeat_interval_ms : 1000;
@@ -1099,7 +1108,7 @@ static void main_loop(worker *w)
             ctl_chan *c = ctl_get(w, 1);
             sb_err err;
             size_t held = 0;
-            if (do_register(w, c, 5000, &held, &err) == 0) {
+            if (do_register(w, c, REGISTER_ATTEMPT_MS, &held, NULL, &err) == 0) {
                 pthread_mutex_lock(&w->mu);
                 if (c == w->chan)
                     w->need_register = 0;
@@ -1212,15 +1221,32 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
     if (colon != NULL && w->cfg.advertise == NULL)
         *colon = '\0';
     snprintf(w->address, sizeof w->address, "%s:%d", host, port);
-    ctl_chan *c = ctl_get(w, 1);
-    size_t held = 0;
-    int reg = do_register(w, c, w->cfg.register_timeout_ms, &held, err);
-    pthread_mutex_lock(&w->mu);
-    int rebound = c != w->chan; /* a Rebind came meanwhile: the main loop registers there */
-    if (reg == 0 && !rebound)
-        w->need_register = 0;
-    pthread_mutex_unlock(&w->mu);
-    ctl_put(w, c);
+    /* The first registration, in attempts of at most REGISTER_ATTEMPT_MS until
+     * register_timeout_ms: a Rebind that comes meanwhile (the controller that made this pod
+     * died, its successor adopted the pod) ends the wait for the old address at the end of
+     * the attempt, and the main loop registers at the new one at once. One call for the whole
+     * timeout kept waiting for the dead controller: 60 s per failover on the test cluster. */
+    int reg = -1, rebound = 0;
+    double reg_end = mono_s() + w->cfg.register_timeout_ms / 1000.0;
+    for (;;) {
+        ctl_chan *c = ctl_get(w, 1);
+        size_t held = 0;
+        int left_ms = (int)((reg_end - mono_s()) * 1000);
+        int attempt_ms = left_ms < REGISTER_ATTEMPT_MS ? left_ms : REGISTER_ATTEMPT_MS;
+        sb_rpc_code code;
+        reg = do_register(w, c, attempt_ms > 0 ? attempt_ms : 1, &held, &code, err);
+        pthread_mutex_lock(&w->mu);
+        rebound = c != w->chan; /* a Rebind came meanwhile: the main loop registers there */
+        if (reg == 0 && !rebound)
+            w->need_register = 0;
+        pthread_mutex_unlock(&w->mu);
+        ctl_put(w, c);
+        /* only an unreachable controller is waited for; a refusal is final */
+        if (reg == 0 || rebound || stopping(w) || mono_s() >= reg_end || !unreachable(code))
+            break;
+        if (code != SB_RPC_DEADLINE_EXCEEDED)
+            usleep(BACKOFF_FIRST_MS * 1000); /* failed at once (UNKNOWN, CANCELLED): no spin */
+    }
     if (reg != 0 && !rebound)
         goto out;
     sb_log(SB_LOG_INFO, "worker ready", "worker", w->cfg.id, "address", w->address, "pool",

@@ -609,6 +609,56 @@ Test(rebind, a_rebind_restarts_the_loss_clock)
     cr_expect_eq(st, 1, "exit status %d:\n%s", st, slurp("clock.log"));
 }
 
+/* The pod was made by a controller that died before the worker first registered (its start,
+ * an image unpack, outlasted the controller): the successor's Rebind must end the wait for the
+ * dead address. The first registration used to be one call of register_timeout_ms (60 s)
+ * whatever came meanwhile: the worker registered at the new controller a minute late. */
+Test(rebind, a_rebind_during_the_first_registration_is_followed_at_once)
+{
+    char dead[64], listen[64];
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", free_port()); /* nobody listens there */
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", free_port());
+    const char *args[] = {"--controller", dead, "--id", "w1", "--listen", listen, NULL};
+    const char *env[] = {"SB_LOG_LEVEL=info", NULL};
+    pid_t pid = worker_start("first.log", args, env);
+    fake *b = fake_start();
+    int ok = 0;
+    char msg[512];
+    for (int i = 0; i < 100 && !ok; i++) { /* until its Worker service is up */
+        sb_err err;
+        sb_rpc_channel *ch = sb_rpc_channel_new(listen, NULL, &err);
+        cr_assert_not_null(ch, "%s", err.msg);
+        Streambatch__V1__RebindRequest req = STREAMBATCH__V1__REBIND_REQUEST__INIT;
+        req.controller_address = b->addr;
+        req.epoch = 1;
+        req.pipeline = "default/rb";
+        ProtobufCMessage *resp = NULL;
+        if (sb_rpc_call_msg(ch, SB_RPC_WORKER_REBIND, &req.base, 500, SB_RPC_WAIT_FOR_READY, &resp,
+                            &err) == SB_RPC_OK) {
+            Streambatch__V1__RebindReply *r = (Streambatch__V1__RebindReply *)resp;
+            ok = r->accepted;
+            snprintf(msg, sizeof msg, "%s", r->message ? r->message : "");
+            sb_rpc_msg_free(resp);
+            cr_assert(ok, "Rebind refused: %s", msg);
+        }
+        sb_rpc_channel_free(ch);
+    }
+    cr_assert(ok, "the worker's Worker service never answered:\n%s", slurp("first.log"));
+    int64_t t0 = now_ms();
+    cr_assert(fake_wait(b, &b->registrations, 1, 20000),
+              "no registration at the new controller within 20 s:\n%s", slurp("first.log"));
+    int64_t took = now_ms() - t0;
+    cr_expect_leq(took, 8000, "registered at the new controller %lld ms after the Rebind",
+                  (long long)took);
+    cr_expect(alive(pid), "%s", slurp("first.log"));
+    pthread_mutex_lock(&b->mu);
+    b->shutdown = 1;
+    pthread_mutex_unlock(&b->mu);
+    int st = worker_reap(pid, 20000);
+    cr_expect_eq(st, 0, "exit status %d:\n%s", st, slurp("first.log"));
+    fake_stop(b);
+}
+
 Test(rebind, pod_mode_listens_on_the_pod_ip_and_port)
 {
     fake *a = fake_start();
