@@ -6,6 +6,8 @@
 #   cluster.sh up     start; $STATE/kubeconfig exists once the cluster is ready
 #   cluster.sh down   stop what `up` started (recorded pids only) and remove $STATE
 #   cluster.sh status
+#   cluster.sh restart-apiserver [S]   SIGKILL the API server, S seconds later start it again
+#                                     (same port, same etcd): a control-plane restart (chaos)
 #
 # STATE is ${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}. Every wait is bounded. etcd or
 # kube-apiserver exiting during start-up is started again on fresh ports (up to 3 starts); a
@@ -174,6 +176,45 @@ current-context: streambatch
 EOF
 }
 
+# The API server on $API_PORT, etcd on $ETCD_PORT (up, and restart-apiserver with the same ports)
+run_apiserver() {
+  local p=$STATE/pki issuer=https://kubernetes.default.svc.cluster.local
+  start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+    --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" --client-ca-file "$p/ca.crt" \
+    --authorization-mode RBAC --allow-privileged=true \
+    --service-account-issuer "$issuer" --api-audiences "$issuer" \
+    --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
+    --cert-dir "$STATE/apiserver" --profiling=false --v 1
+}
+apiserver_ready() {
+  local p=$STATE/pki
+  curl -fsS --max-time 5 --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" \
+    "https://127.0.0.1:$API_PORT/readyz"
+}
+
+# restart-apiserver [DOWN_SECONDS]: the API server crashes (SIGKILL), stays down DOWN_SECONDS
+# (default 0), and starts again on the same port with the same etcd: every client (controller,
+# agent, kubectl) sees its connections reset and its watches end, as in a control-plane restart.
+restart_apiserver() {
+  local down_s=${1:-0} pid
+  [[ -f $STATE/$MARKER && -f $STATE/apiserver.port && -f $STATE/etcd.port ]] || die "no cluster in $STATE"
+  API_PORT=$(<"$STATE/apiserver.port"); ETCD_PORT=$(<"$STATE/etcd.port")
+  pid=$(live_pid kube-apiserver) || die "kube-apiserver is not running"
+  kill -KILL "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  sleep "$down_s"
+  local t0=$SECONDS rc=0
+  run_apiserver
+  wait_up kube-apiserver "$START_TIMEOUT" apiserver_ready || rc=$?
+  if ((rc != 0)); then
+    tail -n 40 "$STATE/logs/kube-apiserver.log" >&2
+    die "kube-apiserver not ready again after a restart ($( ((rc == 1)) && echo exited || echo timed out))"
+  fi
+  log "kube-apiserver restarted on port $API_PORT (ready in $((SECONDS - t0))s)"
+}
+
 up() {
   if [[ -f $STATE/kubeconfig ]] && live_pid kube-apiserver >/dev/null; then
     log "already running (state $STATE)"; return 0
@@ -202,22 +243,11 @@ up() {
   start_retry etcd 3 start_etcd 30 etcd_ready
   log "etcd ready on 127.0.0.1:$ETCD_PORT ($((SECONDS - t0))s)"
 
-  local issuer=https://kubernetes.default.svc.cluster.local
+  echo "$ETCD_PORT" >"$STATE/etcd.port"
   start_apiserver() {
     API_PORT=$(pick_port)
     echo "$API_PORT" >"$STATE/apiserver.port"
-    start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-      --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
-      --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" --client-ca-file "$p/ca.crt" \
-      --authorization-mode RBAC --allow-privileged=true \
-      --service-account-issuer "$issuer" --api-audiences "$issuer" \
-      --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
-      --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
-      --cert-dir "$STATE/apiserver" --profiling=false --v 1
-  }
-  apiserver_ready() {
-    curl -fsS --max-time 5 --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" \
-      "https://127.0.0.1:$API_PORT/readyz"
+    run_apiserver
   }
   start_retry kube-apiserver 3 start_apiserver "$START_TIMEOUT" apiserver_ready
   log "kube-apiserver ready on https://127.0.0.1:$API_PORT ($((SECONDS - t0))s)"
@@ -345,5 +375,6 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  restart-apiserver) restart_apiserver "${2:-0}" ;;
+  *) echo "usage: $0 up|down|status|restart-apiserver [DOWN_SECONDS]" >&2; exit 2 ;;
 esac

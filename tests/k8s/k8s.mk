@@ -6,6 +6,9 @@
 #   make k8s-selftest  start a private cluster, check it works, stop it (part of `make test`)
 #   make k8s-operator-test  the operator end to end: helm install of helm/streambatch on a
 #                      private cluster, Pipelines applied with kubectl (part of `make test`)
+#   make chaos-cluster DURATION=S  the chaos run on a private cluster: Pipelines on the operator
+#                      under pod deletion, worker and leader kills, API server restarts
+#                      (scripts/chaos-cluster.sh); chaos-cluster-test (2 minutes) in `make test`
 #   make chart-crd     copy api/crd/pipelines.streambatch.dev.yaml into the Helm chart's crd/
 #                      and deploy/grafana/streambatch.json into its dashboards/ (the operator
 #                      and dashboard tests fail when a copy differs)
@@ -32,8 +35,14 @@ chart-crd:
 	  echo "  DASH   helm/streambatch/dashboards/streambatch.json"
 k8s-operator-test: k8s-build build
 	@$(K8S_DIR)/operator-test.sh
+CHAOS_CLUSTER_TEST_DURATION ?= 120
+.PHONY: chaos-cluster chaos-cluster-test
+chaos-cluster: k8s-build build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/chaos-cluster.sh $(DURATION)
+chaos-cluster-test: k8s-build build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/chaos-cluster.sh $(CHAOS_CLUSTER_TEST_DURATION)
 
 # `make test` builds first (outside the per-suite time limit: a cold build takes minutes),
 # then runs the self-test as one of the slower suites.
 BUILD_EXTRA += k8s-build
-TEST_EXTRA += k8s-selftest k8s-operator-test
+TEST_EXTRA += k8s-selftest k8s-operator-test chaos-cluster-test
