@@ -24,7 +24,11 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   if [[ -n $driver ]] && kill -0 "$driver" 2>/dev/null; then
-    kill -TERM "$driver" 2>/dev/null; sleep 5; kill -KILL "$driver" 2>/dev/null
+    # it stops the cluster and prints its report on SIGTERM: up to 90 s for that
+    kill -TERM "$driver" 2>/dev/null
+    local i
+    for ((i = 0; i < 90; i++)); do kill -0 "$driver" 2>/dev/null || break; sleep 1; done
+    kill -KILL "$driver" 2>/dev/null
   fi
   STREAMBATCH_CLUSTER_DIR=$work/cluster "$here/tests/k8s/cluster.sh" down >/dev/null 2>&1
   local e pid
@@ -49,7 +53,7 @@ driver=$!
 limit=$(( ${duration%.*} + 420 ))
 ( trap 'kill "$s" 2>/dev/null; exit 0' TERM
   sleep "$limit" & s=$!; wait "$s"; kill -TERM "$driver" 2>/dev/null
-  sleep 60 & s=$!; wait "$s"; kill -KILL "$driver" 2>/dev/null ) &
+  sleep 90 & s=$!; wait "$s"; kill -KILL "$driver" 2>/dev/null ) &
 watchdog=$!
 wait "$driver"; rc=$?
 kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
