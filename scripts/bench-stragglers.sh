@@ -3,7 +3,9 @@
 # jsonl -> identity (cpu) -> bench.spin (known CPU cost per MB, on 2 workers of the "gpu" pool:
 # only processes here, no device) -> identity (cpu) -> jsonl. One spin worker is made slow from
 # outside, as a sick node would be: its process is stopped with SIGSTOP for 150 ms of every
-# 200 ms (it runs at about a quarter of its speed). Per round, in this order:
+# 200 ms (THROTTLE=stop, the default), or confined by a cgroup CPU quota of 25% of one CPU
+# (THROTTLE=quota, tests/helpers/cpu-quota.sh: it keeps running, slowly, and answers
+# heartbeats); either way it runs at about a quarter of its speed. Per round, in this order:
 #   one      - one healthy spin worker alone (--gpus 1): calibrates a worker's speed s here now
 #   off      - throttled, SB_SCHED_OFF=tail-sizing,speculation,drain (none of the three)
 #   tail+spec- throttled, tail sizing and speculative copies, no drain
@@ -19,10 +21,14 @@ bin=${SB_BIN_DIR:-$PWD/bin}
 rounds=${ROUNDS:-3}
 ms_per_mb=${MS_PER_MB:-2000}
 psize=${PARTITION_SIZE:-128Ki} # 512Ki: 16 tasks of ~0.8 s, too coarse to balance (docs/benchmarks.md)
+throttle_mode=${THROTTLE:-stop}
+[[ $throttle_mode == stop || $throttle_mode == quota ]] || { echo "bench: THROTTLE=stop|quota" >&2; exit 2; }
+quota=$(cd "$(dirname "$0")/.." && pwd)/tests/helpers/cpu-quota.sh
 work=$(mktemp -d /tmp/sb-bench-stragglers-XXXXXX)
-duty=""
+duty="" cg=""
 cleanup() {
   [[ -n $duty ]] && kill "$duty" 2>/dev/null || true
+  [[ -n $cg ]] && "$quota" remove "$cg" 2>/dev/null || true
   # a stopped worker of this benchmark (found by its spill directory under $work) goes on
   pgrep -f -- "--spill-[d]ir $work/" | xargs -r kill -CONT 2>/dev/null || true
   rm -rf "$work"
@@ -71,14 +77,19 @@ run() {
       sleep 0.02
     done
     [[ -n $pid ]] || { echo "bench: no worker to throttle" >&2; cat "$work/$name.log" >&2; exit 1; }
-    (while [[ ! -f $work/$name.rc ]] && kill -STOP "$pid" 2>/dev/null; do
-      sleep 0.15; kill -CONT "$pid" 2>/dev/null; sleep 0.05; done; kill -CONT "$pid" 2>/dev/null) &
-    duty=$!
+    if [[ $throttle_mode == quota ]]; then
+      cg=$("$quota" add "sb-bench-stragglers-$$" 25 "$pid") || { echo "bench: no cgroup CPU quota here" >&2; exit 1; }
+    else
+      (while [[ ! -f $work/$name.rc ]] && kill -STOP "$pid" 2>/dev/null; do
+        sleep 0.15; kill -CONT "$pid" 2>/dev/null; sleep 0.05; done; kill -CONT "$pid" 2>/dev/null) &
+      duty=$!
+    fi
   fi
   wait "$rp" || true
   while [[ ! -f $work/$name.rc ]]; do sleep 0.05; done
   t1=$(date +%s.%N)
   [[ -n $duty ]] && { wait "$duty" 2>/dev/null || true; duty=""; }
+  [[ -n $cg ]] && { "$quota" remove "$cg" || true; cg=""; }
   [[ $(cat "$work/$name.rc") == 0 ]] || { echo "bench: run $name failed" >&2; tail "$work/$name.log" >&2; exit 1; }
   [[ $(digest "$work"/out/part-*.jsonl) == "$want" ]] || { echo "bench: $name output differs" >&2; exit 1; }
   python3 - "$work/$name.json" "$t0" "$t1" >"$work/res" <<'PY'
@@ -108,13 +119,15 @@ for r in $(seq "$rounds"); do
 done
 sum() { printf '%s\n' "$@" | awk '{s+=$1} END {print s}'; }
 echo
-echo "## A sick worker: tail sizing, speculative copies, drain (scripts/bench-stragglers.sh)"
+echo "## A sick worker: tail sizing, speculative copies, drain (scripts/bench-stragglers.sh, THROTTLE=$throttle_mode)"
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs shared with other work; $rounds rounds, each"
 echo "round's runs back to back, whole processes, outputs checked equal. $mb MiB of jsonl ->"
 echo "identity -> bench.spin ($ms_per_mb ms of CPU per MB, 2 workers of the gpu pool: processes"
-echo "only) -> identity, --cpus 1 --gpus 2, partitionSize $psize. One spin worker stopped with"
-echo "SIGSTOP 150 ms of every 200 ms. Bound = the round's time of one healthy worker alone / 1.25"
+echo "only) -> identity, --cpus 1 --gpus 2, partitionSize $psize. One spin worker"
+if [[ $throttle_mode == quota ]]; then echo "confined by a cgroup CPU quota of 25% of one CPU."
+else echo "stopped with SIGSTOP 150 ms of every 200 ms."; fi
+echo "Bound = the round's time of one healthy worker alone / 1.25"
 echo "(the work over the workers' effective speeds: one at s, one at s/4). Medians (range) of"
 echo "time / bound (the first two rows: seconds)."
 echo

@@ -181,5 +181,6 @@ scripts/bench-ctl-load.sh >>"$out"
 echo "bench: a sick worker (scripts/bench-stragglers.sh: tail sizing, copies, drain vs none)" >&2
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-stragglers.sh >>"$out"
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} PARTITION_SIZE=512Ki scripts/bench-stragglers.sh >>"$out"
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} THROTTLE=quota scripts/bench-stragglers.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"

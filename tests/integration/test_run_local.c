@@ -460,6 +460,61 @@ Test(run, a_sick_worker_is_drained_and_replaced)
     free(want);
 }
 
+/* The same sick node made slow the other way a real one is: its process confined by a cgroup
+ * CPU quota (5% of one CPU; tests/helpers/cpu-quota.sh), so it keeps answering heartbeats and
+ * polls, only slowly. Drained and replaced as under SIGSTOP; every record once. Skipped where
+ * no cgroup cpu controller can be used (not root). */
+Test(run, a_worker_confined_by_a_cpu_quota_is_drained_and_replaced)
+{
+    const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 4000}}\n";
+    write_pipeline("quota", stages, "");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && mkdir -p quota-run && (timeout 150 %s run quota.yaml --cpus 3 "
+             "--run-dir %s/quota-run --summary-json quota.summary.json > quota.log 2>&1; "
+             "echo $? > quota.rc) >/dev/null 2>&1 & echo $!",
+             dir, sb_test_bin("streambatch"), dir);
+    free(sb_test_sh_out("%s", cmd));
+    char *victim = sb_test_sh_out("for i in $(seq 100); do p=$(pgrep -f -- '--spill-[d]ir "
+                                  "%s/quota-run/cpu-0$' | head -1); [ -n \"$p\" ] && break; "
+                                  "sleep 0.05; done; echo $p",
+                                  dir);
+    cr_assert(*victim, "no worker to throttle");
+    char *cg = sb_test_sh_out("%s/tests/helpers/cpu-quota.sh add sb-test-quota-%d 5 %s 2>&1; "
+                              "echo rc=$?",
+                              sb_test_root(), (int)getpid(), victim);
+    if (strstr(cg, "rc=3") != NULL) {
+        sh("kill %s; for i in $(seq 100); do [ -f %s/quota.rc ] && break; sleep 0.1; done", victim,
+           dir);
+        free(victim);
+        cr_skip_test("no cgroup CPU quota here: %s", cg);
+    }
+    cr_assert(strstr(cg, "rc=0") != NULL, "cpu-quota.sh: %s", cg);
+    char *nl = strchr(cg, '\n');
+    if (nl != NULL)
+        *nl = '\0'; /* the cgroup's directory */
+    sh("for i in $(seq 1 1400); do [ -f %s/quota.rc ] && break; sleep 0.1; done", dir);
+    sh("%s/tests/helpers/cpu-quota.sh remove %s", sb_test_root(), cg);
+    free(cg);
+    char *rc = sb_test_sh_out("cat %s/quota.rc", dir);
+    char *log = sb_test_sh_out("tail -12 %s/quota.log", dir);
+    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    cr_expect(strstr(log, "sick workers: ") != NULL, "the summary says so:\n%s", log);
+    free(rc);
+    free(log);
+    char *repl = sb_test_sh_out("test -d %s/quota-run/cpu-0-r1 && echo yes || echo no", dir);
+    cr_expect_str_eq(repl, "yes", "a replacement worker was started");
+    free(repl);
+    free(victim);
+    cr_expect_geq(summary_num("quota", "workersDrained"), 1);
+    cr_expect_geq(summary_num("quota", "workersRetired"), 1);
+    cr_expect_eq(summary_num("quota", "workersLost"), 0, "retired, not lost");
+    char *got = output_digest("quota"), *want = expected_digest("True");
+    cr_expect_str_eq(got, want, "every record exactly once");
+    free(got);
+    free(want);
+}
+
 /* Invalid JSON is a data error: not retried (a retry would fail the same way), the pipeline
  * fails at once naming the input. */
 Test(run, deterministic_op_failure_is_not_retried_and_fails)
@@ -873,6 +928,14 @@ Test(run, plugin_stage_runs_the_example_plugin_on_every_record)
  * maxTaskRetries the pipeline fails naming the signal, instead of crashing workers forever. */
 Test(run, plugin_that_crashes_its_worker_fails_after_max_task_retries)
 {
+    /* Under ASan the worker would catch its SIGSEGV, print a report and exit 1: what this test
+     * checks is how the engine handles a worker that dies of a signal, so the worker (and the
+     * driver: the environment is inherited) keep the default SIGSEGV disposition. Without ASan
+     * the option is ignored. Criterion runs each test in its own process. */
+    const char *asan = getenv("ASAN_OPTIONS");
+    char opts[1024];
+    snprintf(opts, sizeof opts, "%s%shandle_segv=0", asan ? asan : "", asan && *asan ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
     sh("cd %s && printf '{\"n\": 1, \"x\": \"CRASH\"}\\n' > in/zz-crash.jsonl", dir);
     char stages[1024];
     snprintf(stages, sizeof stages, "  - {name: native, op: plugin, args: {path: '%s'}}\n",
