@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "doc/doc.h"
 
 #define MAX_BODY (64u * 1024 * 1024)
 #define MAX_BACKOFF_MS 5000L
@@ -444,7 +445,11 @@ cJSON *sb_k8s_json(sb_k8s_client *c, const char *method, const char *path, const
         return NULL;
     }
     cJSON *j = cJSON_Parse(resp);
-    if (j == NULL)
+    if (j != NULL && sb_doc_cjson_keep_ints(j, resp) != 0) { /* exact past 2^53 */
+        cJSON_Delete(j);
+        j = NULL;
+        sb_err_set(err, "%s %s: out of memory", method, path);
+    } else if (j == NULL)
         sb_err_set(err, "%s %s: answer %ld is not JSON", method, path, st);
     free(resp);
     return j;

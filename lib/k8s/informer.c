@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "doc/doc.h"
 #include "k8s/client.h"
 
 #define MAX_LINE (16u * 1024 * 1024)
@@ -122,6 +123,12 @@ static void set_rv_locked(sb_k8s_informer *inf, const char *rv)
 static int apply_event(sb_k8s_informer *inf, const char *text)
 {
     cJSON *ev = cJSON_Parse(text);
+    /* integers past 2^53 (a Pipeline's filter value) keep their text, or the operator would
+     * hand workers a rounded double (chaos-cluster: rows lost and kept against the filter) */
+    if (ev != NULL && sb_doc_cjson_keep_ints(ev, text) != 0) {
+        cJSON_Delete(ev);
+        ev = NULL;
+    }
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(ev, "type");
     cJSON *obj = cJSON_GetObjectItemCaseSensitive(ev, "object");
     if (!cJSON_IsString(type) || !cJSON_IsObject(obj)) {

@@ -366,3 +366,18 @@ Test(k8s_client, update_conflict_retries_are_bounded)
                      "still conflicting after 3 attempts: PUT /api/v1/x: 409 Conflict: stale");
     cJSON_Delete(o);
 }
+
+/* A list or get answer keeps integers past 2^53 exactly (the informer's relist goes this way). */
+Test(k8s_client, integers_past_2_53_keep_their_text)
+{
+    reply r[] = {{200, NULL, "{\"items\":[{\"spec\":{\"v\":4611686018427387905}}]}", 0}};
+    script(1, r);
+    long st = 0;
+    sb_err err = {0};
+    cJSON *j = sb_k8s_get(g_c, "/api/v1/x", &st, &err);
+    cr_assert_not_null(j, "%s", err.msg);
+    char *txt = cJSON_PrintUnformatted(j);
+    cr_expect_str_eq(txt, "{\"items\":[{\"spec\":{\"v\":4611686018427387905}}]}");
+    free(txt);
+    cJSON_Delete(j);
+}

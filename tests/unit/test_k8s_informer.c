@@ -206,3 +206,24 @@ Test(k8s_informer, start_without_config_fails)
     cr_expect(strstr(err.msg, "no config") != NULL, "%s", err.msg);
     sb_k8s_informer_free(inf);
 }
+
+/* An integer past 2^53 in an object (a Pipeline's filter value) comes out of the cache with its
+ * text: printed exactly, not as the nearest double. The operator prints the spec it got from the
+ * informer for its workers; with doubles, `filter big gt 9007199254740993` kept rows with
+ * big = 9007199254740993 (the cluster chaos run: rows kept and lost against the filter). */
+Test(k8s_informer, integers_past_2_53_keep_their_text)
+{
+    rec r = {{0}};
+    sb_k8s_informer *inf = new_inf(&r);
+    const char *ev = "{\"type\":\"ADDED\",\"object\":{\"kind\":\"ConfigMap\",\"metadata\":{"
+                     "\"name\":\"a\",\"namespace\":\"d\",\"resourceVersion\":\"10\"},\"spec\":"
+                     "{\"v\":9007199254740993,\"w\":[-4611686018427387905,1.5,7]}}}\n";
+    cr_assert_eq(sb_k8s_informer_feed(inf, ev, strlen(ev)), 0);
+    cJSON *a = sb_k8s_informer_get(inf, "d/a");
+    cr_assert_not_null(a);
+    char *txt = cJSON_PrintUnformatted(cJSON_GetObjectItem(a, "spec"));
+    cr_expect_str_eq(txt, "{\"v\":9007199254740993,\"w\":[-4611686018427387905,1.5,7]}");
+    free(txt);
+    cJSON_Delete(a);
+    sb_k8s_informer_free(inf);
+}
