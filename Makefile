@@ -125,6 +125,10 @@ chaos: $(CHAOS_DEPS)
 chaos-test: $(CHAOS_DEPS)
 	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) scripts/chaos.sh $(CHAOS_TEST_DURATION)
 TEST_EXTRA += chaos-test
+# the same with ASan+UBSan binaries (build/asan); any sanitizer report fails the pipeline
+.PHONY: chaos-asan
+chaos-asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan BINDIR=build/asan/bin SAN=1 chaos DURATION=$(DURATION)
 
 .SECONDARY:
 .PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean

@@ -103,6 +103,7 @@ typedef struct sb_rpc_piece {
  * ~770,000 parts and a larger pipeline's COMMIT was never delivered; 1 GiB holds ~48 million. */
 #define SB_RPC_CONTROL_MAX_REPLY (1024u * 1024u * 1024u)
 #define SB_RPC_DEFAULT_KEEPALIVE_MS 20000
+#define SB_RPC_DEFAULT_STREAM_STALL_MS 30000
 #define SB_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS 10000
 
 /* Options shared by servers and channels; a zeroed struct (or NULL) means the defaults and no
@@ -119,6 +120,11 @@ typedef struct sb_rpc_opts {
                                      0 = SB_RPC_DEFAULT_KEEPALIVE_MS, < 0 = no keepalive pings */
     int keepalive_timeout_ms;     /* 0 = SB_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS */
     int threads;                  /* server: completion-queue threads (0 = 2) */
+    int stream_stall_ms;          /* server: a call whose answer makes no flow-control progress
+                                     for this long (a SEND or its status pending: the peer
+                                     reads nothing) is cancelled and its payloads released;
+                                     0 = $SB_RPC_STREAM_STALL_MS if set, else
+                                     SB_RPC_DEFAULT_STREAM_STALL_MS; < 0 = never */
     int max_reconnect_backoff_ms; /* client: 0 = 2000 (initial backoff 100 ms) */
     /* TLS: set tls_cert_file + tls_key_file on a server (plus tls_ca_file and
      * tls_require_client_cert for mutual TLS); tls_ca_file on a client (plus cert + key for

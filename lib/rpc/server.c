@@ -102,6 +102,8 @@ struct sb_rpc_call {
     sb_rpc_call_cb ready_cb, cancel_cb;
     void *ready_ud, *cancel_ud;
     int cancel_notified;
+    int64_t progress_ms;             /* last SEND/STATUS batch started or completed (monotonic) */
+    struct sb_rpc_call *prev, *next; /* srv->calls while `call` is set; under srv->mu */
 };
 
 struct sb_rpc_server {
@@ -119,6 +121,9 @@ struct sb_rpc_server {
     int cancelled_calls;
     int64_t last_stream_end_ms; /* when the last streaming call ended (monotonic ms) */
     int live_calls;             /* grpc_calls not yet released */
+    sb_rpc_call *calls;         /* ... their contexts (the stall sweep walks them) */
+    int stall_ms;               /* send stall timeout (0 = none) */
+    int64_t last_sweep_ms;
     tag t_shutdown;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -166,7 +171,7 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void release_grpc_call(sb_rpc_server *srv, grpc_call *gc, int streaming)
+static void release_grpc_call(sb_rpc_server *srv, sb_rpc_call *c, grpc_call *gc, int streaming)
 {
     if (!gc)
         return;
@@ -174,6 +179,13 @@ static void release_grpc_call(sb_rpc_server *srv, grpc_call *gc, int streaming)
      * run on an application thread that ended the call). */
     pthread_mutex_lock(&srv->mu);
     srv->live_calls--;
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (srv->calls == c)
+        srv->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
     if (streaming)
         srv->last_stream_end_ms = mono_ms();
     pthread_cond_broadcast(&srv->cv);
@@ -189,7 +201,7 @@ static void call_unref_locked(sb_rpc_call *c)
     int gone = --c->refs == 0;
     int streaming = c->m != NULL && c->m->streaming; /* read before unlocking: c may go then */
     pthread_mutex_unlock(&c->mu);
-    release_grpc_call(srv, gc, streaming);
+    release_grpc_call(srv, c, gc, streaming);
     if (gone)
         call_free(c);
 }
@@ -227,6 +239,7 @@ static void start_status_locked(sb_rpc_call *c, sb_rpc_code code, const char *ms
     n++;
     c->status_bb = bb;
     c->status_busy = 1;
+    c->progress_ms = mono_ms();
     c->refs++;
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_status, NULL);
     if (e != GRPC_CALL_OK) {
@@ -252,6 +265,7 @@ static void on_status(sb_rpc_call *c, int ok)
     grpc_byte_buffer *bb = c->status_bb;
     c->status_bb = NULL;
     c->status_busy = 0;
+    c->progress_ms = mono_ms();
     if (c->have_details) {
         grpc_slice_unref(c->status_details);
         c->have_details = 0;
@@ -269,6 +283,7 @@ static void on_send(sb_rpc_call *c, int ok)
     grpc_byte_buffer *bb = c->send_bb;
     c->send_bb = NULL;
     c->send_busy = 0;
+    c->progress_ms = mono_ms();
     if (!ok)
         c->send_failed = 1;
     if (c->status_pending && c->call && !c->closed) {
@@ -358,8 +373,13 @@ static void new_call(sb_rpc_server *srv, const rpc_method *m, grpc_call *gc, gpr
     c->t_send.kind = TAG_SEND;
     c->t_status.kind = TAG_STATUS;
     c->refs = 3; /* application handle + RECV_CLOSE batch + this dispatch */
+    c->progress_ms = mono_ms();
     pthread_mutex_lock(&srv->mu);
     srv->live_calls++;
+    c->next = srv->calls;
+    if (c->next)
+        c->next->prev = c;
+    srv->calls = c;
     pthread_mutex_unlock(&srv->mu);
 
     grpc_op op;
@@ -537,17 +557,59 @@ static void dispatch(sb_rpc_server *srv, void *t, int ok)
     }
 }
 
+/* The send stall timeout (sb_rpc_opts.stream_stall_ms): cancels every call whose answer has
+ * made no progress for stall_ms — a SEND or the STATUS batch in flight (not accepted by HTTP/2
+ * flow control), or the call ended by the application but not closed (its last messages and
+ * status still queued behind a window the peer never opens). Cancelling makes gRPC fail the
+ * pending batches and drop the queued messages, so zero-copy payloads are released (their unpin
+ * runs) and the cancel callback fires if the application had not ended the call. A call with
+ * nothing to send (a handler still working, an idle stream) is never stalled. Runs on server
+ * thread 0 at most every stall_ms / 4 (at least every second); lock order srv->mu, then c->mu
+ * (nothing takes srv->mu while holding a call's mu). */
+static void sweep_stalled(sb_rpc_server *srv)
+{
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&srv->mu);
+    int period = srv->stall_ms / 4 < 1000 ? srv->stall_ms / 4 : 1000;
+    if (now - srv->last_sweep_ms < period) {
+        pthread_mutex_unlock(&srv->mu);
+        return;
+    }
+    srv->last_sweep_ms = now;
+    for (sb_rpc_call *c = srv->calls; c; c = c->next) {
+        pthread_mutex_lock(&c->mu);
+        int waiting = c->send_busy || c->status_busy || c->status_pending || c->finished;
+        if (c->call && !c->closed && waiting && now - c->progress_ms > srv->stall_ms) {
+            char ms[24];
+            snprintf(ms, sizeof ms, "%d", srv->stall_ms);
+            sb_log(SB_LOG_WARN, "rpc: cancelling a call whose peer reads nothing", "method",
+                   c->m->path, "stall_ms", ms, (char *)NULL);
+            grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                         "no flow-control progress: the peer reads nothing", NULL);
+            c->progress_ms = now; /* once per stall_ms at most */
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
 static void *sthread_main(void *arg)
 {
     sthread *st = arg;
+    sb_rpc_server *srv = st->srv;
+    int sweeper = st == &srv->threads[0] && srv->stall_ms > 0;
     tls_on_server_thread = 1;
     for (;;) {
-        grpc_event ev =
-            grpc_completion_queue_next(st->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        gpr_timespec dl = sweeper ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                 gpr_time_from_millis(250, GPR_TIMESPAN))
+                                  : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+        grpc_event ev = grpc_completion_queue_next(st->cq, dl, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type == GRPC_OP_COMPLETE)
-            dispatch(st->srv, ev.tag, ev.success);
+            dispatch(srv, ev.tag, ev.success);
+        if (sweeper)
+            sweep_stalled(srv);
     }
     return NULL;
 }
@@ -565,6 +627,13 @@ sb_rpc_server *sb_rpc_server_new(const sb_rpc_opts *opts, sb_err *err)
     cond_init_mono(&srv->cv);
     srv->t_shutdown.kind = TAG_SHUTDOWN;
     srv->nthreads = opts && opts->threads > 0 ? opts->threads : 2;
+    srv->stall_ms = opts ? opts->stream_stall_ms : 0;
+    if (srv->stall_ms == 0) {
+        const char *v = getenv("SB_RPC_STREAM_STALL_MS");
+        srv->stall_ms = v && *v ? atoi(v) : SB_RPC_DEFAULT_STREAM_STALL_MS;
+    }
+    if (srv->stall_ms < 0)
+        srv->stall_ms = 0;
     sb_rpc__acquire();
     srv->creds = sb_rpc__server_creds(opts, err);
     if (!srv->creds)
@@ -964,6 +1033,7 @@ static int stream_send(sb_rpc_call *c, grpc_byte_buffer *bb, sb_err *err)
     ops[n++].data.send_message.send_message = bb;
     c->send_busy = 1;
     c->send_bb = bb;
+    c->progress_ms = mono_ms();
     c->refs++;
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
     if (e != GRPC_CALL_OK) {

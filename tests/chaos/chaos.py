@@ -18,7 +18,8 @@ so `--seed S --only I` runs pipeline I of seed S again, faults included):
     project and expand (never by calling streambatch), and compared with every row of every
     part file as a multiset (in order under preserveOrder), together with _manifest.json;
   * a run that fails is acceptable only with an error and no _SUCCESS ("failed clean"); a
-    sanitizer report, or a process dying of a signal nobody sent, is a crash;
+    sanitizer report (any file under p<N>/san/: see san_env), or a process dying of a signal
+    nobody sent, is a crash;
   * with MinIO (--s3, default mix: $SB_MINIO_BIN or the one scripts/minio.sh caches), started
     once on 127.0.0.1 for the whole run and stopped at its end: some pipelines (not in netns
     mode, which cannot reach loopback) read their input from and/or write their output to a
@@ -656,6 +657,23 @@ CRASH_RE = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitize
                       r"double free|corrupted size|malloc\(\)")
 
 
+def san_env(d):
+    """ASAN_OPTIONS/UBSAN_OPTIONS for the processes of one pipeline (streambatch run, and through
+    it the workers): reports go to files <d>/asan.<pid> and <d>/ubsan.<pid>, which crash_reports()
+    counts (a report printed to stderr could be lost with the tmpfs run directory). Ignored by
+    binaries built without sanitizers. Leak checking stays on: every process that exits on its
+    own (a worker told to stop, or SIGTERMed by the driver: it handles SIGTERM and exits
+    normally) must free what it allocated; a SIGKILLed or SIGSTOP-then-killed process never
+    reaches LeakSanitizer and reports nothing. Options already in the environment come first;
+    log_path is ours."""
+    os.makedirs(d, exist_ok=True)
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    ubsan = os.environ.get("UBSAN_OPTIONS", "")
+    return {"ASAN_OPTIONS": (asan + ":" if asan else "") + "log_path=%s/asan" % d,
+            "UBSAN_OPTIONS": (ubsan + ":" if ubsan else "") +
+            "print_stacktrace=1:halt_on_error=1:log_path=%s/ubsan" % d}
+
+
 class Pipeline:
     def __init__(self, cfg, stats, idx, net, minio=None):
         self.cfg, self.st, self.idx, self.net, self.minio = cfg, stats, idx, net, minio
@@ -763,6 +781,7 @@ class Pipeline:
         if resume:
             argv.append("--resume")
         env = dict(os.environ, TMPDIR=self.mnt, SB_LOG_LEVEL="info")
+        env.update(san_env(os.path.join(self.dir, "san")))
         if self.minio is not None:
             env.update(self.minio.env())
         if self.net is not None:
@@ -922,6 +941,17 @@ class Pipeline:
     # ---- checking
     def crash_reports(self):
         found = []
+        # sanitizer reports (san_env: every process of the pipeline writes them here)
+        sd = os.path.join(self.dir, "san")
+        for name in sorted(os.listdir(sd)) if os.path.isdir(sd) else []:
+            try:
+                text = open(os.path.join(sd, name), errors="replace").read()
+            except OSError:
+                continue
+            if text.strip():
+                self.st.c["sanitizer_reports"] += 1
+                m = CRASH_RE.search(text)
+                found.append("sanitizer report %s: %s" % (name, text[m.start() if m else 0:][:1500]))
         for lf in self.logs + [os.path.join(d, x) for d in self.run_dirs if os.path.isdir(d)
                                for x in os.listdir(d) if x.endswith(".log")]:
             try:
@@ -1229,6 +1259,7 @@ def main():
     log("  rows unexpected      %d" % c["rows_unexpected"])
     log("  order violations     %d" % c["order_violations"])
     log("  crashes              %d" % c["crashes"])
+    log("  sanitizer reports    %d" % c["sanitizer_reports"])
     log("  hung runs            %d" % c["hung"])
     log("  orphaned workers     %d" % c["orphans"])
     log("  leftover spill dirs  %d" % c["leftover_spill_dirs"])

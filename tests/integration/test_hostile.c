@@ -9,7 +9,8 @@
  *   - 2,000 idle connections per server (500 under ASan; half never send the preface, half
  *     stop after it);
  *   - slowloris readers of Data.Fetch streams (an HTTP/2 window of 1 byte that never grows, a
- *     gRPC reader that never asks for a message, a socket that is never read).
+ *     gRPC reader that never asks for a message, a socket that is never read): served, then
+ *     cancelled by the worker once they made no flow-control progress for SLOW_STALL_MS.
  * After each attack an honest gRPC client must still get its answer, the processes must be
  * alive, and their RSS (VmRSS, sampled every 5 ms) must stay within the bounds below (not
  * checked under ASan); at the end the run must succeed, with no worker lost and the input as
@@ -58,9 +59,17 @@
 #define IDLE_CONNS 500
 #endif
 #define BIG (100u * 1000u * 1000u)
+#define SLOW_STALL_MS 8000 /* SB_RPC_STREAM_STALL_MS of the run */
 
 static char dir[256];
 static pid_t run_pid;
+
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
 
 static void teardown(void)
 {
@@ -821,10 +830,12 @@ Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
             "  execution: {memoryBudget: 1Mi}\n",
             dir, dir);
     fclose(f);
-    char *s = sb_test_sh_out("(cd %s && %s run p.yaml --cpus 2 --gpus 1 --run-dir %s/rd "
+    /* the servers cancel a stream whose peer reads nothing for SLOW_STALL_MS (default 30 s) */
+    char *s = sb_test_sh_out("(cd %s && SB_RPC_STREAM_STALL_MS=%d %s run p.yaml --cpus 2 --gpus 1 "
+                             "--run-dir %s/rd "
                              ">run.log 2>&1; echo $? > run.rc) >/dev/null 2>&1 </dev/null & "
                              "echo $!",
-                             dir, sb_test_bin("streambatch"), dir);
+                             dir, SLOW_STALL_MS, sb_test_bin("streambatch"), dir);
     pid_t sh_pid = (pid_t)strtol(s, NULL, 10);
     free(s);
     cr_assert_gt(sh_pid, 0);
@@ -898,6 +909,8 @@ Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
     /* one reader takes its bytes one at a time */
     uint8_t one;
     int got = 0;
+    struct timespec slow_t0;
+    clock_gettime(CLOCK_MONOTONIC, &slow_t0);
     for (int i = 0; i < 200; i++) {
         if (recv(slow_fd[1], &one, 1, MSG_DONTWAIT) == 1)
             got++;
@@ -981,6 +994,36 @@ Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
     }
     idle_close(ci);
     idle_close(wi);
+
+    /* the slowloris streams did not pin their partition to the end: the worker cancelled each
+     * stream stuck behind a 1-byte window after SLOW_STALL_MS without flow-control
+     * progress (before, they stayed stuck until keepalive closed their connections, since these
+     * raw peers answer no PING; one that does held them to the end). The others need nothing:
+     * a partition of this run fits their window (and the never-read sockets' buffers), so those
+     * streams ended on the server as soon as everything was accepted. Reader 1 read bytes one at
+     * a time (its frames are no longer aligned): readers 3, 5, ... are checked. A gRPC client
+     * that never reads answers pings and is cut only by the stall timeout (test_data_rpc.c,
+     * a 16 MiB partition). */
+    while (ms_since(&slow_t0) < SLOW_STALL_MS + 3000)
+        usleep(100000);
+    for (int i = 3; i < SLOW; i += 2) {
+        static h2peer p;
+        memset(&p, 0, sizeof p);
+        p.fd = slow_fd[i];
+        p.sid = 1;
+        for (int k = 0; k < 20 && !p.ended && !p.closed; k++)
+            h2_pump(&p, 100);
+        /* the cancel sends the status (HEADERS, END_STREAM: trailers are not flow controlled)
+         * and RST_STREAM NO_ERROR; without the timeout the streams were still stuck here, and
+         * ended only when keepalive closed the connection (RST_STREAM ENHANCE_YOUR_CALM) */
+        cr_expect(p.ended && p.rst <= 1 + 0 /* none, or NO_ERROR */,
+                  "slowloris reader %d (1-byte window): not cancelled by the stall timeout "
+                  "(ended %d, RST_STREAM code %d, %ld DATA bytes)",
+                  i, p.ended, p.rst - 1, p.data_in);
+    }
+    printf("hostile: slowloris Fetch streams cancelled by the worker after %d ms without "
+           "progress\n",
+           SLOW_STALL_MS);
 
     /* the run finishes with the slow readers still connected, and gives the input back */
     s = NULL;

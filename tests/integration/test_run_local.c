@@ -153,8 +153,9 @@ Test(run, staged_and_static_modes_give_the_same_output)
         free(got);
     }
     /* staged materialises the whole first stage before the second starts */
-    cr_expect_geq(summary_num("staged", "peakPartitionBytes"),
-                  atol(sb_test_sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir)) * 9 / 10);
+    char *du = sb_test_sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir);
+    cr_expect_geq(summary_num("staged", "peakPartitionBytes"), atol(du) * 9 / 10);
+    free(du);
     free(want);
 }
 
@@ -646,7 +647,9 @@ Test(run, dataset_ten_times_the_budget_stays_within_it)
     free(out);
     long peak = summary_num("big", "peakPartitionBytes"), budget = summary_num("big", "budget");
     long maxp = summary_num("big", "maxPartitionBytes");
-    long input = atol(sb_test_sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir));
+    char *du = sb_test_sh_out("du -cb %s/in/*.jsonl | tail -1 | cut -f1", dir);
+    long input = atol(du);
+    free(du);
     cr_expect_geq(input, 10 * budget, "input %ld is 10x the budget %ld", input, budget);
     cr_expect_leq(peak, budget + maxp, "peak %ld > budget %ld + one partition %ld", peak, budget,
                   maxp);

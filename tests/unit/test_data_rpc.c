@@ -31,6 +31,7 @@
 #include "partition/partition.h"
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
+#include "streambatch.pb-c.h"
 #include "worker/data/fetch.h"
 #include "worker/data/server.h"
 #include "worker/store/store.h"
@@ -206,5 +207,92 @@ Test(data_rpc, calls_ended_from_application_threads)
     sb_data_server_stats st;
     sb_data_server_get_stats(s.ds, &st);
     cr_expect_eq(st.not_found, (uint64_t)T * 500);
+    srv_stop(&s);
+}
+
+/* 3. A slowloris reader of a Fetch stream (issue 17): a client that opens the stream and never
+ *    reads kept its partition pinned (and the chunks in flight held) until the worker ended —
+ *    there was no progress timeout. lib/rpc now cancels a call whose answer makes no
+ *    flow-control progress for stream_stall_ms (here 3 s through $SB_RPC_STREAM_STALL_MS):
+ *    the pin must be released within that bound plus the sweep period (at most 1 s), while an
+ *    honest reader that is slow but keeps reading (a 1 MiB chunk every 0.25 s; its transport
+ *    buffers about 4 chunks ahead, so each send of the server waits about 1 s) gets the whole
+ *    partition. Failed before the fix: the pin was still held after 10 s. */
+#define STALL_MS 3000
+
+static int on_chunk_paced(void *ud, uint64_t off, size_t len, uint64_t total)
+{
+    (void)off;
+    (void)len;
+    (void)total;
+    atomic_fetch_add((atomic_int *)ud, 1);
+    sleep_ms(250);
+    return 0;
+}
+
+Test(data_rpc, a_reader_that_never_reads_loses_its_stream_and_its_pin)
+{
+    setenv("SB_RPC_STREAM_STALL_MS", "3000", 1); /* Criterion runs each test in its own process */
+    srv s;
+    srv_start(&s, 16 * MIB);
+    sb_err err = {0};
+    sb_rpc_channel *ch = sb_rpc_channel_new(s.addr, NULL, &err);
+    cr_assert_not_null(ch, "%s", err.msg);
+    Streambatch__V1__FetchRequest r = STREAMBATCH__V1__FETCH_REQUEST__INIT;
+    r.partition_id = "s7-t0-p0";
+    r.requester_id = "slowloris";
+    uint8_t req[128];
+    size_t n = streambatch__v1__fetch_request__pack(&r, req);
+    sb_rpc_reader *rd = sb_rpc_stream_open(ch, SB_RPC_DATA_FETCH, req, n, 0, 0, &err);
+    cr_assert_not_null(rd, "%s", err.msg);
+    /* the stream is under way: its partition pinned, chunks handed to gRPC */
+    sb_data_server_stats st;
+    struct timespec t0, t1;
+    for (int i = 0; i < 1000; i++) {
+        sb_data_server_get_stats(s.ds, &st);
+        if (st.pinned == 1 && st.chunks > 0)
+            break;
+        sleep_ms(5);
+    }
+    cr_assert_eq(st.pinned, 1, "the fetch never pinned its partition");
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* ... and stays stuck: the client reads nothing */
+    for (int i = 0; i < 1000; i++) {
+        sb_data_server_get_stats(s.ds, &st);
+        if (st.pinned == 0 && st.active == 0)
+            break;
+        sleep_ms(10);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    cr_expect_eq(st.pinned, 0, "the slowloris stream still pins its partition after %ld ms", ms);
+    cr_expect_eq(st.active, 0, "the slowloris fetch is still alive after %ld ms", ms);
+    cr_expect_leq(ms, STALL_MS + 2000, "released after %ld ms (bound %d ms)", ms, STALL_MS + 2000);
+    cr_expect_eq(st.cancelled, 1, "the stream was cancelled");
+    printf("data_rpc: slowloris Fetch stream (%" PRIu64 " chunks sent) released after %ld ms "
+           "(stall timeout %d ms)\n",
+           st.chunks, ms, STALL_MS);
+    /* the reader finds its stream broken */
+    const sb_rpc_piece *pc;
+    size_t np, plen;
+    int rc;
+    while ((rc = sb_rpc_reader_next(rd, &pc, &np, &plen, &err)) == 1)
+        ;
+    cr_expect_lt(rc, 0, "the stream did not end in an error");
+    sb_rpc_reader_close(rd);
+    sb_rpc_channel_free(ch);
+
+    /* an honest reader taking 0.25 s per 1 MiB chunk is not affected */
+    atomic_int chunks = 0;
+    sb_data_fetch_opts o = {.on_chunk = on_chunk_paced, .on_chunk_ud = &chunks, .max_retries = -1};
+    void *blob = NULL;
+    size_t len;
+    uint64_t cancelled_before = st.cancelled;
+    rc = sb_data_fetch_addr(s.addr, "s7-t0-p0", 0, 0, 60000, &o, &blob, &len, NULL, &err);
+    cr_expect_eq(rc, 0, "the slow reader failed: %s", err.msg);
+    cr_expect_geq(atomic_load(&chunks), 16, "only %d chunks", atomic_load(&chunks));
+    sb_part_free(blob);
+    sb_data_server_get_stats(s.ds, &st);
+    cr_expect_eq(st.cancelled, cancelled_before, "the slow reader's stream was cancelled");
     srv_stop(&s);
 }

@@ -37,6 +37,8 @@
  * Cancellation and shutdown. A call cancelled by the client, its deadline or
  * sb_rpc_server_shutdown() ends at once on our side: queued reads are dropped, pooled buffers go
  * back, and the store pin is released as soon as gRPC lets go of the chunks still in flight.
+ * A reader that stops reading (no flow-control window) is cancelled by lib/rpc after its
+ * stream_stall_ms (default 30 s: rpc.h), which makes gRPC let go of those chunks too.
  * To stop cleanly, call sb_data_server_drain() before sb_rpc_server_shutdown(): it refuses new
  * fetches (UNAVAILABLE, so fetchers retry elsewhere or give up), waits for the running ones to
  * end and lingers so that their readers can take the last chunks (a stream ends on the server
