@@ -44,6 +44,7 @@ typedef struct ctl_chan {
     sb_rpc_channel *ch;
     int refs;     /* under worker.mu */
     uint64_t gen; /* the worker's gen when it became current */
+    int batched;  /* its controller takes completions in polls (set at registration, mu) */
     char addr[256];
 } ctl_chan;
 
@@ -537,8 +538,56 @@ static int task_inputs(task_ctx *t, char **lost)
     return 0;
 }
 
-/* Runs a task handed out by the controller of generation gen and reports it there. */
-static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
+/* A finished task's completion report, kept (with the outputs it names) until it is delivered:
+ * at once by CompleteTask, or with the slot's next poll (PollTasksRequest.completions) when the
+ * controller takes batched completions. Owns everything it points to. */
+typedef struct task_done {
+    Streambatch__V1__CompleteTaskRequest req;
+    Streambatch__V1__TaskMetrics met;
+    Streambatch__V1__PartitionInfo *infos;
+    Streambatch__V1__PartitionInfo **ptrs;
+    char *task_id, *lost;
+    out_part *parts;
+    size_t nparts;
+    int writes_sink;
+    char msg[SB_ERR_MAX + 128];
+} task_done;
+
+static void task_done_free(task_done *d)
+{
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < d->nparts; i++)
+        free(d->parts[i].id);
+    free(d->parts);
+    free(d->infos);
+    free(d->ptrs);
+    free(d->task_id);
+    free(d->lost);
+    free(d);
+}
+
+/* The controller answered the report: a refused (stale) one's store outputs are dropped,
+ * nobody will read them. Frees d. */
+static void task_done_acked(worker *w, task_done *d, int accepted)
+{
+    if (!accepted && !d->writes_sink)
+        for (size_t i = 0; i < d->nparts; i++)
+            sb_store_release(w->store, d->parts[i].id, NULL);
+    task_done_free(d);
+}
+
+/* The report could not be delivered: its store outputs are released (nobody knows of them).
+ * Frees d. */
+static void task_done_dropped(worker *w, task_done *d, const char *why)
+{
+    sb_log(SB_LOG_WARN, "completion report dropped", "task", d->task_id, "why", why, NULL);
+    task_done_acked(w, d, 0);
+}
+
+/* Runs a task and builds its report; NULL only when the worker stops (nothing is reported then,
+ * as before: the controller re-runs what a stopped worker had). */
+static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
 {
     task_ctx t;
     memset(&t, 0, sizeof t);
@@ -564,49 +613,67 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
         if (rc == 0)
             rc = rc2;
     }
-    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
-    Streambatch__V1__TaskMetrics met = STREAMBATCH__V1__TASK_METRICS__INIT;
-    req.worker_id = (char *)w->cfg.id;
-    req.task_id = task->task_id;
-    req.attempt = task->attempt;
-    req.metrics = &met;
-    met.wall_seconds = mono_s() - wall0;
-    met.cpu_seconds = thread_cpu_s() - cpu0;
+    /* every task is reported (the controller would wait for it forever): out of memory, the
+     * report waits for memory rather than being lost */
+    task_done *d;
+    while ((d = calloc(1, sizeof *d)) == NULL || (d->task_id = strdup(task->task_id)) == NULL ||
+           (rc == -2 && (d->lost = strdup(lost ? lost : "")) == NULL)) {
+        task_done_free(d);
+        if (stopping(w)) {
+            if (!task->writes_sink)
+                for (size_t i = 0; i < t.nparts; i++)
+                    sb_store_release(w->store, t.parts[i].id, NULL);
+            task_ctx_free(&t);
+            return NULL;
+        }
+        usleep(10000);
+    }
+    Streambatch__V1__CompleteTaskRequest *req = &d->req;
+    Streambatch__V1__TaskMetrics *met = &d->met;
+    streambatch__v1__complete_task_request__init(req);
+    streambatch__v1__task_metrics__init(met);
+    d->writes_sink = task->writes_sink;
+    req->worker_id = (char *)w->cfg.id;
+    req->task_id = d->task_id;
+    req->attempt = task->attempt;
+    req->metrics = met;
+    met->wall_seconds = mono_s() - wall0;
+    met->cpu_seconds = thread_cpu_s() - cpu0;
     for (size_t k = 0; k < t.n && t.impl != NULL && t.state != NULL; k++)
         if (t.impl[k] != NULL && t.state[k] != NULL && t.impl[k]->child_cpu != NULL)
-            met.cpu_seconds += t.impl[k]->child_cpu(t.state[k]); /* exec's program */
-    met.bytes_in = t.bytes_in;
-    met.rows_in = t.rows_in;
-    Streambatch__V1__PartitionInfo *infos = calloc(t.nparts + 1, sizeof *infos);
-    Streambatch__V1__PartitionInfo **ptrs = calloc(t.nparts + 1, sizeof *ptrs);
-    char msg[SB_ERR_MAX + 128];
-    if (rc == 0 && infos && ptrs) {
-        req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+            met->cpu_seconds += t.impl[k]->child_cpu(t.state[k]); /* exec's program */
+    met->bytes_in = t.bytes_in;
+    met->rows_in = t.rows_in;
+    d->infos = calloc(t.nparts + 1, sizeof *d->infos);
+    d->ptrs = calloc(t.nparts + 1, sizeof *d->ptrs);
+    int have = d->infos != NULL && d->ptrs != NULL;
+    if (rc == 0 && have) {
+        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
     } else if (rc == -2) {
-        req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST;
-        req.n_lost_inputs = 1;
-        req.lost_inputs = &lost;
-        snprintf(msg, sizeof msg, "input %s could not be fetched: %s", lost, t.err.msg);
-        req.message = msg;
+        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST;
+        req->n_lost_inputs = 1;
+        req->lost_inputs = &d->lost;
+        snprintf(d->msg, sizeof d->msg, "input %s could not be fetched: %s", d->lost, t.err.msg);
+        req->message = d->msg;
     } else {
-        req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
         /* the source or an op failed on the records themselves: a retry would fail the same
          * way */
-        req.deterministic = t.err.data != 0;
-        snprintf(msg, sizeof msg, "%s", infos && ptrs ? t.err.msg : "out of memory");
-        req.message = msg;
+        req->deterministic = t.err.data != 0;
+        snprintf(d->msg, sizeof d->msg, "%s", have ? t.err.msg : "out of memory");
+        req->message = d->msg;
     }
-    for (size_t i = 0; infos && ptrs && i < t.nparts; i++) {
-        streambatch__v1__partition_info__init(&infos[i]);
-        infos[i].id = t.parts[i].id;
-        infos[i].bytes = t.parts[i].bytes;
-        infos[i].rows = t.parts[i].rows;
-        infos[i].crc32c = t.parts[i].crc;
-        ptrs[i] = &infos[i];
+    for (size_t i = 0; have && i < t.nparts; i++) {
+        streambatch__v1__partition_info__init(&d->infos[i]);
+        d->infos[i].id = t.parts[i].id;
+        d->infos[i].bytes = t.parts[i].bytes;
+        d->infos[i].rows = t.parts[i].rows;
+        d->infos[i].crc32c = t.parts[i].crc;
+        d->ptrs[i] = &d->infos[i];
     }
-    if (infos && ptrs) {
-        req.n_outputs = t.nparts;
-        req.outputs = ptrs;
+    if (have) {
+        req->n_outputs = t.nparts;
+        req->outputs = d->ptrs;
     }
     uint64_t rows_out = 0, bytes_out = 0;
     for (size_t i = 0; i < t.nparts; i++) {
@@ -614,13 +681,24 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
         bytes_out += t.parts[i].bytes;
     }
     sb_wmetrics_task_ended(w->metrics, stage,
-                           req.status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK,
-                           met.wall_seconds, t.rows_in, t.bytes_in, rows_out, bytes_out);
-    if (req.status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
-        sb_log(SB_LOG_WARN, "task failed", "task", task->task_id, "error", req.message, NULL);
-    /* Retried while the controller is unreachable; given up when the worker stops (the loss
-     * timeout included), when a Rebind replaced that controller, or after 5 answers that were
-     * errors. An undelivered report's store outputs are released: nobody knows of them. */
+                           req->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK,
+                           met->wall_seconds, t.rows_in, t.bytes_in, rows_out, bytes_out);
+    if (req->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
+        sb_log(SB_LOG_WARN, "task failed", "task", task->task_id, "error", req->message, NULL);
+    /* the report owns the outputs' ids now */
+    d->parts = t.parts;
+    d->nparts = t.nparts;
+    t.parts = NULL;
+    t.nparts = 0;
+    task_ctx_free(&t);
+    return d;
+}
+
+/* Sends the report by CompleteTask and frees it. Retried while the controller is unreachable;
+ * given up when the worker stops (the loss timeout included), when a Rebind replaced that
+ * controller, or after 5 answers that were errors. */
+static void report_single(worker *w, task_done *d, uint64_t gen)
+{
     ProtobufCMessage *resp = NULL;
     sb_err err;
     const char *dropped = "the worker is stopping";
@@ -635,8 +713,8 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
             nap(w, 20, gen);
             continue;
         }
-        sb_rpc_code code =
-            sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 10000, 0, &resp, &err);
+        sb_rpc_code code = sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_COMPLETE_TASK, &d->req.base, 10000,
+                                           0, &resp, &err);
         int cur = code == SB_RPC_OK && ctl_ok(w, c);
         ctl_put(w, c);
         if (code == SB_RPC_OK && !cur) {
@@ -648,7 +726,7 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
         if (code == SB_RPC_OK)
             break;
         if (backoff == BACKOFF_FIRST_MS || !unreachable(code))
-            sb_log(SB_LOG_WARN, "CompleteTask failed, retrying", "task", task->task_id, "error",
+            sb_log(SB_LOG_WARN, "CompleteTask failed, retrying", "task", d->task_id, "error",
                    err.msg, NULL);
         if (!unreachable(code) && ++errors >= 5) {
             dropped = "the controller kept refusing it";
@@ -659,21 +737,12 @@ static void run_task(worker *w, const Streambatch__V1__Task *task, uint64_t gen)
     }
     if (resp != NULL) {
         Streambatch__V1__CompleteTaskReply *r = (Streambatch__V1__CompleteTaskReply *)resp;
-        if (!r->accepted && !task->writes_sink)
-            for (size_t i = 0; i < t.nparts; i++)
-                sb_store_release(w->store, t.parts[i].id, NULL);
         apply_releases(w, r->release, r->n_release);
+        task_done_acked(w, d, r->accepted);
         sb_rpc_msg_free(resp);
     } else {
-        sb_log(SB_LOG_WARN, "completion report dropped", "task", task->task_id, "why", dropped,
-               NULL);
-        if (!task->writes_sink)
-            for (size_t i = 0; i < t.nparts; i++)
-                sb_store_release(w->store, t.parts[i].id, NULL);
+        task_done_dropped(w, d, dropped);
     }
-    free(infos);
-    free(ptrs);
-    task_ctx_free(&t);
 }
 
 /* ---- storage jobs -------------------------------------------------------------------------- */
@@ -830,13 +899,44 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
 
 /* ---- loops ------------------------------------------------------------------------------- */
 
-/* Polls for tasks and runs them. A controller that cannot be reached is retried with backoff
- * (the main loop gives up after the loss timeout); answers from a controller that a Rebind
- * replaced meanwhile are ignored (tasks included: the new leader hands out its own). */
+/* 1 if the controller behind c takes completions in polls (RegisterReply.batched_completions). */
+static int chan_batched(worker *w, const ctl_chan *c)
+{
+    pthread_mutex_lock(&w->mu);
+    int b = c->batched;
+    pthread_mutex_unlock(&w->mu);
+    return b;
+}
+
+/* Reports a slot holds until its next poll (one per task it ran since; a poll brings at most
+ * free_slots = 1 task, the array only bounds a misbehaving controller). */
+#define SLOT_DONE_MAX 64
+
+typedef struct {
+    task_done *d[SLOT_DONE_MAX];
+    size_t n;
+    uint64_t gen; /* the controller generation the tasks came from */
+} slot_reports;
+
+static void reports_drop(worker *w, slot_reports *sr, const char *why)
+{
+    for (size_t i = 0; i < sr->n; i++)
+        task_done_dropped(w, sr->d[i], why);
+    sr->n = 0;
+}
+
+/* Polls for tasks and runs them. A task's report rides on the slot's next poll when the
+ * controller takes batched completions (one call per task instead of two), else it is sent by
+ * CompleteTask at once. A controller that cannot be reached is retried with backoff (the main
+ * loop gives up after the loss timeout), the reports with it; answers from a controller that a
+ * Rebind replaced meanwhile are ignored (tasks included: the new leader hands out its own) and
+ * reports for it are dropped. */
 static void *slot_main(void *arg)
 {
     worker *w = arg;
     int backoff = BACKOFF_FIRST_MS;
+    int errors = 0; /* answers that were errors while reports rode along */
+    slot_reports sr = {.n = 0};
     while (!stopping(w)) {
         ctl_chan *c = ctl_get(w, 0);
         if (c == NULL) { /* a (re-)registration is pending */
@@ -844,26 +944,62 @@ static void *slot_main(void *arg)
             continue;
         }
         uint64_t gen = c->gen;
+        if (sr.n > 0 && sr.gen != gen) {
+            reports_drop(w, &sr, "the controller changed (Rebind)");
+        } else if (sr.n > 0 && !chan_batched(w, c)) {
+            /* registered again with a controller that does not batch: one call each */
+            ctl_put(w, c);
+            for (size_t i = 0; i < sr.n; i++)
+                report_single(w, sr.d[i], gen);
+            sr.n = 0;
+            continue;
+        }
+        Streambatch__V1__CompleteTaskRequest *creqs[SLOT_DONE_MAX];
+        for (size_t i = 0; i < sr.n; i++)
+            creqs[i] = &sr.d[i]->req;
         Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
         req.worker_id = (char *)w->cfg.id;
         req.free_slots = 1;
         req.wait_ms = 1000;
+        req.n_completions = sr.n;
+        req.completions = sr.n > 0 ? creqs : NULL;
         ProtobufCMessage *resp = NULL;
         sb_err err;
-        sb_rpc_code code =
-            sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_POLL_TASKS, &req.base, 5000, 0, &resp, &err);
+        /* with reports: CompleteTask's deadline, so that after a network cut a report still
+         * queued in the connection arrives as it did on its own (before later heartbeats) */
+        sb_rpc_code code = sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_POLL_TASKS, &req.base,
+                                           sr.n > 0 ? 10000 : 5000, 0, &resp, &err);
         int cur = code == SB_RPC_OK && ctl_ok(w, c);
+        int batched = chan_batched(w, c);
         ctl_put(w, c);
         if (code != SB_RPC_OK) {
-            if (backoff == BACKOFF_FIRST_MS)
+            if (backoff == BACKOFF_FIRST_MS || (sr.n > 0 && !unreachable(code)))
                 sb_log(SB_LOG_WARN, "PollTasks failed, retrying with backoff", "worker", w->cfg.id,
                        "error", err.msg, NULL);
+            if (sr.n > 0 && !unreachable(code) && ++errors >= 5) {
+                reports_drop(w, &sr, "the controller kept refusing it");
+                errors = 0;
+            }
             nap(w, backoff, gen);
             backoff = backoff_next(backoff);
             continue;
         }
         backoff = BACKOFF_FIRST_MS;
+        errors = 0;
         Streambatch__V1__PollTasksReply *r = (Streambatch__V1__PollTasksReply *)resp;
+        if (sr.n > 0 && !cur) {
+            reports_drop(w, &sr, "the controller changed (Rebind)");
+        } else if (sr.n > 0) {
+            if (r->n_accepted != sr.n)
+                sb_log(SB_LOG_WARN, "poll reply acknowledged another number of completions",
+                       "worker", w->cfg.id, NULL);
+            /* a missing answer counts as accepted: its outputs are kept (dropping outputs the
+             * controller took would lose them) */
+            for (size_t i = 0; i < sr.n; i++)
+                task_done_acked(w, sr.d[i], i < r->n_accepted ? r->accepted[i] : 1);
+            sr.n = 0;
+            apply_releases(w, r->release, r->n_release);
+        }
         if (cur && r->storage_job != NULL && !stopping(w) && cur_gen(w) == gen) {
             pthread_mutex_lock(&w->mu);
             w->running_tasks++;
@@ -877,15 +1013,24 @@ static void *slot_main(void *arg)
             pthread_mutex_lock(&w->mu);
             w->running_tasks++;
             pthread_mutex_unlock(&w->mu);
-            run_task(w, r->tasks[i], gen);
+            task_done *d = run_task(w, r->tasks[i]);
             pthread_mutex_lock(&w->mu);
             w->running_tasks--;
             pthread_mutex_unlock(&w->mu);
+            if (d == NULL)
+                continue;
+            if (batched && sr.n < SLOT_DONE_MAX) {
+                sr.d[sr.n++] = d;
+                sr.gen = gen;
+            } else {
+                report_single(w, d, gen);
+            }
         }
         if (cur && r->shutdown && cur_gen(w) == gen)
             set_told_to_exit(w);
         sb_rpc_msg_free(resp);
     }
+    reports_drop(w, &sr, "the worker is stopping");
     return NULL;
 }
 
@@ -983,6 +1128,9 @@ static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb
         return sb_err_wrap(err, "registering with %s", c->addr);
     Streambatch__V1__RegisterReply *r = (Streambatch__V1__RegisterReply *)resp;
     w->hb_ms = r->heartbeat_interval_ms ? (uint32_t)r->heartbeat_interval_ms : 1000;
+    pthread_mutex_lock(&w->mu);
+    c->batched = r->batched_completions;
+    pthread_mutex_unlock(&w->mu);
     if (ctl_ok(w, c))
         apply_releases(w, r->release, r->n_release);
     int rc = 0;

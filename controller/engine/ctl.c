@@ -14,11 +14,20 @@
 
 #define MAX_PENDING 1024
 
+/* What a poll with batched completions is answered with beside its tasks (PollTasksReply
+ * accepted + release). */
+typedef struct {
+    int batched; /* the request carried completions: the reply says accepted + release */
+    protobuf_c_boolean *accepted; /* malloc'd, one per completion */
+    size_t naccepted;
+} poll_acks;
+
 typedef struct {
     sb_rpc_call *call;
     char worker[128];
     uint32_t free_slots;
     uint64_t deadline_ms;
+    poll_acks acks;
 } pending_poll;
 
 typedef struct {
@@ -463,8 +472,26 @@ static int terminal(sb_ctl *c)
     return state_of(c, NULL) != SB_SCHED_RUNNING;
 }
 
+/* Puts a batched poll's acks into its reply: accepted, and the worker's releases taken from the
+ * scheduler (as a CompleteTaskReply does; a live worker only). Returns the releases to free
+ * with free_releases(rel, rep->n_release) after the reply was sent. Lock held. */
+static char **acks_put(sb_ctl *c, Streambatch__V1__PollTasksReply *rep, const char *worker,
+                       const poll_acks *acks)
+{
+    if (acks == NULL || !acks->batched)
+        return NULL;
+    rep->n_accepted = acks->naccepted;
+    rep->accepted = acks->accepted;
+    char **rel = NULL;
+    seen *w = worker_seen(c, worker, 0);
+    if (w != NULL && w->live && c->sched != NULL)
+        rep->n_release = sb_sched_take_releases(c->sched, worker, &rel);
+    rep->release = rel;
+    return rel;
+}
+
 /* Hands the queued storage job to the worker in a poll reply. Lock held. */
-static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker)
+static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker, const poll_acks *acks)
 {
     storage_job *j = &c->job;
     Streambatch__V1__PollTasksReply rep = STREAMBATCH__V1__POLL_TASKS_REPLY__INIT;
@@ -516,8 +543,11 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker)
     m.n_errored = nerr;
     m.errored = eptrs;
     rep.storage_job = &m;
+    char **rel = acks_put(c, &rep, worker, acks);
     sb_err err;
-    if (sb_rpc_call_reply_msg(call, &rep.base, &err) != 0) {
+    int sent = sb_rpc_call_reply_msg(call, &rep.base, &err);
+    free_releases(rel, rep.n_release);
+    if (sent != 0) {
         /* not delivered: the job stays queued for the next poll */
         sb_log(SB_LOG_WARN, "poll reply failed", "worker", worker, "error", err.msg, NULL);
     } else {
@@ -542,9 +572,11 @@ static void told_lost(seen *w)
     w->told_lost = 1;
 }
 
-/* Tries to answer a poll: returns 1 if the call was ended. Lock held. */
+/* Tries to answer a poll: returns 1 if the call was ended. `acks` (may be NULL): the poll's
+ * batched completions were handled; the reply says so (accepted, and the releases taken now).
+ * Lock held. */
 static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t free_slots,
-                      int force)
+                      int force, const poll_acks *acks)
 {
     sb_sched_task tasks[64];
     size_t n = 0;
@@ -553,7 +585,7 @@ static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t
      * not told to shut down; its heartbeat asks it to register. lost: declared lost here. */
     int unknown = w == NULL, dead = w != NULL && !w->live;
     if (!unknown && !dead && !c->shutdown_workers && c->job.state == JOB_QUEUED) {
-        answer_job(c, call, worker);
+        answer_job(c, call, worker, acks);
         return 1;
     }
     if (!unknown && !dead && !c->shutdown_workers && !terminal(c) && c->sched != NULL)
@@ -577,8 +609,10 @@ static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t
     r.reply.drain = terminal(c);
     if (dead && !c->shutdown_workers)
         told_lost(w);
+    char **rel = acks_put(c, &r.reply, worker, acks);
     if (sb_rpc_call_reply_msg(call, &r.reply.base, &err) != 0)
         sb_log(SB_LOG_WARN, "poll reply failed", "worker", worker, "error", err.msg, NULL);
+    free_releases(rel, r.reply.n_release);
     poll_reply_free(&r);
     return 1;
 }
@@ -589,13 +623,18 @@ static void serve_pending(sb_ctl *c, int force_all)
     for (size_t i = 0; i < c->npending;) {
         pending_poll *p = &c->pending[i];
         int force = force_all || now >= p->deadline_ms;
-        if (try_answer(c, p->call, p->worker, p->free_slots, force)) {
+        if (try_answer(c, p->call, p->worker, p->free_slots, force, &p->acks)) {
+            free(p->acks.accepted);
             c->pending[i] = c->pending[--c->npending];
             continue;
         }
         i++;
     }
-    pthread_cond_broadcast(&c->changed);
+    /* Only the end of the pipeline concerns the waiters (sb_ctl_wait; storage jobs broadcast
+     * in job_ended, the timer needs no wake-up): a broadcast per call woke two threads per task,
+     * and they poll every 20 ms anyway. */
+    if (terminal(c))
+        pthread_cond_broadcast(&c->changed);
 }
 
 static void on_poll_cancel(sb_rpc_call *call, void *ud)
@@ -604,6 +643,7 @@ static void on_poll_cancel(sb_rpc_call *call, void *ud)
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->npending; i++)
         if (c->pending[i].call == call) {
+            free(c->pending[i].acks.accepted);
             c->pending[i] = c->pending[--c->npending];
             sb_rpc_call_finish(call, SB_RPC_CANCELLED, "poll cancelled");
             break;
@@ -661,6 +701,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         rep.heartbeat_interval_ms = c->hb_interval_ms;
         rep.controller_id = c->pipeline_id;
         rep.pipeline_json = c->pipeline_json;
+        rep.batched_completions = 1;
         char **rel = NULL;
         if (c->sched != NULL)
             rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
@@ -678,6 +719,9 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     sb_rpc_msg_free(&m->base);
 }
 
+static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m,
+                        sb_sched_output *outs, int *live);
+
 static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
 {
     sb_ctl *c = ud;
@@ -685,20 +729,44 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
         call, &streambatch__v1__poll_tasks_request__descriptor, req, len);
     if (m == NULL)
         return;
+    /* batched completions (validated by the decoder: each one of this worker's) */
+    poll_acks acks = {.batched = m->n_completions > 0};
+    size_t nouts = 0;
+    for (size_t i = 0; i < m->n_completions; i++)
+        nouts = m->completions[i]->n_outputs > nouts ? m->completions[i]->n_outputs : nouts;
+    sb_sched_output *outs = acks.batched ? calloc(nouts + 1, sizeof *outs) : NULL;
+    acks.accepted = acks.batched ? calloc(m->n_completions, sizeof *acks.accepted) : NULL;
+    if (acks.batched && (outs == NULL || acks.accepted == NULL)) {
+        free(outs);
+        free(acks.accepted);
+        sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED, "controller out of memory");
+        sb_rpc_msg_free(&m->base);
+        return;
+    }
+    acks.naccepted = m->n_completions;
     pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < m->n_completions; i++) {
+        int live = 0;
+        acks.accepted[i] = complete_one(c, m->completions[i], outs, &live) == 1;
+    }
+    free(outs);
+    if (acks.batched)
+        serve_pending(c, 0); /* what the completions freed goes to the polls held first */
     touch_worker(c, m->worker_id);
     uint32_t slots = m->free_slots ? m->free_slots : 1;
-    if (!try_answer(c, call, m->worker_id, slots, m->wait_ms == 0)) {
-        if (c->npending == MAX_PENDING) {
-            try_answer(c, call, m->worker_id, slots, 1);
-        } else {
-            pending_poll *p = &c->pending[c->npending++];
-            p->call = call;
-            snprintf(p->worker, sizeof p->worker, "%s", m->worker_id);
-            p->free_slots = slots;
-            p->deadline_ms = now_ms() + (m->wait_ms > 30000 ? 30000 : m->wait_ms);
-            sb_rpc_call_set_cancel_cb(call, on_poll_cancel, c);
-        }
+    if (try_answer(c, call, m->worker_id, slots, m->wait_ms == 0, &acks)) {
+        free(acks.accepted);
+    } else if (c->npending == MAX_PENDING) {
+        try_answer(c, call, m->worker_id, slots, 1, &acks);
+        free(acks.accepted);
+    } else {
+        pending_poll *p = &c->pending[c->npending++];
+        p->call = call;
+        snprintf(p->worker, sizeof p->worker, "%s", m->worker_id);
+        p->free_slots = slots;
+        p->deadline_ms = now_ms() + (m->wait_ms > 30000 ? 30000 : m->wait_ms);
+        p->acks = acks; /* the pending poll owns acks.accepted now */
+        sb_rpc_call_set_cancel_cb(call, on_poll_cancel, c);
     }
     pthread_mutex_unlock(&c->mu);
     sb_rpc_msg_free(&m->base);
@@ -754,28 +822,20 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
     return 1;
 }
 
-static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
+/* Handles one task completion or storage job report (a CompleteTask call, or one of a poll's
+ * batched completions: both go through here, so they are accounted alike). *live: the worker is
+ * registered and live. 1 accepted, 0 stale (ignored), -1 refused (logged). Lock held. */
+static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m,
+                        sb_sched_output *outs, int *live)
 {
-    sb_ctl *c = ud;
-    Streambatch__V1__CompleteTaskRequest *m =
-        (Streambatch__V1__CompleteTaskRequest *)sb_rpc_call_decode(
-            call, &streambatch__v1__complete_task_request__descriptor, req, len);
-    if (m == NULL)
-        return;
-    sb_sched_output *outs = calloc(m->n_outputs + 1, sizeof *outs);
-    if (outs == NULL) {
-        sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED, "controller out of memory");
-        sb_rpc_msg_free(&m->base);
-        return;
-    }
     for (size_t i = 0; i < m->n_outputs; i++) {
         outs[i].id = m->outputs[i]->id;
         outs[i].bytes = m->outputs[i]->bytes;
         outs[i].rows = m->outputs[i]->rows;
         outs[i].crc32c = m->outputs[i]->crc32c;
     }
-    pthread_mutex_lock(&c->mu);
     seen *w = touch_worker(c, m->worker_id);
+    *live = w != NULL;
     int rc = 0;
     sb_err err = {0};
     if (w != NULL && c->job.state != JOB_NONE && strcmp(m->task_id, c->job.id) == 0) {
@@ -797,19 +857,39 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         sb_log(SB_LOG_WARN, "report from a worker declared lost ignored", "worker", m->worker_id,
                "task", m->task_id, NULL);
     }
-    Streambatch__V1__CompleteTaskReply rep = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
-    rep.accepted = rc == 1;
-    char **rel = NULL;
-    if (w != NULL && c->sched != NULL)
-        rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
-    rep.release = rel;
-    sb_rpc_call_reply_msg(call, &rep.base, NULL);
-    free_releases(rel, rep.n_release);
     if (rc < 0)
         sb_log(SB_LOG_WARN, "completion rejected", "task", m->task_id, "error", err.msg, NULL);
     else if (rc == 0 && w != NULL)
         sb_log(SB_LOG_INFO, "stale report ignored (an older attempt)", "task", m->task_id, "worker",
                m->worker_id, NULL);
+    return rc;
+}
+
+static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
+{
+    sb_ctl *c = ud;
+    Streambatch__V1__CompleteTaskRequest *m =
+        (Streambatch__V1__CompleteTaskRequest *)sb_rpc_call_decode(
+            call, &streambatch__v1__complete_task_request__descriptor, req, len);
+    if (m == NULL)
+        return;
+    sb_sched_output *outs = calloc(m->n_outputs + 1, sizeof *outs);
+    if (outs == NULL) {
+        sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED, "controller out of memory");
+        sb_rpc_msg_free(&m->base);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    int live = 0;
+    int rc = complete_one(c, m, outs, &live);
+    Streambatch__V1__CompleteTaskReply rep = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
+    rep.accepted = rc == 1;
+    char **rel = NULL;
+    if (live && c->sched != NULL)
+        rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
+    rep.release = rel;
+    sb_rpc_call_reply_msg(call, &rep.base, NULL);
+    free_releases(rel, rep.n_release);
     serve_pending(c, 0);
     pthread_mutex_unlock(&c->mu);
     free(outs);

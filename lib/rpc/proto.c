@@ -186,6 +186,43 @@ static int task_status_ok(int s)
            s == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST;
 }
 
+static int v_complete(const Streambatch__V1__CompleteTaskRequest *m, sb_err *err)
+{
+    int rc = 0;
+    if (check_token(m->worker_id, "worker_id", err) < 0 ||
+        check_token(m->task_id, "task_id", err) < 0)
+        rc = -1;
+    else if (!task_status_ok((int)m->status))
+        rc = sb_err_set(err, "status %d is not a known TaskStatus", (int)m->status);
+    for (size_t i = 0; rc == 0 && i < m->n_outputs; i++)
+        rc = v_partition_info(m->outputs[i], "outputs", i, err);
+    if (rc == 0)
+        rc = check_pids(m->lost_inputs, m->n_lost_inputs, "lost_inputs", err);
+    if (rc == 0)
+        rc = v_task_metrics(m->metrics, err);
+    return rc;
+}
+
+/* A poll's batched completions: each a valid CompleteTaskRequest of the polling worker. */
+static int v_completions(const Streambatch__V1__PollTasksRequest *m, sb_err *err)
+{
+    if (m->n_completions > SB_RPC_MAX_COMPLETIONS)
+        return sb_err_set(err, "completions: %zu reports, at most %d in one poll", m->n_completions,
+                          SB_RPC_MAX_COMPLETIONS);
+    for (size_t i = 0; i < m->n_completions; i++) {
+        const Streambatch__V1__CompleteTaskRequest *c = m->completions[i];
+        if (c == NULL)
+            return sb_err_set(err, "completions[%zu] is missing", i);
+        if (v_complete(c, err) < 0)
+            return sb_err_wrap(err, "completions[%zu]", i);
+        if (strcmp(c->worker_id, m->worker_id) != 0)
+            return sb_err_set(err,
+                              "completions[%zu]: worker_id \"%.128s\" is not the polling worker", i,
+                              c->worker_id);
+    }
+    return 0;
+}
+
 int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
 {
     if (!msg)
@@ -207,25 +244,18 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
     } else if (d == &streambatch__v1__poll_tasks_request__descriptor) {
         const Streambatch__V1__PollTasksRequest *m = (const void *)msg;
         rc = check_token(m->worker_id, "worker_id", err);
+        if (rc == 0)
+            rc = v_completions(m, err);
     } else if (d == &streambatch__v1__poll_tasks_reply__descriptor) {
         const Streambatch__V1__PollTasksReply *m = (const void *)msg;
         for (size_t i = 0; rc == 0 && i < m->n_tasks; i++)
             rc = v_task(m->tasks[i], i, err);
+        if (rc == 0)
+            rc = check_pids(m->release, m->n_release, "release", err);
     } else if (d == &streambatch__v1__task__descriptor) {
         rc = v_task((const Streambatch__V1__Task *)(const void *)msg, 0, err);
     } else if (d == &streambatch__v1__complete_task_request__descriptor) {
-        const Streambatch__V1__CompleteTaskRequest *m = (const void *)msg;
-        if (check_token(m->worker_id, "worker_id", err) < 0 ||
-            check_token(m->task_id, "task_id", err) < 0)
-            rc = -1;
-        else if (!task_status_ok((int)m->status))
-            rc = sb_err_set(err, "status %d is not a known TaskStatus", (int)m->status);
-        for (size_t i = 0; rc == 0 && i < m->n_outputs; i++)
-            rc = v_partition_info(m->outputs[i], "outputs", i, err);
-        if (rc == 0)
-            rc = check_pids(m->lost_inputs, m->n_lost_inputs, "lost_inputs", err);
-        if (rc == 0)
-            rc = v_task_metrics(m->metrics, err);
+        rc = v_complete((const void *)msg, err);
     } else if (d == &streambatch__v1__complete_task_reply__descriptor) {
         const Streambatch__V1__CompleteTaskReply *m = (const void *)msg;
         rc = check_pids(m->release, m->n_release, "release", err);

@@ -27,6 +27,9 @@
 #define SB_RPC_DATA_FETCH "/streambatch.v1.Data/Fetch"
 #define SB_RPC_WORKER_REBIND "/streambatch.v1.Worker/Rebind"
 
+/* PollTasksRequest.completions: at most this many reports in one poll (decoding refuses more). */
+#define SB_RPC_MAX_COMPLETIONS 1024
+
 /* One row per RPC of the protocol. */
 typedef struct sb_rpc_method_info {
     const char *path;
