@@ -472,6 +472,7 @@ Test(run, a_worker_confined_by_a_cpu_quota_is_drained_and_replaced)
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "cd %s && mkdir -p quota-run && (timeout 150 %s run quota.yaml --cpus 3 "
+             "--set spec.source.partitionSize=16Ki "
              "--run-dir %s/quota-run --summary-json quota.summary.json > quota.log 2>&1; "
              "echo $? > quota.rc) >/dev/null 2>&1 & echo $!",
              dir, sb_test_bin("streambatch"), dir);
