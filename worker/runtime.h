@@ -6,7 +6,8 @@
  * store as partitions "s<op>-t<task>-p<seq>" (or, for the last op, write them to the sink as
  * part files), then report the completion: with the slot's next PollTasks when the controller
  * takes batched completions (RegisterReply.batched_completions), else by CompleteTask at once.
- * Releases in the controller's replies free store partitions. A worker the controller declared lost is told to shut down.
+ * Releases in the controller's replies free store partitions. A worker the controller declared lost
+ * is told to shut down.
  *
  * The worker also serves Worker.Rebind beside Data: a new controller leader (after a failover)
  * tells it where the Control service now is. A Rebind is accepted when its pipeline matches the
