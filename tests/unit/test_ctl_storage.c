@@ -7,65 +7,27 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "controller/engine/ctl.h"
-#include "doc/doc.h"
-#include "rpc/proto.h"
-#include "spec/pipeline.h"
+#include "ctl_fixture.h"
 
-static const char *YAML =
-    "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: c}\n"
-    "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Mi}\n"
-    "  stages: [{name: a, op: identity}]\n  sink: {uri: 'file:///out', format: text}\n"
-    "  execution: {memoryBudget: 8Mi}\n";
-
-typedef struct {
-    sb_doc *doc;
-    sb_pipeline p;
-    sb_ctl *ctl;
-    sb_rpc_channel *ch;
-} fixture;
+typedef ctl_fixture fixture;
 
 static void setup(fixture *f, uint32_t hb_timeout_ms, const sb_sched_resume *resume)
 {
-    f->doc = sb_doc_parse_yaml(YAML, strlen(YAML), NULL);
-    sb_diags d = {0};
-    cr_assert_eq(sb_pipeline_decode(sb_doc_root(f->doc, 0), &f->p, &d), 0);
-    sb_ctl_config cfg = {.pipeline = &f->p,
-                         .pipeline_id = "default/c",
-                         .pipeline_json = "{}",
+    sb_ctl_config cfg = {.pipeline_json = "{}",
                          .storage_on_workers = 1,
                          .resume = resume,
                          .heartbeat_timeout_ms = hb_timeout_ms};
-    sb_err err;
-    f->ctl = sb_ctl_start(&cfg, NULL, &err);
-    cr_assert_not_null(f->ctl, "%s", err.msg);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", sb_ctl_port(f->ctl));
-    f->ch = sb_rpc_channel_new(target, NULL, &err);
-    cr_assert_not_null(f->ch, "%s", err.msg);
+    ctl_fixture_start(f, &cfg);
 }
 
 static void teardown(fixture *f)
 {
-    sb_rpc_channel_free(f->ch);
-    sb_ctl_free(f->ctl);
-    sb_pipeline_free(&f->p);
-    sb_doc_free(f->doc);
+    ctl_fixture_stop(f);
 }
 
 static void do_register(fixture *f, const char *id)
 {
-    Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
-    req.worker_id = (char *)id;
-    req.pool = "cpu";
-    req.address = "127.0.0.1:1";
-    req.slots = 2;
-    ProtobufCMessage *resp = NULL;
-    sb_err err;
-    cr_assert_eq(sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_REGISTER, &req.base, 5000,
-                                 SB_RPC_WAIT_FOR_READY, &resp, &err),
-                 SB_RPC_OK, "%s", err.msg);
-    sb_rpc_msg_free(resp);
+    sb_rpc_msg_free(&ctl_fixture_register(f, id, 2)->base);
 }
 
 static Streambatch__V1__PollTasksReply *do_poll(fixture *f, const char *id, uint32_t wait_ms)

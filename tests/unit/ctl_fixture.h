@@ -1,0 +1,75 @@
+/* A Control service (controller/engine/ctl.h) over real gRPC on loopback, for the unit tests of
+ * the Control protocol (test_ctl, test_ctl_batch, test_ctl_storage): a one-stage pipeline, the
+ * service started from a config the test fills in, a channel to it, and a fake worker's
+ * registration. Header-only; the fixture owns what it starts and ctl_fixture_stop frees it. */
+#ifndef SB_TEST_CTL_FIXTURE_H
+#define SB_TEST_CTL_FIXTURE_H
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "controller/engine/ctl.h"
+#include "doc/doc.h"
+#include "rpc/proto.h"
+#include "spec/pipeline.h"
+
+static const char *CTL_FIXTURE_YAML =
+    "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: c}\n"
+    "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Mi}\n"
+    "  stages: [{name: a, op: identity}]\n  sink: {uri: 'file:///out', format: text}\n"
+    "  execution: {memoryBudget: 8Mi}\n";
+
+typedef struct {
+    sb_doc *doc;
+    sb_pipeline p;
+    sb_ctl *ctl;
+    sb_rpc_channel *ch;
+} ctl_fixture;
+
+/* Decodes the pipeline into f->p, sets cfg->pipeline and cfg->pipeline_id ("default/c"),
+ * starts the service with the rest of cfg and opens f->ch to it. */
+static inline void ctl_fixture_start(ctl_fixture *f, sb_ctl_config *cfg)
+{
+    f->doc = sb_doc_parse_yaml(CTL_FIXTURE_YAML, strlen(CTL_FIXTURE_YAML), NULL);
+    sb_diags d = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(f->doc, 0), &f->p, &d), 0);
+    cr_assert_eq(d.n, 0);
+    cfg->pipeline = &f->p;
+    cfg->pipeline_id = "default/c";
+    sb_err err;
+    f->ctl = sb_ctl_start(cfg, NULL, &err);
+    cr_assert_not_null(f->ctl, "%s", err.msg);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", sb_ctl_port(f->ctl));
+    f->ch = sb_rpc_channel_new(target, NULL, &err);
+    cr_assert_not_null(f->ch, "%s", err.msg);
+}
+
+static inline void ctl_fixture_stop(ctl_fixture *f)
+{
+    sb_rpc_channel_free(f->ch);
+    sb_ctl_free(f->ctl);
+    sb_pipeline_free(&f->p);
+    sb_doc_free(f->doc);
+}
+
+/* Registers worker `id` of pool cpu with `slots` slots; returns the reply, which the caller
+ * frees with sb_rpc_msg_free(&reply->base). */
+static inline Streambatch__V1__RegisterReply *ctl_fixture_register(ctl_fixture *f, const char *id,
+                                                                   uint32_t slots)
+{
+    Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
+    req.worker_id = (char *)id;
+    req.pool = "cpu";
+    req.address = "127.0.0.1:1";
+    req.slots = slots;
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    cr_assert_eq(sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_REGISTER, &req.base, 5000,
+                                 SB_RPC_WAIT_FOR_READY, &resp, &err),
+                 SB_RPC_OK, "%s", err.msg);
+    return (Streambatch__V1__RegisterReply *)resp;
+}
+
+#endif
