@@ -25,7 +25,6 @@ S --only I` replays pipeline I, faults included):
 The last line is "chaos-cluster: N passed, M failed"; exit status 1 when any failed.
 """
 import argparse
-import collections
 import glob
 import json
 import os
@@ -42,10 +41,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 K8S = os.path.join(REPO, "tests", "k8s")
 SYS, REL, DEPLOY, LEASE, NS = "sb-system", "sb", "sb-streambatch", "streambatch-controller", "chaos"
 log = chaos.log
-
-
-class Interrupted(Exception):
-    pass
+Interrupted = chaos.Interrupted
 
 
 def run(argv, env=None, timeout=120, check=True):
