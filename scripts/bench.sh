@@ -182,5 +182,7 @@ echo "bench: a sick worker (scripts/bench-stragglers.sh: tail sizing, copies, dr
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-stragglers.sh >>"$out"
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} PARTITION_SIZE=512Ki scripts/bench-stragglers.sh >>"$out"
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} THROTTLE=quota scripts/bench-stragglers.sh >>"$out"
+echo "bench: cost-aware placement (scripts/bench-plan.sh: the plan vs a brute force, predicted vs measured cost)" >&2
+SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-plan.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"
