@@ -6,7 +6,9 @@
  * memory from its structures (sb_ctl_memory). The parent simulates N workers over real gRPC
  * (lib/rpc client calls, the generated protobuf-c messages): register, heartbeat every interval
  * with the running task ids, long-poll with their free slots, complete each task at once (or
- * after --task-ms) with a fake output partition, and answer the storage jobs (PLAN with M
+ * after --task-ms) with a fake output partition — reported on the worker's next poll, as the
+ * worker runtime does when the controller's RegisterReply says batched_completions, or with
+ * one CompleteTask call each under --batched 0 — and answer the storage jobs (PLAN with M
  * synthetic splits in pieces of SB_STORAGE_PIECE_BYTES as the worker runtime does, PREPARE and
  * COMMIT succeed). --lose K silences K workers (no heartbeat, poll or completion) once
  * --lose-at of the tasks are done, so the controller must detect and recover them.
@@ -48,7 +50,7 @@
 static struct {
     size_t workers, splits, lose;
     uint32_t slots, hb_ms, hb_timeout_ms, wait_ms, task_ms, out_bytes, idle_ms;
-    int stages, poll_threads, hb_threads, channels, plan_on_workers, commit;
+    int stages, poll_threads, hb_threads, channels, plan_on_workers, commit, batched;
     double gpu_frac, lose_at, limit_s, commit_s;
 } O = {.workers = 1000,
        .splits = 100000,
@@ -63,6 +65,7 @@ static struct {
        .channels = 8,
        .plan_on_workers = 1,
        .commit = 1,
+       .batched = 1,
        .gpu_frac = 0.25,
        .lose_at = 0.5,
        .limit_s = 100,
@@ -75,7 +78,7 @@ static void usage(void)
             "  [--gpu-frac F] [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--wait-ms MS]\n"
             "  [--task-ms MS] [--idle-ms MS] [--out-bytes B] [--poll-threads T] [--hb-threads T]\n"
             "  [--channels C] [--lose K] [--lose-at FRACTION] [--plan-on-workers 0|1]\n"
-            "  [--commit 0|1] [--commit-seconds S] [--limit-seconds S]\n");
+            "  [--commit 0|1] [--commit-seconds S] [--limit-seconds S] [--batched 0|1]\n");
     exit(2);
 }
 
@@ -126,6 +129,8 @@ static void parse_args(int argc, char **argv)
             O.commit_s = atof(v);
         else if (strcmp(a, "--limit-seconds") == 0)
             O.limit_s = atof(v);
+        else if (strcmp(a, "--batched") == 0)
+            O.batched = atoi(v);
         else
             usage();
     }
@@ -306,6 +311,8 @@ typedef struct {
     int gpu;
     uint32_t running;
     sim_task *tasks; /* O.slots */
+    sim_task *done;  /* O.slots: finished, reported on the next poll (batched completions) */
+    uint32_t ndone;
     int poll_queued; /* a poll is queued or in flight */
     int registered;
     atomic_int silent, stopped;
@@ -323,6 +330,7 @@ typedef struct {
 
 static sim_worker *W;
 static sb_rpc_channel **CH;
+static atomic_int batched; /* O.batched and the controller takes completions on polls */
 
 /* the action queue: a binary heap by (due, seq) */
 static pthread_mutex_t qmu = PTHREAD_MUTEX_INITIALIZER;
@@ -471,6 +479,8 @@ static void do_register(uint32_t wi)
             push(A_REGISTER, wi, 0, now_us() + 200000);
         return;
     }
+    if (O.batched && ((Streambatch__V1__RegisterReply *)resp)->batched_completions)
+        atomic_store(&batched, 1);
     sb_rpc_msg_free(resp);
     atomic_fetch_add(&n_register, 1);
     pthread_mutex_lock(&w->mu);
@@ -534,6 +544,37 @@ static void do_storage(sim_worker *w, const Streambatch__V1__StorageJob *job)
     plan_us = now_us() - t0;
 }
 
+/* One task's completion report: a fake output partition and its metrics. */
+typedef struct {
+    char pid[64];
+    Streambatch__V1__PartitionInfo out, *outs[1];
+    Streambatch__V1__TaskMetrics met;
+    Streambatch__V1__CompleteTaskRequest req;
+} completion;
+
+static void completion_fill(completion *c, sim_worker *w, sim_task *t)
+{
+    snprintf(c->pid, sizeof c->pid, "s%u-t%" PRIu64 "-p0", t->op, t->index);
+    c->out = (Streambatch__V1__PartitionInfo)STREAMBATCH__V1__PARTITION_INFO__INIT;
+    c->outs[0] = &c->out;
+    c->out.id = c->pid;
+    c->out.bytes = O.out_bytes;
+    c->out.rows = 10;
+    c->met = (Streambatch__V1__TaskMetrics)STREAMBATCH__V1__TASK_METRICS__INIT;
+    c->met.wall_seconds = O.task_ms / 1000.0;
+    c->met.cpu_seconds = O.task_ms / 1000.0;
+    c->met.rows_in = 10;
+    c->met.bytes_in = 1024;
+    c->req = (Streambatch__V1__CompleteTaskRequest)STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    c->req.worker_id = w->id;
+    c->req.task_id = t->task_id;
+    c->req.attempt = t->attempt;
+    c->req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    c->req.n_outputs = 1;
+    c->req.outputs = c->outs;
+    c->req.metrics = &c->met;
+}
+
 static void do_complete(uint32_t wi, uint32_t slot)
 {
     sim_worker *w = &W[wi];
@@ -543,29 +584,23 @@ static void do_complete(uint32_t wi, uint32_t slot)
     }
     pthread_mutex_lock(&w->mu);
     sim_task t = w->tasks[slot];
+    if (atomic_load(&batched)) { /* reported on the next poll */
+        w->done[w->ndone++] = t;
+        w->tasks[slot].used = 0;
+        w->running--;
+        int repoll = !w->poll_queued && !atomic_load(&w->stopped);
+        if (repoll)
+            w->poll_queued = 1;
+        pthread_mutex_unlock(&w->mu);
+        if (repoll)
+            push(A_POLL, wi, 0, now_us());
+        return;
+    }
     pthread_mutex_unlock(&w->mu);
-    char pid[64];
-    snprintf(pid, sizeof pid, "s%u-t%" PRIu64 "-p0", t.op, t.index);
-    Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
-    Streambatch__V1__PartitionInfo *outs[1] = {&out};
-    out.id = pid;
-    out.bytes = O.out_bytes;
-    out.rows = 10;
-    Streambatch__V1__TaskMetrics met = STREAMBATCH__V1__TASK_METRICS__INIT;
-    met.wall_seconds = O.task_ms / 1000.0;
-    met.cpu_seconds = O.task_ms / 1000.0;
-    met.rows_in = 10;
-    met.bytes_in = 1024;
-    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
-    req.worker_id = w->id;
-    req.task_id = t.task_id;
-    req.attempt = t.attempt;
-    req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
-    req.n_outputs = 1;
-    req.outputs = outs;
-    req.metrics = &met;
+    completion c;
+    completion_fill(&c, w, &t);
     ProtobufCMessage *resp = NULL;
-    if (call(w, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 30000, &resp) == 0) {
+    if (call(w, SB_RPC_CONTROL_COMPLETE_TASK, &c.req.base, 30000, &resp) == 0) {
         Streambatch__V1__CompleteTaskReply *r = (Streambatch__V1__CompleteTaskReply *)resp;
         atomic_fetch_add(r->accepted ? &n_done : &n_rejected, 1);
         atomic_fetch_add(&n_released, r->n_release);
@@ -598,27 +633,74 @@ static void do_poll(uint32_t wi)
     sim_worker *w = &W[wi];
     pthread_mutex_lock(&w->mu);
     uint32_t free_slots = O.slots - w->running;
-    if (free_slots == 0 || atomic_load(&w->stopped) || atomic_load(&w->silent)) {
+    if (atomic_load(&w->silent) ||
+        (w->ndone == 0 && (free_slots == 0 || atomic_load(&w->stopped)))) {
         w->poll_queued = 0;
         pthread_mutex_unlock(&w->mu);
         return;
     }
+    /* the tasks finished since the last poll ride on this one */
+    sim_task *fin = w->ndone ? malloc(w->ndone * sizeof *fin) : NULL;
+    size_t nfin = fin ? w->ndone : 0;
+    if (nfin)
+        memcpy(fin, w->done, nfin * sizeof *fin);
+    w->ndone -= (uint32_t)nfin;
     pthread_mutex_unlock(&w->mu);
+    completion *cs = nfin ? calloc(nfin, sizeof *cs) : NULL;
+    Streambatch__V1__CompleteTaskRequest **creq = nfin ? calloc(nfin, sizeof *creq) : NULL;
+    if (nfin && (cs == NULL || creq == NULL)) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    for (size_t i = 0; i < nfin; i++) {
+        completion_fill(&cs[i], w, &fin[i]);
+        creq[i] = &cs[i].req;
+    }
     Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
     req.worker_id = w->id;
-    req.free_slots = free_slots;
-    req.wait_ms = O.wait_ms;
+    req.free_slots = atomic_load(&w->stopped) ? 0 : free_slots;
+    /* A poll carrying completions is answered at once (wait 0), not held: a held poll holds one
+     * of our few threads, and completions queued behind held polls would wait for a thread,
+     * which a real worker (its own threads) never does. An idle worker then sends one more,
+     * held, poll without completions: a call a real worker would not make, so this overstates
+     * the controller's cost per task a little. */
+    req.wait_ms = nfin ? 0 : O.wait_ms;
+    req.n_completions = nfin;
+    req.completions = creq;
     int queued = !w->gpu && atomic_load(&n_op0_assigned) < O.splits;
     uint64_t t0 = now_us();
     ProtobufCMessage *resp = NULL;
     atomic_fetch_add(&n_polls, 1);
-    if (call(w, SB_RPC_CONTROL_POLL_TASKS, &req.base, (int)O.wait_ms + 30000, &resp) != 0) {
+    int failed = call(w, SB_RPC_CONTROL_POLL_TASKS, &req.base, (int)O.wait_ms + 30000, &resp);
+    free(creq);
+    free(cs);
+    if (failed != 0) {
+        pthread_mutex_lock(&w->mu); /* reported again on the next poll */
+        for (size_t i = 0; i < nfin; i++)
+            w->done[w->ndone++] = fin[i];
+        pthread_mutex_unlock(&w->mu);
+        free(fin);
         if (!atomic_load(&stop_all))
             push(A_POLL, wi, 0, now_us() + 100000);
         return;
     }
+    free(fin);
     uint64_t t1 = now_us();
     Streambatch__V1__PollTasksReply *r = (Streambatch__V1__PollTasksReply *)resp;
+    if (nfin) {
+        size_t acc = 0;
+        for (size_t i = 0; i < r->n_accepted && i < nfin; i++)
+            acc += r->accepted[i] != 0;
+        if (r->n_accepted != nfin) {
+            unsigned long long k = atomic_fetch_add(&n_rpc_errors, 1);
+            if (k < 5)
+                fprintf(stderr, "bench_ctl_load: %zu completions, %zu accepted flags back\n", nfin,
+                        r->n_accepted);
+        }
+        atomic_fetch_add(&n_done, acc);
+        atomic_fetch_add(&n_rejected, nfin - acc);
+        atomic_fetch_add(&n_released, r->n_release);
+    }
     if (r->shutdown) /* drain: the worker runtime keeps polling (storage jobs come that way) */
         atomic_store(&w->stopped, 1);
     if (r->storage_job != NULL) {
@@ -671,7 +753,7 @@ static void do_poll(uint32_t wi)
     for (size_t i = 0; i < k; i++)
         do_complete(wi, slots[i]);
     pthread_mutex_lock(&w->mu);
-    int again = !atomic_load(&w->stopped) && !atomic_load(&w->silent);
+    int again = !atomic_load(&w->silent) && (!atomic_load(&w->stopped) || w->ndone > 0);
     w->poll_queued = again;
     pthread_mutex_unlock(&w->mu);
     if (again)
@@ -854,6 +936,7 @@ int main(int argc, char **argv)
         w->gpu = i >= O.workers - ngpu;
         snprintf(w->id, sizeof w->id, "%s-%zu", w->gpu ? "gpu" : "cpu", i);
         w->tasks = calloc(O.slots, sizeof *w->tasks);
+        w->done = calloc(O.slots, sizeof *w->done);
         w->ch = CH[i % (size_t)O.channels];
     }
     uint64_t t_start = now_us();
@@ -942,8 +1025,9 @@ int main(int argc, char **argv)
            pmax = nlat ? lat[nlat - 1] / 1000.0 : -1;
     int state = (int)kv(done_line, "state");
     printf("workers %zu (%zu gpu), slots %u, splits %zu, ops %d, heartbeat %u ms, task %u ms, "
-           "lose %zu\n",
-           O.workers, ngpu, O.slots, O.splits, O.stages, O.hb_ms, O.task_ms, O.lose);
+           "lose %zu, completions %s\n",
+           O.workers, ngpu, O.slots, O.splits, O.stages, O.hb_ms, O.task_ms, O.lose,
+           atomic_load(&batched) ? "on polls" : "CompleteTask calls");
     printf("  pipeline: %s after %.2f s; %" PRIu64 " completions accepted (%llu stale), %.0f "
            "attempts started\n",
            state == 1   ? "SUCCEEDED"
@@ -972,13 +1056,13 @@ int main(int argc, char **argv)
     printf("  controller:%s\n  commit:%s\n  load generator CPU %.2f s\n", done_line,
            commit_line[0] ? commit_line : " (none)", cli_cpu1 - cli_cpu0);
     printf("RESULT ctl_load workers=%zu gpu=%zu slots=%u splits=%zu ops=%d hb_ms=%u task_ms=%u "
-           "lose=%zu state=%d seconds=%.3f done=%" PRIu64 " tasks_per_s=%.0f cpu_s=%.4f "
+           "batched=%d lose=%zu state=%d seconds=%.3f done=%" PRIu64 " tasks_per_s=%.0f cpu_s=%.4f "
            "cpu_us_per_task=%.2f lat_n=%zu lat_p50_ms=%.3f lat_p99_ms=%.3f lat_max_ms=%.3f "
            "lineage_b=%.0f partitions=%.0f lineage_b_per_part=%.1f rss_b_per_part=%.1f "
            "peak_rss_mib=%.1f hb_lag_max_ms=%.0f rpc_errors=%llu lost=%.0f rerun=%.0f "
            "commit_rc=%.0f commit_s=%.3f\n",
-           O.workers, ngpu, O.slots, O.splits, O.stages, O.hb_ms, O.task_ms, O.lose, state, seconds,
-           done, seconds > 0 ? (double)done / seconds : 0, cpu_s,
+           O.workers, ngpu, O.slots, O.splits, O.stages, O.hb_ms, O.task_ms, atomic_load(&batched),
+           O.lose, state, seconds, done, seconds > 0 ? (double)done / seconds : 0, cpu_s,
            done ? cpu_s * 1e6 / (double)done : 0, nlat, p50, p99, pmax, lineage, parts,
            parts > 0 ? lineage / parts : 0, parts > 0 ? rss_growth / parts : 0,
            kv(done_line, "hwm") / 1048576.0, atomic_load(&hb_lag_max_us) / 1000.0,
@@ -988,6 +1072,7 @@ int main(int argc, char **argv)
     (void)t_done;
     for (size_t i = 0; i < O.workers; i++) {
         free(W[i].tasks);
+        free(W[i].done);
         pthread_mutex_destroy(&W[i].mu);
     }
     free(W);
