@@ -170,7 +170,7 @@ print()
 print("%s, %d CPUs shared with other work; %d rounds per case. Stages are bench.sleep with a" %
       (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), rounds))
 print("declared msPerRecord per shape (so rates do not depend on CPU load), each worker")
-print("`resources: {cpu: 1, memory: NGi}`; about %g s of input at the target, rows of 53 bytes," % duration)
+print("`resources: {cpu: 1, memory: NGi}`; about %g s of input at the target, rows of about 64 bytes," % duration)
 print("partitionSize %s. The plan is `streambatch plan -o json`; \"= brute force\" says its cost" % os.environ["PARTITION_SIZE"])
 print("per row equals the lowest one found by trying every shape and every worker count (1-16) of")
 print("every stage; the run is `streambatch run --plan` with the plan's workers per shape; measured")
