@@ -633,12 +633,35 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
     return 0;
 }
 
-/* SB_SCHED_OFF: the straggler mechanisms to switch off, comma-separated words of
- * "tail-sizing", "speculation", "drain" (ablations: scripts/bench-stragglers.sh). 0, or -1 with
- * the bad word in bad. */
-static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, char *bad, size_t len)
+/* Checks the sink parts a resume carries over (sb_runckpt_verify_parts: file sinks write them
+ * without a sync, so after a machine crash one may be missing or cut short) and takes the
+ * splits of bad ones out of prev, to be made again. 0, or -1 (the checkpoint cannot be
+ * read against the sink: named on stderr). */
+static int resume_verify(const sb_sink_spec *sink, sb_ckpt *prev)
 {
-    *tail = *spec = *drain = 0;
+    size_t bad = 0, splits = 0;
+    char first[1024];
+    sb_err err = {0};
+    if (sb_runckpt_verify_parts(prev, sink, &bad, &splits, first, sizeof first, &err) != 0) {
+        fprintf(stderr, "streambatch run: --resume: %s\n", err.msg);
+        return -1;
+    }
+    if (bad > 0)
+        fprintf(stderr,
+                "%zu sink part%s carried over by the checkpoint %s missing or differ%s from what "
+                "it recorded (%s): %zu committed split%s run again, %zu remain\n",
+                bad, bad == 1 ? "" : "s", bad == 1 ? "is" : "are", bad == 1 ? "s" : "", first,
+                splits, splits == 1 ? "" : "s", prev->ncommitted);
+    return 0;
+}
+
+/* SB_SCHED_OFF: the straggler mechanisms to switch off, comma-separated words of
+ * "tail-sizing", "speculation", "drain", "earliest-finish" (ablations:
+ * scripts/bench-stragglers.sh). 0, or -1 with the bad word in bad. */
+static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int *eft, char *bad,
+                           size_t len)
+{
+    *tail = *spec = *drain = *eft = 0;
     while (v != NULL && *v) {
         size_t n = strcspn(v, ",");
         if (n == 11 && strncmp(v, "tail-sizing", n) == 0)
@@ -719,6 +742,12 @@ int sb_run(const sb_run_opts *o)
         sb_runckpt_claim_release(&ck.claim);
         run_state_free(&r);
         return code;
+    }
+    if (have_prev && resume_verify(&r.p.spec.sink, &prev) != 0) {
+        sb_runckpt_claim_release(&ck.claim);
+        sb_ckpt_free(&prev);
+        run_state_free(&r);
+        return 2;
     }
     sb_sched_resume resume = {.epoch = ck.epoch,
                               .committed_splits = have_prev ? prev.committed_splits : NULL,

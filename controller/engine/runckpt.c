@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "controller/sched/ranges.h"
+#include "io/sink.h"
+#include "rpc/proto.h"
 #include "spec/validate.h"
 
 #define MAX_CKPT_BYTES ((size_t)256 << 20)
@@ -380,4 +383,106 @@ int sb_runckpt_clean_dead(const sb_runckpt_owner *prev, long *removed, sb_err *e
         return sb_err_set(err, "cannot remove the spill dirs in %.300s: %s", prev->run_dir,
                           strerror(e));
     return 0;
+}
+
+#define SPLIT_UNKNOWN UINT64_MAX
+
+/* The split a carried-over sink part came from: its task index for an op-0 part (a source
+ * task reads one split), the first number of its order key (preserveOrder: every task of op
+ * > 0 has one input, so a part descends from one split), else unknown. */
+static uint64_t split_of(const sb_sched_output *p)
+{
+    uint32_t stage, seq;
+    uint64_t task;
+    sb_err e;
+    if (sb_rpc_partition_id_parse(p->id, &stage, &task, &seq, &e) == 0 && stage == 0)
+        return task;
+    if (p->order != NULL && p->order[0] >= '0' && p->order[0] <= '9')
+        return strtoull(p->order, NULL, 10);
+    return SPLIT_UNKNOWN;
+}
+
+int sb_runckpt_verify_parts(sb_ckpt *c, const sb_sink_spec *sink, size_t *bad, size_t *splits,
+                            char *first, size_t len, sb_err *err)
+{
+    *bad = 0;
+    *splits = 0;
+    if (len > 0)
+        first[0] = '\0';
+    if (c->nparts == 0)
+        return 0;
+    size_t n = (size_t)1 << 24; /* as sb_runckpt_load() reads it */
+    uint8_t *set = calloc(n, 1);
+    uint8_t *drop = calloc(c->nparts, 1);
+    int rc = 0, all = 0;
+    if (set == NULL || drop == NULL) {
+        rc = sb_err_set(err, "checkpoint: out of memory");
+        goto out;
+    }
+    if (sb_ranges_parse(c->committed_splits, set, n, err) != 0) {
+        rc = sb_err_wrap(err, "checkpoint: committedSplits");
+        goto out;
+    }
+    /* 1. which parts are not what the checkpoint recorded: their splits run again */
+    char why[1024];
+    for (size_t i = 0; i < c->nparts; i++) {
+        const sb_sched_output *p = &c->parts[i];
+        int ok = sb_io_sink_verify_part(sink, p->id, p->bytes, p->crc32c, why, sizeof why, err);
+        if (ok < 0) {
+            rc = sb_err_wrap(err, "checkpoint: parts[%zu]", i);
+            goto out;
+        }
+        if (ok)
+            continue;
+        if (*bad == 0)
+            snprintf(first, len, "%s", why);
+        (*bad)++;
+        uint64_t sp = split_of(p);
+        if (sp == SPLIT_UNKNOWN || sp >= n)
+            all = 1;
+        else if (set[sp]) {
+            set[sp] = 0;
+            (*splits)++;
+        }
+    }
+    if (*bad == 0)
+        goto out;
+    /* 2. every part of a split that runs again goes (the run makes them anew); where a part's
+     * split is unknown, no part can be kept with certainty: the whole checkpoint's work goes */
+    for (size_t i = 0; i < c->nparts && !all; i++) {
+        uint64_t sp = split_of(&c->parts[i]);
+        if (sp == SPLIT_UNKNOWN || sp >= n)
+            all = 1;
+        else
+            drop[i] = !set[sp];
+    }
+    if (all) {
+        *splits = c->ncommitted;
+        memset(set, 0, n);
+        memset(drop, 1, c->nparts);
+    }
+    char *ranges = sb_ranges_format(set, n);
+    if (ranges == NULL) {
+        rc = sb_err_set(err, "checkpoint: out of memory");
+        goto out;
+    }
+    free(c->committed_splits);
+    c->committed_splits = ranges;
+    c->ncommitted = 0;
+    for (size_t i = 0; i < n; i++)
+        c->ncommitted += set[i] != 0;
+    size_t k = 0;
+    for (size_t i = 0; i < c->nparts; i++) {
+        if (drop[i]) {
+            free((char *)c->parts[i].id);
+            free((char *)c->parts[i].order);
+            continue;
+        }
+        c->parts[k++] = c->parts[i];
+    }
+    c->nparts = k;
+out:
+    free(set);
+    free(drop);
+    return rc;
 }

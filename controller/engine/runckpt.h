@@ -44,6 +44,18 @@ int sb_runckpt_load(const char *path, sb_ckpt *out, int *exists, sb_err *err);
  * the data synced before the rename). 0, or -1 + err. */
 int sb_runckpt_save(const char *path, const char *text, sb_err *err);
 
+/* Checks every sink part checkpoint c carries over (sb_io_sink_verify_part: size and CRC-32C
+ * of the file; file sinks only, whose parts are not synced until the commit, so a machine crash
+ * may have lost or cut one the checkpoint recorded) and drops what cannot be trusted: each part
+ * that is missing or differs, with every other part of the split it came from, and that split
+ * from the committed set, so the resumed run makes them again from the source (a part of op 0
+ * maps to its split by its task index, a preserveOrder part by its order key; a bad part whose
+ * split cannot be told drops all committed work). *bad receives the number of bad parts (0: c
+ * is unchanged), *splits the committed splits dropped, `first` (len bytes) what was wrong with
+ * the first bad part. Reads every carried part once. 0, or -1 + err (c unchanged). */
+int sb_runckpt_verify_parts(sb_ckpt *c, const sb_sink_spec *sink, size_t *bad, size_t *splits,
+                            char *first, size_t len, sb_err *err);
+
 /* Removes the file (missing is fine). 0, or -1 + err. */
 int sb_runckpt_remove(const char *path, sb_err *err);
 

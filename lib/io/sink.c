@@ -615,9 +615,17 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
         rc = sb_err_set(err, "sink: commit: out of memory for the manifest");
         goto out;
     }
-    if (put_file(dir, SB_IO_MANIFEST_NAME, text, err) != 0 ||
-        put_file(dir, SB_IO_SUCCESS_NAME, "", err) != 0)
+    /* Parts are written without a sync (file: temporary name + rename only): one sync of the
+     * directory makes every part and the manifest durable before _SUCCESS exists, and one more
+     * makes _SUCCESS durable before the pipeline reports success. */
+    if (put_file(dir, SB_IO_MANIFEST_NAME, text, err) != 0)
         rc = -1;
+    else if (sb_io_sync(dir, err) != 0)
+        rc = sb_err_wrap(err, "sink: commit: making the parts durable");
+    else if (put_file(dir, SB_IO_SUCCESS_NAME, "", err) != 0)
+        rc = -1;
+    else if (sb_io_sync(dir, err) != 0)
+        rc = sb_err_wrap(err, "sink: commit: making _SUCCESS durable");
 out:
     sb_io_objs_free(objs, nobjs);
     free(text);
@@ -625,4 +633,61 @@ out:
     free(skip);
     free(dir);
     return rc;
+}
+
+int sb_io_sink_verify_part(const sb_sink_spec *sink, const char *partition_id, uint64_t bytes,
+                           uint32_t crc32c, char *why, size_t len, sb_err *err)
+{
+    if (len > 0)
+        why[0] = '\0';
+    if (!valid_id(partition_id))
+        return sb_err_set(err, "sink: partition id \"%.64s\" is not valid",
+                          partition_id ? partition_id : "(null)");
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
+        return -1;
+    if (sb_io_backend_of(dir, 1, err) != &sb_io_backend_file) {
+        free(dir); /* a committed write is durable there: nothing a crash can undo */
+        return 1;
+    }
+    char final[SB_IO_PART_NAME_MAX];
+    snprintf(final, sizeof final, PART_PREFIX "%s.%s", partition_id, ext_of(sink->format));
+    char *uri = sb_io_uri_join(dir, final);
+    free(dir);
+    if (uri == NULL)
+        return sb_err_set(err, "sink: out of memory");
+    uint64_t size = 0;
+    int exists = 0, ok = 0;
+    sb_err e = {0};
+    sb_io_rd *r = NULL;
+    unsigned char *buf = NULL;
+    if (sb_io_stat(uri, &size, &exists, &e) != 0) {
+        snprintf(why, len, "%s", e.msg);
+    } else if (!exists) {
+        snprintf(why, len, "%s is missing", uri);
+    } else if (size != bytes) {
+        snprintf(why, len, "%s has %" PRIu64 " bytes, the checkpoint recorded %" PRIu64, uri, size,
+                 bytes);
+    } else if ((buf = malloc(SB_IO_BUF_SIZE)) == NULL) {
+        free(uri);
+        return sb_err_set(err, "sink: out of memory");
+    } else if (sb_io_read_open(uri, 0, size, &r, &e) != 0) {
+        snprintf(why, len, "%s", e.msg);
+    } else {
+        uint32_t crc = 0;
+        ssize_t got;
+        while ((got = sb_io_read(r, buf, SB_IO_BUF_SIZE, &e)) > 0)
+            crc = sb_crc32c(crc, buf, (size_t)got);
+        if (got < 0)
+            snprintf(why, len, "%s", e.msg);
+        else if (crc != crc32c)
+            snprintf(why, len, "%s has CRC-32C %" PRIu32 ", the checkpoint recorded %" PRIu32, uri,
+                     crc, crc32c);
+        else
+            ok = 1;
+        sb_io_read_close(r);
+    }
+    free(buf);
+    free(uri);
+    return ok;
 }

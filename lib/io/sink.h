@@ -10,7 +10,7 @@
  *   _SUCCESS                    written by commit after the manifest; only a fully committed
  *                               pipeline has one.
  *   .sbtmp-*                    files being written (temporary names in the same directory,
- *                               fsync'ed, then renamed into place); prepare and abort remove
+ *                               renamed into place, not synced); prepare and abort remove
  *                               leftovers. Readers skip them (and _*) like any source listing.
  *
  * Record encoding: the partition's "record" column (or its only binary/utf8 column) is written
@@ -27,7 +27,9 @@
  *   sb_io_sink_commit()      once, with the parts of the finished pipeline: checks each part
  *                            file exists with the reported size, deletes part files of this
  *                            format that are not in the list (output of attempts the list no
- *                            longer includes), writes _manifest.json atomically, then _SUCCESS.
+ *                            longer includes), writes _manifest.json atomically, syncs the
+ *                            directory (every part and the manifest durable: one syncfs on
+ *                            file sinks, nothing on S3), then writes and syncs _SUCCESS.
  *   sb_io_sink_abort()       on failure or cancel: removes _SUCCESS, _manifest.json and
  *                            temporary files (a failed or interrupted pipeline never leaves
  *                            _SUCCESS).
@@ -81,6 +83,16 @@ typedef struct sb_io_errored {
  * 0, or -1 + err (no _SUCCESS is written then). */
 int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
                       const sb_io_errored *errored, size_t nerrored, sb_err *err);
+
+/* Checks the part file of `partition_id` against what a checkpoint recorded for it (bytes and
+ * CRC-32C of the file): 1 when it matches, 0 when it is missing, unreadable or differs (`why`,
+ * len bytes, says how), -1 + err for an invalid sink spec or id. Parts are written without a
+ * sync (only sb_io_sink_commit() makes them durable), so after a machine crash a part a
+ * checkpoint recorded may be gone or cut short: a resume checks each part it carries over.
+ * Reads the whole file on file sinks; on other backends (S3) a written part is durable and
+ * this returns 1 without a request. */
+int sb_io_sink_verify_part(const sb_sink_spec *sink, const char *partition_id, uint64_t bytes,
+                           uint32_t crc32c, char *why, size_t len, sb_err *err);
 
 /* Removes _SUCCESS, _manifest.json and temporary files; a missing directory is fine. 0, or -1
  * + err naming the first file that could not be removed. */

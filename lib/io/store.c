@@ -252,3 +252,11 @@ int sb_io_cleanup(const char *dir_uri, sb_err *err)
     const sb_io_backend *be = sb_io_backend_of(dir_uri, 1, err);
     return be == NULL ? -1 : be->cleanup(dir_uri, err);
 }
+
+int sb_io_sync(const char *dir_uri, sb_err *err)
+{
+    const sb_io_backend *be = sb_io_backend_of(dir_uri, 1, err);
+    if (be == NULL)
+        return -1;
+    return be->sync != NULL ? be->sync(dir_uri, err) : 0;
+}

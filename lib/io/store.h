@@ -19,7 +19,11 @@
  *   write       an atomic write of a whole object: nothing is visible under the final name
  *               until commit succeeds; abort (or a crash) leaves no visible object (file: a
  *               temporary ".sbtmp-*" name then rename; S3: one PUT, or a multipart upload
- *               completed at commit and aborted on failure).
+ *               completed at commit and aborted on failure). Durable when committed on S3 (the
+ *               PUT or the completion is answered once stored); not on file (no fsync: a
+ *               machine crash may lose or cut a committed file) until sync.
+ *   sync        makes every object committed under a directory URI durable (file: one
+ *               syncfs(2) of its filesystem; S3: nothing to do).
  *   del         removes one object; an absent one is fine.
  *   cleanup     readies a directory URI for writes: removes the backend's own leftovers
  *               (file: .sbtmp-* files; S3: unfinished multipart uploads), e.g. of a killed
@@ -79,6 +83,8 @@ typedef struct sb_io_backend {
     void (*write_abort)(sb_io_wr *w);
     int (*del)(const char *uri, sb_err *err);
     int (*cleanup)(const char *dir_uri, sb_err *err);
+    /* optional: NULL where a committed write is durable already (s3) */
+    int (*sync)(const char *dir_uri, sb_err *err);
 } sb_io_backend;
 
 /* Every handle starts with its backend, so the public functions can dispatch on it. */
@@ -145,6 +151,10 @@ int sb_io_put(const char *uri, const void *buf, size_t n, sb_err *err);
 
 int sb_io_del(const char *uri, sb_err *err);
 int sb_io_cleanup(const char *dir_uri, sb_err *err);
+/* Makes the objects committed under dir_uri durable (see "sync" above). 0, or -1 + err. */
+int sb_io_sync(const char *dir_uri, sb_err *err);
+/* How many fsync(2)/syncfs(2) calls the file backend made in this process (for tests). */
+uint64_t sb_io_file_syncs(void);
 
 /* The backends (file.c, s3.c, http.c). */
 extern const sb_io_backend sb_io_backend_file;

@@ -1,6 +1,7 @@
 /* Unit tests of io/sink: part files per partition (contents, rows, bytes, CRC),
- * overwrite on re-run, manifest + _SUCCESS on commit, abort and prepare cleaning up, and bad
- * input. Each test works in its own mkdtemp() directory and removes it. */
+ * overwrite on re-run, manifest + _SUCCESS on commit (synced there, not per part), abort and
+ * prepare cleaning up, checking a part against a checkpoint, and bad input. Each test works in its
+ * own mkdtemp() directory and removes it. */
 #include <criterion/criterion.h>
 
 #include <cjson/cJSON.h>
@@ -16,6 +17,7 @@
 #include "partition/crc32c.h"
 #include "partition/partition.h"
 #include "io/sink.h"
+#include "io/store.h"
 #include "testutil.h"
 
 static char g_dir[64];
@@ -458,4 +460,92 @@ Test(sink, typed_columns_are_written_as_json_objects)
               err.msg);
     cr_expect(!exists("part-p2.jsonl"));
     sb_part_free(blob);
+}
+
+/* Parts are written without fsync (temporary name + rename only); the commit makes them
+ * durable with a few syncs of the directory, not one per part, and still lists every part. */
+Test(sink, parts_are_synced_once_at_commit_not_per_part)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *r[] = {"{\"a\":1}", "{\"b\":2}"};
+    enum { N = 20 };
+    sb_io_part_info info[N];
+    uint64_t before = sb_io_file_syncs();
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "s0-t%d-p0", i);
+        write_part(&s, id, r, 2, &info[i]);
+    }
+    cr_assert_eq(sb_io_file_syncs(), before, "%llu syncs while writing %d parts",
+                 (unsigned long long)(sb_io_file_syncs() - before), N);
+    cr_assert(exists("part-s0-t19-p0.jsonl"), "a part is visible once written");
+    cr_assert_eq(sb_io_sink_commit(&s, info, N, NULL, 0, &e), 0, "%s", e.msg);
+    uint64_t syncs = sb_io_file_syncs() - before;
+    /* the directory after removing temporaries, the parts and the manifest, then _SUCCESS */
+    cr_assert(syncs >= 2 && syncs <= 3, "%llu syncs at commit for %d parts",
+              (unsigned long long)syncs, N);
+    size_t n;
+    char *m = slurp(out_path("_manifest.json"), &n);
+    cJSON *j = cJSON_Parse(m);
+    cr_assert_not_null(j, "%s", m);
+    const cJSON *parts = cJSON_GetObjectItem(j, "parts");
+    cr_assert_eq(cJSON_GetArraySize(parts), N, "%s", m);
+    for (int i = 0; i < N; i++) {
+        const cJSON *p = cJSON_GetArrayItem(parts, i);
+        cr_assert_eq(cJSON_GetObjectItem(p, "crc32c")->valuedouble, (double)info[i].crc32c);
+    }
+    cJSON_Delete(j);
+    free(m);
+    cr_assert(exists("_SUCCESS"));
+}
+
+/* What a resume checks of a part a checkpoint recorded: present, same size, same CRC-32C. */
+Test(sink, verify_part_detects_missing_truncated_and_corrupted_parts)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *r[] = {"{\"a\":1}", "{\"b\":2}", "{\"c\":3}"};
+    sb_io_part_info info;
+    write_part(&s, "s0-t3-p0", r, 3, &info);
+    char why[512];
+    cr_assert_eq(
+        sb_io_sink_verify_part(&s, "s0-t3-p0", info.bytes, info.crc32c, why, sizeof why, &e), 1,
+        "%s", why);
+    cr_assert_str_eq(why, "");
+    cr_assert_eq(
+        sb_io_sink_verify_part(&s, "s0-t3-p0", info.bytes, info.crc32c ^ 1, why, sizeof why, &e),
+        0);
+    cr_assert(strstr(why, "CRC-32C") != NULL, "%s", why);
+
+    /* one byte changed, same size */
+    const char *path = out_path("part-s0-t3-p0.jsonl");
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 3, SEEK_SET);
+    fputc('X', f);
+    fclose(f);
+    cr_assert_eq(
+        sb_io_sink_verify_part(&s, "s0-t3-p0", info.bytes, info.crc32c, why, sizeof why, &e), 0);
+    cr_assert(strstr(why, "CRC-32C") != NULL, "%s", why);
+
+    /* cut short (what a machine crash can leave of an unsynced file) */
+    cr_assert_eq(truncate(path, (off_t)info.bytes - 4), 0);
+    cr_assert_eq(
+        sb_io_sink_verify_part(&s, "s0-t3-p0", info.bytes, info.crc32c, why, sizeof why, &e), 0);
+    cr_assert(strstr(why, "bytes, the checkpoint recorded") != NULL, "%s", why);
+
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(
+        sb_io_sink_verify_part(&s, "s0-t3-p0", info.bytes, info.crc32c, why, sizeof why, &e), 0);
+    cr_assert(strstr(why, "is missing") != NULL, "%s", why);
+
+    cr_assert_eq(sb_io_sink_verify_part(&s, "../x", 1, 1, why, sizeof why, &e), -1);
+
+    /* S3: a written part is durable; nothing is read (no server here) */
+    sb_sink_spec s3 = {.uri = "s3://no-such-bucket/out/", .format = SB_FMT_JSONL};
+    cr_assert_eq(sb_io_sink_verify_part(&s3, "s0-t3-p0", 10, 1234, why, sizeof why, &e), 1, "%s",
+                 e.msg);
 }

@@ -3,17 +3,25 @@
  * checkpoint is checked against what the simulation knows: it only grows, and no committed
  * split has a task running or a partition waiting for a consumer (a half-done component is
  * never committed). A resumed scheduler runs only the other splits and ends with the resumed
- * parts plus new ones, without id collisions. */
+ * parts plus new ones, without id collisions. `streambatch run --resume` drops carried-over
+ * parts that are missing or differ from the checkpoint, with their splits (runckpt.h). */
 #include <criterion/criterion.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "controller/engine/runckpt.h"
 #include "controller/sched/ranges.h"
 #include "controller/sched/sched.h"
 #include "doc/doc.h"
+#include "io/sink.h"
+#include "partition/partition.h"
 #include "spec/pipeline.h"
+#include "testutil.h"
 
 #define MiB (1024ull * 1024)
 
@@ -712,4 +720,159 @@ Test(sched_checkpoint, preserve_order_survives_a_resume)
     free(ranges);
     sb_sched_parts_free(parts, n);
     free_spec(&h);
+}
+
+/* ---- `streambatch run --resume` checking the parts it carries over (runckpt.h) ---- */
+
+static char v_dir[128];
+
+static int v_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void v_setup(void)
+{
+    sb_test_tmpl(v_dir, sizeof v_dir, "sb-test-ckverify");
+    cr_assert_not_null(mkdtemp(v_dir));
+}
+
+static void v_teardown(void)
+{
+    nftw(v_dir, v_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Writes part `id` with one record into the sink and appends it to c (order may be NULL). */
+static void v_part(const sb_sink_spec *s, sb_ckpt *c, const char *id, const char *order)
+{
+    sb_field f = {.name = "record", .type = SB_TYPE_UTF8};
+    sb_err e;
+    sb_batch_builder *b = sb_batch_builder_new(&f, 1, &e);
+    cr_assert_not_null(b);
+    cr_assert_eq(sb_batch_builder_append_binary(b, 0, id, strlen(id), &e), 0);
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, &len, &e), 0);
+    sb_batch_builder_free(b);
+    sb_io_part_info info;
+    cr_assert_eq(sb_io_sink_write_part(s, id, blob, len, &info, &e), 0, "%s", e.msg);
+    sb_part_free(blob);
+    c->parts = realloc(c->parts, (c->nparts + 1) * sizeof *c->parts);
+    cr_assert_not_null(c->parts);
+    c->parts[c->nparts++] = (sb_sched_output){.id = strdup(id),
+                                              .bytes = info.bytes,
+                                              .rows = info.rows,
+                                              .crc32c = info.crc32c,
+                                              .order = order ? strdup(order) : NULL};
+}
+
+static void v_ckpt(sb_ckpt *c, const char *committed, size_t n)
+{
+    memset(c, 0, sizeof *c);
+    c->epoch = 1;
+    c->committed_splits = strdup(committed);
+    c->ncommitted = n;
+}
+
+static void v_damage(const char *id, const char *how)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/out/part-%s.txt", v_dir, id);
+    if (strcmp(how, "delete") == 0) {
+        cr_assert_eq(unlink(p), 0);
+    } else if (strcmp(how, "truncate") == 0) {
+        cr_assert_eq(truncate(p, 2), 0);
+    } else { /* one byte flipped, same size */
+        FILE *f = fopen(p, "r+b");
+        cr_assert_not_null(f);
+        cr_assert_eq(fputc('#', f), '#');
+        fclose(f);
+    }
+}
+
+static const char *v_ids(const sb_ckpt *c)
+{
+    static char buf[512];
+    buf[0] = '\0';
+    for (size_t i = 0; i < c->nparts; i++)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? "," : "", c->parts[i].id);
+    return buf;
+}
+
+TestSuite(runckpt_verify, .init = v_setup, .fini = v_teardown, .timeout = 30);
+
+Test(runckpt_verify, bad_op0_parts_drop_their_whole_split_only)
+{
+    char uri[256];
+    snprintf(uri, sizeof uri, "file://%s/out/", v_dir);
+    sb_sink_spec s = {.uri = uri, .format = SB_FMT_TEXT};
+    sb_ckpt c;
+    v_ckpt(&c, "0-3", 4);
+    v_part(&s, &c, "s0-t0-p0", NULL);
+    v_part(&s, &c, "s0-t0-p1", NULL);
+    v_part(&s, &c, "s0-t1-p0", NULL);
+    v_part(&s, &c, "s0-t2-p0", NULL);
+    v_part(&s, &c, "s0-t3-p0", NULL);
+    size_t bad, splits;
+    char first[512];
+    sb_err e;
+    /* all intact: nothing changes */
+    cr_assert_eq(sb_runckpt_verify_parts(&c, &s, &bad, &splits, first, sizeof first, &e), 0, "%s",
+                 e.msg);
+    cr_assert_eq(bad, 0);
+    cr_assert_str_eq(c.committed_splits, "0-3");
+    cr_assert_eq(c.nparts, 5);
+    /* a deleted part drops the other part of its split too; truncated and corrupted ones */
+    v_damage("s0-t0-p1", "delete");
+    v_damage("s0-t2-p0", "truncate");
+    v_damage("s0-t3-p0", "corrupt");
+    cr_assert_eq(sb_runckpt_verify_parts(&c, &s, &bad, &splits, first, sizeof first, &e), 0, "%s",
+                 e.msg);
+    cr_assert_eq(bad, 3);
+    cr_assert_eq(splits, 3);
+    cr_assert(strstr(first, "part-s0-t0-p1.txt is missing") != NULL, "%s", first);
+    cr_assert_str_eq(c.committed_splits, "1");
+    cr_assert_eq(c.ncommitted, 1);
+    cr_assert_str_eq(v_ids(&c), "s0-t1-p0");
+    sb_ckpt_free(&c);
+}
+
+Test(runckpt_verify, later_op_parts_map_by_order_key_else_drop_everything)
+{
+    char uri[256];
+    snprintf(uri, sizeof uri, "file://%s/out/", v_dir);
+    sb_sink_spec s = {.uri = uri, .format = SB_FMT_TEXT};
+    sb_ckpt c;
+    size_t bad, splits;
+    char first[512];
+    sb_err e;
+    /* preserveOrder: the order key's first number is the split */
+    v_ckpt(&c, "0-2", 3);
+    v_part(&s, &c, "s1-t7-p0", "0.0.0");
+    v_part(&s, &c, "s1-t8-p0", "1.0.0");
+    v_part(&s, &c, "s1-t9-p0", "2.0.0");
+    v_damage("s1-t8-p0", "corrupt");
+    cr_assert_eq(sb_runckpt_verify_parts(&c, &s, &bad, &splits, first, sizeof first, &e), 0, "%s",
+                 e.msg);
+    cr_assert_eq(bad, 1);
+    cr_assert_eq(splits, 1);
+    cr_assert_str_eq(c.committed_splits, "0,2");
+    cr_assert_str_eq(v_ids(&c), "s1-t7-p0,s1-t9-p0");
+    sb_ckpt_free(&c);
+    /* no order key: which splits a part of op 1 came from is unknown, nothing is kept */
+    v_ckpt(&c, "0-2", 3);
+    v_part(&s, &c, "s1-t10-p0", NULL);
+    v_part(&s, &c, "s1-t11-p0", NULL);
+    v_damage("s1-t11-p0", "truncate");
+    cr_assert_eq(sb_runckpt_verify_parts(&c, &s, &bad, &splits, first, sizeof first, &e), 0, "%s",
+                 e.msg);
+    cr_assert_eq(bad, 1);
+    cr_assert_eq(splits, 3);
+    cr_assert_str_eq(c.committed_splits, "");
+    cr_assert_eq(c.ncommitted, 0);
+    cr_assert_eq(c.nparts, 0);
+    sb_ckpt_free(&c);
 }
