@@ -87,9 +87,9 @@ struct sb_ctl {
     /* storage jobs (storage_on_workers) */
     const sb_pipeline *pipeline;
     int no_fusion;
-    int no_tail_sizing, no_speculation, no_drain; /* sb_ctl_config */
-    int planning;                                 /* PLAN/PREPARE under way: sched is NULL */
-    int failed; /* a storage job failed the pipeline before the scheduler */
+    int no_tail_sizing, no_speculation, no_drain, no_eft; /* sb_ctl_config */
+    int planning; /* PLAN/PREPARE under way: sched is NULL */
+    int failed;   /* a storage job failed the pipeline before the scheduler */
     char failure[SB_ERR_MAX + 256];
     sb_storage_plan plan; /* the PLAN result being received */
     size_t nsplits;
@@ -310,6 +310,7 @@ static void plan_ready(sb_ctl *c)
                           .no_tail_sizing = c->no_tail_sizing,
                           .no_speculation = c->no_speculation,
                           .no_drain = c->no_drain,
+                          .no_eft = c->no_eft,
                           .start_ms = now_ms(),
                           .resume = c->have_resume ? &c->resume : NULL};
     c->sched = sb_sched_new(&sc, ss, c->plan.n, &err);
@@ -985,6 +986,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
                           .no_tail_sizing = cfg->no_tail_sizing,
                           .no_speculation = cfg->no_speculation,
                           .no_drain = cfg->no_drain,
+                          .no_eft = cfg->no_eft,
                           .start_ms = now_ms(),
                           .resume = cfg->resume};
     if (c->pipeline_id == NULL || c->pipeline_json == NULL)
@@ -994,6 +996,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
     c->no_tail_sizing = cfg->no_tail_sizing;
     c->no_speculation = cfg->no_speculation;
     c->no_drain = cfg->no_drain;
+    c->no_eft = cfg->no_eft;
     c->job_pool = "cpu";
     if (cfg->pipeline != NULL && cfg->pipeline->spec.nstages > 0) {
         int any_cpu = 0;

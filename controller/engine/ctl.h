@@ -41,8 +41,8 @@ typedef struct sb_ctl_config {
     uint32_t heartbeat_interval_ms; /* default 500 */
     uint32_t heartbeat_timeout_ms;  /* default 5000 */
     int no_fusion;
-    int no_tail_sizing, no_speculation, no_drain; /* sb_sched_config's straggler switches
-                                                      (ablations; run.h: SB_SCHED_OFF) */
+    int no_tail_sizing, no_speculation, no_drain,
+        no_eft; /* sb_sched_config's straggler switches (ablations; run.h: SB_SCHED_OFF) */
     const sb_sched_resume *resume; /* NULL: a fresh run; else passed to sb_sched_new() (copied
                                       when storage_on_workers defers it) */
     int storage_on_workers;        /* 1: ignore splits; plan the source and prepare the sink on a

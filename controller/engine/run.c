@@ -670,6 +670,8 @@ static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int 
             *spec = 1;
         else if (n == 5 && strncmp(v, "drain", n) == 0)
             *drain = 1;
+        else if (n == 15 && strncmp(v, "earliest-finish", n) == 0)
+            *eft = 1;
         else if (n > 0) {
             snprintf(bad, len, "%.*s", (int)n, v);
             return -1;
@@ -681,13 +683,13 @@ static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int 
 
 int sb_run(const sb_run_opts *o)
 {
-    int off_tail, off_spec, off_drain;
+    int off_tail, off_spec, off_drain, off_eft;
     char bad[64];
-    if (sched_off_parse(getenv("SB_SCHED_OFF"), &off_tail, &off_spec, &off_drain, bad,
+    if (sched_off_parse(getenv("SB_SCHED_OFF"), &off_tail, &off_spec, &off_drain, &off_eft, bad,
                         sizeof bad) != 0) {
         fprintf(stderr,
                 "streambatch run: SB_SCHED_OFF: unknown \"%s\" (comma-separated: tail-sizing, "
-                "speculation, drain)\n",
+                "speculation, drain, earliest-finish)\n",
                 bad);
         return 2;
     }
@@ -819,6 +821,7 @@ int sb_run(const sb_run_opts *o)
         .no_tail_sizing = off_tail,
         .no_speculation = off_spec,
         .no_drain = off_drain,
+        .no_eft = off_eft,
         .listen_addr = listen};
     sb_ctl *ctl = sb_ctl_start(&cc, use_tls ? &rpc : NULL, &err);
     sb_ckpt_free(&prev); /* the controller copied it */

@@ -59,6 +59,14 @@ typedef struct {
     char **releases;
     size_t nrel, caprel;
     double *op_speed; /* per op: input bytes per ms of its successful tasks (EWMA); 0 unknown */
+    size_t *run;      /* the tasks it runs (as the primary attempt or as a copy): for the
+                         earliest-finish rule (eft_defer) */
+    size_t nrun, caprun;
+    /* gpu pool (slots sharing one accelerator, eft_defer): per op, input bytes per ms of the
+     * accelerator's time (EWMA; a task's time counted from its start or the worker's previous
+     * completion, whichever is later); 0 unknown. last_end_ms: its latest completion. */
+    double *op_svc;
+    uint64_t last_end_ms;
     /* sick-node drain (see "Draining sick workers"): its current run of slow tasks (count, when
      * the first started), and once drained the op, its speed and the pool's median then */
     uint32_t slow_n;
@@ -110,6 +118,7 @@ struct sb_sched {
     int tail_sizing_off; /* sb_sched_config.no_tail_sizing */
     int spec_off;        /* sb_sched_config.no_speculation */
     int drain_off;       /* sb_sched_config.no_drain */
+    int eft_off;         /* sb_sched_config.no_eft */
     uint64_t workers_drained;
     size_t ndraining;    /* alive workers that are draining */
     size_t *drain_notes; /* drained workers not yet taken by sb_sched_drains_take */
@@ -405,6 +414,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     s->tail_sizing_off = cfg->no_tail_sizing;
     s->spec_off = cfg->no_speculation;
     s->drain_off = cfg->no_drain;
+    s->eft_off = cfg->no_eft;
     int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
     s->ops = calloc(s->nstages, sizeof *s->ops);
     if (s->ops == NULL)
@@ -530,6 +540,8 @@ void sb_sched_free(sb_sched *s)
         free(w->op_slots);
         free(w->op_running);
         free(w->op_speed);
+        free(w->op_svc);
+        free(w->run);
         for (size_t k = 0; k < w->nrel; k++)
             free(w->releases[k]);
         free(w->releases);
@@ -599,16 +611,21 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
     free(wk->op_slots);
     free(wk->op_running);
     free(wk->op_speed);
+    free(wk->op_svc);
     wk->id = strdup(id);
     wk->pool = strdup(pool);
     wk->address = strdup(address);
     wk->op_slots = calloc(s->nops, sizeof *wk->op_slots);
     wk->op_running = calloc(s->nops, sizeof *wk->op_running);
     wk->op_speed = calloc(s->nops, sizeof *wk->op_speed);
-    if (!wk->id || !wk->pool || !wk->address || !wk->op_slots || !wk->op_running || !wk->op_speed)
+    wk->op_svc = calloc(s->nops, sizeof *wk->op_svc);
+    wk->last_end_ms = 0;
+    if (!wk->id || !wk->pool || !wk->address || !wk->op_slots || !wk->op_running || !wk->op_speed ||
+        !wk->op_svc)
         return sb_err_set(err, "scheduler: out of memory");
     wk->slots = slots;
     wk->running = 0;
+    wk->nrun = 0;
     wk->alive = 1;
     wk->draining = 0; /* a new incarnation under the same id starts healthy */
     wk->slow_n = 0;
@@ -635,6 +652,25 @@ static void recover_partition(sb_sched *s, size_t pi, int depth);
 static void task_stop_running(sb_sched *s, task *t);
 static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *message);
 
+/* The worker's list of running tasks (worker.run): ti starts there, or ends (no-op when it is not
+ * listed). Out of memory, a task goes unlisted: the list only feeds an estimate (eft_defer). */
+static void run_add(sb_sched *s, size_t w, size_t ti)
+{
+    worker *wk = &s->workers[w];
+    if (grow((void **)&wk->run, &wk->caprun, wk->nrun + 1, sizeof *wk->run) == 0)
+        wk->run[wk->nrun++] = ti;
+}
+
+static void run_del(sb_sched *s, size_t w, size_t ti)
+{
+    worker *wk = &s->workers[w];
+    for (size_t k = 0; k < wk->nrun; k++)
+        if (wk->run[k] == ti) {
+            wk->run[k] = wk->run[--wk->nrun];
+            return;
+        }
+}
+
 /* Abandons the task's speculative copy, if any: its slot and reserve are given back, and its
  * completion, when it comes, is stale (the worker drops what it made). */
 static void drop_copy(sb_sched *s, task *t)
@@ -642,6 +678,7 @@ static void drop_copy(sb_sched *s, task *t)
     if (t->spec_worker == NONE)
         return;
     worker *w = &s->workers[t->spec_worker];
+    run_del(s, t->spec_worker, (size_t)(t - s->tasks));
     w->running--;
     w->op_running[t->op]--;
     s->ops[t->op].running--;
@@ -657,6 +694,7 @@ static void drop_copy(sb_sched *s, task *t)
 static void promote_copy(sb_sched *s, task *t)
 {
     worker *w = &s->workers[t->worker];
+    run_del(s, t->worker, (size_t)(t - s->tasks));
     w->running--;
     w->op_running[t->op]--;
     s->ops[t->op].running--;
@@ -678,6 +716,7 @@ static void requeue_task(sb_sched *s, size_t ti, int rerun)
     drop_copy(s, t);
     if (t->state == T_RUNNING) {
         worker *w = &s->workers[t->worker];
+        run_del(s, t->worker, ti);
         w->running--;
         if (w->op_running)
             w->op_running[t->op]--;
@@ -975,6 +1014,7 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     t->started_ms = now_ms;
     t->reserved = estimate(s, o, t->in_bytes, t->op);
     s->reserved_bytes += t->reserved;
+    run_add(s, w, ti);
     wk->running++;
     wk->op_running[t->op]++;
     o->running++;
@@ -1030,10 +1070,10 @@ static int downstream_work(const sb_sched *s)
         const op *o = &s->ops[i];
         for (size_t k = 0; k < o->qlen; k++)
             if (inputs_available(s, &s->tasks[o->queue[o->qhead + k]]))
-                return 1;
+                return i;
         for (size_t k = 0; k < o->flen; k++)
             if (s->parts[o->fifo[o->fhead + k]].state == P_AVAILABLE)
-                return 1;
+                return i;
     }
     return 0;
 }
@@ -1287,6 +1327,7 @@ static int start_copy(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     t->spec_reserved = est;
     t->spec_started_ms = now_ms;
     s->reserved_bytes += est;
+    run_add(s, w, ti);
     wk->running++;
     wk->op_running[t->op]++;
     o->running++;
@@ -1295,6 +1336,152 @@ static int start_copy(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     s->running_total++;
     s->tasks_run++;
     return 1;
+}
+
+/* Earliest finish at the tail (LB-BSP / earliest-finish-time list scheduling). Once nothing more
+ * will come into op i (everything upstream done), worker w does not take task ti when the other
+ * workers of its pool would finish all of the op's waiting work, ti included, clearly sooner than
+ * w would finish ti: then ti waits for one of them. Tail sizing cannot help when a task is one
+ * partition (partitions are the unit of lineage and are not cut), and a copy helps only once the
+ * slow attempt has started; this keeps a slow worker from taking a coarse last task at all.
+ *
+ * The model of a worker: a gpu-pool worker's slots share one accelerator (both backends give it
+ * 2 slots and 1 accelerator), so it is one server: its tasks run one after the other at its
+ * accelerator speed (op_svc), and its running tasks' remaining time adds up before a new one;
+ * a cpu-pool worker's slots run at once, each at its per-slot speed (op_speed, wall time), free
+ * now or when its running task is expected to end. A running task already late by d is expected
+ * to take d more (a worker that stopped answering soon counts as slow). w's time for ti is when
+ * its server or slot would end it; the others' time is that of dealing the op's queued tasks and
+ * waiting input (in target-size pieces), in queue order, to whichever of their servers or slots
+ * is free first. w defers when its time exceeds EFT_SLACK times the others' (the slack keeps
+ * workers of about equal speed from deferring to each other).
+ *
+ * Only the other live, non-draining workers of the pool measured on the op count. Never when w
+ * is not measured on the op, when no other worker is (a pool of one worker, the others lost or
+ * draining: w works as before), in sb_sched_assign's forced pass (nothing runs anywhere), in
+ * static mode, or with no_eft; nor while more than EFT_MAX tasks wait (not the tail yet) or the
+ * others have more than EFT_MAX servers or slots. A cheap bound first (the waiting bytes over the
+ * others' summed speed: no more than their time) settles most calls; the deal (O(waiting tasks x
+ * servers)) is done only when w is far slower. */
+#define EFT_SLACK 1.25
+#define EFT_MAX 256
+
+static int eft_shared(const worker *x)
+{
+    return strcmp(x->pool, "gpu") == 0;
+}
+
+/* ms from now until ms (a time already past by d: d, see above) */
+static double eft_after(double ms, uint64_t now_ms)
+{
+    double d = ms - (double)now_ms;
+    return d < 0 ? -d : d;
+}
+
+/* Worker k's servers (1 when its slots share an accelerator, else its slots) on op i: when each
+ * is free (ms from now) and its speed (bytes per ms), up to max; returns how many, 0 when k is
+ * not measured on op i. */
+static size_t eft_servers(const sb_sched *s, size_t k, size_t i, uint64_t now_ms, double *free_at,
+                          double *speed, size_t max)
+{
+    const worker *x = &s->workers[k];
+    if (eft_shared(x) && x->op_svc[i] > 0) {
+        if (max < 1)
+            return 0;
+        uint64_t first = UINT64_MAX; /* the server works since the earliest start it still runs */
+        double work = 0;
+        for (size_t r = 0; r < x->nrun; r++) {
+            const task *u = &s->tasks[x->run[r]];
+            uint64_t st = u->worker == k ? u->started_ms : u->spec_started_ms;
+            if (st < first)
+                first = st;
+            double v = x->op_svc[u->op] > 0 ? x->op_svc[u->op] : x->op_svc[i];
+            work += (double)u->in_bytes / v;
+        }
+        free_at[0] = 0;
+        if (x->nrun > 0) {
+            uint64_t from = first > x->last_end_ms ? first : x->last_end_ms;
+            free_at[0] = eft_after((double)from + work, now_ms);
+        }
+        speed[0] = x->op_svc[i];
+        return 1;
+    }
+    if (x->op_speed[i] <= 0 || x->slots > max)
+        return 0;
+    size_t n = 0;
+    for (size_t r = 0; r < x->nrun && n < x->slots; r++) {
+        const task *u = &s->tasks[x->run[r]];
+        uint64_t st = u->worker == k ? u->started_ms : u->spec_started_ms;
+        double v = x->op_speed[u->op];
+        free_at[n] = v > 0 ? eft_after((double)st + (double)u->in_bytes / v, now_ms) : 0;
+        speed[n++] = x->op_speed[i];
+    }
+    for (; n < x->slots; n++) {
+        free_at[n] = 0;
+        speed[n] = x->op_speed[i];
+    }
+    return n;
+}
+
+static int eft_defer(const sb_sched *s, size_t w, size_t i, size_t ti, uint64_t now_ms)
+{
+    const worker *wk = &s->workers[w];
+    const op *o = &s->ops[i];
+    const task *t = &s->tasks[ti];
+    if (s->eft_off || s->mode == SB_MODE_STATIC || t->in_bytes == 0 ||
+        (i > 0 && !op_finished(s, i - 1)))
+        return 0;
+    uint64_t pieces = o->target ? (o->fifo_bytes + o->target - 1) / o->target : o->flen;
+    if (o->qlen + pieces > EFT_MAX)
+        return 0; /* not the tail yet */
+    double free_at[EFT_MAX], speed[EFT_MAX];
+    /* w's time for ti: on its one server after what it runs, or on a free slot */
+    size_t nw = eft_servers(s, w, i, now_ms, free_at, speed, EFT_MAX);
+    if (nw == 0)
+        return 0;
+    double mine = free_at[0];
+    for (size_t q = 1; q < nw; q++)
+        if (free_at[q] < mine)
+            mine = free_at[q];
+    mine += (double)t->in_bytes / speed[0];
+    double rate = 0; /* the others' bytes per ms */
+    size_t n = 0;
+    for (size_t k = 0; k < s->nworkers; k++) {
+        const worker *x = &s->workers[k];
+        if (k == w || !x->alive || x->draining || strcmp(x->pool, wk->pool) != 0)
+            continue;
+        size_t got = eft_servers(s, k, i, now_ms, free_at + n, speed + n, EFT_MAX - n);
+        if (got == 0 && (x->op_speed[i] > 0 || x->op_svc[i] > 0))
+            return 0; /* more servers than EFT_MAX: not estimated */
+        for (size_t q = 0; q < got; q++)
+            rate += speed[n + q];
+        n += got;
+    }
+    if (n == 0)
+        return 0;
+    uint64_t waiting = o->fifo_bytes;
+    for (size_t k = 0; k < o->qlen; k++)
+        waiting += s->tasks[o->queue[o->qhead + k]].in_bytes;
+    if (mine <= EFT_SLACK * ((double)waiting / rate))
+        return 0;
+    double last = 0;
+    for (uint64_t k = 0; k < o->qlen + pieces; k++) {
+        uint64_t bytes;
+        if (k < o->qlen)
+            bytes = s->tasks[o->queue[o->qhead + k]].in_bytes;
+        else if (k + 1 < o->qlen + pieces)
+            bytes = o->target;
+        else
+            bytes = o->fifo_bytes - (pieces - 1) * o->target;
+        size_t j = 0;
+        for (size_t q = 1; q < n; q++)
+            if (free_at[q] < free_at[j])
+                j = q;
+        free_at[j] += (double)bytes / speed[j];
+        if (free_at[j] > last)
+            last = free_at[j];
+    }
+    return mine > EFT_SLACK * last;
 }
 
 size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t now_ms,
@@ -1348,6 +1535,8 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
                     }
                     continue;
                 }
+                if (pass == 0 && eft_defer(s, w, k, ti, now_ms))
+                    continue; /* a faster worker of the pool finishes it sooner */
                 pick = k;
             }
         }
@@ -1386,6 +1575,7 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
 static void task_stop_running(sb_sched *s, task *t)
 {
     worker *wk = &s->workers[t->worker];
+    run_del(s, t->worker, (size_t)(t - s->tasks));
     wk->running--;
     wk->op_running[t->op]--;
     s->ops[t->op].running--;
@@ -1560,6 +1750,8 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     if (!primary && !copy) {
         for (size_t i = 0; i < nouts; i++) /* stale: the worker drops what it made */
             add_release(s, w, outs[i].id);
+        if (now_ms > s->workers[w].last_end_ms) /* its accelerator was busy with it till now */
+            s->workers[w].last_end_ms = now_ms;
         return 0;
     }
     task *t = &s->tasks[ti];
@@ -1631,6 +1823,14 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         *sp = *sp > 0 ? 0.5 * *sp + 0.5 * v : v;
         drain_check(s, t->worker, t->op, v, t->started_ms, now_ms);
     }
+    worker *ew = &s->workers[t->worker]; /* its accelerator's time on the task (eft_defer) */
+    uint64_t from = t->started_ms > ew->last_end_ms ? t->started_ms : ew->last_end_ms;
+    if (now_ms > from && t->in_bytes > 0) {
+        double v = (double)t->in_bytes / (double)(now_ms - from), *sp = &ew->op_svc[t->op];
+        *sp = *sp > 0 ? 0.5 * *sp + 0.5 * v : v;
+    }
+    if (now_ms > ew->last_end_ms)
+        ew->last_end_ms = now_ms;
     if (metrics != NULL) {
         o->task_seconds += metrics->wall_seconds;
         o->cpu_seconds += metrics->cpu_seconds;

@@ -24,13 +24,15 @@
  * partition (while an op's ratio is unmeasured, up to one partition more per probe beyond
  * ratio 2).
  *
- * Stragglers (sched.c): tail sizing (an op's last tasks sized by worker speed), speculative
- * copies of slow tasks at an op's tail, and draining of sick workers — a worker persistently
- * far slower than its pool gets no new tasks and is reported (sb_sched_drains_take) so the
- * controller retires it once it is removable and the backend replaces it. Modes: `staged` runs an
- * op only after the previous one finished (no budget: the stores spill); `static` binds each slot
- * of a pool to one op (to a group of ops, round robin, when the pool has fewer slots than ops),
- * bound again whenever a worker joins, is lost or is drained (static_bind in sched.c).
+ * Stragglers (sched.c): tail sizing (an op's last tasks sized by worker speed), earliest finish
+ * at the tail (a slow worker leaves an op's last tasks to faster ones that would end them
+ * sooner), speculative copies of slow tasks at an op's tail, and draining of sick workers — a
+ * worker persistently far slower than its pool gets no new tasks and is reported
+ * (sb_sched_drains_take) so the controller retires it once it is removable and the backend replaces
+ * it. Modes: `staged` runs an op only after the previous one finished (no budget: the stores
+ * spill); `static` binds each slot of a pool to one op (to a group of ops, round robin, when the
+ * pool has fewer slots than ops), bound again whenever a worker joins, is lost or is drained
+ * (static_bind in sched.c).
  *
  * Recovery. When a worker is lost, its running tasks are re-queued, and every partition that
  * lived only there and is still needed is re-produced by re-running its producer task —
@@ -93,6 +95,8 @@ typedef struct sb_sched_config {
                                       (task_target in sched.c; for ablations and tests) */
     int no_speculation;            /* 1: no speculative copies (ablations) */
     int no_drain;                  /* 1: slow workers are never drained (ablations) */
+    int no_eft;                    /* 1: at an op's tail a slow worker takes a task even when a
+                                      faster one would finish it sooner (ablations) */
     uint64_t start_ms;             /* the clock at creation (the stall watchdog starts there) */
     const sb_sched_resume *resume; /* NULL: a fresh run */
 } sb_sched_config;

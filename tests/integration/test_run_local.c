@@ -371,7 +371,9 @@ Test(run, stopped_worker_is_detected_and_recovered)
  * not lost) holds tasks of the CPU stage at its tail: the idle worker runs copies of them, the
  * first attempt to finish counts, and the output is exactly the input. Drain is off here
  * (SB_SCHED_OFF=drain): on a loaded machine the run lasts long enough for this worker to be
- * drained as sick and replaced before the tail (a_sick_worker_is_drained_and_replaced). */
+ * drained as sick and replaced before the tail (a_sick_worker_is_drained_and_replaced); so is
+ * the earliest-finish rule (earliest-finish), which would leave the tail to the idle worker and
+ * nothing to copy. */
 Test(run, stragglers_get_speculative_copies)
 {
     const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 1500}}\n"
@@ -379,7 +381,8 @@ Test(run, stragglers_get_speculative_copies)
     write_pipeline("spec", stages, "");
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd %s && mkdir -p spec-run && (SB_SCHED_OFF=drain timeout 150 %s run spec.yaml "
+             "cd %s && mkdir -p spec-run && (SB_SCHED_OFF=drain,earliest-finish timeout 150 %s run "
+             "spec.yaml "
              "--cpus 2 --gpus 1 "
              "--set spec.source.partitionSize=256Ki --run-dir %s/spec-run "
              "--summary-json spec.summary.json > spec.log 2>&1; echo $? > spec.rc) "

@@ -63,8 +63,11 @@ typedef struct {
     char id[16], pool[8], addr[32];
     uint32_t slots;
     int alive;
-    uint64_t slow;    /* task times are multiplied by this (a slower machine); 1 by default */
-    unsigned ops_ran; /* bit k: it was given a task of op k */
+    uint64_t slow;       /* task times are multiplied by this (a slower machine); 1 by default */
+    int accel;           /* 1: its slots share one accelerator (a GPU worker, --accelerators 1):
+                            tasks run one after the other, in the order they came */
+    uint64_t accel_free; /* accel: when its accelerator is free */
+    unsigned ops_ran;    /* bit k: it was given a task of op k */
     running run[MAXRUN];
     size_t nrun;
 } simworker;
@@ -130,6 +133,11 @@ static void sim_poll(sim *m, simworker *w)
             r->in_bytes += tasks[i].inputs[k].bytes;
         uint64_t dur = m->ms_per_mb[r->op] * r->in_bytes / MiB * w->slow;
         r->done_at = m->now + (dur ? dur : 1);
+        if (w->accel) { /* waits for the tasks before it on the accelerator */
+            uint64_t start = w->accel_free > m->now ? w->accel_free : m->now;
+            r->done_at = start + (dur ? dur : 1);
+            w->accel_free = r->done_at;
+        }
     }
     check_invariants(m);
 }
@@ -194,6 +202,8 @@ static void sim_run(sim *m, uint64_t max_events, void (*fault)(sim *, uint64_t))
     }
 }
 
+static int g_no_eft; /* sim_init: sb_sched_config.no_eft */
+
 static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_bytes)
 {
     memset(m, 0, sizeof *m);
@@ -210,7 +220,7 @@ static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_byte
         sp[i].split = names[i];
         sp[i].bytes = split_bytes;
     }
-    sb_sched_config cfg = {.pipeline = &h->p, .pipeline_id = "ns/t"};
+    sb_sched_config cfg = {.pipeline = &h->p, .pipeline_id = "ns/t", .no_eft = g_no_eft};
     sb_err err;
     m->s = sb_sched_new(&cfg, sp, nsplits, &err);
     cr_assert_not_null(m->s, "%s", err.msg);
@@ -1503,13 +1513,17 @@ Test(sched, the_last_worker_of_a_pool_is_never_drained_and_a_drained_one_works_w
 }
 
 /* With both workers' speeds measured, a tail task on a worker 4 times slower is copied as soon
- * as a faster worker is idle (its copy ends sooner), not only after 2x the mean and 1 s. */
+ * as a faster worker is idle (its copy ends sooner), not only after 2x the mean and 1 s. (The
+ * earliest-finish rule, off here, would not have given s0-t4 to the slow worker at all: see the
+ * next test.) */
 Test(sched, a_task_on_a_measured_slow_worker_is_copied_at_once_in_the_tail)
 {
     spec_holder h;
     load_spec(&h, spec_text(CPU_GPU, "{}"));
     sim m;
+    g_no_eft = 1;
     sim_init(&m, &h, 6, MiB);
+    g_no_eft = 0;
     sim_add_worker(&m, "slow", "cpu", 1);
     sim_add_worker(&m, "fast", "cpu", 1);
     sb_sched_task t[2];
@@ -1535,6 +1549,199 @@ Test(sched, a_task_on_a_measured_slow_worker_is_copied_at_once_in_the_tail)
     sb_sched_op_stats os;
     sb_sched_get_op_stats(m.s, 0, &os);
     cr_expect_eq(os.speculated, 1);
+    sb_sched_free(m.s);
+    free_spec(&h);
+}
+
+/* ---- a sick GPU worker with coarse tasks (docs/benchmarks.md, "A sick worker") -------------- */
+
+/* The shape of scripts/bench-stragglers.sh: 6.45 MiB in nsplits splits through read (cpu, 1
+ * worker of 1 slot) -> bench.spin (gpu: 2000 ms per MiB, workers of 2 slots sharing one
+ * accelerator) -> write (cpu). ngpu 1: one healthy spin worker alone (calibrates the bound); 2:
+ * g0, `slow` times slower, and g1. off: SB_SCHED_OFF-style flags (bit 0 tail sizing, 1
+ * speculation, 2 drain, 3 eft). Returns the makespan (ms); *copies: copies of spin tasks. */
+#define SICK_BYTES 6763315      /* 6.45 MiB, as the benchmark's input */
+static uint64_t g_sick_lose_ms; /* > 0: the healthy spin worker g1 is lost then */
+
+static void sick_lose_g1(sim *m, uint64_t ev)
+{
+    (void)ev;
+    simworker *w = &m->w[2];
+    if (g_sick_lose_ms == 0 || m->now < g_sick_lose_ms || !w->alive)
+        return;
+    w->alive = 0;
+    w->nrun = 0;
+    sb_sched_worker_lost(m->s, w->id, "test", m->now);
+}
+
+#define SICK_SPLITS_MAX 64
+static uint64_t sick_gpu_run(const char *psize, size_t nsplits, int ngpu, uint64_t slow,
+                             unsigned off, uint64_t *copies)
+{
+    spec_holder h;
+    static char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: t}\n"
+             "spec:\n  source: {uri: 'file:///in', format: jsonl, partitionSize: %s}\n"
+             "  stages:\n  - {name: read, op: identity}\n"
+             "  - {name: work, op: bench.spin, args: {msPerMB: 2000}, resources: {gpu: 1}}\n"
+             "  - {name: write, op: identity}\n"
+             "  sink: {uri: 'file:///out', format: jsonl}\n",
+             psize);
+    load_spec(&h, yaml);
+    sim m;
+    memset(&m, 0, sizeof m);
+    m.fail_op = -1;
+    m.target = (uint64_t)h.p.spec.source.partition_size;
+    for (int i = 0; i < 8; i++) {
+        m.ratio[i] = 1.0;
+        m.ms_per_mb[i] = 10;
+    }
+    m.ms_per_mb[1] = 2000;
+    uint64_t split_bytes = SICK_BYTES / nsplits;
+    cr_assert_leq(nsplits, SICK_SPLITS_MAX);
+    sb_sched_split sp[SICK_SPLITS_MAX];
+    static char names[SICK_SPLITS_MAX][32];
+    for (size_t i = 0; i < nsplits; i++) {
+        snprintf(names[i], 32, "%" PRIu64 "\tsplit-%zu", split_bytes, i);
+        sp[i].split = names[i];
+        sp[i].bytes = split_bytes;
+    }
+    sb_sched_config cfg = {.pipeline = &h.p,
+                           .pipeline_id = "ns/t",
+                           .no_tail_sizing = (off & 1) != 0,
+                           .no_speculation = (off & 2) != 0,
+                           .no_drain = (off & 4) != 0,
+                           .no_eft = (off & 8) != 0};
+    sb_err err;
+    m.s = sb_sched_new(&cfg, sp, nsplits, &err);
+    cr_assert_not_null(m.s, "%s", err.msg);
+    sim_add_worker(&m, "c0", "cpu", 1);
+    for (int g = 0; g < ngpu; g++) {
+        char id[8];
+        snprintf(id, sizeof id, "g%d", g);
+        sim_add_worker(&m, id, "gpu", 2);
+        m.w[m.nw - 1].accel = 1;
+    }
+    if (ngpu > 1)
+        m.w[1].slow = slow;
+    sim_run(&m, 100000, ngpu > 1 ? sick_lose_g1 : NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_assert_eq(st.sink_bytes, nsplits * split_bytes, "every byte once");
+    cr_expect_eq(st.partition_bytes, 0, "everything released at the end");
+    cr_expect_eq(m.peak_check_violations, 0, "memory budget + one partition");
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 1, &os);
+    if (copies)
+        *copies = os.speculated;
+    uint64_t end = m.now;
+    sb_sched_free(m.s);
+    free_spec(&h);
+    return end;
+}
+
+/* 512Ki partitions: 16 spin tasks of ~0.8 s, one per split (a task is one whole partition: tail
+ * sizing cannot cut it). The bound counts the sick worker at a quarter speed: the healthy
+ * worker's time alone / 1.25. The sick worker's second slot took a task at the tail that waited
+ * behind its first (4x slower, on the shared accelerator): 1.25x the bound with or without tail
+ * sizing, copies and drain. With the earliest-finish rule (sched.c, "Earliest finish at the
+ * tail") the healthy worker runs it: within 1.15x, whatever else is on or off. */
+Test(sched, a_sick_gpu_worker_with_coarse_tasks_stays_within_1_15x_of_the_bound)
+{
+    uint64_t alone = sick_gpu_run("512Ki", 16, 1, 1, 0, NULL);
+    double bound = (double)alone / 1.25;
+    static const unsigned offs[] = {0, 4, 7};
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        uint64_t copies = 0;
+        uint64_t t = sick_gpu_run("512Ki", 16, 2, 4, offs[i], &copies);
+        uint64_t no = sick_gpu_run("512Ki", 16, 2, 4, offs[i] | 8, NULL);
+        cr_log_info("512Ki, off=%u: %" PRIu64 " ms, bound %.0f ms (%.3fx), %" PRIu64
+                    " copies; without the rule %" PRIu64 " ms (%.3fx)",
+                    offs[i], t, bound, (double)t / bound, copies, no, (double)no / bound);
+        cr_expect_leq((double)t, 1.15 * bound, "off=%u: %" PRIu64 " ms = %.3fx the bound", offs[i],
+                      t, (double)t / bound);
+        cr_expect_gt((double)no, 1.15 * bound, "the shape is reproduced without the rule: %.3fx",
+                     (double)no / bound);
+    }
+    /* the healthy worker is lost in the tail, after the sick one left it the last tasks: the
+     * sick one takes them (the run's own assertions: every byte once, budget, all released) */
+    g_sick_lose_ms = 7000;
+    uint64_t t = sick_gpu_run("512Ki", 16, 2, 4, 0, NULL);
+    g_sick_lose_ms = 0;
+    cr_log_info("512Ki, g1 lost at 7000 ms: %" PRIu64 " ms", t);
+    cr_expect_gt(t, 7000 + 3000, "the sick worker ran the rest: %" PRIu64 " ms", t);
+}
+
+/* No regression: with 128Ki partitions (52 spin tasks of ~0.25 s) the rule does no worse than
+ * without it; with workers of equal speed, or one spin worker alone, it changes nothing. */
+Test(sched, the_earliest_finish_rule_costs_nothing_elsewhere)
+{
+    uint64_t alone = sick_gpu_run("128Ki", 52, 1, 1, 0, NULL);
+    double bound = (double)alone / 1.25;
+    uint64_t with = sick_gpu_run("128Ki", 52, 2, 4, 0, NULL);
+    uint64_t without = sick_gpu_run("128Ki", 52, 2, 4, 8, NULL);
+    cr_log_info("128Ki: %" PRIu64 " ms with the rule (%.3fx), %" PRIu64 " ms without (%.3fx)", with,
+                (double)with / bound, without, (double)without / bound);
+    cr_expect_leq(with, without, "with %" PRIu64 " ms, without %" PRIu64 " ms", with, without);
+    static const char *sizes[] = {"128Ki", "512Ki"};
+    static const size_t splits[] = {52, 16};
+    for (size_t i = 0; i < 2; i++) {
+        uint64_t eq = sick_gpu_run(sizes[i], splits[i], 2, 1, 0, NULL);
+        uint64_t eq_no = sick_gpu_run(sizes[i], splits[i], 2, 1, 8, NULL);
+        cr_expect_eq(eq, eq_no, "%s, equal speeds: %" PRIu64 " ms with, %" PRIu64 " ms without",
+                     sizes[i], eq, eq_no);
+        uint64_t one = sick_gpu_run(sizes[i], splits[i], 1, 1, 0, NULL);
+        uint64_t one_no = sick_gpu_run(sizes[i], splits[i], 1, 1, 8, NULL);
+        cr_expect_eq(one, one_no, "%s, one worker: %" PRIu64 " ms with, %" PRIu64 " ms without",
+                     sizes[i], one, one_no);
+    }
+}
+
+/* The same start as above, with the earliest-finish rule: at 400 ms two 1 MiB tasks are left;
+ * slow would take 400 ms for one, fast 200 ms for both, so slow takes none. It still gets work
+ * when no faster worker will take it: fast draining, or gone. */
+static void eft_setup(sim *m, spec_holder *h)
+{
+    load_spec(h, spec_text(CPU_GPU, "{}"));
+    sim_init(m, h, 6, MiB);
+    sim_add_worker(m, "slow", "cpu", 1);
+    sim_add_worker(m, "fast", "cpu", 1);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m->s, "slow", 1, 0, t), 1);
+    for (int i = 1; i <= 3; i++) {
+        cr_assert_eq(sb_sched_assign(m->s, "fast", 1, (uint64_t)(i - 1) * 100, t), 1);
+        char out[32];
+        snprintf(out, sizeof out, "s0-t%d-p0", i);
+        cr_assert_eq(complete1(m->s, "fast", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100),
+                     1);
+    }
+    cr_assert_eq(complete1(m->s, "slow", "ns/t/s0-t0", 0, SB_SCHED_OK, "s0-t0-p0", 400), 1);
+}
+
+Test(sched, a_slow_worker_leaves_the_last_tasks_to_a_faster_one_unless_none_will_take_them)
+{
+    spec_holder h;
+    sim m;
+    sb_sched_task t[2];
+    eft_setup(&m, &h);
+    cr_expect_eq(sb_sched_assign(m.s, "slow", 1, 400, t), 0, "fast ends both sooner");
+    cr_assert_eq(sb_sched_assign(m.s, "fast", 1, 400, t), 1);
+    cr_expect_str_eq(t[0].task_id, "ns/t/s0-t4");
+    cr_expect_eq(sb_sched_assign(m.s, "slow", 1, 410, t), 0, "fast ends s0-t5 at ~600 ms");
+    /* fast is lost: slow is the only worker left and takes the work */
+    sb_sched_worker_lost(m.s, "fast", "test", 420);
+    cr_assert_eq(sb_sched_assign(m.s, "slow", 1, 420, t), 1, "no faster worker: slow works");
+    sb_sched_free(m.s);
+    free_spec(&h);
+
+    /* fast takes s0-t4 (expected to end at 500 ms) and does not answer: at 2400 ms it is 1.9 s
+     * late, so expected 1.9 s more; s0-t5 ends sooner on slow, which takes it */
+    eft_setup(&m, &h);
+    cr_assert_eq(sb_sched_assign(m.s, "fast", 1, 400, t), 1);
+    cr_expect_eq(sb_sched_assign(m.s, "slow", 1, 450, t), 0, "fast is not late yet");
+    cr_expect_eq(sb_sched_assign(m.s, "slow", 1, 2400, t), 1, "fast is late: slow works");
     sb_sched_free(m.s);
     free_spec(&h);
 }
