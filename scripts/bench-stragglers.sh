@@ -7,7 +7,7 @@
 # (THROTTLE=quota, tests/helpers/cpu-quota.sh: it keeps running, slowly, and answers
 # heartbeats); either way it runs at about a quarter of its speed. Per round, in this order:
 #   one      - one healthy spin worker alone (--gpus 1): calibrates a worker's speed s here now
-#   off      - throttled, SB_SCHED_OFF=tail-sizing,speculation,drain (none of the three)
+#   off      - throttled, SB_SCHED_OFF=tail-sizing,speculation,drain,earliest-finish (none of them)
 #   tail+spec- throttled, tail sizing and speculative copies, no drain
 #   all      - throttled, the defaults (tail sizing, copies, and the sick worker drained/replaced)
 # The speed-weighted bound of a throttled run is total work / sum of the workers' effective
@@ -107,7 +107,7 @@ for r in $(seq "$rounds"); do
   h+=("$s")
   bound=$(awk -v s="$s" 'BEGIN {print s / 1.25}')
   b+=("$bound")
-  run off 1 2 tail-sizing,speculation,drain
+  run off 1 2 tail-sizing,speculation,drain,earliest-finish
   read -r s d c <"$work/res"
   o+=("$(awk -v s="$s" -v b="$bound" 'BEGIN {print s / b}')") od+=("$d") oc+=("$c")
   run tailspec 1 2 drain
@@ -135,9 +135,9 @@ echo "| run | time / bound | drained | copies |"
 echo "|---|---|---|---|"
 printf '| one healthy worker alone (calibration), s | %.2f (%s) | | |\n' "$(median "${h[@]}")" "$(range "${h[@]}")"
 printf '| bound, s | %.2f (%s) | | |\n' "$(median "${b[@]}")" "$(range "${b[@]}")"
-printf '| throttled, SB_SCHED_OFF=tail-sizing,speculation,drain | %.2f (%s) | %s | %s |\n' \
+printf '| throttled, SB_SCHED_OFF=tail-sizing,speculation,drain,earliest-finish | %.2f (%s) | %s | %s |\n' \
   "$(median "${o[@]}")" "$(range "${o[@]}")" "$(sum "${od[@]}")" "$(sum "${oc[@]}")"
-printf '| throttled, tail sizing + copies (SB_SCHED_OFF=drain) | %.2f (%s) | %s | %s |\n' \
+printf '| throttled, tail sizing, earliest finish, copies (SB_SCHED_OFF=drain) | %.2f (%s) | %s | %s |\n' \
   "$(median "${t[@]}")" "$(range "${t[@]}")" "$(sum "${td[@]}")" "$(sum "${tc[@]}")"
 printf '| throttled, defaults (+ drain and replace) | %.2f (%s) | %s | %s |\n' \
   "$(median "${a[@]}")" "$(range "${a[@]}")" "$(sum "${ad[@]}")" "$(sum "${ac[@]}")"
