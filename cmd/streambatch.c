@@ -20,6 +20,8 @@ static void usage(FILE *f)
             "commands:\n"
             "  run FILE [--cpus N] [--gpus N] [--memory-budget SIZE] [--set PATH=VALUE]...\n"
             "                     run a pipeline on this machine with local worker processes\n"
+            "                     [--cpu-slots N] tasks each CPU worker runs at once, 1..64\n"
+            "                     (overrides spec.execution.cpuSlotsPerWorker, default 1)\n"
             "                     [--metrics-addr HOST:PORT] serves Prometheus /metrics of the\n"
             "                     whole run (docs/metrics.md)\n"
             "                     [--resume] continues a run that did not finish from its\n"
@@ -103,17 +105,17 @@ static int cmd_run(int argc, char **argv)
     sb_run_opts o = {0};
     o.tls_dir = getenv("SB_TLS_DIR");
     o.tls_server_name = getenv("SB_TLS_SERVER_NAME");
-    const char *sets[64];
-    int plan = 0, user_placement = 0;
+    const char *sets[SB_RUN_MAX_SETS]; /* --set, then plan choices, then --cpu-slots */
+    int plan = 0, user_placement = 0, cpu_slots = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = strcmp(a, "--cpus") == 0 || strcmp(a, "--gpus") == 0 ||
-                    strcmp(a, "--memory-budget") == 0 || strcmp(a, "--set") == 0 ||
-                    strcmp(a, "--summary-json") == 0 || strcmp(a, "--run-dir") == 0 ||
-                    strcmp(a, "--progress-interval-ms") == 0 || strcmp(a, "--metrics-addr") == 0 ||
-                    strcmp(a, "--checkpoint") == 0 || strcmp(a, "--tls-dir") == 0 ||
-                    strcmp(a, "--tls-server-name") == 0;
+                    strcmp(a, "--cpu-slots") == 0 || strcmp(a, "--memory-budget") == 0 ||
+                    strcmp(a, "--set") == 0 || strcmp(a, "--summary-json") == 0 ||
+                    strcmp(a, "--run-dir") == 0 || strcmp(a, "--progress-interval-ms") == 0 ||
+                    strcmp(a, "--metrics-addr") == 0 || strcmp(a, "--checkpoint") == 0 ||
+                    strcmp(a, "--tls-dir") == 0 || strcmp(a, "--tls-server-name") == 0;
         if (takes && v == NULL) {
             fprintf(stderr, "streambatch run: %s needs a value\n", a);
             return 2;
@@ -124,6 +126,13 @@ static int cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--cpus") == 0) {
             if (parse_int(a, v, &o.cpus) != 0)
                 return 2;
+        } else if (strcmp(a, "--cpu-slots") == 0) {
+            if (parse_int(a, v, &cpu_slots) != 0)
+                return 2;
+            if (cpu_slots < 1 || cpu_slots > 64) {
+                fprintf(stderr, "streambatch run: --cpu-slots must be 1..64, got %s\n", v);
+                return 2;
+            }
         } else if (strcmp(a, "--gpus") == 0) {
             if (parse_int(a, v, &o.gpus) != 0)
                 return 2;
@@ -184,11 +193,21 @@ static int cmd_run(int argc, char **argv)
             fprintf(stderr, "streambatch run: %s\n", msg);
             return 2;
         }
-        for (size_t i = 0; i < nplan && o.nsets < 64; i++)
+        if (o.nsets + nplan + 1 > SB_RUN_MAX_SETS) {
+            fprintf(stderr, "streambatch run: too many --set with --plan (at most %d in all)\n",
+                    SB_RUN_MAX_SETS - 1);
+            return 2;
+        }
+        for (size_t i = 0; i < nplan; i++)
             sets[o.nsets++] = plan_sets[i];
     }
     if (!user_placement)
         sb_plan_run_notice(o.file, stderr, plan ? chosen : NULL);
+    static char slots_set[64];
+    if (cpu_slots > 0) { /* last: it wins over the manifest and any --set */
+        snprintf(slots_set, sizeof slots_set, "spec.execution.cpuSlotsPerWorker=%d", cpu_slots);
+        sets[o.nsets++] = slots_set;
+    }
     o.sets = sets;
     if (getenv("SB_LOG_LEVEL") == NULL) /* the progress display and summary say what matters */
         sb_log_set_level(SB_LOG_WARN);

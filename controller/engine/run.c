@@ -436,13 +436,18 @@ static int load(const sb_run_opts *o, run_state *r)
         return 2;
     }
     char setbuf[128];
-    const char *sets[65];
+    const char *sets[SB_RUN_MAX_SETS + 1];
     size_t nsets = 0;
+    if (o->nsets > SB_RUN_MAX_SETS) {
+        fprintf(stderr, "streambatch run: %zu overrides, at most %d\n", o->nsets, SB_RUN_MAX_SETS);
+        cJSON_Delete(cj);
+        return 2;
+    }
     if (o->memory_budget != NULL) {
         snprintf(setbuf, sizeof setbuf, "spec.execution.memoryBudget=\"%s\"", o->memory_budget);
         sets[nsets++] = setbuf;
     }
-    for (size_t i = 0; i < o->nsets && nsets < 65; i++)
+    for (size_t i = 0; i < o->nsets; i++)
         sets[nsets++] = o->sets[i];
     for (size_t i = 0; i < nsets; i++)
         if (apply_set(cj, sets[i], msg, sizeof msg) != 0) {
@@ -860,7 +865,8 @@ int sb_run(const sb_run_opts *o)
                           .on_exit = exit_cb,
                           .ud = ctl};
     if (ncpu > 0)
-        lc.pools[lc.npools++] = (sb_local_pool){"cpu", (uint32_t)ncpu, 1, 0};
+        lc.pools[lc.npools++] = (sb_local_pool){
+            "cpu", (uint32_t)ncpu, (uint32_t)r.p.spec.execution.cpu_slots_per_worker, 0};
     if (ngpu > 0)
         /* two slots share the device: one task's fetch and write overlap the other's ops */
         lc.pools[lc.npools++] = (sb_local_pool){"gpu", (uint32_t)ngpu, 2, 1};
@@ -880,8 +886,13 @@ int sb_run(const sb_run_opts *o)
         run_state_free(&r);
         return 1;
     }
-    fprintf(stderr, "running %s: %d cpu + %d gpu workers, memory budget %s, mode %s, run dir %s\n",
-            r.p.metadata.name, ncpu, ngpu, human_bytes(budget, (char[32]){0}, 32),
+    char slots_note[48] = ""; /* execution.cpuSlotsPerWorker, when more than 1 */
+    if (ncpu > 0 && r.p.spec.execution.cpu_slots_per_worker > 1)
+        snprintf(slots_note, sizeof slots_note, " (%d task slots each)",
+                 (int)r.p.spec.execution.cpu_slots_per_worker);
+    fprintf(stderr,
+            "running %s: %d cpu%s + %d gpu workers, memory budget %s, mode %s, run dir %s\n",
+            r.p.metadata.name, ncpu, slots_note, ngpu, human_bytes(budget, (char[32]){0}, 32),
             sb_exec_mode_names[r.p.spec.execution.mode], run_dir);
     int planned = 0;
     double next_ckpt = 0;

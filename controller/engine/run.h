@@ -17,12 +17,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Most "path=value" overrides a run takes (64 --set, a placement per stage from --plan, and
+ * --cpu-slots); more is refused, never dropped. */
+#define SB_RUN_MAX_SETS 160
+
 typedef struct sb_run_opts {
     const char *file;
     int cpus;                  /* CPU workers; 0 = number of online CPUs */
     int gpus;                  /* GPU workers (accelerator slots); 0 = none */
     const char *memory_budget; /* overrides spec.execution.memoryBudget */
-    const char **sets;         /* "path=value" overrides */
+    const char **sets;         /* "path=value" overrides, at most SB_RUN_MAX_SETS */
     size_t nsets;
     const char *worker_bin;      /* default: streambatch-worker next to this binary (and for the
                                   * gpu pool streambatch-worker-gpu, when it is there); set: every

@@ -109,7 +109,8 @@ size_t sb_kube_pools_from_spec(const sb_pipeline *p, sb_kube_pool *out, size_t c
             memset(&out[n], 0, sizeof out[n]);
             out[n].pool = strcmp(pool, "gpu") == 0 ? "gpu" : "cpu";
             int gpu = strcmp(pool, "gpu") == 0;
-            out[n].slots = gpu ? 2 : 1;
+            int64_t cs = p->spec.execution.cpu_slots_per_worker; /* 0: a spec built in C */
+            out[n].slots = gpu ? 2 : cs > 0 ? (uint32_t)cs : 1;
             out[n].accelerators = gpu ? 1 : 0;
             n++;
         }

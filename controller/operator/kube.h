@@ -84,7 +84,8 @@ typedef struct sb_kube_pool {
 
 /* Fills pools from the spec (one per pool the scheduler uses, in stage order; the pool of a
  * stage is sb_stage_pool()): bounds as above, resources = max over the pool's stages; CPU pools
- * slots 1, accelerators 0; GPU pools slots 2, accelerators 1 (as `streambatch run`). The
+ * slots execution.cpuSlotsPerWorker (default 1), accelerators 0; GPU pools slots 2, accelerators
+ * 1 (as `streambatch run`). The
  * quantities are kept in the pool's own cpu_buf/memory_buf (cpu/memory point there, NULL when
  * not set); sb_kube_start() reads a set buffer in preference to the pointer, so the struct may
  * be copied (e.g. into sb_kube_config.pools). Returns the number of pools (at most cap). */

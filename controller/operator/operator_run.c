@@ -255,10 +255,12 @@ static void plan_stamp(run_plan *pl, uint64_t t)
     sb_opr_time_format(time(NULL), pl->planned_at, sizeof pl->planned_at);
 }
 
-/* Task slots of a pod of a shape's pool (sb_kube_pools_from_spec: cpu 1, gpu 2). */
-static double shape_slots(int shape)
+/* Task slots of a pod of a shape's pool (as sb_kube_pools_from_spec: cpu
+ * execution.cpuSlotsPerWorker, gpu 2). */
+static double shape_slots(const sb_pipeline *p, int shape)
 {
-    return shape == SB_SHAPE_GPU ? 2 : 1;
+    int64_t cs = p->spec.execution.cpu_slots_per_worker;
+    return shape == SB_SHAPE_GPU ? 2 : cs > 0 ? (double)cs : 1;
 }
 
 /* The declared rates (per task slot, as `streambatch plan` gives them) per worker pod. Returns
@@ -270,7 +272,7 @@ static int declared_per_pod(sb_opr_run *r)
     int missing = sb_plan_declared_rates(&r->p, pl->declared, NULL);
     for (size_t i = 0; i < r->p.spec.nstages; i++)
         for (int k = 0; k < SB_SHAPE_COUNT; k++)
-            pl->declared[i].shapes[k].rate *= shape_slots(k);
+            pl->declared[i].shapes[k].rate *= shape_slots(&r->p, k);
     return missing;
 }
 

@@ -103,7 +103,8 @@ typedef struct sb_execution_spec {
     int64_t max_errored_partitions;
     bool preserve_order;
     sb_exec_mode mode;
-    int64_t stall_timeout_ns; /* no-progress watchdog; default 5m */
+    int64_t stall_timeout_ns;     /* no-progress watchdog; default 5m */
+    int64_t cpu_slots_per_worker; /* task slots of a CPU worker, 1..64; default 1 */
     sb_target_spec target;
     sb_pricing_spec pricing;
 } sb_execution_spec;

@@ -960,3 +960,67 @@ Test(run, plugin_that_crashes_its_worker_fails_after_max_task_retries)
     free(out);
     cr_expect_eq(summary_num("crash", "workersLost"), 2, "one worker per attempt");
 }
+
+/* sum(stages[].taskSeconds) / wallSeconds of a run's summary: above 1 with a single worker
+ * process only when its tasks ran at the same time. */
+static double task_to_wall(const char *name)
+{
+    char *v = sb_test_sh_out("python3 -c \"import json; j = json.load(open('%s/%s.summary.json'));"
+                             " print(sum(s['taskSeconds'] for s in j['stages']) / j['wallSeconds'])"
+                             "\"",
+                             dir, name);
+    double r = strtod(v, NULL);
+    free(v);
+    return r;
+}
+
+/* execution.cpuSlotsPerWorker: one CPU worker with 4 slots runs 4 tasks at once (a sleeping op,
+ * as tasks waiting on I/O): its tasks' time adds up to well over the run's wall time, which one
+ * slot cannot do; --cpu-slots overrides the manifest. Every record comes out once. */
+Test(run, cpu_slots_per_worker_overlap_tasks_on_one_worker)
+{
+    char *want = expected_digest("True");
+    /* 64 KiB partitions of ~6 MiB: ~100 tasks of ~60 ms sleep each */
+    const char *stages = "  - {name: wait, op: bench.sleep, args: {msPerMB: 1000}}\n";
+    write_pipeline("slots4", stages, "  execution: {cpuSlotsPerWorker: 4}\n");
+    write_pipeline("slots1", stages, "  execution: {cpuSlotsPerWorker: 4}\n");
+    char *out;
+    int rc = run_cli("slots4", "--cpus 1", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "1 cpu (4 task slots each) + 0 gpu workers") != NULL, "%s", out);
+    free(out);
+    rc = run_cli("slots1", "--cpus 1 --cpu-slots 1", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "1 cpu + 0 gpu workers") != NULL, "--cpu-slots 1 wins: %s", out);
+    free(out);
+    const char *names[] = {"slots4", "slots1"};
+    for (int i = 0; i < 2; i++) {
+        char *got = output_digest(names[i]);
+        cr_expect_str_eq(got, want, "%s: every record once", names[i]);
+        free(got);
+        cr_expect_eq(summary_num(names[i], "workersStarted"), 1, "%s", names[i]);
+        cr_expect_eq(summary_num(names[i], "tasksRerun"), 0, "%s", names[i]);
+    }
+    double r4 = task_to_wall("slots4"), r1 = task_to_wall("slots1");
+    cr_expect_gt(r4, 1.8, "4 slots: task time / wall time %.2f (1 slot: %.2f)", r4, r1);
+    cr_expect_leq(r1, 1.0, "1 slot: task time / wall time %.2f", r1);
+    free(want);
+
+    /* more slots, same memory bound: partitions between stages (static mode: no fusion) stay
+     * within a small budget with 8 slots asking for work */
+    write_pipeline("slots8",
+                   "  - {name: wait, op: bench.sleep, args: {msPerMB: 300}}\n"
+                   "  - {name: keep, op: filter, args: {field: n, op: lt, value: 70}}\n",
+                   "  execution: {cpuSlotsPerWorker: 8, memoryBudget: 256Ki, mode: static}\n");
+    rc = run_cli("slots8", "--cpus 1", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    want = expected_digest("r['n'] < 70");
+    char *got = output_digest("slots8");
+    cr_expect_str_eq(got, want, "slots8: the filtered records, once");
+    free(got);
+    free(want);
+    long peak = summary_num("slots8", "peakPartitionBytes");
+    cr_expect_gt(peak, 0);
+    cr_expect_leq(peak, 256 << 10, "partitions in flight %ld over the 256 KiB budget", peak);
+}

@@ -3,6 +3,7 @@
  * workerTemplate's env, envFrom, volumes, volumeMounts and serviceAccountName merged with ours.
  * The spec that feeds it comes through the validator, as in the operator. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "controller/operator/kube.h"
@@ -348,4 +349,51 @@ Test(kube_pod, no_tls_secret_means_no_tls_volume_or_env)
     cr_expect_null(named(get(c, "env"), "SB_TLS_DIR"));
     cr_expect_null(named(get(c, "env"), "SB_TLS_SERVER_NAME"));
     built_free(&b);
+}
+
+/* execution.cpuSlotsPerWorker is the CPU pool's slots, passed to the worker as SB_SLOTS (default
+ * 1); the GPU pool keeps 2 slots and 1 accelerator whatever it says. */
+Test(kube_pod, cpu_slots_per_worker_becomes_sb_slots)
+{
+    static const char *tail = "  source: {uri: 'file:///in/', format: jsonl}\n"
+                              "  sink: {uri: 'file:///out/', format: jsonl}\n";
+    char yaml[1024];
+    const char *want[] = {"1", "4"};
+    for (int i = 0; i < 2; i++) {
+        built b;
+        snprintf(yaml, sizeof yaml, HEAD "%s%s", tail,
+                 i ? "  execution: {cpuSlotsPerWorker: 4}\n" : "");
+        build(yaml, &b);
+        const cJSON *e = named(get(container(&b), "env"), "SB_SLOTS");
+        cr_assert_not_null(e, "no SB_SLOTS");
+        cr_expect_str_eq(str(e, "value"), want[i]);
+        built_free(&b);
+    }
+    snprintf(yaml, sizeof yaml,
+             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: p}\nspec:\n"
+             "  stages: [{name: a, op: identity}, {name: g, op: identity, resources: {gpu: 1}}]\n"
+             "%s  execution: {cpuSlotsPerWorker: 3}\n",
+             tail);
+    sb_doc *d = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
+    sb_pipeline p;
+    sb_diags dg = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(d, 0), &p, &dg), 0);
+    cr_assert_eq(dg.n, 0, "%s", dg.n ? dg.items[0].msg : "");
+    sb_kube_pool pools[4];
+    cr_assert_eq(sb_kube_pools_from_spec(&p, pools, 4), 2);
+    cr_expect_str_eq(pools[0].pool, "cpu");
+    cr_expect_eq(pools[0].slots, 3);
+    cr_expect_eq(pools[0].accelerators, 0);
+    cr_expect_str_eq(pools[1].pool, "gpu");
+    cr_expect_eq(pools[1].slots, 2);
+    cr_expect_eq(pools[1].accelerators, 1);
+    sb_kube_config kc = {.namespace = "ns", .pipeline = "p", .controller_address = "1.2.3.4:5"};
+    cJSON *pod = sb_kube_pod_json(&kc, &pools[0], "p-cpu-x");
+    cr_assert_not_null(pod);
+    const cJSON *c = cJSON_GetArrayItem(get(get(pod, "spec"), "containers"), 0);
+    cr_expect_str_eq(str(named(get(c, "env"), "SB_SLOTS"), "value"), "3");
+    cJSON_Delete(pod);
+    sb_pipeline_free(&p);
+    sb_diags_free(&dg);
+    sb_doc_free(d);
 }

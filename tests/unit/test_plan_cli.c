@@ -242,6 +242,28 @@ Test(plan_cli, run_plan_takes_the_chosen_shape, .init = setup, .fini = teardown,
     free(out);
 }
 
+/* 64 --set took every slot of the overrides: --plan's choice was dropped without a word and the
+ * stage ran on its first listed shape. Now they all fit (or the run is refused). */
+Test(plan_cli, run_plan_with_64_sets_still_takes_the_chosen_shape, .init = setup, .fini = teardown,
+     .timeout = 120)
+{
+    write_pipeline("p.yaml", "bench.sleep", "{msPerRecord: 0.005}", "rowsPerSecond: 20000");
+    char cmd[8192], *out = NULL;
+    int n = snprintf(cmd, sizeof cmd, "cd %s && %s run p.yaml --cpus 2 --gpus 1 --plan", dir,
+                     sb_test_bin("streambatch"));
+    for (int i = 0; i < 64; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " --set metadata.labels.k%d=v", i);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1");
+    int rc = sb_test_run(cmd, &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(sb_test_has_line(out, "stage embed allows cpu, gpu: runs on gpu, the plan's choice "
+                                    "(--plan)"),
+              "%s", out);
+    /* on cpu the three stages would fuse into one op of the cpu pool */
+    cr_expect(strstr(out, "parse+embed+post") == NULL, "%s", out);
+    free(out);
+}
+
 Test(plan_cli, usage_errors_exit_2)
 {
     static const struct {

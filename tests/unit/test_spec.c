@@ -260,6 +260,7 @@ Test(spec, defaults)
     cr_expect_eq(p.spec.execution.max_errored_partitions, 0);
     cr_expect_eq(p.spec.execution.mode, SB_MODE_STREAMING);
     cr_expect_eq(p.spec.execution.stall_timeout_ns, 300LL * 1000000000);
+    cr_expect_eq(p.spec.execution.cpu_slots_per_worker, 1);
     cr_expect_eq(p.spec.suspend, false);
     cr_expect_eq(p.spec.ttl_set, false);
     cr_assert_eq(p.spec.nstages, 2);
@@ -372,6 +373,37 @@ Test(spec, json_and_yaml_agree)
     sb_diags_free(&gy);
     sb_doc_free(dj);
     sb_doc_free(dy);
+}
+
+/* execution.cpuSlotsPerWorker: decoded when in 1..64; outside, `validate` names the path. */
+Test(spec, cpu_slots_per_worker)
+{
+    char doc[1024];
+    snprintf(doc, sizeof doc, "%s  execution: {cpuSlotsPerWorker: 4}\n", minimal);
+    sb_doc *d = sb_doc_parse_yaml(doc, strlen(doc), NULL);
+    sb_pipeline p;
+    sb_diags dg = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(d, 0), &p, &dg), 0);
+    cr_assert_eq(dg.n, 0, "%s", dg.n ? dg.items[0].msg : "");
+    cr_expect_eq(p.spec.execution.cpu_slots_per_worker, 4);
+    sb_pipeline_free(&p);
+    sb_diags_free(&dg);
+    sb_doc_free(d);
+
+    const char *bad[] = {"0", "65", "-2", "2.5", "many"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(doc, sizeof doc, "%s  execution: {cpuSlotsPerWorker: %s}\n", minimal, bad[i]);
+        char *out = NULL;
+        size_t outlen = 0;
+        FILE *f = open_memstream(&out, &outlen);
+        cr_expect_eq(sb_validate_buffer("p.yaml", doc, strlen(doc), f, NULL), 1, "%s", bad[i]);
+        fclose(f);
+        cr_expect(strstr(out, "p.yaml:8:34: spec.execution.cpuSlotsPerWorker: must be ") == out,
+                  "%s: %s", bad[i], out);
+        if (i < 3)
+            cr_expect(strstr(out, "must be between 1 and 64, got ") != NULL, "%s: %s", bad[i], out);
+        free(out);
+    }
 }
 
 Test(spec, op_table_matches_names)

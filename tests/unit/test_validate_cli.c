@@ -38,6 +38,10 @@ static const invalid_case cases[] = {
      {"cpu-invalid-quantity.yaml:12:22: spec.stages[0].resources.cpu: quantity \"1.5cores\" has an "
       "unknown suffix \"cores\" (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an "
       "exponent such as e3)"}},
+    {"cpu-slots-out-of-range.yaml",
+     1,
+     {"cpu-slots-out-of-range.yaml:15:34: spec.execution.cpuSlotsPerWorker: must be between 1 and "
+      "64, got 0"}},
     {"credentials-two-secrets.yaml",
      1,
      {"credentials-two-secrets.yaml:16:24: spec.sink.credentialsSecret: must equal "
