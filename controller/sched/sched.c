@@ -1599,6 +1599,10 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
     op *o = &s->ops[t->op];
     int last = t->op == s->nops - 1;
     uint64_t bytes = 0;
+    /* a lineage re-run (outputs recorded by an earlier attempt) must remake the partitions it
+     * made before, equal to the last row: keeping a lost one from this attempt beside the others
+     * from the first would lose or duplicate the rows near a cut that moved */
+    size_t prev_nout = t->nout;
     for (size_t i = 0; i < nouts; i++) {
         bytes += outs[i].bytes;
         o->rows_out += outs[i].rows;
@@ -1625,6 +1629,18 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
         size_t pi;
         if (sb_strmap_get(&s->part_ids, outs[i].id, &pi)) { /* re-produced */
             part *p = &s->parts[pi];
+            if (p->producer == ti && (outs[i].rows != p->rows || outs[i].bytes != p->bytes)) {
+                set_failure(s,
+                            "re-made partition %s of op %s has %" PRIu64 " rows / %" PRIu64
+                            " bytes, the %s one had %" PRIu64 " / %" PRIu64
+                            ": its producer is not deterministic (a lineage re-run must cut "
+                            "its output as the first attempt did); the run stops rather than "
+                            "lose or duplicate rows",
+                            outs[i].id, o->name, outs[i].rows, outs[i].bytes,
+                            p->state == P_AVAILABLE ? "first" : "lost", p->rows, p->bytes);
+                add_release(s, w, outs[i].id);
+                continue;
+            }
             if (p->state == P_AVAILABLE) { /* already available elsewhere */
                 add_release(s, w, outs[i].id);
                 continue;
@@ -1641,6 +1657,14 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
             p->bytes = outs[i].bytes;
             p->rows = outs[i].rows;
             s->partition_bytes += p->bytes;
+        } else if (prev_nout > 0) {
+            set_failure(s,
+                        "a re-run of task %s of op %s made partition %s (%" PRIu64
+                        " rows / %" PRIu64 " bytes), which its first attempt did not: its "
+                        "producer is not deterministic; the run stops rather than duplicate rows",
+                        t->task_id, o->name, outs[i].id, outs[i].rows, outs[i].bytes);
+            add_release(s, w, outs[i].id);
+            continue;
         } else {
             if (GROW(s, s->parts, s->capparts, s->nparts + 1) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
@@ -1666,6 +1690,18 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
         t->outputs[t->nout++] = pi;
         if (outs[i].bytes > s->max_partition_bytes)
             s->max_partition_bytes = outs[i].bytes;
+    }
+    for (size_t k = 0; k < prev_nout && !last; k++) { /* a lost partition not made again */
+        const part *p = &s->parts[t->outputs[k]];
+        int made = 0;
+        for (size_t i = 0; i < nouts && !made; i++)
+            made = strcmp(outs[i].id, p->id) == 0;
+        if (p->state == P_LOST && p->producer == ti && !made)
+            set_failure(s,
+                        "a re-run of task %s of op %s did not make partition %s again (the "
+                        "lost one had %" PRIu64 " rows / %" PRIu64 " bytes): its producer is not "
+                        "deterministic; the run stops rather than lose rows",
+                        t->task_id, o->name, p->id, p->rows, p->bytes);
     }
     if (s->partition_bytes > s->peak_partition_bytes)
         s->peak_partition_bytes = s->partition_bytes;

@@ -90,6 +90,7 @@ typedef struct {
     void *ud;
     uint64_t parts;
     uint64_t seen_bytes, seen_lines; /* line bytes (with '\n') and records appended so far */
+    uint64_t records;                /* csv records appended (csv_record) */
     /* csv (csv.h): options, column names, the JSON text of a record, a multi-line record */
     const sb_csv_opts *csv;
     sb_csv_header hdr;
@@ -188,6 +189,10 @@ static int csv_record(rd *r, const char *rec, size_t n, uint64_t off, sb_err *er
         return sb_err_wrap(err, "%.300s: the csv record at byte offset %" PRIu64, r->sp->path, off);
     if (sb_batch_builder_append_binary(r->b, 0, r->json.p, r->json.len, err) != 0)
         return sb_err_wrap(err, "%.300s: byte offset %" PRIu64, r->sp->path, off);
+    r->records++;
+    /* the cut right after the record that fills the partition, wherever the read's pieces end */
+    if (full(r) && flush(r, err) != 0)
+        return -1;
     return 0;
 }
 
@@ -279,10 +284,27 @@ static int add_lines(rd *r, const char *seg, size_t n, uint64_t off, sb_err *err
             piece = nl != NULL ? (size_t)(nl - seg) + 1 : n;
         }
         size_t rows0 = sb_batch_builder_rows(r->b);
+        uint64_t records0 = r->records;
         if (append_piece(r, seg, piece, off, err) != 0)
             return -1;
+        if (r->fmt != SB_FMT_CSV && full(r) && sb_batch_builder_rows(r->b) > rows0 + 1) {
+            /* the piece passed the target: cut right after the line that reached it, so that
+             * the partitions depend on the lines only, not on where the reads' buffers ended
+             * (a lineage re-run must make the same ones). Line by line, from rows0 again. */
+            sb_batch_builder_truncate(r->b, rows0);
+            size_t used = 0;
+            while (used < piece && !full(r)) {
+                const char *nl = memchr(seg + used, '\n', piece - used);
+                size_t ll = nl != NULL ? (size_t)(nl - (seg + used)) + 1 : piece - used;
+                if (append_piece(r, seg + used, ll, off + used, err) != 0)
+                    return -1;
+                used += ll;
+            }
+            piece = used;
+        }
         r->seen_bytes += piece;
-        r->seen_lines += sb_batch_builder_rows(r->b) - rows0;
+        r->seen_lines +=
+            r->fmt == SB_FMT_CSV ? r->records - records0 : sb_batch_builder_rows(r->b) - rows0;
         seg += piece;
         n -= piece;
         off += piece;

@@ -95,7 +95,8 @@ int sb_op_out_append_runs(sb_op_out *o, const sb_batch *in, const size_t *first,
 
 /* Like sb_op_out_append_rows() for columns described elsewhere (an Arrow array a plugin
  * returned, arrow/cdata.h's view): rows [first, first+n) of every column, fields[] their
- * schema, row_bytes about the bytes of one row (for cutting partitions at the target). */
+ * schema. row_bytes is not used (partitions are cut where the rows reach the target, the same
+ * whichever way the rows are split across calls). */
 int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
                              size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err);
 

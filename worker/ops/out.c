@@ -258,10 +258,49 @@ static int copy_column(sb_op_out *o, size_t ci, const sb_column *c, size_t first
     }
 }
 
-/* Rows [at(ci), at(ci)+n) of every column: firsts[ci] when firsts is set, else first. */
+/* An upper bound on how much sb_batch_builder_bytes() grows when rows [at(ci), at(ci)+j) of
+ * every column are appended to a builder of rows0 rows: the values, offsets and bitmaps, plus
+ * one alignment per buffer (and one for a builder finished in place turning into a copy). */
+static size_t growth_bound(const sb_column *cols, size_t ncols, const size_t *firsts, size_t first,
+                           size_t done, size_t j, size_t rows0, bool slack)
+{
+    size_t g = 0;
+    for (size_t ci = 0; ci < ncols; ci++) {
+        const sb_column *c = &cols[ci];
+        size_t at = (firsts ? firsts[ci] : first) + done;
+        switch (c->type) {
+        case SB_TYPE_BINARY:
+        case SB_TYPE_UTF8:
+            g += (size_t)(c->offsets[at + j] - c->offsets[at]) + j * sizeof(int32_t) +
+                 (slack ? 3 * 64 : 0);
+            break;
+        case SB_TYPE_BOOL:
+            g += j / 8 + (slack ? 1 + 64 : 0);
+            break;
+        default: {
+            size_t w = c->type == SB_TYPE_FIXED_LIST ? c->list_size * sb_type_width(c->child_type)
+                                                     : sb_type_width(c->type);
+            g += j * w + (slack ? 64 : 0);
+        }
+        }
+        if (!slack)
+            continue;
+        /* the validity bitmap: all rows when this run's nulls make the first one */
+        g += (c->validity != NULL ? rows0 + j : j) / 8 + 1 + 64 + 64;
+    }
+    return g;
+}
+
+/* Rows [at(ci), at(ci)+n) of every column: firsts[ci] when firsts is set, else first.
+ *
+ * Partitions are cut where the rows alone say, never where the input batches happened to end
+ * (a lineage re-run must remake a lost partition exactly): the builder is flushed right after
+ * the first row that brings sb_batch_builder_bytes() to the target. Rows go in runs that
+ * growth_bound() says cannot reach it, found from the offsets in O(log n) steps; near the
+ * target, a run one row longer than the values alone fit, and rows dropped from its end
+ * (sb_batch_builder_truncate, no copy) while the partition stays full. */
 static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols, size_t ncols,
-                          const size_t *firsts, size_t first, size_t n, size_t row_bytes,
-                          bool verify, sb_err *err)
+                          const size_t *firsts, size_t first, size_t n, bool verify, sb_err *err)
 {
     if (n == 0)
         return 0;
@@ -273,16 +312,29 @@ static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column 
     }
     if (sb_op_out_set_schema(o, fields, ncols, err) != 0)
         return -1;
-    size_t avg = row_bytes ? row_bytes : 1, done = 0;
+    if (sb_op_out_rows_done(o, err) != 0) /* rows appended through the builder */
+        return -1;
+    size_t done = 0;
     while (done < n) {
         size_t cur = sb_batch_builder_bytes(o->b);
-        size_t room = cur < o->target ? o->target - cur : 1;
-        size_t k = room / avg;
+        size_t room = cur < o->target ? o->target - cur : 0;
+        size_t rows0 = sb_batch_builder_rows(o->b), left = n - done, k = 1;
+        bool safe =
+            left > 1 && growth_bound(cols, ncols, firsts, first, done, 2, rows0, true) < room;
+        /* safe: the most rows whose growth bound stays below the room (no cut among them);
+         * else near the target: one row more than the values alone fit, then rows are dropped
+         * from the end while the partition stays full (monotone in its rows) */
+        size_t lo = safe ? 2 : 0, hi = left;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo + 1) / 2;
+            if (growth_bound(cols, ncols, firsts, first, done, mid, rows0, safe) < room + !safe)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        k = safe ? lo : (lo < left ? lo + 1 : left);
         if (k == 0)
             k = 1;
-        if (k > n - done)
-            k = n - done;
-        size_t rows0 = sb_batch_builder_rows(o->b);
         for (size_t ci = 0; ci < ncols; ci++) {
             size_t at = (firsts ? firsts[ci] : first) + done;
             if (copy_column(o, ci, &cols[ci], at, k, verify, err) != 0) {
@@ -290,9 +342,28 @@ static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column 
                 return sb_err_wrap(err, "op output: copying rows %zu..%zu", at, at + k);
             }
         }
-        if (sb_op_out_rows_done(o, err) != 0)
+        if (sb_batch_builder_bytes(o->b) < o->target) {
+            done += k;
+            continue;
+        }
+        size_t have = k; /* the first `have` rows fill it; do fewer? */
+        while (have > 1) {
+            sb_batch_builder_truncate(o->b, rows0 + have - 1);
+            if (sb_batch_builder_bytes(o->b) < o->target) {
+                for (size_t ci = 0; ci < ncols; ci++) { /* row have-1 fills it: back in */
+                    size_t at = (firsts ? firsts[ci] : first) + done + have - 1;
+                    if (copy_column(o, ci, &cols[ci], at, 1, verify, err) != 0) {
+                        sb_batch_builder_truncate(o->b, rows0);
+                        return sb_err_wrap(err, "op output: copying row %zu", at);
+                    }
+                }
+                break;
+            }
+            have--;
+        }
+        if (sb_op_out_flush(o, err) != 0)
             return -1;
-        done += k;
+        done += have;
     }
     return 0;
 }
@@ -300,14 +371,16 @@ static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column 
 int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
                              size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err)
 {
-    return append_columns(o, fields, cols, ncols, NULL, first, n, row_bytes, true, err);
+    (void)row_bytes; /* cuts come from the rows themselves (append_columns) */
+    return append_columns(o, fields, cols, ncols, NULL, first, n, true, err);
 }
 
 int sb_op_out_append_columns_at(sb_op_out *o, const sb_field *fields, const sb_column *cols,
                                 const size_t *firsts, size_t ncols, size_t n, size_t row_bytes,
                                 sb_err *err)
 {
-    return append_columns(o, fields, cols, ncols, firsts, 0, n, row_bytes, true, err);
+    (void)row_bytes;
+    return append_columns(o, fields, cols, ncols, firsts, 0, n, true, err);
 }
 
 int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t n, sb_err *err)
@@ -336,8 +409,7 @@ int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t
                           .list_size = c[i].list_size,
                           .nullable = c[i].nullable};
     }
-    rc =
-        append_columns(o, f, c, ncols, NULL, first, n, sb_batch_blob_len(in) / rows_in, false, err);
+    rc = append_columns(o, f, c, ncols, NULL, first, n, false, err);
 out:
     if (f != fstack)
         free(f);
