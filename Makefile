@@ -131,7 +131,7 @@ chaos-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan BINDIR=build/asan/bin SAN=1 chaos DURATION=$(DURATION)
 
 .SECONDARY:
-.PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench valgrind clean
+.PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench bench-peers valgrind clean
 all: build
 build: $(BINS) $(GPU_BINS)
 
@@ -268,6 +268,15 @@ fuzz: fuzz-build
 bench: deps
 	@$(MAKE) --no-print-directory build $(BENCH_BINS) $(HELPER_BINS)
 	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) scripts/bench.sh
+
+# `make bench-peers`: streambatch, Ray Data and Daft side by side (scripts/bench-peers.sh; the
+# peers go into venvs under ~/.cache/streambatch, benchmark only); replaces its section of
+# docs/benchmarks.md. ROUNDS=N, SIZE=quick for a short run. Takes ~15 min at full size.
+bench-peers: deps
+	@$(MAKE) --no-print-directory build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/bench-peers.sh >$(BUILD)/bench-peers.md
+	@python3 tests/bench/peers/splice.py docs/benchmarks.md $(BUILD)/bench-peers.md
+	@cat $(BUILD)/bench-peers.md
 
 run: deps
 	@$(MAKE) --no-print-directory build
