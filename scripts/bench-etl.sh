@@ -24,23 +24,7 @@ mib=${ETL_MIB:-1024}
 work=$(mktemp -d /tmp/sb-bench-etl-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/in"
-python3 - "$work/in" "$mib" <<'PY'
-import sys, random
-out, mib = sys.argv[1], int(sys.argv[2])
-random.seed(7)
-langs = ["en", "de", "fr", "es"]
-target, per = mib << 20, (mib << 20) // 16
-n, i, f, k = 0, 0, None, -1
-while n < target:
-    if f is None or f.tell() >= per and k < 15:
-        if f: f.close()
-        k += 1
-        f = open("%s/part-%02d.jsonl" % (out, k), "w")
-    line = '{"id":%d,"lang":"%s","score":%d,"text":"%s"}\n' % (
-        i, langs[i % 4], random.randrange(1000), "x" * random.randrange(100, 200))
-    f.write(line); n += len(line); i += 1
-f.close()
-PY
+python3 tests/bench/peers/gen.py etl "$work/in" "$mib"
 bytes=$(cat "$work"/in/*.jsonl | wc -c)
 cat "$work"/in/*.jsonl >/dev/null # page cache warm
 cat >"$work/etl.yaml" <<Y

@@ -13,13 +13,7 @@ rounds=${ROUNDS:-5}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch
 work=$(mktemp -d /tmp/sb-bench-tiny-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-python3 - "$work" <<'PY'
-import json, os, sys
-os.makedirs(sys.argv[1] + "/in")
-for f in range(2000):
-    with open("%s/in/f%04d.jsonl" % (sys.argv[1], f), "w") as o:
-        o.write(json.dumps({"id": f, "v": "x" * 580}) + "\n")
-PY
+python3 tests/bench/peers/gen.py tiny "$work/in" 2000
 for v in grouped:64Mi pertask:1Ki gpu:64Mi; do
   name=${v%%:*} ps=${v#*:}
   extra=""

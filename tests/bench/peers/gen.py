@@ -1,10 +1,12 @@
-"""Input data for scripts/bench-peers.sh (streambatch vs Ray Data vs Daft, side by side).
+"""Input data of the benchmarks: scripts/bench-etl.sh, bench-tiny.sh and bench-peers.sh
+(streambatch vs Ray Data vs Daft, side by side) write theirs with this, so they measure the same.
 
   gen.py etl DIR MIB    MIB of jsonl in 16 files, ~200-byte records {id, lang, score, text};
-                        byte for byte the data of scripts/bench-etl.sh (same seed, same loop)
+                        (scripts/bench-etl.sh's data)
   gen.py bin DIR N      N files of 1 MiB of random bytes (each file = one 1 MiB partition of
                         4 KiB records for streambatch, one row of bytes for Ray Data and Daft)
-  gen.py tiny DIR N     N one-record jsonl files, as scripts/bench-tiny.sh writes them
+  gen.py tiny DIR N     N one-record jsonl files of ~0.6 KiB (scripts/bench-tiny.sh's data: two
+                        never share a split at partitionSize 1Ki)
 """
 import json
 import os
@@ -41,7 +43,7 @@ def binary(out, n):
 def tiny(out, n):
     for k in range(n):
         with open("%s/f%04d.jsonl" % (out, k), "w") as o:
-            o.write(json.dumps({"id": k, "v": "x" * 20}) + "\n")
+            o.write(json.dumps({"id": k, "v": "x" * 580}) + "\n")
 
 
 if __name__ == "__main__":
