@@ -13,6 +13,7 @@
 #include "controller/engine/engine.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
+#include "spec_fixture.h"
 #include "io/split.h"
 #include "testutil.h"
 
@@ -39,11 +40,6 @@ static void teardown(void)
 
 TestSuite(engine, .init = setup, .fini = teardown, .timeout = 60);
 
-typedef struct {
-    sb_doc *doc;
-    sb_pipeline p;
-} spec_holder;
-
 static void load(spec_holder *h, const char *in, const char *psize)
 {
     char yaml[2048];
@@ -53,18 +49,7 @@ static void load(spec_holder *h, const char *in, const char *psize)
              "  stages:\n  - {name: a, op: identity}\n"
              "  sink: {uri: 'file://%s/out', format: jsonl}\n",
              g_dir, in, psize, g_dir);
-    h->doc = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
-    cr_assert_null(sb_doc_error(h->doc, NULL, NULL));
-    sb_diags d = {0};
-    cr_assert_eq(sb_pipeline_decode(sb_doc_root(h->doc, 0), &h->p, &d), 0);
-    cr_assert_eq(d.n, 0, "%s: %s", d.n ? d.items[0].path : "", d.n ? d.items[0].msg : "");
-    sb_diags_free(&d);
-}
-
-static void unload(spec_holder *h)
-{
-    sb_pipeline_free(&h->p);
-    sb_doc_free(h->doc);
+    spec_fixture_load(h, yaml);
 }
 
 static void write_file(const char *rel, size_t bytes)
@@ -121,7 +106,7 @@ Test(engine, plan_splits_in_stable_order)
     sb_engine_plan_free(&pl);
     cr_expect_null(pl.splits);
     sb_engine_plan_free(&pl); /* twice is fine */
-    unload(&h);
+    spec_fixture_free(&h);
 }
 
 Test(engine, plan_errors_name_the_source)
@@ -135,7 +120,7 @@ Test(engine, plan_errors_name_the_source)
     cr_expect(strstr(err.msg, "missing") != NULL, "%s", err.msg);
     cr_expect_null(pl.splits);
     sb_engine_plan_free(&pl);
-    unload(&h);
+    spec_fixture_free(&h);
 }
 
 Test(engine, commit_abort_and_prepare)
@@ -172,5 +157,5 @@ Test(engine, commit_abort_and_prepare)
     /* no parts at all: an empty, committed output */
     cr_assert_eq(sb_engine_commit(&h.p, NULL, 0, NULL, 0, &err), 0, "%s", err.msg);
     cr_expect(exists("out/_SUCCESS"));
-    unload(&h);
+    spec_fixture_free(&h);
 }

@@ -9,29 +9,9 @@
 #include "controller/sched/sched.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
+#include "spec_fixture.h"
 
 #define MiB (1024ull * 1024)
-
-typedef struct {
-    sb_doc *doc;
-    sb_pipeline p;
-} spec_holder;
-
-static void load_spec(spec_holder *h, const char *yaml)
-{
-    h->doc = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
-    cr_assert_null(sb_doc_error(h->doc, NULL, NULL));
-    sb_diags d = {0};
-    cr_assert_eq(sb_pipeline_decode(sb_doc_root(h->doc, 0), &h->p, &d), 0);
-    cr_assert_eq(d.n, 0, "%s: %s", d.n ? d.items[0].path : "", d.n ? d.items[0].msg : "");
-    sb_diags_free(&d);
-}
-
-static void free_spec(spec_holder *h)
-{
-    sb_pipeline_free(&h->p);
-    sb_doc_free(h->doc);
-}
 
 static char *spec_text(const char *stages, const char *execution)
 {
@@ -236,7 +216,7 @@ static const char *CPU_GPU = "  - {name: load, op: identity}\n"
 Test(sched, fusion_and_pools)
 {
     spec_holder h;
-    load_spec(&h, spec_text(TWO_CPU, "{}"));
+    spec_fixture_load(&h, spec_text(TWO_CPU, "{}"));
     sim m;
     sim_init(&m, &h, 1, MiB);
     cr_expect_eq(sb_sched_op_count(m.s), 1, "two cpu stages fuse into one op");
@@ -244,9 +224,9 @@ Test(sched, fusion_and_pools)
     sb_sched_get_op_stats(m.s, 0, &os);
     cr_expect_str_eq(os.name, "a+b");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim_init(&m, &h, 1, MiB);
     cr_expect_eq(sb_sched_op_count(m.s), 2);
     size_t np;
@@ -255,19 +235,19 @@ Test(sched, fusion_and_pools)
     cr_expect_str_eq(pools[0], "cpu");
     cr_expect_str_eq(pools[1], "gpu");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 
-    load_spec(&h, spec_text(TWO_CPU, "{mode: staged}"));
+    spec_fixture_load(&h, spec_text(TWO_CPU, "{mode: staged}"));
     sim_init(&m, &h, 1, MiB);
     cr_expect_eq(sb_sched_op_count(m.s), 2, "no fusion outside streaming mode");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, runs_every_split_once_and_finishes)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 1Gi}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 1Gi}"));
     sim m;
     sim_init(&m, &h, 40, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 2);
@@ -285,7 +265,7 @@ Test(sched, runs_every_split_once_and_finishes)
     cr_expect_eq(os.tasks_done, 40);
     cr_expect_eq(os.tasks_total, 40);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* A dataset 10x the budget, with a 2x expanding CPU stage feeding a slow GPU stage: the bytes
@@ -293,7 +273,7 @@ Test(sched, runs_every_split_once_and_finishes)
 Test(sched, memory_budget_bounds_partitions_in_flight)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 512Mi}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 512Mi}"));
     sim m;
     sim_init(&m, &h, 80, 64 * MiB); /* 5 GiB of input, budget 512 MiB */
     m.ratio[0] = 2.0;
@@ -314,7 +294,7 @@ Test(sched, memory_budget_bounds_partitions_in_flight)
                   st.peak_partition_bytes);
     cr_expect_eq(st.sink_bytes, 2 * 80 * 64 * MiB);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* The same run without any failure, for comparing outputs. */
@@ -343,7 +323,7 @@ Test(sched, worker_loss_reruns_only_lost_partitions_producers)
     const char *three = "  - {name: a, op: identity}\n"
                         "  - {name: g, op: identity, resources: {gpu: 1}}\n"
                         "  - {name: c, op: identity}\n";
-    load_spec(&h, spec_text(three, "{memoryBudget: 2Gi}"));
+    spec_fixture_load(&h, spec_text(three, "{memoryBudget: 2Gi}"));
     static char base_ids[256][64], fail_ids[256][64];
     size_t nbase, nfail;
     sim m;
@@ -381,7 +361,7 @@ Test(sched, worker_loss_reruns_only_lost_partitions_producers)
                   st.partitions_recovered);
     cr_expect_eq(st.tasks_run, base.tasks_run + st.tasks_rerun);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 static void kill_g1_at_40(sim *m, uint64_t ev)
@@ -401,7 +381,7 @@ Test(sched, recovery_recurses_up_the_lineage)
     const char *three = "  - {name: a, op: identity}\n"
                         "  - {name: g, op: identity, resources: {gpu: 1}}\n"
                         "  - {name: c, op: identity}\n";
-    load_spec(&h, spec_text(three, "{memoryBudget: 4Gi}"));
+    spec_fixture_load(&h, spec_text(three, "{memoryBudget: 4Gi}"));
     sim m;
     sim_init(&m, &h, 30, 64 * MiB);
     m.ms_per_mb[2] = 20; /* the last stage is slow: g1's outputs pile up on g1 */
@@ -415,13 +395,13 @@ Test(sched, recovery_recurses_up_the_lineage)
     cr_expect_gt(st.partitions_recovered, 0);
     cr_expect_gt(st.tasks_rerun, st.partitions_recovered / 2);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, op_errors_are_retried_then_fail_the_pipeline)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{maxTaskRetries: 2}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{maxTaskRetries: 2}"));
     sim m;
     sim_init(&m, &h, 3, 64 * MiB);
     m.fail_op = 1;
@@ -438,13 +418,13 @@ Test(sched, op_errors_are_retried_then_fail_the_pipeline)
     sb_sched_get_op_stats(m.s, 1, &os);
     cr_expect_geq(os.retries, 2);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, errored_partitions_within_the_limit_are_skipped)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{maxTaskRetries: 0, maxErroredPartitions: 100}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{maxTaskRetries: 0, maxErroredPartitions: 100}"));
     sim m;
     sim_init(&m, &h, 3, 64 * MiB);
     m.fail_op = 1;
@@ -459,7 +439,7 @@ Test(sched, errored_partitions_within_the_limit_are_skipped)
     sb_sched_get_stats(m.s, &st);
     cr_expect_eq(st.partition_bytes, 0, "errored tasks' inputs are released");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* A data error (invalid JSON, ...) would fail every retry the same way: the partition errors at
@@ -467,7 +447,7 @@ Test(sched, errored_partitions_within_the_limit_are_skipped)
 Test(sched, data_errors_are_not_retried_and_errored_partitions_are_listed)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{maxTaskRetries: 3, maxErroredPartitions: 100}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{maxTaskRetries: 3, maxErroredPartitions: 100}"));
     sim m;
     sim_init(&m, &h, 3, 64 * MiB);
     m.fail_op = 0;
@@ -493,13 +473,13 @@ Test(sched, data_errors_are_not_retried_and_errored_partitions_are_listed)
         cr_expect(strstr(e[i].task_id, "ns/t/s0-t") == e[i].task_id, "%s", e[i].task_id);
     }
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, staged_mode_has_a_barrier)
 {
     spec_holder h;
-    load_spec(&h, spec_text(TWO_CPU, "{mode: staged, memoryBudget: 64Mi}"));
+    spec_fixture_load(&h, spec_text(TWO_CPU, "{mode: staged, memoryBudget: 64Mi}"));
     sim m;
     sim_init(&m, &h, 10, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 2);
@@ -526,13 +506,13 @@ Test(sched, staged_mode_has_a_barrier)
     sb_sched_get_stats(m.s, &st);
     cr_expect_eq(st.peak_partition_bytes, 10 * 64 * MiB, "staged materialises the whole stage");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, static_mode_binds_slots)
 {
     spec_holder h;
-    load_spec(&h, spec_text(TWO_CPU, "{mode: static}"));
+    spec_fixture_load(&h, spec_text(TWO_CPU, "{mode: static}"));
     sim m;
     sim_init(&m, &h, 6, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 2);
@@ -552,7 +532,7 @@ Test(sched, static_mode_binds_slots)
     sb_sched_stalled(m.s, m.now + 1000000, 1, buf, sizeof buf);
     cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "%s", buf);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* Static mode with more stages than slots (3 stages, no fusion in static mode): the slots are
@@ -568,7 +548,7 @@ static void static_run(uint32_t nworkers, uint32_t slots, void (*fault)(sim *, u
                        uint64_t *sink_parts, char *why, size_t whylen)
 {
     spec_holder h;
-    load_spec(&h, spec_text(THREE_CPU, "{mode: static}"));
+    spec_fixture_load(&h, spec_text(THREE_CPU, "{mode: static}"));
     sim m;
     sim_init(&m, &h, 8, 64 * MiB);
     cr_assert_eq(sb_sched_op_count(m.s), 3, "static mode does not fuse stages");
@@ -589,7 +569,7 @@ static void static_run(uint32_t nworkers, uint32_t slots, void (*fault)(sim *, u
     cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "%u worker(s) x %u slot(s): %s",
                  nworkers, slots, why);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, static_mode_shares_slots_when_stages_outnumber_them)
@@ -651,7 +631,7 @@ Test(sched, static_mode_binds_slots_again_when_a_worker_is_lost_or_replaced)
 Test(sched, stale_and_unknown_completions)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim m;
     sim_init(&m, &h, 2, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -680,13 +660,13 @@ Test(sched, stale_and_unknown_completions)
     cr_expect_eq(
         sb_sched_complete(m.s, "c1", tid, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0, NULL, 1, NULL), 1);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, input_lost_recovers_the_input)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim m;
     sim_init(&m, &h, 1, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -712,7 +692,7 @@ Test(sched, input_lost_recovers_the_input)
     sb_sched_get_stats(m.s, &st);
     cr_expect_eq(st.partitions_recovered, 1);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* A worker declared lost is fenced: a consumer running elsewhere that reads a partition from it
@@ -722,10 +702,10 @@ Test(sched, input_lost_recovers_the_input)
 Test(sched, consumers_of_a_lost_workers_partitions_run_again)
 {
     spec_holder h;
-    load_spec(&h, spec_text("  - {name: a, op: identity}\n"
-                            "  - {name: g, op: identity, resources: {gpu: 1}}\n"
-                            "  - {name: c, op: identity}\n",
-                            "{}"));
+    spec_fixture_load(&h, spec_text("  - {name: a, op: identity}\n"
+                                    "  - {name: g, op: identity, resources: {gpu: 1}}\n"
+                                    "  - {name: c, op: identity}\n",
+                                    "{}"));
     sim m;
     sim_init(&m, &h, 1, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -757,10 +737,10 @@ Test(sched, consumers_of_a_lost_workers_partitions_run_again)
     cr_expect_eq(t[0].attempt, 1);
     cr_expect_str_eq(t[0].inputs[0].worker_id, "c2");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 
     /* the consumer writes the sink: it is not run twice at once */
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim_init(&m, &h, 1, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 1);
     sim_add_worker(&m, "g1", "gpu", 1);
@@ -775,13 +755,13 @@ Test(sched, consumers_of_a_lost_workers_partitions_run_again)
                                    NULL, 4, NULL),
                  1);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, stall_report_names_the_stuck_stage)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim m;
     sim_init(&m, &h, 2, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -792,7 +772,7 @@ Test(sched, stall_report_names_the_stuck_stage)
     cr_expect(strstr(buf, "stage infer (gpu pool)") != NULL, "%s", buf);
     cr_expect(strstr(buf, "no worker in its pool") != NULL, "%s", buf);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* Regression: with the GPU worker not registered yet, the CPU worker kept forcing source tasks
@@ -802,7 +782,7 @@ Test(sched, stall_report_names_the_stuck_stage)
 Test(sched, late_downstream_worker_neither_overshoots_nor_deadlocks)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 256Mi}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 256Mi}"));
     sim m;
     sim_init(&m, &h, 40, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 2);
@@ -822,7 +802,7 @@ Test(sched, late_downstream_worker_neither_overshoots_nor_deadlocks)
     cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
     cr_expect_eq(m.peak_check_violations, 0);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* Small partitions are coalesced: a filter-like first op that keeps a tenth of its input makes
@@ -830,7 +810,7 @@ Test(sched, late_downstream_worker_neither_overshoots_nor_deadlocks)
 Test(sched, small_partitions_are_coalesced)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 2Gi}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 2Gi}"));
     sim m;
     sim_init(&m, &h, 40, 64 * MiB);
     m.ratio[0] = 0.1; /* 6.4 MiB out of every 64 MiB split */
@@ -846,7 +826,7 @@ Test(sched, small_partitions_are_coalesced)
                  b.tasks_done);
     cr_expect_eq(b.bytes_in, a.bytes_out, "every small partition was consumed once");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 static uint64_t g_kill_event;
@@ -869,7 +849,7 @@ static void kill_one(sim *m, uint64_t ev)
 Test(sched, lost_partitions_under_a_full_budget_do_not_deadlock)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{memoryBudget: 192Mi}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 192Mi}"));
     uint64_t recovered = 0;
     for (g_kill_event = 2; g_kill_event < 24; g_kill_event++)
         for (g_kill_index = 0; g_kill_index < 2; g_kill_index++) {
@@ -892,7 +872,7 @@ Test(sched, lost_partitions_under_a_full_budget_do_not_deadlock)
             sb_sched_free(m.s);
         }
     cr_expect_gt(recovered, 0, "some kill lost partitions");
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* The errored list keeps the first error of a retried task (later attempts may fail for another
@@ -900,7 +880,7 @@ Test(sched, lost_partitions_under_a_full_budget_do_not_deadlock)
 Test(sched, errored_partition_keeps_the_first_error)
 {
     spec_holder h;
-    load_spec(&h, spec_text(TWO_CPU, "{maxTaskRetries: 1, maxErroredPartitions: 5}"));
+    spec_fixture_load(&h, spec_text(TWO_CPU, "{maxTaskRetries: 1, maxErroredPartitions: 5}"));
     sim m;
     sim_init(&m, &h, 1, 1 * MiB);
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -918,7 +898,7 @@ Test(sched, errored_partition_keeps_the_first_error)
     cr_expect_str_eq(e[0].error, msgs[0]);
     cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* Backpressure: a fast CPU stage feeding a slow GPU stage under a small budget is held back
@@ -930,7 +910,7 @@ static double run_backpressure(const char *budget, sb_sched_op_stats *op0, sb_sc
     spec_holder h;
     char exec[64];
     snprintf(exec, sizeof exec, "{memoryBudget: %s}", budget);
-    load_spec(&h, spec_text(CPU_GPU, exec));
+    spec_fixture_load(&h, spec_text(CPU_GPU, exec));
     sim m;
     sim_init(&m, &h, 40, 64 * MiB);
     m.ms_per_mb[0] = 2;
@@ -943,7 +923,7 @@ static double run_backpressure(const char *budget, sb_sched_op_stats *op0, sb_sc
     sb_sched_get_op_stats(m.s, 1, op1);
     *wall_ms = m.now;
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
     return op0->backpressure_seconds;
 }
 
@@ -997,8 +977,9 @@ Test(sched, a_task_that_kills_its_workers_errors_after_max_task_retries)
     const char *one = "  - {name: a, op: identity}\n";
     for (int limit = 0; limit <= 1; limit++) {
         spec_holder h;
-        load_spec(&h, spec_text(one, limit ? "{maxTaskRetries: 2, maxErroredPartitions: 1}"
-                                           : "{maxTaskRetries: 2, maxErroredPartitions: 0}"));
+        spec_fixture_load(&h,
+                          spec_text(one, limit ? "{maxTaskRetries: 2, maxErroredPartitions: 1}"
+                                               : "{maxTaskRetries: 2, maxErroredPartitions: 0}"));
         sim m;
         sim_init(&m, &h, 6, 64 * MiB);
         sim_add_worker(&m, "c1", "cpu", 2);
@@ -1028,7 +1009,7 @@ Test(sched, a_task_that_kills_its_workers_errors_after_max_task_retries)
                       "%s", why ? why : "(none)");
         }
         sb_sched_free(m.s);
-        free_spec(&h);
+        spec_fixture_free(&h);
     }
 }
 
@@ -1050,7 +1031,7 @@ static int complete1(sb_sched *s, const char *w, const char *tid, uint32_t attem
  * measured); c2 is idle from 300 ms. */
 static void straggler_setup(sim *m, spec_holder *h)
 {
-    load_spec(h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(h, spec_text(CPU_GPU, "{}"));
     sim_init(m, h, 4, MiB);
     sim_add_worker(m, "c1", "cpu", 1);
     sim_add_worker(m, "c2", "cpu", 1);
@@ -1108,7 +1089,7 @@ Test(sched, an_idle_worker_copies_a_straggler_and_the_first_to_finish_counts)
     sb_sched_get_stats(m.s, &st);
     cr_expect_eq(st.tasks_run, 5 + 1, "4 source tasks, 1 copy, 1 downstream task");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, when_the_original_wins_the_copy_is_stale_and_released)
@@ -1133,7 +1114,7 @@ Test(sched, when_the_original_wins_the_copy_is_stale_and_released)
     cr_expect_eq(os.tasks_running, 0);
     cr_expect_eq(os.tasks_done, 4);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
@@ -1155,7 +1136,7 @@ Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
     sb_sched_get_op_stats(m.s, 0, &os);
     cr_expect_eq(os.tasks_done, 4);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 
     /* the original fails (retries left): the copy goes on, the failure counts as a retry */
     straggler_setup(&m, &h);
@@ -1168,7 +1149,7 @@ Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
     sb_sched_get_op_stats(m.s, 0, &os);
     cr_expect_eq(os.tasks_done, 4);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 
     /* a failed copy changes nothing: the original goes on */
     straggler_setup(&m, &h);
@@ -1179,13 +1160,13 @@ Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
     cr_expect_eq(os.tasks_running, 1);
     cr_assert_eq(complete1(m.s, "c1", "ns/t/s0-t3", 0, SB_SCHED_OK, "s0-t3-p0", 1500), 1);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, tasks_that_write_the_sink_are_not_copied)
 {
     spec_holder h;
-    load_spec(&h, spec_text(TWO_CPU, "{}")); /* one fused op: it writes the sink */
+    spec_fixture_load(&h, spec_text(TWO_CPU, "{}")); /* one fused op: it writes the sink */
     sim m;
     sim_init(&m, &h, 4, MiB);
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -1200,7 +1181,7 @@ Test(sched, tasks_that_write_the_sink_are_not_copied)
     }
     cr_expect_eq(sb_sched_assign(m.s, "c2", 1, 60000, t), 0, "a sink task is never copied");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* ---- tail sizing (LB-BSP) ------------------------------------------------------------------- */
@@ -1216,7 +1197,7 @@ static uint64_t tail_run(int no_tail_sizing)
              "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 4Mi}\n"
              "  stages:\n%s  sink: {uri: 'file:///out', format: text}\n",
              CPU_GPU);
-    load_spec(&h, yaml);
+    spec_fixture_load(&h, yaml);
     sim m;
     memset(&m, 0, sizeof m);
     m.fail_op = -1;
@@ -1255,7 +1236,7 @@ static uint64_t tail_run(int no_tail_sizing)
     cr_assert_eq(st.sink_bytes, 256 * MiB, "every byte once");
     uint64_t end = m.now;
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
     return end;
 }
 
@@ -1276,7 +1257,7 @@ Test(sched, tail_tasks_are_sized_by_worker_speed)
 Test(sched, probes_of_an_unmeasured_op_run_one_per_worker_not_one_in_all)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim m;
     sim_init(&m, &h, 8, MiB);
     sim_add_worker(&m, "slow", "cpu", 2);
@@ -1289,14 +1270,14 @@ Test(sched, probes_of_an_unmeasured_op_run_one_per_worker_not_one_in_all)
     cr_assert_eq(complete1(m.s, "fast", "ns/t/s0-t1", 0, SB_SCHED_OK, "s0-t1-p0", 100), 1);
     cr_expect_eq(sb_sched_assign(m.s, "fast", 2, 100, t), 2, "measured: the op runs freely");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* A slow worker holds the first probe for 10 s: the pipeline still ends long before. */
 Test(sched, a_slow_first_probe_does_not_serialise_the_pipeline)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim m;
     sim_init(&m, &h, 40, MiB);
     m.ms_per_mb[0] = 100;
@@ -1317,7 +1298,7 @@ Test(sched, a_slow_first_probe_does_not_serialise_the_pipeline)
     sb_sched_get_op_stats(m.s, 0, &os);
     cr_expect_leq(os.tasks_done, 40);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* ---- draining sick workers ------------------------------------------------------------------ */
@@ -1375,7 +1356,7 @@ static void drain_fault(sim *m, uint64_t ev)
  * GPU op. Returns the scheduler (caller frees) after the run. */
 static sb_sched *drain_run(spec_holder *h, sim *m, uint64_t slow, int no_drain)
 {
-    load_spec(h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(h, spec_text(CPU_GPU, "{}"));
     memset(m, 0, sizeof *m);
     m->fail_op = -1;
     m->target = (uint64_t)h->p.spec.source.partition_size;
@@ -1427,7 +1408,7 @@ Test(sched, a_persistently_slow_worker_is_drained_and_replaced)
     cr_expect_geq(g_drain.at[0], 3000, "not before DRAIN_MIN_MS: %" PRIu64, g_drain.at[0]);
     cr_expect_eq(g_drain.retired, 1, "retired once removable, and replaced");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
     /* the same without draining takes longer: the slow worker stays slow */
     memset(&g_drain, 0, sizeof g_drain);
     drain_run(&h, &m, 4, 1);
@@ -1435,7 +1416,7 @@ Test(sched, a_persistently_slow_worker_is_drained_and_replaced)
     cr_log_info("makespan with drain %" PRIu64 " ms, without %" PRIu64 " ms", with, m.now);
     cr_expect_lt(with, m.now, "with %" PRIu64 " ms, without %" PRIu64 " ms", with, m.now);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, a_transiently_slow_worker_is_not_drained)
@@ -1448,14 +1429,14 @@ Test(sched, a_transiently_slow_worker_is_not_drained)
     drain_run(&h, &m, 4, 0);
     cr_expect_eq(g_drain.drained, 0, "drained %s at %" PRIu64, g_drain.who[0], g_drain.at[0]);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
     /* slightly slow (2x: not far slower than the pool) for the whole run: not drained either */
     memset(&g_drain, 0, sizeof g_drain);
     g_drain.replace = 1;
     drain_run(&h, &m, 2, 0);
     cr_expect_eq(g_drain.drained, 0, "drained %s at %" PRIu64, g_drain.who[0], g_drain.at[0]);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, the_last_worker_of_a_pool_is_never_drained_and_a_drained_one_works_when_alone)
@@ -1466,7 +1447,7 @@ Test(sched, the_last_worker_of_a_pool_is_never_drained_and_a_drained_one_works_w
     memset(&g_drain, 0, sizeof g_drain);
     g_drain.lose = "c1";
     g_drain.lose_at = 3;
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim_init(&m, &h, 60, MiB);
     m.ms_per_mb[0] = 100;
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -1477,11 +1458,11 @@ Test(sched, the_last_worker_of_a_pool_is_never_drained_and_a_drained_one_works_w
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
     cr_expect_eq(g_drain.drained, 0, "the last worker of its pool is not drained");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 
     /* c3 is drained (no replacement here), then c1 is lost: c3 takes work again and finishes */
     memset(&g_drain, 0, sizeof g_drain);
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim_init(&m, &h, 100, MiB);
     m.ms_per_mb[0] = 100;
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -1509,7 +1490,7 @@ Test(sched, the_last_worker_of_a_pool_is_never_drained_and_a_drained_one_works_w
     cr_expect_eq(st.sink_bytes, 100 * MiB, "every byte once");
     cr_expect_eq(m.peak_check_violations, 0);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* With both workers' speeds measured, a tail task on a worker 4 times slower is copied as soon
@@ -1519,7 +1500,7 @@ Test(sched, the_last_worker_of_a_pool_is_never_drained_and_a_drained_one_works_w
 Test(sched, a_task_on_a_measured_slow_worker_is_copied_at_once_in_the_tail)
 {
     spec_holder h;
-    load_spec(&h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim m;
     g_no_eft = 1;
     sim_init(&m, &h, 6, MiB);
@@ -1550,7 +1531,7 @@ Test(sched, a_task_on_a_measured_slow_worker_is_copied_at_once_in_the_tail)
     sb_sched_get_op_stats(m.s, 0, &os);
     cr_expect_eq(os.speculated, 1);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* ---- a sick GPU worker with coarse tasks (docs/benchmarks.md, "A sick worker") -------------- */
@@ -1588,7 +1569,7 @@ static uint64_t sick_gpu_run(const char *psize, size_t nsplits, int ngpu, uint64
              "  - {name: write, op: identity}\n"
              "  sink: {uri: 'file:///out', format: jsonl}\n",
              psize);
-    load_spec(&h, yaml);
+    spec_fixture_load(&h, yaml);
     sim m;
     memset(&m, 0, sizeof m);
     m.fail_op = -1;
@@ -1638,7 +1619,7 @@ static uint64_t sick_gpu_run(const char *psize, size_t nsplits, int ngpu, uint64
         *copies = os.speculated;
     uint64_t end = m.now;
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
     return end;
 }
 
@@ -1704,7 +1685,7 @@ Test(sched, the_earliest_finish_rule_costs_nothing_elsewhere)
  * when no faster worker will take it: fast draining, or gone. */
 static void eft_setup(sim *m, spec_holder *h)
 {
-    load_spec(h, spec_text(CPU_GPU, "{}"));
+    spec_fixture_load(h, spec_text(CPU_GPU, "{}"));
     sim_init(m, h, 6, MiB);
     sim_add_worker(m, "slow", "cpu", 1);
     sim_add_worker(m, "fast", "cpu", 1);
@@ -1734,7 +1715,7 @@ Test(sched, a_slow_worker_leaves_the_last_tasks_to_a_faster_one_unless_none_will
     sb_sched_worker_lost(m.s, "fast", "test", 420);
     cr_assert_eq(sb_sched_assign(m.s, "slow", 1, 420, t), 1, "no faster worker: slow works");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 
     /* fast takes s0-t4 (expected to end at 500 ms) and does not answer: at 2400 ms it is 1.9 s
      * late, so expected 1.9 s more; s0-t5 ends sooner on slow, which takes it */
@@ -1743,7 +1724,7 @@ Test(sched, a_slow_worker_leaves_the_last_tasks_to_a_faster_one_unless_none_will
     cr_expect_eq(sb_sched_assign(m.s, "slow", 1, 450, t), 0, "fast is not late yet");
     cr_expect_eq(sb_sched_assign(m.s, "slow", 1, 2400, t), 1, "fast is late: slow works");
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* A lineage re-run must remake its partitions exactly (chaos seed 8869762-56 once kept a
@@ -1754,9 +1735,9 @@ Test(sched, a_slow_worker_leaves_the_last_tasks_to_a_faster_one_unless_none_will
 static void rerun_reports(int how, const char *want)
 {
     spec_holder h;
-    load_spec(&h, spec_text("  - {name: a, op: identity}\n"
-                            "  - {name: g, op: identity, resources: {gpu: 1}}\n",
-                            "{}"));
+    spec_fixture_load(&h, spec_text("  - {name: a, op: identity}\n"
+                                    "  - {name: g, op: identity, resources: {gpu: 1}}\n",
+                                    "{}"));
     sim m;
     sim_init(&m, &h, 1, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -1796,7 +1777,7 @@ static void rerun_reports(int how, const char *want)
         cr_expect(strstr(failure, "not deterministic") != NULL, "%s", failure);
     }
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched, a_rerun_that_cuts_its_output_differently_fails_the_run)

@@ -21,14 +21,10 @@
 #include "io/sink.h"
 #include "partition/partition.h"
 #include "spec/pipeline.h"
+#include "spec_fixture.h"
 #include "testutil.h"
 
 #define MiB (1024ull * 1024)
-
-typedef struct {
-    sb_doc *doc;
-    sb_pipeline p;
-} spec_holder;
 
 static void load_spec(spec_holder *h, const char *stages, const char *execution)
 {
@@ -38,18 +34,7 @@ static void load_spec(spec_holder *h, const char *stages, const char *execution)
              "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 64Mi}\n"
              "  stages:\n%s  sink: {uri: 'file:///out', format: text}\n  execution: %s\n",
              stages, execution);
-    h->doc = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
-    cr_assert_null(sb_doc_error(h->doc, NULL, NULL));
-    sb_diags d = {0};
-    cr_assert_eq(sb_pipeline_decode(sb_doc_root(h->doc, 0), &h->p, &d), 0);
-    cr_assert_eq(d.n, 0, "%s: %s", d.n ? d.items[0].path : "", d.n ? d.items[0].msg : "");
-    sb_diags_free(&d);
-}
-
-static void free_spec(spec_holder *h)
-{
-    sb_pipeline_free(&h->p);
-    sb_doc_free(h->doc);
+    spec_fixture_load(h, yaml);
 }
 
 static const char *ONE_OP = "  - {name: a, op: identity}\n  - {name: b, op: identity}\n";
@@ -331,7 +316,7 @@ Test(sched_checkpoint, fused_single_op)
     free(ranges);
     sb_sched_parts_free(parts, n);
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* Manual steps with two ops (cpu -> gpu), 64 MiB target: partitions of splits 0 and 1 meet in
@@ -449,7 +434,7 @@ Test(sched_checkpoint, half_done_component_is_not_committed)
     sb_sched_worker_lost(s, "g1", "test", 0);
     cr_expect_eq(sb_sched_worker_removable(s, "g1"), 0, "lost workers are not the caller's");
     sb_sched_free(s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* The simulation with coalescing: the checkpoint is checked after every event. Then a new
@@ -556,7 +541,7 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
     sb_sched_free(a.s);
     free(ranges);
     sb_sched_parts_free(parts, nparts);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 Test(sched_checkpoint, resume_fused_single_op)
@@ -633,7 +618,7 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
     cr_expect_eq(parts[1].crc32c, 4);
     expect_checkpoint(s, "0-5", 2);
     sb_sched_free(s);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* preserveOrder across a resume: parts carried over from a later split than the ones still to
@@ -719,7 +704,7 @@ Test(sched_checkpoint, preserve_order_survives_a_resume)
     sb_sched_free(s);
     free(ranges);
     sb_sched_parts_free(parts, n);
-    free_spec(&h);
+    spec_fixture_free(&h);
 }
 
 /* ---- `streambatch run --resume` checking the parts it carries over (runckpt.h) ---- */

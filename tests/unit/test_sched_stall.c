@@ -12,15 +12,11 @@
 #include "controller/sched/sched.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
+#include "spec_fixture.h"
 
 #define MiB (1024ull * 1024)
 #define MAXW 4
 #define MAXRUN 8
-
-typedef struct {
-    sb_doc *doc;
-    sb_pipeline p;
-} spec_holder;
 
 static void load_spec(spec_holder *h, const char *execution)
 {
@@ -32,18 +28,7 @@ static void load_spec(spec_holder *h, const char *execution)
              "  - {name: c, op: identity}\n"
              "  sink: {uri: 'file:///out', format: text}\n  execution: %s\n",
              execution);
-    h->doc = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
-    cr_assert_null(sb_doc_error(h->doc, NULL, NULL));
-    sb_diags d = {0};
-    cr_assert_eq(sb_pipeline_decode(sb_doc_root(h->doc, 0), &h->p, &d), 0);
-    cr_assert_eq(d.n, 0, "%s: %s", d.n ? d.items[0].path : "", d.n ? d.items[0].msg : "");
-    sb_diags_free(&d);
-}
-
-static void free_spec(spec_holder *h)
-{
-    sb_pipeline_free(&h->p);
-    sb_doc_free(h->doc);
+    spec_fixture_load(h, yaml);
 }
 
 typedef struct {
@@ -228,7 +213,7 @@ static outcome static_expand_run(uint32_t budget_parts, double expand, uint32_t 
     o.recovered = st.partitions_recovered;
     o.sink_parts = st.sink_parts;
     sb_sched_free(m.s);
-    free_spec(&h);
+    spec_fixture_free(&h);
     return o;
 }
 
