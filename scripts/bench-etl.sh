@@ -55,11 +55,7 @@ run_cn() {
   timed cn "$cbin" --no-validate lang en id,score "$work/out-cn" "$work"/in/*.jsonl
 }
 records() { cat "$@" | LC_ALL=C sort | md5sum | cut -d' ' -f1; }
-pressure() { # CPU time other tasks waited for, last 60 s (PSI), and the load average
-  local p=""
-  [[ -r /proc/pressure/cpu ]] && p=$(awk '/^some/ { sub("avg60=", "", $3); print $3 "%" }' /proc/pressure/cpu)
-  echo "CPU pressure ${p:-n/a}, load $(cut -d' ' -f1-3 /proc/loadavg)"
-}
+. scripts/bench-lib.sh # pressure
 before=$(pressure)
 for r in $(seq "$rounds"); do
   echo "bench: etl round $r/$rounds" >&2

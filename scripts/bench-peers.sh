@@ -120,11 +120,7 @@ measure() {
   fi
   echo "{\"pipeline\": \"$p\", \"system\": \"$s\", \"round\": $r, \"ok\": $ok, \"tries\": $try, \"match\": $match, \"rows\": \"${digest%% *}\", \"m\": ${res:-null}}" >>"$work/results.jsonl"
 }
-pressure() { # CPU time other tasks waited for, last 60 s (PSI), and the load average
-  local p=""
-  [[ -r /proc/pressure/cpu ]] && p=$(awk '/^some/ { sub("avg60=", "", $3); print $3 "%" }' /proc/pressure/cpu)
-  echo "CPU pressure ${p:-n/a}, load $(cut -d' ' -f1-3 /proc/loadavg)"
-}
+. scripts/bench-lib.sh # pressure
 before=$(pressure)
 start=$(date +%s)
 for r in $(seq "$rounds"); do

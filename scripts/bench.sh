@@ -35,11 +35,7 @@ cmds=(
   "bench_data many --n 1000 --size 4096 --rounds 3"
   "bench_data unary --threads 4 --seconds 2 --rounds 3"
 )
-pressure() { # CPU time other tasks waited for, last 60 s (PSI), and the load average
-  local p=""
-  [[ -r /proc/pressure/cpu ]] && p=$(awk '/^some/ { sub("avg60=", "", $3); print $3 "%" }' /proc/pressure/cpu)
-  echo "CPU pressure ${p:-n/a}, load $(cut -d' ' -f1-3 /proc/loadavg)"
-}
+. scripts/bench-lib.sh # pressure
 before=$(pressure)
 start=$(date +%s)
 for c in "${cmds[@]}"; do
