@@ -8,6 +8,8 @@
 
 #include "controller/sched/ranges.h"
 #include "controller/sched/strmap.h"
+#include "core/idmap.h"
+#include "core/strpool.h"
 #include "metrics/metrics.h"
 
 #define NONE ((size_t)-1)
@@ -128,8 +130,7 @@ struct sb_sched {
     size_t nops;
     const char *pools[2];
     size_t npools;
-    char **splits;
-    uint64_t *split_bytes;
+    char **splits; /* in ids */
     size_t nsplits;
     task *tasks;
     size_t ntasks, captasks;
@@ -137,7 +138,9 @@ struct sb_sched {
     size_t nparts, capparts;
     worker *workers;
     size_t nworkers, capworkers;
-    sb_strmap part_ids, task_ids, worker_ids, sink_ids;
+    sb_idmap part_ids, task_ids, sink_ids; /* keys: parts[i].id, tasks[i].task_id, sink[i].id */
+    sb_strmap worker_ids;
+    sb_strpool ids; /* task, partition and sink part ids and the splits, kept to the end */
     uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
     uint64_t tasks_run, tasks_rerun, partitions_recovered, partitions_lost, running_total,
         errored_total;
@@ -267,9 +270,8 @@ static size_t task_new(sb_sched *s, uint32_t opi, uint64_t index)
     t->spec_worker = NONE;
     char buf[512];
     snprintf(buf, sizeof buf, "%s/s%u-t%" PRIu64, s->pipeline_id, opi, index);
-    t->task_id = strdup(buf);
-    if (t->task_id == NULL || sb_strmap_put(&s->task_ids, buf, s->ntasks) != 0) {
-        free(t->task_id);
+    t->task_id = sb_strpool_dup(&s->ids, buf);
+    if (t->task_id == NULL || sb_idmap_put(&s->task_ids, buf, s->ntasks) != 0) {
         s->oom = 1;
         return NONE;
     }
@@ -351,11 +353,10 @@ static int resume_load(sb_sched *s, const sb_sched_resume *r, uint8_t *committed
                               "scheduler: resume: part %s: task index not below epoch %u's "
                               "first (%" PRIu64 "); it would collide with this run's parts",
                               o->id, r->epoch, first_new);
-        if (sb_strmap_get(&s->sink_ids, o->id, NULL))
+        if (sb_idmap_get(&s->sink_ids, o->id, NULL))
             continue; /* listed twice */
         if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0 ||
-            GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0 ||
-            sb_strmap_put(&s->sink_ids, o->id, s->nsink) != 0)
+            GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0)
             return sb_err_set(err, "scheduler: out of memory");
         if (o->order != NULL && s->preserve_order && !order_key_valid(o->order, s->nops))
             return sb_err_set(err,
@@ -363,17 +364,36 @@ static int resume_load(sb_sched *s, const sb_sched_resume *r, uint8_t *committed
                               "decimal numbers joined by '.'",
                               o->id, o->order, s->nops + 1);
         s->sink[s->nsink] = *o;
-        s->sink[s->nsink].id = strdup(o->id);
+        s->sink[s->nsink].id = sb_strpool_dup(&s->ids, o->id);
         s->sink[s->nsink].order = o->order != NULL && s->preserve_order ? strdup(o->order) : NULL;
         if (s->sink[s->nsink].id == NULL ||
-            (o->order != NULL && s->preserve_order && s->sink[s->nsink].order == NULL))
+            (o->order != NULL && s->preserve_order && s->sink[s->nsink].order == NULL) ||
+            sb_idmap_put(&s->sink_ids, o->id, s->nsink) != 0) {
+            free((char *)s->sink[s->nsink].order);
             return sb_err_set(err, "scheduler: out of memory");
+        }
         s->sink_task[s->nsink] = NONE;
         s->nsink++;
         s->sink_rows += o->rows;
         s->sink_bytes += o->bytes;
     }
     return 0;
+}
+
+/* The ids the maps index (sb_idmap reads them back instead of keeping copies). */
+static const char *part_key(const void *ctx, size_t i)
+{
+    return ((const sb_sched *)ctx)->parts[i].id;
+}
+
+static const char *task_key(const void *ctx, size_t i)
+{
+    return ((const sb_sched *)ctx)->tasks[i].task_id;
+}
+
+static const char *sink_key(const void *ctx, size_t i)
+{
+    return ((const sb_sched *)ctx)->sink[i].id;
 }
 
 sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits, size_t nsplits,
@@ -388,6 +408,9 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     sb_sched *s = calloc(1, sizeof *s);
     if (s == NULL)
         goto oom;
+    sb_idmap_init(&s->part_ids, part_key, s);
+    sb_idmap_init(&s->task_ids, task_key, s);
+    sb_idmap_init(&s->sink_ids, sink_key, s);
     s->pipeline_id = strdup(cfg->pipeline_id ? cfg->pipeline_id : "pipeline");
     s->nstages = p->spec.nstages;
     s->stages = calloc(s->nstages, sizeof *s->stages);
@@ -453,19 +476,20 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     }
     s->nsplits = nsplits;
     s->splits = calloc(nsplits ? nsplits : 1, sizeof *s->splits);
-    s->split_bytes = calloc(nsplits ? nsplits : 1, sizeof *s->split_bytes);
-    if (s->splits == NULL || s->split_bytes == NULL)
+    /* op 0's tasks, one per split, in an array of their exact size (later tasks grow it) */
+    s->tasks = malloc((nsplits ? nsplits : 1) * sizeof *s->tasks);
+    if (s->splits == NULL || s->tasks == NULL)
         goto oom;
+    s->captasks = nsplits ? nsplits : 1;
     committed = calloc(nsplits ? nsplits : 1, 1);
     if (committed == NULL)
         goto oom;
     if (cfg->resume != NULL && resume_load(s, cfg->resume, committed, err) != 0)
         goto fail;
     for (size_t i = 0; i < nsplits; i++) {
-        s->splits[i] = strdup(splits[i].split);
+        s->splits[i] = sb_strpool_dup(&s->ids, splits[i].split);
         if (s->splits[i] == NULL)
             goto oom;
-        s->split_bytes[i] = splits[i].bytes;
         size_t t = task_new(s, 0, i);
         if (t == NONE)
             goto oom;
@@ -512,14 +536,10 @@ void sb_sched_free(sb_sched *s)
         free(s->ops[i].fifo);
     }
     free(s->ops);
-    for (size_t i = 0; i < s->nsplits && s->splits; i++)
-        free(s->splits[i]);
     free(s->splits);
-    free(s->split_bytes);
     for (size_t i = 0; i < s->ntasks; i++) {
         free(s->tasks[i].inputs);
         free(s->tasks[i].outputs);
-        free(s->tasks[i].task_id);
         free(s->tasks[i].first_error);
     }
     free(s->tasks);
@@ -529,8 +549,6 @@ void sb_sched_free(sb_sched *s)
         free((char *)s->errored[i].error);
     }
     free(s->errored);
-    for (size_t i = 0; i < s->nparts; i++)
-        free(s->parts[i].id);
     free(s->parts);
     for (size_t i = 0; i < s->nworkers; i++) {
         worker *w = &s->workers[i];
@@ -548,16 +566,15 @@ void sb_sched_free(sb_sched *s)
     }
     free(s->workers);
     free(s->drain_notes);
-    for (size_t i = 0; i < s->nsink; i++) {
-        free((char *)s->sink[i].id);
+    for (size_t i = 0; i < s->nsink; i++)
         free((char *)s->sink[i].order);
-    }
     free(s->sink);
     free(s->sink_task);
-    sb_strmap_free(&s->part_ids);
-    sb_strmap_free(&s->task_ids);
+    sb_idmap_free(&s->part_ids);
+    sb_idmap_free(&s->task_ids);
     sb_strmap_free(&s->worker_ids);
-    sb_strmap_free(&s->sink_ids);
+    sb_idmap_free(&s->sink_ids);
+    sb_strpool_free(&s->ids);
     free(s->failure);
     free(s->in_scratch);
     free(s->pipeline_id);
@@ -632,7 +649,7 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
     static_bind(s, pool); /* the pool's slots changed: bind them again */
     for (size_t i = 0; i < nheld; i++) {
         size_t pi;
-        if (!sb_strmap_get(&s->part_ids, held[i].id, &pi) || s->parts[pi].state == P_RELEASED ||
+        if (!sb_idmap_get(&s->part_ids, held[i].id, &pi) || s->parts[pi].state == P_RELEASED ||
             s->parts[pi].state == P_AVAILABLE) {
             add_release(s, w, held[i].id); /* not needed (or held elsewhere) */
             continue;
@@ -1608,15 +1625,14 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
         o->rows_out += outs[i].rows;
         o->bytes_out += outs[i].bytes;
         if (last) {
-            if (sb_strmap_get(&s->sink_ids, outs[i].id, NULL))
+            if (sb_idmap_get(&s->sink_ids, outs[i].id, NULL))
                 continue; /* a re-run rewrote the same part */
-            if (sb_strmap_put(&s->sink_ids, outs[i].id, s->nsink) != 0)
-                return sb_err_set(err, "scheduler: out of memory");
             if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0 ||
-                GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0)
+                GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0 ||
+                (s->sink[s->nsink].id = sb_strpool_dup(&s->ids, outs[i].id)) == NULL ||
+                sb_idmap_put(&s->sink_ids, outs[i].id, s->nsink) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
             s->sink_task[s->nsink] = ti;
-            s->sink[s->nsink].id = strdup(outs[i].id);
             s->sink[s->nsink].bytes = outs[i].bytes;
             s->sink[s->nsink].rows = outs[i].rows;
             s->sink[s->nsink].crc32c = outs[i].crc32c;
@@ -1627,7 +1643,7 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
             continue;
         }
         size_t pi;
-        if (sb_strmap_get(&s->part_ids, outs[i].id, &pi)) { /* re-produced */
+        if (sb_idmap_get(&s->part_ids, outs[i].id, &pi)) { /* re-produced */
             part *p = &s->parts[pi];
             if (p->producer == ti && (outs[i].rows != p->rows || outs[i].bytes != p->bytes)) {
                 set_failure(s,
@@ -1671,8 +1687,8 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
             pi = s->nparts;
             part *p = &s->parts[pi];
             memset(p, 0, sizeof *p);
-            p->id = strdup(outs[i].id);
-            if (p->id == NULL || sb_strmap_put(&s->part_ids, outs[i].id, pi) != 0)
+            p->id = sb_strpool_dup(&s->ids, outs[i].id);
+            if (p->id == NULL || sb_idmap_put(&s->part_ids, outs[i].id, pi) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
             s->nparts++;
             p->producer = ti;
@@ -1786,7 +1802,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         return sb_err_set(err, "scheduler: completion from unknown worker \"%s\"",
                           worker_id ? worker_id : "");
     int primary = 0, copy = 0;
-    if (sb_strmap_get(&s->task_ids, task_id ? task_id : "", &ti) &&
+    if (sb_idmap_get(&s->task_ids, task_id ? task_id : "", &ti) &&
         s->tasks[ti].state == T_RUNNING) {
         primary = s->tasks[ti].attempt == attempt && s->tasks[ti].worker == w;
         copy = s->tasks[ti].spec_worker == w && s->tasks[ti].spec_attempt == attempt;
@@ -1831,7 +1847,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     if (status == SB_SCHED_INPUT_LOST) {
         for (size_t i = 0; i < nlost; i++) {
             size_t pi;
-            if (!sb_strmap_get(&s->part_ids, lost[i], &pi) || s->parts[pi].state != P_AVAILABLE)
+            if (!sb_idmap_get(&s->part_ids, lost[i], &pi) || s->parts[pi].state != P_AVAILABLE)
                 continue;
             part_drop_bytes(s, &s->parts[pi]);
             s->parts[pi].state = P_LOST;
@@ -2354,6 +2370,12 @@ static uint64_t str_blk(const char *p)
     return p != NULL ? blk(strlen(p) + 1) : 0;
 }
 
+/* A string in the pool: its bytes alone (the pool's headers and unused room: pool_bytes) */
+static uint64_t pool_str(const char *p)
+{
+    return p != NULL ? strlen(p) + 1 : 0;
+}
+
 static uint64_t map_blk(const sb_strmap *m)
 {
     if (m->cap == 0)
@@ -2368,31 +2390,39 @@ static uint64_t map_blk(const sb_strmap *m)
 void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out)
 {
     memset(out, 0, sizeof *out);
+    uint64_t pooled = 0;
     out->tasks = s->ntasks;
     out->parts = s->nparts;
     out->sink_parts = s->nsink;
     out->task_bytes = s->captasks ? blk(s->captasks * sizeof *s->tasks) : 0;
     for (size_t i = 0; i < s->ntasks; i++) {
         const task *t = &s->tasks[i];
-        out->task_bytes += str_blk(t->task_id) + str_blk(t->first_error);
+        out->task_bytes += pool_str(t->task_id) + str_blk(t->first_error);
+        pooled += pool_str(t->task_id);
         if (t->inputs != NULL)
             out->task_bytes += blk(t->ninputs * sizeof *t->inputs);
         if (t->outputs != NULL)
             out->task_bytes += blk(t->capout * sizeof *t->outputs);
     }
     out->part_bytes = s->capparts ? blk(s->capparts * sizeof *s->parts) : 0;
-    for (size_t i = 0; i < s->nparts; i++)
-        out->part_bytes += str_blk(s->parts[i].id);
+    for (size_t i = 0; i < s->nparts; i++) {
+        out->part_bytes += pool_str(s->parts[i].id);
+        pooled += pool_str(s->parts[i].id);
+    }
     out->sink_bytes = (s->capsink ? blk(s->capsink * sizeof *s->sink) : 0) +
                       (s->capsink_task ? blk(s->capsink_task * sizeof *s->sink_task) : 0);
-    for (size_t i = 0; i < s->nsink; i++)
-        out->sink_bytes += str_blk(s->sink[i].id);
-    out->map_bytes = map_blk(&s->part_ids) + map_blk(&s->task_ids) + map_blk(&s->worker_ids) +
-                     map_blk(&s->sink_ids);
-    size_t ns = s->nsplits ? s->nsplits : 1;
-    out->split_bytes = blk(ns * sizeof *s->splits) + blk(ns * sizeof *s->split_bytes);
-    for (size_t i = 0; i < s->nsplits; i++)
-        out->split_bytes += str_blk(s->splits[i]);
-    out->total_bytes =
-        out->task_bytes + out->part_bytes + out->sink_bytes + out->map_bytes + out->split_bytes;
+    for (size_t i = 0; i < s->nsink; i++) {
+        out->sink_bytes += pool_str(s->sink[i].id) + str_blk(s->sink[i].order);
+        pooled += pool_str(s->sink[i].id);
+    }
+    out->map_bytes = blk(sb_idmap_bytes(&s->part_ids)) + blk(sb_idmap_bytes(&s->task_ids)) +
+                     map_blk(&s->worker_ids) + blk(sb_idmap_bytes(&s->sink_ids));
+    out->split_bytes = blk((s->nsplits ? s->nsplits : 1) * sizeof *s->splits);
+    for (size_t i = 0; i < s->nsplits; i++) {
+        out->split_bytes += pool_str(s->splits[i]);
+        pooled += pool_str(s->splits[i]);
+    }
+    out->pool_bytes = s->ids.bytes > pooled ? s->ids.bytes - pooled : 0;
+    out->total_bytes = out->task_bytes + out->part_bytes + out->sink_bytes + out->map_bytes +
+                       out->split_bytes + out->pool_bytes;
 }

@@ -300,6 +300,8 @@ typedef struct sb_sched_memory {
     uint64_t sink_bytes;  /* sink part list, ids, producer index */
     uint64_t map_bytes;   /* id -> index hash maps (tasks, partitions, sink parts, workers) */
     uint64_t split_bytes; /* the plan's encoded splits */
+    uint64_t pool_bytes;  /* the pool the ids and splits are packed in: its block headers and
+                             the room not filled yet (the strings count above) */
     uint64_t total_bytes; /* all of the above */
 } sb_sched_memory;
 void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out);

@@ -1,6 +1,7 @@
 /* bench_sched — the scheduler core's own overhead: tasks assigned and completed per second with
- * no work in them (two ops, so partitions move through the lineage table), in one thread.
- * Prints one JSON line. Usage: bench_sched [tasks] */
+ * no work in them (two ops, so partitions move through the lineage table; or one, source ->
+ * sink, as bench_ctl_load runs), in one thread, and the lineage table's memory per partition
+ * made at the end (sb_sched_memory_get). Prints one JSON line. Usage: bench_sched [tasks] [ops] */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,20 +29,31 @@ static double cpu_s(void)
 int main(int argc, char **argv)
 {
     size_t n = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : 100000;
-    const char *y = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: b}\n"
-                    "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Ki}\n"
-                    "  stages:\n  - {name: a, op: identity}\n"
-                    "  - {name: g, op: identity, resources: {gpu: 1}}\n"
-                    "  sink: {uri: 'file:///out', format: text}\n"
-                    "  execution: {memoryBudget: 1Gi}\n";
+    int ops = argc > 2 ? atoi(argv[2]) : 2;
+    if (n == 0 || (ops != 1 && ops != 2)) {
+        fprintf(stderr, "usage: bench_sched [tasks > 0] [ops: 1 or 2]\n");
+        return 2;
+    }
+    const char *y = ops == 2
+                        ? "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: b}\n"
+                          "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Ki}\n"
+                          "  stages:\n  - {name: a, op: identity}\n"
+                          "  - {name: g, op: identity, resources: {gpu: 1}}\n"
+                          "  sink: {uri: 'file:///out', format: text}\n"
+                          "  execution: {memoryBudget: 1Gi}\n"
+                        : "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: b}\n"
+                          "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Ki}\n"
+                          "  stages:\n  - {name: a, op: identity}\n"
+                          "  sink: {uri: 'file:///out', format: text}\n"
+                          "  execution: {memoryBudget: 1Gi}\n";
     sb_doc *d = sb_doc_parse_yaml(y, strlen(y), NULL);
     sb_pipeline p;
     sb_diags dg = {0};
     sb_pipeline_decode(sb_doc_root(d, 0), &p, &dg);
     sb_sched_split *sp = calloc(n, sizeof *sp);
-    char(*names)[24] = calloc(n, 24);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(names[i], 24, "s%zu", i);
+    char(*names)[64] = calloc(n, 64);
+    for (size_t i = 0; i < n; i++) { /* as lib/io encodes a file's split (offset, size, path) */
+        snprintf(names[i], 64, "0\t1024\t1024\t/in/f%07zu.txt", i);
         sp[i].split = names[i];
         sp[i].bytes = 1024;
     }
@@ -91,10 +103,18 @@ int main(int argc, char **argv)
             break;
     }
     double wall = now_s() - t0, cpu = cpu_s() - c0;
+    sb_sched_memory m;
+    sb_sched_memory_get(s, &m);
+    double parts = (double)(m.parts + m.sink_parts);
     printf("{\"tasks\": %" PRIu64 ", \"seconds\": %.4f, \"tasksPerSecond\": %.0f, "
-           "\"cpuMicrosPerTask\": %.2f, \"state\": %d}\n",
+           "\"cpuMicrosPerTask\": %.2f, \"state\": %d, \"partitions\": %.0f, "
+           "\"lineageBytesPerPartition\": %.1f, \"perPartition\": {\"tasks\": %.1f, "
+           "\"parts\": %.1f, \"sink\": %.1f, \"maps\": %.1f, \"splits\": %.1f}}\n",
            done, wall, (double)done / wall, cpu * 1e6 / (double)done,
-           (int)sb_sched_state_get(s, NULL));
+           (int)sb_sched_state_get(s, NULL), parts, (double)m.total_bytes / parts,
+           (double)m.task_bytes / parts, (double)m.part_bytes / parts,
+           (double)m.sink_bytes / parts, (double)m.map_bytes / parts,
+           (double)m.split_bytes / parts);
     sb_sched_free(s);
     free(sp);
     free(names);
