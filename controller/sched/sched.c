@@ -9,6 +9,7 @@
 #include "controller/sched/ranges.h"
 #include "controller/sched/strmap.h"
 #include "core/idmap.h"
+#include "core/num.h"
 #include "core/strpool.h"
 #include "metrics/metrics.h"
 
@@ -26,31 +27,41 @@ typedef struct {
     part_state state;
 } part;
 
+/* A task: kept for the whole run (lineage), so kept small — issue 16 asks <= 256 bytes of
+ * lineage per partition. Its id is not stored ("<pipeline_id>/s<op>-t<index>", task_name);
+ * its split is its index (op 0's tasks are tasks[0..nsplits)); a speculative copy's worker,
+ * reserve and start live in s->copies while it runs. */
 typedef struct {
-    uint32_t op;
     uint64_t index;
-    uint32_t attempt;
-    task_state state;
-    size_t worker;
-    size_t *inputs;
-    size_t ninputs;
-    size_t split; /* op 0 */
-    size_t *outputs;
-    size_t nout, capout;
     uint64_t in_bytes, in_rows;
-    uint64_t reserved; /* estimated output bytes while running */
-    uint32_t retries;
-    uint32_t deaths;     /* times its worker was lost while running it */
-    int queued;          /* in its op's queue */
+    uint64_t reserved;   /* estimated output bytes while running */
     uint64_t started_ms; /* when its running attempt started */
-    /* a speculative copy running beside it (see "Speculative copies"): its worker (NONE: none),
-     * attempt number and reserved output estimate */
-    size_t spec_worker;
-    uint32_t spec_attempt;
-    uint64_t spec_reserved, spec_started_ms;
-    char *task_id;
-    char *first_error; /* the message of its first failed attempt */
+    size_t worker;
+    union {
+        uint32_t one;   /* ninputs == 1 */
+        uint32_t *many; /* ninputs > 1 */
+    } in;               /* its input partitions (op > 0), task_inputs() */
+    char *first_error;  /* the message of its first failed attempt */
+    uint32_t op;
+    uint32_t attempt;
+    uint32_t ninputs;
+    uint32_t out_first, nout; /* the partitions it made: parts[out_first .. out_first + nout) */
+    uint32_t retries;
+    uint32_t deaths;       /* times its worker was lost while running it */
+    uint32_t spec_attempt; /* attempt number of its latest speculative copy (0: none yet) */
+    uint32_t copy;         /* its running copy in s->copies, NO_COPY when none */
+    uint8_t state;         /* task_state */
+    uint8_t queued;        /* in its op's queue */
 } task;
+
+#define NO_COPY UINT32_MAX
+#define NO_TASK UINT32_MAX /* a 32-bit task index that is none (task_new stops below it) */
+
+/* A speculative copy running beside its task (see "Speculative copies"). */
+typedef struct {
+    size_t task, worker;
+    uint64_t reserved, started_ms; /* its reserved output estimate, when it started */
+} copy_rec;
 
 typedef struct {
     char *id, *pool, *address;
@@ -99,6 +110,9 @@ typedef struct {
     uint64_t held_since_ms;   /* start of the current spell; held: one is open */
     int held;
     uint64_t next_index;
+    uint64_t first_index; /* ops > 0: the index of its first task this epoch */
+    uint32_t *tis;        /* ops > 0: its tasks by index - first_index (task_find) */
+    size_t ntis, captis;
     uint64_t ok_ms_sum, ok_n;      /* successful attempts' durations by the scheduler's clock */
     uint64_t speculated, spec_won; /* copies started; copies that finished first */
     uint64_t spec_scan_ms;         /* its last scan for a straggler to copy (spec_candidate) */
@@ -134,11 +148,15 @@ struct sb_sched {
     size_t nsplits;
     task *tasks;
     size_t ntasks, captasks;
+    copy_rec *copies; /* running speculative copies */
+    size_t ncopies, capcopies;
+    char *names;      /* the task ids of sb_sched_assign's views (task_name) */
+    size_t names_cap;
     part *parts;
     size_t nparts, capparts;
     worker *workers;
     size_t nworkers, capworkers;
-    sb_idmap part_ids, task_ids, sink_ids; /* keys: parts[i].id, tasks[i].task_id, sink[i].id */
+    sb_idmap part_ids, sink_ids; /* keys: parts[i].id, sink[i].id */
     sb_strmap worker_ids;
     sb_strpool ids; /* task, partition and sink part ids and the splits, kept to the end */
     uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
@@ -148,7 +166,7 @@ struct sb_sched {
     size_t nerrored, caperrored;
     sb_sched_output *sink;
     size_t nsink, capsink;
-    size_t *sink_task; /* producer of sink[i]; NONE for parts carried over by a resume */
+    uint32_t *sink_task; /* producer of sink[i]; NO_TASK for parts carried over by a resume */
     size_t capsink_task;
     uint32_t epoch;
     uint64_t sink_rows, sink_bytes;
@@ -266,17 +284,80 @@ static size_t task_new(sb_sched *s, uint32_t opi, uint64_t index)
     t->op = opi;
     t->index = index;
     t->worker = NONE;
-    t->split = NONE;
-    t->spec_worker = NONE;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s/s%u-t%" PRIu64, s->pipeline_id, opi, index);
-    t->task_id = sb_strpool_dup(&s->ids, buf);
-    if (t->task_id == NULL || sb_idmap_put(&s->task_ids, buf, s->ntasks) != 0) {
+    t->copy = NO_COPY;
+    op *o = &s->ops[opi];
+    if (s->ntasks >= UINT32_MAX - 1) { /* indexes are 32-bit in the lineage table */
         s->oom = 1;
         return NONE;
     }
-    s->ops[opi].tasks_total++;
+    if (opi > 0) { /* op 0: tasks[index] (sb_sched_new makes them first, in split order) */
+        if (index != o->first_index + o->ntis || GROW(s, o->tis, o->captis, o->ntis + 1) != 0) {
+            s->oom = 1;
+            return NONE;
+        }
+        o->tis[o->ntis++] = (uint32_t)s->ntasks;
+    }
+    o->tasks_total++;
     return s->ntasks++;
+}
+
+/* Writes the task's id, "<pipeline_id>/s<op>-t<index>", into buf (len bytes); returns buf. */
+static const char *task_name(const sb_sched *s, const task *t, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/s%" PRIu32 "-t%" PRIu64, s->pipeline_id, t->op, t->index);
+    return buf;
+}
+
+#define TASK_NAME_SUFFIX 36                   /* "/s" u32 "-t" u64 and the NUL */
+#define TASK_NAME_MAX (512 + TASK_NAME_SUFFIX) /* pipeline_id is at most 512 bytes */
+
+/* The task an id names (as task_name writes it), or NONE. */
+static size_t task_find(const sb_sched *s, const char *id)
+{
+    size_t plen = strlen(s->pipeline_id);
+    if (strncmp(id, s->pipeline_id, plen) != 0 || id[plen] != '/' || id[plen + 1] != 's')
+        return NONE;
+    const char *p = id + plen + 2;
+    uint64_t opi, index;
+    if (sb_num_parse_dec(&p, UINT32_MAX, &opi) < 0 || *p++ != '-' || *p++ != 't' ||
+        sb_num_parse_dec(&p, UINT64_MAX, &index) < 0 || *p != '\0' || opi >= s->nops)
+        return NONE;
+    size_t ti = NONE;
+    if (opi == 0) {
+        if (index < s->nsplits)
+            ti = (size_t)index;
+    } else {
+        const op *o = &s->ops[opi];
+        if (index >= o->first_index && index - o->first_index < o->ntis)
+            ti = o->tis[index - o->first_index];
+    }
+    if (ti == NONE || s->tasks[ti].op != opi || s->tasks[ti].index != index)
+        return NONE;
+    /* the parse accepts what task_name would not write (leading zeros): compare the whole id */
+    char buf[TASK_NAME_MAX];
+    return strcmp(task_name(s, &s->tasks[ti], buf, sizeof buf), id) == 0 ? ti : NONE;
+}
+
+/* The task's input partitions (ninputs of them). */
+static const uint32_t *task_inputs(const task *t)
+{
+    return t->ninputs > 1 ? t->in.many : &t->in.one;
+}
+
+/* The worker running the task's speculative copy, or NONE. */
+static size_t copy_worker(const sb_sched *s, const task *t)
+{
+    return t->copy == NO_COPY ? NONE : s->copies[t->copy].worker;
+}
+
+/* Forgets the task's copy record (its slot and reserve were given back by the caller). */
+static void copy_forget(sb_sched *s, task *t)
+{
+    size_t k = t->copy;
+    s->copies[k] = s->copies[--s->ncopies];
+    if (k < s->ncopies)
+        s->tasks[s->copies[k].task].copy = (uint32_t)k;
+    t->copy = NO_COPY;
 }
 
 /* ---- plan ----------------------------------------------------------------------------------- */
@@ -372,7 +453,7 @@ static int resume_load(sb_sched *s, const sb_sched_resume *r, uint8_t *committed
             free((char *)s->sink[s->nsink].order);
             return sb_err_set(err, "scheduler: out of memory");
         }
-        s->sink_task[s->nsink] = NONE;
+        s->sink_task[s->nsink] = NO_TASK;
         s->nsink++;
         s->sink_rows += o->rows;
         s->sink_bytes += o->bytes;
@@ -384,11 +465,6 @@ static int resume_load(sb_sched *s, const sb_sched_resume *r, uint8_t *committed
 static const char *part_key(const void *ctx, size_t i)
 {
     return ((const sb_sched *)ctx)->parts[i].id;
-}
-
-static const char *task_key(const void *ctx, size_t i)
-{
-    return ((const sb_sched *)ctx)->tasks[i].task_id;
 }
 
 static const char *sink_key(const void *ctx, size_t i)
@@ -409,8 +485,11 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     if (s == NULL)
         goto oom;
     sb_idmap_init(&s->part_ids, part_key, s);
-    sb_idmap_init(&s->task_ids, task_key, s);
     sb_idmap_init(&s->sink_ids, sink_key, s);
+    if (cfg->pipeline_id != NULL && strlen(cfg->pipeline_id) > 512) {
+        sb_err_set(err, "scheduler: the pipeline id is longer than 512 bytes");
+        goto fail;
+    }
     s->pipeline_id = strdup(cfg->pipeline_id ? cfg->pipeline_id : "pipeline");
     s->nstages = p->spec.nstages;
     s->stages = calloc(s->nstages, sizeof *s->stages);
@@ -493,7 +572,6 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
         size_t t = task_new(s, 0, i);
         if (t == NONE)
             goto oom;
-        s->tasks[t].split = i;
         s->tasks[t].in_bytes = splits[i].bytes;
         if (committed[i]) { /* an earlier leader committed it: not run again */
             s->tasks[t].state = T_SKIPPED;
@@ -507,7 +585,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     free(committed);
     s->ops[0].next_index = nsplits;
     for (size_t i = 1; i < s->nops; i++)
-        s->ops[i].next_index = (uint64_t)s->epoch * SB_SCHED_EPOCH_STRIDE;
+        s->ops[i].next_index = s->ops[i].first_index = (uint64_t)s->epoch * SB_SCHED_EPOCH_STRIDE;
     s->state = s->ops[0].qlen == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
     s->last_progress_ms = cfg->start_ms;
     return s;
@@ -534,17 +612,21 @@ void sb_sched_free(sb_sched *s)
         free(s->ops[i].name);
         free(s->ops[i].queue);
         free(s->ops[i].fifo);
+        free(s->ops[i].tis);
     }
     free(s->ops);
     free(s->splits);
     for (size_t i = 0; i < s->ntasks; i++) {
-        free(s->tasks[i].inputs);
-        free(s->tasks[i].outputs);
+        if (s->tasks[i].ninputs > 1)
+            free(s->tasks[i].in.many);
         free(s->tasks[i].first_error);
     }
     free(s->tasks);
+    free(s->copies);
+    free(s->names);
     free(s->sink_ordered);
     for (size_t i = 0; i < s->nerrored; i++) {
+        free((char *)s->errored[i].task_id);
         free((char *)s->errored[i].input);
         free((char *)s->errored[i].error);
     }
@@ -571,7 +653,6 @@ void sb_sched_free(sb_sched *s)
     free(s->sink);
     free(s->sink_task);
     sb_idmap_free(&s->part_ids);
-    sb_idmap_free(&s->task_ids);
     sb_strmap_free(&s->worker_ids);
     sb_idmap_free(&s->sink_ids);
     sb_strpool_free(&s->ids);
@@ -692,17 +773,17 @@ static void run_del(sb_sched *s, size_t w, size_t ti)
  * completion, when it comes, is stale (the worker drops what it made). */
 static void drop_copy(sb_sched *s, task *t)
 {
-    if (t->spec_worker == NONE)
+    if (t->copy == NO_COPY)
         return;
-    worker *w = &s->workers[t->spec_worker];
-    run_del(s, t->spec_worker, (size_t)(t - s->tasks));
+    copy_rec *c = &s->copies[t->copy];
+    worker *w = &s->workers[c->worker];
+    run_del(s, c->worker, (size_t)(t - s->tasks));
     w->running--;
     w->op_running[t->op]--;
     s->ops[t->op].running--;
     s->running_total--;
-    s->reserved_bytes -= t->spec_reserved;
-    t->spec_reserved = 0;
-    t->spec_worker = NONE;
+    s->reserved_bytes -= c->reserved;
+    copy_forget(s, t);
 }
 
 /* The copy takes over from the primary attempt (which failed, or whose worker is gone, or
@@ -717,12 +798,12 @@ static void promote_copy(sb_sched *s, task *t)
     s->ops[t->op].running--;
     s->running_total--;
     s->reserved_bytes -= t->reserved;
-    t->reserved = t->spec_reserved;
-    t->worker = t->spec_worker;
+    const copy_rec *c = &s->copies[t->copy];
+    t->reserved = c->reserved;
+    t->worker = c->worker;
     t->attempt = t->spec_attempt;
-    t->started_ms = t->spec_started_ms;
-    t->spec_worker = NONE;
-    t->spec_reserved = 0;
+    t->started_ms = c->started_ms;
+    copy_forget(s, t);
 }
 
 static void requeue_task(sb_sched *s, size_t ti, int rerun)
@@ -750,10 +831,11 @@ static void requeue_task(sb_sched *s, size_t ti, int rerun)
     if (rerun)
         s->tasks_rerun++;
     queue_push(s, &s->ops[t->op], ti);
+    const uint32_t *ins = task_inputs(t);
     for (size_t i = 0; i < t->ninputs; i++) {
-        part *in = &s->parts[t->inputs[i]];
+        part *in = &s->parts[ins[i]];
         if (in->state != P_AVAILABLE)
-            recover_partition(s, t->inputs[i], 0);
+            recover_partition(s, ins[i], 0);
     }
 }
 
@@ -802,13 +884,13 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
      * plugin that crashes, a UDF the kernel kills for memory) would otherwise loop forever. */
     for (size_t ti = 0; ti < s->ntasks; ti++) {
         task *t = &s->tasks[ti];
-        if (t->state == T_RUNNING && t->spec_worker == w)
+        if (t->state == T_RUNNING && copy_worker(s, t) == w)
             drop_copy(s, t); /* the primary goes on */
         if (t->state != T_RUNNING || t->worker != w)
             continue;
         t->deaths++;
         s->ops[t->op].failed_attempts++;
-        if (t->spec_worker != NONE && t->retries + t->deaths <= s->max_retries) {
+        if (t->copy != NO_COPY && t->retries + t->deaths <= s->max_retries) {
             promote_copy(s, t); /* its copy is already running it elsewhere */
             s->tasks_rerun++;
             continue;
@@ -860,8 +942,9 @@ static int op_finished(const sb_sched *s, size_t i)
 
 static int inputs_available(const sb_sched *s, const task *t)
 {
+    const uint32_t *ins = task_inputs(t);
     for (size_t i = 0; i < t->ninputs; i++)
-        if (s->parts[t->inputs[i]].state != P_AVAILABLE)
+        if (s->parts[ins[i]].state != P_AVAILABLE)
             return 0;
     return 1;
 }
@@ -946,19 +1029,19 @@ static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
         return NONE;
     o->next_index++;
     task *t = &s->tasks[ti];
-    t->inputs = malloc(n * sizeof *t->inputs);
-    if (t->inputs == NULL) {
+    uint32_t *ins = &t->in.one;
+    if (n > 1 && (ins = t->in.many = malloc(n * sizeof *ins)) == NULL) {
         s->oom = 1;
         return NONE;
     }
     for (size_t k = 0; k < n; k++) {
         size_t pi = o->fifo[o->fhead + pick[k]];
-        t->inputs[k] = pi;
+        ins[k] = (uint32_t)pi;
         s->parts[pi].consumer = ti;
         t->in_bytes += s->parts[pi].bytes;
         t->in_rows += s->parts[pi].rows;
     }
-    t->ninputs = n;
+    t->ninputs = (uint32_t)n;
     /* remove the picked entries, keeping the skipped (lost) ones in order at the front */
     size_t kept = 0;
     for (size_t k = 0, q = 0; k < scanned; k++) {
@@ -1046,25 +1129,27 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
 }
 
 static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
-                           size_t *scratch_used)
+                           size_t *scratch_used, size_t *names_used)
 {
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
-    out->task_id = t->task_id;
+    out->task_id = task_name(s, t, s->names + *names_used, strlen(s->pipeline_id) + TASK_NAME_SUFFIX);
+    *names_used += strlen(out->task_id) + 1;
     out->op = t->op;
     out->index = t->index;
     out->attempt = copy ? t->spec_attempt : t->attempt;
     out->stages = s->stage_ptrs + o->first_stage;
     out->nstages = o->nstages;
-    out->split = t->split != NONE ? s->splits[t->split] : NULL;
+    out->split = t->op == 0 ? s->splits[t->index] : NULL;
     out->writes_sink = t->op == s->nops - 1;
     out->target_bytes = o->target;
     out->ninputs = t->ninputs;
     out->inputs = NULL;
     if (t->ninputs > 0) {
         sb_sched_input *in = s->in_scratch + *scratch_used;
+        const uint32_t *ins = task_inputs(t);
         for (size_t k = 0; k < t->ninputs; k++) {
-            part *p = &s->parts[t->inputs[k]];
+            part *p = &s->parts[ins[k]];
             in[k].id = p->id;
             in[k].bytes = p->bytes;
             in[k].worker_id = s->workers[p->worker].id;
@@ -1305,7 +1390,7 @@ static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
         uint64_t bar = mean * SPEC_FACTOR > SPEC_MIN_MS ? mean * SPEC_FACTOR : SPEC_MIN_MS;
         for (size_t ti = 0; ti < s->ntasks; ti++) {
             const task *t = &s->tasks[ti];
-            if (t->op != k || t->state != T_RUNNING || t->spec_worker != NONE || t->worker == w ||
+            if (t->op != k || t->state != T_RUNNING || t->copy != NO_COPY || t->worker == w ||
                 !inputs_available(s, t))
                 continue;
             const worker *x = &s->workers[t->worker];
@@ -1340,10 +1425,11 @@ static int start_copy(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     if (est > 0 && s->partition_bytes + s->reserved_bytes + est > s->budget)
         return 0;
     worker *wk = &s->workers[w];
-    t->spec_worker = w;
+    if (GROW(s, s->copies, s->capcopies, s->ncopies + 1) != 0)
+        return 0;
+    s->copies[s->ncopies] = (copy_rec){.task = ti, .worker = w, .reserved = est, .started_ms = now_ms};
+    t->copy = (uint32_t)s->ncopies++;
     t->spec_attempt = t->attempt + 1;
-    t->spec_reserved = est;
-    t->spec_started_ms = now_ms;
     s->reserved_bytes += est;
     run_add(s, w, ti);
     wk->running++;
@@ -1410,7 +1496,7 @@ static size_t eft_servers(const sb_sched *s, size_t k, size_t i, uint64_t now_ms
         double work = 0;
         for (size_t r = 0; r < x->nrun; r++) {
             const task *u = &s->tasks[x->run[r]];
-            uint64_t st = u->worker == k ? u->started_ms : u->spec_started_ms;
+            uint64_t st = u->worker == k ? u->started_ms : s->copies[u->copy].started_ms;
             if (st < first)
                 first = st;
             double v = x->op_svc[u->op] > 0 ? x->op_svc[u->op] : x->op_svc[i];
@@ -1429,7 +1515,7 @@ static size_t eft_servers(const sb_sched *s, size_t k, size_t i, uint64_t now_ms
     size_t n = 0;
     for (size_t r = 0; r < x->nrun && n < x->slots; r++) {
         const task *u = &s->tasks[x->run[r]];
-        uint64_t st = u->worker == k ? u->started_ms : u->spec_started_ms;
+        uint64_t st = u->worker == k ? u->started_ms : s->copies[u->copy].started_ms;
         double v = x->op_speed[u->op];
         free_at[n] = v > 0 ? eft_after((double)st + (double)u->in_bytes / v, now_ms) : 0;
         speed[n++] = x->op_speed[i];
@@ -1580,18 +1666,20 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
     size_t need = copy != NONE ? s->tasks[copy].ninputs : 0;
     for (size_t i = 0; i < got; i++)
         need += s->tasks[chosen[i]].ninputs;
-    if (GROW(s, s->in_scratch, s->in_scratch_cap, need + 1) != 0) {
+    size_t name_len = strlen(s->pipeline_id) + TASK_NAME_SUFFIX;
+    if (GROW(s, s->in_scratch, s->in_scratch_cap, need + 1) != 0 ||
+        GROW(s, s->names, s->names_cap, (got + 1) * name_len) != 0) {
         for (size_t i = 0; i < got; i++)
             requeue_task(s, chosen[i], 0);
         if (copy != NONE)
             drop_copy(s, &s->tasks[copy]);
         return 0;
     }
-    size_t used = 0;
+    size_t used = 0, names_used = 0;
     for (size_t i = 0; i < got; i++)
-        fill_task_view(s, chosen[i], 0, &out[i], &used);
+        fill_task_view(s, chosen[i], 0, &out[i], &used, &names_used);
     if (copy != NONE)
-        fill_task_view(s, copy, 1, &out[got++], &used);
+        fill_task_view(s, copy, 1, &out[got++], &used, &names_used);
     return got;
 }
 
@@ -1620,6 +1708,7 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
      * made before, equal to the last row: keeping a lost one from this attempt beside the others
      * from the first would lose or duplicate the rows near a cut that moved */
     size_t prev_nout = t->nout;
+    char name[TASK_NAME_MAX];
     for (size_t i = 0; i < nouts; i++) {
         bytes += outs[i].bytes;
         o->rows_out += outs[i].rows;
@@ -1632,7 +1721,7 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
                 (s->sink[s->nsink].id = sb_strpool_dup(&s->ids, outs[i].id)) == NULL ||
                 sb_idmap_put(&s->sink_ids, outs[i].id, s->nsink) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
-            s->sink_task[s->nsink] = ti;
+            s->sink_task[s->nsink] = (uint32_t)ti;
             s->sink[s->nsink].bytes = outs[i].bytes;
             s->sink[s->nsink].rows = outs[i].rows;
             s->sink[s->nsink].crc32c = outs[i].crc32c;
@@ -1678,11 +1767,12 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
                         "a re-run of task %s of op %s made partition %s (%" PRIu64
                         " rows / %" PRIu64 " bytes), which its first attempt did not: its "
                         "producer is not deterministic; the run stops rather than duplicate rows",
-                        t->task_id, o->name, outs[i].id, outs[i].rows, outs[i].bytes);
+                        task_name(s, t, name, sizeof name), o->name, outs[i].id, outs[i].rows,
+                        outs[i].bytes);
             add_release(s, w, outs[i].id);
             continue;
         } else {
-            if (GROW(s, s->parts, s->capparts, s->nparts + 1) != 0)
+            if (s->nparts >= UINT32_MAX - 1 || GROW(s, s->parts, s->capparts, s->nparts + 1) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
             pi = s->nparts;
             part *p = &s->parts[pi];
@@ -1691,6 +1781,9 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
             if (p->id == NULL || sb_idmap_put(&s->part_ids, outs[i].id, pi) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
             s->nparts++;
+            if (t->nout == 0) /* made together: consecutive in parts[] */
+                t->out_first = (uint32_t)pi;
+            t->nout++;
             p->producer = ti;
             p->worker = w;
             p->bytes = outs[i].bytes;
@@ -1701,14 +1794,11 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
             if (fifo_push(s, &s->ops[t->op + 1], pi) != 0)
                 return sb_err_set(err, "scheduler: out of memory");
         }
-        if (GROW(s, t->outputs, t->capout, t->nout + 1) != 0)
-            return sb_err_set(err, "scheduler: out of memory");
-        t->outputs[t->nout++] = pi;
         if (outs[i].bytes > s->max_partition_bytes)
             s->max_partition_bytes = outs[i].bytes;
     }
     for (size_t k = 0; k < prev_nout && !last; k++) { /* a lost partition not made again */
-        const part *p = &s->parts[t->outputs[k]];
+        const part *p = &s->parts[t->out_first + k];
         int made = 0;
         for (size_t i = 0; i < nouts && !made; i++)
             made = strcmp(outs[i].id, p->id) == 0;
@@ -1717,7 +1807,7 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
                         "a re-run of task %s of op %s did not make partition %s again (the "
                         "lost one had %" PRIu64 " rows / %" PRIu64 " bytes): its producer is not "
                         "deterministic; the run stops rather than lose rows",
-                        t->task_id, o->name, p->id, p->rows, p->bytes);
+                        task_name(s, t, name, sizeof name), o->name, p->id, p->rows, p->bytes);
     }
     if (s->partition_bytes > s->peak_partition_bytes)
         s->peak_partition_bytes = s->partition_bytes;
@@ -1735,8 +1825,9 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
 
 static void consume_inputs(sb_sched *s, task *t)
 {
+    const uint32_t *ins = task_inputs(t);
     for (size_t i = 0; i < t->ninputs; i++)
-        part_release(s, t->inputs[i]);
+        part_release(s, ins[i]);
 }
 
 static void check_finished(sb_sched *s)
@@ -1755,11 +1846,12 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
     t->state = T_SKIPPED;
     o->errored++;
     s->errored_total += t->ninputs > 0 ? t->ninputs : 1;
-    char what[256];
-    if (t->split != NONE)
-        snprintf(what, sizeof what, "split %.200s", s->splits[t->split]);
+    char what[256], name[TASK_NAME_MAX];
+    task_name(s, t, name, sizeof name);
+    if (t->op == 0)
+        snprintf(what, sizeof what, "split %.200s", s->splits[t->index]);
     else if (t->ninputs > 0)
-        snprintf(what, sizeof what, "input partition %s%s", s->parts[t->inputs[0]].id,
+        snprintf(what, sizeof what, "input partition %s%s", s->parts[task_inputs(t)[0]].id,
                  t->ninputs > 1 ? " (and more)" : "");
     else
         snprintf(what, sizeof what, "no input");
@@ -1767,12 +1859,13 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
         GROW(s, s->errored, s->caperrored, s->nerrored + 1) == 0) {
         sb_sched_errored *e = &s->errored[s->nerrored];
         e->stage = o->name;
-        e->task_id = t->task_id;
+        e->task_id = strdup(name);
         e->input = strdup(what);
         e->error = strdup(t->first_error        ? t->first_error
                           : message && *message ? message
                                                 : "(no message)");
-        if (e->input == NULL || e->error == NULL) {
+        if (e->task_id == NULL || e->input == NULL || e->error == NULL) {
+            free((char *)e->task_id);
             free((char *)e->input);
             free((char *)e->error);
             s->oom = 1;
@@ -1784,7 +1877,7 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
         set_failure(s,
                     "stage %s failed: task %s (%s) failed %u time%s, last error: %s "
                     "(%" PRIu64 " errored partition%s, maxErroredPartitions is %" PRIu64 ")",
-                    o->name, t->task_id, what, times, times > 1 ? "s" : "",
+                    o->name, name, what, times, times > 1 ? "s" : "",
                     message && *message ? message : "(no message)", s->errored_total,
                     s->errored_total == 1 ? "" : "s", s->max_errored);
     consume_inputs(s, t);
@@ -1802,10 +1895,10 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         return sb_err_set(err, "scheduler: completion from unknown worker \"%s\"",
                           worker_id ? worker_id : "");
     int primary = 0, copy = 0;
-    if (sb_idmap_get(&s->task_ids, task_id ? task_id : "", &ti) &&
+    if ((ti = task_find(s, task_id ? task_id : "")) != NONE &&
         s->tasks[ti].state == T_RUNNING) {
         primary = s->tasks[ti].attempt == attempt && s->tasks[ti].worker == w;
-        copy = s->tasks[ti].spec_worker == w && s->tasks[ti].spec_attempt == attempt;
+        copy = copy_worker(s, &s->tasks[ti]) == w && s->tasks[ti].spec_attempt == attempt;
     }
     if (!primary && !copy) {
         for (size_t i = 0; i < nouts; i++) /* stale: the worker drops what it made */
@@ -1826,7 +1919,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     if (copy) { /* the copy finished first: it is the task's result */
         promote_copy(s, t);
         o->spec_won++;
-    } else if (t->spec_worker != NONE && status == SB_SCHED_ERROR && t->retries < s->max_retries) {
+    } else if (t->copy != NO_COPY && status == SB_SCHED_ERROR && t->retries < s->max_retries) {
         for (size_t i = 0; i < nouts; i++) /* a failed primary: its copy goes on as the task */
             add_release(s, w, outs[i].id);
         o->failed_attempts++;
@@ -1902,7 +1995,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         o->timed++;
     }
     /* a source task's input rows are known only to the worker that read its split */
-    o->rows_in += t->split != NONE && metrics != NULL ? metrics->rows_in : t->in_rows;
+    o->rows_in += t->op == 0 && metrics != NULL ? metrics->rows_in : t->in_rows;
     o->bytes_in += t->in_bytes;
     if (record_outputs(s, ti, w, outs, nouts, err) != 0)
         return -1;
@@ -2076,7 +2169,7 @@ static char *order_key_format(const sb_sched *s, size_t k)
 static void order_key(const sb_sched *s, size_t i, uint64_t *key)
 {
     memset(key, 0, (s->nops + 1) * sizeof *key);
-    size_t ti = s->sink_task[i];
+    size_t ti = s->sink_task[i] == NO_TASK ? NONE : s->sink_task[i];
     if (ti == NONE && s->sink[i].order != NULL) { /* kept by the checkpoint (checked at resume) */
         const char *p = s->sink[i].order;
         for (size_t k = 0; k <= s->nops && *p; k++) {
@@ -2100,10 +2193,10 @@ static void order_key(const sb_sched *s, size_t i, uint64_t *key)
         const task *t = &s->tasks[ti];
         key[1 + t->op] = seq;
         if (t->op == 0 || t->ninputs == 0) {
-            key[0] = t->op == 0 && t->split != NONE ? t->split : 0;
+            key[0] = t->op == 0 ? t->index : 0;
             return;
         }
-        const part *p = &s->parts[t->inputs[0]];
+        const part *p = &s->parts[task_inputs(t)[0]];
         seq = id_seq(p->id);
         ti = p->producer;
     }
@@ -2253,9 +2346,9 @@ int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **part
      * creation order joins every split a task descends from */
     for (size_t ti = 0; ti < s->ntasks; ti++) {
         const task *t = &s->tasks[ti];
-        rep[ti] = t->split;
+        rep[ti] = t->op == 0 ? (size_t)t->index : NONE;
         for (size_t k = 0; k < t->ninputs; k++) {
-            size_t r = rep[s->parts[t->inputs[k]].producer];
+            size_t r = rep[s->parts[task_inputs(t)[k]].producer];
             if (r == NONE)
                 continue;
             if (rep[ti] == NONE)
@@ -2279,7 +2372,7 @@ int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **part
         committed[i] = !bad[uf_find(parent, i)];
     /* 3. the sink parts of committed components (and every resumed part) */
     for (size_t k = 0; k < s->nsink; k++) {
-        size_t ti = s->sink_task[k];
+        size_t ti = s->sink_task[k] == NO_TASK ? NONE : s->sink_task[k];
         if (ti != NONE && (rep[ti] == NONE || !committed[uf_find(parent, rep[ti])]))
             continue;
         out[n] = s->sink[k];
@@ -2397,12 +2490,9 @@ void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out)
     out->task_bytes = s->captasks ? blk(s->captasks * sizeof *s->tasks) : 0;
     for (size_t i = 0; i < s->ntasks; i++) {
         const task *t = &s->tasks[i];
-        out->task_bytes += pool_str(t->task_id) + str_blk(t->first_error);
-        pooled += pool_str(t->task_id);
-        if (t->inputs != NULL)
-            out->task_bytes += blk(t->ninputs * sizeof *t->inputs);
-        if (t->outputs != NULL)
-            out->task_bytes += blk(t->capout * sizeof *t->outputs);
+        out->task_bytes += str_blk(t->first_error);
+        if (t->ninputs > 1)
+            out->task_bytes += blk(t->ninputs * sizeof *t->in.many);
     }
     out->part_bytes = s->capparts ? blk(s->capparts * sizeof *s->parts) : 0;
     for (size_t i = 0; i < s->nparts; i++) {
@@ -2415,7 +2505,10 @@ void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out)
         out->sink_bytes += pool_str(s->sink[i].id) + str_blk(s->sink[i].order);
         pooled += pool_str(s->sink[i].id);
     }
-    out->map_bytes = blk(sb_idmap_bytes(&s->part_ids)) + blk(sb_idmap_bytes(&s->task_ids)) +
+    for (size_t i = 1; i < s->nops; i++) /* ops > 0: their tasks by index */
+        out->task_bytes += s->ops[i].captis ? blk(s->ops[i].captis * sizeof *s->ops[i].tis) : 0;
+    out->task_bytes += s->capcopies ? blk(s->capcopies * sizeof *s->copies) : 0;
+    out->map_bytes = blk(sb_idmap_bytes(&s->part_ids)) +
                      map_blk(&s->worker_ids) + blk(sb_idmap_bytes(&s->sink_ids));
     out->split_bytes = blk((s->nsplits ? s->nsplits : 1) * sizeof *s->splits);
     for (size_t i = 0; i < s->nsplits; i++) {
