@@ -34,18 +34,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_sched [tasks > 0] [ops: 1 or 2]\n");
         return 2;
     }
-    const char *y = ops == 2
-                        ? "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: b}\n"
-                          "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Ki}\n"
-                          "  stages:\n  - {name: a, op: identity}\n"
-                          "  - {name: g, op: identity, resources: {gpu: 1}}\n"
-                          "  sink: {uri: 'file:///out', format: text}\n"
-                          "  execution: {memoryBudget: 1Gi}\n"
-                        : "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: b}\n"
-                          "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Ki}\n"
-                          "  stages:\n  - {name: a, op: identity}\n"
-                          "  sink: {uri: 'file:///out', format: text}\n"
-                          "  execution: {memoryBudget: 1Gi}\n";
+    const char *y =
+        ops == 2 ? "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: b}\n"
+                   "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Ki}\n"
+                   "  stages:\n  - {name: a, op: identity}\n"
+                   "  - {name: g, op: identity, resources: {gpu: 1}}\n"
+                   "  sink: {uri: 'file:///out', format: text}\n"
+                   "  execution: {memoryBudget: 1Gi}\n"
+                 : "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: b}\n"
+                   "spec:\n  source: {uri: 'file:///in', format: text, partitionSize: 1Ki}\n"
+                   "  stages:\n  - {name: a, op: identity}\n"
+                   "  sink: {uri: 'file:///out', format: text}\n"
+                   "  execution: {memoryBudget: 1Gi}\n";
     sb_doc *d = sb_doc_parse_yaml(y, strlen(y), NULL);
     sb_pipeline p;
     sb_diags dg = {0};
@@ -112,9 +112,8 @@ int main(int argc, char **argv)
            "\"parts\": %.1f, \"sink\": %.1f, \"maps\": %.1f, \"splits\": %.1f}}\n",
            done, wall, (double)done / wall, cpu * 1e6 / (double)done,
            (int)sb_sched_state_get(s, NULL), parts, (double)m.total_bytes / parts,
-           (double)m.task_bytes / parts, (double)m.part_bytes / parts,
-           (double)m.sink_bytes / parts, (double)m.map_bytes / parts,
-           (double)m.split_bytes / parts);
+           (double)m.task_bytes / parts, (double)m.part_bytes / parts, (double)m.sink_bytes / parts,
+           (double)m.map_bytes / parts, (double)m.split_bytes / parts);
     sb_sched_free(s);
     free(sp);
     free(names);

@@ -69,8 +69,8 @@ static void run_all(sb_sched *s)
             for (size_t i = 0; i < k; i++) {
                 sb_sched_output o = {.id = out[i], .bytes = 1024, .rows = 10};
                 sb_err err;
-                cr_assert_eq(sb_sched_complete(s, ws[w], ids[i], att[i], SB_SCHED_OK, NULL, &o,
-                                               1, NULL, 0, NULL, now, &err),
+                cr_assert_eq(sb_sched_complete(s, ws[w], ids[i], att[i], SB_SCHED_OK, NULL, &o, 1,
+                                               NULL, 0, NULL, now, &err),
                              1, "%s", err.msg);
                 char **rel;
                 size_t nr = sb_sched_take_releases(s, ws[w], &rel);
@@ -127,14 +127,15 @@ Test(sched_lineage, an_id_it_did_not_hand_out_matches_no_task)
     cr_assert_eq(k, 1);
     cr_expect_str_eq(t[0].task_id, "load/p/s0-t0");
     cr_expect_str_eq(t[0].split, names[0]);
-    const char *bad[] = {"load/p/s0-t00", "load/p/s0-t4", "load/p/s1-t0", "load/p/s2-t0",
-                         "load/q/s0-t0", "load/p/s0-t",  "load/p/s0-t0x", "load/p/",
-                         "load/ps0-t0",  "",            "load/p/s00-t0", "load/p/s0-t-1"};
+    const char *bad[] = {
+        "load/p/s0-t00", "load/p/s0-t4",  "load/p/s1-t0", "load/p/s2-t0", "load/q/s0-t0",
+        "load/p/s0-t",   "load/p/s0-t0x", "load/p/",      "load/ps0-t0",  "",
+        "load/p/s00-t0", "load/p/s0-t-1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sb_sched_output o = {.id = "s0-t0-p0", .bytes = 1, .rows = 1};
         sb_err err;
-        cr_assert_eq(sb_sched_complete(s, "c", bad[i], t[0].attempt, SB_SCHED_OK, NULL, &o, 1,
-                                       NULL, 0, NULL, 2, &err),
+        cr_assert_eq(sb_sched_complete(s, "c", bad[i], t[0].attempt, SB_SCHED_OK, NULL, &o, 1, NULL,
+                                       0, NULL, 2, &err),
                      0, "%s: %s", bad[i], err.msg);
         sb_sched_stats st;
         sb_sched_get_stats(s, &st);
@@ -149,8 +150,8 @@ Test(sched_lineage, an_id_it_did_not_hand_out_matches_no_task)
     }
     /* the real id completes the task, and the op-1 task it feeds gets an id of its own */
     sb_sched_output o = {.id = "s0-t0-p0", .bytes = 1024, .rows = 1};
-    cr_assert_eq(sb_sched_complete(s, "c", "load/p/s0-t0", t[0].attempt, SB_SCHED_OK, NULL, &o,
-                                   1, NULL, 0, NULL, 3, NULL),
+    cr_assert_eq(sb_sched_complete(s, "c", "load/p/s0-t0", t[0].attempt, SB_SCHED_OK, NULL, &o, 1,
+                                   NULL, 0, NULL, 3, NULL),
                  1);
     k = sb_sched_assign(s, "g", 8, 4, t);
     cr_assert_geq(k, 1);
