@@ -62,6 +62,10 @@ static void usage(FILE *f)
             "                                                            (SB_MAX_PENDING_PODS)\n"
             "  --status-interval D         at most one status write per pipeline per D (plus one\n"
             "                              per phase change), default 2s    (SB_STATUS_INTERVAL)\n"
+            "  --checkpoint-max-bytes SIZE status.checkpoint at most about SIZE (a quantity; 0:\n"
+            "                              no limit): the API server refuses a Pipeline past\n"
+            "                              ~1.5 MiB; splits it cannot list are run again after\n"
+            "                              a failover, default 512Ki   (SB_CHECKPOINT_MAX_BYTES)\n"
             "  --workers N                 reconcile threads, default 4           (SB_WORKERS)\n"
             "  --heartbeat-timeout D       a silent worker is lost after D, default 5s\n"
             "                                                           (SB_HEARTBEAT_TIMEOUT)\n"
@@ -218,6 +222,7 @@ int main(int argc, char **argv)
     const char *ns_env = env_or("SB_WATCH_NAMESPACES", NULL);
     const char *lease_d = "15s", *renew_d = "10s", *retry_d = "2s";
     const char *status_d = env_or("SB_STATUS_INTERVAL", "2s");
+    const char *ckpt_max = env_or("SB_CHECKPOINT_MAX_BYTES", "512Ki");
     const char *hb_d = env_or("SB_HEARTBEAT_TIMEOUT", "5s");
     const char *max_pending = env_or("SB_MAX_PENDING_PODS", "2");
     const char *workers = env_or("SB_WORKERS", "4");
@@ -268,6 +273,7 @@ int main(int argc, char **argv)
         O_IMAGE,
         O_GPU_IMAGE,
         O_PENDING,
+        O_CKPT_MAX,
         O_STATUS,
         O_WORKERS,
         O_HB,
@@ -302,6 +308,7 @@ int main(int argc, char **argv)
         {"worker-gpu-image", required_argument, 0, O_GPU_IMAGE},
         {"max-pending-pods", required_argument, 0, O_PENDING},
         {"status-interval", required_argument, 0, O_STATUS},
+        {"checkpoint-max-bytes", required_argument, 0, O_CKPT_MAX},
         {"workers", required_argument, 0, O_WORKERS},
         {"heartbeat-timeout", required_argument, 0, O_HB},
         {"tls-dir", required_argument, 0, O_TLS_DIR},
@@ -382,6 +389,9 @@ int main(int argc, char **argv)
             break;
         case O_STATUS:
             status_d = optarg;
+            break;
+        case O_CKPT_MAX:
+            ckpt_max = optarg;
             break;
         case O_WORKERS:
             workers = optarg;
@@ -480,6 +490,13 @@ int main(int argc, char **argv)
     if ((rc = parse_uint("--max-pending-pods", max_pending, 1, 1000, &v)) != 0)
         return rc;
     cfg.max_pending = (uint32_t)v;
+    int64_t q = 0;
+    sb_err qerr;
+    if (sb_quantity_value(ckpt_max, &q, &qerr) != 0)
+        return bad("--checkpoint-max-bytes", ckpt_max, qerr.msg);
+    if (q < 0)
+        return bad("--checkpoint-max-bytes", ckpt_max, "must not be negative");
+    cfg.checkpoint_max_bytes = (uint64_t)q;
     if ((rc = parse_uint("--workers", workers, 1, 64, &v)) != 0)
         return rc;
     cfg.workers = (int)v;

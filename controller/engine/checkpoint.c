@@ -10,14 +10,28 @@
 #include "controller/sched/ranges.h"
 #include "core/num.h"
 
+/* Writes p's entry into buf (len bytes, may be 0); returns its length, as snprintf. */
+static int part_print(char *buf, size_t len, const sb_sched_output *p)
+{
+    return snprintf(buf, len, "%s:%" PRIu64 ":%" PRIu64 ":%" PRIu32 "%s%s", p->id, p->rows,
+                    p->bytes, p->crc32c, p->order != NULL ? ":" : "",
+                    p->order != NULL ? p->order : "");
+}
+
 char *sb_ckpt_part_format(const sb_sched_output *p)
 {
     size_t n = strlen(p->id) + 3 * 21 + 4 + (p->order != NULL ? strlen(p->order) + 1 : 0);
     char *s = malloc(n);
     if (s != NULL)
-        snprintf(s, n, "%s:%" PRIu64 ":%" PRIu64 ":%" PRIu32 "%s%s", p->id, p->rows, p->bytes,
-                 p->crc32c, p->order != NULL ? ":" : "", p->order != NULL ? p->order : "");
+        part_print(s, n, p);
     return s;
+}
+
+uint64_t sb_ckpt_part_json_bytes(const sb_sched_output *p, void *ctx)
+{
+    (void)ctx;
+    int n = part_print(NULL, 0, p);
+    return (uint64_t)(n > 0 ? n : 0) + 3; /* the quotes and a comma */
 }
 
 int sb_ckpt_part_parse(const char *s, sb_sched_output *out, sb_err *err)

@@ -39,6 +39,9 @@ typedef struct sb_ckpt {
 /* "<id>:<rows>:<bytes>:<crc32c>" (decimal numbers), with ":<order>" when p->order is set
  * (preserveOrder: the part's input-order key, so a resume sorts it among new parts), malloc'd. */
 char *sb_ckpt_part_format(const sb_sched_output *p);
+/* The bytes p's entry takes in the JSON parts array (quotes and separator included); ctx is
+ * unused (an sb_sched_part_bytes_fn, for sb_sched_checkpoint_within). */
+uint64_t sb_ckpt_part_json_bytes(const sb_sched_output *p, void *ctx);
 /* Strict: id of [A-Za-z0-9._-]+, then three decimal numbers without sign or leading zeros
  * (crc < 2^32), then optionally an order key (decimal numbers joined by '.'). out->id (and
  * out->order) are malloc'd. 0, or -1 with err naming the problem. */

@@ -1256,14 +1256,51 @@ int sb_ctl_resume_dropped(sb_ctl *c)
 
 int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err)
 {
+    return sb_ctl_checkpoint_within(c, 0, NULL, NULL, ranges, parts, n, NULL, err);
+}
+
+/* How many indices "0-41,45" names (ranges the resume already checked). */
+static size_t ranges_count(const char *r)
+{
+    size_t n = 0;
+    while (r != NULL && *r) {
+        char *e;
+        unsigned long long a = strtoull(r, &e, 10), b = a;
+        if (*e == '-')
+            b = strtoull(e + 1, &e, 10);
+        n += b >= a ? (size_t)(b - a + 1) : 0;
+        r = *e == ',' ? e + 1 : e + strlen(e);
+    }
+    return n;
+}
+
+int sb_ctl_checkpoint_within(sb_ctl *c, uint64_t max_bytes, sb_sched_part_bytes_fn part_bytes,
+                             void *ctx, char **ranges, sb_sched_output **parts, size_t *n,
+                             size_t *omitted, sb_err *err)
+{
     pthread_mutex_lock(&c->mu);
     int rc;
+    if (omitted != NULL)
+        *omitted = 0;
     if (c->sched != NULL) {
-        rc = sb_sched_checkpoint(c->sched, ranges, parts, n, err);
+        rc = sb_sched_checkpoint_within(c->sched, max_bytes, part_bytes, ctx, ranges, parts, n,
+                                        omitted, err);
     } else {
-        /* no plan yet: the checkpoint is still the one the run resumed from */
+        /* no plan yet: the checkpoint is still the one the run resumed from (all of it, or
+         * nothing when it does not fit: sb_sched_checkpoint_within keeps it as one block) */
         const sb_sched_resume *r = c->have_resume ? &c->resume : NULL;
         size_t k = r ? r->nparts : 0;
+        if (r != NULL && max_bytes > 0) {
+            uint64_t cost = r->committed_splits ? strlen(r->committed_splits) : 0;
+            for (size_t i = 0; i < k && part_bytes != NULL; i++)
+                cost += part_bytes(&r->parts[i], ctx);
+            if (cost > max_bytes) {
+                r = NULL;
+                k = 0;
+                if (omitted != NULL)
+                    *omitted = ranges_count(c->resume.committed_splits);
+            }
+        }
         *ranges = strdup(r && r->committed_splits ? r->committed_splits : "");
         *parts = calloc(k + 1, sizeof **parts);
         *n = 0;

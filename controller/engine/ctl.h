@@ -116,6 +116,11 @@ void sb_ctl_errored_free(sb_sched_errored *e, size_t n);
  * and parts are malloc'd (free ranges with free(), parts with sb_ctl_parts_free). 0 or -1 +
  * err. */
 int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err);
+/* The same within about max_bytes (sb_sched_checkpoint_within; 0: no limit); *omitted (may be
+ * NULL): committed splits left out. */
+int sb_ctl_checkpoint_within(sb_ctl *c, uint64_t max_bytes, sb_sched_part_bytes_fn part_bytes,
+                             void *ctx, char **ranges, sb_sched_output **parts, size_t *n,
+                             size_t *omitted, sb_err *err);
 /* The plan's fingerprint (FNV-1a 64 of every encoded split, in order: paths, ranges, sizes) as
  * 16 hex digits, "" before the plan is known; and 1 when a resume was dropped because the plan
  * differs from resume_plan_hash. */

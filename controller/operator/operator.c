@@ -696,6 +696,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
                             .tls_secret = o->cfg->tls_secret,
                             .tls_server_name = o->cfg->tls_server_name,
                             .resume = have_cp ? &cp : NULL,
+                            .checkpoint_max_bytes = o->cfg->checkpoint_max_bytes,
                             .plan = &o->cfg->plan,
                             .on_event = run_event_cb,
                             .ud = e};

@@ -76,7 +76,9 @@ struct sb_opr_run {
     char final_message[SB_ERR_MAX + 512];
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     void *ud;
-    run_plan *plan; /* NULL: not planned */
+    run_plan *plan;    /* NULL: not planned */
+    uint64_t ckpt_max; /* status.checkpoint's limit (0: none) */
+    int ckpt_capped;   /* a CheckpointLimited event was posted */
 };
 
 int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len)
@@ -479,6 +481,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     pthread_mutex_init(&r->kube_mu, NULL);
     r->client = cfg->client;
     r->on_event = cfg->on_event;
+    r->ckpt_max = cfg->checkpoint_max_bytes;
     r->ud = cfg->ud;
     const char *ns = sb_opr_str_at(cfg->object, "metadata", "namespace");
     const char *name = sb_opr_str_at(cfg->object, "metadata", "name");
@@ -869,9 +872,21 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
     sb_sched_output *parts = NULL;
     size_t nparts = 0;
     sb_err e2 = {0};
-    if (sb_ctl_checkpoint(r->ctl, &ranges, &parts, &nparts, &e2) != 0) {
+    size_t omitted = 0;
+    if (sb_ctl_checkpoint_within(r->ctl, r->ckpt_max, sb_ckpt_part_json_bytes, NULL, &ranges,
+                                 &parts, &nparts, &omitted, &e2) != 0) {
         sb_log(SB_LOG_WARN, "checkpoint failed", "pipeline", r->key, "error", e2.msg, NULL);
         return -1;
+    }
+    if (omitted > 0 && !r->ckpt_capped && r->on_event != NULL) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "status.checkpoint lists %zu committed splits fewer than there are: their sink "
+                 "parts would take it past %" PRIu64 " bytes (the controller's "
+                 "--checkpoint-max-bytes); a new leader or a resume runs those splits again",
+                 omitted, r->ckpt_max);
+        r->on_event(r->ud, "Normal", "CheckpointLimited", msg);
+        r->ckpt_capped = 1;
     }
     size_t committed = 0, nsplits = sb_ctl_nsplits(r->ctl);
     uint8_t *set = calloc(nsplits + 1, 1);
@@ -879,6 +894,7 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
         for (size_t i = 0; i < nsplits; i++)
             committed += set[i] != 0;
     free(set);
+    committed += omitted; /* committed, though the checkpoint could not list them all */
     double elapsed = (double)(sb_opr_mono_ms() - r->started_ms) / 1000.0;
     int rc = sb_opr_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
     if (rc == 0)

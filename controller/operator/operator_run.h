@@ -47,6 +47,9 @@ typedef struct sb_opr_run_config {
     const char *tls_secret; /* mounted into worker pods (kube.h); NULL: none */
     const char *tls_server_name;
     const sb_ckpt *resume; /* NULL: a fresh run at epoch 0 */
+    /* status.checkpoint at most about this long (sb_sched_checkpoint_within; 0: no limit):
+     * the API server refuses a Pipeline past ~1.5 MiB */
+    uint64_t checkpoint_max_bytes;
     /* cost-aware placement (operator_plan.h): prices, re-plan threshold and interval; NULL: no
      * planning. Borrowed: must outlive the run. */
     const sb_opr_plan_config *plan;

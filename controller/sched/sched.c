@@ -146,11 +146,12 @@ struct sb_sched {
     size_t npools;
     char **splits; /* in ids */
     size_t nsplits;
+    uint8_t *resumed; /* per split: committed by an earlier leader (NULL: none was) */
     task *tasks;
     size_t ntasks, captasks;
     copy_rec *copies; /* running speculative copies */
     size_t ncopies, capcopies;
-    char *names;      /* the task ids of sb_sched_assign's views (task_name) */
+    char *names; /* the task ids of sb_sched_assign's views (task_name) */
     size_t names_cap;
     part *parts;
     size_t nparts, capparts;
@@ -308,7 +309,7 @@ static const char *task_name(const sb_sched *s, const task *t, char *buf, size_t
     return buf;
 }
 
-#define TASK_NAME_SUFFIX 36                   /* "/s" u32 "-t" u64 and the NUL */
+#define TASK_NAME_SUFFIX 36                    /* "/s" u32 "-t" u64 and the NUL */
 #define TASK_NAME_MAX (512 + TASK_NAME_SUFFIX) /* pipeline_id is at most 512 bytes */
 
 /* The task an id names (as task_name writes it), or NONE. */
@@ -582,7 +583,11 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
         if (queue_push(s, &s->ops[0], t) != 0)
             goto oom;
     }
-    free(committed);
+    if (s->ops[0].resumed > 0) /* kept for sb_sched_checkpoint_within */
+        s->resumed = committed;
+    else
+        free(committed);
+    committed = NULL;
     s->ops[0].next_index = nsplits;
     for (size_t i = 1; i < s->nops; i++)
         s->ops[i].next_index = s->ops[i].first_index = (uint64_t)s->epoch * SB_SCHED_EPOCH_STRIDE;
@@ -616,6 +621,7 @@ void sb_sched_free(sb_sched *s)
     }
     free(s->ops);
     free(s->splits);
+    free(s->resumed);
     for (size_t i = 0; i < s->ntasks; i++) {
         if (s->tasks[i].ninputs > 1)
             free(s->tasks[i].in.many);
@@ -1133,7 +1139,8 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
 {
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
-    out->task_id = task_name(s, t, s->names + *names_used, strlen(s->pipeline_id) + TASK_NAME_SUFFIX);
+    out->task_id =
+        task_name(s, t, s->names + *names_used, strlen(s->pipeline_id) + TASK_NAME_SUFFIX);
     *names_used += strlen(out->task_id) + 1;
     out->op = t->op;
     out->index = t->index;
@@ -1427,7 +1434,8 @@ static int start_copy(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     worker *wk = &s->workers[w];
     if (GROW(s, s->copies, s->capcopies, s->ncopies + 1) != 0)
         return 0;
-    s->copies[s->ncopies] = (copy_rec){.task = ti, .worker = w, .reserved = est, .started_ms = now_ms};
+    s->copies[s->ncopies] =
+        (copy_rec){.task = ti, .worker = w, .reserved = est, .started_ms = now_ms};
     t->copy = (uint32_t)s->ncopies++;
     t->spec_attempt = t->attempt + 1;
     s->reserved_bytes += est;
@@ -1895,8 +1903,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         return sb_err_set(err, "scheduler: completion from unknown worker \"%s\"",
                           worker_id ? worker_id : "");
     int primary = 0, copy = 0;
-    if ((ti = task_find(s, task_id ? task_id : "")) != NONE &&
-        s->tasks[ti].state == T_RUNNING) {
+    if ((ti = task_find(s, task_id ? task_id : "")) != NONE && s->tasks[ti].state == T_RUNNING) {
         primary = s->tasks[ti].attempt == attempt && s->tasks[ti].worker == w;
         copy = copy_worker(s, &s->tasks[ti]) == w && s->tasks[ti].spec_attempt == attempt;
     }
@@ -2328,9 +2335,93 @@ static void uf_union(size_t *parent, size_t a, size_t b)
 int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **parts, size_t *nparts,
                         sb_err *err)
 {
+    return sb_sched_checkpoint_within(s, 0, NULL, NULL, ranges, parts, nparts, NULL, err);
+}
+
+static uint64_t digits(uint64_t v)
+{
+    uint64_t d = 1;
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* Within max_bytes (see sched.h): which committed splits the checkpoint keeps. The splits an
+ * earlier leader committed (with every part carried over) come first, as one block; then whole
+ * components in order of their first split, up to the first that does not fit. A split costs
+ * its index and a separator in the ranges, a part what part_bytes says. Clears committed[] of
+ * the others; returns whether the carried block is kept, and counts the splits left out. */
+static int ckpt_fit(const sb_sched *s, uint64_t max_bytes, sb_sched_part_bytes_fn part_bytes,
+                    void *ctx, const size_t *rep, size_t *parent, uint8_t *committed,
+                    size_t *omitted)
+{
+    size_t ns = s->nsplits;
+    uint64_t *cost = calloc(ns ? ns : 1, sizeof *cost); /* per component root */
+    uint8_t *keep = calloc(ns ? ns : 1, 1);             /* per root: 0 undecided, 1 keep, 2 drop */
+    if (cost == NULL || keep == NULL) {
+        free(cost);
+        free(keep);
+        return -1;
+    }
+    uint64_t carried = 0;
+    for (size_t i = 0; i < ns; i++) {
+        if (!committed[i])
+            continue;
+        if (s->resumed != NULL && s->resumed[i])
+            carried += digits(i) + 1;
+        else
+            cost[uf_find(parent, i)] += digits(i) + 1;
+    }
+    for (size_t k = 0; k < s->nsink; k++) {
+        uint64_t b = part_bytes != NULL ? part_bytes(&s->sink[k], ctx) : 0;
+        if (s->sink_task[k] == NO_TASK) {
+            carried += b;
+            continue;
+        }
+        size_t ti = s->sink_task[k];
+        if (rep[ti] != NONE && committed[uf_find(parent, rep[ti])])
+            cost[uf_find(parent, rep[ti])] += b;
+    }
+    int carry = carried <= max_bytes;
+    uint64_t used = carry ? carried : 0;
+    int full = !carry; /* once one does not fit, none after it is kept */
+    *omitted = 0;
+    for (size_t i = 0; i < ns; i++) {
+        if (!committed[i])
+            continue;
+        if (s->resumed != NULL && s->resumed[i]) {
+            committed[i] = (uint8_t)carry;
+        } else {
+            size_t r = uf_find(parent, i);
+            if (keep[r] == 0) {
+                keep[r] = !full && used + cost[r] <= max_bytes ? 1 : 2;
+                if (keep[r] == 1)
+                    used += cost[r];
+                else
+                    full = 1;
+            }
+            committed[i] = keep[r] == 1;
+        }
+        *omitted += !committed[i];
+    }
+    free(cost);
+    free(keep);
+    return carry;
+}
+
+int sb_sched_checkpoint_within(const sb_sched *s, uint64_t max_bytes,
+                               sb_sched_part_bytes_fn part_bytes, void *ctx, char **ranges,
+                               sb_sched_output **parts, size_t *nparts, size_t *omitted,
+                               sb_err *err)
+{
     *ranges = NULL;
     *parts = NULL;
     *nparts = 0;
+    size_t left_out = 0;
+    if (omitted != NULL)
+        *omitted = 0;
     size_t ns = s->nsplits;
     size_t *parent = malloc((ns ? ns : 1) * sizeof *parent);
     size_t *rep = malloc((s->ntasks ? s->ntasks : 1) * sizeof *rep); /* a split of each task */
@@ -2370,10 +2461,14 @@ int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **part
     }
     for (size_t i = 0; i < ns; i++)
         committed[i] = !bad[uf_find(parent, i)];
+    int carry = 1; /* the parts an earlier leader committed */
+    if (max_bytes > 0 &&
+        (carry = ckpt_fit(s, max_bytes, part_bytes, ctx, rep, parent, committed, &left_out)) < 0)
+        goto oom;
     /* 3. the sink parts of committed components (and every resumed part) */
     for (size_t k = 0; k < s->nsink; k++) {
         size_t ti = s->sink_task[k] == NO_TASK ? NONE : s->sink_task[k];
-        if (ti != NONE && (rep[ti] == NONE || !committed[uf_find(parent, rep[ti])]))
+        if (ti == NONE ? !carry : rep[ti] == NONE || !committed[uf_find(parent, rep[ti])])
             continue;
         out[n] = s->sink[k];
         out[n].id = strdup(s->sink[k].id);
@@ -2387,6 +2482,8 @@ int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **part
         goto oom;
     *parts = out;
     *nparts = n;
+    if (omitted != NULL)
+        *omitted = left_out;
     free(parent);
     free(rep);
     free(bad);
@@ -2508,8 +2605,8 @@ void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out)
     for (size_t i = 1; i < s->nops; i++) /* ops > 0: their tasks by index */
         out->task_bytes += s->ops[i].captis ? blk(s->ops[i].captis * sizeof *s->ops[i].tis) : 0;
     out->task_bytes += s->capcopies ? blk(s->capcopies * sizeof *s->copies) : 0;
-    out->map_bytes = blk(sb_idmap_bytes(&s->part_ids)) +
-                     map_blk(&s->worker_ids) + blk(sb_idmap_bytes(&s->sink_ids));
+    out->map_bytes = blk(sb_idmap_bytes(&s->part_ids)) + map_blk(&s->worker_ids) +
+                     blk(sb_idmap_bytes(&s->sink_ids));
     out->split_bytes = blk((s->nsplits ? s->nsplits : 1) * sizeof *s->splits);
     for (size_t i = 0; i < s->nsplits; i++) {
         out->split_bytes += pool_str(s->splits[i]);

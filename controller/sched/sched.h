@@ -262,6 +262,20 @@ const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n);
  * splits/parts are part of it. 0, or -1 + err (out of memory; nothing to free then). */
 int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **parts, size_t *nparts,
                         sb_err *err);
+/* How many bytes part p takes in the caller's encoding of a checkpoint. */
+typedef uint64_t (*sb_sched_part_bytes_fn)(const sb_sched_output *p, void *ctx);
+/* The same, at most about max_bytes long (0: no limit) — the operator keeps it in the Pipeline's
+ * status, which the API server refuses past ~1.5 MiB: parts cost part_bytes(p, ctx), a split
+ * its index and a separator in the ranges. The splits an earlier leader committed are kept as
+ * one block, first (when that block alone does not fit, nothing is committed); then whole
+ * components in order of their first split, up to the first that does not fit. A split left
+ * out is run again by a leader that resumes from this checkpoint (its parts are written again:
+ * the sink's writes are idempotent), so progress past the limit is redone, nothing is lost.
+ * *omitted (may be NULL): committed splits left out. */
+int sb_sched_checkpoint_within(const sb_sched *s, uint64_t max_bytes,
+                               sb_sched_part_bytes_fn part_bytes, void *ctx, char **ranges,
+                               sb_sched_output **parts, size_t *nparts, size_t *omitted,
+                               sb_err *err);
 void sb_sched_parts_free(sb_sched_output *parts, size_t n);
 
 /* 1 if the worker may be removed now: alive, no running task, holds no partition still needed

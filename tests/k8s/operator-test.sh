@@ -1056,6 +1056,48 @@ respec_suspended() {
 }
 opcheck "j: suspended, sink changed, resumed -> checkpoint discarded (CheckpointDiscarded), complete output in the new sink" respec_suspended
 
+# l. A checkpoint past the controller's --checkpoint-max-bytes (Helm controller.checkpointMaxBytes):
+#    every committed sink part would be listed in status.checkpoint, which the API server refuses
+#    past ~1.5 MiB (etcd: "request is too large"; ~45,000 parts), and then no status write of the
+#    Pipeline succeeds. Here the limit is 2Ki (the 96-split pipeline's full checkpoint is ~4 KiB):
+#    the checkpoint stays within it, a CheckpointLimited Event says so, status.partitions still
+#    counts every committed split, and a resume from the cut checkpoint runs the splits it left
+#    out again: the output is exact.
+ckpt_json_bytes() { # NAME: bytes of status.checkpoint's parts and committedSplits as JSON
+  kubectl -n "$NS" get pipeline "$1" -o json | python3 -c '
+import json, sys
+c = (json.load(sys.stdin).get("status") or {}).get("checkpoint") or {}
+print(len(json.dumps(c.get("parts") or [], separators=(",", ":"))) + len(c.get("committedSplits") or ""), len(c.get("parts") or []))'
+}
+set_ckpt_limit() {
+  helm upgrade "$REL" "$CHART" -n "$SYS" --reuse-values --set controller.checkpointMaxBytes=$1 >/dev/null || return 1
+  controller_ready >/dev/null || { echo "the controller did not come back with checkpointMaxBytes=$1"; return 1; }
+}
+ckpt_limit() {
+  set_ckpt_limit 2Ki || return 1
+  pipeline capped "${SLOW_STAGES/MS/3000}" >"$tmp/capped.yaml"
+  kubectl apply -f "$tmp/capped.yaml" || return 1
+  wait_progress capped 70 120 || return 1
+  kubectl -n "$NS" patch pipeline capped --type merge -p '{"spec":{"suspend":true}}' || return 1
+  wait_phase capped Suspended 30 || return 1
+  local c1 sz; c1=$(committed capped); sz=$(ckpt_json_bytes capped)
+  echo "suspended with $c1 splits committed; checkpoint (bytes, parts): $sz; committedSplits $(jp capped '{.status.checkpoint.committedSplits}')"
+  figure "checkpoint limit 2Ki: $c1 splits committed, status.checkpoint lists (bytes, parts) $sz"
+  ((${sz% *} <= 2048)) || { echo "status.checkpoint is past the 2Ki limit"; return 1; }
+  ((${sz#* } < c1)) || { echo "the checkpoint lists every committed part: the limit did not cut it"; return 1; }
+  has_event capped CheckpointLimited || { echo "no CheckpointLimited Event: $(events capped | tr '\n' ';')"; return 1; }
+  kubectl -n "$NS" patch pipeline capped --type merge -p '{"spec":{"suspend":false}}' || return 1
+  wait_phase capped Succeeded 180 || return 1
+  check_output capped || return 1
+  local total; total=$(jp capped '{.status.partitions.total}')
+  [[ $(committed capped) == "$total" ]] || { echo "committed $(committed capped) of $total at the end"; return 1; }
+  echo "events: $(events capped | grep CheckpointLimited | head -n 1)"
+  kubectl -n "$NS" delete pipeline capped --wait=false >/dev/null
+}
+ckpt_limit_restore() { set_ckpt_limit 512Ki; }
+opcheck "l: a checkpoint past --checkpoint-max-bytes is cut to it (CheckpointLimited); resuming from it re-runs what it left out: exact output" ckpt_limit
+opcheck "l: the controller back at checkpointMaxBytes=512Ki" ckpt_limit_restore
+
 # =============================================================================================
 # f. Delete a Pipeline mid-run
 # =============================================================================================

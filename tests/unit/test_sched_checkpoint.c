@@ -439,8 +439,31 @@ Test(sched_checkpoint, half_done_component_is_not_committed)
 
 /* The simulation with coalescing: the checkpoint is checked after every event. Then a new
  * scheduler resumes from a mid-run checkpoint. */
+/* A part's cost in the capped checkpoints below (sb_sched_checkpoint_within). */
+static uint64_t part_cost(const sb_sched_output *p, void *ctx)
+{
+    (void)ctx;
+    return strlen(p->id) + 20;
+}
+
+/* What a checkpoint costs as sb_sched_checkpoint_within counts it: its parts, and an index and
+ * a separator per committed split (the ranges, at their longest). */
+static uint64_t checkpoint_cost(const uint8_t *committed, size_t nsplits,
+                                const sb_sched_output *parts, size_t nparts)
+{
+    uint64_t c = 0;
+    for (size_t i = 0; i < nsplits; i++)
+        if (committed[i])
+            c += (uint64_t)snprintf(NULL, 0, "%zu", i) + 1;
+    for (size_t i = 0; i < nparts; i++)
+        c += part_cost(&parts[i], NULL);
+    return c;
+}
+
+/* capped: the new leader resumes from a checkpoint taken within half its full size, so some
+ * committed splits are left out (and run again) */
 static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_after,
-                           void (*fault)(sim *, uint64_t))
+                           void (*fault)(sim *, uint64_t), int capped)
 {
     spec_holder h;
     load_spec(&h, stages, "{memoryBudget: 512Mi}");
@@ -476,6 +499,52 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
     for (size_t i = 0; i < nparts; i++)
         resumed_bytes += parts[i].bytes;
     cr_assert(ncommitted > 0 && ncommitted < nsplits, "a partial checkpoint: %s", ranges);
+    if (capped) {
+        uint64_t full = checkpoint_cost(committed, nsplits, parts, nparts);
+        char *cr;
+        sb_sched_output *cp;
+        size_t ncp, omitted;
+        cr_assert_eq(sb_sched_checkpoint_within(a.s, full / 2, part_cost, NULL, &cr, &cp, &ncp,
+                                                &omitted, &err),
+                     0, "%s", err.msg);
+        uint8_t cset[MAXSPLITS];
+        cr_assert_eq(sb_ranges_parse(cr, cset, nsplits, &err), 0);
+        size_t nc = 0;
+        for (size_t i = 0; i < nsplits; i++) {
+            cr_assert(!cset[i] || committed[i], "split %zu is in the capped checkpoint only", i);
+            nc += cset[i];
+        }
+        cr_expect_leq(checkpoint_cost(cset, nsplits, cp, ncp), full / 2, "within the limit");
+        cr_expect(nc > 0 && nc < ncommitted, "the limit left some out: %s of %s", cr, ranges);
+        cr_expect_eq(omitted, ncommitted - nc);
+        for (size_t i = 0; i < ncp; i++) {
+            int in_full = 0;
+            for (size_t k = 0; k < nparts && !in_full; k++)
+                in_full = strcmp(parts[k].id, cp[i].id) == 0;
+            cr_assert(in_full, "%s is not in the full checkpoint", cp[i].id);
+        }
+        char *fr;
+        sb_sched_output *fp;
+        size_t nfp, fo = 1;
+        cr_assert_eq(
+            sb_sched_checkpoint_within(a.s, full, part_cost, NULL, &fr, &fp, &nfp, &fo, &err), 0);
+        cr_expect_str_eq(fr, ranges, "a limit it fits in changes nothing");
+        cr_expect_eq(nfp, nparts);
+        cr_expect_eq(fo, 0);
+        free(fr);
+        sb_sched_parts_free(fp, nfp);
+        /* the new leader resumes from the capped one */
+        free(ranges);
+        sb_sched_parts_free(parts, nparts);
+        ranges = cr;
+        parts = cp;
+        nparts = ncp;
+        memcpy(committed, cset, sizeof cset);
+        ncommitted = nc;
+        resumed_bytes = 0;
+        for (size_t i = 0; i < nparts; i++)
+            resumed_bytes += parts[i].bytes;
+    }
 
     /* the leader is gone; a new one resumes at epoch 1 */
     sb_sched_resume res = {
@@ -494,6 +563,28 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
     sb_sched_get_stats(b.s, &st);
     cr_expect_eq(st.sink_parts, nparts);
     cr_expect_eq(st.sink_bytes, resumed_bytes);
+    if (capped) { /* what the new leader carries is one block: all of it, or nothing */
+        char *cr;
+        sb_sched_output *cp;
+        size_t ncp, omitted;
+        uint64_t carried = checkpoint_cost(committed, nsplits, parts, nparts);
+        cr_assert_eq(sb_sched_checkpoint_within(b.s, carried - 1, part_cost, NULL, &cr, &cp, &ncp,
+                                                &omitted, &err),
+                     0);
+        cr_expect_str_eq(cr, "", "a limit below the carried block commits nothing");
+        cr_expect_eq(ncp, 0);
+        cr_expect_eq(omitted, ncommitted);
+        free(cr);
+        sb_sched_parts_free(cp, ncp);
+        cr_assert_eq(sb_sched_checkpoint_within(b.s, carried, part_cost, NULL, &cr, &cp, &ncp,
+                                                &omitted, &err),
+                     0);
+        cr_expect_str_eq(cr, ranges, "the carried block fits exactly");
+        cr_expect_eq(ncp, nparts);
+        cr_expect_eq(omitted, 0);
+        free(cr);
+        sb_sched_parts_free(cp, ncp);
+    }
     sim_add_worker(&b, "c1", "cpu", 2);
     if (b.nops > 1)
         sim_add_worker(&b, "g1", "gpu", 2);
@@ -546,12 +637,22 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
 
 Test(sched_checkpoint, resume_fused_single_op)
 {
-    run_and_resume(ONE_OP, 12, 6, NULL);
+    run_and_resume(ONE_OP, 12, 6, NULL, 0);
+}
+
+Test(sched_checkpoint, resume_from_a_checkpoint_cut_to_a_size_limit)
+{
+    run_and_resume(ONE_OP, 12, 6, NULL, 1);
+}
+
+Test(sched_checkpoint, a_size_limit_keeps_coalesced_components_whole)
+{
+    run_and_resume(CPU_GPU, 36, 40, NULL, 1);
 }
 
 Test(sched_checkpoint, resume_two_ops_with_coalescing)
 {
-    run_and_resume(CPU_GPU, 36, 40, NULL);
+    run_and_resume(CPU_GPU, 36, 40, NULL, 0);
 }
 
 static void kill_c2_then_return(sim *m, uint64_t ev)
@@ -568,7 +669,7 @@ static void kill_c2_then_return(sim *m, uint64_t ev)
 
 Test(sched_checkpoint, worker_loss_and_recovery_keep_it_correct)
 {
-    run_and_resume(CPU_GPU, 36, 45, kill_c2_then_return);
+    run_and_resume(CPU_GPU, 36, 45, kill_c2_then_return, 0);
 }
 
 Test(sched_checkpoint, bad_resume_fails_clearly)
