@@ -513,6 +513,8 @@ static void abort_sink(sb_ctl *ctl)
         fprintf(stderr, "cleaning the sink up: %s\n", msg);
 }
 
+#define CKPT_COST_FACTOR 20 /* checkpoint writes at most every 20x the time one takes */
+
 /* The checkpoint of a run: where it is kept, what it was last written as. */
 typedef struct {
     char path[PATH_MAX];
@@ -922,8 +924,11 @@ int sb_run(const sb_run_opts *o)
             planned = 1;
         }
         if (planned && now >= next_ckpt) {
+            /* every second, or less often when writing it takes long: at most ~5% of this
+             * thread (a million parts take ~0.5 s: the lineage pass, the JSON, the write) */
             ckpt_save(ctl, &ck);
-            next_ckpt = now + 1.0;
+            double took = mono_s() - now;
+            next_ckpt = now + (took * CKPT_COST_FACTOR > 1.0 ? took * CKPT_COST_FACTOR : 1.0);
         }
         if (now >= next_progress) {
             sb_ctl_snapshot s;

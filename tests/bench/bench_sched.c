@@ -105,15 +105,27 @@ int main(int argc, char **argv)
     double wall = now_s() - t0, cpu = cpu_s() - c0;
     sb_sched_memory m;
     sb_sched_memory_get(s, &m);
+    /* one checkpoint of the finished lineage (what each status or checkpoint write computes,
+     * under the controller's lock) */
+    double k0 = now_s();
+    char *ranges = NULL;
+    sb_sched_output *cparts = NULL;
+    size_t ncparts = 0;
+    int ck = sb_sched_checkpoint(s, &ranges, &cparts, &ncparts, &err);
+    double ck_ms = (now_s() - k0) * 1e3;
+    free(ranges);
+    sb_sched_parts_free(cparts, ncparts);
     double parts = (double)(m.parts + m.sink_parts);
     printf("{\"tasks\": %" PRIu64 ", \"seconds\": %.4f, \"tasksPerSecond\": %.0f, "
            "\"cpuMicrosPerTask\": %.2f, \"state\": %d, \"partitions\": %.0f, "
            "\"lineageBytesPerPartition\": %.1f, \"perPartition\": {\"tasks\": %.1f, "
-           "\"parts\": %.1f, \"sink\": %.1f, \"maps\": %.1f, \"splits\": %.1f}}\n",
+           "\"parts\": %.1f, \"sink\": %.1f, \"maps\": %.1f, \"splits\": %.1f}, "
+           "\"checkpointMs\": %.1f, \"checkpointParts\": %zu}\n",
            done, wall, (double)done / wall, cpu * 1e6 / (double)done,
            (int)sb_sched_state_get(s, NULL), parts, (double)m.total_bytes / parts,
            (double)m.task_bytes / parts, (double)m.part_bytes / parts, (double)m.sink_bytes / parts,
-           (double)m.map_bytes / parts, (double)m.split_bytes / parts);
+           (double)m.map_bytes / parts, (double)m.split_bytes / parts, ck == 0 ? ck_ms : -1.0,
+           ncparts);
     sb_sched_free(s);
     free(sp);
     free(names);
