@@ -1069,9 +1069,17 @@ import json, sys
 c = (json.load(sys.stdin).get("status") or {}).get("checkpoint") or {}
 print(len(json.dumps(c.get("parts") or [], separators=(",", ":"))) + len(c.get("committedSplits") or ""), len(c.get("parts") or []))'
 }
+only_new_controllers() { # the rollout's old pods are gone (they are still listed while they end)
+  local want; want=$(kubectl -n "$SYS" get "deployment/$DEPLOY" -o 'jsonpath={.spec.replicas}')
+  [[ $(kubectl -n "$SYS" get pods -l app.kubernetes.io/name=streambatch-controller --no-headers 2>/dev/null | wc -l) == "$want" ]]
+}
 set_ckpt_limit() {
   helm upgrade "$REL" "$CHART" -n "$SYS" --reuse-values --set controller.checkpointMaxBytes=$1 >/dev/null || return 1
+  kubectl -n "$SYS" rollout status "deployment/$DEPLOY" --timeout=90s >/dev/null || return 1
+  until_ok 60 only_new_controllers || { echo "the old controller pods did not go"; return 1; }
   controller_ready >/dev/null || { echo "the controller did not come back with checkpointMaxBytes=$1"; return 1; }
+  kubectl -n "$SYS" get "deployment/$DEPLOY" -o 'jsonpath={.spec.template.spec.containers[0].args}' | grep -q -- "--checkpoint-max-bytes=$1" ||
+    { echo "the controller does not run with --checkpoint-max-bytes=$1"; return 1; }
 }
 ckpt_limit() {
   set_ckpt_limit 2Ki || return 1
