@@ -25,12 +25,8 @@ MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY \
 mpid=$!
 cleanup() { kill "$mpid" 2>/dev/null; wait "$mpid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-for _ in $(seq 100); do
-  curl -fs "http://127.0.0.1:$port/minio/health/live" >/dev/null && break
-  sleep 0.1
-done
+"$(dirname "$0")/minio-ready.sh" "$AWS_ENDPOINT_URL" bench 60 || exit 1
 s3curl() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$@"; }
-s3curl -X PUT "$AWS_ENDPOINT_URL/bench" >/dev/null
 
 # The data: jsonl records of ~200 bytes, size_mib MiB in one object, and the same in 16 files.
 mkdir -p "$work/in" "$work/in16"

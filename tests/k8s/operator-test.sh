@@ -460,8 +460,8 @@ minio_up() {
     "$tmp/minio" >"$tmp/minio.log" 2>&1 &
   MINIO_PID=$!
   S3_EP=http://127.0.0.1:$port
-  until_ok 30 curl -fs "$S3_EP/minio/health/live" -o /dev/null || { echo "MinIO did not start: $(tail -3 "$tmp/minio.log")"; return 1; }
-  s3c -X PUT "$S3_EP/$BUCKET" -o /dev/null || return 1
+  AWS_ACCESS_KEY_ID=$S3_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET "$repo/scripts/minio-ready.sh" "$S3_EP" "$BUCKET" 60 ||
+    { echo "MinIO did not start: $(tail -3 "$tmp/minio.log")"; return 1; }
   local f
   for f in "$IN"/*.jsonl; do s3c -T "$f" "$S3_EP/$BUCKET/in/$(basename "$f")" -o /dev/null || return 1; done
   local keys; keys=$(s3_keys in/) || { echo "cannot list s3://$BUCKET/in/"; return 1; }
