@@ -52,6 +52,7 @@ typedef struct {
     uint32_t copy;         /* its running copy in s->copies, NO_COPY when none */
     uint8_t state;         /* task_state */
     uint8_t queued;        /* in its op's queue */
+    uint8_t batched;       /* its running attempt came in a batch (see "Batched polls") */
 } task;
 
 #define NO_COPY UINT32_MAX
@@ -161,6 +162,7 @@ struct sb_sched {
     sb_strmap worker_ids;
     sb_strpool ids; /* task, partition and sink part ids and the splits, kept to the end */
     uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
+    uint64_t tasks_batched;
     uint64_t tasks_run, tasks_rerun, partitions_recovered, partitions_lost, running_total,
         errored_total;
     sb_sched_errored *errored;
@@ -808,6 +810,7 @@ static void promote_copy(sb_sched *s, task *t)
     t->reserved = c->reserved;
     t->worker = c->worker;
     t->attempt = t->spec_attempt;
+    t->batched = 0; /* a copy runs alone */
     t->started_ms = c->started_ms;
     copy_forget(s, t);
 }
@@ -1596,8 +1599,46 @@ static int eft_defer(const sb_sched *s, size_t w, size_t i, size_t ti, uint64_t 
     return mine > EFT_SLACK * last;
 }
 
+/* ---- batched polls ----------------------------------------------------------------------
+ *
+ * A poll and its reply cost the controller and the worker far more than a short task itself
+ * (an empty task on a tiny file: ~0.1 ms of work against ~0.2 ms of RPC, thread hand-offs and
+ * wake-ups). A slot that asks for a batch (sb_sched_assign_batch) gets, after its first task,
+ * more ready tasks of an op whose tasks are short — measured: at least BATCH_MIN_TIMED done, a
+ * mean wall time (the workers' own report, so that queueing in a batch does not count) under
+ * BATCH_SHORT_MS — about BATCH_WORK_MS of work in all; it runs them one after another and
+ * reports them on its next poll. Only tasks already queued are batched, and only while the
+ * op's queue holds a whole batch more: the tail goes out one task at a time, so a batch can
+ * leave a slot at most ~BATCH_WORK_MS behind the others. Tasks of a batch are running, reserve
+ * their output in the budget and are recovered like any other; their durations (op_speed,
+ * the speculation bar, op_svc) are the reported wall times, not the time since assignment. */
+#define BATCH_SHORT_MS 5.0
+#define BATCH_WORK_MS 10.0
+#define BATCH_MIN_TIMED 4
+
+/* How many of op k's tasks one slot takes in a poll that allows `batch`: 1 unless they are
+ * short. */
+static size_t batch_len(const sb_sched *s, size_t k, size_t batch)
+{
+    const op *o = &s->ops[k];
+    if (batch <= 1 || s->mode != SB_MODE_STREAMING || o->timed < BATCH_MIN_TIMED ||
+        (o->ratio == 0 && k + 1 < s->nops))
+        return 1;
+    double mean = o->task_seconds * 1000.0 / (double)o->timed;
+    if (mean >= BATCH_SHORT_MS)
+        return 1;
+    double n = BATCH_WORK_MS / (mean > 0.01 ? mean : 0.01);
+    return n >= (double)batch ? batch : n < 1 ? 1 : (size_t)n;
+}
+
 size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t now_ms,
                        sb_sched_task *out)
+{
+    return sb_sched_assign_batch(s, worker_id, max, 1, now_ms, out);
+}
+
+size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, size_t batch,
+                             uint64_t now_ms, sb_sched_task *out)
 {
     size_t w = worker_find(s, worker_id);
     if (w == NONE || !s->workers[w].alive || s->state != SB_SCHED_RUNNING)
@@ -1611,7 +1652,14 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
         s->now_ms = now_ms;
     if (max > 256)
         max = 256;
-    while (got < max && wk->running < wk->slots) {
+    if (batch < 1)
+        batch = 1;
+    size_t limit = max * batch > 256 ? 256 : max * batch;
+    while (got < limit) {
+        /* past the free slots: only more short tasks, in a batch */
+        int extra = got >= max || wk->running >= wk->slots;
+        if (extra && (batch <= 1 || got == 0))
+            break;
         size_t pick = NONE;
         uint64_t in_flight = s->partition_bytes + s->reserved_bytes;
         for (size_t pass = 0; pass < 2 && pick == NONE; pass++) {
@@ -1621,16 +1669,21 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
              * slot's upstream task took the room), and nothing else would ever free it. One task
              * alone, past the budget by at most its output (docs/testing.md, chaos 8869762-56) */
             size_t only = 0;
-            if (pass == 1 && s->running_total > 0)
+            if (pass == 1 && (s->running_total > 0 || extra))
                 break;
             if (pass == 1)
                 only = downstream_work(s);
             for (size_t k = s->nops; k-- > 0 && pick == NONE;) {
                 if (!op_eligible(s, wk, k) || (only > 0 && k != only))
                     continue;
+                if (extra) { /* a batch: short tasks already queued, a batch's worth left */
+                    size_t n = batch_len(s, k, batch);
+                    if (n <= 1 || got >= max * n || s->ops[k].qlen < n)
+                        continue;
+                }
                 uint64_t in_bytes = 0;
                 size_t ti = peek_ready(s, k, &in_bytes);
-                if (ti == NONE && k > 0)
+                if (ti == NONE && k > 0 && !extra)
                     ti = form_task(
                         s, k, pass == 1 || s->mode != SB_MODE_STREAMING || s->running_total == 0,
                         w);
@@ -1667,6 +1720,10 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
         start_task(s, ti, w, now_ms);
         chosen[got++] = ti;
     }
+    for (size_t i = 0; i < got; i++) /* all reported together, on the next poll */
+        s->tasks[chosen[i]].batched = got > max;
+    if (got > max)
+        s->tasks_batched += got - max;
     size_t copy = NONE; /* nothing else to do here: a copy of a straggler */
     if (got == 0 && max > 0 && wk->running < wk->slots && s->mode == SB_MODE_STREAMING &&
         (copy = spec_candidate(s, w, now_ms)) != NONE && !start_copy(s, copy, w, now_ms))
@@ -1976,6 +2033,9 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     }
     task_stop_running(s, t);
     uint64_t took = now_ms > t->started_ms ? now_ms - t->started_ms : 0;
+    int batched = t->batched && metrics != NULL && metrics->wall_seconds > 0;
+    if (batched) /* it waited for the tasks before it in the batch: its own time */
+        took = (uint64_t)(metrics->wall_seconds * 1000.0 + 0.5);
     o->ok_ms_sum += took;
     o->ok_n++;
     if (took > 0 && t->in_bytes > 0) { /* the worker's speed on this op: EWMA, weight 1/2 */
@@ -1985,6 +2045,8 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     }
     worker *ew = &s->workers[t->worker]; /* its accelerator's time on the task (eft_defer) */
     uint64_t from = t->started_ms > ew->last_end_ms ? t->started_ms : ew->last_end_ms;
+    if (batched) /* a batch's reports arrive together: its own time, as above */
+        from = now_ms > took ? now_ms - took : 0;
     if (now_ms > from && t->in_bytes > 0) {
         double v = (double)t->in_bytes / (double)(now_ms - from), *sp = &ew->op_svc[t->op];
         *sp = *sp > 0 ? 0.5 * *sp + 0.5 * v : v;
@@ -2051,6 +2113,7 @@ void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out)
     out->peak_partition_bytes = s->peak_partition_bytes;
     out->max_partition_bytes = s->max_partition_bytes;
     out->tasks_run = s->tasks_run;
+    out->tasks_batched = s->tasks_batched;
     out->tasks_rerun = s->tasks_rerun;
     out->partitions_recovered = s->partitions_recovered;
     out->partitions_lost = s->partitions_lost;

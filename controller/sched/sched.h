@@ -195,6 +195,7 @@ typedef struct sb_sched_stats {
     uint64_t max_partition_bytes;  /* largest partition produced */
     uint64_t tasks_run;            /* task attempts started */
     uint64_t tasks_rerun;          /* attempts caused by lost workers or lost inputs */
+    uint64_t tasks_batched;        /* tasks given past a slot's first in a poll (batched polls) */
     uint64_t partitions_recovered; /* producer re-runs queued to re-make lost partitions */
     uint64_t partitions_lost;      /* still-needed partitions lost with a worker or a fetch */
     uint64_t sink_parts, sink_rows, sink_bytes;
@@ -223,9 +224,16 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
  * ignored. */
 void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t now_ms);
 
-/* Up to max tasks for the worker, written to out[]. Returns how many. */
+/* Up to max tasks for the worker (its free slots), written to out[]. Returns how many. */
 size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t now_ms,
                        sb_sched_task *out);
+/* The same for a worker that runs up to `batch` tasks per free slot one after another and
+ * reports them on its next poll (PollTasksRequest.batch): past the first task per slot, only
+ * queued tasks of an op measured short (mean wall time < 5 ms), about 10 ms of work per slot,
+ * and only while a batch's worth more is queued (sched.c, "batched polls"). out[] holds
+ * min(256, max * batch). batch <= 1 is sb_sched_assign. */
+size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, size_t batch,
+                             uint64_t now_ms, sb_sched_task *out);
 
 /* A task finished. Returns 1 if accepted, 0 if stale (unknown task, old attempt, or not running
  * on that worker: the worker should drop its outputs, which are queued for release), -1 with

@@ -35,7 +35,7 @@ typedef struct {
     uint32_t op;
     uint64_t index;
     uint64_t in_bytes;
-    uint64_t done_at;
+    uint64_t done_at, wall_ms;
     int writes_sink;
 } running;
 
@@ -66,6 +66,11 @@ typedef struct {
     uint64_t peak_check_violations;
     uint64_t op_started_before_upstream_done; /* staged mode check */
     uint64_t events;
+    /* batched polls: a slot asks for up to `batch` tasks (sb_sched_assign_batch) and runs them
+     * one after another; reports carry the task's wall time when report_wall */
+    size_t batch;
+    int report_wall;
+    size_t polls_with_tasks, max_per_poll, last_poll_n;
 } sim;
 
 static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t slots)
@@ -96,8 +101,23 @@ static void sim_poll(sim *m, simworker *w)
 {
     if (!w->alive || w->nrun >= w->slots)
         return;
-    sb_sched_task tasks[MAXRUN];
-    size_t n = sb_sched_assign(m->s, w->id, w->slots - w->nrun, m->now, tasks);
+    sb_sched_task tasks[256];
+    size_t free_slots = w->slots - w->nrun;
+    size_t batch = m->batch > 1 ? m->batch : 1;
+    if (free_slots * batch > MAXRUN - w->nrun)
+        batch = (MAXRUN - w->nrun) / free_slots;
+    size_t n = batch > 1 ? sb_sched_assign_batch(m->s, w->id, free_slots, batch, m->now, tasks)
+                         : sb_sched_assign(m->s, w->id, free_slots, m->now, tasks);
+    cr_assert_leq(n, free_slots * batch);
+    if (n > 0) {
+        m->polls_with_tasks++;
+        m->last_poll_n = n;
+        if (n > m->max_per_poll)
+            m->max_per_poll = n;
+    }
+    uint64_t slot_free[MAXRUN]; /* a batch: each slot runs its share one after another */
+    for (size_t i = 0; i < free_slots; i++)
+        slot_free[i] = m->now;
     for (size_t i = 0; i < n; i++) {
         running *r = &w->run[w->nrun++];
         snprintf(r->id, sizeof r->id, "%s", tasks[i].task_id);
@@ -113,6 +133,12 @@ static void sim_poll(sim *m, simworker *w)
             r->in_bytes += tasks[i].inputs[k].bytes;
         uint64_t dur = m->ms_per_mb[r->op] * r->in_bytes / MiB * w->slow;
         r->done_at = m->now + (dur ? dur : 1);
+        r->wall_ms = dur ? dur : 1;
+        if (n > free_slots) {
+            uint64_t *sf = &slot_free[i % free_slots];
+            r->done_at = *sf + (dur ? dur : 1);
+            *sf = r->done_at;
+        }
         if (w->accel) { /* waits for the tasks before it on the accelerator */
             uint64_t start = w->accel_free > m->now ? w->accel_free : m->now;
             r->done_at = start + (dur ? dur : 1);
@@ -146,8 +172,9 @@ static void sim_finish(sim *m, simworker *w, size_t k)
         out -= b;
         n++;
     }
+    sb_sched_metrics met = {.wall_seconds = (double)r.wall_ms / 1000.0};
     int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt, SB_SCHED_OK, NULL, outs, n, NULL, 0,
-                               NULL, m->now, NULL);
+                               m->report_wall ? &met : NULL, m->now, NULL);
     cr_assert_geq(rc, 0);
     char **rel;
     size_t nrel = sb_sched_take_releases(m->s, w->id, &rel);
@@ -1789,4 +1816,115 @@ Test(sched, a_rerun_that_cuts_its_output_differently_fails_the_run)
                      "not");
     rerun_reports(3, "did not make partition s0-t0-p1 again (the lost one had 5 rows / 1000 "
                      "bytes)");
+}
+
+/* ---- batched polls ---------------------------------------------------------------------------- */
+
+/* Tasks measured short (1 ms of wall time each, reported) go out in batches of about 10 ms of
+ * work per slot, the queue's tail one at a time; each split still makes its sink part once. */
+Test(sched, batched_polls_give_a_slot_several_short_tasks)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text("  - {name: a, op: identity}\n", "{memoryBudget: 1Gi}"));
+    sim m;
+    sim_init(&m, &h, 400, 4096); /* 1 ms each */
+    m.batch = 32;
+    m.report_wall = 1;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 2);
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.sink_parts, 400);
+    cr_expect_eq(st.tasks_rerun, 0);
+    cr_expect(m.max_per_poll >= 10 && m.max_per_poll <= 20,
+              "10 ms of 1 ms tasks per free slot (c2 has 2): %zu", m.max_per_poll);
+    cr_expect_lt(m.polls_with_tasks, 80, "400 tasks in %zu polls", m.polls_with_tasks);
+    cr_expect_eq(m.last_poll_n, 1, "the tail goes one at a time: %zu", m.last_poll_n);
+    cr_expect_gt(st.tasks_batched, 300, "tasks past a slot's first: %" PRIu64, st.tasks_batched);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+
+    /* the same without the workers' wall times (as from a worker that does not report them):
+     * not measured short, one task per slot */
+    spec_fixture_load(&h, spec_text("  - {name: a, op: identity}\n", "{memoryBudget: 1Gi}"));
+    sim_init(&m, &h, 100, 4096);
+    m.batch = 32;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_eq(m.max_per_poll, 1);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
+/* Tasks of 64 ms are not short: one per slot, batch or not. */
+Test(sched, batched_polls_leave_long_tasks_one_per_slot)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text(TWO_CPU, "{memoryBudget: 1Gi}"));
+    sim m;
+    sim_init(&m, &h, 40, 64 * MiB);
+    m.batch = 32;
+    m.report_wall = 1;
+    sim_add_worker(&m, "c1", "cpu", 2);
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_eq(m.max_per_poll, 2, "2 free slots, 2 tasks at most: %zu", m.max_per_poll);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.tasks_batched, 0);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
+static void kill_c1_mid_batch(sim *m, uint64_t ev)
+{
+    if (ev != 57)
+        return;
+    cr_assert_gt(m->w[0].nrun, 1, "c1 holds a batch when it dies");
+    m->w[0].alive = 0;
+    m->w[0].nrun = 0;
+    sb_sched_worker_lost(m->s, "c1", "killed mid-batch", m->now);
+}
+
+/* A worker lost while it holds a batch: every task of the batch runs again elsewhere, the
+ * memory budget holds throughout (a CPU stage expanding 2x into an accelerator stage), and
+ * the sink has every split's part exactly once. */
+Test(sched, a_worker_lost_mid_batch_loses_nothing_and_the_budget_holds)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 64Mi}"));
+    sim m;
+    sim_init(&m, &h, 300, MiB); /* 1 ms on the CPU, 2 MiB out; 6 ms on the accelerator */
+    m.batch = 32;
+    m.report_wall = 1;
+    m.ratio[0] = 2.0;
+    m.ms_per_mb[1] = 3;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 100000, kill_c1_mid_batch);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_gt(m.max_per_poll, 1, "batches were given");
+    cr_expect_gt(st.tasks_rerun, 0, "the lost batch ran again");
+    cr_expect_eq(m.peak_check_violations, 0);
+    cr_expect_leq(st.peak_partition_bytes, st.budget + st.max_partition_bytes);
+    size_t np;
+    const sb_sched_output *parts = sb_sched_sink_parts(m.s, &np);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < np; i++) {
+        bytes += parts[i].bytes;
+        for (size_t j = 0; j < i; j++)
+            cr_expect_str_neq(parts[i].id, parts[j].id, "a sink part listed twice");
+    }
+    cr_expect_eq(bytes, 2 * 300 * MiB, "every byte once: %" PRIu64, bytes);
+    cr_expect_eq(st.sink_bytes, 2 * 300 * MiB);
+    cr_expect_geq(st.peak_partition_bytes, st.budget / 2, "the budget bound: %" PRIu64,
+                  st.peak_partition_bytes);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
 }
