@@ -908,9 +908,28 @@ static int chan_batched(worker *w, const ctl_chan *c)
     return b;
 }
 
-/* Reports a slot holds until its next poll (one per task it ran since; a poll brings at most
- * free_slots = 1 task, the array only bounds a misbehaving controller). */
+/* Reports a slot holds until its next poll (one per task it ran since; a poll brings one task,
+ * or up to SLOT_BATCH short ones; the array only bounds a misbehaving controller). */
 #define SLOT_DONE_MAX 64
+/* Short tasks a slot takes in one poll and runs one after another (PollTasksRequest.batch:
+ * the controller decides which are short and how many, about 10 ms of work): SLOT_BATCH, or
+ * SB_POLL_BATCH from the environment (1 turns batches off: benchmarks compare the two). */
+#define SLOT_BATCH 32
+
+static uint32_t slot_batch(void)
+{
+    const char *v = getenv("SB_POLL_BATCH");
+    char *end;
+    unsigned long n = v != NULL && *v ? strtoul(v, &end, 10) : 0;
+    if (v == NULL || !*v)
+        return SLOT_BATCH;
+    if (*end != '\0' || n < 1 || n > SLOT_DONE_MAX) {
+        sb_log(SB_LOG_WARN, "SB_POLL_BATCH is not a number from 1 to 64: the default is used",
+               "value", v, NULL);
+        return SLOT_BATCH;
+    }
+    return (uint32_t)n;
+}
 
 typedef struct {
     task_done *d[SLOT_DONE_MAX];
@@ -937,6 +956,7 @@ static void *slot_main(void *arg)
     int backoff = BACKOFF_FIRST_MS;
     int errors = 0; /* answers that were errors while reports rode along */
     slot_reports sr = {.n = 0};
+    uint32_t batch = slot_batch();
     while (!stopping(w)) {
         ctl_chan *c = ctl_get(w, 0);
         if (c == NULL) { /* a (re-)registration is pending */
@@ -960,6 +980,7 @@ static void *slot_main(void *arg)
         Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
         req.worker_id = (char *)w->cfg.id;
         req.free_slots = 1;
+        req.batch = batch;
         req.wait_ms = 1000;
         req.n_completions = sr.n;
         req.completions = sr.n > 0 ? creqs : NULL;

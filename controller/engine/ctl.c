@@ -25,7 +25,7 @@ typedef struct {
 typedef struct {
     sb_rpc_call *call;
     char worker[128];
-    uint32_t free_slots;
+    uint32_t free_slots, batch;
     uint64_t deadline_ms;
     poll_acks acks;
 } pending_poll;
@@ -577,7 +577,7 @@ static void told_lost(seen *w)
  * batched completions were handled; the reply says so (accepted, and the releases taken now).
  * Lock held. */
 static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t free_slots,
-                      int force, const poll_acks *acks)
+                      uint32_t batch, int force, const poll_acks *acks)
 {
     sb_sched_task tasks[64];
     size_t n = 0;
@@ -589,8 +589,12 @@ static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t
         answer_job(c, call, worker, acks);
         return 1;
     }
-    if (!unknown && !dead && !c->shutdown_workers && !terminal(c) && c->sched != NULL)
-        n = sb_sched_assign(c->sched, worker, free_slots > 64 ? 64 : free_slots, now_ms(), tasks);
+    if (!unknown && !dead && !c->shutdown_workers && !terminal(c) && c->sched != NULL) {
+        size_t slots = free_slots > 64 ? 64 : free_slots;
+        size_t per = 64 / (slots ? slots : 1); /* tasks[] holds 64 */
+        n = sb_sched_assign_batch(c->sched, worker, slots, batch < per ? batch : per, now_ms(),
+                                  tasks);
+    }
     int shutdown = c->shutdown_workers || dead;
     /* Nothing to hand out: hold the poll (until its wait ends, a task or a storage job is
      * ready, or the workers are shut down), also once the pipeline is over (drain): its sink
@@ -624,7 +628,7 @@ static void serve_pending(sb_ctl *c, int force_all)
     for (size_t i = 0; i < c->npending;) {
         pending_poll *p = &c->pending[i];
         int force = force_all || now >= p->deadline_ms;
-        if (try_answer(c, p->call, p->worker, p->free_slots, force, &p->acks)) {
+        if (try_answer(c, p->call, p->worker, p->free_slots, p->batch, force, &p->acks)) {
             free(p->acks.accepted);
             c->pending[i] = c->pending[--c->npending];
             continue;
@@ -755,16 +759,17 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
         serve_pending(c, 0); /* what the completions freed goes to the polls held first */
     touch_worker(c, m->worker_id);
     uint32_t slots = m->free_slots ? m->free_slots : 1;
-    if (try_answer(c, call, m->worker_id, slots, m->wait_ms == 0, &acks)) {
+    if (try_answer(c, call, m->worker_id, slots, m->batch, m->wait_ms == 0, &acks)) {
         free(acks.accepted);
     } else if (c->npending == MAX_PENDING) {
-        try_answer(c, call, m->worker_id, slots, 1, &acks);
+        try_answer(c, call, m->worker_id, slots, m->batch, 1, &acks);
         free(acks.accepted);
     } else {
         pending_poll *p = &c->pending[c->npending++];
         p->call = call;
         snprintf(p->worker, sizeof p->worker, "%s", m->worker_id);
         p->free_slots = slots;
+        p->batch = m->batch;
         p->deadline_ms = now_ms() + (m->wait_ms > 30000 ? 30000 : m->wait_ms);
         p->acks = acks; /* the pending poll owns acks.accepted now */
         sb_rpc_call_set_cancel_cb(call, on_poll_cancel, c);

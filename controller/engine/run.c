@@ -329,6 +329,7 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
     cJSON_AddNumberToObject(j, "maxPartitionBytes", (double)s->stats.max_partition_bytes);
     cJSON_AddNumberToObject(j, "tasksRun", (double)s->stats.tasks_run);
     cJSON_AddNumberToObject(j, "tasksRerun", (double)s->stats.tasks_rerun);
+    cJSON_AddNumberToObject(j, "tasksBatched", (double)s->stats.tasks_batched);
     cJSON_AddNumberToObject(j, "partitionsRecovered", (double)s->stats.partitions_recovered);
     cJSON_AddNumberToObject(j, "partitionsLost", (double)s->stats.partitions_lost);
     cJSON_AddNumberToObject(j, "sinkParts", (double)s->stats.sink_parts);
