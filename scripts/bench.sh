@@ -166,6 +166,8 @@ echo "bench: user code (scripts/bench-usercode.sh: exec and plugin costs, Ray Da
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-usercode.sh >>"$out"
 echo "bench: tensor.mlp on the CPU (scripts/bench-mlp.sh: the op vs numpy's matmuls)" >&2
 scripts/bench-mlp.sh >>"$out"
+echo "bench: tiny tasks end to end (scripts/bench-tasks.sh: batched polls vs one task per poll, disk vs tmpfs)" >&2
+{ echo; SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-tasks.sh; } >>"$out"
 echo "bench: many tiny files (scripts/bench-tiny.sh: grouped splits vs a task per file vs Daft)" >&2
 SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-tiny.sh >>"$out"
 echo "bench: ETL (scripts/bench-etl.sh: jsonl filter + project vs one C program doing the same)" >&2

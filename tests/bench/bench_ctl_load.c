@@ -49,7 +49,7 @@
 
 static struct {
     size_t workers, splits, lose;
-    uint32_t slots, hb_ms, hb_timeout_ms, wait_ms, task_ms, out_bytes, idle_ms;
+    uint32_t slots, hb_ms, hb_timeout_ms, wait_ms, task_ms, out_bytes, idle_ms, poll_batch;
     int stages, poll_threads, hb_threads, channels, plan_on_workers, commit, batched;
     double gpu_frac, lose_at, limit_s, commit_s;
 } O = {.workers = 1000,
@@ -66,6 +66,7 @@ static struct {
        .plan_on_workers = 1,
        .commit = 1,
        .batched = 1,
+       .poll_batch = 1,
        .gpu_frac = 0.25,
        .lose_at = 0.5,
        .limit_s = 100,
@@ -78,7 +79,8 @@ static void usage(void)
             "  [--gpu-frac F] [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--wait-ms MS]\n"
             "  [--task-ms MS] [--idle-ms MS] [--out-bytes B] [--poll-threads T] [--hb-threads T]\n"
             "  [--channels C] [--lose K] [--lose-at FRACTION] [--plan-on-workers 0|1]\n"
-            "  [--commit 0|1] [--commit-seconds S] [--limit-seconds S] [--batched 0|1]\n");
+            "  [--commit 0|1] [--commit-seconds S] [--limit-seconds S] [--batched 0|1]\n"
+            "  [--poll-batch B]\n");
     exit(2);
 }
 
@@ -131,10 +133,13 @@ static void parse_args(int argc, char **argv)
             O.limit_s = atof(v);
         else if (strcmp(a, "--batched") == 0)
             O.batched = atoi(v);
+        else if (strcmp(a, "--poll-batch") == 0)
+            O.poll_batch = (uint32_t)strtoul(v, NULL, 10);
         else
             usage();
     }
     if (O.workers == 0 || O.splits == 0 || O.slots == 0 || O.stages < 1 || O.stages > 2 ||
+        O.poll_batch < 1 || O.slots * O.poll_batch > 64 ||
         O.poll_threads < 1 || O.hb_threads < 1 || O.channels < 1)
         usage();
     if (O.stages == 1)
@@ -298,6 +303,14 @@ static int controller_main(int to_parent, int from_parent)
 
 /* ---- simulated workers (parent) ------------------------------------------------------------ */
 
+/* Tasks a simulated worker may hold: its slots, times --poll-batch (PollTasksRequest.batch: a
+ * slot may take several short tasks; with --task-ms they complete together, as if run in
+ * parallel, which only matters for timing). */
+static uint32_t cap(void)
+{
+    return O.slots * O.poll_batch;
+}
+
 typedef struct {
     char task_id[128];
     uint32_t attempt, op;
@@ -310,8 +323,8 @@ typedef struct {
     char id[32];
     int gpu;
     uint32_t running;
-    sim_task *tasks; /* O.slots */
-    sim_task *done;  /* O.slots: finished, reported on the next poll (batched completions) */
+    sim_task *tasks; /* cap(): O.slots, times O.poll_batch */
+    sim_task *done;  /* cap(): finished, reported on the next poll (batched completions) */
     uint32_t ndone;
     int poll_queued; /* a poll is queued or in flight */
     int registered;
@@ -632,7 +645,7 @@ static void do_poll(uint32_t wi)
 {
     sim_worker *w = &W[wi];
     pthread_mutex_lock(&w->mu);
-    uint32_t free_slots = O.slots - w->running;
+    uint32_t free_slots = w->running < O.slots ? O.slots - w->running : 0;
     if (atomic_load(&w->silent) ||
         (w->ndone == 0 && (free_slots == 0 || atomic_load(&w->stopped)))) {
         w->poll_queued = 0;
@@ -659,6 +672,7 @@ static void do_poll(uint32_t wi)
     Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
     req.worker_id = w->id;
     req.free_slots = atomic_load(&w->stopped) ? 0 : free_slots;
+    req.batch = O.poll_batch;
     /* A poll carrying completions is answered at once (wait 0), not held: a held poll holds one
      * of our few threads, and completions queued behind held polls would wait for a thread,
      * which a real worker (its own threads) never does. An idle worker then sends one more,
@@ -720,10 +734,10 @@ static void do_poll(uint32_t wi)
     for (size_t i = 0; i < n && k < 64; i++) {
         const Streambatch__V1__Task *t = r->tasks[i];
         uint32_t s = 0;
-        while (s < O.slots && w->tasks[s].used)
+        while (s < cap() && w->tasks[s].used)
             s++;
-        if (s == O.slots)
-            break; /* more than its free slots: cannot happen */
+        if (s == cap())
+            break; /* more than its free slots (times --poll-batch): cannot happen */
         sim_task *st = &w->tasks[s];
         snprintf(st->task_id, sizeof st->task_id, "%s", t->task_id);
         st->attempt = t->attempt;
@@ -801,7 +815,7 @@ static void *hb_thread(void *arg)
                 continue;
             }
             size_t n = 0;
-            for (uint32_t s = 0; s < O.slots && n < 64; s++)
+            for (uint32_t s = 0; s < cap() && n < 64; s++)
                 if (w->tasks[s].used)
                     ids[n++] = strdup(w->tasks[s].task_id);
             w->next_hb_us = due + (uint64_t)O.hb_ms * 1000u;
@@ -935,8 +949,8 @@ int main(int argc, char **argv)
         pthread_mutex_init(&w->mu, NULL);
         w->gpu = i >= O.workers - ngpu;
         snprintf(w->id, sizeof w->id, "%s-%zu", w->gpu ? "gpu" : "cpu", i);
-        w->tasks = calloc(O.slots, sizeof *w->tasks);
-        w->done = calloc(O.slots, sizeof *w->done);
+        w->tasks = calloc(cap(), sizeof *w->tasks);
+        w->done = calloc(cap(), sizeof *w->done);
         w->ch = CH[i % (size_t)O.channels];
     }
     uint64_t t_start = now_us();
@@ -1025,9 +1039,9 @@ int main(int argc, char **argv)
            pmax = nlat ? lat[nlat - 1] / 1000.0 : -1;
     int state = (int)kv(done_line, "state");
     printf("workers %zu (%zu gpu), slots %u, splits %zu, ops %d, heartbeat %u ms, task %u ms, "
-           "lose %zu, completions %s\n",
+           "lose %zu, completions %s, up to %u tasks per free slot\n",
            O.workers, ngpu, O.slots, O.splits, O.stages, O.hb_ms, O.task_ms, O.lose,
-           atomic_load(&batched) ? "on polls" : "CompleteTask calls");
+           atomic_load(&batched) ? "on polls" : "CompleteTask calls", O.poll_batch);
     printf("  pipeline: %s after %.2f s; %" PRIu64 " completions accepted (%llu stale), %.0f "
            "attempts started\n",
            state == 1   ? "SUCCEEDED"
@@ -1056,13 +1070,13 @@ int main(int argc, char **argv)
     printf("  controller:%s\n  commit:%s\n  load generator CPU %.2f s\n", done_line,
            commit_line[0] ? commit_line : " (none)", cli_cpu1 - cli_cpu0);
     printf("RESULT ctl_load workers=%zu gpu=%zu slots=%u splits=%zu ops=%d hb_ms=%u task_ms=%u "
-           "batched=%d lose=%zu state=%d seconds=%.3f done=%" PRIu64 " tasks_per_s=%.0f cpu_s=%.4f "
+           "batched=%d poll_batch=%u lose=%zu state=%d seconds=%.3f done=%" PRIu64 " tasks_per_s=%.0f cpu_s=%.4f "
            "cpu_us_per_task=%.2f lat_n=%zu lat_p50_ms=%.3f lat_p99_ms=%.3f lat_max_ms=%.3f "
            "lineage_b=%.0f partitions=%.0f lineage_b_per_part=%.1f rss_b_per_part=%.1f "
            "peak_rss_mib=%.1f hb_lag_max_ms=%.0f rpc_errors=%llu lost=%.0f rerun=%.0f "
            "commit_rc=%.0f commit_s=%.3f\n",
            O.workers, ngpu, O.slots, O.splits, O.stages, O.hb_ms, O.task_ms, atomic_load(&batched),
-           O.lose, state, seconds, done, seconds > 0 ? (double)done / seconds : 0, cpu_s,
+           O.poll_batch, O.lose, state, seconds, done, seconds > 0 ? (double)done / seconds : 0, cpu_s,
            done ? cpu_s * 1e6 / (double)done : 0, nlat, p50, p99, pmax, lineage, parts,
            parts > 0 ? lineage / parts : 0, parts > 0 ? rss_growth / parts : 0,
            kv(done_line, "hwm") / 1048576.0, atomic_load(&hb_lag_max_us) / 1000.0,
