@@ -53,6 +53,7 @@ typedef struct {
     uint8_t state;         /* task_state */
     uint8_t queued;        /* in its op's queue */
     uint8_t batched;       /* its running attempt came in a batch (see "Batched polls") */
+    uint8_t solo;          /* its worker died while it was in a batch: never batched again */
 } task;
 
 #define NO_COPY UINT32_MAX
@@ -897,7 +898,10 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
             drop_copy(s, t); /* the primary goes on */
         if (t->state != T_RUNNING || t->worker != w)
             continue;
-        t->deaths++;
+        if (t->batched) /* which task of the batch killed it is not known: none is charged, */
+            t->solo = 1; /* and each runs alone from now on, where a death counts */
+        else
+            t->deaths++;
         s->ops[t->op].failed_attempts++;
         if (t->copy != NO_COPY && t->retries + t->deaths <= s->max_retries) {
             promote_copy(s, t); /* its copy is already running it elsewhere */
@@ -1611,7 +1615,10 @@ static int eft_defer(const sb_sched *s, size_t w, size_t i, size_t ti, uint64_t 
  * op's queue holds a whole batch more: the tail goes out one task at a time, so a batch can
  * leave a slot at most ~BATCH_WORK_MS behind the others. Tasks of a batch are running, reserve
  * their output in the budget and are recovered like any other; their durations (op_speed,
- * the speculation bar, op_svc) are the reported wall times, not the time since assignment. */
+ * the speculation bar, op_svc) are the reported wall times, not the time since assignment.
+ * A worker lost while it holds a batch charges none of its tasks a retry (which one killed it
+ * is not known: charging all would error the neighbours of a task that crashes its worker);
+ * each of them runs alone from then on (task.solo), where a death is charged as always. */
 #define BATCH_SHORT_MS 5.0
 #define BATCH_WORK_MS 10.0
 #define BATCH_MIN_TIMED 4
@@ -1655,10 +1662,11 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
     if (batch < 1)
         batch = 1;
     size_t limit = max * batch > 256 ? 256 : max * batch;
+    int solo = 0; /* a task that must run alone was given: no batch */
     while (got < limit) {
         /* past the free slots: only more short tasks, in a batch */
         int extra = got >= max || wk->running >= wk->slots;
-        if (extra && (batch <= 1 || got == 0))
+        if (extra && (batch <= 1 || got == 0 || solo))
             break;
         size_t pick = NONE;
         uint64_t in_flight = s->partition_bytes + s->reserved_bytes;
@@ -1687,7 +1695,7 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
                     ti = form_task(
                         s, k, pass == 1 || s->mode != SB_MODE_STREAMING || s->running_total == 0,
                         w);
-                if (ti == NONE)
+                if (ti == NONE || (extra && s->tasks[ti].solo))
                     continue;
                 in_bytes = s->tasks[ti].in_bytes;
                 uint64_t est = estimate(s, &s->ops[k], in_bytes, k);
@@ -1718,6 +1726,7 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
         if (ti == NONE)
             break;
         start_task(s, ti, w, now_ms);
+        solo |= s->tasks[ti].solo;
         chosen[got++] = ti;
     }
     for (size_t i = 0; i < got; i++) /* all reported together, on the next poll */

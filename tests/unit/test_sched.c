@@ -71,6 +71,9 @@ typedef struct {
     size_t batch;
     int report_wall;
     size_t polls_with_tasks, max_per_poll, last_poll_n;
+    int poison_on;   /* 1: op 0's task of split `poison` kills its worker when given */
+    uint64_t poison;
+    size_t kills;
 } sim;
 
 static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t slots)
@@ -144,6 +147,18 @@ static void sim_poll(sim *m, simworker *w)
             r->done_at = start + (dur ? dur : 1);
             w->accel_free = r->done_at;
         }
+    }
+    int poisoned = 0;
+    for (size_t i = 0; i < n; i++)
+        poisoned |= m->poison_on && tasks[i].op == 0 && tasks[i].index == m->poison;
+    if (poisoned) { /* the worker dies with every task it was given (none reported yet) */
+        w->alive = 0;
+        w->nrun = 0;
+        sb_sched_worker_lost(m->s, w->id, "killed by the poison split", m->now);
+        char id[16];
+        snprintf(id, sizeof id, "r%zu", ++m->kills);
+        cr_assert_lt(m->nw, MAXW);
+        sim_add_worker(m, id, w->pool, w->slots);
     }
     check_invariants(m);
 }
@@ -1925,6 +1940,41 @@ Test(sched, a_worker_lost_mid_batch_loses_nothing_and_the_budget_holds)
     cr_expect_eq(st.sink_bytes, 2 * 300 * MiB);
     cr_expect_geq(st.peak_partition_bytes, st.budget / 2, "the budget bound: %" PRIu64,
                   st.peak_partition_bytes);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
+/* A task that kills its worker (split 40: a plugin that crashes, a record the kernel's OOM
+ * killer answers) while it runs in a batch: the scheduler cannot tell which of the batch's
+ * tasks did it, so it must not charge them all (with maxTaskRetries 0 a batch lost with it
+ * errored every task in it); the poison split alone ends up errored (maxErroredPartitions 1)
+ * and every other split's bytes reach the sink once. */
+Test(sched, a_task_that_kills_its_worker_in_a_batch_does_not_use_up_the_others_retries)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text("  - {name: a, op: identity}\n",
+                                    "{memoryBudget: 1Gi, maxErroredPartitions: 1, "
+                                    "maxTaskRetries: 0}"));
+    sim m;
+    sim_init(&m, &h, 400, 4096); /* 1 ms each: batches of 10 */
+    m.batch = 32;
+    m.report_wall = 1;
+    m.poison_on = 1;
+    m.poison = 40;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_run(&m, 100000, NULL);
+    const char *why = NULL;
+    cr_assert_eq(sb_sched_state_get(m.s, &why), SB_SCHED_SUCCEEDED, "%s", why ? why : "");
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_gt(m.max_per_poll, 1, "batches were given");
+    cr_expect_eq(m.kills, 2, "split 40 given once in a batch, then once alone: %zu", m.kills);
+    size_t ne;
+    uint64_t total;
+    sb_sched_errored_list(m.s, &ne, &total);
+    cr_expect_eq(total, 1, "only the poison split errored: %" PRIu64, total);
+    cr_expect_eq(st.sink_bytes, 399 * 4096, "every other split once: %" PRIu64, st.sink_bytes);
     sb_sched_free(m.s);
     spec_fixture_free(&h);
 }
