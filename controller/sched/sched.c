@@ -898,8 +898,10 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
             drop_copy(s, t); /* the primary goes on */
         if (t->state != T_RUNNING || t->worker != w)
             continue;
-        if (t->batched) /* which task of the batch killed it is not known: none is charged, */
-            t->solo = 1; /* and each runs alone from now on, where a death counts */
+        /* in a batch, which task killed it is not known: none is charged, and each runs alone
+         * from now on, where a death counts */
+        if (t->batched)
+            t->solo = 1;
         else
             t->deaths++;
         s->ops[t->op].failed_attempts++;

@@ -139,8 +139,8 @@ static void parse_args(int argc, char **argv)
             usage();
     }
     if (O.workers == 0 || O.splits == 0 || O.slots == 0 || O.stages < 1 || O.stages > 2 ||
-        O.poll_batch < 1 || O.slots * O.poll_batch > 64 ||
-        O.poll_threads < 1 || O.hb_threads < 1 || O.channels < 1)
+        O.poll_batch < 1 || O.slots * O.poll_batch > 64 || O.poll_threads < 1 || O.hb_threads < 1 ||
+        O.channels < 1)
         usage();
     if (O.stages == 1)
         O.gpu_frac = 0;
@@ -1070,14 +1070,15 @@ int main(int argc, char **argv)
     printf("  controller:%s\n  commit:%s\n  load generator CPU %.2f s\n", done_line,
            commit_line[0] ? commit_line : " (none)", cli_cpu1 - cli_cpu0);
     printf("RESULT ctl_load workers=%zu gpu=%zu slots=%u splits=%zu ops=%d hb_ms=%u task_ms=%u "
-           "batched=%d poll_batch=%u lose=%zu state=%d seconds=%.3f done=%" PRIu64 " tasks_per_s=%.0f cpu_s=%.4f "
+           "batched=%d poll_batch=%u lose=%zu state=%d seconds=%.3f done=%" PRIu64
+           " tasks_per_s=%.0f cpu_s=%.4f "
            "cpu_us_per_task=%.2f lat_n=%zu lat_p50_ms=%.3f lat_p99_ms=%.3f lat_max_ms=%.3f "
            "lineage_b=%.0f partitions=%.0f lineage_b_per_part=%.1f rss_b_per_part=%.1f "
            "peak_rss_mib=%.1f hb_lag_max_ms=%.0f rpc_errors=%llu lost=%.0f rerun=%.0f "
            "commit_rc=%.0f commit_s=%.3f\n",
            O.workers, ngpu, O.slots, O.splits, O.stages, O.hb_ms, O.task_ms, atomic_load(&batched),
-           O.poll_batch, O.lose, state, seconds, done, seconds > 0 ? (double)done / seconds : 0, cpu_s,
-           done ? cpu_s * 1e6 / (double)done : 0, nlat, p50, p99, pmax, lineage, parts,
+           O.poll_batch, O.lose, state, seconds, done, seconds > 0 ? (double)done / seconds : 0,
+           cpu_s, done ? cpu_s * 1e6 / (double)done : 0, nlat, p50, p99, pmax, lineage, parts,
            parts > 0 ? lineage / parts : 0, parts > 0 ? rss_growth / parts : 0,
            kv(done_line, "hwm") / 1048576.0, atomic_load(&hb_lag_max_us) / 1000.0,
            (unsigned long long)atomic_load(&n_rpc_errors), kv(done_line, "lost"),

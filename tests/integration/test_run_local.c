@@ -1046,7 +1046,8 @@ Test(run, short_tasks_go_out_in_batches_and_every_record_arrives_once)
         char *got = output_digest(names[i]);
         cr_expect_str_eq(got, want, "%s: every record once", names[i]);
         free(got);
-        long run = summary_num(names[i], "tasksRun"), batched = summary_num(names[i], "tasksBatched");
+        long run = summary_num(names[i], "tasksRun"),
+             batched = summary_num(names[i], "tasksBatched");
         cr_expect_gt(run, 5000, "%s: %ld tasks", names[i], run);
         cr_expect_eq(summary_num(names[i], "tasksRerun"), 0, "%s", names[i]);
         if (i == 0)

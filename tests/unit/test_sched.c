@@ -71,7 +71,7 @@ typedef struct {
     size_t batch;
     int report_wall;
     size_t polls_with_tasks, max_per_poll, last_poll_n;
-    int poison_on;   /* 1: op 0's task of split `poison` kills its worker when given */
+    int poison_on; /* 1: op 0's task of split `poison` kills its worker when given */
     uint64_t poison;
     size_t kills;
 } sim;
@@ -1833,18 +1833,27 @@ Test(sched, a_rerun_that_cuts_its_output_differently_fails_the_run)
                      "bytes)");
 }
 
-/* ---- batched polls ---------------------------------------------------------------------------- */
+/* ---- batched polls ----------------------------------------------------------------------------
+ */
+
+/* A simulation whose slots ask for batches of up to 32 and report their tasks' wall times. */
+static void batch_sim(spec_holder *h, sim *m, const char *stages, const char *execution,
+                      size_t nsplits, uint64_t split_bytes)
+{
+    spec_fixture_load(h, spec_text(stages, execution));
+    sim_init(m, h, nsplits, split_bytes);
+    m->batch = 32;
+    m->report_wall = 1;
+}
 
 /* Tasks measured short (1 ms of wall time each, reported) go out in batches of about 10 ms of
  * work per slot, the queue's tail one at a time; each split still makes its sink part once. */
 Test(sched, batched_polls_give_a_slot_several_short_tasks)
 {
     spec_holder h;
-    spec_fixture_load(&h, spec_text("  - {name: a, op: identity}\n", "{memoryBudget: 1Gi}"));
     sim m;
-    sim_init(&m, &h, 400, 4096); /* 1 ms each */
-    m.batch = 32;
-    m.report_wall = 1;
+    /* 1 ms each */
+    batch_sim(&h, &m, "  - {name: a, op: identity}\n", "{memoryBudget: 1Gi}", 400, 4096);
     sim_add_worker(&m, "c1", "cpu", 1);
     sim_add_worker(&m, "c2", "cpu", 2);
     sim_run(&m, 100000, NULL);
@@ -1863,9 +1872,8 @@ Test(sched, batched_polls_give_a_slot_several_short_tasks)
 
     /* the same without the workers' wall times (as from a worker that does not report them):
      * not measured short, one task per slot */
-    spec_fixture_load(&h, spec_text("  - {name: a, op: identity}\n", "{memoryBudget: 1Gi}"));
-    sim_init(&m, &h, 100, 4096);
-    m.batch = 32;
+    batch_sim(&h, &m, "  - {name: a, op: identity}\n", "{memoryBudget: 1Gi}", 100, 4096);
+    m.report_wall = 0;
     sim_add_worker(&m, "c1", "cpu", 1);
     sim_run(&m, 100000, NULL);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
@@ -1878,11 +1886,8 @@ Test(sched, batched_polls_give_a_slot_several_short_tasks)
 Test(sched, batched_polls_leave_long_tasks_one_per_slot)
 {
     spec_holder h;
-    spec_fixture_load(&h, spec_text(TWO_CPU, "{memoryBudget: 1Gi}"));
     sim m;
-    sim_init(&m, &h, 40, 64 * MiB);
-    m.batch = 32;
-    m.report_wall = 1;
+    batch_sim(&h, &m, TWO_CPU, "{memoryBudget: 1Gi}", 40, 64 * MiB);
     sim_add_worker(&m, "c1", "cpu", 2);
     sim_run(&m, 100000, NULL);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
@@ -1910,11 +1915,9 @@ static void kill_c1_mid_batch(sim *m, uint64_t ev)
 Test(sched, a_worker_lost_mid_batch_loses_nothing_and_the_budget_holds)
 {
     spec_holder h;
-    spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 64Mi}"));
     sim m;
-    sim_init(&m, &h, 300, MiB); /* 1 ms on the CPU, 2 MiB out; 6 ms on the accelerator */
-    m.batch = 32;
-    m.report_wall = 1;
+    /* 1 ms on the CPU, 2 MiB out; 6 ms on the accelerator */
+    batch_sim(&h, &m, CPU_GPU, "{memoryBudget: 64Mi}", 300, MiB);
     m.ratio[0] = 2.0;
     m.ms_per_mb[1] = 3;
     sim_add_worker(&m, "c1", "cpu", 1);
@@ -1952,13 +1955,10 @@ Test(sched, a_worker_lost_mid_batch_loses_nothing_and_the_budget_holds)
 Test(sched, a_task_that_kills_its_worker_in_a_batch_does_not_use_up_the_others_retries)
 {
     spec_holder h;
-    spec_fixture_load(&h, spec_text("  - {name: a, op: identity}\n",
-                                    "{memoryBudget: 1Gi, maxErroredPartitions: 1, "
-                                    "maxTaskRetries: 0}"));
     sim m;
-    sim_init(&m, &h, 400, 4096); /* 1 ms each: batches of 10 */
-    m.batch = 32;
-    m.report_wall = 1;
+    /* 1 ms each: batches of 10 */
+    batch_sim(&h, &m, "  - {name: a, op: identity}\n",
+              "{memoryBudget: 1Gi, maxErroredPartitions: 1, maxTaskRetries: 0}", 400, 4096);
     m.poison_on = 1;
     m.poison = 40;
     sim_add_worker(&m, "c1", "cpu", 1);
