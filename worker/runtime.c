@@ -64,6 +64,7 @@ typedef struct {
     int have_pipeline;
     uint32_t hb_ms;
     pthread_mutex_t mu;
+    pthread_cond_t wake; /* broadcast when shutdown is set: the main loop's nap ends (mu) */
     sem_t accel;
     int have_accel;
     int shutdown;
@@ -101,6 +102,7 @@ static void set_shutdown(worker *w)
 {
     pthread_mutex_lock(&w->mu);
     w->shutdown = 1;
+    pthread_cond_broadcast(&w->wake);
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -112,6 +114,7 @@ static void set_told_to_exit(worker *w)
     pthread_mutex_lock(&w->mu);
     w->shutdown = 1;
     w->told_to_exit = 1;
+    pthread_cond_broadcast(&w->wake);
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -1256,6 +1259,23 @@ static void h_rebind(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud
     ctl_put(w, old); /* freed here, or by the last call still in flight on it */
 }
 
+/* Waits ms, or until shutdown is set by another thread (the controller's "exit" in a poll
+ * reply): a worker told to exit leaves at once, not at the next tick. A signal's g_stop is
+ * seen at the next tick. */
+static void main_nap(worker *w, int ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += (long)ms * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&w->mu);
+    while (!w->shutdown && !g_stop)
+        if (pthread_cond_timedwait(&w->wake, &w->mu, &until) != 0)
+            break;
+    pthread_mutex_unlock(&w->mu);
+}
+
 /* The main thread: (re-)registration, heartbeats, and the controller-loss timeout. */
 static void main_loop(worker *w)
 {
@@ -1321,7 +1341,7 @@ static void main_loop(worker *w)
                 hb_backoff = backoff_next(hb_backoff);
             }
         }
-        usleep(20000);
+        main_nap(w, 20);
     }
 }
 
@@ -1345,6 +1365,11 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
     if (w == NULL)
         return sb_err_set(err, "out of memory");
     pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &ca);
+    pthread_condattr_destroy(&ca);
     w->cfg = *cfg_in;
     if (w->cfg.slots == 0)
         w->cfg.slots = 1;
@@ -1470,6 +1495,7 @@ out:
         sb_pipeline_free(&w->pipeline);
     sb_doc_free(w->doc);
     pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->wake);
     if (w->have_accel)
         sem_destroy(&w->accel);
     free(w);
