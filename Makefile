@@ -29,7 +29,15 @@ CLANG  ?= clang
 
 PKGS := libcurl libcjson yaml-0.1 grpc libprotobuf-c libmicrohttpd libpng libjpeg zlib
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgpr
+# gRPC core and the Abseil, RE2, upb and c-ares libraries under it are linked statically (their
+# .a files come with Debian's -dev packages): loading ~80 shared objects and resolving their
+# symbols cost each process ~6 ms of its ~12 ms start, paid by every worker and the controller
+# of every run (docs/benchmarks.md, start-to-exit overhead). OpenSSL and the rest stay shared.
+GRPC_STATIC = $(filter -lgrpc -laddress_sorting -lre2 -lupb -lcares -lgpr -labsl_%,\
+                $(shell pkg-config --static --libs-only-l grpc 2>/dev/null))
+PKG_LIBS   = -Wl,-Bstatic $(GRPC_STATIC) -lgpr -Wl,-Bdynamic \
+             $(shell pkg-config --libs $(filter-out grpc,$(PKGS)) 2>/dev/null) \
+             -lssl -lcrypto -lz -lstdc++ -latomic
 
 WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wno-format-truncation
 CSTD   := -std=c17 -D_GNU_SOURCE
