@@ -73,6 +73,41 @@ static int run_cli(const char *name, const char *flags, char **out)
     return sb_test_run(cmd, out);
 }
 
+/* Starts `streambatch run NAME.yaml FLAGS` in the background (at most 150 s): its output in
+ * NAME.log, its summary in NAME.summary.json and, once it ended, its exit status in NAME.rc.
+ * ENV ("" for none) goes before the command: variables of this run only. */
+static void run_bg(const char *name, const char *env, const char *flags)
+{
+    sh("cd %s && (%s timeout 150 %s run %s.yaml %s --summary-json %s.summary.json > %s.log 2>&1; "
+       "echo $? > %s.rc) >/dev/null 2>&1 &",
+       dir, env, sb_test_bin("streambatch"), name, flags, name, name, name);
+}
+
+/* Waits (up to 140 s) for the background run NAME of run_bg() to end and asserts that it
+ * succeeded, showing its log's last `lines` lines if not. Returns those lines (caller frees). */
+static char *wait_bg_ok(const char *name, int lines)
+{
+    sh("for i in $(seq 1 1400); do [ -f %s/%s.rc ] && break; sleep 0.1; done", dir, name);
+    char *rc = sb_test_sh_out("cat %s/%s.rc", dir, name);
+    char *log = sb_test_sh_out("tail -%d %s/%s.log", lines, dir, name);
+    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    free(rc);
+    return log;
+}
+
+/* SIGKILLs one of this test's worker processes (by their spill directories under dir) chosen
+ * at random: 1, or 0 when none was running. */
+static int kill_random_worker(void)
+{
+    /* (the gpu pool runs streambatch-worker-gpu when it is built) */
+    char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | shuf -n 1", dir);
+    int killed = *victim != '\0';
+    if (killed)
+        sh("kill -9 %s", victim);
+    free(victim);
+    return killed;
+}
+
 static long summary_num(const char *name, const char *key)
 {
     char *v =
@@ -229,14 +264,11 @@ Test(run, static_mode_binds_slots_again_after_a_worker_is_respawned)
                          "  - {name: keep, op: filter, args: {field: n, op: lt, value: 70}}\n"
                          "  - {name: proj, op: project, args: {fields: [id, n]}}\n";
     write_pipeline("st3k", stages, "  execution: {mode: static, stallTimeout: 3s}\n");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && mkdir -p st3k-run && (timeout 150 %s run st3k.yaml --cpus 3 "
-             "--checkpoint st3k.ckpt.json "
-             "--run-dir %s/st3k-run --summary-json st3k.summary.json > st3k.log 2>&1; "
-             "echo $? > st3k.rc) >/dev/null 2>&1 & echo $!",
-             dir, sb_test_bin("streambatch"), dir);
-    free(sb_test_sh_out("%s", cmd));
+    char flags[1024];
+    snprintf(flags, sizeof flags, "--cpus 3 --checkpoint st3k.ckpt.json --run-dir %s/st3k-run",
+             dir);
+    sh("mkdir -p %s/st3k-run", dir);
+    run_bg("st3k", "", flags);
     /* cpu-1 once it is up, while the first stage still has seconds of work */
     sh("for i in $(seq 1 100); do grep -q 'worker ready' %s/st3k-run/cpu-1.log 2>/dev/null && "
        "break; sleep 0.05; done; sleep 1",
@@ -245,12 +277,7 @@ Test(run, static_mode_binds_slots_again_after_a_worker_is_respawned)
     cr_assert(*victim, "no worker to kill");
     sh("kill -9 %s", victim);
     free(victim);
-    sh("for i in $(seq 1 1400); do [ -f %s/st3k.rc ] && break; sleep 0.1; done", dir);
-    char *rc = sb_test_sh_out("cat %s/st3k.rc", dir);
-    char *log = sb_test_sh_out("grep -v '^progress' %s/st3k.log | tail -20", dir);
-    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
-    free(rc);
-    free(log);
+    free(wait_bg_ok("st3k", 20));
     char *repl = sb_test_sh_out("test -d %s/st3k-run/cpu-1-r1 && echo yes || echo no", dir);
     cr_expect_str_eq(repl, "yes", "the killed worker was respawned");
     free(repl);
@@ -289,31 +316,13 @@ Test(run, killed_workers_are_recovered_with_identical_output)
                          "  - {name: g, op: bench.sleep, args: {msPerMB: 1000}, "
                          "resources: {gpu: 1}}\n";
     write_pipeline("kill", stages, "  execution: {memoryBudget: 2Mi}\n");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && (timeout 150 %s run kill.yaml --cpus 2 --gpus 1 --summary-json "
-             "kill.summary.json > kill.log 2>&1; echo $? > kill.rc) >/dev/null 2>&1 & echo $!",
-             dir, sb_test_bin("streambatch"));
-    char *pid_s = sb_test_sh_out("%s", cmd);
-    free(pid_s);
+    run_bg("kill", "", "--cpus 2 --gpus 1");
     int kills = 0;
     for (int round = 0; round < 3; round++) {
         usleep(1500 * 1000);
-        char *victim =
-            /* (the gpu pool runs streambatch-worker-gpu when it is built) */
-            sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | shuf -n 1", dir);
-        if (*victim) {
-            sh("kill -9 %s", victim);
-            kills++;
-        }
-        free(victim);
+        kills += kill_random_worker();
     }
-    sh("for i in $(seq 1 1400); do [ -f %s/kill.rc ] && break; sleep 0.1; done", dir);
-    char *rc = sb_test_sh_out("cat %s/kill.rc", dir);
-    char *log = sb_test_sh_out("tail -20 %s/kill.log", dir);
-    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
-    free(rc);
-    free(log);
+    free(wait_bg_ok("kill", 20));
     cr_expect_geq(kills, 2, "workers were running to be killed");
     char *got = output_digest("kill"), *want = expected_digest("True");
     cr_expect_str_eq(got, want, "output differs from a failure-free computation");
@@ -339,24 +348,13 @@ Test(run, stopped_worker_is_detected_and_recovered)
 {
     const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 1500}}\n";
     write_pipeline("stop", stages, "");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && (timeout 150 %s run stop.yaml --cpus 2 --summary-json stop.summary.json "
-             "> stop.log 2>&1; echo $? > stop.rc) >/dev/null 2>&1 & echo $!",
-             dir, sb_test_bin("streambatch"));
-    free(sb_test_sh_out("%s", cmd));
+    run_bg("stop", "", "--cpus 2");
     usleep(1500 * 1000);
     char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/.*/cpu-0$' | head -1", dir);
     cr_assert(*victim, "no worker to stop");
     sh("kill -STOP %s", victim);
     free(victim);
-    sh("for i in $(seq 1 1400); do [ -f %s/stop.rc ] && break; sleep 0.1; done", dir);
-    char *rc = sb_test_sh_out("cat %s/stop.rc", dir);
-    char *log = sb_test_sh_out("tail -20 %s/stop.log", dir);
-    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
-    cr_expect(strstr(log, "") != NULL);
-    free(rc);
-    free(log);
+    free(wait_bg_ok("stop", 20));
     cr_expect_geq(summary_num("stop", "workersLost"), 1);
     char *got = output_digest("stop"), *want = expected_digest("True");
     cr_expect_str_eq(got, want);
@@ -379,16 +377,11 @@ Test(run, stragglers_get_speculative_copies)
     const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 1500}}\n"
                          "  - {name: b, op: identity, resources: {gpu: 1}}\n";
     write_pipeline("spec", stages, "");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && mkdir -p spec-run && (SB_SCHED_OFF=drain,earliest-finish timeout 150 %s run "
-             "spec.yaml "
-             "--cpus 2 --gpus 1 "
-             "--set spec.source.partitionSize=256Ki --run-dir %s/spec-run "
-             "--summary-json spec.summary.json > spec.log 2>&1; echo $? > spec.rc) "
-             ">/dev/null 2>&1 & echo $!",
-             dir, sb_test_bin("streambatch"), dir);
-    free(sb_test_sh_out("%s", cmd));
+    char flags[1024];
+    snprintf(flags, sizeof flags,
+             "--cpus 2 --gpus 1 --set spec.source.partitionSize=256Ki --run-dir %s/spec-run", dir);
+    sh("mkdir -p %s/spec-run", dir);
+    run_bg("spec", "SB_SCHED_OFF=drain,earliest-finish", flags);
     usleep(1000 * 1000);
     /* this run's worker (by its spill directory: other runs may be going on here) */
     char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/spec-run/cpu-0' | head -1", dir);
@@ -397,12 +390,8 @@ Test(run, stragglers_get_speculative_copies)
        "kill -CONT %s; sleep 0.1; done; kill -CONT %s) >/dev/null 2>&1 &",
        dir, victim, victim, victim);
     free(victim);
-    sh("for i in $(seq 1 1400); do [ -f %s/spec.rc ] && break; sleep 0.1; done", dir);
-    char *rc = sb_test_sh_out("cat %s/spec.rc", dir);
-    char *log = sb_test_sh_out("tail -20 %s/spec.log", dir);
-    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    char *log = wait_bg_ok("spec", 20);
     cr_expect(strstr(log, "speculative cop") != NULL, "the summary says so:\n%s", log);
-    free(rc);
     free(log);
     char *spec =
         sb_test_sh_out("python3 -c \"import json; s=json.load(open('%s/spec.summary.json'));"
@@ -426,25 +415,18 @@ Test(run, a_sick_worker_is_drained_and_replaced)
 {
     const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 4000}}\n";
     write_pipeline("sick", stages, "");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && mkdir -p sick-run && (timeout 150 %s run sick.yaml --cpus 3 "
-             "--run-dir %s/sick-run --summary-json sick.summary.json > sick.log 2>&1; "
-             "echo $? > sick.rc) >/dev/null 2>&1 & echo $!",
-             dir, sb_test_bin("streambatch"), dir);
-    free(sb_test_sh_out("%s", cmd));
+    char flags[1024];
+    snprintf(flags, sizeof flags, "--cpus 3 --run-dir %s/sick-run", dir);
+    sh("mkdir -p %s/sick-run", dir);
+    run_bg("sick", "", flags);
     usleep(1000 * 1000);
     char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/sick-run/cpu-0$' | head -1", dir);
     cr_assert(*victim, "no worker to throttle");
     sh("(while [ ! -f %s/sick.rc ] && kill -STOP %s 2>/dev/null; do sleep 0.15; "
        "kill -CONT %s; sleep 0.05; done; kill -CONT %s) >/dev/null 2>&1 &",
        dir, victim, victim, victim);
-    sh("for i in $(seq 1 1400); do [ -f %s/sick.rc ] && break; sleep 0.1; done", dir);
-    char *rc = sb_test_sh_out("cat %s/sick.rc", dir);
-    char *log = sb_test_sh_out("tail -12 %s/sick.log", dir);
-    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    char *log = wait_bg_ok("sick", 12);
     cr_expect(strstr(log, "sick workers: ") != NULL, "the summary says so:\n%s", log);
-    free(rc);
     free(log);
     /* the throttled process ended before the run did (retired), and cpu-0-r1 replaced it */
     char *gone = sb_test_sh_out("kill -0 %s 2>/dev/null && echo alive || echo gone", victim);
@@ -472,14 +454,11 @@ Test(run, a_worker_confined_by_a_cpu_quota_is_drained_and_replaced)
 {
     const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 4000}}\n";
     write_pipeline("quota", stages, "");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && mkdir -p quota-run && (timeout 150 %s run quota.yaml --cpus 3 "
-             "--set spec.source.partitionSize=16Ki "
-             "--run-dir %s/quota-run --summary-json quota.summary.json > quota.log 2>&1; "
-             "echo $? > quota.rc) >/dev/null 2>&1 & echo $!",
-             dir, sb_test_bin("streambatch"), dir);
-    free(sb_test_sh_out("%s", cmd));
+    char flags[1024];
+    snprintf(flags, sizeof flags,
+             "--cpus 3 --set spec.source.partitionSize=16Ki --run-dir %s/quota-run", dir);
+    sh("mkdir -p %s/quota-run", dir);
+    run_bg("quota", "", flags);
     char *victim = sb_test_sh_out("for i in $(seq 100); do p=$(pgrep -f -- '--spill-[d]ir "
                                   "%s/quota-run/cpu-0$' | head -1); [ -n \"$p\" ] && break; "
                                   "sleep 0.05; done; echo $p",
@@ -1120,30 +1099,14 @@ Test(run, workers_killed_while_holding_batches_lose_and_duplicate_nothing)
     write_pipeline("kbatch", "  - {name: a, op: filter, args: {field: n, op: lt, value: 50}}\n",
                    "");
     sh("sed -i 's/partitionSize: 64Ki/partitionSize: 1Ki/' %s/kbatch.yaml", dir);
-    char cmd[2048];
-    snprintf(
-        cmd, sizeof cmd,
-        "cd %s && (timeout 150 %s run kbatch.yaml --cpus 2 --summary-json "
-        "kbatch.summary.json > kbatch.log 2>&1; echo $? > kbatch.rc) >/dev/null 2>&1 & echo $!",
-        dir, sb_test_bin("streambatch"));
-    free(sb_test_sh_out("%s", cmd));
+    run_bg("kbatch", "", "--cpus 2");
     int kills = 0;
     usleep(300 * 1000);
     for (int round = 0; round < 3; round++) {
-        char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | shuf -n 1", dir);
-        if (*victim) {
-            sh("kill -9 %s", victim);
-            kills++;
-        }
-        free(victim);
+        kills += kill_random_worker();
         usleep(250 * 1000);
     }
-    sh("for i in $(seq 1 1400); do [ -f %s/kbatch.rc ] && break; sleep 0.1; done", dir);
-    char *rc = sb_test_sh_out("cat %s/kbatch.rc", dir);
-    char *log = sb_test_sh_out("tail -20 %s/kbatch.log", dir);
-    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
-    free(rc);
-    free(log);
+    free(wait_bg_ok("kbatch", 20));
     char *got = output_digest("kbatch"), *want = expected_digest("r['n'] < 50");
     cr_expect_str_eq(got, want, "output differs from a failure-free computation");
     free(got);
