@@ -55,7 +55,7 @@ run_cn() {
   timed cn "$cbin" --no-validate lang en id,score "$work/out-cn" "$work"/in/*.jsonl
 }
 records() { cat "$@" | LC_ALL=C sort | md5sum | cut -d' ' -f1; }
-. scripts/bench-lib.sh # pressure
+. scripts/bench-lib.sh # pressure, median, range
 before=$(pressure)
 for r in $(seq "$rounds"); do
   echo "bench: etl round $r/$rounds" >&2
@@ -70,9 +70,7 @@ for r in $(seq "$rounds"); do
 done
 after=$(pressure)
 kept=$(cat "$work"/out-c/*.jsonl | wc -l)
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 col() { awk -v c="$2" '{print $c}' "$work/$1.t"; }
-range() { sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
 # per-round ratio of wall times (cpu: of CPU times): A's / B's, the median
 ratios() { paste -d' ' "$work/$1.t" "$work/$2.t" | awk '{printf "%.4f\n", $1 / $3}' | median; }
 cpu_ratios() { paste -d' ' "$work/$1.t" "$work/$2.t" | awk '{printf "%.4f\n", $2 / $4}' | median; }

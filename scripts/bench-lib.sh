@@ -8,3 +8,14 @@ pressure() {
   [[ -r /proc/pressure/cpu ]] && p=$(awk '/^some/ { sub("avg60=", "", $3); print $3 "%" }' /proc/pressure/cpu)
   echo "CPU pressure ${p:-n/a}, load $(cut -d' ' -f1-3 /proc/loadavg)"
 }
+
+# median and range ("lo-hi", 2 decimals) of numbers given as arguments, or one per line on stdin
+# when there are none.
+median() {
+  if (($#)); then printf '%s\n' "$@"; else cat; fi |
+    sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'
+}
+range() {
+  if (($#)); then printf '%s\n' "$@"; else cat; fi |
+    sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'
+}

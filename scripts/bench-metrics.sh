@@ -53,8 +53,7 @@ secs() { # name [metrics] -> wall seconds of the whole command
   t1=$(date +%s.%N)
   echo "$t1 - $t0" | bc -l
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
 
 echo
 echo "## Metrics cost (scripts/bench-metrics.sh)"

@@ -52,7 +52,7 @@ for r in $(seq "$rounds"); do
   np1+=("$(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$py" "$work/np.py" "$work/model.safetensors" "$rows" 1)")
   npn+=("$("$py" "$work/np.py" "$work/model.safetensors" "$rows" 1)")
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
 m_op=$(median "${op[@]}"); m_np1=$(median "${np1[@]}"); m_npn=$(median "${npn[@]}")
 gf() { echo "$flops / $1 / 1000000000" | bc -l; }
 echo

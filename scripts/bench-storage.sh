@@ -82,8 +82,7 @@ for r in $(seq "$rounds"); do
   s3_t+=("$(run s3etl)")
   file_t+=("$(run fileetl)")
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
 mc=$(median "${curl_t[@]}"); msr=$(median "${src_t[@]}"); msf=$(median "${srcf_t[@]}"); mr=$(median "${read_t[@]}"); mrf=$(median "${readf_t[@]}"); ms=$(median "${s3_t[@]}"); mf=$(median "${file_t[@]}")
 gbs() { echo "$bytes / $1 / 1000000000" | bc -l | xargs printf '%.2f'; }
 cat <<MD

@@ -58,8 +58,7 @@ spec:
 EOF2
 digest() { cat "$@" | sort | md5sum | cut -d' ' -f1; }
 want=$(digest "$work"/in/*.jsonl)
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
 # run NAME THROTTLE GPUS [SB_SCHED_OFF]: writes "seconds drained copies" to $work/res
 run() {
   local name=$1 throttle=$2 gpus=$3 off=${4:-} rd="$work/run-$1" t0 t1 pid rp

@@ -48,8 +48,7 @@ daft.read_json(sys.argv[1] + "/in/*.jsonl").write_json(sys.argv[2])
 PY
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >"$work/last.log" 2>&1 || { tail "$work/last.log" >&2; return 1; }
   t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
 digest() { cat "$@" | python3 -c '
 import json, sys, hashlib
 rows = sorted(json.dumps(json.loads(l), sort_keys=True) for l in sys.stdin if l.strip())

@@ -112,8 +112,7 @@ digest() { cat "$@" | python3 -c '
 import json, sys, hashlib
 rows = sorted(json.dumps(json.loads(l), sort_keys=True) for l in sys.stdin if l.strip())
 print(len(rows), hashlib.md5("\n".join(rows).encode()).hexdigest())'; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'; }
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
 run_sb() { rm -rf "$work/out-$1"; "$bin/streambatch" run "$work/$1.yaml" --cpus "$2"; }
 
 # Ray Data, when pip can install it (cached: the install takes a few minutes once)
