@@ -513,6 +513,37 @@ static int obj_name_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Parts of one commit, ordered by name, then by index (qsort with a key that ties on neither). */
+typedef struct {
+    const char *name;
+    size_t i;
+} named_index;
+
+static int named_index_cmp(const void *a, const void *b)
+{
+    const named_index *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c != 0 ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* first[i] = the lowest index j with parts[j].name equal to parts[i].name (i itself when the
+ * name is not repeated): one sort, so a commit of a million parts does not compare each with
+ * every one before it. 0, or -1 when out of memory. */
+static int first_of_names(const sb_io_part_info *parts, size_t n, size_t *first)
+{
+    named_index *v = malloc((n ? n : 1) * sizeof *v);
+    if (v == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        v[i] = (named_index){parts[i].name, i};
+    if (n > 0)
+        qsort(v, n, sizeof *v, named_index_cmp);
+    for (size_t k = 0; k < n; k++)
+        first[v[k].i] = k > 0 && strcmp(v[k - 1].name, v[k].name) == 0 ? first[v[k - 1].i] : v[k].i;
+    free(v);
+    return 0;
+}
+
 int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
                       const sb_io_errored *errored, size_t nerrored, sb_err *err)
 {
@@ -524,11 +555,13 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
     const char *ext = ext_of(sink->format);
     const char **sorted = malloc((n ? n : 1) * sizeof *sorted);
     unsigned char *skip = calloc(n ? n : 1, 1);
+    size_t *first = malloc((n ? n : 1) * sizeof *first); /* the first index with each name */
     sb_io_obj *objs = NULL;
     size_t nobjs = 0;
     int rc = 0;
     char *text = NULL;
-    if (sorted == NULL || skip == NULL) {
+    if (sorted == NULL || skip == NULL || first == NULL ||
+        first_of_names(parts, n, first) != 0) {
         rc = sb_err_set(err, "sink: commit: out of memory");
         goto out;
     }
@@ -551,9 +584,8 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
             break;
         }
         /* The same name twice: allowed only with identical info (e.g. a report repeated). */
-        for (size_t j = 0; j < i && !skip[i]; j++) {
-            if (skip[j] || strcmp(parts[j].name, parts[i].name) != 0)
-                continue;
+        size_t j = first[i];
+        if (j != i) {
             if (parts[j].rows != parts[i].rows || parts[j].bytes != parts[i].bytes ||
                 parts[j].crc32c != parts[i].crc32c) {
                 rc = sb_err_set(err,
@@ -563,9 +595,8 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
                 break;
             }
             skip[i] = 1;
+            continue; /* checked against the listing once, as the first */
         }
-        if (rc != 0)
-            break;
         char *uri = sb_io_uri_join(dir, parts[i].name);
         if (uri == NULL) {
             rc = sb_err_set(err, "sink: commit: out of memory");
@@ -583,11 +614,12 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
         free(uri);
         if (rc != 0)
             break;
-        sorted[i] = parts[i].name;
     }
     free(listed);
     if (rc != 0)
         goto out;
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = parts[i].name;
     if (n > 0)
         qsort(sorted, n, sizeof *sorted, name_cmp);
     /* Part files this engine wrote that the committed list does not name are output of
@@ -631,6 +663,7 @@ out:
     free(text);
     free(sorted);
     free(skip);
+    free(first);
     free(dir);
     return rc;
 }

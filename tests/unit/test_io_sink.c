@@ -242,6 +242,45 @@ Test(sink, rewrite_overwrites_and_commit_drops_strays)
     cr_assert(strstr(e.msg, "listed twice with different contents") != NULL, "%s", e.msg);
 }
 
+/* A part reported more than once, not next to itself in the list (reports of a re-sent batch
+ * interleave with others): identical copies count once, wherever they are; a different copy
+ * is an error naming the part and both sizes, the first report's first. */
+Test(sink, repeated_reports_anywhere_in_the_list_count_once)
+{
+    sb_sink_spec s = spec(SB_FMT_TEXT, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *r[] = {"row one", "row two"};
+    sb_io_part_info a, b, c;
+    write_part(&s, "s1-t3-p0", r, 2, &a);
+    write_part(&s, "s1-t1-p0", r, 1, &b);
+    write_part(&s, "s1-t2-p0", r, 2, &c);
+    sb_io_part_info list[6] = {a, b, c, a, b, a};
+    cr_assert_eq(sb_io_sink_commit(&s, list, 6, NULL, 0, &e), 0, "%s", e.msg);
+    size_t n;
+    char *m = slurp(out_path("_manifest.json"), &n);
+    cJSON *j = cJSON_Parse(m);
+    cr_assert_not_null(j, "%s", m);
+    const cJSON *parts = cJSON_GetObjectItem(j, "parts");
+    cr_assert_eq(cJSON_GetArraySize(parts), 3, "%s", m);
+    /* in the order first reported */
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 0), "name")->valuestring,
+                     "part-s1-t3-p0.txt");
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 2), "name")->valuestring,
+                     "part-s1-t2-p0.txt");
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "totals"), "rows")->valuedouble, 5);
+    cJSON_Delete(j);
+    free(m);
+    list[5].bytes += 1; /* the third report of s1-t3-p0 differs from the first */
+    cr_assert_eq(sb_io_sink_commit(&s, list, 6, NULL, 0, &e), -1);
+    char want[160];
+    snprintf(want, sizeof want,
+             "part part-s1-t3-p0.txt is listed twice with different contents (%llu and %llu "
+             "bytes)",
+             (unsigned long long)a.bytes, (unsigned long long)a.bytes + 1);
+    cr_expect(strstr(e.msg, want) != NULL, "%s", e.msg);
+}
+
 Test(sink, abort_and_prepare_clean_up)
 {
     sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
