@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "controller/sched/ranges.h"
+#include "core/idmap.h"
 #include "core/num.h"
 
 /* Writes p's entry into buf (len bytes, may be 0); returns its length, as snprintf. */
@@ -132,6 +133,11 @@ void sb_ckpt_free(sb_ckpt *c)
     memset(c, 0, sizeof *c);
 }
 
+static const char *part_id_at(const void *ctx, size_t i)
+{
+    return ((const sb_sched_output *)ctx)[i].id;
+}
+
 int sb_ckpt_parse(const cJSON *cp, size_t nsplits, const char *what, sb_ckpt *out, sb_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -188,22 +194,36 @@ int sb_ckpt_parse(const cJSON *cp, size_t nsplits, const char *what, sb_ckpt *ou
         sb_ckpt_free(out);
         return sb_err_set(err, "out of memory");
     }
-    for (int i = 0; i < n; i++) {
-        const cJSON *x = cJSON_GetArrayItem(parts, i);
+    /* each part once: a hash index of the ids (the parts array does not move meanwhile) */
+    sb_idmap seen;
+    sb_idmap_init(&seen, part_id_at, out->parts);
+    int i = 0, rc = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, parts)
+    {
+        if (i == n)
+            break;
         if (sb_ckpt_part_parse(cJSON_IsString(x) ? x->valuestring : NULL, &out->parts[i], &e2) !=
             0) {
-            sb_ckpt_free(out);
-            return sb_err_set(err, "%s.parts[%d]: %s", what, i, e2.msg);
+            rc = sb_err_set(err, "%s.parts[%d]: %s", what, i, e2.msg);
+            break;
         }
         out->nparts++;
-        for (int k = 0; k < i; k++)
-            if (strcmp(out->parts[k].id, out->parts[i].id) == 0) {
-                sb_err_set(err, "%s.parts[%d]: part %s is listed twice", what, i, out->parts[i].id);
-                sb_ckpt_free(out);
-                return -1;
-            }
+        if (sb_idmap_get(&seen, out->parts[i].id, NULL)) {
+            rc = sb_err_set(err, "%s.parts[%d]: part %s is listed twice", what, i,
+                            out->parts[i].id);
+            break;
+        }
+        if (sb_idmap_put(&seen, out->parts[i].id, (size_t)i) != 0) {
+            rc = sb_err_set(err, "out of memory");
+            break;
+        }
+        i++;
     }
-    return 0;
+    sb_idmap_free(&seen);
+    if (rc != 0)
+        sb_ckpt_free(out);
+    return rc;
 }
 
 /* ---- the spec hash ---- */

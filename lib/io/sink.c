@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/idmap.h"
 #include "partition/crc32c.h"
 #include "partition/partition.h"
 #include "partition/rowjson.h"
@@ -513,35 +514,27 @@ static int obj_name_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Parts of one commit, ordered by name, then by index (qsort with a key that ties on neither). */
-typedef struct {
-    const char *name;
-    size_t i;
-} named_index;
-
-static int named_index_cmp(const void *a, const void *b)
+static const char *part_name_at(const void *ctx, size_t i)
 {
-    const named_index *x = a, *y = b;
-    int c = strcmp(x->name, y->name);
-    return c != 0 ? c : (x->i > y->i) - (x->i < y->i);
+    return ((const sb_io_part_info *)ctx)[i].name;
 }
 
 /* first[i] = the lowest index j with parts[j].name equal to parts[i].name (i itself when the
- * name is not repeated): one sort, so a commit of a million parts does not compare each with
- * every one before it. 0, or -1 when out of memory. */
+ * name is not repeated), through a hash index: a commit of a million parts does not compare
+ * each with every one before it. 0, or -1 when out of memory. */
 static int first_of_names(const sb_io_part_info *parts, size_t n, size_t *first)
 {
-    named_index *v = malloc((n ? n : 1) * sizeof *v);
-    if (v == NULL)
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        v[i] = (named_index){parts[i].name, i};
-    if (n > 0)
-        qsort(v, n, sizeof *v, named_index_cmp);
-    for (size_t k = 0; k < n; k++)
-        first[v[k].i] = k > 0 && strcmp(v[k - 1].name, v[k].name) == 0 ? first[v[k - 1].i] : v[k].i;
-    free(v);
-    return 0;
+    sb_idmap m;
+    sb_idmap_init(&m, part_name_at, parts);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (sb_idmap_get(&m, parts[i].name, &first[i]))
+            continue;
+        first[i] = i;
+        rc = sb_idmap_put(&m, parts[i].name, i);
+    }
+    sb_idmap_free(&m);
+    return rc;
 }
 
 int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,

@@ -153,6 +153,8 @@ Test(opr_status, checkpoint_rejects_edited_status)
         {"{\"epoch\":1,\"parts\":\"x\"}", "status.checkpoint.parts"},
         {"{\"epoch\":1,\"parts\":[\"a:1:2:3\",5]}", "status.checkpoint.parts[1]"},
         {"{\"epoch\":1,\"parts\":[\"a:1:2:3\",\"a:1:2:3\"]}", "listed twice"},
+        {"{\"epoch\":1,\"parts\":[\"a:1:2:3\",\"b:1:2:3\",\"c:1:2:3\",\"b:1:2:3\"]}",
+         "status.checkpoint.parts[3]: part b is listed twice"},
         {"{\"epoch\":1,\"specHash\":\"ABCDEF0123456789\"}", "status.checkpoint.specHash"},
         {"{\"epoch\":1,\"specHash\":\"0123\"}", "status.checkpoint.specHash"},
         {"{\"epoch\":1,\"specHash\":7}", "status.checkpoint.specHash"},
