@@ -210,8 +210,8 @@ int sb_ckpt_parse(const cJSON *cp, size_t nsplits, const char *what, sb_ckpt *ou
         }
         out->nparts++;
         if (sb_idmap_get(&seen, out->parts[i].id, NULL)) {
-            rc = sb_err_set(err, "%s.parts[%d]: part %s is listed twice", what, i,
-                            out->parts[i].id);
+            rc =
+                sb_err_set(err, "%s.parts[%d]: part %s is listed twice", what, i, out->parts[i].id);
             break;
         }
         if (sb_idmap_put(&seen, out->parts[i].id, (size_t)i) != 0) {

@@ -553,8 +553,7 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
     size_t nobjs = 0;
     int rc = 0;
     char *text = NULL;
-    if (sorted == NULL || skip == NULL || first == NULL ||
-        first_of_names(parts, n, first) != 0) {
+    if (sorted == NULL || skip == NULL || first == NULL || first_of_names(parts, n, first) != 0) {
         rc = sb_err_set(err, "sink: commit: out of memory");
         goto out;
     }
