@@ -459,6 +459,32 @@ static int cmp_key_idx(const void *a, const void *b, void *keys_)
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
+/* Whether keys[0..n) holds a key twice: 1 with *first and *again (the earlier and a later
+ * occurrence of the smallest such key), 0 when not, -1 when out of memory. One sort, so a map of
+ * a hundred thousand keys (a hostile manifest) costs milliseconds, not a minute. */
+static int find_dup_key(sb_node **keys, size_t n, const sb_node **first, const sb_node **again)
+{
+    if (n < 2)
+        return 0;
+    size_t *idx = malloc(n * sizeof *idx);
+    if (idx == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    qsort_r(idx, n, sizeof *idx, cmp_key_idx, keys);
+    int dup = 0;
+    for (size_t i = 1; i < n && !dup; i++) {
+        const sb_node *a = keys[idx[i - 1]], *b = keys[idx[i]];
+        if (a->text_len == b->text_len && memcmp(a->text, b->text, a->text_len) == 0) {
+            *first = a;
+            *again = b;
+            dup = 1;
+        }
+    }
+    free(idx);
+    return dup;
+}
+
 /* Finishes a collection frame: copies children into the arena, checks duplicate keys. */
 static int frame_close(yparse *p, frame *f)
 {
@@ -483,25 +509,16 @@ static int frame_close(yparse *p, frame *f)
             w += 1;
     }
     nd->weight = w;
-    if (nd->kind == SB_NODE_MAP && f->n > 1) {
-        size_t *idx = malloc(f->n * sizeof *idx);
-        if (idx == NULL)
+    if (nd->kind == SB_NODE_MAP) {
+        const sb_node *a, *b;
+        int dup = find_dup_key(nd->keys, f->n, &a, &b);
+        if (dup < 0)
             return -1;
-        for (size_t i = 0; i < f->n; i++)
-            idx[i] = i;
-        qsort_r(idx, f->n, sizeof *idx, cmp_key_idx, nd->keys);
-        int dup = 0;
-        for (size_t i = 1; i < f->n && !dup; i++) {
-            const sb_node *a = nd->keys[idx[i - 1]], *b = nd->keys[idx[i]];
-            if (a->text_len == b->text_len && memcmp(a->text, b->text, a->text_len) == 0) {
-                doc_set_error(p->doc, b->line, b->col, "duplicate key \"%s\" (first at line %d)",
-                              b->text, a->line);
-                dup = 1;
-            }
+        if (dup) {
+            doc_set_error(p->doc, b->line, b->col, "duplicate key \"%s\" (first at line %d)",
+                          b->text, a->line);
+            return -1;
         }
-        free(idx);
-        if (dup)
-            return -1;
     }
     if (f->anchor != NULL && anchors_put(&p->anchors, f->anchor, nd) != 0)
         return -1;
@@ -829,17 +846,22 @@ static sb_node *from_cjson(sb_doc *d, const cJSON *j, int depth, const sb_doc_li
                     return NULL;
                 k->text_len = strlen(c->string);
                 k->text = arena_strdup(d, c->string, k->text_len);
-                for (size_t q = 0; q < i; q++)
-                    if (strcmp(nd->keys[q]->text, k->text) == 0) {
-                        doc_set_error(d, 0, 0, "duplicate key \"%s\"", k->text);
-                        return NULL;
-                    }
+                if (k->text == NULL)
+                    return NULL;
                 nd->keys[i] = k;
             }
             nd->items[i] = from_cjson(d, c, depth + 1, lim, count, nums);
             if (nd->items[i] == NULL)
                 return NULL;
             nd->weight += nd->items[i]->weight + (is_map ? 1 : 0);
+        }
+        const sb_node *a, *b;
+        int dup = is_map ? find_dup_key(nd->keys, n, &a, &b) : 0;
+        if (dup < 0)
+            return NULL;
+        if (dup) {
+            doc_set_error(d, 0, 0, "duplicate key \"%s\"", b->text);
+            return NULL;
         }
     }
     if (nd->text == NULL)

@@ -236,6 +236,31 @@ Test(doc, json_parse_and_errors)
     d = sb_doc_parse_json(dup, strlen(dup), NULL);
     cr_expect(strstr(sb_doc_error(d, NULL, NULL), "duplicate key \"a\"") != NULL);
     sb_doc_free(d);
+    /* far apart and nested; and the same key in two different objects is fine */
+    const char *apart = "[{\"x\": {\"k\": 1}}, {\"k\": 1, \"m\": [], \"z\": 0, \"m\": 2}]";
+    d = sb_doc_parse_json(apart, strlen(apart), NULL);
+    cr_expect(strstr(sb_doc_error(d, NULL, NULL), "duplicate key \"m\"") != NULL, "%s",
+              sb_doc_error(d, NULL, NULL));
+    sb_doc_free(d);
+    /* an object of 50,000 keys, the last repeating the first (checked with one sort: the
+     * check compared each key with every one before it, seconds for a hostile manifest) */
+    size_t cap = 50000 * 16, o = 0;
+    char *wide = malloc(cap);
+    cr_assert_not_null(wide);
+    o += (size_t)snprintf(wide + o, cap - o, "{");
+    for (int i = 0; i < 50000; i++)
+        o += (size_t)snprintf(wide + o, cap - o, "\"k%d\":%d,", i, i);
+    o += (size_t)snprintf(wide + o, cap - o, "\"k0\":0}");
+    d = sb_doc_parse_json(wide, o, NULL);
+    cr_expect(strstr(sb_doc_error(d, NULL, NULL), "duplicate key \"k0\"") != NULL, "%s",
+              sb_doc_error(d, NULL, NULL));
+    sb_doc_free(d);
+    wide[o - 8] = '}'; /* without the repeat: parsed */
+    d = sb_doc_parse_json(wide, o - 7, NULL);
+    cr_expect_null(sb_doc_error(d, NULL, NULL), "%s", sb_doc_error(d, NULL, NULL));
+    cr_expect_eq(sb_doc_root(d, 0)->n, 50000);
+    sb_doc_free(d);
+    free(wide);
 }
 
 static const char *minimal =
