@@ -242,8 +242,8 @@ static void print_progress(const sb_ctl_snapshot *s, double elapsed, int tty, in
             human_bytes(s->stats.budget, b, sizeof b));
 }
 
-static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double cpu_total,
-                          uint64_t peak_rss, uint64_t started)
+static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double commit_s,
+                          double cpu_total, uint64_t peak_rss, uint64_t started)
 {
     char a[32], b[32], c[32];
     fprintf(f, "\n%-24s %7s %12s %10s %9s %9s %12s %7s %9s\n", "stage", "tasks", "rows", "bytes",
@@ -258,10 +258,12 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
                 o->retries, o->recovered);
     }
     fprintf(f,
-            "\nwall %.2f s, cpu %.2f s (all processes), sink %" PRIu64 " parts %" PRIu64
-            " rows %s\n",
+            "\nwall %.2f s, cpu %.2f s (all processes), sink %" PRIu64 " parts %" PRIu64 " rows %s",
             wall, cpu_total, s->stats.sink_parts, s->stats.sink_rows,
             human_bytes(s->stats.sink_bytes, a, sizeof a));
+    if (commit_s >= 0) /* the wall time ends at the last task; the commit follows it */
+        fprintf(f, ", committed in %.2f s", commit_s);
+    fputc('\n', f);
     fprintf(f,
             "memory: partitions in flight peaked at %s (budget %s); peak worker RSS %s; "
             "%" PRIu64 " worker processes started, %zu lost; %" PRIu64 " task attempts, %" PRIu64
@@ -307,8 +309,9 @@ static double self_cpu_seconds(void)
 }
 
 static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const char *state,
-                               double wall, double cpu_total, uint64_t peak_rss, uint64_t started,
-                               const sb_sched_errored *errs, size_t nerr, uint64_t errored_total)
+                               double wall, double commit_s, double cpu_total, uint64_t peak_rss,
+                               uint64_t started, const sb_sched_errored *errs, size_t nerr,
+                               uint64_t errored_total)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "erroredPartitions", (double)errored_total);
@@ -323,6 +326,8 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
     cJSON_AddNumberToObject(j, "controllerCpuSeconds", self_cpu_seconds());
     cJSON_AddStringToObject(j, "state", state);
     cJSON_AddNumberToObject(j, "wallSeconds", wall);
+    if (commit_s >= 0)
+        cJSON_AddNumberToObject(j, "commitSeconds", commit_s);
     cJSON_AddNumberToObject(j, "cpuSeconds", cpu_total);
     cJSON_AddNumberToObject(j, "budget", (double)s->stats.budget);
     cJSON_AddNumberToObject(j, "peakPartitionBytes", (double)s->stats.peak_partition_bytes);
@@ -955,8 +960,12 @@ int sb_run(const sb_run_opts *o)
     const char *state = "Succeeded";
     char msg[SB_ERR_MAX + 512];
     int commit_failed = 0;
-    if (!g_interrupted && !stalled_out && st == SB_SCHED_SUCCEEDED)
+    double commit_s = -1; /* the sink's commit job, when it ran: after `wall` */
+    if (!g_interrupted && !stalled_out && st == SB_SCHED_SUCCEEDED) {
+        double c0 = mono_s();
         commit_failed = commit_sink(ctl, stall_ms, msg, sizeof msg) != 0;
+        commit_s = mono_s() - c0;
+    }
     /* (a run that failed or stopped while planning or preparing never touched the sink, or
      * cannot: leave it alone) */
     if ((g_interrupted || stalled_out || st != SB_SCHED_SUCCEEDED || commit_failed) &&
@@ -1001,7 +1010,7 @@ int sb_run(const sb_run_opts *o)
     size_t nerr = 0;
     uint64_t errored_total = 0;
     sb_sched_errored *errs = sb_ctl_errored(ctl, &nerr, &errored_total);
-    print_summary(stdout, &s, wall, cpu_total, peak_rss, started);
+    print_summary(stdout, &s, wall, commit_s, cpu_total, peak_rss, started);
     print_errored(stdout, errs, nerr, errored_total);
     if (errored_total > 0 && strcmp(state, "Succeeded") == 0)
         printf("%s: Succeeded with %" PRIu64 " errored partition%s in %.2f s\n", r.p.metadata.name,
@@ -1009,8 +1018,8 @@ int sb_run(const sb_run_opts *o)
     else
         printf("%s: %s in %.2f s\n", r.p.metadata.name, state, wall);
     if (o->summary_json != NULL)
-        write_summary_json(o->summary_json, &s, state, wall, cpu_total, peak_rss, started, errs,
-                           nerr, errored_total);
+        write_summary_json(o->summary_json, &s, state, wall, commit_s, cpu_total, peak_rss, started,
+                           errs, nerr, errored_total);
     sb_ctl_errored_free(errs, nerr);
     if (code == 0) {
         if (sb_runckpt_remove(ck.path, &err) != 0)

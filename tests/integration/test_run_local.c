@@ -302,7 +302,14 @@ Test(run, filter_keeps_exactly_the_matching_records)
     char *out;
     int rc = run_cli("filt", "--cpus 2", &out);
     cr_assert_eq(rc, 0, "%s", out);
+    /* the summary's wall time ends at the last task; the commit's own time is shown after it */
+    cr_expect(strstr(out, ", committed in ") != NULL, "%s", out);
     free(out);
+    char *cs = sb_test_sh_out("python3 -c \"import json; c=json.load(open('%s/filt.summary.json'))"
+                              "['commitSeconds']; print('ok' if 0 <= c < 60 else c)\"",
+                              dir);
+    cr_expect_str_eq(cs, "ok", "commitSeconds");
+    free(cs);
     char *got = output_digest("filt"), *want = expected_digest("r['n'] < 30");
     cr_expect_str_eq(got, want);
     free(got);
