@@ -201,8 +201,6 @@ int sb_ckpt_parse(const cJSON *cp, size_t nsplits, const char *what, sb_ckpt *ou
     const cJSON *x;
     cJSON_ArrayForEach(x, parts)
     {
-        if (i == n)
-            break;
         if (sb_ckpt_part_parse(cJSON_IsString(x) ? x->valuestring : NULL, &out->parts[i], &e2) !=
             0) {
             rc = sb_err_set(err, "%s.parts[%d]: %s", what, i, e2.msg);

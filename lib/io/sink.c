@@ -421,11 +421,6 @@ int sb_io_sink_abort(const sb_sink_spec *sink, sb_err *err)
     return rc;
 }
 
-static int name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static int valid_part_name(const char *name, const char *ext)
 {
     size_t n = strnlen(name, SB_IO_PART_NAME_MAX);
@@ -519,24 +514,6 @@ static const char *part_name_at(const void *ctx, size_t i)
     return ((const sb_io_part_info *)ctx)[i].name;
 }
 
-/* first[i] = the lowest index j with parts[j].name equal to parts[i].name (i itself when the
- * name is not repeated), through a hash index: a commit of a million parts does not compare
- * each with every one before it. 0, or -1 when out of memory. */
-static int first_of_names(const sb_io_part_info *parts, size_t n, size_t *first)
-{
-    sb_idmap m;
-    sb_idmap_init(&m, part_name_at, parts);
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        if (sb_idmap_get(&m, parts[i].name, &first[i]))
-            continue;
-        first[i] = i;
-        rc = sb_idmap_put(&m, parts[i].name, i);
-    }
-    sb_idmap_free(&m);
-    return rc;
-}
-
 int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
                       const sb_io_errored *errored, size_t nerrored, sb_err *err)
 {
@@ -546,14 +523,14 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
     if (dir == NULL)
         return -1;
     const char *ext = ext_of(sink->format);
-    const char **sorted = malloc((n ? n : 1) * sizeof *sorted);
     unsigned char *skip = calloc(n ? n : 1, 1);
-    size_t *first = malloc((n ? n : 1) * sizeof *first); /* the first index with each name */
+    sb_idmap named; /* the committed parts by name: repeats, and strays below */
+    sb_idmap_init(&named, part_name_at, parts);
     sb_io_obj *objs = NULL;
     size_t nobjs = 0;
     int rc = 0;
     char *text = NULL;
-    if (sorted == NULL || skip == NULL || first == NULL || first_of_names(parts, n, first) != 0) {
+    if (skip == NULL) {
         rc = sb_err_set(err, "sink: commit: out of memory");
         goto out;
     }
@@ -576,8 +553,8 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
             break;
         }
         /* The same name twice: allowed only with identical info (e.g. a report repeated). */
-        size_t j = first[i];
-        if (j != i) {
+        size_t j;
+        if (sb_idmap_get(&named, parts[i].name, &j)) {
             if (parts[j].rows != parts[i].rows || parts[j].bytes != parts[i].bytes ||
                 parts[j].crc32c != parts[i].crc32c) {
                 rc = sb_err_set(err,
@@ -588,6 +565,10 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
             }
             skip[i] = 1;
             continue; /* checked against the listing once, as the first */
+        }
+        if (sb_idmap_put(&named, parts[i].name, i) != 0) {
+            rc = sb_err_set(err, "sink: commit: out of memory");
+            break;
         }
         char *uri = sb_io_uri_join(dir, parts[i].name);
         if (uri == NULL) {
@@ -610,10 +591,6 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
     free(listed);
     if (rc != 0)
         goto out;
-    for (size_t i = 0; i < n; i++)
-        sorted[i] = parts[i].name;
-    if (n > 0)
-        qsort(sorted, n, sizeof *sorted, name_cmp);
     /* Part files this engine wrote that the committed list does not name are output of
      * attempts that no longer count: remove them so readers of the directory see no
      * duplicates. Files of other names (a user's own part-00000.jsonl) are left alone. */
@@ -621,7 +598,7 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
         const char *nm = sb_io_uri_base(objs[i].uri);
         if (!our_part_name(nm, ext))
             continue;
-        if (n > 0 && bsearch(&nm, sorted, n, sizeof *sorted, name_cmp) != NULL)
+        if (sb_idmap_get(&named, nm, NULL))
             continue;
         if (sb_io_del(objs[i].uri, err) != 0) {
             rc = sb_err_wrap(err, "sink: commit: cannot remove stray part %.300s", objs[i].uri);
@@ -653,9 +630,8 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
 out:
     sb_io_objs_free(objs, nobjs);
     free(text);
-    free(sorted);
+    sb_idmap_free(&named);
     free(skip);
-    free(first);
     free(dir);
     return rc;
 }
