@@ -226,6 +226,7 @@ typedef struct {
     char *id;
     uint64_t bytes, rows;
     uint32_t crc;
+    int published; /* the controller took it as an early output (publish_part) */
 } out_part;
 
 typedef struct task_ctx task_ctx;
@@ -257,6 +258,7 @@ struct task_ctx {
     int from_source; /* op 0 reads a source split (its rows are counted as read) */
     sb_err err;
     int failed;
+    int finishing; /* the ops' finish: its outputs are the task's last (no grant to wait for) */
     /* the accelerator, kept from the last input's run through the ops' finish (run_chain) */
     int accel_held;
     double accel_since;
@@ -298,8 +300,73 @@ static int add_part(task_ctx *t, const char *id, uint64_t bytes, uint64_t rows, 
     p->bytes = bytes;
     p->rows = rows;
     p->crc = crc;
+    p->published = 0;
     t->nparts++;
     return 0;
+}
+
+/* One partial report (CompleteTaskRequest.partial) of a running task: output p, or none (asking
+ * for the grant of its next output again). 1 answered "wait for budget", else 0; sets
+ * p->published when the controller took it. */
+static int partial_report(task_ctx *t, out_part *p)
+{
+    worker *w = t->w;
+    ctl_chan *c = ctl_get(w, 0);
+    if (c == NULL)
+        return 0;
+    Streambatch__V1__PartitionInfo info = STREAMBATCH__V1__PARTITION_INFO__INIT,
+                                   *infos[1] = {&info};
+    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    req.worker_id = (char *)w->cfg.id;
+    req.task_id = t->task->task_id;
+    req.attempt = t->task->attempt;
+    req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    req.partial = 1;
+    if (p != NULL) {
+        info.id = p->id;
+        info.bytes = p->bytes;
+        info.rows = p->rows;
+        req.n_outputs = 1;
+        req.outputs = infos;
+    }
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    sb_rpc_code code =
+        sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 5000, 0, &resp, &err);
+    int cur = code == SB_RPC_OK && ctl_ok(w, c);
+    ctl_put(w, c);
+    int wait = 0;
+    if (cur) {
+        Streambatch__V1__CompleteTaskReply *r = (Streambatch__V1__CompleteTaskReply *)resp;
+        if (p != NULL)
+            p->published = r->accepted;
+        wait = r->accepted && r->wait;
+        apply_releases(w, r->release, r->n_release);
+    } else if (code != SB_RPC_OK) {
+        sb_log(SB_LOG_DEBUG, "early output not published", "task", t->task->task_id, "error",
+               err.msg, NULL);
+    }
+    sb_rpc_msg_free(resp);
+    return wait;
+}
+
+/* Early outputs (Task.publish_early): reports the output just written to the store as one of a
+ * running task's, so the next op can take it now, and then waits, making nothing more, while the
+ * controller says the memory budget has no room for the next one (asked again after 2, 4, 8,
+ * then every 10 ms: a few calls per wait where budget frees at the next op's task ends, and no
+ * storm of calls from many waiting workers; not after the ops' finish, whose outputs are the
+ * last). When a report is not answered or not accepted, the task goes on and its final report,
+ * which lists every output, decides. */
+#define WAIT_FIRST_MS 2
+#define WAIT_MAX_MS 10
+static void publish_part(task_ctx *t, out_part *p)
+{
+    int wait = partial_report(t, p);
+    for (int ms = WAIT_FIRST_MS; wait && !t->finishing && !stopping(t->w);
+         ms = ms * 2 < WAIT_MAX_MS ? ms * 2 : WAIT_MAX_MS) {
+        usleep((useconds_t)ms * 1000);
+        wait = partial_report(t, NULL);
+    }
 }
 
 /* The last stage's output: into the store, or to the sink. Owns blob. */
@@ -318,14 +385,19 @@ static int write_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
     sb_store_hints h = {.next_needed = t->task->task_index};
     sb_store_release(t->w->store, id, NULL); /* a re-run here replaces an earlier copy */
     int rc = sb_store_put(t->w->store, id, blob, len, &h, &t->err);
-    if (rc != 0)
+    if (rc != 0 || add_part(t, id, len, rows, 0) != 0)
         return -1;
-    return add_part(t, id, len, rows, 0);
+    if (t->task->publish_early)
+        publish_part(t, &t->parts[t->nparts - 1]);
+    return 0;
 }
 
-/* Outputs are queued while the ops run and written after (outside the accelerator). */
+/* Outputs are queued while the ops run and written after (outside the accelerator); without
+ * an accelerator, early outputs are written (and published) as they come. */
 static int emit_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
 {
+    if (t->task->publish_early && !t->w->have_accel)
+        return write_final(t, blob, len, rows);
     if (t->npending == t->cappending) {
         size_t cap = t->cappending ? t->cappending * 2 : 8;
         struct pending_out *np = realloc(t->pending, cap * sizeof *np);
@@ -586,9 +658,10 @@ static void task_done_free(task_done *d)
  * nobody will read them. Frees d. */
 static void task_done_acked(worker *w, task_done *d, int accepted)
 {
-    if (!accepted && !d->writes_sink)
+    if (!accepted && !d->writes_sink) /* early outputs: the controller says (release list) */
         for (size_t i = 0; i < d->nparts; i++)
-            sb_store_release(w->store, d->parts[i].id, NULL);
+            if (!d->parts[i].published)
+                sb_store_release(w->store, d->parts[i].id, NULL);
     task_done_free(d);
 }
 
@@ -621,6 +694,7 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
         drain_pending(&t);
     }
     if (rc == 0) {
+        t.finishing = 1;
         double a0 = t.accel_held ? t.accel_since : accel_acquire(w);
         for (size_t k = 0; rc == 0 && k < t.n; k++) { /* drain the chain front to back */
             if (t.impl[k]->finish != NULL && t.impl[k]->finish(t.state[k], t.out[k], &t.err) != 0)

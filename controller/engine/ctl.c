@@ -87,7 +87,7 @@ struct sb_ctl {
     /* storage jobs (storage_on_workers) */
     const sb_pipeline *pipeline;
     int no_fusion;
-    int no_tail_sizing, no_speculation, no_drain, no_eft; /* sb_ctl_config */
+    int no_tail_sizing, no_speculation, no_drain, no_eft, no_early; /* sb_ctl_config */
     int planning; /* PLAN/PREPARE under way: sched is NULL */
     int failed;   /* a storage job failed the pipeline before the scheduler */
     char failure[SB_ERR_MAX + 256];
@@ -311,6 +311,7 @@ static void plan_ready(sb_ctl *c)
                           .no_speculation = c->no_speculation,
                           .no_drain = c->no_drain,
                           .no_eft = c->no_eft,
+                          .no_early = c->no_early,
                           .start_ms = now_ms(),
                           .resume = c->have_resume ? &c->resume : NULL};
     c->sched = sb_sched_new(&sc, ss, c->plan.n, &err);
@@ -440,6 +441,7 @@ static int poll_reply_build(sb_ctl *c, poll_reply *r, const sb_sched_task *t, si
         m->target_partition_bytes = t[i].target_bytes;
         m->source_split = keep(r, t[i].split ? t[i].split : "");
         m->writes_sink = t[i].writes_sink;
+        m->publish_early = t[i].publish_early;
         m->n_ops = t[i].nstages;
         m->ops = &r->op_ptrs[oi];
         for (size_t k = 0; k < t[i].nstages; k++, oi++) {
@@ -725,7 +727,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
 }
 
 static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m,
-                        sb_sched_output *outs, int *live);
+                        sb_sched_output *outs, int *live, int *wait);
 
 static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
 {
@@ -751,8 +753,8 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     acks.naccepted = m->n_completions;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < m->n_completions; i++) {
-        int live = 0;
-        acks.accepted[i] = complete_one(c, m->completions[i], outs, &live) == 1;
+        int live = 0, wait; /* (no partial reports here: lib/rpc refuses them in a poll) */
+        acks.accepted[i] = complete_one(c, m->completions[i], outs, &live, &wait) == 1;
     }
     free(outs);
     if (acks.batched)
@@ -832,8 +834,9 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
  * batched completions: both go through here, so they are accounted alike). *live: the worker is
  * registered and live. 1 accepted, 0 stale (ignored), -1 refused (logged). Lock held. */
 static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m,
-                        sb_sched_output *outs, int *live)
+                        sb_sched_output *outs, int *live, int *wait)
 {
+    *wait = 0;
     for (size_t i = 0; i < m->n_outputs; i++) {
         outs[i].id = m->outputs[i]->id;
         outs[i].bytes = m->outputs[i]->bytes;
@@ -846,6 +849,11 @@ static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m
     sb_err err = {0};
     if (w != NULL && c->job.state != JOB_NONE && strcmp(m->task_id, c->job.id) == 0) {
         rc = storage_report(c, m);
+    } else if (w != NULL && c->sched != NULL && m->partial) { /* early outputs */
+        rc = sb_sched_publish(c->sched, m->worker_id, m->task_id, m->attempt, outs, m->n_outputs,
+                              now_ms(), wait, &err);
+        if (rc == 0)
+            return 0; /* not published: its final report lists them */
     } else if (w != NULL && c->sched != NULL) {
         sb_sched_metrics met = {m->metrics ? m->metrics->wall_seconds : 0,
                                 m->metrics ? m->metrics->cpu_seconds : 0,
@@ -886,10 +894,11 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         return;
     }
     pthread_mutex_lock(&c->mu);
-    int live = 0;
-    int rc = complete_one(c, m, outs, &live);
+    int live = 0, wait = 0;
+    int rc = complete_one(c, m, outs, &live, &wait);
     Streambatch__V1__CompleteTaskReply rep = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
     rep.accepted = rc == 1;
+    rep.wait = wait;
     char **rel = NULL;
     if (live && c->sched != NULL)
         rep.n_release = sb_sched_take_releases(c->sched, m->worker_id, &rel);
@@ -992,6 +1001,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
                           .no_speculation = cfg->no_speculation,
                           .no_drain = cfg->no_drain,
                           .no_eft = cfg->no_eft,
+                          .no_early = cfg->no_early,
                           .start_ms = now_ms(),
                           .resume = cfg->resume};
     if (c->pipeline_id == NULL || c->pipeline_json == NULL)
@@ -1002,6 +1012,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
     c->no_speculation = cfg->no_speculation;
     c->no_drain = cfg->no_drain;
     c->no_eft = cfg->no_eft;
+    c->no_early = cfg->no_early;
     c->job_pool = "cpu";
     if (cfg->pipeline != NULL && cfg->pipeline->spec.nstages > 0) {
         int any_cpu = 0;

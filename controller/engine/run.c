@@ -335,6 +335,7 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
     cJSON_AddNumberToObject(j, "tasksRun", (double)s->stats.tasks_run);
     cJSON_AddNumberToObject(j, "tasksRerun", (double)s->stats.tasks_rerun);
     cJSON_AddNumberToObject(j, "tasksBatched", (double)s->stats.tasks_batched);
+    cJSON_AddNumberToObject(j, "earlyOutputs", (double)s->stats.early_outputs);
     cJSON_AddNumberToObject(j, "partitionsRecovered", (double)s->stats.partitions_recovered);
     cJSON_AddNumberToObject(j, "partitionsLost", (double)s->stats.partitions_lost);
     cJSON_AddNumberToObject(j, "sinkParts", (double)s->stats.sink_parts);
@@ -668,13 +669,13 @@ static int resume_verify(const sb_sink_spec *sink, sb_ckpt *prev)
     return 0;
 }
 
-/* SB_SCHED_OFF: the straggler mechanisms to switch off, comma-separated words of
- * "tail-sizing", "speculation", "drain", "earliest-finish" (ablations:
- * scripts/bench-stragglers.sh). 0, or -1 with the bad word in bad. */
-static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int *eft, char *bad,
-                           size_t len)
+/* SB_SCHED_OFF: the scheduler mechanisms to switch off, comma-separated words of
+ * "tail-sizing", "speculation", "drain", "earliest-finish", "early-outputs" (ablations:
+ * scripts/bench-stragglers.sh, bench-engine.sh). 0, or -1 with the bad word in bad. */
+static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int *eft, int *early,
+                           char *bad, size_t len)
 {
-    *tail = *spec = *drain = *eft = 0;
+    *tail = *spec = *drain = *eft = *early = 0;
     while (v != NULL && *v) {
         size_t n = strcspn(v, ",");
         if (n == 11 && strncmp(v, "tail-sizing", n) == 0)
@@ -685,6 +686,8 @@ static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int 
             *drain = 1;
         else if (n == 15 && strncmp(v, "earliest-finish", n) == 0)
             *eft = 1;
+        else if (n == 13 && strncmp(v, "early-outputs", n) == 0)
+            *early = 1;
         else if (n > 0) {
             snprintf(bad, len, "%.*s", (int)n, v);
             return -1;
@@ -696,10 +699,10 @@ static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int 
 
 int sb_run(const sb_run_opts *o)
 {
-    int off_tail, off_spec, off_drain, off_eft;
+    int off_tail, off_spec, off_drain, off_eft, off_early;
     char bad[64];
-    if (sched_off_parse(getenv("SB_SCHED_OFF"), &off_tail, &off_spec, &off_drain, &off_eft, bad,
-                        sizeof bad) != 0) {
+    if (sched_off_parse(getenv("SB_SCHED_OFF"), &off_tail, &off_spec, &off_drain, &off_eft,
+                        &off_early, bad, sizeof bad) != 0) {
         fprintf(stderr,
                 "streambatch run: SB_SCHED_OFF: unknown \"%s\" (comma-separated: tail-sizing, "
                 "speculation, drain, earliest-finish)\n",
@@ -835,6 +838,7 @@ int sb_run(const sb_run_opts *o)
         .no_speculation = off_spec,
         .no_drain = off_drain,
         .no_eft = off_eft,
+        .no_early = off_early,
         .listen_addr = listen};
     sb_ctl *ctl = sb_ctl_start(&cc, use_tls ? &rpc : NULL, &err);
     sb_ckpt_free(&prev); /* the controller copied it */

@@ -25,7 +25,11 @@ typedef struct {
     uint64_t bytes, rows;
     size_t consumer; /* task that reads it, NONE while waiting in the op's input FIFO */
     part_state state;
+    uint32_t next_out; /* the producer's next output (task.out_first's list), NO_PART at the end */
 } part;
+
+#define NO_PART UINT32_MAX
+#define EARLY_MIN_BYTES (256u << 10) /* smallest partition target with early outputs */
 
 /* A task: kept for the whole run (lineage), so kept small — issue 16 asks <= 256 bytes of
  * lineage per partition. Its id is not stored ("<pipeline_id>/s<op>-t<index>", task_name);
@@ -35,6 +39,7 @@ typedef struct {
     uint64_t index;
     uint64_t in_bytes, in_rows;
     uint64_t reserved;   /* estimated output bytes while running */
+    uint64_t pub_bytes;  /* bytes its running attempt published early (grants) */
     uint64_t started_ms; /* when its running attempt started */
     size_t worker;
     union {
@@ -45,7 +50,8 @@ typedef struct {
     uint32_t op;
     uint32_t attempt;
     uint32_t ninputs;
-    uint32_t out_first, nout; /* the partitions it made: parts[out_first .. out_first + nout) */
+    uint32_t out_first, nout; /* the partitions it made: a list through part.next_out (early
+                                 outputs of a running attempt interleave with other tasks') */
     uint32_t retries;
     uint32_t deaths;       /* times its worker was lost while running it */
     uint32_t spec_attempt; /* attempt number of its latest speculative copy (0: none yet) */
@@ -54,6 +60,11 @@ typedef struct {
     uint8_t queued;        /* in its op's queue */
     uint8_t batched;       /* its running attempt came in a batch (see "Batched polls") */
     uint8_t solo;          /* its worker died while it was in a batch: never batched again */
+    uint8_t made;          /* a finished attempt's outputs are recorded (the rest: early ones) */
+    uint8_t early_stale;   /* an attempt that published outputs early did not finish */
+    uint8_t grants;        /* its running attempt publishes early (see early_wanted) */
+    uint8_t chunked;       /* ... charged one output at a time (start_reserve) */
+    uint8_t waiting;       /* ... and waits for the next grant: it makes nothing until then */
 } task;
 
 #define NO_COPY UINT32_MAX
@@ -119,8 +130,9 @@ typedef struct {
     uint64_t speculated, spec_won; /* copies started; copies that finished first */
     uint64_t spec_scan_ms;         /* its last scan for a straggler to copy (spec_candidate) */
     int spec_scanned;
-    uint32_t group;   /* static mode: its slot group within its pool (static_bind) */
-    double speed_avg; /* EWMA of every successful task's input bytes per ms (drain pre-filter) */
+    uint32_t group;    /* static mode: its slot group within its pool (static_bind) */
+    double speed_avg;  /* EWMA of every successful task's input bytes per ms (drain pre-filter) */
+    uint64_t max_part; /* its largest output partition (the grant of early outputs) */
 } op;
 
 struct sb_sched {
@@ -137,6 +149,7 @@ struct sb_sched {
     int spec_off;        /* sb_sched_config.no_speculation */
     int drain_off;       /* sb_sched_config.no_drain */
     int eft_off;         /* sb_sched_config.no_eft */
+    int early_off;       /* sb_sched_config.no_early */
     uint64_t workers_drained;
     size_t ndraining;    /* alive workers that are draining */
     size_t *drain_notes; /* drained workers not yet taken by sb_sched_drains_take */
@@ -164,6 +177,8 @@ struct sb_sched {
     sb_strpool ids; /* task, partition and sink part ids and the splits, kept to the end */
     uint64_t partition_bytes, reserved_bytes, peak_partition_bytes, max_partition_bytes;
     uint64_t tasks_batched;
+    uint64_t early_outputs; /* sb_sched_stats.early_outputs */
+    uint64_t waiting_total; /* running attempts waiting for a grant (task.waiting) */
     uint64_t tasks_run, tasks_rerun, partitions_recovered, partitions_lost, running_total,
         errored_total;
     sb_sched_errored *errored;
@@ -231,6 +246,18 @@ static void add_release(sb_sched *s, size_t w, const char *id)
         return;
     }
     wk->nrel++;
+}
+
+/* Marks t's running attempt as waiting for a grant of early outputs (see early_wanted), or not. */
+static void set_waiting(sb_sched *s, task *t, int v)
+{
+    if (t->waiting == v)
+        return;
+    t->waiting = (uint8_t)v;
+    if (v)
+        s->waiting_total++;
+    else
+        s->waiting_total--;
 }
 
 static void part_drop_bytes(sb_sched *s, part *p)
@@ -521,6 +548,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     s->spec_off = cfg->no_speculation;
     s->drain_off = cfg->no_drain;
     s->eft_off = cfg->no_eft;
+    s->early_off = cfg->no_early;
     int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
     s->ops = calloc(s->nstages, sizeof *s->ops);
     if (s->ops == NULL)
@@ -807,6 +835,11 @@ static void promote_copy(sb_sched *s, task *t)
     s->ops[t->op].running--;
     s->running_total--;
     s->reserved_bytes -= t->reserved;
+    if (!t->made && t->nout > 0) /* the primary published outputs early */
+        t->early_stale = 1;
+    set_waiting(s, t, 0); /* a copy publishes nothing early */
+    t->grants = 0;
+    t->chunked = 0;
     const copy_rec *c = &s->copies[t->copy];
     t->reserved = c->reserved;
     t->worker = c->worker;
@@ -822,6 +855,8 @@ static void requeue_task(sb_sched *s, size_t ti, int rerun)
     if (t->state == T_QUEUED || t->state == T_SKIPPED)
         return;
     drop_copy(s, t);
+    if (!t->made && t->nout > 0) /* the attempt published outputs early */
+        t->early_stale = 1;
     if (t->state == T_RUNNING) {
         worker *w = &s->workers[t->worker];
         run_del(s, t->worker, ti);
@@ -832,6 +867,7 @@ static void requeue_task(sb_sched *s, size_t ti, int rerun)
         s->running_total--;
         s->reserved_bytes -= t->reserved;
         t->reserved = 0;
+        set_waiting(s, t, 0);
     } else if (t->state == T_DONE) {
         s->ops[t->op].done--;
         s->ops[t->op].recovered++;
@@ -1119,6 +1155,65 @@ static int op_eligible(sb_sched *s, const worker *wk, size_t i)
     return 1;
 }
 
+/* Whether task t's running attempt may publish outputs early (sb_sched_publish): a first run of
+ * an op that feeds another, where an errored task's published rows cannot reach the sink (no
+ * maxErroredPartitions: the run fails) and the sink does not keep input order. */
+static int early_safe(const sb_sched *s, const task *t)
+{
+    return !s->early_off && !t->made && t->op + 1 < s->nops && s->max_errored == 0 &&
+           !s->preserve_order;
+}
+
+/* Early outputs. A task expected to write two or more partitions of at least EARLY_MIN_BYTES
+ * publishes each as it is made (fill_task_view: publish_early). Where no later op runs in its
+ * pool, it is also charged one output partition at a time instead of its whole estimated output
+ * (the op's largest partition so far; its whole estimate while none was made): it starts when
+ * that fits, and with each output it publishes it asks for the next (sb_sched_publish: *wait),
+ * making nothing until it gets it. So with a budget of a few partitions an expanding op's next
+ * task starts while the one before still runs. A waiting task keeps its slot, which a later op
+ * of the same pool may need to drain the budget: there it is charged its whole estimate as
+ * before (a chain cpu -> gpu -> cpu ran 1.1-1.2x longer in the simulation with grants there).
+ * When every running attempt waits, the most downstream one gets its grant past the budget (the
+ * assign loop's pass 1 likewise treats waiting attempts as not running). */
+static int early_wanted(const sb_sched *s, const task *t, uint64_t est)
+{
+    const op *o = &s->ops[t->op];
+    return early_safe(s, t) && o->target >= EARLY_MIN_BYTES && est >= 2 * o->target;
+}
+
+/* Whether task t (early_wanted) is charged one output at a time (see above). */
+static int chunk_wanted(const sb_sched *s, const task *t, uint64_t est)
+{
+    const op *o = &s->ops[t->op];
+    if (o->max_part == 0 || o->max_part >= est)
+        return 0;
+    for (size_t k = t->op + 1; k < s->nops; k++)
+        if (strcmp(s->ops[k].pool, o->pool) == 0)
+            return 0;
+    return 1;
+}
+
+/* The reserve a task starts with: its estimate, or one grant (see above). */
+static uint64_t start_reserve(const sb_sched *s, const task *t, uint64_t est)
+{
+    return early_wanted(s, t, est) && chunk_wanted(s, t, est) ? s->ops[t->op].max_part : est;
+}
+
+/* Whether waiting task ti gets its grant past the budget: every running attempt waits and none
+ * of them is of a later op. */
+static int grant_forced(const sb_sched *s, size_t ti)
+{
+    if (s->running_total > s->waiting_total + !s->tasks[ti].waiting)
+        return 0;
+    for (size_t w = 0; w < s->nworkers; w++)
+        for (size_t k = 0; k < s->workers[w].nrun; k++) {
+            const task *x = &s->tasks[s->workers[w].run[k]];
+            if (x->waiting && x->op > s->tasks[ti].op)
+                return 0;
+        }
+    return 1;
+}
+
 static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
 {
     task *t = &s->tasks[ti];
@@ -1127,7 +1222,12 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     t->state = T_RUNNING;
     t->worker = w;
     t->started_ms = now_ms;
-    t->reserved = estimate(s, o, t->in_bytes, t->op);
+    uint64_t est = estimate(s, o, t->in_bytes, t->op);
+    t->grants = (uint8_t)early_wanted(s, t, est);
+    t->chunked = (uint8_t)(t->grants && chunk_wanted(s, t, est));
+    t->reserved = t->chunked ? o->max_part : est;
+    t->pub_bytes = 0;
+    set_waiting(s, t, 0);
     s->reserved_bytes += t->reserved;
     run_add(s, w, ti);
     wk->running++;
@@ -1159,6 +1259,8 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
     out->split = t->op == 0 ? s->splits[t->index] : NULL;
     out->writes_sink = t->op == s->nops - 1;
     out->target_bytes = o->target;
+    /* early outputs (start_task, early_wanted): not for a speculative copy */
+    out->publish_early = !copy && t->grants;
     out->ninputs = t->ninputs;
     out->inputs = NULL;
     if (t->ninputs > 0) {
@@ -1679,7 +1781,7 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
              * slot's upstream task took the room), and nothing else would ever free it. One task
              * alone, past the budget by at most its output (docs/testing.md, chaos 8869762-56) */
             size_t only = 0;
-            if (pass == 1 && (s->running_total > 0 || extra))
+            if (pass == 1 && (s->running_total > s->waiting_total || extra))
                 break;
             if (pass == 1)
                 only = downstream_work(s);
@@ -1700,7 +1802,8 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
                 if (ti == NONE || (extra && s->tasks[ti].solo))
                     continue;
                 in_bytes = s->tasks[ti].in_bytes;
-                uint64_t est = estimate(s, &s->ops[k], in_bytes, k);
+                uint64_t est =
+                    start_reserve(s, &s->tasks[ti], estimate(s, &s->ops[k], in_bytes, k));
                 /* a downstream task frees its inputs when it finishes: only growth counts */
                 uint64_t grow = k == 0 ? est : est > in_bytes ? est - in_bytes : 0;
                 /* a second probe of an unmeasured op (another already runs): its whole output
@@ -1771,8 +1874,118 @@ static void task_stop_running(sb_sched *s, task *t)
     s->running_total--;
     s->reserved_bytes -= t->reserved;
     t->reserved = 0;
+    set_waiting(s, t, 0);
 }
 
+/* Records one output of task ti (op not the last) that its attempt on worker w wrote, at its
+ * completion or published early (sb_sched_publish). A new partition joins the next op's FIFO and
+ * the task's list. One known before is a re-run's copy: made again where it was lost and is
+ * still needed, released where another copy is available or nobody needs it, kept where the
+ * scheduler already holds it on w (this attempt's early output, listed again in its final
+ * report, or a re-run on the worker that holds the earlier copy: the worker replaced it). -1 out
+ * of memory. */
+static int record_part(sb_sched *s, size_t ti, size_t w, const sb_sched_output *out, sb_err *err)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    if (out->bytes > o->max_part)
+        o->max_part = out->bytes;
+    char name[TASK_NAME_MAX];
+    size_t pi;
+    if (sb_idmap_get(&s->part_ids, out->id, &pi)) { /* re-produced, or published early */
+        part *p = &s->parts[pi];
+        if (p->producer == ti && (out->rows != p->rows || out->bytes != p->bytes)) {
+            set_failure(s,
+                        "re-made partition %s of op %s has %" PRIu64 " rows / %" PRIu64
+                        " bytes, the %s one had %" PRIu64 " / %" PRIu64
+                        ": its producer is not deterministic (a lineage re-run must cut "
+                        "its output as the first attempt did); the run stops rather than "
+                        "lose or duplicate rows",
+                        out->id, o->name, out->rows, out->bytes,
+                        p->state == P_AVAILABLE ? "first" : "lost", p->rows, p->bytes);
+            if (p->state != P_AVAILABLE || p->worker != w)
+                add_release(s, w, out->id);
+            return 0;
+        }
+        if (p->state == P_AVAILABLE) { /* held here already, or available elsewhere */
+            if (p->worker != w)
+                add_release(s, w, out->id);
+            return 0;
+        }
+        int needed =
+            p->state == P_LOST && (p->consumer == NONE || s->tasks[p->consumer].state == T_QUEUED ||
+                                   s->tasks[p->consumer].state == T_RUNNING);
+        if (!needed) {
+            add_release(s, w, out->id);
+            return 0;
+        }
+        p->state = P_AVAILABLE;
+        p->worker = w;
+        p->bytes = out->bytes;
+        p->rows = out->rows;
+        s->partition_bytes += p->bytes;
+    } else if (t->made) {
+        set_failure(s,
+                    "a re-run of task %s of op %s made partition %s (%" PRIu64 " rows / %" PRIu64
+                    " bytes), which its first attempt did not: its producer is not "
+                    "deterministic; the run stops rather than duplicate rows",
+                    task_name(s, t, name, sizeof name), o->name, out->id, out->rows, out->bytes);
+        add_release(s, w, out->id);
+        return 0;
+    } else {
+        if (s->nparts >= UINT32_MAX - 1 || GROW(s, s->parts, s->capparts, s->nparts + 1) != 0)
+            return sb_err_set(err, "scheduler: out of memory");
+        pi = s->nparts;
+        part *p = &s->parts[pi];
+        memset(p, 0, sizeof *p);
+        p->id = sb_strpool_dup(&s->ids, out->id);
+        if (p->id == NULL || sb_idmap_put(&s->part_ids, out->id, pi) != 0)
+            return sb_err_set(err, "scheduler: out of memory");
+        s->nparts++;
+        p->next_out = t->nout > 0 ? t->out_first : NO_PART;
+        t->out_first = (uint32_t)pi;
+        t->nout++;
+        p->producer = ti;
+        p->worker = w;
+        p->bytes = out->bytes;
+        p->rows = out->rows;
+        p->consumer = NONE;
+        p->state = P_AVAILABLE;
+        s->partition_bytes += p->bytes;
+        if (fifo_push(s, &s->ops[t->op + 1], pi) != 0)
+            return sb_err_set(err, "scheduler: out of memory");
+    }
+    if (out->bytes > s->max_partition_bytes)
+        s->max_partition_bytes = out->bytes;
+    if (s->partition_bytes > s->peak_partition_bytes)
+        s->peak_partition_bytes = s->partition_bytes;
+    return 0;
+}
+
+static int record_sink_part(sb_sched *s, size_t ti, const sb_sched_output *out, sb_err *err)
+{
+    if (sb_idmap_get(&s->sink_ids, out->id, NULL))
+        return 0; /* a re-run rewrote the same part */
+    if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0 ||
+        GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0 ||
+        (s->sink[s->nsink].id = sb_strpool_dup(&s->ids, out->id)) == NULL ||
+        sb_idmap_put(&s->sink_ids, out->id, s->nsink) != 0)
+        return sb_err_set(err, "scheduler: out of memory");
+    s->sink_task[s->nsink] = (uint32_t)ti;
+    s->sink[s->nsink].bytes = out->bytes;
+    s->sink[s->nsink].rows = out->rows;
+    s->sink[s->nsink].crc32c = out->crc32c;
+    s->sink[s->nsink].order = NULL;
+    s->nsink++;
+    s->sink_rows += out->rows;
+    s->sink_bytes += out->bytes;
+    return 0;
+}
+
+/* The outputs of task ti's finished attempt on worker w: all of them, also those it published
+ * early. A partition the task made in an earlier attempt must be made again, equal to the last
+ * row: keeping a lost one (or an early one of a failed attempt) beside the others would lose or
+ * duplicate the rows near a cut that moved. */
 static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_output *outs,
                           size_t nouts, sb_err *err)
 {
@@ -1780,113 +1993,34 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
     op *o = &s->ops[t->op];
     int last = t->op == s->nops - 1;
     uint64_t bytes = 0;
-    /* a lineage re-run (outputs recorded by an earlier attempt) must remake the partitions it
-     * made before, equal to the last row: keeping a lost one from this attempt beside the others
-     * from the first would lose or duplicate the rows near a cut that moved */
-    size_t prev_nout = t->nout;
+    int was_made = t->made, check = !last && (t->made || t->early_stale);
     char name[TASK_NAME_MAX];
     for (size_t i = 0; i < nouts; i++) {
         bytes += outs[i].bytes;
         o->rows_out += outs[i].rows;
         o->bytes_out += outs[i].bytes;
-        if (last) {
-            if (sb_idmap_get(&s->sink_ids, outs[i].id, NULL))
-                continue; /* a re-run rewrote the same part */
-            if (GROW(s, s->sink, s->capsink, s->nsink + 1) != 0 ||
-                GROW(s, s->sink_task, s->capsink_task, s->nsink + 1) != 0 ||
-                (s->sink[s->nsink].id = sb_strpool_dup(&s->ids, outs[i].id)) == NULL ||
-                sb_idmap_put(&s->sink_ids, outs[i].id, s->nsink) != 0)
-                return sb_err_set(err, "scheduler: out of memory");
-            s->sink_task[s->nsink] = (uint32_t)ti;
-            s->sink[s->nsink].bytes = outs[i].bytes;
-            s->sink[s->nsink].rows = outs[i].rows;
-            s->sink[s->nsink].crc32c = outs[i].crc32c;
-            s->sink[s->nsink].order = NULL;
-            s->nsink++;
-            s->sink_rows += outs[i].rows;
-            s->sink_bytes += outs[i].bytes;
-            continue;
-        }
-        size_t pi;
-        if (sb_idmap_get(&s->part_ids, outs[i].id, &pi)) { /* re-produced */
-            part *p = &s->parts[pi];
-            if (p->producer == ti && (outs[i].rows != p->rows || outs[i].bytes != p->bytes)) {
-                set_failure(s,
-                            "re-made partition %s of op %s has %" PRIu64 " rows / %" PRIu64
-                            " bytes, the %s one had %" PRIu64 " / %" PRIu64
-                            ": its producer is not deterministic (a lineage re-run must cut "
-                            "its output as the first attempt did); the run stops rather than "
-                            "lose or duplicate rows",
-                            outs[i].id, o->name, outs[i].rows, outs[i].bytes,
-                            p->state == P_AVAILABLE ? "first" : "lost", p->rows, p->bytes);
-                add_release(s, w, outs[i].id);
-                continue;
-            }
-            if (p->state == P_AVAILABLE) { /* already available elsewhere */
-                add_release(s, w, outs[i].id);
-                continue;
-            }
-            int needed = p->state == P_LOST &&
-                         (p->consumer == NONE || s->tasks[p->consumer].state == T_QUEUED ||
-                          s->tasks[p->consumer].state == T_RUNNING);
-            if (!needed) {
-                add_release(s, w, outs[i].id);
-                continue;
-            }
-            p->state = P_AVAILABLE;
-            p->worker = w;
-            p->bytes = outs[i].bytes;
-            p->rows = outs[i].rows;
-            s->partition_bytes += p->bytes;
-        } else if (prev_nout > 0) {
-            set_failure(s,
-                        "a re-run of task %s of op %s made partition %s (%" PRIu64
-                        " rows / %" PRIu64 " bytes), which its first attempt did not: its "
-                        "producer is not deterministic; the run stops rather than duplicate rows",
-                        task_name(s, t, name, sizeof name), o->name, outs[i].id, outs[i].rows,
-                        outs[i].bytes);
-            add_release(s, w, outs[i].id);
-            continue;
-        } else {
-            if (s->nparts >= UINT32_MAX - 1 || GROW(s, s->parts, s->capparts, s->nparts + 1) != 0)
-                return sb_err_set(err, "scheduler: out of memory");
-            pi = s->nparts;
-            part *p = &s->parts[pi];
-            memset(p, 0, sizeof *p);
-            p->id = sb_strpool_dup(&s->ids, outs[i].id);
-            if (p->id == NULL || sb_idmap_put(&s->part_ids, outs[i].id, pi) != 0)
-                return sb_err_set(err, "scheduler: out of memory");
-            s->nparts++;
-            if (t->nout == 0) /* made together: consecutive in parts[] */
-                t->out_first = (uint32_t)pi;
-            t->nout++;
-            p->producer = ti;
-            p->worker = w;
-            p->bytes = outs[i].bytes;
-            p->rows = outs[i].rows;
-            p->consumer = NONE;
-            p->state = P_AVAILABLE;
-            s->partition_bytes += p->bytes;
-            if (fifo_push(s, &s->ops[t->op + 1], pi) != 0)
-                return sb_err_set(err, "scheduler: out of memory");
-        }
-        if (outs[i].bytes > s->max_partition_bytes)
-            s->max_partition_bytes = outs[i].bytes;
+        if ((last ? record_sink_part(s, ti, &outs[i], err)
+                  : record_part(s, ti, w, &outs[i], err)) != 0)
+            return -1;
     }
-    for (size_t k = 0; k < prev_nout && !last; k++) { /* a lost partition not made again */
-        const part *p = &s->parts[t->out_first + k];
+    uint32_t pi = t->nout > 0 ? t->out_first : NO_PART;
+    for (size_t k = 0; check && k < t->nout; k++, pi = s->parts[pi].next_out) {
+        const part *p = &s->parts[pi];
         int made = 0;
         for (size_t i = 0; i < nouts && !made; i++)
             made = strcmp(outs[i].id, p->id) == 0;
-        if (p->state == P_LOST && p->producer == ti && !made)
+        if (!made && (!was_made || p->state == P_LOST))
             set_failure(s,
                         "a re-run of task %s of op %s did not make partition %s again (the "
-                        "lost one had %" PRIu64 " rows / %" PRIu64 " bytes): its producer is not "
-                        "deterministic; the run stops rather than lose rows",
-                        task_name(s, t, name, sizeof name), o->name, p->id, p->rows, p->bytes);
+                        "%s one had %" PRIu64 " rows / %" PRIu64 " bytes): its producer is not "
+                        "deterministic; the run stops rather than lose or duplicate rows",
+                        task_name(s, t, name, sizeof name), o->name, p->id,
+                        was_made ? "lost" : "early", p->rows, p->bytes);
     }
-    if (s->partition_bytes > s->peak_partition_bytes)
-        s->peak_partition_bytes = s->partition_bytes;
+    if (!last) {
+        t->made = 1;
+        t->early_stale = 0;
+    }
     if (!last && t->in_bytes > 0) {
         double r = (double)bytes / (double)t->in_bytes;
         if (r > o->ratio)
@@ -1897,6 +2031,18 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
         o->ratio = 1e-9;
     }
     return 0;
+}
+
+/* A report whose outputs do not count (stale, failed, or a copy that lost): the worker frees them,
+ * except those the scheduler holds on that worker (its early outputs: see record_part). */
+static void release_outs(sb_sched *s, size_t w, const sb_sched_output *outs, size_t nouts)
+{
+    for (size_t i = 0; i < nouts; i++) {
+        size_t pi;
+        if (!sb_idmap_get(&s->part_ids, outs[i].id, &pi) || s->parts[pi].state != P_AVAILABLE ||
+            s->parts[pi].worker != w)
+            add_release(s, w, outs[i].id);
+    }
 }
 
 static void consume_inputs(sb_sched *s, task *t)
@@ -1976,8 +2122,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         copy = copy_worker(s, &s->tasks[ti]) == w && s->tasks[ti].spec_attempt == attempt;
     }
     if (!primary && !copy) {
-        for (size_t i = 0; i < nouts; i++) /* stale: the worker drops what it made */
-            add_release(s, w, outs[i].id);
+        release_outs(s, w, outs, nouts);        /* stale: the worker drops what it made */
         if (now_ms > s->workers[w].last_end_ms) /* its accelerator was busy with it till now */
             s->workers[w].last_end_ms = now_ms;
         return 0;
@@ -1985,8 +2130,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
     if (copy && status != SB_SCHED_OK) { /* a failed copy: the primary goes on */
-        for (size_t i = 0; i < nouts; i++)
-            add_release(s, w, outs[i].id);
+        release_outs(s, w, outs, nouts);
         drop_copy(s, t);
         o->failed_attempts++;
         return 1;
@@ -1995,8 +2139,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         promote_copy(s, t);
         o->spec_won++;
     } else if (t->copy != NO_COPY && status == SB_SCHED_ERROR && t->retries < s->max_retries) {
-        for (size_t i = 0; i < nouts; i++) /* a failed primary: its copy goes on as the task */
-            add_release(s, w, outs[i].id);
+        release_outs(s, w, outs, nouts); /* a failed primary: its copy goes on as the task */
         o->failed_attempts++;
         if (t->first_error == NULL)
             t->first_error = strdup(message && *message ? message : "(no message)");
@@ -2022,14 +2165,12 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
             s->parts[pi].worker = NONE;
             s->partitions_lost++;
         }
-        for (size_t i = 0; i < nouts; i++) /* partial outputs are dropped */
-            add_release(s, w, outs[i].id);
-        requeue_task(s, ti, 1); /* re-queues the producers of the lost inputs too */
+        release_outs(s, w, outs, nouts); /* partial outputs are dropped */
+        requeue_task(s, ti, 1);          /* re-queues the producers of the lost inputs too */
         return 1;
     }
     if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA) {
-        for (size_t i = 0; i < nouts; i++)
-            add_release(s, w, outs[i].id);
+        release_outs(s, w, outs, nouts);
         if (t->first_error == NULL) /* NULL when out of memory: the last message is used */
             t->first_error = strdup(message && *message ? message : "(no message)");
         if (status == SB_SCHED_ERROR && t->retries < s->max_retries) {
@@ -2086,6 +2227,54 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     return 1;
 }
 
+int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                     const sb_sched_output *outs, size_t nouts, uint64_t now_ms, int *wait,
+                     sb_err *err)
+{
+    *wait = 0;
+    size_t w = worker_find(s, worker_id ? worker_id : "");
+    if (w == NONE)
+        return sb_err_set(err, "scheduler: early outputs from unknown worker \"%s\"",
+                          worker_id ? worker_id : "");
+    size_t ti = task_find(s, task_id ? task_id : "");
+    if (ti == NONE)
+        return 0;
+    task *t = &s->tasks[ti];
+    /* the primary attempt, where early outputs are safe (as fill_task_view asks); anything else
+     * waits for its final report */
+    if (t->state != T_RUNNING || t->attempt != attempt || t->worker != w || !early_safe(s, t))
+        return 0;
+    for (size_t i = 0; i < nouts; i++) {
+        if (record_part(s, ti, w, &outs[i], err) != 0)
+            return -1;
+        uint64_t b = outs[i].bytes < t->reserved ? outs[i].bytes : t->reserved;
+        t->reserved -= b; /* what it made is in flight now, no longer an estimate */
+        s->reserved_bytes -= b;
+        t->pub_bytes += outs[i].bytes;
+    }
+    s->early_outputs += nouts;
+    if (t->chunked) { /* the grant for its next output (see early_wanted) */
+        const op *o = &s->ops[t->op];
+        uint64_t est = estimate(s, o, t->in_bytes, t->op);
+        uint64_t left = est > t->pub_bytes ? est - t->pub_bytes : 0;
+        uint64_t want = o->max_part > 0 && o->max_part < left ? o->max_part : left;
+        if (want > t->reserved) {
+            uint64_t need = want - t->reserved;
+            if (s->partition_bytes + s->reserved_bytes + need <= s->budget || grant_forced(s, ti)) {
+                t->reserved += need;
+                s->reserved_bytes += need;
+            } else {
+                *wait = 1;
+            }
+        }
+        set_waiting(s, t, *wait);
+    }
+    s->last_progress_ms = now_ms;
+    if (now_ms > s->now_ms)
+        s->now_ms = now_ms;
+    return 1;
+}
+
 const sb_sched_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total)
 {
     *n = s->nerrored;
@@ -2126,6 +2315,7 @@ void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out)
     out->tasks_run = s->tasks_run;
     out->tasks_batched = s->tasks_batched;
     out->tasks_rerun = s->tasks_rerun;
+    out->early_outputs = s->early_outputs;
     out->partitions_recovered = s->partitions_recovered;
     out->partitions_lost = s->partitions_lost;
     out->sink_parts = s->nsink;

@@ -97,6 +97,7 @@ typedef struct sb_sched_config {
     int no_drain;                  /* 1: slow workers are never drained (ablations) */
     int no_eft;                    /* 1: at an op's tail a slow worker takes a task even when a
                                       faster one would finish it sooner (ablations) */
+    int no_early;                  /* 1: no early outputs (sb_sched_publish; ablations) */
     uint64_t start_ms;             /* the clock at creation (the stall watchdog starts there) */
     const sb_sched_resume *resume; /* NULL: a fresh run */
 } sb_sched_config;
@@ -122,6 +123,7 @@ typedef struct sb_sched_task {
     const char *split; /* op 0: the split to read, else NULL */
     int writes_sink;   /* last op: outputs go to the sink */
     uint64_t target_bytes;
+    int publish_early; /* report each output when written (sb_sched_publish) */
 } sb_sched_task;
 
 struct sb_sched_output {
@@ -196,6 +198,7 @@ typedef struct sb_sched_stats {
     uint64_t tasks_run;            /* task attempts started */
     uint64_t tasks_rerun;          /* attempts caused by lost workers or lost inputs */
     uint64_t tasks_batched;        /* tasks given past a slot's first in a poll (batched polls) */
+    uint64_t early_outputs;        /* outputs taken while their task ran (sb_sched_publish) */
     uint64_t partitions_recovered; /* producer re-runs queued to re-make lost partitions */
     uint64_t partitions_lost;      /* still-needed partitions lost with a worker or a fetch */
     uint64_t sink_parts, sink_rows, sink_bytes;
@@ -234,6 +237,18 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
  * min(256, max * batch). batch <= 1 is sb_sched_assign. */
 size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, size_t batch,
                              uint64_t now_ms, sb_sched_task *out);
+
+/* Outputs of a task that still runs (sb_sched_task.publish_early): each becomes a partition the
+ * next op can take now, and leaves the task's reserve for the budget. The final report
+ * (sb_sched_complete) lists them again with the rest. Such a task is charged one output
+ * partition at a time: *wait = 1 says the budget has no room for its next one yet, so it must
+ * make nothing more and ask again (nouts may be 0) until *wait = 0. 1 accepted (held as
+ * available on that worker); 0 not (a stale or speculative attempt, or a task that may not
+ * publish early: its final report decides; *wait = 0); -1 with err for an unknown worker or
+ * out of memory. */
+int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                     const sb_sched_output *outs, size_t nouts, uint64_t now_ms, int *wait,
+                     sb_err *err);
 
 /* A task finished. Returns 1 if accepted, 0 if stale (unknown task, old attempt, or not running
  * on that worker: the worker should drop its outputs, which are queued for release), -1 with

@@ -194,6 +194,9 @@ static int v_complete(const Streambatch__V1__CompleteTaskRequest *m, sb_err *err
         rc = -1;
     else if (!task_status_ok((int)m->status))
         rc = sb_err_set(err, "status %d is not a known TaskStatus", (int)m->status);
+    else if (m->partial && m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
+        rc = sb_err_set(err, "partial: a report of a running task's outputs has status OK, not %d",
+                        (int)m->status);
     for (size_t i = 0; rc == 0 && i < m->n_outputs; i++)
         rc = v_partition_info(m->outputs[i], "outputs", i, err);
     if (rc == 0)
@@ -215,6 +218,8 @@ static int v_completions(const Streambatch__V1__PollTasksRequest *m, sb_err *err
             return sb_err_set(err, "completions[%zu] is missing", i);
         if (v_complete(c, err) < 0)
             return sb_err_wrap(err, "completions[%zu]", i);
+        if (c->partial) /* its answer (CompleteTaskReply.wait) has no place in a poll's reply */
+            return sb_err_set(err, "completions[%zu]: a partial report goes by CompleteTask", i);
         if (strcmp(c->worker_id, m->worker_id) != 0)
             return sb_err_set(err,
                               "completions[%zu]: worker_id \"%.128s\" is not the polling worker", i,

@@ -49,7 +49,8 @@ static void teardown(void)
     sh("rm -rf %s", dir);
 }
 
-static void write_pipeline(const char *name, const char *stages, const char *extra)
+static void write_pipeline_ps(const char *name, const char *psize, const char *stages,
+                              const char *extra)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
@@ -57,10 +58,15 @@ static void write_pipeline(const char *name, const char *stages, const char *ext
     cr_assert_not_null(f);
     fprintf(f,
             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 64Ki}\n"
+            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: %s}\n"
             "  stages:\n%s  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n%s",
-            name, dir, stages, dir, name, extra);
+            name, dir, psize, stages, dir, name, extra);
     fclose(f);
+}
+
+static void write_pipeline(const char *name, const char *stages, const char *extra)
+{
+    write_pipeline_ps(name, "64Ki", stages, extra);
 }
 
 /* Runs the CLI in the foreground; returns its exit status and output. */
@@ -136,13 +142,19 @@ static char *output_digest(const char *name)
     return sb_test_sh_out("cat %s/out-%s/part-*.jsonl | sort | md5sum | cut -d' ' -f1", dir, name);
 }
 
-static char *expected_digest(const char *filter_py)
+/* the digest of the input lines that pass filter_py, each `times` times */
+static char *expected_digest_times(const char *filter_py, int times)
 {
     return sb_test_sh_out("cd %s && python3 -c \"\nimport json, glob, hashlib\nlines=[]\n"
                           "for p in sorted(glob.glob('in/*.jsonl')):\n  for l in open(p):\n"
-                          "    r=json.loads(l)\n    if %s: lines.append(l)\n"
+                          "    r=json.loads(l)\n    if %s: lines.extend([l] * %d)\n"
                           "print(hashlib.md5(''.join(sorted(lines)).encode()).hexdigest())\n\"",
-                          dir, filter_py);
+                          dir, filter_py, times);
+}
+
+static char *expected_digest(const char *filter_py)
+{
+    return expected_digest_times(filter_py, 1);
 }
 
 TestSuite(run, .init = setup, .fini = teardown, .timeout = 180);
@@ -1125,4 +1137,31 @@ Test(run, workers_killed_while_holding_batches_lose_and_duplicate_nothing)
         cr_expect_geq(lost, 1, "%d kills, %ld workers lost", kills, lost);
     printf("figure: %d kills, %ld workers lost, %ld tasks re-run, %ld batched\n", kills, lost,
            summary_num("kbatch", "tasksRerun"), batched);
+}
+
+/* Early outputs (docs/architecture.md): a CPU op that makes four of each record hands each output
+ * partition to the accelerator op while it still makes the next, and workers are killed
+ * meanwhile: every record arrives exactly four times. */
+Test(run, early_outputs_with_killed_workers_lose_and_duplicate_nothing)
+{
+    const char *stages = "  - {name: a, op: bench.spin, args: {msPerMB: 1500, expand: 4}, "
+                         "batchSize: 250}\n"
+                         "  - {name: g, op: bench.sleep, args: {msPerMB: 200}, "
+                         "resources: {gpu: 1}}\n";
+    write_pipeline_ps("early", "256Ki", stages, "  execution: {memoryBudget: 2Mi}\n");
+    run_bg("early", "", "--cpus 2 --gpus 1");
+    int kills = 0;
+    for (int round = 0; round < 3; round++) {
+        usleep(1500 * 1000);
+        kills += kill_random_worker();
+    }
+    free(wait_bg_ok("early", 20));
+    cr_expect_geq(kills, 2, "workers were running to be killed");
+    char *got = output_digest("early"), *want = expected_digest_times("True", 4);
+    cr_expect_str_eq(got, want, "output differs from a failure-free computation");
+    free(got);
+    free(want);
+    cr_expect_gt(summary_num("early", "earlyOutputs"), 10, "outputs were published early");
+    cr_expect_geq(summary_num("early", "workersLost"), kills);
+    cr_expect_eq(summary_num("early", "sinkRows"), 4 * 24 * 2500);
 }

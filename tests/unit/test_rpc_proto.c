@@ -447,6 +447,24 @@ Test(rpc_msgs, complete_task_and_replies)
     cr_assert_eq(sb_rpc_msg_validate(&c.base, &err), -1);
     cr_assert(strstr(err.msg, "cpu_seconds"), "%s", err.msg);
     tm.cpu_seconds = 0;
+    /* a partial report (early outputs) is a running task's: status OK only, and never in a
+     * poll's completions (its answer, CompleteTaskReply.wait, has no place in a poll's reply) */
+    c.partial = 1;
+    cr_assert_eq(sb_rpc_msg_validate(&c.base, &err), -1);
+    cr_assert(strstr(err.msg, "partial"), "%s", err.msg);
+    c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    cr_assert_eq(sb_rpc_msg_validate(&c.base, &err), 0, "%s", err.msg);
+    Streambatch__V1__CompleteTaskRequest *cs[] = {&c};
+    Streambatch__V1__PollTasksRequest pq = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
+    pq.worker_id = "w1";
+    pq.free_slots = 1;
+    pq.n_completions = 1;
+    pq.completions = cs;
+    cr_assert_eq(sb_rpc_msg_validate(&pq.base, &err), -1);
+    cr_assert(strstr(err.msg, "completions[0]") && strstr(err.msg, "partial"), "%s", err.msg);
+    c.partial = 0;
+    cr_assert_eq(sb_rpc_msg_validate(&pq.base, &err), 0, "%s", err.msg);
+    c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
 
     /* a PollTasks reply with a task whose input id is bad */
     Streambatch__V1__OpArgs op = STREAMBATCH__V1__OP_ARGS__INIT;

@@ -37,6 +37,11 @@ typedef struct {
     uint64_t in_bytes;
     uint64_t done_at, wall_ms;
     int writes_sink;
+    int early;          /* sb_sched_task.publish_early: outputs are published as made */
+    uint64_t start;     /* when it started running (after the accelerator's queue) */
+    uint32_t published; /* outputs published so far (the k-th at start + wall * (k+1) / n) */
+    int waiting;        /* told to wait for budget (since wait_since): makes nothing meanwhile */
+    uint64_t wait_since;
 } running;
 
 typedef struct {
@@ -74,6 +79,9 @@ typedef struct {
     int poison_on; /* 1: op 0's task of split `poison` kills its worker when given */
     uint64_t poison;
     size_t kills;
+    size_t published, publish_refused; /* early outputs taken / not taken by sb_sched_publish */
+    size_t waits;                      /* times a task was told to wait for budget */
+    uint64_t frame;                    /* bytes added to every output partition (framing) */
 } sim;
 
 static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t slots)
@@ -147,6 +155,10 @@ static void sim_poll(sim *m, simworker *w)
             r->done_at = start + (dur ? dur : 1);
             w->accel_free = r->done_at;
         }
+        r->start = r->done_at - r->wall_ms;
+        r->early = tasks[i].publish_early;
+        r->published = 0;
+        r->waiting = 0;
     }
     int poisoned = 0;
     for (size_t i = 0; i < n; i++)
@@ -163,6 +175,98 @@ static void sim_poll(sim *m, simworker *w)
     check_invariants(m);
 }
 
+/* The outputs task r makes (deterministic: a re-run makes the same), cut at the target. */
+static size_t sim_outputs(const sim *m, const running *r, sb_sched_output outs[64],
+                          char ids[64][64])
+{
+    uint64_t out = (uint64_t)(m->ratio[r->op] * (double)r->in_bytes);
+    size_t n = 0;
+    while (out > 0 && n < 64) {
+        uint64_t b = out > m->target ? m->target : out;
+        snprintf(ids[n], 64, "s%u-t%" PRIu64 "-p%zu", r->op, r->index, n);
+        outs[n].id = ids[n];
+        outs[n].bytes = b + m->frame;
+        outs[n].rows = b / 100;
+        out -= b;
+        n++;
+    }
+    return n;
+}
+
+static void sim_take_releases(sim *m, const simworker *w)
+{
+    char **rel;
+    size_t nrel = sb_sched_take_releases(m->s, w->id, &rel);
+    for (size_t i = 0; i < nrel; i++)
+        free(rel[i]);
+    free(rel);
+}
+
+/* When task r publishes its next output early (all but the last, evenly over its run), or
+ * UINT64_MAX. */
+static uint64_t sim_publish_at(const sim *m, const running *r)
+{
+    if (!r->early || r->waiting || (int)r->op == m->fail_op)
+        return UINT64_MAX;
+    uint64_t out = (uint64_t)(m->ratio[r->op] * (double)r->in_bytes);
+    uint64_t n = (out + m->target - 1) / m->target;
+    if (n > 64)
+        n = 64;
+    if (r->published + 1 >= n)
+        return UINT64_MAX;
+    return r->start + r->wall_ms * (r->published + 1) / n;
+}
+
+static void sim_publish(sim *m, simworker *w, size_t k)
+{
+    running *r = &w->run[k];
+    sb_sched_output outs[64];
+    char ids[64][64];
+    size_t n = sim_outputs(m, r, outs, ids);
+    cr_assert_lt(r->published, n);
+    sb_err err;
+    int wait;
+    int rc = sb_sched_publish(m->s, w->id, r->id, r->attempt, &outs[r->published], 1, m->now, &wait,
+                              &err);
+    cr_assert_geq(rc, 0, "%s", err.msg);
+    if (rc == 1)
+        m->published++;
+    else
+        m->publish_refused++;
+    r->published++;
+    if (wait) { /* it makes nothing until a grant: its time stands still */
+        r->waiting = 1;
+        r->wait_since = m->now;
+        m->waits++;
+    }
+    sim_take_releases(m, w);
+    check_invariants(m);
+}
+
+/* Waiting tasks ask for their grant again (as a worker does every few ms); one that gets it
+ * goes on where it stopped. */
+static void sim_regrant(sim *m)
+{
+    for (size_t i = 0; i < m->nw; i++)
+        for (size_t k = 0; k < m->w[i].nrun && m->w[i].alive; k++) {
+            running *r = &m->w[i].run[k];
+            if (!r->waiting)
+                continue;
+            int wait;
+            sb_err err;
+            int rc =
+                sb_sched_publish(m->s, m->w[i].id, r->id, r->attempt, NULL, 0, m->now, &wait, &err);
+            cr_assert_geq(rc, 0, "%s", err.msg);
+            if (rc == 1 && wait)
+                continue;
+            uint64_t waited = m->now - r->wait_since;
+            r->waiting = 0;
+            r->start += waited;
+            r->done_at += waited;
+            check_invariants(m);
+        }
+}
+
 static void sim_finish(sim *m, simworker *w, size_t k)
 {
     running r = w->run[k];
@@ -174,28 +278,14 @@ static void sim_finish(sim *m, simworker *w, size_t k)
         cr_assert_geq(rc, 0);
         return;
     }
-    uint64_t out = (uint64_t)(m->ratio[r.op] * (double)r.in_bytes);
     sb_sched_output outs[64];
     char ids[64][64];
-    size_t n = 0;
-    while (out > 0 && n < 64) {
-        uint64_t b = out > m->target ? m->target : out;
-        snprintf(ids[n], sizeof ids[n], "s%u-t%" PRIu64 "-p%zu", r.op, r.index, n);
-        outs[n].id = ids[n];
-        outs[n].bytes = b;
-        outs[n].rows = b / 100;
-        out -= b;
-        n++;
-    }
+    size_t n = sim_outputs(m, &r, outs, ids);
     sb_sched_metrics met = {.wall_seconds = (double)r.wall_ms / 1000.0};
     int rc = sb_sched_complete(m->s, w->id, r.id, r.attempt, SB_SCHED_OK, NULL, outs, n, NULL, 0,
                                m->report_wall ? &met : NULL, m->now, NULL);
     cr_assert_geq(rc, 0);
-    char **rel;
-    size_t nrel = sb_sched_take_releases(m->s, w->id, &rel);
-    for (size_t i = 0; i < nrel; i++)
-        free(rel[i]);
-    free(rel);
+    sim_take_releases(m, w);
     check_invariants(m);
 }
 
@@ -205,17 +295,33 @@ static void sim_run(sim *m, uint64_t max_events, void (*fault)(sim *, uint64_t))
     while (sb_sched_state_get(m->s, NULL) == SB_SCHED_RUNNING && m->events < max_events) {
         for (size_t i = 0; i < m->nw; i++)
             sim_poll(m, &m->w[i]);
-        /* next completion */
-        simworker *bw = NULL;
-        size_t bk = 0;
+        sim_regrant(m);
+        /* next completion, or an early output before it */
+        simworker *bw = NULL, *pw = NULL;
+        size_t bk = 0, pk = 0;
+        uint64_t pat = UINT64_MAX;
         for (size_t i = 0; i < m->nw; i++)
-            for (size_t k = 0; k < m->w[i].nrun; k++)
-                if (m->w[i].alive && (bw == NULL || m->w[i].run[k].done_at < bw->run[bk].done_at)) {
+            for (size_t k = 0; k < m->w[i].nrun && m->w[i].alive; k++) {
+                if (m->w[i].run[k].waiting)
+                    continue;
+                if (bw == NULL || m->w[i].run[k].done_at < bw->run[bk].done_at) {
                     bw = &m->w[i];
                     bk = k;
                 }
+                uint64_t at = sim_publish_at(m, &m->w[i].run[k]);
+                if (at < pat) {
+                    pat = at;
+                    pw = &m->w[i];
+                    pk = k;
+                }
+            }
         if (bw == NULL)
             break; /* nothing runs and nothing was assigned: stuck */
+        if (pw != NULL && pat <= bw->run[bk].done_at) {
+            m->now = pat > m->now ? pat : m->now;
+            sim_publish(m, pw, pk);
+            continue;
+        }
         m->now = bw->run[bk].done_at;
         sim_finish(m, bw, bk);
         m->events++;
@@ -224,7 +330,8 @@ static void sim_run(sim *m, uint64_t max_events, void (*fault)(sim *, uint64_t))
     }
 }
 
-static int g_no_eft; /* sim_init: sb_sched_config.no_eft */
+static int g_no_eft;   /* sim_init: sb_sched_config.no_eft */
+static int g_no_early; /* sim_init: sb_sched_config.no_early */
 
 static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_bytes)
 {
@@ -242,7 +349,8 @@ static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_byte
         sp[i].split = names[i];
         sp[i].bytes = split_bytes;
     }
-    sb_sched_config cfg = {.pipeline = &h->p, .pipeline_id = "ns/t", .no_eft = g_no_eft};
+    sb_sched_config cfg = {
+        .pipeline = &h->p, .pipeline_id = "ns/t", .no_eft = g_no_eft, .no_early = g_no_early};
     sb_err err;
     m->s = sb_sched_new(&cfg, sp, nsplits, &err);
     cr_assert_not_null(m->s, "%s", err.msg);
@@ -1977,4 +2085,332 @@ Test(sched, a_task_that_kills_its_worker_in_a_batch_does_not_use_up_the_others_r
     cr_expect_eq(st.sink_bytes, 399 * 4096, "every other split once: %" PRIu64, st.sink_bytes);
     sb_sched_free(m.s);
     spec_fixture_free(&h);
+}
+
+/* ---- early outputs ---------------------------------------------------------------------------
+ * The memory microbenchmark's shape (docs/benchmarks.md): a CPU op that doubles its input feeds
+ * an accelerator that takes as long per input byte as the CPU op per output byte... */
+static uint64_t early_run(const char *budget, int no_early, uint64_t frame, size_t *published,
+                          size_t *waits, sb_sched_stats *st)
+{
+    spec_holder h;
+    char exec[64];
+    snprintf(exec, sizeof exec, "{memoryBudget: %s}", budget);
+    spec_fixture_load(&h, spec_text(CPU_GPU, exec));
+    sim m;
+    g_no_early = no_early;
+    sim_init(&m, &h, 32, 64 * MiB);
+    g_no_early = 0;
+    m.frame = frame;
+    m.ratio[0] = 2.0;
+    m.ms_per_mb[0] = 50;
+    m.ms_per_mb[1] = 25;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 2);
+    m.w[2].accel = 1;
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_get_stats(m.s, st);
+    cr_expect_eq(m.peak_check_violations, 0);
+    if (frame == 0)
+        cr_expect_eq(st->sink_bytes, 2 * 32 * 64 * MiB);
+    *published = m.published;
+    *waits = m.waits;
+    uint64_t end = m.now;
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+    return end;
+}
+
+/* 32 splits of 64 MiB at a budget of 4 partitions of 64 MiB, each partition 1 MiB over (its
+ * framing, as real ones): a CPU op's task charged its whole estimated output (2 partitions)
+ * starts only when the accelerator has drained all but one partition, which then idles a third
+ * of the time; with early outputs the accelerator starts on a task's first output while the
+ * task makes the second, and the next task starts on one partition's grant. Bound: the
+ * accelerator, 64 partitions x 1.6 s. */
+Test(sched, early_outputs_start_the_next_op_while_their_producer_runs)
+{
+    size_t p_on, p_off, w_on, w_off;
+    sb_sched_stats on, off;
+    uint64_t t_on = early_run("256Mi", 0, MiB, &p_on, &w_on, &on),
+             t_off = early_run("256Mi", 1, MiB, &p_off, &w_off, &off);
+    double bound = 64 * 1600.0;
+    cr_expect_leq((double)t_on, 1.1 * bound, "with early outputs %.2fx of the bound",
+                  (double)t_on / bound);
+    cr_expect_geq((double)t_off, 1.3 * bound, "without them %.2fx: the shape no longer needs them",
+                  (double)t_off / bound);
+    cr_expect_geq(p_on, 16, "early outputs published: %zu", p_on);
+    cr_expect_gt(w_on, 0, "a task waited for its next grant");
+    cr_expect_eq(p_off, 0);
+    cr_expect_leq(on.peak_partition_bytes, on.budget + on.max_partition_bytes);
+}
+
+static size_t g_early_killed; /* outputs published early by the task the kill interrupted */
+static void kill_a_cpu_worker_after_an_early_output(sim *m, uint64_t ev)
+{
+    for (size_t i = 0; i < 2 && g_early_killed == 0 && ev >= 8; i++) {
+        simworker *w = &m->w[i];
+        if (!w->alive || w->nrun == 0 || w->run[0].published == 0)
+            continue;
+        g_early_killed = w->run[0].published;
+        w->alive = 0;
+        w->nrun = 0;
+        sb_sched_worker_lost(m->s, w->id, "test", m->now);
+    }
+}
+
+/* A worker dies after publishing early outputs that the accelerator may already have read: its
+ * task runs again elsewhere and the sink gets every partition exactly once. */
+Test(sched, a_worker_lost_after_early_outputs_loses_and_duplicates_nothing)
+{
+    static char base_ids[256][64], fail_ids[256][64];
+    size_t nbase, nfail;
+    for (int fault = 0; fault < 2; fault++) {
+        spec_holder h;
+        spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 224Mi}"));
+        sim m;
+        sim_init(&m, &h, 32, 64 * MiB);
+        m.ratio[0] = 2.0;
+        m.ms_per_mb[0] = 50;
+        m.ms_per_mb[1] = 25;
+        sim_add_worker(&m, "c1", "cpu", 1);
+        sim_add_worker(&m, "c2", "cpu", 1);
+        sim_add_worker(&m, "g1", "gpu", 2);
+        m.w[2].accel = 1;
+        g_early_killed = 0;
+        sim_run(&m, 100000, fault ? kill_a_cpu_worker_after_an_early_output : NULL);
+        cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+        sb_sched_stats st;
+        sb_sched_get_stats(m.s, &st);
+        cr_expect_eq(st.sink_bytes, 2 * 32 * 64 * MiB);
+        cr_expect_eq(m.peak_check_violations, 0);
+        sink_ids(m.s, fault ? fail_ids : base_ids, fault ? &nfail : &nbase);
+        if (fault) {
+            cr_assert_gt(g_early_killed, 0, "the kill came after an early output");
+            cr_expect_gt(st.tasks_rerun, 0);
+        }
+        sb_sched_free(m.s);
+        spec_fixture_free(&h);
+    }
+    cr_assert_eq(nfail, nbase);
+    for (size_t i = 0; i < nbase; i++)
+        cr_expect_str_eq(fail_ids[i], base_ids[i]);
+}
+
+static int has_release(sb_sched *s, const char *w, const char *id)
+{
+    char **rel;
+    size_t n = sb_sched_take_releases(s, w, &rel);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        found |= strcmp(rel[i], id) == 0;
+        free(rel[i]);
+    }
+    free(rel);
+    return found;
+}
+
+static sb_sched *early_setup(spec_holder *h, const char *exec, size_t nsplits)
+{
+    spec_fixture_load(h, spec_text(CPU_GPU, exec));
+    sim m;
+    sim_init(&m, h, nsplits, 128 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    return m.s;
+}
+
+/* Step by step: an early output is a partition the next op takes at once, its bytes move from
+ * the task's reserve to the partitions in flight, the final report lists it again without
+ * counting it twice, and the scheduler never tells its worker to free one it holds there. */
+Test(sched, an_early_output_is_taken_at_once_and_counted_once)
+{
+    spec_holder h;
+    sb_sched *s = early_setup(&h, "{memoryBudget: 1Gi}", 2);
+    sb_sched_task t[4];
+    cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1);
+    cr_assert(t[0].publish_early, "128 MiB in, 64 MiB partitions: two or more outputs");
+    char tid[64];
+    snprintf(tid, sizeof tid, "%s", t[0].task_id);
+    uint32_t att = t[0].attempt;
+    sb_sched_stats st0, st1;
+    sb_sched_get_stats(s, &st0);
+    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
+                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
+    sb_err err;
+    int wait;
+    cr_assert_eq(sb_sched_publish(s, "c1", tid, att + 1, outs, 1, 2, &wait, &err), 0,
+                 "a stale attempt");
+    cr_assert_eq(sb_sched_publish(s, "g1", tid, att, outs, 1, 2, &wait, &err), 0, "not its worker");
+    cr_assert_eq(sb_sched_publish(s, "nobody", tid, att, outs, 1, 2, &wait, &err), -1);
+    cr_expect(strstr(err.msg, "nobody") != NULL, "%s", err.msg);
+    cr_assert_eq(sb_sched_publish(s, "c1", tid, att, outs, 1, 2, &wait, &err), 1, "%s", err.msg);
+    sb_sched_get_stats(s, &st1);
+    cr_expect_eq(st1.partition_bytes, 64 * MiB);
+    cr_expect_eq(st1.in_flight_bytes, st0.in_flight_bytes, "the reserve shrank by what was made");
+    /* the accelerator takes it while its producer runs */
+    cr_assert_eq(sb_sched_assign(s, "g1", 1, 3, t), 1);
+    cr_assert_eq(t[0].ninputs, 1);
+    cr_expect_str_eq(t[0].inputs[0].id, "s0-t0-p0");
+    cr_expect_not(t[0].publish_early, "it writes the sink");
+    cr_assert_eq(sb_sched_publish(s, "g1", t[0].task_id, t[0].attempt, outs, 1, 3, &wait, &err), 0);
+    /* the producer's final report lists both: nothing released on its worker, bytes once */
+    cr_assert_eq(
+        sb_sched_complete(s, "c1", tid, att, SB_SCHED_OK, NULL, outs, 2, NULL, 0, NULL, 4, &err), 1,
+        "%s", err.msg);
+    cr_expect_not(has_release(s, "c1", "s0-t0-p0"));
+    cr_expect_not(has_release(s, "c1", "s0-t0-p1"));
+    sb_sched_op_stats op0;
+    sb_sched_get_op_stats(s, 0, &op0);
+    cr_expect_eq(op0.bytes_out, 128 * MiB);
+    cr_expect_eq(op0.rows_out, 20);
+    sb_sched_get_stats(s, &st1);
+    cr_expect_eq(st1.partition_bytes, 128 * MiB);
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_RUNNING);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* A failed attempt's early output stays (the scheduler holds it: its worker must not free it),
+ * and the retry must make it again: one that does not is a producer that is not deterministic,
+ * and the run stops rather than keep rows the finished attempt did not make. */
+Test(sched, a_retry_must_make_its_early_outputs_again)
+{
+    spec_holder h;
+    sb_sched *s = early_setup(&h, "{memoryBudget: 1Gi, maxTaskRetries: 2}", 1);
+    sb_sched_task t[4];
+    cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1);
+    cr_assert(t[0].publish_early);
+    char tid[64];
+    snprintf(tid, sizeof tid, "%s", t[0].task_id);
+    sb_sched_output p0 = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10};
+    sb_err err;
+    int wait;
+    cr_assert_eq(sb_sched_publish(s, "c1", tid, t[0].attempt, &p0, 1, 2, &wait, &err), 1);
+    cr_assert_eq(sb_sched_complete(s, "c1", tid, t[0].attempt, SB_SCHED_ERROR, "boom", &p0, 1, NULL,
+                                   0, NULL, 3, &err),
+                 1);
+    cr_expect_not(has_release(s, "c1", "s0-t0-p0"), "held: the next op may be reading it");
+    size_t k = sb_sched_assign(s, "c1", 1, 4, t);
+    cr_assert_eq(k, 1);
+    cr_assert_str_eq(t[0].task_id, tid);
+    sb_sched_output other[2] = {{.id = "s0-t0-p7", .bytes = 64 * MiB, .rows = 10},
+                                {.id = "s0-t0-p8", .bytes = 64 * MiB, .rows = 10}};
+    cr_assert_geq(sb_sched_complete(s, "c1", tid, t[0].attempt, SB_SCHED_OK, NULL, other, 2, NULL,
+                                    0, NULL, 5, &err),
+                  0);
+    const char *why = NULL;
+    cr_assert_eq(sb_sched_state_get(s, &why), SB_SCHED_FAILED);
+    cr_expect(why != NULL && strstr(why, "did not make partition s0-t0-p0 again") != NULL, "%s",
+              why ? why : "(none)");
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* Early outputs are asked for only where they cannot leak an errored partition's rows past
+ * maxErroredPartitions, nor reorder a preserveOrder sink, nor pay an RPC per tiny partition. */
+Test(sched, early_outputs_are_asked_for_only_where_they_are_safe_and_worth_it)
+{
+    const char *execs[] = {"{memoryBudget: 1Gi, maxErroredPartitions: 1}",
+                           "{memoryBudget: 1Gi, preserveOrder: true}"};
+    for (int i = 0; i < 2; i++) {
+        spec_holder h;
+        sb_sched *s = early_setup(&h, execs[i], 2);
+        sb_sched_task t[4];
+        cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1);
+        cr_expect_not(t[0].publish_early, "%s", execs[i]);
+        sb_sched_output p0 = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10};
+        sb_err err;
+        int wait;
+        cr_expect_eq(sb_sched_publish(s, "c1", t[0].task_id, t[0].attempt, &p0, 1, 2, &wait, &err),
+                     0, "a worker that publishes anyway is not taken: its final report decides");
+        sb_sched_free(s);
+        spec_fixture_free(&h);
+    }
+}
+
+static void kill_g1_once_at_20(sim *m, uint64_t ev)
+{
+    if (ev != 20 || !m->w[2].alive)
+        return;
+    m->w[2].alive = 0;
+    m->w[2].nrun = 0;
+    sb_sched_worker_lost(m->s, "g1", "test", m->now);
+    sim_add_worker(m, "g2", "gpu", 2);
+    m->w[m->nw - 1].accel = 1;
+}
+
+typedef struct {
+    uint64_t end_ms, peak, sink_bytes;
+    size_t published, waits;
+} chain_result;
+
+static chain_result chain_run(const char *budget, int no_early, int fault)
+{
+    const char *three = "  - {name: a, op: identity}\n"
+                        "  - {name: g, op: identity, resources: {gpu: 1}}\n"
+                        "  - {name: c, op: identity}\n";
+    spec_holder h;
+    char exec[64];
+    snprintf(exec, sizeof exec, "{memoryBudget: %s}", budget);
+    spec_fixture_load(&h, spec_text(three, exec));
+    sim m;
+    g_no_early = no_early;
+    sim_init(&m, &h, 12, 64 * MiB);
+    g_no_early = 0;
+    m.ratio[0] = 2.0;
+    m.ratio[1] = 2.0;
+    m.ms_per_mb[0] = 20;
+    m.ms_per_mb[1] = 10;
+    m.ms_per_mb[2] = 5;
+    sim_add_worker(&m, "c1", "cpu", 2);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 2);
+    m.w[2].accel = 1;
+    sim_run(&m, 100000, fault ? kill_g1_once_at_20 : NULL);
+    const char *why = NULL;
+    cr_assert_eq(sb_sched_state_get(m.s, &why), SB_SCHED_SUCCEEDED,
+                 "budget %s, early %d, fault %d: %s (%zu events)", budget, !no_early, fault,
+                 why ? why : "stuck", (size_t)m.events);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    chain_result r = {m.now, st.peak_partition_bytes, st.sink_bytes, m.published, m.waits};
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+    return r;
+}
+
+/* Two expanding ops in a row (cpu -> gpu -> cpu), publishing early (the gpu op also charged one
+ * output at a time), at budgets from two partitions up, with and without a worker lost: every
+ * run ends with every byte, no later and no higher in memory than without early outputs (this
+ * shape goes past small budgets anyway: the growth rule, docs/architecture.md "Budget"). A task
+ * that waits for a grant keeps its slot, its input and what it made: a deadlock would show
+ * here. */
+Test(sched, grants_never_deadlock_a_chain_of_expanding_ops)
+{
+    const char *budgets[] = {"128Mi", "160Mi", "256Mi", "400Mi", "1Gi"};
+    const uint64_t mib[] = {128, 160, 256, 400, 1024};
+    size_t waits = 0;
+    for (int fault = 0; fault < 2; fault++)
+        for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+            chain_result on = chain_run(budgets[b], 0, fault),
+                         off = chain_run(budgets[b], 1, fault);
+            uint64_t budget = mib[b] * MiB;
+            cr_expect_eq(on.sink_bytes, 4 * 12 * 64 * MiB, "budget %s, fault %d", budgets[b],
+                         fault);
+            cr_expect_eq(off.sink_bytes, on.sink_bytes);
+            cr_expect_gt(on.published, 0, "budget %s, fault %d", budgets[b], fault);
+            cr_expect_leq(on.end_ms, off.end_ms * 105 / 100,
+                          "budget %s, fault %d: %" PRIu64 " ms with early outputs, %" PRIu64
+                          " without",
+                          budgets[b], fault, on.end_ms, off.end_ms);
+            uint64_t cap = off.peak > budget + 64 * MiB ? off.peak : budget + 64 * MiB;
+            cr_expect_leq(on.peak, cap,
+                          "budget %s, fault %d: peak %" PRIu64 " MiB with early outputs, %" PRIu64
+                          " without",
+                          budgets[b], fault, on.peak / MiB, off.peak / MiB);
+            waits += on.waits;
+        }
+    cr_expect_gt(waits, 0, "tasks waited for grants");
 }
