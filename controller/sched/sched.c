@@ -1174,11 +1174,14 @@ static int early_safe(const sb_sched *s, const task *t)
  * of the same pool may need to drain the budget: there it is charged its whole estimate as
  * before (a chain cpu -> gpu -> cpu ran 1.1-1.2x longer in the simulation with grants there).
  * When every running attempt waits, the most downstream one gets its grant past the budget (the
- * assign loop's pass 1 likewise treats waiting attempts as not running). */
+ * assign loop's pass 1 likewise treats waiting attempts as not running). Not in staged mode:
+ * the next op starts only when this one has finished and the budget is not enforced, so a
+ * grant would only hold the task back (microbenchmark at 4 MiB: 1.62x -> 2.11x). */
 static int early_wanted(const sb_sched *s, const task *t, uint64_t est)
 {
     const op *o = &s->ops[t->op];
-    return early_safe(s, t) && o->target >= EARLY_MIN_BYTES && est >= 2 * o->target;
+    return early_safe(s, t) && s->mode != SB_MODE_STAGED && o->target >= EARLY_MIN_BYTES &&
+           est >= 2 * o->target;
 }
 
 /* Whether task t (early_wanted) is charged one output at a time (see above). */

@@ -2095,7 +2095,7 @@ static uint64_t early_run(const char *budget, int no_early, uint64_t frame, size
 {
     spec_holder h;
     char exec[64];
-    snprintf(exec, sizeof exec, "{memoryBudget: %s}", budget);
+    snprintf(exec, sizeof exec, "{memoryBudget: %s}", budget); /* (may add ", mode: ...") */
     spec_fixture_load(&h, spec_text(CPU_GPU, exec));
     sim m;
     g_no_early = no_early;
@@ -2112,7 +2112,8 @@ static uint64_t early_run(const char *budget, int no_early, uint64_t frame, size
     sim_run(&m, 100000, NULL);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
     sb_sched_get_stats(m.s, st);
-    cr_expect_eq(m.peak_check_violations, 0);
+    if (strstr(budget, "staged") == NULL) /* staged mode does not enforce the budget */
+        cr_expect_eq(m.peak_check_violations, 0);
     if (frame == 0)
         cr_expect_eq(st->sink_bytes, 2 * 32 * 64 * MiB);
     *published = m.published;
@@ -2306,6 +2307,21 @@ Test(sched, a_retry_must_make_its_early_outputs_again)
               why ? why : "(none)");
     sb_sched_free(s);
     spec_fixture_free(&h);
+}
+
+/* Staged mode: the next op waits for this one to finish and the budget is not enforced, so
+ * neither publishing early nor grants help; a grant held each task back (2.11x of the
+ * microbenchmark's bound against 1.62x). */
+Test(sched, staged_mode_neither_publishes_early_nor_waits_for_grants)
+{
+    size_t pub, waits;
+    sb_sched_stats st;
+    uint64_t t = early_run("256Mi, mode: staged", 0, MiB, &pub, &waits, &st);
+    cr_expect_eq(pub, 0);
+    cr_expect_eq(waits, 0);
+    size_t pub2, waits2;
+    uint64_t t2 = early_run("256Mi, mode: staged", 1, MiB, &pub2, &waits2, &st);
+    cr_expect_eq(t, t2, "%" PRIu64 " ms, %" PRIu64 " without early outputs", t, t2);
 }
 
 /* Early outputs are asked for only where they cannot leak an errored partition's rows past
