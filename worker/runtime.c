@@ -198,6 +198,26 @@ static int ctl_ok(worker *w, const ctl_chan *c)
     return cur;
 }
 
+/* One call on the current channel (no retry). SB_RPC_UNAVAILABLE without a call while a
+ * (re-)registration is pending. *resp (free with sb_rpc_msg_free) is set when the call was
+ * answered; *cur says whether the answer came from the channel that is still current (else it
+ * is stale: a Rebind replaced it meanwhile). */
+static sb_rpc_code ctl_call(worker *w, const char *method, const ProtobufCMessage *req,
+                            int timeout_ms, ProtobufCMessage **resp, int *cur, sb_err *err)
+{
+    *resp = NULL;
+    *cur = 0;
+    ctl_chan *c = ctl_get(w, 0);
+    if (c == NULL) {
+        sb_err_set(err, "re-registering");
+        return SB_RPC_UNAVAILABLE;
+    }
+    sb_rpc_code code = sb_rpc_call_msg(c->ch, method, req, timeout_ms, 0, resp, err);
+    *cur = code == SB_RPC_OK && ctl_ok(w, c);
+    ctl_put(w, c);
+    return code;
+}
+
 static uint64_t cur_gen(worker *w)
 {
     pthread_mutex_lock(&w->mu);
@@ -311,9 +331,6 @@ static int add_part(task_ctx *t, const char *id, uint64_t bytes, uint64_t rows, 
 static int partial_report(task_ctx *t, out_part *p)
 {
     worker *w = t->w;
-    ctl_chan *c = ctl_get(w, 0);
-    if (c == NULL)
-        return 0;
     Streambatch__V1__PartitionInfo info = STREAMBATCH__V1__PARTITION_INFO__INIT,
                                    *infos[1] = {&info};
     Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
@@ -329,13 +346,11 @@ static int partial_report(task_ctx *t, out_part *p)
         req.n_outputs = 1;
         req.outputs = infos;
     }
-    ProtobufCMessage *resp = NULL;
+    ProtobufCMessage *resp;
     sb_err err;
+    int cur, wait = 0;
     sb_rpc_code code =
-        sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 5000, 0, &resp, &err);
-    int cur = code == SB_RPC_OK && ctl_ok(w, c);
-    ctl_put(w, c);
-    int wait = 0;
+        ctl_call(w, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 5000, &resp, &cur, &err);
     if (cur) {
         Streambatch__V1__CompleteTaskReply *r = (Streambatch__V1__CompleteTaskReply *)resp;
         if (p != NULL)
@@ -1169,15 +1184,10 @@ static int heartbeat_once(worker *w)
     m.fetch_errors_total = sb_wmetrics_fetch_errors(w->metrics);
     m.gpu_busy_seconds = sb_wmetrics_accel_seconds(w->metrics);
     sb_wmetrics_process(&m.cpu_seconds, &m.rss_bytes);
-    ctl_chan *c = ctl_get(w, 0);
-    if (c == NULL)
-        return -1;
-    ProtobufCMessage *resp = NULL;
+    ProtobufCMessage *resp;
     sb_err err;
-    sb_rpc_code code =
-        sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_HEARTBEAT, &req.base, 3000, 0, &resp, &err);
-    int cur = code == SB_RPC_OK && ctl_ok(w, c);
-    ctl_put(w, c);
+    int cur;
+    sb_rpc_code code = ctl_call(w, SB_RPC_CONTROL_HEARTBEAT, &req.base, 3000, &resp, &cur, &err);
     if (code != SB_RPC_OK) {
         sb_log(SB_LOG_DEBUG, "Heartbeat failed", "worker", w->cfg.id, "error", err.msg, NULL);
         return -1;

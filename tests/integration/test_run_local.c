@@ -114,6 +114,17 @@ static int kill_random_worker(void)
     return killed;
 }
 
+/* kill_random_worker() `rounds` times, every `ms`: how many were killed */
+static int kill_workers_every(int ms, int rounds)
+{
+    int kills = 0;
+    for (int round = 0; round < rounds; round++) {
+        usleep((useconds_t)ms * 1000);
+        kills += kill_random_worker();
+    }
+    return kills;
+}
+
 static long summary_num(const char *name, const char *key)
 {
     char *v =
@@ -336,11 +347,7 @@ Test(run, killed_workers_are_recovered_with_identical_output)
                          "resources: {gpu: 1}}\n";
     write_pipeline("kill", stages, "  execution: {memoryBudget: 2Mi}\n");
     run_bg("kill", "", "--cpus 2 --gpus 1");
-    int kills = 0;
-    for (int round = 0; round < 3; round++) {
-        usleep(1500 * 1000);
-        kills += kill_random_worker();
-    }
+    int kills = kill_workers_every(1500, 3);
     free(wait_bg_ok("kill", 20));
     cr_expect_geq(kills, 2, "workers were running to be killed");
     char *got = output_digest("kill"), *want = expected_digest("True");
@@ -1119,12 +1126,8 @@ Test(run, workers_killed_while_holding_batches_lose_and_duplicate_nothing)
                    "");
     sh("sed -i 's/partitionSize: 64Ki/partitionSize: 1Ki/' %s/kbatch.yaml", dir);
     run_bg("kbatch", "", "--cpus 2");
-    int kills = 0;
-    usleep(300 * 1000);
-    for (int round = 0; round < 3; round++) {
-        kills += kill_random_worker();
-        usleep(250 * 1000);
-    }
+    usleep(50 * 1000);
+    int kills = kill_workers_every(250, 3); /* at 0.3, 0.55 and 0.8 s */
     free(wait_bg_ok("kbatch", 20));
     char *got = output_digest("kbatch"), *want = expected_digest("r['n'] < 50");
     cr_expect_str_eq(got, want, "output differs from a failure-free computation");
@@ -1150,11 +1153,7 @@ Test(run, early_outputs_with_killed_workers_lose_and_duplicate_nothing)
                          "resources: {gpu: 1}}\n";
     write_pipeline_ps("early", "256Ki", stages, "  execution: {memoryBudget: 2Mi}\n");
     run_bg("early", "", "--cpus 2 --gpus 1");
-    int kills = 0;
-    for (int round = 0; round < 3; round++) {
-        usleep(1500 * 1000);
-        kills += kill_random_worker();
-    }
+    int kills = kill_workers_every(1500, 3);
     free(wait_bg_ok("early", 20));
     cr_expect_geq(kills, 2, "workers were running to be killed");
     char *got = output_digest("early"), *want = expected_digest_times("True", 4);

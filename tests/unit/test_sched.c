@@ -2090,25 +2090,30 @@ Test(sched, a_task_that_kills_its_worker_in_a_batch_does_not_use_up_the_others_r
 /* ---- early outputs ---------------------------------------------------------------------------
  * The memory microbenchmark's shape (docs/benchmarks.md): a CPU op that doubles its input feeds
  * an accelerator that takes as long per input byte as the CPU op per output byte... */
+static void early_sim(sim *m, spec_holder *h, const char *budget, int no_early, uint64_t frame)
+{
+    char exec[64];
+    snprintf(exec, sizeof exec, "{memoryBudget: %s}", budget); /* (may add ", mode: ...") */
+    spec_fixture_load(h, spec_text(CPU_GPU, exec));
+    g_no_early = no_early;
+    sim_init(m, h, 32, 64 * MiB);
+    g_no_early = 0;
+    m->frame = frame;
+    m->ratio[0] = 2.0;
+    m->ms_per_mb[0] = 50;
+    m->ms_per_mb[1] = 25;
+    sim_add_worker(m, "c1", "cpu", 1);
+    sim_add_worker(m, "c2", "cpu", 1);
+    sim_add_worker(m, "g1", "gpu", 2);
+    m->w[2].accel = 1;
+}
+
 static uint64_t early_run(const char *budget, int no_early, uint64_t frame, size_t *published,
                           size_t *waits, sb_sched_stats *st)
 {
     spec_holder h;
-    char exec[64];
-    snprintf(exec, sizeof exec, "{memoryBudget: %s}", budget); /* (may add ", mode: ...") */
-    spec_fixture_load(&h, spec_text(CPU_GPU, exec));
     sim m;
-    g_no_early = no_early;
-    sim_init(&m, &h, 32, 64 * MiB);
-    g_no_early = 0;
-    m.frame = frame;
-    m.ratio[0] = 2.0;
-    m.ms_per_mb[0] = 50;
-    m.ms_per_mb[1] = 25;
-    sim_add_worker(&m, "c1", "cpu", 1);
-    sim_add_worker(&m, "c2", "cpu", 1);
-    sim_add_worker(&m, "g1", "gpu", 2);
-    m.w[2].accel = 1;
+    early_sim(&m, &h, budget, no_early, frame);
     sim_run(&m, 100000, NULL);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
     sb_sched_get_stats(m.s, st);
@@ -2169,16 +2174,8 @@ Test(sched, a_worker_lost_after_early_outputs_loses_and_duplicates_nothing)
     size_t nbase, nfail;
     for (int fault = 0; fault < 2; fault++) {
         spec_holder h;
-        spec_fixture_load(&h, spec_text(CPU_GPU, "{memoryBudget: 224Mi}"));
         sim m;
-        sim_init(&m, &h, 32, 64 * MiB);
-        m.ratio[0] = 2.0;
-        m.ms_per_mb[0] = 50;
-        m.ms_per_mb[1] = 25;
-        sim_add_worker(&m, "c1", "cpu", 1);
-        sim_add_worker(&m, "c2", "cpu", 1);
-        sim_add_worker(&m, "g1", "gpu", 2);
-        m.w[2].accel = 1;
+        early_sim(&m, &h, "224Mi", 0, 0);
         g_early_killed = 0;
         sim_run(&m, 100000, fault ? kill_a_cpu_worker_after_an_early_output : NULL);
         cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
