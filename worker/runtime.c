@@ -1241,6 +1241,7 @@ static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb
     req.n_partitions = n;
     req.partitions = ptrs;
     req.memory_budget_bytes = w->cfg.store_budget;
+    req.early_outputs = 1; /* Task.publish_early: reported as stored, waits when told to */
     ProtobufCMessage *resp = NULL;
     sb_rpc_code rc_call = sb_rpc_call_msg(c->ch, SB_RPC_CONTROL_REGISTER, &req.base, timeout_ms,
                                           SB_RPC_WAIT_FOR_READY, &resp, err);

@@ -38,6 +38,7 @@ typedef struct {
     int deferred;
     char pool[32], address[256];
     uint32_t slots;
+    int early; /* RegisterRequest.early_outputs */
     sb_sched_output *held;
     size_t nheld;
     sb_ctl_worker_figures fig; /* from its latest heartbeat */
@@ -337,6 +338,8 @@ static void plan_ready(sb_ctl *c)
             sb_log(SB_LOG_WARN, "adding a worker to the scheduler failed", "worker", w->id, "error",
                    err.msg, NULL);
             w->live = 0;
+        } else {
+            sb_sched_worker_set_early(c->sched, w->id, w->early);
         }
         held_free(w);
     }
@@ -679,6 +682,8 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     else if (c->sched != NULL)
         rc = sb_sched_worker_add(c->sched, m->worker_id, m->pool, m->address, m->slots, held,
                                  m->n_partitions, now_ms(), &err);
+    if (rc == 0 && c->sched != NULL)
+        sb_sched_worker_set_early(c->sched, m->worker_id, m->early_outputs);
     else
         rc = 0; /* planning (or it failed): added to the scheduler when the plan is ready */
     if (rc == 0) {
@@ -695,6 +700,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
             snprintf(w->pool, sizeof w->pool, "%s", m->pool);
             snprintf(w->address, sizeof w->address, "%s", m->address);
             w->slots = m->slots;
+            w->early = m->early_outputs;
             w->held = calloc(m->n_partitions + 1, sizeof *w->held);
             for (size_t i = 0; w->held != NULL && i < m->n_partitions; i++) {
                 w->held[i] = held[i];

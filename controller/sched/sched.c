@@ -57,14 +57,15 @@ typedef struct {
     uint32_t spec_attempt; /* attempt number of its latest speculative copy (0: none yet) */
     uint32_t copy;         /* its running copy in s->copies, NO_COPY when none */
     uint8_t state;         /* task_state */
-    uint8_t queued;        /* in its op's queue */
-    uint8_t batched;       /* its running attempt came in a batch (see "Batched polls") */
-    uint8_t solo;          /* its worker died while it was in a batch: never batched again */
-    uint8_t made;          /* a finished attempt's outputs are recorded (the rest: early ones) */
-    uint8_t early_stale;   /* an attempt that published outputs early did not finish */
-    uint8_t grants;        /* its running attempt publishes early (see early_wanted) */
-    uint8_t chunked;       /* ... charged one output at a time (start_reserve) */
-    uint8_t waiting;       /* ... and waits for the next grant: it makes nothing until then */
+    /* flags, one bit each (the lineage's size per partition, above) */
+    uint8_t queued : 1;      /* in its op's queue */
+    uint8_t batched : 1;     /* its running attempt came in a batch (see "Batched polls") */
+    uint8_t solo : 1;        /* its worker died while it was in a batch: never batched again */
+    uint8_t made : 1;        /* a finished attempt's outputs are recorded (the rest: early ones) */
+    uint8_t early_stale : 1; /* an attempt that published outputs early did not finish */
+    uint8_t grants : 1;      /* its running attempt publishes early (see early_wanted) */
+    uint8_t chunked : 1;     /* ... charged one output at a time (start_reserve) */
+    uint8_t waiting : 1;     /* ... and waits for the next grant: it makes nothing until then */
 } task;
 
 #define NO_COPY UINT32_MAX
@@ -100,6 +101,7 @@ typedef struct {
     int draining;
     uint32_t drain_op;
     double drain_speed, drain_median;
+    int early; /* it publishes outputs early and waits for grants (sb_sched_worker_set_early) */
 } worker;
 
 typedef struct {
@@ -721,6 +723,13 @@ static size_t worker_find(const sb_sched *s, const char *id)
     return sb_strmap_get(&s->worker_ids, id, &w) ? w : NONE;
 }
 
+void sb_sched_worker_set_early(sb_sched *s, const char *id, int on)
+{
+    size_t w = worker_find(s, id ? id : "");
+    if (w != NONE)
+        s->workers[w].early = on != 0;
+}
+
 int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
                         uint32_t slots, const sb_sched_output *held, size_t nheld, uint64_t now_ms,
                         sb_err *err)
@@ -1177,11 +1186,11 @@ static int early_safe(const sb_sched *s, const task *t)
  * assign loop's pass 1 likewise treats waiting attempts as not running). Not in staged mode:
  * the next op starts only when this one has finished and the budget is not enforced, so a
  * grant would only hold the task back (microbenchmark at 4 MiB: 1.62x -> 2.11x). */
-static int early_wanted(const sb_sched *s, const task *t, uint64_t est)
+static int early_wanted(const sb_sched *s, const task *t, uint64_t est, size_t w)
 {
     const op *o = &s->ops[t->op];
-    return early_safe(s, t) && s->mode != SB_MODE_STAGED && o->target >= EARLY_MIN_BYTES &&
-           est >= 2 * o->target;
+    return s->workers[w].early && early_safe(s, t) && s->mode != SB_MODE_STAGED &&
+           o->target >= EARLY_MIN_BYTES && est >= 2 * o->target;
 }
 
 /* Whether task t (early_wanted) is charged one output at a time (see above). */
@@ -1197,9 +1206,9 @@ static int chunk_wanted(const sb_sched *s, const task *t, uint64_t est)
 }
 
 /* The reserve a task starts with: its estimate, or one grant (see above). */
-static uint64_t start_reserve(const sb_sched *s, const task *t, uint64_t est)
+static uint64_t start_reserve(const sb_sched *s, const task *t, uint64_t est, size_t w)
 {
-    return early_wanted(s, t, est) && chunk_wanted(s, t, est) ? s->ops[t->op].max_part : est;
+    return early_wanted(s, t, est, w) && chunk_wanted(s, t, est) ? s->ops[t->op].max_part : est;
 }
 
 /* Whether waiting task ti gets its grant past the budget: every running attempt waits and none
@@ -1226,7 +1235,7 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     t->worker = w;
     t->started_ms = now_ms;
     uint64_t est = estimate(s, o, t->in_bytes, t->op);
-    t->grants = (uint8_t)early_wanted(s, t, est);
+    t->grants = (uint8_t)early_wanted(s, t, est, w);
     t->chunked = (uint8_t)(t->grants && chunk_wanted(s, t, est));
     t->reserved = t->chunked ? o->max_part : est;
     t->pub_bytes = 0;
@@ -1806,7 +1815,7 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
                     continue;
                 in_bytes = s->tasks[ti].in_bytes;
                 uint64_t est =
-                    start_reserve(s, &s->tasks[ti], estimate(s, &s->ops[k], in_bytes, k));
+                    start_reserve(s, &s->tasks[ti], estimate(s, &s->ops[k], in_bytes, k), w);
                 /* a downstream task frees its inputs when it finishes: only growth counts */
                 uint64_t grow = k == 0 ? est : est > in_bytes ? est - in_bytes : 0;
                 /* a second probe of an unmeasured op (another already runs): its whole output

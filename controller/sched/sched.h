@@ -217,6 +217,11 @@ size_t sb_sched_op_count(const sb_sched *s);
 /* Pools that have ops ("cpu", "gpu"); *n set. */
 const char *const *sb_sched_pools(const sb_sched *s, size_t *n);
 
+/* Worker `id` publishes outputs early and waits for grants when a task asks it to
+ * (RegisterRequest.early_outputs): only its tasks are charged one output at a time, since a
+ * worker that ignores Task.publish_early would make a task's whole output on one grant. */
+void sb_sched_worker_set_early(sb_sched *s, const char *id, int on);
+
 /* A worker joined (or re-registered with `held` partitions it still has). */
 int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
                         uint32_t slots, const sb_sched_output *held, size_t nheld, uint64_t now_ms,

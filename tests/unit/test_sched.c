@@ -95,6 +95,7 @@ static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t sl
     w->alive = 1;
     w->slow = 1;
     cr_assert_eq(sb_sched_worker_add(m->s, id, pool, w->addr, slots, NULL, 0, m->now, NULL), 0);
+    sb_sched_worker_set_early(m->s, id, 1); /* it publishes early (sim_publish) */
 }
 
 static void check_invariants(sim *m)
@@ -2302,6 +2303,37 @@ Test(sched, a_retry_must_make_its_early_outputs_again)
     cr_assert_eq(sb_sched_state_get(s, &why), SB_SCHED_FAILED);
     cr_expect(why != NULL && strstr(why, "did not make partition s0-t0-p0 again") != NULL, "%s",
               why ? why : "(none)");
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* A worker that did not say it publishes early (RegisterRequest.early_outputs: an older one, or
+ * a load generator) is never asked to, nor charged one output at a time: it would make a whole
+ * task's output on one partition's grant (the checkpoint simulation's budget check caught it). */
+Test(sched, a_worker_that_does_not_publish_early_is_charged_the_whole_estimate)
+{
+    spec_holder h;
+    sb_sched *s = early_setup(&h, "{memoryBudget: 1Gi}", 4);
+    cr_assert_eq(sb_sched_worker_add(s, "old", "cpu", "127.0.0.1:9", 1, NULL, 0, 1, NULL), 0);
+    sb_sched_task t[4];
+    cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1); /* measures op 0: 2 outputs */
+    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
+                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
+    sb_err err;
+    cr_assert_eq(sb_sched_complete(s, "c1", t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, outs, 2,
+                                   NULL, 0, NULL, 2, &err),
+                 1, "%s", err.msg);
+    sb_sched_stats st0, st1;
+    sb_sched_get_stats(s, &st0);
+    cr_assert_eq(sb_sched_assign(s, "old", 1, 3, t), 1);
+    cr_expect_not(t[0].publish_early);
+    sb_sched_get_stats(s, &st1);
+    cr_expect_eq(st1.in_flight_bytes - st0.in_flight_bytes, 128 * MiB, "its whole estimate");
+    cr_assert_eq(sb_sched_assign(s, "c1", 1, 4, t), 1);
+    cr_expect(t[0].publish_early);
+    sb_sched_stats st2;
+    sb_sched_get_stats(s, &st2);
+    cr_expect_eq(st2.in_flight_bytes - st1.in_flight_bytes, 64 * MiB, "one output's grant");
     sb_sched_free(s);
     spec_fixture_free(&h);
 }
