@@ -653,7 +653,9 @@ Test(rpc, handler_sees_method_and_deadline)
     long long left;
     cr_assert_eq(sscanf(text, "%63s %lld", path, &left), 2, "%s", text);
     cr_assert_str_eq(path, M_DEADLINE);
-    cr_assert(left > 2000 && left <= 5000, "%lld ms left of a 5000 ms deadline", left);
+    /* gRPC sends the timeout rounded up to its header's precision, and the two ends' clocks
+     * are read at different moments: a few ms over 5000 happen (5008 seen on a loaded machine) */
+    cr_assert(left > 2000 && left <= 5100, "%lld ms left of a 5000 ms deadline", left);
     cr_assert_eq(sb_rpc_unary(ch, M_DEADLINE, "", 0, 0, 0, &resp, &n, &err), SB_RPC_OK, "%s",
                  err.msg);
     snprintf(text, sizeof text, "%.*s", (int)n, (const char *)resp);
