@@ -2307,6 +2307,47 @@ Test(sched, a_retry_must_make_its_early_outputs_again)
     spec_fixture_free(&h);
 }
 
+/* A lineage re-run on the worker that still holds the task's other outputs rewrites them in
+ * place (the store replaces a partition of the same id): they stay available there, and the
+ * worker must not be told to free them (before, the re-run's report released every output the
+ * scheduler already had, the copy in that worker's store included, and the next read of it
+ * failed). */
+Test(sched, a_rerun_on_the_worker_that_holds_its_other_outputs_keeps_them)
+{
+    spec_holder h;
+    sb_sched *s = early_setup(&h, "{memoryBudget: 1Gi, maxErroredPartitions: 1}", 1);
+    sb_sched_task t[4];
+    cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1);
+    cr_assert_not(t[0].publish_early, "(not early: this is about the final report)");
+    char tid[64];
+    snprintf(tid, sizeof tid, "%s", t[0].task_id);
+    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
+                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
+    sb_err err;
+    cr_assert_eq(sb_sched_complete(s, "c1", tid, t[0].attempt, SB_SCHED_OK, NULL, outs, 2, NULL, 0,
+                                   NULL, 2, &err),
+                 1, "%s", err.msg);
+    /* the accelerator takes p0 and cannot read it: p0 is lost, its producer runs again */
+    cr_assert_eq(sb_sched_assign(s, "g1", 1, 3, t), 1);
+    cr_assert_str_eq(t[0].inputs[0].id, "s0-t0-p0");
+    const char *lost[] = {"s0-t0-p0"};
+    cr_assert_eq(sb_sched_complete(s, "g1", t[0].task_id, t[0].attempt, SB_SCHED_INPUT_LOST,
+                                   "fetch failed", NULL, 0, lost, 1, NULL, 4, &err),
+                 1, "%s", err.msg);
+    cr_assert_eq(sb_sched_assign(s, "c1", 1, 5, t), 1);
+    cr_assert_str_eq(t[0].task_id, tid);
+    cr_assert_eq(sb_sched_complete(s, "c1", tid, t[0].attempt, SB_SCHED_OK, NULL, outs, 2, NULL, 0,
+                                   NULL, 6, &err),
+                 1, "%s", err.msg);
+    cr_expect_not(has_release(s, "c1", "s0-t0-p1"), "p1 is still needed, and only c1 has it");
+    sb_sched_stats st;
+    sb_sched_get_stats(s, &st);
+    cr_expect_eq(st.partition_bytes, 128 * MiB);
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_RUNNING);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
 /* A worker that did not say it publishes early (RegisterRequest.early_outputs: an older one, or
  * a load generator) is never asked to, nor charged one output at a time: it would make a whole
  * task's output on one partition's grant (the checkpoint simulation's budget check caught it). */
