@@ -139,7 +139,10 @@ typedef struct {
 
 struct sb_sched {
     char *pipeline_id;
-    sb_stage_spec *stages; /* shallow copies of the spec's stages; strings dup'ed */
+    sb_stage_spec *stages; /* shallow copies of the spec's stages; name, op, args dup'ed */
+    unsigned *stage_shapes; /* per stage, the shapes it allows (SB_SHAPE_BIT_*) */
+    char *(*shape_args)[2]; /* per stage that allows two shapes: its args on cpu and on gpu
+                               (sb_stage_args_for_shape; owned), for sb_sched_stage_move */
     const sb_stage_spec **stage_ptrs;
     size_t nstages;
     sb_exec_mode mode;
@@ -527,7 +530,10 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     s->nstages = p->spec.nstages;
     s->stages = calloc(s->nstages, sizeof *s->stages);
     s->stage_ptrs = calloc(s->nstages, sizeof *s->stage_ptrs);
-    if (s->pipeline_id == NULL || s->stages == NULL || s->stage_ptrs == NULL)
+    s->stage_shapes = calloc(s->nstages ? s->nstages : 1, sizeof *s->stage_shapes);
+    s->shape_args = calloc(s->nstages ? s->nstages : 1, sizeof *s->shape_args);
+    if (s->pipeline_id == NULL || s->stages == NULL || s->stage_ptrs == NULL ||
+        s->stage_shapes == NULL || s->shape_args == NULL)
         goto oom;
     for (size_t i = 0; i < s->nstages; i++) {
         const sb_stage_spec *src = &p->spec.stages[i];
@@ -539,6 +545,13 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
         if (d->name == NULL || d->op == NULL || (src->args_json && d->args_json == NULL))
             goto oom;
         s->stage_ptrs[i] = d;
+        s->stage_shapes[i] = sb_stage_shapes(src);
+        if (s->stage_shapes[i] == (SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU)) {
+            s->shape_args[i][0] = sb_stage_args_for_shape(src, "cpu");
+            s->shape_args[i][1] = sb_stage_args_for_shape(src, "gpu");
+            if (s->shape_args[i][0] == NULL || s->shape_args[i][1] == NULL)
+                goto oom;
+        }
     }
     s->mode = p->spec.execution.mode;
     s->budget = (uint64_t)p->spec.execution.memory_budget;
@@ -555,9 +568,14 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
     s->ops = calloc(s->nstages, sizeof *s->ops);
     if (s->ops == NULL)
         goto oom;
+    int prev_alone = 0;
     for (size_t i = 0; i < s->nstages; i++) {
         const char *pool = pool_of(s->stage_ptrs[i]);
-        if (fuse && s->nops > 0 && strcmp(s->ops[s->nops - 1].pool, pool) == 0) {
+        /* a stage that may move to another shape while running is an op of its own */
+        int alone = cfg->no_fuse_choices && s->shape_args[i][0] != NULL;
+        int join = fuse && !alone && !prev_alone && s->nops > 0;
+        prev_alone = alone;
+        if (join && strcmp(s->ops[s->nops - 1].pool, pool) == 0) {
             s->ops[s->nops - 1].nstages++;
             continue;
         }
@@ -643,8 +661,14 @@ void sb_sched_free(sb_sched *s)
         free(s->stages[i].name);
         free(s->stages[i].op);
         free(s->stages[i].args_json);
+        if (s->shape_args != NULL) {
+            free(s->shape_args[i][0]);
+            free(s->shape_args[i][1]);
+        }
     }
     free(s->stages);
+    free(s->stage_shapes);
+    free(s->shape_args);
     free(s->stage_ptrs);
     for (size_t i = 0; i < s->nops; i++) {
         free(s->ops[i].name);
@@ -710,6 +734,62 @@ const char *const *sb_sched_pools(const sb_sched *s, size_t *n)
 {
     *n = s->npools;
     return s->pools;
+}
+
+const char *sb_sched_op_pool(const sb_sched *s, uint32_t opi)
+{
+    return opi < s->nops ? s->ops[opi].pool : NULL;
+}
+
+static void static_bind(sb_sched *s, const char *pool);
+
+int sb_sched_stage_move(sb_sched *s, size_t stage, const char *pool, sb_err *err)
+{
+    if (stage >= s->nstages)
+        return sb_err_set(err, "scheduler: no stage %zu to move", stage);
+    sb_stage_spec *st = &s->stages[stage];
+    unsigned bit = pool == NULL ? 0
+                   : strcmp(pool, "cpu") == 0 ? SB_SHAPE_BIT_CPU
+                   : strcmp(pool, "gpu") == 0 ? SB_SHAPE_BIT_GPU
+                                              : 0;
+    if (bit == 0)
+        return sb_err_set(err, "scheduler: stage %s cannot move to pool '%s': not cpu or gpu",
+                          st->name, pool ? pool : "(null)");
+    if ((s->stage_shapes[stage] & bit) == 0)
+        return sb_err_set(err, "scheduler: stage %s does not allow shape %s (its placement)",
+                          st->name, pool);
+    size_t i = 0;
+    while (i + 1 < s->nops && s->ops[i + 1].first_stage <= stage)
+        i++;
+    op *o = &s->ops[i];
+    if (o->nstages != 1)
+        return sb_err_set(err, "scheduler: stage %s runs fused with other stages as op %s: it "
+                          "cannot move alone", st->name, o->name);
+    const char *to = bit == SB_SHAPE_BIT_GPU ? "gpu" : "cpu"; /* static: outlives the spec */
+    if (strcmp(o->pool, to) == 0)
+        return 0;
+    /* its tasks run with the new shape's args (shapeArgs) */
+    char *args = s->shape_args[stage][0] != NULL
+                     ? strdup(s->shape_args[stage][bit == SB_SHAPE_BIT_GPU ? 1 : 0])
+                     : NULL;
+    if (s->shape_args[stage][0] != NULL && args == NULL)
+        return sb_err_set(err, "scheduler: out of memory");
+    if (args != NULL) {
+        free(st->args_json);
+        st->args_json = args;
+    }
+    const char *from = o->pool;
+    o->pool = to;
+    int known = 0;
+    for (size_t k = 0; k < s->npools; k++)
+        known |= strcmp(s->pools[k], to) == 0;
+    if (!known && s->npools < sizeof s->pools / sizeof s->pools[0])
+        s->pools[s->npools++] = to;
+    if (s->mode == SB_MODE_STATIC) { /* both pools' slots cover their ops again */
+        static_bind(s, from);
+        static_bind(s, to);
+    }
+    return 1;
 }
 
 /* ---- workers -------------------------------------------------------------------------------- */
@@ -1273,6 +1353,7 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
     out->target_bytes = o->target;
     /* early outputs (start_task, early_wanted): not for a speculative copy */
     out->publish_early = !copy && t->grants;
+    out->pool = o->pool;
     out->ninputs = t->ninputs;
     out->inputs = NULL;
     if (t->ninputs > 0) {

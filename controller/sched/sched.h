@@ -98,6 +98,8 @@ typedef struct sb_sched_config {
     int no_eft;                    /* 1: at an op's tail a slow worker takes a task even when a
                                       faster one would finish it sooner (ablations) */
     int no_early;                  /* 1: no early outputs (sb_sched_publish; ablations) */
+    int no_fuse_choices;           /* 1: a stage that allows more than one shape (placement) is
+                                      an op of its own, so sb_sched_stage_move can move it */
     uint64_t start_ms;             /* the clock at creation (the stall watchdog starts there) */
     const sb_sched_resume *resume; /* NULL: a fresh run */
 } sb_sched_config;
@@ -124,6 +126,8 @@ typedef struct sb_sched_task {
     int writes_sink;   /* last op: outputs go to the sink */
     uint64_t target_bytes;
     int publish_early; /* report each output when written (sb_sched_publish) */
+    const char *pool;  /* the pool its op runs on now: its stages run with that shape's args
+                          (sb_stage_args_for_shape) */
 } sb_sched_task;
 
 struct sb_sched_output {
@@ -216,6 +220,17 @@ void sb_sched_free(sb_sched *s);
 size_t sb_sched_op_count(const sb_sched *s);
 /* Pools that have ops ("cpu", "gpu"); *n set. */
 const char *const *sb_sched_pools(const sb_sched *s, size_t *n);
+
+/* The pool ("cpu" / "gpu") op runs on now, or NULL when there is no such op. */
+const char *sb_sched_op_pool(const sb_sched *s, uint32_t op);
+
+/* Moves a stage of a running pipeline to another pool (a re-plan placed it there): its op's
+ * queued and later tasks, re-runs and speculative copies go to workers of that pool, whose
+ * tasks name it (sb_sched_task.pool); attempts running on the old pool finish there and count
+ * (partition ids are the same whoever makes them). The stage must allow the shape (its
+ * placement) and be an op of its own (sb_sched_config.no_fuse_choices). Returns 1 when moved,
+ * 0 when it runs there already, -1 with err when it cannot move (nothing changed). */
+int sb_sched_stage_move(sb_sched *s, size_t stage, const char *pool, sb_err *err);
 
 /* Worker `id` publishes outputs early and waits for grants when a task asks it to
  * (RegisterRequest.early_outputs): only its tasks are charged one output at a time, since a

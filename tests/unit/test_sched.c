@@ -82,6 +82,9 @@ typedef struct {
     size_t published, publish_refused; /* early outputs taken / not taken by sb_sched_publish */
     size_t waits;                      /* times a task was told to wait for budget */
     uint64_t frame;                    /* bytes added to every output partition (framing) */
+    size_t pool_mismatch;   /* tasks given to a worker of another pool than the task's */
+    size_t by_pool[8][2];   /* tasks given per op, to cpu [0] and gpu [1] workers */
+    char args[8][2][64];    /* the latest args of each op's first stage per pool */
 } sim;
 
 static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t slots)
@@ -138,6 +141,12 @@ static void sim_poll(sim *m, simworker *w)
         r->index = tasks[i].index;
         r->writes_sink = tasks[i].writes_sink;
         w->ops_ran |= 1u << (tasks[i].op & 31);
+        if (tasks[i].pool == NULL || strcmp(tasks[i].pool, w->pool) != 0)
+            m->pool_mismatch++;
+        int g = strcmp(w->pool, "gpu") == 0;
+        m->by_pool[tasks[i].op & 7][g]++;
+        snprintf(m->args[tasks[i].op & 7][g], sizeof m->args[0][0], "%s",
+                 tasks[i].stages[0]->args_json ? tasks[i].stages[0]->args_json : "");
         r->in_bytes = 0;
         if (tasks[i].split != NULL)
             r->in_bytes = strtoull(tasks[i].split, NULL, 10);
@@ -333,6 +342,7 @@ static void sim_run(sim *m, uint64_t max_events, void (*fault)(sim *, uint64_t))
 
 static int g_no_eft;   /* sim_init: sb_sched_config.no_eft */
 static int g_no_early; /* sim_init: sb_sched_config.no_early */
+static int g_no_fuse_choices; /* sim_init: sb_sched_config.no_fuse_choices */
 
 static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_bytes)
 {
@@ -351,7 +361,8 @@ static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_byte
         sp[i].bytes = split_bytes;
     }
     sb_sched_config cfg = {
-        .pipeline = &h->p, .pipeline_id = "ns/t", .no_eft = g_no_eft, .no_early = g_no_early};
+        .pipeline = &h->p, .pipeline_id = "ns/t", .no_eft = g_no_eft, .no_early = g_no_early,
+        .no_fuse_choices = g_no_fuse_choices};
     sb_err err;
     m->s = sb_sched_new(&cfg, sp, nsplits, &err);
     cr_assert_not_null(m->s, "%s", err.msg);
@@ -2499,4 +2510,109 @@ Test(sched, grants_never_deadlock_a_chain_of_expanding_ops)
             waits += on.waits;
         }
     cr_expect_gt(waits, 0, "tasks waited for grants");
+}
+
+/* ---- a stage moved to another pool while the run goes on (a re-plan, sb_sched_stage_move) --- */
+
+static const char *CHOICE = "  - {name: load, op: identity}\n"
+                            "  - {name: infer, op: bench.sleep, args: {msPerMB: 10}, "
+                            "placement: [cpu, gpu], shapeArgs: {gpu: {msPerMB: 1}}}\n"
+                            "  - {name: post, op: identity}\n";
+
+static size_t g_move_at;       /* the event at which stage 1 moves to the gpu pool */
+static size_t g_kill_after;    /* > 0: c1 is lost this many events after the move */
+static size_t g_cpu_before[2]; /* op 1's tasks given to cpu / gpu workers before the move */
+static int g_move_rc[3];
+
+static void move_infer(sim *m, uint64_t ev)
+{
+    if (ev == g_move_at) {
+        g_cpu_before[0] = m->by_pool[1][0];
+        g_cpu_before[1] = m->by_pool[1][1];
+        sb_err err = {0};
+        g_move_rc[0] = sb_sched_stage_move(m->s, 1, "gpu", &err);
+        g_move_rc[1] = sb_sched_stage_move(m->s, 1, "gpu", &err);
+        g_move_rc[2] = sb_sched_stage_move(m->s, 0, "gpu", &err);
+        cr_expect(strstr(err.msg, "load") != NULL && strstr(err.msg, "gpu") != NULL, "%s",
+                  err.msg);
+    }
+    if (g_kill_after > 0 && ev == g_move_at + g_kill_after && m->w[0].alive) {
+        m->w[0].alive = 0;
+        m->w[0].nrun = 0;
+        sb_sched_worker_lost(m->s, m->w[0].id, "killed", m->now);
+    }
+}
+
+static void move_run(size_t kill_after)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text(CHOICE, "{memoryBudget: 512Mi}"));
+    g_no_fuse_choices = 1;
+    sim m;
+    sim_init(&m, &h, 40, 64 * MiB);
+    g_no_fuse_choices = 0;
+    cr_assert_eq(sb_sched_op_count(m.s), 3, "the stage with a choice is an op of its own");
+    cr_expect_str_eq(sb_sched_op_pool(m.s, 1), "cpu");
+    m.ms_per_mb[1] = 10;
+    sim_add_worker(&m, "c1", "cpu", 2);
+    sim_add_worker(&m, "c2", "cpu", 2);
+    sim_add_worker(&m, "g1", "gpu", 2);
+    m.w[2].accel = 1;
+    g_move_at = 10;
+    g_kill_after = kill_after;
+    memset(g_move_rc, 0, sizeof g_move_rc);
+    sim_run(&m, 100000, move_infer);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_eq(g_move_rc[0], 1, "moved");
+    cr_expect_eq(g_move_rc[1], 0, "a second move to the same pool changes nothing");
+    cr_expect_eq(g_move_rc[2], -1, "load allows cpu only");
+    cr_expect_str_eq(sb_sched_op_pool(m.s, 1), "gpu");
+    cr_expect_gt(g_cpu_before[0], 0, "infer ran on cpu workers before the move");
+    cr_expect_eq(g_cpu_before[1], 0, "and not on the gpu worker");
+    cr_expect_eq(m.by_pool[1][0], g_cpu_before[0], "no infer task on a cpu worker after it");
+    cr_expect_gt(m.by_pool[1][1], 0, "infer ran on the gpu worker after it");
+    cr_expect_eq(m.pool_mismatch, 0);
+    cr_expect_str_eq(m.args[1][0], "{\"msPerMB\":10}");
+    cr_expect_str_eq(m.args[1][1], "{\"msPerMB\":1}", "the gpu shape's args");
+    cr_expect_eq(m.by_pool[0][1] + m.by_pool[2][1], 0, "the other stages stay on cpu");
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(m.peak_check_violations, 0);
+    cr_expect_eq(st.sink_bytes, 40 * 64 * MiB, "every byte once: %" PRIu64, st.sink_bytes);
+    cr_expect_eq(st.partition_bytes, 0, "everything released at the end");
+    if (kill_after > 0)
+        cr_expect_gt(st.partitions_recovered + st.tasks_rerun, 0, "c1's loss was recovered");
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
+Test(sched, a_stage_moved_to_another_pool_runs_there_with_that_shapes_args)
+{
+    move_run(0);
+}
+
+Test(sched, a_worker_lost_after_a_move_loses_and_duplicates_nothing)
+{
+    move_run(15);
+}
+
+Test(sched, a_fused_stage_cannot_move_and_nothing_changes)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text(CHOICE, "{}"));
+    sim m;
+    sim_init(&m, &h, 4, MiB);
+    cr_assert_eq(sb_sched_op_count(m.s), 1, "without no_fuse_choices the three stages fuse");
+    sb_err err = {0};
+    cr_expect_eq(sb_sched_stage_move(m.s, 1, "gpu", &err), -1);
+    cr_expect(strstr(err.msg, "fused") != NULL && strstr(err.msg, "load+infer+post") != NULL,
+              "%s", err.msg);
+    cr_expect_eq(sb_sched_stage_move(m.s, 1, "tpu", &err), -1);
+    cr_expect(strstr(err.msg, "tpu") != NULL, "%s", err.msg);
+    cr_expect_str_eq(sb_sched_op_pool(m.s, 0), "cpu");
+    sim_add_worker(&m, "c1", "cpu", 2);
+    sim_run(&m, 10000, NULL);
+    cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
 }
