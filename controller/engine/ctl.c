@@ -87,7 +87,7 @@ struct sb_ctl {
     int timer_started;
     /* storage jobs (storage_on_workers) */
     const sb_pipeline *pipeline;
-    int no_fusion;
+    int no_fusion, no_fuse_choices;
     int no_tail_sizing, no_speculation, no_drain, no_eft, no_early; /* sb_ctl_config */
     int planning; /* PLAN/PREPARE under way: sched is NULL */
     int failed;   /* a storage job failed the pipeline before the scheduler */
@@ -308,6 +308,7 @@ static void plan_ready(sb_ctl *c)
     sb_sched_config sc = {.pipeline = c->pipeline,
                           .pipeline_id = c->pipeline_id,
                           .no_fusion = c->no_fusion,
+                          .no_fuse_choices = c->no_fuse_choices,
                           .no_tail_sizing = c->no_tail_sizing,
                           .no_speculation = c->no_speculation,
                           .no_drain = c->no_drain,
@@ -1003,6 +1004,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
     sb_sched_config sc = {.pipeline = cfg->pipeline,
                           .pipeline_id = c->pipeline_id,
                           .no_fusion = cfg->no_fusion,
+                          .no_fuse_choices = cfg->no_fuse_choices,
                           .no_tail_sizing = cfg->no_tail_sizing,
                           .no_speculation = cfg->no_speculation,
                           .no_drain = cfg->no_drain,
@@ -1014,6 +1016,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
         goto fail;
     c->pipeline = cfg->pipeline;
     c->no_fusion = cfg->no_fusion;
+    c->no_fuse_choices = cfg->no_fuse_choices;
     c->no_tail_sizing = cfg->no_tail_sizing;
     c->no_speculation = cfg->no_speculation;
     c->no_drain = cfg->no_drain;
@@ -1367,6 +1370,17 @@ int sb_ctl_worker_removable(sb_ctl *c, const char *worker_id)
     return r;
 }
 
+int sb_ctl_stage_move(sb_ctl *c, size_t stage, const char *pool, sb_err *err)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = c->sched != NULL ? sb_sched_stage_move(c->sched, stage, pool, err)
+                              : sb_err_set(err, "the source is not planned yet");
+    if (rc > 0)
+        pthread_cond_broadcast(&c->changed); /* held polls of the new pool may get its tasks */
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t *running,
                         int *active)
 {
@@ -1375,8 +1389,10 @@ void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t 
     *active = 0;
     if (c->sched != NULL)
         sb_sched_pool_demand(c->sched, pool, queued, running, active);
-    else if (c->planning)
-        *active = 1; /* every pool gets work once the plan is ready */
+    else if (c->planning) /* every pool a stage runs in gets work once the plan is ready (a
+                             pool a re-plan may move a stage to has none yet) */
+        for (size_t i = 0; i < c->pipeline->spec.nstages; i++)
+            *active |= strcmp(sb_stage_pool(&c->pipeline->spec.stages[i]), pool) == 0;
     /* a storage job needs one worker of job_pool */
     if ((c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING) &&
         strcmp(pool, c->job_pool) == 0) {

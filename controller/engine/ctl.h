@@ -41,6 +41,7 @@ typedef struct sb_ctl_config {
     uint32_t heartbeat_interval_ms; /* default 500 */
     uint32_t heartbeat_timeout_ms;  /* default 5000 */
     int no_fusion;
+    int no_fuse_choices; /* sb_sched_config.no_fuse_choices (the operator, when it plans) */
     int no_tail_sizing, no_speculation, no_drain,
         no_eft,   /* sb_sched_config's straggler switches (ablations; run.h: SB_SCHED_OFF) */
         no_early; /* sb_sched_config.no_early (ablations) */
@@ -129,6 +130,9 @@ void sb_ctl_plan_hash(sb_ctl *c, char out[17]);
 int sb_ctl_resume_dropped(sb_ctl *c);
 /* 1 if the worker may be removed now (sb_sched_worker_removable), under the lock. */
 int sb_ctl_worker_removable(sb_ctl *c, const char *worker_id);
+/* Moves stage `stage` to pool ("cpu" / "gpu") while the run goes on (sb_sched_stage_move),
+ * under the lock. 1 moved, 0 already there, -1 + err (no scheduler yet, or it cannot move). */
+int sb_ctl_stage_move(sb_ctl *c, size_t stage, const char *pool, sb_err *err);
 /* The pool's demand (sb_sched_pool_demand), under the lock. */
 void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t *running,
                         int *active);

@@ -95,36 +95,67 @@ static void fmt_bytes(int64_t b, char *buf, size_t n)
 
 size_t sb_kube_pools_from_spec(const sb_pipeline *p, sb_kube_pool *out, size_t cap)
 {
+    return sb_kube_pools_placed(p, NULL, 0, out, cap);
+}
+
+/* The pool index of name in out[0..*n), added (bounds 0) when missing; cap reached: -1. */
+static int pool_slot(const sb_pipeline *p, const char *pool, sb_kube_pool *out, size_t *n,
+                     size_t cap)
+{
+    size_t j = 0;
+    while (j < *n && strcmp(out[j].pool, pool) != 0)
+        j++;
+    if (j < *n)
+        return (int)j;
+    if (*n == cap || *n == 4)
+        return -1;
+    memset(&out[j], 0, sizeof out[j]);
+    int gpu = strcmp(pool, "gpu") == 0;
+    out[j].pool = gpu ? "gpu" : "cpu";
+    int64_t cs = p->spec.execution.cpu_slots_per_worker; /* 0: a spec built in C */
+    out[j].slots = gpu ? 2 : cs > 0 ? (uint32_t)cs : 1;
+    out[j].accelerators = gpu ? 1 : 0;
+    (*n)++;
+    return (int)j;
+}
+
+size_t sb_kube_pools_placed(const sb_pipeline *p, const char *const *placed, int also_allowed,
+                            sb_kube_pool *out, size_t cap)
+{
     size_t n = 0;
     int64_t cpu[4] = {0}, mem[4] = {0};
-    for (size_t i = 0; p != NULL && i < p->spec.nstages; i++) {
-        const sb_stage_spec *st = &p->spec.stages[i];
-        const char *pool = sb_stage_pool(st);
-        size_t j = 0;
-        while (j < n && strcmp(out[j].pool, pool) != 0)
-            j++;
-        if (j == n) {
-            if (n == cap || n == 4)
-                continue;
-            memset(&out[n], 0, sizeof out[n]);
-            out[n].pool = strcmp(pool, "gpu") == 0 ? "gpu" : "cpu";
-            int gpu = strcmp(pool, "gpu") == 0;
-            int64_t cs = p->spec.execution.cpu_slots_per_worker; /* 0: a spec built in C */
-            out[n].slots = gpu ? 2 : cs > 0 ? (uint32_t)cs : 1;
-            out[n].accelerators = gpu ? 1 : 0;
-            n++;
+    for (int pass = 0; pass < 2 && p != NULL; pass++) {
+        /* pass 0: the pools the stages run in; pass 1: the other shapes they allow */
+        for (size_t i = 0; i < p->spec.nstages; i++) {
+            const sb_stage_spec *st = &p->spec.stages[i];
+            const char *at = placed != NULL && placed[i] != NULL ? placed[i] : sb_stage_pool(st);
+            unsigned shapes = sb_stage_shapes(st);
+            for (int g = 0; g < 2; g++) {
+                const char *pool = g ? "gpu" : "cpu";
+                int here = strcmp(at, pool) == 0;
+                if (pass == 0 ? !here
+                              : here || !also_allowed ||
+                                    !(shapes & (g ? SB_SHAPE_BIT_GPU : SB_SHAPE_BIT_CPU)))
+                    continue;
+                int j = pool_slot(p, pool, out, &n, cap);
+                if (j < 0)
+                    continue;
+                sb_kube_pool *o = &out[j];
+                if (here && st->workers.min > (int64_t)o->min)
+                    o->min = (uint32_t)st->workers.min; /* a pool it may move to starts empty */
+                if (st->workers.max > (int64_t)o->max)
+                    o->max = (uint32_t)st->workers.max;
+                /* a gpu worker takes the stage's GPUs whichever shape it was declared for */
+                int64_t gpus = !g ? 0 : st->resources.gpu > 0 ? st->resources.gpu
+                                                              : st->gpu_shape_gpus;
+                if (gpus > (int64_t)o->gpus)
+                    o->gpus = (uint32_t)gpus;
+                if (st->resources.cpu_milli > cpu[j])
+                    cpu[j] = st->resources.cpu_milli;
+                if (st->resources.memory_bytes > mem[j])
+                    mem[j] = st->resources.memory_bytes;
+            }
         }
-        sb_kube_pool *o = &out[j];
-        if (st->workers.min > (int64_t)o->min)
-            o->min = (uint32_t)st->workers.min;
-        if (st->workers.max > (int64_t)o->max)
-            o->max = (uint32_t)st->workers.max;
-        if (st->resources.gpu > (int64_t)o->gpus)
-            o->gpus = (uint32_t)st->resources.gpu;
-        if (st->resources.cpu_milli > cpu[j])
-            cpu[j] = st->resources.cpu_milli;
-        if (st->resources.memory_bytes > mem[j])
-            mem[j] = st->resources.memory_bytes;
     }
     for (size_t j = 0; j < n; j++) {
         out[j].cpu = out[j].memory = NULL;

@@ -91,6 +91,15 @@ typedef struct sb_kube_pool {
  * be copied (e.g. into sb_kube_config.pools). Returns the number of pools (at most cap). */
 size_t sb_kube_pools_from_spec(const sb_pipeline *p, sb_kube_pool *out, size_t cap);
 
+/* As sb_kube_pools_from_spec, with stage i in pool placed[i] ("cpu" / "gpu"; placed NULL or
+ * placed[i] NULL: sb_stage_pool()), and with also_allowed a pool for every other shape a stage
+ * allows (placement), so that a re-plan can move the stage there while the run goes on: its
+ * min counts only the stages placed in it (an empty one starts with no pod), its max and
+ * resources every stage that runs or may run there (a gpu pod takes the stage's GPUs,
+ * gpu_shape_gpus, also when it was declared for cpu first). Pools run in come first. */
+size_t sb_kube_pools_placed(const sb_pipeline *p, const char *const *placed, int also_allowed,
+                            sb_kube_pool *out, size_t cap);
+
 typedef struct sb_kube_config {
     sb_k8s_client *client; /* borrowed; shared */
     const char *namespace, *pipeline, *pipeline_uid;

@@ -111,6 +111,9 @@ cJSON *sb_opr_plan_status_json(const sb_opr_plan_view *v)
     ok &= cJSON_AddStringToObject(j, "plannedAt", v->planned_at ? v->planned_at : "") != NULL;
     ok &= cJSON_AddStringToObject(j, "rates", v->rates_from ? v->rates_from : "") != NULL;
     ok &= cJSON_AddNumberToObject(j, "replans", v->replans) != NULL;
+    ok &= cJSON_AddNumberToObject(j, "moves", v->moves) != NULL;
+    if (v->moved != NULL && v->moved[0] != '\0')
+        ok &= cJSON_AddStringToObject(j, "moved", v->moved) != NULL;
     ok &= cJSON_AddBoolToObject(j, "feasible", r->feasible) != NULL;
     if (!r->feasible)
         ok &= cJSON_AddStringToObject(j, "why", r->why) != NULL;
@@ -221,6 +224,8 @@ void sb_opr_plan_event_message(const sb_opr_plan_view *v, const char *drift_stag
     PUT("; %s for %s per hour (%s per million rows), rates %s", rate,
         money(r->cost_per_hour, a, sizeof a), money(r->cost_per_million_rows, b, sizeof b),
         v->rates_from ? v->rates_from : "");
+    if (v->moved != NULL && v->moved[0] != '\0')
+        PUT("; moved %s while running", v->moved);
     if (v->note != NULL && v->note[0] != '\0')
         PUT("; %s", v->note);
 #undef PUT

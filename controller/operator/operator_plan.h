@@ -80,10 +80,12 @@ typedef struct sb_opr_plan_view {
     uint32_t replans;          /* plans made after the first */
     int pools_sized;           /* 1: the pools' max follows the plan (a target is set) */
     const char *note;          /* a cheaper placement for the next start, or NULL */
+    uint32_t moves;            /* stages moved to another shape while running, in all */
+    const char *moved;         /* the latest plan's moves ("infer cpu->gpu"), or NULL */
 } sb_opr_plan_view;
 
-/* status.plan: {plannedAt, rates, replans, feasible, [why], stages: [{name, shape, workers,
- * rowsPerSecondPerWorker, rowsPerSecond, costPerHour}], rowsPerSecond, costPerHour,
+/* status.plan: {plannedAt, rates, replans, moves, [moved], feasible, [why], stages: [{name,
+ * shape, workers, rowsPerSecondPerWorker, rowsPerSecond, costPerHour}], rowsPerSecond, costPerHour,
  * costPerMillionRows, target: {rowsPerSecond, maxCostPerHour}, prices: {cpuCoreHour,
  * memoryGiBHour, gpuHour, gpuType}, poolsSized, [note]}. NULL when out of memory. */
 cJSON *sb_opr_plan_status_json(const sb_opr_plan_view *v);

@@ -48,6 +48,12 @@ typedef struct run_plan {
     size_t nbase;
     int pools_sized;
     char note[512];
+    /* the shape each stage runs on now (a re-plan may move a stage that is an op of its own:
+     * sb_ctl_stage_move), and the rates measured on each shape so far (0: none) */
+    sb_shape running[SB_PLAN_MAX_STAGES];
+    double measured[SB_PLAN_MAX_STAGES][SB_SHAPE_COUNT];
+    uint32_t moves;
+    char moved[256]; /* the latest plan's moves, for the event and the status */
 } run_plan;
 
 struct sb_opr_run {
@@ -193,7 +199,9 @@ static sb_opr_plan_view plan_view(const run_plan *pl)
                               .planned_at = pl->planned_at,
                               .replans = pl->replans,
                               .pools_sized = pl->pools_sized,
-                              .note = pl->note};
+                              .note = pl->note,
+                              .moves = pl->moves,
+                              .moved = pl->moved};
 }
 
 /* The planner's input from the run's pipeline with the declared rates; target from the spec
@@ -257,6 +265,13 @@ static void plan_stamp(run_plan *pl, uint64_t t)
     sb_opr_time_format(time(NULL), pl->planned_at, sizeof pl->planned_at);
 }
 
+/* The shapes the stages run on as the manifest places them. */
+static void plan_running_from_spec(run_plan *pl, const sb_pipeline *p)
+{
+    for (size_t i = 0; i < p->spec.nstages && i < SB_PLAN_MAX_STAGES; i++)
+        pl->running[i] = stage_shape(&p->spec.stages[i]);
+}
+
 /* Task slots of a pod of a shape's pool (as sb_kube_pools_from_spec: cpu
  * execution.cpuSlotsPerWorker, gpu 2). */
 static double shape_slots(const sb_pipeline *p, int shape)
@@ -302,6 +317,7 @@ static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
         return 0;
     }
     r->plan = pl;
+    plan_running_from_spec(pl, &r->p);
     pl->all_declared = declared_per_pod(r) == 0;
     const sb_target_spec *t = &r->p.spec.execution.target;
     if (!pl->all_declared || (t->deadline_set && !t->rows_per_second_set))
@@ -328,6 +344,7 @@ static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
         free(r->json);
         r->p = np;
         r->json = json;
+        plan_running_from_spec(pl, &r->p);
         /* names point into the new pipeline; later stages' row counts may follow their shape */
         declared_per_pod(r);
         plan_input(r, 0, 0);
@@ -341,15 +358,17 @@ static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
     }
     pl->rates_from = "declared";
     for (size_t i = 0; i < r->p.spec.nstages; i++)
-        pl->used[i] = pl->st[i].shapes[stage_shape(&r->p.spec.stages[i])].rate;
+        pl->used[i] = pl->st[i].shapes[pl->running[i]].rate;
     plan_stamp(pl, sb_opr_mono_ms());
     plan_event(r, NULL, 0);
     return 0;
 }
 
-/* A plan from measured rates m[] (the running shapes; other shapes keep their declared rates or
- * are left out). A cheaper placement than the running one is only noted: a stage's shape is
- * fixed for the run, it applies when the pipeline starts again. */
+/* A plan from measured rates m[] (the running shapes; another shape keeps the rate measured
+ * when the stage ran there, else its declared rate, else it is left out). A stage the plan
+ * places elsewhere moves there while the run goes on (sb_ctl_stage_move) when it is an op of
+ * its own (no_fuse_choices); one the scheduler refuses to move is only noted, for when the
+ * pipeline starts again. */
 static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot *s, uint64_t t)
 {
     run_plan *pl = r->plan;
@@ -363,12 +382,14 @@ static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot 
         remaining_s = (double)tg->deadline_ns / 1e9 - (double)(t - r->started_ms) / 1000.0;
     }
     plan_input(r, remaining_rows, remaining_s);
-    sb_shape running[SB_PLAN_MAX_STAGES];
+    sb_shape *running = pl->running;
     for (size_t i = 0; i < sp->nstages; i++) {
-        running[i] = stage_shape(&sp->stages[i]);
+        pl->measured[i][running[i]] = m[i];
         pl->st[i].shapes[running[i]].allowed = true;
         pl->st[i].shapes[running[i]].rate = m[i];
         sb_plan_shape_in *other = &pl->st[i].shapes[1 - (int)running[i]];
+        if (other->allowed && pl->measured[i][1 - (int)running[i]] > 0)
+            other->rate = pl->measured[i][1 - (int)running[i]];
         if (other->rate <= 0)
             other->allowed = false;
     }
@@ -379,10 +400,33 @@ static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot 
         return;
     }
     pl->note[0] = '\0';
-    int moved = 0;
-    for (size_t i = 0; best.feasible && i < sp->nstages; i++)
-        moved |= best.stages[i].shape != running[i];
-    if (moved) {
+    pl->moved[0] = '\0';
+    int unmoved = 0; /* a stage the plan places elsewhere stays where it is */
+    size_t mo = 0;
+    for (size_t i = 0; best.feasible && i < sp->nstages; i++) {
+        if (best.stages[i].shape == running[i])
+            continue;
+        const char *to = sb_shape_names[best.stages[i].shape];
+        sb_err me = {0};
+        int rc = sb_ctl_stage_move(r->ctl, i, to, &me);
+        if (rc < 0) {
+            sb_log(SB_LOG_WARN, "stage not moved", "pipeline", r->key, "stage", pl->st[i].name,
+                   "to", to, "why", me.msg, NULL);
+            unmoved = 1;
+            continue;
+        }
+        if (mo < sizeof pl->moved)
+            mo += (size_t)snprintf(pl->moved + mo, sizeof pl->moved - mo, "%s%s %s->%s",
+                                   mo ? ", " : "", pl->st[i].name,
+                                   sb_shape_names[running[i]], to);
+        sb_log(SB_LOG_INFO, "stage moved", "pipeline", r->key, "stage", pl->st[i].name, "from",
+               sb_shape_names[running[i]], "to", to, NULL);
+        running[i] = best.stages[i].shape;
+        pl->moves++;
+    }
+    if (mo > 0) /* a moved stage takes its workers.min to its new pool */
+        sb_opr_run_set_bounds(r, &r->p);
+    if (unmoved) {
         size_t o = (size_t)snprintf(pl->note, sizeof pl->note, "placement");
         for (size_t i = 0; i < sp->nstages && o < sizeof pl->note; i++)
             o += (size_t)snprintf(pl->note + o, sizeof pl->note - o, " %s=%s", pl->st[i].name,
@@ -432,7 +476,7 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
     for (size_t i = 0; i < sp->nstages; i++) {
         slots[i] = 1;
         for (size_t k = 0; k < r->npools; k++)
-            if (strcmp(r->pools[k].spec.pool, sb_stage_pool(&sp->stages[i])) == 0 &&
+            if (strcmp(r->pools[k].spec.pool, sb_shape_names[pl->running[i]]) == 0 &&
                 r->pools[k].spec.slots > 0)
                 slots[i] = r->pools[k].spec.slots;
     }
@@ -537,6 +581,8 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
                         .pipeline_id = r->key,
                         .pipeline_json = r->json,
                         .storage_on_workers = 1,
+                        /* a stage with a choice stays an op of its own, so a re-plan can move it */
+                        .no_fuse_choices = r->plan != NULL,
                         .listen_addr = listen,
                         .heartbeat_timeout_ms = cfg->heartbeat_timeout_ms,
                         .resume = cfg->resume != NULL ? &resume : NULL,
@@ -571,6 +617,8 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     uint64_t maxw = 0;
     for (size_t i = 0; i < kc.npools; i++)
         maxw += kc.pools[i].max;
+    if (r->plan != NULL) /* also a pool for each shape a re-plan may move a stage to */
+        kc.npools = sb_kube_pools_placed(&r->p, NULL, 1, kc.pools, MAX_POOLS);
     uint64_t part = (uint64_t)r->p.spec.source.partition_size;
     uint64_t sb = (uint64_t)r->p.spec.execution.memory_budget / (maxw ? maxw : 1);
     kc.store_budget = sb < 2 * part ? 2 * part : sb;
@@ -649,7 +697,12 @@ const cJSON *sb_opr_run_spec(const sb_opr_run *r)
 void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p)
 {
     sb_kube_pool pools[MAX_POOLS];
-    size_t n = sb_kube_pools_from_spec(p, pools, MAX_POOLS);
+    const char *placed[SB_PLAN_MAX_STAGES];
+    int plan = r->plan != NULL && p->spec.nstages <= SB_PLAN_MAX_STAGES;
+    for (size_t i = 0; plan && i < p->spec.nstages; i++) /* where the stages run now */
+        placed[i] = i < r->p.spec.nstages ? sb_shape_names[r->plan->running[i]] : NULL;
+    size_t n = plan ? sb_kube_pools_placed(p, placed, 1, pools, MAX_POOLS)
+                    : sb_kube_pools_from_spec(p, pools, MAX_POOLS);
     for (size_t i = 0; i < n; i++)
         for (size_t k = 0; k < r->npools; k++)
             if (strcmp(pools[i].pool, r->pools[k].spec.pool) == 0) {

@@ -76,7 +76,8 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
 sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *message,
                                size_t mlen);
 
-/* Live changes: the stages' workers min/max of a new spec (same stages). */
+/* Live changes: the stages' workers min/max of a new spec (same stages), counted in the pools
+ * the stages run in now (a stage a re-plan moved counts in its new pool). */
 void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p);
 
 /* Planning (operator_plan.h), when cfg->plan is set and the Pipeline has a placement choice or

@@ -255,6 +255,80 @@ Test(operator, placement_plan_from_measured_rates)
     free(kubectl("delete pipeline plm --timeout=30s"));
 }
 
+/* A re-plan moves a running stage to another shape. b (bench.spin, placement [cpu, gpu]) is
+ * planned on cpu from the declared rates: 2 ms per record on each of a cpu pod's task slots (4
+ * per core of this machine) against 1/cores ms on each of a gpu pod's 2 slots, the gpu pod
+ * costing 3x a cpu pod, makes b on cpu 2x cheaper per row. Measured, the cpu slots share this
+ * machine's cores (at most cores / 2 ms rows/s per pod: a quarter of the declared rate), which
+ * makes b on gpu 2x cheaper: the re-plan (at once, the drift is -75% or more) moves b while it
+ * runs (an op of its own, its tasks then go to a gpu worker pod the pool's autoscaler starts),
+ * and the output is every input row exactly once. The gpu pool has no pod before the move. */
+Test(operator, a_replan_moves_a_running_stage_to_the_gpu_pool)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long slots = cores * 4 > 64 ? 64 : cores * 4;
+    double gpu_ms = 4.0 / (double)slots;
+    char path[512];
+    snprintf(path, sizeof path, "%s/mv.yaml", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: mv}\n"
+            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
+            "  stages:\n  - {name: a, op: bench.spin, args: {msPerRecord: 0.01}, resources: {cpu: '1'},"
+            " workers: {min: 1, max: 1}}\n"
+            "  - {name: b, op: bench.spin, args: {msPerRecord: 2}, placement: [cpu, gpu],\n"
+            "     shapeArgs: {gpu: {msPerRecord: %.4f}}, resources: {cpu: '1'},\n"
+            "     workers: {min: 1, max: 1}}\n"
+            "  sink: {uri: 'file://%s/out-mv/', format: jsonl}\n"
+            "  execution: {cpuSlotsPerWorker: %ld,\n"
+            "    pricing: {cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 2}}\n",
+            dir, gpu_ms, dir, slots);
+    fclose(f);
+    free(kubectl("apply -f %s/mv.yaml", dir));
+    char *v = NULL;
+    char *ph = wait_for("mv", "{.status.phase}", "Succeeded Failed", 150);
+    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
+                     sb_test_sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    v = kubectl("get events --field-selector involvedObject.name=mv,reason=Planned "
+                "-o jsonpath='{.items[0].message}'");
+    cr_expect(strncmp(v, "a=cpu:1 b=cpu:1; ", 17) == 0 && strstr(v, "rates declared"),
+              "Planned: %s", v);
+    free(v);
+    v = kubectl("get events --field-selector involvedObject.name=mv,reason=Replanned "
+                "-o jsonpath='{range .items[*]}{.message}|{end}'");
+    cr_expect(strstr(v, "b=gpu:1") && strstr(v, "; moved b cpu->gpu while running"),
+              "Replanned: %s", v);
+    free(v);
+    v = kubectl("get pipeline mv -o jsonpath='{.status.plan.moves} {.status.plan.moved} "
+                "{.status.plan.stages[1].shape} {.status.plan.rates} {.status.stages[0].name} "
+                "{.status.stages[0].pool} {.status.stages[1].name} {.status.stages[1].pool}'");
+    cr_expect_str_eq(v, "1 b cpu->gpu gpu measured a cpu b gpu");
+    free(v);
+    /* b's tasks ran on the gpu worker pod after the move */
+    v = sb_test_sh_out("grep -c 'stage moved' %s/controller.log; "
+                       "grep 'worker registered' %s/controller.log | grep -c 'pool=gpu'",
+                       dir, dir);
+    cr_expect_str_eq(v, "1\n1", "moves, gpu workers registered: %s\n%s", v,
+                     sb_test_sh_out("grep -E 'registered|moved|lost|pod' %s/controller.log", dir));
+    free(v);
+    /* the first gpu pod came after the move */
+    v = sb_test_sh_out("grep -n -m1 'stage moved' %s/controller.log | cut -d: -f1; "
+                       "grep -n -m1 'worker pod in pool gpu' %s/controller.log | cut -d: -f1",
+                       dir, dir);
+    long moved_at = 0, gpu_at = 0;
+    cr_expect_eq(sscanf(v, "%ld %ld", &moved_at, &gpu_at), 2, "%s", v);
+    cr_expect_lt(moved_at, gpu_at, "a gpu pod before the move (log lines %s)", v);
+    free(v);
+    v = sb_test_sh_out(
+        "cat %s/out-mv/part-*.jsonl | sort | md5sum; cat %s/in/*.jsonl | sort | md5sum", dir, dir);
+    cr_expect(strlen(v) > 40 && strncmp(v, v + strcspn(v, "\n") + 1, 32) == 0,
+              "output differs from input: %s", v);
+    free(v);
+    free(kubectl("delete pipeline mv --timeout=30s"));
+}
+
 Test(operator, invalid_spec_fails_with_the_field_named)
 {
     write_pipeline("bad", "op: identity", "  execution: {memoryBudget: 32Ki}\n");

@@ -647,6 +647,18 @@ Test(opr_plan, status_json_and_event_message)
     cr_expect(strstr(m, "rows/s for ") && strstr(m, "per million rows), rates measured"), "%s", m);
     sb_opr_plan_event_message(&v, "b", -0.4, m, sizeof m);
     cr_expect(strncmp(m, "stage b runs at -40% of its planned rate; a=cpu:", 48) == 0, "%s", m);
+    cr_expect_null(strstr(m, "moved"), "%s", m);
+    /* a stage moved while running: counted, named in the status and the event */
+    v.moves = 1;
+    v.moved = "b cpu->gpu";
+    j = sb_opr_plan_status_json(&v);
+    cr_assert_not_null(j);
+    cr_expect_eq(jget(j, "moves")->valuedouble, 1);
+    cr_expect_str_eq(sget(j, "moved"), "b cpu->gpu");
+    cJSON_Delete(j);
+    sb_opr_plan_event_message(&v, "b", -0.4, m, sizeof m);
+    cr_expect(strstr(m, "; moved b cpu->gpu while running") != NULL, "%s", m);
+    v.moved = NULL;
     /* infeasible: why, no stages, no totals */
     in.target.rows_per_second = 1e9;
     cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
