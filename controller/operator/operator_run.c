@@ -44,7 +44,7 @@ typedef struct run_plan {
     char planned_at[32];
     const char *rates_from;
     double used[SB_PLAN_MAX_STAGES]; /* rates of the running shapes the plan used */
-    sb_opr_plan_op base[PLAN_OPS];   /* the op figures when the measuring window opened */
+    sb_sched_pool_figures base[PLAN_OPS][2]; /* op figures per pool when the window opened */
     size_t nbase;
     int pools_sized;
     char note[512];
@@ -54,6 +54,11 @@ typedef struct run_plan {
     double measured[SB_PLAN_MAX_STAGES][SB_SHAPE_COUNT];
     uint32_t moves;
     char moved[256]; /* the latest plan's moves, for the event and the status */
+    /* profiling: a stage moved to a shape without a rate runs there until measured */
+    int probing[SB_PLAN_MAX_STAGES];
+    sb_shape probe_from[SB_PLAN_MAX_STAGES]; /* the shape it came from */
+    uint64_t probe_ms;                        /* when the latest probe started */
+    int unmeasurable[SB_PLAN_MAX_STAGES];     /* its probe expired: not probed again */
 } run_plan;
 
 struct sb_opr_run {
@@ -364,11 +369,35 @@ static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
     return 0;
 }
 
+/* Moves stage i to shape `to` while the run goes on (sb_ctl_stage_move) and adds it to the
+ * plan's moves ("b cpu->gpu" + what, may be ""); *mo: the length of pl->moved so far.
+ * Returns 1 moved, 0 when the scheduler refused (logged). */
+static int stage_move(sb_opr_run *r, size_t i, sb_shape to, const char *what, size_t *mo)
+{
+    run_plan *pl = r->plan;
+    sb_err me = {0};
+    const char *from = sb_shape_names[pl->running[i]], *dest = sb_shape_names[to];
+    if (sb_ctl_stage_move(r->ctl, i, dest, &me) < 0) {
+        sb_log(SB_LOG_WARN, "stage not moved", "pipeline", r->key, "stage", pl->st[i].name, "to",
+               dest, "why", me.msg, NULL);
+        return 0;
+    }
+    if (*mo < sizeof pl->moved)
+        *mo += (size_t)snprintf(pl->moved + *mo, sizeof pl->moved - *mo, "%s%s %s->%s%s",
+                                *mo ? ", " : "", pl->st[i].name, from, dest, what);
+    sb_log(SB_LOG_INFO, "stage moved", "pipeline", r->key, "stage", pl->st[i].name, "from", from,
+           "to", dest, "why", *what ? what + 1 : "cheaper", NULL);
+    pl->running[i] = to;
+    pl->moves++;
+    return 1;
+}
+
 /* A plan from measured rates m[] (the running shapes; another shape keeps the rate measured
- * when the stage ran there, else its declared rate, else it is left out). A stage the plan
- * places elsewhere moves there while the run goes on (sb_ctl_stage_move) when it is an op of
- * its own (no_fuse_choices); one the scheduler refuses to move is only noted, for when the
- * pipeline starts again. */
+ * when the stage ran there, else its declared rate). A stage the plan places elsewhere moves
+ * there while the run goes on (stage_move; it is an op of its own: no_fuse_choices); one the
+ * scheduler refuses to move is only noted, for when the pipeline starts again. A stage with an
+ * allowed shape that has no rate at all is then moved there to be measured (profiling is part
+ * of the run): the plan is made again as soon as that shape's tasks measured it (plan_tick). */
 static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot *s, uint64_t t)
 {
     run_plan *pl = r->plan;
@@ -383,13 +412,16 @@ static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot 
     }
     plan_input(r, remaining_rows, remaining_s);
     sb_shape *running = pl->running;
+    int unrated[SB_PLAN_MAX_STAGES];
     for (size_t i = 0; i < sp->nstages; i++) {
+        pl->probing[i] = 0; /* measured now */
         pl->measured[i][running[i]] = m[i];
         pl->st[i].shapes[running[i]].allowed = true;
         pl->st[i].shapes[running[i]].rate = m[i];
         sb_plan_shape_in *other = &pl->st[i].shapes[1 - (int)running[i]];
         if (other->allowed && pl->measured[i][1 - (int)running[i]] > 0)
             other->rate = pl->measured[i][1 - (int)running[i]];
+        unrated[i] = other->allowed && other->rate <= 0 && !pl->unmeasurable[i];
         if (other->rate <= 0)
             other->allowed = false;
     }
@@ -403,29 +435,9 @@ static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot 
     pl->moved[0] = '\0';
     int unmoved = 0; /* a stage the plan places elsewhere stays where it is */
     size_t mo = 0;
-    for (size_t i = 0; best.feasible && i < sp->nstages; i++) {
-        if (best.stages[i].shape == running[i])
-            continue;
-        const char *to = sb_shape_names[best.stages[i].shape];
-        sb_err me = {0};
-        int rc = sb_ctl_stage_move(r->ctl, i, to, &me);
-        if (rc < 0) {
-            sb_log(SB_LOG_WARN, "stage not moved", "pipeline", r->key, "stage", pl->st[i].name,
-                   "to", to, "why", me.msg, NULL);
+    for (size_t i = 0; best.feasible && i < sp->nstages; i++)
+        if (best.stages[i].shape != running[i] && !stage_move(r, i, best.stages[i].shape, "", &mo))
             unmoved = 1;
-            continue;
-        }
-        if (mo < sizeof pl->moved)
-            mo += (size_t)snprintf(pl->moved + mo, sizeof pl->moved - mo, "%s%s %s->%s",
-                                   mo ? ", " : "", pl->st[i].name,
-                                   sb_shape_names[running[i]], to);
-        sb_log(SB_LOG_INFO, "stage moved", "pipeline", r->key, "stage", pl->st[i].name, "from",
-               sb_shape_names[running[i]], "to", to, NULL);
-        running[i] = best.stages[i].shape;
-        pl->moves++;
-    }
-    if (mo > 0) /* a moved stage takes its workers.min to its new pool */
-        sb_opr_run_set_bounds(r, &r->p);
     if (unmoved) {
         size_t o = (size_t)snprintf(pl->note, sizeof pl->note, "placement");
         for (size_t i = 0; i < sp->nstages && o < sizeof pl->note; i++)
@@ -442,36 +454,111 @@ static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot 
         pl->out = best;
     }
     pl->rates_from = "measured";
+    /* the rates the plan used for the shapes the stages run on now */
     for (size_t i = 0; i < sp->nstages; i++)
-        pl->used[i] = m[i];
+        pl->used[i] = pl->st[i].shapes[running[i]].rate;
+    /* then the shapes not measured yet: the stage runs there until they are */
+    for (size_t i = 0; i < sp->nstages; i++)
+        if (unrated[i] && (!best.feasible || best.stages[i].shape == running[i]) &&
+            stage_move(r, i, (sb_shape)(1 - (int)running[i]), " (to measure it)", &mo)) {
+            pl->probing[i] = 1;
+            pl->probe_from[i] = (sb_shape)(1 - (int)running[i]);
+            pl->probe_ms = t;
+            pl->used[i] = 0;
+        }
+    if (mo > 0) /* a moved stage takes its workers.min to its new pool */
+        sb_opr_run_set_bounds(r, &r->p);
+}
+
+/* A shape being measured (plan_measured) that got no measurement within the re-plan interval
+ * (its pods cannot be scheduled, or too few tasks were left): the stage goes back and that
+ * shape is left out of its plans for the run, with a Warning event. Returns 1 when a stage went
+ * back. */
+static int probe_expired(sb_opr_run *r, uint64_t t)
+{
+    run_plan *pl = r->plan;
+    uint64_t limit = pl->cfg.replan_interval_ms;
+    int back = 0;
+    size_t mo = 0;
+    pl->moved[0] = '\0';
+    for (size_t i = 0; i < r->p.spec.nstages; i++) {
+        if (!pl->probing[i] || t - pl->probe_ms < limit)
+            continue;
+        sb_shape shape = pl->running[i];
+        pl->probing[i] = 0;
+        pl->unmeasurable[i] = 1;
+        if (!stage_move(r, i, pl->probe_from[i], " (not measured)", &mo))
+            continue;
+        back = 1;
+        char m[400];
+        snprintf(m, sizeof m,
+                 "stage %s completed too few tasks on %s to measure it within %.0f s (see the "
+                 "WorkersPending condition): back on %s; %s is left out of its plans",
+                 pl->st[i].name, sb_shape_names[shape], (double)limit / 1000.0,
+                 sb_shape_names[pl->running[i]], sb_shape_names[shape]);
+        if (r->on_event != NULL)
+            r->on_event(r->ud, "Warning", "NotMeasured", m);
+    }
+    if (back)
+        sb_opr_run_set_bounds(r, &r->p);
+    return back;
+}
+
+/* The op figures of the window's measure: each op's from the tasks that ran in the pool it runs
+ * in now (a stage moved to another shape is measured there from its own tasks), from the
+ * snapshot, or from the window's base when base is not NULL. */
+static void plan_figures(const sb_ctl_snapshot *s, const sb_sched_pool_figures (*base)[2],
+                         sb_opr_plan_op *out)
+{
+    for (size_t j = 0; j < s->nops; j++) {
+        int g = strcmp(s->ops[j].pool, "gpu") == 0;
+        const sb_sched_pool_figures *x = base != NULL ? &base[j][g] : &s->ops[j].by_pool[g];
+        out[j] = (sb_opr_plan_op){.name = s->ops[j].name,
+                                  .rows_in = x->rows_in,
+                                  .rows_out = x->rows_out,
+                                  .tasks = x->timed_tasks,
+                                  .task_seconds = x->task_seconds};
+    }
+}
+
+/* Opens the next measuring window now. */
+static void plan_window(run_plan *pl, const sb_ctl_snapshot *s)
+{
+    for (size_t j = 0; j < s->nops; j++)
+        memcpy(pl->base[j], s->ops[j].by_pool, sizeof pl->base[j]);
+    pl->nbase = s->nops;
 }
 
 /* Every few seconds while running: measure, plan when there is no plan yet, re-plan on drift
- * (operator_plan.h), size the pools. */
+ * (operator_plan.h) or once a shape being measured was (plan_measured), size the pools. */
 static void plan_tick(sb_opr_run *r, uint64_t t)
 {
     run_plan *pl = r->plan;
     if (pl == NULL || t - pl->checked_ms < 2000)
         return;
     pl->checked_ms = t;
+    static __thread sb_ctl_snapshot s; /* large: off the stack */
+    const sb_pipeline_spec *sp = &r->p.spec;
+    int probing = 0;
+    for (size_t i = 0; i < sp->nstages; i++)
+        probing |= pl->probing[i];
+    if (probing && probe_expired(r, t)) {
+        sb_ctl_snapshot_get(r->ctl, &s);
+        plan_window(pl, &s); /* measure the stages where they are again */
+        plan_event(r, NULL, 0);
+        return;
+    }
     /* a declared plan gives way to measured rates as soon as they drift (no interval): the
      * interval keeps measured plans from flapping */
     int measured = pl->have && strcmp(pl->rates_from, "measured") == 0;
-    uint64_t interval = measured ? pl->cfg.replan_interval_ms : 0;
+    uint64_t interval = measured && !probing ? pl->cfg.replan_interval_ms : 0;
     if (pl->have && t - pl->planned_ms < interval)
         return;
-    static __thread sb_ctl_snapshot s; /* large: off the stack */
     sb_ctl_snapshot_get(r->ctl, &s);
     if (s.planning || s.nops == 0 || s.nops > PLAN_OPS)
         return;
-    sb_opr_plan_op cur[PLAN_OPS];
-    for (size_t j = 0; j < s.nops; j++)
-        cur[j] = (sb_opr_plan_op){.name = s.ops[j].name,
-                                  .rows_in = s.ops[j].rows_in,
-                                  .rows_out = s.ops[j].rows_out,
-                                  .tasks = s.ops[j].timed_tasks,
-                                  .task_seconds = s.ops[j].task_seconds};
-    const sb_pipeline_spec *sp = &r->p.spec;
+    sb_opr_plan_op cur[PLAN_OPS], base[PLAN_OPS];
+    plan_figures(&s, NULL, cur);
     uint32_t slots[SB_PLAN_MAX_STAGES];
     for (size_t i = 0; i < sp->nstages; i++) {
         slots[i] = 1;
@@ -480,22 +567,24 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
                 r->pools[k].spec.slots > 0)
                 slots[i] = r->pools[k].spec.slots;
     }
+    if (pl->nbase == s.nops)
+        plan_figures(&s, (const sb_sched_pool_figures(*)[2])pl->base, base);
     double m[SB_PLAN_MAX_STAGES];
-    if (!sb_opr_plan_measure(&r->p, slots, pl->nbase == s.nops ? pl->base : NULL, cur, s.nops,
+    if (!sb_opr_plan_measure(&r->p, slots, pl->nbase == s.nops ? base : NULL, cur, s.nops,
                              SB_OPR_PLAN_MIN_TASKS, m))
         return;
     size_t ds = 0;
     double drift = 0;
     int first = !pl->have;
-    if (!first && !sb_opr_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t,
-                                       pl->planned_ms, interval, &ds, &drift))
+    if (!first && !probing &&
+        !sb_opr_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t,
+                             pl->planned_ms, interval, &ds, &drift))
         return;
     plan_measured(r, m, &s, t);
     plan_stamp(pl, t);
     plan_size_pools(r);
-    memcpy(pl->base, cur, s.nops * sizeof cur[0]); /* the next window starts now */
-    pl->nbase = s.nops;
-    plan_event(r, first ? NULL : sp->stages[ds].name, drift);
+    plan_window(pl, &s); /* the next window starts now */
+    plan_event(r, first || probing ? NULL : sp->stages[ds].name, drift);
 }
 
 /* status.plan (replaced), when the run has a plan. */

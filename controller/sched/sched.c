@@ -135,6 +135,7 @@ typedef struct {
     uint32_t group;    /* static mode: its slot group within its pool (static_bind) */
     double speed_avg;  /* EWMA of every successful task's input bytes per ms (drain pre-filter) */
     uint64_t max_part; /* its largest output partition (the grant of early outputs) */
+    sb_sched_pool_figures by_pool[2]; /* sb_sched_op_stats.by_pool */
 } op;
 
 struct sb_sched {
@@ -2309,7 +2310,16 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         o->timed++;
     }
     /* a source task's input rows are known only to the worker that read its split */
-    o->rows_in += t->op == 0 && metrics != NULL ? metrics->rows_in : t->in_rows;
+    uint64_t rows_in = t->op == 0 && metrics != NULL ? metrics->rows_in : t->in_rows;
+    o->rows_in += rows_in;
+    sb_sched_pool_figures *pf = &o->by_pool[strcmp(s->workers[w].pool, "gpu") == 0];
+    pf->rows_in += rows_in;
+    for (size_t i = 0; i < nouts; i++)
+        pf->rows_out += outs[i].rows;
+    if (metrics != NULL) {
+        pf->timed_tasks++;
+        pf->task_seconds += metrics->wall_seconds;
+    }
     o->bytes_in += t->in_bytes;
     if (record_outputs(s, ti, w, outs, nouts, err) != 0)
         return -1;
@@ -2476,6 +2486,7 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)
     out->spec_won = o->spec_won;
     out->failed_attempts = o->failed_attempts;
     out->timed_tasks = o->timed;
+    memcpy(out->by_pool, o->by_pool, sizeof out->by_pool);
     memcpy(out->duration_buckets, o->duration_buckets, sizeof out->duration_buckets);
     uint64_t bp = o->backpressure_ms;
     if (o->held && s->now_ms > o->held_since_ms)

@@ -170,9 +170,18 @@ typedef enum { SB_SCHED_RUNNING, SB_SCHED_SUCCEEDED, SB_SCHED_FAILED } sb_sched_
 
 #define SB_SCHED_DURATION_BUCKETS SB_METRICS_TASK_NBUCKETS
 
+/* An op's figures from the tasks that ran in one pool (a stage a re-plan moved to another
+ * shape is measured there from its own tasks). */
+typedef struct sb_sched_pool_figures {
+    uint64_t rows_in, rows_out;
+    uint64_t timed_tasks; /* successful attempts with a wall time */
+    double task_seconds;  /* their wall times */
+} sb_sched_pool_figures;
+
 typedef struct sb_sched_op_stats {
     const char *name; /* stage names joined with '+' */
-    const char *pool;
+    const char *pool; /* the pool it runs on now */
+    sb_sched_pool_figures by_pool[2]; /* successful attempts on cpu [0] and gpu [1] workers */
     uint64_t tasks_total, tasks_done, tasks_running, tasks_queued;
     uint64_t retries, recovered, errored;
     uint64_t resumed; /* source tasks of committed splits a resume skipped (in tasks_done) */

@@ -263,28 +263,55 @@ Test(operator, placement_plan_from_measured_rates)
  * makes b on gpu 2x cheaper: the re-plan (at once, the drift is -75% or more) moves b while it
  * runs (an op of its own, its tasks then go to a gpu worker pod the pool's autoscaler starts),
  * and the output is every input row exactly once. The gpu pool has no pod before the move. */
+/* A pipeline of a cpu stage a and a stage b that allows cpu and gpu, one pod each at most. */
+static void write_choice_pipeline(const char *name, const char *a_args, const char *b_args,
+                                  const char *b_gpu_args, long slots, const char *pricing)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
+            "  stages:\n  - {name: a, %s, resources: {cpu: '1'}, workers: {min: 1, max: 1}}\n"
+            "  - {name: b, op: bench.spin, args: {%s}, placement: [cpu, gpu],\n"
+            "     shapeArgs: {gpu: {%s}}, resources: {cpu: '1'}, workers: {min: 1, max: 1}}\n"
+            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
+            "  execution: {cpuSlotsPerWorker: %ld, pricing: {%s}}\n",
+            name, dir, a_args, b_args, b_gpu_args, dir, name, slots, pricing);
+    fclose(f);
+}
+
+/* Line numbers in the controller's log of the first "stage moved" and of the first gpu pod. */
+static void moved_then_gpu_pod(long *moved_at, long *gpu_at)
+{
+    char *v = sb_test_sh_out("grep -n -m1 'stage moved' %s/controller.log | cut -d: -f1; "
+                             "grep -n -m1 'worker pod in pool gpu' %s/controller.log | cut -d: -f1",
+                             dir, dir);
+    *moved_at = *gpu_at = 0;
+    cr_expect_eq(sscanf(v, "%ld %ld", moved_at, gpu_at), 2, "%s", v);
+    free(v);
+}
+
+static void expect_output_is_input(const char *name)
+{
+    char *v = sb_test_sh_out("cat %s/out-%s/part-*.jsonl | sort | md5sum; "
+                             "cat %s/in/*.jsonl | sort | md5sum",
+                             dir, name, dir);
+    cr_expect(strlen(v) > 40 && strncmp(v, v + strcspn(v, "\n") + 1, 32) == 0,
+              "output differs from input: %s", v);
+    free(v);
+}
+
 Test(operator, a_replan_moves_a_running_stage_to_the_gpu_pool)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long slots = cores * 4 > 64 ? 64 : cores * 4;
-    double gpu_ms = 4.0 / (double)slots;
-    char path[512];
-    snprintf(path, sizeof path, "%s/mv.yaml", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: mv}\n"
-            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
-            "  stages:\n  - {name: a, op: bench.spin, args: {msPerRecord: 0.01}, resources: {cpu: '1'},"
-            " workers: {min: 1, max: 1}}\n"
-            "  - {name: b, op: bench.spin, args: {msPerRecord: 2}, placement: [cpu, gpu],\n"
-            "     shapeArgs: {gpu: {msPerRecord: %.4f}}, resources: {cpu: '1'},\n"
-            "     workers: {min: 1, max: 1}}\n"
-            "  sink: {uri: 'file://%s/out-mv/', format: jsonl}\n"
-            "  execution: {cpuSlotsPerWorker: %ld,\n"
-            "    pricing: {cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 2}}\n",
-            dir, gpu_ms, dir, slots);
-    fclose(f);
+    char gpu_args[64];
+    snprintf(gpu_args, sizeof gpu_args, "msPerRecord: %.4f", 4.0 / (double)slots);
+    write_choice_pipeline("mv", "op: bench.spin, args: {msPerRecord: 0.01}", "msPerRecord: 2",
+                          gpu_args, slots, "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 2");
     free(kubectl("apply -f %s/mv.yaml", dir));
     char *v = NULL;
     char *ph = wait_for("mv", "{.status.phase}", "Succeeded Failed", 150);
@@ -313,20 +340,54 @@ Test(operator, a_replan_moves_a_running_stage_to_the_gpu_pool)
     cr_expect_str_eq(v, "1\n1", "moves, gpu workers registered: %s\n%s", v,
                      sb_test_sh_out("grep -E 'registered|moved|lost|pod' %s/controller.log", dir));
     free(v);
-    /* the first gpu pod came after the move */
-    v = sb_test_sh_out("grep -n -m1 'stage moved' %s/controller.log | cut -d: -f1; "
-                       "grep -n -m1 'worker pod in pool gpu' %s/controller.log | cut -d: -f1",
-                       dir, dir);
-    long moved_at = 0, gpu_at = 0;
-    cr_expect_eq(sscanf(v, "%ld %ld", &moved_at, &gpu_at), 2, "%s", v);
-    cr_expect_lt(moved_at, gpu_at, "a gpu pod before the move (log lines %s)", v);
-    free(v);
-    v = sb_test_sh_out(
-        "cat %s/out-mv/part-*.jsonl | sort | md5sum; cat %s/in/*.jsonl | sort | md5sum", dir, dir);
-    cr_expect(strlen(v) > 40 && strncmp(v, v + strcspn(v, "\n") + 1, 32) == 0,
-              "output differs from input: %s", v);
-    free(v);
+    long moved_at, gpu_at;
+    moved_then_gpu_pod(&moved_at, &gpu_at);
+    cr_expect_lt(moved_at, gpu_at, "a gpu pod before the move (log lines %ld, %ld)", moved_at,
+                 gpu_at);
+    expect_output_is_input("mv");
     free(kubectl("delete pipeline mv --timeout=30s"));
+}
+
+/* Profiling is part of the run: b declares no rate on either shape (bench.spin msPerMB), so it
+ * is first measured on cpu, then moved to the gpu pool to be measured there (the first plan,
+ * made when every op completed tasks), then placed by both measured rates: the gpu pod costs
+ * 100x a cpu pod for about the same speed, so b goes back to cpu. Every input row once. */
+Test(operator, a_shape_without_a_rate_is_measured_by_moving_the_stage_there)
+{
+    write_choice_pipeline("pr", "op: identity", "msPerMB: 20000", "msPerMB: 20000", 2,
+                          "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 100");
+    free(kubectl("apply -f %s/pr.yaml", dir));
+    char *ph = wait_for("pr", "{.status.phase}", "Succeeded Failed", 150);
+    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
+                     sb_test_sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    char *v = kubectl("get events --field-selector involvedObject.name=pr,reason=Planned "
+                      "-o jsonpath='{.items[0].message}'");
+    cr_expect(strncmp(v, "a=cpu:1 b=cpu:1; ", 17) == 0 && strstr(v, "rates measured") &&
+                  strstr(v, "; moved b cpu->gpu (to measure it) while running"),
+              "Planned: %s", v);
+    free(v);
+    v = kubectl("get events --field-selector involvedObject.name=pr,reason=Replanned "
+                "-o jsonpath='{range .items[*]}{.message}|{end}'");
+    cr_expect(strncmp(v, "a=cpu:1 b=cpu:1; ", 17) == 0 &&
+                  strstr(v, "; moved b gpu->cpu while running|") != NULL,
+              "Replanned: %s", v);
+    free(v);
+    v = kubectl("get pipeline pr -o jsonpath='{.status.plan.moves} {.status.plan.replans} "
+                "{.status.plan.stages[1].shape} {.status.stages[1].name} "
+                "{.status.stages[1].pool}'");
+    cr_expect_str_eq(v, "2 1 cpu b cpu");
+    free(v);
+    long moved_at, gpu_at;
+    moved_then_gpu_pod(&moved_at, &gpu_at);
+    cr_expect_lt(moved_at, gpu_at, "a gpu pod before the move (log lines %ld, %ld)", moved_at,
+                 gpu_at);
+    v = sb_test_sh_out("grep 'stage moved' %s/controller.log | grep -o 'from=[a-z]* to=[a-z]*'",
+                       dir);
+    cr_expect_str_eq(v, "from=cpu to=gpu\nfrom=gpu to=cpu");
+    free(v);
+    expect_output_is_input("pr");
+    free(kubectl("delete pipeline pr --timeout=30s"));
 }
 
 Test(operator, invalid_spec_fails_with_the_field_named)

@@ -2554,6 +2554,7 @@ static void move_run(size_t kill_after)
     cr_assert_eq(sb_sched_op_count(m.s), 3, "the stage with a choice is an op of its own");
     cr_expect_str_eq(sb_sched_op_pool(m.s, 1), "cpu");
     m.ms_per_mb[1] = 10;
+    m.report_wall = 1;
     sim_add_worker(&m, "c1", "cpu", 2);
     sim_add_worker(&m, "c2", "cpu", 2);
     sim_add_worker(&m, "g1", "gpu", 2);
@@ -2582,6 +2583,20 @@ static void move_run(size_t kill_after)
     cr_expect_eq(st.partition_bytes, 0, "everything released at the end");
     if (kill_after > 0)
         cr_expect_gt(st.partitions_recovered + st.tasks_rerun, 0, "c1's loss was recovered");
+    /* infer's figures per pool: each from its own tasks, adding up to the op's */
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 1, &os);
+    cr_expect_str_eq(os.pool, "gpu");
+    cr_expect_gt(os.by_pool[0].rows_in, 0);
+    cr_expect_gt(os.by_pool[1].rows_in, 0);
+    cr_expect_eq(os.by_pool[0].rows_in + os.by_pool[1].rows_in, os.rows_in);
+    cr_expect_eq(os.by_pool[0].rows_out + os.by_pool[1].rows_out, os.rows_out);
+    cr_expect_eq(os.by_pool[0].timed_tasks + os.by_pool[1].timed_tasks, os.timed_tasks);
+    cr_expect_gt(os.by_pool[1].timed_tasks, 0);
+    cr_expect_gt(os.by_pool[1].task_seconds, 0);
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.by_pool[1].rows_in, 0, "load never ran on gpu");
+    cr_expect_eq(os.by_pool[0].rows_in, os.rows_in);
     sb_sched_free(m.s);
     spec_fixture_free(&h);
 }
