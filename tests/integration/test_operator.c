@@ -54,6 +54,38 @@ static const char *strrstr_(const char *s, const char *needle)
     return last;
 }
 
+/* Starts the controller, with one more flag (a test's). */
+static void ctl_start(const char *extra)
+{
+    ctl_pid = fork();
+    cr_assert_geq(ctl_pid, 0);
+    if (ctl_pid == 0) {
+        char kc[512], log[512];
+        snprintf(kc, sizeof kc, "%s/kubeconfig", getenv("SB_KC_STATE"));
+        snprintf(log, sizeof log, "%s/controller.log", dir);
+        FILE *f = freopen(log, "w", stderr);
+        (void)f;
+        execl(sb_test_bin("streambatch-controller"), "streambatch-controller", "--kubeconfig", kc,
+              "--leader-elect=false", "--metrics-listen", "127.0.0.1:0", "--status-interval", "1s",
+              extra, (char *)NULL);
+        _exit(127);
+    }
+}
+
+/* check: its exit status must be 0 (not for one just started: SIGTERM may come before it
+ * handles it) */
+static void ctl_stop(int check)
+{
+    if (ctl_pid > 0) {
+        kill(ctl_pid, SIGTERM);
+        int st = 0;
+        waitpid(ctl_pid, &st, 0);
+        cr_expect(!check || (WIFEXITED(st) && WEXITSTATUS(st) == 0),
+                  "the controller exits 0 on SIGTERM");
+        ctl_pid = 0;
+    }
+}
+
 static void setup(void)
 {
     const char *e = getenv("SB_KC_ERROR");
@@ -69,30 +101,12 @@ static void setup(void)
     free(kubectl("apply --server-side -f %s/api/crd/pipelines.streambatch.dev.yaml",
                  sb_test_root()));
     free(kubectl("wait --for=condition=Established crd/pipelines.streambatch.dev --timeout=30s"));
-    ctl_pid = fork();
-    cr_assert_geq(ctl_pid, 0);
-    if (ctl_pid == 0) {
-        char kc[512], log[512];
-        snprintf(kc, sizeof kc, "%s/kubeconfig", getenv("SB_KC_STATE"));
-        snprintf(log, sizeof log, "%s/controller.log", dir);
-        FILE *f = freopen(log, "w", stderr);
-        (void)f;
-        execl(sb_test_bin("streambatch-controller"), "streambatch-controller", "--kubeconfig", kc,
-              "--leader-elect=false", "--metrics-listen", "127.0.0.1:0", "--status-interval", "1s",
-              (char *)NULL);
-        _exit(127);
-    }
+    ctl_start("--status-interval=1s");
 }
 
 static void teardown(void)
 {
-    if (ctl_pid > 0) {
-        kill(ctl_pid, SIGTERM);
-        int st = 0;
-        waitpid(ctl_pid, &st, 0);
-        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the controller exits 0 on SIGTERM");
-        ctl_pid = 0;
-    }
+    ctl_stop(1);
     free(sb_test_sh_out("rm -rf %s", dir));
 }
 
@@ -265,7 +279,8 @@ Test(operator, placement_plan_from_measured_rates)
  * and the output is every input row exactly once. The gpu pool has no pod before the move. */
 /* A pipeline of a cpu stage a and a stage b that allows cpu and gpu, one pod each at most. */
 static void write_choice_pipeline(const char *name, const char *a_args, const char *b_args,
-                                  const char *b_gpu_args, long slots, const char *pricing)
+                                  const char *b_gpu_args, const char *b_gpus, long slots,
+                                  const char *pricing)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
@@ -276,10 +291,10 @@ static void write_choice_pipeline(const char *name, const char *a_args, const ch
             "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
             "  stages:\n  - {name: a, %s, resources: {cpu: '1'}, workers: {min: 1, max: 1}}\n"
             "  - {name: b, op: bench.spin, args: {%s}, placement: [cpu, gpu],\n"
-            "     shapeArgs: {gpu: {%s}}, resources: {cpu: '1'}, workers: {min: 1, max: 1}}\n"
+            "     shapeArgs: {gpu: {%s}}, resources: {cpu: '1', gpu: %s}, workers: {min: 1, max: 1}}\n"
             "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
             "  execution: {cpuSlotsPerWorker: %ld, pricing: {%s}}\n",
-            name, dir, a_args, b_args, b_gpu_args, dir, name, slots, pricing);
+            name, dir, a_args, b_args, b_gpu_args, b_gpus, dir, name, slots, pricing);
     fclose(f);
 }
 
@@ -311,7 +326,7 @@ Test(operator, a_replan_moves_a_running_stage_to_the_gpu_pool)
     char gpu_args[64];
     snprintf(gpu_args, sizeof gpu_args, "msPerRecord: %.4f", 4.0 / (double)slots);
     write_choice_pipeline("mv", "op: bench.spin, args: {msPerRecord: 0.01}", "msPerRecord: 2",
-                          gpu_args, slots, "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 2");
+                          gpu_args, "1", slots, "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 2");
     free(kubectl("apply -f %s/mv.yaml", dir));
     char *v = NULL;
     char *ph = wait_for("mv", "{.status.phase}", "Succeeded Failed", 150);
@@ -354,7 +369,7 @@ Test(operator, a_replan_moves_a_running_stage_to_the_gpu_pool)
  * 100x a cpu pod for about the same speed, so b goes back to cpu. Every input row once. */
 Test(operator, a_shape_without_a_rate_is_measured_by_moving_the_stage_there)
 {
-    write_choice_pipeline("pr", "op: identity", "msPerMB: 20000", "msPerMB: 20000", 2,
+    write_choice_pipeline("pr", "op: identity", "msPerMB: 20000", "msPerMB: 20000", "1", 2,
                           "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 100");
     free(kubectl("apply -f %s/pr.yaml", dir));
     char *ph = wait_for("pr", "{.status.phase}", "Succeeded Failed", 150);
@@ -388,6 +403,38 @@ Test(operator, a_shape_without_a_rate_is_measured_by_moving_the_stage_there)
     free(v);
     expect_output_is_input("pr");
     free(kubectl("delete pipeline pr --timeout=30s"));
+}
+
+/* A shape that cannot be measured: b's gpu pod asks for 2 GPUs, and the test cluster's gpu node
+ * has 1, so the pod stays Pending. b goes there to be measured (as above), gets no measurement
+ * within the re-plan interval (4 s here), and goes back to cpu with a NotMeasured Warning; gpu
+ * is then left out of its plans, and the run ends with every input row once. */
+Test(operator, a_shape_that_cannot_be_measured_is_given_up)
+{
+    ctl_stop(0); /* again, with a short re-plan interval */
+    ctl_start("--replan-interval=4s");
+    write_choice_pipeline("nm", "op: identity", "msPerMB: 20000", "msPerMB: 20000", "2", 2,
+                          "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 1");
+    free(kubectl("apply -f %s/nm.yaml", dir));
+    char *ph = wait_for("nm", "{.status.phase}", "Succeeded Failed", 150);
+    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
+                     sb_test_sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    char *v = kubectl("get events --field-selector involvedObject.name=nm,reason=NotMeasured "
+                "-o jsonpath='{.items[0].type} {.items[0].message}'");
+    cr_expect_str_eq(v, "Warning stage b completed too few tasks on gpu to measure it within 4 s "
+                        "(see the WorkersPending condition): back on cpu; gpu is left out of its "
+                        "plans");
+    free(v);
+    v = sb_test_sh_out("grep 'stage moved' %s/controller.log | grep -o 'from=[a-z]* to=[a-z]*'",
+                       dir);
+    cr_expect_str_eq(v, "from=cpu to=gpu\nfrom=gpu to=cpu", "moved once each way: %s", v);
+    free(v);
+    v = kubectl("get pipeline nm -o jsonpath='{.status.stages[1].name} {.status.stages[1].pool}'");
+    cr_expect_str_eq(v, "b cpu");
+    free(v);
+    expect_output_is_input("nm");
+    free(kubectl("delete pipeline nm --timeout=30s"));
 }
 
 Test(operator, invalid_spec_fails_with_the_field_named)
