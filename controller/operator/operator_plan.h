@@ -7,8 +7,9 @@
  *   - measured once every op has completed tasks: per op, its input rows per task-second times
  *     the rows the ops from it to the end make of each row (rows out / rows in), split evenly
  *     over the stages fused into the op, times the slots of the stage's pool (a pod runs that
- *     many tasks at once). Only the shape a stage runs on is measured; its other shape keeps its
- *     declared rate, or is left out of the re-plan when it has none.
+ *     many tasks at once), from the op's tasks in the pool it runs in now. A shape keeps the
+ *     rate measured there once it ran there; a shape with neither rate is measured by moving the
+ *     stage there (operator_run.c) and is left out of the plans until then.
  * The plan is re-made when a stage's measured rate differs from the rate the current plan used
  * by more than the threshold (relative), and no sooner than the interval after the last plan.
  *
