@@ -146,8 +146,9 @@ size_t sb_kube_pools_placed(const sb_pipeline *p, const char *const *placed, int
                 if (st->workers.max > (int64_t)o->max)
                     o->max = (uint32_t)st->workers.max;
                 /* a gpu worker takes the stage's GPUs whichever shape it was declared for */
-                int64_t gpus = !g ? 0 : st->resources.gpu > 0 ? st->resources.gpu
-                                                              : st->gpu_shape_gpus;
+                int64_t gpus = !g                      ? 0
+                               : st->resources.gpu > 0 ? st->resources.gpu
+                                                       : st->gpu_shape_gpus;
                 if (gpus > (int64_t)o->gpus)
                     o->gpus = (uint32_t)gpus;
                 if (st->resources.cpu_milli > cpu[j])

@@ -43,7 +43,7 @@ typedef struct run_plan {
     uint64_t planned_ms, checked_ms;
     char planned_at[32];
     const char *rates_from;
-    double used[SB_PLAN_MAX_STAGES]; /* rates of the running shapes the plan used */
+    double used[SB_PLAN_MAX_STAGES];         /* rates of the running shapes the plan used */
     sb_sched_pool_figures base[PLAN_OPS][2]; /* op figures per pool when the window opened */
     size_t nbase;
     int pools_sized;
@@ -57,8 +57,8 @@ typedef struct run_plan {
     /* profiling: a stage moved to a shape without a rate runs there until measured */
     int probing[SB_PLAN_MAX_STAGES];
     sb_shape probe_from[SB_PLAN_MAX_STAGES]; /* the shape it came from */
-    uint64_t probe_ms;                        /* when the latest probe started */
-    int unmeasurable[SB_PLAN_MAX_STAGES];     /* its probe expired: not probed again */
+    uint64_t probe_ms;                       /* when the latest probe started */
+    int unmeasurable[SB_PLAN_MAX_STAGES];    /* its probe expired: not probed again */
 } run_plan;
 
 struct sb_opr_run {
@@ -567,18 +567,20 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
                 r->pools[k].spec.slots > 0)
                 slots[i] = r->pools[k].spec.slots;
     }
-    if (pl->nbase == s.nops)
+    const sb_opr_plan_op *bp = NULL; /* NULL: the window opened at the start */
+    if (pl->nbase == s.nops) {
         plan_figures(&s, (const sb_sched_pool_figures(*)[2])pl->base, base);
+        bp = base;
+    }
     double m[SB_PLAN_MAX_STAGES];
-    if (!sb_opr_plan_measure(&r->p, slots, pl->nbase == s.nops ? base : NULL, cur, s.nops,
-                             SB_OPR_PLAN_MIN_TASKS, m))
+    if (!sb_opr_plan_measure(&r->p, slots, bp, cur, s.nops, SB_OPR_PLAN_MIN_TASKS, m))
         return;
     size_t ds = 0;
     double drift = 0;
     int first = !pl->have;
     if (!first && !probing &&
-        !sb_opr_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t,
-                             pl->planned_ms, interval, &ds, &drift))
+        !sb_opr_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t, pl->planned_ms,
+                             interval, &ds, &drift))
         return;
     plan_measured(r, m, &s, t);
     plan_stamp(pl, t);

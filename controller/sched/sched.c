@@ -140,7 +140,7 @@ typedef struct {
 
 struct sb_sched {
     char *pipeline_id;
-    sb_stage_spec *stages; /* shallow copies of the spec's stages; name, op, args dup'ed */
+    sb_stage_spec *stages;  /* shallow copies of the spec's stages; name, op, args dup'ed */
     unsigned *stage_shapes; /* per stage, the shapes it allows (SB_SHAPE_BIT_*) */
     char *(*shape_args)[2]; /* per stage that allows two shapes: its args on cpu and on gpu
                                (sb_stage_args_for_shape; owned), for sb_sched_stage_move */
@@ -749,7 +749,7 @@ int sb_sched_stage_move(sb_sched *s, size_t stage, const char *pool, sb_err *err
     if (stage >= s->nstages)
         return sb_err_set(err, "scheduler: no stage %zu to move", stage);
     sb_stage_spec *st = &s->stages[stage];
-    unsigned bit = pool == NULL ? 0
+    unsigned bit = pool == NULL               ? 0
                    : strcmp(pool, "cpu") == 0 ? SB_SHAPE_BIT_CPU
                    : strcmp(pool, "gpu") == 0 ? SB_SHAPE_BIT_GPU
                                               : 0;
@@ -764,8 +764,10 @@ int sb_sched_stage_move(sb_sched *s, size_t stage, const char *pool, sb_err *err
         i++;
     op *o = &s->ops[i];
     if (o->nstages != 1)
-        return sb_err_set(err, "scheduler: stage %s runs fused with other stages as op %s: it "
-                          "cannot move alone", st->name, o->name);
+        return sb_err_set(err,
+                          "scheduler: stage %s runs fused with other stages as op %s: it "
+                          "cannot move alone",
+                          st->name, o->name);
     const char *to = bit == SB_SHAPE_BIT_GPU ? "gpu" : "cpu"; /* static: outlives the spec */
     if (strcmp(o->pool, to) == 0)
         return 0;

@@ -179,8 +179,8 @@ typedef struct sb_sched_pool_figures {
 } sb_sched_pool_figures;
 
 typedef struct sb_sched_op_stats {
-    const char *name; /* stage names joined with '+' */
-    const char *pool; /* the pool it runs on now */
+    const char *name;                 /* stage names joined with '+' */
+    const char *pool;                 /* the pool it runs on now */
     sb_sched_pool_figures by_pool[2]; /* successful attempts on cpu [0] and gpu [1] workers */
     uint64_t tasks_total, tasks_done, tasks_running, tasks_queued;
     uint64_t retries, recovered, errored;

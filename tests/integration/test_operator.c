@@ -286,15 +286,16 @@ static void write_choice_pipeline(const char *name, const char *a_args, const ch
     snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
-            "  stages:\n  - {name: a, %s, resources: {cpu: '1'}, workers: {min: 1, max: 1}}\n"
-            "  - {name: b, op: bench.spin, args: {%s}, placement: [cpu, gpu],\n"
-            "     shapeArgs: {gpu: {%s}}, resources: {cpu: '1', gpu: %s}, workers: {min: 1, max: 1}}\n"
-            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
-            "  execution: {cpuSlotsPerWorker: %ld, pricing: {%s}}\n",
-            name, dir, a_args, b_args, b_gpu_args, b_gpus, dir, name, slots, pricing);
+    fprintf(
+        f,
+        "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+        "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
+        "  stages:\n  - {name: a, %s, resources: {cpu: '1'}, workers: {min: 1, max: 1}}\n"
+        "  - {name: b, op: bench.spin, args: {%s}, placement: [cpu, gpu],\n"
+        "     shapeArgs: {gpu: {%s}}, resources: {cpu: '1', gpu: %s}, workers: {min: 1, max: 1}}\n"
+        "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
+        "  execution: {cpuSlotsPerWorker: %ld, pricing: {%s}}\n",
+        name, dir, a_args, b_args, b_gpu_args, b_gpus, dir, name, slots, pricing);
     fclose(f);
 }
 
@@ -421,7 +422,7 @@ Test(operator, a_shape_that_cannot_be_measured_is_given_up)
                      sb_test_sh_out("tail -30 %s/controller.log", dir));
     free(ph);
     char *v = kubectl("get events --field-selector involvedObject.name=nm,reason=NotMeasured "
-                "-o jsonpath='{.items[0].type} {.items[0].message}'");
+                      "-o jsonpath='{.items[0].type} {.items[0].message}'");
     cr_expect_str_eq(v, "Warning stage b completed too few tasks on gpu to measure it within 4 s "
                         "(see the WorkersPending condition): back on cpu; gpu is left out of its "
                         "plans");

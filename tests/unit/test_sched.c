@@ -82,9 +82,9 @@ typedef struct {
     size_t published, publish_refused; /* early outputs taken / not taken by sb_sched_publish */
     size_t waits;                      /* times a task was told to wait for budget */
     uint64_t frame;                    /* bytes added to every output partition (framing) */
-    size_t pool_mismatch;   /* tasks given to a worker of another pool than the task's */
-    size_t by_pool[8][2];   /* tasks given per op, to cpu [0] and gpu [1] workers */
-    char args[8][2][64];    /* the latest args of each op's first stage per pool */
+    size_t pool_mismatch;              /* tasks given to a worker of another pool than the task's */
+    size_t by_pool[8][2];              /* tasks given per op, to cpu [0] and gpu [1] workers */
+    char args[8][2][64];               /* the latest args of each op's first stage per pool */
 } sim;
 
 static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t slots)
@@ -340,8 +340,8 @@ static void sim_run(sim *m, uint64_t max_events, void (*fault)(sim *, uint64_t))
     }
 }
 
-static int g_no_eft;   /* sim_init: sb_sched_config.no_eft */
-static int g_no_early; /* sim_init: sb_sched_config.no_early */
+static int g_no_eft;          /* sim_init: sb_sched_config.no_eft */
+static int g_no_early;        /* sim_init: sb_sched_config.no_early */
 static int g_no_fuse_choices; /* sim_init: sb_sched_config.no_fuse_choices */
 
 static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_bytes)
@@ -360,9 +360,11 @@ static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_byte
         sp[i].split = names[i];
         sp[i].bytes = split_bytes;
     }
-    sb_sched_config cfg = {
-        .pipeline = &h->p, .pipeline_id = "ns/t", .no_eft = g_no_eft, .no_early = g_no_early,
-        .no_fuse_choices = g_no_fuse_choices};
+    sb_sched_config cfg = {.pipeline = &h->p,
+                           .pipeline_id = "ns/t",
+                           .no_eft = g_no_eft,
+                           .no_early = g_no_early,
+                           .no_fuse_choices = g_no_fuse_choices};
     sb_err err;
     m->s = sb_sched_new(&cfg, sp, nsplits, &err);
     cr_assert_not_null(m->s, "%s", err.msg);
@@ -2533,8 +2535,7 @@ static void move_infer(sim *m, uint64_t ev)
         g_move_rc[0] = sb_sched_stage_move(m->s, 1, "gpu", &err);
         g_move_rc[1] = sb_sched_stage_move(m->s, 1, "gpu", &err);
         g_move_rc[2] = sb_sched_stage_move(m->s, 0, "gpu", &err);
-        cr_expect(strstr(err.msg, "load") != NULL && strstr(err.msg, "gpu") != NULL, "%s",
-                  err.msg);
+        cr_expect(strstr(err.msg, "load") != NULL && strstr(err.msg, "gpu") != NULL, "%s", err.msg);
     }
     if (g_kill_after > 0 && ev == g_move_at + g_kill_after && m->w[0].alive) {
         m->w[0].alive = 0;
@@ -2620,8 +2621,8 @@ Test(sched, a_fused_stage_cannot_move_and_nothing_changes)
     cr_assert_eq(sb_sched_op_count(m.s), 1, "without no_fuse_choices the three stages fuse");
     sb_err err = {0};
     cr_expect_eq(sb_sched_stage_move(m.s, 1, "gpu", &err), -1);
-    cr_expect(strstr(err.msg, "fused") != NULL && strstr(err.msg, "load+infer+post") != NULL,
-              "%s", err.msg);
+    cr_expect(strstr(err.msg, "fused") != NULL && strstr(err.msg, "load+infer+post") != NULL, "%s",
+              err.msg);
     cr_expect_eq(sb_sched_stage_move(m.s, 1, "tpu", &err), -1);
     cr_expect(strstr(err.msg, "tpu") != NULL, "%s", err.msg);
     cr_expect_str_eq(sb_sched_op_pool(m.s, 0), "cpu");
