@@ -112,6 +112,18 @@ cJSON *sb_opr_plan_status_json(const sb_opr_plan_view *v)
     ok &= cJSON_AddStringToObject(j, "rates", v->rates_from ? v->rates_from : "") != NULL;
     ok &= cJSON_AddNumberToObject(j, "replans", v->replans) != NULL;
     ok &= cJSON_AddNumberToObject(j, "moves", v->moves) != NULL;
+    if (v->cause != NULL && v->cause[0] != '\0')
+        ok &= cJSON_AddStringToObject(j, "cause", v->cause) != NULL;
+    const sb_plan_capacity none = {-1, -1, -1}, *c = v->capacity ? v->capacity : &none;
+    const double cap[3] = {c->cpu_cores, c->mem_gib, c->gpus};
+    const char *cap_key[3] = {"cpuCores", "memoryGiB", "gpus"};
+    cJSON *cj = NULL;
+    for (int d = 0; d < 3; d++)
+        if (cap[d] >= 0) {
+            if (cj == NULL)
+                ok &= (cj = cJSON_AddObjectToObject(j, "capacity")) != NULL;
+            ok &= cj != NULL && cJSON_AddNumberToObject(cj, cap_key[d], cap[d]) != NULL;
+        }
     if (v->moved != NULL && v->moved[0] != '\0')
         ok &= cJSON_AddStringToObject(j, "moved", v->moved) != NULL;
     ok &= cJSON_AddBoolToObject(j, "feasible", r->feasible) != NULL;
@@ -212,6 +224,8 @@ void sb_opr_plan_event_message(const sb_opr_plan_view *v, const char *drift_stag
     } while (0)
     if (drift_stage != NULL)
         PUT("stage %s runs at %+.0f%% of its planned rate; ", drift_stage, drift * 100);
+    else if (v->cause != NULL && v->cause[0] != '\0')
+        PUT("%s; ", v->cause);
     if (!r->feasible) {
         PUT("no plan: %s", r->why);
         return;

@@ -83,9 +83,12 @@ typedef struct sb_opr_plan_view {
     const char *note;          /* a cheaper placement for the next start, or NULL */
     uint32_t moves;            /* stages moved to another shape while running, in all */
     const char *moved;         /* the latest plan's moves ("infer cpu->gpu"), or NULL */
+    const char *cause;         /* why it was planned, when not a drift (capacity), or NULL */
+    const sb_plan_capacity *capacity; /* what the plans fit (< 0: unlimited; NULL: all) */
 } sb_opr_plan_view;
 
-/* status.plan: {plannedAt, rates, replans, moves, [moved], feasible, [why], stages: [{name,
+/* status.plan: {plannedAt, rates, replans, moves, [moved], [cause], [capacity: {cpuCores,
+ * memoryGiB, gpus}: the capped ones], feasible, [why], stages: [{name,
  * shape, workers, rowsPerSecondPerWorker, rowsPerSecond, costPerHour}], rowsPerSecond, costPerHour,
  * costPerMillionRows, target: {rowsPerSecond, maxCostPerHour}, prices: {cpuCoreHour,
  * memoryGiBHour, gpuHour, gpuType}, poolsSized, [note]}. NULL when out of memory. */
@@ -93,7 +96,7 @@ cJSON *sb_opr_plan_status_json(const sb_opr_plan_view *v);
 
 /* The message of a Planned / Replanned event: "stage=shape:workers ...; 1.2k rows/s for 0.345
  * per hour (0.0789 per million rows), rates declared" (+ the drift that caused a re-plan when
- * drift_stage is not NULL), or "no plan: <why>". */
+ * drift_stage is not NULL, or the view's cause before it), or "no plan: <why>". */
 void sb_opr_plan_event_message(const sb_opr_plan_view *v, const char *drift_stage, double drift,
                                char *buf, size_t len);
 

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "doc/doc.h"
 #include "plan/fromspec.h"
+#include "spec/quantity.h"
 #include "spec/validate.h"
 
 #define MAX_POOLS 4
@@ -59,6 +60,10 @@ typedef struct run_plan {
     sb_shape probe_from[SB_PLAN_MAX_STAGES]; /* the shape it came from */
     uint64_t probe_ms;                       /* when the latest probe started */
     int unmeasurable[SB_PLAN_MAX_STAGES];    /* its probe expired: not probed again */
+    /* the cluster's capacity as seen (plan_capacity): unlimited (< 0) until pods of the run
+     * stay Pending for a resource; then what the run's running pods hold (never lowered) */
+    sb_plan_capacity cap;
+    char cause[400]; /* why the latest plan was made, when not a drift (the event says it) */
 } run_plan;
 
 struct sb_opr_run {
@@ -206,7 +211,9 @@ static sb_opr_plan_view plan_view(const run_plan *pl)
                               .pools_sized = pl->pools_sized,
                               .note = pl->note,
                               .moves = pl->moves,
-                              .moved = pl->moved};
+                              .moved = pl->moved,
+                              .cause = pl->cause,
+                              .capacity = &pl->cap};
 }
 
 /* The planner's input from the run's pipeline with the declared rates; target from the spec
@@ -223,7 +230,7 @@ static void plan_input(sb_opr_run *r, double remaining_rows, double remaining_s)
     pl->in.stages = pl->st;
     pl->in.nstages = sp->nstages;
     pl->in.prices = pl->prices;
-    pl->in.capacity = (sb_plan_capacity){-1, -1, -1};
+    pl->in.capacity = pl->cap;
     const sb_target_spec *t = &sp->execution.target;
     pl->in.target.rows_per_second = t->rows_per_second_set ? t->rows_per_second : 0;
     pl->in.target.max_cost_per_hour = t->max_cost_per_hour_set ? t->max_cost_per_hour : 0;
@@ -322,6 +329,7 @@ static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
         return 0;
     }
     r->plan = pl;
+    pl->cap = (sb_plan_capacity){-1, -1, -1};
     plan_running_from_spec(pl, &r->p);
     pl->all_declared = declared_per_pod(r) == 0;
     const sb_target_spec *t = &r->p.spec.execution.target;
@@ -392,13 +400,15 @@ static int stage_move(sb_opr_run *r, size_t i, sb_shape to, const char *what, si
     return 1;
 }
 
-/* A plan from measured rates m[] (the running shapes; another shape keeps the rate measured
- * when the stage ran there, else its declared rate). A stage the plan places elsewhere moves
+/* A plan from rates m[] of the shapes the stages run on (fresh: measured in the window that
+ * just closed; 0: the rates the current plan used, for a re-plan the capacity asks for; another
+ * shape keeps the rate measured when the stage ran there, else its declared rate). A stage the plan places elsewhere moves
  * there while the run goes on (stage_move; it is an op of its own: no_fuse_choices); one the
  * scheduler refuses to move is only noted, for when the pipeline starts again. A stage with an
  * allowed shape that has no rate at all is then moved there to be measured (profiling is part
  * of the run): the plan is made again as soon as that shape's tasks measured it (plan_tick). */
-static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot *s, uint64_t t)
+static void plan_measured(sb_opr_run *r, const double *m, int fresh, const sb_ctl_snapshot *s,
+                          uint64_t t)
 {
     run_plan *pl = r->plan;
     const sb_pipeline_spec *sp = &r->p.spec;
@@ -415,7 +425,8 @@ static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot 
     int unrated[SB_PLAN_MAX_STAGES];
     for (size_t i = 0; i < sp->nstages; i++) {
         pl->probing[i] = 0; /* measured now */
-        pl->measured[i][running[i]] = m[i];
+        if (fresh)
+            pl->measured[i][running[i]] = m[i];
         pl->st[i].shapes[running[i]].allowed = true;
         pl->st[i].shapes[running[i]].rate = m[i];
         sb_plan_shape_in *other = &pl->st[i].shapes[1 - (int)running[i]];
@@ -453,7 +464,8 @@ static void plan_measured(sb_opr_run *r, const double *m, const sb_ctl_snapshot 
     } else {
         pl->out = best;
     }
-    pl->rates_from = "measured";
+    if (fresh)
+        pl->rates_from = "measured";
     /* the rates the plan used for the shapes the stages run on now */
     for (size_t i = 0; i < sp->nstages; i++)
         pl->used[i] = pl->st[i].shapes[running[i]].rate;
@@ -504,6 +516,67 @@ static int probe_expired(sb_opr_run *r, uint64_t t)
     return back;
 }
 
+/* The cluster's capacity as the run sees it (issue: "Pending pods are not capacity"): a resource
+ * that a pool's pods stay Pending for (the scheduler's "Insufficient cpu", "Insufficient
+ * memory", "Insufficient nvidia.com/gpu"; for another reason: GPUs for a gpu pool, CPU for a cpu
+ * pool) is capped at what the run's running pods hold, and stays capped (raised when the run
+ * holds more). Returns 1 when a cap was set or raised now; *why names the pool and the reason. */
+static int plan_capacity(sb_opr_run *r, char *why, size_t len)
+{
+    run_plan *pl = r->plan;
+    double held[3] = {0, 0, 0};
+    int capped[3] = {0, 0, 0};
+    why[0] = '\0';
+    for (size_t k = 0; k < r->npools; k++) {
+        const sb_kube_pool *sp = &r->pools[k].spec;
+        uint32_t desired = 0, ready = 0, pending = 0;
+        char w[256];
+        sb_kube_pool_status(r->kube, sp->pool, &desired, &ready, &pending, w, sizeof w);
+        int64_t milli = 0, bytes = 0;
+        sb_err qe = {0};
+        if (sp->cpu_buf[0] != '\0' && sb_quantity_milli(sp->cpu_buf, &milli, &qe) != 0)
+            milli = 0;
+        if (sp->memory_buf[0] != '\0' && sb_quantity_value(sp->memory_buf, &bytes, &qe) != 0)
+            bytes = 0;
+        held[0] += (double)ready * (double)milli / 1000.0;
+        held[1] += (double)ready * (double)bytes / (double)(1ll << 30);
+        held[2] += (double)ready * (double)sp->gpus;
+        if (pending == 0 || w[0] == '\0')
+            continue;
+        int named = 0;
+        if (strstr(w, "Insufficient cpu") != NULL)
+            capped[0] = named = 1;
+        if (strstr(w, "Insufficient memory") != NULL)
+            capped[1] = named = 1;
+        if (strstr(w, "Insufficient nvidia.com/gpu") != NULL)
+            capped[2] = named = 1;
+        if (!named)
+            capped[sp->gpus > 0 ? 2 : 0] = 1;
+        if (why[0] == '\0')
+            snprintf(why, len, "pool %s: %u pod%s Pending (%s)", sp->pool, pending,
+                     pending == 1 ? "" : "s", w);
+    }
+    double *cap[3] = {&pl->cap.cpu_cores, &pl->cap.mem_gib, &pl->cap.gpus};
+    int changed = 0;
+    for (int d = 0; d < 3; d++)
+        if (capped[d] && (*cap[d] < 0 || held[d] > *cap[d] + 1e-9)) {
+            *cap[d] = held[d];
+            changed = 1;
+        }
+    return changed;
+}
+
+/* 1 when the applied plan needs more than the capacity (plan_capacity). */
+static int plan_exceeds(const run_plan *pl)
+{
+    const sb_plan_result *o = &pl->out;
+    const sb_plan_capacity *c = &pl->cap;
+    return pl->have && o->feasible &&
+           ((c->cpu_cores >= 0 && o->cpu_cores > c->cpu_cores + 1e-9) ||
+            (c->mem_gib >= 0 && o->mem_gib > c->mem_gib + 1e-9) ||
+            (c->gpus >= 0 && o->gpus > c->gpus + 1e-9));
+}
+
 /* The op figures of the window's measure: each op's from the tasks that ran in the pool it runs
  * in now (a stage moved to another shape is measured there from its own tasks), from the
  * snapshot, or from the window's base when base is not NULL. */
@@ -548,6 +621,27 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
         plan_event(r, NULL, 0);
         return;
     }
+    char why[320];
+    if (plan_capacity(r, why, sizeof why) && !probing && plan_exceeds(pl)) {
+        /* the plan does not fit what the cluster has room for: planned again at once, from the
+         * rates the plan used */
+        sb_ctl_snapshot_get(r->ctl, &s);
+        double m[SB_PLAN_MAX_STAGES];
+        for (size_t i = 0; i < sp->nstages; i++)
+            m[i] = pl->used[i];
+        size_t o = (size_t)snprintf(pl->cause, sizeof pl->cause, "%s; room for", why);
+        const double c[3] = {pl->cap.cpu_cores, pl->cap.mem_gib, pl->cap.gpus};
+        const char *unit[3] = {"CPU cores", "GiB", "GPUs"};
+        for (int d = 0, n = 0; d < 3; d++)
+            if (c[d] >= 0 && o < sizeof pl->cause)
+                o += (size_t)snprintf(pl->cause + o, sizeof pl->cause - o, "%s %.4g %s",
+                                      n++ ? "," : "", c[d], unit[d]);
+        plan_measured(r, m, 0, &s, t);
+        plan_stamp(pl, t);
+        plan_size_pools(r);
+        plan_event(r, NULL, 0);
+        return;
+    }
     /* a declared plan gives way to measured rates as soon as they drift (no interval): the
      * interval keeps measured plans from flapping */
     int measured = pl->have && strcmp(pl->rates_from, "measured") == 0;
@@ -582,7 +676,8 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
         !sb_opr_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t, pl->planned_ms,
                              interval, &ds, &drift))
         return;
-    plan_measured(r, m, &s, t);
+    pl->cause[0] = '\0';
+    plan_measured(r, m, 1, &s, t);
     plan_stamp(pl, t);
     plan_size_pools(r);
     plan_window(pl, &s); /* the next window starts now */

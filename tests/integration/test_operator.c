@@ -277,10 +277,11 @@ Test(operator, placement_plan_from_measured_rates)
  * makes b on gpu 2x cheaper: the re-plan (at once, the drift is -75% or more) moves b while it
  * runs (an op of its own, its tasks then go to a gpu worker pod the pool's autoscaler starts),
  * and the output is every input row exactly once. The gpu pool has no pod before the move. */
-/* A pipeline of a cpu stage a and a stage b that allows cpu and gpu, one pod each at most. */
-static void write_choice_pipeline(const char *name, const char *a_args, const char *b_args,
-                                  const char *b_gpu_args, const char *b_gpus, long slots,
-                                  const char *pricing)
+/* A pipeline of a cpu stage a (one pod) and a stage b that allows cpu and gpu (b_max pods at
+ * most); exec_more: more of execution (", target: {...}" or ""). */
+static void write_choice_pipeline_more(const char *name, const char *a_args, const char *b_args,
+                                       const char *b_gpu_args, const char *b_gpus, int b_max,
+                                       long slots, const char *pricing, const char *exec_more)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
@@ -292,11 +293,18 @@ static void write_choice_pipeline(const char *name, const char *a_args, const ch
         "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
         "  stages:\n  - {name: a, %s, resources: {cpu: '1'}, workers: {min: 1, max: 1}}\n"
         "  - {name: b, op: bench.spin, args: {%s}, placement: [cpu, gpu],\n"
-        "     shapeArgs: {gpu: {%s}}, resources: {cpu: '1', gpu: %s}, workers: {min: 1, max: 1}}\n"
+        "     shapeArgs: {gpu: {%s}}, resources: {cpu: '1', gpu: %s}, workers: {min: 1, max: %d}}\n"
         "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
-        "  execution: {cpuSlotsPerWorker: %ld, pricing: {%s}}\n",
-        name, dir, a_args, b_args, b_gpu_args, b_gpus, dir, name, slots, pricing);
+        "  execution: {cpuSlotsPerWorker: %ld, pricing: {%s}%s}\n",
+        name, dir, a_args, b_args, b_gpu_args, b_gpus, b_max, dir, name, slots, pricing, exec_more);
     fclose(f);
+}
+
+static void write_choice_pipeline(const char *name, const char *a_args, const char *b_args,
+                                  const char *b_gpu_args, const char *b_gpus, long slots,
+                                  const char *pricing)
+{
+    write_choice_pipeline_more(name, a_args, b_args, b_gpu_args, b_gpus, 1, slots, pricing, "");
 }
 
 /* Line numbers in the controller's log of the first "stage moved" and of the first gpu pod. */
@@ -436,6 +444,43 @@ Test(operator, a_shape_that_cannot_be_measured_is_given_up)
     free(v);
     expect_output_is_input("nm");
     free(kubectl("delete pipeline nm --timeout=30s"));
+}
+
+/* Pending pods are not capacity. With a target of 1500 rows/s, b is planned on gpu pods (1000
+ * rows/s each for 1.25/h against 500 rows/s for 1/h on cpu), but the test cluster has 1 GPU:
+ * the other gpu pods stay Pending ("Insufficient nvidia.com/gpu"), so the plan is made again at
+ * once within the GPUs the running pods hold (1: 1000 rows/s on gpu, short of the target) and b
+ * moves to cpu pods while it runs. The status records the capacity; the output is whole. */
+Test(operator, pending_pods_are_not_capacity)
+{
+    write_choice_pipeline_more(
+        "cp", "op: bench.spin, args: {msPerRecord: 0.01}", "msPerRecord: 2", "msPerRecord: 2", "1",
+        4, 1, "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 0.25", ", target: {rowsPerSecond: 1500}");
+    free(kubectl("apply -f %s/cp.yaml", dir));
+    char *ph = wait_for("cp", "{.status.phase}", "Succeeded Failed", 150);
+    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
+                     sb_test_sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    char *v = kubectl("get events --field-selector involvedObject.name=cp,reason=Planned "
+                      "-o jsonpath='{.items[0].message}'");
+    cr_expect(strncmp(v, "a=cpu:1 b=gpu:", 14) == 0 && strstr(v, "rates declared"), "Planned: %s",
+              v);
+    free(v);
+    v = kubectl("get events --field-selector involvedObject.name=cp,reason=Replanned "
+                "-o jsonpath='{.items[0].message}'");
+    cr_expect(strncmp(v, "pool gpu: ", 10) == 0 && strstr(v, " Pending (") &&
+                  strstr(v, "Insufficient nvidia.com/gpu") && strstr(v, "; room for 1 GPUs; ") &&
+                  strstr(v, "; a=cpu:1 b=cpu:") &&
+                  strstr(v, "rates declared; moved b gpu->cpu while running"),
+              "Replanned: %s", v);
+    free(v);
+    v = kubectl("get pipeline cp -o jsonpath='{.status.plan.capacity.gpus} "
+                "{.status.plan.capacity.cpuCores} {.status.stages[1].name} "
+                "{.status.stages[1].pool}'");
+    cr_expect_str_eq(v, "1  b cpu", "the GPUs capped, the CPUs not");
+    free(v);
+    expect_output_is_input("cp");
+    free(kubectl("delete pipeline cp --timeout=30s"));
 }
 
 Test(operator, invalid_spec_fails_with_the_field_named)

@@ -659,6 +659,24 @@ Test(opr_plan, status_json_and_event_message)
     sb_opr_plan_event_message(&v, "b", -0.4, m, sizeof m);
     cr_expect(strstr(m, "; moved b cpu->gpu while running") != NULL, "%s", m);
     v.moved = NULL;
+    /* a re-plan the capacity asked for: its cause first, the capped resources in the status */
+    sb_plan_capacity cap = {-1, -1, 1};
+    v.cause = "pool gpu: 1 pod Pending (0/2 nodes are available: 2 Insufficient nvidia.com/gpu)";
+    v.capacity = &cap;
+    sb_opr_plan_event_message(&v, NULL, 0, m, sizeof m);
+    cr_expect(strncmp(m, "pool gpu: 1 pod Pending (0/2 nodes", 34) == 0 && strstr(m, "); a=cpu:"),
+              "%s", m);
+    j = sb_opr_plan_status_json(&v);
+    cr_assert_not_null(j);
+    cr_expect_str_eq(sget(j, "cause"), v.cause);
+    cr_expect_eq(jget(jget(j, "capacity"), "gpus")->valuedouble, 1);
+    cr_expect_null(jget(jget(j, "capacity"), "cpuCores"), "unlimited: not listed");
+    cJSON_Delete(j);
+    v.cause = NULL;
+    v.capacity = NULL;
+    j = sb_opr_plan_status_json(&v);
+    cr_expect_null(jget(j, "capacity"));
+    cJSON_Delete(j);
     /* infeasible: why, no stages, no totals */
     in.target.rows_per_second = 1e9;
     cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
