@@ -73,17 +73,17 @@ cJSON *sb_opr_plan_reorder(const cJSON *object, const sb_pipeline *p, const sb_p
 
 /* What a plan was made from, for the status and the events. */
 typedef struct sb_opr_plan_view {
-    const sb_plan_input *in;   /* stages (names, rates), prices, target */
-    const sb_plan_result *out; /* the plan applied */
-    const char *gpu_type;      /* priced GPU type */
-    const char *rates_from;    /* "declared" | "measured" */
-    const char *planned_at;    /* RFC 3339 */
-    uint32_t replans;          /* plans made after the first */
-    int pools_sized;           /* 1: the pools' max follows the plan (a target is set) */
-    const char *note;          /* a cheaper placement for the next start, or NULL */
-    uint32_t moves;            /* stages moved to another shape while running, in all */
-    const char *moved;         /* the latest plan's moves ("infer cpu->gpu"), or NULL */
-    const char *cause;         /* why it was planned, when not a drift (capacity), or NULL */
+    const sb_plan_input *in;          /* stages (names, rates), prices, target */
+    const sb_plan_result *out;        /* the plan applied */
+    const char *gpu_type;             /* priced GPU type */
+    const char *rates_from;           /* "declared" | "measured" */
+    const char *planned_at;           /* RFC 3339 */
+    uint32_t replans;                 /* plans made after the first */
+    int pools_sized;                  /* 1: the pools' max follows the plan (a target is set) */
+    const char *note;                 /* a cheaper placement for the next start, or NULL */
+    uint32_t moves;                   /* stages moved to another shape while running, in all */
+    const char *moved;                /* the latest plan's moves ("infer cpu->gpu"), or NULL */
+    const char *cause;                /* why it was planned, when not a drift (capacity), or NULL */
     const sb_plan_capacity *capacity; /* what the plans fit (< 0: unlimited; NULL: all) */
 } sb_opr_plan_view;
 

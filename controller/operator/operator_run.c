@@ -402,11 +402,12 @@ static int stage_move(sb_opr_run *r, size_t i, sb_shape to, const char *what, si
 
 /* A plan from rates m[] of the shapes the stages run on (fresh: measured in the window that
  * just closed; 0: the rates the current plan used, for a re-plan the capacity asks for; another
- * shape keeps the rate measured when the stage ran there, else its declared rate). A stage the plan places elsewhere moves
- * there while the run goes on (stage_move; it is an op of its own: no_fuse_choices); one the
- * scheduler refuses to move is only noted, for when the pipeline starts again. A stage with an
- * allowed shape that has no rate at all is then moved there to be measured (profiling is part
- * of the run): the plan is made again as soon as that shape's tasks measured it (plan_tick). */
+ * shape keeps the rate measured when the stage ran there, else its declared rate). A stage the plan
+ * places elsewhere moves there while the run goes on (stage_move; it is an op of its own:
+ * no_fuse_choices); one the scheduler refuses to move is only noted, for when the pipeline starts
+ * again. A stage with an allowed shape that has no rate at all is then moved there to be measured
+ * (profiling is part of the run): the plan is made again as soon as that shape's tasks measured it
+ * (plan_tick). */
 static void plan_measured(sb_opr_run *r, const double *m, int fresh, const sb_ctl_snapshot *s,
                           uint64_t t)
 {
