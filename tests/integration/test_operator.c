@@ -145,14 +145,21 @@ static char *wait_for(const char *name, const char *jsonpath, const char *want, 
     return v;
 }
 
-Test(operator, pipeline_succeeds_on_worker_pods)
+/* Applies dir/NAME.yaml and waits up to secs for the Pipeline to succeed (else the test fails,
+ * with the controller's log). */
+static void run_to_success(const char *name, int secs)
 {
-    write_pipeline("wc", "op: identity", "");
-    free(kubectl("apply -f %s/wc.yaml", dir));
-    char *ph = wait_for("wc", "{.status.phase}", "Succeeded Failed", 90);
+    free(kubectl("apply -f %s/%s.yaml", dir, name));
+    char *ph = wait_for(name, "{.status.phase}", "Succeeded Failed", secs);
     cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
                      sb_test_sh_out("tail -30 %s/controller.log", dir));
     free(ph);
+}
+
+Test(operator, pipeline_succeeds_on_worker_pods)
+{
+    write_pipeline("wc", "op: identity", "");
+    run_to_success("wc", 90);
     char *v = kubectl("get pipeline wc -o jsonpath='{.status.progress} "
                       "{.status.conditions[?(@.type==\"Complete\")].status} "
                       "{.status.checkpoint.committedSplits} {.metadata.finalizers[0]}'");
@@ -197,11 +204,7 @@ Test(operator, placement_plan_in_status_and_event)
                    "op: bench.spin, args: {msPerRecord: 0.05}, placement: [cpu, gpu], "
                    "resources: {cpu: 500m}",
                    "  execution: {target: {rowsPerSecond: 5000}}\n");
-    free(kubectl("apply -f %s/pl.yaml", dir));
-    char *ph = wait_for("pl", "{.status.phase}", "Succeeded Failed", 90);
-    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
-                     sb_test_sh_out("tail -30 %s/controller.log", dir));
-    free(ph);
+    run_to_success("pl", 90);
     /* cpu: 20000 rows/s per pod for 0.02/h; gpu (the table's 2.50/h) costs far more per row */
     char *v = kubectl("get events --field-selector involvedObject.name=pl,reason=Planned "
                       "-o jsonpath='{.items[0].message}'");
@@ -246,11 +249,7 @@ Test(operator, placement_plan_from_measured_rates)
                    "op: identity, workers: {min: 1, max: 2}}\n"
                    "  - {name: b, op: bench.sleep, args: {msPerRecord: 1}",
                    "  execution: {target: {rowsPerSecond: 1000}}\n");
-    free(kubectl("apply -f %s/plm.yaml", dir));
-    char *ph = wait_for("plm", "{.status.phase}", "Succeeded Failed", 120);
-    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
-                     sb_test_sh_out("tail -30 %s/controller.log", dir));
-    free(ph);
+    run_to_success("plm", 120);
     char *v = kubectl("get pipeline plm -o jsonpath='{.status.plan.rates} "
                       "{.status.plan.stages[0].name} {.status.plan.stages[1].name} "
                       "{.status.plan.stages[1].shape} {.status.plan.target.rowsPerSecond}'");
@@ -336,14 +335,9 @@ Test(operator, a_replan_moves_a_running_stage_to_the_gpu_pool)
     snprintf(gpu_args, sizeof gpu_args, "msPerRecord: %.4f", 4.0 / (double)slots);
     write_choice_pipeline("mv", "op: bench.spin, args: {msPerRecord: 0.01}", "msPerRecord: 2",
                           gpu_args, "1", slots, "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 2");
-    free(kubectl("apply -f %s/mv.yaml", dir));
-    char *v = NULL;
-    char *ph = wait_for("mv", "{.status.phase}", "Succeeded Failed", 150);
-    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
-                     sb_test_sh_out("tail -30 %s/controller.log", dir));
-    free(ph);
-    v = kubectl("get events --field-selector involvedObject.name=mv,reason=Planned "
-                "-o jsonpath='{.items[0].message}'");
+    run_to_success("mv", 150);
+    char *v = kubectl("get events --field-selector involvedObject.name=mv,reason=Planned "
+                      "-o jsonpath='{.items[0].message}'");
     cr_expect(strncmp(v, "a=cpu:1 b=cpu:1; ", 17) == 0 && strstr(v, "rates declared"),
               "Planned: %s", v);
     free(v);
@@ -380,11 +374,7 @@ Test(operator, a_shape_without_a_rate_is_measured_by_moving_the_stage_there)
 {
     write_choice_pipeline("pr", "op: identity", "msPerMB: 20000", "msPerMB: 20000", "1", 2,
                           "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 100");
-    free(kubectl("apply -f %s/pr.yaml", dir));
-    char *ph = wait_for("pr", "{.status.phase}", "Succeeded Failed", 150);
-    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
-                     sb_test_sh_out("tail -30 %s/controller.log", dir));
-    free(ph);
+    run_to_success("pr", 150);
     char *v = kubectl("get events --field-selector involvedObject.name=pr,reason=Planned "
                       "-o jsonpath='{.items[0].message}'");
     cr_expect(strncmp(v, "a=cpu:1 b=cpu:1; ", 17) == 0 && strstr(v, "rates measured") &&
@@ -424,11 +414,7 @@ Test(operator, a_shape_that_cannot_be_measured_is_given_up)
     ctl_start("--replan-interval=4s");
     write_choice_pipeline("nm", "op: identity", "msPerMB: 20000", "msPerMB: 20000", "2", 2,
                           "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 1");
-    free(kubectl("apply -f %s/nm.yaml", dir));
-    char *ph = wait_for("nm", "{.status.phase}", "Succeeded Failed", 150);
-    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
-                     sb_test_sh_out("tail -30 %s/controller.log", dir));
-    free(ph);
+    run_to_success("nm", 150);
     char *v = kubectl("get events --field-selector involvedObject.name=nm,reason=NotMeasured "
                       "-o jsonpath='{.items[0].type} {.items[0].message}'");
     cr_expect_str_eq(v, "Warning stage b completed too few tasks on gpu to measure it within 4 s "
@@ -456,11 +442,7 @@ Test(operator, pending_pods_are_not_capacity)
     write_choice_pipeline_more(
         "cp", "op: bench.spin, args: {msPerRecord: 0.01}", "msPerRecord: 2", "msPerRecord: 2", "1",
         4, 1, "cpuCoreHour: 1, memoryGiBHour: 0, gpuHour: 0.25", ", target: {rowsPerSecond: 1500}");
-    free(kubectl("apply -f %s/cp.yaml", dir));
-    char *ph = wait_for("cp", "{.status.phase}", "Succeeded Failed", 150);
-    cr_assert_str_eq(ph, "Succeeded", "phase %s; controller log:\n%s", ph,
-                     sb_test_sh_out("tail -30 %s/controller.log", dir));
-    free(ph);
+    run_to_success("cp", 150);
     char *v = kubectl("get events --field-selector involvedObject.name=cp,reason=Planned "
                       "-o jsonpath='{.items[0].message}'");
     cr_expect(strncmp(v, "a=cpu:1 b=gpu:", 14) == 0 && strstr(v, "rates declared"), "Planned: %s",

@@ -411,14 +411,12 @@ Test(kube_pod, a_pool_for_every_shape_a_stage_may_move_to)
         "  - {name: b, op: bench.spin, args: {msPerRecord: 1}, placement: [cpu, gpu],\n"
         "     resources: {cpu: '2', memory: 1Gi, gpu: 2}, workers: {min: 2, max: 5}}\n"
         "  sink: {uri: 'file:///out', format: jsonl}\n";
-    sb_doc *d = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
-    sb_pipeline p;
-    sb_diags dg = {0};
-    cr_assert_eq(sb_pipeline_decode(sb_doc_root(d, 0), &p, &dg), 0);
-    cr_assert_eq(dg.n, 0, "%s", dg.n ? dg.items[0].msg : "");
+    built b;
+    build(yaml, &b);
+    const sb_pipeline *p = &b.p;
     sb_kube_pool pools[4];
-    cr_assert_eq(sb_kube_pools_from_spec(&p, pools, 4), 1, "as placed: cpu only");
-    cr_assert_eq(sb_kube_pools_placed(&p, NULL, 1, pools, 4), 2);
+    cr_assert_eq(sb_kube_pools_from_spec(p, pools, 4), 1, "as placed: cpu only");
+    cr_assert_eq(sb_kube_pools_placed(p, NULL, 1, pools, 4), 2);
     cr_expect_str_eq(pools[0].pool, "cpu");
     cr_expect_eq(pools[0].min, 2);
     cr_expect_eq(pools[0].max, 5);
@@ -431,14 +429,12 @@ Test(kube_pod, a_pool_for_every_shape_a_stage_may_move_to)
     cr_expect_eq(pools[1].accelerators, 1);
     cr_expect_str_eq(pools[1].memory, "1Gi");
     const char *moved[] = {"cpu", "gpu"};
-    cr_assert_eq(sb_kube_pools_placed(&p, moved, 1, pools, 4), 2);
+    cr_assert_eq(sb_kube_pools_placed(p, moved, 1, pools, 4), 2);
     cr_expect_str_eq(pools[0].pool, "cpu");
     cr_expect_eq(pools[0].min, 1, "a's min only");
     cr_expect_eq(pools[0].max, 5, "b may come back");
     cr_expect_str_eq(pools[1].pool, "gpu");
     cr_expect_eq(pools[1].min, 2, "b took its min along");
     cr_expect_eq(pools[1].gpus, 2);
-    sb_pipeline_free(&p);
-    sb_diags_free(&dg);
-    sb_doc_free(d);
+    built_free(&b);
 }
