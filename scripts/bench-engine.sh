@@ -109,6 +109,47 @@ for budget in $budgets; do
 done
 echo
 
+echo "### CPU -> accelerator at every budget (issue 16 goal 2)"
+echo
+acc_parts=${ACC_PARTS:-256} acc_rounds=${ACC_ROUNDS:-3}
+acc_bound=$(python3 -c "print($acc_parts * 2 * 0.025)")
+echo "The same two stages over $acc_parts x 1 MiB (the pipeline of \`make bench-peers\`): bound ="
+echo "accelerator work / 1 slot = $acc_parts x 2 MiB x 25 ms/MiB = $acc_bound s (CPU work / $cpus cores is"
+echo "$(python3 -c "print($acc_parts * 0.05 / $cpus)") s). \`streambatch run --cpus $cpus --gpus 1\`: 4 task slots (1 per CPU worker, 2 on the"
+echo "accelerator's worker), so 8 MiB is 2 partitions per slot. Wall time (start to last task) /"
+echo "bound, median (range) of $acc_rounds rounds, interleaved; the last column with the accelerator's"
+echo "slots on the kernel's default scheduler slice (\`SB_ACCEL_SLICE_US=0\`, docs/architecture.md)."
+echo
+echo "| memory budget | x bound (goal <= 1.05 from 8Mi up) | default slice (x bound) |"
+echo "|---|---|---|"
+rm -rf "$work/in3"; mkdir -p "$work/in3"
+for ((i = 0; i < acc_parts; i++)); do head -c $((1 << 20)) /dev/urandom >"$work/in3/f$(printf %05d $i).bin"; done
+sync
+acc_budgets="4Mi 8Mi 64Mi default"
+declare -A accw
+for ((r = 1; r <= acc_rounds; r++)); do
+  for budget in $acc_budgets; do
+    lb=$(echo "$budget" | tr 'A-Z' 'a-z') ex="memoryBudget: $budget"
+    [[ $budget == default ]] && ex=""
+    for sl in on off; do
+      us=""; [[ $sl == off ]] && us=0
+      pipeline "acc-$lb-$sl" "$work/in3/" binary 1Mi "  - {name: transform, op: bench.spin, args: {msPerMB: 50, expand: 2}}
+  - {name: infer, op: bench.sleep, args: {msPerMB: 25}, resources: {gpu: 1}}" "$ex"
+      if [[ -n $us ]]; then j=$(SB_ACCEL_SLICE_US=$us run "acc-$lb-$sl" --cpus $cpus --gpus 1)
+      else j=$(run "acc-$lb-$sl" --cpus $cpus --gpus 1); fi
+      accw[$budget.$sl]+="$(python3 -c "print($(jget "$j" wallSeconds) / $acc_bound)") "
+      rm -rf "$work/out-acc-$lb-$sl"
+    done
+  done
+done
+cell() { python3 -c 'import statistics as s, sys; v = sorted(map(float, sys.argv[1:]))
+print(f"{s.median(v):.3f} ({v[0]:.3f}-{v[-1]:.3f})")' "$@"; }
+for budget in $acc_budgets; do
+  # shellcheck disable=SC2086
+  echo "| $budget | $(cell ${accw[$budget.on]}) | $(cell ${accw[$budget.off]}) |"
+done
+echo
+
 echo "### Scheduler overhead"
 echo
 echo "| measurement | tasks | tasks/s | controller CPU per task |"
