@@ -1356,7 +1356,6 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
     out->target_bytes = o->target;
     /* early outputs (start_task, early_wanted): not for a speculative copy */
     out->publish_early = !copy && t->grants;
-    out->pool = o->pool;
     out->ninputs = t->ninputs;
     out->inputs = NULL;
     if (t->ninputs > 0) {

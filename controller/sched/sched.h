@@ -126,8 +126,6 @@ typedef struct sb_sched_task {
     int writes_sink;   /* last op: outputs go to the sink */
     uint64_t target_bytes;
     int publish_early; /* report each output when written (sb_sched_publish) */
-    const char *pool;  /* the pool its op runs on now: its stages run with that shape's args
-                          (sb_stage_args_for_shape) */
 } sb_sched_task;
 
 struct sb_sched_output {

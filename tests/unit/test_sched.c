@@ -82,7 +82,7 @@ typedef struct {
     size_t published, publish_refused; /* early outputs taken / not taken by sb_sched_publish */
     size_t waits;                      /* times a task was told to wait for budget */
     uint64_t frame;                    /* bytes added to every output partition (framing) */
-    size_t pool_mismatch;              /* tasks given to a worker of another pool than the task's */
+    size_t pool_mismatch;              /* tasks given to a worker of another pool than their op's */
     size_t by_pool[8][2];              /* tasks given per op, to cpu [0] and gpu [1] workers */
     char args[8][2][64];               /* the latest args of each op's first stage per pool */
 } sim;
@@ -141,7 +141,8 @@ static void sim_poll(sim *m, simworker *w)
         r->index = tasks[i].index;
         r->writes_sink = tasks[i].writes_sink;
         w->ops_ran |= 1u << (tasks[i].op & 31);
-        if (tasks[i].pool == NULL || strcmp(tasks[i].pool, w->pool) != 0)
+        const char *op_pool = sb_sched_op_pool(m->s, tasks[i].op); /* where its op runs now */
+        if (op_pool == NULL || strcmp(op_pool, w->pool) != 0)
             m->pool_mismatch++;
         int g = strcmp(w->pool, "gpu") == 0;
         m->by_pool[tasks[i].op & 7][g]++;
