@@ -160,6 +160,8 @@ size_t sb_kube_pools_placed(const sb_pipeline *p, const char *const *placed, int
     }
     for (size_t j = 0; j < n; j++) {
         out[j].cpu = out[j].memory = NULL;
+        out[j].cpu_milli = cpu[j];
+        out[j].memory_bytes = mem[j];
         if (cpu[j] > 0) {
             fmt_cpu(cpu[j], out[j].cpu_buf, sizeof out[j].cpu_buf);
             out[j].cpu = out[j].cpu_buf;

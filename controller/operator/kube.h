@@ -80,6 +80,7 @@ typedef struct sb_kube_pool {
     uint32_t gpus;            /* nvidia.com/gpu per pod (requests = limits) */
     uint32_t slots, accelerators;
     char cpu_buf[32], memory_buf[32]; /* storage used by sb_kube_pools_from_spec */
+    int64_t cpu_milli, memory_bytes;  /* the same quantities as numbers (0: none), per pod */
 } sb_kube_pool;
 
 /* Fills pools from the spec (one per pool the scheduler uses, in stage order; the pool of a

@@ -15,7 +15,6 @@
 #include "core/log.h"
 #include "doc/doc.h"
 #include "plan/fromspec.h"
-#include "spec/quantity.h"
 #include "spec/validate.h"
 
 #define MAX_POOLS 4
@@ -533,14 +532,8 @@ static int plan_capacity(sb_opr_run *r, char *why, size_t len)
         uint32_t desired = 0, ready = 0, pending = 0;
         char w[256];
         sb_kube_pool_status(r->kube, sp->pool, &desired, &ready, &pending, w, sizeof w);
-        int64_t milli = 0, bytes = 0;
-        sb_err qe = {0};
-        if (sp->cpu_buf[0] != '\0' && sb_quantity_milli(sp->cpu_buf, &milli, &qe) != 0)
-            milli = 0;
-        if (sp->memory_buf[0] != '\0' && sb_quantity_value(sp->memory_buf, &bytes, &qe) != 0)
-            bytes = 0;
-        held[0] += (double)ready * (double)milli / 1000.0;
-        held[1] += (double)ready * (double)bytes / (double)(1ll << 30);
+        held[0] += (double)ready * (double)sp->cpu_milli / 1000.0;
+        held[1] += (double)ready * (double)sp->memory_bytes / (double)(1ll << 30);
         held[2] += (double)ready * (double)sp->gpus;
         if (pending == 0 || w[0] == '\0')
             continue;

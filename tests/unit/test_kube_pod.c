@@ -422,6 +422,8 @@ Test(kube_pod, a_pool_for_every_shape_a_stage_may_move_to)
     cr_expect_eq(pools[0].max, 5);
     cr_expect_eq(pools[0].gpus, 0);
     cr_expect_str_eq(pools[0].cpu, "2");
+    cr_expect_eq(pools[0].cpu_milli, 2000, "the same quantity as a number");
+    cr_expect_eq(pools[0].memory_bytes, 1ll << 30);
     cr_expect_str_eq(pools[1].pool, "gpu");
     cr_expect_eq(pools[1].min, 0, "no gpu pod until b moves there");
     cr_expect_eq(pools[1].max, 5);
