@@ -560,6 +560,19 @@ static int plan_capacity(sb_opr_run *r, char *why, size_t len)
     return changed;
 }
 
+/* pl->cause for a plan made again because it did not fit: the Pending pods plan_capacity saw
+ * (why) and the capacity now known, e.g. "pool gpu: 1 pod Pending (...); room for 1 GPUs". */
+static void plan_capacity_cause(run_plan *pl, const char *why)
+{
+    size_t o = (size_t)snprintf(pl->cause, sizeof pl->cause, "%s; room for", why);
+    const double c[3] = {pl->cap.cpu_cores, pl->cap.mem_gib, pl->cap.gpus};
+    const char *unit[3] = {"CPU cores", "GiB", "GPUs"};
+    for (int d = 0, n = 0; d < 3; d++)
+        if (c[d] >= 0 && o < sizeof pl->cause)
+            o += (size_t)snprintf(pl->cause + o, sizeof pl->cause - o, "%s %.4g %s", n++ ? "," : "",
+                                  c[d], unit[d]);
+}
+
 /* 1 when the applied plan needs more than the capacity (plan_capacity). */
 static int plan_exceeds(const run_plan *pl)
 {
@@ -623,13 +636,7 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
         double m[SB_PLAN_MAX_STAGES];
         for (size_t i = 0; i < sp->nstages; i++)
             m[i] = pl->used[i];
-        size_t o = (size_t)snprintf(pl->cause, sizeof pl->cause, "%s; room for", why);
-        const double c[3] = {pl->cap.cpu_cores, pl->cap.mem_gib, pl->cap.gpus};
-        const char *unit[3] = {"CPU cores", "GiB", "GPUs"};
-        for (int d = 0, n = 0; d < 3; d++)
-            if (c[d] >= 0 && o < sizeof pl->cause)
-                o += (size_t)snprintf(pl->cause + o, sizeof pl->cause - o, "%s %.4g %s",
-                                      n++ ? "," : "", c[d], unit[d]);
+        plan_capacity_cause(pl, why);
         plan_measured(r, m, 0, &s, t);
         plan_stamp(pl, t);
         plan_size_pools(r);
