@@ -107,6 +107,7 @@ typedef struct {
 typedef struct {
     size_t first_stage, nstages;
     const char *pool;
+    int pool_later; /* a later op runs in the same pool (ops_pool_later; chunk_wanted) */
     char *name;
     uint64_t target;
     double ratio;  /* largest output/input bytes ratio seen; 0 = not measured yet */
@@ -509,6 +510,17 @@ static const char *sink_key(const void *ctx, size_t i)
     return ((const sb_sched *)ctx)->sink[i].id;
 }
 
+/* Sets each op's pool_later: whether a later op runs in its pool (at the start and after a
+ * stage moved). */
+static void ops_pool_later(sb_sched *s)
+{
+    for (size_t i = 0; i < s->nops; i++) {
+        s->ops[i].pool_later = 0;
+        for (size_t k = i + 1; k < s->nops && !s->ops[i].pool_later; k++)
+            s->ops[i].pool_later = strcmp(s->ops[k].pool, s->ops[i].pool) == 0;
+    }
+}
+
 sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits, size_t nsplits,
                        sb_err *err)
 {
@@ -591,6 +603,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits,
         if (!known)
             s->pools[s->npools++] = pool;
     }
+    ops_pool_later(s);
     for (size_t i = 0; i < s->nops; i++) {
         op *o = &s->ops[i];
         size_t len = 1;
@@ -783,6 +796,7 @@ int sb_sched_stage_move(sb_sched *s, size_t stage, const char *pool, sb_err *err
     }
     const char *from = o->pool;
     o->pool = to;
+    ops_pool_later(s);
     int known = 0;
     for (size_t k = 0; k < s->npools; k++)
         known |= strcmp(s->pools[k], to) == 0;
@@ -1280,18 +1294,21 @@ static int early_wanted(const sb_sched *s, const task *t, uint64_t est, size_t w
 static int chunk_wanted(const sb_sched *s, const task *t, uint64_t est)
 {
     const op *o = &s->ops[t->op];
-    if (o->max_part == 0 || o->max_part >= est)
-        return 0;
-    for (size_t k = t->op + 1; k < s->nops; k++)
-        if (strcmp(s->ops[k].pool, o->pool) == 0)
-            return 0;
-    return 1;
+    return o->max_part != 0 && o->max_part < est && !o->pool_later;
 }
 
-/* The reserve a task starts with: its estimate, or one grant (see above). */
-static uint64_t start_reserve(const sb_sched *s, const task *t, uint64_t est, size_t w)
+/* The reserve task t starts with on worker w: its estimate, or one grant (see above); *grants
+ * and *chunked (either may be NULL) say whether it publishes early and is charged one output at
+ * a time. The assign loop asks before choosing a task, start_task when it starts one. */
+static uint64_t start_reserve(const sb_sched *s, const task *t, uint64_t est, size_t w, int *grants,
+                              int *chunked)
 {
-    return early_wanted(s, t, est, w) && chunk_wanted(s, t, est) ? s->ops[t->op].max_part : est;
+    int g = early_wanted(s, t, est, w), c = g && chunk_wanted(s, t, est);
+    if (grants != NULL)
+        *grants = g;
+    if (chunked != NULL)
+        *chunked = c;
+    return c ? s->ops[t->op].max_part : est;
 }
 
 /* Whether waiting task ti gets its grant past the budget: every running attempt waits and none
@@ -1318,9 +1335,10 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     t->worker = w;
     t->started_ms = now_ms;
     uint64_t est = estimate(s, o, t->in_bytes, t->op);
-    t->grants = (uint8_t)early_wanted(s, t, est, w);
-    t->chunked = (uint8_t)(t->grants && chunk_wanted(s, t, est));
-    t->reserved = t->chunked ? o->max_part : est;
+    int grants, chunked;
+    t->reserved = start_reserve(s, t, est, w, &grants, &chunked);
+    t->grants = (uint8_t)grants;
+    t->chunked = (uint8_t)chunked;
     t->pub_bytes = 0;
     set_waiting(s, t, 0);
     s->reserved_bytes += t->reserved;
@@ -1897,8 +1915,8 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
                 if (ti == NONE || (extra && s->tasks[ti].solo))
                     continue;
                 in_bytes = s->tasks[ti].in_bytes;
-                uint64_t est =
-                    start_reserve(s, &s->tasks[ti], estimate(s, &s->ops[k], in_bytes, k), w);
+                uint64_t est = start_reserve(s, &s->tasks[ti], estimate(s, &s->ops[k], in_bytes, k),
+                                             w, NULL, NULL);
                 /* a downstream task frees its inputs when it finishes: only growth counts */
                 uint64_t grow = k == 0 ? est : est > in_bytes ? est - in_bytes : 0;
                 /* a second probe of an unmeasured op (another already runs): its whole output

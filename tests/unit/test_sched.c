@@ -2633,3 +2633,51 @@ Test(sched, a_fused_stage_cannot_move_and_nothing_changes)
     sb_sched_free(m.s);
     spec_fixture_free(&h);
 }
+
+/* Whether an op is charged one output at a time depends on whether a later op runs in its pool
+ * (early_wanted); a move of the later op changes that for the ops before it. Here load is
+ * followed by infer on gpu (load's next task is charged one 64 MiB output), then infer moves to
+ * cpu, load's pool (load's next task is charged its whole 128 MiB estimate again). */
+Test(sched, a_move_changes_whether_the_op_before_is_charged_one_output_at_a_time)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text("  - {name: load, op: identity}\n"
+                                    "  - {name: infer, op: bench.sleep, args: {msPerMB: 10}, "
+                                    "placement: [gpu, cpu]}\n",
+                                    "{memoryBudget: 1Gi}"));
+    g_no_fuse_choices = 1;
+    sim m;
+    sim_init(&m, &h, 8, 128 * MiB);
+    g_no_fuse_choices = 0;
+    sb_sched *s = m.s;
+    cr_assert_str_eq(sb_sched_op_pool(s, 1), "gpu");
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "c2", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 8);
+    sb_sched_task t[8];
+    cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1); /* measures load: 2 outputs */
+    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
+                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
+    sb_err err;
+    cr_assert_eq(sb_sched_complete(s, "c1", t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, outs, 2,
+                                   NULL, 0, NULL, 2, &err),
+                 1, "%s", err.msg);
+    cr_assert_geq(sb_sched_assign(s, "g1", 8, 3, t), 1, "infer takes load's outputs");
+    sb_sched_stats st0, st1, st2;
+    sb_sched_get_stats(s, &st0);
+    cr_assert_eq(sb_sched_assign(s, "c1", 1, 4, t), 1);
+    cr_assert_eq(t[0].op, 0);
+    cr_expect(t[0].publish_early);
+    sb_sched_get_stats(s, &st1);
+    cr_expect_eq(st1.in_flight_bytes - st0.in_flight_bytes, 64 * MiB,
+                 "infer on gpu: one output's grant");
+    cr_assert_eq(sb_sched_stage_move(s, 1, "cpu", &err), 1, "%s", err.msg);
+    cr_assert_eq(sb_sched_assign(s, "c2", 1, 5, t), 1);
+    cr_assert_eq(t[0].op, 0, "infer has nothing queued: load's next task");
+    cr_expect(t[0].publish_early, "it still publishes early");
+    sb_sched_get_stats(s, &st2);
+    cr_expect_eq(st2.in_flight_bytes - st1.in_flight_bytes, 128 * MiB,
+                 "infer now in load's pool: load's whole estimate");
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
