@@ -2234,6 +2234,21 @@ static sb_sched *early_setup(spec_holder *h, const char *exec, size_t nsplits)
     return m.s;
 }
 
+/* The first task of op 0 (split 0) on worker, assigned at tick now and completed at now + 1 with
+ * two 64 MiB outputs: the measurement that makes op 0 publish early from then on. */
+static void complete_first_task(sb_sched *s, const char *worker, uint64_t now)
+{
+    sb_sched_task t[1];
+    cr_assert_eq(sb_sched_assign(s, worker, 1, now, t), 1);
+    cr_assert_eq(t[0].op, 0);
+    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
+                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
+    sb_err err;
+    cr_assert_eq(sb_sched_complete(s, worker, t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, outs,
+                                   2, NULL, 0, NULL, now + 1, &err),
+                 1, "%s", err.msg);
+}
+
 /* Step by step: an early output is a partition the next op takes at once, its bytes move from
  * the task's reserve to the partitions in flight, the final report lists it again without
  * counting it twice, and the scheduler never tells its worker to free one it holds there. */
@@ -2371,13 +2386,7 @@ Test(sched, a_worker_that_does_not_publish_early_is_charged_the_whole_estimate)
     sb_sched *s = early_setup(&h, "{memoryBudget: 1Gi}", 4);
     cr_assert_eq(sb_sched_worker_add(s, "old", "cpu", "127.0.0.1:9", 1, NULL, 0, 1, NULL), 0);
     sb_sched_task t[4];
-    cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1); /* measures op 0: 2 outputs */
-    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
-                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
-    sb_err err;
-    cr_assert_eq(sb_sched_complete(s, "c1", t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, outs, 2,
-                                   NULL, 0, NULL, 2, &err),
-                 1, "%s", err.msg);
+    complete_first_task(s, "c1", 1);
     sb_sched_stats st0, st1;
     sb_sched_get_stats(s, &st0);
     cr_assert_eq(sb_sched_assign(s, "old", 1, 3, t), 1);
@@ -2655,13 +2664,7 @@ Test(sched, a_move_changes_whether_the_op_before_is_charged_one_output_at_a_time
     sim_add_worker(&m, "c2", "cpu", 1);
     sim_add_worker(&m, "g1", "gpu", 8);
     sb_sched_task t[8];
-    cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1); /* measures load: 2 outputs */
-    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
-                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
-    sb_err err;
-    cr_assert_eq(sb_sched_complete(s, "c1", t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, outs, 2,
-                                   NULL, 0, NULL, 2, &err),
-                 1, "%s", err.msg);
+    complete_first_task(s, "c1", 1); /* measures load: 2 outputs */
     cr_assert_geq(sb_sched_assign(s, "g1", 8, 3, t), 1, "infer takes load's outputs");
     sb_sched_stats st0, st1, st2;
     sb_sched_get_stats(s, &st0);
@@ -2671,6 +2674,7 @@ Test(sched, a_move_changes_whether_the_op_before_is_charged_one_output_at_a_time
     sb_sched_get_stats(s, &st1);
     cr_expect_eq(st1.in_flight_bytes - st0.in_flight_bytes, 64 * MiB,
                  "infer on gpu: one output's grant");
+    sb_err err;
     cr_assert_eq(sb_sched_stage_move(s, 1, "cpu", &err), 1, "%s", err.msg);
     cr_assert_eq(sb_sched_assign(s, "c2", 1, 5, t), 1);
     cr_assert_eq(t[0].op, 0, "infer has nothing queued: load's next task");
