@@ -719,8 +719,8 @@ int sb_batch_builder_append_range(sb_batch_builder *b, size_t col, const sb_colu
     size_t bytes = (size_t)(o[n] - o[0]);
     const uint8_t *data = (const uint8_t *)src->values + o[0];
     size_t bad;
-    if (c->type == SB_TYPE_UTF8 && (verify || src->type != SB_TYPE_UTF8) &&
-        !sb_utf8_valid(data, bytes, &bad)) {
+    bool check = c->type == SB_TYPE_UTF8 && (verify || src->type != SB_TYPE_UTF8);
+    if (check && !sb_utf8_valid(data, bytes, &bad)) {
         size_t r = first;
         while (r + 1 < first + n && (size_t)(src->offsets[r + 1] - o[0]) <= bad)
             r++;
@@ -729,6 +729,16 @@ int sb_batch_builder_append_range(sb_batch_builder *b, size_t col, const sb_colu
                           "not valid UTF-8 (byte %zu)",
                           col, c->name, c->length + (r - first),
                           bad - (size_t)(src->offsets[r] - o[0]));
+    }
+    /* the bytes are valid as a whole; each value must be too: no row may start inside a
+     * character (offsets of their own over valid text can cut one in two) */
+    for (size_t i = 1; check && i < n; i++) {
+        size_t at = (size_t)(o[i] - o[0]);
+        if (at < bytes && (data[at] & 0xC0) == 0x80)
+            return sb_err_set(err,
+                              "partition builder: column %zu \"%.64s\" (utf8): value for row %zu "
+                              "is not valid UTF-8 (it ends inside a character, at its byte %zu)",
+                              col, c->name, c->length + i - 1, at - (size_t)(o[i - 1] - o[0]));
     }
     size_t ob;
     if (bytes > (size_t)INT32_MAX - c->values.len)

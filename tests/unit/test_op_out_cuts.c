@@ -78,7 +78,7 @@ static sb_batch *rows_batch(size_t a, size_t b, void **blob)
     return out;
 }
 
-typedef enum { VIA_ROWS, VIA_RUNS, VIA_COLUMNS, VIA_COLUMNS_AT } via;
+typedef enum { VIA_ROWS, VIA_RUNS, VIA_COLUMNS, VIA_COLUMNS_AT, VIA_COLUMNS_OF } via;
 
 /* Feeds rows [0, NROWS) to a fresh sb_op_out of `target` bytes in input batches whose sizes
  * come from `sizes` (cycled; 0 = all rows in one batch), through `how`. */
@@ -112,13 +112,15 @@ static void feed(cuts *c, size_t target, const size_t *sizes, size_t nsizes, via
             break;
         }
         case VIA_COLUMNS:
-        case VIA_COLUMNS_AT: {
+        case VIA_COLUMNS_AT:
+        case VIA_COLUMNS_OF: {
             sb_column cols[4];
             size_t firsts[4] = {0};
             for (size_t ci = 0; ci < 4; ci++)
                 cols[ci] = *sb_batch_column(in, ci);
-            rc = how == VIA_COLUMNS
-                     ? sb_op_out_append_columns(o, fields, cols, 4, 0, n, 1, &e)
+            rc = how == VIA_COLUMNS ? sb_op_out_append_columns(o, fields, cols, 4, 0, n, 1, &e)
+                 : how == VIA_COLUMNS_OF
+                     ? sb_op_out_append_columns_of(o, in, fields, cols, 4, 0, n, &e)
                      : sb_op_out_append_columns_at(o, fields, cols, firsts, 4, n, 999999, &e);
             break;
         }
@@ -211,7 +213,7 @@ Test(op_out_cuts, same_rows_same_partitions_whatever_the_batches)
         const size_t *splits[] = {odd, ones, halves};
         const size_t nsplit[] = {10, 1, 1};
         for (size_t s = 0; s < 3; s++) {
-            for (via how = VIA_ROWS; how <= VIA_COLUMNS_AT; how++) {
+            for (via how = VIA_ROWS; how <= VIA_COLUMNS_OF; how++) {
                 char what[96];
                 snprintf(what, sizeof what, "target %zu, split %zu, path %d", targets[t], s,
                          (int)how);

@@ -100,6 +100,14 @@ int sb_op_out_append_runs(sb_op_out *o, const sb_batch *in, const size_t *first,
 int sb_op_out_append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols,
                              size_t ncols, size_t first, size_t n, size_t row_bytes, sb_err *err);
 
+/* Like sb_op_out_append_columns() where some columns may be from's own (an op or plugin that
+ * passes an input column through, whole or in part: the same values buffer, offsets inside the
+ * column's): their UTF-8 was checked when from was made and is not checked again. Every other
+ * column is checked as sb_op_out_append_columns() checks it. from is only read, during the call. */
+int sb_op_out_append_columns_of(sb_op_out *o, const sb_batch *from, const sb_field *fields,
+                                const sb_column *cols, size_t ncols, size_t first, size_t n,
+                                sb_err *err);
+
 /* Like sb_op_out_append_columns() where the columns' rows start at different places: rows
  * [firsts[ci], firsts[ci]+n) of column ci (an op's new column of n rows beside the input's
  * columns at rows [first, first+n): firsts[ci] = 0 for the one, first for the others). */

@@ -394,7 +394,6 @@ static int project_columns(const project_st *st, const sb_batch *in, size_t firs
     sb_column cols[64];
     if (st->n > 64)
         return sb_err_set(err, "project: more than 64 columns listed");
-    size_t row_bytes = 8;
     for (size_t k = 0; k < st->n; k++) {
         int ci = sb_batch_find(in, st->keys[k].name);
         if (ci < 0) {
@@ -409,10 +408,8 @@ static int project_columns(const project_st *st, const sb_batch *in, size_t firs
         cols[k] = *sb_batch_column(in, (size_t)ci);
         f[k] = (sb_field){cols[k].name, cols[k].type, cols[k].child_type, cols[k].list_size,
                           cols[k].nullable};
-        size_t rows = sb_batch_rows(in) ? sb_batch_rows(in) : 1;
-        row_bytes += cols[k].values_len / rows + 4;
     }
-    return sb_op_out_append_columns(out, f, cols, st->n, first, n, row_bytes, err);
+    return sb_op_out_append_columns_of(out, in, f, cols, st->n, first, n, err);
 }
 
 /* Records (jsonl) or typed columns: typed when there is no "record" column and the input is not

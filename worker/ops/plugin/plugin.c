@@ -122,20 +122,17 @@ out:
     return rc;
 }
 
-/* Copies the batch the plugin returned into out and releases it. */
-static int take_output(plugin_state *s, struct ArrowSchema *os, struct ArrowArray *oa,
-                       sb_op_out *out, sb_err *err)
+/* Copies the batch the plugin returned into out and releases it. Columns it passed through from
+ * in (NULL after finish) are not checked for UTF-8 again. */
+static int take_output(plugin_state *s, const sb_batch *in, struct ArrowSchema *os,
+                       struct ArrowArray *oa, sb_op_out *out, sb_err *err)
 {
     int rc = 0;
     if (oa->release != NULL && oa->length > 0) {
         sb_arrow_view v;
         rc = sb_arrow_view_open(os, oa, &v, err);
         if (rc == 0) {
-            size_t bytes = 0;
-            for (size_t i = 0; i < v.ncols; i++)
-                bytes += v.cols[i].values_len + (v.cols[i].offsets ? 4 * v.rows : 0);
-            rc = sb_op_out_append_columns(out, v.fields, v.cols, v.ncols, 0, v.rows,
-                                          bytes / v.rows + 1, err);
+            rc = sb_op_out_append_columns_of(out, in, v.fields, v.cols, v.ncols, 0, v.rows, err);
             sb_arrow_view_close(&v);
         }
         if (rc != 0)
@@ -173,7 +170,7 @@ static int plugin_process(void *state, const sb_batch *in, size_t first, size_t 
         if (os.release != NULL)
             os.release(&os);
     } else {
-        rc = take_output(s, &os, &oa, out, err); /* before the input goes: it may point there */
+        rc = take_output(s, in, &os, &oa, out, err); /* before the input goes: it may point there */
     }
     ia.release(&ia);
     is.release(&is);
@@ -196,7 +193,7 @@ static int plugin_finish(void *state, sb_op_out *out, sb_err *err)
             os.release(&os);
         return sb_err_set(err, "plugin %.100s: finish: %s", s->name, msg[0] ? msg : "failed");
     }
-    return take_output(s, &os, &oa, out, err);
+    return take_output(s, NULL, &os, &oa, out, err);
 }
 
 const sb_op_impl sb_op_plugin_impl = {
