@@ -272,7 +272,8 @@ fuzz-build: $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 fuzz: fuzz-build
 	@scripts/fuzz.sh $(BUILD)/fuzz $(FUZZ_SECONDS)
 
-# `make bench`: runs the benchmarks and writes the table to docs/benchmarks.md.
+# `make bench`: runs every benchmark (~30 min) and writes the report to build/bench.md
+# (SB_BENCH_OUT=FILE elsewhere); docs/benchmarks.md takes its tables from such reports.
 bench: deps
 	@$(MAKE) --no-print-directory build $(BENCH_BINS) $(HELPER_BINS)
 	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) scripts/bench.sh

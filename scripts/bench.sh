@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# `make bench`: runs the benchmark programs (build/bench/bench_*) and writes docs/benchmarks.md
-# with the table, the machine, the date and the exact commands. Takes about a minute.
+# `make bench`: runs every benchmark (build/bench/bench_* and scripts/bench-*.sh) and writes one
+# report with the tables, the machine, the date and the exact commands. Takes about 30 minutes.
+# The report goes to build/bench.md, not over docs/benchmarks.md: that file keeps the analyses
+# written beside each table, and its tables are copied from such reports section by section.
 #   SB_BUILD_DIR  build directory holding bench/ and tests/helpers/ (make sets it)
-#   SB_BENCH_OUT  where to write the report (default docs/benchmarks.md)
+#   SB_BENCH_OUT  where to write the report (default $SB_BUILD_DIR/bench.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${SB_BUILD_DIR:-$PWD/build}
-out=${SB_BENCH_OUT:-docs/benchmarks.md}
+out=${SB_BENCH_OUT:-$build/bench.md}
 bench=$build/bench/bench_data
 export SB_BUILD_DIR=$build
 [[ -x $bench ]] || { echo "bench: $bench is missing (run make bench)" >&2; exit 1; }
@@ -73,6 +75,7 @@ cat <<EOF
 # Benchmarks
 
 Written by \`make bench\` (scripts/bench.sh); every number below was measured in that run.
+docs/benchmarks.md takes its tables from such reports, with the analyses written beside them.
 
 - Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; the run took ${elapsed} s.
 - Machine: $(nproc) CPUs ($cpu_model), ${mem_gib} GiB memory, Linux $(uname -r). Server, client
