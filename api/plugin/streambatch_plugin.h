@@ -12,7 +12,9 @@
  * Batches. Input and output batches are struct arrays (format "+s") whose children are the
  * columns, named by their field names. Column formats: "b" bool, "c" "s" "i" "l" int8..64,
  * "C" "S" "I" "L" uint8..64, "f" float32, "g" float64, "z" binary, "u" utf8 (valid UTF-8 is
- * checked when the worker copies it), "+w:N" fixed-size list of N numbers (tensors); nullable
+ * checked when the worker copies it, except in a column returned with the input's own values
+ * and offsets buffers: its rows were checked already), "+w:N" fixed-size list of N numbers
+ * (tensors); nullable
  * columns carry a validity bitmap. Record data (jsonl, text) arrives as one utf8 column
  * "record".
  *
@@ -20,8 +22,8 @@
  *  - init() gets the stage's args.config as JSON text ("null" when absent) and returns a state
  *    pointer; one state serves one task at a time (never two threads at once); a worker may hold
  *    several states at once, one per slot, so plugin globals need their own locking.
- *  - process() gets the input batch, owned by the worker and valid only during the call (its
- *    buffers point into the worker's partition: zero copy in). It fills *out_schema and
+ *  - process() gets the input batch, owned by the worker, read-only and valid only during the
+ *    call (its buffers point into the worker's partition: zero copy in). It fills *out_schema and
  *    *out_array with a batch the worker owns from then on: the worker copies the rows into its
  *    output partition and calls both release callbacks. An empty result may be returned as
  *    length 0, or with out_array->release left NULL.
