@@ -14,9 +14,8 @@
  * "C" "S" "I" "L" uint8..64, "f" float32, "g" float64, "z" binary, "u" utf8 (valid UTF-8 is
  * checked when the worker copies it, except in a column returned with the input's own values
  * and offsets buffers: its rows were checked already), "+w:N" fixed-size list of N numbers
- * (tensors); nullable
- * columns carry a validity bitmap. Record data (jsonl, text) arrives as one utf8 column
- * "record".
+ * (tensors); nullable columns carry a validity bitmap. Record data (jsonl, text) arrives as
+ * one utf8 column "record".
  *
  * Memory and calls:
  *  - init() gets the stage's args.config as JSON text ("null" when absent) and returns a state
