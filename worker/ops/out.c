@@ -291,14 +291,6 @@ static size_t growth_bound(const sb_column *cols, size_t ncols, const size_t *fi
     return g;
 }
 
-/* Rows [at(ci), at(ci)+n) of every column: firsts[ci] when firsts is set, else first.
- *
- * Partitions are cut where the rows alone say, never where the input batches happened to end
- * (a lineage re-run must remake a lost partition exactly): the builder is flushed right after
- * the first row that brings sb_batch_builder_bytes() to the target. Rows go in runs that
- * growth_bound() says cannot reach it, found from the offsets in O(log n) steps; near the
- * target, a run one row longer than the values alone fit, and rows dropped from its end
- * (sb_batch_builder_truncate, no copy) while the partition stays full. */
 /* Whether c's rows are rows of one of from's binary/utf8 columns: the same values buffer and
  * offsets inside that column's (an op or plugin that passes a column through, or a slice of it).
  * Those bytes were checked when from was made. Addresses compared as integers: c may point
@@ -321,6 +313,14 @@ static bool slice_of(const sb_batch *from, const sb_column *c)
     return false;
 }
 
+/* Rows [at(ci), at(ci)+n) of every column: firsts[ci] when firsts is set, else first.
+ *
+ * Partitions are cut where the rows alone say, never where the input batches happened to end
+ * (a lineage re-run must remake a lost partition exactly): the builder is flushed right after
+ * the first row that brings sb_batch_builder_bytes() to the target. Rows go in runs that
+ * growth_bound() says cannot reach it, found from the offsets in O(log n) steps; near the
+ * target, a run one row longer than the values alone fit, and rows dropped from its end
+ * (sb_batch_builder_truncate, no copy) while the partition stays full. */
 static int append_columns(sb_op_out *o, const sb_field *fields, const sb_column *cols, size_t ncols,
                           const size_t *firsts, size_t first, size_t n, bool verify,
                           const sb_batch *from, sb_err *err)
