@@ -263,6 +263,7 @@ struct task_ctx {
     const Streambatch__V1__Task *task;
     size_t n;
     const sb_op_impl **impl;
+    const char **opname; /* op k's name (the first of ops fused by absorb_next) */
     void **state;
     sb_op_out **out;
     size_t *batch;
@@ -301,7 +302,7 @@ static int feed_stage(task_ctx *t, size_t k, const void *blob, size_t len, bool 
     int rc = sb_op_run(t->impl[k], t->state[k], b, t->batch[k], t->out[k], &t->err);
     sb_batch_close(b);
     if (rc != 0)
-        sb_err_wrap(&t->err, "op %s", t->task->ops[k]->op);
+        sb_err_wrap(&t->err, "op %s", t->opname[k]);
     return rc;
 }
 
@@ -518,6 +519,7 @@ static void task_ctx_free(task_ctx *t)
             sb_op_out_free(t->out[k]);
     }
     free(t->impl);
+    free(t->opname);
     free(t->state);
     free(t->out);
     free(t->batch);
@@ -530,6 +532,20 @@ static void task_ctx_free(task_ctx *t)
     free(t->pending);
 }
 
+/* Drops op k+1 from the chain once op k absorbed it (it owns its state now). */
+static void chain_drop_next(task_ctx *t, size_t k)
+{
+    for (size_t i = k + 1; i + 1 < t->n; i++) {
+        t->impl[i] = t->impl[i + 1];
+        t->opname[i] = t->opname[i + 1];
+        t->state[i] = t->state[i + 1];
+        t->batch[i] = t->batch[i + 1];
+    }
+    t->n--;
+    t->state[t->n] = NULL;
+    t->impl[t->n] = NULL;
+}
+
 static int task_setup(task_ctx *t)
 {
     const Streambatch__V1__Task *task = t->task;
@@ -537,15 +553,17 @@ static int task_setup(task_ctx *t)
     if (t->n == 0)
         return sb_err_set(&t->err, "task %s has no ops", task->task_id);
     t->impl = calloc(t->n, sizeof *t->impl);
+    t->opname = calloc(t->n, sizeof *t->opname);
     t->state = calloc(t->n, sizeof *t->state);
     t->out = calloc(t->n, sizeof *t->out);
     t->batch = calloc(t->n, sizeof *t->batch);
     t->ud = calloc(t->n, sizeof *t->ud);
-    if (!t->impl || !t->state || !t->out || !t->batch || !t->ud)
+    if (!t->impl || !t->opname || !t->state || !t->out || !t->batch || !t->ud)
         return sb_err_set(&t->err, "out of memory");
     const char *names = task->stage;
     for (size_t k = 0; k < t->n; k++) {
         const char *name = task->ops[k]->op;
+        t->opname[k] = name;
         t->impl[k] = sb_op_find(name);
         if (t->impl[k] == NULL)
             return sb_err_set(&t->err, "op %s is not available in this worker build", name);
@@ -558,6 +576,13 @@ static int task_setup(task_ctx *t)
             task->ops[k]->args_json && *task->ops[k]->args_json ? task->ops[k]->args_json : NULL;
         if (t->impl[k]->init(args, &t->state[k], &t->err) != 0)
             return sb_err_wrap(&t->err, "op %s", name);
+    }
+    /* an op that takes over the next one's work (filter then project: one scan per record) */
+    for (size_t k = 0; k + 1 < t->n; k++)
+        if (t->impl[k]->absorb_next != NULL &&
+            t->impl[k]->absorb_next(t->state[k], t->impl[k + 1], t->state[k + 1]))
+            chain_drop_next(t, k);
+    for (size_t k = 0; k < t->n; k++) {
         t->ud[k].t = t;
         t->ud[k].k = k;
         /* The last op's output is what the task stores or writes: partitions of the target.

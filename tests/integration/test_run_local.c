@@ -547,6 +547,44 @@ Test(run, deterministic_op_failure_is_not_retried_and_fails)
     cr_expect_neq(stat(p, &st), 0, "a failed pipeline leaves no _SUCCESS");
 }
 
+/* filter then project in one task run as one op (filter absorbs project): every kept record
+ * projected, checked against Python; and project's error comes from the filter's task op
+ * without an intermediate partition in between (two ops would say "op filter: output
+ * partition N: op project: ..."). */
+Test(run, filter_then_project_run_as_one_op)
+{
+    write_pipeline("fp",
+                   "  - {name: keep, op: filter, args: {field: n, op: lt, value: 70}}\n"
+                   "  - {name: proj, op: project, args: {fields: [id, n]}}\n",
+                   "");
+    char *out;
+    int rc = run_cli("fp", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *rows = check_filter_project("fp");
+    char *want = sb_test_sh_out("cd %s && cat in/*.jsonl | python3 -c \"import sys, json; "
+                                "print(sum(json.loads(l)['n'] < 70 for l in sys.stdin))\"",
+                                dir);
+    char expect[128];
+    snprintf(expect, sizeof expect, "%s %s 0 0", want, want);
+    cr_expect_str_eq(rows, expect, "wanted, got, missing, extra");
+    free(rows);
+    free(want);
+    sh("cd %s && printf '{\"n\": 1}\\n[1, 2]\\n' > in/zz-arr.jsonl", dir);
+    write_pipeline("fpa",
+                   "  - {name: keep, op: filter, args: {field: n, op: ne, value: 1}}\n"
+                   "  - {name: proj, op: project, args: {fields: [id, n]}}\n",
+                   "  execution: {maxTaskRetries: 2}\n");
+    rc = run_cli("fpa", "--cpus 2", &out);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "zz-arr.jsonl") != NULL, "names the input: %s", out);
+    cr_expect(strstr(out, "op filter: project: record ") != NULL &&
+                  strstr(out, " is a JSON array, not an object: [1, 2]") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "op project") == NULL, "one op: %s", out);
+    free(out);
+}
+
 /* A source file that is not valid UTF-8 fails in the reader, before any op: a data error as
  * well, so the task is not retried and the error names the file and byte offset. */
 Test(run, invalid_utf8_in_the_source_is_not_retried)

@@ -154,6 +154,14 @@ typedef struct sb_op_impl {
      * emits_valid_json: this op's input records are then known valid and it may find their
      * members without checking them again (sb_op_json_find). NULL: not used. */
     void (*input_valid_json)(void *state);
+    /* Called (when set) by the runtime after every op of a task is initialized, with the op
+     * that follows this one in the same task: true when this op takes over that op's work — it
+     * emits from then on what `next` would have emitted from this op's output, and owns
+     * next_state (its free() frees it) — and the runtime drops `next` from the chain. false
+     * (next_state untouched): the two run one after the other as usual. filter absorbs project
+     * (one scan of each record finds the compared field and the kept fields, and kept records
+     * are not copied into a partition only to be rewritten). */
+    bool (*absorb_next)(void *state, const struct sb_op_impl *next, void *next_state);
 } sb_op_impl;
 
 /* The implementation of a built-in op, or NULL when this build does not have it. */

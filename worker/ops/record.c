@@ -21,6 +21,12 @@
  * beginning of the record. Records are validated once per task: after a filter in the same task
  * (which passed on only records it scanned), filter and project find the members without
  * checking the record again (sb_op_json_find).
+ *
+ * A filter followed by project in the same task runs as one op (absorb_next): its one scan of
+ * each record finds the compared field and the projected fields, and a kept record is written
+ * out projected, not copied into an intermediate partition first. The output and its errors are
+ * those of the two ops, except that an error of project names the record's row in the filter's
+ * input.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -56,6 +62,18 @@ static int scan_record(const char *op, const sb_column *c, size_t row, const cha
     return 0;
 }
 
+/* project's state and what a filter that absorbed it calls (defined with project, below) */
+typedef struct project_st project_st;
+static void project_free(void *state);
+static bool typed_input(const sb_batch *in);
+static int project_record(project_st *st, size_t r, const char *p, size_t len,
+                          sb_op_json_type top, const sb_op_json_span *found, sb_op_out *out,
+                          sb_err *err);
+static int project_columns(const project_st *st, const sb_batch *in, size_t first, size_t n,
+                           sb_op_out *out, sb_err *err);
+static size_t project_nkeys(const project_st *st);
+static const sb_op_json_key *project_keys(const project_st *st);
+
 /* ---- filter ---------------------------------------------------------------------------- */
 
 typedef enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE } cmp_op;
@@ -75,6 +93,11 @@ typedef struct {
     char *scratch; /* decoded string fields */
     size_t scratch_cap;
     bool input_valid; /* the previous op validated every record (input_valid_json) */
+    /* the project that follows in the same task, absorbed (absorb_next), or NULL; then the
+     * scan looks for keys[0] = key and keys[1..] = project's, into found[] */
+    project_st *proj;
+    sb_op_json_key *keys;
+    sb_op_json_span *found;
 } filter_st;
 
 static void filter_free(void *state)
@@ -85,6 +108,9 @@ static void filter_free(void *state)
     free(st->field);
     free(st->str);
     free(st->scratch);
+    project_free(st->proj);
+    free(st->keys);
+    free(st->found);
     free(st);
 }
 
@@ -224,6 +250,19 @@ static int filter_match(filter_st *st, const sb_op_json_span *v, bool *keep, sb_
  * output off every kept record when the kept rows are scattered). */
 #define FILTER_RUNS 256
 
+/* Appends kept runs: unchanged, or (an absorbed project over typed input) their listed
+ * columns. */
+static int filter_put_runs(const filter_st *st, const sb_batch *in, const size_t *rs,
+                           const size_t *rn, size_t nruns, sb_op_out *out, sb_err *err)
+{
+    if (st->proj == NULL)
+        return sb_op_out_append_runs(out, in, rs, rn, nruns, err);
+    for (size_t i = 0; i < nruns; i++)
+        if (project_columns(st->proj, in, rs[i], rn[i], out, err) != 0)
+            return -1;
+    return 0;
+}
+
 static int filter_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                           sb_err *err)
 {
@@ -231,29 +270,53 @@ static int filter_process(void *state, const sb_batch *in, size_t first, size_t 
     int ci = sb_op_record_column(in, "filter", err);
     if (ci < 0)
         return -1;
-    if (sb_op_out_set_schema_like(out, in, err) != 0)
-        return -1;
     const sb_column *c = sb_batch_column(in, (size_t)ci);
+    /* with an absorbed project over records: each kept record is written projected */
+    bool projected = st->proj != NULL && !typed_input(in);
+    const sb_op_json_key *keys = &st->key;
+    sb_op_json_span one, *found = &one;
+    size_t nkeys = 1;
+    if (projected) {
+        sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = c->type};
+        if (sb_op_out_set_schema(out, &f, 1, err) != 0)
+            return sb_err_wrap(err, "project");
+        keys = st->keys;
+        found = st->found;
+        nkeys = 1 + project_nkeys(st->proj);
+    } else if (st->proj == NULL && sb_op_out_set_schema_like(out, in, err) != 0) {
+        return -1;
+    }
     size_t rs[FILTER_RUNS], rn[FILTER_RUNS], nruns = 0;
     size_t run = first, end = first + n; /* kept rows [run, r) not yet in rs/rn */
     for (size_t r = first; r < end; r++) {
         bool keep = st->op == CMP_NE; /* a null row does not satisfy eq */
-        if (sb_column_valid(c, r)) {
-            size_t len;
-            const char *p = sb_column_binary(c, r, &len);
-            sb_op_json_span v;
-            if (scan_record("filter", c, r, p, len, &st->key, 1, &v, NULL, st->input_valid, err) !=
-                0)
+        bool valid = sb_column_valid(c, r);
+        size_t len = 0;
+        const char *p = NULL;
+        sb_op_json_type top = SB_OP_JSON_NONE;
+        if (valid) {
+            p = sb_column_binary(c, r, &len);
+            if (scan_record("filter", c, r, p, len, keys, nkeys, found, &top, st->input_valid,
+                            err) != 0)
                 return -1;
-            if (filter_match(st, &v, &keep, err) != 0)
+            if (filter_match(st, &found[0], &keep, err) != 0)
                 return -1;
+        }
+        if (projected) {
+            if (!keep)
+                continue;
+            if (!valid)
+                return sb_err_data(err, "project: record %zu is null", r);
+            if (project_record(st->proj, r, p, len, top, found + 1, out, err) != 0)
+                return -1;
+            continue;
         }
         if (!keep) {
             if (r > run) {
                 rs[nruns] = run;
                 rn[nruns++] = r - run;
                 if (nruns == FILTER_RUNS) {
-                    if (sb_op_out_append_runs(out, in, rs, rn, nruns, err) != 0)
+                    if (filter_put_runs(st, in, rs, rn, nruns, out, err) != 0)
                         return -1;
                     nruns = 0;
                 }
@@ -261,11 +324,36 @@ static int filter_process(void *state, const sb_batch *in, size_t first, size_t 
             run = r + 1;
         }
     }
+    if (projected)
+        return 0;
     if (end > run) {
         rs[nruns] = run;
         rn[nruns++] = end - run;
     }
-    return sb_op_out_append_runs(out, in, rs, rn, nruns, err);
+    return filter_put_runs(st, in, rs, rn, nruns, out, err);
+}
+
+/* A project right after this filter: one scan finds the compared field and the projected ones
+ * (keys[0] and keys[1..]). */
+static bool filter_absorb_next(void *state, const sb_op_impl *next, void *next_state)
+{
+    filter_st *st = state;
+    if (next != &sb_op_project_impl || st->proj != NULL)
+        return false;
+    size_t nk = 1 + project_nkeys(next_state);
+    sb_op_json_key *keys = malloc(nk * sizeof *keys);
+    sb_op_json_span *found = calloc(nk, sizeof *found);
+    if (keys == NULL || found == NULL) { /* not fused: the two ops run as they are */
+        free(keys);
+        free(found);
+        return false;
+    }
+    keys[0] = st->key;
+    memcpy(keys + 1, project_keys(next_state), (nk - 1) * sizeof *keys);
+    st->keys = keys;
+    st->found = found;
+    st->proj = next_state;
+    return true;
 }
 
 static int no_finish(void *state, sb_op_out *out, sb_err *err)
@@ -289,11 +377,12 @@ const sb_op_impl sb_op_filter_impl = {
     .free = filter_free,
     .emits_valid_json = true, /* it passes on only records it scanned */
     .input_valid_json = filter_input_valid,
+    .absorb_next = filter_absorb_next,
 };
 
 /* ---- project --------------------------------------------------------------------------- */
 
-typedef struct {
+struct project_st {
     size_t n;
     sb_op_json_key *keys; /* decoded names */
     char **enc;           /* "\"name\":" */
@@ -303,7 +392,17 @@ typedef struct {
     char *buf; /* the output record */
     size_t cap;
     bool input_valid; /* the previous op validated every record (input_valid_json) */
-} project_st;
+};
+
+static size_t project_nkeys(const project_st *st)
+{
+    return st->n;
+}
+
+static const sb_op_json_key *project_keys(const project_st *st)
+{
+    return st->keys;
+}
 
 static void project_free(void *state)
 {
@@ -425,6 +524,42 @@ static bool typed_input(const sb_batch *in)
     return t != SB_TYPE_BINARY && t != SB_TYPE_UTF8;
 }
 
+/* Writes record r (p[0..len), of type `top`, its listed members at found[]) projected. */
+static int project_record(project_st *st, size_t r, const char *p, size_t len,
+                          sb_op_json_type top, const sb_op_json_span *found, sb_op_out *out,
+                          sb_err *err)
+{
+    if (top != SB_OP_JSON_OBJECT) {
+        char ex[64];
+        return sb_err_data(err, "project: record %zu is a JSON %s, not an object: %s", r,
+                           sb_op_json_type_name(top), sb_op_excerpt(p, len, ex, sizeof ex));
+    }
+    size_t need = 2 + st->enc_total + len;
+    if (need > st->cap) {
+        char *nb = realloc(st->buf, need);
+        if (nb == NULL)
+            return sb_err_set(err, "project: out of memory for a %zu-byte record", need);
+        st->buf = nb;
+        st->cap = need;
+    }
+    size_t o = 0;
+    st->buf[o++] = '{';
+    for (size_t k = 0; k < st->n; k++) {
+        if (found[k].type == SB_OP_JSON_NONE)
+            continue;
+        if (o > 1)
+            st->buf[o++] = ',';
+        memcpy(st->buf + o, st->enc[k], st->enc_len[k]);
+        o += st->enc_len[k];
+        memcpy(st->buf + o, found[k].p, found[k].n);
+        o += found[k].n;
+    }
+    st->buf[o++] = '}';
+    if (sb_op_out_append_binary(out, st->buf, o, err) != 0)
+        return sb_err_wrap(err, "project: record %zu", r);
+    return 0;
+}
+
 static int project_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                            sb_err *err)
 {
@@ -446,36 +581,9 @@ static int project_process(void *state, const sb_batch *in, size_t first, size_t
         const char *p = sb_column_binary(c, r, &len);
         sb_op_json_type top;
         if (scan_record("project", c, r, p, len, st->keys, st->n, st->found, &top, st->input_valid,
-                        err) != 0)
+                        err) != 0 ||
+            project_record(st, r, p, len, top, st->found, out, err) != 0)
             return -1;
-        if (top != SB_OP_JSON_OBJECT) {
-            char ex[64];
-            return sb_err_data(err, "project: record %zu is a JSON %s, not an object: %s", r,
-                               sb_op_json_type_name(top), sb_op_excerpt(p, len, ex, sizeof ex));
-        }
-        size_t need = 2 + st->enc_total + len;
-        if (need > st->cap) {
-            char *nb = realloc(st->buf, need);
-            if (nb == NULL)
-                return sb_err_set(err, "project: out of memory for a %zu-byte record", need);
-            st->buf = nb;
-            st->cap = need;
-        }
-        size_t o = 0;
-        st->buf[o++] = '{';
-        for (size_t k = 0; k < st->n; k++) {
-            if (st->found[k].type == SB_OP_JSON_NONE)
-                continue;
-            if (o > 1)
-                st->buf[o++] = ',';
-            memcpy(st->buf + o, st->enc[k], st->enc_len[k]);
-            o += st->enc_len[k];
-            memcpy(st->buf + o, st->found[k].p, st->found[k].n);
-            o += st->found[k].n;
-        }
-        st->buf[o++] = '}';
-        if (sb_op_out_append_binary(out, st->buf, o, err) != 0)
-            return sb_err_wrap(err, "project: record %zu", r);
     }
     return 0;
 }
