@@ -339,7 +339,7 @@ Test(io, random_tilings_and_targets)
     }
 }
 
-/* Lines longer than the 4 MiB read buffer, and many lines across several buffer refills. */
+/* Lines longer than the 1 MiB read buffer, and many lines across several buffer refills. */
 Test(io, long_lines_across_buffers)
 {
     size_t big = (9u << 20) + 17, n = 0;
