@@ -158,13 +158,6 @@ for r in $(seq "$rounds"); do
   [[ $r == 1 ]] && { a=$(digest "$work/alone.jsonl"); b=$(digest "$work"/out-exarrow/part-*.jsonl)
     [[ $a == "$b" ]] || { echo "bench: exec (arrow) output differs from the function called alone ($a vs $b)" >&2; exit 1; }; }
   ex2+=("$(secs run_sb exec 2)")
-  # A B B A: the pair is short (~1.6 s), so drift within a round would otherwise favour one side
-  ident+=("$(secs run_sb ident 2)")
-  plug+=("$(secs run_sb plug 2)")
-  plug+=("$(secs run_sb plug 2)")
-  ident+=("$(secs run_sb ident 2)")
-  [[ $r == 1 ]] && { a=$(digest "$shm"/out-ident/part-*.jsonl); b=$(digest "$shm"/out-plug/part-*.jsonl)
-    [[ $a == "$b" ]] || { echo "bench: plugin output differs from identity's" >&2; exit 1; }; }
   if ((have_ray)); then
     rm -rf "$work/out-ray"
     if t=$(secs "$ray_py" "$work/ray_run.py" "$work" "$work/in" "$work/out-ray"); then
@@ -178,6 +171,28 @@ for r in $(seq "$rounds"); do
     fi
   fi
 done
+# plugin vs built-in identity: runs of ~0.35 s, so more rounds of their own, each A B B A (drift
+# within a round would otherwise favour one side); a round's ratio is its two plugin runs over
+# its two identity runs (wall, and CPU of the process tree), the table shows their median
+pair_rounds=${PAIR_ROUNDS:-$((rounds * 3))}
+timed2() { # name slots -> "wall cpu" of run_sb
+  local t
+  t=$( { TIMEFORMAT='%R %U %S'; time run_sb "$1" "$2" >"$work/last.log" 2>&1; } 2>&1 ) ||
+    { tail "$work/last.log" >&2; return 1; }
+  awk '{ printf "%s %.3f\n", $1, $2 + $3 }' <<<"$t"
+}
+: >"$work/pair.t"
+for r in $(seq "$pair_rounds"); do
+  echo "bench: plugin vs identity round $r/$pair_rounds" >&2
+  { timed2 ident 2; timed2 plug 2; timed2 plug 2; timed2 ident 2; } | paste -d' ' - - - - >>"$work/pair.t"
+  [[ $r == 1 ]] && { a=$(digest "$shm"/out-ident/part-*.jsonl); b=$(digest "$shm"/out-plug/part-*.jsonl)
+    [[ $a == "$b" ]] || { echo "bench: plugin output differs from identity's" >&2; exit 1; }; }
+done
+# pair.t: i1w i1c p1w p1c p2w p2c i2w i2c
+ident=($(awk '{print $1; print $7}' "$work/pair.t")) plug=($(awk '{print $3; print $5}' "$work/pair.t"))
+ident_cpu=($(awk '{print $2; print $8}' "$work/pair.t")) plug_cpu=($(awk '{print $4; print $6}' "$work/pair.t"))
+pair_wall=$(awk '{printf "%.4f\n", ($3 + $5) / ($1 + $7)}' "$work/pair.t" | median)
+pair_cpu=$(awk '{printf "%.4f\n", ($4 + $6) / ($2 + $8)}' "$work/pair.t" | median)
 m_alone=$(median "${alone[@]}")
 row() { # label times...
   local label=$1; shift
@@ -207,11 +222,12 @@ fi
 echo
 echo "Goal (issue 13): exec on one slot (lines and arrow) at most 1.15x the function called alone."
 echo
-echo "| identity, 8x the data ($((bytes * 8 / 1000000)) MB), 2 slots, 2 runs per round (A B B A) | median s | range | plugin / built-in |"
-echo "|---|---|---|---|"
-mi=$(median "${ident[@]}"); mp=$(median "${plug[@]}")
-printf '| built-in identity | %.2f | %s | |\n' "$mi" "$(range "${ident[@]}")"
-printf '| plugin passthrough (examples/plugins) | %.2f | %s | %.3f |\n' "$mp" "$(range "${plug[@]}")" "$(echo "$mp / $mi" | bc -l)"
+echo "| identity, 8x the data ($((bytes * 8 / 1000000)) MB), 2 slots; $pair_rounds rounds of A B B A | median s | range | CPU s (range) | plugin / built-in: wall, CPU (medians of the rounds' ratios) |"
+echo "|---|---|---|---|---|"
+printf '| built-in identity | %.2f | %s | %.2f (%s) | |\n' "$(median "${ident[@]}")" "$(range "${ident[@]}")" \
+  "$(median "${ident_cpu[@]}")" "$(range "${ident_cpu[@]}")"
+printf '| plugin passthrough (examples/plugins) | %.2f | %s | %.2f (%s) | **%.3f**, %.3f |\n' "$(median "${plug[@]}")" \
+  "$(range "${plug[@]}")" "$(median "${plug_cpu[@]}")" "$(range "${plug_cpu[@]}")" "$pair_wall" "$pair_cpu"
 echo
 [[ $shm != "$work" ]] && echo "Both write their sink to tmpfs: on this VM's disk single runs of either were up to 2x slower."
 echo "Goal (issue 13): plugin identity at most 1.05x the built-in identity."
