@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 
 #include <cjson/cJSON.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1276,6 +1277,27 @@ Test(plugin, the_example_tag_plugin_adds_a_field_to_every_record)
         coll_free(&c);
         free(args);
     }
+}
+
+/* The library stays loaded after a task's state is freed (loaded once per worker, not once per
+ * task: each reload relocated it again). */
+Test(plugin, the_library_stays_loaded_between_tasks)
+{
+    const char *path = sb_test_plugin("tag");
+    cr_assert_null(dlopen(path, RTLD_NOW | RTLD_NOLOAD), "not loaded before the first task");
+    char *args = plugin_args("tag", "\"config\":{\"field\":\"len\"}");
+    const char *recs[] = {"{\"a\":1}"};
+    for (int task = 0; task < 2; task++) {
+        coll c = {0};
+        sb_err e;
+        cr_assert_eq(run_op("plugin", args, recs, 1, 0, 1 << 20, &c, &e), 0, "%s", e.msg);
+        cr_assert_str_eq(c.v[0], "{\"len\":7,\"a\":1}");
+        coll_free(&c);
+        void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+        cr_assert_not_null(h, "task %d's state is freed, the library is still loaded", task);
+        dlclose(h);
+    }
+    free(args);
 }
 
 static void *g_blob;

@@ -7,7 +7,10 @@
  * Each call exports the input rows with arrow/cdata.h (zero copy: the plugin reads the
  * partition's buffers), calls process(), and copies the returned batch into the op's output
  * through a view of its buffers, before the input is released (so a plugin may return arrays
- * that point into its input). The library stays loaded while any state uses it (dlopen counts).
+ * that point into its input). The library is loaded once per worker process and stays loaded
+ * (RTLD_NODELETE): each task's state takes a dlopen reference, but its dlclose no longer unloads
+ * and reloads (and relocates) the library for every task (~0.1 ms each: 1-2% of a plugin
+ * identity over 4 MiB partitions).
  */
 #include <cjson/cJSON.h>
 #include <dlfcn.h>
@@ -66,7 +69,7 @@ static int plugin_init(const char *args_json, void **state, sb_err *err)
     const char *symbol = sym ? sym->valuestring : STREAMBATCH_PLUGIN_ENTRY;
     snprintf(s->name, sizeof s->name, "%s", path->valuestring);
     dlerror();
-    s->dl = dlopen(path->valuestring, RTLD_NOW | RTLD_LOCAL);
+    s->dl = dlopen(path->valuestring, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (s->dl == NULL) {
         const char *e = dlerror();
         sb_err_set(err, "plugin: cannot load %.200s: %.250s", path->valuestring, e ? e : "?");
