@@ -245,7 +245,8 @@ Test(filter_project, errors_name_the_row_of_the_filters_input)
     blob = records_part(SB_TYPE_UTF8, r1, 3, &len);
     const char *ne1 = "{\"field\":\"a\",\"op\":\"ne\",\"value\":1}";
     const char *pa = "{\"fields\":[\"a\"]}";
-    result a = run(blob, len, ne1, pa, false, false, 0), b = run(blob, len, ne1, pa, true, false, 0);
+    result a = run(blob, len, ne1, pa, false, false, 0),
+           b = run(blob, len, ne1, pa, true, false, 0);
     cr_assert_eq(a.rc, -1);
     cr_assert_eq(b.rc, -1);
     cr_assert(strstr(a.msg, "project: record 0 is null") != NULL, "%s", a.msg);

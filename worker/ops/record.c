@@ -66,9 +66,8 @@ static int scan_record(const char *op, const sb_column *c, size_t row, const cha
 typedef struct project_st project_st;
 static void project_free(void *state);
 static bool typed_input(const sb_batch *in);
-static int project_record(project_st *st, size_t r, const char *p, size_t len,
-                          sb_op_json_type top, const sb_op_json_span *found, sb_op_out *out,
-                          sb_err *err);
+static int project_record(project_st *st, size_t r, const char *p, size_t len, sb_op_json_type top,
+                          const sb_op_json_span *found, sb_op_out *out, sb_err *err);
 static int project_columns(const project_st *st, const sb_batch *in, size_t first, size_t n,
                            sb_op_out *out, sb_err *err);
 static size_t project_nkeys(const project_st *st);
@@ -525,9 +524,8 @@ static bool typed_input(const sb_batch *in)
 }
 
 /* Writes record r (p[0..len), of type `top`, its listed members at found[]) projected. */
-static int project_record(project_st *st, size_t r, const char *p, size_t len,
-                          sb_op_json_type top, const sb_op_json_span *found, sb_op_out *out,
-                          sb_err *err)
+static int project_record(project_st *st, size_t r, const char *p, size_t len, sb_op_json_type top,
+                          const sb_op_json_span *found, sb_op_out *out, sb_err *err)
 {
     if (top != SB_OP_JSON_OBJECT) {
         char ex[64];
