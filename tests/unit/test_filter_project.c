@@ -13,6 +13,8 @@
 #include "partition/rowjson.h"
 #include "worker/ops/ops.h"
 
+#include "testparts.h"
+
 TestSuite(filter_project, .timeout = 60);
 
 /* What an output received: each partition's schema ("#schema name:type ...") and its rows, one
@@ -237,88 +239,70 @@ Test(filter_project, fused_equals_the_two_ops_on_records)
  * error), naming the record's row in the filter's input. */
 Test(filter_project, errors_name_the_row_of_the_filters_input)
 {
-    size_t len;
-    void *blob;
-    /* the null row: the two ops name project's row in a partition the filter made, the fused
-     * op the row of the input (2) */
-    const char *r1[] = {"{\"a\":1}", "{\"a\":2}", NULL};
-    blob = records_part(SB_TYPE_UTF8, r1, 3, &len);
-    const char *ne1 = "{\"field\":\"a\",\"op\":\"ne\",\"value\":1}";
-    const char *pa = "{\"fields\":[\"a\"]}";
-    result a = run(blob, len, ne1, pa, false, false, 0),
-           b = run(blob, len, ne1, pa, true, false, 0);
-    cr_assert_eq(a.rc, -1);
-    cr_assert_eq(b.rc, -1);
-    cr_assert(strstr(a.msg, "project: record 0 is null") != NULL, "%s", a.msg);
-    cr_assert(strstr(b.msg, "project: record 2 is null") != NULL, "%s", b.msg);
-    cr_assert(a.data && b.data);
-    free(a.out.all);
-    free(b.out.all);
-    sb_part_free(blob);
-    /* a kept record that is not an object */
-    const char *r2[] = {"{\"a\":1}", "{\"a\":2}", "{\"a\":1}", "[1,2]"};
-    blob = records_part(SB_TYPE_UTF8, r2, 4, &len);
-    a = run(blob, len, ne1, pa, false, false, 0);
-    b = run(blob, len, ne1, pa, true, false, 0);
-    cr_assert(strstr(a.msg, "project: record 0 is a JSON array, not an object: [1,2]") != NULL,
-              "%s", a.msg);
-    cr_assert(strstr(b.msg, "project: record 3 is a JSON array, not an object: [1,2]") != NULL,
-              "%s", b.msg);
-    cr_assert(a.data && b.data);
-    free(a.out.all);
-    free(b.out.all);
-    sb_part_free(blob);
-    /* invalid JSON: the filter's own message, the same row, both ways */
-    const char *r3[] = {"{\"a\":1}", "{\"a\":2}", "{\"a\":1,}"};
-    blob = records_part(SB_TYPE_UTF8, r3, 3, &len);
-    const char *eq2 = "{\"field\":\"a\",\"op\":\"eq\",\"value\":2}";
-    a = run(blob, len, eq2, pa, false, false, 0);
-    b = run(blob, len, eq2, pa, true, false, 0);
-    cr_assert_str_eq(b.msg, a.msg);
-    cr_assert(strstr(b.msg, "filter: record 2 is not valid JSON (expected a member name") != NULL,
-              "%s", b.msg);
-    cr_assert(a.data && b.data);
-    free(a.out.all);
-    free(b.out.all);
-    sb_part_free(blob);
-    /* invalid UTF-8 in a binary column */
-    const char *r4[] = {"{\"a\":2}", "{\"a\":\"\xc3\"}"};
-    blob = records_part(SB_TYPE_BINARY, r4, 2, &len);
-    a = run(blob, len, eq2, pa, false, false, 0);
-    b = run(blob, len, eq2, pa, true, false, 0);
-    cr_assert_str_eq(b.msg, a.msg);
-    cr_assert(strstr(b.msg, "filter: record 1 is not valid UTF-8") != NULL, "%s", b.msg);
-    free(a.out.all);
-    free(b.out.all);
-    sb_part_free(blob);
+    static const char *const ne1 = "{\"field\":\"a\",\"op\":\"ne\",\"value\":1}",
+                             *const eq2 = "{\"field\":\"a\",\"op\":\"eq\",\"value\":2}";
+    static const struct {
+        sb_type type;
+        const char *recs[4];
+        size_t n;
+        const char *fargs;
+        /* in the two ops' message (project names its row in a partition the filter made), in
+         * the fused op's (the row of the input); "=": the fused message equals the other */
+        const char *unfused, *fused;
+    } cases[] = {
+        /* ne keeps the null row, which project refuses */
+        {SB_TYPE_UTF8,
+         {"{\"a\":1}", "{\"a\":2}", NULL},
+         3,
+         ne1,
+         "project: record 0 is null",
+         "project: record 2 is null"},
+        /* ne keeps a record that is not an object */
+        {SB_TYPE_UTF8,
+         {"{\"a\":1}", "{\"a\":2}", "{\"a\":1}", "[1,2]"},
+         4,
+         ne1,
+         "project: record 0 is a JSON array, not an object: [1,2]",
+         "project: record 3 is a JSON array, not an object: [1,2]"},
+        /* invalid JSON and UTF-8: the filter's own message, the same row, both ways */
+        {SB_TYPE_UTF8,
+         {"{\"a\":1}", "{\"a\":2}", "{\"a\":1,}"},
+         3,
+         eq2,
+         "filter: record 2 is not valid JSON (expected a member name",
+         "="},
+        {SB_TYPE_BINARY,
+         {"{\"a\":2}", "{\"a\":\"\xc3\"}"},
+         2,
+         eq2,
+         "filter: record 1 is not valid UTF-8",
+         "="},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t len;
+        void *blob = records_part(cases[i].type, cases[i].recs, cases[i].n, &len);
+        const char *pa = "{\"fields\":[\"a\"]}";
+        result a = run(blob, len, cases[i].fargs, pa, false, false, 0),
+               b = run(blob, len, cases[i].fargs, pa, true, false, 0);
+        cr_assert(a.rc == -1 && b.rc == -1, "case %zu", i);
+        cr_assert(a.data && b.data, "case %zu: a data error", i);
+        cr_assert(strstr(a.msg, cases[i].unfused) != NULL, "case %zu: %s", i, a.msg);
+        if (strcmp(cases[i].fused, "=") == 0)
+            cr_assert_str_eq(b.msg, a.msg, "case %zu", i);
+        else
+            cr_assert(strstr(b.msg, cases[i].fused) != NULL, "case %zu: %s", i, b.msg);
+        free(a.out.all);
+        free(b.out.all);
+        sb_part_free(blob);
+    }
 }
 
 /* Typed input (no "record" column): the filter compares its JSON column, project keeps the
  * listed columns of the kept rows, fused as unfused. */
 Test(filter_project, fused_equals_the_two_ops_on_typed_columns)
 {
-    sb_field f[3] = {{.name = "j", .type = SB_TYPE_UTF8, .nullable = true},
-                     {.name = "id", .type = SB_TYPE_INT64, .nullable = true},
-                     {.name = "ok", .type = SB_TYPE_BOOL}};
-    sb_err e;
-    sb_batch_builder *bb = sb_batch_builder_new(f, 3, &e);
-    for (int i = 0; i < 600; i++) {
-        char r[32];
-        snprintf(r, sizeof r, "{\"i\":%d}", i * 7 % 100);
-        if (i % 11 == 3)
-            cr_assert_eq(sb_batch_builder_append_null(bb, 0, &e), 0);
-        else
-            cr_assert_eq(sb_batch_builder_append_binary(bb, 0, r, strlen(r), &e), 0);
-        if (i % 5 == 1)
-            cr_assert_eq(sb_batch_builder_append_null(bb, 1, &e), 0);
-        else
-            cr_assert_eq(sb_batch_builder_append_int(bb, 1, i * 1000, &e), 0);
-        cr_assert_eq(sb_batch_builder_append_bool(bb, 2, i % 3 == 0, &e), 0);
-    }
-    void *blob;
     size_t len;
-    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0, "%s", e.msg);
-    sb_batch_builder_free(bb);
+    void *blob = sb_test_mixed_part("j", 600, 7, 11, &len);
     static const char *const fargs[] = {
         "{\"field\":\"i\",\"op\":\"ge\",\"value\":40}",
         "{\"field\":\"i\",\"op\":\"ne\",\"value\":7}", /* keeps the null rows */

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "testparts.h"
 #include "testutil.h"
 #include "partition/partition.h"
 #include "worker/ops/exec/proc.h"
@@ -240,28 +241,9 @@ static int keep_blob(void *blob, size_t len, uint64_t rows, void *ud)
  * every column intact. */
 Test(ops, rows_keep_every_column)
 {
-    sb_field f[3] = {{.name = "record", .type = SB_TYPE_UTF8, .nullable = true},
-                     {.name = "id", .type = SB_TYPE_INT64, .nullable = true},
-                     {.name = "ok", .type = SB_TYPE_BOOL}};
     sb_err e;
-    sb_batch_builder *bb = sb_batch_builder_new(f, 3, &e);
-    for (int i = 0; i < 50; i++) {
-        char r[32];
-        snprintf(r, sizeof r, "{\"i\":%d}", i);
-        if (i % 7 == 3)
-            cr_assert_eq(sb_batch_builder_append_null(bb, 0, &e), 0);
-        else
-            cr_assert_eq(sb_batch_builder_append_binary(bb, 0, r, strlen(r), &e), 0);
-        if (i % 5 == 1)
-            cr_assert_eq(sb_batch_builder_append_null(bb, 1, &e), 0);
-        else
-            cr_assert_eq(sb_batch_builder_append_int(bb, 1, i * 1000, &e), 0);
-        cr_assert_eq(sb_batch_builder_append_bool(bb, 2, i % 3 == 0, &e), 0);
-    }
-    void *blob;
     size_t len;
-    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0, "%s", e.msg);
-    sb_batch_builder_free(bb);
+    void *blob = sb_test_mixed_part("record", 50, 1, 7, &len);
     sb_batch *in;
     cr_assert_eq(sb_batch_open(blob, len, &in, &e), 0);
     cr_assert_null(sb_op_out_new(300, NULL, NULL, &e)); /* emit is required */
