@@ -263,7 +263,6 @@ struct task_ctx {
     const Streambatch__V1__Task *task;
     size_t n;
     const sb_op_impl **impl;
-    const char **opname; /* op k's name (the first of ops fused by absorb_next) */
     void **state;
     sb_op_out **out;
     size_t *batch;
@@ -302,7 +301,7 @@ static int feed_stage(task_ctx *t, size_t k, const void *blob, size_t len, bool 
     int rc = sb_op_run(t->impl[k], t->state[k], b, t->batch[k], t->out[k], &t->err);
     sb_batch_close(b);
     if (rc != 0)
-        sb_err_wrap(&t->err, "op %s", t->opname[k]);
+        sb_err_wrap(&t->err, "op %s", t->impl[k]->name); /* fused: the first op */
     return rc;
 }
 
@@ -519,7 +518,6 @@ static void task_ctx_free(task_ctx *t)
             sb_op_out_free(t->out[k]);
     }
     free(t->impl);
-    free(t->opname);
     free(t->state);
     free(t->out);
     free(t->batch);
@@ -537,7 +535,6 @@ static void chain_drop_next(task_ctx *t, size_t k)
 {
     for (size_t i = k + 1; i + 1 < t->n; i++) {
         t->impl[i] = t->impl[i + 1];
-        t->opname[i] = t->opname[i + 1];
         t->state[i] = t->state[i + 1];
         t->batch[i] = t->batch[i + 1];
     }
@@ -553,17 +550,15 @@ static int task_setup(task_ctx *t)
     if (t->n == 0)
         return sb_err_set(&t->err, "task %s has no ops", task->task_id);
     t->impl = calloc(t->n, sizeof *t->impl);
-    t->opname = calloc(t->n, sizeof *t->opname);
     t->state = calloc(t->n, sizeof *t->state);
     t->out = calloc(t->n, sizeof *t->out);
     t->batch = calloc(t->n, sizeof *t->batch);
     t->ud = calloc(t->n, sizeof *t->ud);
-    if (!t->impl || !t->opname || !t->state || !t->out || !t->batch || !t->ud)
+    if (!t->impl || !t->state || !t->out || !t->batch || !t->ud)
         return sb_err_set(&t->err, "out of memory");
     const char *names = task->stage;
     for (size_t k = 0; k < t->n; k++) {
         const char *name = task->ops[k]->op;
-        t->opname[k] = name;
         t->impl[k] = sb_op_find(name);
         if (t->impl[k] == NULL)
             return sb_err_set(&t->err, "op %s is not available in this worker build", name);

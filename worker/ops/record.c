@@ -62,16 +62,24 @@ static int scan_record(const char *op, const sb_column *c, size_t row, const cha
     return 0;
 }
 
-/* project's state and what a filter that absorbed it calls (defined with project, below) */
-typedef struct project_st project_st;
+/* project's state (its functions below), which a filter that absorbed it holds and calls */
+typedef struct project_st {
+    size_t n;
+    sb_op_json_key *keys; /* decoded names */
+    char **enc;           /* "\"name\":" */
+    size_t *enc_len;
+    sb_op_json_span *found;
+    size_t enc_total;
+    char *buf; /* the output record */
+    size_t cap;
+    bool input_valid; /* the previous op validated every record (input_valid_json) */
+} project_st;
 static void project_free(void *state);
 static bool typed_input(const sb_batch *in);
 static int project_record(project_st *st, size_t r, const char *p, size_t len, sb_op_json_type top,
                           const sb_op_json_span *found, sb_op_out *out, sb_err *err);
 static int project_columns(const project_st *st, const sb_batch *in, size_t first, size_t n,
                            sb_op_out *out, sb_err *err);
-static size_t project_nkeys(const project_st *st);
-static const sb_op_json_key *project_keys(const project_st *st);
 
 /* ---- filter ---------------------------------------------------------------------------- */
 
@@ -281,7 +289,7 @@ static int filter_process(void *state, const sb_batch *in, size_t first, size_t 
             return sb_err_wrap(err, "project");
         keys = st->keys;
         found = st->found;
-        nkeys = 1 + project_nkeys(st->proj);
+        nkeys = 1 + st->proj->n;
     } else if (st->proj == NULL && sb_op_out_set_schema_like(out, in, err) != 0) {
         return -1;
     }
@@ -339,7 +347,8 @@ static bool filter_absorb_next(void *state, const sb_op_impl *next, void *next_s
     filter_st *st = state;
     if (next != &sb_op_project_impl || st->proj != NULL)
         return false;
-    size_t nk = 1 + project_nkeys(next_state);
+    const project_st *pj = next_state;
+    size_t nk = 1 + pj->n;
     sb_op_json_key *keys = malloc(nk * sizeof *keys);
     sb_op_json_span *found = calloc(nk, sizeof *found);
     if (keys == NULL || found == NULL) { /* not fused: the two ops run as they are */
@@ -348,7 +357,7 @@ static bool filter_absorb_next(void *state, const sb_op_impl *next, void *next_s
         return false;
     }
     keys[0] = st->key;
-    memcpy(keys + 1, project_keys(next_state), (nk - 1) * sizeof *keys);
+    memcpy(keys + 1, pj->keys, pj->n * sizeof *keys);
     st->keys = keys;
     st->found = found;
     st->proj = next_state;
@@ -380,28 +389,6 @@ const sb_op_impl sb_op_filter_impl = {
 };
 
 /* ---- project --------------------------------------------------------------------------- */
-
-struct project_st {
-    size_t n;
-    sb_op_json_key *keys; /* decoded names */
-    char **enc;           /* "\"name\":" */
-    size_t *enc_len;
-    sb_op_json_span *found;
-    size_t enc_total;
-    char *buf; /* the output record */
-    size_t cap;
-    bool input_valid; /* the previous op validated every record (input_valid_json) */
-};
-
-static size_t project_nkeys(const project_st *st)
-{
-    return st->n;
-}
-
-static const sb_op_json_key *project_keys(const project_st *st)
-{
-    return st->keys;
-}
 
 static void project_free(void *state)
 {
