@@ -43,13 +43,12 @@ spec:
   execution: {memoryBudget: 512Mi}
 Y
 
+. scripts/bench-lib.sh # pressure, median, range, wall_cpu
 # timed NAME CMD...: runs CMD, appends "wall cpu" to $work/NAME.t
 timed() {
-  local name=$1 t
+  local name=$1
   shift
-  t=$( { TIMEFORMAT='%R %U %S'; time "$@" >"$work/last.log" 2>&1; } 2>&1 ) ||
-    { echo "bench-etl: $name failed:" >&2; tail -20 "$work/last.log" >&2; exit 1; }
-  awk '{ printf "%s %.3f\n", $1, $2 + $3 }' <<<"$t" >>"$work/$name.t"
+  wall_cpu "$work/last.log" "$@" >>"$work/$name.t" || { echo "bench-etl: $name failed" >&2; exit 1; }
 }
 run_sb() { rm -rf "$work/out-sb"; timed sb "$bin/streambatch" run "$work/etl.yaml" --cpus 2; }
 run_c() { rm -rf "$work/out-c"; timed c "$cbin" lang en id,score "$work/out-c" "$work"/in/*.jsonl; }
@@ -58,7 +57,6 @@ run_cn() {
   timed cn "$cbin" --no-validate lang en id,score "$work/out-cn" "$work"/in/*.jsonl
 }
 records() { cat "$@" | LC_ALL=C sort | md5sum | cut -d' ' -f1; }
-. scripts/bench-lib.sh # pressure, median, range
 before=$(pressure)
 for r in $(seq "$rounds"); do
   echo "bench: etl round $r/$rounds" >&2

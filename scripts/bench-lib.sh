@@ -19,3 +19,13 @@ range() {
   if (($#)); then printf '%s\n' "$@"; else cat; fi |
     sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f-%.2f", lo, hi}'
 }
+
+# wall_cpu LOG CMD...: runs CMD (stdout and stderr into LOG) and prints "wall cpu": its wall
+# seconds and the CPU seconds (user + sys) of it and the children it waited for. CMD failing:
+# LOG's tail on stderr, status 1.
+wall_cpu() {
+  local log=$1 t
+  shift
+  t=$( { TIMEFORMAT='%R %U %S'; time "$@" >"$log" 2>&1; } 2>&1 ) || { tail -20 "$log" >&2; return 1; }
+  awk '{ printf "%s %.3f\n", $1, $2 + $3 }' <<<"$t"
+}

@@ -49,21 +49,17 @@ Y
 # (user + sys) of its process tree (the CLI with its controller, and its workers, which it
 # reaps); the scraper's curl processes are Prometheus's cost, not counted in cpu
 run1() {
-  local t
   if [[ ${2:-} == on ]]; then
     (while :; do curl -fs "http://127.0.0.1:$port/metrics" >/dev/null || true; sleep 0.5; done) &
     scraper=$!
-    t=$( { TIMEFORMAT='%R %U %S'; time "$bin/streambatch" run "$work/$1.yaml" --cpus 2 \
-      --metrics-addr "127.0.0.1:$port" >"$work/$1.log" 2>&1; } 2>&1 ) ||
-      { tail "$work/$1.log" >&2; return 1; }
+    wall_cpu "$work/$1.log" "$bin/streambatch" run "$work/$1.yaml" --cpus 2 \
+      --metrics-addr "127.0.0.1:$port" || return 1
     kill "$scraper"; wait "$scraper" 2>/dev/null || true; scraper=
   else
-    t=$( { TIMEFORMAT='%R %U %S'; time "$bin/streambatch" run "$work/$1.yaml" --cpus 2 \
-      >"$work/$1.log" 2>&1; } 2>&1 ) || { tail "$work/$1.log" >&2; return 1; }
+    wall_cpu "$work/$1.log" "$bin/streambatch" run "$work/$1.yaml" --cpus 2 || return 1
   fi
-  awk '{ printf "%s %.3f\n", $1, $2 + $3 }' <<<"$t"
 }
-. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range, wall_cpu
 
 echo
 echo "## Metrics cost (scripts/bench-metrics.sh)"

@@ -116,7 +116,7 @@ digest() { cat "$@" | python3 -c '
 import json, sys, hashlib
 rows = sorted(json.dumps(json.loads(l), sort_keys=True) for l in sys.stdin if l.strip())
 print(len(rows), hashlib.md5("\n".join(rows).encode()).hexdigest())'; }
-. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range, wall_cpu
 run_sb() { rm -rf "$work/out-$1" "$shm/out-$1"; "$bin/streambatch" run "$work/$1.yaml" --cpus "$2"; }
 
 # Ray Data, when pip can install it (cached: the install takes a few minutes once)
@@ -175,16 +175,10 @@ done
 # within a round would otherwise favour one side); a round's ratio is its two plugin runs over
 # its two identity runs (wall, and CPU of the process tree), the table shows their median
 pair_rounds=${PAIR_ROUNDS:-$((rounds * 3))}
-timed2() { # name slots -> "wall cpu" of run_sb
-  local t
-  t=$( { TIMEFORMAT='%R %U %S'; time run_sb "$1" "$2" >"$work/last.log" 2>&1; } 2>&1 ) ||
-    { tail "$work/last.log" >&2; return 1; }
-  awk '{ printf "%s %.3f\n", $1, $2 + $3 }' <<<"$t"
-}
 : >"$work/pair.t"
 for r in $(seq "$pair_rounds"); do
   echo "bench: plugin vs identity round $r/$pair_rounds" >&2
-  { timed2 ident 2; timed2 plug 2; timed2 plug 2; timed2 ident 2; } | paste -d' ' - - - - >>"$work/pair.t"
+  { for p in ident plug plug ident; do wall_cpu "$work/last.log" run_sb $p 2 || exit 1; done; } | paste -d' ' - - - - >>"$work/pair.t"
   [[ $r == 1 ]] && { a=$(digest "$shm"/out-ident/part-*.jsonl); b=$(digest "$shm"/out-plug/part-*.jsonl)
     [[ $a == "$b" ]] || { echo "bench: plugin output differs from identity's" >&2; exit 1; }; }
 done
