@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller/engine/plancmd.h"
-#include "controller/engine/run.h"
+#include "controller/local/plancmd.h"
+#include "controller/local/run.h"
 #include "core/log.h"
 #include "plan/plan.h"
 #include "spec/quantity.h"
@@ -202,7 +202,7 @@ static int cmd_run(int argc, char **argv)
             sets[o.nsets++] = plan_sets[i];
     }
     if (!user_placement)
-        sb_plan_run_notice(o.file, stderr, plan ? chosen : NULL);
+        sb_local_plan_notice(o.file, stderr, plan ? chosen : NULL);
     static char slots_set[64];
     if (cpu_slots > 0) { /* last: it wins over the manifest and any --set */
         snprintf(slots_set, sizeof slots_set, "spec.execution.cpuSlotsPerWorker=%d", cpu_slots);
@@ -215,7 +215,7 @@ static int cmd_run(int argc, char **argv)
 }
 
 /* "cpu=64,gpu=4,memory=256Gi": the capacity a plan must fit (absent = unlimited). */
-static int parse_capacity(const char *v, sb_plan_opts *o)
+static int parse_capacity(const char *v, sb_local_plan_opts *o)
 {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
@@ -248,7 +248,7 @@ static int parse_capacity(const char *v, sb_plan_opts *o)
 
 static int cmd_plan(int argc, char **argv)
 {
-    sb_plan_opts o = {.cpus = -1, .gpus = -1, .memory_gib = -1};
+    sb_local_plan_opts o = {.cpus = -1, .gpus = -1, .memory_gib = -1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -311,7 +311,7 @@ static int cmd_plan(int argc, char **argv)
     }
     if (getenv("SB_LOG_LEVEL") == NULL)
         sb_log_set_level(SB_LOG_WARN);
-    return sb_plan_main(&o);
+    return sb_local_plan_main(&o);
 }
 
 int main(int argc, char **argv)

@@ -59,7 +59,7 @@ def ok(name):
 print("## Controller under load (scripts/bench-ctl-load.sh)")
 print()
 print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {sys.argv[2]} s; medians (range) of "
-      "the rounds. One controller (the embedded Control service, `controller/engine/ctl.c`) in a "
+      "the rounds. One controller (the embedded Control service, `controller/ctl/ctl.c`) in a "
       "forked process; `bench_ctl_load` simulates the workers over gRPC on the same 2 CPUs "
       "(register, heartbeat, long-poll with free slots, complete at once with one 1 KiB output "
       "partition, answer the PLAN/PREPARE/COMMIT storage jobs). One op (source -> sink), 4 slots per "

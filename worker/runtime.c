@@ -17,14 +17,14 @@
 #include "rpc/proto.h"
 #include "spec/pipeline.h"
 #include "worker/data/fetch.h"
-#include "worker/data/server.h"
-#include "worker/metrics.h"
+#include "worker/data/service.h"
+#include "worker/wmetrics.h"
 #include "worker/slice.h"
 #include "metrics/serve.h"
 #include "io/reader.h"
 #include "io/sink.h"
 #include "io/split.h"
-#include "controller/engine/storage.h"
+#include "storage/jobs.h"
 #include "worker/ops/ops.h"
 #include "worker/store/store.h"
 
@@ -389,8 +389,8 @@ static void publish_part(task_ctx *t, out_part *p)
 /* The last stage's output: into the store, or to the sink. Owns blob. */
 static int write_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
 {
-    char id[SB_RPC_PARTITION_ID_MAX];
-    sb_rpc_partition_id_format(id, sizeof id, t->task->stage_index, t->task->task_index, t->seq++);
+    char id[SB_PART_ID_MAX];
+    sb_part_id_format(id, sizeof id, t->task->stage_index, t->task->task_index, t->seq++);
     if (t->task->writes_sink) {
         sb_io_part_info info;
         int rc = sb_io_sink_write_part(&t->w->pipeline.spec.sink, id, blob, len, &info, &t->err);
@@ -940,16 +940,16 @@ static void test_die_hook(sb_storage_kind kind)
     raise(SIGKILL);
 }
 
-/* Runs a storage job (see controller/engine/storage.h) and reports it: PLAN in pieces of at
+/* Runs a storage job (see storage/jobs.h) and reports it: PLAN in pieces of at
  * most SB_STORAGE_PIECE_BYTES, in plan order. */
 static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, uint64_t gen)
 {
     sb_storage_kind kind = (sb_storage_kind)job->kind;
     sb_err err = {0};
-    sb_engine_plan plan;
+    sb_storage_splits plan;
     memset(&plan, 0, sizeof plan);
-    sb_sched_output *parts = calloc(job->n_parts + 1, sizeof *parts);
-    sb_sched_errored *errs = calloc(job->n_errored + 1, sizeof *errs);
+    sb_storage_output *parts = calloc(job->n_parts + 1, sizeof *parts);
+    sb_storage_errored *errs = calloc(job->n_errored + 1, sizeof *errs);
     int rc;
     if (parts == NULL || errs == NULL) {
         rc = sb_err_set(&err, "out of memory");
@@ -963,7 +963,7 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
             parts[i].crc32c = job->parts[i]->crc32c;
         }
         for (size_t i = 0; i < job->n_errored; i++)
-            errs[i] = (sb_sched_errored){job->errored[i]->stage, job->errored[i]->task_id,
+            errs[i] = (sb_storage_errored){job->errored[i]->stage, job->errored[i]->task_id,
                                          job->errored[i]->input, job->errored[i]->error};
         rc = sb_storage_run(&w->pipeline, kind, parts, job->n_parts, errs, job->n_errored, &plan,
                             &err);
@@ -1025,7 +1025,7 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
         from += k;
     } while (req.storage != NULL && from < plan.nsplits);
     free(bytes);
-    sb_engine_plan_free(&plan);
+    sb_storage_splits_free(&plan);
 }
 
 /* ---- loops ------------------------------------------------------------------------------- */

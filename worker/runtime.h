@@ -52,7 +52,7 @@ typedef struct sb_worker_config {
     uint64_t epoch;          /* initial accepted epoch: Rebinds with a lower one are refused */
     int controller_lost_timeout_ms; /* give up after the controller was unreachable this long;
                                        default 120000 */
-    const char *metrics_addr;       /* "HOST:PORT" to serve Prometheus /metrics (worker/metrics.h);
+    const char *metrics_addr;       /* "HOST:PORT" to serve Prometheus /metrics (worker/wmetrics.h);
                                        NULL/"": not served */
     const sb_rpc_opts *rpc;         /* the Data/Worker server, the Control channel and fetches
                                        from peers (mutual TLS: rpc/tlsdir.h); NULL: plaintext */

@@ -1,4 +1,4 @@
-/* kube.h — the Kubernetes backend: worker pods per pool, behind controller/engine/backend.h.
+/* kube.h — the Kubernetes backend: worker pods per pool, behind controller/ctl/backend.h.
  *
  * Each pool ("cpu", "gpu") gets pods "<pipeline>-<pool>-<5 random [a-z0-9]>" (the pipeline
  * part is shortened so a name stays <= 63 characters), labelled streambatch.dev/pipeline,
@@ -61,7 +61,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "controller/engine/backend.h"
+#include "controller/ctl/backend.h"
 #include "core/err.h"
 #include "k8s/client.h"
 #include "rpc/rpc.h"

@@ -28,7 +28,7 @@
 typedef struct entry {
     char key[300];
     char ns[128], name[256], uid[64];
-    sb_opr_run *run;
+    sb_operator_pipeline *run;
     cJSON *status;       /* what we keep writing (authoritative while we run it) */
     cJSON *written;      /* the last status written */
     uint64_t last_write; /* ms */
@@ -49,8 +49,8 @@ typedef struct op {
     size_t nns;
     sb_k8s_informer *pipes[MAX_NS], *pods[MAX_NS];
     sb_k8s_queue *q;
-    sb_opr_metrics *metrics;
-    sb_opr_http *http;
+    sb_operator_metrics *metrics;
+    sb_operator_http *http;
     sb_leader *leader;
     atomic_int leading, lost, synced;
     pthread_mutex_t mu; /* runs */
@@ -73,7 +73,7 @@ typedef struct ev_item {
 
 static void now_str(char *buf, size_t len)
 {
-    sb_opr_time_format(time(NULL), buf, len);
+    sb_operator_time_format(time(NULL), buf, len);
 }
 
 static size_t ns_index(const op *o, const char *ns)
@@ -101,7 +101,7 @@ static void split_key(const char *key, char *ns, size_t nl, char *name, size_t n
 static void enqueue(op *o, const char *key)
 {
     if (sb_k8s_queue_add(o->q, key) == 0)
-        sb_opr_metrics_queue_add(o->metrics);
+        sb_operator_metrics_queue_add(o->metrics);
 }
 
 /* ---- the run table ---- */
@@ -126,10 +126,10 @@ static void entry_remove(op *o, entry *e)
 }
 
 /* Takes the run out of the entry under the table lock (so no pod event reaches it any more). */
-static sb_opr_run *detach_run(op *o, entry *e)
+static sb_operator_pipeline *detach_run(op *o, entry *e)
 {
     pthread_mutex_lock(&o->mu);
-    sb_opr_run *r = e->run;
+    sb_operator_pipeline *r = e->run;
     e->run = NULL;
     pthread_mutex_unlock(&o->mu);
     return r;
@@ -149,8 +149,8 @@ static void entry_free(entry *e)
 static void pipe_event(const cJSON *obj, op *o)
 {
     char key[400];
-    snprintf(key, sizeof key, "%s/%s", sb_opr_str_at(obj, "metadata", "namespace") ?: "",
-             sb_opr_str_at(obj, "metadata", "name") ?: "");
+    snprintf(key, sizeof key, "%s/%s", sb_operator_str_at(obj, "metadata", "namespace") ?: "",
+             sb_operator_str_at(obj, "metadata", "name") ?: "");
     if (atomic_load(&o->leading))
         enqueue(o, key);
 }
@@ -170,8 +170,8 @@ static void pod_event(const cJSON *pod, int deleted, op *o)
 {
     const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "labels");
-    const char *pl = sb_opr_str_at(labels, POD_LABEL, NULL);
-    const char *ns = sb_opr_str_at(pod, "metadata", "namespace");
+    const char *pl = sb_operator_str_at(labels, POD_LABEL, NULL);
+    const char *ns = sb_operator_str_at(pod, "metadata", "namespace");
     if (pl == NULL || ns == NULL)
         return;
     char key[400];
@@ -179,7 +179,7 @@ static void pod_event(const cJSON *pod, int deleted, op *o)
     pthread_mutex_lock(&o->mu);
     entry *e = entry_find(o, key);
     if (e != NULL && e->run != NULL)
-        sb_opr_run_on_pod(e->run, pod, deleted);
+        sb_operator_pipeline_on_pod(e->run, pod, deleted);
     pthread_mutex_unlock(&o->mu);
     if (deleted && atomic_load(&o->leading))
         enqueue(o, key); /* a deletion may be waiting for its pods */
@@ -211,8 +211,8 @@ static void pipeline_path(char *buf, size_t len, const char *ns, const char *nam
 static void post_event(op *o, sb_k8s_client *c, const char *ns, const char *name, const char *uid,
                        const char *type, const char *reason, const char *msg)
 {
-    sb_opr_event_ref ref = {ns, name, uid, NULL};
-    sb_opr_event_post(c, &ref, type, reason, msg, o->cfg->identity, NULL);
+    sb_operator_event_ref ref = {ns, name, uid, NULL};
+    sb_operator_event_post(c, &ref, type, reason, msg, o->cfg->identity, NULL);
 }
 
 static void run_event_cb(void *ud, const char *type, const char *reason, const char *message)
@@ -279,8 +279,8 @@ static int reapply_status(cJSON *latest, void *arg, sb_err *err)
 static int write_status(sb_k8s_client *c, const cJSON *obj, const cJSON *status)
 {
     char path[600];
-    pipeline_path(path, sizeof path, sb_opr_str_at(obj, "metadata", "namespace"),
-                  sb_opr_str_at(obj, "metadata", "name"));
+    pipeline_path(path, sizeof path, sb_operator_str_at(obj, "metadata", "namespace"),
+                  sb_operator_str_at(obj, "metadata", "name"));
     cJSON *copy = cJSON_Duplicate(obj, 1);
     if (copy == NULL || reapply_status(copy, (void *)status, NULL) != 0) {
         cJSON_Delete(copy);
@@ -327,7 +327,7 @@ static int patch_finalizer(sb_k8s_client *c, const cJSON *obj, int add)
     }
     if (add)
         cJSON_AddItemToArray(list, cJSON_CreateString(FINALIZER));
-    const char *rv = sb_opr_str_at(obj, "metadata", "resourceVersion");
+    const char *rv = sb_operator_str_at(obj, "metadata", "resourceVersion");
     if (rv != NULL)
         cJSON_AddStringToObject(md, "resourceVersion", rv);
     char *body = cJSON_PrintUnformatted(p);
@@ -335,8 +335,8 @@ static int patch_finalizer(sb_k8s_client *c, const cJSON *obj, int add)
     if (body == NULL)
         return -1;
     char path[600];
-    pipeline_path(path, sizeof path, sb_opr_str_at(obj, "metadata", "namespace"),
-                  sb_opr_str_at(obj, "metadata", "name"));
+    pipeline_path(path, sizeof path, sb_operator_str_at(obj, "metadata", "namespace"),
+                  sb_operator_str_at(obj, "metadata", "name"));
     long st = 0;
     sb_err err = {0};
     cJSON *r = sb_k8s_patch(c, path, body, &st, &err);
@@ -381,16 +381,16 @@ static int delete_pods(op *o, sb_k8s_client *c, const char *ns, const char *name
     {
         const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "labels");
-        const char *pl = sb_opr_str_at(labels, POD_LABEL, NULL);
-        const char *pns = sb_opr_str_at(pod, "metadata", "namespace");
+        const char *pl = sb_operator_str_at(labels, POD_LABEL, NULL);
+        const char *pns = sb_operator_str_at(pod, "metadata", "namespace");
         if (pl == NULL || pns == NULL || strcmp(pl, name) != 0 || strcmp(pns, ns) != 0)
             continue;
         left++;
-        if (sb_opr_str_at(pod, "metadata", "deletionTimestamp") != NULL)
+        if (sb_operator_str_at(pod, "metadata", "deletionTimestamp") != NULL)
             continue;
         char path[600];
         snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns,
-                 sb_opr_str_at(pod, "metadata", "name"));
+                 sb_operator_str_at(pod, "metadata", "name"));
         long st = 0;
         sb_k8s_delete(c, path, &st, NULL);
     }
@@ -400,7 +400,7 @@ static int delete_pods(op *o, sb_k8s_client *c, const char *ns, const char *name
 
 static const char *phase_of(const cJSON *status)
 {
-    const char *p = sb_opr_str_at(status, "phase", NULL);
+    const char *p = sb_operator_str_at(status, "phase", NULL);
     return p != NULL ? p : "";
 }
 
@@ -440,17 +440,17 @@ static void finish_conditions(cJSON *st, int ok, const char *reason, const char 
 {
     set_str(st, "phase", ok ? "Succeeded" : "Failed");
     set_str(st, "message", msg);
-    if (sb_opr_str_at(st, "completionTime", NULL) == NULL)
+    if (sb_operator_str_at(st, "completionTime", NULL) == NULL)
         set_str(st, "completionTime", now);
-    sb_opr_condition_set(st, "Running", 0, ok ? "Succeeded" : "Failed", "", gen, now);
+    sb_operator_condition_set(st, "Running", 0, ok ? "Succeeded" : "Failed", "", gen, now);
     if (ok)
-        sb_opr_condition_set(st, "Complete", 1, "Succeeded", msg, gen, now);
+        sb_operator_condition_set(st, "Complete", 1, "Succeeded", msg, gen, now);
     else
-        sb_opr_condition_set(st, "Failed", 1, reason, msg, gen, now);
-    if (sb_opr_condition_get(st, "SpecChangeRefused") != NULL)
-        sb_opr_condition_set(st, "SpecChangeRefused", 0, "Finished", "", gen, now);
-    if (sb_opr_condition_get(st, "WorkersPending") != NULL)
-        sb_opr_condition_set(st, "WorkersPending", 0, "Finished", "", gen, now);
+        sb_operator_condition_set(st, "Failed", 1, reason, msg, gen, now);
+    if (sb_operator_condition_get(st, "SpecChangeRefused") != NULL)
+        sb_operator_condition_set(st, "SpecChangeRefused", 0, "Finished", "", gen, now);
+    if (sb_operator_condition_get(st, "WorkersPending") != NULL)
+        sb_operator_condition_set(st, "WorkersPending", 0, "Finished", "", gen, now);
 }
 
 /* A finished pipeline: TTL, leftover pods. */
@@ -464,7 +464,7 @@ static rresult reconcile_finished(op *o, sb_k8s_client *c, const cJSON *obj, con
     time_t done;
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
     if (cJSON_IsNumber(ttl) &&
-        sb_opr_time_parse(sb_opr_str_at(st, "completionTime", NULL), &done) == 0) {
+        sb_operator_time_parse(sb_operator_str_at(st, "completionTime", NULL), &done) == 0) {
         time_t due = done + (time_t)ttl->valuedouble;
         time_t now = time(NULL);
         if (now >= due) {
@@ -496,41 +496,41 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
     e->gen = gen;
     /* spec changes */
     char fields[1024];
-    int nd = sb_opr_spec_diff(sb_opr_run_spec(e->run), spec, fields, sizeof fields);
+    int nd = sb_operator_spec_diff(sb_operator_pipeline_spec(e->run), spec, fields, sizeof fields);
     if (nd > 0) {
         snprintf(msg, sizeof msg,
                  "changed fields cannot be applied to a running pipeline: %s (the running spec "
                  "goes on; suspend and resume, or delete and re-create, to apply them)",
                  fields);
-        sb_opr_condition_set(st, "SpecChangeRefused", 1, "SpecChangeRefused", msg, gen, now);
+        sb_operator_condition_set(st, "SpecChangeRefused", 1, "SpecChangeRefused", msg, gen, now);
         if (e->refused_gen != gen) {
             e->refused_gen = gen;
             post_event(o, c, e->ns, e->name, e->uid, "Warning", "SpecChangeRefused", msg);
         }
-    } else if (sb_opr_condition_get(st, "SpecChangeRefused") != NULL) {
-        sb_opr_condition_set(st, "SpecChangeRefused", 0, "SpecApplied", "", gen, now);
+    } else if (sb_operator_condition_get(st, "SpecChangeRefused") != NULL) {
+        sb_operator_condition_set(st, "SpecChangeRefused", 0, "SpecApplied", "", gen, now);
     }
     sb_pipeline p;
-    int bad = sb_opr_decode(obj, &p, NULL, msg, sizeof msg);
+    int bad = sb_operator_decode(obj, &p, NULL, msg, sizeof msg);
     int suspend = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "suspend"));
     if (bad == 0) {
         if (nd == 0)
-            sb_opr_run_set_bounds(e->run, &p);
+            sb_operator_pipeline_set_bounds(e->run, &p);
         sb_pipeline_free(&p);
     }
     if (nd == 0 || suspend)
         set_num(st, "observedGeneration", (double)gen);
     const char *old_phase = phase_of(cJSON_GetObjectItemCaseSensitive(obj, "status"));
     if (suspend) {
-        sb_opr_run_status(e->run, st, gen, now);
-        sb_opr_run_stop(detach_run(o, e), 1);
+        sb_operator_pipeline_status(e->run, st, gen, now);
+        sb_operator_pipeline_stop(detach_run(o, e), 1);
         set_str(st, "phase", "Suspended");
-        sb_opr_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept", gen,
+        sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept", gen,
                              now);
-        sb_opr_condition_set(st, "Running", 0, "Suspended", "", gen, now);
-        sb_opr_condition_set(st, "WorkersPending", 0, "Suspended", "", gen, now);
-        if (sb_opr_condition_get(st, "SpecChangeRefused") != NULL)
-            sb_opr_condition_set(st, "SpecChangeRefused", 0, "Suspended", "", gen, now);
+        sb_operator_condition_set(st, "Running", 0, "Suspended", "", gen, now);
+        sb_operator_condition_set(st, "WorkersPending", 0, "Suspended", "", gen, now);
+        if (sb_operator_condition_get(st, "SpecChangeRefused") != NULL)
+            sb_operator_condition_set(st, "SpecChangeRefused", 0, "Suspended", "", gen, now);
         int rc = write_status(c, obj, st);
         post_event(o, c, e->ns, e->name, e->uid, "Normal", "Suspended",
                    "workers stopped; the checkpoint is kept in status");
@@ -538,9 +538,9 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
         entry_free(e);
         return rc == 0 ? RC_OK : RC_ERROR;
     }
-    sb_opr_outcome out = sb_opr_run_tick(e->run, reason, sizeof reason, msg, sizeof msg);
+    sb_operator_outcome out = sb_operator_pipeline_tick(e->run, reason, sizeof reason, msg, sizeof msg);
     /* recovery events, from the controller's counter at every tick */
-    uint64_t recovered = sb_opr_run_recovered(e->run);
+    uint64_t recovered = sb_operator_pipeline_recovered(e->run);
     if (recovered > e->recovered) {
         char m[128];
         snprintf(m, sizeof m, "%llu partitions re-produced from lineage after worker loss",
@@ -551,24 +551,24 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
     /* one PartitionErrored event per errored partition (bounded: the scheduler lists the
      * first SB_SCHED_ERRORED_KEEP) */
     size_t nerr = 0;
-    sb_sched_errored *errs = sb_opr_run_errored(e->run, &nerr);
+    sb_storage_errored *errs = sb_operator_pipeline_errored(e->run, &nerr);
     for (; e->errored_posted < nerr; e->errored_posted++) {
-        const sb_sched_errored *x = &errs[e->errored_posted];
+        const sb_storage_errored *x = &errs[e->errored_posted];
         char m[1024];
-        sb_opr_event_errored_message(x->stage, x->input, x->error, m, sizeof m);
+        sb_operator_event_errored_message(x->stage, x->input, x->error, m, sizeof m);
         post_event(o, c, e->ns, e->name, e->uid, "Warning", "PartitionErrored", m);
     }
     sb_ctl_errored_free(errs, nerr);
     /* the status (with its checkpoint, computed under the controller's lock) is built only
      * when it is written: at the status interval, a phase change, or the end */
-    uint64_t t = sb_opr_mono_ms();
+    uint64_t t = sb_operator_mono_ms();
     int phase_change = strcmp(old_phase, "Running") != 0 && e->written == NULL;
     if (out == SB_OPR_RUNNING && !phase_change &&
         t - e->last_write < (uint64_t)o->cfg->status_interval_ms) {
         *requeue = TICK_MS;
         return RC_OK;
     }
-    sb_opr_run_status(e->run, st, gen, now);
+    sb_operator_pipeline_status(e->run, st, gen, now);
     if (out == SB_OPR_RUNNING) {
         if (e->written == NULL || !cJSON_Compare(e->written, st, 1)) {
             if (write_status(c, obj, st) == 0) {
@@ -582,9 +582,9 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
     }
     int ok = out == SB_OPR_SUCCEEDED;
     if (ok)
-        snprintf(msg, sizeof msg, "all %zu splits committed", sb_opr_run_splits(e->run));
+        snprintf(msg, sizeof msg, "all %zu splits committed", sb_operator_pipeline_splits(e->run));
     finish_conditions(st, ok, reason, msg, gen, now);
-    sb_opr_run_stop(detach_run(o, e), 1);
+    sb_operator_pipeline_stop(detach_run(o, e), 1);
     int rc = write_status(c, obj, st);
     post_event(o, c, e->ns, e->name, e->uid, ok ? "Normal" : "Warning", ok ? "Succeeded" : "Failed",
                msg);
@@ -603,26 +603,26 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     now_str(now, sizeof now);
     const cJSON *cur = cJSON_GetObjectItemCaseSensitive(obj, "status");
     cJSON *st = cur != NULL ? cJSON_Duplicate(cur, 1) : cJSON_CreateObject();
-    const char *uid = sb_opr_str_at(obj, "metadata", "uid");
+    const char *uid = sb_operator_str_at(obj, "metadata", "uid");
     const char *phase = phase_of(cur);
     sb_pipeline p;
-    int bad = sb_opr_decode(obj, &p, NULL, msg, sizeof msg);
+    int bad = sb_operator_decode(obj, &p, NULL, msg, sizeof msg);
     if (bad < 0) {
         cJSON_Delete(st);
         return RC_ERROR;
     }
     if (bad > 0) {
         int first =
-            !sb_opr_condition_true(st, "InvalidSpec") ||
+            !sb_operator_condition_true(st, "InvalidSpec") ||
             cJSON_GetObjectItemCaseSensitive(st, "observedGeneration") == NULL ||
             cJSON_GetObjectItemCaseSensitive(st, "observedGeneration")->valuedouble != (double)gen;
         set_str(st, "phase", "Failed");
         set_str(st, "message", msg);
         set_num(st, "observedGeneration", (double)gen);
-        sb_opr_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, gen, now);
-        sb_opr_condition_set(st, "Failed", 1, "InvalidSpec", msg, gen, now);
-        sb_opr_condition_set(st, "Running", 0, "Failed", "", gen, now);
-        if (sb_opr_str_at(st, "completionTime", NULL) == NULL)
+        sb_operator_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, gen, now);
+        sb_operator_condition_set(st, "Failed", 1, "InvalidSpec", msg, gen, now);
+        sb_operator_condition_set(st, "Running", 0, "Failed", "", gen, now);
+        if (sb_operator_str_at(st, "completionTime", NULL) == NULL)
             set_str(st, "completionTime", now);
         int rc = sync_status(c, obj, st);
         if (first && rc == 0)
@@ -635,9 +635,9 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     set_num(st, "observedGeneration", (double)gen);
     if (suspend) {
         set_str(st, "phase", "Suspended");
-        sb_opr_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept", gen,
+        sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept", gen,
                              now);
-        sb_opr_condition_set(st, "Running", 0, "Suspended", "", gen, now);
+        sb_operator_condition_set(st, "Running", 0, "Suspended", "", gen, now);
         int was = strcmp(phase, "Suspended") == 0;
         int rc = sync_status(c, obj, st);
         if (!was && rc == 0)
@@ -685,7 +685,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     e->refused_gen = -1;
     e->gen = gen;
     e->status = st;
-    sb_opr_run_config rc = {.client = o->shared,
+    sb_operator_pipeline_config rc = {.client = o->shared,
                             .object = obj,
                             .grpc_host = o->cfg->grpc_host,
                             .image = o->cfg->worker_image,
@@ -707,7 +707,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     e->next = o->runs;
     o->runs = e;
     pthread_mutex_unlock(&o->mu);
-    sb_opr_run *run = sb_opr_run_start(&rc, &plan_error, &err);
+    sb_operator_pipeline *run = sb_operator_pipeline_start(&rc, &plan_error, &err);
     if (run == NULL) {
         entry_remove(o, e);
         sb_ckpt_free(&cp);
@@ -718,10 +718,10 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
         }
         set_str(st, "phase", "Failed");
         set_str(st, "message", err.msg);
-        sb_opr_condition_set(st, "InvalidSpec", 1, "InvalidSpec", err.msg, gen, now);
-        sb_opr_condition_set(st, "Failed", 1, "InvalidSpec", err.msg, gen, now);
-        sb_opr_condition_set(st, "Running", 0, "Failed", "", gen, now);
-        if (sb_opr_str_at(st, "completionTime", NULL) == NULL)
+        sb_operator_condition_set(st, "InvalidSpec", 1, "InvalidSpec", err.msg, gen, now);
+        sb_operator_condition_set(st, "Failed", 1, "InvalidSpec", err.msg, gen, now);
+        sb_operator_condition_set(st, "Running", 0, "Failed", "", gen, now);
+        if (sb_operator_str_at(st, "completionTime", NULL) == NULL)
             set_str(st, "completionTime", now);
         int wr = write_status(c, obj, st);
         post_event(o, c, ns, name, uid, "Warning", "InvalidSpec", err.msg);
@@ -734,21 +734,21 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     set_str(st, "phase", "Running");
     set_str(st, "leader", o->cfg->identity);
     cJSON_DeleteItemFromObjectCaseSensitive(st, "completionTime");
-    if (sb_opr_str_at(st, "startTime", NULL) == NULL)
+    if (sb_operator_str_at(st, "startTime", NULL) == NULL)
         set_str(st, "startTime", now);
-    sb_opr_condition_set(st, "Running", 1, "Running", "", gen, now);
-    if (sb_opr_condition_get(st, "Suspended") != NULL)
-        sb_opr_condition_set(st, "Suspended", 0, "Resumed", "", gen, now);
-    sb_opr_run_status(run, st, gen, now);
+    sb_operator_condition_set(st, "Running", 1, "Running", "", gen, now);
+    if (sb_operator_condition_get(st, "Suspended") != NULL)
+        sb_operator_condition_set(st, "Suspended", 0, "Resumed", "", gen, now);
+    sb_operator_pipeline_status(run, st, gen, now);
     char m[256];
     if (have_cp && strcmp(phase, "Running") == 0) {
         /* The split count is known only once a worker has planned the source. */
-        snprintf(m, sizeof m, "epoch %u, %zu splits already committed", sb_opr_run_epoch(run),
-                 sb_opr_run_committed_at_start(run));
+        snprintf(m, sizeof m, "epoch %u, %zu splits already committed", sb_operator_pipeline_epoch(run),
+                 sb_operator_pipeline_committed_at_start(run));
         post_event(o, c, ns, name, uid, "Normal", "TookOver", m);
     } else if (have_cp) {
-        snprintf(m, sizeof m, "epoch %u, %zu splits already committed", sb_opr_run_epoch(run),
-                 sb_opr_run_committed_at_start(run));
+        snprintf(m, sizeof m, "epoch %u, %zu splits already committed", sb_operator_pipeline_epoch(run),
+                 sb_operator_pipeline_committed_at_start(run));
         post_event(o, c, ns, name, uid, "Normal", "Resumed", m);
     } else {
         snprintf(m, sizeof m, "worker pods requested; a worker plans the source");
@@ -757,7 +757,7 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     sb_ckpt_free(&cp);
     if (write_status(c, obj, st) == 0) {
         e->written = cJSON_Duplicate(st, 1);
-        e->last_write = sb_opr_mono_ms();
+        e->last_write = sb_operator_mono_ms();
     }
     *requeue = TICK_MS;
     return RC_OK;
@@ -775,7 +775,7 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
     pthread_mutex_unlock(&o->mu);
     if (obj == NULL) { /* gone (deleted without our finalizer) */
         if (e != NULL) {
-            sb_opr_run_stop(detach_run(o, e), 1);
+            sb_operator_pipeline_stop(detach_run(o, e), 1);
             entry_remove(o, e);
             entry_free(e);
         }
@@ -785,9 +785,9 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
         cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "generation");
     int64_t gen = cJSON_IsNumber(gj) ? (int64_t)gj->valuedouble : 0;
     rresult res = RC_OK;
-    if (sb_opr_str_at(obj, "metadata", "deletionTimestamp") != NULL) {
+    if (sb_operator_str_at(obj, "metadata", "deletionTimestamp") != NULL) {
         if (e != NULL) {
-            sb_opr_run_stop(detach_run(o, e), 1);
+            sb_operator_pipeline_stop(detach_run(o, e), 1);
             entry_remove(o, e);
             entry_free(e);
         }
@@ -798,7 +798,7 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
             } else if (patch_finalizer(c, obj, 0) != 0) {
                 res = RC_ERROR;
             } else {
-                post_event(o, c, ns, name, sb_opr_str_at(obj, "metadata", "uid"), "Normal",
+                post_event(o, c, ns, name, sb_operator_str_at(obj, "metadata", "uid"), "Normal",
                            "Deleted", "worker pods deleted, finalizer removed");
             }
         }
@@ -807,7 +807,7 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
     }
     if (e != NULL && e->done) {
         const cJSON *cst = cJSON_GetObjectItemCaseSensitive(obj, "status");
-        if (sb_opr_finished_seen(e->uid, sb_opr_str_at(obj, "metadata", "uid"), phase_of(cst))) {
+        if (sb_operator_finished_seen(e->uid, sb_operator_str_at(obj, "metadata", "uid"), phase_of(cst))) {
             entry_remove(o, e);
             entry_free(e);
             e = NULL; /* on to the finished Pipeline's handling (pods, TTL) below */
@@ -855,15 +855,15 @@ static void *worker_main(void *arg)
             free(key);
             continue;
         }
-        uint64_t t0 = sb_opr_mono_ms();
+        uint64_t t0 = sb_operator_mono_ms();
         long requeue = 0;
         rresult r = reconcile(o, c, key, &requeue);
-        double secs = (double)(sb_opr_mono_ms() - t0) / 1000.0;
+        double secs = (double)(sb_operator_mono_ms() - t0) / 1000.0;
         if (r == RC_ERROR) {
-            sb_opr_metrics_reconcile(o->metrics, "error", secs);
+            sb_operator_metrics_reconcile(o->metrics, "error", secs);
             sb_k8s_queue_add_rate_limited(o->q, key);
         } else {
-            sb_opr_metrics_reconcile(o->metrics, requeue > 0 ? "requeue" : "success", secs);
+            sb_operator_metrics_reconcile(o->metrics, requeue > 0 ? "requeue" : "success", secs);
             sb_k8s_queue_forget(o->q, key);
             if (requeue > 0)
                 sb_k8s_queue_add_after(o->q, key, requeue);
@@ -906,7 +906,7 @@ static void on_stopped(void *ud)
     atomic_store(&o->lost, 1);
 }
 
-static void gauges(void *ud, sb_opr_gauges *g)
+static void gauges(void *ud, sb_operator_gauges *g)
 {
     op *o = ud;
     g->queue_depth = sb_k8s_queue_len(o->q);
@@ -920,7 +920,7 @@ static void gauges(void *ud, sb_opr_gauges *g)
             const char *ph = phase_of(cJSON_GetObjectItemCaseSensitive(x, "status"));
             size_t k = SB_OPR_NPHASES - 1;
             for (size_t j = 0; j < SB_OPR_NPHASES - 1; j++)
-                if (strcmp(ph, sb_opr_phase_names[j]) == 0)
+                if (strcmp(ph, sb_operator_phase_names[j]) == 0)
                     k = j;
             g->pipelines[k]++;
         }
@@ -936,7 +936,7 @@ static void pipeline_metrics(void *ud, sb_cmetrics *cm)
     pthread_mutex_lock(&o->mu);
     for (entry *e = o->runs; e != NULL; e = e->next)
         if (e->run != NULL)
-            sb_opr_run_metrics(e->run, cm, e->ns, e->name);
+            sb_operator_pipeline_metrics(e->run, cm, e->ns, e->name);
     pthread_mutex_unlock(&o->mu);
 }
 
@@ -989,9 +989,9 @@ int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
     if (o.k8s == NULL)
         goto out;
     o.shared = sb_k8s_client_new(o.k8s, err);
-    o.metrics = sb_opr_metrics_new();
+    o.metrics = sb_operator_metrics_new();
     if (o.metrics != NULL)
-        sb_opr_metrics_on_pipelines(o.metrics, pipeline_metrics, &o);
+        sb_operator_metrics_on_pipelines(o.metrics, pipeline_metrics, &o);
     sb_k8s_queue_opts qo = {.base_delay_s = 0.05, .max_delay_s = 60};
     o.q = sb_k8s_queue_new(&qo, err);
     if (o.shared == NULL || o.metrics == NULL || o.q == NULL)
@@ -1002,16 +1002,16 @@ int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
     }
     o.evthread_started = 1;
     if (cfg->metrics_host != NULL) {
-        sb_opr_http_config hc = {.host = cfg->metrics_host,
+        sb_operator_http_config hc = {.host = cfg->metrics_host,
                                  .port = cfg->metrics_port,
                                  .metrics = o.metrics,
                                  .gauges = gauges,
                                  .ud = &o};
-        o.http = sb_opr_http_start(&hc, err);
+        o.http = sb_operator_http_start(&hc, err);
         if (o.http == NULL)
             goto out;
         char port[16];
-        snprintf(port, sizeof port, "%d", sb_opr_http_port(o.http));
+        snprintf(port, sizeof port, "%d", sb_operator_http_port(o.http));
         sb_log(SB_LOG_INFO, "metrics and health endpoints", "host", cfg->metrics_host, "port", port,
                NULL);
     }
@@ -1072,11 +1072,11 @@ out:
             char now[32];
             now_str(now, sizeof now);
             cJSON *obj = sb_k8s_informer_get(o.pipes[ns_index(&o, e->ns)], e->key);
-            if (obj != NULL && sb_opr_run_status(e->run, e->status, e->gen, now) == 0)
+            if (obj != NULL && sb_operator_pipeline_status(e->run, e->status, e->gen, now) == 0)
                 write_status(o.shared, obj, e->status);
             cJSON_Delete(obj);
         }
-        sb_opr_run_stop(e->run, 0);
+        sb_operator_pipeline_stop(e->run, 0);
         entry_free(e);
     }
     for (size_t i = 0; i < o.nns; i++)
@@ -1089,9 +1089,9 @@ out:
         pthread_join(o.evthread, NULL);
     }
     sb_leader_stop(o.leader, rc == 0);
-    sb_opr_http_stop(o.http);
+    sb_operator_http_stop(o.http);
     sb_k8s_queue_free(o.q);
-    sb_opr_metrics_free(o.metrics);
+    sb_operator_metrics_free(o.metrics);
     sb_k8s_client_free(o.shared);
     sb_k8s_config_free(o.k8s);
     pthread_cond_destroy(&o.evcv);

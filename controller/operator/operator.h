@@ -53,7 +53,7 @@ typedef struct sb_operator_config {
     const char *tls_secret, *tls_server_name;
     /* Cost-aware placement (operator_plan.h): the controller's prices (Helm `pricing`, under a
      * Pipeline's spec.execution.pricing), the re-plan threshold and interval. */
-    sb_opr_plan_config plan;
+    sb_operator_plan_config plan;
     volatile sig_atomic_t *stop; /* set by a signal handler: orderly stop */
 } sb_operator_config;
 

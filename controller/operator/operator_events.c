@@ -9,7 +9,7 @@
 #include "controller/operator/operator_status.h"
 #include "core/log.h"
 
-cJSON *sb_opr_event_build(const sb_opr_event_ref *ref, const char *type, const char *reason,
+cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *type, const char *reason,
                           const char *message, const char *host, uint64_t now_ns)
 {
     cJSON *e = cJSON_CreateObject();
@@ -18,7 +18,7 @@ cJSON *sb_opr_event_build(const sb_opr_event_ref *ref, const char *type, const c
     char name[320], ts[32], micro[48];
     snprintf(name, sizeof name, "%.240s.%" PRIx64, ref->name, now_ns);
     time_t t = (time_t)(now_ns / 1000000000ULL);
-    sb_opr_time_format(t, ts, sizeof ts);
+    sb_operator_time_format(t, ts, sizeof ts);
     /* eventTime is a MicroTime: seconds with six fractional digits */
     snprintf(micro, sizeof micro, "%.19s.%06uZ", ts, (unsigned)(now_ns / 1000 % 1000000));
     cJSON_AddStringToObject(e, "apiVersion", "v1");
@@ -53,13 +53,13 @@ cJSON *sb_opr_event_build(const sb_opr_event_ref *ref, const char *type, const c
     return e;
 }
 
-int sb_opr_event_post(sb_k8s_client *c, const sb_opr_event_ref *ref, const char *type,
+int sb_operator_event_post(sb_k8s_client *c, const sb_operator_event_ref *ref, const char *type,
                       const char *reason, const char *message, const char *host, sb_err *err)
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     uint64_t ns = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
-    cJSON *e = sb_opr_event_build(ref, type, reason, message, host, ns);
+    cJSON *e = sb_operator_event_build(ref, type, reason, message, host, ns);
     if (e == NULL)
         return sb_err_set(err, "out of memory");
     char path[512];
@@ -81,14 +81,14 @@ int sb_opr_event_post(sb_k8s_client *c, const sb_opr_event_ref *ref, const char 
     return 0;
 }
 
-void sb_opr_event_errored_message(const char *stage, const char *input, const char *error,
+void sb_operator_event_errored_message(const char *stage, const char *input, const char *error,
                                   char *buf, size_t len)
 {
     snprintf(buf, len, "stage %s: %.300s: %.600s; its records are not in the output",
              stage ? stage : "?", input ? input : "?", error ? error : "(no message)");
 }
 
-void sb_opr_event_drained_message(const char *pod, const char *pool, const char *stage,
+void sb_operator_event_drained_message(const char *pod, const char *pool, const char *stage,
                                   double speed, double median, char *buf, size_t len)
 {
     snprintf(buf, len,

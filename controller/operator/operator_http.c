@@ -6,7 +6,7 @@
 
 #include "metrics/serve.h"
 
-const char *const sb_opr_phase_names[SB_OPR_NPHASES] = {"Pending", "Running",   "Succeeded",
+const char *const sb_operator_phase_names[SB_OPR_NPHASES] = {"Pending", "Running",   "Succeeded",
                                                         "Failed",  "Suspended", ""};
 
 static const double k_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -15,18 +15,18 @@ static const char *const k_results[] = {"success", "error", "requeue"};
 #define NRESULTS 3
 
 /* The registry (lib/metrics) with the operator's families; the pipeline families
- * (controller/metrics/pipeline.h) are filled at each render, by the leader only. */
-struct sb_opr_metrics {
+ * (controller/ctl/cmetrics.h) are filled at each render, by the leader only. */
+struct sb_operator_metrics {
     sb_metrics *reg;
     sb_metric *depth, *adds, *reconciles, *reconcile_time, *pipelines, *leader;
     sb_cmetrics *pipes;
-    sb_opr_pipelines_fn fn;
+    sb_operator_pipelines_fn fn;
     void *ud;
 };
 
-sb_opr_metrics *sb_opr_metrics_new(void)
+sb_operator_metrics *sb_operator_metrics_new(void)
 {
-    sb_opr_metrics *m = calloc(1, sizeof *m);
+    sb_operator_metrics *m = calloc(1, sizeof *m);
     if (m == NULL)
         return NULL;
     m->reg = sb_metrics_new();
@@ -56,7 +56,7 @@ sb_opr_metrics *sb_opr_metrics_new(void)
                                     NULL, NULL, 0, &e)) == NULL ||
         (m->pipes = sb_cmetrics_new(m->reg, 0, &e)) == NULL ||
         sb_metrics_add_process(m->reg, &e) != 0) {
-        sb_opr_metrics_free(m);
+        sb_operator_metrics_free(m);
         return NULL;
     }
     static const char *const pl[] = {"pipeline"};
@@ -68,7 +68,7 @@ sb_opr_metrics *sb_opr_metrics_new(void)
     return m;
 }
 
-void sb_opr_metrics_free(sb_opr_metrics *m)
+void sb_operator_metrics_free(sb_operator_metrics *m)
 {
     if (m == NULL)
         return;
@@ -77,19 +77,19 @@ void sb_opr_metrics_free(sb_opr_metrics *m)
     free(m);
 }
 
-void sb_opr_metrics_on_pipelines(sb_opr_metrics *m, sb_opr_pipelines_fn fn, void *ud)
+void sb_operator_metrics_on_pipelines(sb_operator_metrics *m, sb_operator_pipelines_fn fn, void *ud)
 {
     m->fn = fn;
     m->ud = ud;
 }
 
-void sb_opr_metrics_queue_add(sb_opr_metrics *m)
+void sb_operator_metrics_queue_add(sb_operator_metrics *m)
 {
     if (m != NULL)
         sb_metric_inc(m->adds, (const char *const[]){"pipeline"}, 1);
 }
 
-void sb_opr_metrics_reconcile(sb_opr_metrics *m, const char *result, double seconds)
+void sb_operator_metrics_reconcile(sb_operator_metrics *m, const char *result, double seconds)
 {
     if (m == NULL)
         return;
@@ -99,11 +99,11 @@ void sb_opr_metrics_reconcile(sb_opr_metrics *m, const char *result, double seco
     sb_metric_observe(m->reconcile_time, (const char *const[]){"pipeline"}, seconds);
 }
 
-static void apply(sb_opr_metrics *m, const sb_opr_gauges *g)
+static void apply(sb_operator_metrics *m, const sb_operator_gauges *g)
 {
     sb_metric_set(m->depth, (const char *const[]){"pipeline"}, (double)g->queue_depth);
     for (size_t i = 0; i < SB_OPR_NPHASES; i++)
-        sb_metric_set(m->pipelines, (const char *const[]){sb_opr_phase_names[i]},
+        sb_metric_set(m->pipelines, (const char *const[]){sb_operator_phase_names[i]},
                       (double)g->pipelines[i]);
     sb_metric_set(m->leader, NULL, g->leader ? 1 : 0);
     sb_cmetrics_clear(m->pipes);
@@ -111,7 +111,7 @@ static void apply(sb_opr_metrics *m, const sb_opr_gauges *g)
         m->fn(m->ud, m->pipes);
 }
 
-char *sb_opr_metrics_render(sb_opr_metrics *m, const sb_opr_gauges *g)
+char *sb_operator_metrics_render(sb_operator_metrics *m, const sb_operator_gauges *g)
 {
     apply(m, g);
     return sb_metrics_render(m->reg);
@@ -119,12 +119,12 @@ char *sb_opr_metrics_render(sb_opr_metrics *m, const sb_opr_gauges *g)
 
 /* ---- HTTP (lib/metrics/serve.h) ---- */
 
-struct sb_opr_http {
+struct sb_operator_http {
     sb_metrics_server *srv;
-    sb_opr_http_config cfg;
+    sb_operator_http_config cfg;
 };
 
-static void gauges_of(const sb_opr_http *h, sb_opr_gauges *g)
+static void gauges_of(const sb_operator_http *h, sb_operator_gauges *g)
 {
     memset(g, 0, sizeof *g);
     if (h->cfg.gauges != NULL)
@@ -135,22 +135,22 @@ static void gauges_of(const sb_opr_http *h, sb_opr_gauges *g)
 static void collect(void *ud, sb_metrics *reg)
 {
     (void)reg;
-    sb_opr_http *h = ud;
-    sb_opr_gauges g;
+    sb_operator_http *h = ud;
+    sb_operator_gauges g;
     gauges_of(h, &g);
     apply(h->cfg.metrics, &g);
 }
 
 static int ready(void *ud)
 {
-    sb_opr_gauges g;
+    sb_operator_gauges g;
     gauges_of(ud, &g);
     return g.ready;
 }
 
-sb_opr_http *sb_opr_http_start(const sb_opr_http_config *cfg, sb_err *err)
+sb_operator_http *sb_operator_http_start(const sb_operator_http_config *cfg, sb_err *err)
 {
-    sb_opr_http *h = calloc(1, sizeof *h);
+    sb_operator_http *h = calloc(1, sizeof *h);
     if (h == NULL) {
         sb_err_set(err, "out of memory");
         return NULL;
@@ -173,12 +173,12 @@ sb_opr_http *sb_opr_http_start(const sb_opr_http_config *cfg, sb_err *err)
     return h;
 }
 
-int sb_opr_http_port(const sb_opr_http *h)
+int sb_operator_http_port(const sb_operator_http *h)
 {
     return sb_metrics_serve_port(h->srv);
 }
 
-void sb_opr_http_stop(sb_opr_http *h)
+void sb_operator_http_stop(sb_operator_http *h)
 {
     if (h == NULL)
         return;

@@ -6,7 +6,7 @@
 
 #include "controller/operator/operator_status.h"
 
-int sb_opr_plan_wanted(const sb_pipeline *p)
+int sb_operator_plan_wanted(const sb_pipeline *p)
 {
     const sb_target_spec *t = &p->spec.execution.target;
     if (t->rows_per_second_set || t->deadline_set)
@@ -27,14 +27,14 @@ static long stage_index(const sb_pipeline *p, const char *name, size_t len)
     return -1;
 }
 
-int sb_opr_plan_measure(const sb_pipeline *p, const uint32_t *slots, const sb_opr_plan_op *base,
-                        const sb_opr_plan_op *cur, size_t nops, uint64_t min_tasks, double *rates)
+int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots, const sb_operator_plan_op *base,
+                        const sb_operator_plan_op *cur, size_t nops, uint64_t min_tasks, double *rates)
 {
     if (nops == 0 || nops > SB_PLAN_MAX_STAGES || p->spec.nstages > SB_PLAN_MAX_STAGES)
         return 0;
     double in[SB_PLAN_MAX_STAGES], out[SB_PLAN_MAX_STAGES], secs[SB_PLAN_MAX_STAGES];
     for (size_t j = 0; j < nops; j++) {
-        const sb_opr_plan_op *b = base != NULL ? &base[j] : NULL;
+        const sb_operator_plan_op *b = base != NULL ? &base[j] : NULL;
         if (b != NULL && (cur[j].tasks < b->tasks || cur[j].rows_in < b->rows_in ||
                           cur[j].rows_out < b->rows_out || cur[j].task_seconds < b->task_seconds))
             return 0; /* figures that went back (another run's): no window */
@@ -76,7 +76,7 @@ int sb_opr_plan_measure(const sb_pipeline *p, const uint32_t *slots, const sb_op
     return 1;
 }
 
-int sb_opr_plan_drifted(const double *planned, const double *measured, size_t n, double threshold,
+int sb_operator_plan_drifted(const double *planned, const double *measured, size_t n, double threshold,
                         uint64_t now_ms, uint64_t planned_ms, uint64_t interval_ms, size_t *stage,
                         double *drift)
 {
@@ -100,7 +100,7 @@ int sb_opr_plan_drifted(const double *planned, const double *measured, size_t n,
     return fabs(worst) > threshold;
 }
 
-cJSON *sb_opr_plan_status_json(const sb_opr_plan_view *v)
+cJSON *sb_operator_plan_status_json(const sb_operator_plan_view *v)
 {
     const sb_plan_input *in = v->in;
     const sb_plan_result *r = v->out;
@@ -174,7 +174,7 @@ cJSON *sb_opr_plan_status_json(const sb_opr_plan_view *v)
 
 /* The object with spec.stages[i].placement listing shapes[i] first for every stage with a
  * choice (a new tree), or NULL when that is the order already or out of memory. */
-cJSON *sb_opr_plan_reorder(const cJSON *object, const sb_pipeline *p, const sb_plan_result *out)
+cJSON *sb_operator_plan_reorder(const cJSON *object, const sb_pipeline *p, const sb_plan_result *out)
 {
     int change = 0;
     for (size_t i = 0; i < p->spec.nstages; i++)
@@ -207,7 +207,7 @@ static const char *money(double v, char *buf, size_t len)
     return buf;
 }
 
-void sb_opr_plan_event_message(const sb_opr_plan_view *v, const char *drift_stage, double drift,
+void sb_operator_plan_event_message(const sb_operator_plan_view *v, const char *drift_stage, double drift,
                                char *buf, size_t len)
 {
     const sb_plan_result *r = v->out;
@@ -234,7 +234,7 @@ void sb_opr_plan_event_message(const sb_opr_plan_view *v, const char *drift_stag
         PUT("%s%s=%s:%lld", i ? " " : "", v->in->stages[i].name, sb_shape_names[r->stages[i].shape],
             (long long)r->stages[i].workers);
     char rate[32], a[32], b[32];
-    sb_opr_rate_format(r->rows_per_second, rate, sizeof rate);
+    sb_operator_rate_format(r->rows_per_second, rate, sizeof rate);
     PUT("; %s for %s per hour (%s per million rows), rates %s", rate,
         money(r->cost_per_hour, a, sizeof a), money(r->cost_per_million_rows, b, sizeof b),
         v->rates_from ? v->rates_from : "");

@@ -13,7 +13,7 @@
  * The plan is re-made when a stage's measured rate differs from the rate the current plan used
  * by more than the threshold (relative), and no sooner than the interval after the last plan.
  *
- * Memory: plain structs; sb_opr_plan_status_json returns a new cJSON the caller frees.
+ * Memory: plain structs; sb_operator_plan_status_json returns a new cJSON the caller frees.
  */
 #ifndef SB_CTL_OPERATOR_PLAN_H
 #define SB_CTL_OPERATOR_PLAN_H
@@ -32,36 +32,36 @@
 #define SB_OPR_PLAN_MIN_TASKS 2         /* completed tasks per op in a measuring window */
 
 /* The controller's planner settings (borrowed by the runs). */
-typedef struct sb_opr_plan_config {
+typedef struct sb_operator_plan_config {
     const sb_price_defaults *prices; /* Helm `pricing` (NULL: the built-in table) */
     double replan_threshold;         /* relative drift that re-plans; 0: the default */
     uint64_t replan_interval_ms;     /* at least this long between two plans; 0: the default */
-} sb_opr_plan_config;
+} sb_operator_plan_config;
 
 /* 1 when the operator plans this pipeline (a stage with a placement choice, or a target). */
-int sb_opr_plan_wanted(const sb_pipeline *p);
+int sb_operator_plan_wanted(const sb_pipeline *p);
 
 /* Per op figures of the scheduler (sb_sched_op_stats), cumulative since the run started. */
-typedef struct sb_opr_plan_op {
+typedef struct sb_operator_plan_op {
     const char *name; /* stage names joined with '+' */
     uint64_t rows_in, rows_out, tasks;
     double task_seconds;
-} sb_opr_plan_op;
+} sb_operator_plan_op;
 
 /* Measured rates of the window between base (the figures when the window opened; NULL: the
  * start) and cur: rates[i] for stage i of p (rows/s out of the pipeline per pod of its pool,
  * slots[i] tasks per pod; an op's task time counts as at least 1 us). Returns 1 when every op
  * completed at least min_tasks tasks with rows in the window and the pipeline put rows out, else
  * 0 (rates untouched). */
-int sb_opr_plan_measure(const sb_pipeline *p, const uint32_t *slots, const sb_opr_plan_op *base,
-                        const sb_opr_plan_op *cur, size_t nops, uint64_t min_tasks, double *rates);
+int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots, const sb_operator_plan_op *base,
+                        const sb_operator_plan_op *cur, size_t nops, uint64_t min_tasks, double *rates);
 
 /* The drift rule. planned[i] / measured[i]: the rate of stage i the plan used and the one now
  * measured (a stage where either is <= 0 is not compared). Returns 1 when the last plan was at
  * least interval_ms ago (now_ms - planned_ms) and some stage's |measured / planned - 1| exceeds
  * threshold; *stage and *drift (may be NULL) receive the stage that drifted most and its
  * relative drift (signed: negative = slower than planned), also when 0 is returned. */
-int sb_opr_plan_drifted(const double *planned, const double *measured, size_t n, double threshold,
+int sb_operator_plan_drifted(const double *planned, const double *measured, size_t n, double threshold,
                         uint64_t now_ms, uint64_t planned_ms, uint64_t interval_ms, size_t *stage,
                         double *drift);
 
@@ -69,10 +69,10 @@ int sb_opr_plan_drifted(const double *planned, const double *measured, size_t n,
  * for every stage of p with a choice (decoded again, each such stage runs on the plan's shape
  * with its shapeArgs: this is the manifest the workers get), or NULL when every stage runs on
  * its planned shape already (or out of memory). */
-cJSON *sb_opr_plan_reorder(const cJSON *object, const sb_pipeline *p, const sb_plan_result *out);
+cJSON *sb_operator_plan_reorder(const cJSON *object, const sb_pipeline *p, const sb_plan_result *out);
 
 /* What a plan was made from, for the status and the events. */
-typedef struct sb_opr_plan_view {
+typedef struct sb_operator_plan_view {
     const sb_plan_input *in;          /* stages (names, rates), prices, target */
     const sb_plan_result *out;        /* the plan applied */
     const char *gpu_type;             /* priced GPU type */
@@ -85,19 +85,19 @@ typedef struct sb_opr_plan_view {
     const char *moved;                /* the latest plan's moves ("infer cpu->gpu"), or NULL */
     const char *cause;                /* why it was planned, when not a drift (capacity), or NULL */
     const sb_plan_capacity *capacity; /* what the plans fit (< 0: unlimited; NULL: all) */
-} sb_opr_plan_view;
+} sb_operator_plan_view;
 
 /* status.plan: {plannedAt, rates, replans, moves, [moved], [cause], [capacity: {cpuCores,
  * memoryGiB, gpus}: the capped ones], feasible, [why], stages: [{name,
  * shape, workers, rowsPerSecondPerWorker, rowsPerSecond, costPerHour}], rowsPerSecond, costPerHour,
  * costPerMillionRows, target: {rowsPerSecond, maxCostPerHour}, prices: {cpuCoreHour,
  * memoryGiBHour, gpuHour, gpuType}, poolsSized, [note]}. NULL when out of memory. */
-cJSON *sb_opr_plan_status_json(const sb_opr_plan_view *v);
+cJSON *sb_operator_plan_status_json(const sb_operator_plan_view *v);
 
 /* The message of a Planned / Replanned event: "stage=shape:workers ...; 1.2k rows/s for 0.345
  * per hour (0.0789 per million rows), rates declared" (+ the drift that caused a re-plan when
  * drift_stage is not NULL, or the view's cause before it), or "no plan: <why>". */
-void sb_opr_plan_event_message(const sb_opr_plan_view *v, const char *drift_stage, double drift,
+void sb_operator_plan_event_message(const sb_operator_plan_view *v, const char *drift_stage, double drift,
                                char *buf, size_t len);
 
 #endif

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "controller/sched/autoscale.h"
-#include "controller/engine/ctl.h"
+#include "controller/ctl/ctl.h"
 #include "controller/operator/kube.h"
 #include "controller/operator/operator_events.h"
 #include "controller/sched/ranges.h"
@@ -30,7 +30,7 @@ typedef struct run_pool {
 
 /* Cost-aware placement of a run (operator_plan.h). */
 typedef struct run_plan {
-    sb_opr_plan_config cfg;
+    sb_operator_plan_config cfg;
     sb_plan_prices prices;
     const char *gpu_type;
     sb_plan_stage_in declared[SB_PLAN_MAX_STAGES]; /* declared rates (0: none) */
@@ -65,7 +65,7 @@ typedef struct run_plan {
     char cause[400]; /* why the latest plan was made, when not a drift (the event says it) */
 } run_plan;
 
-struct sb_opr_run {
+struct sb_operator_pipeline {
     sb_k8s_client *client;
     char key[300];
     char *json;  /* manifest handed to workers */
@@ -96,7 +96,7 @@ struct sb_opr_run {
     int ckpt_capped;   /* a CheckpointLimited event was posted */
 };
 
-int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len)
+int sb_operator_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len)
 {
     memset(p, 0, sizeof *p);
     if (len > 0)
@@ -112,7 +112,7 @@ int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, s
     cJSON *md = cJSON_AddObjectToObject(m, "metadata");
     const char *keys[] = {"name", "namespace", "uid"};
     for (size_t i = 0; i < 3; i++) {
-        const char *v = sb_opr_str_at(object, "metadata", keys[i]);
+        const char *v = sb_operator_str_at(object, "metadata", keys[i]);
         if (v != NULL)
             cJSON_AddStringToObject(md, keys[i], v);
     }
@@ -160,25 +160,25 @@ int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, s
 
 static void on_exit_cb(void *ud, const char *worker_id, const char *why)
 {
-    sb_opr_run *r = ud;
+    sb_operator_pipeline *r = ud;
     if (r->ctl != NULL)
         sb_ctl_worker_exited(r->ctl, worker_id, why);
 }
 
 static void on_event_cb(void *ud, const char *type, const char *reason, const char *message)
 {
-    sb_opr_run *r = ud;
+    sb_operator_pipeline *r = ud;
     if (r->on_event != NULL)
         r->on_event(r->ud, type, reason, message);
 }
 
 static int can_remove_cb(void *ud, const char *worker_id)
 {
-    sb_opr_run *r = ud;
+    sb_operator_pipeline *r = ud;
     return r->ctl != NULL && sb_ctl_worker_removable(r->ctl, worker_id);
 }
 
-static void run_free(sb_opr_run *r)
+static void run_free(sb_operator_pipeline *r)
 {
     if (r->kube != NULL)
         sb_kube_free(r->kube);
@@ -199,9 +199,9 @@ static sb_shape stage_shape(const sb_stage_spec *st)
     return strcmp(sb_stage_pool(st), "gpu") == 0 ? SB_SHAPE_GPU : SB_SHAPE_CPU;
 }
 
-static sb_opr_plan_view plan_view(const run_plan *pl)
+static sb_operator_plan_view plan_view(const run_plan *pl)
 {
-    return (sb_opr_plan_view){.in = &pl->in,
+    return (sb_operator_plan_view){.in = &pl->in,
                               .out = &pl->out,
                               .gpu_type = pl->gpu_type,
                               .rates_from = pl->rates_from,
@@ -217,7 +217,7 @@ static sb_opr_plan_view plan_view(const run_plan *pl)
 
 /* The planner's input from the run's pipeline with the declared rates; target from the spec
  * (a deadline only with remaining_rows > 0). */
-static void plan_input(sb_opr_run *r, double remaining_rows, double remaining_s)
+static void plan_input(sb_operator_pipeline *r, double remaining_rows, double remaining_s)
 {
     run_plan *pl = r->plan;
     const sb_pipeline_spec *sp = &r->p.spec;
@@ -240,7 +240,7 @@ static void plan_input(sb_opr_run *r, double remaining_rows, double remaining_s)
 }
 
 /* Pool max pods from the plan when a target is set (else the spec's bounds stay). */
-static void plan_size_pools(sb_opr_run *r)
+static void plan_size_pools(sb_operator_pipeline *r)
 {
     run_plan *pl = r->plan;
     const sb_target_spec *t = &r->p.spec.execution.target;
@@ -254,12 +254,12 @@ static void plan_size_pools(sb_opr_run *r)
     }
 }
 
-static void plan_event(sb_opr_run *r, const char *drift_stage, double drift)
+static void plan_event(sb_operator_pipeline *r, const char *drift_stage, double drift)
 {
     run_plan *pl = r->plan;
     char m[1024];
-    sb_opr_plan_view v = plan_view(pl);
-    sb_opr_plan_event_message(&v, drift_stage, drift, m, sizeof m);
+    sb_operator_plan_view v = plan_view(pl);
+    sb_operator_plan_event_message(&v, drift_stage, drift, m, sizeof m);
     if (r->on_event != NULL)
         r->on_event(r->ud, pl->out.feasible ? "Normal" : "Warning",
                     pl->replans > 0 ? "Replanned" : "Planned", m);
@@ -273,7 +273,7 @@ static void plan_stamp(run_plan *pl, uint64_t t)
         pl->replans++;
     pl->have = 1;
     pl->planned_ms = t;
-    sb_opr_time_format(time(NULL), pl->planned_at, sizeof pl->planned_at);
+    sb_operator_time_format(time(NULL), pl->planned_at, sizeof pl->planned_at);
 }
 
 /* The shapes the stages run on as the manifest places them. */
@@ -293,7 +293,7 @@ static double shape_slots(const sb_pipeline *p, int shape)
 
 /* The declared rates (per task slot, as `streambatch plan` gives them) per worker pod. Returns
  * the number of stages with an allowed shape without one. */
-static int declared_per_pod(sb_opr_run *r)
+static int declared_per_pod(sb_operator_pipeline *r)
 {
     run_plan *pl = r->plan;
     sb_plan_stages_from_spec(&r->p, pl->declared);
@@ -307,9 +307,9 @@ static int declared_per_pod(sb_opr_run *r)
 /* At start: prices, declared rates, and a plan from them when every allowed shape has one (the
  * placement it chooses is written into the manifest: r->p and r->json are decoded again).
  * Returns 0, or -1 when out of memory or the reordered manifest does not decode. */
-static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
+static int plan_start(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg, sb_err *err)
 {
-    if (cfg->plan == NULL || !sb_opr_plan_wanted(&r->p) || r->p.spec.nstages > SB_PLAN_MAX_STAGES)
+    if (cfg->plan == NULL || !sb_operator_plan_wanted(&r->p) || r->p.spec.nstages > SB_PLAN_MAX_STAGES)
         return 0;
     run_plan *pl = calloc(1, sizeof *pl);
     if (pl == NULL)
@@ -343,12 +343,12 @@ static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
         free(pl);
         return 0;
     }
-    cJSON *moved = best.feasible ? sb_opr_plan_reorder(cfg->object, &r->p, &best) : NULL;
+    cJSON *moved = best.feasible ? sb_operator_plan_reorder(cfg->object, &r->p, &best) : NULL;
     if (moved != NULL) {
         /* the manifest workers get runs each stage on the plan's shape (its shapeArgs) */
         sb_pipeline np;
         char *json = NULL, msg[512];
-        int bad = sb_opr_decode(moved, &np, &json, msg, sizeof msg);
+        int bad = sb_operator_decode(moved, &np, &json, msg, sizeof msg);
         cJSON_Delete(moved);
         if (bad != 0)
             return sb_err_set(err, "the planned placement: %s", bad > 0 ? msg : "out of memory");
@@ -371,7 +371,7 @@ static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
     pl->rates_from = "declared";
     for (size_t i = 0; i < r->p.spec.nstages; i++)
         pl->used[i] = pl->st[i].shapes[pl->running[i]].rate;
-    plan_stamp(pl, sb_opr_mono_ms());
+    plan_stamp(pl, sb_operator_mono_ms());
     plan_event(r, NULL, 0);
     return 0;
 }
@@ -379,7 +379,7 @@ static int plan_start(sb_opr_run *r, const sb_opr_run_config *cfg, sb_err *err)
 /* Moves stage i to shape `to` while the run goes on (sb_ctl_stage_move) and adds it to the
  * plan's moves ("b cpu->gpu" + what, may be ""); *mo: the length of pl->moved so far.
  * Returns 1 moved, 0 when the scheduler refused (logged). */
-static int stage_move(sb_opr_run *r, size_t i, sb_shape to, const char *what, size_t *mo)
+static int stage_move(sb_operator_pipeline *r, size_t i, sb_shape to, const char *what, size_t *mo)
 {
     run_plan *pl = r->plan;
     sb_err me = {0};
@@ -407,7 +407,7 @@ static int stage_move(sb_opr_run *r, size_t i, sb_shape to, const char *what, si
  * again. A stage with an allowed shape that has no rate at all is then moved there to be measured
  * (profiling is part of the run): the plan is made again as soon as that shape's tasks measured it
  * (plan_tick). */
-static void plan_measured(sb_opr_run *r, const double *m, int fresh, const sb_ctl_snapshot *s,
+static void plan_measured(sb_operator_pipeline *r, const double *m, int fresh, const sb_ctl_snapshot *s,
                           uint64_t t)
 {
     run_plan *pl = r->plan;
@@ -479,14 +479,14 @@ static void plan_measured(sb_opr_run *r, const double *m, int fresh, const sb_ct
             pl->used[i] = 0;
         }
     if (mo > 0) /* a moved stage takes its workers.min to its new pool */
-        sb_opr_run_set_bounds(r, &r->p);
+        sb_operator_pipeline_set_bounds(r, &r->p);
 }
 
 /* A shape being measured (plan_measured) that got no measurement within the re-plan interval
  * (its pods cannot be scheduled, or too few tasks were left): the stage goes back and that
  * shape is left out of its plans for the run, with a Warning event. Returns 1 when a stage went
  * back. */
-static int probe_expired(sb_opr_run *r, uint64_t t)
+static int probe_expired(sb_operator_pipeline *r, uint64_t t)
 {
     run_plan *pl = r->plan;
     uint64_t limit = pl->cfg.replan_interval_ms;
@@ -512,7 +512,7 @@ static int probe_expired(sb_opr_run *r, uint64_t t)
             r->on_event(r->ud, "Warning", "NotMeasured", m);
     }
     if (back)
-        sb_opr_run_set_bounds(r, &r->p);
+        sb_operator_pipeline_set_bounds(r, &r->p);
     return back;
 }
 
@@ -521,7 +521,7 @@ static int probe_expired(sb_opr_run *r, uint64_t t)
  * memory", "Insufficient nvidia.com/gpu"; for another reason: GPUs for a gpu pool, CPU for a cpu
  * pool) is capped at what the run's running pods hold, and stays capped (raised when the run
  * holds more). Returns 1 when a cap was set or raised now; *why names the pool and the reason. */
-static int plan_capacity(sb_opr_run *r, char *why, size_t len)
+static int plan_capacity(sb_operator_pipeline *r, char *why, size_t len)
 {
     run_plan *pl = r->plan;
     double held[3] = {0, 0, 0};
@@ -588,12 +588,12 @@ static int plan_exceeds(const run_plan *pl)
  * in now (a stage moved to another shape is measured there from its own tasks), from the
  * snapshot, or from the window's base when base is not NULL. */
 static void plan_figures(const sb_ctl_snapshot *s, const sb_sched_pool_figures (*base)[2],
-                         sb_opr_plan_op *out)
+                         sb_operator_plan_op *out)
 {
     for (size_t j = 0; j < s->nops; j++) {
         int g = strcmp(s->ops[j].pool, "gpu") == 0;
         const sb_sched_pool_figures *x = base != NULL ? &base[j][g] : &s->ops[j].by_pool[g];
-        out[j] = (sb_opr_plan_op){.name = s->ops[j].name,
+        out[j] = (sb_operator_plan_op){.name = s->ops[j].name,
                                   .rows_in = x->rows_in,
                                   .rows_out = x->rows_out,
                                   .tasks = x->timed_tasks,
@@ -611,7 +611,7 @@ static void plan_window(run_plan *pl, const sb_ctl_snapshot *s)
 
 /* Every few seconds while running: measure, plan when there is no plan yet, re-plan on drift
  * (operator_plan.h) or once a shape being measured was (plan_measured), size the pools. */
-static void plan_tick(sb_opr_run *r, uint64_t t)
+static void plan_tick(sb_operator_pipeline *r, uint64_t t)
 {
     run_plan *pl = r->plan;
     if (pl == NULL || t - pl->checked_ms < 2000)
@@ -652,7 +652,7 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
     sb_ctl_snapshot_get(r->ctl, &s);
     if (s.planning || s.nops == 0 || s.nops > PLAN_OPS)
         return;
-    sb_opr_plan_op cur[PLAN_OPS], base[PLAN_OPS];
+    sb_operator_plan_op cur[PLAN_OPS], base[PLAN_OPS];
     plan_figures(&s, NULL, cur);
     uint32_t slots[SB_PLAN_MAX_STAGES];
     for (size_t i = 0; i < sp->nstages; i++) {
@@ -662,19 +662,19 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
                 r->pools[k].spec.slots > 0)
                 slots[i] = r->pools[k].spec.slots;
     }
-    const sb_opr_plan_op *bp = NULL; /* NULL: the window opened at the start */
+    const sb_operator_plan_op *bp = NULL; /* NULL: the window opened at the start */
     if (pl->nbase == s.nops) {
         plan_figures(&s, (const sb_sched_pool_figures(*)[2])pl->base, base);
         bp = base;
     }
     double m[SB_PLAN_MAX_STAGES];
-    if (!sb_opr_plan_measure(&r->p, slots, bp, cur, s.nops, SB_OPR_PLAN_MIN_TASKS, m))
+    if (!sb_operator_plan_measure(&r->p, slots, bp, cur, s.nops, SB_OPR_PLAN_MIN_TASKS, m))
         return;
     size_t ds = 0;
     double drift = 0;
     int first = !pl->have;
     if (!first && !probing &&
-        !sb_opr_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t, pl->planned_ms,
+        !sb_operator_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t, pl->planned_ms,
                              interval, &ds, &drift))
         return;
     pl->cause[0] = '\0';
@@ -686,12 +686,12 @@ static void plan_tick(sb_opr_run *r, uint64_t t)
 }
 
 /* status.plan (replaced), when the run has a plan. */
-static int plan_status(sb_opr_run *r, cJSON *status)
+static int plan_status(sb_operator_pipeline *r, cJSON *status)
 {
     if (r->plan == NULL || !r->plan->have)
         return 0;
-    sb_opr_plan_view v = plan_view(r->plan);
-    cJSON *j = sb_opr_plan_status_json(&v);
+    sb_operator_plan_view v = plan_view(r->plan);
+    cJSON *j = sb_operator_plan_status_json(&v);
     if (j == NULL)
         return -1;
     if (cJSON_GetObjectItemCaseSensitive(status, "plan") != NULL)
@@ -701,10 +701,10 @@ static int plan_status(sb_opr_run *r, cJSON *status)
     return 0;
 }
 
-sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_err *err)
+sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg, int *plan_error, sb_err *err)
 {
     *plan_error = 0;
-    sb_opr_run *r = calloc(1, sizeof *r);
+    sb_operator_pipeline *r = calloc(1, sizeof *r);
     if (r == NULL) {
         sb_err_set(err, "out of memory");
         return NULL;
@@ -714,12 +714,12 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
     r->on_event = cfg->on_event;
     r->ckpt_max = cfg->checkpoint_max_bytes;
     r->ud = cfg->ud;
-    const char *ns = sb_opr_str_at(cfg->object, "metadata", "namespace");
-    const char *name = sb_opr_str_at(cfg->object, "metadata", "name");
-    const char *uid = sb_opr_str_at(cfg->object, "metadata", "uid");
+    const char *ns = sb_operator_str_at(cfg->object, "metadata", "namespace");
+    const char *name = sb_operator_str_at(cfg->object, "metadata", "name");
+    const char *uid = sb_operator_str_at(cfg->object, "metadata", "uid");
     snprintf(r->key, sizeof r->key, "%s/%s", ns ? ns : "", name ? name : "");
     char msg[2048];
-    int bad = sb_opr_decode(cfg->object, &r->p, &r->json, msg, sizeof msg);
+    int bad = sb_operator_decode(cfg->object, &r->p, &r->json, msg, sizeof msg);
     if (bad != 0) {
         *plan_error = bad > 0;
         sb_err_set(err, "%s", bad > 0 ? msg : "out of memory");
@@ -729,7 +729,7 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
         return NULL;
     }
     r->spec = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cfg->object, "spec"), 1);
-    r->started_ms = sb_opr_mono_ms();
+    r->started_ms = sb_operator_mono_ms();
     if (plan_start(r, cfg, err) != 0) {
         *plan_error = 1;
         run_free(r);
@@ -844,44 +844,44 @@ sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_e
         }
     }
     r->stall_ms = (uint64_t)(r->p.spec.execution.stall_timeout_ns / 1000000);
-    r->started_ms = sb_opr_mono_ms();
+    r->started_ms = sb_operator_mono_ms();
     sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", caddr, NULL);
     return r;
 }
 
-sb_sched_errored *sb_opr_run_errored(sb_opr_run *r, size_t *n)
+sb_storage_errored *sb_operator_pipeline_errored(sb_operator_pipeline *r, size_t *n)
 {
     return sb_ctl_errored(r->ctl, n, NULL);
 }
 
-uint64_t sb_opr_run_recovered(sb_opr_run *r)
+uint64_t sb_operator_pipeline_recovered(sb_operator_pipeline *r)
 {
     sb_ctl_snapshot s;
     sb_ctl_snapshot_get(r->ctl, &s);
     return s.stats.partitions_recovered;
 }
 
-size_t sb_opr_run_committed_at_start(const sb_opr_run *r)
+size_t sb_operator_pipeline_committed_at_start(const sb_operator_pipeline *r)
 {
     return r->committed_at_start;
 }
 
-uint32_t sb_opr_run_epoch(const sb_opr_run *r)
+uint32_t sb_operator_pipeline_epoch(const sb_operator_pipeline *r)
 {
     return r->epoch;
 }
 
-size_t sb_opr_run_splits(const sb_opr_run *r)
+size_t sb_operator_pipeline_splits(const sb_operator_pipeline *r)
 {
     return sb_ctl_nsplits(r->ctl);
 }
 
-const cJSON *sb_opr_run_spec(const sb_opr_run *r)
+const cJSON *sb_operator_pipeline_spec(const sb_operator_pipeline *r)
 {
     return r->spec;
 }
 
-void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p)
+void sb_operator_pipeline_set_bounds(sb_operator_pipeline *r, const sb_pipeline *p)
 {
     sb_kube_pool pools[MAX_POOLS];
     const char *placed[SB_PLAN_MAX_STAGES];
@@ -898,7 +898,7 @@ void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p)
             }
 }
 
-static void autoscale(sb_opr_run *r, uint64_t t)
+static void autoscale(sb_operator_pipeline *r, uint64_t t)
 {
     for (size_t i = 0; i < r->npools; i++) {
         run_pool *pl = &r->pools[i];
@@ -939,7 +939,7 @@ static void autoscale(sb_opr_run *r, uint64_t t)
 
 /* Starts the final storage job (SB_STORAGE_NONE: none); the failure to report once it ended is
  * kept in final_reason/final_message. */
-static void final_start(sb_opr_run *r, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+static void final_start(sb_operator_pipeline *r, sb_storage_kind kind, const sb_storage_output *parts, size_t n,
                         const char *reason, const char *message, uint64_t t)
 {
     snprintf(r->final_reason, sizeof r->final_reason, "%s", reason ? reason : "");
@@ -962,7 +962,7 @@ static void final_start(sb_opr_run *r, sb_storage_kind kind, const sb_sched_outp
     r->final_deadline_ms = t + limit;
 }
 
-static sb_opr_outcome finish(sb_opr_run *r, sb_opr_outcome o, char *reason, size_t rlen,
+static sb_operator_outcome finish(sb_operator_pipeline *r, sb_operator_outcome o, char *reason, size_t rlen,
                              char *message, size_t mlen)
 {
     sb_ctl_shutdown_workers(r->ctl);
@@ -977,7 +977,7 @@ static sb_opr_outcome finish(sb_opr_run *r, sb_opr_outcome o, char *reason, size
 
 /* A failure: the sink is aborted on a worker first (unless the failure was planning or
  * preparing it: then the sink was never touched, or cannot be). */
-static sb_opr_outcome fail(sb_opr_run *r, const char *why, const char *msg, int touch_sink,
+static sb_operator_outcome fail(sb_operator_pipeline *r, const char *why, const char *msg, int touch_sink,
                            uint64_t t, char *reason, size_t rlen, char *message, size_t mlen)
 {
     final_start(r, touch_sink ? SB_STORAGE_ABORT : SB_STORAGE_NONE, NULL, 0, why, msg, t);
@@ -990,14 +990,14 @@ static sb_opr_outcome fail(sb_opr_run *r, const char *why, const char *msg, int 
  * each. The controller retires a drained worker once it holds nothing still needed; its pod
  * then ends (Succeeded), and the next sync deletes it and creates a new pod toward the pool's
  * desired count. */
-static void drain_events(sb_opr_run *r)
+static void drain_events(sb_operator_pipeline *r)
 {
     sb_ctl_drain d[8];
     size_t n;
     while ((n = sb_ctl_drains_take(r->ctl, d, 8)) > 0)
         for (size_t i = 0; i < n; i++) {
             char m[768];
-            sb_opr_event_drained_message(d[i].worker_id, d[i].pool, d[i].stage, d[i].speed,
+            sb_operator_event_drained_message(d[i].worker_id, d[i].pool, d[i].stage, d[i].speed,
                                          d[i].median, m, sizeof m);
             sb_log(SB_LOG_WARN, "worker pod drained", "pipeline", r->key, "pod", d[i].worker_id,
                    NULL);
@@ -1006,11 +1006,11 @@ static void drain_events(sb_opr_run *r)
         }
 }
 
-sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *message, size_t mlen)
+sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *reason, size_t rlen, char *message, size_t mlen)
 {
     if (r->finished)
-        return (sb_opr_outcome)r->finished;
-    uint64_t t = sb_opr_mono_ms();
+        return (sb_operator_outcome)r->finished;
+    uint64_t t = sb_operator_mono_ms();
     if (r->final_kind != SB_STORAGE_NONE) {
         autoscale(r, t); /* the job's pool keeps a worker (its demand counts the job) */
         char m[SB_ERR_MAX + 512] = "";
@@ -1055,7 +1055,7 @@ sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *m
     if (st == SB_SCHED_SUCCEEDED) {
         /* the commit runs on a worker pod; the workers are shut down when it ended */
         size_t n = 0;
-        sb_sched_output *parts = sb_ctl_sink_parts(r->ctl, &n);
+        sb_storage_output *parts = sb_ctl_sink_parts(r->ctl, &n);
         if (parts == NULL)
             return fail(r, "CommitFailed", "committing the sink: out of memory", 1, t, reason, rlen,
                         message, mlen);
@@ -1073,7 +1073,7 @@ sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *m
                 rlen, message, mlen);
 }
 
-void sb_opr_run_metrics(sb_opr_run *r, sb_cmetrics *cm, const char *ns, const char *name)
+void sb_operator_pipeline_metrics(sb_operator_pipeline *r, sb_cmetrics *cm, const char *ns, const char *name)
 {
     static __thread sb_ctl_snapshot s; /* large: off the stack */
     sb_ctl_snapshot_get(r->ctl, &s);
@@ -1086,11 +1086,11 @@ void sb_opr_run_metrics(sb_opr_run *r, sb_cmetrics *cm, const char *ns, const ch
     sb_cmetrics_add(cm, ns, name, &s, pools, r->npools);
 }
 
-int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now)
+int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation, const char *now)
 {
     sb_ctl_snapshot s;
     sb_ctl_snapshot_get(r->ctl, &s);
-    sb_opr_pool_view views[MAX_POOLS];
+    sb_operator_pool_view views[MAX_POOLS];
     char why[MAX_POOLS][512];
     int pending_unschedulable = 0;
     char pmsg[1200] = "";
@@ -1109,7 +1109,7 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
         }
     }
     char *ranges = NULL;
-    sb_sched_output *parts = NULL;
+    sb_storage_output *parts = NULL;
     size_t nparts = 0;
     sb_err e2 = {0};
     size_t omitted = 0;
@@ -1135,14 +1135,14 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
             committed += set[i] != 0;
     free(set);
     committed += omitted; /* committed, though the checkpoint could not list them all */
-    double elapsed = (double)(sb_opr_mono_ms() - r->started_ms) / 1000.0;
-    int rc = sb_opr_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
+    double elapsed = (double)(sb_operator_mono_ms() - r->started_ms) / 1000.0;
+    int rc = sb_operator_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
     if (rc == 0)
-        rc = sb_opr_status_mode(status, r->p.spec.execution.mode);
+        rc = sb_operator_status_mode(status, r->p.spec.execution.mode);
     size_t nerr = 0;
-    sb_sched_errored *errs = sb_ctl_errored(r->ctl, &nerr, NULL);
+    sb_storage_errored *errs = sb_ctl_errored(r->ctl, &nerr, NULL);
     if (rc == 0)
-        rc = sb_opr_status_errored(status, errs, nerr);
+        rc = sb_operator_status_errored(status, errs, nerr);
     sb_ctl_errored_free(errs, nerr);
     char plan_hash[17];
     sb_ctl_plan_hash(r->ctl, plan_hash);
@@ -1159,14 +1159,14 @@ int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const ch
         cJSON_ReplaceItemInObjectCaseSensitive(status, "checkpoint", cp);
     else
         cJSON_AddItemToObject(status, "checkpoint", cp);
-    if (sb_opr_condition_set(status, "WorkersPending", pending_unschedulable,
+    if (sb_operator_condition_set(status, "WorkersPending", pending_unschedulable,
                              pending_unschedulable ? "Unschedulable" : "WorkersScheduled", pmsg,
                              generation, now) < 0)
         return -1;
     return 0;
 }
 
-void sb_opr_run_on_pod(sb_opr_run *r, const cJSON *pod, int deleted)
+void sb_operator_pipeline_on_pod(sb_operator_pipeline *r, const cJSON *pod, int deleted)
 {
     pthread_mutex_lock(&r->kube_mu);
     if (r->kube != NULL)
@@ -1174,7 +1174,7 @@ void sb_opr_run_on_pod(sb_opr_run *r, const cJSON *pod, int deleted)
     pthread_mutex_unlock(&r->kube_mu);
 }
 
-void sb_opr_run_stop(sb_opr_run *r, int delete_pods)
+void sb_operator_pipeline_stop(sb_operator_pipeline *r, int delete_pods)
 {
     if (r == NULL)
         return;

@@ -1,4 +1,4 @@
-/* operator_run.h — one running Pipeline inside the operator: its plan (engine.h), its Control
+/* operator_run.h — one running Pipeline inside the operator: its plan (lib/storage/storage.h), its Control
  * service (ctl.h, listening on the controller's gRPC host, port 0) and its worker pods
  * (kube.h), driven by a periodic tick.
  *
@@ -13,7 +13,7 @@
  * exist and rebinds them (Worker.Rebind) to its Control service.
  *
  * Threads: one reconciler thread at a time calls tick/status/stop for a given run (the work
- * queue guarantees it); sb_opr_run_on_pod() comes from the pod informer's thread.
+ * queue guarantees it); sb_operator_pipeline_on_pod() comes from the pod informer's thread.
  *
  * Memory: the run copies what it keeps from the config (the decoded pipeline, its JSON); the
  * client is borrowed and must outlive the run.
@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "controller/metrics/pipeline.h"
+#include "controller/ctl/cmetrics.h"
 #include "controller/operator/operator_plan.h"
 #include "controller/operator/operator_status.h"
 #include "core/err.h"
@@ -33,9 +33,9 @@
 #include "rpc/rpc.h"
 #include "spec/pipeline.h"
 
-typedef struct sb_opr_run sb_opr_run;
+typedef struct sb_operator_pipeline sb_operator_pipeline;
 
-typedef struct sb_opr_run_config {
+typedef struct sb_operator_pipeline_config {
     sb_k8s_client *client; /* borrowed */
     const cJSON *object;   /* the Pipeline as read from the API (borrowed during start) */
     const char *grpc_host; /* where the Control service listens (port 0) */
@@ -52,68 +52,68 @@ typedef struct sb_opr_run_config {
     uint64_t checkpoint_max_bytes;
     /* cost-aware placement (operator_plan.h): prices, re-plan threshold and interval; NULL: no
      * planning. Borrowed: must outlive the run. */
-    const sb_opr_plan_config *plan;
+    const sb_operator_plan_config *plan;
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     void *ud;
-} sb_opr_run_config;
+} sb_operator_pipeline_config;
 
-typedef enum { SB_OPR_RUNNING, SB_OPR_SUCCEEDED, SB_OPR_FAILED } sb_opr_outcome;
+typedef enum { SB_OPR_RUNNING, SB_OPR_SUCCEEDED, SB_OPR_FAILED } sb_operator_outcome;
 
 /* Decodes and validates the Pipeline object. Returns the number of problems (messages joined
  * "; " in msg, each "spec.stages[1].args.x: ..."), 0 when valid (p then filled; free it with
  * sb_pipeline_free), -1 when out of memory. *json (may be NULL) receives the manifest handed to
  * workers (apiVersion, kind, metadata name/namespace/uid, spec; malloc'd). */
-int sb_opr_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len);
+int sb_operator_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len);
 
 /* Starts a run (plan, sink prepare, Control service, pods). NULL with err; *plan_error is set
  * to 1 when the spec cannot be planned (a source that does not exist...), so the caller fails
  * the pipeline instead of retrying. */
-sb_opr_run *sb_opr_run_start(const sb_opr_run_config *cfg, int *plan_error, sb_err *err);
+sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg, int *plan_error, sb_err *err);
 
 /* One tick. Returns the outcome; on SB_OPR_FAILED, reason ("TaskFailed" | "Stalled" |
  * "CommitFailed") and message are filled. On a finished run the workers are shut down already
- * (their pods still need sb_opr_run_stop). */
-sb_opr_outcome sb_opr_run_tick(sb_opr_run *r, char *reason, size_t rlen, char *message,
+ * (their pods still need sb_operator_pipeline_stop). */
+sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *reason, size_t rlen, char *message,
                                size_t mlen);
 
 /* Live changes: the stages' workers min/max of a new spec (same stages), counted in the pools
  * the stages run in now (a stage a re-plan moved counts in its new pool). */
-void sb_opr_run_set_bounds(sb_opr_run *r, const sb_pipeline *p);
+void sb_operator_pipeline_set_bounds(sb_operator_pipeline *r, const sb_pipeline *p);
 
 /* Planning (operator_plan.h), when cfg->plan is set and the Pipeline has a placement choice or
  * a target: at start from declared rates (a multi-shape stage then runs on the plan's shape:
  * the manifest workers get lists it first), later from measured rates; each plan posts a
  * Planned (first) or Replanned event, and with a target the pools' max pods follow the plan.
- * status.plan is written by sb_opr_run_status. */
+ * status.plan is written by sb_operator_pipeline_status. */
 
 /* Writes progress, partitions, stages, checkpoint and the WorkersPending condition into status
  * (now: RFC 3339 time for condition transitions), and status.plan when the run has a plan.
  * Returns 0, or -1 when out of memory. */
-int sb_opr_run_status(sb_opr_run *r, cJSON *status, int64_t generation, const char *now);
-/* Adds the run's Prometheus figures (controller/metrics/pipeline.h) for namespace/name. */
-void sb_opr_run_metrics(sb_opr_run *r, sb_cmetrics *cm, const char *ns, const char *name);
+int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation, const char *now);
+/* Adds the run's Prometheus figures (controller/ctl/cmetrics.h) for namespace/name. */
+void sb_operator_pipeline_metrics(sb_operator_pipeline *r, sb_cmetrics *cm, const char *ns, const char *name);
 
 /* The errored partitions (sb_ctl_errored: a copy, free with sb_ctl_errored_free); *n set. */
-sb_sched_errored *sb_opr_run_errored(sb_opr_run *r, size_t *n);
+sb_storage_errored *sb_operator_pipeline_errored(sb_operator_pipeline *r, size_t *n);
 
 /* Partitions re-produced from lineage so far (the controller's counter; cheap). */
-uint64_t sb_opr_run_recovered(sb_opr_run *r);
+uint64_t sb_operator_pipeline_recovered(sb_operator_pipeline *r);
 
 /* The epoch of this run, the number of splits, and how many were already committed at start
  * (the resumed checkpoint's; 0 when it was discarded because the spec changed). */
-size_t sb_opr_run_committed_at_start(const sb_opr_run *r);
-uint32_t sb_opr_run_epoch(const sb_opr_run *r);
-size_t sb_opr_run_splits(const sb_opr_run *r);
+size_t sb_operator_pipeline_committed_at_start(const sb_operator_pipeline *r);
+uint32_t sb_operator_pipeline_epoch(const sb_operator_pipeline *r);
+size_t sb_operator_pipeline_splits(const sb_operator_pipeline *r);
 
 /* The spec the run was started with (borrowed). */
-const cJSON *sb_opr_run_spec(const sb_opr_run *r);
+const cJSON *sb_operator_pipeline_spec(const sb_operator_pipeline *r);
 
 /* A pod of this pipeline changed (pod informer). */
-void sb_opr_run_on_pod(sb_opr_run *r, const cJSON *pod, int deleted);
+void sb_operator_pipeline_on_pod(sb_operator_pipeline *r, const cJSON *pod, int deleted);
 
 /* Stops the run and frees it. delete_pods=1: tell workers to shut down and delete every pod
  * (waits for the deletes to be accepted); 0: leave the pods for the next leader (controller
  * shutdown). */
-void sb_opr_run_stop(sb_opr_run *r, int delete_pods);
+void sb_operator_pipeline_stop(sb_operator_pipeline *r, int delete_pods);
 
 #endif

@@ -13,14 +13,14 @@
 
 /* ---- times ---- */
 
-void sb_opr_time_format(time_t t, char *buf, size_t len)
+void sb_operator_time_format(time_t t, char *buf, size_t len)
 {
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-int sb_opr_time_parse(const char *s, time_t *out)
+int sb_operator_time_parse(const char *s, time_t *out)
 {
     if (s == NULL)
         return -1;
@@ -50,7 +50,7 @@ static const char *str_of(const cJSON *o, const char *k)
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-const cJSON *sb_opr_condition_get(const cJSON *status, const char *type)
+const cJSON *sb_operator_condition_get(const cJSON *status, const char *type)
 {
     const cJSON *conds = cJSON_GetObjectItemCaseSensitive(status, "conditions");
     const cJSON *c;
@@ -63,9 +63,9 @@ const cJSON *sb_opr_condition_get(const cJSON *status, const char *type)
     return NULL;
 }
 
-int sb_opr_condition_true(const cJSON *status, const char *type)
+int sb_operator_condition_true(const cJSON *status, const char *type)
 {
-    const char *s = str_of(sb_opr_condition_get(status, type), "status");
+    const char *s = str_of(sb_operator_condition_get(status, type), "status");
     return s != NULL && strcmp(s, "True") == 0;
 }
 
@@ -145,7 +145,7 @@ static int sync_condition_fields(cJSON *status)
             return -1;
         changed = r;
     }
-    const char *running = str_of(sb_opr_condition_get(status, "Running"), "status");
+    const char *running = str_of(sb_operator_condition_get(status, "Running"), "status");
     if (running != NULL && strcmp(running, "False") == 0) {
         int r = set_str(status, "workers", "0/0");
         if (r < 0)
@@ -155,7 +155,7 @@ static int sync_condition_fields(cJSON *status)
     return changed;
 }
 
-int sb_opr_condition_set(cJSON *status, const char *type, int truth, const char *reason,
+int sb_operator_condition_set(cJSON *status, const char *type, int truth, const char *reason,
                          const char *message, int64_t generation, const char *now)
 {
     cJSON *conds = cJSON_GetObjectItemCaseSensitive(status, "conditions");
@@ -165,7 +165,7 @@ int sb_opr_condition_set(cJSON *status, const char *type, int truth, const char 
         if (conds == NULL)
             return -1;
     }
-    cJSON *c = (cJSON *)sb_opr_condition_get(status, type);
+    cJSON *c = (cJSON *)sb_operator_condition_get(status, type);
     int changed = 0;
     const char *st = truth ? "True" : "False";
     if (c == NULL) {
@@ -193,7 +193,7 @@ int sb_opr_condition_set(cJSON *status, const char *type, int truth, const char 
 
 /* ---- progress ---- */
 
-void sb_opr_rate_format(double rows_per_s, char *buf, size_t len)
+void sb_operator_rate_format(double rows_per_s, char *buf, size_t len)
 {
     static const char *const units[] = {"", "k", "M", "G", "T", "P", "E"};
     /* NaN compares false: 0; below 0.001 "0", since %.3g would switch to an exponent */
@@ -216,13 +216,13 @@ static cJSON *obj_at(cJSON *o, const char *k)
     return cJSON_AddObjectToObject(o, k);
 }
 
-int sb_opr_status_mode(cJSON *status, sb_exec_mode mode)
+int sb_operator_status_mode(cJSON *status, sb_exec_mode mode)
 {
     return set_str(status, "mode", sb_exec_mode_names[mode]) < 0 ? -1 : 0;
 }
 
-int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
-                           size_t committed_splits, const sb_opr_pool_view *pools, size_t npools,
+int sb_operator_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
+                           size_t committed_splits, const sb_operator_pool_view *pools, size_t npools,
                            double elapsed_s)
 {
     char prog[48];
@@ -237,7 +237,7 @@ int sb_opr_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total
     char workers[48], rate[48];
     snprintf(workers, sizeof workers, "%" PRIu64 "/%" PRIu64, pods_ready, pods_desired);
     uint64_t sink_rows = s->nops > 0 ? s->ops[s->nops - 1].rows_out : 0;
-    sb_opr_rate_format(elapsed_s > 0 ? (double)sink_rows / elapsed_s : 0.0, rate, sizeof rate);
+    sb_operator_rate_format(elapsed_s > 0 ? (double)sink_rows / elapsed_s : 0.0, rate, sizeof rate);
     if (set_str(status, "workers", workers) < 0 || set_str(status, "throughput", rate) < 0)
         return -1;
     cJSON *pt = obj_at(status, "partitions");
@@ -368,7 +368,7 @@ static int stages_diff(const char *key, const cJSON *x, const cJSON *y, char *bu
     return n;
 }
 
-int sb_opr_spec_diff(const cJSON *old_spec, const cJSON *new_spec, char *buf, size_t len)
+int sb_operator_spec_diff(const cJSON *old_spec, const cJSON *new_spec, char *buf, size_t len)
 {
     static const char *const ign[] = {"suspend", "ttlSecondsAfterFinished", NULL};
     size_t used = 0;
@@ -383,7 +383,7 @@ int sb_opr_spec_diff(const cJSON *old_spec, const cJSON *new_spec, char *buf, si
     return diff_objects(old_spec, new_spec, "spec", ign, buf, len, &used, stages_diff);
 }
 
-const char *sb_opr_str_at(const cJSON *obj, const char *a, const char *b)
+const char *sb_operator_str_at(const cJSON *obj, const char *a, const char *b)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, a);
     if (b != NULL)
@@ -391,21 +391,21 @@ const char *sb_opr_str_at(const cJSON *obj, const char *a, const char *b)
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-uint64_t sb_opr_mono_ms(void)
+uint64_t sb_operator_mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-int sb_opr_finished_seen(const char *done_uid, const char *uid, const char *phase)
+int sb_operator_finished_seen(const char *done_uid, const char *uid, const char *phase)
 {
     if (uid == NULL || done_uid == NULL || strcmp(uid, done_uid) != 0)
         return 1;
     return phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
 }
 
-int sb_opr_status_errored(cJSON *status, const sb_sched_errored *errored, size_t n)
+int sb_operator_status_errored(cJSON *status, const sb_storage_errored *errored, size_t n)
 {
     cJSON_DeleteItemFromObjectCaseSensitive(status, "erroredPartitions");
     if (n == 0)

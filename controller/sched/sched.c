@@ -161,7 +161,7 @@ struct sb_sched {
     size_t ndraining;    /* alive workers that are draining */
     size_t *drain_notes; /* drained workers not yet taken by sb_sched_drains_take */
     size_t ndrain_notes, capdrain_notes;
-    sb_sched_output *sink_ordered; /* sb_sched_sink_parts' view with preserve_order */
+    sb_storage_output *sink_ordered; /* sb_sched_sink_parts' view with preserve_order */
     op *ops;
     size_t nops;
     const char *pools[2];
@@ -188,9 +188,9 @@ struct sb_sched {
     uint64_t waiting_total; /* running attempts waiting for a grant (task.waiting) */
     uint64_t tasks_run, tasks_rerun, partitions_recovered, partitions_lost, running_total,
         errored_total;
-    sb_sched_errored *errored;
+    sb_storage_errored *errored;
     size_t nerrored, caperrored;
-    sb_sched_output *sink;
+    sb_storage_output *sink;
     size_t nsink, capsink;
     uint32_t *sink_task; /* producer of sink[i]; NO_TASK for parts carried over by a resume */
     size_t capsink_task;
@@ -450,7 +450,7 @@ static int resume_load(sb_sched *s, const sb_sched_resume *r, uint8_t *committed
         return sb_err_set(err, "scheduler: resume: %zu parts but no array", r->nparts);
     uint64_t first_new = (uint64_t)r->epoch * SB_SCHED_EPOCH_STRIDE;
     for (size_t i = 0; i < r->nparts; i++) {
-        const sb_sched_output *o = &r->parts[i];
+        const sb_storage_output *o = &r->parts[i];
         uint64_t opi, tix;
         if (o->id == NULL || parse_part_id(o->id, &opi, &tix) != 0)
             return sb_err_set(err,
@@ -521,7 +521,7 @@ static void ops_pool_later(sb_sched *s)
     }
 }
 
-sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits, size_t nsplits,
+sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *splits, size_t nsplits,
                        sb_err *err)
 {
     const sb_pipeline *p = cfg->pipeline;
@@ -828,7 +828,7 @@ void sb_sched_worker_set_early(sb_sched *s, const char *id, int on)
 }
 
 int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
-                        uint32_t slots, const sb_sched_output *held, size_t nheld, uint64_t now_ms,
+                        uint32_t slots, const sb_storage_output *held, size_t nheld, uint64_t now_ms,
                         sb_err *err)
 {
     if (id == NULL || *id == '\0' || pool == NULL || address == NULL || slots == 0)
@@ -1997,7 +1997,7 @@ static void task_stop_running(sb_sched *s, task *t)
  * scheduler already holds it on w (this attempt's early output, listed again in its final
  * report, or a re-run on the worker that holds the earlier copy: the worker replaced it). -1 out
  * of memory. */
-static int record_part(sb_sched *s, size_t ti, size_t w, const sb_sched_output *out, sb_err *err)
+static int record_part(sb_sched *s, size_t ti, size_t w, const sb_storage_output *out, sb_err *err)
 {
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
@@ -2075,7 +2075,7 @@ static int record_part(sb_sched *s, size_t ti, size_t w, const sb_sched_output *
     return 0;
 }
 
-static int record_sink_part(sb_sched *s, size_t ti, const sb_sched_output *out, sb_err *err)
+static int record_sink_part(sb_sched *s, size_t ti, const sb_storage_output *out, sb_err *err)
 {
     if (sb_idmap_get(&s->sink_ids, out->id, NULL))
         return 0; /* a re-run rewrote the same part */
@@ -2099,7 +2099,7 @@ static int record_sink_part(sb_sched *s, size_t ti, const sb_sched_output *out, 
  * early. A partition the task made in an earlier attempt must be made again, equal to the last
  * row: keeping a lost one (or an early one of a failed attempt) beside the others would lose or
  * duplicate the rows near a cut that moved. */
-static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_output *outs,
+static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_storage_output *outs,
                           size_t nouts, sb_err *err)
 {
     task *t = &s->tasks[ti];
@@ -2148,7 +2148,7 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_sched_outpu
 
 /* A report whose outputs do not count (stale, failed, or a copy that lost): the worker frees them,
  * except those the scheduler holds on that worker (its early outputs: see record_part). */
-static void release_outs(sb_sched *s, size_t w, const sb_sched_output *outs, size_t nouts)
+static void release_outs(sb_sched *s, size_t w, const sb_storage_output *outs, size_t nouts)
 {
     for (size_t i = 0; i < nouts; i++) {
         size_t pi;
@@ -2192,7 +2192,7 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
         snprintf(what, sizeof what, "no input");
     if (s->nerrored < SB_SCHED_ERRORED_KEEP &&
         GROW(s, s->errored, s->caperrored, s->nerrored + 1) == 0) {
-        sb_sched_errored *e = &s->errored[s->nerrored];
+        sb_storage_errored *e = &s->errored[s->nerrored];
         e->stage = o->name;
         e->task_id = strdup(name);
         e->input = strdup(what);
@@ -2220,7 +2220,7 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
 }
 
 int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
-                      sb_sched_status status, const char *message, const sb_sched_output *outs,
+                      sb_sched_status status, const char *message, const sb_storage_output *outs,
                       size_t nouts, const char *const *lost, size_t nlost,
                       const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err)
 {
@@ -2350,7 +2350,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
 }
 
 int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
-                     const sb_sched_output *outs, size_t nouts, uint64_t now_ms, int *wait,
+                     const sb_storage_output *outs, size_t nouts, uint64_t now_ms, int *wait,
                      sb_err *err)
 {
     *wait = 0;
@@ -2397,7 +2397,7 @@ int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, ui
     return 1;
 }
 
-const sb_sched_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total)
+const sb_storage_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total)
 {
     *n = s->nerrored;
     if (total != NULL)
@@ -2604,7 +2604,7 @@ static int key_cmp(const uint64_t *a, const uint64_t *b, size_t n)
     return 0;
 }
 
-const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n)
+const sb_storage_output *sb_sched_sink_parts(const sb_sched *s, size_t *n)
 {
     *n = s->nsink;
     if (!s->preserve_order || s->nsink < 2)
@@ -2613,7 +2613,7 @@ const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n)
     size_t w = s->nops + 1, m = s->nsink;
     uint64_t *keys = malloc(m * w * sizeof *keys);
     size_t *idx = malloc(m * sizeof *idx), *tmp = malloc(m * sizeof *tmp);
-    sb_sched_output *ord = realloc(s->sink_ordered, m * sizeof *ord);
+    sb_storage_output *ord = realloc(s->sink_ordered, m * sizeof *ord);
     if (keys == NULL || idx == NULL || tmp == NULL || ord == NULL) {
         free(keys);
         free(idx);
@@ -2719,7 +2719,7 @@ static void uf_union(size_t *parent, size_t a, size_t b)
         parent[a < b ? b : a] = a < b ? a : b;
 }
 
-int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **parts, size_t *nparts,
+int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_storage_output **parts, size_t *nparts,
                         sb_err *err)
 {
     return sb_sched_checkpoint_within(s, 0, NULL, NULL, ranges, parts, nparts, NULL, err);
@@ -2800,7 +2800,7 @@ static int ckpt_fit(const sb_sched *s, uint64_t max_bytes, sb_sched_part_bytes_f
 
 int sb_sched_checkpoint_within(const sb_sched *s, uint64_t max_bytes,
                                sb_sched_part_bytes_fn part_bytes, void *ctx, char **ranges,
-                               sb_sched_output **parts, size_t *nparts, size_t *omitted,
+                               sb_storage_output **parts, size_t *nparts, size_t *omitted,
                                sb_err *err)
 {
     *ranges = NULL;
@@ -2814,7 +2814,7 @@ int sb_sched_checkpoint_within(const sb_sched *s, uint64_t max_bytes,
     size_t *rep = malloc((s->ntasks ? s->ntasks : 1) * sizeof *rep); /* a split of each task */
     uint8_t *bad = calloc(ns ? ns : 1, 1);
     uint8_t *committed = calloc(ns ? ns : 1, 1);
-    sb_sched_output *out = calloc(s->nsink + 1, sizeof *out);
+    sb_storage_output *out = calloc(s->nsink + 1, sizeof *out);
     size_t n = 0;
     if (parent == NULL || rep == NULL || bad == NULL || committed == NULL || out == NULL)
         goto oom;
@@ -2885,7 +2885,7 @@ oom:
     return sb_err_set(err, "scheduler: checkpoint: out of memory");
 }
 
-void sb_sched_parts_free(sb_sched_output *parts, size_t n)
+void sb_sched_parts_free(sb_storage_output *parts, size_t n)
 {
     for (size_t i = 0; parts != NULL && i < n; i++) {
         free((char *)parts[i].id);

@@ -65,15 +65,9 @@
 #include "core/err.h"
 #include "metrics/metrics.h"
 #include "spec/pipeline.h"
+#include "storage/storage.h"
 
 typedef struct sb_sched sb_sched;
-
-typedef struct sb_sched_split {
-    const char *split; /* opaque to the scheduler (lib/io encodes it) */
-    uint64_t bytes;
-} sb_sched_split;
-
-typedef struct sb_sched_output sb_sched_output;
 
 #define SB_SCHED_EPOCH_STRIDE 1000000000ULL /* task indices of ops > 0 start at epoch * stride */
 
@@ -83,7 +77,7 @@ typedef struct sb_sched_resume {
     uint32_t epoch;               /* 0 on a first run; +1 at every leader that resumes it */
     const char *committed_splits; /* split indices already committed, as ranges "0-41,45";
                                      NULL/"" none */
-    const sb_sched_output *parts; /* the sink parts those splits produced (kept in the manifest) */
+    const sb_storage_output *parts; /* the sink parts those splits produced (kept in the manifest) */
     size_t nparts;
 } sb_sched_resume;
 
@@ -128,15 +122,6 @@ typedef struct sb_sched_task {
     int publish_early; /* report each output when written (sb_sched_publish) */
 } sb_sched_task;
 
-struct sb_sched_output {
-    const char *id;
-    uint64_t bytes, rows;
-    uint32_t crc32c;   /* sink parts: checksum of the part file */
-    const char *order; /* preserveOrder sink parts in a checkpoint or resume: the part's place in
-                          input order, "<split>.<seq at op 0>.<seq at op 1>..." (one number per
-                          op after the split), so parts carried over by a resume sort among the
-                          new ones; NULL elsewhere (then owned like id where id is) */
-};
 
 /* What a task attempt cost, as the worker measured it (may be NULL). */
 typedef struct sb_sched_metrics {
@@ -153,14 +138,6 @@ typedef enum {
                             errored at once, without retries */
 } sb_sched_status;
 
-/* An errored partition: a task that failed for good (after its retries, or at once on a data
- * error) and whose input was skipped. */
-typedef struct sb_sched_errored {
-    const char *stage; /* the op's stage names joined with '+' */
-    const char *task_id;
-    const char *input; /* "split <split>" (op 0) or "input partition <id>[ (and more)]" */
-    const char *error; /* the message of the task's first failed attempt */
-} sb_sched_errored;
 
 #define SB_SCHED_ERRORED_KEEP 100 /* errored partitions listed (the count goes on) */
 
@@ -220,7 +197,7 @@ typedef struct sb_sched_stats {
 /* NULL + err on an invalid config, including a resume whose ranges do not parse (the message
  * names the bad piece), that has committed splits at epoch 0, or whose parts are not
  * "s<op>-t<task>-p<seq>" ids of committed splits and earlier epochs. */
-sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_sched_split *splits, size_t nsplits,
+sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *splits, size_t nsplits,
                        sb_err *err);
 void sb_sched_free(sb_sched *s);
 
@@ -246,7 +223,7 @@ void sb_sched_worker_set_early(sb_sched *s, const char *id, int on);
 
 /* A worker joined (or re-registered with `held` partitions it still has). */
 int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
-                        uint32_t slots, const sb_sched_output *held, size_t nheld, uint64_t now_ms,
+                        uint32_t slots, const sb_storage_output *held, size_t nheld, uint64_t now_ms,
                         sb_err *err);
 /* A worker is gone (exited, unreachable, missed heartbeats; `why` says so in messages, NULL
  * is fine): recovery starts. Its running tasks are re-queued, each losing one of its
@@ -274,14 +251,14 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
  * publish early: its final report decides; *wait = 0); -1 with err for an unknown worker or
  * out of memory. */
 int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
-                     const sb_sched_output *outs, size_t nouts, uint64_t now_ms, int *wait,
+                     const sb_storage_output *outs, size_t nouts, uint64_t now_ms, int *wait,
                      sb_err *err);
 
 /* A task finished. Returns 1 if accepted, 0 if stale (unknown task, old attempt, or not running
  * on that worker: the worker should drop its outputs, which are queued for release), -1 with
  * err on bad input. lost/nlost: with SB_SCHED_INPUT_LOST, the inputs that could not be read. */
 int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
-                      sb_sched_status status, const char *message, const sb_sched_output *outs,
+                      sb_sched_status status, const char *message, const sb_storage_output *outs,
                       size_t nouts, const char *const *lost, size_t nlost,
                       const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err);
 
@@ -297,23 +274,23 @@ void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out);
 
 /* The errored partitions so far, in the order they errored: at most SB_SCHED_ERRORED_KEEP are
  * listed (*n), *total counts them all (may be NULL). A view, valid until the next mutating call. */
-const sb_sched_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total);
+const sb_storage_errored *sb_sched_errored_list(const sb_sched *s, size_t *n, uint64_t *total);
 
 /* The sink parts committed so far, in order of completion; with execution.preserveOrder in
  * input order instead (by lineage: source split, then each op's output sequence number; every
  * task of op > 0 then reads exactly one partition, so a part holds the records of one input
  * partition, in order); *n set. */
-const sb_sched_output *sb_sched_sink_parts(const sb_sched *s, size_t *n);
+const sb_storage_output *sb_sched_sink_parts(const sb_sched *s, size_t *n);
 
 /* The checkpoint now: the largest set S of splits whose every descendant task is done, closed
  * under coalescing (a sink part whose lineage reaches a split outside S makes that whole
  * connected component uncommitted), as ranges (malloc'd string), and every sink part that
  * descends from S (malloc'd array, ids malloc'd; free with sb_sched_parts_free). Resumed
  * splits/parts are part of it. 0, or -1 + err (out of memory; nothing to free then). */
-int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_sched_output **parts, size_t *nparts,
+int sb_sched_checkpoint(const sb_sched *s, char **ranges, sb_storage_output **parts, size_t *nparts,
                         sb_err *err);
 /* How many bytes part p takes in the caller's encoding of a checkpoint. */
-typedef uint64_t (*sb_sched_part_bytes_fn)(const sb_sched_output *p, void *ctx);
+typedef uint64_t (*sb_sched_part_bytes_fn)(const sb_storage_output *p, void *ctx);
 /* The same, at most about max_bytes long (0: no limit) — the operator keeps it in the Pipeline's
  * status, which the API server refuses past ~1.5 MiB: parts cost part_bytes(p, ctx), a split
  * its index and a separator in the ranges. The splits an earlier leader committed are kept as
@@ -324,9 +301,9 @@ typedef uint64_t (*sb_sched_part_bytes_fn)(const sb_sched_output *p, void *ctx);
  * *omitted (may be NULL): committed splits left out. */
 int sb_sched_checkpoint_within(const sb_sched *s, uint64_t max_bytes,
                                sb_sched_part_bytes_fn part_bytes, void *ctx, char **ranges,
-                               sb_sched_output **parts, size_t *nparts, size_t *omitted,
+                               sb_storage_output **parts, size_t *nparts, size_t *omitted,
                                sb_err *err);
-void sb_sched_parts_free(sb_sched_output *parts, size_t n);
+void sb_sched_parts_free(sb_storage_output *parts, size_t n);
 
 /* 1 if the worker may be removed now: alive, no running task, holds no partition still needed
  * (unknown or lost workers: 0). */

@@ -9,7 +9,7 @@
 
 #include "image/image.h"
 #include "io/common.h"
-#include "io/store.h"
+#include "io/backend.h"
 #include "partition/partition.h"
 
 static int int_arg(const cJSON *root, const char *name, double lo, double hi, uint64_t *out,

@@ -23,8 +23,8 @@
 #include "io/common.h"
 #include "io/csv.h"
 #include "io/reader.h"
-#include "io/store.h"
-#include "rpc/proto.h"
+#include "io/backend.h"
+#include "partition/id.h"
 
 #define PART_PREFIX "part-"
 
@@ -501,7 +501,7 @@ static int our_part_name(const char *name, const char *ext)
     uint32_t stage, seq;
     uint64_t task;
     sb_err e;
-    return sb_rpc_partition_id_parse(id, &stage, &task, &seq, &e) == 0;
+    return sb_part_id_parse(id, &stage, &task, &seq, &e) == 0;
 }
 
 static int obj_name_cmp(const void *a, const void *b)

@@ -1,6 +1,6 @@
 /* families.h — the worker metric families of docs/metrics.md ("Worker figures"), defined once:
- * a worker registers them for its own endpoint (worker/metrics.c) and `streambatch run`
- * registers the same names for the figures it sums per pool (controller/metrics/pipeline.c).
+ * a worker registers them for its own endpoint (worker/wmetrics.c) and `streambatch run`
+ * registers the same names for the figures it sums per pool (controller/ctl/cmetrics.c).
  * Labels: namespace, pipeline, pool, and stage where `staged` is set (in that order).
  */
 #ifndef SB_METRICS_FAMILIES_H

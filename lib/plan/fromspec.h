@@ -1,7 +1,7 @@
 /* fromspec.h — the planner's input (plan.h) from a decoded Pipeline: per stage its allowed shapes
  * (placement), workers bounds and the resources of one worker of each shape, and the rates the
  * spec declares (bench.spin / bench.sleep msPerRecord, per shape with shapeArgs, times the expand
- * of later stages). Shared by `streambatch plan` (controller/engine/plancmd.c) and the operator
+ * of later stages). Shared by `streambatch plan` (controller/local/plancmd.c) and the operator
  * (controller/operator/operator_plan.h).
  *
  * Memory: stage names point into the pipeline, which must outlive the stages' use.

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "partition/id.h"
 #include "rpc/rpc.h"
 #include "streambatch.pb-c.h"
 
@@ -43,13 +44,6 @@ const sb_rpc_method_info *sb_rpc_methods(size_t *n);
 /* The row for a method path, NULL if unknown. */
 const sb_rpc_method_info *sb_rpc_method_find(const char *path);
 
-/* Partition ids: "s<stage>-t<task>-p<seq>", decimal without leading zeros. */
-#define SB_RPC_PARTITION_ID_MAX 64
-/* Writes the id into buf (cap >= SB_RPC_PARTITION_ID_MAX suffices). Returns its length or -1. */
-int sb_rpc_partition_id_format(char *buf, size_t cap, uint32_t stage, uint64_t task, uint32_t seq);
-/* Parses an id; any of the outputs may be NULL. -1 with a message if it is malformed. */
-int sb_rpc_partition_id_parse(const char *id, uint32_t *stage, uint64_t *task, uint32_t *seq,
-                              sb_err *err);
 
 /* Checks a message of any descriptor in streambatch.v1 (recursively). 0 or -1 with a message
  * naming the offending field. */

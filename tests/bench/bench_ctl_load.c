@@ -1,6 +1,6 @@
 /* bench_ctl_load — one controller under the load of many simulated workers (issue 16, goal 6).
  *
- * The controller (controller/engine/ctl.h, the same service `streambatch run` embeds) runs in a
+ * The controller (controller/ctl/ctl.h, the same service `streambatch run` embeds) runs in a
  * forked child process, so its CPU time and memory are its own: the child reads its CPU clock
  * and RSS when the load starts and when the pipeline ends, and counts the scheduler's lineage
  * memory from its structures (sb_ctl_memory). The parent simulates N workers over real gRPC
@@ -38,8 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "controller/engine/ctl.h"
-#include "controller/engine/storage.h"
+#include "controller/ctl/ctl.h"
+#include "storage/jobs.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "rpc/proto.h"
@@ -216,7 +216,7 @@ static int controller_main(int to_parent, int from_parent)
         fprintf(stderr, "controller: the pipeline does not decode\n");
         return 1;
     }
-    sb_sched_split *sp = NULL;
+    sb_storage_split *sp = NULL;
     char(*names)[64] = NULL;
     if (!O.plan_on_workers) {
         sp = calloc(O.splits, sizeof *sp);
@@ -276,7 +276,7 @@ static int controller_main(int to_parent, int from_parent)
     wr(to_parent, line);
     if (st == SB_SCHED_SUCCEEDED && O.commit) {
         size_t n = 0;
-        sb_sched_output *parts = sb_ctl_sink_parts(c, &n);
+        sb_storage_output *parts = sb_ctl_sink_parts(c, &n);
         char msg[1024] = "";
         double cc0 = cpu_self_s();
         uint64_t ct0 = now_us();

@@ -50,7 +50,7 @@ int main(int argc, char **argv)
     sb_pipeline p;
     sb_diags dg = {0};
     sb_pipeline_decode(sb_doc_root(d, 0), &p, &dg);
-    sb_sched_split *sp = calloc(n, sizeof *sp);
+    sb_storage_split *sp = calloc(n, sizeof *sp);
     char(*names)[64] = calloc(n, 64);
     for (size_t i = 0; i < n; i++) { /* as lib/io encodes a file's split (offset, size, path) */
         snprintf(names[i], 64, "0\t1024\t1024\t/in/f%07zu.txt", i);
@@ -86,7 +86,7 @@ int main(int argc, char **argv)
             }
             for (size_t i = 0; i < k; i++) {
                 snprintf(id, sizeof id, "s%u-t%" PRIu64 "-p0", op[i], idx[i]);
-                sb_sched_output o = {.id = id, .bytes = 1024, .rows = 10};
+                sb_storage_output o = {.id = id, .bytes = 1024, .rows = 10};
                 sb_sched_complete(s, ws[w], tids[i], att[i], SB_SCHED_OK, NULL, &o, 1, NULL, 0,
                                   NULL, now, NULL);
                 char **rel;
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
      * under the controller's lock) */
     double k0 = now_s();
     char *ranges = NULL;
-    sb_sched_output *cparts = NULL;
+    sb_storage_output *cparts = NULL;
     size_t ncparts = 0;
     int ck = sb_sched_checkpoint(s, &ranges, &cparts, &ncparts, &err);
     double ck_ms = (now_s() - k0) * 1e3;

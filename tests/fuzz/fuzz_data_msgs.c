@@ -19,7 +19,7 @@
 
 #include "partition/crc32c.h"
 #include "partition/partition.h"
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 #include "worker/data/fetch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

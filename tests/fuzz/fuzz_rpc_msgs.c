@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 #include "rpc/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -140,9 +140,9 @@ static void fuzz_id(const uint8_t *data, size_t size)
     uint32_t st, sq;
     uint64_t tk;
     sb_err err;
-    if (sb_rpc_partition_id_parse(s, &st, &tk, &sq, &err) == 0) {
-        char back[SB_RPC_PARTITION_ID_MAX];
-        CHECK(sb_rpc_partition_id_format(back, sizeof back, st, tk, sq) > 0);
+    if (sb_part_id_parse(s, &st, &tk, &sq, &err) == 0) {
+        char back[SB_PART_ID_MAX];
+        CHECK(sb_part_id_format(back, sizeof back, st, tk, sq) > 0);
         CHECK(strcmp(back, s) == 0);
     } else {
         CHECK(err.msg[0] != '\0');

@@ -1,6 +1,6 @@
 /* fuzz_wire.c — libFuzzer target for a streambatch gRPC server over the wire (issue 17, hostile
  * peers). Once per process it starts, in-process on loopback, a worker's real Data service
- * (worker/data/server.c over a partition store holding "s0-t0-p0") plus a unary method that
+ * (worker/data/service.c over a partition store holding "s0-t0-p0") plus a unary method that
  * decodes its request like every service does (Worker.Rebind's message), on lib/rpc's server
  * with its production limits. Per input it opens a TCP connection and writes the bytes; the
  * first input byte picks what goes before them, so the fuzzer gets past the handshake:
@@ -33,7 +33,7 @@
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
 #include "streambatch.pb-c.h"
-#include "worker/data/server.h"
+#include "worker/data/service.h"
 #include "worker/store/store.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -54,7 +54,7 @@
 #include "rpc/rpc.h"
 #include "rpc/tlsdir.h"
 #include "worker/data/fetch.h"
-#include "worker/data/server.h"
+#include "worker/data/service.h"
 #include "worker/store/store.h"
 
 #define MAX_PARTS 4096

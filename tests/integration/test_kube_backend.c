@@ -25,7 +25,7 @@
 
 #include "../unit/testutil.h"
 #include "../helpers/kube_cluster.h"
-#include "controller/engine/ctl.h"
+#include "controller/ctl/ctl.h"
 #include "controller/operator/kube.h"
 #include "doc/doc.h"
 #include "k8s/client.h"
@@ -487,7 +487,7 @@ Test(kube, worker_pods_register_and_the_pool_scales)
     size_t nsplits = 0;
     sb_err err = {0};
     cr_assert_eq(sb_io_plan_splits(&d.p.spec.source, &splits, &nsplits, &err), 0, "%s", err.msg);
-    sb_sched_split ss[16];
+    sb_storage_split ss[16];
     char *enc[16];
     cr_assert_leq(nsplits, 16);
     for (size_t i = 0; i < nsplits; i++) {

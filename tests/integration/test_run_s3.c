@@ -17,7 +17,7 @@
 
 #include "../helpers/minio.h"
 #include "../unit/testutil.h"
-#include "io/store.h"
+#include "io/backend.h"
 
 static char dir[256];
 static sb_minio mio;

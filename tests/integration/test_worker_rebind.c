@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
-#include "controller/engine/ctl.h"
+#include "controller/ctl/ctl.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "rpc/proto.h"
@@ -55,7 +55,7 @@ typedef struct fake {
     int registrations, polls, heartbeats;
     char reg_id[64], reg_addr[128];
     size_t reg_nparts;
-    char reg_parts[256][SB_RPC_PARTITION_ID_MAX];
+    char reg_parts[256][SB_PART_ID_MAX];
     sb_rpc_call *held[64]; /* polls held open, answered by the thread */
     size_t nheld;
 } fake;
@@ -75,7 +75,7 @@ static void f_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     snprintf(f->reg_addr, sizeof f->reg_addr, "%s", m->address);
     f->reg_nparts = 0;
     for (size_t i = 0; i < m->n_partitions && i < 256; i++)
-        snprintf(f->reg_parts[f->reg_nparts++], SB_RPC_PARTITION_ID_MAX, "%s",
+        snprintf(f->reg_parts[f->reg_nparts++], SB_PART_ID_MAX, "%s",
                  m->partitions[i]->id);
     pthread_mutex_unlock(&f->mu);
     Streambatch__V1__RegisterReply r = STREAMBATCH__V1__REGISTER_REPLY__INIT;
@@ -390,7 +390,7 @@ static void ctl_a_child(int fd)
         dprintf(fd, "error splits: %s\n", err.msg);
         _exit(1);
     }
-    sb_sched_split *ss = calloc(n, sizeof *ss);
+    sb_storage_split *ss = calloc(n, sizeof *ss);
     for (size_t i = 0; i < n; i++) {
         ss[i].split = sb_io_split_encode(&splits[i], &err);
         ss[i].bytes = splits[i].end - splits[i].start;

@@ -1,4 +1,4 @@
-/* A Control service (controller/engine/ctl.h) over real gRPC on loopback, for the unit tests of
+/* A Control service (controller/ctl/ctl.h) over real gRPC on loopback, for the unit tests of
  * the Control protocol (test_ctl, test_ctl_batch, test_ctl_storage): a one-stage pipeline, the
  * service started from a config the test fills in, a channel to it, and a fake worker's
  * registration. Header-only; the fixture owns what it starts and ctl_fixture_stop frees it. */
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "controller/engine/ctl.h"
+#include "controller/ctl/ctl.h"
 #include "doc/doc.h"
 #include "rpc/proto.h"
 #include "spec/pipeline.h"

@@ -13,7 +13,7 @@ typedef ctl_fixture fixture;
 
 static void setup(fixture *f, uint32_t hb_timeout_ms)
 {
-    sb_sched_split splits[2] = {{"in\t0\t100", 100}, {"in\t100\t200", 100}};
+    sb_storage_split splits[2] = {{"in\t0\t100", 100}, {"in\t100\t200", 100}};
     sb_ctl_config cfg = {.pipeline_json = "{\"kind\":\"Pipeline\"}",
                          .splits = splits,
                          .nsplits = 2,
@@ -92,7 +92,7 @@ Test(ctl, register_poll_complete_to_success)
     sb_rpc_msg_free(&r->base);
     cr_expect_eq(sb_ctl_wait(f.ctl, 2000), SB_SCHED_SUCCEEDED);
     size_t n;
-    sb_sched_output *parts = sb_ctl_sink_parts(f.ctl, &n);
+    sb_storage_output *parts = sb_ctl_sink_parts(f.ctl, &n);
     cr_expect_eq(n, 2);
     sb_ctl_parts_free(parts, n);
     /* the pipeline is over: the poll is held for its wait (a sink commit could still come as a

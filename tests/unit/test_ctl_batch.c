@@ -15,7 +15,7 @@ typedef ctl_fixture fixture;
 
 static void setup(fixture *f)
 {
-    sb_sched_split splits[NSPLITS] = {
+    sb_storage_split splits[NSPLITS] = {
         {"in\t0\t100", 100}, {"in\t100\t200", 100}, {"in\t200\t300", 100}};
     sb_ctl_config cfg = {.pipeline_json = "{\"kind\":\"Pipeline\"}",
                          .splits = splits,
@@ -99,12 +99,12 @@ static Streambatch__V1__PollTasksReply *poll_ok(fixture *f, const char *worker, 
 static void parts_text(sb_ctl *ctl, char *buf, size_t len)
 {
     size_t n;
-    sb_sched_output *parts = sb_ctl_sink_parts(ctl, &n);
+    sb_storage_output *parts = sb_ctl_sink_parts(ctl, &n);
     buf[0] = '\0';
     for (size_t i = 0; i < n; i++) /* few parts: selection by id */
         for (size_t j = i + 1; j < n; j++)
             if (strcmp(parts[j].id, parts[i].id) < 0) {
-                sb_sched_output t = parts[i];
+                sb_storage_output t = parts[i];
                 parts[i] = parts[j];
                 parts[j] = t;
             }

@@ -1,4 +1,4 @@
-/* Storage jobs through the Control service over real gRPC (controller/engine/ctl.h with
+/* Storage jobs through the Control service over real gRPC (controller/ctl/ctl.h with
  * storage_on_workers): a fake worker gets PLAN then PREPARE through PollTasks, reports the plan
  * in pieces, and only then gets tasks, in plan order; a lost worker's job goes to another one;
  * a failed job fails the pipeline with the worker named; COMMIT carries the sink parts. */
@@ -176,7 +176,7 @@ Test(ctl_storage, commit_carries_the_parts_and_its_error_is_wrapped)
     setup(&f, 5000, NULL);
     do_register(&f, "w1");
     plan_and_prepare(&f, "w1");
-    sb_sched_output parts[2] = {{"s0-t0-p0", 10, 1, 7, NULL}, {"s0-t1-p0", 20, 2, 8, NULL}};
+    sb_storage_output parts[2] = {{"s0-t0-p0", 10, 1, 7, NULL}, {"s0-t1-p0", 20, 2, 8, NULL}};
     sb_err err;
     cr_assert_eq(sb_ctl_storage_start(f.ctl, SB_STORAGE_COMMIT, parts, 2, &err), 0, "%s", err.msg);
     cr_expect_eq(sb_ctl_storage_start(f.ctl, SB_STORAGE_ABORT, NULL, 0, &err), -1,
@@ -204,11 +204,11 @@ Test(ctl_storage, commit_carries_the_parts_and_its_error_is_wrapped)
 Test(ctl_storage, the_checkpoint_while_planning_is_the_resumed_one)
 {
     fixture f;
-    sb_sched_output parts[1] = {{"s0-t0-p0", 10, 1, 7, NULL}};
+    sb_storage_output parts[1] = {{"s0-t0-p0", 10, 1, 7, NULL}};
     sb_sched_resume res = {.epoch = 1, .committed_splits = "0", .parts = parts, .nparts = 1};
     setup(&f, 5000, &res);
     char *ranges = NULL;
-    sb_sched_output *got = NULL;
+    sb_storage_output *got = NULL;
     size_t n = 0;
     sb_err err;
     cr_assert_eq(sb_ctl_checkpoint(f.ctl, &ranges, &got, &n, &err), 0, "%s", err.msg);

@@ -35,11 +35,11 @@
 #include "partition/chunk.h"
 #include "partition/crc32c.h"
 #include "partition/partition.h"
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
 #include "worker/data/fetch.h"
-#include "worker/data/server.h"
+#include "worker/data/service.h"
 #include "worker/store/store.h"
 #include "testutil.h"
 

@@ -10,7 +10,7 @@
  *
  *  2. sb_rpc_call_finish() from a thread of the application (worker/data ends NOT_FOUND and
  *     OUT_OF_RANGE calls from its I/O threads) reads the call after dropping its reference: in
- *     lib/rpc/server.c call_unref_locked() looks at c->m after unlocking, when the status batch may
+ *     lib/rpc/rpcserver.c call_unref_locked() looks at c->m after unlocking, when the status batch may
  *     already have completed on a server thread and freed the call (a heap-use-after-free under
  *     ASan, since e26ce35). Only the sanitizer and valgrind builds can see it: the test makes
  *     thousands of such calls.
@@ -33,7 +33,7 @@
 #include "rpc/rpc.h"
 #include "streambatch.pb-c.h"
 #include "worker/data/fetch.h"
-#include "worker/data/server.h"
+#include "worker/data/service.h"
 #include "worker/store/store.h"
 #include "testutil.h"
 

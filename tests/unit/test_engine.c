@@ -1,4 +1,4 @@
-/* controller/engine: planning a file source into scheduler splits (stable order, encoded as
+/* lib/storage: planning a file source into scheduler splits (stable order, encoded as
  * workers decode them, errors naming spec.source), and the sink life cycle (commit names parts
  * "part-<id>.<ext>", writes the manifest and _SUCCESS, drops orphans; abort removes _SUCCESS).
  * Each test works in its own mkdtemp() directory. */
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "controller/engine/engine.h"
+#include "storage/storage.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
 #include "spec_fixture.h"
@@ -81,9 +81,9 @@ Test(engine, plan_splits_in_stable_order)
     write_file("in/_SUCCESS", 0);
     spec_holder h;
     load(&h, "in", "1Ki");
-    sb_engine_plan pl;
+    sb_storage_splits pl;
     sb_err err;
-    cr_assert_eq(sb_engine_plan_make(&h.p, &pl, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_storage_splits_make(&h.p, &pl, &err), 0, "%s", err.msg);
     cr_assert_eq(pl.nsplits, 4);
     uint64_t total = 0;
     for (size_t i = 0; i < pl.nsplits; i++) {
@@ -97,15 +97,15 @@ Test(engine, plan_splits_in_stable_order)
     }
     cr_expect_eq(total, 3100);
     /* the same source plans the same splits (resume relies on stable indices) */
-    sb_engine_plan again;
-    cr_assert_eq(sb_engine_plan_make(&h.p, &again, &err), 0, "%s", err.msg);
+    sb_storage_splits again;
+    cr_assert_eq(sb_storage_splits_make(&h.p, &again, &err), 0, "%s", err.msg);
     cr_assert_eq(again.nsplits, pl.nsplits);
     for (size_t i = 0; i < pl.nsplits; i++)
         cr_expect_str_eq(again.splits[i].split, pl.splits[i].split);
-    sb_engine_plan_free(&again);
-    sb_engine_plan_free(&pl);
+    sb_storage_splits_free(&again);
+    sb_storage_splits_free(&pl);
     cr_expect_null(pl.splits);
-    sb_engine_plan_free(&pl); /* twice is fine */
+    sb_storage_splits_free(&pl); /* twice is fine */
     spec_fixture_free(&h);
 }
 
@@ -113,13 +113,13 @@ Test(engine, plan_errors_name_the_source)
 {
     spec_holder h;
     load(&h, "missing", "1Mi");
-    sb_engine_plan pl;
+    sb_storage_splits pl;
     sb_err err = {0};
-    cr_assert_eq(sb_engine_plan_make(&h.p, &pl, &err), -1);
+    cr_assert_eq(sb_storage_splits_make(&h.p, &pl, &err), -1);
     cr_expect(strncmp(err.msg, "spec.source: ", 13) == 0, "%s", err.msg);
     cr_expect(strstr(err.msg, "missing") != NULL, "%s", err.msg);
     cr_expect_null(pl.splits);
-    sb_engine_plan_free(&pl);
+    sb_storage_splits_free(&pl);
     spec_fixture_free(&h);
 }
 
@@ -129,33 +129,33 @@ Test(engine, commit_abort_and_prepare)
     spec_holder h;
     load(&h, "in.txt", "1Mi");
     sb_err err;
-    cr_assert_eq(sb_engine_prepare(&h.p, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_storage_prepare(&h.p, &err), 0, "%s", err.msg);
     write_file("out/part-s0-t0-p0.jsonl", 20);
     write_file("out/part-s1-t1000000000-p0.jsonl", 30);
     write_file("out/part-s0-t9-p0.jsonl", 5); /* an orphan of an earlier attempt */
-    sb_sched_output parts[] = {{"s0-t0-p0", 20, 2, 0, NULL}, {"s1-t1000000000-p0", 30, 3, 0, NULL}};
-    cr_assert_eq(sb_engine_commit(&h.p, parts, 2, NULL, 0, &err), 0, "%s", err.msg);
+    sb_storage_output parts[] = {{"s0-t0-p0", 20, 2, 0, NULL}, {"s1-t1000000000-p0", 30, 3, 0, NULL}};
+    cr_assert_eq(sb_storage_commit(&h.p, parts, 2, NULL, 0, &err), 0, "%s", err.msg);
     cr_expect(exists("out/_SUCCESS"));
     cr_expect(exists("out/_manifest.json"));
     cr_expect(exists("out/part-s1-t1000000000-p0.jsonl"));
     cr_expect(!exists("out/part-s0-t9-p0.jsonl"), "the orphan is removed");
-    cr_assert_eq(sb_engine_abort(&h.p, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_storage_abort(&h.p, &err), 0, "%s", err.msg);
     cr_expect(!exists("out/_SUCCESS"));
     cr_expect(!exists("out/_manifest.json"));
     /* a part whose file is missing or whose size differs fails, without _SUCCESS */
-    sb_sched_output bad[] = {{"s0-t0-p0", 21, 2, 0, NULL}};
-    cr_expect_eq(sb_engine_commit(&h.p, bad, 1, NULL, 0, &err), -1);
+    sb_storage_output bad[] = {{"s0-t0-p0", 21, 2, 0, NULL}};
+    cr_expect_eq(sb_storage_commit(&h.p, bad, 1, NULL, 0, &err), -1);
     cr_expect(strstr(err.msg, "part-s0-t0-p0.jsonl") != NULL, "%s", err.msg);
     cr_expect(!exists("out/_SUCCESS"));
     /* an id too long for a part name is refused, not truncated */
     char longid[300];
     memset(longid, 'x', sizeof longid - 1);
     longid[sizeof longid - 1] = '\0';
-    sb_sched_output lng[] = {{longid, 1, 1, 0, NULL}};
-    cr_expect_eq(sb_engine_commit(&h.p, lng, 1, NULL, 0, &err), -1);
+    sb_storage_output lng[] = {{longid, 1, 1, 0, NULL}};
+    cr_expect_eq(sb_storage_commit(&h.p, lng, 1, NULL, 0, &err), -1);
     cr_expect(strstr(err.msg, "too long") != NULL, "%s", err.msg);
     /* no parts at all: an empty, committed output */
-    cr_assert_eq(sb_engine_commit(&h.p, NULL, 0, NULL, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_storage_commit(&h.p, NULL, 0, NULL, 0, &err), 0, "%s", err.msg);
     cr_expect(exists("out/_SUCCESS"));
     spec_fixture_free(&h);
 }

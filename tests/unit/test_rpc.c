@@ -29,7 +29,7 @@
 
 #include "partition/chunk.h"
 #include "partition/crc32c.h"
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
 

@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
 

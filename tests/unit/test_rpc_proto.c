@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 #include "rpc/proto.h"
 
 /* Packs a Chunk with protobuf-c (the reference encoding). */
@@ -236,19 +236,19 @@ Test(rpc_chunk, empty_message_is_all_zero)
 
 Test(rpc_ids, format_and_parse_round_trip)
 {
-    char buf[SB_RPC_PARTITION_ID_MAX];
-    cr_assert_eq(sb_rpc_partition_id_format(buf, sizeof buf, 1, 42, 0), 9);
+    char buf[SB_PART_ID_MAX];
+    cr_assert_eq(sb_part_id_format(buf, sizeof buf, 1, 42, 0), 9);
     cr_assert_str_eq(buf, "s1-t42-p0");
-    cr_assert_gt(sb_rpc_partition_id_format(buf, sizeof buf, UINT32_MAX, UINT64_MAX, UINT32_MAX),
+    cr_assert_gt(sb_part_id_format(buf, sizeof buf, UINT32_MAX, UINT64_MAX, UINT32_MAX),
                  0);
     uint32_t st, sq;
     uint64_t tk;
     sb_err err;
-    cr_assert_eq(sb_rpc_partition_id_parse(buf, &st, &tk, &sq, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_part_id_parse(buf, &st, &tk, &sq, &err), 0, "%s", err.msg);
     cr_assert_eq(st, UINT32_MAX);
     cr_assert_eq(tk, UINT64_MAX);
     cr_assert_eq(sq, UINT32_MAX);
-    cr_assert_eq(sb_rpc_partition_id_format(buf, 5, 1, 42, 0), -1, "too small a buffer");
+    cr_assert_eq(sb_part_id_format(buf, 5, 1, 42, 0), -1, "too small a buffer");
 }
 
 Test(rpc_ids, rejects_malformed)
@@ -269,11 +269,11 @@ Test(rpc_ids, rejects_malformed)
                                 "t1-s2-p3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sb_err err = {0};
-        cr_assert_eq(sb_rpc_partition_id_parse(bad[i], NULL, NULL, NULL, &err), -1,
+        cr_assert_eq(sb_part_id_parse(bad[i], NULL, NULL, NULL, &err), -1,
                      "\"%s\" accepted", bad[i]);
         cr_assert(err.msg[0], "no message for \"%s\"", bad[i]);
     }
-    cr_assert_eq(sb_rpc_partition_id_parse("s0-t0-p0", NULL, NULL, NULL, NULL), 0);
+    cr_assert_eq(sb_part_id_parse("s0-t0-p0", NULL, NULL, NULL, NULL), 0);
 }
 
 /* ------------------------------------------------------------------------------ messages */

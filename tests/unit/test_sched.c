@@ -187,7 +187,7 @@ static void sim_poll(sim *m, simworker *w)
 }
 
 /* The outputs task r makes (deterministic: a re-run makes the same), cut at the target. */
-static size_t sim_outputs(const sim *m, const running *r, sb_sched_output outs[64],
+static size_t sim_outputs(const sim *m, const running *r, sb_storage_output outs[64],
                           char ids[64][64])
 {
     uint64_t out = (uint64_t)(m->ratio[r->op] * (double)r->in_bytes);
@@ -231,7 +231,7 @@ static uint64_t sim_publish_at(const sim *m, const running *r)
 static void sim_publish(sim *m, simworker *w, size_t k)
 {
     running *r = &w->run[k];
-    sb_sched_output outs[64];
+    sb_storage_output outs[64];
     char ids[64][64];
     size_t n = sim_outputs(m, r, outs, ids);
     cr_assert_lt(r->published, n);
@@ -289,7 +289,7 @@ static void sim_finish(sim *m, simworker *w, size_t k)
         cr_assert_geq(rc, 0);
         return;
     }
-    sb_sched_output outs[64];
+    sb_storage_output outs[64];
     char ids[64][64];
     size_t n = sim_outputs(m, &r, outs, ids);
     sb_sched_metrics met = {.wall_seconds = (double)r.wall_ms / 1000.0};
@@ -354,7 +354,7 @@ static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_byte
         m->ratio[i] = 1.0;
         m->ms_per_mb[i] = 1;
     }
-    sb_sched_split *sp = calloc(nsplits, sizeof *sp);
+    sb_storage_split *sp = calloc(nsplits, sizeof *sp);
     char(*names)[32] = calloc(nsplits, 32);
     for (size_t i = 0; i < nsplits; i++) {
         snprintf(names[i], 32, "%" PRIu64 "\tsplit-%zu", split_bytes, i);
@@ -466,7 +466,7 @@ Test(sched, memory_budget_bounds_partitions_in_flight)
 static void sink_ids(sb_sched *s, char out[][64], size_t *n)
 {
     size_t k;
-    const sb_sched_output *parts = sb_sched_sink_parts(s, &k);
+    const sb_storage_output *parts = sb_sched_sink_parts(s, &k);
     for (size_t i = 0; i < k; i++)
         snprintf(out[i], 64, "%s", parts[i].id);
     *n = k;
@@ -627,7 +627,7 @@ Test(sched, data_errors_are_not_retried_and_errored_partitions_are_listed)
     cr_expect_eq(os.errored, 3);
     size_t n;
     uint64_t total;
-    const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, &total);
+    const sb_storage_errored *e = sb_sched_errored_list(m.s, &n, &total);
     cr_assert_eq(n, 3);
     cr_expect_eq(total, 3);
     for (size_t i = 0; i < n; i++) {
@@ -804,7 +804,7 @@ Test(sched, stale_and_unknown_completions)
     cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
     char tid[128];
     snprintf(tid, sizeof tid, "%s", t[0].task_id);
-    sb_sched_output o = {.id = "s0-t0-p0", .bytes = 10, .rows = 1};
+    sb_storage_output o = {.id = "s0-t0-p0", .bytes = 10, .rows = 1};
     cr_expect_eq(
         sb_sched_complete(m.s, "c1", tid, 7, SB_SCHED_OK, NULL, &o, 1, NULL, 0, NULL, 1, NULL), 0,
         "wrong attempt is stale");
@@ -838,7 +838,7 @@ Test(sched, input_lost_recovers_the_input)
     sim_add_worker(&m, "g1", "gpu", 1);
     sb_sched_task t[2];
     cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
-    sb_sched_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
+    sb_storage_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
     cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0,
                                    NULL, 1, NULL),
                  1);
@@ -878,7 +878,7 @@ Test(sched, consumers_of_a_lost_workers_partitions_run_again)
     sim_add_worker(&m, "g1", "gpu", 1);
     sb_sched_task t[2];
     cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
-    sb_sched_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
+    sb_storage_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
     cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, &o, 1, NULL, 0,
                                    NULL, 1, NULL),
                  1);
@@ -886,7 +886,7 @@ Test(sched, consumers_of_a_lost_workers_partitions_run_again)
     cr_assert_str_eq(t[0].task_id, "ns/t/s1-t0");
     cr_assert_str_eq(t[0].inputs[0].worker_id, "c1");
     sb_sched_worker_lost(m.s, "c1", "missed heartbeats", 3);
-    sb_sched_output o1 = {.id = "s1-t0-p0", .bytes = 64 * MiB, .rows = 5};
+    sb_storage_output o1 = {.id = "s1-t0-p0", .bytes = 64 * MiB, .rows = 5};
     cr_expect_eq(sb_sched_complete(m.s, "g1", "ns/t/s1-t0", 0, SB_SCHED_OK, NULL, &o1, 1, NULL, 0,
                                    NULL, 4, NULL),
                  0, "the report of a task that read from a fenced worker must be stale");
@@ -1058,7 +1058,7 @@ Test(sched, errored_partition_keeps_the_first_error)
                      1);
     }
     size_t n;
-    const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, NULL);
+    const sb_storage_errored *e = sb_sched_errored_list(m.s, &n, NULL);
     cr_assert_eq(n, 1);
     cr_expect_str_eq(e[0].error, msgs[0]);
     cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
@@ -1161,7 +1161,7 @@ Test(sched, a_task_that_kills_its_workers_errors_after_max_task_retries)
             cr_expect_eq(st, SB_SCHED_SUCCEEDED);
             size_t n;
             uint64_t total;
-            const sb_sched_errored *e = sb_sched_errored_list(m.s, &n, &total);
+            const sb_storage_errored *e = sb_sched_errored_list(m.s, &n, &total);
             cr_assert_eq(n, 1);
             cr_expect(strstr(e[0].error, "its worker was lost while running it (worker c") !=
                               NULL &&
@@ -1185,7 +1185,7 @@ Test(sched, a_task_that_kills_its_workers_errors_after_max_task_retries)
 static int complete1(sb_sched *s, const char *w, const char *tid, uint32_t attempt,
                      sb_sched_status st, const char *out, uint64_t now)
 {
-    sb_sched_output o = {.id = out, .bytes = MiB, .rows = 10};
+    sb_storage_output o = {.id = out, .bytes = MiB, .rows = 10};
     sb_sched_metrics mt = {.wall_seconds = 0.1};
     return sb_sched_complete(s, w, tid, attempt, st, st == SB_SCHED_OK ? NULL : "boom", &o,
                              out ? 1 : 0, NULL, 0, &mt, now, NULL);
@@ -1372,7 +1372,7 @@ static uint64_t tail_run(int no_tail_sizing)
         m.ms_per_mb[i] = 1;
     }
     m.ms_per_mb[1] = 100;
-    sb_sched_split sp[256];
+    sb_storage_split sp[256];
     static char names[256][32];
     for (size_t i = 0; i < 256; i++) {
         snprintf(names[i], 32, "%" PRIu64 "\tsplit-%zu", (uint64_t)MiB, i);
@@ -1530,7 +1530,7 @@ static sb_sched *drain_run(spec_holder *h, sim *m, uint64_t slow, int no_drain)
         m->ms_per_mb[i] = 1;
     }
     m->ms_per_mb[0] = 100;
-    static sb_sched_split sp[200];
+    static sb_storage_split sp[200];
     static char names[200][32];
     for (size_t i = 0; i < 200; i++) {
         snprintf(names[i], 32, "%" PRIu64 "\tsplit-%zu", (uint64_t)MiB, i);
@@ -1746,7 +1746,7 @@ static uint64_t sick_gpu_run(const char *psize, size_t nsplits, int ngpu, uint64
     m.ms_per_mb[1] = 2000;
     uint64_t split_bytes = SICK_BYTES / nsplits;
     cr_assert_leq(nsplits, SICK_SPLITS_MAX);
-    sb_sched_split sp[SICK_SPLITS_MAX];
+    sb_storage_split sp[SICK_SPLITS_MAX];
     static char names[SICK_SPLITS_MAX][32];
     for (size_t i = 0; i < nsplits; i++) {
         snprintf(names[i], 32, "%" PRIu64 "\tsplit-%zu", split_bytes, i);
@@ -1909,7 +1909,7 @@ static void rerun_reports(int how, const char *want)
     sim_add_worker(&m, "c2", "cpu", 1);
     sb_sched_task t[2];
     cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
-    sb_sched_output o[3] = {{.id = "s0-t0-p0", .bytes = 1000, .rows = 5},
+    sb_storage_output o[3] = {{.id = "s0-t0-p0", .bytes = 1000, .rows = 5},
                             {.id = "s0-t0-p1", .bytes = 1000, .rows = 5},
                             {.id = "s0-t0-p2", .bytes = 640, .rows = 2}};
     cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, o, 2, NULL, 0,
@@ -2055,7 +2055,7 @@ Test(sched, a_worker_lost_mid_batch_loses_nothing_and_the_budget_holds)
     cr_expect_eq(m.peak_check_violations, 0);
     cr_expect_leq(st.peak_partition_bytes, st.budget + st.max_partition_bytes);
     size_t np;
-    const sb_sched_output *parts = sb_sched_sink_parts(m.s, &np);
+    const sb_storage_output *parts = sb_sched_sink_parts(m.s, &np);
     uint64_t bytes = 0;
     for (size_t i = 0; i < np; i++) {
         bytes += parts[i].bytes;
@@ -2241,7 +2241,7 @@ static void complete_first_task(sb_sched *s, const char *worker, uint64_t now)
     sb_sched_task t[1];
     cr_assert_eq(sb_sched_assign(s, worker, 1, now, t), 1);
     cr_assert_eq(t[0].op, 0);
-    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
+    sb_storage_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
                                {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
     sb_err err;
     cr_assert_eq(sb_sched_complete(s, worker, t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, outs,
@@ -2264,7 +2264,7 @@ Test(sched, an_early_output_is_taken_at_once_and_counted_once)
     uint32_t att = t[0].attempt;
     sb_sched_stats st0, st1;
     sb_sched_get_stats(s, &st0);
-    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
+    sb_storage_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
                                {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
     sb_err err;
     int wait;
@@ -2312,7 +2312,7 @@ Test(sched, a_retry_must_make_its_early_outputs_again)
     cr_assert(t[0].publish_early);
     char tid[64];
     snprintf(tid, sizeof tid, "%s", t[0].task_id);
-    sb_sched_output p0 = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10};
+    sb_storage_output p0 = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10};
     sb_err err;
     int wait;
     cr_assert_eq(sb_sched_publish(s, "c1", tid, t[0].attempt, &p0, 1, 2, &wait, &err), 1);
@@ -2323,7 +2323,7 @@ Test(sched, a_retry_must_make_its_early_outputs_again)
     size_t k = sb_sched_assign(s, "c1", 1, 4, t);
     cr_assert_eq(k, 1);
     cr_assert_str_eq(t[0].task_id, tid);
-    sb_sched_output other[2] = {{.id = "s0-t0-p7", .bytes = 64 * MiB, .rows = 10},
+    sb_storage_output other[2] = {{.id = "s0-t0-p7", .bytes = 64 * MiB, .rows = 10},
                                 {.id = "s0-t0-p8", .bytes = 64 * MiB, .rows = 10}};
     cr_assert_geq(sb_sched_complete(s, "c1", tid, t[0].attempt, SB_SCHED_OK, NULL, other, 2, NULL,
                                     0, NULL, 5, &err),
@@ -2350,7 +2350,7 @@ Test(sched, a_rerun_on_the_worker_that_holds_its_other_outputs_keeps_them)
     cr_assert_not(t[0].publish_early, "(not early: this is about the final report)");
     char tid[64];
     snprintf(tid, sizeof tid, "%s", t[0].task_id);
-    sb_sched_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
+    sb_storage_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
                                {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
     sb_err err;
     cr_assert_eq(sb_sched_complete(s, "c1", tid, t[0].attempt, SB_SCHED_OK, NULL, outs, 2, NULL, 0,
@@ -2429,7 +2429,7 @@ Test(sched, early_outputs_are_asked_for_only_where_they_are_safe_and_worth_it)
         sb_sched_task t[4];
         cr_assert_eq(sb_sched_assign(s, "c1", 1, 1, t), 1);
         cr_expect_not(t[0].publish_early, "%s", execs[i]);
-        sb_sched_output p0 = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10};
+        sb_storage_output p0 = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10};
         sb_err err;
         int wait;
         cr_expect_eq(sb_sched_publish(s, "c1", t[0].task_id, t[0].attempt, &p0, 1, 2, &wait, &err),

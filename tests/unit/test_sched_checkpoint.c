@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "controller/engine/runckpt.h"
+#include "controller/local/runckpt.h"
 #include "controller/sched/ranges.h"
 #include "controller/sched/sched.h"
 #include "doc/doc.h"
@@ -91,7 +91,7 @@ static size_t split_of(const char *id) /* "s0-t<split>-p<seq>" */
 static void check_checkpoint(sim *m)
 {
     char *ranges;
-    sb_sched_output *parts;
+    sb_storage_output *parts;
     size_t n;
     sb_err err;
     cr_assert_eq(sb_sched_checkpoint(m->s, &ranges, &parts, &n, &err), 0, "%s", err.msg);
@@ -124,7 +124,7 @@ static void check_checkpoint(sim *m)
                       ranges);
     /* every part is a sink part of the scheduler */
     size_t nsink;
-    const sb_sched_output *sink = sb_sched_sink_parts(m->s, &nsink);
+    const sb_storage_output *sink = sb_sched_sink_parts(m->s, &nsink);
     for (size_t i = 0; i < n; i++) {
         int found = 0;
         for (size_t k = 0; k < nsink && !found; k++)
@@ -190,13 +190,13 @@ static void sim_finish(sim *m, simworker *w, size_t k)
     running r = w->run[k];
     w->run[k] = w->run[--w->nrun];
     uint64_t out = r.in_bytes;
-    sb_sched_output outs[MAXSEQ];
+    sb_storage_output outs[MAXSEQ];
     char ids[MAXSEQ][64];
     size_t n = 0;
     while (out > 0 && n < MAXSEQ) {
         uint64_t b = out > m->target ? m->target : out;
         snprintf(ids[n], sizeof ids[n], "s%u-t%" PRIu64 "-p%zu", r.op, r.index, n);
-        outs[n] = (sb_sched_output){ids[n], b, b / 100, (uint32_t)(r.index * 31 + n), NULL};
+        outs[n] = (sb_storage_output){ids[n], b, b / 100, (uint32_t)(r.index * 31 + n), NULL};
         out -= b;
         n++;
     }
@@ -255,12 +255,12 @@ static void sim_init(sim *m, spec_holder *h, size_t nsplits, const sb_sched_resu
     cr_assert_leq(nsplits, MAXSPLITS);
     m->target = (uint64_t)h->p.spec.source.partition_size;
     m->nsplits = nsplits;
-    sb_sched_split sp[MAXSPLITS];
+    sb_storage_split sp[MAXSPLITS];
     char names[MAXSPLITS][32];
     for (size_t i = 0; i < nsplits; i++) {
         m->split_bytes[i] = split_size(i);
         snprintf(names[i], 32, "split-%zu", i);
-        sp[i] = (sb_sched_split){names[i], m->split_bytes[i]};
+        sp[i] = (sb_storage_split){names[i], m->split_bytes[i]};
     }
     sb_sched_config cfg = {.pipeline = &h->p, .pipeline_id = "ns/t", .resume = resume};
     m->s = sb_sched_new(&cfg, sp, nsplits, err);
@@ -289,7 +289,7 @@ Test(sched_checkpoint, fused_single_op)
     cr_assert_eq(m.nops, 1);
     m.check = 1;
     char *ranges;
-    sb_sched_output *parts;
+    sb_storage_output *parts;
     size_t n;
     cr_assert_eq(sb_sched_checkpoint(m.s, &ranges, &parts, &n, &err), 0);
     cr_expect_str_eq(ranges, "", "nothing committed before anything ran");
@@ -340,9 +340,9 @@ static taken take(sb_sched *s, const char *w, uint64_t now)
 static void finish(sb_sched *s, const char *w, taken t, const char *const *ids, const uint64_t *mb,
                    size_t n)
 {
-    sb_sched_output outs[8];
+    sb_storage_output outs[8];
     for (size_t i = 0; i < n; i++)
-        outs[i] = (sb_sched_output){ids[i], mb[i] * MiB, mb[i], 7, NULL};
+        outs[i] = (sb_storage_output){ids[i], mb[i] * MiB, mb[i], 7, NULL};
     cr_assert_eq(sb_sched_complete(s, w, t.id, t.attempt, SB_SCHED_OK, NULL, outs, n, NULL, 0, NULL,
                                    0, NULL),
                  1, "%s", t.id);
@@ -356,7 +356,7 @@ static void finish(sb_sched *s, const char *w, taken t, const char *const *ids, 
 static void expect_checkpoint(sb_sched *s, const char *want_ranges, size_t want_parts)
 {
     char *ranges;
-    sb_sched_output *parts;
+    sb_storage_output *parts;
     size_t n;
     sb_err err;
     cr_assert_eq(sb_sched_checkpoint(s, &ranges, &parts, &n, &err), 0, "%s", err.msg);
@@ -370,7 +370,7 @@ Test(sched_checkpoint, half_done_component_is_not_committed)
 {
     spec_holder h;
     load_spec(&h, CPU_GPU, "{memoryBudget: 4Gi}");
-    sb_sched_split sp[4] = {{"0", 32 * MiB}, {"1", 64 * MiB}, {"2", 32 * MiB}, {"3", 10 * MiB}};
+    sb_storage_split sp[4] = {{"0", 32 * MiB}, {"1", 64 * MiB}, {"2", 32 * MiB}, {"3", 10 * MiB}};
     sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/t"};
     sb_err err;
     sb_sched *s = sb_sched_new(&cfg, sp, 4, &err);
@@ -440,7 +440,7 @@ Test(sched_checkpoint, half_done_component_is_not_committed)
 /* The simulation with coalescing: the checkpoint is checked after every event. Then a new
  * scheduler resumes from a mid-run checkpoint. */
 /* A part's cost in the capped checkpoints below (sb_sched_checkpoint_within). */
-static uint64_t part_cost(const sb_sched_output *p, void *ctx)
+static uint64_t part_cost(const sb_storage_output *p, void *ctx)
 {
     (void)ctx;
     return strlen(p->id) + 20;
@@ -449,7 +449,7 @@ static uint64_t part_cost(const sb_sched_output *p, void *ctx)
 /* What a checkpoint costs as sb_sched_checkpoint_within counts it: its parts, and an index and
  * a separator per committed split (the ranges, at their longest). */
 static uint64_t checkpoint_cost(const uint8_t *committed, size_t nsplits,
-                                const sb_sched_output *parts, size_t nparts)
+                                const sb_storage_output *parts, size_t nparts)
 {
     uint64_t c = 0;
     for (size_t i = 0; i < nsplits; i++)
@@ -487,7 +487,7 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
     if (fault != NULL)
         cr_expect_gt(ast.partitions_recovered, 0, "the lost worker held needed partitions");
     char *ranges;
-    sb_sched_output *parts;
+    sb_storage_output *parts;
     size_t nparts;
     cr_assert_eq(sb_sched_checkpoint(a.s, &ranges, &parts, &nparts, &err), 0, "%s", err.msg);
     uint8_t committed[MAXSPLITS];
@@ -502,7 +502,7 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
     if (capped) {
         uint64_t full = checkpoint_cost(committed, nsplits, parts, nparts);
         char *cr;
-        sb_sched_output *cp;
+        sb_storage_output *cp;
         size_t ncp, omitted;
         cr_assert_eq(sb_sched_checkpoint_within(a.s, full / 2, part_cost, NULL, &cr, &cp, &ncp,
                                                 &omitted, &err),
@@ -524,7 +524,7 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
             cr_assert(in_full, "%s is not in the full checkpoint", cp[i].id);
         }
         char *fr;
-        sb_sched_output *fp;
+        sb_storage_output *fp;
         size_t nfp, fo = 1;
         cr_assert_eq(
             sb_sched_checkpoint_within(a.s, full, part_cost, NULL, &fr, &fp, &nfp, &fo, &err), 0);
@@ -565,7 +565,7 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
     cr_expect_eq(st.sink_bytes, resumed_bytes);
     if (capped) { /* what the new leader carries is one block: all of it, or nothing */
         char *cr;
-        sb_sched_output *cp;
+        sb_storage_output *cp;
         size_t ncp, omitted;
         uint64_t carried = checkpoint_cost(committed, nsplits, parts, nparts);
         cr_assert_eq(sb_sched_checkpoint_within(b.s, carried - 1, part_cost, NULL, &cr, &cp, &ncp,
@@ -595,7 +595,7 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
         cr_expect_eq(b.source_runs[i], committed[i] ? 0u : 1u, "split %zu ran %u times", i,
                      b.source_runs[i]);
     size_t nsink;
-    const sb_sched_output *sink = sb_sched_sink_parts(b.s, &nsink);
+    const sb_storage_output *sink = sb_sched_sink_parts(b.s, &nsink);
     sb_sched_get_stats(b.s, &st);
     cr_expect_eq(st.sink_parts, nsink);
     cr_expect_eq(st.sink_bytes, total_bytes(nsplits), "resumed + new parts hold every byte once");
@@ -620,7 +620,7 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
         want = sb_ranges_format(all, nsplits);
     }
     char *end_ranges;
-    sb_sched_output *end_parts;
+    sb_storage_output *end_parts;
     size_t nend;
     cr_assert_eq(sb_sched_checkpoint(b.s, &end_ranges, &end_parts, &nend, &err), 0);
     cr_expect_str_eq(end_ranges, want);
@@ -684,14 +684,14 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
         {{1, "garbage", NULL, 0}, "bad piece \"garbage\""},
         {{1, "0-99", NULL, 0}, "\"0-99\" is out of range (6 splits)"},
         {{0, "0-1", NULL, 0}, "epoch 0"},
-        {{1, "0", (sb_sched_output[]){{"bogus", 1, 1, 0, NULL}}, 1},
+        {{1, "0", (sb_storage_output[]){{"bogus", 1, 1, 0, NULL}}, 1},
          "\"bogus\" is not s<op>-t<task>"},
-        {{1, "0", (sb_sched_output[]){{NULL, 1, 1, 0, NULL}}, 1}, "(null)"},
-        {{1, "0", (sb_sched_output[]){{"s7-t0-p0", 1, 1, 0, NULL}}, 1}, "op 7 does not exist"},
-        {{1, "0", (sb_sched_output[]){{"s0-t3-p0", 1, 1, 0, NULL}}, 1}, "split 3 is not committed"},
-        {{1, "0", (sb_sched_output[]){{"s1-t1000000000-p0", 1, 1, 0, NULL}}, 1}, "would collide"},
+        {{1, "0", (sb_storage_output[]){{NULL, 1, 1, 0, NULL}}, 1}, "(null)"},
+        {{1, "0", (sb_storage_output[]){{"s7-t0-p0", 1, 1, 0, NULL}}, 1}, "op 7 does not exist"},
+        {{1, "0", (sb_storage_output[]){{"s0-t3-p0", 1, 1, 0, NULL}}, 1}, "split 3 is not committed"},
+        {{1, "0", (sb_storage_output[]){{"s1-t1000000000-p0", 1, 1, 0, NULL}}, 1}, "would collide"},
     };
-    sb_sched_split sp[6] = {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}};
+    sb_storage_split sp[6] = {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/t", .resume = &cases[i].r};
         sb_err err = {0};
@@ -703,7 +703,7 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
     }
     /* everything committed: the run is done at once, with the resumed parts */
     sb_sched_resume all = {2, "0-5",
-                           (sb_sched_output[]){{"s1-t7-p0", 10, 1, 3, NULL},
+                           (sb_storage_output[]){{"s1-t7-p0", 10, 1, 3, NULL},
                                                {"s1-t1000000001-p0", 5, 1, 4, NULL},
                                                {"s1-t7-p0", 10, 1, 3, NULL}},
                            3};
@@ -713,7 +713,7 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
     cr_assert_not_null(s, "%s", err.msg);
     cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
     size_t n;
-    const sb_sched_output *parts = sb_sched_sink_parts(s, &n);
+    const sb_storage_output *parts = sb_sched_sink_parts(s, &n);
     cr_assert_eq(n, 2, "a part listed twice counts once");
     cr_expect_str_eq(parts[1].id, "s1-t1000000001-p0");
     cr_expect_eq(parts[1].crc32c, 4);
@@ -730,7 +730,7 @@ Test(sched_checkpoint, preserve_order_survives_a_resume)
 {
     spec_holder h;
     load_spec(&h, CPU_GPU, "{memoryBudget: 4Gi, preserveOrder: true}");
-    sb_sched_split sp[3] = {{"0", 8 * MiB}, {"1", 8 * MiB}, {"2", 8 * MiB}};
+    sb_storage_split sp[3] = {{"0", 8 * MiB}, {"1", 8 * MiB}, {"2", 8 * MiB}};
     sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/t"};
     sb_err err;
     sb_sched *s = sb_sched_new(&cfg, sp, 3, &err);
@@ -745,7 +745,7 @@ Test(sched_checkpoint, preserve_order_survives_a_resume)
     taken g = take(s, "g1", 0);
     finish(s, "g1", g, (const char *[]){"s1-t0-p0", "s1-t0-p1"}, (uint64_t[]){4, 4}, 2);
     char *ranges;
-    sb_sched_output *parts;
+    sb_storage_output *parts;
     size_t n;
     cr_assert_eq(sb_sched_checkpoint(s, &ranges, &parts, &n, &err), 0, "%s", err.msg);
     cr_assert_str_eq(ranges, "1");
@@ -777,7 +777,7 @@ Test(sched_checkpoint, preserve_order_survives_a_resume)
     finish(s, "g1", g, (const char *[]){later}, (uint64_t[]){8}, 1);
     cr_assert_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
     size_t ns;
-    const sb_sched_output *sink = sb_sched_sink_parts(s, &ns);
+    const sb_storage_output *sink = sb_sched_sink_parts(s, &ns);
     cr_assert_eq(ns, 4);
     /* input order: split 0's part, split 1's two carried parts, split 2's part */
     cr_expect_str_eq(sink[1].id, "s1-t0-p0");
@@ -785,7 +785,7 @@ Test(sched_checkpoint, preserve_order_survives_a_resume)
     cr_expect(strcmp(sink[0].id, "s1-t0-p0") != 0 && strcmp(sink[3].id, "s1-t0-p1") != 0);
     /* a checkpoint of the resumed run keeps the carried keys */
     char *r2;
-    sb_sched_output *p2;
+    sb_storage_output *p2;
     size_t n2;
     cr_assert_eq(sb_sched_checkpoint(s, &r2, &p2, &n2, &err), 0, "%s", err.msg);
     cr_expect_eq(n2, 4);
@@ -848,7 +848,7 @@ static void v_part(const sb_sink_spec *s, sb_ckpt *c, const char *id, const char
     sb_part_free(blob);
     c->parts = realloc(c->parts, (c->nparts + 1) * sizeof *c->parts);
     cr_assert_not_null(c->parts);
-    c->parts[c->nparts++] = (sb_sched_output){.id = strdup(id),
+    c->parts[c->nparts++] = (sb_storage_output){.id = strdup(id),
                                               .bytes = info.bytes,
                                               .rows = info.rows,
                                               .crc32c = info.crc32c,

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller/engine/ctl.h"
+#include "controller/ctl/ctl.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
 
@@ -38,7 +38,7 @@ static void unload(spec_holder *h)
 
 static sb_ctl *start(spec_holder *h, const sb_sched_resume *resume, sb_err *err)
 {
-    static sb_sched_split splits[3] = {
+    static sb_storage_split splits[3] = {
         {"in\t0\t100", 100}, {"in\t100\t200", 100}, {"in\t200\t300", 100}};
     sb_ctl_config cfg = {.pipeline = &h->p,
                          .pipeline_id = "default/c",
@@ -52,13 +52,13 @@ Test(sched_ctl, resume_checkpoint_and_demand)
 {
     spec_holder h;
     load(&h);
-    sb_sched_output kept[] = {{"s0-t1-p0", 100, 10, 5, NULL}};
+    sb_storage_output kept[] = {{"s0-t1-p0", 100, 10, 5, NULL}};
     sb_sched_resume r = {.epoch = 1, .committed_splits = "1", .parts = kept, .nparts = 1};
     sb_err err;
     sb_ctl *c = start(&h, &r, &err);
     cr_assert_not_null(c, "%s", err.msg);
     char *ranges;
-    sb_sched_output *parts;
+    sb_storage_output *parts;
     size_t n;
     cr_assert_eq(sb_ctl_checkpoint(c, &ranges, &parts, &n, &err), 0, "%s", err.msg);
     cr_expect_str_eq(ranges, "1");

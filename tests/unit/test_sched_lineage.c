@@ -30,7 +30,7 @@ static const char *two_ops = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeli
 static sb_sched *make(spec_holder *h, const char *yaml, size_t n, char (**names)[64])
 {
     spec_fixture_load(h, yaml);
-    sb_sched_split *sp = calloc(n, sizeof *sp);
+    sb_storage_split *sp = calloc(n, sizeof *sp);
     *names = calloc(n, sizeof **names);
     cr_assert(sp != NULL && *names != NULL);
     for (size_t i = 0; i < n; i++) {
@@ -67,7 +67,7 @@ static void run_all(sb_sched *s)
                 att[i] = t[i].attempt;
             }
             for (size_t i = 0; i < k; i++) {
-                sb_sched_output o = {.id = out[i], .bytes = 1024, .rows = 10};
+                sb_storage_output o = {.id = out[i], .bytes = 1024, .rows = 10};
                 sb_err err;
                 cr_assert_eq(sb_sched_complete(s, ws[w], ids[i], att[i], SB_SCHED_OK, NULL, &o, 1,
                                                NULL, 0, NULL, now, &err),
@@ -132,7 +132,7 @@ Test(sched_lineage, an_id_it_did_not_hand_out_matches_no_task)
         "load/p/s0-t",   "load/p/s0-t0x", "load/p/",      "load/ps0-t0",  "",
         "load/p/s00-t0", "load/p/s0-t-1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        sb_sched_output o = {.id = "s0-t0-p0", .bytes = 1, .rows = 1};
+        sb_storage_output o = {.id = "s0-t0-p0", .bytes = 1, .rows = 1};
         sb_err err;
         cr_assert_eq(sb_sched_complete(s, "c", bad[i], t[0].attempt, SB_SCHED_OK, NULL, &o, 1, NULL,
                                        0, NULL, 2, &err),
@@ -149,7 +149,7 @@ Test(sched_lineage, an_id_it_did_not_hand_out_matches_no_task)
         free(rel);
     }
     /* the real id completes the task, and the op-1 task it feeds gets an id of its own */
-    sb_sched_output o = {.id = "s0-t0-p0", .bytes = 1024, .rows = 1};
+    sb_storage_output o = {.id = "s0-t0-p0", .bytes = 1024, .rows = 1};
     cr_assert_eq(sb_sched_complete(s, "c", "load/p/s0-t0", t[0].attempt, SB_SCHED_OK, NULL, &o, 1,
                                    NULL, 0, NULL, 3, NULL),
                  1);

@@ -100,7 +100,7 @@ static void sim_finish(sim *m, simworker *w, size_t k)
     running r = w->run[k];
     w->run[k] = w->run[--w->nrun];
     uint64_t out = (uint64_t)(m->ratio[r.op] * (double)r.in_bytes);
-    sb_sched_output outs[16];
+    sb_storage_output outs[16];
     char ids[16][64];
     size_t n = 0;
     while (out > 0 && n < 16) {
@@ -185,7 +185,7 @@ static outcome static_expand_run(uint32_t budget_parts, double expand, uint32_t 
     }
     m.ratio[1] = expand;
     enum { NSPLITS = 12 };
-    sb_sched_split sp[NSPLITS];
+    sb_storage_split sp[NSPLITS];
     char names[NSPLITS][32];
     for (size_t i = 0; i < NSPLITS; i++) {
         snprintf(names[i], sizeof names[i], "%" PRIu64 "\tsplit-%zu", (uint64_t)(64 * MiB), i);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "worker/metrics.h"
+#include "worker/wmetrics.h"
 #include "worker/ops/ops.h"
 #include "testutil.h"
 

@@ -13,7 +13,7 @@
 #include "partition/chunk.h"
 #include "partition/crc32c.h"
 #include "partition/partition.h"
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 #include "rpc/proto.h"
 
 #define ID_MAX 256

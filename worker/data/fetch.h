@@ -2,7 +2,7 @@
  * receiving half on its own (sb_data_recv) for callers and tests that drive a stream by hand.
  *
  * sb_data_fetch() asks Data.Fetch for the partition from offset 0, reads the Chunk stream with
- * lib/rpc's piecewise reader, parses each Chunk without flattening it (lib/rpc/chunk.h), and
+ * lib/rpc's piecewise reader, parses each Chunk without flattening it (lib/rpc/chunkmsg.h), and
  * lets lib/partition's assembler verify each chunk's crc32c and copy its bytes straight from
  * gRPC's receive slices into the destination blob (allocated once, when the blob's header says
  * how large it is). When the stream breaks (peer restarted, connection reset, server shut

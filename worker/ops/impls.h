@@ -22,9 +22,4 @@ extern const sb_op_impl sb_op_mlp_impl;
 extern const sb_op_impl sb_op_image_resize_impl;
 extern const sb_op_impl sb_op_image_normalize_impl;
 
-/* What the ops keep across tasks, released by sb_op_shutdown(): exec's pooled processes
- * (exec/exec.c), tensor.mlp's loaded models (tensor/mlp.c). */
-void sb_op_exec_shutdown(void);
-void sb_op_mlp_shutdown(void);
-
 #endif

@@ -11,10 +11,12 @@ static const sb_op_impl *const registry[] = {
     &sb_op_image_normalize_impl,
 };
 
+/* Every op's shutdown hook, in registry order. */
 void sb_op_shutdown(void)
 {
-    sb_op_exec_shutdown();
-    sb_op_mlp_shutdown();
+    for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
+        if (registry[i]->shutdown != NULL)
+            registry[i]->shutdown();
 }
 
 const sb_op_impl *sb_op_find(const char *name)

@@ -142,6 +142,9 @@ typedef struct sb_op_impl {
     /* Emits what the state still buffers (after the task's last input). */
     int (*finish)(void *state, sb_op_out *out, sb_err *err);
     void (*free)(void *state);
+    /* Releases what the op keeps across tasks (exec's pooled processes, tensor.mlp's loaded
+     * models), called by sb_op_shutdown() once no task runs; NULL when it keeps nothing. */
+    void (*shutdown)(void);
     /* CPU seconds the op's own child processes used for this state since init (exec's
      * program), counted in the task's CPU time; NULL when an op has none. */
     double (*child_cpu)(void *state);

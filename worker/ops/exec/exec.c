@@ -105,7 +105,7 @@ static void pool_put(exec_child *c)
     exec_child_free(c);
 }
 
-void sb_op_exec_shutdown(void)
+static void exec_shutdown(void)
 {
     pthread_mutex_lock(&pool_mu);
     for (size_t i = 0; i < npool; i++)
@@ -521,6 +521,7 @@ const sb_op_impl sb_op_exec_impl = {
     .process = exec_process,
     .finish = exec_finish,
     .free = exec_free,
+    .shutdown = exec_shutdown,
     .child_cpu = exec_cpu,
     .default_batch = DEFAULT_BATCH,
 };

@@ -42,7 +42,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "io/store.h"
+#include "io/backend.h"
 #include "partition/rowjson.h"
 #include "worker/ops/impls.h"
 #include "worker/ops/json.h"
@@ -109,7 +109,7 @@ static void model_free(mlp_model *m)
     free(m);
 }
 
-void sb_op_mlp_shutdown(void)
+static void mlp_shutdown(void)
 {
     pthread_mutex_lock(&cache_mu);
     while (cache != NULL) {
@@ -1076,5 +1076,6 @@ const sb_op_impl sb_op_mlp_impl = {
     .process = mlp_process,
     .finish = mlp_finish,
     .free = mlp_free,
+    .shutdown = mlp_shutdown,
     .default_batch = 256,
 };

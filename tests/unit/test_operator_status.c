@@ -23,47 +23,47 @@ static const char *sget(const cJSON *o, const char *k)
 Test(opr_status, time_round_trip)
 {
     char b[32];
-    sb_opr_time_format(1714564800, b, sizeof b);
+    sb_operator_time_format(1714564800, b, sizeof b);
     cr_expect_str_eq(b, "2024-05-01T12:00:00Z");
     time_t t = 0;
-    cr_expect_eq(sb_opr_time_parse(b, &t), 0);
+    cr_expect_eq(sb_operator_time_parse(b, &t), 0);
     cr_expect_eq(t, 1714564800);
-    cr_expect_eq(sb_opr_time_parse("2024-05-01T12:00:00.123456Z", &t), 0);
+    cr_expect_eq(sb_operator_time_parse("2024-05-01T12:00:00.123456Z", &t), 0);
     cr_expect_eq(t, 1714564800);
-    cr_expect_neq(sb_opr_time_parse("2024-05-01T12:00:00+02:00", &t), 0);
-    cr_expect_neq(sb_opr_time_parse("yesterday", &t), 0);
-    cr_expect_neq(sb_opr_time_parse(NULL, &t), 0);
+    cr_expect_neq(sb_operator_time_parse("2024-05-01T12:00:00+02:00", &t), 0);
+    cr_expect_neq(sb_operator_time_parse("yesterday", &t), 0);
+    cr_expect_neq(sb_operator_time_parse(NULL, &t), 0);
 }
 
 Test(opr_status, condition_transition_time_only_on_flip)
 {
     cJSON *st = cJSON_CreateObject();
-    cr_expect_eq(sb_opr_condition_set(st, "Running", 1, "Running", "", 1, "T1"), 1);
-    cr_expect_eq(sb_opr_condition_set(st, "Running", 1, "Running", "", 1, "T2"), 0,
+    cr_expect_eq(sb_operator_condition_set(st, "Running", 1, "Running", "", 1, "T1"), 1);
+    cr_expect_eq(sb_operator_condition_set(st, "Running", 1, "Running", "", 1, "T2"), 0,
                  "same condition again is no change");
-    const cJSON *c = sb_opr_condition_get(st, "Running");
+    const cJSON *c = sb_operator_condition_get(st, "Running");
     cr_assert_not_null(c);
     cr_expect_str_eq(sget(c, "lastTransitionTime"), "T1");
-    cr_expect_eq(sb_opr_condition_set(st, "Running", 1, "Running", "msg", 2, "T3"), 1);
+    cr_expect_eq(sb_operator_condition_set(st, "Running", 1, "Running", "msg", 2, "T3"), 1);
     cr_expect_str_eq(sget(c, "lastTransitionTime"), "T1", "message change is no transition");
     cr_expect_eq(cJSON_GetObjectItem(c, "observedGeneration")->valuedouble, 2);
-    cr_expect_eq(sb_opr_condition_set(st, "Running", 0, "Succeeded", "", 2, "T4"), 1);
+    cr_expect_eq(sb_operator_condition_set(st, "Running", 0, "Succeeded", "", 2, "T4"), 1);
     cr_expect_str_eq(sget(c, "lastTransitionTime"), "T4");
     cr_expect_str_eq(sget(c, "status"), "False");
-    cr_expect_eq(sb_opr_condition_true(st, "Running"), 0);
-    sb_opr_condition_set(st, "Complete", 1, "Succeeded", "", 2, "T4");
-    cr_expect(sb_opr_condition_true(st, "Complete"));
+    cr_expect_eq(sb_operator_condition_true(st, "Running"), 0);
+    sb_operator_condition_set(st, "Complete", 1, "Succeeded", "", 2, "T4");
+    cr_expect(sb_operator_condition_true(st, "Complete"));
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(st, "conditions")), 2);
-    cr_expect_null(sb_opr_condition_get(st, "Failed"));
+    cr_expect_null(sb_operator_condition_get(st, "Failed"));
     cJSON_Delete(st);
 }
 
 Test(opr_status, part_format_and_strict_parse)
 {
-    sb_sched_output p = {.id = "s1-t2-p0", .rows = 10, .bytes = 1234, .crc32c = 4294967295u};
+    sb_storage_output p = {.id = "s1-t2-p0", .rows = 10, .bytes = 1234, .crc32c = 4294967295u};
     char *s = sb_ckpt_part_format(&p);
     cr_expect_str_eq(s, "s1-t2-p0:10:1234:4294967295");
-    sb_sched_output q;
+    sb_storage_output q;
     sb_err err;
     cr_assert_eq(sb_ckpt_part_parse(s, &q, &err), 0, "%s", err.msg);
     cr_expect_str_eq(q.id, "s1-t2-p0");
@@ -107,7 +107,7 @@ Test(opr_status, part_format_and_strict_parse)
 
 Test(opr_status, checkpoint_round_trip)
 {
-    sb_sched_output parts[2] = {{.id = "s0-t0-p0", .rows = 3, .bytes = 30, .crc32c = 7},
+    sb_storage_output parts[2] = {{.id = "s0-t0-p0", .rows = 3, .bytes = 30, .crc32c = 7},
                                 {.id = "s0-t1-p0", .rows = 4, .bytes = 40, .crc32c = 8}};
     cJSON *j = sb_ckpt_json(3, "00ff00ff00ff00ff", "0123456789abcdef", "0-1", parts, 2);
     char *txt = cJSON_PrintUnformatted(j);
@@ -196,9 +196,9 @@ Test(opr_status, progress_and_stages)
     s.ops[1] = (sb_sched_op_stats){
         .name = "embed", .pool = "gpu", .tasks_running = 1, .rows_out = 50, .errored = 1};
     s.stats.partitions_recovered = 3;
-    sb_opr_pool_view pools[2] = {{"cpu", 3, 2, 1}, {"gpu", 1, 0, 1}};
+    sb_operator_pool_view pools[2] = {{"cpu", 3, 2, 1}, {"gpu", 1, 0, 1}};
     cJSON *st = cJSON_CreateObject();
-    cr_assert_eq(sb_opr_status_progress(st, &s, 10, 4, pools, 2, 10.0), 0);
+    cr_assert_eq(sb_operator_status_progress(st, &s, 10, 4, pools, 2, 10.0), 0);
     cr_expect_str_eq(sget(st, "progress"), "4/10");
     cJSON *pt = cJSON_GetObjectItem(st, "partitions");
     cr_expect_eq(cJSON_GetObjectItem(pt, "total")->valuedouble, 10);
@@ -217,7 +217,7 @@ Test(opr_status, progress_and_stages)
     cr_expect_str_eq(sget(s1, "pool"), "gpu");
     cr_expect_eq(cJSON_GetObjectItem(s1, "workersReady")->valuedouble, 0);
     /* a second call replaces, not appends */
-    cr_assert_eq(sb_opr_status_progress(st, &s, 10, 5, pools, 2, 10.0), 0);
+    cr_assert_eq(sb_operator_status_progress(st, &s, 10, 5, pools, 2, 10.0), 0);
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(st, "stages")), 2);
     cr_expect_str_eq(sget(st, "progress"), "5/10");
     cJSON_Delete(st);
@@ -227,7 +227,7 @@ static int diff(const char *a, const char *b, char *buf, size_t len)
 {
     cJSON *x = cJSON_Parse(a), *y = cJSON_Parse(b);
     cr_assert(x != NULL && y != NULL);
-    int n = sb_opr_spec_diff(x, y, buf, len);
+    int n = sb_operator_spec_diff(x, y, buf, len);
     cJSON_Delete(x);
     cJSON_Delete(y);
     return n;
@@ -323,26 +323,26 @@ Test(opr_status, spec_hash_ignores_order_and_live_fields_only)
  * remembered until the cache shows the terminal phase of the same Pipeline. */
 Test(opr_status, finished_run_is_remembered_until_the_cache_catches_up)
 {
-    cr_expect_eq(sb_opr_finished_seen("u1", "u1", "Running"), 0, "stale cache: must wait");
-    cr_expect_eq(sb_opr_finished_seen("u1", "u1", ""), 0, "no phase yet: must wait");
-    cr_expect_eq(sb_opr_finished_seen("u1", "u1", NULL), 0);
-    cr_expect_eq(sb_opr_finished_seen("u1", "u1", "Succeeded"), 1);
-    cr_expect_eq(sb_opr_finished_seen("u1", "u1", "Failed"), 1);
-    cr_expect_eq(sb_opr_finished_seen("u1", "u2", "Running"), 1, "re-created under the same name");
-    cr_expect_eq(sb_opr_finished_seen("u1", NULL, "Running"), 1);
+    cr_expect_eq(sb_operator_finished_seen("u1", "u1", "Running"), 0, "stale cache: must wait");
+    cr_expect_eq(sb_operator_finished_seen("u1", "u1", ""), 0, "no phase yet: must wait");
+    cr_expect_eq(sb_operator_finished_seen("u1", "u1", NULL), 0);
+    cr_expect_eq(sb_operator_finished_seen("u1", "u1", "Succeeded"), 1);
+    cr_expect_eq(sb_operator_finished_seen("u1", "u1", "Failed"), 1);
+    cr_expect_eq(sb_operator_finished_seen("u1", "u2", "Running"), 1, "re-created under the same name");
+    cr_expect_eq(sb_operator_finished_seen("u1", NULL, "Running"), 1);
 }
 
 /* Every errored partition is in status.erroredPartitions (stage, split, error) and has its
  * PartitionErrored event message; none: the list is absent. */
 Test(opr_status, errored_partitions_are_listed)
 {
-    sb_sched_errored e[2] = {
+    sb_storage_errored e[2] = {
         {"pick", "ns/p/s0-t4", "split in/bad.jsonl",
          "reading in/bad.jsonl: record 1 is not valid JSON"},
         {"a+b", "ns/p/s1-t2", "input partition s0-t3-p0", "op b: boom"},
     };
     cJSON *st = cJSON_CreateObject();
-    cr_assert_eq(sb_opr_status_errored(st, e, 2), 0);
+    cr_assert_eq(sb_operator_status_errored(st, e, 2), 0);
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(st, "erroredPartitions");
     cr_assert(cJSON_IsArray(arr));
     cr_assert_eq(cJSON_GetArraySize(arr), 2);
@@ -351,11 +351,11 @@ Test(opr_status, errored_partitions_are_listed)
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(x, "split")->valuestring,
                      "split in/bad.jsonl");
     cr_expect(strstr(cJSON_GetObjectItemCaseSensitive(x, "error")->valuestring, "not valid JSON"));
-    cr_assert_eq(sb_opr_status_errored(st, e, 0), 0);
+    cr_assert_eq(sb_operator_status_errored(st, e, 0), 0);
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(st, "erroredPartitions"));
     cJSON_Delete(st);
     char m[1024];
-    sb_opr_event_errored_message(e[0].stage, e[0].input, e[0].error, m, sizeof m);
+    sb_operator_event_errored_message(e[0].stage, e[0].input, e[0].error, m, sizeof m);
     cr_expect_str_eq(m, "stage pick: split in/bad.jsonl: reading in/bad.jsonl: record 1 is not "
                         "valid JSON; its records are not in the output");
 }
@@ -368,12 +368,12 @@ Test(opr_status, workers_and_throughput_columns)
     s.nops = 2;
     s.ops[0] = (sb_sched_op_stats){.name = "read+parse", .pool = "cpu", .rows_out = 100000};
     s.ops[1] = (sb_sched_op_stats){.name = "embed", .pool = "gpu", .rows_out = 12345};
-    sb_opr_pool_view pools[2] = {{"cpu", 3, 2, 1}, {"gpu", 1, 1, 0}};
+    sb_operator_pool_view pools[2] = {{"cpu", 3, 2, 1}, {"gpu", 1, 1, 0}};
     cJSON *st = cJSON_CreateObject();
-    cr_assert_eq(sb_opr_status_progress(st, &s, 10, 4, pools, 2, 10.0), 0);
+    cr_assert_eq(sb_operator_status_progress(st, &s, 10, 4, pools, 2, 10.0), 0);
     cr_expect_str_eq(sget(st, "workers"), "3/4", "ready/desired summed over the pools");
     cr_expect_str_eq(sget(st, "throughput"), "1.23k rows/s", "the last stage's rows per second");
-    cr_assert_eq(sb_opr_status_progress(st, &s, 10, 4, NULL, 0, 0.0), 0);
+    cr_assert_eq(sb_operator_status_progress(st, &s, 10, 4, NULL, 0, 0.0), 0);
     cr_expect_str_eq(sget(st, "workers"), "0/0");
     cr_expect_str_eq(sget(st, "throughput"), "0 rows/s", "no time elapsed yet");
     cJSON_Delete(st);
@@ -390,11 +390,11 @@ Test(opr_status, workers_and_throughput_columns)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char b[48];
-        sb_opr_rate_format(cases[i].v, b, sizeof b);
+        sb_operator_rate_format(cases[i].v, b, sizeof b);
         cr_expect_str_eq(b, cases[i].want, "%g rows/s", cases[i].v);
     }
     char nan_buf[48];
-    sb_opr_rate_format(0.0 / 0.0, nan_buf, sizeof nan_buf);
+    sb_operator_rate_format(0.0 / 0.0, nan_buf, sizeof nan_buf);
     cr_expect_str_eq(nan_buf, "0 rows/s");
 }
 
@@ -403,29 +403,29 @@ Test(opr_status, workers_and_throughput_columns)
 Test(opr_status, failing_condition_column)
 {
     cJSON *st = cJSON_CreateObject();
-    sb_opr_condition_set(st, "Running", 1, "Running", "", 1, "T1");
-    sb_opr_condition_set(st, "Suspended", 0, "Resumed", "", 1, "T1");
+    sb_operator_condition_set(st, "Running", 1, "Running", "", 1, "T1");
+    sb_operator_condition_set(st, "Suspended", 0, "Resumed", "", 1, "T1");
     cr_expect_null(cJSON_GetObjectItem(st, "failingCondition"), "nothing wrong: no field");
-    cr_expect_eq(sb_opr_condition_set(st, "WorkersPending", 1, "Unschedulable",
+    cr_expect_eq(sb_operator_condition_set(st, "WorkersPending", 1, "Unschedulable",
                                       "pool gpu: 0/2 nodes are available", 1, "T2"),
                  1);
     cr_expect_str_eq(sget(st, "failingCondition"),
                      "Unschedulable: pool gpu: 0/2 nodes are available");
-    sb_opr_condition_set(st, "SpecChangeRefused", 1, "SpecChangeRefused", "spec.sink", 2, "T3");
+    sb_operator_condition_set(st, "SpecChangeRefused", 1, "SpecChangeRefused", "spec.sink", 2, "T3");
     cr_expect_str_eq(sget(st, "failingCondition"),
                      "Unschedulable: pool gpu: 0/2 nodes are available", "the first one wins");
-    sb_opr_condition_set(st, "WorkersPending", 0, "WorkersScheduled", "", 2, "T4");
+    sb_operator_condition_set(st, "WorkersPending", 0, "WorkersScheduled", "", 2, "T4");
     cr_expect_str_eq(sget(st, "failingCondition"), "SpecChangeRefused: spec.sink");
     cJSON *w = cJSON_CreateString("3/4");
     cJSON_AddItemToObject(st, "workers", w);
-    sb_opr_condition_set(st, "SpecChangeRefused", 0, "Finished", "", 2, "T5");
+    sb_operator_condition_set(st, "SpecChangeRefused", 0, "Finished", "", 2, "T5");
     cr_expect_null(cJSON_GetObjectItem(st, "failingCondition"), "False conditions never fail");
     cr_expect_str_eq(sget(st, "workers"), "3/4", "Running is still True");
     /* the finish path: Running False, then Failed True with an empty message */
-    sb_opr_condition_set(st, "Running", 0, "Failed", "", 2, "T6");
+    sb_operator_condition_set(st, "Running", 0, "Failed", "", 2, "T6");
     cr_expect_str_eq(sget(st, "workers"), "0/0", "no worker pods once Running is False");
     cr_expect_null(cJSON_GetObjectItem(st, "failingCondition"), "Running False is not trouble");
-    sb_opr_condition_set(st, "Failed", 1, "Stalled", "", 2, "T6");
+    sb_operator_condition_set(st, "Failed", 1, "Stalled", "", 2, "T6");
     cr_expect_str_eq(sget(st, "failingCondition"), "Stalled");
     cJSON_Delete(st);
 
@@ -435,7 +435,7 @@ Test(opr_status, failing_condition_column)
     memset(msg, 'a', sizeof msg);
     memcpy(msg + 239, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 14);
     msg[sizeof msg - 1] = '\0';
-    sb_opr_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, 1, "T1");
+    sb_operator_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, 1, "T1");
     const char *fc = sget(st, "failingCondition");
     cr_assert_not_null(fc);
     size_t n = strlen(fc);
@@ -454,11 +454,11 @@ Test(opr_status, failing_condition_column)
 Test(opr_status, mode_column)
 {
     cJSON *st = cJSON_CreateObject();
-    cr_assert_eq(sb_opr_status_mode(st, SB_MODE_STREAMING), 0);
+    cr_assert_eq(sb_operator_status_mode(st, SB_MODE_STREAMING), 0);
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(st, "mode")->valuestring, "streaming");
-    cr_assert_eq(sb_opr_status_mode(st, SB_MODE_STATIC), 0);
+    cr_assert_eq(sb_operator_status_mode(st, SB_MODE_STATIC), 0);
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(st, "mode")->valuestring, "static");
-    cr_assert_eq(sb_opr_status_mode(st, SB_MODE_STAGED), 0);
+    cr_assert_eq(sb_operator_status_mode(st, SB_MODE_STAGED), 0);
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(st, "mode")->valuestring, "staged");
     cJSON_Delete(st);
 }
@@ -493,7 +493,7 @@ static void plan_pipeline(sb_pipeline *p, const char *b_placement, const char *e
 {
     cJSON *o = plan_object(b_placement, execution);
     char msg[1024];
-    int bad = sb_opr_decode(o, p, NULL, msg, sizeof msg);
+    int bad = sb_operator_decode(o, p, NULL, msg, sizeof msg);
     cJSON_Delete(o);
     cr_assert_eq(bad, 0, "%s", msg);
 }
@@ -502,13 +502,13 @@ Test(opr_plan, wanted_with_a_choice_or_a_target)
 {
     sb_pipeline p;
     plan_pipeline(&p, "[\"cpu\", \"gpu\"]", "");
-    cr_expect_eq(sb_opr_plan_wanted(&p), 1, "placement choice");
+    cr_expect_eq(sb_operator_plan_wanted(&p), 1, "placement choice");
     sb_pipeline_free(&p);
     plan_pipeline(&p, "[\"cpu\"]", "");
-    cr_expect_eq(sb_opr_plan_wanted(&p), 0, "one shape each, no target");
+    cr_expect_eq(sb_operator_plan_wanted(&p), 0, "one shape each, no target");
     sb_pipeline_free(&p);
     plan_pipeline(&p, "[\"cpu\"]", "\"target\": {\"rowsPerSecond\": 100}");
-    cr_expect_eq(sb_opr_plan_wanted(&p), 1, "a target");
+    cr_expect_eq(sb_operator_plan_wanted(&p), 1, "a target");
     sb_pipeline_free(&p);
 }
 
@@ -520,34 +520,34 @@ Test(opr_plan, measure_from_op_figures)
     plan_pipeline(&p, "[\"cpu\", \"gpu\"]", "");
     uint32_t slots[3] = {1, 2, 2};
     /* op a: 1000 rows in, 500 out (a filter) in 10 task-seconds; op b+c: 500 in, 500 out in 5 */
-    sb_opr_plan_op cur[2] = {{"a", 1000, 500, 4, 10.0}, {"b+c", 500, 500, 4, 5.0}};
+    sb_operator_plan_op cur[2] = {{"a", 1000, 500, 4, 10.0}, {"b+c", 500, 500, 4, 5.0}};
     double r[3] = {0};
-    cr_assert_eq(sb_opr_plan_measure(&p, slots, NULL, cur, 2, 2, r), 1);
+    cr_assert_eq(sb_operator_plan_measure(&p, slots, NULL, cur, 2, 2, r), 1);
     /* a: 100 rows/task-s in, half reach the sink: 50 per pod (1 slot) */
     cr_expect(fabs(r[0] - 50) < 1e-9, "a: %g", r[0]);
     /* b+c: 100 rows/task-s, two stages share the time (x2), two slots per pod (x2) */
     cr_expect(fabs(r[1] - 400) < 1e-9, "b: %g", r[1]);
     cr_expect(fabs(r[2] - 400) < 1e-9, "c: %g", r[2]);
     /* a window: the figures since base */
-    sb_opr_plan_op later[2] = {{"a", 3000, 1500, 8, 50.0}, {"b+c", 1500, 1500, 8, 10.0}};
-    cr_assert_eq(sb_opr_plan_measure(&p, slots, cur, later, 2, 2, r), 1);
+    sb_operator_plan_op later[2] = {{"a", 3000, 1500, 8, 50.0}, {"b+c", 1500, 1500, 8, 10.0}};
+    cr_assert_eq(sb_operator_plan_measure(&p, slots, cur, later, 2, 2, r), 1);
     cr_expect(fabs(r[0] - 25) < 1e-9, "a slowed down to 2000 rows in 40 s: %g", r[0]);
     /* too few tasks in the window, no rows out, or an op without time: no measurement */
     double keep[3] = {7, 7, 7};
-    sb_opr_plan_op few[2] = {{"a", 3100, 1550, 9, 51.0}, {"b+c", 1550, 1550, 9, 10.5}};
-    cr_expect_eq(sb_opr_plan_measure(&p, slots, later, few, 2, 2, keep), 0);
-    sb_opr_plan_op none_out[2] = {{"a", 1000, 0, 4, 10.0}, {"b+c", 0, 0, 0, 0}};
-    cr_expect_eq(sb_opr_plan_measure(&p, slots, NULL, none_out, 2, 2, keep), 0);
+    sb_operator_plan_op few[2] = {{"a", 3100, 1550, 9, 51.0}, {"b+c", 1550, 1550, 9, 10.5}};
+    cr_expect_eq(sb_operator_plan_measure(&p, slots, later, few, 2, 2, keep), 0);
+    sb_operator_plan_op none_out[2] = {{"a", 1000, 0, 4, 10.0}, {"b+c", 0, 0, 0, 0}};
+    cr_expect_eq(sb_operator_plan_measure(&p, slots, NULL, none_out, 2, 2, keep), 0);
     cr_expect(keep[0] == 7 && keep[1] == 7 && keep[2] == 7, "rates untouched");
     /* an op too quick to time (0 task-seconds) is measured, as taking 1 us */
-    sb_opr_plan_op quick[2] = {{"a", 1000, 1000, 4, 0.0}, {"b+c", 1000, 1000, 4, 10.0}};
-    cr_assert_eq(sb_opr_plan_measure(&p, slots, NULL, quick, 2, 2, r), 1);
+    sb_operator_plan_op quick[2] = {{"a", 1000, 1000, 4, 0.0}, {"b+c", 1000, 1000, 4, 10.0}};
+    cr_assert_eq(sb_operator_plan_measure(&p, slots, NULL, quick, 2, 2, r), 1);
     cr_expect(fabs(r[0] - 1e9) < 1, "a: %g", r[0]);
     /* figures below the base (counters of another run) give no window */
-    cr_expect_eq(sb_opr_plan_measure(&p, slots, later, cur, 2, 2, keep), 0);
+    cr_expect_eq(sb_operator_plan_measure(&p, slots, later, cur, 2, 2, keep), 0);
     /* an op that names no stage of the pipeline leaves a stage unmeasured */
-    sb_opr_plan_op other[2] = {{"a", 1000, 500, 4, 10.0}, {"x+y", 500, 500, 4, 5.0}};
-    cr_expect_eq(sb_opr_plan_measure(&p, slots, NULL, other, 2, 2, keep), 0);
+    sb_operator_plan_op other[2] = {{"a", 1000, 500, 4, 10.0}, {"x+y", 500, 500, 4, 5.0}};
+    cr_expect_eq(sb_operator_plan_measure(&p, slots, NULL, other, 2, 2, keep), 0);
     sb_pipeline_free(&p);
 }
 
@@ -558,22 +558,22 @@ Test(opr_plan, drift_rule)
     double m[3] = {110, 45, 999}; /* +10%, -10%; stage 2 has no planned rate: not compared */
     size_t st = 9;
     double d = 0;
-    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 200000, 100000, 60000, &st, &d), 0);
+    cr_expect_eq(sb_operator_plan_drifted(planned, m, 3, 0.25, 200000, 100000, 60000, &st, &d), 0);
     cr_expect(st == 0 && fabs(d - 0.10) < 1e-9, "largest drift: stage %zu %g", st, d);
     m[1] = 30; /* -40% */
-    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 200000, 100000, 60000, &st, &d), 1);
+    cr_expect_eq(sb_operator_plan_drifted(planned, m, 3, 0.25, 200000, 100000, 60000, &st, &d), 1);
     cr_expect(st == 1 && fabs(d + 0.40) < 1e-9, "stage %zu %g", st, d);
     /* same drift, but the last plan is younger than the interval */
-    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 159999, 100000, 60000, &st, &d), 0);
-    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 160000, 100000, 60000, &st, &d), 1);
+    cr_expect_eq(sb_operator_plan_drifted(planned, m, 3, 0.25, 159999, 100000, 60000, &st, &d), 0);
+    cr_expect_eq(sb_operator_plan_drifted(planned, m, 3, 0.25, 160000, 100000, 60000, &st, &d), 1);
     /* a clock before the plan (never re-plans), a larger threshold, exactly at the threshold */
-    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.25, 50000, 100000, 0, &st, &d), 0);
-    cr_expect_eq(sb_opr_plan_drifted(planned, m, 3, 0.5, 200000, 100000, 60000, &st, &d), 0);
+    cr_expect_eq(sb_operator_plan_drifted(planned, m, 3, 0.25, 50000, 100000, 0, &st, &d), 0);
+    cr_expect_eq(sb_operator_plan_drifted(planned, m, 3, 0.5, 200000, 100000, 60000, &st, &d), 0);
     double at[3] = {125, 50, 0};
-    cr_expect_eq(sb_opr_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL), 0,
+    cr_expect_eq(sb_operator_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL), 0,
                  "exactly 25%% is not more than 25%%");
     at[0] = 126;
-    cr_expect_eq(sb_opr_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL), 1);
+    cr_expect_eq(sb_operator_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL), 1);
 }
 
 static const cJSON *jget(const cJSON *o, const char *k)
@@ -603,7 +603,7 @@ Test(opr_plan, status_json_and_event_message)
     sb_err err = {0};
     cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
     cr_assert(out.feasible, "%s", out.why);
-    sb_opr_plan_view v = {.in = &in,
+    sb_operator_plan_view v = {.in = &in,
                           .out = &out,
                           .gpu_type = "nvidia-l4",
                           .rates_from = "measured",
@@ -611,7 +611,7 @@ Test(opr_plan, status_json_and_event_message)
                           .replans = 2,
                           .pools_sized = 1,
                           .note = NULL};
-    cJSON *j = sb_opr_plan_status_json(&v);
+    cJSON *j = sb_operator_plan_status_json(&v);
     cr_assert_not_null(j);
     cr_expect_str_eq(sget(j, "plannedAt"), "2026-01-01T00:00:00Z");
     cr_expect_str_eq(sget(j, "rates"), "measured");
@@ -639,34 +639,34 @@ Test(opr_plan, status_json_and_event_message)
     cr_expect_eq(jget(jget(j, "prices"), "gpuHour")->valuedouble, 0.8);
     cJSON_Delete(j);
     char m[512];
-    sb_opr_plan_event_message(&v, NULL, 0, m, sizeof m);
+    sb_operator_plan_event_message(&v, NULL, 0, m, sizeof m);
     char want[64];
     snprintf(want, sizeof want, "a=cpu:%lld b=%s:%lld; ", (long long)out.stages[0].workers,
              sb_shape_names[out.stages[1].shape], (long long)out.stages[1].workers);
     cr_expect(strncmp(m, want, strlen(want)) == 0, "%s (want %s...)", m, want);
     cr_expect(strstr(m, "rows/s for ") && strstr(m, "per million rows), rates measured"), "%s", m);
-    sb_opr_plan_event_message(&v, "b", -0.4, m, sizeof m);
+    sb_operator_plan_event_message(&v, "b", -0.4, m, sizeof m);
     cr_expect(strncmp(m, "stage b runs at -40% of its planned rate; a=cpu:", 48) == 0, "%s", m);
     cr_expect_null(strstr(m, "moved"), "%s", m);
     /* a stage moved while running: counted, named in the status and the event */
     v.moves = 1;
     v.moved = "b cpu->gpu";
-    j = sb_opr_plan_status_json(&v);
+    j = sb_operator_plan_status_json(&v);
     cr_assert_not_null(j);
     cr_expect_eq(jget(j, "moves")->valuedouble, 1);
     cr_expect_str_eq(sget(j, "moved"), "b cpu->gpu");
     cJSON_Delete(j);
-    sb_opr_plan_event_message(&v, "b", -0.4, m, sizeof m);
+    sb_operator_plan_event_message(&v, "b", -0.4, m, sizeof m);
     cr_expect(strstr(m, "; moved b cpu->gpu while running") != NULL, "%s", m);
     v.moved = NULL;
     /* a re-plan the capacity asked for: its cause first, the capped resources in the status */
     sb_plan_capacity cap = {-1, -1, 1};
     v.cause = "pool gpu: 1 pod Pending (0/2 nodes are available: 2 Insufficient nvidia.com/gpu)";
     v.capacity = &cap;
-    sb_opr_plan_event_message(&v, NULL, 0, m, sizeof m);
+    sb_operator_plan_event_message(&v, NULL, 0, m, sizeof m);
     cr_expect(strncmp(m, "pool gpu: 1 pod Pending (0/2 nodes", 34) == 0 && strstr(m, "); a=cpu:"),
               "%s", m);
-    j = sb_opr_plan_status_json(&v);
+    j = sb_operator_plan_status_json(&v);
     cr_assert_not_null(j);
     cr_expect_str_eq(sget(j, "cause"), v.cause);
     cr_expect_eq(jget(jget(j, "capacity"), "gpus")->valuedouble, 1);
@@ -674,7 +674,7 @@ Test(opr_plan, status_json_and_event_message)
     cJSON_Delete(j);
     v.cause = NULL;
     v.capacity = NULL;
-    j = sb_opr_plan_status_json(&v);
+    j = sb_operator_plan_status_json(&v);
     cr_expect_null(jget(j, "capacity"));
     cJSON_Delete(j);
     /* infeasible: why, no stages, no totals */
@@ -682,7 +682,7 @@ Test(opr_plan, status_json_and_event_message)
     cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
     cr_assert(!out.feasible);
     v.note = "placement a=cpu b=gpu would cost less";
-    j = sb_opr_plan_status_json(&v);
+    j = sb_operator_plan_status_json(&v);
     cr_assert_not_null(j);
     cr_expect(cJSON_IsFalse(jget(j, "feasible")));
     cr_expect_str_eq(sget(j, "why"), out.why);
@@ -690,11 +690,11 @@ Test(opr_plan, status_json_and_event_message)
     cr_expect_null(jget(j, "costPerHour"));
     cr_expect_str_eq(sget(j, "note"), "placement a=cpu b=gpu would cost less");
     cJSON_Delete(j);
-    sb_opr_plan_event_message(&v, NULL, 0, m, sizeof m);
+    sb_operator_plan_event_message(&v, NULL, 0, m, sizeof m);
     cr_expect(strncmp(m, "no plan: ", 9) == 0, "%s", m);
     /* a short buffer is cut, never overrun */
     char small[8];
-    sb_opr_plan_event_message(&v, "b", -0.4, small, sizeof small);
+    sb_operator_plan_event_message(&v, "b", -0.4, small, sizeof small);
     cr_expect_eq(strlen(small), 7);
 }
 
@@ -720,7 +720,7 @@ Test(opr_plan, declared_plan_reorders_the_manifest)
         cJSON *obj = plan_object("[\"cpu\", \"gpu\"]", cases[c].execution);
         sb_pipeline p;
         char msg[1024];
-        cr_assert_eq(sb_opr_decode(obj, &p, NULL, msg, sizeof msg), 0, "%s", msg);
+        cr_assert_eq(sb_operator_decode(obj, &p, NULL, msg, sizeof msg), 0, "%s", msg);
         sb_plan_stage_in st[SB_PLAN_MAX_STAGES];
         sb_plan_stages_from_spec(&p, st);
         cr_assert_eq(sb_plan_declared_rates(&p, st, NULL), 0, "bench.spin and identity declare");
@@ -734,14 +734,14 @@ Test(opr_plan, declared_plan_reorders_the_manifest)
         cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
         cr_assert(out.feasible, "%s", out.why);
         cr_expect_str_eq(sb_shape_names[out.stages[1].shape], cases[c].want, "case %zu", c);
-        cJSON *moved = sb_opr_plan_reorder(obj, &p, &out);
+        cJSON *moved = sb_operator_plan_reorder(obj, &p, &out);
         if (strcmp(cases[c].want, "cpu") == 0) {
             cr_expect_null(moved, "already in the planned order");
         } else {
             cr_assert_not_null(moved);
             sb_pipeline q;
             char *json = NULL;
-            cr_assert_eq(sb_opr_decode(moved, &q, &json, msg, sizeof msg), 0, "%s", msg);
+            cr_assert_eq(sb_operator_decode(moved, &q, &json, msg, sizeof msg), 0, "%s", msg);
             cr_expect_str_eq(sb_stage_pool(&q.spec.stages[1]), "gpu");
             cr_expect_str_eq(q.spec.stages[1].placement[1], "cpu", "cpu stays allowed");
             cr_expect(strstr(q.spec.stages[1].args_json, "0.5") != NULL, "gpu shapeArgs: %s",

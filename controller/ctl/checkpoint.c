@@ -1,5 +1,5 @@
 /* checkpoint.c — checkpoints of a run's committed work (see checkpoint.h). */
-#include "controller/engine/checkpoint.h"
+#include "controller/ctl/checkpoint.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -12,14 +12,14 @@
 #include "core/num.h"
 
 /* Writes p's entry into buf (len bytes, may be 0); returns its length, as snprintf. */
-static int part_print(char *buf, size_t len, const sb_sched_output *p)
+static int part_print(char *buf, size_t len, const sb_storage_output *p)
 {
     return snprintf(buf, len, "%s:%" PRIu64 ":%" PRIu64 ":%" PRIu32 "%s%s", p->id, p->rows,
                     p->bytes, p->crc32c, p->order != NULL ? ":" : "",
                     p->order != NULL ? p->order : "");
 }
 
-char *sb_ckpt_part_format(const sb_sched_output *p)
+char *sb_ckpt_part_format(const sb_storage_output *p)
 {
     size_t n = strlen(p->id) + 3 * 21 + 4 + (p->order != NULL ? strlen(p->order) + 1 : 0);
     char *s = malloc(n);
@@ -28,7 +28,7 @@ char *sb_ckpt_part_format(const sb_sched_output *p)
     return s;
 }
 
-uint64_t sb_ckpt_part_json_bytes(const sb_sched_output *p, void *ctx)
+uint64_t sb_ckpt_part_json_bytes(const sb_storage_output *p, void *ctx)
 {
     (void)ctx;
     char one[1]; /* snprintf returns the whole length */
@@ -36,7 +36,7 @@ uint64_t sb_ckpt_part_json_bytes(const sb_sched_output *p, void *ctx)
     return (uint64_t)(n > 0 ? n : 0) + 3; /* the quotes and a comma */
 }
 
-int sb_ckpt_part_parse(const char *s, sb_sched_output *out, sb_err *err)
+int sb_ckpt_part_parse(const char *s, sb_storage_output *out, sb_err *err)
 {
     memset(out, 0, sizeof *out);
     if (s == NULL)
@@ -88,7 +88,7 @@ int sb_ckpt_part_parse(const char *s, sb_sched_output *out, sb_err *err)
 }
 
 cJSON *sb_ckpt_json(uint32_t epoch, const char *spec_hash, const char *plan_hash,
-                    const char *committed_splits, const sb_sched_output *parts, size_t nparts)
+                    const char *committed_splits, const sb_storage_output *parts, size_t nparts)
 {
     cJSON *j = cJSON_CreateObject();
     if (j == NULL)
@@ -135,7 +135,7 @@ void sb_ckpt_free(sb_ckpt *c)
 
 static const char *part_id_at(const void *ctx, size_t i)
 {
-    return ((const sb_sched_output *)ctx)[i].id;
+    return ((const sb_storage_output *)ctx)[i].id;
 }
 
 int sb_ckpt_parse(const cJSON *cp, size_t nsplits, const char *what, sb_ckpt *out, sb_err *err)

@@ -1,4 +1,6 @@
-#include "controller/engine/storage.h"
+/* jobs.c — storage jobs (see jobs.h): the job kinds, cutting a PLAN result into pieces and
+ * joining them in order, and running a job on the worker that took it. */
+#include "storage/jobs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,7 @@ size_t sb_storage_piece(const char *const *enc, size_t n, size_t from, size_t ma
     return k;
 }
 
-int sb_storage_plan_add(sb_storage_plan *p, uint64_t offset, const char *const *enc,
+int sb_storage_pieces_add(sb_storage_pieces *p, uint64_t offset, const char *const *enc,
                         const uint64_t *bytes, size_t k, sb_err *err)
 {
     if (offset + k <= p->n && offset <= p->n) {
@@ -79,7 +81,7 @@ int sb_storage_plan_add(sb_storage_plan *p, uint64_t offset, const char *const *
     return 1;
 }
 
-void sb_storage_plan_free(sb_storage_plan *p)
+void sb_storage_pieces_free(sb_storage_pieces *p)
 {
     for (size_t i = 0; i < p->n; i++)
         free(p->enc[i]);
@@ -88,19 +90,19 @@ void sb_storage_plan_free(sb_storage_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-int sb_storage_run(const sb_pipeline *p, sb_storage_kind k, const sb_sched_output *parts,
-                   size_t nparts, const sb_sched_errored *errored, size_t nerrored,
-                   sb_engine_plan *plan, sb_err *err)
+int sb_storage_run(const sb_pipeline *p, sb_storage_kind k, const sb_storage_output *parts,
+                   size_t nparts, const sb_storage_errored *errored, size_t nerrored,
+                   sb_storage_splits *plan, sb_err *err)
 {
     switch (k) {
     case SB_STORAGE_PLAN:
-        return sb_engine_plan_make(p, plan, err);
+        return sb_storage_splits_make(p, plan, err);
     case SB_STORAGE_PREPARE:
-        return sb_engine_prepare(p, err) != 0 ? sb_err_wrap(err, "spec.sink") : 0;
+        return sb_storage_prepare(p, err) != 0 ? sb_err_wrap(err, "spec.sink") : 0;
     case SB_STORAGE_COMMIT:
-        return sb_engine_commit(p, parts, nparts, errored, nerrored, err);
+        return sb_storage_commit(p, parts, nparts, errored, nerrored, err);
     case SB_STORAGE_ABORT:
-        return sb_engine_abort(p, err);
+        return sb_storage_abort(p, err);
     default:
         return sb_err_set(err, "unknown storage job kind %d", (int)k);
     }

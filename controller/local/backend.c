@@ -1,4 +1,4 @@
-#include "controller/engine/local.h"
+#include "controller/local/backend.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
  * watches for stalls. The same service runs embedded in `streambatch run` and in the operator;
  * only the backend that starts workers differs.
  *
- * Storage jobs (storage.h). With storage_on_workers the controller never opens user storage:
+ * Storage jobs (lib/storage/jobs.h). With storage_on_workers the controller never opens user storage:
  * it starts without a plan, queues a PLAN job and then a PREPARE job for the first live worker
  * that polls, and creates the scheduler from the splits the worker reported (in plan order,
  * with the resume) only when both succeeded; workers that register meanwhile are added then.
@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "controller/engine/storage.h"
+#include "storage/jobs.h"
 #include "controller/sched/sched.h"
 #include "core/err.h"
 #include "rpc/rpc.h"
@@ -35,7 +35,7 @@ typedef struct sb_ctl_config {
     const sb_pipeline *pipeline;
     const char *pipeline_id;   /* "namespace/name" */
     const char *pipeline_json; /* the manifest as JSON, handed to workers at registration */
-    const sb_sched_split *splits;
+    const sb_storage_split *splits;
     size_t nsplits;
     const char *listen_addr;        /* default "127.0.0.1:0" */
     uint32_t heartbeat_interval_ms; /* default 500 */
@@ -106,22 +106,22 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out);
 int sb_ctl_stalled(sb_ctl *c, uint64_t stall_ms, char *buf, size_t len);
 /* The sink parts committed (copied into a malloc'd array of `*n` entries whose ids are
  * malloc'd too; free with sb_ctl_parts_free). */
-sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n);
-void sb_ctl_parts_free(sb_sched_output *parts, size_t n);
+sb_storage_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n);
+void sb_ctl_parts_free(sb_storage_output *parts, size_t n);
 /* The errored partitions (sb_sched_errored_list), copied under the lock: a malloc'd array of
  * *n entries whose strings are malloc'd (free with sb_ctl_errored_free); *total (may be NULL)
  * counts them all, also beyond the SB_SCHED_ERRORED_KEEP listed. NULL with *n 0 when there are
  * none (or out of memory). */
-sb_sched_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total);
-void sb_ctl_errored_free(sb_sched_errored *e, size_t n);
+sb_storage_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total);
+void sb_ctl_errored_free(sb_storage_errored *e, size_t n);
 /* The scheduler's checkpoint (sb_sched_checkpoint), taken under the controller's lock: ranges
  * and parts are malloc'd (free ranges with free(), parts with sb_ctl_parts_free). 0 or -1 +
  * err. */
-int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err);
+int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_storage_output **parts, size_t *n, sb_err *err);
 /* The same within about max_bytes (sb_sched_checkpoint_within; 0: no limit); *omitted (may be
  * NULL): committed splits left out. */
 int sb_ctl_checkpoint_within(sb_ctl *c, uint64_t max_bytes, sb_sched_part_bytes_fn part_bytes,
-                             void *ctx, char **ranges, sb_sched_output **parts, size_t *n,
+                             void *ctx, char **ranges, sb_storage_output **parts, size_t *n,
                              size_t *omitted, sb_err *err);
 /* The plan's fingerprint (FNV-1a 64 of every encoded split, in order: paths, ranges, sizes) as
  * 16 hex digits, "" before the plan is known; and 1 when a resume was dropped because the plan
@@ -138,14 +138,14 @@ void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t 
                         int *active);
 /* Queues a COMMIT (with the sink parts), ABORT or PREPARE storage job for the next worker
  * that polls. 0, or -1 + err (another job is in flight, or out of memory). */
-int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_storage_output *parts, size_t n,
                          sb_err *err);
 /* The job queued last: 0 still queued or running, 1 done, -1 failed with msg ("committing the
  * sink on worker cpu-0: ..."). */
 int sb_ctl_storage_poll(sb_ctl *c, char *msg, size_t len);
 /* sb_ctl_storage_start, then waits up to timeout_ms, or until *cancel becomes non-zero (cancel
  * may be NULL): 1 done, -1 failed or could not start, 0 not done in time (msg says why). */
-int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_storage_output *parts, size_t n,
                        int timeout_ms, const volatile int *cancel, char *msg, size_t len);
 /* The scheduler's lineage memory (sb_sched_memory_get), under the lock: 0, or -1 (zeroed)
  * while there is no scheduler yet. */

@@ -28,7 +28,7 @@
 
 #include <stddef.h>
 
-#include "controller/engine/checkpoint.h"
+#include "controller/ctl/checkpoint.h"
 #include "core/err.h"
 #include "spec/pipeline.h"
 

@@ -1,4 +1,4 @@
-#include "controller/engine/plancmd.h"
+#include "controller/local/plancmd.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "controller/engine/run.h"
+#include "controller/local/run.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "io/split.h"
@@ -255,7 +255,7 @@ static int write_text(const char *path, const char *text)
 }
 
 /* One profiling run in a child process; the summary's stages into rates[i] for shapes[i]. */
-static int profile_run(plan_state *s, const sb_plan_opts *o, const char *dir,
+static int profile_run(plan_state *s, const sb_local_plan_opts *o, const char *dir,
                        const sb_shape *shapes, const cJSON *uris, const char *tag,
                        double *rows_last, double *rates, sb_err *err)
 {
@@ -348,7 +348,7 @@ static int profile_run(plan_state *s, const sb_plan_opts *o, const char *dir,
     return 0;
 }
 
-static int profile(plan_state *s, const sb_plan_opts *o, sb_err *err)
+static int profile(plan_state *s, const sb_local_plan_opts *o, sb_err *err)
 {
     size_t n = s->p.spec.nstages;
     const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -573,7 +573,7 @@ static void print_json(const plan_state *s, const sb_plan_result *best, const sb
 
 /* ---- the command --------------------------------------------------------------------------- */
 
-int sb_plan_main(const sb_plan_opts *o)
+int sb_local_plan_main(const sb_local_plan_opts *o)
 {
     static plan_state s; /* large (the planner's fixed arrays); one command per process */
     memset(&s, 0, sizeof s);
@@ -710,7 +710,7 @@ int sb_plan_placement_sets(const char *file, char (*sets)[SB_PLAN_SET_MAX], size
     return rc;
 }
 
-void sb_plan_run_notice(const char *file, FILE *out, const int *chosen)
+void sb_local_plan_notice(const char *file, FILE *out, const int *chosen)
 {
     static plan_state s;
     memset(&s, 0, sizeof s);

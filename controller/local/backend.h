@@ -1,4 +1,4 @@
-/* local.h — the local backend: worker processes on this machine (fork/exec of
+/* backend.h — the local backend: worker processes on this machine (fork/exec of
  * streambatch-worker, or of streambatch-worker-gpu for pools with accelerators when
  * worker_gpu_bin is set), one set per pool, respawned when they die.
  *
@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "controller/engine/backend.h"
+#include "controller/ctl/backend.h"
 #include "core/err.h"
 
 typedef struct sb_local sb_local;

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "controller/engine/ctl.h"
+#include "controller/ctl/ctl.h"
 #include "core/err.h"
 #include "metrics/metrics.h"
 

@@ -1,5 +1,5 @@
 /* runckpt.c — the checkpoint file of `streambatch run` (see runckpt.h). */
-#include "controller/engine/runckpt.h"
+#include "controller/local/runckpt.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -328,7 +328,7 @@ static int rm_tree(int dfd, const char *name, long *removed)
     return rc;
 }
 
-/* A worker's id (local.c): <pool>-<index>[-r<generation>] */
+/* A worker's id (backend.c): <pool>-<index>[-r<generation>] */
 static int is_worker_id(const char *s)
 {
     const char *p = s;
@@ -390,12 +390,12 @@ int sb_runckpt_clean_dead(const sb_runckpt_owner *prev, long *removed, sb_err *e
 /* The split a carried-over sink part came from: its task index for an op-0 part (a source
  * task reads one split), the first number of its order key (preserveOrder: every task of op
  * > 0 has one input, so a part descends from one split), else unknown. */
-static uint64_t split_of(const sb_sched_output *p)
+static uint64_t split_of(const sb_storage_output *p)
 {
     uint32_t stage, seq;
     uint64_t task;
     sb_err e;
-    if (sb_rpc_partition_id_parse(p->id, &stage, &task, &seq, &e) == 0 && stage == 0)
+    if (sb_part_id_parse(p->id, &stage, &task, &seq, &e) == 0 && stage == 0)
         return task;
     if (p->order != NULL && p->order[0] >= '0' && p->order[0] <= '9')
         return strtoull(p->order, NULL, 10);
@@ -426,7 +426,7 @@ int sb_runckpt_verify_parts(sb_ckpt *c, const sb_sink_spec *sink, size_t *bad, s
     /* 1. which parts are not what the checkpoint recorded: their splits run again */
     char why[1024];
     for (size_t i = 0; i < c->nparts; i++) {
-        const sb_sched_output *p = &c->parts[i];
+        const sb_storage_output *p = &c->parts[i];
         int ok = sb_io_sink_verify_part(sink, p->id, p->bytes, p->crc32c, why, sizeof why, err);
         if (ok < 0) {
             rc = sb_err_wrap(err, "checkpoint: parts[%zu]", i);

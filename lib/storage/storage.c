@@ -1,4 +1,6 @@
-#include "controller/engine/engine.h"
+/* storage.c — planning a source into splits and the sink's prepare, commit and abort (see
+ * storage.h): the only code that opens user storage for the controller's sake, run on workers. */
+#include "storage/storage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +9,7 @@
 #include "io/sink.h"
 #include "io/split.h"
 
-int sb_engine_plan_make(const sb_pipeline *p, sb_engine_plan *out, sb_err *err)
+int sb_storage_splits_make(const sb_pipeline *p, sb_storage_splits *out, sb_err *err)
 {
     memset(out, 0, sizeof *out);
     sb_io_split *io = NULL;
@@ -17,7 +19,7 @@ int sb_engine_plan_make(const sb_pipeline *p, sb_engine_plan *out, sb_err *err)
     out->io = io;
     out->npieces = n;
     if (sb_io_plan_group(&p->spec.source, io, n, &first, &ng, err) != 0) {
-        sb_engine_plan_free(out);
+        sb_storage_splits_free(out);
         return -1;
     }
     out->nsplits = ng;
@@ -25,7 +27,7 @@ int sb_engine_plan_make(const sb_pipeline *p, sb_engine_plan *out, sb_err *err)
     out->enc = calloc(ng + 1, sizeof *out->enc);
     if (out->splits == NULL || out->enc == NULL) {
         free(first);
-        sb_engine_plan_free(out);
+        sb_storage_splits_free(out);
         return sb_err_set(err, "planning the source: out of memory");
     }
     for (size_t g = 0; g < ng; g++) {
@@ -33,7 +35,7 @@ int sb_engine_plan_make(const sb_pipeline *p, sb_engine_plan *out, sb_err *err)
         out->enc[g] = sb_io_splits_encode(&io[a], b - a, err);
         if (out->enc[g] == NULL) {
             free(first);
-            sb_engine_plan_free(out);
+            sb_storage_splits_free(out);
             return -1;
         }
         out->splits[g].split = out->enc[g];
@@ -44,7 +46,7 @@ int sb_engine_plan_make(const sb_pipeline *p, sb_engine_plan *out, sb_err *err)
     return 0;
 }
 
-void sb_engine_plan_free(sb_engine_plan *pl)
+void sb_storage_splits_free(sb_storage_splits *pl)
 {
     if (pl == NULL)
         return;
@@ -64,13 +66,13 @@ static const char *part_ext(sb_format f)
                                 : "txt";
 }
 
-int sb_engine_prepare(const sb_pipeline *p, sb_err *err)
+int sb_storage_prepare(const sb_pipeline *p, sb_err *err)
 {
     return sb_io_sink_prepare(&p->spec.sink, err);
 }
 
-int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t n,
-                     const sb_sched_errored *errored, size_t nerrored, sb_err *err)
+int sb_storage_commit(const sb_pipeline *p, const sb_storage_output *parts, size_t n,
+                     const sb_storage_errored *errored, size_t nerrored, sb_err *err)
 {
     sb_io_part_info *infos = calloc(n + 1, sizeof *infos);
     if (infos == NULL)
@@ -99,7 +101,7 @@ int sb_engine_commit(const sb_pipeline *p, const sb_sched_output *parts, size_t 
     return rc;
 }
 
-int sb_engine_abort(const sb_pipeline *p, sb_err *err)
+int sb_storage_abort(const sb_pipeline *p, sb_err *err)
 {
     return sb_io_sink_abort(&p->spec.sink, err);
 }

@@ -1,5 +1,5 @@
 /* store.c — URI helpers and dispatch of the storage interface to its backends (see store.h). */
-#include "io/store.h"
+#include "io/backend.h"
 
 #include <errno.h>
 #include <limits.h>

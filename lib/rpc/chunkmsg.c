@@ -1,5 +1,5 @@
 /* chunk.c — zero-copy encoding and piecewise parsing of Data.Fetch Chunk messages. */
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
  * in flight (until gRPC releases its payload), a queued or running I/O job, a place in the
  * buffer waiters. The last one unpins the store ref and puts the context on the free list.
  */
-#include "worker/data/server.h"
+#include "worker/data/service.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -26,7 +26,7 @@
 #include "partition/chunk.h"
 #include "partition/crc32c.h"
 #include "partition/partition.h"
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 #include "rpc/proto.h"
 
 #define COPY_MAX ((size_t)64 * 1024) /* spilled chunks up to this size are sent as a copy */

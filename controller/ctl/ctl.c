@@ -1,4 +1,4 @@
-#include "controller/engine/ctl.h"
+#include "controller/ctl/ctl.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -39,7 +39,7 @@ typedef struct {
     char pool[32], address[256];
     uint32_t slots;
     int early; /* RegisterRequest.early_outputs */
-    sb_sched_output *held;
+    sb_storage_output *held;
     size_t nheld;
     sb_ctl_worker_figures fig; /* from its latest heartbeat */
     int told_lost;             /* declared lost, it came back and was told to shut down (logged) */
@@ -56,7 +56,7 @@ typedef struct {
     uint64_t seq;
     char id[400];
     char worker[128];
-    sb_sched_output *parts; /* COMMIT: ids malloc'd */
+    sb_storage_output *parts; /* COMMIT: ids malloc'd */
     size_t nparts;
     uint64_t since_ms; /* queued (or re-queued) at */
     char msg[SB_ERR_MAX + 256];
@@ -92,7 +92,7 @@ struct sb_ctl {
     int planning; /* PLAN/PREPARE under way: sched is NULL */
     int failed;   /* a storage job failed the pipeline before the scheduler */
     char failure[SB_ERR_MAX + 256];
-    sb_storage_plan plan; /* the PLAN result being received */
+    sb_storage_pieces plan; /* the PLAN result being received */
     size_t nsplits;
     const char *job_pool; /* the pool whose demand a storage job counts in */
     storage_job job;
@@ -187,7 +187,7 @@ static void job_queue(sb_ctl *c, sb_storage_kind kind)
     j->msg[0] = '\0';
     j->since_ms = now_ms();
     if (kind == SB_STORAGE_PLAN)
-        sb_storage_plan_free(&c->plan);
+        sb_storage_pieces_free(&c->plan);
 }
 
 /* The worker is gone for this controller: lost (counted, logged as a warning) or retired after a
@@ -216,7 +216,7 @@ static void worker_end(sb_ctl *c, seen *w, const char *why, int lost)
         j->worker[0] = '\0';
         j->since_ms = now_ms();
         if (j->kind == SB_STORAGE_PLAN)
-            sb_storage_plan_free(&c->plan);
+            sb_storage_pieces_free(&c->plan);
         sb_log(SB_LOG_WARN, "storage job re-queued: its worker was lost", "job", j->id, "worker",
                w->id, "what", sb_storage_kind_what(j->kind), NULL);
     }
@@ -269,7 +269,7 @@ static void drain_tick(sb_ctl *c)
  * registered meanwhile. Lock held. */
 static void plan_ready(sb_ctl *c)
 {
-    sb_sched_split *ss = calloc(c->plan.n + 1, sizeof *ss);
+    sb_storage_split *ss = calloc(c->plan.n + 1, sizeof *ss);
     sb_err err = {0};
     if (ss == NULL) {
         snprintf(c->failure, sizeof c->failure, "starting the scheduler: out of memory");
@@ -293,7 +293,7 @@ static void plan_ready(sb_ctl *c)
                "pipeline", c->pipeline_id, "checkpoint_plan", c->resume_plan_hash, "plan",
                c->plan_hash, NULL);
         free((char *)c->resume.committed_splits);
-        sb_sched_parts_free((sb_sched_output *)c->resume.parts, c->resume.nparts);
+        sb_sched_parts_free((sb_storage_output *)c->resume.parts, c->resume.nparts);
         c->resume.committed_splits = strdup("");
         c->resume.parts = NULL;
         c->resume.nparts = 0;
@@ -319,7 +319,7 @@ static void plan_ready(sb_ctl *c)
     c->sched = sb_sched_new(&sc, ss, c->plan.n, &err);
     free(ss);
     c->nsplits = c->plan.n;
-    sb_storage_plan_free(&c->plan);
+    sb_storage_pieces_free(&c->plan);
     c->planning = 0;
     if (c->sched == NULL) {
         snprintf(c->failure, sizeof c->failure, "starting the scheduler: %s", err.msg);
@@ -526,7 +526,7 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker, const p
     m.parts = ptrs;
     /* COMMIT lists the partitions skipped under maxErroredPartitions (for _manifest.json). */
     size_t nerr = 0;
-    const sb_sched_errored *errs = j->kind == SB_STORAGE_COMMIT && c->sched != NULL
+    const sb_storage_errored *errs = j->kind == SB_STORAGE_COMMIT && c->sched != NULL
                                        ? sb_sched_errored_list(c->sched, &nerr, NULL)
                                        : NULL;
     Streambatch__V1__ErroredPartition *einfos = calloc(nerr + 1, sizeof *einfos);
@@ -669,7 +669,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         call, &streambatch__v1__register_request__descriptor, req, len);
     if (m == NULL)
         return;
-    sb_sched_output *held = calloc(m->n_partitions + 1, sizeof *held);
+    sb_storage_output *held = calloc(m->n_partitions + 1, sizeof *held);
     for (size_t i = 0; held && i < m->n_partitions; i++) {
         held[i].id = m->partitions[i]->id;
         held[i].bytes = m->partitions[i]->bytes;
@@ -734,7 +734,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
 }
 
 static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m,
-                        sb_sched_output *outs, int *live, int *wait);
+                        sb_storage_output *outs, int *live, int *wait);
 
 static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
 {
@@ -748,7 +748,7 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     size_t nouts = 0;
     for (size_t i = 0; i < m->n_completions; i++)
         nouts = m->completions[i]->n_outputs > nouts ? m->completions[i]->n_outputs : nouts;
-    sb_sched_output *outs = acks.batched ? calloc(nouts + 1, sizeof *outs) : NULL;
+    sb_storage_output *outs = acks.batched ? calloc(nouts + 1, sizeof *outs) : NULL;
     acks.accepted = acks.batched ? calloc(m->n_completions, sizeof *acks.accepted) : NULL;
     if (acks.batched && (outs == NULL || acks.accepted == NULL)) {
         free(outs);
@@ -827,7 +827,7 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
         job_ended(c, 0, err.msg);
         return 1;
     }
-    if (sb_storage_plan_add(&c->plan, r->offset, (const char *const *)r->splits, r->split_bytes,
+    if (sb_storage_pieces_add(&c->plan, r->offset, (const char *const *)r->splits, r->split_bytes,
                             r->n_splits, &err) < 0) {
         job_ended(c, 0, err.msg);
         return 1;
@@ -841,7 +841,7 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
  * batched completions: both go through here, so they are accounted alike). *live: the worker is
  * registered and live. 1 accepted, 0 stale (ignored), -1 refused (logged). Lock held. */
 static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m,
-                        sb_sched_output *outs, int *live, int *wait)
+                        sb_storage_output *outs, int *live, int *wait)
 {
     *wait = 0;
     for (size_t i = 0; i < m->n_outputs; i++) {
@@ -894,7 +894,7 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
             call, &streambatch__v1__complete_task_request__descriptor, req, len);
     if (m == NULL)
         return;
-    sb_sched_output *outs = calloc(m->n_outputs + 1, sizeof *outs);
+    sb_storage_output *outs = calloc(m->n_outputs + 1, sizeof *outs);
     if (outs == NULL) {
         sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED, "controller out of memory");
         sb_rpc_msg_free(&m->base);
@@ -1041,7 +1041,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
                      cfg->resume_plan_hash ? cfg->resume_plan_hash : "");
             c->resume.epoch = r->epoch;
             c->resume.committed_splits = strdup(r->committed_splits ? r->committed_splits : "");
-            sb_sched_output *parts = calloc(r->nparts + 1, sizeof *parts);
+            sb_storage_output *parts = calloc(r->nparts + 1, sizeof *parts);
             c->resume.parts = parts;
             if (c->resume.committed_splits == NULL || parts == NULL) {
                 sb_err_set(err, "controller: out of memory");
@@ -1205,12 +1205,12 @@ int sb_ctl_stalled(sb_ctl *c, uint64_t stall_ms, char *buf, size_t len)
     return r;
 }
 
-sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n)
+sb_storage_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n)
 {
     pthread_mutex_lock(&c->mu);
     size_t k = 0;
-    const sb_sched_output *p = c->sched ? sb_sched_sink_parts(c->sched, &k) : NULL;
-    sb_sched_output *out = calloc(k + 1, sizeof *out);
+    const sb_storage_output *p = c->sched ? sb_sched_sink_parts(c->sched, &k) : NULL;
+    sb_storage_output *out = calloc(k + 1, sizeof *out);
     for (size_t i = 0; out != NULL && i < k; i++) {
         out[i] = p[i];
         out[i].id = strdup(p[i].id);
@@ -1221,21 +1221,21 @@ sb_sched_output *sb_ctl_sink_parts(sb_ctl *c, size_t *n)
     return out;
 }
 
-void sb_ctl_parts_free(sb_sched_output *parts, size_t n)
+void sb_ctl_parts_free(sb_storage_output *parts, size_t n)
 {
     sb_sched_parts_free(parts, n); /* ids and order keys */
 }
 
-sb_sched_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total)
+sb_storage_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total)
 {
     pthread_mutex_lock(&c->mu);
     size_t k = 0;
     if (total != NULL)
         *total = 0;
     /* no scheduler yet: the source was never planned, nothing errored */
-    const sb_sched_errored *e =
+    const sb_storage_errored *e =
         c->sched != NULL ? sb_sched_errored_list(c->sched, &k, total) : NULL;
-    sb_sched_errored *out = k > 0 ? calloc(k, sizeof *out) : NULL;
+    sb_storage_errored *out = k > 0 ? calloc(k, sizeof *out) : NULL;
     size_t got = 0;
     for (size_t i = 0; out != NULL && i < k; i++, got++) {
         out[i].stage = strdup(e[i].stage);
@@ -1253,7 +1253,7 @@ sb_sched_errored *sb_ctl_errored(sb_ctl *c, size_t *n, uint64_t *total)
     return out;
 }
 
-void sb_ctl_errored_free(sb_sched_errored *e, size_t n)
+void sb_ctl_errored_free(sb_storage_errored *e, size_t n)
 {
     for (size_t i = 0; e != NULL && i < n; i++) {
         free((char *)e[i].stage);
@@ -1279,7 +1279,7 @@ int sb_ctl_resume_dropped(sb_ctl *c)
     return d;
 }
 
-int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_sched_output **parts, size_t *n, sb_err *err)
+int sb_ctl_checkpoint(sb_ctl *c, char **ranges, sb_storage_output **parts, size_t *n, sb_err *err)
 {
     return sb_ctl_checkpoint_within(c, 0, NULL, NULL, ranges, parts, n, NULL, err);
 }
@@ -1300,7 +1300,7 @@ static size_t ranges_count(const char *r)
 }
 
 int sb_ctl_checkpoint_within(sb_ctl *c, uint64_t max_bytes, sb_sched_part_bytes_fn part_bytes,
-                             void *ctx, char **ranges, sb_sched_output **parts, size_t *n,
+                             void *ctx, char **ranges, sb_storage_output **parts, size_t *n,
                              size_t *omitted, sb_err *err)
 {
     pthread_mutex_lock(&c->mu);
@@ -1414,7 +1414,7 @@ static void job_parts_free(storage_job *j)
     j->nparts = 0;
 }
 
-int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_storage_output *parts, size_t n,
                          sb_err *err)
 {
     if (kind != SB_STORAGE_PREPARE && kind != SB_STORAGE_COMMIT && kind != SB_STORAGE_ABORT)
@@ -1455,7 +1455,7 @@ int sb_ctl_storage_poll(sb_ctl *c, char *msg, size_t len)
     return st == JOB_DONE ? 1 : st == JOB_FAILED ? -1 : 0;
 }
 
-int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_sched_output *parts, size_t n,
+int sb_ctl_storage_run(sb_ctl *c, sb_storage_kind kind, const sb_storage_output *parts, size_t n,
                        int timeout_ms, const volatile int *cancel, char *msg, size_t len)
 {
     sb_err err;
@@ -1556,10 +1556,10 @@ void sb_ctl_free(sb_ctl *c)
         held_free(&c->workers[i]);
     free(c->workers);
     sb_strmap_free(&c->worker_index);
-    sb_storage_plan_free(&c->plan);
+    sb_storage_pieces_free(&c->plan);
     job_parts_free(&c->job);
     free((char *)c->resume.committed_splits);
-    sb_sched_parts_free((sb_sched_output *)c->resume.parts, c->resume.nparts);
+    sb_sched_parts_free((sb_storage_output *)c->resume.parts, c->resume.nparts);
     free(c->pipeline_id);
     free(c->pipeline_json);
     pthread_mutex_destroy(&c->mu);

@@ -1,4 +1,4 @@
-#include "controller/engine/run.h"
+#include "controller/local/run.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,10 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "controller/engine/ctl.h"
-#include "controller/engine/local.h"
-#include "controller/engine/runckpt.h"
-#include "controller/metrics/pipeline.h"
+#include "controller/ctl/ctl.h"
+#include "controller/local/backend.h"
+#include "controller/local/runckpt.h"
+#include "controller/ctl/cmetrics.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "metrics/serve.h"
@@ -143,7 +143,7 @@ static int apply_set(cJSON *root, const char *set, char *msg, size_t msglen)
 
 /* ---- progress and summary ------------------------------------------------------------------ */
 
-/* ---- --metrics-addr: one endpoint for the whole run (controller/metrics/pipeline.h) ---- */
+/* ---- --metrics-addr: one endpoint for the whole run (controller/ctl/cmetrics.h) ---- */
 
 typedef struct {
     sb_ctl *ctl;
@@ -290,7 +290,7 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
 
 /* Every errored partition (the records of its input are not in the output): stage, input and
  * the first error of the task, so a "Succeeded" run never hides skipped rows. */
-static void print_errored(FILE *f, const sb_sched_errored *e, size_t n, uint64_t total)
+static void print_errored(FILE *f, const sb_storage_errored *e, size_t n, uint64_t total)
 {
     if (total == 0)
         return;
@@ -310,7 +310,7 @@ static double self_cpu_seconds(void)
 
 static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const char *state,
                                double wall, double commit_s, double cpu_total, uint64_t peak_rss,
-                               uint64_t started, const sb_sched_errored *errs, size_t nerr,
+                               uint64_t started, const sb_storage_errored *errs, size_t nerr,
                                uint64_t errored_total)
 {
     cJSON *j = cJSON_CreateObject();
@@ -495,13 +495,13 @@ static void default_worker_bin(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s/%s", self, name);
 }
 
-/* The sink's final storage jobs run on a worker (storage.h), like planning: commit waits as
+/* The sink's final storage jobs run on a worker (lib/storage/jobs.h), like planning: commit waits as
  * long as the stall timeout allows, abort a few seconds (best effort: a failed run never wrote
  * _SUCCESS, so an abort that cannot run leaves nothing that looks done). */
 static int commit_sink(sb_ctl *ctl, uint64_t stall_ms, char *msg, size_t msglen)
 {
     size_t n;
-    sb_sched_output *parts = sb_ctl_sink_parts(ctl, &n);
+    sb_storage_output *parts = sb_ctl_sink_parts(ctl, &n);
     if (parts == NULL) {
         snprintf(msg, msglen, "out of memory");
         return -1;
@@ -536,7 +536,7 @@ typedef struct {
 static void ckpt_save(sb_ctl *ctl, run_ckpt *ck)
 {
     char *ranges = NULL;
-    sb_sched_output *parts = NULL;
+    sb_storage_output *parts = NULL;
     size_t nparts = 0;
     sb_err err = {0};
     if (sb_ctl_checkpoint(ctl, &ranges, &parts, &nparts, &err) != 0)
@@ -1013,7 +1013,7 @@ int sb_run(const sb_run_opts *o)
     }
     size_t nerr = 0;
     uint64_t errored_total = 0;
-    sb_sched_errored *errs = sb_ctl_errored(ctl, &nerr, &errored_total);
+    sb_storage_errored *errs = sb_ctl_errored(ctl, &nerr, &errored_total);
     print_summary(stdout, &s, wall, commit_s, cpu_total, peak_rss, started);
     print_errored(stdout, errs, nerr, errored_total);
     if (errored_total > 0 && strcmp(state, "Succeeded") == 0)

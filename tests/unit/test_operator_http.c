@@ -8,19 +8,19 @@
 
 #include "controller/operator/operator_events.h"
 #include "controller/operator/operator_http.h"
-#include "controller/metrics/pipeline.h"
+#include "controller/ctl/cmetrics.h"
 
 Test(opr_http, render_counters_and_histogram)
 {
-    sb_opr_metrics *m = sb_opr_metrics_new();
-    sb_opr_metrics_queue_add(m);
-    sb_opr_metrics_queue_add(m);
-    sb_opr_metrics_reconcile(m, "success", 0.003);
-    sb_opr_metrics_reconcile(m, "success", 0.2);
-    sb_opr_metrics_reconcile(m, "error", 100);
-    sb_opr_gauges g = {.queue_depth = 4, .leader = 1};
+    sb_operator_metrics *m = sb_operator_metrics_new();
+    sb_operator_metrics_queue_add(m);
+    sb_operator_metrics_queue_add(m);
+    sb_operator_metrics_reconcile(m, "success", 0.003);
+    sb_operator_metrics_reconcile(m, "success", 0.2);
+    sb_operator_metrics_reconcile(m, "error", 100);
+    sb_operator_gauges g = {.queue_depth = 4, .leader = 1};
     g.pipelines[1] = 2;
-    char *t = sb_opr_metrics_render(m, &g);
+    char *t = sb_operator_metrics_render(m, &g);
     cr_assert_not_null(t);
     const char *want[] = {
         "workqueue_depth{name=\"pipeline\"} 4\n",
@@ -41,7 +41,7 @@ Test(opr_http, render_counters_and_histogram)
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         cr_expect(strstr(t, want[i]) != NULL, "missing %s in:\n%s", want[i], t);
     free(t);
-    sb_opr_metrics_free(m);
+    sb_operator_metrics_free(m);
 }
 
 static size_t collect(char *p, size_t sz, size_t n, void *ud)
@@ -73,7 +73,7 @@ static long get(int port, const char *path, char **body)
 }
 
 static int g_ready;
-static void gauges(void *ud, sb_opr_gauges *out)
+static void gauges(void *ud, sb_operator_gauges *out)
 {
     (void)ud;
     out->ready = g_ready;
@@ -82,12 +82,12 @@ static void gauges(void *ud, sb_opr_gauges *out)
 
 Test(opr_http, endpoints)
 {
-    sb_opr_metrics *m = sb_opr_metrics_new();
-    sb_opr_http_config cfg = {.host = "127.0.0.1", .port = 0, .metrics = m, .gauges = gauges};
+    sb_operator_metrics *m = sb_operator_metrics_new();
+    sb_operator_http_config cfg = {.host = "127.0.0.1", .port = 0, .metrics = m, .gauges = gauges};
     sb_err err;
-    sb_opr_http *h = sb_opr_http_start(&cfg, &err);
+    sb_operator_http *h = sb_operator_http_start(&cfg, &err);
     cr_assert_not_null(h, "%s", err.msg);
-    int port = sb_opr_http_port(h);
+    int port = sb_operator_http_port(h);
     cr_assert_gt(port, 0);
     char *b;
     cr_expect_eq(get(port, "/healthz", &b), 200);
@@ -103,17 +103,17 @@ Test(opr_http, endpoints)
     free(b);
     cr_expect_eq(get(port, "/nope", &b), 404);
     free(b);
-    sb_opr_http_stop(h);
-    sb_opr_metrics_free(m);
+    sb_operator_http_stop(h);
+    sb_operator_metrics_free(m);
     cfg.host = "not-an-ip";
-    cr_expect_null(sb_opr_http_start(&cfg, &err));
+    cr_expect_null(sb_operator_http_start(&cfg, &err));
     cr_expect(strstr(err.msg, "not-an-ip") != NULL, "%s", err.msg);
 }
 
 Test(opr_http, event_object)
 {
-    sb_opr_event_ref ref = {"ns1", "wc", "uid-1", "42"};
-    cJSON *e = sb_opr_event_build(&ref, "Warning", "WorkerPodFailed", "pod x failed", "ctl-0",
+    sb_operator_event_ref ref = {"ns1", "wc", "uid-1", "42"};
+    cJSON *e = sb_operator_event_build(&ref, "Warning", "WorkerPodFailed", "pod x failed", "ctl-0",
                                   1714564800123456789ULL);
     cr_assert_not_null(e);
     char *t = cJSON_PrintUnformatted(e);
@@ -164,11 +164,11 @@ static int promtool_ok(const char *text)
 
 Test(opr_http, only_the_leader_reports_pipelines)
 {
-    sb_opr_metrics *m = sb_opr_metrics_new();
+    sb_operator_metrics *m = sb_operator_metrics_new();
     cr_assert_not_null(m);
-    sb_opr_metrics_on_pipelines(m, one_pipeline, NULL);
-    sb_opr_gauges g = {.leader = 1};
-    char *t = sb_opr_metrics_render(m, &g);
+    sb_operator_metrics_on_pipelines(m, one_pipeline, NULL);
+    sb_operator_gauges g = {.leader = 1};
+    char *t = sb_operator_metrics_render(m, &g);
     const char *want[] = {
         "streambatch_leader 1\n",
         "streambatch_stage_partitions{namespace=\"team\",pipeline=\"logs\",stage=\"parse\","
@@ -187,10 +187,10 @@ Test(opr_http, only_the_leader_reports_pipelines)
     cr_expect(promtool_ok(t), "promtool check metrics:\n%s", t);
     free(t);
     g.leader = 0;
-    t = sb_opr_metrics_render(m, &g);
+    t = sb_operator_metrics_render(m, &g);
     cr_expect(strstr(t, "streambatch_leader 0\n") != NULL);
     cr_expect(strstr(t, "pipeline=\"logs\"") == NULL, "a standby reports no pipeline:\n%s", t);
     cr_expect(promtool_ok(t));
     free(t);
-    sb_opr_metrics_free(m);
+    sb_operator_metrics_free(m);
 }

@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct sb_plan_opts {
+typedef struct sb_local_plan_opts {
     const char *file;
     int profile;
     int json;                      /* -o json */
@@ -33,9 +33,9 @@ typedef struct sb_plan_opts {
     int profile_cpus;              /* CPU workers of the profiling runs; 0 = online CPUs */
     int64_t profile_bytes;         /* source bytes to profile; 0 = 8 x partitionSize */
     const char *worker_bin;        /* every pool's worker (tests); NULL = next to the binary */
-} sb_plan_opts;
+} sb_local_plan_opts;
 
-int sb_plan_main(const sb_plan_opts *o);
+int sb_local_plan_main(const sb_local_plan_opts *o);
 
 /* For `streambatch run --plan`: the plan of `file` from declared rates (no profiling), as --set
  * overrides that list each multi-shape stage's chosen shape first
@@ -51,6 +51,6 @@ int sb_plan_placement_sets(const char *file, char (*sets)[SB_PLAN_SET_MAX], size
 /* `streambatch run`'s line per stage that allows more than one shape: which one it runs on
  * (chosen[i] from sb_plan_placement_sets, or with chosen NULL placement[0], "the first listed").
  * Nothing for an invalid file (sb_run reports it). */
-void sb_plan_run_notice(const char *file, FILE *out, const int *chosen);
+void sb_local_plan_notice(const char *file, FILE *out, const int *chosen);
 
 #endif

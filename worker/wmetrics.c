@@ -1,5 +1,5 @@
 /* metrics.c — a worker's Prometheus figures (see metrics.h). */
-#include "worker/metrics.h"
+#include "worker/wmetrics.h"
 
 #include <pthread.h>
 #include <stdio.h>

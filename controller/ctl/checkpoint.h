@@ -30,7 +30,7 @@ typedef struct sb_ckpt {
     uint32_t epoch;
     char *committed_splits; /* "0-41,45" (malloc'd, never NULL after a parse) */
     size_t ncommitted;      /* how many splits that is */
-    sb_sched_output *parts; /* ids malloc'd */
+    sb_storage_output *parts; /* ids malloc'd */
     size_t nparts;
     char spec_hash[17]; /* sb_ckpt_spec_hash of the spec that made it; "" when absent */
     char plan_hash[17]; /* sb_ctl_plan_hash of the plan it counts splits of; "" when absent */
@@ -38,18 +38,18 @@ typedef struct sb_ckpt {
 
 /* "<id>:<rows>:<bytes>:<crc32c>" (decimal numbers), with ":<order>" when p->order is set
  * (preserveOrder: the part's input-order key, so a resume sorts it among new parts), malloc'd. */
-char *sb_ckpt_part_format(const sb_sched_output *p);
+char *sb_ckpt_part_format(const sb_storage_output *p);
 /* The bytes p's entry takes in the JSON parts array (quotes and separator included); ctx is
  * unused (an sb_sched_part_bytes_fn, for sb_sched_checkpoint_within). */
-uint64_t sb_ckpt_part_json_bytes(const sb_sched_output *p, void *ctx);
+uint64_t sb_ckpt_part_json_bytes(const sb_storage_output *p, void *ctx);
 /* Strict: id of [A-Za-z0-9._-]+, then three decimal numbers without sign or leading zeros
  * (crc < 2^32), then optionally an order key (decimal numbers joined by '.'). out->id (and
  * out->order) are malloc'd. 0, or -1 with err naming the problem. */
-int sb_ckpt_part_parse(const char *s, sb_sched_output *out, sb_err *err);
+int sb_ckpt_part_parse(const char *s, sb_storage_output *out, sb_err *err);
 /* The JSON object of a checkpoint (hashes omitted when NULL or ""), or NULL when out of
  * memory. */
 cJSON *sb_ckpt_json(uint32_t epoch, const char *spec_hash, const char *plan_hash,
-                    const char *committed_splits, const sb_sched_output *parts, size_t nparts);
+                    const char *committed_splits, const sb_storage_output *parts, size_t nparts);
 /* Reads a checkpoint against a plan of nsplits splits: epoch an integer in [0, 2^32),
  * specHash and planHash (optional) 16 lowercase hex digits, committedSplits valid ranges below
  * nsplits, parts each valid and unique. 0, or -1 with err ("<what>.parts[3]: ..."); out is

@@ -1,5 +1,5 @@
 /* pipeline.c — the Prometheus figures of the pipelines a controller runs (see pipeline.h). */
-#include "controller/metrics/pipeline.h"
+#include "controller/ctl/cmetrics.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -26,7 +26,7 @@
 #include <grpc/support/time.h>
 
 #include "core/log.h"
-#include "rpc/chunk.h"
+#include "rpc/chunkmsg.h"
 
 #define MAX_METHODS 64
 #define SLOTS_PER_METHOD 8
