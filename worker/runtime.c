@@ -964,7 +964,7 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
         }
         for (size_t i = 0; i < job->n_errored; i++)
             errs[i] = (sb_storage_errored){job->errored[i]->stage, job->errored[i]->task_id,
-                                         job->errored[i]->input, job->errored[i]->error};
+                                           job->errored[i]->input, job->errored[i]->error};
         rc = sb_storage_run(&w->pipeline, kind, parts, job->n_parts, errs, job->n_errored, &plan,
                             &err);
     }

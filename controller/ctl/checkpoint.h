@@ -28,8 +28,8 @@
 
 typedef struct sb_ckpt {
     uint32_t epoch;
-    char *committed_splits; /* "0-41,45" (malloc'd, never NULL after a parse) */
-    size_t ncommitted;      /* how many splits that is */
+    char *committed_splits;   /* "0-41,45" (malloc'd, never NULL after a parse) */
+    size_t ncommitted;        /* how many splits that is */
     sb_storage_output *parts; /* ids malloc'd */
     size_t nparts;
     char spec_hash[17]; /* sb_ckpt_spec_hash of the spec that made it; "" when absent */

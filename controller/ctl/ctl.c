@@ -527,8 +527,8 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker, const p
     /* COMMIT lists the partitions skipped under maxErroredPartitions (for _manifest.json). */
     size_t nerr = 0;
     const sb_storage_errored *errs = j->kind == SB_STORAGE_COMMIT && c->sched != NULL
-                                       ? sb_sched_errored_list(c->sched, &nerr, NULL)
-                                       : NULL;
+                                         ? sb_sched_errored_list(c->sched, &nerr, NULL)
+                                         : NULL;
     Streambatch__V1__ErroredPartition *einfos = calloc(nerr + 1, sizeof *einfos);
     Streambatch__V1__ErroredPartition **eptrs = calloc(nerr + 1, sizeof *eptrs);
     if (einfos == NULL || eptrs == NULL) {
@@ -828,7 +828,7 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
         return 1;
     }
     if (sb_storage_pieces_add(&c->plan, r->offset, (const char *const *)r->splits, r->split_bytes,
-                            r->n_splits, &err) < 0) {
+                              r->n_splits, &err) < 0) {
         job_ended(c, 0, err.msg);
         return 1;
     }

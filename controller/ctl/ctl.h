@@ -6,9 +6,9 @@
  * watches for stalls. The same service runs embedded in `streambatch run` and in the operator;
  * only the backend that starts workers differs.
  *
- * Storage jobs (lib/storage/jobs.h). With storage_on_workers the controller never opens user storage:
- * it starts without a plan, queues a PLAN job and then a PREPARE job for the first live worker
- * that polls, and creates the scheduler from the splits the worker reported (in plan order,
+ * Storage jobs (lib/storage/jobs.h). With storage_on_workers the controller never opens user
+ * storage: it starts without a plan, queues a PLAN job and then a PREPARE job for the first live
+ * worker that polls, and creates the scheduler from the splits the worker reported (in plan order,
  * with the resume) only when both succeeded; workers that register meanwhile are added then.
  * A job whose worker is lost goes to the next worker (attempt + 1); a job that fails fails the
  * pipeline with "<what> on worker <id>: <error>". The final COMMIT or ABORT is queued the same

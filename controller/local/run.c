@@ -495,8 +495,8 @@ static void default_worker_bin(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s/%s", self, name);
 }
 
-/* The sink's final storage jobs run on a worker (lib/storage/jobs.h), like planning: commit waits as
- * long as the stall timeout allows, abort a few seconds (best effort: a failed run never wrote
+/* The sink's final storage jobs run on a worker (lib/storage/jobs.h), like planning: commit waits
+ * as long as the stall timeout allows, abort a few seconds (best effort: a failed run never wrote
  * _SUCCESS, so an abort that cannot run leaves nothing that looks done). */
 static int commit_sink(sb_ctl *ctl, uint64_t stall_ms, char *msg, size_t msglen)
 {

@@ -525,8 +525,8 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
         sb_operator_pipeline_status(e->run, st, gen, now);
         sb_operator_pipeline_stop(detach_run(o, e), 1);
         set_str(st, "phase", "Suspended");
-        sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept", gen,
-                             now);
+        sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept",
+                                  gen, now);
         sb_operator_condition_set(st, "Running", 0, "Suspended", "", gen, now);
         sb_operator_condition_set(st, "WorkersPending", 0, "Suspended", "", gen, now);
         if (sb_operator_condition_get(st, "SpecChangeRefused") != NULL)
@@ -538,7 +538,8 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
         entry_free(e);
         return rc == 0 ? RC_OK : RC_ERROR;
     }
-    sb_operator_outcome out = sb_operator_pipeline_tick(e->run, reason, sizeof reason, msg, sizeof msg);
+    sb_operator_outcome out =
+        sb_operator_pipeline_tick(e->run, reason, sizeof reason, msg, sizeof msg);
     /* recovery events, from the controller's counter at every tick */
     uint64_t recovered = sb_operator_pipeline_recovered(e->run);
     if (recovered > e->recovered) {
@@ -635,8 +636,8 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     set_num(st, "observedGeneration", (double)gen);
     if (suspend) {
         set_str(st, "phase", "Suspended");
-        sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept", gen,
-                             now);
+        sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept",
+                                  gen, now);
         sb_operator_condition_set(st, "Running", 0, "Suspended", "", gen, now);
         int was = strcmp(phase, "Suspended") == 0;
         int rc = sync_status(c, obj, st);
@@ -686,20 +687,20 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     e->gen = gen;
     e->status = st;
     sb_operator_pipeline_config rc = {.client = o->shared,
-                            .object = obj,
-                            .grpc_host = o->cfg->grpc_host,
-                            .image = o->cfg->worker_image,
-                            .gpu_image = o->cfg->worker_gpu_image,
-                            .max_pending = o->cfg->max_pending,
-                            .heartbeat_timeout_ms = o->cfg->heartbeat_timeout_ms,
-                            .rpc = o->cfg->rpc,
-                            .tls_secret = o->cfg->tls_secret,
-                            .tls_server_name = o->cfg->tls_server_name,
-                            .resume = have_cp ? &cp : NULL,
-                            .checkpoint_max_bytes = o->cfg->checkpoint_max_bytes,
-                            .plan = &o->cfg->plan,
-                            .on_event = run_event_cb,
-                            .ud = e};
+                                      .object = obj,
+                                      .grpc_host = o->cfg->grpc_host,
+                                      .image = o->cfg->worker_image,
+                                      .gpu_image = o->cfg->worker_gpu_image,
+                                      .max_pending = o->cfg->max_pending,
+                                      .heartbeat_timeout_ms = o->cfg->heartbeat_timeout_ms,
+                                      .rpc = o->cfg->rpc,
+                                      .tls_secret = o->cfg->tls_secret,
+                                      .tls_server_name = o->cfg->tls_server_name,
+                                      .resume = have_cp ? &cp : NULL,
+                                      .checkpoint_max_bytes = o->cfg->checkpoint_max_bytes,
+                                      .plan = &o->cfg->plan,
+                                      .on_event = run_event_cb,
+                                      .ud = e};
     int plan_error = 0;
     sb_err err = {0};
     /* in the table before start: pod events of adopted pods find it */
@@ -743,12 +744,12 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     char m[256];
     if (have_cp && strcmp(phase, "Running") == 0) {
         /* The split count is known only once a worker has planned the source. */
-        snprintf(m, sizeof m, "epoch %u, %zu splits already committed", sb_operator_pipeline_epoch(run),
-                 sb_operator_pipeline_committed_at_start(run));
+        snprintf(m, sizeof m, "epoch %u, %zu splits already committed",
+                 sb_operator_pipeline_epoch(run), sb_operator_pipeline_committed_at_start(run));
         post_event(o, c, ns, name, uid, "Normal", "TookOver", m);
     } else if (have_cp) {
-        snprintf(m, sizeof m, "epoch %u, %zu splits already committed", sb_operator_pipeline_epoch(run),
-                 sb_operator_pipeline_committed_at_start(run));
+        snprintf(m, sizeof m, "epoch %u, %zu splits already committed",
+                 sb_operator_pipeline_epoch(run), sb_operator_pipeline_committed_at_start(run));
         post_event(o, c, ns, name, uid, "Normal", "Resumed", m);
     } else {
         snprintf(m, sizeof m, "worker pods requested; a worker plans the source");
@@ -807,7 +808,8 @@ static rresult reconcile(op *o, sb_k8s_client *c, const char *key, long *requeue
     }
     if (e != NULL && e->done) {
         const cJSON *cst = cJSON_GetObjectItemCaseSensitive(obj, "status");
-        if (sb_operator_finished_seen(e->uid, sb_operator_str_at(obj, "metadata", "uid"), phase_of(cst))) {
+        if (sb_operator_finished_seen(e->uid, sb_operator_str_at(obj, "metadata", "uid"),
+                                      phase_of(cst))) {
             entry_remove(o, e);
             entry_free(e);
             e = NULL; /* on to the finished Pipeline's handling (pods, TTL) below */
@@ -1003,10 +1005,10 @@ int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
     o.evthread_started = 1;
     if (cfg->metrics_host != NULL) {
         sb_operator_http_config hc = {.host = cfg->metrics_host,
-                                 .port = cfg->metrics_port,
-                                 .metrics = o.metrics,
-                                 .gauges = gauges,
-                                 .ud = &o};
+                                      .port = cfg->metrics_port,
+                                      .metrics = o.metrics,
+                                      .gauges = gauges,
+                                      .ud = &o};
         o.http = sb_operator_http_start(&hc, err);
         if (o.http == NULL)
             goto out;

@@ -9,8 +9,9 @@
 #include "controller/operator/operator_status.h"
 #include "core/log.h"
 
-cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *type, const char *reason,
-                          const char *message, const char *host, uint64_t now_ns)
+cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *type,
+                               const char *reason, const char *message, const char *host,
+                               uint64_t now_ns)
 {
     cJSON *e = cJSON_CreateObject();
     if (e == NULL)
@@ -54,7 +55,7 @@ cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *typ
 }
 
 int sb_operator_event_post(sb_k8s_client *c, const sb_operator_event_ref *ref, const char *type,
-                      const char *reason, const char *message, const char *host, sb_err *err)
+                           const char *reason, const char *message, const char *host, sb_err *err)
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -82,14 +83,14 @@ int sb_operator_event_post(sb_k8s_client *c, const sb_operator_event_ref *ref, c
 }
 
 void sb_operator_event_errored_message(const char *stage, const char *input, const char *error,
-                                  char *buf, size_t len)
+                                       char *buf, size_t len)
 {
     snprintf(buf, len, "stage %s: %.300s: %.600s; its records are not in the output",
              stage ? stage : "?", input ? input : "?", error ? error : "(no message)");
 }
 
 void sb_operator_event_drained_message(const char *pod, const char *pool, const char *stage,
-                                  double speed, double median, char *buf, size_t len)
+                                       double speed, double median, char *buf, size_t len)
 {
     snprintf(buf, len,
              "worker pod %.100s (pool %.16s) drained: stage %.100s ran at %.3f MB/s there, the "

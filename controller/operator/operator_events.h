@@ -27,22 +27,23 @@ typedef struct sb_operator_event_ref {
 
 /* The Event object for a Pipeline. type: "Normal" or "Warning"; host: the controller's identity
  * (source.host / reportingInstance; may be NULL); now_ns: wall clock in nanoseconds. */
-cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *type, const char *reason,
-                          const char *message, const char *host, uint64_t now_ns);
+cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *type,
+                               const char *reason, const char *message, const char *host,
+                               uint64_t now_ns);
 
 /* The message of a PartitionErrored event: "stage S: <input>: <error>; its records are not in
  * the output", truncated to len. */
 void sb_operator_event_errored_message(const char *stage, const char *input, const char *error,
-                                  char *buf, size_t len);
+                                       char *buf, size_t len);
 
 /* The message of a WorkerDrained event (Warning): the worker's pod, its pool, the stage it was
  * slow on, its speed and the median of the rest of its pool (bytes per second, shown in MB/s),
  * truncated to len. */
 void sb_operator_event_drained_message(const char *pod, const char *pool, const char *stage,
-                                  double speed, double median, char *buf, size_t len);
+                                       double speed, double median, char *buf, size_t len);
 
 /* Posts an Event (best effort: logs a failure and returns -1 with err). */
 int sb_operator_event_post(sb_k8s_client *c, const sb_operator_event_ref *ref, const char *type,
-                      const char *reason, const char *message, const char *host, sb_err *err);
+                           const char *reason, const char *message, const char *host, sb_err *err);
 
 #endif

@@ -7,7 +7,7 @@
 #include "metrics/serve.h"
 
 const char *const sb_operator_phase_names[SB_OPR_NPHASES] = {"Pending", "Running",   "Succeeded",
-                                                        "Failed",  "Suspended", ""};
+                                                             "Failed",  "Suspended", ""};
 
 static const double k_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 #define NBUCKETS (sizeof k_buckets / sizeof *k_buckets)

@@ -10,8 +10,8 @@
  * The metrics are counters kept here (thread-safe: one mutex) plus gauges read at scrape time
  * through a callback. Rendering is a pure function over the counters, unit tested.
  *
- * Memory: sb_operator_metrics and sb_operator_http are owned by the caller (free/stop them); the HTTP
- * server borrows the metrics, which must outlive it.
+ * Memory: sb_operator_metrics and sb_operator_http are owned by the caller (free/stop them); the
+ * HTTP server borrows the metrics, which must outlive it.
  */
 #ifndef SB_CTL_OPERATOR_HTTP_H
 #define SB_CTL_OPERATOR_HTTP_H
@@ -42,7 +42,8 @@ void sb_operator_metrics_queue_add(sb_operator_metrics *m);
 void sb_operator_metrics_reconcile(sb_operator_metrics *m, const char *result, double seconds);
 /* Called at each render of a leader: adds the pipelines it runs (sb_cmetrics_add). */
 typedef void (*sb_operator_pipelines_fn)(void *ud, sb_cmetrics *cm);
-void sb_operator_metrics_on_pipelines(sb_operator_metrics *m, sb_operator_pipelines_fn fn, void *ud);
+void sb_operator_metrics_on_pipelines(sb_operator_metrics *m, sb_operator_pipelines_fn fn,
+                                      void *ud);
 /* The Prometheus text (malloc'd), with the gauges given; NULL on out of memory. */
 char *sb_operator_metrics_render(sb_operator_metrics *m, const sb_operator_gauges *g);
 

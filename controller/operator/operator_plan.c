@@ -27,8 +27,9 @@ static long stage_index(const sb_pipeline *p, const char *name, size_t len)
     return -1;
 }
 
-int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots, const sb_operator_plan_op *base,
-                        const sb_operator_plan_op *cur, size_t nops, uint64_t min_tasks, double *rates)
+int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots,
+                             const sb_operator_plan_op *base, const sb_operator_plan_op *cur,
+                             size_t nops, uint64_t min_tasks, double *rates)
 {
     if (nops == 0 || nops > SB_PLAN_MAX_STAGES || p->spec.nstages > SB_PLAN_MAX_STAGES)
         return 0;
@@ -76,9 +77,9 @@ int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots, const 
     return 1;
 }
 
-int sb_operator_plan_drifted(const double *planned, const double *measured, size_t n, double threshold,
-                        uint64_t now_ms, uint64_t planned_ms, uint64_t interval_ms, size_t *stage,
-                        double *drift)
+int sb_operator_plan_drifted(const double *planned, const double *measured, size_t n,
+                             double threshold, uint64_t now_ms, uint64_t planned_ms,
+                             uint64_t interval_ms, size_t *stage, double *drift)
 {
     double worst = 0;
     size_t ws = 0;
@@ -174,7 +175,8 @@ cJSON *sb_operator_plan_status_json(const sb_operator_plan_view *v)
 
 /* The object with spec.stages[i].placement listing shapes[i] first for every stage with a
  * choice (a new tree), or NULL when that is the order already or out of memory. */
-cJSON *sb_operator_plan_reorder(const cJSON *object, const sb_pipeline *p, const sb_plan_result *out)
+cJSON *sb_operator_plan_reorder(const cJSON *object, const sb_pipeline *p,
+                                const sb_plan_result *out)
 {
     int change = 0;
     for (size_t i = 0; i < p->spec.nstages; i++)
@@ -207,8 +209,8 @@ static const char *money(double v, char *buf, size_t len)
     return buf;
 }
 
-void sb_operator_plan_event_message(const sb_operator_plan_view *v, const char *drift_stage, double drift,
-                               char *buf, size_t len)
+void sb_operator_plan_event_message(const sb_operator_plan_view *v, const char *drift_stage,
+                                    double drift, char *buf, size_t len)
 {
     const sb_plan_result *r = v->out;
     if (len == 0)

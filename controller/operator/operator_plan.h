@@ -53,23 +53,25 @@ typedef struct sb_operator_plan_op {
  * slots[i] tasks per pod; an op's task time counts as at least 1 us). Returns 1 when every op
  * completed at least min_tasks tasks with rows in the window and the pipeline put rows out, else
  * 0 (rates untouched). */
-int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots, const sb_operator_plan_op *base,
-                        const sb_operator_plan_op *cur, size_t nops, uint64_t min_tasks, double *rates);
+int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots,
+                             const sb_operator_plan_op *base, const sb_operator_plan_op *cur,
+                             size_t nops, uint64_t min_tasks, double *rates);
 
 /* The drift rule. planned[i] / measured[i]: the rate of stage i the plan used and the one now
  * measured (a stage where either is <= 0 is not compared). Returns 1 when the last plan was at
  * least interval_ms ago (now_ms - planned_ms) and some stage's |measured / planned - 1| exceeds
  * threshold; *stage and *drift (may be NULL) receive the stage that drifted most and its
  * relative drift (signed: negative = slower than planned), also when 0 is returned. */
-int sb_operator_plan_drifted(const double *planned, const double *measured, size_t n, double threshold,
-                        uint64_t now_ms, uint64_t planned_ms, uint64_t interval_ms, size_t *stage,
-                        double *drift);
+int sb_operator_plan_drifted(const double *planned, const double *measured, size_t n,
+                             double threshold, uint64_t now_ms, uint64_t planned_ms,
+                             uint64_t interval_ms, size_t *stage, double *drift);
 
 /* A copy of the Pipeline object whose spec.stages[i].placement lists out->stages[i].shape first
  * for every stage of p with a choice (decoded again, each such stage runs on the plan's shape
  * with its shapeArgs: this is the manifest the workers get), or NULL when every stage runs on
  * its planned shape already (or out of memory). */
-cJSON *sb_operator_plan_reorder(const cJSON *object, const sb_pipeline *p, const sb_plan_result *out);
+cJSON *sb_operator_plan_reorder(const cJSON *object, const sb_pipeline *p,
+                                const sb_plan_result *out);
 
 /* What a plan was made from, for the status and the events. */
 typedef struct sb_operator_plan_view {
@@ -97,7 +99,7 @@ cJSON *sb_operator_plan_status_json(const sb_operator_plan_view *v);
 /* The message of a Planned / Replanned event: "stage=shape:workers ...; 1.2k rows/s for 0.345
  * per hour (0.0789 per million rows), rates declared" (+ the drift that caused a re-plan when
  * drift_stage is not NULL, or the view's cause before it), or "no plan: <why>". */
-void sb_operator_plan_event_message(const sb_operator_plan_view *v, const char *drift_stage, double drift,
-                               char *buf, size_t len);
+void sb_operator_plan_event_message(const sb_operator_plan_view *v, const char *drift_stage,
+                                    double drift, char *buf, size_t len);
 
 #endif

@@ -202,17 +202,17 @@ static sb_shape stage_shape(const sb_stage_spec *st)
 static sb_operator_plan_view plan_view(const run_plan *pl)
 {
     return (sb_operator_plan_view){.in = &pl->in,
-                              .out = &pl->out,
-                              .gpu_type = pl->gpu_type,
-                              .rates_from = pl->rates_from,
-                              .planned_at = pl->planned_at,
-                              .replans = pl->replans,
-                              .pools_sized = pl->pools_sized,
-                              .note = pl->note,
-                              .moves = pl->moves,
-                              .moved = pl->moved,
-                              .cause = pl->cause,
-                              .capacity = &pl->cap};
+                                   .out = &pl->out,
+                                   .gpu_type = pl->gpu_type,
+                                   .rates_from = pl->rates_from,
+                                   .planned_at = pl->planned_at,
+                                   .replans = pl->replans,
+                                   .pools_sized = pl->pools_sized,
+                                   .note = pl->note,
+                                   .moves = pl->moves,
+                                   .moved = pl->moved,
+                                   .cause = pl->cause,
+                                   .capacity = &pl->cap};
 }
 
 /* The planner's input from the run's pipeline with the declared rates; target from the spec
@@ -309,7 +309,8 @@ static int declared_per_pod(sb_operator_pipeline *r)
  * Returns 0, or -1 when out of memory or the reordered manifest does not decode. */
 static int plan_start(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg, sb_err *err)
 {
-    if (cfg->plan == NULL || !sb_operator_plan_wanted(&r->p) || r->p.spec.nstages > SB_PLAN_MAX_STAGES)
+    if (cfg->plan == NULL || !sb_operator_plan_wanted(&r->p) ||
+        r->p.spec.nstages > SB_PLAN_MAX_STAGES)
         return 0;
     run_plan *pl = calloc(1, sizeof *pl);
     if (pl == NULL)
@@ -407,8 +408,8 @@ static int stage_move(sb_operator_pipeline *r, size_t i, sb_shape to, const char
  * again. A stage with an allowed shape that has no rate at all is then moved there to be measured
  * (profiling is part of the run): the plan is made again as soon as that shape's tasks measured it
  * (plan_tick). */
-static void plan_measured(sb_operator_pipeline *r, const double *m, int fresh, const sb_ctl_snapshot *s,
-                          uint64_t t)
+static void plan_measured(sb_operator_pipeline *r, const double *m, int fresh,
+                          const sb_ctl_snapshot *s, uint64_t t)
 {
     run_plan *pl = r->plan;
     const sb_pipeline_spec *sp = &r->p.spec;
@@ -594,10 +595,10 @@ static void plan_figures(const sb_ctl_snapshot *s, const sb_sched_pool_figures (
         int g = strcmp(s->ops[j].pool, "gpu") == 0;
         const sb_sched_pool_figures *x = base != NULL ? &base[j][g] : &s->ops[j].by_pool[g];
         out[j] = (sb_operator_plan_op){.name = s->ops[j].name,
-                                  .rows_in = x->rows_in,
-                                  .rows_out = x->rows_out,
-                                  .tasks = x->timed_tasks,
-                                  .task_seconds = x->task_seconds};
+                                       .rows_in = x->rows_in,
+                                       .rows_out = x->rows_out,
+                                       .tasks = x->timed_tasks,
+                                       .task_seconds = x->task_seconds};
     }
 }
 
@@ -674,8 +675,8 @@ static void plan_tick(sb_operator_pipeline *r, uint64_t t)
     double drift = 0;
     int first = !pl->have;
     if (!first && !probing &&
-        !sb_operator_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t, pl->planned_ms,
-                             interval, &ds, &drift))
+        !sb_operator_plan_drifted(pl->used, m, sp->nstages, pl->cfg.replan_threshold, t,
+                                  pl->planned_ms, interval, &ds, &drift))
         return;
     pl->cause[0] = '\0';
     plan_measured(r, m, 1, &s, t);
@@ -701,7 +702,8 @@ static int plan_status(sb_operator_pipeline *r, cJSON *status)
     return 0;
 }
 
-sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg, int *plan_error, sb_err *err)
+sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg,
+                                                 int *plan_error, sb_err *err)
 {
     *plan_error = 0;
     sb_operator_pipeline *r = calloc(1, sizeof *r);
@@ -939,8 +941,9 @@ static void autoscale(sb_operator_pipeline *r, uint64_t t)
 
 /* Starts the final storage job (SB_STORAGE_NONE: none); the failure to report once it ended is
  * kept in final_reason/final_message. */
-static void final_start(sb_operator_pipeline *r, sb_storage_kind kind, const sb_storage_output *parts, size_t n,
-                        const char *reason, const char *message, uint64_t t)
+static void final_start(sb_operator_pipeline *r, sb_storage_kind kind,
+                        const sb_storage_output *parts, size_t n, const char *reason,
+                        const char *message, uint64_t t)
 {
     snprintf(r->final_reason, sizeof r->final_reason, "%s", reason ? reason : "");
     snprintf(r->final_message, sizeof r->final_message, "%s", message ? message : "");
@@ -962,8 +965,8 @@ static void final_start(sb_operator_pipeline *r, sb_storage_kind kind, const sb_
     r->final_deadline_ms = t + limit;
 }
 
-static sb_operator_outcome finish(sb_operator_pipeline *r, sb_operator_outcome o, char *reason, size_t rlen,
-                             char *message, size_t mlen)
+static sb_operator_outcome finish(sb_operator_pipeline *r, sb_operator_outcome o, char *reason,
+                                  size_t rlen, char *message, size_t mlen)
 {
     sb_ctl_shutdown_workers(r->ctl);
     if (o == SB_OPR_FAILED) {
@@ -977,8 +980,9 @@ static sb_operator_outcome finish(sb_operator_pipeline *r, sb_operator_outcome o
 
 /* A failure: the sink is aborted on a worker first (unless the failure was planning or
  * preparing it: then the sink was never touched, or cannot be). */
-static sb_operator_outcome fail(sb_operator_pipeline *r, const char *why, const char *msg, int touch_sink,
-                           uint64_t t, char *reason, size_t rlen, char *message, size_t mlen)
+static sb_operator_outcome fail(sb_operator_pipeline *r, const char *why, const char *msg,
+                                int touch_sink, uint64_t t, char *reason, size_t rlen,
+                                char *message, size_t mlen)
 {
     final_start(r, touch_sink ? SB_STORAGE_ABORT : SB_STORAGE_NONE, NULL, 0, why, msg, t);
     if (r->final_kind == SB_STORAGE_NONE)
@@ -998,7 +1002,7 @@ static void drain_events(sb_operator_pipeline *r)
         for (size_t i = 0; i < n; i++) {
             char m[768];
             sb_operator_event_drained_message(d[i].worker_id, d[i].pool, d[i].stage, d[i].speed,
-                                         d[i].median, m, sizeof m);
+                                              d[i].median, m, sizeof m);
             sb_log(SB_LOG_WARN, "worker pod drained", "pipeline", r->key, "pod", d[i].worker_id,
                    NULL);
             if (r->on_event != NULL)
@@ -1006,7 +1010,8 @@ static void drain_events(sb_operator_pipeline *r)
         }
 }
 
-sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *reason, size_t rlen, char *message, size_t mlen)
+sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *reason, size_t rlen,
+                                              char *message, size_t mlen)
 {
     if (r->finished)
         return (sb_operator_outcome)r->finished;
@@ -1073,7 +1078,8 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
                 rlen, message, mlen);
 }
 
-void sb_operator_pipeline_metrics(sb_operator_pipeline *r, sb_cmetrics *cm, const char *ns, const char *name)
+void sb_operator_pipeline_metrics(sb_operator_pipeline *r, sb_cmetrics *cm, const char *ns,
+                                  const char *name)
 {
     static __thread sb_ctl_snapshot s; /* large: off the stack */
     sb_ctl_snapshot_get(r->ctl, &s);
@@ -1086,7 +1092,8 @@ void sb_operator_pipeline_metrics(sb_operator_pipeline *r, sb_cmetrics *cm, cons
     sb_cmetrics_add(cm, ns, name, &s, pools, r->npools);
 }
 
-int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation, const char *now)
+int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation,
+                                const char *now)
 {
     sb_ctl_snapshot s;
     sb_ctl_snapshot_get(r->ctl, &s);
@@ -1160,8 +1167,8 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
     else
         cJSON_AddItemToObject(status, "checkpoint", cp);
     if (sb_operator_condition_set(status, "WorkersPending", pending_unschedulable,
-                             pending_unschedulable ? "Unschedulable" : "WorkersScheduled", pmsg,
-                             generation, now) < 0)
+                                  pending_unschedulable ? "Unschedulable" : "WorkersScheduled",
+                                  pmsg, generation, now) < 0)
         return -1;
     return 0;
 }

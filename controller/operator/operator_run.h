@@ -1,5 +1,5 @@
-/* operator_run.h — one running Pipeline inside the operator: its plan (lib/storage/storage.h), its Control
- * service (ctl.h, listening on the controller's gRPC host, port 0) and its worker pods
+/* operator_run.h — one running Pipeline inside the operator: its plan (lib/storage/storage.h), its
+ * Control service (ctl.h, listening on the controller's gRPC host, port 0) and its worker pods
  * (kube.h), driven by a periodic tick.
  *
  * A tick (about every 500 ms, from the reconciler) autoscales each pool (autoscale.h from the
@@ -68,13 +68,14 @@ int sb_operator_decode(const cJSON *object, sb_pipeline *p, char **json, char *m
 /* Starts a run (plan, sink prepare, Control service, pods). NULL with err; *plan_error is set
  * to 1 when the spec cannot be planned (a source that does not exist...), so the caller fails
  * the pipeline instead of retrying. */
-sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg, int *plan_error, sb_err *err);
+sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg,
+                                                 int *plan_error, sb_err *err);
 
 /* One tick. Returns the outcome; on SB_OPR_FAILED, reason ("TaskFailed" | "Stalled" |
  * "CommitFailed") and message are filled. On a finished run the workers are shut down already
  * (their pods still need sb_operator_pipeline_stop). */
-sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *reason, size_t rlen, char *message,
-                               size_t mlen);
+sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *reason, size_t rlen,
+                                              char *message, size_t mlen);
 
 /* Live changes: the stages' workers min/max of a new spec (same stages), counted in the pools
  * the stages run in now (a stage a re-plan moved counts in its new pool). */
@@ -89,9 +90,11 @@ void sb_operator_pipeline_set_bounds(sb_operator_pipeline *r, const sb_pipeline 
 /* Writes progress, partitions, stages, checkpoint and the WorkersPending condition into status
  * (now: RFC 3339 time for condition transitions), and status.plan when the run has a plan.
  * Returns 0, or -1 when out of memory. */
-int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation, const char *now);
+int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation,
+                                const char *now);
 /* Adds the run's Prometheus figures (controller/ctl/cmetrics.h) for namespace/name. */
-void sb_operator_pipeline_metrics(sb_operator_pipeline *r, sb_cmetrics *cm, const char *ns, const char *name);
+void sb_operator_pipeline_metrics(sb_operator_pipeline *r, sb_cmetrics *cm, const char *ns,
+                                  const char *name);
 
 /* The errored partitions (sb_ctl_errored: a copy, free with sb_ctl_errored_free); *n set. */
 sb_storage_errored *sb_operator_pipeline_errored(sb_operator_pipeline *r, size_t *n);

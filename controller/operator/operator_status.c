@@ -156,7 +156,7 @@ static int sync_condition_fields(cJSON *status)
 }
 
 int sb_operator_condition_set(cJSON *status, const char *type, int truth, const char *reason,
-                         const char *message, int64_t generation, const char *now)
+                              const char *message, int64_t generation, const char *now)
 {
     cJSON *conds = cJSON_GetObjectItemCaseSensitive(status, "conditions");
     if (!cJSON_IsArray(conds)) {
@@ -222,8 +222,8 @@ int sb_operator_status_mode(cJSON *status, sb_exec_mode mode)
 }
 
 int sb_operator_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
-                           size_t committed_splits, const sb_operator_pool_view *pools, size_t npools,
-                           double elapsed_s)
+                                size_t committed_splits, const sb_operator_pool_view *pools,
+                                size_t npools, double elapsed_s)
 {
     char prog[48];
     snprintf(prog, sizeof prog, "%zu/%zu", committed_splits, total_splits);

@@ -33,7 +33,7 @@ int sb_operator_time_parse(const char *s, time_t *out);
  * lastTransitionTime (now) changes only when the status flips or the condition is new.
  * Returns 1 when anything changed, 0 when it was already so, -1 when out of memory. */
 int sb_operator_condition_set(cJSON *status, const char *type, int truth, const char *reason,
-                         const char *message, int64_t generation, const char *now);
+                              const char *message, int64_t generation, const char *now);
 /* The condition of that type, or NULL. */
 const cJSON *sb_operator_condition_get(const cJSON *status, const char *type);
 /* 1 when the condition exists with status "True". */
@@ -77,8 +77,8 @@ int sb_operator_status_mode(cJSON *status, sb_exec_mode mode);
  * printer-column fields workers ("ready/desired" summed over pools[0..npools), e.g. "3/4") and
  * throughput (the last stage's rowsOut over elapsed_s, sb_operator_rate_format: "1.2k rows/s"). */
 int sb_operator_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
-                           size_t committed_splits, const sb_operator_pool_view *pools, size_t npools,
-                           double elapsed_s);
+                                size_t committed_splits, const sb_operator_pool_view *pools,
+                                size_t npools, double elapsed_s);
 
 /* rows_per_s as at most 3 significant digits with a k/M/G/T/P/E suffix and " rows/s": "0 rows/s",
  * "0.5 rows/s", "850 rows/s", "1.23k rows/s", "12.3M rows/s" (below 0.001, negative or NaN:

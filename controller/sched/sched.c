@@ -828,8 +828,8 @@ void sb_sched_worker_set_early(sb_sched *s, const char *id, int on)
 }
 
 int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
-                        uint32_t slots, const sb_storage_output *held, size_t nheld, uint64_t now_ms,
-                        sb_err *err)
+                        uint32_t slots, const sb_storage_output *held, size_t nheld,
+                        uint64_t now_ms, sb_err *err)
 {
     if (id == NULL || *id == '\0' || pool == NULL || address == NULL || slots == 0)
         return sb_err_set(err, "scheduler: a worker needs an id, a pool, an address and slots");

@@ -77,7 +77,8 @@ typedef struct sb_sched_resume {
     uint32_t epoch;               /* 0 on a first run; +1 at every leader that resumes it */
     const char *committed_splits; /* split indices already committed, as ranges "0-41,45";
                                      NULL/"" none */
-    const sb_storage_output *parts; /* the sink parts those splits produced (kept in the manifest) */
+    const sb_storage_output
+        *parts; /* the sink parts those splits produced (kept in the manifest) */
     size_t nparts;
 } sb_sched_resume;
 
@@ -122,7 +123,6 @@ typedef struct sb_sched_task {
     int publish_early; /* report each output when written (sb_sched_publish) */
 } sb_sched_task;
 
-
 /* What a task attempt cost, as the worker measured it (may be NULL). */
 typedef struct sb_sched_metrics {
     double wall_seconds, cpu_seconds;
@@ -137,7 +137,6 @@ typedef enum {
                             large): a retry would fail the same way, so the partition is
                             errored at once, without retries */
 } sb_sched_status;
-
 
 #define SB_SCHED_ERRORED_KEEP 100 /* errored partitions listed (the count goes on) */
 
@@ -223,8 +222,8 @@ void sb_sched_worker_set_early(sb_sched *s, const char *id, int on);
 
 /* A worker joined (or re-registered with `held` partitions it still has). */
 int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const char *address,
-                        uint32_t slots, const sb_storage_output *held, size_t nheld, uint64_t now_ms,
-                        sb_err *err);
+                        uint32_t slots, const sb_storage_output *held, size_t nheld,
+                        uint64_t now_ms, sb_err *err);
 /* A worker is gone (exited, unreachable, missed heartbeats; `why` says so in messages, NULL
  * is fine): recovery starts. Its running tasks are re-queued, each losing one of its
  * maxTaskRetries; a task out of retries errors with the worker and why. Unknown ids are

@@ -16,8 +16,7 @@ int sb_part_id_format(char *buf, size_t cap, uint32_t stage, uint64_t task, uint
     return n;
 }
 
-int sb_part_id_parse(const char *id, uint32_t *stage, uint64_t *task, uint32_t *seq,
-                              sb_err *err)
+int sb_part_id_parse(const char *id, uint32_t *stage, uint64_t *task, uint32_t *seq, sb_err *err)
 {
     if (!id || !*id)
         return sb_err_set(err, "partition id is empty");

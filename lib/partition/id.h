@@ -17,7 +17,6 @@
 /* Writes the id into buf (cap >= SB_PART_ID_MAX suffices). Returns its length or -1. */
 int sb_part_id_format(char *buf, size_t cap, uint32_t stage, uint64_t task, uint32_t seq);
 /* Parses an id; any of the outputs may be NULL. -1 with a message if it is malformed. */
-int sb_part_id_parse(const char *id, uint32_t *stage, uint64_t *task, uint32_t *seq,
-                              sb_err *err);
+int sb_part_id_parse(const char *id, uint32_t *stage, uint64_t *task, uint32_t *seq, sb_err *err);
 
 #endif

@@ -44,7 +44,6 @@ const sb_rpc_method_info *sb_rpc_methods(size_t *n);
 /* The row for a method path, NULL if unknown. */
 const sb_rpc_method_info *sb_rpc_method_find(const char *path);
 
-
 /* Checks a message of any descriptor in streambatch.v1 (recursively). 0 or -1 with a message
  * naming the offending field. */
 int sb_rpc_msg_validate(const ProtobufCMessage *m, sb_err *err);

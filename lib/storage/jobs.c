@@ -37,7 +37,7 @@ size_t sb_storage_piece(const char *const *enc, size_t n, size_t from, size_t ma
 }
 
 int sb_storage_pieces_add(sb_storage_pieces *p, uint64_t offset, const char *const *enc,
-                        const uint64_t *bytes, size_t k, sb_err *err)
+                          const uint64_t *bytes, size_t k, sb_err *err)
 {
     if (offset + k <= p->n && offset <= p->n) {
         for (size_t i = 0; i < k; i++)

@@ -53,7 +53,7 @@ typedef struct sb_storage_pieces {
  * plan (a gap, or a re-send that overlaps the end), the plan would exceed SB_IO_MAX_SPLITS,
  * a split is empty, or out of memory. Nothing is appended on -1. */
 int sb_storage_pieces_add(sb_storage_pieces *p, uint64_t offset, const char *const *enc,
-                        const uint64_t *bytes, size_t k, sb_err *err);
+                          const uint64_t *bytes, size_t k, sb_err *err);
 /* Frees what the plan owns and zeroes it. */
 void sb_storage_pieces_free(sb_storage_pieces *p);
 

@@ -72,7 +72,7 @@ int sb_storage_prepare(const sb_pipeline *p, sb_err *err)
 }
 
 int sb_storage_commit(const sb_pipeline *p, const sb_storage_output *parts, size_t n,
-                     const sb_storage_errored *errored, size_t nerrored, sb_err *err)
+                      const sb_storage_errored *errored, size_t nerrored, sb_err *err)
 {
     sb_io_part_info *infos = calloc(n + 1, sizeof *infos);
     if (infos == NULL)

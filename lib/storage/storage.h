@@ -74,7 +74,7 @@ int sb_storage_prepare(const sb_pipeline *p, sb_err *err);
  * io/sink.h); the manifest's "errored" array lists errored[0..nerrored) (may be NULL/0: the
  * partitions skipped under maxErroredPartitions). 0, or -1 + err (no _SUCCESS then). */
 int sb_storage_commit(const sb_pipeline *p, const sb_storage_output *parts, size_t n,
-                     const sb_storage_errored *errored, size_t nerrored, sb_err *err);
+                      const sb_storage_errored *errored, size_t nerrored, sb_err *err);
 /* Removes _SUCCESS, _manifest.json and temporary files (a failed run never looks done). */
 int sb_storage_abort(const sb_pipeline *p, sb_err *err);
 

@@ -75,8 +75,7 @@ static void f_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     snprintf(f->reg_addr, sizeof f->reg_addr, "%s", m->address);
     f->reg_nparts = 0;
     for (size_t i = 0; i < m->n_partitions && i < 256; i++)
-        snprintf(f->reg_parts[f->reg_nparts++], SB_PART_ID_MAX, "%s",
-                 m->partitions[i]->id);
+        snprintf(f->reg_parts[f->reg_nparts++], SB_PART_ID_MAX, "%s", m->partitions[i]->id);
     pthread_mutex_unlock(&f->mu);
     Streambatch__V1__RegisterReply r = STREAMBATCH__V1__REGISTER_REPLY__INIT;
     r.heartbeat_interval_ms = 200;

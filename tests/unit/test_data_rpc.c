@@ -10,8 +10,8 @@
  *
  *  2. sb_rpc_call_finish() from a thread of the application (worker/data ends NOT_FOUND and
  *     OUT_OF_RANGE calls from its I/O threads) reads the call after dropping its reference: in
- *     lib/rpc/rpcserver.c call_unref_locked() looks at c->m after unlocking, when the status batch may
- *     already have completed on a server thread and freed the call (a heap-use-after-free under
+ *     lib/rpc/rpcserver.c call_unref_locked() looks at c->m after unlocking, when the status batch
+ * may already have completed on a server thread and freed the call (a heap-use-after-free under
  *     ASan, since e26ce35). Only the sanitizer and valgrind builds can see it: the test makes
  *     thousands of such calls.
  *

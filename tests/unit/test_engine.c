@@ -133,7 +133,8 @@ Test(engine, commit_abort_and_prepare)
     write_file("out/part-s0-t0-p0.jsonl", 20);
     write_file("out/part-s1-t1000000000-p0.jsonl", 30);
     write_file("out/part-s0-t9-p0.jsonl", 5); /* an orphan of an earlier attempt */
-    sb_storage_output parts[] = {{"s0-t0-p0", 20, 2, 0, NULL}, {"s1-t1000000000-p0", 30, 3, 0, NULL}};
+    sb_storage_output parts[] = {{"s0-t0-p0", 20, 2, 0, NULL},
+                                 {"s1-t1000000000-p0", 30, 3, 0, NULL}};
     cr_assert_eq(sb_storage_commit(&h.p, parts, 2, NULL, 0, &err), 0, "%s", err.msg);
     cr_expect(exists("out/_SUCCESS"));
     cr_expect(exists("out/_manifest.json"));

@@ -114,7 +114,7 @@ Test(opr_http, event_object)
 {
     sb_operator_event_ref ref = {"ns1", "wc", "uid-1", "42"};
     cJSON *e = sb_operator_event_build(&ref, "Warning", "WorkerPodFailed", "pod x failed", "ctl-0",
-                                  1714564800123456789ULL);
+                                       1714564800123456789ULL);
     cr_assert_not_null(e);
     char *t = cJSON_PrintUnformatted(e);
     const char *want[] = {"\"name\":\"wc.17cb5b99ffbf4d15\"",

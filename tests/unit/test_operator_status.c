@@ -108,7 +108,7 @@ Test(opr_status, part_format_and_strict_parse)
 Test(opr_status, checkpoint_round_trip)
 {
     sb_storage_output parts[2] = {{.id = "s0-t0-p0", .rows = 3, .bytes = 30, .crc32c = 7},
-                                {.id = "s0-t1-p0", .rows = 4, .bytes = 40, .crc32c = 8}};
+                                  {.id = "s0-t1-p0", .rows = 4, .bytes = 40, .crc32c = 8}};
     cJSON *j = sb_ckpt_json(3, "00ff00ff00ff00ff", "0123456789abcdef", "0-1", parts, 2);
     char *txt = cJSON_PrintUnformatted(j);
     cr_expect_str_eq(txt, "{\"epoch\":3,\"specHash\":\"00ff00ff00ff00ff\",\"planHash\":"
@@ -328,7 +328,8 @@ Test(opr_status, finished_run_is_remembered_until_the_cache_catches_up)
     cr_expect_eq(sb_operator_finished_seen("u1", "u1", NULL), 0);
     cr_expect_eq(sb_operator_finished_seen("u1", "u1", "Succeeded"), 1);
     cr_expect_eq(sb_operator_finished_seen("u1", "u1", "Failed"), 1);
-    cr_expect_eq(sb_operator_finished_seen("u1", "u2", "Running"), 1, "re-created under the same name");
+    cr_expect_eq(sb_operator_finished_seen("u1", "u2", "Running"), 1,
+                 "re-created under the same name");
     cr_expect_eq(sb_operator_finished_seen("u1", NULL, "Running"), 1);
 }
 
@@ -407,11 +408,12 @@ Test(opr_status, failing_condition_column)
     sb_operator_condition_set(st, "Suspended", 0, "Resumed", "", 1, "T1");
     cr_expect_null(cJSON_GetObjectItem(st, "failingCondition"), "nothing wrong: no field");
     cr_expect_eq(sb_operator_condition_set(st, "WorkersPending", 1, "Unschedulable",
-                                      "pool gpu: 0/2 nodes are available", 1, "T2"),
+                                           "pool gpu: 0/2 nodes are available", 1, "T2"),
                  1);
     cr_expect_str_eq(sget(st, "failingCondition"),
                      "Unschedulable: pool gpu: 0/2 nodes are available");
-    sb_operator_condition_set(st, "SpecChangeRefused", 1, "SpecChangeRefused", "spec.sink", 2, "T3");
+    sb_operator_condition_set(st, "SpecChangeRefused", 1, "SpecChangeRefused", "spec.sink", 2,
+                              "T3");
     cr_expect_str_eq(sget(st, "failingCondition"),
                      "Unschedulable: pool gpu: 0/2 nodes are available", "the first one wins");
     sb_operator_condition_set(st, "WorkersPending", 0, "WorkersScheduled", "", 2, "T4");
@@ -570,10 +572,11 @@ Test(opr_plan, drift_rule)
     cr_expect_eq(sb_operator_plan_drifted(planned, m, 3, 0.25, 50000, 100000, 0, &st, &d), 0);
     cr_expect_eq(sb_operator_plan_drifted(planned, m, 3, 0.5, 200000, 100000, 60000, &st, &d), 0);
     double at[3] = {125, 50, 0};
-    cr_expect_eq(sb_operator_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL), 0,
-                 "exactly 25%% is not more than 25%%");
+    cr_expect_eq(sb_operator_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL),
+                 0, "exactly 25%% is not more than 25%%");
     at[0] = 126;
-    cr_expect_eq(sb_operator_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL), 1);
+    cr_expect_eq(sb_operator_plan_drifted(planned, at, 3, 0.25, 200000, 100000, 60000, NULL, NULL),
+                 1);
 }
 
 static const cJSON *jget(const cJSON *o, const char *k)
@@ -604,13 +607,13 @@ Test(opr_plan, status_json_and_event_message)
     cr_assert_eq(sb_plan_solve(&in, &out, &err), 0, "%s", err.msg);
     cr_assert(out.feasible, "%s", out.why);
     sb_operator_plan_view v = {.in = &in,
-                          .out = &out,
-                          .gpu_type = "nvidia-l4",
-                          .rates_from = "measured",
-                          .planned_at = "2026-01-01T00:00:00Z",
-                          .replans = 2,
-                          .pools_sized = 1,
-                          .note = NULL};
+                               .out = &out,
+                               .gpu_type = "nvidia-l4",
+                               .rates_from = "measured",
+                               .planned_at = "2026-01-01T00:00:00Z",
+                               .replans = 2,
+                               .pools_sized = 1,
+                               .note = NULL};
     cJSON *j = sb_operator_plan_status_json(&v);
     cr_assert_not_null(j);
     cr_expect_str_eq(sget(j, "plannedAt"), "2026-01-01T00:00:00Z");

@@ -239,8 +239,7 @@ Test(rpc_ids, format_and_parse_round_trip)
     char buf[SB_PART_ID_MAX];
     cr_assert_eq(sb_part_id_format(buf, sizeof buf, 1, 42, 0), 9);
     cr_assert_str_eq(buf, "s1-t42-p0");
-    cr_assert_gt(sb_part_id_format(buf, sizeof buf, UINT32_MAX, UINT64_MAX, UINT32_MAX),
-                 0);
+    cr_assert_gt(sb_part_id_format(buf, sizeof buf, UINT32_MAX, UINT64_MAX, UINT32_MAX), 0);
     uint32_t st, sq;
     uint64_t tk;
     sb_err err;
@@ -269,8 +268,8 @@ Test(rpc_ids, rejects_malformed)
                                 "t1-s2-p3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sb_err err = {0};
-        cr_assert_eq(sb_part_id_parse(bad[i], NULL, NULL, NULL, &err), -1,
-                     "\"%s\" accepted", bad[i]);
+        cr_assert_eq(sb_part_id_parse(bad[i], NULL, NULL, NULL, &err), -1, "\"%s\" accepted",
+                     bad[i]);
         cr_assert(err.msg[0], "no message for \"%s\"", bad[i]);
     }
     cr_assert_eq(sb_part_id_parse("s0-t0-p0", NULL, NULL, NULL, NULL), 0);

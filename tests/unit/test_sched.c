@@ -1910,8 +1910,8 @@ static void rerun_reports(int how, const char *want)
     sb_sched_task t[2];
     cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
     sb_storage_output o[3] = {{.id = "s0-t0-p0", .bytes = 1000, .rows = 5},
-                            {.id = "s0-t0-p1", .bytes = 1000, .rows = 5},
-                            {.id = "s0-t0-p2", .bytes = 640, .rows = 2}};
+                              {.id = "s0-t0-p1", .bytes = 1000, .rows = 5},
+                              {.id = "s0-t0-p2", .bytes = 640, .rows = 2}};
     cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, 0, SB_SCHED_OK, NULL, o, 2, NULL, 0,
                                    NULL, 1, NULL),
                  1);
@@ -2242,7 +2242,7 @@ static void complete_first_task(sb_sched *s, const char *worker, uint64_t now)
     cr_assert_eq(sb_sched_assign(s, worker, 1, now, t), 1);
     cr_assert_eq(t[0].op, 0);
     sb_storage_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
-                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
+                                 {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
     sb_err err;
     cr_assert_eq(sb_sched_complete(s, worker, t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, outs,
                                    2, NULL, 0, NULL, now + 1, &err),
@@ -2265,7 +2265,7 @@ Test(sched, an_early_output_is_taken_at_once_and_counted_once)
     sb_sched_stats st0, st1;
     sb_sched_get_stats(s, &st0);
     sb_storage_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
-                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
+                                 {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
     sb_err err;
     int wait;
     cr_assert_eq(sb_sched_publish(s, "c1", tid, att + 1, outs, 1, 2, &wait, &err), 0,
@@ -2324,7 +2324,7 @@ Test(sched, a_retry_must_make_its_early_outputs_again)
     cr_assert_eq(k, 1);
     cr_assert_str_eq(t[0].task_id, tid);
     sb_storage_output other[2] = {{.id = "s0-t0-p7", .bytes = 64 * MiB, .rows = 10},
-                                {.id = "s0-t0-p8", .bytes = 64 * MiB, .rows = 10}};
+                                  {.id = "s0-t0-p8", .bytes = 64 * MiB, .rows = 10}};
     cr_assert_geq(sb_sched_complete(s, "c1", tid, t[0].attempt, SB_SCHED_OK, NULL, other, 2, NULL,
                                     0, NULL, 5, &err),
                   0);
@@ -2351,7 +2351,7 @@ Test(sched, a_rerun_on_the_worker_that_holds_its_other_outputs_keeps_them)
     char tid[64];
     snprintf(tid, sizeof tid, "%s", t[0].task_id);
     sb_storage_output outs[2] = {{.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 10},
-                               {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
+                                 {.id = "s0-t0-p1", .bytes = 64 * MiB, .rows = 10}};
     sb_err err;
     cr_assert_eq(sb_sched_complete(s, "c1", tid, t[0].attempt, SB_SCHED_OK, NULL, outs, 2, NULL, 0,
                                    NULL, 2, &err),

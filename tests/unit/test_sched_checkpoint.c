@@ -688,7 +688,8 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
          "\"bogus\" is not s<op>-t<task>"},
         {{1, "0", (sb_storage_output[]){{NULL, 1, 1, 0, NULL}}, 1}, "(null)"},
         {{1, "0", (sb_storage_output[]){{"s7-t0-p0", 1, 1, 0, NULL}}, 1}, "op 7 does not exist"},
-        {{1, "0", (sb_storage_output[]){{"s0-t3-p0", 1, 1, 0, NULL}}, 1}, "split 3 is not committed"},
+        {{1, "0", (sb_storage_output[]){{"s0-t3-p0", 1, 1, 0, NULL}}, 1},
+         "split 3 is not committed"},
         {{1, "0", (sb_storage_output[]){{"s1-t1000000000-p0", 1, 1, 0, NULL}}, 1}, "would collide"},
     };
     sb_storage_split sp[6] = {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}};
@@ -704,8 +705,8 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
     /* everything committed: the run is done at once, with the resumed parts */
     sb_sched_resume all = {2, "0-5",
                            (sb_storage_output[]){{"s1-t7-p0", 10, 1, 3, NULL},
-                                               {"s1-t1000000001-p0", 5, 1, 4, NULL},
-                                               {"s1-t7-p0", 10, 1, 3, NULL}},
+                                                 {"s1-t1000000001-p0", 5, 1, 4, NULL},
+                                                 {"s1-t7-p0", 10, 1, 3, NULL}},
                            3};
     sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/t", .resume = &all};
     sb_err err;
@@ -849,10 +850,10 @@ static void v_part(const sb_sink_spec *s, sb_ckpt *c, const char *id, const char
     c->parts = realloc(c->parts, (c->nparts + 1) * sizeof *c->parts);
     cr_assert_not_null(c->parts);
     c->parts[c->nparts++] = (sb_storage_output){.id = strdup(id),
-                                              .bytes = info.bytes,
-                                              .rows = info.rows,
-                                              .crc32c = info.crc32c,
-                                              .order = order ? strdup(order) : NULL};
+                                                .bytes = info.bytes,
+                                                .rows = info.rows,
+                                                .crc32c = info.crc32c,
+                                                .order = order ? strdup(order) : NULL};
 }
 
 static void v_ckpt(sb_ckpt *c, const char *committed, size_t n)
