@@ -99,6 +99,11 @@ images: deps build
 images-test: build
 	@tests/images/test-images.sh
 TEST_EXTRA += images-test dashboard-test sdk-test embed-test image-test
+# The layering check of `make lint` catches a wrong include (tests/lint/test-layers.sh).
+.PHONY: layers-test
+TEST_EXTRA += layers-test
+layers-test:
+	@tests/lint/test-layers.sh
 # The Grafana dashboard against Grafana's schema and a real Prometheus (tests/dashboard/).
 dashboard-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) tests/dashboard/test-dashboard.sh

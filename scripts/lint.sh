@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make lint`: clang-format must leave every C file (and CUDA .cu file) unchanged, and cppcheck
-# must report nothing on the C files.
+# `make lint`: clang-format must leave every C file (and CUDA .cu file) unchanged, cppcheck
+# must report nothing on the C files, and every include must point down the house's layers
+# (scripts/check-layers.py; docs/architecture.md, "The map").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t files < <(git ls-files -co --exclude-standard -- '*.c' '*.h' '*.cu' | grep -v '^build/')
@@ -27,5 +28,6 @@ if ! cppcheck -q --error-exitcode=1 --enable=warning,performance,portability --i
   echo "lint: cppcheck findings:"; cat build-lint.log; status=1
 fi
 rm -f build-lint.log
-if ((status == 0)); then echo "lint: clang-format and cppcheck clean (${#files[@]} files)"; fi
+scripts/check-layers.py . || status=1
+if ((status == 0)); then echo "lint: clang-format, cppcheck and layers clean (${#files[@]} files)"; fi
 exit $status
