@@ -178,10 +178,17 @@ $(LIBSB): $(LIB_OBJS) $(BUILD)/lib.objs
 	$(Q)ar rcsT $@ $(LIB_OBJS)
 FORCE:
 
+# Every program (binaries, tests, helpers, benchmarks) links the same way: its prerequisites
+# (objects and the archive), then the libraries; $(call LINK,MORE) appends MORE libraries (the
+# CUDA runtime, Criterion), which must come after the archive that references them.
+define LINK
+@mkdir -p $(@D)
+@echo "  LD     $@"
+$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(1)
+endef
+
 $(BINDIR)/%: $(BUILD)/obj/cmd/%.o $(LIBSB)
-	@mkdir -p $(BINDIR)
-	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(call LINK)
 
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
@@ -192,40 +199,26 @@ $(BUILD)/obj/%.cu.o: %.cu
 # The worker with the CUDA implementations: the same main and archive, plus the CUDA objects,
 # whose strong definitions replace the archive's weak references (worker/ops/tensor/mlp_cuda.h).
 $(GPU_BINS): $(BUILD)/obj/cmd/streambatch-worker.o $(CUDA_OBJS) $(LIBSB)
-	@mkdir -p $(BINDIR)
-	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+	$(call LINK,$(CUDA_LIBS))
 
 $(CUDA_TEST_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/cuda/%.o $(CUDA_OBJS) $(LIBSB)
-	@mkdir -p $(dir $@)
-	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS) -lcriterion
+	$(call LINK,$(CUDA_LIBS) -lcriterion)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBSB)
-	@mkdir -p $(dir $@)
-	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+	$(call LINK,-lcriterion)
 
 $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(LIBSB)
-	@mkdir -p $(dir $@)
-	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(call LINK)
 
 # tensor.mlp's benchmark with the CUDA objects (scripts/device-cuda.sh runs it on a GPU machine).
 $(BUILD)/bench/bench_mlp_gpu: $(BUILD)/obj/tests/bench/bench_mlp.o $(CUDA_OBJS) $(LIBSB)
-	@mkdir -p $(dir $@)
-	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+	$(call LINK,$(CUDA_LIBS))
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBSB)
-	@mkdir -p $(dir $@)
-	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(call LINK)
 
 $(BUILD)/itests/%: $(BUILD)/obj/tests/integration/%.o $(LIBSB)
-	@mkdir -p $(dir $@)
-	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+	$(call LINK,-lcriterion)
 
 tests-build: $(BINS) $(GPU_BINS) $(TEST_BINS) $(CUDA_TEST_BINS) $(HELPER_BINS) $(ITEST_BINS) $(PLUGINS) \
              $(BUILD)/bench/bench_mlp_gpu
