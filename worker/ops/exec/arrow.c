@@ -42,7 +42,7 @@ static char *schema_key(const char *args, const sb_field *f, size_t n)
 
 static size_t fill(void *ud, struct iovec *iov, size_t max)
 {
-    exec_state *s = ud;
+    sb_exec_state *s = ud;
     if (max == 0 || s->msg_at >= s->msg.len)
         return 0;
     iov[0] = (struct iovec){s->msg.p + s->msg_at, s->msg.len - s->msg_at};
@@ -54,8 +54,8 @@ static size_t fill(void *ud, struct iovec *iov, size_t max)
  * batches it ends the pump), or the end of the stream. */
 static int on_message(void *ud, const uint8_t *p, size_t n, size_t *used, sb_err *err)
 {
-    exec_state *s = ud;
-    exec_child *c = s->c;
+    sb_exec_state *s = ud;
+    sb_exec_child *c = s->c;
     size_t total;
     *used = 0;
     int fr = sb_ipc_frame(p, n, SB_EXEC_MAX_OUTPUT, &total, err);
@@ -94,23 +94,23 @@ static int on_message(void *ud, const uint8_t *p, size_t n, size_t *used, sb_err
 }
 
 /* Takes a pooled process for this input schema or starts one. */
-static int take_child(exec_state *s, const sb_field *f, size_t n, sb_err *err)
+static int take_child(sb_exec_state *s, const sb_field *f, size_t n, sb_err *err)
 {
     char *key = schema_key(s->cfg.key, f, n);
     if (key == NULL)
         return sb_err_set(err, "out of memory");
     if (s->cfg.mode == SB_EXEC_BATCHES)
-        s->c = exec_pool_take(key);
+        s->c = sb_exec_pool_take(key);
     int rc = 0;
     if (s->c == NULL)
-        rc = exec_child_start(&s->cfg, key, &s->c, err);
+        rc = sb_exec_child_start(&s->cfg, key, &s->c, err);
     free(key);
     if (rc == 0)
         s->cpu0 = sb_proc_cpu_seconds(s->c->p);
     return rc;
 }
 
-static int send_batch(exec_state *s, const sb_field *f, const sb_column *cols, size_t ncols,
+static int send_batch(sb_exec_state *s, const sb_field *f, const sb_column *cols, size_t ncols,
                       size_t first, size_t n, sb_err *err)
 {
     s->msg.len = 0;
@@ -147,8 +147,8 @@ static int send_batch(exec_state *s, const sb_field *f, const sb_column *cols, s
     return 0;
 }
 
-int exec_arrow_process(exec_state *s, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
-                       sb_err *err)
+int sb_exec_arrow_process(sb_exec_state *s, const sb_batch *in, size_t first, size_t n,
+                          sb_op_out *out, sb_err *err)
 {
     if (n == 0)
         return 0;
@@ -183,7 +183,7 @@ done:
     return rc;
 }
 
-int exec_arrow_finish(exec_state *s, sb_op_out *out, sb_err *err)
+int sb_exec_arrow_finish(sb_exec_state *s, sb_op_out *out, sb_err *err)
 {
     if (s->c == NULL)
         return 0; /* no rows, no process */

@@ -44,10 +44,10 @@ extern char **environ;
 
 #define POOL_MAX 64
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static exec_child *pool[POOL_MAX];
+static sb_exec_child *pool[POOL_MAX];
 static size_t npool;
 
-void exec_child_free(exec_child *c)
+void sb_exec_child_free(sb_exec_child *c)
 {
     if (c == NULL)
         return;
@@ -57,10 +57,10 @@ void exec_child_free(exec_child *c)
     free(c);
 }
 
-int exec_child_start(const exec_cfg *cfg, const char *key, exec_child **out, sb_err *err)
+int sb_exec_child_start(const sb_exec_cfg *cfg, const char *key, sb_exec_child **out, sb_err *err)
 {
     *out = NULL;
-    exec_child *c = calloc(1, sizeof *c);
+    sb_exec_child *c = calloc(1, sizeof *c);
     if (c == NULL || (c->key = strdup(key)) == NULL) {
         free(c);
         return sb_err_set(err, "out of memory");
@@ -68,17 +68,17 @@ int exec_child_start(const exec_cfg *cfg, const char *key, exec_child **out, sb_
     sb_ipc_reader_init(&c->rd);
     if (sb_proc_start((const char *const *)cfg->argv, (const char *const *)cfg->env, cfg->cwd,
                       &c->p, err) != 0) {
-        exec_child_free(c);
+        sb_exec_child_free(c);
         return sb_err_wrap(err, "exec");
     }
     *out = c;
     return 0;
 }
 
-exec_child *exec_pool_take(const char *key)
+sb_exec_child *sb_exec_pool_take(const char *key)
 {
     for (;;) {
-        exec_child *c = NULL;
+        sb_exec_child *c = NULL;
         pthread_mutex_lock(&pool_mu);
         for (size_t i = 0; i < npool; i++) {
             if (strcmp(pool[i]->key, key) != 0)
@@ -90,11 +90,12 @@ exec_child *exec_pool_take(const char *key)
         pthread_mutex_unlock(&pool_mu);
         if (c == NULL || (sb_proc_alive(c->p) && !sb_proc_has_output(c->p)))
             return c;
-        exec_child_free(c); /* died while idle, or wrote while idle (output of no batch): replace */
+        sb_exec_child_free(
+            c); /* died while idle, or wrote while idle (output of no batch): replace */
     }
 }
 
-static void pool_put(exec_child *c)
+static void pool_put(sb_exec_child *c)
 {
     pthread_mutex_lock(&pool_mu);
     if (npool < POOL_MAX) {
@@ -102,14 +103,14 @@ static void pool_put(exec_child *c)
         c = NULL;
     }
     pthread_mutex_unlock(&pool_mu);
-    exec_child_free(c);
+    sb_exec_child_free(c);
 }
 
 static void exec_shutdown(void)
 {
     pthread_mutex_lock(&pool_mu);
     for (size_t i = 0; i < npool; i++)
-        exec_child_free(pool[i]);
+        sb_exec_child_free(pool[i]);
     npool = 0;
     pthread_mutex_unlock(&pool_mu);
 }
@@ -130,7 +131,7 @@ static void strv_free(char **v)
     free(v);
 }
 
-static void cfg_free(exec_cfg *c)
+static void cfg_free(sb_exec_cfg *c)
 {
     strv_free(c->argv);
     strv_free(c->env);
@@ -139,7 +140,7 @@ static void cfg_free(exec_cfg *c)
 }
 
 /* environ, with the stage's env and STREAMBATCH_* set over it. */
-static int build_env(exec_cfg *c, const cJSON *env, sb_err *err)
+static int build_env(sb_exec_cfg *c, const cJSON *env, sb_err *err)
 {
     size_t n0 = 0, ne = 0;
     while (environ != NULL && environ[n0] != NULL)
@@ -182,7 +183,7 @@ static int build_env(exec_cfg *c, const cJSON *env, sb_err *err)
     return 0;
 }
 
-static int parse_args(const char *args_json, exec_cfg *c, sb_err *err)
+static int parse_args(const char *args_json, sb_exec_cfg *c, sb_err *err)
 {
     memset(c, 0, sizeof *c);
     c->batch = DEFAULT_BATCH;
@@ -303,14 +304,14 @@ out:
 
 static void exec_free(void *state)
 {
-    exec_state *s = state;
+    sb_exec_state *s = state;
     if (s == NULL)
         return;
     if (s->c != NULL && s->cfg.mode == MODE_BATCHES && s->clean && sb_proc_alive(s->c->p) &&
         !sb_proc_has_output(s->c->p))
         pool_put(s->c);
     else
-        exec_child_free(s->c);
+        sb_exec_child_free(s->c);
     sb_ipc_buf_free(&s->msg);
     cfg_free(&s->cfg);
     free(s);
@@ -319,7 +320,7 @@ static void exec_free(void *state)
 static int exec_init(const char *args_json, void **state, sb_err *err)
 {
     *state = NULL;
-    exec_state *s = calloc(1, sizeof *s);
+    sb_exec_state *s = calloc(1, sizeof *s);
     if (s == NULL)
         return sb_err_set(err, "out of memory");
     if (parse_args(args_json, &s->cfg, err) != 0) {
@@ -332,8 +333,8 @@ static int exec_init(const char *args_json, void **state, sb_err *err)
     if (s->cfg.arrow)
         return 0; /* started at the first batch: the pool key includes the input's schema */
     if (s->cfg.mode == MODE_BATCHES)
-        s->c = exec_pool_take(s->cfg.key);
-    if (s->c == NULL && exec_child_start(&s->cfg, s->cfg.key, &s->c, err) != 0) {
+        s->c = sb_exec_pool_take(s->cfg.key);
+    if (s->c == NULL && sb_exec_child_start(&s->cfg, s->cfg.key, &s->c, err) != 0) {
         *state = NULL;
         exec_free(s);
         return -1;
@@ -344,13 +345,13 @@ static int exec_init(const char *args_json, void **state, sb_err *err)
 
 static double exec_cpu(void *state)
 {
-    exec_state *s = state;
+    sb_exec_state *s = state;
     return s->c != NULL ? sb_proc_cpu_seconds(s->c->p) - s->cpu0 : 0;
 }
 
 static size_t fill(void *ud, struct iovec *iov, size_t max)
 {
-    exec_state *s = ud;
+    sb_exec_state *s = ud;
     size_t k = 0;
     while (k < max) {
         if (s->nl_pending) {
@@ -376,7 +377,7 @@ static size_t fill(void *ud, struct iovec *iov, size_t max)
 
 static int on_line(void *ud, const char *p, size_t n, sb_err *err)
 {
-    exec_state *s = ud;
+    sb_exec_state *s = ud;
     s->line_no++;
     if (s->cfg.mode == MODE_BATCHES && n == 1 && p[0] == DELIM[0]) {
         s->delim_seen = true;
@@ -400,7 +401,8 @@ static int on_line(void *ud, const char *p, size_t n, sb_err *err)
 }
 
 /* Checks that rows [first, first+n) can travel as lines. */
-static int check_rows(const exec_state *s, const sb_column *c, size_t first, size_t n, sb_err *err)
+static int check_rows(const sb_exec_state *s, const sb_column *c, size_t first, size_t n,
+                      sb_err *err)
 {
     for (size_t r = first; r < first + n; r++) {
         size_t len;
@@ -417,7 +419,7 @@ static int check_rows(const exec_state *s, const sb_column *c, size_t first, siz
     return 0;
 }
 
-static int run_batch(exec_state *s, size_t first, size_t n, sb_err *err)
+static int run_batch(sb_exec_state *s, size_t first, size_t n, sb_err *err)
 {
     s->row = first;
     s->end = first + n;
@@ -457,9 +459,9 @@ static int run_batch(exec_state *s, size_t first, size_t n, sb_err *err)
 static int exec_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                         sb_err *err)
 {
-    exec_state *s = state;
+    sb_exec_state *s = state;
     if (s->cfg.arrow)
-        return exec_arrow_process(s, in, first, n, out, err);
+        return sb_exec_arrow_process(s, in, first, n, out, err);
     int ci = sb_op_record_column(in, "exec", err);
     if (ci < 0)
         return -1;
@@ -486,9 +488,9 @@ static int exec_process(void *state, const sb_batch *in, size_t first, size_t n,
 
 static int exec_finish(void *state, sb_op_out *out, sb_err *err)
 {
-    exec_state *s = state;
+    sb_exec_state *s = state;
     if (s->cfg.arrow)
-        return exec_arrow_finish(s, out, err);
+        return sb_exec_arrow_finish(s, out, err);
     if (s->cfg.mode == MODE_BATCHES) {
         /* output after its last answer belongs to no batch: fail rather than lose it, or hand
          * it to the next task that takes this process */

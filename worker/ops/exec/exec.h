@@ -2,8 +2,8 @@
  * it talks to (with the per-process state of framing "arrow": the output stream's reader), the
  * pool of long-lived children, and the framing "arrow" half (arrow.c) that exec.c calls.
  *
- * Memory: an exec_state owns its cfg and, while a task holds it, its exec_child; a child goes
- * back to the pool (which then owns it) or is freed with exec_child_free().
+ * Memory: an sb_exec_state owns its cfg and, while a task holds it, its sb_exec_child; a child goes
+ * back to the pool (which then owns it) or is freed with sb_exec_child_free().
  */
 #ifndef SB_WORKER_OPS_EXEC_EXEC_H
 #define SB_WORKER_OPS_EXEC_EXEC_H
@@ -29,7 +29,7 @@ typedef struct {
     size_t batch;
     int64_t timeout_ms;
     char *key; /* the args, for the pool */
-} exec_cfg;
+} sb_exec_cfg;
 
 /* A child process and what the worker knows of its streams. */
 typedef struct {
@@ -37,11 +37,11 @@ typedef struct {
     char *key;        /* its pool key (args; arrow: plus the input schema) */
     bool schema_sent; /* arrow: the input stream's schema was written */
     sb_ipc_reader rd; /* arrow: its output stream */
-} exec_child;
+} sb_exec_child;
 
 typedef struct {
-    exec_cfg cfg;
-    exec_child *c;
+    sb_exec_cfg cfg;
+    sb_exec_child *c;
     double cpu0; /* the process's CPU seconds when this task took it */
     bool clean;  /* batches: between batches, nothing outstanding */
     bool cut;    /* filter: the process closed its stdin before taking all input */
@@ -56,17 +56,17 @@ typedef struct {
     sb_op_out *out;
     size_t line_no;
     bool delim_seen; /* batches: the answer to the current batch is complete */
-} exec_state;
+} sb_exec_state;
 
 /* Starts cfg's command as a new child (with this pool key). */
-int exec_child_start(const exec_cfg *cfg, const char *key, exec_child **out, sb_err *err);
+int sb_exec_child_start(const sb_exec_cfg *cfg, const char *key, sb_exec_child **out, sb_err *err);
 /* A pooled child for key that is alive and silent, or NULL. */
-exec_child *exec_pool_take(const char *key);
-void exec_child_free(exec_child *c);
+sb_exec_child *sb_exec_pool_take(const char *key);
+void sb_exec_child_free(sb_exec_child *c);
 
 /* Framing "arrow" (arrow.c): exec's process and finish. */
-int exec_arrow_process(exec_state *s, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
-                       sb_err *err);
-int exec_arrow_finish(exec_state *s, sb_op_out *out, sb_err *err);
+int sb_exec_arrow_process(sb_exec_state *s, const sb_batch *in, size_t first, size_t n,
+                          sb_op_out *out, sb_err *err);
+int sb_exec_arrow_finish(sb_exec_state *s, sb_op_out *out, sb_err *err);
 
 #endif
