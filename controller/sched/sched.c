@@ -1,3 +1,8 @@
+/* sched.c — the scheduler core (see sched.h for the model): planning stages into ops, the
+ * lineage table of tasks and partitions, dispatch under the memory budget, speculation, drain,
+ * retries and recovery by lineage, and the checkpoint and figures it reports.
+ * Owns every task, partition and worker record and the strings they point to; it does no I/O. */
+
 #include "controller/sched/sched.h"
 
 #include <inttypes.h>
@@ -521,33 +526,18 @@ static void ops_pool_later(sb_sched *s)
     }
 }
 
-sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *splits, size_t nsplits,
-                       sb_err *err)
+/* Copies the pipeline's stages into the scheduler (it outlives the spec) with each stage's
+ * shapes, and its per-shape args when it may run on either pool. -1: out of memory. */
+static int sched_copy_stages(sb_sched *s, const sb_pipeline *p)
 {
-    const sb_pipeline *p = cfg->pipeline;
-    uint8_t *committed = NULL;
-    if (p == NULL || p->spec.nstages == 0) {
-        sb_err_set(err, "scheduler: the pipeline has no stages");
-        return NULL;
-    }
-    sb_sched *s = calloc(1, sizeof *s);
-    if (s == NULL)
-        goto oom;
-    sb_idmap_init(&s->part_ids, part_key, s);
-    sb_idmap_init(&s->sink_ids, sink_key, s);
-    if (cfg->pipeline_id != NULL && strlen(cfg->pipeline_id) > 512) {
-        sb_err_set(err, "scheduler: the pipeline id is longer than 512 bytes");
-        goto fail;
-    }
-    s->pipeline_id = strdup(cfg->pipeline_id ? cfg->pipeline_id : "pipeline");
     s->nstages = p->spec.nstages;
     s->stages = calloc(s->nstages, sizeof *s->stages);
     s->stage_ptrs = calloc(s->nstages, sizeof *s->stage_ptrs);
     s->stage_shapes = calloc(s->nstages ? s->nstages : 1, sizeof *s->stage_shapes);
     s->shape_args = calloc(s->nstages ? s->nstages : 1, sizeof *s->shape_args);
-    if (s->pipeline_id == NULL || s->stages == NULL || s->stage_ptrs == NULL ||
-        s->stage_shapes == NULL || s->shape_args == NULL)
-        goto oom;
+    if (s->stages == NULL || s->stage_ptrs == NULL || s->stage_shapes == NULL ||
+        s->shape_args == NULL)
+        return -1;
     for (size_t i = 0; i < s->nstages; i++) {
         const sb_stage_spec *src = &p->spec.stages[i];
         sb_stage_spec *d = &s->stages[i];
@@ -556,31 +546,27 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
         d->op = strdup(src->op ? src->op : "");
         d->args_json = src->args_json ? strdup(src->args_json) : NULL;
         if (d->name == NULL || d->op == NULL || (src->args_json && d->args_json == NULL))
-            goto oom;
+            return -1;
         s->stage_ptrs[i] = d;
         s->stage_shapes[i] = sb_stage_shapes(src);
         if (s->stage_shapes[i] == (SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU)) {
             s->shape_args[i][0] = sb_stage_args_for_shape(src, "cpu");
             s->shape_args[i][1] = sb_stage_args_for_shape(src, "gpu");
             if (s->shape_args[i][0] == NULL || s->shape_args[i][1] == NULL)
-                goto oom;
+                return -1;
         }
     }
-    s->mode = p->spec.execution.mode;
-    s->budget = (uint64_t)p->spec.execution.memory_budget;
-    s->target = (uint64_t)p->spec.source.partition_size;
-    s->max_retries = (uint64_t)p->spec.execution.max_task_retries;
-    s->max_errored = (uint64_t)p->spec.execution.max_errored_partitions;
-    s->preserve_order = p->spec.execution.preserve_order;
-    s->tail_sizing_off = cfg->no_tail_sizing;
-    s->spec_off = cfg->no_speculation;
-    s->drain_off = cfg->no_drain;
-    s->eft_off = cfg->no_eft;
-    s->early_off = cfg->no_early;
+    return 0;
+}
+
+/* Groups the stages into ops: in streaming mode adjacent stages of one pool fuse into one op, so
+ * their tasks run back to back with no transfer; each op is named "a+b+...". -1: out of memory. */
+static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
+{
     int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
     s->ops = calloc(s->nstages, sizeof *s->ops);
     if (s->ops == NULL)
-        goto oom;
+        return -1;
     int prev_alone = 0;
     for (size_t i = 0; i < s->nstages; i++) {
         const char *pool = pool_of(s->stage_ptrs[i]);
@@ -611,7 +597,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
             len += strlen(s->stages[o->first_stage + k].name) + 1;
         o->name = malloc(len);
         if (o->name == NULL)
-            goto oom;
+            return -1;
         o->name[0] = '\0';
         for (size_t k = 0; k < o->nstages; k++) {
             if (k)
@@ -619,16 +605,25 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
             strcat(o->name, s->stages[o->first_stage + k].name);
         }
     }
+    return 0;
+}
+
+/* Creates op 0's tasks, one per split, and queues those an earlier leader did not commit (from
+ * cfg->resume); later ops number their tasks from this epoch's first index, so they cannot
+ * collide with a resumed run's parts. -1 with err set. */
+static int sched_seed_tasks(sb_sched *s, const sb_sched_config *cfg, const sb_storage_split *splits,
+                            size_t nsplits, sb_err *err)
+{
     s->nsplits = nsplits;
     s->splits = calloc(nsplits ? nsplits : 1, sizeof *s->splits);
     /* op 0's tasks, one per split, in an array of their exact size (later tasks grow it) */
     s->tasks = malloc((nsplits ? nsplits : 1) * sizeof *s->tasks);
     if (s->splits == NULL || s->tasks == NULL)
-        goto oom;
+        return sb_err_set(err, "scheduler: out of memory");
     s->captasks = nsplits ? nsplits : 1;
-    committed = calloc(nsplits ? nsplits : 1, 1);
+    uint8_t *committed = calloc(nsplits ? nsplits : 1, 1);
     if (committed == NULL)
-        goto oom;
+        return sb_err_set(err, "scheduler: out of memory");
     if (cfg->resume != NULL && resume_load(s, cfg->resume, committed, err) != 0)
         goto fail;
     for (size_t i = 0; i < nsplits; i++) {
@@ -652,17 +647,58 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
         s->resumed = committed;
     else
         free(committed);
-    committed = NULL;
     s->ops[0].next_index = nsplits;
     for (size_t i = 1; i < s->nops; i++)
         s->ops[i].next_index = s->ops[i].first_index = (uint64_t)s->epoch * SB_SCHED_EPOCH_STRIDE;
+    return 0;
+oom:
+    sb_err_set(err, "scheduler: out of memory");
+fail:
+    free(committed);
+    return -1;
+}
+
+sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *splits, size_t nsplits,
+                       sb_err *err)
+{
+    const sb_pipeline *p = cfg->pipeline;
+    if (p == NULL || p->spec.nstages == 0) {
+        sb_err_set(err, "scheduler: the pipeline has no stages");
+        return NULL;
+    }
+    sb_sched *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        goto oom;
+    sb_idmap_init(&s->part_ids, part_key, s);
+    sb_idmap_init(&s->sink_ids, sink_key, s);
+    if (cfg->pipeline_id != NULL && strlen(cfg->pipeline_id) > 512) {
+        sb_err_set(err, "scheduler: the pipeline id is longer than 512 bytes");
+        goto fail;
+    }
+    s->pipeline_id = strdup(cfg->pipeline_id ? cfg->pipeline_id : "pipeline");
+    if (s->pipeline_id == NULL || sched_copy_stages(s, p) != 0)
+        goto oom;
+    s->mode = p->spec.execution.mode;
+    s->budget = (uint64_t)p->spec.execution.memory_budget;
+    s->target = (uint64_t)p->spec.source.partition_size;
+    s->max_retries = (uint64_t)p->spec.execution.max_task_retries;
+    s->max_errored = (uint64_t)p->spec.execution.max_errored_partitions;
+    s->preserve_order = p->spec.execution.preserve_order;
+    s->tail_sizing_off = cfg->no_tail_sizing;
+    s->spec_off = cfg->no_speculation;
+    s->drain_off = cfg->no_drain;
+    s->eft_off = cfg->no_eft;
+    s->early_off = cfg->no_early;
+    if (sched_plan_ops(s, cfg) != 0)
+        goto oom;
+    if (sched_seed_tasks(s, cfg, splits, nsplits, err) != 0)
+        goto fail;
     s->state = s->ops[0].qlen == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
     s->last_progress_ms = cfg->start_ms;
     return s;
 oom:
     sb_err_set(err, "scheduler: out of memory");
 fail:
-    free(committed);
     sb_sched_free(s);
     return NULL;
 }
@@ -2219,28 +2255,12 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
     check_finished(s);
 }
 
-int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
-                      sb_sched_status status, const char *message, const sb_storage_output *outs,
-                      size_t nouts, const char *const *lost, size_t nlost,
-                      const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err)
+/* A report from the primary or its speculative copy decides between the two. Returns 1 when the
+ * report is settled here (a failed copy; a failed primary whose copy goes on as the task), 0 when
+ * it is the task's result and sb_sched_complete goes on with it. */
+static int settle_copy(sb_sched *s, size_t w, task *t, int copy, sb_sched_status status,
+                       const char *message, const sb_storage_output *outs, size_t nouts)
 {
-    size_t w = worker_find(s, worker_id ? worker_id : "");
-    size_t ti;
-    if (w == NONE)
-        return sb_err_set(err, "scheduler: completion from unknown worker \"%s\"",
-                          worker_id ? worker_id : "");
-    int primary = 0, copy = 0;
-    if ((ti = task_find(s, task_id ? task_id : "")) != NONE && s->tasks[ti].state == T_RUNNING) {
-        primary = s->tasks[ti].attempt == attempt && s->tasks[ti].worker == w;
-        copy = copy_worker(s, &s->tasks[ti]) == w && s->tasks[ti].spec_attempt == attempt;
-    }
-    if (!primary && !copy) {
-        release_outs(s, w, outs, nouts);        /* stale: the worker drops what it made */
-        if (now_ms > s->workers[w].last_end_ms) /* its accelerator was busy with it till now */
-            s->workers[w].last_end_ms = now_ms;
-        return 0;
-    }
-    task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
     if (copy && status != SB_SCHED_OK) { /* a failed copy: the primary goes on */
         release_outs(s, w, outs, nouts);
@@ -2263,40 +2283,53 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     } else {
         drop_copy(s, t); /* the primary's result (or failure) stands; a copy is stale now */
     }
-    s->last_progress_ms = now_ms;
-    if (now_ms > s->now_ms)
-        s->now_ms = now_ms;
-    if (status != SB_SCHED_OK)
-        o->failed_attempts++;
-    if (status == SB_SCHED_INPUT_LOST) {
-        for (size_t i = 0; i < nlost; i++) {
-            size_t pi;
-            if (!sb_idmap_get(&s->part_ids, lost[i], &pi) || s->parts[pi].state != P_AVAILABLE)
-                continue;
-            part_drop_bytes(s, &s->parts[pi]);
-            s->parts[pi].state = P_LOST;
-            s->parts[pi].worker = NONE;
-            s->partitions_lost++;
-        }
-        release_outs(s, w, outs, nouts); /* partial outputs are dropped */
-        requeue_task(s, ti, 1);          /* re-queues the producers of the lost inputs too */
-        return 1;
+    return 0;
+}
+
+/* Task ti could not read some inputs: they are lost, and the task waits for them to be made
+ * again. */
+static void complete_input_lost(sb_sched *s, size_t w, size_t ti, const sb_storage_output *outs,
+                                size_t nouts, const char *const *lost, size_t nlost)
+{
+    for (size_t i = 0; i < nlost; i++) {
+        size_t pi;
+        if (!sb_idmap_get(&s->part_ids, lost[i], &pi) || s->parts[pi].state != P_AVAILABLE)
+            continue;
+        part_drop_bytes(s, &s->parts[pi]);
+        s->parts[pi].state = P_LOST;
+        s->parts[pi].worker = NONE;
+        s->partitions_lost++;
     }
-    if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA) {
-        release_outs(s, w, outs, nouts);
-        if (t->first_error == NULL) /* NULL when out of memory: the last message is used */
-            t->first_error = strdup(message && *message ? message : "(no message)");
-        if (status == SB_SCHED_ERROR && t->retries < s->max_retries) {
-            t->retries++;
-            o->retries++;
-            requeue_task(s, ti, 0);
-            return 1;
-        }
-        task_stop_running(s, t);
-        task_errored(s, ti, t->retries + 1, message);
-        return 1;
+    release_outs(s, w, outs, nouts); /* partial outputs are dropped */
+    requeue_task(s, ti, 1);          /* re-queues the producers of the lost inputs too */
+}
+
+/* Task ti failed: retried while it has retries left (an error on its data is not: it would fail
+ * again), else its partition is errored. */
+static void complete_error(sb_sched *s, size_t w, size_t ti, sb_sched_status status,
+                           const char *message, const sb_storage_output *outs, size_t nouts)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    release_outs(s, w, outs, nouts);
+    if (t->first_error == NULL) /* NULL when out of memory: the last message is used */
+        t->first_error = strdup(message && *message ? message : "(no message)");
+    if (status == SB_SCHED_ERROR && t->retries < s->max_retries) {
+        t->retries++;
+        o->retries++;
+        requeue_task(s, ti, 0);
+        return;
     }
     task_stop_running(s, t);
+    task_errored(s, ti, t->retries + 1, message);
+}
+
+/* Records how long a successful task took: the op's task times and duration histogram, the
+ * worker's speed on the op (dispatch and drain use it) and its accelerator's service rate
+ * (eft_defer uses it). */
+static void complete_timing(sb_sched *s, task *t, const sb_sched_metrics *metrics, uint64_t now_ms)
+{
+    op *o = &s->ops[t->op];
     uint64_t took = now_ms > t->started_ms ? now_ms - t->started_ms : 0;
     int batched = t->batched && metrics != NULL && metrics->wall_seconds > 0;
     if (batched) /* it waited for the tasks before it in the batch: its own time */
@@ -2328,6 +2361,14 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
             o->duration_buckets[b]++;
         o->timed++;
     }
+}
+
+/* Adds a successful task's rows and bytes to its op's figures, in total and by the pool of the
+ * worker (w) that ran it. */
+static void complete_rows(sb_sched *s, size_t w, task *t, const sb_storage_output *outs,
+                          size_t nouts, const sb_sched_metrics *metrics)
+{
+    op *o = &s->ops[t->op];
     /* a source task's input rows are known only to the worker that read its split */
     uint64_t rows_in = t->op == 0 && metrics != NULL ? metrics->rows_in : t->in_rows;
     o->rows_in += rows_in;
@@ -2340,6 +2381,49 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         pf->task_seconds += metrics->wall_seconds;
     }
     o->bytes_in += t->in_bytes;
+}
+
+int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                      sb_sched_status status, const char *message, const sb_storage_output *outs,
+                      size_t nouts, const char *const *lost, size_t nlost,
+                      const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err)
+{
+    size_t w = worker_find(s, worker_id ? worker_id : "");
+    size_t ti;
+    if (w == NONE)
+        return sb_err_set(err, "scheduler: completion from unknown worker \"%s\"",
+                          worker_id ? worker_id : "");
+    int primary = 0, copy = 0;
+    if ((ti = task_find(s, task_id ? task_id : "")) != NONE && s->tasks[ti].state == T_RUNNING) {
+        primary = s->tasks[ti].attempt == attempt && s->tasks[ti].worker == w;
+        copy = copy_worker(s, &s->tasks[ti]) == w && s->tasks[ti].spec_attempt == attempt;
+    }
+    if (!primary && !copy) {
+        release_outs(s, w, outs, nouts);        /* stale: the worker drops what it made */
+        if (now_ms > s->workers[w].last_end_ms) /* its accelerator was busy with it till now */
+            s->workers[w].last_end_ms = now_ms;
+        return 0;
+    }
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    if (settle_copy(s, w, t, copy, status, message, outs, nouts))
+        return 1;
+    s->last_progress_ms = now_ms;
+    if (now_ms > s->now_ms)
+        s->now_ms = now_ms;
+    if (status != SB_SCHED_OK)
+        o->failed_attempts++;
+    if (status == SB_SCHED_INPUT_LOST) {
+        complete_input_lost(s, w, ti, outs, nouts, lost, nlost);
+        return 1;
+    }
+    if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA) {
+        complete_error(s, w, ti, status, message, outs, nouts);
+        return 1;
+    }
+    task_stop_running(s, t);
+    complete_timing(s, t, metrics, now_ms);
+    complete_rows(s, w, t, outs, nouts, metrics);
     if (record_outputs(s, ti, w, outs, nouts, err) != 0)
         return -1;
     t->state = T_DONE;
