@@ -1,3 +1,8 @@
+/* partition.c — the partition format (see partition.h): the batch builder that appends values
+ * column by column and serializes them into one sealed blob, and the checking reader that opens
+ * a blob in place (header, checksums, column table, buffers, offsets, UTF-8) as an sb_batch.
+ * Owns the builder's growing buffers; an opened batch points into the caller's blob. */
+
 #include "partition/partition.h"
 
 #include <inttypes.h>
@@ -1371,184 +1376,207 @@ static int check_utf8(const sb_column *c, size_t ci, sb_err *err)
     return 0;
 }
 
-int sb_batch_open_ex(const void *blob, size_t len, unsigned flags, sb_batch **out, sb_err *err)
+/* What sb_batch_open_ex reads from the fixed header, shared by its phases. */
+typedef struct {
+    const uint8_t *p;
+    size_t len;
+    unsigned flags; /* SB_BATCH_OPEN_* */
+    uint64_t data_off, rows;
+    size_t ncols, nbuf;
+} open_ctx;
+
+/* The fixed header: its layout, zero flags and reserved fields, both checksums (unless the caller
+ * skips them: a blob it sealed itself) and a row count the columns can hold. */
+static int open_header(open_ctx *x, sb_err *err)
 {
-    if (out == NULL)
-        return sb_err_set(err, "partition blob: no output pointer");
-    *out = NULL;
-    const uint8_t *p = blob;
-    if (p == NULL)
-        return sb_err_set(err, "partition blob: NULL blob");
-    if (((uintptr_t)p & 7) != 0)
-        return sb_err_set(err, "partition blob: address %p is not 8-byte aligned", blob);
-    uint64_t data_off;
-    if (check_fixed(p, len, &data_off, err) != 0)
+    const uint8_t *p = x->p;
+    if (check_fixed(p, x->len, &x->data_off, err) != 0)
         return -1;
-    uint64_t rows = rd64(p + H_ROWS);
-    size_t ncols = rd32(p + H_NCOLS), nbuf = rd32(p + H_NBUF);
+    x->rows = rd64(p + H_ROWS);
+    x->ncols = rd32(p + H_NCOLS);
+    x->nbuf = rd32(p + H_NBUF);
     if (rd32(p + H_FLAGS) != 0 || rd64(p + H_RESERVED1) != 0 || rd64(p + H_RESERVED2) != 0)
         return sb_err_set(err, "partition blob: nonzero flags or reserved header fields");
-    if (!(flags & SB_BATCH_OPEN_SKIP_CHECKSUM)) {
+    if (!(x->flags & SB_BATCH_OPEN_SKIP_CHECKSUM)) {
         uint32_t h = sb_crc32c(0, p, H_HCRC);
-        h = sb_crc32c(h, p + SB_PART_HEADER_SIZE, (size_t)data_off - SB_PART_HEADER_SIZE);
+        h = sb_crc32c(h, p + SB_PART_HEADER_SIZE, (size_t)x->data_off - SB_PART_HEADER_SIZE);
         if (h != rd32(p + H_HCRC))
             return sb_err_set(err,
                               "partition blob: header checksum mismatch (stored 0x%08x, computed "
                               "0x%08x)",
                               rd32(p + H_HCRC), h);
-        uint32_t d = sb_crc32c(0, p + data_off, len - (size_t)data_off);
+        uint32_t d = sb_crc32c(0, p + x->data_off, x->len - (size_t)x->data_off);
         if (d != rd32(p + H_DCRC))
             return sb_err_set(err,
                               "partition blob: data checksum mismatch (stored 0x%08x, computed "
                               "0x%08x)",
                               rd32(p + H_DCRC), d);
     }
-    if (rows > INT64_MAX || (ncols == 0 && rows != 0))
+    if (x->rows > INT64_MAX || (x->ncols == 0 && x->rows != 0))
         return sb_err_set(err,
                           "partition blob: row count %" PRIu64 " is impossible for %zu columns",
-                          rows, ncols);
-    sb_batch *b = malloc(sizeof *b + ncols * sizeof(sb_column));
+                          x->rows, x->ncols);
+    return 0;
+}
+
+/* Column entry i into b->cols[i]: a NUL-terminated UTF-8 name inside the name area, a known
+ * type, zero reserved bits and a possible null count. */
+static int open_column_entry(const open_ctx *x, sb_batch *b, size_t i, sb_err *err)
+{
+    const uint8_t *p = x->p;
+    const size_t names_start = SB_PART_HEADER_SIZE + COL_ENTRY * x->ncols + BUF_ENTRY * x->nbuf;
+    const uint8_t *ce = p + SB_PART_HEADER_SIZE + COL_ENTRY * i;
+    sb_column *c = &b->cols[i];
+    memset(c, 0, sizeof *c);
+    size_t noff = rd32(ce + 16), nlen = rd32(ce + 20);
+    if (noff < names_start || nlen > SB_PART_MAX_NAME || noff + nlen >= x->data_off ||
+        p[noff + nlen] != 0)
+        return sb_err_set(err,
+                          "partition blob: column %zu: name at %zu (%zu bytes) lies outside the "
+                          "name area [%zu, %" PRIu64 ") or lacks its NUL",
+                          i, noff, nlen, names_start, x->data_off);
+    if (memchr(p + noff, 0, nlen) != NULL || !sb_utf8_valid(p + noff, nlen, NULL))
+        return sb_err_set(err, "partition blob: column %zu: name is not NUL-free UTF-8", i);
+    c->name = (const char *)p + noff;
+    c->name_len = nlen;
+    unsigned type = ce[0], child = ce[1];
+    c->type = (sb_type)type;
+    const char *why = field_problem(type, child, rd32(ce + 4));
+    if (why != NULL) {
+        if (!type_known(type))
+            return sb_err_set(err, "partition blob: column %zu \"%.64s\": unknown type %u", i,
+                              c->name, type);
+        return col_err(err, i, c, "%s", why);
+    }
+    if ((ce[2] & ~1u) != 0 || ce[3] != 0 || rd64(ce + 24) != 0)
+        return col_err(err, i, c, "nonzero reserved bits in the column entry");
+    c->child_type = (sb_type)child;
+    c->list_size = rd32(ce + 4);
+    c->nullable = (ce[2] & 1) != 0;
+    c->length = (size_t)x->rows;
+    uint64_t nulls = rd64(ce + 8);
+    if (nulls > x->rows || (!c->nullable && nulls != 0))
+        return col_err(err, i, c, "null count %" PRIu64 " is impossible (%" PRIu64 " rows, %s)",
+                       nulls, x->rows, c->nullable ? "nullable" : "not nullable");
+    c->null_count = (size_t)nulls;
+    return 0;
+}
+
+/* Column i's values (and offsets, for binary and utf8) sized for its row count; offsets in order
+ * and utf8 data valid (unless the caller skips that check). bp/bl: the column's nb buffers. */
+static int open_column_values(const open_ctx *x, sb_column *c, size_t i, unsigned nb,
+                              const uint8_t *const bp[3], const size_t bl[3], sb_err *err)
+{
+    c->values = bp[nb - 1];
+    c->values_len = bl[nb - 1];
+    if (nb == 3) {
+        size_t want_off;
+        if (__builtin_mul_overflow(c->length + 1, sizeof(int32_t), &want_off) || bl[1] != want_off)
+            return col_err(err, i, c, "offsets buffer is %zu bytes, %zu rows need (rows+1)*4",
+                           bl[1], c->length);
+        c->offsets = (const int32_t *)(const void *)bp[1];
+        if (check_offsets(c, i, c->offsets, c->length, c->values_len, err) != 0)
+            return -1;
+        if (c->type == SB_TYPE_UTF8 && !(x->flags & SB_BATCH_OPEN_SKIP_UTF8) &&
+            check_utf8(c, i, err) != 0)
+            return -1;
+        return 0;
+    }
+    size_t want;
+    bool over = false;
+    if (c->type == SB_TYPE_BOOL)
+        want = bitmap_bytes(c->length);
+    else
+        over = __builtin_mul_overflow(c->length, row_width(c->type, c->child_type, c->list_size),
+                                      &want);
+    if (over || c->values_len != want) {
+        if (c->type == SB_TYPE_FIXED_LIST)
+            return col_err(err, i, c,
+                           "values buffer is %zu bytes, %zu rows of %" PRIu32
+                           " %s values need %s%zu",
+                           c->values_len, c->length, c->list_size, sb_type_name(c->child_type),
+                           over ? "more than " : "", over ? SIZE_MAX : want);
+        return col_err(err, i, c, "values buffer is %zu bytes, %zu rows need %s%zu", c->values_len,
+                       c->length, over ? "more than " : "", over ? SIZE_MAX : want);
+    }
+    return 0;
+}
+
+/* Column i's buffers, entries *bi onwards of the buffer table: in range, aligned, in order (each
+ * after *prev_end), a validity bitmap that agrees with the null count, then its values. */
+static int open_column_buffers(const open_ctx *x, sb_column *c, size_t i, size_t *bi,
+                               size_t *prev_end, sb_err *err)
+{
+    unsigned nb = col_nbuf(c->type);
+    const uint8_t *bp[3] = {0};
+    size_t bl[3] = {0};
+    for (unsigned k = 0; k < nb; k++, (*bi)++) {
+        const uint8_t *be = x->p + SB_PART_HEADER_SIZE + COL_ENTRY * x->ncols + BUF_ENTRY * *bi;
+        uint64_t off = rd64(be), blen = rd64(be + 8);
+        const char *role = buf_roles[nb == 3][k];
+        if (off % SB_PART_ALIGN != 0 || off < *prev_end || off > x->len || blen > x->len - off)
+            return col_err(err, i, c,
+                           "%s buffer (buffer %zu) at offset %" PRIu64 ", %" PRIu64
+                           " bytes: not %d-aligned, overlapping the previous buffer (which ends "
+                           "at %zu) or past the blob end (%zu)",
+                           role, *bi, off, blen, SB_PART_ALIGN, *prev_end, x->len);
+        *prev_end = (size_t)(off + blen);
+        bp[k] = x->p + off;
+        bl[k] = (size_t)blen;
+    }
+    size_t want_valid = c->null_count > 0 ? bitmap_bytes(c->length) : 0;
+    if (bl[0] != want_valid)
+        return col_err(err, i, c,
+                       "validity buffer is %zu bytes, %zu expected for %zu rows and %zu nulls",
+                       bl[0], want_valid, c->length, c->null_count);
+    if (want_valid > 0) {
+        c->validity = bp[0];
+        size_t z = count_zero_bits(c->validity, 0, c->length);
+        if (z != c->null_count)
+            return col_err(err, i, c, "validity bitmap has %zu nulls, the header says %zu", z,
+                           c->null_count);
+    }
+    return open_column_values(x, c, i, nb, bp, bl, err);
+}
+
+int sb_batch_open_ex(const void *blob, size_t len, unsigned flags, sb_batch **out, sb_err *err)
+{
+    if (out == NULL)
+        return sb_err_set(err, "partition blob: no output pointer");
+    *out = NULL;
+    open_ctx x = {.p = blob, .len = len, .flags = flags};
+    if (x.p == NULL)
+        return sb_err_set(err, "partition blob: NULL blob");
+    if (((uintptr_t)x.p & 7) != 0)
+        return sb_err_set(err, "partition blob: address %p is not 8-byte aligned", blob);
+    if (open_header(&x, err) != 0)
+        return -1;
+    sb_batch *b = malloc(sizeof *b + x.ncols * sizeof(sb_column));
     if (b == NULL)
         return sb_err_set(err, "partition blob: out of memory");
-    b->blob = p;
+    b->blob = x.p;
     b->len = len;
-    b->rows = (size_t)rows;
-    b->ncols = ncols;
-    const size_t names_start = SB_PART_HEADER_SIZE + COL_ENTRY * ncols + BUF_ENTRY * nbuf;
+    b->rows = (size_t)x.rows;
+    b->ncols = x.ncols;
 
     /* Column table and names. */
     size_t want_nbuf = 0;
-    for (size_t i = 0; i < ncols; i++) {
-        const uint8_t *ce = p + SB_PART_HEADER_SIZE + COL_ENTRY * i;
-        sb_column *c = &b->cols[i];
-        memset(c, 0, sizeof *c);
-        size_t noff = rd32(ce + 16), nlen = rd32(ce + 20);
-        if (noff < names_start || nlen > SB_PART_MAX_NAME || noff + nlen >= data_off ||
-            p[noff + nlen] != 0) {
-            sb_err_set(err,
-                       "partition blob: column %zu: name at %zu (%zu bytes) lies outside the name "
-                       "area [%zu, %" PRIu64 ") or lacks its NUL",
-                       i, noff, nlen, names_start, data_off);
+    for (size_t i = 0; i < x.ncols; i++) {
+        if (open_column_entry(&x, b, i, err) != 0)
             goto fail;
-        }
-        if (memchr(p + noff, 0, nlen) != NULL || !sb_utf8_valid(p + noff, nlen, NULL)) {
-            sb_err_set(err, "partition blob: column %zu: name is not NUL-free UTF-8", i);
-            goto fail;
-        }
-        c->name = (const char *)p + noff;
-        c->name_len = nlen;
-        unsigned type = ce[0], child = ce[1];
-        c->type = (sb_type)type;
-        const char *why = field_problem(type, child, rd32(ce + 4));
-        if (why != NULL) {
-            if (!type_known(type))
-                sb_err_set(err, "partition blob: column %zu \"%.64s\": unknown type %u", i, c->name,
-                           type);
-            else
-                col_err(err, i, c, "%s", why);
-            goto fail;
-        }
-        if ((ce[2] & ~1u) != 0 || ce[3] != 0 || rd64(ce + 24) != 0) {
-            col_err(err, i, c, "nonzero reserved bits in the column entry");
-            goto fail;
-        }
-        c->child_type = (sb_type)child;
-        c->list_size = rd32(ce + 4);
-        c->nullable = (ce[2] & 1) != 0;
-        c->length = (size_t)rows;
-        uint64_t nulls = rd64(ce + 8);
-        if (nulls > rows || (!c->nullable && nulls != 0)) {
-            col_err(err, i, c, "null count %" PRIu64 " is impossible (%" PRIu64 " rows, %s)", nulls,
-                    rows, c->nullable ? "nullable" : "not nullable");
-            goto fail;
-        }
-        c->null_count = (size_t)nulls;
-        want_nbuf += col_nbuf(c->type);
+        want_nbuf += col_nbuf(b->cols[i].type);
     }
-    if (want_nbuf != nbuf) {
-        sb_err_set(err, "partition blob: header lists %zu buffers, the columns need %zu", nbuf,
+    if (want_nbuf != x.nbuf) {
+        sb_err_set(err, "partition blob: header lists %zu buffers, the columns need %zu", x.nbuf,
                    want_nbuf);
         goto fail;
     }
 
     /* Buffers: in range, aligned, in order, and sized for the row count. */
-    size_t bi = 0, prev_end = (size_t)data_off;
-    for (size_t i = 0; i < ncols; i++) {
-        sb_column *c = &b->cols[i];
-        unsigned nb = col_nbuf(c->type);
-        const uint8_t *bp[3] = {0};
-        size_t bl[3] = {0};
-        for (unsigned k = 0; k < nb; k++, bi++) {
-            const uint8_t *be = p + SB_PART_HEADER_SIZE + COL_ENTRY * ncols + BUF_ENTRY * bi;
-            uint64_t off = rd64(be), blen = rd64(be + 8);
-            const char *role = buf_roles[nb == 3][k];
-            if (off % SB_PART_ALIGN != 0 || off < prev_end || off > len || blen > len - off) {
-                col_err(err, i, c,
-                        "%s buffer (buffer %zu) at offset %" PRIu64 ", %" PRIu64
-                        " bytes: not %d-aligned, overlapping the previous buffer (which ends at "
-                        "%zu) or past the blob end (%zu)",
-                        role, bi, off, blen, SB_PART_ALIGN, prev_end, len);
-                goto fail;
-            }
-            prev_end = (size_t)(off + blen);
-            bp[k] = p + off;
-            bl[k] = (size_t)blen;
-        }
-        size_t want_valid = c->null_count > 0 ? bitmap_bytes(c->length) : 0;
-        if (bl[0] != want_valid) {
-            col_err(err, i, c,
-                    "validity buffer is %zu bytes, %zu expected for %zu rows and %zu nulls", bl[0],
-                    want_valid, c->length, c->null_count);
+    size_t bi = 0, prev_end = (size_t)x.data_off;
+    for (size_t i = 0; i < x.ncols; i++)
+        if (open_column_buffers(&x, &b->cols[i], i, &bi, &prev_end, err) != 0)
             goto fail;
-        }
-        if (want_valid > 0) {
-            c->validity = bp[0];
-            size_t z = count_zero_bits(c->validity, 0, c->length);
-            if (z != c->null_count) {
-                col_err(err, i, c, "validity bitmap has %zu nulls, the header says %zu", z,
-                        c->null_count);
-                goto fail;
-            }
-        }
-        c->values = bp[nb - 1];
-        c->values_len = bl[nb - 1];
-        if (nb == 3) {
-            size_t want_off;
-            if (__builtin_mul_overflow(c->length + 1, sizeof(int32_t), &want_off) ||
-                bl[1] != want_off) {
-                col_err(err, i, c, "offsets buffer is %zu bytes, %zu rows need (rows+1)*4", bl[1],
-                        c->length);
-                goto fail;
-            }
-            c->offsets = (const int32_t *)(const void *)bp[1];
-            if (check_offsets(c, i, c->offsets, c->length, c->values_len, err) != 0)
-                goto fail;
-            if (c->type == SB_TYPE_UTF8 && !(flags & SB_BATCH_OPEN_SKIP_UTF8) &&
-                check_utf8(c, i, err) != 0)
-                goto fail;
-        } else {
-            size_t want;
-            bool over = false;
-            if (c->type == SB_TYPE_BOOL)
-                want = bitmap_bytes(c->length);
-            else
-                over = __builtin_mul_overflow(
-                    c->length, row_width(c->type, c->child_type, c->list_size), &want);
-            if (over || c->values_len != want) {
-                if (c->type == SB_TYPE_FIXED_LIST)
-                    col_err(err, i, c,
-                            "values buffer is %zu bytes, %zu rows of %" PRIu32
-                            " %s values need %s%zu",
-                            c->values_len, c->length, c->list_size, sb_type_name(c->child_type),
-                            over ? "more than " : "", over ? SIZE_MAX : want);
-                else
-                    col_err(err, i, c, "values buffer is %zu bytes, %zu rows need %s%zu",
-                            c->values_len, c->length, over ? "more than " : "",
-                            over ? SIZE_MAX : want);
-                goto fail;
-            }
-        }
-    }
     *out = b;
     return 0;
 fail:
