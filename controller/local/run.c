@@ -1,3 +1,7 @@
+/* run.c — `streambatch run` (run.h): one pipeline on this machine. Owns the run's phases, from
+ * the manifest (--set overrides applied) through the embedded controller and the local worker
+ * processes to the sink's commit, the progress display, the summary and the run's checkpoint
+ * file (runckpt.h); the scheduling itself is the controller's (controller/ctl). */
 #include "controller/local/run.h"
 
 #include <cjson/cJSON.h>
@@ -697,356 +701,498 @@ static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int 
     return 0;
 }
 
-int sb_run(const sb_run_opts *o)
+/* ---- sb_run's phases --------------------------------------------------------------------- */
+
+/* Scheduler mechanisms SB_SCHED_OFF switches off (sched_off_parse). */
+typedef struct {
+    int tail, spec, drain, eft, early;
+} run_sched_off;
+
+/* Everything one run holds, from the manifest to the workers. The phases below fill it in
+ * order and run_teardown releases it; it lives for the whole of sb_run because the controller
+ * and the local backend keep pointers into it (the pipeline, the run dir, the worker binaries,
+ * the controller's address). */
+typedef struct {
+    const sb_run_opts *o;
+    run_sched_off off;
+    sb_rpc_tlsdir *tls; /* --tls-dir, loaded (use_tls) */
+    sb_rpc_opts rpc;
+    int use_tls;
+    run_state r;
+    int ncpu, ngpu;                /* workers per pool: the flags, capped by the stages' needs */
+    uint64_t budget, store_budget; /* the run's memory budget, and each worker's share */
+    run_ckpt ck;
+    sb_ckpt prev; /* the checkpoint --resume continues (have_prev) */
+    int have_prev, prev_owned;
+    sb_sched_resume resume;
+    char run_dir[PATH_MAX];
+    int own_dir; /* run_dir was made here (no --run-dir): removed after a success */
+    char worker_bin[PATH_MAX], worker_gpu_bin[PATH_MAX];
+    const char *chost; /* the Control service's host */
+    char pid_s[300], listen[64], caddr[64];
+    sb_ctl_config cc;
+    sb_ctl *ctl;
+    run_metrics rm;
+    int rm_live; /* run_metrics_stop is owed (as in every path after --metrics-addr started) */
+    sb_local_config lc;
+    sb_local *loc;
+    sb_backend be;  /* loc's */
+    int tty, lines; /* stderr is a terminal: a live display of `lines` lines */
+    /* what the wait loop saw */
+    double t0;
+    int planned, stalled_out;
+    uint64_t stall_ms, peak_rss;
+    sb_sched_state st;
+    char stall[1024];
+} run_ctx;
+
+/* Checks what must hold before anything is read or started: SB_SCHED_OFF and --tls-dir (the
+ * controller and every worker use it). Returns 0, or the exit code (2). */
+static int run_check_env(run_ctx *c)
 {
-    int off_tail, off_spec, off_drain, off_eft, off_early;
+    static sb_rpc_tlsdir tls;
     char bad[64];
-    if (sched_off_parse(getenv("SB_SCHED_OFF"), &off_tail, &off_spec, &off_drain, &off_eft,
-                        &off_early, bad, sizeof bad) != 0) {
+    if (sched_off_parse(getenv("SB_SCHED_OFF"), &c->off.tail, &c->off.spec, &c->off.drain,
+                        &c->off.eft, &c->off.early, bad, sizeof bad) != 0) {
         fprintf(stderr,
                 "streambatch run: SB_SCHED_OFF: unknown \"%s\" (comma-separated: tail-sizing, "
                 "speculation, drain, earliest-finish)\n",
                 bad);
         return 2;
     }
-    /* --tls-dir: checked before anything starts; the controller and every worker use it */
-    static sb_rpc_tlsdir tls;
-    sb_rpc_opts rpc = {0};
-    int use_tls = o->tls_dir != NULL && *o->tls_dir;
-    if (use_tls) {
+    c->use_tls = c->o->tls_dir != NULL && *c->o->tls_dir;
+    if (c->use_tls) {
         sb_err terr;
-        if (sb_rpc_tlsdir_load(&tls, o->tls_dir, o->tls_server_name, &terr) != 0) {
+        if (sb_rpc_tlsdir_load(&tls, c->o->tls_dir, c->o->tls_server_name, &terr) != 0) {
             fprintf(stderr, "streambatch run: %s\n", terr.msg);
             return 2;
         }
-        sb_rpc_tlsdir_apply(&tls, &rpc);
+        sb_rpc_tlsdir_apply(&tls, &c->rpc);
+        c->tls = &tls;
     }
-    run_state r;
-    memset(&r, 0, sizeof r);
-    int code = load(o, &r);
+    return 0;
+}
+
+/* Loads the manifest and sizes the pools: no more workers of a pool than its stages can use
+ * (the sum of their workers.max), CPU workers default to the online CPUs, and a GPU stage
+ * needs --gpus. Returns 0, or the exit code (2). */
+static int run_load_and_size(run_ctx *c)
+{
+    const sb_run_opts *o = c->o;
+    int code = load(o, &c->r);
+    if (code != 0)
+        return code;
+    const sb_pipeline_spec *spec = &c->r.p.spec;
     int cpus = o->cpus > 0 ? o->cpus : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus < 1)
         cpus = 1;
     int64_t cpu_max = 0, gpu_max = 0;
-    for (size_t i = 0; code == 0 && i < r.p.spec.nstages; i++) {
-        const sb_stage_spec *st = &r.p.spec.stages[i];
-        if (st->resources.gpu > 0)
-            gpu_max += st->workers.max;
+    for (size_t i = 0; i < spec->nstages; i++) {
+        if (spec->stages[i].resources.gpu > 0)
+            gpu_max += spec->stages[i].workers.max;
         else
-            cpu_max += st->workers.max;
+            cpu_max += spec->stages[i].workers.max;
     }
-    if (code == 0 && gpu_max > 0 && o->gpus <= 0) {
-        for (size_t i = 0; i < r.p.spec.nstages; i++)
-            if (r.p.spec.stages[i].resources.gpu > 0) {
+    if (gpu_max > 0 && o->gpus <= 0) {
+        for (size_t i = 0; i < spec->nstages; i++)
+            if (spec->stages[i].resources.gpu > 0) {
                 fprintf(stderr,
                         "streambatch run: stage %s needs a GPU (resources.gpu > 0); run with "
                         "--gpus N to give it N accelerator slots\n",
-                        r.p.spec.stages[i].name);
+                        spec->stages[i].name);
                 break;
             }
-        code = 2;
-    }
-    if (code != 0) {
-        run_state_free(&r);
-        return code;
-    }
-    run_ckpt ck;
-    memset(&ck, 0, sizeof ck);
-    ck.claim.fd = -1;
-    sb_ckpt prev;
-    int have_prev = 0;
-    code = ckpt_open(o, &r, &ck, &prev, &have_prev);
-    if (code != 0) {
-        sb_runckpt_claim_release(&ck.claim);
-        run_state_free(&r);
-        return code;
-    }
-    if (have_prev && resume_verify(&r.p.spec.sink, &prev) != 0) {
-        sb_runckpt_claim_release(&ck.claim);
-        sb_ckpt_free(&prev);
-        run_state_free(&r);
         return 2;
     }
-    sb_sched_resume resume = {.epoch = ck.epoch,
-                              .committed_splits = have_prev ? prev.committed_splits : NULL,
-                              .parts = have_prev ? prev.parts : NULL,
-                              .nparts = have_prev ? prev.nparts : 0};
+    c->ncpu = (int)(cpu_max < cpus ? cpu_max : cpus);
+    c->ngpu = (int)(gpu_max < o->gpus ? gpu_max : o->gpus);
+    /* each worker's store gets an equal share of the budget, but room for two partitions */
+    c->budget = (uint64_t)spec->execution.memory_budget;
+    uint64_t part = (uint64_t)spec->source.partition_size;
+    int nworkers = c->ncpu + c->ngpu;
+    c->store_budget = c->budget / (uint64_t)(nworkers > 0 ? nworkers : 1);
+    if (c->store_budget < 2 * part)
+        c->store_budget = 2 * part;
+    return 0;
+}
+
+/* Opens the checkpoint (and with --resume the one to continue, its sink parts checked) and
+ * fills in what the scheduler resumes from. Returns 0, or the exit code (2). */
+static int run_open_checkpoint(run_ctx *c)
+{
+    int code = ckpt_open(c->o, &c->r, &c->ck, &c->prev, &c->have_prev);
+    if (code != 0)
+        return code;
+    c->prev_owned = 1;
+    if (c->have_prev && resume_verify(&c->r.p.spec.sink, &c->prev) != 0)
+        return 2;
+    c->resume =
+        (sb_sched_resume){.epoch = c->ck.epoch,
+                          .committed_splits = c->have_prev ? c->prev.committed_splits : NULL,
+                          .parts = c->have_prev ? c->prev.parts : NULL,
+                          .nparts = c->have_prev ? c->prev.nparts : 0};
+    return 0;
+}
+
+/* Makes the run directory (unless --run-dir names one), records it in the run record (a later
+ * run removes it if this process dies) and picks the worker binaries. Returns 0, or the exit
+ * code (1). */
+static int run_make_dir(run_ctx *c)
+{
+    const sb_run_opts *o = c->o;
     sb_err err;
-    char run_dir[PATH_MAX], worker_bin[PATH_MAX], worker_gpu_bin[PATH_MAX];
-    int own_dir = o->run_dir == NULL;
-    if (own_dir) {
+    c->own_dir = o->run_dir == NULL;
+    if (c->own_dir) {
         const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-        snprintf(run_dir, sizeof run_dir, "%s/streambatch-run-XXXXXX", tmp);
-        if (mkdtemp(run_dir) == NULL) {
+        snprintf(c->run_dir, sizeof c->run_dir, "%s/streambatch-run-XXXXXX", tmp);
+        if (mkdtemp(c->run_dir) == NULL) {
             fprintf(stderr, "streambatch run: cannot create a run directory in %s: %s\n", tmp,
                     strerror(errno));
-            sb_runckpt_claim_release(&ck.claim);
-            sb_ckpt_free(&prev);
-            run_state_free(&r);
             return 1;
         }
     } else {
-        snprintf(run_dir, sizeof run_dir, "%s", o->run_dir);
+        snprintf(c->run_dir, sizeof c->run_dir, "%s", o->run_dir);
     }
-    if (ck.claim.fd >= 0 && sb_runckpt_claim_record(&ck.claim, run_dir, own_dir, &err) != 0)
+    if (c->ck.claim.fd >= 0 &&
+        sb_runckpt_claim_record(&c->ck.claim, c->run_dir, c->own_dir, &err) != 0)
         fprintf(stderr, "streambatch run: %s\n", err.msg);
     /* the gpu pool runs the CUDA build when it is next to this binary (and no --worker-bin
      * names one worker for every pool) */
-    worker_gpu_bin[0] = '\0';
+    c->worker_gpu_bin[0] = '\0';
     /* Test hook (tests/integration/netns.h): SB_RUN_WORKER_BIN is the program every pool runs,
      * e.g. a wrapper that starts the worker in a network namespace of its own. */
     const char *env_worker = getenv("SB_RUN_WORKER_BIN");
     if (o->worker_bin == NULL && env_worker != NULL && *env_worker) {
-        snprintf(worker_bin, sizeof worker_bin, "%s", env_worker);
+        snprintf(c->worker_bin, sizeof c->worker_bin, "%s", env_worker);
     } else if (o->worker_bin != NULL) {
-        snprintf(worker_bin, sizeof worker_bin, "%s", o->worker_bin);
+        snprintf(c->worker_bin, sizeof c->worker_bin, "%s", o->worker_bin);
     } else {
-        default_worker_bin(worker_bin, sizeof worker_bin, "streambatch-worker");
-        default_worker_bin(worker_gpu_bin, sizeof worker_gpu_bin, "streambatch-worker-gpu");
-        if (access(worker_gpu_bin, X_OK) != 0)
-            worker_gpu_bin[0] = '\0';
+        default_worker_bin(c->worker_bin, sizeof c->worker_bin, "streambatch-worker");
+        default_worker_bin(c->worker_gpu_bin, sizeof c->worker_gpu_bin, "streambatch-worker-gpu");
+        if (access(c->worker_gpu_bin, X_OK) != 0)
+            c->worker_gpu_bin[0] = '\0';
     }
+    return 0;
+}
 
-    int ncpu = (int)(cpu_max < cpus ? cpu_max : cpus);
-    int ngpu = (int)(gpu_max < o->gpus ? gpu_max : o->gpus);
-    uint64_t budget = (uint64_t)r.p.spec.execution.memory_budget;
-    uint64_t part = (uint64_t)r.p.spec.source.partition_size;
-    int nworkers = ncpu + ngpu;
-    uint64_t store_budget = budget / (uint64_t)(nworkers > 0 ? nworkers : 1);
-    if (store_budget < 2 * part)
-        store_budget = 2 * part;
-
-    char pid_s[300];
-    snprintf(pid_s, sizeof pid_s, "default/%s", r.p.metadata.name);
+/* Starts the embedded controller (the Control service), then --metrics-addr, and with TLS
+ * checks that the certificates work against it before any worker depends on them. Returns 0,
+ * or the exit code (1 the controller did not start, 2 a bad flag). */
+static int run_start_controller(run_ctx *c)
+{
+    const sb_run_opts *o = c->o;
+    sb_err err;
+    snprintf(c->pid_s, sizeof c->pid_s, "default/%s", c->r.p.metadata.name);
     /* Test hook: SB_RUN_CONTROLLER_HOST is the address the Control service listens on and the
      * workers are given (default 127.0.0.1), for workers on other (network namespace) hosts. */
-    const char *chost = getenv("SB_RUN_CONTROLLER_HOST");
-    if (chost == NULL || *chost == '\0' || strlen(chost) > 45)
-        chost = "127.0.0.1";
-    char listen[64];
-    snprintf(listen, sizeof listen, "%s:0", chost);
-    sb_ctl_config cc = {
-        .pipeline = &r.p,
-        .pipeline_id = pid_s,
-        .pipeline_json = r.json,
+    c->chost = getenv("SB_RUN_CONTROLLER_HOST");
+    if (c->chost == NULL || *c->chost == '\0' || strlen(c->chost) > 45)
+        c->chost = "127.0.0.1";
+    snprintf(c->listen, sizeof c->listen, "%s:0", c->chost);
+    c->cc = (sb_ctl_config){
+        .pipeline = &c->r.p,
+        .pipeline_id = c->pid_s,
+        .pipeline_json = c->r.json,
         .storage_on_workers = 1, /* the source is planned and the sink prepared on a worker */
         .heartbeat_timeout_ms =
             (uint32_t)(o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 3000),
-        .resume = have_prev ? &resume : NULL,
-        .resume_plan_hash = have_prev ? prev.plan_hash : NULL,
-        .no_tail_sizing = off_tail,
-        .no_speculation = off_spec,
-        .no_drain = off_drain,
-        .no_eft = off_eft,
-        .no_early = off_early,
-        .listen_addr = listen};
-    sb_ctl *ctl = sb_ctl_start(&cc, use_tls ? &rpc : NULL, &err);
-    sb_ckpt_free(&prev); /* the controller copied it */
-    if (ctl == NULL) {
+        .resume = c->have_prev ? &c->resume : NULL,
+        .resume_plan_hash = c->have_prev ? c->prev.plan_hash : NULL,
+        .no_tail_sizing = c->off.tail,
+        .no_speculation = c->off.spec,
+        .no_drain = c->off.drain,
+        .no_eft = c->off.eft,
+        .no_early = c->off.early,
+        .listen_addr = c->listen};
+    c->ctl = sb_ctl_start(&c->cc, c->use_tls ? &c->rpc : NULL, &err);
+    sb_ckpt_free(&c->prev); /* the controller copied it */
+    if (c->ctl == NULL) {
         fprintf(stderr, "streambatch run: controller: %s\n", err.msg);
-        sb_runckpt_claim_release(&ck.claim);
-        run_state_free(&r);
         return 1;
     }
-    run_metrics rm = {.ctl = ctl, .ncpu = ncpu, .ngpu = ngpu, .name = r.p.metadata.name};
-    if (o->metrics_addr != NULL && run_metrics_start(&rm, o->metrics_addr, &err) != 0) {
+    c->rm = (run_metrics){
+        .ctl = c->ctl, .ncpu = c->ncpu, .ngpu = c->ngpu, .name = c->r.p.metadata.name};
+    if (o->metrics_addr != NULL && run_metrics_start(&c->rm, o->metrics_addr, &err) != 0) {
         fprintf(stderr, "streambatch run: --metrics-addr: %s\n", err.msg);
-        sb_ctl_free(ctl);
-        sb_runckpt_claim_release(&ck.claim);
-        run_state_free(&r);
         return 2;
     }
-    char caddr[64];
-    snprintf(caddr, sizeof caddr, "%s:%d", chost, sb_ctl_port(ctl));
-    if (use_tls && sb_rpc_tlsdir_check(&tls, caddr, 5000, &err) != 0) {
+    c->rm_live = 1;
+    snprintf(c->caddr, sizeof c->caddr, "%s:%d", c->chost, sb_ctl_port(c->ctl));
+    if (c->use_tls && sb_rpc_tlsdir_check(c->tls, c->caddr, 5000, &err) != 0) {
         fprintf(stderr, "streambatch run: %s\n", err.msg);
-        run_metrics_stop(&rm);
-        sb_ctl_free(ctl);
-        sb_runckpt_claim_release(&ck.claim);
-        run_state_free(&r);
         return 2;
     }
-    sb_local_config lc = {.worker_bin = worker_bin,
-                          .worker_gpu_bin = worker_gpu_bin[0] ? worker_gpu_bin : NULL,
-                          .controller = caddr,
-                          .run_dir = run_dir,
-                          .store_budget = store_budget,
-                          .respawn = 1,
-                          .tls_dir = use_tls ? tls.dir : NULL,
-                          .tls_server_name = use_tls ? tls.server_name : NULL,
-                          .on_exit = exit_cb,
-                          .ud = ctl};
-    if (ncpu > 0)
-        lc.pools[lc.npools++] = (sb_local_pool){
-            "cpu", (uint32_t)ncpu, (uint32_t)r.p.spec.execution.cpu_slots_per_worker, 0};
-    if (ngpu > 0)
+    return 0;
+}
+
+/* Installs the Ctrl-C / SIGTERM handler and starts the worker processes (a cpu and a gpu
+ * pool). Returns 0, or the exit code (1). */
+static int run_start_workers(run_ctx *c)
+{
+    sb_err err;
+    const sb_pipeline_spec *spec = &c->r.p.spec;
+    c->lc = (sb_local_config){.worker_bin = c->worker_bin,
+                              .worker_gpu_bin = c->worker_gpu_bin[0] ? c->worker_gpu_bin : NULL,
+                              .controller = c->caddr,
+                              .run_dir = c->run_dir,
+                              .store_budget = c->store_budget,
+                              .respawn = 1,
+                              .tls_dir = c->use_tls ? c->tls->dir : NULL,
+                              .tls_server_name = c->use_tls ? c->tls->server_name : NULL,
+                              .on_exit = exit_cb,
+                              .ud = c->ctl};
+    if (c->ncpu > 0)
+        c->lc.pools[c->lc.npools++] = (sb_local_pool){
+            "cpu", (uint32_t)c->ncpu, (uint32_t)spec->execution.cpu_slots_per_worker, 0};
+    if (c->ngpu > 0)
         /* two slots share the device: one task's fetch and write overlap the other's ops */
-        lc.pools[lc.npools++] = (sb_local_pool){"gpu", (uint32_t)ngpu, 2, 1};
+        c->lc.pools[c->lc.npools++] = (sb_local_pool){"gpu", (uint32_t)c->ngpu, 2, 1};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     g_interrupted = 0;
-    double t0 = mono_s();
-    sb_local *loc = sb_local_start(&lc, &err);
-    if (loc == NULL) {
+    c->t0 = mono_s();
+    c->loc = sb_local_start(&c->lc, &err);
+    if (c->loc == NULL) {
         fprintf(stderr, "streambatch run: starting workers: %s\n", err.msg);
-        run_metrics_stop(&rm);
-        sb_ctl_free(ctl);
-        sb_runckpt_claim_release(&ck.claim);
-        run_state_free(&r);
         return 1;
     }
     char slots_note[48] = ""; /* execution.cpuSlotsPerWorker, when more than 1 */
-    if (ncpu > 0 && r.p.spec.execution.cpu_slots_per_worker > 1)
+    if (c->ncpu > 0 && spec->execution.cpu_slots_per_worker > 1)
         snprintf(slots_note, sizeof slots_note, " (%d task slots each)",
-                 (int)r.p.spec.execution.cpu_slots_per_worker);
+                 (int)spec->execution.cpu_slots_per_worker);
     fprintf(stderr,
             "running %s: %d cpu%s + %d gpu workers, memory budget %s, mode %s, run dir %s\n",
-            r.p.metadata.name, ncpu, slots_note, ngpu, human_bytes(budget, (char[32]){0}, 32),
-            sb_exec_mode_names[r.p.spec.execution.mode], run_dir);
-    int planned = 0;
+            c->r.p.metadata.name, c->ncpu, slots_note, c->ngpu,
+            human_bytes(c->budget, (char[32]){0}, 32), sb_exec_mode_names[spec->execution.mode],
+            c->run_dir);
+    return 0;
+}
+
+/* Waits for the scheduler to end (or a signal, or the watchdog): meanwhile tracks the workers'
+ * peak RSS, writes the checkpoint, shows progress and reports stalls. */
+static void run_wait(run_ctx *c)
+{
     double next_ckpt = 0;
-    sb_backend be = sb_local_backend(loc);
-    int tty = isatty(STDERR_FILENO);
-    int lines = 0, interval = o->progress_interval_ms > 0 ? o->progress_interval_ms : 5000;
-    double next_progress = mono_s() + (tty ? 0.2 : interval / 1000.0);
-    uint64_t stall_ms = (uint64_t)(r.p.spec.execution.stall_timeout_ns / 1000000);
+    c->be = sb_local_backend(c->loc);
+    c->tty = isatty(STDERR_FILENO);
+    int interval = c->o->progress_interval_ms > 0 ? c->o->progress_interval_ms : 5000;
+    double next_progress = mono_s() + (c->tty ? 0.2 : interval / 1000.0);
+    c->stall_ms = (uint64_t)(c->r.p.spec.execution.stall_timeout_ns / 1000000);
     double next_stall_report = 0;
-    uint64_t peak_rss = 0;
-    sb_sched_state st = SB_SCHED_RUNNING;
-    char stall[1024] = "";
-    int stalled_out = 0;
+    c->st = SB_SCHED_RUNNING;
     while (!g_interrupted) {
-        st = sb_ctl_wait(ctl, 100);
-        uint64_t rss = be.rss(be.impl);
-        if (rss > peak_rss)
-            peak_rss = rss;
-        if (st != SB_SCHED_RUNNING)
+        c->st = sb_ctl_wait(c->ctl, 100);
+        uint64_t rss = c->be.rss(c->be.impl);
+        if (rss > c->peak_rss)
+            c->peak_rss = rss;
+        if (c->st != SB_SCHED_RUNNING)
             break;
         double now = mono_s();
-        if (!planned && sb_ctl_nsplits(ctl) > 0) {
-            fprintf(stderr, "planned %zu splits\n", sb_ctl_nsplits(ctl));
-            if (sb_ctl_resume_dropped(ctl))
+        if (!c->planned && sb_ctl_nsplits(c->ctl) > 0) {
+            fprintf(stderr, "planned %zu splits\n", sb_ctl_nsplits(c->ctl));
+            if (sb_ctl_resume_dropped(c->ctl))
                 fprintf(stderr, "the source changed since the checkpoint was written: every "
                                 "split runs again\n");
-            planned = 1;
+            c->planned = 1;
         }
-        if (planned && now >= next_ckpt) {
+        if (c->planned && now >= next_ckpt) {
             /* every second, or less often when writing it takes long: at most ~5% of this
              * thread (a million parts take ~0.5 s: the lineage pass, the JSON, the write) */
-            ckpt_save(ctl, &ck);
+            ckpt_save(c->ctl, &c->ck);
             double took = mono_s() - now;
             next_ckpt = now + (took * CKPT_COST_FACTOR > 1.0 ? took * CKPT_COST_FACTOR : 1.0);
         }
         if (now >= next_progress) {
             sb_ctl_snapshot s;
-            sb_ctl_snapshot_get(ctl, &s);
-            print_progress(&s, now - t0, tty, &lines);
-            next_progress = now + (tty ? 0.2 : interval / 1000.0);
+            sb_ctl_snapshot_get(c->ctl, &s);
+            print_progress(&s, now - c->t0, c->tty, &c->lines);
+            next_progress = now + (c->tty ? 0.2 : interval / 1000.0);
         }
-        if (sb_ctl_stalled(ctl, stall_ms, stall, sizeof stall) && now >= next_stall_report) {
-            fprintf(stderr, "watchdog: %s\n", stall);
-            next_stall_report = now + (double)stall_ms / 1000.0;
-            if (sb_ctl_stalled(ctl, 3 * stall_ms, stall, sizeof stall)) {
-                stalled_out = 1;
+        if (sb_ctl_stalled(c->ctl, c->stall_ms, c->stall, sizeof c->stall) &&
+            now >= next_stall_report) {
+            fprintf(stderr, "watchdog: %s\n", c->stall);
+            next_stall_report = now + (double)c->stall_ms / 1000.0;
+            if (sb_ctl_stalled(c->ctl, 3 * c->stall_ms, c->stall, sizeof c->stall)) {
+                c->stalled_out = 1;
                 break;
             }
         }
     }
-    double wall = mono_s() - t0;
-    sb_ctl_snapshot s;
-    sb_ctl_snapshot_get(ctl, &s);
-    if (tty)
-        print_progress(&s, wall, tty, &lines);
-    /* the sink's commit or abort runs on a worker: before the workers are shut down */
-    const char *state = "Succeeded";
-    char msg[SB_ERR_MAX + 512];
+}
+
+/* The sink's commit (the run succeeded) or abort (it did not) runs on a worker: before the
+ * workers are shut down. s: the snapshot taken when the wait ended. Returns 1 when the commit
+ * failed (why in msg), with *commit_s the commit job's seconds when it ran. */
+static int run_end_sink(run_ctx *c, const sb_ctl_snapshot *s, char *msg, size_t msglen,
+                        double *commit_s)
+{
     int commit_failed = 0;
-    double commit_s = -1; /* the sink's commit job, when it ran: after `wall` */
-    if (!g_interrupted && !stalled_out && st == SB_SCHED_SUCCEEDED) {
+    if (!g_interrupted && !c->stalled_out && c->st == SB_SCHED_SUCCEEDED) {
         double c0 = mono_s();
-        commit_failed = commit_sink(ctl, stall_ms, msg, sizeof msg) != 0;
-        commit_s = mono_s() - c0;
+        commit_failed = commit_sink(c->ctl, c->stall_ms, msg, msglen) != 0;
+        *commit_s = mono_s() - c0;
     }
     /* (a run that failed or stopped while planning or preparing never touched the sink, or
      * cannot: leave it alone) */
-    if ((g_interrupted || stalled_out || st != SB_SCHED_SUCCEEDED || commit_failed) &&
-        !s.storage_failed && !s.planning)
-        abort_sink(ctl);
-    sb_ctl_snapshot_get(ctl, &s); /* with the workers lost during the final job */
-    sb_ctl_shutdown_workers(ctl);
-    uint64_t started = sb_local_started(loc);
-    sb_backend_stop(&be, 3000);
+    if ((g_interrupted || c->stalled_out || c->st != SB_SCHED_SUCCEEDED || commit_failed) &&
+        !s->storage_failed && !s->planning)
+        abort_sink(c->ctl);
+    return commit_failed;
+}
+
+/* CPU seconds of this process and its (waited-for) workers. */
+static double run_cpu_seconds(void)
+{
     struct rusage ru_self, ru_kids;
     getrusage(RUSAGE_SELF, &ru_self);
     getrusage(RUSAGE_CHILDREN, &ru_kids);
-    double cpu_total = (double)(ru_self.ru_utime.tv_sec + ru_self.ru_stime.tv_sec +
-                                ru_kids.ru_utime.tv_sec + ru_kids.ru_stime.tv_sec) +
-                       (double)(ru_self.ru_utime.tv_usec + ru_self.ru_stime.tv_usec +
-                                ru_kids.ru_utime.tv_usec + ru_kids.ru_stime.tv_usec) /
-                           1e6;
+    return (double)(ru_self.ru_utime.tv_sec + ru_self.ru_stime.tv_sec + ru_kids.ru_utime.tv_sec +
+                    ru_kids.ru_stime.tv_sec) +
+           (double)(ru_self.ru_utime.tv_usec + ru_self.ru_stime.tv_usec + ru_kids.ru_utime.tv_usec +
+                    ru_kids.ru_stime.tv_usec) /
+               1e6;
+}
+
+/* Says how the run ended (on stderr, and in s->failure for the summary). Returns the state the
+ * summary names; *code becomes 1 unless the run succeeded. */
+static const char *run_outcome(const run_ctx *c, sb_ctl_snapshot *s, double wall, int commit_failed,
+                               const char *commit_msg, int *code)
+{
     if (g_interrupted) {
-        state = "Interrupted";
-        code = 1;
+        *code = 1;
         fprintf(stderr,
                 "\ninterrupted by signal %d after %.1f s: %" PRIu64 " of %zu"
                 " sink parts written, workers stopped; the sink has no _SUCCESS\n",
-                (int)g_interrupted, wall, s.stats.sink_parts, s.nsplits);
-    } else if (stalled_out) {
-        state = "Failed";
-        code = 1;
-        fprintf(stderr, "\npipeline failed: stalled: %s\n", stall);
-        snprintf(s.failure, sizeof s.failure, "stalled: %s", stall);
-    } else if (st == SB_SCHED_SUCCEEDED) {
-        if (commit_failed) {
-            state = "Failed";
-            code = 1;
-            fprintf(stderr, "\npipeline failed: %s\n", msg);
-            snprintf(s.failure, sizeof s.failure, "%s", msg);
-        }
-    } else {
-        state = "Failed";
-        code = 1;
-        fprintf(stderr, "\npipeline failed: %s\n", s.failure);
+                (int)g_interrupted, wall, s->stats.sink_parts, s->nsplits);
+        return "Interrupted";
     }
+    if (c->stalled_out) {
+        *code = 1;
+        fprintf(stderr, "\npipeline failed: stalled: %s\n", c->stall);
+        snprintf(s->failure, sizeof s->failure, "stalled: %s", c->stall);
+        return "Failed";
+    }
+    if (c->st == SB_SCHED_SUCCEEDED) {
+        if (!commit_failed)
+            return "Succeeded";
+        *code = 1;
+        fprintf(stderr, "\npipeline failed: %s\n", commit_msg);
+        snprintf(s->failure, sizeof s->failure, "%s", commit_msg);
+        return "Failed";
+    }
+    *code = 1;
+    fprintf(stderr, "\npipeline failed: %s\n", s->failure);
+    return "Failed";
+}
+
+/* The summary: per stage on stdout, the errored partitions, the one-line verdict, and with
+ * --summary-json the same as JSON. */
+static void run_report(const run_ctx *c, const sb_ctl_snapshot *s, const char *state, double wall,
+                       double commit_s, double cpu_total, uint64_t started)
+{
     size_t nerr = 0;
     uint64_t errored_total = 0;
-    sb_storage_errored *errs = sb_ctl_errored(ctl, &nerr, &errored_total);
-    print_summary(stdout, &s, wall, commit_s, cpu_total, peak_rss, started);
+    sb_storage_errored *errs = sb_ctl_errored(c->ctl, &nerr, &errored_total);
+    const char *name = c->r.p.metadata.name;
+    print_summary(stdout, s, wall, commit_s, cpu_total, c->peak_rss, started);
     print_errored(stdout, errs, nerr, errored_total);
     if (errored_total > 0 && strcmp(state, "Succeeded") == 0)
-        printf("%s: Succeeded with %" PRIu64 " errored partition%s in %.2f s\n", r.p.metadata.name,
+        printf("%s: Succeeded with %" PRIu64 " errored partition%s in %.2f s\n", name,
                errored_total, errored_total == 1 ? "" : "s", wall);
     else
-        printf("%s: %s in %.2f s\n", r.p.metadata.name, state, wall);
-    if (o->summary_json != NULL)
-        write_summary_json(o->summary_json, &s, state, wall, commit_s, cpu_total, peak_rss, started,
-                           errs, nerr, errored_total);
+        printf("%s: %s in %.2f s\n", name, state, wall);
+    if (c->o->summary_json != NULL)
+        write_summary_json(c->o->summary_json, s, state, wall, commit_s, cpu_total, c->peak_rss,
+                           started, errs, nerr, errored_total);
     sb_ctl_errored_free(errs, nerr);
+}
+
+/* A finished run needs no checkpoint; one that did not finish keeps its committed work there
+ * for --resume (written once more: what was committed since the last write). */
+static void run_settle_checkpoint(run_ctx *c, int code)
+{
+    sb_err err;
     if (code == 0) {
-        if (sb_runckpt_remove(ck.path, &err) != 0)
+        if (sb_runckpt_remove(c->ck.path, &err) != 0)
             fprintf(stderr, "streambatch run: %s\n", err.msg);
-    } else {
-        if (planned)
-            ckpt_save(ctl, &ck);
-        if (ck.saved_any || have_prev)
-            fprintf(stderr,
-                    "the committed work is in %s: `streambatch run %s --resume` continues "
-                    "from it\n",
-                    ck.path, o->file);
+        return;
     }
-    free(ck.last);
-    run_metrics_stop(&rm);
-    sb_ctl_free(ctl);
-    if (own_dir && code == 0) {
-        if (nftw(run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-            fprintf(stderr, "could not remove %s: %s\n", run_dir, strerror(errno));
-    } else if (code != 0) {
-        fprintf(stderr, "worker logs are in %s\n", run_dir);
+    if (c->planned)
+        ckpt_save(c->ctl, &c->ck);
+    if (c->ck.saved_any || c->have_prev)
+        fprintf(stderr,
+                "the committed work is in %s: `streambatch run %s --resume` continues "
+                "from it\n",
+                c->ck.path, c->o->file);
+}
+
+/* Ends the run once the wait is over: the sink committed or aborted, the workers stopped, the
+ * outcome and summary printed, the checkpoint settled. Returns the exit code (0 or 1). */
+static int run_finish(run_ctx *c)
+{
+    int code = 0;
+    double wall = mono_s() - c->t0;
+    sb_ctl_snapshot s;
+    sb_ctl_snapshot_get(c->ctl, &s);
+    if (c->tty) /* the live display's last frame */
+        print_progress(&s, wall, c->tty, &c->lines);
+    char msg[SB_ERR_MAX + 512];
+    double commit_s = -1; /* the sink's commit job, when it ran: after `wall` */
+    int commit_failed = run_end_sink(c, &s, msg, sizeof msg, &commit_s);
+    sb_ctl_snapshot_get(c->ctl, &s); /* with the workers lost during the final job */
+    sb_ctl_shutdown_workers(c->ctl);
+    uint64_t started = sb_local_started(c->loc);
+    sb_backend_stop(&c->be, 3000);
+    double cpu_total = run_cpu_seconds();
+    const char *state = run_outcome(c, &s, wall, commit_failed, msg, &code);
+    run_report(c, &s, state, wall, commit_s, cpu_total, started);
+    run_settle_checkpoint(c, code);
+    return code;
+}
+
+/* Releases what the phases set up, in reverse. ran: the workers ran (run_finish came), so the
+ * run dir is removed after a success, or named for its worker logs after a failure. */
+static void run_teardown(run_ctx *c, int code, int ran)
+{
+    free(c->ck.last);
+    if (c->rm_live)
+        run_metrics_stop(&c->rm);
+    if (c->ctl != NULL)
+        sb_ctl_free(c->ctl);
+    if (ran && c->own_dir && code == 0) {
+        if (nftw(c->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+            fprintf(stderr, "could not remove %s: %s\n", c->run_dir, strerror(errno));
+    } else if (ran && code != 0) {
+        fprintf(stderr, "worker logs are in %s\n", c->run_dir);
     }
-    sb_runckpt_claim_release(&ck.claim);
-    run_state_free(&r);
+    if (c->prev_owned)
+        sb_ckpt_free(&c->prev);
+    sb_runckpt_claim_release(&c->ck.claim);
+    run_state_free(&c->r);
+}
+
+int sb_run(const sb_run_opts *o)
+{
+    /* static: large (paths, the controller's and backend's configs), and one run per process */
+    static run_ctx ctx;
+    run_ctx *c = &ctx;
+    memset(c, 0, sizeof *c);
+    c->o = o;
+    c->ck.claim.fd = -1;
+    int code = run_check_env(c);
+    if (code != 0)
+        return code;
+    if ((code = run_load_and_size(c)) != 0 || (code = run_open_checkpoint(c)) != 0 ||
+        (code = run_make_dir(c)) != 0 || (code = run_start_controller(c)) != 0 ||
+        (code = run_start_workers(c)) != 0) {
+        run_teardown(c, code, 0);
+        return code;
+    }
+    run_wait(c);
+    code = run_finish(c);
+    run_teardown(c, code, 1);
     return code;
 }
