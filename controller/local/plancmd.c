@@ -1,3 +1,6 @@
+/* plancmd.c — `streambatch plan` (plancmd.h): the placement planner on a manifest. Owns the
+ * stages' rates (declared bench costs, or --profile's local runs in child processes), the
+ * printed and JSON plan, and the placement --set lines `streambatch run --plan` applies. */
 #include "controller/local/plancmd.h"
 
 #include <cjson/cJSON.h>

@@ -1,4 +1,6 @@
-/* runckpt.c — the checkpoint file of `streambatch run` (see runckpt.h). */
+/* runckpt.c — the checkpoint file of `streambatch run` (runckpt.h). Owns its path, its atomic
+ * rewrite and load, the check of the sink parts a --resume carries over, and the run record
+ * beside it that refuses a second live run and cleans up after a killed one. */
 #include "controller/local/runckpt.h"
 
 #include <ctype.h>
