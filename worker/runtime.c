@@ -301,7 +301,7 @@ static int feed_stage(task_ctx *t, size_t k, const void *blob, size_t len, bool 
     int rc = sb_op_run(t->impl[k], t->state[k], b, t->batch[k], t->out[k], &t->err);
     sb_batch_close(b);
     if (rc != 0)
-        sb_err_wrap(&t->err, "op %s", t->impl[k]->name); /* fused: the first op */
+        sb_op_err_context(&t->err, t->impl[k]->name); /* fused: the first op */
     return rc;
 }
 
@@ -570,7 +570,7 @@ static int task_setup(task_ctx *t)
         const char *args =
             task->ops[k]->args_json && *task->ops[k]->args_json ? task->ops[k]->args_json : NULL;
         if (t->impl[k]->init(args, &t->state[k], &t->err) != 0)
-            return sb_err_wrap(&t->err, "op %s", name);
+            return sb_op_err_context(&t->err, name);
     }
     /* an op that takes over the next one's work (filter then project: one scan per record) */
     for (size_t k = 0; k + 1 < t->n; k++)
@@ -735,7 +735,7 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
         double a0 = t.accel_held ? t.accel_since : accel_acquire(w);
         for (size_t k = 0; rc == 0 && k < t.n; k++) { /* drain the chain front to back */
             if (t.impl[k]->finish != NULL && t.impl[k]->finish(t.state[k], t.out[k], &t.err) != 0)
-                rc = -1;
+                rc = sb_op_err_context(&t.err, t.impl[k]->name);
             else if (sb_op_out_flush(t.out[k], &t.err) != 0)
                 rc = -1;
         }

@@ -167,6 +167,66 @@ Test(ops, bad_args)
     }
 }
 
+/* A task error names its op once: the runtime prefixes "op NAME: " (sb_op_err_context) to
+ * messages that already said "op filter:" (init) or "exec:" (process), which printed "op
+ * filter: op filter: ..." and "op exec: exec: ...". */
+Test(ops, a_task_error_names_its_op_once)
+{
+    static const struct {
+        const char *name, *msg, *want;
+    } cases[] = {
+        {"filter", "op filter: op lt does not apply to a boolean value (use eq or ne)",
+         "op filter: op lt does not apply to a boolean value (use eq or ne)"},
+        {"filter", "filter: record 3 is not valid JSON (x): y",
+         "op filter: record 3 is not valid JSON (x): y"},
+        {"filter", "project: record 3 is null", "op filter: project: record 3 is null"},
+        {"exec", "exec: args.command is required", "op exec: args.command is required"},
+        {"tensor.mlp", "tensor.mlp: args.device is cuda", "op tensor.mlp: args.device is cuda"},
+        {"plugin", "plugin libx: init: bad", "op plugin libx: init: bad"},
+        {"plugin", "out of memory", "op plugin: out of memory"},
+        {"image.resize", "image.resize: args.width must be", "op image.resize: args.width must be"},
+        {"filters", "filter: x", "op filters: filter: x"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sb_err e;
+        sb_err_data(&e, "%s", cases[i].msg);
+        cr_assert_eq(sb_op_err_context(&e, cases[i].name), -1);
+        cr_expect_str_eq(e.msg, cases[i].want, "case %zu", i);
+        cr_expect(e.data, "case %zu: the data flag is kept", i);
+    }
+    /* every built-in op's init errors, as the runtime reports them */
+    static const struct {
+        const char *op, *args;
+    } bad[] = {
+        {"filter", "{\"field\":\"a\",\"op\":\"lt\",\"value\":true}"},
+        {"filter", "not json"},
+        {"project", "{\"fields\":[]}"},
+        {"bench.spin", "{}"},
+        {"exec", "{}"},
+        {"plugin", "{}"},
+        {"tensor.mlp", "{}"},
+        {"image.resize", "{}"},
+        {"image.normalize", "{\"std\":[0]}"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const sb_op_impl *op = sb_op_find(bad[i].op);
+        if (op == NULL)
+            continue;
+        void *st = NULL;
+        sb_err e = {0};
+        cr_assert_eq(op->init(bad[i].args, &st, &e), -1, "%s accepted %s", bad[i].op, bad[i].args);
+        sb_op_err_context(&e, bad[i].op);
+        char once[96], twice[96];
+        snprintf(once, sizeof once, "op %s: ", bad[i].op);
+        snprintf(twice, sizeof twice, "op %s: %s", bad[i].op, bad[i].op);
+        cr_expect(strncmp(e.msg, once, strlen(once)) == 0, "%s", e.msg);
+        cr_expect(strstr(e.msg, twice) == NULL, "named twice: %s", e.msg);
+        char again[96];
+        snprintf(again, sizeof again, "op %s: op %s", bad[i].op, bad[i].op);
+        cr_expect(strstr(e.msg, again) == NULL, "named twice: %s", e.msg);
+    }
+}
+
 /* ---- identity and the output's partitioning -------------------------------------------- */
 
 Test(ops, identity_repartitions_to_the_target)

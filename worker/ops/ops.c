@@ -1,4 +1,6 @@
-/* ops.c — the operator registry and the batch-size loop (see ops.h). */
+/* ops.c — the operator registry, the batch-size loop and the "op NAME: " prefix of task
+ * errors (see ops.h). */
+#include <stdio.h>
 #include <string.h>
 
 #include "worker/ops/impls.h"
@@ -42,6 +44,27 @@ int sb_op_run(const sb_op_impl *op, void *state, const sb_batch *in, size_t batc
             return -1;
     }
     return 0;
+}
+
+int sb_op_err_context(sb_err *err, const char *name)
+{
+    if (err == NULL || name == NULL)
+        return -1;
+    size_t nl = strlen(name);
+    const char *m = err->msg;
+    if (strncmp(m, "op ", 3) == 0 && strncmp(m + 3, name, nl) == 0 && m[3 + nl] == ':')
+        return -1; /* the op said it already */
+    int data = err->data;
+    if (strncmp(m, name, nl) == 0 && (m[nl] == ':' || m[nl] == ' ')) {
+        /* the op named itself ("exec: ...", "plugin libx: ..."): say once that it is an op */
+        char joined[SB_ERR_MAX + 4];
+        snprintf(joined, sizeof joined, "op %s", m);
+        memcpy(err->msg, joined, SB_ERR_MAX - 1);
+        err->msg[SB_ERR_MAX - 1] = '\0';
+        err->data = data;
+        return -1;
+    }
+    return sb_err_wrap(err, "op %s", name);
 }
 
 int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err)

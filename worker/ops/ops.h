@@ -174,6 +174,14 @@ const sb_op_impl *sb_op_find(const char *name);
 int sb_op_run(const sb_op_impl *op, void *state, const sb_batch *in, size_t batch_size,
               sb_op_out *out, sb_err *err);
 
+/* Gives a task error of op `name` (init, process or finish) the prefix "op NAME: " exactly
+ * once: ops' own messages begin with their name ("filter: record 3 ...", "exec: ...", "plugin
+ * libx: ..."), some already with "op NAME:" (args checks), others with neither ("out of
+ * memory"), and the runtime wrapping each again printed it twice ("op filter: op filter:").
+ * A message naming another op (filter running an absorbed project: "project: record 3") keeps
+ * that name after the prefix. The data flag is kept. Returns -1. */
+int sb_op_err_context(sb_err *err, const char *name);
+
 /* The index of the records column of `in`: "record", else its only binary/utf8 column. -1 +
  * err (prefixed with `op`) otherwise. */
 int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err);
