@@ -16,6 +16,7 @@
 #include "core/idmap.h"
 #include "core/num.h"
 #include "core/strpool.h"
+#include "io/split.h"
 #include "metrics/metrics.h"
 
 #define NONE ((size_t)-1)
@@ -2217,10 +2218,11 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
     t->state = T_SKIPPED;
     o->errored++;
     s->errored_total += t->ninputs > 0 ? t->ninputs : 1;
-    char what[256], name[TASK_NAME_MAX];
+    char what[256], label[200], name[TASK_NAME_MAX];
     task_name(s, t, name, sizeof name);
     if (t->op == 0)
-        snprintf(what, sizeof what, "split %.200s", s->splits[t->index]);
+        snprintf(what, sizeof what, "split %" PRIu64 " (%s)", t->index,
+                 sb_io_split_describe(s->splits[t->index], label, sizeof label));
     else if (t->ninputs > 0)
         snprintf(what, sizeof what, "input partition %s%s", s->parts[task_inputs(t)[0]].id,
                  t->ninputs > 1 ? " (and more)" : "");

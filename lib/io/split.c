@@ -1,4 +1,5 @@
-/* split.c — planning, encoding and decoding of source splits (see split.h). */
+/* split.c — planning, encoding and decoding of source splits, and their labels in messages
+ * (see split.h). */
 #include "io/split.h"
 
 #include <inttypes.h>
@@ -450,4 +451,44 @@ int sb_io_splits_decode(const char *s, size_t len, sb_io_split **out, size_t *n,
     *out = v;
     *n = k;
     return 0;
+}
+
+/* A path for a label: its tail when long (the file name is what tells splits apart). */
+static void path_label(const char *p, char *buf, size_t cap)
+{
+    size_t n = strlen(p), max = 120;
+    if (n <= max)
+        snprintf(buf, cap, "%s", p);
+    else
+        snprintf(buf, cap, "...%s", p + n - (max - 3));
+}
+
+const char *sb_io_split_describe(const char *enc, char *buf, size_t cap)
+{
+    if (buf == NULL || cap == 0)
+        return buf;
+    sb_io_split *v = NULL;
+    size_t n = 0;
+    if (enc == NULL) {
+        snprintf(buf, cap, "(no split)");
+        return buf;
+    }
+    if (sb_io_splits_decode(enc, strlen(enc), &v, &n, NULL) != 0 || n == 0) {
+        /* not a split of ours: its text, bounded, with control characters as spaces */
+        size_t k = 0;
+        for (; enc[k] != '\0' && k < 120 && k + 4 < cap; k++)
+            buf[k] = (unsigned char)enc[k] < 0x20 || enc[k] == 0x7f ? ' ' : enc[k];
+        snprintf(buf + k, cap - k, "%s", enc[k] != '\0' ? "..." : "");
+        return buf;
+    }
+    char p[128];
+    path_label(v[0].path, p, sizeof p);
+    if (n > 1)
+        snprintf(buf, cap, "%s and %zu more file%s", p, n - 1, n > 2 ? "s" : "");
+    else if (v[0].start == 0 && v[0].end == v[0].file_size)
+        snprintf(buf, cap, "%s", p);
+    else
+        snprintf(buf, cap, "%s bytes %" PRIu64 "-%" PRIu64, p, v[0].start, v[0].end);
+    sb_io_splits_free(v, n);
+    return buf;
 }

@@ -96,6 +96,14 @@ int sb_io_plan_group(const sb_source_spec *src, const sb_io_split *pieces, size_
 /* The encoding of a split of pieces[0..n) (n >= 1), malloc'd; NULL + err. */
 char *sb_io_splits_encode(const sb_io_split *pieces, size_t n, sb_err *err);
 
+/* Writes a human-readable label of an encoded split (either form) into buf[0..cap) (always
+ * NUL-terminated, truncated to fit): "<file> bytes <start>-<end>" for a range of a file
+ * ("<file>" alone when the range is the whole file), "<first file> and N more files" for a
+ * split of several, each path cut to a bounded length. Text that does not decode is shown as
+ * itself, bounded, with control characters as spaces. Returns buf. For messages: the encoding's
+ * tabs and sizes are internals. */
+const char *sb_io_split_describe(const char *enc, char *buf, size_t cap);
+
 /* Parses either form into *out (malloc'd array of *n pieces, free with sb_io_splits_free()).
  * -1 + err naming the problem and its byte offset; *out is NULL then. */
 int sb_io_splits_decode(const char *s, size_t len, sb_io_split **out, size_t *n, sb_err *err);

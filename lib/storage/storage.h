@@ -48,7 +48,8 @@ typedef struct sb_storage_output {
 typedef struct sb_storage_errored {
     const char *stage; /* the op's stage names joined with '+' */
     const char *task_id;
-    const char *input; /* "split <split>" (op 0) or "input partition <id>[ (and more)]" */
+    const char *input; /* "split <index> (<sb_io_split_describe>)" (op 0) or "input partition
+                          <id>[ (and more)]" */
     const char *error; /* the message of the task's first failed attempt */
 } sb_storage_errored;
 

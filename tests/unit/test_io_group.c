@@ -224,3 +224,37 @@ Test(io_group, csv_files_in_one_split_keep_their_own_headers)
     free(first);
     sb_io_splits_free(sp, n);
 }
+
+/* Errors and the sink's _manifest.json named a failed split by its encoding ("0\t24\t24\t/in/a"):
+ * sb_io_split_describe gives the file and range, several files as the first and a count, paths
+ * and undecodable text bounded. */
+Test(io_group, a_split_is_described_for_humans)
+{
+    char buf[200];
+    cr_expect_str_eq(sb_io_split_describe("0\t24\t24\t/in/a.jsonl", buf, sizeof buf),
+                     "/in/a.jsonl");
+    cr_expect_str_eq(sb_io_split_describe("0\t4096\t9000\ts3://b/in/part-7.jsonl", buf, sizeof buf),
+                     "s3://b/in/part-7.jsonl bytes 0-4096");
+    cr_expect_str_eq(sb_io_split_describe("m\t3\t16\t0\t5\t5\t/d/a.jsonl16\t0\t5\t5\t/d/b.jsonl"
+                                          "16\t0\t5\t5\t/d/c.jsonl",
+                                          buf, sizeof buf),
+                     "/d/a.jsonl and 2 more files");
+    cr_expect_str_eq(sb_io_split_describe("m\t2\t16\t0\t5\t5\t/d/a.jsonl16\t0\t5\t5\t/d/b.jsonl",
+                                          buf, sizeof buf),
+                     "/d/a.jsonl and 1 more file");
+    cr_expect_str_eq(sb_io_split_describe("7\tsplit-3", buf, sizeof buf), "7 split-3");
+    /* a long path keeps its tail (the file name), the label stays bounded */
+    char enc[600];
+    int n = snprintf(enc, sizeof enc, "0\t10\t10\t/");
+    for (int i = 0; i < 400; i++)
+        enc[n++] = 'd';
+    snprintf(enc + n, sizeof enc - (size_t)n, "/part-9.jsonl");
+    sb_io_split_describe(enc, buf, sizeof buf);
+    cr_expect(strlen(buf) <= 130, "%zu bytes: %s", strlen(buf), buf);
+    cr_expect(strstr(buf, "part-9.jsonl") != NULL, "%s", buf);
+    cr_expect(strchr(buf, '\t') == NULL, "%s", buf);
+    /* a small buffer truncates */
+    char small[8];
+    sb_io_split_describe("0\t24\t24\t/in/a.jsonl", small, sizeof small);
+    cr_expect_eq(strlen(small), 7);
+}

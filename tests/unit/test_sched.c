@@ -634,6 +634,8 @@ Test(sched, data_errors_are_not_retried_and_errored_partitions_are_listed)
         cr_expect_str_eq(e[i].stage, "load");
         cr_expect(strncmp(e[i].input, "split ", 6) == 0 && strstr(e[i].input, "split-") != NULL,
                   "%s", e[i].input);
+        /* a label for people, not the split's tab-separated encoding */
+        cr_expect(strchr(e[i].input, '\t') == NULL, "%s", e[i].input);
         cr_expect_str_eq(e[i].error, "boom: bad record");
         cr_expect(strstr(e[i].task_id, "ns/t/s0-t") == e[i].task_id, "%s", e[i].task_id);
     }
