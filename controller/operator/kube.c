@@ -1,3 +1,8 @@
+/* kube.c — the Kubernetes backend of a run (see kube.h): the worker pods of each pool, their
+ * manifests (sb_kube_pod_json), creation, scaling, deletion and rebinding after a failover, and
+ * the pod events that tell the controller a worker ended. Owns the pod and pool tables (under
+ * its mutex); the API client is the caller's. */
+
 #include "controller/operator/kube.h"
 
 #include <inttypes.h>
@@ -479,20 +484,12 @@ static int nonempty_list(const cJSON *tmpl, const char *key)
     return cJSON_IsArray(l) && cJSON_GetArraySize(l) > 0;
 }
 
-cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, const char *name)
+/* The pod's metadata: its name, the template's labels and annotations under ours (ours win, so
+ * the operator always finds its pods), and the Pipeline as owner (garbage collection deletes the
+ * pod with it). Returns the metadata object, NULL when out of memory. */
+static cJSON *pod_metadata(cJSON *o, const sb_kube_config *cfg, const sb_kube_pool *pool,
+                           const char *name, const cJSON *t)
 {
-    if (cfg == NULL || pool == NULL || name == NULL || cfg->namespace == NULL ||
-        cfg->pipeline == NULL || cfg->controller_address == NULL || pool->pool == NULL)
-        return NULL;
-    const cJSON *t = cfg->worker_template;
-    unsigned port_no = cfg->worker_port ? cfg->worker_port : 7070;
-    const char *cpu = pool->cpu_buf[0] ? pool->cpu_buf : pool->cpu;
-    const char *mem = pool->memory_buf[0] ? pool->memory_buf : pool->memory;
-    cJSON *o = cJSON_CreateObject();
-    if (o == NULL)
-        return NULL;
-    cJSON_AddStringToObject(o, "apiVersion", "v1");
-    cJSON_AddStringToObject(o, "kind", "Pod");
     cJSON *md = cJSON_AddObjectToObject(o, "metadata");
     cJSON_AddStringToObject(md, "name", name);
     cJSON_AddStringToObject(md, "namespace", cfg->namespace);
@@ -518,7 +515,14 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
         cJSON_AddBoolToObject(ref, "blockOwnerDeletion", 1);
         cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
     }
-    cJSON *spec = cJSON_AddObjectToObject(o, "spec");
+    return md;
+}
+
+/* The pod-level spec fields before volumes and containers: never restarted by the kubelet, no
+ * API token, the image's non-root user, and the template's placement (node selector,
+ * tolerations). */
+static void pod_spec_base(cJSON *spec, const cJSON *t)
+{
     cJSON_AddStringToObject(spec, "restartPolicy", "Never");
     copy_str(spec, "serviceAccountName", t);
     /* workers never call the API: no token in the pod unless the template asks for one */
@@ -539,6 +543,12 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     const cJSON *tol = jobj(t, "tolerations");
     if (cJSON_IsArray(tol) && cJSON_GetArraySize(tol) > 0)
         cJSON_AddItemToObject(spec, "tolerations", cJSON_Duplicate(tol, 1));
+}
+
+/* The pod's volumes: the spill emptyDir, the TLS secret when the run uses TLS, then the
+ * template's. Returns the array, NULL when out of memory. */
+static cJSON *pod_volumes(cJSON *spec, const sb_kube_config *cfg, const cJSON *t)
+{
     cJSON *vols = cJSON_AddArrayToObject(spec, "volumes");
     cJSON *spill = cJSON_CreateObject();
     cJSON_AddStringToObject(spill, "name", SB_WORKER_SPILL_VOLUME);
@@ -553,6 +563,15 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
         cJSON_AddItemToArray(vols, tv);
     }
     append_items(vols, t, "volumes");
+    return vols;
+}
+
+/* The worker container's name, image (the template's, else the GPU or CPU default), ports (data
+ * and metrics) and a locked-down security context. Returns the container, NULL when out of
+ * memory. */
+static cJSON *pod_container(cJSON *spec, const sb_kube_config *cfg, const sb_kube_pool *pool,
+                            const cJSON *t, unsigned port_no)
+{
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "containers"), c);
     cJSON_AddStringToObject(c, "name", "worker");
@@ -582,6 +601,15 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
     cJSON_AddItemToArray(
         cJSON_AddArrayToObject(cJSON_AddObjectToObject(csc, "capabilities"), "drop"),
         cJSON_CreateString("ALL"));
+    return c;
+}
+
+/* The worker's environment (its configuration: cmd/streambatch-worker.c reads these), then the
+ * credentials secret's keys and the template's variables. Returns the array, NULL when out of
+ * memory. */
+static cJSON *pod_env(cJSON *c, const sb_kube_config *cfg, const sb_kube_pool *pool, const cJSON *t,
+                      unsigned port_no)
+{
     if (nonempty_list(t, "envFrom"))
         append_items(cJSON_AddArrayToObject(c, "envFrom"), t, "envFrom");
     cJSON *env = cJSON_AddArrayToObject(c, "env");
@@ -624,6 +652,16 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
         if (jstr(e, "name") != NULL)
             cJSON_AddItemToArray(env, cJSON_Duplicate(e, 1));
     }
+    return env;
+}
+
+/* The container's mounts (spill, TLS, the template's) and its resources: requests equal to
+ * limits, from the pool's cpu, memory and GPUs. 0, or -1 when out of memory. */
+static int pod_mounts_resources(cJSON *c, const sb_kube_config *cfg, const sb_kube_pool *pool,
+                                const cJSON *t)
+{
+    const char *cpu = pool->cpu_buf[0] ? pool->cpu_buf : pool->cpu;
+    const char *mem = pool->memory_buf[0] ? pool->memory_buf : pool->memory;
     cJSON *mounts = cJSON_AddArrayToObject(c, "volumeMounts");
     cJSON *sm = cJSON_CreateObject();
     cJSON_AddStringToObject(sm, "name", SB_WORKER_SPILL_VOLUME);
@@ -649,13 +687,35 @@ cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, con
         cJSON_AddStringToObject(lim, "memory", mem);
     }
     if (pool->gpus > 0) {
+        char num[32];
         snprintf(num, sizeof num, "%u", pool->gpus);
         cJSON_AddStringToObject(req, "nvidia.com/gpu", num);
         cJSON_AddStringToObject(lim, "nvidia.com/gpu", num);
     }
+    return mounts == NULL || req == NULL || lim == NULL ? -1 : 0;
+}
+
+cJSON *sb_kube_pod_json(const sb_kube_config *cfg, const sb_kube_pool *pool, const char *name)
+{
+    if (cfg == NULL || pool == NULL || name == NULL || cfg->namespace == NULL ||
+        cfg->pipeline == NULL || cfg->controller_address == NULL || pool->pool == NULL)
+        return NULL;
+    const cJSON *t = cfg->worker_template;
+    unsigned port_no = cfg->worker_port ? cfg->worker_port : 7070;
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL)
+        return NULL;
+    cJSON_AddStringToObject(o, "apiVersion", "v1");
+    cJSON_AddStringToObject(o, "kind", "Pod");
+    cJSON *md = pod_metadata(o, cfg, pool, name, t);
+    cJSON *spec = cJSON_AddObjectToObject(o, "spec");
+    pod_spec_base(spec, t);
+    cJSON *vols = pod_volumes(spec, cfg, t);
+    cJSON *c = pod_container(spec, cfg, pool, t, port_no);
+    cJSON *env = pod_env(c, cfg, pool, t, port_no);
+    int rest = pod_mounts_resources(c, cfg, pool, t);
     /* cJSON_Add* return NULL when out of memory: a pod without its parts must not be sent */
-    if (md == NULL || spec == NULL || c == NULL || env == NULL || mounts == NULL || vols == NULL ||
-        req == NULL || lim == NULL) {
+    if (md == NULL || spec == NULL || c == NULL || env == NULL || vols == NULL || rest != 0) {
         cJSON_Delete(o);
         return NULL;
     }

@@ -1,3 +1,7 @@
+/* leader.c — leader election on a coordination.k8s.io/v1 Lease (see leader.h): a thread that
+ * acquires and renews the Lease, judging expiry by locally observed time, and calls on_started /
+ * on_stopped as leadership comes and goes. Owns that thread and its own API client. */
+
 #include "controller/operator/leader.h"
 
 #include <cjson/cJSON.h>

@@ -1,3 +1,8 @@
+/* operator.c — the Pipeline operator's main loop (see operator.h): informers on Pipelines and
+ * their pods, the work queue and reconciler threads, finalizers, starting, ticking, suspending
+ * and stopping runs, the event thread, leader election and shutdown. Owns the table of runs
+ * (entry, under op.mu) and each entry's status as last built. */
+
 #include "controller/operator/operator.h"
 
 #include <pthread.h>
@@ -597,95 +602,194 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
     return rc == 0 ? RC_OK : RC_ERROR;
 }
 
-static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const char *key,
-                               const char *ns, const char *name, int64_t gen, long *requeue)
+/* What reconcile_start's phases share: the Pipeline, who it is, and the status being built. */
+typedef struct {
+    op *o;
+    sb_k8s_client *c;
+    const cJSON *obj;
+    const char *key, *ns, *name, *uid;
+    const char *phase; /* the phase in the current status */
+    int64_t gen;
+    char now[32];
+    cJSON *st; /* the status to write: a copy of the current one */
+} start_ctx;
+
+/* The spec does not decode: the Pipeline fails with InvalidSpec; the event is posted once per
+ * generation. */
+static rresult start_invalid(start_ctx *x, const char *msg)
 {
-    char now[32], msg[4096];
-    now_str(now, sizeof now);
-    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(obj, "status");
-    cJSON *st = cur != NULL ? cJSON_Duplicate(cur, 1) : cJSON_CreateObject();
-    const char *uid = sb_operator_str_at(obj, "metadata", "uid");
-    const char *phase = phase_of(cur);
-    sb_pipeline p;
-    int bad = sb_operator_decode(obj, &p, NULL, msg, sizeof msg);
-    if (bad < 0) {
-        cJSON_Delete(st);
-        return RC_ERROR;
-    }
-    if (bad > 0) {
-        int first =
-            !sb_operator_condition_true(st, "InvalidSpec") ||
-            cJSON_GetObjectItemCaseSensitive(st, "observedGeneration") == NULL ||
-            cJSON_GetObjectItemCaseSensitive(st, "observedGeneration")->valuedouble != (double)gen;
-        set_str(st, "phase", "Failed");
-        set_str(st, "message", msg);
-        set_num(st, "observedGeneration", (double)gen);
-        sb_operator_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, gen, now);
-        sb_operator_condition_set(st, "Failed", 1, "InvalidSpec", msg, gen, now);
-        sb_operator_condition_set(st, "Running", 0, "Failed", "", gen, now);
-        if (sb_operator_str_at(st, "completionTime", NULL) == NULL)
-            set_str(st, "completionTime", now);
-        int rc = sync_status(c, obj, st);
-        if (first && rc == 0)
-            post_event(o, c, ns, name, uid, "Warning", "InvalidSpec", msg);
-        cJSON_Delete(st);
-        return rc == 0 ? RC_OK : RC_ERROR;
-    }
-    int suspend = p.spec.suspend;
-    sb_pipeline_free(&p);
-    set_num(st, "observedGeneration", (double)gen);
-    if (suspend) {
-        set_str(st, "phase", "Suspended");
-        sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept",
-                                  gen, now);
-        sb_operator_condition_set(st, "Running", 0, "Suspended", "", gen, now);
-        int was = strcmp(phase, "Suspended") == 0;
-        int rc = sync_status(c, obj, st);
-        if (!was && rc == 0)
-            post_event(o, c, ns, name, uid, "Normal", "Suspended", "suspended before it started");
-        cJSON_Delete(st);
-        return rc == 0 ? RC_OK : RC_ERROR;
-    }
-    /* start or resume */
-    sb_ckpt cp;
-    memset(&cp, 0, sizeof cp);
-    int have_cp = 0;
+    cJSON *st = x->st;
+    int first =
+        !sb_operator_condition_true(st, "InvalidSpec") ||
+        cJSON_GetObjectItemCaseSensitive(st, "observedGeneration") == NULL ||
+        cJSON_GetObjectItemCaseSensitive(st, "observedGeneration")->valuedouble != (double)x->gen;
+    set_str(st, "phase", "Failed");
+    set_str(st, "message", msg);
+    set_num(st, "observedGeneration", (double)x->gen);
+    sb_operator_condition_set(st, "InvalidSpec", 1, "InvalidSpec", msg, x->gen, x->now);
+    sb_operator_condition_set(st, "Failed", 1, "InvalidSpec", msg, x->gen, x->now);
+    sb_operator_condition_set(st, "Running", 0, "Failed", "", x->gen, x->now);
+    if (sb_operator_str_at(st, "completionTime", NULL) == NULL)
+        set_str(st, "completionTime", x->now);
+    int rc = sync_status(x->c, x->obj, st);
+    if (first && rc == 0)
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Warning", "InvalidSpec", msg);
+    return rc == 0 ? RC_OK : RC_ERROR;
+}
+
+/* spec.suspend before the run started: no workers; the status says Suspended. */
+static rresult start_suspended(start_ctx *x)
+{
+    cJSON *st = x->st;
+    set_str(st, "phase", "Suspended");
+    sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept",
+                              x->gen, x->now);
+    sb_operator_condition_set(st, "Running", 0, "Suspended", "", x->gen, x->now);
+    int was = strcmp(x->phase, "Suspended") == 0;
+    int rc = sync_status(x->c, x->obj, st);
+    if (!was && rc == 0)
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Normal", "Suspended",
+                   "suspended before it started");
+    return rc == 0 ? RC_OK : RC_ERROR;
+}
+
+/* The checkpoint to resume from when the Pipeline was Running (a new leader takes over) or
+ * Suspended: the status's; none committed when a leader died before its first; an unreadable one
+ * is reported and everything re-runs at a new epoch. Returns whether *cp holds one. */
+static int start_checkpoint(const start_ctx *x, const cJSON *cur, sb_ckpt *cp)
+{
     const cJSON *cpj = cJSON_GetObjectItemCaseSensitive(cur, "checkpoint");
-    int resuming = strcmp(phase, "Running") == 0 || strcmp(phase, "Suspended") == 0;
+    int resuming = strcmp(x->phase, "Running") == 0 || strcmp(x->phase, "Suspended") == 0;
     if (resuming && cpj != NULL) {
         /* the split count is only known after planning: parse with a generous bound first,
          * the scheduler checks the ranges against the plan again */
         sb_err err = {0};
-        if (sb_ckpt_parse(cpj, (size_t)1 << 24, "status.checkpoint", &cp, &err) == 0) {
-            have_cp = 1;
-        } else {
-            post_event(o, c, ns, name, uid, "Warning", "InvalidCheckpoint", err.msg);
-            const cJSON *ep = cJSON_GetObjectItemCaseSensitive(cpj, "epoch");
-            memset(&cp, 0, sizeof cp);
-            cp.epoch = cJSON_IsNumber(ep) && ep->valuedouble >= 0 && ep->valuedouble < 4e9
-                           ? (uint32_t)ep->valuedouble
-                           : 0;
-            cp.committed_splits = strdup("");
-            have_cp = 1; /* re-run everything at a new epoch (sink writes are idempotent) */
-        }
-    } else if (resuming) {
-        cp.committed_splits = strdup(""); /* a leader died before its first checkpoint */
-        have_cp = 1;
+        if (sb_ckpt_parse(cpj, (size_t)1 << 24, "status.checkpoint", cp, &err) == 0)
+            return 1;
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Warning", "InvalidCheckpoint", err.msg);
+        const cJSON *ep = cJSON_GetObjectItemCaseSensitive(cpj, "epoch");
+        memset(cp, 0, sizeof *cp);
+        cp->epoch = cJSON_IsNumber(ep) && ep->valuedouble >= 0 && ep->valuedouble < 4e9
+                        ? (uint32_t)ep->valuedouble
+                        : 0;
+        cp->committed_splits = strdup("");
+        return 1; /* re-run everything at a new epoch (sink writes are idempotent) */
     }
+    if (resuming) {
+        cp->committed_splits = strdup(""); /* a leader died before its first checkpoint */
+        return 1;
+    }
+    return 0;
+}
+
+/* A new table entry for the run, owning the status x->st. NULL when out of memory. */
+static entry *start_entry(const start_ctx *x)
+{
     entry *e = calloc(1, sizeof *e);
-    if (e == NULL) {
-        sb_ckpt_free(&cp);
-        cJSON_Delete(st);
+    if (e == NULL)
+        return NULL;
+    snprintf(e->key, sizeof e->key, "%s", x->key);
+    snprintf(e->ns, sizeof e->ns, "%s", x->ns);
+    snprintf(e->name, sizeof e->name, "%s", x->name);
+    snprintf(e->uid, sizeof e->uid, "%s", x->uid ? x->uid : "");
+    e->op = x->o;
+    e->refused_gen = -1;
+    e->gen = x->gen;
+    e->status = x->st;
+    return e;
+}
+
+/* The run did not start (e is out of the table): a plan error fails the Pipeline with
+ * InvalidSpec; any other error is retried. */
+static rresult start_failed(start_ctx *x, entry *e, int plan_error, const sb_err *err)
+{
+    cJSON *st = x->st;
+    if (!plan_error) {
+        sb_log(SB_LOG_WARN, "starting a run failed", "pipeline", x->key, "error", err->msg, NULL);
+        entry_free(e);
         return RC_ERROR;
     }
-    snprintf(e->key, sizeof e->key, "%s", key);
-    snprintf(e->ns, sizeof e->ns, "%s", ns);
-    snprintf(e->name, sizeof e->name, "%s", name);
-    snprintf(e->uid, sizeof e->uid, "%s", uid ? uid : "");
-    e->op = o;
-    e->refused_gen = -1;
-    e->gen = gen;
-    e->status = st;
+    set_str(st, "phase", "Failed");
+    set_str(st, "message", err->msg);
+    sb_operator_condition_set(st, "InvalidSpec", 1, "InvalidSpec", err->msg, x->gen, x->now);
+    sb_operator_condition_set(st, "Failed", 1, "InvalidSpec", err->msg, x->gen, x->now);
+    sb_operator_condition_set(st, "Running", 0, "Failed", "", x->gen, x->now);
+    if (sb_operator_str_at(st, "completionTime", NULL) == NULL)
+        set_str(st, "completionTime", x->now);
+    int wr = write_status(x->c, x->obj, st);
+    post_event(x->o, x->c, x->ns, x->name, x->uid, "Warning", "InvalidSpec", err->msg);
+    entry_free(e);
+    return wr == 0 ? RC_OK : RC_ERROR;
+}
+
+/* The run started: the status says Running (with this leader), an event says how (Started,
+ * Resumed or TookOver), and the first status write is remembered for the ticks. */
+static void start_running(start_ctx *x, entry *e, sb_operator_pipeline *run, int have_cp)
+{
+    cJSON *st = x->st;
+    pthread_mutex_lock(&x->o->mu);
+    e->run = run;
+    pthread_mutex_unlock(&x->o->mu);
+    set_str(st, "phase", "Running");
+    set_str(st, "leader", x->o->cfg->identity);
+    cJSON_DeleteItemFromObjectCaseSensitive(st, "completionTime");
+    if (sb_operator_str_at(st, "startTime", NULL) == NULL)
+        set_str(st, "startTime", x->now);
+    sb_operator_condition_set(st, "Running", 1, "Running", "", x->gen, x->now);
+    if (sb_operator_condition_get(st, "Suspended") != NULL)
+        sb_operator_condition_set(st, "Suspended", 0, "Resumed", "", x->gen, x->now);
+    sb_operator_pipeline_status(run, st, x->gen, x->now);
+    char m[256];
+    if (have_cp && strcmp(x->phase, "Running") == 0) {
+        /* The split count is known only once a worker has planned the source. */
+        snprintf(m, sizeof m, "epoch %u, %zu splits already committed",
+                 sb_operator_pipeline_epoch(run), sb_operator_pipeline_committed_at_start(run));
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Normal", "TookOver", m);
+    } else if (have_cp) {
+        snprintf(m, sizeof m, "epoch %u, %zu splits already committed",
+                 sb_operator_pipeline_epoch(run), sb_operator_pipeline_committed_at_start(run));
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Normal", "Resumed", m);
+    } else {
+        snprintf(m, sizeof m, "worker pods requested; a worker plans the source");
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Normal", "Started", m);
+    }
+}
+
+static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const char *key,
+                               const char *ns, const char *name, int64_t gen, long *requeue)
+{
+    start_ctx x = {.o = o, .c = c, .obj = obj, .key = key, .ns = ns, .name = name, .gen = gen};
+    char msg[4096];
+    now_str(x.now, sizeof x.now);
+    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    x.st = cur != NULL ? cJSON_Duplicate(cur, 1) : cJSON_CreateObject();
+    x.uid = sb_operator_str_at(obj, "metadata", "uid");
+    x.phase = phase_of(cur);
+    sb_pipeline p;
+    int bad = sb_operator_decode(obj, &p, NULL, msg, sizeof msg);
+    if (bad != 0) {
+        rresult r = bad < 0 ? RC_ERROR : start_invalid(&x, msg);
+        cJSON_Delete(x.st);
+        return r;
+    }
+    int suspend = p.spec.suspend;
+    sb_pipeline_free(&p);
+    set_num(x.st, "observedGeneration", (double)gen);
+    if (suspend) {
+        rresult r = start_suspended(&x);
+        cJSON_Delete(x.st);
+        return r;
+    }
+    /* start or resume */
+    sb_ckpt cp;
+    memset(&cp, 0, sizeof cp);
+    int have_cp = start_checkpoint(&x, cur, &cp);
+    entry *e = start_entry(&x);
+    if (e == NULL) {
+        sb_ckpt_free(&cp);
+        cJSON_Delete(x.st);
+        return RC_ERROR;
+    }
     sb_operator_pipeline_config rc = {.client = o->shared,
                                       .object = obj,
                                       .grpc_host = o->cfg->grpc_host,
@@ -712,52 +816,12 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     if (run == NULL) {
         entry_remove(o, e);
         sb_ckpt_free(&cp);
-        if (!plan_error) {
-            sb_log(SB_LOG_WARN, "starting a run failed", "pipeline", key, "error", err.msg, NULL);
-            entry_free(e);
-            return RC_ERROR;
-        }
-        set_str(st, "phase", "Failed");
-        set_str(st, "message", err.msg);
-        sb_operator_condition_set(st, "InvalidSpec", 1, "InvalidSpec", err.msg, gen, now);
-        sb_operator_condition_set(st, "Failed", 1, "InvalidSpec", err.msg, gen, now);
-        sb_operator_condition_set(st, "Running", 0, "Failed", "", gen, now);
-        if (sb_operator_str_at(st, "completionTime", NULL) == NULL)
-            set_str(st, "completionTime", now);
-        int wr = write_status(c, obj, st);
-        post_event(o, c, ns, name, uid, "Warning", "InvalidSpec", err.msg);
-        entry_free(e);
-        return wr == 0 ? RC_OK : RC_ERROR;
+        return start_failed(&x, e, plan_error, &err);
     }
-    pthread_mutex_lock(&o->mu);
-    e->run = run;
-    pthread_mutex_unlock(&o->mu);
-    set_str(st, "phase", "Running");
-    set_str(st, "leader", o->cfg->identity);
-    cJSON_DeleteItemFromObjectCaseSensitive(st, "completionTime");
-    if (sb_operator_str_at(st, "startTime", NULL) == NULL)
-        set_str(st, "startTime", now);
-    sb_operator_condition_set(st, "Running", 1, "Running", "", gen, now);
-    if (sb_operator_condition_get(st, "Suspended") != NULL)
-        sb_operator_condition_set(st, "Suspended", 0, "Resumed", "", gen, now);
-    sb_operator_pipeline_status(run, st, gen, now);
-    char m[256];
-    if (have_cp && strcmp(phase, "Running") == 0) {
-        /* The split count is known only once a worker has planned the source. */
-        snprintf(m, sizeof m, "epoch %u, %zu splits already committed",
-                 sb_operator_pipeline_epoch(run), sb_operator_pipeline_committed_at_start(run));
-        post_event(o, c, ns, name, uid, "Normal", "TookOver", m);
-    } else if (have_cp) {
-        snprintf(m, sizeof m, "epoch %u, %zu splits already committed",
-                 sb_operator_pipeline_epoch(run), sb_operator_pipeline_committed_at_start(run));
-        post_event(o, c, ns, name, uid, "Normal", "Resumed", m);
-    } else {
-        snprintf(m, sizeof m, "worker pods requested; a worker plans the source");
-        post_event(o, c, ns, name, uid, "Normal", "Started", m);
-    }
+    start_running(&x, e, run, have_cp);
     sb_ckpt_free(&cp);
-    if (write_status(c, obj, st) == 0) {
-        e->written = cJSON_Duplicate(st, 1);
+    if (write_status(c, obj, x.st) == 0) {
+        e->written = cJSON_Duplicate(x.st, 1);
         e->last_write = sb_operator_mono_ms();
     }
     *requeue = TICK_MS;
@@ -973,6 +1037,133 @@ static int start_informers(op *o, sb_err *err)
     return 0;
 }
 
+/* The operator's connections and helpers, before any informer: the Kubernetes config and shared
+ * client, the metrics, the work queue, the event thread, and the metrics/health endpoint when
+ * asked for. -1 with err set; what was made is freed by operator_shutdown. */
+static int operator_open(op *o, const sb_operator_config *cfg, sb_err *err)
+{
+    if (cfg->kubeconfig != NULL || cfg->context != NULL)
+        o->k8s = sb_k8s_config_load_kubeconfig(cfg->kubeconfig, cfg->context, err);
+    else
+        o->k8s = sb_k8s_config_load_default(err);
+    if (o->k8s == NULL)
+        return -1;
+    o->shared = sb_k8s_client_new(o->k8s, err);
+    o->metrics = sb_operator_metrics_new();
+    if (o->metrics != NULL)
+        sb_operator_metrics_on_pipelines(o->metrics, pipeline_metrics, o);
+    sb_k8s_queue_opts qo = {.base_delay_s = 0.05, .max_delay_s = 60};
+    o->q = sb_k8s_queue_new(&qo, err);
+    if (o->shared == NULL || o->metrics == NULL || o->q == NULL)
+        return -1;
+    if (pthread_create(&o->evthread, NULL, event_main, o) != 0)
+        return sb_err_set(err, "cannot start the event thread");
+    o->evthread_started = 1;
+    if (cfg->metrics_host != NULL) {
+        sb_operator_http_config hc = {.host = cfg->metrics_host,
+                                      .port = cfg->metrics_port,
+                                      .metrics = o->metrics,
+                                      .gauges = gauges,
+                                      .ud = o};
+        o->http = sb_operator_http_start(&hc, err);
+        if (o->http == NULL)
+            return -1;
+        char port[16];
+        snprintf(port, sizeof port, "%d", sb_operator_http_port(o->http));
+        sb_log(SB_LOG_INFO, "metrics and health endpoints", "host", cfg->metrics_host, "port", port,
+               NULL);
+    }
+    return 0;
+}
+
+/* Waits until every namespace's informers have listed their objects (reconciling before would
+ * act on an empty cache). Returns 1 when asked to stop first. */
+static int operator_wait_synced(op *o)
+{
+    for (size_t i = 0; i < o->nns; i++)
+        while (!sb_k8s_informer_wait_synced(o->pipes[i], 1000) ||
+               !sb_k8s_informer_wait_synced(o->pods[i], 1000))
+            if (*o->cfg->stop)
+                return 1;
+    atomic_store(&o->synced, 1);
+    sb_log(SB_LOG_INFO, "informers synced", "identity", o->cfg->identity, NULL);
+    return 0;
+}
+
+/* Runs pipelines only while leading: with leader election, on_started and on_stopped follow the
+ * lease; without, this operator leads from now on. -1 with err set. */
+static int operator_lead(op *o, sb_err *err)
+{
+    const sb_operator_config *cfg = o->cfg;
+    if (!cfg->leader_elect) {
+        on_started(o);
+        return 0;
+    }
+    sb_leader_config lc = {.k8s = o->k8s,
+                           .namespace = cfg->lease_namespace != NULL
+                                            ? cfg->lease_namespace
+                                            : sb_k8s_config_namespace(o->k8s),
+                           .name = cfg->lease_name,
+                           .identity = cfg->identity,
+                           .lease_ms = cfg->lease_ms,
+                           .renew_ms = cfg->renew_ms,
+                           .retry_ms = cfg->retry_ms,
+                           .on_started = on_started,
+                           .on_stopped = on_stopped,
+                           .ud = o};
+    o->leader = sb_leader_start(&lc, err);
+    return o->leader == NULL ? -1 : 0;
+}
+
+/* Stops everything sb_operator_run started, in an order that keeps each part's users alive:
+ * queue and reconcile workers, pod informers, runs (a last status with the checkpoint when
+ * stopping cleanly, rc 0; their pods stay for the next leader), events, then the rest. */
+static void operator_shutdown(op *o, pthread_t *threads, int nthreads, int rc)
+{
+    if (o->q != NULL)
+        sb_k8s_queue_shutdown(o->q);
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(threads[i], NULL);
+    /* stop the informers before the runs, so no pod event reaches a freed run */
+    for (size_t i = 0; i < o->nns; i++) {
+        sb_k8s_informer_free(o->pods[i]);
+        o->pods[i] = NULL;
+    }
+    /* leave the pods for the next leader; a last status carries the checkpoint */
+    while (o->runs != NULL) {
+        entry *e = o->runs;
+        o->runs = e->next;
+        if (rc == 0 && e->run != NULL) {
+            char now[32];
+            now_str(now, sizeof now);
+            cJSON *obj = sb_k8s_informer_get(o->pipes[ns_index(o, e->ns)], e->key);
+            if (obj != NULL && sb_operator_pipeline_status(e->run, e->status, e->gen, now) == 0)
+                write_status(o->shared, obj, e->status);
+            cJSON_Delete(obj);
+        }
+        sb_operator_pipeline_stop(e->run, 0);
+        entry_free(e);
+    }
+    for (size_t i = 0; i < o->nns; i++)
+        sb_k8s_informer_free(o->pipes[i]);
+    if (o->evthread_started) { /* runs are stopped: post what they raised, then end */
+        pthread_mutex_lock(&o->evmu);
+        o->evstop = 1;
+        pthread_cond_signal(&o->evcv);
+        pthread_mutex_unlock(&o->evmu);
+        pthread_join(o->evthread, NULL);
+    }
+    sb_leader_stop(o->leader, rc == 0);
+    sb_operator_http_stop(o->http);
+    sb_k8s_queue_free(o->q);
+    sb_operator_metrics_free(o->metrics);
+    sb_k8s_client_free(o->shared);
+    sb_k8s_config_free(o->k8s);
+    pthread_cond_destroy(&o->evcv);
+    pthread_mutex_destroy(&o->evmu);
+    pthread_mutex_destroy(&o->mu);
+}
+
 int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
 {
     op o;
@@ -984,120 +1175,24 @@ int sb_operator_run(const sb_operator_config *cfg, sb_err *err)
     int rc = -1;
     pthread_t threads[64];
     int nthreads = 0;
-    if (cfg->kubeconfig != NULL || cfg->context != NULL)
-        o.k8s = sb_k8s_config_load_kubeconfig(cfg->kubeconfig, cfg->context, err);
-    else
-        o.k8s = sb_k8s_config_load_default(err);
-    if (o.k8s == NULL)
+    if (operator_open(&o, cfg, err) != 0 || start_informers(&o, err) != 0)
         goto out;
-    o.shared = sb_k8s_client_new(o.k8s, err);
-    o.metrics = sb_operator_metrics_new();
-    if (o.metrics != NULL)
-        sb_operator_metrics_on_pipelines(o.metrics, pipeline_metrics, &o);
-    sb_k8s_queue_opts qo = {.base_delay_s = 0.05, .max_delay_s = 60};
-    o.q = sb_k8s_queue_new(&qo, err);
-    if (o.shared == NULL || o.metrics == NULL || o.q == NULL)
-        goto out;
-    if (pthread_create(&o.evthread, NULL, event_main, &o) != 0) {
-        sb_err_set(err, "cannot start the event thread");
+    if (operator_wait_synced(&o)) {
+        rc = 0;
         goto out;
     }
-    o.evthread_started = 1;
-    if (cfg->metrics_host != NULL) {
-        sb_operator_http_config hc = {.host = cfg->metrics_host,
-                                      .port = cfg->metrics_port,
-                                      .metrics = o.metrics,
-                                      .gauges = gauges,
-                                      .ud = &o};
-        o.http = sb_operator_http_start(&hc, err);
-        if (o.http == NULL)
-            goto out;
-        char port[16];
-        snprintf(port, sizeof port, "%d", sb_operator_http_port(o.http));
-        sb_log(SB_LOG_INFO, "metrics and health endpoints", "host", cfg->metrics_host, "port", port,
-               NULL);
-    }
-    if (start_informers(&o, err) != 0)
-        goto out;
-    for (size_t i = 0; i < o.nns; i++)
-        while (!sb_k8s_informer_wait_synced(o.pipes[i], 1000) ||
-               !sb_k8s_informer_wait_synced(o.pods[i], 1000))
-            if (*cfg->stop) {
-                rc = 0;
-                goto out;
-            }
-    atomic_store(&o.synced, 1);
-    sb_log(SB_LOG_INFO, "informers synced", "identity", cfg->identity, NULL);
     int nw = cfg->workers > 0 ? (cfg->workers < 64 ? cfg->workers : 64) : 4;
     for (int i = 0; i < nw; i++)
         if (pthread_create(&threads[nthreads], NULL, worker_main, &o) == 0)
             nthreads++;
-    if (cfg->leader_elect) {
-        sb_leader_config lc = {.k8s = o.k8s,
-                               .namespace = cfg->lease_namespace != NULL
-                                                ? cfg->lease_namespace
-                                                : sb_k8s_config_namespace(o.k8s),
-                               .name = cfg->lease_name,
-                               .identity = cfg->identity,
-                               .lease_ms = cfg->lease_ms,
-                               .renew_ms = cfg->renew_ms,
-                               .retry_ms = cfg->retry_ms,
-                               .on_started = on_started,
-                               .on_stopped = on_stopped,
-                               .ud = &o};
-        o.leader = sb_leader_start(&lc, err);
-        if (o.leader == NULL)
-            goto out;
-    } else {
-        on_started(&o);
-    }
+    if (operator_lead(&o, err) != 0)
+        goto out;
     while (!*cfg->stop && !atomic_load(&o.lost))
         usleep(100 * 1000);
     rc = atomic_load(&o.lost) ? 1 : 0;
     if (rc == 1)
         sb_err_set(err, "lost the leader lease");
 out:
-    if (o.q != NULL)
-        sb_k8s_queue_shutdown(o.q);
-    for (int i = 0; i < nthreads; i++)
-        pthread_join(threads[i], NULL);
-    /* stop the informers before the runs, so no pod event reaches a freed run */
-    for (size_t i = 0; i < o.nns; i++) {
-        sb_k8s_informer_free(o.pods[i]);
-        o.pods[i] = NULL;
-    }
-    /* leave the pods for the next leader; a last status carries the checkpoint */
-    while (o.runs != NULL) {
-        entry *e = o.runs;
-        o.runs = e->next;
-        if (rc == 0 && e->run != NULL) {
-            char now[32];
-            now_str(now, sizeof now);
-            cJSON *obj = sb_k8s_informer_get(o.pipes[ns_index(&o, e->ns)], e->key);
-            if (obj != NULL && sb_operator_pipeline_status(e->run, e->status, e->gen, now) == 0)
-                write_status(o.shared, obj, e->status);
-            cJSON_Delete(obj);
-        }
-        sb_operator_pipeline_stop(e->run, 0);
-        entry_free(e);
-    }
-    for (size_t i = 0; i < o.nns; i++)
-        sb_k8s_informer_free(o.pipes[i]);
-    if (o.evthread_started) { /* runs are stopped: post what they raised, then end */
-        pthread_mutex_lock(&o.evmu);
-        o.evstop = 1;
-        pthread_cond_signal(&o.evcv);
-        pthread_mutex_unlock(&o.evmu);
-        pthread_join(o.evthread, NULL);
-    }
-    sb_leader_stop(o.leader, rc == 0);
-    sb_operator_http_stop(o.http);
-    sb_k8s_queue_free(o.q);
-    sb_operator_metrics_free(o.metrics);
-    sb_k8s_client_free(o.shared);
-    sb_k8s_config_free(o.k8s);
-    pthread_cond_destroy(&o.evcv);
-    pthread_mutex_destroy(&o.evmu);
-    pthread_mutex_destroy(&o.mu);
+    operator_shutdown(&o, threads, nthreads, rc);
     return rc;
 }

@@ -1,3 +1,7 @@
+/* operator_events.c — core/v1 Events about Pipelines (see operator_events.h): building an Event
+ * object, posting it through the API client, and the messages of PartitionErrored and
+ * WorkerDrained. Owns nothing past a call. */
+
 #include "controller/operator/operator_events.h"
 
 #include <inttypes.h>

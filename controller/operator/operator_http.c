@@ -1,3 +1,7 @@
+/* operator_http.c — the controller's /metrics, /healthz and /readyz endpoints (see
+ * operator_http.h): the work-queue, reconcile and leader metrics and the pipelines' figures,
+ * served with lib/metrics. Owns the metrics registry and the server. */
+
 #include "controller/operator/operator_http.h"
 
 #include <stdio.h>

@@ -1,3 +1,7 @@
+/* operator_plan.c — the pure parts of planning a running Pipeline (see operator_plan.h): whether
+ * it is planned, measured rates per stage, drift against the plan, status.plan and the event
+ * message, and the spec re-ordered for a new placement. No I/O, no clock, no state. */
+
 #include "controller/operator/operator_plan.h"
 
 #include <math.h>

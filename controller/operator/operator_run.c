@@ -1,3 +1,8 @@
+/* operator_run.c — one running Pipeline inside the operator (see operator_run.h): starting its
+ * Control service and worker pods (resuming from a checkpoint), the periodic tick (autoscaling,
+ * pod sync, stall watchdog, re-planning), its status and its stop. Owns the run: its decoded
+ * spec, its ctl and kube handles, its pools and its plan. */
+
 #include "controller/operator/operator_run.h"
 
 #include <inttypes.h>
@@ -702,6 +707,90 @@ static int plan_status(sb_operator_pipeline *r, cJSON *status)
     return 0;
 }
 
+/* The scheduler's resume state from cfg->resume (a checkpoint): the next epoch, and the committed
+ * splits and parts when the spec that made them is this one. A spec changed while suspended
+ * starts over at the new epoch, with a CheckpointDiscarded event. */
+static void run_resume(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg,
+                       sb_sched_resume *resume)
+{
+    memset(resume, 0, sizeof *resume);
+    if (cfg->resume == NULL)
+        return;
+    resume->epoch = cfg->resume->epoch + 1;
+    /* committed parts are only valid for the spec that made them: after a change while
+     * suspended (another source, stages or sink) the run starts over at the new epoch */
+    int same =
+        cfg->resume->spec_hash[0] == '\0' || strcmp(cfg->resume->spec_hash, r->spec_hash) == 0;
+    if (same) {
+        resume->committed_splits = cfg->resume->committed_splits;
+        resume->parts = cfg->resume->parts;
+        resume->nparts = cfg->resume->nparts;
+        r->committed_at_start = cfg->resume->ncommitted;
+    } else if (cfg->resume->ncommitted > 0 && cfg->on_event != NULL) {
+        char m[200];
+        snprintf(m, sizeof m,
+                 "the spec changed since %zu splits were committed: they are run again with "
+                 "the new spec",
+                 cfg->resume->ncommitted);
+        cfg->on_event(cfg->ud, "Warning", "CheckpointDiscarded", m);
+    }
+}
+
+/* The worker pods' configuration: the Pipeline's identity, the controller's address (caddr),
+ * images, template and credentials, its pools (one per shape a re-plan may move a stage to) and
+ * each worker's store budget. Strings point into cfg, r and caddr. */
+static void run_kube_config(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg,
+                            const char *caddr, sb_kube_config *kc)
+{
+    memset(kc, 0, sizeof *kc);
+    kc->client = cfg->client;
+    kc->namespace = sb_operator_str_at(cfg->object, "metadata", "namespace");
+    kc->pipeline = sb_operator_str_at(cfg->object, "metadata", "name");
+    kc->pipeline_uid = sb_operator_str_at(cfg->object, "metadata", "uid");
+    kc->controller_address = caddr;
+    kc->epoch = r->epoch;
+    kc->image = cfg->image;
+    kc->gpu_image = cfg->gpu_image;
+    const cJSON *wt = cJSON_GetObjectItemCaseSensitive(r->spec, "workerTemplate");
+    kc->worker_template = cJSON_IsObject(wt) ? wt : NULL;
+    kc->credentials_secret = sb_pipeline_credentials_secret(&r->p);
+    kc->npools = sb_kube_pools_from_spec(&r->p, kc->pools, MAX_POOLS);
+    /* store budget per worker: the pipeline's budget spread over its largest worker count,
+     * at least two partitions (as `streambatch run` does) */
+    uint64_t maxw = 0;
+    for (size_t i = 0; i < kc->npools; i++)
+        maxw += kc->pools[i].max;
+    if (r->plan != NULL) /* also a pool for each shape a re-plan may move a stage to */
+        kc->npools = sb_kube_pools_placed(&r->p, NULL, 1, kc->pools, MAX_POOLS);
+    uint64_t part = (uint64_t)r->p.spec.source.partition_size;
+    uint64_t sb = (uint64_t)r->p.spec.execution.memory_budget / (maxw ? maxw : 1);
+    kc->store_budget = sb < 2 * part ? 2 * part : sb;
+    kc->max_pending = cfg->max_pending;
+    kc->rpc = cfg->rpc;
+    kc->tls_secret = cfg->tls_secret;
+    kc->tls_server_name = cfg->tls_server_name;
+    kc->on_exit = on_exit_cb;
+    kc->on_event = on_event_cb;
+    kc->can_remove = can_remove_cb;
+    kc->ud = r;
+}
+
+/* A resumed run adopts the worker pods an earlier leader left (their partitions are still
+ * there); a failure is logged, not fatal: the run goes on with new pods. */
+static void run_rebind(sb_operator_pipeline *r)
+{
+    sb_err e2 = {0};
+    int n = sb_kube_rebind(r->kube, &e2);
+    if (n < 0)
+        sb_log(SB_LOG_WARN, "rebinding worker pods failed", "pipeline", r->key, "error", e2.msg,
+               NULL);
+    else {
+        char nb[16];
+        snprintf(nb, sizeof nb, "%d", n);
+        sb_log(SB_LOG_INFO, "worker pods rebound", "pipeline", r->key, "pods", nb, NULL);
+    }
+}
+
 sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg,
                                                  int *plan_error, sb_err *err)
 {
@@ -718,7 +807,6 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
     r->ud = cfg->ud;
     const char *ns = sb_operator_str_at(cfg->object, "metadata", "namespace");
     const char *name = sb_operator_str_at(cfg->object, "metadata", "name");
-    const char *uid = sb_operator_str_at(cfg->object, "metadata", "uid");
     snprintf(r->key, sizeof r->key, "%s/%s", ns ? ns : "", name ? name : "");
     char msg[2048];
     int bad = sb_operator_decode(cfg->object, &r->p, &r->json, msg, sizeof msg);
@@ -739,30 +827,9 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
     }
     /* the source is planned and the sink prepared by a worker pod (storage jobs): the
      * controller has no access to user storage */
-    /* resume state */
     sb_sched_resume resume;
-    memset(&resume, 0, sizeof resume);
     sb_ckpt_spec_hash(r->spec, r->spec_hash);
-    if (cfg->resume != NULL) {
-        resume.epoch = cfg->resume->epoch + 1;
-        /* committed parts are only valid for the spec that made them: after a change while
-         * suspended (another source, stages or sink) the run starts over at the new epoch */
-        int same =
-            cfg->resume->spec_hash[0] == '\0' || strcmp(cfg->resume->spec_hash, r->spec_hash) == 0;
-        if (same) {
-            resume.committed_splits = cfg->resume->committed_splits;
-            resume.parts = cfg->resume->parts;
-            resume.nparts = cfg->resume->nparts;
-            r->committed_at_start = cfg->resume->ncommitted;
-        } else if (cfg->resume->ncommitted > 0 && cfg->on_event != NULL) {
-            char m[200];
-            snprintf(m, sizeof m,
-                     "the spec changed since %zu splits were committed: they are run again with "
-                     "the new spec",
-                     cfg->resume->ncommitted);
-            cfg->on_event(cfg->ud, "Warning", "CheckpointDiscarded", m);
-        }
-    }
+    run_resume(r, cfg, &resume);
     r->epoch = resume.epoch;
     char listen[300];
     snprintf(listen, sizeof listen, "%s:0", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1");
@@ -788,37 +855,7 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
     snprintf(caddr, sizeof caddr, "%s:%d", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1",
              sb_ctl_port(r->ctl));
     sb_kube_config kc;
-    memset(&kc, 0, sizeof kc);
-    kc.client = cfg->client;
-    kc.namespace = ns;
-    kc.pipeline = name;
-    kc.pipeline_uid = uid;
-    kc.controller_address = caddr;
-    kc.epoch = r->epoch;
-    kc.image = cfg->image;
-    kc.gpu_image = cfg->gpu_image;
-    const cJSON *wt = cJSON_GetObjectItemCaseSensitive(r->spec, "workerTemplate");
-    kc.worker_template = cJSON_IsObject(wt) ? wt : NULL;
-    kc.credentials_secret = sb_pipeline_credentials_secret(&r->p);
-    kc.npools = sb_kube_pools_from_spec(&r->p, kc.pools, MAX_POOLS);
-    /* store budget per worker: the pipeline's budget spread over its largest worker count,
-     * at least two partitions (as `streambatch run` does) */
-    uint64_t maxw = 0;
-    for (size_t i = 0; i < kc.npools; i++)
-        maxw += kc.pools[i].max;
-    if (r->plan != NULL) /* also a pool for each shape a re-plan may move a stage to */
-        kc.npools = sb_kube_pools_placed(&r->p, NULL, 1, kc.pools, MAX_POOLS);
-    uint64_t part = (uint64_t)r->p.spec.source.partition_size;
-    uint64_t sb = (uint64_t)r->p.spec.execution.memory_budget / (maxw ? maxw : 1);
-    kc.store_budget = sb < 2 * part ? 2 * part : sb;
-    kc.max_pending = cfg->max_pending;
-    kc.rpc = cfg->rpc;
-    kc.tls_secret = cfg->tls_secret;
-    kc.tls_server_name = cfg->tls_server_name;
-    kc.on_exit = on_exit_cb;
-    kc.on_event = on_event_cb;
-    kc.can_remove = can_remove_cb;
-    kc.ud = r;
+    run_kube_config(r, cfg, caddr, &kc);
     r->npools = kc.npools;
     for (size_t i = 0; i < kc.npools; i++)
         r->pools[i].spec = kc.pools[i];
@@ -833,18 +870,8 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
     /* pool names point into kc (stack): re-point them at static strings */
     for (size_t i = 0; i < r->npools; i++)
         r->pools[i].spec.pool = strcmp(kc.pools[i].pool, "gpu") == 0 ? "gpu" : "cpu";
-    if (cfg->resume != NULL) {
-        sb_err e2 = {0};
-        int n = sb_kube_rebind(r->kube, &e2);
-        if (n < 0)
-            sb_log(SB_LOG_WARN, "rebinding worker pods failed", "pipeline", r->key, "error", e2.msg,
-                   NULL);
-        else {
-            char nb[16];
-            snprintf(nb, sizeof nb, "%d", n);
-            sb_log(SB_LOG_INFO, "worker pods rebound", "pipeline", r->key, "pods", nb, NULL);
-        }
-    }
+    if (cfg->resume != NULL)
+        run_rebind(r);
     r->stall_ms = (uint64_t)(r->p.spec.execution.stall_timeout_ns / 1000000);
     r->started_ms = sb_operator_mono_ms();
     sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", caddr, NULL);

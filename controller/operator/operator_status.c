@@ -1,3 +1,7 @@
+/* operator_status.c — the pure parts of a Pipeline's status (see operator_status.h): conditions,
+ * progress, partitions and stages from a controller snapshot, RFC 3339 times, and which spec
+ * changes a running Pipeline cannot take. Works on cJSON trees the caller owns; no I/O. */
+
 #include "controller/operator/operator_status.h"
 
 #include <ctype.h>

@@ -1,4 +1,7 @@
-/* testrun — create a Pipeline, follow it to its end, delete it (see testrun.h). */
+/* testrun.c — `streambatch-controller --test-pipeline FILE` (see testrun.h): creates the Pipeline
+ * FILE describes, follows its phase and progress until it ends, and deletes it when it
+ * Succeeded. Owns only the Pipeline it created. */
+
 #include "controller/operator/testrun.h"
 
 #include <cjson/cJSON.h>
