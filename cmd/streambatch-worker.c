@@ -112,24 +112,87 @@ static int pipeline_ok(const char *s)
     return 1;
 }
 
-int main(int argc, char **argv)
+#define WORKER_GO -1 /* parsing went through: run (any other value is the exit status) */
+
+/* The worker's settings while they are read: the environment first, then the flags; the raw
+ * strings are checked and turned into cfg afterwards. The buffers live as long as cfg uses them. */
+typedef struct {
+    sb_worker_config cfg;
+    const char *pod_ip;
+    const char *slots, *budget, *accel, *port, *epoch, *lost, *tls_dir, *tls_name;
+    uint64_t port_n; /* --worker-port, checked */
+    char listen[160], adv[160];
+    sb_rpc_opts rpc;
+} worker_args;
+
+static void worker_args_from_env(worker_args *a)
 {
-    sb_worker_config cfg = {0};
-    cfg.controller = env_or("SB_CONTROLLER", NULL);
-    cfg.id = env_or("SB_WORKER_ID", NULL);
-    cfg.pool = env_or("SB_POOL", "cpu");
-    cfg.listen = env_or("SB_LISTEN", NULL);
-    const char *pod_ip = env_or("SB_POD_IP", NULL);
-    cfg.advertise = env_or("SB_ADVERTISE", pod_ip ? pod_ip : env_or("POD_IP", NULL));
-    cfg.spill_dir = env_or("SB_SPILL_DIR", NULL);
-    cfg.pipeline = env_or("SB_PIPELINE", NULL);
-    cfg.metrics_addr = env_or("SB_METRICS_ADDR", NULL);
-    const char *slots = env_or("SB_SLOTS", "1"), *budget = env_or("SB_STORE_BUDGET", "1Gi");
-    const char *accel = env_or("SB_ACCELERATORS", "0");
-    const char *port = env_or("SB_WORKER_PORT", "7070"), *epoch = env_or("SB_EPOCH", "0");
-    const char *lost = env_or("SB_CONTROLLER_LOST_TIMEOUT", "120s");
-    const char *tls_dir = env_or("SB_TLS_DIR", NULL);
-    const char *tls_name = env_or("SB_TLS_SERVER_NAME", NULL);
+    sb_worker_config *cfg = &a->cfg;
+    cfg->controller = env_or("SB_CONTROLLER", NULL);
+    cfg->id = env_or("SB_WORKER_ID", NULL);
+    cfg->pool = env_or("SB_POOL", "cpu");
+    cfg->listen = env_or("SB_LISTEN", NULL);
+    a->pod_ip = env_or("SB_POD_IP", NULL);
+    cfg->advertise = env_or("SB_ADVERTISE", a->pod_ip ? a->pod_ip : env_or("POD_IP", NULL));
+    cfg->spill_dir = env_or("SB_SPILL_DIR", NULL);
+    cfg->pipeline = env_or("SB_PIPELINE", NULL);
+    cfg->metrics_addr = env_or("SB_METRICS_ADDR", NULL);
+    a->slots = env_or("SB_SLOTS", "1");
+    a->budget = env_or("SB_STORE_BUDGET", "1Gi");
+    a->accel = env_or("SB_ACCELERATORS", "0");
+    a->port = env_or("SB_WORKER_PORT", "7070");
+    a->epoch = env_or("SB_EPOCH", "0");
+    a->lost = env_or("SB_CONTROLLER_LOST_TIMEOUT", "120s");
+    a->tls_dir = env_or("SB_TLS_DIR", NULL);
+    a->tls_name = env_or("SB_TLS_SERVER_NAME", NULL);
+}
+
+/* Where the value of the flag getopt_long returned as ch goes (NULL: a flag without one). */
+static const char **worker_flag_slot(worker_args *a, int ch)
+{
+    sb_worker_config *cfg = &a->cfg;
+    switch (ch) {
+    case 'c':
+        return &cfg->controller;
+    case 'i':
+        return &cfg->id;
+    case 'p':
+        return &cfg->pool;
+    case 's':
+        return &a->slots;
+    case 'l':
+        return &cfg->listen;
+    case 'a':
+        return &cfg->advertise;
+    case 'b':
+        return &a->budget;
+    case 'd':
+        return &cfg->spill_dir;
+    case 'A':
+        return &a->accel;
+    case 'P':
+        return &a->port;
+    case 'n':
+        return &cfg->pipeline;
+    case 'e':
+        return &a->epoch;
+    case 'L':
+        return &a->lost;
+    case 'M':
+        return &cfg->metrics_addr;
+    case 'T':
+        return &a->tls_dir;
+    case 'N':
+        return &a->tls_name;
+    default:
+        return NULL;
+    }
+}
+
+/* The flags over the environment's values. Returns WORKER_GO, or the exit status (--help,
+ * --version, a usage error). */
+static int worker_parse_flags(int argc, char **argv, worker_args *a)
+{
     static const struct option opts[] = {{"controller", required_argument, 0, 'c'},
                                          {"id", required_argument, 0, 'i'},
                                          {"pool", required_argument, 0, 'p'},
@@ -151,135 +214,124 @@ int main(int argc, char **argv)
                                          {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'c':
-            cfg.controller = optarg;
-            break;
-        case 'i':
-            cfg.id = optarg;
-            break;
-        case 'p':
-            cfg.pool = optarg;
-            break;
-        case 's':
-            slots = optarg;
-            break;
-        case 'l':
-            cfg.listen = optarg;
-            break;
-        case 'a':
-            cfg.advertise = optarg;
-            break;
-        case 'b':
-            budget = optarg;
-            break;
-        case 'd':
-            cfg.spill_dir = optarg;
-            break;
-        case 'A':
-            accel = optarg;
-            break;
-        case 'P':
-            port = optarg;
-            break;
-        case 'n':
-            cfg.pipeline = optarg;
-            break;
-        case 'e':
-            epoch = optarg;
-            break;
-        case 'L':
-            lost = optarg;
-            break;
-        case 'M':
-            cfg.metrics_addr = optarg;
-            break;
-        case 'T':
-            tls_dir = optarg;
-            break;
-        case 'N':
-            tls_name = optarg;
-            break;
-        case 'V':
+        const char **slot = worker_flag_slot(a, ch);
+        if (slot != NULL) {
+            *slot = optarg;
+        } else if (ch == 'V') {
             printf("%s %s\n",
                    sb_mlp_cuda_probe != NULL ? "streambatch-worker-gpu" : "streambatch-worker",
                    SB_VERSION);
             return 0;
-        case 'h':
+        } else if (ch == 'h') {
             usage(stdout);
             return 0;
-        default:
+        } else {
             usage(stderr);
             return 2;
         }
     }
-    if (optind < argc || cfg.controller == NULL || cfg.id == NULL) {
+    if (optind < argc || a->cfg.controller == NULL || a->cfg.id == NULL) {
         fprintf(stderr, "streambatch-worker: --controller and --id are required\n");
         usage(stderr);
         return 2;
     }
-    char *end;
-    long n = strtol(slots, &end, 10);
-    if (*end != '\0' || n < 1 || n > 256) {
-        fprintf(stderr, "streambatch-worker: --slots must be 1..256, got \"%s\"\n", slots);
+    return WORKER_GO;
+}
+
+/* A count in min..max: digits only (strtol alone would take "", " 2" or "+2"). */
+static int parse_count(const char *s, long min, long max, uint32_t *out)
+{
+    uint64_t v;
+    if (parse_u64(s, &v) != 0 || v < (uint64_t)min || v > (uint64_t)max)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* The counts and sizes: slots, accelerators, store budget, the pod-mode port. Returns
+ * WORKER_GO, or 2. */
+static int worker_check_numbers(worker_args *a)
+{
+    sb_worker_config *cfg = &a->cfg;
+    if (parse_count(a->slots, 1, 256, &cfg->slots) != 0) {
+        fprintf(stderr, "streambatch-worker: --slots must be 1..256, got \"%s\"\n", a->slots);
         return 2;
     }
-    cfg.slots = (uint32_t)n;
-    n = strtol(accel, &end, 10);
-    if (*end != '\0' || n < 0 || n > 256) {
-        fprintf(stderr, "streambatch-worker: --accelerators must be 0..256, got \"%s\"\n", accel);
+    if (parse_count(a->accel, 0, 256, &cfg->accelerators) != 0) {
+        fprintf(stderr, "streambatch-worker: --accelerators must be 0..256, got \"%s\"\n",
+                a->accel);
         return 2;
     }
-    cfg.accelerators = (uint32_t)n;
-    int64_t b;
+    int64_t b = 0;
     sb_err err;
-    if (sb_quantity_value(budget, &b, &err) != 0 || b <= 0) {
-        fprintf(stderr, "streambatch-worker: --store-budget: %s\n",
-                b <= 0 ? "must be positive" : err.msg);
+    if (sb_quantity_value(a->budget, &b, &err) != 0) { /* (b is not set then) */
+        fprintf(stderr, "streambatch-worker: --store-budget: %s\n", err.msg);
         return 2;
     }
-    cfg.store_budget = (size_t)b;
-    uint64_t u;
-    if (parse_u64(port, &u) != 0 || u < 1 || u > 65535)
-        return bad("worker-port", "SB_WORKER_PORT", "must be a port number 1..65535", port);
+    if (b <= 0) {
+        fprintf(stderr, "streambatch-worker: --store-budget: must be positive\n");
+        return 2;
+    }
+    cfg->store_budget = (size_t)b;
+    if (parse_u64(a->port, &a->port_n) != 0 || a->port_n < 1 || a->port_n > 65535)
+        return bad("worker-port", "SB_WORKER_PORT", "must be a port number 1..65535", a->port);
+    return WORKER_GO;
+}
+
+/* What binds the worker: its addresses (pod mode's listen address, an IPv6 advertised host in
+ * brackets), the controller epoch and the pipeline it accepts, and how long it waits for a lost
+ * controller. Returns WORKER_GO, or 2. */
+static int worker_check_binding(worker_args *a)
+{
+    sb_worker_config *cfg = &a->cfg;
     /* Pod mode: the pod IP (IPv6 in brackets) and the fixed port the pod spec declares. */
-    char listen[160];
-    if (cfg.listen == NULL && pod_ip != NULL) {
-        int v6 = strchr(pod_ip, ':') != NULL && pod_ip[0] != '[';
-        snprintf(listen, sizeof listen, "%s%s%s:%" PRIu64, v6 ? "[" : "", pod_ip, v6 ? "]" : "", u);
-        cfg.listen = listen;
+    if (cfg->listen == NULL && a->pod_ip != NULL) {
+        int v6 = strchr(a->pod_ip, ':') != NULL && a->pod_ip[0] != '[';
+        snprintf(a->listen, sizeof a->listen, "%s%s%s:%" PRIu64, v6 ? "[" : "", a->pod_ip,
+                 v6 ? "]" : "", a->port_n);
+        cfg->listen = a->listen;
     }
-    char adv[160];
-    if (cfg.advertise != NULL && strchr(cfg.advertise, ':') != NULL && cfg.advertise[0] != '[') {
-        snprintf(adv, sizeof adv, "[%s]", cfg.advertise); /* an IPv6 host */
-        cfg.advertise = adv;
+    if (cfg->advertise != NULL && strchr(cfg->advertise, ':') != NULL && cfg->advertise[0] != '[') {
+        snprintf(a->adv, sizeof a->adv, "[%s]", cfg->advertise); /* an IPv6 host */
+        cfg->advertise = a->adv;
     }
-    if (parse_u64(epoch, &cfg.epoch) != 0)
-        return bad("epoch", "SB_EPOCH", "must be a non-negative integer", epoch);
-    if (cfg.pipeline != NULL && !pipeline_ok(cfg.pipeline))
-        return bad("pipeline", "SB_PIPELINE", "must be NAMESPACE/NAME", cfg.pipeline);
+    if (parse_u64(a->epoch, &cfg->epoch) != 0)
+        return bad("epoch", "SB_EPOCH", "must be a non-negative integer", a->epoch);
+    if (cfg->pipeline != NULL && !pipeline_ok(cfg->pipeline))
+        return bad("pipeline", "SB_PIPELINE", "must be NAMESPACE/NAME", cfg->pipeline);
     int64_t ns;
-    if (sb_duration_parse(lost, &ns, &err) != 0)
+    sb_err err;
+    if (sb_duration_parse(a->lost, &ns, &err) != 0)
         return bad("controller-lost-timeout", "SB_CONTROLLER_LOST_TIMEOUT",
-                   "must be a duration such as 90s, 2m or 500ms", lost);
+                   "must be a duration such as 90s, 2m or 500ms", a->lost);
     if (ns < 1000000 || ns / 1000000 > 24LL * 3600 * 1000)
         return bad("controller-lost-timeout", "SB_CONTROLLER_LOST_TIMEOUT",
-                   "must be between 1ms and 24h", lost);
-    cfg.controller_lost_timeout_ms = (int)(ns / 1000000);
+                   "must be between 1ms and 24h", a->lost);
+    cfg->controller_lost_timeout_ms = (int)(ns / 1000000);
+    return WORKER_GO;
+}
+
+/* --tls-dir: loaded and tried (a handshake with itself) before the worker dials anyone, so a
+ * bad Secret fails at start with its reason. Returns WORKER_GO, or 2. */
+static int worker_load_tls(worker_args *a)
+{
     static sb_rpc_tlsdir tls;
-    sb_rpc_opts rpc = {0};
-    if (tls_dir != NULL) {
-        if (sb_rpc_tlsdir_load(&tls, tls_dir, tls_name, &err) != 0) {
-            fprintf(stderr, "streambatch-worker: %s\n", err.msg);
-            return 2;
-        }
-        if (sb_rpc_tlsdir_selftest(&tls, 5000, &err) != 0) {
-            fprintf(stderr, "streambatch-worker: %s\n", err.msg);
-            return 2;
-        }
-        sb_rpc_tlsdir_apply(&tls, &rpc);
-        cfg.rpc = &rpc;
+    sb_err err;
+    if (a->tls_dir == NULL)
+        return WORKER_GO;
+    if (sb_rpc_tlsdir_load(&tls, a->tls_dir, a->tls_name, &err) != 0 ||
+        sb_rpc_tlsdir_selftest(&tls, 5000, &err) != 0) {
+        fprintf(stderr, "streambatch-worker: %s\n", err.msg);
+        return 2;
     }
+    sb_rpc_tlsdir_apply(&tls, &a->rpc);
+    a->cfg.rpc = &a->rpc;
+    return WORKER_GO;
+}
+
+/* Runs until the controller says stop, a signal, or the controller is lost. Returns 0 or 1. */
+static int worker_serve(const worker_args *a)
+{
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -287,11 +339,26 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     sb_rpc_tune_malloc(0); /* keep freed receive buffers: ~40% less CPU per GiB fetched */
-    int rc = sb_worker_run(&cfg, &err);
+    sb_err err;
+    int rc = sb_worker_run(&a->cfg, &err);
     sb_op_shutdown(); /* exec's long-lived processes */
     if (rc != 0) {
-        sb_log(SB_LOG_ERROR, "worker failed", "worker", cfg.id, "error", err.msg, NULL);
+        sb_log(SB_LOG_ERROR, "worker failed", "worker", a->cfg.id, "error", err.msg, NULL);
         return 1;
     }
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static worker_args a;
+    worker_args_from_env(&a);
+    int rc = worker_parse_flags(argc, argv, &a);
+    if (rc == WORKER_GO)
+        rc = worker_check_numbers(&a);
+    if (rc == WORKER_GO)
+        rc = worker_check_binding(&a);
+    if (rc == WORKER_GO)
+        rc = worker_load_tls(&a);
+    return rc == WORKER_GO ? worker_serve(&a) : rc;
 }
