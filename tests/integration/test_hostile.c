@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
+#include "itest.h"
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
 #include "streambatch.pb-c.h"
@@ -61,7 +62,6 @@
 #define BIG (100u * 1000u * 1000u)
 #define SLOW_STALL_MS 8000 /* SB_RPC_STREAM_STALL_MS of the run */
 
-static char dir[256];
 static pid_t run_pid;
 
 static long ms_since(const struct timespec *t0)
@@ -87,8 +87,7 @@ static void teardown(void)
 
 static void setup(void)
 {
-    sb_test_tmpl(dir, sizeof dir, "sb-hostile");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-hostile");
     setenv("TMPDIR", dir, 1);
     run_pid = 0;
     signal(SIGPIPE, SIG_IGN);
@@ -808,19 +807,11 @@ static pid_t child_with(const char *id)
     return p;
 }
 
-static char *digest(const char *glob)
-{
-    return sb_test_sh_out("cat %s/%s | sort | md5sum | cut -d' ' -f1", dir, glob);
-}
-
 Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
 {
     /* identity on the CPU pool, then a slow GPU stage that fetches every partition over Data:
      * ~5 s per 32 KiB partition keeps the run up while the attacks go on */
-    char path[512];
-    snprintf(path, sizeof path, "%s/p.yaml", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    FILE *f = itest_create("p.yaml");
     fprintf(f,
             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: p}\n"
             "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 32Ki}\n"

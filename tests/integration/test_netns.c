@@ -25,27 +25,13 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
+#include "itest.h"
 #include "netns.h"
 
-static char dir[256];
 static sb_netns *net;
 static char prefix[16];
 
 #define HEARTBEAT_TIMEOUT_MS 3000 /* streambatch run's default (run.h) */
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *out = NULL;
-    int rc = sb_test_run(cmd, &out);
-    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
-    free(out);
-}
 
 static int64_t wall_ms(void)
 {
@@ -74,8 +60,7 @@ static void make_input(int files, int rows)
 
 static void setup(void)
 {
-    sb_test_tmpl(dir, sizeof dir, "sb-netns");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-netns");
     chmod(dir, 0755);
     net = NULL;
     prefix[0] = '\0';
@@ -147,19 +132,12 @@ static void write_wrapper(const char *map)
     chmod(path, 0755);
 }
 
-static void write_pipeline(const char *name, const char *stages, const char *exec)
+/* write_pipeline with spec.execution {EXEC} */
+static void write_pipeline_exec(const char *name, const char *stages, const char *exec)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 64Ki}\n"
-            "  stages:\n%s  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
-            "  execution: {%s}\n",
-            name, dir, stages, dir, name, exec);
-    fclose(f);
+    char extra[512];
+    snprintf(extra, sizeof extra, "  execution: {%s}\n", exec);
+    write_pipeline(name, stages, extra);
 }
 
 /* Starts `streambatch run NAME.yaml FLAGS` in the controller's node; log in dir/NAME.log. */
@@ -243,17 +221,6 @@ static int64_t wait_line(const char *name, const char *n1, const char *n2, int64
     }
 }
 
-static long summary_num(const char *name, const char *key)
-{
-    char *v =
-        sb_test_sh_out("python3 -c \"import json; print(int(json.load(open('%s/%s.summary.json'))"
-                       "['%s']))\"",
-                       dir, name, key);
-    long n = strtol(v, NULL, 10);
-    free(v);
-    return n;
-}
-
 static double summary_wall(const char *name)
 {
     char *v = sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/%s.summary.json'))"
@@ -318,11 +285,12 @@ static void worker_cut_off(enum fault f, int64_t detect_max_ms)
     /* ~4 MiB in 64 KiB tasks. Stage a (~0.45 s a task) is the bottleneck, so both cpu workers
      * are nearly always inside one of its tasks; gpu-0 reads their outputs as they come (the
      * device runs one g task at a time) */
-    write_pipeline("cut",
-                   "  - {name: a, op: bench.sleep, args: {msPerMB: 7000}}\n"
-                   "  - {name: g, op: bench.sleep, args: {msPerMB: 2500}, resources: {gpu: 1}}\n"
-                   "  - {name: c, op: identity}\n",
-                   "memoryBudget: 8Mi");
+    write_pipeline_exec(
+        "cut",
+        "  - {name: a, op: bench.sleep, args: {msPerMB: 7000}}\n"
+        "  - {name: g, op: bench.sleep, args: {msPerMB: 2500}, resources: {gpu: 1}}\n"
+        "  - {name: c, op: identity}\n",
+        "memoryBudget: 8Mi");
     pid_t pid = run_start("cut", "--cpus 2 --gpus 1");
     cr_assert_neq(wait_line("cut", "planned", "", deadline), 0, "no plan");
     usleep(1500 * 1000);
@@ -409,10 +377,11 @@ Test(netns, workers_cut_off_from_each_other_report_lost_inputs_and_recover)
     net_up(2);
     write_wrapper("cpu-0=w0 gpu-0=w1");
     /* every partition goes from cpu-0 (stage a) to gpu-0 (stage g) over the network */
-    write_pipeline("split",
-                   "  - {name: a, op: bench.sleep, args: {msPerMB: 2000}}\n"
-                   "  - {name: g, op: bench.sleep, args: {msPerMB: 500}, resources: {gpu: 1}}\n",
-                   "memoryBudget: 4Mi");
+    write_pipeline_exec(
+        "split",
+        "  - {name: a, op: bench.sleep, args: {msPerMB: 2000}}\n"
+        "  - {name: g, op: bench.sleep, args: {msPerMB: 500}, resources: {gpu: 1}}\n",
+        "memoryBudget: 4Mi");
     pid_t pid = run_start("split", "--cpus 1 --gpus 1");
     cr_assert_neq(wait_line("split", "planned", "", deadline), 0, "no plan");
     usleep(800 * 1000);
@@ -453,8 +422,8 @@ Test(netns, lossy_slow_network_gives_identical_output_at_a_measured_cost)
     /* some work in stage a (~1 s in all), every partition moves from a cpu worker to gpu-0 */
     const char *stages = "  - {name: a, op: bench.sleep, args: {msPerMB: 1000}}\n"
                          "  - {name: g, op: identity, resources: {gpu: 1}}\n";
-    write_pipeline("healthy", stages, "memoryBudget: 8Mi");
-    write_pipeline("lossy", stages, "memoryBudget: 8Mi");
+    write_pipeline_exec("healthy", stages, "memoryBudget: 8Mi");
+    write_pipeline_exec("lossy", stages, "memoryBudget: 8Mi");
     pid_t pid = run_start("healthy", "--cpus 2 --gpus 1");
     run_finish("healthy", pid, deadline);
     char why[512];

@@ -16,6 +16,7 @@
 
 #include "../unit/testutil.h"
 #include "../helpers/kube_cluster.h"
+#include "itest.h"
 
 ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
@@ -29,21 +30,7 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
     sb_kc_down();
 }
 
-static char dir[256];
 static pid_t ctl_pid;
-
-static char *kubectl(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *kubectl(const char *fmt, ...)
-{
-    char args[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    const char *st = getenv("SB_KC_STATE");
-    return sb_test_sh_out("KUBECONFIG=%s/kubeconfig timeout 60 %s/bin/kubectl %s 2>&1", st, st,
-                          args);
-}
 
 /* The last occurrence of needle in s (NULL if none). */
 static const char *strrstr_(const char *s, const char *needle)
@@ -91,8 +78,7 @@ static void setup(void)
     const char *e = getenv("SB_KC_ERROR");
     if (e != NULL)
         cr_assert_fail("no test cluster: %s", e);
-    sb_test_tmpl(dir, sizeof dir, "sb-optest");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-optest");
     free(sb_test_sh_out(
         "cd %s && python3 -c \"\nimport json, os\nos.makedirs('in')\nfor f in range(6):\n"
         "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(2000):\n"
@@ -112,19 +98,12 @@ static void teardown(void)
 
 TestSuite(operator, .init = setup, .fini = teardown, .timeout = 180);
 
-static void write_pipeline(const char *name, const char *stage_args, const char *extra)
+/* write_pipeline with one stage `a` of STAGE_ARGS on a pool of 1 to 2 workers */
+static void write_op_pipeline(const char *name, const char *stage_args, const char *extra)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 64Ki}\n"
-            "  stages:\n  - {name: a, %s, workers: {min: 1, max: 2}}\n"
-            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n%s",
-            name, dir, stage_args, dir, name, extra);
-    fclose(f);
+    char stages[512];
+    snprintf(stages, sizeof stages, "  - {name: a, %s, workers: {min: 1, max: 2}}\n", stage_args);
+    write_pipeline(name, stages, extra);
 }
 
 /* Waits until jsonpath gives one of the wanted values (space-separated); returns the last. */
@@ -158,7 +137,7 @@ static void run_to_success(const char *name, int secs)
 
 Test(operator, pipeline_succeeds_on_worker_pods)
 {
-    write_pipeline("wc", "op: identity", "");
+    write_op_pipeline("wc", "op: identity", "");
     run_to_success("wc", 90);
     char *v = kubectl("get pipeline wc -o jsonpath='{.status.progress} "
                       "{.status.conditions[?(@.type==\"Complete\")].status} "
@@ -200,10 +179,10 @@ Test(operator, pipeline_succeeds_on_worker_pods)
  * rows/s and cost, and a Planned event names the plan; the run still succeeds. */
 Test(operator, placement_plan_in_status_and_event)
 {
-    write_pipeline("pl",
-                   "op: bench.spin, args: {msPerRecord: 0.05}, placement: [cpu, gpu], "
-                   "resources: {cpu: 500m}",
-                   "  execution: {target: {rowsPerSecond: 5000}}\n");
+    write_op_pipeline("pl",
+                      "op: bench.spin, args: {msPerRecord: 0.05}, placement: [cpu, gpu], "
+                      "resources: {cpu: 500m}",
+                      "  execution: {target: {rowsPerSecond: 5000}}\n");
     run_to_success("pl", 90);
     /* cpu: 20000 rows/s per pod for 0.02/h; gpu (the table's 2.50/h) costs far more per row */
     char *v = kubectl("get events --field-selector involvedObject.name=pl,reason=Planned "
@@ -245,10 +224,10 @@ Test(operator, placement_plan_in_status_and_event)
  * 2 pods). */
 Test(operator, placement_plan_from_measured_rates)
 {
-    write_pipeline("plm",
-                   "op: identity, workers: {min: 1, max: 2}}\n"
-                   "  - {name: b, op: bench.sleep, args: {msPerRecord: 1}",
-                   "  execution: {target: {rowsPerSecond: 1000}}\n");
+    write_op_pipeline("plm",
+                      "op: identity, workers: {min: 1, max: 2}}\n"
+                      "  - {name: b, op: bench.sleep, args: {msPerRecord: 1}",
+                      "  execution: {target: {rowsPerSecond: 1000}}\n");
     run_to_success("plm", 120);
     char *v = kubectl("get pipeline plm -o jsonpath='{.status.plan.rates} "
                       "{.status.plan.stages[0].name} {.status.plan.stages[1].name} "
@@ -282,10 +261,7 @@ static void write_choice_pipeline_more(const char *name, const char *a_args, con
                                        const char *b_gpu_args, const char *b_gpus, int b_max,
                                        long slots, const char *pricing, const char *exec_more)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    FILE *f = itest_create("%s.yaml", name);
     fprintf(
         f,
         "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
@@ -467,7 +443,7 @@ Test(operator, pending_pods_are_not_capacity)
 
 Test(operator, invalid_spec_fails_with_the_field_named)
 {
-    write_pipeline("bad", "op: identity", "  execution: {memoryBudget: 32Ki}\n");
+    write_op_pipeline("bad", "op: identity", "  execution: {memoryBudget: 32Ki}\n");
     free(kubectl("apply -f %s/bad.yaml", dir));
     char *ph = wait_for("bad", "{.status.phase}", "Failed Succeeded", 30);
     cr_expect_str_eq(ph, "Failed");
@@ -486,7 +462,7 @@ Test(operator, invalid_spec_fails_with_the_field_named)
 
 Test(operator, delete_mid_run_removes_pods_then_finalizer)
 {
-    write_pipeline("del", "op: bench.sleep, args: {msPerMB: 60000}", "");
+    write_op_pipeline("del", "op: bench.sleep, args: {msPerMB: 60000}", "");
     free(kubectl("apply -f %s/del.yaml", dir));
     char *ph = wait_for("del", "{.status.phase}", "Running", 30);
     cr_expect_str_eq(ph, "Running");
@@ -514,7 +490,7 @@ Test(operator, delete_mid_run_removes_pods_then_finalizer)
 
 Test(operator, ttl_deletes_the_finished_pipeline_and_metrics_count_it)
 {
-    write_pipeline("ttl", "op: identity", "  ttlSecondsAfterFinished: 2\n");
+    write_op_pipeline("ttl", "op: identity", "  ttlSecondsAfterFinished: 2\n");
     free(kubectl("apply -f %s/ttl.yaml", dir));
     char *ph = wait_for("ttl", "{.status.phase}", "Succeeded Failed", 90);
     cr_expect_str_eq(ph, "Succeeded");

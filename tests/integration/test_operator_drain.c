@@ -14,6 +14,7 @@
 
 #include "../unit/testutil.h"
 #include "../helpers/kube_cluster.h"
+#include "itest.h"
 
 ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
@@ -27,29 +28,14 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
     sb_kc_down();
 }
 
-static char dir[256];
 static pid_t ctl_pid;
-
-static char *kubectl(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *kubectl(const char *fmt, ...)
-{
-    char args[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    const char *st = getenv("SB_KC_STATE");
-    return sb_test_sh_out("KUBECONFIG=%s/kubeconfig timeout 60 %s/bin/kubectl %s 2>&1", st, st,
-                          args);
-}
 
 static void setup(void)
 {
     const char *e = getenv("SB_KC_ERROR");
     if (e != NULL)
         cr_assert_fail("no test cluster: %s", e);
-    sb_test_tmpl(dir, sizeof dir, "sb-opdrain");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-opdrain");
     free(sb_test_sh_out(
         "cd %s && python3 -c \"\nimport json, os\nos.makedirs('in')\nfor f in range(24):\n"
         "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(2500):\n"
@@ -87,10 +73,7 @@ TestSuite(operator_drain, .init = setup, .fini = teardown, .timeout = 240);
 
 Test(operator_drain, a_sick_worker_pod_is_drained_replaced_and_named_in_an_event)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/sickpod.yaml", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    FILE *f = itest_create("sickpod.yaml");
     fprintf(f,
             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: sickpod}\n"
             "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 64Ki}\n"
@@ -99,7 +82,7 @@ Test(operator_drain, a_sick_worker_pod_is_drained_replaced_and_named_in_an_event
             "  sink: {uri: 'file://%s/out/', format: jsonl}\n",
             dir, dir);
     fclose(f);
-    free(kubectl("apply -f %s", path));
+    free(kubectl("apply -f %s/sickpod.yaml", dir));
     /* a worker process of this pipeline, by its environment (the node agent runs pods as
      * processes); its pod name is its SB_WORKER_ID */
     char *victim = NULL;

@@ -10,53 +10,13 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
+#include "itest.h"
 
-static char dir[256];
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *out = NULL;
-    int rc = sb_test_run(cmd, &out);
-    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
-    free(out);
-}
-
-static long num(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static long num(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *v = sb_test_sh_out("%s", cmd);
-    long n = strtol(v, NULL, 10);
-    free(v);
-    return n;
-}
-
-/* 40 files of 200 records; each split sleeps 2 ms a record: ~8 s of work on 2 slots */
 static void setup(void)
 {
-    sb_test_tmpl(dir, sizeof dir, "sb-leftovers");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-leftovers");
     setenv("TMPDIR", dir, 1); /* the default run directories are made here */
-    sh("cd %s && mkdir in && python3 -c \"\nimport json\nfor f in range(40):\n"
-       "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n"
-       "    for i in range(200): o.write(json.dumps({'id': f * 1000 + i}) + '\\\\n')\n\"",
-       dir);
-    sh("cd %s && cat > p.yaml <<'EOF'\n"
-       "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: leftovers}\n"
-       "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 3000}\n  stages:\n"
-       "  - {name: a, op: bench.sleep, args: {msPerRecord: 2}}\n  - {name: b, op: identity}\n"
-       "  sink: {uri: 'file://%s/out/', format: jsonl}\nEOF",
-       dir, dir, dir);
+    itest_slow_pipeline("leftovers");
 }
 
 static void teardown(void)
@@ -77,28 +37,6 @@ static void run_killed(const char *flags, double secs)
        "test -n \"$rd\" && ls -d \"$rd\"/*/sbstore-* > /dev/null 2>&1 && break; sleep 0.05; "
        "done; sleep %.2f; kill -9 $pid; wait $pid; true; }",
        dir, sb_test_bin("streambatch"), flags, secs);
-}
-
-static int run_to_end(const char *flags, char **out)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && timeout 120 %s run p.yaml --cpus 2 --checkpoint ck.json %s 2>&1", dir,
-             sb_test_bin("streambatch"), flags);
-    return sb_test_run(cmd, out);
-}
-
-static void expect_output_equals_input(void)
-{
-    char *got = sb_test_sh_out("cat %s/out/part-*.jsonl | sort | md5sum", dir);
-    char *want = sb_test_sh_out("cat %s/in/*.jsonl | sort | md5sum", dir);
-    cr_expect_str_eq(got, want, "output differs from the input (lost or duplicated records)");
-    free(got);
-    free(want);
-    struct stat st;
-    char p[512];
-    snprintf(p, sizeof p, "%s/out/_SUCCESS", dir);
-    cr_expect_eq(stat(p, &st), 0, "_SUCCESS written");
 }
 
 static void expect_no_workers(void)
@@ -123,7 +61,7 @@ Test(leftovers, killed_drivers_run_dir_is_removed_by_the_resumed_run)
     cr_expect_eq(num("ls -d %s/streambatch-run-* | wc -l", dir), 1,
                  "the first killed run's directory is still there");
     char *out;
-    int rc = run_to_end("--resume", &out);
+    int rc = itest_run_p("--resume", &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "died without cleaning up: removed") != NULL, "%s", out);
     free(out);
@@ -141,7 +79,7 @@ Test(leftovers, killed_drivers_spill_dirs_under_run_dir_are_removed_logs_kept)
     cr_assert_geq(num("find %s/rd1 -mindepth 2 -maxdepth 2 -name 'sbstore-*' | wc -l", dir), 1);
     char *out;
     /* a plain run (no --resume) cleans too, into another run dir */
-    int rc = run_to_end("--run-dir rd2", &out);
+    int rc = itest_run_p("--run-dir rd2", &out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
     cr_expect_eq(num("find %s/rd1 -mindepth 1 -type d | wc -l", dir), 0,
@@ -164,7 +102,7 @@ Test(leftovers, a_live_runs_files_are_never_removed_and_a_second_run_is_refused)
     cr_assert_geq(files, 3);
     char *out;
     for (int resume = 0; resume < 2; resume++) {
-        int rc = run_to_end(resume ? "--resume" : "", &out);
+        int rc = itest_run_p(resume ? "--resume" : "", &out);
         cr_expect_eq(rc, 2, "%s", out);
         cr_expect(strstr(out, "is running this pipeline into this sink") != NULL, "%s", out);
         free(out);
@@ -190,14 +128,14 @@ Test(leftovers, a_record_is_dead_only_when_pid_and_start_time_are_gone)
        "ck.json.run",
        dir, dir);
     char *out;
-    int rc = run_to_end("", &out);
+    int rc = itest_run_p("", &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "is running this pipeline into this sink") != NULL, "%s", out);
     free(out);
     cr_expect_eq(num("test -e %s/streambatch-run-a/cpu-0/spill && echo 1 || echo 0", dir), 1);
     /* the same pid with another start time: a reused pid, the recorded run is gone */
     sh("cd %s && sed -i 's/^start .*/start 1/' ck.json.run", dir);
-    rc = run_to_end("", &out);
+    rc = itest_run_p("", &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "died without cleaning up: removed 3 of its files") != NULL, "%s", out);
     free(out);

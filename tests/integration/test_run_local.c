@@ -11,27 +11,11 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
-
-static char dir[256];
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *out = NULL;
-    int rc = sb_test_run(cmd, &out);
-    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
-    free(out);
-}
+#include "itest.h"
 
 static void setup(void)
 {
-    sb_test_tmpl(dir, sizeof dir, "sb-itest");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-itest");
     /* runs make their run directory (the workers' --spill-dir) under TMPDIR: in dir, so the
      * tests find, stop and count only their own workers (other runs may go on here) */
     setenv("TMPDIR", dir, 1);
@@ -47,36 +31,6 @@ static void setup(void)
 static void teardown(void)
 {
     sh("rm -rf %s", dir);
-}
-
-static void write_pipeline_ps(const char *name, const char *psize, const char *stages,
-                              const char *extra)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: %s}\n"
-            "  stages:\n%s  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n%s",
-            name, dir, psize, stages, dir, name, extra);
-    fclose(f);
-}
-
-static void write_pipeline(const char *name, const char *stages, const char *extra)
-{
-    write_pipeline_ps(name, "64Ki", stages, extra);
-}
-
-/* Runs the CLI in the foreground; returns its exit status and output. */
-static int run_cli(const char *name, const char *flags, char **out)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && timeout 120 %s run %s.yaml %s --summary-json %s.summary.json 2>&1", dir,
-             sb_test_bin("streambatch"), name, flags, name);
-    return sb_test_run(cmd, out);
 }
 
 /* Starts `streambatch run NAME.yaml FLAGS` in the background (at most 150 s): its output in
@@ -123,17 +77,6 @@ static int kill_workers_every(int ms, int rounds)
         kills += kill_random_worker();
     }
     return kills;
-}
-
-static long summary_num(const char *name, const char *key)
-{
-    char *v =
-        sb_test_sh_out("python3 -c \"import json; print(int(json.load(open('%s/%s.summary.json'))"
-                       "['%s']))\"",
-                       dir, name, key);
-    long n = strtol(v, NULL, 10);
-    free(v);
-    return n;
 }
 
 /* stages[0].retries of the run's summary */
@@ -222,10 +165,7 @@ Test(run, staged_and_static_modes_give_the_same_output)
  * Returns "<expected> <got> <lost> <extra>" (extra: duplicated or unexpected rows). */
 static char *check_filter_project(const char *name)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/check_rows.py", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    FILE *f = itest_create("check_rows.py");
     fputs("import collections, glob, json, sys\n"
           "want, got = collections.Counter(), collections.Counter()\n"
           "for p in sorted(glob.glob('in/*.jsonl')):\n"
@@ -848,10 +788,7 @@ Test(run, invalid_spec_and_usage_exit_2)
 
 static void write_file(const char *name, const char *text)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    FILE *f = itest_create("%s", name);
     fputs(text, f);
     fclose(f);
 }

@@ -13,40 +13,14 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
+#include "itest.h"
 
-static char dir[256];
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *out = NULL;
-    int rc = sb_test_run(cmd, &out);
-    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
-    free(out);
-}
-
-/* 40 files of 200 records; each split sleeps 2 ms a record: ~8 s of work on 2 slots */
 static void setup(void)
 {
-    sb_test_tmpl(dir, sizeof dir, "sb-resume");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-resume");
     /* run directories (the workers' --spill-dir) under dir: only this test's workers count */
     setenv("TMPDIR", dir, 1);
-    sh("cd %s && mkdir in && python3 -c \"\nimport json\nfor f in range(40):\n"
-       "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n"
-       "    for i in range(200): o.write(json.dumps({'id': f * 1000 + i}) + '\\\\n')\n\"",
-       dir);
-    sh("cd %s && cat > p.yaml <<'EOF'\n"
-       "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: resumable}\n"
-       "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 3000}\n  stages:\n"
-       "  - {name: a, op: bench.sleep, args: {msPerRecord: 2}}\n  - {name: b, op: identity}\n"
-       "  sink: {uri: 'file://%s/out/', format: jsonl}\nEOF",
-       dir, dir, dir);
+    itest_slow_pipeline("resumable");
 }
 
 static void teardown(void)
@@ -65,23 +39,18 @@ static char *run_killed(const char *flags, double secs)
     return sb_test_sh_out("cat %s/killed.log", dir);
 }
 
+/* itest_run_p with its summary in s.json (resume_num) */
 static int run_to_end(const char *flags, char **out)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && timeout 120 %s run p.yaml --cpus 2 --checkpoint ck.json "
-             "--summary-json s.json %s 2>&1",
-             dir, sb_test_bin("streambatch"), flags);
-    return sb_test_run(cmd, out);
+    char f[1024];
+    snprintf(f, sizeof f, "--summary-json s.json %s", flags);
+    return itest_run_p(f, out);
 }
 
-static long summary_num(const char *key)
+/* a top-level number of run_to_end's summary */
+static long resume_num(const char *key)
 {
-    char *v = sb_test_sh_out(
-        "python3 -c \"import json; print(int(json.load(open('%s/s.json'))['%s']))\"", dir, key);
-    long n = strtol(v, NULL, 10);
-    free(v);
-    return n;
+    return itest_json_num("s.json", key);
 }
 
 /* committed splits the checkpoint file holds (-1: no file) */
@@ -98,17 +67,12 @@ static long committed_in_checkpoint(void)
     return n;
 }
 
-static void expect_output_equals_input(void)
+/* expect_output_equals_input, and the checkpoint removed */
+static void expect_resumed_output(void)
 {
-    char *got = sb_test_sh_out("cat %s/out/part-*.jsonl | sort | md5sum", dir);
-    char *want = sb_test_sh_out("cat %s/in/*.jsonl | sort | md5sum", dir);
-    cr_expect_str_eq(got, want, "output differs from the input (lost or duplicated records)");
-    free(got);
-    free(want);
+    expect_output_equals_input();
     struct stat st;
     char p[512];
-    snprintf(p, sizeof p, "%s/out/_SUCCESS", dir);
-    cr_expect_eq(stat(p, &st), 0, "_SUCCESS written");
     snprintf(p, sizeof p, "%s/ck.json", dir);
     cr_expect_neq(stat(p, &st), 0, "the checkpoint is removed when the run succeeds");
 }
@@ -146,10 +110,10 @@ Test(resume, sigkilled_driver_resumes_without_redoing_committed_work)
     cr_expect(strstr(out, want) != NULL, "seed %u: %s", seed, out);
     free(out);
     /* one fused task per split: the last run ran exactly the splits not committed */
-    cr_expect_eq(summary_num("tasksRun"), 40 - c2, "seed %u: %ld committed, %ld tasks run", seed,
-                 c2, summary_num("tasksRun"));
-    cr_expect_eq(summary_num("sinkRows"), 8000);
-    expect_output_equals_input();
+    cr_expect_eq(resume_num("tasksRun"), 40 - c2, "seed %u: %ld committed, %ld tasks run", seed, c2,
+                 resume_num("tasksRun"));
+    cr_expect_eq(resume_num("sinkRows"), 8000);
+    expect_resumed_output();
 }
 
 Test(resume, carried_over_parts_that_are_missing_cut_or_changed_are_made_again)
@@ -188,10 +152,10 @@ Test(resume, carried_over_parts_that_are_missing_cut_or_changed_are_made_again)
               "%s", out);
     free(out);
     /* one fused task per split: the splits not committed, plus the three made again */
-    cr_expect_eq(summary_num("tasksRun"), 40 - c + 3, "%ld committed, %ld tasks run", c,
-                 summary_num("tasksRun"));
-    cr_expect_eq(summary_num("sinkRows"), 8000);
-    expect_output_equals_input();
+    cr_expect_eq(resume_num("tasksRun"), 40 - c + 3, "%ld committed, %ld tasks run", c,
+                 resume_num("tasksRun"));
+    cr_expect_eq(resume_num("sinkRows"), 8000);
+    expect_resumed_output();
 }
 
 Test(resume, changed_spec_refuses_resume_and_a_plain_run_starts_over)
@@ -215,8 +179,8 @@ Test(resume, changed_spec_refuses_resume_and_a_plain_run_starts_over)
                           "over") != NULL,
               "%s", out);
     free(out);
-    cr_expect_eq(summary_num("tasksRun"), 40, "a plain run starts over");
-    expect_output_equals_input();
+    cr_expect_eq(resume_num("tasksRun"), 40, "a plain run starts over");
+    expect_resumed_output();
 }
 
 Test(resume, changed_source_runs_every_split_again)
@@ -237,8 +201,8 @@ Test(resume, changed_source_runs_every_split_again)
                           "again") != NULL,
               "%s", out);
     free(out);
-    cr_expect_eq(summary_num("tasksRun"), 41);
-    expect_output_equals_input();
+    cr_expect_eq(resume_num("tasksRun"), 41);
+    expect_resumed_output();
 }
 
 Test(resume, damaged_checkpoint_is_named_and_replaced_by_a_plain_run)
@@ -260,7 +224,7 @@ Test(resume, damaged_checkpoint_is_named_and_replaced_by_a_plain_run)
     rc = run_to_end("", &out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    expect_output_equals_input();
+    expect_resumed_output();
 }
 
 Test(resume, default_path_is_per_pipeline_and_sink_under_the_state_directory)

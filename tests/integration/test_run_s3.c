@@ -17,33 +17,23 @@
 
 #include "../helpers/minio.h"
 #include "../unit/testutil.h"
+#include "itest.h"
 #include "io/backend.h"
 
-static char dir[256];
 static sb_minio mio;
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
+/* a failed sh() stops the server (itest_sh_failed) */
+static void destroy_minio(void)
 {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *out = NULL;
-    int rc = sb_test_run(cmd, &out);
-    if (rc != 0) /* a failed init gets no fini: stop the server here, not leave it running */
-        sb_minio_destroy(&mio);
-    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
-    free(out);
+    sb_minio_destroy(&mio);
 }
 
 #define S3CURL "curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user " SB_MINIO_USER ":" SB_MINIO_PASS
 
 static void setup(void)
 {
-    sb_test_tmpl(dir, sizeof dir, "sb-itest-s3");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-itest-s3");
+    itest_sh_failed = destroy_minio;
     memset(&mio, 0, sizeof mio);
     char msg[512];
     cr_assert_eq(sb_minio_start(&mio, msg, sizeof msg), 0, "%s", msg);
@@ -78,35 +68,12 @@ TestSuite(run_s3, .init = setup, .fini = teardown, .timeout = 240);
 
 static void write_yaml(const char *name, const char *body)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    FILE *f = itest_create("%s.yaml", name);
     fprintf(f,
             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
             "spec:\n%s",
             name, body);
     fclose(f);
-}
-
-static int run_cli(const char *name, const char *flags, char **out)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && timeout 200 %s run %s.yaml %s --summary-json %s.summary.json 2>&1", dir,
-             sb_test_bin("streambatch"), name, flags, name);
-    return sb_test_run(cmd, out);
-}
-
-static long summary_num(const char *name, const char *key)
-{
-    char *v =
-        sb_test_sh_out("python3 -c \"import json; print(int(json.load(open('%s/%s.summary.json'))"
-                       "['%s']))\"",
-                       dir, name, key);
-    long n = strtol(v, NULL, 10);
-    free(v);
-    return n;
 }
 
 /* Every part listed in the S3 manifest under prefix, concatenated in manifest order, into
@@ -192,7 +159,7 @@ Test(run_s3, s3_to_s3_2100_objects_with_multipart_parts)
     /* parts above 5 MiB go up as multipart uploads */
     setenv("SB_S3_MULTIPART_THRESHOLD", "5242880", 1);
     char *out;
-    int rc = run_cli("many", "--cpus 2", &out);
+    int rc = run_cli_timeout(200, "many", "--cpus 2", &out);
     unsetenv("SB_S3_MULTIPART_THRESHOLD");
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
@@ -238,7 +205,7 @@ Test(run_s3, one_gib_object_as_ranged_splits_byte_for_byte)
                       "  sink: {uri: 'file://out-big/', format: jsonl}\n"
                       "  execution: {memoryBudget: 512Mi, preserveOrder: true}\n");
     char *out;
-    cr_assert_eq(run_cli("big", "--cpus 2", &out), 0, "%s", out);
+    cr_assert_eq(run_cli_timeout(200, "big", "--cpus 2", &out), 0, "%s", out);
     free(out);
     char *sum = sb_test_sh_out("cat %s/big.summary.json; ls -la %s/big.jsonl", dir, dir);
     cr_assert_geq(summary_num("big", "tasksRun"), 16, "fewer tasks than ranged splits: %s", sum);
@@ -307,7 +274,7 @@ static void fails_naming(const char *name, const char *uri, const char *cause)
              uri, name);
     write_yaml(name, body);
     char *out;
-    cr_assert_eq(run_cli(name, "--cpus 1", &out), 1, "%s", out);
+    cr_assert_eq(run_cli_timeout(200, name, "--cpus 1", &out), 1, "%s", out);
     cr_assert(strstr(out, uri) != NULL, "the message does not name %s:\n%s", uri, out);
     cr_assert(strstr(out, cause) != NULL, "the message lacks \"%s\":\n%s", cause, out);
     free(out);
@@ -347,7 +314,7 @@ Test(run_s3, csv_from_s3_filter_project_to_csv)
                "  - {name: cut, op: project, args: {fields: [name, id]}}\n"
                "  sink: {uri: 'file://out-csv/', format: csv, args: {columns: [id, name]}}\n");
     char *out;
-    cr_assert_eq(run_cli("csv", "--cpus 2", &out), 0, "%s", out);
+    cr_assert_eq(run_cli_timeout(200, "csv", "--cpus 2", &out), 0, "%s", out);
     free(out);
     cr_assert_gt(summary_num("csv", "tasksRun"), 6, "the csv objects were not split");
     /* read the output back with Python's csv module and compare with the input's filter */
@@ -480,7 +447,7 @@ Test(run_s3, images_from_s3_resized_and_a_truncated_one_errored)
                       "  sink: {uri: 's3://data/out-img/', format: jsonl}\n"
                       "  execution: {maxErroredPartitions: 1}\n");
     char *out;
-    int rc = run_cli("img", "--cpus 2", &out);
+    int rc = run_cli_timeout(200, "img", "--cpus 2", &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "Succeeded with 1 errored partition") != NULL, "%s", out);
     cr_expect(strstr(out, "s3://data/img/i12.png") != NULL && strstr(out, "png:") != NULL,
@@ -504,10 +471,7 @@ Test(run_s3, images_from_s3_resized_and_a_truncated_one_errored)
 /* Writes text to file `name` in the test's directory. */
 static void save_text(const char *name, const char *text)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    FILE *f = itest_create("%s", name);
     fputs(text ? text : "", f);
     fclose(f);
 }
@@ -526,14 +490,14 @@ Test(run_s3, no_secret_in_logs_errors_or_outputs)
     setenv("SB_LOG_LEVEL", "debug", 1);
     sh("mkdir -p %s/sec-run %s/bad-run", dir, dir);
     char *out = NULL;
-    int rc = run_cli("sec", "--cpus 2 --run-dir sec-run", &out);
+    int rc = run_cli_timeout(200, "sec", "--cpus 2 --run-dir sec-run", &out);
     save_text("good.out", out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
     const char *bad_secret = "wrong-SECRET-4f1c9e", *token = "TOKEN-77aa-session-SECRET";
     setenv("AWS_SECRET_ACCESS_KEY", bad_secret, 1);
     setenv("AWS_SESSION_TOKEN", token, 1);
-    rc = run_cli("sec", "--cpus 2 --run-dir bad-run", &out);
+    rc = run_cli_timeout(200, "sec", "--cpus 2 --run-dir bad-run", &out);
     unsetenv("AWS_SESSION_TOKEN");
     unsetenv("SB_LOG_LEVEL");
     sb_minio_env(&mio);

@@ -14,25 +14,11 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
+#include "itest.h"
 #include "rpc/rpc.h"
 #include "rpc/tlsdir.h"
 
-static char dir[256];
 static pid_t run_pid;
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char *out = NULL;
-    int rc = sb_test_run(cmd, &out);
-    cr_assert_eq(rc, 0, "command failed (%d): %s\n%s", rc, cmd, out);
-    free(out);
-}
 
 /* A CA in DIR/<ca>/ and a leaf certificate for DNS name `name` signed by it: DIR/<ca>/leaf/
  * holds tls.crt, tls.key and ca.crt, as a cert-manager Secret does. */
@@ -51,8 +37,7 @@ static void make_ca(const char *ca, const char *name)
 
 static void setup(void)
 {
-    sb_test_tmpl(dir, sizeof dir, "sb-tls");
-    cr_assert_not_null(mkdtemp(dir));
+    itest_mkdtemp("sb-tls");
     /* run directories (the workers' --spill-dir) go under TMPDIR: in dir, only ours */
     setenv("TMPDIR", dir, 1);
     run_pid = 0;
@@ -78,12 +63,9 @@ static void teardown(void)
 }
 
 /* identity on the CPU pool, then a GPU stage: partitions cross the data plane to the GPU worker */
-static void write_pipeline(const char *name, int gpu_ms_per_mb)
+static void write_tls_pipeline(const char *name, int gpu_ms_per_mb)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    FILE *f = itest_create("%s.yaml", name);
     fprintf(f,
             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
             "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 32Ki}\n"
@@ -95,16 +77,11 @@ static void write_pipeline(const char *name, int gpu_ms_per_mb)
     fclose(f);
 }
 
-static char *digest(const char *glob)
-{
-    return sb_test_sh_out("cat %s/%s | sort | md5sum | cut -d' ' -f1", dir, glob);
-}
-
 TestSuite(tls, .init = setup, .fini = teardown, .timeout = 120);
 
 Test(tls, run_with_tls_dir_gives_the_input_back)
 {
-    write_pipeline("p", 1);
+    write_tls_pipeline("p", 1);
     char cmd[2048], *out;
     snprintf(cmd, sizeof cmd,
              "cd %s && timeout 90 %s run p.yaml --cpus 2 --gpus 1 --tls-dir %s/a/leaf 2>&1", dir,
@@ -119,7 +96,7 @@ Test(tls, run_with_tls_dir_gives_the_input_back)
     free(got);
     free(want);
     /* the same through the environment (SB_TLS_DIR), as pods get it */
-    write_pipeline("e", 1);
+    write_tls_pipeline("e", 1);
     snprintf(cmd, sizeof cmd,
              "cd %s && SB_TLS_DIR=%s/a/leaf/ timeout 90 %s run e.yaml --cpus 2 --gpus 1 2>&1", dir,
              dir, sb_test_bin("streambatch"));
@@ -137,7 +114,7 @@ Test(tls, run_with_tls_dir_gives_the_input_back)
  * what to check; a certificate for another name works with --tls-server-name. */
 Test(tls, run_checks_its_own_certificate_and_takes_another_server_name)
 {
-    write_pipeline("n", 1);
+    write_tls_pipeline("n", 1);
     make_ca("c", "sb.internal");
     sh("cd %s && mkdir mixed && cp a/leaf/ca.crt b/leaf/tls.crt b/leaf/tls.key mixed/", dir);
     char cmd[2048], *out;
@@ -240,7 +217,7 @@ static void expect_refusals(const char *what, const char *addr)
 Test(tls, controller_and_worker_refuse_clients_without_a_valid_certificate)
 {
     /* a run slow enough to probe while it goes: ~3 s per 32 KiB task */
-    write_pipeline("slow", 100000);
+    write_tls_pipeline("slow", 100000);
     char *pid_s = sb_test_sh_out("cd %s && %s run slow.yaml --cpus 1 --gpus 1 --tls-dir a/leaf "
                                  "--run-dir %s/rd >run.log 2>&1 & echo $!",
                                  dir, sb_test_bin("streambatch"), dir);
@@ -286,7 +263,7 @@ static int run_out(const char *cmd_fmt, const char *arg, char **out)
  * each exits 2 naming `file` and `why`. */
 static void expect_bad_dir(const char *tdir, const char *file, const char *why)
 {
-    write_pipeline("bad", 1);
+    write_tls_pipeline("bad", 1);
     char run[1024], wk[1024], ctl[1024];
     snprintf(run, sizeof run,
              "cd %%s && timeout 20 %s run bad.yaml --cpus 1 --gpus 1 --tls-dir %%s 2>&1",
