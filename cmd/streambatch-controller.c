@@ -140,7 +140,8 @@ static int parse_uint(const char *flag, const char *v, long min, long max, long 
 {
     char *end;
     long n = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || n < min || n > max) {
+    /* digits only: strtol alone would take " 4" and "+4" */
+    if (*v < '0' || *v > '9' || *end != '\0' || n < min || n > max) {
         char why[64];
         snprintf(why, sizeof why, "must be an integer in [%ld, %ld]", min, max);
         return bad(flag, v, why);
@@ -211,394 +212,440 @@ static int run_test(const sb_operator_config *cfg, const char *path, const char 
     return rc == 0 ? 0 : 1;
 }
 
-int main(int argc, char **argv)
-{
+#define CTL_GO -1 /* parsing went through: go on (any other value is the exit status) */
+
+/* The controller's settings while they are read: the environment first, then the flags; the
+ * raw strings are checked and turned into cfg afterwards. One per process (static in main):
+ * cfg points into its buffers for the whole run. */
+typedef struct {
     sb_operator_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    const char *pod_ip = env_or("SB_POD_IP", env_or("POD_IP", NULL));
-    const char *grpc = env_or("SB_GRPC_LISTEN", NULL);
-    const char *metrics = env_or("SB_METRICS_LISTEN", ":8080");
-    const char *leader_elect = env_or("SB_LEADER_ELECT", "true");
-    const char *ns_env = env_or("SB_WATCH_NAMESPACES", NULL);
-    const char *lease_d = "15s", *renew_d = "10s", *retry_d = "2s";
-    const char *status_d = env_or("SB_STATUS_INTERVAL", "2s");
-    const char *ckpt_max = env_or("SB_CHECKPOINT_MAX_BYTES", "512Ki");
-    const char *hb_d = env_or("SB_HEARTBEAT_TIMEOUT", "5s");
-    const char *max_pending = env_or("SB_MAX_PENDING_PODS", "2");
-    const char *workers = env_or("SB_WORKERS", "4");
-    const char *tls_dir = env_or("SB_TLS_DIR", NULL);
-    const char *price_cpu = env_or("SB_PRICE_CPU_CORE_HOUR", NULL);
-    const char *price_mem = env_or("SB_PRICE_MEMORY_GIB_HOUR", NULL);
-    const char *replan_t = env_or("SB_REPLAN_THRESHOLD", "0.25");
-    const char *replan_d = env_or("SB_REPLAN_INTERVAL", "60s");
-    const char *test_pipeline = NULL, *test_timeout = "5m";
-    static sb_price_defaults prices;
-    prices.gpu_type = env_or("SB_GPU_TYPE", NULL);
+    const char *pod_ip, *grpc, *metrics, *leader_elect, *ns_env;
+    const char *lease_d, *renew_d, *retry_d, *status_d, *hb_d;
+    const char *ckpt_max, *max_pending, *workers, *tls_dir;
+    const char *price_cpu, *price_mem, *replan_t, *replan_d;
+    const char *test_pipeline, *test_timeout;
+    sb_price_defaults prices;
     const char *gpu_prices[SB_PRICE_MAX_GPU_TYPES + 1];
-    size_t ngpu_prices = 0;
-    static char gpu_env[1024];
-    if (env_or("SB_PRICE_GPU_HOUR", NULL) != NULL) {
-        snprintf(gpu_env, sizeof gpu_env, "%s", getenv("SB_PRICE_GPU_HOUR"));
-        char *save = NULL;
-        for (char *t = strtok_r(gpu_env, ",", &save);
-             t != NULL && ngpu_prices <= SB_PRICE_MAX_GPU_TYPES; t = strtok_r(NULL, ",", &save))
-            gpu_prices[ngpu_prices++] = t;
-    }
-    int gpu_flag = 0;
-    cfg.tls_secret = env_or("SB_TLS_SECRET", NULL);
-    cfg.tls_server_name = env_or("SB_TLS_SERVER_NAME", NULL);
-    cfg.lease_name = env_or("SB_LEADER_ELECTION_ID", "streambatch-controller");
-    cfg.lease_namespace = env_or("SB_LEADER_ELECTION_NAMESPACE",
-                                 env_or("POD_NAMESPACE", env_or("SB_POD_NAMESPACE", NULL)));
-    cfg.identity = env_or("SB_IDENTITY", NULL);
-    cfg.worker_image = env_or("SB_WORKER_IMAGE", "streambatch/worker:latest");
-    cfg.worker_gpu_image = env_or("SB_WORKER_GPU_IMAGE", "streambatch/worker-gpu:latest");
-    static char ns_buf[4096];
+    size_t ngpu_prices;
+    int gpu_flag; /* a --price-gpu-hour was given: the flags replace SB_PRICE_GPU_HOUR's list */
+    char gpu_env[1024];
     const char *namespaces[MAX_NAMESPACES];
-    size_t nns = 0;
-    int ns_flag = 0;
-    enum {
-        O_KUBECONFIG = 256,
-        O_CONTEXT,
-        O_NAMESPACE,
-        O_GRPC,
-        O_METRICS,
-        O_LEADER,
-        O_LEASE_ID,
-        O_LEASE_NS,
-        O_LEASE_D,
-        O_RENEW_D,
-        O_RETRY_D,
-        O_IDENTITY,
-        O_IMAGE,
-        O_GPU_IMAGE,
-        O_PENDING,
-        O_CKPT_MAX,
-        O_STATUS,
-        O_WORKERS,
-        O_HB,
-        O_TLS_DIR,
-        O_TLS_SECRET,
-        O_TLS_NAME,
-        O_PRICE_CPU,
-        O_PRICE_MEM,
-        O_GPU_TYPE,
-        O_PRICE_GPU,
-        O_REPLAN_T,
-        O_REPLAN_D,
-        O_VERSION,
-        O_HELP,
-        O_TEST,
-        O_TEST_TIMEOUT
-    };
-    static const struct option opts[] = {
-        {"kubeconfig", required_argument, 0, O_KUBECONFIG},
-        {"context", required_argument, 0, O_CONTEXT},
-        {"namespace", required_argument, 0, O_NAMESPACE},
-        {"grpc-listen", required_argument, 0, O_GRPC},
-        {"metrics-listen", required_argument, 0, O_METRICS},
-        {"leader-elect", required_argument, 0, O_LEADER},
-        {"leader-election-id", required_argument, 0, O_LEASE_ID},
-        {"leader-election-namespace", required_argument, 0, O_LEASE_NS},
-        {"lease-duration", required_argument, 0, O_LEASE_D},
-        {"renew-deadline", required_argument, 0, O_RENEW_D},
-        {"retry-period", required_argument, 0, O_RETRY_D},
-        {"identity", required_argument, 0, O_IDENTITY},
-        {"worker-image", required_argument, 0, O_IMAGE},
-        {"worker-gpu-image", required_argument, 0, O_GPU_IMAGE},
-        {"max-pending-pods", required_argument, 0, O_PENDING},
-        {"status-interval", required_argument, 0, O_STATUS},
-        {"checkpoint-max-bytes", required_argument, 0, O_CKPT_MAX},
-        {"workers", required_argument, 0, O_WORKERS},
-        {"heartbeat-timeout", required_argument, 0, O_HB},
-        {"tls-dir", required_argument, 0, O_TLS_DIR},
-        {"tls-secret", required_argument, 0, O_TLS_SECRET},
-        {"tls-server-name", required_argument, 0, O_TLS_NAME},
-        {"price-cpu-core-hour", required_argument, 0, O_PRICE_CPU},
-        {"price-memory-gib-hour", required_argument, 0, O_PRICE_MEM},
-        {"gpu-type", required_argument, 0, O_GPU_TYPE},
-        {"price-gpu-hour", required_argument, 0, O_PRICE_GPU},
-        {"replan-threshold", required_argument, 0, O_REPLAN_T},
-        {"replan-interval", required_argument, 0, O_REPLAN_D},
-        {"version", no_argument, 0, O_VERSION},
-        {"help", no_argument, 0, O_HELP},
-        {"test-pipeline", required_argument, 0, O_TEST},
-        {"test-timeout", required_argument, 0, O_TEST_TIMEOUT},
-        {0, 0, 0, 0}};
+    size_t nns;
+    int ns_flag; /* a --namespace was given: SB_WATCH_NAMESPACES is not read */
+    char ns_buf[4096];
+    sb_rpc_tlsdir tls;
+    sb_rpc_opts rpc;
+    char grpc_host[256], metrics_host[256], identity[300];
+} ctl_args;
+
+static void ctl_args_from_env(ctl_args *a)
+{
+    sb_operator_config *cfg = &a->cfg;
+    a->pod_ip = env_or("SB_POD_IP", env_or("POD_IP", NULL));
+    a->grpc = env_or("SB_GRPC_LISTEN", NULL);
+    a->metrics = env_or("SB_METRICS_LISTEN", ":8080");
+    a->leader_elect = env_or("SB_LEADER_ELECT", "true");
+    a->ns_env = env_or("SB_WATCH_NAMESPACES", NULL);
+    a->lease_d = "15s";
+    a->renew_d = "10s";
+    a->retry_d = "2s";
+    a->status_d = env_or("SB_STATUS_INTERVAL", "2s");
+    a->ckpt_max = env_or("SB_CHECKPOINT_MAX_BYTES", "512Ki");
+    a->hb_d = env_or("SB_HEARTBEAT_TIMEOUT", "5s");
+    a->max_pending = env_or("SB_MAX_PENDING_PODS", "2");
+    a->workers = env_or("SB_WORKERS", "4");
+    a->tls_dir = env_or("SB_TLS_DIR", NULL);
+    a->price_cpu = env_or("SB_PRICE_CPU_CORE_HOUR", NULL);
+    a->price_mem = env_or("SB_PRICE_MEMORY_GIB_HOUR", NULL);
+    a->replan_t = env_or("SB_REPLAN_THRESHOLD", "0.25");
+    a->replan_d = env_or("SB_REPLAN_INTERVAL", "60s");
+    a->test_timeout = "5m";
+    a->prices.gpu_type = env_or("SB_GPU_TYPE", NULL);
+    if (env_or("SB_PRICE_GPU_HOUR", NULL) != NULL) {
+        snprintf(a->gpu_env, sizeof a->gpu_env, "%s", getenv("SB_PRICE_GPU_HOUR"));
+        char *save = NULL;
+        for (char *t = strtok_r(a->gpu_env, ",", &save);
+             t != NULL && a->ngpu_prices <= SB_PRICE_MAX_GPU_TYPES; t = strtok_r(NULL, ",", &save))
+            a->gpu_prices[a->ngpu_prices++] = t;
+    }
+    cfg->tls_secret = env_or("SB_TLS_SECRET", NULL);
+    cfg->tls_server_name = env_or("SB_TLS_SERVER_NAME", NULL);
+    cfg->lease_name = env_or("SB_LEADER_ELECTION_ID", "streambatch-controller");
+    cfg->lease_namespace = env_or("SB_LEADER_ELECTION_NAMESPACE",
+                                  env_or("POD_NAMESPACE", env_or("SB_POD_NAMESPACE", NULL)));
+    cfg->identity = env_or("SB_IDENTITY", NULL);
+    cfg->worker_image = env_or("SB_WORKER_IMAGE", "streambatch/worker:latest");
+    cfg->worker_gpu_image = env_or("SB_WORKER_GPU_IMAGE", "streambatch/worker-gpu:latest");
+}
+
+enum {
+    O_KUBECONFIG = 256,
+    O_CONTEXT,
+    O_NAMESPACE,
+    O_GRPC,
+    O_METRICS,
+    O_LEADER,
+    O_LEASE_ID,
+    O_LEASE_NS,
+    O_LEASE_D,
+    O_RENEW_D,
+    O_RETRY_D,
+    O_IDENTITY,
+    O_IMAGE,
+    O_GPU_IMAGE,
+    O_PENDING,
+    O_CKPT_MAX,
+    O_STATUS,
+    O_WORKERS,
+    O_HB,
+    O_TLS_DIR,
+    O_TLS_SECRET,
+    O_TLS_NAME,
+    O_PRICE_CPU,
+    O_PRICE_MEM,
+    O_GPU_TYPE,
+    O_PRICE_GPU,
+    O_REPLAN_T,
+    O_REPLAN_D,
+    O_VERSION,
+    O_HELP,
+    O_TEST,
+    O_TEST_TIMEOUT
+};
+
+static const struct option ctl_opts[] = {
+    {"kubeconfig", required_argument, 0, O_KUBECONFIG},
+    {"context", required_argument, 0, O_CONTEXT},
+    {"namespace", required_argument, 0, O_NAMESPACE},
+    {"grpc-listen", required_argument, 0, O_GRPC},
+    {"metrics-listen", required_argument, 0, O_METRICS},
+    {"leader-elect", required_argument, 0, O_LEADER},
+    {"leader-election-id", required_argument, 0, O_LEASE_ID},
+    {"leader-election-namespace", required_argument, 0, O_LEASE_NS},
+    {"lease-duration", required_argument, 0, O_LEASE_D},
+    {"renew-deadline", required_argument, 0, O_RENEW_D},
+    {"retry-period", required_argument, 0, O_RETRY_D},
+    {"identity", required_argument, 0, O_IDENTITY},
+    {"worker-image", required_argument, 0, O_IMAGE},
+    {"worker-gpu-image", required_argument, 0, O_GPU_IMAGE},
+    {"max-pending-pods", required_argument, 0, O_PENDING},
+    {"status-interval", required_argument, 0, O_STATUS},
+    {"checkpoint-max-bytes", required_argument, 0, O_CKPT_MAX},
+    {"workers", required_argument, 0, O_WORKERS},
+    {"heartbeat-timeout", required_argument, 0, O_HB},
+    {"tls-dir", required_argument, 0, O_TLS_DIR},
+    {"tls-secret", required_argument, 0, O_TLS_SECRET},
+    {"tls-server-name", required_argument, 0, O_TLS_NAME},
+    {"price-cpu-core-hour", required_argument, 0, O_PRICE_CPU},
+    {"price-memory-gib-hour", required_argument, 0, O_PRICE_MEM},
+    {"gpu-type", required_argument, 0, O_GPU_TYPE},
+    {"price-gpu-hour", required_argument, 0, O_PRICE_GPU},
+    {"replan-threshold", required_argument, 0, O_REPLAN_T},
+    {"replan-interval", required_argument, 0, O_REPLAN_D},
+    {"version", no_argument, 0, O_VERSION},
+    {"help", no_argument, 0, O_HELP},
+    {"test-pipeline", required_argument, 0, O_TEST},
+    {"test-timeout", required_argument, 0, O_TEST_TIMEOUT},
+    {0, 0, 0, 0}};
+
+/* Where the value of a flag that is one string goes (NULL: a flag that needs more). */
+static const char **ctl_flag_slot(ctl_args *a, int c)
+{
+    sb_operator_config *cfg = &a->cfg;
+    switch (c) {
+    case O_KUBECONFIG:
+        return &cfg->kubeconfig;
+    case O_CONTEXT:
+        return &cfg->context;
+    case O_GRPC:
+        return &a->grpc;
+    case O_METRICS:
+        return &a->metrics;
+    case O_LEADER:
+        return &a->leader_elect;
+    case O_LEASE_ID:
+        return &cfg->lease_name;
+    case O_LEASE_NS:
+        return &cfg->lease_namespace;
+    case O_LEASE_D:
+        return &a->lease_d;
+    case O_RENEW_D:
+        return &a->renew_d;
+    case O_RETRY_D:
+        return &a->retry_d;
+    case O_IDENTITY:
+        return &cfg->identity;
+    case O_IMAGE:
+        return &cfg->worker_image;
+    case O_GPU_IMAGE:
+        return &cfg->worker_gpu_image;
+    case O_PENDING:
+        return &a->max_pending;
+    case O_STATUS:
+        return &a->status_d;
+    case O_CKPT_MAX:
+        return &a->ckpt_max;
+    case O_WORKERS:
+        return &a->workers;
+    case O_HB:
+        return &a->hb_d;
+    case O_TLS_DIR:
+        return &a->tls_dir;
+    case O_TLS_SECRET:
+        return &cfg->tls_secret;
+    case O_TLS_NAME:
+        return &cfg->tls_server_name;
+    case O_PRICE_CPU:
+        return &a->price_cpu;
+    case O_PRICE_MEM:
+        return &a->price_mem;
+    case O_GPU_TYPE:
+        return &a->prices.gpu_type;
+    case O_REPLAN_T:
+        return &a->replan_t;
+    case O_REPLAN_D:
+        return &a->replan_d;
+    case O_TEST:
+        return &a->test_pipeline;
+    case O_TEST_TIMEOUT:
+        return &a->test_timeout;
+    default:
+        return NULL;
+    }
+}
+
+/* --namespace v (repeatable, comma-separated): the first one replaces SB_WATCH_NAMESPACES. */
+static int ctl_add_namespaces(ctl_args *a, const char *v)
+{
+    if (!a->ns_flag) {
+        a->nns = 0;
+        a->ns_flag = 1;
+    }
+    char *copy = strdup(v), *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        if (a->nns >= MAX_NAMESPACES) {
+            free(copy);
+            return bad("--namespace", v, "at most 32 namespaces");
+        }
+        a->namespaces[a->nns++] = strdup(t);
+    }
+    free(copy);
+    return CTL_GO;
+}
+
+/* One flag getopt_long returned as c. Returns CTL_GO, or the exit status. */
+static int ctl_parse_flag(ctl_args *a, int c, char **argv)
+{
+    const char **slot = ctl_flag_slot(a, c);
+    if (slot != NULL) {
+        *slot = optarg;
+        return CTL_GO;
+    }
+    switch (c) {
+    case O_NAMESPACE:
+        return ctl_add_namespaces(a, optarg);
+    case O_PRICE_GPU:
+        if (!a->gpu_flag) { /* flags replace the environment's list */
+            a->ngpu_prices = 0;
+            a->gpu_flag = 1;
+        }
+        if (a->ngpu_prices > SB_PRICE_MAX_GPU_TYPES)
+            return bad("--price-gpu-hour", optarg, "too many GPU types");
+        a->gpu_prices[a->ngpu_prices++] = optarg;
+        return CTL_GO;
+    case O_VERSION:
+        printf("streambatch-controller %s\n", SB_VERSION);
+        return 0;
+    case O_HELP:
+    case 'h':
+        usage(stdout);
+        return 0;
+    default:
+        if (optopt != 0)
+            fprintf(stderr, "streambatch-controller: option --%s needs a value (try --help)\n",
+                    argv[optind - 1] + 2);
+        else
+            fprintf(stderr, "streambatch-controller: unknown option %s (try --help)\n",
+                    argv[optind - 1]);
+        return 2;
+    }
+}
+
+static int ctl_parse_flags(int argc, char **argv, ctl_args *a)
+{
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case O_KUBECONFIG:
-            cfg.kubeconfig = optarg;
-            break;
-        case O_CONTEXT:
-            cfg.context = optarg;
-            break;
-        case O_NAMESPACE: {
-            if (!ns_flag) {
-                nns = 0;
-                ns_flag = 1;
-            }
-            char *copy = strdup(optarg), *save = NULL;
-            for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-                if (nns >= MAX_NAMESPACES) {
-                    free(copy);
-                    return bad("--namespace", optarg, "at most 32 namespaces");
-                }
-                namespaces[nns++] = strdup(t);
-            }
-            free(copy);
-            break;
-        }
-        case O_GRPC:
-            grpc = optarg;
-            break;
-        case O_METRICS:
-            metrics = optarg;
-            break;
-        case O_LEADER:
-            leader_elect = optarg;
-            break;
-        case O_LEASE_ID:
-            cfg.lease_name = optarg;
-            break;
-        case O_LEASE_NS:
-            cfg.lease_namespace = optarg;
-            break;
-        case O_LEASE_D:
-            lease_d = optarg;
-            break;
-        case O_RENEW_D:
-            renew_d = optarg;
-            break;
-        case O_RETRY_D:
-            retry_d = optarg;
-            break;
-        case O_IDENTITY:
-            cfg.identity = optarg;
-            break;
-        case O_IMAGE:
-            cfg.worker_image = optarg;
-            break;
-        case O_GPU_IMAGE:
-            cfg.worker_gpu_image = optarg;
-            break;
-        case O_PENDING:
-            max_pending = optarg;
-            break;
-        case O_STATUS:
-            status_d = optarg;
-            break;
-        case O_CKPT_MAX:
-            ckpt_max = optarg;
-            break;
-        case O_WORKERS:
-            workers = optarg;
-            break;
-        case O_HB:
-            hb_d = optarg;
-            break;
-        case O_TLS_DIR:
-            tls_dir = optarg;
-            break;
-        case O_TLS_SECRET:
-            cfg.tls_secret = optarg;
-            break;
-        case O_TLS_NAME:
-            cfg.tls_server_name = optarg;
-            break;
-        case O_PRICE_CPU:
-            price_cpu = optarg;
-            break;
-        case O_PRICE_MEM:
-            price_mem = optarg;
-            break;
-        case O_GPU_TYPE:
-            prices.gpu_type = optarg;
-            break;
-        case O_PRICE_GPU:
-            if (!gpu_flag) { /* flags replace the environment's list */
-                ngpu_prices = 0;
-                gpu_flag = 1;
-            }
-            if (ngpu_prices > SB_PRICE_MAX_GPU_TYPES)
-                return bad("--price-gpu-hour", optarg, "too many GPU types");
-            gpu_prices[ngpu_prices++] = optarg;
-            break;
-        case O_REPLAN_T:
-            replan_t = optarg;
-            break;
-        case O_REPLAN_D:
-            replan_d = optarg;
-            break;
-        case O_VERSION:
-            printf("streambatch-controller %s\n", SB_VERSION);
-            return 0;
-        case O_TEST:
-            test_pipeline = optarg;
-            break;
-        case O_TEST_TIMEOUT:
-            test_timeout = optarg;
-            break;
-        case O_HELP:
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            if (optopt != 0)
-                fprintf(stderr, "streambatch-controller: option --%s needs a value (try --help)\n",
-                        argv[optind - 1] + 2);
-            else
-                fprintf(stderr, "streambatch-controller: unknown option %s (try --help)\n",
-                        argv[optind - 1]);
-            return 2;
-        }
+    while ((c = getopt_long(argc, argv, "h", ctl_opts, NULL)) != -1) {
+        int rc = ctl_parse_flag(a, c, argv);
+        if (rc != CTL_GO)
+            return rc;
     }
     if (optind < argc) {
         fprintf(stderr, "streambatch-controller: unexpected argument %s (try --help)\n",
                 argv[optind]);
         return 2;
     }
-    if (test_pipeline != NULL)
-        return run_test(&cfg, test_pipeline, test_timeout);
-    if (!ns_flag && ns_env != NULL) {
-        snprintf(ns_buf, sizeof ns_buf, "%s", ns_env);
-        char *save = NULL;
-        for (char *t = strtok_r(ns_buf, ",", &save); t != NULL && nns < MAX_NAMESPACES;
-             t = strtok_r(NULL, ",", &save))
-            namespaces[nns++] = t;
-    }
-    cfg.namespaces = namespaces;
-    cfg.nnamespaces = nns;
+    return CTL_GO;
+}
+
+/* Leader election, status and heartbeat timing, and the per-pipeline limits. Returns CTL_GO, or
+ * 2. */
+static int ctl_check_limits(ctl_args *a)
+{
+    sb_operator_config *cfg = &a->cfg;
     int rc;
     long v;
-    if ((rc = parse_bool("--leader-elect", leader_elect, &cfg.leader_elect)) != 0 ||
-        (rc = parse_ms("--lease-duration", lease_d, &cfg.lease_ms)) != 0 ||
-        (rc = parse_ms("--renew-deadline", renew_d, &cfg.renew_ms)) != 0 ||
-        (rc = parse_ms("--retry-period", retry_d, &cfg.retry_ms)) != 0 ||
-        (rc = parse_ms("--status-interval", status_d, &cfg.status_interval_ms)) != 0)
+    if ((rc = parse_bool("--leader-elect", a->leader_elect, &cfg->leader_elect)) != 0 ||
+        (rc = parse_ms("--lease-duration", a->lease_d, &cfg->lease_ms)) != 0 ||
+        (rc = parse_ms("--renew-deadline", a->renew_d, &cfg->renew_ms)) != 0 ||
+        (rc = parse_ms("--retry-period", a->retry_d, &cfg->retry_ms)) != 0 ||
+        (rc = parse_ms("--status-interval", a->status_d, &cfg->status_interval_ms)) != 0)
         return rc;
-    if (!(cfg.lease_ms > cfg.renew_ms && cfg.renew_ms > cfg.retry_ms)) {
+    if (!(cfg->lease_ms > cfg->renew_ms && cfg->renew_ms > cfg->retry_ms)) {
         fprintf(stderr, "streambatch-controller: need --lease-duration > --renew-deadline > "
                         "--retry-period (try --help)\n");
         return 2;
     }
-    if ((rc = parse_ms("--heartbeat-timeout", hb_d, &v)) != 0)
+    if ((rc = parse_ms("--heartbeat-timeout", a->hb_d, &v)) != 0)
         return rc;
-    cfg.heartbeat_timeout_ms = (uint32_t)v;
-    if ((rc = parse_uint("--max-pending-pods", max_pending, 1, 1000, &v)) != 0)
+    cfg->heartbeat_timeout_ms = (uint32_t)v;
+    if ((rc = parse_uint("--max-pending-pods", a->max_pending, 1, 1000, &v)) != 0)
         return rc;
-    cfg.max_pending = (uint32_t)v;
+    cfg->max_pending = (uint32_t)v;
     int64_t q = 0;
     sb_err qerr;
-    if (sb_quantity_value(ckpt_max, &q, &qerr) != 0)
-        return bad("--checkpoint-max-bytes", ckpt_max, qerr.msg);
+    if (sb_quantity_value(a->ckpt_max, &q, &qerr) != 0)
+        return bad("--checkpoint-max-bytes", a->ckpt_max, qerr.msg);
     if (q < 0)
-        return bad("--checkpoint-max-bytes", ckpt_max, "must not be negative");
-    cfg.checkpoint_max_bytes = (uint64_t)q;
-    if ((rc = parse_uint("--workers", workers, 1, 64, &v)) != 0)
+        return bad("--checkpoint-max-bytes", a->ckpt_max, "must not be negative");
+    cfg->checkpoint_max_bytes = (uint64_t)q;
+    if ((rc = parse_uint("--workers", a->workers, 1, 64, &v)) != 0)
         return rc;
-    cfg.workers = (int)v;
-    if ((rc = parse_price("--price-cpu-core-hour", price_cpu, &prices.cpu_core_hour,
-                          &prices.cpu_core_hour_set)) != 0 ||
-        (rc = parse_price("--price-memory-gib-hour", price_mem, &prices.memory_gib_hour,
-                          &prices.memory_gib_hour_set)) != 0)
+    cfg->workers = (int)v;
+    return CTL_GO;
+}
+
+/* The prices plans are costed with and when a pipeline is re-planned. Returns CTL_GO, or 2. */
+static int ctl_check_planning(ctl_args *a)
+{
+    sb_price_defaults *prices = &a->prices;
+    int rc;
+    if ((rc = parse_price("--price-cpu-core-hour", a->price_cpu, &prices->cpu_core_hour,
+                          &prices->cpu_core_hour_set)) != 0 ||
+        (rc = parse_price("--price-memory-gib-hour", a->price_mem, &prices->memory_gib_hour,
+                          &prices->memory_gib_hour_set)) != 0)
         return rc;
-    for (size_t i = 0; i < ngpu_prices; i++) {
+    for (size_t i = 0; i < a->ngpu_prices; i++) {
         sb_err perr;
-        if (sb_price_defaults_add_gpu(&prices, gpu_prices[i], &perr) != 0)
-            return bad("--price-gpu-hour", gpu_prices[i], perr.msg);
+        if (sb_price_defaults_add_gpu(prices, a->gpu_prices[i], &perr) != 0)
+            return bad("--price-gpu-hour", a->gpu_prices[i], perr.msg);
     }
-    if (prices.gpu_type != NULL) {
+    if (prices->gpu_type != NULL) {
         sb_plan_prices probe;
         sb_err perr;
-        if (sb_price_resolve_with(&prices, NULL, &probe, NULL, &perr) != 0)
-            return bad("--gpu-type", prices.gpu_type,
+        if (sb_price_resolve_with(prices, NULL, &probe, NULL, &perr) != 0)
+            return bad("--gpu-type", prices->gpu_type,
                        "no price for this type: give --price-gpu-hour TYPE=PRICE");
     }
-    cfg.plan.prices = &prices;
-    {
-        char *end = NULL;
-        double th = strtod(replan_t, &end);
-        if (*replan_t == '\0' || *end != '\0' || !(th > 0) || th > 100)
-            return bad("--replan-threshold", replan_t, "must be a number in (0, 100], e.g. 0.25");
-        cfg.plan.replan_threshold = th;
-        long ms;
-        if ((rc = parse_ms("--replan-interval", replan_d, &ms)) != 0)
-            return rc;
-        cfg.plan.replan_interval_ms = (uint64_t)ms;
-    }
-    static sb_rpc_tlsdir tls;
-    static sb_rpc_opts rpc;
-    if ((tls_dir != NULL) != (cfg.tls_secret != NULL)) {
+    a->cfg.plan.prices = prices;
+    char *end = NULL;
+    double th = strtod(a->replan_t, &end);
+    if (*a->replan_t == '\0' || *end != '\0' || !(th > 0) || th > 100)
+        return bad("--replan-threshold", a->replan_t, "must be a number in (0, 100], e.g. 0.25");
+    a->cfg.plan.replan_threshold = th;
+    long ms;
+    if ((rc = parse_ms("--replan-interval", a->replan_d, &ms)) != 0)
+        return rc;
+    a->cfg.plan.replan_interval_ms = (uint64_t)ms;
+    return CTL_GO;
+}
+
+/* --tls-dir with --tls-secret: loaded and tried (a handshake with itself) before any pipeline
+ * depends on it. Returns CTL_GO, or 2. */
+static int ctl_load_tls(ctl_args *a)
+{
+    sb_operator_config *cfg = &a->cfg;
+    if ((a->tls_dir != NULL) != (cfg->tls_secret != NULL)) {
         fprintf(stderr, "streambatch-controller: --tls-dir and --tls-secret go together: the "
                         "controller's certificate directory and the Secret worker pods mount "
                         "(try --help)\n");
         return 2;
     }
-    if (tls_dir != NULL) {
-        sb_err terr;
-        if (sb_rpc_tlsdir_load(&tls, tls_dir, cfg.tls_server_name, &terr) != 0) {
-            fprintf(stderr, "streambatch-controller: %s\n", terr.msg);
-            return 2;
-        }
-        if (sb_rpc_tlsdir_selftest(&tls, 5000, &terr) != 0) {
-            fprintf(stderr, "streambatch-controller: %s\n", terr.msg);
-            return 2;
-        }
-        sb_rpc_tlsdir_apply(&tls, &rpc);
-        cfg.rpc = &rpc;
-        cfg.tls_server_name = tls.server_name;
+    if (a->tls_dir == NULL)
+        return CTL_GO;
+    sb_err terr;
+    if (sb_rpc_tlsdir_load(&a->tls, a->tls_dir, cfg->tls_server_name, &terr) != 0 ||
+        sb_rpc_tlsdir_selftest(&a->tls, 5000, &terr) != 0) {
+        fprintf(stderr, "streambatch-controller: %s\n", terr.msg);
+        return 2;
     }
-    char grpc_host[256];
-    if (grpc != NULL) {
+    sb_rpc_tlsdir_apply(&a->tls, &a->rpc);
+    cfg->rpc = &a->rpc;
+    cfg->tls_server_name = a->tls.server_name;
+    return CTL_GO;
+}
+
+/* The Control services' host, the /metrics address, and this replica's identity in the Lease
+ * (<hostname>_<random> by default: two replicas on one host still differ). Returns CTL_GO, or
+ * 2. */
+static int ctl_check_addresses(ctl_args *a)
+{
+    sb_operator_config *cfg = &a->cfg;
+    int rc;
+    if (a->grpc != NULL) {
         long port;
-        if ((rc = split_hostport("--grpc-listen", grpc, grpc_host, sizeof grpc_host, &port)) != 0)
-            return rc;
-        if (port != 0)
-            return bad("--grpc-listen", grpc, "the port must be 0 (one port per pipeline)");
-        if (grpc_host[0] == '\0')
-            return bad("--grpc-listen", grpc, "needs a host workers can reach");
-    } else {
-        snprintf(grpc_host, sizeof grpc_host, "%s", pod_ip ? pod_ip : "127.0.0.1");
-    }
-    cfg.grpc_host = grpc_host;
-    char metrics_host[256];
-    if (strcmp(metrics, "off") != 0) {
-        long port;
-        if ((rc = split_hostport("--metrics-listen", metrics, metrics_host, sizeof metrics_host,
+        if ((rc = split_hostport("--grpc-listen", a->grpc, a->grpc_host, sizeof a->grpc_host,
                                  &port)) != 0)
             return rc;
-        if (metrics_host[0] == '\0')
-            snprintf(metrics_host, sizeof metrics_host, "%s", pod_ip ? pod_ip : "0.0.0.0");
-        cfg.metrics_host = metrics_host;
-        cfg.metrics_port = (uint16_t)port;
+        if (port != 0)
+            return bad("--grpc-listen", a->grpc, "the port must be 0 (one port per pipeline)");
+        if (a->grpc_host[0] == '\0')
+            return bad("--grpc-listen", a->grpc, "needs a host workers can reach");
+    } else {
+        snprintf(a->grpc_host, sizeof a->grpc_host, "%s", a->pod_ip ? a->pod_ip : "127.0.0.1");
     }
-    char identity[300];
-    if (cfg.identity == NULL) {
+    cfg->grpc_host = a->grpc_host;
+    if (strcmp(a->metrics, "off") != 0) {
+        long port;
+        if ((rc = split_hostport("--metrics-listen", a->metrics, a->metrics_host,
+                                 sizeof a->metrics_host, &port)) != 0)
+            return rc;
+        if (a->metrics_host[0] == '\0')
+            snprintf(a->metrics_host, sizeof a->metrics_host, "%s",
+                     a->pod_ip ? a->pod_ip : "0.0.0.0");
+        cfg->metrics_host = a->metrics_host;
+        cfg->metrics_port = (uint16_t)port;
+    }
+    if (cfg->identity == NULL) {
         char host[HOST_NAME_MAX + 1] = "controller";
         gethostname(host, sizeof host);
         host[HOST_NAME_MAX] = '\0';
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         srand((unsigned)(ts.tv_nsec ^ getpid()));
-        snprintf(identity, sizeof identity, "%s_%08x", env_or("SB_POD_NAME", host),
+        snprintf(a->identity, sizeof a->identity, "%s_%08x", env_or("SB_POD_NAME", host),
                  (unsigned)rand());
-        cfg.identity = identity;
+        cfg->identity = a->identity;
     }
+    return CTL_GO;
+}
+
+/* Runs the operator until SIGTERM/SIGINT (0) or a failure or the lost lease (1). */
+static int ctl_serve(ctl_args *a)
+{
+    sb_operator_config *cfg = &a->cfg;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    cfg.stop = &g_stop;
+    cfg->stop = &g_stop;
     sb_log(SB_LOG_INFO, "streambatch-controller starting", "version", SB_VERSION, "identity",
-           cfg.identity, "grpc", grpc_host, "leaderElect", cfg.leader_elect ? "true" : "false",
-           "tls", cfg.rpc != NULL ? "mutual" : "off", NULL);
+           cfg->identity, "grpc", a->grpc_host, "leaderElect", cfg->leader_elect ? "true" : "false",
+           "tls", cfg->rpc != NULL ? "mutual" : "off", NULL);
     sb_err err = {0};
-    rc = sb_operator_run(&cfg, &err);
+    int rc = sb_operator_run(cfg, &err);
     if (rc < 0) {
         fprintf(stderr, "streambatch-controller: %s\n", err.msg);
         return 1;
@@ -610,4 +657,28 @@ int main(int argc, char **argv)
     }
     sb_log(SB_LOG_INFO, "streambatch-controller stopped", NULL);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static ctl_args a;
+    ctl_args_from_env(&a);
+    int rc = ctl_parse_flags(argc, argv, &a);
+    if (rc != CTL_GO)
+        return rc;
+    if (a.test_pipeline != NULL) /* the helm test: no operator, so none of its flags matter */
+        return run_test(&a.cfg, a.test_pipeline, a.test_timeout);
+    if (!a.ns_flag && a.ns_env != NULL) {
+        snprintf(a.ns_buf, sizeof a.ns_buf, "%s", a.ns_env);
+        char *save = NULL;
+        for (char *t = strtok_r(a.ns_buf, ",", &save); t != NULL && a.nns < MAX_NAMESPACES;
+             t = strtok_r(NULL, ",", &save))
+            a.namespaces[a.nns++] = t;
+    }
+    a.cfg.namespaces = a.namespaces;
+    a.cfg.nnamespaces = a.nns;
+    if ((rc = ctl_check_limits(&a)) == CTL_GO && (rc = ctl_check_planning(&a)) == CTL_GO &&
+        (rc = ctl_load_tls(&a)) == CTL_GO && (rc = ctl_check_addresses(&a)) == CTL_GO)
+        rc = ctl_serve(&a);
+    return rc;
 }

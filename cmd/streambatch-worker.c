@@ -1,12 +1,9 @@
-/* streambatch-worker — runs tasks for a controller and serves its partitions to peers.
- * Started by the controller's backend (local processes for `streambatch run`, pods on
- * Kubernetes), not by hand. Every flag can also come from the environment (for pods); a flag
- * wins over its variable. Pod mode: with SB_POD_IP set and no --listen/SB_LISTEN it listens on
- * $SB_POD_IP:$SB_WORKER_PORT (default 7070) and advertises $SB_POD_IP.
- * Exit codes: 0 orderly shutdown (also when the controller says so), 1 failure (the controller
- * lost past --controller-lost-timeout included), 2 usage error.
- * The same main is streambatch-worker-gpu, the CUDA build (linked with the CUDA objects of
- * worker/ops/tensor: docs/architecture.md, "The CUDA build"); --version says which. */
+/* streambatch-worker — runs tasks for a controller and serves its partitions to peers; started
+ * by the controller's backend (local processes, or pods), not by hand. Owns the flags, each also
+ * an environment variable (a flag wins), and pod mode (SB_POD_IP, no --listen: listens on
+ * $SB_POD_IP:$SB_WORKER_PORT). The same main is streambatch-worker-gpu, the CUDA build
+ * (docs/architecture.md); --version says which. Exit codes: 0 orderly shutdown, 1 failure or
+ * the controller lost past --controller-lost-timeout, 2 usage error. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
