@@ -7,7 +7,8 @@
 #   SB_BENCH_CTL_1M=1     also run 1,000,000 tasks in one pipeline (about 4 minutes here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${SB_BUILD_DIR:-build}
+. scripts/env.sh # SB_BIN_DIR, SB_BUILD_DIR
+build=$SB_BUILD_DIR
 bench=$build/bench/bench_ctl_load
 rounds=${SB_BENCH_CTL_ROUNDS:-3}
 [[ -x $bench ]] || { echo "bench-ctl-load: $bench is missing" >&2; exit 1; }

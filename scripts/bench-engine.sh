@@ -6,8 +6,9 @@
 #   3. scheduler overhead: the core alone, and end to end with empty ops
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-bin}
-build=${SB_BUILD_DIR:-build}
+. scripts/env.sh # SB_BIN_DIR, SB_BUILD_DIR
+bin=$SB_BIN_DIR
+build=$SB_BUILD_DIR
 work=$(mktemp -d /tmp/sb-bench-engine-XXXXXX)
 # The accelerator pipelines write their sink to tmpfs where there is one: their bound is CPU and
 # accelerator time, and this VM's disk made a run writing into new files 1.2-1.5x slower than the

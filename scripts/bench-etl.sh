@@ -15,8 +15,9 @@
 #   ROUNDS (default 5), ETL_MIB (default 1024), SB_BIN_DIR, SB_BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
-build=${SB_BUILD_DIR:-$PWD/build}
+. scripts/env.sh # SB_BIN_DIR, SB_BUILD_DIR
+bin=$SB_BIN_DIR
+build=$SB_BUILD_DIR
 cbin=$build/bench/bench_etl_c
 rounds=${ROUNDS:-5}
 mib=${ETL_MIB:-1024}

@@ -12,7 +12,8 @@
 # One run each (the peak, not a time: no rounds). SB_BIN_DIR as for the other scripts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
+. scripts/env.sh # SB_BIN_DIR, SB_BUILD_DIR
+bin=$SB_BIN_DIR
 mib=${ETL_MIB:-256}
 work=$(mktemp -d /tmp/sb-bench-mem-XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -8,7 +8,8 @@
 # this disk's file creation does not swamp a 2% bar) and two CPU stages (bench.spin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-bin}
+. scripts/env.sh # SB_BIN_DIR, SB_BUILD_DIR
+bin=$SB_BIN_DIR
 rounds=${ROUNDS:-5}
 tiny_rounds=${TINY_ROUNDS:-$((rounds * 3))} # 0.2 s runs: more of them
 tmp=/tmp

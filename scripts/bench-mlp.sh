@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
-build=${SB_BUILD_DIR:-$top/build}
+. scripts/env.sh # SB_BUILD_DIR
+build=$SB_BUILD_DIR
 rounds=${ROUNDS:-5}
 work=$(mktemp -d /tmp/sb-bench-mlp-XXXXXX)
 trap 'rm -rf "$work"' EXIT

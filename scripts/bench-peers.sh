@@ -20,7 +20,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
-bin=${SB_BIN_DIR:-$top/bin}
+. scripts/env.sh # SB_BIN_DIR
+bin=$SB_BIN_DIR
 peers=$top/tests/bench/peers
 rounds=${ROUNDS:-3}
 case ${SIZE:-full} in

@@ -15,7 +15,8 @@
 # The baselines' predicted costs (all-cpu, all-gpu, greedy) from the same plan are in the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
+. scripts/env.sh # SB_BIN_DIR
+bin=$SB_BIN_DIR
 work=$(mktemp -d /tmp/sb-bench-plan-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 BIN=$bin WORK=$work ROUNDS=${ROUNDS:-2} DURATION=${DURATION:-30} ONLY=${ONLY:-} PARTITION_SIZE=${PARTITION_SIZE:-16Ki} exec python3 - <<'PY'

@@ -8,7 +8,8 @@
 # Medians (ranges) over ROUNDS (default 5); the load average is printed per round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
+. scripts/env.sh # SB_BIN_DIR
+bin=$SB_BIN_DIR
 rounds=${ROUNDS:-5}
 work=$(mktemp -d /tmp/sb-bench-slots-XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -10,7 +10,8 @@
 # spread are reported. MinIO runs on 127.0.0.1 from scripts/minio.sh's cache, data in a temp dir.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-bin=${SB_BIN_DIR:-$top/bin}
+. "$top/scripts/env.sh" # SB_BIN_DIR, SB_BUILD_DIR
+bin=$SB_BIN_DIR
 rounds=${ROUNDS:-3}
 size_mib=${BENCH_S3_MIB:-1024}
 minio=$("$top/scripts/minio.sh")
@@ -70,7 +71,7 @@ pipeline fileetl "file://$work/in16/" "file://$work/out-file/" "$etl"
 
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>"$work/last.err" || { cat "$work/last.err" >&2; return 1; }; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
 run() { secs "$bin/streambatch" run "$work/$1.yaml" --cpus 2; }
-benchbin=${SB_BUILD_DIR:-$top/build}/bench/bench_read
+benchbin=$SB_BUILD_DIR/bench/bench_read
 src() { local out; out=$("$benchbin" "$1" jsonl $((64 << 20)) 2 $((1 << 20))) || return 1; sed -n 's/.* seconds=\([0-9.]*\) .*/\1/p' <<<"$out"; }
 declare -a curl_t src_t srcf_t read_t readf_t s3_t file_t
 for r in $(seq "$rounds"); do

@@ -17,7 +17,8 @@
 # Whole-process times, outputs checked equal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
+. scripts/env.sh # SB_BIN_DIR
+bin=$SB_BIN_DIR
 rounds=${ROUNDS:-3}
 ms_per_mb=${MS_PER_MB:-2000}
 psize=${PARTITION_SIZE:-128Ki} # 512Ki: 16 tasks of ~0.8 s, too coarse to balance (docs/benchmarks.md)

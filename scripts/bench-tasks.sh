@@ -10,7 +10,8 @@
 # commit of every part included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
+. scripts/env.sh # SB_BIN_DIR
+bin=$SB_BIN_DIR
 rounds=${ROUNDS:-3}
 tasks=${TASKS:-20000}
 . scripts/bench-lib.sh # pressure

@@ -8,7 +8,8 @@
 # to show what grouping small files into splits buys.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
+. scripts/env.sh # SB_BIN_DIR
+bin=$SB_BIN_DIR
 rounds=${ROUNDS:-5}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch
 work=$(mktemp -d /tmp/sb-bench-tiny-XXXXXX)

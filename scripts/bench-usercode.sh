@@ -12,8 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
-bin=${SB_BIN_DIR:-$top/bin}
-build=${SB_BUILD_DIR:-$top/build}
+. scripts/env.sh # SB_BIN_DIR, SB_BUILD_DIR
+bin=$SB_BIN_DIR
+build=$SB_BUILD_DIR
 rounds=${ROUNDS:-3}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch
 work=$(mktemp -d /tmp/sb-bench-usercode-XXXXXX)

@@ -7,7 +7,9 @@
 #   SB_BENCH_OUT  where to write the report (default $SB_BUILD_DIR/bench.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${SB_BUILD_DIR:-$PWD/build}
+. scripts/env.sh # SB_BIN_DIR, SB_BUILD_DIR
+export SB_BIN_DIR # the benchmark scripts below run these binaries
+build=$SB_BUILD_DIR
 out=${SB_BENCH_OUT:-$build/bench.md}
 bench=$build/bench/bench_data
 export SB_BUILD_DIR=$build
@@ -159,31 +161,31 @@ echo "bench: engine benchmarks (scripts/bench-engine.sh, a few minutes)" >&2
   echo
   echo "Command: \`scripts/bench-engine.sh\` (run by \`make bench\`), same machine, same run."
   echo
-  SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-engine.sh
+  scripts/bench-engine.sh
 } >>"$out"
 echo "bench: storage benchmarks (scripts/bench-storage.sh: MinIO vs curl, s3 vs file)" >&2
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-storage.sh >>"$out"
+scripts/bench-storage.sh >>"$out"
 echo "bench: metrics cost (scripts/bench-metrics.sh: runs with metrics served vs not)" >&2
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-metrics.sh >>"$out"
+scripts/bench-metrics.sh >>"$out"
 echo "bench: user code (scripts/bench-usercode.sh: exec and plugin costs, Ray Data side by side)" >&2
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-usercode.sh >>"$out"
+scripts/bench-usercode.sh >>"$out"
 echo "bench: tensor.mlp on the CPU (scripts/bench-mlp.sh: the op vs numpy's matmuls)" >&2
 scripts/bench-mlp.sh >>"$out"
 echo "bench: tiny tasks end to end (scripts/bench-tasks.sh: batched polls vs one task per poll, disk vs tmpfs)" >&2
-{ echo; SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-tasks.sh; } >>"$out"
+{ echo; scripts/bench-tasks.sh; } >>"$out"
 echo "bench: many tiny files (scripts/bench-tiny.sh: grouped splits vs a task per file vs Daft)" >&2
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-tiny.sh >>"$out"
+scripts/bench-tiny.sh >>"$out"
 echo "bench: ETL (scripts/bench-etl.sh: jsonl filter + project vs one C program doing the same)" >&2
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-etl.sh >>"$out"
+scripts/bench-etl.sh >>"$out"
 echo "bench: memory of the process tree (scripts/bench-memory.sh: peak Pss vs budget + 40 MiB/worker)" >&2
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-memory.sh >>"$out"
+scripts/bench-memory.sh >>"$out"
 echo "bench: controller under load (scripts/bench-ctl-load.sh: 1,000 and 10,000 simulated workers)" >&2
 scripts/bench-ctl-load.sh >>"$out"
 echo "bench: a sick worker (scripts/bench-stragglers.sh: tail sizing, copies, drain vs none)" >&2
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-stragglers.sh >>"$out"
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} PARTITION_SIZE=512Ki scripts/bench-stragglers.sh >>"$out"
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} THROTTLE=quota scripts/bench-stragglers.sh >>"$out"
+scripts/bench-stragglers.sh >>"$out"
+PARTITION_SIZE=512Ki scripts/bench-stragglers.sh >>"$out"
+THROTTLE=quota scripts/bench-stragglers.sh >>"$out"
 echo "bench: cost-aware placement (scripts/bench-plan.sh: the plan vs a brute force, predicted vs measured cost)" >&2
-SB_BIN_DIR=${SB_BIN_DIR:-$PWD/bin} scripts/bench-plan.sh >>"$out"
+scripts/bench-plan.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"

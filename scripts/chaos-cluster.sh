@@ -14,7 +14,8 @@ set -uo pipefail
 duration=${1:-120}
 shift || true
 here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${SB_BIN_DIR:-$here/bin}
+. "$here/scripts/env.sh" # SB_BIN_DIR
+bin=$SB_BIN_DIR
 base=${TMPDIR:-/tmp}
 work=$(mktemp -d "$base/sb-chaos-cluster.XXXXXX") || exit 1
 keep=${SB_CHAOS_KEEP:-0}

@@ -11,8 +11,9 @@ set -uo pipefail
 duration=${1:-180}
 shift || true
 here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${SB_BIN_DIR:-$here/bin}
-build=${SB_BUILD_DIR:-$here/build}
+. "$here/scripts/env.sh" # SB_BIN_DIR, SB_BUILD_DIR
+bin=$SB_BIN_DIR
+build=$SB_BUILD_DIR
 base=${TMPDIR:-/tmp}
 work=$(mktemp -d "$base/sb-chaos.XXXXXX") || exit 1
 keep=${SB_CHAOS_KEEP:-0}

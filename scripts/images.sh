@@ -17,7 +17,8 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 conf=$top/docker/images.conf
-bindir=${SB_BIN_DIR:-$top/bin}
+. "$top/scripts/env.sh" # SB_BIN_DIR
+bindir=$SB_BIN_DIR
 out=${SB_IMAGES_DIR:-$top/build/images}
 cache=${SB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/streambatch/images}
 mirror=${SB_DEBIAN_MIRROR:-http://deb.debian.org/debian}

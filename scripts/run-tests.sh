@@ -12,7 +12,8 @@ for a in "$@"; do
   if [[ $a == -- ]]; then seen_sep=1; continue; fi
   if ((seen_sep)); then targets+=("$a"); else bins+=("$a"); fi
 done
-log_dir=${SB_BUILD_DIR:-build}/test-logs
+. "$(dirname "$0")/env.sh" # SB_BUILD_DIR
+log_dir=$SB_BUILD_DIR/test-logs
 mkdir -p "$log_dir"
 passed=0; failed=0; failed_suites=()
 

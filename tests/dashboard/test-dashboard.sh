@@ -12,7 +12,8 @@
 # Prints "dashboard-test: N passed, N failed" last. Bounded; stops what it started, by pid.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${SB_BIN_DIR:-$top/bin}
+. "$top/scripts/env.sh" # SB_BIN_DIR
+bin=$SB_BIN_DIR
 dash=$top/deploy/grafana/streambatch.json
 gs=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch/grafana-schema-13.2.3-ts-5.9.3
 tmp=$(mktemp -d /tmp/sb-dashboard-test-XXXXXX)

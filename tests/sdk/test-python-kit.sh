@@ -17,8 +17,9 @@
 # Prints "sdk-test: N passed, N failed" last. Bounded (timeout per run); cleans its files.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${SB_BIN_DIR:-$top/bin}
-venv=${SB_BUILD_DIR:-$top/build}/sdk-venv
+. "$top/scripts/env.sh" # SB_BIN_DIR, SB_BUILD_DIR
+bin=$SB_BIN_DIR
+venv=$SB_BUILD_DIR/sdk-venv
 tmp=$(mktemp -d /tmp/sb-sdk-test-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0
@@ -166,7 +167,7 @@ unserialisable() {
 check "a UDF returning what JSON cannot carry: the error names the batch" unserialisable
 
 check "our Arrow IPC stream code against pyarrow, both ways" \
-  "$py" "$top/tests/sdk/test-arrow-ipc.py" "${SB_BUILD_DIR:-$top/build}/tests/helpers/sb_arrow_ipc"
+  "$py" "$top/tests/sdk/test-arrow-ipc.py" "$SB_BUILD_DIR/tests/helpers/sb_arrow_ipc"
 
 cat >"$tmp/arrow_np.py" <<'EOF'
 import json
