@@ -3,7 +3,8 @@
 # show no leaks and no memory errors. Prints "N passed, N failed". ("Still reachable" blocks are
 # not leaks: libgrpc's static initialisers allocate per-CPU tables that live for the process.)
 set -uo pipefail
-bin=${1:-bin/streambatch}
+. "$(dirname "$0")/env.sh" # SB_BIN_DIR
+bin=${1:-$SB_BIN_DIR/streambatch}
 passed=0; failed=0
 for f in api/examples/*.yaml tests/invalid/*.yaml; do
   log=$(mktemp)
