@@ -1,3 +1,8 @@
+/* cdata.c — the Arrow C Data Interface both ways (see cdata.h): exporting an opened batch as a
+ * "+s" struct array with zero copies, and viewing an imported struct array as partition columns
+ * (sb_arrow_view). Owns the exported structs (freed by their release callbacks) and a view's
+ * field table and re-aligned bitmaps; never the column data. */
+
 #include "arrow/cdata.h"
 
 #include <stdio.h>
@@ -261,6 +266,115 @@ void sb_arrow_view_close(sb_arrow_view *v)
     memset(v, 0, sizeof *v);
 }
 
+/* Points column c (n rows from row base of child array ca, of type t) at its values, and its
+ * offsets for binary and utf8. Returns why the buffers cannot be viewed, or NULL. */
+static const char *view_values(sb_arrow_view *v, const struct ArrowSchema *cs,
+                               const struct ArrowArray *ca, sb_column *c, sb_type t, uint32_t ls,
+                               size_t base, size_t n)
+{
+    const char *bad = NULL;
+    if (t == SB_TYPE_BINARY || t == SB_TYPE_UTF8) {
+        const int32_t *off = ca->buffers[1];
+        if (off == NULL || (ca->buffers[2] == NULL && n > 0 && off[base + n] != off[base])) {
+            bad = "no offsets or data buffer";
+        } else {
+            for (size_t r = 0; r < n && bad == NULL; r++)
+                if (off[base + r] < 0 || off[base + r + 1] < off[base + r])
+                    bad = "offsets that decrease";
+            c->offsets = off + base;
+            c->values = ca->buffers[2] ? ca->buffers[2] : "";
+            c->values_len = (size_t)(off[base + n] - off[base]);
+        }
+    } else if (t == SB_TYPE_BOOL) {
+        const uint8_t *vals;
+        if (ca->buffers[1] == NULL && n > 0)
+            bad = "no values buffer";
+        else if (bits_at(v, ca->buffers[1], base, n, &vals) != 0)
+            bad = "out of memory";
+        else
+            c->values = vals, c->values_len = (n + 7) / 8;
+    } else if (t == SB_TYPE_FIXED_LIST) {
+        const struct ArrowSchema *ks = cs->n_children == 1 ? cs->children[0] : NULL;
+        const struct ArrowArray *ka = ca->n_children == 1 ? ca->children[0] : NULL;
+        sb_type kt, kk;
+        uint32_t kl;
+        if (ks == NULL || ka == NULL || ks->format == NULL ||
+            parse_format(ks->format, &kt, &kk, &kl) != 0 || kt < SB_TYPE_INT8 ||
+            kt > SB_TYPE_FLOAT64 || ka->n_buffers != 2 || ka->null_count > 0 || ka->offset < 0 ||
+            (ka->buffers[1] == NULL && n > 0) ||
+            (uint64_t)ka->length + (uint64_t)ka->offset <
+                ((uint64_t)base + n) * ls + (uint64_t)ka->offset) {
+            bad = "a fixed-size list needs one numeric child without nulls, long enough";
+        } else {
+            c->child_type = kt;
+            size_t w = sb_type_width(kt);
+            c->values = (const uint8_t *)ka->buffers[1] + ((size_t)ka->offset + base * ls) * w;
+            c->values_len = n * ls * w;
+        }
+    } else {
+        size_t w = sb_type_width(t);
+        if (ca->buffers[1] == NULL && n > 0)
+            bad = "no values buffer";
+        else
+            c->values = (const uint8_t *)ca->buffers[1] + base * w, c->values_len = n * w;
+    }
+    return bad;
+}
+
+/* Column i of the struct array a (schema s) into v->cols[i] and v->fields[i], without copying:
+ * a supported format, the buffer count it needs, enough rows, the validity bitmap (re-aligned by
+ * bits_at when the offset is not a multiple of 8) and the values. -1 with err set. */
+static int view_column(sb_arrow_view *v, const struct ArrowSchema *s, const struct ArrowArray *a,
+                       size_t i, sb_err *err)
+{
+    const struct ArrowSchema *cs = s->children[i];
+    const struct ArrowArray *ca = a->children[i];
+    const char *name = cs && cs->name ? cs->name : "";
+    sb_type t, ct;
+    uint32_t ls;
+    if (cs == NULL || ca == NULL || cs->format == NULL ||
+        parse_format(cs->format, &t, &ct, &ls) != 0 || cs->dictionary != NULL)
+        return sb_err_set(err, "arrow: column %zu \"%.64s\": unsupported format \"%.32s\"", i, name,
+                          cs && cs->format ? cs->format : "(null)");
+    int64_t need_buf = t == SB_TYPE_BINARY || t == SB_TYPE_UTF8 ? 3
+                       : t == SB_TYPE_FIXED_LIST                ? 1
+                                                                : 2;
+    if (ca->n_buffers != need_buf || ca->offset < 0 || ca->length < 0 ||
+        (uint64_t)a->offset + (uint64_t)a->length > (uint64_t)ca->length)
+        return sb_err_set(err,
+                          "arrow: column %zu \"%.64s\": %lld buffers (want %lld), length "
+                          "%lld, offset %lld for %lld rows",
+                          i, name, (long long)ca->n_buffers, (long long)need_buf,
+                          (long long)ca->length, (long long)ca->offset, (long long)a->length);
+    size_t base = (size_t)ca->offset + (size_t)a->offset, n = v->rows;
+    sb_column *c = &v->cols[i];
+    *c = (sb_column){.name = name,
+                     .name_len = strlen(name),
+                     .type = t,
+                     .child_type = ct,
+                     .list_size = ls,
+                     .nullable = (cs->flags & ARROW_FLAG_NULLABLE) != 0,
+                     .length = n};
+    const uint8_t *valid;
+    if (bits_at(v, ca->null_count == 0 ? NULL : ca->buffers[0], base, n, &valid) != 0)
+        return sb_err_set(err, "arrow: out of memory");
+    c->validity = valid;
+    if (valid != NULL) {
+        c->nullable = true;
+        for (size_t r = 0; r < n; r++)
+            c->null_count += !((valid[r >> 3] >> (r & 7)) & 1);
+    }
+    const char *bad = view_values(v, cs, ca, c, t, ls, base, n);
+    if (bad != NULL)
+        return sb_err_set(err, "arrow: column %zu \"%.64s\" (%s): %s", i, name, cs->format, bad);
+    v->fields[i] = (sb_field){.name = name,
+                              .type = t,
+                              .child_type = c->child_type,
+                              .list_size = ls,
+                              .nullable = c->nullable};
+    return 0;
+}
+
 int sb_arrow_view_open(const struct ArrowSchema *s, const struct ArrowArray *a, sb_arrow_view *v,
                        sb_err *err)
 {
@@ -289,106 +403,10 @@ int sb_arrow_view_open(const struct ArrowSchema *s, const struct ArrowArray *a, 
         sb_arrow_view_close(v);
         return sb_err_set(err, "arrow: out of memory");
     }
-    for (size_t i = 0; i < v->ncols; i++) {
-        const struct ArrowSchema *cs = s->children[i];
-        const struct ArrowArray *ca = a->children[i];
-        const char *name = cs && cs->name ? cs->name : "";
-        sb_type t, ct;
-        uint32_t ls;
-        if (cs == NULL || ca == NULL || cs->format == NULL ||
-            parse_format(cs->format, &t, &ct, &ls) != 0 || cs->dictionary != NULL) {
-            sb_arrow_view_close(v);
-            return sb_err_set(err, "arrow: column %zu \"%.64s\": unsupported format \"%.32s\"", i,
-                              name, cs && cs->format ? cs->format : "(null)");
+    for (size_t i = 0; i < v->ncols; i++)
+        if (view_column(v, s, a, i, err) != 0) {
+            sb_arrow_view_close(v); /* the messages point into s, not into v */
+            return -1;
         }
-        int64_t need_buf = t == SB_TYPE_BINARY || t == SB_TYPE_UTF8 ? 3
-                           : t == SB_TYPE_FIXED_LIST                ? 1
-                                                                    : 2;
-        if (ca->n_buffers != need_buf || ca->offset < 0 || ca->length < 0 ||
-            (uint64_t)a->offset + (uint64_t)a->length > (uint64_t)ca->length) {
-            sb_arrow_view_close(v);
-            return sb_err_set(err,
-                              "arrow: column %zu \"%.64s\": %lld buffers (want %lld), length "
-                              "%lld, offset %lld for %lld rows",
-                              i, name, (long long)ca->n_buffers, (long long)need_buf,
-                              (long long)ca->length, (long long)ca->offset, (long long)a->length);
-        }
-        size_t base = (size_t)ca->offset + (size_t)a->offset, n = v->rows;
-        sb_column *c = &v->cols[i];
-        *c = (sb_column){.name = name,
-                         .name_len = strlen(name),
-                         .type = t,
-                         .child_type = ct,
-                         .list_size = ls,
-                         .nullable = (cs->flags & ARROW_FLAG_NULLABLE) != 0,
-                         .length = n};
-        const uint8_t *valid;
-        if (bits_at(v, ca->null_count == 0 ? NULL : ca->buffers[0], base, n, &valid) != 0) {
-            sb_arrow_view_close(v);
-            return sb_err_set(err, "arrow: out of memory");
-        }
-        c->validity = valid;
-        if (valid != NULL) {
-            c->nullable = true;
-            for (size_t r = 0; r < n; r++)
-                c->null_count += !((valid[r >> 3] >> (r & 7)) & 1);
-        }
-        const char *bad = NULL;
-        if (t == SB_TYPE_BINARY || t == SB_TYPE_UTF8) {
-            const int32_t *off = ca->buffers[1];
-            if (off == NULL || (ca->buffers[2] == NULL && n > 0 && off[base + n] != off[base])) {
-                bad = "no offsets or data buffer";
-            } else {
-                for (size_t r = 0; r < n && bad == NULL; r++)
-                    if (off[base + r] < 0 || off[base + r + 1] < off[base + r])
-                        bad = "offsets that decrease";
-                c->offsets = off + base;
-                c->values = ca->buffers[2] ? ca->buffers[2] : "";
-                c->values_len = (size_t)(off[base + n] - off[base]);
-            }
-        } else if (t == SB_TYPE_BOOL) {
-            const uint8_t *vals;
-            if (ca->buffers[1] == NULL && n > 0)
-                bad = "no values buffer";
-            else if (bits_at(v, ca->buffers[1], base, n, &vals) != 0)
-                bad = "out of memory";
-            else
-                c->values = vals, c->values_len = (n + 7) / 8;
-        } else if (t == SB_TYPE_FIXED_LIST) {
-            const struct ArrowSchema *ks = cs->n_children == 1 ? cs->children[0] : NULL;
-            const struct ArrowArray *ka = ca->n_children == 1 ? ca->children[0] : NULL;
-            sb_type kt, kk;
-            uint32_t kl;
-            if (ks == NULL || ka == NULL || ks->format == NULL ||
-                parse_format(ks->format, &kt, &kk, &kl) != 0 || kt < SB_TYPE_INT8 ||
-                kt > SB_TYPE_FLOAT64 || ka->n_buffers != 2 || ka->null_count > 0 ||
-                ka->offset < 0 || (ka->buffers[1] == NULL && n > 0) ||
-                (uint64_t)ka->length + (uint64_t)ka->offset <
-                    ((uint64_t)base + n) * ls + (uint64_t)ka->offset) {
-                bad = "a fixed-size list needs one numeric child without nulls, long enough";
-            } else {
-                c->child_type = kt;
-                size_t w = sb_type_width(kt);
-                c->values = (const uint8_t *)ka->buffers[1] + ((size_t)ka->offset + base * ls) * w;
-                c->values_len = n * ls * w;
-            }
-        } else {
-            size_t w = sb_type_width(t);
-            if (ca->buffers[1] == NULL && n > 0)
-                bad = "no values buffer";
-            else
-                c->values = (const uint8_t *)ca->buffers[1] + base * w, c->values_len = n * w;
-        }
-        if (bad != NULL) {
-            sb_arrow_view_close(v);
-            return sb_err_set(err, "arrow: column %zu \"%.64s\" (%s): %s", i, name, cs->format,
-                              bad);
-        }
-        v->fields[i] = (sb_field){.name = name,
-                                  .type = t,
-                                  .child_type = c->child_type,
-                                  .list_size = ls,
-                                  .nullable = c->nullable};
-    }
     return 0;
 }

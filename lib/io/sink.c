@@ -1,4 +1,8 @@
-/* sink.c — local part files, manifest and _SUCCESS (see sink.h). */
+/* sink.c — the sink's files (see sink.h): writing one part file per partition (through the
+ * storage interface: file:// or s3://), preparing and aborting a sink directory, and the commit
+ * that checks the parts, removes strays and writes the manifest and _SUCCESS. Owns no state
+ * between calls; the part list is the caller's. */
+
 #include "io/sink.h"
 
 #include <cjson/cJSON.h>
@@ -514,38 +518,19 @@ static const char *part_name_at(const void *ctx, size_t i)
     return ((const sb_io_part_info *)ctx)[i].name;
 }
 
-int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
-                      const sb_io_errored *errored, size_t nerrored, sb_err *err)
+/* Checks the committed parts against one listing of the sink directory (objs, nobjs): valid
+ * names, repeats only with identical info (skip[i] set for the repeat), each file present with
+ * the reported size. Fills named with the parts by name. -1 with err set. */
+static int commit_check_parts(const char *dir, const char *ext, const sb_io_part_info *parts,
+                              size_t n, const sb_io_obj *objs, size_t nobjs, sb_idmap *named,
+                              unsigned char *skip, sb_err *err)
 {
-    if (n > 0 && parts == NULL)
-        return sb_err_set(err, "sink: commit: NULL parts");
-    char *dir = sink_dir(sink, err);
-    if (dir == NULL)
-        return -1;
-    const char *ext = ext_of(sink->format);
-    unsigned char *skip = calloc(n ? n : 1, 1);
-    sb_idmap named; /* the committed parts by name: repeats, and strays below */
-    sb_idmap_init(&named, part_name_at, parts);
-    sb_io_obj *objs = NULL;
-    size_t nobjs = 0;
-    int rc = 0;
-    char *text = NULL;
-    if (skip == NULL) {
-        rc = sb_err_set(err, "sink: commit: out of memory");
-        goto out;
-    }
-    /* One listing gives every part's size (no request per part on S3). */
-    if (sb_io_list(dir, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &objs, &nobjs, err) != 0) {
-        rc = sb_err_wrap(err, "sink: commit");
-        goto out;
-    }
     const char **listed = malloc((nobjs ? nobjs : 1) * sizeof *listed);
-    if (listed == NULL) {
-        rc = sb_err_set(err, "sink: commit: out of memory");
-        goto out;
-    }
+    if (listed == NULL)
+        return sb_err_set(err, "sink: commit: out of memory");
     for (size_t i = 0; i < nobjs; i++)
         listed[i] = objs[i].uri; /* sorted by URI = sorted by name within one directory */
+    int rc = 0;
     for (size_t i = 0; i < n; i++) {
         if (!valid_part_name(parts[i].name, ext)) {
             rc = sb_err_set(err, "sink: commit: part %zu has an invalid name \"%.64s\"", i,
@@ -554,7 +539,7 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
         }
         /* The same name twice: allowed only with identical info (e.g. a report repeated). */
         size_t j;
-        if (sb_idmap_get(&named, parts[i].name, &j)) {
+        if (sb_idmap_get(named, parts[i].name, &j)) {
             if (parts[j].rows != parts[i].rows || parts[j].bytes != parts[i].bytes ||
                 parts[j].crc32c != parts[i].crc32c) {
                 rc = sb_err_set(err,
@@ -566,7 +551,7 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
             skip[i] = 1;
             continue; /* checked against the listing once, as the first */
         }
-        if (sb_idmap_put(&named, parts[i].name, i) != 0) {
+        if (sb_idmap_put(named, parts[i].name, i) != 0) {
             rc = sb_err_set(err, "sink: commit: out of memory");
             break;
         }
@@ -589,36 +574,38 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
             break;
     }
     free(listed);
-    if (rc != 0)
-        goto out;
-    /* Part files this engine wrote that the committed list does not name are output of
-     * attempts that no longer count: remove them so readers of the directory see no
-     * duplicates. Files of other names (a user's own part-00000.jsonl) are left alone. */
+    return rc;
+}
+
+/* Part files this engine wrote that the committed list does not name are output of attempts
+ * that no longer count: removed, so readers of the directory see no duplicates. Files of other
+ * names (a user's own part-00000.jsonl) are left alone. -1 with err set. */
+static int commit_remove_strays(const sb_io_obj *objs, size_t nobjs, const char *ext,
+                                const sb_idmap *named, sb_err *err)
+{
     for (size_t i = 0; i < nobjs; i++) {
         const char *nm = sb_io_uri_base(objs[i].uri);
         if (!our_part_name(nm, ext))
             continue;
-        if (sb_idmap_get(&named, nm, NULL))
+        if (sb_idmap_get(named, nm, NULL))
             continue;
-        if (sb_io_del(objs[i].uri, err) != 0) {
-            rc = sb_err_wrap(err, "sink: commit: cannot remove stray part %.300s", objs[i].uri);
-            goto out;
-        }
+        if (sb_io_del(objs[i].uri, err) != 0)
+            return sb_err_wrap(err, "sink: commit: cannot remove stray part %.300s", objs[i].uri);
     }
-    /* Temporary files and unfinished multipart uploads of workers killed mid-write: every
-     * counted part is written by now, so what is still open is garbage (billed, on S3). */
-    if (sb_io_cleanup(dir, err) != 0) {
-        rc = sb_err_wrap(err, "sink: commit");
-        goto out;
-    }
-    text = manifest_json(sink, parts, skip, n, errored, nerrored);
-    if (text == NULL) {
-        rc = sb_err_set(err, "sink: commit: out of memory for the manifest");
-        goto out;
-    }
-    /* Parts are written without a sync (file: temporary name + rename only): one sync of the
-     * directory makes every part and the manifest durable before _SUCCESS exists, and one more
-     * makes _SUCCESS durable before the pipeline reports success. */
+    return 0;
+}
+
+/* Writes the manifest, then _SUCCESS. Parts are written without a sync (file: temporary name +
+ * rename only): one sync of the directory makes every part and the manifest durable before
+ * _SUCCESS exists, and one more makes _SUCCESS durable before the pipeline reports success. */
+static int commit_publish(const char *dir, const sb_sink_spec *sink, const sb_io_part_info *parts,
+                          const unsigned char *skip, size_t n, const sb_io_errored *errored,
+                          size_t nerrored, sb_err *err)
+{
+    char *text = manifest_json(sink, parts, skip, n, errored, nerrored);
+    if (text == NULL)
+        return sb_err_set(err, "sink: commit: out of memory for the manifest");
+    int rc = 0;
     if (put_file(dir, SB_IO_MANIFEST_NAME, text, err) != 0)
         rc = -1;
     else if (sb_io_sync(dir, err) != 0)
@@ -627,9 +614,48 @@ int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, si
         rc = -1;
     else if (sb_io_sync(dir, err) != 0)
         rc = sb_err_wrap(err, "sink: commit: making _SUCCESS durable");
+    free(text);
+    return rc;
+}
+
+int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
+                      const sb_io_errored *errored, size_t nerrored, sb_err *err)
+{
+    if (n > 0 && parts == NULL)
+        return sb_err_set(err, "sink: commit: NULL parts");
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
+        return -1;
+    const char *ext = ext_of(sink->format);
+    unsigned char *skip = calloc(n ? n : 1, 1);
+    sb_idmap named; /* the committed parts by name: repeats, and strays below */
+    sb_idmap_init(&named, part_name_at, parts);
+    sb_io_obj *objs = NULL;
+    size_t nobjs = 0;
+    int rc = 0;
+    if (skip == NULL) {
+        rc = sb_err_set(err, "sink: commit: out of memory");
+        goto out;
+    }
+    /* One listing gives every part's size (no request per part on S3). */
+    if (sb_io_list(dir, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &objs, &nobjs, err) != 0) {
+        rc = sb_err_wrap(err, "sink: commit");
+        goto out;
+    }
+    rc = commit_check_parts(dir, ext, parts, n, objs, nobjs, &named, skip, err);
+    if (rc == 0)
+        rc = commit_remove_strays(objs, nobjs, ext, &named, err);
+    if (rc != 0)
+        goto out;
+    /* Temporary files and unfinished multipart uploads of workers killed mid-write: every
+     * counted part is written by now, so what is still open is garbage (billed, on S3). */
+    if (sb_io_cleanup(dir, err) != 0) {
+        rc = sb_err_wrap(err, "sink: commit");
+        goto out;
+    }
+    rc = commit_publish(dir, sink, parts, skip, n, errored, nerrored, err);
 out:
     sb_io_objs_free(objs, nobjs);
-    free(text);
     sb_idmap_free(&named);
     free(skip);
     free(dir);

@@ -1,4 +1,8 @@
-/* proc.c — child processes over pipes (see proc.h). */
+/* proc.c — child processes over pipes (see proc.h): starting one with its argv, environment and
+ * directory, pumping its stdin and stdout at once with poll (so neither side blocks the other on
+ * a full pipe), keeping a tail of its stderr, and waiting for, killing and describing it. Owns
+ * the child's pipes and its line buffer; the bytes fed in are the caller's. */
+
 #include "worker/ops/exec/proc.h"
 
 #include <errno.h>
@@ -440,12 +444,109 @@ static int split_lines(sb_proc *p, sb_proc_io *io, sb_err *err)
     return rc;
 }
 
+/* The input side of one sb_proc_pump: the iovecs io->fill gave and how far they are written. */
+typedef struct {
+    struct iovec iov[MAX_IOV];
+    size_t niov, at;
+    bool fill_done; /* fill gave nothing more, or the child closed its stdin */
+} pump_input;
+
+/* Skips written and empty iovecs, asking io->fill for more once all are written. Returns false
+ * when the pump must go round again before polling (fill gave only empty iovecs). */
+static bool pump_next_input(sb_proc_io *io, pump_input *in)
+{
+    while (!in->fill_done && in->at == in->niov) {
+        in->niov = io->fill(io->ud, in->iov, MAX_IOV);
+        in->at = 0;
+        if (in->niov == 0)
+            in->fill_done = true;
+    }
+    while (in->at < in->niov && in->iov[in->at].iov_len == 0)
+        in->at++;
+    return in->fill_done || in->at != in->niov;
+}
+
+/* Writes what the child's stdin takes now; a closed stdin (EPIPE) ends the input with io->epipe
+ * set, since a child may stop reading before it answers. -1 with err set. */
+static int pump_write(sb_proc *p, sb_proc_io *io, pump_input *in, sb_err *err)
+{
+    size_t cnt = in->niov - in->at < MAX_IOV ? in->niov - in->at : MAX_IOV;
+    ssize_t w = write_nosigpipe(p->in, in->iov + in->at, (int)cnt);
+    if (w < 0 && errno == EPIPE) {
+        close_fd(&p->in);
+        io->epipe = true;
+        in->fill_done = true;
+    } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return sb_err_set(err, "%s: writing its stdin: %s", p->cmd, strerror(errno));
+    } else if (w > 0) {
+        size_t left_w = (size_t)w;
+        while (left_w > 0 && in->at < in->niov) {
+            struct iovec *v = &in->iov[in->at];
+            if (left_w >= v->iov_len) {
+                left_w -= v->iov_len;
+                in->at++;
+            } else {
+                v->iov_base = (char *)v->iov_base + left_w;
+                v->iov_len -= left_w;
+                left_w = 0;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Reads what the child's stdout has and hands complete lines (or messages) to io. Returns -1 with
+ * err set, 1 when the answer is complete (the pump returns 0), 0 to go on pumping. */
+static int pump_read(sb_proc *p, sb_proc_io *io, pump_input *in, size_t max_line, sb_err *err)
+{
+    if (p->lcap - p->llen < READ_CHUNK) {
+        size_t cap = p->lcap ? p->lcap : READ_CHUNK * 2;
+        while (cap - p->llen < READ_CHUNK)
+            cap *= 2;
+        char *nb = realloc(p->lbuf, cap);
+        if (nb == NULL)
+            return sb_err_set(err, "%s: out of memory reading its output", p->cmd);
+        p->lbuf = nb;
+        p->lcap = cap;
+    }
+    ssize_t rd = read(p->out, p->lbuf + p->llen, READ_CHUNK);
+    if (rd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (rd < 0)
+        return sb_err_set(err, "%s: reading its stdout: %s", p->cmd, strerror(errno));
+    if (rd == 0) {
+        close_fd(&p->out);
+        if (p->llen > 0 && io->bytes != NULL)
+            return child_err(p, err, "its output ended inside a message");
+        if (p->llen > 0) { /* the last line had no '\n' */
+            int rc = io->line(io->ud, p->lbuf, p->llen, err);
+            p->llen = 0;
+            if (rc < 0)
+                return -1;
+        }
+        return 0;
+    }
+    p->llen += (size_t)rd;
+    int rc = split_lines(p, io, err);
+    if (rc < 0)
+        return -1;
+    if (rc == 1) {
+        /* all written, or only the last writev's completion not yet seen by fill() */
+        if (in->at < in->niov || (!in->fill_done && io->fill(io->ud, in->iov, MAX_IOV) > 0))
+            return child_err(p, err, "answered before it was given all its input");
+        return 1;
+    }
+    if (p->llen > max_line)
+        return child_err(p, err,
+                         io->bytes ? "wrote a message longer than the limit"
+                                   : "wrote a stdout line longer than the limit");
+    return 0;
+}
+
 int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadline_ms,
                  size_t max_line, sb_err *err)
 {
-    struct iovec iov[MAX_IOV];
-    size_t niov = 0, at = 0;
-    bool fill_done = io->fill == NULL;
+    pump_input in = {.niov = 0, .at = 0, .fill_done = io->fill == NULL};
     io->eof = io->epipe = false;
     /* lines left over from the previous pump (after a delimiter) */
     if (p->llen > 0) {
@@ -456,25 +557,17 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
             return child_err(p, err, "answered before it was given its input");
     }
     for (;;) {
-        while (!fill_done && at == niov) {
-            niov = io->fill(io->ud, iov, MAX_IOV);
-            at = 0;
-            if (niov == 0)
-                fill_done = true;
-        }
-        while (at < niov && iov[at].iov_len == 0)
-            at++;
-        if (!fill_done && at == niov)
+        if (!pump_next_input(io, &in))
             continue;
-        if (!fill_done && p->in < 0) { /* stdin already closed by the child */
+        if (!in.fill_done && p->in < 0) { /* stdin already closed by the child */
             io->epipe = true;
-            fill_done = true;
+            in.fill_done = true;
         }
-        if (fill_done && until == SB_PROC_UNTIL_WRITTEN)
+        if (in.fill_done && until == SB_PROC_UNTIL_WRITTEN)
             return 0;
         if (p->out < 0) {
             io->eof = true;
-            if (!fill_done)
+            if (!in.fill_done)
                 io->epipe = true;
             return 0;
         }
@@ -483,7 +576,7 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
             return child_err(p, err, "no answer before the timeout; killed");
         struct pollfd fds[3];
         int nf = 0, iw = -1, io_ = -1, ie = -1;
-        if (!fill_done) {
+        if (!in.fill_done) {
             iw = nf;
             fds[nf++] = (struct pollfd){p->in, POLLOUT, 0};
         }
@@ -503,71 +596,12 @@ int sb_proc_pump(sb_proc *p, sb_proc_io *io, sb_proc_until until, int64_t deadli
             continue;
         if (ie >= 0 && fds[ie].revents)
             drain_stderr(p);
-        if (iw >= 0 && fds[iw].revents) {
-            size_t cnt = niov - at < MAX_IOV ? niov - at : MAX_IOV;
-            ssize_t w = write_nosigpipe(p->in, iov + at, (int)cnt);
-            if (w < 0 && errno == EPIPE) {
-                close_fd(&p->in);
-                io->epipe = true;
-                fill_done = true;
-            } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                return sb_err_set(err, "%s: writing its stdin: %s", p->cmd, strerror(errno));
-            } else if (w > 0) {
-                size_t left_w = (size_t)w;
-                while (left_w > 0 && at < niov) {
-                    if (left_w >= iov[at].iov_len) {
-                        left_w -= iov[at].iov_len;
-                        at++;
-                    } else {
-                        iov[at].iov_base = (char *)iov[at].iov_base + left_w;
-                        iov[at].iov_len -= left_w;
-                        left_w = 0;
-                    }
-                }
-            }
-        }
+        if (iw >= 0 && fds[iw].revents && pump_write(p, io, &in, err) != 0)
+            return -1;
         if (fds[io_].revents) {
-            if (p->lcap - p->llen < READ_CHUNK) {
-                size_t cap = p->lcap ? p->lcap : READ_CHUNK * 2;
-                while (cap - p->llen < READ_CHUNK)
-                    cap *= 2;
-                char *nb = realloc(p->lbuf, cap);
-                if (nb == NULL)
-                    return sb_err_set(err, "%s: out of memory reading its output", p->cmd);
-                p->lbuf = nb;
-                p->lcap = cap;
-            }
-            ssize_t rd = read(p->out, p->lbuf + p->llen, READ_CHUNK);
-            if (rd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-                continue;
-            if (rd < 0)
-                return sb_err_set(err, "%s: reading its stdout: %s", p->cmd, strerror(errno));
-            if (rd == 0) {
-                close_fd(&p->out);
-                if (p->llen > 0 && io->bytes != NULL)
-                    return child_err(p, err, "its output ended inside a message");
-                if (p->llen > 0) { /* the last line had no '\n' */
-                    int rc = io->line(io->ud, p->lbuf, p->llen, err);
-                    p->llen = 0;
-                    if (rc < 0)
-                        return -1;
-                }
-                continue;
-            }
-            p->llen += (size_t)rd;
-            int rc = split_lines(p, io, err);
-            if (rc < 0)
-                return -1;
-            if (rc == 1) {
-                /* all written, or only the last writev's completion not yet seen by fill() */
-                if (at < niov || (!fill_done && io->fill(io->ud, iov, MAX_IOV) > 0))
-                    return child_err(p, err, "answered before it was given all its input");
-                return 0;
-            }
-            if (p->llen > max_line)
-                return child_err(p, err,
-                                 io->bytes ? "wrote a message longer than the limit"
-                                           : "wrote a stdout line longer than the limit");
+            int rc = pump_read(p, io, &in, max_line, err);
+            if (rc != 0)
+                return rc < 0 ? -1 : 0;
         }
     }
 }
