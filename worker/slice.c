@@ -1,3 +1,7 @@
+/* slice.c — a shorter CFS time slice for the calling thread (see slice.h), through the
+ * sched_setattr and sched_getattr system calls, so a slot waiting on the accelerator preempts
+ * CPU-bound threads when it wakes. Owns nothing. */
+
 #include "worker/slice.h"
 
 #include <errno.h>

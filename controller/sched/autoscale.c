@@ -1,3 +1,7 @@
+/* autoscale.c — the autoscaling policy of one worker pool (see autoscale.h): the number of
+ * workers it should have now, from the scheduler's demand and the ready and pending pods.
+ * A pure function: no state, no clock, no I/O. */
+
 #include "controller/sched/autoscale.h"
 
 uint32_t sb_autoscale_desired(const sb_autoscale_in *in)

@@ -1,3 +1,7 @@
+/* ranges.c — sets of split indices as text ranges, "0-41,45,50-51" (see ranges.h): formatting a
+ * committed-split array for a checkpoint and parsing one back, strictly, when a run resumes.
+ * Owns nothing: the caller's array and buffer. */
+
 #include "controller/sched/ranges.h"
 #include "core/num.h"
 

@@ -1,3 +1,6 @@
+/* strmap.c — the scheduler's string-keyed hash map to size_t values (see strmap.h): open
+ * addressing with linear probing, growing as it fills. Owns the copies of its keys. */
+
 #include "controller/sched/strmap.h"
 
 #include <stdlib.h>

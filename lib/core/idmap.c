@@ -1,3 +1,7 @@
+/* idmap.c — a hash index from string ids to array indexes that stores no ids (see idmap.h): the
+ * caller's array holds them and a callback reads one back when a probe compares. Owns only its
+ * slot table. */
+
 #include "core/idmap.h"
 
 #include <stdlib.h>

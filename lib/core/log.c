@@ -1,3 +1,8 @@
+/* log.c — structured one-line logs to stderr (see log.h): the level and format (logfmt or JSON,
+ * from SB_LOG_LEVEL and SB_LOG_FORMAT at first use, or sb_log_set_level), and sb_log, which
+ * quotes values as needed and writes each line with one write(2), so lines of concurrent threads
+ * do not interleave. */
+
 #include "core/log.h"
 
 #include <stdarg.h>

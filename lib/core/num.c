@@ -1,3 +1,6 @@
+/* num.c — strict decimal numbers inside larger strings (see num.h): digits only, no sign, no
+ * leading zeros, no overflow past the caller's maximum. Allocates nothing. */
+
 #include "core/num.h"
 
 int sb_num_parse_dec(const char **p, uint64_t max, uint64_t *out)

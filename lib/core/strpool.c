@@ -1,3 +1,6 @@
+/* strpool.c — an append-only arena of strings (see strpool.h): copies packed end to end in large
+ * blocks, freed all at once with the pool. Owns the blocks. */
+
 #include "core/strpool.h"
 
 #include <stdlib.h>

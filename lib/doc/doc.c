@@ -1,3 +1,8 @@
+/* doc.c — the document tree YAML and JSON are both read into (see doc.h): a libyaml event parser
+ * (anchors and aliases, duplicate keys, plain scalars resolved to their types, size limits) and a
+ * cJSON converter, each node with its line and column for error messages. Owns every node and
+ * string of a document, in one arena freed by sb_doc_free. */
+
 #include "doc/doc.h"
 
 #include <cjson/cJSON.h>

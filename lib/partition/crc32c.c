@@ -1,3 +1,6 @@
+/* crc32c.c — CRC-32C of partition blobs and chunks (see crc32c.h): the SSE4.2 instruction when
+ * the CPU has it, chosen at run time, else a portable slicing-by-8 table; tables built once. */
+
 #include "partition/crc32c.h"
 
 #include <pthread.h>

@@ -1,3 +1,6 @@
+/* utf8.c — strict (RFC 3629) UTF-8 validation for utf8 columns and column names (see utf8.h),
+ * eight ASCII bytes at a time, reporting the offset of the first bad byte. Allocates nothing. */
+
 #include "partition/utf8.h"
 
 #include <stdint.h>

@@ -1,3 +1,7 @@
+/* fromspec.c — the planner's input from a decoded Pipeline (see fromspec.h): each stage's allowed
+ * shapes, worker bounds and per-worker resources, and the rates its bench stages declare. Fills
+ * the caller's sb_plan_input; allocates nothing. */
+
 #include "plan/fromspec.h"
 
 #include <cjson/cJSON.h>

@@ -1,3 +1,7 @@
+/* plan.c — cost-aware placement (see plan.h): checking a plan input, and the search over each
+ * stage's shape and worker count for the cheapest cost per row that meets the target (or the
+ * most throughput within capacity), with the explanation of what bound it. Pure: no I/O. */
+
 #include "plan/plan.h"
 
 #include <math.h>

@@ -1,3 +1,6 @@
+/* price.c — the prices a plan is costed with (see price.h): the built-in table and the merge of
+ * controller defaults and a Pipeline's spec.execution.pricing over it, field by field. */
+
 #include "plan/price.h"
 
 #include <math.h>
