@@ -1,6 +1,7 @@
 /* chunk.c — partition blobs cut into checksummed chunks for the wire (see chunk.h): the sender's
  * iterator over a blob, and the receiver's assembler that checks each chunk's crc32c, offset and
- * total and rebuilds the blob. The assembler owns the buffer until sb_part_asm_take hands it out. */
+ * total and rebuilds the blob. The assembler owns the buffer until sb_part_asm_take hands it
+ * out. */
 
 #include "partition/chunk.h"
 
