@@ -24,6 +24,7 @@
 #include "io/reader.h"
 #include "io/sink.h"
 #include "io/split.h"
+#include "worker/ops/json.h"
 #include "storage/jobs.h"
 #include "worker/ops/ops.h"
 #include "worker/store/store.h"
@@ -278,6 +279,7 @@ struct task_ctx {
     uint32_t seq;
     uint64_t rows_in, bytes_in;
     int from_source; /* op 0 reads a source split (its rows are counted as read) */
+    int check_json;  /* the source's jsonl records are validated as read (source_check_json) */
     sb_err err;
     int failed;
     int finishing; /* the ops' finish: its outputs are the task's last (no grant to wait for) */
@@ -490,9 +492,40 @@ static int emit_cb(void *blob, size_t len, uint64_t rows, void *ud_)
     return rc;
 }
 
+/* A jsonl source's records are JSON texts: checked here, once, unless the first op validates
+ * its input itself (filter, project). Without it an identity stage wrote a non-JSON line or a
+ * truncated last line to a jsonl sink. A bad record is a data error naming the split and the
+ * record's row in the task's read (counted from 0). */
+static int source_check_json(task_ctx *t, const void *blob, size_t len)
+{
+    sb_batch *b = NULL;
+    if (sb_batch_open_ex(blob, len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
+                         &t->err) != 0)
+        return -1;
+    int ci = sb_op_record_column(b, "source", &t->err);
+    int rc = ci < 0 ? -1 : 0;
+    const sb_column *c = ci < 0 ? NULL : sb_batch_column(b, (size_t)ci);
+    for (size_t r = 0; rc == 0 && r < sb_batch_rows(b); r++) {
+        size_t n = 0;
+        const char *p = sb_column_binary(c, r, &n);
+        char msg[160], ex[64], label[200];
+        if (sb_op_json_scan(p, n, NULL, 0, NULL, NULL, msg, sizeof msg) != 0)
+            rc = sb_err_data(&t->err,
+                             "source split %s: record %" PRIu64 " is not valid JSON (%s): %s",
+                             sb_io_split_describe(t->task->source_split, label, sizeof label),
+                             t->rows_in + r, msg, sb_op_excerpt(p, n, ex, sizeof ex));
+    }
+    sb_batch_close(b);
+    return rc;
+}
+
 static int source_emit(void *blob, size_t len, uint64_t rows, void *ud)
 {
     task_ctx *t = ud;
+    if (t->check_json && source_check_json(t, blob, len) != 0) {
+        sb_part_free(blob);
+        return -1;
+    }
     t->rows_in += rows;
     t->bytes_in += len;
     int rc = run_chain(t, blob, len, true, false);
@@ -561,7 +594,7 @@ static int task_setup(task_ctx *t)
         const char *name = task->ops[k]->op;
         t->impl[k] = sb_op_find(name);
         if (t->impl[k] == NULL)
-            return sb_err_set(&t->err, "op %s is not available in this worker build", name);
+            return sb_err_permanent(&t->err, "op %s is not available in this worker build", name);
         const char *plus = strchr(names, '+');
         size_t nl = plus ? (size_t)(plus - names) : strlen(names);
         const sb_stage_spec *st = stage_by_name(&t->w->pipeline, names, nl);
@@ -569,8 +602,13 @@ static int task_setup(task_ctx *t)
         names = plus ? plus + 1 : names + nl;
         const char *args =
             task->ops[k]->args_json && *task->ops[k]->args_json ? task->ops[k]->args_json : NULL;
-        if (t->impl[k]->init(args, &t->state[k], &t->err) != 0)
+        if (t->impl[k]->init(args, &t->state[k], &t->err) != 0) {
+            /* init checks the args (the same on every retry); an op whose init does I/O that may
+             * pass later says so (init_may_recover: tensor.mlp loads its weights) */
+            if (!t->impl[k]->init_may_recover)
+                t->err.permanent = 1;
             return sb_op_err_context(&t->err, name);
+        }
     }
     /* an op that takes over the next one's work (filter then project: one scan per record) */
     for (size_t k = 0; k + 1 < t->n; k++)
@@ -606,6 +644,8 @@ static int task_inputs(task_ctx *t, char **lost)
     worker *w = t->w;
     if (task->source_split != NULL && task->source_split[0] != '\0') {
         t->from_source = 1;
+        t->check_json = w->pipeline.spec.source.format == SB_FMT_JSONL &&
+                        t->impl[0]->input_valid_json == NULL; /* else op 0 scans them */
         sb_io_split *sp = NULL;
         size_t np = 0;
         if (sb_io_splits_decode(task->source_split, strlen(task->source_split), &sp, &np,
@@ -790,7 +830,8 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
         req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
         /* the source or an op failed on the records themselves: a retry would fail the same
          * way */
-        req->deterministic = t.err.data != 0;
+        req->deterministic = t.err.data != 0 || t.err.permanent != 0;
+        req->permanent = t.err.permanent != 0; /* nothing to retry: the pipeline fails */
         snprintf(d->msg, sizeof d->msg, "%s", have ? t.err.msg : "out of memory");
         req->message = d->msg;
     }

@@ -1,3 +1,8 @@
+/* ctl.c — the Control service (see ctl.h): the gRPC handlers workers call (register, poll for
+ * tasks, complete, heartbeat), the storage jobs that plan the source and prepare and commit the
+ * sink on workers, the timer thread that expires polls, loses silent workers and watches for
+ * stalls, and the snapshots the backends read. Owns the scheduler, its mutex and the timer. */
+
 #include "controller/ctl/ctl.h"
 
 #include <errno.h>
@@ -787,7 +792,7 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     sb_rpc_msg_free(&m->base);
 }
 
-static sb_sched_status status_of(Streambatch__V1__TaskStatus s, int deterministic)
+static sb_sched_status status_of(Streambatch__V1__TaskStatus s, int deterministic, int permanent)
 {
     switch (s) {
     case STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK:
@@ -795,7 +800,9 @@ static sb_sched_status status_of(Streambatch__V1__TaskStatus s, int deterministi
     case STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST:
         return SB_SCHED_INPUT_LOST;
     default:
-        return deterministic ? SB_SCHED_ERROR_DATA : SB_SCHED_ERROR;
+        return permanent       ? SB_SCHED_ERROR_PERMANENT
+               : deterministic ? SB_SCHED_ERROR_DATA
+                               : SB_SCHED_ERROR;
     }
 }
 
@@ -866,9 +873,9 @@ static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m
                                 m->metrics ? m->metrics->cpu_seconds : 0,
                                 m->metrics ? m->metrics->rows_in : 0};
         rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt,
-                               status_of(m->status, m->deterministic), m->message, outs,
-                               m->n_outputs, (const char *const *)m->lost_inputs, m->n_lost_inputs,
-                               &met, now_ms(), &err);
+                               status_of(m->status, m->deterministic, m->permanent), m->message,
+                               outs, m->n_outputs, (const char *const *)m->lost_inputs,
+                               m->n_lost_inputs, &met, now_ms(), &err);
         if (m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
             sb_log(SB_LOG_WARN, "task failed", "task", m->task_id, "worker", m->worker_id, "error",
                    m->message, NULL);

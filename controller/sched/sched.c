@@ -2307,7 +2307,7 @@ static void complete_input_lost(sb_sched *s, size_t w, size_t ti, const sb_stora
 }
 
 /* Task ti failed: retried while it has retries left (an error on its data is not: it would fail
- * again), else its partition is errored. */
+ * again), else its partition is errored; a permanent error fails the pipeline at once. */
 static void complete_error(sb_sched *s, size_t w, size_t ti, sb_sched_status status,
                            const char *message, const sb_storage_output *outs, size_t nouts)
 {
@@ -2323,6 +2323,13 @@ static void complete_error(sb_sched *s, size_t w, size_t ti, sb_sched_status sta
         return;
     }
     task_stop_running(s, t);
+    if (status == SB_SCHED_ERROR_PERMANENT) { /* every task would fail so: no partition skipped */
+        char name[TASK_NAME_MAX];
+        task_name(s, t, name, sizeof name);
+        set_failure(s,
+                    "stage %s failed: task %s failed with an error that a retry would repeat: %s",
+                    o->name, name, message && *message ? message : "(no message)");
+    }
     task_errored(s, ti, t->retries + 1, message);
 }
 
@@ -2419,7 +2426,8 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         complete_input_lost(s, w, ti, outs, nouts, lost, nlost);
         return 1;
     }
-    if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA) {
+    if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA ||
+        status == SB_SCHED_ERROR_PERMANENT) {
         complete_error(s, w, ti, status, message, outs, nouts);
         return 1;
     }

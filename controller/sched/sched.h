@@ -38,10 +38,11 @@
  * lived only there and is still needed is re-produced by re-running its producer task —
  * recursively up the lineage when that task's own inputs were already released (source tasks
  * re-read their split). Nothing else re-runs. Op errors are retried up to maxTaskRetries (data
- * errors, SB_SCHED_ERROR_DATA, are not: they would fail again); then the task's inputs count
- * as errored partitions (listed with stage, input and error by sb_sched_errored_list), and more
- * than maxErroredPartitions fails the pipeline with a message naming the stage, the task, its input
- * and the op's error.
+ * errors, SB_SCHED_ERROR_DATA, are not: they would fail again; permanent ones,
+ * SB_SCHED_ERROR_PERMANENT, are not either, and fail the pipeline at once); then the task's inputs
+ * count as errored partitions (listed with stage, input and error by sb_sched_errored_list), and
+ * more than maxErroredPartitions fails the pipeline with a message naming the stage, the task, its
+ * input and the op's error.
  *
  * Checkpoint and resume (controller failover). A split is committed when every task that
  * descends from it is done (errored and skipped tasks count as done) and none of its
@@ -131,11 +132,14 @@ typedef struct sb_sched_metrics {
 
 typedef enum {
     SB_SCHED_OK,
-    SB_SCHED_ERROR,      /* the op failed: retried up to maxTaskRetries */
-    SB_SCHED_INPUT_LOST, /* an input could not be fetched: recovered, then re-run */
-    SB_SCHED_ERROR_DATA, /* the op failed on its data (invalid JSON or UTF-8, a record too
-                            large): a retry would fail the same way, so the partition is
-                            errored at once, without retries */
+    SB_SCHED_ERROR,           /* the op failed: retried up to maxTaskRetries */
+    SB_SCHED_INPUT_LOST,      /* an input could not be fetched: recovered, then re-run */
+    SB_SCHED_ERROR_DATA,      /* the op failed on its data (invalid JSON or UTF-8, a record too
+                                 large): a retry would fail the same way, so the partition is
+                                 errored at once, without retries */
+    SB_SCHED_ERROR_PERMANENT, /* the failure does not depend on the data and can only recur (a
+                                 bad argument found at op init, a plugin ABI mismatch, an op
+                                 this build lacks): no retries, and the pipeline fails at once */
 } sb_sched_status;
 
 #define SB_SCHED_ERRORED_KEEP 100 /* errored partitions listed (the count goes on) */

@@ -1,15 +1,20 @@
+/* err.c — the error convention's setters (see err.h): sb_err_set and its data and permanent
+ * kinds, and sb_err_wrap, which puts context before a message already set. Writes into the
+ * caller's sb_err (may be NULL); owns nothing. */
+
 #include "core/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-static int vset(sb_err *err, int data, const char *fmt, va_list ap)
+static int vset(sb_err *err, int data, int permanent, const char *fmt, va_list ap)
 {
     if (err == NULL)
         return -1;
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     err->data = data;
+    err->permanent = permanent;
     return -1;
 }
 
@@ -17,7 +22,7 @@ int sb_err_set(sb_err *err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vset(err, 0, fmt, ap);
+    vset(err, 0, 0, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -26,7 +31,16 @@ int sb_err_data(sb_err *err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vset(err, 1, fmt, ap);
+    vset(err, 1, 0, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int sb_err_permanent(sb_err *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset(err, 0, 1, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -52,5 +66,6 @@ void sb_err_clear(sb_err *err)
     if (err != NULL) {
         err->msg[0] = '\0';
         err->data = 0;
+        err->permanent = 0;
     }
 }

@@ -643,6 +643,33 @@ Test(sched, data_errors_are_not_retried_and_errored_partitions_are_listed)
     spec_fixture_free(&h);
 }
 
+/* An error that can only recur (a bad argument found at op init, a plugin ABI mismatch) was
+ * retried maxTaskRetries times and, within maxErroredPartitions, skipped partition after
+ * partition: it fails the pipeline at its first attempt. */
+Test(sched, permanent_errors_fail_the_pipeline_at_the_first_attempt)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{maxTaskRetries: 3, maxErroredPartitions: 100}"));
+    sim m;
+    sim_init(&m, &h, 3, 64 * MiB);
+    m.fail_op = 0;
+    m.fail_status = SB_SCHED_ERROR_PERMANENT;
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sim_run(&m, 1000, NULL);
+    const char *why;
+    cr_assert_eq(sb_sched_state_get(m.s, &why), SB_SCHED_FAILED);
+    cr_expect(strstr(why, "stage load failed: task ns/t/s0-t") != NULL, "%s", why);
+    cr_expect(strstr(why, "a retry would repeat: boom: bad record") != NULL, "%s", why);
+    sb_sched_op_stats os;
+    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(os.retries, 0, "a permanent error was retried %" PRIu64 " times", os.retries);
+    /* one attempt per task that was running (at most a slot of each worker), none after */
+    cr_expect_leq(os.failed_attempts, 2, "%" PRIu64 " attempts failed", os.failed_attempts);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
 Test(sched, staged_mode_has_a_barrier)
 {
     spec_holder h;

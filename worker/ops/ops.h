@@ -148,6 +148,10 @@ typedef struct sb_op_impl {
     /* CPU seconds the op's own child processes used for this state since init (exec's
      * program), counted in the task's CPU time; NULL when an op has none. */
     double (*child_cpu)(void *state);
+    /* init may fail for a reason a later attempt may not meet (tensor.mlp fetches its weights);
+     * false: an init failure is a bad argument or a missing library or symbol, so the runtime
+     * reports it as permanent (sb_err.permanent: not retried, the pipeline fails). */
+    bool init_may_recover;
     /* Rows per process() call when the stage sets no batchSize (0: a whole partition). */
     size_t default_batch;
     /* Every record this op emits in the records column is one JSON text that the strict scan

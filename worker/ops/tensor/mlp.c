@@ -1078,4 +1078,5 @@ const sb_op_impl sb_op_mlp_impl = {
     .free = mlp_free,
     .shutdown = mlp_shutdown,
     .default_batch = 256,
+    .init_may_recover = true, /* the weights' fetch, a CUDA device on another worker */
 };

@@ -1,0 +1,87 @@
+/* `streambatch run` end to end on the errors a user meets: a failure that can only recur (an
+ * op's bad argument) is tried once and fails the run, naming its op once; a jsonl source's
+ * record that is not JSON is a data error that never reaches the sink, with only an identity
+ * stage (no op that parses records) between them. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../unit/testutil.h"
+#include "itest.h"
+
+static void setup(void)
+{
+    itest_mkdtemp("sb-itest-err");
+    setenv("TMPDIR", dir, 1);
+    /* 4 files of 20 records, each over the smallest partitionSize (1Ki): never grouped */
+    sh("mkdir -p %s/in", dir);
+    for (int f = 0; f < 4; f++) {
+        FILE *o = itest_create("in/f%d.jsonl", f);
+        for (int i = 0; i < 20; i++)
+            fprintf(o, "{\"n\": %d, \"pad\": \"%060d\"}\n", i, 0);
+        fclose(o);
+    }
+}
+
+static void teardown(void)
+{
+    sh("rm -rf %s", dir);
+}
+
+TestSuite(run_errors, .init = setup, .fini = teardown, .timeout = 240);
+
+static long stage_num(const char *name, const char *key)
+{
+    char *v = sb_test_sh_out("python3 -c \"import json; print(json.load(open('%s/%s.summary.json'))"
+                             "['stages'][0]['%s'])\"",
+                             dir, name, key);
+    long n = strtol(v, NULL, 10);
+    free(v);
+    return n;
+}
+
+/* A plugin that does not load fails when the op starts in the task: before, 4 attempts of
+ * every task and "op plugin: plugin: ..."; now one attempt and the run fails, even with errored
+ * partitions allowed (every partition would fail the same way). */
+Test(run_errors, an_op_init_failure_is_tried_once_and_named_once)
+{
+    write_pipeline("badarg", "  - {name: pick, op: plugin, args: {path: /nonexistent/libx.so}}\n",
+                   "  execution: {maxTaskRetries: 3, maxErroredPartitions: 10}\n");
+    char *out;
+    int rc = run_cli("badarg", "--cpus 1", &out);
+    cr_expect_neq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "op plugin: cannot load /nonexistent/libx.so") != NULL, "%s", out);
+    cr_expect(strstr(out, "1 task attempts") != NULL, "%s", out);
+    cr_expect(strstr(out, "a retry would repeat") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(stage_num("badarg", "retries"), 0, "an op init failure was retried");
+}
+
+/* identity only: "not json" and a truncated last line were written to the jsonl sink under
+ * _SUCCESS. Each is a data error of its split, named in the output; the good files' records
+ * are written and the bad ones are not. */
+Test(run_errors, a_record_that_is_not_json_does_not_reach_a_jsonl_sink)
+{
+    sh("cd %s/in && printf '{\"n\": 7}\\nnot json\\n' > zz-bad.jsonl && printf '{\"n\": "
+       "8}\\n{\"n\":' "
+       "> zz-cut.jsonl",
+       dir);
+    /* partitions of 8 bytes: every file is its own split(s), none grouped with a bad one */
+    write_pipeline_ps("ident", "1Ki", "  - {name: copy, op: identity}\n",
+                      "  execution: {maxTaskRetries: 3, maxErroredPartitions: 4}\n");
+    char *out;
+    int rc = run_cli("ident", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "Succeeded with 1 errored partition") != NULL, "%s", out);
+    cr_expect(strstr(out, "zz-bad.jsonl") != NULL &&
+                  strstr(out, "record 1 is not valid JSON") != NULL,
+              "names the file and record: %s", out);
+    cr_expect(strstr(out, "zz-cut.jsonl") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(stage_num("ident", "retries"), 0, "a data error is not retried");
+    cr_expect_eq(num("cat %s/out-ident/part-*.jsonl | grep -c 'not json'", dir), 0);
+    cr_expect_eq(num("cat %s/out-ident/part-*.jsonl | grep -c '\"n\":$'", dir), 0);
+    cr_expect_eq(num("cat %s/out-ident/part-*.jsonl | grep -c pad", dir), 80,
+                 "the good files' records");
+}
