@@ -1,4 +1,7 @@
-/* metrics.c — a worker's Prometheus figures (see metrics.h). */
+/* wmetrics.c — a worker's Prometheus figures (see wmetrics.h): per-stage task counters and
+ * durations updated by the runtime as tasks start and end, and store, spill, fetch, accelerator
+ * and process figures sampled through a callback at every scrape. Owns the worker's registry. */
+
 #include "worker/wmetrics.h"
 
 #include <pthread.h>

@@ -1,4 +1,8 @@
-/* checkpoint.c — checkpoints of a run's committed work (see checkpoint.h). */
+/* checkpoint.c — checkpoints of a run's committed work (see checkpoint.h): sink parts as text,
+ * the checkpoint as JSON (epoch, spec and plan hashes, committed splits, parts) and its strict
+ * parse back (the operator's status.checkpoint, `streambatch run`'s file), and the spec hash that
+ * says whether a checkpoint still applies. Parsed strings and parts are the caller's to free. */
+
 #include "controller/ctl/checkpoint.h"
 
 #include <ctype.h>

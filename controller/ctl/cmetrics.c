@@ -1,4 +1,8 @@
-/* pipeline.c — the Prometheus figures of the pipelines a controller runs (see pipeline.h). */
+/* cmetrics.c — the Prometheus figures of the pipelines a controller runs (see cmetrics.h): per
+ * stage partitions, re-runs, task durations and rows, and per pool the worker figures summed,
+ * all made from controller snapshots at scrape time. Keeps no figures of its own between
+ * scrapes. */
+
 #include "controller/ctl/cmetrics.h"
 
 #include <stdlib.h>

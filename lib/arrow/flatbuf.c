@@ -1,4 +1,8 @@
-/* flatbuf.c — FlatBuffers writer and checking reader (see flatbuf.h). */
+/* flatbuf.c — the FlatBuffers wire format for Arrow IPC metadata (see flatbuf.h): a writer that
+ * lays tables, vectors and strings out front to back, and a reader that checks every offset,
+ * size and alignment before it reads. The writer owns its growing buffer; the reader copies
+ * nothing. */
+
 #include "arrow/flatbuf.h"
 
 #include <stdlib.h>

@@ -1,4 +1,6 @@
-/* aws.c — AWS configuration, credentials, SigV4 query encoding and XML extraction (aws.h). */
+/* aws.c — the AWS side of the s3 backend (see aws.h): configuration and credentials from the
+ * standard environment, web identity through STS AssumeRoleWithWebIdentity, SigV4 query
+ * encoding, and a small XML element extractor for S3 and STS answers. */
 
 #include <ctype.h>
 #include <curl/curl.h>

@@ -1,4 +1,7 @@
-/* store.c — URI helpers and dispatch of the storage interface to its backends (see store.h). */
+/* backend.c — the storage interface's front (see backend.h): URI helpers (scheme, join, base
+ * name) and the dispatch of each operation to the file://, http(s):// or s3:// backend its URI
+ * names. Owns no state; backends keep their own. */
+
 #include "io/backend.h"
 
 #include <errno.h>

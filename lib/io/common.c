@@ -1,4 +1,7 @@
-/* common.c — file:// URIs, supported formats, recordSize, full reads and writes. */
+/* common.c — helpers shared by the storage code (see common.h): file:// URIs, the formats the
+ * reader and writer support, the binary format's recordSize and the record size limit from the
+ * format args, and full reads and writes of file descriptors. Allocates only what it returns. */
+
 #include "io/common.h"
 
 #include <cjson/cJSON.h>

@@ -1,4 +1,8 @@
-/* csv.c — RFC 4180 records to JSON objects and back (see csv.h). */
+/* csv.c — the csv format (RFC 4180; see csv.h): options from the format args, where a record
+ * ends (quoted newlines included), the header, a row as a JSON object keyed by column name (so
+ * filter and project work on csv), and JSON records back as csv rows. Buffers and headers are
+ * the caller's structs. */
+
 #include "io/csv.h"
 
 #include <cjson/cJSON.h>

@@ -1,4 +1,7 @@
-/* imgread.c — the image source format (see imgread.h). */
+/* imgread.c — the image source format (see imgread.h): its options from the format args, and
+ * each JPEG or PNG object of a split read whole and decoded with lib/image into one partition
+ * (the columns are listed in imgread.h), handed to the emit callback. */
+
 #include "io/imgread.h"
 
 #include <cjson/cJSON.h>

@@ -1,4 +1,7 @@
-/* retry.c — backoff and retry classification (see retry.h). */
+/* retry.c — when and how long the network backends wait before trying a request again (see
+ * retry.h): the attempt count, full-jitter exponential backoff (a lock-free splitmix64 for the
+ * jitter) and which HTTP statuses and curl errors are worth another try. */
+
 #include "io/retry.h"
 
 #include <curl/curl.h>

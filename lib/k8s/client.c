@@ -1,4 +1,7 @@
-/* client.c — see client.h. */
+/* client.c — a thin Kubernetes API client on libcurl and cJSON (see client.h): one easy handle
+ * behind a mutex, verified TLS, a bearer token re-read per request, timeouts, retries of 429,
+ * 5xx and transport errors with backoff, and JSON requests and answers. Owns the handle. */
+
 #include "k8s/client.h"
 
 #include <curl/curl.h>

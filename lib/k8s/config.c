@@ -1,4 +1,8 @@
-/* config.c — see config.h. */
+/* config.c — where the Kubernetes API server is and how to authenticate (see config.h): a
+ * kubeconfig file (explicit, $KUBECONFIG or ~/.kube/config; a context's cluster, user and
+ * namespace) or the in-cluster service account. Owns the loaded server, CA, certificates and
+ * token. */
+
 #include "k8s/config.h"
 
 #include <errno.h>

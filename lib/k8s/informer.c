@@ -1,4 +1,8 @@
-/* informer.c — see informer.h. */
+/* informer.c — list + watch of one Kubernetes collection (see informer.h): a thread that lists,
+ * watches from the list's resourceVersion, parses the chunked watch body incrementally, lists
+ * again on 410 Gone, and calls add/update/delete callbacks. Owns the local cache (objects by
+ * key), the thread and its client. */
+
 #include "k8s/informer.h"
 
 #include <curl/curl.h>

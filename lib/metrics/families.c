@@ -1,4 +1,7 @@
-/* families.c — the worker metric families (see families.h). */
+/* families.c — the worker metric families of docs/metrics.md, "Worker figures" (see
+ * families.h): their names, types, help texts and labels, registered the same way by a worker
+ * and by `streambatch run`. Owns nothing; the registry owns what is registered. */
+
 #include "metrics/families.h"
 
 const sb_metrics_family sb_metrics_worker_families[SB_WF_COUNT] = {

@@ -1,4 +1,7 @@
-/* metrics.c — the metrics registry and its text exposition (see metrics.h). */
+/* metrics.c — the metrics registry (see metrics.h): counter, gauge and histogram families with
+ * fixed label names, one series per distinct tuple of label values, collect callbacks run at
+ * scrape time, and the Prometheus text exposition. Owns the families, series and label copies. */
+
 #include "metrics/metrics.h"
 
 #include <dirent.h>

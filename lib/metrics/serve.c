@@ -1,4 +1,7 @@
-/* serve.c — the /metrics, /healthz and /readyz endpoint (see serve.h). */
+/* serve.c — the HTTP endpoint of a metrics registry (see serve.h): /metrics, /healthz (and
+ * /livez) and /readyz on libmicrohttpd's internal thread. Owns the daemon; the registry and the
+ * readiness callback are the caller's. */
+
 #include "metrics/serve.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,8 @@
-/* rowjson.c — typed columns as JSON records (see rowjson.h). */
+/* rowjson.c — typed columns as JSON records (see rowjson.h): each row of a batch becomes one
+ * JSON object in a single utf8 "record" column, so sinks that write records can write the output
+ * of stages that produce typed columns; also the JSON string quoting and float formatting it
+ * uses. The blob it returns is the caller's. */
+
 #include "partition/rowjson.h"
 
 #include <inttypes.h>

@@ -1,4 +1,7 @@
-/* json.c — strict one-pass JSON validation with top-level member lookup (see json.h). */
+/* json.c — strict one-pass JSON validation of jsonl records with top-level member lookup (see
+ * json.h), for the filter and project ops: no tree and no allocation; every result points into
+ * the record. */
+
 #include "worker/ops/json.h"
 
 #include <stdint.h>

@@ -1,4 +1,7 @@
-/* out.c — sb_op_out: the output builder operators append to (see ops.h). */
+/* out.c — sb_op_out (see ops.h): the output operators append records, rows or whole columns to,
+ * under one schema, cut into partitions of the target size and handed to the emit callback as
+ * they fill. Owns the builder of the partition being made and the schema's field copies. */
+
 #include <stdlib.h>
 #include <string.h>
 

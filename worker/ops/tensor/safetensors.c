@@ -1,4 +1,8 @@
-/* safetensors.c — strict safetensors reader (see safetensors.h). */
+/* safetensors.c — a strict reader of the safetensors format (see safetensors.h): the header
+ * length, the JSON header (dtypes, shapes, data offsets that tile the data exactly), lookup by
+ * name and element reads. sb_st_parse takes the file's buffer; the parsed table owns it and the
+ * tensor names until sb_st_free. */
+
 #include "worker/ops/tensor/safetensors.h"
 
 #include <cjson/cJSON.h>
