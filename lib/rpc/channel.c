@@ -1,4 +1,4 @@
-/* client.c — channels, blocking unary calls and consumer-paced stream readers.
+/* channel.c — channels, blocking unary calls and consumer-paced stream readers.
  *
  * Every call gets its own completion queue, polled only by the thread making the call. The
  * RECV_STATUS_ON_CLIENT op always runs in a batch of its own (so a failed send cannot hide the

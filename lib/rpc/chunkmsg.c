@@ -1,4 +1,7 @@
-/* chunk.c — zero-copy encoding and piecewise parsing of Data.Fetch Chunk messages. */
+/* chunkmsg.c — the Data.Fetch Chunk message without copying its payload (see chunkmsg.h): the
+ * frame header encoded around a blob's bytes, and a piecewise parser that finds offset, crc32c,
+ * total length and the data's pieces across the buffers gRPC delivers. Allocates nothing. */
+
 #include "rpc/chunkmsg.h"
 
 #include <string.h>

@@ -1,4 +1,8 @@
-/* proto.c — streambatch.v1 method table, partition ids, and checked message decoding. */
+/* proto.c — the streambatch.v1 protocol on top of rpc.h (see proto.h): the method table,
+ * checked decoding of every message (partition ids, tokens, counts, no unknown fields), and
+ * encoding, replying and calling with protobuf-c messages. Allocates only the messages and
+ * buffers it returns. */
+
 #include "rpc/proto.h"
 #include "core/num.h"
 

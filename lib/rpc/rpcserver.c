@@ -1,4 +1,4 @@
-/* server.c — the gRPC server of lib/rpc: N threads, each polling its own completion queue with
+/* rpcserver.c — the gRPC server of lib/rpc: N threads, each polling its own completion queue with
  * request "slots" pre-posted for every registered method (plus unregistered calls, answered
  * UNIMPLEMENTED), per-call contexts whose tags carry an explicit kind, one SEND_MESSAGE in flight
  * per call, and a graceful-then-forced shutdown.

@@ -1,3 +1,7 @@
+/* tlsdir.c — mutual TLS from a directory in the cert-manager Secret layout (see tlsdir.h):
+ * finding and checking tls.crt, tls.key and ca.crt, a self-test and a check against a server,
+ * and applying them to the rpc options. Keeps the files' paths, not their contents. */
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
