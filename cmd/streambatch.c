@@ -51,7 +51,7 @@ static void usage(FILE *f)
             "                     check Pipeline manifests (multi-document YAML; - = stdin);\n"
             "                     prints FILE:LINE:COL: FIELD.PATH: message per problem; -q\n"
             "                     leaves out the count of problems at the end\n"
-            "  version            print the version\n"
+            "  version            print the version (also --version)\n"
             "  help               this text (also -h, --help after any command)\n"
             "\n"
             "exit status: 0 ok, 1 invalid manifests or a failed pipeline, 2 usage error or\n"
