@@ -1535,11 +1535,13 @@ static void metrics_sample(void *ud, sb_wmetrics_sample *out)
     pthread_mutex_unlock(&w->mu);
 }
 
-int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
+/* A worker with cfg_in's settings and their defaults filled in; nothing started yet. NULL when
+ * out of memory. */
+static worker *worker_new(const sb_worker_config *cfg_in)
 {
     worker *w = calloc(1, sizeof *w);
     if (w == NULL)
-        return sb_err_set(err, "out of memory");
+        return NULL;
     pthread_mutex_init(&w->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1566,24 +1568,26 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
     w->last_contact = mono_s();
     if (w->cfg.accelerators > 0 && sem_init(&w->accel, 0, w->cfg.accelerators) == 0)
         w->have_accel = 1;
-    int rc = -1;
-    pthread_t *slots = calloc(w->cfg.slots, sizeof *slots);
-    size_t started = 0;
+    return w;
+}
+
+/* The partition store, the metrics endpoint (when asked), the controller channel, and the gRPC
+ * server with the Data service and Worker.Rebind, listening; w->address is what peers dial.
+ * 0, or -1 + err with whatever started left for worker_free(). */
+static int worker_serve(worker *w, sb_err *err)
+{
     sb_store_config sc = {.memory_budget = w->cfg.store_budget, .spill_dir = w->cfg.spill_dir};
-    sb_data_server_config dc = {0};
-    if (slots == NULL || sb_store_open(&sc, &w->store, err) != 0)
-        goto out;
+    if (sb_store_open(&sc, &w->store, err) != 0)
+        return -1;
     w->metrics = sb_wmetrics_new(w->cfg.pool, metrics_sample, w, err);
     if (w->metrics == NULL)
-        goto out;
+        return -1;
     if (w->cfg.metrics_addr != NULL && w->cfg.metrics_addr[0] != '\0') {
         sb_metrics_serve_config mc = {.addr = w->cfg.metrics_addr,
                                       .metrics = sb_wmetrics_registry(w->metrics)};
         w->msrv = sb_metrics_serve(&mc, err);
-        if (w->msrv == NULL) {
-            sb_err_wrap(err, "worker metrics");
-            goto out;
-        }
+        if (w->msrv == NULL)
+            return sb_err_wrap(err, "worker metrics");
         char port[16];
         snprintf(port, sizeof port, "%d", sb_metrics_serve_port(w->msrv));
         sb_log(SB_LOG_INFO, "serving metrics", "address", w->cfg.metrics_addr, "port", port, NULL);
@@ -1591,28 +1595,34 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
     /* before the server: Rebind may come at once */
     w->chan = chan_new(w->cfg.controller, w->cfg.rpc, err);
     if (w->chan == NULL)
-        goto out;
-    dc.store = w->store;
+        return -1;
+    sb_data_server_config dc = {.store = w->store};
     if (sb_data_server_new(&dc, &w->data, err) != 0)
-        goto out;
+        return -1;
     w->srv = sb_rpc_server_new(w->cfg.rpc, err);
     if (w->srv == NULL || sb_data_server_register(w->data, w->srv, err) != 0 ||
         sb_rpc_server_add_unary(w->srv, SB_RPC_WORKER_REBIND, h_rebind, w, err) != 0)
-        goto out;
+        return -1;
     int port = sb_rpc_server_listen(w->srv, w->cfg.listen, err);
     if (port < 0 || sb_rpc_server_start(w->srv, err) != 0)
-        goto out;
+        return -1;
     char host[96];
     snprintf(host, sizeof host, "%s", w->cfg.advertise ? w->cfg.advertise : w->cfg.listen);
     char *colon = strrchr(host, ':');
     if (colon != NULL && w->cfg.advertise == NULL)
         *colon = '\0';
     snprintf(w->address, sizeof w->address, "%s:%d", host, port);
-    /* The first registration, in attempts of at most REGISTER_ATTEMPT_MS until
-     * register_timeout_ms: a Rebind that comes meanwhile (the controller that made this pod
-     * died, its successor adopted the pod) ends the wait for the old address at the end of
-     * the attempt, and the main loop registers at the new one at once. One call for the whole
-     * timeout kept waiting for the dead controller: 60 s per failover on the test cluster. */
+    return 0;
+}
+
+/* The first registration, in attempts of at most REGISTER_ATTEMPT_MS until
+ * register_timeout_ms: a Rebind that comes meanwhile (the controller that made this pod died,
+ * its successor adopted the pod) ends the wait for the old address at the end of the attempt,
+ * and the main loop registers at the new one at once. One call for the whole timeout kept
+ * waiting for the dead controller: 60 s per failover on the test cluster. 0 when registered or
+ * rebound, -1 + err otherwise. */
+static int worker_register_first(worker *w, sb_err *err)
+{
     int reg = -1, rebound = 0;
     double reg_end = mono_s() + w->cfg.register_timeout_ms / 1000.0;
     for (;;) {
@@ -1634,23 +1644,13 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
         if (code != SB_RPC_DEADLINE_EXCEEDED)
             usleep(BACKOFF_FIRST_MS * 1000); /* failed at once (UNKNOWN, CANCELLED): no spin */
     }
-    if (reg != 0 && !rebound)
-        goto out;
-    sb_log(SB_LOG_INFO, "worker ready", "worker", w->cfg.id, "address", w->address, "pool",
-           w->cfg.pool, NULL);
-    for (; started < w->cfg.slots; started++)
-        if (pthread_create(&slots[started], NULL, slot_main, w) != 0)
-            break;
-    main_loop(w);
-    set_shutdown(w);
-    rc = 0;
-    if (w->fatal[0] != '\0')
-        rc = sb_err_set(err, "%s", w->fatal);
-out:
-    set_shutdown(w);
-    for (size_t i = 0; i < started; i++)
-        pthread_join(slots[i], NULL);
-    free(slots);
+    return reg != 0 && !rebound ? -1 : 0;
+}
+
+/* Stops what worker_serve() started, in order (the slot threads are joined already), and frees
+ * the worker. */
+static void worker_free(worker *w)
+{
     /* Let peers finish the fetches they started. Told to exit by the controller, nobody still
      * needs this worker's partitions: wait for fetches in flight, but do not linger for late
      * readers (a run's end would otherwise wait ~2 s for every worker that served a fetch). */
@@ -1675,5 +1675,37 @@ out:
     if (w->have_accel)
         sem_destroy(&w->accel);
     free(w);
+}
+
+int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
+{
+    worker *w = worker_new(cfg_in);
+    if (w == NULL)
+        return sb_err_set(err, "out of memory");
+    int rc = -1;
+    pthread_t *slots = calloc(w->cfg.slots, sizeof *slots);
+    size_t started = 0;
+    if (slots == NULL) {
+        sb_err_set(err, "out of memory");
+        goto out;
+    }
+    if (worker_serve(w, err) != 0 || worker_register_first(w, err) != 0)
+        goto out;
+    sb_log(SB_LOG_INFO, "worker ready", "worker", w->cfg.id, "address", w->address, "pool",
+           w->cfg.pool, NULL);
+    for (; started < w->cfg.slots; started++)
+        if (pthread_create(&slots[started], NULL, slot_main, w) != 0)
+            break;
+    main_loop(w);
+    set_shutdown(w);
+    rc = 0;
+    if (w->fatal[0] != '\0')
+        rc = sb_err_set(err, "%s", w->fatal);
+out:
+    set_shutdown(w);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(slots[i], NULL);
+    free(slots);
+    worker_free(w);
     return rc;
 }
