@@ -1,3 +1,7 @@
+/* runtime.c — the worker process (see runtime.h): its main loop (registration, heartbeats,
+ * Rebind), the slot threads that poll for tasks and run them (read inputs, run the fused ops,
+ * store or sink the outputs, report), and storage jobs. Owns the worker struct: the store, the
+ * servers, the controller channel and the pipeline it registered for. */
 #include "worker/runtime.h"
 
 #include <errno.h>
