@@ -1,4 +1,4 @@
-/* metrics.h — a worker's Prometheus figures (docs/metrics.md, "Worker figures"): per-stage task
+/* wmetrics.h — a worker's Prometheus figures (docs/metrics.md, "Worker figures"): per-stage task
  * counters and durations updated by the runtime as tasks start and end, and store, spill, fetch,
  * accelerator and process figures sampled at every scrape, with the CUDA devices tensor.mlp found
  * (worker/ops/tensor/mlp_cuda.h; a figure of the worker's own endpoint only). Served by the worker

@@ -1,4 +1,4 @@
-/* pipeline.h — the Prometheus figures of the pipelines a controller runs (docs/metrics.md,
+/* cmetrics.h — the Prometheus figures of the pipelines a controller runs (docs/metrics.md,
  * "Controller figures"), made from controller snapshots (sb_ctl_snapshot): per stage the
  * partitions total/committed/running/queued, recovered and errored partitions, task re-runs by
  * cause, rows and bytes out, queued input bytes and backpressure time; per pipeline the memory

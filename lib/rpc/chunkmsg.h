@@ -1,4 +1,4 @@
-/* chunk.h — the Data.Fetch `Chunk` message without copying its payload.
+/* chunkmsg.h — the Data.Fetch `Chunk` message without copying its payload.
  *
  *   message Chunk { uint64 offset = 1; bytes data = 2; fixed32 crc32c = 3; uint64 total_length = 4;
  * }
