@@ -569,13 +569,13 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
      * when it is written: at the status interval, a phase change, or the end */
     uint64_t t = sb_operator_mono_ms();
     int phase_change = strcmp(old_phase, "Running") != 0 && e->written == NULL;
-    if (out == SB_OPR_RUNNING && !phase_change &&
+    if (out == SB_OPERATOR_RUNNING && !phase_change &&
         t - e->last_write < (uint64_t)o->cfg->status_interval_ms) {
         *requeue = TICK_MS;
         return RC_OK;
     }
     sb_operator_pipeline_status(e->run, st, gen, now);
-    if (out == SB_OPR_RUNNING) {
+    if (out == SB_OPERATOR_RUNNING) {
         if (e->written == NULL || !cJSON_Compare(e->written, st, 1)) {
             if (write_status(c, obj, st) == 0) {
                 cJSON_Delete(e->written);
@@ -586,7 +586,7 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
         *requeue = TICK_MS;
         return RC_OK;
     }
-    int ok = out == SB_OPR_SUCCEEDED;
+    int ok = out == SB_OPERATOR_SUCCEEDED;
     if (ok)
         snprintf(msg, sizeof msg, "all %zu splits committed", sb_operator_pipeline_splits(e->run));
     finish_conditions(st, ok, reason, msg, gen, now);
@@ -984,8 +984,8 @@ static void gauges(void *ud, sb_operator_gauges *g)
         cJSON_ArrayForEach(x, list)
         {
             const char *ph = phase_of(cJSON_GetObjectItemCaseSensitive(x, "status"));
-            size_t k = SB_OPR_NPHASES - 1;
-            for (size_t j = 0; j < SB_OPR_NPHASES - 1; j++)
+            size_t k = SB_OPERATOR_NPHASES - 1;
+            for (size_t j = 0; j < SB_OPERATOR_NPHASES - 1; j++)
                 if (strcmp(ph, sb_operator_phase_names[j]) == 0)
                     k = j;
             g->pipelines[k]++;

@@ -44,7 +44,7 @@ cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *typ
     cJSON_AddStringToObject(e, "reason", reason);
     cJSON_AddStringToObject(e, "message", message != NULL ? message : "");
     cJSON *src = cJSON_AddObjectToObject(e, "source");
-    cJSON_AddStringToObject(src, "component", SB_OPR_COMPONENT);
+    cJSON_AddStringToObject(src, "component", SB_OPERATOR_COMPONENT);
     if (host != NULL && *host)
         cJSON_AddStringToObject(src, "host", host);
     cJSON_AddStringToObject(e, "firstTimestamp", ts);
@@ -52,9 +52,9 @@ cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *typ
     cJSON_AddStringToObject(e, "eventTime", micro);
     cJSON_AddNumberToObject(e, "count", 1);
     cJSON_AddStringToObject(e, "action", reason);
-    cJSON_AddStringToObject(e, "reportingComponent", SB_OPR_COMPONENT);
+    cJSON_AddStringToObject(e, "reportingComponent", SB_OPERATOR_COMPONENT);
     cJSON_AddStringToObject(e, "reportingInstance",
-                            host != NULL && *host ? host : SB_OPR_COMPONENT);
+                            host != NULL && *host ? host : SB_OPERATOR_COMPONENT);
     return e;
 }
 

@@ -19,7 +19,7 @@
 #include "core/err.h"
 #include "k8s/client.h"
 
-#define SB_OPR_COMPONENT "streambatch-controller"
+#define SB_OPERATOR_COMPONENT "streambatch-controller"
 
 typedef struct sb_operator_event_ref {
     const char *namespace, *name, *uid, *resource_version;

@@ -10,8 +10,8 @@
 
 #include "metrics/serve.h"
 
-const char *const sb_operator_phase_names[SB_OPR_NPHASES] = {"Pending", "Running",   "Succeeded",
-                                                             "Failed",  "Suspended", ""};
+const char *const sb_operator_phase_names[SB_OPERATOR_NPHASES] = {
+    "Pending", "Running", "Succeeded", "Failed", "Suspended", ""};
 
 static const double k_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 #define NBUCKETS (sizeof k_buckets / sizeof *k_buckets)
@@ -106,7 +106,7 @@ void sb_operator_metrics_reconcile(sb_operator_metrics *m, const char *result, d
 static void apply(sb_operator_metrics *m, const sb_operator_gauges *g)
 {
     sb_metric_set(m->depth, (const char *const[]){"pipeline"}, (double)g->queue_depth);
-    for (size_t i = 0; i < SB_OPR_NPHASES; i++)
+    for (size_t i = 0; i < SB_OPERATOR_NPHASES; i++)
         sb_metric_set(m->pipelines, (const char *const[]){sb_operator_phase_names[i]},
                       (double)g->pipelines[i]);
     sb_metric_set(m->leader, NULL, g->leader ? 1 : 0);

@@ -22,15 +22,16 @@
 #include "controller/ctl/cmetrics.h"
 #include "core/err.h"
 
-/* Phases in streambatch_pipelines{phase}; index SB_OPR_PHASE_NONE counts those with no phase. */
-enum { SB_OPR_NPHASES = 6 };
-extern const char *const sb_operator_phase_names[SB_OPR_NPHASES];
+/* Phases in streambatch_pipelines{phase}; index SB_OPERATOR_PHASE_NONE counts those with no phase.
+ */
+enum { SB_OPERATOR_NPHASES = 6 };
+extern const char *const sb_operator_phase_names[SB_OPERATOR_NPHASES];
 
 typedef struct sb_operator_gauges {
     size_t queue_depth;
-    size_t pipelines[SB_OPR_NPHASES]; /* by sb_operator_phase_names */
-    int leader;                       /* 1 when this process leads */
-    int ready;                        /* informers synced */
+    size_t pipelines[SB_OPERATOR_NPHASES]; /* by sb_operator_phase_names */
+    int leader;                            /* 1 when this process leads */
+    int ready;                             /* informers synced */
 } sb_operator_gauges;
 
 typedef struct sb_operator_metrics sb_operator_metrics;

@@ -27,9 +27,9 @@
 #include "plan/price.h"
 #include "spec/pipeline.h"
 
-#define SB_OPR_REPLAN_THRESHOLD 0.25    /* default --replan-threshold */
-#define SB_OPR_REPLAN_INTERVAL_MS 60000 /* default --replan-interval */
-#define SB_OPR_PLAN_MIN_TASKS 2         /* completed tasks per op in a measuring window */
+#define SB_OPERATOR_REPLAN_THRESHOLD 0.25    /* default --replan-threshold */
+#define SB_OPERATOR_REPLAN_INTERVAL_MS 60000 /* default --replan-interval */
+#define SB_OPERATOR_PLAN_MIN_TASKS 2         /* completed tasks per op in a measuring window */
 
 /* The controller's planner settings (borrowed by the runs). */
 typedef struct sb_operator_plan_config {

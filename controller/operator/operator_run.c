@@ -322,9 +322,9 @@ static int plan_start(sb_operator_pipeline *r, const sb_operator_pipeline_config
         return sb_err_set(err, "out of memory");
     pl->cfg = *cfg->plan;
     if (!(pl->cfg.replan_threshold > 0))
-        pl->cfg.replan_threshold = SB_OPR_REPLAN_THRESHOLD;
+        pl->cfg.replan_threshold = SB_OPERATOR_REPLAN_THRESHOLD;
     if (pl->cfg.replan_interval_ms == 0)
-        pl->cfg.replan_interval_ms = SB_OPR_REPLAN_INTERVAL_MS;
+        pl->cfg.replan_interval_ms = SB_OPERATOR_REPLAN_INTERVAL_MS;
     sb_err pe = {0};
     if (sb_price_resolve_with(pl->cfg.prices, &r->p.spec.execution.pricing, &pl->prices,
                               &pl->gpu_type, &pe) != 0) {
@@ -674,7 +674,7 @@ static void plan_tick(sb_operator_pipeline *r, uint64_t t)
         bp = base;
     }
     double m[SB_PLAN_MAX_STAGES];
-    if (!sb_operator_plan_measure(&r->p, slots, bp, cur, s.nops, SB_OPR_PLAN_MIN_TASKS, m))
+    if (!sb_operator_plan_measure(&r->p, slots, bp, cur, s.nops, SB_OPERATOR_PLAN_MIN_TASKS, m))
         return;
     size_t ds = 0;
     double drift = 0;
@@ -996,7 +996,7 @@ static sb_operator_outcome finish(sb_operator_pipeline *r, sb_operator_outcome o
                                   size_t rlen, char *message, size_t mlen)
 {
     sb_ctl_shutdown_workers(r->ctl);
-    if (o == SB_OPR_FAILED) {
+    if (o == SB_OPERATOR_FAILED) {
         snprintf(reason, rlen, "%s", r->final_reason);
         snprintf(message, mlen, "%s", r->final_message);
     }
@@ -1013,8 +1013,8 @@ static sb_operator_outcome fail(sb_operator_pipeline *r, const char *why, const 
 {
     final_start(r, touch_sink ? SB_STORAGE_ABORT : SB_STORAGE_NONE, NULL, 0, why, msg, t);
     if (r->final_kind == SB_STORAGE_NONE)
-        return finish(r, SB_OPR_FAILED, reason, rlen, message, mlen);
-    return SB_OPR_RUNNING;
+        return finish(r, SB_OPERATOR_FAILED, reason, rlen, message, mlen);
+    return SB_OPERATOR_RUNNING;
 }
 
 /* Sick workers the scheduler drained (sched.c, "Draining sick workers"): an Event WorkerDrained
@@ -1048,18 +1048,18 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
         char m[SB_ERR_MAX + 512] = "";
         int jr = sb_ctl_storage_poll(r->ctl, m, sizeof m);
         if (jr == 0 && t < r->final_deadline_ms)
-            return SB_OPR_RUNNING;
+            return SB_OPERATOR_RUNNING;
         if (jr == 0)
             snprintf(m, sizeof m, "%s: not done within %llu s", sb_storage_kind_what(r->final_kind),
                      (unsigned long long)(r->final_limit_ms / 1000));
         if (r->final_kind == SB_STORAGE_COMMIT) {
             if (jr == 1)
-                return finish(r, SB_OPR_SUCCEEDED, reason, rlen, message, mlen);
+                return finish(r, SB_OPERATOR_SUCCEEDED, reason, rlen, message, mlen);
             return fail(r, "CommitFailed", m, 1, t, reason, rlen, message, mlen);
         }
         if (jr != 1) /* the abort is best effort: the failed run never wrote _SUCCESS */
             sb_log(SB_LOG_WARN, "aborting the sink failed", "pipeline", r->key, "error", m, NULL);
-        return finish(r, SB_OPR_FAILED, reason, rlen, message, mlen);
+        return finish(r, SB_OPERATOR_FAILED, reason, rlen, message, mlen);
     }
     sb_sched_state st = sb_ctl_wait(r->ctl, 0);
     if (st == SB_SCHED_RUNNING) {
@@ -1082,7 +1082,7 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
         } else {
             r->stall_warned = 0;
         }
-        return SB_OPR_RUNNING;
+        return SB_OPERATOR_RUNNING;
     }
     if (st == SB_SCHED_SUCCEEDED) {
         /* the commit runs on a worker pod; the workers are shut down when it ended */
@@ -1096,7 +1096,7 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
         if (r->final_kind == SB_STORAGE_NONE)
             return fail(r, "CommitFailed", "committing the sink: could not start the job", 1, t,
                         reason, rlen, message, mlen);
-        return SB_OPR_RUNNING;
+        return SB_OPERATOR_RUNNING;
     }
     sb_ctl_snapshot s;
     sb_ctl_snapshot_get(r->ctl, &s);

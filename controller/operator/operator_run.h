@@ -57,7 +57,7 @@ typedef struct sb_operator_pipeline_config {
     void *ud;
 } sb_operator_pipeline_config;
 
-typedef enum { SB_OPR_RUNNING, SB_OPR_SUCCEEDED, SB_OPR_FAILED } sb_operator_outcome;
+typedef enum { SB_OPERATOR_RUNNING, SB_OPERATOR_SUCCEEDED, SB_OPERATOR_FAILED } sb_operator_outcome;
 
 /* Decodes and validates the Pipeline object. Returns the number of problems (messages joined
  * "; " in msg, each "spec.stages[1].args.x: ..."), 0 when valid (p then filled; free it with
@@ -71,7 +71,7 @@ int sb_operator_decode(const cJSON *object, sb_pipeline *p, char **json, char *m
 sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg,
                                                  int *plan_error, sb_err *err);
 
-/* One tick. Returns the outcome; on SB_OPR_FAILED, reason ("TaskFailed" | "Stalled" |
+/* One tick. Returns the outcome; on SB_OPERATOR_FAILED, reason ("TaskFailed" | "Stalled" |
  * "CommitFailed") and message are filled. On a finished run the workers are shut down already
  * (their pods still need sb_operator_pipeline_stop). */
 sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *reason, size_t rlen,

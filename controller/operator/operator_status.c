@@ -135,11 +135,11 @@ static int sync_condition_fields(cJSON *status)
         cJSON_DeleteItemFromObjectCaseSensitive(status, "failingCondition");
     } else {
         const char *reason = str_of(first, "reason"), *msg = str_of(first, "message");
-        char text[SB_OPR_FAILING_MAX + 1];
+        char text[SB_OPERATOR_FAILING_MAX + 1];
         int n = snprintf(text, sizeof text, "%s%s%s", reason != NULL ? reason : "",
                          msg != NULL && *msg != '\0' ? ": " : "", msg != NULL ? msg : "");
         if (n >= (int)sizeof text) {
-            size_t end = SB_OPR_FAILING_MAX - 3; /* room for "..." */
+            size_t end = SB_OPERATOR_FAILING_MAX - 3; /* room for "..." */
             while (end > 0 && ((unsigned char)text[end] & 0xC0) == 0x80)
                 end--; /* not inside a UTF-8 sequence */
             memcpy(text + end, "...", 4);

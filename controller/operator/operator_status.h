@@ -40,11 +40,11 @@ const cJSON *sb_operator_condition_get(const cJSON *status, const char *type);
 int sb_operator_condition_true(const cJSON *status, const char *type);
 /* Every sb_operator_condition_set also keeps two printer-column fields in step with the conditions:
  * status.failingCondition is "<reason>: <message>" (just the reason when the message is empty;
- * at most SB_OPR_FAILING_MAX bytes, cut at a character boundary with "...") of the first
+ * at most SB_OPERATOR_FAILING_MAX bytes, cut at a character boundary with "...") of the first
  * condition, in list order, that is True and of a type whose True means trouble (InvalidSpec,
  * Failed, WorkersPending, SpecChangeRefused), and is removed when there is none; status.workers
  * becomes "0/0" when the Running condition is False (suspended or finished: no worker pods). */
-#define SB_OPR_FAILING_MAX 256
+#define SB_OPERATOR_FAILING_MAX 256
 
 /* ---- checkpoint: controller/ctl/checkpoint.h (shared with `streambatch run`) ---- */
 

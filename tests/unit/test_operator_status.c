@@ -441,7 +441,7 @@ Test(opr_status, failing_condition_column)
     const char *fc = sget(st, "failingCondition");
     cr_assert_not_null(fc);
     size_t n = strlen(fc);
-    cr_expect_leq(n, SB_OPR_FAILING_MAX);
+    cr_expect_leq(n, SB_OPERATOR_FAILING_MAX);
     cr_expect_str_eq(fc + n - 3, "...");
     cr_expect_eq(strncmp(fc, "InvalidSpec: aaa", 16), 0);
     /* "InvalidSpec: " is 13 bytes, so the é's start at byte 252: the cut at 253 (256 less
