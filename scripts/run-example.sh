@@ -22,6 +22,6 @@ fi
 echo "run: validating the example pipelines in api/examples/"
 "$bin" validate api/examples/*.yaml
 if "$bin" help | grep -q '^  run '; then
-  exec "$bin" run api/examples/wordcount-local.yaml
+  exec "$bin" run api/examples/filter-english.yaml
 fi
 echo "run: the local engine ('streambatch run') is not built yet; the examples above are valid."

@@ -1,3 +1,8 @@
+/* diag.c — the list of validation problems (diag.h): adding one (path, position, formatted
+ * message; out of memory sets oom instead of failing), sorting them into file order, freeing
+ * them, and the "did you mean" suggestion (edit distance) that unknown names and values get.
+ * The list owns its path and message strings.
+ */
 #include "spec/diag.h"
 
 #include <ctype.h>

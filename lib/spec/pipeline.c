@@ -1,3 +1,9 @@
+/* pipeline.c — the Pipeline resource's rules: the schema tables of every object (metadata, spec,
+ * source, stages, sink, execution, workerTemplate) that schema.c decodes, and the hooks for what
+ * a table cannot say: per-op and per-format arguments, URIs, placement and shapeArgs, stage
+ * names, the memory budget, the template's pod rules and the credentials Secret. It owns the op
+ * table (names, arguments, shapes) that validate, the controller and the planner consult.
+ */
 #include "spec/pipeline.h"
 
 #include <cjson/cJSON.h>
@@ -20,8 +26,8 @@ typedef enum {
     A_NUM,
     A_BOOL,
     A_STRLIST,
-    A_NUMLIST,
-    A_SCALAR,
+    A_NUMS,   /* a finite number, or a non-empty list of them (at most max items when max > 0) */
+    A_SCALAR, /* a string, a finite number or a boolean */
     A_ENUM,
     A_DURATION, /* a Go duration string, more than 0 */
     A_STRMAP,   /* a map of string values */
@@ -34,7 +40,16 @@ typedef struct {
     int required;
     double min; /* for A_INT / A_NUM */
     const char *const *enums;
+    double max; /* A_INT: the largest value; A_NUMS: the most items; 0: no bound */
 } argspec;
+
+/* The arguments an op runs with on one shape: shapeArgs.<shape> (over) merged over args. */
+typedef struct {
+    const sb_node *args, *over; /* maps, or NULL */
+    const char *args_path, *over_path;
+    int over_only; /* report only problems a value of over takes part in (args alone are
+                    * checked on their own) */
+} arg_layers;
 
 typedef struct {
     const char *name;
@@ -42,71 +57,136 @@ typedef struct {
     const char *one_of; /* "a|b": exactly one of these must be given */
     int planned;        /* named by the API but not in this build: rejected */
     unsigned shapes;    /* SB_SHAPE_BIT_*: where the op has an implementation */
+    /* rules across arguments, checked on the arguments of every shape the stage runs on */
+    void (*rules)(const arg_layers *l, sb_diags *d);
 } opspec;
 
 static const char *const cmp_ops[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};
 static const char *const activations[] = {"relu", "gelu", "none", NULL};
 
-static const argspec args_none[] = {{NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_spin[] = {{"msPerRecord", A_NUM, 0, 0, NULL},
-                                    {"msPerMB", A_NUM, 0, 0, NULL},
-                                    {"expand", A_INT, 0, 1, NULL},
-                                    {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_filter[] = {{"field", A_STR, 1, 0, NULL},
-                                      {"op", A_ENUM, 1, 0, cmp_ops},
-                                      {"value", A_SCALAR, 1, 0, NULL},
-                                      {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_project[] = {{"fields", A_STRLIST, 1, 0, NULL},
-                                       {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_decode[] = {
-    {"width", A_INT, 0, 1, NULL}, {"height", A_INT, 0, 1, NULL}, {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_resize[] = {{"width", A_INT, 1, 1, NULL},
-                                      {"height", A_INT, 1, 1, NULL},
-                                      {"field", A_STR, 0, 0, NULL},
-                                      {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_none[] = {{NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_spin[] = {{"msPerRecord", A_NUM, 0, 0, NULL, 0},
+                                    {"msPerMB", A_NUM, 0, 0, NULL, 0},
+                                    {"expand", A_INT, 0, 1, NULL, 0},
+                                    {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_filter[] = {{"field", A_STR, 1, 0, NULL, 0},
+                                      {"op", A_ENUM, 1, 0, cmp_ops, 0},
+                                      {"value", A_SCALAR, 1, 0, NULL, 0},
+                                      {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_project[] = {{"fields", A_STRLIST, 1, 0, NULL, 0},
+                                       {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_decode[] = {{"width", A_INT, 0, 1, NULL, 0},
+                                      {"height", A_INT, 0, 1, NULL, 0},
+                                      {NULL, A_ANY, 0, 0, NULL, 0}};
+/* the worker's bound on a side (lib/image/image.h, SB_IMAGE_MAX_SIDE) */
+static const argspec args_resize[] = {{"width", A_INT, 1, 1, NULL, 65535},
+                                      {"height", A_INT, 1, 1, NULL, 65535},
+                                      {"field", A_STR, 0, 0, NULL, 0},
+                                      {NULL, A_ANY, 0, 0, NULL, 0}};
 static const char *const layouts[] = {"hwc", "chw", NULL};
+/* mean and std: one number or one per channel, at most the worker's 64 channels
+ * (worker/ops/image/transform.c) */
 static const argspec args_normalize[] = {
-    {"mean", A_NUMLIST, 0, 0, NULL},   {"std", A_NUMLIST, 0, 0, NULL}, {"scale", A_NUM, 0, 0, NULL},
-    {"layout", A_ENUM, 0, 0, layouts}, {"field", A_STR, 0, 0, NULL},   {NULL, A_ANY, 0, 0, NULL}};
+    {"mean", A_NUMS, 0, 0, NULL, 64}, {"std", A_NUMS, 0, 0, NULL, 64},
+    {"scale", A_NUM, 0, 0, NULL, 0},  {"layout", A_ENUM, 0, 0, layouts, 0},
+    {"field", A_STR, 0, 0, NULL, 0},  {NULL, A_ANY, 0, 0, NULL, 0}};
 static const char *const mlp_devices[] = {"auto", "cpu", "cuda", NULL};
-static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL},
-                                   {"field", A_STR, 1, 0, NULL},
-                                   {"activation", A_ENUM, 0, 0, activations},
-                                   {"outputField", A_STR, 0, 0, NULL},
-                                   {"topK", A_INT, 0, 1, NULL},
-                                   {"device", A_ENUM, 0, 0, mlp_devices},
-                                   {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL, 0},
+                                   {"field", A_STR, 1, 0, NULL, 0},
+                                   {"activation", A_ENUM, 0, 0, activations, 0},
+                                   {"outputField", A_STR, 0, 0, NULL, 0},
+                                   {"topK", A_INT, 0, 1, NULL, 0},
+                                   {"device", A_ENUM, 0, 0, mlp_devices, 0},
+                                   {NULL, A_ANY, 0, 0, NULL, 0}};
 static const char *const exec_framings[] = {"lines", "arrow", NULL};
 static const char *const exec_modes[] = {"filter", "batches", NULL};
 static const char *const exec_outputs[] = {"jsonl", "text", NULL};
-static const argspec args_exec[] = {{"command", A_STRLIST, 1, 0, NULL},
-                                    {"env", A_STRMAP, 0, 0, NULL},
-                                    {"framing", A_ENUM, 0, 0, exec_framings},
-                                    {"mode", A_ENUM, 0, 0, exec_modes},
-                                    {"batchSize", A_INT, 0, 1, NULL},
-                                    {"timeout", A_DURATION, 0, 0, NULL},
-                                    {"workingDir", A_STR, 0, 0, NULL},
-                                    {"output", A_ENUM, 0, 0, exec_outputs},
-                                    {NULL, A_ANY, 0, 0, NULL}};
-static const argspec args_plugin[] = {{"path", A_STR, 1, 0, NULL},
-                                      {"symbol", A_STR, 0, 0, NULL},
-                                      {"config", A_ANY, 0, 0, NULL},
-                                      {NULL, A_ANY, 0, 0, NULL}};
+static const argspec args_exec[] = {{"command", A_STRLIST, 1, 0, NULL, 0},
+                                    {"env", A_STRMAP, 0, 0, NULL, 0},
+                                    {"framing", A_ENUM, 0, 0, exec_framings, 0},
+                                    {"mode", A_ENUM, 0, 0, exec_modes, 0},
+                                    {"batchSize", A_INT, 0, 1, NULL, 0},
+                                    {"timeout", A_DURATION, 0, 0, NULL, 0},
+                                    {"workingDir", A_STR, 0, 0, NULL, 0},
+                                    {"output", A_ENUM, 0, 0, exec_outputs, 0},
+                                    {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_plugin[] = {{"path", A_STR, 1, 0, NULL, 0},
+                                      {"symbol", A_STR, 0, 0, NULL, 0},
+                                      {"config", A_ANY, 0, 0, NULL, 0},
+                                      {NULL, A_ANY, 0, 0, NULL, 0}};
+
+/* ---- rules across an op's arguments ------------------------------------------------------ */
+
+/* Argument `name` as the op gets it on one shape: the overlay's, else that of args; its field
+ * path goes to path and *from_over says which. NULL when absent or null. */
+static const sb_node *layer_get(const arg_layers *l, const char *name, char *path, size_t len,
+                                int *from_over)
+{
+    const sb_node *v = sb_node_get(l->over, name);
+    *from_over = v != NULL;
+    if (v == NULL)
+        v = sb_node_get(l->args, name);
+    sb_path_field(path, len, *from_over ? l->over_path : l->args_path, name);
+    return v != NULL && v->kind != SB_NODE_NULL ? v : NULL;
+}
+
+/* filter: a boolean value compares by eq and ne only (worker/ops/record.c refuses lt, le, gt
+ * and ge with one when the task starts). */
+static void filter_rules(const arg_layers *l, sb_diags *d)
+{
+    char op_path[512], v_path[512];
+    int op_over, v_over;
+    const sb_node *op = layer_get(l, "op", op_path, sizeof op_path, &op_over);
+    const sb_node *v = layer_get(l, "value", v_path, sizeof v_path, &v_over);
+    if (op == NULL || v == NULL || op->kind != SB_NODE_STRING || v->kind != SB_NODE_BOOL ||
+        (l->over_only && !op_over && !v_over))
+        return;
+    static const char *const ordering[] = {"lt", "le", "gt", "ge", NULL};
+    for (size_t i = 0; ordering[i] != NULL; i++)
+        if (strcmp(op->text, ordering[i]) == 0)
+            sb_diags_add(d, op_path, op->line, op->col,
+                         "\"%s\" does not apply to a boolean value (%s is %s): booleans compare "
+                         "with eq or ne only",
+                         op->text, v_path, v->v.b ? "true" : "false");
+}
+
+/* std as the op keeps it (a float): 0 divides by zero. */
+static int zero_std(const sb_node *n)
+{
+    return (n->kind == SB_NODE_INT && n->v.i == 0) ||
+           (n->kind == SB_NODE_FLOAT && (float)n->v.f == 0.0f);
+}
+
+/* image.normalize: no 0 in std (worker/ops/image/transform.c refuses it when the task starts). */
+static void normalize_rules(const arg_layers *l, sb_diags *d)
+{
+    char path[512], ip[512];
+    int over;
+    const sb_node *sd = layer_get(l, "std", path, sizeof path, &over);
+    if (sd == NULL || (l->over_only && !over))
+        return;
+    if (zero_std(sd))
+        sb_diags_add(d, path, sd->line, sd->col, "must not be 0 (the values are divided by it)");
+    for (size_t i = 0; sd->kind == SB_NODE_SEQ && i < sd->n; i++)
+        if (zero_std(sd->items[i]))
+            sb_diags_add(d, sb_path_index(ip, sizeof ip, path, i), sd->items[i]->line,
+                         sd->items[i]->col, "must not be 0 (the values are divided by it)");
+}
 
 static const opspec ops[] = {
     /* gpu: bench.* model a stage with a GPU implementation (shapeArgs give its cost there);
      * tensor.mlp has a CUDA one; exec and plugin run the user's code, which may use the GPU */
-    {"identity", args_none, NULL, 0, SB_SHAPE_BIT_CPU},
-    {"bench.spin", args_spin, "msPerRecord|msPerMB", 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
-    {"bench.sleep", args_spin, "msPerRecord|msPerMB", 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
-    {"filter", args_filter, NULL, 0, SB_SHAPE_BIT_CPU},
-    {"project", args_project, NULL, 0, SB_SHAPE_BIT_CPU},
-    {"image.decode", args_decode, NULL, 1, SB_SHAPE_BIT_CPU},
-    {"image.resize", args_resize, NULL, 0, SB_SHAPE_BIT_CPU},
-    {"image.normalize", args_normalize, NULL, 0, SB_SHAPE_BIT_CPU},
-    {"tensor.mlp", args_mlp, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
-    {"exec", args_exec, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
-    {"plugin", args_plugin, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU},
+    {"identity", args_none, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    {"bench.spin", args_spin, "msPerRecord|msPerMB", 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
+    {"bench.sleep", args_spin, "msPerRecord|msPerMB", 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
+    {"filter", args_filter, NULL, 0, SB_SHAPE_BIT_CPU, filter_rules},
+    {"project", args_project, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    {"image.decode", args_decode, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
+    {"image.resize", args_resize, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    {"image.normalize", args_normalize, NULL, 0, SB_SHAPE_BIT_CPU, normalize_rules},
+    {"tensor.mlp", args_mlp, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
+    {"exec", args_exec, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
+    {"plugin", args_plugin, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
 };
 #define NOPS (sizeof ops / sizeof *ops)
 
@@ -122,27 +202,27 @@ int sb_op_known(const char *name)
     return 0;
 }
 
-static const argspec fmt_args_csv_in[] = {{"header", A_BOOL, 0, 0, NULL},
-                                          {"delimiter", A_STR, 0, 0, NULL},
-                                          {"multiline", A_BOOL, 0, 0, NULL},
-                                          {"maxRecordSize", A_INT, 0, 1, NULL},
-                                          {NULL, A_ANY, 0, 0, NULL}};
-static const argspec fmt_args_csv_out[] = {{"header", A_BOOL, 0, 0, NULL},
-                                           {"delimiter", A_STR, 0, 0, NULL},
-                                           {"columns", A_STRLIST, 0, 0, NULL},
-                                           {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_csv_in[] = {{"header", A_BOOL, 0, 0, NULL, 0},
+                                          {"delimiter", A_STR, 0, 0, NULL, 0},
+                                          {"multiline", A_BOOL, 0, 0, NULL, 0},
+                                          {"maxRecordSize", A_INT, 0, 1, NULL, 0},
+                                          {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec fmt_args_csv_out[] = {{"header", A_BOOL, 0, 0, NULL, 0},
+                                           {"delimiter", A_STR, 0, 0, NULL, 0},
+                                           {"columns", A_STRLIST, 0, 0, NULL, 0},
+                                           {NULL, A_ANY, 0, 0, NULL, 0}};
 /* jsonl and text sources: the longest record accepted (lib/io/reader.h). */
-static const argspec fmt_args_lines_in[] = {{"maxRecordSize", A_INT, 0, 1, NULL},
-                                            {NULL, A_ANY, 0, 0, NULL}};
-static const argspec fmt_args_binary_in[] = {{"recordSize", A_INT, 1, 1, NULL},
-                                             {NULL, A_ANY, 0, 0, NULL}};
-static const argspec fmt_args_binary_out[] = {{"recordSize", A_INT, 0, 1, NULL},
-                                              {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_lines_in[] = {{"maxRecordSize", A_INT, 0, 1, NULL, 0},
+                                            {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec fmt_args_binary_in[] = {{"recordSize", A_INT, 1, 1, NULL, 0},
+                                             {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec fmt_args_binary_out[] = {{"recordSize", A_INT, 0, 1, NULL, 0},
+                                              {NULL, A_ANY, 0, 0, NULL, 0}};
 /* image sources (lib/io/imgread.h): channels 1, 3 or 4 (checked in check_io) */
-static const argspec fmt_args_image_in[] = {{"channels", A_INT, 0, 1, NULL},
-                                            {"maxPixels", A_INT, 0, 1, NULL},
-                                            {"maxRecordSize", A_INT, 0, 1, NULL},
-                                            {NULL, A_ANY, 0, 0, NULL}};
+static const argspec fmt_args_image_in[] = {{"channels", A_INT, 0, 1, NULL, 0},
+                                            {"maxPixels", A_INT, 0, 1, NULL, 0},
+                                            {"maxRecordSize", A_INT, 0, 1, NULL, 0},
+                                            {NULL, A_ANY, 0, 0, NULL, 0}};
 
 static const argspec *format_args(sb_format f, int is_sink)
 {
@@ -161,10 +241,15 @@ static const argspec *format_args(sb_format f, int is_sink)
     }
 }
 
-static int all_numbers(const sb_node *n)
+static int finite_number(const sb_node *v)
+{
+    return v->kind == SB_NODE_INT || (v->kind == SB_NODE_FLOAT && isfinite(v->v.f));
+}
+
+static int all_finite_numbers(const sb_node *n)
 {
     for (size_t i = 0; i < n->n; i++)
-        if (n->items[i]->kind != SB_NODE_INT && n->items[i]->kind != SB_NODE_FLOAT)
+        if (!finite_number(n->items[i]))
             return 0;
     return 1;
 }
@@ -177,9 +262,10 @@ static int all_strings(const sb_node *n)
     return 1;
 }
 
-/* Checks an args object against a spec. what = "op \"filter\"" or "format \"csv\"". */
-static void check_args(const argspec *spec, const sb_node *args, const char *path,
-                       const sb_node *owner, const char *what, int partial, sb_diags *d)
+/* Keys of args that spec does not name: one problem each, with "did you mean" when a name is
+ * close. */
+static void check_unknown_args(const argspec *spec, const sb_node *args, const char *path,
+                               const char *what, sb_diags *d)
 {
     char buf[512];
     const char *names[32];
@@ -187,116 +273,137 @@ static void check_args(const argspec *spec, const sb_node *args, const char *pat
     for (size_t i = 0; spec[i].name != NULL && nn < 31; i++)
         names[nn++] = spec[i].name;
     names[nn] = NULL;
-    if (args != NULL) {
-        for (size_t k = 0; k < args->n; k++) {
-            const char *key = args->keys[k]->text;
-            int known = 0;
-            for (size_t i = 0; spec[i].name != NULL && !known; i++)
-                known = strcmp(spec[i].name, key) == 0;
-            if (known)
-                continue;
-            sb_path_field(buf, sizeof buf, path, key);
-            const char *s = sb_suggest(key, names);
-            if (nn == 0)
-                sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
-                             "unknown argument \"%.80s\": %s takes no arguments", key, what);
-            else if (s != NULL)
-                sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
-                             "unknown argument \"%.80s\" for %s (did you mean \"%s\"?)", key, what,
-                             s);
-            else
-                sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
-                             "unknown argument \"%.80s\" for %s", key, what);
-        }
+    for (size_t k = 0; args != NULL && k < args->n; k++) {
+        const char *key = args->keys[k]->text;
+        int known = 0;
+        for (size_t i = 0; spec[i].name != NULL && !known; i++)
+            known = strcmp(spec[i].name, key) == 0;
+        if (known)
+            continue;
+        sb_path_field(buf, sizeof buf, path, key);
+        const char *s = sb_suggest(key, names);
+        if (nn == 0)
+            sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
+                         "unknown argument \"%.80s\": %s takes no arguments", key, what);
+        else if (s != NULL)
+            sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
+                         "unknown argument \"%.80s\" for %s (did you mean \"%s\"?)", key, what, s);
+        else
+            sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
+                         "unknown argument \"%.80s\" for %s", key, what);
     }
+}
+
+/* An A_ENUM value that is none of the enums, reported here (the message lists them). */
+static void check_enum_arg(const argspec *a, const sb_node *v, const char *path, sb_diags *d)
+{
+    int ok = 0;
+    for (size_t e = 0; v->kind == SB_NODE_STRING && a->enums[e] != NULL && !ok; e++)
+        ok = strcmp(a->enums[e], v->text) == 0;
+    if (ok)
+        return;
+    char list[256];
+    size_t o = 0;
+    for (size_t e = 0; a->enums[e] != NULL && o < sizeof list; e++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", e ? ", " : "", a->enums[e]);
+    sb_diags_add(d, path, v->line, v->col, "must be one of %s, got %s%.60s%s", list,
+                 v->kind == SB_NODE_STRING ? "\"" : "", v->text,
+                 v->kind == SB_NODE_STRING ? "\"" : "");
+}
+
+/* An A_STRMAP value: an object (else what it must be) whose values are strings (each one that
+ * is not, reported here). */
+static const char *check_strmap_arg(const sb_node *v, const char *path, sb_diags *d)
+{
+    if (v->kind != SB_NODE_MAP)
+        return "a map of strings";
+    for (size_t k = 0; k < v->n; k++) {
+        if (v->items[k]->kind == SB_NODE_STRING)
+            continue;
+        char kb[512];
+        sb_path_field(kb, sizeof kb, path, v->keys[k]->text);
+        sb_diags_add(d, kb, v->items[k]->line, v->items[k]->col,
+                     "must be a string (quote numbers and booleans)");
+    }
+    return NULL;
+}
+
+/* What v must be when it is not a valid value of a (wbuf may hold the text); NULL when it is
+ * valid or its problems were reported here. */
+static const char *arg_want(const argspec *a, const sb_node *v, const char *path, char *wbuf,
+                            size_t wlen, sb_diags *d)
+{
+    int64_t ns = 0;
+    sb_err e = {0};
+    switch (a->kind) {
+    case A_STR:
+        return v->kind != SB_NODE_STRING || v->text_len == 0 ? "a non-empty string" : NULL;
+    case A_INT:
+        if (a->max > 0 &&
+            (v->kind != SB_NODE_INT || v->v.i < (long long)a->min || v->v.i > (long long)a->max)) {
+            snprintf(wbuf, wlen, "an integer from %lld to %lld", (long long)a->min,
+                     (long long)a->max);
+            return wbuf;
+        }
+        if (v->kind != SB_NODE_INT || v->v.i < (long long)a->min)
+            return a->min >= 1 ? "a positive integer" : "an integer";
+        return NULL;
+    case A_NUM:
+        if (!finite_number(v) || (v->kind == SB_NODE_INT ? (double)v->v.i : v->v.f) < a->min)
+            return "a non-negative number";
+        return NULL;
+    case A_BOOL:
+        return v->kind != SB_NODE_BOOL ? "a boolean (true or false)" : NULL;
+    case A_STRLIST:
+        if (v->kind != SB_NODE_SEQ || v->n == 0 || !all_strings(v))
+            return "a non-empty list of strings";
+        return NULL;
+    case A_NUMS:
+        if (finite_number(v) || (v->kind == SB_NODE_SEQ && v->n > 0 &&
+                                 (a->max <= 0 || v->n <= a->max) && all_finite_numbers(v)))
+            return NULL;
+        snprintf(wbuf, wlen, "a finite number, or a list of 1 to %lld finite numbers",
+                 (long long)a->max);
+        return a->max > 0 ? wbuf : "a finite number, or a non-empty list of finite numbers";
+    case A_SCALAR:
+        if (v->kind == SB_NODE_MAP || v->kind == SB_NODE_SEQ ||
+            (v->kind == SB_NODE_FLOAT && !isfinite(v->v.f)))
+            return "a string, a finite number or a boolean";
+        return NULL;
+    case A_ENUM:
+        check_enum_arg(a, v, path, d);
+        return NULL;
+    case A_DURATION:
+        if (v->kind != SB_NODE_STRING || sb_duration_parse(v->text, &ns, &e) != 0 || ns <= 0)
+            return "a duration more than 0 (examples: 30s, 5m, 1h30m, 300ms)";
+        return NULL;
+    case A_STRMAP:
+        return check_strmap_arg(v, path, d);
+    case A_ANY:
+        return NULL;
+    }
+    return NULL;
+}
+
+/* Checks an args object against a spec. what = "op \"filter\"" or "format \"csv\"". partial:
+ * required arguments may be missing (shapeArgs, merged over args). */
+static void check_args(const argspec *spec, const sb_node *args, const char *path,
+                       const sb_node *owner, const char *what, int partial, sb_diags *d)
+{
+    char buf[512], wbuf[96];
+    check_unknown_args(spec, args, path, what, d);
+    const sb_node *at = args != NULL ? args : owner;
     for (size_t i = 0; spec[i].name != NULL; i++) {
         const argspec *a = &spec[i];
         const sb_node *v = sb_node_get(args, a->name);
         sb_path_field(buf, sizeof buf, path, a->name);
         if (v == NULL || v->kind == SB_NODE_NULL) {
             if (a->required && !partial)
-                sb_diags_add(d, buf,
-                             args    ? args->line
-                             : owner ? owner->line
-                                     : 0,
-                             args    ? args->col
-                             : owner ? owner->col
-                                     : 0,
+                sb_diags_add(d, buf, at ? at->line : 0, at ? at->col : 0,
                              "required argument of %s is missing", what);
             continue;
         }
-        const char *want = NULL;
-        switch (a->kind) {
-        case A_STR:
-            if (v->kind != SB_NODE_STRING || v->text_len == 0)
-                want = "a non-empty string";
-            break;
-        case A_INT:
-            if (v->kind != SB_NODE_INT || v->v.i < (long long)a->min)
-                want = a->min >= 1 ? "a positive integer" : "an integer";
-            break;
-        case A_NUM:
-            if ((v->kind != SB_NODE_INT && v->kind != SB_NODE_FLOAT) ||
-                (v->kind == SB_NODE_INT ? (double)v->v.i : v->v.f) < a->min ||
-                (v->kind == SB_NODE_FLOAT && !isfinite(v->v.f)))
-                want = "a non-negative number";
-            break;
-        case A_BOOL:
-            if (v->kind != SB_NODE_BOOL)
-                want = "a boolean (true or false)";
-            break;
-        case A_STRLIST:
-            if (v->kind != SB_NODE_SEQ || v->n == 0 || !all_strings(v))
-                want = "a non-empty list of strings";
-            break;
-        case A_NUMLIST:
-            if (v->kind != SB_NODE_SEQ || v->n == 0 || !all_numbers(v))
-                want = "a non-empty list of numbers";
-            break;
-        case A_SCALAR:
-            if (v->kind == SB_NODE_MAP || v->kind == SB_NODE_SEQ)
-                want = "a string, number or boolean";
-            break;
-        case A_ENUM: {
-            int ok = 0;
-            for (size_t e = 0; v->kind == SB_NODE_STRING && a->enums[e] != NULL && !ok; e++)
-                ok = strcmp(a->enums[e], v->text) == 0;
-            if (!ok) {
-                char list[256];
-                size_t o = 0;
-                for (size_t e = 0; a->enums[e] != NULL && o < sizeof list; e++)
-                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", e ? ", " : "",
-                                          a->enums[e]);
-                sb_diags_add(d, buf, v->line, v->col, "must be one of %s, got %s%.60s%s", list,
-                             v->kind == SB_NODE_STRING ? "\"" : "", v->text,
-                             v->kind == SB_NODE_STRING ? "\"" : "");
-            }
-            break;
-        }
-        case A_DURATION: {
-            int64_t ns = 0;
-            sb_err e = {0};
-            if (v->kind != SB_NODE_STRING || sb_duration_parse(v->text, &ns, &e) != 0 || ns <= 0)
-                want = "a duration more than 0 (examples: 30s, 5m, 1h30m, 300ms)";
-            break;
-        }
-        case A_STRMAP:
-            if (v->kind != SB_NODE_MAP) {
-                want = "a map of strings";
-                break;
-            }
-            for (size_t k = 0; k < v->n; k++) {
-                if (v->items[k]->kind == SB_NODE_STRING)
-                    continue;
-                char kb[512];
-                sb_path_field(kb, sizeof kb, buf, v->keys[k]->text);
-                sb_diags_add(d, kb, v->items[k]->line, v->items[k]->col,
-                             "must be a string (quote numbers and booleans)");
-            }
-            break;
-        case A_ANY:
-            break;
-        }
+        const char *want = arg_want(a, v, buf, wbuf, sizeof wbuf, d);
         if (want != NULL)
             sb_diags_add(d, buf, v->line, v->col, "must be %s, got %s%.60s%s", want,
                          v->kind == SB_NODE_STRING ? "\"" : "",
@@ -612,6 +719,90 @@ static void shape_args_check(const sb_stage_spec *st, const sb_node *node, const
     }
 }
 
+/* The op's rules on the arguments of every shape the stage runs on: args alone when a shape has
+ * no shapeArgs, and args with each shape's shapeArgs over them (sb_stage_args_for_shape). */
+static void op_rules_check(const opspec *op, const sb_stage_spec *st, const sb_node *node,
+                           const char *path, sb_diags *d)
+{
+    char ap[512], sp[512], op_path[512];
+    const sb_node *args = sb_node_get(node, "args"), *sa = sb_node_get(node, "shapeArgs");
+    arg_layers l = {args != NULL && args->kind == SB_NODE_MAP ? args : NULL, NULL,
+                    sb_path_field(ap, sizeof ap, path, "args"), NULL, 0};
+    unsigned shapes = sb_stage_shapes(st) & op->shapes;
+    const sb_node *over[2] = {NULL, NULL};
+    int bare = shapes == 0;
+    for (size_t k = 0; k < 2; k++) {
+        if (!(shapes & shape_bit(shape_names[k])))
+            continue;
+        over[k] = sb_node_get(sa, shape_names[k]);
+        if (over[k] != NULL && over[k]->kind != SB_NODE_MAP)
+            over[k] = NULL; /* not an object: reported, and not merged */
+        bare |= over[k] == NULL;
+    }
+    if (bare)
+        op->rules(&l, d);
+    l.over_only = bare;
+    for (size_t k = 0; k < 2; k++) {
+        if (over[k] == NULL)
+            continue;
+        l.over = over[k];
+        l.over_path =
+            sb_path_field(op_path, sizeof op_path, sb_path_field(sp, sizeof sp, path, "shapeArgs"),
+                          shape_names[k]);
+        op->rules(&l, d);
+        l.over_only = 1; /* what args alone give is reported once */
+    }
+}
+
+/* exec: output is an option of framing "lines". */
+static void exec_args_check(const sb_node *args, const char *path, sb_diags *d)
+{
+    const sb_node *fr = sb_node_get(args, "framing");
+    const sb_node *outn = sb_node_get(args, "output");
+    if (fr == NULL || fr->kind != SB_NODE_STRING || strcmp(fr->text, "arrow") != 0 || outn == NULL)
+        return;
+    char ab[512], buf[512];
+    sb_path_field(ab, sizeof ab, path, "args");
+    sb_path_field(buf, sizeof buf, ab, "output");
+    sb_diags_add(d, buf, outn->line, outn->col,
+                 "output applies to framing \"lines\" only (framing \"arrow\" carries "
+                 "typed columns; docs/exec.md)");
+}
+
+/* An op named by the API that this build does not run. */
+static void planned_op(const char *name, const sb_node *opn, const char *path, sb_diags *d)
+{
+    char buf[512];
+    sb_path_field(buf, sizeof buf, path, "op");
+    if (strcmp(name, "image.decode") == 0)
+        sb_diags_add(d, buf, opn->line, opn->col,
+                     "op \"image.decode\" does not exist in this build: the image "
+                     "source format decodes (source.format: image, args.channels); use "
+                     "image.resize to give images one size");
+    else
+        sb_diags_add(d, buf, opn->line, opn->col,
+                     "op \"%s\" is not in this build yet; the ops this build runs are "
+                     "identity, bench.spin, bench.sleep, filter, project, image.resize, "
+                     "image.normalize, tensor.mlp, exec and plugin",
+                     name);
+}
+
+static void unknown_op(const char *name, const sb_node *opn, const char *path, sb_diags *d)
+{
+    char buf[512];
+    const char *s = sb_suggest(name, sb_op_names);
+    sb_path_field(buf, sizeof buf, path, "op");
+    if (s != NULL)
+        sb_diags_add(d, buf, opn->line, opn->col, "unknown op \"%.80s\" (did you mean \"%s\"?)",
+                     name, s);
+    else
+        sb_diags_add(d, buf, opn->line, opn->col,
+                     "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
+                     "filter, project, image.resize, image.normalize, tensor.mlp, exec and "
+                     "plugin",
+                     name);
+}
+
 static void stage_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
 {
     (void)ctx;
@@ -625,67 +816,38 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
     if (node == NULL || st->op == NULL)
         return;
     const sb_node *opn = sb_node_get(node, "op");
-    for (size_t i = 0; i < NOPS; i++) {
-        if (strcmp(ops[i].name, st->op) != 0)
-            continue;
-        const sb_node *args = sb_node_get(node, "args");
-        if (args != NULL && args->kind != SB_NODE_MAP && args->kind != SB_NODE_NULL)
-            return; /* the type error was reported */
-        if (args != NULL && args->kind == SB_NODE_NULL)
-            args = NULL;
-        char what[64];
-        snprintf(what, sizeof what, "op \"%s\"", st->op);
-        if (ops[i].planned) {
-            sb_path_field(buf, sizeof buf, path, "op");
-            if (strcmp(st->op, "image.decode") == 0)
-                sb_diags_add(d, buf, opn->line, opn->col,
-                             "op \"image.decode\" does not exist in this build: the image "
-                             "source format decodes (source.format: image, args.channels); use "
-                             "image.resize to give images one size");
-            else
-                sb_diags_add(d, buf, opn->line, opn->col,
-                             "op \"%s\" is not in this build yet; the ops this build runs are "
-                             "identity, bench.spin, bench.sleep, filter, project, image.resize, "
-                             "image.normalize, tensor.mlp, exec and plugin",
-                             st->op);
-            return;
-        }
-        sb_path_field(buf, sizeof buf, path, "args");
-        check_args(ops[i].args, args, buf, node, what, 0, d);
-        const sb_node *fr = sb_node_get(args, "framing");
-        const sb_node *outn = sb_node_get(args, "output");
-        if (strcmp(st->op, "exec") == 0 && fr != NULL && fr->kind == SB_NODE_STRING &&
-            strcmp(fr->text, "arrow") == 0 && outn != NULL) {
-            char ab[512];
-            sb_path_field(ab, sizeof ab, path, "args");
-            sb_path_field(buf, sizeof buf, ab, "output");
-            sb_diags_add(d, buf, outn->line, outn->col,
-                         "output applies to framing \"lines\" only (framing \"arrow\" carries "
-                         "typed columns; docs/exec.md)");
-        }
-        if (ops[i].one_of != NULL) {
-            char a[64], b[64];
-            const char *bar = strchr(ops[i].one_of, '|');
-            snprintf(a, sizeof a, "%.*s", (int)(bar - ops[i].one_of), ops[i].one_of);
-            snprintf(b, sizeof b, "%s", bar + 1);
-            int ha = sb_node_get(args, a) != NULL, hb = sb_node_get(args, b) != NULL;
-            if (ha == hb)
-                sb_diags_add(d, buf, args ? args->line : node->line, args ? args->col : node->col,
-                             "%s needs exactly one of \"%s\" or \"%s\"", what, a, b);
-        }
+    const opspec *op = find_op(st->op);
+    if (op == NULL) {
+        unknown_op(st->op, opn, path, d);
         return;
     }
-    const char *s = sb_suggest(st->op, sb_op_names);
-    sb_path_field(buf, sizeof buf, path, "op");
-    if (s != NULL)
-        sb_diags_add(d, buf, opn->line, opn->col, "unknown op \"%.80s\" (did you mean \"%s\"?)",
-                     st->op, s);
-    else
-        sb_diags_add(d, buf, opn->line, opn->col,
-                     "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
-                     "filter, project, image.resize, image.normalize, tensor.mlp, exec and "
-                     "plugin",
-                     st->op);
+    const sb_node *args = sb_node_get(node, "args");
+    if (args != NULL && args->kind != SB_NODE_MAP && args->kind != SB_NODE_NULL)
+        return; /* the type error was reported */
+    if (args != NULL && args->kind == SB_NODE_NULL)
+        args = NULL;
+    if (op->planned) {
+        planned_op(st->op, opn, path, d);
+        return;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "op \"%s\"", st->op);
+    sb_path_field(buf, sizeof buf, path, "args");
+    check_args(op->args, args, buf, node, what, 0, d);
+    if (strcmp(st->op, "exec") == 0)
+        exec_args_check(args, path, d);
+    if (op->rules != NULL)
+        op_rules_check(op, st, node, path, d);
+    if (op->one_of != NULL) {
+        char a[64], b[64];
+        const char *bar = strchr(op->one_of, '|');
+        snprintf(a, sizeof a, "%.*s", (int)(bar - op->one_of), op->one_of);
+        snprintf(b, sizeof b, "%s", bar + 1);
+        int ha = sb_node_get(args, a) != NULL, hb = sb_node_get(args, b) != NULL;
+        if (ha == hb)
+            sb_diags_add(d, buf, args ? args->line : node->line, args ? args->col : node->col,
+                         "%s needs exactly one of \"%s\" or \"%s\"", what, a, b);
+    }
 }
 
 static void spec_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)

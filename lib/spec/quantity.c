@@ -1,3 +1,8 @@
+/* quantity.c — Kubernetes quantities ("64Mi", "500m", "1e3") and Go durations ("1h30m") parsed
+ * exactly, in integer arithmetic, as Kubernetes and Go parse them (quantity.h), and bytes
+ * formatted back as a quantity for messages. No allocation, no state: errors go into the
+ * caller's sb_err.
+ */
 #include "spec/quantity.h"
 
 #include <stdio.h>

@@ -1,3 +1,9 @@
+/* schema.c — the generic table-driven decoder (schema.h): walks a document node against an
+ * object's field table, type-checks and range-checks each value, applies defaults, reports
+ * unknown, missing and mistyped fields with their paths, runs the object's check hook, and
+ * frees what it decoded. It owns no tables (pipeline.c has the Pipeline's) and the shared
+ * helpers for field paths and DNS-1123 names.
+ */
 #include "spec/schema.h"
 
 #include <errno.h>
@@ -206,162 +212,209 @@ static int decode_string_value(sb_diags *d, const sb_schema_field *f, const sb_n
     return *out == NULL ? -1 : 0;
 }
 
+static int decode_int(sb_diags *d, const sb_schema_field *f, const sb_node *n, const char *path,
+                      int64_t *out)
+{
+    if (n->kind != SB_NODE_INT)
+        type_error(d, f, n, path);
+    else if (check_range(d, f, n, path, n->v.i) == 0)
+        *out = n->v.i;
+    return 0;
+}
+
+static int decode_bool(sb_diags *d, const sb_schema_field *f, const sb_node *n, const char *path,
+                       bool *out)
+{
+    if (n->kind != SB_NODE_BOOL)
+        type_error(d, f, n, path);
+    else
+        *out = n->v.b != 0;
+    return 0;
+}
+
+static int decode_number(sb_diags *d, const sb_schema_field *f, const sb_node *n, const char *path,
+                         double *out)
+{
+    if (n->kind == SB_NODE_INT)
+        *out = (double)n->v.i;
+    else if (n->kind == SB_NODE_FLOAT)
+        *out = n->v.f;
+    else
+        type_error(d, f, n, path);
+    return 0;
+}
+
+/* SB_FT_BYTES and SB_FT_MILLI (a quantity: a string or a number), SB_FT_DURATION (a string). */
+static int decode_scaled(sb_diags *d, const sb_schema_field *f, const sb_node *n, const char *path,
+                         int64_t *out)
+{
+    int64_t v;
+    int rc;
+    sb_err err;
+    if (f->type == SB_FT_DURATION
+            ? n->kind != SB_NODE_STRING
+            : (n->kind != SB_NODE_STRING && n->kind != SB_NODE_INT && n->kind != SB_NODE_FLOAT)) {
+        type_error(d, f, n, path);
+        return 0;
+    }
+    if (f->type == SB_FT_BYTES)
+        rc = sb_quantity_value(n->text, &v, &err);
+    else if (f->type == SB_FT_MILLI)
+        rc = sb_quantity_milli(n->text, &v, &err);
+    else
+        rc = sb_duration_parse(n->text, &v, &err);
+    if (rc != 0) {
+        sb_diags_add(d, path, n->line, n->col, "%s", err.msg);
+        return 0;
+    }
+    if (check_range(d, f, n, path, v) == 0)
+        *out = v;
+    return 0;
+}
+
+/* SB_FT_ENUM: the index of the value in f->enums. */
+static int decode_enum(sb_diags *d, const sb_schema_field *f, const sb_node *n, const char *path,
+                       int *out)
+{
+    if (n->kind != SB_NODE_STRING) {
+        type_error(d, f, n, path);
+        return 0;
+    }
+    for (int i = 0; f->enums[i] != NULL; i++)
+        if (strcmp(f->enums[i], n->text) == 0) {
+            *out = i;
+            return 0;
+        }
+    const char *s = sb_suggest(n->text, f->enums);
+    char noun[256];
+    if (s != NULL)
+        sb_diags_add(d, path, n->line, n->col,
+                     "unknown value \"%.80s\" (did you mean \"%s\"?); must be %s", n->text, s,
+                     sb_ftype_noun(f, noun, sizeof noun));
+    else
+        sb_diags_add(d, path, n->line, n->col, "unknown value \"%.80s\"; must be %s", n->text,
+                     sb_ftype_noun(f, noun, sizeof noun));
+    return 0;
+}
+
+/* SB_FT_LIST: an array of f->object structs, each item decoded (a non-object item is reported
+ * and decoded as absent, so its defaults apply). */
+static int decode_list(const sb_schema_field *f, const sb_node *n, void *obj, const char *path,
+                       sb_diags *d, void *ctx)
+{
+    char buf[512];
+    if (n->kind != SB_NODE_SEQ) {
+        type_error(d, f, n, path);
+        return 0;
+    }
+    if ((f->flags & SB_F_MIN) && (int64_t)n->n < f->min) {
+        sb_diags_add(d, path, n->line, n->col, "must have at least %lld item%s", (long long)f->min,
+                     f->min == 1 ? "" : "s");
+        return 0;
+    }
+    if ((f->flags & SB_F_MAX) && (int64_t)n->n > f->max) {
+        sb_diags_add(d, path, n->line, n->col, "must have at most %lld items, got %zu",
+                     (long long)f->max, n->n);
+        return 0;
+    }
+    size_t sz = f->object->size;
+    void *arr = n->n ? calloc(n->n, sz) : NULL;
+    if (n->n && arr == NULL)
+        return -1;
+    *(void **)at(obj, f->offset) = arr;
+    *(size_t *)at(obj, f->count_offset) = n->n;
+    for (size_t i = 0; i < n->n; i++) {
+        sb_path_index(buf, sizeof buf, path, i);
+        const sb_node *it = n->items[i];
+        if (it->kind != SB_NODE_MAP)
+            sb_diags_add(d, buf, it->line, it->col, "must be an object, got %s",
+                         sb_node_kind_name(it->kind));
+        if (sb_schema_decode(f->object, it->kind == SB_NODE_MAP ? it : NULL, (char *)arr + i * sz,
+                             buf, d, ctx) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* SB_FT_STRLIST: an array of strings, each checked as f's format says. */
+static int decode_strlist(const sb_schema_field *f, const sb_node *n, void *obj, const char *path,
+                          sb_diags *d)
+{
+    char buf[512];
+    if (n->kind != SB_NODE_SEQ) {
+        type_error(d, f, n, path);
+        return 0;
+    }
+    char **arr = n->n ? calloc(n->n, sizeof *arr) : NULL;
+    if (n->n && arr == NULL)
+        return -1;
+    *(char ***)at(obj, f->offset) = arr;
+    *(size_t *)at(obj, f->count_offset) = n->n;
+    sb_schema_field item = *f;
+    item.type = SB_FT_STRING;
+    for (size_t i = 0; i < n->n; i++) {
+        sb_path_index(buf, sizeof buf, path, i);
+        if (decode_string_value(d, &item, n->items[i], buf, &arr[i]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* SB_FT_STRMAP (every value a string) and SB_FT_FREEFORM: the object kept as JSON text. */
+static int decode_json_object(sb_diags *d, const sb_schema_field *f, const sb_node *n,
+                              const char *path, char **out)
+{
+    char buf[512];
+    if (n->kind != SB_NODE_MAP) {
+        type_error(d, f, n, path);
+        return 0;
+    }
+    if (f->type == SB_FT_STRMAP)
+        for (size_t i = 0; i < n->n; i++)
+            if (n->items[i]->kind != SB_NODE_STRING) {
+                char got[128];
+                sb_path_field(buf, sizeof buf, path, n->keys[i]->text);
+                sb_diags_add(d, buf, n->items[i]->line, n->items[i]->col,
+                             "must be a string, got %s (quote it)",
+                             describe(n->items[i], got, sizeof got));
+            }
+    *out = sb_node_to_json(n);
+    return *out == NULL ? -1 : 0;
+}
+
+/* Decodes node n into field f of obj (problems into d). Returns -1 only when out of memory. */
 static int decode_field(const sb_schema_field *f, const sb_node *n, void *obj, const char *path,
                         sb_diags *d, void *ctx)
 {
     void *p = at(obj, f->offset);
-    sb_err err;
-    char buf[512];
     switch (f->type) {
     case SB_FT_STRING:
         return decode_string_value(d, f, n, path, (char **)p);
     case SB_FT_INT:
-        if (n->kind != SB_NODE_INT) {
-            type_error(d, f, n, path);
-            return 0;
-        }
-        if (check_range(d, f, n, path, n->v.i) == 0)
-            *(int64_t *)p = n->v.i;
-        return 0;
+        return decode_int(d, f, n, path, (int64_t *)p);
     case SB_FT_BOOL:
-        if (n->kind != SB_NODE_BOOL) {
-            type_error(d, f, n, path);
-            return 0;
-        }
-        *(bool *)p = n->v.b != 0;
-        return 0;
+        return decode_bool(d, f, n, path, (bool *)p);
     case SB_FT_NUMBER:
-        if (n->kind == SB_NODE_INT)
-            *(double *)p = (double)n->v.i;
-        else if (n->kind == SB_NODE_FLOAT)
-            *(double *)p = n->v.f;
-        else
-            type_error(d, f, n, path);
-        return 0;
+        return decode_number(d, f, n, path, (double *)p);
     case SB_FT_BYTES:
     case SB_FT_MILLI:
-    case SB_FT_DURATION: {
-        int64_t v;
-        int rc;
-        if (f->type == SB_FT_DURATION ? n->kind != SB_NODE_STRING
-                                      : (n->kind != SB_NODE_STRING && n->kind != SB_NODE_INT &&
-                                         n->kind != SB_NODE_FLOAT)) {
-            type_error(d, f, n, path);
-            return 0;
-        }
-        if (f->type == SB_FT_BYTES)
-            rc = sb_quantity_value(n->text, &v, &err);
-        else if (f->type == SB_FT_MILLI)
-            rc = sb_quantity_milli(n->text, &v, &err);
-        else
-            rc = sb_duration_parse(n->text, &v, &err);
-        if (rc != 0) {
-            sb_diags_add(d, path, n->line, n->col, "%s", err.msg);
-            return 0;
-        }
-        if (check_range(d, f, n, path, v) == 0)
-            *(int64_t *)p = v;
-        return 0;
-    }
-    case SB_FT_ENUM: {
-        if (n->kind == SB_NODE_STRING) {
-            for (int i = 0; f->enums[i] != NULL; i++)
-                if (strcmp(f->enums[i], n->text) == 0) {
-                    *(int *)p = i;
-                    return 0;
-                }
-            const char *s = sb_suggest(n->text, f->enums);
-            char noun[256];
-            if (s != NULL)
-                sb_diags_add(d, path, n->line, n->col,
-                             "unknown value \"%.80s\" (did you mean \"%s\"?); must be %s", n->text,
-                             s, sb_ftype_noun(f, noun, sizeof noun));
-            else
-                sb_diags_add(d, path, n->line, n->col, "unknown value \"%.80s\"; must be %s",
-                             n->text, sb_ftype_noun(f, noun, sizeof noun));
-            return 0;
-        }
-        type_error(d, f, n, path);
-        return 0;
-    }
+    case SB_FT_DURATION:
+        return decode_scaled(d, f, n, path, (int64_t *)p);
+    case SB_FT_ENUM:
+        return decode_enum(d, f, n, path, (int *)p);
     case SB_FT_OBJECT:
         if (n->kind != SB_NODE_MAP) {
             type_error(d, f, n, path);
             return sb_schema_decode(f->object, NULL, p, path, d, ctx);
         }
         return sb_schema_decode(f->object, n, p, path, d, ctx);
-    case SB_FT_LIST: {
-        if (n->kind != SB_NODE_SEQ) {
-            type_error(d, f, n, path);
-            return 0;
-        }
-        if ((f->flags & SB_F_MIN) && (int64_t)n->n < f->min) {
-            sb_diags_add(d, path, n->line, n->col, "must have at least %lld item%s",
-                         (long long)f->min, f->min == 1 ? "" : "s");
-            return 0;
-        }
-        if ((f->flags & SB_F_MAX) && (int64_t)n->n > f->max) {
-            sb_diags_add(d, path, n->line, n->col, "must have at most %lld items, got %zu",
-                         (long long)f->max, n->n);
-            return 0;
-        }
-        size_t sz = f->object->size;
-        void *arr = n->n ? calloc(n->n, sz) : NULL;
-        if (n->n && arr == NULL)
-            return -1;
-        *(void **)p = arr;
-        *(size_t *)at(obj, f->count_offset) = n->n;
-        for (size_t i = 0; i < n->n; i++) {
-            sb_path_index(buf, sizeof buf, path, i);
-            const sb_node *it = n->items[i];
-            if (it->kind != SB_NODE_MAP) {
-                sb_diags_add(d, buf, it->line, it->col, "must be an object, got %s",
-                             sb_node_kind_name(it->kind));
-                if (sb_schema_decode(f->object, NULL, (char *)arr + i * sz, buf, d, ctx) != 0)
-                    return -1;
-                continue;
-            }
-            if (sb_schema_decode(f->object, it, (char *)arr + i * sz, buf, d, ctx) != 0)
-                return -1;
-        }
-        return 0;
-    }
-    case SB_FT_STRLIST: {
-        if (n->kind != SB_NODE_SEQ) {
-            type_error(d, f, n, path);
-            return 0;
-        }
-        char **arr = n->n ? calloc(n->n, sizeof *arr) : NULL;
-        if (n->n && arr == NULL)
-            return -1;
-        *(char ***)p = arr;
-        *(size_t *)at(obj, f->count_offset) = n->n;
-        sb_schema_field item = *f;
-        item.type = SB_FT_STRING;
-        for (size_t i = 0; i < n->n; i++) {
-            sb_path_index(buf, sizeof buf, path, i);
-            if (decode_string_value(d, &item, n->items[i], buf, &arr[i]) != 0)
-                return -1;
-        }
-        return 0;
-    }
+    case SB_FT_LIST:
+        return decode_list(f, n, obj, path, d, ctx);
+    case SB_FT_STRLIST:
+        return decode_strlist(f, n, obj, path, d);
     case SB_FT_STRMAP:
     case SB_FT_FREEFORM:
-        if (n->kind != SB_NODE_MAP) {
-            type_error(d, f, n, path);
-            return 0;
-        }
-        if (f->type == SB_FT_STRMAP)
-            for (size_t i = 0; i < n->n; i++)
-                if (n->items[i]->kind != SB_NODE_STRING) {
-                    char got[128];
-                    sb_path_field(buf, sizeof buf, path, n->keys[i]->text);
-                    sb_diags_add(d, buf, n->items[i]->line, n->items[i]->col,
-                                 "must be a string, got %s (quote it)",
-                                 describe(n->items[i], got, sizeof got));
-                }
-        *(char **)p = sb_node_to_json(n);
-        return *(char **)p == NULL ? -1 : 0;
+        return decode_json_object(d, f, n, path, (char **)p);
     }
     return 0;
 }

@@ -1,3 +1,8 @@
+/* validate.c — `streambatch validate` (validate.h): reads a manifest file within the size limit,
+ * decodes every YAML document as a Pipeline, adds the rule that needs the working directory
+ * (the sink must not be where the source listing would read it back) and prints each problem
+ * as FILE:LINE:COL: FIELD.PATH: message, in file order. It owns only its buffers.
+ */
 #include "spec/validate.h"
 
 #include <errno.h>

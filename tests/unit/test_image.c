@@ -12,10 +12,13 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include "doc/doc.h"
 #include "image/image.h"
 #include "io/reader.h"
 #include "io/split.h"
 #include "partition/partition.h"
+#include "spec/pipeline.h"
+#include "spec/validate.h"
 #include "testutil.h"
 #include "worker/ops/ops.h"
 
@@ -572,6 +575,66 @@ Test(image, normalize_scales_per_channel_in_either_layout)
     cr_assert(strstr(e.msg, "args.std[1] is 0") != NULL, "%s", e.msg);
     sb_part_free(in);
     free(px);
+}
+
+/* mean and std as one number each (docs/pipeline-api.md: "one number, or one per channel"):
+ * validate accepts them, and the op run with the args the spec decoded applies them to every
+ * channel, as the same number repeated per channel does. */
+Test(image, normalize_takes_one_number_for_every_channel)
+{
+    const char *yaml = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: n}\n"
+                       "spec:\n  source: {uri: 'file:///in/', format: image}\n"
+                       "  stages: [{name: n, op: image.normalize, args: {mean: 0.5, std: 0.25}}]\n"
+                       "  sink: {uri: 'file:///out/', format: jsonl}\n";
+    char *report = NULL;
+    size_t rlen = 0;
+    FILE *f = open_memstream(&report, &rlen);
+    cr_assert_eq(sb_validate_buffer("n.yaml", yaml, strlen(yaml), f, NULL), 0);
+    fclose(f);
+    cr_expect_str_eq(report, "", "validate: %s", report);
+    free(report);
+    sb_doc *doc = sb_doc_parse_yaml(yaml, strlen(yaml), NULL);
+    sb_pipeline p;
+    sb_diags dg = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(doc, 0), &p, &dg), 0);
+    cr_assert_eq(dg.n, 0, "%s", dg.n ? dg.items[0].msg : "");
+    size_t len;
+    uint8_t *px;
+    void *in = source_part(3, 2, 3, &len, &px);
+    sb_err e = {0};
+    cr_assert_eq(run_op("image.normalize", p.spec.stages[0].args_json, &in, &len, 1, &e), 0,
+                 "%s: %s", p.spec.stages[0].args_json, e.msg);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(g_parts[0], g_lens[0], &b, &e), 0, "%s", e.msg);
+    const sb_column *ic = sb_batch_column(b, (size_t)sb_batch_find(b, "image"));
+    cr_assert_eq(ic->child_type, SB_TYPE_FLOAT32);
+    cr_assert_eq(ic->list_size, 18);
+    float got[18];
+    memcpy(got, ic->values, sizeof got);
+    for (int i = 0; i < 18; i++) {
+        double want = (px[i] / 255.0 - 0.5) / 0.25;
+        cr_assert_float_eq(got[i], want, 1e-5, "value %d: %f, want %f", i, got[i], want);
+    }
+    sb_batch_close(b);
+    parts_free();
+    cr_assert_eq(run_op("image.normalize", "{\"mean\":[0.5,0.5,0.5],\"std\":[0.25,0.25,0.25]}", &in,
+                        &len, 1, &e),
+                 0, "%s", e.msg);
+    cr_assert_eq(sb_batch_open(g_parts[0], g_lens[0], &b, &e), 0, "%s", e.msg);
+    cr_expect_eq(
+        memcmp(sb_batch_column(b, (size_t)sb_batch_find(b, "image"))->values, got, sizeof got), 0,
+        "one number equals the same number per channel");
+    sb_batch_close(b);
+    parts_free();
+    cr_assert_eq(run_op("image.normalize", "{\"std\":0}", &in, &len, 1, &e), -1);
+    cr_expect(strstr(e.msg, "args.std is 0") != NULL, "%s", e.msg);
+    cr_assert_eq(run_op("image.normalize", "{\"mean\":\"x\"}", &in, &len, 1, &e), -1);
+    cr_expect(strstr(e.msg, "args.mean must be a number or a list of 1 to 64 numbers") != NULL,
+              "%s", e.msg);
+    sb_part_free(in);
+    free(px);
+    sb_pipeline_free(&p);
+    sb_doc_free(doc);
 }
 
 Test(image, project_keeps_listed_typed_columns)

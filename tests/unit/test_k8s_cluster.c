@@ -218,7 +218,7 @@ Test(k8s_cluster, conflict_on_update_is_retried_via_callback)
 static cJSON *example_pipeline(const char *name)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/api/examples/wordcount-local.yaml", sb_test_root());
+    snprintf(path, sizeof path, "%s/api/examples/filter-english.yaml", sb_test_root());
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "%s", path);
     static char text[65536];

@@ -455,3 +455,152 @@ Test(validate, blank_buffer_without_terminator)
     free(out);
     free(buf);
 }
+
+/* The problems of a pipeline whose stages are `stages` (YAML list items); the first one as
+ * "path: message" in first. */
+static size_t stage_problems(const char *stages, char *first, size_t len)
+{
+    char y[4096];
+    snprintf(y, sizeof y,
+             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: m}\n"
+             "spec:\n  source: {uri: 'file:///in', format: jsonl}\n  stages:\n%s"
+             "  sink: {uri: 'file:///out', format: jsonl}\n",
+             stages);
+    sb_doc *d = sb_doc_parse_yaml(y, strlen(y), NULL);
+    cr_assert_null(sb_doc_error(d, NULL, NULL), "%s", y);
+    sb_pipeline p;
+    sb_diags dg = {0};
+    cr_assert_eq(sb_pipeline_decode(sb_doc_root(d, 0), &p, &dg), 0);
+    snprintf(first, len, "%s: %s", dg.n ? dg.items[0].path : "", dg.n ? dg.items[0].msg : "");
+    size_t n = dg.n;
+    sb_pipeline_free(&p);
+    sb_diags_free(&dg);
+    sb_doc_free(d);
+    return n;
+}
+
+/* docs/pipeline-api.md, "Filter comparisons": a boolean value compares by eq and ne only, and
+ * validate refuses lt, le, gt and ge with one (on args, or on the args a shape runs with after
+ * shapeArgs), and a value that is not a finite number (JSON has none), which the op refuses when
+ * the task starts. */
+Test(spec, filter_refuses_what_its_op_refuses)
+{
+    static const struct {
+        const char *args, *shape_args, *path; /* path: NULL when valid */
+    } cases[] = {
+        {"{field: f, op: eq, value: true}", NULL, NULL},
+        {"{field: f, op: ne, value: false}", NULL, NULL},
+        {"{field: f, op: lt, value: 1}", NULL, NULL},
+        {"{field: f, op: ge, value: \"true\"}", NULL, NULL},
+        {"{field: f, op: lt, value: true}", NULL, "spec.stages[0].args.op"},
+        {"{field: f, op: le, value: false}", NULL, "spec.stages[0].args.op"},
+        {"{field: f, op: gt, value: True}", NULL, "spec.stages[0].args.op"},
+        {"{field: f, op: ge, value: true}", NULL, "spec.stages[0].args.op"},
+        /* shapeArgs.cpu is what the (cpu-only) op runs with */
+        {"{field: f, op: eq, value: true}", "{cpu: {op: gt}}", "spec.stages[0].shapeArgs.cpu.op"},
+        {"{field: f, op: lt, value: 3}", "{cpu: {value: false}}", "spec.stages[0].args.op"},
+        {"{field: f, op: lt, value: true}", "{cpu: {op: eq}}", NULL},
+        {"{field: f, op: lt, value: true}", "{cpu: {value: 2}}", NULL},
+        {"{field: f, op: eq, value: .nan}", NULL, "spec.stages[0].args.value"},
+        {"{field: f, op: eq, value: -.inf}", NULL, "spec.stages[0].args.value"},
+        {"{field: f, op: eq, value: 1e999}", NULL, "spec.stages[0].args.value"},
+        {"{field: f, op: eq, value: 1e300}", NULL, NULL},
+        {"{field: f, op: eq, value: 1}", "{cpu: {value: .inf}}",
+         "spec.stages[0].shapeArgs.cpu.value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char stage[512], first[1024];
+        snprintf(stage, sizeof stage, "  - {name: a, op: filter, args: %s%s%s}\n", cases[i].args,
+                 cases[i].shape_args ? ", shapeArgs: " : "",
+                 cases[i].shape_args ? cases[i].shape_args : "");
+        size_t n = stage_problems(stage, first, sizeof first);
+        cr_expect_eq(n, cases[i].path != NULL, "%s: %zu problems, first %s", stage, n, first);
+        if (cases[i].path == NULL || n == 0)
+            continue;
+        cr_expect(strncmp(first, cases[i].path, strlen(cases[i].path)) == 0 &&
+                      first[strlen(cases[i].path)] == ':',
+                  "%s: %s", stage, first);
+        if (strstr(cases[i].path, ".op") != NULL)
+            cr_expect(strstr(first, "does not apply to a boolean value") != NULL &&
+                          strstr(first, "booleans compare with eq or ne only") != NULL,
+                      "%s", first);
+        else
+            cr_expect(strstr(first, "must be a string, a finite number or a boolean") != NULL, "%s",
+                      first);
+    }
+}
+
+/* image.resize: width and height 1 to 65535 (the worker's bound on a side). */
+Test(spec, resize_sides_are_1_to_65535)
+{
+    static const struct {
+        const char *w, *h, *path;
+    } cases[] = {
+        {"1", "1", NULL},
+        {"65535", "65535", NULL},
+        {"224", "70000", "spec.stages[0].args.height"},
+        {"65536", "224", "spec.stages[0].args.width"},
+        {"0", "224", "spec.stages[0].args.width"},
+        {"224", "-3", "spec.stages[0].args.height"},
+        {"224", "2.5", "spec.stages[0].args.height"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char stage[256], first[1024], want[256];
+        snprintf(stage, sizeof stage,
+                 "  - {name: r, op: image.resize, args: {width: %s, height: %s}}\n", cases[i].w,
+                 cases[i].h);
+        size_t n = stage_problems(stage, first, sizeof first);
+        cr_expect_eq(n, cases[i].path != NULL, "%s: %zu problems, first %s", stage, n, first);
+        if (cases[i].path == NULL || n == 0)
+            continue;
+        snprintf(want, sizeof want, "%s: must be an integer from 1 to 65535, got ", cases[i].path);
+        cr_expect(strncmp(first, want, strlen(want)) == 0, "%s: %s", stage, first);
+    }
+}
+
+/* image.normalize: mean and std are one number (every channel) or one per channel (at most 64);
+ * a 0 in std is refused, in args and in shapeArgs. */
+Test(spec, normalize_mean_and_std_are_a_number_or_a_list)
+{
+    char many[512] = "[", stage[1024], first[1024];
+    for (int i = 0; i < 65; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s1", i ? "," : "");
+    strcat(many, "]");
+    static const struct {
+        const char *args, *path, *msg;
+    } cases[] = {
+        {"{mean: 0.5, std: 0.25}", NULL, NULL},
+        {"{mean: 0, std: 2}", NULL, NULL},
+        {"{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}", NULL, NULL},
+        {"{mean: 0.5, std: [0.2, 0.3, 0.4]}", NULL, NULL},
+        {"{std: 0}", "spec.stages[0].args.std", "must not be 0"},
+        {"{std: 0.0}", "spec.stages[0].args.std", "must not be 0"},
+        {"{std: 1e-50}", "spec.stages[0].args.std", "must not be 0"}, /* 0 as a float */
+        {"{std: [1, 0, 1]}", "spec.stages[0].args.std[1]", "must not be 0"},
+        {"{mean: []}", "spec.stages[0].args.mean", "must be a finite number, or a list of 1 to 64"},
+        {"{mean: .nan}", "spec.stages[0].args.mean", "must be a finite number"},
+        {"{std: [1, .inf]}", "spec.stages[0].args.std", "must be a finite number"},
+        {"{mean: \"0.5\"}", "spec.stages[0].args.mean", "must be a finite number"},
+        {"{mean: {r: 1}}", "spec.stages[0].args.mean", "must be a finite number"},
+        {"{std: 1}, shapeArgs: {cpu: {std: 0}}", "spec.stages[0].shapeArgs.cpu.std",
+         "must not be 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(stage, sizeof stage, "  - {name: n, op: image.normalize, args: %s}\n",
+                 cases[i].args);
+        size_t n = stage_problems(stage, first, sizeof first);
+        cr_expect_eq(n, cases[i].path != NULL, "%s: %zu problems, first %s", stage, n, first);
+        if (cases[i].path == NULL || n == 0)
+            continue;
+        char want[512];
+        snprintf(want, sizeof want, "%s: %s", cases[i].path, cases[i].msg);
+        cr_expect(strncmp(first, want, strlen(want)) == 0, "%s: %s", stage, first);
+    }
+    snprintf(stage, sizeof stage, "  - {name: n, op: image.normalize, args: {mean: %s}}\n", many);
+    cr_expect_eq(stage_problems(stage, first, sizeof first), 1, "65 values");
+    cr_expect(strstr(first, "a list of 1 to 64 finite numbers, got a list") != NULL, "%s", first);
+    many[strlen(many) - 3] = ']'; /* 64 values */
+    many[strlen(many) - 2] = '\0';
+    snprintf(stage, sizeof stage, "  - {name: n, op: image.normalize, args: {mean: %s}}\n", many);
+    cr_expect_eq(stage_problems(stage, first, sizeof first), 0, "64 values: %s", first);
+}

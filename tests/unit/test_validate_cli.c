@@ -87,6 +87,14 @@ static const invalid_case cases[] = {
       "is missing",
       "filter-missing-args.yaml:12:11: spec.stages[0].args.value: required argument of op "
       "\"filter\" is missing"}},
+    {"filter-bool-ordering.yaml",
+     1,
+     {"filter-bool-ordering.yaml:12:33: spec.stages[0].args.op: \"gt\" does not apply to a boolean "
+      "value (spec.stages[0].args.value is false): booleans compare with eq or ne only",
+      "filter-bool-ordering.yaml:16:27: spec.stages[1].shapeArgs.cpu.op: \"le\" does not apply to "
+      "a boolean value (spec.stages[1].args.value is true): booleans compare with eq or ne only",
+      "filter-bool-ordering.yaml:19:41: spec.stages[2].args.value: must be a string, a finite "
+      "number or a boolean, got .nan"}},
     {"gpu-negative.yaml",
      1,
      {"gpu-negative.yaml:12:22: spec.stages[0].resources.gpu: must be a non-negative integer, got "
@@ -119,6 +127,16 @@ static const invalid_case cases[] = {
       "file:///data/in or s3://bucket/prefix/ (the source supports file://, http://, https:// and "
       "s3://)"}},
     {"no-stages.yaml", 1, {"no-stages.yaml:6:11: spec.stages: must have at least 1 item"}},
+    {"normalize-bad-std.yaml",
+     1,
+     {"normalize-bad-std.yaml:12:28: spec.stages[0].args.std: must not be 0 (the values are "
+      "divided by it)",
+      "normalize-bad-std.yaml:15:54: spec.stages[1].args.std[1]: must not be 0 (the values are "
+      "divided by it)",
+      "normalize-bad-std.yaml:18:18: spec.stages[2].args.mean: must be a finite number, or a list "
+      "of 1 to 64 finite numbers, got \"0.5\"",
+      "normalize-bad-std.yaml:18:30: spec.stages[2].args.std: must be a finite number, or a list "
+      "of 1 to 64 finite numbers, got a list"}},
     {"not-a-pipeline.yaml",
      1,
      {"not-a-pipeline.yaml:2:7: kind: document is a Deployment (apps/v1), not a Pipeline (expected "
@@ -184,6 +202,12 @@ static const invalid_case cases[] = {
       "number of at least 0, got -0.5",
       "pricing-invalid.yaml:16:43: spec.execution.pricing.gpuHour: must be a number, "
       "got string \"cheap\""}},
+    {"resize-out-of-range.yaml",
+     1,
+     {"resize-out-of-range.yaml:12:32: spec.stages[0].args.height: must be an integer from 1 to "
+      "65535, got 70000",
+      "resize-out-of-range.yaml:15:19: spec.stages[1].args.width: must be an integer from 1 to "
+      "65535, got 0"}},
     {"retries-out-of-range.yaml",
      1,
      {"retries-out-of-range.yaml:15:31: spec.execution.maxTaskRetries: must be between 0 and 100, "

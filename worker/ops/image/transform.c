@@ -46,14 +46,22 @@ static void img_free(void *state)
     free(s);
 }
 
+/* mean or std: one number (for every channel) or a list of 1 to MAX_CHANNELS numbers. */
 static int num_list(const cJSON *v, const char *op, const char *name, float *out, size_t *n,
                     sb_err *err)
 {
     if (v == NULL)
         return 0;
+    if (cJSON_IsNumber(v)) {
+        if (!isfinite(v->valuedouble))
+            return sb_err_set(err, "%s: args.%s is not a finite number", op, name);
+        out[0] = (float)v->valuedouble;
+        *n = 1;
+        return 0;
+    }
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1 || cJSON_GetArraySize(v) > MAX_CHANNELS)
-        return sb_err_set(err, "%s: args.%s must be a list of 1 to %d numbers", op, name,
-                          MAX_CHANNELS);
+        return sb_err_set(err, "%s: args.%s must be a number or a list of 1 to %d numbers", op,
+                          name, MAX_CHANNELS);
     size_t i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, v)
@@ -108,7 +116,10 @@ static int img_init(const char *args_json, void **state, int is_resize, sb_err *
             goto out;
         for (size_t i = 0; i < s->nstd; i++)
             if (s->std[i] == 0) {
-                sb_err_set(err, "image.normalize: args.std[%zu] is 0 (a division by zero)", i);
+                if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(a, "std")))
+                    sb_err_set(err, "image.normalize: args.std is 0 (a division by zero)");
+                else
+                    sb_err_set(err, "image.normalize: args.std[%zu] is 0 (a division by zero)", i);
                 goto out;
             }
         const cJSON *sc = cJSON_GetObjectItemCaseSensitive(a, "scale");
