@@ -68,7 +68,8 @@ static int load_to(const char *file, plan_state *s, FILE *out)
 {
     size_t len, ndocs = 0;
     char msg[512];
-    if (sb_read_file_limited(file, SB_MANIFEST_MAX_BYTES, &s->buf, &len, msg, sizeof msg) != 0) {
+    if (sb_spec_read_file_limited(file, SB_MANIFEST_MAX_BYTES, &s->buf, &len, msg, sizeof msg) !=
+        0) {
         if (out != NULL)
             fprintf(out, "%s: %s\n", file, msg);
         return 2;
@@ -308,7 +309,7 @@ static int profile_run(plan_state *s, const sb_local_plan_opts *o, const char *d
     char *text = NULL, msg[256];
     size_t len;
     cJSON *j = NULL;
-    if (sb_read_file_limited(summary, 16u << 20, &text, &len, msg, sizeof msg) == 0)
+    if (sb_spec_read_file_limited(summary, 16u << 20, &text, &len, msg, sizeof msg) == 0)
         j = cJSON_Parse(text);
     free(text);
     const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");

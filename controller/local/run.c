@@ -412,7 +412,8 @@ static int load(const sb_run_opts *o, run_state *r)
 {
     size_t len;
     char msg[512];
-    if (sb_read_file_limited(o->file, SB_MANIFEST_MAX_BYTES, &r->buf, &len, msg, sizeof msg) != 0) {
+    if (sb_spec_read_file_limited(o->file, SB_MANIFEST_MAX_BYTES, &r->buf, &len, msg, sizeof msg) !=
+        0) {
         fprintf(stderr, "%s: %s\n", o->file, msg);
         return 2;
     }

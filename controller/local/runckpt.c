@@ -65,7 +65,7 @@ int sb_runckpt_load(const char *path, sb_ckpt *out, int *exists, sb_err *err)
     }
     char *buf = NULL, msg[512];
     size_t n = 0;
-    if (sb_read_file_limited(path, MAX_CKPT_BYTES, &buf, &n, msg, sizeof msg) != 0)
+    if (sb_spec_read_file_limited(path, MAX_CKPT_BYTES, &buf, &n, msg, sizeof msg) != 0)
         return sb_err_set(err, "checkpoint %.300s: %s", path, msg);
     cJSON *j = cJSON_ParseWithLength(buf, n);
     free(buf);

@@ -67,7 +67,7 @@ void sb_diags_sort(sb_diags *d)
     }
 }
 
-size_t sb_edit_distance(const char *a, const char *b)
+size_t sb_spec_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 64 || lb > 64)
@@ -101,7 +101,7 @@ const char *sb_suggest(const char *word, const char *const *candidates)
     size_t wl = strlen(word);
     size_t allowed = wl <= 3 ? 1 : wl <= 8 ? 2 : 3;
     for (size_t i = 0; candidates[i] != NULL; i++) {
-        size_t dist = sb_edit_distance(word, candidates[i]);
+        size_t dist = sb_spec_edit_distance(word, candidates[i]);
         if (dist < best_d) {
             best_d = dist;
             best = candidates[i];

@@ -29,7 +29,7 @@ void sb_diags_free(sb_diags *d);
 void sb_diags_sort(sb_diags *d);
 
 /* Levenshtein distance between two strings, for "did you mean" suggestions. */
-size_t sb_edit_distance(const char *a, const char *b);
+size_t sb_spec_edit_distance(const char *a, const char *b);
 
 /* The closest candidate to `word` within a distance that makes it a plausible typo, or NULL.
  * Candidates is a NULL-terminated array. */

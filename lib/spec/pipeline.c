@@ -126,7 +126,7 @@ static const sb_node *layer_get(const arg_layers *l, const char *name, char *pat
     *from_over = v != NULL;
     if (v == NULL)
         v = sb_node_get(l->args, name);
-    sb_path_field(path, len, *from_over ? l->over_path : l->args_path, name);
+    sb_spec_path_field(path, len, *from_over ? l->over_path : l->args_path, name);
     return v != NULL && v->kind != SB_NODE_NULL ? v : NULL;
 }
 
@@ -169,7 +169,7 @@ static void normalize_rules(const arg_layers *l, sb_diags *d)
         sb_diags_add(d, path, sd->line, sd->col, "must not be 0 (the values are divided by it)");
     for (size_t i = 0; sd->kind == SB_NODE_SEQ && i < sd->n; i++)
         if (zero_std(sd->items[i]))
-            sb_diags_add(d, sb_path_index(ip, sizeof ip, path, i), sd->items[i]->line,
+            sb_diags_add(d, sb_spec_path_index(ip, sizeof ip, path, i), sd->items[i]->line,
                          sd->items[i]->col, "must not be 0 (the values are divided by it)");
 }
 
@@ -194,7 +194,7 @@ const char *const sb_op_names[] = {"identity",   "bench.spin",   "bench.sleep", 
                                    "project",    "image.decode", "image.resize", "image.normalize",
                                    "tensor.mlp", "exec",         "plugin",       NULL};
 
-int sb_op_known(const char *name)
+int sb_spec_op_known(const char *name)
 {
     for (size_t i = 0; i < NOPS; i++)
         if (strcmp(ops[i].name, name) == 0)
@@ -280,7 +280,7 @@ static void check_unknown_args(const argspec *spec, const sb_node *args, const c
             known = strcmp(spec[i].name, key) == 0;
         if (known)
             continue;
-        sb_path_field(buf, sizeof buf, path, key);
+        sb_spec_path_field(buf, sizeof buf, path, key);
         const char *s = sb_suggest(key, names);
         if (nn == 0)
             sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
@@ -321,7 +321,7 @@ static const char *check_strmap_arg(const sb_node *v, const char *path, sb_diags
         if (v->items[k]->kind == SB_NODE_STRING)
             continue;
         char kb[512];
-        sb_path_field(kb, sizeof kb, path, v->keys[k]->text);
+        sb_spec_path_field(kb, sizeof kb, path, v->keys[k]->text);
         sb_diags_add(d, kb, v->items[k]->line, v->items[k]->col,
                      "must be a string (quote numbers and booleans)");
     }
@@ -396,7 +396,7 @@ static void check_args(const argspec *spec, const sb_node *args, const char *pat
     for (size_t i = 0; spec[i].name != NULL; i++) {
         const argspec *a = &spec[i];
         const sb_node *v = sb_node_get(args, a->name);
-        sb_path_field(buf, sizeof buf, path, a->name);
+        sb_spec_path_field(buf, sizeof buf, path, a->name);
         if (v == NULL || v->kind == SB_NODE_NULL) {
             if (a->required && !partial)
                 sb_diags_add(d, buf, at ? at->line : 0, at ? at->col : 0,
@@ -475,24 +475,25 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
     char buf[512];
     if (node == NULL)
         return;
-    check_uri(uri, sb_node_get(node, "uri"), sb_path_field(buf, sizeof buf, path, "uri"), is_sink,
-              d);
+    check_uri(uri, sb_node_get(node, "uri"), sb_spec_path_field(buf, sizeof buf, path, "uri"),
+              is_sink, d);
     const sb_node *fnode = sb_node_get(node, "format");
     if (fmt == SB_FMT_IMAGE && is_sink && fnode != NULL && fnode->kind == SB_NODE_STRING)
-        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "format"), fnode->line, fnode->col,
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "format"), fnode->line,
+                     fnode->col,
                      "format \"image\" is a source format only; sinks write jsonl, csv, text "
                      "and binary");
     const sb_node *args = sb_node_get(node, "args");
     if (fmt == SB_FMT_IMAGE && !is_sink && args != NULL && args->kind == SB_NODE_MAP) {
         char ab[512];
-        sb_path_field(ab, sizeof ab, path, "args");
+        sb_spec_path_field(ab, sizeof ab, path, "args");
         const sb_node *ch = sb_node_get(args, "channels");
         if (ch != NULL && ch->kind == SB_NODE_INT && ch->v.i != 1 && ch->v.i != 3 && ch->v.i != 4)
-            sb_diags_add(d, sb_path_field(buf, sizeof buf, ab, "channels"), ch->line, ch->col,
+            sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ab, "channels"), ch->line, ch->col,
                          "must be 1 (gray), 3 (RGB) or 4 (RGBA), got %lld", ch->v.i);
         const sb_node *mp = sb_node_get(args, "maxPixels");
         if (mp != NULL && mp->kind == SB_NODE_INT && mp->v.i > (1ll << 29))
-            sb_diags_add(d, sb_path_field(buf, sizeof buf, ab, "maxPixels"), mp->line, mp->col,
+            sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ab, "maxPixels"), mp->line, mp->col,
                          "must be at most %lld (an image of 2^29 pixels), got %lld", 1ll << 29,
                          mp->v.i);
     }
@@ -500,8 +501,8 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
         (args == NULL || args->kind == SB_NODE_MAP)) {
         char what[64];
         snprintf(what, sizeof what, "format \"%s\"", sb_format_names[fmt]);
-        check_args(format_args(fmt, is_sink), args, sb_path_field(buf, sizeof buf, path, "args"),
-                   node, what, 0, d);
+        check_args(format_args(fmt, is_sink), args,
+                   sb_spec_path_field(buf, sizeof buf, path, "args"), node, what, 0, d);
     }
 }
 
@@ -515,20 +516,20 @@ static void source_check(void *obj, const sb_node *node, const char *path, sb_di
     char buf[512];
     const sb_node *un = sb_node_get(node, "uri"), *ln = sb_node_get(node, "uris");
     if (un != NULL && ln != NULL) {
-        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "uris"), ln->line, ln->col,
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "uris"), ln->line, ln->col,
                      "give either uri or uris, not both");
     } else if (un == NULL && ln == NULL) {
-        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "uri"), node->line, node->col,
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "uri"), node->line, node->col,
                      "required field is missing (or give uris, a list of URIs)");
     } else if (ln != NULL && ln->kind == SB_NODE_SEQ) {
         if (ln->n == 0)
-            sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "uris"), ln->line, ln->col,
+            sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "uris"), ln->line, ln->col,
                          "must list at least one URI");
         char lp[512];
-        sb_path_field(lp, sizeof lp, path, "uris");
+        sb_spec_path_field(lp, sizeof lp, path, "uris");
         for (size_t i = 0; i < s->nuris && i < ln->n; i++) {
             const sb_node *it = ln->items[i];
-            sb_path_index(buf, sizeof buf, lp, i);
+            sb_spec_path_index(buf, sizeof buf, lp, i);
             if (s->uris[i] == NULL)
                 continue; /* a wrong type, reported by the decoder */
             if (s->uris[i][0] == '\0') {
@@ -603,7 +604,7 @@ static void placement_check(sb_stage_spec *st, const sb_node *node, const char *
     st->gpu_shape_gpus = st->resources.gpu > 0 ? st->resources.gpu : 1;
     if (pl == NULL || pl->kind != SB_NODE_SEQ)
         return;
-    sb_path_field(lp, sizeof lp, path, "placement");
+    sb_spec_path_field(lp, sizeof lp, path, "placement");
     if (pl->n == 0) {
         sb_diags_add(d, lp, pl->line, pl->col, "must list at least one shape (cpu, gpu)");
         return;
@@ -614,7 +615,7 @@ static void placement_check(sb_stage_spec *st, const sb_node *node, const char *
     for (size_t i = 0; i < st->nplacement && i < pl->n; i++) {
         const sb_node *it = pl->items[i];
         const char *name = st->placement[i];
-        sb_path_index(buf, sizeof buf, lp, i);
+        sb_spec_path_index(buf, sizeof buf, lp, i);
         if (name == NULL) {
             ok = 0;
             continue; /* a wrong type, reported by the decoder */
@@ -680,12 +681,12 @@ static void shape_args_check(const sb_stage_spec *st, const sb_node *node, const
     const opspec *op = find_op(st->op);
     if (sa == NULL || sa->kind != SB_NODE_MAP || op == NULL || op->planned)
         return;
-    sb_path_field(sp, sizeof sp, path, "shapeArgs");
+    sb_spec_path_field(sp, sizeof sp, path, "shapeArgs");
     unsigned allowed = sb_stage_shapes(st);
     for (size_t k = 0; k < sa->n; k++) {
         const char *shape = sa->keys[k]->text;
         const sb_node *v = sa->items[k];
-        sb_path_field(buf, sizeof buf, sp, shape);
+        sb_spec_path_field(buf, sizeof buf, sp, shape);
         unsigned bit = shape_bit(shape);
         if (bit == 0) {
             sb_diags_add(d, buf, sa->keys[k]->line, sa->keys[k]->col,
@@ -727,7 +728,7 @@ static void op_rules_check(const opspec *op, const sb_stage_spec *st, const sb_n
     char ap[512], sp[512], op_path[512];
     const sb_node *args = sb_node_get(node, "args"), *sa = sb_node_get(node, "shapeArgs");
     arg_layers l = {args != NULL && args->kind == SB_NODE_MAP ? args : NULL, NULL,
-                    sb_path_field(ap, sizeof ap, path, "args"), NULL, 0};
+                    sb_spec_path_field(ap, sizeof ap, path, "args"), NULL, 0};
     unsigned shapes = sb_stage_shapes(st) & op->shapes;
     const sb_node *over[2] = {NULL, NULL};
     int bare = shapes == 0;
@@ -746,9 +747,9 @@ static void op_rules_check(const opspec *op, const sb_stage_spec *st, const sb_n
         if (over[k] == NULL)
             continue;
         l.over = over[k];
-        l.over_path =
-            sb_path_field(op_path, sizeof op_path, sb_path_field(sp, sizeof sp, path, "shapeArgs"),
-                          shape_names[k]);
+        l.over_path = sb_spec_path_field(op_path, sizeof op_path,
+                                         sb_spec_path_field(sp, sizeof sp, path, "shapeArgs"),
+                                         shape_names[k]);
         op->rules(&l, d);
         l.over_only = 1; /* what args alone give is reported once */
     }
@@ -762,8 +763,8 @@ static void exec_args_check(const sb_node *args, const char *path, sb_diags *d)
     if (fr == NULL || fr->kind != SB_NODE_STRING || strcmp(fr->text, "arrow") != 0 || outn == NULL)
         return;
     char ab[512], buf[512];
-    sb_path_field(ab, sizeof ab, path, "args");
-    sb_path_field(buf, sizeof buf, ab, "output");
+    sb_spec_path_field(ab, sizeof ab, path, "args");
+    sb_spec_path_field(buf, sizeof buf, ab, "output");
     sb_diags_add(d, buf, outn->line, outn->col,
                  "output applies to framing \"lines\" only (framing \"arrow\" carries "
                  "typed columns; docs/exec.md)");
@@ -773,7 +774,7 @@ static void exec_args_check(const sb_node *args, const char *path, sb_diags *d)
 static void planned_op(const char *name, const sb_node *opn, const char *path, sb_diags *d)
 {
     char buf[512];
-    sb_path_field(buf, sizeof buf, path, "op");
+    sb_spec_path_field(buf, sizeof buf, path, "op");
     if (strcmp(name, "image.decode") == 0)
         sb_diags_add(d, buf, opn->line, opn->col,
                      "op \"image.decode\" does not exist in this build: the image "
@@ -791,7 +792,7 @@ static void unknown_op(const char *name, const sb_node *opn, const char *path, s
 {
     char buf[512];
     const char *s = sb_suggest(name, sb_op_names);
-    sb_path_field(buf, sizeof buf, path, "op");
+    sb_spec_path_field(buf, sizeof buf, path, "op");
     if (s != NULL)
         sb_diags_add(d, buf, opn->line, opn->col, "unknown op \"%.80s\" (did you mean \"%s\"?)",
                      name, s);
@@ -832,7 +833,7 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
     }
     char what[64];
     snprintf(what, sizeof what, "op \"%s\"", st->op);
-    sb_path_field(buf, sizeof buf, path, "args");
+    sb_spec_path_field(buf, sizeof buf, path, "args");
     check_args(op->args, args, buf, node, what, 0, d);
     if (strcmp(st->op, "exec") == 0)
         exec_args_check(args, path, d);
@@ -1051,7 +1052,7 @@ static void positive_number(const sb_node *node, const char *name, double v, boo
     if (!set || n == NULL || ((zero_ok ? v >= 0 : v > 0) && isfinite(v)))
         return;
     char buf[512];
-    sb_diags_add(d, sb_path_field(buf, sizeof buf, path, name), n->line, n->col,
+    sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, name), n->line, n->col,
                  "must be a number %s, got %.60s", zero_ok ? "of at least 0" : "more than 0",
                  n->text);
 }
@@ -1068,7 +1069,7 @@ static void target_check(void *obj, const sb_node *node, const char *path, sb_di
     if (t->rows_per_second_set && t->deadline_set) {
         char buf[512];
         const sb_node *n = sb_node_get(node, "deadline");
-        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "deadline"), n->line, n->col,
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "deadline"), n->line, n->col,
                      "give rowsPerSecond or deadline, not both");
     }
 }
@@ -1354,7 +1355,7 @@ static void key_ref_check(void *obj, const sb_node *node, const char *path, sb_d
     if (node == NULL || r->key == NULL || is_config_key(r->key))
         return;
     node_pos(sb_node_get(node, "key"), node, &line, &col);
-    sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "key"), line, col,
+    sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "key"), line, col,
                  "\"%.80s\" is not a valid key: use letters, digits, '-', '_' and '.'", r->key);
 }
 
@@ -1368,7 +1369,7 @@ static void env_var_check(void *obj, const sb_node *node, const char *path, sb_d
         return;
     if (e->name != NULL && !is_c_ident(e->name, 0)) {
         node_pos(sb_node_get(node, "name"), node, &line, &col);
-        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "name"), line, col,
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "name"), line, col,
                      "\"%.80s\" is not a valid variable name: use letters, digits and '_', not "
                      "starting with a digit",
                      e->name);
@@ -1380,8 +1381,8 @@ static void env_var_check(void *obj, const sb_node *node, const char *path, sb_d
                          "value and valueFrom exclude each other; give one");
         static const char *const srcs[] = {"secretKeyRef", "configMapKeyRef", "fieldRef",
                                            "resourceFieldRef", NULL};
-        exactly_one(from, sb_path_field(buf, sizeof buf, path, "valueFrom"), srcs, NULL, "needs",
-                    d);
+        exactly_one(from, sb_spec_path_field(buf, sizeof buf, path, "valueFrom"), srcs, NULL,
+                    "needs", d);
     }
 }
 
@@ -1395,7 +1396,7 @@ static void env_from_check(void *obj, const sb_node *node, const char *path, sb_
         return;
     if (e->prefix != NULL && !is_c_ident(e->prefix, 1)) {
         node_pos(sb_node_get(node, "prefix"), node, &line, &col);
-        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "prefix"), line, col,
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "prefix"), line, col,
                      "\"%.80s\" is not a valid variable name prefix: use letters, digits and "
                      "'_', not starting with a digit",
                      e->prefix);
@@ -1441,12 +1442,12 @@ static void volume_check(void *obj, const sb_node *node, const char *path, sb_di
         if (src == NULL || src->kind != SB_NODE_MAP)
             continue;
         char sp[512];
-        sb_path_field(sp, sizeof sp, path, named[i].source);
-        sb_path_field(buf, sizeof buf, sp, named[i].field);
+        sb_spec_path_field(sp, sizeof sp, path, named[i].source);
+        sb_spec_path_field(buf, sizeof buf, sp, named[i].field);
         const sb_node *nm = sb_node_get(src, named[i].field);
         if (nm == NULL)
             sb_diags_add(d, buf, src->line, src->col, "required field is missing");
-        else if (nm->kind != SB_NODE_STRING || !sb_is_dns_subdomain(nm->text))
+        else if (nm->kind != SB_NODE_STRING || !sb_spec_is_dns_subdomain(nm->text))
             sb_diags_add(d, buf, nm->line, nm->col,
                          "must be the name of a %s (a DNS-1123 subdomain of at most 63 "
                          "characters), got %.80s",
@@ -1467,7 +1468,7 @@ static void volume_mount_check(void *obj, const sb_node *node, const char *path,
         const char *mp = m->mount_path;
         size_t sl = strlen(SB_WORKER_SPILL_MOUNT);
         node_pos(sb_node_get(node, "mountPath"), node, &line, &col);
-        sb_path_field(buf, sizeof buf, path, "mountPath");
+        sb_spec_path_field(buf, sizeof buf, path, "mountPath");
         if (mp[0] != '/')
             sb_diags_add(d, buf, line, col, "\"%.80s\" must be an absolute path", mp);
         else if (strcmp(mp, "/") == 0 || strchr(mp, ':') != NULL)
@@ -1491,7 +1492,7 @@ static void volume_mount_check(void *obj, const sb_node *node, const char *path,
          strncmp(m->sub_path, "../", 3) == 0 || strstr(m->sub_path, "/../") != NULL ||
          (strlen(m->sub_path) >= 3 && strcmp(m->sub_path + strlen(m->sub_path) - 3, "/..") == 0))) {
         node_pos(sb_node_get(node, "subPath"), node, &line, &col);
-        sb_diags_add(d, sb_path_field(buf, sizeof buf, path, "subPath"), line, col,
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "subPath"), line, col,
                      "\"%.80s\" must be a relative path inside the volume (no leading '/', no "
                      "'..')",
                      m->sub_path);
@@ -1804,8 +1805,8 @@ static void template_cross_check(const sb_pipeline_spec *sp, const worker_templa
         if (n == NULL)
             continue;
         const sb_node *it = item_node(t, "env", i);
-        sb_path_index(ip, sizeof ip, sb_path_field(buf, sizeof buf, path, "env"), i);
-        sb_path_field(buf, sizeof buf, ip, "name");
+        sb_spec_path_index(ip, sizeof ip, sb_spec_path_field(buf, sizeof buf, path, "env"), i);
+        sb_spec_path_field(buf, sizeof buf, ip, "name");
         const sb_node *nn = sb_node_get(it, "name");
         int line = nn ? nn->line : it->line, col = nn ? nn->col : it->col;
         if (in_list(n, sb_worker_env_names))
@@ -1828,8 +1829,8 @@ static void template_cross_check(const sb_pipeline_spec *sp, const worker_templa
         if (n == NULL)
             continue;
         const sb_node *it = item_node(t, "volumes", i);
-        sb_path_index(ip, sizeof ip, sb_path_field(buf, sizeof buf, path, "volumes"), i);
-        sb_path_field(buf, sizeof buf, ip, "name");
+        sb_spec_path_index(ip, sizeof ip, sb_spec_path_field(buf, sizeof buf, path, "volumes"), i);
+        sb_spec_path_field(buf, sizeof buf, ip, "name");
         const sb_node *nn = sb_node_get(it, "name");
         int line = nn ? nn->line : it->line, col = nn ? nn->col : it->col;
         if (strcmp(n, SB_WORKER_SPILL_VOLUME) == 0)
@@ -1848,14 +1849,15 @@ static void template_cross_check(const sb_pipeline_spec *sp, const worker_templa
     for (size_t i = 0; i < wt->nmounts; i++) {
         const struct volume_mount *m = &wt->mounts[i];
         const sb_node *it = item_node(t, "volumeMounts", i);
-        sb_path_index(ip, sizeof ip, sb_path_field(buf, sizeof buf, path, "volumeMounts"), i);
+        sb_spec_path_index(ip, sizeof ip, sb_spec_path_field(buf, sizeof buf, path, "volumeMounts"),
+                           i);
         if (m->name != NULL) {
             int found = strcmp(m->name, SB_WORKER_SPILL_VOLUME) == 0;
             for (size_t j = 0; j < wt->nvolumes && !found; j++)
                 found = wt->volumes[j].name != NULL && strcmp(wt->volumes[j].name, m->name) == 0;
             const sb_node *nn = sb_node_get(it, "name");
             if (!found)
-                sb_diags_add(d, sb_path_field(buf, sizeof buf, ip, "name"),
+                sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ip, "name"),
                              nn ? nn->line : it->line, nn ? nn->col : it->col,
                              "no volume \"%.80s\" in %s.volumes", m->name, path);
         }
@@ -1865,7 +1867,7 @@ static void template_cross_check(const sb_pipeline_spec *sp, const worker_templa
             if (wt->mounts[j].mount_path != NULL &&
                 strcmp(wt->mounts[j].mount_path, m->mount_path) == 0) {
                 const sb_node *pn = sb_node_get(it, "mountPath");
-                sb_diags_add(d, sb_path_field(buf, sizeof buf, ip, "mountPath"),
+                sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ip, "mountPath"),
                              pn ? pn->line : it->line, pn ? pn->col : it->col,
                              "duplicate mountPath \"%.80s\" (also %s.volumeMounts[%zu])",
                              m->mount_path, path, j);
@@ -1883,7 +1885,7 @@ static void template_check(void *obj, const sb_node *node, const char *path, sb_
     char buf[512];
     worker_template wt;
     memset(&wt, 0, sizeof wt);
-    sb_path_field(buf, sizeof buf, path, "workerTemplate");
+    sb_spec_path_field(buf, sizeof buf, path, "workerTemplate");
     if (sb_schema_decode(&template_schema, t, &wt, buf, d, ctx) == 0)
         template_cross_check(sp, &wt, t, buf, d);
     sb_schema_free(&template_schema, &wt);
@@ -1943,7 +1945,7 @@ const char *sb_stage_pool(const sb_stage_spec *st)
     return st->resources.gpu > 0 ? "gpu" : "cpu";
 }
 
-unsigned sb_op_shapes(const char *op)
+unsigned sb_spec_op_shapes(const char *op)
 {
     const opspec *o = find_op(op);
     return o != NULL && !o->planned ? o->shapes : 0;

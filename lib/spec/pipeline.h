@@ -148,7 +148,7 @@ void sb_pipeline_free(sb_pipeline *p);
 
 /* Built-in op names (NULL-terminated) and whether a name is one. */
 extern const char *const sb_op_names[];
-int sb_op_known(const char *name);
+int sb_spec_op_known(const char *name);
 
 /* The pool a stage runs in: "cpu" or "gpu" (its first placement shape; without placement, gpu
  * for stages with resources.gpu > 0). */
@@ -156,7 +156,7 @@ const char *sb_stage_pool(const sb_stage_spec *st);
 
 /* The shapes (SB_SHAPE_BIT_*) an op can run on, 0 for an unknown op; and those a stage allows
  * (its placement, or its one pool). */
-unsigned sb_op_shapes(const char *op);
+unsigned sb_spec_op_shapes(const char *op);
 unsigned sb_stage_shapes(const sb_stage_spec *st);
 
 /* The stage's args for one shape ("cpu", "gpu"): args with shapeArgs.<shape> merged over them

@@ -14,7 +14,7 @@
 
 #include "spec/quantity.h"
 
-const char *sb_path_field(char *buf, size_t len, const char *path, const char *name)
+const char *sb_spec_path_field(char *buf, size_t len, const char *path, const char *name)
 {
     if (path == NULL || path[0] == '\0')
         snprintf(buf, len, "%s", name);
@@ -23,13 +23,13 @@ const char *sb_path_field(char *buf, size_t len, const char *path, const char *n
     return buf;
 }
 
-const char *sb_path_index(char *buf, size_t len, const char *path, size_t i)
+const char *sb_spec_path_index(char *buf, size_t len, const char *path, size_t i)
 {
     snprintf(buf, len, "%s[%zu]", path, i);
     return buf;
 }
 
-int sb_is_dns_label(const char *s)
+int sb_spec_is_dns_label(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > 63)
@@ -43,7 +43,7 @@ int sb_is_dns_label(const char *s)
     return 1;
 }
 
-int sb_is_dns_subdomain(const char *s)
+int sb_spec_is_dns_subdomain(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > 63)
@@ -57,7 +57,7 @@ int sb_is_dns_subdomain(const char *s)
             return 0;
         memcpy(part, p, pl);
         part[pl] = '\0';
-        if (!sb_is_dns_label(part))
+        if (!sb_spec_is_dns_label(part))
             return 0;
         if (dot == NULL)
             return 1;
@@ -65,7 +65,7 @@ int sb_is_dns_subdomain(const char *s)
     }
 }
 
-const char *sb_ftype_noun(const sb_schema_field *f, char *buf, size_t len)
+const char *sb_spec_ftype_noun(const sb_schema_field *f, char *buf, size_t len)
 {
     switch (f->type) {
     case SB_FT_STRING:
@@ -132,7 +132,7 @@ static void type_error(sb_diags *d, const sb_schema_field *f, const sb_node *n, 
 {
     char noun[256], got[128];
     sb_diags_add(d, path, n->line, n->col, "must be %s, got %s",
-                 sb_ftype_noun(f, noun, sizeof noun), describe(n, got, sizeof got));
+                 sb_spec_ftype_noun(f, noun, sizeof noun), describe(n, got, sizeof got));
 }
 
 static int check_range(sb_diags *d, const sb_schema_field *f, const sb_node *n, const char *path,
@@ -142,7 +142,7 @@ static int check_range(sb_diags *d, const sb_schema_field *f, const sb_node *n, 
     if (((f->flags & SB_F_MIN) && v < f->min) || ((f->flags & SB_F_MAX) && v > f->max)) {
         if (f->type == SB_FT_INT && !(f->flags & SB_F_MAX))
             sb_diags_add(d, path, n->line, n->col, "must be %s, got %lld",
-                         sb_ftype_noun(f, noun, sizeof noun), (long long)v);
+                         sb_spec_ftype_noun(f, noun, sizeof noun), (long long)v);
         else if (f->type == SB_FT_INT)
             sb_diags_add(d, path, n->line, n->col, "must be between %lld and %lld, got %lld",
                          (long long)f->min, (long long)f->max, (long long)v);
@@ -190,7 +190,7 @@ static int decode_string_value(sb_diags *d, const sb_schema_field *f, const sb_n
             sb_diags_add(d, path, n->line, n->col, "must not be empty");
         break;
     case SB_SF_DNS_LABEL:
-        if (!sb_is_dns_label(n->text))
+        if (!sb_spec_is_dns_label(n->text))
             sb_diags_add(d, path, n->line, n->col,
                          "\"%.80s\" is not a valid name: use at most 63 lowercase letters, digits "
                          "and '-', starting and ending with a letter or digit (a DNS-1123 label, "
@@ -198,7 +198,7 @@ static int decode_string_value(sb_diags *d, const sb_schema_field *f, const sb_n
                          n->text);
         break;
     case SB_SF_DNS_SUBDOMAIN:
-        if (!sb_is_dns_subdomain(n->text))
+        if (!sb_spec_is_dns_subdomain(n->text))
             sb_diags_add(d, path, n->line, n->col,
                          "\"%.80s\" is not a valid name: use at most 63 lowercase letters, digits, "
                          "'-' and '.', starting and ending with a letter or digit (a DNS-1123 "
@@ -290,10 +290,10 @@ static int decode_enum(sb_diags *d, const sb_schema_field *f, const sb_node *n, 
     if (s != NULL)
         sb_diags_add(d, path, n->line, n->col,
                      "unknown value \"%.80s\" (did you mean \"%s\"?); must be %s", n->text, s,
-                     sb_ftype_noun(f, noun, sizeof noun));
+                     sb_spec_ftype_noun(f, noun, sizeof noun));
     else
         sb_diags_add(d, path, n->line, n->col, "unknown value \"%.80s\"; must be %s", n->text,
-                     sb_ftype_noun(f, noun, sizeof noun));
+                     sb_spec_ftype_noun(f, noun, sizeof noun));
     return 0;
 }
 
@@ -324,7 +324,7 @@ static int decode_list(const sb_schema_field *f, const sb_node *n, void *obj, co
     *(void **)at(obj, f->offset) = arr;
     *(size_t *)at(obj, f->count_offset) = n->n;
     for (size_t i = 0; i < n->n; i++) {
-        sb_path_index(buf, sizeof buf, path, i);
+        sb_spec_path_index(buf, sizeof buf, path, i);
         const sb_node *it = n->items[i];
         if (it->kind != SB_NODE_MAP)
             sb_diags_add(d, buf, it->line, it->col, "must be an object, got %s",
@@ -353,7 +353,7 @@ static int decode_strlist(const sb_schema_field *f, const sb_node *n, void *obj,
     sb_schema_field item = *f;
     item.type = SB_FT_STRING;
     for (size_t i = 0; i < n->n; i++) {
-        sb_path_index(buf, sizeof buf, path, i);
+        sb_spec_path_index(buf, sizeof buf, path, i);
         if (decode_string_value(d, &item, n->items[i], buf, &arr[i]) != 0)
             return -1;
     }
@@ -373,7 +373,7 @@ static int decode_json_object(sb_diags *d, const sb_schema_field *f, const sb_no
         for (size_t i = 0; i < n->n; i++)
             if (n->items[i]->kind != SB_NODE_STRING) {
                 char got[128];
-                sb_path_field(buf, sizeof buf, path, n->keys[i]->text);
+                sb_spec_path_field(buf, sizeof buf, path, n->keys[i]->text);
                 sb_diags_add(d, buf, n->items[i]->line, n->items[i]->col,
                              "must be a string, got %s (quote it)",
                              describe(n->items[i], got, sizeof got));
@@ -471,7 +471,7 @@ int sb_schema_decode(const sb_object_schema *s, const sb_node *node, void *obj, 
                 known = strcmp(s->fields[i].name, key->text) == 0;
             if (known)
                 continue;
-            sb_path_field(buf, sizeof buf, path, key->text);
+            sb_spec_path_field(buf, sizeof buf, path, key->text);
             const char *sugg = sb_suggest(key->text, names);
             if (sugg != NULL)
                 sb_diags_add(d, buf, key->line, key->col,
@@ -483,7 +483,7 @@ int sb_schema_decode(const sb_object_schema *s, const sb_node *node, void *obj, 
     for (size_t i = 0; i < s->nfields; i++) {
         const sb_schema_field *f = &s->fields[i];
         const sb_node *child = sb_node_get(node, f->name);
-        sb_path_field(buf, sizeof buf, path, f->name);
+        sb_spec_path_field(buf, sizeof buf, path, f->name);
         if (child != NULL && child->kind == SB_NODE_NULL)
             child = NULL;
         if (child == NULL) {

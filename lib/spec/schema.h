@@ -93,14 +93,14 @@ int sb_schema_decode(const sb_object_schema *s, const sb_node *node, void *obj, 
 void sb_schema_free(const sb_object_schema *s, void *obj);
 
 /* "a positive integer", "a boolean", "a quantity such as 64Mi", ... */
-const char *sb_ftype_noun(const sb_schema_field *f, char *buf, size_t len);
+const char *sb_spec_ftype_noun(const sb_schema_field *f, char *buf, size_t len);
 
 /* Format checks shared with hooks. */
-int sb_is_dns_label(const char *s);
-int sb_is_dns_subdomain(const char *s);
+int sb_spec_is_dns_label(const char *s);
+int sb_spec_is_dns_subdomain(const char *s);
 
 /* Appends ".name" or "[i]" to a path into buf. */
-const char *sb_path_field(char *buf, size_t len, const char *path, const char *name);
-const char *sb_path_index(char *buf, size_t len, const char *path, size_t i);
+const char *sb_spec_path_field(char *buf, size_t len, const char *path, const char *name);
+const char *sb_spec_path_index(char *buf, size_t len, const char *path, size_t i);
 
 #endif

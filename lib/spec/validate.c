@@ -16,8 +16,8 @@
 #include "doc/doc.h"
 #include "spec/pipeline.h"
 
-int sb_read_file_limited(const char *path, size_t max, char **buf, size_t *len, char *msg,
-                         size_t msglen)
+int sb_spec_read_file_limited(const char *path, size_t max, char **buf, size_t *len, char *msg,
+                              size_t msglen)
 {
     int fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -266,7 +266,7 @@ int sb_validate_file(const char *path, FILE *out, size_t *ndocs)
     size_t len;
     char msg[300];
     const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
-    if (sb_read_file_limited(path, SB_MANIFEST_MAX_BYTES, &buf, &len, msg, sizeof msg) != 0) {
+    if (sb_spec_read_file_limited(path, SB_MANIFEST_MAX_BYTES, &buf, &len, msg, sizeof msg) != 0) {
         fprintf(out, "%s: %s\n", name, msg);
         if (ndocs)
             *ndocs = 0;

@@ -22,8 +22,8 @@ int sb_validate_file(const char *path, FILE *out, size_t *ndocs);
 
 /* Reads a whole file ("-" = stdin) into a malloc'd buffer (NUL-terminated), refusing files
  * larger than max bytes. Returns 0, or -1 with msg filled. */
-int sb_read_file_limited(const char *path, size_t max, char **buf, size_t *len, char *msg,
-                         size_t msglen);
+int sb_spec_read_file_limited(const char *path, size_t max, char **buf, size_t *len, char *msg,
+                              size_t msglen);
 
 /* Would the source listing see what the sink writes? The listing is not recursive (a directory
  * lists the files directly in it; an s3 prefix the objects directly under it), so the sink is

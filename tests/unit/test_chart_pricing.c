@@ -20,7 +20,8 @@ static char *read_repo(const char *rel)
     char path[1024], *buf = NULL, msg[256];
     size_t len;
     snprintf(path, sizeof path, "%s/%s", sb_test_root(), rel);
-    cr_assert_eq(sb_read_file_limited(path, 4 << 20, &buf, &len, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(sb_spec_read_file_limited(path, 4 << 20, &buf, &len, msg, sizeof msg), 0, "%s",
+                 msg);
     return buf;
 }
 

@@ -95,7 +95,7 @@ static void scan_chart(rules *r)
         char path[1024], *buf, msg[256];
         size_t len;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        cr_assert_eq(sb_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s",
+        cr_assert_eq(sb_spec_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s",
                      msg);
         scan(r, buf);
         free(buf);

@@ -183,7 +183,8 @@ Test(crd, schema_matches_c_model)
     char path[512], *buf, msg[256];
     size_t len;
     snprintf(path, sizeof path, "%s/api/crd/pipelines.streambatch.dev.yaml", sb_test_root());
-    cr_assert_eq(sb_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(sb_spec_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s",
+                 msg);
     sb_doc *d = sb_doc_parse_yaml(buf, len, NULL);
     cr_assert_null(sb_doc_error(d, NULL, NULL));
     const sb_node *crd = sb_doc_root(d, 0);
@@ -212,7 +213,8 @@ Test(crd, printer_columns_point_at_real_fields)
     char path[512], *buf, msg[256];
     size_t len;
     snprintf(path, sizeof path, "%s/api/crd/pipelines.streambatch.dev.yaml", sb_test_root());
-    cr_assert_eq(sb_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(sb_spec_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s",
+                 msg);
     sb_doc *d = sb_doc_parse_yaml(buf, len, NULL);
     const sb_node *v = sb_node_get(sb_node_get(sb_doc_root(d, 0), "spec"), "versions")->items[0];
     const sb_node *cols = sb_node_get(v, "additionalPrinterColumns");
@@ -291,7 +293,8 @@ Test(crd, every_field_is_documented)
     char path[512], *buf, msg[256];
     size_t len;
     snprintf(path, sizeof path, "%s/docs/pipeline-api.md", sb_test_root());
-    cr_assert_eq(sb_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(sb_spec_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s",
+                 msg);
     expect_documented(sb_pipeline_schema(), buf, "");
     for (size_t i = 0; sb_op_names[i] != NULL; i++) {
         char quoted[96];
@@ -339,7 +342,8 @@ Test(crd, every_property_has_a_description)
     char path[512], *buf, msg[256];
     size_t len;
     snprintf(path, sizeof path, "%s/api/crd/pipelines.streambatch.dev.yaml", sb_test_root());
-    cr_assert_eq(sb_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(sb_spec_read_file_limited(path, 1 << 20, &buf, &len, msg, sizeof msg), 0, "%s",
+                 msg);
     sb_doc *d = sb_doc_parse_yaml(buf, len, NULL);
     cr_assert_null(sb_doc_error(d, NULL, NULL));
     const sb_node *v = sb_node_get(sb_node_get(sb_doc_root(d, 0), "spec"), "versions")->items[0];

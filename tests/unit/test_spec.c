@@ -435,9 +435,9 @@ Test(spec, op_table_matches_names)
 {
     size_t n = 0;
     for (; sb_op_names[n] != NULL; n++)
-        cr_expect(sb_op_known(sb_op_names[n]), "%s", sb_op_names[n]);
+        cr_expect(sb_spec_op_known(sb_op_names[n]), "%s", sb_op_names[n]);
     cr_expect_eq(n, 11);
-    cr_expect_not(sb_op_known("tensor.mlpp"));
+    cr_expect_not(sb_spec_op_known("tensor.mlpp"));
 }
 
 /* Regression (found by fuzz_spec): sb_validate_buffer read past a buffer that was not

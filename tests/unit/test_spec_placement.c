@@ -68,11 +68,11 @@ Test(spec_placement, first_shape_sets_pool_and_gpus)
 
 Test(spec_placement, op_shapes)
 {
-    cr_expect_eq(sb_op_shapes("tensor.mlp"), SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU);
-    cr_expect_eq(sb_op_shapes("bench.sleep"), SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU);
-    cr_expect_eq(sb_op_shapes("filter"), SB_SHAPE_BIT_CPU);
-    cr_expect_eq(sb_op_shapes("image.decode"), 0u, "not in this build");
-    cr_expect_eq(sb_op_shapes("nope"), 0u);
+    cr_expect_eq(sb_spec_op_shapes("tensor.mlp"), SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU);
+    cr_expect_eq(sb_spec_op_shapes("bench.sleep"), SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU);
+    cr_expect_eq(sb_spec_op_shapes("filter"), SB_SHAPE_BIT_CPU);
+    cr_expect_eq(sb_spec_op_shapes("image.decode"), 0u, "not in this build");
+    cr_expect_eq(sb_spec_op_shapes("nope"), 0u);
 }
 
 Test(spec_placement, args_for_shape_merge)
