@@ -124,6 +124,11 @@ example-images: build
 image-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh --check && \
 	  echo "image-test: 1 passed, 0 failed" || { echo "image-test: 0 passed, 1 failed"; false; }
+# image.resize's antialiased resize against Pillow's BILINEAR (tests/images/test-resize.sh).
+.PHONY: resize-test
+TEST_EXTRA += resize-test
+resize-test: $(BUILD)/tests/helpers/sb_resize
+	@SB_BUILD_DIR=$(abspath $(BUILD)) tests/images/test-resize.sh
 
 # Chaos run (docs/testing.md, "Chaos run"): random pipelines back to back under random faults
 # (workers killed and stopped, `streambatch run` killed and resumed, spill disk full, link cuts

@@ -15,8 +15,10 @@
  * data errors (sb_err_data) and name the codec and what is wrong.
  *
  * Memory: sb_image_decode() fills a caller-owned sb_image whose `pixels` it mallocs; the caller
- * frees them with sb_image_free(). The resize functions write into caller buffers and allocate
- * nothing but a small per-call index table. Thread-safe: no global state.
+ * frees them with sb_image_free(). The plain resize functions write into caller buffers and
+ * allocate nothing but a small per-call index table; the antialiased ones keep their weight
+ * tables and scratch in a caller-owned sb_image_resampler (sb_image_resampler_free). Thread-safe:
+ * no global state (one resampler belongs to one thread at a time).
  */
 #ifndef SB_IMAGE_IMAGE_H
 #define SB_IMAGE_IMAGE_H
@@ -55,14 +57,60 @@ int sb_image_decode(const void *p, size_t n, unsigned channels, uint64_t max_pix
 /* Frees im->pixels and zeroes *im (NULL is fine). */
 void sb_image_free(sb_image *im);
 
-/* Bilinear resize of src (sh x sw x c) into dst (dh x dw x c), every size >= 1, with half-pixel
- * centres (a destination pixel's centre maps to ((x + 0.5) * sw / dw - 0.5) in the source, as
- * OpenCV's INTER_LINEAR and PyTorch's align_corners=False; coordinates outside the source clamp
- * to its edge). No antialiasing filter when shrinking. The uint8 variant rounds to nearest.
- * -1 + err only when out of memory for the index table or a size is 0. */
+/* Bilinear resize (no antialiasing) of src (sh x sw x c) into dst (dh x dw x c), every size >= 1,
+ * with half-pixel centres (a destination pixel's centre maps to ((x + 0.5) * sw / dw - 0.5) in the
+ * source, as OpenCV's INTER_LINEAR and PyTorch's align_corners=False; coordinates outside the
+ * source clamp to its edge). No antialiasing filter when shrinking. The uint8 variant rounds to
+ * nearest. -1 + err only when out of memory for the index table or a size is 0. */
 int sb_image_resize_u8(const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c, uint8_t *dst,
                        uint32_t dw, uint32_t dh, sb_err *err);
 int sb_image_resize_f32(const float *src, uint32_t sw, uint32_t sh, uint32_t c, float *dst,
                         uint32_t dw, uint32_t dh, sb_err *err);
+
+/* ---- antialiased resize (lib/image/resample.c) ----
+ * Pillow's Image.resize((w, h), BILINEAR), also torchvision's default antialiased bilinear: a
+ * separable convolution, horizontal pass then vertical, with the triangle filter 1 - |x|
+ * stretched by the downscale factor (support max(in / out, 1) source pixels each side of a
+ * destination pixel's centre, (x + 0.5) * in / out), its weights normalized to sum 1 over the
+ * pixels inside the image. Upscaling it is plain bilinear with half-pixel centres. The uint8
+ * variant uses Pillow's fixed-point weights (SB_IMAGE_TAP_BITS) and rounds the intermediate
+ * image to uint8, as Pillow does: it gives Pillow's pixels. */
+
+/* Fraction bits of the uint8 weights: 32 - 8 - 2 (as Pillow), so sums of 255 x weights fit an
+ * int32. */
+#define SB_IMAGE_TAP_BITS 22
+/* Most channels and largest side the antialiased resize takes. */
+#define SB_IMAGE_MAX_CHANNELS 64u
+#define SB_IMAGE_MAX_RESAMPLE (1u << 24)
+
+/* The weights of one axis, in -> out pixels: destination pixel o reads count[o] source pixels
+ * from first[o], with weights wq (fixed point) or wf (float) [o * ksize, o * ksize + count[o]). */
+typedef struct sb_image_taps {
+    uint32_t in, out, ksize;
+    uint32_t *first, *count;
+    int32_t *wq;
+    float *wf;
+} sb_image_taps;
+
+/* Both axes' taps and scratch, kept between images: zero-initialize, reuse, then
+ * sb_image_resampler_free(). The tables are rebuilt only when a size changes. */
+typedef struct sb_image_resampler {
+    sb_image_taps x, y;
+    void *tmp, *acc; /* the intermediate image; the vertical pass's int32 sums */
+    size_t tmp_cap, acc_cap;
+} sb_image_resampler;
+
+/* Fills *t for in -> out (kept as is when it already holds them). -1 + err for a size of 0 or over
+ * SB_IMAGE_MAX_RESAMPLE, or out of memory. */
+int sb_image_taps_build(sb_image_taps *t, uint32_t in, uint32_t out, sb_err *err);
+void sb_image_taps_free(sb_image_taps *t);
+
+/* Antialiased resize of src (sh x sw x c) into dst (dh x dw x c); c from 1 to
+ * SB_IMAGE_MAX_CHANNELS. -1 + err for a bad size or out of memory. */
+int sb_image_resample_u8(sb_image_resampler *r, const uint8_t *src, uint32_t sw, uint32_t sh,
+                         uint32_t c, uint8_t *dst, uint32_t dw, uint32_t dh, sb_err *err);
+int sb_image_resample_f32(sb_image_resampler *r, const float *src, uint32_t sw, uint32_t sh,
+                          uint32_t c, float *dst, uint32_t dw, uint32_t dh, sb_err *err);
+void sb_image_resampler_free(sb_image_resampler *r);
 
 #endif
