@@ -81,6 +81,7 @@ static const argspec args_decode[] = {{"width", A_INT, 0, 1, NULL, 0},
 /* the worker's bound on a side (lib/image/image.h, SB_IMAGE_MAX_SIDE) */
 static const argspec args_resize[] = {{"width", A_INT, 1, 1, NULL, 65535},
                                       {"height", A_INT, 1, 1, NULL, 65535},
+                                      {"antialias", A_BOOL, 0, 0, NULL, 0},
                                       {"field", A_STR, 0, 0, NULL, 0},
                                       {NULL, A_ANY, 0, 0, NULL, 0}};
 static const char *const layouts[] = {"hwc", "chw", NULL};

@@ -279,6 +279,64 @@ Test(image, decompression_bombs_are_refused_before_allocating)
 
 /* ---- resize ------------------------------------------------------------------------------- */
 
+Test(image, antialiased_resize_widens_the_triangle_when_shrinking)
+{
+    sb_err e = {0};
+    /* 4 -> 2: scale 2, support 2; output 0 is centred at 1.0 and reads pixels 0..2 at distances
+     * 0.5, 0.5, 1.5 source pixels, halved: triangle weights 0.75, 0.75, 0.25 -> 3/7, 3/7, 1/7;
+     * output 1 (centre 3.0) mirrors it over pixels 1..3 */
+    sb_image_taps t = {0};
+    cr_assert_eq(sb_image_taps_build(&t, 4, 2, &e), 0, "%s", e.msg);
+    cr_assert_eq(t.first[0], 0);
+    cr_assert_eq(t.count[0], 3);
+    cr_assert_eq(t.first[1], 1);
+    cr_assert_eq(t.count[1], 3);
+    float want[2][3] = {{3 / 7.0f, 3 / 7.0f, 1 / 7.0f}, {1 / 7.0f, 3 / 7.0f, 3 / 7.0f}};
+    for (int o = 0; o < 2; o++)
+        for (int i = 0; i < 3; i++) {
+            cr_assert_float_eq(t.wf[o * t.ksize + i], want[o][i], 1e-6);
+            cr_assert_eq(t.wq[o * t.ksize + i],
+                         (int32_t)(0.5 + want[o][i] * (1 << SB_IMAGE_TAP_BITS)), "fixed point");
+        }
+    sb_image_taps_free(&t);
+    /* (0*3 + 70*3 + 140) / 7 = 50 and (70 + 140*3 + 210*3) / 7 = 160; plain bilinear gives the
+     * means of pairs, 35 and 175 */
+    uint8_t src[4] = {0, 70, 140, 210}, dst[2];
+    sb_image_resampler r = {0};
+    cr_assert_eq(sb_image_resample_u8(&r, src, 4, 1, 1, dst, 2, 1, &e), 0, "%s", e.msg);
+    cr_assert_eq(dst[0], 50);
+    cr_assert_eq(dst[1], 160);
+    float fs[4] = {0, 70, 140, 210}, fd[2];
+    cr_assert_eq(sb_image_resample_f32(&r, fs, 4, 1, 1, fd, 2, 1, &e), 0, "%s", e.msg);
+    cr_assert_float_eq(fd[0], 50, 1e-4);
+    cr_assert_float_eq(fd[1], 160, 1e-4);
+    /* the same, vertically, in both channels of a 1x4 image of 2 channels */
+    uint8_t col[8] = {0, 210, 70, 140, 140, 70, 210, 0}, out[4];
+    cr_assert_eq(sb_image_resample_u8(&r, col, 1, 4, 2, out, 1, 2, &e), 0, "%s", e.msg);
+    cr_assert_eq(out[0], 50);
+    cr_assert_eq(out[1], 160);
+    cr_assert_eq(out[2], 160);
+    cr_assert_eq(out[3], 50);
+    /* upscaling is plain bilinear; a constant stays constant through sizes that change between
+     * calls of one resampler; bad sizes are errors */
+    uint8_t two[2] = {0, 100}, four[4];
+    cr_assert_eq(sb_image_resample_u8(&r, two, 2, 1, 1, four, 4, 1, &e), 0, "%s", e.msg);
+    cr_assert(four[0] == 0 && four[1] == 25 && four[2] == 75 && four[3] == 100, "%u %u %u %u",
+              four[0], four[1], four[2], four[3]);
+    uint8_t *p = pattern(13, 7, 3), big[50 * 31 * 3];
+    memset(p, 77, 13 * 7 * 3);
+    for (uint32_t w = 1; w < 50; w += 7)
+        for (uint32_t h = 1; h < 31; h += 5) {
+            cr_assert_eq(sb_image_resample_u8(&r, p, 13, 7, 3, big, w, h, &e), 0, "%s", e.msg);
+            for (size_t i = 0; i < (size_t)w * h * 3; i++)
+                cr_assert_eq(big[i], 77, "%u x %u", w, h);
+        }
+    cr_assert_eq(sb_image_resample_u8(&r, p, 0, 7, 3, big, 5, 5, &e), -1);
+    cr_assert_eq(sb_image_resample_u8(&r, p, 13, 7, 65, big, 5, 5, &e), -1);
+    sb_image_resampler_free(&r);
+    free(p);
+}
+
 Test(image, bilinear_resize_uses_half_pixel_centres)
 {
     sb_err e = {0};
@@ -516,12 +574,28 @@ Test(image, resize_gives_every_image_one_size)
     cr_assert_eq(ic->child_type, SB_TYPE_UINT8);
     cr_assert_eq(int_at(b, "height", 1), 6);
     cr_assert_eq(int_at(b, "width", 0), 8);
+    /* shrinking: antialiased by default */
     uint8_t want[8 * 6 * 3];
-    cr_assert_eq(sb_image_resize_u8(p0, 40, 20, 3, want, 8, 6, &e), 0);
+    sb_image_resampler rs = {0};
+    cr_assert_eq(sb_image_resample_u8(&rs, p0, 40, 20, 3, want, 8, 6, &e), 0);
+    sb_image_resampler_free(&rs);
     cr_assert_eq(memcmp(ic->values, want, sizeof want), 0, "row 0 is the resized image");
     cr_assert_geq(sb_batch_find(b, "path"), 0, "other columns pass through");
     sb_batch_close(b);
     parts_free();
+    /* antialias: false is plain bilinear */
+    cr_assert_eq(
+        run_op("image.resize", "{\"width\":8,\"height\":6,\"antialias\":false}", in, len, 2, &e), 0,
+        "%s", e.msg);
+    cr_assert_eq(sb_batch_open(g_parts[0], g_lens[0], &b, &e), 0, "%s", e.msg);
+    ic = sb_batch_column(b, (size_t)sb_batch_find(b, "image"));
+    cr_assert_eq(sb_image_resize_u8(p0, 40, 20, 3, want, 8, 6, &e), 0);
+    cr_assert_eq(memcmp(ic->values, want, sizeof want), 0, "row 0 is the plain bilinear image");
+    sb_batch_close(b);
+    parts_free();
+    cr_assert_eq(
+        run_op("image.resize", "{\"width\":8,\"height\":6,\"antialias\":1}", in, len, 2, &e), -1);
+    cr_assert(strstr(e.msg, "args.antialias must be true or false") != NULL, "%s", e.msg);
     /* without resizing, images of two sizes stay two partitions (widths differ) */
     cr_assert_eq(run_op("identity", NULL, in, len, 2, &e), 0, "%s", e.msg);
     cr_assert_eq(g_nparts, 2);

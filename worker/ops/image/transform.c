@@ -4,9 +4,11 @@
  * values, height x width x channels, HWC) and int32 columns "height", "width" and "channels"
  * giving each row's shape. Every other column passes through unchanged.
  *
- *   image.resize     args width, height (required), field: bilinear (lib/image/image.h) to
- *                    height x width x channels, same value type; "height"/"width" updated.
- *                    Rows of one batch must have the same channel count.
+ *   image.resize     args width, height (required), antialias, field: bilinear
+ *                    (lib/image/image.h) to height x width x channels, same value type;
+ *                    "height"/"width" updated. antialias (default: true for an image shrunk
+ *                    along either axis) is Pillow's filtered bilinear (sb_image_resample_*),
+ *                    false plain bilinear. Rows of one batch must have the same channel count.
  *   image.normalize  args mean, std (one number, or one per channel; defaults 0 and 1), scale
  *                    (default 1/255 for uint8 input, 1 for float32), layout (hwc, the default, or
  *                    chw: channel planes, what PyTorch models take), field: float32 values
@@ -16,7 +18,9 @@
  * mean/std list whose length is neither 1 nor the channel count is a data error naming the row.
  * A null image row gives a null output row.
  *
- * Memory: the op state owns its arguments; output buffers live for one process() call.
+ * Memory: the op state owns its arguments and the resize's weight tables and scratch (kept
+ * across rows and batches: images of one source mostly share sizes); output buffers live for one
+ * process() call.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -30,7 +34,9 @@
 
 typedef struct {
     char *field;
-    uint32_t width, height;                      /* resize */
+    uint32_t width, height; /* resize */
+    int antialias;          /* resize: 1, 0, or -1 for the default (when shrinking) */
+    sb_image_resampler rs;  /* resize: the antialiased resize's tables, reused */
     float mean[MAX_CHANNELS], std[MAX_CHANNELS]; /* normalize */
     size_t nmean, nstd;
     double scale; /* < 0: the default for the input type */
@@ -43,6 +49,7 @@ static void img_free(void *state)
     if (s == NULL)
         return;
     free(s->field);
+    sb_image_resampler_free(&s->rs);
     free(s);
 }
 
@@ -108,6 +115,12 @@ static int img_init(const char *args_json, void **state, int is_resize, sb_err *
             }
             *dst[i] = (uint32_t)v->valuedouble;
         }
+        const cJSON *aa = cJSON_GetObjectItemCaseSensitive(a, "antialias");
+        if (aa != NULL && !cJSON_IsBool(aa)) {
+            sb_err_set(err, "image.resize: args.antialias must be true or false");
+            goto out;
+        }
+        s->antialias = aa == NULL ? -1 : cJSON_IsTrue(aa);
     } else {
         if (num_list(cJSON_GetObjectItemCaseSensitive(a, "mean"), op, "mean", s->mean, &s->nmean,
                      err) != 0 ||
@@ -256,6 +269,21 @@ static int append_replaced(const sb_batch *in, const img_cols *ic, const void *p
     return rc;
 }
 
+/* One image (shape sh: height, width, channels) into s->height x s->width. */
+static int resize_one(img_state *s, int u8, const void *src, const uint32_t sh[3], void *dst,
+                      sb_err *err)
+{
+    uint32_t w = s->width, h = s->height;
+    /* the default follows Pillow and torchvision: filtered when shrinking; an upscale is plain
+     * bilinear either way (to within rounding) */
+    int aa = s->antialias >= 0 ? s->antialias : w < sh[1] || h < sh[0];
+    if (aa)
+        return u8 ? sb_image_resample_u8(&s->rs, src, sh[1], sh[0], sh[2], dst, w, h, err)
+                  : sb_image_resample_f32(&s->rs, src, sh[1], sh[0], sh[2], dst, w, h, err);
+    return u8 ? sb_image_resize_u8(src, sh[1], sh[0], sh[2], dst, w, h, err)
+              : sb_image_resize_f32(src, sh[1], sh[0], sh[2], dst, w, h, err);
+}
+
 static int resize_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                           sb_err *err)
 {
@@ -298,10 +326,7 @@ static int resize_process(void *state, const sb_batch *in, size_t first, size_t 
         /* void pointers: the values are uint8 or float32 as child_type says */
         const void *src = (const unsigned char *)ic.px->values + r * (size_t)ic.px->list_size * vw;
         void *dst = px + r * lw * vw;
-        int k = ic.px->child_type == SB_TYPE_UINT8
-                    ? sb_image_resize_u8(src, sh[1], sh[0], ch, dst, s->width, s->height, err)
-                    : sb_image_resize_f32(src, sh[1], sh[0], ch, dst, s->width, s->height, err);
-        if (k != 0)
+        if (resize_one(s, ic.px->child_type == SB_TYPE_UINT8, src, sh, dst, err) != 0)
             goto done;
     }
     rc = append_replaced(in, &ic, px, ic.px->child_type, (uint32_t)lw, hv, wv, first, n, out, err);
