@@ -116,8 +116,9 @@ typedef struct {
     int pool_later; /* a later op runs in the same pool (ops_pool_later; chunk_wanted) */
     char *name;
     uint64_t target;
-    double ratio;  /* largest output/input bytes ratio seen; 0 = not measured yet */
-    size_t *queue; /* FIFO of queued tasks (ring not needed: head index + compaction) */
+    uint64_t batch_rows; /* ops > 0: the largest batchSize of its stages, 0 for none (form_task) */
+    double ratio;        /* largest output/input bytes ratio seen; 0 = not measured yet */
+    size_t *queue;       /* FIFO of queued tasks (ring not needed: head index + compaction) */
     size_t qhead, qlen, qcap;
     size_t *fifo; /* input partitions not yet in a task */
     size_t fhead, flen, fcap;
@@ -209,6 +210,8 @@ struct sb_sched {
     /* assignment scratch */
     sb_sched_input *in_scratch;
     size_t in_scratch_cap;
+    size_t *pick_scratch; /* form_task's picks */
+    size_t pick_cap;
     int oom;
 };
 
@@ -601,6 +604,9 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
             return -1;
         o->name[0] = '\0';
         for (size_t k = 0; k < o->nstages; k++) {
+            int64_t b = s->stages[o->first_stage + k].batch_size;
+            if (b > 0 && (uint64_t)b > o->batch_rows)
+                o->batch_rows = (uint64_t)b; /* rows mostly pass 1:1 through a fused chain */
             if (k)
                 strcat(o->name, "+");
             strcat(o->name, s->stages[o->first_stage + k].name);
@@ -772,6 +778,7 @@ void sb_sched_free(sb_sched *s)
     sb_strpool_free(&s->ids);
     free(s->failure);
     free(s->in_scratch);
+    free(s->pick_scratch);
     free(s->pipeline_id);
     free(s);
 }
@@ -1186,37 +1193,76 @@ static uint64_t task_target(const sb_sched *s, size_t i, size_t w)
     return cap < o->target ? cap : o->target;
 }
 
+/* Inputs per task: each is a PartitionRef in the task's message (a poll's batch of tasks must
+ * fit one reply) that the task fetches one by one. 64, as always, for an op without a batchSize;
+ * an op with one takes up to a batch of one-row partitions (an image source's), at most
+ * TASK_INPUTS_MAX. */
+#define TASK_INPUTS_MIN 64
+#define TASK_INPUTS_MAX 4096
+
+/* What pick_inputs chose: n FIFO positions in s->pick_scratch, the entries it looked at. */
+typedef struct {
+    size_t n, scanned;
+    uint64_t bytes, rows;
+} picked;
+
+/* Picks op i's available input partitions for a task, in FIFO order, stepping over lost ones:
+ * up to `target` bytes, and with a batchSize (o->batch_rows: tasks of whole batches, so that
+ * only a task's last op call is short) at least that many rows whatever their bytes, ending at
+ * the last whole batch when there is one. preserveOrder: one input per task. */
+static picked pick_inputs(sb_sched *s, size_t i, uint64_t target)
+{
+    op *o = &s->ops[i];
+    uint64_t batch = s->preserve_order ? 0 : o->batch_rows;
+    size_t cap = batch <= TASK_INPUTS_MIN  ? TASK_INPUTS_MIN
+                 : batch < TASK_INPUTS_MAX ? (size_t)batch
+                                           : TASK_INPUTS_MAX;
+    picked r = {0}, whole = {0};
+    if (GROW(s, s->pick_scratch, s->pick_cap, cap) != 0)
+        return r;
+    size_t *pick = s->pick_scratch;
+    for (; r.scanned < o->flen && r.n < cap; r.scanned++) {
+        part *p = &s->parts[o->fifo[o->fhead + r.scanned]];
+        if (p->state != P_AVAILABLE)
+            continue;
+        if (r.n > 0 && r.rows >= batch && r.bytes + p->bytes > target)
+            break;
+        pick[r.n++] = r.scanned;
+        r.bytes += p->bytes;
+        r.rows += p->rows;
+        if (batch > 0 && r.rows >= batch && r.rows % batch == 0)
+            whole = r, whole.scanned++;
+        if ((r.bytes >= target && r.rows >= batch) || s->preserve_order) {
+            r.scanned++;
+            break;
+        }
+    }
+    /* past the last whole batch: those rows wait for the next task (or end the last one) */
+    return whole.n > 0 && whole.n < r.n ? whole : r;
+}
+
 /* Forms a new task for op i > 0 from its input FIFO for worker w (NONE: any), or returns NONE.
- * Takes available partitions in FIFO order up to the target size (task_target), stepping over
- * lost ones (they stay queued until their producer has re-run), so a lost partition never
- * blocks the ones behind it. */
+ * Takes available partitions in FIFO order (pick_inputs: up to the target size, task_target,
+ * and whole batches), stepping over lost ones (they stay queued until their producer has
+ * re-run), so a lost partition never blocks the ones behind it. While upstream still produces,
+ * a task waits for more small partitions (force 0: until half the target; with a batchSize,
+ * force < 2: until a batch is full); force 2 (nothing else runs) forms it at once, and once
+ * upstream is done the remainder goes out. */
 static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
 {
     op *o = &s->ops[i];
     if (o->flen == 0)
         return NONE;
-    uint64_t target = task_target(s, i, w);
-    uint64_t sum = 0;
-    size_t n = 0, scanned = 0, pick[64];
-    for (; scanned < o->flen && n < 64; scanned++) {
-        size_t pi = o->fifo[o->fhead + scanned];
-        part *p = &s->parts[pi];
-        if (p->state != P_AVAILABLE)
-            continue;
-        if (n > 0 && sum + p->bytes > target)
-            break;
-        pick[n++] = scanned;
-        sum += p->bytes;
-        if (sum >= target || s->preserve_order) { /* preserveOrder: one input per task */
-            scanned++;
-            break;
-        }
-    }
+    picked pk = pick_inputs(s, i, task_target(s, i, w));
+    size_t n = pk.n, scanned = pk.scanned, *pick = s->pick_scratch;
+    uint64_t sum = pk.bytes;
     if (n == 0)
         return NONE;
-    /* wait for more small partitions while upstream is still producing */
-    if (!force && !s->preserve_order && sum < o->target / 2 && scanned == o->flen &&
-        !op_finished(s, i - 1))
+    int more = scanned == o->flen && !s->preserve_order && !op_finished(s, i - 1);
+    uint64_t batch = o->batch_rows;
+    if (more && force < 2 && batch > 0 && pk.rows < batch)
+        return NONE;
+    if (more && !force && (batch == 0 || pk.rows < batch) && sum < o->target / 2)
         return NONE;
     size_t ti = task_new(s, (uint32_t)i, o->next_index);
     if (ti == NONE)
@@ -1946,9 +1992,11 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
                 uint64_t in_bytes = 0;
                 size_t ti = peek_ready(s, k, &in_bytes);
                 if (ti == NONE && k > 0 && !extra)
-                    ti = form_task(
-                        s, k, pass == 1 || s->mode != SB_MODE_STREAMING || s->running_total == 0,
-                        w);
+                    ti = form_task(s, k,
+                                   pass == 1 || s->running_total == 0 ? 2
+                                   : s->mode != SB_MODE_STREAMING     ? 1
+                                                                      : 0,
+                                   w);
                 if (ti == NONE || (extra && s->tasks[ti].solo))
                     continue;
                 in_bytes = s->tasks[ti].in_bytes;
