@@ -270,7 +270,8 @@ struct task_ctx {
     const sb_op_impl **impl;
     void **state;
     sb_op_out **out;
-    size_t *batch;
+    size_t *batch;     /* the stage's batchSize, 0 for none (the op's default_batch cut) */
+    sb_op_feed **feed; /* per op with a batchSize: its carried rows (feed_stage), or NULL */
     emit_ud *ud;
     out_part *parts;
     size_t nparts, capparts;
@@ -292,6 +293,29 @@ struct task_ctx {
     double accel_since;
 };
 
+/* Op k's feed (its batchSize's carried rows), made at its first input. NULL + t->err. */
+static sb_op_feed *stage_feed(task_ctx *t, size_t k)
+{
+    if (t->feed == NULL && (t->feed = calloc(t->n, sizeof *t->feed)) == NULL) {
+        sb_err_set(&t->err, "out of memory");
+        return NULL;
+    }
+    if (t->feed[k] == NULL)
+        t->feed[k] = sb_op_feed_new(t->impl[k], t->state[k], t->batch[k], t->out[k], &t->err);
+    return t->feed[k];
+}
+
+/* The task's end for op k: its carried rows (the short last batch), its finish, its output's
+ * last partition (which the next op's feed takes next). */
+static int finish_stage(task_ctx *t, size_t k)
+{
+    if (t->feed != NULL && sb_op_feed_flush(t->feed[k], &t->err) != 0)
+        return sb_op_err_context(&t->err, t->impl[k]->name);
+    if (t->impl[k]->finish != NULL && t->impl[k]->finish(t->state[k], t->out[k], &t->err) != 0)
+        return sb_op_err_context(&t->err, t->impl[k]->name);
+    return sb_op_out_flush(t->out[k], &t->err);
+}
+
 /* Runs op k over one partition. `built_here`: the blob was just made by this process's
  * partition builder (the source reader, or the previous op's output) and has not left memory:
  * it is unsealed (no checksums were computed) and its UTF-8 was checked as it was built, so
@@ -304,7 +328,14 @@ static int feed_stage(task_ctx *t, size_t k, const void *blob, size_t len, bool 
         return -1;
     if (k == 0 && !t->from_source)
         t->rows_in += sb_batch_rows(b);
-    int rc = sb_op_run(t->impl[k], t->state[k], b, t->batch[k], t->out[k], &t->err);
+    int rc;
+    if (t->batch[k] == 0) {
+        rc = sb_op_run(t->impl[k], t->state[k], b, t->impl[k]->default_batch, t->out[k], &t->err);
+    } else if (stage_feed(t, k) == NULL) {
+        rc = -1;
+    } else {
+        rc = sb_op_feed_push(t->feed[k], b, &t->err); /* exactly batchSize rows per call */
+    }
     sb_batch_close(b);
     if (rc != 0)
         sb_op_err_context(&t->err, t->impl[k]->name); /* fused: the first op */
@@ -558,6 +589,9 @@ static void task_ctx_free(task_ctx *t)
     free(t->state);
     free(t->out);
     free(t->batch);
+    for (size_t k = 0; t->feed != NULL && k < t->n; k++)
+        sb_op_feed_free(t->feed[k]);
+    free(t->feed);
     free(t->ud);
     for (size_t i = 0; i < t->nparts; i++)
         free(t->parts[i].id);
@@ -602,7 +636,7 @@ static int task_setup(task_ctx *t)
         const char *plus = strchr(names, '+');
         size_t nl = plus ? (size_t)(plus - names) : strlen(names);
         const sb_stage_spec *st = stage_by_name(&t->w->pipeline, names, nl);
-        t->batch[k] = st && st->batch_size > 0 ? (size_t)st->batch_size : t->impl[k]->default_batch;
+        t->batch[k] = st && st->batch_size > 0 ? (size_t)st->batch_size : 0;
         names = plus ? plus + 1 : names + nl;
         const char *args =
             task->ops[k]->args_json && *task->ops[k]->args_json ? task->ops[k]->args_json : NULL;
@@ -777,12 +811,8 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
     if (rc == 0) {
         t.finishing = 1;
         double a0 = t.accel_held ? t.accel_since : accel_acquire(w);
-        for (size_t k = 0; rc == 0 && k < t.n; k++) { /* drain the chain front to back */
-            if (t.impl[k]->finish != NULL && t.impl[k]->finish(t.state[k], t.out[k], &t.err) != 0)
-                rc = sb_op_err_context(&t.err, t.impl[k]->name);
-            else if (sb_op_out_flush(t.out[k], &t.err) != 0)
-                rc = -1;
-        }
+        for (size_t k = 0; rc == 0 && k < t.n; k++) /* drain the chain front to back */
+            rc = finish_stage(&t, k);
         accel_release(w, a0);
         int rc2 = drain_pending(&t);
         if (rc == 0)

@@ -1,6 +1,8 @@
 /* ops.c — the operator registry, the batch-size loop and the "op NAME: " prefix of task
  * errors (see ops.h). */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "worker/ops/impls.h"
@@ -44,6 +46,137 @@ int sb_op_run(const sb_op_impl *op, void *state, const sb_batch *in, size_t batc
             return -1;
     }
     return 0;
+}
+
+/* ---- batches of exactly batchSize rows across a task's inputs ------------------------------ */
+
+/* The carry is an sb_op_out that never cuts by size (its target is out of reach): rows are
+ * appended to it with the same column copies an op's output uses, and sb_op_feed_flush() emits
+ * them as one blob to carry_emit, which hands them to the op. A quarter of SIZE_MAX keeps
+ * append_columns' room arithmetic from overflowing. */
+#define CARRY_TARGET (SIZE_MAX / 4)
+
+struct sb_op_feed {
+    const sb_op_impl *op;
+    void *state;
+    size_t batch; /* > 0 */
+    sb_op_out *out;
+    sb_op_out *carry; /* rows waiting for a full batch; NULL until the first remainder */
+    size_t carried;   /* its rows */
+    sb_err *err;      /* the push's or flush's, for carry_emit */
+};
+
+sb_op_feed *sb_op_feed_new(const sb_op_impl *op, void *state, size_t batch_size, sb_op_out *out,
+                           sb_err *err)
+{
+    if (op == NULL || out == NULL || batch_size == 0) {
+        sb_err_set(err, "op feed: an op, an output and a batch size > 0 are needed");
+        return NULL;
+    }
+    sb_op_feed *f = calloc(1, sizeof *f);
+    if (f == NULL) {
+        sb_err_set(err, "op feed: out of memory");
+        return NULL;
+    }
+    *f = (sb_op_feed){.op = op, .state = state, .batch = batch_size, .out = out};
+    return f;
+}
+
+void sb_op_feed_free(sb_op_feed *f)
+{
+    if (f == NULL)
+        return;
+    sb_op_out_free(f->carry);
+    free(f);
+}
+
+size_t sb_op_feed_carried(const sb_op_feed *f)
+{
+    return f == NULL ? 0 : f->carried;
+}
+
+/* The carry's rows, one blob: one process() call over all of them. The blob was made here, and
+ * its values were checked when they were first opened, so only its structure is verified. */
+static int carry_emit(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    sb_op_feed *f = ud;
+    sb_batch *b = NULL;
+    int rc = sb_batch_open_ex(blob, len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
+                              f->err);
+    if (rc == 0)
+        rc = f->op->process(f->state, b, 0, (size_t)rows, f->out, f->err);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    f->carried = 0;
+    return rc;
+}
+
+int sb_op_feed_flush(sb_op_feed *f, sb_err *err)
+{
+    if (f == NULL || f->carry == NULL || f->carried == 0)
+        return 0;
+    f->err = err;
+    return sb_op_out_flush(f->carry, err);
+}
+
+/* Makes the carry take in's schema: a carry of other columns is flushed first (a short batch)
+ * and replaced. Only list widths differing (images of other sizes) is flushed by
+ * sb_op_out_set_schema itself. */
+static int carry_schema(sb_op_feed *f, const sb_batch *in, sb_err *err)
+{
+    if (f->carry != NULL && sb_op_out_set_schema_like(f->carry, in, err) == 0)
+        return 0;
+    sb_err_clear(err); /* other columns: not an error, a new carry */
+    if (sb_op_feed_flush(f, err) != 0)
+        return -1;
+    sb_op_out_free(f->carry);
+    f->carry = sb_op_out_new(CARRY_TARGET, carry_emit, f, err);
+    if (f->carry == NULL)
+        return -1;
+    return sb_op_out_set_schema_like(f->carry, in, err);
+}
+
+/* Appends rows [first, first+n) of in to the carry. */
+static int carry_add(sb_op_feed *f, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    f->err = err;
+    if (sb_op_out_append_rows(f->carry, in, first, n, err) != 0)
+        return -1;
+    f->carried += n;
+    return 0;
+}
+
+int sb_op_feed_push(sb_op_feed *f, const sb_batch *in, sb_err *err)
+{
+    size_t rows = sb_batch_rows(in), first = 0;
+    if (rows == 0 && f->carried == 0) /* as sb_op_run: the op sees the (empty) input's schema */
+        return f->op->process(f->state, in, 0, 0, f->out, err);
+    if (rows == 0)
+        return 0;
+    if (f->carried > 0) {
+        if (carry_schema(f, in, err) != 0)
+            return -1;
+    }
+    if (f->carried > 0) { /* fill the carry up to a batch, then hand it over */
+        size_t need = f->batch - f->carried;
+        first = rows < need ? rows : need;
+        if (carry_add(f, in, 0, first, err) != 0)
+            return -1;
+        if (f->carried == f->batch && sb_op_feed_flush(f, err) != 0)
+            return -1;
+    }
+    bool in_place = rows - first >= f->batch;
+    for (; rows - first >= f->batch; first += f->batch) /* whole batches: in place */
+        if (f->op->process(f->state, in, first, f->batch, f->out, err) != 0)
+            return -1;
+    if (first == rows)
+        return 0;
+    /* the op's last call on `in` ended before its last row: what it holds of `in` ends now */
+    if (in_place && f->op->input_end != NULL && f->op->input_end(f->state, in, f->out, err) != 0)
+        return -1;
+    if (carry_schema(f, in, err) != 0)
+        return -1;
+    return carry_add(f, in, first, rows - first, err);
 }
 
 int sb_op_err_context(sb_err *err, const char *name)

@@ -6,10 +6,25 @@
  *     const sb_op_impl *op = sb_op_find(stage->op);     // NULL: not in this build
  *     void *st;  op->init(stage->args_json, &st, &err);
  *     sb_op_out *out = sb_op_out_new(target_bytes, emit, ud, &err);
+ *     stage->batch_size > 0:   sb_op_feed *f = sb_op_feed_new(op, st, batch_size, out, &err);
  *     for each input partition:  sb_batch_open(...);
- *                                sb_op_run(op, st, batch, stage->batch_size, out, &err);
+ *                                sb_op_feed_push(f, batch, &err);          // with a batchSize
+ *                                sb_op_run(op, st, batch, op->default_batch, out, &err); // without
+ *     sb_op_feed_flush(f, &err);  sb_op_feed_free(f);   // the short last batch
  *     op->finish(st, out, &err);  sb_op_out_flush(out, &err);
  *     op->free(st);  sb_op_out_free(out);
+ *
+ * The batch rule. A stage with a batchSize B gives its op exactly B rows per process() call,
+ * gathered across the task's input partitions (Ray Data's map_batches): a partition's whole
+ * batches are processed in place, its remaining rows are carried (copied) into the next
+ * partition's first batch, and only the task's last call (sb_op_feed_flush, before finish) may
+ * be shorter. A partition whose columns differ from the carried rows' flushes them first, as
+ * a short batch. An empty partition is handed over (0 rows) only when nothing is carried.
+ * When the op's last call on a partition ends before its last row (the rest is carried), the
+ * op's input_end hook (if any) is called with that partition before it goes.
+ * Without a batchSize, an op's default_batch cuts each partition on its own (0: one call per
+ * partition), so calls follow the partitions as they come: this is for ops that care about
+ * a call's size only as a bound (exec's framing, tensor.mlp's copies), not as a promise.
  *
  * Operators never build partitions themselves: they append rows to the sb_op_out, which
  * flushes a partition to the runtime's emit callback whenever its blob reaches target_bytes
@@ -152,7 +167,9 @@ typedef struct sb_op_impl {
      * false: an init failure is a bad argument or a missing library or symbol, so the runtime
      * reports it as permanent (sb_err.permanent: not retried, the pipeline fails). */
     bool init_may_recover;
-    /* Rows per process() call when the stage sets no batchSize (0: a whole partition). */
+    /* Rows per process() call when the stage sets no batchSize (0: a whole partition): a cut
+     * of each partition on its own, the last call of a partition shorter (see the batch rule;
+     * a stage's batchSize is exact across partitions instead). */
     size_t default_batch;
     /* Every record this op emits in the records column is one JSON text that the strict scan
      * (json.h) accepted, valid UTF-8 (filter: it passes on only records it scanned). */
@@ -169,6 +186,12 @@ typedef struct sb_op_impl {
      * (one scan of each record finds the compared field and the kept fields, and kept records
      * are not copied into a partition only to be rewritten). */
     bool (*absorb_next)(void *state, const struct sb_op_impl *next, void *next_state);
+    /* Called (when set) by sb_op_feed after its last process() call on `in` when that call did
+     * not reach in's last row (the rest was carried into the next batch), before `in` goes:
+     * an op that keeps a batch of `in` in flight across calls (tensor.mlp on CUDA overlaps a
+     * batch's copy with the previous one's run, and appends that output from `in` rows at the
+     * next call, or at once after a partition's last row) completes it now. */
+    int (*input_end)(void *state, const sb_batch *in, sb_op_out *out, sb_err *err);
 } sb_op_impl;
 
 /* The implementation of a built-in op, or NULL when this build does not have it. */
@@ -177,6 +200,27 @@ const sb_op_impl *sb_op_find(const char *name);
 /* Calls op->process over all rows of `in`, batch_size rows per call (0: all in one call). */
 int sb_op_run(const sb_op_impl *op, void *state, const sb_batch *in, size_t batch_size,
               sb_op_out *out, sb_err *err);
+
+/* Exactly batch_size rows per process() call across partitions (the batch rule above). The
+ * feed reads `in` only during a push, and copies the rows it carries. */
+typedef struct sb_op_feed sb_op_feed;
+
+/* A feed of op (its state, its output) in batches of batch_size (> 0) rows. NULL + err. */
+sb_op_feed *sb_op_feed_new(const sb_op_impl *op, void *state, size_t batch_size, sb_op_out *out,
+                           sb_err *err);
+
+/* Processes in's rows in order: the carried rows completed to a batch first, then whole
+ * batches of in where they lie, and keeps the remainder. */
+int sb_op_feed_push(sb_op_feed *f, const sb_batch *in, sb_err *err);
+
+/* Processes the carried rows, if any, as one short batch (the task's last; before finish). */
+int sb_op_feed_flush(sb_op_feed *f, sb_err *err);
+
+/* Rows carried now (< batch_size). */
+size_t sb_op_feed_carried(const sb_op_feed *f);
+
+/* Discards carried rows. NULL is fine. */
+void sb_op_feed_free(sb_op_feed *f);
 
 /* Gives a task error of op `name` (init, process or finish) the prefix "op NAME: " exactly
  * once: ops' own messages begin with their name ("filter: record 3 ...", "exec: ...", "plugin

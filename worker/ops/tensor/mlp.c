@@ -1061,6 +1061,14 @@ static int mlp_process(void *state, const sb_batch *in, size_t first, size_t n, 
     return batch_output(s, in, json, (size_t)ci, first, n, s->y, out, err);
 }
 
+/* The feed's last call on `in` did not reach its last row (the rest is carried into the next
+ * batch, another `in`): the batch in flight, whose rows are in's, is appended now. */
+static int mlp_input_end(void *state, const sb_batch *in, sb_op_out *out, sb_err *err)
+{
+    mlp_state *s = state;
+    return s->run != NULL ? cuda_drain(s, in, out, err) : 0;
+}
+
 static int mlp_finish(void *state, sb_op_out *out, sb_err *err)
 {
     (void)out;
@@ -1075,6 +1083,7 @@ const sb_op_impl sb_op_mlp_impl = {
     .init = mlp_init,
     .process = mlp_process,
     .finish = mlp_finish,
+    .input_end = mlp_input_end,
     .free = mlp_free,
     .shutdown = mlp_shutdown,
     .default_batch = 256,
