@@ -31,6 +31,7 @@
 #include "worker/ops/json.h"
 #include "storage/jobs.h"
 #include "worker/ops/ops.h"
+#include "worker/ops/statecache.h"
 #include "worker/store/store.h"
 
 static volatile sig_atomic_t g_stop;
@@ -263,9 +264,18 @@ typedef struct {
     size_t k; /* stage index within the fused chain */
 } emit_ud;
 
+/* What keys op k's state in the worker's cache of op states (worker/ops/statecache.h). */
+typedef struct {
+    char *stage;      /* the op's stage name */
+    const char *args; /* the task's args JSON, or NULL */
+    int absorbed;     /* the op took over the next op's state: freed at the end, never kept */
+} op_key;
+
 struct task_ctx {
     worker *w;
     const Streambatch__V1__Task *task;
+    op_key *key; /* task->n_ops of them (the chain may be shorter after absorb_next) */
+    int reuse;   /* the task succeeded: its states go back to the cache */
     size_t n;
     const sb_op_impl **impl;
     void **state;
@@ -577,14 +587,22 @@ static const sb_stage_spec *stage_by_name(const sb_pipeline *p, const char *name
     return NULL;
 }
 
+/* A successful task's op states go back to the worker's cache (reset, kept for its next task
+ * of the stage); a failed task's are freed: they may be half-way through anything. */
 static void task_ctx_free(task_ctx *t)
 {
     for (size_t k = 0; k < t->n; k++) {
-        if (t->impl && t->impl[k] && t->state && t->state[k] && t->impl[k]->free)
+        if (t->reuse && t->key && !t->key[k].absorbed)
+            sb_op_cache_put(sb_op_cache_worker(), t->impl[k], t->key[k].stage, t->key[k].args,
+                            t->state[k]);
+        else if (t->impl && t->impl[k] && t->state && t->state[k] && t->impl[k]->free)
             t->impl[k]->free(t->state[k]);
         if (t->out)
             sb_op_out_free(t->out[k]);
     }
+    for (size_t k = 0; t->key != NULL && k < t->task->n_ops; k++)
+        free(t->key[k].stage);
+    free(t->key);
     free(t->impl);
     free(t->state);
     free(t->out);
@@ -604,12 +622,16 @@ static void task_ctx_free(task_ctx *t)
 /* Drops op k+1 from the chain once op k absorbed it (it owns its state now). */
 static void chain_drop_next(task_ctx *t, size_t k)
 {
+    op_key dropped = t->key[k + 1];
+    t->key[k].absorbed = 1; /* the two states are one now: not kept (ops.h) */
     for (size_t i = k + 1; i + 1 < t->n; i++) {
         t->impl[i] = t->impl[i + 1];
         t->state[i] = t->state[i + 1];
         t->batch[i] = t->batch[i + 1];
+        t->key[i] = t->key[i + 1];
     }
     t->n--;
+    t->key[t->n] = dropped; /* its name is freed with the others */
     t->state[t->n] = NULL;
     t->impl[t->n] = NULL;
 }
@@ -625,7 +647,8 @@ static int task_setup(task_ctx *t)
     t->out = calloc(t->n, sizeof *t->out);
     t->batch = calloc(t->n, sizeof *t->batch);
     t->ud = calloc(t->n, sizeof *t->ud);
-    if (!t->impl || !t->state || !t->out || !t->batch || !t->ud)
+    t->key = calloc(t->n, sizeof *t->key);
+    if (!t->impl || !t->state || !t->out || !t->batch || !t->ud || !t->key)
         return sb_err_set(&t->err, "out of memory");
     const char *names = task->stage;
     for (size_t k = 0; k < t->n; k++) {
@@ -636,11 +659,16 @@ static int task_setup(task_ctx *t)
         const char *plus = strchr(names, '+');
         size_t nl = plus ? (size_t)(plus - names) : strlen(names);
         const sb_stage_spec *st = stage_by_name(&t->w->pipeline, names, nl);
+        if ((t->key[k].stage = strndup(names, nl)) == NULL)
+            return sb_err_set(&t->err, "out of memory");
         t->batch[k] = st && st->batch_size > 0 ? (size_t)st->batch_size : 0;
         names = plus ? plus + 1 : names + nl;
         const char *args =
             task->ops[k]->args_json && *task->ops[k]->args_json ? task->ops[k]->args_json : NULL;
-        if (t->impl[k]->init(args, &t->state[k], &t->err) != 0) {
+        t->key[k].args = args;
+        /* the worker's idle state of this stage and args, else init (ops.h: its lifetime) */
+        if (sb_op_cache_get(sb_op_cache_worker(), t->impl[k], t->key[k].stage, args, &t->state[k],
+                            &t->err) != 0) {
             /* init checks the args (the same on every retry); an op whose init does I/O that may
              * pass later says so (init_may_recover: tensor.mlp loads its weights) */
             if (!t->impl[k]->init_may_recover)
@@ -896,6 +924,7 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
     d->nparts = t.nparts;
     t.parts = NULL;
     t.nparts = 0;
+    t.reuse = req->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
     task_ctx_free(&t);
     return d;
 }
@@ -1711,6 +1740,26 @@ static void worker_free(worker *w)
     free(w);
 }
 
+/* Idle op states a worker keeps per slot (ops.h, "Lifetime of an op state"): one for the stage
+ * a slot runs now and one for another stage of the pipeline, so fused and unfused tasks of two
+ * stages alternating on a slot still find theirs. */
+#define OP_STATES_PER_SLOT 2
+
+/* Frees the idle op states at the worker's exit (the slots are joined), saying how many states
+ * its tasks made and how many tasks found one kept (what the state cache saved). */
+static void op_states_release(void)
+{
+    sb_op_cache_stats cs;
+    sb_op_cache_stats_get(sb_op_cache_worker(), &cs);
+    sb_op_cache_clear(sb_op_cache_worker());
+    char created[24], reused[24], evicted[24];
+    snprintf(created, sizeof created, "%" PRIu64, cs.created);
+    snprintf(reused, sizeof reused, "%" PRIu64, cs.reused);
+    snprintf(evicted, sizeof evicted, "%" PRIu64, cs.evicted);
+    sb_log(SB_LOG_INFO, "op states", "created", created, "reused", reused, "evicted", evicted,
+           NULL);
+}
+
 int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
 {
     worker *w = worker_new(cfg_in);
@@ -1727,6 +1776,7 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
         goto out;
     sb_log(SB_LOG_INFO, "worker ready", "worker", w->cfg.id, "address", w->address, "pool",
            w->cfg.pool, NULL);
+    sb_op_cache_set_limit(sb_op_cache_worker(), OP_STATES_PER_SLOT * w->cfg.slots);
     for (; started < w->cfg.slots; started++)
         if (pthread_create(&slots[started], NULL, slot_main, w) != 0)
             break;
@@ -1740,6 +1790,7 @@ out:
     for (size_t i = 0; i < started; i++)
         pthread_join(slots[i], NULL);
     free(slots);
+    op_states_release();
     worker_free(w);
     return rc;
 }

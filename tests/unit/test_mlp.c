@@ -13,6 +13,7 @@
 #include "partition/partition.h"
 #include "partition/rowjson.h"
 #include "worker/ops/ops.h"
+#include "worker/ops/statecache.h"
 #include "worker/ops/tensor/mlp_cuda.h"
 #include "worker/ops/tensor/safetensors.h"
 #include "testutil.h"
@@ -443,4 +444,76 @@ Test(mlp, device_cuda_fails_clearly_without_the_cuda_build_and_auto_is_the_cpu)
     free(out[1]);
     sb_part_free(blob);
     sb_op_shutdown();
+}
+
+/* Runs tensor.mlp as one task of stage "score" over blob with a state from the cache (returned
+ * after the task); *used: the state it ran with. 0 with the output in g_blob. */
+static int run_cached(sb_op_cache *c, const char *args, void *blob, size_t len, void **used,
+                      sb_err *e)
+{
+    const sb_op_impl *op = sb_op_find("tensor.mlp");
+    void *st;
+    if (sb_op_cache_get(c, op, "score", args, &st, e) != 0)
+        return -1;
+    *used = st;
+    sb_op_out *o = sb_op_out_new(64 << 20, collect, NULL, e);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, e), 0);
+    g_blob = NULL;
+    int rc = sb_op_run(op, st, b, 2, o, e);
+    if (rc == 0)
+        rc = op->finish(st, o, e);
+    if (rc == 0)
+        rc = sb_op_out_flush(o, e);
+    sb_batch_close(b);
+    sb_op_out_free(o);
+    if (rc == 0)
+        sb_op_cache_put(c, op, "score", args, st);
+    else
+        op->free(st);
+    return rc;
+}
+
+/* Op state per worker (ops.h): a state kept between tasks (weights, scratch) and reset gives the
+ * next task the same output as the first task. */
+Test(mlp, a_reused_state_gives_the_same_output)
+{
+    sb_field f = {
+        .name = "x", .type = SB_TYPE_FIXED_LIST, .child_type = SB_TYPE_FLOAT32, .list_size = 3};
+    sb_err e = {0};
+    sb_batch_builder *bb = sb_batch_builder_new(&f, 1, &e);
+    for (int r = 0; r < 5; r++)
+        cr_assert_eq(sb_batch_builder_append_list(bb, 0, X[r], 3, &e), 0);
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0);
+    sb_batch_builder_free(bb);
+    char *args;
+    cr_assert(asprintf(&args, "{\"weights\":\"%s\",\"field\":\"x\",\"device\":\"cpu\"}",
+                       model_file()) > 0);
+    sb_op_cache *c = sb_op_cache_new(2);
+    void *first = NULL, *used = NULL, *out1 = NULL;
+    size_t len1 = 0;
+    for (int task = 0; task < 3; task++) {
+        cr_assert_eq(run_cached(c, args, blob, len, &used, &e), 0, "%s", e.msg);
+        if (task == 0) {
+            first = used;
+            out1 = g_blob;
+            len1 = g_len;
+            continue;
+        }
+        cr_expect_eq(used, first, "task %d reuses the state", task);
+        cr_expect_eq(g_len, len1);
+        cr_expect_eq(memcmp(g_blob, out1, len1 < g_len ? len1 : g_len), 0, "same output");
+        sb_part_free(g_blob);
+    }
+    sb_op_cache_stats st;
+    sb_op_cache_stats_get(c, &st);
+    cr_expect_eq(st.created, 1);
+    cr_expect_eq(st.reused, 2);
+    sb_op_cache_free(c);
+    sb_op_shutdown();
+    sb_part_free(out1);
+    sb_part_free(blob);
+    free(args);
 }

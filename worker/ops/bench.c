@@ -48,12 +48,21 @@ static void no_free(void *state)
     (void)state;
 }
 
+/* identity keeps nothing per task; the hook makes its (empty) state reusable like the others */
+static int no_reset(void *state, sb_err *err)
+{
+    (void)state;
+    (void)err;
+    return 0;
+}
+
 const sb_op_impl sb_op_identity_impl = {
     .name = "identity",
     .init = identity_init,
     .process = identity_process,
     .finish = no_finish,
     .free = no_free,
+    .reset = no_reset,
 };
 
 /* ---- bench.spin / bench.sleep ---------------------------------------------------------- */
@@ -237,12 +246,23 @@ static void cost_free(void *state)
     free(state);
 }
 
+/* A new task pays its own cost: no overshoot carried over from the last one. */
+static int cost_reset(void *state, sb_err *err)
+{
+    (void)err;
+    cost_st *st = state;
+    st->debt_ns = 0;
+    st->spent_ns = 0;
+    return 0;
+}
+
 const sb_op_impl sb_op_spin_impl = {
     .name = "bench.spin",
     .init = spin_init,
     .process = spin_process,
     .finish = no_finish,
     .free = cost_free,
+    .reset = cost_reset,
 };
 
 const sb_op_impl sb_op_sleep_impl = {
@@ -251,4 +271,5 @@ const sb_op_impl sb_op_sleep_impl = {
     .process = sleep_process,
     .finish = no_finish,
     .free = cost_free,
+    .reset = cost_reset,
 };

@@ -7,6 +7,7 @@
 
 #include "worker/ops/impls.h"
 #include "worker/ops/ops.h"
+#include "worker/ops/statecache.h"
 
 static const sb_op_impl *const registry[] = {
     &sb_op_identity_impl,        &sb_op_spin_impl,    &sb_op_sleep_impl,
@@ -15,9 +16,11 @@ static const sb_op_impl *const registry[] = {
     &sb_op_image_normalize_impl,
 };
 
-/* Every op's shutdown hook, in registry order. */
+/* The worker's idle op states, then every op's shutdown hook, in registry order (a cached
+ * tensor.mlp state points at a model its shutdown frees). */
 void sb_op_shutdown(void)
 {
+    sb_op_cache_clear(sb_op_cache_worker());
     for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
         if (registry[i]->shutdown != NULL)
             registry[i]->shutdown();

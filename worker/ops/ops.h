@@ -42,6 +42,20 @@
  *  - sb_op_impl tables are static and immutable; sb_op_find() never allocates.
  *  - init() allocates the op state; the caller owns it and frees it with impl->free() (NULL is
  *    fine). One state belongs to one thread at a time; different states are independent.
+ *  - Lifetime of an op state (worker/ops/statecache.h). An op with a reset hook has its state
+ *    made once per worker and stage+args, not once per task: init when no idle state of that
+ *    op, stage name and exact args JSON is kept; reset after each task that finished
+ *    successfully, and the state waits, idle, for the worker's next task of that stage (one
+ *    task holds it at a time); free when it is evicted (at most 2 x slots idle states per
+ *    worker, the least recently used goes), when its task failed (it may be half-way through
+ *    anything), when reset fails, and at the worker's exit or sb_op_shutdown(). So init does
+ *    what every task of the stage shares (args, models, streams, pinned and device buffers),
+ *    and reset clears what one task leaves behind (counters, pending rows, flags set per task
+ *    such as input_valid_json, which the runtime sets again for every task). An op without
+ *    reset (plugin: its ABI promises init, process, finish, free per task; exec: its own
+ *    pool keeps the process per worker already, exec.c) keeps init and free per task. A
+ *    filter that absorbed the next op (absorb_next) is freed at the task's end, with the state
+ *    it absorbed: a chain is not kept.
  *  - process() reads `in` (owned by the caller, not retained past the call) and appends to
  *    `out` (owned by the caller).
  *  - sb_op_out: created and freed by the caller; it copies every value appended. Each blob it
@@ -157,10 +171,15 @@ typedef struct sb_op_impl {
     /* Emits what the state still buffers (after the task's last input). */
     int (*finish)(void *state, sb_op_out *out, sb_err *err);
     void (*free)(void *state);
+    /* Makes the state of a task that finished successfully ready for another task of the same
+     * stage and args (see "Lifetime of an op state"): clears per-task counters, pending rows
+     * and per-task flags, keeps what init made for all tasks. Nonzero + err: the state is
+     * freed instead. NULL: the op's state is made and freed per task. */
+    int (*reset)(void *state, sb_err *err);
     /* Releases what the op keeps across tasks (exec's pooled processes, tensor.mlp's loaded
      * models), called by sb_op_shutdown() once no task runs; NULL when it keeps nothing. */
     void (*shutdown)(void);
-    /* CPU seconds the op's own child processes used for this state since init (exec's
+    /* CPU seconds the op's own child processes used for this state since init or reset (exec's
      * program), counted in the task's CPU time; NULL when an op has none. */
     double (*child_cpu)(void *state);
     /* init may fail for a reason a later attempt may not meet (tensor.mlp fetches its weights);
@@ -238,9 +257,10 @@ int sb_op_record_column(const sb_batch *in, const char *op, sb_err *err);
  * control characters as '?', "..." when cut, never cutting a UTF-8 sequence. Returns buf. */
 const char *sb_op_excerpt(const char *p, size_t n, char *buf, size_t cap);
 
-/* What operators keep across tasks: exec's long-lived processes (worker/ops/exec) and
- * tensor.mlp's loaded weights. The processes' resident memory (counted in the worker's), and
- * releasing all of it at worker shutdown. */
+/* What operators keep across tasks: exec's long-lived processes (worker/ops/exec),
+ * tensor.mlp's loaded weights, the worker's idle op states (statecache.h). The processes'
+ * resident memory (counted in the worker's), and releasing all of it at worker shutdown: the
+ * idle states first (a tensor.mlp state points at a model), then every op's shutdown hook. */
 uint64_t sb_op_children_rss(void);
 void sb_op_shutdown(void);
 

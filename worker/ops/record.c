@@ -377,12 +377,24 @@ static void filter_input_valid(void *state)
     ((filter_st *)state)->input_valid = true;
 }
 
+/* input_valid is the last task's (the runtime sets it again per task). A filter that absorbed a
+ * project is not reused (the runtime frees such a chain; refused here too). */
+static int filter_reset(void *state, sb_err *err)
+{
+    filter_st *st = state;
+    if (st->proj != NULL)
+        return sb_err_set(err, "filter: a filter that absorbed a project is not reused");
+    st->input_valid = false;
+    return 0;
+}
+
 const sb_op_impl sb_op_filter_impl = {
     .name = "filter",
     .init = filter_init,
     .process = filter_process,
     .finish = no_finish,
     .free = filter_free,
+    .reset = filter_reset,
     .emits_valid_json = true, /* it passes on only records it scanned */
     .input_valid_json = filter_input_valid,
     .absorb_next = filter_absorb_next,
@@ -578,11 +590,20 @@ static void project_input_valid(void *state)
     ((project_st *)state)->input_valid = true;
 }
 
+/* input_valid is the last task's (the runtime sets it again per task); the keys stay parsed. */
+static int project_reset(void *state, sb_err *err)
+{
+    (void)err;
+    ((project_st *)state)->input_valid = false;
+    return 0;
+}
+
 const sb_op_impl sb_op_project_impl = {
     .name = "project",
     .init = project_init,
     .process = project_process,
     .finish = no_finish,
     .free = project_free,
+    .reset = project_reset,
     .input_valid_json = project_input_valid,
 };

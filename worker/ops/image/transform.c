@@ -53,6 +53,15 @@ static void img_free(void *state)
     free(s);
 }
 
+/* The state is the parsed args and resize's resampler tables (rebuilt only when a size changes,
+ * so a later task of the same sizes skips them too): nothing of a task to clear. */
+static int img_reset(void *state, sb_err *err)
+{
+    (void)state;
+    (void)err;
+    return 0;
+}
+
 /* mean or std: one number (for every channel) or a list of 1 to MAX_CHANNELS numbers. */
 static int num_list(const cJSON *v, const char *op, const char *name, float *out, size_t *n,
                     sb_err *err)
@@ -403,9 +412,11 @@ const sb_op_impl sb_op_image_resize_impl = {.name = "image.resize",
                                             .init = resize_init,
                                             .process = resize_process,
                                             .finish = img_finish,
-                                            .free = img_free};
+                                            .free = img_free,
+                                            .reset = img_reset};
 const sb_op_impl sb_op_image_normalize_impl = {.name = "image.normalize",
                                                .init = normalize_init,
                                                .process = normalize_process,
                                                .finish = img_finish,
-                                               .free = img_free};
+                                               .free = img_free,
+                                               .reset = img_reset};

@@ -1078,6 +1078,18 @@ static int mlp_finish(void *state, sb_op_out *out, sb_err *err)
     return 0;
 }
 
+/* Keeps the model, the CUDA run (streams, pinned and device buffers) and the scratch: what made
+ * a task's init cost milliseconds (a 16 MiB pinned alloc+free is 8.4 ms on an H200). Nothing is
+ * in flight after a successful task (a partition's last batch is drained at once). */
+static int mlp_reset(void *state, sb_err *err)
+{
+    (void)err;
+    mlp_state *s = state;
+    s->pending.active = false;
+    s->next_slot = 0;
+    return 0;
+}
+
 const sb_op_impl sb_op_mlp_impl = {
     .name = "tensor.mlp",
     .init = mlp_init,
@@ -1085,6 +1097,7 @@ const sb_op_impl sb_op_mlp_impl = {
     .finish = mlp_finish,
     .input_end = mlp_input_end,
     .free = mlp_free,
+    .reset = mlp_reset,
     .shutdown = mlp_shutdown,
     .default_batch = 256,
     .init_may_recover = true, /* the weights' fetch, a CUDA device on another worker */
