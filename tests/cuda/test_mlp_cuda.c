@@ -2,7 +2,8 @@
  * CUDA objects (Makefile: CUDA_TEST_BINS). With a device: the GEMM kernel against a double
  * precision reference, and the op on CUDA against the op on the CPU (the reference) over the
  * same random model and data, tensor columns and jsonl, several batch sizes (one batch, batches
- * that overlap on the two streams, a last batch that is not full), within 1e-4 relative.
+ * that overlap on the two streams, a last batch that is not full), within 1e-4 relative, also
+ * from a state kept between tasks (the worker's op state cache).
  * Without one (no driver: cudaGetDeviceCount fails): those skip, and the tests check that
  * `device: cuda` fails with the CUDA error and that `auto` gives the CPU's results. */
 #include <criterion/criterion.h>
@@ -18,6 +19,7 @@
 #include "partition/partition.h"
 #include "tests/unit/testutil.h"
 #include "worker/ops/ops.h"
+#include "worker/ops/statecache.h"
 #include "worker/ops/tensor/mlp_cuda.h"
 
 TestSuite(mlp_cuda, .timeout = 120);
@@ -311,6 +313,72 @@ Test(mlp_cuda, the_op_on_cuda_equals_the_op_on_the_cpu)
     free(aa), free(ac), free(cpu), free(gpu);
     sb_part_free(blobs[0]);
     sb_part_free(blobs[1]);
+    sb_op_shutdown();
+}
+
+/* run() as one task of stage "score" with a state from the cache c, returned after the task
+ * (ops.h, "Lifetime of an op state"); *used: the state it ran with. */
+static int run_cached(sb_op_cache *c, const char *args, void *blob, size_t len, size_t batch,
+                      float *y, void **used, sb_err *e)
+{
+    const sb_op_impl *op = sb_op_find("tensor.mlp");
+    void *st;
+    if (sb_op_cache_get(c, op, "score", args, &st, e) != 0)
+        return -1;
+    *used = st;
+    sink k = {.y = y, .json = 0};
+    sb_op_out *o = sb_op_out_new(16 << 10, collect, &k, e);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, e), 0);
+    int rc = sb_op_run(op, st, b, batch, o, e);
+    if (rc == 0)
+        rc = op->finish(st, o, e);
+    if (rc == 0)
+        rc = sb_op_out_flush(o, e);
+    sb_batch_close(b);
+    sb_op_out_free(o);
+    if (rc == 0) {
+        cr_assert_eq(k.rows, ROWS);
+        sb_op_cache_put(c, op, "score", args, st);
+    } else {
+        op->free(st);
+    }
+    return rc;
+}
+
+/* A state kept between tasks keeps its CUDA run (streams, pinned and device buffers: what made
+ * a task's init cost milliseconds) and gives every later task the CPU's results. */
+Test(mlp_cuda, a_reused_state_keeps_its_streams_and_matches_the_cpu)
+{
+    need_device();
+    const char *w = model_file();
+    size_t len;
+    void *blob = tensor_part(&len);
+    float *cpu = malloc(ROWS * DOUT * 4), *gpu = malloc(ROWS * DOUT * 4);
+    char *ac = args_for(w, "gelu", "cpu", "x"), *ag = args_for(w, "gelu", "cuda", "x");
+    sb_err e = {0};
+    cr_assert_eq(run(ac, blob, len, 128, 0, cpu, &e), 0, "%s", e.msg);
+    sb_op_cache *c = sb_op_cache_new(2);
+    void *first = NULL;
+    const size_t batches[] = {128, 333, 1, 128};
+    for (int task = 0; task < 4; task++) {
+        void *used = NULL;
+        memset(gpu, 0, ROWS * DOUT * 4);
+        cr_assert_eq(run_cached(c, ag, blob, len, batches[task], gpu, &used, &e), 0, "%s", e.msg);
+        if (task == 0)
+            first = used;
+        cr_expect_eq(used, first, "task %d: the same state", task);
+        char what[64];
+        snprintf(what, sizeof what, "task %d, batches of %zu", task, batches[task]);
+        expect_close(gpu, cpu, ROWS * DOUT, DOUT, 1e-4, what);
+    }
+    sb_op_cache_stats st;
+    sb_op_cache_stats_get(c, &st);
+    cr_expect_eq(st.created, 1);
+    cr_expect_eq(st.reused, 3);
+    sb_op_cache_free(c);
+    free(ac), free(ag), free(cpu), free(gpu);
+    sb_part_free(blob);
     sb_op_shutdown();
 }
 
