@@ -125,7 +125,7 @@ void sb_cmetrics_clear(sb_cmetrics *m)
 }
 
 static void stage_figures(sb_cmetrics *m, const char *ns, const char *pl,
-                          const sb_sched_op_stats *o)
+                          const sb_sched_group_stats *o)
 {
     const char *st = o->name ? o->name : "";
     const char *const v[] = {ns, pl, st};

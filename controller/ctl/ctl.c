@@ -1147,14 +1147,14 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
     out->nsplits = c->nsplits;
     if (c->sched != NULL) {
         sb_sched_get_stats(c->sched, &out->stats);
-        out->nops = sb_sched_op_count(c->sched);
+        out->nops = sb_sched_group_count(c->sched);
     } else if (c->pipeline != NULL) {
         out->stats.budget = (uint64_t)c->pipeline->spec.execution.memory_budget;
     }
     if (out->nops > 16)
         out->nops = 16;
     for (size_t i = 0; i < out->nops; i++)
-        sb_sched_get_op_stats(c->sched, i, &out->ops[i]);
+        sb_sched_get_group_stats(c->sched, i, &out->ops[i]);
     out->workers_registered = c->registered;
     out->workers_lost = c->lost;
     out->workers_retired = c->retired;

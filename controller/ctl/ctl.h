@@ -81,7 +81,7 @@ typedef struct sb_ctl_snapshot {
     sb_sched_state state;
     sb_sched_stats stats;
     size_t nops;
-    sb_sched_op_stats ops[16]; /* names point into the controller: valid until sb_ctl_free */
+    sb_sched_group_stats ops[16]; /* names point into the controller: valid until sb_ctl_free */
     size_t workers_registered, workers_lost;
     size_t workers_retired; /* drained (stats.workers_drained) and then retired */
     char failure[1024];

@@ -221,7 +221,7 @@ static void print_progress(const sb_ctl_snapshot *s, double elapsed, int tty, in
                 "queued", "rows/s", "rows");
         n++;
         for (size_t i = 0; i < s->nops; i++) {
-            const sb_sched_op_stats *o = &s->ops[i];
+            const sb_sched_group_stats *o = &s->ops[i];
             fprintf(stderr,
                     "\033[2K%-24.24s %3" PRIu64 "/%-3" PRIu64 " %7" PRIu64 " %7" PRIu64
                     " %12.0f %10" PRIu64 "%s\n",
@@ -253,7 +253,7 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
     fprintf(f, "\n%-24s %7s %12s %10s %9s %9s %12s %7s %9s\n", "stage", "tasks", "rows", "bytes",
             "task-s", "cpu-s", "rows/s", "retries", "recovered");
     for (size_t i = 0; i < s->nops; i++) {
-        const sb_sched_op_stats *o = &s->ops[i];
+        const sb_sched_group_stats *o = &s->ops[i];
         fprintf(f,
                 "%-24.24s %7" PRIu64 " %12" PRIu64 " %10s %9.1f %9.1f %12.0f %7" PRIu64 " %9" PRIu64
                 "\n",

@@ -41,7 +41,7 @@ typedef struct sb_operator_plan_config {
 /* 1 when the operator plans this pipeline (a stage with a placement choice, or a target). */
 int sb_operator_plan_wanted(const sb_pipeline *p);
 
-/* Per op figures of the scheduler (sb_sched_op_stats), cumulative since the run started. */
+/* Per op figures of the scheduler (sb_sched_group_stats), cumulative since the run started. */
 typedef struct sb_operator_plan_op {
     const char *name; /* stage names joined with '+' */
     uint64_t rows_in, rows_out, tasks;

@@ -261,7 +261,7 @@ int sb_operator_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t 
     if (st == NULL)
         return -1;
     for (size_t i = 0; i < s->nops; i++) {
-        const sb_sched_op_stats *o = &s->ops[i];
+        const sb_sched_group_stats *o = &s->ops[i];
         cJSON *x = cJSON_CreateObject();
         if (x == NULL) {
             cJSON_Delete(st);

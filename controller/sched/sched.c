@@ -143,7 +143,7 @@ typedef struct {
     uint32_t group;    /* static mode: its slot group within its pool (static_bind) */
     double speed_avg;  /* EWMA of every successful task's input bytes per ms (drain pre-filter) */
     uint64_t max_part; /* its largest output partition (the grant of early outputs) */
-    sb_sched_pool_figures by_pool[2]; /* sb_sched_op_stats.by_pool */
+    sb_sched_pool_figures by_pool[2]; /* sb_sched_group_stats.by_pool */
 } op;
 
 struct sb_sched {
@@ -783,7 +783,7 @@ void sb_sched_free(sb_sched *s)
     free(s);
 }
 
-size_t sb_sched_op_count(const sb_sched *s)
+size_t sb_sched_group_count(const sb_sched *s)
 {
     return s->nops;
 }
@@ -794,7 +794,7 @@ const char *const *sb_sched_pools(const sb_sched *s, size_t *n)
     return s->pools;
 }
 
-const char *sb_sched_op_pool(const sb_sched *s, uint32_t opi)
+const char *sb_sched_group_pool(const sb_sched *s, uint32_t opi)
 {
     return opi < s->nops ? s->ops[opi].pool : NULL;
 }
@@ -2619,7 +2619,7 @@ int sb_sched_worker_draining(const sb_sched *s, const char *worker_id)
     return w != NONE && s->workers[w].alive && s->workers[w].draining;
 }
 
-void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out)
+void sb_sched_get_group_stats(const sb_sched *s, size_t i, sb_sched_group_stats *out)
 {
     memset(out, 0, sizeof *out);
     if (i >= s->nops)

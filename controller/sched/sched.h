@@ -6,8 +6,11 @@
  * returns: tasks to send, partitions to release. Time is passed in (now_ms), so the core is
  * deterministic and tested without processes. Not thread-safe: the controller serialises calls.
  *
- * Plan. Stages become operators ("ops"); in streaming mode adjacent stages of the same pool
- * (cpu or gpu) are fused into one op, whose tasks run the stages back to back with no transfer.
+ * Plan. Stages become fused groups; in streaming mode adjacent stages of the same pool (cpu or
+ * gpu) are fused into one group, whose tasks run the stages back to back with no transfer. The
+ * API says "group" (sb_sched_group_stats); inside sched.c and in the wire's task ids a group is
+ * still indexed as "op" (s<op>-t<task>-p<seq>), and "op" in this essay means such a group: not
+ * a stage's function (worker/ops) and not the Kubernetes operator.
  * Op 0 also reads the source (one task per split); the last op also writes the sink. An op's
  * task reads input partitions of the previous op (coalesced up to the target partition size)
  * and yields output partitions "s<op>-t<task>-p<seq>" — the same ids when a task is re-run.
@@ -156,7 +159,7 @@ typedef struct sb_sched_pool_figures {
     double task_seconds;  /* their wall times */
 } sb_sched_pool_figures;
 
-typedef struct sb_sched_op_stats {
+typedef struct sb_sched_group_stats {
     const char *name;                 /* stage names joined with '+' */
     const char *pool;                 /* the pool it runs on now */
     sb_sched_pool_figures by_pool[2]; /* successful attempts on cpu [0] and gpu [1] workers */
@@ -178,7 +181,7 @@ typedef struct sb_sched_op_stats {
     double backpressure_seconds; /* time a task of this op was ready but the memory budget held
                                     it back (up to the latest call's clock) */
     int held;                    /* held back by the budget right now */
-} sb_sched_op_stats;
+} sb_sched_group_stats;
 
 typedef struct sb_sched_stats {
     uint64_t budget;
@@ -204,12 +207,12 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
                        sb_err *err);
 void sb_sched_free(sb_sched *s);
 
-size_t sb_sched_op_count(const sb_sched *s);
+size_t sb_sched_group_count(const sb_sched *s);
 /* Pools that have ops ("cpu", "gpu"); *n set. */
 const char *const *sb_sched_pools(const sb_sched *s, size_t *n);
 
 /* The pool ("cpu" / "gpu") op runs on now, or NULL when there is no such op. */
-const char *sb_sched_op_pool(const sb_sched *s, uint32_t op);
+const char *sb_sched_group_pool(const sb_sched *s, uint32_t op);
 
 /* Moves a stage of a running pipeline to another pool (a re-plan placed it there): its op's
  * queued and later tasks, re-runs and speculative copies go to workers of that pool, whose
@@ -272,8 +275,8 @@ size_t sb_sched_take_releases(sb_sched *s, const char *worker_id, char ***ids);
 sb_sched_state sb_sched_state_get(const sb_sched *s, const char **failure);
 
 void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out);
-/* Per-op statistics; i < sb_sched_op_count(). */
-void sb_sched_get_op_stats(const sb_sched *s, size_t i, sb_sched_op_stats *out);
+/* Per-op statistics; i < sb_sched_group_count(). */
+void sb_sched_get_group_stats(const sb_sched *s, size_t i, sb_sched_group_stats *out);
 
 /* The errored partitions so far, in the order they errored: at most SB_SCHED_ERRORED_KEEP are
  * listed (*n), *total counts them all (may be NULL). A view, valid until the next mutating call. */

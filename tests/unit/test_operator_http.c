@@ -143,12 +143,12 @@ static void one_pipeline(void *ud, sb_cmetrics *cm)
     static sb_ctl_snapshot s;
     memset(&s, 0, sizeof s);
     s.nops = 1;
-    s.ops[0] = (sb_sched_op_stats){.name = "parse",
-                                   .pool = "cpu",
-                                   .tasks_total = 10,
-                                   .tasks_done = 4,
-                                   .rows_out = 400,
-                                   .backpressure_seconds = 1.5};
+    s.ops[0] = (sb_sched_group_stats){.name = "parse",
+                                      .pool = "cpu",
+                                      .tasks_total = 10,
+                                      .tasks_done = 4,
+                                      .rows_out = 400,
+                                      .backpressure_seconds = 1.5};
     s.stats.budget = 1 << 20;
     sb_cmetrics_pool p = {"cpu", 3, 2, 1};
     sb_cmetrics_add(cm, "team", "logs", &s, &p, 1);

@@ -188,12 +188,12 @@ Test(opr_status, progress_and_stages)
     sb_ctl_snapshot s;
     memset(&s, 0, sizeof s);
     s.nops = 2;
-    s.ops[0] = (sb_sched_op_stats){.name = "read+parse",
-                                   .pool = "cpu",
-                                   .tasks_running = 2,
-                                   .rows_out = 100,
-                                   .bytes_out = 1000};
-    s.ops[1] = (sb_sched_op_stats){
+    s.ops[0] = (sb_sched_group_stats){.name = "read+parse",
+                                      .pool = "cpu",
+                                      .tasks_running = 2,
+                                      .rows_out = 100,
+                                      .bytes_out = 1000};
+    s.ops[1] = (sb_sched_group_stats){
         .name = "embed", .pool = "gpu", .tasks_running = 1, .rows_out = 50, .errored = 1};
     s.stats.partitions_recovered = 3;
     sb_operator_pool_view pools[2] = {{"cpu", 3, 2, 1}, {"gpu", 1, 0, 1}};
@@ -367,8 +367,8 @@ Test(opr_status, workers_and_throughput_columns)
     sb_ctl_snapshot s;
     memset(&s, 0, sizeof s);
     s.nops = 2;
-    s.ops[0] = (sb_sched_op_stats){.name = "read+parse", .pool = "cpu", .rows_out = 100000};
-    s.ops[1] = (sb_sched_op_stats){.name = "embed", .pool = "gpu", .rows_out = 12345};
+    s.ops[0] = (sb_sched_group_stats){.name = "read+parse", .pool = "cpu", .rows_out = 100000};
+    s.ops[1] = (sb_sched_group_stats){.name = "embed", .pool = "gpu", .rows_out = 12345};
     sb_operator_pool_view pools[2] = {{"cpu", 3, 2, 1}, {"gpu", 1, 1, 0}};
     cJSON *st = cJSON_CreateObject();
     cr_assert_eq(sb_operator_status_progress(st, &s, 10, 4, pools, 2, 10.0), 0);

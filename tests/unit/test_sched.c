@@ -141,7 +141,7 @@ static void sim_poll(sim *m, simworker *w)
         r->index = tasks[i].index;
         r->writes_sink = tasks[i].writes_sink;
         w->ops_ran |= 1u << (tasks[i].op & 31);
-        const char *op_pool = sb_sched_op_pool(m->s, tasks[i].op); /* where its op runs now */
+        const char *op_pool = sb_sched_group_pool(m->s, tasks[i].op); /* where its op runs now */
         if (op_pool == NULL || strcmp(op_pool, w->pool) != 0)
             m->pool_mismatch++;
         int g = strcmp(w->pool, "gpu") == 0;
@@ -384,16 +384,16 @@ Test(sched, fusion_and_pools)
     spec_fixture_load(&h, spec_text(TWO_CPU, "{}"));
     sim m;
     sim_init(&m, &h, 1, MiB);
-    cr_expect_eq(sb_sched_op_count(m.s), 1, "two cpu stages fuse into one op");
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    cr_expect_eq(sb_sched_group_count(m.s), 1, "two cpu stages fuse into one op");
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_str_eq(os.name, "a+b");
     sb_sched_free(m.s);
     spec_fixture_free(&h);
 
     spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
     sim_init(&m, &h, 1, MiB);
-    cr_expect_eq(sb_sched_op_count(m.s), 2);
+    cr_expect_eq(sb_sched_group_count(m.s), 2);
     size_t np;
     const char *const *pools = sb_sched_pools(m.s, &np);
     cr_assert_eq(np, 2);
@@ -404,7 +404,7 @@ Test(sched, fusion_and_pools)
 
     spec_fixture_load(&h, spec_text(TWO_CPU, "{mode: staged}"));
     sim_init(&m, &h, 1, MiB);
-    cr_expect_eq(sb_sched_op_count(m.s), 2, "no fusion outside streaming mode");
+    cr_expect_eq(sb_sched_group_count(m.s), 2, "no fusion outside streaming mode");
     sb_sched_free(m.s);
     spec_fixture_free(&h);
 }
@@ -425,8 +425,8 @@ Test(sched, runs_every_split_once_and_finishes)
     cr_expect_eq(st.sink_bytes, 40 * 64 * MiB);
     cr_expect_eq(st.tasks_rerun, 0);
     cr_expect_eq(st.partition_bytes, 0, "everything released at the end");
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.tasks_done, 40);
     cr_expect_eq(os.tasks_total, 40);
     sb_sched_free(m.s);
@@ -579,8 +579,8 @@ Test(sched, op_errors_are_retried_then_fail_the_pipeline)
               "%s", why);
     cr_expect(strstr(why, "failed 3 times, last error: boom: bad record") != NULL, "%s", why);
     cr_expect(strstr(why, "maxErroredPartitions is 0") != NULL, "%s", why);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 1, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 1, &os);
     cr_expect_geq(os.retries, 2);
     sb_sched_free(m.s);
     spec_fixture_free(&h);
@@ -597,8 +597,8 @@ Test(sched, errored_partitions_within_the_limit_are_skipped)
     sim_add_worker(&m, "g1", "gpu", 1);
     sim_run(&m, 1000, NULL);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 1, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 1, &os);
     cr_expect_eq(os.errored, 3);
     sb_sched_stats st;
     sb_sched_get_stats(m.s, &st);
@@ -621,8 +621,8 @@ Test(sched, data_errors_are_not_retried_and_errored_partitions_are_listed)
     sim_add_worker(&m, "g1", "gpu", 1);
     sim_run(&m, 1000, NULL);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.retries, 0, "a data error was retried %" PRIu64 " times", os.retries);
     cr_expect_eq(os.errored, 3);
     size_t n;
@@ -661,8 +661,8 @@ Test(sched, permanent_errors_fail_the_pipeline_at_the_first_attempt)
     cr_assert_eq(sb_sched_state_get(m.s, &why), SB_SCHED_FAILED);
     cr_expect(strstr(why, "stage load failed: task ns/t/s0-t") != NULL, "%s", why);
     cr_expect(strstr(why, "a retry would repeat: boom: bad record") != NULL, "%s", why);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.retries, 0, "a permanent error was retried %" PRIu64 " times", os.retries);
     /* one attempt per task that was running (at most a slot of each worker), none after */
     cr_expect_leq(os.failed_attempts, 2, "%" PRIu64 " attempts failed", os.failed_attempts);
@@ -745,7 +745,7 @@ static void static_run(uint32_t nworkers, uint32_t slots, void (*fault)(sim *, u
     spec_fixture_load(&h, spec_text(THREE_CPU, "{mode: static}"));
     sim m;
     sim_init(&m, &h, 8, 64 * MiB);
-    cr_assert_eq(sb_sched_op_count(m.s), 3, "static mode does not fuse stages");
+    cr_assert_eq(sb_sched_group_count(m.s), 3, "static mode does not fuse stages");
     for (uint32_t k = 0; k < nworkers; k++) {
         char id[16];
         snprintf(id, sizeof id, "c%u", k + 1);
@@ -1012,9 +1012,9 @@ Test(sched, small_partitions_are_coalesced)
     sim_add_worker(&m, "g1", "gpu", 1);
     sim_run(&m, 100000, NULL);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
-    sb_sched_op_stats a, b;
-    sb_sched_get_op_stats(m.s, 0, &a);
-    sb_sched_get_op_stats(m.s, 1, &b);
+    sb_sched_group_stats a, b;
+    sb_sched_get_group_stats(m.s, 0, &a);
+    sb_sched_get_group_stats(m.s, 1, &b);
     cr_expect_eq(a.tasks_done, 40);
     cr_expect_lt(b.tasks_done, 40 / 3, "%" PRIu64 " downstream tasks for 40 small partitions",
                  b.tasks_done);
@@ -1098,8 +1098,8 @@ Test(sched, errored_partition_keeps_the_first_error)
 /* Backpressure: a fast CPU stage feeding a slow GPU stage under a small budget is held back
  * (a task ready, the budget full) for a good part of the run; with a budget that holds the
  * whole dataset nothing is held. Attempts and the duration histogram count every task. */
-static double run_backpressure(const char *budget, sb_sched_op_stats *op0, sb_sched_op_stats *op1,
-                               uint64_t *wall_ms)
+static double run_backpressure(const char *budget, sb_sched_group_stats *op0,
+                               sb_sched_group_stats *op1, uint64_t *wall_ms)
 {
     spec_holder h;
     char exec[64];
@@ -1113,8 +1113,8 @@ static double run_backpressure(const char *budget, sb_sched_op_stats *op0, sb_sc
     sim_add_worker(&m, "g1", "gpu", 1);
     sim_run(&m, 100000, NULL);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
-    sb_sched_get_op_stats(m.s, 0, op0);
-    sb_sched_get_op_stats(m.s, 1, op1);
+    sb_sched_get_group_stats(m.s, 0, op0);
+    sb_sched_get_group_stats(m.s, 1, op1);
     *wall_ms = m.now;
     sb_sched_free(m.s);
     spec_fixture_free(&h);
@@ -1123,7 +1123,7 @@ static double run_backpressure(const char *budget, sb_sched_op_stats *op0, sb_sc
 
 Test(sched, backpressure_time_attempts_and_durations)
 {
-    sb_sched_op_stats a, b;
+    sb_sched_group_stats a, b;
     uint64_t wall;
     double held = run_backpressure("512Mi", &a, &b, &wall);
     cr_expect_gt(held, 0.25 * (double)wall / 1000.0,
@@ -1256,8 +1256,8 @@ Test(sched, an_idle_worker_copies_a_straggler_and_the_first_to_finish_counts)
     cr_expect_eq(sb_sched_assign(m.s, "c2", 1, 1500, t), 0, "one copy per task, c2 is busy");
     /* the copy finishes first: its output is the task's */
     cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1600), 1);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.speculated, 1);
     cr_expect_eq(os.spec_won, 1);
     cr_expect_eq(os.tasks_done, 4);
@@ -1301,8 +1301,8 @@ Test(sched, when_the_original_wins_the_copy_is_stale_and_released)
     cr_expect_str_eq(rel[0], "s0-t3-p0");
     free(rel[0]);
     free(rel);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.speculated, 1);
     cr_expect_eq(os.spec_won, 0);
     cr_expect_eq(os.tasks_running, 0);
@@ -1320,14 +1320,14 @@ Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
     cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
     /* the straggler's worker dies: no re-run, the copy goes on as the task */
     sb_sched_worker_lost(m.s, "c1", "test", 1450);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.tasks_queued, 0, "not re-queued: the copy runs it");
     cr_expect_eq(os.tasks_running, 1);
     sim_add_worker(&m, "c3", "cpu", 1);
     cr_expect_eq(sb_sched_assign(m.s, "c3", 1, 1460, t), 0, "nothing to run twice");
     cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1500), 1);
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.tasks_done, 4);
     sb_sched_free(m.s);
     spec_fixture_free(&h);
@@ -1336,11 +1336,11 @@ Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
     straggler_setup(&m, &h);
     cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
     cr_assert_eq(complete1(m.s, "c1", "ns/t/s0-t3", 0, SB_SCHED_ERROR, NULL, 1450), 1);
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.retries, 1);
     cr_expect_eq(os.tasks_queued, 0);
     cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1500), 1);
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.tasks_done, 4);
     sb_sched_free(m.s);
     spec_fixture_free(&h);
@@ -1349,7 +1349,7 @@ Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
     straggler_setup(&m, &h);
     cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
     cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_ERROR, NULL, 1450), 1);
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.retries, 0);
     cr_expect_eq(os.tasks_running, 1);
     cr_assert_eq(complete1(m.s, "c1", "ns/t/s0-t3", 0, SB_SCHED_OK, "s0-t3-p0", 1500), 1);
@@ -1488,8 +1488,8 @@ Test(sched, a_slow_first_probe_does_not_serialise_the_pipeline)
     cr_expect_eq(m.peak_check_violations, 0);
     /* 39 tasks of 100 ms on two workers ~ 2 s, but the slow probe's own task ends at 10 s */
     cr_expect_leq(m.now, 10100, "makespan %" PRIu64 " ms", m.now);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_leq(os.tasks_done, 40);
     sb_sched_free(m.s);
     spec_fixture_free(&h);
@@ -1721,8 +1721,8 @@ Test(sched, a_task_on_a_measured_slow_worker_is_copied_at_once_in_the_tail)
     cr_assert_eq(sb_sched_assign(m.s, "fast", 1, 550, t), 1, "copied at once, long before 1 s");
     cr_expect_str_eq(t[0].task_id, "ns/t/s0-t4");
     cr_expect_eq(t[0].attempt, 1);
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.speculated, 1);
     sb_sched_free(m.s);
     spec_fixture_free(&h);
@@ -1807,8 +1807,8 @@ static uint64_t sick_gpu_run(const char *psize, size_t nsplits, int ngpu, uint64
     cr_assert_eq(st.sink_bytes, nsplits * split_bytes, "every byte once");
     cr_expect_eq(st.partition_bytes, 0, "everything released at the end");
     cr_expect_eq(m.peak_check_violations, 0, "memory budget + one partition");
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 1, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 1, &os);
     if (copies)
         *copies = os.speculated;
     uint64_t end = m.now;
@@ -2318,8 +2318,8 @@ Test(sched, an_early_output_is_taken_at_once_and_counted_once)
         "%s", err.msg);
     cr_expect_not(has_release(s, "c1", "s0-t0-p0"));
     cr_expect_not(has_release(s, "c1", "s0-t0-p1"));
-    sb_sched_op_stats op0;
-    sb_sched_get_op_stats(s, 0, &op0);
+    sb_sched_group_stats op0;
+    sb_sched_get_group_stats(s, 0, &op0);
     cr_expect_eq(op0.bytes_out, 128 * MiB);
     cr_expect_eq(op0.rows_out, 20);
     sb_sched_get_stats(s, &st1);
@@ -2591,8 +2591,8 @@ static void move_run(size_t kill_after)
     sim m;
     sim_init(&m, &h, 40, 64 * MiB);
     g_no_fuse_choices = 0;
-    cr_assert_eq(sb_sched_op_count(m.s), 3, "the stage with a choice is an op of its own");
-    cr_expect_str_eq(sb_sched_op_pool(m.s, 1), "cpu");
+    cr_assert_eq(sb_sched_group_count(m.s), 3, "the stage with a choice is an op of its own");
+    cr_expect_str_eq(sb_sched_group_pool(m.s, 1), "cpu");
     m.ms_per_mb[1] = 10;
     m.report_wall = 1;
     sim_add_worker(&m, "c1", "cpu", 2);
@@ -2607,7 +2607,7 @@ static void move_run(size_t kill_after)
     cr_expect_eq(g_move_rc[0], 1, "moved");
     cr_expect_eq(g_move_rc[1], 0, "a second move to the same pool changes nothing");
     cr_expect_eq(g_move_rc[2], -1, "load allows cpu only");
-    cr_expect_str_eq(sb_sched_op_pool(m.s, 1), "gpu");
+    cr_expect_str_eq(sb_sched_group_pool(m.s, 1), "gpu");
     cr_expect_gt(g_cpu_before[0], 0, "infer ran on cpu workers before the move");
     cr_expect_eq(g_cpu_before[1], 0, "and not on the gpu worker");
     cr_expect_eq(m.by_pool[1][0], g_cpu_before[0], "no infer task on a cpu worker after it");
@@ -2624,8 +2624,8 @@ static void move_run(size_t kill_after)
     if (kill_after > 0)
         cr_expect_gt(st.partitions_recovered + st.tasks_rerun, 0, "c1's loss was recovered");
     /* infer's figures per pool: each from its own tasks, adding up to the op's */
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(m.s, 1, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 1, &os);
     cr_expect_str_eq(os.pool, "gpu");
     cr_expect_gt(os.by_pool[0].rows_in, 0);
     cr_expect_gt(os.by_pool[1].rows_in, 0);
@@ -2634,7 +2634,7 @@ static void move_run(size_t kill_after)
     cr_expect_eq(os.by_pool[0].timed_tasks + os.by_pool[1].timed_tasks, os.timed_tasks);
     cr_expect_gt(os.by_pool[1].timed_tasks, 0);
     cr_expect_gt(os.by_pool[1].task_seconds, 0);
-    sb_sched_get_op_stats(m.s, 0, &os);
+    sb_sched_get_group_stats(m.s, 0, &os);
     cr_expect_eq(os.by_pool[1].rows_in, 0, "load never ran on gpu");
     cr_expect_eq(os.by_pool[0].rows_in, os.rows_in);
     sb_sched_free(m.s);
@@ -2657,14 +2657,14 @@ Test(sched, a_fused_stage_cannot_move_and_nothing_changes)
     spec_fixture_load(&h, spec_text(CHOICE, "{}"));
     sim m;
     sim_init(&m, &h, 4, MiB);
-    cr_assert_eq(sb_sched_op_count(m.s), 1, "without no_fuse_choices the three stages fuse");
+    cr_assert_eq(sb_sched_group_count(m.s), 1, "without no_fuse_choices the three stages fuse");
     sb_err err = {0};
     cr_expect_eq(sb_sched_stage_move(m.s, 1, "gpu", &err), -1);
     cr_expect(strstr(err.msg, "fused") != NULL && strstr(err.msg, "load+infer+post") != NULL, "%s",
               err.msg);
     cr_expect_eq(sb_sched_stage_move(m.s, 1, "tpu", &err), -1);
     cr_expect(strstr(err.msg, "tpu") != NULL, "%s", err.msg);
-    cr_expect_str_eq(sb_sched_op_pool(m.s, 0), "cpu");
+    cr_expect_str_eq(sb_sched_group_pool(m.s, 0), "cpu");
     sim_add_worker(&m, "c1", "cpu", 2);
     sim_run(&m, 10000, NULL);
     cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
@@ -2688,7 +2688,7 @@ Test(sched, a_move_changes_whether_the_op_before_is_charged_one_output_at_a_time
     sim_init(&m, &h, 8, 128 * MiB);
     g_no_fuse_choices = 0;
     sb_sched *s = m.s;
-    cr_assert_str_eq(sb_sched_op_pool(s, 1), "gpu");
+    cr_assert_str_eq(sb_sched_group_pool(s, 1), "gpu");
     sim_add_worker(&m, "c1", "cpu", 1);
     sim_add_worker(&m, "c2", "cpu", 1);
     sim_add_worker(&m, "g1", "gpu", 8);

@@ -265,7 +265,7 @@ static void sim_init(sim *m, spec_holder *h, size_t nsplits, const sb_sched_resu
     sb_sched_config cfg = {.pipeline = &h->p, .pipeline_id = "ns/t", .resume = resume};
     m->s = sb_sched_new(&cfg, sp, nsplits, err);
     if (m->s != NULL)
-        m->nops = sb_sched_op_count(m->s);
+        m->nops = sb_sched_group_count(m->s);
 }
 
 static uint64_t total_bytes(size_t nsplits)
@@ -555,8 +555,8 @@ static void run_and_resume(const char *stages, size_t nsplits, uint64_t stop_aft
     b.check = 1;
     memcpy(b.committed, committed, sizeof committed);
     b.ncommitted_parts = nparts;
-    sb_sched_op_stats os;
-    sb_sched_get_op_stats(b.s, 0, &os);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(b.s, 0, &os);
     cr_expect_eq(os.resumed, ncommitted);
     cr_expect_eq(os.tasks_done, ncommitted);
     sb_sched_stats st;

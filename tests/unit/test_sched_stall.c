@@ -196,7 +196,7 @@ static outcome static_expand_run(uint32_t budget_parts, double expand, uint32_t 
     sb_err err;
     m.s = sb_sched_new(&cfg, sp, NSPLITS, &err);
     cr_assert_not_null(m.s, "%s", err.msg);
-    cr_assert_eq(sb_sched_op_count(m.s), 3, "static mode does not fuse stages");
+    cr_assert_eq(sb_sched_group_count(m.s), 3, "static mode does not fuse stages");
     for (uint32_t k = 0; k < nworkers; k++) {
         char id[16];
         snprintf(id, sizeof id, "c%u", k + 1);
