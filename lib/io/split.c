@@ -476,7 +476,7 @@ const char *sb_io_split_describe(const char *enc, char *buf, size_t cap)
     if (sb_io_splits_decode(enc, strlen(enc), &v, &n, NULL) != 0 || n == 0) {
         /* not a split of ours: its text, bounded, with control characters as spaces */
         size_t k = 0;
-        for (; enc[k] != '\0' && k < 120 && k + 4 < cap; k++)
+        for (; k < 120 && k + 4 < cap && enc[k] != '\0'; k++)
             buf[k] = (unsigned char)enc[k] < 0x20 || enc[k] == 0x7f ? ' ' : enc[k];
         snprintf(buf + k, cap - k, "%s", enc[k] != '\0' ? "..." : "");
         return buf;
