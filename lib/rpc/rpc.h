@@ -159,15 +159,19 @@ int sb_rpc_server_listen(sb_rpc_server *srv, const char *addr, sb_err *err);
 int sb_rpc_server_start(sb_rpc_server *srv, sb_err *err);
 /* Port bound by the last sb_rpc_server_listen() (0 if none). */
 int sb_rpc_server_port(const sb_rpc_server *srv);
-/* Stops accepting calls, lets calls in flight finish for up to grace_ms, then cancels the rest
- * (their writes fail, cancel callbacks fire), waits for gRPC to let go of every call and joins
- * the threads. Returns the number of calls that had to be cancelled (0 = all finished in time).
- * Idempotent. Handles the application still holds stay valid until it ends them. Never call it
- * from a handler or callback (it joins the server threads). */
+/* Stops taking calls (from now on new ones are answered UNAVAILABLE), lets calls in flight
+ * finish for up to grace_ms, then cancels the rest (their writes fail, cancel callbacks fire),
+ * waits for gRPC to let go of every call and joins the threads. Returns the number of calls
+ * that had to be cancelled (0 = all finished in time). Idempotent. Handles the application still
+ * holds stay valid until it ends them. Never call it from a handler or callback (it joins the
+ * server threads). */
 int sb_rpc_server_shutdown(sb_rpc_server *srv, int grace_ms);
-/* Like sb_rpc_server_shutdown(), and keeps the connections up for linger_ms after the last
- * stream ended (so a slow reader still gets a stream's tail; sb_rpc_server_shutdown() lingers
- * min(grace_ms, 2 s)). linger_ms 0: the caller knows every reader has read all it needs. */
+/* Like sb_rpc_server_shutdown(), and when every call finished within the grace, keeps the
+ * connections up for linger_ms after the last stream ended before closing them (a stream ends
+ * on the server once its last message is in the transport, possibly long before a slow reader
+ * read it; closing the connection then could reset it and lose that tail).
+ * sb_rpc_server_shutdown() lingers min(grace_ms, 2 s). linger_ms 0: the caller knows every
+ * reader has read all it needs. */
 int sb_rpc_server_shutdown_linger(sb_rpc_server *srv, int grace_ms, int linger_ms);
 /* Shuts down (grace 0) if needed and frees the server. NULL is a no-op. */
 void sb_rpc_server_free(sb_rpc_server *srv);

@@ -102,6 +102,7 @@ struct sb_rpc_call {
     sb_rpc_call_cb ready_cb, cancel_cb;
     void *ready_ud, *cancel_ud;
     int cancel_notified;
+    int refused;                     /* answered UNAVAILABLE: the server was shutting down */
     int64_t progress_ms;             /* last SEND/STATUS batch started or completed (monotonic) */
     struct sb_rpc_call *prev, *next; /* srv->calls while `call` is set; under srv->mu */
 };
@@ -116,11 +117,13 @@ struct sb_rpc_server {
     int port;
     int started;
     int shutdown_started;
+    int draining;      /* shutting down: new calls are answered UNAVAILABLE */
     int shutdown_done; /* gRPC's shutdown notification arrived */
     int stopped;       /* everything joined and destroyed */
     int cancelled_calls;
     int64_t last_stream_end_ms; /* when the last streaming call ended (monotonic ms) */
     int live_calls;             /* grpc_calls not yet released */
+    int live_refused;           /* ... of which refused (answered UNAVAILABLE while draining) */
     sb_rpc_call *calls;         /* ... their contexts (the stall sweep walks them) */
     int stall_ms;               /* send stall timeout (0 = none) */
     int64_t last_sweep_ms;
@@ -163,6 +166,9 @@ static grpc_call *take_releasable_locked(sb_rpc_call *c)
 }
 
 #define SB_RPC_SHUTDOWN_LINGER_MS 2000
+/* After a drain that left nothing running, how long gRPC's own graceful shutdown may take before
+ * the connections are closed by force (GOAWAY and its PING round trip: milliseconds). */
+#define SB_RPC_SHUTDOWN_IDLE_MS 1000
 
 static int64_t mono_ms(void)
 {
@@ -171,7 +177,8 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void release_grpc_call(sb_rpc_server *srv, sb_rpc_call *c, grpc_call *gc, int streaming)
+static void release_grpc_call(sb_rpc_server *srv, sb_rpc_call *c, grpc_call *gc, int streaming,
+                              int refused)
 {
     if (!gc)
         return;
@@ -179,6 +186,8 @@ static void release_grpc_call(sb_rpc_server *srv, sb_rpc_call *c, grpc_call *gc,
      * run on an application thread that ended the call). */
     pthread_mutex_lock(&srv->mu);
     srv->live_calls--;
+    if (refused)
+        srv->live_refused--;
     if (c->prev)
         c->prev->next = c->next;
     else if (srv->calls == c)
@@ -186,7 +195,7 @@ static void release_grpc_call(sb_rpc_server *srv, sb_rpc_call *c, grpc_call *gc,
     if (c->next)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
-    if (streaming)
+    if (streaming && !refused)
         srv->last_stream_end_ms = mono_ms();
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
@@ -200,8 +209,9 @@ static void call_unref_locked(sb_rpc_call *c)
     grpc_call *gc = take_releasable_locked(c);
     int gone = --c->refs == 0;
     int streaming = c->m != NULL && c->m->streaming; /* read before unlocking: c may go then */
+    int refused = c->refused;
     pthread_mutex_unlock(&c->mu);
-    release_grpc_call(srv, c, gc, streaming);
+    release_grpc_call(srv, c, gc, streaming, refused);
     if (gone)
         call_free(c);
 }
@@ -380,6 +390,9 @@ static void new_call(sb_rpc_server *srv, const rpc_method *m, grpc_call *gc, gpr
     if (c->next)
         c->next->prev = c;
     srv->calls = c;
+    int refuse = srv->draining;
+    c->refused = refuse; /* before anyone else sees c */
+    srv->live_refused += refuse;
     pthread_mutex_unlock(&srv->mu);
 
     grpc_op op;
@@ -399,7 +412,11 @@ static void new_call(sb_rpc_server *srv, const rpc_method *m, grpc_call *gc, gpr
 
     uint8_t *buf = NULL;
     size_t len = 0;
-    if (!payload) {
+    if (refuse) {
+        if (payload)
+            grpc_byte_buffer_destroy(payload);
+        sb_rpc_call_finish(c, SB_RPC_UNAVAILABLE, "%s: the server is shutting down", m->path);
+    } else if (!payload) {
         sb_rpc_call_finish(c, SB_RPC_INVALID_ARGUMENT, "%s: request message missing", m->path);
     } else if (sb_rpc__bb_flatten(payload, &buf, &len) < 0) {
         grpc_byte_buffer_destroy(payload);
@@ -758,17 +775,29 @@ int sb_rpc_server_start(sb_rpc_server *srv, sb_err *err)
     return 0;
 }
 
-static void wait_until(sb_rpc_server *srv, const int *flag, int timeout_ms)
+static void deadline_at(struct timespec *ts, int64_t at_ms)
+{
+    ts->tv_sec = (time_t)(at_ms / 1000);
+    ts->tv_nsec = (long)(at_ms % 1000) * 1000000L;
+}
+
+/* With srv->mu held: waits until *flag is set or the monotonic clock reaches at_ms. */
+static void wait_flag_until(sb_rpc_server *srv, const int *flag, int64_t at_ms)
 {
     struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    deadline_at(&dl, at_ms);
     while (!*flag)
+        if (pthread_cond_timedwait(&srv->cv, &srv->mu, &dl) != 0)
+            break;
+}
+
+/* With srv->mu held: waits until no call is in flight (calls refused meanwhile aside) or the
+ * clock reaches at_ms. */
+static void wait_no_calls_until(sb_rpc_server *srv, int64_t at_ms)
+{
+    struct timespec dl;
+    deadline_at(&dl, at_ms);
+    while (srv->live_calls - srv->live_refused > 0)
         if (pthread_cond_timedwait(&srv->cv, &srv->mu, &dl) != 0)
             break;
 }
@@ -779,6 +808,17 @@ int sb_rpc_server_shutdown(sb_rpc_server *srv, int grace_ms)
         srv, grace_ms, grace_ms < SB_RPC_SHUTDOWN_LINGER_MS ? grace_ms : SB_RPC_SHUTDOWN_LINGER_MS);
 }
 
+/* The order matters. gRPC's own graceful shutdown (grpc_server_shutdown_and_notify) closes each
+ * connection as soon as its last stream has handed its last bytes to the socket, and closing a
+ * socket whose peer is still sending (the reader's WINDOW_UPDATEs, its PING acks) resets it: the
+ * peer's kernel drops what the reader had not read yet, and a slow reader loses the tail of a
+ * stream that ended OK on our side ("UNAVAILABLE: recvmsg: Connection reset by peer", or "Broken
+ * pipe"). So the linger has to come before gRPC's shutdown, while the connections are still up:
+ *   1. drain: new calls are answered UNAVAILABLE; the calls in flight get up to grace_ms to end;
+ *   2. linger: if they all ended, the connections stay up until linger_ms after the last stream
+ *      ended, so its reader can take the tail (a reader done earlier closes its connection);
+ *   3. gRPC's shutdown (GOAWAY, listeners closed) — quick, nothing is left running — and, if
+ *      calls are still in flight when the grace is spent, cancelling them. */
 int sb_rpc_server_shutdown_linger(sb_rpc_server *srv, int grace_ms, int linger_ms)
 {
     pthread_mutex_lock(&srv->mu);
@@ -790,9 +830,32 @@ int sb_rpc_server_shutdown_linger(sb_rpc_server *srv, int grace_ms, int linger_m
         return n;
     }
     srv->shutdown_started = 1;
+    srv->draining = 1;
     pthread_mutex_unlock(&srv->mu);
     if (!srv->server)
         goto done;
+    if (grace_ms < 0)
+        grace_ms = 0;
+    int64_t grace_end = mono_ms() + grace_ms;
+    if (srv->started && grace_ms > 0) {
+        pthread_mutex_lock(&srv->mu);
+        wait_no_calls_until(srv, grace_end);
+        int drained = srv->live_calls - srv->live_refused == 0;
+        int64_t last_end = srv->last_stream_end_ms;
+        pthread_mutex_unlock(&srv->mu);
+        if (drained && linger_ms > 0 && last_end > 0) {
+            int64_t left = last_end + linger_ms - mono_ms();
+            if (left > 0) {
+                struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
+                while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                    ;
+            }
+        }
+        /* Nothing is running any more: gRPC's graceful part (GOAWAY, then each idle connection
+         * closes) takes milliseconds; calls refused meanwhile end at once. */
+        if (drained && grace_end < mono_ms() + SB_RPC_SHUTDOWN_IDLE_MS)
+            grace_end = mono_ms() + SB_RPC_SHUTDOWN_IDLE_MS;
+    }
     grpc_server_shutdown_and_notify(srv->server, srv->threads[0].cq, &srv->t_shutdown);
     if (!srv->started) {
         /* No threads: collect the notification here. */
@@ -804,14 +867,14 @@ int sb_rpc_server_shutdown_linger(sb_rpc_server *srv, int grace_ms, int linger_m
         }
     } else {
         pthread_mutex_lock(&srv->mu);
-        wait_until(srv, &srv->shutdown_done, grace_ms > 0 ? grace_ms : 0);
+        wait_flag_until(srv, &srv->shutdown_done, grace_end);
         if (!srv->shutdown_done) {
-            srv->cancelled_calls = srv->live_calls;
+            srv->cancelled_calls = srv->live_calls - srv->live_refused;
             pthread_mutex_unlock(&srv->mu);
             grpc_server_cancel_all_calls(srv->server);
             pthread_mutex_lock(&srv->mu);
-            for (int waited = 0; !srv->shutdown_done; waited += 5000) {
-                wait_until(srv, &srv->shutdown_done, 5000);
+            while (!srv->shutdown_done) {
+                wait_flag_until(srv, &srv->shutdown_done, mono_ms() + 5000);
                 if (!srv->shutdown_done) {
                     char n[16];
                     snprintf(n, sizeof n, "%d", srv->live_calls);
@@ -821,20 +884,6 @@ int sb_rpc_server_shutdown_linger(sb_rpc_server *srv, int grace_ms, int linger_m
             }
         }
         pthread_mutex_unlock(&srv->mu);
-    }
-    /* A stream's last messages and status may still sit in the transport when its call ends
-     * (accepted by flow control, not yet read by a slow client); tearing the connections down
-     * now would reset them and lose that tail. On a graceful shutdown keep the transports (and
-     * the threads that drive them) up a little longer after the last stream ended. */
-    if (linger_ms > 0 && srv->started) {
-        pthread_mutex_lock(&srv->mu);
-        int64_t left = srv->last_stream_end_ms + linger_ms - mono_ms();
-        pthread_mutex_unlock(&srv->mu);
-        if (srv->last_stream_end_ms > 0 && left > 0) {
-            struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
-            while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-                ;
-        }
     }
     for (int t = 0; t < srv->nthreads; t++)
         grpc_completion_queue_shutdown(srv->threads[t].cq);

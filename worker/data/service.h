@@ -43,7 +43,8 @@
  * fetches (UNAVAILABLE, so fetchers retry elsewhere or give up), waits for the running ones to
  * end and lingers so that their readers can take the last chunks (a stream ends on the server
  * once its last chunk was accepted by flow control, possibly megabytes before the client read
- * it; lib/rpc's graceful shutdown lingers too, since e26ce35 — tests/unit/test_data_rpc.c).
+ * it; lib/rpc's graceful shutdown drains and lingers the same way, with the connections still
+ * up, before it closes them — tests/unit/test_data_rpc.c).
  *
  * Memory ownership. The store is borrowed and must outlive the data server. The data server
  * owns its fetch contexts, its I/O threads and the pooled buffers. sb_data_server_free() must
