@@ -1,4 +1,4 @@
-/* server.h — the worker's Data service: answers Data.Fetch(FetchRequest{partition_id, offset})
+/* service.h — the worker's Data service: answers Data.Fetch(FetchRequest{partition_id, offset})
  * with a stream of Chunks read from the worker's partition store (worker/store).
  *
  * What a fetch sends. The partition blob from `offset` to its end, cut on the chunk grid of
