@@ -1,4 +1,4 @@
-/* service.c — Data.Fetch over the partition store (see server.h for the design).
+/* service.c — Data.Fetch over the partition store (see service.h for the design).
  *
  * Locks: fx->mu guards one fetch's state; ds->mu guards the job queue, the buffer pool, the
  * waiters, the free list and the counters. Order: fx->mu before ds->mu. gRPC is called with
