@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "io/common.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 
 #define TMP_PREFIX ".sbtmp-"
 #define EARLY_WRITEBACK_BYTES (256u << 10) /* files at least this big start write-back at close */

@@ -20,7 +20,7 @@
  * Memory: readers own their curl handles and buffer; everything is freed by read_close.
  */
 #include "io/retry.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

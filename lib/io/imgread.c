@@ -12,7 +12,7 @@
 
 #include "image/image.h"
 #include "io/common.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 #include "partition/partition.h"
 
 static int int_arg(const cJSON *root, const char *name, double lo, double hi, uint64_t *out,

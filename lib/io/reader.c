@@ -16,7 +16,7 @@
 #include "io/common.h"
 #include "io/csv.h"
 #include "io/imgread.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 
 /* The split's bytes as one sequential stream from the storage layer. The first request covers
  * the split itself; reading past its end (to finish the last line) continues with requests of

@@ -28,7 +28,7 @@
 #include "io/aws.h"
 #include "io/retry.h"
 #include "io/s3.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 
 #define MIN_PART ((size_t)5 << 20)
 #define RD_BUF ((size_t)4 << 20)

@@ -27,7 +27,7 @@
 #include "io/common.h"
 #include "io/csv.h"
 #include "io/reader.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 #include "partition/id.h"
 
 #define PART_PREFIX "part-"

@@ -10,7 +10,7 @@
 
 #include "io/common.h"
 #include "io/csv.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 
 /* a * b / c without overflow for a <= c (b, c < 2^63). */
 static uint64_t muldiv(uint64_t a, uint64_t b, uint64_t c)

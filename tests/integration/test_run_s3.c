@@ -18,7 +18,7 @@
 #include "../helpers/minio.h"
 #include "../unit/testutil.h"
 #include "itest.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 
 static sb_minio mio;
 

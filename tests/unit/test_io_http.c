@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/backend.h"
+#include "io/schemes.h"
 #include "lines_check.h"
 
 #define MiB ((uint64_t)1 << 20)

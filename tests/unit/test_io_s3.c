@@ -19,7 +19,7 @@
 #include "../helpers/minio.h"
 #include "io/aws.h"
 #include "io/s3.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 #include "lines_check.h"
 
 static sb_minio mn;

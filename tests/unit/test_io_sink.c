@@ -17,7 +17,7 @@
 #include "partition/crc32c.h"
 #include "partition/partition.h"
 #include "io/sink.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 #include "testutil.h"
 
 static char g_dir[64];

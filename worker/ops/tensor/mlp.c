@@ -42,7 +42,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "io/backend.h"
+#include "io/schemes.h"
 #include "partition/rowjson.h"
 #include "worker/ops/impls.h"
 #include "worker/ops/json.h"

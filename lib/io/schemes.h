@@ -1,4 +1,4 @@
-/* backend.h — the storage interface: the few operations the source planner, the split reader and
+/* schemes.h — the storage interface: the few operations the source planner, the split reader and
  * the sink need, over every backend. Formats (reader.c, sink.c, csv) never see a backend; they
  * call these functions with a URI and the scheme picks the backend:
  *

@@ -1,8 +1,8 @@
-/* backend.c — the storage interface's front (see backend.h): URI helpers (scheme, join, base
+/* schemes.c — the storage interface's front (see schemes.h): URI helpers (scheme, join, base
  * name) and the dispatch of each operation to the file://, http(s):// or s3:// backend its URI
  * names. Owns no state; backends keep their own. */
 
-#include "io/backend.h"
+#include "io/schemes.h"
 
 #include <errno.h>
 #include <limits.h>
