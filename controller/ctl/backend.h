@@ -1,5 +1,5 @@
 /* backend.h — how the controller gets workers: one interface, two implementations. The local
- * backend (controller/local/backend.h) forks worker processes on this machine; the Kubernetes
+ * backend (controller/local/workers.h) forks worker processes on this machine; the Kubernetes
  * backend (with the operator) creates worker pods. The scheduler and the Control service do not
  * know which one runs: workers of either kind register over gRPC the same way, and the backend
  * reports the ones that end so recovery starts at once.

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "controller/ctl/ctl.h"
-#include "controller/local/backend.h"
+#include "controller/local/workers.h"
 #include "controller/local/runckpt.h"
 #include "controller/ctl/cmetrics.h"
 #include "core/log.h"

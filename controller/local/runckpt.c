@@ -330,7 +330,7 @@ static int rm_tree(int dfd, const char *name, long *removed)
     return rc;
 }
 
-/* A worker's id (backend.c): <pool>-<index>[-r<generation>] */
+/* A worker's id (workers.c): <pool>-<index>[-r<generation>] */
 static int is_worker_id(const char *s)
 {
     const char *p = s;

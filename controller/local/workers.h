@@ -1,4 +1,4 @@
-/* backend.h — the local backend: worker processes on this machine (fork/exec of
+/* workers.h — the local backend: worker processes on this machine (fork/exec of
  * streambatch-worker, or of streambatch-worker-gpu for pools with accelerators when
  * worker_gpu_bin is set), one set per pool, respawned when they die.
  *
@@ -60,8 +60,8 @@ uint64_t sb_local_started(const sb_local *l);
 uint64_t sb_local_rss(sb_local *l);
 /* SIGTERM to every worker, SIGKILL after grace_ms, reaps them all, frees. NULL is a no-op. */
 void sb_local_stop(sb_local *l, int grace_ms);
-/* The local backend behind the generic interface (backend.h). set_pool_size can shrink a pool
- * (its highest-numbered workers get SIGTERM and are not respawned) or grow it. */
+/* The local backend behind the generic interface (controller/ctl/backend.h). set_pool_size can
+ * shrink a pool (its highest-numbered workers get SIGTERM and are not respawned) or grow it. */
 sb_backend sb_local_backend(sb_local *l);
 
 #endif

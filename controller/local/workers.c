@@ -1,7 +1,7 @@
-/* backend.c — the local backend (backend.h): `streambatch run`'s worker processes. Owns their
+/* workers.c — the local backend (workers.h): `streambatch run`'s worker processes. Owns their
  * fork/exec, per-worker spill dirs and log files under the run dir, the monitor thread that
  * reaps and respawns them, and the sb_backend table the controller drives them through. */
-#include "controller/local/backend.h"
+#include "controller/local/workers.h"
 
 #include <dirent.h>
 #include <errno.h>
