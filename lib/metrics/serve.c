@@ -1,12 +1,15 @@
 /* serve.c — the HTTP endpoint of a metrics registry (see serve.h): /metrics, /healthz (and
  * /livez) and /readyz on libmicrohttpd's internal thread. Owns the daemon; the registry and the
- * readiness callback are the caller's. */
+ * readiness callback are the caller's. The connection cap is an accept policy over a count kept
+ * by the connection notifications (both on the daemon's one thread), not MHD's own limit, which
+ * stops accepting at the cap and leaves the excess waiting in the listen backlog. */
 
 #include "metrics/serve.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +18,29 @@ struct sb_metrics_server {
     struct MHD_Daemon *d;
     sb_metrics_serve_config cfg;
     int port;
+    atomic_uint open; /* connections accepted and not yet closed */
 };
+
+/* Refuses (closes) a connection while max_connections are open. */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+    (void)addr;
+    (void)len;
+    sb_metrics_server *s = cls;
+    return atomic_load(&s->open) < s->cfg.max_connections ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)conn;
+    (void)socket_ctx;
+    sb_metrics_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&s->open, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+        atomic_fetch_sub(&s->open, 1);
+}
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, char *body, int own,
                              const char *ctype)
@@ -103,9 +128,13 @@ sb_metrics_server *sb_metrics_serve(const sb_metrics_serve_config *cfg, sb_err *
         return NULL;
     }
     s->cfg = *cfg;
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                            handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+    if (s->cfg.max_connections == 0)
+        s->cfg.max_connections = SB_METRICS_MAX_CONNECTIONS;
+    atomic_init(&s->open, 0);
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, accept_policy,
+                            s, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (s->d == NULL) {
         sb_err_set(err, "cannot listen on %s for metrics (address in use?)", cfg->addr);
         free(s);

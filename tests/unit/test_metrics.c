@@ -1,10 +1,14 @@
 /* lib/metrics: the registry's text exposition (exact text, escaping, histogram buckets, stable
  * order), bad registrations, collect callbacks, process metrics, and the HTTP endpoint; every
  * rendered text is checked by `promtool check metrics` (Debian's prometheus package). */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "metrics/metrics.h"
@@ -143,5 +147,103 @@ Test(metrics, collect_callbacks_and_process_metrics_over_http)
     cr_assert_null(
         sb_metrics_serve(&(sb_metrics_serve_config){.addr = "1.2.3:x", .metrics = m}, &e));
     cr_assert(strstr(e.msg, "not a number") != NULL, "%s", e.msg);
+    sb_metrics_free(m);
+}
+
+/* A TCP connection to 127.0.0.1:port (sends nothing). */
+static int dial(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* Whether the server closed fd (EOF or reset) within ms. */
+static int closed_within(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, ms) != 1)
+        return 0;
+    char c;
+    return read(fd, &c, 1) <= 0;
+}
+
+Test(metrics, connections_past_the_cap_are_closed_and_scrapes_go_on)
+{
+    sb_metrics *m = sb_metrics_new();
+    sb_err e = {0};
+    cr_assert_eq(sb_metrics_add_process(m, &e), 0, "%s", e.msg);
+    enum { CAP = 4 };
+    sb_metrics_server *s = sb_metrics_serve(
+        &(sb_metrics_serve_config){.addr = "127.0.0.1:0", .metrics = m, .max_connections = CAP},
+        &e);
+    cr_assert_not_null(s, "%s", e.msg);
+    int port = sb_metrics_serve_port(s);
+    int held[CAP];
+    for (int i = 0; i < CAP; i++)
+        held[i] = dial(port);
+    /* the held ones are accepted and stay open (idle: the server waits 10 s for a request) */
+    usleep(300 * 1000);
+    for (int i = 0; i < CAP; i++)
+        cr_assert_not(closed_within(held[i], 0), "held connection %d was closed", i);
+    /* past the cap: closed at once, not left waiting in the backlog */
+    for (int i = 0; i < 3; i++) {
+        int extra = dial(port);
+        cr_assert(closed_within(extra, 2000), "connection %d past the cap of %d is still open",
+                  CAP + i + 1, CAP);
+        close(extra);
+    }
+    char *refused = sb_test_sh_out(
+        "curl -s -o /dev/null -w '%%{http_code}' --max-time 3 http://127.0.0.1:%d/metrics", port);
+    cr_assert_str_eq(refused, "000", "a scrape past the cap got HTTP %s", refused);
+    free(refused);
+    /* one slot freed: a scrape works while the other CAP-1 connections are still held */
+    close(held[0]);
+    usleep(200 * 1000);
+    char *a = sb_test_sh_out("curl -fsS --max-time 3 http://127.0.0.1:%d/metrics", port);
+    cr_assert_not_null(strstr(a, "process_resident_memory_bytes "), "%s", a);
+    free(a);
+    for (int i = 1; i < CAP; i++)
+        cr_assert_not(closed_within(held[i], 0), "held connection %d was closed", i);
+    for (int i = 1; i < CAP; i++)
+        close(held[i]);
+    /* all released: the cap counts open connections, so scrapes in a row all work */
+    usleep(200 * 1000);
+    for (int i = 0; i < 2 * CAP; i++) {
+        char *h = sb_test_sh_out(
+            "curl -s -o /dev/null -w '%%{http_code}' --max-time 3 http://127.0.0.1:%d/healthz",
+            port);
+        cr_assert_str_eq(h, "200", "scrape %d after release: %s", i, h);
+        free(h);
+    }
+    sb_metrics_serve_stop(s);
+    sb_metrics_free(m);
+}
+
+Test(metrics, default_connection_cap_is_64)
+{
+    sb_metrics *m = sb_metrics_new();
+    sb_err e = {0};
+    sb_metrics_server *s =
+        sb_metrics_serve(&(sb_metrics_serve_config){.addr = "127.0.0.1:0", .metrics = m}, &e);
+    cr_assert_not_null(s, "%s", e.msg);
+    int port = sb_metrics_serve_port(s);
+    int held[SB_METRICS_MAX_CONNECTIONS];
+    for (int i = 0; i < SB_METRICS_MAX_CONNECTIONS; i++)
+        held[i] = dial(port);
+    usleep(300 * 1000);
+    for (int i = 0; i < SB_METRICS_MAX_CONNECTIONS; i++)
+        cr_assert_not(closed_within(held[i], 0), "connection %d of %d was closed", i + 1,
+                      SB_METRICS_MAX_CONNECTIONS);
+    int extra = dial(port);
+    cr_assert(closed_within(extra, 2000), "connection %d is still open",
+              SB_METRICS_MAX_CONNECTIONS + 1);
+    close(extra);
+    for (int i = 0; i < SB_METRICS_MAX_CONNECTIONS; i++)
+        close(held[i]);
+    sb_metrics_serve_stop(s);
     sb_metrics_free(m);
 }
