@@ -1,9 +1,11 @@
 /* log.c — structured one-line logs to stderr (see log.h): the level and format (logfmt or JSON,
  * from SB_LOG_LEVEL and SB_LOG_FORMAT at first use, or sb_log_set_level), and sb_log, which
- * quotes values as needed and writes each line with one write(2), so lines of concurrent threads
- * do not interleave. */
+ * redacts every value (core/redact.h), quotes values as needed and writes each line with one
+ * write(2), so lines of concurrent threads do not interleave. */
 
 #include "core/log.h"
+
+#include "core/redact.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,8 +61,12 @@ static void put(line_buf *b, const char *s, size_t n)
     b->len += n;
 }
 
-static void put_value(line_buf *b, const char *v, int json)
+/* v with its secrets redacted (URIs' userinfo and query values, signing parameters,
+ * Authorization headers), quoted as needed. */
+static void put_value(line_buf *b, const char *raw, int json)
 {
+    char v[sizeof b->buf];
+    sb_redact_text(raw, v, sizeof v);
     int quote = json || v[0] == '\0' || strpbrk(v, " \t\"=\n") != NULL;
     if (!quote) {
         put(b, v, strlen(v));

@@ -2,7 +2,9 @@
  *
  * sb_log() takes a level, a message and then alternating key/value C strings ending in NULL:
  *     sb_log(SB_LOG_INFO, "worker registered", "worker", id, "pool", pool, NULL);
- * Values containing spaces, quotes or '=' are quoted. Thread-safe (one write(2) per line).
+ * Values containing spaces, quotes or '=' are quoted. Every value (the message too) goes
+ * through sb_redact_text (core/redact.h) first: no URI's userinfo or query values, no signing
+ * parameter and no Authorization header reach a log. Thread-safe (one write(2) per line).
  * The minimum level comes from SB_LOG_LEVEL (debug|info|warn|error; default info) or
  * sb_log_set_level(). SB_LOG_FORMAT=json switches to one JSON object per line.
  */
