@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "controller/operator/netpol.h"
 #include "controller/operator/operator.h"
 #include "controller/operator/testrun.h"
 #include "core/log.h"
@@ -79,6 +80,12 @@ static void usage(FILE *f)
             "                              dialled by IP), default streambatch\n"
             "                                                             (SB_TLS_SERVER_NAME)\n"
             "                              /metrics, /healthz and /readyz stay plain HTTP\n"
+            "  --worker-network-policy JSON  a NetworkPolicy per Pipeline, owned by it, letting\n"
+            "                              into its worker pods only 7070 from its own workers\n"
+            "                              and the controller pods, and 9102 from metricsFrom:\n"
+            "                              {\"controllerNamespace\": NS, \"controllerLabels\":\n"
+            "                              {...}, \"metricsFrom\": [...]}; default off (the\n"
+            "                              chart sets it: networkPolicy.perPipeline)\n"
             "  --price-cpu-core-hour P     prices a plan is costed with (docs/scheduling.md),\n"
             "  --price-memory-gib-hour P   per hour; a Pipeline's spec.execution.pricing\n"
             "                              overrides each; default the built-in table\n"
@@ -301,6 +308,7 @@ enum {
     O_TLS_DIR,
     O_TLS_SECRET,
     O_TLS_NAME,
+    O_NETPOL,
     O_PRICE_CPU,
     O_PRICE_MEM,
     O_GPU_TYPE,
@@ -336,6 +344,7 @@ static const struct option ctl_opts[] = {
     {"tls-dir", required_argument, 0, O_TLS_DIR},
     {"tls-secret", required_argument, 0, O_TLS_SECRET},
     {"tls-server-name", required_argument, 0, O_TLS_NAME},
+    {"worker-network-policy", required_argument, 0, O_NETPOL},
     {"price-cpu-core-hour", required_argument, 0, O_PRICE_CPU},
     {"price-memory-gib-hour", required_argument, 0, O_PRICE_MEM},
     {"gpu-type", required_argument, 0, O_GPU_TYPE},
@@ -453,6 +462,12 @@ static int ctl_parse_flag(ctl_args *a, int c, char **argv)
             return bad("--price-gpu-hour", optarg, "too many GPU types");
         a->gpu_prices[a->ngpu_prices++] = optarg;
         return CTL_GO;
+    case O_NETPOL: {
+        sb_err nerr = {0};
+        if (sb_netpol_configure(optarg, &nerr) != 0)
+            return bad("--worker-network-policy", "", nerr.msg);
+        return CTL_GO;
+    }
     case O_VERSION:
         printf("streambatch-controller %s\n", SB_VERSION);
         return 0;

@@ -15,6 +15,7 @@
 #include "controller/sched/autoscale.h"
 #include "controller/ctl/ctl.h"
 #include "controller/operator/kube.h"
+#include "controller/operator/netpol.h"
 #include "controller/operator/operator_events.h"
 #include "controller/sched/ranges.h"
 #include "core/log.h"
@@ -854,6 +855,10 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
     char caddr[300];
     snprintf(caddr, sizeof caddr, "%s:%d", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1",
              sb_ctl_port(r->ctl));
+    if (sb_netpol_ensure(cfg->client, cfg->object, err) != 0) { /* before any worker pod */
+        run_free(r);
+        return NULL;
+    }
     sb_kube_config kc;
     run_kube_config(r, cfg, caddr, &kc);
     r->npools = kc.npools;
