@@ -17,18 +17,41 @@
  * bundle when set. Redirects are followed (at most 5, http and https only). Connections and
  * DNS answers are shared between handles (one CURLSH, locked per data kind).
  *
+ * Errors name the URL with its userinfo and query values redacted (herr, core/redact.h).
+ *
  * Memory: readers own their curl handles and buffer; everything is freed by read_close.
  */
+#include "core/redact.h"
 #include "io/retry.h"
 #include "io/schemes.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #define SB_HTTP_BUF (1u << 20) /* bytes buffered per reader at most */
+
+/* sb_err_set with the message redacted (core/redact.h): the errors quote the URI, and a
+ * presigned URL's query holds its signature and credential, which must reach no log, status or
+ * Event. The host and path stay, so the message still says what failed. */
+static int herr(sb_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int herr(sb_err *err, const char *fmt, ...)
+{
+    if (err == NULL)
+        return -1;
+    char raw[SB_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    va_end(ap);
+    char red[SB_ERR_MAX];
+    sb_redact_text(raw, red, sizeof red);
+    return sb_err_set(err, "%s", red);
+}
 
 /* ---- shared curl state ---- */
 
@@ -151,12 +174,12 @@ static CURL *easy_new(const char *uri, char *errbuf, sb_err *err)
 {
     pthread_once(&g_once, init_once);
     if (!g_init_ok) {
-        sb_err_set(err, "\"%.200s\": libcurl failed to initialize", uri);
+        herr(err, "\"%.200s\": libcurl failed to initialize", uri);
         return NULL;
     }
     CURL *e = curl_easy_init();
     if (e == NULL) {
-        sb_err_set(err, "\"%.200s\": out of memory (curl handle)", uri);
+        herr(err, "\"%.200s\": out of memory (curl handle)", uri);
         return NULL;
     }
     errbuf[0] = '\0';
@@ -225,7 +248,7 @@ static int probe_once(const char *uri, int get, long *status, hdrs *h, int *retr
     int ret = 0;
     if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && pr.got_body)) {
         *retry = sb_io_retry_curl((int)rc);
-        sb_err_set(err, "\"%.200s\": %s", uri, curl_msg(rc, errbuf));
+        herr(err, "\"%.200s\": %s", uri, curl_msg(rc, errbuf));
         *status = 0;
         ret = -1;
     }
@@ -250,7 +273,7 @@ static int probe_url(const char *uri, uint64_t *size, int *ranges, int *exists, 
         }
         if (rc == 0 && sb_io_retry_status(st)) {
             retry = 1;
-            sb_err_set(err, "\"%.200s\": HTTP %ld", uri, st);
+            herr(err, "\"%.200s\": HTTP %ld", uri, st);
             rc = -1;
         }
         if (rc != 0) {
@@ -265,7 +288,7 @@ static int probe_url(const char *uri, uint64_t *size, int *ranges, int *exists, 
         *exists = 1;
         if (st == 404 || st == 410) {
             *exists = 0;
-            sb_err_set(err, "\"%.200s\": not found (HTTP %ld)", uri, st);
+            herr(err, "\"%.200s\": not found (HTTP %ld)", uri, st);
             return 0;
         }
         if (get && st == 416 && h.cr_total_known && h.cr_total == 0) {
@@ -280,18 +303,17 @@ static int probe_url(const char *uri, uint64_t *size, int *ranges, int *exists, 
         }
         if (st >= 200 && st < 300 && st != 206) {
             if (!h.has_len)
-                return sb_err_set(err,
-                                  "\"%.200s\": the server sends no Content-Length (HTTP %ld): "
-                                  "the size of an http(s) source must be known",
-                                  uri, st);
+                return herr(err,
+                            "\"%.200s\": the server sends no Content-Length (HTTP %ld): "
+                            "the size of an http(s) source must be known",
+                            uri, st);
             *size = h.len;
             *ranges = h.accept_ranges;
             return 0;
         }
         if (st == 206)
-            return sb_err_set(err, "\"%.200s\": HTTP 206 without the total size in Content-Range",
-                              uri);
-        return sb_err_set(err, "\"%.200s\": HTTP %ld", uri, st);
+            return herr(err, "\"%.200s\": HTTP 206 without the total size in Content-Range", uri);
+        return herr(err, "\"%.200s\": HTTP %ld", uri, st);
     }
 }
 
@@ -305,7 +327,7 @@ static int h_list(const char *uri, int flags, sb_io_obj **out, size_t *n, sb_err
     sb_io_obj *o = calloc(1, sizeof *o);
     if (o == NULL || (o->uri = strdup(uri)) == NULL) {
         free(o);
-        return sb_err_set(err, "\"%.200s\": out of memory", uri);
+        return herr(err, "\"%.200s\": out of memory", uri);
     }
     o->size = size;
     o->whole = !ranges;
@@ -360,9 +382,9 @@ static int check_status(hrd *r)
     if (st == 206) {
         if (!r->h.has_crange || r->h.cr_start != r->net) {
             r->failed = 1;
-            sb_err_set(&r->fail,
-                       "\"%.200s\": asked for bytes from %llu, the server sent a different range",
-                       r->uri, (unsigned long long)r->net);
+            herr(&r->fail,
+                 "\"%.200s\": asked for bytes from %llu, the server sent a different range", r->uri,
+                 (unsigned long long)r->net);
             return -1;
         }
         r->ranges_ok = 1;
@@ -371,10 +393,10 @@ static int check_status(hrd *r)
     if (st == 200) {
         if (r->net != 0) {
             r->failed = 1;
-            sb_err_set(&r->fail,
-                       "\"%.200s\": the server ignores Range (answered 200 to a request from byte "
-                       "%llu): it can only be read whole",
-                       r->uri, (unsigned long long)r->net);
+            herr(&r->fail,
+                 "\"%.200s\": the server ignores Range (answered 200 to a request from byte "
+                 "%llu): it can only be read whole",
+                 r->uri, (unsigned long long)r->net);
             return -1;
         }
         return 0;
@@ -385,14 +407,14 @@ static int check_status(hrd *r)
     }
     r->failed = 1;
     if (st == 416)
-        sb_err_set(&r->fail,
-                   "\"%.200s\": HTTP 416: bytes from %llu are not there (the object changed since "
-                   "planning)",
-                   r->uri, (unsigned long long)r->net);
+        herr(&r->fail,
+             "\"%.200s\": HTTP 416: bytes from %llu are not there (the object changed since "
+             "planning)",
+             r->uri, (unsigned long long)r->net);
     else if (st == 404 || st == 410)
-        sb_err_set(&r->fail, "\"%.200s\": not found (HTTP %ld)", r->uri, st);
+        herr(&r->fail, "\"%.200s\": not found (HTTP %ld)", r->uri, st);
     else
-        sb_err_set(&r->fail, "\"%.200s\": HTTP %ld", r->uri, st);
+        herr(&r->fail, "\"%.200s\": HTTP %ld", r->uri, st);
     return -1;
 }
 
@@ -472,7 +494,7 @@ static int transfer_start(hrd *r, sb_err *err)
     curl_easy_setopt(r->e, CURLOPT_WRITEFUNCTION, body_cb);
     curl_easy_setopt(r->e, CURLOPT_WRITEDATA, r);
     if (curl_multi_add_handle(r->m, r->e) != CURLM_OK)
-        return sb_err_set(err, "\"%.200s\": cannot start the transfer", r->uri);
+        return herr(err, "\"%.200s\": cannot start the transfer", r->uri);
     r->active = 1;
     return 0;
 }
@@ -497,18 +519,18 @@ static int transfer_done(hrd *r, sb_err *err)
     int retry;
     if (ok) {
         /* the body ended early; after a clean end that is a shorter object, not a glitch */
-        sb_err_set(err,
-                   "\"%.200s\": the body ends at byte offset %llu, planned size %llu (it changed "
-                   "since planning)",
-                   r->uri, (unsigned long long)r->net, (unsigned long long)r->end);
+        herr(err,
+             "\"%.200s\": the body ends at byte offset %llu, planned size %llu (it changed "
+             "since planning)",
+             r->uri, (unsigned long long)r->net, (unsigned long long)r->end);
         return -1;
     } else if (r->retry_st != 0) {
         retry = 1;
-        sb_err_set(err, "\"%.200s\": HTTP %d", r->uri, r->retry_st);
+        herr(err, "\"%.200s\": HTTP %d", r->uri, r->retry_st);
     } else {
         retry = sb_io_retry_curl((int)r->result);
-        sb_err_set(err, "\"%.200s\": %s at byte offset %llu", r->uri,
-                   curl_msg(r->result, r->errbuf), (unsigned long long)r->net);
+        herr(err, "\"%.200s\": %s at byte offset %llu", r->uri, curl_msg(r->result, r->errbuf),
+             (unsigned long long)r->net);
     }
     if (!retry)
         return -1;
@@ -537,7 +559,7 @@ static int pump(hrd *r, sb_err *err)
         int running = 0;
         CURLMcode mc = curl_multi_perform(r->m, &running);
         if (mc != CURLM_OK)
-            return sb_err_set(err, "\"%.200s\": %s", r->uri, curl_multi_strerror(mc));
+            return herr(err, "\"%.200s\": %s", r->uri, curl_multi_strerror(mc));
         if (r->push_stopped)
             return 1;
         CURLMsg *msg;
@@ -561,7 +583,7 @@ static int pump(hrd *r, sb_err *err)
         if (r->rd == r->used && !r->paused) {
             mc = curl_multi_poll(r->m, NULL, 0, 1000, NULL);
             if (mc != CURLM_OK)
-                return sb_err_set(err, "\"%.200s\": %s", r->uri, curl_multi_strerror(mc));
+                return herr(err, "\"%.200s\": %s", r->uri, curl_multi_strerror(mc));
         }
     }
     return 0;
@@ -571,10 +593,10 @@ static int h_read_open(const char *uri, uint64_t off, uint64_t end, sb_io_rd **o
 {
     pthread_once(&g_once, init_once);
     if (!g_init_ok)
-        return sb_err_set(err, "\"%.200s\": libcurl failed to initialize", uri);
+        return herr(err, "\"%.200s\": libcurl failed to initialize", uri);
     hrd *r = calloc(1, sizeof *r);
     if (r == NULL)
-        return sb_err_set(err, "\"%.200s\": out of memory", uri);
+        return herr(err, "\"%.200s\": out of memory", uri);
     r->base.be = &sb_io_backend_http;
     r->off = r->pos = r->net = off;
     r->end = end;
@@ -587,7 +609,7 @@ static int h_read_open(const char *uri, uint64_t off, uint64_t end, sb_io_rd **o
         free(r->uri);
         free(r->buf);
         free(r);
-        return sb_err_set(err, "\"%.200s\": out of memory", uri);
+        return herr(err, "\"%.200s\": out of memory", uri);
     }
     /* The request starts here, so a missing object or a refused connection shows at open. */
     if (off < end && (transfer_start(r, err) != 0 || pump(r, err) != 0)) {
@@ -609,8 +631,8 @@ static ssize_t h_read(sb_io_rd *rr, void *buf, size_t n, sb_err *err)
     if (k > n)
         k = n;
     if (k == 0) /* cannot happen: pump fills the buffer or reports an error */
-        return sb_err_set(err, "\"%.200s\": no data at byte offset %llu", r->uri,
-                          (unsigned long long)r->pos);
+        return herr(err, "\"%.200s\": no data at byte offset %llu", r->uri,
+                    (unsigned long long)r->pos);
     memcpy(buf, r->buf + r->rd, k);
     r->rd += k;
     if (r->rd == r->used)
@@ -661,8 +683,7 @@ static void h_read_close(sb_io_rd *rr)
 
 static int ro_err(const char *uri, sb_err *err)
 {
-    return sb_err_set(err, "\"%.200s\": http(s):// is read only (a sink needs file:// or s3://)",
-                      uri);
+    return herr(err, "\"%.200s\": http(s):// is read only (a sink needs file:// or s3://)", uri);
 }
 static int h_write_open(const char *uri, sb_io_wr **out, sb_err *err)
 {

@@ -11,6 +11,9 @@
  * (one part in memory at a time), completed at commit and aborted on failure; del DELETE;
  * cleanup aborts the unfinished multipart uploads under a prefix.
  *
+ * SB_S3_VERBOSE (any value) traces every request's header lines to stderr, redacted
+ * (trace_cb: no Authorization, security token, query value or body).
+ *
  * Memory: handles own their buffers and are freed by close/commit/abort.
  */
 
@@ -25,6 +28,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/redact.h"
 #include "io/aws.h"
 #include "io/retry.h"
 #include "io/s3.h"
@@ -166,6 +170,56 @@ static size_t hdr_cb(char *p, size_t sz, size_t nm, void *ud)
     return n;
 }
 
+/* SB_S3_VERBOSE: libcurl's trace of each request, for debugging an endpoint, written to stderr
+ * through the redaction of core/redact.h. Header lines come out with Authorization,
+ * x-amz-security-token and every query value replaced, curl's own notes without the user
+ * (the access key id) it signs as, and bodies and TLS records not at all (only their size). */
+static void trace_line(const char *tag, const char *p, size_t n)
+{
+    char line[2048];
+    size_t t = strlen(tag);
+    memcpy(line, tag, t);
+    size_t m = sb_redact_header(p, n, line + t, sizeof line - t - 1);
+    char *user = strstr(line, " with user '");
+    if (user != NULL) { /* "Server auth using AWS_SIGV4 with user 'AKIA...'" */
+        size_t at = (size_t)(user - line), room = sizeof line - 1 - at;
+        size_t k = (size_t)snprintf(user, room, " with user %s", SB_REDACTED);
+        m = at - t + (k < room ? k : room - 1);
+    }
+    line[t + m] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, t + m + 1);
+    (void)w;
+}
+
+static int trace_cb(CURL *h, curl_infotype type, char *data, size_t n, void *ud)
+{
+    (void)h;
+    (void)ud;
+    const char *tag = type == CURLINFO_TEXT         ? "s3 trace * "
+                      : type == CURLINFO_HEADER_IN  ? "s3 trace < "
+                      : type == CURLINFO_HEADER_OUT ? "s3 trace > "
+                                                    : NULL;
+    if (type == CURLINFO_DATA_IN || type == CURLINFO_DATA_OUT) {
+        char note[64];
+        int k = snprintf(note, sizeof note, "[%zu bytes of body]", n);
+        trace_line(type == CURLINFO_DATA_IN ? "s3 trace < " : "s3 trace > ", note, (size_t)k);
+    }
+    if (tag == NULL)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && data[j] != '\n')
+            j++;
+        size_t e = j;
+        while (e > i && (data[e - 1] == '\r' || data[e - 1] == '\n'))
+            e--;
+        if (e > i)
+            trace_line(tag, data + i, e - i);
+        i = j + 1;
+    }
+    return 0;
+}
+
 /* An easy handle with the common options, signing and headers (*hl: caller frees). */
 static CURL *easy_new(const sb_aws_creds *c, struct curl_slist **hl, const char *extra_hdr,
                       char *errbuf)
@@ -178,8 +232,10 @@ static CURL *easy_new(const sb_aws_creds *c, struct curl_slist **hl, const char 
     if (share)
         curl_easy_setopt(e, CURLOPT_SHARE, share);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    if (getenv("SB_S3_VERBOSE") != NULL)
+    if (getenv("SB_S3_VERBOSE") != NULL) { /* redacted: trace_cb */
+        curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, trace_cb);
         curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+    }
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 5L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, 30L);

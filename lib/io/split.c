@@ -4,10 +4,12 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/redact.h"
 #include "io/common.h"
 #include "io/csv.h"
 #include "io/schemes.h"
@@ -454,8 +456,15 @@ int sb_io_splits_decode(const char *s, size_t len, sb_io_split **out, size_t *n,
 }
 
 /* A path for a label: its tail when long (the file name is what tells splits apart). */
-static void path_label(const char *p, char *buf, size_t cap)
+/* A path or URI for messages: redacted (core/redact.h), without its query (a presigned URL's
+ * would push the host and path out), the start cut when long. */
+static void path_label(const char *uri, char *buf, size_t cap)
 {
+    char p[4096];
+    sb_redact_uri(uri, p, sizeof p);
+    char *q = strpbrk(p, "?#");
+    if (q != NULL && q - p + 4 < (ptrdiff_t)sizeof p)
+        memcpy(q, "?...", 5);
     size_t n = strlen(p), max = 120;
     if (n <= max)
         snprintf(buf, cap, "%s", p);
@@ -474,11 +483,13 @@ const char *sb_io_split_describe(const char *enc, char *buf, size_t cap)
         return buf;
     }
     if (sb_io_splits_decode(enc, strlen(enc), &v, &n, NULL) != 0 || n == 0) {
-        /* not a split of ours: its text, bounded, with control characters as spaces */
+        /* not a split of ours: its text redacted, bounded, control characters as spaces */
+        char red[256];
+        sb_redact_text(enc, red, sizeof red);
         size_t k = 0;
-        for (; k < 120 && k + 4 < cap && enc[k] != '\0'; k++)
-            buf[k] = (unsigned char)enc[k] < 0x20 || enc[k] == 0x7f ? ' ' : enc[k];
-        snprintf(buf + k, cap - k, "%s", enc[k] != '\0' ? "..." : "");
+        for (; k < 120 && k + 4 < cap && red[k] != '\0'; k++)
+            buf[k] = (unsigned char)red[k] < 0x20 || red[k] == 0x7f ? ' ' : red[k];
+        snprintf(buf + k, cap - k, "%s", red[k] != '\0' ? "..." : "");
         return buf;
     }
     char p[128];
