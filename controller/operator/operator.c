@@ -280,21 +280,26 @@ static int reapply_status(cJSON *latest, void *arg, sb_err *err)
     return 0;
 }
 
-/* PUT status; 409 re-read + re-applied by the client. 0, or -1 (404 counts as done). */
+/* PUT status, every string redacted (no secret a message quotes: core/redact.h); 409 re-read +
+ * re-applied by the client. 0, or -1 (404 counts as done). */
 static int write_status(sb_k8s_client *c, const cJSON *obj, const cJSON *status)
 {
     char path[600];
     pipeline_path(path, sizeof path, sb_operator_str_at(obj, "metadata", "namespace"),
                   sb_operator_str_at(obj, "metadata", "name"));
+    cJSON *shown = cJSON_Duplicate(status, 1);
     cJSON *copy = cJSON_Duplicate(obj, 1);
-    if (copy == NULL || reapply_status(copy, (void *)status, NULL) != 0) {
+    if (shown == NULL || sb_operator_status_redact(shown) < 0 || copy == NULL ||
+        reapply_status(copy, shown, NULL) != 0) {
+        cJSON_Delete(shown);
         cJSON_Delete(copy);
         return -1;
     }
     long st = 0;
     sb_err err = {0};
-    cJSON *r = sb_k8s_update_status(c, path, copy, reapply_status, (void *)status, &st, &err);
+    cJSON *r = sb_k8s_update_status(c, path, copy, reapply_status, shown, &st, &err);
     cJSON_Delete(copy);
+    cJSON_Delete(shown);
     if (r == NULL && st != 404) {
         sb_log(SB_LOG_WARN, "status write failed", "pipeline", path, "error", err.msg, NULL);
         return -1;

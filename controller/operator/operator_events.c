@@ -1,6 +1,6 @@
 /* operator_events.c — core/v1 Events about Pipelines (see operator_events.h): building an Event
- * object, posting it through the API client, and the messages of PartitionErrored and
- * WorkerDrained. Owns nothing past a call. */
+ * object (its message redacted), posting it through the API client, and the messages of
+ * PartitionErrored and WorkerDrained. Owns nothing past a call. */
 
 #include "controller/operator/operator_events.h"
 
@@ -12,6 +12,7 @@
 
 #include "controller/operator/operator_status.h"
 #include "core/log.h"
+#include "core/redact.h"
 
 cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *type,
                                const char *reason, const char *message, const char *host,
@@ -42,7 +43,9 @@ cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *typ
         cJSON_AddStringToObject(io, "resourceVersion", ref->resource_version);
     cJSON_AddStringToObject(e, "type", type);
     cJSON_AddStringToObject(e, "reason", reason);
-    cJSON_AddStringToObject(e, "message", message != NULL ? message : "");
+    char shown[4096]; /* no secret a message quotes reaches an Event (core/redact.h) */
+    sb_redact_text(message != NULL ? message : "", shown, sizeof shown);
+    cJSON_AddStringToObject(e, "message", shown);
     cJSON *src = cJSON_AddObjectToObject(e, "source");
     cJSON_AddStringToObject(src, "component", SB_OPERATOR_COMPONENT);
     if (host != NULL && *host)

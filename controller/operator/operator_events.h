@@ -26,7 +26,8 @@ typedef struct sb_operator_event_ref {
 } sb_operator_event_ref;
 
 /* The Event object for a Pipeline. type: "Normal" or "Warning"; host: the controller's identity
- * (source.host / reportingInstance; may be NULL); now_ns: wall clock in nanoseconds. */
+ * (source.host / reportingInstance; may be NULL); now_ns: wall clock in nanoseconds. The
+ * message is redacted (core/redact.h: no URI userinfo or query value, no signing parameter). */
 cJSON *sb_operator_event_build(const sb_operator_event_ref *ref, const char *type,
                                const char *reason, const char *message, const char *host,
                                uint64_t now_ns);

@@ -1,6 +1,7 @@
 /* operator_status.c — the pure parts of a Pipeline's status (see operator_status.h): conditions,
- * progress, partitions and stages from a controller snapshot, RFC 3339 times, and which spec
- * changes a running Pipeline cannot take. Works on cJSON trees the caller owns; no I/O. */
+ * progress, partitions and stages from a controller snapshot, RFC 3339 times, which spec
+ * changes a running Pipeline cannot take, and the redaction of secrets before a status is
+ * written. Works on cJSON trees the caller owns; no I/O. */
 
 #include "controller/operator/operator_status.h"
 
@@ -14,6 +15,7 @@
 
 #include "controller/sched/ranges.h"
 #include "core/num.h"
+#include "core/redact.h"
 
 /* ---- times ---- */
 
@@ -428,4 +430,39 @@ int sb_operator_status_errored(cJSON *status, const sb_storage_errored *errored,
             return -1;
     }
     return 0;
+}
+
+/* ---- redaction ---- */
+
+/* One string, redacted in place: 1 when it changed, 0 when not, -1 when out of memory. */
+static int redact_string(cJSON *c)
+{
+    /* a secret of n >= 1 bytes becomes at most 9 (" REDACTED") */
+    size_t n = strlen(c->valuestring), cap = n * 9 + 16;
+    char *red = malloc(cap);
+    if (red == NULL)
+        return -1;
+    sb_redact_text(c->valuestring, red, cap);
+    int diff = strcmp(red, c->valuestring) != 0;
+    if (diff && cJSON_SetValuestring(c, red) == NULL)
+        diff = -1;
+    free(red);
+    return diff;
+}
+
+int sb_operator_status_redact(cJSON *node)
+{
+    if (node == NULL)
+        return 0;
+    if (cJSON_IsString(node))
+        return node->valuestring != NULL ? redact_string(node) : 0;
+    int changed = 0;
+    if (cJSON_IsArray(node) || cJSON_IsObject(node))
+        for (cJSON *k = node->child; k != NULL; k = k->next) {
+            int r = sb_operator_status_redact(k);
+            if (r < 0)
+                return -1;
+            changed += r;
+        }
+    return changed;
 }

@@ -90,6 +90,12 @@ void sb_operator_rate_format(double rows_per_s, char *buf, size_t len);
  * it when n is 0. 0, or -1 when out of memory. */
 int sb_operator_status_errored(cJSON *status, const sb_storage_errored *errored, size_t n);
 
+/* Redacts every string in the tree at node (core/redact.h: URIs' userinfo and query values,
+ * signing parameters, Authorization headers), in place, so that no secret a message quotes
+ * reaches status.message, conditions or status.erroredPartitions. Called on the status before
+ * each write. Idempotent. Returns how many strings changed, or -1 when out of memory. */
+int sb_operator_status_redact(cJSON *node);
+
 /* ---- spec changes ---- */
 /* Compares two spec objects, ignoring what applies live (suspend, ttlSecondsAfterFinished,
  * stages[].workers). Writes the changed fields, "spec.sink, spec.stages[1].op", into buf

@@ -15,6 +15,7 @@
 #include "controller/sched/strmap.h"
 #include "core/idmap.h"
 #include "core/num.h"
+#include "core/redact.h"
 #include "core/strpool.h"
 #include "io/split.h"
 #include "metrics/metrics.h"
@@ -2460,6 +2461,11 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         if (now_ms > s->workers[w].last_end_ms) /* its accelerator was busy with it till now */
             s->workers[w].last_end_ms = now_ms;
         return 0;
+    }
+    char shown[1024]; /* the worker's message as every output shows it: redacted */
+    if (message != NULL) {
+        sb_redact_text(message, shown, sizeof shown);
+        message = shown;
     }
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];

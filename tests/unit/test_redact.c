@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/redact.h"
-#include "io/split.h"
 
 /* in -> want through sb_redact_text */
 typedef struct {
@@ -219,16 +218,4 @@ Test(redact, random_text_never_overruns_or_leaks)
         if (plant && cap > 0)
             cr_assert_null(strstr(out, "QQSECRETQQ"), "round %d: %s -> %s", round, in, out);
     }
-}
-
-/* A split's label in messages (lib/io/split.c): the split of a presigned URL with userinfo is
- * named by its host and path, without the query. */
-Test(redact, split_labels_name_host_and_path_only)
-{
-    char buf[200];
-    sb_io_split_describe("0\t100\t100\thttp://us:PW@h:81/obj?X-Amz-Signature=S&X-Amz-Credential=C",
-                         buf, sizeof buf);
-    cr_assert_str_eq(buf, "http://***@h:81/obj?...");
-    sb_io_split_describe("not a split https://h/o?sig=S", buf, sizeof buf);
-    cr_assert_str_eq(buf, "not a split https://h/o?sig=REDACTED");
 }
