@@ -303,7 +303,8 @@ WORKLOAD_RULES='streambatch.dev|pipelines||delete,get,list,patch,watch
 streambatch.dev|pipelines/status||update
 streambatch.dev|pipelines/finalizers||update
 |pods||create,delete,list,watch
-|events||create'
+|events||create
+networking.k8s.io|networkpolicies||create,delete,get'
 render_all_namespaces() {
   helm template "$REL" "$CHART" -n "$SYS" --skip-tests >"$tmp/all.yaml" || return 1
   local got want
@@ -364,15 +365,69 @@ values_schema() { # values.schema.json: wrong values fail at install time, namin
   done
 }
 check "the chart's values.schema.json refuses wrong values, naming them" values_schema
-network_policy() { # off by default; on: one per watched namespace; refused without them
-  ! helm template "$REL" "$CHART" | grep -q "kind: NetworkPolicy" || { echo "rendered while off"; return 1; }
-  ! helm template "$REL" "$CHART" --set networkPolicy.enabled=true >/dev/null 2>"$tmp/err" &&
-    grep -q "needs watchNamespaces" "$tmp/err" || { echo "enabled without namespaces: $(cat "$tmp/err")"; return 1; }
-  helm template "$REL" "$CHART" -n "$SYS" --set networkPolicy.enabled=true --set 'watchNamespaces={team-a,team-b}' >"$tmp/np.yaml" || return 1
-  [[ $(grep -c "kind: NetworkPolicy" "$tmp/np.yaml") == 2 ]] && grep -q "port: 7070" "$tmp/np.yaml" &&
-    grep -q "kubernetes.io/metadata.name: $SYS" "$tmp/np.yaml" || { cat "$tmp/np.yaml"; return 1; }
+network_policy() { # on by default: the controller's in $SYS, per-Pipeline ones by the controller
+  local f=$tmp/np.yaml
+  helm template "$REL" "$CHART" -n "$SYS" --skip-tests >"$f" || return 1
+  python3 - "$f" "$SYS" <<'PY' || return 1
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+nps = [d for d in docs if d["kind"] == "NetworkPolicy"]
+assert len(nps) == 1, "want only the controller's NetworkPolicy, got %s" % [n["metadata"] for n in nps]
+np = nps[0]
+assert np["metadata"]["namespace"] == sys.argv[2], np["metadata"]
+assert np["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "streambatch-controller"
+assert np["spec"]["policyTypes"] == ["Ingress"]
+ing = np["spec"]["ingress"]
+assert ing[0] == {"ports": [{"port": 8080, "protocol": "TCP"}]}, ing[0]
+assert ing[1]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "streambatch-worker", ing[1]
+assert len(ing) == 2, ing
+dep = [d for d in docs if d["kind"] == "Deployment"][0]
+args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+flag = [a for a in args if a.startswith("--worker-network-policy=")]
+assert len(flag) == 1, args
+cfg = json.loads(flag[0].split("=", 1)[1])
+assert cfg == {"controllerNamespace": sys.argv[2], "metricsFrom": [],
+               "controllerLabels": {"app.kubernetes.io/name": "streambatch-controller",
+                                    "app.kubernetes.io/instance": "sb"}}, cfg
+print("default: the controller's NetworkPolicy in %s; --worker-network-policy=%s" % (sys.argv[2], flag[0].split("=", 1)[1]))
+PY
+  helm template "$REL" "$CHART" -n "$SYS" --set networkPolicy.enabled=false >"$f" || return 1
+  ! grep -q "kind: NetworkPolicy" "$f" && ! grep -q -- "--worker-network-policy" "$f" && ! grep -q networkpolicies "$f" ||
+    { echo "networkPolicy.enabled=false still renders a policy, the flag or the RBAC rule"; return 1; }
+  ! helm template "$REL" "$CHART" --set networkPolicy.perPipeline=false >/dev/null 2>"$tmp/err" &&
+    grep -q "needs watchNamespaces" "$tmp/err" || { echo "perPipeline=false without namespaces: $(cat "$tmp/err")"; return 1; }
+  helm template "$REL" "$CHART" -n "$SYS" --set networkPolicy.perPipeline=false --set 'watchNamespaces={team-a,team-b}' >"$f" || return 1
+  [[ $(grep -c "kind: NetworkPolicy" "$f") == 3 ]] && grep -q "port: 7070" "$f" &&
+    grep -q "kubernetes.io/metadata.name: $SYS" "$f" && ! grep -q -- "--worker-network-policy" "$f" &&
+    ! grep -q networkpolicies "$f" || { cat "$f"; return 1; }
+  echo "perPipeline=false: the controller's + one per watched namespace, no flag, no RBAC on networkpolicies"
 }
-check "the chart's NetworkPolicy: off by default, one per watched namespace (7070 from workers and controllers)" network_policy
+check "the chart's NetworkPolicies: on by default (the controller's; per-Pipeline ones through --worker-network-policy); perPipeline=false: one per watched namespace" network_policy
+pipeline_policy_render() { # the ValidatingAdmissionPolicy and its binding; the lists reach the CEL
+  local f=$tmp/vap.yaml
+  helm template "$REL" "$CHART" -n "$SYS" >"$f" || return 1
+  grep -q "kind: ValidatingAdmissionPolicy$" "$f" && grep -q "kind: ValidatingAdmissionPolicyBinding" "$f" ||
+    { echo "no policy or binding by default"; return 1; }
+  ! helm template "$REL" "$CHART" --set pipelinePolicy.enabled=false | grep -q ValidatingAdmissionPolicy ||
+    { echo "pipelinePolicy.enabled=false renders a policy"; return 1; }
+  helm template "$REL" "$CHART" -n "$SYS" --set 'pipelinePolicy.volumes.secretNames={db-pass}' \
+    --set 'watchNamespaces={team-a}' --set 'pipelinePolicy.validationActions={Warn,Audit}' >"$f" || return 1
+  python3 - "$f" <<'PY' || return 1
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+vap = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"][0]
+b = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"][0]
+v = {x["name"]: x["expression"] for x in vap["spec"]["variables"]}
+assert v["secretNames"] == '["db-pass"]', v["secretNames"]
+assert b["spec"]["validationActions"] == ["Warn", "Audit"], b["spec"]
+assert b["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a"], b["spec"]
+print("secretNames -> %s; binding %s, namespaces %s" % (v["secretNames"], b["spec"]["validationActions"],
+      b["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"]))
+PY
+  ! helm template "$REL" "$CHART" --set 'pipelinePolicy.validationActions={Refuse}' >/dev/null 2>"$tmp/err" &&
+    grep -q "validationActions" "$tmp/err" || { echo "validationActions=Refuse: $(cat "$tmp/err")"; return 1; }
+}
+check "the chart's Pipeline policy (ValidatingAdmissionPolicy + binding): on by default, off with pipelinePolicy.enabled=false, values reach it" pipeline_policy_render
 tls_render() { # tls.enabled: the controller mounts the Secret, gets --tls-dir/--tls-secret
   ! helm template "$REL" "$CHART" | grep -q -- "--tls-" || { echo "TLS flags rendered while off"; return 1; }
   ! helm template "$REL" "$CHART" --set tls.enabled=true >/dev/null 2>"$tmp/err" &&
@@ -561,6 +616,9 @@ watch pods -A
 create pods -n $NS
 delete pods -n $NS
 create events -n $NS
+create networkpolicies.networking.k8s.io -n $NS
+get networkpolicies.networking.k8s.io -n $NS
+delete networkpolicies.networking.k8s.io -n $NS
 create leases.coordination.k8s.io -n $SYS
 get leases.coordination.k8s.io/$LEASE -n $SYS
 update leases.coordination.k8s.io/$LEASE -n $SYS
@@ -578,6 +636,8 @@ get secrets -n $NS
 list secrets -A
 get secrets -n $SYS
 get configmaps -n $NS
+list networkpolicies.networking.k8s.io -A
+update networkpolicies.networking.k8s.io -n $NS
 list nodes
 get nodes
 patch pods -n $NS
@@ -1194,6 +1254,69 @@ with open('$tmp/tiny/a.jsonl', 'w') as o:
   ((gross > 0)) || { echo "no controller requests counted (FlowSchema metric missing?)"; return 1; }
 }
 opcheck "h: $NLOAD Pipelines applied at once all reach a terminal phase within ${LOAD_TIMEOUT}s" many_pipelines
+
+# =============================================================================================
+# p. The chart's policy: the ValidatingAdmissionPolicy refuses a Pipeline that mounts a Secret
+#    or tolerates every taint (kubectl apply names the field), helm upgrade with the Secret in
+#    pipelinePolicy.volumes.secretNames lets it in; the controller's per-Pipeline NetworkPolicy
+#    is owned by the Pipeline and garbage-collected with it.
+# =============================================================================================
+policy_refuses() {
+  pipeline mounts-secret "  - {name: s, op: identity, workers: {min: 1, max: 1}}" "  workerTemplate: {volumes: [{name: creds, secret: {secretName: db-pass}}], volumeMounts: [{name: creds, mountPath: /creds}]}
+  suspend: true" >"$tmp/mounts-secret.yaml"
+  ! kubectl apply -f "$tmp/mounts-secret.yaml" >"$tmp/apply.out" 2>&1 || { echo "accepted: $(cat "$tmp/apply.out")"; return 1; }
+  cat "$tmp/apply.out"
+  grep -q 'ValidatingAdmissionPolicy' "$tmp/apply.out" &&
+    grep -qF 'spec.workerTemplate.volumes[name=creds].secret.secretName "db-pass"' "$tmp/apply.out" &&
+    grep -q 'pipelinePolicy.volumes.secretNames' "$tmp/apply.out" || { echo "the refusal does not name the field and the value"; return 1; }
+  pipeline tolerates-all "  - {name: s, op: identity, workers: {min: 1, max: 1}}" "  workerTemplate: {tolerations: [{operator: Exists}]}
+  suspend: true" >"$tmp/tolerates-all.yaml"
+  ! kubectl apply -f "$tmp/tolerates-all.yaml" >"$tmp/apply.out" 2>&1 || { echo "accepted: $(cat "$tmp/apply.out")"; return 1; }
+  cat "$tmp/apply.out"
+  grep -q 'spec.workerTemplate.tolerations: a toleration without a key' "$tmp/apply.out" || return 1
+  ! kubectl -n "$NS" get pipeline mounts-secret tolerates-all >/dev/null 2>&1 || { echo "a refused Pipeline exists"; return 1; }
+}
+opcheck "p: the chart's Pipeline policy refuses a secret volume and a keyless Exists toleration at kubectl apply, naming the field" policy_refuses
+policy_allow_list() {
+  helm upgrade "$REL" "$CHART" -n "$SYS" --reuse-values --set 'pipelinePolicy.volumes.secretNames={db-pass}' >/dev/null || return 1
+  kubectl get validatingadmissionpolicy "$DEPLOY-pipelines" -o 'jsonpath={.spec.variables[0].expression}' | grep -q db-pass ||
+    { echo "the policy does not list db-pass"; return 1; }
+  # the API server's policy cache follows the update within a few seconds
+  until_ok 30 kubectl apply -f "$tmp/mounts-secret.yaml" || { echo "still refused: $(kubectl apply -f "$tmp/mounts-secret.yaml" 2>&1)"; return 1; }
+  [[ $(jp mounts-secret '{.spec.workerTemplate.volumes[0].secret.secretName}') == db-pass ]] || return 1
+  echo "with pipelinePolicy.volumes.secretNames={db-pass} the Pipeline is accepted"
+  kubectl -n "$NS" delete pipeline mounts-secret --wait=false >/dev/null
+}
+opcheck "p: with pipelinePolicy.volumes.secretNames listing the Secret, the same Pipeline is accepted" policy_allow_list
+netpol_of() { kubectl -n "$NS" get networkpolicy "streambatch-$1" -o json 2>/dev/null; }
+per_pipeline_netpol() {
+  pipeline fenced "  - {name: s, op: identity, workers: {min: 1, max: 1}}" >"$tmp/fenced.yaml"
+  kubectl apply -f "$tmp/fenced.yaml" || return 1
+  until_ok 60 netpol_of fenced >/dev/null || { echo "no NetworkPolicy streambatch-fenced in $NS"; return 1; }
+  local uid; uid=$(jp fenced '{.metadata.uid}')
+  netpol_of fenced | python3 -c '
+import json, sys
+np = json.load(sys.stdin)
+uid, sysns = sys.argv[1], sys.argv[2]
+refs = np["metadata"].get("ownerReferences", [])
+assert [(r["kind"], r["name"], r["uid"], r.get("controller")) for r in refs] == [("Pipeline", "fenced", uid, True)], refs
+sel = np["spec"]["podSelector"]["matchLabels"]
+assert sel == {"streambatch.dev/pipeline": "fenced", "app.kubernetes.io/name": "streambatch-worker"}, sel
+ing = np["spec"]["ingress"]
+assert len(ing) == 1 and ing[0]["ports"] == [{"port": 7070, "protocol": "TCP"}], ing
+peers = ing[0]["from"]
+assert peers[0]["podSelector"]["matchLabels"] == sel, peers
+assert peers[1]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": sysns}, peers
+assert peers[1]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "streambatch-controller", peers
+print("NetworkPolicy streambatch-fenced: owned by Pipeline fenced (%s), 7070 from its workers and the controllers, no 9102 peer" % uid)
+' "$uid" "$SYS" || return 1
+  kubectl -n "$NS" delete pipeline fenced --wait=false >/dev/null || return 1
+  local t0; t0=$(now)
+  until_ok 90 bash -c "! kubectl -n $NS get networkpolicy streambatch-fenced >/dev/null 2>&1" ||
+    { echo "the NetworkPolicy outlived its Pipeline"; return 1; }
+  figure "per-Pipeline NetworkPolicy garbage-collected $(since "$t0") s after kubectl delete of the Pipeline"
+}
+opcheck "p: the controller creates a NetworkPolicy per Pipeline (7070 from its workers and the controllers), owned by it and garbage-collected with it" per_pipeline_netpol
 
 # =============================================================================================
 # n. helm upgrade to a next chart version whose CRD has a new property: the CRD is updated

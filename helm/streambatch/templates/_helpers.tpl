@@ -50,7 +50,9 @@ the requests the controller makes (controller/operator/*.c):
   finalizer), delete (ttlSecondsAfterFinished); status: update (PUT); finalizers: update, which
   the OwnerReferencesPermissionEnforcement admission plugin requires for worker pods whose
   ownerReference to the Pipeline sets blockOwnerDeletion.
-- pods: list/watch (informer and adoption), create, delete. events (core/v1): create. */}}
+- pods: list/watch (informer and adoption), create, delete. events (core/v1): create.
+- networkpolicies (with networkPolicy.perPipeline): create (one per Pipeline), get and delete
+  (one left by an earlier Pipeline of the same name is replaced; controller/operator/netpol.h). */}}
 {{- define "streambatch.workloadRules" -}}
 - apiGroups: [streambatch.dev]
   resources: [pipelines]
@@ -67,4 +69,9 @@ the requests the controller makes (controller/operator/*.c):
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if and .Values.networkPolicy.enabled .Values.networkPolicy.perPipeline }}
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, get, delete]
+{{- end }}
 {{- end -}}
