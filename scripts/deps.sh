@@ -59,3 +59,22 @@ if [[ ! -x $cu_dir/nvidia/cu13/bin/nvcc || ! -f $cu_dir/nvidia/cu13/lib/libcudar
     "nvidia-cuda-crt==$CUDA_WHEELS" "nvidia-nvvm==$CUDA_WHEELS"
   rm -rf "$cu_dir.venv" "$cu_dir" && mv "$cu_dir.tmp" "$cu_dir"
 fi
+# cuBLAS (tensor.mlp's GEMMs: cublasLt.h and libcublasLt.so.13, shared: the wheel has no static
+# library) and CCCL (the <nv/target> that cuBLAS's headers include through cuda_fp16.h), into
+# the same folder. Neither follows the toolkit's version numbers: cuBLAS 13.5.1.27 is the 13.5
+# release, CCCL 13.3.5.0.6 the newest for CUDA 13. pip --target does not merge into an existing
+# nvidia/ folder, so they go to a folder of their own and are copied in. cuBLAS's dependency
+# nvidia-cuda-nvrtc is left out: libcublasLt opens libnvrtc only for kernels it compiles at run
+# time, which tensor.mlp's GEMMs do not ask for, and does not link it.
+CUBLAS_WHEEL=13.5.1.27 CCCL_WHEEL=13.3.5.0.6
+if [[ ! -f $cu_dir/nvidia/cu13/include/cublasLt.h || ! -e $cu_dir/nvidia/cu13/lib/libcublasLt.so.13 ||
+  ! -f $cu_dir/nvidia/cu13/include/nv/target ]]; then
+  echo "deps: installing nvidia-cublas==$CUBLAS_WHEEL and nvidia-cuda-cccl==$CCCL_WHEEL into $cu_dir"
+  rm -rf "$cu_dir.cublas" "$cu_dir.venv" && mkdir -p "$cu_dir.cublas"
+  python3 -m venv "$cu_dir.venv"
+  "$cu_dir.venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+    --target "$cu_dir.cublas" "nvidia-cublas==$CUBLAS_WHEEL" "nvidia-cuda-cccl==$CCCL_WHEEL"
+  cp -a "$cu_dir.cublas/nvidia/cu13/include/." "$cu_dir/nvidia/cu13/include/"
+  cp -a "$cu_dir.cublas/nvidia/cu13/lib/." "$cu_dir/nvidia/cu13/lib/"
+  rm -rf "$cu_dir.venv" "$cu_dir.cublas"
+fi

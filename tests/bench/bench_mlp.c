@@ -1,13 +1,14 @@
 /* bench_mlp — tensor.mlp's CPU path alone, for scripts/bench-mlp.sh.
  *
- *   bench_mlp WEIGHTS DIN ROWS BATCH ROUNDS [DEVICE [replace]]
+ *   bench_mlp WEIGHTS DIN ROWS BATCH ROUNDS [DEVICE [replace|add [PRECISION]]]
  *
  * Runs the op (as a worker's task would: sb_op_run over one partition, BATCH rows per call)
  * over ROWS random float32 vectors of DIN values (the model's first layer), ROUNDS times after one
  * warm-up round (the weights load once, as in a worker), and prints
  * "RESULT mlp rows=N din=N seconds=S,S,..." (seconds per round: the op's calls and its output).
  * DEVICE is the op's args.device (auto when left out); `replace`: the outputs replace the input
- * column (outputField = field) instead of being added beside it. Built twice: bench_mlp (the plain
+ * column (outputField = field) instead of being added beside it (`add`: beside it, the default);
+ * PRECISION is the op's args.precision (fp32 when left out). Built twice: bench_mlp (the plain
  * archive: the CPU path) and bench_mlp_gpu (linked with the CUDA objects, as streambatch-worker-gpu
  * is).
  */
@@ -36,9 +37,9 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 6 || argc > 8) {
-        fprintf(stderr,
-                "usage: bench_mlp WEIGHTS DIN ROWS BATCH ROUNDS [auto|cpu|cuda [replace]]\n");
+    if (argc < 6 || argc > 9) {
+        fprintf(stderr, "usage: bench_mlp WEIGHTS DIN ROWS BATCH ROUNDS [auto|cpu|cuda "
+                        "[replace|add [fp32|tf32|bf16]]]\n");
         return 2;
     }
     size_t din = strtoull(argv[2], NULL, 10), rows = strtoull(argv[3], NULL, 10),
@@ -48,9 +49,10 @@ int main(int argc, char **argv)
     char args[1200];
     snprintf(args, sizeof args,
              "{\"weights\":\"%s\",\"field\":\"x\",\"activation\":\"relu\",\"device\":\"%s\""
-             "%s}",
+             "%s,\"precision\":\"%s\"}",
              argv[1], argc >= 7 ? argv[6] : "auto",
-             argc == 8 && strcmp(argv[7], "replace") == 0 ? ",\"outputField\":\"x\"" : "");
+             argc >= 8 && strcmp(argv[7], "replace") == 0 ? ",\"outputField\":\"x\"" : "",
+             argc == 9 ? argv[8] : "fp32");
     sb_err err = {0};
     void *st;
     if (op == NULL || op->init(args, &st, &err) != 0) {

@@ -1,9 +1,16 @@
-/* Tests of tensor.mlp's CUDA implementation (worker/ops/tensor/mlp_cuda.cu), linked with the
- * CUDA objects (Makefile: CUDA_TEST_BINS). With a device: the GEMM kernel against a double
- * precision reference, and the op on CUDA against the op on the CPU (the reference) over the
- * same random model and data, tensor columns and jsonl, several batch sizes (one batch, batches
- * that overlap on the two streams, a last batch that is not full), within 1e-4 relative, also
- * from a state kept between tasks (the worker's op state cache).
+/* Tests of tensor.mlp's CUDA implementation (worker/ops/tensor/mlp_cuda.cu, cuBLASLt), linked
+ * with the CUDA objects (Makefile: CUDA_TEST_BINS). With a device: one layer (the op's own
+ * model, run and plans) against a double precision reference at each precision, shapes that are
+ * not multiples of 8 and batches of 1, 3 and 1025 rows; and the op on CUDA against the op on the
+ * CPU (the reference) over the same random model and data, tensor columns and jsonl, several
+ * batch sizes (one batch, batches that overlap on the two streams, a last batch that is not
+ * full), also from a state kept between tasks (the worker's op state cache).
+ * Tolerances (docs/pipeline-api.md): fp32 within 1e-4 of the larger of |want| and the row's
+ * largest |want|; one layer at tf32 within 2.5e-3 and at bf16 within 1e-2 of sum_k |x_k w_k|
+ * + |b| (each product's inputs rounded to 10 or 7 mantissa bits, truncated or to nearest); the
+ * 3-layer model at tf32 within 1e-2, at bf16 within 5e-2 of the row's largest |want| (a
+ * simulation of that model's rounding in double precision, 300 rows, gave 4.1e-3 for tf32
+ * truncated and 1.4e-2 for bf16).
  * Without one (no driver: cudaGetDeviceCount fails): those skip, and the tests check that
  * `device: cuda` fails with the CUDA error and that `auto` gives the CPU's results. */
 #include <criterion/criterion.h>
@@ -65,12 +72,23 @@ static void expect_close(const float *got, const float *want, size_t n, size_t w
     }
 }
 
-/* One shape through one kernel (tile 64 or 128, or auto), every activation, against double
- * precision; b may be left out (NULL). */
-static void gemm_case(size_t n, size_t din, size_t dout, int tile, bool bias)
+static const char *const PREC_NAMES[] = {"fp32", "tf32", "bf16"};
+
+/* One layer's tolerance at a precision, as a fraction of sum_k |x_k w_k| + |b| (see the top). */
+static double layer_tol(int prec)
+{
+    return prec == SB_MLP_CUDA_TF32 ? 2.5e-3 : prec == SB_MLP_CUDA_BF16 ? 1e-2 : 0;
+}
+
+/* One shape through sb_mlp_cuda_linear (the op's cuBLASLt path), every activation, against
+ * double precision; b may be left out (NULL). fp32: expect_close at 1e-4; tf32 and bf16: each
+ * output within layer_tol of its sum of absolute products (an error bound that cancellation in
+ * the sum cannot break, and that a wrong layout or transpose breaks by far). */
+static void gemm_case(size_t n, size_t din, size_t dout, int prec, bool bias)
 {
     float *x = malloc(n * din * 4), *w = malloc(dout * din * 4), *b = malloc(dout * 4);
     float *y = malloc(n * dout * 4), *want = malloc(n * dout * 4);
+    double *mag = malloc(n * dout * sizeof(double));
     unsigned s = 7;
     for (size_t i = 0; i < n * din; i++)
         x[i] = rnd(&s);
@@ -81,50 +99,81 @@ static void gemm_case(size_t n, size_t din, size_t dout, int tile, bool bias)
     for (int act = SB_MLP_CUDA_RELU; act <= SB_MLP_CUDA_NONE; act++) {
         for (size_t r = 0; r < n; r++)
             for (size_t o = 0; o < dout; o++) {
-                double v = b[o];
-                for (size_t k = 0; k < din; k++)
+                double v = b[o], m = fabs(b[o]);
+                for (size_t k = 0; k < din; k++) {
                     v += (double)x[r * din + k] * w[o * din + k];
+                    m += fabs((double)x[r * din + k] * w[o * din + k]);
+                }
                 if (act == SB_MLP_CUDA_RELU)
                     v = v > 0 ? v : 0;
                 else if (act == SB_MLP_CUDA_GELU)
                     v = 0.5 * v * (1 + erf(v / sqrt(2.0)));
                 want[r * dout + o] = (float)v;
+                mag[r * dout + o] = m;
             }
         sb_err e = {0};
-        memset(y, 0xff, n * dout * 4); /* NaN: a value the kernel does not write fails */
-        cr_assert_eq(sb_mlp_cuda_linear(x, n, din, w, bias ? b : NULL, dout, act, tile, y, &e), 0,
+        memset(y, 0xff, n * dout * 4); /* NaN: a value the GEMM does not write fails */
+        cr_assert_eq(sb_mlp_cuda_linear(x, n, din, w, bias ? b : NULL, dout, act, prec, y, &e), 0,
                      "%s", e.msg);
         char what[96];
-        snprintf(what, sizeof what, "%zu x %zu -> %zu, tile %d, %s%s", n, din, dout, tile,
+        snprintf(what, sizeof what, "%zu x %zu -> %zu, %s, %s%s", n, din, dout, PREC_NAMES[prec],
                  act == 0   ? "relu"
                  : act == 1 ? "gelu"
                             : "none",
                  bias ? "" : ", no bias");
-        expect_close(y, want, n * dout, dout, 1e-4, what);
+        if (prec == SB_MLP_CUDA_FP32) {
+            expect_close(y, want, n * dout, dout, 1e-4, what);
+            continue;
+        }
+        /* relu and gelu move a value by at most its own change (their slopes are at most
+         * ~1.13), so the bound of the sum, with that slope, holds after them */
+        for (size_t i = 0; i < n * dout; i++)
+            cr_assert(fabs(y[i] - want[i]) <= 1.13 * layer_tol(prec) * mag[i] + 1e-6,
+                      "%s: row %zu output %zu: %.9g, want %.9g (sum of |products| %.6g)", what,
+                      i / dout, i % dout, y[i], want[i], mag[i]);
     }
-    free(x), free(w), free(b), free(y), free(want);
+    free(x), free(w), free(b), free(y), free(want), free(mag);
 }
 
-Test(mlp_cuda, gemm_kernel_matches_a_double_reference)
+Test(mlp_cuda, one_layer_matches_a_double_reference_at_each_precision)
 {
     need_device();
-    /* sizes that are not multiples of the tiles (64 x 64 x 16, 128 x 128 x 8); din a multiple
-     * of 4 (the large kernel's float4 loads) and not; both kernels on each */
-    for (int t = 0; t < 2; t++) {
-        int tile = t ? SB_MLP_CUDA_TILE_128 : SB_MLP_CUDA_TILE_64;
-        gemm_case(173, 70, 131, tile, true);
-        gemm_case(300, 72, 260, tile, true);
-        gemm_case(129, 9, 3, tile, false);
-        gemm_case(1, 4, 1, tile, true);
+    for (int p = SB_MLP_CUDA_FP32; p <= SB_MLP_CUDA_BF16; p++) {
+        /* in and out not multiples of 8 (nor of 4: ld alignments the heuristic must take),
+         * batches of 1, 3 and 1025 rows, with and without a bias */
+        gemm_case(1, 70, 131, p, true);
+        gemm_case(3, 9, 3, p, false);
+        gemm_case(1025, 133, 257, p, true);
+        gemm_case(173, 72, 260, p, true);
+        gemm_case(1, 4, 1, p, true);
+        gemm_case(2000, 132, 1100, p, false); /* a grid that fills the GPU */
     }
-    /* auto: a grid that fills the GPU takes the large kernel */
-    gemm_case(2000, 132, 1100, SB_MLP_CUDA_TILE_AUTO, true);
 }
 
-/* A random 3-layer model 48 -> 96 -> 80 -> 10 as a safetensors file (path in a static buffer). */
-static const char *model_file(void)
+Test(mlp_cuda, bf16_without_a_prepared_model_is_refused)
 {
-    static const size_t dims[4] = {48, 96, 80, 10};
+    need_device();
+    size_t din = 8, dout = 4;
+    float w[32] = {0};
+    const float *wp = w, *bp = NULL;
+    sb_err e = {0};
+    sb_mlp_cuda_model *m = sb_mlp_cuda_model_new(1, &din, &dout, &wp, &bp, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    cr_expect_null(sb_mlp_cuda_run_new(m, SB_MLP_CUDA_RELU, SB_MLP_CUDA_BF16, &e));
+    cr_expect(strstr(e.msg, "no bf16 weights") != NULL, "%s", e.msg);
+    cr_expect_null(sb_mlp_cuda_run_new(m, SB_MLP_CUDA_RELU, 7, &e));
+    cr_expect(strstr(e.msg, "no precision 7") != NULL, "%s", e.msg);
+    cr_assert_eq(sb_mlp_cuda_model_prepare(m, SB_MLP_CUDA_BF16, &e), 0, "%s", e.msg);
+    sb_mlp_cuda_run *r = sb_mlp_cuda_run_new(m, SB_MLP_CUDA_RELU, SB_MLP_CUDA_BF16, &e);
+    cr_expect_not_null(r, "%s", e.msg);
+    sb_mlp_cuda_run_free(r);
+    sb_mlp_cuda_model_free(m);
+}
+
+/* A random 3-layer model dims[0] -> dims[1] -> dims[2] -> dims[3] as a safetensors file (path
+ * in a static buffer, overwritten by the next call). */
+static const char *model_file_dims(const size_t dims[4])
+{
     static char path[256];
     char dir[128], header[1024];
     size_t off = 0, hl = 0, total = 0;
@@ -158,6 +207,13 @@ static const char *model_file(void)
     fclose(f);
     free(data);
     return path;
+}
+
+/* 48 -> 96 -> 80 -> 10 */
+static const char *model_file(void)
+{
+    static const size_t dims[4] = {48, 96, 80, 10};
+    return model_file_dims(dims);
 }
 
 #define ROWS 1000
@@ -346,16 +402,69 @@ static int run_cached(sb_op_cache *c, const char *args, void *blob, size_t len, 
     return rc;
 }
 
-/* A state kept between tasks keeps its CUDA run (streams, pinned and device buffers: what made
- * a task's init cost milliseconds) and gives every later task the CPU's results. */
-Test(mlp_cuda, a_reused_state_keeps_its_streams_and_matches_the_cpu)
+/* The 3-layer model's tolerance against the CPU at a precision (see the top). */
+static double model_tol(int prec)
+{
+    return prec == SB_MLP_CUDA_TF32 ? 1e-2 : prec == SB_MLP_CUDA_BF16 ? 5e-2 : 1e-4;
+}
+
+/* args_for with args.precision */
+static char *args_prec(const char *weights, const char *act, const char *device, const char *prec)
+{
+    char *a;
+    cr_assert(asprintf(&a,
+                       "{\"weights\":\"%s\",\"field\":\"x\",\"activation\":\"%s\","
+                       "\"device\":\"%s\",\"precision\":\"%s\"}",
+                       weights, act, device, prec) > 0);
+    return a;
+}
+
+/* Each precision through the op, hidden layers not multiples of 8 (48 -> 97 -> 33 -> 10),
+ * batches of 1, 3, 333 and 1025 rows (more than the partition: one batch), against the CPU. */
+Test(mlp_cuda, the_op_at_each_precision_matches_the_cpu_within_its_tolerance)
 {
     need_device();
+    static const size_t dims[4] = {48, 97, 33, 10};
+    const char *w = model_file_dims(dims);
+    size_t len;
+    void *blob = tensor_part(&len);
+    float *cpu = malloc(ROWS * DOUT * 4), *gpu = malloc(ROWS * DOUT * 4);
+    const char *acts[] = {"relu", "gelu"};
+    const size_t batches[] = {1, 3, 333, 1025};
+    for (size_t a = 0; a < 2; a++) {
+        char *ac = args_for(w, acts[a], "cpu", "x");
+        sb_err e = {0};
+        cr_assert_eq(run(ac, blob, len, 128, 0, cpu, &e), 0, "%s", e.msg);
+        free(ac);
+        for (int p = SB_MLP_CUDA_FP32; p <= SB_MLP_CUDA_BF16; p++) {
+            char *ag = args_prec(w, acts[a], "cuda", PREC_NAMES[p]);
+            for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+                memset(gpu, 0xff, ROWS * DOUT * 4);
+                cr_assert_eq(run(ag, blob, len, batches[bi], 0, gpu, &e), 0, "%s", e.msg);
+                char what[96];
+                snprintf(what, sizeof what, "%s, %s, batches of %zu", PREC_NAMES[p], acts[a],
+                         batches[bi]);
+                expect_close(gpu, cpu, ROWS * DOUT, DOUT, model_tol(p), what);
+            }
+            free(ag);
+        }
+    }
+    free(cpu), free(gpu);
+    sb_part_free(blob);
+    sb_op_shutdown();
+}
+
+/* A state kept between tasks keeps its CUDA run (cuBLASLt handle and plans, streams, pinned and
+ * device buffers: what made a task's init cost milliseconds) and gives every later task the
+ * CPU's results, at each precision, with batch sizes that change between tasks. */
+static void reused_state(int prec)
+{
     const char *w = model_file();
     size_t len;
     void *blob = tensor_part(&len);
     float *cpu = malloc(ROWS * DOUT * 4), *gpu = malloc(ROWS * DOUT * 4);
-    char *ac = args_for(w, "gelu", "cpu", "x"), *ag = args_for(w, "gelu", "cuda", "x");
+    char *ac = args_for(w, "gelu", "cpu", "x"),
+         *ag = args_prec(w, "gelu", "cuda", PREC_NAMES[prec]);
     sb_err e = {0};
     cr_assert_eq(run(ac, blob, len, 128, 0, cpu, &e), 0, "%s", e.msg);
     sb_op_cache *c = sb_op_cache_new(2);
@@ -369,8 +478,9 @@ Test(mlp_cuda, a_reused_state_keeps_its_streams_and_matches_the_cpu)
             first = used;
         cr_expect_eq(used, first, "task %d: the same state", task);
         char what[64];
-        snprintf(what, sizeof what, "task %d, batches of %zu", task, batches[task]);
-        expect_close(gpu, cpu, ROWS * DOUT, DOUT, 1e-4, what);
+        snprintf(what, sizeof what, "%s, task %d, batches of %zu", PREC_NAMES[prec], task,
+                 batches[task]);
+        expect_close(gpu, cpu, ROWS * DOUT, DOUT, model_tol(prec), what);
     }
     sb_op_cache_stats st;
     sb_op_cache_stats_get(c, &st);
@@ -380,6 +490,13 @@ Test(mlp_cuda, a_reused_state_keeps_its_streams_and_matches_the_cpu)
     free(ac), free(ag), free(cpu), free(gpu);
     sb_part_free(blob);
     sb_op_shutdown();
+}
+
+Test(mlp_cuda, a_reused_state_keeps_its_streams_and_matches_the_cpu)
+{
+    need_device();
+    for (int p = SB_MLP_CUDA_FP32; p <= SB_MLP_CUDA_BF16; p++)
+        reused_state(p);
 }
 
 Test(mlp_cuda, without_a_device_cuda_fails_clearly_and_auto_runs_on_the_cpu)

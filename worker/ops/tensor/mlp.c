@@ -8,7 +8,9 @@
  * topK (optional: also "<outputField>TopK", the indices of the k largest outputs, largest
  * first), device (auto: CUDA when this worker has a usable device, else the CPU; cpu; cuda:
  * the stage fails, saying why, when there is no usable device or the worker is not the CUDA
- * build).
+ * build), precision (fp32, the default; tf32 or bf16: the GEMMs' precision on CUDA, refused with
+ * device cpu; the CPU computes in fp32 whatever is asked, which is within every precision's
+ * tolerance).
  *
  * Input, per batch: a fixed-size-list column named `field` (any numeric child type, as wide as
  * the first layer) gives typed output: every input column plus `outputField` (fixed-size list of
@@ -70,6 +72,12 @@ typedef struct mlp_model {
 
 typedef enum { DEV_AUTO, DEV_CPU, DEV_CUDA } dev_kind;
 
+typedef enum { PREC_FP32, PREC_TF32, PREC_BF16 } prec_kind;
+_Static_assert((int)PREC_FP32 == (int)SB_MLP_CUDA_FP32 && (int)PREC_TF32 == (int)SB_MLP_CUDA_TF32 &&
+                   (int)PREC_BF16 == (int)SB_MLP_CUDA_BF16,
+               "mlp_cuda.h numbers the precisions as mlp.c does");
+static const char *const prec_names[] = {"fp32", "tf32", "bf16"};
+
 /* A batch queued on the device whose output is not appended yet (its input's rows). */
 typedef struct {
     bool active, json;
@@ -80,6 +88,7 @@ typedef struct {
 typedef struct {
     const mlp_model *m;
     act_kind act;
+    prec_kind prec;       /* on CUDA; the CPU computes in fp32 */
     sb_mlp_cuda_run *run; /* NULL: the CPU implementation */
     int next_slot;
     mlp_pending pending;
@@ -313,8 +322,9 @@ static int cuda_usable(char *why, size_t cap)
     return n;
 }
 
-/* The model's weights on the device, uploaded by the first state that needs them. */
-static int model_to_device(const mlp_model *cm, sb_err *err)
+/* The model's weights on the device, uploaded by the first state that needs them (and their
+ * bf16 copy by the first that runs at bf16). */
+static int model_to_device(const mlp_model *cm, prec_kind prec, sb_err *err)
 {
     pthread_mutex_lock(&cache_mu);
     mlp_model *m = (mlp_model *)cm; /* the cache's own model: dev is set under the lock */
@@ -328,6 +338,8 @@ static int model_to_device(const mlp_model *cm, sb_err *err)
         m->dev = sb_mlp_cuda_model_new(m->nl, m->din, m->dout, w, b, err);
         rc = m->dev == NULL ? -1 : 0;
     }
+    if (rc == 0)
+        rc = sb_mlp_cuda_model_prepare(m->dev, (int)prec, err);
     pthread_mutex_unlock(&cache_mu);
     return rc;
 }
@@ -560,6 +572,26 @@ static char *json_key(const char *name, const char *lead)
     return k;
 }
 
+/* args.precision (absent: fp32) into *out; a value that is none of the three, or tf32/bf16 with
+ * device cpu (the CPU computes in fp32 only), is an error naming the field. */
+static int parse_precision(const cJSON *p, dev_kind device, prec_kind *out, sb_err *err)
+{
+    *out = PREC_FP32;
+    if (p == NULL)
+        return 0;
+    for (int i = PREC_FP32; i <= PREC_BF16 && cJSON_IsString(p); i++)
+        if (strcmp(p->valuestring, prec_names[i]) == 0)
+            *out = (prec_kind)i;
+    if (!cJSON_IsString(p) || strcmp(p->valuestring, prec_names[*out]) != 0)
+        return sb_err_set(err, "tensor.mlp: args.precision must be fp32, tf32 or bf16");
+    if (*out != PREC_FP32 && device == DEV_CPU)
+        return sb_err_set(err,
+                          "tensor.mlp: args.precision is %s, but args.device is cpu: the CPU "
+                          "computes in fp32 only (drop precision, or use device auto or cuda)",
+                          prec_names[*out]);
+    return 0;
+}
+
 static int mlp_init(const char *args_json, void **state, sb_err *err)
 {
     *state = NULL;
@@ -570,6 +602,7 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
     const cJSON *of = cJSON_GetObjectItemCaseSensitive(a, "outputField");
     const cJSON *tk = cJSON_GetObjectItemCaseSensitive(a, "topK");
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive(a, "device");
+    const cJSON *prec = cJSON_GetObjectItemCaseSensitive(a, "precision");
     mlp_state *s = calloc(1, sizeof *s);
     int rc = -1;
     if (s == NULL) {
@@ -620,6 +653,8 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
             goto out;
         }
     }
+    if (parse_precision(prec, device, &s->prec, err) != 0)
+        goto out;
     s->field = strdup(f->valuestring);
     s->out_field = strdup(of ? of->valuestring : "y");
     if (s->field == NULL || s->out_field == NULL ||
@@ -647,8 +682,8 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
     if (device != DEV_CPU) {
         char why[SB_ERR_MAX];
         if (cuda_usable(why, sizeof why) > 0) {
-            if (model_to_device(s->m, err) != 0 ||
-                (s->run = sb_mlp_cuda_run_new(s->m->dev, (int)s->act, err)) == NULL) {
+            if (model_to_device(s->m, s->prec, err) != 0 ||
+                (s->run = sb_mlp_cuda_run_new(s->m->dev, (int)s->act, (int)s->prec, err)) == NULL) {
                 sb_err_wrap(err, "tensor.mlp: weights %.200s on the GPU", w->valuestring);
                 goto out;
             }
@@ -657,6 +692,9 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
             goto out;
         }
     }
+    if (s->run == NULL && s->prec != PREC_FP32)
+        sb_log(SB_LOG_INFO, "tensor.mlp: args.precision applies on CUDA; the CPU computes in fp32",
+               "precision", prec_names[s->prec], NULL);
     *state = s;
     s = NULL;
     rc = 0;

@@ -1,19 +1,22 @@
 /* mlp_cuda.cu — tensor.mlp's CUDA implementation (see mlp_cuda.h): weights resident on the
- * device, two streams whose pinned host buffers and device buffers hold one batch each, and a
- * tiled SGEMM kernel of our own with the bias and the activation fused.
+ * device, the GEMMs done by cuBLASLt, two streams whose pinned host buffers and device buffers
+ * hold one batch each.
  *
- * The kernel: y[n x dout] = x[n x din] . w^T + b, both operands K-contiguous (x row-major, w
- * [out, in] as PyTorch stores it). A block of 256 threads computes a 64 x 64 tile of y; each
- * step it stages a 64 x 16 tile of x and of w in shared memory (transposed, K outermost, padded
- * against bank conflicts) and every thread accumulates a 4 x 4 register block (rows ty + 16 i,
- * outputs tx + 16 j: shared reads are broadcasts or consecutive, stores to y are coalesced).
- * A second kernel (sgemm_xwt_big) does the same with 128 x 128 tiles and 8 x 8 outputs per
- * thread for grids large enough to fill the GPU (batches of thousands of rows).
- * Accumulation is fp32 FMA, like the CPU's AVX2 kernel (the order of the sums differs: results
- * agree to ~1e-6 relative, the tests allow 1e-4).
+ * A layer is y[n x dout] = x[n x din] . w^T + b, x row-major and w [out, in] as PyTorch stores
+ * it. cuBLAS is column-major: the same memory read column-major is x^T (din x n, ld din), w^T
+ * (din x dout, ld din) and y^T (dout x n, ld dout), so each layer is the matmul
+ * y^T = op(A) . B with A = w^T transposed (CUBLAS_OP_T: w), B = x^T, m = dout, n = n, k = din,
+ * and the bias is a vector of m, which cuBLASLt's BIAS epilogue adds to every column. relu is
+ * fused too (RELU_BIAS); gelu (erf, as the CPU computes it: cuBLASLt's GELU epilogue is the tanh
+ * approximation) runs in a small kernel after the matmul, as do bias and activation when the
+ * heuristic offers no algorithm with the epilogue. A layer's plan (descriptors, layouts, the
+ * heuristic's algorithm) is made for a batch size once and kept (the last two sizes per layer).
+ * Precisions: fp32 is CUBLAS_COMPUTE_32F (no TF32: within 1e-4 of the CPU), tf32 is
+ * CUBLAS_COMPUTE_32F_FAST_TF32, bf16 multiplies bfloat16 copies of the weights (made once per
+ * model) and of each layer's input (rounded by a kernel) with fp32 sums and outputs.
  *
- * Memory: see mlp_cuda.h. Every CUDA call is checked; failures become sb_err messages naming
- * the call, with cudaGetErrorString's text (those of the release paths, which have no caller to
+ * Memory: see mlp_cuda.h. Every CUDA and cuBLAS call is checked; failures become sb_err messages
+ * naming the call, with the library's text (those of the release paths, which have no caller to
  * tell, are logged as warnings).
  */
 #define SB_MLP_CUDA_IMPL
@@ -23,16 +26,16 @@ extern "C" { /* (C headers without extern "C" of their own) */
 }
 #include "worker/ops/tensor/mlp_cuda.h"
 
-#include <atomic>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TILE_M 64 /* rows of x per block */
-#define TILE_N 64 /* outputs per block */
-#define TILE_K 16
-#define THREADS 256 /* 16 x 16, each 4 x 4 outputs */
+#define THREADS 256
 #define MAX_LAYERS 64
+#define PLANS 2                      /* plans kept per layer: batch sizes */
+#define WORKSPACE ((size_t)32 << 20) /* cuBLASLt's workspace per slot (32 MiB for Hopper) */
 
 #define CK(call, what)                                                                             \
     do {                                                                                           \
@@ -41,9 +44,22 @@ extern "C" { /* (C headers without extern "C" of their own) */
             return fail(err, what, e_);                                                            \
     } while (0)
 
+#define LK(call, what)                                                                             \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return lt_fail(err, what, s_);                                                         \
+    } while (0)
+
 static int fail(sb_err *err, const char *what, cudaError_t e)
 {
     return sb_err_set(err, "CUDA: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static int lt_fail(sb_err *err, const char *what, cublasStatus_t s)
+{
+    return sb_err_set(err, "cuBLAS: %s: %s (%s)", what, cublasLtGetStatusString(s),
+                      cublasLtGetStatusName(s));
 }
 
 /* For the release paths (frees, stream teardown): a failure is logged, nothing else to do. */
@@ -52,6 +68,13 @@ static void released(cudaError_t e, const char *what)
     if (e != cudaSuccess)
         sb_log(SB_LOG_WARN, "CUDA: releasing failed", "call", what, "error", cudaGetErrorString(e),
                (const char *)NULL);
+}
+
+static void lt_released(cublasStatus_t s, const char *what)
+{
+    if (s != CUBLAS_STATUS_SUCCESS)
+        sb_log(SB_LOG_WARN, "cuBLAS: releasing failed", "call", what, "error",
+               cublasLtGetStatusString(s), (const char *)NULL);
 }
 
 __device__ __forceinline__ float act_apply(float v, int act)
@@ -63,182 +86,28 @@ __device__ __forceinline__ float act_apply(float v, int act)
     return v;
 }
 
-__global__ void __launch_bounds__(THREADS)
-    sgemm_xwt(const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ b,
-              float *__restrict__ y, int n, int din, int dout, int act)
+/* y[i] = act(y[i] + b[i % dout]) over n x dout values (b may be NULL). */
+__global__ void bias_act(float *__restrict__ y, const float *__restrict__ b, size_t count,
+                         unsigned dout, int act)
 {
-    __shared__ float xs[TILE_K][TILE_M + 1];
-    __shared__ float ws[TILE_K][TILE_N + 1];
-    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int row0 = blockIdx.x * TILE_M, col0 = blockIdx.y * TILE_N;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < din; k0 += TILE_K) {
-        /* 64 x 16 elements of each operand, 4 per thread; 16 consecutive k per row: each
-         * half-warp reads 64 contiguous bytes */
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            int e = tid + q * THREADS, r = e / TILE_K, k = e % TILE_K;
-            int gr = row0 + r, gc = col0 + r, gk = k0 + k;
-            xs[k][r] = gr < n && gk < din ? x[(size_t)gr * din + gk] : 0.0f;
-            ws[k][r] = gc < dout && gk < din ? w[(size_t)gc * din + gk] : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < TILE_K; k++) {
-            float a[4], c[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                a[i] = xs[k][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                c[j] = ws[k][tx + 16 * j];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    acc[i][j] = fmaf(a[i], c[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int r = row0 + ty + 16 * i;
-        if (r >= n)
-            continue;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int c = col0 + tx + 16 * j;
-            if (c < dout)
-                y[(size_t)r * dout + c] = act_apply(acc[i][j] + (b != NULL ? b[c] : 0.0f), act);
-        }
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = act_apply(y[i] + (b != NULL ? b[i % dout] : 0.0f), act);
 }
 
-/* The large kernel: a block of 256 threads computes a 128 x 128 tile of y, staging 128 x 8
- * tiles of x and w in shared memory (K outermost) each step; thread (ty, tx) accumulates 8 x 8
- * outputs: rows ty*4 + {0..3} and 64 + ty*4 + {0..3}, outputs tx*4 + {0..3} and 64 + tx*4 +
- * {0..3}, read from shared memory as float4s (no bank conflicts: a warp reads 2 and 16
- * consecutive float4s). Each thread loads 4 consecutive k of one row of each operand: one float4
- * when VEC (din a multiple of 4, so rows are 16-byte aligned), else 4 checked scalars. */
-#define BIG_M 128
-#define BIG_N 128
-#define BIG_K 8
-
-template <bool VEC>
-__global__ void __launch_bounds__(THREADS)
-    sgemm_xwt_big(const float *__restrict__ x, const float *__restrict__ w,
-                  const float *__restrict__ b, float *__restrict__ y, int n, int din, int dout,
-                  int act)
+/* y[i] = x[i] rounded to the nearest bfloat16 (ties to even). */
+__global__ void to_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t count)
 {
-    __shared__ __align__(16) float xs[BIG_K][BIG_M];
-    __shared__ __align__(16) float ws[BIG_K][BIG_N];
-    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int row0 = blockIdx.x * BIG_M, col0 = blockIdx.y * BIG_N;
-    const int lr = tid >> 1, lk = (tid & 1) * 4; /* this thread's load: row lr, k lk..lk+3 */
-    const int gr = row0 + lr, gc = col0 + lr;
-    float acc[8][8];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < din; k0 += BIG_K) {
-        const int gk = k0 + lk;
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), c = a;
-        if (VEC) {
-            if (gr < n && gk < din)
-                a = *(const float4 *)&x[(size_t)gr * din + gk];
-            if (gc < dout && gk < din)
-                c = *(const float4 *)&w[(size_t)gc * din + gk];
-        } else {
-            float av[4], cv[4];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                av[q] = gr < n && gk + q < din ? x[(size_t)gr * din + gk + q] : 0.0f;
-                cv[q] = gc < dout && gk + q < din ? w[(size_t)gc * din + gk + q] : 0.0f;
-            }
-            a = make_float4(av[0], av[1], av[2], av[3]);
-            c = make_float4(cv[0], cv[1], cv[2], cv[3]);
-        }
-        xs[lk][lr] = a.x, xs[lk + 1][lr] = a.y, xs[lk + 2][lr] = a.z, xs[lk + 3][lr] = a.w;
-        ws[lk][lr] = c.x, ws[lk + 1][lr] = c.y, ws[lk + 2][lr] = c.z, ws[lk + 3][lr] = c.w;
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < BIG_K; k++) {
-            const float4 a0 = *(const float4 *)&xs[k][ty * 4];
-            const float4 a1 = *(const float4 *)&xs[k][64 + ty * 4];
-            const float4 c0 = *(const float4 *)&ws[k][tx * 4];
-            const float4 c1 = *(const float4 *)&ws[k][64 + tx * 4];
-            const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const float cv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    acc[i][j] = fmaf(av[i], cv[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int r = row0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
-        if (r >= n)
-            continue;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int c = col0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
-            if (c < dout)
-                y[(size_t)r * dout + c] = act_apply(acc[i][j] + (b != NULL ? b[c] : 0.0f), act);
-        }
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
 }
 
-/* The multiprocessors of the current device (asked once; 0 when the call fails). */
-static int device_sms(void)
+/* Blocks for a grid-stride kernel over count values: enough to fill a GPU, at most 4096. */
+static unsigned blocks_for(size_t count)
 {
-    static std::atomic<int> sms{-1};
-    int v = sms.load();
-    if (v < 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            v = 0;
-        sms.store(v);
-    }
-    return v;
-}
-
-/* Queues y = act(x . w^T + b) on stream s: the 128 x 128 kernel once its grid has a block for
- * every multiprocessor (it does twice the work per shared-memory load), else the 64 x 64 one. */
-static int launch(const float *x, size_t n, size_t din, const float *w, const float *b, size_t dout,
-                  int act, int tile, float *y, cudaStream_t s, sb_err *err)
-{
-    if (n > 0x7fffffffu || din > 0x7fffffffu || dout > 0x7fffffffu)
-        return sb_err_set(err, "CUDA: a batch of %zu rows is too large", n);
-    if (n == 0 || dout == 0)
-        return 0;
-    size_t big_blocks = ((n + BIG_M - 1) / BIG_M) * ((dout + BIG_N - 1) / BIG_N);
-    if (tile == SB_MLP_CUDA_TILE_AUTO)
-        tile = device_sms() > 0 && big_blocks >= (size_t)device_sms() ? SB_MLP_CUDA_TILE_128
-                                                                      : SB_MLP_CUDA_TILE_64;
-    size_t tm = tile == SB_MLP_CUDA_TILE_128 ? BIG_M : TILE_M;
-    size_t tn = tile == SB_MLP_CUDA_TILE_128 ? BIG_N : TILE_N;
-    dim3 grid((unsigned)((n + tm - 1) / tm), (unsigned)((dout + tn - 1) / tn));
-    if (grid.y > 65535)
-        return sb_err_set(err, "CUDA: %zu outputs is more than the kernel's grid takes", dout);
-    if (tile != SB_MLP_CUDA_TILE_128)
-        sgemm_xwt<<<grid, THREADS, 0, s>>>(x, w, b, y, (int)n, (int)din, (int)dout, act);
-    else if (din % 4 == 0)
-        sgemm_xwt_big<true><<<grid, THREADS, 0, s>>>(x, w, b, y, (int)n, (int)din, (int)dout, act);
-    else
-        sgemm_xwt_big<false><<<grid, THREADS, 0, s>>>(x, w, b, y, (int)n, (int)din, (int)dout, act);
-    CK(cudaGetLastError(), "launching the GEMM kernel");
-    return 0;
+    size_t b = (count + THREADS - 1) / THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
 /* ---- the model ---------------------------------------------------------------------------- */
@@ -247,6 +116,7 @@ struct sb_mlp_cuda_model {
     size_t nl, widest;
     size_t din[MAX_LAYERS], dout[MAX_LAYERS];
     float *w[MAX_LAYERS], *b[MAX_LAYERS]; /* device */
+    __nv_bfloat16 *wb[MAX_LAYERS];        /* device: w as bfloat16 (bf16 runs), or NULL */
 };
 
 extern "C" int sb_mlp_cuda_probe(sb_err *err)
@@ -263,6 +133,7 @@ extern "C" void sb_mlp_cuda_model_free(sb_mlp_cuda_model *m)
     for (size_t l = 0; l < m->nl; l++) {
         released(cudaFree(m->w[l]), "cudaFree (weights)");
         released(cudaFree(m->b[l]), "cudaFree (bias)");
+        released(cudaFree(m->wb[l]), "cudaFree (bf16 weights)");
     }
     free(m);
 }
@@ -303,19 +174,165 @@ extern "C" sb_mlp_cuda_model *sb_mlp_cuda_model_new(size_t nl, const size_t *din
     return m;
 }
 
-/* ---- a run: two streams, each with one batch's buffers ------------------------------------ */
+/* m's bf16 copy of its weights, converted on the device. 0, or -1 + err (some may be made). */
+static int bf16_weights(sb_mlp_cuda_model *m, sb_err *err)
+{
+    for (size_t l = 0; l < m->nl; l++) {
+        size_t count = m->din[l] * m->dout[l];
+        CK(cudaMalloc((void **)&m->wb[l], count * sizeof(__nv_bfloat16)),
+           "cudaMalloc (bf16 weights)");
+        to_bf16<<<blocks_for(count), THREADS>>>(m->w[l], m->wb[l], count);
+        CK(cudaGetLastError(), "launching the bf16 conversion of the weights");
+    }
+    /* the runs' streams do not wait for the legacy default stream (cudaStreamNonBlocking) */
+    CK(cudaDeviceSynchronize(), "converting the weights to bf16 (cudaDeviceSynchronize)");
+    return 0;
+}
+
+extern "C" int sb_mlp_cuda_model_prepare(sb_mlp_cuda_model *m, int precision, sb_err *err)
+{
+    if (precision != SB_MLP_CUDA_BF16 || m->wb[0] != NULL)
+        return 0;
+    if (bf16_weights(m, err) == 0)
+        return 0;
+    for (size_t l = 0; l < m->nl; l++) { /* none or all: wb[0] says whether they are there */
+        released(cudaFree(m->wb[l]), "cudaFree (bf16 weights)");
+        m->wb[l] = NULL;
+    }
+    return -1;
+}
+
+/* ---- plans: a layer's matmul for one batch size -------------------------------------------- */
+
+typedef struct {
+    bool used;
+    size_t n;
+    int act;
+    unsigned long last; /* the run's tick when last used */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+    bool post;      /* a kernel after the matmul: bias_act(post_bias, act) */
+    bool post_bias; /* that kernel adds the bias (the epilogue did not) */
+} plan_t;
+
+static void plan_release(plan_t *p)
+{
+    if (p->op != NULL)
+        lt_released(cublasLtMatmulDescDestroy(p->op), "cublasLtMatmulDescDestroy");
+    if (p->a != NULL)
+        lt_released(cublasLtMatrixLayoutDestroy(p->a), "cublasLtMatrixLayoutDestroy");
+    if (p->b != NULL)
+        lt_released(cublasLtMatrixLayoutDestroy(p->b), "cublasLtMatrixLayoutDestroy");
+    if (p->d != NULL)
+        lt_released(cublasLtMatrixLayoutDestroy(p->d), "cublasLtMatrixLayoutDestroy");
+    memset(p, 0, sizeof *p);
+}
+
+/* The epilogue that does a layer's bias and activation, as far as cuBLASLt has one (gelu: the
+ * bias only, the erf form runs in bias_act). */
+static cublasLtEpilogue_t fused_epilogue(int act, bool bias)
+{
+    if (act == SB_MLP_CUDA_RELU)
+        return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/* The heuristic's best algorithm for p with epilogue ep; *found 0 when it offers none. */
+static int plan_algo(cublasLtHandle_t lt, plan_t *p, cublasLtEpilogue_t ep, const float *bias,
+                     int *found, sb_err *err)
+{
+    LK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep),
+       "cublasLtMatmulDescSetAttribute (epilogue)");
+    const float *bp =
+        ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_RELU_BIAS ? bias : NULL;
+    LK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+       "cublasLtMatmulDescSetAttribute (bias)");
+    cublasLtMatmulPreference_t pref = NULL;
+    LK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    size_t ws = WORKSPACE;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int count = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res,
+                                            &count);
+    lt_released(cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+        return lt_fail(err, "cublasLtMatmulAlgoGetHeuristic", st);
+    *found = st == CUBLAS_STATUS_SUCCESS && count > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+    if (*found)
+        p->algo = res.algo;
+    return 0;
+}
+
+/* Makes p: layer (din x dout, bias) for batches of n rows, activation act, at precision. */
+static int plan_build(cublasLtHandle_t lt, plan_t *p, size_t din, size_t dout, const float *bias,
+                      size_t n, int act, int precision, sb_err *err)
+{
+    cublasComputeType_t ct =
+        precision == SB_MLP_CUDA_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cudaDataType_t ab = precision == SB_MLP_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LK(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    LK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+       "cublasLtMatmulDescSetAttribute (transa)");
+    LK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+       "cublasLtMatmulDescSetAttribute (transb)");
+    LK(cublasLtMatrixLayoutCreate(&p->a, ab, din, dout, (int64_t)din),
+       "cublasLtMatrixLayoutCreate (weights)");
+    LK(cublasLtMatrixLayoutCreate(&p->b, ab, din, n, (int64_t)din),
+       "cublasLtMatrixLayoutCreate (input)");
+    LK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, dout, n, (int64_t)dout),
+       "cublasLtMatrixLayoutCreate (output)");
+    cublasLtEpilogue_t ep = fused_epilogue(act, bias != NULL);
+    int found = 0;
+    if (plan_algo(lt, p, ep, bias, &found, err) != 0)
+        return -1;
+    p->post_bias = false;
+    if (!found && ep != CUBLASLT_EPILOGUE_DEFAULT) { /* bias and activation in bias_act */
+        if (plan_algo(lt, p, CUBLASLT_EPILOGUE_DEFAULT, bias, &found, err) != 0)
+            return -1;
+        p->post_bias = bias != NULL;
+        ep = CUBLASLT_EPILOGUE_DEFAULT;
+    }
+    if (!found)
+        return sb_err_set(err,
+                          "cuBLAS: no algorithm for a %zu x %zu -> %zu matmul at precision %s "
+                          "(cublasLtMatmulAlgoGetHeuristic found none)",
+                          n, din, dout,
+                          precision == SB_MLP_CUDA_TF32   ? "tf32"
+                          : precision == SB_MLP_CUDA_BF16 ? "bf16"
+                                                          : "fp32");
+    p->post = p->post_bias || act == SB_MLP_CUDA_GELU ||
+              (act == SB_MLP_CUDA_RELU && ep == CUBLASLT_EPILOGUE_DEFAULT);
+    p->n = n;
+    p->act = act;
+    p->used = true;
+    return 0;
+}
+
+/* ---- a run: a cuBLASLt handle, its plans, two streams with one batch's buffers each -------- */
 
 typedef struct {
     cudaStream_t s;
     size_t cap;          /* rows the buffers hold */
     float *xh, *yh;      /* pinned host: input (cap x din0), output (cap x dout_last) */
     float *xd, *t0, *t1; /* device: input, the layers' outputs (cap x widest each) */
+    __nv_bfloat16 *xb;   /* device, bf16 runs: a layer's input rounded (cap x widest) */
+    void *ws;            /* device: cuBLASLt's workspace (WORKSPACE bytes) */
     size_t n;            /* rows submitted */
 } slot_t;
 
 struct sb_mlp_cuda_run {
     const sb_mlp_cuda_model *m;
-    int act;
+    int act, act_last; /* act_last: after the last layer (none, but for sb_mlp_cuda_linear) */
+    int precision;
+    cublasLtHandle_t lt;
+    unsigned long tick;
+    plan_t plan[MAX_LAYERS][PLANS];
     slot_t slot[SB_MLP_CUDA_SLOTS];
 };
 
@@ -326,7 +343,9 @@ static void slot_release(slot_t *s)
     released(cudaFree(s->xd), "cudaFree (input)");
     released(cudaFree(s->t0), "cudaFree (activations)");
     released(cudaFree(s->t1), "cudaFree (activations)");
+    released(cudaFree(s->xb), "cudaFree (bf16 input)");
     s->xh = s->yh = s->xd = s->t0 = s->t1 = NULL;
+    s->xb = NULL;
     s->cap = 0;
 }
 
@@ -340,11 +359,36 @@ extern "C" void sb_mlp_cuda_run_free(sb_mlp_cuda_run *r)
             released(cudaStreamDestroy(r->slot[i].s), "cudaStreamDestroy");
         }
         slot_release(&r->slot[i]);
+        released(cudaFree(r->slot[i].ws), "cudaFree (cuBLASLt workspace)");
     }
+    for (size_t l = 0; l < MAX_LAYERS; l++)
+        for (int k = 0; k < PLANS; k++)
+            plan_release(&r->plan[l][k]);
+    if (r->lt != NULL)
+        lt_released(cublasLtDestroy(r->lt), "cublasLtDestroy");
     free(r);
 }
 
-extern "C" sb_mlp_cuda_run *sb_mlp_cuda_run_new(const sb_mlp_cuda_model *m, int act, sb_err *err)
+static int run_init(sb_mlp_cuda_run *r, sb_err *err)
+{
+    if (r->precision < SB_MLP_CUDA_FP32 || r->precision > SB_MLP_CUDA_BF16)
+        return sb_err_set(err, "CUDA: no precision %d", r->precision);
+    if (r->precision == SB_MLP_CUDA_BF16 && r->m->wb[0] == NULL)
+        return sb_err_set(err, "CUDA: the model has no bf16 weights (sb_mlp_cuda_model_prepare)");
+    LK(cublasLtCreate(&r->lt), "cublasLtCreate");
+    for (int i = 0; i < SB_MLP_CUDA_SLOTS; i++) {
+        cudaError_t e = cudaStreamCreateWithFlags(&r->slot[i].s, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            r->slot[i].s = NULL;
+            return fail(err, "cudaStreamCreate", e);
+        }
+        CK(cudaMalloc(&r->slot[i].ws, WORKSPACE), "cudaMalloc (cuBLASLt workspace)");
+    }
+    return 0;
+}
+
+extern "C" sb_mlp_cuda_run *sb_mlp_cuda_run_new(const sb_mlp_cuda_model *m, int act, int precision,
+                                                sb_err *err)
 {
     sb_mlp_cuda_run *r = (sb_mlp_cuda_run *)calloc(1, sizeof *r);
     if (r == NULL) {
@@ -353,23 +397,21 @@ extern "C" sb_mlp_cuda_run *sb_mlp_cuda_run_new(const sb_mlp_cuda_model *m, int 
     }
     r->m = m;
     r->act = act;
-    for (int i = 0; i < SB_MLP_CUDA_SLOTS; i++) {
-        cudaError_t e = cudaStreamCreateWithFlags(&r->slot[i].s, cudaStreamNonBlocking);
-        if (e != cudaSuccess) {
-            r->slot[i].s = NULL;
-            fail(err, "cudaStreamCreate", e);
-            sb_mlp_cuda_run_free(r);
-            return NULL;
-        }
+    r->act_last = SB_MLP_CUDA_NONE;
+    r->precision = precision;
+    if (run_init(r, err) != 0) {
+        sb_mlp_cuda_run_free(r);
+        return NULL;
     }
     return r;
 }
 
-static int slot_grow(const sb_mlp_cuda_model *m, slot_t *s, size_t n, sb_err *err)
+static int slot_grow(const sb_mlp_cuda_run *r, slot_t *s, size_t n, sb_err *err)
 {
     if (n <= s->cap)
         return 0;
     slot_release(s);
+    const sb_mlp_cuda_model *m = r->m;
     size_t in = m->din[0], out = m->dout[m->nl - 1];
     CK(cudaHostAlloc((void **)&s->xh, n * in * sizeof(float), cudaHostAllocDefault),
        "cudaHostAlloc (input)");
@@ -378,6 +420,9 @@ static int slot_grow(const sb_mlp_cuda_model *m, slot_t *s, size_t n, sb_err *er
     CK(cudaMalloc((void **)&s->xd, n * in * sizeof(float)), "cudaMalloc (input)");
     CK(cudaMalloc((void **)&s->t0, n * m->widest * sizeof(float)), "cudaMalloc (activations)");
     CK(cudaMalloc((void **)&s->t1, n * m->widest * sizeof(float)), "cudaMalloc (activations)");
+    if (r->precision == SB_MLP_CUDA_BF16)
+        CK(cudaMalloc((void **)&s->xb, n * m->widest * sizeof(__nv_bfloat16)),
+           "cudaMalloc (bf16 input)");
     s->cap = n;
     return 0;
 }
@@ -389,11 +434,63 @@ extern "C" float *sb_mlp_cuda_input(sb_mlp_cuda_run *r, int slot, size_t n, sb_e
         return NULL;
     }
     slot_t *s = &r->slot[slot];
-    if (slot_grow(r->m, s, n, err) != 0) {
+    if (slot_grow(r, s, n, err) != 0) {
         slot_release(s);
         return NULL;
     }
     return s->xh;
+}
+
+/* Layer l's plan for n rows and activation act: kept, or made in place of the least recently
+ * used one. NULL + err. */
+static plan_t *plan_get(sb_mlp_cuda_run *r, size_t l, size_t n, int act, sb_err *err)
+{
+    plan_t *ps = r->plan[l], *p = &ps[0];
+    r->tick++;
+    for (int k = 0; k < PLANS; k++) {
+        if (ps[k].used && ps[k].n == n && ps[k].act == act) {
+            ps[k].last = r->tick;
+            return &ps[k];
+        }
+        if (!ps[k].used || (p->used && ps[k].last < p->last))
+            p = &ps[k];
+    }
+    plan_release(p);
+    const sb_mlp_cuda_model *m = r->m;
+    if (plan_build(r->lt, p, m->din[l], m->dout[l], m->b[l], n, act, r->precision, err) != 0) {
+        plan_release(p);
+        return NULL;
+    }
+    p->last = r->tick;
+    return p;
+}
+
+/* Queues layer l on slot s: out (n x dout) = act(in (n x din) . w^T + b). */
+static int layer(sb_mlp_cuda_run *r, slot_t *s, size_t l, const float *in, float *out, size_t n,
+                 int act, sb_err *err)
+{
+    const sb_mlp_cuda_model *m = r->m;
+    size_t din = m->din[l], dout = m->dout[l];
+    plan_t *p = plan_get(r, l, n, act, err);
+    if (p == NULL)
+        return -1;
+    const void *a = m->w[l], *b = in;
+    if (r->precision == SB_MLP_CUDA_BF16) {
+        to_bf16<<<blocks_for(n * din), THREADS, 0, s->s>>>(in, s->xb, n * din);
+        CK(cudaGetLastError(), "launching the bf16 conversion of a layer's input");
+        a = m->wb[l];
+        b = s->xb;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    LK(cublasLtMatmul(r->lt, p->op, &one, a, p->a, b, p->b, &zero, out, p->d, out, p->d, &p->algo,
+                      s->ws, WORKSPACE, s->s),
+       "cublasLtMatmul");
+    if (p->post) {
+        bias_act<<<blocks_for(n * dout), THREADS, 0, s->s>>>(out, p->post_bias ? m->b[l] : NULL,
+                                                             n * dout, (unsigned)dout, act);
+        CK(cudaGetLastError(), "launching the bias and activation kernel");
+    }
+    return 0;
 }
 
 extern "C" int sb_mlp_cuda_submit(sb_mlp_cuda_run *r, int slot, size_t n, sb_err *err)
@@ -410,9 +507,8 @@ extern "C" int sb_mlp_cuda_submit(sb_mlp_cuda_run *r, int slot, size_t n, sb_err
     const float *in = s->xd;
     float *dst = s->t0;
     for (size_t l = 0; l < m->nl; l++) {
-        int act = l + 1 < m->nl ? r->act : SB_MLP_CUDA_NONE;
-        if (launch(in, n, m->din[l], m->w[l], m->b[l], m->dout[l], act, SB_MLP_CUDA_TILE_AUTO, dst,
-                   s->s, err) != 0)
+        int act = l + 1 < m->nl ? r->act : r->act_last;
+        if (layer(r, s, l, in, dst, n, act, err) != 0)
             return -1;
         in = dst;
         dst = dst == s->t0 ? s->t1 : s->t0;
@@ -438,34 +534,33 @@ extern "C" const float *sb_mlp_cuda_wait(sb_mlp_cuda_run *r, int slot, sb_err *e
 }
 
 extern "C" int sb_mlp_cuda_linear(const float *x, size_t n, size_t din, const float *w,
-                                  const float *b, size_t dout, int act, int tile, float *y,
+                                  const float *b, size_t dout, int act, int precision, float *y,
                                   sb_err *err)
 {
-    float *d[4] = {NULL, NULL, NULL, NULL}; /* x, w, b, y */
-    size_t sz[4] = {n * din, dout * din, b != NULL ? dout : 0, n * dout};
-    const float *src[3] = {x, w, b};
-    int rc = 0;
-    cudaError_t e = cudaSuccess;
-    const char *what = NULL;
-    for (int i = 0; i < 4 && e == cudaSuccess; i++) {
-        if (sz[i] == 0)
-            continue;
-        what = "cudaMalloc";
-        e = cudaMalloc((void **)&d[i], sz[i] * sizeof(float));
-        if (e == cudaSuccess && i < 3) {
-            what = "cudaMemcpy (to the device)";
-            e = cudaMemcpy(d[i], src[i], sz[i] * sizeof(float), cudaMemcpyHostToDevice);
-        }
+    if (n == 0)
+        return 0;
+    sb_mlp_cuda_model *m = sb_mlp_cuda_model_new(1, &din, &dout, &w, &b, err);
+    if (m == NULL)
+        return -1;
+    sb_mlp_cuda_run *r = NULL;
+    int rc = sb_mlp_cuda_model_prepare(m, precision, err);
+    if (rc == 0 && (r = sb_mlp_cuda_run_new(m, SB_MLP_CUDA_NONE, precision, err)) == NULL)
+        rc = -1;
+    if (rc == 0) {
+        r->act_last = act;
+        float *xh = sb_mlp_cuda_input(r, 0, n, err);
+        rc = xh == NULL ? -1 : 0;
+        if (rc == 0)
+            memcpy(xh, x, n * din * sizeof(float));
+        if (rc == 0)
+            rc = sb_mlp_cuda_submit(r, 0, n, err);
+        const float *yh = rc == 0 ? sb_mlp_cuda_wait(r, 0, err) : NULL;
+        if (yh == NULL)
+            rc = -1;
+        else
+            memcpy(y, yh, n * dout * sizeof(float));
     }
-    if (e == cudaSuccess)
-        rc = launch(d[0], n, din, d[1], d[2], dout, act, tile, d[3], 0, err);
-    if (e == cudaSuccess && rc == 0) {
-        what = "cudaMemcpy (to the host)";
-        e = cudaMemcpy(y, d[3], sz[3] * sizeof(float), cudaMemcpyDeviceToHost);
-    }
-    for (int i = 0; i < 4; i++)
-        released(cudaFree(d[i]), "cudaFree");
-    if (e != cudaSuccess)
-        return fail(err, what, e);
+    sb_mlp_cuda_run_free(r);
+    sb_mlp_cuda_model_free(m);
     return rc;
 }

@@ -12,10 +12,12 @@
  * names the CUDA call and holds cudaGetErrorString's text.
  *
  * Memory: sb_mlp_cuda_model_new() copies the weights to the device (the caller keeps its host
- * copies); sb_mlp_cuda_model_free() releases them. A run owns two CUDA streams and, per stream,
- * pinned host buffers and device buffers for one batch; sb_mlp_cuda_run_free() waits for what is
- * in flight and releases them. The buffers sb_mlp_cuda_input()/sb_mlp_cuda_wait() return belong
- * to the run and stay valid until the slot's next sb_mlp_cuda_input() or the run's free.
+ * copies); sb_mlp_cuda_model_prepare() adds their bf16 copy; sb_mlp_cuda_model_free() releases
+ * them. A run owns a cuBLASLt handle, its GEMM plans, two CUDA streams and, per stream, pinned
+ * host buffers, device buffers for one batch and a cuBLASLt workspace; sb_mlp_cuda_run_free()
+ * waits for what is in flight and releases them. The buffers sb_mlp_cuda_input()/sb_mlp_cuda_wait()
+ * return belong to the run and stay valid until the slot's next sb_mlp_cuda_input() or the run's
+ * free.
  */
 #ifndef SB_WORKER_OPS_TENSOR_MLP_CUDA_H
 #define SB_WORKER_OPS_TENSOR_MLP_CUDA_H
@@ -37,6 +39,11 @@ extern "C" {
 /* Activations, as mlp.c numbers them: relu, gelu (0.5 x (1 + erf(x / sqrt 2))), none. */
 enum { SB_MLP_CUDA_RELU = 0, SB_MLP_CUDA_GELU = 1, SB_MLP_CUDA_NONE = 2 };
 
+/* Precisions of the GEMMs (args.precision): fp32 (CUBLAS_COMPUTE_32F, no TF32), tf32
+ * (CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to TF32's 10-bit mantissa, fp32 sums), bf16
+ * (weights and each layer's input rounded to bfloat16, fp32 sums and outputs). */
+enum { SB_MLP_CUDA_FP32 = 0, SB_MLP_CUDA_TF32 = 1, SB_MLP_CUDA_BF16 = 2 };
+
 /* Two slots: consecutive batches alternate between them, so that one batch's copies and
  * kernels overlap the other's. */
 #define SB_MLP_CUDA_SLOTS 2
@@ -55,32 +62,35 @@ SB_MLP_CUDA_API sb_mlp_cuda_model *sb_mlp_cuda_model_new(size_t nl, const size_t
                                                          const float *const *b, sb_err *err);
 SB_MLP_CUDA_API void sb_mlp_cuda_model_free(sb_mlp_cuda_model *m);
 
-/* The streams and buffers of one op state running model m with activation act (between
- * layers, not after the last). NULL + err. */
+/* Makes m ready for runs of `precision`: for bf16, the weights' bfloat16 copy (converted on the
+ * device, once; later calls return at once). Not thread-safe: the caller serializes it with
+ * every other use of m (mlp.c holds its model cache's lock). 0, or -1 + err. */
+SB_MLP_CUDA_API int sb_mlp_cuda_model_prepare(sb_mlp_cuda_model *m, int precision, sb_err *err);
+
+/* The cuBLASLt handle, streams and buffers of one op state running model m with activation act
+ * (between layers, not after the last) at `precision` (bf16: m prepared for it). NULL + err. */
 SB_MLP_CUDA_API sb_mlp_cuda_run *sb_mlp_cuda_run_new(const sb_mlp_cuda_model *m, int act,
-                                                     sb_err *err);
+                                                     int precision, sb_err *err);
 SB_MLP_CUDA_API void sb_mlp_cuda_run_free(sb_mlp_cuda_run *r);
 
 /* The pinned input buffer of `slot` for n rows (n x din[0] floats, row-major), grown as
  * needed; the slot must not be in flight (submitted and not yet waited for). NULL + err. */
 SB_MLP_CUDA_API float *sb_mlp_cuda_input(sb_mlp_cuda_run *r, int slot, size_t n, sb_err *err);
 
-/* Queues on the slot's stream: the input's copy to the device, one kernel per layer, the
- * output's copy back. Returns at once. */
+/* Queues on the slot's stream: the input's copy to the device, per layer one cuBLASLt matmul
+ * (bias and relu fused as its epilogue where cuBLASLt offers one; else, and for gelu, a small
+ * kernel after it; for bf16, a kernel rounding the layer's input first), the output's copy back.
+ * Returns at once. */
 SB_MLP_CUDA_API int sb_mlp_cuda_submit(sb_mlp_cuda_run *r, int slot, size_t n, sb_err *err);
 
 /* Waits for the slot's batch and returns its output (n x dout[last] floats, pinned). */
 SB_MLP_CUDA_API const float *sb_mlp_cuda_wait(sb_mlp_cuda_run *r, int slot, sb_err *err);
 
-/* The GEMM kernels (mlp_cuda.cu): 64 x 64 tiles for small grids, 128 x 128 tiles (8 x 8
- * outputs per thread, vector loads when din is a multiple of 4) once the grid fills the GPU. */
-enum { SB_MLP_CUDA_TILE_AUTO = 0, SB_MLP_CUDA_TILE_64 = 64, SB_MLP_CUDA_TILE_128 = 128 };
-
-/* y[n x dout] = x[n x din] . w^T + b, activation applied, with everything on the host side:
- * the GEMM kernel alone (`tile`: one of the above), for tests and benchmarks. 0, or -1 + err. */
+/* y[n x dout] = act(x[n x din] . w^T + b) at `precision`, with everything on the host side:
+ * one layer through the same model, run and plans as the op, for tests. 0, or -1 + err. */
 SB_MLP_CUDA_API int sb_mlp_cuda_linear(const float *x, size_t n, size_t din, const float *w,
-                                       const float *b, size_t dout, int act, int tile, float *y,
-                                       sb_err *err);
+                                       const float *b, size_t dout, int act, int precision,
+                                       float *y, sb_err *err);
 
 /* ---- the C side (mlp.c, always present) ------------------------------------------------ */
 
