@@ -92,12 +92,14 @@ static const argspec args_normalize[] = {
     {"scale", A_NUM, 0, 0, NULL, 0},  {"layout", A_ENUM, 0, 0, layouts, 0},
     {"field", A_STR, 0, 0, NULL, 0},  {NULL, A_ANY, 0, 0, NULL, 0}};
 static const char *const mlp_devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const mlp_precisions[] = {"fp32", "tf32", "bf16", NULL};
 static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL, 0},
                                    {"field", A_STR, 1, 0, NULL, 0},
                                    {"activation", A_ENUM, 0, 0, activations, 0},
                                    {"outputField", A_STR, 0, 0, NULL, 0},
                                    {"topK", A_INT, 0, 1, NULL, 0},
                                    {"device", A_ENUM, 0, 0, mlp_devices, 0},
+                                   {"precision", A_ENUM, 0, 0, mlp_precisions, 0},
                                    {NULL, A_ANY, 0, 0, NULL, 0}};
 static const char *const exec_framings[] = {"lines", "arrow", NULL};
 static const char *const exec_modes[] = {"filter", "batches", NULL};
@@ -174,6 +176,49 @@ static void normalize_rules(const arg_layers *l, sb_diags *d)
                          sd->items[i]->col, "must not be 0 (the values are divided by it)");
 }
 
+/* A tensor.mlp precision that only CUDA computes (tf32, bf16); NULL for fp32 or anything else. */
+static const char *cuda_precision(const sb_node *p)
+{
+    return p != NULL && p->kind == SB_NODE_STRING &&
+                   (strcmp(p->text, "tf32") == 0 || strcmp(p->text, "bf16") == 0)
+               ? p->text
+               : NULL;
+}
+
+/* tensor.mlp: precision tf32 or bf16 with device cpu (worker/ops/tensor/mlp.c refuses it when
+ * the task starts: the CPU computes in fp32 only). */
+static void mlp_rules(const arg_layers *l, sb_diags *d)
+{
+    char pp[512], dp[512];
+    int p_over, d_over;
+    const sb_node *p = layer_get(l, "precision", pp, sizeof pp, &p_over);
+    const sb_node *dv = layer_get(l, "device", dp, sizeof dp, &d_over);
+    if (cuda_precision(p) == NULL || dv == NULL || dv->kind != SB_NODE_STRING ||
+        strcmp(dv->text, "cpu") != 0 || (l->over_only && !p_over && !d_over))
+        return;
+    sb_diags_add(d, pp, p->line, p->col,
+                 "is %s, but %s is cpu: the CPU computes tensor.mlp in fp32 only (drop "
+                 "precision, or set it in shapeArgs.gpu)",
+                 p->text, dp);
+}
+
+/* tensor.mlp on a stage that runs on cpu only: precision tf32 or bf16 would never apply (cpu
+ * pools run streambatch-worker, which computes in fp32). */
+static void mlp_shape_check(const sb_stage_spec *st, const sb_node *args, const char *path,
+                            sb_diags *d)
+{
+    const sb_node *p = sb_node_get(args, "precision");
+    if (cuda_precision(p) == NULL || (sb_stage_shapes(st) & SB_SHAPE_BIT_GPU))
+        return;
+    char ab[512], buf[512];
+    sb_spec_path_field(ab, sizeof ab, path, "args");
+    sb_spec_path_field(buf, sizeof buf, ab, "precision");
+    sb_diags_add(d, buf, p->line, p->col,
+                 "is %s, but the stage runs on cpu only, where tensor.mlp computes in fp32 (give "
+                 "it resources.gpu or a gpu placement, or drop precision)",
+                 p->text);
+}
+
 static const opspec ops[] = {
     /* gpu: bench.* model a stage with a GPU implementation (shapeArgs give its cost there);
      * tensor.mlp has a CUDA one; exec and plugin run the user's code, which may use the GPU */
@@ -185,7 +230,7 @@ static const opspec ops[] = {
     {"image.decode", args_decode, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
     {"image.resize", args_resize, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     {"image.normalize", args_normalize, NULL, 0, SB_SHAPE_BIT_CPU, normalize_rules},
-    {"tensor.mlp", args_mlp, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
+    {"tensor.mlp", args_mlp, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, mlp_rules},
     {"exec", args_exec, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
     {"plugin", args_plugin, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
 };
@@ -838,6 +883,8 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
     check_args(op->args, args, buf, node, what, 0, d);
     if (strcmp(st->op, "exec") == 0)
         exec_args_check(args, path, d);
+    if (strcmp(st->op, "tensor.mlp") == 0)
+        mlp_shape_check(st, args, path, d);
     if (op->rules != NULL)
         op_rules_check(op, st, node, path, d);
     if (op->one_of != NULL) {
