@@ -28,6 +28,8 @@
 #   t. helm test: the chart's test pod runs a tiny Pipeline to Succeeded; a broken one fails it
 #   k. worker pods take the keys from the Secret by reference, no hostPath volume; the key
 #      appears in no Event, Pipeline status or pod log
+#   r. a Pipeline failing on a presigned URL with userinfo: its status, the Events, the controllers'
+#      and worker pods' logs name the host and path and hold no secret (issue 37)
 #   h. 100 Pipelines at once all reach a terminal phase; API requests per Pipeline (API server
 #      flow-control metrics of a FlowSchema matching only the controller's ServiceAccount) and
 #      the controller's peak memory (VmHWM)
@@ -1317,6 +1319,50 @@ print("NetworkPolicy streambatch-fenced: owned by Pipeline fenced (%s), 7070 fro
   figure "per-Pipeline NetworkPolicy garbage-collected $(since "$t0") s after kubectl delete of the Pipeline"
 }
 opcheck "p: the controller creates a NetworkPolicy per Pipeline (7070 from its workers and the controllers), owned by it and garbage-collected with it" per_pipeline_netpol
+
+# =============================================================================================
+# r. no secret in any output (issue 37): a Pipeline whose http source is a presigned-looking URL
+#    with userinfo, refused by the server, fails; its status, the Events, the controllers' and
+#    the worker pods' logs (SB_S3_VERBOSE=1 on the workers) name the host and path, never the
+#    credential, signature, token, password or the S3 secret key
+# =============================================================================================
+presigned_fails() {
+  local q="X-Amz-Credential=SECRETCRED&X-Amz-Signature=SECRETSIG&X-Amz-Security-Token=SECRETTOK"
+  local url="${S3_EP/:\/\//://SECRETUSER:SECRETPASS@}/$BUCKET/in/nothing.jsonl?$q"
+  cat >"$tmp/presigned.yaml" <<EOF
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: presigned, namespace: $NS}
+spec:
+  source: {uri: '$url', format: jsonl}
+  stages:
+  - {name: a, op: identity}
+  sink: {uri: 's3://$BUCKET/out/presigned/', format: jsonl, credentialsSecret: s3-creds}
+  workerTemplate:
+    env: [{name: SB_S3_VERBOSE, value: "1"}]
+EOF
+  kubectl apply -f "$tmp/presigned.yaml" || return 1
+  wait_phase presigned Failed 150 || return 1
+  # the spec holds the URL as written: only what the controller writes is searched
+  kubectl get events -A -o yaml >"$tmp/presigned-events.yaml" &&
+    jp presigned '{.status}' >"$tmp/presigned-status.json" || return 1
+  local msg logs leaks where="${S3_EP#*://}/$BUCKET/in/nothing.jsonl"
+  msg=$(jp presigned '{.status.message}')
+  grep -qF "$where" <<<"$msg" || { echo "status.message does not name $where: $msg"; return 1; }
+  logs=$(ls "$STATE"/pods/${SYS}_*/*.log "$STATE"/pods/${NS}_presigned-*/*.log 2>/dev/null)
+  grep -q "/${NS}_presigned-" <<<"$logs" || { echo "no worker pod log of presigned to check"; return 1; }
+  leaks=$(grep -lE -e "SECRET(CRED|SIG|TOK|USER|PASS)" -e "$S3_SECRET" \
+    "$tmp/presigned-events.yaml" "$tmp/presigned-status.json" $logs)
+  if [[ -n $leaks ]]; then
+    echo "a secret appears in: $leaks"
+    grep -hoE ".{0,80}SECRET(CRED|SIG|TOK|USER|PASS).{0,20}" $leaks | head -5
+    return 1
+  fi
+  echo "status.message: $msg"
+  echo "no secret in: Events, the Pipeline's status, $(wc -w <<<"$logs") controller and worker pod logs"
+  kubectl -n "$NS" delete pipeline presigned --wait=false >/dev/null
+}
+opcheck "r: a Pipeline failing on a presigned URL with userinfo: status, Events and logs name host and path, no secret" presigned_fails
 
 # =============================================================================================
 # n. helm upgrade to a next chart version whose CRD has a new property: the CRD is updated

@@ -1133,6 +1133,8 @@ Test(exec, bad_args_and_commands)
         {"{\"command\":[\"cat\"],\"timeout\":\"soon\"}", "args.timeout"},
         {"{\"command\":[\"cat\"],\"timeout\":30}", "args.timeout must be a duration"},
         {"{\"command\":[\"cat\"],\"env\":{\"A\":1}}", "env.A must be a string"},
+        {"{\"command\":[\"cat\"],\"inheritEnv\":\"yes\"}", "args.inheritEnv must be true, false"},
+        {"{\"command\":[\"cat\"],\"inheritEnv\":[\"A=1\"]}", "args.inheritEnv must be"},
         {"{\"command\":[\"cat\"],\"output\":\"csv\"}", "args.output must be"},
         {"{\"command\":[\"no-such-program-sb\"]}",
          "command \"no-such-program-sb\" not found in PATH"},
@@ -1270,6 +1272,52 @@ Test(exec, env_and_working_directory)
     cr_expect_str_eq(c.v[0], "{\"dir\":\"/tmp\",\"foo\":\"bar baz\",\"mode\":\"filter\"}");
     coll_free(&c);
     free(args);
+}
+
+/* The worker's storage credentials (AWS_*) and RPC credential (SB_AUTH_*) reach a process only
+ * when its stage asks: inheritEnv true, a name or a PREFIX* in inheritEnv, or a value in env. */
+Test(exec, credentials_withheld_unless_the_stage_asks)
+{
+    setenv("AWS_SECRET_ACCESS_KEY", "wsecret", 1);
+    setenv("AWS_REGION", "wregion", 1);
+    setenv("SB_AUTH_TOKEN", "wtoken", 1);
+    setenv("SB_OTHER", "kept", 1);
+    static const struct {
+        const char *extra, *want;
+    } cases[] = {
+        {"\"env\":{}", "{\"k\":\"-\",\"r\":\"-\",\"t\":\"-\",\"o\":\"kept\"}"},
+        {"\"inheritEnv\":false", "{\"k\":\"-\",\"r\":\"-\",\"t\":\"-\",\"o\":\"kept\"}"},
+        {"\"inheritEnv\":true",
+         "{\"k\":\"wsecret\",\"r\":\"wregion\",\"t\":\"wtoken\",\"o\":\"kept\"}"},
+        {"\"inheritEnv\":[\"AWS_REGION\"]",
+         "{\"k\":\"-\",\"r\":\"wregion\",\"t\":\"-\",\"o\":\"kept\"}"},
+        {"\"inheritEnv\":[\"AWS_*\"]",
+         "{\"k\":\"wsecret\",\"r\":\"wregion\",\"t\":\"-\",\"o\":\"kept\"}"},
+        {"\"env\":{\"AWS_SECRET_ACCESS_KEY\":\"mine\"}",
+         "{\"k\":\"mine\",\"r\":\"-\",\"t\":\"-\",\"o\":\"kept\"}"},
+    };
+    const char *script = "cat >/dev/null; printf '{\"k\":\"%s\",\"r\":\"%s\",\"t\":\"%s\","
+                         "\"o\":\"%s\"}\\n' \"${AWS_SECRET_ACCESS_KEY--}\" \"${AWS_REGION--}\" "
+                         "\"${SB_AUTH_TOKEN--}\" \"${SB_OTHER--}\"";
+    cJSON *argv = cJSON_CreateArray();
+    cJSON_AddItemToArray(argv, cJSON_CreateString("sh"));
+    cJSON_AddItemToArray(argv, cJSON_CreateString("-c"));
+    cJSON_AddItemToArray(argv, cJSON_CreateString(script));
+    char *argv_json = cJSON_PrintUnformatted(argv);
+    cJSON_Delete(argv);
+    const char *recs[] = {"{}"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        coll c = {0};
+        sb_err e;
+        char *args = exec_args(argv_json, cases[i].extra);
+        cr_assert_eq(run_op("exec", args, recs, 1, 0, 1 << 20, &c, &e), 0, "case %zu: %s", i,
+                     e.msg);
+        cr_assert_eq(c.n, 1);
+        cr_expect_str_eq(c.v[0], cases[i].want, "case %zu (%s)", i, cases[i].extra);
+        coll_free(&c);
+        free(args);
+    }
+    free(argv_json);
 }
 
 Test(exec, a_pooled_process_that_died_is_replaced)

@@ -530,6 +530,41 @@ Test(spec, filter_refuses_what_its_op_refuses)
     }
 }
 
+/* exec's inheritEnv (docs/exec.md): true, false or a non-empty list of variable names, NAME or
+ * PREFIX*; anything else is refused at its path, naming what it must be. */
+Test(spec, exec_inherit_env_is_a_boolean_or_names)
+{
+    static const struct {
+        const char *v;
+        int ok;
+    } cases[] = {
+        {"true", 1},
+        {"false", 1},
+        {"[AWS_REGION]", 1},
+        {"[AWS_*, SB_AUTH_TOKEN]", 1},
+        {"[\"*\"]", 1},
+        {"yes", 0},
+        {"1", 0},
+        {"[]", 0},
+        {"[\"A=1\"]", 0},
+        {"[\"\"]", 0},
+        {"[9LIVES]", 0},
+        {"{AWS_REGION: true}", 0},
+        {"[AWS_*X]", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char stage[256], first[1024];
+        snprintf(stage, sizeof stage,
+                 "  - {name: x, op: exec, args: {command: [cat], inheritEnv: %s}}\n", cases[i].v);
+        size_t n = stage_problems(stage, first, sizeof first);
+        cr_expect_eq(n, cases[i].ok ? 0 : 1, "%s: %zu problems, first %s", stage, n, first);
+        if (!cases[i].ok && n > 0)
+            cr_expect(strstr(first, "spec.stages[0].args.inheritEnv: must be true, false or a "
+                                    "non-empty list of variable names") == first,
+                      "%s", first);
+    }
+}
+
 /* image.resize: width and height 1 to 65535 (the worker's bound on a side). */
 Test(spec, resize_sides_are_1_to_65535)
 {

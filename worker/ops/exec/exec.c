@@ -9,7 +9,11 @@
  * the same delimiter), batchSize (records per batch, default the stage's batchSize, else
  * 1000), timeout (a Go duration, default 10m: per batch, and for a filter's end), workingDir,
  * output ("jsonl": every output line must be one JSON value, blank lines skipped; "text": any
- * UTF-8 line).
+ * UTF-8 line), inheritEnv (true, or names: which of the withheld variables the process gets).
+ *
+ * The process gets the worker's environment less what the worker holds for itself: the storage
+ * credentials (AWS_*) and the pipeline's RPC credential (SB_AUTH_*), which reach it only when
+ * the stage asks (inheritEnv: true, or a list of names, NAME or PREFIX*; or a value in env).
  *
  * Long-lived processes are kept in a pool keyed by the stage's args: a task takes one (or
  * starts one), and gives it back when it ends cleanly between batches; a process that failed,
@@ -139,8 +143,53 @@ static void cfg_free(sb_exec_cfg *c)
     free(c->key);
 }
 
-/* environ, with the stage's env and STREAMBATCH_* set over it. */
-static int build_env(sb_exec_cfg *c, const cJSON *env, sb_err *err)
+/* The prefixes of the variables a process does not get unless its stage asks (inheritEnv):
+ * the worker's storage credentials and its credential for the pipeline's RPCs. */
+static const char *const withheld[] = {"AWS_", "SB_AUTH_", NULL};
+
+/* Whether "NAME=..." (nl: NAME's length) is withheld from the process: it has a withheld
+ * prefix and inherit (args.inheritEnv) is not true and names it in no item (NAME, PREFIX*). */
+static bool env_withheld(const char *kv, size_t nl, const cJSON *inherit)
+{
+    if (cJSON_IsTrue(inherit))
+        return false;
+    bool w = false;
+    for (size_t i = 0; withheld[i] != NULL && !w; i++)
+        w = strncmp(kv, withheld[i], strlen(withheld[i])) == 0 && nl >= strlen(withheld[i]);
+    const cJSON *x, *names = cJSON_IsArray(inherit) ? inherit : NULL;
+    cJSON_ArrayForEach(x, names)
+    {
+        if (!w)
+            break;
+        size_t l = strlen(x->valuestring);
+        if (l > 0 && x->valuestring[l - 1] == '*')
+            w = !(nl >= l - 1 && strncmp(kv, x->valuestring, l - 1) == 0);
+        else
+            w = !(nl == l && strncmp(kv, x->valuestring, l) == 0);
+    }
+    return w;
+}
+
+/* args.inheritEnv: absent, a boolean, or a non-empty list of names (NAME or PREFIX*). */
+static int check_inherit(const cJSON *inherit, sb_err *err)
+{
+    if (inherit == NULL || cJSON_IsBool(inherit))
+        return 0;
+    int ok = cJSON_IsArray(inherit) && cJSON_GetArraySize(inherit) > 0;
+    const cJSON *x, *names = ok ? inherit : NULL;
+    cJSON_ArrayForEach(x, names)
+    {
+        ok = ok && cJSON_IsString(x) && x->valuestring[0] != '\0' &&
+             strchr(x->valuestring, '=') == NULL;
+    }
+    return ok ? 0
+              : sb_err_set(err, "exec: args.inheritEnv must be true, false or a non-empty list "
+                                "of variable names (NAME or PREFIX*)");
+}
+
+/* environ less what is withheld (env_withheld), with the stage's env and STREAMBATCH_* set
+ * over it. */
+static int build_env(sb_exec_cfg *c, const cJSON *env, const cJSON *inherit, sb_err *err)
 {
     size_t n0 = 0, ne = 0;
     while (environ != NULL && environ[n0] != NULL)
@@ -174,7 +223,7 @@ static int build_env(sb_exec_cfg *c, const cJSON *env, sb_err *err)
         bool over = false; /* set above already */
         for (size_t j = 0; j < k && !over; j++)
             over = strncmp(c->env[j], environ[i], nl) == 0 && c->env[j][nl] == '=';
-        if (over)
+        if (over || env_withheld(environ[i], nl, inherit))
             continue;
         if ((c->env[k] = strdup(environ[i])) == NULL)
             return sb_err_set(err, "out of memory");
@@ -288,7 +337,9 @@ static int parse_args(const char *args_json, sb_exec_cfg *c, sb_err *err)
         sb_err_set(err, "exec: args.output applies to framing \"lines\" only");
         goto out;
     }
-    if (build_env(c, cJSON_GetObjectItemCaseSensitive(a, "env"), err) != 0)
+    v = cJSON_GetObjectItemCaseSensitive(a, "inheritEnv");
+    if (check_inherit(v, err) != 0 ||
+        build_env(c, cJSON_GetObjectItemCaseSensitive(a, "env"), v, err) != 0)
         goto out;
     if ((c->key = strdup(args_json)) == NULL) {
         sb_err_set(err, "out of memory");
