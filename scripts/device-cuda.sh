@@ -3,8 +3,8 @@
 # host) over binaries built here by `make build build/bench/bench_mlp_gpu` and the shared
 # libraries of scripts/device-libs.sh in .devlibs/ (that machine has none of Debian's packages).
 # Needs python3 with numpy, torch, Pillow, scikit-learn and safetensors there.
-#   1. tests/cuda/test_mlp_cuda: the SGEMM kernel against a double reference, the op on CUDA
-#      against the op on the CPU (batch sizes, activations, shapes that are not tile multiples)
+#   1. tests/cuda/test_mlp_cuda: one cuBLASLt layer against a double reference, the op on CUDA
+#      against the op on the CPU (precisions, batch sizes, activations, odd shapes)
 #   2. tensor.mlp throughput (768 -> 1024 -> 1024 -> 16): the op on CUDA at two batch sizes,
 #      PyTorch (cuBLAS fp32) doing the same work, the op on one CPU core
 #   3. the image-classification example end to end with its GPU stage on streambatch-worker-gpu,
@@ -14,7 +14,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$(mktemp -d /tmp/sb-device-XXXXXX)}
 exec > >(tee "$out/device-cuda.log") 2>&1
-export LD_LIBRARY_PATH=$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+cublas=$(scripts/device-libs.sh --find-cublas "${PYTHON:-python3}" 2>/dev/null) # not carried
+export LD_LIBRARY_PATH=$PWD/.devlibs${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 work=$(mktemp -d /tmp/sb-device-work-XXXXXX)
 py=${PYTHON:-python3}
 rows=${ROWS:-131072}

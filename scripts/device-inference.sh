@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# GPU inference against a hand-written PyTorch loop (issue 36), in one short run on a machine with
+# an NVIDIA GPU (the session tool `device`: an H200, 16 cores, python3 with torch, numpy and
+# Pillow, no network), over binaries built here. Under 6 minutes there. Prepare here:
+#   make build BUILD=build BINDIR=bin && make build/tests/test_mlp_cuda build/bench/bench_mlp_gpu
+#   scripts/device-libs.sh .devlibs bin/* build/tests/test_mlp_cuda build/bench/bench_mlp_gpu
+# then run it with carry [bin, build/tests, build/bench, .devlibs] (strip the binaries if they
+# pass 64 MiB). cuBLASLt is not carried (its libcublasLt.so.13 alone is 490 MiB): the GPU
+# machine's own copy, from torch's nvidia-cublas wheel, is found with device-libs.sh --find-cublas.
+#   1. machine: the GPU's name and driver (nvidia-smi), missing libraries
+#   2. tests/cuda/*: every CUDA test binary (cuBLASLt against a double reference and against the
+#      CPU at fp32, tf32 and bf16)
+#   3. tensor.mlp alone (build/bench/bench_mlp_gpu) against PyTorch (tests/bench/mlp_torch.py) on
+#      the headline model, at batch 1, 64, 1024 and 4096 (fp32, tf32) and 1 and 1024 (bf16)
+#   4. the headline job: IMAGES generated JPEGs (200-320 px) -> image.resize 64x64 ->
+#      image.normalize -> tensor.mlp 12288 -> 4096 -> 4096 -> 1000 (relu, topK 5, batchSize 1024)
+#      -> project [path, logitsTopK] -> jsonl with `streambatch run --cpus CPUS --gpus 1`, and
+#      tests/bench/torch_inference.py (a DataLoader of TORCH_WORKERS processes) on the same files
+#      and model, per precision; their answers compared (top-1 and top-5 agreement); the GPU's
+#      utilisation during each run (nvidia-smi dmon, its mean SM %).
+# Everything printed goes to $OUT/device-inference.log; the RESULT lines also to
+# $OUT/inference-results.txt. Environment (defaults for the GPU machine):
+#   SB_BIN_DIR (bin) SB_BUILD_DIR (build) PYTHON (python3) IMAGES (20000)
+#   DIMS (12288,4096,4096,1000) PRECISIONS ("fp32 tf32") CPUS (15) TORCH_WORKERS (15)
+#   TORCH_DEVICE (cuda) TORCH_ENGINE (torch; numpy: the same data path without torch)
+#   STEPS ("machine tests bench job")
+# A dry run on a machine without a GPU (only the job, the op on the CPU fallback):
+#   IMAGES=200 DIMS=12288,64,64,10 CPUS=2 TORCH_WORKERS=2 TORCH_DEVICE=cpu TORCH_ENGINE=numpy \
+#   PYTHON=build/resize-venv/bin/python SB_BIN_DIR=build/hg/bin STEPS=job scripts/device-inference.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$(mktemp -d /tmp/sb-device-XXXXXX)}
+mkdir -p "$out"
+exec > >(tee "$out/device-inference.log") 2>&1
+bin=$(realpath "${SB_BIN_DIR:-bin}")
+build=$(realpath "${SB_BUILD_DIR:-build}")
+py=${PYTHON:-python3}
+images=${IMAGES:-20000}
+dims=${DIMS:-12288,4096,4096,1000}
+precisions=${PRECISIONS:-fp32 tf32}
+cpus=${CPUS:-15}
+tworkers=${TORCH_WORKERS:-15}
+tdevice=${TORCH_DEVICE:-cuda}
+tengine=${TORCH_ENGINE:-torch}
+steps=" ${STEPS:-machine tests bench job} "
+results=$out/inference-results.txt
+: >"$results"
+work=$(mktemp -d /tmp/sb-inference-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cublas=$(scripts/device-libs.sh --find-cublas "$py" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/.devlibs${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+gpu=0
+command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && gpu=1
+din=${dims%%,*}
+start=$SECONDS
+say() { echo "== $* (t+$((SECONDS - start)) s)"; }
+result() { echo "$*"; echo "$*" >>"$results"; }
+
+if [[ $steps == *" machine "* ]]; then
+  say "1. machine"
+  if ((gpu)); then
+    result "RESULT gpu $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+  else
+    result "RESULT gpu none (nvidia-smi found no GPU): the CUDA steps are skipped"
+  fi
+  echo "cpus $(nproc), kernel $(uname -r), cuBLASLt from ${cublas:-the RUNPATH of the binaries}"
+  ldd "$bin"/streambatch "$bin"/streambatch-worker-gpu | grep 'not found' && echo "MISSING LIBRARIES"
+fi
+
+if [[ $steps == *" tests "* ]] && ((gpu)); then
+  say "2. tests/cuda"
+  for src in tests/cuda/test_*.c; do
+    t=$build/tests/$(basename "$src" .c)
+    timeout 180 "$t" --jobs 4 2>&1 | tail -15
+    result "RESULT test $(basename "$t") exit ${PIPESTATUS[0]}"
+  done
+fi
+
+if [[ $steps == *" bench "* ]] && ((gpu)); then
+  say "3. tensor.mlp alone against PyTorch, model ${dims}"
+  "$py" tests/bench/inference_data.py model "$work/model.safetensors" "$dims"
+  rows_for() { case $1 in 1) echo 1000 ;; 64) echo 4096 ;; *) echo $(($1 * 8)) ;; esac; }
+  for prec in fp32 tf32 bf16; do
+    batches="1 64 1024 4096"
+    [[ $prec == bf16 ]] && batches="1 1024"
+    for b in $batches; do
+      r=$(timeout 90 "$build/bench/bench_mlp_gpu" "$work/model.safetensors" "$din" \
+        "$(rows_for "$b")" "$b" 2 cuda add "$prec" 2>&1 | grep RESULT || echo "failed")
+      result "RESULT op precision=$prec batch=$b rows=$(rows_for "$b") $r"
+      r=$(timeout 90 "$py" tests/bench/mlp_torch.py "$work/model.safetensors" "$din" \
+        "$(rows_for "$b")" "$b" 2 "$prec" 2>&1 | grep RESULT || echo "failed")
+      result "RESULT torch-op precision=$prec batch=$b rows=$(rows_for "$b") $r"
+    done
+  done
+fi
+
+# The headline job's manifest for one precision (file URIs under $work).
+manifest() { # precision -> path
+  local f=$work/inference-$1.yaml
+  cat >"$f" <<EOF
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: inference-$1}
+spec:
+  source: {uri: "file://$work/images/", format: image, args: {channels: 3}}
+  stages:
+  - {name: resize, op: image.resize, args: {width: 64, height: 64}, resources: {cpu: "1"}}
+  - {name: normalize, op: image.normalize, args: {mean: 0.5, std: 0.5}, resources: {cpu: "1"}}
+  - name: classify
+    op: tensor.mlp
+    args: {weights: "file://$work/model.safetensors", field: image, activation: relu,
+           outputField: logits, topK: 5, precision: $1}
+    batchSize: 1024
+    resources: {gpu: 1, cpu: "1"}
+  - {name: answer, op: project, args: {fields: [path, logitsTopK]}, resources: {cpu: "1"}}
+  sink: {uri: "file://$work/out-sb-$1/", format: jsonl}
+EOF
+  echo "$f"
+}
+dmon_start() { # file: nvidia-smi dmon in the background (utilisation every second)
+  ((gpu)) || return 0
+  nvidia-smi dmon -s u -d 1 >"$1" 2>/dev/null &
+  dmon_pid=$!
+}
+dmon_stop() { # file label: the mean SM % of the samples
+  ((gpu)) || return 0
+  kill "$dmon_pid" 2>/dev/null
+  wait "$dmon_pid" 2>/dev/null
+  result "RESULT gpu-busy $2 $(awk '!/^#/ && NF >= 2 { s += $2; n++ } END { if (n) printf "sm_mean=%.1f%% samples=%d", s / n, n; else print "no samples" }' "$1")"
+}
+
+if [[ $steps == *" job "* ]]; then
+  say "4. the job: $images JPEGs -> resize -> normalize -> tensor.mlp $dims -> jsonl"
+  "$py" tests/bench/inference_data.py images "$work/images" "$images" "$(nproc)" || exit 1
+  [[ -f $work/model.safetensors ]] || "$py" tests/bench/inference_data.py model "$work/model.safetensors" "$dims" || exit 1
+  echo "images: $(find "$work/images" -type f | wc -l) files, $(du -sh "$work/images" | cut -f1); model $(du -h "$work/model.safetensors" | cut -f1)"
+  for prec in $precisions; do
+    say "4. $prec: streambatch run --cpus $cpus --gpus 1"
+    f=$(manifest "$prec")
+    mkdir -p "$work/run-$prec"
+    dmon_start "$work/dmon-sb-$prec.txt"
+    t0=$EPOCHREALTIME
+    timeout 300 "$bin/streambatch" run "$f" --cpus "$cpus" --gpus 1 --memory-budget 4Gi \
+      --run-dir "$work/run-$prec" --summary-json "$work/summary-$prec.json" 2>&1 | tail -8
+    rc=${PIPESTATUS[0]}
+    t1=$EPOCHREALTIME
+    dmon_stop "$work/dmon-sb-$prec.txt" "streambatch-$prec"
+    result "RESULT streambatch precision=$prec images=$images seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') exit=$rc"
+    grep -h "tensor.mlp runs" "$work/run-$prec"/*.log 2>/dev/null | head -2
+    say "4. $prec: tests/bench/torch_inference.py ($tengine on $tdevice, $tworkers workers)"
+    dmon_start "$work/dmon-torch-$prec.txt"
+    timeout 300 "$py" tests/bench/torch_inference.py "$work/images" "$work/model.safetensors" \
+      "$work/torch-$prec.jsonl" --device "$tdevice" --workers "$tworkers" --batch 1024 \
+      --precision "$prec" --engine "$tengine" 2>&1 | tail -3 | tee -a "$results"
+    dmon_stop "$work/dmon-torch-$prec.txt" "torch-$prec"
+    r=$("$py" tests/bench/inference_data.py compare "$work/out-sb-$prec" "$work/torch-$prec.jsonl" "$images")
+    rc=$?
+    result "$r precision=$prec exit=$rc"
+  done
+  cp "$work"/summary-*.json "$out/" 2>/dev/null
+fi
+say "done"
