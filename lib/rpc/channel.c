@@ -19,6 +19,8 @@
 struct sb_rpc_channel {
     grpc_channel *ch;
     char *target;
+    grpc_metadata auth_md; /* "authorization: Bearer <token>", sent on every call (rpc/auth.h) */
+    int has_auth;
 };
 
 /* A tag whose completion is recorded by cq_wait(). */
@@ -75,10 +77,19 @@ sb_rpc_channel *sb_rpc_channel_new(const char *target, const sb_rpc_opts *opts, 
     }
     sb_rpc_args a;
     sb_rpc__client_args(&a, opts);
+    if (opts && opts->auth && opts->auth->token[0]) {
+        char bearer[16 + SB_RPC_TOKEN_HEX];
+        snprintf(bearer, sizeof bearer, "Bearer %s", opts->auth->token);
+        c->auth_md.key = grpc_slice_from_static_string("authorization");
+        c->auth_md.value = grpc_slice_from_copied_string(bearer);
+        c->has_auth = 1;
+    }
     c->ch = grpc_channel_create(target, creds, &a.args);
     grpc_channel_credentials_release(creds);
     if (!c->ch) {
         sb_err_set(err, "rpc channel: cannot create a channel to %s", target);
+        if (c->has_auth)
+            grpc_slice_unref(c->auth_md.value);
         free(c->target);
         free(c);
         sb_rpc__release();
@@ -92,6 +103,8 @@ void sb_rpc_channel_free(sb_rpc_channel *ch)
     if (!ch)
         return;
     grpc_channel_destroy(ch->ch);
+    if (ch->has_auth)
+        grpc_slice_unref(ch->auth_md.value);
     free(ch->target);
     free(ch);
     sb_rpc__release();
@@ -143,13 +156,17 @@ int sb_rpc_channel_is_ready(sb_rpc_channel *ch)
     return grpc_channel_check_connectivity_state(ch->ch, 0) == GRPC_CHANNEL_READY;
 }
 
-/* Fills ops[0] (SEND_INITIAL_METADATA), [1] SEND_MESSAGE, [2] SEND_CLOSE_FROM_CLIENT,
- * [3] RECV_INITIAL_METADATA. */
-static void client_send_ops(grpc_op *ops, unsigned flags, grpc_byte_buffer *bb,
+/* Fills ops[0] (SEND_INITIAL_METADATA, with the channel's credential), [1] SEND_MESSAGE,
+ * [2] SEND_CLOSE_FROM_CLIENT, [3] RECV_INITIAL_METADATA. */
+static void client_send_ops(sb_rpc_channel *ch, grpc_op *ops, unsigned flags, grpc_byte_buffer *bb,
                             grpc_metadata_array *md)
 {
     memset(ops, 0, 4 * sizeof *ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (ch->has_auth) {
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = &ch->auth_md;
+    }
     if (flags & SB_RPC_WAIT_FOR_READY)
         ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
                        GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
@@ -210,7 +227,7 @@ sb_rpc_code sb_rpc_unary(sb_rpc_channel *ch, const char *method, const void *req
 
     grpc_op ops[5];
     memset(ops, 0, sizeof ops);
-    client_send_ops(ops, flags, bb, &md);
+    client_send_ops(ch, ops, flags, bb, &md);
     ops[4].op = GRPC_OP_RECV_MESSAGE;
     ops[4].data.recv_message.recv_message = &rbb;
     grpc_call_error e = grpc_call_start_batch(call, ops, 5, &t_main, NULL);
@@ -332,7 +349,7 @@ sb_rpc_reader *sb_rpc_stream_open(sb_rpc_channel *ch, const char *method, const 
     }
     r->send_bb = bb_from(req, req_len);
     grpc_op ops[4];
-    client_send_ops(ops, flags, r->send_bb, &r->md);
+    client_send_ops(ch, ops, flags, r->send_bb, &r->md);
     grpc_call_error e = grpc_call_start_batch(r->call, ops, 4, &r->t_start, NULL);
     if (e == GRPC_CALL_OK) {
         r->t_start.started = 1;

@@ -66,6 +66,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "rpc/auth.h"
 
 /* gRPC status codes (same numbers as on the wire). */
 typedef enum sb_rpc_code {
@@ -134,6 +135,11 @@ typedef struct sb_rpc_opts {
     const char *tls_key_file;
     int tls_require_client_cert;
     const char *tls_server_name;
+    /* Authentication (rpc/auth.h): a client sends auth->token on every call; a server answers
+     * UNAUTHENTICATED, before any handler runs, every call whose token matches none of
+     * auth->keys. NULL: neither (only this module's own tests: every streambatch process sets
+     * it). Copied during the *_new() call. */
+    const sb_rpc_creds *auth;
 } sb_rpc_opts;
 
 /* ---------------------------------------------------------------------------------- server */
@@ -154,6 +160,9 @@ int sb_rpc_server_add_unary(sb_rpc_server *srv, const char *method, sb_rpc_handl
                             sb_err *err);
 int sb_rpc_server_add_stream(sb_rpc_server *srv, const char *method, sb_rpc_handler_fn fn, void *ud,
                              sb_err *err);
+/* Calls of `method` (registered) need a credential with one of `roles` (SB_RPC_ROLE_*); other
+ * authenticated calls get PERMISSION_DENIED before the handler. Default: any key's role. */
+int sb_rpc_server_require_role(sb_rpc_server *srv, const char *method, unsigned roles, sb_err *err);
 /* Binds "host:port" (port 0 = pick a free one). Returns the bound port, or -1. */
 int sb_rpc_server_listen(sb_rpc_server *srv, const char *addr, sb_err *err);
 int sb_rpc_server_start(sb_rpc_server *srv, sb_err *err);
@@ -184,6 +193,8 @@ void sb_rpc_call_finish(sb_rpc_call *call, sb_rpc_code code, const char *fmt, ..
     __attribute__((format(printf, 3, 4)));
 /* Full method path of the call (valid while the handle is). */
 const char *sb_rpc_call_method(const sb_rpc_call *call);
+/* The roles of the call's credential (SB_RPC_ROLE_*; 0 on a server without keys). */
+unsigned sb_rpc_call_roles(const sb_rpc_call *call);
 /* Milliseconds left until the client's deadline (INT64_MAX when it set none; <= 0 when past). */
 int64_t sb_rpc_call_deadline_left_ms(const sb_rpc_call *call);
 /* 1 once the call was cancelled (client cancel, deadline, lost connection, server shutdown). */

@@ -47,6 +47,7 @@ typedef struct method {
     sb_rpc_handler_fn fn;
     void *ud;
     void *handle;
+    unsigned roles; /* a call needs a credential with one of these (rpc/auth.h) */
 } rpc_method;
 
 typedef struct sthread {
@@ -83,6 +84,7 @@ struct sb_rpc_call {
     grpc_call *call;    /* NULL once released to gRPC */
     const rpc_method *m;
     gpr_timespec deadline;
+    unsigned roles; /* of the caller's credential */
     tag t_close, t_send, t_status;
     int md_sent;
     int send_busy;
@@ -112,6 +114,8 @@ struct sb_rpc_server {
     grpc_server_credentials *creds;
     rpc_method methods[MAX_METHODS];
     int nmethods;
+    sb_rpc_key keys[SB_RPC_AUTH_MAX_KEYS]; /* accepted credentials (rpc/auth.h) */
+    size_t nkeys;                          /* 0: no authentication */
     sthread *threads;
     int nthreads;
     int port;
@@ -362,7 +366,7 @@ static void kick_ready(sb_rpc_call *c)
 /* ------------------------------------------------------------------------------ calls */
 
 static void new_call(sb_rpc_server *srv, const rpc_method *m, grpc_call *gc, gpr_timespec deadline,
-                     grpc_byte_buffer *payload)
+                     grpc_byte_buffer *payload, unsigned roles)
 {
     sb_rpc_call *c = calloc(1, sizeof *c);
     if (!c) {
@@ -379,6 +383,7 @@ static void new_call(sb_rpc_server *srv, const rpc_method *m, grpc_call *gc, gpr
     c->call = gc;
     c->m = m;
     c->deadline = deadline;
+    c->roles = roles;
     c->t_close.kind = TAG_CLOSE;
     c->t_send.kind = TAG_SEND;
     c->t_status.kind = TAG_STATUS;
@@ -416,6 +421,16 @@ static void new_call(sb_rpc_server *srv, const rpc_method *m, grpc_call *gc, gpr
         if (payload)
             grpc_byte_buffer_destroy(payload);
         sb_rpc_call_finish(c, SB_RPC_UNAVAILABLE, "%s: the server is shutting down", m->path);
+    } else if (srv->nkeys > 0 && roles == 0) {
+        grpc_byte_buffer_destroy(payload);
+        sb_rpc_call_finish(c, SB_RPC_UNAUTHENTICATED,
+                           "%s: no valid credential (an \"authorization: Bearer\" token of this "
+                           "pipeline)",
+                           m->path);
+    } else if (srv->nkeys > 0 && (roles & m->roles) == 0) {
+        grpc_byte_buffer_destroy(payload);
+        sb_rpc_call_finish(c, SB_RPC_PERMISSION_DENIED,
+                           "%s: this credential's role may not call this method", m->path);
     } else if (!payload) {
         sb_rpc_call_finish(c, SB_RPC_INVALID_ARGUMENT, "%s: request message missing", m->path);
     } else if (sb_rpc__bb_flatten(payload, &buf, &len) < 0) {
@@ -517,6 +532,27 @@ static int slot_new(sb_rpc_server *srv, sthread *st, int method)
     return 0;
 }
 
+/* The roles the call's "authorization: Bearer <token>" grants among srv->keys (0: none). */
+static unsigned call_roles(const sb_rpc_server *srv, const grpc_metadata_array *md)
+{
+    if (srv->nkeys == 0)
+        return 0;
+    static const char bearer[] = "Bearer ";
+    unsigned roles = 0;
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
+        if (GRPC_SLICE_LENGTH(k) != 13 || memcmp(GRPC_SLICE_START_PTR(k), "authorization", 13))
+            continue;
+        size_t n = GRPC_SLICE_LENGTH(v);
+        const char *p = (const char *)GRPC_SLICE_START_PTR(v);
+        if (n <= sizeof bearer - 1 || memcmp(p, bearer, sizeof bearer - 1) != 0)
+            continue;
+        roles |= sb_rpc_keys_match(srv->keys, srv->nkeys, p + sizeof bearer - 1,
+                                   n - (sizeof bearer - 1));
+    }
+    return roles;
+}
+
 static void on_slot(slot *s, int ok)
 {
     if (!ok) { /* server shutting down: the request is withdrawn */
@@ -539,8 +575,9 @@ static void on_slot(slot *s, int ok)
     const rpc_method *m = &srv->methods[s->method];
     gpr_timespec deadline = s->deadline;
     grpc_byte_buffer *payload = s->payload;
+    unsigned roles = call_roles(srv, &s->md);
     slot_post(s); /* accept the next call before running this one */
-    new_call(srv, m, gc, deadline, payload);
+    new_call(srv, m, gc, deadline, payload, roles);
 }
 
 /* ------------------------------------------------------------------------------ threads */
@@ -645,6 +682,10 @@ sb_rpc_server *sb_rpc_server_new(const sb_rpc_opts *opts, sb_err *err)
     srv->t_shutdown.kind = TAG_SHUTDOWN;
     srv->nthreads = opts && opts->threads > 0 ? opts->threads : 2;
     srv->stall_ms = opts ? opts->stream_stall_ms : 0;
+    if (opts && opts->auth) {
+        srv->nkeys = opts->auth->nkeys;
+        memcpy(srv->keys, opts->auth->keys, sizeof srv->keys);
+    }
     if (srv->stall_ms == 0) {
         const char *v = getenv("SB_RPC_STREAM_STALL_MS");
         srv->stall_ms = v && *v ? atoi(v) : SB_RPC_DEFAULT_STREAM_STALL_MS;
@@ -714,8 +755,19 @@ static int add_method(sb_rpc_server *srv, const char *path, int streaming, sb_rp
     m->streaming = streaming;
     m->fn = fn;
     m->ud = ud;
+    m->roles = SB_RPC_ROLE_ANY;
     srv->nmethods++;
     return 0;
+}
+
+int sb_rpc_server_require_role(sb_rpc_server *srv, const char *method, unsigned roles, sb_err *err)
+{
+    for (int i = 0; i < srv->nmethods; i++)
+        if (!strcmp(srv->methods[i].path, method)) {
+            srv->methods[i].roles = roles;
+            return 0;
+        }
+    return sb_err_set(err, "rpc server: method %s is not registered", method);
 }
 
 int sb_rpc_server_add_unary(sb_rpc_server *srv, const char *method, sb_rpc_handler_fn fn, void *ud,
@@ -935,6 +987,11 @@ void sb_rpc_server_free(sb_rpc_server *srv)
 }
 
 /* ------------------------------------------------------------------------------ call API */
+
+unsigned sb_rpc_call_roles(const sb_rpc_call *call)
+{
+    return call->roles;
+}
 
 const char *sb_rpc_call_method(const sb_rpc_call *call)
 {
