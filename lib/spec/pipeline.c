@@ -31,6 +31,8 @@ typedef enum {
     A_ENUM,
     A_DURATION, /* a Go duration string, more than 0 */
     A_STRMAP,   /* a map of string values */
+    A_ENVNAMES, /* a boolean, or a non-empty list of variable names (NAME, or PREFIX* for all
+                 * that start with PREFIX) */
     A_ANY
 } akind;
 
@@ -104,15 +106,12 @@ static const argspec args_mlp[] = {{"weights", A_STR, 1, 0, NULL, 0},
 static const char *const exec_framings[] = {"lines", "arrow", NULL};
 static const char *const exec_modes[] = {"filter", "batches", NULL};
 static const char *const exec_outputs[] = {"jsonl", "text", NULL};
-static const argspec args_exec[] = {{"command", A_STRLIST, 1, 0, NULL, 0},
-                                    {"env", A_STRMAP, 0, 0, NULL, 0},
-                                    {"framing", A_ENUM, 0, 0, exec_framings, 0},
-                                    {"mode", A_ENUM, 0, 0, exec_modes, 0},
-                                    {"batchSize", A_INT, 0, 1, NULL, 0},
-                                    {"timeout", A_DURATION, 0, 0, NULL, 0},
-                                    {"workingDir", A_STR, 0, 0, NULL, 0},
-                                    {"output", A_ENUM, 0, 0, exec_outputs, 0},
-                                    {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_exec[] = {
+    {"command", A_STRLIST, 1, 0, NULL, 0},       {"env", A_STRMAP, 0, 0, NULL, 0},
+    {"framing", A_ENUM, 0, 0, exec_framings, 0}, {"mode", A_ENUM, 0, 0, exec_modes, 0},
+    {"batchSize", A_INT, 0, 1, NULL, 0},         {"timeout", A_DURATION, 0, 0, NULL, 0},
+    {"workingDir", A_STR, 0, 0, NULL, 0},        {"output", A_ENUM, 0, 0, exec_outputs, 0},
+    {"inheritEnv", A_ENVNAMES, 0, 0, NULL, 0},   {NULL, A_ANY, 0, 0, NULL, 0}};
 static const argspec args_plugin[] = {{"path", A_STR, 1, 0, NULL, 0},
                                       {"symbol", A_STR, 0, 0, NULL, 0},
                                       {"config", A_ANY, 0, 0, NULL, 0},
@@ -374,6 +373,26 @@ static const char *check_strmap_arg(const sb_node *v, const char *path, sb_diags
     return NULL;
 }
 
+/* An A_ENVNAMES list: strings of [A-Za-z_][A-Za-z0-9_]*, each may end in '*' (a prefix). */
+static int env_names(const sb_node *v)
+{
+    if (v->kind != SB_NODE_SEQ || v->n == 0 || !all_strings(v))
+        return 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const char *t = v->items[i]->text;
+        size_t n = strlen(t);
+        if (n > 0 && t[n - 1] == '*')
+            n--;
+        if (n == 0 && t[0] != '*')
+            return 0;
+        for (size_t k = 0; k < n; k++)
+            if (!(t[k] == '_' || (t[k] >= 'A' && t[k] <= 'Z') || (t[k] >= 'a' && t[k] <= 'z') ||
+                  (k > 0 && t[k] >= '0' && t[k] <= '9')))
+                return 0;
+    }
+    return 1;
+}
+
 /* What v must be when it is not a valid value of a (wbuf may hold the text); NULL when it is
  * valid or its problems were reported here. */
 static const char *arg_want(const argspec *a, const sb_node *v, const char *path, char *wbuf,
@@ -425,6 +444,10 @@ static const char *arg_want(const argspec *a, const sb_node *v, const char *path
         return NULL;
     case A_STRMAP:
         return check_strmap_arg(v, path, d);
+    case A_ENVNAMES:
+        return v->kind == SB_NODE_BOOL || env_names(v)
+                   ? NULL
+                   : "true, false or a non-empty list of variable names (NAME or PREFIX*)";
     case A_ANY:
         return NULL;
     }
