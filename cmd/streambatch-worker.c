@@ -326,6 +326,34 @@ static int worker_load_tls(worker_args *a)
     return WORKER_GO;
 }
 
+/* The pipeline's credentials (rpc/auth.h) from the environment, which the controller sets (a
+ * Secret owned by the Pipeline in Kubernetes, a per-run token in `streambatch run`); removed
+ * from the environment once read, so that no child process inherits them. Returns WORKER_GO,
+ * or 2: a worker without them would serve anyone. */
+static int worker_load_auth(worker_args *a)
+{
+    static sb_rpc_creds creds;
+    const char *tok = getenv(SB_AUTH_ENV_TOKEN), *ctl = getenv(SB_AUTH_ENV_CONTROLLER_SHA256);
+    sb_err err;
+    if (tok == NULL || ctl == NULL) {
+        fprintf(stderr,
+                "streambatch-worker: %s is not set: a worker needs its pipeline's credentials "
+                "(%s, %s), which the controller gives the workers it starts\n",
+                tok == NULL ? SB_AUTH_ENV_TOKEN : SB_AUTH_ENV_CONTROLLER_SHA256, SB_AUTH_ENV_TOKEN,
+                SB_AUTH_ENV_CONTROLLER_SHA256);
+        return 2;
+    }
+    if (sb_rpc_creds_worker(&creds, tok, ctl, &err) != 0) {
+        fprintf(stderr, "streambatch-worker: %s\n", err.msg);
+        return 2;
+    }
+    unsetenv(SB_AUTH_ENV_TOKEN);
+    unsetenv(SB_AUTH_ENV_CONTROLLER_SHA256);
+    a->rpc.auth = &creds;
+    a->cfg.rpc = &a->rpc;
+    return WORKER_GO;
+}
+
 /* Runs until the controller says stop, a signal, or the controller is lost. Returns 0 or 1. */
 static int worker_serve(const worker_args *a)
 {
@@ -357,5 +385,7 @@ int main(int argc, char **argv)
         rc = worker_check_binding(&a);
     if (rc == WORKER_GO)
         rc = worker_load_tls(&a);
+    if (rc == WORKER_GO)
+        rc = worker_load_auth(&a);
     return rc == WORKER_GO ? worker_serve(&a) : rc;
 }

@@ -58,6 +58,7 @@ typedef struct ctl_chan {
 typedef struct {
     sb_worker_config cfg;
     char address[128];
+    char session[SB_RPC_TOKEN_HEX + 1]; /* RegisterRequest.session: drawn at start, never logged */
     sb_store *store;
     sb_data_server *data;
     sb_rpc_server *srv;
@@ -384,6 +385,7 @@ static int partial_report(task_ctx *t, out_part *p)
                                    *infos[1] = {&info};
     Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
     req.worker_id = (char *)w->cfg.id;
+    req.session = w->session;
     req.task_id = t->task->task_id;
     req.attempt = t->task->attempt;
     req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
@@ -867,6 +869,7 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
     streambatch__v1__task_metrics__init(met);
     d->writes_sink = task->writes_sink;
     req->worker_id = (char *)w->cfg.id;
+    req->session = w->session;
     req->task_id = d->task_id;
     req->attempt = task->attempt;
     req->metrics = met;
@@ -1078,6 +1081,7 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
     Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
     Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;
     req.worker_id = (char *)w->cfg.id;
+    req.session = w->session;
     req.task_id = job->job_id;
     req.attempt = job->attempt;
     uint64_t *bytes = NULL;
@@ -1242,6 +1246,7 @@ static void *slot_main(void *arg)
             creqs[i] = &sr.d[i]->req;
         Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
         req.worker_id = (char *)w->cfg.id;
+        req.session = w->session;
         req.free_slots = 1;
         req.batch = batch;
         req.wait_ms = 1000;
@@ -1327,6 +1332,7 @@ static int heartbeat_once(worker *w)
     Streambatch__V1__HeartbeatRequest req = STREAMBATCH__V1__HEARTBEAT_REQUEST__INIT;
     Streambatch__V1__WorkerMetrics m = STREAMBATCH__V1__WORKER_METRICS__INIT;
     req.worker_id = (char *)w->cfg.id;
+    req.session = w->session;
     req.metrics = &m;
     m.store_memory_bytes = ss.mem_bytes;
     m.store_disk_bytes = ss.disk_bytes;
@@ -1389,6 +1395,7 @@ static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb
     *nheld = n;
     Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
     req.worker_id = (char *)w->cfg.id;
+    req.session = w->session;
     req.pool = (char *)w->cfg.pool;
     req.address = w->address;
     req.slots = w->cfg.slots;
@@ -1450,9 +1457,14 @@ static void h_rebind(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud
     const char *mine = w->cfg.pipeline;
     ctl_chan *nc = NULL, *old = NULL;
     uint64_t accepted_epoch = 0;
-    if (mine != NULL && *mine && m->pipeline != NULL && *m->pipeline && strcmp(mine, m->pipeline))
+    /* The caller holds this pipeline's controller token (the server checked the role); it must
+     * also name this worker's pipeline: a worker serves one pipeline for its whole life. */
+    if (mine == NULL || *mine == '\0')
+        snprintf(msg, sizeof msg, "worker %s was started without a pipeline: it takes no Rebind",
+                 w->cfg.id);
+    else if (m->pipeline == NULL || strcmp(mine, m->pipeline) != 0)
         snprintf(msg, sizeof msg, "worker %s belongs to pipeline %s, not %s", w->cfg.id, mine,
-                 m->pipeline);
+                 m->pipeline != NULL && *m->pipeline ? m->pipeline : "(none)");
     else {
         sb_err err;
         nc = chan_new(m->controller_address, w->cfg.rpc, &err);
@@ -1639,6 +1651,13 @@ static worker *worker_new(const sb_worker_config *cfg_in)
  * 0, or -1 + err with whatever started left for worker_free(). */
 static int worker_serve(worker *w, sb_err *err)
 {
+    if (w->cfg.rpc == NULL || w->cfg.rpc->auth == NULL || w->cfg.rpc->auth->nkeys == 0)
+        return sb_err_set(err,
+                          "worker %s has no credentials (" SB_AUTH_ENV_TOKEN
+                          " and " SB_AUTH_ENV_CONTROLLER_SHA256 "): it would serve anyone",
+                          w->cfg.id);
+    if (sb_rpc_token_new(w->session, err) != 0)
+        return -1;
     sb_store_config sc = {.memory_budget = w->cfg.store_budget, .spill_dir = w->cfg.spill_dir};
     if (sb_store_open(&sc, &w->store, err) != 0)
         return -1;
@@ -1664,7 +1683,8 @@ static int worker_serve(worker *w, sb_err *err)
         return -1;
     w->srv = sb_rpc_server_new(w->cfg.rpc, err);
     if (w->srv == NULL || sb_data_server_register(w->data, w->srv, err) != 0 ||
-        sb_rpc_server_add_unary(w->srv, SB_RPC_WORKER_REBIND, h_rebind, w, err) != 0)
+        sb_rpc_server_add_unary(w->srv, SB_RPC_WORKER_REBIND, h_rebind, w, err) != 0 ||
+        sb_rpc_server_require_role(w->srv, SB_RPC_WORKER_REBIND, SB_RPC_ROLE_CONTROLLER, err) != 0)
         return -1;
     int port = sb_rpc_server_listen(w->srv, w->cfg.listen, err);
     if (port < 0 || sb_rpc_server_start(w->srv, err) != 0)

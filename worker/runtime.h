@@ -47,15 +47,16 @@ typedef struct sb_worker_config {
     uint32_t accelerators;   /* 0: every slot runs ops at once. N: at most N tasks run their ops
                                 at a time (slots share N accelerators), while the other slots
                                 fetch inputs and write outputs: I/O overlaps the device */
-    const char *pipeline;    /* "namespace/name" this worker runs for; a Rebind naming another
-                                pipeline is refused. NULL/"": any */
+    const char *pipeline;    /* "namespace/name" this worker runs for; a Rebind must name it.
+                                NULL/"": the worker takes no Rebind */
     uint64_t epoch;          /* initial accepted epoch: Rebinds with a lower one are refused */
     int controller_lost_timeout_ms; /* give up after the controller was unreachable this long;
                                        default 120000 */
     const char *metrics_addr;       /* "HOST:PORT" to serve Prometheus /metrics (worker/wmetrics.h);
                                        NULL/"": not served */
     const sb_rpc_opts *rpc;         /* the Data/Worker server, the Control channel and fetches
-                                       from peers (mutual TLS: rpc/tlsdir.h); NULL: plaintext */
+                                       from peers (mutual TLS: rpc/tlsdir.h); its auth (the
+                                       pipeline's credentials, rpc/auth.h) is required */
 } sb_worker_config;
 
 typedef struct sb_worker sb_worker;

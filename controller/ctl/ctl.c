@@ -49,6 +49,7 @@ typedef struct {
     sb_ctl_worker_figures fig; /* from its latest heartbeat */
     int told_lost;             /* declared lost, it came back and was told to shut down (logged) */
     int retired;               /* drained, then retired: told to shut down, not lost */
+    char session[SB_RPC_TOKEN_HEX + 1]; /* RegisterRequest.session of its latest registration */
 } seen;
 
 enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED };
@@ -81,6 +82,7 @@ struct sb_ctl {
     size_t nworkers, capworkers;
     sb_strmap worker_index; /* id -> index in workers (entries are never removed) */
     size_t registered, lost;
+    size_t max_workers; /* live workers at most (sb_ctl_config.max_workers) */
     /* sick workers drained by the scheduler: notices not yet taken (sb_ctl_drains_take; the
      * oldest are dropped past SB_CTL_DRAIN_KEEP) and how many were retired */
     sb_ctl_drain drain_notes[SB_CTL_DRAIN_KEEP];
@@ -161,6 +163,74 @@ static seen *worker_seen(sb_ctl *c, const char *id, int create)
         return NULL;
     c->nworkers++;
     return w;
+}
+
+/* 1 when a and b are the same session (64 characters), compared in constant time. */
+static int session_eq(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL || strlen(a) != SB_RPC_TOKEN_HEX || strlen(b) != SB_RPC_TOKEN_HEX)
+        return 0;
+    unsigned char d = 0;
+    for (int i = 0; i < SB_RPC_TOKEN_HEX; i++)
+        d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* With c->mu held: 1 (and the call answered PERMISSION_DENIED) when worker `id` is known and
+ * the call does not carry the session it registered with: another holder of the pipeline's
+ * worker token speaking for it (a forged completion, a stolen poll). */
+static int session_refused(sb_ctl *c, sb_rpc_call *call, const char *id, const char *session)
+{
+    seen *w = worker_seen(c, id, 0);
+    if (w == NULL || w->session[0] == '\0' || session_eq(w->session, session))
+        return 0;
+    sb_log(SB_LOG_WARN, "call refused: not the registered worker's session", "worker", id, "method",
+           sb_rpc_call_method(call), NULL);
+    sb_rpc_call_finish(call, SB_RPC_PERMISSION_DENIED,
+                       "worker %s: this call does not carry the session the worker registered "
+                       "with",
+                       id);
+    return 1;
+}
+
+/* With c->mu held: the live workers. */
+static size_t live_workers(const sb_ctl *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->nworkers; i++)
+        n += c->workers[i].live != 0;
+    return n;
+}
+
+/* With c->mu held: 1 (and the call answered) when a registration must be refused: a session
+ * that is not 64 hex characters, a live worker of that id registered with another session, or
+ * a new worker past max_workers. */
+static int register_refused(sb_ctl *c, sb_rpc_call *call, const Streambatch__V1__RegisterRequest *m)
+{
+    sb_err err;
+    if (sb_rpc_hex64_check(m->session, "RegisterRequest.session", &err) != 0) {
+        sb_rpc_call_finish(call, SB_RPC_INVALID_ARGUMENT, "%s", err.msg);
+        return 1;
+    }
+    seen *w = worker_seen(c, m->worker_id, 0);
+    if (w != NULL && w->live && w->session[0] && !session_eq(w->session, m->session)) {
+        sb_log(SB_LOG_WARN, "registration refused: the worker id is live with another session",
+               "worker", m->worker_id, NULL);
+        sb_rpc_call_finish(call, SB_RPC_PERMISSION_DENIED,
+                           "worker %s is registered and live with another session", m->worker_id);
+        return 1;
+    }
+    if ((w == NULL || !w->live) && live_workers(c) >= c->max_workers) {
+        char n[32];
+        snprintf(n, sizeof n, "%zu", c->max_workers);
+        sb_log(SB_LOG_WARN, "registration refused: too many workers", "worker", m->worker_id,
+               "max_workers", n, NULL);
+        sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED,
+                           "pipeline %s has %zu live workers, the most it takes", c->pipeline_id,
+                           c->max_workers);
+        return 1;
+    }
+    return 0;
 }
 
 /* The worker if it is registered and live, with its last-seen time refreshed; else NULL. */
@@ -682,6 +752,12 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     }
     sb_err err;
     pthread_mutex_lock(&c->mu);
+    if (register_refused(c, call, m)) {
+        pthread_mutex_unlock(&c->mu);
+        free(held);
+        sb_rpc_msg_free(&m->base);
+        return;
+    }
     int rc = -1;
     if (held == NULL)
         snprintf(err.msg, sizeof err.msg, "out of memory");
@@ -695,6 +771,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     if (rc == 0) {
         seen *w = worker_seen(c, m->worker_id, 1);
         if (w != NULL) {
+            memcpy(w->session, m->session, sizeof w->session);
             w->live = 1;
             w->told_lost = 0;
             w->retired = 0;
@@ -764,6 +841,13 @@ static void h_poll(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
     }
     acks.naccepted = m->n_completions;
     pthread_mutex_lock(&c->mu);
+    if (session_refused(c, call, m->worker_id, m->session)) {
+        pthread_mutex_unlock(&c->mu);
+        free(outs);
+        free(acks.accepted);
+        sb_rpc_msg_free(&m->base);
+        return;
+    }
     for (size_t i = 0; i < m->n_completions; i++) {
         int live = 0, wait; /* (no partial reports here: lib/rpc refuses them in a poll) */
         acks.accepted[i] = complete_one(c, m->completions[i], outs, &live, &wait) == 1;
@@ -908,6 +992,12 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         return;
     }
     pthread_mutex_lock(&c->mu);
+    if (session_refused(c, call, m->worker_id, m->session)) {
+        pthread_mutex_unlock(&c->mu);
+        free(outs);
+        sb_rpc_msg_free(&m->base);
+        return;
+    }
     int live = 0, wait = 0;
     int rc = complete_one(c, m, outs, &live, &wait);
     Streambatch__V1__CompleteTaskReply rep = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
@@ -933,6 +1023,11 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     if (m == NULL)
         return;
     pthread_mutex_lock(&c->mu);
+    if (session_refused(c, call, m->worker_id, m->session)) {
+        pthread_mutex_unlock(&c->mu);
+        sb_rpc_msg_free(&m->base);
+        return;
+    }
     seen *w = touch_worker(c, m->worker_id);
     Streambatch__V1__HeartbeatReply rep = STREAMBATCH__V1__HEARTBEAT_REPLY__INIT;
     char **rel = NULL;
@@ -1006,6 +1101,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
     pthread_cond_init(&c->changed, NULL);
     c->hb_interval_ms = cfg->heartbeat_interval_ms ? cfg->heartbeat_interval_ms : 500;
     c->hb_timeout_ms = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 5000;
+    c->max_workers = cfg->max_workers ? cfg->max_workers : SB_CTL_DEFAULT_MAX_WORKERS;
     c->pipeline_id = strdup(cfg->pipeline_id ? cfg->pipeline_id : "pipeline");
     c->pipeline_json = strdup(cfg->pipeline_json ? cfg->pipeline_json : "{}");
     sb_sched_config sc = {.pipeline = cfg->pipeline,
@@ -1076,7 +1172,12 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
         c->nsplits = cfg->nsplits;
     }
     /* replies may be larger than requests: a COMMIT lists every sink part */
-    sb_rpc_opts o = opts != NULL ? *opts : (sb_rpc_opts){0};
+    if (opts == NULL || opts->auth == NULL || opts->auth->nkeys == 0) {
+        sb_err_set(err, "the controller needs the pipeline's credentials (rpc/auth.h): without "
+                        "them anyone who reaches its port could register as a worker");
+        goto fail;
+    }
+    sb_rpc_opts o = *opts;
     if (o.max_send_bytes < SB_RPC_CONTROL_MAX_REPLY)
         o.max_send_bytes = SB_RPC_CONTROL_MAX_REPLY;
     c->srv = sb_rpc_server_new(&o, err);

@@ -14,6 +14,12 @@
  * pipeline with "<what> on worker <id>: <error>". The final COMMIT or ABORT is queued the same
  * way by the caller (sb_ctl_storage_start/poll/run) before it shuts the workers down.
  *
+ * Who may call. sb_ctl_start() refuses options without credentials (rpc/auth.h): every call
+ * must carry the pipeline's worker token. Each worker registers with a session it drew
+ * (RegisterRequest.session); its polls, completions and heartbeats must carry it, so another
+ * holder of the token cannot complete or poll for it (PERMISSION_DENIED), and a live worker's
+ * id cannot be registered again under another session. At most max_workers are live at once.
+ *
  * Threads: gRPC handlers and the timer thread share one mutex around the scheduler. Backends
  * report process exits with sb_ctl_worker_exited(). Memory: the controller copies what it
  * keeps from the config; snapshots are written into caller-provided structs.
@@ -30,6 +36,8 @@
 #include "rpc/rpc.h"
 
 typedef struct sb_ctl sb_ctl;
+
+#define SB_CTL_DEFAULT_MAX_WORKERS 1024
 
 typedef struct sb_ctl_config {
     const sb_pipeline *pipeline;
@@ -49,6 +57,8 @@ typedef struct sb_ctl_config {
                                       when storage_on_workers defers it) */
     int storage_on_workers;        /* 1: ignore splits; plan the source and prepare the sink on a
                                       worker (the pipeline must then outlive the controller) */
+    uint32_t max_workers;          /* live workers at most: a registration past it is refused
+                                      RESOURCE_EXHAUSTED (0: SB_CTL_DEFAULT_MAX_WORKERS) */
     const char *resume_plan_hash;  /* with resume: the plan hash its checkpoint was taken against
                                       (NULL/"": unknown); a plan that hashes otherwise (the
                                       source changed, so split indices name other data) runs

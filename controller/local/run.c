@@ -718,6 +718,8 @@ typedef struct {
     run_sched_off off;
     sb_rpc_tlsdir *tls; /* --tls-dir, loaded (use_tls) */
     sb_rpc_opts rpc;
+    sb_rpc_creds creds; /* this run's: a worker token and a controller token (rpc/auth.h) */
+    char worker_token[SB_RPC_TOKEN_HEX + 1], controller_sha256[SB_RPC_DIGEST_HEX + 1];
     int use_tls;
     run_state r;
     int ncpu, ngpu;                /* workers per pool: the flags, capped by the stages' needs */
@@ -761,6 +763,17 @@ static int run_check_env(run_ctx *c)
                 bad);
         return 2;
     }
+    /* Per-run credentials: only this run's workers (given the worker token in their
+     * environment) can call its controller or each other. */
+    char ctl_token[SB_RPC_TOKEN_HEX + 1];
+    sb_err aerr;
+    if (sb_rpc_token_new(c->worker_token, &aerr) != 0 || sb_rpc_token_new(ctl_token, &aerr) != 0 ||
+        sb_rpc_creds_controller(&c->creds, c->worker_token, ctl_token, &aerr) != 0) {
+        fprintf(stderr, "streambatch run: %s\n", aerr.msg);
+        return 2;
+    }
+    sb_rpc_token_digest_hex(ctl_token, c->controller_sha256);
+    c->rpc.auth = &c->creds;
     c->use_tls = c->o->tls_dir != NULL && *c->o->tls_dir;
     if (c->use_tls) {
         sb_err terr;
@@ -905,7 +918,7 @@ static int run_start_controller(run_ctx *c)
         .no_eft = c->off.eft,
         .no_early = c->off.early,
         .listen_addr = c->listen};
-    c->ctl = sb_ctl_start(&c->cc, c->use_tls ? &c->rpc : NULL, &err);
+    c->ctl = sb_ctl_start(&c->cc, &c->rpc, &err);
     sb_ckpt_free(&c->prev); /* the controller copied it */
     if (c->ctl == NULL) {
         fprintf(stderr, "streambatch run: controller: %s\n", err.msg);
@@ -940,6 +953,8 @@ static int run_start_workers(run_ctx *c)
                               .respawn = 1,
                               .tls_dir = c->use_tls ? c->tls->dir : NULL,
                               .tls_server_name = c->use_tls ? c->tls->server_name : NULL,
+                              .auth_token = c->worker_token,
+                              .auth_controller_sha256 = c->controller_sha256,
                               .on_exit = exit_cb,
                               .ud = c->ctl};
     if (c->ncpu > 0)

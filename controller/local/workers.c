@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "rpc/auth.h"
 
 typedef struct {
     char pool[16];
@@ -31,6 +32,7 @@ struct sb_local {
     sb_local_config cfg;
     char *worker_bin, *worker_gpu_bin, *controller, *run_dir; /* worker_gpu_bin may be NULL */
     char *tls_dir, *tls_name;                                 /* NULL: plaintext */
+    char auth_token[SB_RPC_TOKEN_HEX + 1], auth_ctl[SB_RPC_DIGEST_HEX + 1];
     proc *procs;
     size_t nprocs;
     pthread_mutex_t mu;
@@ -86,6 +88,9 @@ static int spawn(sb_local *l, proc *p, sb_err *err)
             argv[17] = "--tls-server-name";
             argv[18] = l->tls_name;
         }
+        if (setenv(SB_AUTH_ENV_TOKEN, l->auth_token, 1) != 0 ||
+            setenv(SB_AUTH_ENV_CONTROLLER_SHA256, l->auth_ctl, 1) != 0)
+            _exit(127);
         execv(bin, argv);
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
@@ -159,6 +164,11 @@ sb_local *sb_local_start(const sb_local_config *cfg, sb_err *err)
             goto fail;
         }
     }
+    if (sb_rpc_hex64_check(cfg->auth_token, "the workers' token", err) != 0 ||
+        sb_rpc_hex64_check(cfg->auth_controller_sha256, "the controller token's digest", err) != 0)
+        goto fail;
+    memcpy(l->auth_token, cfg->auth_token, sizeof l->auth_token);
+    memcpy(l->auth_ctl, cfg->auth_controller_sha256, sizeof l->auth_ctl);
     size_t total = 0;
     for (size_t i = 0; i < cfg->npools; i++)
         total += cfg->pools[i].workers;

@@ -43,6 +43,9 @@ typedef struct sb_local_config {
     const char *tls_dir;   /* passed as --tls-dir (and --tls-server-name) to every worker;
                               NULL: plaintext */
     const char *tls_server_name;
+    /* the run's credentials (rpc/auth.h), given to every worker in its environment (never on
+     * its command line, which every local user can read) */
+    const char *auth_token, *auth_controller_sha256;
     void (*on_exit)(void *ud, const char *worker_id, const char *why);
     void *ud;
 } sb_local_config;

@@ -44,6 +44,7 @@
 #include "doc/doc.h"
 #include "rpc/proto.h"
 #include "spec/pipeline.h"
+#include "../unit/testauth.h"
 
 /* ---- options ----------------------------------------------------------------------------- */
 
@@ -237,7 +238,7 @@ static int controller_main(int to_parent, int from_parent)
                          .storage_on_workers = O.plan_on_workers};
     sb_err err;
     uint64_t rss0 = proc_status_kb("VmRSS");
-    sb_ctl *c = sb_ctl_start(&cfg, NULL, &err);
+    sb_ctl *c = sb_ctl_start(&cfg, sb_test_ctl_opts(NULL), &err);
     if (c == NULL) {
         fprintf(stderr, "controller: %s\n", err.msg);
         return 1;
@@ -321,6 +322,7 @@ typedef struct {
 typedef struct {
     pthread_mutex_t mu;
     char id[32];
+    char session[SB_RPC_TOKEN_HEX + 1]; /* RegisterRequest.session */
     int gpu;
     uint32_t running;
     sim_task *tasks; /* cap(): O.slots, times O.poll_batch */
@@ -481,6 +483,7 @@ static void do_register(uint32_t wi)
     sim_worker *w = &W[wi];
     Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
     req.worker_id = w->id;
+    req.session = w->session;
     req.pool = w->gpu ? "gpu" : "cpu";
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", 20000 + wi);
@@ -512,6 +515,7 @@ static void do_storage(sim_worker *w, const Streambatch__V1__StorageJob *job)
     Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
     Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;
     req.worker_id = w->id;
+    req.session = w->session;
     req.task_id = job->job_id;
     req.attempt = job->attempt;
     req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
@@ -580,6 +584,7 @@ static void completion_fill(completion *c, sim_worker *w, sim_task *t)
     c->met.bytes_in = 1024;
     c->req = (Streambatch__V1__CompleteTaskRequest)STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
     c->req.worker_id = w->id;
+    c->req.session = w->session;
     c->req.task_id = t->task_id;
     c->req.attempt = t->attempt;
     c->req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
@@ -671,6 +676,7 @@ static void do_poll(uint32_t wi)
     }
     Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
     req.worker_id = w->id;
+    req.session = w->session;
     req.free_slots = atomic_load(&w->stopped) ? 0 : free_slots;
     req.batch = O.poll_batch;
     /* A poll carrying completions is answered at once (wait 0), not held: a held poll holds one
@@ -827,6 +833,7 @@ static void *hb_thread(void *arg)
             wm.tasks_running = (uint32_t)n;
             Streambatch__V1__HeartbeatRequest req = STREAMBATCH__V1__HEARTBEAT_REQUEST__INIT;
             req.worker_id = w->id;
+            req.session = w->session;
             req.metrics = &wm;
             req.n_running_task_ids = n;
             req.running_task_ids = ids;
@@ -932,7 +939,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < O.channels; i++) {
         sb_err err;
         sb_rpc_opts ro = {.max_receive_bytes = SB_RPC_CONTROL_MAX_REPLY}; /* as a worker's */
-        CH[i] = sb_rpc_channel_new(target, &ro, &err);
+        CH[i] = sb_rpc_channel_new(target, sb_test_worker_opts(&ro), &err);
         if (CH[i] == NULL) {
             fprintf(stderr, "bench_ctl_load: %s\n", err.msg);
             kill(pid, SIGKILL);
@@ -949,6 +956,7 @@ int main(int argc, char **argv)
         pthread_mutex_init(&w->mu, NULL);
         w->gpu = i >= O.workers - ngpu;
         snprintf(w->id, sizeof w->id, "%s-%zu", w->gpu ? "gpu" : "cpu", i);
+        snprintf(w->session, sizeof w->session, "%064zx", i);
         w->tasks = calloc(cap(), sizeof *w->tasks);
         w->done = calloc(cap(), sizeof *w->done);
         w->ch = CH[i % (size_t)O.channels];

@@ -29,6 +29,7 @@
 #include "rpc/proto.h"
 #include "spec/pipeline.h"
 #include "io/split.h"
+#include "../unit/testauth.h"
 
 static int64_t now_ms(void)
 {
@@ -244,6 +245,7 @@ static pid_t worker_start(const char *log, const char *const *args, const char *
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, log);
     cr_assert_lt(g_npids, 8);
+    sb_test_worker_env(); /* the pipeline's credentials, inherited */
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -310,7 +312,7 @@ static void rebind(const char *addr, const char *controller, uint64_t epoch, con
                    int *accepted, char *msg, size_t msglen)
 {
     sb_err err;
-    sb_rpc_channel *ch = sb_rpc_channel_new(addr, NULL, &err);
+    sb_rpc_channel *ch = sb_rpc_channel_new(addr, sb_test_ctl_opts(NULL), &err);
     cr_assert_not_null(ch, "%s", err.msg);
     Streambatch__V1__RebindRequest req = STREAMBATCH__V1__REBIND_REQUEST__INIT;
     req.controller_address = (char *)controller;
@@ -401,7 +403,7 @@ static void ctl_a_child(int fd)
                          .nsplits = n,
                          .heartbeat_interval_ms = 200,
                          .heartbeat_timeout_ms = 5000};
-    sb_ctl *c = sb_ctl_start(&cfg, NULL, &err);
+    sb_ctl *c = sb_ctl_start(&cfg, sb_test_ctl_opts(NULL), &err);
     if (c == NULL) {
         dprintf(fd, "error ctl: %s\n", err.msg);
         _exit(1);
@@ -542,10 +544,14 @@ Test(rebind, worker_survives_controller_death_and_registers_at_the_new_one)
     cr_expect(fake_wait(b, &b->polls, polls + 2, 10000), "still polling B after refusals");
     cr_expect(alive(pid));
 
+    /* a Rebind naming no pipeline is refused, whatever its epoch (it used to be taken) */
+    rebind(listen, ctl, UINT64_MAX, "", &ok, msg, sizeof msg);
+    cr_expect(!ok, "a Rebind without a pipeline must be refused");
+    cr_expect(strstr(msg, "(none)") != NULL, "message: %s", msg);
     /* the same epoch again (a leader that restarted its service) is accepted */
     fake *c = fake_start();
-    rebind(listen, c->addr, 4, "", &ok, msg, sizeof msg);
-    cr_expect(ok, "same epoch, no pipeline: %s", msg);
+    rebind(listen, c->addr, 4, "default/rb", &ok, msg, sizeof msg);
+    cr_expect(ok, "same epoch: %s", msg);
     cr_expect(fake_wait(c, &c->registrations, 1, 15000), "no registration at C");
 
     /* the controller says shutdown: exit 0 */
@@ -587,9 +593,10 @@ Test(rebind, a_rebind_restarts_the_loss_clock)
     fake *a = fake_start();
     char listen[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", free_port());
-    const char *args[] = {
-        "--controller", a->addr, "--id", "w1", "--listen", listen, "--controller-lost-timeout",
-        "3s",           NULL};
+    const char *args[] = {"--controller", a->addr,      "--id",
+                          "w1",           "--listen",   listen,
+                          "--pipeline",   "default/rb", "--controller-lost-timeout",
+                          "3s",           NULL};
     pid_t pid = worker_start("clock.log", args, NULL);
     cr_assert(fake_wait(a, &a->registrations, 1, 15000), "%s", slurp("clock.log"));
     fake_stop(a);
@@ -617,7 +624,8 @@ Test(rebind, a_rebind_during_the_first_registration_is_followed_at_once)
     char dead[64], listen[64];
     snprintf(dead, sizeof dead, "127.0.0.1:%d", free_port()); /* nobody listens there */
     snprintf(listen, sizeof listen, "127.0.0.1:%d", free_port());
-    const char *args[] = {"--controller", dead, "--id", "w1", "--listen", listen, NULL};
+    const char *args[] = {"--controller", dead,         "--id",       "w1", "--listen",
+                          listen,         "--pipeline", "default/rb", NULL};
     const char *env[] = {"SB_LOG_LEVEL=info", NULL};
     pid_t pid = worker_start("first.log", args, env);
     fake *b = fake_start();
@@ -625,7 +633,7 @@ Test(rebind, a_rebind_during_the_first_registration_is_followed_at_once)
     char msg[512];
     for (int i = 0; i < 100 && !ok; i++) { /* until its Worker service is up */
         sb_err err;
-        sb_rpc_channel *ch = sb_rpc_channel_new(listen, NULL, &err);
+        sb_rpc_channel *ch = sb_rpc_channel_new(listen, sb_test_ctl_opts(NULL), &err);
         cr_assert_not_null(ch, "%s", err.msg);
         Streambatch__V1__RebindRequest req = STREAMBATCH__V1__REBIND_REQUEST__INIT;
         req.controller_address = b->addr;

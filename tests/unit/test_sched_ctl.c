@@ -10,6 +10,7 @@
 #include "controller/ctl/ctl.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
+#include "testauth.h"
 
 static const char *YAML =
     "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: c}\n"
@@ -45,7 +46,7 @@ static sb_ctl *start(spec_holder *h, const sb_sched_resume *resume, sb_err *err)
                          .splits = splits,
                          .nsplits = 3,
                          .resume = resume};
-    return sb_ctl_start(&cfg, NULL, err);
+    return sb_ctl_start(&cfg, sb_test_ctl_opts(NULL), err);
 }
 
 Test(sched_ctl, resume_checkpoint_and_demand)
