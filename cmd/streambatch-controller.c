@@ -79,6 +79,9 @@ static void usage(FILE *f)
             "  --tls-server-name NAME      the name certificates are checked for (peers are\n"
             "                              dialled by IP), default streambatch\n"
             "                                                             (SB_TLS_SERVER_NAME)\n"
+            "  environment SB_AUTH_KEY     the operator's key (32 or more characters, the same in\n"
+            "                              every replica): each Pipeline's credentials derive\n"
+            "                              from it (the Helm chart keeps one in a Secret)\n"
             "                              /metrics, /healthz and /readyz stay plain HTTP\n"
             "  --worker-network-policy JSON  a NetworkPolicy per Pipeline, owned by it, letting\n"
             "                              into its worker pods only 7070 from its own workers\n"
@@ -600,6 +603,45 @@ static int ctl_load_tls(ctl_args *a)
     return CTL_GO;
 }
 
+/* The operator's key (SB_AUTH_KEY; the chart makes it once and keeps it in a Secret of the
+ * release): every Pipeline's credentials derive from it, so all replicas must share it. Without
+ * it this process draws one of its own: after a failover its successor then derives other
+ * credentials, and the worker pods it adopts refuse it and are replaced. Removed from the
+ * environment once read. Returns CTL_GO, or 2. */
+static int ctl_load_auth(ctl_args *a)
+{
+    static uint8_t key[256];
+    const char *k = getenv("SB_AUTH_KEY");
+    size_t n = k ? strlen(k) : 0;
+    if (k != NULL && (n < 32 || n > sizeof key)) {
+        fprintf(stderr,
+                "streambatch-controller: SB_AUTH_KEY must be 32 to %zu characters, got "
+                "%zu\n",
+                sizeof key, n);
+        return 2;
+    }
+    if (k != NULL) {
+        memcpy(key, k, n);
+        unsetenv("SB_AUTH_KEY");
+    } else {
+        char hex[SB_RPC_TOKEN_HEX + 1];
+        sb_err err;
+        if (sb_rpc_token_new(hex, &err) != 0) {
+            fprintf(stderr, "streambatch-controller: %s\n", err.msg);
+            return 2;
+        }
+        n = SB_RPC_TOKEN_HEX;
+        memcpy(key, hex, n);
+        sb_log(SB_LOG_WARN,
+               "SB_AUTH_KEY is not set: this replica drew a key of its own, so a "
+               "successor cannot adopt its worker pods (they are replaced)",
+               NULL);
+    }
+    a->cfg.auth_key = key;
+    a->cfg.auth_key_len = n;
+    return CTL_GO;
+}
+
 /* The Control services' host, the /metrics address, and this replica's identity in the Lease
  * (<hostname>_<random> by default: two replicas on one host still differ). Returns CTL_GO, or
  * 2. */
@@ -693,7 +735,8 @@ int main(int argc, char **argv)
     a.cfg.namespaces = a.namespaces;
     a.cfg.nnamespaces = a.nns;
     if ((rc = ctl_check_limits(&a)) == CTL_GO && (rc = ctl_check_planning(&a)) == CTL_GO &&
-        (rc = ctl_load_tls(&a)) == CTL_GO && (rc = ctl_check_addresses(&a)) == CTL_GO)
+        (rc = ctl_load_tls(&a)) == CTL_GO && (rc = ctl_load_auth(&a)) == CTL_GO &&
+        (rc = ctl_check_addresses(&a)) == CTL_GO)
         rc = ctl_serve(&a);
     return rc;
 }

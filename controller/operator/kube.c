@@ -456,15 +456,21 @@ static void copy_str(cJSON *dst, const char *key, const cJSON *tmpl)
         cJSON_AddStringToObject(dst, key, v);
 }
 
-static void add_env_secret(cJSON *env, const char *name, const char *secret, int optional)
+static void add_env_secret_key(cJSON *env, const char *name, const char *secret, const char *key,
+                               int optional)
 {
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "name", name);
     cJSON *r = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "secretKeyRef");
     cJSON_AddStringToObject(r, "name", secret);
-    cJSON_AddStringToObject(r, "key", name);
+    cJSON_AddStringToObject(r, "key", key);
     cJSON_AddBoolToObject(r, "optional", optional);
     cJSON_AddItemToArray(env, e);
+}
+
+static void add_env_secret(cJSON *env, const char *name, const char *secret, int optional)
+{
+    add_env_secret_key(env, name, secret, name, optional);
 }
 
 /* Appends a copy of every object item of the template's list `key` to dst. */
@@ -552,7 +558,12 @@ static cJSON *pod_volumes(cJSON *spec, const sb_kube_config *cfg, const cJSON *t
     cJSON *vols = cJSON_AddArrayToObject(spec, "volumes");
     cJSON *spill = cJSON_CreateObject();
     cJSON_AddStringToObject(spill, "name", SB_WORKER_SPILL_VOLUME);
-    cJSON_AddObjectToObject(spill, "emptyDir");
+    cJSON *ed = cJSON_AddObjectToObject(spill, "emptyDir");
+    if (cfg->spill_limit > 0) {
+        char q[32];
+        snprintf(q, sizeof q, "%" PRIu64, cfg->spill_limit);
+        cJSON_AddStringToObject(ed, "sizeLimit", q);
+    }
     cJSON_AddItemToArray(vols, spill);
     if (cfg->tls_secret != NULL && cfg->tls_secret[0] != '\0') {
         cJSON *tv = cJSON_CreateObject();
@@ -637,6 +648,10 @@ static cJSON *pod_env(cJSON *c, const sb_kube_config *cfg, const sb_kube_pool *p
     add_env(env, "SB_EPOCH", num);
     add_env(env, "SB_SPILL_DIR", SB_WORKER_SPILL_MOUNT);
     add_env(env, "TMPDIR", SB_WORKER_SPILL_MOUNT);
+    if (cfg->auth_secret != NULL && cfg->auth_secret[0] != '\0') {
+        add_env_secret_key(env, SB_AUTH_ENV_TOKEN, cfg->auth_secret, "token", 0);
+        add_env(env, SB_AUTH_ENV_CONTROLLER_SHA256, cfg->auth_controller_sha256);
+    }
     if (cfg->tls_secret != NULL && cfg->tls_secret[0] != '\0') {
         add_env(env, "SB_TLS_DIR", SB_WORKER_TLS_MOUNT); /* = --tls-dir */
         if (cfg->tls_server_name != NULL && cfg->tls_server_name[0] != '\0')
@@ -1107,6 +1122,45 @@ void sb_kube_free(sb_kube *k)
     free(k);
 }
 
+/* Creates the Secret that gives the pods the pipeline's worker token (see kube.h), owned by
+ * the Pipeline. One that exists already was made by an earlier leader: its name carries the
+ * operator key's id, so it holds the same token. 0, or -1 with err. */
+static int auth_secret_create(const sb_kube_config *cfg, sb_err *err)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "apiVersion", "v1");
+    cJSON_AddStringToObject(o, "kind", "Secret");
+    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+    cJSON_AddStringToObject(md, "name", cfg->auth_secret);
+    cJSON_AddStringToObject(md, "namespace", cfg->namespace);
+    cJSON *labels = cJSON_AddObjectToObject(md, "labels");
+    cJSON_AddStringToObject(labels, LABEL_PIPELINE, cfg->pipeline);
+    cJSON_AddStringToObject(labels, "app.kubernetes.io/managed-by", "streambatch-controller");
+    if (cfg->pipeline_uid != NULL && cfg->pipeline_uid[0] != '\0') {
+        cJSON *ref = cJSON_CreateObject();
+        cJSON_AddStringToObject(ref, "apiVersion", "streambatch.dev/v1alpha1");
+        cJSON_AddStringToObject(ref, "kind", "Pipeline");
+        cJSON_AddStringToObject(ref, "name", cfg->pipeline);
+        cJSON_AddStringToObject(ref, "uid", cfg->pipeline_uid);
+        cJSON_AddBoolToObject(ref, "controller", 1);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
+    }
+    cJSON_AddStringToObject(o, "type", "Opaque");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "stringData"), "token",
+                            cfg->auth_worker_token ? cfg->auth_worker_token : "");
+    char path[300];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/secrets", cfg->namespace);
+    long st = 0;
+    sb_err e = {0};
+    cJSON *got = sb_k8s_create(cfg->client, path, o, &st, &e);
+    cJSON_Delete(o);
+    if (got == NULL && st != 409)
+        return sb_err_set(err, "creating the Secret %s/%s (the workers' credentials): %s",
+                          cfg->namespace, cfg->auth_secret, e.msg);
+    cJSON_Delete(got);
+    return 0;
+}
+
 sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
 {
     if (cfg == NULL || cfg->client == NULL || cfg->namespace == NULL || cfg->pipeline == NULL ||
@@ -1119,6 +1173,9 @@ sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
         sb_err_set(err, "kube backend: 1 to 4 pools, got %zu", cfg->npools);
         return NULL;
     }
+    if (cfg->auth_secret != NULL && cfg->auth_secret[0] != '\0' &&
+        auth_secret_create(cfg, err) != 0)
+        return NULL;
     sb_kube *k = calloc(1, sizeof *k);
     if (k == NULL) {
         sb_err_set(err, "out of memory");

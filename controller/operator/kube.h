@@ -9,15 +9,16 @@
  * the env the worker reads: SB_CONTROLLER, SB_WORKER_ID (= the pod name, downward API),
  * SB_POD_IP (status.podIP), SB_WORKER_PORT, SB_POOL, SB_SLOTS, SB_ACCELERATORS,
  * SB_STORE_BUDGET, SB_PIPELINE ("ns/name"), SB_EPOCH, SB_SPILL_DIR and TMPDIR (both
- * SB_WORKER_SPILL_MOUNT). The pod runs as uid/gid 65532 (runAsNonRoot, fsGroup 65532, seccomp
- * RuntimeDefault); the container has a read-only root filesystem, no privilege escalation and
- * no capabilities; its one writable place is the emptyDir SB_WORKER_SPILL_VOLUME mounted at
- * SB_WORKER_SPILL_MOUNT (spec/pipeline.h). With a credentials Secret, every standard AWS
- * variable (sb_credentials_keys) comes from the Secret's key of the same name (secretKeyRef;
- * the access key and secret key required, the others optional): the controller never reads
- * the Secret. The image: a pool with GPUs runs gpu_image (the CUDA build of the worker, the
- * worker-gpu image), the others image. spec.workerTemplate adds: image (every pool's),
- * imagePullPolicy, serviceAccountName,
+ * SB_WORKER_SPILL_MOUNT), SB_AUTH_TOKEN (secretKeyRef) and SB_AUTH_CONTROLLER_SHA256. The pod runs
+ * as uid/gid 65532 (runAsNonRoot, fsGroup 65532, seccomp RuntimeDefault); the container has a
+ * read-only root filesystem, no privilege escalation and no capabilities; its one writable place is
+ * the emptyDir SB_WORKER_SPILL_VOLUME mounted at SB_WORKER_SPILL_MOUNT (spec/pipeline.h), of at
+ * most spill_limit bytes (the kubelet evicts a pod that writes more: its partitions are then
+ * re-run). With a credentials Secret, every standard AWS variable (sb_credentials_keys) comes from
+ * the Secret's key of the same name (secretKeyRef; the access key and secret key required, the
+ * others optional): the controller never reads the Secret. The image: a pool with GPUs runs
+ * gpu_image (the CUDA build of the worker, the worker-gpu image), the others image.
+ * spec.workerTemplate adds: image (every pool's), imagePullPolicy, serviceAccountName,
  * priorityClassName, nodeSelector, labels and annotations (merged; the backend's own labels
  * win), env (appended after ours: it may refer to ours as $(SB_POOL); the validator refuses
  * names we set), envFrom, volumes (beside ours), volumeMounts (after ours) and tolerations.
@@ -123,6 +124,13 @@ typedef struct sb_kube_config {
     const char *tls_secret;
     const char *tls_server_name;
     const sb_rpc_opts *rpc;
+    /* The pipeline's credentials (rpc/auth.h), borrowed: sb_kube_start() creates the Secret
+     * auth_secret (key "token" = auth_worker_token, owned by the Pipeline; one that exists is
+     * an earlier leader's, whose name carries the same token) and every pod gets
+     * SB_AUTH_TOKEN from it and SB_AUTH_CONTROLLER_SHA256 = auth_controller_sha256. NULL
+     * auth_secret: the pods get neither (tests of the pod JSON only: a worker refuses to run). */
+    const char *auth_secret, *auth_worker_token, *auth_controller_sha256;
+    uint64_t spill_limit; /* sizeLimit of the spill emptyDir, bytes (0: none) */
     void (*on_exit)(void *ud, const char *worker_id, const char *why); /* pod failed/vanished */
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     int (*can_remove)(void *ud, const char *worker_id); /* scale-down victim check */

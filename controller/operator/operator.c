@@ -803,6 +803,8 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
                                       .max_pending = o->cfg->max_pending,
                                       .heartbeat_timeout_ms = o->cfg->heartbeat_timeout_ms,
                                       .rpc = o->cfg->rpc,
+                                      .auth_key = o->cfg->auth_key,
+                                      .auth_key_len = o->cfg->auth_key_len,
                                       .tls_secret = o->cfg->tls_secret,
                                       .tls_server_name = o->cfg->tls_server_name,
                                       .resume = have_cp ? &cp : NULL,

@@ -51,6 +51,11 @@ typedef struct sb_operator_config {
      * plaintext. Borrowed for the whole run. */
     const sb_rpc_opts *rpc;
     const char *tls_secret, *tls_server_name;
+    /* The operator's key (bytes; borrowed): each Pipeline's worker and controller tokens are
+     * derived from it and the Pipeline's uid (rpc/auth.h), so every leader holding the same key
+     * holds the same tokens. Required. */
+    const uint8_t *auth_key;
+    size_t auth_key_len;
     /* Cost-aware placement (operator_plan.h): the controller's prices (Helm `pricing`, under a
      * Pipeline's spec.execution.pricing), the re-plan threshold and interval. */
     sb_operator_plan_config plan;

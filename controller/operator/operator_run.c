@@ -80,6 +80,11 @@ struct sb_operator_pipeline {
     sb_pipeline p;
     sb_ctl *ctl;
     sb_kube *kube;
+    /* the pipeline's credentials (rpc/auth.h), derived from the operator's key and the uid */
+    sb_rpc_creds creds;
+    sb_rpc_opts rpc; /* cfg->rpc (TLS) + creds: the Control service and the Rebind calls */
+    char worker_token[SB_RPC_TOKEN_HEX + 1], controller_sha256[SB_RPC_DIGEST_HEX + 1];
+    char auth_secret[96];    /* "sb-auth-<uid>-<key id>": the Secret the pods take the token from */
     pthread_mutex_t kube_mu; /* guards the kube pointer: on_pod (informer thread) vs stop */
     run_pool pools[MAX_POOLS];
     size_t npools;
@@ -767,13 +772,46 @@ static void run_kube_config(sb_operator_pipeline *r, const sb_operator_pipeline_
     uint64_t sb = (uint64_t)r->p.spec.execution.memory_budget / (maxw ? maxw : 1);
     kc->store_budget = sb < 2 * part ? 2 * part : sb;
     kc->max_pending = cfg->max_pending;
-    kc->rpc = cfg->rpc;
+    kc->rpc = &r->rpc;
+    kc->auth_secret = r->auth_secret;
+    kc->auth_worker_token = r->worker_token;
+    kc->auth_controller_sha256 = r->controller_sha256;
+    /* the spill volume: at most the pipeline's whole memory budget twice (a worker spills what
+     * its store cannot hold of the partitions in flight, which the budget bounds), 1 GiB least */
+    uint64_t mb = (uint64_t)r->p.spec.execution.memory_budget;
+    kc->spill_limit = 2 * mb > (1ull << 30) ? 2 * mb : (1ull << 30);
     kc->tls_secret = cfg->tls_secret;
     kc->tls_server_name = cfg->tls_server_name;
     kc->on_exit = on_exit_cb;
     kc->on_event = on_event_cb;
     kc->can_remove = can_remove_cb;
     kc->ud = r;
+}
+
+/* The pipeline's tokens, derived from the operator's key and the Pipeline's uid (the same for
+ * every leader with that key), and the Secret name the pods read the worker token from. 0, or
+ * -1 with err. */
+static int run_credentials(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg,
+                           sb_err *err)
+{
+    const char *uid = sb_operator_str_at(cfg->object, "metadata", "uid");
+    if (cfg->auth_key == NULL || cfg->auth_key_len < 16)
+        return sb_err_set(err, "the operator has no key to derive the pipeline's credentials "
+                               "from (SB_AUTH_KEY, at least 16 bytes)");
+    if (uid == NULL || uid[0] == '\0' || strlen(uid) > 64)
+        return sb_err_set(err, "the Pipeline has no metadata.uid to bind its credentials to");
+    char ctl_token[SB_RPC_TOKEN_HEX + 1], key_id[SB_RPC_DIGEST_HEX + 1];
+    sb_rpc_token_derive(cfg->auth_key, cfg->auth_key_len, SB_RPC_ROLE_WORKER, uid, r->worker_token);
+    sb_rpc_token_derive(cfg->auth_key, cfg->auth_key_len, SB_RPC_ROLE_CONTROLLER, uid, ctl_token);
+    sb_rpc_token_digest_hex(ctl_token, r->controller_sha256);
+    /* the key's id: a Secret made with another key has another name, never a stale token */
+    sb_rpc_token_derive(cfg->auth_key, cfg->auth_key_len, SB_RPC_ROLE_WORKER, "key id", key_id);
+    snprintf(r->auth_secret, sizeof r->auth_secret, "sb-auth-%s-%.8s", uid, key_id);
+    if (sb_rpc_creds_controller(&r->creds, r->worker_token, ctl_token, err) != 0)
+        return -1;
+    r->rpc = cfg->rpc != NULL ? *cfg->rpc : (sb_rpc_opts){0};
+    r->rpc.auth = &r->creds;
+    return 0;
 }
 
 /* A resumed run adopts the worker pods an earlier leader left (their partitions are still
@@ -846,7 +884,16 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
                         .resume_plan_hash = cfg->resume != NULL && resume.committed_splits != NULL
                                                 ? cfg->resume->plan_hash
                                                 : NULL};
-    r->ctl = sb_ctl_start(&cc, cfg->rpc, err);
+    if (run_credentials(r, cfg, err) != 0) {
+        run_free(r);
+        return NULL;
+    }
+    uint64_t maxw = 0; /* the pools' largest sizes, twice: pods being replaced overlap */
+    for (size_t i = 0; i < r->p.spec.nstages; i++)
+        maxw += r->p.spec.stages[i].workers.max;
+    cc.max_workers = maxw * 2 + 8 < SB_CTL_DEFAULT_MAX_WORKERS ? (uint32_t)(maxw * 2 + 8)
+                                                               : SB_CTL_DEFAULT_MAX_WORKERS;
+    r->ctl = sb_ctl_start(&cc, &r->rpc, err);
     if (r->ctl == NULL) {
         sb_err_wrap(err, "starting the Control service on %s", listen);
         run_free(r);

@@ -43,7 +43,9 @@ typedef struct sb_operator_pipeline_config {
     const char *gpu_image; /* default worker image of pools with GPUs */
     uint32_t max_pending;  /* Pending pods per pool at most */
     uint32_t heartbeat_timeout_ms;
-    const sb_rpc_opts *rpc; /* mutual TLS of the Control service and Rebind (NULL: none) */
+    const sb_rpc_opts *rpc;  /* mutual TLS of the Control service and Rebind (NULL: none) */
+    const uint8_t *auth_key; /* the operator's key: the pipeline's tokens derive from it */
+    size_t auth_key_len;
     const char *tls_secret; /* mounted into worker pods (kube.h); NULL: none */
     const char *tls_server_name;
     const sb_ckpt *resume; /* NULL: a fresh run at epoch 0 */

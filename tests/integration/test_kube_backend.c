@@ -35,6 +35,7 @@
 #include "rpc/rpc.h"
 #include "spec/pipeline.h"
 #include "io/split.h"
+#include "../unit/testauth.h"
 
 #define NODES                                                                                      \
     "name=sb-kb-0,cpu=4,memory=16Gi name=sb-kb-1,cpu=4,memory=16Gi,label:streambatch.dev/test=yes"
@@ -299,9 +300,16 @@ static void decoded_free(decoded *d)
 static sb_kube *start_kube(const char *name, const char *uid, const sb_pipeline *p,
                            const char *controller, uint64_t epoch, const cJSON *tmpl)
 {
+    static char secret[128], ctl_sha[SB_RPC_DIGEST_HEX + 1];
+    snprintf(secret, sizeof secret, "sb-auth-%s", name);
+    sb_rpc_token_digest_hex(SB_TEST_CONTROLLER_TOKEN, ctl_sha);
     sb_kube_config kc = {.client = g_c,
                          .namespace = "default",
                          .pipeline = name,
+                         .rpc = sb_test_ctl_opts(NULL),
+                         .auth_secret = secret,
+                         .auth_worker_token = SB_TEST_WORKER_TOKEN,
+                         .auth_controller_sha256 = ctl_sha,
                          .pipeline_uid = uid,
                          .controller_address = controller,
                          .epoch = epoch,
@@ -501,7 +509,7 @@ Test(kube, worker_pods_register_and_the_pool_scales)
                         .splits = ss,
                         .nsplits = nsplits,
                         .listen_addr = "127.0.0.1:0"};
-    sb_ctl *ctl = sb_ctl_start(&cc, NULL, &err);
+    sb_ctl *ctl = sb_ctl_start(&cc, sb_test_ctl_opts(NULL), &err);
     cr_assert_not_null(ctl, "%s", err.msg);
     char caddr[64];
     snprintf(caddr, sizeof caddr, "127.0.0.1:%d", sb_ctl_port(ctl));

@@ -1,5 +1,6 @@
-/* The Helm chart's RBAC grants nothing on Secrets (nor wildcards): worker pods get their
- * credentials from the kubelet (secretKeyRef), the controller never reads them. Checked on the
+/* The Helm chart's RBAC grants no read of Secrets (nor wildcards): worker pods get their
+ * credentials from the kubelet (secretKeyRef), the controller never reads them; it may only
+ * create them (each Pipeline's credentials Secret, controller/operator/kube.h). Checked on the
  * template text, without helm: every `resources:` and `verbs:` list in
  * helm/streambatch/templates (flow `[a, b]` or block `- a` form). tests/k8s/operator-test.sh
  * checks the same on a live cluster with `kubectl auth can-i`. */
@@ -15,10 +16,13 @@
 
 typedef struct rules {
     char resources[64][64];
+    int res_rule[64]; /* the rule (resources list) each resource is in */
     size_t nres;
     char verbs[64][32];
+    int verb_rule[64]; /* the rule of the resources list before each verbs list */
     size_t nverbs;
     size_t lists;
+    int rule; /* resources lists seen so far */
 } rules;
 
 static void add_item(rules *r, int verbs, const char *s, size_t n)
@@ -31,10 +35,13 @@ static void add_item(rules *r, int verbs, const char *s, size_t n)
         n--;
     if (n == 0)
         return;
-    if (verbs && r->nverbs < 64)
+    if (verbs && r->nverbs < 64) {
+        r->verb_rule[r->nverbs] = r->rule;
         snprintf(r->verbs[r->nverbs++], sizeof r->verbs[0], "%.*s", (int)n, s);
-    else if (!verbs && r->nres < 64)
+    } else if (!verbs && r->nres < 64) {
+        r->res_rule[r->nres] = r->rule;
         snprintf(r->resources[r->nres++], sizeof r->resources[0], "%.*s", (int)n, s);
+    }
 }
 
 static void scan(rules *r, const char *text)
@@ -49,6 +56,7 @@ static void scan(rules *r, const char *text)
         int verbs = strncmp(p, "verbs:", 6) == 0;
         if (verbs || strncmp(p, "resources:", 10) == 0) {
             r->lists++;
+            r->rule += !verbs;
             const char *v = p + (verbs ? 6 : 10);
             const char *open = memchr(v, '[', (size_t)(line + len - v));
             if (open != NULL) { /* flow list */
@@ -113,7 +121,20 @@ static int has(char (*list)[64], size_t n, const char *want)
     return 0;
 }
 
-Test(chart_rbac, no_secrets_no_wildcards)
+/* Every verb of the rule that holds resource i. */
+static int rule_verbs_only(const rules *r, size_t i, const char *only)
+{
+    int seen = 0;
+    for (size_t v = 0; v < r->nverbs; v++)
+        if (r->verb_rule[v] == r->res_rule[i]) {
+            if (strcmp(r->verbs[v], only) != 0)
+                return 0;
+            seen = 1;
+        }
+    return seen;
+}
+
+Test(chart_rbac, no_secret_reads_no_wildcards)
 {
     static rules r;
     memset(&r, 0, sizeof r);
@@ -128,7 +149,11 @@ Test(chart_rbac, no_secrets_no_wildcards)
         for (; r.resources[i][k] != '\0' && k + 1 < sizeof low; k++)
             low[k] = (char)tolower((unsigned char)r.resources[i][k]);
         low[k] = '\0';
-        cr_expect(strncmp(low, "secrets", 7) != 0, "the chart grants on %s", r.resources[i]);
+        if (strncmp(low, "secrets", 7) == 0) {
+            cr_expect_str_eq(low, "secrets", "the chart grants on %s", r.resources[i]);
+            cr_expect(rule_verbs_only(&r, i, "create"),
+                      "the chart grants more than create on secrets");
+        }
         cr_expect(strchr(low, '*') == NULL, "wildcard resource %s", r.resources[i]);
         cr_expect(strcmp(low, "serviceaccounts/token") != 0, "the chart grants on %s",
                   r.resources[i]);
@@ -150,4 +175,15 @@ Test(chart_rbac, scanner_reads_flow_and_block_lists)
     cr_expect(has(r.resources, r.nres, "events"));
     cr_expect_eq(r.nverbs, 2);
     cr_expect_str_eq(r.verbs[1], "*");
+    /* verbs go with their own rule: "get" on secrets is caught, "create" alone is not */
+    cr_expect_str_eq(r.resources[1], "secrets");
+    cr_expect(!rule_verbs_only(&r, 1, "create"));
+    static rules c;
+    memset(&c, 0, sizeof c);
+    scan(&c, "- resources: [pods]\n  verbs: [get, list]\n- resources: [secrets]\n"
+             "  verbs: [create]\n- resources: [events]\n  verbs: [create, delete]\n");
+    cr_expect_str_eq(c.resources[1], "secrets");
+    cr_expect(rule_verbs_only(&c, 1, "create"));
+    cr_expect(!rule_verbs_only(&c, 0, "create"));
+    cr_expect(!rule_verbs_only(&c, 2, "create"));
 }

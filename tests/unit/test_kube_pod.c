@@ -79,7 +79,11 @@ static void build(const char *yaml, built *b)
                          .credentials_secret = sb_pipeline_credentials_secret(&b->p),
                          .store_budget = 1 << 20,
                          .tls_secret = g_tls_secret,
-                         .tls_server_name = g_tls_name};
+                         .tls_server_name = g_tls_name,
+                         .auth_secret = "sb-auth-uid-1-0123abcd",
+                         .auth_worker_token = "not read by the pod JSON",
+                         .auth_controller_sha256 = "c0ffee",
+                         .spill_limit = 3u << 30};
     kc.npools = sb_kube_pools_from_spec(&b->p, kc.pools, 4);
     cr_assert_geq(kc.npools, 1);
     b->pod = sb_kube_pod_json(&kc, &kc.pools[0], "p-cpu-abcde");
@@ -149,8 +153,9 @@ Test(kube_pod, the_sink_secret_alone_is_used_and_no_secret_means_no_aws_env)
     cJSON_ArrayForEach(e, get(container(&b), "env"))
     {
         cr_expect_neq(strncmp(str(e, "name"), "AWS_", 4), 0, "%s without a Secret", str(e, "name"));
-        cr_expect_null(get(get(e, "valueFrom"), "secretKeyRef"), "%s refers to a Secret",
-                       str(e, "name"));
+        if (strcmp(str(e, "name"), "SB_AUTH_TOKEN") != 0) /* the pipeline's own credentials */
+            cr_expect_null(get(get(e, "valueFrom"), "secretKeyRef"), "%s refers to a Secret",
+                           str(e, "name"));
     }
     built_free(&b);
 }
@@ -165,6 +170,7 @@ Test(kube_pod, spill_emptydir_and_security_context)
     const cJSON *vol = named(get(spec, "volumes"), SB_WORKER_SPILL_VOLUME);
     cr_assert_not_null(vol, "no spill volume");
     cr_expect(cJSON_IsObject(get(vol, "emptyDir")));
+    cr_expect_str_eq(str(get(vol, "emptyDir"), "sizeLimit"), "3221225472", "spill_limit");
     const cJSON *m = named(get(c, "volumeMounts"), SB_WORKER_SPILL_VOLUME);
     cr_assert_not_null(m);
     cr_expect_str_eq(str(m, "mountPath"), "/tmp");
@@ -194,6 +200,15 @@ Test(kube_pod, spill_emptydir_and_security_context)
     cr_expect_str_eq(str(named(env, "SB_PIPELINE"), "value"), "team-a/p");
     cr_expect_str_eq(str(named(env, "SB_EPOCH"), "value"), "3");
     cr_expect_str_eq(str(named(env, "SB_STORE_BUDGET"), "value"), "1048576");
+    /* the pipeline's credentials: the worker token only by reference to its Secret */
+    const cJSON *tok = get(get(named(env, "SB_AUTH_TOKEN"), "valueFrom"), "secretKeyRef");
+    cr_expect_str_eq(str(tok, "name"), "sb-auth-uid-1-0123abcd");
+    cr_expect_str_eq(str(tok, "key"), "token");
+    cr_expect_null(get(named(env, "SB_AUTH_TOKEN"), "value"), "never the token itself");
+    cr_expect_str_eq(str(named(env, "SB_AUTH_CONTROLLER_SHA256"), "value"), "c0ffee");
+    char *text = cJSON_PrintUnformatted(b.pod);
+    cr_expect(strstr(text, "not read by the pod JSON") == NULL, "the token is in the pod");
+    free(text);
     cr_expect_str_eq(str(get(get(c, "resources"), "limits"), "memory"), "1Gi");
     cr_expect_str_eq(str(get(get(c, "resources"), "requests"), "cpu"), "500m");
     cr_expect_str_eq(str(get(get(b.pod, "metadata"), "labels"), "streambatch.dev/pool"), "cpu");

@@ -51,6 +51,8 @@ the requests the controller makes (controller/operator/*.c):
   the OwnerReferencesPermissionEnforcement admission plugin requires for worker pods whose
   ownerReference to the Pipeline sets blockOwnerDeletion.
 - pods: list/watch (informer and adoption), create, delete. events (core/v1): create.
+- secrets: create only (each Pipeline's credentials Secret, controller/operator/kube.h); never
+  get, list or watch.
 - networkpolicies (with networkPolicy.perPipeline): create (one per Pipeline), get and delete
   (one left by an earlier Pipeline of the same name is replaced; controller/operator/netpol.h). */}}
 {{- define "streambatch.workloadRules" -}}
@@ -68,6 +70,9 @@ the requests the controller makes (controller/operator/*.c):
   verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [events]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [secrets]
   verbs: [create]
 {{- if and .Values.networkPolicy.enabled .Values.networkPolicy.perPipeline }}
 - apiGroups: [networking.k8s.io]
