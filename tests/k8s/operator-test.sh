@@ -618,6 +618,7 @@ watch pods -A
 create pods -n $NS
 delete pods -n $NS
 create events -n $NS
+create secrets -n $NS
 create networkpolicies.networking.k8s.io -n $NS
 get networkpolicies.networking.k8s.io -n $NS
 delete networkpolicies.networking.k8s.io -n $NS
@@ -636,6 +637,9 @@ patch pipelines.streambatch.dev --subresource=status -n $NS
 create pipelines.streambatch.dev --subresource=status -n $NS
 get secrets -n $NS
 list secrets -A
+watch secrets -A
+update secrets -n $NS
+delete secrets -n $NS
 get secrets -n $SYS
 get configmaps -n $NS
 list networkpolicies.networking.k8s.io -A
