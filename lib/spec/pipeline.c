@@ -1320,12 +1320,24 @@ static const char *const toleration_ops[] = {"Exists", "Equal", NULL};
 static const char *const toleration_effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute",
                                                  NULL};
 
-const char *const sb_worker_env_names[] = {
-    "SB_CONTROLLER", "SB_WORKER_ID", "SB_POD_IP",          "SB_WORKER_PORT",
-    "SB_POOL",       "SB_SLOTS",     "SB_ACCELERATORS",    "SB_STORE_BUDGET",
-    "SB_PIPELINE",   "SB_EPOCH",     "SB_METRICS_ADDR",    "SB_SPILL_DIR",
-    "TMPDIR",        "SB_TLS_DIR",   "SB_TLS_SERVER_NAME", "SB_AUTH_TOKEN",
-    "SB_AUTH_CONTROLLER_SHA256", NULL};
+const char *const sb_worker_env_names[] = {"SB_CONTROLLER",
+                                           "SB_WORKER_ID",
+                                           "SB_POD_IP",
+                                           "SB_WORKER_PORT",
+                                           "SB_POOL",
+                                           "SB_SLOTS",
+                                           "SB_ACCELERATORS",
+                                           "SB_STORE_BUDGET",
+                                           "SB_PIPELINE",
+                                           "SB_EPOCH",
+                                           "SB_METRICS_ADDR",
+                                           "SB_SPILL_DIR",
+                                           "TMPDIR",
+                                           "SB_TLS_DIR",
+                                           "SB_TLS_SERVER_NAME",
+                                           "SB_AUTH_TOKEN",
+                                           "SB_AUTH_CONTROLLER_SHA256",
+                                           NULL};
 const char *const sb_credentials_keys[] = {"AWS_ACCESS_KEY_ID",
                                            "AWS_SECRET_ACCESS_KEY",
                                            "AWS_SESSION_TOKEN",

@@ -618,10 +618,10 @@ watch pods -A
 create pods -n $NS
 delete pods -n $NS
 create events -n $NS
-create secrets -n $NS
 create networkpolicies.networking.k8s.io -n $NS
 get networkpolicies.networking.k8s.io -n $NS
 delete networkpolicies.networking.k8s.io -n $NS
+create secrets -n $NS
 create leases.coordination.k8s.io -n $SYS
 get leases.coordination.k8s.io/$LEASE -n $SYS
 update leases.coordination.k8s.io/$LEASE -n $SYS
