@@ -30,6 +30,9 @@
 #      appears in no Event, Pipeline status or pod log
 #   r. a Pipeline failing on a presigned URL with userinfo: its status, the Events, the controllers'
 #      and worker pods' logs name the host and path and hold no secret (issue 37)
+#   p. the chart's policy: a Pipeline with a secret volume or a keyless Exists toleration is
+#      refused at kubectl apply (the field named), accepted once the values allow it; the
+#      controller's per-Pipeline NetworkPolicy is owned by the Pipeline and collected with it
 #   h. 100 Pipelines at once all reach a terminal phase; API requests per Pipeline (API server
 #      flow-control metrics of a FlowSchema matching only the controller's ServiceAccount) and
 #      the controller's peak memory (VmHWM)
