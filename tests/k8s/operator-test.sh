@@ -28,6 +28,9 @@
 #   t. helm test: the chart's test pod runs a tiny Pipeline to Succeeded; a broken one fails it
 #   k. worker pods take the keys from the Secret by reference, no hostPath volume; the key
 #      appears in no Event, Pipeline status or pod log
+#   s. hostile peers (issue 37): calls to a running Pipeline's Control service and worker pods
+#      without a token or with another Pipeline's refused, its own worker token refused for
+#      Rebind and for another worker's name; the token in no pod spec or log
 #   r. a Pipeline failing on a presigned URL with userinfo: its status, the Events, the controllers'
 #      and worker pods' logs name the host and path and hold no secret (issue 37)
 #   p. the chart's policy: a Pipeline with a secret volume or a keyless Exists toleration is
@@ -830,6 +833,67 @@ PY
   kubectl -n "$NS" delete pipeline s3run --wait=false >/dev/null
 }
 opcheck "k: keys in a Secret (credentialsSecret) reach the worker pods by secretKeyRef, no hostPath volume, the key in no Event, status or log" s3_run
+
+# =============================================================================================
+# s. hostile peers on the cluster (issue 37): while two Pipelines run, a gRPC client of the test
+#    (tests/helpers/sb_rpc_probe) calls one's Control service and worker pods without a token
+#    and with the other's: UNAUTHENTICATED; with the Pipeline's own worker token it still cannot
+#    Rebind (PERMISSION_DENIED) or register under a live worker's name; both Pipelines succeed;
+#    no token in a pod spec or a log; the credentials Secret is the Pipeline's and goes with it
+# =============================================================================================
+hostile_peers() {
+  local probe=${SB_BUILD_DIR:-$repo/build}/tests/helpers/sb_rpc_probe
+  [[ -x $probe ]] || { echo "no $probe (make tests-build builds it)"; return 1; }
+  local slow="  - {name: slow, op: bench.sleep, args: {msPerMB: 8000}, resources: {cpu: 500m}, workers: {min: 2, max: 2}}"
+  pipeline hostile-a "$slow" >"$tmp/hostile-a.yaml"
+  pipeline hostile-b "$slow" >"$tmp/hostile-b.yaml"
+  kubectl apply -f "$tmp/hostile-a.yaml" -f "$tmp/hostile-b.yaml" >/dev/null || return 1
+  running_pod() { kubectl -n "$NS" get pods -l "streambatch.dev/pipeline=$1" --field-selector status.phase=Running -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null; }
+  until_ok 90 bash -c "[[ -n \$(kubectl -n $NS get pods -l streambatch.dev/pipeline=hostile-a --field-selector status.phase=Running -o name) && -n \$(kubectl -n $NS get pods -l streambatch.dev/pipeline=hostile-b --field-selector status.phase=Running -o name) ]]" ||
+    { echo "no Running worker pods: $(jp hostile-a '{.status.message}')"; return 1; }
+  local pa ip ctl tok_a tok_b sec_a
+  pa=$(running_pod hostile-a)
+  ip=$(kubectl -n "$NS" get pod "$pa" -o 'jsonpath={.status.podIP}'):7070
+  ctl=$(kubectl -n "$NS" get pod "$pa" -o 'jsonpath={.spec.containers[0].env[?(@.name=="SB_CONTROLLER")].value}')
+  sec_a=$(kubectl -n "$NS" get pod "$pa" -o 'jsonpath={.spec.containers[0].env[?(@.name=="SB_AUTH_TOKEN")].valueFrom.secretKeyRef.name}')
+  [[ -n $sec_a && -n $ctl ]] || { echo "pod $pa: no SB_AUTH_TOKEN Secret ($sec_a) or SB_CONTROLLER ($ctl)"; return 1; }
+  tok_a=$(kubectl -n "$NS" get secret "$sec_a" -o 'jsonpath={.data.token}' | base64 -d)
+  tok_b=$(kubectl -n "$NS" get secret -l streambatch.dev/pipeline=hostile-b -o 'jsonpath={.items[0].data.token}' | base64 -d)
+  [[ ${#tok_a} == 64 && ${#tok_b} == 64 && $tok_a != "$tok_b" ]] || { echo "tokens: a ${#tok_a} chars, b ${#tok_b} chars"; return 1; }
+  local bad=0 got
+  expect() { # WANT ARGS...: the probe's answer must start with WANT
+    got=$("$probe" "${@:2}" 2>&1)
+    [[ $got == "$1"* ]] && echo "  ${*:2:2} ${5:+(token ${5:0:6}...)}: $got" || { echo "  ${*:2:2}: got '$got', want $1"; bad=1; }
+  }
+  echo "worker pod $pa ($ip), controller $ctl:"
+  for m in fetch rebind; do
+    expect UNAUTHENTICATED "$ip" "$m" --pipeline "$NS/hostile-a"
+    expect UNAUTHENTICATED "$ip" "$m" --pipeline "$NS/hostile-a" --token "$tok_b"
+  done
+  expect PERMISSION_DENIED "$ip" rebind --pipeline "$NS/hostile-a" --token "$tok_a"
+  for m in register poll complete heartbeat; do
+    expect UNAUTHENTICATED "$ctl" "$m"
+    expect UNAUTHENTICATED "$ctl" "$m" --token "$tok_b"
+  done
+  expect PERMISSION_DENIED "$ctl" register --token "$tok_a" --worker "$pa"
+  expect PERMISSION_DENIED "$ctl" heartbeat --token "$tok_a" --worker "$pa"
+  ((bad == 0)) || return 1
+  wait_phase hostile-a Succeeded 240 && wait_phase hostile-b Succeeded 240 || return 1
+  # the token itself is in no pod spec, Event, Pipeline or log
+  kubectl -n "$NS" get pods -o yaml >"$tmp/hostile-pods.yaml" 2>/dev/null
+  kubectl get events -A -o yaml >"$tmp/hostile-events.yaml" && kubectl -n "$NS" get pipeline hostile-a -o yaml >"$tmp/hostile-a-out.yaml" || return 1
+  local logs leaks
+  logs=$(ls "$STATE"/pods/${SYS}_*/*.log "$STATE"/pods/${NS}_hostile-a-*/*.log 2>/dev/null)
+  leaks=$(grep -lF -- "$tok_a" "$tmp/hostile-pods.yaml" "$tmp/hostile-events.yaml" "$tmp/hostile-a-out.yaml" $logs)
+  [[ -z $leaks ]] || { echo "the worker token appears in: $leaks"; return 1; }
+  # the Secret is owned by its Pipeline and goes with it
+  [[ $(kubectl -n "$NS" get secret "$sec_a" -o 'jsonpath={.metadata.ownerReferences[0].name}') == hostile-a ]] ||
+    { echo "Secret $sec_a is not owned by hostile-a"; return 1; }
+  kubectl -n "$NS" delete pipeline hostile-a hostile-b >/dev/null || return 1
+  until_ok 60 bash -c "! kubectl -n $NS get secret $sec_a >/dev/null 2>&1" || { echo "Secret $sec_a outlived its Pipeline"; return 1; }
+  echo "no token in pods, Events, the Pipeline or $(wc -w <<<"$logs") logs; Secret $sec_a owned by hostile-a and deleted with it"
+}
+opcheck "s: hostile peers refused on the cluster: no token or another Pipeline's (UNAUTHENTICATED), a worker's token for Rebind or another worker's name (PERMISSION_DENIED); both Pipelines succeed; the token in no spec or log" hostile_peers
 
 # =============================================================================================
 # m. Prometheus on the test cluster: the controllers' and a running Pipeline's worker pods'
