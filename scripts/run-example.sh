@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make run`: prepares the sample data if missing and runs the example pipeline locally.
-# Until the engine lands (`streambatch run`), this validates every example manifest and says so.
+# `make run`: prepares the sample data if missing, validates every example manifest and runs the
+# example pipeline locally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=bin/streambatch
