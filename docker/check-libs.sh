@@ -5,6 +5,7 @@
 #   needed  = packages owning the libraries the binary links directly (DT_NEEDED, resolved by
 #             ldd), minus those already in debian:bookworm-slim (BASE below)
 #   listed  = the image's libs line in images.conf
+#   (a library on the image's wheellibs line comes with the image itself: no package needed)
 #   needed == listed, and every library ldd resolves (transitively) belongs to BASE or to the
 #   dependency closure of the listed packages, so the image can load the binary.
 #   check-libs.sh [BINDIR [IMAGES_CONF]]  (default: bin, docker/images.conf); exit 0 when all match
@@ -60,6 +61,7 @@ conf() { awk -v i="$1" -v k="$2" '$1 == i && $2 == k { for (n = 3; n <= NF; n++)
 
 for img in $(awk '!/^#/ && NF { print $1 }' "$cfg" | uniq); do
   listed=$(conf "$img" libs | sort -u)
+  wheel=" $(conf "$img" wheellibs | tr '\n' ' ') "
   needed=(); have_all=1; ldd_all=""
   for bin in $(conf "$img" bins); do
     exe=$bindir/$bin
@@ -68,6 +70,7 @@ for img in $(awk '!/^#/ && NF { print $1 }' "$cfg" | uniq); do
     if grep -q 'not found' <<<"$ldd_out"; then echo "FAIL $bin: unresolved libraries: $(grep 'not found' <<<"$ldd_out")"; have_all=0; continue; fi
     ldd_all+=$ldd_out$'\n'
     for lib in $(objdump -p "$exe" | awk '/NEEDED/ {print $2}'); do
+      [[ $wheel == *" $lib "* ]] && continue
       # "lib => path (addr)", or "path (addr)" for the dynamic loader itself (a NEEDED of the
       # static CUDA runtime)
       path=$(awk -v l="$lib" '$1 == l && $2 == "=>" {print $3; exit} $1 ~ ("/" l "$") {print $1; exit}' <<<"$ldd_out")
@@ -90,6 +93,7 @@ for img in $(awk '!/^#/ && NF { print $1 }' "$cfg" | uniq); do
   bad=0
   while read -r path; do
     [[ -n $path ]] || continue
+    [[ $wheel == *" $(basename "$path") "* ]] && continue
     owner "$path" || { echo "FAIL $img: no package owns $path"; bad=1; continue; }
     pkg=$REPLY
     grep -qxF "$pkg" <<<"$have" || { echo "FAIL $img: $path ($pkg) would be missing in the image"; bad=1; }

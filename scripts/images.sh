@@ -5,8 +5,9 @@
 #   build/images/<image>.tar  docker archives (docker load, kind load image-archive, ctr import)
 # Each image is two layers: a Debian bookworm minbase root filesystem with the image's runtime
 # packages (docker/images.conf, the one list the Dockerfiles use too), cached outside the repo
-# by the hash of that list, and the image's binaries from bin/ in /usr/local/bin. Config: user
-# 65532:65532, the first binary as entrypoint, the listed ports.
+# by the hash of that list, and the image's binaries from bin/ in /usr/local/bin (with the
+# image's wheellibs, from the CUDA wheels of `make deps`, in /usr/local/lib/streambatch). Config:
+# user 65532:65532, the first binary as entrypoint, the listed ports.
 # Reproducible: fixed timestamps (SOURCE_DATE_EPOCH for the base, the epoch below for the rest)
 # and sorted, owner-less tar layers, so the same packages and binaries give the same digests
 # (tests/images/test-images.sh builds twice and compares).
@@ -14,6 +15,7 @@
 #   SB_IMAGES_DIR  output (default build/images)
 #   SB_CACHE_DIR   cache of base root filesystems (default ~/.cache/streambatch/images)
 #   SB_DEBIAN_MIRROR  (default http://deb.debian.org/debian)
+#   CUDA_HOME      the CUDA wheels' folder, as the Makefile's (wheellibs come from its lib/)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 conf=$top/docker/images.conf
@@ -22,6 +24,7 @@ bindir=$SB_BIN_DIR
 out=${SB_IMAGES_DIR:-$top/build/images}
 cache=${SB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/streambatch/images}
 mirror=${SB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+cuda_lib=${CUDA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/streambatch/cuda-13.5.37/nvidia/cu13}/lib
 suite=bookworm
 version=$(sed -n 's/^#define SB_VERSION "\(.*\)"/\1/p' "$top/cmd/version.h")
 epoch=1700000000 # 2023-11-14: a fixed time for every timestamp in the images
@@ -71,6 +74,10 @@ for img in $images; do
   for b in "${bins[@]}"; do
     [[ -x $bindir/$b ]] || { echo "images: $bindir/$b is missing (make build)" >&2; exit 1; }
     install -m 0755 "$bindir/$b" "$work/app/usr/local/bin/$b"
+  done
+  for l in $(conf_get "$img" wheellibs); do
+    [[ -f $cuda_lib/$l ]] || { echo "images: $cuda_lib/$l is missing (make deps)" >&2; exit 1; }
+    install -D -m 0644 "$cuda_lib/$l" "$work/app/usr/local/lib/streambatch/$l"
   done
   tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner --mode=go-w \
     --format=posix --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
