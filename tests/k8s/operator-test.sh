@@ -312,6 +312,7 @@ streambatch.dev|pipelines/status||update
 streambatch.dev|pipelines/finalizers||update
 |pods||create,delete,list,watch
 |events||create
+|secrets||create
 networking.k8s.io|networkpolicies||create,delete,get'
 render_all_namespaces() {
   helm template "$REL" "$CHART" -n "$SYS" --skip-tests >"$tmp/all.yaml" || return 1
