@@ -490,6 +490,23 @@ static int nonempty_list(const cJSON *tmpl, const char *key)
     return cJSON_IsArray(l) && cJSON_GetArraySize(l) > 0;
 }
 
+/* The Pipeline as the owner of an object (garbage collection deletes the object with it);
+ * block: blockOwnerDeletion, which needs update on pipelines/finalizers. Nothing without a uid. */
+static void add_owner(cJSON *md, const sb_kube_config *cfg, int block)
+{
+    if (cfg->pipeline_uid == NULL || cfg->pipeline_uid[0] == '\0')
+        return;
+    cJSON *ref = cJSON_CreateObject();
+    cJSON_AddStringToObject(ref, "apiVersion", "streambatch.dev/v1alpha1");
+    cJSON_AddStringToObject(ref, "kind", "Pipeline");
+    cJSON_AddStringToObject(ref, "name", cfg->pipeline);
+    cJSON_AddStringToObject(ref, "uid", cfg->pipeline_uid);
+    cJSON_AddBoolToObject(ref, "controller", 1);
+    if (block)
+        cJSON_AddBoolToObject(ref, "blockOwnerDeletion", 1);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
+}
+
 /* The pod's metadata: its name, the template's labels and annotations under ours (ours win, so
  * the operator always finds its pods), and the Pipeline as owner (garbage collection deletes the
  * pod with it). Returns the metadata object, NULL when out of memory. */
@@ -511,16 +528,7 @@ static cJSON *pod_metadata(cJSON *o, const sb_kube_config *cfg, const sb_kube_po
     const cJSON *ann = jobj(t, "annotations");
     if (cJSON_IsObject(ann) && cJSON_GetArraySize(ann) > 0)
         merge_strings(cJSON_AddObjectToObject(md, "annotations"), ann);
-    if (cfg->pipeline_uid != NULL && cfg->pipeline_uid[0] != '\0') {
-        cJSON *ref = cJSON_CreateObject();
-        cJSON_AddStringToObject(ref, "apiVersion", "streambatch.dev/v1alpha1");
-        cJSON_AddStringToObject(ref, "kind", "Pipeline");
-        cJSON_AddStringToObject(ref, "name", cfg->pipeline);
-        cJSON_AddStringToObject(ref, "uid", cfg->pipeline_uid);
-        cJSON_AddBoolToObject(ref, "controller", 1);
-        cJSON_AddBoolToObject(ref, "blockOwnerDeletion", 1);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
-    }
+    add_owner(md, cfg, 1);
     return md;
 }
 
@@ -1136,15 +1144,7 @@ static int auth_secret_create(const sb_kube_config *cfg, sb_err *err)
     cJSON *labels = cJSON_AddObjectToObject(md, "labels");
     cJSON_AddStringToObject(labels, LABEL_PIPELINE, cfg->pipeline);
     cJSON_AddStringToObject(labels, "app.kubernetes.io/managed-by", "streambatch-controller");
-    if (cfg->pipeline_uid != NULL && cfg->pipeline_uid[0] != '\0') {
-        cJSON *ref = cJSON_CreateObject();
-        cJSON_AddStringToObject(ref, "apiVersion", "streambatch.dev/v1alpha1");
-        cJSON_AddStringToObject(ref, "kind", "Pipeline");
-        cJSON_AddStringToObject(ref, "name", cfg->pipeline);
-        cJSON_AddStringToObject(ref, "uid", cfg->pipeline_uid);
-        cJSON_AddBoolToObject(ref, "controller", 1);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
-    }
+    add_owner(md, cfg, 0);
     cJSON_AddStringToObject(o, "type", "Opaque");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "stringData"), "token",
                             cfg->auth_worker_token ? cfg->auth_worker_token : "");
