@@ -2,11 +2,13 @@
 # GPU inference against a hand-written PyTorch loop (issue 36), in one short run on a machine with
 # an NVIDIA GPU (the session tool `device`: an H200, 16 cores, python3 with torch, numpy and
 # Pillow, no network), over binaries built here. Under 6 minutes there. Prepare here:
-#   make build BUILD=build BINDIR=bin && make build/tests/test_mlp_cuda build/bench/bench_mlp_gpu
-#   scripts/device-libs.sh .devlibs bin/* build/tests/test_mlp_cuda build/bench/bench_mlp_gpu
-# then run it with carry [bin, build/tests, build/bench, .devlibs] (strip the binaries if they
-# pass 64 MiB). cuBLASLt is not carried (its libcublasLt.so.13 alone is 490 MiB): the GPU
-# machine's own copy, from torch's nvidia-cublas wheel, is found with device-libs.sh --find-cublas.
+#   scripts/device-inference.sh --prepare   [SB_BUILD_DIR=build SB_BIN_DIR=bin]
+# builds what it needs, copies it into .devbin/ (the three binaries stripped: a device run
+# carries at most 64 MiB) and the shared libraries into .devlibs/, and prints the device call:
+#   carry [".devbin", ".devlibs"], timeout_s 420,
+#   command: SB_BIN_DIR=.devbin/bin SB_BUILD_DIR=.devbin scripts/device-inference.sh
+# cuBLASLt is not carried (its libcublasLt.so.13 alone is 490 MiB): the GPU machine's own copy,
+# from torch's nvidia-cublas wheel, is found with device-libs.sh --find-cublas.
 #   1. machine: the GPU's name and driver (nvidia-smi), missing libraries
 #   2. tests/cuda/*: every CUDA test binary (cuBLASLt against a double reference and against the
 #      CPU at fp32, tf32 and bf16)
@@ -29,6 +31,21 @@
 #   PYTHON=build/resize-venv/bin/python SB_BIN_DIR=build/hg/bin STEPS=job scripts/device-inference.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1:-} == --prepare ]]; then
+  b=${SB_BUILD_DIR:-build} bd=${SB_BIN_DIR:-bin}
+  make -j2 BUILD="$b" BINDIR="$bd" "$bd/streambatch" "$bd/streambatch-worker" \
+    "$bd/streambatch-worker-gpu" "$b/tests/test_mlp_cuda" "$b/bench/bench_mlp_gpu" >/dev/null || exit 1
+  rm -rf .devbin .devlibs && mkdir -p .devbin/bin .devbin/tests .devbin/bench
+  for f in streambatch streambatch-worker streambatch-worker-gpu; do strip -o ".devbin/bin/$f" "$bd/$f"; done
+  for f in tests/cuda/test_*.c; do cp "$b/tests/$(basename "$f" .c)" .devbin/tests/; done
+  cp "$b/bench/bench_mlp_gpu" .devbin/bench/
+  scripts/device-libs.sh .devlibs .devbin/bin/* .devbin/tests/* .devbin/bench/*
+  for d in /.devbin/ /.devlibs/; do grep -qxsF "$d" .git/info/exclude || echo "$d" >>.git/info/exclude; done
+  echo "device-inference: .devbin $(du -sh .devbin | cut -f1), .devlibs $(du -sh .devlibs | cut -f1); run:"
+  echo '  carry [".devbin", ".devlibs"], timeout_s 420, command:'
+  echo '  SB_BIN_DIR=.devbin/bin SB_BUILD_DIR=.devbin scripts/device-inference.sh'
+  exit 0
+fi
 out=${OUT:-$(mktemp -d /tmp/sb-device-XXXXXX)}
 mkdir -p "$out"
 exec > >(tee "$out/device-inference.log") 2>&1
@@ -79,7 +96,7 @@ fi
 if [[ $steps == *" bench "* ]] && ((gpu)); then
   say "3. tensor.mlp alone against PyTorch, model ${dims}"
   "$py" tests/bench/inference_data.py model "$work/model.safetensors" "$dims"
-  rows_for() { case $1 in 1) echo 1000 ;; 64) echo 4096 ;; *) echo $(($1 * 8)) ;; esac; }
+  rows_for() { case $1 in 1) echo 500 ;; 64) echo 2048 ;; *) echo $(($1 * 4)) ;; esac; }
   for prec in fp32 tf32 bf16; do
     batches="1 64 1024 4096"
     [[ $prec == bf16 ]] && batches="1 1024"
@@ -87,10 +104,15 @@ if [[ $steps == *" bench "* ]] && ((gpu)); then
       r=$(timeout 90 "$build/bench/bench_mlp_gpu" "$work/model.safetensors" "$din" \
         "$(rows_for "$b")" "$b" 2 cuda add "$prec" 2>&1 | grep RESULT || echo "failed")
       result "RESULT op precision=$prec batch=$b rows=$(rows_for "$b") $r"
-      r=$(timeout 90 "$py" tests/bench/mlp_torch.py "$work/model.safetensors" "$din" \
-        "$(rows_for "$b")" "$b" 2 "$prec" 2>&1 | grep RESULT || echo "failed")
-      result "RESULT torch-op precision=$prec batch=$b rows=$(rows_for "$b") $r"
     done
+  done
+  # PyTorch, the same pairs, in one process per batch list
+  for prec in fp32,tf32 bf16; do
+    batches="1 64 1024 4096"
+    [[ $prec == bf16 ]] && batches="1 1024"
+    rows=$(for b in $batches; do rows_for "$b"; done | paste -sd,)
+    timeout 180 "$py" tests/bench/mlp_torch.py "$work/model.safetensors" "$din" "$rows" \
+      "$(tr ' ' , <<<"$batches")" 2 "$prec" 2>&1 | grep -E 'RESULT|Error' | tee -a "$results"
   done
 fi
 
