@@ -28,10 +28,12 @@
  * points): the first stage that may use it asks cudaGetDeviceCount once per worker, and says
  * once in the log (and in the streambatch_worker_cuda_devices gauge) when there is no usable
  * device. A model's weights go to the device once, with the cached model, and stay there until
- * sb_op_shutdown(). A state on CUDA owns a run (two streams with their pinned and device
- * buffers): batch k is converted into its slot's pinned buffer and queued, then batch k-1's
- * output is taken and appended while the device works on batch k; the last batch of an input
- * partition is waited for at once, so nothing is held past the partition's last process() call.
+ * sb_op_shutdown() (their bf16 copy too, made by the first state at precision bf16). A state on
+ * CUDA owns a run (a cuBLASLt handle and its GEMM plans, two streams with their pinned and device
+ * buffers), kept with the state across tasks: batch k is converted into its slot's pinned buffer
+ * and queued, then batch k-1's output is taken and appended while the device works on batch k; the
+ * last batch of an input partition is waited for at once, so nothing is held past the partition's
+ * last process() call.
  */
 #include <cjson/cJSON.h>
 #if defined(__x86_64__)
