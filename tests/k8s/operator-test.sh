@@ -863,8 +863,10 @@ hostile_peers() {
   [[ ${#tok_a} == 64 && ${#tok_b} == 64 && $tok_a != "$tok_b" ]] || { echo "tokens: a ${#tok_a} chars, b ${#tok_b} chars"; return 1; }
   local bad=0 got
   expect() { # WANT ARGS...: the probe's answer must start with WANT
+    local t="" a prev=""
+    for a in "$@"; do [[ $prev == --token ]] && t=" (token ${a:0:6}...)"; prev=$a; done
     got=$("$probe" "${@:2}" 2>&1)
-    [[ $got == "$1"* ]] && echo "  ${*:2:2} ${5:+(token ${5:0:6}...)}: $got" || { echo "  ${*:2:2}: got '$got', want $1"; bad=1; }
+    [[ $got == "$1"* ]] && echo "  ${*:2:2}$t: $got" || { echo "  ${*:2:2}$t: got '$got', want $1"; bad=1; }
   }
   echo "worker pod $pa ($ip), controller $ctl:"
   for m in fetch rebind; do
