@@ -33,6 +33,10 @@ struct sb_local {
     char *worker_bin, *worker_gpu_bin, *controller, *run_dir; /* worker_gpu_bin may be NULL */
     char *tls_dir, *tls_name;                                 /* NULL: plaintext */
     char auth_token[SB_RPC_TOKEN_HEX + 1], auth_ctl[SB_RPC_DIGEST_HEX + 1];
+    /* the GPUs the workers with accelerators share out (CUDA_VISIBLE_DEVICES entries, or
+     * ordinals of /dev/nvidiaN): worker i of such a pool sees only devices[i % ndevices] */
+    char devices[16][64];
+    size_t ndevices;
     proc *procs;
     size_t nprocs;
     pthread_mutex_t mu;
@@ -45,6 +49,29 @@ struct sb_local {
     size_t nkids;
     struct timespec kids_at;
 };
+
+/* The GPUs of this machine the run may use: CUDA_VISIBLE_DEVICES's entries when it is set (a
+ * set but empty one: none), else 0..N-1 for the driver's device nodes /dev/nvidia0..N-1. */
+static void devices_find(sb_local *l)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (v != NULL) {
+        while (*v != '\0' && l->ndevices < sizeof l->devices / sizeof *l->devices) {
+            size_t n = strcspn(v, ",");
+            if (n > 0 && n < sizeof l->devices[0])
+                snprintf(l->devices[l->ndevices++], sizeof l->devices[0], "%.*s", (int)n, v);
+            v += n + (v[n] == ',');
+        }
+        return;
+    }
+    for (int i = 0; i < 16; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "/dev/nvidia%d", i);
+        if (access(path, F_OK) != 0)
+            break;
+        snprintf(l->devices[l->ndevices++], sizeof l->devices[0], "%d", i);
+    }
+}
 
 static int spawn(sb_local *l, proc *p, sb_err *err)
 {
@@ -90,6 +117,10 @@ static int spawn(sb_local *l, proc *p, sb_err *err)
         }
         if (setenv(SB_AUTH_ENV_TOKEN, l->auth_token, 1) != 0 ||
             setenv(SB_AUTH_ENV_CONTROLLER_SHA256, l->auth_ctl, 1) != 0)
+            _exit(127);
+        /* a worker with accelerators sees one GPU, its own, and so do its exec processes */
+        if (p->accelerators > 0 && l->ndevices > 0 &&
+            setenv("CUDA_VISIBLE_DEVICES", l->devices[p->index % l->ndevices], 1) != 0)
             _exit(127);
         execv(bin, argv);
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
@@ -169,6 +200,7 @@ sb_local *sb_local_start(const sb_local_config *cfg, sb_err *err)
         goto fail;
     memcpy(l->auth_token, cfg->auth_token, sizeof l->auth_token);
     memcpy(l->auth_ctl, cfg->auth_controller_sha256, sizeof l->auth_ctl);
+    devices_find(l);
     size_t total = 0;
     for (size_t i = 0; i < cfg->npools; i++)
         total += cfg->pools[i].workers;

@@ -8,6 +8,11 @@
  * PR_SET_PDEATHSIG so no worker outlives a killed parent. A monitor thread reaps exits and
  * reports them through on_exit (the controller starts recovery at once).
  *
+ * GPUs: a worker of a pool with accelerators gets CUDA_VISIBLE_DEVICES naming one device, its
+ * index in the pool modulo the devices the run may use (CUDA_VISIBLE_DEVICES's entries when
+ * the run has it, else the driver's /dev/nvidiaN): `--gpus 2` on two GPUs puts one worker on
+ * each, and its exec processes see only that one; more workers than GPUs share them in turn.
+ *
  * Memory: the backend copies the config; sb_local_stop() kills what is left and frees it.
  */
 #ifndef SB_CTL_LOCAL_H
