@@ -321,6 +321,20 @@ static size_t hpack_lit(uint8_t *o, int idx, const char *name, const char *value
     return n + strlen(value);
 }
 
+/* The run's worker token, once the test read it (see the test): the slow readers and the
+ * partition probe act as a worker of the run gone bad, which the token does not stop; every
+ * other attack comes from a stranger without one. */
+static sb_rpc_creds g_creds;
+static int g_have_token;
+
+/* o with the run's token when the test has it. */
+static const sb_rpc_opts *with_token(sb_rpc_opts *o)
+{
+    if (g_have_token)
+        o->auth = &g_creds;
+    return o;
+}
+
 /* The header block of a gRPC request for `path`. */
 static size_t grpc_headers(uint8_t *o, const char *path)
 {
@@ -331,6 +345,18 @@ static size_t grpc_headers(uint8_t *o, const char *path)
     n += hpack_lit(o + n, 1, NULL, "localhost");
     n += hpack_lit(o + n, 31, NULL, "application/grpc");
     n += hpack_lit(o + n, 0, "te", "trailers");
+    return n;
+}
+
+/* grpc_headers with the run's token (an insider's request). */
+static size_t grpc_headers_token(uint8_t *o, const char *path)
+{
+    size_t n = grpc_headers(o, path);
+    if (g_have_token) {
+        char v[16 + SB_RPC_TOKEN_HEX];
+        snprintf(v, sizeof v, "Bearer %s", g_creds.token);
+        n += hpack_lit(o + n, 0, "authorization", v);
+    }
     return n;
 }
 
@@ -689,7 +715,8 @@ static void expect_max_size_ok(const char *addr, const char *method)
     cr_assert_not_null(m);
     size_t rlen = 0;
     sb_err err = {0};
-    sb_rpc_channel *ch = sb_rpc_channel_new(addr, NULL, &err);
+    sb_rpc_opts o = {0};
+    sb_rpc_channel *ch = sb_rpc_channel_new(addr, with_token(&o), &err); /* past the token check */
     cr_assert_not_null(ch);
     sb_rpc_code code = sb_rpc_unary(ch, method, m, n, 30000, 0, &resp, &rlen, &err);
     cr_expect_eq(code, SB_RPC_INVALID_ARGUMENT, "%zu bytes to %s %s: %s %s", n, addr, method,
@@ -769,7 +796,8 @@ static void fetch_req(uint8_t *buf, size_t *n, const char *pid, uint32_t max_chu
 static int find_partition(const char *addr, char *pid, size_t cap)
 {
     sb_err err = {0};
-    sb_rpc_channel *ch = sb_rpc_channel_new(addr, NULL, &err);
+    sb_rpc_opts o = {0};
+    sb_rpc_channel *ch = sb_rpc_channel_new(addr, with_token(&o), &err);
     cr_assert_not_null(ch);
     int found = 0;
     for (int round = 0; round < 100 && !found; round++) {
@@ -865,6 +893,15 @@ Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
     const char *wk_methods[] = {"/streambatch.v1.Worker/Rebind", SB_RPC_DATA_FETCH};
     expect_honest(caddr, ctl_method, "nothing");
     expect_honest(waddr, wk_methods[0], "nothing");
+    /* the run's worker token, from the worker's environment at exec (it removed the variable
+     * from its own environment, not from the block /proc shows to its user): the slow readers
+     * below are a worker of the run gone bad */
+    char *tok = sb_test_sh_out("tr '\\0' '\\n' </proc/%d/environ | sed -n 's/^%s=//p'",
+                               (int)W.pid[1], SB_AUTH_ENV_TOKEN);
+    cr_assert_eq(strlen(tok), SB_RPC_TOKEN_HEX, "no token in the worker's environment: '%s'", tok);
+    snprintf(g_creds.token, sizeof g_creds.token, "%s", tok);
+    g_have_token = 1;
+    free(tok);
 
     /* (d) slowloris readers of a partition (first, while the
      * partitions are there; they stay connected through the other attacks to the end): 1-byte
@@ -875,7 +912,8 @@ Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
     enum { SLOW = 20 };
     int slow_fd[SLOW];
     sb_err err = {0};
-    sb_rpc_channel *sch = sb_rpc_channel_new(waddr, NULL, &err);
+    sb_rpc_opts so = {0};
+    sb_rpc_channel *sch = sb_rpc_channel_new(waddr, with_token(&so), &err);
     cr_assert_not_null(sch);
     sb_rpc_reader *slow_r[SLOW];
     for (int i = 0; i < SLOW; i++) {
@@ -891,7 +929,7 @@ Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
         int small = 4096;
         setsockopt(slow_fd[i], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
         h2_open(slow_fd[i], i % 2 ? 1 : 0); /* odd: 1-byte stream window; even: never read */
-        size_t hn = grpc_headers(hb, SB_RPC_DATA_FETCH);
+        size_t hn = grpc_headers_token(hb, SB_RPC_DATA_FETCH);
         put_frame(slow_fd[i], F_HEADERS, END_HEADERS, 1, hb, hn);
         put_frame(slow_fd[i], F_DATA, END_STREAM, 1, req, n + 5);
         fetch_req(req, &n, part, 0);
@@ -961,7 +999,7 @@ Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
     attack_big_raw(waddr, wk_methods[1], 1);
     watch_end("100 MB raw, blasted", BIG_MSG_BOUND_MIB);
     expect_max_size_ok(caddr, ctl_method);
-    expect_max_size_ok(waddr, wk_methods[0]);
+    expect_max_size_ok(waddr, wk_methods[1]); /* Rebind would want the controller token */
     expect_honest(caddr, ctl_method, "100 MB messages");
     expect_honest(waddr, wk_methods[1], "100 MB messages");
 
