@@ -13,6 +13,7 @@
 #include "doc/doc.h"
 #include "rpc/proto.h"
 #include "spec/pipeline.h"
+#include "testauth.h"
 
 static const char *CTL_FIXTURE_YAML =
     "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: c}\n"
@@ -38,11 +39,11 @@ static inline void ctl_fixture_start(ctl_fixture *f, sb_ctl_config *cfg)
     cfg->pipeline = &f->p;
     cfg->pipeline_id = "default/c";
     sb_err err;
-    f->ctl = sb_ctl_start(cfg, NULL, &err);
+    f->ctl = sb_ctl_start(cfg, sb_test_ctl_opts(NULL), &err);
     cr_assert_not_null(f->ctl, "%s", err.msg);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", sb_ctl_port(f->ctl));
-    f->ch = sb_rpc_channel_new(target, NULL, &err);
+    f->ch = sb_rpc_channel_new(target, sb_test_worker_opts(NULL), &err);
     cr_assert_not_null(f->ch, "%s", err.msg);
 }
 
@@ -54,6 +55,17 @@ static inline void ctl_fixture_stop(ctl_fixture *f)
     sb_doc_free(f->doc);
 }
 
+/* The session worker `id` registers with and carries on its later calls (the SHA-256 of the id
+ * in hex; a ring of 8 buffers, so a few can be live at once). */
+static inline char *ctl_fixture_session(const char *id)
+{
+    static char ring[8][SB_RPC_DIGEST_HEX + 1];
+    static int k;
+    char *s = ring[k++ % 8];
+    sb_rpc_token_digest_hex(id, s);
+    return s;
+}
+
 /* Registers worker `id` of pool cpu with `slots` slots; returns the reply, which the caller
  * frees with sb_rpc_msg_free(&reply->base). */
 static inline Streambatch__V1__RegisterReply *ctl_fixture_register(ctl_fixture *f, const char *id,
@@ -61,6 +73,7 @@ static inline Streambatch__V1__RegisterReply *ctl_fixture_register(ctl_fixture *
 {
     Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
     req.worker_id = (char *)id;
+    req.session = ctl_fixture_session(id);
     req.pool = "cpu";
     req.address = "127.0.0.1:1";
     req.slots = slots;

@@ -38,6 +38,7 @@ static Streambatch__V1__PollTasksReply *do_poll(fixture *f, const char *id, uint
 {
     Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
     req.worker_id = (char *)id;
+    req.session = ctl_fixture_session(id);
     req.free_slots = 2;
     req.wait_ms = wait_ms;
     ProtobufCMessage *resp = NULL;
@@ -61,6 +62,7 @@ static void complete_all(fixture *f, const Streambatch__V1__PollTasksReply *r)
         out.bytes = 100;
         out.rows = 10;
         c.worker_id = "w1";
+        c.session = ctl_fixture_session("w1");
         c.task_id = r->tasks[i]->task_id;
         c.attempt = r->tasks[i]->attempt;
         c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
@@ -122,6 +124,7 @@ static void *held_poll_main(void *arg)
     held_poll *h = arg;
     Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
     req.worker_id = "w1";
+    req.session = ctl_fixture_session("w1");
     req.free_slots = 1;
     req.wait_ms = 5000;
     ProtobufCMessage *resp = NULL;
@@ -218,6 +221,7 @@ Test(ctl, malformed_requests_get_invalid_argument)
                  SB_RPC_INVALID_ARGUMENT);
     Streambatch__V1__RegisterRequest req = STREAMBATCH__V1__REGISTER_REQUEST__INIT;
     req.worker_id = "w";
+    req.session = ctl_fixture_session("w");
     req.pool = "cpu";
     req.address = "a:1";
     req.slots = 0;
@@ -231,6 +235,7 @@ static Streambatch__V1__HeartbeatReply *do_heartbeat(fixture *f, const char *id)
 {
     Streambatch__V1__HeartbeatRequest req = STREAMBATCH__V1__HEARTBEAT_REQUEST__INIT;
     req.worker_id = (char *)id;
+    req.session = ctl_fixture_session(id);
     ProtobufCMessage *resp = NULL;
     sb_err err;
     cr_assert_eq(sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_HEARTBEAT, &req.base, 5000, 0, &resp, &err),

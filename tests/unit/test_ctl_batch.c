@@ -57,6 +57,7 @@ static void report_init(report *r, const char *worker, const char *task_id, uint
     r->out.rows = 10 * (k + 1);
     r->outs[0] = &r->out;
     r->req.worker_id = (char *)worker;
+    r->req.session = ctl_fixture_session(worker);
     r->req.task_id = (char *)task_id;
     r->req.attempt = attempt;
     r->req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
@@ -75,6 +76,7 @@ static sb_rpc_code poll_with(fixture *f, const char *worker, uint32_t free_slots
         ptrs[i] = &reps[i].req;
     Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
     req.worker_id = (char *)worker;
+    req.session = ctl_fixture_session(worker);
     req.free_slots = free_slots;
     req.wait_ms = wait_ms;
     req.n_completions = n;
@@ -304,6 +306,7 @@ Test(ctl_batch, decoding_checks_the_batch_size_and_release_ids)
     }
     Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
     req.worker_id = "w1";
+    req.session = ctl_fixture_session("w1");
     req.completions = ptrs;
     sb_err err;
     for (int over = 0; over <= 1; over++) {

@@ -34,6 +34,7 @@ static Streambatch__V1__PollTasksReply *do_poll(fixture *f, const char *id, uint
 {
     Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
     req.worker_id = (char *)id;
+    req.session = ctl_fixture_session(id);
     req.free_slots = 2;
     req.wait_ms = wait_ms;
     ProtobufCMessage *resp = NULL;
@@ -52,6 +53,7 @@ static int report(fixture *f, const char *worker, const Streambatch__V1__Storage
     Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;
     uint64_t bytes[8];
     c.worker_id = (char *)worker;
+    c.session = ctl_fixture_session(worker);
     c.task_id = job->job_id;
     c.attempt = job->attempt;
     c.status = errmsg ? STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR
