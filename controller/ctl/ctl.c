@@ -15,6 +15,7 @@
 
 #include "controller/sched/strmap.h"
 #include "core/log.h"
+#include "core/redact.h"
 #include "rpc/proto.h"
 
 #define MAX_PENDING 1024
@@ -429,7 +430,8 @@ static void job_ended(sb_ctl *c, int ok, const char *msg)
     if (!ok) {
         snprintf(full, sizeof full, "%s on worker %s: %s", sb_storage_kind_what(j->kind), j->worker,
                  msg && msg[0] ? msg : "failed");
-        snprintf(j->msg, sizeof j->msg, "%s", full);
+        /* a worker's message may quote a URI: it becomes the pipeline's failure, its status */
+        sb_redact_text(full, j->msg, sizeof j->msg);
         sb_log(SB_LOG_WARN, "storage job failed", "job", j->id, "error", j->msg, NULL);
     }
     j->state = ok ? JOB_DONE : JOB_FAILED;

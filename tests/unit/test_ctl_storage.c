@@ -172,6 +172,29 @@ Test(ctl_storage, a_plan_error_fails_the_pipeline_naming_the_worker)
     teardown(&f);
 }
 
+/* A worker whose report quotes a presigned URL (an older or foreign worker build that did not
+ * redact it): the pipeline's failure, which becomes its status, holds no signature. */
+Test(ctl_storage, a_plan_error_quoting_a_presigned_url_is_redacted)
+{
+    fixture f;
+    setup(&f, 5000, NULL);
+    do_register(&f, "w1");
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, "w1", 2000);
+    cr_assert_not_null(r->storage_job);
+    cr_assert(report(&f, "w1", r->storage_job,
+                     "GET https://u:SECRETPASS@h/b/o?X-Amz-Signature=SECRETSIG: HTTP 403", 0, NULL,
+                     0, 0));
+    sb_rpc_msg_free(&r->base);
+    cr_assert_eq(sb_ctl_wait(f.ctl, 2000), SB_SCHED_FAILED);
+    sb_ctl_snapshot s;
+    sb_ctl_snapshot_get(f.ctl, &s);
+    cr_expect(strstr(s.failure, "SECRET") == NULL, "%s", s.failure);
+    cr_expect(strstr(s.failure, "planning the source on worker w1: GET https://") != NULL &&
+                  strstr(s.failure, "h/b/o") != NULL,
+              "%s", s.failure);
+    teardown(&f);
+}
+
 Test(ctl_storage, commit_carries_the_parts_and_its_error_is_wrapped)
 {
     fixture f;
