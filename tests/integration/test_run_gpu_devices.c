@@ -38,9 +38,8 @@ static char *devices_seen(const char *name, const char *vis)
              dir);
     write_pipeline_ps(name, "1Ki", stages, "");
     char cmd[1024], *out = NULL;
-    snprintf(cmd, sizeof cmd,
-             "cd %s && %s%s%s timeout 120 %s run %s.yaml --cpus 1 --gpus 2 2>&1", dir,
-             vis ? "CUDA_VISIBLE_DEVICES='" : "env -u CUDA_VISIBLE_DEVICES", vis ? vis : "",
+    snprintf(cmd, sizeof cmd, "cd %s && %s%s%s timeout 120 %s run %s.yaml --cpus 1 --gpus 2 2>&1",
+             dir, vis ? "CUDA_VISIBLE_DEVICES='" : "env -u CUDA_VISIBLE_DEVICES", vis ? vis : "",
              vis ? "'" : "", sb_test_bin("streambatch"), name);
     int rc = sb_test_run(cmd, &out);
     cr_assert_eq(rc, 0, "%s", out);
