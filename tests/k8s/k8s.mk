@@ -6,6 +6,9 @@
 #   make k8s-selftest  start a private cluster, check it works, stop it (part of `make test`)
 #   make k8s-operator-test  the operator end to end: helm install of helm/streambatch on a
 #                      private cluster, Pipelines applied with kubectl (part of `make test`)
+#   make k8s-lifecycle-test  the same setup, then the case files tests/k8s/lifecycle/NN-*.sh:
+#                      what a user meets around a run (failures, checkpoints at scale, the
+#                      README's path, uninstall) (part of `make test`)
 #   make chaos-cluster DURATION=S  the chaos run on a private cluster: Pipelines on the operator
 #                      under pod deletion, worker and leader kills, API server restarts
 #                      (scripts/chaos-cluster.sh); chaos-cluster-test (2 minutes) in `make test`
@@ -35,6 +38,9 @@ chart-crd:
 	  echo "  DASH   helm/streambatch/dashboards/streambatch.json"
 k8s-operator-test: k8s-build build
 	@$(K8S_DIR)/operator-test.sh
+.PHONY: k8s-lifecycle-test
+k8s-lifecycle-test: k8s-build build
+	@SB_OPTEST_SUITE=lifecycle $(K8S_DIR)/operator-test.sh
 CHAOS_CLUSTER_TEST_DURATION ?= 120
 .PHONY: chaos-cluster chaos-cluster-test
 chaos-cluster: k8s-build build
@@ -45,4 +51,4 @@ chaos-cluster-test: k8s-build build
 # `make test` builds first (outside the per-suite time limit: a cold build takes minutes),
 # then runs the self-test as one of the slower suites.
 BUILD_EXTRA += k8s-build
-TEST_EXTRA += k8s-selftest k8s-operator-test chaos-cluster-test
+TEST_EXTRA += k8s-selftest k8s-operator-test k8s-lifecycle-test chaos-cluster-test

@@ -39,6 +39,9 @@
 #   h. 100 Pipelines at once all reach a terminal phase; API requests per Pipeline (API server
 #      flow-control metrics of a FlowSchema matching only the controller's ServiceAccount) and
 #      the controller's peak memory (VmHWM)
+# SB_OPTEST_SUITE=lifecycle (make k8s-lifecycle-test) runs step 1, then the case files
+# tests/k8s/lifecycle/NN-*.sh in order (what a user meets around a run: failures that speak,
+# checkpoints at scale, the README's path, uninstall), each with this file's helpers.
 # Measured figures are printed as lines starting with "figure:". The last line is
 # "k8s-operator-test: N passed, N failed"; exit status non-zero on any failure.
 # Bounded by SB_OPERATOR_TEST_TIMEOUT (default 840 s, under run-tests.sh's 900 s per suite); the
@@ -49,7 +52,18 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 limit=${SB_OPERATOR_TEST_TIMEOUT:-840}
-T=k8s-operator-test
+# SB_OPTEST_SUITE=lifecycle (make k8s-lifecycle-test): the same setup (step 1), then the case
+# files tests/k8s/lifecycle/NN-*.sh in order, sourced (bash reads a sourced file whole, so a
+# case file edited during a run does not change the run); SB_OPTEST_CASES="10-x.sh 20-y.sh"
+# runs only those. A second suite keeps each under run-tests.sh's 900 s per suite.
+SUITE=${SB_OPTEST_SUITE:-main}
+case $SUITE in
+  main) T=k8s-operator-test ;;
+  lifecycle) T=k8s-lifecycle-test ;;
+  *) echo "SB_OPTEST_SUITE: main or lifecycle, not '$SUITE'" >&2; exit 2 ;;
+esac
+# The binaries the images are built from (scripts/env.sh's default: bin/)
+BINS=${SB_BIN_DIR:-$repo/bin}
 
 # Processes of this test cluster that outlived it: any process whose environment carries
 # SB_CLUSTER_DIR=$1 (the agent sets it in every pod), and our binaries started with that state.
@@ -123,6 +137,7 @@ not_ok() {
     done
   fi
 }
+main_check() { [[ $SUITE == main ]] || return 0; check "$@"; } # the offline checks run once
 check() { # NAME COMMAND...: one test; its output is shown (figures included)
   local name=$1; shift
   echo "--- $name"
@@ -292,8 +307,8 @@ assert crd[0]["spec"] == src["spec"], "the rendered CRD's spec differs from api/
 assert crd[0]["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 PY
 }
-check "the chart's crd/ holds api/crd/ unchanged and renders it as a template with resource-policy keep" crd_identical
-check "helm lint of the chart" helm lint --strict "$CHART"
+main_check "the chart's crd/ holds api/crd/ unchanged and renders it as a template with resource-policy keep" crd_identical
+main_check "helm lint of the chart" helm lint --strict "$CHART"
 
 # rules_of KIND FILE: "namespace|apiGroups|resources|resourceNames|verbs" per rule of every object of KIND
 rules_of() {
@@ -326,7 +341,7 @@ render_all_namespaces() {
   grep -q -- "--leader-election-namespace=$SYS" "$tmp/all.yaml" && grep -q 'replicas: 2' "$tmp/all.yaml" &&
     ! grep -q -- '--namespace=' "$tmp/all.yaml" || { echo "Deployment args/replicas wrong"; return 1; }
 }
-check "chart, all namespaces: ClusterRole with exactly the workload rules, Lease rights only in $SYS" render_all_namespaces
+main_check "chart, all namespaces: ClusterRole with exactly the workload rules, Lease rights only in $SYS" render_all_namespaces
 render_namespaced() {
   helm template "$REL" "$CHART" -n "$SYS" --skip-tests --set 'watchNamespaces={team-a,team-b}' >"$tmp/ns.yaml" || return 1
   [[ -z $(rules_of ClusterRole "$tmp/ns.yaml") ]] || { echo "a ClusterRole is rendered"; return 1; }
@@ -339,7 +354,7 @@ render_namespaced() {
   done
   grep -q -- '--namespace=team-a' "$tmp/ns.yaml" && grep -q -- '--namespace=team-b' "$tmp/ns.yaml"
 }
-check "chart, watchNamespaces: a Role + RoleBinding per namespace and no cluster-wide rule" render_namespaced
+main_check "chart, watchNamespaces: a Role + RoleBinding per namespace and no cluster-wide rule" render_namespaced
 test_hook_render() { # the helm test's objects: its Role may create/get/delete Pipelines, only there
   local got
   helm template "$REL" "$CHART" -n "$SYS" >"$tmp/t.yaml" &&
@@ -357,13 +372,13 @@ for d in yaml.safe_load_all(open(sys.argv[1])):
   ! helm template "$REL" "$CHART" --set tests.enabled=false | grep -q 'helm.sh/hook: test' || { echo "tests.enabled=false renders a test"; return 1; }
   echo "test Role: create,delete,get on pipelines in the release namespace, or the first watched one; off with tests.enabled=false"
 }
-check "the chart's helm test: a Role with create/get/delete on Pipelines where the test Pipeline runs, and nothing else" test_hook_render
+main_check "the chart's helm test: a Role with create/get/delete on Pipelines where the test Pipeline runs, and nothing else" test_hook_render
 two_leaders_refused() {
   ! helm template "$REL" "$CHART" --set leaderElection.enabled=false >/dev/null 2>"$tmp/err" &&
     grep -q 'needs leaderElection.enabled' "$tmp/err" &&
     helm template "$REL" "$CHART" --set leaderElection.enabled=false --set replicaCount=1 | grep -- '--leader-elect=false' >/dev/null
 }
-check "chart refuses 2 replicas without leader election; 1 replica without it renders" two_leaders_refused
+main_check "chart refuses 2 replicas without leader election; 1 replica without it renders" two_leaders_refused
 values_schema() { # values.schema.json: wrong values fail at install time, naming the value
   local v
   for v in replicaCount=two controller.statusInterval=soon metrics.service.type=Internal nosuch=1; do
@@ -373,7 +388,7 @@ values_schema() { # values.schema.json: wrong values fail at install time, namin
     echo "refused $v: $(grep -m1 "at '" "$tmp/err")"
   done
 }
-check "the chart's values.schema.json refuses wrong values, naming them" values_schema
+main_check "the chart's values.schema.json refuses wrong values, naming them" values_schema
 network_policy() { # on by default: the controller's in $SYS, per-Pipeline ones by the controller
   local f=$tmp/np.yaml
   helm template "$REL" "$CHART" -n "$SYS" --skip-tests >"$f" || return 1
@@ -411,7 +426,7 @@ PY
     ! grep -q networkpolicies "$f" || { cat "$f"; return 1; }
   echo "perPipeline=false: the controller's + one per watched namespace, no flag, no RBAC on networkpolicies"
 }
-check "the chart's NetworkPolicies: on by default (the controller's; per-Pipeline ones through --worker-network-policy); perPipeline=false: one per watched namespace" network_policy
+main_check "the chart's NetworkPolicies: on by default (the controller's; per-Pipeline ones through --worker-network-policy); perPipeline=false: one per watched namespace" network_policy
 pipeline_policy_render() { # the ValidatingAdmissionPolicy and its binding; the lists reach the CEL
   local f=$tmp/vap.yaml
   helm template "$REL" "$CHART" -n "$SYS" >"$f" || return 1
@@ -436,7 +451,7 @@ PY
   ! helm template "$REL" "$CHART" --set 'pipelinePolicy.validationActions={Refuse}' >/dev/null 2>"$tmp/err" &&
     grep -q "validationActions" "$tmp/err" || { echo "validationActions=Refuse: $(cat "$tmp/err")"; return 1; }
 }
-check "the chart's Pipeline policy (ValidatingAdmissionPolicy + binding): on by default, off with pipelinePolicy.enabled=false, values reach it" pipeline_policy_render
+main_check "the chart's Pipeline policy (ValidatingAdmissionPolicy + binding): on by default, off with pipelinePolicy.enabled=false, values reach it" pipeline_policy_render
 tls_render() { # tls.enabled: the controller mounts the Secret, gets --tls-dir/--tls-secret
   ! helm template "$REL" "$CHART" | grep -q -- "--tls-" || { echo "TLS flags rendered while off"; return 1; }
   ! helm template "$REL" "$CHART" --set tls.enabled=true >/dev/null 2>"$tmp/err" &&
@@ -460,17 +475,17 @@ assert c["securityContext"]["readOnlyRootFilesystem"], "root stays read-only"
 print("tls: args, Secret volume %s, read-only mount, fsGroup %d" % (vol[0]["name"], pod["securityContext"]["fsGroup"]))
 PY
 }
-check "the chart with tls.enabled: Secret volume + read-only mount, --tls-dir/--tls-secret; refused without tls.secretName" tls_render
+main_check "the chart with tls.enabled: Secret volume + read-only mount, --tls-dir/--tls-secret; refused without tls.secretName" tls_render
 docker_libs() {
-  "$repo/docker/check-libs.sh" "$repo/bin" || return 1
+  "$repo/docker/check-libs.sh" "$BINS" || return 1
   # and the check catches a wrong list: an extra package and a missing one
   mkdir -p "$tmp/df" && cp "$repo/docker/images.conf" "$tmp/df/"
   sed -i '/^worker  *libs/ { s/ libs  */ libs libgrpc29 /; s/ libyaml-0-2// }' "$tmp/df/images.conf"
-  ! "$repo/docker/check-libs.sh" "$repo/bin" "$tmp/df/images.conf" >"$tmp/df/out" 2>&1 &&
+  ! "$repo/docker/check-libs.sh" "$BINS" "$tmp/df/images.conf" >"$tmp/df/out" 2>&1 &&
     grep -q 'missing: libyaml-0-2' "$tmp/df/out" && grep -q 'not needed: libgrpc29' "$tmp/df/out" ||
     { cat "$tmp/df/out"; echo "check-libs.sh accepted a wrong package list"; return 1; }
 }
-check "docker/images.conf lists exactly the runtime packages of ldd of each image's binaries" docker_libs
+main_check "docker/images.conf lists exactly the runtime packages of ldd of each image's binaries" docker_libs
 
 # =============================================================================================
 # 1. Cluster, helm install
@@ -602,6 +617,18 @@ controller_ready() {
 }
 check "the Deployment becomes Available (/readyz), one replica holds Lease $SYS/$LEASE" controller_ready && operator_up=1
 
+# The lifecycle suite: its case files, then the end (the main suite's cases follow below).
+if [[ $SUITE == lifecycle ]]; then
+  for case_file in "$here"/lifecycle/[0-9]*.sh; do
+    [[ -f $case_file ]] || continue
+    [[ -n ${SB_OPTEST_CASES:-} && " $SB_OPTEST_CASES " != *" ${case_file##*/} "* ]] && continue
+    echo "=== ${case_file#"$repo"/}"
+    # shellcheck source=/dev/null
+    source "$case_file"
+  done
+  finish
+fi
+
 # =============================================================================================
 # g. RBAC: exactly what the controller needs
 # =============================================================================================
@@ -703,7 +730,7 @@ schema_rejects() {
 }
 check "the CRD schema rejects bad manifests at kubectl apply, naming the field" schema_rejects
 # validator messages of a manifest, as the CLI prints them without the "file:line:col: " prefix
-validator_messages() { "$repo/bin/streambatch" validate "$1" 2>&1 | sed -n 's/^[^ ]*:[0-9]*:[0-9]*: //p'; }
+validator_messages() { "$BINS/streambatch" validate "$1" 2>&1 | sed -n 's/^[^ ]*:[0-9]*:[0-9]*: //p'; }
 controller_rejects() {
   local bad=0 name msg want
   pipeline invalid-budget "$FILTER" "  execution: {memoryBudget: 1Mi}" | sed 's/partitionSize: 64Ki/partitionSize: 4Mi/' >"$tmp/invalid-budget.yaml"
