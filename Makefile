@@ -27,7 +27,7 @@ SAN    ?=
 CC     := gcc
 CLANG  ?= clang
 
-PKGS := libcurl libcjson yaml-0.1 grpc libprotobuf-c libmicrohttpd libpng libjpeg zlib
+PKGS := libcurl libcjson yaml-0.1 grpc libprotobuf-c libmicrohttpd libpng libjpeg zlib libzstd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # gRPC core and the Abseil, RE2, upb and c-ares libraries under it are linked statically (their
 # .a files come with Debian's -dev packages): loading ~80 shared objects and resolving their

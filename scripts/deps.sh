@@ -6,7 +6,7 @@ PKGS=(
   build-essential pkg-config
   libcurl4-openssl-dev libcjson-dev libyaml-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-  libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev
+  libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libzstd-dev
   libcriterion-dev
   clang libclang-rt-14-dev clang-format cppcheck
   valgrind openssl python3 python3-yaml python3-venv curl

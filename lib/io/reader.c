@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include "partition/utf8.h"
 #include "io/common.h"
 #include "io/csv.h"
+#include "io/decomp.h"
 #include "io/imgread.h"
 #include "io/schemes.h"
 
@@ -97,6 +99,7 @@ typedef struct {
     bool need_header; /* the next record is the file's header row */
     sb_csv_buf json, pend;
     uint64_t pend_off;
+    int compression; /* args.compression: -1 by file name, else an sb_io_codec (decomp.h) */
 } rd;
 
 static int flush(rd *r, sb_err *err)
@@ -593,6 +596,104 @@ static int read_lines_push(rd *r, sb_err *err)
     return rc;
 }
 
+/* The compressed reader's input reads: large enough that a remote file is fetched in few
+ * requests, small enough to stay in cache while it is decoded. */
+#define DECOMP_IN_BUF ((size_t)256 << 10)
+
+/* Grows the line buffer *buf (cap bytes, full) up to the record limit: 0, or -1 + err (a line
+ * past the limit, out of memory). */
+static int grow_line_buf(rd *r, char **buf, size_t *cap, uint64_t at, sb_err *err)
+{
+    if (*cap >= r->max_record)
+        return too_long(r, at, err);
+    size_t ncap = *cap * 2 > r->max_record ? r->max_record : *cap * 2;
+    char *nb = realloc(*buf, ncap);
+    if (nb == NULL)
+        return sb_err_set(err, "reading %.300s: out of memory for a %zu-byte line buffer",
+                          r->sp->path, ncap);
+    *buf = nb;
+    *cap = ncap;
+    return 0;
+}
+
+/* A compressed file (decomp.h), always one whole-file split: its bytes decoded as one stream
+ * into the line reader. The line reader sees a split [0, inf) of the decoded text, named
+ * "<path> (decompressed gzip)" so that the byte offsets in its errors are not taken for the
+ * file's; the decoder's own errors name the compressed offset. */
+static int read_lines_decomp(rd *r, sb_io_codec codec, sb_err *err)
+{
+    const sb_io_split *file = r->sp;
+    char shown[SB_IO_SPLIT_ENCODED_MAX + 32];
+    snprintf(shown, sizeof shown, "%s (decompressed %s)", file->path, sb_io_codec_name(codec));
+    sb_io_split dsp = {.path = shown, .start = 0, .end = UINT64_MAX, .file_size = UINT64_MAX};
+    sb_io_dec *d = sb_io_dec_new(codec, file->path, err);
+    if (d == NULL)
+        return -1;
+    size_t cap = READ_BUF < r->max_record ? READ_BUF : r->max_record;
+    char *ib = malloc(DECOMP_IN_BUF), *buf = malloc(cap);
+    if (ib == NULL || buf == NULL) {
+        free(ib);
+        free(buf);
+        sb_io_dec_free(d);
+        return sb_err_set(err, "reading %.300s: out of memory for the read buffers", file->path);
+    }
+    r->sp = &dsp;
+    lines_st st;
+    lines_init(r, &st);
+    uint64_t left = file->file_size; /* compressed bytes not read yet */
+    size_t ipos = 0, ilen = 0, len = 0;
+    bool ended = false;
+    int rc = 0;
+    while (rc == 0) {
+        if (ipos == ilen && left > 0) {
+            size_t want = left < DECOMP_IN_BUF ? (size_t)left : DECOMP_IN_BUF;
+            if (src_read(r->in, ib, want, err) < 0) {
+                rc = -1;
+                break;
+            }
+            ipos = 0;
+            ilen = want;
+            left -= want;
+        }
+        if (len == cap && !ended && (rc = grow_line_buf(r, &buf, &cap, st.base, err)) != 0)
+            break;
+        if (!ended) {
+            size_t took, made;
+            if (sb_io_dec_step(d, ib + ipos, ilen - ipos, &took, buf + len, cap - len, &made,
+                               err) != 0) {
+                rc = -1;
+                break;
+            }
+            ipos += took;
+            len += made;
+            if (took == 0 && made == 0) {
+                if (ipos < ilen) {
+                    rc = sb_err_data(err,
+                                     "%.300s: the %s decoder stopped at compressed byte offset "
+                                     "%" PRIu64,
+                                     file->path, sb_io_codec_name(codec), sb_io_dec_in_total(d));
+                    break;
+                }
+                if (left == 0) {
+                    ended = true;
+                    if ((rc = sb_io_dec_finish(d, err)) != 0)
+                        break;
+                }
+            }
+        }
+        size_t used;
+        if ((rc = lines_step(r, &st, buf, len, ended, &used, err)) != 0 || st.done)
+            break;
+        memmove(buf, buf + used, len - used);
+        len -= used;
+    }
+    r->sp = file;
+    free(ib);
+    free(buf);
+    sb_io_dec_free(d);
+    return rc;
+}
+
 static int read_lines(rd *r, sb_err *err)
 {
     if (sb_io_read_can_push(r->in->h))
@@ -714,8 +815,18 @@ static int read_piece(rd *r, const sb_io_split *split, uint64_t rs, sb_err *err)
         if (r->csv->header && split->start > 0 && csv_file_header(r, err) != 0)
             rc = -1;
     }
+    sb_io_codec codec =
+        r->fmt == SB_FMT_BINARY ? SB_IO_CODEC_NONE : sb_io_codec_for(r->compression, split->path);
+    if (rc == 0 && codec != SB_IO_CODEC_NONE &&
+        (split->start != 0 || split->end != split->file_size))
+        rc = sb_err_set(err,
+                        "read split: %.300s is %s-compressed and cannot be read from byte offset "
+                        "%" PRIu64 " (a compressed file is one split)",
+                        split->path, sb_io_codec_name(codec), split->start);
     if (rc == 0)
-        rc = r->fmt == SB_FMT_BINARY ? read_binary(r, rs, err) : read_lines(r, err);
+        rc = r->fmt == SB_FMT_BINARY     ? read_binary(r, rs, err)
+             : codec != SB_IO_CODEC_NONE ? read_lines_decomp(r, codec, err)
+                                         : read_lines(r, err);
     if (rc == 0 && r->pend.len > 0)
         rc = sb_err_data(err,
                          "%.300s: the csv record at byte offset %" PRIu64
@@ -778,6 +889,8 @@ static int read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const
             .unsealed = unsealed,
             .emit = emit,
             .ud = ud};
+    if (fmt != SB_FMT_BINARY && sb_io_compression_arg(args_json, &r.compression, err) != 0)
+        return sb_err_wrap(err, "read split: %.300s", pieces[0].path);
     sb_csv_opts copts;
     memset(&copts, 0, sizeof copts);
     if (fmt == SB_FMT_CSV) {

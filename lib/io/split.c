@@ -12,6 +12,7 @@
 #include "core/redact.h"
 #include "io/common.h"
 #include "io/csv.h"
+#include "io/decomp.h"
 #include "io/schemes.h"
 
 /* a * b / c without overflow for a <= c (b, c < 2^63). */
@@ -90,6 +91,12 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         sb_csv_opts_free(&co);
     }
 
+    /* A compressed file (decomp.h) is read from its first byte: one split, never cut. */
+    int carg = SB_IO_CODEC_NONE;
+    if (src->format != SB_FMT_BINARY && src->format != SB_FMT_IMAGE &&
+        sb_io_compression_arg(src->args_json, &carg, err) != 0)
+        return -1;
+
     /* The listing is sorted by URI, so a split's index is stable for an unchanged source. */
     struct {
         sb_io_obj *v;
@@ -114,8 +121,8 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         uint64_t k = size == 0 ? 0 : (size + ps - 1) / ps;
         if (k > size / rs)
             k = size / rs;
-        if (k > 1 && (f.v[i].whole || whole_files))
-            k = 1; /* the server cannot read from an offset, or multiline csv: one split */
+        if (k > 1 && (f.v[i].whole || whole_files || sb_io_codec_for(carg, f.v[i].uri) != 0))
+            k = 1; /* the server cannot read from an offset, multiline csv, or compressed */
         if (k > SB_IO_MAX_SPLITS - total) {
             rc = sb_err_set(err,
                             "source uri \"%.200s\": more than %zu splits (partitionSize %" PRIu64
@@ -140,7 +147,7 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         uint64_t k = (size + ps - 1) / ps;
         if (k > recs)
             k = recs;
-        if (k > 1 && (f.v[i].whole || whole_files))
+        if (k > 1 && (f.v[i].whole || whole_files || sb_io_codec_for(carg, f.v[i].uri) != 0))
             k = 1;
         for (uint64_t p = 0; p < k; p++) {
             v[j].path = strdup(f.v[i].uri);

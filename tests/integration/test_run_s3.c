@@ -523,3 +523,54 @@ Test(run_s3, no_secret_in_logs_errors_or_outputs)
         free(hits);
     }
 }
+
+/* Issue 39, compressed inputs: jsonl objects compressed by Python's gzip module (two members)
+ * and the zstd command, beside a plain one, read from S3 and filtered: the output equals
+ * Python's filter of the decompressed inputs, and each compressed object is one task while the
+ * plain one is cut. A corrupt object fails the run, naming the object and the offset. */
+Test(run_s3, gzip_and_zstd_objects_read_as_streams)
+{
+    sh("cd %s && mkdir zin && python3 -c \"\nimport gzip, json, random\nrandom.seed(5)\n"
+       "def recs(f):\n  return ''.join(json.dumps({'id': f*100000+i, 'n': random.randint(0, 99),"
+       " 'pad': 'y'*random.randint(5, 90)})+'\\n' for i in range(4000))\n"
+       "a, b, c = recs(0), recs(1), recs(2)\n"
+       "open('plain-a.txt', 'w').write(a); open('zin/c.jsonl', 'w').write(c)\n"
+       "open('zin/a.jsonl.gz', 'wb').write(gzip.compress(a[:len(a)//2].encode()) + "
+       "gzip.compress(a[len(a)//2:].encode()))\nopen('plain-b.txt', 'w').write(b)\n\" && "
+       "zstd -q -c plain-b.txt > zin/b.jsonl.zst",
+       dir);
+    sh("cd %s/zin && " S3CURL " -T '{a.jsonl.gz,b.jsonl.zst,c.jsonl}' %s/data/z/ -o /dev/null", dir,
+       mio.url);
+    write_yaml("zin", "  source: {uri: 's3://data/z/', format: jsonl, partitionSize: 32Ki}\n"
+                      "  stages:\n"
+                      "  - {name: keep, op: filter, args: {field: 'n', op: lt, value: 30}}\n"
+                      "  sink: {uri: 'file://out-z/', format: jsonl}\n");
+    char *out;
+    cr_assert_eq(run_cli_timeout(200, "zin", "--cpus 2", &out), 0, "%s", out);
+    free(out);
+    long tasks = summary_num("zin", "tasksRun");
+    cr_assert(tasks >= 6 && tasks < 20, "tasks: %ld (1 + 1 + the plain object's splits)", tasks);
+    char *res = sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport glob, json\nsrc = open('plain-a.txt').read() + "
+        "open('plain-b.txt').read() + open('zin/c.jsonl').read()\n"
+        "want = sorted(l for l in src.splitlines() if json.loads(l)['n'] < 30)\n"
+        "got = sorted(l for p in glob.glob('out-z/part-*') for l in open(p).read().splitlines())\n"
+        "print('same %%d' %% len(want) if got == want and want else 'differ %%d %%d' %% "
+        "(len(got), len(want)))\n\"",
+        dir);
+    cr_assert(strncmp(res, "same ", 5) == 0, "%s", res);
+    free(res);
+    /* a corrupt object: a byte of the deflate data flipped */
+    sh("cd %s && python3 -c \"\nb = bytearray(open('zin/a.jsonl.gz', 'rb').read())\n"
+       "b[len(b)//3] ^= 0x55\nopen('bad.jsonl.gz', 'wb').write(b)\n\" && " S3CURL
+       " -T bad.jsonl.gz %s/data/zbad/ -o /dev/null",
+       dir, mio.url);
+    write_yaml("zbad", "  source: {uri: 's3://data/zbad/', format: jsonl}\n"
+                       "  stages:\n  - {name: a, op: identity}\n"
+                       "  sink: {uri: 'file://out-zbad/', format: jsonl}\n");
+    cr_assert_neq(run_cli_timeout(200, "zbad", "--cpus 2", &out), 0, "%s", out);
+    cr_expect(strstr(out, "s3://data/zbad/bad.jsonl.gz") != NULL &&
+                  strstr(out, "compressed byte offset") != NULL,
+              "%s", out);
+    free(out);
+}

@@ -33,6 +33,10 @@ static const invalid_case cases[] = {
      1,
      {"budget-below-partition.yaml:15:29: spec.execution.memoryBudget: must hold at least one "
       "partition: 1Mi is less than source.partitionSize 64Mi"}},
+    {"compression-unknown.yaml",
+     1,
+     {"compression-unknown.yaml:9:25: spec.source.args.compression: must be one of auto, none, "
+      "gzip, zstd, got \"lzma\""}},
     {"cpu-invalid-quantity.yaml",
      1,
      {"cpu-invalid-quantity.yaml:12:22: spec.stages[0].resources.cpu: quantity \"1.5cores\" has an "
