@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "controller/operator/podstate.h"
 #include "core/log.h"
 #include "rpc/proto.h"
 #include "rpc/rpc.h"
@@ -26,7 +27,8 @@ typedef struct kpod {
     char pool[16];
     char phase[16]; /* "" = created by us, not seen yet */
     char ip[64];
-    char why[512];   /* PodScheduled=False message or waiting reason */
+    sb_podstate ps;  /* Unschedulable message; a container failing to start (podstate.h) */
+    unsigned warned; /* podstate classes a WorkerPodFailing event was posted for */
     char end[512];   /* why it ended (Failed: reason, exit code) */
     int by_us;       /* we deleted it (scale down, cleanup, rebind failure) */
     int terminating; /* deletionTimestamp seen */
@@ -280,7 +282,7 @@ static int ours(const sb_kube *k, const cJSON *pod)
     return 1;
 }
 
-/* Reads phase, IP, scheduling message and end reason of a pod into p. */
+/* Reads phase, IP, what is wrong with it (podstate.h) and end reason of a pod into p. */
 static void read_pod(kpod *p, const cJSON *pod)
 {
     const cJSON *md = jobj(pod, "metadata"), *st = jobj(pod, "status");
@@ -292,27 +294,11 @@ static void read_pod(kpod *p, const cJSON *pod)
         p->terminating = 1;
     if (strcmp(p->phase, "Running") == 0)
         p->ran = 1;
-    p->why[0] = '\0';
+    sb_podstate_read(pod, &p->ps);
     const cJSON *c;
-    cJSON_ArrayForEach(c, jobj(st, "conditions"))
-    {
-        const char *type = jstr(c, "type"), *status = jstr(c, "status");
-        if (type != NULL && strcmp(type, "PodScheduled") == 0 && status != NULL &&
-            strcmp(status, "False") == 0) {
-            const char *m = jstr(c, "message"), *r = jstr(c, "reason");
-            snprintf(p->why, sizeof p->why, "%s", m ? m : r ? r : "Unschedulable");
-        }
-    }
     cJSON_ArrayForEach(c, jobj(st, "containerStatuses"))
     {
-        const cJSON *state = jobj(c, "state");
-        const cJSON *w = jobj(state, "waiting"), *t = jobj(state, "terminated");
-        if (p->why[0] == '\0' && w != NULL) {
-            const char *r = jstr(w, "reason"), *m = jstr(w, "message");
-            if (r != NULL && strcmp(r, "ContainerCreating") != 0 &&
-                strcmp(r, "PodInitializing") != 0)
-                snprintf(p->why, sizeof p->why, "%s%s%s", r, m ? ": " : "", m ? m : "");
-        }
+        const cJSON *t = jobj(jobj(c, "state"), "terminated");
         if (t != NULL) {
             const cJSON *code = jobj(t, "exitCode");
             const char *r = jstr(t, "reason");
@@ -370,7 +356,8 @@ void sb_kube_on_pod(sb_kube *k, const cJSON *pod, int deleted)
     if (name == NULL)
         return;
     report r;
-    int fire_it = 0;
+    int fire_it = 0, warn = 0;
+    char wmsg[700];
     pthread_mutex_lock(&k->mu);
     kpod *p = pod_find(k, name);
     if (p == NULL && !deleted && pool != NULL && pool_find(k, pool) != NULL)
@@ -381,10 +368,17 @@ void sb_kube_on_pod(sb_kube *k, const cJSON *pod, int deleted)
         if (deleted)
             p->gone = 1;
         fire_it = judge(k, p, &r);
+        /* a pod that will not start by itself: one Warning per pod and class (podstate.h) */
+        if (!k->stopping && alive(p) && sb_podstate_warn(&p->warned, &p->ps)) {
+            warn = 1;
+            sb_podstate_describe(p->name, &p->ps, wmsg, sizeof wmsg);
+        }
         if (p->gone)
             pod_remove(k, p);
     }
     pthread_mutex_unlock(&k->mu);
+    if (warn)
+        emit(k, "Warning", "WorkerPodFailing", wmsg);
     if (fire_it)
         fire(k, &r, 1);
 }
@@ -980,8 +974,8 @@ void sb_kube_pool_status(sb_kube *k, const char *pool, uint32_t *desired, uint32
         r += is_running(x);
         if (is_pending(x)) {
             p++;
-            if (why != NULL && whylen > 0 && why[0] == '\0' && x->why[0] != '\0')
-                snprintf(why, whylen, "%s", x->why);
+            if (why != NULL && whylen > 0 && why[0] == '\0' && x->ps.unschedulable[0] != '\0')
+                snprintf(why, whylen, "%s", x->ps.unschedulable);
         }
     }
     pthread_mutex_unlock(&k->mu);
@@ -991,6 +985,41 @@ void sb_kube_pool_status(sb_kube *k, const char *pool, uint32_t *desired, uint32
         *ready = r;
     if (pending != NULL)
         *pending = p;
+}
+
+void sb_kube_pool_failing(sb_kube *k, const char *pool, uint32_t *alive_n, uint32_t *failing,
+                          char *reason, size_t rlen, char *first, size_t flen)
+{
+    uint32_t a = 0, f = 0;
+    uint64_t oldest = UINT64_MAX;
+    if (reason != NULL && rlen > 0)
+        reason[0] = '\0';
+    if (first != NULL && flen > 0)
+        first[0] = '\0';
+    if (k != NULL && pool != NULL) {
+        pthread_mutex_lock(&k->mu);
+        for (size_t i = 0; i < k->npods; i++) {
+            kpod *x = &k->pods[i];
+            if (strcmp(x->pool, pool) != 0 || !alive(x))
+                continue;
+            a++;
+            if (x->ps.cls == 0)
+                continue;
+            f++;
+            if (x->seq < oldest) { /* the oldest: the same pod named tick after tick */
+                oldest = x->seq;
+                if (reason != NULL && rlen > 0)
+                    snprintf(reason, rlen, "%s", x->ps.reason);
+                if (first != NULL && flen > 0)
+                    sb_podstate_describe(x->name, &x->ps, first, flen);
+            }
+        }
+        pthread_mutex_unlock(&k->mu);
+    }
+    if (alive_n != NULL)
+        *alive_n = a;
+    if (failing != NULL)
+        *failing = f;
 }
 
 int sb_kube_rebind(sb_kube *k, sb_err *err)

@@ -29,6 +29,9 @@
  *   - at most max_pending pods of a pool are Pending at once, so a pool that cannot be
  *     scheduled (e.g. no GPU in the cluster) never piles up pods; sb_kube_pool_status() then
  *     gives the scheduler's PodScheduled=False message ("0/2 nodes are available: ...");
+ *   - a pod whose container waits in a failing state (podstate.h: a missing Secret, an image
+ *     that cannot be pulled, a crash loop) -> Event Warning WorkerPodFailing "pod P: Reason:
+ *     message", once per pod and class of reason; sb_kube_pool_failing() reports them;
  *   - a pod that fails, or is deleted by someone else, while the backend runs ->
  *     on_exit(pod name, why) + Event Warning WorkerPodFailed; a pod the backend deleted itself
  *     (scale down) that had run -> on_exit only; a pod that Succeeded (its worker was told to
@@ -154,10 +157,17 @@ int sb_kube_rebind(sb_kube *k, sb_err *err);
 /* Creates/deletes pods toward the desired sizes (bounded pending). 0, or -1 with err set when
  * an API call failed (the rest is still done). */
 int sb_kube_sync(sb_kube *k, sb_err *err);
-/* desired, ready (Running), pending, and why: the PodScheduled=False message (or the waiting
- * reason, e.g. ErrImagePull) of a Pending pod, "" when none. Any output may be NULL. */
+/* desired, ready (Running), pending, and why: the PodScheduled=False/Unschedulable message of a
+ * Pending pod, "" when none (a pod failing to start is not unschedulable: see
+ * sb_kube_pool_failing). Any output may be NULL. */
 void sb_kube_pool_status(sb_kube *k, const char *pool, uint32_t *desired, uint32_t *ready,
                          uint32_t *pending, char *why, size_t whylen);
+/* The pool's live pods (alive), how many of them have a container failing to start
+ * (podstate.h: CreateContainerConfigError, ErrImagePull, CrashLoopBackOff, ...), and the oldest
+ * such pod's kubelet reason and description ("pod P: Reason: message"), "" when none. Any
+ * output may be NULL. */
+void sb_kube_pool_failing(sb_kube *k, const char *pool, uint32_t *alive, uint32_t *failing,
+                          char *reason, size_t rlen, char *first, size_t flen);
 /* Deletes every pod of the pipeline (listed from the API, not only the known ones) and stops
  * all callbacks. Returns how many of its pods still exist (terminating ones included): 0 when
  * none is left; -1 with err set when the API failed. Call again to poll. */

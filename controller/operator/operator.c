@@ -289,7 +289,9 @@ static int write_status(sb_k8s_client *c, const cJSON *obj, const cJSON *status)
                   sb_operator_str_at(obj, "metadata", "name"));
     cJSON *shown = cJSON_Duplicate(status, 1);
     cJSON *copy = cJSON_Duplicate(obj, 1);
-    if (shown == NULL || sb_operator_status_redact(shown) < 0 || copy == NULL ||
+    /* no phase leaves a printer-column cell blank (sb_operator_status_cells) */
+    if (shown == NULL || sb_operator_status_redact(shown) < 0 ||
+        sb_operator_status_cells(shown) < 0 || copy == NULL ||
         reapply_status(copy, shown, NULL) != 0) {
         cJSON_Delete(shown);
         cJSON_Delete(copy);
@@ -365,11 +367,14 @@ static int patch_finalizer(sb_k8s_client *c, const cJSON *obj, int add)
  * patch of /status, so it never overwrites a status someone else wrote). Best effort. */
 static void mark_pending(sb_k8s_client *c, const char *ns, const char *name, int64_t gen)
 {
-    char path[700], body[128];
+    char path[700], body[256];
     pipeline_path(path, sizeof path, ns, name);
     strncat(path, "/status", sizeof path - strlen(path) - 1);
-    snprintf(body, sizeof body, "{\"status\":{\"phase\":\"Pending\",\"observedGeneration\":%lld}}",
-             (long long)gen);
+    /* the printer-column cells as every phase fills them (sb_operator_status_cells) */
+    snprintf(body, sizeof body,
+             "{\"status\":{\"phase\":\"Pending\",\"observedGeneration\":%lld,\"progress\":\"%s\","
+             "\"workers\":\"0/0\",\"throughput\":\"%s\"}}",
+             (long long)gen, SB_OPERATOR_CELL_UNKNOWN, SB_OPERATOR_CELL_UNKNOWN);
     long st = 0;
     sb_err err = {0};
     cJSON *r = sb_k8s_patch(c, path, body, &st, &err);
@@ -436,7 +441,12 @@ static void set_num(cJSON *o, const char *k, double v)
 static int sync_status(sb_k8s_client *c, const cJSON *obj, const cJSON *status)
 {
     const cJSON *cur = cJSON_GetObjectItemCaseSensitive(obj, "status");
-    if (cur != NULL && cJSON_Compare(cur, status, 1))
+    /* compared as written: with the cells write_status fills */
+    cJSON *shown = cJSON_Duplicate(status, 1);
+    int same = cur != NULL && shown != NULL && sb_operator_status_redact(shown) >= 0 &&
+               sb_operator_status_cells(shown) >= 0 && cJSON_Compare(cur, shown, 1);
+    cJSON_Delete(shown);
+    if (same)
         return 0;
     return write_status(c, obj, status);
 }
@@ -461,6 +471,8 @@ static void finish_conditions(cJSON *st, int ok, const char *reason, const char 
         sb_operator_condition_set(st, "SpecChangeRefused", 0, "Finished", "", gen, now);
     if (sb_operator_condition_get(st, "WorkersPending") != NULL)
         sb_operator_condition_set(st, "WorkersPending", 0, "Finished", "", gen, now);
+    if (sb_operator_condition_get(st, "WorkersFailing") != NULL)
+        sb_operator_condition_set(st, "WorkersFailing", 0, "Finished", "", gen, now);
 }
 
 /* A finished pipeline: TTL, leftover pods. */
@@ -539,6 +551,8 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
                                   gen, now);
         sb_operator_condition_set(st, "Running", 0, "Suspended", "", gen, now);
         sb_operator_condition_set(st, "WorkersPending", 0, "Suspended", "", gen, now);
+        if (sb_operator_condition_get(st, "WorkersFailing") != NULL)
+            sb_operator_condition_set(st, "WorkersFailing", 0, "Suspended", "", gen, now);
         if (sb_operator_condition_get(st, "SpecChangeRefused") != NULL)
             sb_operator_condition_set(st, "SpecChangeRefused", 0, "Suspended", "", gen, now);
         int rc = write_status(c, obj, st);

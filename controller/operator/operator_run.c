@@ -17,6 +17,7 @@
 #include "controller/operator/kube.h"
 #include "controller/operator/netpol.h"
 #include "controller/operator/operator_events.h"
+#include "controller/operator/podstate.h"
 #include "controller/sched/ranges.h"
 #include "core/log.h"
 #include "doc/doc.h"
@@ -29,7 +30,8 @@ typedef struct run_pool {
     sb_kube_pool spec;
     uint64_t idle_since_ms;
     uint32_t desired;
-    uint32_t plan_max; /* pods the plan sizes the pool to (0: the spec's bounds) */
+    uint32_t plan_max;         /* pods the plan sizes the pool to (0: the spec's bounds) */
+    uint64_t failing_since_ms; /* every pod of the pool failing to start since (podstate.h) */
 } run_pool;
 
 #define PLAN_OPS 16 /* as sb_ctl_snapshot.ops */
@@ -1069,6 +1071,25 @@ static sb_operator_outcome fail(sb_operator_pipeline *r, const char *why, const 
     return SB_OPERATOR_RUNNING;
 }
 
+/* The failure rule (podstate.h): a pool whose every live pod has been failing to start (a
+ * missing Secret, an image that cannot be pulled, a crash loop) for the stall timeout fails the
+ * run with the kubelet's reason. 1 (message filled) when a pool reached it. */
+static int pods_failing(sb_operator_pipeline *r, uint64_t t, char *m, size_t mlen)
+{
+    for (size_t i = 0; i < r->npools; i++) {
+        run_pool *pl = &r->pools[i];
+        uint32_t alive = 0, failing = 0;
+        char first[700];
+        sb_kube_pool_failing(r->kube, pl->spec.pool, &alive, &failing, NULL, 0, first,
+                             sizeof first);
+        if (sb_podstate_pool_rule(&pl->failing_since_ms, alive, failing, t, r->stall_ms) == 2) {
+            sb_podstate_failure_message(pl->spec.pool, r->stall_ms, first, m, mlen);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Sick workers the scheduler drained (sched.c, "Draining sick workers"): an Event WorkerDrained
  * each. The controller retires a drained worker once it holds nothing still needed; its pod
  * then ends (Succeeded), and the next sync deletes it and creates a new pod toward the pool's
@@ -1118,6 +1139,13 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
         plan_tick(r, t);
         drain_events(r);
         autoscale(r, t); /* set_pool_size syncs the pods */
+        char pm[1200];
+        if (pods_failing(r, t, pm, sizeof pm)) {
+            sb_ctl_snapshot s;
+            sb_ctl_snapshot_get(r->ctl, &s);
+            /* no pod ran the planning: nobody may take an abort (as a stall while planning) */
+            return fail(r, "WorkersFailing", pm, !s.planning, t, reason, rlen, message, mlen);
+        }
         char stall[1024];
         if (r->stall_ms > 0 && sb_ctl_stalled(r->ctl, r->stall_ms, stall, sizeof stall)) {
             if (!r->stall_warned && r->on_event != NULL)
@@ -1169,6 +1197,32 @@ void sb_operator_pipeline_metrics(sb_operator_pipeline *r, sb_cmetrics *cm, cons
         pools[i] = (sb_cmetrics_pool){r->pools[i].spec.pool, d, rd, p};
     }
     sb_cmetrics_add(cm, ns, name, &s, pools, r->npools);
+}
+
+/* The WorkersFailing condition (podstate.h): the kubelet's reason of the first pool's failing
+ * pod, and every pool's oldest failing pod described. 0, or -1 when out of memory. */
+static int failing_condition(sb_operator_pipeline *r, cJSON *status, int64_t generation,
+                             const char *now)
+{
+    char reason[64] = "", msg[1400] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < r->npools; i++) {
+        uint32_t failing = 0;
+        char rs[64], first[700];
+        sb_kube_pool_failing(r->kube, r->pools[i].spec.pool, NULL, &failing, rs, sizeof rs, first,
+                             sizeof first);
+        if (failing == 0 || used >= sizeof msg)
+            continue;
+        if (reason[0] == '\0')
+            snprintf(reason, sizeof reason, "%s", rs);
+        int n = snprintf(msg + used, sizeof msg - used, "%s%s", used ? "; " : "", first);
+        if (n > 0 && failing > 1 && (size_t)n < sizeof msg - used)
+            n += snprintf(msg + used + n, sizeof msg - used - (size_t)n,
+                          " (%u pods of pool %s failing)", failing, r->pools[i].spec.pool);
+        if (n > 0)
+            used += (size_t)n < sizeof msg - used ? (size_t)n : sizeof msg - used;
+    }
+    return sb_podstate_condition(status, reason, msg, generation, now) < 0 ? -1 : 0;
 }
 
 int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation,
@@ -1249,7 +1303,7 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
                                   pending_unschedulable ? "Unschedulable" : "WorkersScheduled",
                                   pmsg, generation, now) < 0)
         return -1;
-    return 0;
+    return failing_condition(r, status, generation, now);
 }
 
 void sb_operator_pipeline_on_pod(sb_operator_pipeline *r, const cJSON *pod, int deleted)

@@ -74,8 +74,9 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
                                                  int *plan_error, sb_err *err);
 
 /* One tick. Returns the outcome; on SB_OPERATOR_FAILED, reason ("TaskFailed" | "Stalled" |
- * "CommitFailed") and message are filled. On a finished run the workers are shut down already
- * (their pods still need sb_operator_pipeline_stop). */
+ * "CommitFailed" | "PlanFailed" | "WorkersFailing": every pod of a pool failing to start for
+ * spec.execution.stallTimeout, podstate.h) and message are filled. On a finished run the workers
+ * are shut down already (their pods still need sb_operator_pipeline_stop). */
 sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *reason, size_t rlen,
                                               char *message, size_t mlen);
 
@@ -89,7 +90,8 @@ void sb_operator_pipeline_set_bounds(sb_operator_pipeline *r, const sb_pipeline 
  * Planned (first) or Replanned event, and with a target the pools' max pods follow the plan.
  * status.plan is written by sb_operator_pipeline_status. */
 
-/* Writes progress, partitions, stages, checkpoint and the WorkersPending condition into status
+/* Writes progress, partitions, stages, checkpoint and the WorkersPending (pods Unschedulable)
+ * and WorkersFailing (pods failing to start, podstate.h) conditions into status
  * (now: RFC 3339 time for condition transitions), and status.plan when the run has a plan.
  * Returns 0, or -1 when out of memory. */
 int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation,

@@ -106,8 +106,8 @@ static int set_num(cJSON *o, const char *k, double v)
 }
 
 /* Condition types whose status True means something is wrong (metav1 "abnormal-true"). */
-static const char *const failing_types[] = {"InvalidSpec", "Failed", "WorkersPending",
-                                            "SpecChangeRefused", NULL};
+static const char *const failing_types[] = {
+    "InvalidSpec", "Failed", "WorkersPending", "WorkersFailing", "SpecChangeRefused", NULL};
 
 static int is_failing_type(const char *type)
 {
@@ -117,8 +117,8 @@ static int is_failing_type(const char *type)
     return 0;
 }
 
-/* status.failingCondition and, when Running is False, status.workers "0/0", from the
- * conditions. 1 when either changed, 0 when not, -1 when out of memory. */
+/* status.failingCondition, status.reason and, when Running is False, status.workers "0/0", from
+ * the conditions. 1 when any changed, 0 when not, -1 when out of memory. */
 static int sync_condition_fields(cJSON *status)
 {
     const cJSON *conds = cJSON_GetObjectItemCaseSensitive(status, "conditions");
@@ -133,8 +133,10 @@ static int sync_condition_fields(cJSON *status)
     }
     int changed = 0;
     if (first == NULL) {
-        changed = cJSON_GetObjectItemCaseSensitive(status, "failingCondition") != NULL;
+        changed = cJSON_GetObjectItemCaseSensitive(status, "failingCondition") != NULL ||
+                  cJSON_GetObjectItemCaseSensitive(status, "reason") != NULL;
         cJSON_DeleteItemFromObjectCaseSensitive(status, "failingCondition");
+        cJSON_DeleteItemFromObjectCaseSensitive(status, "reason");
     } else {
         const char *reason = str_of(first, "reason"), *msg = str_of(first, "message");
         char text[SB_OPERATOR_FAILING_MAX + 1];
@@ -147,9 +149,11 @@ static int sync_condition_fields(cJSON *status)
             memcpy(text + end, "...", 4);
         }
         int r = set_str(status, "failingCondition", text);
-        if (r < 0)
+        /* the default column: the reason alone, short enough for a terminal */
+        int r2 = r < 0 ? -1 : set_str(status, "reason", reason != NULL ? reason : "");
+        if (r2 < 0)
             return -1;
-        changed = r;
+        changed = r | r2;
     }
     const char *running = str_of(sb_operator_condition_get(status, "Running"), "status");
     if (running != NULL && strcmp(running, "False") == 0) {
@@ -232,8 +236,10 @@ int sb_operator_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t 
                                 size_t npools, double elapsed_s)
 {
     char prog[48];
+    /* before (or without) a plan the split count is not known: "-", not a misleading 0/0 */
+    int unknown = s->planning || (total_splits == 0 && s->storage_failed);
     snprintf(prog, sizeof prog, "%zu/%zu", committed_splits, total_splits);
-    if (set_str(status, "progress", prog) < 0)
+    if (set_str(status, "progress", unknown ? SB_OPERATOR_CELL_UNKNOWN : prog) < 0)
         return -1;
     uint64_t pods_ready = 0, pods_desired = 0;
     for (size_t k = 0; k < npools; k++) {
@@ -244,6 +250,8 @@ int sb_operator_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t 
     snprintf(workers, sizeof workers, "%" PRIu64 "/%" PRIu64, pods_ready, pods_desired);
     uint64_t sink_rows = s->nops > 0 ? s->ops[s->nops - 1].rows_out : 0;
     sb_operator_rate_format(elapsed_s > 0 ? (double)sink_rows / elapsed_s : 0.0, rate, sizeof rate);
+    if (unknown && sink_rows == 0)
+        snprintf(rate, sizeof rate, "%s", SB_OPERATOR_CELL_UNKNOWN);
     if (set_str(status, "workers", workers) < 0 || set_str(status, "throughput", rate) < 0)
         return -1;
     cJSON *pt = obj_at(status, "partitions");
@@ -291,6 +299,24 @@ int sb_operator_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t 
     else
         cJSON_AddItemToObject(status, "stages", st);
     return 0;
+}
+
+int sb_operator_status_cells(cJSON *status)
+{
+    static const struct {
+        const char *field, *value;
+    } cells[] = {{"progress", SB_OPERATOR_CELL_UNKNOWN},
+                 {"workers", "0/0"},
+                 {"throughput", SB_OPERATOR_CELL_UNKNOWN}};
+    int changed = 0;
+    for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
+        if (str_of(status, cells[i].field) != NULL)
+            continue;
+        if (set_str(status, cells[i].field, cells[i].value) < 0)
+            return -1;
+        changed = 1;
+    }
+    return changed;
 }
 
 /* ---- spec changes ---- */

@@ -38,12 +38,14 @@ int sb_operator_condition_set(cJSON *status, const char *type, int truth, const 
 const cJSON *sb_operator_condition_get(const cJSON *status, const char *type);
 /* 1 when the condition exists with status "True". */
 int sb_operator_condition_true(const cJSON *status, const char *type);
-/* Every sb_operator_condition_set also keeps two printer-column fields in step with the conditions:
- * status.failingCondition is "<reason>: <message>" (just the reason when the message is empty;
- * at most SB_OPERATOR_FAILING_MAX bytes, cut at a character boundary with "...") of the first
- * condition, in list order, that is True and of a type whose True means trouble (InvalidSpec,
- * Failed, WorkersPending, SpecChangeRefused), and is removed when there is none; status.workers
- * becomes "0/0" when the Running condition is False (suspended or finished: no worker pods). */
+/* Every sb_operator_condition_set also keeps three printer-column fields in step with the
+ * conditions: status.failingCondition is "<reason>: <message>" (just the reason when the message
+ * is empty; at most SB_OPERATOR_FAILING_MAX bytes, cut at a character boundary with "...") of the
+ * first condition, in list order, that is True and of a type whose True means trouble
+ * (InvalidSpec, Failed, WorkersPending, WorkersFailing, SpecChangeRefused), and status.reason its
+ * reason alone (the default Reason column); both are removed when there is none;
+ * status.workers becomes "0/0" when the Running condition is False (suspended or finished: no
+ * worker pods). */
 #define SB_OPERATOR_FAILING_MAX 256
 
 /* ---- checkpoint: controller/ctl/checkpoint.h (shared with `streambatch run`) ---- */
@@ -71,11 +73,22 @@ typedef struct sb_operator_pool_view {
  * mode may be absent, meaning streaming). */
 int sb_operator_status_mode(cJSON *status, sb_exec_mode mode);
 
-/* Sets progress ("committed/total"), partitions {total, committed, inFlight, recovered,
+/* What the Partitions and Throughput cells show when the split count is not known (Pending,
+ * InvalidSpec, while planning, PlanFailed): every phase fills them, the same way. */
+#define SB_OPERATOR_CELL_UNKNOWN "-"
+
+/* Fills the printer-column fields a status lacks: progress and throughput
+ * SB_OPERATOR_CELL_UNKNOWN, workers "0/0" (so no phase leaves a cell blank). Called on every
+ * status the operator writes. 1 when it added any, 0 when not, -1 when out of memory. */
+int sb_operator_status_cells(cJSON *status);
+
+/* Sets progress ("committed/total"; SB_OPERATOR_CELL_UNKNOWN while s->planning or after a plan
+ * failed, when the split count is not known), partitions {total, committed, inFlight, recovered,
  * errored} and stages[] (name, pool, workersDesired, workersReady, tasksRunning, rowsOut,
  * bytesOut, rowsPerSecond over elapsed_s) in status from a controller snapshot, and the
  * printer-column fields workers ("ready/desired" summed over pools[0..npools), e.g. "3/4") and
- * throughput (the last stage's rowsOut over elapsed_s, sb_operator_rate_format: "1.2k rows/s"). */
+ * throughput (the last stage's rowsOut over elapsed_s, sb_operator_rate_format: "1.2k rows/s";
+ * SB_OPERATOR_CELL_UNKNOWN as progress while no row came out). */
 int sb_operator_status_progress(cJSON *status, const sb_ctl_snapshot *s, size_t total_splits,
                                 size_t committed_splits, const sb_operator_pool_view *pools,
                                 size_t npools, double elapsed_s);

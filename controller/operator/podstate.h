@@ -1,0 +1,85 @@
+/* podstate.h — what a worker pod's status says is wrong with it, for the operator's conditions,
+ * events and failure rule (docs/operator.md, "Conditions" and "Troubleshooting"):
+ *   - unschedulable: the scheduler cannot place it (condition PodScheduled=False, reason
+ *     Unschedulable), the WorkersPending condition;
+ *   - failing: a container waits in a state the kubelet does not leave without help
+ *     (CreateContainerConfigError: a Secret or ConfigMap missing; ErrImagePull / ImagePullBackOff
+ *     / InvalidImageName: the image; CrashLoopBackOff; CreateContainerError / RunContainerError),
+ *     the WorkersFailing condition and a Warning WorkerPodFailing event, with the kubelet's
+ *     reason and message ("pod sb-x-cpu-0: CreateContainerConfigError: secret "s3-creds" not
+ *     found");
+ *   - the rule: when every live pod of a pool has been failing like that for
+ *     spec.execution.stallTimeout, the Pipeline fails (reason WorkersFailing).
+ *
+ * Pure functions over cJSON pod objects and plain values: no I/O, no allocation; unit tested
+ * (tests/unit/test_podstate.c). kube.c reads pods with them, operator_run.c applies the rule and
+ * writes the condition.
+ *
+ * Memory: every output goes into the caller's fixed buffers; the pod is only read.
+ */
+#ifndef SB_CTL_PODSTATE_H
+#define SB_CTL_PODSTATE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Classes of waiting reasons that mean a pod will not become a worker by itself. A pod is warned
+ * about (one event) once per class: the kubelet alternates ErrImagePull and ImagePullBackOff,
+ * which must not post an event at every turn. */
+#define SB_PODSTATE_CONFIG 1u /* CreateContainerConfigError */
+#define SB_PODSTATE_IMAGE 2u  /* ErrImagePull, ImagePullBackOff, InvalidImageName, ... */
+#define SB_PODSTATE_CRASH 4u  /* CrashLoopBackOff */
+#define SB_PODSTATE_CREATE 8u /* CreateContainerError, RunContainerError, hook errors */
+
+typedef struct sb_podstate {
+    /* the PodScheduled=False message ("0/2 nodes are available: ...", or the reason when there
+     * is no message) when the scheduler reports the pod Unschedulable; "" otherwise */
+    char unschedulable[512];
+    /* the first container (init containers first) waiting in a failing state: the kubelet's
+     * reason and message ("" when none), the container's name, and the reason's class (0: no
+     * container is failing) */
+    char reason[64];
+    char message[512];
+    char container[64];
+    unsigned cls;
+} sb_podstate;
+
+/* The class of a container's waiting reason (SB_PODSTATE_*), 0 for the normal ones
+ * (ContainerCreating, PodInitializing) and any unknown reason. */
+unsigned sb_podstate_class(const char *reason);
+
+/* Reads what is wrong with pod (a core/v1 Pod as JSON; NULL or malformed parts read as
+ * nothing wrong) into out. */
+void sb_podstate_read(const cJSON *pod, sb_podstate *out);
+
+/* "pod <name>: <reason>: <message>" (": <message>" left out when empty) into buf, truncated;
+ * "" when s is not failing. */
+void sb_podstate_describe(const char *pod, const sb_podstate *s, char *buf, size_t len);
+
+/* Event de-duplication: *warned holds the classes already posted for this pod. Returns 1 (and
+ * adds the class) when s is failing in a class not posted yet: post one Warning now; else 0. */
+int sb_podstate_warn(unsigned *warned, const sb_podstate *s);
+
+/* The failure rule for one pool, at every tick. alive: the pool's pods that are, or will be,
+ * workers; failing: those of them failing (cls != 0). *since_ms: when every pod started failing
+ * (0: not so; the function keeps it). Returns 0 when the pool is fine (not every pod failing, or
+ * no pod), 1 when every pod is failing for less than timeout_ms, 2 when for timeout_ms or more
+ * (timeout_ms 0: the rule is off, never 2). */
+int sb_podstate_pool_rule(uint64_t *since_ms, uint32_t alive, uint32_t failing, uint64_t now_ms,
+                          uint64_t timeout_ms);
+
+/* The message of the failure: "pool <pool>: every worker pod has been failing for <t>
+ * (spec.execution.stallTimeout): <first>" into buf, truncated. */
+void sb_podstate_failure_message(const char *pool, uint64_t timeout_ms, const char *first,
+                                 char *buf, size_t len);
+
+/* The WorkersFailing condition in status (operator_status.h conditions): True with reason (the
+ * first failing pod's kubelet reason) and message (every failing pod described, "; "-joined)
+ * when reason is not empty; else False "NoPodFailing", written only when the condition exists
+ * already (a run whose pods never failed does not carry it). Returns as
+ * sb_operator_condition_set (1 changed, 0 not, -1 out of memory). */
+int sb_podstate_condition(cJSON *status, const char *reason, const char *message,
+                          int64_t generation, const char *now);
+
+#endif
