@@ -1,0 +1,326 @@
+/* The checkpoint log (controller/ctl/ckptlog.h): a writer appends only what is new as segments
+ * and compacts into a new base; a reader gets back exactly the committed splits and parts
+ * (checked against a model), refuses a foreign, stale, torn or edited log naming the file and
+ * line, and accepts a log ahead of its summary (a writer killed before its summary). */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "controller/ctl/ckptlog.h"
+#include "controller/sched/ranges.h"
+#include "controller/sched/sched.h"
+
+#define NSPLITS 400
+#define SPEC "0123456789abcdef"
+#define PLAN "fedcba9876543210"
+
+static char g_dir[256];
+
+static void setup(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/sb-ckptlog-%d/_streambatch/checkpoint", (int)getpid());
+}
+
+static void teardown(void)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf /tmp/sb-ckptlog-%d", (int)getpid());
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(ckptlog, .init = setup, .fini = teardown);
+
+/* The model: splits [0, ncommitted) committed, each with two parts. */
+typedef struct {
+    sb_storage_output parts[2 * NSPLITS];
+    char ids[2 * NSPLITS][32];
+    char orders[2 * NSPLITS][32];
+    uint8_t set[NSPLITS];
+} model;
+
+static void model_make(model *m, size_t ncommitted, size_t *nparts, char **ranges)
+{
+    memset(m->set, 0, sizeof m->set);
+    size_t n = 0;
+    for (size_t s = 0; s < ncommitted; s++) {
+        m->set[s] = 1;
+        for (int k = 0; k < 2; k++, n++) {
+            snprintf(m->ids[n], sizeof m->ids[n], "s1-t%zu-p%d", s, k);
+            snprintf(m->orders[n], sizeof m->orders[n], "%zu.%d", s, k);
+            m->parts[n] = (sb_storage_output){.id = m->ids[n],
+                                              .rows = s + 1,
+                                              .bytes = 10 * s,
+                                              .crc32c = (uint32_t)(s * 7919u + (unsigned)k),
+                                              .order = k ? m->orders[n] : NULL};
+        }
+    }
+    *nparts = n;
+    *ranges = sb_ranges_format(m->set, NSPLITS);
+}
+
+static size_t count_files(const char *prefix)
+{
+    DIR *d = opendir(g_dir);
+    size_t n = 0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Reads the log back as sum describes it and compares it with the model's first n splits. */
+static void expect_load(const sb_ckptlog_summary *sum, size_t n)
+{
+    sb_ckpt c;
+    sb_err err = {0};
+    cr_assert_eq(sb_ckptlog_load(sum, &c, NULL, &err), 0, "%s", err.msg);
+    model m;
+    size_t np;
+    char *r;
+    model_make(&m, n, &np, &r);
+    cr_assert_str_eq(c.committed_splits, r);
+    cr_assert_eq(c.ncommitted, n);
+    cr_assert_eq(c.nparts, np);
+    for (size_t i = 0; i < np; i++) {
+        size_t j = 0;
+        while (j < c.nparts && strcmp(c.parts[j].id, m.parts[i].id) != 0)
+            j++;
+        cr_assert_lt(j, c.nparts, "part %s missing", m.parts[i].id);
+        cr_assert_eq(c.parts[j].rows, m.parts[i].rows);
+        cr_assert_eq(c.parts[j].bytes, m.parts[i].bytes);
+        cr_assert_eq(c.parts[j].crc32c, m.parts[i].crc32c);
+        cr_assert_eq(c.parts[j].order == NULL, m.parts[i].order == NULL);
+        if (c.parts[j].order)
+            cr_assert_str_eq(c.parts[j].order, m.parts[i].order);
+    }
+    cr_assert_str_eq(c.spec_hash, SPEC);
+    cr_assert_str_eq(c.plan_hash, PLAN);
+    free(r);
+    sb_ckpt_free(&c);
+}
+
+/* Commits splits up to n through w (one update). */
+static int commit_to(sb_ckptlog *w, size_t n, int *wrote, sb_err *err)
+{
+    model m;
+    size_t np;
+    char *r;
+    model_make(&m, n, &np, &r);
+    int rc = sb_ckptlog_update(w, PLAN, NSPLITS, r, m.parts, np, wrote, err);
+    free(r);
+    return rc;
+}
+
+Test(ckptlog, appends_only_what_is_new_and_reads_back)
+{
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0, "%s", err.msg);
+    cr_assert_eq(commit_to(&w, 0, &wrote, &err), 0);
+    cr_assert_eq(wrote, 0, "nothing committed: nothing written");
+    cr_assert_eq(commit_to(&w, 10, &wrote, &err), 0, "%s", err.msg);
+    cr_assert_eq(wrote, 1);
+    cr_assert_eq(w.sum.generation, 1);
+    cr_assert_eq(w.sum.segments, 0);
+    uint64_t before = w.parts_written;
+    for (size_t n = 20; n <= 50; n += 10) {
+        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
+        cr_assert_eq(wrote, 1);
+        cr_assert_eq(w.parts_written - before, 20, "a segment holds only the new parts");
+        before = w.parts_written;
+        expect_load(&w.sum, n);
+    }
+    cr_assert_eq(commit_to(&w, 50, &wrote, &err), 0);
+    cr_assert_eq(wrote, 0, "nothing new: nothing written");
+    cr_assert_eq(w.sum.segments, 4);
+    cr_assert_eq(w.sum.parts, 100);
+    cr_assert_eq(w.sum.splits, 50);
+    cr_assert_eq(count_files("seg-"), 4);
+    cr_assert_eq(count_files("base-"), 1);
+    cr_assert_eq(count_files(".tmp-"), 0);
+    sb_ckptlog_free(&w);
+}
+
+Test(ckptlog, a_new_epoch_compacts_and_segments_pile_up_into_a_base)
+{
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0);
+    for (size_t n = 1; n <= 30; n++)
+        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
+    sb_ckptlog_summary s1 = w.sum;
+    sb_ckptlog_free(&w);
+    /* a resumed run: epoch 1 continues the same id; its first write is a new base */
+    sb_ckptlog_summary found;
+    sb_ckpt c;
+    cr_assert_eq(sb_ckptlog_load(&s1, &c, &found, &err), 0, "%s", err.msg);
+    sb_ckpt_free(&c);
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, found.id, 1, SPEC, &err), 0);
+    cr_assert_eq(commit_to(&w, 31, &wrote, &err), 0, "%s", err.msg);
+    cr_assert_eq(w.sum.generation, 2);
+    cr_assert_eq(w.sum.segments, 0);
+    cr_assert_eq(count_files("seg-"), 0, "the old generation's segments are removed");
+    cr_assert_eq(count_files("base-"), 1);
+    /* the old summary is behind the log: still accepted (a writer died before its summary) */
+    expect_load(&s1, 31);
+    for (size_t n = 32; n < 32 + SB_CKPTLOG_MAX_SEGMENTS + 2; n++)
+        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
+    cr_assert_eq(w.sum.generation, 3, "too many segments: compacted");
+    expect_load(&w.sum, 32 + SB_CKPTLOG_MAX_SEGMENTS + 1);
+    /* a split taken back: the next write rewrites what is true */
+    cr_assert_eq(commit_to(&w, 20, &wrote, &err), 0);
+    cr_assert_eq(w.sum.generation, 4);
+    expect_load(&w.sum, 20);
+    sb_ckptlog_free(&w);
+}
+
+/* A log of a base and two segments; *sum its summary. */
+static void make_log(sb_ckptlog_summary *sum)
+{
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0);
+    for (size_t n = 10; n <= 30; n += 10)
+        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
+    *sum = w.sum;
+    sb_ckptlog_free(&w);
+}
+
+static void expect_refused(const sb_ckptlog_summary *sum, const char *needle, const char *needle2)
+{
+    sb_ckpt c;
+    sb_err err = {0};
+    cr_assert_eq(sb_ckptlog_load(sum, &c, NULL, &err), -1, "expected refusal (%s)", needle);
+    cr_assert(strstr(err.msg, needle) != NULL, "\"%s\" lacks \"%s\"", err.msg, needle);
+    if (needle2)
+        cr_assert(strstr(err.msg, needle2) != NULL, "\"%s\" lacks \"%s\"", err.msg, needle2);
+    cr_assert_eq(c.nparts, 0);
+}
+
+static void path_of(char *out, size_t len, const char *name)
+{
+    snprintf(out, len, "%s/%s", g_dir, name);
+}
+
+Test(ckptlog, a_torn_segment_is_refused_naming_the_file)
+{
+    sb_ckptlog_summary sum;
+    make_log(&sum);
+    char p[512];
+    path_of(p, sizeof p, "seg-00000001-00000002.sbck");
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    cr_assert_eq(truncate(p, st.st_size / 2), 0);
+    expect_refused(&sum, "seg-00000001-00000002.sbck", "cut short");
+}
+
+Test(ckptlog, an_edited_part_is_refused_by_the_hash)
+{
+    sb_ckptlog_summary sum;
+    make_log(&sum);
+    char p[512];
+    path_of(p, sizeof p, "seg-00000001-00000001.sbck");
+    FILE *f = fopen(p, "r+");
+    cr_assert_not_null(f);
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    char *x = strstr(buf, "s1-t12-p0:13:");
+    cr_assert_not_null(x);
+    x[10] = '9'; /* rows 13 -> 93 */
+    rewind(f);
+    cr_assert_eq(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    expect_refused(&sum, "seg-00000001-00000001.sbck", "changed or damaged");
+}
+
+Test(ckptlog, a_bad_line_is_named)
+{
+    /* a well-chained file whose part line is bad: the decoder names the line */
+    sb_ckptlog_file f = {.base = 1, .generation = 1};
+    memcpy(f.id, SPEC, 17);
+    memcpy(f.spec_hash, SPEC, 17);
+    memcpy(f.plan_hash, PLAN, 17);
+    sb_storage_output parts[2] = {{.id = "ok", .rows = 1}, {.id = "bad id!", .rows = 2}};
+    size_t len;
+    char *text = sb_ckptlog_encode(&f, "0-1", parts, 2, &len);
+    cr_assert_not_null(text);
+    char *ranges;
+    sb_storage_output *out;
+    size_t n;
+    sb_err err = {0};
+    cr_assert_eq(sb_ckptlog_decode(text, len, "X", &f, &ranges, &out, &n, &err), -1);
+    cr_assert(strstr(err.msg, "X: line 13:") != NULL, "%s", err.msg);
+    free(text);
+    /* and one that is right reads back */
+    parts[1].id = "good";
+    text = sb_ckptlog_encode(&f, "0-1", parts, 2, &len);
+    cr_assert_eq(sb_ckptlog_decode(text, len, "X", &f, &ranges, &out, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(out[1].id, "good");
+    cr_assert_str_eq(ranges, "0-1");
+    free(ranges);
+    sb_sched_parts_free(out, n);
+    free(text);
+}
+
+Test(ckptlog, a_foreign_or_stale_log_is_refused)
+{
+    sb_ckptlog_summary sum, s;
+    make_log(&sum);
+    s = sum;
+    memcpy(s.id, "00000000000000aa", 17);
+    expect_refused(&s, "foreign", "00000000000000aa");
+    s = sum;
+    memcpy(s.spec_hash, "00000000000000bb", 17);
+    expect_refused(&s, "foreign", "spec hash");
+    s = sum;
+    s.generation = sum.generation + 1;
+    expect_refused(&s, "stale", "generation");
+    s = sum;
+    s.segments = sum.segments + 1;
+    expect_refused(&s, "stale", "seg-00000001-00000003.sbck is missing");
+    s = sum;
+    memcpy(s.hash, "0000000000000001", 17);
+    expect_refused(&s, "stale or foreign", "seg-00000001-00000002.sbck");
+    /* the summary itself, read back from where others edit it */
+    cJSON *j = sb_ckptlog_summary_json(&sum);
+    sb_ckptlog_summary back;
+    sb_err err = {0};
+    cr_assert_eq(sb_ckptlog_summary_parse(j, "status.checkpoint", &back, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(back.hash, sum.hash);
+    cr_assert_str_eq(back.location, sum.location);
+    cr_assert_eq(back.segments, sum.segments);
+    cJSON_ReplaceItemInObject(j, "generation", cJSON_CreateString("x"));
+    cr_assert_eq(sb_ckptlog_summary_parse(j, "status.checkpoint", &back, &err), -1);
+    cr_assert(strstr(err.msg, "status.checkpoint.generation") != NULL, "%s", err.msg);
+    cJSON_Delete(j);
+    /* removed: nothing left, the empty _streambatch too */
+    cr_assert_eq(sb_ckptlog_remove(g_dir, &err), 0, "%s", err.msg);
+    char parent[300];
+    snprintf(parent, sizeof parent, "/tmp/sb-ckptlog-%d/_streambatch", (int)getpid());
+    struct stat st;
+    cr_assert_neq(stat(parent, &st), 0);
+    expect_refused(&sum, "no base file", NULL);
+}
+
+Test(ckptlog, a_leftover_temporary_is_skipped)
+{
+    sb_ckptlog_summary sum;
+    make_log(&sum);
+    char p[512];
+    path_of(p, sizeof p, ".tmp-seg-00000001-00000003.sbck");
+    FILE *f = fopen(p, "w");
+    fputs("streambatch-checkpoint 1\nid ", f); /* a writer killed mid-write */
+    fclose(f);
+    expect_load(&sum, 30);
+}
