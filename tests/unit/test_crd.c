@@ -237,6 +237,7 @@ Test(crd, printer_columns_point_at_real_fields)
         int wide;
     } want[] = {
         {"Phase", ".status.phase", 0},
+        {"Reason", ".status.reason", 0},
         {"Partitions", ".status.progress", 0},
         {"Workers", ".status.workers", 0},
         {"Throughput", ".status.throughput", 0},
