@@ -37,7 +37,9 @@ GRPC_STATIC = $(filter -lgrpc -laddress_sorting -lre2 -lupb -lcares -lgpr -labsl
                 $(shell pkg-config --static --libs-only-l grpc 2>/dev/null))
 PKG_LIBS   = -Wl,-Bstatic $(GRPC_STATIC) -lgpr -Wl,-Bdynamic \
              $(shell pkg-config --libs $(filter-out grpc,$(PKGS)) 2>/dev/null) \
-             -lssl -lcrypto -lz -lstdc++ -latomic
+             -lssl -lcrypto -lz -lstdc++ -latomic $(CODEC_LIBS)
+# Parquet page codecs (lib/parquet/encoding.c); Debian's -dev packages, installed by make deps.
+CODEC_LIBS = -lsnappy -lzstd -llz4 -lbrotlidec
 
 WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wno-format-truncation
 CSTD   := -std=c17 -D_GNU_SOURCE
@@ -49,7 +51,10 @@ LDSAN  := -fsanitize=address,undefined
 endif
 CFLAGS  := $(CSTD) $(WARN) $(OPT) $(INCS) $(PKG_CFLAGS) -MMD -MP
 LDFLAGS := $(LDSAN)
-LDLIBS   = $(PKG_LIBS) -lpthread -lm
+# OpenBLAS (tensor.mlp's CPU GEMMs; Debian's serial variant, libopenblas-serial-dev: one thread
+# per call), only where a program uses it: --as-needed keeps it off the controller's NEEDED list.
+BLAS_LIBS = -Wl,--push-state,--as-needed -lopenblas -Wl,--pop-state
+LDLIBS   = $(PKG_LIBS) $(BLAS_LIBS) -lpthread -lm
 
 PROTOS    := $(wildcard api/proto/*.proto)
 GEN_SRCS  := $(patsubst api/proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))

@@ -8,6 +8,8 @@ PKGS=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libzstd-dev
   libcriterion-dev
+  libsnappy-dev liblz4-dev libbrotli-dev
+  libopenblas-serial-dev
   clang libclang-rt-14-dev clang-format cppcheck
   valgrind openssl python3 python3-yaml python3-venv curl
   nginx prometheus

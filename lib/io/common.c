@@ -21,12 +21,13 @@ int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err
     case SB_FMT_CSV:
         return 0;
     case SB_FMT_IMAGE:
+    case SB_FMT_PARQUET:
         if (!is_sink)
             return 0;
         return sb_err_set(err,
-                          "%s: format image is a source format only (sinks write jsonl, csv, "
+                          "%s: format %s is a source format only (sinks write jsonl, csv, "
                           "text or binary)",
-                          what);
+                          what, fmt == SB_FMT_IMAGE ? "image" : "parquet");
     }
     return sb_err_set(err, "%s: unknown format %d", what, (int)fmt);
 }

@@ -1,5 +1,5 @@
 /* reader.c — split reader for jsonl, text, csv and binary files, and the entry to the image
- * reader (imgread.c) (see reader.h). */
+ * reader (imgread.c) and the parquet reader (lib/parquet/source.h) (see reader.h). */
 #include "io/reader.h"
 
 #include <errno.h>
@@ -19,6 +19,7 @@
 #include "io/decomp.h"
 #include "io/imgread.h"
 #include "io/schemes.h"
+#include "parquet/source.h"
 
 /* The split's bytes as one sequential stream from the storage layer. The first request covers
  * the split itself; reading past its end (to finish the last line) continues with requests of
@@ -870,6 +871,15 @@ static int read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const
     if (fmt == SB_FMT_IMAGE) {
         for (size_t i = 0; i < n; i++)
             if (sb_io_read_image(&pieces[i], args_json, target_bytes, emit, ud, err) != 0)
+                return -1;
+        return 0;
+    }
+    if (fmt == SB_FMT_PARQUET) { /* typed columns, by row group (lib/parquet/source.h) */
+        if (chunk_bytes > 0 && chunk_bytes < target_bytes)
+            target_bytes = chunk_bytes;
+        for (size_t i = 0; i < n; i++)
+            if (sb_pq_read_split(&pieces[i], args_json, target_bytes, unsealed, emit, ud, err) !=
+                0)
                 return -1;
         return 0;
     }

@@ -1,6 +1,7 @@
 /* reader.h — reads one source split (split.h) of a local file and emits its records as
  * partitions (lib/partition blobs) of about `target_bytes` each.
  *
+ * Format parquet: the row groups a split owns, as typed columns (lib/parquet/parquet.h).
  * Format image: one partition per object, decoded into typed columns (imgread.h). Every
  * other format's partitions have ONE column named "record" (SB_IO_RECORD_COLUMN):
  *   jsonl  utf8, one line per record without its line terminator ("\n" or "\r\n"); blank lines

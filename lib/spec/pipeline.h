@@ -22,9 +22,25 @@
 #define SB_API_VERSION "streambatch.dev/v1alpha1"
 #define SB_KIND "Pipeline"
 
-typedef enum { SB_FMT_JSONL, SB_FMT_CSV, SB_FMT_TEXT, SB_FMT_BINARY, SB_FMT_IMAGE } sb_format;
+typedef enum {
+    SB_FMT_JSONL,
+    SB_FMT_CSV,
+    SB_FMT_TEXT,
+    SB_FMT_BINARY,
+    SB_FMT_IMAGE,
+    SB_FMT_PARQUET /* a source format only, for now (lib/parquet/parquet.h) */
+} sb_format;
 typedef enum { SB_MODE_STREAMING, SB_MODE_STAGED, SB_MODE_STATIC } sb_exec_mode;
 
+/* sink.mode: what a run does with a sink that already holds output (lib/io/sink.h) */
+typedef enum {
+    SB_SINK_OVERWRITE,       /* the default: the run's parts replace earlier runs' */
+    SB_SINK_APPEND,          /* the run's parts are added, under names of their own */
+    SB_SINK_ERROR_IF_EXISTS, /* refused when the sink holds a file */
+    SB_SINK_IGNORE           /* nothing done when the sink holds _SUCCESS */
+} sb_sink_mode;
+
+extern const char *const sb_sink_mode_names[]; /* indexed by sb_sink_mode */
 extern const char *const sb_format_names[];    /* indexed by sb_format, NULL-terminated */
 extern const char *const sb_exec_mode_names[]; /* indexed by sb_exec_mode */
 
@@ -38,11 +54,19 @@ typedef struct sb_source_spec {
     char *args_json; /* format options as a JSON object, or NULL */
 } sb_source_spec;
 
+/* SB_SINK_PART_TAG_MAX: the run tag of append mode, lowercase hex, NUL included */
+#define SB_SINK_PART_TAG_MAX 17
+
 typedef struct sb_sink_spec {
     char *uri;
     sb_format format;
     char *credentials_secret;
     char *args_json;
+    sb_sink_mode mode;
+    /* Not from the manifest: the run's tag in append mode (part files "part-<tag>-<id>"), set
+     * by the driver (the same for a run and its resumes) and handed to the workers at
+     * registration; "" in the other modes. */
+    char part_tag[SB_SINK_PART_TAG_MAX];
 } sb_sink_spec;
 
 typedef struct sb_resources_spec {
@@ -146,7 +170,8 @@ int sb_pipeline_decode(const sb_node *root, sb_pipeline *out, sb_diags *d);
 
 void sb_pipeline_free(sb_pipeline *p);
 
-/* Built-in op names (NULL-terminated) and whether a name is one. */
+/* The ops this build runs (NULL-terminated; the CRD's op rule lists the same), and whether a
+ * name is an op the API knows (also the planned image.decode, which the validator refuses). */
 extern const char *const sb_op_names[];
 int sb_spec_op_known(const char *name);
 

@@ -1,0 +1,120 @@
+/* source.c — the parquet source format over lib/io (see source.h): ranged reads of the footer
+ * and of each owned row group's selected column chunks, the args.columns option. */
+#include "parquet/source.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/schemes.h"
+
+void sb_pq_names_free(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int sb_pq_parse_columns(const char *args_json, char ***names, size_t *n, sb_err *err)
+{
+    *names = NULL;
+    *n = 0;
+    if (args_json == NULL || args_json[0] == '\0')
+        return 0;
+    cJSON *root = cJSON_Parse(args_json);
+    if (root == NULL || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return sb_err_set(err, "format args are not a JSON object: %.80s", args_json);
+    }
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "columns");
+    int rc = 0;
+    if (c != NULL && !cJSON_IsNull(c)) {
+        if (!cJSON_IsArray(c) || cJSON_GetArraySize(c) == 0) {
+            rc = sb_err_set(err, "args.columns must be a non-empty list of column names");
+        } else {
+            size_t k = (size_t)cJSON_GetArraySize(c);
+            *names = calloc(k, sizeof **names);
+            if (*names == NULL)
+                rc = sb_err_set(err, "out of memory");
+            const cJSON *it;
+            cJSON_ArrayForEach(it, c)
+            {
+                if (rc != 0)
+                    break;
+                if (!cJSON_IsString(it)) {
+                    rc = sb_err_set(err, "args.columns must list strings");
+                    break;
+                }
+                (*names)[*n] = strdup(it->valuestring);
+                if ((*names)[*n] == NULL)
+                    rc = sb_err_set(err, "out of memory");
+                else
+                    (*n)++;
+            }
+        }
+    }
+    cJSON_Delete(root);
+    if (rc != 0) {
+        sb_pq_names_free(*names, *n);
+        *names = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+/* One ranged request per read: the footer, then one per column chunk. */
+static int io_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
+{
+    const char *uri = ud;
+    sb_io_rd *h = NULL;
+    if (n == 0)
+        return 0;
+    if (sb_io_read_open(uri, off, off + n, &h, err) != 0)
+        return -1;
+    ssize_t k = sb_io_read_full(h, buf, n, err);
+    sb_io_read_close(h);
+    if (k < 0)
+        return -1;
+    if ((size_t)k != n)
+        return sb_err_set(err,
+                          "%.300s: object ends at byte offset %" PRIu64 " (it changed since "
+                          "planning)",
+                          uri, off + (uint64_t)k);
+    return 0;
+}
+
+int sb_pq_read_split(const sb_io_split *split, const char *args_json, size_t target_bytes,
+                     bool unsealed, sb_pq_emit_fn emit, void *ud, sb_err *err)
+{
+    char **names;
+    size_t nnames;
+    if (sb_pq_parse_columns(args_json, &names, &nnames, err) != 0)
+        return sb_err_wrap(err, "read split: %.300s", split->path);
+    uint64_t now = 0;
+    int exists = 0;
+    if (sb_io_stat(split->path, &now, &exists, err) != 0) {
+        sb_pq_names_free(names, nnames);
+        return sb_err_wrap(err, "read split");
+    }
+    if (!exists || now != split->file_size) {
+        sb_pq_names_free(names, nnames);
+        return sb_err_set(err,
+                          "read split: %.300s %s (planned as %" PRIu64 " bytes; it changed "
+                          "since planning)",
+                          split->path, exists ? "changed size" : "was removed", split->file_size);
+    }
+    sb_pq_file f;
+    int rc = sb_pq_open(&f, split->path, split->file_size, io_read, split->path, err);
+    sb_pq_plan plan = {0};
+    if (rc == 0)
+        rc = sb_pq_plan_make(&f, (const char *const *)names, nnames, &plan, err);
+    sb_pq_read_opts o = {.target_bytes = target_bytes, .unsealed = unsealed};
+    for (size_t g = 0; rc == 0 && g < f.meta.nrgs; g++)
+        if (sb_pq_owns(&f, g, split->start, split->end))
+            rc = sb_pq_read_row_group(&f, &plan, g, &o, emit, ud, err);
+    sb_pq_plan_free(&plan);
+    sb_pq_close(&f);
+    sb_pq_names_free(names, nnames);
+    return rc;
+}
