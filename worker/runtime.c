@@ -1429,7 +1429,11 @@ static int do_register(worker *w, ctl_chan *c, int timeout_ms, size_t *nheld, sb
             sb_pipeline_decode(sb_doc_root(w->doc, 0), &w->pipeline, &d) != 0 || d.n > 0) {
             rc = sb_err_set(err, "the controller sent an invalid pipeline: %s",
                             d.n ? d.items[0].msg : "not JSON");
+        } else if (sb_io_sink_tag_check(r->sink_tag, w->pipeline.spec.sink.mode, err) != 0) {
+            rc = sb_err_wrap(err, "the controller sent an invalid sink tag");
         } else {
+            snprintf(w->pipeline.spec.sink.part_tag, sizeof w->pipeline.spec.sink.part_tag, "%s",
+                     r->sink_tag ? r->sink_tag : "");
             w->have_pipeline = 1;
             sb_wmetrics_set_pipeline(w->metrics, w->pipeline.metadata.namespace_,
                                      w->pipeline.metadata.name);

@@ -74,7 +74,7 @@ struct sb_ctl {
     pthread_cond_t changed;
     sb_sched *sched;
     sb_rpc_server *srv;
-    char *pipeline_id, *pipeline_json;
+    char *pipeline_id, *pipeline_json, *sink_tag;
     uint32_t hb_interval_ms, hb_timeout_ms;
     uint64_t stall_ms;
     pending_poll pending[MAX_PENDING];
@@ -799,6 +799,7 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         rep.heartbeat_interval_ms = c->hb_interval_ms;
         rep.controller_id = c->pipeline_id;
         rep.pipeline_json = c->pipeline_json;
+        rep.sink_tag = c->sink_tag;
         rep.batched_completions = 1;
         char **rel = NULL;
         if (c->sched != NULL)
@@ -1106,6 +1107,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
     c->max_workers = cfg->max_workers ? cfg->max_workers : SB_CTL_DEFAULT_MAX_WORKERS;
     c->pipeline_id = strdup(cfg->pipeline_id ? cfg->pipeline_id : "pipeline");
     c->pipeline_json = strdup(cfg->pipeline_json ? cfg->pipeline_json : "{}");
+    c->sink_tag = strdup(cfg->sink_tag ? cfg->sink_tag : "");
     sb_sched_config sc = {.pipeline = cfg->pipeline,
                           .pipeline_id = c->pipeline_id,
                           .no_fusion = cfg->no_fusion,
@@ -1117,7 +1119,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
                           .no_early = cfg->no_early,
                           .start_ms = now_ms(),
                           .resume = cfg->resume};
-    if (c->pipeline_id == NULL || c->pipeline_json == NULL)
+    if (c->pipeline_id == NULL || c->pipeline_json == NULL || c->sink_tag == NULL)
         goto fail;
     c->pipeline = cfg->pipeline;
     c->no_fusion = cfg->no_fusion;
@@ -1672,6 +1674,7 @@ void sb_ctl_free(sb_ctl *c)
     sb_sched_parts_free((sb_storage_output *)c->resume.parts, c->resume.nparts);
     free(c->pipeline_id);
     free(c->pipeline_json);
+    free(c->sink_tag);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->changed);
     free(c);

@@ -43,6 +43,7 @@ typedef struct sb_ctl_config {
     const sb_pipeline *pipeline;
     const char *pipeline_id;   /* "namespace/name" */
     const char *pipeline_json; /* the manifest as JSON, handed to workers at registration */
+    const char *sink_tag;      /* sink.mode append: the run's part tag (sinkmode.h); NULL: none */
     const sb_storage_split *splits;
     size_t nsplits;
     const char *listen_addr;        /* default "127.0.0.1:0" */

@@ -23,6 +23,7 @@
 #include "controller/local/runckpt.h"
 #include "controller/ctl/cmetrics.h"
 #include "core/log.h"
+#include "io/sink.h"
 #include "doc/doc.h"
 #include "metrics/serve.h"
 #include "rpc/tlsdir.h"
@@ -903,7 +904,14 @@ static int run_start_controller(run_ctx *c)
     if (c->chost == NULL || *c->chost == '\0' || strlen(c->chost) > 45)
         c->chost = "127.0.0.1";
     snprintf(c->listen, sizeof c->listen, "%s:0", c->chost);
+    /* sink.mode append: the run's part tag (lib/io/sink.h), drawn at its first start */
+    if (c->r.p.spec.sink.mode == SB_SINK_APPEND && c->r.p.spec.sink.part_tag[0] == '\0' &&
+        sb_io_sink_tag_new(c->r.p.spec.sink.part_tag, &err) != 0) {
+        fprintf(stderr, "streambatch: %s\n", err.msg);
+        return 1;
+    }
     c->cc = (sb_ctl_config){
+        .sink_tag = c->r.p.spec.sink.part_tag,
         .pipeline = &c->r.p,
         .pipeline_id = c->pid_s,
         .pipeline_json = c->r.json,

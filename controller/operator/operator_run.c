@@ -21,6 +21,7 @@
 #include "controller/sched/ranges.h"
 #include "core/log.h"
 #include "doc/doc.h"
+#include "io/sink.h"
 #include "plan/fromspec.h"
 #include "spec/validate.h"
 
@@ -790,6 +791,17 @@ static void run_kube_config(sb_operator_pipeline *r, const sb_operator_pipeline_
     kc->ud = r;
 }
 
+/* sink.mode append: the run's part tag from the Pipeline's uid, the same for its resumes and
+ * a new leader's run of it (lib/io/sink.h). */
+static int run_sink_tag(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg,
+                        sb_err *err)
+{
+    if (r->p.spec.sink.mode != SB_SINK_APPEND)
+        return 0;
+    return sb_io_sink_tag_from_uid(sb_operator_str_at(cfg->object, "metadata", "uid"),
+                                   r->p.spec.sink.part_tag, err);
+}
+
 /* The pipeline's tokens, derived from the operator's key and the Pipeline's uid (the same for
  * every leader with that key), and the Secret name the pods read the worker token from. 0, or
  * -1 with err. */
@@ -886,10 +898,11 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
                         .resume_plan_hash = cfg->resume != NULL && resume.committed_splits != NULL
                                                 ? cfg->resume->plan_hash
                                                 : NULL};
-    if (run_credentials(r, cfg, err) != 0) {
+    if (run_credentials(r, cfg, err) != 0 || run_sink_tag(r, cfg, err) != 0) {
         run_free(r);
         return NULL;
     }
+    cc.sink_tag = r->p.spec.sink.part_tag;
     uint64_t maxw = 0; /* the pools' largest sizes, twice: pods being replaced overlap */
     for (size_t i = 0; i < r->p.spec.nstages; i++)
         maxw += r->p.spec.stages[i].workers.max;

@@ -28,6 +28,7 @@
 #include "io/csv.h"
 #include "io/reader.h"
 #include "io/schemes.h"
+#include "io/sinkmode.h"
 #include "partition/id.h"
 
 #define PART_PREFIX "part-"
@@ -86,6 +87,25 @@ static int put_file(const char *dir, const char *name, const char *content, sb_e
         sb_err_wrap(err, "sink: writing %.300s", uri);
     free(uri);
     return rc;
+}
+
+static int valid_id(const char *id);
+
+int sb_io_sink_part_name(const sb_sink_spec *sink, const char *partition_id,
+                         char out[SB_IO_PART_NAME_MAX], sb_err *err)
+{
+    if (!valid_id(partition_id))
+        return sb_err_set(err,
+                          "sink: partition id \"%.64s\" is not 1..%d characters of "
+                          "[A-Za-z0-9._-] (not starting with '.')",
+                          partition_id ? partition_id : "(null)", SB_IO_PART_ID_MAX);
+    const char *tag = sink->mode == SB_SINK_APPEND ? sink->part_tag : "";
+    int k = snprintf(out, SB_IO_PART_NAME_MAX, PART_PREFIX "%s%s%s.%s", tag, tag[0] ? "-" : "",
+                     partition_id, ext_of(sink->format));
+    if (k < 0 || k >= SB_IO_PART_NAME_MAX)
+        return sb_err_set(err, "sink: part name for partition \"%.64s...\" is too long",
+                          partition_id);
+    return 0;
 }
 
 static int valid_id(const char *id)
@@ -276,11 +296,8 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
                           size_t len, sb_io_part_info *info, sb_err *err)
 {
     char final[SB_IO_PART_NAME_MAX];
-    if (!valid_id(partition_id))
-        return sb_err_set(err,
-                          "sink: partition id \"%.64s\" is not 1..%d characters of "
-                          "[A-Za-z0-9._-] (not starting with '.')",
-                          partition_id ? partition_id : "(null)", SB_IO_PART_ID_MAX);
+    if (sb_io_sink_part_name(sink, partition_id, final, err) != 0)
+        return -1;
     char *dir = sink_dir(sink, err);
     if (dir == NULL)
         return -1;
@@ -290,8 +307,6 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
         free(dir);
         return -1;
     }
-    snprintf(final, sizeof final, PART_PREFIX "%s.%s", partition_id, ext_of(sink->format));
-
     sb_batch *b = NULL;
     if (sb_batch_open(blob, len, &b, err) != 0) {
         free(dir);
@@ -388,6 +403,18 @@ static int cleanup(const char *dir, sb_err *err)
     return 0;
 }
 
+/* Append and ignore keep an earlier run's _SUCCESS and manifest until their own commit. */
+static int keeps_commit(const sb_sink_spec *sink)
+{
+    return sink->mode == SB_SINK_APPEND || sink->mode == SB_SINK_IGNORE;
+}
+
+/* Only the backend's leftovers (temporary files, unfinished uploads). */
+static int leftovers(const char *dir, sb_err *err)
+{
+    return sb_io_cleanup(dir, err) != 0 ? sb_err_wrap(err, "sink") : 0;
+}
+
 int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err)
 {
     char *dir = sink_dir(sink, err);
@@ -405,12 +432,16 @@ int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err)
      * fail here, before any task runs. */
     sb_io_obj *o = NULL;
     size_t n = 0;
-    int rc = sb_io_list(dir, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &o, &n, err);
-    sb_io_objs_free(o, n);
+    int rc = sb_io_list(dir, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &o, &n, err), done = 0;
     if (rc != 0)
         sb_err_wrap(err, "sink");
-    else
-        rc = cleanup(dir, err);
+    else if (sink->mode == SB_SINK_ERROR_IF_EXISTS)
+        rc = sb_io_sink_check_empty(dir, ext_of(sink->format), o, n, err);
+    else if (sink->mode == SB_SINK_IGNORE)
+        rc = sb_io_sink_dir_committed(dir, &done, err);
+    sb_io_objs_free(o, n);
+    if (rc == 0 && !done)
+        rc = keeps_commit(sink) ? leftovers(dir, err) : cleanup(dir, err);
     free(dir);
     return rc;
 }
@@ -420,7 +451,7 @@ int sb_io_sink_abort(const sb_sink_spec *sink, sb_err *err)
     char *dir = sink_dir(sink, err);
     if (dir == NULL)
         return -1;
-    int rc = cleanup(dir, err);
+    int rc = keeps_commit(sink) ? leftovers(dir, err) : cleanup(dir, err);
     free(dir);
     return rc;
 }
@@ -490,22 +521,6 @@ done:
     cJSON_Delete(tot);
     cJSON_Delete(root);
     return text;
-}
-
-/* Is `name` a part file this engine writes ("part-s<stage>-t<task>-p<seq>.<ext>")? Only those
- * may be removed as strays: other files a user keeps in the sink directory stay untouched. */
-static int our_part_name(const char *name, const char *ext)
-{
-    if (!valid_part_name(name, ext))
-        return 0;
-    size_t n = strlen(name) - strlen(PART_PREFIX) - strlen(ext) - 1;
-    char id[SB_IO_PART_NAME_MAX];
-    memcpy(id, name + strlen(PART_PREFIX), n);
-    id[n] = '\0';
-    uint32_t stage, seq;
-    uint64_t task;
-    sb_err e;
-    return sb_part_id_parse(id, &stage, &task, &seq, &e) == 0;
 }
 
 static int obj_name_cmp(const void *a, const void *b)
@@ -585,7 +600,7 @@ static int commit_remove_strays(const sb_io_obj *objs, size_t nobjs, const char 
 {
     for (size_t i = 0; i < nobjs; i++) {
         const char *nm = sb_io_uri_base(objs[i].uri);
-        if (!our_part_name(nm, ext))
+        if (!sb_io_sink_our_part_name(nm, ext))
             continue;
         if (sb_idmap_get(named, nm, NULL))
             continue;
@@ -618,14 +633,61 @@ static int commit_publish(const char *dir, const sb_sink_spec *sink, const sb_io
     return rc;
 }
 
-int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
-                      const sb_io_errored *errored, size_t nerrored, sb_err *err)
+/* Append mode: the parts and errored partitions to commit are the earlier manifest's, then
+ * the run's. An earlier part named with this run's tag is this run's own from a commit that did
+ * not finish (the driver died after it): the run lists it again, so it is not carried over. */
+typedef struct {
+    sb_io_prev_manifest prev;
+    sb_io_part_info *parts;
+    size_t n;
+    sb_io_errored *errored;
+    size_t nerrored;
+} merged;
+
+static int append_merge(const char *dir, const sb_sink_spec *sink, const sb_io_part_info *parts,
+                        size_t n, const sb_io_errored *errored, size_t nerrored, merged *m,
+                        sb_err *err)
 {
-    if (n > 0 && parts == NULL)
-        return sb_err_set(err, "sink: commit: NULL parts");
-    char *dir = sink_dir(sink, err);
-    if (dir == NULL)
-        return -1;
+    memset(m, 0, sizeof *m);
+    if (sb_io_prev_manifest_read(dir, ext_of(sink->format), &m->prev, err) != 0)
+        return sb_err_wrap(err, "sink: commit (append)");
+    m->parts = calloc(m->prev.nparts + n + 1, sizeof *m->parts);
+    m->errored = calloc(m->prev.nerrored + nerrored + 1, sizeof *m->errored);
+    if (m->parts == NULL || m->errored == NULL)
+        return sb_err_set(err, "sink: commit: out of memory");
+    char own[SB_IO_PART_NAME_MAX];
+    snprintf(own, sizeof own, PART_PREFIX "%s-", sink->part_tag);
+    for (size_t i = 0; i < m->prev.nparts; i++)
+        if (sink->part_tag[0] == '\0' || strncmp(m->prev.parts[i].name, own, strlen(own)) != 0)
+            m->parts[m->n++] = m->prev.parts[i];
+    memcpy(m->parts + m->n, parts, n * sizeof *parts);
+    m->n += n;
+    memcpy(m->errored, m->prev.errored, m->prev.nerrored * sizeof *errored);
+    m->nerrored = m->prev.nerrored;
+    for (size_t i = 0; i < nerrored; i++) {
+        size_t j = 0; /* an entry already listed (a repeated commit of this run) once */
+        while (j < m->prev.nerrored &&
+               !(strcmp(m->errored[j].stage, errored[i].stage ? errored[i].stage : "") == 0 &&
+                 strcmp(m->errored[j].split, errored[i].split ? errored[i].split : "") == 0 &&
+                 strcmp(m->errored[j].error, errored[i].error ? errored[i].error : "") == 0))
+            j++;
+        if (j == m->prev.nerrored)
+            m->errored[m->nerrored++] = errored[i];
+    }
+    return 0;
+}
+
+static void merged_free(merged *m)
+{
+    sb_io_prev_manifest_free(&m->prev);
+    free(m->parts);
+    free(m->errored);
+}
+
+/* Checks the parts against one listing, removes strays and leftovers, publishes. */
+static int commit_listed(const char *dir, const sb_sink_spec *sink, const sb_io_part_info *parts,
+                         size_t n, const sb_io_errored *errored, size_t nerrored, sb_err *err)
+{
     const char *ext = ext_of(sink->format);
     unsigned char *skip = calloc(n ? n : 1, 1);
     sb_idmap named; /* the committed parts by name: repeats, and strays below */
@@ -658,6 +720,46 @@ out:
     sb_io_objs_free(objs, nobjs);
     sb_idmap_free(&named);
     free(skip);
+    return rc;
+}
+
+int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
+                      const sb_io_errored *errored, size_t nerrored, sb_err *err)
+{
+    if (n > 0 && parts == NULL)
+        return sb_err_set(err, "sink: commit: NULL parts");
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
+        return -1;
+    int rc = 0, done = 0;
+    if (sink->mode == SB_SINK_IGNORE && n == 0 && nerrored == 0) {
+        /* the plan was empty because the sink was committed (sb_storage_splits_make): the
+         * earlier output stays exactly as it is */
+        if ((rc = sb_io_sink_dir_committed(dir, &done, err)) != 0 || done) {
+            free(dir);
+            return rc;
+        }
+    }
+    if (sink->mode == SB_SINK_APPEND) {
+        merged m;
+        rc = append_merge(dir, sink, parts, n, errored, nerrored, &m, err);
+        if (rc == 0)
+            rc = commit_listed(dir, sink, m.parts, m.n, m.errored, m.nerrored, err);
+        merged_free(&m);
+    } else {
+        rc = commit_listed(dir, sink, parts, n, errored, nerrored, err);
+    }
+    free(dir);
+    return rc;
+}
+
+int sb_io_sink_committed(const sb_sink_spec *sink, int *yes, sb_err *err)
+{
+    *yes = 0;
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
+        return -1;
+    int rc = sb_io_sink_dir_committed(dir, yes, err);
     free(dir);
     return rc;
 }
@@ -667,9 +769,9 @@ int sb_io_sink_verify_part(const sb_sink_spec *sink, const char *partition_id, u
 {
     if (len > 0)
         why[0] = '\0';
-    if (!valid_id(partition_id))
-        return sb_err_set(err, "sink: partition id \"%.64s\" is not valid",
-                          partition_id ? partition_id : "(null)");
+    char final[SB_IO_PART_NAME_MAX];
+    if (sb_io_sink_part_name(sink, partition_id, final, err) != 0)
+        return -1;
     char *dir = sink_dir(sink, err);
     if (dir == NULL)
         return -1;
@@ -677,8 +779,6 @@ int sb_io_sink_verify_part(const sb_sink_spec *sink, const char *partition_id, u
         free(dir); /* a committed write is durable there: nothing a crash can undo */
         return 1;
     }
-    char final[SB_IO_PART_NAME_MAX];
-    snprintf(final, sizeof final, PART_PREFIX "%s.%s", partition_id, ext_of(sink->format));
     char *uri = sb_io_uri_join(dir, final);
     free(dir);
     if (uri == NULL)

@@ -4,7 +4,8 @@
  * Layout of a sink directory:
  *   part-<partition id>.<ext>   one per partition; ext is jsonl, txt or bin by format. Named by
  *                               the partition id, so re-running a task overwrites its output
- *                               instead of duplicating it.
+ *                               instead of duplicating it. In append mode
+ *                               "part-<run tag>-<partition id>.<ext>" (sinkmode.h).
  *   _manifest.json              written by commit: every part (name, rows, bytes, crc32c) and
  *                               the totals.
  *   _SUCCESS                    written by commit after the manifest; only a fully committed
@@ -18,7 +19,8 @@
  * error, as is one that is not UTF-8), and as the records' bytes back to back for binary (each
  * exactly args.recordSize bytes when the sink sets it).
  *
- * Life cycle (the controller or the CLI drives it):
+ * Life cycle (the controller or the CLI drives it), as in the default mode, overwrite; sink.mode
+ * append, errorIfExists and ignore change prepare, abort and commit as sinkmode.h says:
  *   sb_io_sink_prepare()     at the start: creates the directory (and parents) if missing,
  *                            removes a stale _SUCCESS and _manifest.json and leftover temporary
  *                            files. Part files of earlier attempts are kept (a resumed pipeline
@@ -83,6 +85,23 @@ typedef struct sb_io_errored {
  * 0, or -1 + err (no _SUCCESS is written then). */
 int sb_io_sink_commit(const sb_sink_spec *sink, const sb_io_part_info *parts, size_t n,
                       const sb_io_errored *errored, size_t nerrored, sb_err *err);
+
+/* The part file name of `partition_id` in this sink (its format's extension, append mode's tag)
+ * into out. 0, or -1 + err (an invalid id, a name too long). */
+int sb_io_sink_part_name(const sb_sink_spec *sink, const char *partition_id,
+                         char out[SB_IO_PART_NAME_MAX], sb_err *err);
+
+/* Append mode's run tag (sinkmode.h), 12 lowercase hex digits: random for a new local run
+ * (getrandom), or taken from a Kubernetes uid (the Pipeline's: the same for its resumes and a
+ * new leader's). 0, or -1 + err. */
+int sb_io_sink_tag_new(char out[SB_SINK_PART_TAG_MAX], sb_err *err);
+int sb_io_sink_tag_from_uid(const char *uid, char out[SB_SINK_PART_TAG_MAX], sb_err *err);
+/* A tag received from elsewhere (the controller, a checkpoint): in append mode 1 to 16
+ * lowercase hex digits, in the other modes empty or NULL. 0, or -1 + err. */
+int sb_io_sink_tag_check(const char *tag, sb_sink_mode mode, sb_err *err);
+
+/* Does the sink hold _SUCCESS (a committed run)? 0 with *yes set, or -1 + err. */
+int sb_io_sink_committed(const sb_sink_spec *sink, int *yes, sb_err *err);
 
 /* Checks the part file of `partition_id` against what a checkpoint recorded for it (bytes and
  * CRC-32C of the file): 1 when it matches, 0 when it is missing, unreadable or differs (`why`,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "io/sink.h"
 #include "io/split.h"
 
@@ -14,6 +15,16 @@ int sb_storage_splits_make(const sb_pipeline *p, sb_storage_splits *out, sb_err 
     memset(out, 0, sizeof *out);
     sb_io_split *io = NULL;
     size_t n = 0, *first = NULL, ng = 0;
+    if (p->spec.sink.mode == SB_SINK_IGNORE) { /* a committed sink: nothing to do */
+        int done = 0;
+        if (sb_io_sink_committed(&p->spec.sink, &done, err) != 0)
+            return sb_err_wrap(err, "spec.sink");
+        if (done) {
+            sb_log(SB_LOG_INFO, "the sink holds _SUCCESS and its mode is ignore: nothing to do",
+                   "sink", p->spec.sink.uri, NULL);
+            return 0;
+        }
+    }
     if (sb_io_plan_splits(&p->spec.source, &io, &n, err) != 0)
         return sb_err_wrap(err, "spec.source");
     out->io = io;
@@ -58,14 +69,6 @@ void sb_storage_splits_free(sb_storage_splits *pl)
     memset(pl, 0, sizeof *pl);
 }
 
-static const char *part_ext(sb_format f)
-{
-    return f == SB_FMT_JSONL    ? "jsonl"
-           : f == SB_FMT_BINARY ? "bin"
-           : f == SB_FMT_CSV    ? "csv"
-                                : "txt";
-}
-
 int sb_storage_prepare(const sb_pipeline *p, sb_err *err)
 {
     return sb_io_sink_prepare(&p->spec.sink, err);
@@ -78,11 +81,9 @@ int sb_storage_commit(const sb_pipeline *p, const sb_storage_output *parts, size
     if (infos == NULL)
         return sb_err_set(err, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        int k = snprintf(infos[i].name, sizeof infos[i].name, "part-%s.%s",
-                         parts[i].id ? parts[i].id : "", part_ext(p->spec.sink.format));
-        if (k < 0 || (size_t)k >= sizeof infos[i].name) {
+        if (sb_io_sink_part_name(&p->spec.sink, parts[i].id, infos[i].name, err) != 0) {
             free(infos);
-            return sb_err_set(err, "sink part id \"%.64s...\" is too long", parts[i].id);
+            return -1;
         }
         infos[i].rows = parts[i].rows;
         infos[i].bytes = parts[i].bytes;

@@ -588,3 +588,191 @@ Test(sink, verify_part_detects_missing_truncated_and_corrupted_parts)
     cr_assert_eq(sb_io_sink_verify_part(&s3, "s0-t3-p0", 10, 1234, why, sizeof why, &e), 1, "%s",
                  e.msg);
 }
+
+/* ---- sink.mode (lib/io/sinkmode.h) ---------------------------------------------------------- */
+
+static sb_sink_spec mode_spec(sb_sink_mode m, const char *tag)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    s.mode = m;
+    snprintf(s.part_tag, sizeof s.part_tag, "%s", tag ? tag : "");
+    return s;
+}
+
+/* The manifest's part names joined by ',' and its totals.rows. */
+static void manifest_names(char *buf, size_t cap, double *rows)
+{
+    size_t n;
+    char *text = slurp(out_path("_manifest.json"), &n);
+    cJSON *m = cJSON_Parse(text);
+    cr_assert_not_null(m);
+    buf[0] = '\0';
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(m, "parts"))
+    {
+        if (buf[0])
+            strncat(buf, ",", cap - strlen(buf) - 1);
+        strncat(buf, cJSON_GetObjectItem(p, "name")->valuestring, cap - strlen(buf) - 1);
+    }
+    *rows = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "totals"), "rows")->valuedouble;
+    cJSON_Delete(m);
+    free(text);
+}
+
+static void touch(const char *name)
+{
+    FILE *f = fopen(out_path(name), "w");
+    cr_assert_not_null(f);
+    fputs("user data\n", f);
+    fclose(f);
+}
+
+Test(sink, append_keeps_earlier_runs_and_lists_every_part)
+{
+    const char *r1[] = {"{\"a\":1}", "{\"a\":2}"}, *r2[] = {"{\"b\":3}"};
+    sb_io_part_info in[2];
+    sb_err e;
+    sb_sink_spec a = mode_spec(SB_SINK_APPEND, "00000000000a");
+    cr_assert_eq(sb_io_sink_prepare(&a, &e), 0, "%s", e.msg);
+    write_part(&a, "s1-t0-p0", r1, 2, &in[0]);
+    cr_assert_str_eq(in[0].name, "part-00000000000a-s1-t0-p0.jsonl");
+    cr_assert_eq(sb_io_sink_commit(&a, in, 1, NULL, 0, &e), 0, "%s", e.msg);
+    /* a second run: the first run's output stays committed while it runs, and after */
+    sb_sink_spec b = mode_spec(SB_SINK_APPEND, "00000000000b");
+    cr_assert_eq(sb_io_sink_prepare(&b, &e), 0, "%s", e.msg);
+    cr_assert(exists("_SUCCESS") && exists("_manifest.json"), "prepare kept the earlier commit");
+    write_part(&b, "s1-t0-p0", r2, 1, &in[1]); /* the same partition id: another name */
+    cr_assert_eq(sb_io_sink_abort(&b, &e), 0, "%s", e.msg);
+    cr_assert(exists("_SUCCESS") && exists("_manifest.json"), "abort kept the earlier commit");
+    cr_assert_eq(sb_io_sink_prepare(&b, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_sink_commit(&b, &in[1], 1, NULL, 0, &e), 0, "%s", e.msg);
+    char names[512];
+    double rows;
+    manifest_names(names, sizeof names, &rows);
+    cr_expect_str_eq(names, "part-00000000000a-s1-t0-p0.jsonl,part-00000000000b-s1-t0-p0.jsonl");
+    cr_expect_eq(rows, 3);
+    /* the same run committed again (its driver died after the commit): nothing twice */
+    cr_assert_eq(sb_io_sink_commit(&b, &in[1], 1, NULL, 0, &e), 0, "%s", e.msg);
+    manifest_names(names, sizeof names, &rows);
+    cr_expect_str_eq(names, "part-00000000000a-s1-t0-p0.jsonl,part-00000000000b-s1-t0-p0.jsonl");
+    cr_expect_eq(rows, 3);
+    /* a failed run's parts are strays the next commit removes; a user's file stays */
+    sb_sink_spec c = mode_spec(SB_SINK_APPEND, "00000000000c");
+    write_part(&c, "s1-t5-p0", r2, 1, NULL);
+    touch("notes.jsonl");
+    sb_sink_spec d = mode_spec(SB_SINK_APPEND, "00000000000d");
+    cr_assert_eq(sb_io_sink_commit(&d, NULL, 0, NULL, 0, &e), 0, "%s", e.msg);
+    cr_expect_not(exists("part-00000000000c-s1-t5-p0.jsonl"), "a failed run's part stayed");
+    cr_expect(exists("notes.jsonl") && exists("part-00000000000a-s1-t0-p0.jsonl"));
+    manifest_names(names, sizeof names, &rows);
+    cr_expect_eq(rows, 3);
+}
+
+Test(sink, append_refuses_a_manifest_it_did_not_write)
+{
+    sb_err e;
+    sb_sink_spec o = mode_spec(SB_SINK_OVERWRITE, NULL);
+    cr_assert_eq(sb_io_sink_prepare(&o, &e), 0, "%s", e.msg); /* makes the directory */
+    FILE *f = fopen(out_path("_manifest.json"), "w");
+    fputs("{\"format\": \"jsonl\", \"parts\": [{\"name\": \"../x\", \"rows\": 1, \"bytes\": 2, "
+          "\"crc32c\": 3}]}",
+          f);
+    fclose(f);
+    sb_sink_spec a = mode_spec(SB_SINK_APPEND, "0a");
+    cr_assert_neq(sb_io_sink_commit(&a, NULL, 0, NULL, 0, &e), 0);
+    cr_expect(strstr(e.msg, "_manifest.json: parts[0]") != NULL, "%s", e.msg);
+    f = fopen(out_path("_manifest.json"), "w");
+    fputs("{\"format\": \"csv\", \"parts\": []}", f);
+    fclose(f);
+    cr_assert_neq(sb_io_sink_commit(&a, NULL, 0, NULL, 0, &e), 0);
+    cr_expect(strstr(e.msg, "format csv") != NULL, "%s", e.msg);
+}
+
+Test(sink, error_if_exists_refuses_any_file_but_an_unfinished_runs)
+{
+    sb_err e;
+    sb_sink_spec x = mode_spec(SB_SINK_ERROR_IF_EXISTS, NULL);
+    cr_assert_eq(sb_io_sink_prepare(&x, &e), 0, "a missing directory: %s", e.msg);
+    const char *r[] = {"{}"};
+    write_part(&x, "s1-t0-p0", r, 1, NULL); /* its own part: a resumed run prepares again */
+    cr_assert_eq(sb_io_sink_prepare(&x, &e), 0, "%s", e.msg);
+    touch("data.csv");
+    cr_assert_neq(sb_io_sink_prepare(&x, &e), 0);
+    cr_expect(e.permanent, "refused for good, not retried");
+    cr_expect(strstr(e.msg, "errorIfExists") != NULL && strstr(e.msg, "data.csv") != NULL, "%s",
+              e.msg);
+    cr_assert_eq(unlink(out_path("data.csv")), 0);
+    touch("_SUCCESS");
+    cr_assert_neq(sb_io_sink_prepare(&x, &e), 0, "a committed sink");
+}
+
+Test(sink, ignore_leaves_a_committed_sink_alone)
+{
+    sb_err e;
+    const char *r[] = {"{\"k\":1}"};
+    sb_io_part_info in;
+    sb_sink_spec o = mode_spec(SB_SINK_OVERWRITE, NULL);
+    cr_assert_eq(sb_io_sink_prepare(&o, &e), 0, "%s", e.msg);
+    write_part(&o, "s1-t0-p0", r, 1, &in);
+    cr_assert_eq(sb_io_sink_commit(&o, &in, 1, NULL, 0, &e), 0, "%s", e.msg);
+    char before[1024], after[1024];
+    size_t n1, n2;
+    char *m1 = slurp(out_path("_manifest.json"), &n1);
+    listing(before, sizeof before);
+    sb_sink_spec g = mode_spec(SB_SINK_IGNORE, NULL);
+    int yes = 0;
+    cr_assert_eq(sb_io_sink_committed(&g, &yes, &e), 0, "%s", e.msg);
+    cr_expect(yes);
+    cr_assert_eq(sb_io_sink_prepare(&g, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_sink_commit(&g, NULL, 0, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_sink_abort(&g, &e), 0, "%s", e.msg);
+    listing(after, sizeof after);
+    char *m2 = slurp(out_path("_manifest.json"), &n2);
+    cr_expect_str_eq(before, after);
+    cr_expect(n1 == n2 && memcmp(m1, m2, n1) == 0, "the manifest changed");
+    free(m1);
+    free(m2);
+    /* not committed: ignore runs like overwrite */
+    cr_assert_eq(unlink(out_path("_SUCCESS")), 0);
+    cr_assert_eq(sb_io_sink_committed(&g, &yes, &e), 0, "%s", e.msg);
+    cr_expect_not(yes);
+    cr_assert_eq(sb_io_sink_commit(&g, NULL, 0, NULL, 0, &e), 0, "%s", e.msg);
+    cr_expect(exists("_SUCCESS"));
+    cr_expect_not(exists(in.name), "an empty run's commit keeps no earlier part");
+}
+
+Test(sink, overwrite_removes_only_the_engines_parts)
+{
+    sb_err e;
+    const char *r[] = {"{}"};
+    sb_io_part_info in;
+    sb_sink_spec o = mode_spec(SB_SINK_OVERWRITE, NULL);
+    sb_sink_spec a = mode_spec(SB_SINK_APPEND, "0123456789ab");
+    write_part(&a, "s1-t0-p0", r, 1, NULL); /* an earlier append run's part */
+    touch("part-00000.jsonl");              /* a user's, by a name we never write */
+    touch("part-s1-t0-p0.jsonl.bak");
+    write_part(&o, "s1-t1-p0", r, 1, &in);
+    cr_assert_eq(sb_io_sink_commit(&o, &in, 1, NULL, 0, &e), 0, "%s", e.msg);
+    char names[1024];
+    listing(names, sizeof names);
+    cr_expect_str_eq(names, "_SUCCESS,_manifest.json,part-00000.jsonl,part-s1-t0-p0.jsonl.bak,"
+                            "part-s1-t1-p0.jsonl");
+}
+
+Test(sink, run_tags)
+{
+    char t[SB_SINK_PART_TAG_MAX], u[SB_SINK_PART_TAG_MAX];
+    sb_err e;
+    cr_assert_eq(sb_io_sink_tag_new(t, &e), 0);
+    cr_assert_eq(sb_io_sink_tag_new(u, &e), 0);
+    cr_expect_eq(strlen(t), 12);
+    cr_expect_str_neq(t, u);
+    cr_assert_eq(sb_io_sink_tag_from_uid("6F1e2d3c-4b5a-4978-8f9e-0d1c2b3a4f5e", t, &e), 0);
+    cr_expect_str_eq(t, "6f1e2d3c4b5a");
+    cr_expect_eq(sb_io_sink_tag_check(t, SB_SINK_APPEND, &e), 0);
+    cr_expect_neq(sb_io_sink_tag_check(t, SB_SINK_OVERWRITE, &e), 0);
+    cr_expect_neq(sb_io_sink_tag_check("", SB_SINK_APPEND, &e), 0);
+    cr_expect_neq(sb_io_sink_tag_check("../x", SB_SINK_APPEND, &e), 0);
+    cr_expect_eq(sb_io_sink_tag_check(NULL, SB_SINK_IGNORE, &e), 0);
+    cr_expect_neq(sb_io_sink_tag_from_uid("abc", t, &e), 0);
+}

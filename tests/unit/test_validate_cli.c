@@ -252,6 +252,10 @@ static const invalid_case cases[] = {
       "\"s3://bucket/events/*.jsonl\"): every run would read the previous run's output back "
       "in; write the sink to another directory or prefix (a subdirectory of the source is fine, "
       "the source listing is not recursive)"}},
+    {"sink-mode-unknown.yaml",
+     1,
+     {"sink-mode-unknown.yaml:15:11: spec.sink.mode: unknown value \"replace\"; must be one of "
+      "overwrite, append, errorIfExists, ignore"}},
     {"source-uri-and-uris.yaml",
      1,
      {"source-uri-and-uris.yaml:7:11: spec.source.uris: give either uri or uris, not both"}},
