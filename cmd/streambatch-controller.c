@@ -15,6 +15,7 @@
 #include "controller/operator/netpol.h"
 #include "controller/operator/operator.h"
 #include "controller/operator/testrun.h"
+#include "controller/operator/uninstall.h"
 #include "core/log.h"
 #include "plan/price.h"
 #include "rpc/tlsdir.h"
@@ -106,6 +107,15 @@ static void usage(FILE *f)
             "                              in FILE, follow it to its end, delete it when it\n"
             "                              Succeeded; exit 0 only then (the chart's helm test)\n"
             "  --test-timeout D            for --test-pipeline, default 5m\n"
+            "  --uninstall DEPLOYMENT      instead of running the operator: scale the controller\n"
+            "                              Deployment (in --leader-election-namespace) to 0,\n"
+            "                              wait for its pods, delete the worker pods of every\n"
+            "                              Pipeline (of --namespace) and remove its finalizer,\n"
+            "                              delete the Lease --leader-election-id (the chart's\n"
+            "                              pre-delete hook; the Pipelines are kept)\n"
+            "  --uninstall-test-pod NAME   for --uninstall: also delete this pod (helm test's)\n"
+            "  --uninstall-timeout D       for --uninstall: wait for the controller pods at most\n"
+            "                              D, default 2m\n"
             "  --version, --help\n"
             "\n"
             "Exit status: 0 after SIGTERM/SIGINT (lease released), 1 on failure or when the\n"
@@ -222,6 +232,30 @@ static int run_test(const sb_operator_config *cfg, const char *path, const char 
     return rc == 0 ? 0 : 1;
 }
 
+/* --uninstall: what the chart's pre-delete hook runs (controller/operator/uninstall.h). */
+static int run_uninstall(const sb_operator_config *cfg, const char *deployment,
+                         const char *test_pod, const char *timeout)
+{
+    sb_uninstall_opts o = {.kubeconfig = cfg->kubeconfig,
+                           .context = cfg->context,
+                           .namespace = cfg->lease_namespace,
+                           .deployment = deployment,
+                           .lease = cfg->lease_name,
+                           .test_pod = test_pod,
+                           .namespaces = cfg->namespaces,
+                           .nnamespaces = cfg->nnamespaces,
+                           .out = stdout};
+    int rc = parse_ms("--uninstall-timeout", timeout, &o.timeout_ms);
+    if (rc != 0)
+        return rc;
+    sb_err err = {0};
+    if (sb_uninstall_run(&o, &err) != 0) {
+        fprintf(stderr, "streambatch-controller: --uninstall %s: %s\n", deployment, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 #define CTL_GO -1 /* parsing went through: go on (any other value is the exit status) */
 
 /* The controller's settings while they are read: the environment first, then the flags; the
@@ -234,6 +268,7 @@ typedef struct {
     const char *ckpt_max, *max_pending, *workers, *tls_dir;
     const char *price_cpu, *price_mem, *replan_t, *replan_d;
     const char *test_pipeline, *test_timeout;
+    const char *uninstall, *uninstall_test_pod, *uninstall_timeout;
     sb_price_defaults prices;
     const char *gpu_prices[SB_PRICE_MAX_GPU_TYPES + 1];
     size_t ngpu_prices;
@@ -270,6 +305,7 @@ static void ctl_args_from_env(ctl_args *a)
     a->replan_t = env_or("SB_REPLAN_THRESHOLD", "0.25");
     a->replan_d = env_or("SB_REPLAN_INTERVAL", "60s");
     a->test_timeout = "5m";
+    a->uninstall_timeout = "2m";
     a->prices.gpu_type = env_or("SB_GPU_TYPE", NULL);
     if (env_or("SB_PRICE_GPU_HOUR", NULL) != NULL) {
         snprintf(a->gpu_env, sizeof a->gpu_env, "%s", getenv("SB_PRICE_GPU_HOUR"));
@@ -321,7 +357,10 @@ enum {
     O_VERSION,
     O_HELP,
     O_TEST,
-    O_TEST_TIMEOUT
+    O_TEST_TIMEOUT,
+    O_UNINSTALL,
+    O_UNINSTALL_POD,
+    O_UNINSTALL_TIMEOUT
 };
 
 static const struct option ctl_opts[] = {
@@ -358,6 +397,9 @@ static const struct option ctl_opts[] = {
     {"help", no_argument, 0, O_HELP},
     {"test-pipeline", required_argument, 0, O_TEST},
     {"test-timeout", required_argument, 0, O_TEST_TIMEOUT},
+    {"uninstall", required_argument, 0, O_UNINSTALL},
+    {"uninstall-test-pod", required_argument, 0, O_UNINSTALL_POD},
+    {"uninstall-timeout", required_argument, 0, O_UNINSTALL_TIMEOUT},
     {0, 0, 0, 0}};
 
 /* Where the value of a flag that is one string goes (NULL: a flag that needs more). */
@@ -421,6 +463,12 @@ static const char **ctl_flag_slot(ctl_args *a, int c)
         return &a->test_pipeline;
     case O_TEST_TIMEOUT:
         return &a->test_timeout;
+    case O_UNINSTALL:
+        return &a->uninstall;
+    case O_UNINSTALL_POD:
+        return &a->uninstall_test_pod;
+    case O_UNINSTALL_TIMEOUT:
+        return &a->uninstall_timeout;
     default:
         return NULL;
     }
@@ -734,6 +782,8 @@ int main(int argc, char **argv)
     }
     a.cfg.namespaces = a.namespaces;
     a.cfg.nnamespaces = a.nns;
+    if (a.uninstall != NULL) /* the pre-delete hook: no operator either */
+        return run_uninstall(&a.cfg, a.uninstall, a.uninstall_test_pod, a.uninstall_timeout);
     if ((rc = ctl_check_limits(&a)) == CTL_GO && (rc = ctl_check_planning(&a)) == CTL_GO &&
         (rc = ctl_load_tls(&a)) == CTL_GO && (rc = ctl_load_auth(&a)) == CTL_GO &&
         (rc = ctl_check_addresses(&a)) == CTL_GO)
