@@ -140,6 +140,13 @@ TEST_EXTRA += resize-test
 resize-test: $(BUILD)/tests/helpers/sb_resize
 	@SB_BUILD_DIR=$(abspath $(BUILD)) tests/images/test-resize.sh
 
+# The Parquet source against files written by pyarrow and DuckDB (PyPI, cached venv), refused
+# types and hostile files (tests/parquet/).
+.PHONY: parquet-test
+TEST_EXTRA += parquet-test
+parquet-test: $(BINDIR)/streambatch $(BINDIR)/streambatch-worker
+	@SB_BIN_DIR=$(abspath $(BINDIR)) tests/parquet/test-parquet.sh
+
 # Chaos run (docs/testing.md, "Chaos run"): random pipelines back to back under random faults
 # (workers killed and stopped, `streambatch run` killed and resumed, spill disk full, link cuts
 # and loss), every output row checked against an independent computation. `make chaos
