@@ -574,3 +574,56 @@ Test(run_s3, gzip_and_zstd_objects_read_as_streams)
               "%s", out);
     free(out);
 }
+
+/* Issue 39, write modes on S3: two append runs into one prefix (every part listed, every record
+ * twice, the first run's objects untouched by the second), then errorIfExists refused there
+ * before any task, naming an object, and ignore leaving it as it is. */
+Test(run_s3, append_error_if_exists_and_ignore_on_s3)
+{
+    sh("cd %s && mkdir ain && python3 -c \"\nimport json\nfor f in range(4):\n"
+       "  with open('ain/a%%d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range(700): o.write(json.dumps({'id': f*1000+i}) + '\\\\n')\n\"",
+       dir);
+    sh("cd %s/ain && " S3CURL " -T '{a0,a1,a2,a3}.jsonl' %s/data/ain/ -o /dev/null", dir, mio.url);
+    static const char *const modes[] = {"append", "append", "errorIfExists", "ignore"};
+    for (int i = 0; i < 4; i++) {
+        char name[16], body[512];
+        snprintf(name, sizeof name, "m%d", i);
+        snprintf(body, sizeof body,
+                 "  source: {uri: 's3://data/ain/', format: jsonl, partitionSize: 8Ki}\n"
+                 "  stages:\n  - {name: a, op: identity}\n"
+                 "  sink: {uri: 's3://data/aout/', format: jsonl, mode: %s}\n",
+                 modes[i]);
+        write_yaml(name, body);
+        char *out;
+        int rc = run_cli_timeout(200, name, "--cpus 2", &out);
+        if (i == 2) {
+            cr_expect_neq(rc, 0, "errorIfExists into a committed prefix: %s", out);
+            cr_expect(strstr(out, "errorIfExists") != NULL && strstr(out, "aout") != NULL, "%s",
+                      out);
+        } else {
+            cr_assert_eq(rc, 0, "%s: %s", modes[i], out);
+        }
+        free(out);
+        if (i == 0) {
+            char to[512];
+            snprintf(to, sizeof to, "%s/first.jsonl", dir);
+            cr_assert_gt(fetch_output("aout", to), 1);
+        }
+    }
+    char to[512];
+    snprintf(to, sizeof to, "%s/both.jsonl", dir);
+    size_t parts = fetch_output("aout", to);
+    char *res = sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport collections, glob, json\n"
+        "want = collections.Counter(json.loads(l)['id'] for p in glob.glob('ain/*.jsonl') for l in "
+        "open(p))\ngot = collections.Counter(json.loads(l)['id'] for l in open('both.jsonl'))\n"
+        "first = collections.Counter(json.loads(l)['id'] for l in open('first.jsonl'))\n"
+        "print('ok' if first == want and got == want + want else 'differ %%d %%d' %% "
+        "(sum(got.values()), sum(want.values())))\n\"",
+        dir);
+    cr_expect_str_eq(res, "ok");
+    free(res);
+    cr_expect(parts >= 4, "%zu parts", parts);
+    cr_expect_eq(summary_num("m3", "tasksRun"), 0, "ignore ran tasks");
+}
