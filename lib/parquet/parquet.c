@@ -380,9 +380,11 @@ static int emit_slices(const sb_pq_file *f, const sb_pq_plan *p, size_t rg, conv
         step = 1;
     uint8_t *bits = malloc(step / 8 + 2);
     sb_batch_builder *b = bits ? sb_batch_builder_new(fields, p->ncols, err) : NULL;
-    int rc = b == NULL ? -1 : 0;
+    int rc = 0;
     if (bits == NULL)
-        rc = sb_err_set(err, "out of memory");
+        rc = sb_err_set(err, "%.300s: out of memory", f->name);
+    else if (b == NULL) /* e.g. a column name that is not UTF-8 */
+        rc = sb_err_wrap(err, "%.300s: row group %zu", f->name, rg);
     for (size_t first = 0; rc == 0 && first < rows; first += step) {
         size_t n = rows - first < step ? rows - first : step;
         for (size_t k = 0; rc == 0 && k < p->ncols; k++)
@@ -394,6 +396,8 @@ static int emit_slices(const sb_pq_file *f, const sb_pq_plan *p, size_t rg, conv
         if (rc == 0)
             rc = o->unsealed ? sb_batch_builder_finish_unsealed(b, &blob, &len, err)
                              : sb_batch_builder_finish(b, &blob, &len, err);
+        if (rc != 0)
+            rc = sb_err_wrap(err, "%.300s: row group %zu", f->name, rg);
         if (rc == 0) {
             sb_err_clear(err);
             if (emit(blob, len, n, ud) != 0)

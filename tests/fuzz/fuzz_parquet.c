@@ -1,0 +1,67 @@
+/* libFuzzer target for lib/parquet: a Parquet file comes from whoever wrote the source data, so
+ * no file may make the reader read out of bounds, leak, hang, allocate without bound or emit a
+ * partition that breaks the partition format's invariants.
+ *
+ * Each input is a whole file read from memory: open (footer), plan (every top-level column),
+ * then every row group, decoded with a small bound on decoded bytes; every emitted partition
+ * must open (sb_batch_open checks every size, offset and UTF-8 value).
+ * Seeds: tests/fuzz/corpus/parquet/ (small pyarrow files: each codec, encoding, page version,
+ * nulls, lists). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parquet/parquet.h"
+#include "partition/partition.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+const char *__ubsan_default_options(void);
+
+const char *__ubsan_default_options(void)
+{
+    return "halt_on_error=1:print_stacktrace=1";
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} mem;
+
+static int mem_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
+{
+    const mem *m = ud;
+    if (off > m->n || n > m->n - off)
+        return sb_err_set(err, "read past the end");
+    memcpy(buf, m->p + off, n);
+    return 0;
+}
+
+static int check(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    (void)ud;
+    sb_err e = {0};
+    sb_batch *b = NULL;
+    if (sb_batch_open(blob, len, &b, &e) != 0 || sb_batch_rows(b) != rows)
+        __builtin_trap();
+    sb_batch_close(b);
+    sb_part_free(blob);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    mem m = {data, size};
+    sb_pq_file f;
+    sb_err e = {0};
+    if (sb_pq_open(&f, "fuzz.parquet", size, mem_read, &m, &e) != 0)
+        return 0;
+    sb_pq_plan plan;
+    if (sb_pq_plan_make(&f, NULL, 0, &plan, &e) == 0) {
+        sb_pq_read_opts o = {.target_bytes = 64 << 10, .max_decoded = 16 << 20};
+        for (size_t g = 0; g < f.meta.nrgs && g < 64; g++)
+            sb_pq_read_row_group(&f, &plan, g, &o, check, NULL, &e);
+        sb_pq_plan_free(&plan);
+    }
+    sb_pq_close(&f);
+    return 0;
+}
