@@ -38,6 +38,13 @@ static inline void sb_kc_up(const char *name, const char *nodes)
     snprintf(sb_kc_state, sizeof sb_kc_state, "/tmp/sb-%s.%d", name, (int)getpid());
     setenv("SB_KC_STATE", sb_kc_state, 1);
     char cmd[2048], *out = NULL;
+    /* These tests watch worker processes from the host and run without `make images`: our
+     * images as host processes of $SB_BIN_DIR, the test-only table (cluster.sh's default runs
+     * them as containers) */
+    if (getenv("SB_K8S_IMAGES") == NULL) {
+        snprintf(cmd, sizeof cmd, "%s/tests/k8s/images-host.conf", sb_test_root());
+        setenv("SB_K8S_IMAGES", cmd, 1);
+    }
     snprintf(cmd, sizeof cmd,
              "d=$(%s/tests/k8s/build.sh --print-bin-dir) && test -x \"$d/kube-apiserver\" && test "
              "-x \"$d/etcd\" && test -x \"$d/kubectl\" && test -x \"$d/sb-node-agent\"",

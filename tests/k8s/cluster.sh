@@ -19,6 +19,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 STATE=${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}
 BIN=$("$here/build.sh" --print-bin-dir)
+# the image table: our images as runc containers of build/images/oci (make images);
+# tests/k8s/images-host.conf, host processes of $SB_BIN_DIR, is a test-only option
 IMAGES=${SB_K8S_IMAGES:-$here/images.conf}
 NODES=${SB_K8S_NODES:-"name=sb-cpu-0,cpu=4,memory=16Gi name=sb-gpu-0,cpu=4,memory=16Gi,nvidia.com/gpu=1,label:streambatch.dev/gpu=true"}
 START_TIMEOUT=${SB_K8S_START_TIMEOUT:-90}
@@ -276,7 +278,7 @@ up() {
   if [[ -z ${SB_K8S_POD_IP_BLOCK:-} && $STATE != /tmp/streambatch-cluster ]]; then
     block=$(($(cksum <<<"$STATE" | cut -d' ' -f1) % 240 + 10))
   fi
-  SB_REPO_DIR=${SB_REPO_DIR:-$repo} start sb-node-agent "$BIN/sb-node-agent" --pod-ip-block "$block" \
+  SB_REPO_DIR=${SB_REPO_DIR:-$repo} SB_BIN_DIR=${SB_BIN_DIR:-$repo/bin} start sb-node-agent "$BIN/sb-node-agent" --pod-ip-block "$block" \
     --kubeconfig "$STATE/admin.kubeconfig" --ca-file "$p/ca.crt" --state-dir "$STATE" \
     --images "$IMAGES" "${nodeargs[@]}" --v 1
   wait_for kube-controller-manager "$START_TIMEOUT" curl -fsSk --max-time 5 "https://127.0.0.1:$KCM_PORT/healthz"

@@ -3,6 +3,8 @@
 #                      kubectl, helm and sb-node-agent (first run: minutes; then instant)
 #   make cluster-up    start a cluster; state in $${STREAMBATCH_CLUSTER_DIR:-/tmp/streambatch-cluster}
 #   make cluster-down  stop it (only the processes cluster-up started) and remove the state
+#   make minio-up      MinIO on 127.0.0.1 for that cluster's Pipelines (scripts/minio-local.sh):
+#                      prints endpoint and credentials; make minio-down stops it
 #   make k8s-selftest  start a private cluster, check it works, stop it (part of `make test`)
 #   make k8s-operator-test  the operator end to end: helm install of helm/streambatch on a
 #                      private cluster, Pipelines applied with kubectl (part of `make test`)
@@ -27,6 +29,13 @@ cluster-down:
 	@$(K8S_DIR)/cluster.sh down
 cluster-status:
 	@$(K8S_DIR)/cluster.sh status
+# MinIO beside the cluster (README "Try it locally"): bucket demo with sample input, endpoint and
+# credentials printed; state under the cluster dir; minio-down stops only the server it started
+.PHONY: minio-up minio-down
+minio-up:
+	@scripts/minio-local.sh up
+minio-down:
+	@scripts/minio-local.sh down
 k8s-selftest: k8s-build
 	@$(K8S_DIR)/selftest.sh
 # The chart carries its own copy of the CRD (crd/, rendered by templates/crd.yaml); the
