@@ -528,45 +528,59 @@ static void abort_sink(sb_ctl *ctl)
 
 #define CKPT_COST_FACTOR 20 /* checkpoint writes at most every 20x the time one takes */
 
-/* The checkpoint of a run: where it is kept, what it was last written as. */
+/* The checkpoint of a run: the small file (the log's summary) and the log (ckptlog.h). */
 typedef struct {
     char path[PATH_MAX];
+    char logdir[PATH_MAX];  /* where this run writes its log */
+    char prevdir[PATH_MAX]; /* where the log it resumed from was ("": none) */
     char spec_hash[17];
     uint32_t epoch;
-    char *last; /* the JSON text last written (NULL: none yet) */
+    sb_ckptlog log;
+    int log_open;
     int saved_any;
     sb_runckpt_claim claim; /* the run record beside it (runckpt.h), held for the run */
 } run_ckpt;
 
-/* Writes the controller's checkpoint when it changed since the last write. */
+/* Appends what was committed since the last write to the log, then rewrites the summary. */
 static void ckpt_save(sb_ctl *ctl, run_ckpt *ck)
 {
     char *ranges = NULL;
     sb_storage_output *parts = NULL;
     size_t nparts = 0;
     sb_err err = {0};
-    if (sb_ctl_checkpoint(ctl, &ranges, &parts, &nparts, &err) != 0)
+    if (!ck->log_open || sb_ctl_checkpoint(ctl, &ranges, &parts, &nparts, &err) != 0)
         return;
     char plan_hash[17];
     sb_ctl_plan_hash(ctl, plan_hash);
-    cJSON *j = sb_ckpt_json(ck->epoch, ck->spec_hash, plan_hash, ranges, parts, nparts);
+    int wrote = 0;
+    int rc = sb_ckptlog_update(&ck->log, plan_hash, sb_ctl_nsplits(ctl), ranges, parts, nparts,
+                               &wrote, &err);
     free(ranges);
     sb_ctl_parts_free(parts, nparts);
+    if (rc != 0) {
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
+        return;
+    }
+    if (!wrote)
+        return;
+    cJSON *j = sb_ckptlog_summary_json(&ck->log.sum);
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
-    if (text == NULL || (ck->last != NULL && strcmp(text, ck->last) == 0) ||
-        (ck->last == NULL && nparts == 0)) {
-        free(text);
-        return;
-    }
-    if (sb_runckpt_save(ck->path, text, &err) != 0) {
-        fprintf(stderr, "streambatch run: %s\n", err.msg);
-        free(text);
-        return;
-    }
-    free(ck->last);
-    ck->last = text;
-    ck->saved_any = 1;
+    if (text == NULL || sb_runckpt_save(ck->path, text, &err) != 0)
+        fprintf(stderr, "streambatch run: %s\n", text ? err.msg : "checkpoint: out of memory");
+    else
+        ck->saved_any = 1;
+    free(text);
+}
+
+/* Removes this run's log and the one it resumed from, when that was elsewhere. */
+static int ckpt_remove_logs(const run_ckpt *ck, sb_err *err)
+{
+    if (sb_ckptlog_remove(ck->logdir, err) != 0)
+        return -1;
+    if (ck->prevdir[0] != '\0' && strcmp(ck->prevdir, ck->logdir) != 0)
+        return sb_ckptlog_remove(ck->prevdir, err);
+    return 0;
 }
 
 /* Prepares the checkpoint: its path, the spec's hash, and with --resume the checkpoint to
@@ -614,7 +628,23 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
     sb_ckpt_spec_hash(cJSON_GetObjectItemCaseSensitive(j, "spec"), ck->spec_hash);
     cJSON_Delete(j);
     int exists = 0;
-    if (sb_runckpt_load(ck->path, prev, &exists, &err) != 0) {
+    sb_ckptlog_summary sum;
+    if (sb_runckpt_log_dir(&r->p, ck->path, ck->logdir, sizeof ck->logdir, &err) != 0) {
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
+        return 2;
+    }
+    int lr = sb_runckpt_load(ck->path, prev, &sum, &exists, &err);
+    if (sum.generation > 0)
+        snprintf(ck->prevdir, sizeof ck->prevdir, "%s", sum.location);
+    if (lr == -2) {
+        /* the log is gone, damaged or another run's: its parts cannot be trusted, and the sink's
+         * writes are idempotent, so starting over loses nothing */
+        fprintf(stderr,
+                "streambatch run: the checkpoint %s is refused: %s; starting over from the "
+                "beginning\n",
+                ck->path, err.msg);
+        exists = 1; /* replaced below */
+    } else if (lr != 0) {
         if (o->resume) {
             fprintf(stderr, "streambatch run: --resume: %s\n", err.msg);
             return 2;
@@ -630,26 +660,34 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
         sb_ckpt_free(prev);
         return 2;
     }
-    if (o->resume && exists) {
+    if (o->resume && exists && lr == 0) {
         *have = 1;
         ck->epoch = prev->epoch + 1;
         fprintf(stderr, "resuming from %s: %zu splits committed by earlier runs (epoch %u)\n",
                 ck->path, prev->ncommitted, ck->epoch);
-    } else if (o->resume) {
+    } else if (o->resume && lr == 0) {
         fprintf(stderr, "no checkpoint at %s: starting from the beginning\n", ck->path);
-    } else if (exists) {
+    } else if (exists && lr != -2) {
         /* removed now: a run killed before its first checkpoint must not leave the old one
          * for a later --resume, whose parts this run may rewrite */
         fprintf(stderr,
                 "%s held the checkpoint of an earlier run that did not finish; starting over "
                 "(--resume would have continued it)\n",
                 ck->path);
+    }
+    if (exists && !*have) {
         sb_ckpt_free(prev);
-        if (sb_runckpt_remove(ck->path, &err) != 0) {
+        if (sb_runckpt_remove(ck->path, &err) != 0 || ckpt_remove_logs(ck, &err) != 0) {
             fprintf(stderr, "streambatch run: %s\n", err.msg);
             return 2;
         }
     }
+    if (sb_ckptlog_init(&ck->log, ck->logdir, *have ? sum.id : NULL, ck->epoch, ck->spec_hash,
+                        &err) != 0) {
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
+        return 2;
+    }
+    ck->log_open = 1;
     return 0;
 }
 
@@ -1139,8 +1177,15 @@ static void run_report(const run_ctx *c, const sb_ctl_snapshot *s, const char *s
 static void run_settle_checkpoint(run_ctx *c, int code)
 {
     sb_err err;
+    if (c->ck.log.writes > 0)
+        fprintf(stderr,
+                "checkpoint: %" PRIu64 " writes, %" PRIu64 " parts, %" PRIu64
+                " bytes, %.3f s (%.1f us per part written)\n",
+                c->ck.log.writes, c->ck.log.parts_written, c->ck.log.bytes, c->ck.log.seconds,
+                c->ck.log.parts_written ? c->ck.log.seconds * 1e6 / (double)c->ck.log.parts_written
+                                        : 0.0);
     if (code == 0) {
-        if (sb_runckpt_remove(c->ck.path, &err) != 0)
+        if (sb_runckpt_remove(c->ck.path, &err) != 0 || ckpt_remove_logs(&c->ck, &err) != 0)
             fprintf(stderr, "streambatch run: %s\n", err.msg);
         return;
     }
@@ -1148,9 +1193,9 @@ static void run_settle_checkpoint(run_ctx *c, int code)
         ckpt_save(c->ctl, &c->ck);
     if (c->ck.saved_any || c->have_prev)
         fprintf(stderr,
-                "the committed work is in %s: `streambatch run %s --resume` continues "
-                "from it\n",
-                c->ck.path, c->o->file);
+                "the committed work is in %s (its log in %s): `streambatch run %s --resume` "
+                "continues from it\n",
+                c->ck.path, c->ck.log.sum.location, c->o->file);
 }
 
 /* Ends the run once the wait is over: the sink committed or aborted, the workers stopped, the
@@ -1181,7 +1226,7 @@ static int run_finish(run_ctx *c)
  * run dir is removed after a success, or named for its worker logs after a failure. */
 static void run_teardown(run_ctx *c, int code, int ran)
 {
-    free(c->ck.last);
+    sb_ckptlog_free(&c->ck.log);
     if (c->rm_live)
         run_metrics_stop(&c->rm);
     if (c->ctl != NULL)

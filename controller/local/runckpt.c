@@ -53,9 +53,35 @@ int sb_runckpt_default_path(const sb_pipeline *p, char *out, size_t len, sb_err 
     return 0;
 }
 
-int sb_runckpt_load(const char *path, sb_ckpt *out, int *exists, sb_err *err)
+int sb_runckpt_log_dir(const sb_pipeline *p, const char *path, char *out, size_t len, sb_err *err)
+{
+    const char *uri = p->spec.sink.uri ? p->spec.sink.uri : "";
+    int n;
+    if (strncmp(uri, "file:///", 8) == 0) {
+        size_t k = strlen(uri + 7);
+        while (k > 1 && uri[7 + k - 1] == '/')
+            k--;
+        n = snprintf(out, len, "%.*s/" SB_CKPTLOG_DIR, (int)k, uri + 7);
+    } else {
+        size_t k = strlen(path);
+        if (k > 5 && strcmp(path + k - 5, ".json") == 0)
+            k -= 5;
+        char cwd[PATH_MAX] = "";
+        if (path[0] != '/' && getcwd(cwd, sizeof cwd) == NULL)
+            return sb_err_set(err, "checkpoint: the working directory: %s", strerror(errno));
+        n = snprintf(out, len, "%s%s%.*s.log", cwd, cwd[0] ? "/" : "", (int)k, path);
+    }
+    if (n < 0 || (size_t)n >= len)
+        return sb_err_set(err, "checkpoint: the log's path is too long");
+    return 0;
+}
+
+int sb_runckpt_load(const char *path, sb_ckpt *out, sb_ckptlog_summary *sum, int *exists,
+                    sb_err *err)
 {
     memset(out, 0, sizeof *out);
+    if (sum != NULL)
+        memset(sum, 0, sizeof *sum);
     *exists = 0;
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -76,12 +102,22 @@ int sb_runckpt_load(const char *path, sb_ckpt *out, int *exists, sb_err *err)
                           path);
     char what[400];
     snprintf(what, sizeof what, "checkpoint %.300s", path);
-    /* the split count is known only after planning: a generous bound here, the scheduler
-     * checks the ranges against the plan */
-    int rc = sb_ckpt_parse(j, (size_t)1 << 24, what, out, err);
+    int rc;
+    if (sb_ckptlog_is_summary(j)) {
+        sb_ckptlog_summary s;
+        rc = sb_ckptlog_summary_parse(j, what, &s, err);
+        if (rc == 0 && sum != NULL)
+            *sum = s;
+        if (rc == 0 && sb_ckptlog_load(&s, out, sum, err) != 0)
+            rc = -2;
+    } else {
+        /* the older format, every part inline; the split count is known only after planning:
+         * a generous bound here, the scheduler checks the ranges against the plan */
+        rc = sb_ckpt_parse(j, (size_t)1 << 24, what, out, err);
+    }
     cJSON_Delete(j);
     if (rc != 0)
-        return -1;
+        return rc;
     *exists = 1;
     return 0;
 }

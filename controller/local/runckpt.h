@@ -7,8 +7,12 @@
  * Where: --checkpoint FILE, else $XDG_STATE_HOME/streambatch/checkpoints (default
  * ~/.local/state/...) /<pipeline name>-<16 hex>.json, the hex a hash of the working directory
  * and the sink URI: the same pipeline into the same sink finds its checkpoint again, another
- * sink does not. The driver rewrites it (a temporary file renamed over it) whenever the
- * committed set grows, removes it when the run succeeds, and keeps it otherwise.
+ * sink does not. The file is small: the summary of the checkpoint log (ckptlog.h) that holds
+ * the committed splits and parts, beside the sink (<sink>/_streambatch/checkpoint/) for file
+ * sinks, else beside the file (<file without .json>.log/). The driver appends a segment to the
+ * log and rewrites the file (a temporary file renamed over it) whenever the committed set
+ * grows, removes both when the run succeeds, and keeps them otherwise. A file in the older
+ * format (every part inline, checkpoint.h) is still read.
  *
  * The run record, <checkpoint>.run beside it: the driver that runs the pipeline holds an
  * exclusive flock on it for the whole run and writes its pid, its start time (/proc/<pid>/stat)
@@ -29,6 +33,7 @@
 #include <stddef.h>
 
 #include "controller/ctl/checkpoint.h"
+#include "controller/ctl/ckptlog.h"
 #include "core/err.h"
 #include "spec/pipeline.h"
 
@@ -36,9 +41,18 @@
  * directory unreadable, the path too long). */
 int sb_runckpt_default_path(const sb_pipeline *p, char *out, size_t len, sb_err *err);
 
+/* Where the checkpoint log of p goes, for the checkpoint file at path (see above), into out.
+ * 0, or -1 + err (a path too long). */
+int sb_runckpt_log_dir(const sb_pipeline *p, const char *path, char *out, size_t len, sb_err *err);
+
 /* Reads the checkpoint at path: 0 with *exists = 0 when there is none, 0 with *exists = 1 and
- * *out filled, or -1 + err naming the file and the field (unreadable, not JSON, invalid). */
-int sb_runckpt_load(const char *path, sb_ckpt *out, int *exists, sb_err *err);
+ * *out filled (from the log the file summarises, *sum the summary, or from the file itself in
+ * the older format, sum->generation 0 then), -1 + err naming the file and the field
+ * (unreadable, not JSON, invalid), or -2 + err when the file is a summary whose log is refused
+ * (missing, foreign, stale or damaged: sb_ckptlog_load's message; *sum is the summary). sum
+ * may be NULL. */
+int sb_runckpt_load(const char *path, sb_ckpt *out, sb_ckptlog_summary *sum, int *exists,
+                    sb_err *err);
 
 /* Writes text (the checkpoint's JSON) to path atomically (parent directories made as needed,
  * the data synced before the rename). 0, or -1 + err. */

@@ -53,15 +53,11 @@ static long resume_num(const char *key)
     return itest_json_num("s.json", key);
 }
 
-/* committed splits the checkpoint file holds (-1: no file) */
+/* committed splits the checkpoint holds (-1: no file): its log read by ckpt_splits.py */
 static long committed_in_checkpoint(void)
 {
-    char *v = sb_test_sh_out(
-        "cd %s && python3 -c \"\nimport json, os\nif not os.path.exists('ck.json'): print(-1)\n"
-        "else:\n  n = 0\n  for r in filter(None, json.load(open('ck.json'))['committedSplits']"
-        ".split(',')):\n    a, _, b = r.partition('-'); n += int(b or a) - int(a) + 1\n"
-        "  print(n)\n\"",
-        dir);
+    char *v = sb_test_sh_out("cd %s && python3 %s/tests/integration/ckpt_splits.py ck.json", dir,
+                             sb_test_root());
     long n = strtol(v, NULL, 10);
     free(v);
     return n;
@@ -75,6 +71,8 @@ static void expect_resumed_output(void)
     char p[512];
     snprintf(p, sizeof p, "%s/ck.json", dir);
     cr_expect_neq(stat(p, &st), 0, "the checkpoint is removed when the run succeeds");
+    snprintf(p, sizeof p, "%s/out/_streambatch", dir);
+    cr_expect_neq(stat(p, &st), 0, "the checkpoint's log is removed when the run succeeds");
 }
 
 static void expect_no_orphans(void)
@@ -120,11 +118,10 @@ Test(resume, carried_over_parts_that_are_missing_cut_or_changed_are_made_again)
 {
     /* killed once the checkpoint holds 3 committed splits (polled: the machine may be slow) */
     sh("cd %s && { %s run p.yaml --cpus 2 --checkpoint ck.json > killed.log 2>&1 & pid=$!; "
-       "for i in $(seq 600); do sleep 0.1; python3 -c \"\nimport json, sys\nn = 0\n"
-       "for r in filter(None, json.load(open('ck.json'))['committedSplits'].split(',')):\n"
-       "  a, _, b = r.partition('-'); n += int(b or a) - int(a) + 1\nsys.exit(n < 3)\n\" "
-       "2>/dev/null && break; done; kill -9 $pid; wait $pid; true; }",
-       dir, sb_test_bin("streambatch"));
+       "for i in $(seq 600); do sleep 0.1; n=$(python3 %s/tests/integration/ckpt_splits.py "
+       "ck.json 2>/dev/null); test \"${n:-0}\" -ge 3 && break; done; kill -9 $pid; wait $pid; "
+       "true; }",
+       dir, sb_test_bin("streambatch"), sb_test_root());
     expect_no_orphans();
     long c = committed_in_checkpoint();
     cr_assert_geq(c, 3, "only %ld splits checkpointed", c);
@@ -132,7 +129,9 @@ Test(resume, carried_over_parts_that_are_missing_cut_or_changed_are_made_again)
     /* three parts of three committed splits, each damaged in its own way (one byte changed
      * keeps the size: only the CRC-32C tells) */
     char *damaged = sb_test_sh_out(
-        "cd %s && python3 -c \"\nimport json, os\nps = json.load(open('ck.json'))['parts']\n"
+        "cd %s && python3 -c \"\nimport json, os\n"
+        "ps = os.popen('python3 %s/tests/integration/ckpt_splits.py ck.json --list').read()"
+        ".split()\n"
         "seen = []\nfor p in ps:\n  i = p.split(':')[0]\n  t = i.split('-')[1]\n"
         "  if all(s.split('-')[1] != t for s in seen): seen.append(i)\n"
         "a, b, d = ['out/part-%%s.jsonl' %% i for i in seen[:3]]\n"
@@ -140,7 +139,7 @@ Test(resume, carried_over_parts_that_are_missing_cut_or_changed_are_made_again)
         "with open(b, 'r+b') as f:\n  f.seek(2); x = f.read(1); f.seek(2); "
         "f.write(b'7' if x != b'7' else b'8')\n"
         "os.remove(d)\nprint(len(seen[:3]))\n\"",
-        dir);
+        dir, sb_test_root());
     cr_assert_str_eq(damaged, "3");
     free(damaged);
     char *out;
@@ -224,6 +223,40 @@ Test(resume, damaged_checkpoint_is_named_and_replaced_by_a_plain_run)
     rc = run_to_end("", &out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
+    expect_resumed_output();
+}
+
+Test(resume, a_damaged_or_foreign_log_is_refused_and_the_run_starts_over)
+{
+    char *log = run_killed("", 2.5);
+    free(log);
+    long c = committed_in_checkpoint();
+    cr_assert_geq(c, 1);
+    cr_assert_lt(c, 40, "the run finished before it was killed");
+    /* the last file of the log loses its end: what a torn write would leave without the rename */
+    sh("cd %s && f=$(ls out/_streambatch/checkpoint/*.sbck | sort | tail -1) && "
+       "head -c 100 \"$f\" > t && mv t \"$f\"",
+       dir);
+    char *out;
+    int rc = run_to_end("--resume", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "ck.json is refused: checkpoint ") != NULL &&
+                  strstr(out, "/out/_streambatch/checkpoint/") != NULL &&
+                  strstr(out, "cut short") != NULL && strstr(out, "starting over") != NULL,
+              "%s", out);
+    free(out);
+    cr_expect_eq(resume_num("tasksRun"), 40, "a refused checkpoint starts over");
+    expect_resumed_output();
+    /* a log of another run (another id) under this summary: foreign */
+    log = run_killed("", 2.5);
+    free(log);
+    cr_assert_geq(committed_in_checkpoint(), 1);
+    sh("cd %s && sed -i 's/\"id\":\"[0-9a-f]*\"/\"id\":\"00000000000000aa\"/' ck.json", dir);
+    rc = run_to_end("--resume", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "is foreign: its log id is") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(resume_num("tasksRun"), 40);
     expect_resumed_output();
 }
 
