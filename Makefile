@@ -39,7 +39,8 @@ PKG_LIBS   = -Wl,-Bstatic $(GRPC_STATIC) -lgpr -Wl,-Bdynamic \
              $(shell pkg-config --libs $(filter-out grpc,$(PKGS)) 2>/dev/null) \
              -lssl -lcrypto -lz -lstdc++ -latomic $(CODEC_LIBS)
 # Parquet page codecs (lib/parquet/encoding.c); Debian's -dev packages, installed by make deps.
-CODEC_LIBS = -lsnappy -lzstd -llz4 -lbrotlidec
+# --as-needed: only the programs that read Parquet (the worker) link them.
+CODEC_LIBS = -Wl,--push-state,--as-needed -lsnappy -lzstd -llz4 -lbrotlidec -Wl,--pop-state
 
 WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wno-format-truncation
 CSTD   := -std=c17 -D_GNU_SOURCE
