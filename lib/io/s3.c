@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "core/redact.h"
+#include "core/pct.h"
 #include "io/aws.h"
 #include "io/retry.h"
 #include "io/s3.h"
@@ -99,6 +100,14 @@ static int loc_parse(const char *uri, loc *l, sb_err *err)
     if (l->bucket == NULL || l->key == NULL) {
         loc_free(l);
         return sb_err_set(err, "\"%.200s\": out of memory", uri);
+    }
+    /* the key as the URI writes it, percent-encoded (core/pct.h; listings encode '%') */
+    if (sb_pct_decode(l->key, strlen(l->key), l->key, strlen(l->key) + 1) < 0) {
+        loc_free(l);
+        return sb_err_set(err,
+                          "\"%.200s\": a '%%' not followed by two hex digits (write %%25 for "
+                          "'%%') or %%00 in the key",
+                          uri);
     }
     return 0;
 }
@@ -350,9 +359,23 @@ static int s3_do(const char *method, const char *bucket, const char *key, const 
 static int objs_add(sb_io_objlist *f, const char *bucket, const char *key, uint64_t size,
                     sb_err *err)
 {
-    char *u = NULL;
-    if (asprintf(&u, "s3://%s/%s", bucket, key) < 0)
-        u = NULL;
+    /* a '%' in a key is written %25, so that loc_parse() decodes the URI back to the key */
+    size_t n = strlen(key), pct = 0;
+    for (size_t i = 0; i < n; i++)
+        pct += key[i] == '%';
+    char *u = malloc(strlen(bucket) + n + 2 * pct + 7);
+    if (u != NULL) {
+        char *o = u + sprintf(u, "s3://%s/", bucket);
+        for (size_t i = 0; i < n; i++) {
+            if (key[i] == '%') {
+                memcpy(o, "%25", 3);
+                o += 3;
+            } else {
+                *o++ = key[i];
+            }
+        }
+        *o = '\0';
+    }
     return sb_io_objlist_add(f, u, size, 0 /* ranged GETs always work on S3 */, err);
 }
 

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/pct.h"
+
 static int has_prefix(const char *s, const char *p)
 {
     return strncmp(s, p, strlen(p)) == 0;
@@ -44,6 +46,40 @@ const sb_io_backend *sb_io_backend_of(const char *uri, int write, sb_err *err)
     return NULL;
 }
 
+/* An s3:// URI in the storage layer's form: the key percent-decoded, then only '%' encoded
+ * again (as listings write keys, s3.c), so that a URI given by the user and one built from a
+ * listing name the same key the same way. */
+static char *s3_canon(const char *uri, sb_err *err)
+{
+    size_t n = strlen(uri);
+    char *dec = malloc(n + 1), *out = malloc(3 * n + 1);
+    long k = dec != NULL ? sb_pct_decode(uri, n, dec, n + 1) : -1;
+    if (dec == NULL || out == NULL || k < 0) {
+        if (dec != NULL && out != NULL)
+            sb_err_set(err,
+                       "\"%.200s\": a '%%' not followed by two hex digits (write %%25 for '%%') "
+                       "or %%00",
+                       uri);
+        else
+            sb_err_set(err, "\"%.200s\": out of memory", uri);
+        free(dec);
+        free(out);
+        return NULL;
+    }
+    size_t o = 0;
+    for (long i = 0; i < k; i++) {
+        if (dec[i] == '%') {
+            memcpy(out + o, "%25", 3);
+            o += 3;
+        } else {
+            out[o++] = dec[i];
+        }
+    }
+    out[o] = '\0';
+    free(dec);
+    return out;
+}
+
 char *sb_io_uri_norm(const char *uri, sb_err *err)
 {
     if (uri == NULL || uri[0] == '\0') {
@@ -51,8 +87,19 @@ char *sb_io_uri_norm(const char *uri, sb_err *err)
         return NULL;
     }
     char *out = NULL;
+    if (has_prefix(uri, "s3://"))
+        return s3_canon(uri, err);
     if (has_prefix(uri, "file://")) {
-        const char *path = uri + 7;
+        /* the path as a URI writes it: percent-encoded (core/pct.h) */
+        char dec[PATH_MAX];
+        if (sb_pct_decode(uri + 7, strlen(uri + 7), dec, sizeof dec) < 0) {
+            sb_err_set(err,
+                       "\"%.200s\": a '%%' not followed by two hex digits (write %%25 for '%%'), "
+                       "%%00, or a path too long",
+                       uri);
+            return NULL;
+        }
+        const char *path = dec;
         if (path[0] == '\0') {
             sb_err_set(err, "\"%.200s\": empty path", uri);
             return NULL;

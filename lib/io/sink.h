@@ -100,6 +100,11 @@ int sb_io_sink_tag_from_uid(const char *uid, char out[SB_SINK_PART_TAG_MAX], sb_
  * lowercase hex digits, in the other modes empty or NULL. 0, or -1 + err. */
 int sb_io_sink_tag_check(const char *tag, sb_sink_mode mode, sb_err *err);
 
+/* A file:// sink must not be the directory a file:// source lists, also when a symbolic link
+ * leads there (validate compares the URIs as written; this compares the real paths where the
+ * files are, on a worker, before any task). 0, or -1 + err (permanent). */
+int sb_io_sink_check_not_source(const sb_sink_spec *sink, const sb_source_spec *src, sb_err *err);
+
 /* Does the sink hold _SUCCESS (a committed run)? 0 with *yes set, or -1 + err. */
 int sb_io_sink_committed(const sb_sink_spec *sink, int *yes, sb_err *err);
 

@@ -8,7 +8,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/random.h>
 
 #include "partition/id.h"
@@ -242,4 +244,73 @@ int sb_io_sink_tag_check(const char *tag, sb_sink_mode mode, sb_err *err)
         return sb_err_set(err, "sink tag \"%.20s\": 1 to %d lowercase hex digits", tag ? tag : "",
                           SB_SINK_PART_TAG_MAX - 1);
     return 0;
+}
+
+/* realpath() of path, or of its longest existing prefix with the rest appended (a sink
+ * directory is made by its first write, so it may not exist yet). 0, or -1. */
+static int real_or_prefix(const char *path, char out[PATH_MAX])
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return -1;
+    size_t n = strlen(buf), end = n; /* buf[0..end) is the prefix tried */
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = '\0';
+    end = n;
+    for (;;) {
+        char save = buf[end];
+        buf[end] = '\0';
+        const char *ok = realpath(buf, out);
+        buf[end] = save;
+        if (ok != NULL)
+            break;
+        while (end > 0 && buf[end - 1] != '/')
+            end--; /* drop the last component */
+        if (end <= 1)
+            return -1;
+        end--; /* and the '/' before it */
+    }
+    size_t k = strlen(out);
+    if (end < n && snprintf(out + k, PATH_MAX - k, "%s", buf + end) >= (int)(PATH_MAX - k))
+        return -1;
+    return 0;
+}
+
+int sb_io_sink_check_not_source(const sb_sink_spec *sink, const sb_source_spec *src, sb_err *err)
+{
+    if (sink->uri == NULL || strncmp(sink->uri, "file://", 7) != 0)
+        return 0;
+    char *sdir = sb_io_uri_norm(sink->uri, err);
+    if (sdir == NULL)
+        return sb_err_wrap(err, "sink");
+    char rsink[PATH_MAX];
+    int rc = 0, have = real_or_prefix(sdir, rsink) == 0;
+    for (size_t i = 0; have && rc == 0 && i < (src->uri != NULL ? 1 : src->nuris); i++) {
+        const char *u = src->uri != NULL ? src->uri : src->uris[i];
+        if (u == NULL || strncmp(u, "file://", 7) != 0)
+            continue;
+        char *p = sb_io_uri_norm(u, err);
+        if (p == NULL) {
+            rc = sb_err_wrap(err, "source");
+            break;
+        }
+        /* the directory the source lists: itself, or a glob's directory */
+        char *slash = strrchr(p, '/');
+        struct stat st;
+        if (slash != NULL && strpbrk(slash + 1, "*?[") != NULL)
+            *slash = '\0';
+        else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+            p[0] = '\0'; /* a single file lists nothing else */
+        char rsrc[PATH_MAX];
+        if (p[0] != '\0' && realpath(p, rsrc) != NULL && strcmp(rsrc, rsink) == 0)
+            rc = sb_err_permanent(err,
+                                  "uri \"%.200s\" is the directory the source lists "
+                                  "(\"%.200s\"), reached through a symbolic link (both are "
+                                  "%.200s): every run would read the previous run's output back "
+                                  "in; write the sink to another directory",
+                                  sink->uri, u, rsrc);
+        free(p);
+    }
+    free(sdir);
+    return rc;
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/pct.h"
 #include "spec/quantity.h"
 
 const char *const sb_format_names[] = {"jsonl", "csv", "text", "binary", "image", "parquet", NULL};
@@ -528,6 +529,13 @@ static void check_uri(const char *uri, const sb_node *node, const char *path, in
     }
     size_t sl = (size_t)(sep - uri);
     const char *rest = sep + 3;
+    char dec[4096];
+    if (sb_pct_decodes(uri) && strlen(rest) < sizeof dec &&
+        sb_pct_decode(rest, strlen(rest), dec, sizeof dec) < 0)
+        sb_diags_add(d, path, line, col,
+                     "\"%.80s\": a '%%' must start a percent-encoded byte such as %%20 (write "
+                     "%%25 for '%%' itself; %%00 is not allowed)",
+                     uri);
     if (sl == 4 && strncmp(uri, "file", 4) == 0) {
         if (*rest == '\0')
             sb_diags_add(d, path, line, col, "file URI \"%.80s\" has no path", uri);

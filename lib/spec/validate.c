@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/pct.h"
 #include "doc/doc.h"
 #include "spec/pipeline.h"
 
@@ -99,7 +100,13 @@ static int norm_uri(const char *uri, const char *cwd, char *out, size_t cap, siz
     size_t sl = (size_t)(sep - uri);
     const char *rest = sep + 3;
     if (rest[0] == '\0')
-        return -1; /* no path: reported by the URI checks */
+        return -1;  /* no path: reported by the URI checks */
+    char dec[8192]; /* file:// and s3:// paths are percent-encoded (core/pct.h) */
+    if (sb_pct_decodes(uri)) {
+        if (sb_pct_decode(rest, strlen(rest), dec, sizeof dec) < 0)
+            return -1; /* bad encoding: the storage layer names it when it opens the URI */
+        rest = dec;
+    }
     int is_file = sl == 4 && strncasecmp(uri, "file", 4) == 0;
     char joined[8192];
     if (is_file && rest[0] != '/' && cwd != NULL) {

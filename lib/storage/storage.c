@@ -71,6 +71,8 @@ void sb_storage_splits_free(sb_storage_splits *pl)
 
 int sb_storage_prepare(const sb_pipeline *p, sb_err *err)
 {
+    if (sb_io_sink_check_not_source(&p->spec.sink, &p->spec.source, err) != 0)
+        return -1;
     return sb_io_sink_prepare(&p->spec.sink, err);
 }
 
