@@ -35,15 +35,15 @@
  * last batch of an input partition is waited for at once, so nothing is held past the partition's
  * last process() call.
  */
+#include <cblas.h>
 #include <cjson/cJSON.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/log.h"
 #include "io/schemes.h"
@@ -348,134 +348,99 @@ static int model_to_device(const mlp_model *cm, prec_kind prec, sb_err *err)
 
 /* ---- the forward pass --------------------------------------------------------------------- */
 
-/* y[n x dout] = x[n x din] . w^T + b, with GCC/Clang vector types (8 floats: one AVX register,
- * or two SSE ones). Blocked 4 outputs x 2 rows: the outer loop takes 4 rows of w (a few KiB,
- * kept in L1) and the inner one streams the batch's rows past them, so w is read once per batch
- * instead of once per row. Each output is summed in 8 lanes, then the lanes pairwise. */
-typedef float v8f __attribute__((vector_size(32)));
+/* OpenBLAS runs one thread per call here: the worker runs one op per slot and `--cpus` counts
+ * slots, so a GEMM that spread over every core would take other slots' CPU. Debian's serial
+ * variant (libopenblas0-serial, what `make deps` and the images install) has no threads; the
+ * pthread variant, when the machine's alternatives pick it, is set to one thread here (a
+ * process-wide setting, and calls from several threads then run each in its caller); the OpenMP
+ * variant takes its count from each calling thread's OpenMP settings, which we cannot set for it,
+ * so it is named in the log. */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
-/* (no vector arguments or results: their ABI differs between the AVX and the plain build) */
-#define LD8(dst, p) memcpy(&(dst), (p), sizeof(v8f))
+/* OpenBLAS builds with DYNAMIC_ARCH (Debian's) pick their kernels when the library loads, from
+ * the CPU's model number. Bookworm's 0.3.21 does not know CPUs newer than it (Emerald Rapids,
+ * model 207, among them) and falls back to its Prescott kernels (SSE3): 3x slower than AVX-512
+ * ones. Its documented remedy is OPENBLAS_CORETYPE in the environment, which it reads only when
+ * it loads, before our code runs; these two entry points (exported by every DYNAMIC_ARCH build,
+ * weak here: a build without them leaves the choice alone) redo the choice with it set. */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 
-static inline float hsum8(const v8f *v)
+/* The OpenBLAS core for what this CPU can do, when the library took it for an older one; NULL
+ * when its own choice stands (it knows the CPU, or the user set OPENBLAS_CORETYPE). */
+static const char *blas_better_core(const char *loaded)
 {
-    return (((*v)[0] + (*v)[1]) + ((*v)[2] + (*v)[3])) +
-           (((*v)[4] + (*v)[5]) + ((*v)[6] + (*v)[7]));
-}
-
-static inline __attribute__((always_inline)) void linear_body(const float *x, size_t n, size_t din,
-                                                              const float *w, const float *b,
-                                                              size_t dout, float *y)
-{
-    for (size_t o = 0; o < dout; o += 4) {
-        size_t no = dout - o < 4 ? dout - o : 4;
-        const float *wr[4];
-        for (size_t j = 0; j < 4; j++)
-            wr[j] = w + (o + (j < no ? j : 0)) * din;
-        for (size_t r = 0; r < n; r += 2) {
-            size_t nr = n - r < 2 ? 1 : 2;
-            const float *x0 = x + r * din, *x1 = nr == 2 ? x0 + din : x0;
-            v8f a[2][4] = {{{0}}};
-            size_t i = 0;
-            for (; i + 8 <= din; i += 8) {
-                v8f xa, xb, wv;
-                LD8(xa, x0 + i);
-                LD8(xb, x1 + i);
-                for (size_t j = 0; j < 4; j++) {
-                    LD8(wv, wr[j] + i);
-                    a[0][j] += xa * wv;
-                    a[1][j] += xb * wv;
-                }
-            }
-            for (size_t q = 0; q < nr; q++) {
-                const float *xq = q ? x1 : x0;
-                for (size_t j = 0; j < no; j++) {
-                    float s = hsum8(&a[q][j]);
-                    for (size_t k = i; k < din; k++)
-                        s += xq[k] * wr[j][k];
-                    y[(r + q) * dout + o + j] = s + (b != NULL ? b[o + j] : 0.0f);
-                }
-            }
-        }
-    }
-}
-
 #if defined(__x86_64__)
-/* The same blocking with AVX2 and FMA intrinsics, 3 rows x 4 outputs (12 accumulators), for
- * machines that have them (chosen at run time; the build itself targets any x86-64). */
-__attribute__((target("avx2,fma"))) static void linear_avx2(const float *x, size_t n, size_t din,
-                                                            const float *w, const float *b,
-                                                            size_t dout, float *y)
-{
-    for (size_t o = 0; o < dout; o += 4) {
-        size_t no = dout - o < 4 ? dout - o : 4;
-        const float *wr[4];
-        for (size_t j = 0; j < 4; j++)
-            wr[j] = w + (o + (j < no ? j : 0)) * din;
-        for (size_t r = 0; r < n; r += 3) {
-            size_t nr = n - r < 3 ? n - r : 3;
-            const float *xr[3];
-            for (size_t q = 0; q < 3; q++)
-                xr[q] = x + (r + (q < nr ? q : 0)) * din;
-            /* twelve named accumulators: arrays indexed in loops may live in memory at -O2 */
-            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
-            __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-            __m256 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
-            const float *w0 = wr[0], *w1 = wr[1], *w2 = wr[2], *w3 = wr[3];
-            const float *p0 = xr[0], *p1 = xr[1], *p2 = xr[2];
-            size_t i = 0;
-            for (; i + 8 <= din; i += 8) {
-                __m256 x0 = _mm256_loadu_ps(p0 + i), x1 = _mm256_loadu_ps(p1 + i),
-                       x2 = _mm256_loadu_ps(p2 + i);
-                __m256 wv = _mm256_loadu_ps(w0 + i);
-                a00 = _mm256_fmadd_ps(x0, wv, a00);
-                a10 = _mm256_fmadd_ps(x1, wv, a10);
-                a20 = _mm256_fmadd_ps(x2, wv, a20);
-                wv = _mm256_loadu_ps(w1 + i);
-                a01 = _mm256_fmadd_ps(x0, wv, a01);
-                a11 = _mm256_fmadd_ps(x1, wv, a11);
-                a21 = _mm256_fmadd_ps(x2, wv, a21);
-                wv = _mm256_loadu_ps(w2 + i);
-                a02 = _mm256_fmadd_ps(x0, wv, a02);
-                a12 = _mm256_fmadd_ps(x1, wv, a12);
-                a22 = _mm256_fmadd_ps(x2, wv, a22);
-                wv = _mm256_loadu_ps(w3 + i);
-                a03 = _mm256_fmadd_ps(x0, wv, a03);
-                a13 = _mm256_fmadd_ps(x1, wv, a13);
-                a23 = _mm256_fmadd_ps(x2, wv, a23);
-            }
-            __m256 a[3][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}};
-            for (size_t q = 0; q < nr; q++) {
-                for (size_t j = 0; j < no; j++) {
-                    float l[8];
-                    _mm256_storeu_ps(l, a[q][j]);
-                    float s2 = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-                    for (size_t k = i; k < din; k++)
-                        s2 += xr[q][k] * wr[j][k];
-                    y[(r + q) * dout + o + j] = s2 + (b != NULL ? b[o + j] : 0.0f);
-                }
-            }
-        }
-    }
-}
+    static const char *const generic[] = {"Prescott",   "Core2",     "Penryn",
+                                          "Dunnington", "Nehalem",   "Katmai",
+                                          "Coppermine", "Northwood", "Banias"};
+    bool old = false;
+    for (size_t i = 0; i < sizeof generic / sizeof *generic; i++)
+        old = old || strcasecmp(loaded, generic[i]) == 0;
+    if (!old || getenv("OPENBLAS_CORETYPE") != NULL)
+        return NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+    if (__builtin_cpu_supports("avx"))
+        return "SandyBridge";
+#else
+    (void)loaded;
 #endif
-
-static void linear_any(const float *x, size_t n, size_t din, const float *w, const float *b,
-                       size_t dout, float *y)
-{
-    linear_body(x, n, din, w, b, dout, y);
+    return NULL;
 }
 
+static void blas_setup(void)
+{
+    char loaded[32];
+    snprintf(loaded, sizeof loaded, "%s", openblas_get_corename());
+    const char *core = blas_better_core(loaded);
+    if (core != NULL && gotoblas_dynamic_init != NULL && gotoblas_dynamic_quit != NULL) {
+        /* the worker's only setenv of a new name after its start (the first one copies the
+         * environment to a new array and leaves the old one, which a concurrent getenv may be
+         * reading, in place) */
+        setenv("OPENBLAS_CORETYPE", core, 0);
+        gotoblas_dynamic_quit();
+        gotoblas_dynamic_init();
+        sb_log(SB_LOG_INFO,
+               "tensor.mlp: OpenBLAS took this CPU for an older one; using its "
+               "newer kernels (set OPENBLAS_CORETYPE to choose)",
+               "loaded", loaded, "now", openblas_get_corename(), NULL);
+    }
+    openblas_set_num_threads(1);
+    if (openblas_get_parallel() == 2)
+        sb_log(SB_LOG_WARN,
+               "tensor.mlp: the OpenMP build of OpenBLAS is loaded; its GEMMs may use more than "
+               "one core per slot (install libopenblas0-serial, or set OMP_NUM_THREADS=1)",
+               "config", openblas_get_config(), NULL);
+}
+
+/* y[n x dout] = x[n x din] . w^T + b: the bias is copied into every row of y first and the GEMM
+ * adds to it (beta 1), so no second pass over y. n is cut to what a blasint holds. */
 static void linear(const float *x, size_t n, size_t din, const float *w, const float *b,
                    size_t dout, float *y)
 {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        linear_avx2(x, n, din, w, b, dout, y);
-        return;
+    const size_t most = (size_t)INT_MAX / (din > dout ? din : dout);
+    for (size_t r0 = 0; r0 < n; r0 += most) {
+        size_t nr = n - r0 < most ? n - r0 : most;
+        float *yr = y + r0 * dout;
+        if (b != NULL)
+            for (size_t r = 0; r < nr; r++)
+                memcpy(yr + r * dout, b, dout * sizeof(float));
+        float beta = b != NULL ? 1.0f : 0.0f;
+        /* one row: GEMV (w read once, row by row). OpenBLAS 0.3.21's GEMM would first pack all
+         * of w into its own layout, for one row 2.5x the GEMV's time */
+        if (nr == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)dout, (blasint)din, 1.0f, w,
+                        (blasint)din, x + r0 * din, 1, beta, yr, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)nr, (blasint)dout,
+                        (blasint)din, 1.0f, x + r0 * din, (blasint)din, w, (blasint)din, beta, yr,
+                        (blasint)dout);
     }
-#endif
-    linear_any(x, n, din, w, b, dout, y);
 }
 
 static void activate(float *v, size_t n, act_kind a)
@@ -694,6 +659,8 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
             goto out;
         }
     }
+    if (s->run == NULL)
+        pthread_once(&blas_once, blas_setup);
     if (s->run == NULL && s->prec != PREC_FP32)
         sb_log(SB_LOG_INFO, "tensor.mlp: args.precision applies on CUDA; the CPU computes in fp32",
                "precision", prec_names[s->prec], NULL);
