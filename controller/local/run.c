@@ -877,6 +877,19 @@ static int run_open_checkpoint(run_ctx *c)
     if (code != 0)
         return code;
     c->prev_owned = 1;
+    /* sink.mode append: the run's part tag (lib/io/sink.h) is its checkpoint log's id, drawn
+     * when the run starts from nothing and kept by --resume, so a resumed run names (and
+     * verifies) the parts it carries over as it wrote them; without a log, a tag of its own */
+    sb_sink_spec *sink = &c->r.p.spec.sink;
+    if (sink->mode == SB_SINK_APPEND) {
+        sb_err err;
+        if (c->ck.log_open && strlen(c->ck.log.sum.id) >= 12)
+            snprintf(sink->part_tag, sizeof sink->part_tag, "%.12s", c->ck.log.sum.id);
+        else if (sb_io_sink_tag_new(sink->part_tag, &err) != 0) {
+            fprintf(stderr, "streambatch run: %s\n", err.msg);
+            return 1;
+        }
+    }
     if (c->have_prev && resume_verify(&c->r.p.spec.sink, &c->prev) != 0)
         return 2;
     c->resume =
@@ -942,12 +955,6 @@ static int run_start_controller(run_ctx *c)
     if (c->chost == NULL || *c->chost == '\0' || strlen(c->chost) > 45)
         c->chost = "127.0.0.1";
     snprintf(c->listen, sizeof c->listen, "%s:0", c->chost);
-    /* sink.mode append: the run's part tag (lib/io/sink.h), drawn at its first start */
-    if (c->r.p.spec.sink.mode == SB_SINK_APPEND && c->r.p.spec.sink.part_tag[0] == '\0' &&
-        sb_io_sink_tag_new(c->r.p.spec.sink.part_tag, &err) != 0) {
-        fprintf(stderr, "streambatch: %s\n", err.msg);
-        return 1;
-    }
     c->cc = (sb_ctl_config){
         .sink_tag = c->r.p.spec.sink.part_tag,
         .pipeline = &c->r.p,

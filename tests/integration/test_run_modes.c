@@ -162,3 +162,57 @@ Test(modes, symlinked_sink_refused_and_percent_encoded_paths)
     free(got);
     free(want);
 }
+
+/* Append and --resume: a second append run SIGKILLed once its checkpoint holds committed
+ * splits, then resumed. The resumed run keeps its tag (the checkpoint log's id), so the parts it
+ * carries over are found under their names: every record ends up exactly twice (once a run), the
+ * manifest lists every part on disk, and two tags name them. */
+Test(modes, append_killed_and_resumed_adds_each_record_once)
+{
+    char *out;
+    write_mode("ar", 100, "append");
+    cr_assert_eq(run_cli("ar", "--cpus 2", &out), 0, "%s", out);
+    free(out);
+    FILE *f = itest_create("slow.yaml");
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: slow}\n"
+            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 4Ki}\n"
+            "  stages:\n  - {name: a, op: bench.sleep, args: {msPerRecord: 3}}\n"
+            "  - {name: b, op: identity}\n"
+            "  sink: {uri: 'file://%s/out/', format: jsonl, mode: append}\n",
+            dir, dir);
+    fclose(f);
+    sh("cd %s && { %s run slow.yaml --cpus 2 --checkpoint ck.json > killed.log 2>&1 & pid=$!; "
+       "for i in $(seq 600); do sleep 0.1; n=$(python3 %s/tests/integration/ckpt_splits.py "
+       "ck.json 2>/dev/null); test \"${n:-0}\" -ge 4 && break; done; kill -9 $pid; wait $pid; "
+       "true; }",
+       dir, sb_test_bin("streambatch"), sb_test_root());
+    long held =
+        num("cd %s && python3 %s/tests/integration/ckpt_splits.py ck.json", dir, sb_test_root());
+    cr_assert_geq(held, 4, "the checkpoint held %ld splits when the run was killed", held);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && timeout 200 %s run slow.yaml --cpus 2 --checkpoint ck.json --resume "
+             "--summary-json slow.summary.json 2>&1",
+             dir, sb_test_bin("streambatch"));
+    cr_assert_eq(sb_test_run(cmd, &out), 0, "%s", out);
+    /* under another tag the carried-over parts would be "missing" and made again */
+    cr_expect(strstr(out, "missing or differ") == NULL, "%s", out);
+    free(out);
+    long rerun = summary_num("slow", "tasksRun");
+    char *st = out_state();
+    long rows, read, files, ids;
+    cr_assert_eq(sscanf(st, "%ld %ld %ld %ld", &rows, &read, &files, &ids), 4, "%s", st);
+    cr_expect(rows == 6000 && read == 6000 && ids == 3000, "%s", st);
+    long listed = num("cd %s/out && python3 -c \"import json; print(len(json.load("
+                      "open('_manifest.json'))['parts']))\"",
+                      dir);
+    cr_expect_eq(files, listed, "part files %ld, listed %ld (a killed attempt's strays?)", files,
+                 listed);
+    long tags =
+        num("ls %s/out | sed -n 's/^part-\\([0-9a-f]*\\)-s.*/\\1/p' | sort -u | wc -l", dir);
+    cr_expect_eq(tags, 2, "tags: %ld", tags);
+    fprintf(stderr, "append resume: %ld splits carried over, %ld tasks run after the resume\n",
+            held, rerun);
+    free(st);
+}
