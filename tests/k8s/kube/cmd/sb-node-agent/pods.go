@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -417,6 +418,16 @@ func (r *podRunner) containerLoop(c *ctr, policy v1.RestartPolicy) (int32, bool)
 		if err != nil {
 			klog.Warningf("pod %s/%s container %s: %s: %v", r.ns, r.name, c.spec.Name, reason, err)
 			r.set(func() { c.state = waiting(reason, err.Error()) })
+			if reason == "ErrImagePull" {
+				// as the kubelet: the pull error shows until its next sync, then the back-off
+				// until the next pull, so a pod alternates ErrImagePull and ImagePullBackOff
+				if !r.sleep(min(delay, time.Second)) {
+					return code, true
+				}
+				r.set(func() {
+					c.state = waiting("ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", c.spec.Image))
+				})
+			}
 			if !r.sleep(delay) {
 				return code, true
 			}
@@ -701,6 +712,9 @@ func (r *podRunner) containerEnv(c *ctr) ([]string, map[string]string, error) {
 				if ptr.Deref(ef.ConfigMapRef.Optional, false) && apierrors.IsNotFound(err) {
 					continue
 				}
+				if apierrors.IsNotFound(err) {
+					return nil, nil, fmt.Errorf("configmap %q not found", ef.ConfigMapRef.Name)
+				}
 				return nil, nil, fmt.Errorf("configmap %q: %v", ef.ConfigMapRef.Name, err)
 			}
 			data = cm.Data
@@ -709,6 +723,9 @@ func (r *podRunner) containerEnv(c *ctr) ([]string, map[string]string, error) {
 			if err != nil {
 				if ptr.Deref(ef.SecretRef.Optional, false) && apierrors.IsNotFound(err) {
 					continue
+				}
+				if apierrors.IsNotFound(err) { // the kubelet's words
+					return nil, nil, fmt.Errorf("secret %q not found", ef.SecretRef.Name)
 				}
 				return nil, nil, fmt.Errorf("secret %q: %v", ef.SecretRef.Name, err)
 			}
@@ -734,6 +751,10 @@ func (r *podRunner) containerEnv(c *ctr) ([]string, map[string]string, error) {
 		}
 		v, skip, err := r.envSource(ctx, p, c, e.ValueFrom)
 		if err != nil {
+			var nf notFound
+			if errors.As(err, &nf) { // as the kubelet says it, without the variable's name
+				return nil, nil, err
+			}
 			return nil, nil, fmt.Errorf("env %s: %v", e.Name, err)
 		}
 		if !skip {
@@ -746,6 +767,12 @@ func (r *podRunner) containerEnv(c *ctr) ([]string, map[string]string, error) {
 	}
 	return env, vars, nil
 }
+
+// notFound is a missing Secret, ConfigMap or key, in the words the kubelet uses for its
+// CreateContainerConfigError message (`secret "s3-creds" not found`).
+type notFound struct{ msg string }
+
+func (e notFound) Error() string { return e.msg }
 
 func (r *podRunner) envSource(ctx context.Context, p *v1.Pod, c *ctr, src *v1.EnvVarSource) (string, bool, error) {
 	switch {
@@ -775,7 +802,9 @@ func (r *podRunner) envSource(ctx context.Context, p *v1.Pod, c *ctr, src *v1.En
 			if v, ok := s.Data[ref.Key]; ok {
 				return string(v), false, nil
 			}
-			err = fmt.Errorf("secret %q has no key %q", ref.Name, ref.Key)
+			err = notFound{fmt.Sprintf("couldn't find key %s in Secret %s/%s", ref.Key, p.Namespace, ref.Name)}
+		} else if apierrors.IsNotFound(err) {
+			err = notFound{fmt.Sprintf("secret %q not found", ref.Name)}
 		}
 		if ptr.Deref(ref.Optional, false) {
 			return "", true, nil
