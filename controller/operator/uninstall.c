@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "controller/operator/operator_events.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 
@@ -231,8 +232,10 @@ static int stop_pipelines_at(sb_k8s_client *c, const sb_uninstall_opts *o, const
         if (ns == NULL || name == NULL)
             continue;
         (*npipes)++;
-        if ((rc = delete_worker_pods(c, p, npods, err)) != 0)
+        int pods = 0;
+        if ((rc = delete_worker_pods(c, p, &pods, err)) != 0)
             break;
+        *npods += pods;
         char path[600];
         snprintf(path, sizeof path, PIPELINES_NS "/%s", ns, name);
         int r = remove_finalizer(c, path, err);
@@ -241,6 +244,17 @@ static int stop_pipelines_at(sb_k8s_client *c, const sb_uninstall_opts *o, const
             break;
         }
         *nfin += r;
+        /* what `kubectl describe` shows later: why a Running Pipeline has no pods (best
+         * effort: a failed post is only logged) */
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "the operator was uninstalled (Deployment %s): %d worker pod(s) deleted, the "
+                 "finalizer removed; the Pipeline keeps its status and checkpoint, and a new "
+                 "install resumes it",
+                 o->deployment, pods);
+        sb_operator_event_ref ref = {ns, name, meta_str(p, "uid"), NULL};
+        sb_err eerr = {0};
+        sb_operator_event_post(c, &ref, "Normal", "Uninstalled", msg, NULL, &eerr);
         say(o, "Pipeline %s/%s stopped", ns, name);
     }
     cJSON_Delete(l);

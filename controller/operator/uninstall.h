@@ -6,7 +6,8 @@
  *      released), and no controller is left to add the finalizer again;
  *   2. every Pipeline of the watched namespaces (all when none are given) is stopped: its
  *      worker pods are deleted and `streambatch.dev/finalizer` is removed (a merge patch
- *      guarded by resourceVersion, retried on a conflict). The Pipelines themselves are kept,
+ *      guarded by resourceVersion, retried on a conflict), and an Event `Uninstalled` says so
+ *      on it (best effort). The Pipelines themselves are kept,
  *      with their status and checkpoint: a later install resumes the Running ones, and
  *      `kubectl delete pipeline` now completes at once;
  *   3. the Lease and the helm test pod of the release, when named, are deleted.

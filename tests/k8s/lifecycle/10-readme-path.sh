@@ -34,6 +34,12 @@ readme_values() { # the README's helm install line -> README_VALUES (its --set/-
   local shown="the defaults of the chart"; ((${#README_VALUES[@]})) && shown="${README_VALUES[*]}"; echo "the README's values: $shown"
 }
 
+readme_pods_only() { # every controller pod runs the README's image
+  local imgs
+  imgs=$(kubectl -n "$SYS" get pods -l app.kubernetes.io/name=streambatch-controller \
+    -o 'jsonpath={range .items[*]}{.spec.containers[0].image}{"\n"}{end}') || return 1
+  [[ -n $imgs ]] && ! grep -qv '^streambatch/controller:' <<<"$imgs"
+}
 readme_helm_test() {
   readme_values || return 1
   # the suite's image table must run the README's images (streambatch/*) as our containers
@@ -45,6 +51,10 @@ readme_helm_test() {
   t0=$(now)
   helm upgrade "$REL" "$CHART" -n "$SYS" --reset-values "${README_VALUES[@]}" >/dev/null || return 1
   kubectl -n "$SYS" rollout status "deployment/$DEPLOY" --timeout=120s || rc=1
+  # rollout status returns while the old pods still terminate: wait until they are gone
+  if ((rc == 0)) && ! until_ok 90 readme_pods_only; then
+    echo "old controller pods still there: $(controller_pods)"; rc=1
+  fi
   if ((rc == 0)); then
     for p in $(controller_pods); do
       img=$(kubectl -n "$SYS" get pod "$p" -o 'jsonpath={.spec.containers[0].image}')
