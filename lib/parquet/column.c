@@ -37,8 +37,10 @@ typedef struct {
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem, size_t limit, sb_err *err)
 {
-    if (need <= *cap)
+    if (need <= *cap && *p != NULL)
         return 0;
+    if (need == 0)
+        need = 1; /* a buffer always exists: no pointer arithmetic on NULL */
     if (need > limit / elem)
         return sb_err_data(err, "the decoded column would pass %zu bytes", limit);
     size_t n = *cap ? *cap : 1024;
@@ -256,11 +258,12 @@ static int values_dba(st *s, const uint8_t *p, size_t n, size_t nn, sb_err *err)
     size_t sfx_len = c->vals_len - start, total = 0, prev_len = 0;
     for (size_t k = 0; k < nn; k++) {
         if (prefix[k] > prev_len) {
+            uint64_t pk = prefix[k];
             free(prefix);
             return sb_err_data(err,
                                "DELTA_BYTE_ARRAY value %zu: prefix %" PRIu64
                                " longer than the previous value (%zu)",
-                               k, prefix[k], prev_len);
+                               k, pk, prev_len);
         }
         prev_len = (size_t)prefix[k] + s->lens[k];
         if (prev_len > s->cx->max_decoded - total) {
