@@ -1,5 +1,5 @@
 /* reader.c — split reader for jsonl, text, csv and binary files, and the entry to the image
- * reader (imgread.c) and the parquet reader (lib/parquet/source.h) (see reader.h). */
+ * reader (imgread.c) and the parquet reader (pqread.c) (see reader.h). */
 #include "io/reader.h"
 
 #include <errno.h>
@@ -18,8 +18,8 @@
 #include "io/csv.h"
 #include "io/decomp.h"
 #include "io/imgread.h"
+#include "io/pqread.h"
 #include "io/schemes.h"
-#include "parquet/source.h"
 
 /* The split's bytes as one sequential stream from the storage layer. The first request covers
  * the split itself; reading past its end (to finish the last line) continues with requests of
@@ -874,11 +874,11 @@ static int read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const
                 return -1;
         return 0;
     }
-    if (fmt == SB_FMT_PARQUET) { /* typed columns, by row group (lib/parquet/source.h) */
+    if (fmt == SB_FMT_PARQUET) { /* typed columns, by row group (pqread.h) */
         if (chunk_bytes > 0 && chunk_bytes < target_bytes)
             target_bytes = chunk_bytes;
         for (size_t i = 0; i < n; i++)
-            if (sb_pq_read_split(&pieces[i], args_json, target_bytes, unsealed, emit, ud, err) !=
+            if (sb_io_read_parquet(&pieces[i], args_json, target_bytes, unsealed, emit, ud, err) !=
                 0)
                 return -1;
         return 0;

@@ -303,7 +303,7 @@ void sb_tc_w_varint(sb_tc_wbuf *w, uint64_t v)
 
 void sb_tc_w_zigzag(sb_tc_wbuf *w, int64_t v)
 {
-    sb_tc_w_varint(w, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+    sb_tc_w_varint(w, ((uint64_t)v << 1) ^ (0 - ((uint64_t)v >> 63)));
 }
 
 void sb_tc_w_field(sb_tc_wbuf *w, int16_t id, uint8_t type)

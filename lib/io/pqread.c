@@ -1,6 +1,6 @@
-/* source.c — the parquet source format over lib/io (see source.h): ranged reads of the footer
+/* pqread.c — the parquet source format over lib/io (see pqread.h): ranged reads of the footer
  * and of each owned row group's selected column chunks, the args.columns option. */
-#include "parquet/source.h"
+#include "io/pqread.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -9,14 +9,14 @@
 
 #include "io/schemes.h"
 
-void sb_pq_names_free(char **names, size_t n)
+void sb_io_parquet_names_free(char **names, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
 }
 
-int sb_pq_parse_columns(const char *args_json, char ***names, size_t *n, sb_err *err)
+int sb_io_parquet_columns(const char *args_json, char ***names, size_t *n, sb_err *err)
 {
     *names = NULL;
     *n = 0;
@@ -56,7 +56,7 @@ int sb_pq_parse_columns(const char *args_json, char ***names, size_t *n, sb_err 
     }
     cJSON_Delete(root);
     if (rc != 0) {
-        sb_pq_names_free(*names, *n);
+        sb_io_parquet_names_free(*names, *n);
         *names = NULL;
         *n = 0;
     }
@@ -84,21 +84,21 @@ static int io_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
     return 0;
 }
 
-int sb_pq_read_split(const sb_io_split *split, const char *args_json, size_t target_bytes,
-                     bool unsealed, sb_pq_emit_fn emit, void *ud, sb_err *err)
+int sb_io_read_parquet(const sb_io_split *split, const char *args_json, size_t target_bytes,
+                       bool unsealed, sb_pq_emit_fn emit, void *ud, sb_err *err)
 {
     char **names;
     size_t nnames;
-    if (sb_pq_parse_columns(args_json, &names, &nnames, err) != 0)
+    if (sb_io_parquet_columns(args_json, &names, &nnames, err) != 0)
         return sb_err_wrap(err, "read split: %.300s", split->path);
     uint64_t now = 0;
     int exists = 0;
     if (sb_io_stat(split->path, &now, &exists, err) != 0) {
-        sb_pq_names_free(names, nnames);
+        sb_io_parquet_names_free(names, nnames);
         return sb_err_wrap(err, "read split");
     }
     if (!exists || now != split->file_size) {
-        sb_pq_names_free(names, nnames);
+        sb_io_parquet_names_free(names, nnames);
         return sb_err_set(err,
                           "read split: %.300s %s (planned as %" PRIu64 " bytes; it changed "
                           "since planning)",
@@ -115,6 +115,6 @@ int sb_pq_read_split(const sb_io_split *split, const char *args_json, size_t tar
             rc = sb_pq_read_row_group(&f, &plan, g, &o, emit, ud, err);
     sb_pq_plan_free(&plan);
     sb_pq_close(&f);
-    sb_pq_names_free(names, nnames);
+    sb_io_parquet_names_free(names, nnames);
     return rc;
 }
