@@ -361,8 +361,15 @@ static int values_dict(st *s, const uint8_t *p, size_t n, size_t nn, uint8_t *ds
                                s->idx[k], k, s->dict_n);
     if (!s->c->binary) {
         size_t w = s->c->width;
-        for (size_t k = 0; k < nn; k++)
-            memcpy(dst + k * w, s->dict_vals + (size_t)s->idx[k] * w, w);
+        if (w == 4) /* constant sizes: the copies become plain loads and stores */
+            for (size_t k = 0; k < nn; k++)
+                memcpy(dst + k * 4, s->dict_vals + (size_t)s->idx[k] * 4, 4);
+        else if (w == 8)
+            for (size_t k = 0; k < nn; k++)
+                memcpy(dst + k * 8, s->dict_vals + (size_t)s->idx[k] * 8, 8);
+        else
+            for (size_t k = 0; k < nn; k++)
+                memcpy(dst + k * w, s->dict_vals + (size_t)s->idx[k] * w, w);
         return 0;
     }
     for (size_t k = 0; k < nn; k++) {

@@ -39,6 +39,20 @@ static uint64_t getbits(const uint8_t *p, uint64_t bit, int w)
     return v;
 }
 
+/* `w` bits (w <= 56) of value i of a bit-packed run p[0..nbytes): one unaligned 64-bit load
+ * where 8 bytes are left, else the bytewise path. */
+static inline uint64_t unpack1(const uint8_t *p, size_t nbytes, uint64_t i, int w)
+{
+    uint64_t bit = i * (uint64_t)w;
+    size_t byte = (size_t)(bit >> 3);
+    if (byte + 8 <= nbytes) {
+        uint64_t x;
+        memcpy(&x, p + byte, 8); /* little-endian targets only, as the format's values */
+        return (x >> (bit & 7)) & (((uint64_t)1 << w) - 1);
+    }
+    return getbits(p, bit, w);
+}
+
 static int varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *out)
 {
     uint64_t v = 0;
@@ -76,7 +90,7 @@ int sb_pq_rle_decode(const uint8_t *p, size_t n, int bw, uint32_t *out, size_t c
             size_t vals = groups > SIZE_MAX / 8 ? SIZE_MAX : (size_t)groups * 8;
             size_t take = vals < count - got ? vals : count - got;
             for (size_t i = 0; i < take; i++)
-                out[got + i] = (uint32_t)getbits(p + pos, (uint64_t)i * (uint64_t)bw, bw);
+                out[got + i] = (uint32_t)unpack1(p + pos, bytes, i, bw);
             got += take;
             pos += bytes;
         } else {
@@ -167,7 +181,8 @@ int sb_pq_delta_decode(const uint8_t *p, size_t n, uint64_t *out, size_t count, 
                 return sb_err_data(err, "DELTA_BINARY_PACKED miniblock past the data");
             size_t take = d.per_mb < count - got ? (size_t)d.per_mb : count - got;
             for (size_t i = 0; i < take; i++) {
-                uint64_t v = getbits(p + pos, (uint64_t)i * (uint64_t)bw, bw);
+                uint64_t v = bw <= 56 ? unpack1(p + pos, bytes, i, bw)
+                                      : getbits(p + pos, (uint64_t)i * (uint64_t)bw, bw);
                 prev = prev + min_delta + v; /* wraps, as the format specifies */
                 out[got++] = prev;
             }
