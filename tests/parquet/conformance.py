@@ -201,6 +201,25 @@ big = os.path.join(files, "many-rg.parquet")
 pq.write_table(T, big, row_group_size=100, compression="NONE", use_dictionary=False)
 read_check("30 row groups over splits of 16 KiB: every row once", big, psize="16Ki", order=True)
 
+# 4b. what other writers' options add to a file: page index, page checksums, bloom filters,
+# sorting columns, no Arrow schema, legacy list naming, dictionary arrays, large strings, and
+# files with no rows at all
+f = os.path.join(files, "extras.parquet")
+T2 = T.append_column("dictcol", pa.array([f"k{i % 5}" for i in range(N)]).dictionary_encode())
+T2 = T2.append_column("ls", pa.array([f"large-{i}" for i in range(N)], pa.large_string()))
+kw = dict(write_page_index=True, write_page_checksum=True, store_schema=False,
+          use_compliant_nested_type=False, row_group_size=1000,
+          sorting_columns=[pq.SortingColumn(0)])
+try:
+    pq.write_table(T2, f, bloom_filter_options={"s": {"ndv": 100}}, **kw)
+except TypeError:  # a pyarrow without bloom filter writing
+    pq.write_table(T2, f, **kw)
+read_check("pyarrow page index, checksums, sorting columns, legacy list names, dictionary "
+           "and large strings", f)
+f = os.path.join(files, "empty.parquet")
+pq.write_table(T.slice(0, 0), f)
+read_check("a file with no rows", f)
+
 # 5. DuckDB as the writer
 con = duckdb.connect()
 for codec in ["uncompressed", "snappy", "gzip", "zstd", "lz4", "brotli"]:
@@ -226,7 +245,8 @@ def refused(name, tbl, want):
     d = os.path.join(work, "src")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    pq.write_table(tbl, os.path.join(d, "x.parquet"))
+    pq.write_table(tbl, os.path.join(d, "x.parquet"),
+                   use_deprecated_int96_timestamps="t96" in tbl.column_names)
     p, _ = run(d, os.path.join(work, "out"))
     msg = p.stdout + p.stderr
     # a data error: the split's partition is errored (execution.maxErroredPartitions), named
@@ -240,6 +260,8 @@ refused("a struct is refused naming the column",
         pa.table({"st": pa.array([{"a": 1}], pa.struct([("a", pa.int64())]))}), 'column "st" is a struct')
 refused("a list of varying length is refused naming the column",
         pa.table({"l": pa.array([[1.0], [1.0, 2.0]], pa.list_(pa.float64()))}), 'column "l.list.element": row 1 has 2 list values')
+refused("INT96 timestamps are refused naming the column",
+        pa.table({"t96": pa.array([1, 2], pa.timestamp("ns"))}), 'column "t96" has type INT96')
 refused("a map is refused", pa.table({"m": pa.array([[("a", 1)]], pa.map_(pa.string(), pa.int64()))}),
         'column "m" is a MAP')
 
