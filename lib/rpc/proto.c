@@ -248,6 +248,9 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
     } else if (d == &streambatch__v1__fetch_request__descriptor) {
         const Streambatch__V1__FetchRequest *m = (const void *)msg;
         rc = check_pid(m->partition_id, "partition_id", 0, err);
+        if (rc == 0)
+            rc = check_pids(m->next_partition_ids, m->n_next_partition_ids, "next_partition_ids",
+                            err);
     } else if (d == &streambatch__v1__chunk__descriptor) {
         const Streambatch__V1__Chunk *m = (const void *)msg;
         if (m->total_length &&

@@ -1,5 +1,6 @@
-/* fetch.c — the Data.Fetch client: a receiver that checks and assembles Chunk messages, and the
- * retry/resume loop around lib/rpc's stream reader (see fetch.h). */
+/* fetch.c — the Data.Fetch client: a receiver that checks and assembles Chunk messages, the
+ * retry/resume loop around lib/rpc's stream reader, and the same for many small partitions in
+ * one stream (sb_data_fetch_many; see fetch.h). */
 #include "worker/data/fetch.h"
 
 #include <errno.h>
@@ -553,6 +554,250 @@ int sb_data_fetch_addr(const char *address, const char *partition_id, size_t exp
             *info = f->info;
         f->addr = NULL;
         sb_data_fetcher_free(f);
+    }
+    sb_rpc_channel_free(ch);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------ many */
+
+/* One sb_data_fetch_many(): the partitions asked for, and what has come so far. */
+typedef struct many {
+    const char *const *ids;
+    const size_t *expected; /* may be NULL */
+    size_t n, max_len;
+    size_t k; /* the partition being received (== n when all came) */
+    void **blobs;
+    size_t *lens;
+    uint64_t chunks, bytes, total; /* of the partitions completed */
+} many;
+
+/* The request for what is still missing: ids[k] from the receiver's next offset, the ones after
+ * it as next_partition_ids. malloc'd (*len bytes), NULL when out of memory. */
+static uint8_t *many_request(sb_data_fetcher *f, const many *m, size_t *len)
+{
+    Streambatch__V1__FetchRequest req = STREAMBATCH__V1__FETCH_REQUEST__INIT;
+    req.partition_id = (char *)m->ids[m->k];
+    req.offset = sb_data_recv_next_offset(f->r);
+    req.max_chunk_bytes = f->o.max_chunk_bytes;
+    req.requester_id = f->requester;
+    req.n_next_partition_ids = m->n - m->k - 1;
+    req.next_partition_ids = (char **)(m->ids + m->k + 1);
+    *len = streambatch__v1__fetch_request__get_packed_size(&req);
+    uint8_t *buf = malloc(*len ? *len : 1);
+    if (buf)
+        streambatch__v1__fetch_request__pack(&req, buf);
+    return buf;
+}
+
+/* The current partition is complete: checks that it opens (as sb_data_fetcher_run does), hands
+ * it to m and starts on the next one. */
+static int many_next(sb_data_fetcher *f, many *m, sb_err *err)
+{
+    size_t len;
+    const void *blob = sb_data_recv_view(f->r, &len);
+    if (!(f->o.flags & SB_DATA_FETCH_NO_VERIFY)) {
+        unsigned fl = f->o.flags & SB_DATA_FETCH_FULL_VERIFY
+                          ? 0
+                          : SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8;
+        sb_batch *b = NULL;
+        sb_err oerr;
+        int rc = sb_batch_open_ex(blob, len, fl, &b, &oerr);
+        sb_batch_close(b);
+        if (rc != 0)
+            return fail(err, SB_DATA_ECORRUPT, "partition %s does not open: %s", m->ids[m->k],
+                        oerr.msg);
+    }
+    m->chunks += f->r->chunks;
+    m->bytes += f->r->bytes;
+    m->total += len;
+    m->blobs[m->k] = sb_data_recv_take(f->r, &m->lens[m->k]);
+    if (++m->k < m->n)
+        sb_data_recv_reset(f->r, m->ids[m->k], m->expected ? m->expected[m->k] : 0, m->max_len,
+                           f->o.max_chunk_bytes);
+    return 0;
+}
+
+/* Reads one stream of the partitions from m->k on: 1 when all came, 0 when the stream ended
+ * before (its status in *code, the reader's message in serr), or a negative sb_data_status. */
+static int many_stream(sb_data_fetcher *f, many *m, sb_rpc_reader *rd, sb_rpc_code *code,
+                       sb_err *serr, sb_err *err)
+{
+    const sb_rpc_piece *pc;
+    size_t np, len;
+    int rc;
+    while ((rc = sb_rpc_reader_next(rd, &pc, &np, &len, serr)) == 1) {
+        int frc = sb_data_recv_feed(f->r, pc, np, err);
+        if (frc != 0)
+            return frc;
+        if (f->o.on_chunk) {
+            uint64_t end = sb_data_recv_next_offset(f->r);
+            if (f->o.on_chunk(f->o.on_chunk_ud, end - len, len, sb_data_recv_total(f->r)) != 0)
+                return fail(err, SB_DATA_ECANCELLED,
+                            "cancelled by the caller at byte %" PRIu64 " of partition %s", end,
+                            m->ids[m->k]);
+        }
+        if (sb_data_recv_done(f->r) && (frc = many_next(f, m, err)) != 0)
+            return frc;
+        if (m->k == m->n) {
+            (void)sb_rpc_reader_next(rd, &pc, &np, &len, serr); /* the end of the stream */
+            return 1;
+        }
+    }
+    *code = sb_rpc_reader_code(rd);
+    if (rc == 0) /* ended OK, but not everything came */
+        return fail(err, SB_DATA_ECORRUPT,
+                    "the server ended the stream in partition %zu of %zu (%s) after %" PRIu64
+                    " bytes",
+                    m->k + 1, m->n, m->ids[m->k], sb_data_recv_next_offset(f->r));
+    return 0;
+}
+
+/* The retry loop of run() for many partitions: a broken stream is asked again from the
+ * partition and byte it broke at; progress (a partition completed or bytes received) renews the
+ * retry budget. Fills err without a prefix. */
+static int run_many(sb_data_fetcher *f, sb_rpc_channel *ch, many *m, int timeout_ms, sb_err *err)
+{
+    sb_data_fetch_info *in = &f->info;
+    int64_t deadline = now_ms() + timeout_ms;
+    int failures = 0;
+    int64_t backoff = f->o.backoff_ms;
+    char last[SB_ERR_MAX] = "";
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        size_t k0 = m->k;
+        uint64_t have = sb_data_recv_next_offset(f->r);
+        if (left <= 0)
+            return fail(err, SB_DATA_EDEADLINE,
+                        "deadline of %d ms passed in partition %zu of %zu (%s) at byte %" PRIu64
+                        " (%d attempts)%s%s",
+                        timeout_ms, m->k + 1, m->n, m->ids[m->k], have, in->attempts,
+                        last[0] ? "; last error: " : "", last);
+        sb_err serr = {0};
+        if (in->attempts > 0 && !sb_rpc_channel_is_ready(ch) &&
+            sb_rpc_channel_wait_ready(
+                ch, (int)(left < f->o.reconnect_wait_ms ? left : f->o.reconnect_wait_ms), &serr) !=
+                0) {
+            in->attempts++;
+            snprintf(last, sizeof last, "%s", serr.msg);
+        } else {
+            size_t n;
+            uint8_t *buf = many_request(f, m, &n);
+            if (!buf)
+                return fail(err, SB_DATA_EFAIL, "out of memory for the request");
+            in->attempts++;
+            if (have > 0 || m->k > 0)
+                in->resumed_at = have;
+            sb_rpc_reader *rd =
+                sb_rpc_stream_open(ch, SB_RPC_DATA_FETCH, buf, n, (int)left, 0, &serr);
+            free(buf);
+            if (!rd)
+                return fail(err, SB_DATA_EFAIL, "%s", serr.msg);
+            sb_rpc_code code = SB_RPC_OK;
+            int rc = many_stream(f, m, rd, &code, &serr, err);
+            sb_rpc_reader_close(rd);
+            if (rc != 0)
+                return rc > 0 ? 0 : rc;
+            in->last_code = code;
+            int cls = classify(code);
+            if (cls == SB_DATA_EDEADLINE)
+                return fail(err, SB_DATA_EDEADLINE,
+                            "deadline of %d ms passed in partition %zu of %zu (%s): %s", timeout_ms,
+                            m->k + 1, m->n, m->ids[m->k], serr.msg);
+            if (cls != 1)
+                return fail(err, cls, "%s", serr.msg);
+            snprintf(last, sizeof last, "%s", serr.msg);
+            if (m->k > k0 || sb_data_recv_next_offset(f->r) > have) {
+                failures = 0; /* progress: a fresh retry budget */
+                backoff = f->o.backoff_ms;
+            }
+        }
+        if (++failures > f->o.max_retries)
+            return fail(
+                err, SB_DATA_EUNAVAILABLE,
+                "gave up after %d attempts in partition %zu of %zu (%s) at byte %" PRIu64 ": %s",
+                in->attempts, m->k + 1, m->n, m->ids[m->k], sb_data_recv_next_offset(f->r), last);
+        left = deadline - now_ms();
+        sleep_ms(backoff < left ? backoff : left);
+        backoff = backoff * 2 < MAX_BACKOFF_MS ? backoff * 2 : MAX_BACKOFF_MS;
+    }
+}
+
+int sb_data_fetch_many(sb_rpc_channel *ch, const char *const *ids, const size_t *expected_lens,
+                       size_t n, size_t max_len, int timeout_ms, const sb_data_fetch_opts *opts,
+                       void **blobs, size_t *lens, size_t *failed, sb_data_fetch_info *info,
+                       sb_err *err)
+{
+    *failed = 0;
+    if (info)
+        memset(info, 0, sizeof *info);
+    if (!ch || !ids || n == 0 || n > SB_DATA_FETCH_MANY_MAX || !blobs || !lens || timeout_ms <= 0)
+        return fail(err, SB_DATA_EFAIL,
+                    "fetch: need a channel, 1 to %d partition ids and a timeout > 0",
+                    SB_DATA_FETCH_MANY_MAX);
+    for (size_t i = 0; i < n; i++) {
+        blobs[i] = NULL;
+        lens[i] = 0;
+        if (!ids[i] || !*ids[i] || strlen(ids[i]) >= ID_MAX) {
+            *failed = i;
+            return fail(err, SB_DATA_EFAIL, "fetch: partition id %zu is empty or too long", i);
+        }
+    }
+    sb_data_fetcher *f = sb_data_fetcher_new(opts, err);
+    if (!f)
+        return SB_DATA_EFAIL;
+    double t0 = now_s();
+    many m = {.ids = ids,
+              .expected = expected_lens,
+              .n = n,
+              .max_len = max_len,
+              .blobs = blobs,
+              .lens = lens};
+    sb_data_recv_reset(f->r, ids[0], expected_lens ? expected_lens[0] : 0, max_len,
+                       f->o.max_chunk_bytes);
+    sb_err e;
+    int rc = run_many(f, ch, &m, timeout_ms, &e);
+    f->info.chunks = m.chunks + (m.k < n ? f->r->chunks : 0);
+    f->info.bytes = m.bytes + (m.k < n ? f->r->bytes : 0);
+    f->info.total = m.total;
+    f->info.seconds = now_s() - t0;
+    if (info)
+        *info = f->info;
+    if (rc != 0) {
+        *failed = m.k < n ? m.k : n - 1;
+        for (size_t i = 0; i < n; i++) {
+            sb_part_free(blobs[i]);
+            blobs[i] = NULL;
+            lens[i] = 0;
+        }
+        if (err)
+            snprintf(err->msg, sizeof err->msg, "fetch %s (partition %zu of %zu in one stream): %s",
+                     ids[*failed], *failed + 1, n, e.msg);
+    }
+    sb_data_fetcher_free(f);
+    return rc;
+}
+
+int sb_data_fetch_many_addr(const char *address, const char *const *ids,
+                            const size_t *expected_lens, size_t n, size_t max_len, int timeout_ms,
+                            const sb_data_fetch_opts *opts, void **blobs, size_t *lens,
+                            size_t *failed, sb_data_fetch_info *info, sb_err *err)
+{
+    *failed = 0;
+    sb_rpc_channel *ch = sb_rpc_channel_new(address, opts ? opts->rpc : NULL, err);
+    if (!ch) {
+        for (size_t i = 0; i < n && blobs; i++)
+            blobs[i] = NULL;
+        if (info)
+            memset(info, 0, sizeof *info);
+        return SB_DATA_EFAIL;
+    }
+    int rc = sb_data_fetch_many(ch, ids, expected_lens, n, max_len, timeout_ms, opts, blobs, lens,
+                                failed, info, err);
+    if (rc != 0 && err) {
+        char tmp[SB_ERR_MAX];
+        snprintf(tmp, sizeof tmp, "%s", err->msg);
+        snprintf(err->msg, sizeof err->msg, "%s (from %s)", tmp, address);
     }
     sb_rpc_channel_free(ch);
     return rc;

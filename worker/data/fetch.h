@@ -112,6 +112,33 @@ int sb_data_fetch_addr(const char *address, const char *partition_id, size_t exp
                        size_t max_len, int timeout_ms, const sb_data_fetch_opts *opts, void **blob,
                        size_t *len, sb_data_fetch_info *info, sb_err *err);
 
+/* ---------------------------------------------------------------------------- many */
+
+/* Many small partitions of one peer in one stream (Data.Fetch with next_partition_ids;
+ * api/proto/streambatch.proto): one stream instead of one each, which is what a partition of a
+ * few KiB costs (a task fed 500 one-record partitions spent most of its CPU opening streams).
+ * Each partition gets the checks of sb_data_fetch (crc32c of every chunk, its size against
+ * expected_lens[i] when not 0 and max_len, the blob opens); a broken stream is asked again from
+ * the partition and byte it broke at, with the ones after it; one deadline (timeout_ms) covers
+ * everything. The blobs are held until all have come: the caller bounds their number (at most
+ * SB_DATA_FETCH_MANY_MAX) and total size. For large partitions use sb_data_fetch (one at a
+ * time, nothing held).
+ * Results: 0 with blobs[i], lens[i] for every i (the caller's: sb_part_free), or a negative
+ * sb_data_status as above, with *failed = the index of the partition it concerns (ENOTFOUND:
+ * the one the peer does not hold) and err naming it; on failure nothing is handed over. */
+#define SB_DATA_FETCH_MANY_MAX 4096
+
+int sb_data_fetch_many(sb_rpc_channel *ch, const char *const *ids, const size_t *expected_lens,
+                       size_t n, size_t max_len, int timeout_ms, const sb_data_fetch_opts *opts,
+                       void **blobs, size_t *lens, size_t *failed, sb_data_fetch_info *info,
+                       sb_err *err);
+
+/* The same from a "host:port" address (a channel made for this call, with opts->rpc). */
+int sb_data_fetch_many_addr(const char *address, const char *const *ids,
+                            const size_t *expected_lens, size_t n, size_t max_len, int timeout_ms,
+                            const sb_data_fetch_opts *opts, void **blobs, size_t *lens,
+                            size_t *failed, sb_data_fetch_info *info, sb_err *err);
+
 /* ---------------------------------------------------------------------------- reusable */
 
 typedef struct sb_data_fetcher sb_data_fetcher;

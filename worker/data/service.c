@@ -33,7 +33,8 @@
 #define HEADROOM 32                  /* room before a pooled chunk for the Chunk header */
 #define TAILROOM 32                  /* ... and after it for the trailer */
 #define FREE_WAIT_MS 30000
-#define READ_AHEAD 2 /* spilled chunks read and waiting to be sent, at most */
+#define READ_AHEAD 2  /* spilled chunks read and waiting to be sent, at most */
+#define MANY_MAX 4096 /* partitions in one stream (FetchRequest.next_partition_ids), at most */
 
 enum job_kind { JOB_NONE = 0, JOB_PIN, JOB_READ };
 
@@ -66,6 +67,14 @@ typedef struct fx {
         uint32_t crc;
     } ready[READ_AHEAD]; /* spill: chunks read and not sent yet, in order */
     int nready;
+    /* Many partitions in one stream (next_partition_ids): the ids still to send after `id`
+     * (malloc'd copies), and the pins of the partitions already sent, kept until the context's
+     * last reference goes, as their in-memory chunks may still be in gRPC's hands. */
+    char **more;
+    size_t nmore, next_more;
+    sb_store_ref **done;
+    size_t ndone;
+    int many; /* the request named more than one partition */
     /* --- under ds->mu */
     int job;
     pbuf *job_buf;
@@ -245,6 +254,11 @@ static fx *fx_get(sb_data_server *ds)
     f->job_buf = NULL;
     f->in_waiters = 0;
     f->next = NULL;
+    f->more = NULL;
+    f->nmore = f->next_more = 0;
+    f->done = NULL;
+    f->ndone = 0;
+    f->many = 0;
     pthread_mutex_unlock(&f->mu);
     atomic_store(&f->refs, 1);
     return f;
@@ -259,9 +273,19 @@ static void fx_unref(fx *f)
     f->ref = NULL;
     if (ref)
         sb_store_unpin(ref);
+    /* nothing else refers to the context now: its lists need no lock */
+    size_t unpinned = ref ? 1 : 0;
+    for (size_t i = 0; i < f->ndone; i++, unpinned++)
+        sb_store_unpin(f->done[i]);
+    for (size_t i = 0; i < f->nmore; i++)
+        free(f->more[i]);
+    free(f->more);
+    free(f->done);
+    f->more = NULL;
+    f->done = NULL;
+    f->nmore = f->next_more = f->ndone = 0;
     pthread_mutex_lock(&ds->mu);
-    if (ref)
-        ds->pinned--;
+    ds->pinned -= unpinned;
     f->next = ds->free_fx;
     ds->free_fx = f;
     ds->active--;
@@ -368,6 +392,35 @@ static void request_read_locked(fx *f)
     pthread_mutex_unlock(&ds->mu);
 }
 
+/* The current partition was sent whole: ends the stream (OK) when it was the last one asked
+ * for; otherwise keeps its pin (see fx.done), makes the next id current and queues its pin job,
+ * the fetch stalled until the job has run. f->mu held, no write in flight, nothing pending.
+ * Returns references to drop. */
+static int next_or_end_locked(fx *f)
+{
+    if (f->next_more >= f->nmore)
+        return fx_end_locked(f, SB_RPC_OK, NULL);
+    sb_data_server *ds = f->ds;
+    if (f->ref != NULL) {
+        f->done[f->ndone++] = f->ref; /* sized for every partition of the request */
+        f->ref = NULL;
+    }
+    snprintf(f->id, sizeof f->id, "%s", f->more[f->next_more++]);
+    f->req_off = 0;
+    f->data = NULL;
+    f->in_memory = 0;
+    f->len = 0;
+    f->pos = 0;
+    f->pinned = 0;
+    f->stalled = 1; /* do_pin pumps once the partition is pinned */
+    f->pending = 1;
+    atomic_fetch_add(&f->refs, 1); /* the job's */
+    pthread_mutex_lock(&ds->mu);
+    push_job_locked(ds, f, JOB_PIN, NULL);
+    pthread_mutex_unlock(&ds->mu);
+    return 0;
+}
+
 /* Sends the next chunk if there is one, ends the stream when everything was sent, or marks the
  * fetch stalled. Called only when no write of this call is in flight (from the ready callback,
  * or by whoever clears `stalled`). f->mu held, f->call set. Returns references to drop. */
@@ -382,7 +435,7 @@ static int pump_locked(fx *f)
     }
     if (f->in_memory) {
         if (f->pos >= f->len)
-            return fx_end_locked(f, SB_RPC_OK, NULL);
+            return next_or_end_locked(f);
         sb_part_chunk_iter it;
         sb_part_chunk c;
         if (sb_part_chunks_begin(&it, f->data, f->len, f->chunk, f->pos, &err) != 0 ||
@@ -430,7 +483,7 @@ static int pump_locked(fx *f)
         ds->st.bytes += n;
         pthread_mutex_unlock(&ds->mu);
     } else if (f->pos >= f->len && !f->pending) {
-        return fx_end_locked(f, SB_RPC_OK, NULL);
+        return next_or_end_locked(f);
     } else {
         f->stalled = 1;
     }
@@ -467,6 +520,25 @@ static void on_cancel(sb_rpc_call *call, void *ud)
     fx_drop(f, drop);
 }
 
+/* Copies the request's next_partition_ids into f (checked by the caller). f->mu held. */
+static int take_more(fx *f, const Streambatch__V1__FetchRequest *r)
+{
+    size_t n = r->n_next_partition_ids;
+    if (n == 0)
+        return 0;
+    f->more = calloc(n, sizeof *f->more);
+    f->done = calloc(n, sizeof *f->done);
+    if (!f->more || !f->done)
+        return -1; /* freed by fx_unref */
+    for (size_t i = 0; i < n; i++) {
+        if ((f->more[i] = strdup(r->next_partition_ids[i])) == NULL)
+            return -1;
+        f->nmore = i + 1;
+    }
+    f->many = 1;
+    return 0;
+}
+
 static void on_fetch(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
 {
     sb_data_server *ds = ud;
@@ -479,6 +551,23 @@ static void on_fetch(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud
                            SB_STORE_ID_MAX);
         sb_rpc_msg_free(&r->base);
         return;
+    }
+    if (r->n_next_partition_ids > MANY_MAX) {
+        sb_rpc_call_finish(call, SB_RPC_INVALID_ARGUMENT,
+                           "%zu next_partition_ids: at most %d partitions in one stream",
+                           r->n_next_partition_ids, MANY_MAX);
+        sb_rpc_msg_free(&r->base);
+        return;
+    }
+    for (size_t i = 0; i < r->n_next_partition_ids; i++) {
+        size_t l = strlen(r->next_partition_ids[i]);
+        if (l == 0 || l > SB_STORE_ID_MAX) {
+            sb_rpc_call_finish(call, SB_RPC_INVALID_ARGUMENT,
+                               "next_partition_ids[%zu] is %s (ids are 1 to %d bytes)", i,
+                               l ? "too long" : "empty", SB_STORE_ID_MAX);
+            sb_rpc_msg_free(&r->base);
+            return;
+        }
     }
     pthread_mutex_lock(&ds->mu);
     int draining = ds->draining;
@@ -495,6 +584,13 @@ static void on_fetch(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud
         return;
     }
     pthread_mutex_lock(&f->mu);
+    if (take_more(f, r) != 0) {
+        pthread_mutex_unlock(&f->mu);
+        sb_rpc_call_finish(call, SB_RPC_RESOURCE_EXHAUSTED, "data server: out of memory");
+        sb_rpc_msg_free(&r->base);
+        fx_unref(f);
+        return;
+    }
     f->call = call;
     snprintf(f->id, sizeof f->id, "%s", r->partition_id);
     f->req_off = r->offset;
@@ -538,6 +634,10 @@ static void do_pin(fx *f)
     } else if (rc != 0) {
         drop = fx_end_locked(f, rc == SB_STORE_ECORRUPT ? SB_RPC_DATA_LOSS : SB_RPC_INTERNAL,
                              "partition %s: %s", f->id, err.msg);
+    } else if (f->many && sb_store_ref_len(ref) == 0) {
+        /* its chunks would be none, and the next partition's taken for its own */
+        drop = fx_end_locked(f, SB_RPC_DATA_LOSS,
+                             "partition %s is empty: it cannot be sent among others", f->id);
     } else if (f->req_off > sb_store_ref_len(ref)) {
         drop = fx_end_locked(f, SB_RPC_OUT_OF_RANGE,
                              "offset %" PRIu64 " is past the end of partition %s (%zu bytes)",

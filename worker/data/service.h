@@ -10,6 +10,15 @@
  * the end -> OUT_OF_RANGE; a spill file that fails its checks -> DATA_LOSS with the store's
  * message; an offset equal to the length gives an empty stream that ends OK.
  *
+ * Many partitions in one stream (FetchRequest.next_partition_ids, at most 4,096; the fetcher's
+ * sb_data_fetch_many()): after partition_id, each listed partition is pinned in turn (an I/O
+ * job, as the first) and sent whole, on its own chunk grid, as if it had its own stream; the
+ * stream ends OK after the last. Each partition's pin is kept until the stream's last chunk is
+ * released (its in-memory chunks may still be in flight), so one stream holds at most the pins
+ * of what it was asked for. An id the store does not hold ends the stream with NOT_FOUND naming
+ * it; an empty partition ends it with DATA_LOSS (its end could not be told from the next one's
+ * start); a bad id in the list is INVALID_ARGUMENT before anything is sent.
+ *
  * How it sends (no payload copies). A fetch pins its partition in the store once. In-memory
  * partitions are sent straight from the store's buffer with lib/rpc's zero-copy write: each
  * chunk in flight holds a reference on the fetch, and the store ref is unpinned when the last
