@@ -101,6 +101,9 @@ typedef struct {
     sb_csv_buf json, pend;
     uint64_t pend_off;
     int compression; /* args.compression: -1 by file name, else an sb_io_codec (decomp.h) */
+    /* a compressed file's decoded text, as the line reader sees it (read_lines_decomp) */
+    sb_io_split dsp;
+    char shown[SB_IO_SPLIT_ENCODED_MAX + 32];
 } rd;
 
 static int flush(rd *r, sb_err *err)
@@ -624,9 +627,10 @@ static int grow_line_buf(rd *r, char **buf, size_t *cap, uint64_t at, sb_err *er
 static int read_lines_decomp(rd *r, sb_io_codec codec, sb_err *err)
 {
     const sb_io_split *file = r->sp;
-    char shown[SB_IO_SPLIT_ENCODED_MAX + 32];
-    snprintf(shown, sizeof shown, "%s (decompressed %s)", file->path, sb_io_codec_name(codec));
-    sb_io_split dsp = {.path = shown, .start = 0, .end = UINT64_MAX, .file_size = UINT64_MAX};
+    snprintf(r->shown, sizeof r->shown, "%s (decompressed %s)", file->path,
+             sb_io_codec_name(codec));
+    r->dsp =
+        (sb_io_split){.path = r->shown, .start = 0, .end = UINT64_MAX, .file_size = UINT64_MAX};
     sb_io_dec *d = sb_io_dec_new(codec, file->path, err);
     if (d == NULL)
         return -1;
@@ -638,7 +642,7 @@ static int read_lines_decomp(rd *r, sb_io_codec codec, sb_err *err)
         sb_io_dec_free(d);
         return sb_err_set(err, "reading %.300s: out of memory for the read buffers", file->path);
     }
-    r->sp = &dsp;
+    r->sp = &r->dsp;
     lines_st st;
     lines_init(r, &st);
     uint64_t left = file->file_size; /* compressed bytes not read yet */

@@ -254,12 +254,10 @@ int sb_spec_op_known(const char *name)
 
 /* jsonl, csv and text sources: the files' codec (lib/io/decomp.h; auto: by file name) */
 static const char *const compressions[] = {"auto", "none", "gzip", "zstd", NULL};
-static const argspec fmt_args_csv_in[] = {{"header", A_BOOL, 0, 0, NULL, 0},
-                                          {"compression", A_ENUM, 0, 0, compressions, 0},
-                                          {"delimiter", A_STR, 0, 0, NULL, 0},
-                                          {"multiline", A_BOOL, 0, 0, NULL, 0},
-                                          {"maxRecordSize", A_INT, 0, 1, NULL, 0},
-                                          {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec fmt_args_csv_in[] = {
+    {"header", A_BOOL, 0, 0, NULL, 0},       {"compression", A_ENUM, 0, 0, compressions, 0},
+    {"delimiter", A_STR, 0, 0, NULL, 0},     {"multiline", A_BOOL, 0, 0, NULL, 0},
+    {"maxRecordSize", A_INT, 0, 1, NULL, 0}, {NULL, A_ANY, 0, 0, NULL, 0}};
 static const argspec fmt_args_csv_out[] = {{"header", A_BOOL, 0, 0, NULL, 0},
                                            {"delimiter", A_STR, 0, 0, NULL, 0},
                                            {"columns", A_STRLIST, 0, 0, NULL, 0},

@@ -54,7 +54,7 @@ static const invalid_case cases[] = {
     {"crlf-bom-invalid.yaml",
      1,
      {"crlf-bom-invalid.yaml:5:39: spec.source.format: unknown value \"txt\" (did you mean "
-      "\"text\"?); must be one of jsonl, csv, text, binary, image"}},
+      "\"text\"?); must be one of jsonl, csv, text, binary, image, parquet"}},
     {"duplicate-key.yaml",
      1,
      {"duplicate-key.yaml:8:3: not valid YAML: duplicate key \"sink\" (first at line 7)"}},
@@ -336,8 +336,8 @@ static const invalid_case cases[] = {
       "mean \"resources\"?)"}},
     {"unknown-format.yaml",
      1,
-     {"unknown-format.yaml:8:13: spec.source.format: unknown value \"parquet\"; must be one of "
-      "jsonl, csv, text, binary, image"}},
+     {"unknown-format.yaml:8:13: spec.source.format: unknown value \"orc\"; must be one of "
+      "jsonl, csv, text, binary, image, parquet"}},
     {"unknown-op-no-suggestion.yaml",
      1,
      {"unknown-op-no-suggestion.yaml:11:9: spec.stages[0].op: unknown op \"sql.query\"; built-in "
