@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "controller/operator/operator_status.h"
 #include "controller/operator/podstate.h"
 #include "core/log.h"
 #include "rpc/proto.h"
@@ -27,13 +28,14 @@ typedef struct kpod {
     char pool[16];
     char phase[16]; /* "" = created by us, not seen yet */
     char ip[64];
-    sb_podstate ps;  /* Unschedulable message; a container failing to start (podstate.h) */
-    unsigned warned; /* podstate classes a WorkerPodFailing event was posted for */
-    char end[512];   /* why it ended (Failed: reason, exit code) */
-    int by_us;       /* we deleted it (scale down, cleanup, rebind failure) */
-    int terminating; /* deletionTimestamp seen */
-    int ran;         /* was Running at some point */
-    int reported;    /* on_exit already called */
+    sb_podstate ps;      /* Unschedulable message; a container failing to start (podstate.h) */
+    unsigned warned;     /* podstate classes a WorkerPodFailing event was posted for */
+    char end[512];       /* why it ended (Failed: reason, exit code) */
+    int by_us;           /* we deleted it (scale down, cleanup, rebind failure) */
+    int terminating;     /* deletionTimestamp seen */
+    int ran;             /* was Running at some point */
+    uint64_t running_ms; /* when first seen Running (sb_operator_mono_ms; 0: never) */
+    int reported;        /* on_exit already called */
     int adopted;
     int gone; /* DELETED seen: remove from the table */
     uint64_t seq;
@@ -43,6 +45,8 @@ typedef struct kpool {
     sb_kube_pool p;
     char name[16], cpu[32], memory[32];
     uint32_t desired;
+    sb_podstate_churn churn; /* pods ending at start, in a row (podstate.h) */
+    int churn_warned;        /* the streak's WorkerPodFailing event was posted */
 } kpool;
 
 struct sb_kube {
@@ -292,8 +296,11 @@ static void read_pod(kpod *p, const cJSON *pod)
     snprintf(p->ip, sizeof p->ip, "%s", ip ? ip : "");
     if (jobj(md, "deletionTimestamp") != NULL && !cJSON_IsNull(jobj(md, "deletionTimestamp")))
         p->terminating = 1;
-    if (strcmp(p->phase, "Running") == 0)
+    if (strcmp(p->phase, "Running") == 0) {
         p->ran = 1;
+        if (p->running_ms == 0)
+            p->running_ms = sb_operator_mono_ms();
+    }
     sb_podstate_read(pod, &p->ps);
     const cJSON *c;
     cJSON_ArrayForEach(c, jobj(st, "containerStatuses"))
@@ -330,6 +337,11 @@ static int judge(sb_kube *k, kpod *p, report *r)
     } else if (strcmp(p->phase, "Failed") == 0) {
         snprintf(buf, sizeof buf, "pod failed: %s", p->end[0] ? p->end : "no reason given");
         why = buf;
+        kpool *kp = pool_find(k, p->pool);
+        uint64_t now = sb_operator_mono_ms();
+        if (kp != NULL) /* a crash at start makes new pods, not a CrashLoopBackOff */
+            sb_podstate_churn_exit(&kp->churn, p->name, buf,
+                                   p->running_ms != 0 ? now - p->running_ms : 0, now);
     } else if (strcmp(p->phase, "Succeeded") == 0) {
         /* the worker was told to shut down: normal, nothing to recover */
         p->reported = 1;
@@ -372,6 +384,13 @@ void sb_kube_on_pod(sb_kube *k, const cJSON *pod, int deleted)
         if (!k->stopping && alive(p) && sb_podstate_warn(&p->warned, &p->ps)) {
             warn = 1;
             sb_podstate_describe(p->name, &p->ps, wmsg, sizeof wmsg);
+        }
+        /* pods that keep ending at start: one Warning per streak */
+        kpool *kp = pool_find(k, p->pool);
+        if (!warn && !k->stopping && kp != NULL && !kp->churn_warned &&
+            sb_podstate_churning(&kp->churn, wmsg, sizeof wmsg)) {
+            kp->churn_warned = 1;
+            warn = 1;
         }
         if (p->gone)
             pod_remove(k, p);
@@ -1020,6 +1039,33 @@ void sb_kube_pool_failing(sb_kube *k, const char *pool, uint32_t *alive_n, uint3
         *alive_n = a;
     if (failing != NULL)
         *failing = f;
+}
+
+int sb_kube_pool_churn(sb_kube *k, const char *pool, uint64_t *since_ms, char *desc, size_t len)
+{
+    int churning = 0;
+    if (desc != NULL && len > 0)
+        desc[0] = '\0';
+    if (k == NULL || pool == NULL)
+        return 0;
+    uint64_t now = sb_operator_mono_ms();
+    pthread_mutex_lock(&k->mu);
+    kpool *kp = pool_find(k, pool);
+    for (size_t i = 0; kp != NULL && i < k->npods; i++) {
+        kpod *x = &k->pods[i];
+        if (strcmp(x->pool, pool) == 0 && alive(x) && x->running_ms != 0 &&
+            now - x->running_ms >= SB_PODSTATE_EARLY_MS) {
+            sb_podstate_churn_healthy(&kp->churn); /* a pod works: the streak is over */
+            kp->churn_warned = 0;
+        }
+    }
+    if (kp != NULL && sb_podstate_churning(&kp->churn, desc, len)) {
+        churning = 1;
+        if (since_ms != NULL)
+            *since_ms = kp->churn.since_ms;
+    }
+    pthread_mutex_unlock(&k->mu);
+    return churning;
 }
 
 int sb_kube_rebind(sb_kube *k, sb_err *err)

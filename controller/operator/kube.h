@@ -31,7 +31,8 @@
  *     gives the scheduler's PodScheduled=False message ("0/2 nodes are available: ...");
  *   - a pod whose container waits in a failing state (podstate.h: a missing Secret, an image
  *     that cannot be pulled, a crash loop) -> Event Warning WorkerPodFailing "pod P: Reason:
- *     message", once per pod and class of reason; sb_kube_pool_failing() reports them;
+ *     message", once per pod and class of reason; sb_kube_pool_failing() reports them; pods
+ *     that keep ending at start -> one such event per streak (sb_kube_pool_churn);
  *   - a pod that fails, or is deleted by someone else, while the backend runs ->
  *     on_exit(pod name, why) + Event Warning WorkerPodFailed; a pod the backend deleted itself
  *     (scale down) that had run -> on_exit only; a pod that Succeeded (its worker was told to
@@ -168,6 +169,11 @@ void sb_kube_pool_status(sb_kube *k, const char *pool, uint32_t *desired, uint32
  * output may be NULL. */
 void sb_kube_pool_failing(sb_kube *k, const char *pool, uint32_t *alive, uint32_t *failing,
                           char *reason, size_t rlen, char *first, size_t flen);
+/* 1 when the pool's pods keep ending at start (podstate.h, sb_podstate_churn: a worker that
+ * crashes as it starts makes new pods, not a CrashLoopBackOff): *since_ms (may be NULL) the
+ * streak's first exit (sb_operator_mono_ms), desc "pod P: exited at start: ... (N pods in a
+ * row)". A pod of the pool that has run SB_PODSTATE_EARLY_MS ends the streak. */
+int sb_kube_pool_churn(sb_kube *k, const char *pool, uint64_t *since_ms, char *desc, size_t len);
 /* Deletes every pod of the pipeline (listed from the API, not only the known ones) and stops
  * all callbacks. Returns how many of its pods still exist (terminating ones included): 0 when
  * none is left; -1 with err set when the API failed. Call again to poll. */

@@ -1099,6 +1099,13 @@ static int pods_failing(sb_operator_pipeline *r, uint64_t t, char *m, size_t mle
             sb_podstate_failure_message(pl->spec.pool, r->stall_ms, first, m, mlen);
             return 1;
         }
+        uint64_t since = 0;
+        if (r->stall_ms > 0 &&
+            sb_kube_pool_churn(r->kube, pl->spec.pool, &since, first, sizeof first) && t >= since &&
+            t - since >= r->stall_ms) {
+            sb_podstate_failure_message(pl->spec.pool, r->stall_ms, first, m, mlen);
+            return 1;
+        }
     }
     return 0;
 }
@@ -1224,6 +1231,11 @@ static int failing_condition(sb_operator_pipeline *r, cJSON *status, int64_t gen
         char rs[64], first[700];
         sb_kube_pool_failing(r->kube, r->pools[i].spec.pool, NULL, &failing, rs, sizeof rs, first,
                              sizeof first);
+        if (failing == 0 &&
+            sb_kube_pool_churn(r->kube, r->pools[i].spec.pool, NULL, first, sizeof first)) {
+            failing = 1; /* its pods keep ending at start */
+            snprintf(rs, sizeof rs, "%s", SB_PODSTATE_CHURN_REASON);
+        }
         if (failing == 0 || used >= sizeof msg)
             continue;
         if (reason[0] == '\0')

@@ -149,6 +149,36 @@ void sb_podstate_failure_message(const char *pool, uint64_t timeout_ms, const ch
              pool != NULL ? pool : "?", d, first != NULL && *first != '\0' ? first : "no reason");
 }
 
+void sb_podstate_churn_exit(sb_podstate_churn *c, const char *pod, const char *why, uint64_t ran_ms,
+                            uint64_t now_ms)
+{
+    if (ran_ms >= SB_PODSTATE_EARLY_MS) { /* it worked a while: not a crash at start */
+        sb_podstate_churn_healthy(c);
+        return;
+    }
+    if (c->streak == 0)
+        c->since_ms = now_ms > 0 ? now_ms : 1;
+    c->streak++;
+    snprintf(c->last, sizeof c->last, "pod %s: exited at start: %s", pod != NULL ? pod : "?",
+             why != NULL && *why != '\0' ? why : "no reason given");
+}
+
+void sb_podstate_churn_healthy(sb_podstate_churn *c)
+{
+    c->streak = 0;
+    c->since_ms = 0;
+    c->last[0] = '\0';
+}
+
+int sb_podstate_churning(const sb_podstate_churn *c, char *desc, size_t len)
+{
+    if (c->streak < SB_PODSTATE_CHURN_MIN)
+        return 0;
+    if (desc != NULL && len > 0)
+        snprintf(desc, len, "%s (%u pods in a row)", c->last, c->streak);
+    return 1;
+}
+
 int sb_podstate_condition(cJSON *status, const char *reason, const char *message,
                           int64_t generation, const char *now)
 {

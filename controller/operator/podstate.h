@@ -74,6 +74,35 @@ int sb_podstate_pool_rule(uint64_t *since_ms, uint32_t alive, uint32_t failing, 
 void sb_podstate_failure_message(const char *pool, uint64_t timeout_ms, const char *first,
                                  char *buf, size_t len);
 
+/* Pods that end at start. Worker pods never restart (restartPolicy Never), so a worker that
+ * crashes as it starts (a missing library: exit code 127; a bad argument) is not a
+ * CrashLoopBackOff but a stream of new pods, each ending Failed. A pod of the pool that ends
+ * Failed (not deleted by the controller) before it ran, or within SB_PODSTATE_EARLY_MS of
+ * running, adds to the pool's streak; a pod that has run for SB_PODSTATE_EARLY_MS ends it. From
+ * SB_PODSTATE_CHURN_MIN pods in a row the pool counts as failing (reason
+ * SB_PODSTATE_CHURN_REASON, the WorkersFailing condition), and the failure rule applies from the
+ * streak's first exit. */
+#define SB_PODSTATE_EARLY_MS 10000
+#define SB_PODSTATE_CHURN_MIN 3
+#define SB_PODSTATE_CHURN_REASON "ExitedAtStart"
+
+typedef struct sb_podstate_churn {
+    uint32_t streak;   /* pods in a row that ended at start */
+    uint64_t since_ms; /* the streak's first exit (0: no streak) */
+    char last[640];    /* the latest: "pod P: exited at start: <why>" */
+} sb_podstate_churn;
+
+/* A pod of the pool ended Failed, not by the controller: why (e.g. "pod failed: container
+ * exited with code 127 (Error)"), ran_ms how long it had been Running (0: never seen Running).
+ * Counts it when it ended at start (ran_ms < SB_PODSTATE_EARLY_MS); else ends the streak. */
+void sb_podstate_churn_exit(sb_podstate_churn *c, const char *pod, const char *why, uint64_t ran_ms,
+                            uint64_t now_ms);
+/* A pod of the pool has run for SB_PODSTATE_EARLY_MS: the streak ends. */
+void sb_podstate_churn_healthy(sb_podstate_churn *c);
+/* 1 when the pool's pods keep ending at start (streak >= SB_PODSTATE_CHURN_MIN): desc (may be
+ * NULL) gets "<last> (N pods in a row)". */
+int sb_podstate_churning(const sb_podstate_churn *c, char *desc, size_t len);
+
 /* The WorkersFailing condition in status (operator_status.h conditions): True with reason (the
  * first failing pod's kubelet reason) and message (every failing pod described, "; "-joined)
  * when reason is not empty; else False "NoPodFailing", written only when the condition exists

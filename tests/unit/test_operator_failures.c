@@ -361,3 +361,37 @@ Test(podstate, cells_in_every_phase)
     cr_expect_str_eq(sget(st, "progress"), "2/8");
     cJSON_Delete(st);
 }
+
+/* Worker pods never restart: a worker that crashes as it starts makes a stream of new pods. From
+ * SB_PODSTATE_CHURN_MIN in a row the pool is failing; a pod that ran a while, or one that has run
+ * SB_PODSTATE_EARLY_MS, ends the streak. */
+Test(podstate, pods_ending_at_start)
+{
+    sb_podstate_churn c;
+    memset(&c, 0, sizeof c);
+    char d[800];
+    const char *why = "pod failed: container exited with code 127 (Error)";
+    cr_expect_eq(sb_podstate_churning(&c, d, sizeof d), 0);
+    sb_podstate_churn_exit(&c, "w-1", why, 0, 1000);
+    sb_podstate_churn_exit(&c, "w-2", why, 300, 2000);
+    cr_expect_eq(sb_podstate_churning(&c, d, sizeof d), 0, "two are not yet a pattern");
+    cr_expect_eq(c.since_ms, 1000, "the streak counts from its first exit");
+    sb_podstate_churn_exit(&c, "w-3", why, 0, 3000);
+    cr_expect_eq(sb_podstate_churning(&c, d, sizeof d), 1);
+    cr_expect_str_eq(d, "pod w-3: exited at start: pod failed: container exited with code 127 "
+                        "(Error) (3 pods in a row)");
+    uint64_t since = c.since_ms;
+    cr_expect_eq(sb_podstate_pool_rule(&since, 1, 1, 1000 + 20000, 20000), 2,
+                 "the failure rule counts from the streak's first exit");
+    /* a pod that worked a while before it failed is a lost worker, not a crash at start */
+    sb_podstate_churn_exit(&c, "w-4", why, SB_PODSTATE_EARLY_MS, 4000);
+    cr_expect_eq(sb_podstate_churning(&c, NULL, 0), 0);
+    cr_expect_eq(c.streak, 0);
+    cr_expect_eq(c.since_ms, 0);
+    for (int i = 0; i < 5; i++)
+        sb_podstate_churn_exit(&c, "w", NULL, 0, 5000 + (uint64_t)i);
+    cr_expect_eq(sb_podstate_churning(&c, d, sizeof d), 1);
+    cr_expect_str_eq(d, "pod w: exited at start: no reason given (5 pods in a row)");
+    sb_podstate_churn_healthy(&c);
+    cr_expect_eq(sb_podstate_churning(&c, d, sizeof d), 0, "a pod runs: over");
+}
