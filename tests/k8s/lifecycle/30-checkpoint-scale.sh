@@ -1,0 +1,147 @@
+# shellcheck shell=bash
+# 30-checkpoint-scale.sh — a case file of the lifecycle suite (tests/k8s/operator-test.sh,
+# SB_OPTEST_SUITE=lifecycle), sourced after the release is installed. Issue 38, item 1,
+# "checkpoints that scale", and its "Measured" paragraph:
+#   k1. a Pipeline of N one-record input files in MinIO (N = SB_OPTEST_CKPT_PARTS, default
+#       2,000; `scripts/bench-ckpt-scale.sh` runs 200,000), one split and one sink part each;
+#       the leading controller is SIGKILLed once ~60% of the splits are committed; the new
+#       leader finishes it: no sink part of a split committed before the kill is written again
+#       (its LastModified in MinIO unchanged), the output has every record once, and the
+#       largest Pipeline object the API server held while it ran (`kubectl get pipeline -o json
+#       | wc -c`, polled) stays under 64 KiB.
+# Prints figures: the committed splits at the kill, the largest status, the takeover time, the
+# parts rewritten. Uses the suite's helpers (opcheck, pipeline, phase, wait_phase, jp, holder,
+# leader_pod, pod_pid, s3c, figure).
+
+CKPT_N=${SB_OPTEST_CKPT_PARTS:-2000}
+CKPT_SRC=ckscale-in-$CKPT_N
+
+# ckpt_list PREFIX: "key last-modified" of every object under s3://$BUCKET/PREFIX (paginated;
+# the query's parameters in sorted order, as s3_keys explains)
+ckpt_list() {
+  local token="" out q
+  while :; do
+    q="list-type=2&max-keys=1000&prefix=${1//\//%2F}"
+    [[ -n $token ]] && q="continuation-token=$token&$q"
+    out=$(s3c "$S3_EP/$BUCKET?$q") || return 1
+    python3 -c '
+import sys, urllib.parse, xml.etree.ElementTree as ET
+ns = {"s": "http://s3.amazonaws.com/doc/2006-03-01/"}
+r = ET.parse(sys.stdin).getroot()
+for c in r.findall("s:Contents", ns):
+    print(c.findtext("s:Key", namespaces=ns), c.findtext("s:LastModified", namespaces=ns))
+t = r.findtext("s:NextContinuationToken", namespaces=ns) if r.findtext("s:IsTruncated", namespaces=ns) == "true" else ""
+open(sys.argv[1], "w").write(urllib.parse.quote(t or "", safe=""))' "$tmp/ckpt.token" <<<"$out" || return 1
+    token=$(cat "$tmp/ckpt.token")
+    [[ -n $token ]] || return 0
+  done
+}
+
+# the input: N files of one ~600-byte record (two files pass partitionSize 1Ki: one split each)
+ckpt_upload() {
+  local have
+  have=$(ckpt_list "$CKPT_SRC/" | wc -l)
+  ((have == CKPT_N)) && return 0
+  mkdir -p "$tmp/$CKPT_SRC"
+  python3 -c '
+import json, sys
+for f in range(int(sys.argv[1])):
+    with open("%s/f%07d.jsonl" % (sys.argv[2], f), "w") as o:
+        o.write(json.dumps({"n": f, "pad": "x" * 600}) + "\n")' "$CKPT_N" "$tmp/$CKPT_SRC"
+  (cd "$tmp/$CKPT_SRC" && ls | xargs -P 8 -I{} curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" \
+    --user "$S3_KEY:$S3_SECRET" -T {} "$S3_EP/$BUCKET/$CKPT_SRC/{}") || return 1
+}
+
+# the committed splits of NAME's checkpoint, one index a line: status.checkpoint.committedSplits
+# (the checkpoint with every part in the status), else the log beside the sink that
+# status.checkpoint summarises (its highest base and that base's segments)
+ckpt_committed_splits() {
+  local st; st=$(kubectl -n "$NS" get pipeline "$1" -o json) || return 1
+  python3 -c '
+import json, subprocess, sys
+c = (json.loads(sys.argv[1]).get("status") or {}).get("checkpoint") or {}
+def ranges(t):
+    for r in filter(None, t.strip().split(",")):
+        a, _, b = r.partition("-")
+        yield from range(int(a), int(b or a) + 1)
+if "committedSplits" in c:
+    out = set(ranges(c["committedSplits"]))
+else:
+    out = set()
+    keys = subprocess.run(["bash", "-c", "ckpt_list out/%s/_streambatch/checkpoint/ | cut -d\" \" -f1" % sys.argv[2]],
+                          capture_output=True, text=True).stdout.split()
+    bases = sorted(k for k in keys if "/base-" in k)
+    if bases:
+        g = bases[-1].rsplit("base-", 1)[1][:8]
+        for k in [bases[-1]] + sorted(k for k in keys if "/seg-%s-" % g in k):
+            t = subprocess.run(["bash", "-c", "s3c \"$S3_EP/$BUCKET/%s\"" % k], capture_output=True, text=True).stdout
+            for line in t.split("\n"):
+                if line.startswith("splits "):
+                    out |= set(ranges(line[7:]))
+print("\n".join(str(s) for s in sorted(out)))' "$st" "$1"
+}
+
+checkpoint_scale() {
+  export -f ckpt_list s3c
+  export S3_EP BUCKET S3_KEY S3_SECRET tmp
+  local t0; t0=$(now)
+  ckpt_upload || { echo "cannot upload $CKPT_N files"; return 1; }
+  figure "checkpoint scale: $CKPT_N one-record files in MinIO in $(since "$t0") s"
+  local ms=$((40000 / CKPT_N)); ((ms >= 1)) || ms=1
+  SRC=$CKPT_SRC PSIZE=1Ki pipeline ckscale "  - {name: a, op: bench.sleep, args: {msPerRecord: $ms}, workers: {min: 2, max: 2}}" \
+    >"$tmp/ckscale.yaml"
+  kubectl apply -f "$tmp/ckscale.yaml" >/dev/null || return 1
+  # the largest Pipeline object the API server holds, polled until the end
+  (max=0; while :; do
+     b=$(kubectl -n "$NS" get pipeline ckscale -o json 2>/dev/null | wc -c)
+     ((b > max)) && { max=$b; echo "$max" >"$tmp/ckscale.maxobj"; }
+     p=$(kubectl -n "$NS" get pipeline ckscale -o 'jsonpath={.status.phase}' 2>/dev/null)
+     [[ $p == Succeeded || $p == Failed ]] && break
+     sleep 0.5
+   done) &
+  local poller=$!
+  local want=$((CKPT_N * 6 / 10))
+  until_ok $((120 + CKPT_N / 20)) committed_at_least ckscale "$want" ||
+    { echo "not $want committed: $(jp ckscale '{.status.partitions}')"; kill "$poller"; return 1; }
+  local old lpod pid
+  old=$(holder); lpod=$(leader_pod) || { echo "no leader"; kill "$poller"; return 1; }
+  pid=$(pod_pid "$SYS" "$lpod" controller) && alive "$pid" || { echo "no process for $lpod"; kill "$poller"; return 1; }
+  ckpt_committed_splits ckscale >"$tmp/ckscale.committed" || { kill "$poller"; return 1; }
+  local t_kill; t_kill=$(now)
+  kill -KILL "$pid"
+  local ncommit; ncommit=$(grep -c . "$tmp/ckscale.committed")
+  echo "killed leader $old (pod $lpod) with $(committed ckscale) splits committed, $ncommit in its checkpoint"
+  # the sink parts of those splits as they were (each split is one task writing part-s0-t<split>-p0)
+  ckpt_list "out/ckscale/part-" >"$tmp/ckscale.before" || { kill "$poller"; return 1; }
+  local h="" end=$((SECONDS + LEASE_S + 4 * RETRY_S + 10))
+  while ((SECONDS < end)); do h=$(holder); [[ -n $h && $h != "$old" ]] && break; sleep 0.2; done
+  figure "checkpoint scale: new leader $h $(since "$t_kill") s after SIGKILL at $ncommit of $CKPT_N splits committed"
+  wait_phase ckscale Succeeded $((300 + CKPT_N / 10)) || { kill "$poller"; return 1; }
+  wait "$poller"
+  ckpt_list "out/ckscale/part-" >"$tmp/ckscale.after" || return 1
+  local rewritten
+  rewritten=$(python3 -c '
+import sys
+committed = set(int(l) for l in open(sys.argv[1]) if l.strip())
+def parts(f):
+    out = {}
+    for l in open(f):
+        k, lm = l.split()
+        name = k.rsplit("/", 1)[1]
+        t = name.split("-")[2] if name.startswith("part-s0-t") else ""
+        if t[1:].isdigit() and int(t[1:]) in committed:
+            out[name] = lm
+    return out
+b, a = parts(sys.argv[2]), parts(sys.argv[3])
+print(sum(1 for k in b if a.get(k) != b[k]) + (len(committed) - len(b)))' \
+    "$tmp/ckscale.committed" "$tmp/ckscale.before" "$tmp/ckscale.after")
+  local maxobj; maxobj=$(cat "$tmp/ckscale.maxobj" 2>/dev/null || echo 0)
+  local nparts; nparts=$(grep -c '\.jsonl ' "$tmp/ckscale.after")
+  figure "checkpoint scale: $CKPT_N splits, $ncommit committed at the kill, parts of committed splits written again or missing: $rewritten; largest Pipeline object $maxobj bytes; $nparts sink parts"
+  echo "status.checkpoint now: $(jp ckscale '{.status.checkpoint}' | head -c 400)"
+  ((nparts == CKPT_N)) || { echo "$nparts sink parts, not $CKPT_N"; return 1; }
+  ((rewritten == 0)) || { echo "$rewritten parts of splits committed before the kill were written again"; return 1; }
+  ((maxobj < 65536)) || { echo "the Pipeline object reached $maxobj bytes (limit 64 KiB)"; return 1; }
+  kubectl -n "$NS" delete pipeline ckscale --wait=false >/dev/null
+}
+opcheck "k1: $CKPT_N one-record files, the leader SIGKILLed at ~60% committed -> no committed split re-run, the Pipeline object under 64 KiB" checkpoint_scale
