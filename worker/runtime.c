@@ -705,74 +705,124 @@ static int task_setup(task_ctx *t)
     return 0;
 }
 
-/* Inputs of a few KiB each from the same peer come in one stream (sb_data_fetch_many): a
- * stream per one-record partition cost most of such a task's CPU (issue 36). A group is the
- * task's next inputs held by one other worker, each of known size up to MANY_PART_MAX, together
- * up to MANY_BYTES (held until the group has come: no more than one large partition's fetch
- * holds), at most MANY_COUNT of them; larger inputs are fetched one at a time as before. */
+/* Inputs of a few KiB each come in one stream per peer (sb_data_fetch_many): a stream per
+ * one-record partition cost most of such a task's CPU (issue 36). A window is the task's next
+ * inputs held by other workers, each of known size up to MANY_PART_MAX, together up to
+ * MANY_BYTES (held until the window has come: no more than one large partition's fetch holds),
+ * at most MANY_COUNT of them, whatever peers hold them (a task's inputs alternate between the
+ * workers that made them); each peer's share comes in one stream, then the chain runs over the
+ * window in the task's order. Larger inputs are fetched one at a time as before. */
 #define MANY_PART_MAX ((uint64_t)1 << 20)
 #define MANY_BYTES ((uint64_t)16 << 20)
 #define MANY_COUNT 1024
 
-/* How many inputs from i on form a group (0 or 1: fetch input i alone). */
-static size_t many_group(const task_ctx *t, size_t i)
+/* Runs the chain over input i, held by this worker's store. As task_inputs. */
+static int run_local_input(task_ctx *t, size_t i, char **lost)
 {
-    const Streambatch__V1__Task *task = t->task;
-    const char *addr = task->inputs[i]->worker_address;
-    uint64_t bytes = 0;
-    size_t j = i;
-    while (j < task->n_inputs && j - i < MANY_COUNT) {
-        const Streambatch__V1__PartitionRef *r = task->inputs[j];
-        if (strcmp(r->worker_address, addr) != 0 || strcmp(addr, t->w->address) == 0 ||
-            r->bytes == 0 || r->bytes > MANY_PART_MAX || bytes + r->bytes > MANY_BYTES)
-            break;
-        bytes += r->bytes;
-        j++;
+    const Streambatch__V1__PartitionRef *ref = t->task->inputs[i];
+    sb_store_ref *r = NULL;
+    if (sb_store_load(t->w->store, ref->id, 60000, &r, &t->err) != 0) {
+        *lost = ref->id;
+        return -2;
     }
-    return j - i;
+    size_t len = sb_store_ref_len(r);
+    t->bytes_in += len;
+    int rc = run_chain(t, sb_store_ref_data(r), len, false, i + 1 == t->task->n_inputs);
+    sb_store_unpin(r);
+    return rc != 0 ? -1 : 0;
 }
 
-/* Fetches inputs [i, i + n) in one stream and runs the chain over each, in order. As
+static bool is_local(const task_ctx *t, size_t i)
+{
+    return strcmp(t->task->inputs[i]->worker_address, t->w->address) == 0;
+}
+
+/* How many inputs from i on form a window (0 or 1: fetch input i alone). Inputs held here may
+ * sit between the others (a worker's own outputs among its peers'): they are read from the
+ * store in their turn. */
+static size_t many_window(const task_ctx *t, size_t i)
+{
+    const Streambatch__V1__Task *task = t->task;
+    uint64_t bytes = 0;
+    size_t j = i, remote = 0;
+    while (j < task->n_inputs && j - i < MANY_COUNT) {
+        const Streambatch__V1__PartitionRef *r = task->inputs[j];
+        if (!is_local(t, j)) {
+            if (r->bytes == 0 || r->bytes > MANY_PART_MAX || bytes + r->bytes > MANY_BYTES)
+                break;
+            bytes += r->bytes;
+            remote++;
+        }
+        j++;
+    }
+    return remote > 1 ? j - i : 0;
+}
+
+/* Fetches the window's inputs of the peer of input i + first (those not fetched yet, in order)
+ * in one stream into blobs/lens. As task_inputs. */
+static int many_fetch_peer(task_ctx *t, size_t i, size_t n, size_t first, const char **ids,
+                           size_t *expected, size_t *at, void **blobs, size_t *lens, char **lost)
+{
+    const Streambatch__V1__Task *task = t->task;
+    const char *addr = task->inputs[i + first]->worker_address;
+    size_t m = 0;
+    for (size_t k = first; k < n; k++)
+        if (blobs[k] == NULL && !is_local(t, i + k) &&
+            strcmp(task->inputs[i + k]->worker_address, addr) == 0) {
+            ids[m] = task->inputs[i + k]->id;
+            expected[m] = (size_t)task->inputs[i + k]->bytes;
+            at[m++] = k;
+        }
+    void **got = blobs + n; /* scratch: the second half */
+    size_t *glens = lens + n, failed = 0;
+    sb_data_fetch_opts fo = {.requester_id = t->w->cfg.id, .rpc = t->w->cfg.rpc};
+    if (sb_data_fetch_many_addr(addr, ids, expected, m, 0, 60000, &fo, got, glens, &failed, NULL,
+                                &t->err) != 0) {
+        sb_wmetrics_fetch_error(t->w->metrics);
+        *lost = task->inputs[i + at[failed]]->id;
+        return -2;
+    }
+    for (size_t k = 0; k < m; k++) {
+        blobs[at[k]] = got[k];
+        lens[at[k]] = glens[k];
+        got[k] = NULL;
+    }
+    return 0;
+}
+
+/* Fetches inputs [i, i + n) (one stream per peer) and runs the chain over each, in order. As
  * task_inputs. */
 static int task_inputs_many(task_ctx *t, size_t i, size_t n, char **lost)
 {
     const Streambatch__V1__Task *task = t->task;
     worker *w = t->w;
     const char **ids = calloc(n, sizeof *ids);
-    size_t *expected = calloc(n, sizeof *expected), *lens = calloc(n, sizeof *lens);
-    void **blobs = calloc(n, sizeof *blobs);
-    int rc = -1;
-    if (!ids || !expected || !lens || !blobs) {
-        sb_err_set(&t->err, "out of memory");
-        goto out;
-    }
-    for (size_t k = 0; k < n; k++) {
-        ids[k] = task->inputs[i + k]->id;
-        expected[k] = (size_t)task->inputs[i + k]->bytes;
-    }
-    sb_data_fetch_opts fo = {.requester_id = w->cfg.id, .rpc = w->cfg.rpc};
-    size_t failed = 0;
-    if (sb_data_fetch_many_addr(task->inputs[i]->worker_address, ids, expected, n, 0, 60000, &fo,
-                                blobs, lens, &failed, NULL, &t->err) != 0) {
-        sb_wmetrics_fetch_error(w->metrics);
-        *lost = task->inputs[i + failed]->id;
-        rc = -2;
-        goto out;
-    }
-    rc = 0;
-    for (size_t k = 0; k < n; k++) {
+    size_t *expected = calloc(n, sizeof *expected), *at = calloc(n, sizeof *at);
+    size_t *lens = calloc(2 * n, sizeof *lens);
+    void **blobs = calloc(2 * n, sizeof *blobs);
+    int rc = 0;
+    if (!ids || !expected || !at || !lens || !blobs)
+        rc = sb_err_set(&t->err, "out of memory");
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if (blobs[k] == NULL && !is_local(t, i + k))
+            rc = many_fetch_peer(t, i, n, k, ids, expected, at, blobs, lens, lost);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        if (is_local(t, i + k)) {
+            rc = run_local_input(t, i + k, lost);
+            continue;
+        }
         t->bytes_in += lens[k];
         pthread_mutex_lock(&w->mu);
         w->bytes_received += lens[k];
         pthread_mutex_unlock(&w->mu);
-        if (rc == 0 && run_chain(t, blobs[k], lens[k], false, i + k + 1 == task->n_inputs) != 0)
+        if (run_chain(t, blobs[k], lens[k], false, i + k + 1 == task->n_inputs) != 0)
             rc = -1;
     }
-out:
-    for (size_t k = 0; blobs && k < n; k++)
+    for (size_t k = 0; blobs && k < 2 * n; k++)
         sb_part_free(blobs[k]);
     free(ids);
     free(expected);
+    free(at);
     free(lens);
     free(blobs);
     return rc;
@@ -807,22 +857,14 @@ static int task_inputs(task_ctx *t, char **lost)
     }
     for (size_t i = 0; i < task->n_inputs; i++) {
         const Streambatch__V1__PartitionRef *ref = task->inputs[i];
-        if (strcmp(ref->worker_address, w->address) == 0) {
-            sb_store_ref *r = NULL;
-            if (sb_store_load(w->store, ref->id, 60000, &r, &t->err) != 0) {
-                *lost = ref->id;
-                return -2;
-            }
-            size_t len = sb_store_ref_len(r);
-            t->bytes_in += len;
-            int rc = run_chain(t, sb_store_ref_data(r), len, false, i + 1 == task->n_inputs);
-            sb_store_unpin(r);
+        size_t group = many_window(t, i);
+        if (group == 0 && strcmp(ref->worker_address, w->address) == 0) {
+            int rc = run_local_input(t, i, lost);
             if (rc != 0)
-                return -1;
+                return rc;
             continue;
         }
-        size_t group = many_group(t, i);
-        if (group > 1) {
+        if (group > 0) {
             int rc = task_inputs_many(t, i, group, lost);
             if (rc != 0)
                 return rc;

@@ -2,7 +2,7 @@
  * batches; issue 36 item 1): a stage with a batchSize, fed one-record partitions from another
  * worker, gets process() calls of exactly batchSize rows (only a task's last call shorter),
  * every record exactly once; tensor.mlp on the CPU at batchSize 512 over 1,500 one-record
- * partitions runs in a few tasks and uses less CPU than at batchSize 1. */
+ * partitions runs in a few tasks and uses at most a third of the CPU it uses at batchSize 1. */
 #include "itest.h"
 
 static void setup(void)
@@ -102,14 +102,22 @@ static double mlp_cpu(const char *name, long *tasks)
 }
 
 /* Issue 36 item 1(b), on the CPU fallback of a gpu stage: batchSize 512 over 1,500 one-record
- * partitions is 3 tasks of whole batches (not 1,500 one-row calls) and uses less of the
- * stage's CPU than batchSize 1. The issue asked for at most a third; measured here it is about
- * 0.6-0.75: the CPU forward pass of the model is still the work at 512 (batching saves the
- * weights' reloading per row, not the multiply-adds), and each one-record partition still
- * costs its own fetch from the other worker. CPU time on a shared machine is noisy (other
- * processes' cache pressure only adds to it): each run twice, the least of each compared. */
-Test(batch, tensor_mlp_at_batch_512_uses_less_cpu_than_at_1)
+ * partitions is 3 tasks of whole batches (not 1,500 one-row calls) and uses at most a third of
+ * the stage's CPU at batchSize 1. It was 0.51-0.75 with a Data.Fetch stream per one-record
+ * partition (most of a 512 task's CPU) and the own GEMM; with OpenBLAS and a task's small inputs
+ * from one peer in one stream (worker/data/fetch.h, sb_data_fetch_many) it measured 0.15-0.27
+ * (docs/benchmarks.md). CPU time on a shared machine is noisy (other processes' cache pressure
+ * only adds to it): each run twice, the least of each compared. */
+Test(batch, tensor_mlp_at_batch_512_uses_at_most_a_third_of_the_cpu_at_1)
 {
+    /* On tmpfs where there is one (the workers' spill files too: TMPDIR): on this shared
+     * machine's ext4, a new file's inode search walked past the thousands of inodes other
+     * processes had just deleted, and the sink's open() took up to half a 512 task's CPU */
+    if (access("/dev/shm", W_OK) == 0) {
+        sh("rm -rf %s", dir);
+        setenv("TMPDIR", "/dev/shm", 1);
+        itest_mkdtemp("sb-batch");
+    }
     mlp_input("[512, 4096, 10]");
     double best[2] = {0, 0};
     long tasks[2] = {0, 0};
@@ -139,6 +147,6 @@ Test(batch, tensor_mlp_at_batch_512_uses_less_cpu_than_at_1)
     fprintf(stderr,
             "tensor.mlp stage CPU (least of 2 runs): batchSize 1 %.3f s, 512 %.3f s, ratio %.2f\n",
             best[0], best[1], ratio);
-    cr_expect_lt(best[1], 0.85 * best[0], "batchSize 512 used %.3f s of CPU, batchSize 1 %.3f s",
-                 best[1], best[0]);
+    cr_expect_leq(best[1], best[0] / 3, "batchSize 512 used %.3f s of CPU, batchSize 1 %.3f s",
+                  best[1], best[0]);
 }
