@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "controller/ctl/ckptlog.h"
+#include "controller/local/runckpt.h"
 #include "controller/sched/ranges.h"
 #include "controller/sched/sched.h"
 
@@ -323,4 +324,23 @@ Test(ckptlog, a_leftover_temporary_is_skipped)
     fputs("streambatch-checkpoint 1\nid ", f); /* a writer killed mid-write */
     fclose(f);
     expect_load(&sum, 30);
+}
+
+Test(ckptlog, the_local_log_goes_beside_a_file_sink_else_beside_the_checkpoint_file)
+{
+    sb_pipeline p;
+    memset(&p, 0, sizeof p);
+    char out[PATH_MAX];
+    sb_err err = {0};
+    p.spec.sink.uri = "file:///data/out/";
+    cr_assert_eq(sb_runckpt_log_dir(&p, "/s/ck.json", out, sizeof out, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(out, "/data/out/_streambatch/checkpoint");
+    p.spec.sink.uri = "s3://bucket/out/";
+    cr_assert_eq(sb_runckpt_log_dir(&p, "/s/ck.json", out, sizeof out, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(out, "/s/ck.log", "a sink the driver cannot hold it in: beside the file");
+    char cwd[PATH_MAX], want[PATH_MAX + 16];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    snprintf(want, sizeof want, "%s/ck.log", cwd);
+    cr_assert_eq(sb_runckpt_log_dir(&p, "ck.json", out, sizeof out, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(out, want, "a relative checkpoint file: its log by an absolute path");
 }
