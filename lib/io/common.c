@@ -19,15 +19,15 @@ int sb_io_check_format(sb_format fmt, const char *what, int is_sink, sb_err *err
     case SB_FMT_TEXT:
     case SB_FMT_BINARY:
     case SB_FMT_CSV:
+    case SB_FMT_PARQUET:
         return 0;
     case SB_FMT_IMAGE:
-    case SB_FMT_PARQUET:
         if (!is_sink)
             return 0;
         return sb_err_set(err,
-                          "%s: format %s is a source format only (sinks write jsonl, csv, "
-                          "text or binary)",
-                          what, fmt == SB_FMT_IMAGE ? "image" : "parquet");
+                          "%s: format image is a source format only (sinks write jsonl, csv, "
+                          "text, binary or parquet)",
+                          what);
     }
     return sb_err_set(err, "%s: unknown format %d", what, (int)fmt);
 }

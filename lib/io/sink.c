@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "core/idmap.h"
+#include "parquet/records.h"
+#include "parquet/write.h"
 #include "partition/crc32c.h"
 #include "partition/partition.h"
 #include "partition/rowjson.h"
@@ -42,6 +44,8 @@ static const char *ext_of(sb_format f)
         return "txt";
     case SB_FMT_CSV:
         return "csv";
+    case SB_FMT_PARQUET:
+        return "parquet";
     default:
         return "bin";
     }
@@ -292,6 +296,75 @@ static int write_records(const sb_sink_spec *sink, const sb_csv_opts *co, const 
     return 0;
 }
 
+/* parquet: the batch's columns, or its records typed by sink.args.schema, as one Parquet file
+ * (lib/parquet/write.h) through the same storage writes. */
+static int pq_out(void *ud, const void *p, size_t n, sb_err *err)
+{
+    (void)err; /* wbuf carries its own */
+    return wb_put(ud, p, n);
+}
+
+static int write_parquet(const sb_sink_spec *sink, const sb_batch *b, sb_io_wr *h, wbuf *w,
+                         uint64_t *rows)
+{
+    sb_pq_sink_opts o;
+    if (sb_pq_sink_opts_parse(sink->args_json, &o, w->err) != 0)
+        return -1;
+    sb_batch *tb = NULL;
+    void *tblob = NULL;
+    size_t tlen = 0;
+    int rc = 0;
+    if (o.schema != NULL) { /* records: the "record" column, or the lone binary/utf8 one */
+        bool typed;
+        const sb_column *c = record_column(b, &typed, w->err);
+        if (c == NULL)
+            rc = typed ? sb_err_data(w->err, "sink.args.schema types records, but the partition "
+                                             "has typed columns and no \"record\" column")
+                       : -1;
+        else if (sb_pq_records_batch(&o, c, &tblob, &tlen, w->err) != 0 ||
+                 sb_batch_open(tblob, tlen, &tb, w->err) != 0)
+            rc = -1;
+    }
+    w->h = h;
+    if (rc == 0)
+        rc = sb_pq_write_batch(tb ? tb : b, &o.w, pq_out, w, w->err);
+    if (rc == 0)
+        rc = wb_flush(w);
+    *rows = sb_batch_rows(tb ? tb : b);
+    sb_batch_close(tb);
+    sb_part_free(tblob);
+    sb_pq_sink_opts_free(&o);
+    return rc;
+}
+
+static int write_parquet_part(const sb_sink_spec *sink, const char *partition_id, const sb_batch *b,
+                              char *uri, const char *final, sb_io_part_info *info, sb_err *err)
+{
+    sb_io_wr *h = NULL;
+    wbuf w = {.err = err, .cap = SB_IO_BUF_SIZE};
+    uint64_t rows = 0;
+    int rc = sb_io_write_open(uri, &h, err);
+    if (rc == 0 && (w.buf = malloc(w.cap)) == NULL)
+        rc = sb_err_set(err, "sink: out of memory for the write buffer");
+    if (rc == 0 && write_parquet(sink, b, h, &w, &rows) != 0)
+        rc = -1;
+    free(w.buf);
+    if (rc != 0 && h != NULL)
+        sb_io_write_abort(h);
+    else if (rc == 0 && sb_io_write_commit(h, err) != 0)
+        rc = -1;
+    if (rc != 0)
+        sb_err_wrap(err, "sink: writing %.300s (partition %s)", uri, partition_id);
+    else if (info != NULL) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->name, sizeof info->name, "%s", final);
+        info->rows = rows;
+        info->bytes = w.bytes;
+        info->crc32c = w.crc;
+    }
+    return rc;
+}
+
 int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, const void *blob,
                           size_t len, sb_io_part_info *info, sb_err *err)
 {
@@ -311,6 +384,15 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
     if (sb_batch_open(blob, len, &b, err) != 0) {
         free(dir);
         return sb_err_wrap(err, "sink: partition %s", partition_id);
+    }
+    if (sink->format == SB_FMT_PARQUET) {
+        char *puri = sb_io_uri_join(dir, final);
+        int prc = puri ? write_parquet_part(sink, partition_id, b, puri, final, info, err)
+                       : sb_err_set(err, "sink: out of memory");
+        free(puri);
+        free(dir);
+        sb_batch_close(b);
+        return prc;
     }
     bool typed;
     sb_batch *jb = NULL;
@@ -427,6 +509,14 @@ int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err)
             return sb_err_wrap(err, "sink");
         }
         sb_csv_opts_free(&co);
+    }
+    if (sink->format == SB_FMT_PARQUET) {
+        sb_pq_sink_opts po;
+        if (sb_pq_sink_opts_parse(sink->args_json, &po, err) != 0) {
+            free(dir);
+            return sb_err_wrap(err, "sink");
+        }
+        sb_pq_sink_opts_free(&po);
     }
     /* Listing first: a sink that is not a directory, a missing bucket or refused credentials
      * fail here, before any task runs. */

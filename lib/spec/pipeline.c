@@ -280,6 +280,51 @@ static const argspec fmt_args_image_in[] = {{"channels", A_INT, 0, 1, NULL, 0},
 static const argspec fmt_args_parquet_in[] = {{"columns", A_STRLIST, 0, 0, NULL, 0},
                                               {NULL, A_ANY, 0, 0, NULL, 0}};
 
+/* parquet sinks (lib/parquet/records.h): codec, row group bytes, the records' schema */
+static const char *const pq_codecs[] = {"zstd", "snappy", "gzip", "none", NULL};
+static const argspec fmt_args_parquet_out[] = {{"compression", A_ENUM, 0, 0, pq_codecs, 0},
+                                               {"rowGroupSize", A_INT, 0, 1, NULL, 0},
+                                               {"schema", A_ANY, 0, 0, NULL, 0},
+                                               {NULL, A_ANY, 0, 0, NULL, 0}};
+static const char *const pq_types[] = {"int64", "double", "string", "bool", NULL};
+static const argspec pq_field_args[] = {{"name", A_STR, 1, 0, NULL, 0},
+                                        {"type", A_ENUM, 1, 0, pq_types, 0},
+                                        {"nullable", A_BOOL, 0, 0, NULL, 0},
+                                        {NULL, A_ANY, 0, 0, NULL, 0}};
+
+static void check_args(const argspec *spec, const sb_node *args, const char *path,
+                       const sb_node *owner, const char *what, int partial, sb_diags *d);
+
+/* sink.args.schema of a parquet sink: a non-empty list of {name, type, nullable}, names unique. */
+static void check_parquet_schema(const sb_node *s, const char *args_path, sb_diags *d)
+{
+    char buf[512], fb[512];
+    if (s == NULL)
+        return;
+    sb_spec_path_field(buf, sizeof buf, args_path, "schema");
+    if (s->kind != SB_NODE_SEQ || s->n == 0) {
+        sb_diags_add(d, buf, s->line, s->col,
+                     "must be a non-empty list of {name, type, nullable} (type: int64, double, "
+                     "string or bool)");
+        return;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        const sb_node *f = s->items[i];
+        snprintf(fb, sizeof fb, "%s[%zu]", buf, i);
+        if (f->kind != SB_NODE_MAP) {
+            sb_diags_add(d, fb, f->line, f->col, "must be a map {name, type, nullable}");
+            continue;
+        }
+        check_args(pq_field_args, f, fb, f, "a parquet schema field", 0, d);
+        const sb_node *nm = sb_node_get(f, "name");
+        for (size_t k = 0; k < i && nm != NULL && nm->kind == SB_NODE_STRING; k++) {
+            const sb_node *o = sb_node_get(s->items[k], "name");
+            if (o != NULL && o->kind == SB_NODE_STRING && strcmp(o->text, nm->text) == 0)
+                sb_diags_add(d, fb, nm->line, nm->col, "field \"%.80s\" is named twice", nm->text);
+        }
+    }
+}
+
 static const argspec *format_args(sb_format f, int is_sink)
 {
     switch (f) {
@@ -293,7 +338,7 @@ static const argspec *format_args(sb_format f, int is_sink)
     case SB_FMT_IMAGE:
         return is_sink ? args_none : fmt_args_image_in;
     case SB_FMT_PARQUET:
-        return is_sink ? args_none : fmt_args_parquet_in;
+        return is_sink ? fmt_args_parquet_out : fmt_args_parquet_in;
     default:
         return args_none;
     }
@@ -572,12 +617,10 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
                      fnode->col,
                      "format \"image\" is a source format only; sinks write jsonl, csv, text "
                      "and binary");
-    if (fmt == SB_FMT_PARQUET && is_sink && fnode != NULL && fnode->kind == SB_NODE_STRING)
-        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "format"), fnode->line,
-                     fnode->col,
-                     "format \"parquet\" is a source format only in this build; sinks write "
-                     "jsonl, csv, text and binary");
     const sb_node *args = sb_node_get(node, "args");
+    if (fmt == SB_FMT_PARQUET && is_sink && args != NULL && args->kind == SB_NODE_MAP)
+        check_parquet_schema(sb_node_get(args, "schema"),
+                             sb_spec_path_field(buf, sizeof buf, path, "args"), d);
     if (fmt == SB_FMT_IMAGE && !is_sink && args != NULL && args->kind == SB_NODE_MAP) {
         char ab[512];
         sb_spec_path_field(ab, sizeof ab, path, "args");

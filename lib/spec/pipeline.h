@@ -28,7 +28,7 @@ typedef enum {
     SB_FMT_TEXT,
     SB_FMT_BINARY,
     SB_FMT_IMAGE,
-    SB_FMT_PARQUET /* a source format only, for now (lib/parquet/parquet.h) */
+    SB_FMT_PARQUET /* lib/parquet: parquet.h reads, write.h writes */
 } sb_format;
 typedef enum { SB_MODE_STREAMING, SB_MODE_STAGED, SB_MODE_STATIC } sb_exec_mode;
 

@@ -1,0 +1,847 @@
+/* write.c — the Parquet writer (write.h): levels and PLAIN values of a page built from a
+ * partition column, page compression, column chunks with their statistics, and the footer
+ * (FileMetaData in the Thrift compact protocol, thrift.h). The file streams out as it is
+ * built: only one page and the footer's small per-chunk records are held at a time. */
+
+#include "parquet/write.h"
+
+#include <math.h>
+#include <snappy-c.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "parquet/encoding.h"
+#include "parquet/meta.h"
+#include "parquet/thrift.h"
+
+void sb_pq_buf_put(sb_pq_buf *b, const void *p, size_t n)
+{
+    if (b->oom || n == 0)
+        return;
+    if (n > b->cap - b->len) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->len < n)
+            cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (q == NULL) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+void sb_pq_buf_free(sb_pq_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static void put_varint(sb_pq_buf *b, uint64_t v)
+{
+    uint8_t t[10];
+    size_t n = 0;
+    do {
+        t[n] = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        if (v)
+            t[n] |= 0x80;
+        n++;
+    } while (v);
+    sb_pq_buf_put(b, t, n);
+}
+
+/* Length of the run of values equal to v[i] starting at i. */
+static size_t run_at(const uint32_t *v, size_t n, size_t i)
+{
+    size_t k = i + 1;
+    while (k < n && v[k] == v[i])
+        k++;
+    return k - i;
+}
+
+/* One bit-packed run of `groups` groups of 8 values from v[i..] (values past n are 0). */
+static void put_packed(const uint32_t *v, size_t n, size_t i, size_t groups, int bw, sb_pq_buf *o)
+{
+    put_varint(o, (uint64_t)groups << 1 | 1);
+    for (size_t g = 0; g < groups; g++) {
+        uint8_t bytes[32] = {0}; /* 8 values of at most 32 bits */
+        for (size_t k = 0; k < 8; k++) {
+            size_t at = i + g * 8 + k;
+            uint64_t x = at < n ? v[at] : 0;
+            for (int bit = 0; bit < bw; bit++)
+                if ((x >> bit) & 1) {
+                    size_t pos = k * (size_t)bw + (size_t)bit;
+                    bytes[pos >> 3] |= (uint8_t)(1u << (pos & 7));
+                }
+        }
+        sb_pq_buf_put(o, bytes, (size_t)bw);
+    }
+}
+
+void sb_pq_rle_encode(const uint32_t *v, size_t n, int bw, sb_pq_buf *o)
+{
+    size_t i = 0, vb = ((size_t)bw + 7) / 8;
+    while (i < n) {
+        size_t run = run_at(v, n, i);
+        if (run >= 8 || bw == 0) {
+            put_varint(o, (uint64_t)run << 1);
+            uint8_t le[4] = {(uint8_t)v[i], (uint8_t)(v[i] >> 8), (uint8_t)(v[i] >> 16),
+                             (uint8_t)(v[i] >> 24)};
+            sb_pq_buf_put(o, le, vb);
+            i += run;
+            continue;
+        }
+        /* Groups of 8 until a long run starts at a group boundary (or the end). */
+        size_t start = i, groups = 0;
+        while (i < n && groups < 1024) {
+            if (groups > 0 && run_at(v, n, i) >= 8)
+                break;
+            i = i + 8 < n ? i + 8 : n;
+            groups++;
+        }
+        put_packed(v, n, start, groups, bw, o);
+    }
+}
+
+int sb_pq_codec_parse(const char *name)
+{
+    static const struct {
+        const char *name;
+        int codec;
+    } t[] = {{"zstd", SB_PQ_ZSTD},
+             {"snappy", SB_PQ_SNAPPY},
+             {"gzip", SB_PQ_GZIP},
+             {"none", SB_PQ_UNCOMPRESSED}};
+    for (size_t i = 0; name != NULL && i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(name, t[i].name) == 0)
+            return t[i].codec;
+    return -1;
+}
+
+static int reserve(sb_pq_buf *out, size_t n, sb_err *err)
+{
+    out->len = 0;
+    if (n <= out->cap)
+        return 0;
+    uint8_t *q = realloc(out->p, n);
+    if (q == NULL)
+        return sb_err_set(err, "parquet: out of memory for a compressed page of %zu bytes", n);
+    out->p = q;
+    out->cap = n;
+    return 0;
+}
+
+static int gzip_compress(const void *src, size_t n, sb_pq_buf *out, sb_err *err)
+{
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return sb_err_set(err, "parquet: gzip: deflateInit2 failed");
+    int rc = reserve(out, deflateBound(&zs, (uLong)n), err);
+    if (rc == 0) {
+        zs.next_in = (Bytef *)(uintptr_t)src;
+        zs.avail_in = (uInt)n;
+        zs.next_out = out->p;
+        zs.avail_out = (uInt)out->cap;
+        if (deflate(&zs, Z_FINISH) != Z_STREAM_END)
+            rc = sb_err_set(err, "parquet: gzip compression failed");
+        else
+            out->len = zs.total_out;
+    }
+    deflateEnd(&zs);
+    return rc;
+}
+
+int sb_pq_compress(int codec, const void *src, size_t n, sb_pq_buf *out, sb_err *err)
+{
+    if (n > SB_PQ_MAX_PAGE)
+        return sb_err_set(err, "parquet: a page of %zu bytes is over the %u-byte limit", n,
+                          SB_PQ_MAX_PAGE);
+    switch (codec) {
+    case SB_PQ_UNCOMPRESSED:
+        if (reserve(out, n ? n : 1, err) != 0)
+            return -1;
+        if (n > 0)
+            memcpy(out->p, src, n);
+        out->len = n;
+        return 0;
+    case SB_PQ_ZSTD: {
+        if (reserve(out, ZSTD_compressBound(n), err) != 0)
+            return -1;
+        size_t k = ZSTD_compress(out->p, out->cap, src, n, 1);
+        if (ZSTD_isError(k))
+            return sb_err_set(err, "parquet: zstd: %s", ZSTD_getErrorName(k));
+        out->len = k;
+        return 0;
+    }
+    case SB_PQ_SNAPPY: {
+        if (reserve(out, snappy_max_compressed_length(n), err) != 0)
+            return -1;
+        size_t k = out->cap;
+        if (snappy_compress(src, n, (char *)out->p, &k) != SNAPPY_OK)
+            return sb_err_set(err, "parquet: snappy compression failed");
+        out->len = k;
+        return 0;
+    }
+    case SB_PQ_GZIP:
+        return gzip_compress(src, n, out, err);
+    default:
+        return sb_err_set(err, "parquet: codec %s is not written", sb_pq_codec_name(codec));
+    }
+}
+
+/* ---- columns ---------------------------------------------------------------------------- */
+
+/* How a column's values compare for statistics. */
+enum { K_SIGNED, K_UNSIGNED, K_FLOAT, K_BOOL, K_BYTES };
+
+typedef struct {
+    bool has;      /* min/max seen */
+    int64_t nulls; /* rows (entries) without a value */
+    union {
+        int64_t i;
+        uint64_t u;
+        double d;
+    } mn, mx;
+    const uint8_t *bmn, *bmx; /* K_BYTES: into the batch */
+    size_t bmn_len, bmx_len;
+} cstats;
+
+/* What the footer keeps of one column chunk. */
+typedef struct {
+    int64_t num_values, data_off, comp, uncomp;
+    cstats st;
+} chunk_meta;
+
+typedef struct {
+    const sb_column *c;
+    sb_type vt; /* the value type: the column's, or a list's child type */
+    int ptype, kind;
+    bool list;
+    int16_t max_def, max_rep;
+} colw;
+
+static int ptype_of(sb_type t)
+{
+    switch (t) {
+    case SB_TYPE_BOOL:
+        return SB_PQ_BOOLEAN;
+    case SB_TYPE_INT8:
+    case SB_TYPE_INT16:
+    case SB_TYPE_INT32:
+    case SB_TYPE_UINT8:
+    case SB_TYPE_UINT16:
+    case SB_TYPE_UINT32:
+        return SB_PQ_INT32;
+    case SB_TYPE_INT64:
+    case SB_TYPE_UINT64:
+        return SB_PQ_INT64;
+    case SB_TYPE_FLOAT32:
+        return SB_PQ_FLOAT;
+    case SB_TYPE_FLOAT64:
+        return SB_PQ_DOUBLE;
+    case SB_TYPE_BINARY:
+    case SB_TYPE_UTF8:
+        return SB_PQ_BYTE_ARRAY;
+    default:
+        return -1;
+    }
+}
+
+static int kind_of(sb_type t)
+{
+    switch (t) {
+    case SB_TYPE_UINT8:
+    case SB_TYPE_UINT16:
+    case SB_TYPE_UINT32:
+    case SB_TYPE_UINT64:
+        return K_UNSIGNED;
+    case SB_TYPE_FLOAT32:
+    case SB_TYPE_FLOAT64:
+        return K_FLOAT;
+    case SB_TYPE_BOOL:
+        return K_BOOL;
+    case SB_TYPE_BINARY:
+    case SB_TYPE_UTF8:
+        return K_BYTES;
+    default:
+        return K_SIGNED;
+    }
+}
+
+static int colw_init(const sb_column *c, colw *w, sb_err *err)
+{
+    memset(w, 0, sizeof *w);
+    w->c = c;
+    w->list = c->type == SB_TYPE_FIXED_LIST;
+    w->vt = w->list ? c->child_type : c->type;
+    w->ptype = ptype_of(w->vt);
+    w->kind = kind_of(w->vt);
+    if (w->ptype < 0 || (w->list && (w->kind == K_BOOL || w->kind == K_BYTES)))
+        return sb_err_set(err, "parquet: column \"%.200s\" of type %s is not written", c->name,
+                          sb_type_name(c->type));
+    w->max_rep = w->list ? 1 : 0;
+    w->max_def = (int16_t)((c->nullable ? 1 : 0) + (w->list ? 1 : 0));
+    return 0;
+}
+
+/* Value i (a flat index into the values) of a numeric column as int64/uint64/double. */
+static void num_at(sb_type t, const void *vals, size_t i, int64_t *iv, uint64_t *uv, double *dv)
+{
+    switch (t) {
+    case SB_TYPE_INT8:
+        *iv = ((const int8_t *)vals)[i];
+        break;
+    case SB_TYPE_INT16:
+        *iv = ((const int16_t *)vals)[i];
+        break;
+    case SB_TYPE_INT32:
+        *iv = ((const int32_t *)vals)[i];
+        break;
+    case SB_TYPE_INT64:
+        *iv = ((const int64_t *)vals)[i];
+        break;
+    case SB_TYPE_UINT8:
+        *uv = ((const uint8_t *)vals)[i];
+        break;
+    case SB_TYPE_UINT16:
+        *uv = ((const uint16_t *)vals)[i];
+        break;
+    case SB_TYPE_UINT32:
+        *uv = ((const uint32_t *)vals)[i];
+        break;
+    case SB_TYPE_UINT64:
+        *uv = ((const uint64_t *)vals)[i];
+        break;
+    case SB_TYPE_FLOAT32:
+        *dv = ((const float *)vals)[i];
+        break;
+    case SB_TYPE_FLOAT64:
+        *dv = ((const double *)vals)[i];
+        break;
+    default:
+        break;
+    }
+}
+
+static int bytes_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
+{
+    int r = memcmp(a, b, an < bn ? an : bn);
+    return r != 0 ? r : (an > bn) - (an < bn);
+}
+
+/* Folds one value into the statistics (NaN never becomes a bound). */
+static void stat_num(cstats *s, int kind, int64_t iv, uint64_t uv, double dv)
+{
+    if (kind == K_FLOAT && isnan(dv))
+        return;
+    if (!s->has) {
+        s->has = true;
+        s->mn.i = s->mx.i = iv;
+        if (kind == K_UNSIGNED || kind == K_BOOL)
+            s->mn.u = s->mx.u = uv;
+        if (kind == K_FLOAT)
+            s->mn.d = s->mx.d = dv;
+        return;
+    }
+    if (kind == K_SIGNED) {
+        s->mn.i = iv < s->mn.i ? iv : s->mn.i;
+        s->mx.i = iv > s->mx.i ? iv : s->mx.i;
+    } else if (kind == K_FLOAT) {
+        s->mn.d = dv < s->mn.d ? dv : s->mn.d;
+        s->mx.d = dv > s->mx.d ? dv : s->mx.d;
+    } else {
+        s->mn.u = uv < s->mn.u ? uv : s->mn.u;
+        s->mx.u = uv > s->mx.u ? uv : s->mx.u;
+    }
+}
+
+/* Appends value i's PLAIN bytes (INT32 for the narrow ints) and folds it into the stats. */
+static void put_num(const colw *w, const void *vals, size_t i, sb_pq_buf *o, cstats *s)
+{
+    int64_t iv = 0;
+    uint64_t uv = 0;
+    double dv = 0;
+    num_at(w->vt, vals, i, &iv, &uv, &dv);
+    stat_num(s, w->kind, iv, uv, dv);
+    if (w->ptype == SB_PQ_INT32) {
+        uint32_t x = w->kind == K_UNSIGNED ? (uint32_t)uv : (uint32_t)iv;
+        sb_pq_buf_put(o, &x, 4); /* little-endian hosts only (as the partition format) */
+    } else if (w->ptype == SB_PQ_INT64) {
+        uint64_t x = w->kind == K_UNSIGNED ? uv : (uint64_t)iv;
+        sb_pq_buf_put(o, &x, 8);
+    } else if (w->ptype == SB_PQ_FLOAT) {
+        float f = (float)dv;
+        sb_pq_buf_put(o, &f, 4);
+    } else {
+        sb_pq_buf_put(o, &dv, 8);
+    }
+}
+
+static void put_bytes(const colw *w, size_t r, sb_pq_buf *o, cstats *s)
+{
+    size_t n;
+    const uint8_t *p = sb_column_binary(w->c, r, &n);
+    uint32_t len = (uint32_t)n;
+    sb_pq_buf_put(o, &len, 4);
+    sb_pq_buf_put(o, p, n);
+    if (!s->has || bytes_cmp(p, n, s->bmn, s->bmn_len) < 0) {
+        s->bmn = p;
+        s->bmn_len = n;
+    }
+    if (!s->has || bytes_cmp(p, n, s->bmx, s->bmx_len) > 0) {
+        s->bmx = p;
+        s->bmx_len = n;
+    }
+    s->has = true;
+}
+
+/* The page of rows [r0, r1): levels into reps/defs (entries), values into vals. */
+typedef struct {
+    uint32_t *reps, *defs;
+    size_t nlev, cap;
+    sb_pq_buf vals;
+    uint8_t bits; /* BOOLEAN: bits pending in `acc` */
+    uint8_t acc;
+} page_st;
+
+static int lev_push(page_st *p, uint32_t rep, uint32_t def)
+{
+    if (p->nlev == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 1024;
+        uint32_t *r = realloc(p->reps, cap * sizeof *r);
+        if (r != NULL)
+            p->reps = r;
+        uint32_t *d = r ? realloc(p->defs, cap * sizeof *d) : NULL;
+        if (d == NULL)
+            return -1;
+        p->defs = d;
+        p->cap = cap;
+    }
+    p->reps[p->nlev] = rep;
+    p->defs[p->nlev++] = def;
+    return 0;
+}
+
+static void put_bool(page_st *p, bool v, cstats *s)
+{
+    stat_num(s, K_BOOL, 0, v, 0);
+    p->acc |= (uint8_t)((v ? 1u : 0u) << p->bits);
+    if (++p->bits == 8) {
+        sb_pq_buf_put(&p->vals, &p->acc, 1);
+        p->acc = p->bits = 0;
+    }
+}
+
+static int page_values(const colw *w, size_t r0, size_t r1, page_st *p, cstats *s)
+{
+    const sb_column *c = w->c;
+    uint32_t ls = w->list ? c->list_size : 1;
+    for (size_t r = r0; r < r1; r++) {
+        bool valid = sb_column_valid(c, r);
+        if (!valid) {
+            s->nulls++;
+            if (w->max_def > 0 && lev_push(p, 0, 0) != 0)
+                return -1;
+            continue;
+        }
+        for (uint32_t k = 0; k < ls; k++)
+            if (w->max_def > 0 && lev_push(p, k > 0, (uint32_t)w->max_def) != 0)
+                return -1;
+        if (w->kind == K_BYTES)
+            put_bytes(w, r, &p->vals, s);
+        else if (w->kind == K_BOOL)
+            put_bool(p, sb_column_bool(c, r), s);
+        else
+            for (uint32_t k = 0; k < ls; k++)
+                put_num(w, c->values, r * ls + k, &p->vals, s);
+    }
+    if (p->bits > 0) {
+        sb_pq_buf_put(&p->vals, &p->acc, 1);
+        p->acc = p->bits = 0;
+    }
+    return p->vals.oom ? -1 : 0;
+}
+
+/* ---- pages and chunks ------------------------------------------------------------------- */
+
+typedef struct {
+    sb_pq_write_fn out;
+    void *ud;
+    uint64_t off; /* bytes written so far */
+    int codec;
+    sb_pq_buf body, comp;
+    page_st pg;
+    sb_err *err;
+} wctx;
+
+static int emit(wctx *x, const void *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (x->out(x->ud, p, n, x->err) != 0)
+        return -1;
+    x->off += n;
+    return 0;
+}
+
+static void put_levels(const uint32_t *lv, size_t n, int16_t max, sb_pq_buf *body)
+{
+    size_t at = body->len;
+    uint32_t len = 0;
+    sb_pq_buf_put(body, &len, 4);
+    sb_pq_rle_encode(lv, n, sb_pq_bit_width((uint64_t)max), body);
+    if (!body->oom) {
+        len = (uint32_t)(body->len - at - 4);
+        memcpy(body->p + at, &len, 4);
+    }
+}
+
+/* Writes one data page v1 of rows [r0, r1) of the column. */
+static int write_page(wctx *x, const colw *w, size_t r0, size_t r1, chunk_meta *cm)
+{
+    page_st *p = &x->pg;
+    p->nlev = 0;
+    p->vals.len = 0;
+    x->body.len = 0;
+    if (page_values(w, r0, r1, p, &cm->st) != 0)
+        return sb_err_set(x->err, "parquet: out of memory encoding a page");
+    size_t nv = w->max_def > 0 ? p->nlev : r1 - r0;
+    if (w->max_rep > 0)
+        put_levels(p->reps, p->nlev, w->max_rep, &x->body);
+    if (w->max_def > 0)
+        put_levels(p->defs, p->nlev, w->max_def, &x->body);
+    sb_pq_buf_put(&x->body, p->vals.p, p->vals.len);
+    if (x->body.oom || x->body.len > INT32_MAX)
+        return sb_err_set(x->err, "parquet: out of memory (or a page over 2 GiB) encoding a page");
+    if (sb_pq_compress(x->codec, x->body.p, x->body.len, &x->comp, x->err) != 0)
+        return -1;
+    sb_tc_wbuf h = {0};
+    sb_tc_w_i32(&h, 1, SB_PQ_DATA_PAGE);
+    sb_tc_w_i32(&h, 2, (int32_t)x->body.len);
+    sb_tc_w_i32(&h, 3, (int32_t)x->comp.len);
+    sb_tc_w_field(&h, 5, SB_TC_STRUCT);
+    sb_tc_w_struct_begin(&h);
+    sb_tc_w_i32(&h, 1, (int32_t)nv);
+    sb_tc_w_i32(&h, 2, SB_PQ_ENC_PLAIN);
+    sb_tc_w_i32(&h, 3, SB_PQ_ENC_RLE);
+    sb_tc_w_i32(&h, 4, SB_PQ_ENC_RLE);
+    sb_tc_w_struct_end(&h);
+    sb_tc_w_struct_end(&h);
+    int rc = h.oom ? sb_err_set(x->err, "parquet: out of memory") : 0;
+    if (rc == 0)
+        rc = emit(x, h.p, h.len);
+    if (rc == 0)
+        rc = emit(x, x->comp.p, x->comp.len);
+    cm->num_values += (int64_t)nv;
+    cm->comp += (int64_t)(h.len + x->comp.len);
+    cm->uncomp += (int64_t)(h.len + x->body.len);
+    sb_tc_wbuf_free(&h);
+    return rc;
+}
+
+/* Rows per page: about SB_PQ_PAGE_BYTES of values. */
+static size_t page_rows(const colw *w, size_t r0, size_t r1)
+{
+    size_t per = 1;
+    if (w->kind == K_BYTES) {
+        size_t n = r1 - r0;
+        size_t bytes = (size_t)(w->c->offsets[r1] - w->c->offsets[r0]);
+        per = n ? bytes / n + 4 : 4;
+    } else if (w->kind != K_BOOL) {
+        per = (w->ptype == SB_PQ_INT64 || w->ptype == SB_PQ_DOUBLE ? 8 : 4) *
+              (w->list ? w->c->list_size : 1);
+    }
+    size_t rows = SB_PQ_PAGE_BYTES / (per ? per : 1);
+    return rows ? rows : 1;
+}
+
+static int write_chunk(wctx *x, const colw *w, size_t r0, size_t r1, chunk_meta *cm)
+{
+    memset(cm, 0, sizeof *cm);
+    cm->data_off = (int64_t)x->off;
+    size_t step = page_rows(w, r0, r1);
+    for (size_t r = r0; r < r1 || r == r0; r += step) {
+        size_t e = r1 - r > step ? r + step : r1;
+        if (write_page(x, w, r, e, cm) != 0)
+            return sb_err_wrap(x->err, "parquet: column \"%.200s\"", w->c->name);
+        if (e == r1)
+            break;
+    }
+    return 0;
+}
+
+/* ---- footer ----------------------------------------------------------------------------- */
+
+/* A statistic value in the physical type's PLAIN bytes. */
+static size_t stat_bytes(const colw *w, const cstats *s, bool max, uint8_t out[8])
+{
+    if (w->kind == K_FLOAT) {
+        double d = max ? s->mx.d : s->mn.d;
+        if (d == 0) /* the format: a zero bound is written -0.0 as min, +0.0 as max */
+            d = max ? 0.0 : -0.0;
+        if (w->ptype == SB_PQ_FLOAT) {
+            float f = (float)d;
+            memcpy(out, &f, 4);
+            return 4;
+        }
+        memcpy(out, &d, 8);
+        return 8;
+    }
+    uint64_t v =
+        w->kind == K_SIGNED ? (uint64_t)(max ? s->mx.i : s->mn.i) : (max ? s->mx.u : s->mn.u);
+    if (w->ptype == SB_PQ_BOOLEAN) {
+        out[0] = (uint8_t)v;
+        return 1;
+    }
+    memcpy(out, &v, 8);
+    return w->ptype == SB_PQ_INT32 ? 4 : 8;
+}
+
+static void w_stats(sb_tc_wbuf *t, const colw *w, const cstats *s)
+{
+    sb_tc_w_field(t, 12, SB_TC_STRUCT);
+    sb_tc_w_struct_begin(t);
+    sb_tc_w_i64(t, 3, s->nulls);
+    if (s->has) {
+        uint8_t b[8];
+        if (w->kind == K_BYTES) {
+            sb_tc_w_str(t, 5, s->bmx, s->bmx_len);
+            sb_tc_w_str(t, 6, s->bmn, s->bmn_len);
+        } else {
+            sb_tc_w_str(t, 5, b, stat_bytes(w, s, true, b));
+            sb_tc_w_str(t, 6, b, stat_bytes(w, s, false, b));
+        }
+    }
+    sb_tc_w_struct_end(t);
+}
+
+static void w_chunk(sb_tc_wbuf *t, const colw *w, const chunk_meta *cm, int codec)
+{
+    sb_tc_w_struct_begin(t);
+    sb_tc_w_i64(t, 2, cm->data_off);
+    sb_tc_w_field(t, 3, SB_TC_STRUCT);
+    sb_tc_w_struct_begin(t);
+    sb_tc_w_i32(t, 1, w->ptype);
+    sb_tc_w_field(t, 2, SB_TC_LIST);
+    sb_tc_w_list(t, SB_TC_I32, 2);
+    sb_tc_w_zigzag(t, SB_PQ_ENC_PLAIN);
+    sb_tc_w_zigzag(t, SB_PQ_ENC_RLE);
+    sb_tc_w_field(t, 3, SB_TC_LIST);
+    const char *name = w->c->name;
+    sb_tc_w_list(t, SB_TC_BINARY, w->list ? 3 : 1);
+    sb_tc_w_binary(t, name, strlen(name));
+    if (w->list) {
+        sb_tc_w_binary(t, "list", 4);
+        sb_tc_w_binary(t, "element", 7);
+    }
+    sb_tc_w_i32(t, 4, codec);
+    sb_tc_w_i64(t, 5, cm->num_values);
+    sb_tc_w_i64(t, 6, cm->uncomp);
+    sb_tc_w_i64(t, 7, cm->comp);
+    sb_tc_w_i64(t, 9, cm->data_off);
+    w_stats(t, w, &cm->st);
+    sb_tc_w_struct_end(t);
+    sb_tc_w_struct_end(t);
+}
+
+/* INT(bits, signed) as LogicalType field 10 and the matching ConvertedType. */
+static void w_int_type(sb_tc_wbuf *t, sb_type vt)
+{
+    static const struct {
+        sb_type t;
+        int bits, conv;
+        bool sig;
+    } m[] = {{SB_TYPE_INT8, 8, 15, true},     {SB_TYPE_INT16, 16, 16, true},
+             {SB_TYPE_INT32, 32, 17, true},   {SB_TYPE_INT64, 64, 18, true},
+             {SB_TYPE_UINT8, 8, 11, false},   {SB_TYPE_UINT16, 16, 12, false},
+             {SB_TYPE_UINT32, 32, 13, false}, {SB_TYPE_UINT64, 64, 14, false}};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        if (m[i].t != vt)
+            continue;
+        sb_tc_w_i32(t, 6, m[i].conv);
+        sb_tc_w_field(t, 10, SB_TC_STRUCT);
+        sb_tc_w_struct_begin(t); /* LogicalType */
+        sb_tc_w_field(t, 10, SB_TC_STRUCT);
+        sb_tc_w_struct_begin(t); /* IntType */
+        sb_tc_w_field(t, 1, SB_TC_BYTE);
+        sb_tc_w_varint(t, (uint64_t)m[i].bits); /* a byte under 128 is its own varint */
+        sb_tc_w_bool(t, 2, m[i].sig);
+        sb_tc_w_struct_end(t);
+        sb_tc_w_struct_end(t);
+    }
+}
+
+/* One primitive SchemaElement. */
+static void w_leaf(sb_tc_wbuf *t, const colw *w, const char *name, int repetition)
+{
+    sb_tc_w_struct_begin(t);
+    sb_tc_w_i32(t, 1, w->ptype);
+    sb_tc_w_i32(t, 3, repetition);
+    sb_tc_w_str(t, 4, name, strlen(name));
+    if (w->vt == SB_TYPE_UTF8) {
+        sb_tc_w_i32(t, 6, 0); /* UTF8 */
+        sb_tc_w_field(t, 10, SB_TC_STRUCT);
+        sb_tc_w_struct_begin(t);
+        sb_tc_w_field(t, 1, SB_TC_STRUCT); /* STRING */
+        sb_tc_w_struct_begin(t);
+        sb_tc_w_struct_end(t);
+        sb_tc_w_struct_end(t);
+    } else {
+        w_int_type(t, w->vt);
+    }
+    sb_tc_w_struct_end(t);
+}
+
+static void w_group(sb_tc_wbuf *t, const char *name, int repetition, bool list_annot)
+{
+    sb_tc_w_struct_begin(t);
+    sb_tc_w_i32(t, 3, repetition);
+    sb_tc_w_str(t, 4, name, strlen(name));
+    sb_tc_w_i32(t, 5, 1);
+    if (list_annot) {
+        sb_tc_w_i32(t, 6, 3); /* LIST */
+        sb_tc_w_field(t, 10, SB_TC_STRUCT);
+        sb_tc_w_struct_begin(t);
+        sb_tc_w_field(t, 3, SB_TC_STRUCT); /* LIST */
+        sb_tc_w_struct_begin(t);
+        sb_tc_w_struct_end(t);
+        sb_tc_w_struct_end(t);
+    }
+    sb_tc_w_struct_end(t);
+}
+
+static void w_schema(sb_tc_wbuf *t, const colw *ws, size_t nc)
+{
+    size_t nel = 1;
+    for (size_t i = 0; i < nc; i++)
+        nel += ws[i].list ? 3 : 1;
+    sb_tc_w_field(t, 2, SB_TC_LIST);
+    sb_tc_w_list(t, SB_TC_STRUCT, nel);
+    sb_tc_w_struct_begin(t); /* the root */
+    sb_tc_w_str(t, 4, "schema", 6);
+    sb_tc_w_i32(t, 5, (int32_t)nc);
+    sb_tc_w_struct_end(t);
+    for (size_t i = 0; i < nc; i++) {
+        int rep = ws[i].c->nullable ? 1 : 0;
+        if (!ws[i].list) {
+            w_leaf(t, &ws[i], ws[i].c->name, rep);
+            continue;
+        }
+        w_group(t, ws[i].c->name, rep, true);
+        w_group(t, "list", 2, false);
+        w_leaf(t, &ws[i], "element", 0);
+    }
+}
+
+typedef struct {
+    int64_t rows;
+    chunk_meta *cols;
+} rg_meta;
+
+static int write_footer(wctx *x, const colw *ws, size_t nc, const rg_meta *rgs, size_t nrg,
+                        int64_t rows)
+{
+    sb_tc_wbuf t = {0};
+    sb_tc_w_i32(&t, 1, 1);
+    w_schema(&t, ws, nc);
+    sb_tc_w_i64(&t, 3, rows);
+    sb_tc_w_field(&t, 4, SB_TC_LIST);
+    sb_tc_w_list(&t, SB_TC_STRUCT, nrg);
+    for (size_t g = 0; g < nrg; g++) {
+        int64_t comp = 0, uncomp = 0;
+        sb_tc_w_struct_begin(&t);
+        sb_tc_w_field(&t, 1, SB_TC_LIST);
+        sb_tc_w_list(&t, SB_TC_STRUCT, nc);
+        for (size_t i = 0; i < nc; i++) {
+            w_chunk(&t, &ws[i], &rgs[g].cols[i], x->codec);
+            comp += rgs[g].cols[i].comp;
+            uncomp += rgs[g].cols[i].uncomp;
+        }
+        sb_tc_w_i64(&t, 2, uncomp);
+        sb_tc_w_i64(&t, 3, rgs[g].rows);
+        if (nc > 0)
+            sb_tc_w_i64(&t, 5, rgs[g].cols[0].data_off);
+        sb_tc_w_i64(&t, 6, comp);
+        sb_tc_w_field(&t, 7, SB_TC_I16);
+        sb_tc_w_zigzag(&t, (int64_t)g);
+        sb_tc_w_struct_end(&t);
+    }
+    static const char by[] = "streambatch (lib/parquet/write.c)";
+    sb_tc_w_str(&t, 6, by, sizeof by - 1);
+    sb_tc_w_field(&t, 7, SB_TC_LIST); /* column_orders: TYPE_ORDER for every leaf */
+    sb_tc_w_list(&t, SB_TC_STRUCT, nc);
+    for (size_t i = 0; i < nc; i++) {
+        sb_tc_w_struct_begin(&t);
+        sb_tc_w_field(&t, 1, SB_TC_STRUCT);
+        sb_tc_w_struct_begin(&t);
+        sb_tc_w_struct_end(&t);
+        sb_tc_w_struct_end(&t);
+    }
+    sb_tc_w_struct_end(&t);
+    int rc = t.oom ? sb_err_set(x->err, "parquet: out of memory for the footer") : 0;
+    uint32_t len = (uint32_t)t.len;
+    if (rc == 0 && t.len > SB_PQ_MAX_FOOTER)
+        rc = sb_err_set(x->err, "parquet: a footer of %zu bytes is over the limit", t.len);
+    if (rc == 0 && (emit(x, t.p, t.len) != 0 || emit(x, &len, 4) != 0 || emit(x, "PAR1", 4) != 0))
+        rc = -1;
+    sb_tc_wbuf_free(&t);
+    return rc;
+}
+
+static int write_groups(wctx *x, const sb_batch *b, const colw *ws, size_t nc, size_t rg_rows,
+                        rg_meta *rgs, size_t nrg)
+{
+    size_t rows = sb_batch_rows(b);
+    for (size_t g = 0; g < nrg; g++) {
+        size_t r0 = g * rg_rows, r1 = rows - r0 > rg_rows ? r0 + rg_rows : rows;
+        rgs[g].rows = (int64_t)(r1 - r0);
+        rgs[g].cols = calloc(nc ? nc : 1, sizeof *rgs[g].cols);
+        if (rgs[g].cols == NULL)
+            return sb_err_set(x->err, "parquet: out of memory");
+        for (size_t i = 0; i < nc; i++)
+            if (write_chunk(x, &ws[i], r0, r1, &rgs[g].cols[i]) != 0)
+                return sb_err_wrap(x->err, "row group %zu", g);
+    }
+    return write_footer(x, ws, nc, rgs, nrg, (int64_t)rows);
+}
+
+int sb_pq_write_batch(const sb_batch *b, const sb_pq_write_opts *o, sb_pq_write_fn out, void *ud,
+                      sb_err *err)
+{
+    size_t nc = sb_batch_ncols(b), rows = sb_batch_rows(b);
+    size_t rgb = o->row_group_bytes ? o->row_group_bytes : SB_PQ_DEFAULT_ROW_GROUP;
+    size_t per_row = rows ? sb_batch_blob_len(b) / rows : 1;
+    size_t rg_rows = rgb / (per_row ? per_row : 1);
+    if (rg_rows == 0)
+        rg_rows = 1;
+    size_t nrg = rows == 0 ? 0 : (rows + rg_rows - 1) / rg_rows;
+    colw *ws = calloc(nc ? nc : 1, sizeof *ws);
+    rg_meta *rgs = calloc(nrg ? nrg : 1, sizeof *rgs);
+    wctx x = {.out = out, .ud = ud, .codec = o->codec, .err = err};
+    int rc = ws == NULL || rgs == NULL ? sb_err_set(err, "parquet: out of memory") : 0;
+    if (rc == 0 && nc == 0)
+        rc = sb_err_set(err, "parquet: a partition without columns cannot be written");
+    for (size_t i = 0; rc == 0 && i < nc; i++)
+        rc = colw_init(sb_batch_column(b, i), &ws[i], err);
+    if (rc == 0)
+        rc = emit(&x, "PAR1", 4);
+    if (rc == 0)
+        rc = write_groups(&x, b, ws, nc, rg_rows, rgs, nrg);
+    for (size_t g = 0; rgs != NULL && g < nrg; g++)
+        free(rgs[g].cols);
+    free(rgs);
+    free(ws);
+    free(x.pg.reps);
+    free(x.pg.defs);
+    sb_pq_buf_free(&x.pg.vals);
+    sb_pq_buf_free(&x.body);
+    sb_pq_buf_free(&x.comp);
+    return rc;
+}
