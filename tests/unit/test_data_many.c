@@ -54,8 +54,8 @@ static void *part(int i, size_t rows, size_t *len)
     return blob;
 }
 
-/* NPART partitions "s1-t0-p<i>" in a store whose memory budget holds only some of them (the rest are
- * spilled: both of the server's paths), and a server and a channel to it. */
+/* NPART partitions "s1-t0-p<i>" in a store whose memory budget holds only some of them (the rest
+ * are spilled: both of the server's paths), and a server and a channel to it. */
 static void srv_start(srv *s)
 {
     memset(s, 0, sizeof *s);
