@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Parquet reader against two independent writers (pyarrow and DuckDB, from PyPI, in a venv
-# cached under ~/.cache/streambatch), then refused types and hostile files (conformance.py).
+# cached under ~/.cache/streambatch), then refused types and hostile files (conformance.py); then
+# the writer: our files read back by both and by our reader (writer.py).
 #   SB_BIN_DIR=... tests/parquet/test-parquet.sh
 # Prints "N passed, N failed". Skips (passing) with a clear message only when the packages
 # cannot be installed because the registry is unreachable.
@@ -25,4 +26,9 @@ if ! "$venv/bin/python" -c 'import pyarrow, duckdb' 2>/dev/null; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cd "$work" && timeout 900 "$venv/bin/python" "$top/tests/parquet/conformance.py" "$bin/streambatch" "$work/w"
+cd "$work" || exit 1
+timeout 900 "$venv/bin/python" "$top/tests/parquet/conformance.py" "$bin/streambatch" "$work/w"
+rc=$?
+# The writer: our files read by pyarrow, DuckDB and our reader (tests/parquet/writer.py).
+timeout 600 "$venv/bin/python" "$top/tests/parquet/writer.py" "$bin/streambatch" "$work/wr" || rc=1
+exit $rc

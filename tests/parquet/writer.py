@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Parquet writer conformance (issue 39): files that `streambatch run` writes with a parquet sink
+are read back by pyarrow (equal to the input, Table.validate(full=True), statistics equal to the
+row groups' own min/max/null count), by DuckDB (read_parquet, equal) and by our own reader (a
+second run from our files). Typed partitions (a parquet source of every written type, nulls,
+several row groups, each codec) and jsonl records typed by sink.args.schema; a record that does
+not fit and bad sink args are refused, naming the row, field or argument.
+
+  writer.py STREAMBATCH_BINARY WORKDIR
+Prints one line per check and "N passed, N failed"; exits non-zero on any failure."""
+import glob, json, os, shutil, subprocess, sys
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import duckdb
+
+sb, work = sys.argv[1], sys.argv[2]
+os.makedirs(work, exist_ok=True)
+passed = failed = 0
+RUNS = [0]
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok: {name}")
+    else:
+        failed += 1
+        print(f"FAIL: {name}: {detail}"[:3000])
+
+
+N = 5000
+
+
+def table():
+    def nv(vals, every=7):
+        return [None if i % every == 3 else v for i, v in enumerate(vals)]
+    r = range(N)
+    return pa.table({
+        "id": pa.array(list(r), pa.int64()),
+        "i8": pa.array(nv([(i * 37) % 256 - 128 for i in r]), pa.int8()),
+        "i16": pa.array(nv([(i * 997) % 65536 - 32768 for i in r]), pa.int16()),
+        "i32": pa.array(nv([(i * 2654435761) % 2**32 - 2**31 for i in r]), pa.int32()),
+        "i64": pa.array(nv([(i * 0x9E3779B97F4A7C15) % 2**64 - 2**63 for i in r]), pa.int64()),
+        "u8": pa.array(nv([(i * 31) % 256 for i in r]), pa.uint8()),
+        "u16": pa.array(nv([(i * 7919) % 65536 for i in r]), pa.uint16()),
+        "u32": pa.array(nv([(i * 2654435761) % 2**32 for i in r]), pa.uint32()),
+        "u64": pa.array(nv([(i * 0x9E3779B97F4A7C15) % 2**64 for i in r]), pa.uint64()),
+        "f32": pa.array(nv([i * 0.37 - 100.0 for i in r]), pa.float32()),
+        "f64": pa.array(nv([i * 1e-3 - 1.5 + (i % 13) * 1e10 for i in r]), pa.float64()),
+        "zero": pa.array([0.0 if i % 2 else -0.0 for i in r], pa.float64()),
+        "b": pa.array(nv([i % 3 == 0 for i in r], 5), pa.bool_()),
+        "s": pa.array(nv([f"str-{i % 50}-é{'x' * (i % 9)}" for i in r]), pa.string()),
+        "bin": pa.array(nv([bytes([i % 256, 0, 255]) * (i % 4) for i in r]), pa.binary()),
+        "allnull": pa.array([None] * N, pa.int32()),
+        "vec": pa.array([[float(i), i / 2.0, -i * 0.25, 1.0] for i in r],
+                        pa.list_(pa.float32())),
+        "ivec": pa.array([[i, -i, i * 3] for i in r], pa.list_(pa.int64())),
+    })
+
+
+def spec(src, fmt, sink, sink_args, psize="1Gi"):
+    RUNS[0] += 1
+    return f"""apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {{name: pqw{RUNS[0]}}}
+spec:
+  source: {{uri: "file://{src}/", format: {fmt}, partitionSize: {psize}}}
+  stages:
+  - {{name: id, op: identity}}
+  sink: {{uri: "file://{sink}/", format: parquet, args: {json.dumps(sink_args)}}}
+"""
+
+
+def run(text, sink):
+    path = os.path.join(work, f"p{RUNS[0]}.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    shutil.rmtree(sink, ignore_errors=True)
+    return subprocess.run([sb, "run", path, "--checkpoint", os.path.join(work, f"ck{RUNS[0]}")],
+                          capture_output=True, text=True, timeout=300)
+
+
+def parts(d):
+    return sorted(glob.glob(os.path.join(d, "part-*.parquet")))
+
+
+def read_ours(d):
+    """Our files via pyarrow: each validated in full, then concatenated and sorted by id."""
+    ts = []
+    for f in parts(d):
+        t = pq.read_table(f)
+        t.validate(full=True)
+        ts.append(t)
+    t = pa.concat_tables(ts)
+    return t.sort_by("id") if "id" in t.column_names else t
+
+
+def stats_ok(d):
+    """Every chunk's statistics equal its row group's own min, max and null count."""
+    for f in parts(d):
+        pf = pq.ParquetFile(f)
+        for g in range(pf.metadata.num_row_groups):
+            rg = pf.read_row_group(g)
+            for k, name in enumerate(rg.column_names):
+                st = pf.metadata.row_group(g).column(k).statistics
+                col = rg.column(name)
+                if st is None or not st.has_null_count:
+                    return f"{f} rg {g} {name}: no statistics"
+                if pa.types.is_list(col.type):
+                    col = pc.list_flatten(col)
+                if st.null_count != col.null_count:
+                    return f"{f} rg {g} {name}: null_count {st.null_count}, {col.null_count} nulls"
+                mm = pc.min_max(col).as_py()
+                if mm["min"] is None:
+                    if st.has_min_max:
+                        return f"{f} rg {g} {name}: min/max for a column of nulls"
+                    continue
+                if not st.has_min_max or st.min != mm["min"] or st.max != mm["max"]:
+                    return (f"{f} rg {g} {name}: min/max {st.min if st.has_min_max else None!r}/"
+                            f"{st.max if st.has_min_max else None!r}, data {mm}")
+    return None
+
+
+def duck_rows(d):
+    q = f"SELECT * FROM read_parquet('{d}/part-*.parquet') ORDER BY id"
+    return duckdb.sql(q).fetchall()
+
+
+def typed_round_trip(codec, rg_size):
+    src, out, back = (os.path.join(work, x) for x in ("src", f"out-{codec}", f"back-{codec}"))
+    shutil.rmtree(src, ignore_errors=True)
+    os.makedirs(src)
+    t = table()
+    pq.write_table(t, os.path.join(src, "a.parquet"), row_group_size=1700)
+    args = {"compression": codec, "rowGroupSize": rg_size}
+    p = run(spec(src, "parquet", out, args, psize="256Ki"), out)
+    name = f"typed {codec} rowGroupSize {rg_size}"
+    if p.returncode != 0:
+        check(name, False, p.stderr[-1500:])
+        return
+    got = read_ours(out)
+    ngroups = sum(pq.ParquetFile(f).metadata.num_row_groups for f in parts(out))
+    exp = t.to_pylist()
+    check(f"{name}: pyarrow reads {len(parts(out))} parts, {ngroups} row groups, equal",
+          got.to_pylist() == exp and (ngroups > len(parts(out))) == (rg_size < 1 << 20),
+          f"{got.num_rows} rows, {ngroups} row groups")
+    check(f"{name}: schema", got.schema.field("s").type == pa.string() and
+          got.schema.field("u64").type == pa.uint64() and
+          pa.types.is_list(got.schema.field("vec").type), str(got.schema))
+    st = stats_ok(out)
+    check(f"{name}: statistics", st is None, st)
+    drows = duck_rows(out)
+    erows = [tuple(r.values()) for r in exp]
+    check(f"{name}: duckdb read_parquet equal", drows == erows,
+          next((f"row {i}: {a} != {b}" for i, (a, b) in enumerate(zip(drows, erows)) if a != b),
+               f"{len(drows)} rows"))
+    p = run(spec(out, "parquet", back, {"compression": codec}), back)  # our reader, our files
+    ok = p.returncode == 0 and read_ours(back).to_pylist() == exp
+    check(f"{name}: our reader reads our files", ok, p.stderr[-1500:])
+
+
+def records():
+    src, out = os.path.join(work, "js"), os.path.join(work, "out-js")
+    shutil.rmtree(src, ignore_errors=True)
+    os.makedirs(src)
+    recs = []
+    for i in range(2000):
+        r = {"id": i, "name": f"n{i}é" if i % 5 else None, "x": i * 0.5 - 3, "ok": i % 2 == 0,
+             "big": (-1) ** i * (2**53 - i), "skip": [i]}
+        if i % 7 == 0:
+            del r["x"]  # absent: null
+        recs.append(r)
+    with open(os.path.join(src, "a.jsonl"), "w") as f:
+        f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+    schema = [{"name": "id", "type": "int64", "nullable": False}, {"name": "name", "type": "string"},
+              {"name": "x", "type": "double"}, {"name": "ok", "type": "bool"},
+              {"name": "big", "type": "int64"}]
+    p = run(spec(src, "jsonl", out, {"schema": schema, "rowGroupSize": 20000}, "32Ki"), out)
+    if p.returncode != 0:
+        check("records with a schema", False, p.stderr[-1500:])
+        return
+    exp = [{k: r.get(k) for k in ("id", "name", "x", "ok", "big")} for r in recs]
+    got = read_ours(out)
+    check(f"records with a schema: pyarrow equal ({len(parts(out))} parts)",
+          got.to_pylist() == exp and len(parts(out)) > 1, str(got.to_pylist()[:3]))
+    check("records: id required, the rest optional",
+          not got.schema.field("id").nullable and got.schema.field("x").nullable, str(got.schema))
+    st = stats_ok(out)
+    check("records: statistics", st is None, st)
+    check("records: duckdb equal", duck_rows(out) == [tuple(r.values()) for r in exp])
+    with open(os.path.join(src, "a.jsonl"), "a") as f:
+        f.write('{"id": 5, "ok": "yes"}\n')
+    p = run(spec(src, "jsonl", out, {"schema": schema}), out)
+    check("records: a value that does not fit is a data error naming the record and field",
+          p.returncode != 0 and "record 2000" in p.stderr and 'field \\"ok\\"' in p.stderr,
+          p.stderr[-800:])
+
+
+def refused():
+    src, out = os.path.join(work, "js"), os.path.join(work, "out-bad")
+    cases = [({"compression": "lz4"}, "spec.sink.args.compression"),
+             ({"rowGroupSize": 0}, "spec.sink.args.rowGroupSize"),
+             ({"schema": [{"name": "a", "type": "int32"}]}, "spec.sink.args.schema[0].type"),
+             ({"schema": [{"name": "a", "type": "int64"}, {"name": "a", "type": "bool"}]},
+              "named twice"),
+             ({"schema": []}, "spec.sink.args.schema"),
+             ({"shema": []}, "did you mean")]
+    for args, want in cases:
+        path = os.path.join(work, "bad.yaml")
+        with open(path, "w") as f:
+            f.write(spec(src, "jsonl", out, args))
+        p = subprocess.run([sb, "validate", path], capture_output=True, text=True, timeout=60)
+        check(f"validate refuses {json.dumps(args)}", p.returncode != 0 and want in p.stdout + p.stderr,
+              (p.stdout + p.stderr)[-600:])
+
+
+for codec, rg in (("zstd", 40000), ("snappy", 1 << 26), ("gzip", 100000), ("none", 30000)):
+    typed_round_trip(codec, rg)
+records()
+refused()
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
