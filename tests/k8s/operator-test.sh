@@ -330,7 +330,7 @@ streambatch.dev|pipelines/finalizers||update
 |secrets||create
 networking.k8s.io|networkpolicies||create,delete,get'
 render_all_namespaces() {
-  helm template "$REL" "$CHART" -n "$SYS" --skip-tests >"$tmp/all.yaml" || return 1
+  helm template "$REL" "$CHART" -n "$SYS" --no-hooks >"$tmp/all.yaml" || return 1
   local got want
   got=$(rules_of ClusterRole "$tmp/all.yaml" | sort)
   want=$(sed 's/^/-|/' <<<"$WORKLOAD_RULES" | sort)
@@ -509,6 +509,8 @@ build_images() {
   SB_IMAGES_DIR=$tmp/images "$repo/scripts/images.sh" || return 1
   echo "built in $((SECONDS - t0)) s"
   echo "sb-oci/*  oci:$tmp/images/oci:{name}-{tag}" >"$tmp/images.conf"
+  # the chart's default image names (the README's values), run the same way
+  echo "streambatch/*  oci:$tmp/images/oci:{name}-{tag}" >>"$tmp/images.conf"
 }
 check "our images built by scripts/images.sh into this test's directory" build_images || finish
 export SB_K8S_IMAGES=$tmp/images.conf
