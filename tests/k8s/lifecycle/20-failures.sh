@@ -13,6 +13,9 @@
 #       WorkersFailing, Partitions/Throughput filled ("-": never planned);
 #   f3. a worker image that cannot be pulled -> Warning WorkerPodFailing ErrImagePull /
 #       ImagePullBackOff, condition WorkersFailing with that reason;
+#   f5. a worker that exits as it starts (no CrashLoopBackOff: worker pods never restart, so a
+#       stream of Failed pods) -> one Warning WorkerPodFailing "exited at start", Failed
+#       WorkersFailing after stallTimeout;
 #   f4. an InvalidSpec Pipeline fills the Partitions and Throughput cells too.
 # Uses the suite's helpers (opcheck, pipeline, phase, wait_phase, cond, events, jp, figure).
 
@@ -121,6 +124,31 @@ failures_image() {
   kubectl -n "$NS" delete pipeline badimage --wait=false >/dev/null
 }
 opcheck "f3: a worker image that cannot be pulled -> Warning WorkerPodFailing ErrImagePull/ImagePullBackOff (once per pod), WorkersFailing" failures_image
+
+failures_exit_at_start() {
+  # a worker image whose program exits at once (the controller's image: without a kubeconfig or
+  # a service-account token it exits 1); worker pods never restart, so this is a stream of pods
+  pipeline crashstart "$FILTER" "  execution: {stallTimeout: $FAIL_STALL}
+  workerTemplate: {image: 'sb-oci/controller:$VERSION'}" >"$tmp/crashstart.yaml"
+  local t0; t0=$(now)
+  kubectl apply -f "$tmp/crashstart.yaml" >/dev/null || return 1
+  until_ok 60 bash -c "kubectl -n $NS get events --field-selector involvedObject.kind=Pipeline,involvedObject.name=crashstart \
+      -o 'jsonpath={range .items[*]}{.type} {.reason}: {.message}{\"\\n\"}{end}' | grep -q '^Warning WorkerPodFailing: .*exited at start'" ||
+    { echo "no Warning WorkerPodFailing 'exited at start' within 60 s: $(events crashstart | sort | uniq -c | head)"; return 1; }
+  figure "worker exiting at start: apply to the Warning event: $(since "$t0") s"
+  echo "events: $(events crashstart | grep WorkerPodFailing | tr '\n' ';')"
+  wait_phase crashstart Failed 120 || return 1
+  local reason msg
+  reason=$(cond crashstart Failed reason); msg=$(jp crashstart '{.status.message}')
+  echo "Failed after $(since "$t0") s: $reason: $msg"
+  [[ $reason == WorkersFailing && $msg == *"exited at start"* && $msg == *"pods in a row"* ]] ||
+    { echo "the failure should name WorkersFailing and the pods exiting at start"; return 1; }
+  echo "$(events crashstart | grep -c '^WorkerPodFailing:') WorkerPodFailing, $(events crashstart | grep -c '^WorkerPodFailed:') WorkerPodFailed events"
+  (($(events crashstart | grep -c '^WorkerPodFailing:') == 1)) || { echo "one WorkerPodFailing per streak"; return 1; }
+  get_row crashstart
+  kubectl -n "$NS" delete pipeline crashstart --wait=false >/dev/null
+}
+opcheck "f5: a worker that exits as it starts (pods never restart: a stream of pods) -> one Warning WorkerPodFailing, Failed WorkersFailing after stallTimeout" failures_exit_at_start
 
 failures_invalid_cells() {
   # source and sink the same prefix: the schema lets it through, the controller refuses it
