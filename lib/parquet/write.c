@@ -610,11 +610,11 @@ static void w_stats(sb_tc_wbuf *t, const colw *w, const cstats *s)
     sb_tc_w_struct_begin(t);
     sb_tc_w_i64(t, 3, s->nulls);
     if (s->has) {
-        uint8_t b[8];
         if (w->kind == K_BYTES) {
             sb_tc_w_str(t, 5, s->bmx, s->bmx_len);
             sb_tc_w_str(t, 6, s->bmn, s->bmn_len);
         } else {
+            uint8_t b[8];
             sb_tc_w_str(t, 5, b, stat_bytes(w, s, true, b));
             sb_tc_w_str(t, 6, b, stat_bytes(w, s, false, b));
         }
