@@ -291,45 +291,6 @@ static int colw_init(const sb_column *c, colw *w, sb_err *err)
     return 0;
 }
 
-/* Value i (a flat index into the values) of a numeric column as int64/uint64/double. */
-static void num_at(sb_type t, const void *vals, size_t i, int64_t *iv, uint64_t *uv, double *dv)
-{
-    switch (t) {
-    case SB_TYPE_INT8:
-        *iv = ((const int8_t *)vals)[i];
-        break;
-    case SB_TYPE_INT16:
-        *iv = ((const int16_t *)vals)[i];
-        break;
-    case SB_TYPE_INT32:
-        *iv = ((const int32_t *)vals)[i];
-        break;
-    case SB_TYPE_INT64:
-        *iv = ((const int64_t *)vals)[i];
-        break;
-    case SB_TYPE_UINT8:
-        *uv = ((const uint8_t *)vals)[i];
-        break;
-    case SB_TYPE_UINT16:
-        *uv = ((const uint16_t *)vals)[i];
-        break;
-    case SB_TYPE_UINT32:
-        *uv = ((const uint32_t *)vals)[i];
-        break;
-    case SB_TYPE_UINT64:
-        *uv = ((const uint64_t *)vals)[i];
-        break;
-    case SB_TYPE_FLOAT32:
-        *dv = ((const float *)vals)[i];
-        break;
-    case SB_TYPE_FLOAT64:
-        *dv = ((const double *)vals)[i];
-        break;
-    default:
-        break;
-    }
-}
-
 static int bytes_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
 {
     int r = memcmp(a, b, an < bn ? an : bn);
@@ -362,28 +323,6 @@ static void stat_num(cstats *s, int kind, int64_t iv, uint64_t uv, double dv)
     }
 }
 
-/* Appends value i's PLAIN bytes (INT32 for the narrow ints) and folds it into the stats. */
-static void put_num(const colw *w, const void *vals, size_t i, sb_pq_buf *o, cstats *s)
-{
-    int64_t iv = 0;
-    uint64_t uv = 0;
-    double dv = 0;
-    num_at(w->vt, vals, i, &iv, &uv, &dv);
-    stat_num(s, w->kind, iv, uv, dv);
-    if (w->ptype == SB_PQ_INT32) {
-        uint32_t x = w->kind == K_UNSIGNED ? (uint32_t)uv : (uint32_t)iv;
-        sb_pq_buf_put(o, &x, 4); /* little-endian hosts only (as the partition format) */
-    } else if (w->ptype == SB_PQ_INT64) {
-        uint64_t x = w->kind == K_UNSIGNED ? uv : (uint64_t)iv;
-        sb_pq_buf_put(o, &x, 8);
-    } else if (w->ptype == SB_PQ_FLOAT) {
-        float f = (float)dv;
-        sb_pq_buf_put(o, &f, 4);
-    } else {
-        sb_pq_buf_put(o, &dv, 8);
-    }
-}
-
 static void put_bytes(const colw *w, size_t r, sb_pq_buf *o, cstats *s)
 {
     size_t n;
@@ -411,21 +350,46 @@ typedef struct {
     uint8_t acc;
 } page_st;
 
-static int lev_push(page_st *p, uint32_t rep, uint32_t def)
+/* Room for `need` level entries. */
+static int lev_reserve(page_st *p, size_t need)
 {
-    if (p->nlev == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 1024;
-        uint32_t *r = realloc(p->reps, cap * sizeof *r);
-        if (r != NULL)
-            p->reps = r;
-        uint32_t *d = r ? realloc(p->defs, cap * sizeof *d) : NULL;
-        if (d == NULL)
-            return -1;
-        p->defs = d;
-        p->cap = cap;
+    if (need <= p->cap)
+        return 0;
+    uint32_t *r = realloc(p->reps, need * sizeof *r);
+    if (r == NULL)
+        return -1;
+    p->reps = r;
+    uint32_t *d = realloc(p->defs, need * sizeof *d);
+    if (d == NULL)
+        return -1;
+    p->defs = d;
+    p->cap = need;
+    return 0;
+}
+
+/* The levels of rows [r0, r1) (none for a required column that is not a list) and the nulls. */
+static int page_levels(const colw *w, size_t r0, size_t r1, page_st *p, cstats *s)
+{
+    const sb_column *c = w->c;
+    size_t ls = w->list ? c->list_size : 1;
+    if (w->max_def == 0)
+        return 0;
+    if (lev_reserve(p, (r1 - r0) * ls) != 0)
+        return -1;
+    size_t n = 0;
+    for (size_t r = r0; r < r1; r++) {
+        if (!sb_column_valid(c, r)) {
+            s->nulls++;
+            p->reps[n] = 0;
+            p->defs[n++] = 0;
+            continue;
+        }
+        for (size_t k = 0; k < ls; k++) {
+            p->reps[n] = k > 0;
+            p->defs[n++] = (uint32_t)w->max_def;
+        }
     }
-    p->reps[p->nlev] = rep;
-    p->defs[p->nlev++] = def;
+    p->nlev = n;
     return 0;
 }
 
@@ -439,28 +403,124 @@ static void put_bool(page_st *p, bool v, cstats *s)
     }
 }
 
+/* n values of C type T from vals[i0..] as PLAIN type PT into dst, their min/max (NaN skipped
+ * when FLT) folded into the stats as KIND through the int64/uint64/double slot ACC. */
+#define NUM_RUN(T, PT, FLT, KIND, ACC)                                                             \
+    do {                                                                                           \
+        const T *v = (const T *)vals + i0;                                                         \
+        T lo = 0, hi = 0;                                                                          \
+        bool any = false;                                                                          \
+        for (size_t k = 0; k < n; k++) {                                                           \
+            T x = v[k];                                                                            \
+            PT y = (PT)x;                                                                          \
+            memcpy(dst + k * sizeof(PT), &y, sizeof(PT));                                          \
+            if (FLT && isnan((double)x))                                                           \
+                continue;                                                                          \
+            if (!any) {                                                                            \
+                lo = hi = x;                                                                       \
+                any = true;                                                                        \
+            }                                                                                      \
+            lo = x < lo ? x : lo;                                                                  \
+            hi = x > hi ? x : hi;                                                                  \
+        }                                                                                          \
+        if (any) {                                                                                 \
+            fold(s, KIND, (ACC)lo);                                                                \
+            fold(s, KIND, (ACC)hi);                                                                \
+        }                                                                                          \
+        out_len = n * sizeof(PT);                                                                  \
+    } while (0)
+
+static void fold_i(cstats *s, int kind, int64_t v)
+{
+    stat_num(s, kind, v, 0, 0);
+}
+static void fold_u(cstats *s, int kind, uint64_t v)
+{
+    stat_num(s, kind, 0, v, 0);
+}
+static void fold_d(cstats *s, int kind, double v)
+{
+    stat_num(s, kind, 0, 0, v);
+}
+
+/* n numeric values from flat index i0 of the column's values, PLAIN, with their statistics. */
+static int put_nums(const colw *w, const void *vals, size_t i0, size_t n, sb_pq_buf *o, cstats *s)
+{
+    size_t need = n * 8, out_len = 0;
+    if (o->cap - o->len < need) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (cap - o->len < need)
+            cap *= 2;
+        uint8_t *q = realloc(o->p, cap);
+        if (q == NULL)
+            return -1;
+        o->p = q;
+        o->cap = cap;
+    }
+    uint8_t *dst = o->p + o->len;
+#define fold(s, k, v) _Generic((v), int64_t : fold_i, uint64_t : fold_u, double : fold_d)(s, k, v)
+    switch (w->vt) {
+    case SB_TYPE_INT8:
+        NUM_RUN(int8_t, int32_t, 0, K_SIGNED, int64_t);
+        break;
+    case SB_TYPE_INT16:
+        NUM_RUN(int16_t, int32_t, 0, K_SIGNED, int64_t);
+        break;
+    case SB_TYPE_INT32:
+        NUM_RUN(int32_t, int32_t, 0, K_SIGNED, int64_t);
+        break;
+    case SB_TYPE_INT64:
+        NUM_RUN(int64_t, int64_t, 0, K_SIGNED, int64_t);
+        break;
+    case SB_TYPE_UINT8:
+        NUM_RUN(uint8_t, uint32_t, 0, K_UNSIGNED, uint64_t);
+        break;
+    case SB_TYPE_UINT16:
+        NUM_RUN(uint16_t, uint32_t, 0, K_UNSIGNED, uint64_t);
+        break;
+    case SB_TYPE_UINT32:
+        NUM_RUN(uint32_t, uint32_t, 0, K_UNSIGNED, uint64_t);
+        break;
+    case SB_TYPE_UINT64:
+        NUM_RUN(uint64_t, uint64_t, 0, K_UNSIGNED, uint64_t);
+        break;
+    case SB_TYPE_FLOAT32:
+        NUM_RUN(float, float, 1, K_FLOAT, double);
+        break;
+    case SB_TYPE_FLOAT64:
+        NUM_RUN(double, double, 1, K_FLOAT, double);
+        break;
+    default:
+        break;
+    }
+#undef fold
+    o->len += out_len;
+    return 0;
+}
+
 static int page_values(const colw *w, size_t r0, size_t r1, page_st *p, cstats *s)
 {
     const sb_column *c = w->c;
-    uint32_t ls = w->list ? c->list_size : 1;
-    for (size_t r = r0; r < r1; r++) {
-        bool valid = sb_column_valid(c, r);
-        if (!valid) {
-            s->nulls++;
-            if (w->max_def > 0 && lev_push(p, 0, 0) != 0)
-                return -1;
+    size_t ls = w->list ? c->list_size : 1;
+    if (page_levels(w, r0, r1, p, s) != 0)
+        return -1;
+    for (size_t r = r0; r < r1;) {
+        if (!sb_column_valid(c, r)) {
+            r++;
             continue;
         }
-        for (uint32_t k = 0; k < ls; k++)
-            if (w->max_def > 0 && lev_push(p, k > 0, (uint32_t)w->max_def) != 0)
-                return -1;
+        size_t e = r + 1; /* a run of valid rows: one typed loop */
+        while (e < r1 && sb_column_valid(c, e))
+            e++;
         if (w->kind == K_BYTES)
-            put_bytes(w, r, &p->vals, s);
+            for (size_t k = r; k < e; k++)
+                put_bytes(w, k, &p->vals, s);
         else if (w->kind == K_BOOL)
-            put_bool(p, sb_column_bool(c, r), s);
-        else
-            for (uint32_t k = 0; k < ls; k++)
-                put_num(w, c->values, r * ls + k, &p->vals, s);
+            for (size_t k = r; k < e; k++)
+                put_bool(p, sb_column_bool(c, k), s);
+        else if (put_nums(w, c->values, r * ls, (e - r) * ls, &p->vals, s) != 0)
+            return -1;
+        r = e;
     }
     if (p->bits > 0) {
         sb_pq_buf_put(&p->vals, &p->acc, 1);
