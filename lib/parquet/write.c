@@ -65,23 +65,40 @@ static size_t run_at(const uint32_t *v, size_t n, size_t i)
     return k - i;
 }
 
-/* One bit-packed run of `groups` groups of 8 values from v[i..] (values past n are 0). */
+/* One bit-packed run of `groups` groups of 8 values from v[i..] (values past n are 0), LSB
+ * first through a 64-bit accumulator (bw <= 32: at most 39 bits are ever pending). */
 static void put_packed(const uint32_t *v, size_t n, size_t i, size_t groups, int bw, sb_pq_buf *o)
 {
     put_varint(o, (uint64_t)groups << 1 | 1);
-    for (size_t g = 0; g < groups; g++) {
-        uint8_t bytes[32] = {0}; /* 8 values of at most 32 bits */
-        for (size_t k = 0; k < 8; k++) {
-            size_t at = i + g * 8 + k;
-            uint64_t x = at < n ? v[at] : 0;
-            for (int bit = 0; bit < bw; bit++)
-                if ((x >> bit) & 1) {
-                    size_t pos = k * (size_t)bw + (size_t)bit;
-                    bytes[pos >> 3] |= (uint8_t)(1u << (pos & 7));
-                }
+    size_t need = groups * (size_t)bw;
+    if (o->oom)
+        return;
+    if (o->cap - o->len < need) {
+        size_t cap = o->cap ? o->cap : 256;
+        while (cap - o->len < need)
+            cap *= 2;
+        uint8_t *q = realloc(o->p, cap);
+        if (q == NULL) {
+            o->oom = true;
+            return;
         }
-        sb_pq_buf_put(o, bytes, (size_t)bw);
+        o->p = q;
+        o->cap = cap;
     }
+    uint8_t *d = o->p + o->len;
+    uint64_t acc = 0;
+    int nb = 0;
+    for (size_t k = 0, end = i + groups * 8; i + k < end; k++) {
+        uint64_t x = i + k < n ? v[i + k] : 0;
+        acc |= x << nb;
+        nb += bw;
+        while (nb >= 8) {
+            *d++ = (uint8_t)acc;
+            acc >>= 8;
+            nb -= 8;
+        }
+    }
+    o->len += need;
 }
 
 void sb_pq_rle_encode(const uint32_t *v, size_t n, int bw, sb_pq_buf *o)
@@ -216,6 +233,7 @@ typedef struct {
 /* What the footer keeps of one column chunk. */
 typedef struct {
     int64_t num_values, data_off, comp, uncomp;
+    int64_t dict_off; /* -1: no dictionary page */
     cstats st;
 } chunk_meta;
 
@@ -348,6 +366,10 @@ typedef struct {
     sb_pq_buf vals;
     uint8_t bits; /* BOOLEAN: bits pending in `acc` */
     uint8_t acc;
+    /* RLE_DICTIONARY (byte arrays): each value's dictionary index, in row order */
+    const uint32_t *idx;
+    size_t idx_pos;
+    int idx_bw;
 } page_st;
 
 /* Room for `need` level entries. */
@@ -502,8 +524,17 @@ static int page_values(const colw *w, size_t r0, size_t r1, page_st *p, cstats *
 {
     const sb_column *c = w->c;
     size_t ls = w->list ? c->list_size : 1;
+    size_t first = p->idx_pos;
     if (page_levels(w, r0, r1, p, s) != 0)
         return -1;
+    if (p->idx != NULL) { /* the indices' bit width, then their runs */
+        for (size_t r = r0; r < r1; r++)
+            p->idx_pos += sb_column_valid(c, r);
+        uint8_t bw = (uint8_t)p->idx_bw;
+        sb_pq_buf_put(&p->vals, &bw, 1);
+        sb_pq_rle_encode(p->idx + first, p->idx_pos - first, p->idx_bw, &p->vals);
+        return p->vals.oom ? -1 : 0;
+    }
     for (size_t r = r0; r < r1;) {
         if (!sb_column_valid(c, r)) {
             r++;
@@ -589,7 +620,7 @@ static int write_page(wctx *x, const colw *w, size_t r0, size_t r1, chunk_meta *
     sb_tc_w_field(&h, 5, SB_TC_STRUCT);
     sb_tc_w_struct_begin(&h);
     sb_tc_w_i32(&h, 1, (int32_t)nv);
-    sb_tc_w_i32(&h, 2, SB_PQ_ENC_PLAIN);
+    sb_tc_w_i32(&h, 2, p->idx != NULL ? SB_PQ_ENC_RLE_DICTIONARY : SB_PQ_ENC_PLAIN);
     sb_tc_w_i32(&h, 3, SB_PQ_ENC_RLE);
     sb_tc_w_i32(&h, 4, SB_PQ_ENC_RLE);
     sb_tc_w_struct_end(&h);
@@ -622,9 +653,176 @@ static size_t page_rows(const colw *w, size_t r0, size_t r1)
     return rows ? rows : 1;
 }
 
+static int write_pages(wctx *x, const colw *w, size_t r0, size_t r1, chunk_meta *cm);
+
+/* ---- dictionary (byte arrays) ----------------------------------------------------------- */
+
+#define DICT_MAX_BYTES SB_PQ_PAGE_BYTES /* a larger dictionary: the chunk is written PLAIN */
+
+typedef struct {
+    uint32_t *slots; /* open addressing: entry + 1, 0 empty */
+    size_t mask;
+    size_t *rows; /* the row holding each entry's bytes */
+    size_t n, bytes;
+    uint32_t *idx; /* per value (valid row) */
+} dict_st;
+
+/* 8 bytes at a time, multiply-mixed (not for adversaries: a collision costs a compare). */
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        h = (h ^ v) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    uint64_t t = 0;
+    memcpy(&t, p + i, n - i);
+    h = (h ^ t) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
+}
+
+static void dict_free(dict_st *d)
+{
+    free(d->slots);
+    free(d->rows);
+    free(d->idx);
+    memset(d, 0, sizeof *d);
+}
+
+/* Looks up (or adds) row r's bytes: the entry index, or -1 when the dictionary is full. */
+static int64_t dict_find(dict_st *d, const sb_column *c, size_t r, cstats *s)
+{
+    size_t n;
+    const uint8_t *p = sb_column_binary(c, r, &n);
+    for (size_t i = hash_bytes(p, n) & d->mask;; i = (i + 1) & d->mask) {
+        uint32_t e = d->slots[i];
+        if (e == 0) {
+            if (d->n + 1 > d->mask / 2 || d->bytes + n + 4 > DICT_MAX_BYTES)
+                return -1;
+            d->slots[i] = (uint32_t)++d->n;
+            d->rows[d->n - 1] = r;
+            d->bytes += n + 4;
+            if (!s->has || bytes_cmp(p, n, s->bmn, s->bmn_len) < 0) {
+                s->bmn = p;
+                s->bmn_len = n;
+            }
+            if (!s->has || bytes_cmp(p, n, s->bmx, s->bmx_len) > 0) {
+                s->bmx = p;
+                s->bmx_len = n;
+            }
+            s->has = true;
+            return (int64_t)d->n - 1;
+        }
+        size_t m;
+        const uint8_t *q = sb_column_binary(c, d->rows[e - 1], &m);
+        if (m == n && memcmp(p, q, n) == 0)
+            return (int64_t)e - 1;
+    }
+}
+
+/* Builds the dictionary of rows [r0, r1): 1 when every value is in it, 0 when it would not pay
+ * (too many distinct values or bytes: the chunk is written PLAIN), -1 when out of memory. */
+static int dict_build(const colw *w, size_t r0, size_t r1, dict_st *d, cstats *s)
+{
+    size_t nv = 0, slots = 1024;
+    for (size_t r = r0; r < r1; r++)
+        nv += sb_column_valid(w->c, r);
+    while (slots < 2 * nv && slots < ((size_t)1 << 20))
+        slots *= 2;
+    d->slots = calloc(slots, sizeof *d->slots);
+    d->rows = malloc((slots / 2 + 1) * sizeof *d->rows);
+    d->idx = malloc((nv ? nv : 1) * sizeof *d->idx);
+    d->mask = slots - 1;
+    if (d->slots == NULL || d->rows == NULL || d->idx == NULL)
+        return -1;
+    cstats st = *s;
+    size_t k = 0;
+    for (size_t r = r0; r < r1; r++) {
+        if (!sb_column_valid(w->c, r))
+            continue;
+        int64_t e = dict_find(d, w->c, r, &st);
+        if (e < 0 || (k > 4096 && d->n > k / 2)) /* mostly distinct: PLAIN is as small */
+            return 0;
+        d->idx[k++] = (uint32_t)e;
+    }
+    *s = st;
+    return 1;
+}
+
+/* The dictionary page: the entries' bytes PLAIN, compressed. */
+static int write_dict_page(wctx *x, const colw *w, const dict_st *d, chunk_meta *cm)
+{
+    x->body.len = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        size_t n;
+        const void *p = sb_column_binary(w->c, d->rows[i], &n);
+        uint32_t len = (uint32_t)n;
+        sb_pq_buf_put(&x->body, &len, 4);
+        sb_pq_buf_put(&x->body, p, n);
+    }
+    if (x->body.oom)
+        return sb_err_set(x->err, "parquet: out of memory encoding a dictionary");
+    if (sb_pq_compress(x->codec, x->body.p, x->body.len, &x->comp, x->err) != 0)
+        return -1;
+    sb_tc_wbuf h = {0};
+    sb_tc_w_i32(&h, 1, SB_PQ_DICT_PAGE);
+    sb_tc_w_i32(&h, 2, (int32_t)x->body.len);
+    sb_tc_w_i32(&h, 3, (int32_t)x->comp.len);
+    sb_tc_w_field(&h, 7, SB_TC_STRUCT);
+    sb_tc_w_struct_begin(&h);
+    sb_tc_w_i32(&h, 1, (int32_t)d->n);
+    sb_tc_w_i32(&h, 2, SB_PQ_ENC_PLAIN);
+    sb_tc_w_struct_end(&h);
+    sb_tc_w_struct_end(&h);
+    int rc = h.oom ? sb_err_set(x->err, "parquet: out of memory") : 0;
+    cm->dict_off = (int64_t)x->off;
+    if (rc == 0 && (emit(x, h.p, h.len) != 0 || emit(x, x->comp.p, x->comp.len) != 0))
+        rc = -1;
+    cm->comp += (int64_t)(h.len + x->comp.len);
+    cm->uncomp += (int64_t)(h.len + x->body.len);
+    sb_tc_wbuf_free(&h);
+    return rc;
+}
+
+/* A byte-array chunk with a dictionary that pays: its dictionary page, then x->pg indexes it. */
+static int start_dict(wctx *x, const colw *w, size_t r0, size_t r1, dict_st *d, chunk_meta *cm)
+{
+    int got = dict_build(w, r0, r1, d, &cm->st);
+    if (got < 0)
+        return sb_err_set(x->err, "parquet: out of memory for a dictionary");
+    if (got == 0 || d->n == 0) {
+        dict_free(d);
+        return 0;
+    }
+    if (write_dict_page(x, w, d, cm) != 0)
+        return -1;
+    x->pg.idx = d->idx;
+    x->pg.idx_pos = 0;
+    x->pg.idx_bw = sb_pq_bit_width(d->n - 1) > 0 ? sb_pq_bit_width(d->n - 1) : 1;
+    return 0;
+}
+
 static int write_chunk(wctx *x, const colw *w, size_t r0, size_t r1, chunk_meta *cm)
 {
     memset(cm, 0, sizeof *cm);
+    cm->dict_off = -1;
+    dict_st d = {0};
+    x->pg.idx = NULL;
+    if (w->kind == K_BYTES && start_dict(x, w, r0, r1, &d, cm) != 0) {
+        dict_free(&d);
+        return sb_err_wrap(x->err, "parquet: column \"%.200s\"", w->c->name);
+    }
+    int rc = write_pages(x, w, r0, r1, cm);
+    x->pg.idx = NULL;
+    dict_free(&d);
+    return rc;
+}
+
+static int write_pages(wctx *x, const colw *w, size_t r0, size_t r1, chunk_meta *cm)
+{
     cm->data_off = (int64_t)x->off;
     size_t step = page_rows(w, r0, r1);
     for (size_t r = r0; r < r1 || r == r0; r += step) {
@@ -685,14 +883,16 @@ static void w_stats(sb_tc_wbuf *t, const colw *w, const cstats *s)
 static void w_chunk(sb_tc_wbuf *t, const colw *w, const chunk_meta *cm, int codec)
 {
     sb_tc_w_struct_begin(t);
-    sb_tc_w_i64(t, 2, cm->data_off);
+    sb_tc_w_i64(t, 2, cm->dict_off >= 0 ? cm->dict_off : cm->data_off);
     sb_tc_w_field(t, 3, SB_TC_STRUCT);
     sb_tc_w_struct_begin(t);
     sb_tc_w_i32(t, 1, w->ptype);
     sb_tc_w_field(t, 2, SB_TC_LIST);
-    sb_tc_w_list(t, SB_TC_I32, 2);
+    sb_tc_w_list(t, SB_TC_I32, cm->dict_off >= 0 ? 3 : 2);
     sb_tc_w_zigzag(t, SB_PQ_ENC_PLAIN);
     sb_tc_w_zigzag(t, SB_PQ_ENC_RLE);
+    if (cm->dict_off >= 0)
+        sb_tc_w_zigzag(t, SB_PQ_ENC_RLE_DICTIONARY);
     sb_tc_w_field(t, 3, SB_TC_LIST);
     const char *name = w->c->name;
     sb_tc_w_list(t, SB_TC_BINARY, w->list ? 3 : 1);
@@ -706,6 +906,8 @@ static void w_chunk(sb_tc_wbuf *t, const colw *w, const chunk_meta *cm, int code
     sb_tc_w_i64(t, 6, cm->uncomp);
     sb_tc_w_i64(t, 7, cm->comp);
     sb_tc_w_i64(t, 9, cm->data_off);
+    if (cm->dict_off >= 0)
+        sb_tc_w_i64(t, 11, cm->dict_off);
     w_stats(t, w, &cm->st);
     sb_tc_w_struct_end(t);
     sb_tc_w_struct_end(t);
@@ -827,7 +1029,9 @@ static int write_footer(wctx *x, const colw *ws, size_t nc, const rg_meta *rgs, 
         sb_tc_w_i64(&t, 2, uncomp);
         sb_tc_w_i64(&t, 3, rgs[g].rows);
         if (nc > 0)
-            sb_tc_w_i64(&t, 5, rgs[g].cols[0].data_off);
+            sb_tc_w_i64(&t, 5,
+                        rgs[g].cols[0].dict_off >= 0 ? rgs[g].cols[0].dict_off
+                                                     : rgs[g].cols[0].data_off);
         sb_tc_w_i64(&t, 6, comp);
         sb_tc_w_field(&t, 7, SB_TC_I16);
         sb_tc_w_zigzag(&t, (int64_t)g);

@@ -2,8 +2,10 @@
  * file, streamed through a caller's write callback (the sink's storage writes).
  *
  * What is written: row groups of about `row_group_bytes` of partition data (so usually one per
- * file), each column chunk as data pages v1 of about 1 MiB, PLAIN values, definition (and for
- * lists repetition) levels in the RLE / bit-packed hybrid, every page compressed with `codec`
+ * file), each column chunk as data pages v1 of about 1 MiB, PLAIN values (byte arrays: a
+ * dictionary page and RLE_DICTIONARY indices when the chunk's distinct values fit in 1 MiB and
+ * are at most half its values), definition (and for lists repetition) levels in the RLE /
+ * bit-packed hybrid, every page compressed with `codec`
  * (UNCOMPRESSED, SNAPPY, GZIP or ZSTD), and statistics (min_value, max_value, null_count) for
  * every column chunk. Types: bool -> BOOLEAN; int8/16/32 -> INT32 with INT(8|16|32, signed);
  * uint8/16/32 -> INT32 with INT(n, unsigned); int64 -> INT64; uint64 -> INT64 with INT(64,

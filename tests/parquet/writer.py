@@ -151,6 +151,12 @@ def typed_round_trip(codec, rg_size):
           pa.types.is_list(got.schema.field("vec").type), str(got.schema))
     st = stats_ok(out)
     check(f"{name}: statistics", st is None, st)
+    md = pq.ParquetFile(parts(out)[0]).metadata.row_group(0)
+    enc = {md.column(k).path_in_schema: (md.column(k).encodings, md.column(k).has_dictionary_page)
+           for k in range(md.num_columns)}
+    check(f"{name}: strings dictionary-encoded, numbers PLAIN",
+          "RLE_DICTIONARY" in enc["s"][0] and enc["s"][1] and not enc["id"][1] and
+          "PLAIN" in enc["id"][0], str(enc))
     drows = duck_rows(out)
     erows = [tuple(r.values()) for r in exp]
     check(f"{name}: duckdb read_parquet equal", drows == erows,

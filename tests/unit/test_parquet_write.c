@@ -150,6 +150,8 @@ static const sb_field fields[] = {
     {.name = "v", .type = SB_TYPE_FIXED_LIST, .child_type = SB_TYPE_FLOAT32, .list_size = 3},
 };
 
+static size_t distinct = 77; /* distinct strings: few (dictionary) or all (PLAIN fallback) */
+
 static void *make_batch(size_t rows, size_t *len)
 {
     sb_err e = {0};
@@ -161,7 +163,7 @@ static void *make_batch(size_t rows, size_t *len)
             sb_batch_builder_append_null(bb, 0, &e);
         else
             sb_batch_builder_append_int(bb, 0, (int64_t)r * 1000003 - 7, &e);
-        snprintf(s, sizeof s, "row-%zu", r % 77);
+        snprintf(s, sizeof s, "row-%zu", r % distinct);
         if (r % 3 == 1)
             sb_batch_builder_append_null(bb, 1, &e);
         else
@@ -174,7 +176,21 @@ static void *make_batch(size_t rows, size_t *len)
     return blob;
 }
 
+static void write_and_read_back(void);
+
 Test(parquet_write, file_reads_back_with_our_reader)
+{
+    distinct = 77;
+    write_and_read_back();
+}
+
+Test(parquet_write, distinct_strings_fall_back_to_plain)
+{
+    distinct = 1000000;
+    write_and_read_back();
+}
+
+static void write_and_read_back(void)
 {
     size_t len, rows = 20000;
     void *blob = make_batch(rows, &len);
