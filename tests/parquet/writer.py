@@ -293,10 +293,37 @@ def s3_example():
         srv.wait()
 
 
+def modes():
+    """sink.mode with parquet parts: append adds parts, overwrite leaves its own, errorIfExists
+    refuses a sink that holds any."""
+    src, out = os.path.join(work, "jsm"), os.path.join(work, "out-modes")
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(src)
+    with open(os.path.join(src, "a.jsonl"), "w") as f:
+        f.write('{"id": 1}\n{"id": 2}\n')
+    got = []
+    for mode in ("append", "append", "overwrite", "errorIfExists"):
+        text = spec(src, "jsonl", out, {"schema": [{"name": "id", "type": "int64"}]})
+        text = text.replace("format: parquet,", f"format: parquet, mode: {mode},")
+        path = os.path.join(work, f"m{RUNS[0]}.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        p = subprocess.run([sb, "run", path, "--checkpoint", os.path.join(work, f"ckm{RUNS[0]}")],
+                           capture_output=True, text=True, timeout=120)
+        n = len(parts(out))
+        rows = sum(pq.read_table(f).num_rows for f in parts(out))
+        got.append((mode, p.returncode == 0, n, rows))
+    check("modes: append, append, overwrite, errorIfExists",
+          got == [("append", True, 1, 2), ("append", True, 2, 4), ("overwrite", True, 1, 2),
+                  ("errorIfExists", False, 1, 2)], str(got))
+
+
 for codec, rg in (("zstd", 40000), ("snappy", 1 << 26), ("gzip", 100000), ("none", 30000)):
     typed_round_trip(codec, rg)
 records()
 refused()
+modes()
 s3_example()
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
