@@ -1247,8 +1247,26 @@ static picked pick_inputs(sb_sched *s, size_t i, uint64_t target)
  * and whole batches), stepping over lost ones (they stay queued until their producer has
  * re-run), so a lost partition never blocks the ones behind it. While upstream still produces,
  * a task waits for more small partitions (force 0: until half the target; with a batchSize,
- * force < 2: until a batch is full); force 2 (nothing else runs) forms it at once, and once
- * upstream is done the remainder goes out. */
+ * until a batch is full, at force 2 too while upstream_can_start); force 2 (nothing else runs)
+ * forms it at once, and once upstream is done the remainder goes out. */
+/* Does an op before i have a task that can start within the budget? Then nothing running is
+ * only a moment between tasks (the workers that run it have not polled yet), not a stall: a
+ * short batch of op i is not formed at force 2, since that task brings more rows. Only when
+ * the budget holds no room for upstream work does a short batch go out to free memory. */
+static int upstream_can_start(sb_sched *s, size_t i)
+{
+    uint64_t used = s->partition_bytes + s->reserved_bytes;
+    for (size_t k = 0; k < i; k++) {
+        op *o = &s->ops[k];
+        if (o->qlen == 0)
+            continue;
+        const task *t = &s->tasks[o->queue[o->qhead]];
+        if (used + estimate(s, o, t->in_bytes, k) <= s->budget)
+            return 1;
+    }
+    return 0;
+}
+
 static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
 {
     op *o = &s->ops[i];
@@ -1261,7 +1279,7 @@ static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
         return NONE;
     int more = scanned == o->flen && !s->preserve_order && !op_finished(s, i - 1);
     uint64_t batch = o->batch_rows;
-    if (more && force < 2 && batch > 0 && pk.rows < batch)
+    if (more && batch > 0 && pk.rows < batch && (force < 2 || upstream_can_start(s, i)))
         return NONE;
     if (more && !force && (batch == 0 || pk.rows < batch) && sum < o->target / 2)
         return NONE;

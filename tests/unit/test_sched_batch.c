@@ -193,3 +193,35 @@ Test(sched_batch, without_a_batch_size_tasks_stay_by_bytes)
     sb_sched_free(s);
     spec_fixture_free(&h);
 }
+
+/* Regression (test_run_batch failed about 1 run in 5 with a second short call): the moment
+ * between two source tasks, when nothing runs anywhere because the cpu worker has not polled
+ * again yet, made the scheduler's "nothing runs" rule form a short batch for the gpu worker.
+ * While an upstream task can still start within the budget, a short batch waits. */
+Test(sched_batch, no_short_batch_between_upstream_tasks)
+{
+    spec_holder h;
+    sb_sched *s = new_sched(&h,
+                            "  - {name: infer, op: identity, batchSize: 512, "
+                            "resources: {gpu: 1}}\n",
+                            3);
+    uint64_t now = 1;
+    size_t sizes[64], n = 0, next_in = 0;
+    char tid[128];
+    start_source_task(s, &now, tid, sizeof tid);
+    end_source_task(s, &now, tid, 500, 1); /* nothing runs now; 2 source tasks still queued */
+    n += take_batches(s, &now, sizes + n, 64 - n, &next_in, 500);
+    cr_expect_eq(n, 0, "a short batch of %zu rows went out while upstream could start",
+                 n ? sizes[0] : (size_t)0);
+    for (int k = 0; k < 2; k++) {
+        start_source_task(s, &now, tid, sizeof tid);
+        end_source_task(s, &now, tid, 500, 1);
+        n += take_batches(s, &now, sizes + n, 64 - n, &next_in, 500);
+    }
+    cr_assert_eq(n, 3);
+    cr_expect(sizes[0] == 512 && sizes[1] == 512 && sizes[2] == 476, "%zu %zu %zu", sizes[0],
+              sizes[1], sizes[2]);
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
