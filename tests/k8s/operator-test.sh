@@ -624,6 +624,8 @@ if [[ $SUITE == lifecycle ]]; then
   for case_file in "$here"/lifecycle/[0-9]*.sh; do
     [[ -f $case_file ]] || continue
     [[ -n ${SB_OPTEST_CASES:-} && " $SB_OPTEST_CASES " != *" ${case_file##*/} "* ]] && continue
+    # NN-*.bench.sh: a measurement (make bench), run only when SB_OPTEST_CASES names it
+    [[ $case_file == *.bench.sh && -z ${SB_OPTEST_CASES:-} ]] && continue
     echo "=== ${case_file#"$repo"/}"
     # shellcheck source=/dev/null
     source "$case_file"

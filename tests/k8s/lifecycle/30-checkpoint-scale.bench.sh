@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# 30-checkpoint-scale.sh — a case file of the lifecycle suite (tests/k8s/operator-test.sh,
+# 30-checkpoint-scale.bench.sh — a measurement case of the lifecycle suite (tests/k8s/operator-test.sh,
 # SB_OPTEST_SUITE=lifecycle), sourced after the release is installed. Issue 38, item 1,
 # "checkpoints that scale", and its "Measured" paragraph:
 #   k1. a Pipeline of N one-record input files in MinIO (N = SB_OPTEST_CKPT_PARTS, default
