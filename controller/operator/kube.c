@@ -47,6 +47,7 @@ typedef struct kpool {
     uint32_t desired;
     sb_podstate_churn churn; /* pods ending at start, in a row (podstate.h) */
     int churn_warned;        /* the streak's WorkerPodFailing event was posted */
+    uint64_t churn_next_ms;  /* while churning: no new pod before (a back-off) */
 } kpool;
 
 struct sb_kube {
@@ -964,6 +965,19 @@ int sb_kube_sync(sb_kube *k, sb_err *err)
         } else if (have < desired) {
             uint32_t room = pending < k->cfg.max_pending ? k->cfg.max_pending - pending : 0;
             uint32_t n = desired - have < room ? desired - have : room;
+            /* pods that keep ending as they start: one new pod per back-off, as the kubelet
+             * restarts a crashing container, not a pod a second (podstate.h) */
+            pthread_mutex_lock(&k->mu);
+            uint64_t now = sb_operator_mono_ms();
+            if (n > 0 && sb_podstate_churning(&kp->churn, NULL, 0)) {
+                if (now < kp->churn_next_ms) {
+                    n = 0;
+                } else {
+                    n = 1;
+                    kp->churn_next_ms = now + sb_podstate_churn_backoff_ms(kp->churn.streak);
+                }
+            }
+            pthread_mutex_unlock(&k->mu);
             if (n > 0 && create_pods(k, kp, n, err) != 0)
                 rc = -1;
         }

@@ -179,6 +179,17 @@ int sb_podstate_churning(const sb_podstate_churn *c, char *desc, size_t len)
     return 1;
 }
 
+uint64_t sb_podstate_churn_backoff_ms(uint32_t streak)
+{
+    if (streak < SB_PODSTATE_CHURN_MIN)
+        return 0;
+    uint32_t doublings = streak - SB_PODSTATE_CHURN_MIN;
+    uint64_t ms = 10000;
+    while (doublings-- > 0 && ms < 300000)
+        ms *= 2;
+    return ms < 300000 ? ms : 300000;
+}
+
 int sb_podstate_condition(cJSON *status, const char *reason, const char *message,
                           int64_t generation, const char *now)
 {

@@ -103,6 +103,11 @@ void sb_podstate_churn_healthy(sb_podstate_churn *c);
  * NULL) gets "<last> (N pods in a row)". */
 int sb_podstate_churning(const sb_podstate_churn *c, char *desc, size_t len);
 
+/* How long to wait before the pool's next pod while its pods keep ending at start, as the
+ * kubelet backs off a crashing container: 0 below SB_PODSTATE_CHURN_MIN in a row, then 10 s
+ * doubling per pod up to 5 min. */
+uint64_t sb_podstate_churn_backoff_ms(uint32_t streak);
+
 /* The WorkersFailing condition in status (operator_status.h conditions): True with reason (the
  * first failing pod's kubelet reason) and message (every failing pod described, "; "-joined)
  * when reason is not empty; else False "NoPodFailing", written only when the condition exists

@@ -395,3 +395,22 @@ Test(podstate, pods_ending_at_start)
     sb_podstate_churn_healthy(&c);
     cr_expect_eq(sb_podstate_churning(&c, d, sizeof d), 0, "a pod runs: over");
 }
+
+/* While a pool's pods keep ending at start, new ones come at the kubelet's back-off (10 s
+ * doubling to 5 min), not a pod a second. */
+Test(podstate, back_off_between_pods_that_end_at_start)
+{
+    cr_expect_eq(sb_podstate_churn_backoff_ms(0), 0);
+    cr_expect_eq(sb_podstate_churn_backoff_ms(SB_PODSTATE_CHURN_MIN - 1), 0, "not churning");
+    uint64_t prev = 0;
+    for (uint32_t s = SB_PODSTATE_CHURN_MIN; s < SB_PODSTATE_CHURN_MIN + 12; s++) {
+        uint64_t b = sb_podstate_churn_backoff_ms(s);
+        cr_expect_geq(b, 10000, "streak %u: %llu ms", s, (unsigned long long)b);
+        cr_expect_leq(b, 300000, "streak %u: %llu ms", s, (unsigned long long)b);
+        cr_expect_geq(b, prev, "never shorter");
+        prev = b;
+    }
+    cr_expect_eq(sb_podstate_churn_backoff_ms(SB_PODSTATE_CHURN_MIN), 10000);
+    cr_expect_eq(sb_podstate_churn_backoff_ms(SB_PODSTATE_CHURN_MIN + 1), 20000);
+    cr_expect_eq(sb_podstate_churn_backoff_ms(UINT32_MAX), 300000, "capped, no overflow");
+}
