@@ -750,9 +750,11 @@ static int append_merge(const char *dir, const sb_sink_spec *sink, const sb_io_p
     for (size_t i = 0; i < m->prev.nparts; i++)
         if (sink->part_tag[0] == '\0' || strncmp(m->prev.parts[i].name, own, strlen(own)) != 0)
             m->parts[m->n++] = m->prev.parts[i];
-    memcpy(m->parts + m->n, parts, n * sizeof *parts);
+    if (n > 0) /* memcpy from NULL is undefined even for 0 bytes (UBSan stops the worker) */
+        memcpy(m->parts + m->n, parts, n * sizeof *parts);
     m->n += n;
-    memcpy(m->errored, m->prev.errored, m->prev.nerrored * sizeof *errored);
+    if (m->prev.nerrored > 0)
+        memcpy(m->errored, m->prev.errored, m->prev.nerrored * sizeof *errored);
     m->nerrored = m->prev.nerrored;
     for (size_t i = 0; i < nerrored; i++) {
         size_t j = 0; /* an entry already listed (a repeated commit of this run) once */
