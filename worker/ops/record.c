@@ -29,6 +29,7 @@
  * input.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,10 +271,119 @@ static int filter_put_runs(const filter_st *st, const sb_batch *in, const size_t
     return 0;
 }
 
+/* The kept rows of a filter call, gathered as runs: rows [run, r) are kept and not yet in
+ * rs/rn. */
+typedef struct {
+    size_t rs[FILTER_RUNS], rn[FILTER_RUNS], n, run;
+} kept_runs;
+
+/* Row r is dropped: the run before it is complete. */
+static int runs_drop(const filter_st *st, kept_runs *k, const sb_batch *in, size_t r,
+                     sb_op_out *out, sb_err *err)
+{
+    if (r > k->run) {
+        k->rs[k->n] = k->run;
+        k->rn[k->n++] = r - k->run;
+        if (k->n == FILTER_RUNS) {
+            if (filter_put_runs(st, in, k->rs, k->rn, k->n, out, err) != 0)
+                return -1;
+            k->n = 0;
+        }
+    }
+    k->run = r + 1;
+    return 0;
+}
+
+static int runs_end(const filter_st *st, kept_runs *k, const sb_batch *in, size_t end,
+                    sb_op_out *out, sb_err *err)
+{
+    if (end > k->run) {
+        k->rs[k->n] = k->run;
+        k->rn[k->n++] = end - k->run;
+    }
+    return filter_put_runs(st, in, k->rs, k->rn, k->n, out, err);
+}
+
+/* Compares row r of a typed column with the filter's value: 0 with *keep set (a value of
+ * another kind, or NaN, is not comparable: only ne keeps it, as with records). */
+static void filter_typed_match(const filter_st *st, const sb_column *c, size_t r, bool *keep)
+{
+    int cmp = 0, comparable = 1;
+    switch (c->type) {
+    case SB_TYPE_INT8:
+    case SB_TYPE_INT16:
+    case SB_TYPE_INT32:
+    case SB_TYPE_INT64:
+    case SB_TYPE_UINT8:
+    case SB_TYPE_UINT16:
+    case SB_TYPE_UINT32:
+    case SB_TYPE_UINT64: {
+        comparable = st->vtype == SB_OP_JSON_NUMBER;
+        int64_t v = sb_column_int(c, r);
+        if (c->type == SB_TYPE_UINT64 && v < 0)
+            cmp = 1; /* above INT64_MAX: greater than any value a filter holds */
+        else if (st->is_int)
+            cmp = v < st->i ? -1 : v > st->i;
+        else
+            cmp = (double)v < st->d ? -1 : (double)v > st->d;
+        break;
+    }
+    case SB_TYPE_FLOAT32:
+    case SB_TYPE_FLOAT64: {
+        double v = sb_column_double(c, r);
+        comparable = st->vtype == SB_OP_JSON_NUMBER && !isnan(v);
+        cmp = v < st->d ? -1 : v > st->d;
+        break;
+    }
+    case SB_TYPE_BOOL:
+        comparable = st->vtype == SB_OP_JSON_BOOL;
+        cmp = sb_column_bool(c, r) != st->b;
+        break;
+    case SB_TYPE_UTF8:
+    case SB_TYPE_BINARY: {
+        comparable = st->vtype == SB_OP_JSON_STRING;
+        size_t len;
+        const char *p = sb_column_binary(c, r, &len);
+        size_t m = len < st->str_len ? len : st->str_len;
+        cmp = m > 0 ? memcmp(p, st->str, m) : 0;
+        if (cmp == 0)
+            cmp = len < st->str_len ? -1 : len > st->str_len;
+        break;
+    }
+    default: /* a tensor */
+        comparable = 0;
+    }
+    *keep = comparable ? apply(st->op, cmp) : st->op == CMP_NE;
+}
+
+/* filter over typed columns (a parquet source, exec with framing arrow, a plugin) when the
+ * field names one of them: compared by its type; a null does not satisfy eq (ne keeps it).
+ * A field that is not a column is looked up in the JSON of the input's record column, as
+ * before typed columns could be compared (sb_op_record_column says when there is none). */
+static int filter_typed(filter_st *st, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                        sb_err *err)
+{
+    int ci = sb_batch_find(in, st->field);
+    if (st->proj == NULL && sb_op_out_set_schema_like(out, in, err) != 0)
+        return -1;
+    const sb_column *c = sb_batch_column(in, (size_t)ci);
+    kept_runs k = {.run = first};
+    for (size_t r = first; r < first + n; r++) {
+        bool keep = st->op == CMP_NE;
+        if (sb_column_valid(c, r))
+            filter_typed_match(st, c, r, &keep);
+        if (!keep && runs_drop(st, &k, in, r, out, err) != 0)
+            return -1;
+    }
+    return runs_end(st, &k, in, first + n, out, err);
+}
+
 static int filter_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                           sb_err *err)
 {
     filter_st *st = state;
+    if (typed_input(in) && sb_batch_find(in, st->field) >= 0)
+        return filter_typed(st, in, first, n, out, err);
     int ci = sb_op_record_column(in, "filter", err);
     if (ci < 0)
         return -1;
@@ -293,8 +403,8 @@ static int filter_process(void *state, const sb_batch *in, size_t first, size_t 
     } else if (st->proj == NULL && sb_op_out_set_schema_like(out, in, err) != 0) {
         return -1;
     }
-    size_t rs[FILTER_RUNS], rn[FILTER_RUNS], nruns = 0;
-    size_t run = first, end = first + n; /* kept rows [run, r) not yet in rs/rn */
+    kept_runs k = {.run = first};
+    size_t end = first + n;
     for (size_t r = first; r < end; r++) {
         bool keep = st->op == CMP_NE; /* a null row does not satisfy eq */
         bool valid = sb_column_valid(c, r);
@@ -318,26 +428,12 @@ static int filter_process(void *state, const sb_batch *in, size_t first, size_t 
                 return -1;
             continue;
         }
-        if (!keep) {
-            if (r > run) {
-                rs[nruns] = run;
-                rn[nruns++] = r - run;
-                if (nruns == FILTER_RUNS) {
-                    if (filter_put_runs(st, in, rs, rn, nruns, out, err) != 0)
-                        return -1;
-                    nruns = 0;
-                }
-            }
-            run = r + 1;
-        }
+        if (!keep && runs_drop(st, &k, in, r, out, err) != 0)
+            return -1;
     }
     if (projected)
         return 0;
-    if (end > run) {
-        rs[nruns] = run;
-        rn[nruns++] = end - run;
-    }
-    return filter_put_runs(st, in, rs, rn, nruns, out, err);
+    return runs_end(st, &k, in, end, out, err);
 }
 
 /* A project right after this filter: one scan finds the compared field and the projected ones
