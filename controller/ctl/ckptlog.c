@@ -437,9 +437,8 @@ static void sync_dir(const char *dir)
     }
 }
 
-/* Writes data as dir/name whole: a temporary ".tmp-<name>", synced, renamed, the directory
- * synced. 0, or -1 + err (no temporary left). */
-static int write_whole(const char *dir, const char *name, const char *data, size_t n, sb_err *err)
+int sb_ckptlog_write_file(const char *dir, const char *name, const char *data, size_t n,
+                          sb_err *err)
 {
     char tmp[PATH_MAX], path[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s", dir, name);
@@ -668,7 +667,7 @@ static int writer_put(sb_ckptlog *w, sb_ckptlog_file *f, const char *name, const
     char *text = sb_ckptlog_encode(f, ranges, parts, nparts, len);
     if (text == NULL)
         return sb_err_set(err, "checkpoint: out of memory encoding %zu parts", nparts);
-    int rc = write_whole(w->sum.location, name, text, *len, err);
+    int rc = sb_ckptlog_write_file(w->sum.location, name, text, *len, err);
     free(text);
     if (rc == 0) {
         w->writes++;

@@ -137,6 +137,12 @@ void sb_ckptlog_free(sb_ckptlog *w);
 int sb_ckptlog_load(const sb_ckptlog_summary *expect, sb_ckpt *out, sb_ckptlog_summary *found,
                     sb_err *err);
 
+/* Writes data as dir/name whole (dir made when missing): a temporary ".tmp-<name>", synced,
+ * renamed, the directory synced, so a reader sees the old file or the new one, never a part.
+ * Also the local driver's checkpoint file (runckpt.c). 0, or -1 + err (no temporary left). */
+int sb_ckptlog_write_file(const char *dir, const char *name, const char *data, size_t n,
+                          sb_err *err);
+
 /* Removes the log's files (base, segments, temporaries) and dir itself, and dir's parent when it
  * is a now empty "_streambatch". A missing dir is fine. 0, or -1 + err. */
 int sb_ckptlog_remove(const char *dir, sb_err *err);

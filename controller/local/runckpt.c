@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "controller/ctl/ckptlog.h"
 #include "controller/sched/ranges.h"
 #include "io/sink.h"
 #include "rpc/proto.h"
@@ -146,37 +147,18 @@ static int make_parent(const char *path, sb_err *err)
 
 int sb_runckpt_save(const char *path, const char *text, sb_err *err)
 {
-    if (make_parent(path, err) != 0)
-        return -1;
-    char tmp[PATH_MAX + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return sb_err_set(err, "checkpoint: cannot write %.300s: %s", tmp, strerror(errno));
-    size_t n = strlen(text), off = 0;
-    while (off < n) {
-        ssize_t w = write(fd, text + off, n - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return sb_err_set(err, "checkpoint: writing %.300s: %s", tmp, strerror(e));
-        }
-        off += (size_t)w;
+    char dir[PATH_MAX] = ".";
+    const char *slash = strrchr(path, '/'), *name = slash != NULL ? slash + 1 : path;
+    if (slash != NULL) {
+        size_t k = slash == path ? 1 : (size_t)(slash - path); /* "/x": the root */
+        if (k >= sizeof dir)
+            return sb_err_set(err, "checkpoint: \"%.300s\": path too long", path);
+        memcpy(dir, path, k);
+        dir[k] = '\0';
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return sb_err_set(err, "checkpoint: syncing %.300s: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return sb_err_set(err, "checkpoint: renaming %.300s: %s", tmp, strerror(e));
-    }
-    return 0;
+    if (*name == '\0')
+        return sb_err_set(err, "checkpoint: \"%.300s\" names a directory, not a file", path);
+    return sb_ckptlog_write_file(dir, name, text, strlen(text), err);
 }
 
 int sb_runckpt_remove(const char *path, sb_err *err)

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-static int hexval(char c)
+int sb_hex_digit(int c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -24,8 +24,8 @@ long sb_pct_decode(const char *in, size_t n, char *out, size_t cap)
         char c = in[i];
         if (c == '%') {
             /* both digits must be inside in[0..n) */
-            int hi = i + 2 < n ? hexval(in[i + 1]) : -1;
-            int lo = i + 2 < n ? hexval(in[i + 2]) : -1;
+            int hi = i + 2 < n ? sb_hex_digit((unsigned char)in[i + 1]) : -1;
+            int lo = i + 2 < n ? sb_hex_digit((unsigned char)in[i + 2]) : -1;
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
                 return -1;
             c = (char)(hi * 16 + lo);

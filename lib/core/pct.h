@@ -14,6 +14,9 @@
  * encoding (a stray '%', %00) or an out too small. out may be in (decoding only shrinks). */
 long sb_pct_decode(const char *in, size_t n, char *out, size_t cap);
 
+/* The value of hex digit c (0-9, a-f, A-F), or -1. */
+int sb_hex_digit(int c);
+
 /* Does the URI's path need decoding: a file:// or s3:// URI holding a '%'? */
 int sb_pct_decodes(const char *uri);
 

@@ -15,6 +15,8 @@
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
 
+#include "core/pct.h"
+
 static void to_hex(const uint8_t *b, size_t n, char *out)
 {
     static const char hx[] = "0123456789abcdef";
@@ -23,17 +25,6 @@ static void to_hex(const uint8_t *b, size_t n, char *out)
         out[2 * i + 1] = hx[b[i] & 15];
     }
     out[2 * n] = '\0';
-}
-
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 int sb_rpc_token_new(char out[SB_RPC_TOKEN_HEX + 1], sb_err *err)
@@ -85,7 +76,7 @@ int sb_rpc_hex64_check(const char *s, const char *what, sb_err *err)
     if (n != 64)
         return sb_err_set(err, "%s must be 64 hex characters, got %zu characters", what, n);
     for (size_t i = 0; i < n; i++)
-        if (hex_val(s[i]) < 0)
+        if (sb_hex_digit(s[i]) < 0)
             return sb_err_set(err, "%s must be 64 hex characters, character %zu is not hex", what,
                               i + 1);
     return 0;
@@ -116,7 +107,7 @@ int sb_rpc_creds_accept_digest_hex(sb_rpc_creds *c, const char *hex, unsigned ro
         return -1;
     uint8_t d[32];
     for (int i = 0; i < 32; i++)
-        d[i] = (uint8_t)(hex_val(hex[2 * i]) << 4 | hex_val(hex[2 * i + 1]));
+        d[i] = (uint8_t)(sb_hex_digit(hex[2 * i]) << 4 | sb_hex_digit(hex[2 * i + 1]));
     return creds_add(c, d, roles, err);
 }
 

@@ -12,6 +12,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "core/pct.h"
+
 const char *sb_op_json_type_name(sb_op_json_type t)
 {
     switch (t) {
@@ -30,17 +32,6 @@ const char *sb_op_json_type_name(sb_op_json_type t)
     default:
         return "absent";
     }
-}
-
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* Decodes one escape at p[0..n) (p[0] == '\\'); writes up to 4 UTF-8 bytes to out, returns the
@@ -76,11 +67,13 @@ static size_t unescape_one(const unsigned char *p, size_t n, unsigned char out[4
         *olen = 1;
         return 2;
     }
-    cp = (unsigned)(hexval(p[2]) << 12 | hexval(p[3]) << 8 | hexval(p[4]) << 4 | hexval(p[5]));
+    cp = (unsigned)(sb_hex_digit(p[2]) << 12 | sb_hex_digit(p[3]) << 8 | sb_hex_digit(p[4]) << 4 |
+                    sb_hex_digit(p[5]));
     size_t used = 6;
     if (cp >= 0xD800 && cp <= 0xDBFF) {
         if (n >= 12 && p[6] == '\\' && p[7] == 'u') {
-            int h[4] = {hexval(p[8]), hexval(p[9]), hexval(p[10]), hexval(p[11])};
+            int h[4] = {sb_hex_digit(p[8]), sb_hex_digit(p[9]), sb_hex_digit(p[10]),
+                        sb_hex_digit(p[11])};
             if (h[0] >= 0 && h[1] >= 0 && h[2] >= 0 && h[3] >= 0) {
                 unsigned lo = (unsigned)(h[0] << 12 | h[1] << 8 | h[2] << 4 | h[3]);
                 if (lo >= 0xDC00 && lo <= 0xDFFF) {
@@ -250,7 +243,7 @@ static const unsigned char *escape(const unsigned char *p, const unsigned char *
         return p + 1;
     case 'u':
         for (size_t k = 1; k <= 4; k++)
-            if (p + k >= e || hexval(p[k]) < 0)
+            if (p + k >= e || sb_hex_digit(p[k]) < 0)
                 return failed(f, p + k < e ? p + k : e, "invalid \\u escape (needs 4 hex digits)");
         return p + 5;
     default:
