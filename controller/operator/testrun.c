@@ -8,26 +8,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "doc/doc.h"
+#include "core/clock.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 
 #define PIPELINES "/apis/streambatch.dev/v1alpha1/namespaces/%s/pipelines"
-
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* The one Pipeline of the file, as a new cJSON tree (the caller's). */
 static cJSON *read_manifest(const char *path, sb_err *err)
@@ -90,14 +77,14 @@ static int delete_and_wait(sb_k8s_client *c, const char *path, long wait_ms, sb_
     sb_err derr = {0};
     if (sb_k8s_delete(c, path, &status, &derr) != 0 && status != 404)
         return sb_err_set(err, "%s", derr.msg);
-    for (long end = now_ms() + wait_ms;;) {
+    for (long end = (long)sb_clock_mono_ms() + wait_ms;;) {
         cJSON *o = sb_k8s_get(c, path, &status, &derr);
         cJSON_Delete(o);
         if (status == 404)
             return 0;
-        if (now_ms() >= end)
+        if ((long)sb_clock_mono_ms() >= end)
             return sb_err_set(err, "%s: still there %ld ms after the DELETE", path, wait_ms);
-        sleep_ms(500);
+        sb_clock_sleep_ms(500);
     }
 }
 
@@ -111,7 +98,7 @@ static int follow(sb_k8s_client *c, const sb_testrun_opts *o, const char *path, 
 {
     long timeout = o->timeout_ms > 0 ? o->timeout_ms : 300000;
     long poll = o->poll_ms > 0 ? o->poll_ms : 1000;
-    long t0 = now_ms();
+    long t0 = (long)sb_clock_mono_ms();
     char last[256] = "";
     for (;;) {
         long status = 0;
@@ -127,7 +114,8 @@ static int follow(sb_k8s_client *c, const sb_testrun_opts *o, const char *path, 
             snprintf(line, sizeof line, "%s %s", phase ? phase : "Pending",
                      progress ? progress : "");
             if (o->out != NULL && strcmp(line, last) != 0) {
-                fprintf(o->out, "%s: %s (%.1f s)\n", name, line, (double)(now_ms() - t0) / 1000);
+                fprintf(o->out, "%s: %s (%.1f s)\n", name, line,
+                        (double)((long)sb_clock_mono_ms() - t0) / 1000);
                 fflush(o->out);
             }
             snprintf(last, sizeof last, "%s", line);
@@ -143,14 +131,14 @@ static int follow(sb_k8s_client *c, const sb_testrun_opts *o, const char *path, 
             if (failed)
                 return 1;
         }
-        if (now_ms() - t0 >= timeout)
+        if ((long)sb_clock_mono_ms() - t0 >= timeout)
             return sb_err_set(err, "Pipeline %s did not end within %.0f s (last: %s%s%s)", name,
                               (double)timeout / 1000, last[0] ? last : "no status",
                               read ? "" : "; ", read ? "" : gerr.msg),
                    1;
         if (o->stop != NULL && *o->stop)
             return sb_err_set(err, "Pipeline %s: stopped while %s", name, last), 1;
-        sleep_ms(poll);
+        sb_clock_sleep_ms((uint64_t)poll);
     }
 }
 

@@ -7,28 +7,15 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "controller/operator/operator_events.h"
+#include "core/clock.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 
 #define FINALIZER "streambatch.dev/finalizer"
 #define PIPELINES_ALL "/apis/streambatch.dev/v1alpha1/pipelines"
 #define PIPELINES_NS "/apis/streambatch.dev/v1alpha1/namespaces/%s/pipelines"
-
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static const char *meta_str(const cJSON *obj, const char *field)
 {
@@ -111,16 +98,16 @@ static int stop_controllers(sb_k8s_client *c, const sb_uninstall_opts *o, const 
     cJSON_Delete(r);
     say(o, "Deployment %s/%s scaled to 0; waiting for its pods to end", ns, o->deployment);
     long timeout = o->timeout_ms > 0 ? o->timeout_ms : 120000;
-    for (long end = now_ms() + timeout;;) {
+    for (long end = (long)sb_clock_mono_ms() + timeout;;) {
         int n = count_pods(c, ns, sel, err);
         if (n < 0)
             return sb_err_wrap(err, "listing the controller pods (%s)", sel);
         if (n == 0)
             return 0;
-        if (now_ms() >= end)
+        if ((long)sb_clock_mono_ms() >= end)
             return sb_err_set(err, "%d controller pod(s) (%s) still there after %ld s", n, sel,
                               timeout / 1000);
-        sleep_ms(500);
+        sb_clock_sleep_ms(500);
     }
 }
 
