@@ -96,6 +96,16 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib -l:libcublasLt.so.13 -l:libcudart_static.a -lstd
 GPU_BINS  := $(BINDIR)/streambatch-worker-gpu
 CUDA_TEST_BINS := $(patsubst tests/cuda/%.c,$(BUILD)/tests/%,$(wildcard tests/cuda/test_*.c))
 
+# The C consumer of a stream:// sink (api/consumer/streambatch_consumer.h) as a shared library,
+# for trainers and for the Python kit's ctypes wrapper (streambatch.iter_batches): its objects
+# are compiled again with -fPIC (the static library's are not), and gRPC is linked shared (the
+# static gRPC/RE2 archives are not position-independent).
+CONSUMER_SRCS := api/consumer/consumer.c worker/data/fetch.c \
+                 $(wildcard lib/core/*.c lib/rpc/*.c lib/partition/*.c)
+CONSUMER_OBJS := $(patsubst %.c,$(BUILD)/pic/%.o,$(CONSUMER_SRCS)) \
+                 $(BUILD)/pic/gen/streambatch.pb-c.o
+CONSUMER_LIB  := $(BUILD)/lib/libstreambatch_consumer.so
+
 DEPS_EXTRA :=
 TEST_EXTRA :=
 BUILD_EXTRA :=
@@ -169,7 +179,24 @@ chaos-asan:
 .SECONDARY:
 .PHONY: all deps build test check tests-build sanitize lint fuzz fuzz-build fuzz-smoke run bench bench-peers valgrind clean
 all: build
-build: $(BINS) $(GPU_BINS)
+build: $(BINS) $(GPU_BINS) $(CONSUMER_LIB)
+
+$(BUILD)/pic/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	@echo "  CC     $< (PIC)"
+	$(Q)$(CC) $(CSTD) $(OPT) -fPIC $(INCS) $(PKG_CFLAGS) -c $< -o $@
+$(BUILD)/pic/%.o: %.c | $(GEN_HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  CC     $< (PIC)"
+	$(Q)$(CC) $(CFLAGS) -fPIC -c $< -o $@
+$(CONSUMER_LIB): $(CONSUMER_OBJS)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) -shared -Wl,--no-undefined -Wl,-soname,libstreambatch_consumer.so -o $@ $^ \
+	  $(shell pkg-config --libs grpc libprotobuf-c libcjson zlib 2>/dev/null) -lssl -lcrypto \
+	  -lpthread -lm
+.PHONY: consumer
+consumer: $(CONSUMER_LIB)
 
 deps:
 	@scripts/deps.sh
@@ -316,3 +343,4 @@ clean:
 	rm -rf build bin
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/pic -name '*.d' 2>/dev/null)

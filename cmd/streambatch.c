@@ -2,6 +2,7 @@
  * `plan` (controller/local/plancmd.h), `validate` and `version`. Owns the parsing of each
  * command's flags and the help text that lists them. Exit codes: 0 success, 1 invalid input or
  * failure, 2 usage error. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,11 @@ static void usage(FILE *f)
             "                     [--summary-json FILE] also writes the summary as JSON\n"
             "                     [--progress-interval-ms N] a progress line every N ms when\n"
             "                     stderr is not a terminal, 1..3600000, default 5000\n"
+            "                     [--serve HOST:PORT] with sink stream://: serve the output to\n"
+            "                     consumers (trainer ranks; docs/training.md), printing one\n"
+            "                     JSON line {\"address\", \"tokenFile\"} on stdout, until every\n"
+            "                     rank has ended every epoch [--epochs N] (1..100000, default 1)\n"
+            "                     [--seed N] shuffles each epoch's source splits by (N, epoch)\n"
             "                     (--cpus: 1..4096, default the online CPUs; --gpus: 0..4096)\n"
             "  plan FILE [--profile] [-o json|text] [--capacity cpu=N,gpu=N,memory=SIZE]\n"
             "                     choose each stage's shape (cpu/gpu) and workers to meet\n"
@@ -126,7 +132,8 @@ static int run_flag_takes_value(const char *a)
     static const char *const with_value[] = {
         "--cpus",         "--gpus",         "--cpu-slots", "--memory-budget",
         "--set",          "--summary-json", "--run-dir",   "--progress-interval-ms",
-        "--metrics-addr", "--checkpoint",   "--tls-dir",   "--tls-server-name"};
+        "--metrics-addr", "--checkpoint",   "--tls-dir",   "--tls-server-name",
+        "--serve",        "--epochs",       "--seed"};
     for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
         if (strcmp(a, with_value[i]) == 0)
             return 1;
@@ -180,6 +187,20 @@ static int run_parse_flag(run_args *r, const char *a, const char *v)
         o->tls_server_name = v;
     } else if (strcmp(a, "--resume") == 0) {
         o->resume = 1;
+    } else if (strcmp(a, "--serve") == 0) {
+        o->serve = v;
+    } else if (strcmp(a, "--epochs") == 0) {
+        return parse_int(a, v, 1, 100000, &o->epochs) != 0 ? 2 : RUN_GO;
+    } else if (strcmp(a, "--seed") == 0) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long seed = strtoull(v, &end, 10);
+        if (errno != 0 || end == v || *end != '\0' || *v == '-') {
+            fprintf(stderr, "streambatch run: --seed wants a number 0..2^64-1, got %s\n", v);
+            return 2;
+        }
+        o->seed = (uint64_t)seed;
+        o->seed_set = 1;
     } else if (strcmp(a, "--plan") == 0) {
         r->plan = 1;
     } else if (strcmp(a, "--set") == 0) {

@@ -4,6 +4,7 @@
  * stalls, and the snapshots the backends read. Owns the scheduler, its mutex and the timer. */
 
 #include "controller/ctl/ctl.h"
+#include "controller/sched/deal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -73,6 +74,8 @@ struct sb_ctl {
     pthread_mutex_t mu;
     pthread_cond_t changed;
     sb_sched *sched;
+    sb_sched_config stream; /* its stream fields (sb_ctl_config.stream) */
+    sb_deal *deal;          /* the stream's dealer, made at the first StreamNext */
     sb_rpc_server *srv;
     char *pipeline_id, *pipeline_json, *sink_tag;
     uint32_t hb_interval_ms, hb_timeout_ms;
@@ -391,7 +394,11 @@ static void plan_ready(sb_ctl *c)
                           .no_eft = c->no_eft,
                           .no_early = c->no_early,
                           .start_ms = now_ms(),
-                          .resume = c->have_resume ? &c->resume : NULL};
+                          .resume = c->have_resume ? &c->resume : NULL,
+                          .stream = c->stream.stream,
+                          .stream_epochs = c->stream.stream_epochs,
+                          .stream_shuffle = c->stream.stream_shuffle,
+                          .stream_seed = c->stream.stream_seed};
     c->sched = sb_sched_new(&sc, ss, c->plan.n, &err);
     free(ss);
     c->nsplits = c->plan.n;
@@ -1064,6 +1071,67 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     sb_rpc_msg_free(&m->base);
 }
 
+/* A consumer of the stream sink asks for its next slice (sched/deal.h). */
+static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
+{
+    sb_ctl *c = ud;
+    Streambatch__V1__StreamNextRequest *m = (Streambatch__V1__StreamNextRequest *)sb_rpc_call_decode(
+        call, &streambatch__v1__stream_next_request__descriptor, req, len);
+    if (m == NULL)
+        return;
+    Streambatch__V1__StreamNextReply rep = STREAMBATCH__V1__STREAM_NEXT_REPLY__INIT;
+    sb_deal_reply dr = {.kind = SB_DEAL_WAIT};
+    pthread_mutex_lock(&c->mu);
+    const char *failure = NULL;
+    if (state_of(c, &failure) == SB_SCHED_FAILED) {
+        dr.kind = SB_DEAL_ERROR;
+        snprintf(dr.message, sizeof dr.message, "the pipeline failed: %s",
+                 failure ? failure : "(no message)");
+    } else if (c->sched != NULL && c->deal == NULL && (c->deal = sb_deal_new(c->sched)) == NULL) {
+        dr.kind = SB_DEAL_ERROR;
+        snprintf(dr.message, sizeof dr.message, "the controller is out of memory");
+    } else if (c->sched != NULL) { /* (none yet: planning, so the consumer waits) */
+        sb_deal_request dq = {.rank = m->rank,
+                              .world = m->world_size,
+                              .epoch = m->epoch,
+                              .batch = m->batch_size,
+                              .acks = (const char *const *)m->acks,
+                              .nacks = m->n_acks};
+        sb_deal_next(c->deal, c->sched, &dq, now_ms(), &dr);
+    }
+    static const Streambatch__V1__StreamNextReply__Kind kinds[] = {
+        STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE,
+        STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__WAIT,
+        STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__END,
+        STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__ERROR};
+    rep.kind = kinds[dr.kind];
+    rep.partition_id = (char *)(dr.part_id ? dr.part_id : "");
+    rep.address = (char *)(dr.address ? dr.address : "");
+    rep.bytes = dr.bytes;
+    rep.rows = dr.rows;
+    rep.row_lo = dr.row_lo;
+    rep.row_hi = dr.row_hi;
+    rep.floor_rows = dr.floor_rows;
+    rep.dealt_rows = dr.dealt_rows;
+    rep.end_rows = dr.end_rows;
+    rep.retry_ms = dr.kind == SB_DEAL_WAIT ? 5 : 0;
+    rep.message = dr.message;
+    sb_rpc_call_reply_msg(call, &rep.base, NULL);
+    if (m->n_acks > 0)
+        serve_pending(c, 0); /* the acks freed budget: waiting polls may get tasks now */
+    pthread_cond_broadcast(&c->changed); /* acks may have ended the run */
+    pthread_mutex_unlock(&c->mu);
+    sb_rpc_msg_free(&m->base);
+}
+
+int sb_ctl_stream_ended(sb_ctl *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int ended = c->deal != NULL && sb_deal_all_ended(c->deal);
+    pthread_mutex_unlock(&c->mu);
+    return ended;
+}
+
 static void *timer_main(void *arg)
 {
     sb_ctl *c = arg;
@@ -1118,7 +1186,12 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
                           .no_eft = cfg->no_eft,
                           .no_early = cfg->no_early,
                           .start_ms = now_ms(),
-                          .resume = cfg->resume};
+                          .resume = cfg->resume,
+                          .stream = cfg->stream,
+                          .stream_epochs = cfg->stream_epochs,
+                          .stream_shuffle = cfg->stream_shuffle,
+                          .stream_seed = cfg->stream_seed};
+    c->stream = sc;
     if (c->pipeline_id == NULL || c->pipeline_json == NULL || c->sink_tag == NULL)
         goto fail;
     c->pipeline = cfg->pipeline;
@@ -1190,6 +1263,8 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
         sb_rpc_server_add_unary(c->srv, SB_RPC_CONTROL_POLL_TASKS, h_poll, c, err) != 0 ||
         sb_rpc_server_add_unary(c->srv, SB_RPC_CONTROL_COMPLETE_TASK, h_complete, c, err) != 0 ||
         sb_rpc_server_add_unary(c->srv, SB_RPC_CONTROL_HEARTBEAT, h_heartbeat, c, err) != 0 ||
+        (cfg->stream &&
+         sb_rpc_server_add_unary(c->srv, SB_RPC_CONTROL_STREAM_NEXT, h_stream_next, c, err) != 0) ||
         sb_rpc_server_listen(c->srv, cfg->listen_addr ? cfg->listen_addr : "127.0.0.1:0", err) <
             0 ||
         sb_rpc_server_start(c->srv, err) != 0)
@@ -1663,6 +1738,7 @@ void sb_ctl_free(sb_ctl *c)
     if (c->timer_started)
         pthread_join(c->timer, NULL);
     sb_rpc_server_free(c->srv);
+    sb_deal_free(c->deal);
     sb_sched_free(c->sched);
     for (size_t i = 0; i < c->nworkers; i++)
         held_free(&c->workers[i]);

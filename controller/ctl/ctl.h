@@ -60,6 +60,12 @@ typedef struct sb_ctl_config {
                                       worker (the pipeline must then outlive the controller) */
     uint32_t max_workers;          /* live workers at most: a registration past it is refused
                                       RESOURCE_EXHAUSTED (0: SB_CTL_DEFAULT_MAX_WORKERS) */
+    int stream;                    /* a stream:// sink: consumers read it (Control.StreamNext,
+                                      sched/deal.h); epochs, and each epoch's splits shuffled
+                                      by the seed when stream_shuffle (sb_sched_config) */
+    uint32_t stream_epochs;
+    int stream_shuffle;
+    uint64_t stream_seed;
     const char *resume_plan_hash;  /* with resume: the plan hash its checkpoint was taken against
                                       (NULL/"": unknown); a plan that hashes otherwise (the
                                       source changed, so split indices name other data) runs
@@ -167,6 +173,8 @@ size_t sb_ctl_nsplits(sb_ctl *c);
  * A drained worker gets no new task; once it holds nothing still needed it is retired (its
  * next poll or heartbeat answers shutdown), and the backend replaces the process or pod. */
 size_t sb_ctl_drains_take(sb_ctl *c, sb_ctl_drain *out, size_t max);
+/* With a stream sink: 1 once every rank of every epoch was told its epoch is over. */
+int sb_ctl_stream_ended(sb_ctl *c);
 /* From now on every poll and heartbeat answers shutdown. */
 void sb_ctl_shutdown_workers(sb_ctl *c);
 /* Stops the service (calls in flight are cancelled) and frees everything. */

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -941,6 +942,70 @@ static int run_make_dir(run_ctx *c)
     return 0;
 }
 
+/* ---- --serve: a stream:// sink served to consumers (docs/training.md) ---------------------- */
+
+/* --serve goes with a stream:// sink, and the sink with it; a stream keeps no checkpoint.
+ * Returns 0, or the exit code (2). */
+static int serve_check(run_ctx *c)
+{
+    const sb_run_opts *o = c->o;
+    const char *uri = c->r.p.spec.sink.uri;
+    int stream = uri != NULL && strcmp(uri, "stream://") == 0;
+    const char *bad = NULL;
+    if (stream && o->serve == NULL)
+        bad = "spec.sink.uri is stream://: serve it with --serve HOST:PORT";
+    else if (!stream && o->serve != NULL)
+        bad = "--serve serves a stream:// sink; this pipeline's sink is not one";
+    else if (o->serve != NULL && o->resume)
+        bad = "--resume: a stream:// sink keeps no checkpoint to resume from";
+    else if (o->serve == NULL && (o->epochs > 0 || o->seed_set))
+        bad = "--epochs and --seed go with --serve";
+    if (bad == NULL)
+        return 0;
+    fprintf(stderr, "streambatch run: %s\n", bad);
+    return 2;
+}
+
+/* The Control service listens at --serve (consumers and workers both call it there). */
+static int serve_listen(run_ctx *c)
+{
+    const char *colon = strrchr(c->o->serve, ':');
+    size_t hl = colon ? (size_t)(colon - c->o->serve) : 0;
+    static char host[46];
+    if (colon == NULL || hl == 0 || hl >= sizeof host || colon[1] == '\0' ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || strlen(colon + 1) > 5) {
+        fprintf(stderr, "streambatch run: --serve wants HOST:PORT (PORT 0: any free one), got %s\n",
+                c->o->serve);
+        return 2;
+    }
+    memcpy(host, c->o->serve, hl);
+    host[hl] = '\0';
+    c->chost = host;
+    snprintf(c->listen, sizeof c->listen, "%s", c->o->serve);
+    return 0;
+}
+
+/* Writes the token consumers present (the pipeline's worker token: a consumer reads partitions
+ * from the workers' Data services as a worker does) to a file only this user can read, and
+ * prints the one line a launcher reads: {"address": ..., "tokenFile": ...}. Returns 0, or 1. */
+static int serve_announce(run_ctx *c)
+{
+    static char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/stream.token", c->run_dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, c->worker_token, strlen(c->worker_token)) !=
+                      (ssize_t)strlen(c->worker_token)) {
+        fprintf(stderr, "streambatch run: writing %s: %s\n", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return 1;
+    }
+    close(fd);
+    printf("{\"address\": \"%s\", \"tokenFile\": \"%s\"}\n", c->caddr, path);
+    fflush(stdout);
+    return 0;
+}
+
 /* Starts the embedded controller (the Control service), then --metrics-addr, and with TLS
  * checks that the certificates work against it before any worker depends on them. Returns 0,
  * or the exit code (1 the controller did not start, 2 a bad flag). */
@@ -955,6 +1020,8 @@ static int run_start_controller(run_ctx *c)
     if (c->chost == NULL || *c->chost == '\0' || strlen(c->chost) > 45)
         c->chost = "127.0.0.1";
     snprintf(c->listen, sizeof c->listen, "%s:0", c->chost);
+    if (o->serve != NULL && serve_listen(c) != 0)
+        return 2;
     c->cc = (sb_ctl_config){
         .sink_tag = c->r.p.spec.sink.part_tag,
         .pipeline = &c->r.p,
@@ -970,6 +1037,10 @@ static int run_start_controller(run_ctx *c)
         .no_drain = c->off.drain,
         .no_eft = c->off.eft,
         .no_early = c->off.early,
+        .stream = o->serve != NULL,
+        .stream_epochs = (uint32_t)(o->epochs > 0 ? o->epochs : 1),
+        .stream_shuffle = o->seed_set,
+        .stream_seed = o->seed,
         .listen_addr = c->listen};
     c->ctl = sb_ctl_start(&c->cc, &c->rpc, &err);
     sb_ckpt_free(&c->prev); /* the controller copied it */
@@ -989,7 +1060,7 @@ static int run_start_controller(run_ctx *c)
         fprintf(stderr, "streambatch run: %s\n", err.msg);
         return 2;
     }
-    return 0;
+    return o->serve != NULL ? serve_announce(c) : 0;
 }
 
 /* Installs the Ctrl-C / SIGTERM handler and starts the worker processes (a cpu and a gpu
@@ -1057,7 +1128,10 @@ static void run_wait(run_ctx *c)
         uint64_t rss = c->be.rss(c->be.impl);
         if (rss > c->peak_rss)
             c->peak_rss = rss;
-        if (c->st != SB_SCHED_RUNNING)
+        /* serving: the run is over when every rank was told its last epoch ended, too (a
+         * rank that waits for its turn has not heard yet) */
+        if (c->st != SB_SCHED_RUNNING &&
+            (c->o->serve == NULL || c->st != SB_SCHED_SUCCEEDED || sb_ctl_stream_ended(c->ctl)))
             break;
         double now = mono_s();
         if (!c->planned && sb_ctl_nsplits(c->ctl) > 0) {
@@ -1067,7 +1141,7 @@ static void run_wait(run_ctx *c)
                                 "split runs again\n");
             c->planned = 1;
         }
-        if (c->planned && now >= next_ckpt) {
+        if (c->planned && now >= next_ckpt && c->o->serve == NULL) {
             /* every second, or less often when writing it takes long: at most ~5% of this
              * thread (a million parts take ~0.5 s: the lineage pass, the JSON, the write) */
             ckpt_save(c->ctl, &c->ck);
@@ -1080,7 +1154,8 @@ static void run_wait(run_ctx *c)
             print_progress(&s, now - c->t0, c->tty, &c->lines);
             next_progress = now + (c->tty ? 0.2 : interval / 1000.0);
         }
-        if (sb_ctl_stalled(c->ctl, c->stall_ms, c->stall, sizeof c->stall) &&
+        /* (a stream waits for its consumers as long as they take: no watchdog) */
+        if (c->o->serve == NULL && sb_ctl_stalled(c->ctl, c->stall_ms, c->stall, sizeof c->stall) &&
             now >= next_stall_report) {
             fprintf(stderr, "watchdog: %s\n", c->stall);
             next_stall_report = now + (double)c->stall_ms / 1000.0;
@@ -1184,6 +1259,8 @@ static void run_report(const run_ctx *c, const sb_ctl_snapshot *s, const char *s
 static void run_settle_checkpoint(run_ctx *c, int code)
 {
     sb_err err;
+    if (c->o->serve != NULL)
+        return; /* a stream keeps no checkpoint */
     if (c->ck.log.writes > 0)
         fprintf(stderr,
                 "checkpoint: %" PRIu64 " writes, %" PRIu64 " parts, %" PRIu64
@@ -1261,7 +1338,8 @@ int sb_run(const sb_run_opts *o)
     int code = run_check_env(c);
     if (code != 0)
         return code;
-    if ((code = run_load_and_size(c)) != 0 || (code = run_open_checkpoint(c)) != 0 ||
+    if ((code = run_load_and_size(c)) != 0 || (code = serve_check(c)) != 0 ||
+        (c->o->serve == NULL && (code = run_open_checkpoint(c)) != 0) ||
         (code = run_make_dir(c)) != 0 || (code = run_start_controller(c)) != 0 ||
         (code = run_start_workers(c)) != 0) {
         run_teardown(c, code, 0);

@@ -41,6 +41,11 @@ typedef struct sb_run_opts {
     const char *tls_dir;         /* mutual TLS between the controller and the workers (tls.crt,
                                     tls.key, ca.crt: rpc/tlsdir.h); NULL/"": plaintext */
     const char *tls_server_name; /* checked in the certificates; NULL: "streambatch" */
+    const char *serve;           /* a stream:// sink: the Control service listens here and serves
+                                    consumers (Control.StreamNext); NULL: not serving */
+    int epochs;                  /* with serve: epochs of the stream (0: 1) */
+    uint64_t seed;               /* with serve and seed_set: each epoch's splits shuffled */
+    int seed_set;
 } sb_run_opts;
 
 int sb_run(const sb_run_opts *o);

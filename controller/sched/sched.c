@@ -36,6 +36,18 @@ typedef struct {
 } part;
 
 #define NO_PART UINT32_MAX
+#define DEALT ((size_t)-2) /* part.consumer of a stream partition the dealer took */
+
+/* Stream sink ("Stream sink" at the end of this file) */
+struct sb_sched;
+static int stream_setup(struct sb_sched *s, const sb_sched_config *cfg,
+                        const sb_storage_split *splits, size_t nsplits, sb_storage_split **expanded,
+                        sb_err *err);
+static int stream_push(struct sb_sched *s, size_t ti, size_t pi);
+static void stream_advance(struct sb_sched *s);
+static int stream_gated(const struct sb_sched *s, size_t ti);
+static int stream_finished(const struct sb_sched *s);
+static int stream_holds(const struct sb_sched *s);
 #define EARLY_MIN_BYTES (256u << 10) /* smallest partition target with early outputs */
 
 /* A task: kept for the whole run (lineage), so kept small — issue 16 asks <= 256 bytes of
@@ -207,6 +219,15 @@ struct sb_sched {
     sb_sched_state state;
     char *failure;
     uint64_t last_progress_ms;
+    /* stream sink (sb_sched_config.stream; "Stream sink" at the end of this file) */
+    int stream;
+    uint32_t stream_epochs, stream_open; /* epochs planned; the latest one let in */
+    size_t epoch_splits;                 /* splits per epoch (op 0's tasks e * this ..) */
+    struct stream_q {
+        size_t *q; /* partitions of the epoch not taken yet, in the order they were made */
+        size_t head, len, cap;
+    } *sq;
+    uint64_t stream_taken; /* taken and not released yet */
     uint64_t now_ms; /* the latest clock a call brought (open backpressure spells end there) */
     /* assignment scratch */
     sb_sched_input *in_scratch;
@@ -699,7 +720,16 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
     s->early_off = cfg->no_early;
     if (sched_plan_ops(s, cfg) != 0)
         goto oom;
-    if (sched_seed_tasks(s, cfg, splits, nsplits, err) != 0)
+    sb_storage_split *expanded = NULL;
+    if (cfg->stream) {
+        if (stream_setup(s, cfg, splits, nsplits, &expanded, err) != 0)
+            goto fail;
+        splits = expanded;
+        nsplits *= s->stream_epochs;
+    }
+    int seeded = sched_seed_tasks(s, cfg, splits, nsplits, err);
+    free(expanded);
+    if (seeded != 0)
         goto fail;
     s->state = s->ops[0].qlen == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
     s->last_progress_ms = cfg->start_ms;
@@ -752,6 +782,9 @@ void sb_sched_free(sb_sched *s)
         free((char *)s->errored[i].error);
     }
     free(s->errored);
+    for (uint32_t e = 0; s->sq != NULL && e < s->stream_epochs; e++)
+        free(s->sq[e].q);
+    free(s->sq);
     free(s->parts);
     for (size_t i = 0; i < s->nworkers; i++) {
         worker *w = &s->workers[i];
@@ -1120,6 +1153,8 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
         if (p->state != P_LOST)
             continue;
         size_t c = p->consumer;
+        if (c == DEALT) /* taken by a consumer: see "Stream sink" */
+            continue;
         if (c != NONE && s->tasks[c].state == T_RUNNING && lost_here != NULL && lost_here[pi] &&
             s->tasks[c].op != s->nops - 1)
             requeue_task(s, c, 1); /* also re-produces its inputs that are not available */
@@ -1153,7 +1188,7 @@ static int inputs_available(const sb_sched *s, const task *t)
 
 static uint64_t estimate(const sb_sched *s, const op *o, uint64_t in_bytes, size_t opi)
 {
-    if (opi == s->nops - 1)
+    if (opi == s->nops - 1 && !s->stream)
         return 0; /* writes the sink: nothing stays in flight */
     double r = o->ratio > 0 ? o->ratio : 1.0;
     double e = r * (double)in_bytes;
@@ -1322,9 +1357,11 @@ static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
 static size_t pop_ready(sb_sched *s, size_t i)
 {
     op *o = &s->ops[i];
+    if (i == 0)
+        stream_advance(s);
     for (size_t k = 0; k < o->qlen; k++) {
         size_t ti = o->queue[o->qhead + k];
-        if (!inputs_available(s, &s->tasks[ti]))
+        if (!inputs_available(s, &s->tasks[ti]) || stream_gated(s, ti))
             continue;
         /* close the gap from the head side: O(k), and k is 0 unless inputs were lost */
         memmove(o->queue + o->qhead + 1, o->queue + o->qhead, k * sizeof *o->queue);
@@ -1339,9 +1376,11 @@ static size_t pop_ready(sb_sched *s, size_t i)
 static size_t peek_ready(sb_sched *s, size_t i, uint64_t *in_bytes)
 {
     op *o = &s->ops[i];
+    if (i == 0)
+        stream_advance(s);
     for (size_t k = 0; k < o->qlen; k++) {
         size_t ti = o->queue[o->qhead + k];
-        if (inputs_available(s, &s->tasks[ti])) {
+        if (inputs_available(s, &s->tasks[ti]) && !stream_gated(s, ti)) {
             *in_bytes = s->tasks[ti].in_bytes;
             return ti;
         }
@@ -1417,7 +1456,7 @@ static uint64_t start_reserve(const sb_sched *s, const task *t, uint64_t est, si
  * of them is of a later op. */
 static int grant_forced(const sb_sched *s, size_t ti)
 {
-    if (s->running_total > s->waiting_total + !s->tasks[ti].waiting)
+    if (s->running_total > s->waiting_total + !s->tasks[ti].waiting || stream_holds(s))
         return 0;
     for (size_t w = 0; w < s->nworkers; w++)
         for (size_t k = 0; k < s->workers[w].nrun; k++) {
@@ -1472,7 +1511,7 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
     out->stages = s->stage_ptrs + o->first_stage;
     out->nstages = o->nstages;
     out->split = t->op == 0 ? s->splits[t->index] : NULL;
-    out->writes_sink = t->op == s->nops - 1;
+    out->writes_sink = t->op == s->nops - 1 && !s->stream;
     out->target_bytes = o->target;
     /* early outputs (start_task, early_wanted): not for a speculative copy */
     out->publish_early = !copy && t->grants;
@@ -1996,8 +2035,8 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
              * slot's upstream task took the room), and nothing else would ever free it. One task
              * alone, past the budget by at most its output (docs/testing.md, chaos 8869762-56) */
             size_t only = 0;
-            if (pass == 1 && (s->running_total > s->waiting_total || extra))
-                break;
+            if (pass == 1 && (s->running_total > s->waiting_total || extra || stream_holds(s)))
+                break; /* (a stream's consumers free the budget: nothing is forced past it) */
             if (pass == 1)
                 only = downstream_work(s);
             for (size_t k = s->nops; k-- > 0 && pick == NONE;) {
@@ -2129,9 +2168,9 @@ static int record_part(sb_sched *s, size_t ti, size_t w, const sb_storage_output
                 add_release(s, w, out->id);
             return 0;
         }
-        int needed =
-            p->state == P_LOST && (p->consumer == NONE || s->tasks[p->consumer].state == T_QUEUED ||
-                                   s->tasks[p->consumer].state == T_RUNNING);
+        int needed = p->state == P_LOST && p->consumer != DEALT &&
+                     (p->consumer == NONE || s->tasks[p->consumer].state == T_QUEUED ||
+                      s->tasks[p->consumer].state == T_RUNNING);
         if (!needed) {
             add_release(s, w, out->id);
             return 0;
@@ -2169,7 +2208,8 @@ static int record_part(sb_sched *s, size_t ti, size_t w, const sb_storage_output
         p->consumer = NONE;
         p->state = P_AVAILABLE;
         s->partition_bytes += p->bytes;
-        if (fifo_push(s, &s->ops[t->op + 1], pi) != 0)
+        if ((t->op + 1 == s->nops ? stream_push(s, ti, pi) : fifo_push(s, &s->ops[t->op + 1], pi)) !=
+            0)
             return sb_err_set(err, "scheduler: out of memory");
     }
     if (out->bytes > s->max_partition_bytes)
@@ -2208,7 +2248,7 @@ static int record_outputs(sb_sched *s, size_t ti, size_t w, const sb_storage_out
 {
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
-    int last = t->op == s->nops - 1;
+    int last = t->op == s->nops - 1 && !s->stream; /* writes the sink */
     uint64_t bytes = 0;
     int was_made = t->made, check = !last && (t->made || t->early_stale);
     char name[TASK_NAME_MAX];
@@ -2271,7 +2311,8 @@ static void consume_inputs(sb_sched *s, task *t)
 
 static void check_finished(sb_sched *s)
 {
-    if (s->state == SB_SCHED_RUNNING && op_finished(s, s->nops - 1))
+    if (s->state == SB_SCHED_RUNNING && op_finished(s, s->nops - 1) &&
+        (!s->stream || stream_finished(s)))
         s->state = SB_SCHED_SUCCEEDED;
 }
 
@@ -3168,4 +3209,184 @@ void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out)
     out->pool_bytes = s->ids.bytes > pooled ? s->ids.bytes - pooled : 0;
     out->total_bytes = out->task_bytes + out->part_bytes + out->sink_bytes + out->map_bytes +
                        out->split_bytes + out->pool_bytes;
+}
+
+/* ---- Stream sink ----------------------------------------------------------------------------
+ * sb_sched_config.stream (sched.h, "Stream sink"): the last op's outputs wait in a queue per
+ * epoch for the dealer. Epoch e is op 0's tasks [e * epoch_splits, (e + 1) * epoch_splits),
+ * let in (stream_gated) only once everything of the epochs before has been made, so a task of
+ * a later op never coalesces rows of two epochs. */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* The plan's splits once per epoch, each epoch's in its own order when shuffled (a pure
+ * function of the seed and the epoch: Fisher-Yates over splitmix64). */
+static int stream_setup(sb_sched *s, const sb_sched_config *cfg, const sb_storage_split *splits,
+                        size_t nsplits, sb_storage_split **expanded, sb_err *err)
+{
+    if (cfg->resume != NULL)
+        return sb_err_set(err, "scheduler: a stream sink does not resume from a checkpoint");
+    uint32_t epochs = cfg->stream_epochs ? cfg->stream_epochs : 1;
+    if (nsplits > 0 && epochs > SIZE_MAX / 2 / sizeof **expanded / nsplits)
+        return sb_err_set(err, "scheduler: %u epochs of %zu splits are too many", epochs, nsplits);
+    s->stream = 1;
+    s->stream_epochs = epochs;
+    s->epoch_splits = nsplits;
+    s->sq = calloc(epochs, sizeof *s->sq);
+    *expanded = malloc((nsplits > 0 ? nsplits * epochs : 1) * sizeof **expanded);
+    if (s->sq == NULL || *expanded == NULL)
+        return sb_err_set(err, "scheduler: out of memory");
+    for (uint32_t e = 0; e < epochs; e++) {
+        sb_storage_split *ep = *expanded + (size_t)e * nsplits;
+        memcpy(ep, splits, nsplits * sizeof *ep);
+        uint64_t x = cfg->stream_seed ^ ((uint64_t)e * 0xd1b54a32d192ed03ULL);
+        for (size_t i = nsplits; cfg->stream_shuffle && i > 1; i--) {
+            size_t j = (size_t)(splitmix64(&x) % i);
+            sb_storage_split tmp = ep[i - 1];
+            ep[i - 1] = ep[j];
+            ep[j] = tmp;
+        }
+    }
+    return 0;
+}
+
+/* The epoch a task's rows belong to: its source split's, up the lineage. */
+static uint32_t task_epoch(const sb_sched *s, size_t ti)
+{
+    for (int depth = 0; depth < 64; depth++) {
+        const task *t = &s->tasks[ti];
+        if (t->op == 0)
+            return s->epoch_splits ? (uint32_t)(t->index / s->epoch_splits) : 0;
+        if (t->ninputs == 0)
+            break;
+        ti = s->parts[task_inputs(t)[0]].producer;
+    }
+    return 0;
+}
+
+static int stream_push(sb_sched *s, size_t ti, size_t pi)
+{
+    struct stream_q *q = &s->sq[task_epoch(s, ti)];
+    s->parts[pi].consumer = NONE;
+    if (q->head > 0 && q->head + q->len == q->cap) { /* compact before growing */
+        memmove(q->q, q->q + q->head, q->len * sizeof *q->q);
+        q->head = 0;
+    }
+    if (GROW(s, q->q, q->cap, q->head + q->len + 1) != 0)
+        return -1;
+    q->q[q->head + q->len++] = pi;
+    return 0;
+}
+
+/* Everything of the epochs let in so far has been made: nothing runs, no partition waits for
+ * a later op, no queued task but source tasks of later epochs. */
+static int stream_made(const sb_sched *s)
+{
+    for (size_t k = 0; k < s->nops; k++) {
+        const op *o = &s->ops[k];
+        if (o->running > 0 || o->flen > 0 || (k > 0 && o->qlen > 0))
+            return 0;
+    }
+    const op *o0 = &s->ops[0];
+    for (size_t k = 0; k < o0->qlen; k++)
+        if (s->tasks[o0->queue[o0->qhead + k]].index / (s->epoch_splits ? s->epoch_splits : 1) <=
+            s->stream_open)
+            return 0;
+    return 1;
+}
+
+static void stream_advance(sb_sched *s)
+{
+    while (s->stream && s->stream_open + 1 < s->stream_epochs && stream_made(s))
+        s->stream_open++;
+}
+
+/* Op 0's task ti belongs to an epoch not let in yet (op 0's tasks are tasks[0..), by index). */
+static int stream_gated(const sb_sched *s, size_t ti)
+{
+    return s->stream && s->tasks[ti].op == 0 && s->epoch_splits > 0 &&
+           s->tasks[ti].index / s->epoch_splits > s->stream_open;
+}
+
+/* Stream partitions hold part of the budget: the consumers will free it, so nothing is forced
+ * past the budget meanwhile (a slow consumer holds the pipeline back). */
+static int stream_holds(const sb_sched *s)
+{
+    if (!s->stream)
+        return 0;
+    if (s->stream_taken > 0)
+        return 1;
+    for (uint32_t e = 0; e <= s->stream_open && e < s->stream_epochs; e++)
+        for (size_t k = 0; k < s->sq[e].len; k++)
+            if (s->parts[s->sq[e].q[s->sq[e].head + k]].state == P_AVAILABLE)
+                return 1;
+    return 0;
+}
+
+static int stream_finished(const sb_sched *s)
+{
+    if (s->stream_taken > 0 || s->stream_open + 1 < s->stream_epochs || !stream_made(s))
+        return 0;
+    for (uint32_t e = 0; e < s->stream_epochs; e++)
+        if (s->sq[e].len > 0)
+            return 0;
+    return 1;
+}
+
+int sb_sched_stream_take(sb_sched *s, uint32_t epoch, sb_sched_stream_part *out)
+{
+    if (!s->stream || epoch >= s->stream_epochs)
+        return 0;
+    struct stream_q *q = &s->sq[epoch];
+    for (size_t k = 0; k < q->len; k++) {
+        size_t pi = q->q[q->head + k];
+        part *p = &s->parts[pi];
+        if (p->state != P_AVAILABLE)
+            continue; /* lost: its producer re-runs */
+        memmove(q->q + q->head + 1, q->q + q->head, k * sizeof *q->q);
+        q->head++;
+        q->len--;
+        p->consumer = DEALT;
+        s->stream_taken++;
+        *out = (sb_sched_stream_part){.id = p->id,
+                                      .address = s->workers[p->worker].address,
+                                      .bytes = p->bytes,
+                                      .rows = p->rows};
+        return 1;
+    }
+    return 0;
+}
+
+int sb_sched_stream_done(sb_sched *s, uint32_t epoch)
+{
+    if (!s->stream || epoch >= s->stream_epochs)
+        return -1;
+    stream_advance(s);
+    if (s->sq[epoch].len > 0 || epoch > s->stream_open)
+        return 0;
+    return epoch < s->stream_open || stream_made(s);
+}
+
+int sb_sched_stream_release(sb_sched *s, const char *id, uint64_t now_ms)
+{
+    size_t pi;
+    if (!s->stream || !sb_idmap_get(&s->part_ids, id, &pi) || s->parts[pi].consumer != DEALT ||
+        s->parts[pi].state == P_RELEASED)
+        return 0;
+    part_release(s, pi);
+    s->stream_taken--;
+    s->last_progress_ms = now_ms;
+    check_finished(s);
+    return 1;
+}
+
+uint32_t sb_sched_stream_epochs(const sb_sched *s)
+{
+    return s->stream ? s->stream_epochs : 0;
 }

@@ -101,6 +101,14 @@ typedef struct sb_sched_config {
                                       an op of its own, so sb_sched_stage_move can move it */
     uint64_t start_ms;             /* the clock at creation (the stall watchdog starts there) */
     const sb_sched_resume *resume; /* NULL: a fresh run */
+    /* A stream:// sink (see "Stream sink" below): the last op's outputs stay in the workers'
+     * stores for consumers instead of being written out. stream_epochs: how many times the
+     * source is read (0 is 1); stream_seed: with stream_shuffle, each epoch's splits are
+     * shuffled by (seed, epoch). Not with resume. */
+    int stream;
+    uint32_t stream_epochs;
+    int stream_shuffle;
+    uint64_t stream_seed;
 } sb_sched_config;
 
 /* A partition a task reads. */
@@ -356,5 +364,32 @@ void sb_sched_memory_get(const sb_sched *s, sb_sched_memory *out);
 /* If nothing progressed for stall_ms, writes which op is stuck and why into buf and returns 1;
  * else 0. */
 int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char *buf, size_t len);
+
+/* ---- Stream sink (sb_sched_config.stream) --------------------------------------------------
+ * The last op's outputs are partitions like any other: held by a worker, counted against the
+ * memory budget until released, re-made by lineage while nobody has taken them. They wait in a
+ * queue per epoch, in the order they were made, until the controller's dealer (deal.h) takes
+ * them for the consumers. Epoch e is the plan's splits read once more (op 0's tasks
+ * e * nsplits ..); its source tasks start only when everything of epoch e - 1 has been made, so
+ * no task mixes rows of two epochs. The run succeeds once every epoch has been made and every
+ * partition released (sb_sched_stream_release). A partition taken and then lost with its worker
+ * is not re-made (the consumer that took it fails to fetch it). */
+
+/* A partition of the stream (a view, valid until the next mutating call). */
+typedef struct sb_sched_stream_part {
+    const char *id, *address;
+    uint64_t bytes, rows;
+} sb_sched_stream_part;
+
+/* Takes the oldest partition of epoch `epoch` that is available: 1 (filled in), 0 none now. */
+int sb_sched_stream_take(sb_sched *s, uint32_t epoch, sb_sched_stream_part *out);
+/* 1 when nothing more will come for the epoch (every partition of it made and taken), 0 not
+ * yet, -1 not a stream or no such epoch. */
+int sb_sched_stream_done(sb_sched *s, uint32_t epoch);
+/* A taken partition has been consumed: its worker frees it. 1 released, 0 unknown id or not
+ * taken. */
+int sb_sched_stream_release(sb_sched *s, const char *id, uint64_t now_ms);
+/* Epochs of the stream (0 when the sink is not a stream). */
+uint32_t sb_sched_stream_epochs(const sb_sched *s);
 
 #endif

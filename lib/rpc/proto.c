@@ -22,6 +22,8 @@ static const sb_rpc_method_info methods[] = {
      &streambatch__v1__complete_task_reply__descriptor},
     {SB_RPC_CONTROL_HEARTBEAT, 0, &streambatch__v1__heartbeat_request__descriptor,
      &streambatch__v1__heartbeat_reply__descriptor},
+    {SB_RPC_CONTROL_STREAM_NEXT, 0, &streambatch__v1__stream_next_request__descriptor,
+     &streambatch__v1__stream_next_reply__descriptor},
     {SB_RPC_DATA_FETCH, 1, &streambatch__v1__fetch_request__descriptor,
      &streambatch__v1__chunk__descriptor},
     {SB_RPC_WORKER_REBIND, 0, &streambatch__v1__rebind_request__descriptor,
@@ -245,6 +247,20 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
     } else if (d == &streambatch__v1__heartbeat_reply__descriptor) {
         const Streambatch__V1__HeartbeatReply *m = (const void *)msg;
         rc = check_pids(m->release, m->n_release, "release", err);
+    } else if (d == &streambatch__v1__stream_next_request__descriptor) {
+        const Streambatch__V1__StreamNextRequest *m = (const void *)msg;
+        rc = check_pids(m->acks, m->n_acks, "acks", err);
+    } else if (d == &streambatch__v1__stream_next_reply__descriptor) {
+        const Streambatch__V1__StreamNextReply *m = (const void *)msg;
+        if (m->kind == STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE) {
+            rc = check_pid(m->partition_id, "partition_id", 0, err);
+            if (rc == 0)
+                rc = check_token(m->address, "address", err);
+            if (rc == 0 && (m->row_lo >= m->row_hi || m->row_hi > m->rows))
+                rc = sb_err_set(err, "rows [%llu, %llu) outside the partition's %llu",
+                                (unsigned long long)m->row_lo, (unsigned long long)m->row_hi,
+                                (unsigned long long)m->rows);
+        }
     } else if (d == &streambatch__v1__fetch_request__descriptor) {
         const Streambatch__V1__FetchRequest *m = (const void *)msg;
         rc = check_pid(m->partition_id, "partition_id", 0, err);

@@ -25,6 +25,7 @@
 #define SB_RPC_CONTROL_POLL_TASKS "/streambatch.v1.Control/PollTasks"
 #define SB_RPC_CONTROL_COMPLETE_TASK "/streambatch.v1.Control/CompleteTask"
 #define SB_RPC_CONTROL_HEARTBEAT "/streambatch.v1.Control/Heartbeat"
+#define SB_RPC_CONTROL_STREAM_NEXT "/streambatch.v1.Control/StreamNext"
 #define SB_RPC_DATA_FETCH "/streambatch.v1.Data/Fetch"
 #define SB_RPC_WORKER_REBIND "/streambatch.v1.Worker/Rebind"
 

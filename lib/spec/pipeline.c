@@ -562,7 +562,8 @@ static void check_uri(const char *uri, const sb_node *node, const char *path, in
         return;
     int line = node->line, col = node->col;
     const char *sep = strstr(uri, "://");
-    const char *supported = is_sink ? "file:// and s3://" : "file://, http://, https:// and s3://";
+    const char *supported =
+        is_sink ? "file://, s3:// and stream://" : "file://, http://, https:// and s3://";
     if (sep == NULL) {
         sb_diags_add(d, path, line, col,
                      "\"%.80s\" has no scheme; write a URI such as file:///data/in or "
@@ -589,6 +590,12 @@ static void check_uri(const char *uri, const sb_node *node, const char *path, in
             sb_diags_add(d, path, line, col,
                          "\"%.80s\": S3 bucket name must be 3-63 lowercase letters, digits, '-' "
                          "or '.'",
+                         uri);
+    } else if (is_sink && sl == 6 && strncmp(uri, "stream", 6) == 0) {
+        if (*rest != '\0')
+            sb_diags_add(d, path, line, col,
+                         "\"%.80s\": a stream sink is \"stream://\" with nothing after it (its "
+                         "consumers connect to `streambatch run --serve HOST:PORT`)",
                          uri);
     } else if (!is_sink && ((sl == 4 && strncmp(uri, "http", 4) == 0) ||
                             (sl == 5 && strncmp(uri, "https", 5) == 0))) {
@@ -990,6 +997,42 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
     }
 }
 
+/* A stream:// sink keeps the output in the workers for consumers: what only makes sense for
+ * files (write modes, credentials, sink args) and what the stream does not do (order by
+ * lineage, the staged mode, which runs without a budget) is refused. */
+static void stream_sink_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
+                              sb_diags *d)
+{
+    if (sp->sink.uri == NULL || strcmp(sp->sink.uri, "stream://") != 0)
+        return;
+    char buf[512];
+    const sb_node *sink = sb_node_get(node, "sink"), *ex = sb_node_get(node, "execution");
+    static const char *const file_only[] = {"mode", "credentialsSecret", "args"};
+    for (size_t i = 0; i < sizeof file_only / sizeof *file_only; i++) {
+        const sb_node *n = sb_node_get(sink, file_only[i]);
+        if (n == NULL)
+            continue;
+        snprintf(buf, sizeof buf, "%s.sink.%s", path, file_only[i]);
+        sb_diags_add(d, buf, n->line, n->col,
+                     "a stream:// sink writes no files: %s means nothing there; remove it",
+                     file_only[i]);
+    }
+    const sb_node *po = sb_node_get(ex, "preserveOrder");
+    if (sp->execution.preserve_order && po != NULL) {
+        snprintf(buf, sizeof buf, "%s.execution.preserveOrder", path);
+        sb_diags_add(d, buf, po->line, po->col,
+                     "a stream:// sink deals partitions in the order they are made; "
+                     "preserveOrder is not built for it");
+    }
+    const sb_node *mode = sb_node_get(ex, "mode");
+    if (sp->execution.mode == SB_MODE_STAGED && mode != NULL) {
+        snprintf(buf, sizeof buf, "%s.execution.mode", path);
+        sb_diags_add(d, buf, mode->line, mode->col,
+                     "a stream:// sink needs the memory budget (a slow consumer holds the "
+                     "pipeline back); mode staged runs without one");
+    }
+}
+
 static void spec_check(void *obj, const sb_node *node, const char *path, sb_diags *d, void *ctx)
 {
     (void)ctx;
@@ -1013,6 +1056,7 @@ static void spec_check(void *obj, const sb_node *node, const char *path, sb_diag
         }
     }
     const sb_node *ex = sb_node_get(node, "execution");
+    stream_sink_check(sp, node, path, d);
     const sb_node *mb = sb_node_get(ex, "memoryBudget");
     if (sp->execution.memory_budget < sp->source.partition_size && sp->source.partition_size > 0) {
         char a[32], b[32];

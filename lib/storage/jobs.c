@@ -94,6 +94,10 @@ int sb_storage_run(const sb_pipeline *p, sb_storage_kind k, const sb_storage_out
                    size_t nparts, const sb_storage_errored *errored, size_t nerrored,
                    sb_storage_splits *plan, sb_err *err)
 {
+    /* a stream:// sink has no storage: its partitions stay in the workers for consumers */
+    int stream = p->spec.sink.uri != NULL && strcmp(p->spec.sink.uri, "stream://") == 0;
+    if (stream && k != SB_STORAGE_PLAN)
+        return 0;
     switch (k) {
     case SB_STORAGE_PLAN:
         return sb_storage_splits_make(p, plan, err);

@@ -1,0 +1,615 @@
+/* consumer.c — the C consumer of a stream:// sink (streambatch_consumer.h): asks the controller
+ * for slices (Control.StreamNext), fetches their partitions from the workers (worker/data's
+ * resumable Data.Fetch client), keeps the dealt rows as references into the fetched blobs, and
+ * gathers them into batches (in order, or shuffled within a window). */
+
+#include "api/consumer/streambatch_consumer.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "partition/partition.h"
+#include "rpc/auth.h"
+#include "rpc/proto.h"
+#include "rpc/tlsdir.h"
+#include "worker/data/fetch.h"
+
+/* A fetched partition; freed once no row of it waits. */
+typedef struct src {
+    void *blob;
+    sb_batch *b;
+    size_t refs; /* rows of it in the pool */
+} src;
+
+typedef struct {
+    src *s;
+    uint32_t row;
+} rowref;
+
+typedef struct {
+    char *addr;
+    sb_rpc_channel *ch;
+} chan;
+
+typedef struct {
+    char *name;
+    int type, child;
+    uint32_t list_size;
+    size_t width; /* bytes per row (fixed width) */
+    uint8_t *values;
+    size_t values_len, values_cap;
+    int64_t *offsets;
+    uint8_t *valid;
+    int has_null;
+} outcol;
+
+struct sbc_stream {
+    sbc_options o;
+    char token[SB_RPC_TOKEN_HEX + 1];
+    sb_rpc_creds creds;
+    sb_rpc_tlsdir tls;
+    sb_rpc_opts rpc;
+    sb_rpc_channel *ctl;
+    chan *chans;
+    size_t nchans;
+    char **acks; /* fetched since the last StreamNext */
+    size_t nacks, capacks;
+    rowref *pool; /* dealt rows not yet yielded; [head, len) in order */
+    size_t head, len, cap;
+    uint64_t floor_rows, end_rows, emitted, dealt, fetches, bytes;
+    int ended; /* the controller said END */
+    uint64_t rng;
+    outcol *cols;
+    size_t ncols, rows;
+    src *last;        /* the partition fetched last (one reference): a partition dealt to this
+                         rank in several slices is fetched once */
+    char *last_id;
+    src **batch_srcs; /* sources whose rows the current batch was gathered from */
+    size_t nbatch_srcs, capbatch_srcs;
+    char err[1024];
+};
+
+static int fail(sbc_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(sbc_stream *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int read_token(const sbc_options *o, char out[SB_RPC_TOKEN_HEX + 1], char *err,
+                      size_t errlen)
+{
+    char buf[256] = "";
+    if (o->token != NULL) {
+        snprintf(buf, sizeof buf, "%s", o->token);
+    } else if (o->token_file != NULL) {
+        FILE *f = fopen(o->token_file, "r");
+        if (f == NULL) {
+            snprintf(err, errlen, "token file %s: %s", o->token_file, strerror(errno));
+            return -1;
+        }
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        buf[strcspn(buf, " \r\n\t")] = '\0';
+    } else {
+        snprintf(err, errlen, "no token: give the token or the tokenFile `streambatch run "
+                              "--serve` printed");
+        return -1;
+    }
+    sb_err e;
+    if (sb_rpc_hex64_check(buf, "the token", &e) != 0) {
+        snprintf(err, errlen, "%s", e.msg);
+        return -1;
+    }
+    memcpy(out, buf, SB_RPC_TOKEN_HEX + 1);
+    return 0;
+}
+
+sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen)
+{
+    if (o == NULL || o->address == NULL || *o->address == '\0') {
+        snprintf(err, errlen, "no address: give the address `streambatch run --serve` printed");
+        return NULL;
+    }
+    if (o->world_size == 0 || o->rank >= o->world_size || o->batch_size == 0) {
+        snprintf(err, errlen, "rank %u of world_size %u, batch_size %u: need rank < world_size "
+                              "and batch_size >= 1",
+                 o->rank, o->world_size, o->batch_size);
+        return NULL;
+    }
+    sbc_stream *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->o = *o;
+    s->o.token = s->o.token_file = s->o.tls_dir = NULL; /* not kept: the caller's strings */
+    s->o.address = NULL;
+    if (s->o.timeout_ms <= 0)
+        s->o.timeout_ms = 600000;
+    sb_err e;
+    if (read_token(o, s->token, err, errlen) != 0)
+        goto fail;
+    memcpy(s->creds.token, s->token, sizeof s->token);
+    s->rpc.auth = &s->creds;
+    s->rpc.max_message_bytes = 64u << 20;
+    if (o->tls_dir != NULL && *o->tls_dir) {
+        if (sb_rpc_tlsdir_load(&s->tls, o->tls_dir, NULL, &e) != 0) {
+            snprintf(err, errlen, "%s", e.msg);
+            goto fail;
+        }
+        sb_rpc_tlsdir_apply(&s->tls, &s->rpc);
+    }
+    s->ctl = sb_rpc_channel_new(o->address, &s->rpc, &e);
+    if (s->ctl == NULL) {
+        snprintf(err, errlen, "%s: %s", o->address, e.msg);
+        goto fail;
+    }
+    /* the shuffle's order: a function of (seed, epoch, rank) only */
+    s->rng = (o->seeded ? o->seed : 0x5eedULL) ^ ((uint64_t)o->epoch * 0xd1b54a32d192ed03ULL) ^
+             ((uint64_t)o->rank * 0x8cb92ba72f3d8dd7ULL);
+    return s;
+fail:
+    sbc_close(s);
+    return NULL;
+}
+
+static void src_unref(src *x)
+{
+    if (x != NULL && --x->refs == 0) {
+        sb_batch_close(x->b);
+        sb_part_free(x->blob);
+        free(x);
+    }
+}
+
+static void batch_release(sbc_stream *s)
+{
+    for (size_t i = 0; i < s->nbatch_srcs; i++)
+        src_unref(s->batch_srcs[i]);
+    s->nbatch_srcs = 0;
+    for (size_t c = 0; c < s->ncols; c++) {
+        free(s->cols[c].name);
+        free(s->cols[c].values);
+        free(s->cols[c].offsets);
+        free(s->cols[c].valid);
+    }
+    free(s->cols);
+    s->cols = NULL;
+    s->ncols = s->rows = 0;
+}
+
+void sbc_close(sbc_stream *s)
+{
+    if (s == NULL)
+        return;
+    batch_release(s);
+    src_unref(s->last);
+    free(s->last_id);
+    for (size_t i = s->head; i < s->len; i++)
+        src_unref(s->pool[i].s);
+    free(s->pool);
+    free(s->batch_srcs);
+    for (size_t i = 0; i < s->nacks; i++)
+        free(s->acks[i]);
+    free(s->acks);
+    for (size_t i = 0; i < s->nchans; i++) {
+        sb_rpc_channel_free(s->chans[i].ch);
+        free(s->chans[i].addr);
+    }
+    free(s->chans);
+    if (s->ctl != NULL)
+        sb_rpc_channel_free(s->ctl);
+    free(s);
+}
+
+const char *sbc_error(const sbc_stream *s)
+{
+    return s->err;
+}
+
+static sb_rpc_channel *chan_for(sbc_stream *s, const char *addr)
+{
+    for (size_t i = 0; i < s->nchans; i++)
+        if (strcmp(s->chans[i].addr, addr) == 0)
+            return s->chans[i].ch;
+    chan *nc = realloc(s->chans, (s->nchans + 1) * sizeof *nc);
+    if (nc == NULL)
+        return NULL;
+    s->chans = nc;
+    sb_err e;
+    sb_rpc_channel *ch = sb_rpc_channel_new(addr, &s->rpc, &e);
+    char *a = strdup(addr);
+    if (ch == NULL || a == NULL) {
+        if (ch != NULL)
+            sb_rpc_channel_free(ch);
+        free(a);
+        return NULL;
+    }
+    s->chans[s->nchans++] = (chan){.addr = a, .ch = ch};
+    return ch;
+}
+
+static int pool_reserve(sbc_stream *s, size_t more)
+{
+    if (s->head > 0 && s->len + more > s->cap) { /* compact first */
+        memmove(s->pool, s->pool + s->head, (s->len - s->head) * sizeof *s->pool);
+        s->len -= s->head;
+        s->head = 0;
+    }
+    if (s->len + more <= s->cap)
+        return 0;
+    size_t cap = s->cap ? s->cap : 1024;
+    while (cap < s->len + more)
+        cap *= 2;
+    rowref *np = realloc(s->pool, cap * sizeof *np);
+    if (np == NULL)
+        return -1;
+    s->pool = np;
+    s->cap = cap;
+    return 0;
+}
+
+/* Fetches the slice's partition and adds its rows [lo, hi) to the pool. */
+static int add_rows(sbc_stream *s, src *x, const Streambatch__V1__StreamNextReply *r)
+{
+    size_t n = (size_t)(r->row_hi - r->row_lo);
+    if (pool_reserve(s, n) != 0)
+        return fail(s, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        s->pool[s->len++] = (rowref){x, (uint32_t)(r->row_lo + i)};
+    x->refs += n;
+    return 0;
+}
+
+static int take_slice(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
+{
+    if (s->last != NULL && strcmp(s->last_id, r->partition_id) == 0 &&
+        sb_batch_rows(s->last->b) == r->rows)
+        return add_rows(s, s->last, r);
+    sb_rpc_channel *ch = chan_for(s, r->address);
+    if (ch == NULL)
+        return fail(s, "out of memory (a channel to %s)", r->address);
+    void *blob = NULL;
+    size_t len = 0;
+    sb_err e;
+    sb_data_fetch_opts fo = {.requester_id = "consumer", .flags = SB_DATA_FETCH_NO_VERIFY};
+    int rc = sb_data_fetch(ch, r->partition_id, (size_t)r->bytes, 0, s->o.timeout_ms, &fo, &blob,
+                           &len, NULL, &e);
+    if (rc != 0)
+        return fail(s, "fetching partition %s from %s: %s", r->partition_id, r->address, e.msg);
+    src *x = calloc(1, sizeof *x);
+    if (x == NULL) {
+        sb_part_free(blob);
+        return fail(s, "out of memory");
+    }
+    x->blob = blob;
+    /* every chunk's crc32c was checked on the way: the structure is checked here */
+    if (sb_batch_open_ex(blob, len, SB_BATCH_OPEN_SKIP_CHECKSUM, &x->b, &e) != 0) {
+        sb_part_free(blob);
+        free(x);
+        return fail(s, "partition %s: %s", r->partition_id, e.msg);
+    }
+    if (sb_batch_rows(x->b) != r->rows || r->row_hi > r->rows) {
+        size_t got = sb_batch_rows(x->b);
+        src_unref((x->refs = 1, x));
+        return fail(s, "partition %s has %zu rows, the controller said %llu", r->partition_id,
+                    got, (unsigned long long)r->rows);
+    }
+    char *id = strdup(r->partition_id);
+    if (id == NULL) {
+        src_unref((x->refs = 1, x));
+        return fail(s, "out of memory");
+    }
+    x->refs = 1; /* the cache's */
+    src_unref(s->last);
+    free(s->last_id);
+    s->last = x;
+    s->last_id = id;
+    s->fetches++;
+    s->bytes += len;
+    return add_rows(s, x, r);
+}
+
+static int ack_add(sbc_stream *s, const char *id)
+{
+    if (s->nacks == s->capacks) {
+        size_t cap = s->capacks ? s->capacks * 2 : 16;
+        char **na = realloc(s->acks, cap * sizeof *na);
+        if (na == NULL)
+            return -1;
+        s->acks = na;
+        s->capacks = cap;
+    }
+    if ((s->acks[s->nacks] = strdup(id)) == NULL)
+        return -1;
+    s->nacks++;
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One StreamNext: 1 rows were added or the state moved, 0 wait (slept), -1 error. */
+static int ask(sbc_stream *s)
+{
+    Streambatch__V1__StreamNextRequest req = STREAMBATCH__V1__STREAM_NEXT_REQUEST__INIT;
+    req.rank = s->o.rank;
+    req.world_size = s->o.world_size;
+    req.epoch = s->o.epoch;
+    req.batch_size = s->o.batch_size;
+    req.acks = s->acks;
+    req.n_acks = s->nacks;
+    ProtobufCMessage *resp = NULL;
+    sb_err e;
+    sb_rpc_code code =
+        sb_rpc_call_msg(s->ctl, SB_RPC_CONTROL_STREAM_NEXT, &req.base, 30000, 0, &resp, &e);
+    if (code == SB_RPC_UNAVAILABLE) { /* not up yet, or restarting: ask again */
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    if (code != SB_RPC_OK)
+        return fail(s, "StreamNext: %s", e.msg);
+    for (size_t i = 0; i < s->nacks; i++) /* delivered: the controller has them */
+        free(s->acks[i]);
+    s->nacks = 0;
+    Streambatch__V1__StreamNextReply *r = (Streambatch__V1__StreamNextReply *)resp;
+    int rc = 1;
+    if (r->floor_rows > s->floor_rows)
+        s->floor_rows = r->floor_rows;
+    switch (r->kind) {
+    case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE:
+        rc = take_slice(s, r);
+        if (rc == 0 && ack_add(s, r->partition_id) != 0)
+            rc = fail(s, "out of memory");
+        rc = rc == 0 ? 1 : -1;
+        s->dealt = r->dealt_rows;
+        break;
+    case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__END:
+        s->ended = 1;
+        s->end_rows = s->o.drop_last ? r->end_rows : r->dealt_rows;
+        s->dealt = r->dealt_rows;
+        break;
+    case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__WAIT: {
+        struct timespec ts = {0, (long)(r->retry_ms ? r->retry_ms : 5) * 1000000L};
+        nanosleep(&ts, NULL);
+        rc = 0;
+        break;
+    }
+    default:
+        rc = fail(s, "%s", r->message && *r->message ? r->message : "the controller refused");
+    }
+    sb_rpc_msg_free(resp);
+    return rc;
+}
+
+/* Rows the rank may still yield now: with drop_last only whole batches every rank will have. */
+static uint64_t allowed(const sbc_stream *s)
+{
+    uint64_t lim = s->ended ? s->end_rows : s->o.drop_last ? s->floor_rows : UINT64_MAX;
+    return lim > s->emitted ? lim - s->emitted : 0;
+}
+
+/* The rows of the next batch are ready (or the epoch is over): 1 ready, 0 over, -1 error. */
+static int fill(sbc_stream *s)
+{
+    size_t b = s->o.batch_size, window = s->o.local_shuffle_buffer;
+    double deadline = now_s() + s->o.timeout_ms / 1000.0;
+    for (;;) {
+        size_t have = s->len - s->head;
+        uint64_t ok = allowed(s);
+        if (s->ended) {
+            if (ok == 0 || have == 0)
+                return 0;
+            return 1; /* the rest, up to what is allowed (a short last batch without drop_last) */
+        }
+        if (have >= b && ok >= b && have >= (window > b ? window : b))
+            return 1;
+        int rc = ask(s);
+        if (rc < 0)
+            return -1;
+        if (rc == 0 && now_s() > deadline)
+            return fail(s, "no rows for %d ms (rank %u of %u, epoch %u: the other ranks may not "
+                           "be reading, or the pipeline is stuck)",
+                        s->o.timeout_ms, s->o.rank, s->o.world_size, s->o.epoch);
+        if (rc > 0)
+            deadline = now_s() + s->o.timeout_ms / 1000.0;
+    }
+}
+
+/* Takes the rows of the batch out of the pool, in order or at random within the window. */
+static size_t pick_rows(sbc_stream *s, rowref *out, size_t n)
+{
+    size_t window = s->o.local_shuffle_buffer;
+    for (size_t i = 0; i < n; i++) {
+        size_t have = s->len - s->head;
+        if (window > 1) {
+            size_t w = have < window ? have : window;
+            size_t j = s->head + (size_t)(splitmix(&s->rng) % w);
+            rowref t = s->pool[j];
+            s->pool[j] = s->pool[s->head];
+            s->pool[s->head] = t;
+        }
+        out[i] = s->pool[s->head++];
+    }
+    return n;
+}
+
+static int col_init(sbc_stream *s, outcol *oc, const sb_column *c, size_t rows)
+{
+    oc->name = strndup(c->name, c->name_len);
+    oc->type = (int)c->type;
+    oc->child = (int)c->child_type;
+    oc->list_size = c->list_size;
+    if (c->type == SB_TYPE_BINARY || c->type == SB_TYPE_UTF8) {
+        oc->offsets = malloc((rows + 1) * sizeof *oc->offsets);
+        oc->offsets[0] = 0;
+    } else {
+        oc->width = c->type == SB_TYPE_BOOL         ? 1
+                    : c->type == SB_TYPE_FIXED_LIST ? c->list_size * sb_type_width(c->child_type)
+                                                    : sb_type_width(c->type);
+        oc->values_cap = rows * oc->width;
+        oc->values = malloc(oc->values_cap ? oc->values_cap : 1);
+    }
+    oc->valid = malloc(rows ? rows : 1);
+    if (oc->name == NULL || oc->valid == NULL ||
+        (oc->offsets == NULL && oc->values == NULL))
+        return fail(s, "out of memory");
+    return 0;
+}
+
+static int put_value(sbc_stream *s, outcol *oc, const sb_column *c, size_t i, size_t row)
+{
+    int valid = sb_column_valid(c, row);
+    oc->valid[i] = (uint8_t)valid;
+    oc->has_null |= !valid;
+    if (oc->offsets != NULL) {
+        size_t n = 0;
+        const void *p = sb_column_binary(c, row, &n);
+        if (oc->values_len + n > oc->values_cap) {
+            size_t cap = oc->values_cap ? oc->values_cap * 2 : 4096;
+            while (cap < oc->values_len + n)
+                cap *= 2;
+            uint8_t *nv = realloc(oc->values, cap);
+            if (nv == NULL)
+                return fail(s, "out of memory");
+            oc->values = nv;
+            oc->values_cap = cap;
+        }
+        memcpy(oc->values + oc->values_len, p, n);
+        oc->values_len += n;
+        oc->offsets[i + 1] = (int64_t)oc->values_len;
+    } else if (c->type == SB_TYPE_BOOL) {
+        oc->values[i] = (uint8_t)sb_column_bool(c, row);
+        oc->values_len = i + 1;
+    } else {
+        memcpy(oc->values + i * oc->width, (const uint8_t *)c->values + row * oc->width,
+               oc->width);
+        oc->values_len = (i + 1) * oc->width;
+    }
+    return 0;
+}
+
+/* The columns of the batch from the picked rows; every partition must have the first's
+ * columns. */
+static int gather(sbc_stream *s, const rowref *rows, size_t n)
+{
+    const sb_batch *first = rows[0].s->b;
+    s->ncols = sb_batch_ncols(first);
+    s->cols = calloc(s->ncols ? s->ncols : 1, sizeof *s->cols);
+    if (s->cols == NULL)
+        return fail(s, "out of memory");
+    for (size_t c = 0; c < s->ncols; c++)
+        if (col_init(s, &s->cols[c], sb_batch_column(first, c), n) != 0)
+            return -1;
+    for (size_t i = 0; i < n; i++) {
+        const sb_batch *b = rows[i].s->b;
+        if (sb_batch_ncols(b) != s->ncols)
+            return fail(s, "partitions of the stream have different columns");
+        for (size_t c = 0; c < s->ncols; c++) {
+            const sb_column *col = sb_batch_column(b, c);
+            if ((int)col->type != s->cols[c].type || col->list_size != s->cols[c].list_size ||
+                strncmp(col->name, s->cols[c].name, col->name_len + 1) != 0)
+                return fail(s, "partitions of the stream have different columns (%s)",
+                            s->cols[c].name);
+            if (put_value(s, &s->cols[c], col, i, rows[i].row) != 0)
+                return -1;
+        }
+    }
+    for (size_t c = 0; c < s->ncols; c++)
+        if (!s->cols[c].has_null) {
+            free(s->cols[c].valid);
+            s->cols[c].valid = NULL;
+        }
+    s->rows = n;
+    return 0;
+}
+
+int sbc_next(sbc_stream *s)
+{
+    batch_release(s);
+    int rc = fill(s);
+    if (rc <= 0)
+        return rc;
+    size_t n = s->o.batch_size, have = s->len - s->head;
+    uint64_t ok = allowed(s);
+    if (n > have)
+        n = have;
+    if (n > ok)
+        n = (size_t)ok;
+    if (n == 0)
+        return 0;
+    rowref *rows = malloc(n * sizeof *rows);
+    if (rows == NULL)
+        return fail(s, "out of memory");
+    pick_rows(s, rows, n);
+    rc = gather(s, rows, n);
+    /* the batch keeps its sources until the next call (its values are copies, but a caller
+     * may still look at the names) */
+    for (size_t i = 0; i < n; i++) {
+        int seen = 0;
+        for (size_t k = s->nbatch_srcs; k-- > 0 && !seen;)
+            seen = s->batch_srcs[k] == rows[i].s;
+        if (seen) {
+            src_unref(rows[i].s);
+            continue;
+        }
+        if (s->nbatch_srcs == s->capbatch_srcs) {
+            size_t cap = s->capbatch_srcs ? s->capbatch_srcs * 2 : 16;
+            src **nb = realloc(s->batch_srcs, cap * sizeof *nb);
+            if (nb == NULL) {
+                src_unref(rows[i].s);
+                continue;
+            }
+            s->batch_srcs = nb;
+            s->capbatch_srcs = cap;
+        }
+        s->batch_srcs[s->nbatch_srcs++] = rows[i].s;
+    }
+    free(rows);
+    if (rc != 0)
+        return -1;
+    s->emitted += n;
+    return 1;
+}
+
+size_t sbc_rows(const sbc_stream *s) { return s->rows; }
+size_t sbc_ncols(const sbc_stream *s) { return s->ncols; }
+const char *sbc_col_name(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].name : NULL; }
+int sbc_col_type(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].type : 0; }
+int sbc_col_child_type(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].child : 0; }
+uint32_t sbc_col_list_size(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].list_size : 0; }
+const void *sbc_col_values(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].values : NULL; }
+size_t sbc_col_values_len(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].values_len : 0; }
+const int64_t *sbc_col_offsets(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].offsets : NULL; }
+const uint8_t *sbc_col_valid(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].valid : NULL; }
+
+void sbc_stats(const sbc_stream *s, uint64_t *rows, uint64_t *dealt, uint64_t *fetches,
+               uint64_t *bytes)
+{
+    *rows = s->emitted;
+    *dealt = s->dealt;
+    *fetches = s->fetches;
+    *bytes = s->bytes;
+}

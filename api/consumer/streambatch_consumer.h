@@ -1,0 +1,96 @@
+/* streambatch_consumer.h — reading a stream:// sink from a trainer: the C consumer API.
+ *
+ * `streambatch run FILE --serve HOST:PORT` prints {"address": ..., "tokenFile": ...}. A trainer
+ * rank opens the stream with that address and token, its rank, the world size, the epoch and a
+ * batch size, then calls sbc_next() until it returns 0: each call gives one batch of rows, as
+ * columns (numbers as fixed-width arrays, bytes and strings as int64 offsets + data, tensors as
+ * fixed-width rows). Behind it: Control.StreamNext deals this rank its next slice of the output
+ * (docs/training.md, "Splits"), Data.Fetch reads the partition from the worker holding it, and the
+ * next call acknowledges what was read, so the worker frees it and the pipeline goes on.
+ *
+ * Batches. Every batch has batch_size rows but, without drop_last, an epoch's last one. With
+ * drop_last every rank of the epoch yields the same number of batches (a rank waits, where it
+ * must, for the others to be dealt as many rows). local_shuffle_buffer (rows) shuffles the rows
+ * within a window of that many; with `seeded`, the order is a pure function of (seed, epoch,
+ * rank) given the same deal.
+ *
+ * Ownership: the stream owns everything it returns; a batch and its columns stay valid until
+ * the next sbc_next() or sbc_close(). One thread at a time per stream. Links against the
+ * streambatch build (libstreambatch_consumer.so, `make consumer`); Python's
+ * streambatch.iter_batches wraps this library with ctypes.
+ */
+#ifndef STREAMBATCH_CONSUMER_H
+#define STREAMBATCH_CONSUMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sbc_stream sbc_stream;
+
+typedef struct sbc_options {
+    const char *address;    /* the controller, "host:port" (--serve's printed address) */
+    const char *token;      /* the stream's token (64 hex); NULL: read from token_file */
+    const char *token_file; /* the printed tokenFile */
+    const char *tls_dir;    /* mutual TLS (tls.crt, tls.key, ca.crt), as the run's --tls-dir;
+                               NULL: plaintext */
+    uint32_t rank, world_size, epoch, batch_size;
+    int drop_last;
+    uint32_t local_shuffle_buffer; /* rows; 0: the order they were dealt */
+    int seeded;
+    uint64_t seed;
+    int timeout_ms; /* longest wait for the controller or a fetch (0: 600000) */
+} sbc_options;
+
+/* Column types (the values of the engine's partition format). */
+enum {
+    SBC_BOOL = 1, /* one byte per row, 0 or 1 */
+    SBC_INT8 = 2,
+    SBC_INT16 = 3,
+    SBC_INT32 = 4,
+    SBC_INT64 = 5,
+    SBC_UINT8 = 6,
+    SBC_UINT16 = 7,
+    SBC_UINT32 = 8,
+    SBC_UINT64 = 9,
+    SBC_FLOAT32 = 10,
+    SBC_FLOAT64 = 11,
+    SBC_BINARY = 12,     /* offsets (rows + 1, int64) into values */
+    SBC_UTF8 = 13,       /* like binary, valid UTF-8 */
+    SBC_FIXED_LIST = 14, /* list_size values of child_type per row */
+};
+
+/* NULL with the reason in err (a bad option, an unreadable token file). Nothing is contacted yet. */
+sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen);
+/* The next batch: 1 (sbc_rows/sbc_col_* describe it), 0 the epoch is over, -1 an error
+ * (sbc_error: the pipeline failed, a rank disagreed, a worker could not be read, a timeout). */
+int sbc_next(sbc_stream *s);
+const char *sbc_error(const sbc_stream *s);
+void sbc_close(sbc_stream *s);
+
+/* The current batch. */
+size_t sbc_rows(const sbc_stream *s);
+size_t sbc_ncols(const sbc_stream *s);
+const char *sbc_col_name(const sbc_stream *s, size_t col);
+int sbc_col_type(const sbc_stream *s, size_t col);
+int sbc_col_child_type(const sbc_stream *s, size_t col); /* SBC_FIXED_LIST */
+uint32_t sbc_col_list_size(const sbc_stream *s, size_t col);
+/* Fixed-width columns: rows * width bytes; binary/utf8: the bytes the offsets index. */
+const void *sbc_col_values(const sbc_stream *s, size_t col);
+size_t sbc_col_values_len(const sbc_stream *s, size_t col);
+const int64_t *sbc_col_offsets(const sbc_stream *s, size_t col); /* binary/utf8; else NULL */
+const uint8_t *sbc_col_valid(const sbc_stream *s, size_t col);   /* 1 byte per row; NULL: no nulls */
+
+/* What the stream did so far: rows yielded, rows dealt to it, partitions fetched, and the
+ * bytes fetched. */
+void sbc_stats(const sbc_stream *s, uint64_t *rows, uint64_t *dealt, uint64_t *fetches,
+               uint64_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,62 @@
+/* deal.h — the dealer of a stream:// sink: which rows of the output each consumer (a trainer
+ * rank) gets next. It decides; it does no I/O. The controller (ctl.c, Control.StreamNext) calls
+ * it under its lock with the scheduler whose stream it deals (sched.h, "Stream sink").
+ *
+ * The deal. Ranks ask one at a time, in any order. A rank gets a slice of the oldest partition
+ * not yet dealt: rows [lo, hi) of it, so one partition may be split between ranks, and every
+ * row of an epoch goes to exactly one rank. A rank is never dealt more than batch_size rows
+ * past the rank with the fewest (it waits instead): the ranks' totals at the end of an epoch
+ * then differ by at most one batch, so with drop_last=False their batch counts differ by at most
+ * one, and with drop_last=True each rank yields floor(min / batch) whole batches (end_rows), the
+ * same count everywhere. A rank that has not connected yet counts with 0 rows, so the others wait
+ * for it after one batch: the split waits where it must to keep the counts equal.
+ *
+ * Acknowledgements. A rank lists in each request the partitions of the slices it fetched since
+ * its last request; a partition whose every slice was acknowledged is released (its worker
+ * frees it, the budget gets the room back).
+ *
+ * Memory: the dealer owns its strings; a reply's strings stay valid until the next call.
+ */
+#ifndef SB_SCHED_DEAL_H
+#define SB_SCHED_DEAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "controller/sched/sched.h"
+
+typedef struct sb_deal sb_deal;
+
+typedef enum { SB_DEAL_SLICE, SB_DEAL_WAIT, SB_DEAL_END, SB_DEAL_ERROR } sb_deal_kind;
+
+typedef struct sb_deal_request {
+    uint32_t rank, world, epoch, batch;
+    const char *const *acks; /* partition ids of the slices fetched since the last request */
+    size_t nacks;
+} sb_deal_request;
+
+typedef struct sb_deal_reply {
+    sb_deal_kind kind;
+    const char *part_id, *address; /* SLICE */
+    uint64_t bytes, rows;          /* SLICE: the partition's size and rows */
+    uint64_t row_lo, row_hi;       /* SLICE: the rows of it for this rank */
+    uint64_t floor_rows;           /* rows every rank of the epoch has been dealt so far */
+    uint64_t dealt_rows;           /* rows dealt to this rank (END: in all) */
+    uint64_t end_rows;             /* END: whole batches of floor_rows (drop_last's rows) */
+    char message[256];             /* ERROR */
+} sb_deal_reply;
+
+/* A dealer for the scheduler's stream (sb_sched_stream_epochs > 0); NULL when out of memory. */
+sb_deal *sb_deal_new(const sb_sched *s);
+void sb_deal_free(sb_deal *d);
+
+/* Handles one request: the acks first (partitions released in s), then the next slice for the
+ * rank, a wait, the end of its epoch, or an error (a bad rank or epoch, ranks that disagree on
+ * world_size or batch_size). */
+void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
+                  sb_deal_reply *rep);
+
+/* Ranks that got the end of every epoch (all ranks of every epoch: the stream is over). */
+int sb_deal_all_ended(const sb_deal *d);
+
+#endif

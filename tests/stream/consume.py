@@ -1,0 +1,55 @@
+"""One trainer rank for tests/stream/test-stream.sh: reads epochs of a stream:// sink with
+streambatch.iter_batches and writes what it got as JSON (per epoch: the batch sizes and the
+records' ids in the order they came).
+
+usage: consume.py ADDRESS TOKEN_FILE RANK WORLD EPOCHS BATCH DROP_LAST SHUFFLE SEED FORMAT OUT
+       [PAUSE_AFTER_BATCHES PAUSE_S]
+SEED "-" is none. With PAUSE_AFTER_BATCHES, the rank stops reading for PAUSE_S seconds after
+that many batches of epoch 0 (a slow consumer)."""
+import json
+import sys
+import time
+
+import streambatch
+
+
+def ids_of(batch, fmt):
+    """The records' "id" fields, checked against the record text where there is one."""
+    if fmt == "numpy":
+        recs = batch["record"]
+        assert recs.dtype == object and all(isinstance(r, bytes) for r in recs), recs[:2]
+        return [json.loads(r)["id"] for r in recs], len(recs)
+    if fmt == "pyarrow":
+        recs = batch.column(batch.schema.get_field_index("record")).to_pylist()
+        return [json.loads(r)["id"] for r in recs], batch.num_rows
+    if fmt == "rows":
+        return [json.loads(r["record"])["id"] for r in batch], len(batch)
+    raise SystemExit(f"format {fmt}?")
+
+
+def main():
+    a = sys.argv[1:]
+    address, token_file, rank, world, epochs, bsz = a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5])
+    drop_last, shuffle, seed, fmt, out = a[6] == "1", int(a[7]), None if a[8] == "-" else int(a[8]), a[9], a[10]
+    pause_after = int(a[11]) if len(a) > 11 else -1
+    pause_s = float(a[12]) if len(a) > 12 else 0
+    result = {"rank": rank, "epochs": []}
+    for e in range(epochs):
+        sizes, ids, texts = [], [], []
+        for k, batch in enumerate(streambatch.iter_batches(
+                address, batch_size=bsz, batch_format=fmt, rank=rank, world_size=world, epoch=e,
+                drop_last=drop_last, local_shuffle_buffer=shuffle, seed=seed,
+                token_file=token_file, timeout_s=120)):
+            got, n = ids_of(batch, fmt)
+            sizes.append(n)
+            ids.extend(got)
+            if fmt == "numpy":
+                texts.extend(r.decode() for r in batch["record"])
+            if e == 0 and k + 1 == pause_after:
+                time.sleep(pause_s)
+        result["epochs"].append({"sizes": sizes, "ids": ids, "texts": texts})
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+main()

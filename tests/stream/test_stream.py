@@ -1,0 +1,219 @@
+"""The stream:// sink end to end (run by tests/stream/test-stream.sh): `streambatch run --serve`
+and trainer ranks reading it with streambatch.iter_batches, in separate processes.
+
+usage: test_stream.py STREAMBATCH_BIN WORKDIR
+Prints "ok/FAIL <check>" per check and "stream-test: N passed, N failed" last."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+HERE = os.path.dirname(os.path.abspath(__file__))
+NREC = 10000
+passed = failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok   {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}")
+    sys.stdout.flush()
+
+
+def make_source():
+    src = os.path.join(WORK, "in")
+    os.makedirs(src, exist_ok=True)
+    lines = []
+    for f in range(10):  # 10 files: splits whose order a seed shuffles
+        with open(os.path.join(src, f"part-{f:02d}.jsonl"), "w") as out:
+            for i in range(f * 1000, (f + 1) * 1000):
+                line = json.dumps({"id": i, "text": f"record {i} " + "x" * (i % 37)})
+                lines.append(line)
+                out.write(line + "\n")
+    return src, lines
+
+
+def spec(src, name, budget="1Mi", part="16Ki"):
+    path = os.path.join(WORK, f"{name}.yaml")
+    with open(path, "w") as f:
+        f.write(f"""apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata:
+  name: {name}
+spec:
+  source:
+    uri: file://{src}/*.jsonl
+    format: jsonl
+    partitionSize: {part}
+  stages:
+    - name: keep
+      op: identity
+  sink:
+    uri: stream://
+    format: jsonl
+  execution:
+    memoryBudget: {budget}
+""")
+    return path
+
+
+def serve(path, epochs, seed=None, cpus=2):
+    name = os.path.basename(path)[:-5]
+    summary = os.path.join(WORK, f"{name}.summary.json")
+    cmd = [BIN, "run", path, "--cpus", str(cpus), "--serve", "127.0.0.1:0", "--epochs",
+           str(epochs), "--summary-json", summary, "--progress-interval-ms", "1000"]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    err = open(os.path.join(WORK, f"{name}.stderr"), "w")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    info = json.loads(p.stdout.readline())
+    return p, info, summary
+
+
+def ranks(info, world, epochs, bsz, drop_last=True, shuffle=0, seed=None, fmt="numpy",
+          pause=None, tag="r"):
+    procs, outs = [], []
+    for r in range(world):
+        out = os.path.join(WORK, f"{tag}-{r}.json")
+        args = [sys.executable, os.path.join(HERE, "consume.py"), info["address"],
+                info["tokenFile"], str(r), str(world), str(epochs), str(bsz),
+                "1" if drop_last else "0", str(shuffle), "-" if seed is None else str(seed), fmt,
+                out]
+        if pause is not None and r == 0:
+            args += [str(pause[0]), str(pause[1])]
+        procs.append(subprocess.Popen(args))
+        outs.append(out)
+    codes = [p.wait(timeout=300) for p in procs]
+    res = [json.load(open(o)) if c == 0 else None for o, c in zip(outs, codes)]
+    return codes, res
+
+
+def finish(p, name):
+    try:
+        code = p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        code = "timeout"
+    check(f"{name}: the server exits 0 once every rank ended every epoch", code == 0, code)
+
+
+def splits_test(src, world, drop_last):
+    name = f"split{world}{'d' if drop_last else ''}"
+    p, info, _ = serve(spec(src, name), epochs=2, seed=11)
+    codes, res = ranks(info, world, 2, 256, drop_last=drop_last, shuffle=300, seed=5, tag=name)
+    ok = all(c == 0 for c in codes)
+    check(f"{world} ranks, drop_last={drop_last}: every rank read 2 epochs", ok, codes)
+    finish(p, name)
+    if not ok:
+        return
+    for e in range(2):
+        ids = [i for r in res for i in r["epochs"][e]["ids"]]
+        counts = [len(r["epochs"][e]["sizes"]) for r in res]
+        sizes = [s for r in res for s in r["epochs"][e]["sizes"]]
+        if drop_last:
+            check(f"{world} ranks epoch {e}: no record twice, fewer than 2 batches per rank "
+                  f"dropped", len(set(ids)) == len(ids) and NREC - len(ids) < 2 * 256 * world,
+                  f"{len(ids)} rows, {len(set(ids))} distinct")
+            check(f"{world} ranks epoch {e}: drop_last gives every rank the same number of "
+                  f"whole batches", len(set(counts)) == 1 and set(sizes) == {256}, counts)
+        else:
+            check(f"{world} ranks epoch {e}: every record exactly once across the ranks",
+                  sorted(ids) == list(range(NREC)), f"{len(ids)} rows, {len(set(ids))} distinct")
+            check(f"{world} ranks epoch {e}: batch counts differ by at most one",
+                  max(counts) - min(counts) <= 1 and all(s == 256 for r in res
+                                                         for s in r["epochs"][e]["sizes"][:-1]),
+                  counts)
+    for r in res:
+        a, b = r["epochs"][0]["ids"], r["epochs"][1]["ids"]
+        check(f"{world} ranks, rank {r['rank']}: epoch 1's order differs from epoch 0's",
+              a != b, "same order")
+
+
+def order_test(src):
+    """One rank, one worker: the deal is the plan's split order, so the order is a function of
+    (seed, epoch, rank) alone: the same seed gives the same order, epochs and seeds differ."""
+    got = []
+    for k, seed in enumerate((7, 7, 8)):
+        name = f"order{k}"
+        p, info, _ = serve(spec(src, name), epochs=2, seed=seed, cpus=1)
+        codes, res = ranks(info, 1, 2, 128, drop_last=False, shuffle=500, seed=seed, tag=name)
+        finish(p, name)
+        if codes[0] != 0:
+            check(f"order run {k} read", False, codes)
+            return
+        got.append([e["ids"] for e in res[0]["epochs"]])
+    check("the same seed gives the same order in each epoch", got[0] == got[1])
+    check("epochs 0 and 1 differ with a seed", got[0][0] != got[0][1])
+    check("another seed gives another order", got[0][0] != got[2][0])
+    check("every epoch still has every record once",
+          all(sorted(e) == list(range(NREC)) for g in got for e in g))
+
+
+def formats_test(src, lines):
+    for fmt in ("numpy", "pyarrow", "rows"):
+        try:
+            __import__({"numpy": "numpy", "pyarrow": "pyarrow", "rows": "json"}[fmt])
+        except ImportError:
+            print(f"skip {fmt}: the module is not importable here")
+            continue
+        name = f"fmt-{fmt}"
+        p, info, _ = serve(spec(src, name), epochs=1)
+        codes, res = ranks(info, 1, 1, 1000, drop_last=False, fmt=fmt, tag=name)
+        finish(p, name)
+        ok = codes[0] == 0
+        ids = res[0]["epochs"][0]["ids"] if ok else []
+        check(f"format {fmt}: every record, its id as in the source",
+              ok and sorted(ids) == list(range(NREC)), codes)
+        if fmt == "numpy" and ok:
+            texts = res[0]["epochs"][0]["texts"]
+            check("format numpy: the record column holds the source lines' bytes",
+                  sorted(texts) == sorted(lines))
+
+
+def slow_consumer_test(src):
+    """A consumer that stops reading: the pipeline pauses with the budget full (the stream's
+    partitions held for it), memory stays within budget + one partition, and all of it comes
+    once the consumer reads again."""
+    name = "slow"
+    budget, part = 96 * 1024, 16 * 1024
+    p, info, summary = serve(spec(src, name, budget="96Ki", part="16Ki"), epochs=1)
+    t0 = time.time()
+    codes, res = ranks(info, 1, 1, 64, drop_last=False, pause=(1, 3.0), tag=name)
+    finish(p, name)
+    took = time.time() - t0
+    ok = codes[0] == 0
+    check("slow consumer: every record once after it resumed",
+          ok and sorted(res[0]["epochs"][0]["ids"]) == list(range(NREC)), codes)
+    s = json.load(open(summary))
+    text = json.dumps(s)
+    peak = s.get("peakPartitionBytes")
+    total = sum(len(l) for l in open(os.path.join(src, "part-00.jsonl"))) * 10
+    check("slow consumer: partitions in flight peaked within budget + one partition, a "
+          "fraction of the output", peak is not None and peak <= budget + part and peak < total / 3,
+          f"peak {peak}, budget {budget}, output ~{total}: {text[:300]}")
+    check("slow consumer: the run waited for it (took past its 3 s pause)", took >= 3.0, took)
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    src, lines = make_source()
+    only = os.environ.get("SB_STREAM_ONLY", "")  # e.g. "split3,slow" while working on one
+    tests = [("split2", lambda: splits_test(src, 2, drop_last=False)),
+             ("split3", lambda: splits_test(src, 3, drop_last=True)),
+             ("order", lambda: order_test(src)),
+             ("formats", lambda: formats_test(src, lines)),
+             ("slow", lambda: slow_consumer_test(src))]
+    for name, run in tests:
+        if not only or name in only.split(","):
+            run()
+    print(f"stream-test: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+main()
