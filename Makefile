@@ -151,6 +151,13 @@ TEST_EXTRA += resize-test
 resize-test: $(BUILD)/tests/helpers/sb_resize
 	@SB_BUILD_DIR=$(abspath $(BUILD)) tests/images/test-resize.sh
 
+# The stream:// sink served by `run --serve` to trainer ranks reading it with the Python kit's
+# iter_batches over the C consumer library (tests/stream/).
+.PHONY: stream-test
+TEST_EXTRA += stream-test
+stream-test: $(BINDIR)/streambatch $(BINDIR)/streambatch-worker $(CONSUMER_LIB)
+	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) tests/stream/test-stream.sh
+
 # The Parquet source against files written by pyarrow and DuckDB (PyPI, cached venv), refused
 # types and hostile files (tests/parquet/).
 .PHONY: parquet-test

@@ -238,7 +238,22 @@ static const invalid_case cases[] = {
     {"sink-http.yaml",
      1,
      {"sink-http.yaml:13:10: spec.sink.uri: unsupported scheme \"https\" in "
-      "\"https://example.com/out\"; the sink supports file:// and s3://"}},
+      "\"https://example.com/out\"; the sink supports file://, s3:// and stream://"}},
+    {"stream-sink-file-options.yaml",
+     1,
+     {"stream-sink-file-options.yaml:15:11: spec.sink.mode: a stream:// sink writes no files: "
+      "mode means nothing there; remove it",
+      "stream-sink-file-options.yaml:16:24: spec.sink.credentialsSecret: a stream:// sink writes "
+      "no files: credentialsSecret means nothing there; remove it",
+      "stream-sink-file-options.yaml:18:11: spec.execution.mode: a stream:// sink needs the memory "
+      "budget (a slow consumer holds the pipeline back); mode staged runs without one",
+      "stream-sink-file-options.yaml:19:20: spec.execution.preserveOrder: a stream:// sink deals "
+      "partitions in the order they are made; preserveOrder is not built for it"}},
+    {"stream-sink-path.yaml",
+     1,
+     {"stream-sink-path.yaml:13:10: spec.sink.uri: \"stream://trainer\": a stream sink is "
+      "\"stream://\" with nothing after it (its consumers connect to `streambatch run --serve "
+      "HOST:PORT`)"}},
     {"sink-equals-source.yaml",
      1,
      {"sink-equals-source.yaml:13:10: spec.sink.uri: the sink is the source directory "

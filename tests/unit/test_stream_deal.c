@@ -1,0 +1,285 @@
+/* The stream:// sink in the scheduler (sched.h, "Stream sink") and its dealer (deal.h), driven
+ * by a deterministic simulation: one worker runs the tasks and reports one partition per task,
+ * ranks ask for slices in an interleaving the test chooses and acknowledge them, and the test
+ * checks after every step what the design promises: every row of an epoch dealt to exactly one
+ * rank, ranks within one batch of each other, the budget held while nobody reads, epochs in
+ * order, and the run's end once every partition was consumed. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/sched/deal.h"
+#include "controller/sched/sched.h"
+#include "spec_fixture.h"
+
+#define MiB (1024ull * 1024)
+#define NSPLITS 12
+#define EPOCHS 2
+#define BATCH 40
+
+static const char *yaml(void)
+{
+    return "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: t}\n"
+           "spec:\n  source: {uri: 'file:///in', format: jsonl, partitionSize: 1Mi}\n"
+           "  stages:\n  - {name: a, op: identity}\n"
+           "  sink: {uri: 'stream://', format: jsonl}\n  execution: {memoryBudget: 4Mi}\n";
+}
+
+typedef struct {
+    spec_holder h;
+    sb_sched *s;
+    sb_deal *d;
+    uint64_t now;
+    char splits[NSPLITS][32];
+    sb_storage_split sp[NSPLITS];
+    /* rows dealt, per epoch and partition (a partition of task t has rows_of(t) rows) */
+    uint8_t dealt[EPOCHS][NSPLITS * EPOCHS][200];
+    char started[64][64]; /* the split of each op 0 task, in the order they started */
+    size_t nstarted;
+    uint64_t max_index_started_epoch0_open; /* checks epochs in order */
+} sim;
+
+static uint64_t rows_of(uint64_t index)
+{
+    return 60 + index * 7 % 90; /* uneven: slices cut partitions between ranks */
+}
+
+static void sim_init(sim *m, int shuffle, uint64_t seed)
+{
+    memset(m, 0, sizeof *m);
+    spec_fixture_load(&m->h, yaml());
+    for (size_t i = 0; i < NSPLITS; i++) {
+        snprintf(m->splits[i], sizeof m->splits[i], "split-%zu", i);
+        m->sp[i] = (sb_storage_split){.split = m->splits[i], .bytes = MiB};
+    }
+    sb_sched_config cfg = {.pipeline = &m->h.p,
+                           .pipeline_id = "t",
+                           .stream = 1,
+                           .stream_epochs = EPOCHS,
+                           .stream_shuffle = shuffle,
+                           .stream_seed = seed};
+    sb_err err;
+    m->s = sb_sched_new(&cfg, m->sp, NSPLITS, &err);
+    cr_assert_not_null(m->s, "%s", err.msg);
+    cr_assert_eq(sb_sched_stream_epochs(m->s), EPOCHS);
+    cr_assert_eq(sb_sched_worker_add(m->s, "c1", "cpu", "127.0.0.1:1", 2, NULL, 0, 0, &err), 0);
+    m->d = sb_deal_new(m->s);
+    cr_assert_not_null(m->d);
+}
+
+static void sim_free(sim *m)
+{
+    sb_deal_free(m->d);
+    sb_sched_free(m->s);
+    spec_fixture_free(&m->h);
+}
+
+/* The worker asks for work and finishes what it got at once: one partition per task. */
+static void work(sim *m)
+{
+    sb_sched_task t[4];
+    size_t n = sb_sched_assign(m->s, "c1", 2, m->now, t);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(t[i].writes_sink, 0, "a stream's last op writes no sink");
+        if (t[i].op == 0 && m->nstarted < 64)
+            snprintf(m->started[m->nstarted++], 64, "%" PRIu64 ":%s", t[i].index, t[i].split);
+        char id[128];
+        snprintf(id, sizeof id, "s0-t%" PRIu64 "-p0", t[i].index);
+        sb_storage_output o = {.id = id, .bytes = MiB, .rows = rows_of(t[i].index)};
+        sb_sched_metrics mt = {.wall_seconds = 0.01};
+        sb_err err;
+        cr_assert_eq(sb_sched_complete(m->s, "c1", t[i].task_id, t[i].attempt, SB_SCHED_OK, NULL,
+                                       &o, 1, NULL, 0, &mt, m->now, &err),
+                     1, "%s", err.msg);
+    }
+    char **rel = NULL;
+    size_t nrel = sb_sched_take_releases(m->s, "c1", &rel);
+    for (size_t i = 0; i < nrel; i++)
+        free(rel[i]);
+    free(rel);
+    sb_sched_stats st;
+    sb_sched_get_stats(m->s, &st);
+    cr_assert_leq(st.partition_bytes, 4 * MiB + MiB, "the budget holds: %" PRIu64,
+                  st.partition_bytes);
+}
+
+typedef struct {
+    char ack[128];
+    int has_ack, ended;
+    uint64_t dealt;
+} rank;
+
+/* Rank r asks once (acknowledging its last slice); records the rows dealt. */
+static sb_deal_kind ask(sim *m, rank *rk, uint32_t r, uint32_t world, uint32_t epoch)
+{
+    const char *acks[1] = {rk->ack};
+    sb_deal_request q = {.rank = r, .world = world, .epoch = epoch, .batch = BATCH,
+                         .acks = acks, .nacks = (size_t)rk->has_ack};
+    sb_deal_reply rep;
+    sb_deal_next(m->d, m->s, &q, m->now, &rep);
+    rk->has_ack = 0;
+    if (rep.kind == SB_DEAL_SLICE) {
+        uint64_t t;
+        cr_assert_eq(sscanf(rep.part_id, "s0-t%" SCNu64 "-p0", &t), 1, "%s", rep.part_id);
+        cr_assert_lt(t, NSPLITS * EPOCHS);
+        cr_assert_eq(t / NSPLITS, epoch, "partition %s dealt in epoch %u", rep.part_id, epoch);
+        cr_assert_eq(rep.rows, rows_of(t));
+        cr_assert_lt(rep.row_lo, rep.row_hi);
+        for (uint64_t x = rep.row_lo; x < rep.row_hi; x++) {
+            cr_assert_eq(m->dealt[epoch][t][x], 0, "row %" PRIu64 " of %s dealt twice", x,
+                         rep.part_id);
+            m->dealt[epoch][t][x] = (uint8_t)(r + 1);
+        }
+        rk->dealt += rep.row_hi - rep.row_lo;
+        cr_assert_eq(rk->dealt, rep.dealt_rows);
+        snprintf(rk->ack, sizeof rk->ack, "%s", rep.part_id);
+        rk->has_ack = 1;
+    } else if (rep.kind == SB_DEAL_END) {
+        rk->ended = 1;
+        cr_assert_eq(rep.dealt_rows, rk->dealt);
+        cr_assert_eq(rep.end_rows % BATCH, 0);
+        cr_assert_leq(rep.end_rows, rep.floor_rows);
+    }
+    cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    return rep.kind;
+}
+
+/* Three ranks read both epochs; rank 2 asks only every third step (a slow rank). */
+static void run_epochs(sim *m)
+{
+    for (uint32_t e = 0; e < EPOCHS; e++) {
+        rank rk[3] = {0};
+        for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended && rk[2].ended);
+             step++) {
+            m->now += 1;
+            work(m);
+            for (uint32_t r = 0; r < 3; r++)
+                if (!rk[r].ended && (r < 2 || step % 3 == 0))
+                    ask(m, &rk[r], r, 3, e);
+        }
+        cr_assert(rk[0].ended && rk[1].ended && rk[2].ended, "epoch %u ended for every rank", e);
+        uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
+        for (int r = 0; r < 3; r++) {
+            lo = rk[r].dealt < lo ? rk[r].dealt : lo;
+            hi = rk[r].dealt > hi ? rk[r].dealt : hi;
+            sum += rk[r].dealt;
+        }
+        cr_assert_leq(hi - lo, BATCH, "ranks within one batch: %" PRIu64 "..%" PRIu64, lo, hi);
+        uint64_t want = 0;
+        for (uint64_t t = e * NSPLITS; t < (e + 1) * NSPLITS; t++) {
+            want += rows_of(t);
+            for (uint64_t x = 0; x < rows_of(t); x++)
+                cr_assert_neq(m->dealt[e][t][x], 0, "row %" PRIu64 " of task %" PRIu64 " lost",
+                              x, t);
+        }
+        cr_assert_eq(sum, want);
+    }
+}
+
+Test(stream_deal, every_row_once_ranks_balanced_epochs_in_order)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    run_epochs(&m);
+    /* epochs in order: no task of epoch 1 started before every task of epoch 0 */
+    int seen1 = 0;
+    for (size_t i = 0; i < m.nstarted; i++) {
+        uint64_t idx = strtoull(m.started[i], NULL, 10);
+        if (idx >= NSPLITS)
+            seen1 = 1;
+        else
+            cr_assert_not(seen1, "epoch 0's task %s after an epoch 1 task", m.started[i]);
+    }
+    for (int k = 0; k < 3; k++) /* the last acks were sent with the END requests */
+        work(&m);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_assert(sb_deal_all_ended(m.d));
+    sim_free(&m);
+}
+
+Test(stream_deal, nobody_reads_the_budget_holds)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    for (int i = 0; i < 50; i++) {
+        m.now++;
+        work(&m);
+    }
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_assert_eq(st.partition_bytes, 4 * MiB, "the budget's worth waits: %" PRIu64,
+                 st.partition_bytes);
+    cr_assert_eq(st.tasks_run, 4, "then the pipeline pauses");
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_RUNNING);
+    /* one rank takes and acknowledges a slice: the partition is freed, one more task runs */
+    rank rk = {0};
+    cr_assert_eq(ask(&m, &rk, 0, 1, 0), SB_DEAL_SLICE);
+    work(&m);
+    sb_sched_get_stats(m.s, &st);
+    cr_assert_eq(st.tasks_run, 4, "taken but not acknowledged: still held");
+    cr_assert_eq(ask(&m, &rk, 0, 1, 0), SB_DEAL_SLICE); /* acks the first */
+    work(&m);
+    sb_sched_get_stats(m.s, &st);
+    cr_assert_eq(st.tasks_run, 5, "acknowledged: the room is used again");
+    sim_free(&m);
+}
+
+static void split_order(uint64_t seed, int shuffle, char out[EPOCHS][NSPLITS][32])
+{
+    sim m;
+    sim_init(&m, shuffle, seed);
+    run_epochs(&m);
+    cr_assert_eq(m.nstarted, NSPLITS * EPOCHS);
+    for (size_t i = 0; i < m.nstarted; i++) {
+        uint64_t idx = strtoull(m.started[i], NULL, 10);
+        snprintf(out[idx / NSPLITS][idx % NSPLITS], 32, "%s", strchr(m.started[i], ':') + 1);
+    }
+    sim_free(&m);
+}
+
+Test(stream_deal, seed_shuffles_each_epochs_splits)
+{
+    static char a[EPOCHS][NSPLITS][32], b[EPOCHS][NSPLITS][32], c[EPOCHS][NSPLITS][32],
+        plain[EPOCHS][NSPLITS][32];
+    split_order(7, 1, a);
+    split_order(7, 1, b);
+    split_order(8, 1, c);
+    split_order(0, 0, plain);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0, "the same seed, the same order");
+    cr_assert_neq(memcmp(a[0], a[1], sizeof a[0]), 0, "epochs differ");
+    cr_assert_neq(memcmp(a, c, sizeof a), 0, "seeds differ");
+    for (int e = 0; e < EPOCHS; e++)
+        for (int i = 0; i < NSPLITS; i++) {
+            char want[32];
+            snprintf(want, sizeof want, "split-%d", i);
+            cr_assert_str_eq(plain[e][i], want, "no seed: the plan's order");
+        }
+}
+
+Test(stream_deal, bad_requests_are_errors)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    sb_deal_reply rep;
+    sb_deal_request q = {.rank = 0, .world = 2, .epoch = EPOCHS, .batch = 8};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR);
+    cr_assert(strstr(rep.message, "runs 2 epochs"), "%s", rep.message);
+    q = (sb_deal_request){.rank = 2, .world = 2, .epoch = 0, .batch = 8};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR, "rank >= world");
+    q = (sb_deal_request){.rank = 0, .world = 2, .epoch = 0, .batch = 8};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    q = (sb_deal_request){.rank = 1, .world = 3, .epoch = 0, .batch = 8};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR);
+    cr_assert(strstr(rep.message, "every rank must ask the same"), "%s", rep.message);
+    const char *bogus[] = {"s0-t99-p0"};
+    q = (sb_deal_request){.rank = 1, .world = 2, .epoch = 0, .batch = 8, .acks = bogus, .nacks = 1};
+    sb_deal_next(m.d, m.s, &q, 0, &rep); /* an unknown ack frees nothing and breaks nothing */
+    cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    sim_free(&m);
+}
