@@ -58,6 +58,11 @@ struct sbc_stream {
     size_t nchans;
     char **acks; /* fetched since the last StreamNext */
     size_t nacks, capacks;
+    Streambatch__V1__LostSlice lost[64]; /* slices it could not fetch, reported next time */
+    Streambatch__V1__LostSlice *lostp[64];
+    char lost_ids[64][256];
+    size_t nlost;
+    uint32_t lost_streak; /* fetches failed in a row: past a bound the stream fails */
     rowref *pool; /* dealt rows not yet yielded; [head, len) in order */
     size_t head, len, cap;
     uint64_t floor_rows, end_rows, emitted, dealt, fetches, bytes;
@@ -289,11 +294,30 @@ static int take_slice(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
     void *blob = NULL;
     size_t len = 0;
     sb_err e;
-    sb_data_fetch_opts fo = {.requester_id = "consumer", .flags = SB_DATA_FETCH_NO_VERIFY};
+    /* a lost worker is given up on after a few tries (~3 s): its rows are dealt again */
+    sb_data_fetch_opts fo = {.requester_id = "consumer",
+                             .flags = SB_DATA_FETCH_NO_VERIFY,
+                             .max_retries = 2,
+                             .reconnect_wait_ms = 1000};
     int rc = sb_data_fetch(ch, r->partition_id, (size_t)r->bytes, 0, s->o.timeout_ms, &fo, &blob,
                            &len, NULL, &e);
+    if (rc == SB_DATA_ENOTFOUND || rc == SB_DATA_EUNAVAILABLE || rc == SB_DATA_EDEADLINE) {
+        /* its worker is gone: the controller has it re-made and deals the rows again */
+        if (++s->lost_streak > 20 || s->nlost == 64 || strlen(r->partition_id) >= 256)
+            return fail(s, "fetching partition %s from %s: %s (%u fetches failed in a row)",
+                        r->partition_id, r->address, e.msg, s->lost_streak);
+        Streambatch__V1__LostSlice *l = &s->lost[s->nlost];
+        *l = (Streambatch__V1__LostSlice)STREAMBATCH__V1__LOST_SLICE__INIT;
+        snprintf(s->lost_ids[s->nlost], sizeof s->lost_ids[s->nlost], "%s", r->partition_id);
+        l->partition_id = s->lost_ids[s->nlost];
+        l->row_lo = r->row_lo;
+        l->row_hi = r->row_hi;
+        s->lostp[s->nlost++] = l;
+        return 1;
+    }
     if (rc != 0)
         return fail(s, "fetching partition %s from %s: %s", r->partition_id, r->address, e.msg);
+    s->lost_streak = 0;
     src *x = calloc(1, sizeof *x);
     if (x == NULL) {
         sb_part_free(blob);
@@ -360,6 +384,8 @@ static int ask(sbc_stream *s)
     req.batch_size = s->o.batch_size;
     req.acks = s->acks;
     req.n_acks = s->nacks;
+    req.lost = s->lostp;
+    req.n_lost = s->nlost;
     ProtobufCMessage *resp = NULL;
     sb_err e;
     sb_rpc_code code =
@@ -374,16 +400,17 @@ static int ask(sbc_stream *s)
     for (size_t i = 0; i < s->nacks; i++) /* delivered: the controller has them */
         free(s->acks[i]);
     s->nacks = 0;
+    s->nlost = 0;
     Streambatch__V1__StreamNextReply *r = (Streambatch__V1__StreamNextReply *)resp;
     int rc = 1;
     if (r->floor_rows > s->floor_rows)
         s->floor_rows = r->floor_rows;
     switch (r->kind) {
     case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE:
-        rc = take_slice(s, r);
+        rc = take_slice(s, r); /* 0 read, 1 lost (reported next time), -1 failed */
         if (rc == 0 && ack_add(s, r->partition_id) != 0)
             rc = fail(s, "out of memory");
-        rc = rc == 0 ? 1 : -1;
+        rc = rc >= 0 ? 1 : -1;
         s->dealt = r->dealt_rows;
         break;
     case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__END:

@@ -1091,12 +1091,20 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
         dr.kind = SB_DEAL_ERROR;
         snprintf(dr.message, sizeof dr.message, "the controller is out of memory");
     } else if (c->sched != NULL) { /* (none yet: planning, so the consumer waits) */
+        sb_deal_lost lost[64];
+        size_t nlost = m->n_lost < 64 ? m->n_lost : 64; /* the rest: reported again */
+        for (size_t i = 0; i < nlost; i++)
+            lost[i] = (sb_deal_lost){.id = m->lost[i]->partition_id,
+                                     .lo = m->lost[i]->row_lo,
+                                     .hi = m->lost[i]->row_hi};
         sb_deal_request dq = {.rank = m->rank,
                               .world = m->world_size,
                               .epoch = m->epoch,
                               .batch = m->batch_size,
                               .acks = (const char *const *)m->acks,
-                              .nacks = m->n_acks};
+                              .nacks = m->n_acks,
+                              .lost = lost,
+                              .nlost = nlost};
         sb_deal_next(c->deal, c->sched, &dq, now_ms(), &dr);
     }
     static const Streambatch__V1__StreamNextReply__Kind kinds[] = {

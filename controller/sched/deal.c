@@ -15,8 +15,16 @@ typedef struct {
     int fully;      /* every row of it has been dealt */
 } held;
 
+/* Rows of a taken partition to deal again (their rank could not read them). */
+typedef struct {
+    char *id;
+    uint64_t lo, hi;
+} redeal;
+
 typedef struct {
     uint32_t world, batch; /* fixed by the epoch's first request (0: none yet) */
+    redeal *re;            /* slices to deal again, first */
+    size_t nre, capre;
     uint64_t *dealt;       /* rows per rank */
     uint8_t *ended;        /* ranks told the epoch is over */
     uint32_t nended;
@@ -56,6 +64,9 @@ void sb_deal_free(sb_deal *d)
         free(d->ep[e].ended);
         free(d->ep[e].id);
         free(d->ep[e].address);
+        for (size_t i = 0; i < d->ep[e].nre; i++)
+            free(d->ep[e].re[i].id);
+        free(d->ep[e].re);
     }
     for (size_t i = 0; i < d->nh; i++)
         free(d->h[i].id);
@@ -93,6 +104,92 @@ static void ack_all(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_
     }
 }
 
+static uint64_t min_dealt(const epoch_deal *e)
+{
+    uint64_t m = UINT64_MAX;
+    for (uint32_t r = 0; r < e->world; r++)
+        if (e->dealt[r] < m)
+            m = e->dealt[r];
+    return m;
+}
+
+/* The rank's lost slices: out of its count, their partitions re-made, their rows queued to be
+ * dealt again (the partition stays held, not fully dealt, until they are). -1 out of memory. */
+static int lost_all(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req)
+{
+    for (size_t i = 0; i < req->nlost; i++) {
+        const sb_deal_lost *l = &req->lost[i];
+        held *h = held_find(d, l->id);
+        if (h == NULL || h->open == 0 || l->hi - l->lo > e->dealt[req->rank])
+            continue; /* not a slice out there: nothing to deal again */
+        if (e->nre == e->capre) {
+            size_t cap = e->capre ? e->capre * 2 : 8;
+            redeal *nr = realloc(e->re, cap * sizeof *nr);
+            if (nr == NULL)
+                return -1;
+            e->re = nr;
+            e->capre = cap;
+        }
+        char *id = strdup(l->id);
+        if (id == NULL)
+            return -1;
+        e->re[e->nre++] = (redeal){.id = id, .lo = l->lo, .hi = l->hi};
+        e->dealt[req->rank] -= l->hi - l->lo;
+        h->open--;
+        h->fully = 0;
+        sb_sched_stream_lost(s, l->id);
+    }
+    return 0;
+}
+
+/* Rows to deal again whose partition is there (re-made): 1 with *r set, 0 none now. */
+static int redeal_ready(epoch_deal *e, sb_sched *s, sb_sched_stream_part *p, redeal **r)
+{
+    for (size_t i = 0; i < e->nre; i++)
+        if (sb_sched_stream_get(s, e->re[i].id, p)) {
+            *r = &e->re[i];
+            return 1;
+        }
+    return 0;
+}
+
+/* Deals rows of a re-made partition to the rank (at most n of them). */
+static void deal_again(sb_deal *d, epoch_deal *e, sb_sched *s, redeal *r,
+                       const sb_sched_stream_part *p, uint32_t rank, uint64_t n, uint64_t now_ms,
+                       sb_deal_reply *rep)
+{
+    if (n > r->hi - r->lo)
+        n = r->hi - r->lo;
+    static char id[256], addr[256]; /* the reply's strings (one call at a time: under the lock) */
+    snprintf(id, sizeof id, "%s", p->id);
+    snprintf(addr, sizeof addr, "%s", p->address ? p->address : "");
+    *rep = (sb_deal_reply){.kind = SB_DEAL_SLICE,
+                           .part_id = id,
+                           .address = addr,
+                           .bytes = p->bytes,
+                           .rows = p->rows,
+                           .row_lo = r->lo,
+                           .row_hi = r->lo + n};
+    r->lo += n;
+    e->dealt[rank] += n;
+    held *h = held_find(d, id);
+    if (h != NULL)
+        h->open++;
+    if (r->lo == r->hi) {
+        free(r->id);
+        *r = e->re[--e->nre];
+        int more = 0;
+        for (size_t i = 0; i < e->nre; i++)
+            more |= strcmp(e->re[i].id, id) == 0;
+        if (h != NULL && !more) {
+            h->fully = 1;
+            held_settle(d, s, h, now_ms);
+        }
+    }
+    rep->dealt_rows = e->dealt[rank];
+    rep->floor_rows = min_dealt(e);
+}
+
 static int epoch_bind(epoch_deal *e, const sb_deal_request *req, sb_deal_reply *rep)
 {
     if (e->world == 0) {
@@ -117,15 +214,6 @@ static int epoch_bind(epoch_deal *e, const sb_deal_request *req, sb_deal_reply *
         return -1;
     }
     return 0;
-}
-
-static uint64_t min_dealt(const epoch_deal *e)
-{
-    uint64_t m = UINT64_MAX;
-    for (uint32_t r = 0; r < e->world; r++)
-        if (e->dealt[r] < m)
-            m = e->dealt[r];
-    return m;
 }
 
 /* The next partition of the epoch from the scheduler: 1, 0 none now, -1 out of memory. */
@@ -203,6 +291,10 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
     if (epoch_bind(e, req, rep) != 0)
         return;
     /* one rank alone needs no balance: it takes whole partitions */
+    if (lost_all(d, e, s, req) != 0) {
+        snprintf(rep->message, sizeof rep->message, "the controller is out of memory");
+        return;
+    }
     uint64_t floor = min_dealt(e), cap = e->world == 1 ? UINT64_MAX : floor + e->batch;
     rep->floor_rows = floor;
     rep->dealt_rows = e->dealt[req->rank];
@@ -211,6 +303,12 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
         return;
     }
     rep->kind = SB_DEAL_WAIT;
+    sb_sched_stream_part again;
+    redeal *r = NULL;
+    if (e->dealt[req->rank] < cap && redeal_ready(e, s, &again, &r)) {
+        deal_again(d, e, s, r, &again, req->rank, cap - e->dealt[req->rank], now_ms, rep);
+        return;
+    }
     if (!e->has_head) {
         int got = take_head(d, e, s, req->epoch);
         if (got < 0) {
@@ -219,7 +317,7 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
             return;
         }
         if (got == 0) {
-            if (sb_sched_stream_done(s, req->epoch) == 1)
+            if (e->nre == 0 && sb_sched_stream_done(s, req->epoch) == 1)
                 reply_end(e, req->rank, rep);
             return;
         }

@@ -13,7 +13,10 @@
  *
  * Acknowledgements. A rank lists in each request the partitions of the slices it fetched since
  * its last request; a partition whose every slice was acknowledged is released (its worker
- * frees it, the budget gets the room back).
+ * frees it, the budget gets the room back). A slice the rank could not read (its worker was
+ * lost before the fetch) comes back in `lost`: its rows leave the rank's count, the partition is
+ * re-made by lineage, and those rows are dealt again before anything else, so no row is lost and
+ * none reaches two ranks.
  *
  * Memory: the dealer owns its strings; a reply's strings stay valid until the next call.
  */
@@ -29,10 +32,19 @@ typedef struct sb_deal sb_deal;
 
 typedef enum { SB_DEAL_SLICE, SB_DEAL_WAIT, SB_DEAL_END, SB_DEAL_ERROR } sb_deal_kind;
 
+/* A slice its rank could not read (the worker holding it was lost). */
+typedef struct sb_deal_lost {
+    const char *id;
+    uint64_t lo, hi;
+} sb_deal_lost;
+
 typedef struct sb_deal_request {
     uint32_t rank, world, epoch, batch;
     const char *const *acks; /* partition ids of the slices fetched since the last request */
     size_t nacks;
+    const sb_deal_lost *lost; /* slices of this epoch the rank could not read: re-made by lineage
+                                 (sb_sched_stream_lost) and dealt again, first */
+    size_t nlost;
 } sb_deal_request;
 
 typedef struct sb_deal_reply {

@@ -3386,6 +3386,32 @@ int sb_sched_stream_release(sb_sched *s, const char *id, uint64_t now_ms)
     return 1;
 }
 
+int sb_sched_stream_lost(sb_sched *s, const char *id)
+{
+    size_t pi;
+    if (!s->stream || !sb_idmap_get(&s->part_ids, id, &pi) || s->parts[pi].consumer != DEALT ||
+        s->parts[pi].state == P_RELEASED)
+        return 0;
+    part *p = &s->parts[pi];
+    p->consumer = NONE; /* needed again: a re-run's copy is kept (record_part) */
+    if (p->state != P_AVAILABLE) /* (still taken: the run has not succeeded) */
+        recover_partition(s, pi, 0);
+    return 1;
+}
+
+int sb_sched_stream_get(sb_sched *s, const char *id, sb_sched_stream_part *out)
+{
+    size_t pi;
+    if (!s->stream || !sb_idmap_get(&s->part_ids, id, &pi) || s->parts[pi].state != P_AVAILABLE ||
+        (s->parts[pi].consumer != NONE && s->parts[pi].consumer != DEALT))
+        return 0;
+    part *p = &s->parts[pi];
+    p->consumer = DEALT;
+    *out = (sb_sched_stream_part){
+        .id = p->id, .address = s->workers[p->worker].address, .bytes = p->bytes, .rows = p->rows};
+    return 1;
+}
+
 uint32_t sb_sched_stream_epochs(const sb_sched *s)
 {
     return s->stream ? s->stream_epochs : 0;

@@ -373,7 +373,8 @@ int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char
  * e * nsplits ..); its source tasks start only when everything of epoch e - 1 has been made, so
  * no task mixes rows of two epochs. The run succeeds once every epoch has been made and every
  * partition released (sb_sched_stream_release). A partition taken and then lost with its worker
- * is not re-made (the consumer that took it fails to fetch it). */
+ * is re-made only when its consumer says it could not read it (sb_sched_stream_lost): one that
+ * read it first needs nothing more. */
 
 /* A partition of the stream (a view, valid until the next mutating call). */
 typedef struct sb_sched_stream_part {
@@ -389,6 +390,13 @@ int sb_sched_stream_done(sb_sched *s, uint32_t epoch);
 /* A taken partition has been consumed: its worker frees it. 1 released, 0 unknown id or not
  * taken. */
 int sb_sched_stream_release(sb_sched *s, const char *id, uint64_t now_ms);
+/* A taken partition could not be read by its consumer (its worker was lost): it is re-made by
+ * lineage where it is gone, and sb_sched_stream_get answers it once it is there again. 1, or 0
+ * for an unknown id or one not taken. */
+int sb_sched_stream_lost(sb_sched *s, const char *id);
+/* A taken partition, when it is available (re-made after sb_sched_stream_lost): 1 (filled in),
+ * 0 not (yet). */
+int sb_sched_stream_get(sb_sched *s, const char *id, sb_sched_stream_part *out);
 /* Epochs of the stream (0 when the sink is not a stream). */
 uint32_t sb_sched_stream_epochs(const sb_sched *s);
 

@@ -250,6 +250,12 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
     } else if (d == &streambatch__v1__stream_next_request__descriptor) {
         const Streambatch__V1__StreamNextRequest *m = (const void *)msg;
         rc = check_pids(m->acks, m->n_acks, "acks", err);
+        for (size_t i = 0; rc == 0 && i < m->n_lost; i++)
+            if (m->lost[i] == NULL || check_pid(m->lost[i]->partition_id, "lost", i, err) < 0 ||
+                m->lost[i]->row_lo >= m->lost[i]->row_hi)
+                rc = m->lost[i] == NULL || m->lost[i]->row_lo < m->lost[i]->row_hi
+                         ? -1
+                         : sb_err_set(err, "lost[%zu]: an empty row range", i);
     } else if (d == &streambatch__v1__stream_next_reply__descriptor) {
         const Streambatch__V1__StreamNextReply *m = (const void *)msg;
         if (m->kind == STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE) {

@@ -38,7 +38,7 @@ typedef struct {
     uint8_t dealt[EPOCHS][NSPLITS * EPOCHS][200];
     char started[64][64]; /* the split of each op 0 task, in the order they started */
     size_t nstarted;
-    uint64_t max_index_started_epoch0_open; /* checks epochs in order */
+    const char *worker; /* the live worker's id */
 } sim;
 
 static uint64_t rows_of(uint64_t index)
@@ -65,6 +65,7 @@ static void sim_init(sim *m, int shuffle, uint64_t seed)
     cr_assert_not_null(m->s, "%s", err.msg);
     cr_assert_eq(sb_sched_stream_epochs(m->s), EPOCHS);
     cr_assert_eq(sb_sched_worker_add(m->s, "c1", "cpu", "127.0.0.1:1", 2, NULL, 0, 0, &err), 0);
+    m->worker = "c1";
     m->d = sb_deal_new(m->s);
     cr_assert_not_null(m->d);
 }
@@ -80,7 +81,7 @@ static void sim_free(sim *m)
 static void work(sim *m)
 {
     sb_sched_task t[4];
-    size_t n = sb_sched_assign(m->s, "c1", 2, m->now, t);
+    size_t n = sb_sched_assign(m->s, m->worker, 2, m->now, t);
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(t[i].writes_sink, 0, "a stream's last op writes no sink");
         if (t[i].op == 0 && m->nstarted < 64)
@@ -90,12 +91,12 @@ static void work(sim *m)
         sb_storage_output o = {.id = id, .bytes = MiB, .rows = rows_of(t[i].index)};
         sb_sched_metrics mt = {.wall_seconds = 0.01};
         sb_err err;
-        cr_assert_eq(sb_sched_complete(m->s, "c1", t[i].task_id, t[i].attempt, SB_SCHED_OK, NULL,
+        cr_assert_eq(sb_sched_complete(m->s, m->worker, t[i].task_id, t[i].attempt, SB_SCHED_OK, NULL,
                                        &o, 1, NULL, 0, &mt, m->now, &err),
                      1, "%s", err.msg);
     }
     char **rel = NULL;
-    size_t nrel = sb_sched_take_releases(m->s, "c1", &rel);
+    size_t nrel = sb_sched_take_releases(m->s, m->worker, &rel);
     for (size_t i = 0; i < nrel; i++)
         free(rel[i]);
     free(rel);
@@ -105,18 +106,30 @@ static void work(sim *m)
                   st.partition_bytes);
 }
 
+static sb_deal_reply last_slice; /* the latest reply (its strings: until the next call) */
+
 typedef struct {
     char ack[128];
     int has_ack, ended;
     uint64_t dealt;
 } rank;
 
-/* Rank r asks once (acknowledging its last slice); records the rows dealt. */
-static sb_deal_kind ask(sim *m, rank *rk, uint32_t r, uint32_t world, uint32_t epoch)
+/* Rank r asks once (acknowledging its last slice, or saying it could not read it); records the
+ * rows dealt. */
+static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint32_t epoch,
+                             const sb_deal_lost *lost)
 {
     const char *acks[1] = {rk->ack};
     sb_deal_request q = {.rank = r, .world = world, .epoch = epoch, .batch = BATCH,
-                         .acks = acks, .nacks = (size_t)rk->has_ack};
+                         .acks = acks, .nacks = (size_t)(rk->has_ack && lost == NULL),
+                         .lost = lost, .nlost = lost != NULL};
+    if (lost != NULL) { /* its rows are not the rank's: the test's record forgets them */
+        uint64_t t;
+        cr_assert_eq(sscanf(lost->id, "s0-t%" SCNu64 "-p0", &t), 1);
+        for (uint64_t x = lost->lo; x < lost->hi; x++)
+            m->dealt[epoch][t][x] = 0;
+        rk->dealt -= lost->hi - lost->lo;
+    }
     sb_deal_reply rep;
     sb_deal_next(m->d, m->s, &q, m->now, &rep);
     rk->has_ack = 0;
@@ -143,7 +156,13 @@ static sb_deal_kind ask(sim *m, rank *rk, uint32_t r, uint32_t world, uint32_t e
         cr_assert_leq(rep.end_rows, rep.floor_rows);
     }
     cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    last_slice = rep;
     return rep.kind;
+}
+
+static sb_deal_kind ask(sim *m, rank *rk, uint32_t r, uint32_t world, uint32_t epoch)
+{
+    return ask_lost(m, rk, r, world, epoch, NULL);
 }
 
 /* Three ranks read both epochs; rank 2 asks only every third step (a slow rank). */
@@ -281,5 +300,49 @@ Test(stream_deal, bad_requests_are_errors)
     q = (sb_deal_request){.rank = 1, .world = 2, .epoch = 0, .batch = 8, .acks = bogus, .nacks = 1};
     sb_deal_next(m.d, m.s, &q, 0, &rep); /* an unknown ack frees nothing and breaks nothing */
     cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    sim_free(&m);
+}
+
+Test(stream_deal, worker_lost_before_the_fetch_rows_dealt_again_once)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    for (int i = 0; i < 3; i++) {
+        m.now++;
+        work(&m);
+    }
+    rank rk[2] = {0};
+    cr_assert_eq(ask(&m, &rk[0], 0, 2, 0), SB_DEAL_SLICE);
+    cr_assert_eq(ask(&m, &rk[1], 1, 2, 0), SB_DEAL_SLICE);
+    char lost_id[128];
+    /* rank 0's slice: worker c1 is lost before rank 0 read it; rank 1 had read its own */
+    cr_assert_eq(ask(&m, &rk[0], 0, 2, 0), SB_DEAL_SLICE);
+    snprintf(lost_id, sizeof lost_id, "%s", last_slice.part_id);
+    sb_deal_lost lost = {.id = lost_id, .lo = last_slice.row_lo, .hi = last_slice.row_hi};
+    sb_sched_worker_lost(m.s, "c1", "killed", m.now);
+    sb_err err;
+    cr_assert_eq(sb_sched_worker_add(m.s, "c2", "cpu", "127.0.0.1:2", 2, NULL, 0, m.now, &err), 0);
+    m.worker = "c2";
+    rk[0].has_ack = 0;
+    cr_assert_neq(ask_lost(&m, &rk[0], 0, 2, 0, &lost), SB_DEAL_ERROR);
+    /* the rest of the epoch: the lost rows come again, re-made on c2, to exactly one rank */
+    for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended); step++) {
+        m.now++;
+        work(&m);
+        for (uint32_t r = 0; r < 2; r++)
+            if (!rk[r].ended)
+                ask(&m, &rk[r], r, 2, 0);
+    }
+    cr_assert(rk[0].ended && rk[1].ended);
+    uint64_t want = 0;
+    for (uint64_t t = 0; t < NSPLITS; t++) {
+        want += rows_of(t);
+        for (uint64_t x = 0; x < rows_of(t); x++)
+            cr_assert_neq(m.dealt[0][t][x], 0, "row %" PRIu64 " of task %" PRIu64 " lost", x, t);
+    }
+    cr_assert_eq(rk[0].dealt + rk[1].dealt, want, "every row once (ask() asserts: never twice)");
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_assert_geq(st.partitions_recovered, 1, "the lost partition was re-made by lineage");
     sim_free(&m);
 }
