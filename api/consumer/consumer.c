@@ -63,15 +63,15 @@ struct sbc_stream {
     char lost_ids[64][256];
     size_t nlost;
     uint32_t lost_streak; /* fetches failed in a row: past a bound the stream fails */
-    rowref *pool; /* dealt rows not yet yielded; [head, len) in order */
+    rowref *pool;         /* dealt rows not yet yielded; [head, len) in order */
     size_t head, len, cap;
     uint64_t floor_rows, end_rows, emitted, dealt, fetches, bytes;
     int ended; /* the controller said END */
     uint64_t rng;
     outcol *cols;
     size_t ncols, rows;
-    src *last;        /* the partition fetched last (one reference): a partition dealt to this
-                         rank in several slices is fetched once */
+    src *last; /* the partition fetched last (one reference): a partition dealt to this
+                  rank in several slices is fetched once */
     char *last_id;
     src **batch_srcs; /* sources whose rows the current batch was gathered from */
     size_t nbatch_srcs, capbatch_srcs;
@@ -113,8 +113,9 @@ static int read_token(const sbc_options *o, char out[SB_RPC_TOKEN_HEX + 1], char
         buf[n] = '\0';
         buf[strcspn(buf, " \r\n\t")] = '\0';
     } else {
-        snprintf(err, errlen, "no token: give the token or the tokenFile `streambatch run "
-                              "--serve` printed");
+        snprintf(err, errlen,
+                 "no token: give the token or the tokenFile `streambatch run "
+                 "--serve` printed");
         return -1;
     }
     sb_err e;
@@ -133,8 +134,9 @@ sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen)
         return NULL;
     }
     if (o->world_size == 0 || o->rank >= o->world_size || o->batch_size == 0) {
-        snprintf(err, errlen, "rank %u of world_size %u, batch_size %u: need rank < world_size "
-                              "and batch_size >= 1",
+        snprintf(err, errlen,
+                 "rank %u of world_size %u, batch_size %u: need rank < world_size "
+                 "and batch_size >= 1",
                  o->rank, o->world_size, o->batch_size);
         return NULL;
     }
@@ -333,8 +335,8 @@ static int take_slice(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
     if (sb_batch_rows(x->b) != r->rows || r->row_hi > r->rows) {
         size_t got = sb_batch_rows(x->b);
         src_unref((x->refs = 1, x));
-        return fail(s, "partition %s has %zu rows, the controller said %llu", r->partition_id,
-                    got, (unsigned long long)r->rows);
+        return fail(s, "partition %s has %zu rows, the controller said %llu", r->partition_id, got,
+                    (unsigned long long)r->rows);
     }
     char *id = strdup(r->partition_id);
     if (id == NULL) {
@@ -457,8 +459,9 @@ static int fill(sbc_stream *s)
         if (rc < 0)
             return -1;
         if (rc == 0 && now_s() > deadline)
-            return fail(s, "no rows for %d ms (rank %u of %u, epoch %u: the other ranks may not "
-                           "be reading, or the pipeline is stuck)",
+            return fail(s,
+                        "no rows for %d ms (rank %u of %u, epoch %u: the other ranks may not "
+                        "be reading, or the pipeline is stuck)",
                         s->o.timeout_ms, s->o.rank, s->o.world_size, s->o.epoch);
         if (rc > 0)
             deadline = now_s() + s->o.timeout_ms / 1000.0;
@@ -500,8 +503,7 @@ static int col_init(sbc_stream *s, outcol *oc, const sb_column *c, size_t rows)
         oc->values = malloc(oc->values_cap ? oc->values_cap : 1);
     }
     oc->valid = malloc(rows ? rows : 1);
-    if (oc->name == NULL || oc->valid == NULL ||
-        (oc->offsets == NULL && oc->values == NULL))
+    if (oc->name == NULL || oc->valid == NULL || (oc->offsets == NULL && oc->values == NULL))
         return fail(s, "out of memory");
     return 0;
 }
@@ -531,8 +533,7 @@ static int put_value(sbc_stream *s, outcol *oc, const sb_column *c, size_t i, si
         oc->values[i] = (uint8_t)sb_column_bool(c, row);
         oc->values_len = i + 1;
     } else {
-        memcpy(oc->values + i * oc->width, (const uint8_t *)c->values + row * oc->width,
-               oc->width);
+        memcpy(oc->values + i * oc->width, (const uint8_t *)c->values + row * oc->width, oc->width);
         oc->values_len = (i + 1) * oc->width;
     }
     return 0;
@@ -621,16 +622,46 @@ int sbc_next(sbc_stream *s)
     return 1;
 }
 
-size_t sbc_rows(const sbc_stream *s) { return s->rows; }
-size_t sbc_ncols(const sbc_stream *s) { return s->ncols; }
-const char *sbc_col_name(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].name : NULL; }
-int sbc_col_type(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].type : 0; }
-int sbc_col_child_type(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].child : 0; }
-uint32_t sbc_col_list_size(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].list_size : 0; }
-const void *sbc_col_values(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].values : NULL; }
-size_t sbc_col_values_len(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].values_len : 0; }
-const int64_t *sbc_col_offsets(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].offsets : NULL; }
-const uint8_t *sbc_col_valid(const sbc_stream *s, size_t c) { return c < s->ncols ? s->cols[c].valid : NULL; }
+size_t sbc_rows(const sbc_stream *s)
+{
+    return s->rows;
+}
+size_t sbc_ncols(const sbc_stream *s)
+{
+    return s->ncols;
+}
+const char *sbc_col_name(const sbc_stream *s, size_t c)
+{
+    return c < s->ncols ? s->cols[c].name : NULL;
+}
+int sbc_col_type(const sbc_stream *s, size_t c)
+{
+    return c < s->ncols ? s->cols[c].type : 0;
+}
+int sbc_col_child_type(const sbc_stream *s, size_t c)
+{
+    return c < s->ncols ? s->cols[c].child : 0;
+}
+uint32_t sbc_col_list_size(const sbc_stream *s, size_t c)
+{
+    return c < s->ncols ? s->cols[c].list_size : 0;
+}
+const void *sbc_col_values(const sbc_stream *s, size_t c)
+{
+    return c < s->ncols ? s->cols[c].values : NULL;
+}
+size_t sbc_col_values_len(const sbc_stream *s, size_t c)
+{
+    return c < s->ncols ? s->cols[c].values_len : 0;
+}
+const int64_t *sbc_col_offsets(const sbc_stream *s, size_t c)
+{
+    return c < s->ncols ? s->cols[c].offsets : NULL;
+}
+const uint8_t *sbc_col_valid(const sbc_stream *s, size_t c)
+{
+    return c < s->ncols ? s->cols[c].valid : NULL;
+}
 
 void sbc_stats(const sbc_stream *s, uint64_t *rows, uint64_t *dealt, uint64_t *fetches,
                uint64_t *bytes)

@@ -63,7 +63,8 @@ enum {
     SBC_FIXED_LIST = 14, /* list_size values of child_type per row */
 };
 
-/* NULL with the reason in err (a bad option, an unreadable token file). Nothing is contacted yet. */
+/* NULL with the reason in err (a bad option, an unreadable token file). Nothing is contacted yet.
+ */
 sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen);
 /* The next batch: 1 (sbc_rows/sbc_col_* describe it), 0 the epoch is over, -1 an error
  * (sbc_error: the pipeline failed, a rank disagreed, a worker could not be read, a timeout). */
@@ -82,7 +83,7 @@ uint32_t sbc_col_list_size(const sbc_stream *s, size_t col);
 const void *sbc_col_values(const sbc_stream *s, size_t col);
 size_t sbc_col_values_len(const sbc_stream *s, size_t col);
 const int64_t *sbc_col_offsets(const sbc_stream *s, size_t col); /* binary/utf8; else NULL */
-const uint8_t *sbc_col_valid(const sbc_stream *s, size_t col);   /* 1 byte per row; NULL: no nulls */
+const uint8_t *sbc_col_valid(const sbc_stream *s, size_t col); /* 1 byte per row; NULL: no nulls */
 
 /* What the stream did so far: rows yielded, rows dealt to it, partitions fetched, and the
  * bytes fetched. */

@@ -1075,8 +1075,9 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
 static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
 {
     sb_ctl *c = ud;
-    Streambatch__V1__StreamNextRequest *m = (Streambatch__V1__StreamNextRequest *)sb_rpc_call_decode(
-        call, &streambatch__v1__stream_next_request__descriptor, req, len);
+    Streambatch__V1__StreamNextRequest *m =
+        (Streambatch__V1__StreamNextRequest *)sb_rpc_call_decode(
+            call, &streambatch__v1__stream_next_request__descriptor, req, len);
     if (m == NULL)
         return;
     Streambatch__V1__StreamNextReply rep = STREAMBATCH__V1__STREAM_NEXT_REPLY__INIT;
@@ -1094,9 +1095,8 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
         sb_deal_lost lost[64];
         size_t nlost = m->n_lost < 64 ? m->n_lost : 64; /* the rest: reported again */
         for (size_t i = 0; i < nlost; i++)
-            lost[i] = (sb_deal_lost){.id = m->lost[i]->partition_id,
-                                     .lo = m->lost[i]->row_lo,
-                                     .hi = m->lost[i]->row_hi};
+            lost[i] = (sb_deal_lost){
+                .id = m->lost[i]->partition_id, .lo = m->lost[i]->row_lo, .hi = m->lost[i]->row_hi};
         sb_deal_request dq = {.rank = m->rank,
                               .world = m->world_size,
                               .epoch = m->epoch,

@@ -66,10 +66,10 @@ typedef struct sb_ctl_config {
     uint32_t stream_epochs;
     int stream_shuffle;
     uint64_t stream_seed;
-    const char *resume_plan_hash;  /* with resume: the plan hash its checkpoint was taken against
-                                      (NULL/"": unknown); a plan that hashes otherwise (the
-                                      source changed, so split indices name other data) runs
-                                      everything again at the resume's epoch */
+    const char *resume_plan_hash; /* with resume: the plan hash its checkpoint was taken against
+                                     (NULL/"": unknown); a plan that hashes otherwise (the
+                                     source changed, so split indices name other data) runs
+                                     everything again at the resume's epoch */
 } sb_ctl_config;
 
 /* A worker's figures from its latest heartbeat (WorkerMetrics). */

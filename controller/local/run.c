@@ -993,8 +993,8 @@ static int serve_announce(run_ctx *c)
     static char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/stream.token", c->run_dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, c->worker_token, strlen(c->worker_token)) !=
-                      (ssize_t)strlen(c->worker_token)) {
+    if (fd < 0 ||
+        write(fd, c->worker_token, strlen(c->worker_token)) != (ssize_t)strlen(c->worker_token)) {
         fprintf(stderr, "streambatch run: writing %s: %s\n", path, strerror(errno));
         if (fd >= 0)
             close(fd);

@@ -11,8 +11,8 @@
 /* A partition with slices dealt and not all acknowledged. */
 typedef struct {
     char *id;
-    uint32_t open;  /* slices not acknowledged yet */
-    int fully;      /* every row of it has been dealt */
+    uint32_t open; /* slices not acknowledged yet */
+    int fully;     /* every row of it has been dealt */
 } held;
 
 /* Rows of a taken partition to deal again (their rank could not read them). */
@@ -25,8 +25,8 @@ typedef struct {
     uint32_t world, batch; /* fixed by the epoch's first request (0: none yet) */
     redeal *re;            /* slices to deal again, first */
     size_t nre, capre;
-    uint64_t *dealt;       /* rows per rank */
-    uint8_t *ended;        /* ranks told the epoch is over */
+    uint64_t *dealt; /* rows per rank */
+    uint8_t *ended;  /* ranks told the epoch is over */
     uint32_t nended;
     /* the partition being dealt (the stream's oldest not fully dealt) */
     char *id, *address;

@@ -159,6 +159,12 @@ typedef struct {
     sb_sched_pool_figures by_pool[2]; /* sb_sched_group_stats.by_pool */
 } op;
 
+/* A stream's queue of one epoch ("Stream sink" at the end of this file). */
+typedef struct stream_q {
+    size_t *q; /* partitions of the epoch not taken yet, in the order they were made */
+    size_t head, len, cap;
+} stream_q;
+
 struct sb_sched {
     char *pipeline_id;
     sb_stage_spec *stages;  /* shallow copies of the spec's stages; name, op, args dup'ed */
@@ -223,11 +229,8 @@ struct sb_sched {
     int stream;
     uint32_t stream_epochs, stream_open; /* epochs planned; the latest one let in */
     size_t epoch_splits;                 /* splits per epoch (op 0's tasks e * this ..) */
-    struct stream_q {
-        size_t *q; /* partitions of the epoch not taken yet, in the order they were made */
-        size_t head, len, cap;
-    } *sq;
-    uint64_t stream_taken; /* taken and not released yet */
+    stream_q *sq;                        /* per epoch */
+    uint64_t stream_taken;               /* taken and not released yet */
     uint64_t now_ms; /* the latest clock a call brought (open backpressure spells end there) */
     /* assignment scratch */
     sb_sched_input *in_scratch;
@@ -2208,8 +2211,8 @@ static int record_part(sb_sched *s, size_t ti, size_t w, const sb_storage_output
         p->consumer = NONE;
         p->state = P_AVAILABLE;
         s->partition_bytes += p->bytes;
-        if ((t->op + 1 == s->nops ? stream_push(s, ti, pi) : fifo_push(s, &s->ops[t->op + 1], pi)) !=
-            0)
+        if ((t->op + 1 == s->nops ? stream_push(s, ti, pi)
+                                  : fifo_push(s, &s->ops[t->op + 1], pi)) != 0)
             return sb_err_set(err, "scheduler: out of memory");
     }
     if (out->bytes > s->max_partition_bytes)
@@ -3272,7 +3275,7 @@ static uint32_t task_epoch(const sb_sched *s, size_t ti)
 
 static int stream_push(sb_sched *s, size_t ti, size_t pi)
 {
-    struct stream_q *q = &s->sq[task_epoch(s, ti)];
+    stream_q *q = &s->sq[task_epoch(s, ti)];
     s->parts[pi].consumer = NONE;
     if (q->head > 0 && q->head + q->len == q->cap) { /* compact before growing */
         memmove(q->q, q->q + q->head, q->len * sizeof *q->q);
@@ -3343,7 +3346,7 @@ int sb_sched_stream_take(sb_sched *s, uint32_t epoch, sb_sched_stream_part *out)
 {
     if (!s->stream || epoch >= s->stream_epochs)
         return 0;
-    struct stream_q *q = &s->sq[epoch];
+    stream_q *q = &s->sq[epoch];
     for (size_t k = 0; k < q->len; k++) {
         size_t pi = q->q[q->head + k];
         part *p = &s->parts[pi];
@@ -3393,7 +3396,7 @@ int sb_sched_stream_lost(sb_sched *s, const char *id)
         s->parts[pi].state == P_RELEASED)
         return 0;
     part *p = &s->parts[pi];
-    p->consumer = NONE; /* needed again: a re-run's copy is kept (record_part) */
+    p->consumer = NONE;          /* needed again: a re-run's copy is kept (record_part) */
     if (p->state != P_AVAILABLE) /* (still taken: the run has not succeeded) */
         recover_partition(s, pi, 0);
     return 1;

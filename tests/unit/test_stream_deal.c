@@ -91,8 +91,8 @@ static void work(sim *m)
         sb_storage_output o = {.id = id, .bytes = MiB, .rows = rows_of(t[i].index)};
         sb_sched_metrics mt = {.wall_seconds = 0.01};
         sb_err err;
-        cr_assert_eq(sb_sched_complete(m->s, m->worker, t[i].task_id, t[i].attempt, SB_SCHED_OK, NULL,
-                                       &o, 1, NULL, 0, &mt, m->now, &err),
+        cr_assert_eq(sb_sched_complete(m->s, m->worker, t[i].task_id, t[i].attempt, SB_SCHED_OK,
+                                       NULL, &o, 1, NULL, 0, &mt, m->now, &err),
                      1, "%s", err.msg);
     }
     char **rel = NULL;
@@ -120,9 +120,14 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
                              const sb_deal_lost *lost)
 {
     const char *acks[1] = {rk->ack};
-    sb_deal_request q = {.rank = r, .world = world, .epoch = epoch, .batch = BATCH,
-                         .acks = acks, .nacks = (size_t)(rk->has_ack && lost == NULL),
-                         .lost = lost, .nlost = lost != NULL};
+    sb_deal_request q = {.rank = r,
+                         .world = world,
+                         .epoch = epoch,
+                         .batch = BATCH,
+                         .acks = acks,
+                         .nacks = (size_t)(rk->has_ack && lost == NULL),
+                         .lost = lost,
+                         .nlost = lost != NULL};
     if (lost != NULL) { /* its rows are not the rank's: the test's record forgets them */
         uint64_t t;
         cr_assert_eq(sscanf(lost->id, "s0-t%" SCNu64 "-p0", &t), 1);
@@ -170,8 +175,7 @@ static void run_epochs(sim *m)
 {
     for (uint32_t e = 0; e < EPOCHS; e++) {
         rank rk[3] = {0};
-        for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended && rk[2].ended);
-             step++) {
+        for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended && rk[2].ended); step++) {
             m->now += 1;
             work(m);
             for (uint32_t r = 0; r < 3; r++)
@@ -190,8 +194,8 @@ static void run_epochs(sim *m)
         for (uint64_t t = e * NSPLITS; t < (e + 1) * NSPLITS; t++) {
             want += rows_of(t);
             for (uint64_t x = 0; x < rows_of(t); x++)
-                cr_assert_neq(m->dealt[e][t][x], 0, "row %" PRIu64 " of task %" PRIu64 " lost",
-                              x, t);
+                cr_assert_neq(m->dealt[e][t][x], 0, "row %" PRIu64 " of task %" PRIu64 " lost", x,
+                              t);
         }
         cr_assert_eq(sum, want);
     }
