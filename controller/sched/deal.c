@@ -75,6 +75,20 @@ void sb_deal_free(sb_deal *d)
     free(d);
 }
 
+/* Room for one more element in *arr (n used of *cap, doubling). 0, or -1 out of memory. */
+static int room(void *arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 8;
+    void *na = realloc(*(void **)arr, ncap * elem);
+    if (na == NULL)
+        return -1;
+    *(void **)arr = na;
+    *cap = ncap;
+    return 0;
+}
+
 static held *held_find(sb_deal *d, const char *id)
 {
     for (size_t i = 0; i < d->nh; i++)
@@ -122,14 +136,8 @@ static int lost_all(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
         held *h = held_find(d, l->id);
         if (h == NULL || h->open == 0 || l->hi - l->lo > e->dealt[req->rank])
             continue; /* not a slice out there: nothing to deal again */
-        if (e->nre == e->capre) {
-            size_t cap = e->capre ? e->capre * 2 : 8;
-            redeal *nr = realloc(e->re, cap * sizeof *nr);
-            if (nr == NULL)
-                return -1;
-            e->re = nr;
-            e->capre = cap;
-        }
+        if (room(&e->re, &e->capre, e->nre, sizeof *e->re) != 0)
+            return -1;
         char *id = strdup(l->id);
         if (id == NULL)
             return -1;
@@ -221,14 +229,8 @@ static int take_head(sb_deal *d, epoch_deal *e, sb_sched *s, uint32_t epoch)
 {
     sb_sched_stream_part p;
     while (sb_sched_stream_take(s, epoch, &p)) {
-        if (d->nh == d->caph) {
-            size_t cap = d->caph ? d->caph * 2 : 16;
-            held *nh = realloc(d->h, cap * sizeof *nh);
-            if (nh == NULL)
-                return -1;
-            d->h = nh;
-            d->caph = cap;
-        }
+        if (room(&d->h, &d->caph, d->nh, sizeof *d->h) != 0)
+            return -1;
         char *id = strdup(p.id), *addr = strdup(p.address ? p.address : ""), *hid = strdup(p.id);
         if (id == NULL || addr == NULL || hid == NULL) {
             free(id);
