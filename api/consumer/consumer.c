@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "partition/partition.h"
 #include "rpc/auth.h"
 #include "rpc/proto.h"
@@ -369,13 +369,6 @@ static int ack_add(sbc_stream *s, const char *id)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* One StreamNext: 1 rows were added or the state moved, 0 wait (slept), -1 error. */
 static int ask(sbc_stream *s)
 {
@@ -393,8 +386,7 @@ static int ask(sbc_stream *s)
     sb_rpc_code code =
         sb_rpc_call_msg(s->ctl, SB_RPC_CONTROL_STREAM_NEXT, &req.base, 30000, 0, &resp, &e);
     if (code == SB_RPC_UNAVAILABLE) { /* not up yet, or restarting: ask again */
-        struct timespec ts = {0, 50 * 1000000L};
-        nanosleep(&ts, NULL);
+        sb_clock_sleep_ms(50);
         return 0;
     }
     if (code != SB_RPC_OK)
@@ -420,12 +412,10 @@ static int ask(sbc_stream *s)
         s->end_rows = s->o.drop_last ? r->end_rows : r->dealt_rows;
         s->dealt = r->dealt_rows;
         break;
-    case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__WAIT: {
-        struct timespec ts = {0, (long)(r->retry_ms ? r->retry_ms : 5) * 1000000L};
-        nanosleep(&ts, NULL);
+    case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__WAIT:
+        sb_clock_sleep_ms(r->retry_ms ? r->retry_ms : 5);
         rc = 0;
         break;
-    }
     default:
         rc = fail(s, "%s", r->message && *r->message ? r->message : "the controller refused");
     }
@@ -444,7 +434,7 @@ static uint64_t allowed(const sbc_stream *s)
 static int fill(sbc_stream *s)
 {
     size_t b = s->o.batch_size, window = s->o.local_shuffle_buffer;
-    double deadline = now_s() + s->o.timeout_ms / 1000.0;
+    uint64_t deadline = sb_clock_mono_ms() + (uint64_t)s->o.timeout_ms;
     for (;;) {
         size_t have = s->len - s->head;
         uint64_t ok = allowed(s);
@@ -458,13 +448,13 @@ static int fill(sbc_stream *s)
         int rc = ask(s);
         if (rc < 0)
             return -1;
-        if (rc == 0 && now_s() > deadline)
+        if (rc == 0 && sb_clock_mono_ms() > deadline)
             return fail(s,
                         "no rows for %d ms (rank %u of %u, epoch %u: the other ranks may not "
                         "be reading, or the pipeline is stuck)",
                         s->o.timeout_ms, s->o.rank, s->o.world_size, s->o.epoch);
         if (rc > 0)
-            deadline = now_s() + s->o.timeout_ms / 1000.0;
+            deadline = sb_clock_mono_ms() + (uint64_t)s->o.timeout_ms;
     }
 }
 
