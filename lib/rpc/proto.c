@@ -249,13 +249,20 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
         rc = check_pids(m->release, m->n_release, "release", err);
     } else if (d == &streambatch__v1__stream_next_request__descriptor) {
         const Streambatch__V1__StreamNextRequest *m = (const void *)msg;
-        rc = check_pids(m->acks, m->n_acks, "acks", err);
-        for (size_t i = 0; rc == 0 && i < m->n_lost; i++)
-            if (m->lost[i] == NULL || check_pid(m->lost[i]->partition_id, "lost", i, err) < 0 ||
-                m->lost[i]->row_lo >= m->lost[i]->row_hi)
-                rc = m->lost[i] == NULL || m->lost[i]->row_lo < m->lost[i]->row_hi
-                         ? -1
-                         : sb_err_set(err, "lost[%zu]: an empty row range", i);
+        rc = m->world_size == 0   ? sb_err_set(err, "world_size is missing")
+             : m->batch_size == 0 ? sb_err_set(err, "batch_size is missing")
+             : m->rank >= m->world_size
+                 ? sb_err_set(err, "rank %u is not below world_size %u", m->rank, m->world_size)
+                 : check_pids(m->acks, m->n_acks, "acks", err);
+        for (size_t i = 0; rc == 0 && i < m->n_lost; i++) {
+            const Streambatch__V1__LostSlice *l = m->lost[i];
+            if (l == NULL)
+                rc = sb_err_set(err, "lost[%zu] is missing", i);
+            else if (check_pid(l->partition_id, "lost", i, err) < 0)
+                rc = -1;
+            else if (l->row_lo >= l->row_hi)
+                rc = sb_err_set(err, "lost[%zu]: an empty row range", i);
+        }
     } else if (d == &streambatch__v1__stream_next_reply__descriptor) {
         const Streambatch__V1__StreamNextReply *m = (const void *)msg;
         if (m->kind == STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE) {

@@ -281,7 +281,7 @@ Test(rpc_msgs, method_table)
 {
     size_t n;
     const sb_rpc_method_info *m = sb_rpc_methods(&n);
-    cr_assert_eq(n, 6);
+    cr_assert_eq(n, 7); /* Control: 5 (StreamNext for stream sinks), Data: 1, Worker: 1 */
     const sb_rpc_method_info *f = sb_rpc_method_find(SB_RPC_DATA_FETCH);
     cr_assert_not_null(f);
     cr_assert(f->server_streaming);
