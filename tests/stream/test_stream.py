@@ -240,6 +240,26 @@ def worker_kill_test(src):
           json.dumps(s)[:300])
 
 
+def cli_test(src):
+    """`run` refuses what does not go together, exit 2 with the reason, before starting."""
+    stream = spec(src, "cli")
+    files = spec(src, "clif")
+    with open(files) as f:
+        text = f.read().replace("uri: stream://", f"uri: file://{WORK}/out")
+    with open(files, "w") as f:
+        f.write(text)
+    cases = [([stream], "spec.sink.uri is stream://: serve it with --serve HOST:PORT"),
+             ([files, "--serve", "127.0.0.1:0"], "--serve serves a stream:// sink"),
+             ([stream, "--serve", "127.0.0.1:0", "--resume"], "keeps no checkpoint"),
+             ([files, "--epochs", "2"], "--epochs and --seed go with --serve"),
+             ([stream, "--serve", "nohost"], "--serve wants HOST:PORT"),
+             ([stream, "--serve", "127.0.0.1:0", "--epochs", "0"], "--epochs")]
+    for args, want in cases:
+        r = subprocess.run([BIN, "run"] + args, capture_output=True, text=True, timeout=60)
+        check(f"run {os.path.basename(args[0])} {' '.join(args[1:])}: exit 2, says why",
+              r.returncode == 2 and want in r.stderr, f"rc {r.returncode}: {r.stderr[-300:]}")
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     src, lines = make_source()
@@ -249,7 +269,8 @@ def main():
              ("order", lambda: order_test(src)),
              ("formats", lambda: formats_test(src, lines)),
              ("slow", lambda: slow_consumer_test(src)),
-             ("kill", lambda: worker_kill_test(src))]
+             ("kill", lambda: worker_kill_test(src)),
+             ("cli", lambda: cli_test(src))]
     for name, run in tests:
         if not only or name in only.split(","):
             run()
