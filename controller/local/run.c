@@ -23,6 +23,7 @@
 #include "controller/local/workers.h"
 #include "controller/local/runckpt.h"
 #include "controller/ctl/cmetrics.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "io/sink.h"
 #include "doc/doc.h"
@@ -1133,6 +1134,8 @@ static void run_wait(run_ctx *c)
         if (c->st != SB_SCHED_RUNNING &&
             (c->o->serve == NULL || c->st != SB_SCHED_SUCCEEDED || sb_ctl_stream_ended(c->ctl)))
             break;
+        if (c->st == SB_SCHED_SUCCEEDED)
+            sb_clock_sleep_ms(20); /* (sb_ctl_wait returns at once now: no spinning) */
         double now = mono_s();
         if (!c->planned && sb_ctl_nsplits(c->ctl) > 0) {
             fprintf(stderr, "planned %zu splits\n", sb_ctl_nsplits(c->ctl));
