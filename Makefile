@@ -105,6 +105,7 @@ CONSUMER_SRCS := api/consumer/consumer.c worker/data/fetch.c \
 CONSUMER_OBJS := $(patsubst %.c,$(BUILD)/pic/%.o,$(CONSUMER_SRCS)) \
                  $(BUILD)/pic/gen/streambatch.pb-c.o
 CONSUMER_LIB  := $(BUILD)/lib/libstreambatch_consumer.so
+CONSUMER_EXAMPLE := $(BUILD)/lib/stream-count
 
 DEPS_EXTRA :=
 TEST_EXTRA :=
@@ -155,7 +156,7 @@ resize-test: $(BUILD)/tests/helpers/sb_resize
 # iter_batches over the C consumer library (tests/stream/).
 .PHONY: stream-test
 TEST_EXTRA += stream-test
-stream-test: $(BINDIR)/streambatch $(BINDIR)/streambatch-worker $(CONSUMER_LIB)
+stream-test: $(BINDIR)/streambatch $(BINDIR)/streambatch-worker $(CONSUMER_LIB) $(CONSUMER_EXAMPLE)
 	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) tests/stream/test-stream.sh
 
 # The Parquet source against files written by pyarrow and DuckDB (PyPI, cached venv), refused
@@ -203,7 +204,13 @@ $(CONSUMER_LIB): $(CONSUMER_OBJS)
 	  $(shell pkg-config --libs grpc libprotobuf-c libcjson zlib 2>/dev/null) -lssl -lcrypto \
 	  -lpthread -lm
 .PHONY: consumer
-consumer: $(CONSUMER_LIB)
+consumer: $(CONSUMER_LIB) $(CONSUMER_EXAMPLE)
+# A read loop in C over the library (api/examples/consumer/count.c; stream-test runs it).
+$(CONSUMER_EXAMPLE): api/examples/consumer/count.c api/consumer/streambatch_consumer.h $(CONSUMER_LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(CSTD) $(WARN) $(OPT) -I. $< -o $@ -L$(BUILD)/lib -lstreambatch_consumer \
+	  -Wl,-rpath,'$$ORIGIN'
 
 deps:
 	@scripts/deps.sh

@@ -240,6 +240,21 @@ def worker_kill_test(src):
           json.dumps(s)[:300])
 
 
+def c_api_test(src):
+    """The C API without Python: api/examples/consumer/count.c reads a whole epoch."""
+    exe = os.path.join(os.path.dirname(os.environ["STREAMBATCH_CONSUMER_LIB"]), "stream-count")
+    name = "capi"
+    p, info, _ = serve(spec(src, name), epochs=1)
+    r = subprocess.run([exe, info["address"], info["tokenFile"], "0", "1", "0", "100"],
+                       capture_output=True, text=True, timeout=120)
+    finish(p, name)
+    want = sum(len(json.dumps({"id": i, "text": f"record {i} " + "x" * (i % 37)}))
+               for i in range(NREC))
+    check("C API: one epoch, every row and byte, batches of 100, the record column as utf8",
+          r.returncode == 0 and f"rows {NREC} bytes {want} batches {NREC // 100}" in r.stdout
+          and "column record type 13" in r.stdout, f"rc {r.returncode}: {r.stdout} {r.stderr}")
+
+
 def cli_test(src):
     """`run` refuses what does not go together, exit 2 with the reason, before starting."""
     stream = spec(src, "cli")
@@ -270,6 +285,7 @@ def main():
              ("formats", lambda: formats_test(src, lines)),
              ("slow", lambda: slow_consumer_test(src)),
              ("kill", lambda: worker_kill_test(src)),
+             ("capi", lambda: c_api_test(src)),
              ("cli", lambda: cli_test(src))]
     for name, run in tests:
         if not only or name in only.split(","):
