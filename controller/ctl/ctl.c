@@ -963,9 +963,15 @@ static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m
         if (rc == 0)
             return 0; /* not published: its final report lists them */
     } else if (w != NULL && c->sched != NULL) {
-        sb_sched_metrics met = {m->metrics ? m->metrics->wall_seconds : 0,
-                                m->metrics ? m->metrics->cpu_seconds : 0,
-                                m->metrics ? m->metrics->rows_in : 0};
+        sb_sched_metrics met = {0};
+        if (m->metrics != NULL)
+            met = (sb_sched_metrics){m->metrics->wall_seconds,
+                                     m->metrics->cpu_seconds,
+                                     m->metrics->rows_in,
+                                     m->metrics->source_bytes_read,
+                                     m->metrics->row_groups_read,
+                                     m->metrics->row_groups_skipped,
+                                     m->metrics->source_bytes_skipped};
         rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt,
                                status_of(m->status, m->deterministic, m->permanent), m->message,
                                outs, m->n_outputs, (const char *const *)m->lost_inputs,

@@ -288,6 +288,13 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
                 "stragglers: %" PRIu64 " speculative cop%s started, %" PRIu64
                 " finished before the original\n",
                 spec, spec == 1 ? "y" : "ies", won);
+    if (s->stats.row_groups_read + s->stats.row_groups_skipped > 0)
+        fprintf(f,
+                "parquet: %" PRIu64 " row groups read, %" PRIu64
+                " skipped by the filter's pushdown (%s of column chunks not read); %s fetched\n",
+                s->stats.row_groups_read, s->stats.row_groups_skipped,
+                human_bytes(s->stats.source_bytes_skipped, a, sizeof a),
+                human_bytes(s->stats.source_bytes_read, b, sizeof b));
     if (s->stats.workers_drained > 0)
         fprintf(f,
                 "sick workers: %" PRIu64 " drained (persistently far slower than their pool), "
@@ -347,6 +354,10 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
     cJSON_AddNumberToObject(j, "partitionsLost", (double)s->stats.partitions_lost);
     cJSON_AddNumberToObject(j, "sinkParts", (double)s->stats.sink_parts);
     cJSON_AddNumberToObject(j, "sinkRows", (double)s->stats.sink_rows);
+    cJSON_AddNumberToObject(j, "sourceBytesRead", (double)s->stats.source_bytes_read);
+    cJSON_AddNumberToObject(j, "rowGroupsRead", (double)s->stats.row_groups_read);
+    cJSON_AddNumberToObject(j, "rowGroupsSkipped", (double)s->stats.row_groups_skipped);
+    cJSON_AddNumberToObject(j, "sourceBytesSkipped", (double)s->stats.source_bytes_skipped);
     cJSON_AddNumberToObject(j, "peakWorkerRss", (double)peak_rss);
     cJSON_AddNumberToObject(j, "workersStarted", (double)started);
     cJSON_AddNumberToObject(j, "workersLost", (double)s->workers_lost);

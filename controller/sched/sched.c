@@ -222,6 +222,7 @@ struct sb_sched {
     size_t capsink_task;
     uint32_t epoch;
     uint64_t sink_rows, sink_bytes;
+    sb_sched_metrics source; /* parquet pushdown counts of successful source tasks */
     sb_sched_state state;
     char *failure;
     uint64_t last_progress_ms;
@@ -2492,6 +2493,12 @@ static void complete_rows(sb_sched *s, size_t w, task *t, const sb_storage_outpu
     /* a source task's input rows are known only to the worker that read its split */
     uint64_t rows_in = t->op == 0 && metrics != NULL ? metrics->rows_in : t->in_rows;
     o->rows_in += rows_in;
+    if (t->op == 0 && metrics != NULL) {
+        s->source.source_bytes_read += metrics->source_bytes_read;
+        s->source.row_groups_read += metrics->row_groups_read;
+        s->source.row_groups_skipped += metrics->row_groups_skipped;
+        s->source.source_bytes_skipped += metrics->source_bytes_skipped;
+    }
     sb_sched_pool_figures *pf = &o->by_pool[strcmp(s->workers[w].pool, "gpu") == 0];
     pf->rows_in += rows_in;
     for (size_t i = 0; i < nouts; i++)
@@ -2653,6 +2660,10 @@ void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out)
     out->sink_parts = s->nsink;
     out->sink_rows = s->sink_rows;
     out->sink_bytes = s->sink_bytes;
+    out->source_bytes_read = s->source.source_bytes_read;
+    out->row_groups_read = s->source.row_groups_read;
+    out->row_groups_skipped = s->source.row_groups_skipped;
+    out->source_bytes_skipped = s->source.source_bytes_skipped;
     out->workers_drained = s->workers_drained;
     for (size_t i = 0; i < s->nworkers; i++)
         out->workers += s->workers[i].alive;

@@ -139,6 +139,9 @@ typedef struct sb_sched_task {
 typedef struct sb_sched_metrics {
     double wall_seconds, cpu_seconds;
     uint64_t rows_in; /* records the task read (a source task's only count of its input) */
+    /* a parquet source task: bytes fetched, row groups read and skipped by pushdown, and the
+     * chunk bytes skipped (pqread.h sb_pq_scan_stats) */
+    uint64_t source_bytes_read, row_groups_read, row_groups_skipped, source_bytes_skipped;
 } sb_sched_metrics;
 
 typedef enum {
@@ -204,6 +207,8 @@ typedef struct sb_sched_stats {
     uint64_t partitions_recovered; /* producer re-runs queued to re-make lost partitions */
     uint64_t partitions_lost;      /* still-needed partitions lost with a worker or a fetch */
     uint64_t sink_parts, sink_rows, sink_bytes;
+    /* parquet sources, over successful source tasks (sb_sched_metrics) */
+    uint64_t source_bytes_read, row_groups_read, row_groups_skipped, source_bytes_skipped;
     size_t workers;
     uint64_t workers_drained; /* workers drained as persistently slow (sick nodes) */
 } sb_sched_stats;

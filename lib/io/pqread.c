@@ -63,10 +63,16 @@ int sb_io_parquet_columns(const char *args_json, char ***names, size_t *n, sb_er
     return rc;
 }
 
+typedef struct {
+    const char *uri;
+    sb_pq_scan_stats *scan;
+} io_ctx;
+
 /* One ranged request per read: the footer, then one per column chunk. */
 static int io_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
 {
-    const char *uri = ud;
+    io_ctx *c = ud;
+    const char *uri = c->uri;
     sb_io_rd *h = NULL;
     if (n == 0)
         return 0;
@@ -76,6 +82,8 @@ static int io_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
     sb_io_read_close(h);
     if (k < 0)
         return -1;
+    if (c->scan != NULL)
+        c->scan->bytes_read += (uint64_t)k;
     if ((size_t)k != n)
         return sb_err_set(err,
                           "%.300s: object ends at byte offset %" PRIu64 " (it changed since "
@@ -84,8 +92,43 @@ static int io_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
     return 0;
 }
 
+/* The bytes of row group g's chunks that plan p reads. */
+static uint64_t rg_plan_bytes(const sb_pq_file *f, const sb_pq_plan *p, size_t g)
+{
+    uint64_t b = 0;
+    for (size_t i = 0; i < p->ncols; i++)
+        if (p->cols[i].leaf >= 0 && (size_t)p->cols[i].leaf < f->meta.nleaves)
+            b += f->meta.rgs[g].cols[p->cols[i].leaf].len;
+    return b;
+}
+
+/* Reads the owned row groups that pred does not exclude. */
+static int read_owned(const sb_pq_file *f, const sb_pq_plan *plan, const sb_io_split *split,
+                      const sb_pq_read_opts *o, const sb_pq_pred *pred, sb_pq_scan_stats *scan,
+                      sb_pq_emit_fn emit, void *ud, sb_err *err)
+{
+    int col = pred != NULL ? sb_pq_pred_column(plan, pred) : -1;
+    for (size_t g = 0; g < f->meta.nrgs; g++) {
+        if (!sb_pq_owns(f, g, split->start, split->end))
+            continue;
+        if (col >= 0 && sb_pq_rg_excluded(&f->meta, plan, col, g, pred)) {
+            if (scan != NULL) {
+                scan->rgs_skipped++;
+                scan->bytes_skipped += rg_plan_bytes(f, plan, g);
+            }
+            continue;
+        }
+        if (scan != NULL)
+            scan->rgs_read++;
+        if (sb_pq_read_row_group(f, plan, g, o, emit, ud, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 int sb_io_read_parquet(const sb_io_split *split, const char *args_json, size_t target_bytes,
-                       bool unsealed, sb_pq_emit_fn emit, void *ud, sb_err *err)
+                       bool unsealed, const sb_pq_pred *pred, sb_pq_scan_stats *scan,
+                       sb_pq_emit_fn emit, void *ud, sb_err *err)
 {
     char **names;
     size_t nnames;
@@ -105,14 +148,14 @@ int sb_io_read_parquet(const sb_io_split *split, const char *args_json, size_t t
                           split->path, exists ? "changed size" : "was removed", split->file_size);
     }
     sb_pq_file f;
-    int rc = sb_pq_open(&f, split->path, split->file_size, io_read, split->path, err);
+    io_ctx ctx = {.uri = split->path, .scan = scan};
+    int rc = sb_pq_open(&f, split->path, split->file_size, io_read, &ctx, err);
     sb_pq_plan plan = {0};
     if (rc == 0)
         rc = sb_pq_plan_make(&f, (const char *const *)names, nnames, &plan, err);
     sb_pq_read_opts o = {.target_bytes = target_bytes, .unsealed = unsealed};
-    for (size_t g = 0; rc == 0 && g < f.meta.nrgs; g++)
-        if (sb_pq_owns(&f, g, split->start, split->end))
-            rc = sb_pq_read_row_group(&f, &plan, g, &o, emit, ud, err);
+    if (rc == 0)
+        rc = read_owned(&f, &plan, split, &o, pred, scan, emit, ud, err);
     sb_pq_plan_free(&plan);
     sb_pq_close(&f);
     sb_io_parquet_names_free(names, nnames);

@@ -3,7 +3,8 @@
  * (parquet.h says which types and which row groups a range owns).
  *
  * Format args (args_json, optional): columns, a list of top-level column names to read (only
- * their column chunks are fetched), in the order given.
+ * their column chunks are fetched), in the order given. A filter predicate given by the caller
+ * skips the row groups its column's statistics exclude (prune.h).
  *
  * Memory: nothing outlives the call except the emitted blobs, which belong to the callback.
  */
@@ -16,10 +17,21 @@
 #include "core/err.h"
 #include "io/split.h"
 #include "parquet/parquet.h"
+#include "parquet/prune.h"
 
-/* Reads the row groups `split` owns. -1 + err naming the file, row group, column and page. */
+/* What a read fetched and what pushdown spared it (added to, across calls). */
+typedef struct sb_pq_scan_stats {
+    uint64_t rgs_read, rgs_skipped; /* owned row groups read / skipped by their statistics */
+    uint64_t bytes_read;            /* bytes fetched: footers and column chunks */
+    uint64_t bytes_skipped;         /* the selected column chunks of skipped row groups */
+} sb_pq_scan_stats;
+
+/* Reads the row groups `split` owns, less those whose statistics prove that no row satisfies
+ * pred (a filter that follows the source; NULL: none), counting into *scan (NULL: not
+ * counted). -1 + err naming the file, row group, column and page. */
 int sb_io_read_parquet(const sb_io_split *split, const char *args_json, size_t target_bytes,
-                       bool unsealed, sb_pq_emit_fn emit, void *ud, sb_err *err);
+                       bool unsealed, const sb_pq_pred *pred, sb_pq_scan_stats *scan,
+                       sb_pq_emit_fn emit, void *ud, sb_err *err);
 
 /* Parses args.columns: *names (malloc'd array of malloc'd strings, *n of them; NULL/0 when
  * absent). Free with sb_io_parquet_names_free(). */

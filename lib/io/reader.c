@@ -844,26 +844,44 @@ static int read_piece(rd *r, const sb_io_split *split, uint64_t rs, sb_err *err)
     return rc;
 }
 
+/* What only a parquet source uses: the filter to push down and the counts (either NULL). */
+typedef struct {
+    const sb_pq_pred *pred;
+    sb_pq_scan_stats *scan;
+} pq_pushdown;
+
 static int read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
-                       size_t target_bytes, size_t chunk_bytes, bool unsealed, sb_io_emit_fn emit,
-                       void *ud, sb_err *err);
+                       size_t target_bytes, size_t chunk_bytes, bool unsealed,
+                       const pq_pushdown *pd, sb_io_emit_fn emit, void *ud, sb_err *err);
 
 int sb_io_read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
                       size_t target_bytes, sb_io_emit_fn emit, void *ud, sb_err *err)
 {
-    return read_splits(pieces, n, fmt, args_json, target_bytes, target_bytes, false, emit, ud, err);
+    return read_splits(pieces, n, fmt, args_json, target_bytes, target_bytes, false, NULL, emit, ud,
+                       err);
 }
 
 int sb_io_read_splits_chunked(const sb_io_split *pieces, size_t n, sb_format fmt,
                               const char *args_json, size_t target_bytes, size_t chunk_bytes,
                               sb_io_emit_fn emit, void *ud, sb_err *err)
 {
-    return read_splits(pieces, n, fmt, args_json, target_bytes, chunk_bytes, true, emit, ud, err);
+    return read_splits(pieces, n, fmt, args_json, target_bytes, chunk_bytes, true, NULL, emit, ud,
+                       err);
+}
+
+int sb_io_read_splits_pushdown(const sb_io_split *pieces, size_t n, sb_format fmt,
+                               const char *args_json, size_t target_bytes, size_t chunk_bytes,
+                               const sb_pq_pred *pred, sb_pq_scan_stats *scan, sb_io_emit_fn emit,
+                               void *ud, sb_err *err)
+{
+    pq_pushdown pd = {.pred = pred, .scan = scan};
+    return read_splits(pieces, n, fmt, args_json, target_bytes, chunk_bytes, true, &pd, emit, ud,
+                       err);
 }
 
 static int read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const char *args_json,
-                       size_t target_bytes, size_t chunk_bytes, bool unsealed, sb_io_emit_fn emit,
-                       void *ud, sb_err *err)
+                       size_t target_bytes, size_t chunk_bytes, bool unsealed,
+                       const pq_pushdown *pd, sb_io_emit_fn emit, void *ud, sb_err *err)
 {
     if (pieces == NULL || n == 0 || emit == NULL)
         return sb_err_set(err, "read split: no pieces or no callback");
@@ -882,8 +900,8 @@ static int read_splits(const sb_io_split *pieces, size_t n, sb_format fmt, const
         if (chunk_bytes > 0 && chunk_bytes < target_bytes)
             target_bytes = chunk_bytes;
         for (size_t i = 0; i < n; i++)
-            if (sb_io_read_parquet(&pieces[i], args_json, target_bytes, unsealed, emit, ud, err) !=
-                0)
+            if (sb_io_read_parquet(&pieces[i], args_json, target_bytes, unsealed,
+                                   pd ? pd->pred : NULL, pd ? pd->scan : NULL, emit, ud, err) != 0)
                 return -1;
         return 0;
     }

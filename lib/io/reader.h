@@ -83,4 +83,14 @@ int sb_io_read_splits_chunked(const sb_io_split *pieces, size_t n, sb_format fmt
                               const char *args_json, size_t target_bytes, size_t chunk_bytes,
                               sb_io_emit_fn emit, void *ud, sb_err *err);
 
+/* sb_io_read_splits_chunked() with the filter that follows the source: a parquet source skips
+ * the row groups whose statistics prove that no row satisfies pred (NULL: none; other formats
+ * ignore it) and counts into *scan (NULL: not counted; pqread.h). */
+struct sb_pq_pred;
+struct sb_pq_scan_stats;
+int sb_io_read_splits_pushdown(const sb_io_split *pieces, size_t n, sb_format fmt,
+                               const char *args_json, size_t target_bytes, size_t chunk_bytes,
+                               const struct sb_pq_pred *pred, struct sb_pq_scan_stats *scan,
+                               sb_io_emit_fn emit, void *ud, sb_err *err);
+
 #endif

@@ -304,14 +304,17 @@ static void statistics(sb_tc_reader *r, sb_pq_stats *s)
             sb_tc_skip(r, t);
         }
     }
-    /* the deprecated min/max are kept only when the new ones are absent (their sort order is
-     * signed bytes; a filter would have to know that, and does not use them yet) */
-    if (!s->has_min && omin != NULL) {
+    /* the deprecated min/max are kept only when neither new one is present (a pair is never
+     * mixed), flagged: their sort order is signed whatever the type (prune.c) */
+    if (s->has_min || s->has_max || (omin == NULL && omax == NULL))
+        return;
+    s->deprecated = true;
+    if (omin != NULL) {
         s->min = omin;
         s->min_len = nmin;
         s->has_min = true;
     }
-    if (!s->has_max && omax != NULL) {
+    if (omax != NULL) {
         s->max = omax;
         s->max_len = nmax;
         s->has_max = true;
@@ -528,8 +531,36 @@ static int check_chunk(const sb_pq_meta *m, sb_pq_chunk *c, size_t gi, size_t li
     return 0;
 }
 
+/* FileMetaData.column_orders: one ColumnOrder union per leaf; TYPE_ORDER is field 1. Kept only
+ * when there is one per leaf (checked by the caller once the schema is known). */
+static void column_orders(sb_tc_reader *r, sb_pq_meta *m, size_t *n, bool *oom)
+{
+    uint8_t et;
+    if (!sb_tc_list(r, &et, n))
+        return;
+    if (et != SB_TC_STRUCT) {
+        for (size_t i = 0; i < *n && !r->bad; i++)
+            sb_tc_skip(r, et);
+        *n = 0;
+        return;
+    }
+    free(m->type_order);
+    m->type_order = calloc(*n ? *n : 1, sizeof *m->type_order);
+    if (m->type_order == NULL)
+        *oom = true;
+    for (size_t i = 0; i < *n && !r->bad; i++) {
+        STRUCT_LOOP(r, last, id, t)
+        {
+            if (id == 1 && t == SB_TC_STRUCT && m->type_order != NULL)
+                m->type_order[i] = true;
+            sb_tc_skip(r, t);
+        }
+    }
+}
+
 static int file_meta(sb_tc_reader *r, sb_pq_meta *m, uint64_t file_size, sb_err *err)
 {
+    size_t norders = 0;
     bool oom = false, have_schema = false, have_rgs = false;
     STRUCT_LOOP(r, last, id, t)
     {
@@ -571,6 +602,8 @@ static int file_meta(sb_tc_reader *r, sb_pq_meta *m, uint64_t file_size, sb_err 
             have_rgs = true;
         } else if (id == 4) {
             return sb_err_data(err, "the row groups come before the schema");
+        } else if (id == 7 && t == SB_TC_LIST) {
+            column_orders(r, m, &norders, &oom);
         } else {
             sb_tc_skip(r, t);
         }
@@ -581,6 +614,10 @@ static int file_meta(sb_tc_reader *r, sb_pq_meta *m, uint64_t file_size, sb_err 
         return sb_err_data(err, "invalid footer metadata: %s", r->msg);
     if (!have_schema)
         return sb_err_data(err, "the footer has no schema");
+    if (m->type_order != NULL && norders != m->nleaves) { /* not one per leaf: not trusted */
+        free(m->type_order);
+        m->type_order = NULL;
+    }
     for (size_t g = 0; g < m->nrgs; g++) {
         sb_pq_row_group *rg = &m->rgs[g];
         if (rg->num_rows < 0)
@@ -636,6 +673,7 @@ void sb_pq_meta_free(sb_pq_meta *m)
     for (size_t i = 0; i < m->nrgs; i++)
         free(m->rgs[i].cols);
     free(m->rgs);
+    free(m->type_order);
     free(m->footer);
     memset(m, 0, sizeof *m);
 }

@@ -100,6 +100,8 @@ typedef struct sb_pq_schema_el {
 
 typedef struct sb_pq_stats {
     bool has_null_count, has_min, has_max;
+    bool deprecated; /* min/max are the deprecated fields 1/2 (signed sort order, whatever the
+                        type), not min_value/max_value */
     int64_t null_count;
     const uint8_t *min, *max; /* min_value/max_value (or the deprecated min/max) */
     size_t min_len, max_len;
@@ -131,6 +133,9 @@ typedef struct sb_pq_meta {
     size_t nleaves;
     sb_pq_row_group *rgs;
     size_t nrgs;
+    /* column_orders: per leaf, whether min_value/max_value follow the type's defined order
+     * (TYPE_ORDER); NULL when the file has no column_orders (or not one per leaf) */
+    bool *type_order;
     uint8_t *footer; /* owned copy the stats point into */
     size_t footer_len;
 } sb_pq_meta;

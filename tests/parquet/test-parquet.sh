@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Parquet reader against two independent writers (pyarrow and DuckDB, from PyPI, in a venv
 # cached under ~/.cache/streambatch), then refused types and hostile files (conformance.py); then
-# the writer: our files read back by both and by our reader (writer.py).
+# the writer: our files read back by both and by our reader (writer.py); filter pushdown
+# (pushdown.py).
 #   SB_BIN_DIR=... tests/parquet/test-parquet.sh
 # Prints "N passed, N failed". Skips (passing) with a clear message only when the packages
 # cannot be installed because the registry is unreachable.
@@ -29,6 +30,8 @@ trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 timeout 900 "$venv/bin/python" "$top/tests/parquet/conformance.py" "$bin/streambatch" "$work/w"
 rc=$?
+# Filter pushdown by row-group statistics: the same rows with and without it (pushdown.py).
+timeout 600 "$venv/bin/python" "$top/tests/parquet/pushdown.py" "$bin/streambatch" "$work/pd" || rc=1
 # The writer: our files read by pyarrow, DuckDB and our reader (tests/parquet/writer.py).
 timeout 600 "$venv/bin/python" "$top/tests/parquet/writer.py" "$bin/streambatch" "$work/wr" || rc=1
 exit $rc

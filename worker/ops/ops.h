@@ -72,6 +72,8 @@
 #include "core/err.h"
 #include "partition/partition.h"
 
+struct sb_pq_pred;
+
 /* Name of the single column of record-format partitions (jsonl, text, binary). */
 #define SB_OP_RECORD_COLUMN "record"
 
@@ -211,6 +213,11 @@ typedef struct sb_op_impl {
      * batch's copy with the previous one's run, and appends that output from `in` rows at the
      * next call, or at once after a partition's last row) completes it now. */
     int (*input_end)(void *state, const sb_batch *in, sb_op_out *out, sb_err *err);
+    /* Called (when set) by the runtime for the first op of a task that reads a Parquet source:
+     * true with *pred set (pointing into state) when the op keeps only rows satisfying pred, so
+     * the reader may skip row groups whose statistics exclude it (lib/parquet/prune.h); the op
+     * still runs on every row read. filter gives its comparison. */
+    bool (*pushdown)(void *state, struct sb_pq_pred *pred);
 } sb_op_impl;
 
 /* The implementation of a built-in op, or NULL when this build does not have it. */

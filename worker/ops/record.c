@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parquet/prune.h"
 #include "partition/utf8.h"
 #include "worker/ops/impls.h"
 #include "partition/rowjson.h"
@@ -484,6 +485,27 @@ static int filter_reset(void *state, sb_err *err)
     return 0;
 }
 
+/* The comparison for a Parquet source to skip row groups by (prune.h has the same semantics
+ * as filter_typed_match: only its bounds are compared there). */
+static bool filter_pushdown(void *state, sb_pq_pred *p)
+{
+    const filter_st *st = state;
+    static const sb_pq_cmp ops[] = {[CMP_EQ] = SB_PQ_EQ, [CMP_NE] = SB_PQ_NE, [CMP_LT] = SB_PQ_LT,
+                                    [CMP_LE] = SB_PQ_LE, [CMP_GT] = SB_PQ_GT, [CMP_GE] = SB_PQ_GE};
+    *p = (sb_pq_pred){.column = st->field,
+                      .op = ops[st->op],
+                      .kind = st->vtype == SB_OP_JSON_NUMBER   ? SB_PQ_VNUMBER
+                              : st->vtype == SB_OP_JSON_STRING ? SB_PQ_VSTRING
+                                                               : SB_PQ_VBOOL,
+                      .i = st->i,
+                      .is_int = st->is_int,
+                      .d = st->d,
+                      .str = st->str,
+                      .str_len = st->str_len,
+                      .b = st->b};
+    return true;
+}
+
 const sb_op_impl sb_op_filter_impl = {
     .name = "filter",
     .init = filter_init,
@@ -494,6 +516,7 @@ const sb_op_impl sb_op_filter_impl = {
     .emits_valid_json = true, /* it passes on only records it scanned */
     .input_valid_json = filter_input_valid,
     .absorb_next = filter_absorb_next,
+    .pushdown = filter_pushdown,
 };
 
 /* ---- project --------------------------------------------------------------------------- */
