@@ -372,7 +372,8 @@ static int emit_slices(const sb_pq_file *f, const sb_pq_plan *p, size_t rg, conv
         fields[k] = p->cols[k].field;
         if (p->cols[k].as_list)
             fields[k].list_size = cv[k].c.list_len;
-        fields[k].nullable = fields[k].nullable && cv[k].bitmap != NULL;
+        /* nullable as the schema says, not as this row group's nulls: every row group of a
+         * file has the same partition schema (a task's inputs must; a filter's output too) */
         per_row += cv[k].width;
     }
     size_t step = o->target_bytes / per_row;
