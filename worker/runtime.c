@@ -296,8 +296,8 @@ struct task_ctx {
     uint32_t seq;
     uint64_t rows_in, bytes_in;
     sb_pq_scan_stats scan; /* a parquet source's row groups read and skipped (pushdown) */
-    int from_source; /* op 0 reads a source split (its rows are counted as read) */
-    int check_json;  /* the source's jsonl records are validated as read (source_check_json) */
+    int from_source;       /* op 0 reads a source split (its rows are counted as read) */
+    int check_json; /* the source's jsonl records are validated as read (source_check_json) */
     sb_err err;
     int failed;
     int finishing; /* the ops' finish: its outputs are the task's last (no grant to wait for) */

@@ -195,7 +195,8 @@ bool sb_pq_rg_excluded(const sb_pq_meta *m, const sb_pq_plan *p, int col, size_t
         return true; /* all null: a null satisfies only ne */
     bound lo, hi;
     if (!s->has_min || !s->has_max || !bounds_trusted(m, o->leaf, t, s) ||
-        !decode(t, e->type, s->min, s->min_len, &lo) || !decode(t, e->type, s->max, s->max_len, &hi))
+        !decode(t, e->type, s->min, s->min_len, &lo) ||
+        !decode(t, e->type, s->max, s->max_len, &hi))
         return false;
     if (inverted(t, &lo, &hi))
         return false; /* min above max: the statistics are wrong, so read */

@@ -14,6 +14,7 @@
 #include "parquet/parquet.h"
 #include "parquet/thrift.h"
 #include "partition/partition.h"
+#include "testpqmem.h"
 
 Test(parquet_thrift, round_trip)
 {
@@ -271,20 +272,6 @@ static uint8_t *make_file(size_t *len)
 }
 
 typedef struct {
-    const uint8_t *p;
-    size_t n;
-} mem;
-
-static int mem_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
-{
-    const mem *m = ud;
-    if (off > m->n || n > m->n - off)
-        return sb_err_set(err, "read past the end");
-    memcpy(buf, m->p + off, n);
-    return 0;
-}
-
-typedef struct {
     void *blob;
     size_t len;
     int parts;
@@ -305,10 +292,10 @@ static int keep(void *blob, size_t len, uint64_t rows, void *ud)
 /* Opens, plans and reads every row group; 0 or -1 + err. */
 static int read_all(const uint8_t *p, size_t n, got *g, sb_err *e)
 {
-    mem m = {p, n};
+    sb_test_pq_mem m = {p, n};
     sb_pq_file f;
     sb_pq_plan plan = {0};
-    int rc = sb_pq_open(&f, "t.parquet", n, mem_read, &m, e);
+    int rc = sb_pq_open(&f, "t.parquet", n, sb_test_pq_mem_read, &m, e);
     if (rc == 0)
         rc = sb_pq_plan_make(&f, NULL, 0, &plan, e);
     sb_pq_read_opts o = {.target_bytes = 1 << 20, .max_decoded = 1 << 20};
@@ -376,10 +363,10 @@ Test(parquet_file, names_the_missing_column)
 {
     size_t n;
     uint8_t *f = make_file(&n);
-    mem m = {f, n};
+    sb_test_pq_mem m = {f, n};
     sb_pq_file pf;
     sb_err e = {0};
-    cr_assert_eq(sb_pq_open(&pf, "t.parquet", n, mem_read, &m, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_pq_open(&pf, "t.parquet", n, sb_test_pq_mem_read, &m, &e), 0, "%s", e.msg);
     sb_pq_plan plan;
     const char *cols[] = {"nope"};
     cr_assert_eq(sb_pq_plan_make(&pf, cols, 1, &plan, &e), -1);

@@ -15,6 +15,7 @@
 #include "parquet/records.h"
 #include "parquet/write.h"
 #include "partition/partition.h"
+#include "testpqmem.h"
 
 static void rle_round_trip(const uint32_t *v, size_t n, int bw)
 {
@@ -90,27 +91,6 @@ Test(parquet_write, codecs_round_trip)
     cr_assert_eq(sb_pq_codec_parse("zstd"), SB_PQ_ZSTD);
     cr_assert_eq(sb_pq_codec_parse("none"), SB_PQ_UNCOMPRESSED);
     cr_assert_eq(sb_pq_codec_parse("lz4"), -1);
-}
-
-static int to_buf(void *ud, const void *p, size_t n, sb_err *err)
-{
-    (void)err;
-    sb_pq_buf_put(ud, p, n);
-    return 0;
-}
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} mem;
-
-static int mem_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
-{
-    const mem *m = ud;
-    if (off > m->n || n > m->n - off)
-        return sb_err_set(err, "read past the end");
-    memcpy(buf, m->p + off, n);
-    return 0;
 }
 
 typedef struct {
@@ -199,13 +179,13 @@ static void write_and_read_back(void)
     cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0);
     sb_pq_buf f = {0};
     sb_pq_write_opts o = {.codec = SB_PQ_ZSTD, .row_group_bytes = len / 4};
-    cr_assert_eq(sb_pq_write_batch(b, &o, to_buf, &f, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_pq_write_batch(b, &o, sb_test_pq_to_buf, &f, &e), 0, "%s", e.msg);
     cr_assert(memcmp(f.p, "PAR1", 4) == 0 && memcmp(f.p + f.len - 4, "PAR1", 4) == 0);
 
-    mem m = {f.p, f.len};
+    sb_test_pq_mem m = {f.p, f.len};
     sb_pq_file pf;
     sb_pq_plan plan = {0};
-    cr_assert_eq(sb_pq_open(&pf, "t.parquet", f.len, mem_read, &m, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_pq_open(&pf, "t.parquet", f.len, sb_test_pq_mem_read, &m, &e), 0, "%s", e.msg);
     cr_assert_geq(pf.meta.nrgs, 4, "%zu row groups", pf.meta.nrgs);
     cr_assert_eq(pf.meta.num_rows, (int64_t)rows);
     const sb_pq_stats *st = &pf.meta.rgs[0].cols[0].stats;

@@ -13,6 +13,7 @@
 #include "parquet/prune.h"
 #include "parquet/write.h"
 #include "partition/partition.h"
+#include "testpqmem.h"
 
 /* One leaf column in one row group of `rows` rows, read as type t. */
 typedef struct {
@@ -65,8 +66,8 @@ static void set_nulls(fx *f, int64_t n)
 
 static sb_pq_pred num(sb_pq_cmp op, int64_t i)
 {
-    return (sb_pq_pred){.column = "c", .op = op, .kind = SB_PQ_VNUMBER, .i = i, .is_int = true,
-                        .d = (double)i};
+    return (sb_pq_pred){
+        .column = "c", .op = op, .kind = SB_PQ_VNUMBER, .i = i, .is_int = true, .d = (double)i};
 }
 
 static sb_pq_pred dbl(sb_pq_cmp op, double d)
@@ -279,27 +280,6 @@ Test(pq_prune, which_plan_column_the_filter_compares)
     cr_expect_eq(sb_pq_pred_column(&p, &pr), -1, "a record column: records");
 }
 
-static int to_buf(void *ud, const void *p, size_t n, sb_err *err)
-{
-    (void)err;
-    sb_pq_buf_put(ud, p, n);
-    return 0;
-}
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} mem;
-
-static int mem_read(void *ud, uint64_t off, void *buf, size_t n, sb_err *err)
-{
-    const mem *m = ud;
-    if (off > m->n || n > m->n - off)
-        return sb_err_set(err, "read past the end");
-    memcpy(buf, m->p + off, n);
-    return 0;
-}
-
 static int64_t max_seen;
 
 static int track_max(void *blob, size_t len, uint64_t rows, void *ud)
@@ -340,11 +320,11 @@ Test(pq_prune, our_files_skip_exactly_the_groups_without_a_match)
     cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0);
     sb_pq_buf f = {0};
     sb_pq_write_opts o = {.codec = SB_PQ_ZSTD, .row_group_bytes = len / 8};
-    cr_assert_eq(sb_pq_write_batch(b, &o, to_buf, &f, &e), 0, "%s", e.msg);
-    mem m = {f.p, f.len};
+    cr_assert_eq(sb_pq_write_batch(b, &o, sb_test_pq_to_buf, &f, &e), 0, "%s", e.msg);
+    sb_test_pq_mem m = {f.p, f.len};
     sb_pq_file pf;
     sb_pq_plan plan = {0};
-    cr_assert_eq(sb_pq_open(&pf, "t.parquet", f.len, mem_read, &m, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_pq_open(&pf, "t.parquet", f.len, sb_test_pq_mem_read, &m, &e), 0, "%s", e.msg);
     cr_assert_geq(pf.meta.nrgs, 6, "%zu row groups", pf.meta.nrgs);
     cr_assert_not_null(pf.meta.type_order, "our writer writes column_orders");
     cr_assert_eq(sb_pq_plan_make(&pf, NULL, 0, &plan, &e), 0, "%s", e.msg);
@@ -356,8 +336,7 @@ Test(pq_prune, our_files_skip_exactly_the_groups_without_a_match)
     size_t skipped = 0;
     for (size_t g = 0; g < pf.meta.nrgs; g++) {
         max_seen = INT64_MIN;
-        cr_assert_eq(sb_pq_read_row_group(&pf, &plan, g, &ro, track_max, NULL, &e), 0, "%s",
-                     e.msg);
+        cr_assert_eq(sb_pq_read_row_group(&pf, &plan, g, &ro, track_max, NULL, &e), 0, "%s", e.msg);
         bool x = sb_pq_rg_excluded(&pf.meta, &plan, col, g, &pr);
         cr_expect_eq(x, max_seen <= 30000, "row group %zu: max %lld, excluded %d", g,
                      (long long)max_seen, x);
