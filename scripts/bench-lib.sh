@@ -29,3 +29,17 @@ wall_cpu() {
   t=$( { TIMEFORMAT='%R %U %S'; time "$@" >"$log" 2>&1; } 2>&1 ) || { tail -20 "$log" >&2; return 1; }
   awk '{ printf "%s %.3f\n", $1, $2 + $3 }' <<<"$t"
 }
+
+# bench_venv DIR IMPORT PIP-SPEC...: the cached venv DIR (installed once; a failed install says
+# so on stderr), then whether its python imports IMPORT (status 0/1).
+bench_venv() {
+  local d=$1 m=$2 py=$1/bin/python
+  shift 2
+  if [[ ! -x $py ]] || ! "$py" -c "import $m" 2>/dev/null; then
+    echo "bench: installing $* into $d (once)" >&2
+    rm -rf "$d"
+    { python3 -m venv "$d" && timeout 900 "$d/bin/pip" install -q --disable-pip-version-check "$@"; } >&2 ||
+      echo "bench: $* could not be installed; not measured" >&2
+  fi
+  "$py" -c "import $m" 2>/dev/null
+}

@@ -36,17 +36,9 @@ cache=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch
 work=$(mktemp -d /tmp/sb-bench-peers-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
+. scripts/bench-lib.sh # pressure, bench_venv
 # venv NAME IMPORT PIP-SPEC: the cached venv (installed once, as bench-usercode.sh/bench-tiny.sh do)
-venv() {
-  local d=$cache/$1 py=$cache/$1/bin/python
-  if [[ ! -x $py ]] || ! "$py" -c "import $2" 2>/dev/null; then
-    echo "bench-peers: installing $3 into $d (once)" >&2
-    rm -rf "$d"
-    { python3 -m venv "$d" && timeout 900 "$d/bin/pip" install -q --disable-pip-version-check "$3"; } >&2 ||
-      echo "bench-peers: $3 could not be installed; not measured" >&2
-  fi
-  "$py" -c "import $2" 2>/dev/null
-}
+venv() { bench_venv "$cache/$1" "$2" "$3"; }
 ray_py=$cache/bench-ray-venv/bin/python daft_py=$cache/bench-daft-venv/bin/python
 want_sys() { [[ ",$systems," == *",$1,"* ]]; }
 have=(sb)
@@ -121,7 +113,6 @@ measure() {
   fi
   echo "{\"pipeline\": \"$p\", \"system\": \"$s\", \"round\": $r, \"ok\": $ok, \"tries\": $try, \"match\": $match, \"rows\": \"${digest%% *}\", \"m\": ${res:-null}}" >>"$work/results.jsonl"
 }
-. scripts/bench-lib.sh # pressure
 before=$(pressure)
 start=$(date +%s)
 for r in $(seq "$rounds"); do

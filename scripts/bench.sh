@@ -177,6 +177,8 @@ echo "bench: many tiny files (scripts/bench-tiny.sh: grouped splits vs a task pe
 scripts/bench-tiny.sh >>"$out"
 echo "bench: ETL (scripts/bench-etl.sh: jsonl filter + project vs one C program doing the same)" >&2
 scripts/bench-etl.sh >>"$out"
+echo "bench: Parquet (scripts/bench-parquet.sh: 1 GiB filter + project + write vs pyarrow.dataset, DuckDB, Daft, Ray Data)" >&2
+{ echo; scripts/bench-parquet.sh; } >>"$out"
 echo "bench: memory of the process tree (scripts/bench-memory.sh: peak Pss vs budget + 40 MiB/worker)" >&2
 scripts/bench-memory.sh >>"$out"
 echo "bench: controller under load (scripts/bench-ctl-load.sh: 1,000 and 10,000 simulated workers)" >&2
