@@ -428,11 +428,40 @@ static void spread(st *s, const uint32_t *defs, size_t nv, size_t nn)
     c->rows += nv;
 }
 
+/* list_rows for a page that starts at a row boundary once the list length L is known: checks
+ * in loops without branches that every level is defined and that the rows start exactly every
+ * L values, then counts them. false, with nothing changed, when the
+ * page is not of that shape: list_rows then walks it value by value and names what is wrong.
+ * (Embedding columns: 64 levels a row, a tenth of a pipeline's CPU in the per-value walk.) */
+static bool list_rows_fast(st *s, const uint32_t *defs, const uint32_t *reps, size_t nv)
+{
+    sb_pq_colbuf *c = s->c;
+    size_t L = c->list_len;
+    if (L == 0 || nv == 0 || nv % L != 0 || (s->in_row && s->cur_list != L))
+        return false;
+    uint32_t md = (uint32_t)s->el->max_def, bad = 0;
+    for (size_t i = 0; i < nv; i++)
+        bad |= defs[i] ^ md;
+    for (size_t i = 0; i < nv; i += L) {
+        bad |= reps[i];
+        for (size_t j = 1; j < L; j++)
+            bad |= reps[i + j] == 0;
+    }
+    if (bad != 0)
+        return false;
+    c->rows += nv / L - (s->in_row ? 0 : 1); /* a row is counted when the next one starts */
+    s->in_row = true;
+    s->cur_list = (uint32_t)L;
+    return true;
+}
+
 /* A list column's page: checks every level is a present element (no null or empty list, no
  * null element) and that every row has the same number of values. */
 static int list_rows(st *s, const uint32_t *defs, const uint32_t *reps, size_t nv, sb_err *err)
 {
     sb_pq_colbuf *c = s->c;
+    if (list_rows_fast(s, defs, reps, nv))
+        return 0;
     for (size_t i = 0; i < nv; i++) {
         if (reps[i] == 0) {
             if (s->in_row) {
@@ -509,17 +538,19 @@ static int data_values(st *s, int enc, const uint8_t *p, size_t n, size_t nv, sb
     sb_pq_colbuf *c = s->c;
     const uint32_t *defs = s->el->max_def > 0 ? s->levels : NULL;
     size_t nn = nv;
-    if (defs != NULL) {
-        nn = 0;
-        for (size_t i = 0; i < nv; i++)
-            nn += defs[i] == (uint32_t)s->el->max_def;
-    }
     if (s->cx->as_list) {
+        /* every level defined (list_rows refuses any other), so nn == nv; dense values are
+         * appended after the ones already read */
         if (list_rows(s, defs, s->reps, nv, err) != 0)
             return -1;
-        /* dense values appended after the ones already read */
-    } else if (reserve_rows(s, nv, err) != 0) {
-        return -1;
+    } else {
+        if (defs != NULL) {
+            nn = 0;
+            for (size_t i = 0; i < nv; i++)
+                nn += defs[i] == (uint32_t)s->el->max_def;
+        }
+        if (reserve_rows(s, nv, err) != 0)
+            return -1;
     }
     uint8_t *dst = NULL;
     if (!c->binary) {
