@@ -4,7 +4,9 @@
  *
  * Each input is a whole file read from memory: open (footer), plan (every top-level column),
  * then every row group, decoded with a small bound on decoded bytes; every emitted partition
- * must open (sb_batch_open checks every size, offset and UTF-8 value).
+ * must open (sb_batch_open checks every size, offset and UTF-8 value). Each row group's
+ * statistics are also judged by filter pushdown (prune.h) for every column and a value of each
+ * kind: hostile min/max bytes, lengths and null counts must not be read out of bounds.
  * Seeds: tests/fuzz/corpus/parquet/ (small pyarrow files: each codec, encoding, page version,
  * nulls, lists). */
 #include <stdint.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "parquet/parquet.h"
+#include "parquet/prune.h"
 #include "partition/partition.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -48,6 +51,21 @@ static int check(void *blob, size_t len, uint64_t rows, void *ud)
     return 0;
 }
 
+/* Pushdown's verdict on every column of row group g, for a number, a string and a bool. */
+static void prune_all(const sb_pq_file *f, const sb_pq_plan *p, size_t g)
+{
+    sb_pq_pred pr[3] = {
+        {.op = SB_PQ_LT, .kind = SB_PQ_VNUMBER, .i = 7, .is_int = true, .d = 7},
+        {.op = SB_PQ_EQ, .kind = SB_PQ_VSTRING, .str = "m", .str_len = 1},
+        {.op = SB_PQ_NE, .kind = SB_PQ_VBOOL, .b = true},
+    };
+    for (size_t c = 0; c < p->ncols; c++)
+        for (size_t k = 0; k < 3; k++) {
+            pr[k].column = p->cols[c].field.name;
+            (void)sb_pq_rg_excluded(&f->meta, p, sb_pq_pred_column(p, &pr[k]), g, &pr[k]);
+        }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     mem m = {data, size};
@@ -58,8 +76,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sb_pq_plan plan;
     if (sb_pq_plan_make(&f, NULL, 0, &plan, &e) == 0) {
         sb_pq_read_opts o = {.target_bytes = 64 << 10, .max_decoded = 16 << 20};
-        for (size_t g = 0; g < f.meta.nrgs && g < 64; g++)
+        for (size_t g = 0; g < f.meta.nrgs && g < 64; g++) {
+            prune_all(&f, &plan, g);
             sb_pq_read_row_group(&f, &plan, g, &o, check, NULL, &e);
+        }
         sb_pq_plan_free(&plan);
     }
     sb_pq_close(&f);
