@@ -43,7 +43,6 @@ typedef struct sb_operator_config {
     const char *worker_gpu_image; /* pools with GPUs (the CUDA build); NULL: the default */
     uint32_t max_pending;
     long status_interval_ms;
-    uint64_t checkpoint_max_bytes; /* status.checkpoint's limit, operator_run.h */
     int workers;                   /* reconcile threads */
     uint32_t heartbeat_timeout_ms;
     /* Mutual TLS (--tls-dir, rpc/tlsdir.h): the Control services and the Rebind calls use rpc;
