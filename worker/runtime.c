@@ -1171,6 +1171,18 @@ static void test_die_hook(sb_storage_kind kind)
     raise(SIGKILL);
 }
 
+/* The report of a storage job, without its status. */
+static Streambatch__V1__CompleteTaskRequest storage_req(worker *w,
+                                                        const Streambatch__V1__StorageJob *job)
+{
+    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    req.worker_id = (char *)w->cfg.id;
+    req.session = w->session;
+    req.task_id = job->job_id;
+    req.attempt = job->attempt;
+    return req;
+}
+
 /* Runs a checkpoint log job (storage/ckptjob.h) into *files (LOAD). 0, or -1 + err. */
 static int ckpt_job(worker *w, const Streambatch__V1__StorageJob *job, sb_storage_files *files,
                     sb_err *err)
@@ -1225,12 +1237,8 @@ static void run_ckpt_job(worker *w, const Streambatch__V1__StorageJob *job, uint
     sb_storage_files files = {0};
     int rc = w->have_pipeline ? ckpt_job(w, job, &files, &err)
                               : sb_err_set(&err, "the worker has no pipeline");
-    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    Streambatch__V1__CompleteTaskRequest req = storage_req(w, job);
     Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;
-    req.worker_id = (char *)w->cfg.id;
-    req.session = w->session;
-    req.task_id = job->job_id;
-    req.attempt = job->attempt;
     req.status = rc == 0 ? STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK
                          : STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
     char msg[SB_ERR_MAX + 64];
@@ -1302,12 +1310,8 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
     free(parts);
     free(errs);
     test_die_hook(kind);
-    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    Streambatch__V1__CompleteTaskRequest req = storage_req(w, job);
     Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;
-    req.worker_id = (char *)w->cfg.id;
-    req.session = w->session;
-    req.task_id = job->job_id;
-    req.attempt = job->attempt;
     uint64_t *bytes = NULL;
     if (rc == 0 && kind == SB_STORAGE_PLAN) {
         bytes = calloc(plan.nsplits + 1, sizeof *bytes);

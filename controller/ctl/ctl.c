@@ -68,7 +68,7 @@ typedef struct {
     size_t nparts;
     sb_storage_files files; /* CKPT_PUT: the files to write (owned) */
     int prune;              /* CKPT_PUT: then remove the log's other files */
-    uint64_t since_ms; /* queued (or re-queued) at */
+    uint64_t since_ms;      /* queued (or re-queued) at */
     char msg[SB_ERR_MAX + 256];
 } storage_job;
 
@@ -114,9 +114,9 @@ struct sb_ctl {
     char resume_plan_hash[17], plan_hash[17];
     int resume_dropped;
     /* the checkpoint log read before planning (sb_ctl_config.ckpt_load) */
-    int load_state;           /* 0 reading, 1 read, -1 failed (load_msg), 2 taken */
-    sb_storage_files loaded;  /* the files read (pieces appended in order) */
-    uint64_t load_pieces;     /* pieces received */
+    int load_state;          /* 0 reading, 1 read, -1 failed (load_msg), 2 taken */
+    sb_storage_files loaded; /* the files read (pieces appended in order) */
+    uint64_t load_pieces;    /* pieces received */
     char load_msg[SB_ERR_MAX + 256];
 };
 

@@ -92,8 +92,8 @@ static int queue_write(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms)
     }
     /* a compaction wrote a base: the log's other files go once it is durable */
     int prune = strncmp(k->collected.v[0].name, "base-", 5) == 0;
-    if (sb_ctl_ckpt_start(ctl, SB_STORAGE_CKPT_PUT, k->collected.v, k->collected.n, prune,
-                          &err) != 0) {
+    if (sb_ctl_ckpt_start(ctl, SB_STORAGE_CKPT_PUT, k->collected.v, k->collected.n, prune, &err) !=
+        0) {
         sb_ckptlog_forget(&k->w);
         sb_storage_files_free(&k->collected);
         return 0;
@@ -130,9 +130,9 @@ void sb_opckpt_log_cost(const sb_opckpt *k, const char *pipeline)
     snprintf(b, sizeof b, "%llu", (unsigned long long)k->bytes);
     snprintf(sec, sizeof sec, "%.3f", k->seconds);
     snprintf(f, sizeof f, "%llu", (unsigned long long)k->failed);
-    sb_log(SB_LOG_INFO, "checkpoint log written", "pipeline", pipeline ? pipeline : "-",
-           "location", k->w.sum.location, "writes", w, "parts", p, "bytes", b, "seconds", sec,
-           "failed", f, NULL);
+    sb_log(SB_LOG_INFO, "checkpoint log written", "pipeline", pipeline ? pipeline : "-", "location",
+           k->w.sum.location, "writes", w, "parts", p, "bytes", b, "seconds", sec, "failed", f,
+           NULL);
 }
 
 cJSON *sb_opckpt_status_json(const sb_opckpt *k)
@@ -190,8 +190,8 @@ static int mem_read(void *ud, const char *dir, const char *name, char **data, si
     return 0;
 }
 
-int sb_opckpt_resume(const sb_ckptlog_summary *expect, const sb_storage_files *files,
-                     sb_ckpt *out, sb_ckptlog_summary *found, sb_err *err)
+int sb_opckpt_resume(const sb_ckptlog_summary *expect, const sb_storage_files *files, sb_ckpt *out,
+                     sb_ckptlog_summary *found, sb_err *err)
 {
     sb_ckptlog_io io = {.ud = (void *)files, .list = mem_list, .read = mem_read};
     return sb_ckptlog_load_io(expect, &io, out, found, err);

@@ -71,7 +71,7 @@ cJSON *sb_opckpt_status_json(const sb_opckpt *k);
 /* The files a CKPT_LOAD job brought back, read as the log `expect` describes (see ckptlog.h).
  * 0 with *out filled and *found (may be NULL) the summary read, or -1 + err ("checkpoint
  * <location>/base-...: line 3: ..."). */
-int sb_opckpt_resume(const sb_ckptlog_summary *expect, const sb_storage_files *files,
-                     sb_ckpt *out, sb_ckptlog_summary *found, sb_err *err);
+int sb_opckpt_resume(const sb_ckptlog_summary *expect, const sb_storage_files *files, sb_ckpt *out,
+                     sb_ckptlog_summary *found, sb_err *err);
 
 #endif

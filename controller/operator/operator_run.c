@@ -109,9 +109,9 @@ struct sb_operator_pipeline {
     run_plan *plan; /* NULL: not planned */
     /* the checkpoint log beside the sink (opckpt.h) */
     sb_opckpt ck;
-    int ck_ok;                      /* ck is initialised (it may fail: then status has none) */
-    int loading;                    /* a worker reads the log before planning (ckpt_load) */
-    sb_ckptlog_summary resume_sum;  /* the summary it is checked against */
+    int ck_ok;                     /* ck is initialised (it may fail: then status has none) */
+    int loading;                   /* a worker reads the log before planning (ckpt_load) */
+    sb_ckptlog_summary resume_sum; /* the summary it is checked against */
 };
 
 int sb_operator_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len)
@@ -872,7 +872,8 @@ static void run_ckpt_init(sb_operator_pipeline *r, const char *id, uint32_t gen)
 {
     sb_err e2 = {0};
     char *dir = sb_storage_ckpt_dir(&r->p, &e2);
-    r->ck_ok = dir != NULL && sb_opckpt_init(&r->ck, dir, id, r->epoch, r->spec_hash, gen, &e2) == 0;
+    r->ck_ok =
+        dir != NULL && sb_opckpt_init(&r->ck, dir, id, r->epoch, r->spec_hash, gen, &e2) == 0;
     free(dir);
     if (!r->ck_ok)
         sb_log(SB_LOG_WARN, "no checkpoint log for this run", "pipeline", r->key, "error", e2.msg,
@@ -1129,8 +1130,8 @@ static void final_start(sb_operator_pipeline *r, sb_storage_kind kind,
     }
     /* one storage job at a time: a checkpoint write in flight ends first (a worker takes it
      * at its next poll; bounded, then the job start below reports it) */
-    for (int i = 0; r->ck_ok && i < 500 && sb_opckpt_tick(&r->ck, r->ctl, sb_operator_mono_ms(), -1);
-         i++)
+    for (int i = 0;
+         r->ck_ok && i < 500 && sb_opckpt_tick(&r->ck, r->ctl, sb_operator_mono_ms(), -1); i++)
         nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
     int started = kind == SB_STORAGE_CKPT_REMOVE
                       ? sb_ctl_ckpt_start(r->ctl, kind, NULL, 0, 0, &e2)

@@ -29,17 +29,7 @@ static void setup(fixture *f, int ckpt_load, const sb_sched_resume *resume)
 
 static Streambatch__V1__PollTasksReply *do_poll(fixture *f, uint32_t wait_ms)
 {
-    Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
-    req.worker_id = "w1";
-    req.session = ctl_fixture_session("w1");
-    req.free_slots = 2;
-    req.wait_ms = wait_ms;
-    ProtobufCMessage *resp = NULL;
-    sb_err err;
-    cr_assert_eq(
-        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_POLL_TASKS, &req.base, 10000, 0, &resp, &err),
-        SB_RPC_OK, "%s", err.msg);
-    return (Streambatch__V1__PollTasksReply *)resp;
+    return ctl_fixture_poll(f, "w1", wait_ms);
 }
 
 /* Reports job: ERROR with errmsg, or OK with res (may be NULL). Returns accepted. */
@@ -115,9 +105,8 @@ Test(ctl_ckpt, the_log_is_read_in_pieces_before_planning)
     cr_assert_not_null(r->storage_job);
     cr_assert_eq(r->storage_job->kind,
                  STREAMBATCH__V1__STORAGE_JOB_KIND__STORAGE_JOB_KIND_CKPT_LOAD);
-    const char *p0[] = {"base-00000001.sbck", "hello "}, *p1[] = {"base-00000001.sbck", "world",
-                                                                   "seg-00000001-00000001.sbck",
-                                                                   "s1"};
+    const char *p0[] = {"base-00000001.sbck", "hello "},
+               *p1[] = {"base-00000001.sbck", "world", "seg-00000001-00000001.sbck", "s1"};
     cr_assert(load_piece(&f, r->storage_job, 0, p0, 1, 1));
     cr_assert(load_piece(&f, r->storage_job, 0, p0, 1, 1), "a retried piece is accepted");
     sb_storage_files fs;
@@ -243,8 +232,8 @@ Test(ctl_ckpt, the_operators_writes_go_to_a_worker_and_read_back)
     /* a torn file is refused, naming the location */
     fs.v[0].len -= 5;
     cr_expect_eq(sb_opckpt_resume(&sum, &fs, &cp, NULL, &err), -1);
-    cr_expect(strstr(err.msg, "checkpoint s3://b/out/_streambatch/checkpoint/base-00000005.sbck")
-                  != NULL,
+    cr_expect(strstr(err.msg, "checkpoint s3://b/out/_streambatch/checkpoint/base-00000005.sbck") !=
+                  NULL,
               "%s", err.msg);
     sb_storage_files_free(&fs);
     /* a write the worker failed: not durable, and the next write is a whole new base */
@@ -278,8 +267,8 @@ Test(ctl_ckpt, the_status_summary_stays_small_at_200000_parts)
 {
     sb_opckpt k;
     sb_err err;
-    cr_assert_eq(sb_opckpt_init(&k, "s3://bucket/a/long/prefix/out/_streambatch/checkpoint",
-                                NULL, 7, "0123456789abcdef", 0, &err),
+    cr_assert_eq(sb_opckpt_init(&k, "s3://bucket/a/long/prefix/out/_streambatch/checkpoint", NULL,
+                                7, "0123456789abcdef", 0, &err),
                  0, "%s", err.msg);
     cr_expect_null(sb_opckpt_status_json(&k));
     k.durable = k.w.sum;
