@@ -56,7 +56,7 @@ static void job_end(sb_opckpt *k, int r, const char *msg, uint64_t now_ms)
         k->bytes += k->pend_bytes;
         k->parts += k->pend_parts;
         k->seconds += (double)(now_ms - k->started_ms) / 1000.0;
-        if (k->jobs % 20 == 0) /* now and then: a killed leader's cost is in its log too */
+        if (k->jobs % 10 == 0) /* now and then: a killed leader's cost is in its log too */
             sb_opckpt_log_cost(k, NULL);
         return;
     }

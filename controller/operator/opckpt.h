@@ -61,7 +61,7 @@ void sb_opckpt_free(sb_opckpt *k);
 int sb_opckpt_tick(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms, int force);
 
 /* Logs the write cost so far ("checkpoint log written": writes, parts, bytes, seconds,
- * failed writes); pipeline (may be NULL) names the run. Also every 20th write by itself. */
+ * failed writes); pipeline (may be NULL) names the run. Also every 10th write by itself. */
 void sb_opckpt_log_cost(const sb_opckpt *k, const char *pipeline);
 
 /* The status's checkpoint: the durable summary and "lastWrite" (NULL before the first durable
