@@ -20,6 +20,7 @@
 #include "controller/operator/operator_events.h"
 #include "controller/operator/podstate.h"
 #include "controller/sched/ranges.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "io/sink.h"
@@ -1132,7 +1133,7 @@ static void final_start(sb_operator_pipeline *r, sb_storage_kind kind,
      * at its next poll; bounded, then the job start below reports it) */
     for (int i = 0;
          r->ck_ok && i < 500 && sb_opckpt_tick(&r->ck, r->ctl, sb_operator_mono_ms(), -1); i++)
-        nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
+        sb_clock_sleep_ms(20);
     int started = kind == SB_STORAGE_CKPT_REMOVE
                       ? sb_ctl_ckpt_start(r->ctl, kind, NULL, 0, 0, &e2)
                       : sb_ctl_storage_start(r->ctl, kind, parts, n, &e2);
