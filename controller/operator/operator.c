@@ -766,7 +766,13 @@ static void start_running(start_ctx *x, entry *e, sb_operator_pipeline *run, int
         sb_operator_condition_set(st, "Suspended", 0, "Resumed", "", x->gen, x->now);
     sb_operator_pipeline_status(run, st, x->gen, x->now);
     char m[256];
-    if (have_cp && strcmp(x->phase, "Running") == 0) {
+    if (have_cp == 2) {
+        /* the log's committed work is known once a worker read it (CheckpointLoaded) */
+        snprintf(m, sizeof m, "epoch %u; a worker reads the checkpoint log beside the sink",
+                 sb_operator_pipeline_epoch(run));
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Normal",
+                   strcmp(x->phase, "Running") == 0 ? "TookOver" : "Resumed", m);
+    } else if (have_cp && strcmp(x->phase, "Running") == 0) {
         /* The split count is known only once a worker has planned the source. */
         snprintf(m, sizeof m, "epoch %u, %zu splits already committed",
                  sb_operator_pipeline_epoch(run), sb_operator_pipeline_committed_at_start(run));

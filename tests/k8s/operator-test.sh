@@ -1065,7 +1065,7 @@ failover() {
   pipeline failover "${SLOW_STAGES/MS/8000}" >"$tmp/failover.yaml"
   kubectl apply -f "$tmp/failover.yaml" || return 1
   # wait for checkpointed parts, then take the checkpoint just before the kill
-  until_ok 120 bash -c "((\$(kubectl -n $NS get pipeline failover -o 'jsonpath={.status.checkpoint.parts}' 2>/dev/null || echo 0) >= 3))" ||
+  until_ok 120 bash -c "n=\$(kubectl -n $NS get pipeline failover -o 'jsonpath={.status.checkpoint.parts}' 2>/dev/null); ((\${n:-0} >= 3))" ||
     { echo "no checkpoint with 3 parts: $(jp failover '{.status}')"; return 1; }
   local old lpod pid before ck
   old=$(holder); lpod=$(leader_pod) || { echo "no leader"; return 1; }
