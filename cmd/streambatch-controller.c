@@ -64,10 +64,6 @@ static void usage(FILE *f)
             "                                                            (SB_MAX_PENDING_PODS)\n"
             "  --status-interval D         at most one status write per pipeline per D (plus one\n"
             "                              per phase change), default 2s    (SB_STATUS_INTERVAL)\n"
-            "  --checkpoint-max-bytes SIZE status.checkpoint at most about SIZE (a quantity; 0:\n"
-            "                              no limit): the API server refuses a Pipeline past\n"
-            "                              ~1.5 MiB; splits it cannot list are run again after\n"
-            "                              a failover, default 512Ki   (SB_CHECKPOINT_MAX_BYTES)\n"
             "  --workers N                 reconcile threads, default 4           (SB_WORKERS)\n"
             "  --heartbeat-timeout D       a silent worker is lost after D, default 5s\n"
             "                                                           (SB_HEARTBEAT_TIMEOUT)\n"
@@ -117,6 +113,8 @@ static void usage(FILE *f)
             "  --uninstall-timeout D       for --uninstall: wait for the controller pods at most\n"
             "                              D, default 2m\n"
             "  --version, --help\n"
+            "  --checkpoint-max-bytes      removed, refused: a Pipeline's checkpoint is a log\n"
+            "                              beside its sink, status.checkpoint its summary\n"
             "\n"
             "Exit status: 0 after SIGTERM/SIGINT (lease released), 1 on failure or when the\n"
             "leader lease is lost (a restarted process competes again), 2 on bad flags.\n");
@@ -265,7 +263,7 @@ typedef struct {
     sb_operator_config cfg;
     const char *pod_ip, *grpc, *metrics, *leader_elect, *ns_env;
     const char *lease_d, *renew_d, *retry_d, *status_d, *hb_d;
-    const char *ckpt_max, *max_pending, *workers, *tls_dir;
+    const char *max_pending, *workers, *tls_dir;
     const char *price_cpu, *price_mem, *replan_t, *replan_d;
     const char *test_pipeline, *test_timeout;
     const char *uninstall, *uninstall_test_pod, *uninstall_timeout;
@@ -295,7 +293,6 @@ static void ctl_args_from_env(ctl_args *a)
     a->renew_d = "10s";
     a->retry_d = "2s";
     a->status_d = env_or("SB_STATUS_INTERVAL", "2s");
-    a->ckpt_max = env_or("SB_CHECKPOINT_MAX_BYTES", "512Ki");
     a->hb_d = env_or("SB_HEARTBEAT_TIMEOUT", "5s");
     a->max_pending = env_or("SB_MAX_PENDING_PODS", "2");
     a->workers = env_or("SB_WORKERS", "4");
@@ -380,7 +377,7 @@ static const struct option ctl_opts[] = {
     {"worker-gpu-image", required_argument, 0, O_GPU_IMAGE},
     {"max-pending-pods", required_argument, 0, O_PENDING},
     {"status-interval", required_argument, 0, O_STATUS},
-    {"checkpoint-max-bytes", required_argument, 0, O_CKPT_MAX},
+    {"checkpoint-max-bytes", required_argument, 0, O_CKPT_MAX}, /* removed: refused */
     {"workers", required_argument, 0, O_WORKERS},
     {"heartbeat-timeout", required_argument, 0, O_HB},
     {"tls-dir", required_argument, 0, O_TLS_DIR},
@@ -437,8 +434,6 @@ static const char **ctl_flag_slot(ctl_args *a, int c)
         return &a->max_pending;
     case O_STATUS:
         return &a->status_d;
-    case O_CKPT_MAX:
-        return &a->ckpt_max;
     case O_WORKERS:
         return &a->workers;
     case O_HB:
@@ -504,6 +499,12 @@ static int ctl_parse_flag(ctl_args *a, int c, char **argv)
     switch (c) {
     case O_NAMESPACE:
         return ctl_add_namespaces(a, optarg);
+    case O_CKPT_MAX: /* removed: said plainly rather than "unrecognized option" */
+        fprintf(stderr, "streambatch-controller: --checkpoint-max-bytes was removed: a "
+                        "Pipeline's checkpoint is a log beside its sink and status.checkpoint "
+                        "only its summary, small at any size (docs/operator.md, "
+                        "\"Checkpoints\")\n");
+        return 2;
     case O_PRICE_GPU:
         if (!a->gpu_flag) { /* flags replace the environment's list */
             a->ngpu_prices = 0;
@@ -578,13 +579,6 @@ static int ctl_check_limits(ctl_args *a)
     if ((rc = parse_uint("--max-pending-pods", a->max_pending, 1, 1000, &v)) != 0)
         return rc;
     cfg->max_pending = (uint32_t)v;
-    int64_t q = 0;
-    sb_err qerr;
-    if (sb_quantity_value(a->ckpt_max, &q, &qerr) != 0)
-        return bad("--checkpoint-max-bytes", a->ckpt_max, qerr.msg);
-    if (q < 0)
-        return bad("--checkpoint-max-bytes", a->ckpt_max, "must not be negative");
-    cfg->checkpoint_max_bytes = (uint64_t)q;
     if ((rc = parse_uint("--workers", a->workers, 1, 64, &v)) != 0)
         return rc;
     cfg->workers = (int)v;

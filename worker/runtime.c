@@ -30,6 +30,7 @@
 #include "io/sink.h"
 #include "io/split.h"
 #include "worker/ops/json.h"
+#include "storage/ckptjob.h"
 #include "storage/jobs.h"
 #include "worker/ops/ops.h"
 #include "worker/ops/statecache.h"
@@ -1181,11 +1182,119 @@ static void test_die_hook(sb_storage_kind kind)
     raise(SIGKILL);
 }
 
+/* The report of a storage job, without its status. */
+static Streambatch__V1__CompleteTaskRequest storage_req(worker *w,
+                                                        const Streambatch__V1__StorageJob *job)
+{
+    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    req.worker_id = (char *)w->cfg.id;
+    req.session = w->session;
+    req.task_id = job->job_id;
+    req.attempt = job->attempt;
+    return req;
+}
+
+/* Runs a checkpoint log job (storage/ckptjob.h) into *files (LOAD). 0, or -1 + err. */
+static int ckpt_job(worker *w, const Streambatch__V1__StorageJob *job, sb_storage_files *files,
+                    sb_err *err)
+{
+    sb_storage_kind kind = (sb_storage_kind)job->kind;
+    if (kind == SB_STORAGE_CKPT_LOAD)
+        return sb_storage_ckpt_load(&w->pipeline, files, err);
+    if (kind == SB_STORAGE_CKPT_REMOVE)
+        return sb_storage_ckpt_remove(&w->pipeline, err);
+    sb_storage_file *v = calloc(job->n_files + 1, sizeof *v);
+    if (v == NULL)
+        return sb_err_set(err, "out of memory");
+    for (size_t i = 0; i < job->n_files; i++) /* borrowed from the message */
+        v[i] = (sb_storage_file){job->files[i]->name, (char *)job->files[i]->data.data,
+                                 job->files[i]->data.len};
+    int rc = sb_storage_ckpt_put(&w->pipeline, v, job->n_files, job->prune, err);
+    free(v);
+    return rc;
+}
+
+/* The next LOAD result piece from files, starting at file *fi, byte *off: chunks of at most
+ * SB_STORAGE_PIECE_BYTES in all, into chunks[0..max) (pointing into files). The count. */
+static size_t ckpt_piece(const sb_storage_files *fs, size_t *fi, size_t *off,
+                         Streambatch__V1__CheckpointFile *chunks, size_t max)
+{
+    size_t k = 0, used = 0;
+    while (*fi < fs->n && k < max && used < SB_STORAGE_PIECE_BYTES) {
+        const sb_storage_file *f = &fs->v[*fi];
+        size_t take = f->len - *off;
+        if (take > SB_STORAGE_PIECE_BYTES - used)
+            take = SB_STORAGE_PIECE_BYTES - used;
+        Streambatch__V1__CheckpointFile c = STREAMBATCH__V1__CHECKPOINT_FILE__INIT;
+        c.name = f->name;
+        c.data.data = (uint8_t *)f->data + *off;
+        c.data.len = take;
+        chunks[k++] = c;
+        used += take + 64;
+        *off += take;
+        if (*off == f->len) {
+            (*fi)++;
+            *off = 0;
+        }
+    }
+    return k;
+}
+
+/* Runs a checkpoint log job and reports it; LOAD's files in pieces (StorageResult.files,
+ * offset = the piece's number), the last with more = false. */
+static void run_ckpt_job(worker *w, const Streambatch__V1__StorageJob *job, uint64_t gen)
+{
+    sb_err err = {0};
+    sb_storage_files files = {0};
+    int rc = w->have_pipeline ? ckpt_job(w, job, &files, &err)
+                              : sb_err_set(&err, "the worker has no pipeline");
+    Streambatch__V1__CompleteTaskRequest req = storage_req(w, job);
+    Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;
+    req.status = rc == 0 ? STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK
+                         : STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+    char msg[SB_ERR_MAX + 64];
+    if (rc != 0) {
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        req.message = msg;
+        sb_log(SB_LOG_WARN, "storage job failed", "job", job->job_id, "error", msg, NULL);
+    }
+    enum { MAXC = 256 };
+    Streambatch__V1__CheckpointFile chunks[MAXC], *ptrs[MAXC];
+    for (size_t i = 0; i < MAXC; i++)
+        ptrs[i] = &chunks[i];
+    if (rc == 0 && job->kind == STREAMBATCH__V1__STORAGE_JOB_KIND__STORAGE_JOB_KIND_CKPT_LOAD)
+        req.storage = &res;
+    size_t fi = 0, off = 0;
+    for (uint64_t piece = 0;; piece++) {
+        if (req.storage != NULL) {
+            res.offset = piece;
+            res.n_files = ckpt_piece(&files, &fi, &off, chunks, MAXC);
+            res.files = ptrs;
+            res.more = fi < files.n;
+        }
+        const char *why = NULL;
+        ProtobufCMessage *resp = storage_report(w, &req, gen, &why);
+        if (resp == NULL) {
+            sb_log(SB_LOG_WARN, "storage job report dropped", "job", job->job_id, "why", why, NULL);
+            break;
+        }
+        int accepted = ((Streambatch__V1__CompleteTaskReply *)resp)->accepted;
+        sb_rpc_msg_free(resp);
+        if (!accepted || req.storage == NULL || !res.more)
+            break;
+    }
+    sb_storage_files_free(&files);
+}
+
 /* Runs a storage job (see storage/jobs.h) and reports it: PLAN in pieces of at
  * most SB_STORAGE_PIECE_BYTES, in plan order. */
 static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, uint64_t gen)
 {
     sb_storage_kind kind = (sb_storage_kind)job->kind;
+    if (kind >= SB_STORAGE_CKPT_PUT && kind <= SB_STORAGE_CKPT_REMOVE) {
+        run_ckpt_job(w, job, gen);
+        return;
+    }
     sb_err err = {0};
     sb_storage_splits plan;
     memset(&plan, 0, sizeof plan);
@@ -1212,12 +1321,8 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
     free(parts);
     free(errs);
     test_die_hook(kind);
-    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    Streambatch__V1__CompleteTaskRequest req = storage_req(w, job);
     Streambatch__V1__StorageResult res = STREAMBATCH__V1__STORAGE_RESULT__INIT;
-    req.worker_id = (char *)w->cfg.id;
-    req.session = w->session;
-    req.task_id = job->job_id;
-    req.attempt = job->attempt;
     uint64_t *bytes = NULL;
     if (rc == 0 && kind == SB_STORAGE_PLAN) {
         bytes = calloc(plan.nsplits + 1, sizeof *bytes);

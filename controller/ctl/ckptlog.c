@@ -46,6 +46,12 @@ static int hex16_parse(const char *v, uint64_t *out)
     return 0;
 }
 
+/* An absolute path, or (through an io) a URI "<scheme>://...". */
+static int location_ok(const char *dir, int uri_ok)
+{
+    return dir != NULL && (dir[0] == '/' || (uri_ok && strstr(dir, "://") != NULL));
+}
+
 /* ---- the summary ---------------------------------------------------------------------------- */
 
 cJSON *sb_ckptlog_summary_json(const sb_ckptlog_summary *s)
@@ -124,9 +130,9 @@ int sb_ckptlog_summary_parse(const cJSON *j, const char *what, sb_ckptlog_summar
     out->generation = (uint32_t)gen;
     out->segments = (uint32_t)segs;
     const cJSON *loc = cJSON_GetObjectItemCaseSensitive(j, "location");
-    if (!cJSON_IsString(loc) || loc->valuestring[0] != '/' ||
+    if (!cJSON_IsString(loc) || !location_ok(loc->valuestring, 1) ||
         strlen(loc->valuestring) >= sizeof out->location)
-        return sb_err_set(err, "%s.location: must be an absolute directory path", what);
+        return sb_err_set(err, "%s.location: must be an absolute directory path or a URI", what);
     memcpy(out->location, loc->valuestring, strlen(loc->valuestring) + 1);
     if (out->generation == 0)
         return sb_err_set(err, "%s.generation: must be at least 1", what);
@@ -540,9 +546,28 @@ static int name_kind(const char *name, uint32_t *gen, uint32_t *seq)
 /* The highest generation with a base in dir (0: none). -1 + err when dir cannot be read;
  * a missing dir has none. With del (a compaction that wrote generation keep): removes every
  * other base, segment and temporary. */
-static int scan_dir(const char *dir, uint32_t keep, int del, uint32_t *maxgen, sb_err *err)
+static int scan_dir(const sb_ckptlog_io *io, const char *dir, uint32_t keep, int del,
+                    uint32_t *maxgen, sb_err *err)
 {
     *maxgen = 0;
+    if (io != NULL) {
+        char **names = NULL;
+        size_t n = 0;
+        if (io->list != NULL && io->list(io->ud, dir, &names, &n, err) != 0)
+            return -1;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t g = 0, s = 0;
+            int k = name_kind(names[i], &g, &s);
+            if (k == 1 && g > *maxgen)
+                *maxgen = g;
+            sb_err ignored;
+            if (del && k != 0 && !(k == 1 && g == keep) && io->del != NULL)
+                (void)io->del(io->ud, dir, names[i], &ignored);
+            free(names[i]);
+        }
+        free(names);
+        return 0;
+    }
     DIR *d = opendir(dir);
     if (d == NULL) {
         if (errno == ENOENT)
@@ -598,10 +623,17 @@ static void draw_id(char out[17])
 int sb_ckptlog_init(sb_ckptlog *w, const char *dir, const char *id, uint32_t epoch,
                     const char *spec_hash, sb_err *err)
 {
+    return sb_ckptlog_init_io(w, NULL, dir, id, epoch, spec_hash, err);
+}
+
+int sb_ckptlog_init_io(sb_ckptlog *w, const sb_ckptlog_io *io, const char *dir, const char *id,
+                       uint32_t epoch, const char *spec_hash, sb_err *err)
+{
     memset(w, 0, sizeof *w);
-    if (dir == NULL || dir[0] != '/' || strlen(dir) >= sizeof w->sum.location - 64)
-        return sb_err_set(err, "checkpoint: \"%.200s\" is not an absolute directory path",
-                          dir ? dir : "");
+    w->io = io;
+    if (!location_ok(dir, io != NULL) || strlen(dir) >= sizeof w->sum.location - 64)
+        return sb_err_set(err, "checkpoint: \"%.200s\" is not an absolute directory path%s",
+                          dir ? dir : "", io != NULL ? " or URI" : "");
     snprintf(w->sum.location, sizeof w->sum.location, "%s", dir);
     if (id != NULL && is_hex16(id))
         memcpy(w->sum.id, id, 17);
@@ -636,6 +668,11 @@ static void writer_forget(sb_ckptlog *w)
     w->wrote_any = 0;
 }
 
+void sb_ckptlog_forget(sb_ckptlog *w)
+{
+    writer_forget(w);
+}
+
 /* Records id as written. 0, or -1 when out of memory. */
 static int writer_add(sb_ckptlog *w, const char *id)
 {
@@ -667,7 +704,8 @@ static int writer_put(sb_ckptlog *w, sb_ckptlog_file *f, const char *name, const
     char *text = sb_ckptlog_encode(f, ranges, parts, nparts, len);
     if (text == NULL)
         return sb_err_set(err, "checkpoint: out of memory encoding %zu parts", nparts);
-    int rc = sb_ckptlog_write_file(w->sum.location, name, text, *len, err);
+    int rc = w->io != NULL ? w->io->put(w->io->ud, w->sum.location, name, text, *len, err)
+                           : sb_ckptlog_write_file(w->sum.location, name, text, *len, err);
     free(text);
     if (rc == 0) {
         w->writes++;
@@ -692,7 +730,7 @@ static int writer_compact(sb_ckptlog *w, const char *plan_hash, uint8_t *cur, si
                           sb_err *err)
 {
     uint32_t maxgen = 0;
-    if (scan_dir(w->sum.location, 0, 0, &maxgen, err) != 0) {
+    if (scan_dir(w->io, w->sum.location, 0, 0, &maxgen, err) != 0) {
         free(cur);
         return -1;
     }
@@ -709,7 +747,7 @@ static int writer_compact(sb_ckptlog *w, const char *plan_hash, uint8_t *cur, si
         return -1;
     }
     sb_err ignored;
-    (void)scan_dir(w->sum.location, gen, 1, &maxgen, &ignored); /* older files: leftovers */
+    (void)scan_dir(w->io, w->sum.location, gen, 1, &maxgen, &ignored); /* older files: leftovers */
     writer_forget(w);
     free(w->done);
     w->done = cur;
@@ -913,13 +951,15 @@ static int gather_add(gather *g, const char *what, const char *ranges, sb_storag
 
 /* Reads and decodes dir/name, checked against the log so far (id, generation, sequence, chain,
  * hashes of base), into g. 1 done, 0 missing, -1 + err. */
-static int load_file(const char *dir, const char *name, const sb_ckptlog_file *base, uint32_t seq,
-                     uint64_t prev, gather *g, sb_ckptlog_file *f, sb_err *err)
+static int load_file(const sb_ckptlog_io *io, const char *dir, const char *name,
+                     const sb_ckptlog_file *base, uint32_t seq, uint64_t prev, gather *g,
+                     sb_ckptlog_file *f, sb_err *err)
 {
     char path[PATH_MAX + 64], *text = NULL;
     snprintf(path, sizeof path, "checkpoint %s/%s", dir, name);
     size_t n = 0;
-    int r = read_whole(path + 11, &text, &n, err);
+    int r = io != NULL ? (io->read != NULL ? io->read(io->ud, dir, name, &text, &n, err) : 0)
+                       : read_whole(path + 11, &text, &n, err);
     if (r <= 0)
         return r;
     char *ranges = NULL;
@@ -977,8 +1017,9 @@ static int check_base(const sb_ckptlog_summary *ex, const sb_ckptlog_file *b, sb
 
 /* The segments of generation b->generation after the base, in order, into g; *nseg, *chain
  * the last. Checks the summary's hash at its segment. 0, or -1 + err. */
-static int load_segments(const sb_ckptlog_summary *ex, const sb_ckptlog_file *b, gather *g,
-                         uint32_t *nseg, uint64_t *chain, sb_err *err)
+static int load_segments(const sb_ckptlog_io *io, const sb_ckptlog_summary *ex,
+                         const sb_ckptlog_file *b, gather *g, uint32_t *nseg, uint64_t *chain,
+                         sb_err *err)
 {
     const char *dir = ex->location;
     int same = b->generation == ex->generation;
@@ -995,7 +1036,7 @@ static int load_segments(const sb_ckptlog_summary *ex, const sb_ckptlog_file *b,
         char name[64];
         snprintf(name, sizeof name, "seg-%08" PRIx32 "-%08" PRIx32 ".sbck", b->generation, s);
         sb_ckptlog_file f;
-        int r = load_file(dir, name, b, s, *chain, g, &f, err);
+        int r = load_file(io, dir, name, b, s, *chain, g, &f, err);
         if (r < 0)
             return -1;
         if (r == 0)
@@ -1020,10 +1061,16 @@ static int load_segments(const sb_ckptlog_summary *ex, const sb_ckptlog_file *b,
 int sb_ckptlog_load(const sb_ckptlog_summary *expect, sb_ckpt *out, sb_ckptlog_summary *found,
                     sb_err *err)
 {
+    return sb_ckptlog_load_io(expect, NULL, out, found, err);
+}
+
+int sb_ckptlog_load_io(const sb_ckptlog_summary *expect, const sb_ckptlog_io *io, sb_ckpt *out,
+                       sb_ckptlog_summary *found, sb_err *err)
+{
     memset(out, 0, sizeof *out);
     const char *dir = expect->location;
     uint32_t gen = 0;
-    if (scan_dir(dir, 0, 0, &gen, err) != 0)
+    if (scan_dir(io, dir, 0, 0, &gen, err) != 0)
         return -1;
     if (gen == 0)
         return sb_err_set(err,
@@ -1037,14 +1084,14 @@ int sb_ckptlog_load(const sb_ckptlog_summary *expect, sb_ckpt *out, sb_ckptlog_s
     snprintf(name, sizeof name, "base-%08" PRIx32 ".sbck", gen);
     uint32_t nseg = 0;
     uint64_t chain = 0;
-    int r = load_file(dir, name, NULL, 0, 0, &g, &b, err);
+    int r = load_file(io, dir, name, NULL, 0, 0, &g, &b, err);
     if (r == 0)
         sb_err_set(err, "checkpoint %.300s/%s: removed while it was read", dir, name);
     int rc = r == 1 ? 0 : -1;
     if (rc == 0)
         rc = check_base(expect, &b, err);
     if (rc == 0)
-        rc = load_segments(expect, &b, &g, &nseg, &chain, err);
+        rc = load_segments(io, expect, &b, &g, &nseg, &chain, err);
     if (rc == 0) {
         out->committed_splits = sb_ranges_format(g.set, g.nset);
         out->ncommitted = (size_t)set_count(g.set, g.nset);
@@ -1082,7 +1129,7 @@ int sb_ckptlog_load(const sb_ckptlog_summary *expect, sb_ckpt *out, sb_ckptlog_s
 int sb_ckptlog_remove(const char *dir, sb_err *err)
 {
     uint32_t g;
-    if (scan_dir(dir, 0, 1, &g, err) != 0)
+    if (scan_dir(NULL, dir, 0, 1, &g, err) != 0)
         return -1;
     if (rmdir(dir) != 0 && errno != ENOENT)
         return sb_err_set(err, "checkpoint: cannot remove %.300s: %s", dir, strerror(errno));

@@ -102,6 +102,21 @@ char *sb_ckptlog_encode(sb_ckptlog_file *f, const char *ranges, const sb_storage
 int sb_ckptlog_decode(char *text, size_t len, const char *what, sb_ckptlog_file *f, char **ranges,
                       sb_storage_output **parts, size_t *nparts, sb_err *err);
 
+/* Where the log's files go when not to local files: the operator's log beside the sink, whose
+ * I/O runs on a worker (storage/ckptjob.h), so its put only collects the file for a CKPT_PUT
+ * job, and a load reads the files a CKPT_LOAD job brought back. A NULL member does nothing
+ * (list: no names; read: missing). */
+typedef struct sb_ckptlog_io {
+    void *ud;
+    int (*put)(void *ud, const char *dir, const char *name, const char *data, size_t n,
+               sb_err *err);
+    /* the names in dir (a malloc'd array of malloc'd strings); 0, or -1 + err */
+    int (*list)(void *ud, const char *dir, char ***names, size_t *n, sb_err *err);
+    /* dir/name whole (malloc'd, NUL after): 1, 0 missing, -1 + err */
+    int (*read)(void *ud, const char *dir, const char *name, char **data, size_t *n, sb_err *err);
+    int (*del)(void *ud, const char *dir, const char *name, sb_err *err);
+} sb_ckptlog_io;
+
 /* A writer: keeps what it wrote, to append only what is new. */
 typedef struct sb_ckptlog {
     sb_ckptlog_summary sum; /* what the log holds now (sum.generation 0: nothing written yet) */
@@ -115,6 +130,7 @@ typedef struct sb_ckptlog {
     /* the cost, for reports: files written, their bytes and parts, seconds spent writing */
     uint64_t writes, bytes, parts_written;
     double seconds;
+    const sb_ckptlog_io *io; /* NULL: local files */
 } sb_ckptlog;
 
 /* A writer of the log in dir for epoch, continuing the log `id` (the id of the summary a
@@ -129,6 +145,12 @@ int sb_ckptlog_init(sb_ckptlog *w, const char *dir, const char *id, uint32_t epo
 int sb_ckptlog_update(sb_ckptlog *w, const char *plan_hash, size_t nsplits, const char *ranges,
                       const sb_storage_output *parts, size_t nparts, int *wrote, sb_err *err);
 void sb_ckptlog_free(sb_ckptlog *w);
+/* The same through io (borrowed for w's life; NULL: local files); dir may then be a URI. */
+int sb_ckptlog_init_io(sb_ckptlog *w, const sb_ckptlog_io *io, const char *dir, const char *id,
+                       uint32_t epoch, const char *spec_hash, sb_err *err);
+/* Forgets what was written, so the next update compacts: after a write that the caller could
+ * not make durable (a failed CKPT_PUT job). */
+void sb_ckptlog_forget(sb_ckptlog *w);
 
 /* Reads the log at expect->location as expect describes it (see above for what is refused)
  * into *out (committed splits as ranges, every part); *found (may be NULL) receives the
@@ -136,6 +158,10 @@ void sb_ckptlog_free(sb_ckptlog *w);
  * -1 + err ("checkpoint <dir>/seg-...: line 9: ...", "... is foreign: ..."). */
 int sb_ckptlog_load(const sb_ckptlog_summary *expect, sb_ckpt *out, sb_ckptlog_summary *found,
                     sb_err *err);
+
+/* sb_ckptlog_load through io (NULL: local files). */
+int sb_ckptlog_load_io(const sb_ckptlog_summary *expect, const sb_ckptlog_io *io, sb_ckpt *out,
+                       sb_ckptlog_summary *found, sb_err *err);
 
 /* Writes data as dir/name whole (dir made when missing): a temporary ".tmp-<name>", synced,
  * renamed, the directory synced, so a reader sees the old file or the new one, never a part.

@@ -66,7 +66,9 @@ typedef struct {
     char worker[128];
     sb_storage_output *parts; /* COMMIT: ids malloc'd */
     size_t nparts;
-    uint64_t since_ms; /* queued (or re-queued) at */
+    sb_storage_files files; /* CKPT_PUT: the files to write (owned) */
+    int prune;              /* CKPT_PUT: then remove the log's other files */
+    uint64_t since_ms;      /* queued (or re-queued) at */
     char msg[SB_ERR_MAX + 256];
 } storage_job;
 
@@ -111,6 +113,11 @@ struct sb_ctl {
     sb_sched_resume resume; /* deep copy: ranges and parts malloc'd */
     char resume_plan_hash[17], plan_hash[17];
     int resume_dropped;
+    /* the checkpoint log read before planning (sb_ctl_config.ckpt_load) */
+    int load_state;          /* 0 reading, 1 read, -1 failed (load_msg), 2 taken */
+    sb_storage_files loaded; /* the files read (pieces appended in order) */
+    uint64_t load_pieces;    /* pieces received */
+    char load_msg[SB_ERR_MAX + 256];
 };
 
 static uint64_t now_ms(void)
@@ -267,6 +274,10 @@ static void job_queue(sb_ctl *c, sb_storage_kind kind)
     j->since_ms = now_ms();
     if (kind == SB_STORAGE_PLAN)
         sb_storage_pieces_free(&c->plan);
+    if (kind == SB_STORAGE_CKPT_LOAD) {
+        sb_storage_files_free(&c->loaded);
+        c->load_pieces = 0;
+    }
 }
 
 /* The worker is gone for this controller: lost (counted, logged as a warning) or retired after a
@@ -296,6 +307,10 @@ static void worker_end(sb_ctl *c, seen *w, const char *why, int lost)
         j->since_ms = now_ms();
         if (j->kind == SB_STORAGE_PLAN)
             sb_storage_pieces_free(&c->plan);
+        if (j->kind == SB_STORAGE_CKPT_LOAD) {
+            sb_storage_files_free(&c->loaded);
+            c->load_pieces = 0;
+        }
         sb_log(SB_LOG_WARN, "storage job re-queued: its worker was lost", "job", j->id, "worker",
                w->id, "what", sb_storage_kind_what(j->kind), NULL);
     }
@@ -442,7 +457,12 @@ static void job_ended(sb_ctl *c, int ok, const char *msg)
         sb_log(SB_LOG_WARN, "storage job failed", "job", j->id, "error", j->msg, NULL);
     }
     j->state = ok ? JOB_DONE : JOB_FAILED;
-    if (c->planning) {
+    if (c->planning && j->kind == SB_STORAGE_CKPT_LOAD) {
+        /* a log that cannot be read is the caller's to report: planning waits for
+         * sb_ctl_plan_continue either way */
+        c->load_state = ok ? 1 : -1;
+        snprintf(c->load_msg, sizeof c->load_msg, "%s", ok ? "" : j->msg);
+    } else if (c->planning) {
         if (!ok) {
             snprintf(c->failure, sizeof c->failure, "%s", j->msg);
             c->failed = 1;
@@ -633,6 +653,18 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker, const p
     }
     m.n_errored = nerr;
     m.errored = eptrs;
+    Streambatch__V1__CheckpointFile *cf = calloc(j->files.n + 1, sizeof *cf);
+    Streambatch__V1__CheckpointFile **cfp = calloc(j->files.n + 1, sizeof *cfp);
+    for (size_t i = 0; cf != NULL && cfp != NULL && i < j->files.n; i++) {
+        streambatch__v1__checkpoint_file__init(&cf[i]);
+        cf[i].name = j->files.v[i].name;
+        cf[i].data.data = (uint8_t *)j->files.v[i].data;
+        cf[i].data.len = j->files.v[i].len;
+        cfp[i] = &cf[i];
+    }
+    m.n_files = cf != NULL && cfp != NULL ? j->files.n : 0;
+    m.files = cfp;
+    m.prune = j->prune;
     rep.storage_job = &m;
     char **rel = acks_put(c, &rep, worker, acks);
     sb_err err;
@@ -651,6 +683,8 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker, const p
     free(ptrs);
     free(einfos);
     free(eptrs);
+    free(cf);
+    free(cfp);
 }
 
 /* A worker declared lost called again (its network came back): it is told to shut down (said
@@ -900,6 +934,56 @@ static sb_sched_status status_of(Streambatch__V1__TaskStatus s, int deterministi
     }
 }
 
+/* A piece of a CKPT_LOAD result: its chunks appended in order (a chunk that names the file
+ * before continues it). 1 (accepted). Lock held. */
+static int load_report(sb_ctl *c, const Streambatch__V1__StorageResult *r)
+{
+    sb_err err = {0};
+    if (r == NULL) {
+        job_ended(c, 0, "the worker reported no checkpoint files");
+        return 1;
+    }
+    if (r->offset < c->load_pieces)
+        return 1; /* a retried report of a piece already appended */
+    if (r->offset > c->load_pieces) {
+        sb_err_set(&err, "checkpoint piece %llu came before piece %llu",
+                   (unsigned long long)r->offset, (unsigned long long)c->load_pieces);
+        job_ended(c, 0, err.msg);
+        return 1;
+    }
+    sb_storage_files *fs = &c->loaded;
+    for (size_t i = 0; i < r->n_files; i++) {
+        const Streambatch__V1__CheckpointFile *f = r->files[i];
+        size_t total = 0;
+        for (size_t k = 0; k < fs->n; k++)
+            total += fs->v[k].len;
+        if (f->data.len > SB_STORAGE_CKPT_MAX_BYTES - total) {
+            job_ended(c, 0, "the checkpoint log is larger than 1 GiB");
+            return 1;
+        }
+        sb_storage_file *last = fs->n > 0 ? &fs->v[fs->n - 1] : NULL;
+        if (last != NULL && strcmp(last->name, f->name ? f->name : "") == 0) {
+            char *d = realloc(last->data, last->len + f->data.len + 1);
+            if (d == NULL) {
+                job_ended(c, 0, "out of memory");
+                return 1;
+            }
+            memcpy(d + last->len, f->data.data, f->data.len);
+            last->data = d;
+            last->len += f->data.len;
+            d[last->len] = '\0';
+        } else if (sb_storage_files_add(fs, f->name ? f->name : "", (const char *)f->data.data,
+                                        f->data.len, &err) != 0) {
+            job_ended(c, 0, err.msg);
+            return 1;
+        }
+    }
+    c->load_pieces++;
+    if (!r->more)
+        job_ended(c, 1, NULL);
+    return 1;
+}
+
 /* A storage job's report: 1 accepted, 0 stale (another attempt or worker, or no such job).
  * Lock held. */
 static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m)
@@ -912,6 +996,8 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
         job_ended(c, 0, m->message);
         return 1;
     }
+    if (j->kind == SB_STORAGE_CKPT_LOAD)
+        return load_report(c, m->storage);
     if (j->kind != SB_STORAGE_PLAN) {
         job_ended(c, 1, NULL);
         return 1;
@@ -1175,6 +1261,31 @@ static void *timer_main(void *arg)
     return NULL;
 }
 
+/* Copies r (and its plan hash) as the resume the scheduler starts with. 0, or -1 + err. */
+static int resume_set(sb_ctl *c, const sb_sched_resume *r, const char *plan_hash, sb_err *err)
+{
+    c->have_resume = 1;
+    snprintf(c->resume_plan_hash, sizeof c->resume_plan_hash, "%s", plan_hash ? plan_hash : "");
+    c->resume.epoch = r->epoch;
+    c->resume.committed_splits = strdup(r->committed_splits ? r->committed_splits : "");
+    sb_storage_output *parts = calloc(r->nparts + 1, sizeof *parts);
+    c->resume.parts = parts;
+    if (c->resume.committed_splits == NULL || parts == NULL)
+        return sb_err_set(err, "controller: out of memory");
+    for (size_t i = 0; i < r->nparts; i++) {
+        parts[i] = r->parts[i];
+        parts[i].id = strdup(r->parts[i].id ? r->parts[i].id : "");
+        parts[i].order = r->parts[i].order ? strdup(r->parts[i].order) : NULL;
+        if (parts[i].id == NULL || (r->parts[i].order && parts[i].order == NULL)) {
+            free((char *)parts[i].id);
+            free((char *)parts[i].order);
+            return sb_err_set(err, "controller: out of memory");
+        }
+        c->resume.nparts++;
+    }
+    return 0;
+}
+
 sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *err)
 {
     sb_ctl *c = calloc(1, sizeof *c);
@@ -1228,34 +1339,10 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
             sb_err_set(err, "scheduler: the pipeline has no stages");
             goto fail;
         }
-        if (cfg->resume != NULL) {
-            const sb_sched_resume *r = cfg->resume;
-            c->have_resume = 1;
-            snprintf(c->resume_plan_hash, sizeof c->resume_plan_hash, "%s",
-                     cfg->resume_plan_hash ? cfg->resume_plan_hash : "");
-            c->resume.epoch = r->epoch;
-            c->resume.committed_splits = strdup(r->committed_splits ? r->committed_splits : "");
-            sb_storage_output *parts = calloc(r->nparts + 1, sizeof *parts);
-            c->resume.parts = parts;
-            if (c->resume.committed_splits == NULL || parts == NULL) {
-                sb_err_set(err, "controller: out of memory");
-                goto fail;
-            }
-            for (size_t i = 0; i < r->nparts; i++) {
-                parts[i] = r->parts[i];
-                parts[i].id = strdup(r->parts[i].id ? r->parts[i].id : "");
-                parts[i].order = r->parts[i].order ? strdup(r->parts[i].order) : NULL;
-                if (parts[i].id == NULL || (r->parts[i].order && parts[i].order == NULL)) {
-                    free((char *)parts[i].id);
-                    free((char *)parts[i].order);
-                    sb_err_set(err, "controller: out of memory");
-                    goto fail;
-                }
-                c->resume.nparts++;
-            }
-        }
+        if (cfg->resume != NULL && resume_set(c, cfg->resume, cfg->resume_plan_hash, err) != 0)
+            goto fail;
         c->planning = 1;
-        job_queue(c, SB_STORAGE_PLAN);
+        job_queue(c, cfg->ckpt_load ? SB_STORAGE_CKPT_LOAD : SB_STORAGE_PLAN);
     } else {
         c->sched = sb_sched_new(&sc, cfg->splits, cfg->nsplits, err);
         if (c->sched == NULL)
@@ -1646,6 +1733,66 @@ int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_storage_outpu
     return 0;
 }
 
+int sb_ctl_ckpt_start(sb_ctl *c, sb_storage_kind kind, const sb_storage_file *files, size_t n,
+                      int prune, sb_err *err)
+{
+    if (kind != SB_STORAGE_CKPT_PUT && kind != SB_STORAGE_CKPT_REMOVE)
+        return sb_err_set(err, "storage job kind %d is not a checkpoint write", (int)kind);
+    pthread_mutex_lock(&c->mu);
+    if (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING || c->planning) {
+        pthread_mutex_unlock(&c->mu);
+        return sb_err_set(err, "%s is still in flight", sb_storage_kind_what(c->job.kind));
+    }
+    job_parts_free(&c->job);
+    sb_storage_files_free(&c->job.files);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && kind == SB_STORAGE_CKPT_PUT && i < n; i++)
+        rc = sb_storage_files_add(&c->job.files, files[i].name, files[i].data, files[i].len, err);
+    if (rc != 0) {
+        sb_storage_files_free(&c->job.files);
+    } else {
+        c->job.prune = prune;
+        job_queue(c, kind);
+        serve_pending(c, 0);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int sb_ctl_ckpt_loaded(sb_ctl *c, sb_storage_files *out, char *msg, size_t len)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&c->mu);
+    int st = c->load_state;
+    if (st == 1) {
+        *out = c->loaded;
+        memset(&c->loaded, 0, sizeof c->loaded);
+        c->load_state = 2;
+    } else if (st == -1) {
+        snprintf(msg, len, "%s", c->load_msg);
+        c->load_state = 2;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st == 1 ? 1 : st == -1 ? -1 : 0;
+}
+
+int sb_ctl_plan_continue(sb_ctl *c, const sb_sched_resume *resume, const char *plan_hash,
+                         sb_err *err)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (!c->planning || c->job.kind != SB_STORAGE_CKPT_LOAD || c->load_state != 2)
+        rc = sb_err_set(err, "the controller is not waiting for its resume");
+    else if (resume != NULL && resume_set(c, resume, plan_hash, err) != 0)
+        rc = -1;
+    if (rc == 0) {
+        job_queue(c, SB_STORAGE_PLAN);
+        serve_pending(c, 0);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 int sb_ctl_storage_poll(sb_ctl *c, char *msg, size_t len)
 {
     pthread_mutex_lock(&c->mu);
@@ -1760,6 +1907,8 @@ void sb_ctl_free(sb_ctl *c)
     sb_strmap_free(&c->worker_index);
     sb_storage_pieces_free(&c->plan);
     job_parts_free(&c->job);
+    sb_storage_files_free(&c->job.files);
+    sb_storage_files_free(&c->loaded);
     free((char *)c->resume.committed_splits);
     sb_sched_parts_free((sb_storage_output *)c->resume.parts, c->resume.nparts);
     free(c->pipeline_id);

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "storage/ckptjob.h"
 #include "storage/jobs.h"
 #include "controller/sched/sched.h"
 #include "core/err.h"
@@ -70,6 +71,8 @@ typedef struct sb_ctl_config {
                                      (NULL/"": unknown); a plan that hashes otherwise (the
                                      source changed, so split indices name other data) runs
                                      everything again at the resume's epoch */
+    int ckpt_load; /* with storage_on_workers: read the checkpoint log first (a CKPT_LOAD job),
+                      then wait for sb_ctl_plan_continue with the resume made from it */
 } sb_ctl_config;
 
 /* A worker's figures from its latest heartbeat (WorkerMetrics). */
@@ -156,6 +159,18 @@ void sb_ctl_pool_demand(sb_ctl *c, const char *pool, uint64_t *queued, uint64_t 
 /* Queues a COMMIT (with the sink parts), ABORT or PREPARE storage job for the next worker
  * that polls. 0, or -1 + err (another job is in flight, or out of memory). */
 int sb_ctl_storage_start(sb_ctl *c, sb_storage_kind kind, const sb_storage_output *parts, size_t n,
+                         sb_err *err);
+/* Queues a CKPT_PUT (files copied; prune: then remove the log's other files) or CKPT_REMOVE
+ * job (storage/ckptjob.h). Its end is read with sb_ctl_storage_poll. 0, or -1 + err (another
+ * job is in flight, the source is being planned, or out of memory). */
+int sb_ctl_ckpt_start(sb_ctl *c, sb_storage_kind kind, const sb_storage_file *files, size_t n,
+                      int prune, sb_err *err);
+/* With ckpt_load: 0 while the log is being read; 1 read (its files moved into *out, free with
+ * sb_storage_files_free); -1 it could not be read (msg says why). 1 and -1 are answered once. */
+int sb_ctl_ckpt_loaded(sb_ctl *c, sb_storage_files *out, char *msg, size_t len);
+/* With ckpt_load, after sb_ctl_ckpt_loaded answered 1 or -1: plans the source (and prepares
+ * the sink) with resume (copied; NULL: none) taken against plan_hash. 0, or -1 + err. */
+int sb_ctl_plan_continue(sb_ctl *c, const sb_sched_resume *resume, const char *plan_hash,
                          sb_err *err);
 /* The job queued last: 0 still queued or running, 1 done, -1 failed with msg ("committing the
  * sink on worker cpu-0: ..."). */

@@ -673,18 +673,25 @@ static rresult start_suspended(start_ctx *x)
 }
 
 /* The checkpoint to resume from when the Pipeline was Running (a new leader takes over) or
- * Suspended: the status's; none committed when a leader died before its first; an unreadable one
- * is reported and everything re-runs at a new epoch. Returns whether *cp holds one. */
-static int start_checkpoint(const start_ctx *x, const cJSON *cur, sb_ckpt *cp)
+ * Suspended: the status's, either the summary of the log beside the sink (*sum, read by a worker
+ * once the run starts: opckpt.h) or, from an operator before the log, every part inline (*cp);
+ * none committed when a leader died before its first; an unreadable one is reported and
+ * everything re-runs at a new epoch. Returns 0 none, 1 *cp, 2 *sum. */
+static int start_checkpoint(const start_ctx *x, const cJSON *cur, sb_ckpt *cp,
+                            sb_ckptlog_summary *sum)
 {
     const cJSON *cpj = cJSON_GetObjectItemCaseSensitive(cur, "checkpoint");
     int resuming = strcmp(x->phase, "Running") == 0 || strcmp(x->phase, "Suspended") == 0;
     if (resuming && cpj != NULL) {
-        /* the split count is only known after planning: parse with a generous bound first,
-         * the scheduler checks the ranges against the plan again */
         sb_err err = {0};
-        if (sb_ckpt_parse(cpj, (size_t)1 << 24, "status.checkpoint", cp, &err) == 0)
+        if (sb_ckptlog_is_summary(cpj)) {
+            if (sb_ckptlog_summary_parse(cpj, "status.checkpoint", sum, &err) == 0)
+                return 2;
+        } else if (sb_ckpt_parse(cpj, (size_t)1 << 24, "status.checkpoint", cp, &err) == 0) {
+            /* the split count is only known after planning: parsed with a generous bound,
+             * the scheduler checks the ranges against the plan again */
             return 1;
+        }
         post_event(x->o, x->c, x->ns, x->name, x->uid, "Warning", "InvalidCheckpoint", err.msg);
         const cJSON *ep = cJSON_GetObjectItemCaseSensitive(cpj, "epoch");
         memset(cp, 0, sizeof *cp);
@@ -759,7 +766,13 @@ static void start_running(start_ctx *x, entry *e, sb_operator_pipeline *run, int
         sb_operator_condition_set(st, "Suspended", 0, "Resumed", "", x->gen, x->now);
     sb_operator_pipeline_status(run, st, x->gen, x->now);
     char m[256];
-    if (have_cp && strcmp(x->phase, "Running") == 0) {
+    if (have_cp == 2) {
+        /* the log's committed work is known once a worker read it (CheckpointLoaded) */
+        snprintf(m, sizeof m, "epoch %u; a worker reads the checkpoint log beside the sink",
+                 sb_operator_pipeline_epoch(run));
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Normal",
+                   strcmp(x->phase, "Running") == 0 ? "TookOver" : "Resumed", m);
+    } else if (have_cp && strcmp(x->phase, "Running") == 0) {
         /* The split count is known only once a worker has planned the source. */
         snprintf(m, sizeof m, "epoch %u, %zu splits already committed",
                  sb_operator_pipeline_epoch(run), sb_operator_pipeline_committed_at_start(run));
@@ -810,7 +823,9 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     /* start or resume */
     sb_ckpt cp;
     memset(&cp, 0, sizeof cp);
-    int have_cp = start_checkpoint(&x, cur, &cp);
+    static __thread sb_ckptlog_summary sum; /* large (a path): off the stack */
+    memset(&sum, 0, sizeof sum);
+    int have_cp = start_checkpoint(&x, cur, &cp, &sum);
     entry *e = start_entry(&x);
     if (e == NULL) {
         sb_ckpt_free(&cp);
@@ -829,8 +844,8 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
                                       .auth_key_len = o->cfg->auth_key_len,
                                       .tls_secret = o->cfg->tls_secret,
                                       .tls_server_name = o->cfg->tls_server_name,
-                                      .resume = have_cp ? &cp : NULL,
-                                      .checkpoint_max_bytes = o->cfg->checkpoint_max_bytes,
+                                      .resume = have_cp == 1 ? &cp : NULL,
+                                      .resume_log = have_cp == 2 ? &sum : NULL,
                                       .plan = &o->cfg->plan,
                                       .on_event = run_event_cb,
                                       .ud = e};

@@ -43,8 +43,7 @@ typedef struct sb_operator_config {
     const char *worker_gpu_image; /* pools with GPUs (the CUDA build); NULL: the default */
     uint32_t max_pending;
     long status_interval_ms;
-    uint64_t checkpoint_max_bytes; /* status.checkpoint's limit, operator_run.h */
-    int workers;                   /* reconcile threads */
+    int workers; /* reconcile threads */
     uint32_t heartbeat_timeout_ms;
     /* Mutual TLS (--tls-dir, rpc/tlsdir.h): the Control services and the Rebind calls use rpc;
      * worker pods mount the Secret tls_secret (the same CA) and check tls_server_name. NULL:

@@ -16,9 +16,11 @@
 #include "controller/ctl/ctl.h"
 #include "controller/operator/kube.h"
 #include "controller/operator/netpol.h"
+#include "controller/operator/opckpt.h"
 #include "controller/operator/operator_events.h"
 #include "controller/operator/podstate.h"
 #include "controller/sched/ranges.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "io/sink.h"
@@ -105,9 +107,12 @@ struct sb_operator_pipeline {
     char final_message[SB_ERR_MAX + 512];
     void (*on_event)(void *ud, const char *type, const char *reason, const char *message);
     void *ud;
-    run_plan *plan;    /* NULL: not planned */
-    uint64_t ckpt_max; /* status.checkpoint's limit (0: none) */
-    int ckpt_capped;   /* a CheckpointLimited event was posted */
+    run_plan *plan; /* NULL: not planned */
+    /* the checkpoint log beside the sink (opckpt.h) */
+    sb_opckpt ck;
+    int ck_ok;                     /* ck is initialised (it may fail: then status has none) */
+    int loading;                   /* a worker reads the log before planning (ckpt_load) */
+    sb_ckptlog_summary resume_sum; /* the summary it is checked against */
 };
 
 int sb_operator_decode(const cJSON *object, sb_pipeline *p, char **json, char *msg, size_t len)
@@ -194,6 +199,8 @@ static int can_remove_cb(void *ud, const char *worker_id)
 
 static void run_free(sb_operator_pipeline *r)
 {
+    if (r->ck_ok)
+        sb_opckpt_free(&r->ck);
     if (r->kube != NULL)
         sb_kube_free(r->kube);
     if (r->ctl != NULL)
@@ -723,6 +730,22 @@ static void run_resume(sb_operator_pipeline *r, const sb_operator_pipeline_confi
                        sb_sched_resume *resume)
 {
     memset(resume, 0, sizeof *resume);
+    if (cfg->resume_log != NULL) {
+        resume->epoch = cfg->resume_log->epoch + 1;
+        const char *h = cfg->resume_log->spec_hash;
+        if (h[0] == '\0' || strcmp(h, r->spec_hash) == 0) {
+            r->loading = 1; /* a worker reads the log before planning */
+            r->resume_sum = *cfg->resume_log;
+        } else if (cfg->resume_log->splits > 0 && cfg->on_event != NULL) {
+            char m[200];
+            snprintf(m, sizeof m,
+                     "the spec changed since %llu splits were committed: they are run again "
+                     "with the new spec",
+                     (unsigned long long)cfg->resume_log->splits);
+            cfg->on_event(cfg->ud, "Warning", "CheckpointDiscarded", m);
+        }
+        return;
+    }
     if (cfg->resume == NULL)
         return;
     resume->epoch = cfg->resume->epoch + 1;
@@ -844,6 +867,64 @@ static void run_rebind(sb_operator_pipeline *r)
     }
 }
 
+/* The writer of the run's checkpoint log (opckpt.h), continuing log id (NULL: a new one) past
+ * generation gen. A failure is logged: the run goes on without a checkpoint. */
+static void run_ckpt_init(sb_operator_pipeline *r, const char *id, uint32_t gen)
+{
+    sb_err e2 = {0};
+    char *dir = sb_storage_ckpt_dir(&r->p, &e2);
+    r->ck_ok =
+        dir != NULL && sb_opckpt_init(&r->ck, dir, id, r->epoch, r->spec_hash, gen, &e2) == 0;
+    free(dir);
+    if (!r->ck_ok)
+        sb_log(SB_LOG_WARN, "no checkpoint log for this run", "pipeline", r->key, "error", e2.msg,
+               NULL);
+}
+
+/* The log a worker read before planning: its committed work becomes the resume (or, refused,
+ * an InvalidCheckpoint event and a run of everything at the new epoch), then planning goes
+ * on. Called from the tick while r->loading. */
+static void run_loaded(sb_operator_pipeline *r)
+{
+    sb_storage_files fs;
+    char msg[SB_ERR_MAX + 256] = "";
+    int lr = sb_ctl_ckpt_loaded(r->ctl, &fs, msg, sizeof msg);
+    if (lr == 0)
+        return;
+    r->loading = 0;
+    sb_ckpt cp;
+    memset(&cp, 0, sizeof cp);
+    sb_ckptlog_summary found = r->resume_sum;
+    sb_err e2 = {0};
+    int ok = lr == 1 && sb_opckpt_resume(&r->resume_sum, &fs, &cp, &found, &e2) == 0;
+    sb_storage_files_free(&fs);
+    char m[SB_ERR_MAX + 600];
+    sb_sched_resume res = {.epoch = r->epoch, .committed_splits = ""};
+    if (ok) {
+        res.committed_splits = cp.committed_splits;
+        res.parts = cp.parts;
+        res.nparts = cp.nparts;
+        r->committed_at_start = cp.ncommitted;
+        snprintf(m, sizeof m, "read %s: %zu splits and %zu sink parts committed are skipped",
+                 r->resume_sum.location, cp.ncommitted, cp.nparts);
+    } else {
+        snprintf(m, sizeof m, "checkpoint %s cannot be used (%s): the uncommitted work runs again",
+                 r->resume_sum.location, lr == 1 ? e2.msg : msg);
+    }
+    if (r->on_event != NULL)
+        r->on_event(r->ud, ok ? "Normal" : "Warning", ok ? "CheckpointLoaded" : "InvalidCheckpoint",
+                    m);
+    sb_log(ok ? SB_LOG_INFO : SB_LOG_WARN, "checkpoint log read", "pipeline", r->key, "result", m,
+           NULL);
+    run_ckpt_init(r, ok ? found.id : NULL,
+                  found.generation > r->resume_sum.generation ? found.generation
+                                                              : r->resume_sum.generation);
+    if (sb_ctl_plan_continue(r->ctl, &res, ok ? cp.plan_hash : NULL, &e2) != 0)
+        sb_log(SB_LOG_WARN, "planning after the checkpoint failed to start", "pipeline", r->key,
+               "error", e2.msg, NULL);
+    sb_ckpt_free(&cp);
+}
+
 sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg,
                                                  int *plan_error, sb_err *err)
 {
@@ -856,7 +937,6 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
     pthread_mutex_init(&r->kube_mu, NULL);
     r->client = cfg->client;
     r->on_event = cfg->on_event;
-    r->ckpt_max = cfg->checkpoint_max_bytes;
     r->ud = cfg->ud;
     const char *ns = sb_operator_str_at(cfg->object, "metadata", "namespace");
     const char *name = sb_operator_str_at(cfg->object, "metadata", "name");
@@ -894,7 +974,8 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
                         .no_fuse_choices = r->plan != NULL,
                         .listen_addr = listen,
                         .heartbeat_timeout_ms = cfg->heartbeat_timeout_ms,
-                        .resume = cfg->resume != NULL ? &resume : NULL,
+                        .resume = cfg->resume != NULL || cfg->resume_log != NULL ? &resume : NULL,
+                        .ckpt_load = r->loading,
                         .resume_plan_hash = cfg->resume != NULL && resume.committed_splits != NULL
                                                 ? cfg->resume->plan_hash
                                                 : NULL};
@@ -902,6 +983,8 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
         run_free(r);
         return NULL;
     }
+    if (!r->loading) /* else once the log is read (run_loaded) */
+        run_ckpt_init(r, NULL, cfg->resume_log ? cfg->resume_log->generation : 0);
     cc.sink_tag = r->p.spec.sink.part_tag;
     uint64_t maxw = 0; /* the pools' largest sizes, twice: pods being replaced overlap */
     for (size_t i = 0; i < r->p.spec.nstages; i++)
@@ -937,7 +1020,7 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
     /* pool names point into kc (stack): re-point them at static strings */
     for (size_t i = 0; i < r->npools; i++)
         r->pools[i].spec.pool = strcmp(kc.pools[i].pool, "gpu") == 0 ? "gpu" : "cpu";
-    if (cfg->resume != NULL)
+    if (cfg->resume != NULL || cfg->resume_log != NULL)
         run_rebind(r);
     r->stall_ms = (uint64_t)(r->p.spec.execution.stall_timeout_ns / 1000000);
     r->started_ms = sb_operator_mono_ms();
@@ -1046,7 +1129,15 @@ static void final_start(sb_operator_pipeline *r, sb_storage_kind kind,
         r->final_kind = SB_STORAGE_NONE;
         return;
     }
-    if (sb_ctl_storage_start(r->ctl, kind, parts, n, &e2) != 0) {
+    /* one storage job at a time: a checkpoint write in flight ends first (a worker takes it
+     * at its next poll; bounded, then the job start below reports it) */
+    for (int i = 0;
+         r->ck_ok && i < 500 && sb_opckpt_tick(&r->ck, r->ctl, sb_operator_mono_ms(), -1); i++)
+        sb_clock_sleep_ms(20);
+    int started = kind == SB_STORAGE_CKPT_REMOVE
+                      ? sb_ctl_ckpt_start(r->ctl, kind, NULL, 0, 0, &e2)
+                      : sb_ctl_storage_start(r->ctl, kind, parts, n, &e2);
+    if (started != 0) {
         sb_log(SB_LOG_WARN, "starting a storage job failed", "pipeline", r->key, "error", e2.msg,
                NULL);
         r->final_kind = SB_STORAGE_NONE;
@@ -1063,6 +1154,8 @@ static sb_operator_outcome finish(sb_operator_pipeline *r, sb_operator_outcome o
                                   size_t rlen, char *message, size_t mlen)
 {
     sb_ctl_shutdown_workers(r->ctl);
+    if (r->ck_ok)
+        sb_opckpt_log_cost(&r->ck, r->key);
     if (o == SB_OPERATOR_FAILED) {
         snprintf(reason, rlen, "%s", r->final_reason);
         snprintf(message, mlen, "%s", r->final_message);
@@ -1146,15 +1239,30 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
             snprintf(m, sizeof m, "%s: not done within %llu s", sb_storage_kind_what(r->final_kind),
                      (unsigned long long)(r->final_limit_ms / 1000));
         if (r->final_kind == SB_STORAGE_COMMIT) {
+            if (jr == 1 && r->ck_ok) { /* the log is not needed any more */
+                final_start(r, SB_STORAGE_CKPT_REMOVE, NULL, 0, "", "", t);
+                if (r->final_kind != SB_STORAGE_NONE)
+                    return SB_OPERATOR_RUNNING;
+            }
             if (jr == 1)
                 return finish(r, SB_OPERATOR_SUCCEEDED, reason, rlen, message, mlen);
             return fail(r, "CommitFailed", m, 1, t, reason, rlen, message, mlen);
+        }
+        if (r->final_kind == SB_STORAGE_CKPT_REMOVE) {
+            if (jr != 1) /* the sink is committed: a log left behind is only litter */
+                sb_log(SB_LOG_WARN, "removing the checkpoint log failed", "pipeline", r->key,
+                       "error", m, NULL);
+            return finish(r, SB_OPERATOR_SUCCEEDED, reason, rlen, message, mlen);
         }
         if (jr != 1) /* the abort is best effort: the failed run never wrote _SUCCESS */
             sb_log(SB_LOG_WARN, "aborting the sink failed", "pipeline", r->key, "error", m, NULL);
         return finish(r, SB_OPERATOR_FAILED, reason, rlen, message, mlen);
     }
     sb_sched_state st = sb_ctl_wait(r->ctl, 0);
+    if (r->loading)
+        run_loaded(r);
+    else if (st == SB_SCHED_RUNNING && r->ck_ok)
+        sb_opckpt_tick(&r->ck, r->ctl, t, 0); /* batched: one write a second at most */
     if (st == SB_SCHED_RUNNING) {
         plan_tick(r, t);
         drain_events(r);
@@ -1250,6 +1358,30 @@ static int failing_condition(sb_operator_pipeline *r, cJSON *status, int64_t gen
     return sb_podstate_condition(status, reason, msg, generation, now) < 0 ? -1 : 0;
 }
 
+/* status.checkpoint: the log's summary once this run wrote it durably; until then the one
+ * there stays (an earlier leader's: what a next leader must read). A succeeded run removed its
+ * log: no checkpoint. */
+static void run_ckpt_status(sb_operator_pipeline *r, cJSON *status)
+{
+    if (r->finished == SB_OPERATOR_SUCCEEDED) {
+        cJSON_DeleteItemFromObjectCaseSensitive(status, "checkpoint");
+        return;
+    }
+    cJSON *cp = r->ck_ok ? sb_opckpt_status_json(&r->ck) : NULL;
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(status, "checkpoint");
+    if (cp == NULL && old != NULL && !sb_ckptlog_is_summary(old)) {
+        /* the older inline format (read at start): the CRD now admits only the summary */
+        cJSON_DeleteItemFromObjectCaseSensitive(status, "checkpoint");
+        return;
+    }
+    if (cp == NULL)
+        return;
+    if (cJSON_GetObjectItemCaseSensitive(status, "checkpoint") != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(status, "checkpoint", cp);
+    else
+        cJSON_AddItemToObject(status, "checkpoint", cp);
+}
+
 int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation,
                                 const char *now)
 {
@@ -1277,29 +1409,18 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
     sb_storage_output *parts = NULL;
     size_t nparts = 0;
     sb_err e2 = {0};
-    size_t omitted = 0;
-    if (sb_ctl_checkpoint_within(r->ctl, r->ckpt_max, sb_ckpt_part_json_bytes, NULL, &ranges,
-                                 &parts, &nparts, &omitted, &e2) != 0) {
+    if (sb_ctl_checkpoint(r->ctl, &ranges, &parts, &nparts, &e2) != 0) {
         sb_log(SB_LOG_WARN, "checkpoint failed", "pipeline", r->key, "error", e2.msg, NULL);
         return -1;
     }
-    if (omitted > 0 && !r->ckpt_capped && r->on_event != NULL) {
-        char msg[300];
-        snprintf(msg, sizeof msg,
-                 "status.checkpoint lists %zu committed splits fewer than there are: their sink "
-                 "parts would take it past %" PRIu64 " bytes (the controller's "
-                 "--checkpoint-max-bytes); a new leader or a resume runs those splits again",
-                 omitted, r->ckpt_max);
-        r->on_event(r->ud, "Normal", "CheckpointLimited", msg);
-        r->ckpt_capped = 1;
-    }
+    sb_sched_parts_free(parts, nparts);
     size_t committed = 0, nsplits = sb_ctl_nsplits(r->ctl);
     uint8_t *set = calloc(nsplits + 1, 1);
     if (set != NULL && sb_ranges_parse(ranges, set, nsplits, NULL) == 0)
         for (size_t i = 0; i < nsplits; i++)
             committed += set[i] != 0;
     free(set);
-    committed += omitted; /* committed, though the checkpoint could not list them all */
+    free(ranges);
     double elapsed = (double)(sb_operator_mono_ms() - r->started_ms) / 1000.0;
     int rc = sb_operator_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
     if (rc == 0)
@@ -1309,21 +1430,11 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
     if (rc == 0)
         rc = sb_operator_status_errored(status, errs, nerr);
     sb_ctl_errored_free(errs, nerr);
-    char plan_hash[17];
-    sb_ctl_plan_hash(r->ctl, plan_hash);
-    cJSON *cp = sb_ckpt_json(r->epoch, r->spec_hash, plan_hash, ranges, parts, nparts);
-    free(ranges);
-    sb_sched_parts_free(parts, nparts);
     if (rc == 0)
         rc = plan_status(r, status);
-    if (cp == NULL || rc != 0) {
-        cJSON_Delete(cp);
+    if (rc != 0)
         return -1;
-    }
-    if (cJSON_GetObjectItemCaseSensitive(status, "checkpoint") != NULL)
-        cJSON_ReplaceItemInObjectCaseSensitive(status, "checkpoint", cp);
-    else
-        cJSON_AddItemToObject(status, "checkpoint", cp);
+    run_ckpt_status(r, status);
     if (sb_operator_condition_set(status, "WorkersPending", pending_unschedulable,
                                   pending_unschedulable ? "Unschedulable" : "WorkersScheduled",
                                   pmsg, generation, now) < 0)

@@ -10,7 +10,9 @@
  *
  * Resume: with a checkpoint (status.checkpoint of the Pipeline), the run starts at epoch
  * checkpoint.epoch + 1 with the committed splits and their sink parts, adopts the pods that
- * exist and rebinds them (Worker.Rebind) to its Control service.
+ * exist and rebinds them (Worker.Rebind) to its Control service. The checkpoint is a log beside
+ * the sink (opckpt.h), written by worker pods while the run goes on; status.checkpoint is its
+ * summary. The log is read before planning and removed once the sink is committed.
  *
  * Threads: one reconciler thread at a time calls tick/status/stop for a given run (the work
  * queue guarantees it); sb_operator_pipeline_on_pod() comes from the pod informer's thread.
@@ -25,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "controller/ctl/ckptlog.h"
 #include "controller/ctl/cmetrics.h"
 #include "controller/operator/operator_plan.h"
 #include "controller/operator/operator_status.h"
@@ -48,10 +51,12 @@ typedef struct sb_operator_pipeline_config {
     size_t auth_key_len;
     const char *tls_secret; /* mounted into worker pods (kube.h); NULL: none */
     const char *tls_server_name;
-    const sb_ckpt *resume; /* NULL: a fresh run at epoch 0 */
-    /* status.checkpoint at most about this long (sb_sched_checkpoint_within; 0: no limit):
-     * the API server refuses a Pipeline past ~1.5 MiB */
-    uint64_t checkpoint_max_bytes;
+    const sb_ckpt *resume; /* NULL: a fresh run at epoch 0 (or resume_log) */
+    /* status.checkpoint as a summary of the checkpoint log beside the sink (opckpt.h): the run
+     * starts at its epoch + 1, a worker reads the log before planning, and the committed work
+     * in it is skipped; a log that cannot be read or checked posts InvalidCheckpoint and runs
+     * everything again. NULL: none (then resume, if any) */
+    const sb_ckptlog_summary *resume_log;
     /* cost-aware placement (operator_plan.h): prices, re-plan threshold and interval; NULL: no
      * planning. Borrowed: must outlive the run. */
     const sb_operator_plan_config *plan;

@@ -18,6 +18,12 @@ const char *sb_storage_kind_what(sb_storage_kind k)
         return "committing the sink";
     case SB_STORAGE_ABORT:
         return "aborting the sink";
+    case SB_STORAGE_CKPT_PUT:
+        return "writing the checkpoint log";
+    case SB_STORAGE_CKPT_LOAD:
+        return "reading the checkpoint log";
+    case SB_STORAGE_CKPT_REMOVE:
+        return "removing the checkpoint log";
     default:
         return "a storage job";
     }

@@ -28,6 +28,10 @@ typedef enum {
     SB_STORAGE_PREPARE = 2, /* sb_storage_prepare */
     SB_STORAGE_COMMIT = 3,  /* sb_storage_commit with the sink parts */
     SB_STORAGE_ABORT = 4,   /* sb_storage_abort */
+    /* the checkpoint log beside the sink (ckptjob.h): run with sb_storage_ckpt_* */
+    SB_STORAGE_CKPT_PUT = 5,
+    SB_STORAGE_CKPT_LOAD = 6,
+    SB_STORAGE_CKPT_REMOVE = 7,
 } sb_storage_kind;
 
 /* Bytes of split text per PLAN report (the encoded splits plus 16 bytes each for framing). */

@@ -194,6 +194,10 @@ static const bad_number bad_numbers[] = {
      "streambatch-controller: --workers  4: must be an integer in [1, 64]"},
     {"streambatch-controller", "--max-pending-pods +3",
      "streambatch-controller: --max-pending-pods +3: must be an integer in [1, 1000]"},
+    /* removed with the checkpoint inline in the status (issue 38): refused, saying why */
+    {"streambatch-controller", "--checkpoint-max-bytes 512Ki",
+     "streambatch-controller: --checkpoint-max-bytes was removed: a Pipeline's checkpoint is a "
+     "log beside its sink"},
 };
 
 Test(cli_numbers, meaningless_numbers_exit_2_naming_the_flag)

@@ -85,4 +85,22 @@ static inline Streambatch__V1__RegisterReply *ctl_fixture_register(ctl_fixture *
     return (Streambatch__V1__RegisterReply *)resp;
 }
 
+/* One PollTasks of worker `id` with 2 free slots, held up to wait_ms; the reply, which the
+ * caller frees with sb_rpc_msg_free(&reply->base). */
+static inline Streambatch__V1__PollTasksReply *ctl_fixture_poll(ctl_fixture *f, const char *id,
+                                                                uint32_t wait_ms)
+{
+    Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
+    req.worker_id = (char *)id;
+    req.session = ctl_fixture_session(id);
+    req.free_slots = 2;
+    req.wait_ms = wait_ms;
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    cr_assert_eq(
+        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_POLL_TASKS, &req.base, 10000, 0, &resp, &err),
+        SB_RPC_OK, "%s", err.msg);
+    return (Streambatch__V1__PollTasksReply *)resp;
+}
+
 #endif

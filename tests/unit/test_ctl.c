@@ -36,17 +36,7 @@ static void do_register(fixture *f, const char *id)
 
 static Streambatch__V1__PollTasksReply *do_poll(fixture *f, const char *id, uint32_t wait_ms)
 {
-    Streambatch__V1__PollTasksRequest req = STREAMBATCH__V1__POLL_TASKS_REQUEST__INIT;
-    req.worker_id = (char *)id;
-    req.session = ctl_fixture_session(id);
-    req.free_slots = 2;
-    req.wait_ms = wait_ms;
-    ProtobufCMessage *resp = NULL;
-    sb_err err;
-    cr_assert_eq(
-        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_POLL_TASKS, &req.base, 10000, 0, &resp, &err),
-        SB_RPC_OK, "%s", err.msg);
-    return (Streambatch__V1__PollTasksReply *)resp;
+    return ctl_fixture_poll(f, id, wait_ms);
 }
 
 /* Reports every task of r done by w1, each with one output s0-t<i>-p0 (100 bytes, 10 rows). */
