@@ -50,7 +50,9 @@ static void agg_check(const sb_node *a, const char *path, sb_diags *d, const cha
     if (!is_str(op) || agg_ops[i] == NULL) {
         sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "op"),
                      op ? op->line : a->line, op ? op->col : a->col,
-                     "must be one of count, sum, min, max, mean, std, first, last, collect");
+                     "must be one of count, sum, min, max, mean, std, first, last, collect%s%s%s",
+                     is_str(op) ? ", got \"" : "", is_str(op) ? op->text : "",
+                     is_str(op) ? "\"" : "");
         return;
     }
     int count = strcmp(op->text, "count") == 0;

@@ -951,7 +951,8 @@ static void planned_op(const char *name, const sb_node *opn, const char *path, s
         sb_diags_add(d, buf, opn->line, opn->col,
                      "op \"%s\" is not in this build yet; the ops this build runs are "
                      "identity, bench.spin, bench.sleep, filter, project, image.resize, "
-                     "image.normalize, tensor.mlp, exec and plugin",
+                     "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, "
+                     "groupby and distinct",
                      name);
 }
 
@@ -966,8 +967,8 @@ static void unknown_op(const char *name, const sb_node *opn, const char *path, s
     else
         sb_diags_add(d, buf, opn->line, opn->col,
                      "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
-                     "filter, project, image.resize, image.normalize, tensor.mlp, exec and "
-                     "plugin",
+                     "filter, project, image.resize, image.normalize, tensor.mlp, exec, plugin, "
+                     "repartition, random_shuffle, groupby and distinct",
                      name);
 }
 
