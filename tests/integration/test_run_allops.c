@@ -206,3 +206,24 @@ Test(allops, plan_profiles_an_exchange_stage)
     cr_expect(strstr(out, "\nx ") != NULL && strstr(out, "\nafter ") != NULL, "%s", out);
     free(out);
 }
+
+/* A memory budget far below the data: the map outputs wait in the workers' stores (spilled) and
+ * the groupby still matches the reference; a reduce task whose keys need more than its share of
+ * the budget fails the run with a message that says so, instead of growing past it. */
+Test(allops, budget_below_the_data)
+{
+    pipeline("m1", "in", "4Ki", "groupby",
+             "{keys: [k], partitions: 2, aggregates: [{op: count}, {op: sum, field: v}]}", "",
+             "  execution: {memoryBudget: 64Ki}\n");
+    run_and_check("m1", "in", "groupby",
+                  "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":\"sum\",\"field\":"
+                  "\"v\"}]}");
+    pipeline("m2", "in", "4Ki", "groupby", "{keys: [id], partitions: 2}", "",
+             "  execution: {memoryBudget: 64Ki}\n");
+    char *out = NULL;
+    cr_expect_neq(run_cli("m2", "--cpus 2", &out), 0);
+    cr_expect(strstr(out, "groupby: the groups of one reduce task take more than 16Ki, its share "
+                          "of execution.memoryBudget") != NULL,
+              "%s", out);
+    free(out);
+}
