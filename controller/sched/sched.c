@@ -1417,9 +1417,6 @@ static size_t exchange_form(sb_sched *s, size_t i)
     }
     xpick *pk = malloc(n * sizeof *pk);
     size_t ti = pk != NULL ? task_new(s, (uint32_t)i, o->next_index) : NONE;
-    uint32_t *ins = NULL;
-    if (ti != NONE && n > 1 && (ins = s->tasks[ti].in.many = malloc(n * sizeof *ins)) == NULL)
-        ti = NONE;
     if (ti == NONE) {
         free(pk);
         s->oom = 1;
@@ -1427,8 +1424,12 @@ static size_t exchange_form(sb_sched *s, size_t i)
     }
     o->next_index++;
     task *t = &s->tasks[ti];
-    if (n == 1)
-        ins = &t->in.one;
+    uint32_t *ins = &t->in.one;
+    if (n > 1 && (ins = t->in.many = malloc(n * sizeof *ins)) == NULL) {
+        free(pk);
+        s->oom = 1;
+        return NONE;
+    }
     size_t m = 0;
     for (size_t k = 0; k < o->flen; k++) {
         size_t pi = o->fifo[o->fhead + k];

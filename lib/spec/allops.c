@@ -17,7 +17,7 @@ int sb_spec_allop(const char *op)
     return 0;
 }
 
-static const char *const agg_ops[] = {"count", "sum",   "min",  "max",    "mean",
+static const char *const agg_ops[] = {"count", "sum",   "min",  "max",     "mean",
                                       "std",   "first", "last", "collect", NULL};
 
 static int is_str(const sb_node *n)
@@ -26,8 +26,8 @@ static int is_str(const sb_node *n)
 }
 
 /* One aggregate {op, field, as}: its output name into *as (NULL when not a string). */
-static void agg_check(const sb_node *a, const char *path, sb_diags *d, const char **as,
-                      char *dflt, size_t dlen)
+static void agg_check(const sb_node *a, const char *path, sb_diags *d, const char **as, char *dflt,
+                      size_t dlen)
 {
     *as = NULL;
     if (a->kind != SB_NODE_MAP) {
@@ -48,11 +48,11 @@ static void agg_check(const sb_node *a, const char *path, sb_diags *d, const cha
     while (is_str(op) && agg_ops[i] != NULL && strcmp(agg_ops[i], op->text) != 0)
         i++;
     if (!is_str(op) || agg_ops[i] == NULL) {
-        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "op"),
-                     op ? op->line : a->line, op ? op->col : a->col,
+        const char *got = is_str(op) ? op->text : NULL;
+        int line = op != NULL ? op->line : a->line, col = op != NULL ? op->col : a->col;
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "op"), line, col,
                      "must be one of count, sum, min, max, mean, std, first, last, collect%s%s%s",
-                     is_str(op) ? ", got \"" : "", is_str(op) ? op->text : "",
-                     is_str(op) ? "\"" : "");
+                     got ? ", got \"" : "", got ? got : "", got ? "\"" : "");
         return;
     }
     int count = strcmp(op->text, "count") == 0;
@@ -60,9 +60,8 @@ static void agg_check(const sb_node *a, const char *path, sb_diags *d, const cha
         sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "field"), f->line, f->col,
                      "count takes no field: it counts the group's rows");
     else if (!count && !is_str(f))
-        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "field"),
-                     f ? f->line : a->line, f ? f->col : a->col, "%s needs a field (a name)",
-                     op->text);
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "field"), f ? f->line : a->line,
+                     f ? f->col : a->col, "%s needs a field (a name)", op->text);
     if (asn != NULL && (!is_str(asn) || asn->text[0] == '\0')) {
         sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "as"), asn->line, asn->col,
                      "must be a non-empty name");
@@ -139,8 +138,8 @@ void sb_spec_allop_args_check(const char *op, const sb_node *args, const sb_node
                      "must be a size above 0 (bytes, or a quantity such as 64Mi)");
 }
 
-void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node,
-                                  const char *path, sb_diags *d)
+void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
+                                  sb_diags *d)
 {
     const sb_node *stages = sb_node_get(node, "stages");
     char buf[512];

@@ -20,7 +20,7 @@ void sb_spec_allop_args_check(const char *op, const sb_node *args, const sb_node
                               const char *path, sb_diags *d);
 
 /* Checks the pipeline around its all-to-all stages (node: the spec's map). */
-void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node,
-                                  const char *path, sb_diags *d);
+void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
+                                  sb_diags *d);
 
 #endif

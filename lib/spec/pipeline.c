@@ -263,9 +263,9 @@ static const opspec ops[] = {
  * name them and the CRD's op rule, which tests/unit/test_crd_ops.c compares with this list, does
  * not let them through to the controller. */
 const char *const sb_op_names[] = {
-    "identity",        "bench.spin", "bench.sleep", "filter", "project", "image.resize",
-    "image.normalize", "tensor.mlp", "exec",        "plugin", "repartition", "random_shuffle",
-    "groupby",         "distinct",   NULL};
+    "identity",     "bench.spin",      "bench.sleep", "filter",   "project",
+    "image.resize", "image.normalize", "tensor.mlp",  "exec",     "plugin",
+    "repartition",  "random_shuffle",  "groupby",     "distinct", NULL};
 
 int sb_spec_op_known(const char *name)
 {

@@ -14,14 +14,14 @@
 #include "../unit/testutil.h"
 #include "itest.h"
 
-#define ALL_AGGS                                                                                 \
-    "[{op: count}, {op: sum, field: v}, {op: mean, field: v}, {op: std, field: v}, {op: min, "   \
-    "field: s}, {op: max, field: v}, {op: first, field: s}, {op: last, field: n}, {op: collect, " \
+#define ALL_AGGS                                                                                   \
+    "[{op: count}, {op: sum, field: v}, {op: mean, field: v}, {op: std, field: v}, {op: min, "     \
+    "field: s}, {op: max, field: v}, {op: first, field: s}, {op: last, field: n}, {op: collect, "  \
     "field: g, as: gs}]"
-#define ALL_AGGS_JSON                                                                            \
-    "[{\"op\":\"count\"},{\"op\":\"sum\",\"field\":\"v\"},{\"op\":\"mean\",\"field\":\"v\"},"    \
-    "{\"op\":\"std\",\"field\":\"v\"},{\"op\":\"min\",\"field\":\"s\"},{\"op\":\"max\","         \
-    "\"field\":\"v\"},{\"op\":\"first\",\"field\":\"s\"},{\"op\":\"last\",\"field\":\"n\"},"     \
+#define ALL_AGGS_JSON                                                                              \
+    "[{\"op\":\"count\"},{\"op\":\"sum\",\"field\":\"v\"},{\"op\":\"mean\",\"field\":\"v\"},"      \
+    "{\"op\":\"std\",\"field\":\"v\"},{\"op\":\"min\",\"field\":\"s\"},{\"op\":\"max\","           \
+    "\"field\":\"v\"},{\"op\":\"first\",\"field\":\"s\"},{\"op\":\"last\",\"field\":\"n\"},"       \
     "{\"op\":\"collect\",\"field\":\"g\",\"as\":\"gs\"}]"
 
 static void setup(void)
@@ -43,7 +43,7 @@ TestSuite(allops, .init = setup, .fini = teardown, .timeout = 240);
 /* dir/NAME.yaml: from dir/IN/ in partitions of PSIZE through one stage `x` running OP with
  * ARGS (YAML flow map) and then STAGES ("" or more list items) to dir/out-NAME/. */
 static void pipeline(const char *name, const char *in, const char *psize, const char *op,
-                 const char *args, const char *stages, const char *extra)
+                     const char *args, const char *stages, const char *extra)
 {
     FILE *f = itest_create("%s.yaml", name);
     fprintf(f,
@@ -69,8 +69,8 @@ static void run_and_check(const char *name, const char *in, const char *op, cons
 
 Test(allops, groupby_every_aggregate_on_mixed_type_keys)
 {
-    pipeline("g1", "in", "64Ki", "groupby", "{keys: [k], missingKey: null, aggregates: " ALL_AGGS "}",
-         "", "");
+    pipeline("g1", "in", "64Ki", "groupby",
+             "{keys: [k], missingKey: null, aggregates: " ALL_AGGS "}", "", "");
     run_and_check("g1", "in", "groupby",
                   "{\"keys\":[\"k\"],\"missingKey\":null,\"aggregates\":" ALL_AGGS_JSON "}");
     /* 1, 1.0, 1e0 are one key, "1" another, true a third: 16 values in the data, 12 keys */
@@ -79,10 +79,11 @@ Test(allops, groupby_every_aggregate_on_mixed_type_keys)
 
 Test(allops, groupby_two_keys_many_tiny_partitions)
 {
-    pipeline("g2", "in", "1Ki", "groupby",
-         "{keys: [k, n], partitions: 7, aggregates: [{op: count, as: c}, {op: sum, field: n, as: "
-         "sn}, {op: mean, field: v}]}",
-         "", "");
+    pipeline(
+        "g2", "in", "1Ki", "groupby",
+        "{keys: [k, n], partitions: 7, aggregates: [{op: count, as: c}, {op: sum, field: n, as: "
+        "sn}, {op: mean, field: v}]}",
+        "", "");
     run_and_check("g2", "in", "groupby",
                   "{\"keys\":[\"k\",\"n\"],\"aggregates\":[{\"op\":\"count\",\"as\":\"c\"},{\"op\":"
                   "\"sum\",\"field\":\"n\",\"as\":\"sn\"},{\"op\":\"mean\",\"field\":\"v\"}]}");
@@ -94,7 +95,8 @@ Test(allops, groupby_single_partition_and_empty_input)
     pipeline("g3", "one", "64Ki", "groupby", "{keys: [g], aggregates: " ALL_AGGS "}", "", "");
     run_and_check("g3", "one", "groupby", "{\"keys\":[\"g\"],\"aggregates\":" ALL_AGGS_JSON "}");
     pipeline("g4", "empty", "64Ki", "groupby", "{keys: [k], aggregates: [{op: count}]}", "", "");
-    run_and_check("g4", "empty", "groupby", "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"}]}");
+    run_and_check("g4", "empty", "groupby",
+                  "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"}]}");
     cr_expect_eq(summary_num("g4", "sinkRows"), 0);
 }
 
@@ -160,24 +162,13 @@ Test(allops, random_shuffle_order_follows_the_seed)
                  11000, "consecutive input rows stay apart");
 }
 
-/* SIGKILLs one of this test's workers: 1, or 0 when none runs. */
-static int kill_worker(void)
-{
-    char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | shuf -n 1", dir);
-    int killed = *victim != '\0';
-    if (killed)
-        sh("kill -9 %s", victim);
-    free(victim);
-    return killed;
-}
-
 /* A worker killed once every map task is done and the reduce tasks run: the map outputs it held
  * are made again by lineage, and the output is the reference's. */
 Test(allops, kill_during_reduce_gives_the_same_output)
 {
     pipeline("k1", "in", "16Ki", "groupby",
-         "{keys: [id], partitions: 4, aggregates: [{op: count}, {op: sum, field: v}]}",
-         "  - {name: slow, op: bench.sleep, args: {msPerRecord: 0.5}}\n", "");
+             "{keys: [id], partitions: 4, aggregates: [{op: count}, {op: sum, field: v}]}",
+             "  - {name: slow, op: bench.sleep, args: {msPerRecord: 0.5}}\n", "");
     sh("cd %s && (timeout 150 %s run k1.yaml --cpus 2 --progress-interval-ms 50 --summary-json "
        "k1.summary.json > k1.log 2>&1; echo $? > k1.rc) >/dev/null 2>&1 &",
        dir, sb_test_bin("streambatch"));
@@ -185,7 +176,7 @@ Test(allops, kill_during_reduce_gives_the_same_output)
     sh("for i in $(seq 1 600); do grep -Eq 'x.map ([0-9]+)/\\1 done 0 running; x\\+slow 0/[0-9]+ "
        "done [1-9]' %s/k1.log && exit 0; sleep 0.05; done; cat %s/k1.log; exit 1",
        dir, dir);
-    cr_assert_eq(kill_worker(), 1);
+    cr_assert_eq(itest_kill_worker(), 1);
     sh("for i in $(seq 1 1400); do [ -f %s/k1.rc ] && break; sleep 0.1; done", dir);
     char *rc = sb_test_sh_out("cat %s/k1.rc; tail -5 %s/k1.log", dir, dir);
     cr_assert(strncmp(rc, "0\n", 2) == 0, "run failed: %s", rc);
@@ -199,7 +190,7 @@ Test(allops, kill_during_reduce_gives_the_same_output)
 Test(allops, plan_profiles_an_exchange_stage)
 {
     pipeline("p1", "in", "64Ki", "groupby", "{keys: [k], aggregates: [{op: count}]}",
-         "  - {name: after, op: identity}\n", "");
+             "  - {name: after, op: identity}\n", "");
     char *out = sb_test_sh_out("cd %s && timeout 120 %s plan --profile p1.yaml 2>&1; echo rc=$?",
                                dir, sb_test_bin("streambatch"));
     cr_expect(strstr(out, "rc=0") != NULL, "%s", out);

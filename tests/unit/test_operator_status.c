@@ -522,9 +522,8 @@ Test(opr_plan, measure_all_to_all_stage_counts_both_halves)
     plan_pipeline(&p, "[\"cpu\", \"gpu\"]", "");
     uint32_t slots[3] = {1, 2, 2};
     /* a's map half: 1000 rows in 10 task-s; its reduce half: 1000 in, 500 out in 10 task-s */
-    sb_operator_plan_op cur[3] = {{"a.map", 1000, 1000, 4, 10.0},
-                                  {"a", 1000, 500, 4, 10.0},
-                                  {"b+c", 500, 500, 4, 5.0}};
+    sb_operator_plan_op cur[3] = {
+        {"a.map", 1000, 1000, 4, 10.0}, {"a", 1000, 500, 4, 10.0}, {"b+c", 500, 500, 4, 5.0}};
     double r[3] = {0};
     cr_assert_eq(sb_operator_plan_measure(&p, slots, NULL, cur, 3, 2, r), 1);
     /* each half alone: 100 rows/task-s in, half reach the sink: 50; both: 1 / (1/50 + 1/50) */

@@ -67,9 +67,9 @@ static void complete(sb_sched *s, const char *w, const sb_sched_task *t, uint64_
     char id[128];
     snprintf(id, sizeof id, "%s", t->task_id);
     sb_err err;
-    cr_assert_eq(sb_sched_complete(s, w, id, t->attempt, SB_SCHED_OK, NULL, o, n, NULL, 0, NULL,
-                                   now, &err),
-                 1, "%s", err.msg);
+    cr_assert_eq(
+        sb_sched_complete(s, w, id, t->attempt, SB_SCHED_OK, NULL, o, n, NULL, 0, NULL, now, &err),
+        1, "%s", err.msg);
     drop_releases(s, w);
 }
 
@@ -90,8 +90,8 @@ Test(sched_exchange, plan_splits_the_stage_in_two_ops)
     cr_expect_str_eq(t[0].stages[0]->op, "identity");
     cr_expect_str_eq(t[0].stages[1]->op, "exchange.map");
     cr_expect_str_eq(t[0].stages[1]->name, "g");
-    cr_expect(strstr(t[0].stages[1]->args_json, "\"op\":\"groupby\",\"buckets\":3,") != NULL,
-              "%s", t[0].stages[1]->args_json);
+    cr_expect(strstr(t[0].stages[1]->args_json, "\"op\":\"groupby\",\"buckets\":3,") != NULL, "%s",
+              t[0].stages[1]->args_json);
     cr_expect(strstr(t[0].stages[1]->args_json, "\"args\":{") != NULL, "%s",
               t[0].stages[1]->args_json);
     sb_sched_free(s);

@@ -412,8 +412,8 @@ static int shuffle_finish(xstate *st, sb_op_out *out, sb_err *err)
     if (w->out == NULL || sb_op_out_cut(w->out, err) != 0 || w->blob == NULL)
         return w->out == NULL || w->blob == NULL ? 0 : -1;
     sb_batch *b = NULL;
-    if (sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8,
-                         &b, err) != 0)
+    if (sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
+                         err) != 0)
         return -1;
     size_t n = sb_batch_rows(b);
     shuf *o = calloc(n + 1, sizeof *o);

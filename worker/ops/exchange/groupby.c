@@ -12,7 +12,7 @@
 #include "worker/ops/exchange/xchg.h"
 
 typedef enum { A_COUNT, A_SUM, A_MIN, A_MAX, A_MEAN, A_STD, A_FIRST, A_LAST, A_COLLECT } aop;
-static const char *const aop_names[] = {"count", "sum",   "min",  "max",    "mean",
+static const char *const aop_names[] = {"count", "sum",   "min",  "max",     "mean",
                                         "std",   "first", "last", "collect", NULL};
 
 typedef struct {
@@ -82,9 +82,9 @@ static int agg_parse(xgroupby *g, const cJSON *it, aspec *a, sb_err *err)
                                      "min, max, mean, std, first, last, collect");
     a->op = (aop)k;
     if ((a->op == A_COUNT) != (f == NULL) || (f != NULL && !cJSON_IsString(f)))
-        return sb_err_permanent(err, "op groupby: %s", a->op == A_COUNT
-                                                            ? "count takes no field"
-                                                            : "an aggregate needs a field");
+        return sb_err_permanent(err, "op groupby: %s",
+                                a->op == A_COUNT ? "count takes no field"
+                                                 : "an aggregate needs a field");
     a->field = f != NULL ? f->valuestring : NULL;
     char dflt[512];
     snprintf(dflt, sizeof dflt, "%s%s%s", aop_names[k], a->field ? "_" : "",
@@ -236,8 +236,7 @@ static int set_text(astate *a, const char *p, size_t n)
     return xbuf_put(&a->text, p, n);
 }
 
-static int agg_minmax(const aspec *sp, astate *a, const sb_op_json_span *v, size_t row,
-                      sb_err *err)
+static int agg_minmax(const aspec *sp, astate *a, const sb_op_json_span *v, size_t row, sb_err *err)
 {
     int kind = v->type == SB_OP_JSON_NUMBER ? 1 : v->type == SB_OP_JSON_STRING ? 2 : 0;
     if (kind == 0 || (a->kind != 0 && a->kind != kind))
@@ -264,12 +263,11 @@ static int agg_minmax(const aspec *sp, astate *a, const sb_op_json_span *v, size
 }
 
 /* sum, mean, std: a number; Neumaier's compensated sum, Welford's mean and squares. */
-static int agg_number(const aspec *sp, astate *a, const sb_op_json_span *v, size_t row,
-                      sb_err *err)
+static int agg_number(const aspec *sp, astate *a, const sb_op_json_span *v, size_t row, sb_err *err)
 {
     if (v->type != SB_OP_JSON_NUMBER)
-        return sb_err_data(err, "groupby: record %zu: %s of field %s meets a %s, not a number",
-                           row, aop_names[sp->op], sp->field, sb_op_json_type_name(v->type));
+        return sb_err_data(err, "groupby: record %zu: %s of field %s meets a %s, not a number", row,
+                           aop_names[sp->op], sp->field, sb_op_json_type_name(v->type));
     double d;
     int64_t i;
     bool is_int;

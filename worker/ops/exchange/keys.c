@@ -82,8 +82,8 @@ static const char *skip_value(const char *p, const char *e)
         }
         return e;
     }
-    while (p < e && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' &&
-           *p != '\n' && *p != '\r')
+    while (p < e && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' && *p != '\n' &&
+           *p != '\r')
         p++;
     return p;
 }
@@ -305,8 +305,8 @@ void xkeys_free(xkeys *ks)
     memset(ks, 0, sizeof *ks);
 }
 
-int xkeys_encode_found(const xkeys *ks, const char *op, size_t row,
-                       const sb_op_json_span *found, xbuf *out, sb_err *err)
+int xkeys_encode_found(const xkeys *ks, const char *op, size_t row, const sb_op_json_span *found,
+                       xbuf *out, sb_err *err)
 {
     for (size_t i = 0; i < ks->n; i++) {
         int rc;

@@ -60,8 +60,8 @@ int xkeys_encode(const xkeys *ks, const char *op, const char *r, size_t len, siz
                  sb_op_json_span *spans, xbuf *out, sb_err *err);
 
 /* The key's encoding from the fields' values a scan found (found[0..ks->n)), as above. */
-int xkeys_encode_found(const xkeys *ks, const char *op, size_t row,
-                       const sb_op_json_span *found, xbuf *out, sb_err *err);
+int xkeys_encode_found(const xkeys *ks, const char *op, size_t row, const sb_op_json_span *found,
+                       xbuf *out, sb_err *err);
 
 /* ---- groupby (groupby.c) ----------------------------------------------------------------- */
 
@@ -93,8 +93,8 @@ typedef struct xset {
     uint64_t *hash;  /* 0: empty slot */
     uint32_t *entry; /* per slot: the entry index */
     size_t cap, n;
-    xbuf keys;        /* the keys, each as u32 length then bytes */
-    size_t *key_off;  /* per entry: its offset in keys */
+    xbuf keys;       /* the keys, each as u32 length then bytes */
+    size_t *key_off; /* per entry: its offset in keys */
     size_t capent;
 } xset;
 
