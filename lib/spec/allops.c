@@ -92,11 +92,13 @@ static void groupby_check(const sb_node *args, const char *path, sb_diags *d)
         sb_diags_add(d, buf, aggs->line, aggs->col, "must be a list of {op, field, as}");
         return;
     }
-    static char dflts[256][160];
-    for (size_t i = 0; i < aggs->n && nn < 256; i++) {
+    if (aggs->n > 64)
+        sb_diags_add(d, buf, aggs->line, aggs->col, "has %zu aggregates; at most 64", aggs->n);
+    char dflts[64][160]; /* default output names, while names[] points at them */
+    for (size_t i = 0; i < aggs->n && i < 64 && nn < 256; i++) {
         const char *as;
         sb_spec_path_index(ib, sizeof ib, buf, i);
-        agg_check(aggs->items[i], ib, d, &as, dflts[i % 256], sizeof dflts[0]);
+        agg_check(aggs->items[i], ib, d, &as, dflts[i], sizeof dflts[0]);
         if (as == NULL)
             continue;
         for (size_t k = 0; k < nn; k++) {

@@ -29,8 +29,9 @@ static void setup(void)
     itest_mkdtemp("sb-allops");
     setenv("TMPDIR", dir, 1); /* the runs' worker spill dirs: kill_worker finds ours only */
     sh("cd %s && python3 %s/tests/allops/check.py gen in 6 2000 11 && "
-       "python3 %s/tests/allops/check.py gen one 1 300 12 && mkdir empty && : > empty/e.jsonl",
-       dir, sb_test_root(), sb_test_root());
+       "python3 %s/tests/allops/check.py gen one 1 300 12 && mkdir empty && : > empty/e.jsonl && "
+       "python3 %s/tests/allops/check.py gen big 1 9000 13",
+       dir, sb_test_root(), sb_test_root(), sb_test_root());
 }
 
 static void teardown(void)
@@ -88,6 +89,22 @@ Test(allops, groupby_two_keys_many_tiny_partitions)
                   "{\"keys\":[\"k\",\"n\"],\"aggregates\":[{\"op\":\"count\",\"as\":\"c\"},{\"op\":"
                   "\"sum\",\"field\":\"n\",\"as\":\"sn\"},{\"op\":\"mean\",\"field\":\"v\"}]}");
     cr_expect_gt(summary_num("g2", "tasksRun"), 100, "many tiny map tasks");
+}
+
+/* Keys that barely repeat within a map task: past its first rows the map half stops combining
+ * and passes rows on; the reduce side merges the partial records and the rows alike. */
+Test(allops, groupby_keys_that_barely_repeat)
+{
+    /* one split of 9000 rows: a map task past the 4096 rows it combines before judging */
+    pipeline("g6", "big", "4Mi", "groupby",
+             "{keys: [id], aggregates: [{op: count}, {op: collect, field: g}, {op: first, field: "
+             "s}, {op: std, field: v}, {op: min, field: v}]}",
+             "", "");
+    run_and_check("g6", "big", "groupby",
+                  "{\"keys\":[\"id\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":\"collect\","
+                  "\"field\":\"g\"},{\"op\":\"first\",\"field\":\"s\"},{\"op\":\"std\",\"field\":"
+                  "\"v\"},{\"op\":\"min\",\"field\":\"v\"}]}");
+    cr_expect_eq(summary_num("g6", "sinkRows"), 9000);
 }
 
 Test(allops, groupby_single_partition_and_empty_input)
@@ -213,7 +230,7 @@ Test(allops, budget_below_the_data)
              "  execution: {memoryBudget: 64Ki}\n");
     char *out = NULL;
     cr_expect_neq(run_cli("m2", "--cpus 2", &out), 0);
-    cr_expect(strstr(out, "groupby: the groups of one reduce task take more than 16Ki, its share "
+    cr_expect(strstr(out, "groupby: the groups of one task take more than 16Ki, its share "
                           "of execution.memoryBudget") != NULL,
               "%s", out);
     free(out);

@@ -13,6 +13,8 @@
 #include "worker/ops/impls.h"
 
 typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT } xkind;
+
+#define COMBINE_PROBE 4096 /* rows a groupby map task combines before it judges the gain */
 static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby", "distinct"};
 
 /* A bucket's (or a shuffle's) rows, gathered whole: an sb_op_out that never cuts by size (a
@@ -32,11 +34,13 @@ typedef struct {
     uint64_t memory; /* the most bytes a task's table or buffered rows may take (0: no limit) */
     uint64_t seed;
     cJSON *root;
-    xkeys keys;   /* groupby's keys, distinct's fields (none: the whole record) */
-    xgroupby *gb; /* groupby's reduce side */
-    whole *bk;    /* map: per bucket */
-    whole all;    /* random_shuffle's reduce side: the task's rows */
-    uint64_t rr;  /* repartition: the next row's bucket */
+    xkeys keys;     /* groupby's keys, distinct's fields (none: the whole record) */
+    xgroupby *gb;   /* groupby's reduce side */
+    whole *bk;      /* map: per bucket */
+    whole all;      /* random_shuffle's reduce side: the task's rows */
+    uint64_t rr;    /* repartition: the next row's bucket */
+    uint64_t rows;  /* groupby's map half: rows of this task so far */
+    int uncombined; /* groupby's map half: its keys barely repeat, rows now go on as they are */
     int rr_set;
     xset seen; /* distinct: keys met in this task */
     xbuf kb;
@@ -113,6 +117,8 @@ static void xstate_clear(xstate *st)
     if (st->gb != NULL)
         xgroupby_reset(st->gb);
     st->rr_set = 0;
+    st->rows = 0;
+    st->uncombined = 0;
 }
 
 static void x_free(void *state)
@@ -268,13 +274,18 @@ static int map_buckets(xstate *st, const sb_batch *in, size_t first, size_t n, s
 
 static int map_schema(xstate *st, const sb_batch *in, sb_err *err)
 {
+    /* groupby's buckets hold partial records (map-side combine), the others the input's rows */
+    sb_field rec = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
     if (st->bk == NULL && (st->bk = calloc(st->buckets, sizeof *st->bk)) == NULL)
         return sb_err_set(err, "out of memory");
     for (uint32_t b = 0; b < st->buckets; b++) {
         whole *w = &st->bk[b];
         if (w->out == NULL && (w->out = sb_op_out_new(WHOLE_TARGET, whole_emit, w, err)) == NULL)
             return -1;
-        if (!sb_op_out_has_schema(w->out) && sb_op_out_set_schema_like(w->out, in, err) != 0)
+        if (sb_op_out_has_schema(w->out))
+            continue;
+        if ((st->kind == X_GROUPBY ? sb_op_out_set_schema(w->out, &rec, 1, err)
+                                   : sb_op_out_set_schema_like(w->out, in, err)) != 0)
             return -1;
     }
     return 0;
@@ -289,6 +300,18 @@ static int map_process(void *state, const sb_batch *in, size_t first, size_t n, 
         return -1;
     if (n == 0)
         return 0;
+    if (st->kind == X_GROUPBY && !st->uncombined) { /* combined per key, bucketed at finish */
+        int col = keyed_column(st, in, err);
+        if (col < 0 || xgroupby_add(st->gb, in, col, first, n, err) != 0)
+            return -1;
+        /* combining pays when keys repeat within a task; past COMBINE_PROBE rows with more
+         * than half of them distinct keys, the rest go on uncombined (the reduce side takes
+         * both) */
+        st->rows += n;
+        st->uncombined =
+            st->rows >= COMBINE_PROBE && xgroupby_groups(st->gb) * 2 > (size_t)st->rows;
+        return 0;
+    }
     if (grow_rows(st, n, err) != 0 || map_buckets(st, in, first, n, err) != 0)
         return -1;
     /* rows by bucket (a counting sort keeps their order), then runs of rows per bucket */
@@ -323,10 +346,19 @@ static int map_process(void *state, const sb_batch *in, size_t first, size_t n, 
     return rc;
 }
 
+static int put_partial(void *ud, uint32_t bucket, const char *rec, size_t len, sb_err *err)
+{
+    xstate *st = ud;
+    return sb_op_out_append_binary(st->bk[bucket].out, rec, len, err);
+}
+
 /* Every bucket as one partition, in bucket order (an empty one too: its place is its number). */
 static int map_finish(void *state, sb_op_out *out, sb_err *err)
 {
     xstate *st = state;
+    if (st->kind == X_GROUPBY && st->bk != NULL &&
+        xgroupby_emit_partials(st->gb, st->buckets, put_partial, st, err) != 0)
+        return -1;
     for (uint32_t b = 0; st->bk != NULL && b < st->buckets; b++) {
         whole *w = &st->bk[b];
         if (sb_op_out_cut(w->out, err) != 0)
@@ -370,7 +402,7 @@ static int reduce_process(void *state, const sb_batch *in, size_t first, size_t 
         if (n == 0)
             return 0;
         int col = keyed_column(st, in, err);
-        return col < 0 ? -1 : xgroupby_add(st->gb, in, col, first, n, err);
+        return col < 0 ? -1 : xgroupby_add_partials(st->gb, in, col, first, n, err);
     }
     case X_DISTINCT: {
         if (n == 0)

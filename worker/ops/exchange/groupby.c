@@ -346,7 +346,12 @@ static int row_add(xgroupby *g, const char *r, size_t len, size_t row, sb_op_jso
     return 0;
 }
 
-int xgroupby_add(xgroupby *g, const sb_batch *in, int col, size_t first, size_t n, sb_err *err)
+typedef int (*row_fn)(xgroupby *g, const char *r, size_t len, size_t row, sb_op_json_span *found,
+                      sb_err *err);
+
+/* fn over rows [first, first+n) of records column col, within the memory bound. */
+static int add_rows(xgroupby *g, const sb_batch *in, int col, size_t first, size_t n, row_fn fn,
+                    sb_err *err)
 {
     sb_op_json_span *found = calloc(g->nscan + 1, sizeof *found);
     if (found == NULL)
@@ -356,12 +361,12 @@ int xgroupby_add(xgroupby *g, const sb_batch *in, int col, size_t first, size_t 
     for (size_t r = first; r < first + n && rc == 0; r++) {
         size_t len;
         const char *p = sb_column_binary(c, r, &len);
-        rc = row_add(g, p, len, r, found, err);
+        rc = fn(g, p, len, r, found, err);
         uint64_t used = g->bytes + xset_bytes(&g->set);
         if (rc == 0 && g->memory > 0 && used > g->memory) {
             char b1[32];
             rc = sb_err_permanent(err,
-                                  "groupby: the groups of one reduce task take more than %s, its "
+                                  "groupby: the groups of one task take more than %s, its "
                                   "share of execution.memoryBudget (%zu keys so far); groupby "
                                   "does not spill yet: give the stage more partitions or the "
                                   "pipeline a larger memoryBudget",
@@ -371,6 +376,34 @@ int xgroupby_add(xgroupby *g, const sb_batch *in, int col, size_t first, size_t 
     }
     free(found);
     return rc;
+}
+
+static int partial_add(xgroupby *g, const char *r, size_t len, size_t row, sb_op_json_span *found,
+                       sb_err *err);
+
+int xgroupby_add(xgroupby *g, const sb_batch *in, int col, size_t first, size_t n, sb_err *err)
+{
+    return add_rows(g, in, col, first, n, row_add, err);
+}
+
+/* A reduce task's input record: a partial ('P' and its JSON) or a row passed on as it was. */
+static int partial_or_row(xgroupby *g, const char *r, size_t len, size_t row,
+                          sb_op_json_span *found, sb_err *err)
+{
+    if (len > 0 && r[0] == 'P')
+        return partial_add(g, r + 1, len - 1, row, found, err);
+    return row_add(g, r, len, row, found, err);
+}
+
+int xgroupby_add_partials(xgroupby *g, const sb_batch *in, int col, size_t first, size_t n,
+                          sb_err *err)
+{
+    return add_rows(g, in, col, first, n, partial_or_row, err);
+}
+
+size_t xgroupby_groups(const xgroupby *g)
+{
+    return g->set.n;
 }
 
 /* Appends aggregate a's value as JSON to out. */
@@ -444,4 +477,184 @@ int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err)
     xbuf_free(&rec);
     groups_clear(g);
     return rc;
+}
+
+/* ---- map-side combine: partial records -------------------------------------------------- */
+
+static int agg_value(const aspec *sp, const astate *a, xbuf *out);
+
+/* Aggregate a's partial state as a JSON array (see state_merge for each op's fields). */
+static int state_put(const aspec *sp, const astate *a, xbuf *out, sb_err *err)
+{
+    char num[160];
+    int bad = 0;
+    switch (sp->op) {
+    case A_COUNT:
+        snprintf(num, sizeof num, "[%llu]", (unsigned long long)a->n);
+        break;
+    case A_SUM:
+    case A_MEAN:
+        if (!isfinite(a->dsum) || !isfinite(a->dcomp))
+            return sb_err_data(err, "groupby: %s of field %s is beyond double range",
+                               aop_names[sp->op], sp->field);
+        snprintf(num, sizeof num, "[%llu,%d,%d,%lld,%.17g,%.17g]", (unsigned long long)a->n,
+                 a->all_int, a->overflow, (long long)a->isum, a->dsum, a->dcomp);
+        break;
+    case A_STD:
+        if (!isfinite(a->mean) || !isfinite(a->m2))
+            return sb_err_data(err, "groupby: std of field %s is beyond double range", sp->field);
+        snprintf(num, sizeof num, "[%llu,%.17g,%.17g]", (unsigned long long)a->n, a->mean, a->m2);
+        break;
+    case A_MIN:
+    case A_MAX:
+        return xbuf_put(out, "[", 1) ||
+                       xbuf_put(out, a->kind ? a->text.p : "null", a->kind ? a->text.n : 4) ||
+                       xbuf_put(out, "]", 1)
+                   ? sb_err_set(err, "out of memory")
+                   : 0;
+    default: /* first, last: [n, value]; collect: [n, [values]] */
+        snprintf(num, sizeof num, "[%llu,", (unsigned long long)a->n);
+        bad = xbuf_put(out, num, strlen(num)) ||
+              (sp->op == A_COLLECT
+                   ? agg_value(sp, a, out)
+                   : xbuf_put(out, a->text.n ? a->text.p : "null", a->text.n ? a->text.n : 4)) ||
+              xbuf_put(out, "]", 1);
+        return bad ? sb_err_set(err, "out of memory") : 0;
+    }
+    return xbuf_put(out, num, strlen(num)) ? sb_err_set(err, "out of memory") : 0;
+}
+
+int xgroupby_emit_partials(xgroupby *g, uint32_t nbuckets, xgroupby_put_fn put, void *ud,
+                           sb_err *err)
+{
+    xbuf rec = {0};
+    int rc = 0;
+    for (size_t gi = 0; rc == 0 && gi < g->set.n; gi++) {
+        const group *gr = &g->groups[gi];
+        size_t kn;
+        const char *k = xset_key(&g->set, gi, &kn);
+        rec.n = 0; /* 'P' marks a partial: no JSON text (a row the map half passed on) starts so */
+        if (xbuf_put(&rec, "P{\"k\":{", 7) || xbuf_put(&rec, gr->keytext.p, gr->keytext.n) ||
+            xbuf_put(&rec, "},\"a\":[", 7))
+            rc = sb_err_set(err, "out of memory");
+        for (size_t i = 0; rc == 0 && i < g->naggs; i++)
+            if ((i && xbuf_put(&rec, ",", 1)) || state_put(&g->aggs[i], &gr->a[i], &rec, err))
+                rc = rc ? rc : -1;
+        if (rc == 0 && xbuf_put(&rec, "]}", 2) != 0)
+            rc = sb_err_set(err, "out of memory");
+        if (rc == 0)
+            rc = put(ud, (uint32_t)(xhash(k, kn, 0) % nbuckets), rec.p, rec.n, err);
+    }
+    xbuf_free(&rec);
+    groups_clear(g);
+    return rc;
+}
+
+/* The items of the JSON array span arr, up to max, into it[]; their count. */
+static size_t arr_items(const sb_op_json_span *arr, sb_op_json_span *it, size_t max)
+{
+    const char *p = arr->p + 1, *e = arr->p + arr->n - 1;
+    size_t n = 0;
+    for (;;) {
+        while (p < e && (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' || *p == '\r'))
+            p++;
+        if (p >= e || n == max)
+            return n;
+        const char *q = xjson_skip(p, e);
+        it[n++] = (sb_op_json_span){p, (size_t)(q - p), SB_OP_JSON_NONE};
+        p = q;
+    }
+}
+
+static double span_num(const sb_op_json_span *s, int64_t *i)
+{
+    double d;
+    int64_t v = 0;
+    bool is_int;
+    sb_op_json_number(s->p, s->n, &d, &v, &is_int);
+    if (i != NULL)
+        *i = is_int ? v : (int64_t)d;
+    return d;
+}
+
+/* Neumaier's step: x into the compensated sum (dsum, dcomp). */
+static void neumaier(astate *a, double x)
+{
+    double t = a->dsum + x;
+    a->dcomp += fabs(a->dsum) >= fabs(x) ? (a->dsum - t) + x : (x - t) + a->dsum;
+    a->dsum = t;
+}
+
+/* Merges one partial state (the items of its array) into a. */
+static int state_merge(const aspec *sp, astate *a, const sb_op_json_span *it, size_t n, size_t row,
+                       sb_err *err)
+{
+    int64_t pn = 0, v = 0;
+    if (n > 0 && sp->op != A_MIN && sp->op != A_MAX)
+        span_num(&it[0], &pn);
+    if (sp->op == A_COUNT) {
+        a->n += (uint64_t)pn;
+    } else if ((sp->op == A_SUM || sp->op == A_MEAN) && n == 6) {
+        a->n += (uint64_t)pn;
+        span_num(&it[3], &v);
+        a->all_int &= span_num(&it[1], NULL) != 0;
+        a->overflow |= span_num(&it[2], NULL) != 0;
+        if (a->all_int && !a->overflow && __builtin_add_overflow(a->isum, v, &a->isum))
+            a->overflow = 1;
+        neumaier(a, span_num(&it[4], NULL));
+        neumaier(a, span_num(&it[5], NULL));
+    } else if (sp->op == A_STD && n == 3 && pn > 0) { /* Chan et al.'s pairwise update */
+        double nb = (double)pn, na = (double)a->n, mb = span_num(&it[1], NULL);
+        double delta = mb - a->mean, nt = na + nb;
+        a->mean += delta * nb / nt;
+        a->m2 += span_num(&it[2], NULL) + delta * delta * na * nb / nt;
+        a->n += (uint64_t)pn;
+    } else if ((sp->op == A_MIN || sp->op == A_MAX) && n == 1 && it[0].p[0] != 'n') {
+        sb_op_json_span val = it[0];
+        val.type = val.p[0] == '"' ? SB_OP_JSON_STRING : SB_OP_JSON_NUMBER;
+        return agg_minmax(sp, a, &val, row, err);
+    } else if ((sp->op == A_FIRST || sp->op == A_LAST) && n == 2 && pn > 0) {
+        if ((sp->op == A_LAST || a->n == 0) && set_text(a, it[1].p, it[1].n) != 0)
+            return sb_err_set(err, "out of memory");
+        a->n += (uint64_t)pn;
+    } else if (sp->op == A_COLLECT && n == 2 && pn > 0) { /* its list's items, in order */
+        const char *p = it[1].p + 1;
+        size_t len = it[1].n - 2;
+        if (xbuf_put(&a->text, a->n ? "," : "[", 1) != 0 || xbuf_put(&a->text, p, len) != 0)
+            return sb_err_set(err, "out of memory");
+        a->n += (uint64_t)pn;
+    }
+    return 0;
+}
+
+static int partial_add(xgroupby *g, const char *r, size_t len, size_t row, sb_op_json_span *found,
+                       sb_err *err)
+{
+    static const sb_op_json_key parts[2] = {{"k", 1}, {"a", 1}};
+    sb_op_json_span ka[2];
+    char msg[160];
+    if (sb_op_json_scan(r, len, parts, 2, ka, NULL, msg, sizeof msg) != 0 ||
+        ka[0].type != SB_OP_JSON_OBJECT || ka[1].type != SB_OP_JSON_ARRAY ||
+        sb_op_json_scan(ka[0].p, ka[0].n, g->keys.k, g->keys.n, found, NULL, msg, sizeof msg) != 0)
+        return sb_err_set(err, "groupby: partial record %zu of the map side is malformed", row);
+    g->kb.n = 0;
+    if (xkeys_encode_found(&g->keys, "groupby", row, found, &g->kb, err) != 0)
+        return -1;
+    int added;
+    long gi = xset_find_add(&g->set, g->kb.p, g->kb.n, xhash(g->kb.p, g->kb.n, 0), &added);
+    if (gi < 0 || (added && group_init(g, (size_t)gi, found, err) != 0))
+        return gi < 0 ? sb_err_set(err, "out of memory") : -1;
+    sb_op_json_span st[64], it[6];
+    size_t ns = arr_items(&ka[1], st, 64);
+    if (ns != g->naggs)
+        return sb_err_set(err, "groupby: partial record %zu has %zu states for %zu aggregates", row,
+                          ns, g->naggs);
+    group *gr = &g->groups[gi];
+    for (size_t k = 0; k < g->naggs; k++) {
+        size_t before = gr->a[k].text.cap;
+        if (state_merge(&g->aggs[k], &gr->a[k], it, arr_items(&st[k], it, 6), row, err) != 0)
+            return -1;
+        g->bytes += gr->a[k].text.cap - before;
+    }
+    return 0;
 }

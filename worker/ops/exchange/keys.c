@@ -64,7 +64,7 @@ static const char *skip_string(const char *p, const char *e)
     return p < e ? p + 1 : e;
 }
 
-static const char *skip_value(const char *p, const char *e)
+const char *xjson_skip(const char *p, const char *e)
 {
     p = skip_ws(p, e);
     if (p < e && *p == '"')
@@ -136,7 +136,7 @@ static int enc_object(const char *p, const char *e, xbuf *out)
         }
         off[n++] = tmp.n;
         const char *v = skip_ws(skip_ws(ke, e) + 1, e); /* past the ':' */
-        const char *ve = skip_value(v, e);
+        const char *ve = xjson_skip(v, e);
         if (enc_string(p, (size_t)(ke - p), &tmp) != 0 || enc_value(v, ve, &tmp) != 0)
             goto done;
         p = skip_ws(ve, e);
@@ -182,7 +182,7 @@ static int enc_array(const char *p, const char *e, xbuf *out)
         return -1;
     p = skip_ws(p + 1, e);
     while (p < e && *p != ']') {
-        const char *ve = skip_value(p, e);
+        const char *ve = xjson_skip(p, e);
         if (enc_value(p, ve, out) != 0)
             return -1;
         n++;

@@ -35,6 +35,9 @@ void xbuf_free(xbuf *b);
  * out. -1 out of memory. */
 int xkey_encode(const char *p, size_t n, xbuf *out);
 
+/* Past the JSON value at p (valid JSON text, leading white space allowed), at most e. */
+const char *xjson_skip(const char *p, const char *e);
+
 /* Appends the encoding of null (a missing key under missingKey: null). */
 int xkey_null(xbuf *out);
 
@@ -75,6 +78,20 @@ void xgroupby_free(xgroupby *g);
 void xgroupby_reset(xgroupby *g);
 /* Adds rows [first, first+n) of records column col of in. */
 int xgroupby_add(xgroupby *g, const sb_batch *in, int col, size_t first, size_t n, sb_err *err);
+/* Map-side combine: every group as one partial record {"k": {keys}, "a": [states]} handed to
+ * put with its bucket (the key's hash modulo nbuckets), in the order the groups were met; then
+ * clears them. A partial record is 'P' then {"k": {keys}, "a": [states]}. The reduce side merges
+ * them (xgroupby_add_partials): every aggregate combines (first, last and collect in the order the
+ * partials come). */
+typedef int (*xgroupby_put_fn)(void *ud, uint32_t bucket, const char *rec, size_t len, sb_err *err);
+int xgroupby_emit_partials(xgroupby *g, uint32_t nbuckets, xgroupby_put_fn put, void *ud,
+                           sb_err *err);
+/* Merges the records in rows [first, first+n) of records column col of in: partial records
+ * ('P' then the JSON above) and rows the map half passed on uncombined. */
+int xgroupby_add_partials(xgroupby *g, const sb_batch *in, int col, size_t first, size_t n,
+                          sb_err *err);
+/* Groups held now. */
+size_t xgroupby_groups(const xgroupby *g);
 /* Emits one record per group, in the order of their keys' encodings, and clears them. */
 int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err);
 /* The key fields (the map half buckets by them). */
