@@ -1,7 +1,7 @@
 /* The all-to-all ops' internals (worker/ops/exchange/xchg.h): keys compare by value and type
  * (1, 1.0, 1e0 and -0.0 == 0 meet; "1", true and null do not; escapes decoded; object members in
- * any order), and groupby's map-side combine gives what one table over all the rows gives,
- * however the rows are split among map tasks. */
+ * any order), groupby's map-side combine gives what one table over all the rows gives,
+ * however the rows are split among map tasks, and the map half writes one partition per bucket. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,4 +177,58 @@ Test(allops_keys, combined_partials_equal_one_table)
     sb_batch_close(pb);
     sb_part_free(blob);
     sb_part_free(pblob);
+}
+
+/* emit callback: each partition's row count, in order */
+typedef struct {
+    uint64_t rows[16];
+    size_t n;
+} parts;
+
+static int count_part(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    (void)len;
+    parts *p = ud;
+    cr_assert_lt(p->n, 16);
+    p->rows[p->n++] = rows;
+    sb_part_free(blob);
+    return 0;
+}
+
+/* The map half's contract with the scheduler: exactly one partition per bucket, in bucket
+ * order, an empty bucket too (its place is its number); nothing when it saw no input at all. */
+Test(allops_keys, map_half_writes_one_partition_per_bucket)
+{
+    static const char *rows[] = {"{\"k\":1}", "{\"k\":1.0}", "{\"k\":\"1\"}"};
+    const sb_op_impl *op = sb_op_find("exchange.map");
+    cr_assert_not_null(op);
+    const char *args = "{\"op\":\"groupby\",\"buckets\":5,\"memory\":0,\"args\":{\"keys\":[\"k\"],"
+                       "\"aggregates\":[{\"op\":\"count\"}]}}";
+    sb_err e;
+    void *st, *blob;
+    cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
+    sb_batch *b = batch_of(rows, 3, &blob);
+    parts p = {0};
+    sb_op_out *out = sb_op_out_new(1 << 20, count_part, &p, &e);
+    cr_assert_eq(op->process(st, b, 0, 3, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(op->finish(st, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(p.n, 5, "one partition per bucket");
+    uint64_t total = 0, empty = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        total += p.rows[i];
+        empty += p.rows[i] == 0;
+    }
+    cr_expect_eq(total, 2, "two partial records: key 1 (1 and 1.0) and key \"1\"");
+    cr_expect_geq(empty, 3);
+    /* the next task of the same state (reset) that gets no input makes no partition */
+    cr_assert_eq(op->reset(st, &e), 0);
+    parts none = {0};
+    sb_op_out *out2 = sb_op_out_new(1 << 20, count_part, &none, &e);
+    cr_assert_eq(op->finish(st, out2, &e), 0, "%s", e.msg);
+    cr_expect_eq(none.n, 0);
+    sb_op_out_free(out);
+    sb_op_out_free(out2);
+    op->free(st);
+    sb_batch_close(b);
+    sb_part_free(blob);
 }
