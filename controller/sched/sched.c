@@ -3294,8 +3294,10 @@ void sb_sched_pool_demand(const sb_sched *s, const char *pool, uint64_t *queued,
         if (strcmp(o->pool, pool) != 0)
             continue;
         q += o->qlen;
-        if (o->flen > 0) { /* tasks these partitions will form */
-            uint64_t t = o->target ? (o->fifo_bytes + o->target - 1) / o->target : o->flen;
+        if (o->flen > 0) { /* tasks these partitions will form (a reduce op: one per bucket) */
+            uint64_t t = o->xreduce  ? (o->flen < o->xbuckets ? o->flen : o->xbuckets)
+                         : o->target ? (o->fifo_bytes + o->target - 1) / o->target
+                                     : o->flen;
             q += t > 0 ? t : 1;
         }
         r += o->running;

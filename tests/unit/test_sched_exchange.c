@@ -127,6 +127,14 @@ Test(sched_exchange, reduce_waits_for_every_map_task_then_reads_its_bucket)
     run_maps_but_one(s, &now, &last, id, sizeof id);
     /* the other map outputs wait: no reduce task before the barrier */
     cr_expect_eq(sb_sched_assign(s, "w2", 8, now++, t), 0, "a reduce task before the barrier");
+    /* the autoscaler's demand: the map task running, and a reduce task per bucket to come
+     * (not the few the waiting bytes would make at the partition size) */
+    uint64_t q = 0, r = 0;
+    int act = 0;
+    sb_sched_pool_demand(s, "cpu", &q, &r, &act);
+    cr_expect_eq(q, NB, "queued: %" PRIu64, q);
+    cr_expect_eq(r, 1);
+    cr_expect_eq(act, 1);
     complete(s, "w2", &last, now++);
     size_t n = sb_sched_assign(s, "w2", 8, now++, t);
     cr_assert_eq(n, NB);
