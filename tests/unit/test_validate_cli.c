@@ -44,6 +44,12 @@ static const invalid_case cases[] = {
      1,
      {"repartition-both.yaml:12:11: spec.stages[0].args: op \"repartition\" needs exactly one of "
       "\"partitions\" or \"bytes\""}},
+    {"sort-not-built.yaml",
+     1,
+     {"sort-not-built.yaml:11:9: spec.stages[0].op: op \"sort\" is not in this build yet; the ops "
+      "this build runs are identity, bench.spin, bench.sleep, filter, project, image.resize, "
+      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby and "
+      "distinct"}},
     {"shuffle-bad-args.yaml",
      1,
      {"shuffle-bad-args.yaml:12:18: spec.stages[0].args.seed: must be an integer, got 1.5",
