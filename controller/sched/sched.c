@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/sched/exchange.h"
 #include "controller/sched/ranges.h"
 #include "controller/sched/strmap.h"
 #include "core/idmap.h"
@@ -19,6 +20,7 @@
 #include "core/strpool.h"
 #include "io/split.h"
 #include "metrics/metrics.h"
+#include "spec/allops.h"
 
 #define NONE ((size_t)-1)
 
@@ -157,6 +159,11 @@ typedef struct {
     double speed_avg;  /* EWMA of every successful task's input bytes per ms (drain pre-filter) */
     uint64_t max_part; /* its largest output partition (the grant of early outputs) */
     sb_sched_pool_figures by_pool[2]; /* sb_sched_group_stats.by_pool */
+    /* exchange stages (exchange.h): xmap, its last stage runs the map half; xreduce, its first
+     * runs the reduce half over xbuckets buckets, formed once the op before is finished */
+    uint8_t xmap, xreduce;
+    uint32_t xbuckets;
+    const sb_stage_spec **sp; /* the stages its tasks run (a half's spec in place of the stage) */
 } op;
 
 /* A stream's queue of one epoch ("Stream sink" at the end of this file). */
@@ -173,6 +180,7 @@ struct sb_sched {
                                (sb_stage_args_for_shape; owned), for sb_sched_stage_move */
     const sb_stage_spec **stage_ptrs;
     size_t nstages;
+    sb_stage_spec *xhalves; /* per op, its map and reduce halves' specs (op and args owned) */
     sb_exec_mode mode;
     uint64_t budget, target;
     uint64_t max_retries, max_errored;
@@ -589,12 +597,27 @@ static int sched_copy_stages(sb_sched *s, const sb_pipeline *p)
     return 0;
 }
 
+static op *plan_op_new(sb_sched *s, size_t stage, const char *pool)
+{
+    op *o = &s->ops[s->nops++];
+    o->first_stage = stage;
+    o->nstages = 1;
+    o->pool = pool;
+    o->target = s->target;
+    int known = 0;
+    for (size_t k = 0; k < s->npools; k++)
+        known |= strcmp(s->pools[k], pool) == 0;
+    if (!known)
+        s->pools[s->npools++] = pool;
+    return o;
+}
+
 /* Groups the stages into ops: in streaming mode adjacent stages of one pool fuse into one op, so
  * their tasks run back to back with no transfer; each op is named "a+b+...". -1: out of memory. */
 static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
 {
     int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
-    s->ops = calloc(s->nstages, sizeof *s->ops);
+    s->ops = calloc(2 * s->nstages, sizeof *s->ops); /* an exchange stage makes two */
     if (s->ops == NULL)
         return -1;
     int prev_alone = 0;
@@ -606,18 +629,13 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
         prev_alone = alone;
         if (join && strcmp(s->ops[s->nops - 1].pool, pool) == 0) {
             s->ops[s->nops - 1].nstages++;
-            continue;
+        } else {
+            plan_op_new(s, i, pool);
         }
-        op *o = &s->ops[s->nops++];
-        o->first_stage = i;
-        o->nstages = 1;
-        o->pool = pool;
-        o->target = s->target;
-        int known = 0;
-        for (size_t k = 0; k < s->npools; k++)
-            known |= strcmp(s->pools[k], pool) == 0;
-        if (!known)
-            s->pools[s->npools++] = pool;
+        if (sb_spec_allop(s->stage_ptrs[i]->op)) { /* map half ends this op, reduce starts one */
+            s->ops[s->nops - 1].xmap = 1;
+            plan_op_new(s, i, pool)->xreduce = 1;
+        }
     }
     ops_pool_later(s);
     for (size_t i = 0; i < s->nops; i++) {
@@ -625,7 +643,7 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
         size_t len = 1;
         for (size_t k = 0; k < o->nstages; k++)
             len += strlen(s->stages[o->first_stage + k].name) + 1;
-        o->name = malloc(len);
+        o->name = malloc(len + 4);
         if (o->name == NULL)
             return -1;
         o->name[0] = '\0';
@@ -636,6 +654,40 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
             if (k)
                 strcat(o->name, "+");
             strcat(o->name, s->stages[o->first_stage + k].name);
+        }
+        if (o->xmap) /* the stage's map half: its reduce half's op has the stage's name */
+            strcat(o->name, ".map");
+    }
+    return 0;
+}
+
+/* Every op's stage list (op.sp), where an exchange stage's place holds the spec of its half:
+ * op SB_EXCHANGE_MAP_OP or SB_EXCHANGE_REDUCE_OP with the wrapped args (exchange.h), both
+ * halves with the stage's buckets (from the splits). -1: out of memory. */
+static int sched_exchange_setup(sb_sched *s, const sb_storage_split *splits, size_t nsplits)
+{
+    s->xhalves = calloc(2 * s->nops, sizeof *s->xhalves);
+    if (s->xhalves == NULL)
+        return -1;
+    for (size_t i = 0; i < s->nops; i++) {
+        op *o = &s->ops[i];
+        if ((o->sp = malloc(o->nstages * sizeof *o->sp)) == NULL)
+            return -1;
+        memcpy(o->sp, s->stage_ptrs + o->first_stage, o->nstages * sizeof *o->sp);
+        for (int half = 0; half < 2; half++) {
+            if (!(half ? o->xreduce : o->xmap))
+                continue;
+            size_t k = half ? 0 : o->nstages - 1, rop = half ? i : i + 1;
+            const sb_stage_spec *st = s->stage_ptrs[o->first_stage + k];
+            if (s->ops[rop].xbuckets == 0)
+                s->ops[rop].xbuckets = sb_exchange_buckets(st, splits, nsplits);
+            sb_stage_spec *h = &s->xhalves[2 * i + half];
+            *h = *st;
+            h->op = strdup(half ? SB_EXCHANGE_REDUCE_OP : SB_EXCHANGE_MAP_OP);
+            h->args_json = sb_exchange_args(st, s->ops[rop].xbuckets, s->budget);
+            if (h->op == NULL || h->args_json == NULL)
+                return -1;
+            o->sp[k] = h;
         }
     }
     return 0;
@@ -735,6 +787,8 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
     free(expanded);
     if (seeded != 0)
         goto fail;
+    if (sched_exchange_setup(s, splits, nsplits) != 0)
+        goto oom;
     s->state = s->ops[0].qlen == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
     s->last_progress_ms = cfg->start_ms;
     return s;
@@ -767,7 +821,13 @@ void sb_sched_free(sb_sched *s)
         free(s->ops[i].queue);
         free(s->ops[i].fifo);
         free(s->ops[i].tis);
+        free(s->ops[i].sp);
     }
+    for (size_t i = 0; s->xhalves != NULL && i < 2 * s->nops; i++) {
+        free(s->xhalves[i].op);
+        free(s->xhalves[i].args_json);
+    }
+    free(s->xhalves);
     free(s->ops);
     free(s->splits);
     free(s->resumed);
@@ -1306,9 +1366,103 @@ static int upstream_can_start(sb_sched *s, size_t i)
     return 0;
 }
 
+/* ---- exchange: the reduce half of an all-to-all stage (exchange.h) -------------------------- */
+
+static uint64_t id_seq(const char *id);
+
+/* Op i (a reduce half) may form its tasks: the map op and every op before it are finished (a
+ * barrier: a bucket is complete only then) and no map output waits for its producer's re-run. */
+static int exchange_ready(const sb_sched *s, size_t i)
+{
+    const op *o = &s->ops[i];
+    if (!op_finished(s, i - 1))
+        return 0;
+    for (size_t k = 0; k < o->flen; k++)
+        if (s->parts[o->fifo[o->fhead + k]].state != P_AVAILABLE)
+            return 0;
+    return 1;
+}
+
+typedef struct {
+    uint64_t key; /* the producing map task's index */
+    size_t pos;   /* the partition's position in the FIFO */
+} xpick;
+
+static int xpick_cmp(const void *a, const void *b)
+{
+    const xpick *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key ? 1 : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* The task of the lowest bucket still waiting: every map output of that bucket (a map task's
+ * output p<b> is bucket b), in map task order, so a reduce task reads the same rows in the same
+ * order on every run of the same map tasks. NONE before the barrier or when none waits. */
+static size_t exchange_form(sb_sched *s, size_t i)
+{
+    op *o = &s->ops[i];
+    if (o->flen == 0 || !exchange_ready(s, i))
+        return NONE;
+    uint64_t b = UINT64_MAX;
+    size_t n = 0;
+    for (size_t k = 0; k < o->flen; k++) {
+        const part *p = &s->parts[o->fifo[o->fhead + k]];
+        uint64_t seq = id_seq(p->id);
+        if (seq >= o->xbuckets) {
+            set_failure(s, "exchange stage %s: map output %s is not one of its %" PRIu32 " buckets",
+                        o->name, p->id, o->xbuckets);
+            return NONE;
+        }
+        n = seq < b ? 1 : seq == b ? n + 1 : n;
+        b = seq < b ? seq : b;
+    }
+    xpick *pk = malloc(n * sizeof *pk);
+    size_t ti = pk != NULL ? task_new(s, (uint32_t)i, o->next_index) : NONE;
+    if (ti == NONE) {
+        free(pk);
+        s->oom = 1;
+        return NONE;
+    }
+    o->next_index++;
+    task *t = &s->tasks[ti];
+    uint32_t *ins = &t->in.one;
+    if (n > 1 && (ins = t->in.many = malloc(n * sizeof *ins)) == NULL) {
+        free(pk);
+        s->oom = 1;
+        return NONE;
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < o->flen; k++) {
+        size_t pi = o->fifo[o->fhead + k];
+        if (id_seq(s->parts[pi].id) == b)
+            pk[m++] = (xpick){s->tasks[s->parts[pi].producer].index, k};
+    }
+    qsort(pk, n, sizeof *pk, xpick_cmp);
+    for (size_t k = 0; k < n; k++) {
+        size_t pi = o->fifo[o->fhead + pk[k].pos];
+        ins[k] = (uint32_t)pi;
+        s->parts[pi].consumer = ti;
+        t->in_bytes += s->parts[pi].bytes;
+        t->in_rows += s->parts[pi].rows;
+    }
+    t->ninputs = (uint32_t)n;
+    free(pk);
+    size_t kept = 0; /* the other buckets stay, in order */
+    for (size_t k = 0; k < o->flen; k++) {
+        size_t pi = o->fifo[o->fhead + k];
+        if (s->parts[pi].consumer != ti)
+            o->fifo[o->fhead + kept++] = pi;
+    }
+    o->flen = kept;
+    o->fifo_bytes -= t->in_bytes;
+    queue_push(s, o, ti);
+    return ti;
+}
+
 static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
 {
     op *o = &s->ops[i];
+    if (o->xreduce)
+        return exchange_form(s, i);
     if (o->flen == 0)
         return NONE;
     picked pk = pick_inputs(s, i, task_target(s, i, w));
@@ -1512,7 +1666,7 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
     out->op = t->op;
     out->index = t->index;
     out->attempt = copy ? t->spec_attempt : t->attempt;
-    out->stages = s->stage_ptrs + o->first_stage;
+    out->stages = o->sp;
     out->nstages = o->nstages;
     out->split = t->op == 0 ? s->splits[t->index] : NULL;
     out->writes_sink = t->op == s->nops - 1 && !s->stream;
@@ -1547,6 +1701,8 @@ static size_t downstream_work(const sb_sched *s)
 {
     for (size_t i = s->nops; i-- > 1;) {
         const op *o = &s->ops[i];
+        if (o->xreduce && o->qlen == 0 && !exchange_ready(s, i))
+            continue; /* its map outputs wait for the barrier: the map op must go on */
         for (size_t k = 0; k < o->qlen; k++)
             if (inputs_available(s, &s->tasks[o->queue[o->qhead + k]]))
                 return i;
@@ -3138,8 +3294,10 @@ void sb_sched_pool_demand(const sb_sched *s, const char *pool, uint64_t *queued,
         if (strcmp(o->pool, pool) != 0)
             continue;
         q += o->qlen;
-        if (o->flen > 0) { /* tasks these partitions will form */
-            uint64_t t = o->target ? (o->fifo_bytes + o->target - 1) / o->target : o->flen;
+        if (o->flen > 0) { /* tasks these partitions will form (a reduce op: one per bucket) */
+            uint64_t t = o->xreduce  ? (o->flen < o->xbuckets ? o->flen : o->xbuckets)
+                         : o->target ? (o->fifo_bytes + o->target - 1) / o->target
+                                     : o->flen;
             q += t > 0 ? t : 1;
         }
         r += o->running;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/pct.h"
+#include "spec/allops.h"
 #include "spec/quantity.h"
 
 const char *const sb_format_names[] = {"jsonl", "csv", "text", "binary", "image", "parquet", NULL};
@@ -220,6 +221,23 @@ static void mlp_shape_check(const sb_stage_spec *st, const sb_node *args, const 
                  p->text);
 }
 
+/* all-to-all ops (lib/spec/allops.c checks the rest): partitions is the reduce side's tasks */
+static const argspec args_repartition[] = {{"partitions", A_INT, 0, 1, NULL, 4096},
+                                           {"bytes", A_ANY, 0, 0, NULL, 0},
+                                           {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_shuffle[] = {{"seed", A_INT, 0, 0, NULL, 0},
+                                       {"partitions", A_INT, 0, 1, NULL, 4096},
+                                       {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_groupby[] = {{"keys", A_STRLIST, 1, 0, NULL, 0},
+                                       {"aggregates", A_ANY, 0, 0, NULL, 0},
+                                       {"missingKey", A_ANY, 0, 0, NULL, 0},
+                                       {"partitions", A_INT, 0, 1, NULL, 4096},
+                                       {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_distinct[] = {{"fields", A_STRLIST, 0, 0, NULL, 0},
+                                        {"missingKey", A_ANY, 0, 0, NULL, 0},
+                                        {"partitions", A_INT, 0, 1, NULL, 4096},
+                                        {NULL, A_ANY, 0, 0, NULL, 0}};
+
 static const opspec ops[] = {
     /* gpu: bench.* model a stage with a GPU implementation (shapeArgs give its cost there);
      * tensor.mlp has a CUDA one; exec and plugin run the user's code, which may use the GPU */
@@ -234,6 +252,14 @@ static const opspec ops[] = {
     {"tensor.mlp", args_mlp, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, mlp_rules},
     {"exec", args_exec, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
     {"plugin", args_plugin, NULL, 0, SB_SHAPE_BIT_CPU | SB_SHAPE_BIT_GPU, NULL},
+    {"repartition", args_repartition, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    {"random_shuffle", args_shuffle, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    {"groupby", args_groupby, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    {"distinct", args_distinct, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    /* issue 41's other ops, not built yet: refused as such, not as unknown */
+    {"sort", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
+    {"limit", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
+    {"join", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
 };
 #define NOPS (sizeof ops / sizeof *ops)
 
@@ -241,8 +267,9 @@ static const opspec ops[] = {
  * name them and the CRD's op rule, which tests/unit/test_crd_ops.c compares with this list, does
  * not let them through to the controller. */
 const char *const sb_op_names[] = {
-    "identity",        "bench.spin", "bench.sleep", "filter", "project", "image.resize",
-    "image.normalize", "tensor.mlp", "exec",        "plugin", NULL};
+    "identity",     "bench.spin",      "bench.sleep", "filter",   "project",
+    "image.resize", "image.normalize", "tensor.mlp",  "exec",     "plugin",
+    "repartition",  "random_shuffle",  "groupby",     "distinct", NULL};
 
 int sb_spec_op_known(const char *name)
 {
@@ -928,7 +955,8 @@ static void planned_op(const char *name, const sb_node *opn, const char *path, s
         sb_diags_add(d, buf, opn->line, opn->col,
                      "op \"%s\" is not in this build yet; the ops this build runs are "
                      "identity, bench.spin, bench.sleep, filter, project, image.resize, "
-                     "image.normalize, tensor.mlp, exec and plugin",
+                     "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, "
+                     "groupby and distinct",
                      name);
 }
 
@@ -943,8 +971,8 @@ static void unknown_op(const char *name, const sb_node *opn, const char *path, s
     else
         sb_diags_add(d, buf, opn->line, opn->col,
                      "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
-                     "filter, project, image.resize, image.normalize, tensor.mlp, exec and "
-                     "plugin",
+                     "filter, project, image.resize, image.normalize, tensor.mlp, exec, plugin, "
+                     "repartition, random_shuffle, groupby and distinct",
                      name);
 }
 
@@ -983,6 +1011,8 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
         exec_args_check(args, path, d);
     if (strcmp(st->op, "tensor.mlp") == 0)
         mlp_shape_check(st, args, path, d);
+    if (sb_spec_allop(st->op))
+        sb_spec_allop_args_check(st->op, args, node, path, d);
     if (op->rules != NULL)
         op_rules_check(op, st, node, path, d);
     if (op->one_of != NULL) {
@@ -1055,6 +1085,7 @@ static void spec_check(void *obj, const sb_node *node, const char *path, sb_diag
             break;
         }
     }
+    sb_spec_allop_pipeline_check(sp, node, path, d);
     const sb_node *ex = sb_node_get(node, "execution");
     stream_sink_check(sp, node, path, d);
     const sb_node *mb = sb_node_get(ex, "memoryBudget");

@@ -119,6 +119,19 @@ static inline void write_pipeline(const char *name, const char *stages, const ch
     write_pipeline_ps(name, "64Ki", stages, extra);
 }
 
+/* SIGKILLs one of this test's worker processes (by their spill directories under dir, so
+ * TMPDIR must be dir) chosen at random: 1, or 0 when none was running. */
+static inline int itest_kill_worker(void)
+{
+    /* (the gpu pool runs streambatch-worker-gpu when it is built) */
+    char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | shuf -n 1", dir);
+    int killed = *victim != '\0';
+    if (killed)
+        sh("kill -9 %s", victim);
+    free(victim);
+    return killed;
+}
+
 /* Runs `streambatch run NAME.yaml FLAGS --summary-json NAME.summary.json` in dir in the
  * foreground, for at most SECS; returns its exit status and (in *out) its output. */
 static inline int run_cli_timeout(int secs, const char *name, const char *flags, char **out)

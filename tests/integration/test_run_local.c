@@ -59,13 +59,7 @@ static char *wait_bg_ok(const char *name, int lines)
  * at random: 1, or 0 when none was running. */
 static int kill_random_worker(void)
 {
-    /* (the gpu pool runs streambatch-worker-gpu when it is built) */
-    char *victim = sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/' | shuf -n 1", dir);
-    int killed = *victim != '\0';
-    if (killed)
-        sh("kill -9 %s", victim);
-    free(victim);
-    return killed;
+    return itest_kill_worker();
 }
 
 /* kill_random_worker() `rounds` times, every `ms`: how many were killed */

@@ -514,6 +514,24 @@ Test(opr_plan, wanted_with_a_choice_or_a_target)
     sb_pipeline_free(&p);
 }
 
+/* An all-to-all stage runs as two ops, "<stage>.map" and "<stage>" (controller/sched/exchange.h):
+ * its rate counts the task time of both halves, not the reduce half's alone. */
+Test(opr_plan, measure_all_to_all_stage_counts_both_halves)
+{
+    sb_pipeline p;
+    plan_pipeline(&p, "[\"cpu\", \"gpu\"]", "");
+    uint32_t slots[3] = {1, 2, 2};
+    /* a's map half: 1000 rows in 10 task-s; its reduce half: 1000 in, 500 out in 10 task-s */
+    sb_operator_plan_op cur[3] = {
+        {"a.map", 1000, 1000, 4, 10.0}, {"a", 1000, 500, 4, 10.0}, {"b+c", 500, 500, 4, 5.0}};
+    double r[3] = {0};
+    cr_assert_eq(sb_operator_plan_measure(&p, slots, NULL, cur, 3, 2, r), 1);
+    /* each half alone: 100 rows/task-s in, half reach the sink: 50; both: 1 / (1/50 + 1/50) */
+    cr_expect(fabs(r[0] - 25) < 1e-9, "a: %g", r[0]);
+    cr_expect(fabs(r[1] - 400) < 1e-9, "b: %g", r[1]);
+    sb_pipeline_free(&p);
+}
+
 /* Rates per pod from the scheduler's op figures: input rows per task-second times the rows the
  * rest of the pipeline makes of each, split over fused stages, times the pool's slots. */
 Test(opr_plan, measure_from_op_figures)

@@ -19,6 +19,42 @@ typedef struct {
 
 /* Every file in tests/invalid/ has exactly one row; the test below keeps them in sync. */
 static const invalid_case cases[] = {
+    {"distinct-preserve-order.yaml",
+     1,
+     {"distinct-preserve-order.yaml:11:9: spec.stages[0].op: distinct exchanges rows between "
+      "tasks, so execution.preserveOrder cannot hold: drop one of them",
+      "distinct-preserve-order.yaml:12:38: spec.stages[0].args.missingKey: takes only null (a "
+      "record without a key field then has the key null); leave it out to make such a record a "
+      "data error"}},
+    {"groupby-bad-aggregates.yaml",
+     1,
+     {"groupby-bad-aggregates.yaml:15:14: spec.stages[0].args.aggregates[0].op: must be one of "
+      "count, sum, min, max, mean, std, first, last, collect, got \"median\"",
+      "groupby-bad-aggregates.yaml:16:28: spec.stages[0].args.aggregates[1].field: count takes no "
+      "field: it counts the group's rows",
+      "groupby-bad-aggregates.yaml:17:9: spec.stages[0].args.aggregates[2].field: sum needs a "
+      "field (a name)",
+      "groupby-bad-aggregates.yaml:18:9: spec.stages[0].args.aggregates[3]: output name \"k\" is "
+      "taken (by a key or an earlier aggregate): give it another `as`"}},
+    {"groupby-no-keys.yaml",
+     1,
+     {"groupby-no-keys.yaml:12:11: spec.stages[0].args.keys: required argument of op "
+      "\"groupby\" is missing"}},
+    {"repartition-both.yaml",
+     1,
+     {"repartition-both.yaml:12:11: spec.stages[0].args: op \"repartition\" needs exactly one of "
+      "\"partitions\" or \"bytes\""}},
+    {"sort-not-built.yaml",
+     1,
+     {"sort-not-built.yaml:11:9: spec.stages[0].op: op \"sort\" is not in this build yet; the ops "
+      "this build runs are identity, bench.spin, bench.sleep, filter, project, image.resize, "
+      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby and "
+      "distinct"}},
+    {"shuffle-bad-args.yaml",
+     1,
+     {"shuffle-bad-args.yaml:12:18: spec.stages[0].args.seed: must be an integer, got 1.5",
+      "shuffle-bad-args.yaml:12:35: spec.stages[0].args.partitions: must be an integer from 1 to "
+      "4096, got 0"}},
     {"batchsize-zero.yaml",
      1,
      {"batchsize-zero.yaml:12:16: spec.stages[0].batchSize: must be a positive integer, got 0"}},
@@ -357,7 +393,8 @@ static const invalid_case cases[] = {
      1,
      {"unknown-op-no-suggestion.yaml:11:9: spec.stages[0].op: unknown op \"sql.query\"; built-in "
       "ops are identity, bench.spin, bench.sleep, filter, project, image.resize, "
-      "image.normalize, tensor.mlp, exec and plugin"}},
+      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby and "
+      "distinct"}},
     {"unknown-op.yaml",
      1,
      {"unknown-op.yaml:11:9: spec.stages[0].op: unknown op \"tensor.mlpp\" (did you mean "

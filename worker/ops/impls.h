@@ -1,7 +1,8 @@
 /* impls.h — the built-in operator tables, defined one family per file (bench.c: identity,
  * bench.spin, bench.sleep; record.c: filter, project;
  * exec/exec.c: exec; plugin/plugin.c: plugin; tensor/mlp.c: tensor.mlp; image/transform.c:
- * image.resize, image.normalize) and listed by ops.c.
+ * image.resize, image.normalize; exchange/exchange.c: exchange.map, exchange.reduce, the halves of
+ * an all-to-all stage) and listed by ops.c.
  * Internal to worker/ops.
  *
  * Memory: static, immutable tables.
@@ -21,5 +22,7 @@ extern const sb_op_impl sb_op_plugin_impl;
 extern const sb_op_impl sb_op_mlp_impl;
 extern const sb_op_impl sb_op_image_resize_impl;
 extern const sb_op_impl sb_op_image_normalize_impl;
+extern const sb_op_impl sb_op_exchange_map_impl;
+extern const sb_op_impl sb_op_exchange_reduce_impl;
 
 #endif

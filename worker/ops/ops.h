@@ -155,6 +155,16 @@ int sb_op_out_rows_done(sb_op_out *o, sb_err *err);
 /* Emits the pending rows as a partition (nothing when there are none). */
 int sb_op_out_flush(sb_op_out *o, sb_err *err);
 
+/* Emits the pending rows as a partition, also when there are none (a partition of 0 rows with
+ * the schema; nothing when no schema is set): an exchange's map half makes one partition per
+ * bucket (worker/ops/exchange). */
+int sb_op_out_cut(sb_op_out *o, sb_err *err);
+
+/* Emits the pending rows, then blob (a whole partition of `rows` rows that another output made,
+ * sealed as this output's would be) as the next partition. The blob is the emit callback's from
+ * now on, also on failure. */
+int sb_op_out_put_blob(sb_op_out *o, void *blob, size_t len, uint64_t rows, sb_err *err);
+
 /* Totals so far: rows and partitions emitted, and the bytes of the emitted blobs. */
 uint64_t sb_op_out_rows_emitted(const sb_op_out *o);
 uint64_t sb_op_out_parts_emitted(const sb_op_out *o);

@@ -162,19 +162,9 @@ sb_batch_builder *sb_op_out_builder(sb_op_out *o)
     return o->b;
 }
 
-int sb_op_out_flush(sb_op_out *o, sb_err *err)
+/* Hands blob (rows rows, owned from now on by the emit callback) to the consumer, counted. */
+static int emit_blob(sb_op_out *o, void *blob, size_t len, uint64_t rows, sb_err *err)
 {
-    if (o->b == NULL)
-        return 0;
-    size_t rows = sb_batch_builder_rows(o->b);
-    if (rows == 0)
-        return 0;
-    void *blob;
-    size_t len;
-    int frc = o->unsealed ? sb_batch_builder_finish_unsealed(o->b, &blob, &len, err)
-                          : sb_batch_builder_finish(o->b, &blob, &len, err);
-    if (frc != 0)
-        return sb_err_wrap(err, "op output");
     o->parts++;
     o->rows_emitted += rows;
     o->bytes += len;
@@ -187,6 +177,42 @@ int sb_op_out_flush(sb_op_out *o, sb_err *err)
                           "op output: the consumer refused output partition %llu (returned %d)",
                           (unsigned long long)o->parts, rc);
     return 0;
+}
+
+/* The pending rows as a partition; with empty_ok also none (a schema must be set). */
+static int flush_rows(sb_op_out *o, int empty_ok, sb_err *err)
+{
+    if (o->b == NULL)
+        return 0;
+    size_t rows = sb_batch_builder_rows(o->b);
+    if (rows == 0 && !empty_ok)
+        return 0;
+    void *blob;
+    size_t len;
+    int frc = o->unsealed ? sb_batch_builder_finish_unsealed(o->b, &blob, &len, err)
+                          : sb_batch_builder_finish(o->b, &blob, &len, err);
+    if (frc != 0)
+        return sb_err_wrap(err, "op output");
+    return emit_blob(o, blob, len, rows, err);
+}
+
+int sb_op_out_flush(sb_op_out *o, sb_err *err)
+{
+    return flush_rows(o, 0, err);
+}
+
+int sb_op_out_cut(sb_op_out *o, sb_err *err)
+{
+    return flush_rows(o, 1, err);
+}
+
+int sb_op_out_put_blob(sb_op_out *o, void *blob, size_t len, uint64_t rows, sb_err *err)
+{
+    if (sb_op_out_flush(o, err) != 0) {
+        sb_part_free(blob);
+        return -1;
+    }
+    return emit_blob(o, blob, len, rows, err);
 }
 
 int sb_op_out_rows_done(sb_op_out *o, sb_err *err)

@@ -1,0 +1,57 @@
+/* exchange.c — the plan's side of all-to-all stages (exchange.h): which ops exchange, how many
+ * buckets a stage gets, and the wrapped args its map and reduce halves run with. The scheduler
+ * (sched.c) splits the stage in two ops and forms the reduce tasks by bucket. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/sched/exchange.h"
+#include "spec/allops.h"
+#include "spec/quantity.h"
+
+/* args.bytes as a byte count: a number or a quantity ("64Mi"); 0 when absent or bad (validate
+ * refused those). */
+static uint64_t args_bytes(const cJSON *b)
+{
+    if (cJSON_IsNumber(b) && b->valuedouble >= 1)
+        return (uint64_t)b->valuedouble;
+    int64_t v = 0;
+    sb_err err;
+    if (cJSON_IsString(b) && sb_quantity_value(b->valuestring, &v, &err) == 0 && v > 0)
+        return (uint64_t)v;
+    return 0;
+}
+
+uint32_t sb_exchange_buckets(const sb_stage_spec *st, const sb_storage_split *splits,
+                             size_t nsplits)
+{
+    cJSON *root = st->args_json != NULL ? cJSON_Parse(st->args_json) : NULL;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "partitions");
+    uint64_t n = 0;
+    if (cJSON_IsNumber(p) && p->valuedouble >= 1) {
+        n = (uint64_t)p->valuedouble;
+    } else if (args_bytes(cJSON_GetObjectItemCaseSensitive(root, "bytes")) > 0) {
+        uint64_t per = args_bytes(cJSON_GetObjectItemCaseSensitive(root, "bytes")), total = 0;
+        for (size_t i = 0; i < nsplits; i++)
+            total += splits[i].bytes;
+        n = (total + per - 1) / per;
+    } else {
+        n = nsplits < 64 ? nsplits : 64;
+    }
+    cJSON_Delete(root);
+    if (n < 1)
+        n = 1;
+    return n > SB_EXCHANGE_MAX_BUCKETS ? SB_EXCHANGE_MAX_BUCKETS : (uint32_t)n;
+}
+
+char *sb_exchange_args(const sb_stage_spec *st, uint32_t buckets, uint64_t memory)
+{
+    const char *args = st->args_json != NULL && *st->args_json ? st->args_json : "{}";
+    size_t len = strlen(st->op) + strlen(args) + 96;
+    char *out = malloc(len);
+    if (out != NULL)
+        snprintf(out, len, "{\"op\":\"%s\",\"buckets\":%u,\"memory\":%llu,\"args\":%s}", st->op,
+                 buckets, (unsigned long long)memory, args);
+    return out;
+}

@@ -1,0 +1,166 @@
+/* allops.c — what validate checks of the all-to-all ops beyond their args' types (allops.h):
+ * groupby's aggregates and output names, missingKey, repartition's bytes, and the pipeline
+ * settings these ops cannot run with yet. */
+#include <stdio.h>
+#include <string.h>
+
+#include "spec/allops.h"
+#include "spec/quantity.h"
+#include "spec/schema.h"
+
+int sb_spec_allop(const char *op)
+{
+    static const char *const names[] = {"repartition", "random_shuffle", "groupby", "distinct"};
+    for (size_t i = 0; op != NULL && i < sizeof names / sizeof *names; i++)
+        if (strcmp(op, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static const char *const agg_ops[] = {"count", "sum",   "min",  "max",     "mean",
+                                      "std",   "first", "last", "collect", NULL};
+
+static int is_str(const sb_node *n)
+{
+    return n != NULL && n->kind == SB_NODE_STRING;
+}
+
+/* One aggregate {op, field, as}: its output name into *as (NULL when not a string). */
+static void agg_check(const sb_node *a, const char *path, sb_diags *d, const char **as, char *dflt,
+                      size_t dlen)
+{
+    *as = NULL;
+    if (a->kind != SB_NODE_MAP) {
+        sb_diags_add(d, path, a->line, a->col, "must be a map {op, field, as}");
+        return;
+    }
+    char buf[512];
+    for (size_t k = 0; k < a->n; k++) {
+        const char *key = a->keys[k]->text;
+        if (strcmp(key, "op") && strcmp(key, "field") && strcmp(key, "as"))
+            sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, key), a->keys[k]->line,
+                         a->keys[k]->col, "unknown field \"%s\" of an aggregate (op, field, as)",
+                         key);
+    }
+    const sb_node *op = sb_node_get(a, "op"), *f = sb_node_get(a, "field");
+    const sb_node *asn = sb_node_get(a, "as");
+    size_t i = 0;
+    while (is_str(op) && agg_ops[i] != NULL && strcmp(agg_ops[i], op->text) != 0)
+        i++;
+    if (!is_str(op) || agg_ops[i] == NULL) {
+        const char *got = is_str(op) ? op->text : NULL;
+        int line = op != NULL ? op->line : a->line, col = op != NULL ? op->col : a->col;
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "op"), line, col,
+                     "must be one of count, sum, min, max, mean, std, first, last, collect%s%s%s",
+                     got ? ", got \"" : "", got ? got : "", got ? "\"" : "");
+        return;
+    }
+    int count = strcmp(op->text, "count") == 0;
+    if (count && f != NULL)
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "field"), f->line, f->col,
+                     "count takes no field: it counts the group's rows");
+    else if (!count && !is_str(f))
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "field"), f ? f->line : a->line,
+                     f ? f->col : a->col, "%s needs a field (a name)", op->text);
+    if (asn != NULL && (!is_str(asn) || asn->text[0] == '\0')) {
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "as"), asn->line, asn->col,
+                     "must be a non-empty name");
+        return;
+    }
+    snprintf(dflt, dlen, "%s%s%s", op->text, count || !is_str(f) ? "" : "_",
+             count || !is_str(f) ? "" : f->text);
+    *as = asn != NULL ? asn->text : dflt;
+}
+
+/* groupby: keys unique, aggregates well formed, output names unique and apart from the keys. */
+static void groupby_check(const sb_node *args, const char *path, sb_diags *d)
+{
+    const sb_node *keys = sb_node_get(args, "keys"), *aggs = sb_node_get(args, "aggregates");
+    char buf[512], ib[512];
+    const char *names[256];
+    size_t nn = 0;
+    for (size_t i = 0; keys != NULL && keys->kind == SB_NODE_SEQ && i < keys->n && nn < 256; i++)
+        if (is_str(keys->items[i]))
+            names[nn++] = keys->items[i]->text;
+    if (keys != NULL && keys->kind == SB_NODE_SEQ && keys->n == 0)
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "keys"), keys->line, keys->col,
+                     "must name at least one field (distinct takes the whole record)");
+    if (aggs == NULL || aggs->kind == SB_NODE_NULL)
+        return;
+    sb_spec_path_field(buf, sizeof buf, path, "aggregates");
+    if (aggs->kind != SB_NODE_SEQ) {
+        sb_diags_add(d, buf, aggs->line, aggs->col, "must be a list of {op, field, as}");
+        return;
+    }
+    if (aggs->n > 64)
+        sb_diags_add(d, buf, aggs->line, aggs->col, "has %zu aggregates; at most 64", aggs->n);
+    char dflts[64][160]; /* default output names, while names[] points at them */
+    for (size_t i = 0; i < aggs->n && i < 64 && nn < 256; i++) {
+        const char *as;
+        sb_spec_path_index(ib, sizeof ib, buf, i);
+        agg_check(aggs->items[i], ib, d, &as, dflts[i], sizeof dflts[0]);
+        if (as == NULL)
+            continue;
+        for (size_t k = 0; k < nn; k++) {
+            if (strcmp(names[k], as) != 0)
+                continue;
+            sb_diags_add(d, ib, aggs->items[i]->line, aggs->items[i]->col,
+                         "output name \"%s\" is taken (by a key or an earlier aggregate): give "
+                         "it another `as`",
+                         as);
+            break;
+        }
+        names[nn++] = as;
+    }
+}
+
+void sb_spec_allop_args_check(const char *op, const sb_node *args, const sb_node *stage,
+                              const char *path, sb_diags *d)
+{
+    char ap[512], buf[512];
+    sb_spec_path_field(ap, sizeof ap, path, "args");
+    const sb_node *mk = sb_node_get(args, "missingKey");
+    if (mk != NULL && mk->kind != SB_NODE_NULL)
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ap, "missingKey"), mk->line, mk->col,
+                     "takes only null (a record without a key field then has the key null); "
+                     "leave it out to make such a record a data error");
+    if (strcmp(op, "groupby") == 0)
+        groupby_check(args, ap, d);
+    if (strcmp(op, "repartition") != 0)
+        return;
+    const sb_node *b = sb_node_get(args, "bytes"), *p = sb_node_get(args, "partitions");
+    if ((b == NULL) == (p == NULL))
+        sb_diags_add(d, ap, args ? args->line : stage->line, args ? args->col : stage->col,
+                     "op \"repartition\" needs exactly one of \"partitions\" or \"bytes\"");
+    int64_t v = 0;
+    sb_err err;
+    if (b != NULL && !(b->kind == SB_NODE_INT && b->v.i > 0) &&
+        !(is_str(b) && sb_quantity_value(b->text, &v, &err) == 0 && v > 0))
+        sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ap, "bytes"), b->line, b->col,
+                     "must be a size above 0 (bytes, or a quantity such as 64Mi)");
+}
+
+void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
+                                  sb_diags *d)
+{
+    const sb_node *stages = sb_node_get(node, "stages");
+    char buf[512];
+    for (size_t i = 0; i < sp->nstages; i++) {
+        const char *op = sp->stages[i].op;
+        if (!sb_spec_allop(op) || stages == NULL || i >= stages->n)
+            continue;
+        const sb_node *on = sb_node_get(stages->items[i], "op");
+        snprintf(buf, sizeof buf, "%s.stages[%zu].op", path, i);
+        if (sp->execution.preserve_order)
+            sb_diags_add(d, buf, on ? on->line : node->line, on ? on->col : node->col,
+                         "%s exchanges rows between tasks, so execution.preserveOrder cannot "
+                         "hold: drop one of them",
+                         op);
+        if (sp->source.format == SB_FMT_PARQUET &&
+            (strcmp(op, "groupby") == 0 || strcmp(op, "distinct") == 0))
+            sb_diags_add(d, buf, on ? on->line : node->line, on ? on->col : node->col,
+                         "%s works on records (jsonl, csv) in this build, not on a parquet "
+                         "source's typed columns",
+                         op);
+    }
+}

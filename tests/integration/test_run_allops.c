@@ -1,0 +1,237 @@
+/* The all-to-all ops end to end (`streambatch run`, real worker processes; issue 41): each op's
+ * output checked against the Python reference tests/allops/check.py on generated data with
+ * ties, nulls and keys of mixed types (1, 1.0, "1", true, null, missing), on an empty input, a
+ * single partition and many tiny partitions; random_shuffle's order fixed by its seed; a
+ * missing key as a data error; a worker SIGKILLed during the reduce phase; `plan --profile` on
+ * a pipeline with an exchange stage. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../unit/testutil.h"
+#include "itest.h"
+
+#define ALL_AGGS                                                                                   \
+    "[{op: count}, {op: sum, field: v}, {op: mean, field: v}, {op: std, field: v}, {op: min, "     \
+    "field: s}, {op: max, field: v}, {op: first, field: s}, {op: last, field: n}, {op: collect, "  \
+    "field: g, as: gs}]"
+#define ALL_AGGS_JSON                                                                              \
+    "[{\"op\":\"count\"},{\"op\":\"sum\",\"field\":\"v\"},{\"op\":\"mean\",\"field\":\"v\"},"      \
+    "{\"op\":\"std\",\"field\":\"v\"},{\"op\":\"min\",\"field\":\"s\"},{\"op\":\"max\","           \
+    "\"field\":\"v\"},{\"op\":\"first\",\"field\":\"s\"},{\"op\":\"last\",\"field\":\"n\"},"       \
+    "{\"op\":\"collect\",\"field\":\"g\",\"as\":\"gs\"}]"
+
+static void setup(void)
+{
+    itest_mkdtemp("sb-allops");
+    setenv("TMPDIR", dir, 1); /* the runs' worker spill dirs: kill_worker finds ours only */
+    sh("cd %s && python3 %s/tests/allops/check.py gen in 6 2000 11 && "
+       "python3 %s/tests/allops/check.py gen one 1 300 12 && mkdir empty && : > empty/e.jsonl && "
+       "python3 %s/tests/allops/check.py gen big 1 9000 13",
+       dir, sb_test_root(), sb_test_root(), sb_test_root());
+}
+
+static void teardown(void)
+{
+    sh("rm -rf %s", dir);
+}
+
+TestSuite(allops, .init = setup, .fini = teardown, .timeout = 240);
+
+/* dir/NAME.yaml: from dir/IN/ in partitions of PSIZE through one stage `x` running OP with
+ * ARGS (YAML flow map) and then STAGES ("" or more list items) to dir/out-NAME/. */
+static void pipeline(const char *name, const char *in, const char *psize, const char *op,
+                     const char *args, const char *stages, const char *extra)
+{
+    FILE *f = itest_create("%s.yaml", name);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/%s/', format: jsonl, partitionSize: %s}\n"
+            "  stages:\n  - {name: x, op: %s, args: %s}\n%s"
+            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n%s",
+            name, dir, in, psize, op, args, stages, dir, name, extra);
+    fclose(f);
+}
+
+/* Runs NAME (must succeed) and checks its sink against the reference of OP with ARGS_JSON over
+ * the input IN. */
+static void run_and_check(const char *name, const char *in, const char *op, const char *args_json)
+{
+    char *out = NULL;
+    int rc = run_cli(name, "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s failed:\n%s", name, out);
+    free(out);
+    sh("cd %s && python3 %s/tests/allops/check.py %s '%s' %s out-%s", dir, sb_test_root(), op,
+       args_json, in, name);
+}
+
+Test(allops, groupby_every_aggregate_on_mixed_type_keys)
+{
+    pipeline("g1", "in", "64Ki", "groupby",
+             "{keys: [k], missingKey: null, aggregates: " ALL_AGGS "}", "", "");
+    run_and_check("g1", "in", "groupby",
+                  "{\"keys\":[\"k\"],\"missingKey\":null,\"aggregates\":" ALL_AGGS_JSON "}");
+    /* 1, 1.0, 1e0 are one key, "1" another, true a third: 16 values in the data, 12 keys */
+    cr_expect_eq(num("cat %s/out-g1/part-* | wc -l", dir), 12);
+}
+
+Test(allops, groupby_two_keys_many_tiny_partitions)
+{
+    pipeline(
+        "g2", "in", "1Ki", "groupby",
+        "{keys: [k, n], partitions: 7, aggregates: [{op: count, as: c}, {op: sum, field: n, as: "
+        "sn}, {op: mean, field: v}]}",
+        "", "");
+    run_and_check("g2", "in", "groupby",
+                  "{\"keys\":[\"k\",\"n\"],\"aggregates\":[{\"op\":\"count\",\"as\":\"c\"},{\"op\":"
+                  "\"sum\",\"field\":\"n\",\"as\":\"sn\"},{\"op\":\"mean\",\"field\":\"v\"}]}");
+    cr_expect_gt(summary_num("g2", "tasksRun"), 100, "many tiny map tasks");
+}
+
+/* Keys that barely repeat within a map task: past its first rows the map half stops combining
+ * and passes rows on; the reduce side merges the partial records and the rows alike. */
+Test(allops, groupby_keys_that_barely_repeat)
+{
+    /* one split of 9000 rows: a map task past the 4096 rows it combines before judging */
+    pipeline("g6", "big", "4Mi", "groupby",
+             "{keys: [id], aggregates: [{op: count}, {op: collect, field: g}, {op: first, field: "
+             "s}, {op: std, field: v}, {op: min, field: v}]}",
+             "", "");
+    run_and_check("g6", "big", "groupby",
+                  "{\"keys\":[\"id\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":\"collect\","
+                  "\"field\":\"g\"},{\"op\":\"first\",\"field\":\"s\"},{\"op\":\"std\",\"field\":"
+                  "\"v\"},{\"op\":\"min\",\"field\":\"v\"}]}");
+    cr_expect_eq(summary_num("g6", "sinkRows"), 9000);
+}
+
+Test(allops, groupby_single_partition_and_empty_input)
+{
+    pipeline("g3", "one", "64Ki", "groupby", "{keys: [g], aggregates: " ALL_AGGS "}", "", "");
+    run_and_check("g3", "one", "groupby", "{\"keys\":[\"g\"],\"aggregates\":" ALL_AGGS_JSON "}");
+    pipeline("g4", "empty", "64Ki", "groupby", "{keys: [k], aggregates: [{op: count}]}", "", "");
+    run_and_check("g4", "empty", "groupby",
+                  "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"}]}");
+    cr_expect_eq(summary_num("g4", "sinkRows"), 0);
+}
+
+Test(allops, a_missing_key_is_a_data_error)
+{
+    pipeline("g5", "in", "64Ki", "groupby", "{keys: [nokey]}", "", "");
+    char *out = NULL;
+    int rc = run_cli("g5", "--cpus 2", &out);
+    cr_expect_neq(rc, 0);
+    cr_expect(strstr(out, "has no field nokey (missingKey: null") != NULL, "%s", out);
+    free(out);
+}
+
+Test(allops, distinct_by_fields_whole_records_one_partition)
+{
+    pipeline("d1", "in", "4Ki", "distinct", "{fields: [k, n]}", "", "");
+    run_and_check("d1", "in", "distinct", "{\"fields\":[\"k\",\"n\"]}");
+    pipeline("d2", "in", "64Ki", "distinct", "{}", "", "");
+    run_and_check("d2", "in", "distinct", "{}");
+    /* records that differ only in key order or number spelling are one record */
+    sh("mkdir -p %s/dup && printf '%%s\\n' '{\"a\":1,\"b\":\"x\"}' '{\"b\":\"x\",\"a\":1.0}' "
+       "'{\"a\":\"1\",\"b\":\"x\"}' '{\"a\":1,\"b\":\"\\u0078\"}' > %s/dup/d.jsonl",
+       dir, dir);
+    pipeline("d3", "dup", "64Ki", "distinct", "{}", "", "");
+    run_and_check("d3", "dup", "distinct", "{}");
+    cr_expect_eq(summary_num("d3", "sinkRows"), 2);
+    pipeline("d4", "one", "64Ki", "distinct", "{fields: [s]}", "", "");
+    run_and_check("d4", "one", "distinct", "{\"fields\":[\"s\"]}");
+}
+
+Test(allops, repartition_spreads_rows_evenly)
+{
+    pipeline("r1", "in", "2Ki", "repartition", "{partitions: 5}", "", "");
+    run_and_check("r1", "in", "repartition", "{\"partitions\":5}");
+    pipeline("r2", "in", "2Ki", "repartition", "{bytes: 300Ki}", "", "");
+    run_and_check("r2", "in", "repartition", "{}");
+    pipeline("r3", "empty", "64Ki", "repartition", "{partitions: 3}", "", "");
+    run_and_check("r3", "empty", "repartition", "{\"partitions\":3}");
+}
+
+Test(allops, random_shuffle_order_follows_the_seed)
+{
+    /* the same seed over differently split input: the same order; another seed: another */
+    pipeline("s1", "in", "64Ki", "random_shuffle", "{seed: 7, partitions: 4}", "", "");
+    run_and_check("s1", "in", "random_shuffle", "{}");
+    pipeline("s2", "in", "3Ki", "random_shuffle", "{seed: 7, partitions: 4}", "", "");
+    run_and_check("s2", "in", "random_shuffle", "{}");
+    pipeline("s3", "in", "64Ki", "random_shuffle", "{seed: 8, partitions: 4}", "", "");
+    run_and_check("s3", "in", "random_shuffle", "{}");
+    const char *ck = sb_test_root();
+    sh("cd %s && for s in s1 s2 s3; do python3 %s/tests/allops/check.py order out-$s > $s.order; "
+       "done && cat in/*.jsonl | python3 -c 'import json,sys; "
+       "[print(json.dumps(json.loads(l), sort_keys=True)) for l in sys.stdin]' > in.order",
+       dir, ck);
+    sh("cmp %s/s1.order %s/s2.order", dir, dir);
+    cr_expect_neq(num("cmp -s %s/s1.order %s/s3.order; echo $?", dir, dir), 0, "seeds 7 and 8");
+    cr_expect_neq(num("cmp -s %s/s1.order %s/in.order; echo $?", dir, dir), 0, "not the input");
+    /* a permutation, not a rotation: the first input row lands anywhere, neighbours part */
+    cr_expect_gt(num("cd %s && python3 -c \"\nimport sys\na=open('in.order').read().split('\\n')\n"
+                     "b=open('s1.order').read().split('\\n')\npos={r:i for i,r in enumerate(b)}\n"
+                     "print(sum(1 for i in range(len(a)-2) if abs(pos[a[i]]-pos[a[i+1]])>1))\"",
+                     dir),
+                 11000, "consecutive input rows stay apart");
+}
+
+/* A worker killed once every map task is done and the reduce tasks run: the map outputs it held
+ * are made again by lineage, and the output is the reference's. */
+Test(allops, kill_during_reduce_gives_the_same_output)
+{
+    pipeline("k1", "in", "16Ki", "groupby",
+             "{keys: [id], partitions: 4, aggregates: [{op: count}, {op: sum, field: v}]}",
+             "  - {name: slow, op: bench.sleep, args: {msPerRecord: 0.5}}\n", "");
+    sh("cd %s && (timeout 150 %s run k1.yaml --cpus 2 --progress-interval-ms 50 --summary-json "
+       "k1.summary.json > k1.log 2>&1; echo $? > k1.rc) >/dev/null 2>&1 &",
+       dir, sb_test_bin("streambatch"));
+    /* the reduce phase: every map task done, reduce tasks running, none done */
+    sh("for i in $(seq 1 600); do grep -Eq 'x.map ([0-9]+)/\\1 done 0 running; x\\+slow 0/[0-9]+ "
+       "done [1-9]' %s/k1.log && exit 0; sleep 0.05; done; cat %s/k1.log; exit 1",
+       dir, dir);
+    cr_assert_eq(itest_kill_worker(), 1);
+    sh("for i in $(seq 1 1400); do [ -f %s/k1.rc ] && break; sleep 0.1; done", dir);
+    char *rc = sb_test_sh_out("cat %s/k1.rc; tail -5 %s/k1.log", dir, dir);
+    cr_assert(strncmp(rc, "0\n", 2) == 0, "run failed: %s", rc);
+    free(rc);
+    sh("cd %s && python3 %s/tests/allops/check.py groupby '{\"keys\":[\"id\"],\"aggregates\":"
+       "[{\"op\":\"count\"},{\"op\":\"sum\",\"field\":\"v\"}]}' in out-k1",
+       dir, sb_test_root());
+    cr_expect_gt(summary_num("k1", "partitionsRecovered"), 0, "map outputs re-made by lineage");
+}
+
+Test(allops, plan_profiles_an_exchange_stage)
+{
+    pipeline("p1", "in", "64Ki", "groupby", "{keys: [k], aggregates: [{op: count}]}",
+             "  - {name: after, op: identity}\n", "");
+    char *out = sb_test_sh_out("cd %s && timeout 120 %s plan --profile p1.yaml 2>&1; echo rc=$?",
+                               dir, sb_test_bin("streambatch"));
+    cr_expect(strstr(out, "rc=0") != NULL, "%s", out);
+    cr_expect(strstr(out, "\nx ") != NULL && strstr(out, "\nafter ") != NULL, "%s", out);
+    free(out);
+}
+
+/* A memory budget far below the data: the map outputs wait in the workers' stores (spilled) and
+ * the groupby still matches the reference; a reduce task whose keys need more than its share of
+ * the budget fails the run with a message that says so, instead of growing past it. */
+Test(allops, budget_below_the_data)
+{
+    pipeline("m1", "in", "4Ki", "groupby",
+             "{keys: [k], partitions: 2, aggregates: [{op: count}, {op: sum, field: v}]}", "",
+             "  execution: {memoryBudget: 64Ki}\n");
+    run_and_check("m1", "in", "groupby",
+                  "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":\"sum\",\"field\":"
+                  "\"v\"}]}");
+    pipeline("m2", "in", "4Ki", "groupby", "{keys: [id], partitions: 2}", "",
+             "  execution: {memoryBudget: 64Ki}\n");
+    char *out = NULL;
+    cr_expect_neq(run_cli("m2", "--cpus 2", &out), 0);
+    cr_expect(strstr(out, "groupby: the groups of one task take more than 16Ki, its share "
+                          "of execution.memoryBudget") != NULL,
+              "%s", out);
+    free(out);
+}

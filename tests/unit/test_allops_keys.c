@@ -1,0 +1,234 @@
+/* The all-to-all ops' internals (worker/ops/exchange/xchg.h): keys compare by value and type
+ * (1, 1.0, 1e0 and -0.0 == 0 meet; "1", true and null do not; escapes decoded; object members in
+ * any order), groupby's map-side combine gives what one table over all the rows gives,
+ * however the rows are split among map tasks, and the map half writes one partition per bucket. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/ops/exchange/xchg.h"
+
+/* The canonical encoding of JSON text v (caller frees buf.p). */
+static xbuf enc(const char *v)
+{
+    xbuf b = {0};
+    cr_assert_eq(xkey_encode(v, strlen(v), &b), 0);
+    return b;
+}
+
+static int same(const char *a, const char *b)
+{
+    xbuf x = enc(a), y = enc(b);
+    int eq = x.n == y.n && memcmp(x.p, y.p, x.n) == 0;
+    xbuf_free(&x);
+    xbuf_free(&y);
+    return eq;
+}
+
+Test(allops_keys, values_compare_by_value_and_type)
+{
+    const char *alike[][2] = {{"1", "1.0"},
+                              {"1", "1e0"},
+                              {"0", "-0.0"},
+                              {"10", "1e1"},
+                              {"\"A\"", "\"\\u0041\""},
+                              {"[1, 2]", "[1.0,2]"},
+                              {"{\"a\":1,\"b\":[true]}", "{ \"b\" : [true] , \"a\" : 1.0 }"},
+                              {"null", " null "},
+                              {"-3.25", "-325e-2"}};
+    for (size_t i = 0; i < sizeof alike / sizeof *alike; i++)
+        cr_expect(same(alike[i][0], alike[i][1]), "%s and %s", alike[i][0], alike[i][1]);
+    const char *apart[][2] = {{"1", "\"1\""},         {"1", "true"},
+                              {"0", "false"},         {"0", "null"},
+                              {"\"\"", "null"},       {"[1,2]", "[2,1]"},
+                              {"1.5", "1"},           {"{\"a\":1}", "{\"a\":1,\"b\":1}"},
+                              {"[[1],2]", "[1,[2]]"}, {"9007199254740993", "9007199254740992"},
+                              {"\"ab\"", "\"a\""}};
+    for (size_t i = 0; i < sizeof apart / sizeof *apart; i++)
+        cr_expect(!same(apart[i][0], apart[i][1]), "%s and %s", apart[i][0], apart[i][1]);
+}
+
+static sb_batch *batch_of(const char *const *recs, size_t n, void **blob)
+{
+    sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+    sb_err e;
+    sb_batch_builder *b = sb_batch_builder_new(&f, 1, &e);
+    cr_assert_not_null(b, "%s", e.msg);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(sb_batch_builder_append_binary(b, 0, recs[i], strlen(recs[i]), &e), 0);
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(b, blob, &len, &e), 0, "%s", e.msg);
+    sb_batch_builder_free(b);
+    sb_batch *out;
+    cr_assert_eq(sb_batch_open(*blob, len, &out, &e), 0, "%s", e.msg);
+    return out;
+}
+
+typedef struct {
+    char *recs[64];
+    size_t n;
+} coll;
+
+static int collect(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    coll *c = ud;
+    sb_batch *b;
+    sb_err e;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    for (size_t r = 0; r < rows; r++) {
+        size_t n;
+        const char *p = sb_column_binary(sb_batch_column(b, 0), r, &n);
+        cr_assert_lt(c->n, 64);
+        c->recs[c->n++] = strndup(p, n);
+    }
+    sb_batch_close(b);
+    sb_part_free(blob);
+    return 0;
+}
+
+/* put callback of xgroupby_emit_partials: the partial records, in one list */
+static int keep_partial(void *ud, uint32_t bucket, const char *rec, size_t len, sb_err *err)
+{
+    (void)bucket;
+    (void)err;
+    coll *c = ud;
+    cr_assert_lt(c->n, 64);
+    c->recs[c->n++] = strndup(rec, len);
+    return 0;
+}
+
+static void emit_all(xgroupby *g, coll *out)
+{
+    sb_err e;
+    sb_op_out *o = sb_op_out_new(1 << 20, collect, out, &e);
+    sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+    cr_assert_eq(sb_op_out_set_schema(o, &f, 1, &e), 0);
+    cr_assert_eq(xgroupby_emit(g, o, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_op_out_flush(o, &e), 0, "%s", e.msg);
+    sb_op_out_free(o);
+}
+
+Test(allops_keys, combined_partials_equal_one_table)
+{
+    static const char *rows[] = {
+        "{\"k\":1,\"v\":3,\"s\":\"b\"}",
+        "{\"k\":\"1\",\"v\":2.5,\"s\":\"a\"}",
+        "{\"k\":1.0,\"v\":-4,\"s\":\"c\"}",
+        "{\"k\":true,\"v\":null,\"s\":\"z\"}",
+        "{\"k\":1,\"s\":\"a\"}",
+        "{\"k\":\"1\",\"v\":7,\"s\":\"q\"}",
+        "{\"k\":1e0,\"v\":10,\"s\":\"d\"}",
+        "{\"v\":1,\"s\":\"m\"}",
+        "{\"k\":true,\"v\":2,\"s\":\"y\"}",
+        "{\"k\":1,\"v\":5,\"s\":\"\\u0061\"}",
+    };
+    const size_t n = sizeof rows / sizeof *rows;
+    const char *args = "{\"keys\":[\"k\"],\"missingKey\":null,\"aggregates\":[{\"op\":\"count\"},"
+                       "{\"op\":\"sum\",\"field\":\"v\"},{\"op\":\"min\",\"field\":\"s\"},"
+                       "{\"op\":\"max\",\"field\":\"v\"},{\"op\":\"first\",\"field\":\"s\"},"
+                       "{\"op\":\"last\",\"field\":\"v\"},{\"op\":\"collect\",\"field\":\"s\"},"
+                       "{\"op\":\"std\",\"field\":\"v\"},{\"op\":\"mean\",\"field\":\"v\"}]}";
+    sb_err e;
+    void *blob;
+    sb_batch *b = batch_of(rows, n, &blob);
+    /* one table over every row */
+    xgroupby *whole = xgroupby_new(args, 0, &e);
+    cr_assert_not_null(whole, "%s", e.msg);
+    cr_assert_eq(xgroupby_add(whole, b, 0, 0, n, &e), 0, "%s", e.msg);
+    coll want = {0};
+    emit_all(whole, &want);
+    /* three map tasks (rows 0-2, 3-6, 7-9) combined, their partials merged in task order */
+    xgroupby *map = xgroupby_new(args, 0, &e), *red = xgroupby_new(args, 0, &e);
+    coll partials = {0};
+    size_t cuts[4] = {0, 3, 7, n};
+    for (int t = 0; t < 3; t++) {
+        cr_assert_eq(xgroupby_add(map, b, 0, cuts[t], cuts[t + 1] - cuts[t], &e), 0, "%s", e.msg);
+        cr_assert_eq(xgroupby_emit_partials(map, 4, keep_partial, &partials, &e), 0, "%s", e.msg);
+    }
+    void *pblob;
+    sb_batch *pb = batch_of((const char *const *)partials.recs, partials.n, &pblob);
+    cr_assert_eq(xgroupby_add_partials(red, pb, 0, 0, partials.n, &e), 0, "%s", e.msg);
+    coll got = {0};
+    emit_all(red, &got);
+    cr_assert_eq(got.n, want.n);
+    cr_expect_eq(want.n, 4, "keys 1 (1, 1.0, 1e0), \"1\", true, null");
+    for (size_t i = 0; i < want.n; i++)
+        cr_expect_str_eq(got.recs[i], want.recs[i]);
+    /* the key 1 (met first as 1): its rows 0, 2, 4, 6, 9 (row 4 has no v) */
+    const char *one = NULL;
+    for (size_t i = 0; i < want.n; i++)
+        if (strncmp(want.recs[i], "{\"k\":1,", 7) == 0)
+            one = want.recs[i];
+    cr_assert_not_null(one);
+    cr_expect(strstr(one,
+                     "\"count\":5,\"sum_v\":14,\"min_s\":\"a\",\"max_v\":10,\"first_s\":"
+                     "\"b\",\"last_v\":5,\"collect_s\":[\"b\",\"c\",\"a\",\"d\",\"\\u0061\"]") !=
+                  NULL,
+              "%s", one);
+    for (size_t i = 0; i < want.n; i++)
+        free(want.recs[i]), free(got.recs[i]);
+    for (size_t i = 0; i < partials.n; i++)
+        free(partials.recs[i]);
+    xgroupby_free(whole);
+    xgroupby_free(map);
+    xgroupby_free(red);
+    sb_batch_close(b);
+    sb_batch_close(pb);
+    sb_part_free(blob);
+    sb_part_free(pblob);
+}
+
+/* emit callback: each partition's row count, in order */
+typedef struct {
+    uint64_t rows[16];
+    size_t n;
+} parts;
+
+static int count_part(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    (void)len;
+    parts *p = ud;
+    cr_assert_lt(p->n, 16);
+    p->rows[p->n++] = rows;
+    sb_part_free(blob);
+    return 0;
+}
+
+/* The map half's contract with the scheduler: exactly one partition per bucket, in bucket
+ * order, an empty bucket too (its place is its number); nothing when it saw no input at all. */
+Test(allops_keys, map_half_writes_one_partition_per_bucket)
+{
+    static const char *rows[] = {"{\"k\":1}", "{\"k\":1.0}", "{\"k\":\"1\"}"};
+    const sb_op_impl *op = sb_op_find("exchange.map");
+    cr_assert_not_null(op);
+    const char *args = "{\"op\":\"groupby\",\"buckets\":5,\"memory\":0,\"args\":{\"keys\":[\"k\"],"
+                       "\"aggregates\":[{\"op\":\"count\"}]}}";
+    sb_err e;
+    void *st, *blob;
+    cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
+    sb_batch *b = batch_of(rows, 3, &blob);
+    parts p = {0};
+    sb_op_out *out = sb_op_out_new(1 << 20, count_part, &p, &e);
+    cr_assert_eq(op->process(st, b, 0, 3, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(op->finish(st, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(p.n, 5, "one partition per bucket");
+    uint64_t total = 0, empty = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        total += p.rows[i];
+        empty += p.rows[i] == 0;
+    }
+    cr_expect_eq(total, 2, "two partial records: key 1 (1 and 1.0) and key \"1\"");
+    cr_expect_geq(empty, 3);
+    /* the next task of the same state (reset) that gets no input makes no partition */
+    cr_assert_eq(op->reset(st, &e), 0);
+    parts none = {0};
+    sb_op_out *out2 = sb_op_out_new(1 << 20, count_part, &none, &e);
+    cr_assert_eq(op->finish(st, out2, &e), 0, "%s", e.msg);
+    cr_expect_eq(none.n, 0);
+    sb_op_out_free(out);
+    sb_op_out_free(out2);
+    op->free(st);
+    sb_batch_close(b);
+    sb_part_free(blob);
+}

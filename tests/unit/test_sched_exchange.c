@@ -1,0 +1,211 @@
+/* The scheduler's exchange (controller/sched/exchange.h, issue 41): an all-to-all stage planned
+ * as a map op that ends its op group and a reduce op that starts the next; the reduce tasks
+ * formed only after the map op finished (a barrier), task b reading bucket b (the map outputs
+ * p<b>) of every map task in map task order; a worker lost in the reduce phase re-runs the map
+ * tasks whose outputs it held (lineage), and the reduce tasks then read the re-made buckets. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/sched/sched.h"
+#include "spec_fixture.h"
+
+static const char *yaml = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\n"
+                          "metadata: {name: x}\nspec:\n"
+                          "  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
+                          "  stages:\n  - {name: a, op: identity}\n"
+                          "  - {name: g, op: groupby, args: {keys: [k], partitions: 3}}\n"
+                          "  - {name: b, op: identity}\n"
+                          "  sink: {uri: 'file:///out/', format: jsonl}\n"
+                          "  execution: {memoryBudget: 1Ti}\n";
+
+#define NSPLITS 4
+#define NB 3
+
+static spec_holder h;
+static char names[NSPLITS][64];
+
+static sb_sched *make(void)
+{
+    spec_fixture_load(&h, yaml);
+    sb_storage_split sp[NSPLITS];
+    for (size_t i = 0; i < NSPLITS; i++) {
+        snprintf(names[i], sizeof names[i], "0\t1024\t1024\t/in/f%zu.jsonl", i);
+        sp[i].split = names[i];
+        sp[i].bytes = 1024;
+    }
+    sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/x"};
+    sb_err err;
+    sb_sched *s = sb_sched_new(&cfg, sp, NSPLITS, &err);
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_assert_eq(sb_sched_worker_add(s, "w1", "cpu", "127.0.0.1:1", 8, NULL, 0, 0, NULL), 0);
+    cr_assert_eq(sb_sched_worker_add(s, "w2", "cpu", "127.0.0.1:2", 8, NULL, 0, 0, NULL), 0);
+    return s;
+}
+
+static void drop_releases(sb_sched *s, const char *w)
+{
+    char **rel;
+    size_t n = sb_sched_take_releases(s, w, &rel);
+    for (size_t i = 0; i < n; i++)
+        free(rel[i]);
+    free(rel);
+}
+
+/* Completes task t on worker w: a map task makes NB outputs (its buckets), others one. */
+static void complete(sb_sched *s, const char *w, const sb_sched_task *t, uint64_t now)
+{
+    char ids[NB][64];
+    sb_storage_output o[NB];
+    size_t n = t->op == 0 ? NB : 1;
+    for (size_t b = 0; b < n; b++) {
+        snprintf(ids[b], sizeof ids[b], "s%" PRIu32 "-t%" PRIu64 "-p%zu", t->op, t->index, b);
+        o[b] = (sb_storage_output){.id = ids[b], .bytes = 100 + b, .rows = 1 + b};
+    }
+    char id[128];
+    snprintf(id, sizeof id, "%s", t->task_id);
+    sb_err err;
+    cr_assert_eq(
+        sb_sched_complete(s, w, id, t->attempt, SB_SCHED_OK, NULL, o, n, NULL, 0, NULL, now, &err),
+        1, "%s", err.msg);
+    drop_releases(s, w);
+}
+
+Test(sched_exchange, plan_splits_the_stage_in_two_ops)
+{
+    sb_sched *s = make();
+    cr_assert_eq(sb_sched_group_count(s), 2);
+    sb_sched_group_stats st;
+    sb_sched_get_group_stats(s, 0, &st);
+    cr_expect_str_eq(st.name, "a+g.map");
+    sb_sched_get_group_stats(s, 1, &st);
+    cr_expect_str_eq(st.name, "g+b");
+    /* the map op's tasks run the map half with the stage's buckets; the source's stage as is */
+    sb_sched_task t[8];
+    size_t n = sb_sched_assign(s, "w1", 1, 1, t);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(t[0].nstages, 2);
+    cr_expect_str_eq(t[0].stages[0]->op, "identity");
+    cr_expect_str_eq(t[0].stages[1]->op, "exchange.map");
+    cr_expect_str_eq(t[0].stages[1]->name, "g");
+    cr_expect(strstr(t[0].stages[1]->args_json, "\"op\":\"groupby\",\"buckets\":3,") != NULL, "%s",
+              t[0].stages[1]->args_json);
+    cr_expect(strstr(t[0].stages[1]->args_json, "\"args\":{") != NULL, "%s",
+              t[0].stages[1]->args_json);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* Runs every map task but the last, the odd ones on w2 and the others on w1; returns the last
+ * one's view (its task id copied into id), still running on w2. */
+static void run_maps_but_one(sb_sched *s, uint64_t *now, sb_sched_task *last, char *id, size_t len)
+{
+    sb_sched_task t[8];
+    for (size_t seen = 0; seen < NSPLITS;) {
+        const char *w = seen % 2 ? "w2" : "w1";
+        size_t n = sb_sched_assign(s, w, 1, (*now)++, t);
+        cr_assert_eq(n, 1, "map task %zu is ready", seen);
+        cr_assert_eq(t[0].op, 0, "a map task");
+        if (++seen == NSPLITS) {
+            *last = t[0];
+            snprintf(id, len, "%s", t[0].task_id);
+            last->task_id = id;
+            return;
+        }
+        complete(s, w, &t[0], (*now)++);
+    }
+}
+
+Test(sched_exchange, reduce_waits_for_every_map_task_then_reads_its_bucket)
+{
+    sb_sched *s = make();
+    uint64_t now = 1;
+    sb_sched_task last, t[8];
+    char id[128];
+    run_maps_but_one(s, &now, &last, id, sizeof id);
+    /* the other map outputs wait: no reduce task before the barrier */
+    cr_expect_eq(sb_sched_assign(s, "w2", 8, now++, t), 0, "a reduce task before the barrier");
+    /* the autoscaler's demand: the map task running, and a reduce task per bucket to come
+     * (not the few the waiting bytes would make at the partition size) */
+    uint64_t q = 0, r = 0;
+    int act = 0;
+    sb_sched_pool_demand(s, "cpu", &q, &r, &act);
+    cr_expect_eq(q, NB, "queued: %" PRIu64, q);
+    cr_expect_eq(r, 1);
+    cr_expect_eq(act, 1);
+    complete(s, "w2", &last, now++);
+    size_t n = sb_sched_assign(s, "w2", 8, now++, t);
+    cr_assert_eq(n, NB);
+    for (size_t b = 0; b < n; b++) {
+        cr_expect_eq(t[b].op, 1);
+        cr_expect_str_eq(t[b].stages[0]->op, "exchange.reduce");
+        cr_expect_str_eq(t[b].stages[1]->op, "identity");
+        cr_assert_eq(t[b].ninputs, NSPLITS, "bucket %zu: %zu inputs", b, t[b].ninputs);
+        for (size_t k = 0; k < NSPLITS; k++) { /* bucket b of map task k, in map task order */
+            char want[64];
+            snprintf(want, sizeof want, "s0-t%zu-p%zu", k, b);
+            cr_expect_str_eq(t[b].inputs[k].id, want);
+        }
+        cr_expect_eq(t[b].inputs[0].bytes, 100 + b);
+    }
+    for (size_t b = 0; b < n; b++)
+        complete(s, "w2", &t[b], now++);
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(s, &st);
+    cr_expect_eq(st.sink_parts, NB);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* A worker that held map outputs dies while the reduce tasks run: the reduce task that could
+ * not fetch them reports them lost, the map task that made them runs again (lineage), and every
+ * reduce task then reads all map tasks' buckets; the pipeline succeeds. */
+Test(sched_exchange, lost_map_outputs_rerun_by_lineage)
+{
+    sb_sched *s = make();
+    uint64_t now = 1;
+    sb_sched_task last, t[8];
+    char id[128], rid[128];
+    run_maps_but_one(s, &now, &last, id, sizeof id); /* map tasks 1 and 3 on w2 */
+    complete(s, "w2", &last, now++);
+    cr_assert_eq(sb_sched_assign(s, "w1", 1, now++, t), 1); /* one reduce task runs on w1 */
+    snprintf(rid, sizeof rid, "%s", t[0].task_id);
+    uint32_t ratt = t[0].attempt;
+    sb_sched_worker_lost(s, "w2", "killed", now++);
+    sb_sched_stats st;
+    sb_sched_get_stats(s, &st);
+    cr_expect_gt(st.partitions_recovered, 0, "the map task re-queued to re-make w2's buckets");
+    const char *lost[1] = {"s0-t1-p0"};
+    sb_err err;
+    cr_assert_geq(sb_sched_complete(s, "w1", rid, ratt, SB_SCHED_INPUT_LOST, "fetch failed", NULL,
+                                    0, lost, 1, NULL, now++, &err),
+                  0, "%s", err.msg);
+    drop_releases(s, "w1");
+    size_t maps = 0, reduces = 0;
+    for (int guard = 0; sb_sched_state_get(s, NULL) == SB_SCHED_RUNNING && guard < 50; guard++) {
+        size_t k = sb_sched_assign(s, "w1", 8, now++, t);
+        sb_sched_task copy[8];
+        char ids[8][128];
+        for (size_t i = 0; i < k; i++) {
+            copy[i] = t[i];
+            snprintf(ids[i], sizeof ids[i], "%s", t[i].task_id);
+            copy[i].task_id = ids[i];
+            maps += copy[i].op == 0;
+            reduces += copy[i].op == 1;
+            if (copy[i].op == 1)
+                cr_expect_eq(copy[i].ninputs, NSPLITS, "a reduce task reads every map task");
+        }
+        for (size_t i = 0; i < k; i++)
+            complete(s, "w1", &copy[i], now++);
+    }
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_eq(maps, 2, "only the map tasks w2 ran (1 and 3) ran again: %zu", maps);
+    cr_expect_eq(reduces, NB, "every reduce task ran (the one that lost its input again)");
+    sb_sched_get_stats(s, &st);
+    cr_expect_eq(st.sink_parts, NB);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}

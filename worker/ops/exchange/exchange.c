@@ -1,0 +1,502 @@
+/* exchange.c — the two halves of an all-to-all stage (xchg.h; the plan: controller/sched/
+ * exchange.h): "exchange.map" writes each task's rows into its buckets, one output partition per
+ * bucket in bucket order (partition p<b> is bucket b); "exchange.reduce" turns bucket b of every
+ * map output into the stage's result: rows as they come (repartition), in a seeded random order
+ * (random_shuffle), once per key (distinct), one record per key (groupby). */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec/quantity.h"
+#include "worker/ops/exchange/xchg.h"
+#include "worker/ops/impls.h"
+
+typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT } xkind;
+
+#define COMBINE_PROBE 4096 /* rows a groupby map task combines before it judges the gain */
+static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby", "distinct"};
+
+/* A bucket's (or a shuffle's) rows, gathered whole: an sb_op_out that never cuts by size (a
+ * quarter of SIZE_MAX keeps its room arithmetic from overflowing), whose one blob lands here. */
+#define WHOLE_TARGET (SIZE_MAX / 4)
+typedef struct {
+    sb_op_out *out;
+    void *blob;
+    size_t len;
+    uint64_t rows;
+} whole;
+
+typedef struct {
+    xkind kind;
+    int map;
+    uint32_t buckets;
+    uint64_t memory; /* the most bytes a task's table or buffered rows may take (0: no limit) */
+    uint64_t seed;
+    cJSON *root;
+    xkeys keys;     /* groupby's keys, distinct's fields (none: the whole record) */
+    xgroupby *gb;   /* groupby's reduce side */
+    whole *bk;      /* map: per bucket */
+    whole all;      /* random_shuffle's reduce side: the task's rows */
+    uint64_t rr;    /* repartition: the next row's bucket */
+    uint64_t rows;  /* groupby's map half: rows of this task so far */
+    int uncombined; /* groupby's map half: its keys barely repeat, rows now go on as they are */
+    int rr_set;
+    xset seen; /* distinct: keys met in this task */
+    xbuf kb;
+    uint32_t *row_bucket; /* map scratch: per row of a call, its bucket (UINT32_MAX: dropped) */
+    size_t *order, *runs_first, *runs_n;
+    size_t cap_rows;
+} xstate;
+
+static int whole_emit(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    whole *w = ud;
+    sb_part_free(w->blob);
+    w->blob = blob;
+    w->len = len;
+    w->rows = rows;
+    return 0;
+}
+
+static void whole_free(whole *w)
+{
+    sb_op_out_free(w->out);
+    sb_part_free(w->blob);
+    memset(w, 0, sizeof *w);
+}
+
+/* The sum of args.memory's share: a quarter of the budget per task (two slots' tables, their
+ * outputs and the partitions in flight share it). */
+static int parse_wrapper(xstate *st, const char *args_json, sb_err *err)
+{
+    st->root = args_json != NULL ? cJSON_Parse(args_json) : NULL;
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(st->root, "op");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(st->root, "buckets");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(st->root, "memory");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(st->root, "args");
+    size_t k = 0;
+    while (cJSON_IsString(op) && k < 4 && strcmp(op->valuestring, xkind_names[k]) != 0)
+        k++;
+    if (!cJSON_IsString(op) || k == 4 || !cJSON_IsNumber(b) || b->valuedouble < 1 ||
+        !cJSON_IsObject(args))
+        return sb_err_permanent(err, "exchange: bad args (the scheduler writes them: {op, "
+                                     "buckets, memory, args})");
+    st->kind = (xkind)k;
+    st->buckets = (uint32_t)b->valuedouble;
+    st->memory = cJSON_IsNumber(m) && m->valuedouble > 0 ? (uint64_t)m->valuedouble / 4 : 0;
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(args, "seed");
+    st->seed = cJSON_IsNumber(seed) ? (uint64_t)(int64_t)seed->valuedouble : 0;
+    if (st->kind == X_GROUPBY) {
+        char *text = cJSON_PrintUnformatted(args);
+        st->gb = text != NULL ? xgroupby_new(text, st->memory, err) : NULL;
+        free(text);
+        if (st->gb == NULL)
+            return -1;
+        const xkeys *gk = xgroupby_keys(st->gb);
+        st->keys.n = gk->n; /* a view: xgroupby owns the names */
+        st->keys.k = gk->k;
+        st->keys.missing_null = gk->missing_null;
+    } else if (st->kind == X_DISTINCT &&
+               xkeys_parse(cJSON_GetObjectItemCaseSensitive(args, "fields"),
+                           cJSON_GetObjectItemCaseSensitive(args, "missingKey"), "distinct",
+                           &st->keys, err) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static void xstate_clear(xstate *st)
+{
+    for (size_t b = 0; st->bk != NULL && b < st->buckets; b++)
+        whole_free(&st->bk[b]);
+    free(st->bk);
+    st->bk = NULL;
+    whole_free(&st->all);
+    xset_clear(&st->seen);
+    if (st->gb != NULL)
+        xgroupby_reset(st->gb);
+    st->rr_set = 0;
+    st->rows = 0;
+    st->uncombined = 0;
+}
+
+static void x_free(void *state)
+{
+    xstate *st = state;
+    if (st == NULL)
+        return;
+    xstate_clear(st);
+    xset_free(&st->seen);
+    xbuf_free(&st->kb);
+    if (st->kind == X_DISTINCT)
+        xkeys_free(&st->keys);
+    xgroupby_free(st->gb);
+    cJSON_Delete(st->root);
+    free(st->row_bucket);
+    free(st->order);
+    free(st->runs_first);
+    free(st->runs_n);
+    free(st);
+}
+
+static int x_init(const char *args_json, void **state, int map, sb_err *err)
+{
+    xstate *st = calloc(1, sizeof *st);
+    if (st == NULL)
+        return sb_err_set(err, "out of memory");
+    st->map = map;
+    if (parse_wrapper(st, args_json, err) != 0) {
+        x_free(st);
+        return -1;
+    }
+    *state = st;
+    return 0;
+}
+
+static int map_init(const char *args_json, void **state, sb_err *err)
+{
+    return x_init(args_json, state, 1, err);
+}
+
+static int reduce_init(const char *args_json, void **state, sb_err *err)
+{
+    return x_init(args_json, state, 0, err);
+}
+
+static int x_reset(void *state, sb_err *err)
+{
+    (void)err;
+    xstate_clear(state);
+    return 0;
+}
+
+/* The records column, for the ops that read keys (groupby, distinct). */
+static int keyed_column(const xstate *st, const sb_batch *in, sb_err *err)
+{
+    int col = sb_batch_find(in, SB_OP_RECORD_COLUMN);
+    if (col < 0 && sb_batch_ncols(in) == 1 &&
+        (sb_batch_column(in, 0)->type == SB_TYPE_UTF8 ||
+         sb_batch_column(in, 0)->type == SB_TYPE_BINARY))
+        col = 0;
+    if (col < 0)
+        return sb_err_permanent(err,
+                                "%s works on records (jsonl, csv) in this build, not on typed "
+                                "columns",
+                                xkind_names[st->kind]);
+    return col;
+}
+
+/* Row r's key (groupby, distinct) into st->kb. */
+static int row_key(xstate *st, const sb_column *c, size_t r, sb_err *err)
+{
+    size_t len;
+    const char *p = sb_column_binary(c, r, &len);
+    st->kb.n = 0;
+    return xkeys_encode(&st->keys, xkind_names[st->kind], p, len, r, NULL, &st->kb, err);
+}
+
+/* 1 when the key in st->kb was met before in this task (distinct), else 0 (now it has); -1. */
+static int seen_before(xstate *st, sb_err *err)
+{
+    int added;
+    if (xset_find_add(&st->seen, st->kb.p, st->kb.n, xhash(st->kb.p, st->kb.n, 0), &added) < 0)
+        return sb_err_set(err, "out of memory");
+    if (st->memory > 0 && xset_bytes(&st->seen) > st->memory) {
+        char b[32];
+        return sb_err_permanent(err,
+                                "distinct: the keys of one task take more than %s, its share of "
+                                "execution.memoryBudget (%zu keys); distinct does not spill yet: "
+                                "give the stage more partitions or a larger memoryBudget",
+                                sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b),
+                                st->seen.n);
+    }
+    return !added;
+}
+
+static int grow_rows(xstate *st, size_t n, sb_err *err)
+{
+    if (n <= st->cap_rows)
+        return 0;
+    free(st->row_bucket);
+    free(st->order);
+    free(st->runs_first);
+    free(st->runs_n);
+    st->row_bucket = malloc(n * sizeof *st->row_bucket);
+    st->order = malloc(n * sizeof *st->order);
+    st->runs_first = malloc(n * sizeof *st->runs_first);
+    st->runs_n = malloc(n * sizeof *st->runs_n);
+    st->cap_rows = n;
+    if (!st->row_bucket || !st->order || !st->runs_first || !st->runs_n) {
+        st->cap_rows = 0;
+        return sb_err_set(err, "out of memory");
+    }
+    return 0;
+}
+
+/* Each row's bucket (UINT32_MAX: dropped, a key distinct's map side met in this task). */
+static int map_buckets(xstate *st, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    const sb_column *c = NULL;
+    if (st->kind == X_GROUPBY || st->kind == X_DISTINCT) {
+        int col = keyed_column(st, in, err);
+        if (col < 0)
+            return -1;
+        c = sb_batch_column(in, (size_t)col);
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t r = first + i;
+        uint64_t h;
+        if (st->kind == X_REPARTITION) {
+            if (!st->rr_set) { /* a start that depends on the rows: tiny tasks spread too */
+                st->rr = xrow_hash(in, r, 0);
+                st->rr_set = 1;
+            }
+            h = st->rr++;
+        } else if (st->kind == X_SHUFFLE) {
+            h = xrow_hash(in, r, st->seed);
+        } else {
+            if (row_key(st, c, r, err) != 0)
+                return -1;
+            int dup = st->kind == X_DISTINCT ? seen_before(st, err) : 0;
+            if (dup < 0)
+                return -1;
+            if (dup) {
+                st->row_bucket[i] = UINT32_MAX;
+                continue;
+            }
+            h = xhash(st->kb.p, st->kb.n, 0);
+        }
+        st->row_bucket[i] = (uint32_t)(h % st->buckets);
+    }
+    return 0;
+}
+
+static int map_schema(xstate *st, const sb_batch *in, sb_err *err)
+{
+    /* groupby's buckets hold partial records (map-side combine), the others the input's rows */
+    sb_field rec = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+    if (st->bk == NULL && (st->bk = calloc(st->buckets, sizeof *st->bk)) == NULL)
+        return sb_err_set(err, "out of memory");
+    for (uint32_t b = 0; b < st->buckets; b++) {
+        whole *w = &st->bk[b];
+        if (w->out == NULL && (w->out = sb_op_out_new(WHOLE_TARGET, whole_emit, w, err)) == NULL)
+            return -1;
+        if (sb_op_out_has_schema(w->out))
+            continue;
+        if ((st->kind == X_GROUPBY ? sb_op_out_set_schema(w->out, &rec, 1, err)
+                                   : sb_op_out_set_schema_like(w->out, in, err)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int map_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                       sb_err *err)
+{
+    (void)out; /* the buckets go out at finish, one partition each */
+    xstate *st = state;
+    if (map_schema(st, in, err) != 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    if (st->kind == X_GROUPBY && !st->uncombined) { /* combined per key, bucketed at finish */
+        int col = keyed_column(st, in, err);
+        if (col < 0 || xgroupby_add(st->gb, in, col, first, n, err) != 0)
+            return -1;
+        /* combining pays when keys repeat within a task; past COMBINE_PROBE rows with more
+         * than half of them distinct keys, the rest go on uncombined (the reduce side takes
+         * both) */
+        st->rows += n;
+        st->uncombined =
+            st->rows >= COMBINE_PROBE && xgroupby_groups(st->gb) * 2 > (size_t)st->rows;
+        return 0;
+    }
+    if (grow_rows(st, n, err) != 0 || map_buckets(st, in, first, n, err) != 0)
+        return -1;
+    /* rows by bucket (a counting sort keeps their order), then runs of rows per bucket */
+    size_t *cnt = calloc((size_t)st->buckets + 1, sizeof *cnt);
+    if (cnt == NULL)
+        return sb_err_set(err, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        if (st->row_bucket[i] != UINT32_MAX)
+            cnt[st->row_bucket[i] + 1]++;
+    for (uint32_t b = 0; b < st->buckets; b++)
+        cnt[b + 1] += cnt[b];
+    size_t kept = cnt[st->buckets];
+    for (size_t i = 0; i < n; i++)
+        if (st->row_bucket[i] != UINT32_MAX)
+            st->order[cnt[st->row_bucket[i]]++] = i;
+    free(cnt);
+    int rc = 0;
+    for (size_t k = 0; k < kept && rc == 0;) {
+        uint32_t b = st->row_bucket[st->order[k]];
+        size_t nruns = 0;
+        for (; k < kept && st->row_bucket[st->order[k]] == b; k++) {
+            size_t r = first + st->order[k];
+            if (nruns > 0 && st->runs_first[nruns - 1] + st->runs_n[nruns - 1] == r) {
+                st->runs_n[nruns - 1]++;
+            } else {
+                st->runs_first[nruns] = r;
+                st->runs_n[nruns++] = 1;
+            }
+        }
+        rc = sb_op_out_append_runs(st->bk[b].out, in, st->runs_first, st->runs_n, nruns, err);
+    }
+    return rc;
+}
+
+static int put_partial(void *ud, uint32_t bucket, const char *rec, size_t len, sb_err *err)
+{
+    xstate *st = ud;
+    return sb_op_out_append_binary(st->bk[bucket].out, rec, len, err);
+}
+
+/* Every bucket as one partition, in bucket order (an empty one too: its place is its number). */
+static int map_finish(void *state, sb_op_out *out, sb_err *err)
+{
+    xstate *st = state;
+    if (st->kind == X_GROUPBY && st->bk != NULL &&
+        xgroupby_emit_partials(st->gb, st->buckets, put_partial, st, err) != 0)
+        return -1;
+    for (uint32_t b = 0; st->bk != NULL && b < st->buckets; b++) {
+        whole *w = &st->bk[b];
+        if (sb_op_out_cut(w->out, err) != 0)
+            return -1;
+        void *blob = w->blob;
+        w->blob = NULL;
+        if (blob != NULL && sb_op_out_put_blob(out, blob, w->len, w->rows, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int reduce_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                          sb_err *err)
+{
+    xstate *st = state;
+    switch (st->kind) {
+    case X_REPARTITION:
+        return n == 0 ? sb_op_out_set_schema_like(out, in, err)
+                      : sb_op_out_append_rows(out, in, first, n, err);
+    case X_SHUFFLE: {
+        whole *w = &st->all;
+        if (w->out == NULL && (w->out = sb_op_out_new(WHOLE_TARGET, whole_emit, w, err)) == NULL)
+            return -1;
+        if (n == 0)
+            return sb_op_out_has_schema(w->out) ? 0 : sb_op_out_set_schema_like(w->out, in, err);
+        if (sb_op_out_append_rows(w->out, in, first, n, err) != 0)
+            return -1;
+        uint64_t held = sb_batch_builder_bytes(sb_op_out_builder(w->out));
+        if (st->memory > 0 && held > st->memory) {
+            char b[32];
+            return sb_err_permanent(err,
+                                    "random_shuffle: one reduce task's rows take more than %s, "
+                                    "its share of execution.memoryBudget; random_shuffle does "
+                                    "not spill yet: give the stage more partitions",
+                                    sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b));
+        }
+        return 0;
+    }
+    case X_GROUPBY: {
+        if (n == 0)
+            return 0;
+        int col = keyed_column(st, in, err);
+        return col < 0 ? -1 : xgroupby_add_partials(st->gb, in, col, first, n, err);
+    }
+    case X_DISTINCT: {
+        if (n == 0)
+            return sb_op_out_has_schema(out) ? 0 : sb_op_out_set_schema_like(out, in, err);
+        int col = keyed_column(st, in, err);
+        if (col < 0)
+            return -1;
+        const sb_column *c = sb_batch_column(in, (size_t)col);
+        for (size_t r = first; r < first + n; r++) {
+            int dup = row_key(st, c, r, err) != 0 ? -1 : seen_before(st, err);
+            if (dup < 0 || (!dup && sb_op_out_append_rows(out, in, r, 1, err) != 0))
+                return -1;
+        }
+        return 0;
+    }
+    }
+    return 0;
+}
+
+typedef struct {
+    uint64_t h;
+    size_t row;
+} shuf;
+
+static int shuf_cmp(const void *a, const void *b)
+{
+    const shuf *x = a, *y = b;
+    if (x->h != y->h)
+        return x->h < y->h ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
+/* random_shuffle's order: rows sorted by a seeded hash of their content (the rows are a
+ * uniformly random permutation for a random seed, and the same for the same seed and rows
+ * whatever order they came in: equal rows are interchangeable). */
+static int shuffle_finish(xstate *st, sb_op_out *out, sb_err *err)
+{
+    whole *w = &st->all;
+    if (w->out == NULL || sb_op_out_cut(w->out, err) != 0 || w->blob == NULL)
+        return w->out == NULL || w->blob == NULL ? 0 : -1;
+    sb_batch *b = NULL;
+    if (sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
+                         err) != 0)
+        return -1;
+    size_t n = sb_batch_rows(b);
+    shuf *o = calloc(n + 1, sizeof *o);
+    int rc = o == NULL ? sb_err_set(err, "out of memory") : 0;
+    for (size_t r = 0; rc == 0 && r < n; r++)
+        o[r] = (shuf){xrow_hash(b, r, st->seed ^ 0x5DEECE66DULL), r};
+    if (rc == 0)
+        qsort(o, n, sizeof *o, shuf_cmp);
+    if (rc == 0 && n == 0)
+        rc = sb_op_out_set_schema_like(out, b, err);
+    for (size_t k = 0; rc == 0 && k < n; k += 1024) {
+        size_t m = n - k < 1024 ? n - k : 1024, ones[1024], firsts[1024];
+        for (size_t i = 0; i < m; i++) {
+            firsts[i] = o[k + i].row;
+            ones[i] = 1;
+        }
+        rc = sb_op_out_append_runs(out, b, firsts, ones, m, err);
+    }
+    free(o);
+    sb_batch_close(b);
+    whole_free(w);
+    return rc;
+}
+
+static int reduce_finish(void *state, sb_op_out *out, sb_err *err)
+{
+    xstate *st = state;
+    if (st->kind == X_SHUFFLE)
+        return shuffle_finish(st, out, err);
+    if (st->kind != X_GROUPBY)
+        return 0;
+    sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+    if (!sb_op_out_has_schema(out) && sb_op_out_set_schema(out, &f, 1, err) != 0)
+        return -1;
+    return xgroupby_emit(st->gb, out, err);
+}
+
+const sb_op_impl sb_op_exchange_map_impl = {
+    .name = "exchange.map",
+    .init = map_init,
+    .process = map_process,
+    .finish = map_finish,
+    .free = x_free,
+    .reset = x_reset,
+};
+
+const sb_op_impl sb_op_exchange_reduce_impl = {
+    .name = "exchange.reduce",
+    .init = reduce_init,
+    .process = reduce_process,
+    .finish = reduce_finish,
+    .free = x_free,
+    .reset = x_reset,
+};

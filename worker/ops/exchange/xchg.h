@@ -1,0 +1,128 @@
+/* xchg.h — internals of the all-to-all ops (issue 41): the exchange's map and reduce halves
+ * (exchange.c, the ops "exchange.map" and "exchange.reduce" the scheduler runs for a stage of
+ * repartition, random_shuffle, groupby or distinct: controller/sched/exchange.h), the keys they
+ * compare (keys.c) and groupby's aggregates (groupby.c). Internal to worker/ops/exchange.
+ *
+ * Keys compare by value and type: a JSON value is encoded canonically (xkey_encode), so 1, 1.0
+ * and 1e0 encode alike, "1" differently, true differently from 1, strings by their decoded
+ * bytes ("\u0041" is "A"), objects with their members sorted by name, arrays in order.
+ *
+ * Memory: an xbuf owns its bytes (xbuf_free). Nothing else here allocates except as said.
+ */
+#ifndef SB_WORKER_OPS_EXCHANGE_XCHG_H
+#define SB_WORKER_OPS_EXCHANGE_XCHG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "partition/partition.h"
+#include "worker/ops/json.h"
+#include "worker/ops/ops.h"
+
+/* A growable byte buffer. */
+typedef struct xbuf {
+    char *p;
+    size_t n, cap;
+} xbuf;
+
+int xbuf_put(xbuf *b, const void *p, size_t n);
+/* Room for n more bytes (b->n unchanged). */
+int xbuf_reserve(xbuf *b, size_t n);
+void xbuf_free(xbuf *b);
+
+/* Appends the canonical encoding of the valid JSON text p[0..n) (a value a scan accepted) to
+ * out. -1 out of memory. */
+int xkey_encode(const char *p, size_t n, xbuf *out);
+
+/* Past the JSON value at p (valid JSON text, leading white space allowed), at most e. */
+const char *xjson_skip(const char *p, const char *e);
+
+/* Appends the encoding of null (a missing key under missingKey: null). */
+int xkey_null(xbuf *out);
+
+/* A 64-bit hash of p[0..n) with a seed (FNV-1a, then a finalizer that spreads it). */
+uint64_t xhash(const void *p, size_t n, uint64_t seed);
+
+/* A hash of row `row` of every column of b (its values and nulls), for ops that see any schema
+ * (repartition, random_shuffle). */
+uint64_t xrow_hash(const sb_batch *b, size_t row, uint64_t seed);
+
+/* The fields of a key: names as given (keys.c parses the JSON list). */
+typedef struct xkeys {
+    sb_op_json_key *k;
+    size_t n;
+    int missing_null; /* missingKey: null */
+} xkeys;
+
+/* Scans record r[0..len) (row `row` for messages) of op `op` and appends the key's encoding to
+ * out; spans[i] (may be NULL) receive the fields' values (type NONE when missing, kept null).
+ * Data errors: invalid JSON, not an object, a missing field without missingKey: null. n == 0:
+ * the whole record is the key. */
+int xkeys_encode(const xkeys *ks, const char *op, const char *r, size_t len, size_t row,
+                 sb_op_json_span *spans, xbuf *out, sb_err *err);
+
+/* The key's encoding from the fields' values a scan found (found[0..ks->n)), as above. */
+int xkeys_encode_found(const xkeys *ks, const char *op, size_t row, const sb_op_json_span *found,
+                       xbuf *out, sb_err *err);
+
+/* ---- groupby (groupby.c) ----------------------------------------------------------------- */
+
+typedef struct xgroupby xgroupby;
+
+/* args: the stage's args ({keys, aggregates, missingKey}); memory: the most bytes its groups may
+ * take (0: no limit). NULL + err. */
+xgroupby *xgroupby_new(const char *args_json, uint64_t memory, sb_err *err);
+void xgroupby_free(xgroupby *g);
+/* Clears the groups (a new task). */
+void xgroupby_reset(xgroupby *g);
+/* Adds rows [first, first+n) of records column col of in. */
+int xgroupby_add(xgroupby *g, const sb_batch *in, int col, size_t first, size_t n, sb_err *err);
+/* Map-side combine: every group as one partial record {"k": {keys}, "a": [states]} handed to
+ * put with its bucket (the key's hash modulo nbuckets), in the order the groups were met; then
+ * clears them. A partial record is 'P' then {"k": {keys}, "a": [states]}. The reduce side merges
+ * them (xgroupby_add_partials): every aggregate combines (first, last and collect in the order the
+ * partials come). */
+typedef int (*xgroupby_put_fn)(void *ud, uint32_t bucket, const char *rec, size_t len, sb_err *err);
+int xgroupby_emit_partials(xgroupby *g, uint32_t nbuckets, xgroupby_put_fn put, void *ud,
+                           sb_err *err);
+/* Merges the records in rows [first, first+n) of records column col of in: partial records
+ * ('P' then the JSON above) and rows the map half passed on uncombined. */
+int xgroupby_add_partials(xgroupby *g, const sb_batch *in, int col, size_t first, size_t n,
+                          sb_err *err);
+/* Groups held now. */
+size_t xgroupby_groups(const xgroupby *g);
+/* Emits one record per group, in the order of their keys' encodings, and clears them. */
+int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err);
+/* The key fields (the map half buckets by them). */
+const xkeys *xgroupby_keys(const xgroupby *g);
+
+/* Parses a JSON list of field names (a cJSON array) into ks; missing_null from missingKey. -1
+ * + err (prefixed with op). */
+struct cJSON;
+int xkeys_parse(const struct cJSON *list, const struct cJSON *missing, const char *op, xkeys *ks,
+                sb_err *err);
+void xkeys_free(xkeys *ks);
+
+/* ---- a hash set of byte strings (distinct; groupby's table) ------------------------------- */
+
+typedef struct xset {
+    uint64_t *hash;  /* 0: empty slot */
+    uint32_t *entry; /* per slot: the entry index */
+    size_t cap, n;
+    xbuf keys;       /* the keys, each as u32 length then bytes */
+    size_t *key_off; /* per entry: its offset in keys */
+    size_t capent;
+} xset;
+
+/* Finds key p[0..n) (hash h): its entry index, added when absent (*added = 1). -1 out of
+ * memory. */
+long xset_find_add(xset *s, const void *p, size_t n, uint64_t h, int *added);
+/* Entry i's key. */
+const char *xset_key(const xset *s, size_t i, size_t *n);
+/* Bytes the set takes. */
+uint64_t xset_bytes(const xset *s);
+void xset_clear(xset *s);
+void xset_free(xset *s);
+
+#endif
