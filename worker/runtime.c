@@ -445,7 +445,9 @@ static int write_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
     sb_part_id_format(id, sizeof id, t->task->stage_index, t->task->task_index, t->seq++);
     if (t->task->writes_sink) {
         sb_io_part_info info;
-        int rc = sb_io_sink_write_part(&t->w->pipeline.spec.sink, id, blob, len, &info, &t->err);
+        /* staged: a speculative copy of this task may be writing the same parts */
+        int rc = sb_io_sink_write_staged(&t->w->pipeline.spec.sink, id, t->task->attempt, blob,
+                                         len, &info, &t->err);
         sb_part_free(blob);
         if (rc != 0)
             return -1;
@@ -930,11 +932,33 @@ static void task_done_free(task_done *d)
     free(d);
 }
 
+/* A sink task's staged parts once the controller answered: the accepted attempt (the first to
+ * finish) publishes them under the parts' names, a refused one (a speculative copy's loser)
+ * removes them. A failure is logged only: the commit publishes a listed part still staged and
+ * removes the others (sink.h). */
+static void sink_parts_settle(worker *w, task_done *d, int accepted)
+{
+    /* a failed attempt's parts are never published (its retry makes them again) */
+    accepted = accepted && d->req.status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    for (size_t i = 0; i < d->nparts; i++) {
+        sb_err err = {0};
+        int rc = accepted ? sb_io_sink_publish_staged(&w->pipeline.spec.sink, d->parts[i].id,
+                                                      d->req.attempt, &err)
+                          : sb_io_sink_discard_staged(&w->pipeline.spec.sink, d->parts[i].id,
+                                                      d->req.attempt, &err);
+        if (rc < 0)
+            sb_log(SB_LOG_WARN, accepted ? "sink part not published" : "sink part not discarded",
+                   "task", d->task_id, "error", err.msg, NULL);
+    }
+}
+
 /* The controller answered the report: a refused (stale) one's store outputs are dropped,
  * nobody will read them. Frees d. */
 static void task_done_acked(worker *w, task_done *d, int accepted)
 {
-    if (!accepted && !d->writes_sink) /* early outputs: the controller says (release list) */
+    if (d->writes_sink)
+        sink_parts_settle(w, d, accepted);
+    else if (!accepted) /* early outputs: the controller says (release list) */
         for (size_t i = 0; i < d->nparts; i++)
             if (!d->parts[i].published)
                 sb_store_release(w->store, d->parts[i].id, NULL);
@@ -942,11 +966,16 @@ static void task_done_acked(worker *w, task_done *d, int accepted)
 }
 
 /* The report could not be delivered: its store outputs are released (nobody knows of them).
+ * Staged sink parts stay: a controller may have accepted the report all the same (its answer
+ * lost, or a new leader's checkpoint lists them), and the commit publishes or removes them.
  * Frees d. */
 static void task_done_dropped(worker *w, task_done *d, const char *why)
 {
     sb_log(SB_LOG_WARN, "completion report dropped", "task", d->task_id, "why", why, NULL);
-    task_done_acked(w, d, 0);
+    if (d->writes_sink)
+        task_done_free(d);
+    else
+        task_done_acked(w, d, 0);
 }
 
 /* Runs a task and builds its report; NULL only when the worker stops (nothing is reported then,
@@ -986,8 +1015,11 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
            (rc == -2 && (d->lost = strdup(lost ? lost : "")) == NULL)) {
         task_done_free(d);
         if (stopping(w)) {
-            if (!task->writes_sink)
-                for (size_t i = 0; i < t.nparts; i++)
+            for (size_t i = 0; i < t.nparts; i++)
+                if (task->writes_sink) /* the task is re-run elsewhere: nobody publishes it */
+                    sb_io_sink_discard_staged(&w->pipeline.spec.sink, t.parts[i].id,
+                                              task->attempt, &t.err);
+                else
                     sb_store_release(w->store, t.parts[i].id, NULL);
             task_ctx_free(&t);
             return NULL;

@@ -430,6 +430,22 @@ static int f_del(const char *uri, sb_err *err)
     return rc;
 }
 
+static int f_move(const char *from, const char *to, int *absent, sb_err *err)
+{
+    char *a = path_of(from, err), *b = a ? path_of(to, err) : NULL;
+    int rc = 0;
+    if (b != NULL && rename(a, b) != 0) {
+        if (errno == ENOENT && absent != NULL)
+            *absent = 1;
+        rc = sb_err_set(err, "cannot rename %.300s to %.300s: %s", a, b, strerror(errno));
+    }
+    if (b == NULL)
+        rc = -1;
+    free(a);
+    free(b);
+    return rc;
+}
+
 static int f_cleanup(const char *dir_uri, sb_err *err)
 {
     char *dir = path_of(dir_uri, err);
@@ -476,5 +492,6 @@ const sb_io_backend sb_io_backend_file = {
     .write_abort = f_write_abort,
     .del = f_del,
     .cleanup = f_cleanup,
+    .move = f_move,
     .sync = f_sync,
 };

@@ -297,6 +297,59 @@ int sb_io_del(const char *uri, sb_err *err)
     return be == NULL ? -1 : be->del(uri, err);
 }
 
+#define SB_IO_MOVE_BUF ((size_t)1 << 20)
+
+/* The generic move: a streamed copy through one buffer, published at commit, then the source
+ * deleted (a failure before the commit leaves `to` as it was). */
+static int copy_move(const char *from, const char *to, int *absent, sb_err *err)
+{
+    uint64_t size = 0;
+    int exists = 0;
+    if (sb_io_stat(from, &size, &exists, err) != 0)
+        return -1;
+    if (!exists) {
+        if (absent != NULL)
+            *absent = 1;
+        return sb_err_set(err, "cannot move %.300s: No such file or directory", from);
+    }
+    sb_io_rd *r = NULL;
+    sb_io_wr *w = NULL;
+    char *buf = malloc(SB_IO_MOVE_BUF);
+    int rc = buf == NULL ? sb_err_set(err, "out of memory moving %.300s", from) : 0;
+    if (rc == 0 && sb_io_read_open(from, 0, size, &r, err) != 0)
+        rc = -1;
+    if (rc == 0 && sb_io_write_open(to, &w, err) != 0)
+        rc = -1;
+    ssize_t got = 0;
+    while (rc == 0 && (got = sb_io_read(r, buf, SB_IO_MOVE_BUF, err)) > 0)
+        if (sb_io_write(w, buf, (size_t)got, err) != 0)
+            rc = -1;
+    if (rc == 0 && got < 0)
+        rc = -1;
+    if (r != NULL)
+        sb_io_read_close(r);
+    free(buf);
+    if (rc != 0) {
+        sb_io_write_abort(w);
+        return -1;
+    }
+    if (sb_io_write_commit(w, err) != 0)
+        return -1;
+    return sb_io_del(from, err);
+}
+
+int sb_io_move(const char *from, const char *to, int *absent, sb_err *err)
+{
+    if (absent != NULL)
+        *absent = 0;
+    const sb_io_backend *be = sb_io_backend_of(from, 1, err);
+    if (be == NULL)
+        return -1;
+    if (sb_io_backend_of(to, 1, err) != be)
+        return sb_err_set(err, "cannot move %.300s to another backend", from);
+    return be->move != NULL ? be->move(from, to, absent, err) : copy_move(from, to, absent, err);
+}
+
 int sb_io_cleanup(const char *dir_uri, sb_err *err)
 {
     const sb_io_backend *be = sb_io_backend_of(dir_uri, 1, err);

@@ -25,6 +25,9 @@
  *   sync        makes every object committed under a directory URI durable (file: one
  *               syncfs(2) of its filesystem; S3: nothing to do).
  *   del         removes one object; an absent one is fine.
+ *   move        publishes an object under another name of the same directory, replacing one
+ *               there (file: rename(2), atomic; others: a streamed copy, committed like a
+ *               write, then the source deleted). The sink's staged parts (sink.h).
  *   cleanup     readies a directory URI for writes: removes the backend's own leftovers
  *               (file: .sbtmp-* files; S3: unfinished multipart uploads), e.g. of a killed
  *               worker, and creates the directory where the backend has directories (file).
@@ -83,6 +86,8 @@ typedef struct sb_io_backend {
     void (*write_abort)(sb_io_wr *w);
     int (*del)(const char *uri, sb_err *err);
     int (*cleanup)(const char *dir_uri, sb_err *err);
+    /* optional: NULL where the generic copy-then-delete serves (sb_io_move) */
+    int (*move)(const char *from, const char *to, int *absent, sb_err *err);
     /* optional: NULL where a committed write is durable already (s3) */
     int (*sync)(const char *dir_uri, sb_err *err);
 } sb_io_backend;
@@ -150,6 +155,9 @@ void sb_io_write_abort(sb_io_wr *w);
 int sb_io_put(const char *uri, const void *buf, size_t n, sb_err *err);
 
 int sb_io_del(const char *uri, sb_err *err);
+/* Moves object `from` to `to` (same backend; see "move" above). An absent `from` is an error
+ * whose *absent is set (may be NULL). 0, or -1 + err. */
+int sb_io_move(const char *from, const char *to, int *absent, sb_err *err);
 int sb_io_cleanup(const char *dir_uri, sb_err *err);
 /* Makes the objects committed under dir_uri durable (see "sync" above). 0, or -1 + err. */
 int sb_io_sync(const char *dir_uri, sb_err *err);

@@ -34,6 +34,8 @@
 #include "partition/id.h"
 
 #define PART_PREFIX "part-"
+#define STAGED_PREFIX ".sbatt-"
+#define STAGED_NAME_MAX (SB_IO_PART_NAME_MAX + 16)
 
 static const char *ext_of(sb_format f)
 {
@@ -365,12 +367,12 @@ static int write_parquet_part(const sb_sink_spec *sink, const char *partition_id
     return rc;
 }
 
-int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, const void *blob,
-                          size_t len, sb_io_part_info *info, sb_err *err)
+/* Writes the part of partition_id under `name` (its final name, or a staged one); info names
+ * the final one. */
+static int write_part_as(const sb_sink_spec *sink, const char *partition_id, const char *final,
+                         const char *name, const void *blob, size_t len, sb_io_part_info *info,
+                         sb_err *err)
 {
-    char final[SB_IO_PART_NAME_MAX];
-    if (sb_io_sink_part_name(sink, partition_id, final, err) != 0)
-        return -1;
     char *dir = sink_dir(sink, err);
     if (dir == NULL)
         return -1;
@@ -386,7 +388,7 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
         return sb_err_wrap(err, "sink: partition %s", partition_id);
     }
     if (sink->format == SB_FMT_PARQUET) {
-        char *puri = sb_io_uri_join(dir, final);
+        char *puri = sb_io_uri_join(dir, name);
         int prc = puri ? write_parquet_part(sink, partition_id, b, puri, final, info, err)
                        : sb_err_set(err, "sink: out of memory");
         free(puri);
@@ -407,7 +409,7 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
         free(dir);
         return sb_err_wrap(err, "sink: partition %s", partition_id);
     }
-    char *uri = sb_io_uri_join(dir, final);
+    char *uri = sb_io_uri_join(dir, name);
     free(dir);
     sb_io_wr *h = NULL;
     if (uri == NULL) {
@@ -464,6 +466,70 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
         info->crc32c = w.crc;
     }
     return 0;
+}
+
+int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, const void *blob,
+                          size_t len, sb_io_part_info *info, sb_err *err)
+{
+    char final[SB_IO_PART_NAME_MAX];
+    if (sb_io_sink_part_name(sink, partition_id, final, err) != 0)
+        return -1;
+    return write_part_as(sink, partition_id, final, final, blob, len, info, err);
+}
+
+/* ".sbatt-<attempt>-<final name>": hidden from readers (a leading '.'), one per attempt. */
+static int staged_name(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
+                       char *final, char *out, size_t len, sb_err *err)
+{
+    if (sb_io_sink_part_name(sink, partition_id, final, err) != 0)
+        return -1;
+    snprintf(out, len, STAGED_PREFIX "%" PRIu32 "-%s", attempt, final);
+    return 0;
+}
+
+int sb_io_sink_write_staged(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
+                            const void *blob, size_t len, sb_io_part_info *info, sb_err *err)
+{
+    char final[SB_IO_PART_NAME_MAX], staged[STAGED_NAME_MAX];
+    if (staged_name(sink, partition_id, attempt, final, staged, sizeof staged, err) != 0)
+        return -1;
+    return write_part_as(sink, partition_id, final, staged, blob, len, info, err);
+}
+
+/* Moves (publish) or removes (discard) the staged part of one attempt. */
+static int staged_act(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
+                      int publish, sb_err *err)
+{
+    char final[SB_IO_PART_NAME_MAX], staged[STAGED_NAME_MAX];
+    if (staged_name(sink, partition_id, attempt, final, staged, sizeof staged, err) != 0)
+        return -1;
+    char *dir = sink_dir(sink, err);
+    if (dir == NULL)
+        return -1;
+    char *from = sb_io_uri_join(dir, staged), *to = sb_io_uri_join(dir, final);
+    int rc = 0, absent = 0;
+    if (from == NULL || to == NULL)
+        rc = sb_err_set(err, "sink: out of memory");
+    else if (publish && sb_io_move(from, to, &absent, err) != 0)
+        rc = absent ? 1 : sb_err_wrap(err, "sink: publishing partition %s", partition_id);
+    else if (!publish && sb_io_del(from, err) != 0)
+        rc = sb_err_wrap(err, "sink: discarding partition %s", partition_id);
+    free(from);
+    free(to);
+    free(dir);
+    return rc;
+}
+
+int sb_io_sink_publish_staged(const sb_sink_spec *sink, const char *partition_id,
+                              uint32_t attempt, sb_err *err)
+{
+    return staged_act(sink, partition_id, attempt, 1, err);
+}
+
+int sb_io_sink_discard_staged(const sb_sink_spec *sink, const char *partition_id,
+                              uint32_t attempt, sb_err *err)
+{
+    return staged_act(sink, partition_id, attempt, 0, err);
 }
 
 /* Removes _SUCCESS, the manifest and the backend's leftovers (temporary files, unfinished
@@ -536,12 +602,21 @@ int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err)
     return rc;
 }
 
+static int commit_remove_staged(const sb_io_obj *objs, size_t nobjs, sb_err *err);
+
 int sb_io_sink_abort(const sb_sink_spec *sink, sb_err *err)
 {
     char *dir = sink_dir(sink, err);
     if (dir == NULL)
         return -1;
     int rc = keeps_commit(sink) ? leftovers(dir, err) : cleanup(dir, err);
+    sb_io_obj *o = NULL;
+    size_t n = 0;
+    if (rc == 0 && sb_io_list(dir, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &o, &n, err) != 0)
+        rc = sb_err_wrap(err, "sink");
+    if (rc == 0) /* staged parts: no commit will publish them now */
+        rc = commit_remove_staged(o, n, err);
+    sb_io_objs_free(o, n);
     free(dir);
     return rc;
 }
@@ -776,6 +851,95 @@ static void merged_free(merged *m)
     free(m->errored);
 }
 
+/* CRC-32C of the object at uri (size bytes). 0, or -1 + err. */
+static int object_crc(const char *uri, uint64_t size, uint32_t *crc, sb_err *err)
+{
+    sb_io_rd *r = NULL;
+    unsigned char *buf = malloc(SB_IO_BUF_SIZE);
+    if (buf == NULL)
+        return sb_err_set(err, "sink: out of memory");
+    if (sb_io_read_open(uri, 0, size, &r, err) != 0) {
+        free(buf);
+        return -1;
+    }
+    ssize_t got;
+    *crc = 0;
+    while ((got = sb_io_read(r, buf, SB_IO_BUF_SIZE, err)) > 0)
+        *crc = sb_crc32c(*crc, buf, (size_t)got);
+    sb_io_read_close(r);
+    free(buf);
+    return got < 0 ? -1 : 0;
+}
+
+/* The final name a staged object's name stands for (NULL when it is not one). */
+static const char *staged_final(const char *base)
+{
+    size_t pl = strlen(STAGED_PREFIX);
+    if (strncmp(base, STAGED_PREFIX, pl) != 0)
+        return NULL;
+    const char *p = base + pl;
+    if (*p < '0' || *p > '9')
+        return NULL;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return *p == '-' ? p + 1 : NULL;
+}
+
+/* A listed part whose final file is missing but whose winning attempt's staged file is there
+ * (the attempt's worker had not published it yet, or died after its report was accepted) is
+ * published here: the staged file with the reported size and CRC-32C (a losing attempt's may
+ * differ). *moved counts them (the listing is then stale). -1 with err set. */
+static int commit_adopt_staged(const char *dir, const sb_io_part_info *parts, size_t n,
+                               const sb_io_obj *objs, size_t nobjs, size_t *moved, sb_err *err)
+{
+    sb_idmap byname;
+    sb_idmap_init(&byname, part_name_at, parts);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (sb_idmap_put(&byname, parts[i].name, i) != 0)
+            rc = sb_err_set(err, "sink: commit: out of memory");
+    for (size_t k = 0; rc == 0 && k < nobjs; k++) {
+        const char *base = sb_io_uri_base(objs[k].uri), *final = staged_final(base);
+        size_t i;
+        if (final == NULL || !sb_idmap_get(&byname, final, &i) || objs[k].size != parts[i].bytes)
+            continue;
+        char *to = sb_io_uri_join(dir, final);
+        uint64_t size = 0;
+        int exists = 0;
+        uint32_t crc = 0;
+        if (to == NULL)
+            rc = sb_err_set(err, "sink: commit: out of memory");
+        else if (sb_io_stat(to, &size, &exists, err) != 0)
+            rc = sb_err_wrap(err, "sink: commit");
+        else if (!exists && object_crc(objs[k].uri, objs[k].size, &crc, err) != 0)
+            rc = sb_err_wrap(err, "sink: commit: reading %.300s", objs[k].uri);
+        else if (!exists && crc == parts[i].crc32c) {
+            int absent = 0;
+            if (sb_io_move(objs[k].uri, to, &absent, err) == 0)
+                (*moved)++;
+            else if (!absent) /* absent: its worker published it meanwhile */
+                rc = sb_err_wrap(err, "sink: commit");
+        }
+        free(to);
+    }
+    sb_idmap_free(&byname);
+    return rc;
+}
+
+int sb_io_sink_is_staged(const char *name)
+{
+    return staged_final(name) != NULL;
+}
+
+/* Staged parts left over (losing attempts', or published copies' sources): removed. */
+static int commit_remove_staged(const sb_io_obj *objs, size_t nobjs, sb_err *err)
+{
+    for (size_t k = 0; k < nobjs; k++)
+        if (staged_final(sb_io_uri_base(objs[k].uri)) != NULL && sb_io_del(objs[k].uri, err) != 0)
+            return sb_err_wrap(err, "sink: commit: cannot remove staged part %.300s", objs[k].uri);
+    return 0;
+}
+
 /* Checks the parts against one listing, removes strays and leftovers, publishes. */
 static int commit_listed(const char *dir, const sb_sink_spec *sink, const sb_io_part_info *parts,
                          size_t n, const sb_io_errored *errored, size_t nerrored, sb_err *err)
@@ -796,9 +960,21 @@ static int commit_listed(const char *dir, const sb_sink_spec *sink, const sb_io_
         rc = sb_err_wrap(err, "sink: commit");
         goto out;
     }
-    rc = commit_check_parts(dir, ext, parts, n, objs, nobjs, &named, skip, err);
+    size_t moved = 0;
+    rc = commit_adopt_staged(dir, parts, n, objs, nobjs, &moved, err);
+    if (rc == 0 && moved > 0) { /* listed again: the sizes below are of the final names */
+        sb_io_objs_free(objs, nobjs);
+        objs = NULL;
+        nobjs = 0;
+        if (sb_io_list(dir, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &objs, &nobjs, err) != 0)
+            rc = sb_err_wrap(err, "sink: commit");
+    }
+    if (rc == 0)
+        rc = commit_check_parts(dir, ext, parts, n, objs, nobjs, &named, skip, err);
     if (rc == 0)
         rc = commit_remove_strays(objs, nobjs, ext, &named, err);
+    if (rc == 0)
+        rc = commit_remove_staged(objs, nobjs, err);
     if (rc != 0)
         goto out;
     /* Temporary files and unfinished multipart uploads of workers killed mid-write: every
@@ -877,36 +1053,22 @@ int sb_io_sink_verify_part(const sb_sink_spec *sink, const char *partition_id, u
         return sb_err_set(err, "sink: out of memory");
     uint64_t size = 0;
     int exists = 0, ok = 0;
+    uint32_t crc = 0;
     sb_err e = {0};
-    sb_io_rd *r = NULL;
-    unsigned char *buf = NULL;
-    if (sb_io_stat(uri, &size, &exists, &e) != 0) {
+    if (sb_io_stat(uri, &size, &exists, &e) != 0)
         snprintf(why, len, "%s", e.msg);
-    } else if (!exists) {
+    else if (!exists)
         snprintf(why, len, "%s is missing", uri);
-    } else if (size != bytes) {
+    else if (size != bytes)
         snprintf(why, len, "%s has %" PRIu64 " bytes, the checkpoint recorded %" PRIu64, uri, size,
                  bytes);
-    } else if ((buf = malloc(SB_IO_BUF_SIZE)) == NULL) {
-        free(uri);
-        return sb_err_set(err, "sink: out of memory");
-    } else if (sb_io_read_open(uri, 0, size, &r, &e) != 0) {
+    else if (object_crc(uri, size, &crc, &e) != 0)
         snprintf(why, len, "%s", e.msg);
-    } else {
-        uint32_t crc = 0;
-        ssize_t got;
-        while ((got = sb_io_read(r, buf, SB_IO_BUF_SIZE, &e)) > 0)
-            crc = sb_crc32c(crc, buf, (size_t)got);
-        if (got < 0)
-            snprintf(why, len, "%s", e.msg);
-        else if (crc != crc32c)
-            snprintf(why, len, "%s has CRC-32C %" PRIu32 ", the checkpoint recorded %" PRIu32, uri,
-                     crc, crc32c);
-        else
-            ok = 1;
-        sb_io_read_close(r);
-    }
-    free(buf);
+    else if (crc != crc32c)
+        snprintf(why, len, "%s has CRC-32C %" PRIu32 ", the checkpoint recorded %" PRIu32, uri, crc,
+                 crc32c);
+    else
+        ok = 1;
     free(uri);
     return ok;
 }

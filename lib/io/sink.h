@@ -10,6 +10,8 @@
  *                               the totals.
  *   _SUCCESS                    written by commit after the manifest; only a fully committed
  *                               pipeline has one.
+ *   .sbatt-<attempt>-part-...   a task attempt's staged part (sb_io_sink_write_staged), hidden
+ *                               from readers until published under the part's name.
  *   .sbtmp-*                    files being written (temporary names in the same directory,
  *                               renamed into place, not synced); prepare and abort remove
  *                               leftovers. Readers skip them (and _*) like any source listing.
@@ -26,10 +28,18 @@
  *                            files. Part files of earlier attempts are kept (a resumed pipeline
  *                            does not redo committed partitions).
  *   sb_io_sink_write_part()  by any worker, concurrently, one call per output partition.
+ *   sb_io_sink_write_staged() the same under the attempt's staged name (what workers do: two
+ *                            attempts of one task, a speculative copy beside its original, may
+ *                            run at once); then sb_io_sink_publish_staged() once the controller
+ *                            accepted that attempt's report (it was first), or
+ *                            sb_io_sink_discard_staged() when it refused it (it was late).
  *   sb_io_sink_commit()      once, with the parts of the finished pipeline: checks each part
  *                            file exists with the reported size, deletes part files of this
  *                            format that are not in the list (output of attempts the list no
- *                            longer includes), writes _manifest.json atomically, syncs the
+ *                            longer includes), publishes a listed part still staged (its
+ *                            worker had not published it yet, or died after its report was
+ *                            accepted: the staged file with the listed size and CRC-32C), removes
+ *                            the other staged files, writes _manifest.json atomically, syncs the
  *                            directory (every part and the manifest durable: one syncfs on
  *                            file sinks, nothing on S3), then writes and syncs _SUCCESS.
  *   sb_io_sink_abort()       on failure or cancel: removes _SUCCESS, _manifest.json and
@@ -72,6 +82,19 @@ int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err);
  * file is left behind and an existing part file is unchanged. */
 int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, const void *blob,
                           size_t len, sb_io_part_info *info, sb_err *err);
+
+/* sb_io_sink_write_part() under the staged name of attempt `attempt` (".sbatt-<attempt>-" and
+ * the part's name), which readers skip; info names the part's final name. */
+int sb_io_sink_write_staged(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
+                            const void *blob, size_t len, sb_io_part_info *info, sb_err *err);
+/* Publishes attempt's staged part under the part's name (file: a rename; S3: a copy, then the
+ * staged object deleted), replacing a file there. 0, 1 when the staged part is absent (the
+ * commit published it already, or it was never written), -1 + err. */
+int sb_io_sink_publish_staged(const sb_sink_spec *sink, const char *partition_id,
+                              uint32_t attempt, sb_err *err);
+/* Removes attempt's staged part (an absent one is fine). 0, or -1 + err. */
+int sb_io_sink_discard_staged(const sb_sink_spec *sink, const char *partition_id,
+                              uint32_t attempt, sb_err *err);
 
 /* An errored partition whose records are missing from the output (listed in the manifest's
  * "errored" array as {stage, split, error}). */

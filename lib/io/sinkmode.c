@@ -60,7 +60,8 @@ int sb_io_sink_check_empty(const char *dir, const char *ext, const sb_io_obj *ob
     const char *first = NULL;
     for (size_t i = 0; i < nobjs; i++) {
         const char *nm = sb_io_uri_base(objs[i].uri);
-        if (sb_io_sink_our_part_name(nm, ext) || strncmp(nm, ".sbtmp-", 7) == 0)
+        if (sb_io_sink_our_part_name(nm, ext) || strncmp(nm, ".sbtmp-", 7) == 0 ||
+            sb_io_sink_is_staged(nm))
             continue; /* an unfinished run's: this run's own when it resumes */
         if (other++ == 0)
             first = nm;

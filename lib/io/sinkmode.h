@@ -51,6 +51,8 @@ int sb_io_sink_check_empty(const char *dir, const char *ext, const sb_io_obj *ob
 /* Is `name` ("part-<id>.<ext>" or "part-<tag>-<id>.<ext>", id a partition id of lib/partition)
  * a part file this engine writes? Only those may be removed as strays. */
 int sb_io_sink_our_part_name(const char *name, const char *ext);
+/* Is `name` an attempt's staged part (".sbatt-<attempt>-part-...", sink.h)? */
+int sb_io_sink_is_staged(const char *name);
 
 /* Does dir hold _SUCCESS? 0 with *yes set, or -1 + err. */
 int sb_io_sink_dir_committed(const char *dir, int *yes, sb_err *err);

@@ -776,3 +776,96 @@ Test(sink, run_tags)
     cr_expect_eq(sb_io_sink_tag_check(NULL, SB_SINK_IGNORE, &e), 0);
     cr_expect_neq(sb_io_sink_tag_from_uid("abc", t, &e), 0);
 }
+
+/* Two attempts of one sink task (a speculative copy beside its original, issue 42), as the
+ * worker drives them: each writes its parts staged under its attempt's name, hidden from readers;
+ * the attempt whose report the controller accepted publishes them, the other discards its own.
+ * The loser writes different bytes (a non-deterministic op), so the output shows whose part it
+ * is. */
+static void write_staged(const sb_sink_spec *s, const char *id, uint32_t attempt,
+                         const char *const *recs, size_t n, sb_io_part_info *info)
+{
+    size_t len;
+    void *blob = make_part(SB_TYPE_UTF8, recs, n, &len);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_write_staged(s, id, attempt, blob, len, info, &e), 0, "%s", e.msg);
+    sb_part_free(blob);
+}
+
+Test(sink, staged_attempts_only_the_accepted_one_is_published)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *won[] = {"{\"a\":1}", "{\"a\":2}"}, *lost[] = {"{\"a\":9}", "{\"a\":8}"};
+    sb_io_part_info wi, li;
+    write_staged(&s, "s0-t0-p0", 1, won, 2, &wi); /* the copy, attempt 1, finishes first */
+    cr_expect_str_eq(wi.name, "part-s0-t0-p0.jsonl", "info names the final part");
+    cr_expect(!exists("part-s0-t0-p0.jsonl"), "nothing visible before the report is accepted");
+    cr_expect(exists(".sbatt-1-part-s0-t0-p0.jsonl"));
+    cr_assert_eq(sb_io_sink_publish_staged(&s, "s0-t0-p0", 1, &e), 0, "%s", e.msg);
+    /* the original, attempt 0, finishes later: its report is stale, it discards its part */
+    write_staged(&s, "s0-t0-p0", 0, lost, 2, &li);
+    cr_assert_eq(sb_io_sink_discard_staged(&s, "s0-t0-p0", 0, &e), 0, "%s", e.msg);
+    cr_expect_eq(sb_io_sink_publish_staged(&s, "s0-t0-p0", 0, &e), 1, "nothing left to publish");
+    char l[1024];
+    listing(l, sizeof l);
+    cr_expect_str_eq(l, "part-s0-t0-p0.jsonl");
+    cr_assert_eq(sb_io_sink_commit(&s, &wi, 1, NULL, 0, &e), 0, "%s", e.msg);
+    size_t n;
+    char *got = slurp(out_path("part-s0-t0-p0.jsonl"), &n);
+    cr_expect_str_eq(got, "{\"a\":1}\n{\"a\":2}\n", "the accepted attempt's bytes");
+    free(got);
+    listing(l, sizeof l);
+    cr_expect_str_eq(l, "_SUCCESS,_manifest.json,part-s0-t0-p0.jsonl");
+}
+
+/* The accepted attempt's worker died before publishing (or the commit ran first): the commit
+ * publishes the staged part with the listed size and CRC, not the loser's of the same size, and
+ * removes every other staged file; a loser killed mid-write leaves nothing a reader sees. */
+Test(sink, commit_publishes_the_listed_attempts_staged_part_and_removes_the_others)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *won[] = {"{\"a\":1}"}, *lost[] = {"{\"a\":9}"}, *other[] = {"{\"b\":3}"};
+    sb_io_part_info wi, li, oi[2];
+    write_staged(&s, "s0-t0-p0", 0, lost, 1, &li); /* same size, other bytes */
+    write_staged(&s, "s0-t0-p0", 2, won, 1, &wi);
+    cr_assert_eq(li.bytes, wi.bytes);
+    cr_assert_neq(li.crc32c, wi.crc32c);
+    write_staged(&s, "s0-t1-p0", 0, other, 1, &oi[1]);
+    cr_assert_eq(sb_io_sink_publish_staged(&s, "s0-t1-p0", 0, &e), 0, "%s", e.msg);
+    oi[0] = wi;
+    /* a loser killed mid-write: its temporary file */
+    FILE *f = fopen(out_path(".sbtmp-dead"), "w");
+    cr_assert_not_null(f);
+    fputs("{\"a\":", f);
+    fclose(f);
+    /* readers of the directory see only published parts */
+    sb_io_obj *objs = NULL;
+    size_t nobjs = 0;
+    cr_assert_eq(sb_io_list(g_uri, SB_IO_LIST_DIR, &objs, &nobjs, &e), 0, "%s", e.msg);
+    cr_expect_eq(nobjs, 1, "staged and temporary files are hidden");
+    sb_io_objs_free(objs, nobjs);
+    cr_assert_eq(sb_io_sink_commit(&s, oi, 2, NULL, 0, &e), 0, "%s", e.msg);
+    char l[1024];
+    listing(l, sizeof l);
+    cr_expect_str_eq(l, "_SUCCESS,_manifest.json,part-s0-t0-p0.jsonl,part-s0-t1-p0.jsonl");
+    size_t n;
+    char *got = slurp(out_path("part-s0-t0-p0.jsonl"), &n);
+    cr_expect_str_eq(got, "{\"a\":1}\n", "the listed attempt's bytes, chosen by CRC");
+    free(got);
+    char *man = slurp(out_path("_manifest.json"), &n);
+    cr_expect_not_null(strstr(man, "part-s0-t0-p0.jsonl"));
+    cr_expect_null(strstr(man, "sbatt"), "the manifest names final parts only");
+    free(man);
+    /* a listed part with no file and no staged one still fails the commit */
+    sb_io_part_info gone = wi;
+    snprintf(gone.name, sizeof gone.name, "part-s0-t9-p0.jsonl");
+    cr_expect_eq(sb_io_sink_commit(&s, &gone, 1, NULL, 0, &e), -1);
+    /* abort removes staged parts as well */
+    write_staged(&s, "s0-t5-p0", 3, won, 1, NULL);
+    cr_assert_eq(sb_io_sink_abort(&s, &e), 0, "%s", e.msg);
+    cr_expect(!exists(".sbatt-3-part-s0-t5-p0.jsonl"));
+}
