@@ -7,6 +7,7 @@
 #include "controller/sched/deal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ typedef struct {
     sb_ctl_worker_figures fig; /* from its latest heartbeat */
     int told_lost;             /* declared lost, it came back and was told to shut down (logged) */
     int retired;               /* drained, then retired: told to shut down, not lost */
+    int suspect; /* silent for SUSPECT_BEATS heartbeat intervals (sb_sched_worker_suspect) */
     char session[SB_RPC_TOKEN_HEX + 1]; /* RegisterRequest.session of its latest registration */
 } seen;
 
@@ -251,7 +253,29 @@ static seen *touch_worker(sb_ctl *c, const char *id)
     if (w == NULL || !w->live)
         return NULL;
     w->last_seen_ms = now_ms();
+    if (w->suspect) { /* heard from again */
+        w->suspect = 0;
+        if (c->sched != NULL)
+            sb_sched_worker_suspect(c->sched, w->id, 0);
+    }
     return w;
+}
+
+/* A frozen worker (a stopped process, a stalled node) sends nothing: after SUSPECT_BEATS
+ * heartbeat intervals of silence its running tasks may be copied at once (it is suspect), long
+ * before the heartbeat timeout declares it lost; it is not lost, so nothing is re-made. */
+#define SUSPECT_BEATS 3
+static void suspect_tick(sb_ctl *c, seen *w, uint64_t now)
+{
+    if (w->suspect || c->sched == NULL ||
+        now <= w->last_seen_ms + (uint64_t)SUSPECT_BEATS * c->hb_interval_ms)
+        return;
+    w->suspect = 1;
+    sb_sched_worker_suspect(c->sched, w->id, 1);
+    char ms[32];
+    snprintf(ms, sizeof ms, "%" PRIu64, now - w->last_seen_ms);
+    sb_log(SB_LOG_INFO, "worker silent: suspect, its tasks may be copied", "worker", w->id,
+           "silent_ms", ms, NULL);
 }
 
 static void free_releases(char **rel, size_t n)
@@ -1254,6 +1278,8 @@ static void *timer_main(void *arg)
         for (size_t i = 0; i < c->nworkers; i++)
             if (c->workers[i].live && now > c->workers[i].last_seen_ms + c->hb_timeout_ms)
                 mark_lost(c, &c->workers[i], "missed heartbeats");
+            else if (c->workers[i].live)
+                suspect_tick(c, &c->workers[i], now);
         drain_tick(c);
         serve_pending(c, 0);
     }

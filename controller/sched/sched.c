@@ -120,6 +120,7 @@ typedef struct {
     uint32_t slow_n;
     uint64_t slow_since_ms;
     int draining;
+    int suspect; /* silent for a while (sb_sched_worker_suspect): its tasks are copied at once */
     uint32_t drain_op;
     double drain_speed, drain_median;
     int early; /* it publishes outputs early and waits for grants (sb_sched_worker_set_early) */
@@ -193,6 +194,7 @@ struct sb_sched {
     int early_off;       /* sb_sched_config.no_early */
     uint64_t workers_drained;
     size_t ndraining;    /* alive workers that are draining */
+    size_t nsuspect;     /* alive workers that are suspect (sb_sched_worker_suspect) */
     size_t *drain_notes; /* drained workers not yet taken by sb_sched_drains_take */
     size_t ndrain_notes, capdrain_notes;
     sb_storage_output *sink_ordered; /* sb_sched_sink_parts' view with preserve_order */
@@ -1011,6 +1013,7 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
     wk->nrun = 0;
     wk->alive = 1;
     wk->draining = 0; /* a new incarnation under the same id starts healthy */
+    wk->suspect = 0;
     wk->slow_n = 0;
     static_bind(s, pool); /* the pool's slots changed: bind them again */
     for (size_t i = 0; i < nheld; i++) {
@@ -1156,6 +1159,9 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
     wk->alive = 0;
     if (wk->draining)
         s->ndraining--;
+    if (wk->suspect)
+        s->nsuspect--;
+    wk->suspect = 0;
     static_bind(s, wk->pool); /* its slots are gone: the others cover every op */
     for (size_t k = 0; k < wk->nrel; k++)
         free(wk->releases[k]);
@@ -1867,29 +1873,51 @@ static void drain_check(sb_sched *s, size_t w, size_t i, double v, uint64_t star
 /* Speculative copies. A worker of the pool that asks for work and gets none may run a copy
  * of the op's slowest running task when the op is in its tail (nothing queued or waiting for
  * it, everything upstream done), at least SPEC_MIN_DONE of its tasks succeeded, and that task
- * has run SPEC_FACTOR times their mean duration and at least SPEC_MIN_MS — or, when both
- * workers' speeds on the op are measured (the EWMAs of tail sizing), sooner: as soon as what the
- * task has left at its worker's speed is more than SPEC_GAIN times what the whole task would
- * take at the asking worker's speed (a task on a worker 4 times slower is copied at once) — on
- * another worker, with its inputs still there. The task with the most to gain goes first. Ops that
- * write the sink are not copied: a part file is written under its final name by the attempt that
- * makes it, and two attempts must not both write one. The copy gets an attempt number of its own;
- * the first attempt to finish is the task's result, the other one's completion is stale and its
- * outputs are released. One copy per task; a copy counts against the memory budget like a task. */
+ * has run SPEC_FACTOR times their mean duration and at least SPEC_MIN_MS — or sooner, as soon as
+ * what the task has left is more than SPEC_GAIN times what the whole task would take at the
+ * asking worker's speed (a task on a worker 4 times slower is copied at once). What it has left
+ * (spec_left): at its worker's measured speed on the op (the EWMAs of tail sizing), or, when its
+ * worker has finished none of the op's tasks, at the op's mean speed over every worker; a task
+ * already late by d at that speed is expected to take d more (the rule of eft_defer), so a slow
+ * attempt is judged whether or not its worker ever finished a task. Outside the tail, the tasks
+ * of a drained (sick) worker are copied after SPEC_MIN_MS and those of a suspect (silent) worker
+ * at once. The copy runs on another worker, with the task's inputs still there; the task with the
+ * most to gain goes first. The copy gets an attempt number of its own; the first attempt to
+ * finish is the task's result, the other one's completion is stale and its outputs are released.
+ * Ops that write the sink are copied too: workers write sink parts under the attempt's staged
+ * name and publish them only once their report is accepted (lib/io/sink.h), so the loser's parts
+ * are never visible and the manifest lists one part per id. One copy per task; a copy counts
+ * against the memory budget like a task. */
 #define SPEC_FACTOR 2
 #define SPEC_MIN_DONE 3
 #define SPEC_MIN_MS 1000
 #define SPEC_SCAN_MS 100
 #define SPEC_GAIN 1.5
 
-/* Whether a worker of the pool other than w is draining (its tasks may be copied any time). */
+/* Whether a worker of the pool other than w is draining or suspect (its tasks may be copied any
+ * time). */
 static int pool_draining(const sb_sched *s, const char *pool, size_t w)
 {
     for (size_t k = 0; k < s->nworkers; k++)
-        if (k != w && s->workers[k].alive && s->workers[k].draining &&
+        if (k != w && s->workers[k].alive && (s->workers[k].draining || s->workers[k].suspect) &&
             strcmp(s->workers[k].pool, pool) == 0)
             return 1;
     return 0;
+}
+
+/* What task t (of op k, on worker x) has left, in ms, after running `ran` ms: at x's measured
+ * speed on the op, else at the op's mean speed; a task late by d is expected to take d more,
+ * judged from SPEC_MIN_MS on (short tasks are not copied on a guess). Negative when there is
+ * nothing to judge by. */
+static double spec_left(const op *o, const worker *x, const task *t, size_t k, double ran)
+{
+    double v = x->op_speed[k] > 0 ? x->op_speed[k] : o->speed_avg;
+    if (v <= 0 || t->in_bytes == 0)
+        return -1;
+    double whole = (double)t->in_bytes / v;
+    if (whole > ran)
+        return x->op_speed[k] > 0 ? whole - ran : -1; /* not late at the op's speed */
+    return ran >= SPEC_MIN_MS ? ran - whole : -1;
 }
 
 static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
@@ -1900,7 +1928,7 @@ static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
     if (s->spec_off)
         return NONE;
     int drains = -1; /* computed once, when an op is not in its tail */
-    for (size_t k = 0; k + 1 < s->nops; k++) {
+    for (size_t k = 0; k < s->nops; k++) {
         op *o = &s->ops[k];
         if (strcmp(o->pool, wk->pool) != 0 || o->running == 0 ||
             (s->mode == SB_MODE_STATIC && static_full(s, wk, k)))
@@ -1909,7 +1937,7 @@ static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
         int tail = o->qlen == 0 && o->flen == 0 && o->ok_n >= SPEC_MIN_DONE &&
                    (k == 0 || op_finished(s, k - 1));
         if (!tail && drains < 0) /* O(workers): only while some worker drains */
-            drains = s->ndraining > 0 && pool_draining(s, wk->pool, w);
+            drains = s->ndraining + s->nsuspect > 0 && pool_draining(s, wk->pool, w);
         if (!tail && !drains)
             continue;
         /* the scan is over every task: at most one per op every SPEC_SCAN_MS, however many
@@ -1926,13 +1954,14 @@ static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
                 !inputs_available(s, t))
                 continue;
             const worker *x = &s->workers[t->worker];
-            int sick = x->draining;
+            int sick = x->draining || x->suspect;
             if (!tail && !sick)
                 continue;
             double ran = now_ms > t->started_ms ? (double)(now_ms - t->started_ms) : 0;
-            double gain = ran - (double)(sick ? SPEC_MIN_MS : bar); /* ms past the bar */
-            if (x->op_speed[k] > 0 && wk->op_speed[k] > 0 && t->in_bytes > 0) {
-                double left = (double)t->in_bytes / x->op_speed[k] - ran;
+            /* ms past the bar; a suspect worker's tasks have none */
+            double gain = ran - (x->suspect ? 0 : (double)(sick ? SPEC_MIN_MS : bar));
+            double left = spec_left(o, x, t, k, ran);
+            if (left >= 0 && wk->op_speed[k] > 0) {
                 double mine = (double)t->in_bytes / wk->op_speed[k];
                 if (left > SPEC_GAIN * mine && left - mine > gain)
                     gain = left - mine; /* a copy here ends that much sooner */
@@ -2846,6 +2875,24 @@ size_t sb_sched_drains_take(sb_sched *s, sb_sched_drain *out, size_t max)
 size_t sb_sched_draining_count(const sb_sched *s)
 {
     return s->ndraining;
+}
+
+void sb_sched_worker_suspect(sb_sched *s, const char *worker_id, int on)
+{
+    size_t w = worker_find(s, worker_id);
+    if (w == NONE || !s->workers[w].alive || s->workers[w].suspect == (on != 0))
+        return;
+    s->workers[w].suspect = on != 0;
+    if (on)
+        s->nsuspect++;
+    else
+        s->nsuspect--;
+}
+
+int sb_sched_worker_suspect_get(const sb_sched *s, const char *worker_id)
+{
+    size_t w = worker_find(s, worker_id);
+    return w != NONE && s->workers[w].alive && s->workers[w].suspect;
 }
 
 int sb_sched_worker_draining(const sb_sched *s, const char *worker_id)

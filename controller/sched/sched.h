@@ -29,7 +29,8 @@
  *
  * Stragglers (sched.c): tail sizing (an op's last tasks sized by worker speed), earliest finish
  * at the tail (a slow worker leaves an op's last tasks to faster ones that would end them
- * sooner), speculative copies of slow tasks at an op's tail, and draining of sick workers — a
+ * sooner), speculative copies of slow tasks at an op's tail (sink-writing ones too) and of a
+ * suspect (silent) worker's tasks at once, and draining of sick workers — a
  * worker persistently far slower than its pool gets no new tasks and is reported
  * (sb_sched_drains_take) so the controller retires it once it is removable and the backend replaces
  * it. Modes: `staged` runs an op only after the previous one finished (no budget: the stores
@@ -343,6 +344,15 @@ size_t sb_sched_drains_take(sb_sched *s, sb_sched_drain *out, size_t max);
 size_t sb_sched_draining_count(const sb_sched *s);
 /* 1 if the worker is alive and draining (retire it when sb_sched_worker_removable says so). */
 int sb_sched_worker_draining(const sb_sched *s, const char *worker_id);
+
+/* A worker gone silent (no heartbeat, poll or report for a while; the controller decides, see
+ * docs/scheduling.md "Frozen workers") is suspect (on=1) until it is heard from again (on=0):
+ * its running tasks may be copied at once, in the tail or not. Suspect is not lost: nothing is
+ * re-queued or re-made by lineage, and its attempts still count when they finish first. Unknown
+ * or lost ids are ignored. */
+void sb_sched_worker_suspect(sb_sched *s, const char *worker_id, int on);
+/* 1 if the worker is alive and suspect. */
+int sb_sched_worker_suspect_get(const sb_sched *s, const char *worker_id);
 
 /* Demand of a pool: tasks queued (ready to run, plus the tasks the partitions waiting in its
  * ops' input queues will form, at least one when any waits) and running for its ops, and

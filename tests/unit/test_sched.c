@@ -49,6 +49,7 @@ typedef struct {
     uint32_t slots;
     int alive;
     uint64_t slow;       /* task times are multiplied by this (a slower machine); 1 by default */
+    uint64_t slow_from;  /* >0: slow only from this time on (a node that falls sick) */
     int accel;           /* 1: its slots share one accelerator (a GPU worker, --accelerators 1):
                             tasks run one after the other, in the order they came */
     uint64_t accel_free; /* accel: when its accelerator is free */
@@ -85,6 +86,8 @@ typedef struct {
     size_t pool_mismatch;              /* tasks given to a worker of another pool than their op's */
     size_t by_pool[8][2];              /* tasks given per op, to cpu [0] and gpu [1] workers */
     char args[8][2][64];               /* the latest args of each op's first stage per pool */
+    uint64_t tick; /* >0: idle workers poll again every tick ms (the controller re-serves waiting
+                      polls every 50 ms), not only when a task ends */
 } sim;
 
 static void sim_add_worker(sim *m, const char *id, const char *pool, uint32_t slots)
@@ -154,6 +157,12 @@ static void sim_poll(sim *m, simworker *w)
         for (size_t k = 0; k < tasks[i].ninputs; k++)
             r->in_bytes += tasks[i].inputs[k].bytes;
         uint64_t dur = m->ms_per_mb[r->op] * r->in_bytes / MiB * w->slow;
+        if (w->slow_from > 0) { /* full speed until slow_from, then slow */
+            uint64_t base = m->ms_per_mb[r->op] * r->in_bytes / MiB;
+            uint64_t pre = m->now < w->slow_from ? w->slow_from - m->now : 0;
+            pre = pre < base ? pre : base;
+            dur = pre + (base - pre) * w->slow;
+        }
         r->done_at = m->now + (dur ? dur : 1);
         r->wall_ms = dur ? dur : 1;
         if (n > free_slots) {
@@ -331,6 +340,10 @@ static void sim_run(sim *m, uint64_t max_events, void (*fault)(sim *, uint64_t))
         if (pw != NULL && pat <= bw->run[bk].done_at) {
             m->now = pat > m->now ? pat : m->now;
             sim_publish(m, pw, pk);
+            continue;
+        }
+        if (m->tick > 0 && m->now + m->tick < bw->run[bk].done_at) {
+            m->now += m->tick; /* nothing ends before the next tick: idle workers poll again */
             continue;
         }
         m->now = bw->run[bk].done_at;
@@ -1357,25 +1370,170 @@ Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
     spec_fixture_free(&h);
 }
 
-Test(sched, tasks_that_write_the_sink_are_not_copied)
+/* The sink parts listed for the commit: exactly `n`, each id once. */
+static void expect_sink_parts_once(sb_sched *s, size_t n)
+{
+    size_t np = 0;
+    const sb_storage_output *parts = sb_sched_sink_parts(s, &np);
+    cr_expect_eq(np, n, "%zu sink parts listed, want %zu", np, n);
+    for (size_t i = 0; i < np; i++)
+        for (size_t j = i + 1; j < np; j++)
+            cr_expect_str_neq(parts[i].id, parts[j].id, "sink part %s listed twice", parts[i].id);
+}
+
+/* Issue 42: the last op (here the only one, fused: it writes the sink) is copied like any other;
+ * the first attempt to finish counts, the other's report is stale, and the sink lists one part
+ * per id (the worker side, staged parts published only by the accepted attempt, is test_io_sink
+ * and test_run_local's). Before, `spec_candidate` skipped the last op: no copy at all. */
+Test(sched, tasks_that_write_the_sink_are_copied_and_the_sink_lists_one_part_each)
+{
+    for (int copy_wins = 0; copy_wins < 2; copy_wins++) {
+        spec_holder h;
+        spec_fixture_load(&h, spec_text(TWO_CPU, "{}")); /* one fused op: it writes the sink */
+        sim m;
+        sim_init(&m, &h, 4, MiB);
+        sim_add_worker(&m, "c1", "cpu", 1);
+        sim_add_worker(&m, "c2", "cpu", 1);
+        sb_sched_task t[2];
+        cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
+        cr_assert_str_eq(t[0].task_id, "ns/t/s0-t0");
+        cr_assert(t[0].writes_sink);
+        for (int i = 1; i <= 3; i++) {
+            cr_assert_eq(sb_sched_assign(m.s, "c2", 1, (uint64_t)(i - 1) * 100, t), 1);
+            char out[32];
+            snprintf(out, sizeof out, "s0-t%d-p0", i);
+            cr_assert_eq(complete1(m.s, "c2", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100),
+                         1);
+        }
+        cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1, "the sink task is copied");
+        cr_expect_str_eq(t[0].task_id, "ns/t/s0-t0");
+        cr_expect_eq(t[0].attempt, 1);
+        cr_expect(t[0].writes_sink, "the copy writes the sink too (staged, by its attempt)");
+        const char *win = copy_wins ? "c2" : "c1", *lose = copy_wins ? "c1" : "c2";
+        uint32_t wa = copy_wins ? 1 : 0, la = copy_wins ? 0 : 1;
+        cr_assert_eq(complete1(m.s, win, "ns/t/s0-t0", wa, SB_SCHED_OK, "s0-t0-p0", 1500), 1);
+        cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+        cr_expect_eq(complete1(m.s, lose, "ns/t/s0-t0", la, SB_SCHED_OK, "s0-t0-p0", 1600), 0,
+                     "the later attempt is stale: its worker discards its staged parts");
+        expect_sink_parts_once(m.s, 4);
+        sb_sched_group_stats os;
+        sb_sched_get_group_stats(m.s, 0, &os);
+        cr_expect_eq(os.speculated, 1);
+        cr_expect_eq(os.spec_won, (uint64_t)copy_wins);
+        sb_sched_free(m.s);
+        spec_fixture_free(&h);
+    }
+}
+
+/* Issue 42: a frozen worker (the controller heard nothing for 3 heartbeat intervals) is suspect:
+ * its running task is copied at once, long before the 1 s floor of a copy, and it is not lost
+ * (nothing re-queued or re-made). Heard from again, it is not suspect: no copy so early. */
+Test(sched, a_suspect_workers_task_is_copied_at_once_and_nothing_is_lost)
+{
+    for (int suspect = 0; suspect < 2; suspect++) {
+        spec_holder h;
+        spec_fixture_load(&h, spec_text(TWO_CPU, "{}"));
+        sim m;
+        sim_init(&m, &h, 4, MiB);
+        sim_add_worker(&m, "c1", "cpu", 1);
+        sim_add_worker(&m, "c2", "cpu", 1);
+        sb_sched_task t[2];
+        cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
+        sb_sched_worker_suspect(m.s, "c1", 1);
+        cr_expect(sb_sched_worker_suspect_get(m.s, "c1"));
+        if (!suspect)
+            sb_sched_worker_suspect(m.s, "c1", 0); /* it spoke again */
+        for (int i = 1; i <= 3; i++) {
+            cr_assert_eq(sb_sched_assign(m.s, "c2", 1, (uint64_t)(i - 1) * 100, t), 1);
+            cr_expect_eq(t[0].attempt, 0, "queued tasks first");
+            char out[32];
+            snprintf(out, sizeof out, "s0-t%d-p0", i);
+            cr_assert_eq(complete1(m.s, "c2", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100),
+                         1);
+        }
+        size_t n = sb_sched_assign(m.s, "c2", 1, 300, t);
+        cr_expect_eq(n, (size_t)suspect, "a copy at 300 ms only of a suspect worker's task");
+        sb_sched_stats st;
+        sb_sched_get_stats(m.s, &st);
+        cr_expect_eq(st.tasks_rerun, 0, "suspect is not lost");
+        cr_expect_eq(st.partitions_recovered, 0);
+        if (suspect) {
+            cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t0", 1, SB_SCHED_OK, "s0-t0-p0", 400), 1);
+            cr_expect_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+            cr_expect_eq(complete1(m.s, "c1", "ns/t/s0-t0", 0, SB_SCHED_OK, "s0-t0-p0", 9000), 0);
+            expect_sink_parts_once(m.s, 4);
+        }
+        sb_sched_free(m.s);
+        spec_fixture_free(&h);
+    }
+}
+
+/* Issue 42's shape: two cpu workers, 8 coarse tasks of 1 s (one per file, one partition each:
+ * nothing to cut), source -> work -> sink fused into one op that writes the sink; one worker 10x
+ * slower from `slow_from` (0: from the start). Idle workers poll every 50 ms, as the controller
+ * serves them. Returns the makespan (ms); the sink lists each part once. */
+static uint64_t coarse_run(int no_speculation, uint64_t slow_from, uint64_t *copies)
 {
     spec_holder h;
-    spec_fixture_load(&h, spec_text(TWO_CPU, "{}")); /* one fused op: it writes the sink */
+    spec_fixture_load(&h, spec_text(TWO_CPU, "{}"));
     sim m;
-    sim_init(&m, &h, 4, MiB);
-    sim_add_worker(&m, "c1", "cpu", 1);
-    sim_add_worker(&m, "c2", "cpu", 1);
-    sb_sched_task t[2];
-    cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
-    for (int i = 1; i <= 3; i++) {
-        cr_assert_eq(sb_sched_assign(m.s, "c2", 1, (uint64_t)(i - 1) * 100, t), 1);
-        char out[32];
-        snprintf(out, sizeof out, "s0-t%d-p0", i);
-        cr_assert_eq(complete1(m.s, "c2", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100), 1);
+    memset(&m, 0, sizeof m);
+    m.fail_op = -1;
+    m.target = (uint64_t)h.p.spec.source.partition_size;
+    for (int i = 0; i < 8; i++) {
+        m.ratio[i] = 1.0;
+        m.ms_per_mb[i] = 1000;
     }
-    cr_expect_eq(sb_sched_assign(m.s, "c2", 1, 60000, t), 0, "a sink task is never copied");
+    m.tick = 50;
+    sb_storage_split sp[8];
+    char names[8][32];
+    for (size_t i = 0; i < 8; i++) {
+        snprintf(names[i], 32, "%" PRIu64 "\tf%zu", (uint64_t)MiB, i);
+        sp[i].split = names[i];
+        sp[i].bytes = MiB;
+    }
+    sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/t", .no_speculation = no_speculation};
+    sb_err err;
+    m.s = sb_sched_new(&cfg, sp, 8, &err);
+    cr_assert_not_null(m.s, "%s", err.msg);
+    sim_add_worker(&m, "healthy", "cpu", 1);
+    sim_add_worker(&m, "sick", "cpu", 1);
+    m.w[1].slow = 10;
+    m.w[1].slow_from = slow_from;
+    sim_run(&m, 100000, NULL);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.sink_bytes, 8 * MiB, "every byte once");
+    expect_sink_parts_once(m.s, 8);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
+    *copies = os.speculated;
+    uint64_t end = m.now;
     sb_sched_free(m.s);
     spec_fixture_free(&h);
+    return end;
+}
+
+Test(sched, coarse_tasks_with_a_sick_worker_stay_within_1_15x_of_the_bound)
+{
+    /* bound: 8 s of work at 1 + 1/10 the speed of one worker; sick from 1 s: the sick worker
+     * does 1 s of work at full speed, then a tenth: T + 1 + (T - 1) / 10 = 8 */
+    double bounds[2] = {8000.0 / 1.1, 7100.0 / 1.1};
+    uint64_t from[2] = {0, 1000};
+    for (int i = 0; i < 2; i++) {
+        uint64_t c_with, c_without;
+        uint64_t with = coarse_run(0, from[i], &c_with);
+        uint64_t without = coarse_run(1, from[i], &c_without);
+        double rw = (double)with / bounds[i], ro = (double)without / bounds[i];
+        cr_log_info("coarse, sick from %" PRIu64 " ms: %.3fx the bound with copies (%" PRIu64
+                    " copies), %.3fx without",
+                    from[i], rw, c_with, ro);
+        cr_expect_leq(rw, 1.15, "sick from %" PRIu64 " ms: %.3fx the bound", from[i], rw);
+        cr_expect_geq(c_with, 1, "the sick worker's sink task is copied");
+        cr_expect_gt(ro, 1.15, "without copies it is the old %.3fx", ro);
+        cr_expect_eq(c_without, 0);
+    }
 }
 
 /* ---- tail sizing (LB-BSP) ------------------------------------------------------------------- */
