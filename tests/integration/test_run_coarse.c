@@ -1,0 +1,114 @@
+/* Issue 42 end to end: coarse tasks (one per file, nothing to cut) with a sick worker, real
+ * `streambatch run` processes. The only op reads the source, spins and writes the sink, so the
+ * copy of the sick worker's task writes sink parts beside the original: the output must be every
+ * record exactly once, one part per task, no staged part left. The ratio to the speed-weighted
+ * bound is reported (the machine is shared: it is asserted in the simulation, test_sched). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "../unit/testutil.h"
+#include "itest.h"
+
+#define NFILES 8
+
+static void setup(void)
+{
+    itest_mkdtemp("sb-itest-coarse");
+    setenv("TMPDIR", dir, 1); /* the runs' worker spill dirs: this test's own workers only */
+    /* 8 files of ~0.34 MiB: with msPerMB 3000, about a second of spin each */
+    sh("cd %s && python3 -c \"\nimport json, random, os\nrandom.seed(7)\nos.makedirs('in')\n"
+       "for f in range(%d):\n  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n"
+       "    for i in range(2400):\n"
+       "      o.write(json.dumps({'id': f*100000+i, 'pad': 'x'*random.randint(50, 200)}) + "
+       "'\\\\n')\n\"",
+       dir, NFILES);
+}
+
+static void teardown(void)
+{
+    sh("pgrep -f -- '--spill-[d]ir %s/' | xargs -r kill -CONT 2>/dev/null; rm -rf %s || true", dir,
+       dir);
+}
+
+TestSuite(coarse, .init = setup, .fini = teardown, .timeout = 240);
+
+static double now_s(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+/* Runs NAME (msPerMB ms_per_mb) on `cpus` workers; throttle: the first worker is stopped 180 ms
+ * of every 200 ms from its start, a 10x slower node. Returns the run's wall time in seconds. */
+static double run_coarse(const char *name, int ms_per_mb, int cpus, int throttle)
+{
+    char stages[256];
+    snprintf(stages, sizeof stages, "  - {name: work, op: bench.spin, args: {msPerMB: %d}}\n",
+             ms_per_mb);
+    write_pipeline_ps(name, "400Ki", stages, ""); /* a file each: two do not fit */
+    sh("mkdir -p %s/%s-run", dir, name);
+    double t0 = now_s();
+    sh("cd %s && (timeout 150 %s run %s.yaml --cpus %d --run-dir %s/%s-run --summary-json "
+       "%s.summary.json > %s.log 2>&1; echo $? > %s.rc) >/dev/null 2>&1 &",
+       dir, sb_test_bin("streambatch"), name, cpus, dir, name, name, name, name);
+    if (throttle) {
+        sh("for i in $(seq 1 500); do pgrep -f -- '--spill-[d]ir %s/%s-run/cpu-0$' >/dev/null && "
+           "break; sleep 0.01; done",
+           dir, name);
+        char *victim =
+            sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/%s-run/cpu-0$' | head -1", dir, name);
+        cr_assert(*victim, "no worker to throttle");
+        sh("(while [ ! -f %s/%s.rc ] && kill -STOP %s 2>/dev/null; do sleep 0.18; "
+           "kill -CONT %s; sleep 0.02; done; kill -CONT %s) >/dev/null 2>&1 &",
+           dir, name, victim, victim, victim);
+        free(victim);
+    }
+    sh("for i in $(seq 1 1400); do [ -f %s/%s.rc ] && break; sleep 0.05; done", dir, name);
+    double t1 = now_s();
+    char *rc = sb_test_sh_out("cat %s/%s.rc", dir, name);
+    char *log = sb_test_sh_out("tail -20 %s/%s.log", dir, name);
+    cr_assert_str_eq(rc, "0", "run %s failed:\n%s", name, log);
+    free(rc);
+    free(log);
+    return t1 - t0;
+}
+
+Test(coarse, a_sick_workers_sink_task_is_copied_and_the_output_is_exact)
+{
+    double fixed = run_coarse("zero", 0, 2, 0);   /* the fixed cost: no work */
+    double one = run_coarse("one", 3000, 1, 0);   /* one healthy worker: the work W + fixed */
+    double sick = run_coarse("sick", 3000, 2, 1); /* a healthy one and a 10x slower one */
+    double bound = fixed + (one - fixed) / 1.1;   /* W at 1 + 1/10 of one worker's speed */
+    cr_log_info("coarse: fixed %.2f s, one worker %.2f s, sick run %.2f s = %.3fx the bound "
+                "%.2f s",
+                fixed, one, sick, sick / bound, bound);
+    FILE *f = itest_create("ratio.txt"); /* kept in the log for the report */
+    fprintf(f, "%.3f\n", sick / bound);
+    fclose(f);
+    char *want = sb_test_sh_out("cat %s/in/*.jsonl | sort | md5sum | cut -d' ' -f1", dir);
+    char *got = sb_test_sh_out("cat %s/out-sick/part-*.jsonl | sort | md5sum | cut -d' ' -f1", dir);
+    cr_expect_str_eq(got, want, "every record exactly once");
+    free(got);
+    free(want);
+    cr_expect_eq(num("ls %s/out-sick/ | grep -c '^part-'", dir), NFILES, "one part per task");
+    cr_expect_eq(num("ls -A %s/out-sick/ | grep -c '^\\.sb' || true", dir), 0,
+                 "no staged or temporary part left");
+    cr_expect_eq(num("python3 -c \"import json; print(len(json.load(open('%s/out-sick/"
+                     "_manifest.json'))['parts']))\"",
+                     dir),
+                 NFILES, "the manifest lists one part per task");
+    cr_expect_eq(num("test -f %s/out-sick/_SUCCESS && echo 1", dir), 1);
+    char *copies = sb_test_sh_out("python3 -c \"import json; s=json.load(open('%s/sick.summary."
+                                  "json')); print(sum(x.get('speculated', 0) for x in "
+                                  "s['stages']))\"",
+                                  dir);
+    cr_expect_geq(strtol(copies, NULL, 10), 1, "the sick worker's task is copied");
+    cr_log_info("coarse: %s copies", copies);
+    free(copies);
+    cr_expect_eq(summary_num("sick", "workersLost"), 0, "slow, not lost");
+}
