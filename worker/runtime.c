@@ -446,8 +446,8 @@ static int write_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
     if (t->task->writes_sink) {
         sb_io_part_info info;
         /* staged: a speculative copy of this task may be writing the same parts */
-        int rc = sb_io_sink_write_staged(&t->w->pipeline.spec.sink, id, t->task->attempt, blob,
-                                         len, &info, &t->err);
+        int rc = sb_io_sink_write_staged(&t->w->pipeline.spec.sink, id, t->task->attempt, blob, len,
+                                         &info, &t->err);
         sb_part_free(blob);
         if (rc != 0)
             return -1;
@@ -1017,8 +1017,8 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
         if (stopping(w)) {
             for (size_t i = 0; i < t.nparts; i++)
                 if (task->writes_sink) /* the task is re-run elsewhere: nobody publishes it */
-                    sb_io_sink_discard_staged(&w->pipeline.spec.sink, t.parts[i].id,
-                                              task->attempt, &t.err);
+                    sb_io_sink_discard_staged(&w->pipeline.spec.sink, t.parts[i].id, task->attempt,
+                                              &t.err);
                 else
                     sb_store_release(w->store, t.parts[i].id, NULL);
             task_ctx_free(&t);

@@ -520,14 +520,14 @@ static int staged_act(const sb_sink_spec *sink, const char *partition_id, uint32
     return rc;
 }
 
-int sb_io_sink_publish_staged(const sb_sink_spec *sink, const char *partition_id,
-                              uint32_t attempt, sb_err *err)
+int sb_io_sink_publish_staged(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
+                              sb_err *err)
 {
     return staged_act(sink, partition_id, attempt, 1, err);
 }
 
-int sb_io_sink_discard_staged(const sb_sink_spec *sink, const char *partition_id,
-                              uint32_t attempt, sb_err *err)
+int sb_io_sink_discard_staged(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
+                              sb_err *err)
 {
     return staged_act(sink, partition_id, attempt, 0, err);
 }

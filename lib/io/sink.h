@@ -90,11 +90,11 @@ int sb_io_sink_write_staged(const sb_sink_spec *sink, const char *partition_id, 
 /* Publishes attempt's staged part under the part's name (file: a rename; S3: a copy, then the
  * staged object deleted), replacing a file there. 0, 1 when the staged part is absent (the
  * commit published it already, or it was never written), -1 + err. */
-int sb_io_sink_publish_staged(const sb_sink_spec *sink, const char *partition_id,
-                              uint32_t attempt, sb_err *err);
+int sb_io_sink_publish_staged(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
+                              sb_err *err);
 /* Removes attempt's staged part (an absent one is fine). 0, or -1 + err. */
-int sb_io_sink_discard_staged(const sb_sink_spec *sink, const char *partition_id,
-                              uint32_t attempt, sb_err *err);
+int sb_io_sink_discard_staged(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
+                              sb_err *err);
 
 /* An errored partition whose records are missing from the output (listed in the manifest's
  * "errored" array as {stage, split, error}). */

@@ -357,6 +357,7 @@ static void sim_run(sim *m, uint64_t max_events, void (*fault)(sim *, uint64_t))
 static int g_no_eft;          /* sim_init: sb_sched_config.no_eft */
 static int g_no_early;        /* sim_init: sb_sched_config.no_early */
 static int g_no_fuse_choices; /* sim_init: sb_sched_config.no_fuse_choices */
+static int g_no_speculation;  /* sim_init: sb_sched_config.no_speculation */
 
 static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_bytes)
 {
@@ -378,7 +379,8 @@ static void sim_init(sim *m, spec_holder *h, size_t nsplits, uint64_t split_byte
                            .pipeline_id = "ns/t",
                            .no_eft = g_no_eft,
                            .no_early = g_no_early,
-                           .no_fuse_choices = g_no_fuse_choices};
+                           .no_fuse_choices = g_no_fuse_choices,
+                           .no_speculation = g_no_speculation};
     sb_err err;
     m->s = sb_sched_new(&cfg, sp, nsplits, &err);
     cr_assert_not_null(m->s, "%s", err.msg);
@@ -1381,6 +1383,35 @@ static void expect_sink_parts_once(sb_sched *s, size_t n)
             cr_expect_str_neq(parts[i].id, parts[j].id, "sink part %s listed twice", parts[i].id);
 }
 
+/* One fused op that writes the sink, 4 splits of 1 MiB, workers c1 and c2: c1 takes s0-t0 at
+ * 0, then c2 runs the 3 others, 100 ms each (unless `suspect_c1` is 0 or 1: c1 is first made
+ * suspect, then, when 0, heard from again). */
+static void sink_op_setup(sim *m, spec_holder *h, int suspect_c1)
+{
+    spec_fixture_load(h, spec_text(TWO_CPU, "{}"));
+    sim_init(m, h, 4, MiB);
+    sim_add_worker(m, "c1", "cpu", 1);
+    sim_add_worker(m, "c2", "cpu", 1);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m->s, "c1", 1, 0, t), 1);
+    cr_assert_str_eq(t[0].task_id, "ns/t/s0-t0");
+    cr_assert(t[0].writes_sink);
+    if (suspect_c1 >= 0) {
+        sb_sched_worker_suspect(m->s, "c1", 1);
+        cr_expect(sb_sched_worker_suspect_get(m->s, "c1"));
+        if (!suspect_c1)
+            sb_sched_worker_suspect(m->s, "c1", 0); /* it spoke again */
+    }
+    for (int i = 1; i <= 3; i++) {
+        cr_assert_eq(sb_sched_assign(m->s, "c2", 1, (uint64_t)(i - 1) * 100, t), 1);
+        cr_expect_eq(t[0].attempt, 0, "queued tasks first");
+        char out[32];
+        snprintf(out, sizeof out, "s0-t%d-p0", i);
+        cr_assert_eq(complete1(m->s, "c2", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100),
+                     1);
+    }
+}
+
 /* Issue 42: the last op (here the only one, fused: it writes the sink) is copied like any other;
  * the first attempt to finish counts, the other's report is stale, and the sink lists one part
  * per id (the worker side, staged parts published only by the accepted attempt, is test_io_sink
@@ -1389,22 +1420,9 @@ Test(sched, tasks_that_write_the_sink_are_copied_and_the_sink_lists_one_part_eac
 {
     for (int copy_wins = 0; copy_wins < 2; copy_wins++) {
         spec_holder h;
-        spec_fixture_load(&h, spec_text(TWO_CPU, "{}")); /* one fused op: it writes the sink */
         sim m;
-        sim_init(&m, &h, 4, MiB);
-        sim_add_worker(&m, "c1", "cpu", 1);
-        sim_add_worker(&m, "c2", "cpu", 1);
+        sink_op_setup(&m, &h, -1);
         sb_sched_task t[2];
-        cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
-        cr_assert_str_eq(t[0].task_id, "ns/t/s0-t0");
-        cr_assert(t[0].writes_sink);
-        for (int i = 1; i <= 3; i++) {
-            cr_assert_eq(sb_sched_assign(m.s, "c2", 1, (uint64_t)(i - 1) * 100, t), 1);
-            char out[32];
-            snprintf(out, sizeof out, "s0-t%d-p0", i);
-            cr_assert_eq(complete1(m.s, "c2", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100),
-                         1);
-        }
         cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1, "the sink task is copied");
         cr_expect_str_eq(t[0].task_id, "ns/t/s0-t0");
         cr_expect_eq(t[0].attempt, 1);
@@ -1432,25 +1450,9 @@ Test(sched, a_suspect_workers_task_is_copied_at_once_and_nothing_is_lost)
 {
     for (int suspect = 0; suspect < 2; suspect++) {
         spec_holder h;
-        spec_fixture_load(&h, spec_text(TWO_CPU, "{}"));
         sim m;
-        sim_init(&m, &h, 4, MiB);
-        sim_add_worker(&m, "c1", "cpu", 1);
-        sim_add_worker(&m, "c2", "cpu", 1);
+        sink_op_setup(&m, &h, suspect);
         sb_sched_task t[2];
-        cr_assert_eq(sb_sched_assign(m.s, "c1", 1, 0, t), 1);
-        sb_sched_worker_suspect(m.s, "c1", 1);
-        cr_expect(sb_sched_worker_suspect_get(m.s, "c1"));
-        if (!suspect)
-            sb_sched_worker_suspect(m.s, "c1", 0); /* it spoke again */
-        for (int i = 1; i <= 3; i++) {
-            cr_assert_eq(sb_sched_assign(m.s, "c2", 1, (uint64_t)(i - 1) * 100, t), 1);
-            cr_expect_eq(t[0].attempt, 0, "queued tasks first");
-            char out[32];
-            snprintf(out, sizeof out, "s0-t%d-p0", i);
-            cr_assert_eq(complete1(m.s, "c2", t[0].task_id, 0, SB_SCHED_OK, out, (uint64_t)i * 100),
-                         1);
-        }
         size_t n = sb_sched_assign(m.s, "c2", 1, 300, t);
         cr_expect_eq(n, (size_t)suspect, "a copy at 300 ms only of a suspect worker's task");
         sb_sched_stats st;
@@ -1477,25 +1479,11 @@ static uint64_t coarse_run(int no_speculation, uint64_t slow_from, uint64_t *cop
     spec_holder h;
     spec_fixture_load(&h, spec_text(TWO_CPU, "{}"));
     sim m;
-    memset(&m, 0, sizeof m);
-    m.fail_op = -1;
-    m.target = (uint64_t)h.p.spec.source.partition_size;
-    for (int i = 0; i < 8; i++) {
-        m.ratio[i] = 1.0;
-        m.ms_per_mb[i] = 1000;
-    }
+    g_no_speculation = no_speculation;
+    sim_init(&m, &h, 8, MiB);
+    g_no_speculation = 0;
+    m.ms_per_mb[0] = 1000;
     m.tick = 50;
-    sb_storage_split sp[8];
-    char names[8][32];
-    for (size_t i = 0; i < 8; i++) {
-        snprintf(names[i], 32, "%" PRIu64 "\tf%zu", (uint64_t)MiB, i);
-        sp[i].split = names[i];
-        sp[i].bytes = MiB;
-    }
-    sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/t", .no_speculation = no_speculation};
-    sb_err err;
-    m.s = sb_sched_new(&cfg, sp, 8, &err);
-    cr_assert_not_null(m.s, "%s", err.msg);
     sim_add_worker(&m, "healthy", "cpu", 1);
     sim_add_worker(&m, "sick", "cpu", 1);
     m.w[1].slow = 10;
