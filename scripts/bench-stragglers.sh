@@ -15,6 +15,14 @@
 # at s, the other at s/4). One worker alone, not two, calibrates: on a machine with 2 CPUs two
 # spinning workers slow each other, while a throttled one leaves its CPU to the other.
 # Whole-process times, outputs checked equal.
+#
+# SHAPE=coarse (issue 42): coarse tasks, one per file that cannot be cut (8 files of ~0.34 MiB,
+# partitionSize 400Ki, bench.spin at 3000 ms/MB: about 1 s each, 4 tasks per worker), jsonl ->
+# bench.spin -> jsonl in one op that writes the sink, 2 cpu workers, one stopped 180 ms of every
+# 200 ms from its start (10x slower). Per round: zero (msPerMB 0: the fixed cost F), one (one
+# healthy worker: F + W), then throttled with none of the mechanisms, without copies
+# (SB_SCHED_OFF=speculation: before issue 42 a sink-writing op was never copied, so this is the
+# old behaviour), and the defaults. Bound = F + W / 1.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh # SB_BIN_DIR
@@ -23,6 +31,12 @@ rounds=${ROUNDS:-3}
 ms_per_mb=${MS_PER_MB:-2000}
 psize=${PARTITION_SIZE:-128Ki} # 512Ki: 16 tasks of ~0.8 s, too coarse to balance (docs/benchmarks.md)
 throttle_mode=${THROTTLE:-stop}
+shape=${SHAPE:-default}
+[[ $shape == default || $shape == coarse ]] || { echo "bench: SHAPE=default|coarse" >&2; exit 2; }
+pool=gpu stop_s=0.15 cont_s=0.05 nfiles=16 lines=2400
+if [[ $shape == coarse ]]; then
+  pool=cpu stop_s=0.18 cont_s=0.02 nfiles=8 lines=2000 ms_per_mb=${MS_PER_MB:-3000} psize=400Ki
+fi
 [[ $throttle_mode == stop || $throttle_mode == quota ]] || { echo "bench: THROTTLE=stop|quota" >&2; exit 2; }
 quota=$(cd "$(dirname "$0")/.." && pwd)/tests/helpers/cpu-quota.sh
 work=$(mktemp -d /tmp/sb-bench-stragglers-XXXXXX)
@@ -35,53 +49,63 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-python3 - "$work" <<'PY'
+python3 - "$work" "$nfiles" "$lines" <<'PY'
 import json, os, random, sys
 random.seed(5)
 os.makedirs(sys.argv[1] + "/in")
-for f in range(16):
+for f in range(int(sys.argv[2])):
     with open("%s/in/f%02d.jsonl" % (sys.argv[1], f), "w") as o:
-        for i in range(2400):
+        for i in range(int(sys.argv[3])):
             o.write(json.dumps({"id": f * 100000 + i, "pad": "x" * random.randint(50, 250)}) + "\n")
 PY
 mb=$(du -cb "$work"/in/*.jsonl | tail -1 | awk '{printf "%.2f", $1 / 1048576}')
-cat >"$work/p.yaml" <<EOF2
+# pipeline MS_PER_MB > FILE
+pipeline() {
+  local read="  - {name: read, op: identity}" write="  - {name: write, op: identity}" gpu=", resources: {gpu: 1}"
+  [[ $shape == coarse ]] && read="" write="" gpu="" # one op from the source to the sink
+  cat <<EOF2
 apiVersion: streambatch.dev/v1alpha1
 kind: Pipeline
 metadata: {name: stragglers}
 spec:
   source: {uri: 'file://$work/in/', format: jsonl, partitionSize: $psize}
   stages:
-  - {name: read, op: identity}
-  - {name: work, op: bench.spin, args: {msPerMB: $ms_per_mb}, resources: {gpu: 1}}
-  - {name: write, op: identity}
+$read
+  - {name: work, op: bench.spin, args: {msPerMB: $1}$gpu}
+$write
   sink: {uri: 'file://$work/out/', format: jsonl}
 EOF2
+}
+pipeline "$ms_per_mb" >"$work/p.yaml"
+pipeline 0 >"$work/p0.yaml" 
 digest() { cat "$@" | sort | md5sum | cut -d' ' -f1; }
 want=$(digest "$work"/in/*.jsonl)
 . "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # median, range
-# run NAME THROTTLE GPUS [SB_SCHED_OFF]: writes "seconds drained copies" to $work/res
+# run NAME THROTTLE WORKERS [SB_SCHED_OFF] [PIPELINE]: writes "seconds drained copies" to $work/res
+# (WORKERS of the spin pool: gpu workers beside one cpu worker, or, coarse, cpu workers)
 run() {
-  local name=$1 throttle=$2 gpus=$3 off=${4:-} rd="$work/run-$1" t0 t1 pid rp
+  local name=$1 throttle=$2 n=$3 off=${4:-} yaml=${5:-$work/p.yaml} rd="$work/run-$1" t0 t1 pid rp
+  local flags=(--cpus 1 --gpus "$n")
+  [[ $pool == cpu ]] && flags=(--cpus "$n")
   rm -rf "$work/out" "$rd" "$work/$name.rc"
   mkdir -p "$rd"
   t0=$(date +%s.%N)
-  (SB_SCHED_OFF=$off "$bin/streambatch" run "$work/p.yaml" --cpus 1 --gpus "$gpus" --run-dir "$rd" \
+  (SB_SCHED_OFF=$off "$bin/streambatch" run "$yaml" "${flags[@]}" --run-dir "$rd" \
     --summary-json "$work/$name.json" >"$work/$name.log" 2>&1; echo $? >"$work/$name.rc") &
   rp=$!
   if [[ $throttle == 1 ]]; then
     pid=""
-    for _ in $(seq 200); do
-      pid=$(pgrep -f -- "--spill-[d]ir $rd/gpu-0\$" | head -1 || true)
+    for _ in $(seq 500); do
+      pid=$(pgrep -f -- "--spill-[d]ir $rd/$pool-0\$" | head -1 || true)
       [[ -n $pid || -f $work/$name.rc ]] && break
-      sleep 0.02
+      sleep 0.01
     done
     [[ -n $pid ]] || { echo "bench: no worker to throttle" >&2; cat "$work/$name.log" >&2; exit 1; }
     if [[ $throttle_mode == quota ]]; then
       cg=$("$quota" add "sb-bench-stragglers-$$" 25 "$pid") || { echo "bench: no cgroup CPU quota here" >&2; exit 1; }
     else
       (while [[ ! -f $work/$name.rc ]] && kill -STOP "$pid" 2>/dev/null; do
-        sleep 0.15; kill -CONT "$pid" 2>/dev/null; sleep 0.05; done; kill -CONT "$pid" 2>/dev/null) &
+        sleep "$stop_s"; kill -CONT "$pid" 2>/dev/null; sleep "$cont_s"; done; kill -CONT "$pid" 2>/dev/null) &
       duty=$!
     fi
   fi
@@ -99,6 +123,11 @@ print("%.3f %d %d" % (float(sys.argv[3]) - float(sys.argv[2]), s.get("workersDra
                       sum(st.get("speculated", 0) for st in s["stages"])))
 PY
 }
+sum() { printf '%s\n' "$@" | awk '{s+=$1} END {print s}'; }
+if [[ $shape == coarse ]]; then
+  . "$(dirname "${BASH_SOURCE[0]}")/bench-stragglers-coarse.sh"
+  exit 0
+fi
 h=() o=() t=() a=() b=() od=() td=() ad=() oc=() tc=() ac=()
 for r in $(seq "$rounds"); do
   echo "bench: stragglers round $r/$rounds" >&2
@@ -117,7 +146,6 @@ for r in $(seq "$rounds"); do
   read -r s d c <"$work/res"
   a+=("$(awk -v s="$s" -v b="$bound" 'BEGIN {print s / b}')") ad+=("$d") ac+=("$c")
 done
-sum() { printf '%s\n' "$@" | awk '{s+=$1} END {print s}'; }
 echo
 echo "## A sick worker: tail sizing, speculative copies, drain (scripts/bench-stragglers.sh, THROTTLE=$throttle_mode)"
 echo

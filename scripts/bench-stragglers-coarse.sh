@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The SHAPE=coarse rounds of bench-stragglers.sh (issue 42), sourced by it after its setup (run,
+# $work, $rounds, median, range, sum); prints a markdown section with every run's figure and the
+# load average the machine had around each round.
+z=() h=() b=() o=() n=() a=() oc=() nc=() ac=() loads=()
+for r in $(seq "$rounds"); do
+  echo "bench: stragglers (coarse) round $r/$rounds" >&2
+  l0=$(cut -d' ' -f1 /proc/loadavg)
+  run zero 0 2 "" "$work/p0.yaml"
+  read -r fixed _ _ <"$work/res"
+  z+=("$fixed")
+  run one 0 1
+  read -r s _ _ <"$work/res"
+  h+=("$s")
+  bound=$(awk -v s="$s" -v f="$fixed" 'BEGIN {print f + (s - f) / 1.1}')
+  b+=("$bound")
+  run off 1 2 tail-sizing,speculation,drain,earliest-finish
+  read -r s _ c <"$work/res"
+  o+=("$(awk -v s="$s" -v b="$bound" 'BEGIN {printf "%.3f", s / b}')") oc+=("$c")
+  run nospec 1 2 speculation
+  read -r s _ c <"$work/res"
+  n+=("$(awk -v s="$s" -v b="$bound" 'BEGIN {printf "%.3f", s / b}')") nc+=("$c")
+  run all 1 2
+  read -r s _ c <"$work/res"
+  a+=("$(awk -v s="$s" -v b="$bound" 'BEGIN {printf "%.3f", s / b}')") ac+=("$c")
+  loads+=("$l0-$(cut -d' ' -f1 /proc/loadavg)")
+done
+within=$(printf '%s\n' "${a[@]}" | awk '$1 <= 1.15 {k++} END {print k + 0}')
+echo
+echo "## A sick worker, coarse tasks (scripts/bench-stragglers.sh, SHAPE=coarse; issue 42)"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs shared with other work; $rounds rounds, each"
+echo "round's runs back to back, whole processes, outputs checked equal. $mb MiB of jsonl in 8"
+echo "files (partitionSize $psize: one task per file) -> bench.spin ($ms_per_mb ms of CPU per MB,"
+echo "about 1 s a task) -> jsonl, one op that writes the sink, --cpus 2: 4 tasks per worker. One"
+echo "worker stopped with SIGSTOP 180 ms of every 200 ms from its start (10x slower)."
+echo "Bound = F + W / 1.1, F the time of the same pipeline with no work (msPerMB 0), F + W that of"
+echo "one healthy worker alone. Every run's time / bound, in round order; copies summed."
+echo
+echo "| run | per round | median | copies |"
+echo "|---|---|---|---|"
+printf '| fixed cost F (no work), s | %s | %.2f | |\n' "${z[*]}" "$(median "${z[@]}")"
+printf '| one healthy worker alone, s | %s | %.2f | |\n' "${h[*]}" "$(median "${h[@]}")"
+printf '| bound, s | %s | %.2f | |\n' "$(printf '%.2f ' "${b[@]}")" "$(median "${b[@]}")"
+printf '| throttled, SB_SCHED_OFF=tail-sizing,speculation,drain,earliest-finish | %s | %.2f | %s |\n' \
+  "${o[*]}" "$(median "${o[@]}")" "$(sum "${oc[@]}")"
+printf '| throttled, no copies (SB_SCHED_OFF=speculation; as before issue 42) | %s | %.2f | %s |\n' \
+  "${n[*]}" "$(median "${n[@]}")" "$(sum "${nc[@]}")"
+printf '| throttled, defaults | %s | %.2f | %s |\n' "${a[*]}" "$(median "${a[@]}")" "$(sum "${ac[@]}")"
+echo
+echo "Load average (1 min) at the start and end of each round: ${loads[*]}. Goal (issue 42): the"
+echo "defaults within 1.15x of the bound in every run: $within of $rounds here."
