@@ -295,11 +295,12 @@ static int s3_fail(const char *uri, const char *what, const resp *r, sb_err *err
     return -1;
 }
 
-/* Runs one request with retries. 0 with r->status (any HTTP status; the caller judges it), or
- * -1 + err when no HTTP answer came (after retries) or on a local failure. */
-static int s3_do(const char *method, const char *bucket, const char *key, const char *query,
-                 const void *body, size_t blen, resp *r, const char *uri, const char *what,
-                 sb_err *err)
+/* Runs one request with retries, with one more header when hdr is not NULL. 0 with r->status
+ * (any HTTP status; the caller judges it), or -1 + err when no HTTP answer came (after retries)
+ * or on a local failure. */
+static int s3_do_hdr(const char *method, const char *bucket, const char *key, const char *query,
+                     const char *hdr, const void *body, size_t blen, resp *r, const char *uri,
+                     const char *what, sb_err *err)
 {
     int attempts = sb_io_retry_attempts();
     memset(r, 0, sizeof *r);
@@ -313,7 +314,7 @@ static int s3_do(const char *method, const char *bucket, const char *key, const 
         char *url = make_url(bucket, key, query);
         char errbuf[CURL_ERROR_SIZE];
         struct curl_slist *hl = NULL;
-        CURL *e = url ? easy_new(&c, &hl, NULL, errbuf) : NULL;
+        CURL *e = url ? easy_new(&c, &hl, hdr, errbuf) : NULL;
         sb_aws_creds_free(&c);
         if (e == NULL) {
             free(url);
@@ -352,6 +353,13 @@ static int s3_do(const char *method, const char *bucket, const char *key, const 
             continue;
         return 0;
     }
+}
+
+static int s3_do(const char *method, const char *bucket, const char *key, const char *query,
+                 const void *body, size_t blen, resp *r, const char *uri, const char *what,
+                 sb_err *err)
+{
+    return s3_do_hdr(method, bucket, key, query, NULL, body, blen, r, uri, what, err);
 }
 
 /* ---- list ---- */
@@ -1110,6 +1118,40 @@ static int s3_del(const char *uri, sb_err *err)
     return rc;
 }
 
+/* A server-side copy (CopyObject: no byte passes through here), then the source deleted. S3
+ * may answer 200 with an error in the body: that is a failure too. */
+static int s3_move(const char *from, const char *to, int *absent, sb_err *err)
+{
+    loc a, b;
+    if (loc_parse(from, &a, err) != 0)
+        return -1;
+    if (loc_parse(to, &b, err) != 0) {
+        loc_free(&a);
+        return -1;
+    }
+    char *src = sb_aws_uri_encode(a.key, 1), *hdr = NULL;
+    int rc = 0;
+    resp r;
+    memset(&r, 0, sizeof r);
+    if (src == NULL || asprintf(&hdr, "x-amz-copy-source: /%s/%s", a.bucket, src) < 0) {
+        hdr = NULL;
+        rc = sb_err_set(err, "\"%.200s\": out of memory", from);
+    } else {
+        rc = s3_do_hdr("PUT", b.bucket, b.key, NULL, hdr, NULL, 0, &r, to, "CopyObject", err);
+    }
+    if (rc == 0 && (r.status != 200 || (r.body != NULL && strstr(r.body, "<Error>") != NULL))) {
+        if (r.status == 404 && absent != NULL)
+            *absent = 1;
+        rc = s3_fail(from, "CopyObject", &r, err);
+    }
+    resp_free(&r);
+    free(hdr);
+    free(src);
+    loc_free(&a);
+    loc_free(&b);
+    return rc == 0 ? s3_del(from, err) : rc;
+}
+
 static int s3_cleanup(const char *dir_uri, sb_err *err)
 {
     loc l;
@@ -1216,4 +1258,5 @@ const sb_io_backend sb_io_backend_s3 = {
     .write_abort = s3_write_abort,
     .del = s3_del,
     .cleanup = s3_cleanup,
+    .move = s3_move,
 };

@@ -26,8 +26,9 @@
  *               syncfs(2) of its filesystem; S3: nothing to do).
  *   del         removes one object; an absent one is fine.
  *   move        publishes an object under another name of the same directory, replacing one
- *               there (file: rename(2), atomic; others: a streamed copy, committed like a
- *               write, then the source deleted). The sink's staged parts (sink.h).
+ *               there (file: rename(2), atomic; S3: a server-side CopyObject, then the source
+ *               deleted; a backend without its own: a streamed copy, committed like a write,
+ *               then the source deleted). The sink's staged parts (sink.h).
  *   cleanup     readies a directory URI for writes: removes the backend's own leftovers
  *               (file: .sbtmp-* files; S3: unfinished multipart uploads), e.g. of a killed
  *               worker, and creates the directory where the backend has directories (file).

@@ -87,9 +87,9 @@ int sb_io_sink_write_part(const sb_sink_spec *sink, const char *partition_id, co
  * the part's name), which readers skip; info names the part's final name. */
 int sb_io_sink_write_staged(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
                             const void *blob, size_t len, sb_io_part_info *info, sb_err *err);
-/* Publishes attempt's staged part under the part's name (file: a rename; S3: a copy, then the
- * staged object deleted), replacing a file there. 0, 1 when the staged part is absent (the
- * commit published it already, or it was never written), -1 + err. */
+/* Publishes attempt's staged part under the part's name (file: a rename; S3: a server-side
+ * CopyObject, then the staged object deleted), replacing a file there. 0, 1 when the staged part is
+ * absent (the commit published it already, or it was never written), -1 + err. */
 int sb_io_sink_publish_staged(const sb_sink_spec *sink, const char *partition_id, uint32_t attempt,
                               sb_err *err);
 /* Removes attempt's staged part (an absent one is fine). 0, or -1 + err. */
