@@ -743,12 +743,18 @@ static int commit_check_parts(const char *dir, const char *ext, const sb_io_part
         const char *key = uri;
         const char **hit =
             nobjs > 0 ? bsearch(&key, listed, nobjs, sizeof *listed, obj_name_cmp) : NULL;
-        if (hit == NULL)
+        uint64_t size = hit ? objs[hit - listed].size : 0;
+        int exists = hit != NULL;
+        /* not in the listing: its worker may have published it since (a staged part renamed
+         * while the directory was read) */
+        if (hit == NULL && sb_io_stat(uri, &size, &exists, err) != 0)
+            rc = sb_err_wrap(err, "sink: commit");
+        else if (!exists)
             rc = sb_err_set(err, "sink: commit: part file %.300s: No such file or directory", uri);
-        else if (objs[hit - listed].size != parts[i].bytes)
+        else if (size != parts[i].bytes)
             rc = sb_err_set(
                 err, "sink: commit: part file %.300s has %" PRIu64 " bytes, reported %" PRIu64, uri,
-                objs[hit - listed].size, parts[i].bytes);
+                size, parts[i].bytes);
         free(uri);
         if (rc != 0)
             break;
@@ -885,10 +891,11 @@ static const char *staged_final(const char *base)
     return *p == '-' ? p + 1 : NULL;
 }
 
-/* A listed part whose final file is missing but whose winning attempt's staged file is there
- * (the attempt's worker had not published it yet, or died after its report was accepted) is
- * published here: the staged file with the reported size and CRC-32C (a losing attempt's may
- * differ). *moved counts them (the listing is then stale). -1 with err set. */
+/* A listed part whose winning attempt's staged file is still there (its worker had not
+ * published it yet, or died after its report was accepted) is published here: the staged file
+ * with the listed size and CRC-32C (a losing attempt's may differ), over whatever file has the
+ * part's name (an earlier run's, in overwrite mode). *moved counts them and the staged files
+ * published by their workers while this ran (the listing is then stale). -1 with err set. */
 static int commit_adopt_staged(const char *dir, const sb_io_part_info *parts, size_t n,
                                const sb_io_obj *objs, size_t nobjs, size_t *moved, sb_err *err)
 {
@@ -903,23 +910,26 @@ static int commit_adopt_staged(const char *dir, const sb_io_part_info *parts, si
         size_t i;
         if (final == NULL || !sb_idmap_get(&byname, final, &i) || objs[k].size != parts[i].bytes)
             continue;
-        char *to = sb_io_uri_join(dir, final);
-        uint64_t size = 0;
-        int exists = 0;
         uint32_t crc = 0;
+        uint64_t size = 0;
+        int exists = 1, absent = 0;
+        if (object_crc(objs[k].uri, objs[k].size, &crc, err) != 0) {
+            /* gone since the listing: its worker published it */
+            if (sb_io_stat(objs[k].uri, &size, &exists, err) != 0 || exists)
+                rc = sb_err_wrap(err, "sink: commit: reading %.300s", objs[k].uri);
+            else
+                (*moved)++;
+            continue;
+        }
+        if (crc != parts[i].crc32c)
+            continue; /* a losing attempt's */
+        char *to = sb_io_uri_join(dir, final);
         if (to == NULL)
             rc = sb_err_set(err, "sink: commit: out of memory");
-        else if (sb_io_stat(to, &size, &exists, err) != 0)
+        else if (sb_io_move(objs[k].uri, to, &absent, err) == 0 || absent)
+            (*moved)++; /* absent: its worker published it meanwhile */
+        else
             rc = sb_err_wrap(err, "sink: commit");
-        else if (!exists && object_crc(objs[k].uri, objs[k].size, &crc, err) != 0)
-            rc = sb_err_wrap(err, "sink: commit: reading %.300s", objs[k].uri);
-        else if (!exists && crc == parts[i].crc32c) {
-            int absent = 0;
-            if (sb_io_move(objs[k].uri, to, &absent, err) == 0)
-                (*moved)++;
-            else if (!absent) /* absent: its worker published it meanwhile */
-                rc = sb_err_wrap(err, "sink: commit");
-        }
         free(to);
     }
     sb_idmap_free(&byname);

@@ -866,3 +866,29 @@ Test(sink, commit_publishes_the_listed_attempts_staged_part_and_removes_the_othe
     cr_assert_eq(sb_io_sink_abort(&s, &e), 0, "%s", e.msg);
     cr_expect(!exists(".sbatt-3-part-s0-t5-p0.jsonl"));
 }
+
+/* Overwrite mode: an earlier run's part has the name, and this run's winning attempt is still
+ * staged when the commit runs (its worker publishes right after its report is accepted, and the
+ * commit may come first): the commit publishes the staged part over the earlier one. It failed
+ * before ("has 20 bytes, reported 8"). */
+Test(sink, commit_publishes_a_staged_part_over_an_earlier_runs)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *old[] = {"{\"old\":1}", "{\"old\":2}"}, *cur[] = {"{\"a\":1}"};
+    sb_io_part_info oi, ci;
+    write_part(&s, "s0-t0-p0", old, 2, &oi);
+    cr_assert_eq(sb_io_sink_commit(&s, &oi, 1, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg); /* the next run */
+    write_staged(&s, "s0-t0-p0", 0, cur, 1, &ci);
+    cr_assert_neq(ci.bytes, oi.bytes);
+    cr_assert_eq(sb_io_sink_commit(&s, &ci, 1, NULL, 0, &e), 0, "%s", e.msg);
+    size_t n;
+    char *got = slurp(out_path("part-s0-t0-p0.jsonl"), &n);
+    cr_expect_str_eq(got, "{\"a\":1}\n", "this run's part");
+    free(got);
+    char l[1024];
+    listing(l, sizeof l);
+    cr_expect_str_eq(l, "_SUCCESS,_manifest.json,part-s0-t0-p0.jsonl");
+}
