@@ -10,19 +10,11 @@ import json, os, shutil, struct, subprocess, sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import duckdb
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tally import check, finish  # noqa: E402
 
 sb, work = sys.argv[1], sys.argv[2]
-passed = failed = 0
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok: {name}")
-    else:
-        failed += 1
-        print(f"FAIL: {name}: {detail}"[:3000])
 
 
 N = 3000  # rows; several row groups and pages per file
@@ -405,5 +397,4 @@ if len(enc) == e - st + 1:
     b[st:e + 1] = bytes(enc)
 hostile("a page that inflates past its declared size", bytes(b), "declared")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -11,19 +11,11 @@ Prints one line per check and "N passed, N failed"; exits non-zero on any failur
 import json, math, os, shutil, subprocess, sys
 import pyarrow as pa
 import pyarrow.parquet as pq
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tally import check, finish  # noqa: E402
 
 sb, work = sys.argv[1], sys.argv[2]
-passed = failed = 0
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok: {name}")
-    else:
-        failed += 1
-        print(f"FAIL: {name}: {detail}"[:3000])
 
 
 N, RG = 20000, 1000  # 20 row groups
@@ -173,5 +165,4 @@ pq.write_table(T, os.path.join(pidx, "t.parquet"), row_group_size=RG, write_page
                data_page_size=4096)
 case("pyarrow with a page index", pidx, vals, "id", "gt", 18500, max_read=2)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

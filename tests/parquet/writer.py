@@ -13,21 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import duckdb
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tally import check, finish  # noqa: E402
 
 sb, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
-passed = failed = 0
 RUNS = [0]
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok: {name}")
-    else:
-        failed += 1
-        print(f"FAIL: {name}: {detail}"[:3000])
 
 
 N = 5000
@@ -325,5 +317,4 @@ records()
 refused()
 modes()
 s3_example()
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()
