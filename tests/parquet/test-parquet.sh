@@ -28,10 +28,19 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
-timeout 900 "$venv/bin/python" "$top/tests/parquet/conformance.py" "$bin/streambatch" "$work/w"
-rc=$?
-# Filter pushdown by row-group statistics: the same rows with and without it (pushdown.py).
-timeout 600 "$venv/bin/python" "$top/tests/parquet/pushdown.py" "$bin/streambatch" "$work/pd" || rc=1
-# The writer: our files read by pyarrow, DuckDB and our reader (tests/parquet/writer.py).
-timeout 600 "$venv/bin/python" "$top/tests/parquet/writer.py" "$bin/streambatch" "$work/wr" || rc=1
+# Each script prints its own "N passed, N failed"; the last line sums them, since make test
+# counts a suite by its last such line (and fails it on a non-zero exit whatever the line says).
+rc=0 total_p=0 total_f=0
+run_py() { # LIMIT SCRIPT WORKDIR
+  local out line
+  out=$(timeout "$1" "$venv/bin/python" "$top/tests/parquet/$2" "$bin/streambatch" "$work/$3") || rc=1
+  printf '%s\n' "$out"
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' <<<"$out" | tail -n 1)
+  if [[ -z $line ]]; then total_f=$((total_f + 1)); rc=1; return; fi
+  total_p=$((total_p + ${line%% passed*})); line=${line#*passed, }; total_f=$((total_f + ${line%% failed}))
+}
+run_py 900 conformance.py w   # the reader against pyarrow- and DuckDB-written files
+run_py 600 pushdown.py pd     # filter pushdown: the same rows with and without it
+run_py 600 writer.py wr       # the writer: our files read by pyarrow, DuckDB and our reader
+echo "parquet-test: $total_p passed, $total_f failed"
 exit $rc
