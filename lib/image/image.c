@@ -99,8 +99,23 @@ static void jprog(j_common_ptr ci)
     }
 }
 
-static int decode_jpeg(const void *p, size_t n, unsigned ch, uint64_t max_pixels, sb_image *out,
-                       sb_err *err)
+/* The DCT reduction of a w x h image drafted to min_w x min_h: the largest d of 8, 4 and 2 with
+ * d <= min(w / min_w, h / min_h), else 1: Pillow's Image.draft() rule, so that a draft here and a
+ * draft there decode the same pixels. libjpeg then skips most of the inverse DCT, the costliest
+ * part of decoding, instead of computing pixels that a downscaling resize averages away. */
+static unsigned draft_denom(uint32_t w, uint32_t h, uint32_t min_w, uint32_t min_h)
+{
+    if (min_w == 0 || min_h == 0)
+        return 1;
+    uint32_t s = w / min_w < h / min_h ? w / min_w : h / min_h;
+    for (unsigned d = 8; d > 1; d /= 2)
+        if (s >= d)
+            return d;
+    return 1;
+}
+
+static int decode_jpeg(const void *p, size_t n, unsigned ch, uint64_t max_pixels, uint32_t min_w,
+                       uint32_t min_h, sb_image *out, sb_err *err)
 {
     struct jpeg_decompress_struct ci;
     jerr_mgr je;
@@ -137,14 +152,18 @@ static int decode_jpeg(const void *p, size_t n, unsigned ch, uint64_t max_pixels
         goto fail;
     }
     ci.out_color_space = ch == 1 ? JCS_GRAYSCALE : ch == 3 ? JCS_RGB : JCS_EXT_RGBA;
+    unsigned denom = draft_denom(ci.image_width, ci.image_height, min_w, min_h);
+    ci.scale_num = 1;
+    ci.scale_denom = denom;
     jpeg_start_decompress(&ci);
-    if ((unsigned)ci.output_components != ch || ci.output_width != ci.image_width ||
-        ci.output_height != ci.image_height) {
+    /* libjpeg rounds a reduced side up: ceil(side / denom) */
+    uint32_t ow = (ci.image_width + denom - 1) / denom, oh = (ci.image_height + denom - 1) / denom;
+    if ((unsigned)ci.output_components != ch || ci.output_width != ow || ci.output_height != oh) {
         sb_err_data(err, "jpeg: the decoder gave %d components of %u x %u, expected %u of %u x %u",
-                    ci.output_components, ci.output_width, ci.output_height, ch, ci.image_width,
-                    ci.image_height);
+                    ci.output_components, ci.output_width, ci.output_height, ch, ow, oh);
         goto fail;
     }
+    bytes = (size_t)ow * oh * ch;
     px = malloc(bytes);
     if (px == NULL) {
         sb_err_set(err, "jpeg: out of memory for %zu bytes of pixels", bytes);
@@ -224,6 +243,12 @@ static int decode_png(const void *p, size_t n, unsigned ch, uint64_t max_pixels,
 int sb_image_decode(const void *p, size_t n, unsigned channels, uint64_t max_pixels, sb_image *out,
                     sb_err *err)
 {
+    return sb_image_decode_draft(p, n, channels, max_pixels, 0, 0, out, err);
+}
+
+int sb_image_decode_draft(const void *p, size_t n, unsigned channels, uint64_t max_pixels,
+                          uint32_t min_w, uint32_t min_h, sb_image *out, sb_err *err)
+{
     memset(out, 0, sizeof *out);
     if (channels != 1 && channels != 3 && channels != 4)
         return sb_err_set(err, "image: channels must be 1, 3 or 4, got %u", channels);
@@ -231,7 +256,7 @@ int sb_image_decode(const void *p, size_t n, unsigned channels, uint64_t max_pix
         max_pixels = SB_IMAGE_DEFAULT_MAX_PIXELS;
     switch (sb_image_sniff(p, n)) {
     case SB_IMAGE_JPEG:
-        return decode_jpeg(p, n, channels, max_pixels, out, err);
+        return decode_jpeg(p, n, channels, max_pixels, min_w, min_h, out, err);
     case SB_IMAGE_PNG:
         return decode_png(p, n, channels, max_pixels, out, err);
     case SB_IMAGE_UNKNOWN:

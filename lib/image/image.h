@@ -54,6 +54,16 @@ const char *sb_image_kind_name(sb_image_kind k);
 int sb_image_decode(const void *p, size_t n, unsigned channels, uint64_t max_pixels, sb_image *out,
                     sb_err *err);
 
+/* sb_image_decode, but a JPEG is decoded reduced by the largest d of 8, 4 and 2 that keeps
+ * side / d >= the asked side on both axes (libjpeg's DCT scaling, chosen as Pillow's
+ * Image.draft() does; a reduced side is ceil(side / d)); PNGs and min_w or min_h 0 decode at
+ * full size. The reduced
+ * pixels are libjpeg's scaled inverse DCT, close to but not equal to a full decode then
+ * downscaled (the tolerance is measured in tests/unit/test_image.c, documented in
+ * docs/pipeline-api.md). */
+int sb_image_decode_draft(const void *p, size_t n, unsigned channels, uint64_t max_pixels,
+                          uint32_t min_w, uint32_t min_h, sb_image *out, sb_err *err);
+
 /* Frees im->pixels and zeroes *im (NULL is fine). */
 void sb_image_free(sb_image *im);
 

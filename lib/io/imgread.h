@@ -9,9 +9,12 @@
  * Format args (args_json, all optional): channels (1, 3 or 4; default 3: gray is expanded,
  * alpha composited onto black), maxPixels (width x height bound, default
  * SB_IMAGE_DEFAULT_MAX_PIXELS, at most SB_IO_IMAGE_MAX_PIXELS), maxRecordSize (largest object
- * read, bytes; default 4x the partition size, at least 1 MiB). An object over maxRecordSize, an
- * unknown format, a decompression bomb, a truncated or corrupt file is a data error naming the
- * object: its partition is errored (execution.maxErroredPartitions), never a crash.
+ * read, bytes; default 4x the partition size, at least 1 MiB), draft ({width, height}: decode
+ * each JPEG at the smallest DCT scale, 1/8 to 1, that keeps it at least that size, as Pillow's
+ * Image.draft(); for a downscaling resize that follows; off by default). An object over
+ * maxRecordSize, an unknown format, a decompression bomb, a truncated or corrupt file is a data
+ * error naming the object: its partition is errored (execution.maxErroredPartitions), never a
+ * crash.
  *
  * Memory: the object is read whole into one buffer (bounded by maxRecordSize), freed before
  * return; the emitted blob belongs to the callback (reader.h's contract).
@@ -20,6 +23,7 @@
 #define SB_IO_IMGREAD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/err.h"
 #include "io/reader.h"
@@ -31,6 +35,7 @@
 typedef struct sb_io_image_opts {
     unsigned channels;
     uint64_t max_pixels;
+    uint32_t draft_w, draft_h; /* args.draft: decode JPEGs reduced to at least this size; 0: off */
 } sb_io_image_opts;
 int sb_io_image_opts_parse(const char *args_json, const char *what, sb_io_image_opts *o,
                            sb_err *err);

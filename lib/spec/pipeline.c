@@ -300,6 +300,7 @@ static const argspec fmt_args_binary_out[] = {{"recordSize", A_INT, 0, 1, NULL, 
 /* image sources (lib/io/imgread.h): channels 1, 3 or 4 (checked in check_io) */
 static const argspec fmt_args_image_in[] = {{"channels", A_INT, 0, 1, NULL, 0},
                                             {"maxPixels", A_INT, 0, 1, NULL, 0},
+                                            {"draft", A_ANY, 0, 0, NULL, 0},
                                             {"maxRecordSize", A_INT, 0, 1, NULL, 0},
                                             {NULL, A_ANY, 0, 0, NULL, 0}};
 
@@ -637,6 +638,24 @@ static void check_uri(const char *uri, const sb_node *node, const char *path, in
 
 /* ---- hooks -------------------------------------------------------------------------------- */
 
+/* source.args.draft of an image source: {width, height}, each an integer from 1 to 65535. */
+static const argspec image_draft_args[] = {{"width", A_INT, 1, 1, NULL, 65535},
+                                           {"height", A_INT, 1, 1, NULL, 65535},
+                                           {NULL, A_ANY, 0, 0, NULL, 0}};
+
+static void check_image_draft(const sb_node *dr, const char *args_path, sb_diags *d)
+{
+    char buf[512];
+    if (dr == NULL)
+        return;
+    const char *path = sb_spec_path_field(buf, sizeof buf, args_path, "draft");
+    if (dr->kind != SB_NODE_MAP)
+        sb_diags_add(d, path, dr->line, dr->col,
+                     "must be a map {width, height}: the smallest size a JPEG is decoded at");
+    else
+        check_args(image_draft_args, dr, path, dr, "args.draft", 0, d);
+}
+
 static void check_io(const sb_node *node, const char *path, const char *uri, sb_format fmt,
                      int is_sink, sb_diags *d)
 {
@@ -667,6 +686,7 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
             sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ab, "maxPixels"), mp->line, mp->col,
                          "must be at most %lld (an image of 2^29 pixels), got %lld", 1ll << 29,
                          mp->v.i);
+        check_image_draft(sb_node_get(args, "draft"), ab, d);
     }
     if (fnode != NULL && fnode->kind == SB_NODE_STRING &&
         (args == NULL || args->kind == SB_NODE_MAP)) {

@@ -5,6 +5,7 @@
 # axis up with the other down, and random sizes; every case must be within 1 of Pillow on every
 # value (it is equal today). Upscales are also checked with the plain bilinear resize
 # (antialias: false), which should agree there too (within 1: Pillow rounds between its passes).
+# JPEGs decoded with args.draft and resized must equal Pillow's Image.draft() + resize (within 1).
 # Pillow comes from build/image-venv (scripts/example-images.sh) when it is there, else from a
 # small venv of its own (build/resize-venv, pinned, made once). Prints "resize-test: N passed, N
 # failed" last; exits non-zero on any failure.
@@ -85,6 +86,33 @@ for n in range(16):
     failed += not ok
     print("%s noise %dx%dx%d -> %dx%d (antialias): max |ours - Pillow| = %d" % (
         "ok  " if ok else "FAIL", sw, sh, c, w, h, d))
+# args.draft (lib/image/image.c, sb_image_decode_draft): a JPEG decoded reduced as Pillow's
+# Image.draft() chooses, then resized, must give Pillow's draft + resize pixels (both use
+# libjpeg's DCT scaling); the distance to a full decode + resize is printed (the documented
+# tolerance of a draft)
+for n in range(8):
+    sw, sh = (int(v) for v in rng.integers(200, 321, size=2))
+    coarse = rng.integers(0, 256, size=(int(rng.integers(3, 9)), int(rng.integers(3, 9)), 3))
+    img = Image.fromarray(coarse.astype(np.uint8), "RGB").resize((sw, sh), Image.BICUBIC)
+    a = np.asarray(img, dtype=np.int16) + rng.integers(-12, 13, size=(sh, sw, 3))
+    path = "%s/d%d.jpg" % (tmp, n)
+    Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "RGB").save(path, quality=90)
+    for w, h in ((64, 64), (100, 80), (30, 30)):
+        subprocess.run([helper, "draft", str(w), str(h), path, tmp + "/out"], check=True)
+        got = np.fromfile(tmp + "/out", dtype=np.uint8).reshape(h, w, 3).astype(int)
+        im = Image.open(path)
+        im.draft("RGB", (w, h))
+        ref = np.asarray(im.convert("RGB").resize((w, h), Image.BILINEAR)).astype(int)
+        full = np.asarray(Image.open(path).convert("RGB").resize((w, h), Image.BILINEAR))
+        d = int(np.abs(ref - got).max())
+        f = np.abs(full.astype(int) - got)
+        ok = d <= 1
+        passed += ok
+        failed += not ok
+        print("%s draft %dx%d jpeg -> %dx%d (decoded at %dx%d): max |ours - Pillow draft| = %d; "
+              "against a full decode: mean %.2f, max %d" % (
+                  "ok  " if ok else "FAIL", sw, sh, w, h, im.size[0], im.size[1], d, f.mean(),
+                  f.max()))
 print("resize-test: %d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)
 PY

@@ -3,6 +3,7 @@
  * whose list widths change within a task. Images are made here with libpng's and
  * libjpeg-turbo's encoders. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -732,4 +733,121 @@ Test(image, project_keeps_listed_typed_columns)
                             "channels)") != NULL,
               "%s", e.msg);
     sb_part_free(in);
+}
+
+/* ---- draft (reduced-scale) JPEG decoding ---------------------------------------------------- */
+
+/* A textured w x h RGB image (waves of several frequencies): harder on a reduced-scale decode
+ * than the smooth pattern, closer to a photo's detail. */
+static uint8_t *texture(uint32_t w, uint32_t h)
+{
+    uint8_t *p = malloc((size_t)w * h * 3);
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++)
+            for (uint32_t k = 0; k < 3; k++) {
+                double v = 128 + 60 * sin(x * (0.05 + 0.04 * k)) * cos(y * 0.07) +
+                           40 * sin((x + 2 * y) * 0.31) + 20 * sin(x * 1.3 + y * 0.9 + k);
+                p[((size_t)y * w + x) * 3 + k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    return p;
+}
+
+/* The reduction is the largest of 1/8, 1/4, 1/2 with side / d >= the asked side (Pillow's draft
+ * rule), and
+ * after the antialiased resize to that size the pixels stay close to a full decode's. */
+Test(image, draft_decodes_at_the_largest_reduction_that_keeps_the_size)
+{
+    const uint32_t w = 250, h = 203;
+    uint8_t *px = texture(w, h);
+    size_t n;
+    void *f = jpeg_encode(px, w, h, 3, 90, &n);
+    sb_err e = {0};
+    static const struct {
+        uint32_t mw, mh, ow, oh;
+    } cases[] = {
+        {0, 0, 250, 203},     {64, 64, 125, 102},  {30, 25, 32, 26},
+        {32, 26, 63, 51},     {62, 50, 63, 51},    {63, 50, 125, 102},
+        {250, 203, 250, 203}, {251, 10, 250, 203}, {1, 1, 32, 26},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sb_image im;
+        cr_assert_eq(sb_image_decode_draft(f, n, 3, 0, cases[i].mw, cases[i].mh, &im, &e), 0, "%s",
+                     e.msg);
+        cr_expect(im.width == cases[i].ow && im.height == cases[i].oh,
+                  "draft %ux%u: %ux%u, want %ux%u", cases[i].mw, cases[i].mh, im.width, im.height,
+                  cases[i].ow, cases[i].oh);
+        sb_image_free(&im);
+    }
+    /* the tolerance, after the resize a draft is meant for (docs/pipeline-api.md) */
+    sb_image full, dr;
+    cr_assert_eq(sb_image_decode(f, n, 3, 0, &full, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_image_decode_draft(f, n, 3, 0, 64, 64, &dr, &e), 0, "%s", e.msg);
+    uint8_t a[64 * 64 * 3], b[64 * 64 * 3];
+    sb_image_resampler r = {0};
+    cr_assert_eq(sb_image_resample_u8(&r, full.pixels, w, h, 3, a, 64, 64, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_image_resample_u8(&r, dr.pixels, dr.width, dr.height, 3, b, 64, 64, &e), 0,
+                 "%s", e.msg);
+    double sum = 0;
+    for (size_t i = 0; i < sizeof a; i++)
+        sum += abs((int)a[i] - (int)b[i]);
+    double mean = sum / (double)sizeof a;
+    int mx = max_diff(a, b, sizeof a);
+    cr_log_info("draft 64x64 of 250x203 (1/2): mean |diff| %.2f, max %d", mean, mx);
+    cr_expect_lt(mean, 6.0, "mean |diff| %.2f", mean); /* 5.06 with libjpeg-turbo 2.1 */
+    cr_expect_lt(mx, 32, "max |diff| %d", mx);
+    cr_expect_gt(sum, 0, "a reduced decode is not bit-identical (or the draft was ignored)");
+    sb_image_resampler_free(&r);
+    sb_image_free(&full);
+    sb_image_free(&dr);
+    /* a PNG ignores the draft */
+    void *pf = png_encode(px, w, h, 3, &n);
+    cr_assert_eq(sb_image_decode_draft(pf, n, 3, 0, 64, 64, &dr, &e), 0, "%s", e.msg);
+    cr_expect(dr.width == w && dr.height == h);
+    sb_image_free(&dr);
+    free(pf);
+    free(f);
+    free(px);
+}
+
+/* args.draft reaches the decoder through the image source, and validate checks its shape. */
+Test(image, source_draft_is_read_and_validated)
+{
+    uint8_t *px = texture(200, 160);
+    size_t n;
+    void *f = jpeg_encode(px, 200, 160, 3, 90, &n);
+    const char *path = write_file("d.jpg", f, n);
+    sb_err e = {0};
+    g_nparts = 0;
+    cr_assert_eq(read_image(path, n, "{\"draft\":{\"width\":50,\"height\":40}}", &e), 0, "%s",
+                 e.msg);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(g_parts[0], g_lens[0], &b, &e), 0, "%s", e.msg);
+    cr_expect_eq(int_at(b, "width", 0), 50);
+    cr_expect_eq(int_at(b, "height", 0), 40);
+    sb_batch_close(b);
+    parts_free();
+    cr_assert_eq(read_image(path, n, "{\"draft\":{\"width\":50}}", &e), -1);
+    cr_expect(strstr(e.msg, "args.draft needs both width and height") != NULL, "%s", e.msg);
+    static const char *bad[] = {"draft: 64", "draft: {width: 0, height: 64}", "draft: {width: 64}",
+                                "draft: {width: 64, height: 64, x: 1}"};
+    static const char *want[] = {"must be a map {width, height}", "width", "height", "\"x\""};
+    for (size_t i = 0; i < 4; i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml,
+                 "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: n}\n"
+                 "spec:\n  source: {uri: 'file:///in/', format: image, args: {%s}}\n"
+                 "  stages: [{name: r, op: image.resize, args: {width: 8, height: 8}}]\n"
+                 "  sink: {uri: 'file:///out/', format: jsonl}\n",
+                 bad[i]);
+        char *report = NULL;
+        size_t rlen = 0;
+        FILE *rf = open_memstream(&report, &rlen);
+        cr_expect_neq(sb_validate_buffer("n.yaml", yaml, strlen(yaml), rf, NULL), 0, "%s", bad[i]);
+        fclose(rf);
+        cr_expect(strstr(report, "args.draft") != NULL && strstr(report, want[i]) != NULL, "%s: %s",
+                  bad[i], report);
+        free(report);
+    }
+    free(f);
+    free(px);
 }
