@@ -179,6 +179,8 @@ echo "bench: ETL (scripts/bench-etl.sh: jsonl filter + project vs one C program 
 scripts/bench-etl.sh >>"$out"
 echo "bench: Parquet (scripts/bench-parquet.sh: 1 GiB filter + project + write vs pyarrow.dataset, DuckDB, Daft, Ray Data)" >&2
 { echo; scripts/bench-parquet.sh; } >>"$out"
+echo "bench: images decoded and resized on the CPU (scripts/bench-images.sh: full decode vs draft vs a Pillow pool)" >&2
+{ echo; scripts/bench-images.sh; } >>"$out"
 echo "bench: memory of the process tree (scripts/bench-memory.sh: peak Pss vs budget + 40 MiB/worker)" >&2
 scripts/bench-memory.sh >>"$out"
 echo "bench: controller under load (scripts/bench-ctl-load.sh: 1,000 and 10,000 simulated workers)" >&2
