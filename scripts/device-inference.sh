@@ -25,6 +25,7 @@
 #   SB_BIN_DIR (bin) SB_BUILD_DIR (build) PYTHON (python3) IMAGES (20000)
 #   DIMS (12288,4096,4096,1000) PRECISIONS ("fp32 tf32") CPUS (15) TORCH_WORKERS (15)
 #   TORCH_DEVICE (cuda) TORCH_ENGINE (torch; numpy: the same data path without torch)
+#   DRAFT (0; 1: both pipelines decode JPEGs reduced: source.args.draft and Pillow's draft())
 #   STEPS ("machine tests bench job")
 # A dry run on a machine without a GPU (only the job, the op on the CPU fallback):
 #   IMAGES=200 DIMS=12288,64,64,10 CPUS=2 TORCH_WORKERS=2 TORCH_DEVICE=cpu TORCH_ENGINE=numpy \
@@ -59,6 +60,9 @@ cpus=${CPUS:-15}
 tworkers=${TORCH_WORKERS:-15}
 tdevice=${TORCH_DEVICE:-cuda}
 tengine=${TORCH_ENGINE:-torch}
+draft=${DRAFT:-0}
+sbdraft="" tdraft=""
+((draft)) && sbdraft=", draft: {width: 64, height: 64}" tdraft=--draft
 steps=" ${STEPS:-machine tests bench job} "
 results=$out/inference-results.txt
 : >"$results"
@@ -124,7 +128,7 @@ apiVersion: streambatch.dev/v1alpha1
 kind: Pipeline
 metadata: {name: inference-$1}
 spec:
-  source: {uri: "file://$work/images/", format: image, args: {channels: 3}}
+  source: {uri: "file://$work/images/", format: image, args: {channels: 3$sbdraft}}
   stages:
   - {name: resize, op: image.resize, args: {width: 64, height: 64}, resources: {cpu: "1"}}
   - {name: normalize, op: image.normalize, args: {mean: 0.5, std: 0.5}, resources: {cpu: "1"}}
@@ -167,13 +171,13 @@ if [[ $steps == *" job "* ]]; then
     rc=${PIPESTATUS[0]}
     t1=$EPOCHREALTIME
     dmon_stop "$work/dmon-sb-$prec.txt" "streambatch-$prec"
-    result "RESULT streambatch precision=$prec images=$images seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') exit=$rc"
+    result "RESULT streambatch precision=$prec draft=$draft images=$images seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') exit=$rc"
     grep -h "tensor.mlp runs" "$work/run-$prec"/*.log 2>/dev/null | head -2
     say "4. $prec: tests/bench/torch_inference.py ($tengine on $tdevice, $tworkers workers)"
     dmon_start "$work/dmon-torch-$prec.txt"
     timeout 300 "$py" tests/bench/torch_inference.py "$work/images" "$work/model.safetensors" \
       "$work/torch-$prec.jsonl" --device "$tdevice" --workers "$tworkers" --batch 1024 \
-      --precision "$prec" --engine "$tengine" 2>&1 | tail -3 | tee -a "$results"
+      --precision "$prec" --engine "$tengine" $tdraft 2>&1 | tail -3 | tee -a "$results"
     dmon_stop "$work/dmon-torch-$prec.txt" "torch-$prec"
     r=$("$py" tests/bench/inference_data.py compare "$work/out-sb-$prec" "$work/torch-$prec.jsonl" "$images")
     rc=$?

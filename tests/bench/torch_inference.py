@@ -8,6 +8,7 @@ flattened to 12288 values.
 
     python3 torch_inference.py IMAGES_DIR MODEL OUT_JSONL [--device cuda|cpu] [--workers N]
         [--batch N] [--precision fp32|tf32|bf16] [--topk K] [--size S] [--engine torch|numpy]
+        [--draft]
 
 Prints "RESULT torch images=N seconds=S images_per_s=R device=D precision=P" (seconds: from
 the first file listed to the output closed, the worker processes' start included). --engine
@@ -25,10 +26,14 @@ import numpy as np
 from PIL import Image
 
 SIZE = 64
+DRAFT = False
 
 
 def load(path):
-    img = Image.open(path).convert("RGB").resize((SIZE, SIZE), Image.BILINEAR)
+    img = Image.open(path)
+    if DRAFT:  # --draft: Pillow's reduced-scale JPEG decode, as source.args.draft
+        img.draft("RGB", (SIZE, SIZE))
+    img = img.convert("RGB").resize((SIZE, SIZE), Image.BILINEAR)
     x = np.asarray(img, dtype=np.float32) * np.float32(1 / 255)
     return ((x - np.float32(0.5)) / np.float32(0.5)).reshape(-1)
 
@@ -112,9 +117,11 @@ def main():
     p.add_argument("--topk", type=int, default=5)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--engine", choices=["torch", "numpy"], default="torch")
+    p.add_argument("--draft", action="store_true")
     a = p.parse_args()
-    global SIZE
+    global SIZE, DRAFT
     SIZE = a.size
+    DRAFT = a.draft
     layers = read_model(a.model)
     t0 = time.perf_counter()
     files = sorted(os.path.join(a.images, f) for f in os.listdir(a.images)
