@@ -4,7 +4,8 @@
 # TEST_BINs are Criterion executables (their "Synthesis" line is counted test by test).
 # MAKE_TARGETs are slower suites run with `make`; one that prints "N passed, N failed" as its
 # last such line is counted that way, any other counts as one test by its exit status.
-# Every suite runs under a time limit (SB_SUITE_TIMEOUT seconds, default 900).
+# Every suite runs under a time limit (SB_SUITE_TIMEOUT seconds, default 900), and its line says
+# how long it took: a cold `make test` must stay under 60 minutes, and these show where they go.
 set -uo pipefail
 limit=${SB_SUITE_TIMEOUT:-900}
 bins=(); targets=(); seen_sep=0
@@ -33,7 +34,7 @@ suite_tmp_done() { [[ -n ${TMPDIR:-} && $TMPDIR == /tmp/sb-suite.* ]] && rm -rf 
 for b in "${bins[@]}"; do
   name=$(basename "$b"); log=$log_dir/$name.log
   jobs=2; [[ $b == */itests/* ]] && jobs=1   # integration tests load the machine themselves
-  suite_tmp
+  suite_tmp; t0=$SECONDS
   timeout -k 10 "$limit" "$b" --jobs $jobs >"$log" 2>&1; rc=$?
   suite_tmp_done
   syn=$(grep -a 'Synthesis:' "$log" | tail -n 1)
@@ -45,21 +46,22 @@ for b in "${bins[@]}"; do
   ((rc != 0 && f == 0)) && f=1
   passed=$((passed + p)); failed=$((failed + f))
   if ((f)); then failed_suites+=("$name"); echo "---- $name: FAILED ($p passed, $f failed), log tail:"; grep -a -E '\[(FAIL|----)\]|Assertion|signal|ERROR' "$log" | head -40; tail -n 5 "$log";
-  else echo "$name: $p passed"; fi
+  else echo "$name: $p passed ($((SECONDS - t0)) s)"; fi
 done
 
 for t in "${targets[@]}"; do
   log=$log_dir/make-$t.log
-  suite_tmp
+  suite_tmp; t0=$SECONDS
   timeout -k 10 "$limit" make --no-print-directory "$t" >"$log" 2>&1; rc=$?
   suite_tmp_done
   if count_plain "$log"; then :; else p=$((rc == 0 ? 1 : 0)); f=$((rc == 0 ? 0 : 1)); fi
   ((rc != 0 && f == 0)) && f=1
   passed=$((passed + p)); failed=$((failed + f))
   if ((f)); then failed_suites+=("$t"); echo "---- make $t: FAILED (exit $rc), log tail:"; tail -n 40 "$log";
-  else echo "make $t: $p passed"; fi
+  else echo "make $t: $p passed ($((SECONDS - t0)) s)"; fi
 done
 
 ((${#failed_suites[@]})) && echo "failed suites: ${failed_suites[*]} (logs in $log_dir)"
+echo "all suites took $((SECONDS / 60)) min $((SECONDS % 60)) s"
 echo "$passed passed, $failed failed"
 ((failed == 0))
