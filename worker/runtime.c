@@ -1909,6 +1909,7 @@ static worker *worker_new(const sb_worker_config *cfg_in)
         const char *t = getenv("TMPDIR");
         w->cfg.spill_dir = t != NULL && *t ? t : "/tmp";
     }
+    sb_op_set_spill_dir(w->cfg.spill_dir);
     if (w->cfg.register_timeout_ms <= 0)
         w->cfg.register_timeout_ms = 60000;
     if (w->cfg.controller_lost_timeout_ms <= 0)

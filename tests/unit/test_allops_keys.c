@@ -3,6 +3,7 @@
  * any order), groupby's map-side combine gives what one table over all the rows gives,
  * however the rows are split among map tasks, and the map half writes one partition per bucket. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,4 +232,170 @@ Test(allops_keys, map_half_writes_one_partition_per_bucket)
     op->free(st);
     sb_batch_close(b);
     sb_part_free(blob);
+}
+
+/* ---- groupby within its memory: the map side sends partials on early, the reduce side spills
+ * sorted runs and merges them; either way the output is the unbounded table's ------------- */
+
+typedef struct {
+    char **recs;
+    size_t n, cap;
+} dcoll;
+
+static void dcoll_add(dcoll *c, const char *p, size_t n)
+{
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 256;
+        c->recs = realloc(c->recs, c->cap * sizeof *c->recs);
+        cr_assert_not_null(c->recs);
+    }
+    c->recs[c->n++] = strndup(p, n);
+}
+
+static void dcoll_free(dcoll *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free(c->recs[i]);
+    free(c->recs);
+}
+
+static int dcollect(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    sb_batch *b;
+    sb_err e;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    for (size_t r = 0; r < rows; r++) {
+        size_t n;
+        const char *p = sb_column_binary(sb_batch_column(b, 0), r, &n);
+        dcoll_add(ud, p, n);
+    }
+    sb_batch_close(b);
+    sb_part_free(blob);
+    return 0;
+}
+
+static int dkeep_partial(void *ud, uint32_t bucket, const char *rec, size_t len, sb_err *err)
+{
+    (void)bucket;
+    (void)err;
+    dcoll_add(ud, rec, len);
+    return 0;
+}
+
+typedef struct {
+    xgroupby *g;
+    dcoll *partials;
+} map_side;
+
+static int map_full(void *ud, sb_err *err)
+{
+    map_side *m = ud;
+    return xgroupby_emit_partials(m->g, 4, dkeep_partial, m->partials, err);
+}
+
+static void demit_all(xgroupby *g, dcoll *out)
+{
+    sb_err e;
+    sb_op_out *o = sb_op_out_new(1 << 16, dcollect, out, &e);
+    sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+    cr_assert_eq(sb_op_out_set_schema(o, &f, 1, &e), 0);
+    cr_assert_eq(xgroupby_emit(g, o, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_op_out_flush(o, &e), 0, "%s", e.msg);
+    sb_op_out_free(o);
+}
+
+/* Records equal but for the trailing "std_v":X}, whose values agree to 1e-12 relative (a merge
+ * of partial states adds in another order than one pass over the rows). */
+static void expect_same_groups(const dcoll *got, const dcoll *want)
+{
+    cr_assert_eq(got->n, want->n);
+    for (size_t i = 0; i < want->n; i++) {
+        const char *gs = strstr(got->recs[i], "\"std_v\":"),
+                   *ws = strstr(want->recs[i], "\"std_v\":");
+        cr_assert(gs != NULL && ws != NULL);
+        cr_assert_eq(gs - got->recs[i], ws - want->recs[i], "%s\n%s", got->recs[i], want->recs[i]);
+        cr_assert_eq(memcmp(got->recs[i], want->recs[i], (size_t)(ws - want->recs[i])), 0,
+                     "record %zu: %s\nwant %s", i, got->recs[i], want->recs[i]);
+        if (strncmp(ws, "\"std_v\":null", 12) == 0) {
+            cr_assert_str_eq(gs, ws);
+            continue;
+        }
+        double a = strtod(gs + 8, NULL), b = strtod(ws + 8, NULL);
+        cr_assert(fabs(a - b) <= 1e-12 * fabs(b) + 1e-300, "record %zu: std %.17g, want %.17g", i,
+                  a, b);
+    }
+}
+
+Test(allops_keys, groupby_beyond_its_memory_spills_and_merges_to_the_same_output)
+{
+    enum { ROWS = 6000, KEYS = 1500, CHUNK = 500 };
+    char **rows = calloc(ROWS, sizeof *rows);
+    for (int i = 0; i < ROWS; i++) {
+        char r[160];
+        int k = (i * 7919) % KEYS;
+        if (k % 3 == 0)
+            snprintf(r, sizeof r, "{\"k\":\"s%d\",\"v\":%d,\"s\":\"x%d\"}", k, (i * 37) % 101, i);
+        else
+            snprintf(r, sizeof r, "{\"k\":%d,\"v\":%d.5,\"s\":\"y%d\"}", k, (i * 13) % 97, i % 50);
+        rows[i] = strdup(r);
+    }
+    const char *args = "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"},"
+                       "{\"op\":\"sum\",\"field\":\"v\"},{\"op\":\"min\",\"field\":\"s\"},"
+                       "{\"op\":\"max\",\"field\":\"v\"},{\"op\":\"first\",\"field\":\"s\"},"
+                       "{\"op\":\"last\",\"field\":\"v\"},{\"op\":\"collect\",\"field\":\"s\"},"
+                       "{\"op\":\"mean\",\"field\":\"v\"},{\"op\":\"std\",\"field\":\"v\"}]}";
+    sb_err e;
+    void *blob;
+    sb_batch *b = batch_of((const char *const *)rows, ROWS, &blob);
+    xgroupby *whole = xgroupby_new(args, 0, &e);
+    cr_assert_eq(xgroupby_add(whole, b, 0, 0, ROWS, &e), 0, "%s", e.msg);
+    dcoll want = {0};
+    demit_all(whole, &want);
+    cr_assert_eq(want.n, KEYS);
+    /* the reduce side alone, 16 KiB: it spills runs and merges them */
+    xgroupby *red = xgroupby_new(args, 16384, &e);
+    for (int s = 0; s < ROWS; s += CHUNK)
+        cr_assert_eq(xgroupby_add(red, b, 0, (size_t)s, CHUNK, &e), 0, "%s", e.msg);
+    dcoll got = {0};
+    demit_all(red, &got);
+    cr_expect_gt(xgroupby_spilled(red), 0, "the table spilled");
+    expect_same_groups(&got, &want);
+    /* the map side, 16 KiB: partials go on whenever the table is full, so keys repeat among
+     * them; the bounded reduce side merges them (spilling too) into the same groups */
+    dcoll partials = {0};
+    map_side m = {.g = xgroupby_new(args, 16384, &e), .partials = &partials};
+    xgroupby_on_full(m.g, map_full, &m);
+    cr_assert_eq(xgroupby_add(m.g, b, 0, 0, ROWS, &e), 0, "%s", e.msg);
+    cr_assert_eq(xgroupby_emit_partials(m.g, 4, dkeep_partial, &partials, &e), 0, "%s", e.msg);
+    cr_expect_gt(partials.n, KEYS, "%zu partials for %d keys: sent on early", partials.n, KEYS);
+    void *pblob;
+    sb_batch *pb = batch_of((const char *const *)partials.recs, partials.n, &pblob);
+    xgroupby_reset(red);
+    cr_expect_eq(xgroupby_spilled(red), 0);
+    cr_assert_eq(xgroupby_add_partials(red, pb, 0, 0, partials.n, &e), 0, "%s", e.msg);
+    dcoll got2 = {0};
+    demit_all(red, &got2);
+    cr_expect_gt(xgroupby_spilled(red), 0);
+    expect_same_groups(&got2, &want);
+    /* one group bigger than the memory (a collect of 6000 strings in 2 KiB): a clear error */
+    xgroupby *tiny = xgroupby_new("{\"keys\":[\"z\"],\"missingKey\":null,\"aggregates\":"
+                                  "[{\"op\":\"collect\",\"field\":\"s\"}]}",
+                                  2048, &e);
+    cr_assert_eq(xgroupby_add(tiny, b, 0, 0, ROWS, &e), -1);
+    cr_expect(strstr(e.msg, "one group's aggregates take more than 2Ki,") != NULL, "%s", e.msg);
+    xgroupby_free(tiny);
+    dcoll_free(&want);
+    dcoll_free(&got);
+    dcoll_free(&got2);
+    dcoll_free(&partials);
+    xgroupby_free(whole);
+    xgroupby_free(red);
+    xgroupby_free(m.g);
+    sb_batch_close(b);
+    sb_batch_close(pb);
+    sb_part_free(blob);
+    sb_part_free(pblob);
+    for (int i = 0; i < ROWS; i++)
+        free(rows[i]);
+    free(rows);
 }

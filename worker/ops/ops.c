@@ -1,9 +1,12 @@
 /* ops.c — the operator registry, the batch-size loop and the "op NAME: " prefix of task
  * errors (see ops.h). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "worker/ops/impls.h"
 #include "worker/ops/ops.h"
@@ -24,6 +27,33 @@ void sb_op_shutdown(void)
     for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
         if (registry[i]->shutdown != NULL)
             registry[i]->shutdown();
+}
+
+static char spill_dir[4096] = "/tmp";
+
+void sb_op_set_spill_dir(const char *dir)
+{
+    if (dir != NULL && *dir != '\0')
+        snprintf(spill_dir, sizeof spill_dir, "%s", dir);
+}
+
+FILE *sb_op_spill_file(sb_err *err)
+{
+    int fd = open(spill_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        char path[4200]; /* a file system without O_TMPFILE: a name removed at once */
+        snprintf(path, sizeof path, "%s/sb-op-spill-XXXXXX", spill_dir);
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd >= 0)
+            unlink(path);
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "w+b") : NULL;
+    if (f == NULL) {
+        sb_err_set(err, "cannot make a spill file in %s: %s", spill_dir, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+    return f;
 }
 
 const sb_op_impl *sb_op_find(const char *name)

@@ -68,6 +68,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/err.h"
 #include "partition/partition.h"
@@ -280,6 +281,13 @@ const char *sb_op_excerpt(const char *p, size_t n, char *buf, size_t cap);
  * idle states first (a tensor.mlp state points at a model), then every op's shutdown hook. */
 uint64_t sb_op_children_rss(void);
 void sb_op_shutdown(void);
+
+/* Where ops spill what outgrows their share of the memory budget (groupby's sorted runs): the
+ * worker's spill directory, set once at worker start (copied); "/tmp" until then. Spill files
+ * are made with sb_op_spill_file(): unnamed (O_TMPFILE, else created and unlinked at once), so
+ * they vanish with the last descriptor, even when the worker is killed. NULL + err. */
+void sb_op_set_spill_dir(const char *dir);
+FILE *sb_op_spill_file(sb_err *err);
 
 /* Data errors. An op that fails because of the records themselves (invalid JSON or UTF-8, a
  * record of the wrong kind, no records column) sets err with sb_err_data() (core/err.h): such a

@@ -140,6 +140,16 @@ static void x_free(void *state)
     free(st);
 }
 
+static int put_partial(void *ud, uint32_t bucket, const char *rec, size_t len, sb_err *err);
+
+/* groupby's map side, its table full: the partials go to their buckets now, and the reduce
+ * side merges them with the later ones of the same keys. */
+static int map_table_full(void *ud, sb_err *err)
+{
+    xstate *st = ud;
+    return xgroupby_emit_partials(st->gb, st->buckets, put_partial, st, err);
+}
+
 static int x_init(const char *args_json, void **state, int map, sb_err *err)
 {
     xstate *st = calloc(1, sizeof *st);
@@ -150,6 +160,8 @@ static int x_init(const char *args_json, void **state, int map, sb_err *err)
         x_free(st);
         return -1;
     }
+    if (map && st->gb != NULL)
+        xgroupby_on_full(st->gb, map_table_full, st);
     *state = st;
     return 0;
 }

@@ -1,9 +1,14 @@
-/* groupby.c — groupby's reduce side (xchg.h): a hash table from each key's canonical encoding to
- * its aggregates (count, sum, min, max, mean, std, first, last, collect), bounded by the stage's
- * share of the memory budget, emitted as one JSON record per key in the order of the keys'
- * encodings (the same output whatever order the rows came in, but for first, last, collect). */
+/* groupby.c — groupby's aggregates (xchg.h): a hash table from each key's canonical encoding to
+ * its aggregates (count, sum, min, max, mean, std, first, last, collect), emitted as one JSON
+ * record per key in the order of the keys' encodings (the same output whatever order the rows
+ * came in, but for first, last, collect). The table stays within the stage's share of the
+ * memory budget: when full, the map side sends its partials on early (a full hook), and the
+ * reduce side spills the table as a run of partials sorted by key, then merges the runs at the
+ * end (an external merge), so the output is the one an unbounded table would give. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +58,12 @@ struct xgroupby {
     group *groups;
     size_t capgroups;
     uint64_t memory, bytes;
-    xbuf kb; /* scratch: one row's key encoding */
+    xbuf kb;               /* scratch: one row's key encoding */
+    xgroupby_full_fn full; /* the map side's hook when the table is full (NULL: spill a run) */
+    void *full_ud;
+    FILE **runs; /* spilled runs (reduce side), oldest first */
+    size_t nruns, capruns;
+    uint64_t spilled; /* bytes written to runs this task */
 };
 
 static char *json_quote(const char *s)
@@ -153,9 +163,29 @@ static void groups_clear(xgroupby *g)
     g->bytes = 0;
 }
 
+static void runs_close(xgroupby *g)
+{
+    for (size_t i = 0; i < g->nruns; i++)
+        fclose(g->runs[i]);
+    g->nruns = 0;
+    g->spilled = 0;
+}
+
 void xgroupby_reset(xgroupby *g)
 {
     groups_clear(g);
+    runs_close(g);
+}
+
+void xgroupby_on_full(xgroupby *g, xgroupby_full_fn fn, void *ud)
+{
+    g->full = fn;
+    g->full_ud = ud;
+}
+
+uint64_t xgroupby_spilled(const xgroupby *g)
+{
+    return g->spilled;
 }
 
 void xgroupby_free(xgroupby *g)
@@ -163,6 +193,8 @@ void xgroupby_free(xgroupby *g)
     if (g == NULL)
         return;
     groups_clear(g);
+    runs_close(g);
+    free(g->runs);
     xset_free(&g->set);
     free(g->groups);
     for (size_t i = 0; i < g->naggs; i++)
@@ -346,6 +378,26 @@ static int row_add(xgroupby *g, const char *r, size_t len, size_t row, sb_op_jso
     return 0;
 }
 
+static int spill_run(xgroupby *g, sb_err *err);
+
+/* The table outgrew g->memory: hand it on (map side) or spill it (reduce side). One group that
+ * alone outgrows it (a collect of a huge list) cannot go anywhere: a permanent error. */
+static int table_full(xgroupby *g, sb_err *err)
+{
+    size_t groups = g->set.n;
+    if (groups > 1 && (g->full != NULL ? g->full(g->full_ud, err) : spill_run(g, err)) != 0)
+        return -1;
+    if (g->bytes + xset_bytes(&g->set) <= g->memory)
+        return 0;
+    char b1[32];
+    return sb_err_permanent(err,
+                            "groupby: %s than %s, its share of execution.memoryBudget: give "
+                            "the pipeline a larger memoryBudget",
+                            groups > 1 ? "the groups of one task still take more"
+                                       : "one group's aggregates take more",
+                            sb_quantity_format_bytes((int64_t)g->memory, b1, sizeof b1));
+}
+
 typedef int (*row_fn)(xgroupby *g, const char *r, size_t len, size_t row, sb_op_json_span *found,
                       sb_err *err);
 
@@ -362,17 +414,8 @@ static int add_rows(xgroupby *g, const sb_batch *in, int col, size_t first, size
         size_t len;
         const char *p = sb_column_binary(c, r, &len);
         rc = fn(g, p, len, r, found, err);
-        uint64_t used = g->bytes + xset_bytes(&g->set);
-        if (rc == 0 && g->memory > 0 && used > g->memory) {
-            char b1[32];
-            rc = sb_err_permanent(err,
-                                  "groupby: the groups of one task take more than %s, its "
-                                  "share of execution.memoryBudget (%zu keys so far); groupby "
-                                  "does not spill yet: give the stage more partitions or the "
-                                  "pipeline a larger memoryBudget",
-                                  sb_quantity_format_bytes((int64_t)g->memory, b1, sizeof b1),
-                                  g->set.n);
-        }
+        if (rc == 0 && g->memory > 0 && g->bytes + xset_bytes(&g->set) > g->memory)
+            rc = table_full(g, err);
     }
     free(found);
     return rc;
@@ -450,29 +493,44 @@ static int korder_cmp(const void *a, const void *b)
     return c != 0 ? c : (x->n > y->n) - (x->n < y->n);
 }
 
-int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err)
+/* The groups' indices in the order of their keys' encodings; NULL out of memory. */
+static korder *groups_sorted(const xgroupby *g)
 {
     korder *ord = calloc(g->set.n + 1, sizeof *ord);
-    xbuf rec = {0};
-    int rc = ord == NULL ? sb_err_set(err, "out of memory") : 0;
-    for (size_t i = 0; rc == 0 && i < g->set.n; i++) {
+    if (ord == NULL)
+        return NULL;
+    for (size_t i = 0; i < g->set.n; i++) {
         ord[i].k = xset_key(&g->set, i, &ord[i].n);
         ord[i].gi = i;
     }
-    if (rc == 0)
-        qsort(ord, g->set.n, sizeof *ord, korder_cmp);
-    for (size_t i = 0; rc == 0 && i < g->set.n; i++) {
-        const group *gr = &g->groups[ord[i].gi];
-        rec.n = 0;
-        int bad = xbuf_put(&rec, "{", 1) || xbuf_put(&rec, gr->keytext.p, gr->keytext.n);
-        for (size_t k = 0; k < g->naggs && !bad; k++)
-            bad = xbuf_put(&rec, ",", 1) || xbuf_put(&rec, g->aggs[k].as, strlen(g->aggs[k].as)) ||
-                  xbuf_put(&rec, ":", 1) || agg_value(&g->aggs[k], &gr->a[k], &rec);
-        if (bad || xbuf_put(&rec, "}", 1) != 0)
-            rc = sb_err_set(err, "out of memory");
-        else
-            rc = sb_op_out_append_binary(out, rec.p, rec.n, err);
-    }
+    qsort(ord, g->set.n, sizeof *ord, korder_cmp);
+    return ord;
+}
+
+/* Group gr's output record {keys..., as: value...} into rec (cleared first). -1 out of memory. */
+static int group_record(const xgroupby *g, const group *gr, xbuf *rec)
+{
+    rec->n = 0;
+    int bad = xbuf_put(rec, "{", 1) || xbuf_put(rec, gr->keytext.p, gr->keytext.n);
+    for (size_t k = 0; k < g->naggs && !bad; k++)
+        bad = xbuf_put(rec, ",", 1) || xbuf_put(rec, g->aggs[k].as, strlen(g->aggs[k].as)) ||
+              xbuf_put(rec, ":", 1) || agg_value(&g->aggs[k], &gr->a[k], rec);
+    return bad || xbuf_put(rec, "}", 1) != 0 ? -1 : 0;
+}
+
+static int merge_runs(xgroupby *g, sb_op_out *out, sb_err *err);
+
+int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err)
+{
+    if (g->nruns > 0) /* the rest joins the runs, and the runs merge */
+        return spill_run(g, err) != 0 ? -1 : merge_runs(g, out, err);
+    korder *ord = groups_sorted(g);
+    xbuf rec = {0};
+    int rc = ord == NULL ? sb_err_set(err, "out of memory") : 0;
+    for (size_t i = 0; rc == 0 && i < g->set.n; i++)
+        rc = group_record(g, &g->groups[ord[i].gi], &rec) != 0
+                 ? sb_err_set(err, "out of memory")
+                 : sb_op_out_append_binary(out, rec.p, rec.n, err);
     free(ord);
     xbuf_free(&rec);
     groups_clear(g);
@@ -524,24 +582,34 @@ static int state_put(const aspec *sp, const astate *a, xbuf *out, sb_err *err)
     return xbuf_put(out, num, strlen(num)) ? sb_err_set(err, "out of memory") : 0;
 }
 
+/* Group gi's partial record {"k": {keys}, "a": [states]} into rec (cleared first), after the
+ * prefix given ("P" for the exchange, "" for a spilled run). */
+static int partial_record(const xgroupby *g, size_t gi, const char *prefix, xbuf *rec, sb_err *err)
+{
+    const group *gr = &g->groups[gi];
+    rec->n = 0;
+    if (xbuf_put(rec, prefix, strlen(prefix)) || xbuf_put(rec, "{\"k\":{", 6) ||
+        xbuf_put(rec, gr->keytext.p, gr->keytext.n) || xbuf_put(rec, "},\"a\":[", 7))
+        return sb_err_set(err, "out of memory");
+    for (size_t i = 0; i < g->naggs; i++) {
+        if (i && xbuf_put(rec, ",", 1) != 0)
+            return sb_err_set(err, "out of memory");
+        if (state_put(&g->aggs[i], &gr->a[i], rec, err) != 0)
+            return -1;
+    }
+    return xbuf_put(rec, "]}", 2) != 0 ? sb_err_set(err, "out of memory") : 0;
+}
+
 int xgroupby_emit_partials(xgroupby *g, uint32_t nbuckets, xgroupby_put_fn put, void *ud,
                            sb_err *err)
 {
     xbuf rec = {0};
     int rc = 0;
     for (size_t gi = 0; rc == 0 && gi < g->set.n; gi++) {
-        const group *gr = &g->groups[gi];
         size_t kn;
         const char *k = xset_key(&g->set, gi, &kn);
-        rec.n = 0; /* 'P' marks a partial: no JSON text (a row the map half passed on) starts so */
-        if (xbuf_put(&rec, "P{\"k\":{", 7) || xbuf_put(&rec, gr->keytext.p, gr->keytext.n) ||
-            xbuf_put(&rec, "},\"a\":[", 7))
-            rc = sb_err_set(err, "out of memory");
-        for (size_t i = 0; rc == 0 && i < g->naggs; i++)
-            if ((i && xbuf_put(&rec, ",", 1)) || state_put(&g->aggs[i], &gr->a[i], &rec, err))
-                rc = rc ? rc : -1;
-        if (rc == 0 && xbuf_put(&rec, "]}", 2) != 0)
-            rc = sb_err_set(err, "out of memory");
+        /* 'P' marks a partial: no JSON text (a row the map half passed on) starts so */
+        rc = partial_record(g, gi, "P", &rec, err);
         if (rc == 0)
             rc = put(ud, (uint32_t)(xhash(k, kn, 0) % nbuckets), rec.p, rec.n, err);
     }
@@ -657,4 +725,189 @@ static int partial_add(xgroupby *g, const char *r, size_t len, size_t row, sb_op
         g->bytes += gr->a[k].text.cap - before;
     }
     return 0;
+}
+
+/* ---- spilling: sorted runs of partials, merged at the end (reduce side) ------------------
+ * A run is a spill file (sb_op_spill_file: unnamed, gone with its descriptor) of records
+ *     u32 key length, the key's encoding, u32 partial length, the partial record's JSON
+ * in the order of the keys' encodings, one per group of the table when it was spilled. The
+ * merge reads every run at once, takes the smallest key, merges its partials from the runs
+ * that hold it in run order (run i holds rows that came before run i+1's, which keeps first,
+ * last and collect in input order), emits that one group and goes on: its memory is one
+ * group plus a record buffer per run. */
+
+static int put_u32(FILE *f, size_t v)
+{
+    uint32_t u = (uint32_t)v;
+    return fwrite(&u, sizeof u, 1, f) == 1 ? 0 : -1;
+}
+
+static int spill_run(xgroupby *g, sb_err *err)
+{
+    if (g->nruns == g->capruns) {
+        size_t cap = g->capruns ? g->capruns * 2 : 8;
+        FILE **nr = realloc(g->runs, cap * sizeof *nr);
+        if (nr == NULL)
+            return sb_err_set(err, "out of memory");
+        g->runs = nr;
+        g->capruns = cap;
+    }
+    FILE *f = sb_op_spill_file(err);
+    if (f == NULL)
+        return sb_err_wrap(err, "groupby: spilling its groups");
+    korder *ord = groups_sorted(g);
+    xbuf rec = {0};
+    int rc = ord == NULL ? sb_err_set(err, "out of memory") : 0;
+    for (size_t i = 0; rc == 0 && i < g->set.n; i++) {
+        rc = partial_record(g, ord[i].gi, "", &rec, err);
+        if (rc == 0 && (put_u32(f, ord[i].n) || fwrite(ord[i].k, 1, ord[i].n, f) != ord[i].n ||
+                        put_u32(f, rec.n) || fwrite(rec.p, 1, rec.n, f) != rec.n))
+            rc = sb_err_set(err, "groupby: writing a spill file: %s", strerror(errno));
+        g->spilled += 8 + ord[i].n + rec.n;
+    }
+    if (rc == 0 && (fflush(f) != 0 || fseek(f, 0, SEEK_SET) != 0))
+        rc = sb_err_set(err, "groupby: writing a spill file: %s", strerror(errno));
+    free(ord);
+    xbuf_free(&rec);
+    if (rc != 0) {
+        fclose(f);
+        return -1;
+    }
+    g->runs[g->nruns++] = f;
+    groups_clear(g);
+    xset_free(&g->set); /* give the table's memory back: the next one grows again */
+    return 0;
+}
+
+typedef struct {
+    FILE *f;
+    xbuf key, rec;
+    size_t run; /* its place among the runs: ties merge in this order */
+} rhead;
+
+/* Reads n bytes of run r into b (b->n = n). 0, or -1 + err. */
+static int rhead_read(rhead *r, xbuf *b, uint32_t n, sb_err *err)
+{
+    b->n = 0;
+    if (xbuf_reserve(b, n) != 0)
+        return sb_err_set(err, "out of memory");
+    if (fread(b->p, 1, n, r->f) != n)
+        return sb_err_set(err, "groupby: a spill file ends inside a record");
+    b->n = n;
+    return 0;
+}
+
+/* Reads run r's next record into its head: 1 read, 0 at the end, -1 + err. */
+static int rhead_next(rhead *r, sb_err *err)
+{
+    uint32_t n;
+    if (fread(&n, sizeof n, 1, r->f) != 1)
+        return ferror(r->f) ? sb_err_set(err, "groupby: reading a spill file: %s", strerror(errno))
+                            : 0;
+    if (rhead_read(r, &r->key, n, err) != 0)
+        return -1;
+    if (fread(&n, sizeof n, 1, r->f) != 1)
+        return sb_err_set(err, "groupby: a spill file ends inside a record");
+    return rhead_read(r, &r->rec, n, err) != 0 ? -1 : 1;
+}
+
+/* Heap order: the smaller key first, then the older run. */
+static int rhead_less(const rhead *a, const rhead *b)
+{
+    size_t n = a->key.n < b->key.n ? a->key.n : b->key.n;
+    int c = memcmp(a->key.p, b->key.p, n);
+    if (c == 0)
+        c = (a->key.n > b->key.n) - (a->key.n < b->key.n);
+    return c != 0 ? c < 0 : a->run < b->run;
+}
+
+static void heap_down(rhead **h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t m = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && rhead_less(h[l], h[m]))
+            m = l;
+        if (r < n && rhead_less(h[r], h[m]))
+            m = r;
+        if (m == i)
+            return;
+        rhead *t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static void heap_up(rhead **h, size_t i)
+{
+    while (i > 0 && rhead_less(h[i], h[(i - 1) / 2])) {
+        rhead *t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+/* Merges the partials of the smallest key of the heap (every run holding it, oldest first: the
+ * heap's order) into the empty table, advancing those runs; then emits that group. */
+static int merge_one(xgroupby *g, rhead **h, size_t *n, sb_op_json_span *found, xbuf *cur,
+                     sb_op_out *out, sb_err *err)
+{
+    cur->n = 0;
+    if (xbuf_put(cur, h[0]->key.p, h[0]->key.n) != 0)
+        return sb_err_set(err, "out of memory");
+    while (*n > 0 && h[0]->key.n == cur->n && memcmp(h[0]->key.p, cur->p, cur->n) == 0) {
+        rhead *r = h[0];
+        if (partial_add(g, r->rec.p, r->rec.n, 0, found, err) != 0)
+            return -1;
+        int more = rhead_next(r, err);
+        if (more < 0)
+            return -1;
+        if (more == 0)
+            h[0] = h[--*n];
+        heap_down(h, *n, 0);
+    }
+    xbuf rec = {0};
+    int rc =
+        g->set.n != 1 || group_record(g, &g->groups[0], &rec) != 0
+            ? sb_err_set(err, "groupby: merging spilled runs went wrong (%zu groups)", g->set.n)
+            : sb_op_out_append_binary(out, rec.p, rec.n, err);
+    xbuf_free(&rec);
+    groups_clear(g);
+    return rc;
+}
+
+static int merge_runs(xgroupby *g, sb_op_out *out, sb_err *err)
+{
+    size_t nr = g->nruns, n = 0;
+    rhead *heads = calloc(nr + 1, sizeof *heads);
+    rhead **h = calloc(nr + 1, sizeof *h);
+    sb_op_json_span *found = calloc(g->nscan + 1, sizeof *found);
+    xbuf cur = {0};
+    int rc = heads == NULL || h == NULL || found == NULL ? sb_err_set(err, "out of memory") : 0;
+    for (size_t i = 0; rc == 0 && i < nr; i++) {
+        heads[i].f = g->runs[i];
+        heads[i].run = i;
+        int more = rhead_next(&heads[i], err);
+        if (more < 0)
+            rc = -1;
+        else if (more > 0) {
+            h[n] = &heads[i];
+            heap_up(h, n++);
+        }
+    }
+    while (rc == 0 && n > 0)
+        rc = merge_one(g, h, &n, found, &cur, out, err);
+    for (size_t i = 0; heads != NULL && i < nr; i++) {
+        xbuf_free(&heads[i].key);
+        xbuf_free(&heads[i].rec);
+    }
+    free(heads);
+    free(h);
+    free(found);
+    xbuf_free(&cur);
+    uint64_t spilled = g->spilled;
+    runs_close(g);
+    g->spilled = spilled; /* kept for the task's report until the next reset */
+    return rc;
 }

@@ -92,7 +92,16 @@ int xgroupby_add_partials(xgroupby *g, const sb_batch *in, int col, size_t first
                           sb_err *err);
 /* Groups held now. */
 size_t xgroupby_groups(const xgroupby *g);
-/* Emits one record per group, in the order of their keys' encodings, and clears them. */
+/* When the table outgrows its memory: fn(ud) is called to empty it (the map side sends its
+ * partials on: xgroupby_emit_partials); without a hook, the table is spilled as a sorted run
+ * and xgroupby_emit merges the runs. Either way a single group bigger than the memory is a
+ * permanent error. */
+typedef int (*xgroupby_full_fn)(void *ud, sb_err *err);
+void xgroupby_on_full(xgroupby *g, xgroupby_full_fn fn, void *ud);
+/* Bytes this task's table spilled (reduce side); 0 after a reset. */
+uint64_t xgroupby_spilled(const xgroupby *g);
+/* Emits one record per group, in the order of their keys' encodings, and clears them (after
+ * a spill: the runs merged, the same records). */
 int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err);
 /* The key fields (the map half buckets by them). */
 const xkeys *xgroupby_keys(const xgroupby *g);
