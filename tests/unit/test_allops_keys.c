@@ -399,3 +399,45 @@ Test(allops_keys, groupby_beyond_its_memory_spills_and_merges_to_the_same_output
         free(rows[i]);
     free(rows);
 }
+
+/* distinct's map side only drops duplicates early: past its memory it forgets the keys met so
+ * far instead of failing (the reduce side drops what comes again), and never drops a key's
+ * first row. Before, the map task failed ("distinct does not spill yet"). */
+Test(allops_keys, distinct_map_side_forgets_past_its_memory)
+{
+    enum { ROWS = 3000, KEYS = 1500 };
+    char **rows = calloc(ROWS, sizeof *rows);
+    for (int i = 0; i < ROWS; i++) {
+        char r[64];
+        snprintf(r, sizeof r, "{\"k\":%d}", i % KEYS);
+        rows[i] = strdup(r);
+    }
+    const sb_op_impl *op = sb_op_find("exchange.map");
+    sb_err e;
+    void *st, *blob;
+    /* memory 16384: the map side's share is a quarter, 4 KiB, far below 1,500 keys */
+    cr_assert_eq(op->init("{\"op\":\"distinct\",\"buckets\":3,\"memory\":16384,\"args\":"
+                          "{\"fields\":[\"k\"]}}",
+                          &st, &e),
+                 0, "%s", e.msg);
+    sb_batch *b = batch_of((const char *const *)rows, ROWS, &blob);
+    dcoll got = {0};
+    sb_op_out *out = sb_op_out_new(1 << 20, dcollect, &got, &e);
+    cr_assert_eq(op->process(st, b, 0, ROWS, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(op->finish(st, out, &e), 0, "%s", e.msg);
+    cr_expect(got.n > KEYS && got.n <= ROWS, "%zu rows sent for %d keys", got.n, KEYS);
+    char *seen = calloc(KEYS, 1);
+    for (size_t i = 0; i < got.n; i++)
+        seen[atoi(strchr(got.recs[i], ':') + 1)] = 1;
+    for (int k = 0; k < KEYS; k++)
+        cr_expect(seen[k], "key %d never sent", k);
+    free(seen);
+    dcoll_free(&got);
+    sb_op_out_free(out);
+    op->free(st);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    for (int i = 0; i < ROWS; i++)
+        free(rows[i]);
+    free(rows);
+}

@@ -214,6 +214,12 @@ static int seen_before(xstate *st, sb_err *err)
     int added;
     if (xset_find_add(&st->seen, st->kb.p, st->kb.n, xhash(st->kb.p, st->kb.n, 0), &added) < 0)
         return sb_err_set(err, "out of memory");
+    if (st->memory > 0 && xset_bytes(&st->seen) > st->memory && st->map) {
+        /* the map side only drops duplicates early: past its memory it forgets the keys met
+         * so far (this row is still sent), and the reduce side drops what comes again */
+        xset_free(&st->seen);
+        return 0;
+    }
     if (st->memory > 0 && xset_bytes(&st->seen) > st->memory) {
         char b[32];
         return sb_err_permanent(err,
