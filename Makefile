@@ -143,6 +143,15 @@ embed-test: build
 # scikit-learn's handwritten digits with a model trained by the test: the example and its check.
 example-images: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh
+# A PyTorch CNN (numpy where torch is absent) through the Python kit in an exec stage on a GPU
+# pool (api/examples/cnn-classify.yaml): the example, and its check against a numpy reference.
+.PHONY: example-cnn cnn-test
+TEST_EXTRA += cnn-test
+example-cnn: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-cnn.sh
+cnn-test: build
+	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-cnn.sh --check && \
+	  echo "cnn-test: 1 passed, 0 failed" || { echo "cnn-test: 0 passed, 1 failed"; false; }
 image-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) scripts/example-images.sh --check && \
 	  echo "image-test: 1 passed, 0 failed" || { echo "image-test: 0 passed, 1 failed"; false; }
