@@ -441,3 +441,56 @@ Test(allops_keys, distinct_map_side_forgets_past_its_memory)
         free(rows[i]);
     free(rows);
 }
+
+/* random_shuffle's reduce task past its memory spills runs sorted by the rows' hashes and
+ * merges them: the same permutation as the task sorting every row in memory. Before, the task
+ * failed ("random_shuffle does not spill yet"). */
+static void shuffle_reduce(const char *args, sb_batch *b, size_t rows, dcoll *got)
+{
+    const sb_op_impl *op = sb_op_find("exchange.reduce");
+    sb_err e;
+    void *st;
+    cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
+    sb_op_out *out = sb_op_out_new(1 << 16, dcollect, got, &e);
+    for (size_t s = 0; s < rows; s += 250)
+        cr_assert_eq(op->process(st, b, s, 250, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(op->finish(st, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_op_out_flush(out, &e), 0, "%s", e.msg);
+    sb_op_out_free(out);
+    op->free(st);
+}
+
+Test(allops_keys, random_shuffle_beyond_its_memory_spills_the_same_permutation)
+{
+    enum { ROWS = 5000 };
+    char **rows = calloc(ROWS, sizeof *rows);
+    for (int i = 0; i < ROWS; i++) {
+        char r[96];
+        snprintf(r, sizeof r, "{\"id\":%d,\"pad\":\"%0*d\"}", i % 4000, 20 + i % 30, i);
+        rows[i] = strdup(r);
+    }
+    void *blob;
+    sb_batch *b = batch_of((const char *const *)rows, ROWS, &blob);
+    dcoll want = {0}, got = {0};
+    shuffle_reduce("{\"op\":\"random_shuffle\",\"buckets\":1,\"memory\":0,\"args\":{\"seed\":7}}",
+                   b, ROWS, &want);
+    /* 64 KiB: a quarter is the task's, and it spills at half of that, ~8 KiB of ~300 KiB */
+    shuffle_reduce("{\"op\":\"random_shuffle\",\"buckets\":1,\"memory\":65536,\"args\":"
+                   "{\"seed\":7}}",
+                   b, ROWS, &got);
+    cr_assert_eq(want.n, ROWS);
+    cr_assert_eq(got.n, ROWS);
+    size_t moved = 0;
+    for (size_t i = 0; i < ROWS; i++) {
+        cr_assert_str_eq(got.recs[i], want.recs[i], "row %zu", i);
+        moved += strcmp(want.recs[i], rows[i]) != 0;
+    }
+    cr_expect_gt(moved, ROWS * 9 / 10, "a permutation: %zu of %d rows moved", moved, ROWS);
+    dcoll_free(&want);
+    dcoll_free(&got);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    for (int i = 0; i < ROWS; i++)
+        free(rows[i]);
+    free(rows);
+}

@@ -34,12 +34,13 @@ typedef struct {
     uint64_t memory; /* the most bytes a task's table or buffered rows may take (0: no limit) */
     uint64_t seed;
     cJSON *root;
-    xkeys keys;     /* groupby's keys, distinct's fields (none: the whole record) */
-    xgroupby *gb;   /* groupby's reduce side */
-    whole *bk;      /* map: per bucket */
-    whole all;      /* random_shuffle's reduce side: the task's rows */
-    uint64_t rr;    /* repartition: the next row's bucket */
-    uint64_t rows;  /* groupby's map half: rows of this task so far */
+    xkeys keys;          /* groupby's keys, distinct's fields (none: the whole record) */
+    xgroupby *gb;        /* groupby's reduce side */
+    whole *bk;           /* map: per bucket */
+    whole all;           /* random_shuffle's reduce side: the task's rows */
+    xshuffle_runs *runs; /* random_shuffle's reduce side: rows spilled, sorted (shuffle.c) */
+    uint64_t rr;         /* repartition: the next row's bucket */
+    uint64_t rows;       /* groupby's map half: rows of this task so far */
     int uncombined; /* groupby's map half: its keys barely repeat, rows now go on as they are */
     int rr_set;
     xset seen; /* distinct: keys met in this task */
@@ -113,6 +114,8 @@ static void xstate_clear(xstate *st)
     free(st->bk);
     st->bk = NULL;
     whole_free(&st->all);
+    xshuffle_runs_free(st->runs);
+    st->runs = NULL;
     xset_clear(&st->seen);
     if (st->gb != NULL)
         xgroupby_reset(st->gb);
@@ -405,16 +408,16 @@ static int reduce_process(void *state, const sb_batch *in, size_t first, size_t 
             return sb_op_out_has_schema(w->out) ? 0 : sb_op_out_set_schema_like(w->out, in, err);
         if (sb_op_out_append_rows(w->out, in, first, n, err) != 0)
             return -1;
+        /* half the task's memory: a spill sorts a copy beside the rows it writes */
         uint64_t held = sb_batch_builder_bytes(sb_op_out_builder(w->out));
-        if (st->memory > 0 && held > st->memory) {
-            char b[32];
-            return sb_err_permanent(err,
-                                    "random_shuffle: one reduce task's rows take more than %s, "
-                                    "its share of execution.memoryBudget; random_shuffle does "
-                                    "not spill yet: give the stage more partitions",
-                                    sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b));
-        }
-        return 0;
+        if (st->memory == 0 || held <= st->memory / 2)
+            return 0;
+        int rc = sb_op_out_cut(w->out, err) != 0
+                     ? -1
+                     : xshuffle_spill(&st->runs, w->blob, w->len, st->seed, err);
+        sb_part_free(w->blob);
+        w->blob = NULL;
+        return rc;
     }
     case X_GROUPBY: {
         if (n == 0)
@@ -440,49 +443,27 @@ static int reduce_process(void *state, const sb_batch *in, size_t first, size_t 
     return 0;
 }
 
-typedef struct {
-    uint64_t h;
-    size_t row;
-} shuf;
-
-static int shuf_cmp(const void *a, const void *b)
-{
-    const shuf *x = a, *y = b;
-    if (x->h != y->h)
-        return x->h < y->h ? -1 : 1;
-    return (x->row > y->row) - (x->row < y->row);
-}
-
 /* random_shuffle's order: rows sorted by a seeded hash of their content (the rows are a
  * uniformly random permutation for a random seed, and the same for the same seed and rows
- * whatever order they came in: equal rows are interchangeable). */
+ * whatever order they came in: equal rows are interchangeable). Rows spilled as sorted runs
+ * (shuffle.c) are merged into the same order. */
 static int shuffle_finish(xstate *st, sb_op_out *out, sb_err *err)
 {
     whole *w = &st->all;
     if (w->out == NULL || sb_op_out_cut(w->out, err) != 0 || w->blob == NULL)
         return w->out == NULL || w->blob == NULL ? 0 : -1;
+    int rc = 0;
+    if (st->runs != NULL) { /* the rest joins the runs, and the runs merge */
+        if (w->rows > 0)
+            rc = xshuffle_spill(&st->runs, w->blob, w->len, st->seed, err);
+        whole_free(w);
+        return rc != 0 ? -1 : xshuffle_merge(st->runs, st->seed, out, err);
+    }
     sb_batch *b = NULL;
     if (sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
                          err) != 0)
         return -1;
-    size_t n = sb_batch_rows(b);
-    shuf *o = calloc(n + 1, sizeof *o);
-    int rc = o == NULL ? sb_err_set(err, "out of memory") : 0;
-    for (size_t r = 0; rc == 0 && r < n; r++)
-        o[r] = (shuf){xrow_hash(b, r, st->seed ^ 0x5DEECE66DULL), r};
-    if (rc == 0)
-        qsort(o, n, sizeof *o, shuf_cmp);
-    if (rc == 0 && n == 0)
-        rc = sb_op_out_set_schema_like(out, b, err);
-    for (size_t k = 0; rc == 0 && k < n; k += 1024) {
-        size_t m = n - k < 1024 ? n - k : 1024, ones[1024], firsts[1024];
-        for (size_t i = 0; i < m; i++) {
-            firsts[i] = o[k + i].row;
-            ones[i] = 1;
-        }
-        rc = sb_op_out_append_runs(out, b, firsts, ones, m, err);
-    }
-    free(o);
+    rc = xshuffle_emit_sorted(b, st->seed, out, err);
     sb_batch_close(b);
     whole_free(w);
     return rc;

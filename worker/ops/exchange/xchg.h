@@ -106,6 +106,22 @@ int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err);
 /* The key fields (the map half buckets by them). */
 const xkeys *xgroupby_keys(const xgroupby *g);
 
+/* ---- random_shuffle's reduce side (shuffle.c) ------------------------------------------------ */
+
+/* Appends b's rows to out in the order of their hashes under seed (then input order): the
+ * permutation random_shuffle gives. */
+int xshuffle_emit_sorted(const sb_batch *b, uint64_t seed, sb_op_out *out, sb_err *err);
+/* Runs spilled so far (NULL: none); the files are unnamed and go with xshuffle_runs_free. */
+typedef struct xshuffle_runs xshuffle_runs;
+/* The rows of blob[0..len) (a whole partition) sorted as above, written as a new run in
+ * *rs (made on first use). The sorted copy exists beside blob while it is written. */
+int xshuffle_spill(xshuffle_runs **rs, const void *blob, size_t len, uint64_t seed, sb_err *err);
+/* Appends every run's rows to out in the order one sort over all of them gives (runs in the
+ * order spilled hold the rows in input order). */
+int xshuffle_merge(xshuffle_runs *rs, uint64_t seed, sb_op_out *out, sb_err *err);
+uint64_t xshuffle_spilled(const xshuffle_runs *rs);
+void xshuffle_runs_free(xshuffle_runs *rs);
+
 /* Parses a JSON list of field names (a cJSON array) into ks; missing_null from missingKey. -1
  * + err (prefixed with op). */
 struct cJSON;
