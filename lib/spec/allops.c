@@ -156,11 +156,5 @@ void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *nod
                          "%s exchanges rows between tasks, so execution.preserveOrder cannot "
                          "hold: drop one of them",
                          op);
-        if (sp->source.format == SB_FMT_PARQUET &&
-            (strcmp(op, "groupby") == 0 || strcmp(op, "distinct") == 0))
-            sb_diags_add(d, buf, on ? on->line : node->line, on ? on->col : node->col,
-                         "%s works on records (jsonl, csv) in this build, not on a parquet "
-                         "source's typed columns",
-                         op);
     }
 }

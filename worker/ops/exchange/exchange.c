@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "spec/quantity.h"
+#include "partition/rowjson.h"
 #include "worker/ops/exchange/xchg.h"
 #include "worker/ops/impls.h"
 
@@ -312,7 +313,7 @@ static int map_schema(xstate *st, const sb_batch *in, sb_err *err)
     return 0;
 }
 
-static int map_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+static int map_records(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                        sb_err *err)
 {
     (void)out; /* the buckets go out at finish, one partition each */
@@ -364,6 +365,57 @@ static int map_process(void *state, const sb_batch *in, size_t first, size_t n, 
         }
         rc = sb_op_out_append_runs(st->bk[b].out, in, st->runs_first, st->runs_n, nruns, err);
     }
+    return rc;
+}
+
+/* True when b has no records column (neither "record" nor a lone binary/utf8 column). */
+static bool typed_columns(const sb_batch *b)
+{
+    if (sb_batch_find(b, SB_OP_RECORD_COLUMN) >= 0)
+        return false;
+    return sb_batch_ncols(b) != 1 || (sb_batch_column(b, 0)->type != SB_TYPE_UTF8 &&
+                                      sb_batch_column(b, 0)->type != SB_TYPE_BINARY);
+}
+
+static int catch_one(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    whole *w = ud;
+    sb_part_free(w->blob);
+    w->blob = blob;
+    w->len = len;
+    w->rows = rows;
+    return 0;
+}
+
+/* Typed columns (a parquet source, exec with framing arrow) reach groupby and distinct as
+ * records: rows [first, first+n) of `in` become one JSON object each (lib/partition/rowjson.h,
+ * as a jsonl sink writes them), then go through the map half as any records do. */
+static int map_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
+                       sb_err *err)
+{
+    xstate *st = state;
+    if ((st->kind != X_GROUPBY && st->kind != X_DISTINCT) || !typed_columns(in))
+        return map_records(state, in, first, n, out, err);
+    whole rows = {0};
+    sb_batch *slice = NULL, *jb = NULL;
+    void *jblob = NULL;
+    size_t jlen = 0;
+    rows.out = sb_op_out_new(WHOLE_TARGET, catch_one, &rows, err);
+    int rc = rows.out == NULL ? -1 : 0;
+    if (rc == 0)
+        rc = n > 0 ? sb_op_out_append_rows(rows.out, in, first, n, err)
+                   : sb_op_out_set_schema_like(rows.out, in, err);
+    if (rc == 0 && (rc = sb_op_out_cut(rows.out, err)) == 0)
+        rc = sb_batch_open_ex(rows.blob, rows.len,
+                              SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &slice, err);
+    if (rc == 0 && (rc = sb_batch_rows_json(slice, &jblob, &jlen, err)) == 0)
+        rc = sb_batch_open_ex(jblob, jlen, SB_BATCH_OPEN_SKIP_CHECKSUM, &jb, err);
+    if (rc == 0)
+        rc = map_records(state, jb, 0, n, out, err);
+    sb_batch_close(jb);
+    sb_part_free(jblob);
+    sb_batch_close(slice);
+    whole_free(&rows);
     return rc;
 }
 
