@@ -1047,6 +1047,9 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
     met->row_groups_read = t.scan.rgs_read;
     met->row_groups_skipped = t.scan.rgs_skipped;
     met->source_bytes_skipped = t.scan.bytes_skipped;
+    for (size_t k = 0; k < t.n && t.impl != NULL && t.state != NULL; k++)
+        if (t.impl[k] != NULL && t.state[k] != NULL && t.impl[k]->spilled != NULL)
+            met->op_spilled_bytes += t.impl[k]->spilled(t.state[k]);
     d->infos = calloc(t.nparts + 1, sizeof *d->infos);
     d->ptrs = calloc(t.nparts + 1, sizeof *d->ptrs);
     int have = d->infos != NULL && d->ptrs != NULL;

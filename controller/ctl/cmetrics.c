@@ -21,6 +21,7 @@ enum {
     C_BYTES_OUT,
     C_QUEUED_BYTES,
     C_BACKPRESSURE,
+    C_SPILLED,
     C_MEM_USED,
     C_MEM_BUDGET,
     C_POOL_WORKERS,
@@ -71,6 +72,10 @@ static const struct {
     [C_BACKPRESSURE] = {SB_METRIC_COUNTER, "streambatch_stage_backpressure_seconds_total",
                         "Time the stage had a task ready but the memory budget held it back.",
                         L_STAGE},
+    [C_SPILLED] = {SB_METRIC_COUNTER, "streambatch_stage_op_spilled_bytes_total",
+                   "Bytes the stage's ops wrote to their own spill files (groupby's and "
+                   "random_shuffle's sorted runs).",
+                   L_STAGE},
     [C_MEM_USED] = {SB_METRIC_GAUGE, "streambatch_pipeline_memory_used_bytes",
                     "Bytes counted against the memory budget.", L_PIPE},
     [C_MEM_BUDGET] = {SB_METRIC_GAUGE, "streambatch_pipeline_memory_budget_bytes",
@@ -146,6 +151,7 @@ static void stage_figures(sb_cmetrics *m, const char *ns, const char *pl,
     sb_metric_set(m->f[C_BYTES_OUT], v, (double)o->bytes_out);
     sb_metric_set(m->f[C_QUEUED_BYTES], v, (double)o->queued_input_bytes);
     sb_metric_set(m->f[C_BACKPRESSURE], v, o->backpressure_seconds);
+    sb_metric_set(m->f[C_SPILLED], v, (double)o->spilled_bytes);
     if (!m->workers)
         return;
     const char *pool = o->pool ? o->pool : "";

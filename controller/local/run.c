@@ -371,6 +371,7 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
         cJSON_AddNumberToObject(o, "tasks", (double)s->ops[i].tasks_done);
         cJSON_AddNumberToObject(o, "rowsOut", (double)s->ops[i].rows_out);
         cJSON_AddNumberToObject(o, "bytesOut", (double)s->ops[i].bytes_out);
+        cJSON_AddNumberToObject(o, "opSpilledBytes", (double)s->ops[i].spilled_bytes);
         cJSON_AddNumberToObject(o, "retries", (double)s->ops[i].retries);
         cJSON_AddNumberToObject(o, "recovered", (double)s->ops[i].recovered);
         cJSON_AddNumberToObject(o, "speculated", (double)s->ops[i].speculated);

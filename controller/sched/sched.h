@@ -143,6 +143,7 @@ typedef struct sb_sched_metrics {
     /* a parquet source task: bytes fetched, row groups read and skipped by pushdown, and the
      * chunk bytes skipped (pqread.h sb_pq_scan_stats) */
     uint64_t source_bytes_read, row_groups_read, row_groups_skipped, source_bytes_skipped;
+    uint64_t spilled_bytes; /* written by the task's ops to their own spill files */
 } sb_sched_metrics;
 
 typedef enum {
@@ -179,6 +180,7 @@ typedef struct sb_sched_group_stats {
     uint64_t retries, recovered, errored;
     uint64_t resumed; /* source tasks of committed splits a resume skipped (in tasks_done) */
     uint64_t rows_in, bytes_in, rows_out, bytes_out;
+    uint64_t spilled_bytes;      /* successful attempts' ops wrote to their spill files */
     uint64_t queued_input_bytes; /* produced upstream, not yet in a task */
     double task_seconds;         /* sum of completed task wall times reported */
     double cpu_seconds;          /* sum of completed task CPU times reported */

@@ -235,6 +235,11 @@ Test(allops, budget_below_the_data)
     run_and_check("m2", "in", "groupby",
                   "{\"keys\":[\"id\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":\"collect\","
                   "\"field\":\"v\"},{\"op\":\"first\",\"field\":\"k\"}]}");
+    /* the summary's stages report what the ops spilled (and the metric of the same name) */
+    cr_expect_gt(num("python3 -c 'import json; print(sum(s[\"opSpilledBytes\"] for s in "
+                     "json.load(open(\"%s/m2.summary.json\"))[\"stages\"]))'",
+                     dir),
+                 0);
 }
 
 /* groupby and distinct over a parquet source's typed columns: the rows reach them as records

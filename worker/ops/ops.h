@@ -229,6 +229,9 @@ typedef struct sb_op_impl {
      * the reader may skip row groups whose statistics exclude it (lib/parquet/prune.h); the op
      * still runs on every row read. filter gives its comparison. */
     bool (*pushdown)(void *state, struct sb_pq_pred *pred);
+    /* Bytes this task's state wrote to spill files (sb_op_spill_file), read by the runtime
+     * after finish, before the state is reset (when set). */
+    uint64_t (*spilled)(void *state);
 } sb_op_impl;
 
 /* The implementation of a built-in op, or NULL when this build does not have it. */

@@ -543,6 +543,13 @@ const sb_op_impl sb_op_exchange_map_impl = {
     .reset = x_reset,
 };
 
+/* groupby's and random_shuffle's runs of this task (kept until the reset after it) */
+static uint64_t reduce_spilled(void *state)
+{
+    const xstate *st = state;
+    return (st->gb != NULL ? xgroupby_spilled(st->gb) : 0) + xshuffle_spilled(st->runs);
+}
+
 const sb_op_impl sb_op_exchange_reduce_impl = {
     .name = "exchange.reduce",
     .init = reduce_init,
@@ -550,4 +557,5 @@ const sb_op_impl sb_op_exchange_reduce_impl = {
     .finish = reduce_finish,
     .free = x_free,
     .reset = x_reset,
+    .spilled = reduce_spilled,
 };
