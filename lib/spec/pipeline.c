@@ -14,6 +14,7 @@
 
 #include "core/pct.h"
 #include "spec/allops.h"
+#include "spec/join.h"
 #include "spec/quantity.h"
 
 const char *const sb_format_names[] = {"jsonl", "csv", "text", "binary", "image", "parquet", NULL};
@@ -234,6 +235,13 @@ static const argspec args_groupby[] = {{"keys", A_STRLIST, 1, 0, NULL, 0},
                                        {"partitions", A_INT, 0, 1, NULL, 4096},
                                        {NULL, A_ANY, 0, 0, NULL, 0}};
 static const argspec args_limit[] = {{"rows", A_INT, 1, 1, NULL, 0}, {NULL, A_ANY, 0, 0, NULL, 0}};
+static const char *const join_hows[] = {"inner", "left", NULL};
+static const argspec args_join[] = {{"right", A_ANY, 1, 0, NULL, 0},
+                                    {"on", A_STRLIST, 1, 0, NULL, 0},
+                                    {"how", A_ENUM, 0, 0, join_hows, 0},
+                                    {"broadcastBelow", A_ANY, 0, 0, NULL, 0},
+                                    {"missingKey", A_ANY, 0, 0, NULL, 0},
+                                    {NULL, A_ANY, 0, 0, NULL, 0}};
 static const argspec args_distinct[] = {{"fields", A_STRLIST, 0, 0, NULL, 0},
                                         {"missingKey", A_ANY, 0, 0, NULL, 0},
                                         {"partitions", A_INT, 0, 1, NULL, 4096},
@@ -258,9 +266,9 @@ static const opspec ops[] = {
     {"groupby", args_groupby, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     {"distinct", args_distinct, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     {"limit", args_limit, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
+    {"join", args_join, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     /* issue 41's other ops, not built yet: refused as such, not as unknown */
     {"sort", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
-    {"join", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
 };
 #define NOPS (sizeof ops / sizeof *ops)
 
@@ -270,7 +278,7 @@ static const opspec ops[] = {
 const char *const sb_op_names[] = {
     "identity",     "bench.spin",      "bench.sleep", "filter",   "project",
     "image.resize", "image.normalize", "tensor.mlp",  "exec",     "plugin",
-    "repartition",  "random_shuffle",  "groupby",     "distinct", "limit", NULL};
+    "repartition",  "random_shuffle",  "groupby",     "distinct", "limit", "join", NULL};
 
 int sb_spec_op_known(const char *name)
 {
@@ -977,7 +985,7 @@ static void planned_op(const char *name, const sb_node *opn, const char *path, s
                      "op \"%s\" is not in this build yet; the ops this build runs are "
                      "identity, bench.spin, bench.sleep, filter, project, image.resize, "
                      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, "
-                     "groupby, distinct and limit",
+                     "groupby, distinct, limit and join",
                      name);
 }
 
@@ -993,7 +1001,7 @@ static void unknown_op(const char *name, const sb_node *opn, const char *path, s
         sb_diags_add(d, buf, opn->line, opn->col,
                      "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
                      "filter, project, image.resize, image.normalize, tensor.mlp, exec, plugin, "
-                     "repartition, random_shuffle, groupby, distinct and limit",
+                     "repartition, random_shuffle, groupby, distinct, limit and join",
                      name);
 }
 
@@ -1034,6 +1042,8 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
         mlp_shape_check(st, args, path, d);
     if (sb_spec_allop(st->op))
         sb_spec_allop_args_check(st->op, args, node, path, d);
+    if (strcmp(st->op, "join") == 0)
+        sb_spec_join_args_check(args, node, path, d);
     if (op->rules != NULL)
         op_rules_check(op, st, node, path, d);
     if (op->one_of != NULL) {
@@ -1107,6 +1117,7 @@ static void spec_check(void *obj, const sb_node *node, const char *path, sb_diag
         }
     }
     sb_spec_allop_pipeline_check(sp, node, path, d);
+    sb_spec_join_pipeline_check(sp, node, path, d);
     const sb_node *ex = sb_node_get(node, "execution");
     stream_sink_check(sp, node, path, d);
     const sb_node *mb = sb_node_get(ex, "memoryBudget");

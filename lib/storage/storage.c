@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "io/sink.h"
 #include "io/split.h"
+#include "storage/joinplan.h"
 
 int sb_storage_splits_make(const sb_pipeline *p, sb_storage_splits *out, sb_err *err)
 {
@@ -25,6 +26,8 @@ int sb_storage_splits_make(const sb_pipeline *p, sb_storage_splits *out, sb_err 
             return 0;
         }
     }
+    if (sb_storage_join_check(p, err) != 0) /* a right side too large to broadcast */
+        return -1;
     if (sb_io_plan_splits(&p->spec.source, &io, &n, err) != 0)
         return sb_err_wrap(err, "spec.source");
     out->io = io;

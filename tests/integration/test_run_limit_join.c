@@ -92,3 +92,78 @@ Test(limit_join, limit_past_the_input_and_on_an_empty_input)
     limit_run("l4", "empty", "64Ki", 10);
     cr_expect_eq(summary_num("l4", "sinkRows"), 0);
 }
+
+/* A join of dir/j/left (3000 rows, ~5% without k) with RIGHT_DIR (a dir under dir) by ARGS
+ * (YAML flow map, right given here) in partitions of 8 KiB, checked against the reference with
+ * ARGS_JSON. */
+static void join_run(const char *name, const char *left, const char *right, const char *args,
+                     const char *args_json)
+{
+    char st[768];
+    snprintf(st, sizeof st,
+             "  - {name: x, op: join, args: {right: {uri: 'file://%s/%s/', format: jsonl}, %s}}\n",
+             dir, right, args);
+    pipeline(name, left, "8Ki", st);
+    run_ok(name);
+    sh("cd %s && python3 %s/tests/allops/check_lj.py join '%s' %s %s out-%s", dir, sb_test_root(),
+       args_json, left, right, name);
+}
+
+/* Keys 1, 1.0, -0.0/0, "1", true, null, lists and objects on both sides, each right key about
+ * 4 times (so a left row gets one row per match), two left keys with no right row, missing
+ * keys taken as null; right fields named like the left's come out as right_<name>. */
+Test(limit_join, join_inner_and_left_on_mixed_type_duplicate_keys)
+{
+    join_run("j1", "j/left", "j/right", "on: [k], how: left, missingKey: null",
+             "{\"on\":[\"k\"],\"how\":\"left\",\"missingKey\":null}");
+    join_run("j2", "j/left", "j/right", "on: [k], missingKey: null",
+             "{\"on\":[\"k\"],\"missingKey\":null}");
+    cr_expect_gt(summary_num("j1", "sinkRows"), summary_num("j2", "sinkRows"),
+                 "left keeps the unmatched rows");
+    cr_expect_gt(summary_num("j2", "sinkRows"), 3000, "duplicate right keys multiply rows");
+    cr_expect_gt(num("grep -l right_v %s/out-j2/part-* | wc -l", dir), 0, "clashes renamed");
+}
+
+Test(limit_join, join_on_two_fields)
+{
+    join_run("j3", "j/left", "j/right", "on: [k, k2], how: left, missingKey: null",
+             "{\"on\":[\"k\",\"k2\"],\"how\":\"left\",\"missingKey\":null}");
+}
+
+Test(limit_join, join_with_an_empty_right_and_an_empty_left)
+{
+    sh("mkdir -p %s/er && : > %s/er/e.jsonl", dir, dir);
+    join_run("j4", "j/left", "er", "on: [k], how: left, missingKey: null",
+             "{\"on\":[\"k\"],\"how\":\"left\",\"missingKey\":null}");
+    cr_expect_eq(summary_num("j4", "sinkRows"), 3000);
+    join_run("j5", "j/left", "er", "on: [k], missingKey: null", "{\"on\":[\"k\"],\"missingKey\":null}");
+    cr_expect_eq(summary_num("j5", "sinkRows"), 0);
+    join_run("j6", "empty", "j/right", "on: [k], missingKey: null",
+             "{\"on\":[\"k\"],\"missingKey\":null}");
+    cr_expect_eq(summary_num("j6", "sinkRows"), 0);
+}
+
+/* Without missingKey: null a left record without the key is a data error naming it; a right
+ * side at or above broadcastBelow is refused at plan, naming both sizes. */
+Test(limit_join, join_missing_key_and_a_right_side_too_large)
+{
+    sh("mkdir -p %s/rk && printf '%%s\\n' '{\"k\":1,\"w\":1}' '{\"k\":\"a\",\"w\":2}' > "
+       "%s/rk/r.jsonl",
+       dir, dir);
+    pipeline("j7", "j/left", "8Ki",
+             "  - {name: x, op: join, args: {right: {uri: 'rk/r.jsonl'}, on: [k]}}\n");
+    sh("cd %s && sed -i \"s|'rk/r.jsonl'|'file://%s/rk/r.jsonl'|\" j7.yaml", dir, dir);
+    char *out = NULL;
+    cr_expect_neq(run_cli("j7", "--cpus 2", &out), 0);
+    cr_expect(strstr(out, "has no field k (missingKey: null") != NULL, "%s", out);
+    free(out);
+    pipeline("j8", "j/left", "8Ki",
+             "  - {name: x, op: join, args: {right: {uri: 'R'}, on: [k], broadcastBelow: 1Ki}}\n");
+    sh("cd %s && sed -i \"s|'R'|'file://%s/j/right/'|\" j8.yaml", dir, dir);
+    cr_expect_neq(run_cli("j8", "--cpus 2", &out), 0);
+    cr_expect(strstr(out, "(join x): the right side is ") != NULL &&
+                  strstr(out, "at or above broadcastBelow (1Ki = 1024 bytes)") != NULL,
+              "%s", out);
+    cr_expect_eq(num("ls %s/out-j8 2>/dev/null | grep -c part- || true", dir), 0, "nothing ran");
+    free(out);
+}

@@ -40,6 +40,38 @@ static const invalid_case cases[] = {
      1,
      {"groupby-no-keys.yaml:12:11: spec.stages[0].args.keys: required argument of op "
       "\"groupby\" is missing"}},
+    {"join-bad-right.yaml",
+     1,
+     {"join-bad-right.yaml:12:19: spec.stages[0].args.right.uri: must be the right "
+      "side's URI (file://, s3://, http(s)://)",
+      "join-bad-right.yaml:12:28: spec.stages[0].args.right.format: must be jsonl "
+      "or csv (join works on records in this build)",
+      "join-bad-right.yaml:12:37: spec.stages[0].args.right.path: unknown field "
+      "\"path\" of join's right (uri, format, args)"}},
+    {"join-bad-keys.yaml",
+     1,
+     {"join-bad-keys.yaml:12:47: spec.stages[0].args.on: names field \"k\" twice",
+      "join-bad-keys.yaml:12:56: spec.stages[0].args.how: must be one of inner, "
+      "left, got \"outer\"",
+      "join-bad-keys.yaml:12:79: spec.stages[0].args.broadcastBelow: must be a "
+      "size above 0 (bytes, or a quantity such as 64Mi)",
+      "join-bad-keys.yaml:12:94: spec.stages[0].args.missingKey: takes only null "
+      "(a record without a key field then has the key null); leave it out to make "
+      "such a record a data error"}},
+    {"join-no-right.yaml",
+     1,
+     {"join-no-right.yaml:11:9: spec.stages[0].op: join works on records (jsonl, "
+      "csv) in this build, not on a parquet source's typed columns",
+      "join-no-right.yaml:12:11: spec.stages[0].args.right: required argument of "
+      "op \"join\" is missing",
+      "join-no-right.yaml:12:16: spec.stages[0].args.on: must be a non-empty list "
+      "of strings, got a list"}},
+    {"join-over-budget.yaml",
+     1,
+     {"join-over-budget.yaml:12:70: spec.stages[0].args.broadcastBelow: is 300Mi "
+      "(64Mi when left out), above a quarter of execution.memoryBudget (256Mi): "
+      "every task that runs the join holds the right side whole; lower it or raise "
+      "the budget"}},
     {"limit-zero.yaml",
      1,
      {"limit-zero.yaml:12:18: spec.stages[0].args.rows: must be a positive integer, got 0"}},
@@ -56,7 +88,7 @@ static const invalid_case cases[] = {
      {"sort-not-built.yaml:11:9: spec.stages[0].op: op \"sort\" is not in this build yet; the ops "
       "this build runs are identity, bench.spin, bench.sleep, filter, project, image.resize, "
       "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby, "
-      "distinct and limit"}},
+      "distinct, limit and join"}},
     {"shuffle-bad-args.yaml",
      1,
      {"shuffle-bad-args.yaml:12:18: spec.stages[0].args.seed: must be an integer, got 1.5",
@@ -401,7 +433,7 @@ static const invalid_case cases[] = {
      {"unknown-op-no-suggestion.yaml:11:9: spec.stages[0].op: unknown op \"sql.query\"; built-in "
       "ops are identity, bench.spin, bench.sleep, filter, project, image.resize, "
       "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby, "
-      "distinct and limit"}},
+      "distinct, limit and join"}},
     {"unknown-op.yaml",
      1,
      {"unknown-op.yaml:11:9: spec.stages[0].op: unknown op \"tensor.mlpp\" (did you mean "

@@ -2,7 +2,7 @@
  * bench.spin, bench.sleep; record.c: filter, project;
  * exec/exec.c: exec; plugin/plugin.c: plugin; tensor/mlp.c: tensor.mlp; image/transform.c:
  * image.resize, image.normalize; exchange/exchange.c: exchange.map, exchange.reduce, the halves of
- * an all-to-all stage) and listed by ops.c.
+ * an all-to-all stage; exchange/join.c: join) and listed by ops.c.
  * Internal to worker/ops.
  *
  * Memory: static, immutable tables.
@@ -24,5 +24,6 @@ extern const sb_op_impl sb_op_image_resize_impl;
 extern const sb_op_impl sb_op_image_normalize_impl;
 extern const sb_op_impl sb_op_exchange_map_impl;
 extern const sb_op_impl sb_op_exchange_reduce_impl;
+extern const sb_op_impl sb_op_join_impl;
 
 #endif

@@ -411,6 +411,17 @@ long xset_find_add(xset *s, const void *p, size_t n, uint64_t h, int *added)
     return (long)s->n++;
 }
 
+long xset_find(const xset *s, const void *p, size_t n, uint64_t h)
+{
+    for (size_t j = h & (s->cap - 1); s->cap > 0 && s->hash[j] != 0; j = (j + 1) & (s->cap - 1)) {
+        size_t kn;
+        const char *k = xset_key(s, s->entry[j], &kn);
+        if (s->hash[j] == h && kn == n && memcmp(k, p, n) == 0)
+            return (long)s->entry[j];
+    }
+    return -1;
+}
+
 uint64_t xset_bytes(const xset *s)
 {
     return s->cap * (sizeof *s->hash + sizeof *s->entry) + s->keys.cap +
