@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The all-to-all ops (issue 41) on one machine; prints a markdown section. 500,000 jsonl rows
 # (8 files, ~50 MiB) through identity (the floor: read, pass, write), groupby {count, sum, mean}
-# over 4 reduce tasks by a key of 10,000 values and by one of 100, and random_shuffle over 4,
+# over 4 reduce tasks by a key of 10,000 values and by one of 100, random_shuffle over 4, limit
+# {rows: 1000} (the scheduler stops the source early) and a broadcast join with a 10,000-row
+# lookup table,
 # 2 CPU workers, whole
 # `streambatch run` wall times (start-up included), best of ROUNDS; beside a single-process
-# Python groupby of the same rows (json + dict + math.fsum), the reference it is checked against.
+# Python groupby and join of the same rows (json + dict), the references they are checked against.
 # Not yet the issue's side-by-side with Ray Data, Daft and DuckDB (not installed here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,17 +26,26 @@ for f in range(8):
                                 "w": r.random(), "c": "c%02d" % r.randrange(100),
                                 "pad": "x" * 40}) + "\n")
 PY
+python3 - "$work/right" <<'PY' # join's right side: one row per key (10,000 rows, ~0.5 MiB)
+import json, os, sys
+os.makedirs(sys.argv[1])
+with open(os.path.join(sys.argv[1], "r.jsonl"), "w") as o:
+    for k in range(10000):
+        o.write(json.dumps({"key": "k%05d" % k, "name": "n%d" % k, "rank": k % 97}) + "\n")
+PY
 stage() {
   case $1 in
   identity) echo "{name: x, op: identity}" ;;
   groupby) echo "{name: x, op: groupby, args: {keys: [key], partitions: 4, aggregates: [{op: count}, {op: sum, field: v}, {op: mean, field: w}]}}" ;;
   groupby100) echo "{name: x, op: groupby, args: {keys: [c], partitions: 4, aggregates: [{op: count}, {op: sum, field: v}, {op: mean, field: w}]}}" ;;
   random_shuffle) echo "{name: x, op: random_shuffle, args: {seed: 1, partitions: 4}}" ;;
+  limit) echo "{name: x, op: limit, args: {rows: 1000}}" ;;
+  join) echo "{name: x, op: join, args: {right: {uri: 'file://$work/right/'}, on: [key]}}" ;;
   esac
 }
 echo "| op | rows in | rows out | best wall (s) of $rounds | CPU s (all processes) | |"
 echo "|---|---|---|---|---|---|"
-for op in identity groupby groupby100 random_shuffle; do
+for op in identity groupby groupby100 random_shuffle limit join; do
   cat >"$work/$op.yaml" <<EOY
 apiVersion: streambatch.dev/v1alpha1
 kind: Pipeline
@@ -62,6 +73,10 @@ EOY
     python3 tests/allops/check.py groupby '{"keys":["c"],"aggregates":[{"op":"count"},{"op":"sum","field":"v"},{"op":"mean","field":"w"}]}' "$work/in" "$work/out-$op" >/dev/null && check="matches the reference"
   elif [[ $op == random_shuffle ]]; then
     python3 tests/allops/check.py random_shuffle '{}' "$work/in" "$work/out-$op" >/dev/null && check="same rows as the input"
+  elif [[ $op == limit ]]; then
+    python3 tests/allops/check_lj.py limit 1000 "$work/in" "$work/out-$op" >/dev/null && check="the first 1000 rows; $(python3 -c "import json; d=json.load(open('$work/$op.json')); print('%d of %d source tasks run' % (d['tasksRun'] - 1, d['stages'][0]['tasks']))")"
+  elif [[ $op == join ]]; then
+    python3 tests/allops/check_lj.py join '{"on":["key"]}' "$work/in" "$work/right" "$work/out-$op" >/dev/null && check="matches the reference"
   fi
   printf '| %s | 500000 | %s | %.2f | %s | %s |\n' "$op" "$rows" "$best" "$cpu" "$check"
 done
@@ -79,4 +94,22 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
 out = [(k, a[0], a[1], math.fsum(a[2]) / a[0]) for k, a in g.items()]
 print("| python3 groupby (one process) | 500000 | %d | %.2f | %.2f | |" %
       (len(out), time.time() - t, time.process_time()))
+PY
+python3 - "$work/in" "$work/right" <<'PY'
+import glob, json, os, sys, time
+t, c = time.time(), time.process_time()
+right = {}
+for line in open(os.path.join(sys.argv[2], "r.jsonl")):
+    r = json.loads(line)
+    right.setdefault(r.pop("key"), []).append(r)
+n = 0
+with open(os.devnull, "w") as o:
+    for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
+        for line in open(f):
+            r = json.loads(line)
+            for m in right.get(r["key"], []):
+                o.write(json.dumps(dict(r, **m)) + "\n")
+                n += 1
+print("| python3 join (one process: dict, json.dumps) | 500000 | %d | %.2f | %.2f | |" %
+      (n, time.time() - t, time.process_time() - c))
 PY
