@@ -24,8 +24,9 @@
 #define SB_EXCHANGE_REDUCE_OP "exchange.reduce"
 #define SB_EXCHANGE_MAX_BUCKETS 4096 /* the most reduce tasks a stage gets (validate's bound) */
 
-/* The buckets of an exchange stage: 1 for limit (limit.h); args.partitions when given; repartition {bytes: SIZE}: the
- * source bytes over SIZE (at least 1); else one per source split, between 1 and 64. */
+/* The buckets of an exchange stage: 1 for limit (limit.h); args.partitions when given; repartition
+ * {bytes: SIZE}: the source bytes over SIZE (at least 1); else one per source split, between 1
+ * and 64. */
 uint32_t sb_exchange_buckets(const sb_stage_spec *st, const sb_storage_split *splits,
                              size_t nsplits);
 

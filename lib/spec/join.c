@@ -44,15 +44,16 @@ static void right_check(const sb_node *r, const char *ap, sb_diags *d)
         const char *key = r->keys[k]->text;
         if (strcmp(key, "uri") && strcmp(key, "format") && strcmp(key, "args"))
             sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, rp, key), r->keys[k]->line,
-                         r->keys[k]->col, "unknown field \"%s\" of join's right (uri, format, args)",
-                         key);
+                         r->keys[k]->col,
+                         "unknown field \"%s\" of join's right (uri, format, args)", key);
     }
     const sb_node *uri = sb_node_get(r, "uri"), *fmt = sb_node_get(r, "format");
     const sb_node *a = sb_node_get(r, "args");
     if (!is_str(uri) || uri->text[0] == '\0')
         sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, rp, "uri"), uri ? uri->line : r->line,
-                     uri ? uri->col : r->col, "must be the right side's URI (file://, s3://, "
-                                              "http(s)://)");
+                     uri ? uri->col : r->col,
+                     "must be the right side's URI (file://, s3://, "
+                     "http(s)://)");
     if (fmt != NULL && !(is_str(fmt) && (!strcmp(fmt->text, "jsonl") || !strcmp(fmt->text, "csv"))))
         sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, rp, "format"), fmt->line, fmt->col,
                      "must be jsonl or csv (join works on records in this build)");

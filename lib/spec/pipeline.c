@@ -236,12 +236,10 @@ static const argspec args_groupby[] = {{"keys", A_STRLIST, 1, 0, NULL, 0},
                                        {NULL, A_ANY, 0, 0, NULL, 0}};
 static const argspec args_limit[] = {{"rows", A_INT, 1, 1, NULL, 0}, {NULL, A_ANY, 0, 0, NULL, 0}};
 static const char *const join_hows[] = {"inner", "left", NULL};
-static const argspec args_join[] = {{"right", A_ANY, 1, 0, NULL, 0},
-                                    {"on", A_STRLIST, 1, 0, NULL, 0},
-                                    {"how", A_ENUM, 0, 0, join_hows, 0},
-                                    {"broadcastBelow", A_ANY, 0, 0, NULL, 0},
-                                    {"missingKey", A_ANY, 0, 0, NULL, 0},
-                                    {NULL, A_ANY, 0, 0, NULL, 0}};
+static const argspec args_join[] = {
+    {"right", A_ANY, 1, 0, NULL, 0},      {"on", A_STRLIST, 1, 0, NULL, 0},
+    {"how", A_ENUM, 0, 0, join_hows, 0},  {"broadcastBelow", A_ANY, 0, 0, NULL, 0},
+    {"missingKey", A_ANY, 0, 0, NULL, 0}, {NULL, A_ANY, 0, 0, NULL, 0}};
 static const argspec args_distinct[] = {{"fields", A_STRLIST, 0, 0, NULL, 0},
                                         {"missingKey", A_ANY, 0, 0, NULL, 0},
                                         {"partitions", A_INT, 0, 1, NULL, 4096},
@@ -276,9 +274,9 @@ static const opspec ops[] = {
  * name them and the CRD's op rule, which tests/unit/test_crd_ops.c compares with this list, does
  * not let them through to the controller. */
 const char *const sb_op_names[] = {
-    "identity",     "bench.spin",      "bench.sleep", "filter",   "project",
-    "image.resize", "image.normalize", "tensor.mlp",  "exec",     "plugin",
-    "repartition",  "random_shuffle",  "groupby",     "distinct", "limit", "join", NULL};
+    "identity",        "bench.spin", "bench.sleep", "filter", "project",     "image.resize",
+    "image.normalize", "tensor.mlp", "exec",        "plugin", "repartition", "random_shuffle",
+    "groupby",         "distinct",   "limit",       "join",   NULL};
 
 int sb_spec_op_known(const char *name)
 {

@@ -52,8 +52,10 @@ static void run_ok(const char *name)
 static void limit_run(const char *name, const char *in, const char *psize, long rows)
 {
     char st[256];
-    snprintf(st, sizeof st, "  - {name: x, op: limit, args: {rows: %ld}}\n"
-                            "  - {name: after, op: identity}\n", rows);
+    snprintf(st, sizeof st,
+             "  - {name: x, op: limit, args: {rows: %ld}}\n"
+             "  - {name: after, op: identity}\n",
+             rows);
     pipeline(name, in, psize, st);
     run_ok(name);
     sh("cd %s && python3 %s/tests/allops/check_lj.py limit %ld %s out-%s", dir, sb_test_root(),
@@ -136,7 +138,8 @@ Test(limit_join, join_with_an_empty_right_and_an_empty_left)
     join_run("j4", "j/left", "er", "on: [k], how: left, missingKey: null",
              "{\"on\":[\"k\"],\"how\":\"left\",\"missingKey\":null}");
     cr_expect_eq(summary_num("j4", "sinkRows"), 3000);
-    join_run("j5", "j/left", "er", "on: [k], missingKey: null", "{\"on\":[\"k\"],\"missingKey\":null}");
+    join_run("j5", "j/left", "er", "on: [k], missingKey: null",
+             "{\"on\":[\"k\"],\"missingKey\":null}");
     cr_expect_eq(summary_num("j5", "sinkRows"), 0);
     join_run("j6", "empty", "j/right", "on: [k], missingKey: null",
              "{\"on\":[\"k\"],\"missingKey\":null}");

@@ -113,8 +113,12 @@ Test(allops_join, rows_by_value_and_type_with_clashes_renamed)
                                                 "\"missingKey\":null"),
                                       &st, &e),
                  0, "%s", e.msg);
-    static const char *rows[] = {"{\"k\":1e0,\"id\":1}",   "{\"k\":\"1\"}", "{\"k\":2, \"x\":[1]}",
-                                 "{\"id\":4}",              "{\"k\":-0.0}", " { \"k\" : true } ",
+    static const char *rows[] = {"{\"k\":1e0,\"id\":1}",
+                                 "{\"k\":\"1\"}",
+                                 "{\"k\":2, \"x\":[1]}",
+                                 "{\"id\":4}",
+                                 "{\"k\":-0.0}",
+                                 " { \"k\" : true } ",
                                  "{\"k\":1,\"id\":5,\"right_id\":0}"};
     coll out = {0};
     cr_assert_eq(run(st, rows, 6, &out, &e), 0, "%s", e.msg);
@@ -122,8 +126,8 @@ Test(allops_join, rows_by_value_and_type_with_clashes_renamed)
         "{\"k\":1e0,\"id\":1,\"w\":\"one\",\"right_id\":10}", /* 1e0 = 1 = 1.0: both, in order */
         "{\"k\":1e0,\"id\":1,\"w\":\"one-again\"}",
         "{\"k\":\"1\",\"w\":\"str\"}",
-        "{\"k\":2, \"x\":[1]}", /* no match, kept as it is (how: left) */
-        "{\"id\":4,\"w\":\"nul\"}",  /* missing: null, meets the right's null and missing */
+        "{\"k\":2, \"x\":[1]}",     /* no match, kept as it is (how: left) */
+        "{\"id\":4,\"w\":\"nul\"}", /* missing: null, meets the right's null and missing */
         "{\"id\":4,\"w\":\"missing\"}",
         "{\"k\":-0.0}", /* 0 has no right row */
         " { \"k\" : true ,\"w\":\"t\"}"};
@@ -152,8 +156,7 @@ Test(allops_join, inner_drops_unmatched_and_missing_keys_are_errors)
                 "{\"a\":1,\"b\":\"x\",\"v\":3}\n");
     void *st = NULL;
     sb_err e;
-    cr_assert_eq(sb_op_join_impl.init(join_args("\"on\":[\"a\",\"b\"]"), &st, &e), 0, "%s",
-                 e.msg);
+    cr_assert_eq(sb_op_join_impl.init(join_args("\"on\":[\"a\",\"b\"]"), &st, &e), 0, "%s", e.msg);
     static const char *rows[] = {"{\"b\":\"x\",\"a\":1.0}", "{\"a\":1,\"b\":\"z\"}", "{}",
                                  "{\"a\":1}"};
     coll out = {0};
@@ -178,8 +181,8 @@ Test(allops_join, an_empty_left_object_and_typed_columns)
     write_right("{\"k\":1,\"w\":2}\n");
     void *st = NULL;
     sb_err e;
-    cr_assert_eq(sb_op_join_impl.init(join_args("\"on\":[\"k\"],\"missingKey\":null"), &st, &e),
-                 0, "%s", e.msg);
+    cr_assert_eq(sb_op_join_impl.init(join_args("\"on\":[\"k\"],\"missingKey\":null"), &st, &e), 0,
+                 "%s", e.msg);
     static const char *rows[] = {"{}"};
     coll out = {0};
     cr_assert_eq(run(st, rows, 1, &out, &e), 0, "%s", e.msg);

@@ -54,9 +54,9 @@ static void complete(sb_sched *s, uint32_t op, uint64_t index, uint32_t attempt,
     snprintf(tid, sizeof tid, "ns/x/s%" PRIu32 "-t%" PRIu64, op, index);
     sb_storage_output o = {.id = id, .bytes = 100, .rows = rows};
     sb_err err;
-    cr_assert_eq(sb_sched_complete(s, w, tid, attempt, SB_SCHED_OK, NULL, &o, 1, NULL, 0, NULL,
-                                   10, &err),
-                 1, "%s", err.msg);
+    cr_assert_eq(
+        sb_sched_complete(s, w, tid, attempt, SB_SCHED_OK, NULL, &o, 1, NULL, 0, NULL, 10, &err), 1,
+        "%s", err.msg);
     char **rel;
     size_t n = sb_sched_take_releases(s, w, &rel);
     for (size_t i = 0; i < n; i++)

@@ -13,10 +13,12 @@
 #include "worker/ops/statecache.h"
 
 static const sb_op_impl *const registry[] = {
-    &sb_op_identity_impl,        &sb_op_spin_impl,         &sb_op_sleep_impl,
-    &sb_op_filter_impl,          &sb_op_project_impl,      &sb_op_exec_impl,
-    &sb_op_plugin_impl,          &sb_op_mlp_impl,          &sb_op_image_resize_impl,
-    &sb_op_image_normalize_impl, &sb_op_exchange_map_impl, &sb_op_exchange_reduce_impl,
+    &sb_op_identity_impl,     &sb_op_spin_impl,
+    &sb_op_sleep_impl,        &sb_op_filter_impl,
+    &sb_op_project_impl,      &sb_op_exec_impl,
+    &sb_op_plugin_impl,       &sb_op_mlp_impl,
+    &sb_op_image_resize_impl, &sb_op_image_normalize_impl,
+    &sb_op_exchange_map_impl, &sb_op_exchange_reduce_impl,
     &sb_op_join_impl,
 };
 

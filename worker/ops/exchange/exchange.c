@@ -17,7 +17,7 @@ typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT, X_LIMIT } xkind;
 
 #define COMBINE_PROBE 4096 /* rows a groupby map task combines before it judges the gain */
 static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby", "distinct",
-                                           "limit"};
+                                          "limit"};
 #define XKINDS (sizeof xkind_names / sizeof *xkind_names)
 
 /* A bucket's (or a shuffle's) rows, gathered whole: an sb_op_out that never cuts by size (a

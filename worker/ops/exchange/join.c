@@ -29,17 +29,17 @@ typedef struct {
 
 typedef struct {
     cJSON *root;
-    xkeys on;       /* the key fields (names point into root) */
-    int keep_left;  /* how: left */
-    xset keys;      /* the right side's keys; per entry, its records head[e] .. tail[e] */
+    xkeys on;      /* the key fields (names point into root) */
+    int keep_left; /* how: left */
+    xset keys;     /* the right side's keys; per entry, its records head[e] .. tail[e] */
     uint32_t *head, *tail;
     size_t cap_ent;
     jrec *recs;
     size_t nrecs, caprecs;
     jmem *mems;
     size_t nmems, capmems;
-    xbuf text;  /* the right records' members (not the key fields), raw */
-    xset names; /* the right side's field names (decoded), key fields left out */
+    xbuf text;            /* the right records' members (not the key fields), raw */
+    xset names;           /* the right side's field names (decoded), key fields left out */
     sb_op_json_key *scan; /* a left row's scan: the key fields, the names, PREFIX + names */
     size_t nscan;
     char **prefixed;
@@ -215,8 +215,9 @@ static int load_right(jstate *st, const char *args_json, sb_err *err)
     int64_t below = sb_spec_join_broadcast_below(args_json);
     if (rc == 0 && (int64_t)bytes >= below) {
         char a[32], b[32];
-        rc = sb_err_permanent(err, "join: the right side %s is now %s, at or above broadcastBelow "
-                                   "(%s)",
+        rc = sb_err_permanent(err,
+                              "join: the right side %s is now %s, at or above broadcastBelow "
+                              "(%s)",
                               src.uri, sb_quantity_format_bytes((int64_t)bytes, a, sizeof a),
                               sb_quantity_format_bytes(below, b, sizeof b));
     }
@@ -269,9 +270,9 @@ static int j_init(const char *args_json, void **state, sb_err *err)
     const cJSON *uri = cJSON_GetObjectItemCaseSensitive(right, "uri");
     st->keep_left = cJSON_IsString(how) && strcmp(how->valuestring, "left") == 0;
     st->uri = cJSON_IsString(uri) ? uri->valuestring : "(no uri)";
-    int rc = xkeys_parse(cJSON_GetObjectItemCaseSensitive(st->root, "on"),
-                         cJSON_GetObjectItemCaseSensitive(st->root, "missingKey"), "join", &st->on,
-                         err);
+    int rc =
+        xkeys_parse(cJSON_GetObjectItemCaseSensitive(st->root, "on"),
+                    cJSON_GetObjectItemCaseSensitive(st->root, "missingKey"), "join", &st->on, err);
     if (rc == 0 && st->on.n == 0)
         rc = sb_err_permanent(err, "join: args.on must name at least one key field");
     if (rc == 0 && (st->found = calloc(st->on.n, sizeof *st->found)) == NULL)
@@ -291,7 +292,7 @@ static int emit_match(jstate *st, const char *l, size_t len, size_t row, uint32_
     const char *e = l + len, *close = e;
     while (close > l && close[-1] != '}')
         close--;
-    close--; /* the left object's '}' */
+    close--;                                     /* the left object's '}' */
     int comma = ws(ws(l, e) + 1, close) < close; /* the left object has members */
     size_t nn = st->names.n;
     st->ob.n = 0;
