@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "spec/allops.h"
+#include "spec/join.h"
 #include "spec/quantity.h"
 #include "spec/schema.h"
 
@@ -169,10 +170,16 @@ void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *nod
     char buf[512];
     for (size_t i = 0; i < sp->nstages; i++) {
         const char *op = sp->stages[i].op;
-        if (!sb_spec_allop(op) || stages == NULL || i >= stages->n)
+        int join = strcmp(op, "join") == 0; /* not exchanged, checked here too (join.h) */
+        if ((!sb_spec_allop(op) && !join) || stages == NULL || i >= stages->n)
             continue;
         const sb_node *on = sb_node_get(stages->items[i], "op");
         snprintf(buf, sizeof buf, "%s.stages[%zu].op", path, i);
+        if (join) {
+            sb_spec_join_stage_check(sp, i, stages->items[i], buf, on ? on->line : node->line,
+                                     on ? on->col : node->col, d);
+            continue;
+        }
         if (strcmp(op, "limit") == 0)
             limit_check(sp, i, buf, on, node, d);
         if (sp->execution.preserve_order)

@@ -83,34 +83,25 @@ void sb_spec_join_args_check(const sb_node *args, const sb_node *stage, const ch
                      "must be a size above 0 (bytes, or a quantity such as 64Mi)");
 }
 
-void sb_spec_join_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
-                                 sb_diags *d)
+void sb_spec_join_stage_check(const sb_pipeline_spec *sp, size_t i, const sb_node *stage,
+                              const char *op_path, int line, int col, sb_diags *d)
 {
-    const sb_node *stages = sb_node_get(node, "stages");
-    char buf[512];
-    for (size_t i = 0; i < sp->nstages; i++) {
-        if (strcmp(sp->stages[i].op, "join") != 0 || stages == NULL || i >= stages->n)
-            continue;
-        const sb_node *st = stages->items[i], *on = sb_node_get(st, "op");
-        const sb_node *bn = sb_node_get(sb_node_get(st, "args"), "broadcastBelow");
-        int line = on ? on->line : node->line, col = on ? on->col : node->col;
-        snprintf(buf, sizeof buf, "%s.stages[%zu].op", path, i);
-        if (sp->source.format == SB_FMT_PARQUET)
-            sb_diags_add(d, buf, line, col,
-                         "join works on records (jsonl, csv) in this build, not on a parquet "
-                         "source's typed columns");
-        int64_t below = sb_spec_join_broadcast_below(sp->stages[i].args_json);
-        int64_t budget = sp->execution.memory_budget;
-        if (below > 0 && budget > 0 && below > budget / 4) {
-            char a[32], b[32];
-            snprintf(buf, sizeof buf, "%s.stages[%zu].args.broadcastBelow", path, i);
-            sb_diags_add(d, buf, bn ? bn->line : line, bn ? bn->col : col,
-                         "is %s (64Mi when left out), above a quarter of "
-                         "execution.memoryBudget (%s): every task that runs the join holds the "
-                         "right side whole; lower it or raise the budget",
-                         sb_quantity_format_bytes(below, a, sizeof a),
-                         sb_quantity_format_bytes(budget / 4, b, sizeof b));
-        }
+    if (sp->source.format == SB_FMT_PARQUET)
+        sb_diags_add(d, op_path, line, col,
+                     "join works on records (jsonl, csv) in this build, not on a parquet "
+                     "source's typed columns");
+    int64_t below = sb_spec_join_broadcast_below(sp->stages[i].args_json);
+    int64_t budget = sp->execution.memory_budget;
+    if (below > 0 && budget > 0 && below > budget / 4) {
+        const sb_node *bn = sb_node_get(sb_node_get(stage, "args"), "broadcastBelow");
+        char a[32], b[32], buf[512];
+        snprintf(buf, sizeof buf, "%.*s.args.broadcastBelow", (int)(strlen(op_path) - 3), op_path);
+        sb_diags_add(d, buf, bn ? bn->line : line, bn ? bn->col : col,
+                     "is %s (64Mi when left out), above a quarter of execution.memoryBudget "
+                     "(%s): every task that runs the join holds the right side whole; lower it "
+                     "or raise the budget",
+                     sb_quantity_format_bytes(below, a, sizeof a),
+                     sb_quantity_format_bytes(budget / 4, b, sizeof b));
     }
 }
 

@@ -26,10 +26,11 @@
 void sb_spec_join_args_check(const sb_node *args, const sb_node *stage, const char *path,
                              sb_diags *d);
 
-/* Checks the pipeline around its join stages (node: the spec's map): records only (a parquet
- * source is refused), broadcastBelow at most a quarter of execution.memoryBudget. */
-void sb_spec_join_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
-                                 sb_diags *d);
+/* Checks join stage i (stage: its node; op_path "<...>.stages[i].op" and line/col: where its op
+ * is) in the pipeline: records only (a parquet source is refused), broadcastBelow at most a
+ * quarter of execution.memoryBudget. Called from allops.c's pass over the stages. */
+void sb_spec_join_stage_check(const sb_pipeline_spec *sp, size_t i, const sb_node *stage,
+                              const char *op_path, int line, int col, sb_diags *d);
 
 /* broadcastBelow of a join stage's args JSON in bytes (the default when left out); 0 when it is
  * not a size (validate refused such args). */

@@ -1115,7 +1115,6 @@ static void spec_check(void *obj, const sb_node *node, const char *path, sb_diag
         }
     }
     sb_spec_allop_pipeline_check(sp, node, path, d);
-    sb_spec_join_pipeline_check(sp, node, path, d);
     const sb_node *ex = sb_node_get(node, "execution");
     stream_sink_check(sp, node, path, d);
     const sb_node *mb = sb_node_get(ex, "memoryBudget");

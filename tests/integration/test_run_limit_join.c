@@ -31,13 +31,8 @@ TestSuite(limit_join, .init = setup, .fini = teardown, .timeout = 120);
 /* dir/NAME.yaml: dir/IN/ in partitions of PSIZE through STAGES (list items) to dir/out-NAME/. */
 static void pipeline(const char *name, const char *in, const char *psize, const char *stages)
 {
-    FILE *f = itest_create("%s.yaml", name);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/%s/', format: jsonl, partitionSize: %s}\n"
-            "  stages:\n%s  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n",
-            name, dir, in, psize, stages, dir, name);
-    fclose(f);
+    write_pipeline_ps(name, psize, stages, "");
+    sh("sed -i 's|file://%s/in/|file://%s/%s/|' %s/%s.yaml", dir, dir, in, dir, name);
 }
 
 static void run_ok(const char *name)

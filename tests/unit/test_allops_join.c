@@ -13,6 +13,7 @@
 #include "../unit/testutil.h"
 #include "worker/ops/impls.h"
 #include "worker/ops/ops.h"
+#include "recs_coll.h"
 
 static char tmp[256], args[1024];
 
@@ -42,28 +43,6 @@ static const char *join_args(const char *rest)
     return args;
 }
 
-typedef struct {
-    char *recs[64];
-    size_t n;
-} coll;
-
-static int collect(void *blob, size_t len, uint64_t rows, void *ud)
-{
-    coll *c = ud;
-    sb_batch *b;
-    sb_err e;
-    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
-    for (size_t r = 0; r < rows; r++) {
-        size_t n;
-        const char *p = sb_column_binary(sb_batch_column(b, 0), r, &n);
-        cr_assert_lt(c->n, 64);
-        c->recs[c->n++] = strndup(p, n);
-    }
-    sb_batch_close(b);
-    sb_part_free(blob);
-    return 0;
-}
-
 /* Runs the op (state st) over records rows[0..n): 0 with the output in *out, or -1 + e. */
 static int run(void *st, const char *const *rows, size_t n, coll *out, sb_err *e)
 {
@@ -88,13 +67,6 @@ static int run(void *st, const char *const *rows, size_t n, coll *out, sb_err *e
     sb_batch_close(in);
     sb_part_free(blob);
     return rc;
-}
-
-static void coll_free(coll *c)
-{
-    for (size_t i = 0; i < c->n; i++)
-        free(c->recs[i]);
-    c->n = 0;
 }
 
 static const char *right_text = "{\"k\":1,\"w\":\"one\",\"id\":10}\n"

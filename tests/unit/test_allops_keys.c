@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "worker/ops/exchange/xchg.h"
+#include "recs_coll.h"
 
 /* The canonical encoding of JSON text v (caller frees buf.p). */
 static xbuf enc(const char *v)
@@ -64,28 +65,6 @@ static sb_batch *batch_of(const char *const *recs, size_t n, void **blob)
     sb_batch *out;
     cr_assert_eq(sb_batch_open(*blob, len, &out, &e), 0, "%s", e.msg);
     return out;
-}
-
-typedef struct {
-    char *recs[64];
-    size_t n;
-} coll;
-
-static int collect(void *blob, size_t len, uint64_t rows, void *ud)
-{
-    coll *c = ud;
-    sb_batch *b;
-    sb_err e;
-    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
-    for (size_t r = 0; r < rows; r++) {
-        size_t n;
-        const char *p = sb_column_binary(sb_batch_column(b, 0), r, &n);
-        cr_assert_lt(c->n, 64);
-        c->recs[c->n++] = strndup(p, n);
-    }
-    sb_batch_close(b);
-    sb_part_free(blob);
-    return 0;
 }
 
 /* put callback of xgroupby_emit_partials: the partial records, in one list */
