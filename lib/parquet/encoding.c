@@ -53,6 +53,21 @@ static inline uint64_t unpack1(const uint8_t *p, size_t nbytes, uint64_t i, int 
     return getbits(p, bit, w);
 }
 
+/* `groups` whole groups of 8 values of width bw (1..8) from p[0..nbytes) into out: a group is
+ * bw bytes, so one 64-bit load holds it; shifts with a constant trip count instead of a load
+ * per value (list levels, 64 a row of an embedding column, are most of the values decoded). */
+static void unpack_groups8(const uint8_t *p, size_t nbytes, int bw, uint32_t *out, size_t groups)
+{
+    uint64_t mask = ((uint64_t)1 << bw) - 1;
+    for (size_t g = 0; g < groups; g++) {
+        size_t at = g * (size_t)bw;
+        uint64_t x = 0;
+        memcpy(&x, p + at, at + 8 <= nbytes ? 8 : (size_t)bw); /* little-endian, as unpack1 */
+        for (int k = 0; k < 8; k++)
+            out[g * 8 + (size_t)k] = (uint32_t)((x >> (k * bw)) & mask);
+    }
+}
+
 static int varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *out)
 {
     uint64_t v = 0;
@@ -88,8 +103,12 @@ int sb_pq_rle_decode(const uint8_t *p, size_t n, int bw, uint32_t *out, size_t c
                                    groups);
             size_t bytes = (size_t)groups * (size_t)bw;
             size_t vals = groups > SIZE_MAX / 8 ? SIZE_MAX : (size_t)groups * 8;
-            size_t take = vals < count - got ? vals : count - got;
-            for (size_t i = 0; i < take; i++)
+            size_t take = vals < count - got ? vals : count - got, i = 0;
+            if (bw >= 1 && bw <= 8) {
+                unpack_groups8(p + pos, bytes, bw, out + got, take / 8);
+                i = take / 8 * 8;
+            }
+            for (; i < take; i++)
                 out[got + i] = (uint32_t)unpack1(p + pos, bytes, i, bw);
             got += take;
             pos += bytes;
