@@ -445,10 +445,19 @@ static bool list_rows_fast(st *s, const uint32_t *defs, const uint32_t *reps, si
     uint32_t md = (uint32_t)s->el->max_def, bad = 0;
     for (size_t i = 0; defs != NULL && i < nv; i++)
         bad |= defs[i] ^ md;
-    for (size_t i = 0; i < nv; i += L) {
-        bad |= reps[i];
+    if (s->el->max_rep == 1 && L <= 1024) { /* a row is exactly 0, 1, 1, ...: one memcmp */
+        uint32_t pat[1024];
+        pat[0] = 0;
         for (size_t j = 1; j < L; j++)
-            bad |= reps[i + j] == 0;
+            pat[j] = 1;
+        for (size_t i = 0; i < nv && bad == 0; i += L)
+            bad |= memcmp(reps + i, pat, L * sizeof *pat) != 0;
+    } else {
+        for (size_t i = 0; i < nv; i += L) {
+            bad |= reps[i];
+            for (size_t j = 1; j < L; j++)
+                bad |= reps[i + j] == 0;
+        }
     }
     if (bad != 0)
         return false;
