@@ -305,6 +305,9 @@ struct task_ctx {
     /* the accelerator, kept from the last input's run through the ops' finish (run_chain) */
     int accel_held;
     double accel_since;
+    /* a parquet sink's records schema this task inferred (Task.infer_sink_schema): its first
+     * output's, used for the rest and reported */
+    char *sink_schema;
 };
 
 /* Op k's feed (its batchSize's carried rows), made at its first input. NULL + t->err. */
@@ -445,9 +448,13 @@ static int write_final(task_ctx *t, void *blob, size_t len, uint64_t rows)
     sb_part_id_format(id, sizeof id, t->task->stage_index, t->task->task_index, t->seq++);
     if (t->task->writes_sink) {
         sb_io_part_info info;
+        sb_sink_spec sink = t->w->pipeline.spec.sink; /* with this task's records schema */
+        sink.schema_json = t->sink_schema                                    ? t->sink_schema
+                           : t->task->sink_schema && t->task->sink_schema[0] ? t->task->sink_schema
+                                                                             : NULL;
+        sink.infer_out = t->task->infer_sink_schema ? &t->sink_schema : NULL;
         /* staged: a speculative copy of this task may be writing the same parts */
-        int rc = sb_io_sink_write_staged(&t->w->pipeline.spec.sink, id, t->task->attempt, blob, len,
-                                         &info, &t->err);
+        int rc = sb_io_sink_write_staged(&sink, id, t->task->attempt, blob, len, &info, &t->err);
         sb_part_free(blob);
         if (rc != 0)
             return -1;
@@ -624,6 +631,7 @@ static void task_ctx_free(task_ctx *t)
     for (size_t i = 0; i < t->npending; i++)
         sb_part_free(t->pending[i].blob);
     free(t->pending);
+    free(t->sink_schema);
 }
 
 /* Drops op k+1 from the chain once op k absorbed it (it owns its state now). */
@@ -911,7 +919,7 @@ typedef struct task_done {
     Streambatch__V1__TaskMetrics met;
     Streambatch__V1__PartitionInfo *infos;
     Streambatch__V1__PartitionInfo **ptrs;
-    char *task_id, *lost;
+    char *task_id, *lost, *sink_schema;
     out_part *parts;
     size_t nparts;
     int writes_sink;
@@ -929,6 +937,7 @@ static void task_done_free(task_done *d)
     free(d->ptrs);
     free(d->task_id);
     free(d->lost);
+    free(d->sink_schema);
     free(d);
 }
 
@@ -1092,6 +1101,11 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
                            met->wall_seconds, t.rows_in, t.bytes_in, rows_out, bytes_out);
     if (req->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
         sb_log(SB_LOG_WARN, "task failed", "task", task->task_id, "error", req->message, NULL);
+    if (t.sink_schema != NULL && task->infer_sink_schema) { /* the schema it inferred */
+        d->sink_schema = t.sink_schema;
+        t.sink_schema = NULL;
+        req->sink_schema = d->sink_schema;
+    }
     /* the report owns the outputs' ids now */
     d->parts = t.parts;
     d->nparts = t.nparts;

@@ -26,15 +26,18 @@ enum {
     C_MEM_BUDGET,
     C_POOL_WORKERS,
     C_DRAINED,
+    C_PQ_ROW_GROUPS,
+    C_PQ_BYTES,
     NC,
     /* then the worker families, summed per pool (lib/metrics/families.h) */
     NALL = NC + SB_WF_COUNT
 };
 
 /* label sets */
-enum { L_PIPE, L_STAGE, L_STAGE_STATE, L_STAGE_CAUSE, L_STAGE_OUTCOME, L_POOL_STATE };
+enum { L_PIPE, L_STAGE, L_STAGE_STATE, L_STAGE_CAUSE, L_STAGE_OUTCOME, L_POOL_STATE, L_PIPE_STATE };
 static const char *const labelsets[][6] = {
     [L_PIPE] = {"namespace", "pipeline", NULL},
+    [L_PIPE_STATE] = {"namespace", "pipeline", "state", NULL},
     [L_STAGE] = {"namespace", "pipeline", "stage", NULL},
     [L_STAGE_STATE] = {"namespace", "pipeline", "stage", "state", NULL},
     [L_STAGE_CAUSE] = {"namespace", "pipeline", "stage", "cause", NULL},
@@ -86,6 +89,14 @@ static const struct {
                    "Workers drained as sick nodes (persistently far slower than their pool) "
                    "and replaced.",
                    L_PIPE},
+    [C_PQ_ROW_GROUPS] = {SB_METRIC_COUNTER, "streambatch_pipeline_parquet_row_groups_total",
+                         "Parquet source row groups the tasks read, and those a filter's "
+                         "pushdown skipped (state: read, skipped).",
+                         L_PIPE_STATE},
+    [C_PQ_BYTES] = {SB_METRIC_COUNTER, "streambatch_pipeline_parquet_source_bytes_total",
+                    "Parquet source bytes fetched, and the column chunk bytes that pushdown "
+                    "skipped (state: read, skipped).",
+                    L_PIPE_STATE},
 };
 
 struct sb_cmetrics {
@@ -179,6 +190,13 @@ void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipelin
     sb_metric_set(m->f[C_MEM_USED], v, (double)s->stats.in_flight_bytes);
     sb_metric_set(m->f[C_MEM_BUDGET], v, (double)s->stats.budget);
     sb_metric_set(m->f[C_DRAINED], v, (double)s->stats.workers_drained);
+    if (s->stats.row_groups_read + s->stats.row_groups_skipped > 0) { /* a parquet source */
+        const char *const r[] = {ns, pl, "read"}, *const k[] = {ns, pl, "skipped"};
+        sb_metric_set(m->f[C_PQ_ROW_GROUPS], r, (double)s->stats.row_groups_read);
+        sb_metric_set(m->f[C_PQ_ROW_GROUPS], k, (double)s->stats.row_groups_skipped);
+        sb_metric_set(m->f[C_PQ_BYTES], r, (double)s->stats.source_bytes_read);
+        sb_metric_set(m->f[C_PQ_BYTES], k, (double)s->stats.source_bytes_skipped);
+    }
     for (size_t i = 0; i < npools; i++) {
         static const char *const states[] = {"desired", "ready", "pending"};
         const uint64_t n[] = {pools[i].desired, pools[i].ready, pools[i].pending};

@@ -552,7 +552,7 @@ static int poll_reply_build(sb_ctl *c, poll_reply *r, const sb_sched_task *t, si
     r->op_ptrs = calloc(nops + 1, sizeof *r->op_ptrs);
     r->refs = calloc(nrefs + 1, sizeof *r->refs);
     r->ref_ptrs = calloc(nrefs + 1, sizeof *r->ref_ptrs);
-    r->strings = calloc(n * 4 + nops * 2 + nrefs * 2 + 1, sizeof *r->strings);
+    r->strings = calloc(n * 5 + nops * 2 + nrefs * 2 + 1, sizeof *r->strings);
     if (!r->tasks || !r->task_ptrs || !r->ops || !r->op_ptrs || !r->refs || !r->ref_ptrs ||
         !r->strings)
         return -1;
@@ -574,6 +574,8 @@ static int poll_reply_build(sb_ctl *c, poll_reply *r, const sb_sched_task *t, si
         m->source_split = keep(r, t[i].split ? t[i].split : "");
         m->writes_sink = t[i].writes_sink;
         m->publish_early = t[i].publish_early;
+        m->sink_schema = keep(r, t[i].sink_schema);
+        m->infer_sink_schema = t[i].infer_sink_schema;
         m->n_ops = t[i].nstages;
         m->ops = &r->op_ptrs[oi];
         for (size_t k = 0; k < t[i].nstages; k++, oi++) {
@@ -1087,6 +1089,10 @@ static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m
                                status_of(m->status, m->deterministic, m->permanent), m->message,
                                outs, m->n_outputs, (const char *const *)m->lost_inputs,
                                m->n_lost_inputs, &met, now_ms(), &err);
+        if (rc == 1 && m->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK &&
+            sb_sched_sink_schema_set(c->sched, m->sink_schema) > 0) /* the records schema */
+            sb_log(SB_LOG_INFO, "parquet sink schema inferred", "task", m->task_id, "schema",
+                   m->sink_schema, NULL);
         if (m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
             sb_log(SB_LOG_WARN, "task failed", "task", m->task_id, "worker", m->worker_id, "error",
                    m->message, NULL);

@@ -19,6 +19,7 @@
 #include "core/num.h"
 #include "core/redact.h"
 #include "core/strpool.h"
+#include "io/sink.h"
 #include "io/split.h"
 #include "metrics/metrics.h"
 #include "spec/allops.h"
@@ -246,6 +247,10 @@ struct sb_sched {
     stream_q *sq;                        /* per epoch */
     uint64_t stream_taken;               /* taken and not released yet */
     uint64_t now_ms; /* the latest clock a call brought (open backpressure spells end there) */
+    /* a parquet sink's records schema inferred by the first sink task (sink_gated) */
+    int infer_schema;  /* the run infers one (sb_io_sink_infers_schema) */
+    char *sink_schema; /* the schema, once a sink task reported it; NULL before */
+    size_t infer_ti;   /* the sink task inferring it (while running), or NONE */
     /* assignment scratch */
     sb_sched_input *in_scratch;
     size_t in_scratch_cap;
@@ -818,6 +823,11 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
     s->drain_off = cfg->no_drain;
     s->eft_off = cfg->no_eft;
     s->early_off = cfg->no_early;
+    s->infer_schema = !cfg->stream && sb_io_sink_infers_schema(p);
+    s->infer_ti = NONE;
+    if (cfg->resume != NULL && cfg->resume->sink_schema != NULL && cfg->resume->sink_schema[0] &&
+        (s->sink_schema = strdup(cfg->resume->sink_schema)) == NULL)
+        goto oom;
     if (sched_plan_ops(s, cfg) != 0)
         goto oom;
     sb_storage_split *expanded = NULL;
@@ -922,6 +932,7 @@ void sb_sched_free(sb_sched *s)
     sb_idmap_free(&s->sink_ids);
     sb_strpool_free(&s->ids);
     free(s->failure);
+    free(s->sink_schema);
     free(s->in_scratch);
     free(s->pick_scratch);
     free(s->pipeline_id);
@@ -1704,6 +1715,19 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     s->running_total++;
     s->tasks_run++;
     s->last_progress_ms = now_ms;
+    if (s->infer_schema && s->sink_schema == NULL && t->op == s->nops - 1 &&
+        (s->infer_ti == NONE || s->tasks[s->infer_ti].state != T_RUNNING))
+        s->infer_ti = ti; /* it infers the records schema; sink_gated holds the others */
+}
+
+/* Whether the sink op's tasks wait: the run infers a records schema and a sink task is inferring
+ * it now. Every part must be written by one schema, so the others start once it is reported
+ * (sb_sched_sink_schema_set); if that task ends without one (failed, lost, no output), the next
+ * sink task to start infers it instead. */
+static int sink_gated(const sb_sched *s, size_t k)
+{
+    return k == s->nops - 1 && s->infer_schema && s->sink_schema == NULL && s->infer_ti != NONE &&
+           s->tasks[s->infer_ti].state == T_RUNNING;
 }
 
 static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
@@ -1721,6 +1745,8 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
     out->nstages = o->nstages;
     out->split = t->op == 0 ? s->splits[t->index] : NULL;
     out->writes_sink = t->op == s->nops - 1 && !s->stream;
+    out->sink_schema = out->writes_sink ? s->sink_schema : NULL;
+    out->infer_sink_schema = out->writes_sink && s->sink_schema == NULL && ti == s->infer_ti;
     out->target_bytes = o->target;
     /* early outputs (start_task, early_wanted): not for a speculative copy */
     out->publish_early = !copy && t->grants;
@@ -2274,7 +2300,7 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
             if (pass == 1)
                 only = downstream_work(s);
             for (size_t k = s->nops; k-- > 0 && pick == NONE;) {
-                if (!op_eligible(s, wk, k) || (only > 0 && k != only))
+                if (!op_eligible(s, wk, k) || (only > 0 && k != only) || sink_gated(s, k))
                     continue;
                 if (extra) { /* a batch: short tasks already queued, a batch's worth left */
                     size_t n = batch_len(s, k, batch);
@@ -2798,6 +2824,18 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         limit_cut(s);
     check_finished(s);
     return 1;
+}
+
+int sb_sched_sink_schema_set(sb_sched *s, const char *schema)
+{
+    if (!s->infer_schema || s->sink_schema != NULL || schema == NULL || schema[0] == '\0')
+        return 0;
+    return (s->sink_schema = strdup(schema)) != NULL ? 1 : -1;
+}
+
+const char *sb_sched_sink_schema(const sb_sched *s)
+{
+    return s->sink_schema;
 }
 
 int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,

@@ -85,6 +85,7 @@ typedef struct sb_sched_resume {
     const sb_storage_output
         *parts; /* the sink parts those splits produced (kept in the manifest) */
     size_t nparts;
+    const char *sink_schema; /* the records schema those parts were written by, NULL/"" none */
 } sb_sched_resume;
 
 typedef struct sb_sched_config {
@@ -134,6 +135,10 @@ typedef struct sb_sched_task {
     int writes_sink;   /* last op: outputs go to the sink */
     uint64_t target_bytes;
     int publish_early; /* report each output when written (sb_sched_publish) */
+    /* a parquet sink of records (sb_sched_sink_schema_set): the run's records schema, NULL while
+     * unknown; infer_sink_schema: this task infers it (the other sink tasks wait meanwhile) */
+    const char *sink_schema;
+    int infer_sink_schema;
 } sb_sched_task;
 
 /* What a task attempt cost, as the worker measured it (may be NULL). */
@@ -283,6 +288,15 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
                       sb_sched_status status, const char *message, const sb_storage_output *outs,
                       size_t nouts, const char *const *lost, size_t nlost,
                       const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err);
+
+/* Records schema inference for a parquet sink (lib/parquet/records.h; the run infers one when
+ * sb_io_sink_infers_schema says so): the first sink task to start gets infer_sink_schema and the
+ * other sink tasks wait until its accepted report brings the schema (a JSON list; "[]" when its
+ * partitions were typed), which the controller passes here after sb_sched_complete accepted it;
+ * every later sink task carries it (sb_sched_task.sink_schema). 1 set, 0 ignored (no inference,
+ * already set, empty), -1 out of memory. The checkpoint keeps it (sb_sched_sink_schema). */
+int sb_sched_sink_schema_set(sb_sched *s, const char *schema);
+const char *sb_sched_sink_schema(const sb_sched *s);
 
 /* Partition ids the worker may free now (the list is handed over: the caller frees each string
  * and the array). */

@@ -306,6 +306,44 @@ static int pq_out(void *ud, const void *p, size_t n, sb_err *err)
     return wb_put(ud, p, n);
 }
 
+/* The records schema of this write: args.schema, else the one the controller sent
+ * (sink->schema_json), else one inferred from these records when the task must infer it
+ * (sink->infer_out). *rec: the record column to type, NULL when the partition is written as it
+ * is. -1 + err. */
+static int parquet_schema(const sb_sink_spec *sink, const sb_batch *b, sb_pq_sink_opts *o,
+                          const sb_column **rec, sb_err *err)
+{
+    *rec = NULL;
+    bool given = o->schema != NULL, typed;
+    if (!given && sink->schema_json != NULL && strcmp(sink->schema_json, "[]") != 0) {
+        if (sb_pq_schema_parse(sink->schema_json, o, err) != 0)
+            return -1;
+        given = o->closed = true; /* inferred by the run's first sink task */
+    }
+    bool infer = !given && sink->infer_out != NULL && *sink->infer_out == NULL;
+    if (!given && !infer)
+        return 0;
+    const sb_column *c = record_column(b, &typed, err);
+    if (c == NULL && !typed)
+        return -1;
+    if (c == NULL && given)
+        return sb_err_data(err, "sink.args.schema types records, but the partition has typed "
+                                "columns and no \"record\" column");
+    if (c == NULL || (infer && sb_batch_rows(b) == 0)) /* typed: nothing to infer or enforce */
+        return infer && typed && (*sink->infer_out = strdup("[]")) == NULL
+                   ? sb_err_set(err, "out of memory")
+                   : 0;
+    if (infer) {
+        if (sb_pq_infer_schema(c, o, err) != 0)
+            return sb_err_wrap(err, "inferring the records' schema");
+        if ((*sink->infer_out = sb_pq_schema_json(o)) == NULL)
+            return sb_err_set(err, "out of memory");
+        o->closed = true;
+    }
+    *rec = c;
+    return 0;
+}
+
 static int write_parquet(const sb_sink_spec *sink, const sb_batch *b, sb_io_wr *h, wbuf *w,
                          uint64_t *rows)
 {
@@ -315,18 +353,12 @@ static int write_parquet(const sb_sink_spec *sink, const sb_batch *b, sb_io_wr *
     sb_batch *tb = NULL;
     void *tblob = NULL;
     size_t tlen = 0;
-    int rc = 0;
-    if (o.schema != NULL) { /* records: the "record" column, or the lone binary/utf8 one */
-        bool typed;
-        const sb_column *c = record_column(b, &typed, w->err);
-        if (c == NULL)
-            rc = typed ? sb_err_data(w->err, "sink.args.schema types records, but the partition "
-                                             "has typed columns and no \"record\" column")
-                       : -1;
-        else if (sb_pq_records_batch(&o, c, &tblob, &tlen, w->err) != 0 ||
-                 sb_batch_open(tblob, tlen, &tb, w->err) != 0)
-            rc = -1;
-    }
+    const sb_column *c = NULL;
+    int rc = parquet_schema(sink, b, &o, &c, w->err);
+    if (rc == 0 && c != NULL &&
+        (sb_pq_records_batch(&o, c, &tblob, &tlen, w->err) != 0 ||
+         sb_batch_open(tblob, tlen, &tb, w->err) != 0))
+        rc = -1;
     w->h = h;
     if (rc == 0)
         rc = sb_pq_write_batch(tb ? tb : b, &o.w, pq_out, w, w->err);
@@ -561,6 +593,21 @@ static int keeps_commit(const sb_sink_spec *sink)
 static int leftovers(const char *dir, sb_err *err)
 {
     return sb_io_cleanup(dir, err) != 0 ? sb_err_wrap(err, "sink") : 0;
+}
+
+int sb_io_sink_infers_schema(const sb_pipeline *p)
+{
+    if (p->spec.sink.format != SB_FMT_PARQUET)
+        return 0;
+    sb_pq_sink_opts o;
+    sb_err err = {0};
+    if (sb_pq_sink_opts_parse(p->spec.sink.args_json, &o, &err) != 0)
+        return 0;
+    int infer = o.schema == NULL &&
+                (o.infer == 1 || (o.infer == -1 && (p->spec.source.format == SB_FMT_JSONL ||
+                                                    p->spec.source.format == SB_FMT_CSV)));
+    sb_pq_sink_opts_free(&o);
+    return infer;
 }
 
 int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err)

@@ -75,6 +75,11 @@ typedef struct sb_io_part_info {
  * leftover temporary files. 0, or -1 + err. */
 int sb_io_sink_prepare(const sb_sink_spec *sink, sb_err *err);
 
+/* Whether the run infers a records schema for its parquet sink (lib/parquet/records.h): the
+ * sink has no args.schema, and args.inferSchema is true, or absent with a source whose
+ * partitions are JSON records (jsonl, csv). Bad args: 0 (prepare refuses them). */
+int sb_io_sink_infers_schema(const sb_pipeline *p);
+
 /* Writes the records of blob[0..len) (a partition blob, fully validated here) as the part file
  * of `partition_id` (1..SB_IO_PART_ID_MAX bytes of [A-Za-z0-9._-], not starting with '.'),
  * replacing an earlier one atomically. The directory is created if missing. `info` (may be

@@ -24,6 +24,7 @@ typedef struct {
     size_t page_cap;
     uint32_t *levels, *reps, *idx;
     size_t levels_cap, reps_cap, idx_cap;
+    bool all_def; /* the page's definition levels are one run of max_def: s->levels unused */
     size_t *lens; /* binary: lengths of the page's dense values */
     size_t lens_cap;
     uint64_t *deltas;
@@ -425,6 +426,8 @@ static void spread(st *s, const uint32_t *defs, size_t nv, size_t nn)
             c->valid[r0 + i] = defs[i] == (uint32_t)md;
             c->nulls += defs[i] != (uint32_t)md;
         }
+    else if (c->valid != NULL) /* an optional column's page without a null (all_def) */
+        memset(c->valid + r0, 1, nv);
     c->rows += nv;
 }
 
@@ -440,12 +443,21 @@ static bool list_rows_fast(st *s, const uint32_t *defs, const uint32_t *reps, si
     if (L == 0 || nv == 0 || nv % L != 0 || (s->in_row && s->cur_list != L))
         return false;
     uint32_t md = (uint32_t)s->el->max_def, bad = 0;
-    for (size_t i = 0; i < nv; i++)
+    for (size_t i = 0; defs != NULL && i < nv; i++)
         bad |= defs[i] ^ md;
-    for (size_t i = 0; i < nv; i += L) {
-        bad |= reps[i];
+    if (s->el->max_rep == 1 && L <= 1024) { /* a row is exactly 0, 1, 1, ...: one memcmp */
+        uint32_t pat[1024];
+        pat[0] = 0;
         for (size_t j = 1; j < L; j++)
-            bad |= reps[i + j] == 0;
+            pat[j] = 1;
+        for (size_t i = 0; i < nv && bad == 0; i += L)
+            bad |= memcmp(reps + i, pat, L * sizeof *pat) != 0;
+    } else {
+        for (size_t i = 0; i < nv; i += L) {
+            bad |= reps[i];
+            for (size_t j = 1; j < L; j++)
+                bad |= reps[i + j] == 0;
+        }
     }
     if (bad != 0)
         return false;
@@ -477,7 +489,7 @@ static int list_rows(st *s, const uint32_t *defs, const uint32_t *reps, size_t n
             s->in_row = true;
             s->cur_list = 0;
         }
-        if (defs[i] != (uint32_t)s->el->max_def)
+        if (defs != NULL && defs[i] != (uint32_t)s->el->max_def)
             return sb_err_data(err,
                                "row %zu holds a null or empty list or a null element: only "
                                "lists of one length without nulls are read",
@@ -487,12 +499,33 @@ static int list_rows(st *s, const uint32_t *defs, const uint32_t *reps, size_t n
     return 0;
 }
 
-/* Levels of a page: reps (list columns) and defs into s->reps / s->levels. `v1` levels carry a
- * 4-byte length; v2 levels have theirs in the header. *used: the bytes the levels took. */
+/* Whether the level data p[0..n) is one RLE run of `max` covering nv values (bit width bw):
+ * a page without a null, the usual case, whose levels need no array. */
+static bool one_run_of(const uint8_t *p, size_t n, size_t nv, int bw, int16_t max)
+{
+    uint64_t h = 0;
+    size_t pos = 0;
+    for (int shift = 0; pos < n && shift < 64; shift += 7) {
+        h |= (uint64_t)(p[pos] & 0x7f) << shift;
+        if ((p[pos++] & 0x80) == 0) {
+            size_t vb = (size_t)(bw + 7) / 8;
+            if ((h & 1) != 0 || (h >> 1) < nv || vb > n - pos || vb > 2)
+                return false;
+            uint32_t v = p[pos] | (vb > 1 ? (uint32_t)p[pos + 1] << 8 : 0);
+            return v == (uint32_t)max;
+        }
+    }
+    return false;
+}
+
+/* Levels of a page: reps (list columns) and defs into s->reps / s->levels (or s->all_def). `v1`
+ * levels carry a 4-byte length; v2 levels have theirs in the header. *used: the bytes the
+ * levels took. */
 static int read_levels(st *s, const uint8_t *p, size_t n, size_t nv, bool v1, size_t rep_len,
                        size_t def_len, size_t *used, sb_err *err)
 {
     size_t pos = 0;
+    s->all_def = false;
     for (int which = 0; which < 2; which++) {
         int16_t max = which == 0 ? s->el->max_rep : s->el->max_def;
         if (max == 0)
@@ -520,9 +553,16 @@ static int read_levels(st *s, const uint8_t *p, size_t n, size_t nv, bool v1, si
                 return -1;
             out = s->levels;
         }
-        if (sb_pq_rle_decode(p + pos, len, sb_pq_bit_width((uint64_t)max), out, nv, NULL, err) != 0)
+        int bw = sb_pq_bit_width((uint64_t)max);
+        if (which == 1 && one_run_of(p + pos, len, nv, bw, max)) {
+            s->all_def = true;
+            pos += len;
+            continue;
+        }
+        if (sb_pq_rle_decode(p + pos, len, bw, out, nv, NULL, err) != 0)
             return sb_err_wrap(err, "%s levels", which == 0 ? "repetition" : "definition");
-        for (size_t i = 0; i < nv; i++)
+        /* bw bits hold nothing above max when max is all ones (a list's repetition level 1) */
+        for (size_t i = 0; (uint32_t)max != (1u << bw) - 1 && i < nv; i++)
             if (out[i] > (uint32_t)max)
                 return sb_err_data(err, "%s level %u above the maximum %d",
                                    which == 0 ? "repetition" : "definition", out[i], max);
@@ -536,7 +576,7 @@ static int read_levels(st *s, const uint8_t *p, size_t n, size_t nv, bool v1, si
 static int data_values(st *s, int enc, const uint8_t *p, size_t n, size_t nv, sb_err *err)
 {
     sb_pq_colbuf *c = s->c;
-    const uint32_t *defs = s->el->max_def > 0 ? s->levels : NULL;
+    const uint32_t *defs = s->el->max_def > 0 && !s->all_def ? s->levels : NULL;
     size_t nn = nv;
     if (s->cx->as_list) {
         /* every level defined (list_rows refuses any other), so nn == nv; dense values are

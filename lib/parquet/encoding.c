@@ -53,6 +53,50 @@ static inline uint64_t unpack1(const uint8_t *p, size_t nbytes, uint64_t i, int 
     return getbits(p, bit, w);
 }
 
+/* `groups` whole groups of 8 values of width bw (1..8) from p into out: a group is bw bytes, so
+ * one 64-bit load holds it; shifts with a constant trip count instead of a load per value (list
+ * levels, 64 a row of an embedding column, are most of the values decoded). p[0..avail) may be
+ * read (the run and what follows it: bits past the run are masked off). */
+static void unpack_groups8(const uint8_t *p, size_t avail, int bw, uint32_t *out, size_t groups)
+{
+    uint64_t mask = ((uint64_t)1 << bw) - 1;
+    for (size_t g = 0; g < groups; g++) {
+        size_t at = g * (size_t)bw;
+        uint64_t x = 0;
+        if (at + 8 <= avail)       /* a constant size: one load */
+            memcpy(&x, p + at, 8); /* little-endian, as unpack1 */
+        else
+            for (int b = 0; b < bw; b++)
+                x |= (uint64_t)p[at + (size_t)b] << (8 * b);
+        uint32_t *o = out + g * 8;
+        o[0] = (uint32_t)(x & mask);
+        o[1] = (uint32_t)((x >> bw) & mask);
+        o[2] = (uint32_t)((x >> 2 * bw) & mask);
+        o[3] = (uint32_t)((x >> 3 * bw) & mask);
+        o[4] = (uint32_t)((x >> 4 * bw) & mask);
+        o[5] = (uint32_t)((x >> 5 * bw) & mask);
+        o[6] = (uint32_t)((x >> 6 * bw) & mask);
+        o[7] = (uint32_t)((x >> 7 * bw) & mask);
+    }
+}
+
+/* out[0..n) = v: zeros by memset, others in blocks of 16 (constant-size copies). */
+static void fill32(uint32_t *out, size_t n, uint32_t v)
+{
+    if (v == 0) {
+        memset(out, 0, n * sizeof *out);
+        return;
+    }
+    uint32_t blk[16];
+    for (int k = 0; k < 16; k++)
+        blk[k] = v;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        memcpy(out + i, blk, sizeof blk);
+    for (; i < n; i++)
+        out[i] = v;
+}
+
 static int varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *out)
 {
     uint64_t v = 0;
@@ -88,8 +132,12 @@ int sb_pq_rle_decode(const uint8_t *p, size_t n, int bw, uint32_t *out, size_t c
                                    groups);
             size_t bytes = (size_t)groups * (size_t)bw;
             size_t vals = groups > SIZE_MAX / 8 ? SIZE_MAX : (size_t)groups * 8;
-            size_t take = vals < count - got ? vals : count - got;
-            for (size_t i = 0; i < take; i++)
+            size_t take = vals < count - got ? vals : count - got, i = 0;
+            if (bw >= 1 && bw <= 8) {
+                unpack_groups8(p + pos, n - pos, bw, out + got, take / 8);
+                i = take / 8 * 8;
+            }
+            for (; i < take; i++)
                 out[got + i] = (uint32_t)unpack1(p + pos, bytes, i, bw);
             got += take;
             pos += bytes;
@@ -106,8 +154,7 @@ int sb_pq_rle_decode(const uint8_t *p, size_t n, int bw, uint32_t *out, size_t c
             if (bw < 32 && (v >> bw) != 0)
                 return sb_err_data(err, "RLE value %" PRIu64 " wider than %d bits", v, bw);
             size_t take = run < count - got ? (size_t)run : count - got;
-            for (size_t i = 0; i < take; i++)
-                out[got + i] = (uint32_t)v;
+            fill32(out + got, take, (uint32_t)v);
             got += take;
         }
     }

@@ -347,8 +347,10 @@ static void sub_bitmap(const uint8_t *all, size_t first, size_t n, uint8_t *out)
 static int append_slice(sb_batch_builder *b, size_t col, const conv *v, const sb_pq_out *o,
                         size_t first, size_t n, uint8_t *bits, sb_err *err)
 {
+    /* lent, not copied: the decoded row group outlives the slice's partition (finished before
+     * the next slice), so its values go into the blob with one copy */
     if (o->as_list)
-        return sb_batch_builder_append_values(b, col, v->c.vals + first * v->width, n, NULL, err);
+        return sb_batch_builder_lend_values(b, col, v->c.vals + first * v->width, n, NULL, err);
     if (v->c.binary)
         return sb_batch_builder_append_range(b, col, &v->view, first, n, true, err);
     const uint8_t *vals = v->narrow != NULL ? v->narrow : v->c.vals;
@@ -358,7 +360,7 @@ static int append_slice(sb_batch_builder *b, size_t col, const conv *v, const sb
         sub_bitmap(v->bitmap, first, n, bits);
         valid = bits;
     }
-    return sb_batch_builder_append_values(b, col, vals + first * w, n, valid, err);
+    return sb_batch_builder_lend_values(b, col, vals + first * w, n, valid, err);
 }
 
 static int emit_slices(const sb_pq_file *f, const sb_pq_plan *p, size_t rg, conv *cv, size_t rows,

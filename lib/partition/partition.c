@@ -187,6 +187,9 @@ typedef struct bcol {
     buf validity; /* bits */
     buf values;   /* numeric/list values, bool bits, binary/utf8 bytes */
     buf offsets;  /* binary/utf8: int32[length+1] */
+    /* fixed-width values lent by the caller (sb_batch_builder_lend_values) instead of `values`:
+     * copied once, into the blob, by finish; into `values` before anything else appends */
+    const uint8_t *borrow;
 } bcol;
 
 struct sb_batch_builder {
@@ -445,7 +448,7 @@ static unsigned bcol_buffers(const bcol *c, size_t lens[3], const uint8_t *ptrs[
         return 3;
     }
     lens[1] = c->type == SB_TYPE_BOOL ? bitmap_bytes(rows) : rows * c->width;
-    ptrs[1] = c->values.p;
+    ptrs[1] = c->borrow != NULL ? c->borrow : c->values.p;
     return 2;
 }
 
@@ -490,7 +493,19 @@ static bcol *get_col(sb_batch_builder *b, size_t col, sb_err *err)
                    b->ncols);
         return NULL;
     }
-    return &b->cols[col];
+    bcol *c = &b->cols[col];
+    if (c->borrow != NULL) { /* lent values: copied in before the column changes */
+        size_t bytes = c->length * c->width;
+        c->values.len = 0;
+        if (buf_reserve(&c->values, bytes) != 0) {
+            sb_err_set(err, "partition builder: column %zu \"%.64s\": out of memory", col, c->name);
+            return NULL;
+        }
+        memcpy(c->values.p, c->borrow, bytes);
+        c->values.len = bytes;
+        c->borrow = NULL;
+    }
+    return c;
 }
 
 static int wrong_type(sb_err *err, const bcol *c, size_t col, const char *what)
@@ -788,8 +803,23 @@ int sb_batch_builder_append_list(sb_batch_builder *b, size_t col, const void *va
 
 static size_t count_zero_bits(const uint8_t *bm, size_t from, size_t to);
 
+static int append_values(sb_batch_builder *b, size_t col, const void *values, size_t n,
+                         const uint8_t *validity, bool lend, sb_err *err);
+
 int sb_batch_builder_append_values(sb_batch_builder *b, size_t col, const void *values, size_t n,
                                    const uint8_t *validity, sb_err *err)
+{
+    return append_values(b, col, values, n, validity, false, err);
+}
+
+int sb_batch_builder_lend_values(sb_batch_builder *b, size_t col, const void *values, size_t n,
+                                 const uint8_t *validity, sb_err *err)
+{
+    return append_values(b, col, values, n, validity, true, err);
+}
+
+static int append_values(sb_batch_builder *b, size_t col, const void *values, size_t n,
+                         const uint8_t *validity, bool lend, sb_err *err)
 {
     bcol *c = get_col(b, col, err);
     if (c == NULL)
@@ -812,7 +842,8 @@ int sb_batch_builder_append_values(sb_batch_builder *b, size_t col, const void *
         bytes = bitmap_bytes(c->length + n) - bitmap_bytes(c->length);
     else if (__builtin_mul_overflow(n, c->width, &bytes))
         return oom(err, c, col);
-    if (buf_reserve(&c->values, bytes) != 0)
+    lend = lend && c->length == 0 && c->type != SB_TYPE_BOOL; /* else copied as usual */
+    if (!lend && buf_reserve(&c->values, bytes) != 0)
         return oom(err, c, col);
     if (nulls > 0 || c->has_validity) {
         if (validity_prepare(c, true) != 0 ||
@@ -823,6 +854,8 @@ int sb_batch_builder_append_values(sb_batch_builder *b, size_t col, const void *
         const uint8_t *v = values;
         for (size_t i = 0; i < n; i++)
             bit_put(&c->values, c->length + i, v[i] != 0);
+    } else if (lend) {
+        c->borrow = values;
     } else {
         memcpy(c->values.p + c->values.len, values, bytes);
         c->values.len += bytes;
@@ -969,8 +1002,10 @@ void sb_batch_builder_truncate(sb_batch_builder *b, size_t rows)
             c->offsets.len = (rows + 1) * sizeof(int32_t);
         } else if (c->type == SB_TYPE_BOOL) {
             c->values.len = bitmap_bytes(rows);
-        } else {
+        } else if (c->borrow == NULL) {
             c->values.len = rows * c->width;
+        } else if (rows == 0) {
+            c->borrow = NULL; /* (lent values: the first rows are still the lender's) */
         }
         c->length = rows;
     }

@@ -190,6 +190,13 @@ int sb_batch_builder_append_range(sb_batch_builder *b, size_t col, const sb_colu
  * bits (1 = valid); a null's value bytes are stored as given. */
 int sb_batch_builder_append_values(sb_batch_builder *b, size_t col, const void *values, size_t n,
                                    const uint8_t *validity, sb_err *err);
+/* Like append_values, but to an empty fixed-width (not bool) column the values are lent, not
+ * copied: the builder reads them when it finishes (the one copy, into the blob), so they must
+ * stay unchanged until then (or until the builder is reset, truncated to 0 or freed). Anything
+ * else that touches the column first copies them in. Another column or a non-empty one: copied
+ * as by append_values. */
+int sb_batch_builder_lend_values(sb_batch_builder *b, size_t col, const void *values, size_t n,
+                                 const uint8_t *validity, sb_err *err);
 
 /* Fast path for line-oriented sources (text, jsonl): splits buf[0..len) at '\n' and appends
  * each complete line (without the '\n', and without a preceding '\r' when strip_cr) as one value

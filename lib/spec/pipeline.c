@@ -315,13 +315,15 @@ static const argspec fmt_args_image_in[] = {{"channels", A_INT, 0, 1, NULL, 0},
 static const argspec fmt_args_parquet_in[] = {{"columns", A_STRLIST, 0, 0, NULL, 0},
                                               {NULL, A_ANY, 0, 0, NULL, 0}};
 
-/* parquet sinks (lib/parquet/records.h): codec, row group bytes, the records' schema */
+/* parquet sinks (lib/parquet/records.h): codec, row group bytes, the records' schema or whether
+ * one is inferred */
 static const char *const pq_codecs[] = {"zstd", "snappy", "gzip", "none", NULL};
 static const argspec fmt_args_parquet_out[] = {{"compression", A_ENUM, 0, 0, pq_codecs, 0},
                                                {"rowGroupSize", A_INT, 0, 1, NULL, 0},
                                                {"schema", A_ANY, 0, 0, NULL, 0},
+                                               {"inferSchema", A_BOOL, 0, 0, NULL, 0},
                                                {NULL, A_ANY, 0, 0, NULL, 0}};
-static const char *const pq_types[] = {"int64", "double", "string", "bool", NULL};
+static const char *const pq_types[] = {"int64", "double", "string", "bool", "json", NULL};
 static const argspec pq_field_args[] = {{"name", A_STR, 1, 0, NULL, 0},
                                         {"type", A_ENUM, 1, 0, pq_types, 0},
                                         {"nullable", A_BOOL, 0, 0, NULL, 0},
@@ -340,7 +342,7 @@ static void check_parquet_schema(const sb_node *s, const char *args_path, sb_dia
     if (s->kind != SB_NODE_SEQ || s->n == 0) {
         sb_diags_add(d, buf, s->line, s->col,
                      "must be a non-empty list of {name, type, nullable} (type: int64, double, "
-                     "string or bool)");
+                     "string, bool or json)");
         return;
     }
     for (size_t i = 0; i < s->n; i++) {
@@ -678,9 +680,17 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
                      "format \"image\" is a source format only; sinks write jsonl, csv, text "
                      "and binary");
     const sb_node *args = sb_node_get(node, "args");
-    if (fmt == SB_FMT_PARQUET && is_sink && args != NULL && args->kind == SB_NODE_MAP)
+    if (fmt == SB_FMT_PARQUET && is_sink && args != NULL && args->kind == SB_NODE_MAP) {
         check_parquet_schema(sb_node_get(args, "schema"),
                              sb_spec_path_field(buf, sizeof buf, path, "args"), d);
+        const sb_node *inf = sb_node_get(args, "inferSchema");
+        if (inf != NULL && sb_node_get(args, "schema") != NULL) {
+            char ab[512];
+            sb_spec_path_field(ab, sizeof ab, path, "args");
+            sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ab, "inferSchema"), inf->line,
+                         inf->col, "give either schema or inferSchema, not both");
+        }
+    }
     if (fmt == SB_FMT_IMAGE && !is_sink && args != NULL && args->kind == SB_NODE_MAP) {
         char ab[512];
         sb_spec_path_field(ab, sizeof ab, path, "args");

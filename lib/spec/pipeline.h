@@ -67,6 +67,13 @@ typedef struct sb_sink_spec {
      * by the driver (the same for a run and its resumes) and handed to the workers at
      * registration; "" in the other modes. */
     char part_tag[SB_SINK_PART_TAG_MAX];
+    /* Not from the manifest either: per task, on the worker's copy of the spec (a parquet sink
+     * of records, lib/parquet/records.h). schema_json: the run's records schema the controller
+     * sent (a JSON list; "[]": the partitions were typed, nothing to enforce), used when
+     * args.schema is absent; infer_out: when set and no schema is known, the write infers one
+     * from its partition, uses it and hands it over (malloc'd) in *infer_out. */
+    const char *schema_json;
+    char **infer_out;
 } sb_sink_spec;
 
 typedef struct sb_resources_spec {

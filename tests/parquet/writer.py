@@ -3,8 +3,9 @@
 are read back by pyarrow (equal to the input, Table.validate(full=True), statistics equal to the
 row groups' own min/max/null count), by DuckDB (read_parquet, equal) and by our own reader (a
 second run from our files). Typed partitions (a parquet source of every written type, nulls,
-several row groups, each codec) and jsonl records typed by sink.args.schema; a record that does
-not fit and bad sink args are refused, naming the row, field or argument.
+several row groups, each codec), jsonl records typed by sink.args.schema or by the schema inferred
+from the first sink partition; a record that does not fit and bad sink args are refused, naming
+the row, field or argument.
 
   writer.py STREAMBATCH_BINARY WORKDIR
 Prints one line per check and "N passed, N failed"; exits non-zero on any failure."""
@@ -196,6 +197,69 @@ def records():
           p.stderr[-800:])
 
 
+def inferred():
+    """jsonl records without sink.args.schema: the schema is inferred from the run's first sink
+    partition and every part has it (several tasks on two workers); pyarrow and DuckDB read the
+    inferred columns, types and nulls; a later record that does not fit is a data error naming
+    the partition, the record and the field."""
+    src, out = os.path.join(work, "jsi"), os.path.join(work, "out-jsi")
+    shutil.rmtree(src, ignore_errors=True)
+    os.makedirs(src)
+    recs = []
+    for i in range(3000):
+        r = {"id": i, "x": i * 0.25 if i % 4 else i, "name": f"n{i}é" if i % 5 else None,
+             "ok": i % 3 == 0, "tags": {"k": [i, "}"]} if i % 2 else [i], "big": 2**60 + i,
+             "mixed": i if i % 2 else f"s{i}", "none": None}
+        if i < 20:  # only in the first partition: a part that inferred its own would lack it
+            r["early"] = i
+        if i % 7 == 0:
+            del r["x"]  # absent: null
+        recs.append(r)
+    for k in range(3):  # three files: three splits, tasks on both workers
+        with open(os.path.join(src, f"{k}.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(r) for r in recs[k * 1000:(k + 1) * 1000]) + "\n")
+    p = run(spec(src, "jsonl", out, {}, "16Ki"), out)
+    if p.returncode != 0:
+        check("records, schema inferred", False, p.stderr[-1500:])
+        return
+    schemas = {str(pq.read_schema(f)) for f in parts(out)}
+    check(f"inferred: every part ({len(parts(out))}) has the same schema",
+          len(schemas) == 1 and len(parts(out)) > 3, str(schemas)[:800])
+    got = read_ours(out)
+    # in order of first appearance: record 0 has no "x"
+    want = pa.schema([("id", pa.int64()), ("name", pa.string()), ("ok", pa.bool_()),
+                      ("tags", pa.string()), ("big", pa.string()), ("mixed", pa.string()),
+                      ("none", pa.string()), ("early", pa.int64()), ("x", pa.float64())])
+    check("inferred: columns, their order and types (int64, double, string, bool, json text)",
+          got.schema.remove_metadata() == want, str(got.schema))
+
+    def as_json(v):
+        return None if v is None else json.dumps(v)
+    exp = [{"id": r["id"], "name": r["name"], "ok": r["ok"], "tags": as_json(r["tags"]),
+            "big": str(r["big"]), "mixed": as_json(r["mixed"]), "none": None,
+            "early": r.get("early"), "x": None if r.get("x") is None else float(r["x"])}
+           for r in recs]
+    check("inferred: pyarrow equal (nulls, absent fields, json texts kept)", got.to_pylist() == exp,
+          next((f"row {i}: {a} != {b}" for i, (a, b) in enumerate(zip(got.to_pylist(), exp))
+                if a != b), "lengths differ"))
+    check("inferred: duckdb equal", duck_rows(out) == [tuple(r.values()) for r in exp])
+    with open(os.path.join(src, "2.jsonl"), "a") as f:
+        f.write('{"id": "seven", "x": 1.5}\n')
+    p = run(spec(src, "jsonl", out, {}, "16Ki"), out)
+    check("inferred: a later record of another type is a data error naming partition, record, "
+          "field", p.returncode != 0 and "(partition s0-t" in p.stderr and "record " in p.stderr
+          and 'field \\"id\\"' in p.stderr, p.stderr[-800:])
+    with open(os.path.join(src, "2.jsonl"), "w") as f:
+        f.write("\n".join(json.dumps(r) for r in recs[2000:2500] + [dict(recs[2500], late=1)]) + "\n")
+    p = run(spec(src, "jsonl", out, {}, "16Ki"), out)
+    check("inferred: a later record with a field the schema lacks is a data error naming it",
+          p.returncode != 0 and 'field \\"late\\" is not in the schema inferred' in p.stderr,
+          p.stderr[-800:])
+    p = run(spec(src, "jsonl", out, {"inferSchema": False}), out)
+    ok = p.returncode == 0 and read_ours(out).schema.names == ["record"]
+    check("inferSchema: false writes the records as one record column", ok, p.stderr[-800:])
+
+
 def refused():
     src, out = os.path.join(work, "js"), os.path.join(work, "out-bad")
     cases = [({"compression": "lz4"}, "spec.sink.args.compression"),
@@ -204,7 +268,10 @@ def refused():
              ({"schema": [{"name": "a", "type": "int64"}, {"name": "a", "type": "bool"}]},
               "named twice"),
              ({"schema": []}, "spec.sink.args.schema"),
-             ({"shema": []}, "did you mean")]
+             ({"shema": []}, "did you mean"),
+             ({"inferSchema": "yes"}, "spec.sink.args.inferSchema"),
+             ({"inferSchema": True, "schema": [{"name": "a", "type": "int64"}]},
+              "either schema or inferSchema")]
     for args, want in cases:
         path = os.path.join(work, "bad.yaml")
         with open(path, "w") as f:
@@ -314,6 +381,7 @@ def modes():
 for codec, rg in (("zstd", 40000), ("snappy", 1 << 26), ("gzip", 100000), ("none", 30000)):
     typed_round_trip(codec, rg)
 records()
+inferred()
 refused()
 modes()
 s3_example()

@@ -150,6 +150,10 @@ static void one_pipeline(void *ud, sb_cmetrics *cm)
                                       .rows_out = 400,
                                       .backpressure_seconds = 1.5};
     s.stats.budget = 1 << 20;
+    s.stats.row_groups_read = 3; /* a parquet source: its pushdown figures */
+    s.stats.row_groups_skipped = 97;
+    s.stats.source_bytes_read = 2000;
+    s.stats.source_bytes_skipped = 98000;
     sb_cmetrics_pool p = {"cpu", 3, 2, 1};
     sb_cmetrics_add(cm, "team", "logs", &s, &p, 1);
 }
@@ -181,6 +185,10 @@ Test(opr_http, only_the_leader_reports_pipelines)
         "\"pending\"} "
         "1\n",
         "streambatch_pipeline_memory_budget_bytes{namespace=\"team\",pipeline=\"logs\"} 1048576\n",
+        "streambatch_pipeline_parquet_row_groups_total{namespace=\"team\",pipeline=\"logs\","
+        "state=\"skipped\"} 97\n",
+        "streambatch_pipeline_parquet_source_bytes_total{namespace=\"team\",pipeline=\"logs\","
+        "state=\"read\"} 2000\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         cr_expect(strstr(t, want[i]) != NULL, "missing %s in:\n%s", want[i], t);

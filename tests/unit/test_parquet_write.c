@@ -1,8 +1,9 @@
 /* Tests of the Parquet writer's pieces (lib/parquet/write.h, records.h): the RLE / bit-packed
  * encoder against the reader's decoder for runs, mixed groups and every bit width; each codec
  * against its decompressor; whole files written from a partition (nulls, lists, several row
- * groups) read back by our reader; records typed by a schema, and what is refused. (Against
- * pyarrow and DuckDB: tests/parquet/writer.py.) */
+ * groups) read back by our reader; records typed by a schema, a schema inferred from records
+ * (the rules, json texts kept exactly, the inferred types enforced), and what is refused.
+ * (Against pyarrow and DuckDB: tests/parquet/writer.py.) */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -298,6 +299,9 @@ Test(parquet_write, records_that_do_not_fit)
                {"{\"a\":1,\"c\":\"x\"}", "field \"c\" is not a number"},
                {"{\"a\":1,\"d\":1}", "field \"d\" is not a boolean"},
                {"{\"a\":1e300}", "field \"a\""},
+               /* parses to 2^53 as a double: refused by its digits, not written as 2^53 */
+               {"{\"a\":9007199254740993}", "field \"a\": the number is not an int64"},
+               {"{\"a\":-9007199254740993}", "field \"a\": the number is not an int64"},
                {"[1]", "not a JSON object"},
                {"{\"a\":", "not a JSON object"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -334,4 +338,144 @@ Test(parquet_write, bad_sink_args)
     cr_assert_eq(sb_pq_sink_opts_parse(NULL, &o, &e), 0);
     cr_assert_eq(o.w.codec, SB_PQ_ZSTD);
     cr_assert_null(o.schema);
+}
+
+/* The schema inferred from these records, as sb_pq_schema_json writes it (or the error). */
+static char *inferred(const char *const *recs, size_t n, sb_err *e)
+{
+    size_t len;
+    void *blob = records_blob(recs, n, &len);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, e), 0);
+    sb_pq_sink_opts o;
+    cr_assert_eq(sb_pq_sink_opts_parse(NULL, &o, e), 0);
+    char *out = NULL;
+    if (sb_pq_infer_schema(sb_batch_column(b, 0), &o, e) == 0)
+        out = sb_pq_schema_json(&o);
+    sb_pq_sink_opts_free(&o);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    return out;
+}
+
+#define F(n, t) "{\"name\":\"" n "\",\"type\":\"" t "\",\"nullable\":true}"
+
+Test(parquet_write, a_schema_is_inferred_by_the_rules)
+{
+    /* order of first appearance; int, then a double -> double; 1.0 is a double by its text;
+     * only nulls -> string; objects, arrays, mixed kinds and integers past 2^53 -> json */
+    const char *recs[] = {
+        "{\"i\":1,\"d\":2,\"s\":\"x\",\"b\":true,\"n\":null,\"o\":{\"k\":[1]},\"m\":1,"
+        "\"big\":9007199254740993,\"f\":1.0}",
+        "{\"d\":2.5,\"a\":[1,2],\"m\":\"one\",\"i\":-3,\"late\":false,\"e\":1e3}",
+        "{\"i\":null,\"d\":-1,\"x\\\"y\":\"esc\",\"edge\":9007199254740992}"};
+    sb_err e = {0};
+    char *got = inferred(recs, 3, &e);
+    cr_assert_not_null(got, "%s", e.msg);
+    cr_assert_str_eq(
+        got,
+        "[" F("i", "int64") "," F("d", "double") "," F("s", "string") "," F("b", "bool") "," F("n", "string") "," F("o", "json") "," F(
+            "m",
+            "json") "," F("big",
+                          "json") "," F("f",
+                                        "double") "," F("a",
+                                                        "json") "," F("late",
+                                                                      "bool") "," F("e",
+                                                                                    "double") "," F("x\\\"y",
+                                                                                                    "string") "," F("edge",
+                                                                                                                    "int64") "]");
+    /* the text reads back as the same schema */
+    sb_pq_sink_opts o;
+    cr_assert_eq(sb_pq_sink_opts_parse(NULL, &o, &e), 0);
+    cr_assert_eq(sb_pq_schema_parse(got, &o, &e), 0, "%s", e.msg);
+    cr_assert_eq(o.nschema, 14);
+    char *again = sb_pq_schema_json(&o);
+    cr_assert_str_eq(again, got);
+    free(again);
+    sb_pq_sink_opts_free(&o);
+    free(got);
+}
+
+Test(parquet_write, inference_refuses_what_has_no_schema)
+{
+    const struct {
+        const char *rec, *want;
+    } bad[] = {{"[1]", "record 1: the record is not a JSON object"},
+               {"{\"a\":", "record 1: the record is not a JSON object"},
+               {"{\"\":1}", "record 1: field name of 0 bytes"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *recs[] = {"{\"a\":0}", bad[i].rec};
+        sb_err e = {0};
+        cr_assert_null(inferred(recs, 2, &e), "%s", bad[i].rec);
+        cr_assert(strstr(e.msg, bad[i].want) != NULL && e.data, "%s: %s", bad[i].rec, e.msg);
+    }
+    const char *empty[] = {"{}", "{ }"};
+    sb_err e = {0};
+    cr_assert_null(inferred(empty, 2, &e));
+    cr_assert(strstr(e.msg, "no fields") != NULL && e.data, "%s", e.msg);
+}
+
+/* A json field keeps each value's text exactly; the inferred types are enforced on later
+ * records like a given schema (a wrong kind is a data error naming the record and the field). */
+Test(parquet_write, json_fields_keep_the_text_and_inferred_types_are_enforced)
+{
+    const char *args = "{\"schema\":[" F("j", "json") "," F("i", "int64") "]}";
+    const char *recs[] = {"{\"i\":1, \"j\" : {\"a\": [1, \"}\"]} }",
+                          "{\"j\":12345678901234567890,\"i\":2}", "{\"j\":\"s\\\"q\"}",
+                          "{\"j\":null}"};
+    void *blob;
+    size_t len;
+    sb_err e = {0};
+    cr_assert_eq(typed(args, recs, 4, &blob, &len, &e), 0, "%s", e.msg);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0);
+    const sb_column *j = sb_batch_column(b, 0);
+    const char *want[] = {"{\"a\": [1, \"}\"]}", "12345678901234567890", "\"s\\\"q\""};
+    for (size_t r = 0; r < 3; r++) {
+        size_t n;
+        const char *p = sb_column_binary(j, r, &n);
+        cr_assert(n == strlen(want[r]) && memcmp(p, want[r], n) == 0, "row %zu: %.*s", r, (int)n,
+                  p);
+    }
+    cr_assert(!sb_column_valid(j, 3));
+    sb_batch_close(b);
+    sb_part_free(blob);
+    const char *later[] = {"{\"j\":1,\"i\":2}", "{\"j\":1,\"i\":\"2\"}"};
+    cr_assert_neq(typed(args, later, 2, &blob, &len, &e), 0);
+    cr_assert(strstr(e.msg, "record 1") != NULL && strstr(e.msg, "field \"i\"") != NULL && e.data,
+              "%s", e.msg);
+    /* a closed (inferred) schema: a field it lacks does not fit; a given one ignores it */
+    const char *extra[] = {"{\"j\":1}", "{\"i\":2,\"k\":3}"};
+    cr_assert_eq(typed(args, extra, 2, &blob, &len, &e), 0, "%s", e.msg);
+    sb_part_free(blob);
+    sb_pq_sink_opts o;
+    cr_assert_eq(sb_pq_sink_opts_parse(NULL, &o, &e), 0);
+    cr_assert_eq(sb_pq_schema_parse("[" F("j", "json") "," F("i", "int64") "]", &o, &e), 0);
+    o.closed = true;
+    void *rb = records_blob(extra, 2, &len);
+    cr_assert_eq(sb_batch_open(rb, len, &b, &e), 0);
+    cr_assert_neq(sb_pq_records_batch(&o, sb_batch_column(b, 0), &blob, &len, &e), 0);
+    cr_assert(strstr(e.msg, "record 1: field \"k\" is not in the schema inferred") != NULL &&
+                  e.data,
+              "%s", e.msg);
+    sb_batch_close(b);
+    sb_part_free(rb);
+    sb_pq_sink_opts_free(&o);
+}
+
+Test(parquet_write, infer_schema_args)
+{
+    const char *bad[] = {"{\"inferSchema\":1}",
+                         "{\"inferSchema\":true,\"schema\":[" F("a", "int64") "]}"};
+    for (size_t i = 0; i < 2; i++) {
+        sb_pq_sink_opts o;
+        sb_err e = {0};
+        cr_assert_neq(sb_pq_sink_opts_parse(bad[i], &o, &e), 0, "%s", bad[i]);
+        cr_assert(strstr(e.msg, "inferSchema") != NULL, "%s", e.msg);
+    }
+    sb_pq_sink_opts o;
+    sb_err e = {0};
+    cr_assert_eq(sb_pq_sink_opts_parse("{\"inferSchema\":false}", &o, &e), 0);
+    cr_assert_eq(o.infer, 0);
+    sb_pq_sink_opts_free(&o);
 }

@@ -1048,3 +1048,48 @@ Test(partition_open, float_nan_and_extremes_roundtrip)
     sb_part_free(blob);
     sb_batch_builder_free(b);
 }
+
+/* Lent values (sb_batch_builder_lend_values) are read at finish, not copied before: the blob
+ * holds them; a later append to that column copies them in first (the lender may change its
+ * memory afterwards); a reset forgets them; a non-empty column takes a copy as append_values. */
+Test(partition_builder, lent_values_are_copied_once_into_the_blob)
+{
+    sb_field f[2] = {{.name = "a", .type = SB_TYPE_INT64, .nullable = true},
+                     {.name = "b", .type = SB_TYPE_FLOAT64}};
+    sb_err e = {0};
+    sb_batch_builder *bb = sb_batch_builder_new(f, 2, &e);
+    cr_assert_not_null(bb);
+    int64_t a[4] = {1, 2, 3, 4};
+    double d[4] = {0.5, 1.5, 2.5, 3.5};
+    uint8_t valid = 0x0b; /* row 2 is null */
+    cr_assert_eq(sb_batch_builder_lend_values(bb, 0, a, 4, &valid, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_batch_builder_lend_values(bb, 1, d, 3, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_batch_builder_append_double(bb, 1, 9.5, &e), 0); /* copies d in first */
+    d[0] = -1; /* the lender's memory changes after the copy: not seen */
+    cr_assert_eq(sb_batch_builder_bytes(bb) > 0, 1);
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0, "%s", e.msg);
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    const sb_column *ca = sb_batch_column(b, 0), *cb = sb_batch_column(b, 1);
+    cr_assert_eq(sb_column_int64(ca, 3), 4);
+    cr_assert(!sb_column_valid(ca, 2) && sb_column_valid(ca, 1));
+    cr_assert_eq(ca->null_count, 1);
+    cr_assert(sb_column_float64(cb, 0) == 0.5 && sb_column_float64(cb, 3) == 9.5);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    /* finished: the builder forgot the lent values; it builds the next batch from scratch */
+    cr_assert_eq(sb_batch_builder_rows(bb), 0);
+    cr_assert_eq(sb_batch_builder_lend_values(bb, 0, a + 1, 2, NULL, &e), 0);
+    cr_assert_eq(sb_batch_builder_append_values(bb, 0, a, 1, NULL, &e), 0); /* after a lend */
+    cr_assert_eq(sb_batch_builder_append_values(bb, 1, d + 1, 3, NULL, &e), 0);
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    ca = sb_batch_column(b, 0);
+    cr_assert(sb_column_int64(ca, 0) == 2 && sb_column_int64(ca, 1) == 3 &&
+              sb_column_int64(ca, 2) == 1);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    sb_batch_builder_free(bb);
+}

@@ -2860,3 +2860,110 @@ Test(sched, a_move_changes_whether_the_op_before_is_charged_one_output_at_a_time
     sb_sched_free(s);
     spec_fixture_free(&h);
 }
+
+/* ---- a parquet sink's records schema (sb_sched_sink_schema_set) ------------------------------ */
+
+static sb_sched *infer_sched(spec_holder *h, const char *source_fmt, const char *sink_args)
+{
+    static char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: t}\n"
+             "spec:\n  source: {uri: 'file:///in', format: %s, partitionSize: 1Mi}\n"
+             "  stages:\n  - {name: id, op: identity}\n"
+             "  sink: {uri: 'file:///out', format: parquet, args: %s}\n"
+             "  execution: {maxTaskRetries: 3}\n",
+             source_fmt, sink_args);
+    spec_fixture_load(h, yaml);
+    static sb_storage_split sp[4] = {
+        {"100\ta", 100}, {"100\tb", 100}, {"100\tc", 100}, {"100\td", 100}};
+    sb_sched_config cfg = {.pipeline = &h->p, .pipeline_id = "ns/t"};
+    sb_err err;
+    sb_sched *s = sb_sched_new(&cfg, sp, 4, &err);
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_assert_eq(sb_sched_worker_add(s, "w0", "cpu", "127.0.0.1:9001", 4, NULL, 0, 0, NULL), 0);
+    return s;
+}
+
+static int complete_ok(sb_sched *s, const sb_sched_task *t, uint64_t now)
+{
+    char id[64];
+    snprintf(id, sizeof id, "s0-t%" PRIu64 "-p0", t->index);
+    sb_storage_output o = {.id = id, .bytes = 100, .rows = 1};
+    char tid[128];
+    snprintf(tid, sizeof tid, "%s", t->task_id);
+    return sb_sched_complete(s, "w0", tid, t->attempt, SB_SCHED_OK, NULL, &o, 1, NULL, 0, NULL, now,
+                             NULL);
+}
+
+/* The first sink task infers the schema alone; the others start only once its report brought
+ * it, and carry it. */
+Test(sched, a_records_schema_is_inferred_by_one_sink_task_then_given_to_all)
+{
+    spec_holder h;
+    sb_sched *s = infer_sched(&h, "jsonl", "{}");
+    sb_sched_task t[8];
+    cr_assert_eq(sb_sched_assign(s, "w0", 4, 1, t), 1, "only the inferring task runs");
+    cr_assert(t[0].writes_sink && t[0].infer_sink_schema);
+    cr_assert_null(t[0].sink_schema);
+    cr_assert_eq(sb_sched_assign(s, "w0", 3, 2, t + 1), 0, "the others wait for its schema");
+    cr_assert_eq(complete_ok(s, &t[0], 3), 1);
+    const char *schema = "[{\"name\":\"a\",\"type\":\"int64\",\"nullable\":true}]";
+    cr_assert_eq(sb_sched_sink_schema_set(s, schema), 1);
+    cr_assert_eq(sb_sched_sink_schema_set(s, "[]"), 0, "the first schema stays");
+    cr_assert_eq(sb_sched_assign(s, "w0", 4, 4, t), 3, "then all of them at once");
+    for (int i = 0; i < 3; i++) {
+        cr_assert(!t[i].infer_sink_schema);
+        cr_assert_str_eq(t[i].sink_schema, schema);
+    }
+    cr_assert_str_eq(sb_sched_sink_schema(s), schema);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* The inferring task fails: the next sink task to start infers instead (nothing waits forever),
+ * and a report without a schema (no output) leaves the schema to the next one too. */
+Test(sched, a_failed_inferring_task_hands_the_inference_on)
+{
+    spec_holder h;
+    sb_sched *s = infer_sched(&h, "jsonl", "{}");
+    sb_sched_task t[8];
+    cr_assert_eq(sb_sched_assign(s, "w0", 4, 1, t), 1);
+    char tid[128];
+    snprintf(tid, sizeof tid, "%s", t[0].task_id);
+    cr_assert_eq(sb_sched_complete(s, "w0", tid, t[0].attempt, SB_SCHED_ERROR, "boom", NULL, 0,
+                                   NULL, 0, NULL, 2, NULL),
+                 1);
+    cr_assert_eq(sb_sched_assign(s, "w0", 4, 3, t), 1, "one task again, alone");
+    cr_assert(t[0].infer_sink_schema);
+    cr_assert_eq(complete_ok(s, &t[0], 4), 1); /* succeeded, reported no schema */
+    cr_assert_eq(sb_sched_assign(s, "w0", 4, 5, t), 1, "the next one infers");
+    cr_assert(t[0].infer_sink_schema);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* No inference: a given schema, inferSchema: false, or a source of typed partitions or text. */
+Test(sched, sink_tasks_run_together_when_nothing_is_inferred)
+{
+    const char *cases[][2] = {{"jsonl", "{schema: [{name: a, type: int64}]}"},
+                              {"jsonl", "{inferSchema: false}"},
+                              {"parquet", "{}"},
+                              {"text", "{}"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        spec_holder h;
+        sb_sched *s = infer_sched(&h, cases[i][0], cases[i][1]);
+        sb_sched_task t[8];
+        cr_assert_eq(sb_sched_assign(s, "w0", 4, 1, t), 4, "%s %s", cases[i][0], cases[i][1]);
+        for (int k = 0; k < 4; k++)
+            cr_assert(!t[k].infer_sink_schema && t[k].sink_schema == NULL);
+        sb_sched_free(s);
+        spec_fixture_free(&h);
+    }
+    spec_holder h; /* inferSchema: true infers whatever the source */
+    sb_sched *s = infer_sched(&h, "text", "{inferSchema: true}");
+    sb_sched_task t[8];
+    cr_assert_eq(sb_sched_assign(s, "w0", 4, 1, t), 1);
+    cr_assert(t[0].infer_sink_schema);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
