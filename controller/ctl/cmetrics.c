@@ -5,6 +5,7 @@
 
 #include "controller/ctl/cmetrics.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,13 +29,24 @@ enum {
     C_DRAINED,
     C_PQ_ROW_GROUPS,
     C_PQ_BYTES,
+    C_RANK_BATCH,
+    C_RANK_STEP,
     NC,
     /* then the worker families, summed per pool (lib/metrics/families.h) */
     NALL = NC + SB_WF_COUNT
 };
 
 /* label sets */
-enum { L_PIPE, L_STAGE, L_STAGE_STATE, L_STAGE_CAUSE, L_STAGE_OUTCOME, L_POOL_STATE, L_PIPE_STATE };
+enum {
+    L_PIPE,
+    L_STAGE,
+    L_STAGE_STATE,
+    L_STAGE_CAUSE,
+    L_STAGE_OUTCOME,
+    L_POOL_STATE,
+    L_PIPE_STATE,
+    L_RANK
+};
 static const char *const labelsets[][6] = {
     [L_PIPE] = {"namespace", "pipeline", NULL},
     [L_PIPE_STATE] = {"namespace", "pipeline", "state", NULL},
@@ -43,6 +55,7 @@ static const char *const labelsets[][6] = {
     [L_STAGE_CAUSE] = {"namespace", "pipeline", "stage", "cause", NULL},
     [L_STAGE_OUTCOME] = {"namespace", "pipeline", "stage", "outcome", NULL},
     [L_POOL_STATE] = {"namespace", "pipeline", "pool", "state", NULL},
+    [L_RANK] = {"namespace", "pipeline", "rank", NULL},
 };
 
 static const struct {
@@ -97,6 +110,12 @@ static const struct {
                     "Parquet source bytes fetched, and the column chunk bytes that pushdown "
                     "skipped (state: read, skipped).",
                     L_PIPE_STATE},
+    [C_RANK_BATCH] = {SB_METRIC_GAUGE, "streambatch_stream_rank_batch_rows",
+                      "A stream's trainer rank: its batch size in the latest iteration (LB-BSP "
+                      "sizes it by the rank's speed; else the batch_size asked).",
+                      L_RANK},
+    [C_RANK_STEP] = {SB_METRIC_GAUGE, "streambatch_stream_rank_step_seconds",
+                     "A stream's trainer rank: its latest reported training step time.", L_RANK},
 };
 
 struct sb_cmetrics {
@@ -196,6 +215,13 @@ void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipelin
         sb_metric_set(m->f[C_PQ_ROW_GROUPS], k, (double)s->stats.row_groups_skipped);
         sb_metric_set(m->f[C_PQ_BYTES], r, (double)s->stats.source_bytes_read);
         sb_metric_set(m->f[C_PQ_BYTES], k, (double)s->stats.source_bytes_skipped);
+    }
+    for (size_t i = 0; i < s->nranks; i++) {
+        char rank[16];
+        snprintf(rank, sizeof rank, "%u", s->ranks[i].rank);
+        const char *const r[] = {ns, pl, rank};
+        sb_metric_set(m->f[C_RANK_BATCH], r, (double)s->ranks[i].batch_rows);
+        sb_metric_set(m->f[C_RANK_STEP], r, s->ranks[i].step_seconds);
     }
     for (size_t i = 0; i < npools; i++) {
         static const char *const states[] = {"desired", "ready", "pending"};

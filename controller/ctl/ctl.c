@@ -1227,7 +1227,12 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
                               .acks = (const char *const *)m->acks,
                               .nacks = m->n_acks,
                               .lost = lost,
-                              .nlost = nlost};
+                              .nlost = nlost,
+                              .balance = m->balance,
+                              .iteration = m->iteration,
+                              .step_rows = m->step_rows,
+                              .step_us = m->step_us,
+                              .steps = m->steps};
         sb_deal_next(c->deal, c->sched, &dq, now_ms(), &dr);
     }
     static const Streambatch__V1__StreamNextReply__Kind kinds[] = {
@@ -1247,6 +1252,8 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
     rep.end_rows = dr.end_rows;
     rep.retry_ms = dr.kind == SB_DEAL_WAIT ? 5 : 0;
     rep.message = dr.message;
+    rep.batch_sizes = dr.sizes;
+    rep.n_batch_sizes = dr.nsizes;
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
     if (m->n_acks > 0)
         serve_pending(c, 0); /* the acks freed budget: waiting polls may get tasks now */
@@ -1469,6 +1476,8 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
         out->nops = 16;
     for (size_t i = 0; i < out->nops; i++)
         sb_sched_get_group_stats(c->sched, i, &out->ops[i]);
+    if (c->deal != NULL)
+        out->nranks = sb_deal_ranks(c->deal, out->ranks, 16);
     out->workers_registered = c->registered;
     out->workers_lost = c->lost;
     out->workers_retired = c->retired;

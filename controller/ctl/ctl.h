@@ -32,6 +32,7 @@
 
 #include "storage/ckptjob.h"
 #include "storage/jobs.h"
+#include "controller/sched/deal.h"
 #include "controller/sched/sched.h"
 #include "core/err.h"
 #include "rpc/rpc.h"
@@ -111,6 +112,8 @@ typedef struct sb_ctl_snapshot {
     size_t nsplits;     /* splits of the plan (0 while planning) */
     size_t npools;
     sb_ctl_pool_figures pools[4]; /* live workers per pool (heartbeat figures summed) */
+    size_t nranks;
+    sb_deal_rank ranks[16]; /* a stream's trainer ranks (the first 16): batch, step time */
 } sb_ctl_snapshot;
 
 sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *err);

@@ -1,5 +1,6 @@
 /* deal.c — the stream's dealer (deal.h): slices of the stream's partitions to the ranks that ask,
- * no rank more than one batch ahead of the one with the fewest rows, and the partitions released
+ * no rank more than one batch (LB-BSP: one iteration) ahead of the one with the fewest rows, the
+ * LB-BSP iterations' batch sizes from the ranks' measured speeds, and the partitions released
  * once every slice of them is acknowledged. */
 
 #include "controller/sched/deal.h"
@@ -32,11 +33,28 @@ typedef struct {
     char *id, *address;
     uint64_t bytes, rows, next_row;
     int has_head;
+    uint32_t balance; /* SB_DEAL_EQUAL / SB_DEAL_LBBSP, fixed by the first request */
+    /* LBBSP: cum[k * world + r] = rows of rank r before iteration k, for k = 0..ndec */
+    uint64_t *cum;
+    size_t capcum;
+    uint32_t ndec; /* iterations decided */
+    uint32_t *it;  /* per rank: iterations dealt to it in full */
+    double *share; /* scratch: each rank's exact share of an iteration */
 } epoch_deal;
+
+/* What the dealer knows of a rank across epochs (LB-BSP's speeds, the metrics). */
+typedef struct {
+    double us_per_row; /* measured (averaged); 0: nothing reported yet */
+    double step_s;     /* the latest reported step */
+    uint64_t batch;    /* its size in the latest iteration decided */
+} rank_speed;
 
 struct sb_deal {
     uint32_t nepochs;
     epoch_deal *ep;
+    rank_speed *rk;
+    uint32_t nrk;
+    uint32_t last_epoch; /* the epoch asked about last (sb_deal_ranks) */
     held *h;
     size_t nh, caph;
 };
@@ -67,7 +85,11 @@ void sb_deal_free(sb_deal *d)
         for (size_t i = 0; i < d->ep[e].nre; i++)
             free(d->ep[e].re[i].id);
         free(d->ep[e].re);
+        free(d->ep[e].cum);
+        free(d->ep[e].it);
+        free(d->ep[e].share);
     }
+    free(d->rk);
     for (size_t i = 0; i < d->nh; i++)
         free(d->h[i].id);
     free(d->h);
@@ -195,33 +217,200 @@ static void deal_again(sb_deal *d, epoch_deal *e, sb_sched *s, redeal *r,
         }
     }
     rep->dealt_rows = e->dealt[rank];
-    rep->floor_rows = min_dealt(e);
+}
+
+static int epoch_alloc(epoch_deal *e, const sb_deal_request *req)
+{
+    e->dealt = calloc(req->world, sizeof *e->dealt);
+    e->ended = calloc(req->world, 1);
+    if (req->balance == SB_DEAL_LBBSP) {
+        e->capcum = (size_t)req->world * 16;
+        e->cum = calloc(e->capcum, sizeof *e->cum); /* iteration 0 starts at 0 rows */
+        e->it = calloc(req->world, sizeof *e->it);
+        e->share = calloc(req->world, sizeof *e->share);
+    }
+    if (e->dealt == NULL || e->ended == NULL ||
+        (req->balance == SB_DEAL_LBBSP && (e->cum == NULL || e->it == NULL || e->share == NULL))) {
+        free(e->dealt);
+        free(e->ended);
+        free(e->cum);
+        free(e->it);
+        free(e->share);
+        *e = (epoch_deal){0};
+        return -1;
+    }
+    e->world = req->world;
+    e->batch = req->batch;
+    e->balance = req->balance;
+    return 0;
 }
 
 static int epoch_bind(epoch_deal *e, const sb_deal_request *req, sb_deal_reply *rep)
 {
-    if (e->world == 0) {
-        e->dealt = calloc(req->world, sizeof *e->dealt);
-        e->ended = calloc(req->world, 1);
-        if (e->dealt == NULL || e->ended == NULL) {
-            free(e->dealt);
-            free(e->ended);
-            e->dealt = NULL;
-            e->ended = NULL;
-            snprintf(rep->message, sizeof rep->message, "the controller is out of memory");
-            return -1;
-        }
-        e->world = req->world;
-        e->batch = req->batch;
+    if (req->balance > SB_DEAL_LBBSP) {
+        snprintf(rep->message, sizeof rep->message, "balance %u: 0 (equal) or 1 (lbbsp)",
+                 req->balance);
+        return -1;
     }
-    if (req->world != e->world || req->batch != e->batch) {
+    if (e->world == 0 && epoch_alloc(e, req) != 0) {
+        snprintf(rep->message, sizeof rep->message, "the controller is out of memory");
+        return -1;
+    }
+    if (req->world != e->world || req->batch != e->batch || req->balance != e->balance) {
+        static const char *const names[] = {"equal", "lbbsp"};
         snprintf(rep->message, sizeof rep->message,
-                 "epoch %u is dealt to world_size %u with batch_size %u; this rank asked for "
-                 "world_size %u, batch_size %u (every rank must ask the same)",
-                 req->epoch, e->world, e->batch, req->world, req->batch);
+                 "epoch %u is dealt to world_size %u with batch_size %u, balance %s; this rank "
+                 "asked for world_size %u, batch_size %u, balance %s (every rank must ask the "
+                 "same)",
+                 req->epoch, e->world, e->batch, names[e->balance], req->world, req->batch,
+                 names[req->balance]);
         return -1;
     }
     return 0;
+}
+
+/* ---- LB-BSP: iterations whose batch sizes follow the ranks' speeds ---- */
+
+/* A rank's timed steps: its speed (microseconds per row) averaged with the previous figure. */
+static int speed_report(sb_deal *d, const sb_deal_request *req)
+{
+    if (req->world > d->nrk) {
+        rank_speed *n = realloc(d->rk, req->world * sizeof *n);
+        if (n == NULL)
+            return -1;
+        memset(n + d->nrk, 0, (req->world - d->nrk) * sizeof *n);
+        d->rk = n;
+        d->nrk = req->world;
+    }
+    if (req->step_rows == 0 || req->step_us == 0)
+        return 0;
+    rank_speed *r = &d->rk[req->rank];
+    double x = (double)req->step_us / (double)req->step_rows;
+    r->us_per_row = r->us_per_row > 0 ? (r->us_per_row + x) / 2 : x;
+    r->step_s = (double)req->step_us / 1e6 / (double)(req->steps ? req->steps : 1);
+    return 0;
+}
+
+/* The next iteration's sizes into out[]: world * batch rows shared in proportion to the ranks'
+ * speeds (a rank not measured yet counts at the measured ranks' mean; all equal while none is),
+ * at least one row each, rounded by largest remainder so that they sum to the global batch. */
+static void lb_sizes(const sb_deal *d, epoch_deal *e, uint64_t *out)
+{
+    uint32_t w = e->world;
+    uint64_t global = (uint64_t)w * e->batch, total = 0;
+    double known = 0, sum = 0;
+    for (uint32_t r = 0; r < w; r++)
+        if (r < d->nrk && d->rk[r].us_per_row > 0) {
+            known++;
+            sum += 1.0 / d->rk[r].us_per_row;
+        }
+    double mean = known > 0 ? sum / known : 1.0, speeds = 0;
+    for (uint32_t r = 0; r < w; r++) {
+        int has = r < d->nrk && d->rk[r].us_per_row > 0;
+        e->share[r] = has ? 1.0 / d->rk[r].us_per_row : mean;
+        speeds += e->share[r];
+    }
+    for (uint32_t r = 0; r < w; r++) {
+        e->share[r] = (double)global * e->share[r] / speeds;
+        out[r] = (uint64_t)e->share[r];
+        if (out[r] < 1)
+            out[r] = 1;
+        total += out[r];
+    }
+    while (total != global) { /* fewer than w steps: the floors are within one row each */
+        uint32_t pick = 0;
+        double best = -1e300;
+        for (uint32_t r = 0; r < w; r++) {
+            double gap = total < global ? e->share[r] - (double)out[r]
+                                        : (out[r] > 1 ? (double)out[r] - e->share[r] : -1e300);
+            if (gap > best) {
+                best = gap;
+                pick = r;
+            }
+        }
+        if (total < global) {
+            out[pick]++;
+            total++;
+        } else {
+            out[pick]--;
+            total--;
+        }
+    }
+}
+
+/* Decides iterations until k are (ndec >= k). -1 out of memory. */
+static int lb_decide(sb_deal *d, epoch_deal *e, uint32_t k)
+{
+    uint32_t w = e->world;
+    while (e->ndec < k) {
+        size_t need = ((size_t)e->ndec + 2) * w;
+        if (need > e->capcum) {
+            size_t cap = need * 2;
+            uint64_t *n = realloc(e->cum, cap * sizeof *n);
+            if (n == NULL)
+                return -1;
+            e->cum = n;
+            e->capcum = cap;
+        }
+        uint64_t *prev = e->cum + (size_t)e->ndec * w, *next = prev + w;
+        lb_sizes(d, e, next);
+        for (uint32_t r = 0; r < w; r++) {
+            if (r < d->nrk)
+                d->rk[r].batch = next[r];
+            next[r] += prev[r];
+        }
+        e->ndec++;
+    }
+    return 0;
+}
+
+static uint64_t lb_cum(const epoch_deal *e, uint32_t k, uint32_t rank)
+{
+    return e->cum[(size_t)k * e->world + rank];
+}
+
+/* m: the iterations every rank has been dealt in full (a lost slice may move a rank back). */
+static int lb_common(sb_deal *d, epoch_deal *e, uint32_t *m)
+{
+    *m = UINT32_MAX;
+    for (uint32_t r = 0; r < e->world; r++) {
+        while (e->it[r] > 0 && lb_cum(e, e->it[r], r) > e->dealt[r])
+            e->it[r]--;
+        for (;;) {
+            if (lb_decide(d, e, e->it[r] + 1) != 0)
+                return -1;
+            if (lb_cum(e, e->it[r] + 1, r) > e->dealt[r])
+                break;
+            e->it[r]++;
+        }
+        if (e->it[r] < *m)
+            *m = e->it[r];
+    }
+    return 0;
+}
+
+/* The rank's floor (rows it may yield now with drop_last) and cap (rows it may be dealt). */
+static int limits(sb_deal *d, epoch_deal *e, uint32_t rank, uint64_t *floor, uint64_t *cap)
+{
+    if (e->balance != SB_DEAL_LBBSP) {
+        *floor = min_dealt(e);
+        *cap = e->world == 1 ? UINT64_MAX : *floor + e->batch;
+        return 0;
+    }
+    uint32_t m;
+    if (lb_common(d, e, &m) != 0)
+        return -1;
+    *floor = lb_cum(e, m, rank); /* iteration m + 1 is decided: lb_common looked at it */
+    *cap = e->world == 1 ? UINT64_MAX : lb_cum(e, m + 1, rank);
+    return 0;
+}
+
+/* The rank's sizes from `from` on, as far as decided. */
+static void lb_list(const epoch_deal *e, uint32_t rank, uint32_t from, sb_deal_reply *rep)
+{
+    rep->nsizes = 0;
+    for (uint32_t k = from; k < e->ndec && rep->nsizes < SB_DEAL_SIZES; k++)
+        rep->sizes[rep->nsizes++] = (uint32_t)(lb_cum(e, k + 1, rank) - lb_cum(e, k, rank));
 }
 
 /* The next partition of the epoch from the scheduler: 1, 0 none now, -1 out of memory. */
@@ -258,16 +447,77 @@ static int take_head(sb_deal *d, epoch_deal *e, sb_sched *s, uint32_t epoch)
     return 0;
 }
 
-static void reply_end(epoch_deal *e, uint32_t rank, sb_deal_reply *rep)
+static void reply_end(epoch_deal *e, uint32_t rank, uint64_t floor, sb_deal_reply *rep)
 {
     rep->kind = SB_DEAL_END;
-    rep->floor_rows = min_dealt(e);
+    rep->floor_rows = floor;
     rep->dealt_rows = e->dealt[rank];
-    rep->end_rows = rep->floor_rows / e->batch * e->batch;
+    /* LB-BSP's floor is whole iterations already */
+    rep->end_rows = e->balance == SB_DEAL_LBBSP ? floor : floor / e->batch * e->batch;
     if (!e->ended[rank]) {
         e->ended[rank] = 1;
         e->nended++;
     }
+}
+
+/* Deals the rank its next slice, a wait or the end (rep->kind set). -1 out of memory, -2 a
+ * broken invariant (rep->message says which). */
+static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req,
+                    uint64_t floor, uint64_t cap, uint64_t now_ms, sb_deal_reply *rep)
+{
+    if (e->ended[req->rank]) {
+        reply_end(e, req->rank, floor, rep);
+        return 0;
+    }
+    rep->kind = SB_DEAL_WAIT;
+    sb_sched_stream_part again;
+    redeal *r = NULL;
+    if (e->dealt[req->rank] < cap && redeal_ready(e, s, &again, &r)) {
+        deal_again(d, e, s, r, &again, req->rank, cap - e->dealt[req->rank], now_ms, rep);
+        return 0;
+    }
+    if (!e->has_head) {
+        int got = take_head(d, e, s, req->epoch);
+        if (got < 0)
+            return -1;
+        if (got == 0) {
+            if (e->nre == 0 && sb_sched_stream_done(s, req->epoch) == 1)
+                reply_end(e, req->rank, floor, rep);
+            return 0;
+        }
+    }
+    if (e->dealt[req->rank] >= cap)
+        return 0; /* a batch (an iteration) ahead of the slowest rank: wait for it */
+    uint64_t n = e->rows - e->next_row;
+    if (n > cap - e->dealt[req->rank])
+        n = cap - e->dealt[req->rank];
+    held *h = held_find(d, e->id);
+    if (h == NULL) { /* cannot be: every head is held */
+        snprintf(rep->message, sizeof rep->message, "partition %s is not held", e->id);
+        return -2;
+    }
+    rep->kind = SB_DEAL_SLICE;
+    rep->part_id = e->id;
+    rep->address = e->address;
+    rep->bytes = e->bytes;
+    rep->rows = e->rows;
+    rep->row_lo = e->next_row;
+    rep->row_hi = e->next_row + n;
+    e->next_row += n;
+    e->dealt[req->rank] += n;
+    rep->dealt_rows = e->dealt[req->rank];
+    h->open++;
+    if (e->next_row == e->rows) {
+        h->fully = 1;
+        e->has_head = 0; /* the reply's strings stay valid: freed at the next head */
+    }
+    return 0;
+}
+
+static void oom(sb_deal_reply *rep)
+{
+    rep->kind = SB_DEAL_ERROR;
+    snprintf(rep->message, sizeof rep->message, "the controller is out of memory");
 }
 
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
@@ -292,65 +542,49 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
     epoch_deal *e = &d->ep[req->epoch];
     if (epoch_bind(e, req, rep) != 0)
         return;
+    d->last_epoch = req->epoch;
+    uint64_t floor, cap;
     /* one rank alone needs no balance: it takes whole partitions */
-    if (lost_all(d, e, s, req) != 0) {
-        snprintf(rep->message, sizeof rep->message, "the controller is out of memory");
+    if (speed_report(d, req) != 0 || lost_all(d, e, s, req) != 0 ||
+        limits(d, e, req->rank, &floor, &cap) != 0) {
+        oom(rep);
         return;
     }
-    uint64_t floor = min_dealt(e), cap = e->world == 1 ? UINT64_MAX : floor + e->batch;
     rep->floor_rows = floor;
     rep->dealt_rows = e->dealt[req->rank];
-    if (e->ended[req->rank]) {
-        reply_end(e, req->rank, rep);
+    int rc = deal_one(d, e, s, req, floor, cap, now_ms, rep);
+    if (rc == -1) {
+        oom(rep);
         return;
     }
-    rep->kind = SB_DEAL_WAIT;
-    sb_sched_stream_part again;
-    redeal *r = NULL;
-    if (e->dealt[req->rank] < cap && redeal_ready(e, s, &again, &r)) {
-        deal_again(d, e, s, r, &again, req->rank, cap - e->dealt[req->rank], now_ms, rep);
-        return;
-    }
-    if (!e->has_head) {
-        int got = take_head(d, e, s, req->epoch);
-        if (got < 0) {
-            rep->kind = SB_DEAL_ERROR;
-            snprintf(rep->message, sizeof rep->message, "the controller is out of memory");
-            return;
-        }
-        if (got == 0) {
-            if (e->nre == 0 && sb_sched_stream_done(s, req->epoch) == 1)
-                reply_end(e, req->rank, rep);
-            return;
-        }
-    }
-    if (e->dealt[req->rank] >= cap)
-        return; /* a batch ahead of the rank with the fewest rows: wait for it */
-    uint64_t n = e->rows - e->next_row;
-    if (n > cap - e->dealt[req->rank])
-        n = cap - e->dealt[req->rank];
-    held *h = held_find(d, e->id);
-    if (h == NULL) { /* cannot be: every head is held */
+    if (rc == -2) {
         rep->kind = SB_DEAL_ERROR;
-        snprintf(rep->message, sizeof rep->message, "partition %s is not held", e->id);
         return;
     }
-    rep->kind = SB_DEAL_SLICE;
-    rep->part_id = e->id;
-    rep->address = e->address;
-    rep->bytes = e->bytes;
-    rep->rows = e->rows;
-    rep->row_lo = e->next_row;
-    rep->row_hi = e->next_row + n;
-    e->next_row += n;
-    e->dealt[req->rank] += n;
-    rep->dealt_rows = e->dealt[req->rank];
-    rep->floor_rows = min_dealt(e);
-    h->open++;
-    if (e->next_row == e->rows) {
-        h->fully = 1;
-        e->has_head = 0; /* the reply's strings stay valid: freed at the next head */
+    if (rep->kind == SB_DEAL_SLICE) { /* the floor may have moved with the rows dealt */
+        if (limits(d, e, req->rank, &floor, &cap) != 0) {
+            oom(rep);
+            return;
+        }
+        rep->floor_rows = floor;
     }
+    if (e->balance == SB_DEAL_LBBSP)
+        lb_list(e, req->rank, req->iteration, rep);
+}
+
+size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max)
+{
+    const epoch_deal *e = d->nepochs ? &d->ep[d->last_epoch] : NULL;
+    size_t n = 0;
+    for (uint32_t r = 0; e != NULL && r < e->world && n < max; r++) {
+        const rank_speed *k = r < d->nrk ? &d->rk[r] : NULL;
+        out[n++] = (sb_deal_rank){
+            .rank = r,
+            .batch_rows = e->balance == SB_DEAL_LBBSP && k != NULL && k->batch ? k->batch : e->batch,
+            .step_seconds = k != NULL ? k->step_s : 0,
+            .rows_per_s = k != NULL && k->us_per_row > 0 ? 1e6 / k->us_per_row : 0};
+    }
+    return n;
 }
 
 int sb_deal_all_ended(const sb_deal *d)

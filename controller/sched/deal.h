@@ -18,6 +18,18 @@
  * re-made by lineage, and those rows are dealt again before anything else, so no row is lost and
  * none reaches two ranks.
  *
+ * LB-BSP (balance = SB_DEAL_LBBSP). The epoch runs in iterations: in iteration k rank r gets
+ * size[k][r] rows, and sum_r size[k][r] = world * batch (the global batch stays constant). An
+ * iteration's sizes are decided once, when the deal first needs them (about one iteration ahead
+ * of the slowest rank), in proportion to each rank's measured speed: rows per second of the steps
+ * it reported (step_rows / step_us, averaged with a half-life of one report), equal while nothing
+ * is measured. So sizes change only at iteration boundaries (the seed's semi-dynamic balancing).
+ * The balance rule is in iterations instead of rows: a rank is dealt at most up to the end of
+ * iteration m + 1, m being the iterations every rank has been dealt in full; floor_rows is its
+ * rows up to iteration m, so with drop_last every rank yields m batches at the end of the epoch
+ * (the same count), and without it the counts differ by at most one. A reply lists the rank's
+ * sizes from the iteration it asked about (sizes[], as far as decided).
+ *
  * Memory: the dealer owns its strings; a reply's strings stay valid until the next call.
  */
 #ifndef SB_SCHED_DEAL_H
@@ -38,8 +50,14 @@ typedef struct sb_deal_lost {
     uint64_t lo, hi;
 } sb_deal_lost;
 
+enum { SB_DEAL_EQUAL = 0, SB_DEAL_LBBSP = 1 };
+#define SB_DEAL_SIZES 64 /* sizes listed in a reply, at most */
+
 typedef struct sb_deal_request {
     uint32_t rank, world, epoch, batch;
+    uint32_t balance;   /* SB_DEAL_EQUAL or SB_DEAL_LBBSP (every rank of an epoch the same) */
+    uint32_t iteration; /* LBBSP: the batch the rank forms next (0-based): sizes[] start there */
+    uint64_t step_rows, step_us, steps; /* steps the rank timed since its last request */
     const char *const *acks; /* partition ids of the slices fetched since the last request */
     size_t nacks;
     const sb_deal_lost *lost; /* slices of this epoch the rank could not read: re-made by lineage
@@ -56,7 +74,17 @@ typedef struct sb_deal_reply {
     uint64_t dealt_rows;           /* rows dealt to this rank (END: in all) */
     uint64_t end_rows;             /* END: whole batches of floor_rows (drop_last's rows) */
     char message[256];             /* ERROR */
+    uint32_t sizes[SB_DEAL_SIZES]; /* LBBSP: the rank's batch rows for iterations iteration.. */
+    size_t nsizes;
 } sb_deal_reply;
+
+/* A rank's latest figures (LB-BSP's inputs and output; equal batches report batch). */
+typedef struct sb_deal_rank {
+    uint32_t rank;
+    uint64_t batch_rows;  /* its batch in the latest iteration decided */
+    double step_seconds;  /* its latest reported step (0: none yet) */
+    double rows_per_s;    /* its measured speed (0: none yet) */
+} sb_deal_rank;
 
 /* A dealer for the scheduler's stream (sb_sched_stream_epochs > 0); NULL when out of memory. */
 sb_deal *sb_deal_new(const sb_sched *s);
@@ -67,6 +95,9 @@ void sb_deal_free(sb_deal *d);
  * world_size or batch_size). */
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
                   sb_deal_reply *rep);
+
+/* Up to max ranks' figures of the latest epoch any rank asked about; returns how many. */
+size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max);
 
 /* Ranks that got the end of every epoch (all ranks of every epoch: the stream is over). */
 int sb_deal_all_ended(const sb_deal *d);

@@ -112,7 +112,22 @@ typedef struct {
     char ack[128];
     int has_ack, ended;
     uint64_t dealt;
+    /* LB-BSP ranks: the sizes of their iterations as the replies listed them */
+    int lbbsp;
+    uint32_t us_per_row; /* the speed it reports (0: reports nothing) */
+    uint32_t sizes[512];
+    uint32_t nsizes, iteration; /* iterations known; the batch it forms next */
+    uint64_t end_rows;
 } rank;
+
+/* The rank's rows before iteration k (its listed sizes summed). */
+static uint64_t rows_before(const rank *rk, uint32_t k)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < k; i++)
+        n += rk->sizes[i];
+    return n;
+}
 
 /* Rank r asks once (acknowledging its last slice, or saying it could not read it); records the
  * rows dealt. */
@@ -127,7 +142,12 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
                          .acks = acks,
                          .nacks = (size_t)(rk->has_ack && lost == NULL),
                          .lost = lost,
-                         .nlost = lost != NULL};
+                         .nlost = lost != NULL,
+                         .balance = rk->lbbsp ? SB_DEAL_LBBSP : SB_DEAL_EQUAL,
+                         .iteration = rk->iteration,
+                         .step_rows = rk->us_per_row ? BATCH : 0,
+                         .step_us = (uint64_t)rk->us_per_row * BATCH,
+                         .steps = 1};
     if (lost != NULL) { /* its rows are not the rank's: the test's record forgets them */
         uint64_t t;
         cr_assert_eq(sscanf(lost->id, "s0-t%" SCNu64 "-p0", &t), 1);
@@ -157,10 +177,26 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
     } else if (rep.kind == SB_DEAL_END) {
         rk->ended = 1;
         cr_assert_eq(rep.dealt_rows, rk->dealt);
-        cr_assert_eq(rep.end_rows % BATCH, 0);
+        cr_assert(rk->lbbsp || rep.end_rows % BATCH == 0);
         cr_assert_leq(rep.end_rows, rep.floor_rows);
     }
     cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    if (rk->lbbsp) { /* the listed sizes never change once decided */
+        for (size_t i = 0; i < rep.nsizes && rk->iteration + i < 512; i++) {
+            uint32_t k = rk->iteration + (uint32_t)i;
+            cr_assert(k >= rk->nsizes || rk->sizes[k] == rep.sizes[i],
+                      "iteration %u's size changed", k);
+            rk->sizes[k] = rep.sizes[i];
+            if (k >= rk->nsizes)
+                rk->nsizes = k + 1;
+        }
+        cr_assert_leq(rows_before(rk, rk->nsizes) - rk->sizes[rk->nsizes - 1], rk->dealt + BATCH * 3,
+                      "sizes are decided about an iteration ahead, not more");
+        while (rk->iteration < rk->nsizes && rows_before(rk, rk->iteration + 1) <= rk->dealt)
+            rk->iteration++;
+        if (rep.kind == SB_DEAL_END)
+            rk->end_rows = rep.end_rows;
+    }
     last_slice = rep;
     return rep.kind;
 }
@@ -348,5 +384,77 @@ Test(stream_deal, worker_lost_before_the_fetch_rows_dealt_again_once)
     sb_sched_stats st;
     sb_sched_get_stats(m.s, &st);
     cr_assert_geq(st.partitions_recovered, 1, "the lost partition was re-made by lineage");
+    sim_free(&m);
+}
+
+/* LB-BSP: rank 1 reports steps twice as slow per row as rank 0's. The iterations' sizes move to
+ * 2:1 once both reported, each iteration's sizes sum to the global batch (2 * BATCH), every row
+ * is dealt once, and drop_last's rows are the same number of whole iterations on both ranks. */
+Test(stream_deal, lbbsp_sizes_follow_speeds_global_batch_constant)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    for (uint32_t e = 0; e < EPOCHS; e++) {
+        rank rk[2] = {{.lbbsp = 1, .us_per_row = 100}, {.lbbsp = 1, .us_per_row = 200}};
+        for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended); step++) {
+            m.now++;
+            work(&m);
+            for (uint32_t r = 0; r < 2; r++)
+                if (!rk[r].ended && (r == 0 || step % 2 == 0)) /* rank 1 asks half as often */
+                    ask(&m, &rk[r], r, 2, e);
+        }
+        cr_assert(rk[0].ended && rk[1].ended, "epoch %u ended", e);
+        uint64_t want = 0;
+        for (uint64_t t = e * NSPLITS; t < (e + 1) * NSPLITS; t++)
+            want += rows_of(t);
+        cr_assert_eq(rk[0].dealt + rk[1].dealt, want, "every row once (ask() asserts: never twice)");
+        uint32_t n = rk[0].nsizes < rk[1].nsizes ? rk[0].nsizes : rk[1].nsizes;
+        cr_assert_geq(n, 8, "iterations: %u", n);
+        for (uint32_t k = 0; k < n; k++)
+            cr_assert_eq(rk[0].sizes[k] + rk[1].sizes[k], 2 * BATCH,
+                         "epoch %u iteration %u: %u + %u", e, k, rk[0].sizes[k], rk[1].sizes[k]);
+        if (e == 0)
+            cr_assert_eq(rk[0].sizes[0], BATCH, "nothing measured yet: equal batches");
+        /* 2:1 of 80 rows: 53 and 27 */
+        cr_assert_eq(rk[0].sizes[n - 1], 53, "the fast rank's last size: %u", rk[0].sizes[n - 1]);
+        cr_assert_eq(rk[1].sizes[n - 1], 27);
+        uint32_t it[2];
+        for (int r = 0; r < 2; r++) {
+            it[r] = 0;
+            while (it[r] < rk[r].nsizes && rows_before(&rk[r], it[r] + 1) <= rk[r].end_rows)
+                it[r]++;
+            cr_assert_eq(rows_before(&rk[r], it[r]), rk[r].end_rows,
+                         "rank %d's drop_last rows are whole iterations", r);
+            cr_assert_leq(rk[r].end_rows, rk[r].dealt);
+        }
+        cr_assert_eq(it[0], it[1], "the same number of batches: %u, %u", it[0], it[1]);
+        cr_assert_geq(it[0] + 2, n, "fewer than two iterations dropped");
+    }
+    sb_deal_rank fig[4];
+    cr_assert_eq(sb_deal_ranks(m.d, fig, 4), 2);
+    cr_assert_eq(fig[0].batch_rows, 53);
+    cr_assert_eq(fig[1].batch_rows, 27);
+    cr_assert_float_eq(fig[1].step_seconds, 200e-6 * BATCH, 1e-9);
+    cr_assert_float_eq(fig[0].rows_per_s, 1e4, 1e-6);
+    sim_free(&m);
+}
+
+Test(stream_deal, lbbsp_ranks_must_agree)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    sb_deal_reply rep;
+    sb_deal_request q = {.rank = 0, .world = 2, .epoch = 0, .batch = 8, .balance = SB_DEAL_LBBSP};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    cr_assert_eq(rep.nsizes, 1, "iteration 0 decided: %zu", rep.nsizes);
+    cr_assert_eq(rep.sizes[0], 8);
+    q = (sb_deal_request){.rank = 1, .world = 2, .epoch = 0, .batch = 8};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR);
+    cr_assert(strstr(rep.message, "balance lbbsp"), "%s", rep.message);
+    q = (sb_deal_request){.rank = 1, .world = 2, .epoch = 1, .batch = 8, .balance = 7};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR);
     sim_free(&m);
 }
