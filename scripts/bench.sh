@@ -192,5 +192,7 @@ THROTTLE=quota scripts/bench-stragglers.sh >>"$out"
 SHAPE=coarse scripts/bench-stragglers.sh >>"$out" # issue 42: one task per file, 4 per worker
 echo "bench: cost-aware placement (scripts/bench-plan.sh: the plan vs a brute force, predicted vs measured cost)" >&2
 scripts/bench-plan.sh >>"$out"
+echo "bench: LB-BSP (scripts/bench-ingest-lbbsp.sh: two ranks, one at half speed, lbbsp vs equal batches)" >&2
+scripts/bench-ingest-lbbsp.sh >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "partition/partition.h"
@@ -73,6 +74,13 @@ struct sbc_stream {
     src *last; /* the partition fetched last (one reference): a partition dealt to this
                   rank in several slices is fetched once */
     char *last_id;
+    /* LB-BSP: this rank's batch sizes for iterations [size_from, size_from + nsizes) */
+    uint32_t sizes[1024]; /* (the controller lists up to 1024) */
+    uint32_t size_from, nsizes;
+    uint64_t batches;                        /* batches yielded */
+    uint64_t step_rows, step_us, steps;      /* timed since the last StreamNext */
+    uint64_t yielded_us;                     /* when the last batch was returned (0: none) */
+    int reported;                            /* sbc_report_step was called: no own timing */
     src **batch_srcs; /* sources whose rows the current batch was gathered from */
     size_t nbatch_srcs, capbatch_srcs;
     char err[1024];
@@ -138,6 +146,11 @@ sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen)
                  "rank %u of world_size %u, batch_size %u: need rank < world_size "
                  "and batch_size >= 1",
                  o->rank, o->world_size, o->batch_size);
+        return NULL;
+    }
+    if (o->balance != SBC_BALANCE_EQUAL && o->balance != SBC_BALANCE_LBBSP) {
+        snprintf(err, errlen, "balance %d: SBC_BALANCE_EQUAL (0) or SBC_BALANCE_LBBSP (1)",
+                 o->balance);
         return NULL;
     }
     sbc_stream *s = calloc(1, sizeof *s);
@@ -369,8 +382,8 @@ static int ack_add(sbc_stream *s, const char *id)
     return 0;
 }
 
-/* One StreamNext: 1 rows were added or the state moved, 0 wait (slept), -1 error. */
-static int ask(sbc_stream *s)
+/* One StreamNext: 1 rows were added or the state moved, 0 wait (slept when `nap`), -1 error. */
+static int ask(sbc_stream *s, int nap)
 {
     Streambatch__V1__StreamNextRequest req = STREAMBATCH__V1__STREAM_NEXT_REQUEST__INIT;
     req.rank = s->o.rank;
@@ -381,6 +394,11 @@ static int ask(sbc_stream *s)
     req.n_acks = s->nacks;
     req.lost = s->lostp;
     req.n_lost = s->nlost;
+    req.balance = (uint32_t)s->o.balance;
+    req.iteration = (uint32_t)s->batches;
+    req.step_rows = s->step_rows;
+    req.step_us = s->step_us;
+    req.steps = s->steps;
     ProtobufCMessage *resp = NULL;
     sb_err e;
     sb_rpc_code code =
@@ -395,7 +413,14 @@ static int ask(sbc_stream *s)
         free(s->acks[i]);
     s->nacks = 0;
     s->nlost = 0;
+    s->step_rows = s->step_us = s->steps = 0;
     Streambatch__V1__StreamNextReply *r = (Streambatch__V1__StreamNextReply *)resp;
+    if (r->n_batch_sizes > 0) { /* decided sizes never change: the latest list is all we need */
+        s->size_from = (uint32_t)s->batches;
+        s->nsizes = r->n_batch_sizes < 1024 ? (uint32_t)r->n_batch_sizes : 1024;
+        for (uint32_t i = 0; i < s->nsizes; i++)
+            s->sizes[i] = r->batch_sizes[i];
+    }
     int rc = 1;
     if (r->floor_rows > s->floor_rows)
         s->floor_rows = r->floor_rows;
@@ -413,7 +438,8 @@ static int ask(sbc_stream *s)
         s->dealt = r->dealt_rows;
         break;
     case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__WAIT:
-        sb_clock_sleep_ms(r->retry_ms ? r->retry_ms : 5);
+        if (nap)
+            sb_clock_sleep_ms(r->retry_ms ? r->retry_ms : 5);
         rc = 0;
         break;
     default:
@@ -430,22 +456,39 @@ static uint64_t allowed(const sbc_stream *s)
     return lim > s->emitted ? lim - s->emitted : 0;
 }
 
+/* The rows of the next batch: batch_size, or with LB-BSP the size the controller gave this
+ * iteration (0: not known yet, ask). */
+static size_t batch_now(const sbc_stream *s)
+{
+    if (s->o.balance != SBC_BALANCE_LBBSP)
+        return s->o.batch_size;
+    if (s->batches < s->size_from || s->batches - s->size_from >= s->nsizes)
+        return 0;
+    return s->sizes[s->batches - s->size_from];
+}
+
 /* The rows of the next batch are ready (or the epoch is over): 1 ready, 0 over, -1 error. */
 static int fill(sbc_stream *s)
 {
-    size_t b = s->o.batch_size, window = s->o.local_shuffle_buffer;
+    size_t window = s->o.local_shuffle_buffer;
     uint64_t deadline = sb_clock_mono_ms() + (uint64_t)s->o.timeout_ms;
     for (;;) {
-        size_t have = s->len - s->head;
+        size_t have = s->len - s->head, b = batch_now(s);
         uint64_t ok = allowed(s);
         if (s->ended) {
             if (ok == 0 || have == 0)
                 return 0;
             return 1; /* the rest, up to what is allowed (a short last batch without drop_last) */
         }
-        if (have >= b && ok >= b && have >= (window > b ? window : b))
+        if (b > 0 && have >= b && ok >= b && have >= (window > b ? window : b)) {
+            /* Ask ahead once for the next batch's rows, not waiting: a rank dealt its next
+             * batch while it works on this one lifts the floor the other ranks wait on (with
+             * drop_last a rank yields a batch only once every rank has been dealt it). */
+            if (have < b + (window > b ? window : b) && ask(s, 0) < 0)
+                return -1;
             return 1;
-        int rc = ask(s);
+        }
+        int rc = ask(s, 1);
         if (rc < 0)
             return -1;
         if (rc == 0 && sb_clock_mono_ms() > deadline)
@@ -564,13 +607,39 @@ static int gather(sbc_stream *s, const rowref *rows, size_t n)
     return 0;
 }
 
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+void sbc_report_step(sbc_stream *s, double seconds)
+{
+    s->reported = 1;
+    if (s->rows == 0 || !(seconds > 0) || seconds > 1e6)
+        return; /* no batch out, or a time that means nothing: nothing to learn from */
+    s->step_rows += s->rows;
+    s->step_us += (uint64_t)(seconds * 1e6);
+    s->steps++;
+}
+
 int sbc_next(sbc_stream *s)
 {
+    /* the caller's step on the last batch: from its return until now (unless it reports) */
+    if (s->yielded_us != 0 && !s->reported && s->rows > 0) {
+        s->step_rows += s->rows;
+        s->step_us += now_us() - s->yielded_us;
+        s->steps++;
+    }
+    s->yielded_us = 0;
     batch_release(s);
     int rc = fill(s);
     if (rc <= 0)
         return rc;
-    size_t n = s->o.batch_size, have = s->len - s->head;
+    size_t n = batch_now(s), have = s->len - s->head;
+    if (n == 0) /* ended past the sizes listed (over 1024 batches in the pool): batch_size */
+        n = s->o.batch_size;
     uint64_t ok = allowed(s);
     if (n > have)
         n = have;
@@ -609,6 +678,8 @@ int sbc_next(sbc_stream *s)
     if (rc != 0)
         return -1;
     s->emitted += n;
+    s->batches++;
+    s->yielded_us = now_us();
     return 1;
 }
 

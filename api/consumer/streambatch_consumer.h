@@ -14,6 +14,13 @@
  * within a window of that many; with `seeded`, the order is a pure function of (seed, epoch,
  * rank) given the same deal.
  *
+ * Balance. With balance = SBC_BALANCE_LBBSP the ranks' batch sizes follow their speeds (LB-BSP):
+ * each rank times its steps (from a batch's return to the next sbc_next call, or what
+ * sbc_report_step says), the controller sizes each iteration's batches in proportion to the
+ * ranks' speeds with the global batch (world_size * batch_size) constant, and sbc_rows() says how
+ * many rows this batch has. Sizes change only between iterations; with drop_last every rank
+ * still yields the same number of batches.
+ *
  * Ownership: the stream owns everything it returns; a batch and its columns stay valid until
  * the next sbc_next() or sbc_close(). One thread at a time per stream. Links against the
  * streambatch build (libstreambatch_consumer.so, `make consumer`); Python's
@@ -43,7 +50,10 @@ typedef struct sbc_options {
     int seeded;
     uint64_t seed;
     int timeout_ms; /* longest wait for the controller or a fetch (0: 600000) */
+    int balance;    /* SBC_BALANCE_EQUAL (0) or SBC_BALANCE_LBBSP; every rank the same */
 } sbc_options;
+
+enum { SBC_BALANCE_EQUAL = 0, SBC_BALANCE_LBBSP = 1 };
 
 /* Column types (the values of the engine's partition format). */
 enum {
@@ -70,6 +80,10 @@ sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen);
  * (sbc_error: the pipeline failed, a rank disagreed, a worker could not be read, a timeout). */
 int sbc_next(sbc_stream *s);
 const char *sbc_error(const sbc_stream *s);
+/* The step time of the batch sbc_next returned last (LB-BSP's input), when the time between
+ * batches is not the step's: a trainer that waits in an all-reduce reports its compute time.
+ * From the first call on, the stream stops timing steps itself. */
+void sbc_report_step(sbc_stream *s, double seconds);
 void sbc_close(sbc_stream *s);
 
 /* The current batch. */

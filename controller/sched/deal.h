@@ -51,7 +51,7 @@ typedef struct sb_deal_lost {
 } sb_deal_lost;
 
 enum { SB_DEAL_EQUAL = 0, SB_DEAL_LBBSP = 1 };
-#define SB_DEAL_SIZES 64 /* sizes listed in a reply, at most */
+#define SB_DEAL_SIZES 1024 /* sizes listed in a reply, at most */
 
 typedef struct sb_deal_request {
     uint32_t rank, world, epoch, batch;

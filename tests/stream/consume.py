@@ -3,9 +3,11 @@ streambatch.iter_batches and writes what it got as JSON (per epoch: the batch si
 records' ids in the order they came).
 
 usage: consume.py ADDRESS TOKEN_FILE RANK WORLD EPOCHS BATCH DROP_LAST SHUFFLE SEED FORMAT OUT
-       [PAUSE_AFTER_BATCHES PAUSE_S]
-SEED "-" is none. With PAUSE_AFTER_BATCHES, the rank stops reading for PAUSE_S seconds after
-that many batches of epoch 0 (a slow consumer)."""
+       [PAUSE_AFTER_BATCHES PAUSE_S [BALANCE STEP_S_PER_ROW]]
+SEED "-" is none. With PAUSE_AFTER_BATCHES (-1: none), the rank stops reading for PAUSE_S seconds
+after that many batches of epoch 0 (a slow consumer). BALANCE ("-": equal batches, or "lbbsp")
+is iter_batches' balance; STEP_S_PER_ROW makes each step sleep that long per row of its batch (a
+trainer whose step time grows with the batch, as LB-BSP assumes)."""
 import json
 import sys
 import time
@@ -33,14 +35,18 @@ def main():
     drop_last, shuffle, seed, fmt, out = a[6] == "1", int(a[7]), None if a[8] == "-" else int(a[8]), a[9], a[10]
     pause_after = int(a[11]) if len(a) > 11 else -1
     pause_s = float(a[12]) if len(a) > 12 else 0
+    balance = None if len(a) <= 13 or a[13] == "-" else a[13]
+    per_row = float(a[14]) if len(a) > 14 else 0
     result = {"rank": rank, "epochs": []}
     for e in range(epochs):
         sizes, ids, texts = [], [], []
         for k, batch in enumerate(streambatch.iter_batches(
                 address, batch_size=bsz, batch_format=fmt, rank=rank, world_size=world, epoch=e,
                 drop_last=drop_last, local_shuffle_buffer=shuffle, seed=seed,
-                token_file=token_file, timeout_s=120)):
+                token_file=token_file, timeout_s=120, balance=balance)):
             got, n = ids_of(batch, fmt)
+            if per_row > 0:
+                time.sleep(per_row * n)
             sizes.append(n)
             ids.extend(got)
             if fmt == "numpy":

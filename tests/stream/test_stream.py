@@ -63,13 +63,14 @@ spec:
     return path
 
 
-def serve(path, epochs, seed=None, cpus=2):
+def serve(path, epochs, seed=None, cpus=2, extra=()):
     name = os.path.basename(path)[:-5]
     summary = os.path.join(WORK, f"{name}.summary.json")
     cmd = [BIN, "run", path, "--cpus", str(cpus), "--serve", "127.0.0.1:0", "--epochs",
            str(epochs), "--summary-json", summary, "--progress-interval-ms", "1000"]
     if seed is not None:
         cmd += ["--seed", str(seed)]
+    cmd += list(extra)
     err = open(os.path.join(WORK, f"{name}.stderr"), "w")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
     info = json.loads(p.stdout.readline())
@@ -77,7 +78,7 @@ def serve(path, epochs, seed=None, cpus=2):
 
 
 def ranks(info, world, epochs, bsz, drop_last=True, shuffle=0, seed=None, fmt="numpy",
-          pause=None, tag="r"):
+          pause=None, tag="r", balance=None, per_row=None):
     procs, outs = [], []
     for r in range(world):
         out = os.path.join(WORK, f"{tag}-{r}.json")
@@ -87,6 +88,10 @@ def ranks(info, world, epochs, bsz, drop_last=True, shuffle=0, seed=None, fmt="n
                 out]
         if pause is not None and r == 0:
             args += [str(pause[0]), str(pause[1])]
+        elif balance is not None or per_row is not None:
+            args += ["-1", "0"]
+        if balance is not None or per_row is not None:
+            args += [balance or "-", str(per_row[r] if per_row else 0)]
         procs.append(subprocess.Popen(args))
         outs.append(out)
     codes = [p.wait(timeout=300) for p in procs]
@@ -200,6 +205,71 @@ def slow_consumer_test(src):
     check("slow consumer: the run waited for it (took past its 3 s pause)", took >= 3.0, took)
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def lbbsp_test(src):
+    """LB-BSP: two ranks, rank 1's step twice as slow per row (a sleep per row of its batch).
+    The batch sizes move toward 2:1, every iteration's sizes sum to the global batch (2 x 100),
+    both ranks yield the same number of batches (drop_last), no record comes twice, and the
+    controller's metrics show each rank's batch and step time while it runs."""
+    import re
+    import threading
+    import urllib.request
+    name = "lbbsp"
+    port = free_port()
+    p, info, _ = serve(spec(src, name, budget="1Mi", part="16Ki"), epochs=1,
+                       extra=["--metrics-addr", f"127.0.0.1:{port}"])
+    scraped, done = [], threading.Event()
+
+    def scrape():
+        while not done.is_set():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+                if "streambatch_stream_rank_step_seconds" in text:
+                    scraped.append(text)
+            except OSError:
+                pass
+            done.wait(0.2)
+
+    t = threading.Thread(target=scrape)
+    t.start()
+    codes, res = ranks(info, 2, 1, 100, drop_last=True, tag=name, balance="lbbsp",
+                       per_row=[0.0002, 0.0004])
+    done.set()
+    t.join()
+    finish(p, name)
+    ok = all(c == 0 for c in codes)
+    check("lbbsp: both ranks read the epoch", ok, codes)
+    if not ok:
+        return
+    s0, s1 = res[0]["epochs"][0]["sizes"], res[1]["epochs"][0]["sizes"]
+    ids = res[0]["epochs"][0]["ids"] + res[1]["epochs"][0]["ids"]
+    check("lbbsp: the same number of batches on both ranks (drop_last)", len(s0) == len(s1),
+          f"{len(s0)} vs {len(s1)}")
+    check("lbbsp: every iteration's sizes sum to the global batch (200)",
+          all(a + b == 200 for a, b in zip(s0, s1)), list(zip(s0, s1)))
+    check("lbbsp: no record twice, fewer than 2 iterations dropped",
+          len(set(ids)) == len(ids) and NREC - len(ids) < 2 * 200, f"{len(ids)} rows")
+    late = sorted(s0[len(s0) // 2:])
+    med = late[len(late) // 2] if late else 0
+    check("lbbsp: equal at first, then the fast rank's batch moves toward 2/3 of 200 (133)",
+          s0[0] == 100 and 115 <= med <= 150, f"sizes rank 0: {s0}")
+    last = scraped[-1] if scraped else ""
+    got = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'streambatch_stream_rank_batch_rows\{[^}]*rank="(\d)"[^}]*\} (\S+)', last)}
+    step = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'streambatch_stream_rank_step_seconds\{[^}]*rank="(\d)"[^}]*\} (\S+)', last)}
+    check("lbbsp: metrics show each rank's batch (summing to 200) and a step time",
+          set(got) == {"0", "1"} and got["0"] + got["1"] == 200 and step.get("1", 0) > 0,
+          f"{got} {step} {last[-400:]}")
+
+
 def worker_pids(run_pid):
     with open(f"/proc/{run_pid}/task/{run_pid}/children") as f:
         kids = [int(x) for x in f.read().split()]
@@ -286,6 +356,7 @@ def main():
              ("slow", lambda: slow_consumer_test(src)),
              ("kill", lambda: worker_kill_test(src)),
              ("capi", lambda: c_api_test(src)),
+             ("lbbsp", lambda: lbbsp_test(src)),
              ("cli", lambda: cli_test(src))]
     for name, run in tests:
         if not only or name in only.split(","):

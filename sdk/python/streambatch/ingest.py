@@ -20,7 +20,7 @@ import ctypes
 import os
 import shutil
 
-__all__ = ["iter_batches", "StreamError"]
+__all__ = ["iter_batches", "BatchIterator", "StreamError"]
 
 _FORMATS = ("numpy", "pyarrow", "rows", "torch")
 
@@ -40,7 +40,10 @@ class _Options(ctypes.Structure):
                 ("rank", ctypes.c_uint32), ("world_size", ctypes.c_uint32),
                 ("epoch", ctypes.c_uint32), ("batch_size", ctypes.c_uint32),
                 ("drop_last", ctypes.c_int), ("local_shuffle_buffer", ctypes.c_uint32),
-                ("seeded", ctypes.c_int), ("seed", ctypes.c_uint64), ("timeout_ms", ctypes.c_int)]
+                ("seeded", ctypes.c_int), ("seed", ctypes.c_uint64), ("timeout_ms", ctypes.c_int),
+                ("balance", ctypes.c_int)]
+
+_BALANCE = {None: 0, "equal": 0, "lbbsp": 1}
 
 
 _lib = None
@@ -80,6 +83,8 @@ def _load():
     lib.sbc_error.restype = ctypes.c_char_p
     lib.sbc_close.argtypes = [p]
     lib.sbc_close.restype = None
+    lib.sbc_report_step.argtypes = [p, ctypes.c_double]
+    lib.sbc_report_step.restype = None
     for name, res in (("sbc_rows", sz), ("sbc_ncols", sz)):
         getattr(lib, name).argtypes = [p]
         getattr(lib, name).restype = res
@@ -238,17 +243,60 @@ def _check_format(batch_format):
             raise ImportError(f"batch_format={batch_format!r} needs the {mod} module: {e}") from e
 
 
+class BatchIterator:
+    """This rank's batches of one epoch (what iter_batches returns): iterate it once.
+
+    report_step(seconds) tells LB-BSP the step time of the batch yielded last, where the time
+    between batches is not the step's (a trainer waiting in an all-reduce reports its compute
+    time); without it the time from a batch's yield to the next request counts as its step."""
+
+    def __init__(self, lib, handle, convert):
+        self._lib, self._h, self._convert = lib, handle, convert
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._h:
+            raise StopIteration
+        rc = self._lib.sbc_next(self._h)
+        if rc == 0:
+            self.close()
+            raise StopIteration
+        if rc < 0:
+            msg = self._lib.sbc_error(self._h).decode("utf-8", "replace")
+            self.close()
+            raise StreamError(msg)
+        return self._convert(*_columns(self._lib, self._h))
+
+    def report_step(self, seconds):
+        if self._h:
+            self._lib.sbc_report_step(self._h, float(seconds))
+
+    def close(self):
+        if self._h:
+            self._lib.sbc_close(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+
 def iter_batches(address, batch_size=256, batch_format="numpy", rank=0, world_size=1, epoch=0,
                  drop_last=True, local_shuffle_buffer=0, seed=None, token=None, token_file=None,
-                 tls_dir=None, timeout_s=600):
-    """Yields this rank's batches of one epoch of the stream served at `address`.
+                 tls_dir=None, timeout_s=600, balance=None):
+    """Returns an iterator over this rank's batches of one epoch of the stream at `address`.
 
     Every row of the epoch goes to exactly one rank; with drop_last every rank yields the same
     number of batches (each of batch_size rows), without it the counts differ by at most one and
     the last batch may be short. local_shuffle_buffer=N shuffles rows within a window of N; the
-    order is a pure function of (seed, epoch, rank) given the same deal.
+    order is a pure function of (seed, epoch, rank) given the same deal. balance="lbbsp" sizes
+    each rank's batches by its measured speed (LB-BSP), world_size * batch_size rows per
+    iteration in all (every rank must ask the same); see BatchIterator.report_step.
     """
     _check_format(batch_format)
+    if balance not in _BALANCE:
+        raise ValueError(f"balance {balance!r}: None, 'equal' or 'lbbsp'")
     if token is None and token_file is None:
         token_file = os.environ.get("STREAMBATCH_TOKEN_FILE")
     if tls_dir is None:
@@ -258,20 +306,12 @@ def iter_batches(address, batch_size=256, batch_format="numpy", rank=0, world_si
     opts = _Options(enc(address), enc(token), enc(token_file), enc(tls_dir), int(rank),
                     int(world_size), int(epoch), int(batch_size), 1 if drop_last else 0,
                     int(local_shuffle_buffer), 0 if seed is None else 1,
-                    0 if seed is None else int(seed) & (2**64 - 1), int(timeout_s * 1000))
+                    0 if seed is None else int(seed) & (2**64 - 1), int(timeout_s * 1000),
+                    _BALANCE[balance])
     err = ctypes.create_string_buffer(1024)
     h = lib.sbc_open(ctypes.byref(opts), err, len(err))
     if not h:
         raise StreamError(err.value.decode("utf-8", "replace"))
     convert = {"numpy": _to_numpy, "pyarrow": _to_pyarrow, "rows": _to_rows,
                "torch": _to_torch}[batch_format]
-    try:
-        while True:
-            rc = lib.sbc_next(h)
-            if rc == 0:
-                return
-            if rc < 0:
-                raise StreamError(lib.sbc_error(h).decode("utf-8", "replace"))
-            yield convert(*_columns(lib, h))
-    finally:
-        lib.sbc_close(h)
+    return BatchIterator(lib, h, convert)
