@@ -1,7 +1,8 @@
 /* consumer.c — the C consumer of a stream:// sink (streambatch_consumer.h): asks the controller
  * for slices (Control.StreamNext), fetches their partitions from the workers (worker/data's
- * resumable Data.Fetch client), keeps the dealt rows as references into the fetched blobs, and
- * gathers them into batches (in order, or shuffled within a window). */
+ * resumable Data.Fetch client), keeps the dealt rows as references into the fetched blobs,
+ * gathers them into batches (in order, or shuffled within a window), and tells the controller
+ * which rows were consumed: a batch's once the next one is asked for (the restart point). */
 
 #include "api/consumer/streambatch_consumer.h"
 
@@ -10,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "partition/partition.h"
@@ -29,6 +32,7 @@ typedef struct src {
 typedef struct {
     src *s;
     uint32_t row;
+    uint64_t seq; /* its position in the rank's sequence (the controller's log) */
 } rowref;
 
 typedef struct {
@@ -57,8 +61,16 @@ struct sbc_stream {
     sb_rpc_channel *ctl;
     chan *chans;
     size_t nchans;
-    char **acks; /* fetched since the last StreamNext */
-    size_t nacks, capacks;
+    uint64_t session; /* random per open: the controller tells a restart by it */
+    /* consumed rows: every seq before cbase, and cbase + i where bit i of cbits is set */
+    uint64_t cbase;
+    uint8_t *cbits;
+    size_t ncbits, capcbits;
+    int unsent;       /* rows consumed since the last StreamNext */
+    uint64_t *bseq;   /* the current batch's rows' seqs (consumed at the next sbc_next) */
+    size_t nbseq, capbseq;
+    int final_acked;  /* the epoch's last acknowledgement was sent */
+    int budget_full;  /* the last reply: the stream's rows held fill the memory budget */
     Streambatch__V1__LostSlice lost[64]; /* slices it could not fetch, reported next time */
     Streambatch__V1__LostSlice *lostp[64];
     char lost_ids[64][256];
@@ -135,6 +147,17 @@ static int read_token(const sbc_options *o, char out[SB_RPC_TOKEN_HEX + 1], char
     return 0;
 }
 
+/* A random nonzero id for this open: the controller tells a restarted rank by a new one. */
+static uint64_t new_session(const sbc_stream *s)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v || v == 0) {
+        uint64_t x = sb_clock_mono_ms() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
+        v = splitmix(&x);
+    }
+    return v ? v : 1;
+}
+
 sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen)
 {
     if (o == NULL || o->address == NULL || *o->address == '\0') {
@@ -181,6 +204,7 @@ sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", o->address, e.msg);
         goto fail;
     }
+    s->session = new_session(s);
     /* the shuffle's order: a function of (seed, epoch, rank) only */
     s->rng = (o->seeded ? o->seed : 0x5eedULL) ^ ((uint64_t)o->epoch * 0xd1b54a32d192ed03ULL) ^
              ((uint64_t)o->rank * 0x8cb92ba72f3d8dd7ULL);
@@ -226,9 +250,8 @@ void sbc_close(sbc_stream *s)
         src_unref(s->pool[i].s);
     free(s->pool);
     free(s->batch_srcs);
-    for (size_t i = 0; i < s->nacks; i++)
-        free(s->acks[i]);
-    free(s->acks);
+    free(s->cbits);
+    free(s->bseq);
     for (size_t i = 0; i < s->nchans; i++) {
         sb_rpc_channel_free(s->chans[i].ch);
         free(s->chans[i].addr);
@@ -293,7 +316,7 @@ static int add_rows(sbc_stream *s, src *x, const Streambatch__V1__StreamNextRepl
     if (pool_reserve(s, n) != 0)
         return fail(s, "out of memory");
     for (size_t i = 0; i < n; i++)
-        s->pool[s->len++] = (rowref){x, (uint32_t)(r->row_lo + i)};
+        s->pool[s->len++] = (rowref){x, (uint32_t)(r->row_lo + i), r->seq + i};
     x->refs += n;
     return 0;
 }
@@ -366,32 +389,75 @@ static int take_slice(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
     return add_rows(s, x, r);
 }
 
-static int ack_add(sbc_stream *s, const char *id)
+/* Row `seq` of the rank's sequence was consumed (or dropped, or lost: not the rank's to
+ * read). 0, or -1 out of memory. */
+static int consume(sbc_stream *s, uint64_t seq)
 {
-    if (s->nacks == s->capacks) {
-        size_t cap = s->capacks ? s->capacks * 2 : 16;
-        char **na = realloc(s->acks, cap * sizeof *na);
-        if (na == NULL)
+    if (seq < s->cbase)
+        return 0;
+    uint64_t i = seq - s->cbase;
+    size_t byte = (size_t)(i / 8);
+    if (byte >= s->capcbits) {
+        size_t cap = s->capcbits ? s->capcbits * 2 : 256;
+        while (cap <= byte)
+            cap *= 2;
+        uint8_t *nb = realloc(s->cbits, cap);
+        if (nb == NULL)
             return -1;
-        s->acks = na;
-        s->capacks = cap;
+        memset(nb + s->capcbits, 0, cap - s->capcbits);
+        s->cbits = nb;
+        s->capcbits = cap;
     }
-    if ((s->acks[s->nacks] = strdup(id)) == NULL)
-        return -1;
-    s->nacks++;
+    if (byte >= s->ncbits)
+        s->ncbits = byte + 1;
+    s->cbits[byte] |= (uint8_t)(1u << (i % 8));
+    s->unsent = 1;
+    size_t k = 0; /* whole bytes consumed move the base on */
+    while (k < s->ncbits && s->cbits[k] == 0xFF)
+        k++;
+    if (k > 0) {
+        memmove(s->cbits, s->cbits + k, s->ncbits - k);
+        memset(s->cbits + s->ncbits - k, 0, k);
+        s->ncbits -= k;
+        s->cbase += 8 * (uint64_t)k;
+    }
     return 0;
 }
 
-/* One StreamNext: 1 rows were added or the state moved, 0 wait (slept when `nap`), -1 error. */
-static int ask(sbc_stream *s, int nap)
+static int consume_range(sbc_stream *s, uint64_t seq, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (consume(s, seq + i) != 0)
+            return -1;
+    return 0;
+}
+
+/* A restarted rank (the controller said so in its first reply): it goes on from what it had
+ * consumed, so its counts (drop_last's, LB-BSP's iterations) stay the rank's. */
+static void resume(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
+{
+    s->emitted = r->resume_rows;
+    s->batches = r->resume_batches;
+}
+
+/* One StreamNext: 1 rows were added or the state moved, 0 wait (slept when `nap`), -1 error.
+ * ack_only: only the acknowledgement (nothing dealt). */
+static int ask_ex(sbc_stream *s, int nap, int ack_only)
 {
     Streambatch__V1__StreamNextRequest req = STREAMBATCH__V1__STREAM_NEXT_REQUEST__INIT;
     req.rank = s->o.rank;
     req.world_size = s->o.world_size;
     req.epoch = s->o.epoch;
     req.batch_size = s->o.batch_size;
-    req.acks = s->acks;
-    req.n_acks = s->nacks;
+    req.session = s->session;
+    req.consumed_base = s->cbase;
+    req.consumed_bits.data = s->cbits;
+    req.consumed_bits.len = s->ncbits;
+    while (req.consumed_bits.len > 0 && s->cbits[req.consumed_bits.len - 1] == 0)
+        req.consumed_bits.len--;
+    req.consumed_batches = s->batches;
+    req.ack_only = ack_only != 0;
+    uint32_t asked = (uint32_t)s->batches;
     req.lost = s->lostp;
     req.n_lost = s->nlost;
     req.balance = (uint32_t)s->o.balance;
@@ -409,14 +475,15 @@ static int ask(sbc_stream *s, int nap)
     }
     if (code != SB_RPC_OK)
         return fail(s, "StreamNext: %s", e.msg);
-    for (size_t i = 0; i < s->nacks; i++) /* delivered: the controller has them */
-        free(s->acks[i]);
-    s->nacks = 0;
+    s->unsent = 0; /* delivered: the controller has them */
     s->nlost = 0;
     s->step_rows = s->step_us = s->steps = 0;
     Streambatch__V1__StreamNextReply *r = (Streambatch__V1__StreamNextReply *)resp;
+    s->budget_full = r->budget_full;
+    if (r->restarted)
+        resume(s, r);
     if (r->n_batch_sizes > 0) { /* decided sizes never change: the latest list is all we need */
-        s->size_from = (uint32_t)s->batches;
+        s->size_from = asked;
         s->nsizes = r->n_batch_sizes < 1024 ? (uint32_t)r->n_batch_sizes : 1024;
         for (uint32_t i = 0; i < s->nsizes; i++)
             s->sizes[i] = r->batch_sizes[i];
@@ -427,8 +494,8 @@ static int ask(sbc_stream *s, int nap)
     switch (r->kind) {
     case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE:
         rc = take_slice(s, r); /* 0 read, 1 lost (reported next time), -1 failed */
-        if (rc == 0 && ack_add(s, r->partition_id) != 0)
-            rc = fail(s, "out of memory");
+        if (rc == 1 && consume_range(s, r->seq, r->row_hi - r->row_lo) != 0)
+            rc = fail(s, "out of memory"); /* a lost slice is not this rank's to consume */
         rc = rc >= 0 ? 1 : -1;
         s->dealt = r->dealt_rows;
         break;
@@ -467,28 +534,50 @@ static size_t batch_now(const sbc_stream *s)
     return s->sizes[s->batches - s->size_from];
 }
 
+/* The epoch is over for this rank: the rows left (drop_last's) count as consumed, and the last
+ * acknowledgement goes out, so that their partitions are freed and the run can end. Best effort:
+ * the run may be gone already once every rank was told. */
+static void finish_epoch(sbc_stream *s)
+{
+    for (size_t i = s->head; i < s->len; i++)
+        if (consume(s, s->pool[i].seq) != 0)
+            return;
+    if (!s->final_acked && s->unsent) {
+        s->final_acked = 1;
+        char keep[sizeof s->err];
+        memcpy(keep, s->err, sizeof keep);
+        ask_ex(s, 0, 1);
+        memcpy(s->err, keep, sizeof keep);
+    }
+}
+
 /* The rows of the next batch are ready (or the epoch is over): 1 ready, 0 over, -1 error. */
 static int fill(sbc_stream *s)
 {
     size_t window = s->o.local_shuffle_buffer;
     uint64_t deadline = sb_clock_mono_ms() + (uint64_t)s->o.timeout_ms;
     for (;;) {
-        size_t have = s->len - s->head, b = batch_now(s);
+        size_t have = s->len - s->head, b = batch_now(s), want = window > b ? window : b;
         uint64_t ok = allowed(s);
         if (s->ended) {
-            if (ok == 0 || have == 0)
+            if (ok == 0 || have == 0) {
+                finish_epoch(s);
                 return 0;
+            }
             return 1; /* the rest, up to what is allowed (a short last batch without drop_last) */
         }
-        if (b > 0 && have >= b && ok >= b && have >= (window > b ? window : b)) {
+        /* the window's rows hold their partitions until consumed: when they fill the budget
+         * the pipeline waits for this rank, so the window makes do with what it has */
+        if (b > 0 && have >= b && ok >= b && (have >= want || s->budget_full)) {
             /* Ask ahead once for the next batch's rows, not waiting: a rank dealt its next
              * batch while it works on this one lifts the floor the other ranks wait on (with
-             * drop_last a rank yields a batch only once every rank has been dealt it). */
-            if (have < b + (window > b ? window : b) && ask(s, 0) < 0)
+             * drop_last a rank yields a batch only once every rank has been dealt it). Else
+             * acknowledge the batch consumed, so a restart does not see it again. */
+            if (have < b + want ? ask_ex(s, 0, 0) < 0 : s->unsent && ask_ex(s, 0, 1) < 0)
                 return -1;
             return 1;
         }
-        int rc = ask(s, 1);
+        int rc = ask_ex(s, 1, 0);
         if (rc < 0)
             return -1;
         if (rc == 0 && sb_clock_mono_ms() > deadline)
@@ -633,6 +722,10 @@ int sbc_next(sbc_stream *s)
         s->steps++;
     }
     s->yielded_us = 0;
+    for (size_t i = 0; i < s->nbseq; i++) /* the last batch is consumed: the next is asked */
+        if (consume(s, s->bseq[i]) != 0)
+            return fail(s, "out of memory");
+    s->nbseq = 0;
     batch_release(s);
     int rc = fill(s);
     if (rc <= 0)
@@ -651,6 +744,18 @@ int sbc_next(sbc_stream *s)
     if (rows == NULL)
         return fail(s, "out of memory");
     pick_rows(s, rows, n);
+    if (n > s->capbseq) {
+        uint64_t *nb = realloc(s->bseq, n * sizeof *nb);
+        if (nb == NULL) {
+            free(rows);
+            return fail(s, "out of memory");
+        }
+        s->bseq = nb;
+        s->capbseq = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        s->bseq[i] = rows[i].seq;
+    s->nbseq = n;
     rc = gather(s, rows, n);
     /* the batch keeps its sources until the next call (its values are copies, but a caller
      * may still look at the names) */

@@ -5,8 +5,16 @@
  * batch size, then calls sbc_next() until it returns 0: each call gives one batch of rows, as
  * columns (numbers as fixed-width arrays, bytes and strings as int64 offsets + data, tensors as
  * fixed-width rows). Behind it: Control.StreamNext deals this rank its next slice of the output
- * (docs/training.md, "Splits"), Data.Fetch reads the partition from the worker holding it, and the
- * next call acknowledges what was read, so the worker frees it and the pipeline goes on.
+ * (docs/training.md, "Splits"), Data.Fetch reads the partition from the worker holding it. A
+ * batch counts as consumed once the next one is asked for (sbc_next again, or the end of the
+ * epoch): then the controller hears of it, the worker frees what is consumed, and the pipeline
+ * goes on.
+ *
+ * Restarts. A rank whose process died opens the stream again with the same rank and epoch: it
+ * gets the rows it had not consumed (the batch it was working on, and what it held), then the
+ * rest of its share; what it had consumed does not come again, and no other rank gets any of
+ * it. Its counts go on (drop_last's batches, LB-BSP's iterations). The old consumer, if still
+ * alive, is refused from then on.
  *
  * Batches. Every batch has batch_size rows but, without drop_last, an epoch's last one. With
  * drop_last every rank of the epoch yields the same number of batches (a rank waits, where it

@@ -1224,8 +1224,12 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
                               .world = m->world_size,
                               .epoch = m->epoch,
                               .batch = m->batch_size,
-                              .acks = (const char *const *)m->acks,
-                              .nacks = m->n_acks,
+                              .session = m->session,
+                              .consumed_base = m->consumed_base,
+                              .consumed_bits = m->consumed_bits.data,
+                              .nconsumed_bits = m->consumed_bits.len,
+                              .consumed_batches = m->consumed_batches,
+                              .ack_only = m->ack_only,
                               .lost = lost,
                               .nlost = nlost,
                               .balance = m->balance,
@@ -1254,9 +1258,14 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
     rep.message = dr.message;
     rep.batch_sizes = dr.sizes;
     rep.n_batch_sizes = dr.nsizes;
+    rep.seq = dr.seq;
+    rep.restarted = dr.restarted;
+    rep.resume_rows = dr.resume_rows;
+    rep.resume_batches = dr.resume_batches;
+    rep.budget_full = dr.budget_full;
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
-    if (m->n_acks > 0)
-        serve_pending(c, 0); /* the acks freed budget: waiting polls may get tasks now */
+    if (m->consumed_base > 0 || m->consumed_bits.len > 0 || dr.restarted)
+        serve_pending(c, 0); /* acks may have freed budget: waiting polls may get tasks now */
     pthread_cond_broadcast(&c->changed); /* acks may have ended the run */
     pthread_mutex_unlock(&c->mu);
     sb_rpc_msg_free(&m->base);

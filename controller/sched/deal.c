@@ -5,6 +5,8 @@
 
 #include "controller/sched/deal.h"
 
+#include "controller/sched/ranklog.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@ typedef struct {
     size_t nre, capre;
     uint64_t *dealt; /* rows per rank */
     uint8_t *ended;  /* ranks told the epoch is over */
+    sb_ranklog *logs; /* per rank: its slices and what it consumed */
     uint32_t nended;
     /* the partition being dealt (the stream's oldest not fully dealt) */
     char *id, *address;
@@ -88,6 +91,9 @@ void sb_deal_free(sb_deal *d)
         free(d->ep[e].cum);
         free(d->ep[e].it);
         free(d->ep[e].share);
+        for (uint32_t r = 0; d->ep[e].logs != NULL && r < d->ep[e].world; r++)
+            sb_ranklog_free(&d->ep[e].logs[r]);
+        free(d->ep[e].logs);
     }
     free(d->rk);
     for (size_t i = 0; i < d->nh; i++)
@@ -129,15 +135,27 @@ static void held_settle(sb_deal *d, sb_sched *s, held *h, uint64_t now_ms)
     *h = d->h[--d->nh];
 }
 
-static void ack_all(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms)
+typedef struct {
+    sb_deal *d;
+    sb_sched *s;
+    uint64_t now_ms;
+} hold_ctx;
+
+/* One slice of the partition more (+1) or fewer (-1) out with a rank (ranklog.h's hold). */
+static void hold(void *ctx, const char *id, int delta)
 {
-    for (size_t i = 0; i < req->nacks; i++) {
-        held *h = held_find(d, req->acks[i]);
-        if (h == NULL || h->open == 0)
-            continue; /* unknown, or acknowledged already: nothing to free twice */
-        h->open--;
-        held_settle(d, s, h, now_ms);
+    hold_ctx *c = ctx;
+    held *h = held_find(c->d, id);
+    if (h == NULL)
+        return;
+    if (delta > 0) {
+        h->open++;
+        return;
     }
+    if (h->open == 0)
+        return; /* nothing to free twice */
+    h->open--;
+    held_settle(c->d, c->s, h, c->now_ms);
 }
 
 static uint64_t min_dealt(const epoch_deal *e)
@@ -156,8 +174,9 @@ static int lost_all(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
     for (size_t i = 0; i < req->nlost; i++) {
         const sb_deal_lost *l = &req->lost[i];
         held *h = held_find(d, l->id);
-        if (h == NULL || h->open == 0 || l->hi - l->lo > e->dealt[req->rank])
-            continue; /* not a slice out there: nothing to deal again */
+        if (h == NULL || h->open == 0 || l->hi - l->lo > e->dealt[req->rank] ||
+            !sb_ranklog_lost(&e->logs[req->rank], l->id, l->lo, l->hi))
+            continue; /* not a slice of this rank's out there: nothing to deal again */
         if (room(&e->re, &e->capre, e->nre, sizeof *e->re) != 0)
             return -1;
         char *id = strdup(l->id);
@@ -183,6 +202,15 @@ static int redeal_ready(epoch_deal *e, sb_sched *s, sb_sched_stream_part *p, red
     return 0;
 }
 
+/* Rows of partition id wait to be dealt again. */
+static int redeal_pending(const epoch_deal *e, const char *id)
+{
+    for (size_t i = 0; i < e->nre; i++)
+        if (strcmp(e->re[i].id, id) == 0)
+            return 1;
+    return 0;
+}
+
 /* Deals rows of a re-made partition to the rank (at most n of them). */
 static void deal_again(sb_deal *d, epoch_deal *e, sb_sched *s, redeal *r,
                        const sb_sched_stream_part *p, uint32_t rank, uint64_t n, uint64_t now_ms,
@@ -193,13 +221,13 @@ static void deal_again(sb_deal *d, epoch_deal *e, sb_sched *s, redeal *r,
     static char id[256], addr[256]; /* the reply's strings (one call at a time: under the lock) */
     snprintf(id, sizeof id, "%s", p->id);
     snprintf(addr, sizeof addr, "%s", p->address ? p->address : "");
-    *rep = (sb_deal_reply){.kind = SB_DEAL_SLICE,
-                           .part_id = id,
-                           .address = addr,
-                           .bytes = p->bytes,
-                           .rows = p->rows,
-                           .row_lo = r->lo,
-                           .row_hi = r->lo + n};
+    rep->kind = SB_DEAL_SLICE; /* (the rest of the reply, a restart's figures, stays) */
+    rep->part_id = id;
+    rep->address = addr;
+    rep->bytes = p->bytes;
+    rep->rows = p->rows;
+    rep->row_lo = r->lo;
+    rep->row_hi = r->lo + n;
     r->lo += n;
     e->dealt[rank] += n;
     held *h = held_find(d, id);
@@ -208,10 +236,9 @@ static void deal_again(sb_deal *d, epoch_deal *e, sb_sched *s, redeal *r,
     if (r->lo == r->hi) {
         free(r->id);
         *r = e->re[--e->nre];
-        int more = 0;
-        for (size_t i = 0; i < e->nre; i++)
-            more |= strcmp(e->re[i].id, id) == 0;
-        if (h != NULL && !more) {
+        /* all of it dealt only when no other rows of it wait to be dealt again and it is not
+         * the head still being dealt (its rows past next_row are not out yet) */
+        if (h != NULL && !redeal_pending(e, id) && !(e->has_head && strcmp(e->id, id) == 0)) {
             h->fully = 1;
             held_settle(d, s, h, now_ms);
         }
@@ -223,16 +250,18 @@ static int epoch_alloc(epoch_deal *e, const sb_deal_request *req)
 {
     e->dealt = calloc(req->world, sizeof *e->dealt);
     e->ended = calloc(req->world, 1);
+    e->logs = calloc(req->world, sizeof *e->logs);
     if (req->balance == SB_DEAL_LBBSP) {
         e->capcum = (size_t)req->world * 16;
         e->cum = calloc(e->capcum, sizeof *e->cum); /* iteration 0 starts at 0 rows */
         e->it = calloc(req->world, sizeof *e->it);
         e->share = calloc(req->world, sizeof *e->share);
     }
-    if (e->dealt == NULL || e->ended == NULL ||
+    if (e->dealt == NULL || e->ended == NULL || e->logs == NULL ||
         (req->balance == SB_DEAL_LBBSP && (e->cum == NULL || e->it == NULL || e->share == NULL))) {
         free(e->dealt);
         free(e->ended);
+        free(e->logs);
         free(e->cum);
         free(e->it);
         free(e->share);
@@ -460,11 +489,37 @@ static void reply_end(epoch_deal *e, uint32_t rank, uint64_t floor, sb_deal_repl
     }
 }
 
-/* Deals the rank its next slice, a wait or the end (rep->kind set). -1 out of memory, -2 a
- * broken invariant (rep->message says which). */
+/* A restarted rank's slice not consumed, dealt to it again (its rows are counted already): 1, or
+ * 0 none left. */
+static int resend(epoch_deal *e, sb_sched *s, uint32_t rank, sb_deal_reply *rep)
+{
+    const sb_ranklog_ent *x = sb_ranklog_resend(&e->logs[rank]);
+    if (x == NULL)
+        return 0;
+    static char id[256], addr[256]; /* the reply's strings (one call at a time: under the lock) */
+    sb_sched_stream_part p;
+    /* where it is now (re-made elsewhere since?); else where it was: a failed fetch reports it */
+    int now = sb_sched_stream_get(s, x->id, &p);
+    snprintf(id, sizeof id, "%s", x->id);
+    snprintf(addr, sizeof addr, "%s", now && p.address ? p.address : x->address);
+    rep->kind = SB_DEAL_SLICE;
+    rep->part_id = id;
+    rep->address = addr;
+    rep->bytes = now ? p.bytes : x->bytes;
+    rep->rows = x->rows;
+    rep->row_lo = x->lo;
+    rep->row_hi = x->hi;
+    rep->seq = x->seq;
+    return 1;
+}
+
+/* Deals the rank its next slice, a wait or the end (rep->kind set): 0, 1 a slice dealt again
+ * (logged already), -1 out of memory, -2 a broken invariant (rep->message says which). */
 static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req,
                     uint64_t floor, uint64_t cap, uint64_t now_ms, sb_deal_reply *rep)
 {
+    if (resend(e, s, req->rank, rep))
+        return 1;
     if (e->ended[req->rank]) {
         reply_end(e, req->rank, floor, rep);
         return 0;
@@ -508,7 +563,7 @@ static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
     rep->dealt_rows = e->dealt[req->rank];
     h->open++;
     if (e->next_row == e->rows) {
-        h->fully = 1;
+        h->fully = !redeal_pending(e, e->id); /* (else once those rows are dealt again) */
         e->has_head = 0; /* the reply's strings stay valid: freed at the next head */
     }
     return 0;
@@ -520,11 +575,51 @@ static void oom(sb_deal_reply *rep)
     snprintf(rep->message, sizeof rep->message, "the controller is out of memory");
 }
 
+/* The rank's session: a restart rebuilds its log (its rows not consumed dealt to it again) and
+ * lets it hear the end again. 0, or -1 (rep says why). */
+static int session_check(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req,
+                         uint64_t now_ms, sb_deal_reply *rep)
+{
+    sb_ranklog *l = &e->logs[req->rank];
+    hold_ctx hc = {d, s, now_ms};
+    int sess = sb_ranklog_session(l, req->session);
+    if (sess < 0) {
+        snprintf(rep->message, sizeof rep->message,
+                 "rank %u of epoch %u was restarted since: this consumer was replaced", req->rank,
+                 req->epoch);
+        return -1;
+    }
+    if (sess > 0) {
+        if (sb_ranklog_restart(l, req->session, hold, &hc, &rep->resume_rows,
+                               &rep->resume_batches) != 0) {
+            oom(rep);
+            return -1;
+        }
+        rep->restarted = 1;
+        if (e->ended[req->rank]) { /* it hears the end again after its rows */
+            e->ended[req->rank] = 0;
+            e->nended--;
+        }
+    } else if (l->session == 0) {
+        l->session = req->session;
+    }
+    return 0;
+}
+
+/* The rank's acknowledgement (after its lost slices: their rows count as consumed in it). A
+ * report that cannot be changes nothing (sb_ranklog_ack): the rows stay held. */
+static void ack(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req,
+                uint64_t now_ms)
+{
+    hold_ctx hc = {d, s, now_ms};
+    sb_ranklog_ack(&e->logs[req->rank], req->consumed_base, req->consumed_bits,
+                   req->nconsumed_bits, req->consumed_batches, hold, &hc);
+}
+
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
                   sb_deal_reply *rep)
 {
     memset(rep, 0, sizeof *rep);
-    ack_all(d, s, req, now_ms);
     rep->kind = SB_DEAL_ERROR;
     if (req->epoch >= d->nepochs) {
         snprintf(rep->message, sizeof rep->message,
@@ -540,19 +635,24 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
         return;
     }
     epoch_deal *e = &d->ep[req->epoch];
-    if (epoch_bind(e, req, rep) != 0)
+    if (epoch_bind(e, req, rep) != 0 || session_check(d, e, s, req, now_ms, rep) != 0)
         return;
     d->last_epoch = req->epoch;
     uint64_t floor, cap;
     /* one rank alone needs no balance: it takes whole partitions */
     if (speed_report(d, req) != 0 || lost_all(d, e, s, req) != 0 ||
-        limits(d, e, req->rank, &floor, &cap) != 0) {
+        (ack(d, e, s, req, now_ms), limits(d, e, req->rank, &floor, &cap) != 0)) {
         oom(rep);
         return;
     }
     rep->floor_rows = floor;
     rep->dealt_rows = e->dealt[req->rank];
-    int rc = deal_one(d, e, s, req, floor, cap, now_ms, rep);
+    int rc = req->ack_only ? (rep->kind = SB_DEAL_WAIT, 0)
+                           : deal_one(d, e, s, req, floor, cap, now_ms, rep);
+    if (rc == 0 && rep->kind == SB_DEAL_SLICE &&
+        sb_ranklog_add(&e->logs[req->rank], rep->part_id, rep->address, rep->bytes, rep->rows,
+                       rep->row_lo, rep->row_hi, &rep->seq) != 0)
+        rc = -1;
     if (rc == -1) {
         oom(rep);
         return;
@@ -570,6 +670,12 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
     }
     if (e->balance == SB_DEAL_LBBSP)
         lb_list(e, req->rank, req->iteration, rep);
+    if (rep->kind == SB_DEAL_WAIT) {
+        sb_sched_stats st;
+        sb_sched_get_stats(s, &st);
+        /* no room for another partition of the size the plan makes */
+        rep->budget_full = st.budget > 0 && st.in_flight_bytes + st.budget / 16 >= st.budget;
+    }
 }
 
 size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max)

@@ -11,12 +11,18 @@
  * same count everywhere. A rank that has not connected yet counts with 0 rows, so the others wait
  * for it after one batch: the split waits where it must to keep the counts equal.
  *
- * Acknowledgements. A rank lists in each request the partitions of the slices it fetched since
- * its last request; a partition whose every slice was acknowledged is released (its worker
- * frees it, the budget gets the room back). A slice the rank could not read (its worker was
- * lost before the fetch) comes back in `lost`: its rows leave the rank's count, the partition is
- * re-made by lineage, and those rows are dealt again before anything else, so no row is lost and
- * none reaches two ranks.
+ * Acknowledgements. A rank says in each request which of its rows it has consumed (ranklog.h: a
+ * batch counts as consumed once the next one is requested); a partition whose every slice was
+ * consumed is released (its worker frees it, the budget gets the room back). A slice the rank
+ * could not read (its worker was lost before the fetch) comes back in `lost`: its rows leave the
+ * rank's count, the partition is re-made by lineage, and those rows are dealt again before
+ * anything else, so no row is lost and none reaches two ranks.
+ *
+ * Restarts. Each consumer sends a session (random, per open). A request of the same rank and
+ * epoch with a new session is a restarted rank: its rows not consumed are dealt to it again
+ * first, in their order, then the rest of its share; the reply says what it had consumed
+ * (resume_rows, resume_batches), so that its counts go on from there. The replaced session's
+ * requests are refused from then on.
  *
  * LB-BSP (balance = SB_DEAL_LBBSP). The epoch runs in iterations: in iteration k rank r gets
  * size[k][r] rows, and sum_r size[k][r] = world * batch (the global batch stays constant). An
@@ -58,8 +64,13 @@ typedef struct sb_deal_request {
     uint32_t balance;   /* SB_DEAL_EQUAL or SB_DEAL_LBBSP (every rank of an epoch the same) */
     uint32_t iteration; /* LBBSP: the batch the rank forms next (0-based): sizes[] start there */
     uint64_t step_rows, step_us, steps; /* steps the rank timed since its last request */
-    const char *const *acks; /* partition ids of the slices fetched since the last request */
-    size_t nacks;
+    uint64_t session; /* the consumer's (0: none: no restarts) */
+    /* consumed: every row of the rank's sequence before consumed_base, and consumed_base + i
+     * where bit i of consumed_bits is set (ranklog.h); consumed_batches: its batches consumed */
+    uint64_t consumed_base, consumed_batches;
+    const uint8_t *consumed_bits;
+    size_t nconsumed_bits; /* bytes */
+    int ack_only;          /* only the acknowledgement: no slice dealt (the reply is a WAIT) */
     const sb_deal_lost *lost; /* slices of this epoch the rank could not read: re-made by lineage
                                  (sb_sched_stream_lost) and dealt again, first */
     size_t nlost;
@@ -70,6 +81,11 @@ typedef struct sb_deal_reply {
     const char *part_id, *address; /* SLICE */
     uint64_t bytes, rows;          /* SLICE: the partition's size and rows */
     uint64_t row_lo, row_hi;       /* SLICE: the rows of it for this rank */
+    uint64_t seq;                  /* SLICE: row_lo's position in the rank's sequence */
+    int restarted;                 /* a new session of the rank: it had consumed resume_* */
+    uint64_t resume_rows, resume_batches;
+    int budget_full; /* WAIT: the partitions held fill the memory budget (nothing more is made
+                        until a rank consumes) */
     uint64_t floor_rows;           /* rows every rank of the epoch has been dealt so far */
     uint64_t dealt_rows;           /* rows dealt to this rank (END: in all) */
     uint64_t end_rows;             /* END: whole batches of floor_rows (drop_last's rows) */
@@ -90,9 +106,9 @@ typedef struct sb_deal_rank {
 sb_deal *sb_deal_new(const sb_sched *s);
 void sb_deal_free(sb_deal *d);
 
-/* Handles one request: the acks first (partitions released in s), then the next slice for the
- * rank, a wait, the end of its epoch, or an error (a bad rank or epoch, ranks that disagree on
- * world_size or batch_size). */
+/* Handles one request: a restart, the acknowledgement (partitions released in s), then the next
+ * slice for the rank, a wait, the end of its epoch, or an error (a bad rank or epoch, ranks that
+ * disagree on world_size, batch_size or balance, a replaced session). */
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
                   sb_deal_reply *rep);
 

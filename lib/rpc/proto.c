@@ -253,7 +253,9 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
              : m->batch_size == 0 ? sb_err_set(err, "batch_size is missing")
              : m->rank >= m->world_size
                  ? sb_err_set(err, "rank %u is not below world_size %u", m->rank, m->world_size)
-                 : check_pids(m->acks, m->n_acks, "acks", err);
+             : m->consumed_bits.len > (1u << 20)
+                 ? sb_err_set(err, "consumed_bits: %zu bytes, over 1 MiB", m->consumed_bits.len)
+                 : 0;
         for (size_t i = 0; rc == 0 && i < m->n_lost; i++) {
             const Streambatch__V1__LostSlice *l = m->lost[i];
             if (l == NULL)

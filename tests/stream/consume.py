@@ -3,12 +3,16 @@ streambatch.iter_batches and writes what it got as JSON (per epoch: the batch si
 records' ids in the order they came).
 
 usage: consume.py ADDRESS TOKEN_FILE RANK WORLD EPOCHS BATCH DROP_LAST SHUFFLE SEED FORMAT OUT
-       [PAUSE_AFTER_BATCHES PAUSE_S [BALANCE STEP_S_PER_ROW]]
+       [PAUSE_AFTER_BATCHES PAUSE_S [BALANCE STEP_S_PER_ROW [DIE_AFTER]]]
 SEED "-" is none. With PAUSE_AFTER_BATCHES (-1: none), the rank stops reading for PAUSE_S seconds
 after that many batches of epoch 0 (a slow consumer). BALANCE ("-": equal batches, or "lbbsp")
 is iter_batches' balance; STEP_S_PER_ROW makes each step sleep that long per row of its batch (a
-trainer whose step time grows with the batch, as LB-BSP assumes)."""
+trainer whose step time grows with the batch, as LB-BSP assumes). With DIE_AFTER the rank writes
+what it got after that many batches of epoch 0 (the last one it was working on: acknowledged only
+by the next request, which never comes) and SIGKILLs itself."""
 import json
+import os
+import signal
 import sys
 import time
 
@@ -37,6 +41,7 @@ def main():
     pause_s = float(a[12]) if len(a) > 12 else 0
     balance = None if len(a) <= 13 or a[13] == "-" else a[13]
     per_row = float(a[14]) if len(a) > 14 else 0
+    die_after = int(a[15]) if len(a) > 15 else -1
     result = {"rank": rank, "epochs": []}
     for e in range(epochs):
         sizes, ids, texts = [], [], []
@@ -53,6 +58,11 @@ def main():
                 texts.extend(r.decode() for r in batch["record"])
             if e == 0 and k + 1 == pause_after:
                 time.sleep(pause_s)
+            if e == 0 and k + 1 == die_after:
+                result["epochs"].append({"sizes": sizes, "ids": ids, "texts": texts})
+                with open(out, "w") as f:
+                    json.dump(result, f)
+                os.kill(os.getpid(), signal.SIGKILL)
         result["epochs"].append({"sizes": sizes, "ids": ids, "texts": texts})
     with open(out, "w") as f:
         json.dump(result, f)

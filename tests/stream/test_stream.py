@@ -270,6 +270,42 @@ def lbbsp_test(src):
           f"{got} {step} {last[-400:]}")
 
 
+def restart_test(src):
+    """A rank killed mid-epoch and restarted (same rank, same epoch): rank 0 SIGKILLs itself
+    while working on its 10th batch (a shuffle window of 200 rows, so what it consumed is not a
+    prefix of what it was dealt); a new rank-0 process reads the rest. Its first rows include
+    that unacknowledged batch; nothing rank 0 had acknowledged comes again; rank 1 gets none of
+    it; and across the ranks every record comes exactly once."""
+    name = "restart"
+    p, info, _ = serve(spec(src, name, budget="256Ki", part="16Ki"), epochs=1)
+    base = [sys.executable, os.path.join(HERE, "consume.py"), info["address"], info["tokenFile"]]
+    common = ["2", "1", "64", "0", "200", "3", "numpy"]
+    out = {k: os.path.join(WORK, f"{name}-{k}.json") for k in ("dead", "again", "one")}
+    dead = subprocess.Popen(base + ["0"] + common + [out["dead"], "-1", "0", "-", "0", "10"])
+    one = subprocess.Popen(base + ["1"] + common + [out["one"]])
+    code_dead = dead.wait(timeout=120)
+    again = subprocess.Popen(base + ["0"] + common + [out["again"]])
+    codes = [again.wait(timeout=120), one.wait(timeout=120)]
+    finish(p, name)
+    check("restart: rank 0 died by SIGKILL mid-epoch, its restart and rank 1 read the rest",
+          code_dead == -9 and codes == [0, 0], f"{code_dead} {codes}")
+    if codes != [0, 0] or code_dead != -9:
+        return
+    got = {k: json.load(open(v))["epochs"][0] for k, v in out.items()}
+    d, a, o = got["dead"], got["again"], got["one"]
+    acked = d["ids"][:-d["sizes"][-1]]  # all but the batch it died on
+    last = d["ids"][-d["sizes"][-1]:]
+    check("restart: the batch it died on was dealt again to the restarted rank, and to no other",
+          len(d["sizes"]) == 10 and set(last) <= set(a["ids"]) and not set(last) & set(o["ids"]),
+          f"{len(d['sizes'])} batches; {len(set(last) - set(a['ids']))} not again")
+    check("restart: nothing it had acknowledged came again",
+          not set(acked) & set(a["ids"]), f"{len(set(acked) & set(a['ids']))} again")
+    ids = acked + a["ids"] + o["ids"]
+    check("restart: every record exactly once across the ranks (the acknowledged rows, the "
+          "restarted rank's, rank 1's)", sorted(ids) == list(range(NREC)),
+          f"{len(ids)} rows, {len(set(ids))} distinct")
+
+
 def worker_pids(run_pid):
     with open(f"/proc/{run_pid}/task/{run_pid}/children") as f:
         kids = [int(x) for x in f.read().split()]
@@ -357,6 +393,7 @@ def main():
              ("kill", lambda: worker_kill_test(src)),
              ("capi", lambda: c_api_test(src)),
              ("lbbsp", lambda: lbbsp_test(src)),
+             ("restart", lambda: restart_test(src)),
              ("cli", lambda: cli_test(src))]
     for name, run in tests:
         if not only or name in only.split(","):

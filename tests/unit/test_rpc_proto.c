@@ -319,6 +319,22 @@ Test(rpc_msgs, rebind_request_needs_an_address)
     cr_assert_eq(sb_rpc_msg_validate(&r.base, &err), 0, "%s", err.msg);
 }
 
+Test(rpc_msgs, stream_next_consumed_bits_bounded)
+{
+    Streambatch__V1__StreamNextRequest r = STREAMBATCH__V1__STREAM_NEXT_REQUEST__INIT;
+    r.world_size = 2;
+    r.rank = 1;
+    r.batch_size = 64;
+    static uint8_t bits[(1u << 20) + 1];
+    r.consumed_bits.data = bits;
+    r.consumed_bits.len = 1u << 20;
+    sb_err err;
+    cr_assert_eq(sb_rpc_msg_validate(&r.base, &err), 0, "%s", err.msg);
+    r.consumed_bits.len++; /* a window of 8 Mi rows: more than any consumer keeps */
+    cr_assert_lt(sb_rpc_msg_validate(&r.base, &err), 0);
+    cr_assert(strstr(err.msg, "consumed_bits") != NULL, "%s", err.msg);
+}
+
 static uint8_t *encode(const ProtobufCMessage *m, size_t *n)
 {
     sb_err err;

@@ -109,9 +109,18 @@ static void work(sim *m)
 static sb_deal_reply last_slice; /* the latest reply (its strings: until the next call) */
 
 typedef struct {
-    char ack[128];
-    int has_ack, ended;
+    int ended;
     uint64_t dealt;
+    uint64_t logrows;  /* rows of the slices dealt to it (its sequence), lost ones too */
+    uint64_t unconsumed; /* the last rows of it not consumed yet (acknowledged: the rest) */
+    uint64_t resend;     /* rows to come again after a restart (counted in dealt already) */
+    uint64_t session;  /* 0: the rank's number + 1 */
+    const uint8_t *bits; /* consumed beyond logrows - unconsumed (shuffled consumption) */
+    size_t nbits;
+    uint8_t seq_t[2048];    /* each row of its sequence: the task of its partition, */
+    uint8_t seq_row[2048];  /* and its row there */
+    sb_deal_reply last; /* (its strings: until the next call) */
+    char last_id[128];  /* the last slice's partition */
     /* LB-BSP ranks: the sizes of their iterations as the replies listed them */
     int lbbsp;
     uint32_t us_per_row; /* the speed it reports (0: reports nothing) */
@@ -134,13 +143,14 @@ static uint64_t rows_before(const rank *rk, uint32_t k)
 static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint32_t epoch,
                              const sb_deal_lost *lost)
 {
-    const char *acks[1] = {rk->ack};
     sb_deal_request q = {.rank = r,
                          .world = world,
                          .epoch = epoch,
                          .batch = BATCH,
-                         .acks = acks,
-                         .nacks = (size_t)(rk->has_ack && lost == NULL),
+                         .session = rk->session ? rk->session : r + 1,
+                         .consumed_base = rk->logrows - rk->unconsumed,
+                         .consumed_bits = rk->bits,
+                         .nconsumed_bits = rk->nbits,
                          .lost = lost,
                          .nlost = lost != NULL,
                          .balance = rk->lbbsp ? SB_DEAL_LBBSP : SB_DEAL_EQUAL,
@@ -157,7 +167,6 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
     }
     sb_deal_reply rep;
     sb_deal_next(m->d, m->s, &q, m->now, &rep);
-    rk->has_ack = 0;
     if (rep.kind == SB_DEAL_SLICE) {
         uint64_t t;
         cr_assert_eq(sscanf(rep.part_id, "s0-t%" SCNu64 "-p0", &t), 1, "%s", rep.part_id);
@@ -170,10 +179,17 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
                          rep.part_id);
             m->dealt[epoch][t][x] = (uint8_t)(r + 1);
         }
-        rk->dealt += rep.row_hi - rep.row_lo;
+        if (rk->resend >= rep.row_hi - rep.row_lo)
+            rk->resend -= rep.row_hi - rep.row_lo;
+        else
+            rk->dealt += rep.row_hi - rep.row_lo;
         cr_assert_eq(rk->dealt, rep.dealt_rows);
-        snprintf(rk->ack, sizeof rk->ack, "%s", rep.part_id);
-        rk->has_ack = 1;
+        cr_assert_eq(rep.seq, rk->logrows, "slices come in the rank's sequence");
+        for (uint64_t x = rep.row_lo; x < rep.row_hi && rk->logrows + x - rep.row_lo < 2048; x++) {
+            rk->seq_t[rk->logrows + x - rep.row_lo] = (uint8_t)t;
+            rk->seq_row[rk->logrows + x - rep.row_lo] = (uint8_t)x;
+        }
+        rk->logrows += rep.row_hi - rep.row_lo;
     } else if (rep.kind == SB_DEAL_END) {
         rk->ended = 1;
         cr_assert_eq(rep.dealt_rows, rk->dealt);
@@ -198,6 +214,9 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
             rk->end_rows = rep.end_rows;
     }
     last_slice = rep;
+    rk->last = rep;
+    if (rep.kind == SB_DEAL_SLICE)
+        snprintf(rk->last_id, sizeof rk->last_id, "%s", rep.part_id);
     return rep.kind;
 }
 
@@ -336,9 +355,20 @@ Test(stream_deal, bad_requests_are_errors)
     sb_deal_next(m.d, m.s, &q, 0, &rep);
     cr_assert_eq(rep.kind, SB_DEAL_ERROR);
     cr_assert(strstr(rep.message, "every rank must ask the same"), "%s", rep.message);
-    const char *bogus[] = {"s0-t99-p0"};
-    q = (sb_deal_request){.rank = 1, .world = 2, .epoch = 0, .batch = 8, .acks = bogus, .nacks = 1};
-    sb_deal_next(m.d, m.s, &q, 0, &rep); /* an unknown ack frees nothing and breaks nothing */
+    /* acknowledgements of rows never dealt, or bits past them, free nothing and break nothing */
+    const uint8_t bits[] = {0xff, 0xff};
+    q = (sb_deal_request){
+        .rank = 1, .world = 2, .epoch = 0, .batch = 8, .session = 9, .consumed_base = 1000};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    q = (sb_deal_request){.rank = 1,
+                          .world = 2,
+                          .epoch = 0,
+                          .batch = 8,
+                          .session = 9,
+                          .consumed_bits = bits,
+                          .nconsumed_bits = 2};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
     cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
     sim_free(&m);
 }
@@ -363,7 +393,6 @@ Test(stream_deal, worker_lost_before_the_fetch_rows_dealt_again_once)
     sb_err err;
     cr_assert_eq(sb_sched_worker_add(m.s, "c2", "cpu", "127.0.0.1:2", 2, NULL, 0, m.now, &err), 0);
     m.worker = "c2";
-    rk[0].has_ack = 0;
     cr_assert_neq(ask_lost(&m, &rk[0], 0, 2, 0, &lost), SB_DEAL_ERROR);
     /* the rest of the epoch: the lost rows come again, re-made on c2, to exactly one rank */
     for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended); step++) {
@@ -456,5 +485,133 @@ Test(stream_deal, lbbsp_ranks_must_agree)
     q = (sb_deal_request){.rank = 1, .world = 2, .epoch = 1, .batch = 8, .balance = 7};
     sb_deal_next(m.d, m.s, &q, 0, &rep);
     cr_assert_eq(rep.kind, SB_DEAL_ERROR);
+    sim_free(&m);
+}
+
+/* A rank restarted mid-epoch (a new session): it gets again exactly its rows not consumed (here
+ * its last slice, and three rows of the one before that a shuffle left), first and in order,
+ * told what it had consumed; the rest of its share follows; the other rank gets none of them; the
+ * old session is refused; and every partition is still released at the end (the run succeeds). */
+Test(stream_deal, restarted_rank_gets_its_rows_not_consumed_again)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    rank rk[2] = {0};
+    for (int step = 0; step < 6; step++) {
+        m.now++;
+        work(&m);
+        for (uint32_t r = 0; r < 2; r++)
+            ask(&m, &rk[r], r, 2, 0);
+    }
+    /* from now on it reports its last 5 rows not consumed but rows 1 and 3 of them (a
+     * shuffle's holes); it asks until it gets one more slice, then dies before consuming it */
+    static const uint8_t holes[] = {0x0a};
+    cr_assert_geq(rk[0].logrows, 5);
+    uint64_t base = rk[0].logrows - 5;
+    rk[0].unconsumed = 5;
+    rk[0].bits = holes;
+    rk[0].nbits = 1;
+    while (ask(&m, &rk[0], 0, 2, 0) != SB_DEAL_SLICE) {
+        m.now++;
+        work(&m);
+        ask(&m, &rk[1], 1, 2, 0);
+    }
+    uint64_t last_rows = rk[0].last.row_hi - rk[0].last.row_lo;
+    uint64_t lost_seq[256], nlost = 0;
+    for (uint64_t q = base; q < rk[0].logrows; q++)
+        if (!(q - base < 8 && (holes[0] >> (q - base) & 1)))
+            lost_seq[nlost++] = q;
+    cr_assert_geq(nlost, last_rows + 3);
+    /* the restart: what it did not consume is not its yet, as far as the test's record goes */
+    for (uint64_t i = 0; i < nlost; i++)
+        m.dealt[0][rk[0].seq_t[lost_seq[i]]][rk[0].seq_row[lost_seq[i]]] = 0;
+    uint64_t consumed_before = rk[0].dealt - nlost;
+    rank again = {.session = 77, .dealt = rk[0].dealt, .resend = nlost};
+    cr_assert_eq(ask(&m, &again, 0, 2, 0), SB_DEAL_SLICE);
+    cr_assert(again.last.restarted, "the reply says it restarted");
+    cr_assert_eq(again.last.resume_rows, consumed_before,
+                 "it had consumed %" PRIu64 ", the reply says %" PRIu64, consumed_before,
+                 again.last.resume_rows);
+    while (again.logrows < nlost)
+        cr_assert_eq(ask(&m, &again, 0, 2, 0), SB_DEAL_SLICE, "its rows first, at once");
+    cr_assert_eq(again.logrows, nlost, "exactly its rows not consumed came again");
+    for (uint64_t i = 0; i < nlost; i++)
+        cr_assert(again.seq_t[i] == rk[0].seq_t[lost_seq[i]] &&
+                      again.seq_row[i] == rk[0].seq_row[lost_seq[i]],
+                  "in their order: row %" PRIu64, i);
+    /* the replaced consumer is refused */
+    sb_deal_request old = {.rank = 0, .world = 2, .epoch = 0, .batch = BATCH, .session = 1};
+    sb_deal_reply rep;
+    sb_deal_next(m.d, m.s, &old, m.now, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR);
+    cr_assert(strstr(rep.message, "was restarted"), "%s", rep.message);
+    for (int step = 0; step < 100000 && !(again.ended && rk[1].ended); step++) {
+        m.now++;
+        work(&m);
+        if (!again.ended)
+            ask(&m, &again, 0, 2, 0);
+        if (!rk[1].ended)
+            ask(&m, &rk[1], 1, 2, 0);
+    }
+    cr_assert(again.ended && rk[1].ended);
+    uint64_t want = 0;
+    for (uint64_t t = 0; t < NSPLITS; t++) {
+        want += rows_of(t);
+        for (uint64_t x = 0; x < rows_of(t); x++)
+            cr_assert_neq(m.dealt[0][t][x], 0, "row %" PRIu64 " of task %" PRIu64 " lost", x, t);
+    }
+    cr_assert_eq(again.dealt + rk[1].dealt, want, "every row once (ask() asserts: never twice)");
+    /* epoch 1, read whole, so that the run can end: then every partition was released */
+    rank e1[2] = {0};
+    for (int step = 0; step < 100000 && !(e1[0].ended && e1[1].ended); step++) {
+        m.now++;
+        work(&m);
+        for (uint32_t r = 0; r < 2; r++)
+            if (!e1[r].ended)
+                ask(&m, &e1[r], r, 2, 1);
+    }
+    for (int k = 0; k < 3; k++)
+        work(&m);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "nothing held forever");
+    sim_free(&m);
+}
+
+/* Slices reported lost while their partition is still being dealt (the head): every third slice
+ * of rank 0 comes back lost in its next request (its partition is still on the worker, so it is
+ * dealt again at once). The partition must stay held until its last rows are dealt and
+ * consumed: released early, its rows past the lost slice would be dealt from a partition the
+ * worker freed (an error, or rows that never come). Every row once, and the run ends. */
+Test(stream_deal, lost_slices_of_the_head_keep_it_held_until_all_dealt)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    for (uint32_t e = 0; e < EPOCHS; e++) {
+        rank rk[2] = {0};
+        int got0 = 0;
+        for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended); step++) {
+            m.now++;
+            work(&m);
+            for (uint32_t r = 0; r < 2; r++) {
+                if (rk[r].ended)
+                    continue;
+                sb_deal_lost lost;
+                char id[128];
+                int lose = r == 0 && rk[0].last.kind == SB_DEAL_SLICE && ++got0 % 3 == 0;
+                if (lose) {
+                    snprintf(id, sizeof id, "%s", rk[0].last_id);
+                    lost = (sb_deal_lost){.id = id, .lo = rk[0].last.row_lo, .hi = rk[0].last.row_hi};
+                }
+                ask_lost(&m, &rk[r], r, 2, e, lose ? &lost : NULL);
+            }
+        }
+        cr_assert(rk[0].ended && rk[1].ended, "epoch %u ended", e);
+        uint64_t want = 0;
+        for (uint64_t t = e * NSPLITS; t < (e + 1) * NSPLITS; t++)
+            want += rows_of(t);
+        cr_assert_eq(rk[0].dealt + rk[1].dealt, want, "every row once (ask() asserts: never twice)");
+    }
+    for (int k = 0; k < 3; k++)
+        work(&m);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "every partition released");
     sim_free(&m);
 }
