@@ -70,7 +70,8 @@ struct sbc_stream {
     uint64_t *bseq;   /* the current batch's rows' seqs (consumed at the next sbc_next) */
     size_t nbseq, capbseq;
     int final_acked;  /* the epoch's last acknowledgement was sent */
-    int budget_full;  /* the last reply: the stream's rows held fill the memory budget */
+    int budget_full;  /* the last reply: no more rows now whatever it waits (the budget is full
+                         of rows held, or it is ahead of the other ranks) */
     Streambatch__V1__LostSlice lost[64]; /* slices it could not fetch, reported next time */
     Streambatch__V1__LostSlice *lostp[64];
     char lost_ids[64][256];
@@ -479,7 +480,7 @@ static int ask_ex(sbc_stream *s, int nap, int ack_only)
     s->nlost = 0;
     s->step_rows = s->step_us = s->steps = 0;
     Streambatch__V1__StreamNextReply *r = (Streambatch__V1__StreamNextReply *)resp;
-    s->budget_full = r->budget_full;
+    s->budget_full = r->budget_full || r->at_cap;
     if (r->restarted)
         resume(s, r);
     if (r->n_batch_sizes > 0) { /* decided sizes never change: the latest list is all we need */
@@ -567,7 +568,9 @@ static int fill(sbc_stream *s)
             return 1; /* the rest, up to what is allowed (a short last batch without drop_last) */
         }
         /* the window's rows hold their partitions until consumed: when they fill the budget
-         * the pipeline waits for this rank, so the window makes do with what it has */
+         * the pipeline waits for this rank, so the window makes do with what it has; likewise
+         * when this rank is as far ahead of the others as the balance lets it (they may be
+         * waiting for it, in an all-reduce, and not asking) */
         if (b > 0 && have >= b && ok >= b && (have >= want || s->budget_full)) {
             /* Ask ahead once for the next batch's rows, not waiting: a rank dealt its next
              * batch while it works on this one lifts the floor the other ranks wait on (with

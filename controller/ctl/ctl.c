@@ -1263,6 +1263,7 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
     rep.resume_rows = dr.resume_rows;
     rep.resume_batches = dr.resume_batches;
     rep.budget_full = dr.budget_full;
+    rep.at_cap = dr.at_cap;
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
     if (m->consumed_base > 0 || m->consumed_bits.len > 0 || dr.restarted)
         serve_pending(c, 0); /* acks may have freed budget: waiting polls may get tasks now */

@@ -541,8 +541,10 @@ static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
             return 0;
         }
     }
-    if (e->dealt[req->rank] >= cap)
+    if (e->dealt[req->rank] >= cap) {
+        rep->at_cap = 1;
         return 0; /* a batch (an iteration) ahead of the slowest rank: wait for it */
+    }
     uint64_t n = e->rows - e->next_row;
     if (n > cap - e->dealt[req->rank])
         n = cap - e->dealt[req->rank];

@@ -86,6 +86,7 @@ typedef struct sb_deal_reply {
     uint64_t resume_rows, resume_batches;
     int budget_full; /* WAIT: the partitions held fill the memory budget (nothing more is made
                         until a rank consumes) */
+    int at_cap;      /* WAIT: the rank is a batch (LB-BSP: an iteration) ahead of the slowest */
     uint64_t floor_rows;           /* rows every rank of the epoch has been dealt so far */
     uint64_t dealt_rows;           /* rows dealt to this rank (END: in all) */
     uint64_t end_rows;             /* END: whole batches of floor_rows (drop_last's rows) */

@@ -306,6 +306,21 @@ def restart_test(src):
           f"{len(ids)} rows, {len(set(ids))} distinct")
 
 
+def example_test():
+    """api/examples/training/train.py (the documented training example), numpy backend: two
+    ranks with equal batches, then LB-BSP with rank 1 slowed; each must learn the labels with the
+    same number of steps on both ranks (the script checks and exits 0)."""
+    script = os.path.join(HERE, "..", "..", "api", "examples", "training", "train.py")
+    env = dict(os.environ, STREAMBATCH_BIN=BIN)
+    for extra in ([], ["--balance", "lbbsp", "--slow-rank", "1"]):
+        r = subprocess.run([sys.executable, script, "--rows", "4000", "--backend", "numpy"] + extra,
+                           capture_output=True, text=True, timeout=120, env=env)
+        lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+        check(f"training example {' '.join(extra) or '(equal batches)'}: learned, exit 0",
+              r.returncode == 0 and len(lines) == 3 and lines[-1]["accuracy"] >= 0.9,
+              f"rc {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
+
+
 def worker_pids(run_pid):
     with open(f"/proc/{run_pid}/task/{run_pid}/children") as f:
         kids = [int(x) for x in f.read().split()]
@@ -394,6 +409,7 @@ def main():
              ("capi", lambda: c_api_test(src)),
              ("lbbsp", lambda: lbbsp_test(src)),
              ("restart", lambda: restart_test(src)),
+             ("example", example_test),
              ("cli", lambda: cli_test(src))]
     for name, run in tests:
         if not only or name in only.split(","):
