@@ -66,12 +66,12 @@ struct sbc_stream {
     uint64_t cbase;
     uint8_t *cbits;
     size_t ncbits, capcbits;
-    int unsent;       /* rows consumed since the last StreamNext */
-    uint64_t *bseq;   /* the current batch's rows' seqs (consumed at the next sbc_next) */
+    int unsent;     /* rows consumed since the last StreamNext */
+    uint64_t *bseq; /* the current batch's rows' seqs (consumed at the next sbc_next) */
     size_t nbseq, capbseq;
-    int final_acked;  /* the epoch's last acknowledgement was sent */
-    int budget_full;  /* the last reply: no more rows now whatever it waits (the budget is full
-                         of rows held, or it is ahead of the other ranks) */
+    int final_acked; /* the epoch's last acknowledgement was sent */
+    int budget_full; /* the last reply: no more rows now whatever it waits (the budget is full
+                        of rows held, or it is ahead of the other ranks) */
     Streambatch__V1__LostSlice lost[64]; /* slices it could not fetch, reported next time */
     Streambatch__V1__LostSlice *lostp[64];
     char lost_ids[64][256];
@@ -90,11 +90,11 @@ struct sbc_stream {
     /* LB-BSP: this rank's batch sizes for iterations [size_from, size_from + nsizes) */
     uint32_t sizes[1024]; /* (the controller lists up to 1024) */
     uint32_t size_from, nsizes;
-    uint64_t batches;                        /* batches yielded */
-    uint64_t step_rows, step_us, steps;      /* timed since the last StreamNext */
-    uint64_t yielded_us;                     /* when the last batch was returned (0: none) */
-    int reported;                            /* sbc_report_step was called: no own timing */
-    src **batch_srcs; /* sources whose rows the current batch was gathered from */
+    uint64_t batches;                   /* batches yielded */
+    uint64_t step_rows, step_us, steps; /* timed since the last StreamNext */
+    uint64_t yielded_us;                /* when the last batch was returned (0: none) */
+    int reported;                       /* sbc_report_step was called: no own timing */
+    src **batch_srcs;                   /* sources whose rows the current batch was gathered from */
     size_t nbatch_srcs, capbatch_srcs;
     char err[1024];
 };

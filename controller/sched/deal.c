@@ -28,8 +28,8 @@ typedef struct {
     uint32_t world, batch; /* fixed by the epoch's first request (0: none yet) */
     redeal *re;            /* slices to deal again, first */
     size_t nre, capre;
-    uint64_t *dealt; /* rows per rank */
-    uint8_t *ended;  /* ranks told the epoch is over */
+    uint64_t *dealt;  /* rows per rank */
+    uint8_t *ended;   /* ranks told the epoch is over */
     sb_ranklog *logs; /* per rank: its slices and what it consumed */
     uint32_t nended;
     /* the partition being dealt (the stream's oldest not fully dealt) */
@@ -610,12 +610,11 @@ static int session_check(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_r
 
 /* The rank's acknowledgement (after its lost slices: their rows count as consumed in it). A
  * report that cannot be changes nothing (sb_ranklog_ack): the rows stay held. */
-static void ack(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req,
-                uint64_t now_ms)
+static void ack(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req, uint64_t now_ms)
 {
     hold_ctx hc = {d, s, now_ms};
-    sb_ranklog_ack(&e->logs[req->rank], req->consumed_base, req->consumed_bits,
-                   req->nconsumed_bits, req->consumed_batches, hold, &hc);
+    sb_ranklog_ack(&e->logs[req->rank], req->consumed_base, req->consumed_bits, req->nconsumed_bits,
+                   req->consumed_batches, hold, &hc);
 }
 
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
@@ -688,7 +687,8 @@ size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max)
         const rank_speed *k = r < d->nrk ? &d->rk[r] : NULL;
         out[n++] = (sb_deal_rank){
             .rank = r,
-            .batch_rows = e->balance == SB_DEAL_LBBSP && k != NULL && k->batch ? k->batch : e->batch,
+            .batch_rows =
+                e->balance == SB_DEAL_LBBSP && k != NULL && k->batch ? k->batch : e->batch,
             .step_seconds = k != NULL ? k->step_s : 0,
             .rows_per_s = k != NULL && k->us_per_row > 0 ? 1e6 / k->us_per_row : 0};
     }

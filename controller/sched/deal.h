@@ -64,13 +64,13 @@ typedef struct sb_deal_request {
     uint32_t balance;   /* SB_DEAL_EQUAL or SB_DEAL_LBBSP (every rank of an epoch the same) */
     uint32_t iteration; /* LBBSP: the batch the rank forms next (0-based): sizes[] start there */
     uint64_t step_rows, step_us, steps; /* steps the rank timed since its last request */
-    uint64_t session; /* the consumer's (0: none: no restarts) */
+    uint64_t session;                   /* the consumer's (0: none: no restarts) */
     /* consumed: every row of the rank's sequence before consumed_base, and consumed_base + i
      * where bit i of consumed_bits is set (ranklog.h); consumed_batches: its batches consumed */
     uint64_t consumed_base, consumed_batches;
     const uint8_t *consumed_bits;
-    size_t nconsumed_bits; /* bytes */
-    int ack_only;          /* only the acknowledgement: no slice dealt (the reply is a WAIT) */
+    size_t nconsumed_bits;    /* bytes */
+    int ack_only;             /* only the acknowledgement: no slice dealt (the reply is a WAIT) */
     const sb_deal_lost *lost; /* slices of this epoch the rank could not read: re-made by lineage
                                  (sb_sched_stream_lost) and dealt again, first */
     size_t nlost;
@@ -84,13 +84,13 @@ typedef struct sb_deal_reply {
     uint64_t seq;                  /* SLICE: row_lo's position in the rank's sequence */
     int restarted;                 /* a new session of the rank: it had consumed resume_* */
     uint64_t resume_rows, resume_batches;
-    int budget_full; /* WAIT: the partitions held fill the memory budget (nothing more is made
-                        until a rank consumes) */
-    int at_cap;      /* WAIT: the rank is a batch (LB-BSP: an iteration) ahead of the slowest */
-    uint64_t floor_rows;           /* rows every rank of the epoch has been dealt so far */
-    uint64_t dealt_rows;           /* rows dealt to this rank (END: in all) */
-    uint64_t end_rows;             /* END: whole batches of floor_rows (drop_last's rows) */
-    char message[256];             /* ERROR */
+    int budget_full;     /* WAIT: the partitions held fill the memory budget (nothing more is made
+                            until a rank consumes) */
+    int at_cap;          /* WAIT: the rank is a batch (LB-BSP: an iteration) ahead of the slowest */
+    uint64_t floor_rows; /* rows every rank of the epoch has been dealt so far */
+    uint64_t dealt_rows; /* rows dealt to this rank (END: in all) */
+    uint64_t end_rows;   /* END: whole batches of floor_rows (drop_last's rows) */
+    char message[256];   /* ERROR */
     uint32_t sizes[SB_DEAL_SIZES]; /* LBBSP: the rank's batch rows for iterations iteration.. */
     size_t nsizes;
 } sb_deal_reply;
@@ -98,9 +98,9 @@ typedef struct sb_deal_reply {
 /* A rank's latest figures (LB-BSP's inputs and output; equal batches report batch). */
 typedef struct sb_deal_rank {
     uint32_t rank;
-    uint64_t batch_rows;  /* its batch in the latest iteration decided */
-    double step_seconds;  /* its latest reported step (0: none yet) */
-    double rows_per_s;    /* its measured speed (0: none yet) */
+    uint64_t batch_rows; /* its batch in the latest iteration decided */
+    double step_seconds; /* its latest reported step (0: none yet) */
+    double rows_per_s;   /* its measured speed (0: none yet) */
 } sb_deal_rank;
 
 /* A dealer for the scheduler's stream (sb_sched_stream_epochs > 0); NULL when out of memory. */

@@ -30,10 +30,10 @@ typedef struct sb_ranklog_ent {
 
 typedef struct sb_ranklog {
     sb_ranklog_ent *e;
-    size_t first, n, cap; /* live entries: [first, n) */
+    size_t first, n, cap;      /* live entries: [first, n) */
     size_t resend, resend_end; /* after a restart: entries [resend, resend_end) to deal again */
     uint64_t next_seq;
-    uint64_t session; /* the rank's current consumer (0: none yet, or one that sends none) */
+    uint64_t session;  /* the rank's current consumer (0: none yet, or one that sends none) */
     uint64_t *retired; /* sessions replaced by a restart: their requests are refused */
     size_t nretired;
     uint64_t done_rows; /* rows consumed (entries dropped, and before restarts), lost ones not */

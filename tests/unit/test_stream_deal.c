@@ -111,16 +111,16 @@ static sb_deal_reply last_slice; /* the latest reply (its strings: until the nex
 typedef struct {
     int ended;
     uint64_t dealt;
-    uint64_t logrows;  /* rows of the slices dealt to it (its sequence), lost ones too */
+    uint64_t logrows;    /* rows of the slices dealt to it (its sequence), lost ones too */
     uint64_t unconsumed; /* the last rows of it not consumed yet (acknowledged: the rest) */
     uint64_t resend;     /* rows to come again after a restart (counted in dealt already) */
-    uint64_t session;  /* 0: the rank's number + 1 */
+    uint64_t session;    /* 0: the rank's number + 1 */
     const uint8_t *bits; /* consumed beyond logrows - unconsumed (shuffled consumption) */
     size_t nbits;
-    uint8_t seq_t[2048];    /* each row of its sequence: the task of its partition, */
-    uint8_t seq_row[2048];  /* and its row there */
-    sb_deal_reply last; /* (its strings: until the next call) */
-    char last_id[128];  /* the last slice's partition */
+    uint8_t seq_t[2048];   /* each row of its sequence: the task of its partition, */
+    uint8_t seq_row[2048]; /* and its row there */
+    sb_deal_reply last;    /* (its strings: until the next call) */
+    char last_id[128];     /* the last slice's partition */
     /* LB-BSP ranks: the sizes of their iterations as the replies listed them */
     int lbbsp;
     uint32_t us_per_row; /* the speed it reports (0: reports nothing) */
@@ -206,7 +206,8 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
             if (k >= rk->nsizes)
                 rk->nsizes = k + 1;
         }
-        cr_assert_leq(rows_before(rk, rk->nsizes) - rk->sizes[rk->nsizes - 1], rk->dealt + BATCH * 3,
+        cr_assert_leq(rows_before(rk, rk->nsizes) - rk->sizes[rk->nsizes - 1],
+                      rk->dealt + BATCH * 3,
                       "sizes are decided about an iteration ahead, not more");
         while (rk->iteration < rk->nsizes && rows_before(rk, rk->iteration + 1) <= rk->dealt)
             rk->iteration++;
@@ -436,7 +437,8 @@ Test(stream_deal, lbbsp_sizes_follow_speeds_global_batch_constant)
         uint64_t want = 0;
         for (uint64_t t = e * NSPLITS; t < (e + 1) * NSPLITS; t++)
             want += rows_of(t);
-        cr_assert_eq(rk[0].dealt + rk[1].dealt, want, "every row once (ask() asserts: never twice)");
+        cr_assert_eq(rk[0].dealt + rk[1].dealt, want,
+                     "every row once (ask() asserts: never twice)");
         uint32_t n = rk[0].nsizes < rk[1].nsizes ? rk[0].nsizes : rk[1].nsizes;
         cr_assert_geq(n, 8, "iterations: %u", n);
         for (uint32_t k = 0; k < n; k++)
@@ -599,7 +601,8 @@ Test(stream_deal, lost_slices_of_the_head_keep_it_held_until_all_dealt)
                 int lose = r == 0 && rk[0].last.kind == SB_DEAL_SLICE && ++got0 % 3 == 0;
                 if (lose) {
                     snprintf(id, sizeof id, "%s", rk[0].last_id);
-                    lost = (sb_deal_lost){.id = id, .lo = rk[0].last.row_lo, .hi = rk[0].last.row_hi};
+                    lost =
+                        (sb_deal_lost){.id = id, .lo = rk[0].last.row_lo, .hi = rk[0].last.row_hi};
                 }
                 ask_lost(&m, &rk[r], r, 2, e, lose ? &lost : NULL);
             }
@@ -608,7 +611,8 @@ Test(stream_deal, lost_slices_of_the_head_keep_it_held_until_all_dealt)
         uint64_t want = 0;
         for (uint64_t t = e * NSPLITS; t < (e + 1) * NSPLITS; t++)
             want += rows_of(t);
-        cr_assert_eq(rk[0].dealt + rk[1].dealt, want, "every row once (ask() asserts: never twice)");
+        cr_assert_eq(rk[0].dealt + rk[1].dealt, want,
+                     "every row once (ask() asserts: never twice)");
     }
     for (int k = 0; k < 3; k++)
         work(&m);
