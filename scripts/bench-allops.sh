@@ -2,11 +2,12 @@
 # The all-to-all ops (issue 41) on one machine; prints a markdown section. 500,000 jsonl rows
 # (8 files, ~50 MiB) through identity (the floor: read, pass, write), groupby {count, sum, mean}
 # over 4 reduce tasks by a key of 10,000 values and by one of 100, random_shuffle over 4, limit
-# {rows: 1000} (the scheduler stops the source early) and a broadcast join with a 10,000-row
-# lookup table,
-# 2 CPU workers, whole
+# {rows: 1000} (the scheduler stops the source early), a broadcast join with a 10,000-row
+# lookup table, and sort by (key, v) into 4 ranges (its output checked in _manifest.json's
+# order), 2 CPU workers, whole
 # `streambatch run` wall times (start-up included), best of ROUNDS; beside a single-process
-# Python groupby and join of the same rows (json + dict), the references they are checked against.
+# Python groupby and join of the same rows (json + dict), the references they are checked against,
+# and a single-process Python sort (json.loads, list.sort, json.dumps).
 # Not yet the issue's side-by-side with Ray Data, Daft and DuckDB (not installed here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,11 +42,12 @@ stage() {
   random_shuffle) echo "{name: x, op: random_shuffle, args: {seed: 1, partitions: 4}}" ;;
   limit) echo "{name: x, op: limit, args: {rows: 1000}}" ;;
   join) echo "{name: x, op: join, args: {right: {uri: 'file://$work/right/'}, on: [key]}}" ;;
+  sort) echo "{name: x, op: sort, args: {keys: [{field: key}, {field: v}], partitions: 4}}" ;;
   esac
 }
 echo "| op | rows in | rows out | best wall (s) of $rounds | CPU s (all processes) | |"
 echo "|---|---|---|---|---|---|"
-for op in identity groupby groupby100 random_shuffle limit join; do
+for op in identity groupby groupby100 random_shuffle limit join sort; do
   cat >"$work/$op.yaml" <<EOY
 apiVersion: streambatch.dev/v1alpha1
 kind: Pipeline
@@ -77,6 +79,8 @@ EOY
     python3 tests/allops/check_lj.py limit 1000 "$work/in" "$work/out-$op" >/dev/null && check="the first 1000 rows; $(python3 -c "import json; d=json.load(open('$work/$op.json')); print('%d of %d source tasks run' % (d['tasksRun'] - 1, d['stages'][0]['tasks']))")"
   elif [[ $op == join ]]; then
     python3 tests/allops/check_lj.py join '{"on":["key"]}' "$work/in" "$work/right" "$work/out-$op" >/dev/null && check="matches the reference"
+  elif [[ $op == sort ]]; then
+    python3 tests/allops/check.py sort '{"keys":[{"field":"key"},{"field":"v"}]}' "$work/in" "$work/out-$op" >/dev/null && check="in order, the input's rows"
   fi
   printf '| %s | 500000 | %s | %.2f | %s | %s |\n' "$op" "$rows" "$best" "$cpu" "$check"
 done
@@ -112,4 +116,17 @@ with open(os.devnull, "w") as o:
                 n += 1
 print("| python3 join (one process: dict, json.dumps) | 500000 | %d | %.2f | %.2f | |" %
       (n, time.time() - t, time.process_time() - c))
+PY
+python3 - "$work/in" <<'PY'
+import glob, json, os, sys, time
+t, c = time.time(), time.process_time()
+rows = []
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
+    rows += [json.loads(line) for line in open(f)]
+rows.sort(key=lambda r: (r["key"], r["v"]))
+with open(os.devnull, "w") as o:
+    for r in rows:
+        o.write(json.dumps(r) + "\n")
+print("| python3 sort (one process) | 500000 | %d | %.2f | %.2f | |" %
+      (len(rows), time.time() - t, time.process_time() - c))
 PY

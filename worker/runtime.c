@@ -714,6 +714,8 @@ static int task_setup(task_ctx *t)
         /* op k reads only what op k-1 emits: records op k-1 validated need no second check */
         if (k > 0 && t->impl[k - 1]->emits_valid_json && t->impl[k]->input_valid_json != NULL)
             t->impl[k]->input_valid_json(t->state[k]);
+        if (t->impl[k]->task_begin != NULL)
+            t->impl[k]->task_begin(t->state[k], task->task_index);
     }
     return 0;
 }

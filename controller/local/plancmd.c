@@ -340,11 +340,13 @@ static int profile_run(plan_state *s, const sb_local_plan_opts *o, const char *d
             const cJSON *e = cJSON_GetArrayItem(stages, k);
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
             /* an all-to-all stage runs as two ops, "<stage>.map" and "<stage>" (its reduce
-             * half): its cost is both (staged mode fuses nothing) */
+             * half), a sort as three ("<stage>.range" between): its cost is all of them (staged
+             * mode fuses nothing) */
             const char *sn = s->p.spec.stages[i].name;
             size_t sl = strlen(sn);
             if (cJSON_IsString(name) && strncmp(name->valuestring, sn, sl) == 0 &&
-                (name->valuestring[sl] == '\0' || strcmp(name->valuestring + sl, ".map") == 0)) {
+                (name->valuestring[sl] == '\0' || strcmp(name->valuestring + sl, ".map") == 0 ||
+                 strcmp(name->valuestring + sl, ".range") == 0)) {
                 secs += json_num(e, "taskSeconds", 0);
                 found = 1;
             }

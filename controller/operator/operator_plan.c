@@ -68,10 +68,13 @@ int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots,
             const char *plus = strchr(s, '+');
             size_t len = plus ? (size_t)(plus - s) : strlen(s);
             long i = stage_index(p, s, len);
-            /* an all-to-all stage's map half ("<stage>.map"): its task time adds to that of the
-             * stage's reduce half (an op after it, so measured first) */
+            /* an all-to-all stage's map half ("<stage>.map", and a sort's middle op
+             * "<stage>.range"): its task time adds to that of the stage's reduce half (an op
+             * after it, so measured first) */
             int map = i < 0 && len > 4 && strncmp(s + len - 4, ".map", 4) == 0 &&
                       (i = stage_index(p, s, len - 4)) >= 0;
+            if (i < 0 && len > 6 && strncmp(s + len - 6, ".range", 6) == 0)
+                map = (i = stage_index(p, s, len - 6)) >= 0;
             if (i >= 0) { /* fused stages share the op's task time evenly */
                 double v = op_rate * (double)k * (double)(slots != NULL && slots[i] ? slots[i] : 1);
                 r[i] = map && r[i] > 0 ? 1 / (1 / r[i] + 1 / v) : v;

@@ -47,13 +47,26 @@ uint32_t sb_exchange_buckets(const sb_stage_spec *st, const sb_storage_split *sp
     return n > SB_EXCHANGE_MAX_BUCKETS ? SB_EXCHANGE_MAX_BUCKETS : (uint32_t)n;
 }
 
-char *sb_exchange_args(const sb_stage_spec *st, uint32_t buckets, uint64_t memory)
+char *sb_exchange_args_round(const sb_stage_spec *st, uint32_t buckets, uint64_t memory, int round)
 {
     const char *args = st->args_json != NULL && *st->args_json ? st->args_json : "{}";
-    size_t len = strlen(st->op) + strlen(args) + 96;
+    size_t len = strlen(st->op) + strlen(args) + 112;
     char *out = malloc(len);
+    char r[24] = "";
+    if (round > 0)
+        snprintf(r, sizeof r, ",\"round\":%d", round);
     if (out != NULL)
-        snprintf(out, len, "{\"op\":\"%s\",\"buckets\":%u,\"memory\":%llu,\"args\":%s}", st->op,
-                 buckets, (unsigned long long)memory, args);
+        snprintf(out, len, "{\"op\":\"%s\",\"buckets\":%u,\"memory\":%llu%s,\"args\":%s}", st->op,
+                 buckets, (unsigned long long)memory, r, args);
     return out;
+}
+
+char *sb_exchange_args(const sb_stage_spec *st, uint32_t buckets, uint64_t memory)
+{
+    return sb_exchange_args_round(st, buckets, memory, 0);
+}
+
+int sb_exchange_rounds(const char *op)
+{
+    return op != NULL && strcmp(op, "sort") == 0 ? 2 : 1;
 }

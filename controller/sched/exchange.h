@@ -1,13 +1,19 @@
 /* exchange.h — all-to-all stages in the scheduler's plan (issue 41): which ops exchange rows by
  * key, how many buckets (reduce tasks) a stage gets, and the args its two halves run with.
  *
- * An exchange stage (repartition, random_shuffle, groupby, distinct) is planned as two ops: its
- * map half ends the op group before it (fused with the stages before it, or alone) and writes
+ * An exchange stage (repartition, random_shuffle, groupby, distinct, sort) is planned as two ops:
+ * its map half ends the op group before it (fused with the stages before it, or alone) and writes
  * every task's rows into N buckets, one output partition per bucket (the partition's sequence
  * number is its bucket, "s<op>-t<task>-p<bucket>"); its reduce half starts the next op group,
  * whose task b reads bucket b of every map output once the map op is finished (a barrier). The
  * halves are the worker ops "exchange.map" and "exchange.reduce" (worker/ops/exchange), given
  * the stage's op and args wrapped as {"op": OP, "buckets": N, "memory": BYTES, "args": ARGS}.
+ *
+ * sort runs over two exchanges (three ops): its map half spreads rows and samples keys, a middle
+ * op "<stage>.range" (an "exchange.reduce" with "round": 1 in its args, whose task b reads
+ * bucket b of every map output) picks the range boundaries from the samples and writes range
+ * buckets, and the reduce op sorts each range (worker/ops/exchange/sort.c). The reduce tasks are
+ * formed in bucket order, so their indices are the ranges' order (the sink lists them so).
  *
  * Memory: strings returned are malloc'd; the caller frees them.
  */
@@ -33,5 +39,12 @@ uint32_t sb_exchange_buckets(const sb_stage_spec *st, const sb_storage_split *sp
 /* The args of one half (role SB_EXCHANGE_MAP_OP or SB_EXCHANGE_REDUCE_OP) of stage st: the
  * wrapper above. NULL when out of memory. */
 char *sb_exchange_args(const sb_stage_spec *st, uint32_t buckets, uint64_t memory);
+
+/* The exchanges a stage running op needs: 2 for sort, else 1. */
+int sb_exchange_rounds(const char *op);
+
+/* The args of the middle op of a two-round stage: the wrapper above with "round": round. NULL
+ * when out of memory. */
+char *sb_exchange_args_round(const sb_stage_spec *st, uint32_t buckets, uint64_t memory, int round);
 
 #endif

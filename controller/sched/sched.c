@@ -202,6 +202,8 @@ struct sb_sched {
     size_t *drain_notes; /* drained workers not yet taken by sb_sched_drains_take */
     size_t ndrain_notes, capdrain_notes;
     sb_storage_output *sink_ordered; /* sb_sched_sink_parts' view with preserve_order */
+    int sort_sink; /* the last op is a sort's reduce (with stages fused after it): sink parts
+                      listed by (task index, seq), the ranges' order (exchange.h) */
     op *ops;
     size_t nops;
     const char *pools[2];
@@ -627,7 +629,7 @@ static op *plan_op_new(sb_sched *s, size_t stage, const char *pool)
 static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
 {
     int fuse = s->mode == SB_MODE_STREAMING && !cfg->no_fusion;
-    s->ops = calloc(2 * s->nstages, sizeof *s->ops); /* an exchange stage makes two */
+    s->ops = calloc(3 * s->nstages, sizeof *s->ops); /* an exchange stage makes two, sort 3 */
     if (s->ops == NULL)
         return -1;
     int prev_alone = 0;
@@ -645,6 +647,15 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
         if (sb_spec_allop(s->stage_ptrs[i]->op)) { /* map half ends this op, reduce starts one */
             s->ops[s->nops - 1].xmap = 1;
             plan_op_new(s, i, pool)->xreduce = 1;
+            if (sb_exchange_rounds(s->stage_ptrs[i]->op) == 2) { /* sort: a middle op, "x.range" */
+                s->ops[s->nops - 1].xmap = 1;
+                plan_op_new(s, i, pool)->xreduce = 1;
+                s->sort_sink = 1;
+            } else if (s->sort_sink) {
+                s->sort_sink = 0; /* an exchange after the sort: its order is not kept */
+            }
+        } else if (s->sort_sink && (!join || strcmp(s->ops[s->nops - 1].pool, pool) != 0)) {
+            s->sort_sink = 0; /* a stage not fused with the sort's reduce: validate refuses it */
         }
     }
     ops_pool_later(s);
@@ -653,7 +664,7 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
         size_t len = 1;
         for (size_t k = 0; k < o->nstages; k++)
             len += strlen(s->stages[o->first_stage + k].name) + 1;
-        o->name = malloc(len + 4);
+        o->name = malloc(len + 6);
         if (o->name == NULL)
             return -1;
         o->name[0] = '\0';
@@ -666,7 +677,7 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
             strcat(o->name, s->stages[o->first_stage + k].name);
         }
         if (o->xmap) /* the stage's map half: its reduce half's op has the stage's name */
-            strcat(o->name, ".map");
+            strcat(o->name, o->xreduce ? ".range" : ".map"); /* sort's middle op: both */
     }
     return 0;
 }
@@ -684,6 +695,18 @@ static int sched_exchange_setup(sb_sched *s, const sb_storage_split *splits, siz
         if ((o->sp = malloc(o->nstages * sizeof *o->sp)) == NULL)
             return -1;
         memcpy(o->sp, s->stage_ptrs + o->first_stage, o->nstages * sizeof *o->sp);
+        if (o->xmap && o->xreduce) { /* sort's middle op: one stage, the exchange's round 1 */
+            const sb_stage_spec *st = s->stage_ptrs[o->first_stage];
+            s->ops[i + 1].xbuckets = o->xbuckets;
+            sb_stage_spec *h = &s->xhalves[2 * i];
+            *h = *st;
+            h->op = strdup(SB_EXCHANGE_REDUCE_OP);
+            h->args_json = sb_exchange_args_round(st, o->xbuckets, s->budget, 1);
+            if (h->op == NULL || h->args_json == NULL)
+                return -1;
+            o->sp[0] = h;
+            continue;
+        }
         for (int half = 0; half < 2; half++) {
             if (!(half ? o->xreduce : o->xmap))
                 continue;
@@ -3116,9 +3139,53 @@ static int key_cmp(const uint64_t *a, const uint64_t *b, size_t n)
     return 0;
 }
 
+typedef struct {
+    uint64_t task, seq;
+    size_t i;
+} sink_rank;
+
+static int sink_rank_cmp(const void *a, const void *b)
+{
+    const sink_rank *x = a, *y = b;
+    if (x->task != y->task)
+        return x->task < y->task ? -1 : 1;
+    if (x->seq != y->seq)
+        return x->seq < y->seq ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* A sort's output: the parts of its reduce tasks in task order (the ranges' order: exchange_form
+ * forms them by bucket), each task's parts by their number. */
+static const sb_storage_output *sink_sorted(const sb_sched *s)
+{
+    size_t m = s->nsink;
+    sink_rank *rk = malloc(m * sizeof *rk);
+    sb_storage_output *ord = realloc(s->sink_ordered, m * sizeof *ord);
+    if (ord != NULL)
+        ((sb_sched *)s)->sink_ordered = ord;
+    if (rk == NULL || ord == NULL) {
+        free(rk);
+        return s->sink; /* out of memory: completion order */
+    }
+    for (size_t i = 0; i < m; i++) {
+        size_t ti = s->sink_task[i] == NO_TASK ? NONE : s->sink_task[i];
+        uint64_t opi = 0, tix = 0; /* a part carried over by a resume: its id names its task */
+        if (ti == NONE)
+            parse_part_id(s->sink[i].id, &opi, &tix);
+        rk[i] = (sink_rank){ti == NONE ? tix : s->tasks[ti].index, id_seq(s->sink[i].id), i};
+    }
+    qsort(rk, m, sizeof *rk, sink_rank_cmp);
+    for (size_t i = 0; i < m; i++)
+        ord[i] = s->sink[rk[i].i];
+    free(rk);
+    return ord;
+}
+
 const sb_storage_output *sb_sched_sink_parts(const sb_sched *s, size_t *n)
 {
     *n = s->nsink;
+    if (s->sort_sink && s->nsink >= 2)
+        return sink_sorted(s);
     if (!s->preserve_order || s->nsink < 2)
         return s->sink;
     /* input order: a merge sort of part indices by their lineage keys (stable) */

@@ -11,8 +11,8 @@
 
 int sb_spec_allop(const char *op)
 {
-    static const char *const names[] = {"repartition", "random_shuffle", "groupby", "distinct",
-                                        "limit"};
+    static const char *const names[] = {"repartition", "random_shuffle", "groupby",
+                                        "distinct",    "limit",          "sort"};
     for (size_t i = 0; op != NULL && i < sizeof names / sizeof *names; i++)
         if (strcmp(op, names[i]) == 0)
             return 1;
@@ -116,6 +116,42 @@ static void groupby_check(const sb_node *args, const char *path, sb_diags *d)
     }
 }
 
+/* sort: keys a list of 1 to 16 maps {field: NAME, descending: BOOL}. */
+static void sort_check(const sb_node *args, const char *path, sb_diags *d)
+{
+    const sb_node *keys = sb_node_get(args, "keys");
+    char buf[512], ib[512], fb[512];
+    if (keys == NULL)
+        return; /* the argspec says it is required */
+    sb_spec_path_field(buf, sizeof buf, path, "keys");
+    if (keys->kind != SB_NODE_SEQ || keys->n < 1 || keys->n > 16) {
+        sb_diags_add(d, buf, keys->line, keys->col,
+                     "must be a list of 1 to 16 keys {field: NAME, descending: false}");
+        return;
+    }
+    for (size_t i = 0; i < keys->n; i++) {
+        const sb_node *k = keys->items[i];
+        sb_spec_path_index(ib, sizeof ib, buf, i);
+        if (k->kind != SB_NODE_MAP) {
+            sb_diags_add(d, ib, k->line, k->col, "must be a map {field: NAME, descending: false}");
+            continue;
+        }
+        for (size_t j = 0; j < k->n; j++)
+            if (strcmp(k->keys[j]->text, "field") && strcmp(k->keys[j]->text, "descending"))
+                sb_diags_add(d, sb_spec_path_field(fb, sizeof fb, ib, k->keys[j]->text),
+                             k->keys[j]->line, k->keys[j]->col,
+                             "unknown field \"%s\" of a sort key (field, descending)",
+                             k->keys[j]->text);
+        const sb_node *f = sb_node_get(k, "field"), *ds = sb_node_get(k, "descending");
+        if (!is_str(f) || f->text[0] == '\0')
+            sb_diags_add(d, sb_spec_path_field(fb, sizeof fb, ib, "field"), f ? f->line : k->line,
+                         f ? f->col : k->col, "must be a non-empty field name");
+        if (ds != NULL && ds->kind != SB_NODE_BOOL)
+            sb_diags_add(d, sb_spec_path_field(fb, sizeof fb, ib, "descending"), ds->line, ds->col,
+                         "must be true or false");
+    }
+}
+
 void sb_spec_allop_args_check(const char *op, const sb_node *args, const sb_node *stage,
                               const char *path, sb_diags *d)
 {
@@ -128,6 +164,8 @@ void sb_spec_allop_args_check(const char *op, const sb_node *args, const sb_node
                      "leave it out to make such a record a data error");
     if (strcmp(op, "groupby") == 0)
         groupby_check(args, ap, d);
+    if (strcmp(op, "sort") == 0)
+        sort_check(args, ap, d);
     if (strcmp(op, "repartition") != 0)
         return;
     const sb_node *b = sb_node_get(args, "bytes"), *p = sb_node_get(args, "partitions");
@@ -163,6 +201,49 @@ static void limit_check(const sb_pipeline_spec *sp, size_t i, const char *path, 
                      "write it to files");
 }
 
+/* 1 when stage j runs in the same task as stage i (streaming mode fuses stages of one pool). */
+static int fused(const sb_pipeline_spec *sp, size_t i, size_t j)
+{
+    return sp->execution.mode == SB_MODE_STREAMING &&
+           strcmp(sb_stage_pool(&sp->stages[i]), sb_stage_pool(&sp->stages[j])) == 0;
+}
+
+/* sort at stage i: the stages after it (up to another all-to-all stage) must run in its reduce
+ * tasks, or their tasks would take its output in no order; stable: true needs the stages
+ * before it in its map tasks, which then are the source's splits in order. */
+static void sort_pipeline_check(const sb_pipeline_spec *sp, const sb_node *stages, size_t i,
+                                const char *path, sb_diags *d)
+{
+    char buf[512];
+    for (size_t j = i + 1; j < sp->nstages && !sb_spec_allop(sp->stages[j].op); j++) {
+        if (fused(sp, i, j))
+            continue;
+        const sb_node *n = j < stages->n ? stages->items[j] : stages;
+        snprintf(buf, sizeof buf, "%s.stages[%zu]", path, j);
+        sb_diags_add(d, buf, n->line, n->col,
+                     "stage \"%s\" after a sort runs in tasks of its own (%s), which would not "
+                     "keep the sort's order: run it on cpu in streaming mode, or before the sort",
+                     sp->stages[j].name,
+                     sp->execution.mode == SB_MODE_STREAMING ? "it runs on another placement"
+                                                             : "execution.mode is not streaming");
+        break;
+    }
+    const sb_node *args = sb_node_get(stages->items[i], "args");
+    const sb_node *st = sb_node_get(args, "stable");
+    if (st == NULL || st->kind != SB_NODE_BOOL || !st->v.b)
+        return;
+    for (size_t j = 0; j <= i; j++) {
+        if ((j < i && sb_spec_allop(sp->stages[j].op)) || !fused(sp, i, j)) {
+            snprintf(buf, sizeof buf, "%s.stages[%zu].args.stable", path, i);
+            sb_diags_add(d, buf, st->line, st->col,
+                         "stable: true keeps source order only when the sort's map tasks read "
+                         "the source: streaming mode, every stage before it on cpu and no "
+                         "all-to-all stage before it");
+            return;
+        }
+    }
+}
+
 void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
                                   sb_diags *d)
 {
@@ -187,5 +268,7 @@ void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *nod
                          "%s exchanges rows between tasks, so execution.preserveOrder cannot "
                          "hold: drop one of them",
                          op);
+        if (strcmp(op, "sort") == 0)
+            sort_pipeline_check(sp, stages, i, path, d);
     }
 }

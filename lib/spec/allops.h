@@ -1,8 +1,8 @@
 /* allops.h — validation of the all-to-all ops (repartition, random_shuffle, groupby, distinct,
- * limit): the arguments the generic argspec check in pipeline.c cannot express (groupby's
- * aggregates, unique output names, missingKey, repartition's bytes), and how they fit the rest
- * of the pipeline (preserveOrder, a parquet source, limit's place). Called by pipeline.c's stage
- * and spec checks.
+ * limit, sort): the arguments the generic argspec check in pipeline.c cannot express
+ * (groupby's aggregates, unique output names, missingKey, repartition's bytes, sort's keys), and
+ * how they fit the rest of the pipeline (preserveOrder, a parquet source, limit's place, the
+ * stages around a sort). Called by pipeline.c's stage and spec checks.
  *
  * Memory: nothing is kept; diagnostics go to the caller's sb_diags.
  */

@@ -245,6 +245,12 @@ static const argspec args_distinct[] = {{"fields", A_STRLIST, 0, 0, NULL, 0},
                                         {"partitions", A_INT, 0, 1, NULL, 4096},
                                         {NULL, A_ANY, 0, 0, NULL, 0}};
 
+static const char *const sort_nulls[] = {"last", "first", NULL};
+static const argspec args_sort[] = {
+    {"keys", A_ANY, 1, 0, NULL, 0},          {"nulls", A_ENUM, 0, 0, sort_nulls, 0},
+    {"stable", A_BOOL, 0, 0, NULL, 0},       {"missingKey", A_ANY, 0, 0, NULL, 0},
+    {"partitions", A_INT, 0, 1, NULL, 4096}, {NULL, A_ANY, 0, 0, NULL, 0}};
+
 static const opspec ops[] = {
     /* gpu: bench.* model a stage with a GPU implementation (shapeArgs give its cost there);
      * tensor.mlp has a CUDA one; exec and plugin run the user's code, which may use the GPU */
@@ -266,7 +272,7 @@ static const opspec ops[] = {
     {"limit", args_limit, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     {"join", args_join, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     /* issue 41's other ops, not built yet: refused as such, not as unknown */
-    {"sort", args_none, NULL, 1, SB_SHAPE_BIT_CPU, NULL},
+    {"sort", args_sort, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
 };
 #define NOPS (sizeof ops / sizeof *ops)
 
@@ -276,7 +282,7 @@ static const opspec ops[] = {
 const char *const sb_op_names[] = {
     "identity",        "bench.spin", "bench.sleep", "filter", "project",     "image.resize",
     "image.normalize", "tensor.mlp", "exec",        "plugin", "repartition", "random_shuffle",
-    "groupby",         "distinct",   "limit",       "join",   NULL};
+    "groupby",         "distinct",   "limit",       "join",   "sort",        NULL};
 
 int sb_spec_op_known(const char *name)
 {
@@ -993,7 +999,7 @@ static void planned_op(const char *name, const sb_node *opn, const char *path, s
                      "op \"%s\" is not in this build yet; the ops this build runs are "
                      "identity, bench.spin, bench.sleep, filter, project, image.resize, "
                      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, "
-                     "groupby, distinct, limit and join",
+                     "groupby, distinct, limit, join and sort",
                      name);
 }
 
@@ -1009,7 +1015,7 @@ static void unknown_op(const char *name, const sb_node *opn, const char *path, s
         sb_diags_add(d, buf, opn->line, opn->col,
                      "unknown op \"%.80s\"; built-in ops are identity, bench.spin, bench.sleep, "
                      "filter, project, image.resize, image.normalize, tensor.mlp, exec, plugin, "
-                     "repartition, random_shuffle, groupby, distinct, limit and join",
+                     "repartition, random_shuffle, groupby, distinct, limit, join and sort",
                      name);
 }
 

@@ -6,10 +6,14 @@
     check.py OP ARGS_JSON IN_DIR OUT_DIR    checks the sink OUT_DIR against the reference of op
                                             OP with ARGS over the jsonl files of IN_DIR
     check.py order OUT_DIR                  prints the rows in part order (task, then part number)
+    check.py sort ARGS_JSON IN_DIR OUT_DIR  sort: the rows of the parts in _manifest.json's order
+                                            are the input's, in order (stable: exactly the
+                                            stable sort of the input in source order)
 
 Exit status 0 when the output matches; otherwise the first differences are printed.
 Keys compare by value and type as the engine's do: 1 == 1.0 == 1e0, "1" differs, true differs.
 """
+import functools
 import glob
 import json
 import math
@@ -178,6 +182,91 @@ def check_rows_kept(rows, out, args):
     return errs
 
 
+def rank(v):
+    """The order across types: null, false, true, numbers, strings, arrays, objects."""
+    if v is None:
+        return 0
+    if isinstance(v, bool):
+        return 2 if v else 1
+    if isinstance(v, (int, float)):
+        return 3
+    if isinstance(v, str):
+        return 4
+    return 5 if isinstance(v, list) else 6
+
+
+def vcmp(a, b):
+    ra, rb = rank(a), rank(b)
+    if ra != rb:
+        return -1 if ra < rb else 1
+    if ra == 3 or ra == 4:  # numbers by value (int and float exactly), strings by code point
+        return (a > b) - (a < b)
+    if ra < 3:
+        return 0
+    if ra == 6:  # objects: their members sorted by name, as name, value, name, value, ...
+        a = [x for kv in sorted(a.items()) for x in kv]
+        b = [x for kv in sorted(b.items()) for x in kv]
+        n = min(len(a), len(b)) // 2 * 2
+        for x, y in zip(a[:n], b[:n]):
+            c = vcmp(x, y)
+            if c:
+                return c
+        return (len(a) > len(b)) - (len(a) < len(b))
+    for x, y in zip(a, b):
+        c = vcmp(x, y)
+        if c:
+            return c
+    return (len(a) > len(b)) - (len(a) < len(b))
+
+
+def sort_cmp(args):
+    keys, first = args["keys"], args.get("nulls") == "first"
+
+    def cmp(r, s):
+        for k in keys:
+            a, b = r.get(k["field"]), s.get(k["field"])
+            if a is None or b is None:
+                c = 0 if (a is None) == (b is None) else (-1 if a is None else 1) * (1 if first else -1)
+            else:
+                c = vcmp(a, b) * (-1 if k.get("descending") else 1)
+            if c:
+                return c
+        return 0
+    return cmp
+
+
+def read_manifest(d):
+    """The sink's rows in _manifest.json's order of parts, one list per part."""
+    with open(os.path.join(d, "_manifest.json")) as fh:
+        names = [p["name"] for p in json.load(fh)["parts"]]
+    on_disk = sorted(p for p in os.listdir(d) if p.startswith("part-"))
+    parts = []
+    for n in names:
+        with open(os.path.join(d, n)) as fh:
+            parts.append([json.loads(line) for line in fh if line.strip()])
+    return parts, sorted(names) == on_disk
+
+
+def check_sort(rows, d, args):
+    parts, listed = read_manifest(d)
+    errs = [] if listed else ["_manifest.json does not list exactly the part files"]
+    got = [r for p in parts for r in p]
+    errs += check_rows_kept(rows, [got], {})
+    cmp = sort_cmp(args)
+    for i in range(len(got) - 1):
+        if cmp(got[i], got[i + 1]) > 0:
+            errs.append("rows %d and %d out of order: %r then %r" % (i, i + 1, got[i], got[i + 1]))
+            break
+    for i in range(len(parts) - 1):  # part i's last key is no greater than part i+1's first
+        if parts[i] and parts[i + 1] and cmp(parts[i][-1], parts[i + 1][0]) > 0:
+            errs.append("part %d ends above part %d's start" % (i, i + 1))
+    if args.get("stable"):  # Python's sort is stable: ties keep the source order
+        want = sorted(rows, key=functools.cmp_to_key(cmp))
+        if [json.dumps(r) for r in want] != [json.dumps(r) for r in got]:
+            errs.append("stable: ties are not in source order")
+    return errs
+
+
 def gen(d, files, nrows, seed):
     rnd = random.Random(seed)
     keys = [1, 1.0, "1", 2, 2.0, True, False, None, "a", "b", 3.5, -0.0, 0, 1e0, [1, 2], {"x": 1}]
@@ -204,6 +293,13 @@ def main(argv):
                 print(json.dumps(r, sort_keys=True))
         return 0
     op, args = argv[1], json.loads(argv[2])
+    if op == "sort":
+        rows, errs = read_rows(argv[3]), check_sort(read_rows(argv[3]), argv[4], args)
+        for e in errs[:10]:
+            print(e)
+        if not errs:
+            print("sort: %d rows, in order across the parts, matches the reference" % len(rows))
+        return 1 if errs else 0
     rows, out = read_rows(argv[3]), read_out(argv[4])
     args["op"] = op
     check = {"groupby": check_groupby, "distinct": check_distinct}.get(op, check_rows_kept)

@@ -132,6 +132,24 @@ static inline int itest_kill_worker(void)
     return killed;
 }
 
+/* Runs `streambatch run NAME.yaml --cpus 2` in dir in the background (log NAME.log, summary
+ * NAME.summary.json), SIGKILLs one of its workers once the log matches the extended regex
+ * PATTERN, and waits for the run to end: the test fails unless it succeeded. */
+static inline void itest_run_kill_when(const char *name, const char *pattern)
+{
+    sh("cd %s && (timeout 150 %s run %s.yaml --cpus 2 --progress-interval-ms 50 --summary-json "
+       "%s.summary.json > %s.log 2>&1; echo $? > %s.rc) >/dev/null 2>&1 &",
+       dir, sb_test_bin("streambatch"), name, name, name, name);
+    sh("for i in $(seq 1 600); do grep -Eq '%s' %s/%s.log && exit 0; sleep 0.05; done; "
+       "cat %s/%s.log; exit 1",
+       pattern, dir, name, dir, name);
+    cr_assert_eq(itest_kill_worker(), 1);
+    sh("for i in $(seq 1 1400); do [ -f %s/%s.rc ] && break; sleep 0.1; done", dir, name);
+    char *rc = sb_test_sh_out("cat %s/%s.rc; tail -5 %s/%s.log", dir, name, dir, name);
+    cr_assert(strncmp(rc, "0\n", 2) == 0, "run failed: %s", rc);
+    free(rc);
+}
+
 /* Runs `streambatch run NAME.yaml FLAGS --summary-json NAME.summary.json` in dir in the
  * foreground, for at most SECS; returns its exit status and (in *out) its output. */
 static inline int run_cli_timeout(int secs, const char *name, const char *flags, char **out)

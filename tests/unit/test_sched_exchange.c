@@ -2,7 +2,8 @@
  * as a map op that ends its op group and a reduce op that starts the next; the reduce tasks
  * formed only after the map op finished (a barrier), task b reading bucket b (the map outputs
  * p<b>) of every map task in map task order; a worker lost in the reduce phase re-runs the map
- * tasks whose outputs it held (lineage), and the reduce tasks then read the re-made buckets. */
+ * tasks whose outputs it held (lineage), and the reduce tasks then read the re-made buckets; a
+ * sort planned as three ops, its sink listed in range order. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,9 +28,9 @@ static const char *yaml = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\
 static spec_holder h;
 static char names[NSPLITS][64];
 
-static sb_sched *make(void)
+static sb_sched *make_from(const char *y)
 {
-    spec_fixture_load(&h, yaml);
+    spec_fixture_load(&h, y);
     sb_storage_split sp[NSPLITS];
     for (size_t i = 0; i < NSPLITS; i++) {
         snprintf(names[i], sizeof names[i], "0\t1024\t1024\t/in/f%zu.jsonl", i);
@@ -45,6 +46,11 @@ static sb_sched *make(void)
     return s;
 }
 
+static sb_sched *make(void)
+{
+    return make_from(yaml);
+}
+
 static void drop_releases(sb_sched *s, const char *w)
 {
     char **rel;
@@ -54,12 +60,13 @@ static void drop_releases(sb_sched *s, const char *w)
     free(rel);
 }
 
-/* Completes task t on worker w: a map task makes NB outputs (its buckets), others one. */
+/* Completes task t on worker w: a task that writes the sink makes one output, others NB (their
+ * buckets). */
 static void complete(sb_sched *s, const char *w, const sb_sched_task *t, uint64_t now)
 {
     char ids[NB][64];
     sb_storage_output o[NB];
-    size_t n = t->op == 0 ? NB : 1;
+    size_t n = t->writes_sink ? 1 : NB;
     for (size_t b = 0; b < n; b++) {
         snprintf(ids[b], sizeof ids[b], "s%" PRIu32 "-t%" PRIu64 "-p%zu", t->op, t->index, b);
         o[b] = (sb_storage_output){.id = ids[b], .bytes = 100 + b, .rows = 1 + b};
@@ -206,6 +213,99 @@ Test(sched_exchange, lost_map_outputs_rerun_by_lineage)
     cr_expect_eq(reduces, NB, "every reduce task ran (the one that lost its input again)");
     sb_sched_get_stats(s, &st);
     cr_expect_eq(st.sink_parts, NB);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+static const char *sort_yaml =
+    "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\n"
+    "metadata: {name: x}\nspec:\n"
+    "  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
+    "  stages:\n  - {name: a, op: identity}\n"
+    "  - {name: o, op: sort, args: {keys: [{field: k}], partitions: 3}}\n"
+    "  - {name: b, op: identity}\n"
+    "  sink: {uri: 'file:///out/', format: jsonl}\n"
+    "  execution: {memoryBudget: 1Ti}\n";
+
+/* Checks task t of op 1 or 2 reading bucket b of each of the n tasks of the op before. */
+static void check_bucket_inputs(const sb_sched_task *t, size_t n)
+{
+    cr_assert_eq(t->ninputs, n);
+    uint64_t b = strtoull(strrchr(t->inputs[0].id, 'p') + 1, NULL, 10);
+    for (size_t k = 0; k < n; k++) {
+        char w[16];
+        snprintf(w, sizeof w, "s%" PRIu32 "-t", t->op - 1);
+        cr_expect(strncmp(t->inputs[k].id, w, strlen(w)) == 0, "%s", t->inputs[k].id);
+        cr_expect_eq(strtoull(strrchr(t->inputs[k].id, 'p') + 1, NULL, 10), b, "one bucket");
+    }
+}
+
+/* A sort: three ops (the map half, the middle op "<stage>.range" reading bucket b of every map
+ * output with round 1 in its args, the reduce), each formed after the one before finished; the
+ * sink's parts listed in reduce task order (the ranges' order) whatever order they finished in */
+Test(sched_exchange, sort_runs_three_ops_and_lists_its_sink_in_range_order)
+{
+    sb_sched *s = make_from(sort_yaml);
+    cr_assert_eq(sb_sched_group_count(s), 3);
+    sb_sched_group_stats st;
+    const char *want[3] = {"a+o.map", "o.range", "o+b"};
+    for (size_t i = 0; i < 3; i++) {
+        sb_sched_get_group_stats(s, i, &st);
+        cr_expect_str_eq(st.name, want[i]);
+    }
+    uint64_t now = 1;
+    size_t done[3] = {0}, nred = 0;
+    sb_sched_task red[NB];
+    char rids[NB][128];
+    for (int guard = 0; sb_sched_state_get(s, NULL) == SB_SCHED_RUNNING && guard < 100; guard++) {
+        sb_sched_task t[8];
+        size_t n = sb_sched_assign(s, "w1", 8, now++, t);
+        if (n == 0 && nred == NB) { /* the last range finishes first: the sink keeps range order */
+            for (size_t b = NB; b-- > 0;)
+                complete(s, "w1", &red[b], now++);
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const char *args = t[i].stages[t[i].op == 0 ? 1 : 0]->args_json;
+            if (t[i].op == 0) {
+                cr_expect_str_eq(t[i].stages[1]->op, "exchange.map");
+                cr_expect(strstr(args, "\"op\":\"sort\",\"buckets\":3,") != NULL, "%s", args);
+            } else if (t[i].op == 1) { /* after the barrier: every map task done */
+                cr_expect_eq(done[0], NSPLITS);
+                cr_assert_eq(t[i].nstages, 1);
+                cr_expect_str_eq(t[i].stages[0]->op, "exchange.reduce");
+                cr_expect(strstr(args, "\"round\":1,") != NULL, "%s", args);
+                check_bucket_inputs(&t[i], NSPLITS);
+            } else {
+                cr_expect_eq(done[1], NB);
+                cr_expect(t[i].writes_sink);
+                cr_expect(strstr(args, "\"round\"") == NULL, "%s", args);
+                cr_expect_str_eq(t[i].stages[1]->op, "identity");
+                check_bucket_inputs(&t[i], NB);
+                cr_assert_lt(nred, NB);
+                red[nred] = t[i];
+                snprintf(rids[nred], sizeof rids[nred], "%s", t[i].task_id);
+                red[nred].task_id = rids[nred];
+                nred++;
+                continue;
+            }
+            done[t[i].op]++;
+            complete(s, "w1", &t[i], now++);
+        }
+    }
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
+    size_t np = 0;
+    const sb_storage_output *p = sb_sched_sink_parts(s, &np);
+    cr_assert_eq(np, NB);
+    for (size_t b = 0; b < np; b++) {
+        char w[64];
+        snprintf(w, sizeof w, "s2-t%" PRIu64 "-p0", red[b].index);
+        cr_expect_str_eq(p[b].id, w, "part %zu", b);
+        /* range b's task: formed in bucket order, so its index is the range's place */
+        cr_expect_eq(strtoull(strrchr(red[b].inputs[0].id, 'p') + 1, NULL, 10), b);
+        if (b > 0)
+            cr_expect_lt(red[b - 1].index, red[b].index);
+    }
     sb_sched_free(s);
     spec_fixture_free(&h);
 }

@@ -83,12 +83,33 @@ static const invalid_case cases[] = {
      1,
      {"repartition-both.yaml:12:11: spec.stages[0].args: op \"repartition\" needs exactly one of "
       "\"partitions\" or \"bytes\""}},
-    {"sort-not-built.yaml",
+    {"sort-bad-args.yaml",
      1,
-     {"sort-not-built.yaml:11:9: spec.stages[0].op: op \"sort\" is not in this build yet; the ops "
-      "this build runs are identity, bench.spin, bench.sleep, filter, project, image.resize, "
-      "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby, "
-      "distinct, limit and join"}},
+     {"sort-bad-args.yaml:12:42: spec.stages[0].args.keys[0].descending: must be true or false",
+      "sort-bad-args.yaml:12:49: spec.stages[0].args.keys[1]: must be a map {field: NAME, "
+      "descending: false}",
+      "sort-bad-args.yaml:12:60: spec.stages[0].args.nulls: must be one of last, first, got "
+      "\"middle\"",
+      "sort-bad-args.yaml:12:76: spec.stages[0].args.stable: must be a boolean (true or false), "
+      "got 1"}},
+    {"sort-bad-keys.yaml",
+     1,
+     {"sort-bad-keys.yaml:12:19: spec.stages[0].args.keys[0].field: must be a non-empty field "
+      "name",
+      "sort-bad-keys.yaml:12:20: spec.stages[0].args.keys[0].fild: unknown field \"fild\" of a "
+      "sort key (field, descending)",
+      "sort-bad-keys.yaml:15:18: spec.stages[1].args.keys: must be a list of 1 to 16 keys {field: "
+      "NAME, descending: false}",
+      "sort-bad-keys.yaml:15:34: spec.stages[1].args.partitions: must be an integer from 1 to "
+      "4096, got 0"}},
+    {"sort-order-lost.yaml",
+     1,
+     {"sort-order-lost.yaml:15:40: spec.stages[1].args.stable: stable: true keeps source order "
+      "only when the sort's map tasks read the source: streaming mode, every stage before it on "
+      "cpu and no all-to-all stage before it",
+      "sort-order-lost.yaml:16:5: spec.stages[2]: stage \"after\" after a sort runs in tasks of "
+      "its own (execution.mode is not streaming), which would not keep the sort's order: run it "
+      "on cpu in streaming mode, or before the sort"}},
     {"shuffle-bad-args.yaml",
      1,
      {"shuffle-bad-args.yaml:12:18: spec.stages[0].args.seed: must be an integer, got 1.5",
@@ -433,7 +454,7 @@ static const invalid_case cases[] = {
      {"unknown-op-no-suggestion.yaml:11:9: spec.stages[0].op: unknown op \"sql.query\"; built-in "
       "ops are identity, bench.spin, bench.sleep, filter, project, image.resize, "
       "image.normalize, tensor.mlp, exec, plugin, repartition, random_shuffle, groupby, "
-      "distinct, limit and join"}},
+      "distinct, limit, join and sort"}},
     {"unknown-op.yaml",
      1,
      {"unknown-op.yaml:11:9: spec.stages[0].op: unknown op \"tensor.mlpp\" (did you mean "

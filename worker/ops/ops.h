@@ -232,6 +232,10 @@ typedef struct sb_op_impl {
     /* Bytes this task's state wrote to spill files (sb_op_spill_file), read by the runtime
      * after finish, before the state is reset (when set). */
     uint64_t (*spilled)(void *state);
+    /* Called (when set) by the runtime before a task's first input, with the task's index in
+     * its op: sort with stable: true orders ties by (task index, row) (source order when its op
+     * reads the source). NULL: not used. */
+    void (*task_begin)(void *state, uint64_t task_index);
 } sb_op_impl;
 
 /* The implementation of a built-in op, or NULL when this build does not have it. */

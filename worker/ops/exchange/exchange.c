@@ -13,22 +13,16 @@
 #include "worker/ops/exchange/xchg.h"
 #include "worker/ops/impls.h"
 
-typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT, X_LIMIT } xkind;
+typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT, X_LIMIT, X_SORT } xkind;
 
 #define COMBINE_PROBE 4096 /* rows a groupby map task combines before it judges the gain */
-static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby", "distinct",
-                                          "limit"};
+static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby",
+                                          "distinct",    "limit",          "sort"};
 #define XKINDS (sizeof xkind_names / sizeof *xkind_names)
 
-/* A bucket's (or a shuffle's) rows, gathered whole: an sb_op_out that never cuts by size (a
- * quarter of SIZE_MAX keeps its room arithmetic from overflowing), whose one blob lands here. */
-#define WHOLE_TARGET (SIZE_MAX / 4)
-typedef struct {
-    sb_op_out *out;
-    void *blob;
-    size_t len;
-    uint64_t rows;
-} whole;
+/* A bucket's (or a shuffle's) rows, gathered whole (xchg.h). */
+#define WHOLE_TARGET XWHOLE_TARGET
+typedef xwhole whole;
 
 typedef struct {
     xkind kind;
@@ -40,6 +34,7 @@ typedef struct {
     cJSON *root;
     xkeys keys;          /* groupby's keys, distinct's fields (none: the whole record) */
     xgroupby *gb;        /* groupby's reduce side */
+    xsort *so;           /* sort: every round (sort.c) */
     whole *bk;           /* map: per bucket */
     whole all;           /* random_shuffle's reduce side: the task's rows */
     xshuffle_runs *runs; /* random_shuffle's reduce side: rows spilled, sorted (shuffle.c) */
@@ -54,7 +49,7 @@ typedef struct {
     size_t cap_rows;
 } xstate;
 
-static int whole_emit(void *blob, size_t len, uint64_t rows, void *ud)
+int xwhole_emit(void *blob, size_t len, uint64_t rows, void *ud)
 {
     whole *w = ud;
     sb_part_free(w->blob);
@@ -64,11 +59,25 @@ static int whole_emit(void *blob, size_t len, uint64_t rows, void *ud)
     return 0;
 }
 
-static void whole_free(whole *w)
+void xwhole_free(whole *w)
 {
     sb_op_out_free(w->out);
     sb_part_free(w->blob);
     memset(w, 0, sizeof *w);
+}
+
+int xwhole_put_all(xwhole *bk, uint32_t n, sb_op_out *out, sb_err *err)
+{
+    for (uint32_t b = 0; b < n; b++) {
+        xwhole *w = &bk[b];
+        if (sb_op_out_cut(w->out, err) != 0)
+            return -1;
+        void *blob = w->blob;
+        w->blob = NULL;
+        if (blob != NULL && sb_op_out_put_blob(out, blob, w->len, w->rows, err) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* The sum of args.memory's share: a quarter of the budget per task (two slots' tables, their
@@ -94,6 +103,11 @@ static int parse_wrapper(xstate *st, const char *args_json, sb_err *err)
     st->seed = cJSON_IsNumber(seed) ? (uint64_t)(int64_t)seed->valuedouble : 0;
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(args, "rows");
     st->limit = cJSON_IsNumber(rows) && rows->valuedouble > 0 ? (uint64_t)rows->valuedouble : 0;
+    if (st->kind == X_SORT) { /* round: 0 the map half, 1 the middle op, 2 the reduce */
+        const cJSON *round = cJSON_GetObjectItemCaseSensitive(st->root, "round");
+        int r = st->map ? 0 : cJSON_IsNumber(round) && round->valueint == 1 ? 1 : 2;
+        return (st->so = xsort_new(args, r, st->buckets, st->memory, err)) != NULL ? 0 : -1;
+    }
     if (st->kind == X_GROUPBY) {
         char *text = cJSON_PrintUnformatted(args);
         st->gb = text != NULL ? xgroupby_new(text, st->memory, err) : NULL;
@@ -116,15 +130,17 @@ static int parse_wrapper(xstate *st, const char *args_json, sb_err *err)
 static void xstate_clear(xstate *st)
 {
     for (size_t b = 0; st->bk != NULL && b < st->buckets; b++)
-        whole_free(&st->bk[b]);
+        xwhole_free(&st->bk[b]);
     free(st->bk);
     st->bk = NULL;
-    whole_free(&st->all);
+    xwhole_free(&st->all);
     xshuffle_runs_free(st->runs);
     st->runs = NULL;
     xset_clear(&st->seen);
     if (st->gb != NULL)
         xgroupby_reset(st->gb);
+    if (st->so != NULL)
+        xsort_reset(st->so);
     st->rr_set = 0;
     st->rows = 0;
     st->uncombined = 0;
@@ -141,6 +157,7 @@ static void x_free(void *state)
     if (st->kind == X_DISTINCT)
         xkeys_free(&st->keys);
     xgroupby_free(st->gb);
+    xsort_free(st->so);
     cJSON_Delete(st->root);
     free(st->row_bucket);
     free(st->order);
@@ -307,7 +324,7 @@ static int map_schema(xstate *st, const sb_batch *in, sb_err *err)
         return sb_err_set(err, "out of memory");
     for (uint32_t b = 0; b < st->buckets; b++) {
         whole *w = &st->bk[b];
-        if (w->out == NULL && (w->out = sb_op_out_new(WHOLE_TARGET, whole_emit, w, err)) == NULL)
+        if (w->out == NULL && (w->out = sb_op_out_new(WHOLE_TARGET, xwhole_emit, w, err)) == NULL)
             return -1;
         if (sb_op_out_has_schema(w->out))
             continue;
@@ -323,6 +340,8 @@ static int map_records(void *state, const sb_batch *in, size_t first, size_t n, 
 {
     (void)out; /* the buckets go out at finish, one partition each */
     xstate *st = state;
+    if (st->so != NULL)
+        return xsort_process(st->so, in, first, n, err);
     if (map_schema(st, in, err) != 0)
         return -1;
     if (st->kind == X_LIMIT) /* the task's first rows, all in bucket 0 */
@@ -384,16 +403,6 @@ static bool typed_columns(const sb_batch *b)
                                       sb_batch_column(b, 0)->type != SB_TYPE_BINARY);
 }
 
-static int catch_one(void *blob, size_t len, uint64_t rows, void *ud)
-{
-    whole *w = ud;
-    sb_part_free(w->blob);
-    w->blob = blob;
-    w->len = len;
-    w->rows = rows;
-    return 0;
-}
-
 /* Typed columns (a parquet source, exec with framing arrow) reach groupby and distinct as
  * records: rows [first, first+n) of `in` become one JSON object each (lib/partition/rowjson.h,
  * as a jsonl sink writes them), then go through the map half as any records do. */
@@ -401,13 +410,14 @@ static int map_process(void *state, const sb_batch *in, size_t first, size_t n, 
                        sb_err *err)
 {
     xstate *st = state;
-    if ((st->kind != X_GROUPBY && st->kind != X_DISTINCT) || !typed_columns(in))
+    if ((st->kind != X_GROUPBY && st->kind != X_DISTINCT && st->kind != X_SORT) ||
+        !typed_columns(in))
         return map_records(state, in, first, n, out, err);
     whole rows = {0};
     sb_batch *slice = NULL, *jb = NULL;
     void *jblob = NULL;
     size_t jlen = 0;
-    rows.out = sb_op_out_new(WHOLE_TARGET, catch_one, &rows, err);
+    rows.out = sb_op_out_new(WHOLE_TARGET, xwhole_emit, &rows, err);
     int rc = rows.out == NULL ? -1 : 0;
     if (rc == 0)
         rc = n > 0 ? sb_op_out_append_rows(rows.out, in, first, n, err)
@@ -422,7 +432,7 @@ static int map_process(void *state, const sb_batch *in, size_t first, size_t n, 
     sb_batch_close(jb);
     sb_part_free(jblob);
     sb_batch_close(slice);
-    whole_free(&rows);
+    xwhole_free(&rows);
     return rc;
 }
 
@@ -436,19 +446,12 @@ static int put_partial(void *ud, uint32_t bucket, const char *rec, size_t len, s
 static int map_finish(void *state, sb_op_out *out, sb_err *err)
 {
     xstate *st = state;
+    if (st->so != NULL)
+        return xsort_finish(st->so, out, err);
     if (st->kind == X_GROUPBY && st->bk != NULL &&
         xgroupby_emit_partials(st->gb, st->buckets, put_partial, st, err) != 0)
         return -1;
-    for (uint32_t b = 0; st->bk != NULL && b < st->buckets; b++) {
-        whole *w = &st->bk[b];
-        if (sb_op_out_cut(w->out, err) != 0)
-            return -1;
-        void *blob = w->blob;
-        w->blob = NULL;
-        if (blob != NULL && sb_op_out_put_blob(out, blob, w->len, w->rows, err) != 0)
-            return -1;
-    }
-    return 0;
+    return st->bk != NULL ? xwhole_put_all(st->bk, st->buckets, out, err) : 0;
 }
 
 static int reduce_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
@@ -456,12 +459,14 @@ static int reduce_process(void *state, const sb_batch *in, size_t first, size_t 
 {
     xstate *st = state;
     switch (st->kind) {
+    case X_SORT:
+        return xsort_process(st->so, in, first, n, err);
     case X_REPARTITION:
         return n == 0 ? sb_op_out_set_schema_like(out, in, err)
                       : sb_op_out_append_rows(out, in, first, n, err);
     case X_SHUFFLE: {
         whole *w = &st->all;
-        if (w->out == NULL && (w->out = sb_op_out_new(WHOLE_TARGET, whole_emit, w, err)) == NULL)
+        if (w->out == NULL && (w->out = sb_op_out_new(WHOLE_TARGET, xwhole_emit, w, err)) == NULL)
             return -1;
         if (n == 0)
             return sb_op_out_has_schema(w->out) ? 0 : sb_op_out_set_schema_like(w->out, in, err);
@@ -517,7 +522,7 @@ static int shuffle_finish(xstate *st, sb_op_out *out, sb_err *err)
     if (st->runs != NULL) { /* the rest joins the runs, and the runs merge */
         if (w->rows > 0)
             rc = xshuffle_spill(&st->runs, w->blob, w->len, st->seed, err);
-        whole_free(w);
+        xwhole_free(w);
         return rc != 0 ? -1 : xshuffle_merge(st->runs, st->seed, out, err);
     }
     sb_batch *b = NULL;
@@ -526,13 +531,15 @@ static int shuffle_finish(xstate *st, sb_op_out *out, sb_err *err)
         return -1;
     rc = xshuffle_emit_sorted(b, st->seed, out, err);
     sb_batch_close(b);
-    whole_free(w);
+    xwhole_free(w);
     return rc;
 }
 
 static int reduce_finish(void *state, sb_op_out *out, sb_err *err)
 {
     xstate *st = state;
+    if (st->kind == X_SORT)
+        return xsort_finish(st->so, out, err);
     if (st->kind == X_SHUFFLE)
         return shuffle_finish(st, out, err);
     if (st->kind != X_GROUPBY)
@@ -543,6 +550,13 @@ static int reduce_finish(void *state, sb_op_out *out, sb_err *err)
     return xgroupby_emit(st->gb, out, err);
 }
 
+static void map_task_begin(void *state, uint64_t task_index)
+{
+    xstate *st = state;
+    if (st->so != NULL)
+        xsort_task(st->so, task_index);
+}
+
 const sb_op_impl sb_op_exchange_map_impl = {
     .name = "exchange.map",
     .init = map_init,
@@ -550,6 +564,7 @@ const sb_op_impl sb_op_exchange_map_impl = {
     .finish = map_finish,
     .free = x_free,
     .reset = x_reset,
+    .task_begin = map_task_begin,
 };
 
 /* groupby's and random_shuffle's runs of this task (kept until the reset after it) */

@@ -1,7 +1,8 @@
 /* xchg.h — internals of the all-to-all ops (issue 41): the exchange's map and reduce halves
  * (exchange.c, the ops "exchange.map" and "exchange.reduce" the scheduler runs for a stage of
- * repartition, random_shuffle, groupby or distinct: controller/sched/exchange.h), the keys they
- * compare (keys.c) and groupby's aggregates (groupby.c). Internal to worker/ops/exchange.
+ * repartition, random_shuffle, groupby, distinct or sort: controller/sched/exchange.h), the keys
+ * they compare (keys.c), groupby's aggregates (groupby.c) and sort's rounds (sort.c). Internal to
+ * worker/ops/exchange.
  *
  * Keys compare by value and type: a JSON value is encoded canonically (xkey_encode), so 1, 1.0
  * and 1e0 encode alike, "1" differently, true differently from 1, strings by their decoded
@@ -30,6 +31,23 @@ int xbuf_put(xbuf *b, const void *p, size_t n);
 /* Room for n more bytes (b->n unchanged). */
 int xbuf_reserve(xbuf *b, size_t n);
 void xbuf_free(xbuf *b);
+
+/* Rows gathered whole: an sb_op_out that never cuts by size (a quarter of SIZE_MAX keeps its
+ * room arithmetic from overflowing), whose one blob lands here (xwhole_emit is its emit). */
+#define XWHOLE_TARGET (SIZE_MAX / 4)
+typedef struct xwhole {
+    sb_op_out *out;
+    void *blob;
+    size_t len;
+    uint64_t rows;
+} xwhole;
+
+int xwhole_emit(void *blob, size_t len, uint64_t rows, void *ud);
+/* Frees the output and the blob; *w is zeroed. */
+void xwhole_free(xwhole *w);
+/* Cuts each of bk[0..n) and puts its blob to out as one partition, in order (a bucket with a
+ * schema and no rows too: a partition's place is its bucket). */
+int xwhole_put_all(xwhole *bk, uint32_t n, sb_op_out *out, sb_err *err);
 
 /* Appends the canonical encoding of the valid JSON text p[0..n) (a value a scan accepted) to
  * out. -1 out of memory. */
@@ -135,6 +153,24 @@ struct cJSON;
 int xkeys_parse(const struct cJSON *list, const struct cJSON *missing, const char *op, xkeys *ks,
                 sb_err *err);
 void xkeys_free(xkeys *ks);
+
+/* ---- sort (sort.c) -------------------------------------------------------------------------- */
+
+/* sort runs over two exchanges: round 0 is the map half ("exchange.map"), round 1 the middle op
+ * (an "exchange.reduce" whose outputs are buckets again), round 2 the reduce. args: the stage's
+ * args ({keys: [{field, descending}], nulls, stable, missingKey}); memory: the most bytes a task
+ * may hold (0: no limit). NULL + err. */
+typedef struct xsort xsort;
+xsort *xsort_new(const struct cJSON *args, int round, uint32_t buckets, uint64_t memory,
+                 sb_err *err);
+void xsort_free(xsort *so);
+/* Clears what a task held (a new task). */
+void xsort_reset(xsort *so);
+/* stable: the index of the task about to run (round 0 tags its rows with it). */
+void xsort_task(xsort *so, uint64_t index);
+int xsort_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err *err);
+/* Round 0 and 1: one partition per bucket, in bucket order; round 2: the rows in order. */
+int xsort_finish(xsort *so, sb_op_out *out, sb_err *err);
 
 /* ---- a hash set of byte strings (distinct; groupby's table) ------------------------------- */
 

@@ -1,0 +1,706 @@
+/* sort.c — the sort op over two exchanges (xchg.h; the plan: controller/sched/exchange.h).
+ * Round 0 (the map half) spreads each task's rows evenly over the buckets and adds to every
+ * bucket a sample of the task's keys; round 1 (the middle op, task b reads bucket b of every map
+ * output, so every task of it holds every map task's sample) picks the same range boundaries in
+ * every task and writes its rows into range buckets; round 2 (the reduce) sorts its range. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec/quantity.h"
+#include "worker/ops/exchange/xchg.h"
+
+#define SAMPLE_MAX 128 /* keys a map task samples at most (between 64 and 128 once past 128) */
+/* One key per SAMPLE_EVERY rows at least: every bucket gets a copy of every map task's sample,
+ * so tiny map tasks must not send every key (the samples would be the data times the buckets) */
+#define SAMPLE_EVERY 64
+#define TAG_SAMPLE '\x01' /* a sample record: tag, 16 hex digits of its weight, the key in hex */
+#define TAG_STABLE '\x02' /* stable: tag, 16 hex digits of the task, 16 of the row, the record */
+#define STABLE_PREFIX 33
+
+struct xsort {
+    int round;
+    uint32_t buckets;
+    uint64_t memory;
+    xkeys keys;
+    uint8_t *desc; /* per key field: descending */
+    int nulls_first, stable;
+    uint64_t task; /* stable: the map task's index (xsort_task) */
+    xwhole *bk;    /* rounds 0 and 1: per bucket */
+    xwhole all;    /* rounds 1 and 2: the task's rows */
+    uint64_t rows, every, rr;
+    xbuf samples; /* round 0: each sampled key (u64 weight, u32 length, bytes) */
+    size_t *soff; /* per sample: its offset in samples */
+    size_t nsamples, capsoff;
+    xbuf kb, rb; /* scratch: one key; one record */
+};
+
+/* w's output made (once) with the schema of like. */
+static int whole_open(xwhole *w, const sb_batch *like, sb_err *err)
+{
+    if (w->out == NULL && (w->out = sb_op_out_new(XWHOLE_TARGET, xwhole_emit, w, err)) == NULL)
+        return -1;
+    return sb_op_out_has_schema(w->out) ? 0 : sb_op_out_set_schema_like(w->out, like, err);
+}
+
+/* ---- keys and their order ------------------------------------------------------------------ */
+
+static const char *enc_skip(const char *p)
+{
+    uint32_t n;
+    switch (*p) {
+    case 'i':
+    case 'd':
+        return p + 9;
+    case 's':
+        memcpy(&n, p + 1, 4);
+        return p + 5 + n;
+    case 'a':
+    case 'o': {
+        memcpy(&n, p + 1, 4);
+        uint64_t items = (uint64_t)n * (*p == 'o' ? 2 : 1); /* an object: names and values */
+        p += 5;
+        for (uint64_t k = 0; k < items; k++)
+            p = enc_skip(p);
+        return p;
+    }
+    default: /* N, T, F */
+        return p + 1;
+    }
+}
+
+/* The order across types: null, false, true, numbers, strings, arrays, objects. */
+static int enc_rank(char tag)
+{
+    switch (tag) {
+    case 'N':
+        return 0;
+    case 'F':
+        return 1;
+    case 'T':
+        return 2;
+    case 'i':
+    case 'd':
+        return 3;
+    case 's':
+        return 4;
+    case 'a':
+        return 5;
+    default:
+        return 6;
+    }
+}
+
+static long double enc_num(const char *p)
+{
+    if (*p == 'i') {
+        int64_t i;
+        memcpy(&i, p + 1, 8);
+        return (long double)i; /* exact: a long double's mantissa holds 64 bits */
+    }
+    double d;
+    memcpy(&d, p + 1, 8);
+    return d;
+}
+
+/* Compares the encoded values at *a and *b (xchg.h's encoding) and moves both past them:
+ * numbers by value, strings by their bytes (code point order), arrays element by element then
+ * by length, objects as the list of their members sorted by name (name, value, ...). */
+static int enc_cmp(const char **a, const char **b)
+{
+    const char *x = *a, *y = *b;
+    int rx = enc_rank(*x), ry = enc_rank(*y);
+    *a = enc_skip(x);
+    *b = enc_skip(y);
+    if (rx != ry)
+        return rx < ry ? -1 : 1;
+    if (rx == 3) {
+        if (*x == 'i' && *y == 'i') {
+            int64_t i, j;
+            memcpy(&i, x + 1, 8);
+            memcpy(&j, y + 1, 8);
+            return (i > j) - (i < j);
+        }
+        long double u = enc_num(x), v = enc_num(y);
+        return (u > v) - (u < v);
+    }
+    uint32_t nx, ny;
+    if (rx == 4) {
+        memcpy(&nx, x + 1, 4);
+        memcpy(&ny, y + 1, 4);
+        int c = memcmp(x + 5, y + 5, nx < ny ? nx : ny);
+        return c != 0 ? (c < 0 ? -1 : 1) : (nx > ny) - (nx < ny);
+    }
+    if (rx < 3)
+        return 0;
+    memcpy(&nx, x + 1, 4);
+    memcpy(&ny, y + 1, 4);
+    uint64_t m = rx == 6 ? 2 : 1, n = (nx < ny ? nx : ny) * m;
+    x += 5;
+    y += 5;
+    for (uint64_t k = 0; k < n; k++) {
+        int c = enc_cmp(&x, &y);
+        if (c != 0)
+            return c;
+    }
+    return (nx > ny) - (nx < ny);
+}
+
+/* The sort order of two keys (every field's encoding, in order): per field, null first or last
+ * whatever the direction, else by value, reversed when descending. */
+static int key_cmp(const xsort *so, const char *a, const char *b)
+{
+    for (size_t i = 0; i < so->keys.n; i++) {
+        int na = *a == 'N', nb = *b == 'N', c;
+        if (na || nb) {
+            a = enc_skip(a);
+            b = enc_skip(b);
+            c = na == nb ? 0 : (na ? -1 : 1) * (so->nulls_first ? 1 : -1);
+        } else {
+            c = enc_cmp(&a, &b);
+            if (so->desc[i])
+                c = -c;
+        }
+        if (c != 0)
+            return c;
+    }
+    return 0;
+}
+
+/* Row r's record (past a stable tag) and its key into so->kb. */
+static int row_key(xsort *so, const sb_column *c, size_t r, const char **rec, size_t *len,
+                   sb_err *err)
+{
+    const char *p = sb_column_binary(c, r, len);
+    if (so->stable && so->round > 0 && *len >= STABLE_PREFIX && p[0] == TAG_STABLE) {
+        p += STABLE_PREFIX;
+        *len -= STABLE_PREFIX;
+    }
+    *rec = p;
+    so->kb.n = 0;
+    return xkeys_encode(&so->keys, "sort", p, *len, r, NULL, &so->kb, err);
+}
+
+/* ---- a merge sort with a context (qsort has none) ------------------------------------------ */
+
+typedef int (*idx_cmp)(const void *ctx, size_t a, size_t b);
+
+static int merge_sort(size_t *idx, size_t n, idx_cmp cmp, const void *ctx)
+{
+    size_t *tmp = malloc((n ? n : 1) * sizeof *tmp), *src = idx, *dst = tmp;
+    if (tmp == NULL)
+        return -1;
+    for (size_t w = 1; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            size_t a = lo, b = mid, k = lo;
+            while (a < mid && b < hi)
+                dst[k++] = cmp(ctx, src[b], src[a]) < 0 ? src[b++] : src[a++];
+            while (a < mid)
+                dst[k++] = src[a++];
+            while (b < hi)
+                dst[k++] = src[b++];
+        }
+        size_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != idx)
+        memcpy(idx, src, n * sizeof *idx);
+    free(tmp);
+    return 0;
+}
+
+/* ---- state ---------------------------------------------------------------------------------- */
+
+static int parse_args(xsort *so, const cJSON *args, sb_err *err)
+{
+    const cJSON *keys = cJSON_GetObjectItemCaseSensitive(args, "keys");
+    const cJSON *nulls = cJSON_GetObjectItemCaseSensitive(args, "nulls");
+    int n = cJSON_GetArraySize(keys);
+    if (!cJSON_IsArray(keys) || n < 1 || n > 16)
+        return sb_err_permanent(err, "sort: keys must be a list of 1 to 16 {field, descending}");
+    so->keys.k = calloc((size_t)n, sizeof *so->keys.k);
+    so->desc = calloc((size_t)n, 1);
+    if (so->keys.k == NULL || so->desc == NULL)
+        return sb_err_set(err, "out of memory");
+    for (const cJSON *it = keys->child; it != NULL; it = it->next) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(it, "field");
+        if (!cJSON_IsString(f) || f->valuestring[0] == '\0')
+            return sb_err_permanent(err, "sort: a key needs a field (a non-empty name)");
+        so->desc[so->keys.n] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "descending"));
+        so->keys.k[so->keys.n].name = f->valuestring;
+        so->keys.k[so->keys.n++].len = strlen(f->valuestring);
+    }
+    so->keys.missing_null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(args, "missingKey"));
+    so->nulls_first = cJSON_IsString(nulls) && strcmp(nulls->valuestring, "first") == 0;
+    so->stable = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(args, "stable"));
+    return 0;
+}
+
+xsort *xsort_new(const struct cJSON *args, int round, uint32_t buckets, uint64_t memory,
+                 sb_err *err)
+{
+    xsort *so = calloc(1, sizeof *so);
+    if (so == NULL) {
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
+    so->round = round;
+    so->buckets = buckets;
+    so->memory = memory;
+    so->every = SAMPLE_EVERY;
+    if (parse_args(so, args, err) != 0) {
+        xsort_free(so);
+        return NULL;
+    }
+    return so;
+}
+
+void xsort_reset(xsort *so)
+{
+    for (uint32_t b = 0; so->bk != NULL && b < so->buckets; b++)
+        xwhole_free(&so->bk[b]);
+    free(so->bk);
+    so->bk = NULL;
+    xwhole_free(&so->all);
+    so->rows = so->rr = so->task = 0;
+    so->every = SAMPLE_EVERY;
+    so->samples.n = 0;
+    so->nsamples = 0;
+}
+
+void xsort_free(xsort *so)
+{
+    if (so == NULL)
+        return;
+    xsort_reset(so);
+    free(so->keys.k);
+    free(so->desc);
+    free(so->soff);
+    xbuf_free(&so->samples);
+    xbuf_free(&so->kb);
+    xbuf_free(&so->rb);
+    free(so);
+}
+
+void xsort_task(xsort *so, uint64_t index)
+{
+    so->task = index;
+}
+
+static int add_sample(xsort *so, uint64_t weight, const char *key, size_t n)
+{
+    if (so->nsamples == so->capsoff) {
+        size_t cap = so->capsoff ? so->capsoff * 2 : 256;
+        size_t *no = realloc(so->soff, cap * sizeof *no);
+        if (no == NULL)
+            return -1;
+        so->soff = no;
+        so->capsoff = cap;
+    }
+    so->soff[so->nsamples++] = so->samples.n;
+    uint32_t len = (uint32_t)n;
+    return xbuf_put(&so->samples, &weight, 8) != 0 || xbuf_put(&so->samples, &len, 4) != 0 ||
+                   xbuf_put(&so->samples, key, n) != 0
+               ? -1
+               : 0;
+}
+
+static const char *sample_key(const xsort *so, size_t i, uint64_t *weight)
+{
+    const char *p = so->samples.p + so->soff[i];
+    if (weight != NULL)
+        memcpy(weight, p, 8);
+    return p + 12;
+}
+
+/* The records column of in: its only column, binary or utf8 (sort reads records). */
+static int records_column(const sb_batch *in, sb_err *err)
+{
+    if (sb_batch_ncols(in) == 1 && (sb_batch_column(in, 0)->type == SB_TYPE_UTF8 ||
+                                    sb_batch_column(in, 0)->type == SB_TYPE_BINARY))
+        return 0;
+    return sb_err_permanent(err, "sort works on records (jsonl, csv) in this build, not on typed "
+                                 "columns");
+}
+
+static int over_budget(const xsort *so, sb_err *err)
+{
+    uint64_t held =
+        so->all.out != NULL ? sb_batch_builder_bytes(sb_op_out_builder(so->all.out)) : 0;
+    if (so->memory == 0 || held + so->samples.cap <= so->memory)
+        return 0;
+    char b[32];
+    return sb_err_permanent(err,
+                            "sort: the rows of one task take more than %s, its share of "
+                            "execution.memoryBudget; sort does not spill yet: give the stage "
+                            "more partitions (args.partitions) or a larger memoryBudget",
+                            sb_quantity_format_bytes((int64_t)so->memory, b, sizeof b));
+}
+
+/* ---- round 0: spread the rows, sample the keys ---------------------------------------------- */
+
+static int hex_put(xbuf *b, const void *p, size_t n)
+{
+    static const char hx[] = "0123456789abcdef";
+    if (xbuf_reserve(b, 2 * n) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        b->p[b->n++] = hx[((const unsigned char *)p)[i] >> 4];
+        b->p[b->n++] = hx[((const unsigned char *)p)[i] & 15];
+    }
+    return 0;
+}
+
+static int hex_u64(xbuf *b, uint64_t v)
+{
+    unsigned char be[8];
+    for (int i = 0; i < 8; i++)
+        be[i] = (unsigned char)(v >> (56 - 8 * i)); /* big-endian: the hex sorts as the number */
+    return hex_put(b, be, 8);
+}
+
+/* Keeps every so->every-th row's key; at SAMPLE_MAX keys every other one goes and the step
+ * doubles, so a task's sample is evenly spread whatever its length. */
+static int sample_row(xsort *so, const sb_column *c, size_t r, sb_err *err)
+{
+    if (so->rows++ % so->every != 0)
+        return 0;
+    const char *rec;
+    size_t len;
+    if (row_key(so, c, r, &rec, &len, err) != 0)
+        return -1;
+    if (add_sample(so, 0, so->kb.p, so->kb.n) != 0)
+        return sb_err_set(err, "out of memory");
+    if (so->nsamples < SAMPLE_MAX)
+        return 0;
+    xbuf kept = {0};
+    size_t n = 0;
+    for (size_t i = 0; i < so->nsamples; i += 2) {
+        const char *k = sample_key(so, i, NULL);
+        uint32_t kl;
+        memcpy(&kl, k - 4, 4);
+        size_t at = kept.n;
+        if (xbuf_put(&kept, so->samples.p + so->soff[i], 12 + kl) != 0) {
+            xbuf_free(&kept);
+            return sb_err_set(err, "out of memory");
+        }
+        so->soff[n++] = at;
+    }
+    xbuf_free(&so->samples);
+    so->samples = kept;
+    so->nsamples = n;
+    so->every *= 2;
+    return 0;
+}
+
+static int map_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    if (records_column(in, err) != 0)
+        return -1;
+    if (so->bk == NULL && (so->bk = calloc(so->buckets, sizeof *so->bk)) == NULL)
+        return sb_err_set(err, "out of memory");
+    for (uint32_t b = 0; b < so->buckets; b++)
+        if (whole_open(&so->bk[b], in, err) != 0)
+            return -1;
+    const sb_column *c = sb_batch_column(in, 0);
+    for (size_t r = first; r < first + n; r++) {
+        size_t len;
+        const char *p = sb_column_binary(c, r, &len);
+        if (len > 0 && (p[0] == TAG_SAMPLE || p[0] == TAG_STABLE))
+            return sb_err_data(err, "sort: record %zu is not valid JSON: it starts with byte %d", r,
+                               p[0]);
+        uint64_t seq = so->rows;
+        if (sample_row(so, c, r, err) != 0)
+            return -1;
+        uint32_t b = (uint32_t)(so->rr++ % so->buckets);
+        if (!so->stable) {
+            /* a run of rows per bucket: as many rows as the buckets take in turn */
+            size_t run = (first + n - r + so->buckets - 1) / so->buckets, end = r + 1;
+            for (; end < r + run; end++)
+                if (sample_row(so, c, end, err) != 0)
+                    return -1;
+            if (sb_op_out_append_rows(so->bk[b].out, in, r, end - r, err) != 0)
+                return -1;
+            r = end - 1;
+            continue;
+        }
+        so->rb.n = 0;
+        char tag = TAG_STABLE;
+        if (xbuf_put(&so->rb, &tag, 1) != 0 || hex_u64(&so->rb, so->task) != 0 ||
+            hex_u64(&so->rb, seq) != 0 || xbuf_put(&so->rb, p, len) != 0)
+            return sb_err_set(err, "out of memory");
+        if (sb_op_out_append_binary(so->bk[b].out, so->rb.p, so->rb.n, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Every bucket gets the task's sample (each key weighs the rows it stands for), then goes out
+ * as one partition, in bucket order. */
+static int map_finish(xsort *so, sb_op_out *out, sb_err *err)
+{
+    uint64_t w = so->nsamples ? (so->rows + so->nsamples - 1) / so->nsamples : 0;
+    for (uint32_t b = 0; so->bk != NULL && b < so->buckets; b++) {
+        for (size_t i = 0; i < so->nsamples; i++) {
+            const char *k = sample_key(so, i, NULL);
+            uint32_t kl;
+            memcpy(&kl, k - 4, 4);
+            char tag = TAG_SAMPLE;
+            so->rb.n = 0;
+            if (xbuf_put(&so->rb, &tag, 1) != 0 || hex_u64(&so->rb, w) != 0 ||
+                hex_put(&so->rb, k, kl) != 0)
+                return sb_err_set(err, "out of memory");
+            if (sb_op_out_append_binary(so->bk[b].out, so->rb.p, so->rb.n, err) != 0)
+                return -1;
+        }
+    }
+    return so->bk != NULL ? xwhole_put_all(so->bk, so->buckets, out, err) : 0;
+}
+
+/* ---- round 1: the boundaries, the rows into range buckets ----------------------------------- */
+
+static int unhex(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static int read_sample(xsort *so, const char *p, size_t len, sb_err *err)
+{
+    if (len < 17 || (len - 17) % 2 != 0)
+        return sb_err_permanent(err, "sort: a damaged sample record (%zu bytes)", len);
+    uint64_t w = 0;
+    so->kb.n = 0;
+    if (xbuf_reserve(&so->kb, (len - 17) / 2) != 0)
+        return sb_err_set(err, "out of memory");
+    for (size_t i = 1; i < len; i += 2) {
+        int h = unhex(p[i]), l = unhex(p[i + 1]);
+        if (h < 0 || l < 0)
+            return sb_err_permanent(err, "sort: a damaged sample record");
+        if (i < 17)
+            w = w << 8 | (uint64_t)(h << 4 | l);
+        else
+            so->kb.p[so->kb.n++] = (char)(h << 4 | l);
+    }
+    return add_sample(so, w, so->kb.p, so->kb.n) != 0 ? sb_err_set(err, "out of memory") : 0;
+}
+
+static int mid_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    if (records_column(in, err) != 0 || whole_open(&so->all, in, err) != 0)
+        return -1;
+    const sb_column *c = sb_batch_column(in, 0);
+    size_t run = first;
+    for (size_t r = first; r < first + n; r++) {
+        size_t len;
+        const char *p = sb_column_binary(c, r, &len);
+        if (len == 0 || p[0] != TAG_SAMPLE)
+            continue;
+        if ((r > run && sb_op_out_append_rows(so->all.out, in, run, r - run, err) != 0) ||
+            read_sample(so, p, len, err) != 0)
+            return -1;
+        run = r + 1;
+    }
+    if (first + n > run && sb_op_out_append_rows(so->all.out, in, run, first + n - run, err) != 0)
+        return -1;
+    return over_budget(so, err);
+}
+
+static int sample_cmp(const void *ctx, size_t a, size_t b)
+{
+    const xsort *so = ctx;
+    return key_cmp(so, sample_key(so, a, NULL), sample_key(so, b, NULL));
+}
+
+/* The buckets' boundaries: the sample sorted, boundary j the first key at which the weight so
+ * far reaches j/N of the whole. Every task of the round has the same samples (every map task
+ * wrote its own to every bucket), so every task picks the same boundaries. */
+static const char **boundaries(xsort *so, sb_err *err)
+{
+    const char **bd = calloc(so->buckets, sizeof *bd);
+    size_t *idx = malloc((so->nsamples + 1) * sizeof *idx);
+    if (bd == NULL || idx == NULL) {
+        free(bd);
+        free(idx);
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < so->nsamples; i++) {
+        uint64_t w;
+        sample_key(so, i, &w);
+        total += w;
+        idx[i] = i;
+    }
+    if (merge_sort(idx, so->nsamples, sample_cmp, so) != 0) {
+        free(bd);
+        free(idx);
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
+    uint64_t cum = 0;
+    size_t k = 0;
+    for (uint32_t j = 1; j < so->buckets && so->nsamples > 0; j++) {
+        long double want = (long double)total * j / so->buckets;
+        for (uint64_t w; k < so->nsamples; k++) {
+            sample_key(so, idx[k], &w);
+            if ((long double)(cum + w) >= want)
+                break;
+            cum += w;
+        }
+        bd[j] = sample_key(so, idx[k < so->nsamples ? k : so->nsamples - 1], NULL);
+    }
+    free(idx);
+    return bd;
+}
+
+/* The bucket of a key: how many boundaries are at or below it. */
+static uint32_t bucket_of(const xsort *so, const char **bd, const char *key)
+{
+    if (so->nsamples == 0)
+        return 0;
+    uint32_t lo = 1, hi = so->buckets; /* the first boundary above key, in [1, buckets] */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (key_cmp(so, bd[mid], key) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo - 1;
+}
+
+static int mid_finish(xsort *so, sb_op_out *out, sb_err *err)
+{
+    xwhole *w = &so->all;
+    if (w->out == NULL)
+        return 0; /* no input: no buckets */
+    if (sb_op_out_cut(w->out, err) != 0)
+        return -1;
+    sb_batch *b = NULL;
+    if (w->blob == NULL ||
+        sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
+                         err) != 0)
+        return w->blob == NULL ? sb_err_set(err, "sort: no rows gathered") : -1;
+    const char **bd = boundaries(so, err);
+    int rc = bd == NULL ? -1 : 0;
+    if (rc == 0 && (so->bk = calloc(so->buckets, sizeof *so->bk)) == NULL)
+        rc = sb_err_set(err, "out of memory");
+    for (uint32_t k = 0; rc == 0 && k < so->buckets; k++)
+        rc = whole_open(&so->bk[k], b, err);
+    const sb_column *c = sb_batch_column(b, 0);
+    for (size_t r = 0; rc == 0 && r < sb_batch_rows(b); r++) {
+        const char *rec;
+        size_t len;
+        rc = row_key(so, c, r, &rec, &len, err);
+        if (rc == 0)
+            rc = sb_op_out_append_rows(so->bk[bucket_of(so, bd, so->kb.p)].out, b, r, 1, err);
+    }
+    free(bd);
+    sb_batch_close(b);
+    return rc == 0 ? xwhole_put_all(so->bk, so->buckets, out, err) : -1;
+}
+
+/* ---- round 2: sort the range ---------------------------------------------------------------- */
+
+typedef struct {
+    const xsort *so;
+    const xbuf *keys;
+    const size_t *koff;
+    const sb_column *c;
+} rowsort;
+
+static int row_cmp(const void *ctx, size_t a, size_t b)
+{
+    const rowsort *rs = ctx;
+    int c = key_cmp(rs->so, rs->keys->p + rs->koff[a], rs->keys->p + rs->koff[b]);
+    if (c != 0 || !rs->so->stable)
+        return c != 0 ? c : (a > b) - (a < b); /* ties: the order rows came in */
+    size_t la, lb;
+    const char *pa = sb_column_binary(rs->c, a, &la), *pb = sb_column_binary(rs->c, b, &lb);
+    return memcmp(pa + 1, pb + 1, STABLE_PREFIX - 1); /* (task, row): source order */
+}
+
+static int emit_sorted(xsort *so, const sb_batch *b, const size_t *idx, size_t n, sb_op_out *out,
+                       sb_err *err)
+{
+    const sb_column *c = sb_batch_column(b, 0);
+    int rc = sb_op_out_has_schema(out) ? 0 : sb_op_out_set_schema_like(out, b, err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        if (so->stable) { /* the record past its tag */
+            size_t len;
+            const char *p = sb_column_binary(c, idx[k], &len);
+            size_t skip = len >= STABLE_PREFIX && p[0] == TAG_STABLE ? STABLE_PREFIX : 0;
+            rc = sb_op_out_append_binary(out, p + skip, len - skip, err);
+            continue;
+        }
+        size_t m = n - k < 1024 ? n - k : 1024, ones[1024];
+        for (size_t i = 0; i < m; i++)
+            ones[i] = 1;
+        rc = sb_op_out_append_runs(out, b, idx + k, ones, m, err);
+        k += m - 1;
+    }
+    return rc;
+}
+
+static int reduce_finish(xsort *so, sb_op_out *out, sb_err *err)
+{
+    xwhole *w = &so->all;
+    if (w->out == NULL || sb_op_out_cut(w->out, err) != 0 || w->blob == NULL)
+        return w->out == NULL || w->blob == NULL ? 0 : -1;
+    sb_batch *b = NULL;
+    if (sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
+                         err) != 0)
+        return -1;
+    size_t n = sb_batch_rows(b);
+    const sb_column *c = sb_batch_column(b, 0);
+    xbuf keys = {0};
+    size_t *koff = malloc((n + 1) * sizeof *koff), *idx = malloc((n + 1) * sizeof *idx);
+    int rc = koff == NULL || idx == NULL ? sb_err_set(err, "out of memory") : 0;
+    for (size_t r = 0; rc == 0 && r < n; r++) {
+        const char *rec;
+        size_t len;
+        koff[r] = keys.n;
+        idx[r] = r;
+        rc = row_key(so, c, r, &rec, &len, err);
+        if (rc == 0 && xbuf_put(&keys, so->kb.p, so->kb.n) != 0)
+            rc = sb_err_set(err, "out of memory");
+    }
+    rowsort rs = {so, &keys, koff, c};
+    if (rc == 0 && merge_sort(idx, n, row_cmp, &rs) != 0)
+        rc = sb_err_set(err, "out of memory");
+    if (rc == 0)
+        rc = emit_sorted(so, b, idx, n, out, err);
+    free(koff);
+    free(idx);
+    xbuf_free(&keys);
+    sb_batch_close(b);
+    xwhole_free(w);
+    return rc;
+}
+
+/* ---- the op's entry points (exchange.c) ------------------------------------------------------ */
+
+int xsort_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    if (so->round == 0)
+        return map_process(so, in, first, n, err);
+    if (so->round == 1)
+        return mid_process(so, in, first, n, err);
+    if (records_column(in, err) != 0 || whole_open(&so->all, in, err) != 0)
+        return -1;
+    if (n > 0 && sb_op_out_append_rows(so->all.out, in, first, n, err) != 0)
+        return -1;
+    return over_budget(so, err);
+}
+
+int xsort_finish(xsort *so, sb_op_out *out, sb_err *err)
+{
+    if (so->round == 0)
+        return map_finish(so, out, err);
+    if (so->round == 1)
+        return mid_finish(so, out, err);
+    return reduce_finish(so, out, err);
+}
