@@ -680,17 +680,17 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
         sb_sched_resume r;
         const char *needle;
     } cases[] = {
-        {{1, "0-3,2", NULL, 0}, "resume: split ranges: piece \"2\" is out of order"},
-        {{1, "garbage", NULL, 0}, "bad piece \"garbage\""},
-        {{1, "0-99", NULL, 0}, "\"0-99\" is out of range (6 splits)"},
-        {{0, "0-1", NULL, 0}, "epoch 0"},
-        {{1, "0", (sb_storage_output[]){{"bogus", 1, 1, 0, NULL}}, 1},
+        {{1, "0-3,2", NULL, 0, NULL}, "resume: split ranges: piece \"2\" is out of order"},
+        {{1, "garbage", NULL, 0, NULL}, "bad piece \"garbage\""},
+        {{1, "0-99", NULL, 0, NULL}, "\"0-99\" is out of range (6 splits)"},
+        {{0, "0-1", NULL, 0, NULL}, "epoch 0"},
+        {{1, "0", (sb_storage_output[]){{"bogus", 1, 1, 0, NULL}}, 1, NULL},
          "\"bogus\" is not s<op>-t<task>"},
-        {{1, "0", (sb_storage_output[]){{NULL, 1, 1, 0, NULL}}, 1}, "(null)"},
-        {{1, "0", (sb_storage_output[]){{"s7-t0-p0", 1, 1, 0, NULL}}, 1}, "op 7 does not exist"},
-        {{1, "0", (sb_storage_output[]){{"s0-t3-p0", 1, 1, 0, NULL}}, 1},
+        {{1, "0", (sb_storage_output[]){{NULL, 1, 1, 0, NULL}}, 1, NULL}, "(null)"},
+        {{1, "0", (sb_storage_output[]){{"s7-t0-p0", 1, 1, 0, NULL}}, 1, NULL}, "op 7 does not exist"},
+        {{1, "0", (sb_storage_output[]){{"s0-t3-p0", 1, 1, 0, NULL}}, 1, NULL},
          "split 3 is not committed"},
-        {{1, "0", (sb_storage_output[]){{"s1-t1000000000-p0", 1, 1, 0, NULL}}, 1}, "would collide"},
+        {{1, "0", (sb_storage_output[]){{"s1-t1000000000-p0", 1, 1, 0, NULL}}, 1, NULL}, "would collide"},
     };
     sb_storage_split sp[6] = {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -707,7 +707,7 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
                            (sb_storage_output[]){{"s1-t7-p0", 10, 1, 3, NULL},
                                                  {"s1-t1000000001-p0", 5, 1, 4, NULL},
                                                  {"s1-t7-p0", 10, 1, 3, NULL}},
-                           3};
+                           3, NULL};
     sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/t", .resume = &all};
     sb_err err;
     sb_sched *s = sb_sched_new(&cfg, sp, 6, &err);
