@@ -292,6 +292,18 @@ void sb_op_shutdown(void);
 void sb_op_set_spill_dir(const char *dir);
 FILE *sb_op_spill_file(sb_err *err);
 
+/* Cancel. The task runtime binds a running attempt's cancel flag to the slot thread that runs
+ * it (sb_op_cancel_bind; the flag is the runtime's, set from another thread when the controller
+ * says the attempt lost to a copy, or when the worker exits). An op whose one call may run long
+ * checks sb_op_cancelled() as it goes (bench.spin and bench.sleep do, every few ms) and then
+ * fails with sb_op_cancel_err(): the runtime discards what the attempt made and reports nothing.
+ * Ops that never check are cut short between calls (the runtime checks before every input
+ * partition) or, at the worker's exit, abandoned. Thread-local: another thread's ops see their
+ * own flag. */
+void sb_op_cancel_bind(int *flag); /* NULL: nothing bound (sb_op_cancelled() is false) */
+bool sb_op_cancelled(void);
+int sb_op_cancel_err(sb_err *err, const char *op); /* sets "op OP: cancelled", returns -1 */
+
 /* Data errors. An op that fails because of the records themselves (invalid JSON or UTF-8, a
  * record of the wrong kind, no records column) sets err with sb_err_data() (core/err.h): such a
  * failure would repeat on every retry, so the runtime reports it as deterministic and the
