@@ -125,3 +125,80 @@ Test(coarse, a_sick_workers_sink_task_is_copied_and_the_output_is_exact)
     free(copies);
     cr_expect_eq(summary_num("sick", "workersLost"), 0, "slow, not lost");
 }
+
+/* The loser of a copy's race is cancelled (issue 42's remaining cost: the run waited for it).
+ * Four of the files (about 0.35 s of spin each); once the first worker is registered it is
+ * stopped 195 ms of every 200 ms (40x slower): it holds one task and crawls (about 14 s), the
+ * healthy one runs the other three and then the copy of the crawling task, which wins with most
+ * of the loser's work left. Before cancels the run ended only when `streambatch run` SIGKILLed
+ * that worker, 3 s after its stop began (its SIGTERM waited for the task); now the worker stops
+ * the attempt as soon as it hears (the cancel, or the shutdown, rides on its next heartbeat
+ * reply) and exits. Asserted: the run's exit within 2.5 s of the last part's publication, the
+ * worker's log saying it stopped the attempt, the output exact, and nothing of the loser in the
+ * sink. */
+Test(coarse, the_losing_attempt_is_cancelled_and_the_run_does_not_wait_for_it)
+{
+    const char *name = "cancel";
+    sh("mkdir -p %s/in4 %s/%s-run && cp %s/in/f0[0-3].jsonl %s/in4/", dir, dir, name, dir, dir);
+    FILE *f = itest_create("%s.yaml", name);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/in4/', format: jsonl, partitionSize: 400Ki}\n"
+            "  stages:\n  - {name: work, op: bench.spin, args: {msPerMB: 1000}}\n"
+            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n",
+            name, dir, dir, name);
+    fclose(f);
+    sh("cd %s && (timeout 100 %s run %s.yaml --cpus 2 --run-dir %s/%s-run --summary-json "
+       "%s.summary.json > %s.log 2>&1; echo $? > %s.rc) >/dev/null 2>&1 &",
+       dir, sb_test_bin("streambatch"), name, dir, name, name, name, name);
+    /* registered (its first poll follows at once): from then on 40x slower */
+    sh("for i in $(seq 1 3000); do grep -q 'worker ready' %s/%s-run/cpu-0.log 2>/dev/null && "
+       "break; sleep 0.01; done",
+       dir, name);
+    char *victim =
+        sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/%s-run/cpu-0$' | head -1", dir, name);
+    cr_assert(*victim, "no worker to throttle");
+    sh("(while [ ! -f %s/%s.rc ] && kill -STOP %s 2>/dev/null; do sleep 0.195; kill -CONT %s; "
+       "sleep 0.005; done; kill -CONT %s) >/dev/null 2>&1 &",
+       dir, name, victim, victim, victim);
+    free(victim);
+    /* the last part published (the copy's, accepted), then the run's exit */
+    sh("for i in $(seq 1 6000); do [ \"$(ls %s/out-%s/ 2>/dev/null | grep -c '^part-')\" -ge 4 ] "
+       "&& break; [ -f %s/%s.rc ] && break; sleep 0.01; done",
+       dir, name, dir, name);
+    double published = now_s();
+    sh("for i in $(seq 1 3000); do [ -f %s/%s.rc ] && break; sleep 0.01; done", dir, name);
+    double ended = now_s();
+    char *rc = sb_test_sh_out("cat %s/%s.rc", dir, name);
+    char *log = sb_test_sh_out("tail -20 %s/%s.log", dir, name);
+    cr_assert_str_eq(rc, "0", "run failed:\n%s", log);
+    free(rc);
+    free(log);
+    cr_log_info("cancel: the run ended %.2f s after the last part was published",
+                ended - published);
+    cr_assert_eq(summary_num(name, "workersLost"), 0, "slow, not lost");
+    char *won =
+        sb_test_sh_out("python3 -c \"import json; s=json.load(open('%s/%s.summary."
+                       "json')); print(sum(x.get('speculativeWins', 0) for x in s['stages']))\"",
+                       dir, name);
+    cr_assert_eq(strtol(won, NULL, 10), 1, "the copy of the crawling worker's task won");
+    free(won);
+    cr_expect_lt(ended - published, 2.5,
+                 "the run does not wait for the losing attempt (%.2f s after the last part)",
+                 ended - published);
+    cr_expect_eq(num("grep -c 'attempt stopped: cancelled' %s/%s-run/cpu-0.log || true", dir, name),
+                 1, "the throttled worker stopped its losing attempt");
+    cr_expect_eq(num("grep -c 'exiting without waiting' %s/%s-run/cpu-0.log || true", dir, name), 0,
+                 "the cancelled attempt ended: nothing was abandoned");
+    char *want = sb_test_sh_out("cat %s/in4/*.jsonl | sort | md5sum | cut -d' ' -f1", dir);
+    char *got =
+        sb_test_sh_out("cat %s/out-%s/part-*.jsonl | sort | md5sum | cut -d' ' -f1", dir, name);
+    cr_expect_str_eq(got, want, "every record exactly once");
+    free(got);
+    free(want);
+    cr_expect_eq(num("ls -A %s/out-%s/ | grep -c -v '^part-\\|^_SUCCESS$\\|^_manifest.json$' || "
+                     "true",
+                     dir, name),
+                 0, "nothing but the parts, the manifest and _SUCCESS (no .sbatt- file)");
+    cr_expect_eq(num("ls %s/out-%s/ | grep -c '^part-'", dir, name), 4);
+}
