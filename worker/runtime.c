@@ -1928,16 +1928,23 @@ static void h_rebind(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud
     ctl_put(w, old); /* freed here, or by the last call still in flight on it */
 }
 
-/* Waits ms, or until shutdown is set by another thread (the controller's "exit" in a poll
- * reply): a worker told to exit leaves at once, not at the next tick. A signal's g_stop is
- * seen at the next tick. */
-static void main_nap(worker *w, int ms)
+/* The monotonic clock ms from now (for pthread_cond_timedwait on wake). */
+static struct timespec deadline_in(int ms)
 {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_nsec += (long)ms * 1000000L;
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
+    return until;
+}
+
+/* Waits ms, or until shutdown is set by another thread (the controller's "exit" in a poll
+ * reply): a worker told to exit leaves at once, not at the next tick. A signal's g_stop is
+ * seen at the next tick. */
+static void main_nap(worker *w, int ms)
+{
+    struct timespec until = deadline_in(ms);
     pthread_mutex_lock(&w->mu);
     while (!w->shutdown && !g_stop)
         if (pthread_cond_timedwait(&w->wake, &w->mu, &until) != 0)
@@ -2200,19 +2207,17 @@ static void op_states_release(void)
 }
 
 /* Waits up to ms for the slot threads to end (their attempts are cancelled: ops that check end at
- * once, the others at their next input). 1 when they all ended. */
+ * once, the others at their next input). 1 when they all ended, or when none of those left runs
+ * an attempt (a storage job, a call to the controller: they end on their own and are joined, as
+ * before cancels). */
 static int slots_wait(worker *w, int ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += (long)ms * 1000000L;
-    until.tv_sec += until.tv_nsec / 1000000000L;
-    until.tv_nsec %= 1000000000L;
+    struct timespec until = deadline_in(ms);
     pthread_mutex_lock(&w->mu);
     while (w->slots_live > 0)
         if (pthread_cond_timedwait(&w->wake, &w->mu, &until) != 0)
             break;
-    int all = w->slots_live == 0;
+    int all = w->slots_live == 0 || w->natt == 0;
     pthread_mutex_unlock(&w->mu);
     return all;
 }
@@ -2226,11 +2231,11 @@ static int rm_entry(const char *path, const struct stat *sb, int type, struct FT
     return 0;
 }
 
-/* The worker leaves slot threads running (an op that never checks its cancel flag, a call to an
- * unreachable controller): nothing they use is freed, and the process is to end at once
+/* The worker leaves slot threads running (a cancelled attempt whose op does not check its flag
+ * and has not reached its next input): nothing they use is freed, and the process is to end at once
  * (sb_worker_abandoned). What would outlive it goes now: the store's spill directory (its files
- * too; a spill in flight then fails, which nobody sees). Exec children die with their thread
- * (PR_SET_PDEATHSIG). */
+ * too; a spill in flight then fails, which nobody sees) and exec's children with their process
+ * groups (PR_SET_PDEATHSIG alone kills a child, not the programs it started). */
 static worker *g_abandoned; /* keeps the worker reachable: not a leak */
 
 static void worker_abandon(worker *w)
@@ -2243,6 +2248,7 @@ static void worker_abandon(worker *w)
            "exiting without waiting for slots still running (their attempts were "
            "cancelled and are not reported)",
            "worker", w->cfg.id, "slots", n, NULL);
+    sb_op_kill_children(); /* exec's programs, and what they started */
     const char *dir = sb_store_spill_path(w->store);
     if (dir != NULL)
         nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -44,6 +44,19 @@ static double now_s(void)
     return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
+/* Stops run NAME's worker cpu-0 for stop_s of every stop_s + cont_s seconds until the run ends
+ * (a sick node, from outside). */
+static void throttle_cpu0(const char *name, const char *stop_s, const char *cont_s)
+{
+    char *victim =
+        sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/%s-run/cpu-0$' | head -1", dir, name);
+    cr_assert(*victim, "no worker to throttle");
+    sh("(while [ ! -f %s/%s.rc ] && kill -STOP %s 2>/dev/null; do sleep %s; kill -CONT %s; "
+       "sleep %s; done; kill -CONT %s) >/dev/null 2>&1 &",
+       dir, name, victim, stop_s, victim, cont_s, victim);
+    free(victim);
+}
+
 /* Runs NAME (msPerMB ms_per_mb) on `cpus` workers; throttle: the first worker is stopped 180 ms
  * of every 200 ms from its start, a 10x slower node. Returns the run's wall time in seconds. */
 static double run_coarse(const char *name, int ms_per_mb, int cpus, int throttle)
@@ -61,13 +74,7 @@ static double run_coarse(const char *name, int ms_per_mb, int cpus, int throttle
         sh("for i in $(seq 1 500); do pgrep -f -- '--spill-[d]ir %s/%s-run/cpu-0$' >/dev/null && "
            "break; sleep 0.01; done",
            dir, name);
-        char *victim =
-            sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/%s-run/cpu-0$' | head -1", dir, name);
-        cr_assert(*victim, "no worker to throttle");
-        sh("(while [ ! -f %s/%s.rc ] && kill -STOP %s 2>/dev/null; do sleep 0.18; "
-           "kill -CONT %s; sleep 0.02; done; kill -CONT %s) >/dev/null 2>&1 &",
-           dir, name, victim, victim, victim);
-        free(victim);
+        throttle_cpu0(name, "0.18", "0.02");
     }
     sh("for i in $(seq 1 1400); do [ -f %s/%s.rc ] && break; sleep 0.05; done", dir, name);
     double t1 = now_s();
@@ -155,13 +162,7 @@ Test(coarse, the_losing_attempt_is_cancelled_and_the_run_does_not_wait_for_it)
     sh("for i in $(seq 1 3000); do grep -q 'worker ready' %s/%s-run/cpu-0.log 2>/dev/null && "
        "break; sleep 0.01; done",
        dir, name);
-    char *victim =
-        sb_test_sh_out("pgrep -f -- '--spill-[d]ir %s/%s-run/cpu-0$' | head -1", dir, name);
-    cr_assert(*victim, "no worker to throttle");
-    sh("(while [ ! -f %s/%s.rc ] && kill -STOP %s 2>/dev/null; do sleep 0.195; kill -CONT %s; "
-       "sleep 0.005; done; kill -CONT %s) >/dev/null 2>&1 &",
-       dir, name, victim, victim, victim);
-    free(victim);
+    throttle_cpu0(name, "0.195", "0.005");
     /* the last part published (the copy's, accepted), then the run's exit */
     sh("for i in $(seq 1 6000); do [ \"$(ls %s/out-%s/ 2>/dev/null | grep -c '^part-')\" -ge 4 ] "
        "&& break; [ -f %s/%s.rc ] && break; sleep 0.01; done",
@@ -201,4 +202,40 @@ Test(coarse, the_losing_attempt_is_cancelled_and_the_run_does_not_wait_for_it)
                      dir, name),
                  0, "nothing but the parts, the manifest and _SUCCESS (no .sbatt- file)");
     cr_expect_eq(num("ls %s/out-%s/ | grep -c '^part-'", dir, name), 4);
+}
+
+/* A stopping worker whose op does not check the cancel (exec: a program that sleeps) waits a
+ * second for it, then exits leaving the slot: the program and what it started are killed (their
+ * process group), the store's spill directory is removed, and the run ends at once. Two workers:
+ * the idle one runs the sink's abort (with one, the abort waits 5 s for a free slot). */
+Test(coarse, a_worker_that_leaves_a_running_op_leaves_nothing_behind)
+{
+    sh("mkdir -p %s/ab-in %s/ab-run && echo '{\"a\": 1}' > %s/ab-in/f.jsonl", dir, dir, dir);
+    FILE *f = itest_create("ab.yaml");
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: ab}\n"
+            "spec:\n  source: {uri: 'file://%s/ab-in/', format: jsonl}\n"
+            "  stages:\n  - {name: slow, op: exec, args: {command: [sh, -c, 'sleep 41.5; cat']}}\n"
+            "  sink: {uri: 'file://%s/out-ab/', format: jsonl}\n",
+            dir, dir);
+    fclose(f);
+    sh("cd %s && (timeout 60 %s run ab.yaml --cpus 2 --run-dir %s/ab-run > ab.log 2>&1 & "
+       "echo $! > ab.pid; wait $!; echo $? > ab.rc) >/dev/null 2>&1 &",
+       dir, sb_test_bin("streambatch"), dir);
+    sh("for i in $(seq 1 3000); do pgrep -f '^sleep 41[.]5$' >/dev/null && break; sleep 0.01; "
+       "done");
+    cr_assert_eq(num("pgrep -f '^sleep 41[.]5$' | wc -l"), 1, "the op's program runs");
+    cr_assert_eq(num("ls -d %s/ab-run/cpu-*/sbstore-* | wc -l", dir), 2, "spill directories");
+    double t0 = now_s();
+    sh("kill -TERM $(cat %s/ab.pid)", dir); /* Ctrl-C: the run stops its workers */
+    sh("for i in $(seq 1 1000); do [ -f %s/ab.rc ] && break; sleep 0.01; done", dir);
+    double took = now_s() - t0;
+    cr_log_info("abandon: the run ended %.2f s after its SIGTERM", took);
+    cr_expect_lt(took, 2.9, "the worker left the slot after 1 s (the run SIGKILLs at 3 s)");
+    long left =
+        num("cat %s/ab-run/cpu-*.log | grep -c 'exiting without waiting for slots' || true", dir);
+    cr_expect_eq(left, 1, "the worker running the op said it left the slot (%ld said so)", left);
+    cr_expect_eq(num("pgrep -f '^sleep 41[.]5$' | wc -l"), 0, "nothing of the op runs on");
+    cr_expect_eq(num("ls -d %s/ab-run/cpu-*/sbstore-* 2>/dev/null | wc -l", dir), 0,
+                 "no spill directory left");
 }

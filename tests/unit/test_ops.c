@@ -760,8 +760,8 @@ static double now_ms(clockid_t c)
 
 /* CPU and wall milliseconds of running `name` over a partition of nrec records of reclen bytes
  * (binary, so copying costs little) in batches of batch_size. */
-static void cost_of(const char *name, const char *args, size_t nrec, size_t reclen,
-                    size_t batch_size, double *cpu_ms, double *wall_ms)
+/* A partition of nrec binary records of reclen zero bytes, opened: *blob to free after in. */
+static sb_batch *zero_records(size_t nrec, size_t reclen, void **blob)
 {
     sb_field f = {.name = "record", .type = SB_TYPE_BINARY};
     sb_err e;
@@ -770,12 +770,20 @@ static void cost_of(const char *name, const char *args, size_t nrec, size_t recl
     for (size_t i = 0; i < nrec; i++)
         cr_assert_eq(sb_batch_builder_append_binary(bb, 0, rec, reclen, &e), 0);
     free(rec);
-    void *blob;
     size_t len;
-    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0);
+    cr_assert_eq(sb_batch_builder_finish(bb, blob, &len, &e), 0);
     sb_batch_builder_free(bb);
     sb_batch *in;
-    cr_assert_eq(sb_batch_open(blob, len, &in, &e), 0);
+    cr_assert_eq(sb_batch_open(*blob, len, &in, &e), 0);
+    return in;
+}
+
+static void cost_of(const char *name, const char *args, size_t nrec, size_t reclen,
+                    size_t batch_size, double *cpu_ms, double *wall_ms)
+{
+    sb_err e;
+    void *blob;
+    sb_batch *in = zero_records(nrec, reclen, &blob);
     const sb_op_impl *op = sb_op_find(name);
     void *st;
     cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
@@ -866,16 +874,9 @@ Test(ops, spin_and_sleep_stop_when_their_attempt_is_cancelled)
     cr_expect(!sb_op_cancelled(), "nothing bound: not cancelled");
     const char *ops[] = {"bench.spin", "bench.sleep"};
     for (size_t i = 0; i < 2; i++) {
-        sb_field f = {.name = "record", .type = SB_TYPE_BINARY};
         sb_err e;
-        sb_batch_builder *bb = sb_batch_builder_new(&f, 1, &e);
-        cr_assert_eq(sb_batch_builder_append_binary(bb, 0, "x", 1, &e), 0);
         void *blob;
-        size_t len;
-        cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0);
-        sb_batch_builder_free(bb);
-        sb_batch *in;
-        cr_assert_eq(sb_batch_open(blob, len, &in, &e), 0);
+        sb_batch *in = zero_records(1, 1, &blob);
         const sb_op_impl *op = sb_op_find(ops[i]);
         void *st;
         cr_assert_eq(op->init("{\"msPerRecord\":20000}", &st, &e), 0, "%s", e.msg);

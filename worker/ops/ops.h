@@ -284,6 +284,9 @@ const char *sb_op_excerpt(const char *p, size_t n, char *buf, size_t cap);
  * idle states first (a tensor.mlp state points at a model), then every op's shutdown hook. */
 uint64_t sb_op_children_rss(void);
 void sb_op_shutdown(void);
+/* At a worker's exit that leaves ops running (runtime.h sb_worker_abandoned): SIGKILL to every
+ * process group the ops started (exec's), nothing freed, nothing waited for. */
+void sb_op_kill_children(void);
 
 /* Where ops spill what outgrows their share of the memory budget (groupby's sorted runs): the
  * worker's spill directory, set once at worker start (copied); "/tmp" until then. Spill files
