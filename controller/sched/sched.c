@@ -1131,12 +1131,14 @@ static void cancel_on(sb_sched *s, size_t w, const task *t, uint32_t attempt)
     char name[TASK_NAME_MAX];
     if (GROW(s, wk->cancels, wk->capcancel, wk->ncancel + 1) != 0)
         return;
-    char *id = strdup(task_name(s, t, name, sizeof name));
-    if (id == NULL) {
+    sb_sched_cancel *c = &wk->cancels[wk->ncancel];
+    c->task_id = strdup(task_name(s, t, name, sizeof name));
+    if (c->task_id == NULL) {
         s->oom = 1;
         return;
     }
-    wk->cancels[wk->ncancel++] = (sb_sched_cancel){id, attempt};
+    c->attempt = attempt;
+    wk->ncancel++;
     s->ops[t->op].cancelled++;
 }
 
