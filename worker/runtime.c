@@ -1,7 +1,8 @@
 /* runtime.c — the worker process (see runtime.h): its main loop (registration, heartbeats,
  * Rebind), the slot threads that poll for tasks and run them (read inputs, run the fused ops,
- * store or sink the outputs, report), and storage jobs. Owns the worker struct: the store, the
- * servers, the controller channel and the pipeline it registered for. */
+ * store or sink the outputs, report; or stop an attempt that is cancelled), and storage jobs.
+ * Owns the worker struct: the store, the servers, the controller channel and the pipeline it
+ * registered for, and the list of running attempts. */
 #include "worker/runtime.h"
 
 #include <errno.h>
@@ -510,7 +511,8 @@ static int partial_report(task_ctx *t, out_part *p)
 static void publish_part(task_ctx *t, out_part *p)
 {
     int wait = partial_report(t, p);
-    for (int ms = WAIT_FIRST_MS; wait && !t->finishing && !stopping(t->w);
+    for (int ms = WAIT_FIRST_MS;
+         wait && !t->finishing && !stopping(t->w) && !__atomic_load_n(t->cancel, __ATOMIC_RELAXED);
          ms = ms * 2 < WAIT_MAX_MS ? ms * 2 : WAIT_MAX_MS) {
         usleep((useconds_t)ms * 1000);
         wait = partial_report(t, NULL);
