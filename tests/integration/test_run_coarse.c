@@ -124,9 +124,11 @@ Test(coarse, a_sick_workers_sink_task_is_copied_and_the_output_is_exact)
                                   "s['stages']))\"",
                                   dir);
     /* not asserted: on a loaded machine (load 16 on 2 CPUs, seen once) the healthy worker is as
-     * slow as the throttled one and nothing is worth copying; the simulation asserts the rule */
+     * slow as the throttled one and nothing is worth copying; the simulation asserts the rule.
+     * Logged as info: a Criterion warning makes the binary exit 1, which run-tests.sh counts as
+     * a failed suite. */
     if (strtol(copies, NULL, 10) < 1)
-        cr_log_warn("coarse: no copy was made (a loaded machine?), the sink's exactly-once was not "
+        cr_log_info("coarse: no copy was made (a loaded machine?), the sink's exactly-once was not "
                     "exercised this time");
     cr_log_info("coarse: %s copies", copies);
     free(copies);
