@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "rpc/rpc.h"
@@ -366,6 +367,12 @@ static int worker_serve(const worker_args *a)
     sb_rpc_tune_malloc(0); /* keep freed receive buffers: ~40% less CPU per GiB fetched */
     sb_err err;
     int rc = sb_worker_run(&a->cfg, &err);
+    if (sb_worker_abandoned()) { /* slots still run: no cleanup may race them */
+        if (rc != 0)
+            sb_log(SB_LOG_ERROR, "worker failed", "worker", a->cfg.id, "error", err.msg, NULL);
+        fflush(NULL);
+        _exit(rc != 0);
+    }
     sb_op_shutdown(); /* exec's long-lived processes */
     if (rc != 0) {
         sb_log(SB_LOG_ERROR, "worker failed", "worker", a->cfg.id, "error", err.msg, NULL);

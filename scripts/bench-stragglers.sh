@@ -22,7 +22,10 @@
 # 200 ms from its start (10x slower). Per round: zero (msPerMB 0: the fixed cost F), one (one
 # healthy worker: F + W), then throttled with none of the mechanisms, without copies
 # (SB_SCHED_OFF=speculation: before issue 42 a sink-writing op was never copied, so this is the
-# old behaviour), and the defaults. Bound = F + W / 1.1.
+# old behaviour), and the defaults. Bound = F + W / 1.1. Each defaults run's ratio is printed on
+# stderr as it ends ("coarse round R/N: defaults X.XXXx the bound ..."), then "coarse: K of N
+# within 1.15x"; ONLY=defaults skips the two ablations (e.g. SHAPE=coarse ROUNDS=5 ONLY=defaults
+# for the goal's 5 runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh # SB_BIN_DIR

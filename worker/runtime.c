@@ -1,10 +1,12 @@
 /* runtime.c — the worker process (see runtime.h): its main loop (registration, heartbeats,
  * Rebind), the slot threads that poll for tasks and run them (read inputs, run the fused ops,
- * store or sink the outputs, report), and storage jobs. Owns the worker struct: the store, the
- * servers, the controller channel and the pipeline it registered for. */
+ * store or sink the outputs, report; or stop an attempt that is cancelled), and storage jobs.
+ * Owns the worker struct: the store, the servers, the controller channel and the pipeline it
+ * registered for, and the list of running attempts. */
 #include "worker/runtime.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -38,6 +40,13 @@
 
 static volatile sig_atomic_t g_stop;
 
+/* How long a stopping worker waits for its slot threads once their attempts are cancelled,
+ * before it leaves them (worker_abandon): an op that checks its flag ends in microseconds, one
+ * that does not at its next input partition. */
+#ifndef SLOTS_EXIT_MS
+#define SLOTS_EXIT_MS 1000
+#endif
+
 /* Bytes per partition handed from the source reader to a task's first op, and from one op to
  * the next inside a task (see task_inputs and task_setup). */
 #define SOURCE_CHUNK ((size_t)1 << 20)
@@ -56,6 +65,14 @@ typedef struct ctl_chan {
     int batched;  /* its controller takes completions in polls (set at registration, mu) */
     char addr[256];
 } ctl_chan;
+
+/* An attempt a slot runs now (worker.att): a cancel from the controller names it by task id and
+ * attempt, and sets its flag (the task's task_ctx.cancel, read by the runtime and the ops). */
+typedef struct {
+    const char *task_id; /* the Task message's, valid while the attempt runs */
+    uint32_t attempt;
+    int *cancel;
+} running_attempt;
 
 typedef struct {
     sb_worker_config cfg;
@@ -81,6 +98,9 @@ typedef struct {
     int shutdown;
     int told_to_exit; /* the controller said so: no partition here is still needed (mu) */
     int running_tasks;
+    running_attempt *att; /* the attempts the slots run now, cfg.slots at most (mu) */
+    size_t natt;
+    size_t slots_live; /* slot threads not ended yet (mu; wake is broadcast as one ends) */
     uint64_t bytes_received;
     sb_wmetrics *metrics;    /* always kept (the heartbeat carries its totals) */
     sb_metrics_server *msrv; /* when cfg.metrics_addr is set */
@@ -109,10 +129,20 @@ static int stopping(worker *w)
     return s;
 }
 
+/* Sets every running attempt's cancel flag (mu held): a worker that stops reports nothing of
+ * them, so they end now instead of running out (a loser of a copy's race would hold the worker's
+ * exit, and the run's end, for as long as it had left). */
+static void cancel_all_locked(worker *w)
+{
+    for (size_t i = 0; i < w->natt; i++)
+        __atomic_store_n(w->att[i].cancel, 1, __ATOMIC_RELAXED);
+}
+
 static void set_shutdown(worker *w)
 {
     pthread_mutex_lock(&w->mu);
     w->shutdown = 1;
+    cancel_all_locked(w);
     pthread_cond_broadcast(&w->wake);
     pthread_mutex_unlock(&w->mu);
 }
@@ -125,6 +155,7 @@ static void set_told_to_exit(worker *w)
     pthread_mutex_lock(&w->mu);
     w->shutdown = 1;
     w->told_to_exit = 1;
+    cancel_all_locked(w);
     pthread_cond_broadcast(&w->wake);
     pthread_mutex_unlock(&w->mu);
 }
@@ -133,6 +164,51 @@ static void apply_releases(worker *w, char **ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         sb_store_release(w->store, ids[i], NULL); /* unknown ids are fine */
+}
+
+/* An attempt starts on a slot (its flag is set at once when the worker is stopping already). */
+static void attempt_begin(worker *w, const Streambatch__V1__Task *task, int *cancel)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->natt < w->cfg.slots) /* one per slot: always room */
+        w->att[w->natt++] = (running_attempt){task->task_id, task->attempt, cancel};
+    if (w->shutdown || g_stop)
+        __atomic_store_n(cancel, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void attempt_end(worker *w, const int *cancel)
+{
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->natt; i++)
+        if (w->att[i].cancel == cancel) {
+            w->att[i] = w->att[--w->natt];
+            break;
+        }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The controller's cancels (PollTasksReply.cancel, HeartbeatReply.cancel): attempts it no
+ * longer needs (a copy won, or the task was handed out again). One that is no longer running
+ * here (it ended, or never came) is ignored. */
+static void apply_cancels(worker *w, Streambatch__V1__TaskAttempt **v, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        int found = 0;
+        pthread_mutex_lock(&w->mu);
+        for (size_t i = 0; i < w->natt; i++)
+            if (w->att[i].attempt == v[k]->attempt && v[k]->task_id != NULL &&
+                strcmp(w->att[i].task_id, v[k]->task_id) == 0) {
+                __atomic_store_n(w->att[i].cancel, 1, __ATOMIC_RELAXED);
+                found = 1;
+            }
+        pthread_mutex_unlock(&w->mu);
+        char a[16];
+        snprintf(a, sizeof a, "%u", (unsigned)v[k]->attempt);
+        sb_log(found ? SB_LOG_INFO : SB_LOG_DEBUG,
+               found ? "attempt cancelled (no longer needed)" : "cancel of an attempt not running",
+               "task", v[k]->task_id, "attempt", a, NULL);
+    }
 }
 
 /* ---- the Control channel ----------------------------------------------------------------- */
@@ -302,6 +378,7 @@ struct task_ctx {
     sb_err err;
     int failed;
     int finishing; /* the ops' finish: its outputs are the task's last (no grant to wait for) */
+    int *cancel;   /* run_task's flag, set by another thread (atomic): no longer needed */
     /* the accelerator, kept from the last input's run through the ops' finish (run_chain) */
     int accel_held;
     double accel_since;
@@ -434,7 +511,8 @@ static int partial_report(task_ctx *t, out_part *p)
 static void publish_part(task_ctx *t, out_part *p)
 {
     int wait = partial_report(t, p);
-    for (int ms = WAIT_FIRST_MS; wait && !t->finishing && !stopping(t->w);
+    for (int ms = WAIT_FIRST_MS;
+         wait && !t->finishing && !stopping(t->w) && !__atomic_load_n(t->cancel, __ATOMIC_RELAXED);
          ms = ms * 2 < WAIT_MAX_MS ? ms * 2 : WAIT_MAX_MS) {
         usleep((useconds_t)ms * 1000);
         wait = partial_report(t, NULL);
@@ -528,6 +606,8 @@ static void accel_release(worker *w, double since)
  * task of the memory microbenchmark's 25). */
 static int run_chain(task_ctx *t, const void *blob, size_t len, bool built_here, bool last)
 {
+    if (__atomic_load_n(t->cancel, __ATOMIC_RELAXED)) /* ops that never check stop here */
+        return sb_op_cancel_err(&t->err, t->task->stage ? t->task->stage : "?");
     double t0 = accel_acquire(t->w);
     int rc = feed_stage(t, 0, blob, len, built_here);
     if (rc == 0 && last && t->w->have_accel) {
@@ -989,14 +1069,44 @@ static void task_done_dropped(worker *w, task_done *d, const char *why)
         task_done_acked(w, d, 0);
 }
 
-/* Runs a task and builds its report; NULL only when the worker stops (nothing is reported then,
- * as before: the controller re-runs what a stopped worker had). */
-static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
+/* What an attempt that reports nothing made is removed: its staged sink parts (nobody publishes
+ * them), its store outputs not published early (those the controller took are its to release).
+ * Frees t. */
+static void task_discard(worker *w, task_ctx *t)
+{
+    for (size_t i = 0; i < t->nparts; i++)
+        if (t->task->writes_sink)
+            sb_io_sink_discard_staged(&w->pipeline.spec.sink, t->parts[i].id, t->task->attempt,
+                                      &t->err);
+        else if (!t->parts[i].published)
+            sb_store_release(w->store, t->parts[i].id, NULL);
+    task_ctx_free(t);
+}
+
+/* A cancelled attempt (the controller cancelled it, or the worker stops): what it made goes, and
+ * it is not reported (the controller counts it out already, or re-runs what a stopped worker
+ * had). Frees t. */
+static void task_cancelled(worker *w, task_ctx *t, double wall0)
+{
+    char a[16], s[32];
+    snprintf(a, sizeof a, "%u", (unsigned)t->task->attempt);
+    snprintf(s, sizeof s, "%.3f", mono_s() - wall0);
+    sb_log(SB_LOG_INFO, "attempt stopped: cancelled", "task", t->task->task_id, "attempt", a,
+           "ran_s", s, NULL);
+    sb_wmetrics_task_ended(w->metrics, t->task->stage ? t->task->stage : "", 0, mono_s() - wall0,
+                           t->rows_in, t->bytes_in, 0, 0);
+    task_discard(w, t);
+}
+
+/* Runs a task attempt and builds its report; NULL when it was cancelled or the worker stops
+ * (nothing is reported then: the controller re-runs what a stopped worker had). */
+static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int *cancel)
 {
     task_ctx t;
     memset(&t, 0, sizeof t);
     t.w = w;
     t.task = task;
+    t.cancel = cancel;
     double wall0 = mono_s(), cpu0 = thread_cpu_s();
     char *lost = NULL;
     const char *stage = task->stage ? task->stage : "";
@@ -1019,20 +1129,18 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
         if (rc == 0)
             rc = rc2;
     }
+    if (__atomic_load_n(cancel, __ATOMIC_RELAXED)) { /* also one that ended meanwhile */
+        task_cancelled(w, &t, wall0);
+        return NULL;
+    }
     /* every task is reported (the controller would wait for it forever): out of memory, the
      * report waits for memory rather than being lost */
     task_done *d;
     while ((d = calloc(1, sizeof *d)) == NULL || (d->task_id = strdup(task->task_id)) == NULL ||
            (rc == -2 && (d->lost = strdup(lost ? lost : "")) == NULL)) {
         task_done_free(d);
-        if (stopping(w)) {
-            for (size_t i = 0; i < t.nparts; i++)
-                if (task->writes_sink) /* the task is re-run elsewhere: nobody publishes it */
-                    sb_io_sink_discard_staged(&w->pipeline.spec.sink, t.parts[i].id, task->attempt,
-                                              &t.err);
-                else
-                    sb_store_release(w->store, t.parts[i].id, NULL);
-            task_ctx_free(&t);
+        if (stopping(w)) { /* the task is re-run elsewhere: nobody publishes it */
+            task_discard(w, &t);
             return NULL;
         }
         usleep(10000);
@@ -1115,6 +1223,19 @@ static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
     t.nparts = 0;
     t.reuse = req->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
     task_ctx_free(&t);
+    return d;
+}
+
+/* run_attempt with the attempt's cancel flag listed (apply_cancels finds it) and bound to this
+ * thread for the ops (sb_op_cancelled). */
+static task_done *run_task(worker *w, const Streambatch__V1__Task *task)
+{
+    int cancel = 0;
+    attempt_begin(w, task, &cancel);
+    sb_op_cancel_bind(&cancel);
+    task_done *d = run_attempt(w, task, &cancel);
+    sb_op_cancel_bind(NULL);
+    attempt_end(w, &cancel);
     return d;
 }
 
@@ -1579,6 +1700,8 @@ static void *slot_main(void *arg)
             sr.n = 0;
             apply_releases(w, r->release, r->n_release);
         }
+        if (cur)
+            apply_cancels(w, r->cancel, r->n_cancel);
         if (cur && r->storage_job != NULL && !stopping(w) && cur_gen(w) == gen) {
             pthread_mutex_lock(&w->mu);
             w->running_tasks++;
@@ -1610,6 +1733,10 @@ static void *slot_main(void *arg)
         sb_rpc_msg_free(resp);
     }
     reports_drop(w, &sr, "the worker is stopping");
+    pthread_mutex_lock(&w->mu);
+    w->slots_live--;
+    pthread_cond_broadcast(&w->wake); /* sb_worker_run waits for the slots (slots_wait) */
+    pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
@@ -1645,6 +1772,7 @@ static int heartbeat_once(worker *w)
     Streambatch__V1__HeartbeatReply *r = (Streambatch__V1__HeartbeatReply *)resp;
     if (cur) {
         apply_releases(w, r->release, r->n_release);
+        apply_cancels(w, r->cancel, r->n_cancel);
         if (r->shutdown)
             set_told_to_exit(w);
         if (r->reregister && !r->shutdown) { /* a new leader that does not know this worker */
@@ -1804,16 +1932,23 @@ static void h_rebind(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud
     ctl_put(w, old); /* freed here, or by the last call still in flight on it */
 }
 
-/* Waits ms, or until shutdown is set by another thread (the controller's "exit" in a poll
- * reply): a worker told to exit leaves at once, not at the next tick. A signal's g_stop is
- * seen at the next tick. */
-static void main_nap(worker *w, int ms)
+/* The monotonic clock ms from now (for pthread_cond_timedwait on wake). */
+static struct timespec deadline_in(int ms)
 {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_nsec += (long)ms * 1000000L;
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
+    return until;
+}
+
+/* Waits ms, or until shutdown is set by another thread (the controller's "exit" in a poll
+ * reply): a worker told to exit leaves at once, not at the next tick. A signal's g_stop is
+ * seen at the next tick. */
+static void main_nap(worker *w, int ms)
+{
+    struct timespec until = deadline_in(ms);
     pthread_mutex_lock(&w->mu);
     while (!w->shutdown && !g_stop)
         if (pthread_cond_timedwait(&w->wake, &w->mu, &until) != 0)
@@ -2075,6 +2210,60 @@ static void op_states_release(void)
            NULL);
 }
 
+/* Waits up to ms for the slot threads to end (their attempts are cancelled: ops that check end at
+ * once, the others at their next input). 1 when they all ended, or when none of those left runs
+ * an attempt (a storage job, a call to the controller: they end on their own and are joined, as
+ * before cancels). */
+static int slots_wait(worker *w, int ms)
+{
+    struct timespec until = deadline_in(ms);
+    pthread_mutex_lock(&w->mu);
+    while (w->slots_live > 0)
+        if (pthread_cond_timedwait(&w->wake, &w->mu, &until) != 0)
+            break;
+    int all = w->slots_live == 0 || w->natt == 0;
+    pthread_mutex_unlock(&w->mu);
+    return all;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb;
+    (void)type;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* The worker leaves slot threads running (a cancelled attempt whose op does not check its flag
+ * and has not reached its next input): nothing they use is freed, and the process is to end at once
+ * (sb_worker_abandoned). What would outlive it goes now: the store's spill directory (its files
+ * too; a spill in flight then fails, which nobody sees) and exec's children with their process
+ * groups (PR_SET_PDEATHSIG alone kills a child, not the programs it started). */
+static worker *g_abandoned; /* keeps the worker reachable: not a leak */
+
+static void worker_abandon(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    char n[24];
+    snprintf(n, sizeof n, "%zu", w->slots_live);
+    pthread_mutex_unlock(&w->mu);
+    sb_log(SB_LOG_WARN,
+           "exiting without waiting for slots still running (their attempts were "
+           "cancelled and are not reported)",
+           "worker", w->cfg.id, "slots", n, NULL);
+    sb_op_kill_children(); /* exec's programs, and what they started */
+    const char *dir = sb_store_spill_path(w->store);
+    if (dir != NULL)
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    g_abandoned = w;
+}
+
+int sb_worker_abandoned(void)
+{
+    return g_abandoned != NULL;
+}
+
 int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
 {
     worker *w = worker_new(cfg_in);
@@ -2082,8 +2271,9 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
         return sb_err_set(err, "out of memory");
     int rc = -1;
     pthread_t *slots = calloc(w->cfg.slots, sizeof *slots);
+    w->att = calloc(w->cfg.slots, sizeof *w->att);
     size_t started = 0;
-    if (slots == NULL) {
+    if (slots == NULL || w->att == NULL) {
         sb_err_set(err, "out of memory");
         goto out;
     }
@@ -2092,20 +2282,34 @@ int sb_worker_run(const sb_worker_config *cfg_in, sb_err *err)
     sb_log(SB_LOG_INFO, "worker ready", "worker", w->cfg.id, "address", w->address, "pool",
            w->cfg.pool, NULL);
     sb_op_cache_set_limit(sb_op_cache_worker(), OP_STATES_PER_SLOT * w->cfg.slots);
-    for (; started < w->cfg.slots; started++)
-        if (pthread_create(&slots[started], NULL, slot_main, w) != 0)
+    for (; started < w->cfg.slots; started++) {
+        pthread_mutex_lock(&w->mu);
+        w->slots_live++;
+        pthread_mutex_unlock(&w->mu);
+        if (pthread_create(&slots[started], NULL, slot_main, w) != 0) {
+            pthread_mutex_lock(&w->mu);
+            w->slots_live--;
+            pthread_mutex_unlock(&w->mu);
             break;
+        }
+    }
     main_loop(w);
     set_shutdown(w);
     rc = 0;
     if (w->fatal[0] != '\0')
         rc = sb_err_set(err, "%s", w->fatal);
 out:
-    set_shutdown(w);
+    set_shutdown(w); /* cancels the running attempts */
+    if (started > 0 && !slots_wait(w, SLOTS_EXIT_MS)) {
+        free(slots);
+        worker_abandon(w);
+        return rc;
+    }
     for (size_t i = 0; i < started; i++)
         pthread_join(slots[i], NULL);
     free(slots);
     op_states_release();
+    free(w->att);
     worker_free(w);
     return rc;
 }

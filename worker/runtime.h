@@ -22,8 +22,18 @@
  * controller for controller_lost_timeout_ms (a Rebind resets that clock) it gives up:
  * sb_worker_run() returns -1 ("controller unreachable ...").
  *
+ * Cancel. The controller cancels attempts it no longer needs (PollTasksReply.cancel,
+ * HeartbeatReply.cancel: the loser of a speculative copy's race, a task handed out again): the
+ * attempt's flag is set, its ops see it (ops.h "Cancel"; the runtime also checks it before every
+ * input partition), and the attempt ends without a report, its staged sink parts and unpublished
+ * store outputs removed, its slot free for the next poll. A worker that stops (told to exit, a
+ * signal, the controller lost) cancels every running attempt the same way instead of running
+ * them out.
+ *
  * sb_worker_run() blocks until the controller says shutdown, sb_worker_request_stop() is called
- * (e.g. from a SIGTERM handler), or a fatal error; it cleans up everything it started.
+ * (e.g. from a SIGTERM handler), or a fatal error; it cleans up everything it started, after
+ * waiting up to a second for the slots' cancelled attempts to end (else see
+ * sb_worker_abandoned()).
  */
 #ifndef SB_WORKER_RUNTIME_H
 #define SB_WORKER_RUNTIME_H
@@ -66,5 +76,10 @@ int sb_worker_run(const sb_worker_config *cfg, sb_err *err);
 
 /* Asks a running worker to stop (async-signal-safe: it only sets a flag). */
 void sb_worker_request_stop(void);
+
+/* 1 after sb_worker_run() returned leaving slot threads running (their attempts cancelled, but an
+ * op did not stop within a second): nothing they use was freed, and the caller must end the
+ * process at once with _exit() (no atexit handlers, no other cleanup racing those threads). */
+int sb_worker_abandoned(void);
 
 #endif

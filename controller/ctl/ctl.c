@@ -713,6 +713,43 @@ static void answer_job(sb_ctl *c, sb_rpc_call *call, const char *worker, const p
     free(cfp);
 }
 
+/* A live worker's queued cancels (sb_sched_take_cancels) as a reply's cancel list. */
+typedef struct {
+    sb_sched_cancel *v;
+    size_t n;
+    Streambatch__V1__TaskAttempt *m, **p;
+} cancel_list;
+
+static void cancels_free(cancel_list *cl)
+{
+    sb_sched_cancels_free(cl->v, cl->n);
+    free(cl->m);
+    free(cl->p);
+    memset(cl, 0, sizeof *cl);
+}
+
+/* Takes the worker's cancels into cl (free with cancels_free once the reply went out). Out of
+ * memory they are dropped: those attempts run out, as before cancels. Lock held. */
+static void cancels_take(sb_ctl *c, const seen *w, cancel_list *cl)
+{
+    memset(cl, 0, sizeof *cl);
+    if (w == NULL || !w->live || c->sched == NULL ||
+        (cl->n = sb_sched_take_cancels(c->sched, w->id, &cl->v)) == 0)
+        return;
+    cl->m = calloc(cl->n, sizeof *cl->m);
+    cl->p = calloc(cl->n, sizeof *cl->p);
+    if (cl->m == NULL || cl->p == NULL) {
+        cancels_free(cl);
+        return;
+    }
+    for (size_t i = 0; i < cl->n; i++) {
+        streambatch__v1__task_attempt__init(&cl->m[i]);
+        cl->m[i].task_id = cl->v[i].task_id;
+        cl->m[i].attempt = cl->v[i].attempt;
+        cl->p[i] = &cl->m[i];
+    }
+}
+
 /* A worker declared lost called again (its network came back): it is told to shut down (said
  * once). Lock held. */
 static void told_lost(seen *w)
@@ -747,11 +784,13 @@ static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t
     }
     int shutdown = c->shutdown_workers || dead;
     /* Nothing to hand out: hold the poll (until its wait ends, a task or a storage job is
-     * ready, or the workers are shut down), also once the pipeline is over (drain): its sink
-     * commit still comes to a worker as a storage job, so workers poll on; answering at once
-     * made every idle slot spin between the last task and the shutdown (with 100 Pipelines on
-     * one operator: thousands of polls a second, and runs slowed tenfold) */
-    if (n == 0 && !force && !shutdown)
+     * ready, the workers are shut down, or an attempt of this worker is to be cancelled), also
+     * once the pipeline is over (drain): its sink commit still comes to a worker as a storage
+     * job, so workers poll on; answering at once made every idle slot spin between the last
+     * task and the shutdown (with 100 Pipelines on one operator: thousands of polls a second,
+     * and runs slowed tenfold) */
+    if (n == 0 && !force && !shutdown &&
+        (unknown || dead || c->sched == NULL || !sb_sched_cancels_pending(c->sched, worker)))
         return 0;
     poll_reply r;
     sb_err err;
@@ -765,9 +804,14 @@ static int try_answer(sb_ctl *c, sb_rpc_call *call, const char *worker, uint32_t
     if (dead && !c->shutdown_workers)
         told_lost(w);
     char **rel = acks_put(c, &r.reply, worker, acks);
+    cancel_list cl;
+    cancels_take(c, w, &cl);
+    r.reply.n_cancel = cl.n;
+    r.reply.cancel = cl.p;
     if (sb_rpc_call_reply_msg(call, &r.reply.base, &err) != 0)
         sb_log(SB_LOG_WARN, "poll reply failed", "worker", worker, "error", err.msg, NULL);
     free_releases(rel, r.reply.n_release);
+    cancels_free(&cl);
     poll_reply_free(&r);
     return 1;
 }
@@ -1188,8 +1232,13 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     }
     rep.shutdown |= c->shutdown_workers;
     rep.drain = terminal(c);
+    cancel_list cl; /* a worker whose every slot is busy (a loser among them) does not poll */
+    cancels_take(c, w, &cl);
+    rep.n_cancel = cl.n;
+    rep.cancel = cl.p;
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
     free_releases(rel, rep.n_release);
+    cancels_free(&cl);
     pthread_mutex_unlock(&c->mu);
     sb_rpc_msg_free(&m->base);
 }

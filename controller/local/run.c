@@ -278,16 +278,17 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
             human_bytes(s->stats.peak_partition_bytes, a, sizeof a),
             human_bytes(s->stats.budget, b, sizeof b), human_bytes(peak_rss, c, sizeof c), started,
             s->workers_lost, s->stats.tasks_run, s->stats.tasks_rerun);
-    uint64_t spec = 0, won = 0;
+    uint64_t spec = 0, won = 0, cancelled = 0;
     for (size_t i = 0; i < s->nops; i++) {
         spec += s->ops[i].speculated;
         won += s->ops[i].spec_won;
+        cancelled += s->ops[i].cancelled;
     }
     if (spec > 0)
         fprintf(f,
                 "stragglers: %" PRIu64 " speculative cop%s started, %" PRIu64
-                " finished before the original\n",
-                spec, spec == 1 ? "y" : "ies", won);
+                " finished before the original, %" PRIu64 " losing attempt%s cancelled\n",
+                spec, spec == 1 ? "y" : "ies", won, cancelled, cancelled == 1 ? "" : "s");
     if (s->stats.row_groups_read + s->stats.row_groups_skipped > 0)
         fprintf(f,
                 "parquet: %" PRIu64 " row groups read, %" PRIu64
@@ -376,6 +377,7 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
         cJSON_AddNumberToObject(o, "recovered", (double)s->ops[i].recovered);
         cJSON_AddNumberToObject(o, "speculated", (double)s->ops[i].speculated);
         cJSON_AddNumberToObject(o, "speculativeWins", (double)s->ops[i].spec_won);
+        cJSON_AddNumberToObject(o, "cancelled", (double)s->ops[i].cancelled);
         cJSON_AddNumberToObject(o, "taskSeconds", s->ops[i].task_seconds);
         cJSON_AddNumberToObject(o, "cpuSeconds", s->ops[i].cpu_seconds);
         cJSON_AddItemToArray(st, o);

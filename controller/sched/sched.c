@@ -108,6 +108,8 @@ typedef struct {
     uint32_t *op_running; /* its running tasks per op */
     char **releases;
     size_t nrel, caprel;
+    sb_sched_cancel *cancels; /* its attempts no longer counted, still running there (cancel_on) */
+    size_t ncancel, capcancel;
     double *op_speed; /* per op: input bytes per ms of its successful tasks (EWMA); 0 unknown */
     size_t *run;      /* the tasks it runs (as the primary attempt or as a copy): for the
                          earliest-finish rule (eft_defer) */
@@ -157,6 +159,7 @@ typedef struct {
     size_t ntis, captis;
     uint64_t ok_ms_sum, ok_n;      /* successful attempts' durations by the scheduler's clock */
     uint64_t speculated, spec_won; /* copies started; copies that finished first */
+    uint64_t cancelled;            /* attempts the workers were told to stop (cancel_on) */
     uint64_t spec_scan_ms;         /* its last scan for a straggler to copy (spec_candidate) */
     int spec_scanned;
     uint32_t group;    /* static mode: its slot group within its pool (static_bind) */
@@ -943,6 +946,9 @@ void sb_sched_free(sb_sched *s)
         for (size_t k = 0; k < w->nrel; k++)
             free(w->releases[k]);
         free(w->releases);
+        for (size_t k = 0; k < w->ncancel; k++)
+            free(w->cancels[k].task_id);
+        free(w->cancels);
     }
     free(s->workers);
     free(s->drain_notes);
@@ -1136,6 +1142,36 @@ static void run_del(sb_sched *s, size_t w, size_t ti)
         }
 }
 
+/* Worker w's attempt `attempt` of task t no longer counts while it may still run there (it lost
+ * to a copy, or the task was handed out again): the worker is told to stop it
+ * (sb_sched_take_cancels), which frees its slot and ends its work at once instead of when it is
+ * done. A lost worker is told nothing (it is shut down). */
+static void cancel_on(sb_sched *s, size_t w, const task *t, uint32_t attempt)
+{
+    if (w == NONE || !s->workers[w].alive)
+        return;
+    worker *wk = &s->workers[w];
+    char name[TASK_NAME_MAX];
+    if (GROW(s, wk->cancels, wk->capcancel, wk->ncancel + 1) != 0)
+        return;
+    sb_sched_cancel *c = &wk->cancels[wk->ncancel];
+    c->task_id = strdup(task_name(s, t, name, sizeof name));
+    if (c->task_id == NULL) {
+        s->oom = 1;
+        return;
+    }
+    c->attempt = attempt;
+    wk->ncancel++;
+    s->ops[t->op].cancelled++;
+}
+
+/* The task's speculative copy, if any, is told to stop (cancel_on) before it is dropped. */
+static void cancel_copy(sb_sched *s, const task *t)
+{
+    if (t->copy != NO_COPY)
+        cancel_on(s, s->copies[t->copy].worker, t, t->spec_attempt);
+}
+
 /* Abandons the task's speculative copy, if any: its slot and reserve are given back, and its
  * completion, when it comes, is stale (the worker drops what it made). */
 static void drop_copy(sb_sched *s, task *t)
@@ -1184,10 +1220,12 @@ static void requeue_task(sb_sched *s, size_t ti, int rerun)
     task *t = &s->tasks[ti];
     if (t->state == T_QUEUED || t->state == T_SKIPPED)
         return;
+    cancel_copy(s, t);
     drop_copy(s, t);
     if (!t->made && t->nout > 0) /* the attempt published outputs early */
         t->early_stale = 1;
     if (t->state == T_RUNNING) {
+        cancel_on(s, t->worker, t, t->attempt); /* (one that just reported ignores it) */
         worker *w = &s->workers[t->worker];
         run_del(s, t->worker, ti);
         w->running--;
@@ -1245,6 +1283,9 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
     for (size_t k = 0; k < wk->nrel; k++)
         free(wk->releases[k]);
     wk->nrel = 0;
+    for (size_t k = 0; k < wk->ncancel; k++) /* it is shut down: nothing to stop there */
+        free(wk->cancels[k].task_id);
+    wk->ncancel = 0;
     /* 1. partitions that lived there (lost_here: which; NULL when out of memory) */
     unsigned char *lost_here = calloc(s->nparts + 1, 1);
     for (size_t pi = 0; pi < s->nparts; pi++) {
@@ -2605,6 +2646,7 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
 {
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
+    cancel_copy(s, t);
     drop_copy(s, t);
     t->state = T_SKIPPED;
     o->errored++;
@@ -2662,6 +2704,7 @@ static int settle_copy(sb_sched *s, size_t w, task *t, int copy, sb_sched_status
         return 1;
     }
     if (copy) { /* the copy finished first: it is the task's result */
+        cancel_on(s, t->worker, t, t->attempt); /* the primary still runs */
         promote_copy(s, t);
         o->spec_won++;
     } else if (t->copy != NO_COPY && status == SB_SCHED_ERROR && t->retries < s->max_retries) {
@@ -2674,7 +2717,8 @@ static int settle_copy(sb_sched *s, size_t w, task *t, int copy, sb_sched_status
         promote_copy(s, t);
         return 1;
     } else {
-        drop_copy(s, t); /* the primary's result (or failure) stands; a copy is stale now */
+        cancel_copy(s, t); /* the primary's result (or failure) stands; a copy is stale now */
+        drop_copy(s, t);
     }
     return 0;
 }
@@ -2931,6 +2975,33 @@ size_t sb_sched_take_releases(sb_sched *s, const char *worker_id, char ***ids)
     return n;
 }
 
+size_t sb_sched_take_cancels(sb_sched *s, const char *worker_id, sb_sched_cancel **out)
+{
+    size_t w = worker_find(s, worker_id);
+    *out = NULL;
+    if (w == NONE || s->workers[w].ncancel == 0)
+        return 0;
+    worker *wk = &s->workers[w];
+    size_t n = wk->ncancel;
+    *out = wk->cancels;
+    wk->cancels = NULL;
+    wk->ncancel = wk->capcancel = 0;
+    return n;
+}
+
+int sb_sched_cancels_pending(const sb_sched *s, const char *worker_id)
+{
+    size_t w = worker_find(s, worker_id);
+    return w != NONE && s->workers[w].ncancel > 0;
+}
+
+void sb_sched_cancels_free(sb_sched_cancel *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].task_id);
+    free(v);
+}
+
 sb_sched_state sb_sched_state_get(const sb_sched *s, const char **failure)
 {
     if (failure != NULL)
@@ -3038,6 +3109,7 @@ void sb_sched_get_group_stats(const sb_sched *s, size_t i, sb_sched_group_stats 
     out->attempts = o->attempts;
     out->speculated = o->speculated;
     out->spec_won = o->spec_won;
+    out->cancelled = o->cancelled;
     out->failed_attempts = o->failed_attempts;
     out->timed_tasks = o->timed;
     memcpy(out->by_pool, o->by_pool, sizeof out->by_pool);

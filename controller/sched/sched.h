@@ -193,6 +193,7 @@ typedef struct sb_sched_group_stats {
     uint64_t failed_attempts;    /* attempts that ended with an error or a lost input */
     uint64_t speculated;         /* speculative copies of stragglers started (sched.c) */
     uint64_t spec_won;           /* of those, copies that finished before the original */
+    uint64_t cancelled;          /* losing or stale attempts their workers were told to stop */
     uint64_t timed_tasks;        /* successful attempts with a wall time (duration_buckets) */
     /* successful attempts' wall times per bucket: bucket b counts those <= the b-th bound of
      * sb_metrics_task_buckets (lib/metrics/metrics.h) and > the one before */
@@ -301,6 +302,22 @@ const char *sb_sched_sink_schema(const sb_sched *s);
 /* Partition ids the worker may free now (the list is handed over: the caller frees each string
  * and the array). */
 size_t sb_sched_take_releases(sb_sched *s, const char *worker_id, char ***ids);
+
+/* Cancels. An attempt that no longer counts but may still run on a live worker — the loser of a
+ * speculative copy's race (the primary when its copy finished first, the copy when the primary
+ * did), a copy whose task errored for good, a running attempt of a task handed out again — is
+ * queued for its worker, which stops it (PollTasksReply.cancel): its slot was given back here
+ * already, and its report, should one come, is stale as before. */
+typedef struct sb_sched_cancel {
+    char *task_id; /* malloc'd */
+    uint32_t attempt;
+} sb_sched_cancel;
+/* The worker's queued cancels, handed over (free with sb_sched_cancels_free); *out NULL when
+ * none. */
+size_t sb_sched_take_cancels(sb_sched *s, const char *worker_id, sb_sched_cancel **out);
+/* 1 when the worker has cancels queued (a held poll of its is answered for them). */
+int sb_sched_cancels_pending(const sb_sched *s, const char *worker_id);
+void sb_sched_cancels_free(sb_sched_cancel *v, size_t n);
 
 sb_sched_state sb_sched_state_get(const sb_sched *s, const char **failure);
 

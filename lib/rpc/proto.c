@@ -200,6 +200,16 @@ static int v_completions(const Streambatch__V1__PollTasksRequest *m, sb_err *err
     return 0;
 }
 
+/* PollTasksReply.cancel, HeartbeatReply.cancel: each names a task. */
+static int v_cancels(Streambatch__V1__TaskAttempt *const *v, size_t n, sb_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == NULL || check_token(v[i]->task_id, "cancel.task_id", err) < 0)
+            return v[i] == NULL ? sb_err_set(err, "cancel[%zu] is missing", i)
+                                : sb_err_wrap(err, "[%zu]", i);
+    return 0;
+}
+
 int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
 {
     if (!msg)
@@ -229,6 +239,8 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
             rc = v_task(m->tasks[i], i, err);
         if (rc == 0)
             rc = check_pids(m->release, m->n_release, "release", err);
+        if (rc == 0)
+            rc = v_cancels(m->cancel, m->n_cancel, err);
     } else if (d == &streambatch__v1__task__descriptor) {
         rc = v_task((const Streambatch__V1__Task *)(const void *)msg, 0, err);
     } else if (d == &streambatch__v1__complete_task_request__descriptor) {
@@ -247,6 +259,8 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
     } else if (d == &streambatch__v1__heartbeat_reply__descriptor) {
         const Streambatch__V1__HeartbeatReply *m = (const void *)msg;
         rc = check_pids(m->release, m->n_release, "release", err);
+        if (rc == 0)
+            rc = v_cancels(m->cancel, m->n_cancel, err);
     } else if (d == &streambatch__v1__stream_next_request__descriptor) {
         const Streambatch__V1__StreamNextRequest *m = (const void *)msg;
         rc = m->world_size == 0   ? sb_err_set(err, "world_size is missing")

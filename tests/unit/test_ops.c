@@ -1,12 +1,13 @@
 /* Unit tests of worker/ops: the registry, the output builder's partitioning, identity, filter
  * and project against expectations computed independently with cJSON, the JSON scanner's
  * strictness, and the cost accuracy of bench.spin (thread CPU time) and bench.sleep (wall
- * time). */
+ * time), and how they stop when their attempt is cancelled. */
 #include <criterion/criterion.h>
 
 #include <cjson/cJSON.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -759,8 +760,8 @@ static double now_ms(clockid_t c)
 
 /* CPU and wall milliseconds of running `name` over a partition of nrec records of reclen bytes
  * (binary, so copying costs little) in batches of batch_size. */
-static void cost_of(const char *name, const char *args, size_t nrec, size_t reclen,
-                    size_t batch_size, double *cpu_ms, double *wall_ms)
+/* A partition of nrec binary records of reclen zero bytes, opened: *blob to free after in. */
+static sb_batch *zero_records(size_t nrec, size_t reclen, void **blob)
 {
     sb_field f = {.name = "record", .type = SB_TYPE_BINARY};
     sb_err e;
@@ -769,12 +770,20 @@ static void cost_of(const char *name, const char *args, size_t nrec, size_t recl
     for (size_t i = 0; i < nrec; i++)
         cr_assert_eq(sb_batch_builder_append_binary(bb, 0, rec, reclen, &e), 0);
     free(rec);
-    void *blob;
     size_t len;
-    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0);
+    cr_assert_eq(sb_batch_builder_finish(bb, blob, &len, &e), 0);
     sb_batch_builder_free(bb);
     sb_batch *in;
-    cr_assert_eq(sb_batch_open(blob, len, &in, &e), 0);
+    cr_assert_eq(sb_batch_open(*blob, len, &in, &e), 0);
+    return in;
+}
+
+static void cost_of(const char *name, const char *args, size_t nrec, size_t reclen,
+                    size_t batch_size, double *cpu_ms, double *wall_ms)
+{
+    sb_err e;
+    void *blob;
+    sb_batch *in = zero_records(nrec, reclen, &blob);
     const sb_op_impl *op = sb_op_find(name);
     void *st;
     cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
@@ -849,6 +858,49 @@ Test(ops, sleep_waits_the_configured_wall_time)
         }
         cr_assert(fabs(best - want) <= 10.0, "%s: slept %.2f ms, expected %.0f +- 10",
                   cases[i].args, best, want);
+    }
+}
+
+/* Sets the flag it is given after 50 ms (another thread: the worker's cancel comes so). */
+static void *cancel_later(void *flag)
+{
+    usleep(50000);
+    __atomic_store_n((int *)flag, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+Test(ops, spin_and_sleep_stop_when_their_attempt_is_cancelled)
+{
+    cr_expect(!sb_op_cancelled(), "nothing bound: not cancelled");
+    const char *ops[] = {"bench.spin", "bench.sleep"};
+    for (size_t i = 0; i < 2; i++) {
+        sb_err e;
+        void *blob;
+        sb_batch *in = zero_records(1, 1, &blob);
+        const sb_op_impl *op = sb_op_find(ops[i]);
+        void *st;
+        cr_assert_eq(op->init("{\"msPerRecord\":20000}", &st, &e), 0, "%s", e.msg);
+        coll out = {0};
+        sb_op_out *o = sb_op_out_new(1u << 20, collect, &out, &e);
+        int flag = 0;
+        sb_op_cancel_bind(&flag);
+        pthread_t th;
+        cr_assert_eq(pthread_create(&th, NULL, cancel_later, &flag), 0);
+        double w0 = now_ms(CLOCK_MONOTONIC);
+        int rc = sb_op_run(op, st, in, 0, o, &e);
+        double took = now_ms(CLOCK_MONOTONIC) - w0;
+        pthread_join(th, NULL);
+        sb_op_cancel_bind(NULL);
+        cr_expect_eq(rc, -1, "%s: a cancelled call fails", ops[i]);
+        cr_expect(strstr(e.msg, "cancelled") != NULL, "%s: \"%s\"", ops[i], e.msg);
+        cr_expect_lt(took, 2000.0, "%s: stopped after %.0f ms of its 20 s", ops[i], took);
+        cr_expect_eq(out.n, 0, "%s: nothing emitted", ops[i]);
+        cr_expect(!sb_op_cancelled(), "unbound again");
+        sb_op_out_free(o);
+        op->free(st);
+        coll_free(&out);
+        sb_batch_close(in);
+        sb_part_free(blob);
     }
 }
 

@@ -1326,6 +1326,77 @@ Test(sched, when_the_original_wins_the_copy_is_stale_and_released)
     spec_fixture_free(&h);
 }
 
+/* The worker's queued cancels as "task_id#attempt" joined by spaces ("" when none). */
+static void take_cancels(sb_sched *s, const char *worker, char *buf, size_t len)
+{
+    sb_sched_cancel *v;
+    size_t n = sb_sched_take_cancels(s, worker, &v);
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%s#%u", i ? " " : "", v[i].task_id,
+                 v[i].attempt);
+    sb_sched_cancels_free(v, n);
+}
+
+Test(sched, the_loser_of_a_copys_race_is_cancelled_on_its_worker_and_nobody_else)
+{
+    char got[256];
+    for (int copy_wins = 0; copy_wins < 2; copy_wins++) {
+        spec_holder h;
+        sim m;
+        straggler_setup(&m, &h);
+        sb_sched_task t[2];
+        cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1, "c2 copies s0-t3");
+        cr_expect_eq(sb_sched_cancels_pending(m.s, "c1"), 0, "nothing to cancel while both run");
+        if (copy_wins)
+            cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1600), 1);
+        else
+            cr_assert_eq(complete1(m.s, "c1", "ns/t/s0-t3", 0, SB_SCHED_OK, "s0-t3-p0", 1450), 1);
+        const char *loser = copy_wins ? "c1" : "c2", *winner = copy_wins ? "c2" : "c1";
+        cr_expect_eq(sb_sched_cancels_pending(m.s, loser), 1);
+        take_cancels(m.s, loser, got, sizeof got);
+        cr_expect_str_eq(got, copy_wins ? "ns/t/s0-t3#0" : "ns/t/s0-t3#1",
+                         "the losing attempt, once");
+        take_cancels(m.s, loser, got, sizeof got);
+        cr_expect_str_eq(got, "", "handed over: not queued again");
+        take_cancels(m.s, winner, got, sizeof got);
+        cr_expect_str_eq(got, "", "the winner is not cancelled");
+        sb_sched_group_stats os;
+        sb_sched_get_group_stats(m.s, 0, &os);
+        cr_expect_eq(os.cancelled, 1);
+        /* a report from the cancelled attempt (it ended before the cancel came) is stale */
+        cr_expect_eq(
+            complete1(m.s, loser, "ns/t/s0-t3", copy_wins ? 0 : 1, SB_SCHED_OK, "s0-t3-p0", 1700),
+            0);
+        sb_sched_free(m.s);
+        spec_fixture_free(&h);
+    }
+}
+
+Test(sched, a_failed_copy_or_a_lost_workers_attempt_is_not_cancelled)
+{
+    char got[256];
+    spec_holder h;
+    sim m;
+    straggler_setup(&m, &h);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
+    /* the copy failed: it ended, and the original goes on */
+    cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_ERROR, NULL, 1500), 1);
+    take_cancels(m.s, "c1", got, sizeof got);
+    cr_expect_str_eq(got, "");
+    take_cancels(m.s, "c2", got, sizeof got);
+    cr_expect_str_eq(got, "");
+    /* the original's worker is lost: re-queued, and nothing is said to the lost worker */
+    sb_sched_worker_lost(m.s, "c1", "test", 1600);
+    take_cancels(m.s, "c1", got, sizeof got);
+    cr_expect_str_eq(got, "");
+    cr_expect_eq(sb_sched_assign(m.s, "c2", 1, 1700, t), 1, "c2 runs it again");
+    cr_expect_str_eq(t[0].task_id, "ns/t/s0-t3");
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
 Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
 {
     spec_holder h;

@@ -1,6 +1,7 @@
 /* bench.c — identity, bench.spin and bench.sleep: operators that pass their input through
  * unchanged; spin burns a configured amount of thread CPU time, sleep waits a configured wall
- * time, per record or per MiB of input record bytes.
+ * time, per record or per MiB of input record bytes; both stop early, failing the call, when
+ * their attempt is cancelled (ops.h "Cancel").
  *
  * Accuracy: the cost of each process() call is the configured amount for its rows. Overshoot
  * of one call (the spin loop checks the clock every few microseconds; a sleep wakes up late
@@ -173,12 +174,14 @@ static uint64_t clock_ns(clockid_t id)
 
 static _Thread_local volatile uint64_t spin_sink; /* keeps the spin loop's result alive */
 
-/* Burns `ns` of this thread's CPU time; returns the CPU time actually used. */
+/* Burns `ns` of this thread's CPU time, or less when the attempt is cancelled (sb_op_cancelled,
+ * checked every few microseconds: a loser of a copy's race stops at once); returns the CPU time
+ * actually used. */
 static uint64_t spin_cpu(int64_t ns)
 {
     uint64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), now = t0;
     uint64_t x = t0 | 1;
-    while ((int64_t)(now - t0) < ns) {
+    while ((int64_t)(now - t0) < ns && !sb_op_cancelled()) {
         for (int i = 0; i < 2048; i++) { /* a few microseconds of xorshift */
             x ^= x << 13;
             x ^= x >> 7;
@@ -190,15 +193,20 @@ static uint64_t spin_cpu(int64_t ns)
     return now - t0;
 }
 
-/* Sleeps `ns` of wall time (monotonic clock); returns the time actually slept. */
+/* Sleeps `ns` of wall time (monotonic clock) in steps of at most SLEEP_STEP_NS, ending early when
+ * the attempt is cancelled; returns the time actually slept. */
+#define SLEEP_STEP_NS 10000000u
 static uint64_t sleep_wall(int64_t ns)
 {
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     uint64_t end = t0 + (uint64_t)ns;
-    struct timespec dl = {.tv_sec = (time_t)(end / 1000000000u),
-                          .tv_nsec = (long)(end % 1000000000u)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &dl, NULL) == EINTR)
-        ;
+    for (uint64_t now = t0; now < end && !sb_op_cancelled(); now = clock_ns(CLOCK_MONOTONIC)) {
+        uint64_t to = end - now > SLEEP_STEP_NS ? now + SLEEP_STEP_NS : end;
+        struct timespec dl = {.tv_sec = (time_t)(to / 1000000000u),
+                              .tv_nsec = (long)(to % 1000000000u)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &dl, NULL) == EINTR)
+            ;
+    }
     return clock_ns(CLOCK_MONOTONIC) - t0;
 }
 
@@ -220,6 +228,8 @@ static int cost_process(cost_st *st, bool spin, const sb_batch *in, size_t first
         uint64_t used = spin ? spin_cpu(due) : sleep_wall(due);
         st->spent_ns += used;
         st->debt_ns = (int64_t)used - due;
+        if (sb_op_cancelled())
+            return sb_op_cancel_err(err, st->op);
     }
     if (n == 0)
         return sb_op_out_set_schema_like(out, in, err);

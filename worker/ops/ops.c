@@ -1,5 +1,5 @@
-/* ops.c — the operator registry, the batch-size loop and the "op NAME: " prefix of task
- * errors (see ops.h). */
+/* ops.c — the operator registry, the batch-size loop, the "op NAME: " prefix of task
+ * errors, the ops' spill files and the running attempt's cancel flag (see ops.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -57,6 +57,24 @@ FILE *sb_op_spill_file(sb_err *err)
             close(fd);
     }
     return f;
+}
+
+/* The running attempt's cancel flag (see ops.h "Cancel"): the runtime's int, read atomically. */
+static _Thread_local int *cancel_flag;
+
+void sb_op_cancel_bind(int *flag)
+{
+    cancel_flag = flag;
+}
+
+bool sb_op_cancelled(void)
+{
+    return cancel_flag != NULL && __atomic_load_n(cancel_flag, __ATOMIC_RELAXED) != 0;
+}
+
+int sb_op_cancel_err(sb_err *err, const char *op)
+{
+    return sb_err_set(err, "op %s: cancelled (the attempt is no longer needed)", op);
 }
 
 const sb_op_impl *sb_op_find(const char *name)

@@ -288,6 +288,9 @@ const char *sb_op_excerpt(const char *p, size_t n, char *buf, size_t cap);
  * idle states first (a tensor.mlp state points at a model), then every op's shutdown hook. */
 uint64_t sb_op_children_rss(void);
 void sb_op_shutdown(void);
+/* At a worker's exit that leaves ops running (runtime.h sb_worker_abandoned): SIGKILL to every
+ * process group the ops started (exec's), nothing freed, nothing waited for. */
+void sb_op_kill_children(void);
 
 /* Where ops spill what outgrows their share of the memory budget (groupby's sorted runs): the
  * worker's spill directory, set once at worker start (copied); "/tmp" until then. Spill files
@@ -295,6 +298,18 @@ void sb_op_shutdown(void);
  * they vanish with the last descriptor, even when the worker is killed. NULL + err. */
 void sb_op_set_spill_dir(const char *dir);
 FILE *sb_op_spill_file(sb_err *err);
+
+/* Cancel. The task runtime binds a running attempt's cancel flag to the slot thread that runs
+ * it (sb_op_cancel_bind; the flag is the runtime's, set from another thread when the controller
+ * says the attempt lost to a copy, or when the worker exits). An op whose one call may run long
+ * checks sb_op_cancelled() as it goes (bench.spin and bench.sleep do, every few ms) and then
+ * fails with sb_op_cancel_err(): the runtime discards what the attempt made and reports nothing.
+ * Ops that never check are cut short between calls (the runtime checks before every input
+ * partition) or, at the worker's exit, abandoned. Thread-local: another thread's ops see their
+ * own flag. */
+void sb_op_cancel_bind(int *flag); /* NULL: nothing bound (sb_op_cancelled() is false) */
+bool sb_op_cancelled(void);
+int sb_op_cancel_err(sb_err *err, const char *op); /* sets "op OP: cancelled", returns -1 */
 
 /* Data errors. An op that fails because of the records themselves (invalid JSON or UTF-8, a
  * record of the wrong kind, no records column) sets err with sb_err_data() (core/err.h): such a

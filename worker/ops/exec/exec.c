@@ -124,6 +124,11 @@ uint64_t sb_op_children_rss(void)
     return sb_proc_rss_total();
 }
 
+void sb_op_kill_children(void)
+{
+    sb_proc_kill_groups();
+}
+
 /* ---- args ------------------------------------------------------------------------------ */
 
 static void strv_free(char **v)

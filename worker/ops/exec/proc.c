@@ -638,6 +638,15 @@ double sb_proc_cpu_seconds(sb_proc *p)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+void sb_proc_kill_groups(void)
+{
+    pthread_mutex_lock(&live_mu);
+    for (sb_proc *p = live; p != NULL; p = p->next)
+        if (p->pid > 0 && !p->reaped)
+            kill(-p->pid, SIGKILL);
+    pthread_mutex_unlock(&live_mu);
+}
+
 uint64_t sb_proc_rss_total(void)
 {
     uint64_t total = 0;

@@ -95,6 +95,11 @@ void sb_proc_kill(sb_proc *p);
 /* Kills the child if it still runs, closes the pipes and frees p. NULL is fine. */
 void sb_proc_free(sb_proc *p);
 
+/* SIGKILL to the process group of every live child sb_proc_start() made in this process, without
+ * reaping: for a worker that exits leaving threads that own them (PR_SET_PDEATHSIG kills a child,
+ * not what the child started, such as `sh -c`'s programs). */
+void sb_proc_kill_groups(void);
+
 /* CPU seconds (user + system) the child has used so far, or in all once it exited. */
 double sb_proc_cpu_seconds(sb_proc *p);
 
