@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "controller/sched/ranges.h"
 #include "core/log.h"
 
 /* The writer's put: the file is collected for the job (ud: the sb_opckpt). */
@@ -145,6 +146,37 @@ cJSON *sb_opckpt_status_json(const sb_opckpt *k)
         return NULL;
     }
     return j;
+}
+
+int sb_opckpt_finished(sb_ctl *ctl, size_t *out, sb_err *err)
+{
+    char *ranges = NULL;
+    sb_storage_output *parts = NULL;
+    size_t nparts = 0, n = sb_ctl_nsplits(ctl);
+    *out = 0;
+    if (sb_ctl_checkpoint(ctl, &ranges, &parts, &nparts, err) != 0)
+        return -1;
+    sb_sched_parts_free(parts, nparts);
+    uint8_t *set = calloc(n + 1, 1);
+    if (set == NULL) {
+        free(ranges);
+        return sb_err_set(err, "out of memory");
+    }
+    if (sb_ranges_parse(ranges, set, n, NULL) == 0)
+        for (size_t i = 0; i < n; i++)
+            *out += set[i] != 0;
+    free(set);
+    free(ranges);
+    return 0;
+}
+
+size_t sb_opckpt_committed(const sb_opckpt *k, size_t carried, size_t finished)
+{
+    if (k == NULL)
+        return finished;
+    /* a write in flight (k->sent) does not count until the worker reported it done */
+    size_t held = k->durable.generation != 0 ? (size_t)k->durable.splits : carried;
+    return held < finished ? held : finished;
 }
 
 /* ---- reading a loaded log ---------------------------------------------------------------- */

@@ -12,6 +12,11 @@
  * succeeded; a failed job makes the next write a compaction (the writer forgets what it wrote),
  * so the log never has a gap.
  *
+ * Counting. A split is committed, for the status and its users, only once the log holds it
+ * (sb_opckpt_committed): a split the scheduler finished after the last durable write is not
+ * counted, since a new leader would run it again; so the status never claims more committed
+ * splits than a failover keeps.
+ *
  * Reading. A new leader or a resume runs a CKPT_LOAD job before planning (sb_ctl_config
  * .ckpt_load) and sb_opckpt_resume checks the files against the summary (sb_ckptlog_load_io:
  * foreign, stale, torn or unparsable logs are refused, naming the file and line).
@@ -67,6 +72,16 @@ void sb_opckpt_log_cost(const sb_opckpt *k, const char *pipeline);
 /* The status's checkpoint: the durable summary and "lastWrite" (NULL before the first durable
  * write, or when out of memory). */
 cJSON *sb_opckpt_status_json(const sb_opckpt *k);
+
+/* The splits ctl's scheduler counts committed (finished, durable or not) into *out. 0, or -1
+ * + err (out of memory). */
+int sb_opckpt_finished(sb_ctl *ctl, size_t *out, sb_err *err);
+
+/* The committed splits the status may claim (k may be NULL: no log, then `finished`): what the
+ * log surely holds, the last durable write's count, or before this writer's first durable
+ * write the `carried` splits read from the log at start; never more than `finished`
+ * (sb_opckpt_finished: a split the scheduler took back is not committed). */
+size_t sb_opckpt_committed(const sb_opckpt *k, size_t carried, size_t finished);
 
 /* The files a CKPT_LOAD job brought back, read as the log `expect` describes (see ckptlog.h).
  * 0 with *out filled and *found (may be NULL) the summary read, or -1 + err ("checkpoint

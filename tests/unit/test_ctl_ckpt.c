@@ -5,7 +5,8 @@
  * to the caller without failing the pipeline, and the writer's files go out as one CKPT_PUT
  * job per write, the summary moving only once the worker reported it done; what the worker was
  * told to write reads back as the committed work; a failed write makes the next one a new
- * base; the status keeps a summary of a few hundred bytes at 200,000 parts. */
+ * base; the status keeps a summary of a few hundred bytes at 200,000 parts; a split counts as
+ * committed (sb_opckpt_committed, the status's count) only once a write holding it is durable. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -259,6 +260,100 @@ Test(ctl_ckpt, the_operators_writes_go_to_a_worker_and_read_back)
     sb_rpc_msg_free(&r->base);
     cr_expect_eq(k.jobs, 1);
     cr_expect_eq(k.parts, 1);
+    sb_opckpt_free(&k);
+    ctl_fixture_stop(&f);
+}
+
+/* Reports task t done by w1 with one sink part s0-t<i>-p0. */
+static void complete_task(fixture *f, const Streambatch__V1__Task *t, size_t i)
+{
+    Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
+    Streambatch__V1__PartitionInfo *outs[] = {&out};
+    char id[32];
+    snprintf(id, sizeof id, "s0-t%zu-p0", i);
+    out.id = id;
+    out.bytes = 100;
+    out.rows = 10;
+    Streambatch__V1__CompleteTaskRequest c = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    c.worker_id = "w1";
+    c.session = ctl_fixture_session("w1");
+    c.task_id = t->task_id;
+    c.attempt = t->attempt;
+    c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    c.n_outputs = 1;
+    c.outputs = outs;
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    cr_assert_eq(
+        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
+        SB_RPC_OK, "%s", err.msg);
+    cr_assert(((Streambatch__V1__CompleteTaskReply *)resp)->accepted);
+    sb_rpc_msg_free(resp);
+}
+
+/* What the status counts committed now: the log's durable count (none carried). */
+static size_t status_committed(fixture *f, const sb_opckpt *k, size_t *finished)
+{
+    sb_err err;
+    cr_assert_eq(sb_opckpt_finished(f->ctl, finished, &err), 0, "%s", err.msg);
+    return sb_opckpt_committed(k, 0, *finished);
+}
+
+/* Issue 38: a new leader re-ran the splits finished after the last durable write, which the
+ * status had already counted committed (2,110 counted, 2,050 in the log). */
+Test(ctl_ckpt, a_split_counts_as_committed_only_once_its_write_is_durable)
+{
+    fixture f;
+    setup(&f, 0, NULL);
+    sb_opckpt k;
+    sb_err err;
+    cr_assert_eq(sb_opckpt_init(&k, "s3://b/out/_streambatch/checkpoint", NULL, 1, NULL, 0, &err),
+                 0, "%s", err.msg);
+    plan_and_prepare(&f);
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, 2000);
+    cr_assert_eq(r->n_tasks, 2);
+    size_t fin = 0;
+    complete_task(&f, r->tasks[0], 0);
+    cr_expect_eq(status_committed(&f, &k, &fin), 0, "finished, not in the log yet");
+    cr_expect_eq(fin, 1);
+    cr_assert_eq(sb_opckpt_tick(&k, f.ctl, 1000, 1), 1, "split 0 is written");
+    cr_expect_eq(status_committed(&f, &k, &fin), 0, "its write is in flight");
+    complete_task(&f, r->tasks[1], 1);
+    cr_expect_eq(status_committed(&f, &k, &fin), 0, "a second one finished meanwhile");
+    cr_expect_eq(fin, 2);
+    sb_storage_files fs;
+    int prune = 0;
+    Streambatch__V1__PollTasksReply *put = next_put(&f, &fs, &prune);
+    sb_storage_files_free(&fs);
+    cr_expect_eq(status_committed(&f, &k, &fin), 0, "a worker took the write, not done yet");
+    cr_assert(report(&f, put->storage_job, NULL, NULL));
+    sb_rpc_msg_free(&put->base);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 1100, 0), 0, "done");
+    cr_expect_eq(status_committed(&f, &k, &fin), 1, "the write held split 0 only");
+    /* a failed write counts nothing more */
+    cr_assert_eq(sb_opckpt_tick(&k, f.ctl, 2200, 0), 1, "split 1 is written");
+    put = next_put(&f, &fs, &prune);
+    sb_storage_files_free(&fs);
+    cr_assert(report(&f, put->storage_job, "disk full", NULL));
+    sb_rpc_msg_free(&put->base);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 2300, -1), 0);
+    cr_expect_eq(status_committed(&f, &k, &fin), 1, "split 1's write failed");
+    cr_assert_eq(sb_opckpt_tick(&k, f.ctl, 3400, 0), 1, "rewritten as a new base");
+    put = next_put(&f, &fs, &prune);
+    sb_storage_files_free(&fs);
+    cr_assert(report(&f, put->storage_job, NULL, NULL));
+    sb_rpc_msg_free(&put->base);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 3500, -1), 0);
+    cr_expect_eq(status_committed(&f, &k, &fin), 2);
+    /* before this writer's first durable write: what was read from the log; without a log:
+     * what the scheduler finished */
+    sb_opckpt fresh;
+    cr_assert_eq(sb_opckpt_init(&fresh, "s3://b/x", NULL, 2, NULL, 0, &err), 0, "%s", err.msg);
+    cr_expect_eq(sb_opckpt_committed(&fresh, 1, 2), 1);
+    cr_expect_eq(sb_opckpt_committed(&fresh, 3, 2), 2, "never more than the scheduler holds");
+    cr_expect_eq(sb_opckpt_committed(NULL, 0, 2), 2);
+    sb_opckpt_free(&fresh);
+    sb_rpc_msg_free(&r->base);
     sb_opckpt_free(&k);
     ctl_fixture_stop(&f);
 }
