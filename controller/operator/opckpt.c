@@ -28,6 +28,7 @@ int sb_opckpt_init(sb_opckpt *k, const char *dir, const char *id, uint32_t epoch
     if (sb_ckptlog_init_io(&k->w, &k->io, dir, id, epoch, spec_hash, err) != 0)
         return -1;
     k->w.sum.generation = generation; /* the next compaction goes past it */
+    k->max_job_bytes = SB_OPCKPT_MAX_JOB_BYTES;
     return 0;
 }
 
@@ -91,6 +92,20 @@ static int queue_write(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms)
         sb_storage_files_free(&k->collected);
         return 0;
     }
+    size_t total = 0;
+    for (size_t i = 0; i < k->collected.n; i++)
+        total += k->collected.v[i].len + strlen(k->collected.v[i].name);
+    if (total > k->max_job_bytes) { /* it would not reach a worker: stop, and say why */
+        k->refused_bytes = total;
+        k->refused_parts = k->w.sum.parts;
+        sb_ckptlog_forget(&k->w);
+        sb_storage_files_free(&k->collected);
+        char m[512];
+        sb_opckpt_refused(k, m, sizeof m);
+        sb_log(SB_LOG_WARN, "checkpoint log write refused", "location", k->w.sum.location,
+               "error", m, NULL);
+        return 0;
+    }
     /* a compaction wrote a base: the log's other files go once it is durable */
     int prune = strncmp(k->collected.v[0].name, "base-", 5) == 0;
     if (sb_ctl_ckpt_start(ctl, SB_STORAGE_CKPT_PUT, k->collected.v, k->collected.n, prune, &err) !=
@@ -118,9 +133,22 @@ int sb_opckpt_tick(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms, int force)
             return 1;
         job_end(k, r, msg, now_ms);
     }
-    if (force < 0 || (!force && now_ms < k->last_ms + SB_OPCKPT_INTERVAL_MS))
+    if (force < 0 || k->refused_bytes > 0 || (!force && now_ms < k->last_ms + SB_OPCKPT_INTERVAL_MS))
         return 0;
     return queue_write(k, ctl, now_ms);
+}
+
+int sb_opckpt_refused(const sb_opckpt *k, char *msg, size_t len)
+{
+    if (k->refused_bytes == 0)
+        return 0;
+    snprintf(msg, len,
+             "the checkpoint log's next write (%llu parts, %llu bytes) is past the %zu bytes a "
+             "storage job can carry to a worker: the log stays at its last durable write (%llu "
+             "splits), and a failover or resume runs the splits committed since again",
+             (unsigned long long)k->refused_parts, (unsigned long long)k->refused_bytes,
+             k->max_job_bytes, (unsigned long long)k->durable.splits);
+    return 1;
 }
 
 void sb_opckpt_log_cost(const sb_opckpt *k, const char *pipeline)

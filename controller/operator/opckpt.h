@@ -35,6 +35,10 @@
 #include "storage/ckptjob.h"
 
 #define SB_OPCKPT_INTERVAL_MS 1000 /* a write at most this often: parts are batched meanwhile */
+/* A CKPT_PUT job goes to the worker in one PollTasks reply, under the gRPC message limit
+ * (SB_RPC_DEFAULT_MAX_MESSAGE, 16 MiB + 64 KiB): a write past this many bytes (a base of about
+ * 500,000 parts) is not sent; see sb_opckpt_refused. */
+#define SB_OPCKPT_MAX_JOB_BYTES ((size_t)15 << 20)
 
 typedef struct sb_opckpt {
     sb_ckptlog w;
@@ -51,6 +55,8 @@ typedef struct sb_opckpt {
     uint64_t jobs, bytes, parts, failed;
     double seconds;
     uint64_t pend_bytes, pend_parts; /* of the job in flight */
+    size_t max_job_bytes;            /* SB_OPCKPT_MAX_JOB_BYTES (tests set less) */
+    uint64_t refused_bytes, refused_parts; /* a write refused for its size: no more writes */
 } sb_opckpt;
 
 /* A writer of the log in dir (a URI) for epoch, continuing log `id` (NULL: a new id) from
@@ -64,6 +70,12 @@ void sb_opckpt_free(sb_opckpt *k);
  * the batch interval passed (force > 0: at once; force < 0: never), queues the next write of
  * what ctl committed. Returns 1 while a write is in flight, 0 when none is. */
 int sb_opckpt_tick(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms, int force);
+
+/* 1 with msg filled when a write was refused for its size (it would not fit in the message
+ * that carries it to a worker): from then on nothing more is written, the status keeps the
+ * last durable summary and count, and a failover re-runs what was committed since. The log is
+ * never left half-written. 0 otherwise. */
+int sb_opckpt_refused(const sb_opckpt *k, char *msg, size_t len);
 
 /* Logs the write cost so far ("checkpoint log written": writes, parts, bytes, seconds,
  * failed writes); pipeline (may be NULL) names the run. Also every 10th write by itself. */

@@ -110,6 +110,7 @@ struct sb_operator_pipeline {
     /* the checkpoint log beside the sink (opckpt.h) */
     sb_opckpt ck;
     int ck_ok;                     /* ck is initialised (it may fail: then status has none) */
+    int ck_refused_said;           /* the CheckpointTooLarge Event was posted */
     int loading;                   /* a worker reads the log before planning (ckpt_load) */
     sb_ckptlog_summary resume_sum; /* the summary it is checked against */
 };
@@ -1260,8 +1261,14 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
     sb_sched_state st = sb_ctl_wait(r->ctl, 0);
     if (r->loading)
         run_loaded(r);
-    else if (st == SB_SCHED_RUNNING && r->ck_ok)
+    else if (st == SB_SCHED_RUNNING && r->ck_ok) {
         sb_opckpt_tick(&r->ck, r->ctl, t, 0); /* batched: one write a second at most */
+        char m[600];
+        if (!r->ck_refused_said && sb_opckpt_refused(&r->ck, m, sizeof m) && r->on_event != NULL) {
+            r->ck_refused_said = 1;
+            r->on_event(r->ud, "Warning", "CheckpointTooLarge", m);
+        }
+    }
     if (st == SB_SCHED_RUNNING) {
         plan_tick(r, t);
         drain_events(r);

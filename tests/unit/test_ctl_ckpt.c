@@ -6,7 +6,8 @@
  * job per write, the summary moving only once the worker reported it done; what the worker was
  * told to write reads back as the committed work; a failed write makes the next one a new
  * base; the status keeps a summary of a few hundred bytes at 200,000 parts; a split counts as
- * committed (sb_opckpt_committed, the status's count) only once a write holding it is durable. */
+ * committed (sb_opckpt_committed, the status's count) only once a write holding it is durable;
+ * a write too large for one job is refused by name. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -354,6 +355,40 @@ Test(ctl_ckpt, a_split_counts_as_committed_only_once_its_write_is_durable)
     cr_expect_eq(sb_opckpt_committed(NULL, 0, 2), 2);
     sb_opckpt_free(&fresh);
     sb_rpc_msg_free(&r->base);
+    sb_opckpt_free(&k);
+    ctl_fixture_stop(&f);
+}
+
+/* A write past what one storage job can carry to a worker (the gRPC message limit; a base of
+ * ~500,000 parts at the default) is refused by name, never sent, and not retried. */
+Test(ctl_ckpt, a_write_too_large_for_a_job_is_refused_clearly)
+{
+    fixture f;
+    sb_storage_output parts[1] = {{"s0-t0-p0", 10, 1, 7, NULL}};
+    sb_sched_resume res = {.epoch = 3, .committed_splits = "0", .parts = parts, .nparts = 1};
+    setup(&f, 0, &res);
+    sb_opckpt k;
+    sb_err err;
+    cr_assert_eq(sb_opckpt_init(&k, "s3://b/out/_streambatch/checkpoint", NULL, 3, NULL, 0, &err),
+                 0, "%s", err.msg);
+    cr_expect_eq(k.max_job_bytes, SB_OPCKPT_MAX_JOB_BYTES);
+    k.max_job_bytes = 64;
+    plan_and_prepare(&f);
+    char m[600] = "";
+    cr_expect_eq(sb_opckpt_refused(&k, m, sizeof m), 0);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 1000, 1), 0, "not queued");
+    cr_assert_eq(sb_opckpt_refused(&k, m, sizeof m), 1);
+    cr_expect(strstr(m, "(1 parts, ") != NULL && strstr(m, "past the 64 bytes") != NULL &&
+                  strstr(m, "failover or resume runs the splits committed since again") != NULL,
+              "%s", m);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 5000, 1), 0, "not tried again");
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, 200);
+    cr_expect_null(r->storage_job, "no job went to the worker");
+    sb_rpc_msg_free(&r->base);
+    cr_expect_null(sb_opckpt_status_json(&k), "nothing durable");
+    size_t fin = 0;
+    cr_expect_eq(status_committed(&f, &k, &fin), 0);
+    cr_expect_eq(fin, 1);
     sb_opckpt_free(&k);
     ctl_fixture_stop(&f);
 }
