@@ -47,14 +47,7 @@ static int report(fixture *f, const Streambatch__V1__StorageJob *job, const char
                       : STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
     c.message = (char *)(errmsg ? errmsg : "");
     c.storage = res;
-    ProtobufCMessage *resp = NULL;
-    sb_err err;
-    cr_assert_eq(
-        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
-        SB_RPC_OK, "%s", err.msg);
-    int acc = ((Streambatch__V1__CompleteTaskReply *)resp)->accepted;
-    sb_rpc_msg_free(resp);
-    return acc;
+    return ctl_fixture_send_complete(f, &c);
 }
 
 /* One LOAD result piece of chunks (name, text) pairs. */
@@ -184,16 +177,24 @@ static Streambatch__V1__PollTasksReply *next_put(fixture *f, sb_storage_files *f
     return r;
 }
 
+/* The service resumed with split 0 (part s0-t0-p0) committed at epoch 3, and a writer k of
+ * its log past generation gen. */
+static void start_resumed(fixture *f, sb_opckpt *k, uint32_t gen)
+{
+    static sb_storage_output parts[1] = {{"s0-t0-p0", 10, 1, 7, NULL}};
+    static sb_sched_resume res = {.epoch = 3, .committed_splits = "0", .parts = parts, .nparts = 1};
+    setup(f, 0, &res);
+    sb_err err;
+    cr_assert_eq(sb_opckpt_init(k, "s3://b/out/_streambatch/checkpoint", NULL, 3, NULL, gen, &err),
+                 0, "%s", err.msg);
+}
+
 Test(ctl_ckpt, the_operators_writes_go_to_a_worker_and_read_back)
 {
     fixture f;
-    sb_storage_output parts[1] = {{"s0-t0-p0", 10, 1, 7, NULL}};
-    sb_sched_resume res = {.epoch = 3, .committed_splits = "0", .parts = parts, .nparts = 1};
-    setup(&f, 0, &res);
     sb_opckpt k;
     sb_err err;
-    cr_assert_eq(sb_opckpt_init(&k, "s3://b/out/_streambatch/checkpoint", NULL, 3, NULL, 4, &err),
-                 0, "%s", err.msg);
+    start_resumed(&f, &k, 4);
     cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 1000, 1), 0, "nothing planned: nothing to write");
     cr_expect_eq(sb_ctl_ckpt_start(f.ctl, SB_STORAGE_CKPT_PUT, NULL, 0, 0, &err), -1,
                  "no write while planning");
@@ -268,28 +269,9 @@ Test(ctl_ckpt, the_operators_writes_go_to_a_worker_and_read_back)
 /* Reports task t done by w1 with one sink part s0-t<i>-p0. */
 static void complete_task(fixture *f, const Streambatch__V1__Task *t, size_t i)
 {
-    Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
-    Streambatch__V1__PartitionInfo *outs[] = {&out};
     char id[32];
     snprintf(id, sizeof id, "s0-t%zu-p0", i);
-    out.id = id;
-    out.bytes = 100;
-    out.rows = 10;
-    Streambatch__V1__CompleteTaskRequest c = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
-    c.worker_id = "w1";
-    c.session = ctl_fixture_session("w1");
-    c.task_id = t->task_id;
-    c.attempt = t->attempt;
-    c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
-    c.n_outputs = 1;
-    c.outputs = outs;
-    ProtobufCMessage *resp = NULL;
-    sb_err err;
-    cr_assert_eq(
-        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
-        SB_RPC_OK, "%s", err.msg);
-    cr_assert(((Streambatch__V1__CompleteTaskReply *)resp)->accepted);
-    sb_rpc_msg_free(resp);
+    cr_assert(ctl_fixture_complete(f, "w1", t, id));
 }
 
 /* What the status counts committed now: the log's durable count (none carried). */
@@ -364,13 +346,8 @@ Test(ctl_ckpt, a_split_counts_as_committed_only_once_its_write_is_durable)
 Test(ctl_ckpt, a_write_too_large_for_a_job_is_refused_clearly)
 {
     fixture f;
-    sb_storage_output parts[1] = {{"s0-t0-p0", 10, 1, 7, NULL}};
-    sb_sched_resume res = {.epoch = 3, .committed_splits = "0", .parts = parts, .nparts = 1};
-    setup(&f, 0, &res);
     sb_opckpt k;
-    sb_err err;
-    cr_assert_eq(sb_opckpt_init(&k, "s3://b/out/_streambatch/checkpoint", NULL, 3, NULL, 0, &err),
-                 0, "%s", err.msg);
+    start_resumed(&f, &k, 0);
     cr_expect_eq(k.max_job_bytes, SB_OPCKPT_MAX_JOB_BYTES);
     k.max_job_bytes = 64;
     plan_and_prepare(&f);
