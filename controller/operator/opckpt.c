@@ -102,8 +102,8 @@ static int queue_write(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms)
         sb_storage_files_free(&k->collected);
         char m[512];
         sb_opckpt_refused(k, m, sizeof m);
-        sb_log(SB_LOG_WARN, "checkpoint log write refused", "location", k->w.sum.location,
-               "error", m, NULL);
+        sb_log(SB_LOG_WARN, "checkpoint log write refused", "location", k->w.sum.location, "error",
+               m, NULL);
         return 0;
     }
     /* a compaction wrote a base: the log's other files go once it is durable */
@@ -133,7 +133,8 @@ int sb_opckpt_tick(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms, int force)
             return 1;
         job_end(k, r, msg, now_ms);
     }
-    if (force < 0 || k->refused_bytes > 0 || (!force && now_ms < k->last_ms + SB_OPCKPT_INTERVAL_MS))
+    if (force < 0 || k->refused_bytes > 0 ||
+        (!force && now_ms < k->last_ms + SB_OPCKPT_INTERVAL_MS))
         return 0;
     return queue_write(k, ctl, now_ms);
 }

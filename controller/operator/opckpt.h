@@ -54,8 +54,8 @@ typedef struct sb_opckpt {
      * seconds from queueing each to its end (worker round trip included) */
     uint64_t jobs, bytes, parts, failed;
     double seconds;
-    uint64_t pend_bytes, pend_parts; /* of the job in flight */
-    size_t max_job_bytes;            /* SB_OPCKPT_MAX_JOB_BYTES (tests set less) */
+    uint64_t pend_bytes, pend_parts;       /* of the job in flight */
+    size_t max_job_bytes;                  /* SB_OPCKPT_MAX_JOB_BYTES (tests set less) */
     uint64_t refused_bytes, refused_parts; /* a write refused for its size: no more writes */
 } sb_opckpt;
 

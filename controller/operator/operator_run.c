@@ -1418,10 +1418,10 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
         return -1;
     }
     /* committed: what the checkpoint log holds (opckpt.h, "Counting"), all once the sink is */
-    size_t committed = r->finished == SB_OPERATOR_SUCCEEDED
-                           ? finished
-                           : sb_opckpt_committed(r->ck_ok ? &r->ck : NULL, r->committed_at_start,
-                                                 finished);
+    size_t committed =
+        r->finished == SB_OPERATOR_SUCCEEDED
+            ? finished
+            : sb_opckpt_committed(r->ck_ok ? &r->ck : NULL, r->committed_at_start, finished);
     double elapsed = (double)(sb_operator_mono_ms() - r->started_ms) / 1000.0;
     int rc = sb_operator_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
     if (rc == 0)
