@@ -194,5 +194,24 @@ echo "bench: cost-aware placement (scripts/bench-plan.sh: the plan vs a brute fo
 scripts/bench-plan.sh >>"$out"
 echo "bench: LB-BSP (scripts/bench-ingest-lbbsp.sh: two ranks, one at half speed, lbbsp vs equal batches)" >&2
 scripts/bench-ingest-lbbsp.sh >>"$out"
+# Issue 38's checkpoints at scale (scripts/bench-ckpt-scale.sh): the local run, then the
+# lifecycle case on the test cluster, when its binaries can be built (tests/k8s/build.sh: Go and
+# the module proxy, cached after the first time); otherwise only the local run, and the report
+# says why. SB_BENCH_CKPT_FILES sizes it (default the issue's 200,000: over an hour).
+ckn=${SB_BENCH_CKPT_FILES:-200000}
+ckpt_cluster=--cluster ckpt_why=""
+if ! tests/k8s/build.sh >"$build/bench-k8s-build.log" 2>&1; then
+  ckpt_cluster="" ckpt_why="the test cluster could not be built here (tests/k8s/build.sh; log in $build/bench-k8s-build.log)"
+fi
+echo "bench: checkpoints at scale (scripts/bench-ckpt-scale.sh $ckn $ckpt_cluster: local, then the test cluster)" >&2
+{
+  echo
+  echo "## Checkpoints at scale (issue 38)"
+  echo
+  echo "Command: \`BUILD=$build BINDIR=$SB_BIN_DIR scripts/bench-ckpt-scale.sh $ckn $ckpt_cluster\`${ckpt_why:+ (cluster part skipped: $ckpt_why)}."
+  echo
+  BUILD=$build BINDIR=$SB_BIN_DIR scripts/bench-ckpt-scale.sh "$ckn" $ckpt_cluster 2>&1 |
+    grep -E '^figure:|^(ok|FAIL) - |passed, [0-9]+ failed' | sed 's/^/    /' || true
+} >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"

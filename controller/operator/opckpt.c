@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "controller/sched/ranges.h"
 #include "core/log.h"
 
 /* The writer's put: the file is collected for the job (ud: the sb_opckpt). */
@@ -27,6 +28,7 @@ int sb_opckpt_init(sb_opckpt *k, const char *dir, const char *id, uint32_t epoch
     if (sb_ckptlog_init_io(&k->w, &k->io, dir, id, epoch, spec_hash, err) != 0)
         return -1;
     k->w.sum.generation = generation; /* the next compaction goes past it */
+    k->max_job_bytes = SB_OPCKPT_MAX_JOB_BYTES;
     return 0;
 }
 
@@ -90,6 +92,20 @@ static int queue_write(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms)
         sb_storage_files_free(&k->collected);
         return 0;
     }
+    size_t total = 0;
+    for (size_t i = 0; i < k->collected.n; i++)
+        total += k->collected.v[i].len + strlen(k->collected.v[i].name);
+    if (total > k->max_job_bytes) { /* it would not reach a worker: stop, and say why */
+        k->refused_bytes = total;
+        k->refused_parts = k->w.sum.parts;
+        sb_ckptlog_forget(&k->w);
+        sb_storage_files_free(&k->collected);
+        char m[512];
+        sb_opckpt_refused(k, m, sizeof m);
+        sb_log(SB_LOG_WARN, "checkpoint log write refused", "location", k->w.sum.location, "error",
+               m, NULL);
+        return 0;
+    }
     /* a compaction wrote a base: the log's other files go once it is durable */
     int prune = strncmp(k->collected.v[0].name, "base-", 5) == 0;
     if (sb_ctl_ckpt_start(ctl, SB_STORAGE_CKPT_PUT, k->collected.v, k->collected.n, prune, &err) !=
@@ -117,9 +133,23 @@ int sb_opckpt_tick(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms, int force)
             return 1;
         job_end(k, r, msg, now_ms);
     }
-    if (force < 0 || (!force && now_ms < k->last_ms + SB_OPCKPT_INTERVAL_MS))
+    if (force < 0 || k->refused_bytes > 0 ||
+        (!force && now_ms < k->last_ms + SB_OPCKPT_INTERVAL_MS))
         return 0;
     return queue_write(k, ctl, now_ms);
+}
+
+int sb_opckpt_refused(const sb_opckpt *k, char *msg, size_t len)
+{
+    if (k->refused_bytes == 0)
+        return 0;
+    snprintf(msg, len,
+             "the checkpoint log's next write (%llu parts, %llu bytes) is past the %zu bytes a "
+             "storage job can carry to a worker: the log stays at its last durable write (%llu "
+             "splits), and a failover or resume runs the splits committed since again",
+             (unsigned long long)k->refused_parts, (unsigned long long)k->refused_bytes,
+             k->max_job_bytes, (unsigned long long)k->durable.splits);
+    return 1;
 }
 
 void sb_opckpt_log_cost(const sb_opckpt *k, const char *pipeline)
@@ -145,6 +175,37 @@ cJSON *sb_opckpt_status_json(const sb_opckpt *k)
         return NULL;
     }
     return j;
+}
+
+int sb_opckpt_finished(sb_ctl *ctl, size_t *out, sb_err *err)
+{
+    char *ranges = NULL;
+    sb_storage_output *parts = NULL;
+    size_t nparts = 0, n = sb_ctl_nsplits(ctl);
+    *out = 0;
+    if (sb_ctl_checkpoint(ctl, &ranges, &parts, &nparts, err) != 0)
+        return -1;
+    sb_sched_parts_free(parts, nparts);
+    uint8_t *set = calloc(n + 1, 1);
+    if (set == NULL) {
+        free(ranges);
+        return sb_err_set(err, "out of memory");
+    }
+    if (sb_ranges_parse(ranges, set, n, NULL) == 0)
+        for (size_t i = 0; i < n; i++)
+            *out += set[i] != 0;
+    free(set);
+    free(ranges);
+    return 0;
+}
+
+size_t sb_opckpt_committed(const sb_opckpt *k, size_t carried, size_t finished)
+{
+    if (k == NULL)
+        return finished;
+    /* a write in flight (k->sent) does not count until the worker reported it done */
+    size_t held = k->durable.generation != 0 ? (size_t)k->durable.splits : carried;
+    return held < finished ? held : finished;
 }
 
 /* ---- reading a loaded log ---------------------------------------------------------------- */

@@ -12,6 +12,11 @@
  * succeeded; a failed job makes the next write a compaction (the writer forgets what it wrote),
  * so the log never has a gap.
  *
+ * Counting. A split is committed, for the status and its users, only once the log holds it
+ * (sb_opckpt_committed): a split the scheduler finished after the last durable write is not
+ * counted, since a new leader would run it again; so the status never claims more committed
+ * splits than a failover keeps.
+ *
  * Reading. A new leader or a resume runs a CKPT_LOAD job before planning (sb_ctl_config
  * .ckpt_load) and sb_opckpt_resume checks the files against the summary (sb_ckptlog_load_io:
  * foreign, stale, torn or unparsable logs are refused, naming the file and line).
@@ -30,6 +35,10 @@
 #include "storage/ckptjob.h"
 
 #define SB_OPCKPT_INTERVAL_MS 1000 /* a write at most this often: parts are batched meanwhile */
+/* A CKPT_PUT job goes to the worker in one PollTasks reply, under the gRPC message limit
+ * (SB_RPC_DEFAULT_MAX_MESSAGE, 16 MiB + 64 KiB): a write past this many bytes (a base of about
+ * 500,000 parts) is not sent; see sb_opckpt_refused. */
+#define SB_OPCKPT_MAX_JOB_BYTES ((size_t)15 << 20)
 
 typedef struct sb_opckpt {
     sb_ckptlog w;
@@ -45,7 +54,9 @@ typedef struct sb_opckpt {
      * seconds from queueing each to its end (worker round trip included) */
     uint64_t jobs, bytes, parts, failed;
     double seconds;
-    uint64_t pend_bytes, pend_parts; /* of the job in flight */
+    uint64_t pend_bytes, pend_parts;       /* of the job in flight */
+    size_t max_job_bytes;                  /* SB_OPCKPT_MAX_JOB_BYTES (tests set less) */
+    uint64_t refused_bytes, refused_parts; /* a write refused for its size: no more writes */
 } sb_opckpt;
 
 /* A writer of the log in dir (a URI) for epoch, continuing log `id` (NULL: a new id) from
@@ -60,6 +71,12 @@ void sb_opckpt_free(sb_opckpt *k);
  * what ctl committed. Returns 1 while a write is in flight, 0 when none is. */
 int sb_opckpt_tick(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms, int force);
 
+/* 1 with msg filled when a write was refused for its size (it would not fit in the message
+ * that carries it to a worker): from then on nothing more is written, the status keeps the
+ * last durable summary and count, and a failover re-runs what was committed since. The log is
+ * never left half-written. 0 otherwise. */
+int sb_opckpt_refused(const sb_opckpt *k, char *msg, size_t len);
+
 /* Logs the write cost so far ("checkpoint log written": writes, parts, bytes, seconds,
  * failed writes); pipeline (may be NULL) names the run. Also every 10th write by itself. */
 void sb_opckpt_log_cost(const sb_opckpt *k, const char *pipeline);
@@ -67,6 +84,16 @@ void sb_opckpt_log_cost(const sb_opckpt *k, const char *pipeline);
 /* The status's checkpoint: the durable summary and "lastWrite" (NULL before the first durable
  * write, or when out of memory). */
 cJSON *sb_opckpt_status_json(const sb_opckpt *k);
+
+/* The splits ctl's scheduler counts committed (finished, durable or not) into *out. 0, or -1
+ * + err (out of memory). */
+int sb_opckpt_finished(sb_ctl *ctl, size_t *out, sb_err *err);
+
+/* The committed splits the status may claim (k may be NULL: no log, then `finished`): what the
+ * log surely holds, the last durable write's count, or before this writer's first durable
+ * write the `carried` splits read from the log at start; never more than `finished`
+ * (sb_opckpt_finished: a split the scheduler took back is not committed). */
+size_t sb_opckpt_committed(const sb_opckpt *k, size_t carried, size_t finished);
 
 /* The files a CKPT_LOAD job brought back, read as the log `expect` describes (see ckptlog.h).
  * 0 with *out filled and *found (may be NULL) the summary read, or -1 + err ("checkpoint

@@ -19,7 +19,6 @@
 #include "controller/operator/opckpt.h"
 #include "controller/operator/operator_events.h"
 #include "controller/operator/podstate.h"
-#include "controller/sched/ranges.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "doc/doc.h"
@@ -111,6 +110,7 @@ struct sb_operator_pipeline {
     /* the checkpoint log beside the sink (opckpt.h) */
     sb_opckpt ck;
     int ck_ok;                     /* ck is initialised (it may fail: then status has none) */
+    int ck_refused_said;           /* the CheckpointTooLarge Event was posted */
     int loading;                   /* a worker reads the log before planning (ckpt_load) */
     sb_ckptlog_summary resume_sum; /* the summary it is checked against */
 };
@@ -1261,8 +1261,14 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
     sb_sched_state st = sb_ctl_wait(r->ctl, 0);
     if (r->loading)
         run_loaded(r);
-    else if (st == SB_SCHED_RUNNING && r->ck_ok)
+    else if (st == SB_SCHED_RUNNING && r->ck_ok) {
         sb_opckpt_tick(&r->ck, r->ctl, t, 0); /* batched: one write a second at most */
+        char m[600];
+        if (!r->ck_refused_said && sb_opckpt_refused(&r->ck, m, sizeof m) && r->on_event != NULL) {
+            r->ck_refused_said = 1;
+            r->on_event(r->ud, "Warning", "CheckpointTooLarge", m);
+        }
+    }
     if (st == SB_SCHED_RUNNING) {
         plan_tick(r, t);
         drain_events(r);
@@ -1405,22 +1411,17 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
             pending_unschedulable = 1;
         }
     }
-    char *ranges = NULL;
-    sb_storage_output *parts = NULL;
-    size_t nparts = 0;
+    size_t finished = 0, nsplits = sb_ctl_nsplits(r->ctl);
     sb_err e2 = {0};
-    if (sb_ctl_checkpoint(r->ctl, &ranges, &parts, &nparts, &e2) != 0) {
+    if (sb_opckpt_finished(r->ctl, &finished, &e2) != 0) {
         sb_log(SB_LOG_WARN, "checkpoint failed", "pipeline", r->key, "error", e2.msg, NULL);
         return -1;
     }
-    sb_sched_parts_free(parts, nparts);
-    size_t committed = 0, nsplits = sb_ctl_nsplits(r->ctl);
-    uint8_t *set = calloc(nsplits + 1, 1);
-    if (set != NULL && sb_ranges_parse(ranges, set, nsplits, NULL) == 0)
-        for (size_t i = 0; i < nsplits; i++)
-            committed += set[i] != 0;
-    free(set);
-    free(ranges);
+    /* committed: what the checkpoint log holds (opckpt.h, "Counting"), all once the sink is */
+    size_t committed =
+        r->finished == SB_OPERATOR_SUCCEEDED
+            ? finished
+            : sb_opckpt_committed(r->ck_ok ? &r->ck : NULL, r->committed_at_start, finished);
     double elapsed = (double)(sb_operator_mono_ms() - r->started_ms) / 1000.0;
     int rc = sb_operator_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);
     if (rc == 0)

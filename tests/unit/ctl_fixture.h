@@ -103,4 +103,39 @@ static inline Streambatch__V1__PollTasksReply *ctl_fixture_poll(ctl_fixture *f, 
     return (Streambatch__V1__PollTasksReply *)resp;
 }
 
+/* Sends c (CompleteTask); whether the service accepted it. */
+static inline int ctl_fixture_send_complete(ctl_fixture *f,
+                                            const Streambatch__V1__CompleteTaskRequest *c)
+{
+    ProtobufCMessage *resp = NULL;
+    sb_err err;
+    cr_assert_eq(
+        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_COMPLETE_TASK, &c->base, 5000, 0, &resp, &err),
+        SB_RPC_OK, "%s", err.msg);
+    int acc = ((Streambatch__V1__CompleteTaskReply *)resp)->accepted;
+    sb_rpc_msg_free(resp);
+    return acc;
+}
+
+/* Reports task t done by worker `id` with one output part_id (100 bytes, 10 rows). Returns
+ * whether the service accepted it. */
+static inline int ctl_fixture_complete(ctl_fixture *f, const char *id,
+                                       const Streambatch__V1__Task *t, const char *part_id)
+{
+    Streambatch__V1__CompleteTaskRequest c = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
+    Streambatch__V1__PartitionInfo *outs[] = {&out};
+    out.id = (char *)part_id;
+    out.bytes = 100;
+    out.rows = 10;
+    c.worker_id = (char *)id;
+    c.session = ctl_fixture_session(id);
+    c.task_id = t->task_id;
+    c.attempt = t->attempt;
+    c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    c.n_outputs = 1;
+    c.outputs = outs;
+    return ctl_fixture_send_complete(f, &c);
+}
+
 #endif

@@ -43,28 +43,9 @@ static Streambatch__V1__PollTasksReply *do_poll(fixture *f, const char *id, uint
 static void complete_all(fixture *f, const Streambatch__V1__PollTasksReply *r)
 {
     for (size_t i = 0; i < r->n_tasks; i++) {
-        Streambatch__V1__CompleteTaskRequest c = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
-        Streambatch__V1__PartitionInfo out = STREAMBATCH__V1__PARTITION_INFO__INIT;
-        Streambatch__V1__PartitionInfo *outs[] = {&out};
         char id[32];
         snprintf(id, sizeof id, "s0-t%zu-p0", i);
-        out.id = id;
-        out.bytes = 100;
-        out.rows = 10;
-        c.worker_id = "w1";
-        c.session = ctl_fixture_session("w1");
-        c.task_id = r->tasks[i]->task_id;
-        c.attempt = r->tasks[i]->attempt;
-        c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
-        c.n_outputs = 1;
-        c.outputs = outs;
-        ProtobufCMessage *resp = NULL;
-        sb_err err;
-        cr_assert_eq(
-            sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
-            SB_RPC_OK, "%s", err.msg);
-        cr_expect(((Streambatch__V1__CompleteTaskReply *)resp)->accepted);
-        sb_rpc_msg_free(resp);
+        cr_expect(ctl_fixture_complete(f, "w1", r->tasks[i], id));
     }
 }
 

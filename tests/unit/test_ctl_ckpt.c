@@ -5,7 +5,9 @@
  * to the caller without failing the pipeline, and the writer's files go out as one CKPT_PUT
  * job per write, the summary moving only once the worker reported it done; what the worker was
  * told to write reads back as the committed work; a failed write makes the next one a new
- * base; the status keeps a summary of a few hundred bytes at 200,000 parts. */
+ * base; the status keeps a summary of a few hundred bytes at 200,000 parts; a split counts as
+ * committed (sb_opckpt_committed, the status's count) only once a write holding it is durable;
+ * a write too large for one job is refused by name. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,14 +47,7 @@ static int report(fixture *f, const Streambatch__V1__StorageJob *job, const char
                       : STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
     c.message = (char *)(errmsg ? errmsg : "");
     c.storage = res;
-    ProtobufCMessage *resp = NULL;
-    sb_err err;
-    cr_assert_eq(
-        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
-        SB_RPC_OK, "%s", err.msg);
-    int acc = ((Streambatch__V1__CompleteTaskReply *)resp)->accepted;
-    sb_rpc_msg_free(resp);
-    return acc;
+    return ctl_fixture_send_complete(f, &c);
 }
 
 /* One LOAD result piece of chunks (name, text) pairs. */
@@ -182,16 +177,24 @@ static Streambatch__V1__PollTasksReply *next_put(fixture *f, sb_storage_files *f
     return r;
 }
 
+/* The service resumed with split 0 (part s0-t0-p0) committed at epoch 3, and a writer k of
+ * its log past generation gen. */
+static void start_resumed(fixture *f, sb_opckpt *k, uint32_t gen)
+{
+    static sb_storage_output parts[1] = {{"s0-t0-p0", 10, 1, 7, NULL}};
+    static sb_sched_resume res = {.epoch = 3, .committed_splits = "0", .parts = parts, .nparts = 1};
+    setup(f, 0, &res);
+    sb_err err;
+    cr_assert_eq(sb_opckpt_init(k, "s3://b/out/_streambatch/checkpoint", NULL, 3, NULL, gen, &err),
+                 0, "%s", err.msg);
+}
+
 Test(ctl_ckpt, the_operators_writes_go_to_a_worker_and_read_back)
 {
     fixture f;
-    sb_storage_output parts[1] = {{"s0-t0-p0", 10, 1, 7, NULL}};
-    sb_sched_resume res = {.epoch = 3, .committed_splits = "0", .parts = parts, .nparts = 1};
-    setup(&f, 0, &res);
     sb_opckpt k;
     sb_err err;
-    cr_assert_eq(sb_opckpt_init(&k, "s3://b/out/_streambatch/checkpoint", NULL, 3, NULL, 4, &err),
-                 0, "%s", err.msg);
+    start_resumed(&f, &k, 4);
     cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 1000, 1), 0, "nothing planned: nothing to write");
     cr_expect_eq(sb_ctl_ckpt_start(f.ctl, SB_STORAGE_CKPT_PUT, NULL, 0, 0, &err), -1,
                  "no write while planning");
@@ -259,6 +262,110 @@ Test(ctl_ckpt, the_operators_writes_go_to_a_worker_and_read_back)
     sb_rpc_msg_free(&r->base);
     cr_expect_eq(k.jobs, 1);
     cr_expect_eq(k.parts, 1);
+    sb_opckpt_free(&k);
+    ctl_fixture_stop(&f);
+}
+
+/* Reports task t done by w1 with one sink part s0-t<i>-p0. */
+static void complete_task(fixture *f, const Streambatch__V1__Task *t, size_t i)
+{
+    char id[32];
+    snprintf(id, sizeof id, "s0-t%zu-p0", i);
+    cr_assert(ctl_fixture_complete(f, "w1", t, id));
+}
+
+/* What the status counts committed now: the log's durable count (none carried). */
+static size_t status_committed(fixture *f, const sb_opckpt *k, size_t *finished)
+{
+    sb_err err;
+    cr_assert_eq(sb_opckpt_finished(f->ctl, finished, &err), 0, "%s", err.msg);
+    return sb_opckpt_committed(k, 0, *finished);
+}
+
+/* Issue 38: a new leader re-ran the splits finished after the last durable write, which the
+ * status had already counted committed (2,110 counted, 2,050 in the log). */
+Test(ctl_ckpt, a_split_counts_as_committed_only_once_its_write_is_durable)
+{
+    fixture f;
+    setup(&f, 0, NULL);
+    sb_opckpt k;
+    sb_err err;
+    cr_assert_eq(sb_opckpt_init(&k, "s3://b/out/_streambatch/checkpoint", NULL, 1, NULL, 0, &err),
+                 0, "%s", err.msg);
+    plan_and_prepare(&f);
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, 2000);
+    cr_assert_eq(r->n_tasks, 2);
+    size_t fin = 0;
+    complete_task(&f, r->tasks[0], 0);
+    cr_expect_eq(status_committed(&f, &k, &fin), 0, "finished, not in the log yet");
+    cr_expect_eq(fin, 1);
+    cr_assert_eq(sb_opckpt_tick(&k, f.ctl, 1000, 1), 1, "split 0 is written");
+    cr_expect_eq(status_committed(&f, &k, &fin), 0, "its write is in flight");
+    complete_task(&f, r->tasks[1], 1);
+    cr_expect_eq(status_committed(&f, &k, &fin), 0, "a second one finished meanwhile");
+    cr_expect_eq(fin, 2);
+    sb_storage_files fs;
+    int prune = 0;
+    Streambatch__V1__PollTasksReply *put = next_put(&f, &fs, &prune);
+    sb_storage_files_free(&fs);
+    cr_expect_eq(status_committed(&f, &k, &fin), 0, "a worker took the write, not done yet");
+    cr_assert(report(&f, put->storage_job, NULL, NULL));
+    sb_rpc_msg_free(&put->base);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 1100, 0), 0, "done");
+    cr_expect_eq(status_committed(&f, &k, &fin), 1, "the write held split 0 only");
+    /* a failed write counts nothing more */
+    cr_assert_eq(sb_opckpt_tick(&k, f.ctl, 2200, 0), 1, "split 1 is written");
+    put = next_put(&f, &fs, &prune);
+    sb_storage_files_free(&fs);
+    cr_assert(report(&f, put->storage_job, "disk full", NULL));
+    sb_rpc_msg_free(&put->base);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 2300, -1), 0);
+    cr_expect_eq(status_committed(&f, &k, &fin), 1, "split 1's write failed");
+    cr_assert_eq(sb_opckpt_tick(&k, f.ctl, 3400, 0), 1, "rewritten as a new base");
+    put = next_put(&f, &fs, &prune);
+    sb_storage_files_free(&fs);
+    cr_assert(report(&f, put->storage_job, NULL, NULL));
+    sb_rpc_msg_free(&put->base);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 3500, -1), 0);
+    cr_expect_eq(status_committed(&f, &k, &fin), 2);
+    /* before this writer's first durable write: what was read from the log; without a log:
+     * what the scheduler finished */
+    sb_opckpt fresh;
+    cr_assert_eq(sb_opckpt_init(&fresh, "s3://b/x", NULL, 2, NULL, 0, &err), 0, "%s", err.msg);
+    cr_expect_eq(sb_opckpt_committed(&fresh, 1, 2), 1);
+    cr_expect_eq(sb_opckpt_committed(&fresh, 3, 2), 2, "never more than the scheduler holds");
+    cr_expect_eq(sb_opckpt_committed(NULL, 0, 2), 2);
+    sb_opckpt_free(&fresh);
+    sb_rpc_msg_free(&r->base);
+    sb_opckpt_free(&k);
+    ctl_fixture_stop(&f);
+}
+
+/* A write past what one storage job can carry to a worker (the gRPC message limit; a base of
+ * ~500,000 parts at the default) is refused by name, never sent, and not retried. */
+Test(ctl_ckpt, a_write_too_large_for_a_job_is_refused_clearly)
+{
+    fixture f;
+    sb_opckpt k;
+    start_resumed(&f, &k, 0);
+    cr_expect_eq(k.max_job_bytes, SB_OPCKPT_MAX_JOB_BYTES);
+    k.max_job_bytes = 64;
+    plan_and_prepare(&f);
+    char m[600] = "";
+    cr_expect_eq(sb_opckpt_refused(&k, m, sizeof m), 0);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 1000, 1), 0, "not queued");
+    cr_assert_eq(sb_opckpt_refused(&k, m, sizeof m), 1);
+    cr_expect(strstr(m, "(1 parts, ") != NULL && strstr(m, "past the 64 bytes") != NULL &&
+                  strstr(m, "failover or resume runs the splits committed since again") != NULL,
+              "%s", m);
+    cr_expect_eq(sb_opckpt_tick(&k, f.ctl, 5000, 1), 0, "not tried again");
+    Streambatch__V1__PollTasksReply *r = do_poll(&f, 200);
+    cr_expect_null(r->storage_job, "no job went to the worker");
+    sb_rpc_msg_free(&r->base);
+    cr_expect_null(sb_opckpt_status_json(&k), "nothing durable");
+    size_t fin = 0;
+    cr_expect_eq(status_committed(&f, &k, &fin), 0);
+    cr_expect_eq(fin, 1);
     sb_opckpt_free(&k);
     ctl_fixture_stop(&f);
 }

@@ -60,14 +60,7 @@ static int report(fixture *f, const char *worker, const Streambatch__V1__Storage
         res.more = more;
         c.storage = &res;
     }
-    ProtobufCMessage *resp = NULL;
-    sb_err err;
-    cr_assert_eq(
-        sb_rpc_call_msg(f->ch, SB_RPC_CONTROL_COMPLETE_TASK, &c.base, 5000, 0, &resp, &err),
-        SB_RPC_OK, "%s", err.msg);
-    int acc = ((Streambatch__V1__CompleteTaskReply *)resp)->accepted;
-    sb_rpc_msg_free(resp);
-    return acc;
+    return ctl_fixture_send_complete(f, &c);
 }
 
 static void plan_and_prepare(fixture *f, const char *w)
