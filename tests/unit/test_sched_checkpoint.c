@@ -687,10 +687,12 @@ Test(sched_checkpoint, bad_resume_fails_clearly)
         {{1, "0", (sb_storage_output[]){{"bogus", 1, 1, 0, NULL}}, 1, NULL},
          "\"bogus\" is not s<op>-t<task>"},
         {{1, "0", (sb_storage_output[]){{NULL, 1, 1, 0, NULL}}, 1, NULL}, "(null)"},
-        {{1, "0", (sb_storage_output[]){{"s7-t0-p0", 1, 1, 0, NULL}}, 1, NULL}, "op 7 does not exist"},
+        {{1, "0", (sb_storage_output[]){{"s7-t0-p0", 1, 1, 0, NULL}}, 1, NULL},
+         "op 7 does not exist"},
         {{1, "0", (sb_storage_output[]){{"s0-t3-p0", 1, 1, 0, NULL}}, 1, NULL},
          "split 3 is not committed"},
-        {{1, "0", (sb_storage_output[]){{"s1-t1000000000-p0", 1, 1, 0, NULL}}, 1, NULL}, "would collide"},
+        {{1, "0", (sb_storage_output[]){{"s1-t1000000000-p0", 1, 1, 0, NULL}}, 1, NULL},
+         "would collide"},
     };
     sb_storage_split sp[6] = {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
