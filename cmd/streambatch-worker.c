@@ -68,8 +68,10 @@ static void usage(FILE *f)
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    sb_worker_request_stop();
+    if (sig == SIGUSR1)
+        sb_worker_request_calm_stop(); /* `streambatch run` ended: nothing here is needed */
+    else
+        sb_worker_request_stop();
 }
 
 static const char *env_or(const char *name, const char *def)
@@ -363,6 +365,7 @@ static int worker_serve(const worker_args *a)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     sb_rpc_tune_malloc(0); /* keep freed receive buffers: ~40% less CPU per GiB fetched */
     sb_err err;

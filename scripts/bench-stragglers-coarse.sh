@@ -32,10 +32,11 @@ for r in $(seq "$rounds"); do
   ratio=$(awk -v s="$s" -v b="$bound" 'BEGIN {printf "%.3f", s / b}')
   a+=("$ratio") ac+=("$c")
   k=$(python3 -c 'import json, sys; print(sum(x.get("cancelled", 0) for x in json.load(open(sys.argv[1]))["stages"]))' "$work/all.json")
+  pw=$(python3 -c 'import json, sys; print("%.2f" % json.load(open(sys.argv[1]))["wallSeconds"])' "$work/all.json")
   kc+=("$k")
   loads+=("$l0-$(cut -d' ' -f1 /proc/loadavg)")
-  printf 'coarse round %d/%d: defaults %sx the bound (%.2f s; bound %.2f s = F %.2f + (one worker %.2f - F) / 1.1; %s cop%s, %s cancelled; load %s)\n' \
-    "$r" "$rounds" "$ratio" "$s" "$bound" "$fixed" "${h[-1]}" "$c" "$([[ $c == 1 ]] && echo y || echo ies)" "$k" "${loads[-1]}" >&2
+  printf 'coarse round %d/%d: defaults %sx the bound (%.2f s, the pipeline itself %s s; bound %.2f s = F %.2f + (one worker %.2f - F) / 1.1; %s cop%s, %s cancelled; load %s)\n' \
+    "$r" "$rounds" "$ratio" "$s" "$pw" "$bound" "$fixed" "${h[-1]}" "$c" "$([[ $c == 1 ]] && echo y || echo ies)" "$k" "${loads[-1]}" >&2
 done
 within=$(printf '%s\n' "${a[@]}" | awk '$1 <= 1.15 {k++} END {print k + 0}')
 echo "coarse: $within of $rounds within 1.15x of the bound (defaults: ${a[*]})" >&2

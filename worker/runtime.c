@@ -39,6 +39,7 @@
 #include "worker/store/store.h"
 
 static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_calm; /* the stop came from a parent that needs nothing here */
 
 /* How long a stopping worker waits for its slot threads once their attempts are cancelled,
  * before it leaves them (worker_abandon): an op that checks its flag ends in microseconds, one
@@ -53,6 +54,12 @@ static volatile sig_atomic_t g_stop;
 
 void sb_worker_request_stop(void)
 {
+    g_stop = 1;
+}
+
+void sb_worker_request_calm_stop(void)
+{
+    g_calm = 1;
     g_stop = 1;
 }
 
@@ -2168,7 +2175,7 @@ static void worker_free(worker *w)
      * needs this worker's partitions: wait for fetches in flight, but do not linger for late
      * readers (a run's end would otherwise wait ~2 s for every worker that served a fetch). */
     pthread_mutex_lock(&w->mu);
-    int calm = w->told_to_exit && !g_stop;
+    int calm = (w->told_to_exit && !g_stop) || g_calm;
     pthread_mutex_unlock(&w->mu);
     if (w->data != NULL)
         sb_data_server_drain(w->data, 2000, calm ? 0 : 200);

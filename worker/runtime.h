@@ -76,6 +76,10 @@ int sb_worker_run(const sb_worker_config *cfg, sb_err *err);
 
 /* Asks a running worker to stop (async-signal-safe: it only sets a flag). */
 void sb_worker_request_stop(void);
+/* The same, from a parent that knows no partition here is needed any more (a local run that
+ * ended: SIGUSR1 from `streambatch run`): the worker leaves as a worker told to exit does, without
+ * lingering for late fetch readers. Async-signal-safe. */
+void sb_worker_request_calm_stop(void);
 
 /* 1 after sb_worker_run() returned leaving slot threads running (their attempts cancelled, but an
  * op did not stop within a second): nothing they use was freed, and the caller must end the

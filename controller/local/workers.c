@@ -383,9 +383,17 @@ void sb_local_stop(sb_local *l, int grace_ms)
     pthread_join(l->monitor, NULL);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    /* Workers the controller told to exit (sb_ctl_shutdown_workers) leave on their own, without
-     * the linger a SIGTERM asks for (serving late fetch readers of a pod being deleted): give
-     * them a moment before signalling the rest. */
+    /* The run is over, so no partition a worker holds is needed: SIGUSR1 tells every worker so
+     * at once (it leaves as one the controller told to exit does, without the linger a SIGTERM
+     * asks for, serving late fetch readers of a pod being deleted). A worker busy with an
+     * attempt would hear the controller's "exit" only at its next heartbeat, up to an interval
+     * later; a stopped one (SIGSTOP) needs SIGCONT to handle any signal. Then give them a
+     * moment before SIGTERM. */
+    for (size_t i = 0; i < l->nprocs; i++)
+        if (l->procs[i].pid > 0) {
+            kill(l->procs[i].pid, SIGCONT);
+            kill(l->procs[i].pid, SIGUSR1);
+        }
     long quiet_ms = grace_ms < 1000 ? grace_ms : 1000;
     while (reap_exited(l) > 0 && ms_since(&t0) < quiet_ms)
         usleep(5000);
