@@ -12,21 +12,30 @@
 #include "partition/partition.h"
 
 typedef struct {
-    char *recs[64];
-    size_t n;
+    char **recs;
+    size_t n, cap;
 } coll;
+
+/* Appends a NUL-terminated copy of p[0..n). */
+static inline void coll_add(coll *c, const char *p, size_t n)
+{
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 64;
+        c->recs = realloc(c->recs, c->cap * sizeof *c->recs);
+        cr_assert_not_null(c->recs);
+    }
+    c->recs[c->n++] = strndup(p, n);
+}
 
 static int collect(void *blob, size_t len, uint64_t rows, void *ud)
 {
-    coll *c = ud;
     sb_batch *b;
     sb_err e;
     cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
     for (size_t r = 0; r < rows; r++) {
         size_t n;
         const char *p = sb_column_binary(sb_batch_column(b, 0), r, &n);
-        cr_assert_lt(c->n, 64);
-        c->recs[c->n++] = strndup(p, n);
+        coll_add(ud, p, n);
     }
     sb_batch_close(b);
     sb_part_free(blob);
@@ -37,7 +46,9 @@ static inline void coll_free(coll *c)
 {
     for (size_t i = 0; i < c->n; i++)
         free(c->recs[i]);
-    c->n = 0;
+    free(c->recs);
+    c->recs = NULL;
+    c->n = c->cap = 0;
 }
 
 #endif

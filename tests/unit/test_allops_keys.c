@@ -72,9 +72,7 @@ static int keep_partial(void *ud, uint32_t bucket, const char *rec, size_t len, 
 {
     (void)bucket;
     (void)err;
-    coll *c = ud;
-    cr_assert_lt(c->n, 64);
-    c->recs[c->n++] = strndup(rec, len);
+    coll_add(ud, rec, len);
     return 0;
 }
 
@@ -146,10 +144,9 @@ Test(allops_keys, combined_partials_equal_one_table)
                      "\"b\",\"last_v\":5,\"collect_s\":[\"b\",\"c\",\"a\",\"d\",\"\\u0061\"]") !=
                   NULL,
               "%s", one);
-    for (size_t i = 0; i < want.n; i++)
-        free(want.recs[i]), free(got.recs[i]);
-    for (size_t i = 0; i < partials.n; i++)
-        free(partials.recs[i]);
+    coll_free(&want);
+    coll_free(&got);
+    coll_free(&partials);
     xgroupby_free(whole);
     xgroupby_free(map);
     xgroupby_free(red);
@@ -217,65 +214,20 @@ Test(allops_keys, map_half_writes_one_partition_per_bucket)
  * sorted runs and merges them; either way the output is the unbounded table's ------------- */
 
 typedef struct {
-    char **recs;
-    size_t n, cap;
-} dcoll;
-
-static void dcoll_add(dcoll *c, const char *p, size_t n)
-{
-    if (c->n == c->cap) {
-        c->cap = c->cap ? c->cap * 2 : 256;
-        c->recs = realloc(c->recs, c->cap * sizeof *c->recs);
-        cr_assert_not_null(c->recs);
-    }
-    c->recs[c->n++] = strndup(p, n);
-}
-
-static void dcoll_free(dcoll *c)
-{
-    for (size_t i = 0; i < c->n; i++)
-        free(c->recs[i]);
-    free(c->recs);
-}
-
-static int dcollect(void *blob, size_t len, uint64_t rows, void *ud)
-{
-    sb_batch *b;
-    sb_err e;
-    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
-    for (size_t r = 0; r < rows; r++) {
-        size_t n;
-        const char *p = sb_column_binary(sb_batch_column(b, 0), r, &n);
-        dcoll_add(ud, p, n);
-    }
-    sb_batch_close(b);
-    sb_part_free(blob);
-    return 0;
-}
-
-static int dkeep_partial(void *ud, uint32_t bucket, const char *rec, size_t len, sb_err *err)
-{
-    (void)bucket;
-    (void)err;
-    dcoll_add(ud, rec, len);
-    return 0;
-}
-
-typedef struct {
     xgroupby *g;
-    dcoll *partials;
+    coll *partials;
 } map_side;
 
 static int map_full(void *ud, sb_err *err)
 {
     map_side *m = ud;
-    return xgroupby_emit_partials(m->g, 4, dkeep_partial, m->partials, err);
+    return xgroupby_emit_partials(m->g, 4, keep_partial, m->partials, err);
 }
 
-static void demit_all(xgroupby *g, dcoll *out)
+static void demit_all(xgroupby *g, coll *out)
 {
     sb_err e;
-    sb_op_out *o = sb_op_out_new(1 << 16, dcollect, out, &e);
+    sb_op_out *o = sb_op_out_new(1 << 16, collect, out, &e);
     sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
     cr_assert_eq(sb_op_out_set_schema(o, &f, 1, &e), 0);
     cr_assert_eq(xgroupby_emit(g, o, &e), 0, "%s", e.msg);
@@ -285,7 +237,7 @@ static void demit_all(xgroupby *g, dcoll *out)
 
 /* Records equal but for the trailing "std_v":X}, whose values agree to 1e-12 relative (a merge
  * of partial states adds in another order than one pass over the rows). */
-static void expect_same_groups(const dcoll *got, const dcoll *want)
+static void expect_same_groups(const coll *got, const coll *want)
 {
     cr_assert_eq(got->n, want->n);
     for (size_t i = 0; i < want->n; i++) {
@@ -328,31 +280,31 @@ Test(allops_keys, groupby_beyond_its_memory_spills_and_merges_to_the_same_output
     sb_batch *b = batch_of((const char *const *)rows, ROWS, &blob);
     xgroupby *whole = xgroupby_new(args, 0, &e);
     cr_assert_eq(xgroupby_add(whole, b, 0, 0, ROWS, &e), 0, "%s", e.msg);
-    dcoll want = {0};
+    coll want = {0};
     demit_all(whole, &want);
     cr_assert_eq(want.n, KEYS);
     /* the reduce side alone, 16 KiB: it spills runs and merges them */
     xgroupby *red = xgroupby_new(args, 16384, &e);
     for (int s = 0; s < ROWS; s += CHUNK)
         cr_assert_eq(xgroupby_add(red, b, 0, (size_t)s, CHUNK, &e), 0, "%s", e.msg);
-    dcoll got = {0};
+    coll got = {0};
     demit_all(red, &got);
     cr_expect_gt(xgroupby_spilled(red), 0, "the table spilled");
     expect_same_groups(&got, &want);
     /* the map side, 16 KiB: partials go on whenever the table is full, so keys repeat among
      * them; the bounded reduce side merges them (spilling too) into the same groups */
-    dcoll partials = {0};
+    coll partials = {0};
     map_side m = {.g = xgroupby_new(args, 16384, &e), .partials = &partials};
     xgroupby_on_full(m.g, map_full, &m);
     cr_assert_eq(xgroupby_add(m.g, b, 0, 0, ROWS, &e), 0, "%s", e.msg);
-    cr_assert_eq(xgroupby_emit_partials(m.g, 4, dkeep_partial, &partials, &e), 0, "%s", e.msg);
+    cr_assert_eq(xgroupby_emit_partials(m.g, 4, keep_partial, &partials, &e), 0, "%s", e.msg);
     cr_expect_gt(partials.n, KEYS, "%zu partials for %d keys: sent on early", partials.n, KEYS);
     void *pblob;
     sb_batch *pb = batch_of((const char *const *)partials.recs, partials.n, &pblob);
     xgroupby_reset(red);
     cr_expect_eq(xgroupby_spilled(red), 0);
     cr_assert_eq(xgroupby_add_partials(red, pb, 0, 0, partials.n, &e), 0, "%s", e.msg);
-    dcoll got2 = {0};
+    coll got2 = {0};
     demit_all(red, &got2);
     cr_expect_gt(xgroupby_spilled(red), 0);
     expect_same_groups(&got2, &want);
@@ -363,10 +315,10 @@ Test(allops_keys, groupby_beyond_its_memory_spills_and_merges_to_the_same_output
     cr_assert_eq(xgroupby_add(tiny, b, 0, 0, ROWS, &e), -1);
     cr_expect(strstr(e.msg, "one group's aggregates take more than 2Ki,") != NULL, "%s", e.msg);
     xgroupby_free(tiny);
-    dcoll_free(&want);
-    dcoll_free(&got);
-    dcoll_free(&got2);
-    dcoll_free(&partials);
+    coll_free(&want);
+    coll_free(&got);
+    coll_free(&got2);
+    coll_free(&partials);
     xgroupby_free(whole);
     xgroupby_free(red);
     xgroupby_free(m.g);
@@ -400,8 +352,8 @@ Test(allops_keys, distinct_map_side_forgets_past_its_memory)
                           &st, &e),
                  0, "%s", e.msg);
     sb_batch *b = batch_of((const char *const *)rows, ROWS, &blob);
-    dcoll got = {0};
-    sb_op_out *out = sb_op_out_new(1 << 20, dcollect, &got, &e);
+    coll got = {0};
+    sb_op_out *out = sb_op_out_new(1 << 20, collect, &got, &e);
     cr_assert_eq(op->process(st, b, 0, ROWS, out, &e), 0, "%s", e.msg);
     cr_assert_eq(op->finish(st, out, &e), 0, "%s", e.msg);
     cr_expect(got.n > KEYS && got.n <= ROWS, "%zu rows sent for %d keys", got.n, KEYS);
@@ -411,7 +363,7 @@ Test(allops_keys, distinct_map_side_forgets_past_its_memory)
     for (int k = 0; k < KEYS; k++)
         cr_expect(seen[k], "key %d never sent", k);
     free(seen);
-    dcoll_free(&got);
+    coll_free(&got);
     sb_op_out_free(out);
     op->free(st);
     sb_batch_close(b);
@@ -424,13 +376,13 @@ Test(allops_keys, distinct_map_side_forgets_past_its_memory)
 /* random_shuffle's reduce task past its memory spills runs sorted by the rows' hashes and
  * merges them: the same permutation as the task sorting every row in memory. Before, the task
  * failed ("random_shuffle does not spill yet"). */
-static void shuffle_reduce(const char *args, sb_batch *b, size_t rows, dcoll *got)
+static void shuffle_reduce(const char *args, sb_batch *b, size_t rows, coll *got)
 {
     const sb_op_impl *op = sb_op_find("exchange.reduce");
     sb_err e;
     void *st;
     cr_assert_eq(op->init(args, &st, &e), 0, "%s", e.msg);
-    sb_op_out *out = sb_op_out_new(1 << 16, dcollect, got, &e);
+    sb_op_out *out = sb_op_out_new(1 << 16, collect, got, &e);
     for (size_t s = 0; s < rows; s += 250)
         cr_assert_eq(op->process(st, b, s, 250, out, &e), 0, "%s", e.msg);
     cr_assert_eq(op->finish(st, out, &e), 0, "%s", e.msg);
@@ -450,7 +402,7 @@ Test(allops_keys, random_shuffle_beyond_its_memory_spills_the_same_permutation)
     }
     void *blob;
     sb_batch *b = batch_of((const char *const *)rows, ROWS, &blob);
-    dcoll want = {0}, got = {0};
+    coll want = {0}, got = {0};
     shuffle_reduce("{\"op\":\"random_shuffle\",\"buckets\":1,\"memory\":0,\"args\":{\"seed\":7}}",
                    b, ROWS, &want);
     /* 64 KiB: a quarter is the task's, and it spills at half of that, ~8 KiB of ~300 KiB */
@@ -465,8 +417,8 @@ Test(allops_keys, random_shuffle_beyond_its_memory_spills_the_same_permutation)
         moved += strcmp(want.recs[i], rows[i]) != 0;
     }
     cr_expect_gt(moved, ROWS * 9 / 10, "a permutation: %zu of %d rows moved", moved, ROWS);
-    dcoll_free(&want);
-    dcoll_free(&got);
+    coll_free(&want);
+    coll_free(&got);
     sb_batch_close(b);
     sb_part_free(blob);
     for (int i = 0; i < ROWS; i++)
