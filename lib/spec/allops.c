@@ -251,6 +251,8 @@ void sb_spec_allop_pipeline_check(const sb_pipeline_spec *sp, const sb_node *nod
     char buf[512];
     for (size_t i = 0; i < sp->nstages; i++) {
         const char *op = sp->stages[i].op;
+        if (op == NULL) /* a stage without an op: reported where stages are decoded */
+            continue;
         int join = strcmp(op, "join") == 0; /* not exchanged, checked here too (join.h) */
         if ((!sb_spec_allop(op) && !join) || stages == NULL || i >= stages->n)
             continue;
