@@ -224,17 +224,6 @@ static int map_full(void *ud, sb_err *err)
     return xgroupby_emit_partials(m->g, 4, keep_partial, m->partials, err);
 }
 
-static void demit_all(xgroupby *g, coll *out)
-{
-    sb_err e;
-    sb_op_out *o = sb_op_out_new(1 << 16, collect, out, &e);
-    sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
-    cr_assert_eq(sb_op_out_set_schema(o, &f, 1, &e), 0);
-    cr_assert_eq(xgroupby_emit(g, o, &e), 0, "%s", e.msg);
-    cr_assert_eq(sb_op_out_flush(o, &e), 0, "%s", e.msg);
-    sb_op_out_free(o);
-}
-
 /* Records equal but for the trailing "std_v":X}, whose values agree to 1e-12 relative (a merge
  * of partial states adds in another order than one pass over the rows). */
 static void expect_same_groups(const coll *got, const coll *want)
@@ -281,14 +270,14 @@ Test(allops_keys, groupby_beyond_its_memory_spills_and_merges_to_the_same_output
     xgroupby *whole = xgroupby_new(args, 0, &e);
     cr_assert_eq(xgroupby_add(whole, b, 0, 0, ROWS, &e), 0, "%s", e.msg);
     coll want = {0};
-    demit_all(whole, &want);
+    emit_all(whole, &want);
     cr_assert_eq(want.n, KEYS);
     /* the reduce side alone, 16 KiB: it spills runs and merges them */
     xgroupby *red = xgroupby_new(args, 16384, &e);
     for (int s = 0; s < ROWS; s += CHUNK)
         cr_assert_eq(xgroupby_add(red, b, 0, (size_t)s, CHUNK, &e), 0, "%s", e.msg);
     coll got = {0};
-    demit_all(red, &got);
+    emit_all(red, &got);
     cr_expect_gt(xgroupby_spilled(red), 0, "the table spilled");
     expect_same_groups(&got, &want);
     /* the map side, 16 KiB: partials go on whenever the table is full, so keys repeat among
@@ -305,7 +294,7 @@ Test(allops_keys, groupby_beyond_its_memory_spills_and_merges_to_the_same_output
     cr_expect_eq(xgroupby_spilled(red), 0);
     cr_assert_eq(xgroupby_add_partials(red, pb, 0, 0, partials.n, &e), 0, "%s", e.msg);
     coll got2 = {0};
-    demit_all(red, &got2);
+    emit_all(red, &got2);
     cr_expect_gt(xgroupby_spilled(red), 0);
     expect_same_groups(&got2, &want);
     /* one group bigger than the memory (a collect of 6000 strings in 2 KiB): a clear error */
