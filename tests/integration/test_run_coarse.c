@@ -57,6 +57,23 @@ static void throttle_cpu0(const char *name, const char *stop_s, const char *cont
     free(victim);
 }
 
+/* Starts run NAME in the background: dir/IN/'s files (a task each) through bench.spin (msPerMB
+ * 1000) to dir/out-NAME/, --cpus 2, its run dir dir/NAME-run, its exit status in dir/NAME.rc. */
+static void spin_run_start(const char *name, const char *in)
+{
+    FILE *f = itest_create("%s.yaml", name);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/%s/', format: jsonl, partitionSize: 400Ki}\n"
+            "  stages:\n  - {name: work, op: bench.spin, args: {msPerMB: 1000}}\n"
+            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n",
+            name, dir, in, dir, name);
+    fclose(f);
+    sh("cd %s && (timeout 100 %s run %s.yaml --cpus 2 --run-dir %s/%s-run --summary-json "
+       "%s.summary.json > %s.log 2>&1; echo $? > %s.rc) >/dev/null 2>&1 &",
+       dir, sb_test_bin("streambatch"), name, dir, name, name, name, name);
+}
+
 /* Runs NAME (msPerMB ms_per_mb) on `cpus` workers; throttle: the first worker is stopped 180 ms
  * of every 200 ms from its start, a 10x slower node. Returns the run's wall time in seconds. */
 static double run_coarse(const char *name, int ms_per_mb, int cpus, int throttle)
@@ -149,17 +166,7 @@ Test(coarse, the_losing_attempt_is_cancelled_and_the_run_does_not_wait_for_it)
 {
     const char *name = "cancel";
     sh("mkdir -p %s/in4 %s/%s-run && cp %s/in/f0[0-3].jsonl %s/in4/", dir, dir, name, dir, dir);
-    FILE *f = itest_create("%s.yaml", name);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in4/', format: jsonl, partitionSize: 400Ki}\n"
-            "  stages:\n  - {name: work, op: bench.spin, args: {msPerMB: 1000}}\n"
-            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n",
-            name, dir, dir, name);
-    fclose(f);
-    sh("cd %s && (timeout 100 %s run %s.yaml --cpus 2 --run-dir %s/%s-run --summary-json "
-       "%s.summary.json > %s.log 2>&1; echo $? > %s.rc) >/dev/null 2>&1 &",
-       dir, sb_test_bin("streambatch"), name, dir, name, name, name, name);
+    spin_run_start(name, "in4");
     /* registered (its first poll follows at once): from then on 40x slower */
     sh("for i in $(seq 1 3000); do grep -q 'worker ready' %s/%s-run/cpu-0.log 2>/dev/null && "
        "break; sleep 0.01; done",
@@ -253,18 +260,8 @@ Test(coarse, a_frozen_worker_does_not_hold_the_runs_exit)
 {
     const char *name = "frozen";
     sh("mkdir -p %s/in2 %s/%s-run && cp %s/in/f0[0-1].jsonl %s/in2/", dir, dir, name, dir, dir);
-    FILE *f = itest_create("%s.yaml", name);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in2/', format: jsonl, partitionSize: 400Ki}\n"
-            "  stages:\n  - {name: work, op: bench.spin, args: {msPerMB: 1000}}\n"
-            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n",
-            name, dir, dir, name);
-    fclose(f);
     double t0 = now_s();
-    sh("cd %s && (timeout 100 %s run %s.yaml --cpus 2 --run-dir %s/%s-run --summary-json "
-       "%s.summary.json > %s.log 2>&1; echo $? > %s.rc) >/dev/null 2>&1 &",
-       dir, sb_test_bin("streambatch"), name, dir, name, name, name, name);
+    spin_run_start(name, "in2");
     sh("for i in $(seq 1 3000); do grep -q 'worker ready' %s/%s-run/cpu-1.log 2>/dev/null && "
        "break; sleep 0.01; done; pgrep -f -- '--spill-[d]ir %s/%s-run/cpu-1$' | xargs -r kill "
        "-STOP",
