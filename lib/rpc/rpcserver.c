@@ -134,6 +134,12 @@ struct sb_rpc_server {
     tag t_shutdown;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* The batch gate (see start_batch): a leaf lock, taken with or without a call's mu held;
+     * nothing is locked while holding it. */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    int gate_busy;   /* batches being started now */
+    int gate_closed; /* the completion queues are about to shut down: no batch starts */
 };
 
 static __thread int tls_on_server_thread;
@@ -228,6 +234,39 @@ static void call_unref(sb_rpc_call *c)
 
 /* ------------------------------------------------------------------------------ batches */
 
+/* Every batch on a server call goes through here. gRPC asserts (aborting the process) when a
+ * batch starts on a completion queue that is shut down, and gRPC's shutdown notification can
+ * arrive while a call it already handed us is still queued or being dispatched: its channel
+ * leaves the server's list before the call ends. So before the queues shut down, the gate
+ * closes (gate_close) and waits for the batches being started; a batch refused here fails like
+ * any batch gRPC refuses, and the caller's error path releases the call. */
+static grpc_call_error start_batch(sb_rpc_server *srv, grpc_call *gc, const grpc_op *ops,
+                                   size_t n, void *t)
+{
+    pthread_mutex_lock(&srv->gate_mu);
+    if (srv->gate_closed) {
+        pthread_mutex_unlock(&srv->gate_mu);
+        return GRPC_CALL_ERROR_COMPLETION_QUEUE_SHUTDOWN;
+    }
+    srv->gate_busy++;
+    pthread_mutex_unlock(&srv->gate_mu);
+    grpc_call_error e = grpc_call_start_batch(gc, ops, n, t, NULL);
+    pthread_mutex_lock(&srv->gate_mu);
+    if (--srv->gate_busy == 0 && srv->gate_closed)
+        pthread_cond_broadcast(&srv->gate_cv);
+    pthread_mutex_unlock(&srv->gate_mu);
+    return e;
+}
+
+static void gate_close(sb_rpc_server *srv)
+{
+    pthread_mutex_lock(&srv->gate_mu);
+    srv->gate_closed = 1;
+    while (srv->gate_busy > 0)
+        pthread_cond_wait(&srv->gate_cv, &srv->gate_mu);
+    pthread_mutex_unlock(&srv->gate_mu);
+}
+
 /* Starts the final batch: [initial metadata] [message] status. c->mu held. */
 static void start_status_locked(sb_rpc_call *c, sb_rpc_code code, const char *msg,
                                 grpc_byte_buffer *bb)
@@ -255,7 +294,7 @@ static void start_status_locked(sb_rpc_call *c, sb_rpc_code code, const char *ms
     c->status_busy = 1;
     c->progress_ms = mono_ms();
     c->refs++;
-    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_status, NULL);
+    grpc_call_error e = start_batch(c->srv, c->call, ops, n, &c->t_status);
     if (e != GRPC_CALL_OK) {
         sb_log(SB_LOG_ERROR, "rpc: cannot send status", "method", c->m->path, "error",
                grpc_call_error_to_string(e), (char *)NULL);
@@ -404,7 +443,7 @@ static void new_call(sb_rpc_server *srv, const rpc_method *m, grpc_call *gc, gpr
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->close_cancelled;
-    grpc_call_error e = grpc_call_start_batch(gc, &op, 1, &c->t_close, NULL);
+    grpc_call_error e = start_batch(srv, gc, &op, 1, &c->t_close);
     if (e != GRPC_CALL_OK) {
         sb_log(SB_LOG_ERROR, "rpc: cannot start RECV_CLOSE", "method", m->path, "error",
                grpc_call_error_to_string(e), (char *)NULL);
@@ -448,7 +487,6 @@ static void new_call(sb_rpc_server *srv, const rpc_method *m, grpc_call *gc, gpr
 
 static void start_unimplemented(sb_rpc_server *srv, grpc_call *gc, const char *path)
 {
-    (void)srv;
     unimpl *u = calloc(1, sizeof *u);
     if (!u) {
         grpc_call_cancel_with_status(gc, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL);
@@ -468,7 +506,7 @@ static void start_unimplemented(sb_rpc_server *srv, grpc_call *gc, const char *p
     ops[1].data.send_status_from_server.status_details = &u->details;
     ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[2].data.recv_close_on_server.cancelled = &u->cancelled;
-    if (grpc_call_start_batch(gc, ops, 3, &u->t, NULL) != GRPC_CALL_OK) {
+    if (start_batch(srv, gc, ops, 3, &u->t) != GRPC_CALL_OK) {
         grpc_call_unref(gc);
         grpc_slice_unref(u->details);
         free(u);
@@ -678,6 +716,8 @@ sb_rpc_server *sb_rpc_server_new(const sb_rpc_opts *opts, sb_err *err)
         return NULL;
     }
     pthread_mutex_init(&srv->mu, NULL);
+    pthread_mutex_init(&srv->gate_mu, NULL);
+    pthread_cond_init(&srv->gate_cv, NULL);
     cond_init_mono(&srv->cv);
     srv->t_shutdown.kind = TAG_SHUTDOWN;
     srv->nthreads = opts && opts->threads > 0 ? opts->threads : 2;
@@ -937,6 +977,7 @@ int sb_rpc_server_shutdown_linger(sb_rpc_server *srv, int grace_ms, int linger_m
         }
         pthread_mutex_unlock(&srv->mu);
     }
+    gate_close(srv);
     for (int t = 0; t < srv->nthreads; t++)
         grpc_completion_queue_shutdown(srv->threads[t].cq);
     for (int t = 0; t < srv->nthreads; t++) {
@@ -982,6 +1023,8 @@ void sb_rpc_server_free(sb_rpc_server *srv)
     free(srv->threads);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);
+    pthread_mutex_destroy(&srv->gate_mu);
+    pthread_cond_destroy(&srv->gate_cv);
     free(srv);
     sb_rpc__release();
 }
@@ -1141,7 +1184,7 @@ static int stream_send(sb_rpc_call *c, grpc_byte_buffer *bb, sb_err *err)
     c->send_bb = bb;
     c->progress_ms = mono_ms();
     c->refs++;
-    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
+    grpc_call_error e = start_batch(c->srv, c->call, ops, n, &c->t_send);
     if (e != GRPC_CALL_OK) {
         c->send_busy = 0;
         c->send_bb = NULL;
