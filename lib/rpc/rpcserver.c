@@ -240,8 +240,8 @@ static void call_unref(sb_rpc_call *c)
  * leaves the server's list before the call ends. So before the queues shut down, the gate
  * closes (gate_close) and waits for the batches being started; a batch refused here fails like
  * any batch gRPC refuses, and the caller's error path releases the call. */
-static grpc_call_error start_batch(sb_rpc_server *srv, grpc_call *gc, const grpc_op *ops,
-                                   size_t n, void *t)
+static grpc_call_error start_batch(sb_rpc_server *srv, grpc_call *gc, const grpc_op *ops, size_t n,
+                                   void *t)
 {
     pthread_mutex_lock(&srv->gate_mu);
     if (srv->gate_closed) {
