@@ -21,6 +21,8 @@
 #include "core/num.h"
 
 #define MAGIC "streambatch-checkpoint 1"
+#define CHUNKS_MAGIC "streambatch-checkpoint-chunks 1" /* a chunked base's manifest */
+#define MAX_CHUNKS 65536
 #define FNV_OFFSET 14695981039346656037ULL
 #define MAX_FILE_BYTES ((size_t)1 << 31)
 #define MAX_SPLITS ((size_t)1 << 24) /* as checkpoint.c's readers bound a plan */
@@ -362,6 +364,21 @@ static int decode_parts(char *text, size_t body, size_t *off, const char *what, 
     return -1;
 }
 
+/* The "end <16 hex>" line that closes text[0..len): *body the offset where it starts, *chain its
+ * hash (endhex its digits). 0, or -1 when the text does not end with one. */
+static int end_line(const char *text, size_t len, size_t *body, uint64_t *chain, char endhex[17])
+{
+    size_t b = len - 1;
+    while (b > 0 && text[b - 1] != '\n')
+        b--;
+    *body = b;
+    if (text[len - 1] != '\n' || len - b != 21 || strncmp(text + b, "end ", 4) != 0)
+        return -1;
+    memcpy(endhex, text + b + 4, 16);
+    endhex[16] = '\0';
+    return hex16_parse(endhex, chain);
+}
+
 int sb_ckptlog_decode(char *text, size_t len, const char *what, sb_ckptlog_file *f, char **ranges,
                       sb_storage_output **parts, size_t *nparts, sb_err *err)
 {
@@ -372,13 +389,10 @@ int sb_ckptlog_decode(char *text, size_t len, const char *what, sb_ckptlog_file 
     if (len == 0 || memchr(text, '\0', len) != NULL)
         return sb_err_set(err, "%s: empty or not text (damaged)", what);
     /* the end line first: a file without it was cut short */
-    size_t body = len - 1;
-    while (body > 0 && text[body - 1] != '\n')
-        body--;
+    size_t body;
     uint64_t chain;
     char endhex[17] = "";
-    if (text[len - 1] != '\n' || len - body != 21 || strncmp(text + body, "end ", 4) != 0 ||
-        (memcpy(endhex, text + body + 4, 16), hex16_parse(endhex, &chain) != 0))
+    if (end_line(text, len, &body, &chain, endhex) != 0)
         return sb_err_set(err,
                           "%s: no \"end <hash>\" line at the end (the file is cut short or "
                           "damaged)",
@@ -520,7 +534,7 @@ static int read_whole(const char *path, char **out, size_t *n, sb_err *err)
 }
 
 /* What a name in the directory is: 1 a base (*gen), 2 a segment (*gen, *seq), 3 a temporary,
- * 0 anything else (left alone). */
+ * 4 a chunk of a base (*gen, *seq: its number), 0 anything else (left alone). */
 static int name_kind(const char *name, uint32_t *gen, uint32_t *seq)
 {
     unsigned g = 0, s = 0;
@@ -532,6 +546,10 @@ static int name_kind(const char *name, uint32_t *gen, uint32_t *seq)
     if (strlen(name) == 5 + 8 + 5 && sscanf(name, "base-%8x%5s%n", &g, tail, &k) == 2 && k == 18 &&
         strcmp(tail, ".sbck") == 0)
         k = 1;
+    else if (strlen(name) == 5 + 8 + 1 + 8 + 5 &&
+             sscanf(name, "base-%8x-%8x%5s%n", &g, &s, tail, &k) == 3 && k == 27 &&
+             strcmp(tail, ".sbck") == 0)
+        k = 4;
     else if (strlen(name) == 4 + 8 + 1 + 8 + 5 &&
              sscanf(name, "seg-%8x-%8x%5s%n", &g, &s, tail, &k) == 3 && k == 26 &&
              strcmp(tail, ".sbck") == 0)
@@ -561,7 +579,7 @@ static int scan_dir(const sb_ckptlog_io *io, const char *dir, uint32_t keep, int
             if (k == 1 && g > *maxgen)
                 *maxgen = g;
             sb_err ignored;
-            if (del && k != 0 && !(k == 1 && g == keep) && io->del != NULL)
+            if (del && k != 0 && !((k == 1 || k == 4) && g == keep) && io->del != NULL)
                 (void)io->del(io->ud, dir, names[i], &ignored);
             free(names[i]);
         }
@@ -580,7 +598,7 @@ static int scan_dir(const sb_ckptlog_io *io, const char *dir, uint32_t keep, int
         int k = name_kind(e->d_name, &g, &s);
         if (k == 1 && g > *maxgen)
             *maxgen = g;
-        if (del && k != 0 && !(k == 1 && g == keep)) {
+        if (del && k != 0 && !((k == 1 || k == 4) && g == keep)) {
             char p[PATH_MAX];
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             (void)unlink(p); /* a leftover that stays is skipped by readers, removed next time */
@@ -642,6 +660,8 @@ int sb_ckptlog_init_io(sb_ckptlog *w, const sb_ckptlog_io *io, const char *dir, 
     w->sum.epoch = epoch;
     snprintf(w->sum.spec_hash, sizeof w->sum.spec_hash, "%s", spec_hash ? spec_hash : "");
     sb_idmap_init(&w->idx, written_id, w);
+    w->chunk_bytes = SB_CKPTLOG_CHUNK_BYTES;
+    w->min_compact = SB_CKPTLOG_MIN_COMPACT;
     return 0;
 }
 
@@ -653,6 +673,7 @@ void sb_ckptlog_free(sb_ckptlog *w)
         free(w->ids[i]);
     free(w->ids);
     free(w->done);
+    free(w->seed_ranges);
     sb_idmap_free(&w->idx);
     memset(w, 0, sizeof *w);
 }
@@ -666,6 +687,8 @@ static void writer_forget(sb_ckptlog *w)
     sb_idmap_free(&w->idx);
     sb_idmap_init(&w->idx, written_id, w);
     w->wrote_any = 0;
+    free(w->seed_ranges);
+    w->seed_ranges = NULL;
 }
 
 void sb_ckptlog_forget(sb_ckptlog *w)
@@ -696,7 +719,52 @@ static int writer_add(sb_ckptlog *w, const char *id)
     return 0;
 }
 
-/* Writes f with ranges and parts as file name; counts the cost. 0, or -1 + err. */
+/* Puts text as name in the log's directory (through io, or a local file). 0, or -1 + err. */
+static int writer_put_text(sb_ckptlog *w, const char *name, const char *text, size_t len,
+                           sb_err *err)
+{
+    int rc = w->io != NULL ? w->io->put(w->io->ud, w->sum.location, name, text, len, err)
+                           : sb_ckptlog_write_file(w->sum.location, name, text, len, err);
+    if (rc == 0) {
+        w->writes++;
+        w->bytes += len;
+    }
+    return rc;
+}
+
+/* A base of len bytes as chunks base-G-1, base-G-2, ... of at most w->chunk_bytes, then the
+ * manifest base-G naming each chunk's size and hash, written last: until it is, readers take
+ * the older generation, whole. So no single file passes chunk_bytes (an object store's
+ * single-PUT limit, a storage job's size). 0, or -1 + err. */
+static int writer_put_chunked(sb_ckptlog *w, const sb_ckptlog_file *f, const char *name,
+                              const char *text, size_t len, sb_err *err)
+{
+    size_t k = (len + w->chunk_bytes - 1) / w->chunk_bytes;
+    if (k > MAX_CHUNKS)
+        return sb_err_set(err, "checkpoint: a base of %zu bytes needs more than %d chunks", len,
+                          MAX_CHUNKS);
+    buf m = {0};
+    bput(&m, CHUNKS_MAGIC "\nid %s\ngeneration %" PRIu32 "\nchunks %zu\n", f->id, f->generation, k);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < k; i++) {
+        size_t off = i * w->chunk_bytes, n = len - off < w->chunk_bytes ? len - off : w->chunk_bytes;
+        char cname[64];
+        snprintf(cname, sizeof cname, "base-%08" PRIx32 "-%08zx.sbck", f->generation, i + 1);
+        rc = writer_put_text(w, cname, text + off, n, err);
+        bput(&m, "chunk %zu %zu %016" PRIx64 "\n", i + 1, n, fnv(FNV_OFFSET, text + off, n));
+    }
+    if (rc == 0 && !m.oom)
+        bput(&m, "end %016" PRIx64 "\n", fnv(FNV_OFFSET, m.p, m.n));
+    if (rc == 0 && m.oom)
+        rc = sb_err_set(err, "checkpoint: out of memory");
+    if (rc == 0)
+        rc = writer_put_text(w, name, m.p, m.n, err);
+    free(m.p);
+    return rc;
+}
+
+/* Writes f with ranges and parts as file name (a base past w->chunk_bytes in chunks); *len the
+ * file's text length; counts the cost. 0, or -1 + err. */
 static int writer_put(sb_ckptlog *w, sb_ckptlog_file *f, const char *name, const char *ranges,
                       const sb_storage_output *parts, size_t nparts, size_t *len, sb_err *err)
 {
@@ -704,16 +772,63 @@ static int writer_put(sb_ckptlog *w, sb_ckptlog_file *f, const char *name, const
     char *text = sb_ckptlog_encode(f, ranges, parts, nparts, len);
     if (text == NULL)
         return sb_err_set(err, "checkpoint: out of memory encoding %zu parts", nparts);
-    int rc = w->io != NULL ? w->io->put(w->io->ud, w->sum.location, name, text, *len, err)
-                           : sb_ckptlog_write_file(w->sum.location, name, text, *len, err);
+    int rc = f->base && *len > w->chunk_bytes
+                 ? writer_put_chunked(w, f, name, text, *len, err)
+                 : writer_put_text(w, name, text, *len, err);
     free(text);
     if (rc == 0) {
-        w->writes++;
-        w->bytes += *len;
         w->parts_written += nparts;
         w->seconds += now_s() - t0;
     }
     return rc;
+}
+
+int sb_ckptlog_continue(sb_ckptlog *w, const sb_ckptlog_summary *found, const sb_ckpt *loaded,
+                        sb_err *err)
+{
+    if (w->wrote_any || found->generation == 0 || strcmp(found->id, w->sum.id) != 0 ||
+        strcmp(found->location, w->sum.location) != 0 ||
+        strcmp(found->spec_hash, w->sum.spec_hash) != 0 || found->parts != loaded->nparts)
+        return sb_err_set(err, "checkpoint %.300s: the log read is not this writer's to continue",
+                          found->location);
+    w->seed_ranges = strdup(loaded->committed_splits ? loaded->committed_splits : "");
+    for (size_t i = 0; w->seed_ranges != NULL && i < loaded->nparts; i++)
+        if (writer_add(w, loaded->parts[i].id) != 0) {
+            writer_forget(w); /* frees seed_ranges */
+            break;
+        }
+    if (w->seed_ranges == NULL) {
+        writer_forget(w);
+        return sb_err_set(err, "checkpoint: out of memory");
+    }
+    w->sum.generation = found->generation;
+    w->sum.segments = found->segments;
+    w->sum.parts = found->parts;
+    w->sum.splits = found->splits;
+    memcpy(w->sum.hash, found->hash, sizeof w->sum.hash);
+    memcpy(w->sum.plan_hash, found->plan_hash, sizeof w->sum.plan_hash);
+    w->base_bytes = found->base_bytes;
+    w->seg_bytes = found->seg_bytes;
+    w->base_parts = found->base_parts;
+    w->wrote_any = 1;
+    return 0;
+}
+
+/* The splits sb_ckptlog_continue carried, over the plan's nsplits now that it is known; what
+ * does not parse against the plan makes this update a compaction. */
+static void writer_seed(sb_ckptlog *w, size_t nsplits)
+{
+    uint8_t *d = w->wrote_any ? calloc(nsplits + 1, 1) : NULL;
+    if (d != NULL && sb_ranges_parse(w->seed_ranges, d, nsplits, NULL) == 0) {
+        free(w->done);
+        w->done = d;
+        w->nsplits = nsplits;
+        free(w->seed_ranges);
+        w->seed_ranges = NULL;
+        return;
+    }
+    free(d);
+    writer_forget(w);
 }
 
 static uint64_t set_count(const uint8_t *set, size_t n)
@@ -766,6 +881,7 @@ static int writer_compact(sb_ckptlog *w, const char *plan_hash, uint8_t *cur, si
     snprintf(w->sum.hash, sizeof w->sum.hash, "%016" PRIx64, f.chain);
     w->base_bytes = len;
     w->seg_bytes = 0;
+    w->base_parts = nparts;
     return 0;
 }
 
@@ -835,11 +951,18 @@ int sb_ckptlog_update(sb_ckptlog *w, const char *plan_hash, size_t nsplits, cons
         free(fresh);
         return sb_err_set(err, "checkpoint: %s", cur && fresh ? e2.msg : "out of memory");
     }
+    if (w->seed_ranges != NULL)
+        writer_seed(w, nsplits);
+    /* a rewrite costs the whole log and saves nothing in bytes (segments hold no line twice):
+     * only when the segments hold more parts than the base (so bases at least double and all
+     * rewrites add up to under twice the log; counted in parts, as a segment's header would
+     * otherwise make many small appends look heavy) or when a reader would list too many */
     int compact =
         !w->wrote_any || nsplits != w->nsplits ||
         strcmp(is_hex16(plan_hash) ? plan_hash : "0000000000000000", w->sum.plan_hash) != 0 ||
         w->sum.segments >= SB_CKPTLOG_MAX_SEGMENTS ||
-        (w->seg_bytes > w->base_bytes && w->seg_bytes > ((uint64_t)1 << 20));
+        (w->sum.parts - w->base_parts > SB_CKPTLOG_SEG_RATIO * w->base_parts &&
+         w->seg_bytes > w->min_compact);
     size_t nfresh = 0, nold = 0;
     for (size_t i = 0; !compact && i < nsplits; i++)
         compact = w->done[i] && !cur[i]; /* a split taken back: rewrite what is true now */
@@ -949,19 +1072,139 @@ static int gather_add(gather *g, const char *what, const char *ranges, sb_storag
     return rc;
 }
 
+/* Reads dir/name whole through io (or a local file). 1, 0 missing, -1 + err. */
+static int read_named(const sb_ckptlog_io *io, const char *dir, const char *name, char **text,
+                      size_t *n, sb_err *err)
+{
+    if (io != NULL)
+        return io->read != NULL ? io->read(io->ud, dir, name, text, n, err) : 0;
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return read_whole(path, text, n, err);
+}
+
+/* The manifest's header and chunk lines (text cut into lines): *k chunks, their sizes and
+ * hashes into sizes[]/hashes[] (malloc'd). 0, or -1 + err. */
+static int manifest_parse(char *text, size_t body, const char *what, uint32_t gen, size_t *k,
+                          size_t **sizes, uint64_t **hashes, sb_err *err)
+{
+    size_t off = 0;
+    char *line = next_line(text, body, &off);
+    const char *v;
+    uint32_t g = 0;
+    uint64_t nk = 0;
+    (void)line;
+    line = next_line(text, body, &off);
+    if (keyed(line, "id", &v) != 0 || !is_hex16(v))
+        return sb_err_set(err, "%s: line 2: expected \"id <16 hex>\"", what);
+    line = next_line(text, body, &off);
+    if (keyed(line, "generation", &v) != 0 || u32_parse(v, &g) != 0 || g != gen)
+        return sb_err_set(err, "%s: line 3: expected \"generation %" PRIu32 "\"", what, gen);
+    line = next_line(text, body, &off);
+    const char *p = NULL;
+    if (keyed(line, "chunks", &v) != 0 || (p = v, sb_num_parse_dec(&p, MAX_CHUNKS, &nk)) != 0 ||
+        *p != '\0' || nk == 0)
+        return sb_err_set(err, "%s: line 4: expected \"chunks <1..%d>\"", what, MAX_CHUNKS);
+    *sizes = calloc((size_t)nk, sizeof **sizes);
+    *hashes = calloc((size_t)nk, sizeof **hashes);
+    if (*sizes == NULL || *hashes == NULL)
+        return sb_err_set(err, "%s: out of memory", what);
+    for (size_t i = 0; i < nk; i++) {
+        line = next_line(text, body, &off);
+        size_t idx = 0, sz = 0;
+        char hx[17] = "";
+        int used = -1;
+        if (line == NULL || sscanf(line, "chunk %zu %zu %16s%n", &idx, &sz, hx, &used) != 3 ||
+            line[used] != '\0' || idx != i + 1 || sz == 0 || sz > MAX_FILE_BYTES ||
+            hex16_parse(hx, &(*hashes)[i]) != 0)
+            return sb_err_set(err, "%s: line %zu: expected \"chunk %zu <bytes> <16 hex>\"", what,
+                              i + 5, i + 1);
+        (*sizes)[i] = sz;
+    }
+    if (off < body)
+        return sb_err_set(err, "%s: line %zu: more lines than the %zu chunks announced", what,
+                          (size_t)nk + 5, (size_t)nk);
+    *k = (size_t)nk;
+    return 0;
+}
+
+/* A chunked base: *text (n bytes) is the manifest dir/name of generation gen; it is replaced by
+ * the base it names, every chunk read and checked against the manifest's size and hash (a
+ * missing, cut, damaged or foreign chunk is refused, naming the file). 0, or -1 + err. */
+static int chunks_join(const sb_ckptlog_io *io, const char *dir, const char *name, uint32_t gen,
+                       char **text, size_t *n, sb_err *err)
+{
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof what, "checkpoint %.3000s/%s", dir, name);
+    size_t body = 0, k = 0, *sizes = NULL, total = 0;
+    uint64_t chain = 0, *hashes = NULL;
+    char endhex[17];
+    if (end_line(*text, *n, &body, &chain, endhex) != 0)
+        return sb_err_set(err, "%s: the chunk list has no \"end <hash>\" line (cut short)", what);
+    if (fnv(FNV_OFFSET, *text, body) != chain)
+        return sb_err_set(err, "%s: the chunk list does not match its end hash (damaged)", what);
+    int rc = manifest_parse(*text, body, what, gen, &k, &sizes, &hashes, err);
+    for (size_t i = 0; rc == 0 && i < k; i++)
+        if ((total += sizes[i]) > MAX_FILE_BYTES)
+            rc = sb_err_set(err, "%s: the chunks add up to more than 2 GiB", what);
+    char *joined = rc == 0 ? malloc(total + 1) : NULL;
+    if (rc == 0 && joined == NULL)
+        rc = sb_err_set(err, "%s: out of memory for %zu bytes", what, total);
+    for (size_t i = 0, off = 0; rc == 0 && i < k; off += sizes[i], i++) {
+        char cname[64], *c = NULL;
+        size_t cn = 0;
+        snprintf(cname, sizeof cname, "base-%08" PRIx32 "-%08zx.sbck", gen, i + 1);
+        int r = read_named(io, dir, cname, &c, &cn, err);
+        if (r == 0)
+            rc = sb_err_set(err,
+                            "checkpoint %.3000s/%s is missing: %s names %zu chunks (the chunk was "
+                            "removed, or never written)",
+                            dir, cname, name, k);
+        else if (r > 0 && (cn != sizes[i] || fnv(FNV_OFFSET, c, cn) != hashes[i]))
+            rc = sb_err_set(err,
+                            "checkpoint %.3000s/%s is cut short, damaged or from another log: "
+                            "%zu bytes with hash %016" PRIx64 ", %s names %zu bytes with hash "
+                            "%016" PRIx64,
+                            dir, cname, cn, fnv(FNV_OFFSET, c, cn), name, sizes[i], hashes[i]);
+        else if (r > 0)
+            memcpy(joined + off, c, cn);
+        rc = r < 0 ? -1 : rc;
+        free(c);
+    }
+    free(sizes);
+    free(hashes);
+    if (rc != 0) {
+        free(joined);
+        return -1;
+    }
+    joined[total] = '\0';
+    free(*text);
+    *text = joined;
+    *n = total;
+    return 0;
+}
+
 /* Reads and decodes dir/name, checked against the log so far (id, generation, sequence, chain,
  * hashes of base), into g. 1 done, 0 missing, -1 + err. */
 static int load_file(const sb_ckptlog_io *io, const char *dir, const char *name,
                      const sb_ckptlog_file *base, uint32_t seq, uint64_t prev, gather *g,
-                     sb_ckptlog_file *f, sb_err *err)
+                     sb_ckptlog_file *f, uint64_t *bytes, sb_err *err)
 {
     char path[PATH_MAX + 64], *text = NULL;
     snprintf(path, sizeof path, "checkpoint %s/%s", dir, name);
     size_t n = 0;
-    int r = io != NULL ? (io->read != NULL ? io->read(io->ud, dir, name, &text, &n, err) : 0)
-                       : read_whole(path + 11, &text, &n, err);
+    int r = read_named(io, dir, name, &text, &n, err);
     if (r <= 0)
         return r;
+    uint32_t gen = 0, s2 = 0;
+    if (base == NULL && n > strlen(CHUNKS_MAGIC) &&
+        strncmp(text, CHUNKS_MAGIC "\n", strlen(CHUNKS_MAGIC) + 1) == 0 &&
+        (name_kind(name, &gen, &s2) != 1 ? sb_err_set(err, "%s: a chunk list, not a base", path)
+                                          : chunks_join(io, dir, name, gen, &text, &n, err)) != 0) {
+        free(text);
+        return -1;
+    }
+    *bytes += n;
     char *ranges = NULL;
     sb_storage_output *parts = NULL;
     size_t np = 0;
@@ -1019,7 +1262,7 @@ static int check_base(const sb_ckptlog_summary *ex, const sb_ckptlog_file *b, sb
  * the last. Checks the summary's hash at its segment. 0, or -1 + err. */
 static int load_segments(const sb_ckptlog_io *io, const sb_ckptlog_summary *ex,
                          const sb_ckptlog_file *b, gather *g, uint32_t *nseg, uint64_t *chain,
-                         sb_err *err)
+                         uint64_t *bytes, sb_err *err)
 {
     const char *dir = ex->location;
     int same = b->generation == ex->generation;
@@ -1036,7 +1279,7 @@ static int load_segments(const sb_ckptlog_io *io, const sb_ckptlog_summary *ex,
         char name[64];
         snprintf(name, sizeof name, "seg-%08" PRIx32 "-%08" PRIx32 ".sbck", b->generation, s);
         sb_ckptlog_file f;
-        int r = load_file(io, dir, name, b, s, *chain, g, &f, err);
+        int r = load_file(io, dir, name, b, s, *chain, g, &f, bytes, err);
         if (r < 0)
             return -1;
         if (r == 0)
@@ -1083,15 +1326,16 @@ int sb_ckptlog_load_io(const sb_ckptlog_summary *expect, const sb_ckptlog_io *io
     char name[64];
     snprintf(name, sizeof name, "base-%08" PRIx32 ".sbck", gen);
     uint32_t nseg = 0;
-    uint64_t chain = 0;
-    int r = load_file(io, dir, name, NULL, 0, 0, &g, &b, err);
+    uint64_t chain = 0, base_bytes = 0, seg_bytes = 0;
+    int r = load_file(io, dir, name, NULL, 0, 0, &g, &b, &base_bytes, err);
+    uint64_t base_parts = g.nparts;
     if (r == 0)
         sb_err_set(err, "checkpoint %.300s/%s: removed while it was read", dir, name);
     int rc = r == 1 ? 0 : -1;
     if (rc == 0)
         rc = check_base(expect, &b, err);
     if (rc == 0)
-        rc = load_segments(io, expect, &b, &g, &nseg, &chain, err);
+        rc = load_segments(io, expect, &b, &g, &nseg, &chain, &seg_bytes, err);
     if (rc == 0) {
         out->committed_splits = sb_ranges_format(g.set, g.nset);
         out->ncommitted = (size_t)set_count(g.set, g.nset);
@@ -1122,6 +1366,9 @@ int sb_ckptlog_load_io(const sb_ckptlog_summary *expect, const sb_ckptlog_io *io
         snprintf(found->hash, sizeof found->hash, "%016" PRIx64, chain);
         memcpy(found->spec_hash, b.spec_hash, 17);
         memcpy(found->plan_hash, b.plan_hash, 17);
+        found->base_bytes = base_bytes;
+        found->seg_bytes = seg_bytes;
+        found->base_parts = base_parts;
     }
     return 0;
 }

@@ -54,7 +54,12 @@
 #include "core/err.h"
 #include "core/idmap.h"
 
-#define SB_CKPTLOG_MAX_SEGMENTS 64               /* segments after a base before a compaction */
+#define SB_CKPTLOG_MAX_SEGMENTS 1024 /* segments after a base before a compaction (files to list) */
+/* Segments holding more parts than the base this many times (and past SB_CKPTLOG_MIN_COMPACT
+ * bytes) compact. */
+#define SB_CKPTLOG_SEG_RATIO 1
+#define SB_CKPTLOG_MIN_COMPACT ((uint64_t)1 << 20)
+#define SB_CKPTLOG_CHUNK_BYTES ((size_t)8 << 20) /* a base past this is written in chunks */
 #define SB_CKPTLOG_DIR "_streambatch/checkpoint" /* under a file sink's directory */
 
 /* What the owner keeps (status.checkpoint, the local driver's file). */
@@ -69,6 +74,9 @@ typedef struct sb_ckptlog_summary {
     char spec_hash[17];      /* of the spec the log was written for */
     char plan_hash[17];      /* of the plan it counts splits of */
     char location[PATH_MAX]; /* the directory */
+    /* filled by a load, not in the JSON: the base's bytes and the segments' (a writer that
+     * continues the log weighs a compaction with them), the base's parts */
+    uint64_t base_bytes, seg_bytes, base_parts;
 } sb_ckptlog_summary;
 
 /* {"format": "log", "epoch", "specHash", "planHash", "location", "id", "generation",
@@ -126,11 +134,15 @@ typedef struct sb_ckptlog {
     size_t nids, capids;
     sb_idmap idx;
     uint64_t base_bytes, seg_bytes; /* the base's size, the segments' since */
+    uint64_t base_parts;            /* parts in the base */
     int wrote_any;                  /* this writer wrote a base (a new epoch compacts first) */
     /* the cost, for reports: files written, their bytes and parts, seconds spent writing */
     uint64_t writes, bytes, parts_written;
     double seconds;
     const sb_ckptlog_io *io; /* NULL: local files */
+    size_t chunk_bytes;      /* SB_CKPTLOG_CHUNK_BYTES (tests set less) */
+    uint64_t min_compact;    /* SB_CKPTLOG_MIN_COMPACT (tests set less) */
+    char *seed_ranges;       /* sb_ckptlog_continue's splits, parsed at the first update */
 } sb_ckptlog;
 
 /* A writer of the log in dir for epoch, continuing the log `id` (the id of the summary a
@@ -145,6 +157,14 @@ int sb_ckptlog_init(sb_ckptlog *w, const char *dir, const char *id, uint32_t epo
 int sb_ckptlog_update(sb_ckptlog *w, const char *plan_hash, size_t nsplits, const char *ranges,
                       const sb_storage_output *parts, size_t nparts, int *wrote, sb_err *err);
 void sb_ckptlog_free(sb_ckptlog *w);
+/* Continues the log a load read (found, and what it held: loaded) instead of compacting at the
+ * first write: the writer takes the log's generation, segments and chain, so its first write
+ * appends a segment. Only when the log is whole and is w's: found names w's id, spec hash and
+ * location. Safe when no write of an earlier writer can still land (a killed local run wrote
+ * synchronously); the operator, whose dead leader may have a write in flight on a worker,
+ * compacts instead. 0, or -1 + err (w unchanged: its first write compacts). */
+int sb_ckptlog_continue(sb_ckptlog *w, const sb_ckptlog_summary *found, const sb_ckpt *loaded,
+                        sb_err *err);
 /* The same through io (borrowed for w's life; NULL: local files); dir may then be a URI. */
 int sb_ckptlog_init_io(sb_ckptlog *w, const sb_ckptlog_io *io, const char *dir, const char *id,
                        uint32_t epoch, const char *spec_hash, sb_err *err);

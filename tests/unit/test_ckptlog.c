@@ -150,7 +150,7 @@ Test(ckptlog, appends_only_what_is_new_and_reads_back)
     sb_ckptlog_free(&w);
 }
 
-Test(ckptlog, a_new_epoch_compacts_and_segments_pile_up_into_a_base)
+Test(ckptlog, a_resumed_run_appends_to_the_log_it_read)
 {
     sb_ckptlog w;
     sb_err err = {0};
@@ -159,28 +159,97 @@ Test(ckptlog, a_new_epoch_compacts_and_segments_pile_up_into_a_base)
     for (size_t n = 1; n <= 30; n++)
         cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
     sb_ckptlog_summary s1 = w.sum;
+    uint64_t base_bytes = w.base_bytes, seg_bytes = w.seg_bytes;
     sb_ckptlog_free(&w);
-    /* a resumed run: epoch 1 continues the same id; its first write is a new base */
+    /* a resumed run: epoch 1 continues the same id and, the log being whole, appends to it:
+     * its first write costs the new parts, not the whole log again */
     sb_ckptlog_summary found;
     sb_ckpt c;
     cr_assert_eq(sb_ckptlog_load(&s1, &c, &found, &err), 0, "%s", err.msg);
-    sb_ckpt_free(&c);
+    cr_assert_eq(found.base_bytes, base_bytes);
+    cr_assert_eq(found.seg_bytes, seg_bytes);
     cr_assert_eq(sb_ckptlog_init(&w, g_dir, found.id, 1, SPEC, &err), 0);
+    cr_assert_eq(sb_ckptlog_continue(&w, &found, &c, &err), 0, "%s", err.msg);
     cr_assert_eq(commit_to(&w, 31, &wrote, &err), 0, "%s", err.msg);
+    cr_assert_eq(wrote, 1);
+    cr_assert_eq(w.sum.generation, 1, "appended, not compacted");
+    cr_assert_eq(w.sum.segments, s1.segments + 1);
+    cr_assert_eq(w.parts_written, 2, "only split 30's two parts written");
+    expect_load(&w.sum, 31);
+    expect_load(&s1, 31); /* the old summary is behind the log: accepted */
+    sb_ckptlog_free(&w);
+    /* a writer that did not read the log compacts at its first write */
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, found.id, 2, SPEC, &err), 0);
+    cr_assert_eq(commit_to(&w, 32, &wrote, &err), 0, "%s", err.msg);
     cr_assert_eq(w.sum.generation, 2);
     cr_assert_eq(w.sum.segments, 0);
     cr_assert_eq(count_files("seg-"), 0, "the old generation's segments are removed");
     cr_assert_eq(count_files("base-"), 1);
-    /* the old summary is behind the log: still accepted (a writer died before its summary) */
-    expect_load(&s1, 31);
-    for (size_t n = 32; n < 32 + SB_CKPTLOG_MAX_SEGMENTS + 2; n++)
-        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
-    cr_assert_eq(w.sum.generation, 3, "too many segments: compacted");
-    expect_load(&w.sum, 32 + SB_CKPTLOG_MAX_SEGMENTS + 1);
+    /* another log (foreign id) is not continued */
+    sb_ckptlog w2;
+    cr_assert_eq(sb_ckptlog_init(&w2, g_dir, NULL, 3, SPEC, &err), 0);
+    cr_assert_eq(sb_ckptlog_continue(&w2, &found, &c, &err), -1);
+    sb_ckptlog_free(&w2);
+    sb_ckpt_free(&c);
     /* a split taken back: the next write rewrites what is true */
     cr_assert_eq(commit_to(&w, 20, &wrote, &err), 0);
-    cr_assert_eq(w.sum.generation, 4);
+    cr_assert_eq(w.sum.generation, 3);
     expect_load(&w.sum, 20);
+    sb_ckptlog_free(&w);
+}
+
+Test(ckptlog, a_resumed_run_whose_plan_dropped_splits_compacts)
+{
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0);
+    for (size_t n = 10; n <= 30; n += 10)
+        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
+    sb_ckptlog_summary s1 = w.sum, found;
+    sb_ckptlog_free(&w);
+    sb_ckpt c;
+    cr_assert_eq(sb_ckptlog_load(&s1, &c, &found, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, found.id, 1, SPEC, &err), 0);
+    cr_assert_eq(sb_ckptlog_continue(&w, &found, &c, &err), 0, "%s", err.msg);
+    sb_ckpt_free(&c);
+    /* the resume verified the sink and took splits 20-29 back: a rewrite, not an append */
+    cr_assert_eq(commit_to(&w, 20, &wrote, &err), 0, "%s", err.msg);
+    cr_assert_eq(w.sum.generation, 2);
+    cr_assert_eq(w.sum.segments, 0);
+    expect_load(&w.sum, 20);
+    sb_ckptlog_free(&w);
+}
+
+Test(ckptlog, segments_compact_only_when_they_outweigh_the_base)
+{
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0);
+    w.min_compact = 0; /* the ratio alone, at this small size */
+    cr_assert_eq(commit_to(&w, 20, &wrote, &err), 0, "%s", err.msg);
+    uint32_t compactions = 0;
+    uint64_t rewrites = 0;
+    for (size_t n = 21; n <= NSPLITS; n++) {
+        uint32_t gen = w.sum.generation;
+        int due = w.sum.parts - w.base_parts > w.base_parts * SB_CKPTLOG_SEG_RATIO;
+        uint64_t b0 = w.bytes;
+        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
+        cr_assert_eq(w.sum.generation != gen, due, "at %zu: compacted %d, due %d", n,
+                     w.sum.generation != gen, due);
+        compactions += w.sum.generation != gen;
+        if (w.sum.generation == gen)
+            cr_assert_lt(w.bytes - b0, 1024, "an append costs its own lines");
+        else
+            rewrites += w.bytes - b0;
+    }
+    expect_load(&w.sum, NSPLITS);
+    /* bases at least double: few rewrites, adding up to under twice the log */
+    cr_assert_leq(compactions, 6, "%u compactions", compactions);
+    cr_assert_geq(compactions, 2);
+    cr_assert_lt(rewrites, 2 * (w.base_bytes + w.seg_bytes), "%llu bytes rewritten, log %llu",
+                 (unsigned long long)rewrites, (unsigned long long)(w.base_bytes + w.seg_bytes));
     sb_ckptlog_free(&w);
 }
 
@@ -343,4 +412,167 @@ Test(ckptlog, the_local_log_goes_beside_a_file_sink_else_beside_the_checkpoint_f
     snprintf(want, sizeof want, "%s/ck.log", cwd);
     cr_assert_eq(sb_runckpt_log_dir(&p, "ck.json", out, sizeof out, &err), 0, "%s", err.msg);
     cr_expect_str_eq(out, want, "a relative checkpoint file: its log by an absolute path");
+}
+
+/* ---- a base in chunks ------------------------------------------------------------------- */
+
+/* A log of one base holding all NSPLITS splits, in chunks of 4 KiB, in dir; *sum its summary. */
+static void make_chunked(const char *dir, sb_ckptlog_summary *sum)
+{
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init(&w, dir, NULL, 0, SPEC, &err), 0);
+    w.chunk_bytes = 4096;
+    cr_assert_eq(commit_to(&w, NSPLITS, &wrote, &err), 0, "%s", err.msg);
+    cr_assert_eq(w.sum.segments, 0);
+    *sum = w.sum;
+    sb_ckptlog_free(&w);
+}
+
+Test(ckptlog, a_large_base_is_written_in_chunks_and_reads_back)
+{
+    sb_ckptlog_summary sum;
+    make_chunked(g_dir, &sum);
+    size_t chunks = count_files("base-00000001-");
+    cr_assert_geq(chunks, 4, "%zu chunks", chunks);
+    cr_assert_eq(count_files("base-"), chunks + 1, "the chunks and their list");
+    char p[512];
+    struct stat st;
+    for (size_t k = 1; k <= chunks; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "base-00000001-%08zx.sbck", k);
+        path_of(p, sizeof p, name);
+        cr_assert_eq(stat(p, &st), 0, "%s", name);
+        cr_assert_leq(st.st_size, 4096, "%s is %lld bytes", name, (long long)st.st_size);
+    }
+    expect_load(&sum, NSPLITS);
+    /* a later compaction to an unchunked base removes every chunk */
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, sum.id, 1, SPEC, &err), 0);
+    cr_assert_eq(commit_to(&w, 10, &wrote, &err), 0, "%s", err.msg);
+    cr_assert_eq(w.sum.generation, 2);
+    cr_assert_eq(count_files("base-"), 1);
+    expect_load(&w.sum, 10);
+    sb_ckptlog_free(&w);
+}
+
+/* Replaces chunk k of the log in g_dir (see make_chunked) by how: 'd' deleted, 't' cut in
+ * half, 'x' one byte changed, 'f' the same chunk of another log. */
+static void spoil_chunk(int k, char how)
+{
+    char name[64], p[512];
+    snprintf(name, sizeof name, "base-00000001-%08x.sbck", (unsigned)k);
+    path_of(p, sizeof p, name);
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    if (how == 'd') {
+        cr_assert_eq(unlink(p), 0);
+    } else if (how == 't') {
+        cr_assert_eq(truncate(p, st.st_size / 2), 0);
+    } else if (how == 'x') {
+        FILE *f = fopen(p, "r+");
+        cr_assert_not_null(f);
+        int c = fgetc(f);
+        rewind(f);
+        fputc(c == '1' ? '2' : '1', f);
+        fclose(f);
+    } else {
+        char other[300], cmd[1200];
+        snprintf(other, sizeof other, "%s-other", g_dir);
+        sb_ckptlog_summary s2;
+        make_chunked(other, &s2);
+        snprintf(cmd, sizeof cmd, "cp %s/%s %s", other, name, p);
+        cr_assert_eq(system(cmd), 0);
+    }
+}
+
+Test(ckptlog, a_missing_cut_damaged_or_foreign_chunk_is_refused_naming_it)
+{
+    static const struct {
+        int k;
+        char how;
+        const char *says;
+    } cases[] = {{3, 'd', "base-00000001-00000003.sbck is missing"},
+                 {1, 't', "base-00000001-00000001.sbck is cut short, damaged or from another log"},
+                 {2, 'x', "base-00000001-00000002.sbck is cut short, damaged or from another log"},
+                 /* chunk 1 holds the log's id: another log's differs (a later chunk may hold
+                  * the same bytes in two logs of the same parts, and is then harmless) */
+                 {1, 'f', "base-00000001-00000001.sbck is cut short, damaged or from another log"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+        cr_assert_eq(system(cmd), 0);
+        sb_ckptlog_summary sum;
+        make_chunked(g_dir, &sum);
+        expect_load(&sum, NSPLITS);
+        spoil_chunk(cases[i].k, cases[i].how);
+        expect_refused(&sum, cases[i].says, "base-00000001.sbck");
+    }
+}
+
+/* An io over local files whose put fails at the fail_at-th call (0: never). */
+typedef struct {
+    int calls, fail_at;
+} failing;
+
+static int failing_put(void *ud, const char *dir, const char *name, const char *data, size_t n,
+                       sb_err *err)
+{
+    failing *f = ud;
+    if (++f->calls == f->fail_at)
+        return sb_err_set(err, "stopped before %s", name);
+    return sb_ckptlog_write_file(dir, name, data, n, err);
+}
+
+static int local_list(void *ud, const char *dir, char ***names, size_t *n, sb_err *err)
+{
+    (void)ud;
+    (void)err;
+    *names = calloc(256, sizeof **names);
+    *n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL && *n < 256)
+        if (e->d_name[0] != '.')
+            (*names)[(*n)++] = strdup(e->d_name);
+    if (d)
+        closedir(d);
+    return 0;
+}
+
+static int local_del(void *ud, const char *dir, const char *name, sb_err *err)
+{
+    (void)ud;
+    (void)err;
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return unlink(p);
+}
+
+Test(ckptlog, a_writer_stopped_between_chunks_leaves_the_older_generation_readable)
+{
+    sb_ckptlog_summary s1;
+    make_log(&s1); /* generation 1: splits 0-29 */
+    failing fl = {.fail_at = 3};
+    sb_ckptlog_io io = {.ud = &fl, .put = failing_put, .list = local_list, .del = local_del};
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init_io(&w, &io, g_dir, s1.id, 1, SPEC, &err), 0);
+    w.chunk_bytes = 4096;
+    cr_assert_eq(commit_to(&w, NSPLITS, &wrote, &err), -1, "the third chunk fails");
+    cr_assert(strstr(err.msg, "base-00000002-00000003.sbck") != NULL, "%s", err.msg);
+    cr_assert_eq(count_files("base-00000002-"), 2, "two chunks were written");
+    cr_assert_eq(count_files("base-00000002.sbck"), 0);
+    expect_load(&s1, 30); /* the leftover chunks are not a generation */
+    /* the next write compacts again, whole this time, and removes the older files */
+    cr_assert_eq(commit_to(&w, NSPLITS, &wrote, &err), 0, "%s", err.msg);
+    cr_assert_eq(w.sum.generation, 2);
+    expect_load(&w.sum, NSPLITS);
+    cr_assert_eq(count_files("seg-"), 0);
+    cr_assert_eq(count_files("base-00000001"), 0);
+    sb_ckptlog_free(&w);
 }
