@@ -954,9 +954,10 @@ int sb_ckptlog_update(sb_ckptlog *w, const char *plan_hash, size_t nsplits, cons
     if (w->seed_ranges != NULL)
         writer_seed(w, nsplits);
     /* a rewrite costs the whole log and saves nothing in bytes (segments hold no line twice):
-     * only when the segments hold more parts than the base (so bases at least double and all
-     * rewrites add up to under twice the log; counted in parts, as a segment's header would
-     * otherwise make many small appends look heavy) or when a reader would list too many */
+     * only when the segments hold SB_CKPTLOG_SEG_RATIO times the base's parts (so each base is
+     * 8 times the last and all rewrites add up to at most 8/7 of the log; counted in parts, as
+     * a segment's header would make many small appends look heavy), or when a reader would
+     * have too many files to list */
     int compact =
         !w->wrote_any || nsplits != w->nsplits ||
         strcmp(is_hex16(plan_hash) ? plan_hash : "0000000000000000", w->sum.plan_hash) != 0 ||

@@ -57,7 +57,7 @@
 #define SB_CKPTLOG_MAX_SEGMENTS 1024 /* segments after a base before a compaction (files to list) */
 /* Segments holding more parts than the base this many times (and past SB_CKPTLOG_MIN_COMPACT
  * bytes) compact. */
-#define SB_CKPTLOG_SEG_RATIO 1
+#define SB_CKPTLOG_SEG_RATIO 7
 #define SB_CKPTLOG_MIN_COMPACT ((uint64_t)1 << 20)
 #define SB_CKPTLOG_CHUNK_BYTES ((size_t)8 << 20) /* a base past this is written in chunks */
 #define SB_CKPTLOG_DIR "_streambatch/checkpoint" /* under a file sink's directory */

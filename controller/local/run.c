@@ -703,6 +703,11 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
         fprintf(stderr, "streambatch run: %s\n", err.msg);
         return 2;
     }
+    /* the log read is whole and this run's (the dead run wrote synchronously: nothing of it
+     * can still land): append to it rather than rewrite it; when it cannot be continued (it
+     * is elsewhere), the first write compacts */
+    if (*have && sb_ckptlog_continue(&ck->log, &sum, prev, &err) != 0)
+        err.msg[0] = '\0';
     ck->log_open = 1;
     return 0;
 }

@@ -29,6 +29,8 @@ int sb_opckpt_init(sb_opckpt *k, const char *dir, const char *id, uint32_t epoch
         return -1;
     k->w.sum.generation = generation; /* the next compaction goes past it */
     k->max_job_bytes = SB_OPCKPT_MAX_JOB_BYTES;
+    if (k->w.chunk_bytes > k->max_job_bytes / 2)
+        k->w.chunk_bytes = k->max_job_bytes / 2;
     return 0;
 }
 
@@ -36,6 +38,7 @@ void sb_opckpt_free(sb_opckpt *k)
 {
     sb_ckptlog_free(&k->w);
     sb_storage_files_free(&k->collected);
+    sb_storage_files_free(&k->queue);
     memset(k, 0, sizeof *k);
 }
 
@@ -47,10 +50,12 @@ static void wall_now(char out[32])
     strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* The job in flight ended (r 1 done, -1 failed with msg). */
+/* The job in flight ended (r 1 done, -1 failed with msg), the last of its write or not. */
 static void job_end(sb_opckpt *k, int r, const char *msg, uint64_t now_ms)
 {
     k->inflight = 0;
+    sb_storage_files_free(&k->queue);
+    k->qpos = 0;
     if (r == 1) {
         k->durable = k->sent;
         wall_now(k->last_write);
@@ -67,6 +72,34 @@ static void job_end(sb_opckpt *k, int r, const char *msg, uint64_t now_ms)
     sb_ckptlog_forget(&k->w);
     sb_log(SB_LOG_WARN, "writing the checkpoint log failed; the next write compacts", "location",
            k->w.sum.location, "error", msg, NULL);
+}
+
+/* Sends the queued write's next files, as many as fit in one job (the manifest of a chunked
+ * base comes last, with the prune). 1 sent, 0 not (the write is dropped and the next one
+ * compacts). */
+static int send_next(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms)
+{
+    size_t end = k->qpos, total = 0;
+    while (end < k->queue.n &&
+           (end == k->qpos ||
+            total + k->queue.v[end].len + strlen(k->queue.v[end].name) <= k->max_job_bytes))
+    {
+        total += k->queue.v[end].len + strlen(k->queue.v[end].name);
+        end++;
+    }
+    sb_err err = {0};
+    int prune = k->qprune && end == k->queue.n;
+    if (sb_ctl_ckpt_start(ctl, SB_STORAGE_CKPT_PUT, k->queue.v + k->qpos, end - k->qpos, prune,
+                          &err) != 0) {
+        sb_ckptlog_forget(&k->w);
+        sb_storage_files_free(&k->queue);
+        k->qpos = 0;
+        return 0;
+    }
+    k->qpos = end;
+    k->inflight = 1;
+    k->last_ms = now_ms;
+    return 1;
 }
 
 /* Encodes what ctl committed since the last write and queues it. 1 queued, 0 nothing new. */
@@ -92,11 +125,12 @@ static int queue_write(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms)
         sb_storage_files_free(&k->collected);
         return 0;
     }
-    size_t total = 0;
+    size_t big = 0;
     for (size_t i = 0; i < k->collected.n; i++)
-        total += k->collected.v[i].len + strlen(k->collected.v[i].name);
-    if (total > k->max_job_bytes) { /* it would not reach a worker: stop, and say why */
-        k->refused_bytes = total;
+        if (k->collected.v[i].len + strlen(k->collected.v[i].name) > big)
+            big = k->collected.v[i].len + strlen(k->collected.v[i].name);
+    if (big > k->max_job_bytes) { /* it would not reach a worker: stop, and say why */
+        k->refused_bytes = big;
         k->refused_parts = k->w.sum.parts;
         sb_ckptlog_forget(&k->w);
         sb_storage_files_free(&k->collected);
@@ -106,22 +140,17 @@ static int queue_write(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms)
                m, NULL);
         return 0;
     }
-    /* a compaction wrote a base: the log's other files go once it is durable */
-    int prune = strncmp(k->collected.v[0].name, "base-", 5) == 0;
-    if (sb_ctl_ckpt_start(ctl, SB_STORAGE_CKPT_PUT, k->collected.v, k->collected.n, prune, &err) !=
-        0) {
-        sb_ckptlog_forget(&k->w);
-        sb_storage_files_free(&k->collected);
-        return 0;
-    }
-    k->inflight = 1;
+    /* a compaction wrote a base (its chunks first): the log's other files go once it is
+     * durable, with its last job */
+    k->qprune = strncmp(k->collected.v[0].name, "base-", 5) == 0;
+    k->queue = k->collected;
+    memset(&k->collected, 0, sizeof k->collected);
+    k->qpos = 0;
     k->sent = k->w.sum;
     k->started_ms = now_ms;
-    k->last_ms = now_ms;
     k->pend_parts = k->w.parts_written - before;
     k->pend_bytes = k->w.bytes - bytes0;
-    sb_storage_files_free(&k->collected);
-    return 1;
+    return send_next(k, ctl, now_ms);
 }
 
 int sb_opckpt_tick(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms, int force)
@@ -131,6 +160,12 @@ int sb_opckpt_tick(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms, int force)
         int r = sb_ctl_storage_poll(ctl, msg, sizeof msg);
         if (r == 0)
             return 1;
+        if (r == 1 && k->qpos < k->queue.n) { /* the write's next files */
+            k->inflight = 0;
+            if (send_next(k, ctl, now_ms))
+                return 1;
+            return 0;
+        }
         job_end(k, r, msg, now_ms);
     }
     if (force < 0 || k->refused_bytes > 0 ||

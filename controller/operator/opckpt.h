@@ -6,9 +6,13 @@
  *
  * Writing. Every sb_opckpt_tick (at most once a batch interval, and never while the last write
  * is in flight) encodes what was committed since the last write (the writer appends a segment,
- * or compacts into a new base) and queues it as one CKPT_PUT job: so one job, and one file,
- * carries every part committed in the interval, whatever their number. A compaction's job also
- * prunes the log's other files. The summary the status shows (`durable`) moves only when a job
+ * or compacts into a new base) and queues it as CKPT_PUT jobs: one job, and one file, carries
+ * every part committed in the interval; a base past SB_CKPTLOG_CHUNK_BYTES is a chunked base
+ * (ckptlog.h), its chunks sent as jobs of at most max_job_bytes one after the other, its
+ * manifest in the last, which also prunes the log's other files (a file's chunks, "<stem>-*",
+ * stay with it: ckptjob.h). So no base is too large for a job at any number of parts. A new
+ * leader's first write is a compaction rather than an append: its dead predecessor's last job
+ * may still land on a worker, and would then race an append to the same generation. The summary the status shows (`durable`) moves only when a job
  * succeeded; a failed job makes the next write a compaction (the writer forgets what it wrote),
  * so the log never has a gap.
  *
@@ -36,14 +40,18 @@
 
 #define SB_OPCKPT_INTERVAL_MS 1000 /* a write at most this often: parts are batched meanwhile */
 /* A CKPT_PUT job goes to the worker in one PollTasks reply, under the gRPC message limit
- * (SB_RPC_DEFAULT_MAX_MESSAGE, 16 MiB + 64 KiB): a write past this many bytes (a base of about
- * 500,000 parts) is not sent; see sb_opckpt_refused. */
+ * (SB_RPC_DEFAULT_MAX_MESSAGE, 16 MiB + 64 KiB): a write's files are sent as jobs of at most
+ * this many bytes; a single file past it (a segment of over ~300,000 parts committed within
+ * one interval; a base is chunked) is not sent: see sb_opckpt_refused. */
 #define SB_OPCKPT_MAX_JOB_BYTES ((size_t)15 << 20)
 
 typedef struct sb_opckpt {
     sb_ckptlog w;
     sb_ckptlog_io io;
     sb_storage_files collected; /* what the writer put during one update */
+    sb_storage_files queue;     /* one write's files, sent as jobs of at most max_job_bytes */
+    size_t qpos;                /* the files before it were sent */
+    int qprune;                 /* the write is a base: its last job prunes */
     int inflight;               /* a CKPT_PUT job in flight */
     uint64_t started_ms;        /* when it was queued */
     sb_ckptlog_summary sent;    /* w.sum when it was queued */

@@ -81,11 +81,19 @@ static int list_log(const char *dir, sb_io_obj **objs, size_t *n, sb_err *err)
 }
 
 /* 1 when base is one of files[0..n). */
+/* 1 when base is one of files, or a piece of one: "<stem>-<anything>.<ext>" beside
+ * "<stem>.<ext>" (a chunked file's pieces, written by earlier jobs, stay with it). */
 static int among(const char *base, const sb_storage_file *files, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(base, files[i].name) == 0)
+    for (size_t i = 0; i < n; i++) {
+        const char *name = files[i].name, *dot = strrchr(name, '.');
+        size_t stem = dot != NULL ? (size_t)(dot - name) : strlen(name);
+        size_t bl = strlen(base), el = strlen(name) - stem;
+        if (strcmp(base, name) == 0 ||
+            (bl > stem + 1 + el && strncmp(base, name, stem) == 0 && base[stem] == '-' &&
+             strcmp(base + bl - el, name + stem) == 0))
             return 1;
+    }
     return 0;
 }
 

@@ -7,7 +7,9 @@
  *
  *   PUT     writes each file whole (sb_io_put: a reader sees the old object or the new one),
  *           makes them durable (sb_io_sync), then with `prune` removes every other file of
- *           the directory (a compaction's older generations, a foreign log's files).
+ *           the directory (a compaction's older generations, a foreign log's files) but the
+ *           pieces of the job's files ("<stem>-*.<ext>" beside "<stem>.<ext>": the chunks of a
+ *           large base, which earlier jobs wrote).
  *   LOAD    reads every file of the directory whose name does not start with '.' (the file
  *           backend's temporaries), sorted by name; a missing directory holds none.
  *   REMOVE  removes every file of the directory (and, on a file sink, the emptied directory

@@ -38,14 +38,19 @@ def main():
         print(len(d.get("parts", [])) if want_parts else len(ranges(d.get("committedSplits", ""))))
         return 0
     loc = d["location"]
-    bases = sorted(glob.glob(os.path.join(loc, "base-*.sbck")))
+    # base-G.sbck (not a chunk base-G-K.sbck); a chunked base's file lists its chunks
+    bases = sorted(b for b in glob.glob(os.path.join(loc, "base-*.sbck")) if len(os.path.basename(b)) == 18)
     if not bases:
         return 1
     gen = os.path.basename(bases[-1])[5:13]
     files = [bases[-1]] + sorted(glob.glob(os.path.join(loc, "seg-%s-*.sbck" % gen)))
     splits, parts, listed = set(), 0, []
     for f in files:
-        lines = open(f).read().split("\n")
+        text = open(f).read()
+        if text.startswith("streambatch-checkpoint-chunks 1\n"):
+            n = int(text.split("\nchunks ")[1].split("\n")[0])
+            text = "".join(open(os.path.join(loc, "base-%s-%08x.sbck" % (gen, k))).read() for k in range(1, n + 1))
+        lines = text.split("\n")
         if not lines[-2].startswith("end "):
             return 1
         n = 0

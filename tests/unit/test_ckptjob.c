@@ -122,3 +122,27 @@ Test(ckptjob, kinds_say_what_they_do)
     cr_expect_str_eq(sb_storage_kind_what(SB_STORAGE_CKPT_LOAD), "reading the checkpoint log");
     cr_expect_str_eq(sb_storage_kind_what(SB_STORAGE_CKPT_REMOVE), "removing the checkpoint log");
 }
+
+/* A chunked base goes as several PUT jobs, its list last with the prune: the chunks the earlier
+ * jobs wrote are pieces of that list ("<stem>-*"), kept; the older generation's are not. */
+Test(ckptjob, a_prune_keeps_the_chunks_of_the_files_it_writes)
+{
+    sb_err err;
+    sb_storage_files fs = {0};
+    sb_storage_file old[2] = {{"base-00000001-00000001.sbck", "o1", 2},
+                              {"base-00000001.sbck", "old", 3}};
+    cr_assert_eq(sb_storage_ckpt_put(&g_p, old, 2, 0, &err), 0, "%s", err.msg);
+    sb_storage_file c[2] = {{"base-00000002-00000001.sbck", "c1", 2},
+                            {"base-00000002-00000002.sbck", "c2", 2}};
+    cr_assert_eq(sb_storage_ckpt_put(&g_p, c, 1, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_storage_ckpt_put(&g_p, c + 1, 1, 0, &err), 0, "%s", err.msg);
+    sb_storage_file list = {"base-00000002.sbck", "list", 4};
+    cr_assert_eq(sb_storage_ckpt_put(&g_p, &list, 1, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_storage_ckpt_load(&g_p, &fs, &err), 0, "%s", err.msg);
+    cr_assert_eq(fs.n, 3, "the list and its two chunks");
+    cr_expect_str_eq(fs.v[0].name, "base-00000002-00000001.sbck");
+    cr_expect_str_eq(fs.v[1].name, "base-00000002-00000002.sbck");
+    cr_expect_str_eq(fs.v[2].name, "base-00000002.sbck");
+    sb_storage_files_free(&fs);
+    cr_assert_eq(sb_storage_ckpt_remove(&g_p, &err), 0, "%s", err.msg);
+}

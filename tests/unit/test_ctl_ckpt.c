@@ -370,6 +370,66 @@ Test(ctl_ckpt, a_write_too_large_for_a_job_is_refused_clearly)
     ctl_fixture_stop(&f);
 }
 
+/* Issue 38: a base past what one job carries (a 1,000,000-part base is ~40 MiB; a job ~15 MiB)
+ * was refused, so a failover lost the checkpoint. Now the base is chunked and its files go as
+ * several jobs, one after the other, the list of chunks last with the prune; the status moves
+ * only when the last is durable, and the files read back. */
+Test(ctl_ckpt, a_base_too_large_for_one_job_goes_as_chunks_in_several_jobs)
+{
+    fixture f;
+    sb_opckpt k;
+    sb_err err;
+    start_resumed(&f, &k, 0);
+    k.max_job_bytes = 260;
+    k.w.chunk_bytes = 100;
+    plan_and_prepare(&f);
+    cr_assert_eq(sb_opckpt_tick(&k, f.ctl, 1000, 1), 1, "queued");
+    sb_storage_files all = {0};
+    int prune = 0, jobs = 0;
+    for (;;) {
+        sb_storage_files fs;
+        Streambatch__V1__PollTasksReply *r = next_put(&f, &fs, &prune);
+        jobs++;
+        size_t bytes = 0;
+        for (size_t i = 0; i < fs.n; i++) {
+            bytes += fs.v[i].len + strlen(fs.v[i].name);
+            cr_assert_eq(sb_storage_files_add(&all, fs.v[i].name, fs.v[i].data, fs.v[i].len, &err),
+                         0);
+        }
+        cr_expect_leq(bytes, 260, "job %d carries %zu bytes", jobs, bytes);
+        int last = fs.n > 0 && strcmp(fs.v[fs.n - 1].name, "base-00000001.sbck") == 0;
+        cr_expect_eq(prune, last, "only the last job prunes");
+        cr_expect_null(sb_opckpt_status_json(&k), "nothing durable before the last job");
+        sb_storage_files_free(&fs);
+        cr_assert(report(&f, r->storage_job, NULL, NULL));
+        sb_rpc_msg_free(&r->base);
+        int t = sb_opckpt_tick(&k, f.ctl, 1000 + (uint64_t)jobs, 0);
+        if (last) {
+            cr_expect_eq(t, 0, "the write is done");
+            break;
+        }
+        cr_assert_eq(t, 1, "the next job of the write went out");
+        cr_assert_lt(jobs, 20);
+    }
+    cr_expect_geq(jobs, 2, "%d jobs", jobs);
+    cr_expect_geq(all.n, 3, "a list and its chunks: %zu files", all.n);
+    cr_expect_str_eq(all.v[0].name, "base-00000001-00000001.sbck", "chunks first");
+    cJSON *j = sb_opckpt_status_json(&k);
+    cr_assert_not_null(j);
+    sb_ckptlog_summary sum;
+    cr_assert_eq(sb_ckptlog_summary_parse(j, "status.checkpoint", &sum, &err), 0, "%s", err.msg);
+    cJSON_Delete(j);
+    sb_ckpt cp;
+    cr_assert_eq(sb_opckpt_resume(&sum, &all, &cp, NULL, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(cp.committed_splits, "0");
+    cr_assert_eq(cp.nparts, 1);
+    cr_expect_str_eq(cp.parts[0].id, "s0-t0-p0");
+    sb_ckpt_free(&cp);
+    sb_storage_files_free(&all);
+    sb_opckpt_free(&k);
+    ctl_fixture_stop(&f);
+}
+
 Test(ctl_ckpt, the_status_summary_stays_small_at_200000_parts)
 {
     sb_opckpt k;
