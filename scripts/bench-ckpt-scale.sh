@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # bench-ckpt-scale.sh — issue 38's "Measured" paragraph at full size: checkpoints that scale.
+#   0. the log alone (tests/bench/bench_ckptlog.c): 200,000 parts committed in batches of 1,000
+#      and 1,000,000 in batches of 5,000 (one update a batch, as the drivers call it), in
+#      /dev/shm: bytes written per committed part against the log's own bytes, seconds, the read
+#      back ("figure: ckptlog ...");
 #   1. local (unless --no-local): `streambatch run` of N one-record files (default 200,000)
 #      SIGKILLed at ~60% committed, then --resume (tests/integration/test_run_ckpt_scale.c): no
 #      committed split re-run, output exact, the checkpoint's write cost per part
@@ -26,6 +30,11 @@ BUILD=${BUILD:-build}
 BINDIR=${BINDIR:-bin}
 [[ $BUILD == /* ]] || BUILD=$PWD/$BUILD # bench.sh passes absolute paths
 [[ $BINDIR == /* ]] || BINDIR=$PWD/$BINDIR
+make -j"$(nproc)" BUILD="$BUILD" BINDIR="$BINDIR" "$BUILD/bench/bench_ckptlog" >/dev/null
+for nb in "200000 1000" "1000000 5000"; do
+  # shellcheck disable=SC2086 # two words: parts and batch
+  "$BUILD/bench/bench_ckptlog" $nb | sed 's/^/figure: ckptlog /'
+done
 if ((LOCAL)); then
   make -j"$(nproc)" BUILD="$BUILD" BINDIR="$BINDIR" build "$BUILD/itests/test_run_ckpt_scale" >/dev/null
   SB_ITEST_CKPT_FILES=$N SB_BIN_DIR=$BINDIR SB_BUILD_DIR=$BUILD \

@@ -747,7 +747,8 @@ static int writer_put_chunked(sb_ckptlog *w, const sb_ckptlog_file *f, const cha
     bput(&m, CHUNKS_MAGIC "\nid %s\ngeneration %" PRIu32 "\nchunks %zu\n", f->id, f->generation, k);
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < k; i++) {
-        size_t off = i * w->chunk_bytes, n = len - off < w->chunk_bytes ? len - off : w->chunk_bytes;
+        size_t off = i * w->chunk_bytes,
+               n = len - off < w->chunk_bytes ? len - off : w->chunk_bytes;
         char cname[64];
         snprintf(cname, sizeof cname, "base-%08" PRIx32 "-%08zx.sbck", f->generation, i + 1);
         rc = writer_put_text(w, cname, text + off, n, err);
@@ -772,9 +773,8 @@ static int writer_put(sb_ckptlog *w, sb_ckptlog_file *f, const char *name, const
     char *text = sb_ckptlog_encode(f, ranges, parts, nparts, len);
     if (text == NULL)
         return sb_err_set(err, "checkpoint: out of memory encoding %zu parts", nparts);
-    int rc = f->base && *len > w->chunk_bytes
-                 ? writer_put_chunked(w, f, name, text, *len, err)
-                 : writer_put_text(w, name, text, *len, err);
+    int rc = f->base && *len > w->chunk_bytes ? writer_put_chunked(w, f, name, text, *len, err)
+                                              : writer_put_text(w, name, text, *len, err);
     free(text);
     if (rc == 0) {
         w->parts_written += nparts;
@@ -1201,7 +1201,7 @@ static int load_file(const sb_ckptlog_io *io, const char *dir, const char *name,
     if (base == NULL && n > strlen(CHUNKS_MAGIC) &&
         strncmp(text, CHUNKS_MAGIC "\n", strlen(CHUNKS_MAGIC) + 1) == 0 &&
         (name_kind(name, &gen, &s2) != 1 ? sb_err_set(err, "%s: a chunk list, not a base", path)
-                                          : chunks_join(io, dir, name, gen, &text, &n, err)) != 0) {
+                                         : chunks_join(io, dir, name, gen, &text, &n, err)) != 0) {
         free(text);
         return -1;
     }

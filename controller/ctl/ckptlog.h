@@ -10,6 +10,14 @@
  * half file; the directory is synced after the rename):
  *   base-GGGGGGGG.sbck           generation G (hex): everything committed at that time
  *   seg-GGGGGGGG-SSSSSSSS.sbck   segment S (1, 2, ...) of generation G
+ *   base-GGGGGGGG-KKKKKKKK.sbck  chunk K of a base past chunk_bytes (8 MiB): the base's text
+ *                                cut in pieces, written first; base-G.sbck is then a list,
+ *                                "streambatch-checkpoint-chunks 1", "id", "generation",
+ *                                "chunks <n>", n lines "chunk <k> <bytes> <fnv 16 hex>", "end
+ *                                <fnv of the lines before>", written last. The reader checks
+ *                                each chunk's size and hash (a missing, cut, damaged or
+ *                                foreign chunk is refused, naming it), joins them, and reads
+ *                                the base as any other (its own end hash covers every piece).
  * Text, one item a line:
  *   streambatch-checkpoint 1
  *   id <16 hex>          the log's identity, drawn when a run starts from nothing, kept by
@@ -24,13 +32,17 @@
  *                        byte before "end", so a torn, cut or edited file is refused
  *
  * Compaction writes a new base (generation + 1) from the whole checkpoint and then deletes the
- * older files: at the first write of every writer (a new epoch), when the committed set is not a
- * superset of what was written (the scheduler took a split back), when the plan hash changed,
- * and when segments pile up (SB_CKPTLOG_MAX_SEGMENTS, or their bytes pass the base's).
+ * older files: at the first write of a writer that did not continue the log it read
+ * (sb_ckptlog_continue), when the committed set is not a superset of what was written (the
+ * scheduler took a split back), when the plan hash changed, and when segments pile up: they
+ * hold SB_CKPTLOG_SEG_RATIO times the base's parts (and past min_compact bytes), or
+ * SB_CKPTLOG_MAX_SEGMENTS of them. Segments hold no line twice, so a rewrite saves no bytes; the
+ * ratio makes each base 8 times the last, so rewrites add up to at most 8/7 of the log.
  * A reader takes the highest generation that has a base and that base's segments 1, 2, ... in
  * order: a writer killed mid-compaction leaves either the old generation whole (the new base
- * was not renamed yet) or the new base whole (old files are leftovers the next compaction
- * removes); one killed mid-segment leaves only a temporary file, which readers skip. So no
+ * was not renamed yet, or only some of its chunks were written) or the new base whole (old
+ * files are leftovers the next compaction removes); one killed mid-segment leaves only a
+ * temporary file, which readers skip. So no
  * committed part that a summary counted is ever missing.
  *
  * A summary says which log it describes: the reader refuses a log whose id or spec hash differs
@@ -54,7 +66,8 @@
 #include "core/err.h"
 #include "core/idmap.h"
 
-#define SB_CKPTLOG_MAX_SEGMENTS 1024 /* segments after a base before a compaction (files to list) */
+#define SB_CKPTLOG_MAX_SEGMENTS 1024 /* segments after a base before a compaction (files to list)  \
+                                      */
 /* Segments holding more parts than the base this many times (and past SB_CKPTLOG_MIN_COMPACT
  * bytes) compact. */
 #define SB_CKPTLOG_SEG_RATIO 7

@@ -82,8 +82,7 @@ static int send_next(sb_opckpt *k, sb_ctl *ctl, uint64_t now_ms)
     size_t end = k->qpos, total = 0;
     while (end < k->queue.n &&
            (end == k->qpos ||
-            total + k->queue.v[end].len + strlen(k->queue.v[end].name) <= k->max_job_bytes))
-    {
+            total + k->queue.v[end].len + strlen(k->queue.v[end].name) <= k->max_job_bytes)) {
         total += k->queue.v[end].len + strlen(k->queue.v[end].name);
         end++;
     }

@@ -12,9 +12,9 @@
  * manifest in the last, which also prunes the log's other files (a file's chunks, "<stem>-*",
  * stay with it: ckptjob.h). So no base is too large for a job at any number of parts. A new
  * leader's first write is a compaction rather than an append: its dead predecessor's last job
- * may still land on a worker, and would then race an append to the same generation. The summary the status shows (`durable`) moves only when a job
- * succeeded; a failed job makes the next write a compaction (the writer forgets what it wrote),
- * so the log never has a gap.
+ * may still land on a worker, and would then race an append to the same generation. The summary the
+ * status shows (`durable`) moves only when a job succeeded; a failed job makes the next write a
+ * compaction (the writer forgets what it wrote), so the log never has a gap.
  *
  * Counting. A split is committed, for the status and its users, only once the log holds it
  * (sb_opckpt_committed): a split the scheduler finished after the last durable write is not

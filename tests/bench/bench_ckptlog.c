@@ -40,15 +40,13 @@ int main(int argc, char **argv)
     if (n == 0 || batch == 0)
         return 2;
     sb_storage_output *parts = calloc(n, sizeof *parts);
-    char (*ids)[32] = calloc(n, sizeof *ids);
+    char(*ids)[32] = calloc(n, sizeof *ids);
     if (parts == NULL || ids == NULL)
         return 1;
     for (size_t i = 0; i < n; i++) {
         snprintf(ids[i], sizeof ids[i], "s1-t%zu-p0-%08" PRIx32, i, (uint32_t)(i * 2654435761u));
-        parts[i] = (sb_storage_output){.id = ids[i],
-                                       .rows = 1,
-                                       .bytes = 40 + i % 50,
-                                       .crc32c = (uint32_t)(i * 40503u)};
+        parts[i] = (sb_storage_output){
+            .id = ids[i], .rows = 1, .bytes = 40 + i % 50, .crc32c = (uint32_t)(i * 40503u)};
     }
     sb_ckptlog w;
     sb_err err = {0};

@@ -588,8 +588,10 @@ Test(ckptlog, a_million_parts_are_written_in_chunks_and_read_back_exactly, .time
     cr_assert(parts != NULL && ids != NULL);
     for (size_t i = 0; i < N; i++) {
         snprintf(ids[i], sizeof ids[i], "s1-t%zu-p0", i);
-        parts[i] = (sb_storage_output){
-            .id = ids[i], .rows = i % 7 + 1, .bytes = 40 + i % 50, .crc32c = (uint32_t)(i * 40503u)};
+        parts[i] = (sb_storage_output){.id = ids[i],
+                                       .rows = i % 7 + 1,
+                                       .bytes = 40 + i % 50,
+                                       .crc32c = (uint32_t)(i * 40503u)};
     }
     struct timespec t0, t1, t2;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -620,7 +622,8 @@ Test(ckptlog, a_million_parts_are_written_in_chunks_and_read_back_exactly, .time
         cr_assert_eq(c.parts[i].crc32c, parts[i].crc32c);
         cr_assert_null(c.parts[i].order);
     }
-    fprintf(stderr, "figure: ckptlog 1,000,000 parts: %zu chunks, written in %.2f s, read in %.2f s\n",
+    fprintf(stderr,
+            "figure: ckptlog 1,000,000 parts: %zu chunks, written in %.2f s, read in %.2f s\n",
             chunks, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
             (double)(t2.tv_sec - t1.tv_sec) + (double)(t2.tv_nsec - t1.tv_nsec) / 1e9);
     sb_ckpt_free(&c);
