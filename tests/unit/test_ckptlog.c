@@ -151,6 +151,30 @@ Test(ckptlog, appends_only_what_is_new_and_reads_back)
     sb_ckptlog_free(&w);
 }
 
+/* A log of a base and two segments; *sum its summary. */
+static void make_log(sb_ckptlog_summary *sum)
+{
+    sb_ckptlog w;
+    sb_err err = {0};
+    int wrote;
+    cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0);
+    for (size_t n = 10; n <= 30; n += 10)
+        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
+    *sum = w.sum;
+    sb_ckptlog_free(&w);
+}
+
+/* A resumed run's writer: the log s1 describes read back (*c, *found), and w made at epoch 1
+ * continuing it. */
+static void reopen(sb_ckptlog *w, const sb_ckptlog_summary *s1, sb_ckptlog_summary *found,
+                   sb_ckpt *c)
+{
+    sb_err err = {0};
+    cr_assert_eq(sb_ckptlog_load(s1, c, found, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_ckptlog_init(w, g_dir, found->id, 1, SPEC, &err), 0);
+    cr_assert_eq(sb_ckptlog_continue(w, found, c, &err), 0, "%s", err.msg);
+}
+
 Test(ckptlog, a_resumed_run_appends_to_the_log_it_read)
 {
     sb_ckptlog w;
@@ -159,18 +183,15 @@ Test(ckptlog, a_resumed_run_appends_to_the_log_it_read)
     cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0);
     for (size_t n = 1; n <= 30; n++)
         cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
-    sb_ckptlog_summary s1 = w.sum;
     uint64_t base_bytes = w.base_bytes, seg_bytes = w.seg_bytes;
-    sb_ckptlog_free(&w);
     /* a resumed run: epoch 1 continues the same id and, the log being whole, appends to it:
      * its first write costs the new parts, not the whole log again */
-    sb_ckptlog_summary found;
+    sb_ckptlog_summary s1 = w.sum, found;
+    sb_ckptlog_free(&w);
     sb_ckpt c;
-    cr_assert_eq(sb_ckptlog_load(&s1, &c, &found, &err), 0, "%s", err.msg);
+    reopen(&w, &s1, &found, &c);
     cr_assert_eq(found.base_bytes, base_bytes);
     cr_assert_eq(found.seg_bytes, seg_bytes);
-    cr_assert_eq(sb_ckptlog_init(&w, g_dir, found.id, 1, SPEC, &err), 0);
-    cr_assert_eq(sb_ckptlog_continue(&w, &found, &c, &err), 0, "%s", err.msg);
     cr_assert_eq(commit_to(&w, 31, &wrote, &err), 0, "%s", err.msg);
     cr_assert_eq(wrote, 1);
     cr_assert_eq(w.sum.generation, 1, "appended, not compacted");
@@ -204,15 +225,10 @@ Test(ckptlog, a_resumed_run_whose_plan_dropped_splits_compacts)
     sb_ckptlog w;
     sb_err err = {0};
     int wrote;
-    cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0);
-    for (size_t n = 10; n <= 30; n += 10)
-        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
-    sb_ckptlog_summary s1 = w.sum, found;
-    sb_ckptlog_free(&w);
+    sb_ckptlog_summary s1, found;
+    make_log(&s1);
     sb_ckpt c;
-    cr_assert_eq(sb_ckptlog_load(&s1, &c, &found, &err), 0, "%s", err.msg);
-    cr_assert_eq(sb_ckptlog_init(&w, g_dir, found.id, 1, SPEC, &err), 0);
-    cr_assert_eq(sb_ckptlog_continue(&w, &found, &c, &err), 0, "%s", err.msg);
+    reopen(&w, &s1, &found, &c);
     sb_ckpt_free(&c);
     /* the resume verified the sink and took splits 20-29 back: a rewrite, not an append */
     cr_assert_eq(commit_to(&w, 20, &wrote, &err), 0, "%s", err.msg);
@@ -251,19 +267,6 @@ Test(ckptlog, segments_compact_only_when_they_outweigh_the_base)
     cr_assert_geq(compactions, 1);
     cr_assert_lt(rewrites, 2 * (w.base_bytes + w.seg_bytes), "%llu bytes rewritten, log %llu",
                  (unsigned long long)rewrites, (unsigned long long)(w.base_bytes + w.seg_bytes));
-    sb_ckptlog_free(&w);
-}
-
-/* A log of a base and two segments; *sum its summary. */
-static void make_log(sb_ckptlog_summary *sum)
-{
-    sb_ckptlog w;
-    sb_err err = {0};
-    int wrote;
-    cr_assert_eq(sb_ckptlog_init(&w, g_dir, NULL, 0, SPEC, &err), 0);
-    for (size_t n = 10; n <= 30; n += 10)
-        cr_assert_eq(commit_to(&w, n, &wrote, &err), 0, "%s", err.msg);
-    *sum = w.sum;
     sb_ckptlog_free(&w);
 }
 
