@@ -66,8 +66,8 @@
 #include "core/err.h"
 #include "core/idmap.h"
 
-#define SB_CKPTLOG_MAX_SEGMENTS 1024 /* segments after a base before a compaction (files to list)  \
-                                      */
+/* Segments after a base before a compaction (the files a reader lists). */
+#define SB_CKPTLOG_MAX_SEGMENTS 1024
 /* Segments holding more parts than the base this many times (and past SB_CKPTLOG_MIN_COMPACT
  * bytes) compact. */
 #define SB_CKPTLOG_SEG_RATIO 7
