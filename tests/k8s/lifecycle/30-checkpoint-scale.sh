@@ -117,11 +117,16 @@ else:
     out = set()
     keys = subprocess.run(["bash", "-c", "ckpt_list out/%s/_streambatch/checkpoint/ | cut -d\" \" -f1" % sys.argv[2]],
                           capture_output=True, text=True).stdout.split()
-    bases = sorted(k for k in keys if "/base-" in k)
+    get = lambda k: subprocess.run(["bash", "-c", "s3c \"$S3_EP/$BUCKET/%s\"" % k], capture_output=True, text=True).stdout
+    # base-G.sbck, not its chunks base-G-K.sbck; a chunked base lists its chunks
+    bases = sorted(k for k in keys if "/base-" in k and len(k.rsplit("/", 1)[1]) == 18)
     if bases:
         g = bases[-1].rsplit("base-", 1)[1][:8]
         for k in [bases[-1]] + sorted(k for k in keys if "/seg-%s-" % g in k):
-            t = subprocess.run(["bash", "-c", "s3c \"$S3_EP/$BUCKET/%s\"" % k], capture_output=True, text=True).stdout
+            t = get(k)
+            if t.startswith("streambatch-checkpoint-chunks 1\n"):
+                n = int(t.split("\nchunks ")[1].split("\n")[0])
+                t = "".join(get(k[:-5] + "-%08x.sbck" % i) for i in range(1, n + 1))
             for line in t.split("\n"):
                 if line.startswith("splits "):
                     out |= set(ranges(line[7:]))
