@@ -97,8 +97,11 @@ int main(int argc, char **argv)
            n, batch, writes, compactions, (double)written / (double)n,
            (double)log_bytes / (double)n, t_write, t_load);
     sb_ckptlog_free(&w);
-    if (argc <= 3)
+    if (argc <= 3) { /* the log, its _streambatch, then the directory made for it */
         (void)sb_ckptlog_remove(dir, &err);
+        *strstr(dir, "/_streambatch") = '\0';
+        (void)rmdir(dir);
+    }
     free(parts);
     free(ids);
     return 0;
