@@ -158,7 +158,7 @@ nostats = os.path.join(work, "nostats")
 os.makedirs(nostats, exist_ok=True)
 pq.write_table(T, os.path.join(nostats, "t.parquet"), row_group_size=RG, write_statistics=False)
 case("pyarrow without statistics", nostats, vals, "id", "gt", 18500, min_skip=0, max_read=20)
-# the page index written too (pages are not skipped yet: the row groups are)
+# the page index written too (the row groups are skipped; pageindex.py checks the pages)
 pidx = os.path.join(work, "pidx")
 os.makedirs(pidx, exist_ok=True)
 pq.write_table(T, os.path.join(pidx, "t.parquet"), row_group_size=RG, write_page_index=True,

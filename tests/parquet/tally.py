@@ -1,4 +1,5 @@
-"""The tally the parquet test scripts share (conformance.py, writer.py, pushdown.py): check()
+"""The tally the parquet test scripts share (conformance.py, writer.py, pushdown.py,
+pageindex.py): check()
 prints one line per check, finish() prints the "N passed, N failed" line that make test counts
 and exits non-zero on any failure."""
 import sys
