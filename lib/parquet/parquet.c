@@ -527,6 +527,13 @@ int sb_pq_read_row_group(const sb_pq_file *f, const sb_pq_plan *p, size_t rg,
         c.count = o->sel->count;
         if (c.nr == 0)
             return 0;
+        for (size_t j = 0; j < c.nr; j++) /* ascending, disjoint, inside the row group */
+            if (c.first[j] < (j > 0 ? c.first[j - 1] + c.count[j - 1] : 0) || c.count[j] < 0 ||
+                c.count[j] > rows - c.first[j])
+                return sb_err_set(err,
+                                  "%.300s: row group %zu: row range %zu [%" PRId64 ", +%" PRId64
+                                  ") is out of order or past its %" PRId64 " rows",
+                                  f->name, rg, j, c.first[j], c.count[j], rows);
     }
     conv *cv = calloc(p->ncols ? p->ncols : 1, sizeof *cv);
     size_t *pos = calloc(p->ncols * c.nr + 1, sizeof *pos);
