@@ -148,7 +148,7 @@ typedef struct sb_sched_metrics {
     /* a parquet source task: bytes fetched, row groups read and skipped by pushdown, and the
      * chunk bytes skipped (pqread.h sb_pq_scan_stats) */
     uint64_t source_bytes_read, row_groups_read, row_groups_skipped, source_bytes_skipped;
-    uint64_t spilled_bytes; /* written by the task's ops to their own spill files */
+    uint64_t spilled_bytes;             /* written by the task's ops to their own spill files */
     uint64_t pages_read, pages_skipped; /* parquet: pages fetched / skipped by the page index */
 } sb_sched_metrics;
 

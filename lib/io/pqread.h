@@ -22,10 +22,10 @@
 
 /* What a read fetched and what pushdown spared it (added to, across calls). */
 typedef struct sb_pq_scan_stats {
-    uint64_t rgs_read, rgs_skipped; /* owned row groups read / skipped by their statistics */
-    uint64_t bytes_read;            /* bytes fetched: footers and column chunks */
-    uint64_t bytes_skipped;         /* the selected column chunks of skipped row groups, and
-                                       the pages the page index spared in the row groups read */
+    uint64_t rgs_read, rgs_skipped;     /* owned row groups read / skipped by their statistics */
+    uint64_t bytes_read;                /* bytes fetched: footers and column chunks */
+    uint64_t bytes_skipped;             /* the selected column chunks of skipped row groups, and
+                                           the pages the page index spared in the row groups read */
     uint64_t pages_read, pages_skipped; /* pages of chunks read through their offset index */
 } sb_pq_scan_stats;
 

@@ -727,9 +727,8 @@ static int span_loop(st *s, const uint8_t *chunk, size_t len, sb_err *err)
             bool data = h.type == SB_PQ_DATA_PAGE || h.type == SB_PQ_DATA_PAGE_V2;
             if ((size_t)h.compressed_size > end - pos || (data && i == 0) ||
                 (i > 0 && (!data || pos + (size_t)h.compressed_size != end)))
-                return sb_err_data(err,
-                                   "the page at chunk byte %zu does not match the offset index",
-                                   pos - used);
+                return sb_err_data(
+                    err, "the page at chunk byte %zu does not match the offset index", pos - used);
             if (one_page(s, &h, chunk + pos, err) != 0)
                 return sb_err_wrap(err, "page at chunk byte %zu", pos - used);
             pos += (size_t)h.compressed_size;

@@ -383,11 +383,10 @@ static int append_part(sb_batch_builder *b, const sb_pq_file *f, const sb_pq_pla
         for (size_t k = 0; take > 0 && k < p->ncols; k++)
             if (append_slice(b, k, &cv[k], &p->cols[k], c->pos[k * c->nr + *j] + *in, take, bits,
                              err) != 0)
-                return sb_err_wrap(err,
-                                   "%.300s: row group %zu, column \"%.200s\", rows %" PRId64
-                                   "-%" PRId64,
-                                   f->name, rg, p->cols[k].field.name, c->first[*j] + (int64_t)*in,
-                                   c->first[*j] + (int64_t)(*in + take));
+                return sb_err_wrap(
+                    err, "%.300s: row group %zu, column \"%.200s\", rows %" PRId64 "-%" PRId64,
+                    f->name, rg, p->cols[k].field.name, c->first[*j] + (int64_t)*in,
+                    c->first[*j] + (int64_t)(*in + take));
         *n += take;
         *in += take;
         if (*in == (size_t)c->count[*j]) {
@@ -457,10 +456,9 @@ static int read_whole(const sb_pq_file *f, const sb_pq_chunk_ctx *cx, const char
 {
     const sb_pq_chunk *ch = &f->meta.rgs[cx->rg].cols[cx->leaf];
     if (ch->len > cx->max_decoded)
-        return sb_err_data(err,
-                           "%.300s: row group %zu, column \"%.200s\": a %" PRIu64
-                           "-byte chunk (at most %zu)",
-                           f->name, cx->rg, col, ch->len, cx->max_decoded);
+        return sb_err_data(
+            err, "%.300s: row group %zu, column \"%.200s\": a %" PRIu64 "-byte chunk (at most %zu)",
+            f->name, cx->rg, col, ch->len, cx->max_decoded);
     uint8_t *buf = malloc(ch->len ? (size_t)ch->len : 1);
     if (buf == NULL)
         return sb_err_set(err, "%.300s: out of memory for a chunk", f->name);

@@ -18,7 +18,8 @@
  * every row group once, and a large file spreads over tasks by row groups.
  *
  * Memory: sb_pq_file owns its metadata (sb_pq_close). I/O goes through the caller's read_at
- * callback; a row group's selected chunks are read whole, decoded, cut into partitions of about
+ * callback; a row group's selected chunks are read whole (or, given a row selection, only the
+ * pages of each chunk that hold its rows, pindex.h), decoded, cut into partitions of about
  * target_bytes, then freed. Emitted blobs belong to the callback, as with reader.h.
  */
 #ifndef SB_PARQUET_PARQUET_H

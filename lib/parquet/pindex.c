@@ -219,8 +219,7 @@ static int index_bytes(const sb_pq_file *f, int64_t off, int32_t len, uint8_t **
         return 1;
     if (off < 4 || len <= 0 || (uint32_t)len > SB_PQ_MAX_INDEX || f->size < 8 ||
         (uint64_t)off > f->size - 8 || (uint64_t)len > f->size - 8 - (uint64_t)off)
-        return sb_err_data(err, "index bytes [%" PRId64 ", +%d) are not inside the file", off,
-                           len);
+        return sb_err_data(err, "index bytes [%" PRId64 ", +%d) are not inside the file", off, len);
     *out = malloc((size_t)len);
     if (*out == NULL)
         return sb_err_set(err, "out of memory");
@@ -339,8 +338,8 @@ int sb_pq_select_rows(const sb_pq_file *f, const sb_pq_plan *p, int col, size_t 
 
 /* The pages of o overlapping a range of sel: want[i]; their spans (relative to the chunk start,
  * spans[0] the bytes before the first data page), the rows they hold, the skipped bytes. */
-static size_t pages_wanted(const sb_pq_offidx *o, const sb_pq_rowsel *sel, int64_t rows,
-                           bool *want, uint64_t *skipped_bytes)
+static size_t pages_wanted(const sb_pq_offidx *o, const sb_pq_rowsel *sel, int64_t rows, bool *want,
+                           uint64_t *skipped_bytes)
 {
     size_t j = 0, nw = 0;
     for (size_t i = 0; i < o->n; i++) {

@@ -164,8 +164,10 @@ static int collect(void *blob, size_t len, uint64_t rows, void *ud)
         const uint8_t *p = sb_column_binary(s, r, &n);
         char want[32];
         snprintf(want, sizeof want, "s%lld", (long long)v);
-        cr_expect(n == strlen(want) && memcmp(p, want, n) == 0, "row %lld: the string column "
-                  "is cut at the same rows", (long long)v);
+        cr_expect(n == strlen(want) && memcmp(p, want, n) == 0,
+                  "row %lld: the string column "
+                  "is cut at the same rows",
+                  (long long)v);
         seen[nseen++] = v;
     }
     sb_batch_close(b);
@@ -198,8 +200,7 @@ static void our_file(size_t rows, sb_pq_buf *buf, sb_test_pq_mem *m, sb_pq_file 
     sb_batch_close(b);
     sb_part_free(blob);
     *m = (sb_test_pq_mem){buf->p, buf->len};
-    cr_assert_eq(sb_pq_open(pf, "t.parquet", buf->len, sb_test_pq_mem_read, m, &e), 0, "%s",
-                 e.msg);
+    cr_assert_eq(sb_pq_open(pf, "t.parquet", buf->len, sb_test_pq_mem_read, m, &e), 0, "%s", e.msg);
     cr_assert_eq(pf->meta.nrgs, 1);
     cr_assert_eq(sb_pq_plan_make(pf, NULL, 0, plan, &e), 0, "%s", e.msg);
 }
@@ -258,8 +259,8 @@ Test(pq_pindex, an_index_outside_the_file_is_not_used)
     ch->oi_len = 50;
     ch->ci_off = 4;
     ch->ci_len = 20;
-    sb_pq_pred pr = {.column = "id", .op = SB_PQ_EQ, .kind = SB_PQ_VNUMBER, .i = 5, .is_int = true,
-                     .d = 5};
+    sb_pq_pred pr = {
+        .column = "id", .op = SB_PQ_EQ, .kind = SB_PQ_VNUMBER, .i = 5, .is_int = true, .d = 5};
     sb_pq_rowsel sel;
     sb_err e = {0};
     cr_expect_eq(sb_pq_select_rows(&pf, &plan, 0, 0, &pr, &sel, &e), -1);
