@@ -11,12 +11,13 @@ column fetches (docs/benchmarks.md).
 
   pageindex.py STREAMBATCH_BINARY WORKDIR
 Prints one line per check and "N passed, N failed"; exits non-zero on any failure."""
-import datetime, json, math, os, shutil, struct, subprocess, sys
+import datetime, json, os, struct, sys
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tally import check, finish  # noqa: E402
+from pqrun import run_pipeline  # noqa: E402
 
 sb, work = sys.argv[1], sys.argv[2]
 N, RG = 30000, 10000
@@ -48,28 +49,7 @@ def keeps(v, op, val):
 
 
 def run(src, stages, tag):
-    spec, out = os.path.join(work, f"{tag}.yaml"), os.path.join(work, f"out-{tag}")
-    summ = os.path.join(work, f"sum-{tag}.json")
-    with open(spec, "w") as f:
-        f.write(f"""apiVersion: streambatch.dev/v1alpha1
-kind: Pipeline
-metadata: {{name: {tag}}}
-spec:
-  source: {{uri: "file://{src}/", format: parquet}}
-  stages:
-{stages}
-  sink: {{uri: "file://{out}/", format: parquet}}
-""")
-    shutil.rmtree(out, ignore_errors=True)
-    p = subprocess.run([sb, "run", spec, "--checkpoint", os.path.join(work, f"ck-{tag}"),
-                        "--summary-json", summ], capture_output=True, text=True, timeout=300)
-    rows, s = [], {}
-    if p.returncode == 0:
-        for fn in sorted(os.listdir(out)):
-            if fn.endswith(".parquet"):
-                rows += pq.read_table(os.path.join(out, fn)).to_pylist()
-        with open(summ) as f:
-            s = json.load(f)
+    p, rows, s = run_pipeline(sb, work, tag, src, os.path.join(work, f"out-{tag}"), stages)
     return p, sorted(rows, key=lambda r: r["id"]), s
 
 
