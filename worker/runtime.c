@@ -1173,6 +1173,8 @@ static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int 
     met->row_groups_read = t.scan.rgs_read;
     met->row_groups_skipped = t.scan.rgs_skipped;
     met->source_bytes_skipped = t.scan.bytes_skipped;
+    met->pages_read = t.scan.pages_read;
+    met->pages_skipped = t.scan.pages_skipped;
     for (size_t k = 0; k < t.n && t.impl != NULL && t.state != NULL; k++)
         if (t.impl[k] != NULL && t.state[k] != NULL && t.impl[k]->spilled != NULL)
             met->op_spilled_bytes += t.impl[k]->spilled(t.state[k]);

@@ -28,6 +28,7 @@ enum {
     C_POOL_WORKERS,
     C_DRAINED,
     C_PQ_ROW_GROUPS,
+    C_PQ_PAGES,
     C_PQ_BYTES,
     C_RANK_BATCH,
     C_RANK_STEP,
@@ -106,6 +107,10 @@ static const struct {
                          "Parquet source row groups the tasks read, and those a filter's "
                          "pushdown skipped (state: read, skipped).",
                          L_PIPE_STATE},
+    [C_PQ_PAGES] = {SB_METRIC_COUNTER, "streambatch_pipeline_parquet_pages_total",
+                    "Parquet source pages of the row groups read that the tasks fetched through "
+                    "the page index, and those it let them skip (state: read, skipped).",
+                    L_PIPE_STATE},
     [C_PQ_BYTES] = {SB_METRIC_COUNTER, "streambatch_pipeline_parquet_source_bytes_total",
                     "Parquet source bytes fetched, and the column chunk bytes that pushdown "
                     "skipped (state: read, skipped).",
@@ -213,6 +218,8 @@ void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipelin
         const char *const r[] = {ns, pl, "read"}, *const k[] = {ns, pl, "skipped"};
         sb_metric_set(m->f[C_PQ_ROW_GROUPS], r, (double)s->stats.row_groups_read);
         sb_metric_set(m->f[C_PQ_ROW_GROUPS], k, (double)s->stats.row_groups_skipped);
+        sb_metric_set(m->f[C_PQ_PAGES], r, (double)s->stats.pages_read);
+        sb_metric_set(m->f[C_PQ_PAGES], k, (double)s->stats.pages_skipped);
         sb_metric_set(m->f[C_PQ_BYTES], r, (double)s->stats.source_bytes_read);
         sb_metric_set(m->f[C_PQ_BYTES], k, (double)s->stats.source_bytes_skipped);
     }

@@ -1128,7 +1128,9 @@ static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m
                                      m->metrics->row_groups_read,
                                      m->metrics->row_groups_skipped,
                                      m->metrics->source_bytes_skipped,
-                                     m->metrics->op_spilled_bytes};
+                                     m->metrics->op_spilled_bytes,
+                                     m->metrics->pages_read,
+                                     m->metrics->pages_skipped};
         rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt,
                                status_of(m->status, m->deterministic, m->permanent), m->message,
                                outs, m->n_outputs, (const char *const *)m->lost_inputs,

@@ -292,8 +292,10 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
     if (s->stats.row_groups_read + s->stats.row_groups_skipped > 0)
         fprintf(f,
                 "parquet: %" PRIu64 " row groups read, %" PRIu64
-                " skipped by the filter's pushdown (%s of column chunks not read); %s fetched\n",
-                s->stats.row_groups_read, s->stats.row_groups_skipped,
+                " skipped by the filter's pushdown, %" PRIu64 " of %" PRIu64
+                " pages skipped by the page index (%s of column chunks not read); %s fetched\n",
+                s->stats.row_groups_read, s->stats.row_groups_skipped, s->stats.pages_skipped,
+                s->stats.pages_read + s->stats.pages_skipped,
                 human_bytes(s->stats.source_bytes_skipped, a, sizeof a),
                 human_bytes(s->stats.source_bytes_read, b, sizeof b));
     if (s->stats.workers_drained > 0)
@@ -359,6 +361,8 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
     cJSON_AddNumberToObject(j, "rowGroupsRead", (double)s->stats.row_groups_read);
     cJSON_AddNumberToObject(j, "rowGroupsSkipped", (double)s->stats.row_groups_skipped);
     cJSON_AddNumberToObject(j, "sourceBytesSkipped", (double)s->stats.source_bytes_skipped);
+    cJSON_AddNumberToObject(j, "pagesRead", (double)s->stats.pages_read);
+    cJSON_AddNumberToObject(j, "pagesSkipped", (double)s->stats.pages_skipped);
     cJSON_AddNumberToObject(j, "peakWorkerRss", (double)peak_rss);
     cJSON_AddNumberToObject(j, "workersStarted", (double)started);
     cJSON_AddNumberToObject(j, "workersLost", (double)s->workers_lost);

@@ -2823,6 +2823,8 @@ static void complete_rows(sb_sched *s, size_t w, task *t, const sb_storage_outpu
         s->source.row_groups_read += metrics->row_groups_read;
         s->source.row_groups_skipped += metrics->row_groups_skipped;
         s->source.source_bytes_skipped += metrics->source_bytes_skipped;
+        s->source.pages_read += metrics->pages_read;
+        s->source.pages_skipped += metrics->pages_skipped;
     }
     sb_sched_pool_figures *pf = &o->by_pool[strcmp(s->workers[w].pool, "gpu") == 0];
     pf->rows_in += rows_in;
@@ -3030,6 +3032,8 @@ void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out)
     out->row_groups_read = s->source.row_groups_read;
     out->row_groups_skipped = s->source.row_groups_skipped;
     out->source_bytes_skipped = s->source.source_bytes_skipped;
+    out->pages_read = s->source.pages_read;
+    out->pages_skipped = s->source.pages_skipped;
     out->workers_drained = s->workers_drained;
     for (size_t i = 0; i < s->nworkers; i++)
         out->workers += s->workers[i].alive;

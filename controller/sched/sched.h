@@ -148,7 +148,8 @@ typedef struct sb_sched_metrics {
     /* a parquet source task: bytes fetched, row groups read and skipped by pushdown, and the
      * chunk bytes skipped (pqread.h sb_pq_scan_stats) */
     uint64_t source_bytes_read, row_groups_read, row_groups_skipped, source_bytes_skipped;
-    uint64_t spilled_bytes; /* written by the task's ops to their own spill files */
+    uint64_t spilled_bytes;             /* written by the task's ops to their own spill files */
+    uint64_t pages_read, pages_skipped; /* parquet: pages fetched / skipped by the page index */
 } sb_sched_metrics;
 
 typedef enum {
@@ -218,6 +219,7 @@ typedef struct sb_sched_stats {
     uint64_t sink_parts, sink_rows, sink_bytes;
     /* parquet sources, over successful source tasks (sb_sched_metrics) */
     uint64_t source_bytes_read, row_groups_read, row_groups_skipped, source_bytes_skipped;
+    uint64_t pages_read, pages_skipped; /* pages of read row groups, by the page index */
     size_t workers;
     uint64_t workers_drained; /* workers drained as persistently slow (sick nodes) */
 } sb_sched_stats;

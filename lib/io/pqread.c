@@ -4,10 +4,13 @@
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "io/schemes.h"
+#include "parquet/pindex.h"
 
 void sb_io_parquet_names_free(char **names, size_t n)
 {
@@ -102,6 +105,37 @@ static uint64_t rg_plan_bytes(const sb_pq_file *f, const sb_pq_plan *p, size_t g
     return b;
 }
 
+/* Reads row group g, only the rows that the page index of the filter column lets match where
+ * it has one (an unusable index is reported and the row group read whole). */
+static int read_pages_of(const sb_pq_file *f, const sb_pq_plan *plan, int col, size_t g,
+                         const sb_pq_read_opts *o, const sb_pq_pred *pred, sb_pq_scan_stats *scan,
+                         sb_pq_emit_fn emit, void *ud, sb_err *err)
+{
+    sb_pq_rowsel sel = {0};
+    sb_err e2 = {0};
+    int r = col >= 0 ? sb_pq_select_rows(f, plan, col, g, pred, &sel, &e2) : 0;
+    if (r < 0) {
+        char rg[24];
+        snprintf(rg, sizeof rg, "%zu", g);
+        sb_log(SB_LOG_WARN, "parquet: page index not used, the row group is read whole", "file",
+               f->name, "row_group", rg, "reason", e2.msg, NULL);
+    }
+    sb_pq_page_stats ps = {0};
+    sb_pq_read_opts po = *o;
+    if (r > 0) {
+        po.sel = &sel;
+        po.pages = &ps;
+    }
+    r = sb_pq_read_row_group(f, plan, g, &po, emit, ud, err);
+    sb_pq_rowsel_free(&sel);
+    if (scan != NULL) {
+        scan->pages_read += ps.pages_read;
+        scan->pages_skipped += ps.pages_skipped;
+        scan->bytes_skipped += ps.bytes_skipped;
+    }
+    return r;
+}
+
 /* Reads the owned row groups that pred does not exclude. */
 static int read_owned(const sb_pq_file *f, const sb_pq_plan *plan, const sb_io_split *split,
                       const sb_pq_read_opts *o, const sb_pq_pred *pred, sb_pq_scan_stats *scan,
@@ -120,7 +154,7 @@ static int read_owned(const sb_pq_file *f, const sb_pq_plan *plan, const sb_io_s
         }
         if (scan != NULL)
             scan->rgs_read++;
-        if (sb_pq_read_row_group(f, plan, g, o, emit, ud, err) != 0)
+        if (read_pages_of(f, plan, col, g, o, pred, scan, emit, ud, err) != 0)
             return -1;
     }
     return 0;

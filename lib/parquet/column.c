@@ -708,6 +708,36 @@ static int page_loop(st *s, const uint8_t *chunk, size_t len, sb_err *err)
     return 0;
 }
 
+/* The page-index path: the prefix's pages (dictionary) and then one data page per span. */
+static int span_loop(st *s, const uint8_t *chunk, size_t len, sb_err *err)
+{
+    const sb_pq_span *sp = s->cx->spans;
+    for (size_t i = 0; i < s->cx->nspans; i++) {
+        if (sp[i].off > len || sp[i].len > len - sp[i].off)
+            return sb_err_data(err, "page span %zu is past the %zu-byte chunk", i, len);
+        size_t pos = sp[i].off, end = sp[i].off + sp[i].len;
+        while (pos < end) {
+            sb_pq_page_header h;
+            size_t used, avail = end - pos;
+            if (avail > SB_PQ_MAX_PAGE_HEADER)
+                avail = SB_PQ_MAX_PAGE_HEADER;
+            if (sb_pq_page_header_parse(chunk + pos, avail, &h, &used, err) != 0)
+                return sb_err_wrap(err, "page at chunk byte %zu", pos);
+            pos += used;
+            bool data = h.type == SB_PQ_DATA_PAGE || h.type == SB_PQ_DATA_PAGE_V2;
+            if ((size_t)h.compressed_size > end - pos || (data && i == 0) ||
+                (i > 0 && (!data || pos + (size_t)h.compressed_size != end)))
+                return sb_err_data(
+                    err, "the page at chunk byte %zu does not match the offset index", pos - used);
+            if (one_page(s, &h, chunk + pos, err) != 0)
+                return sb_err_wrap(err, "page at chunk byte %zu", pos - used);
+            pos += (size_t)h.compressed_size;
+            s->page_no++;
+        }
+    }
+    return 0;
+}
+
 static size_t phys_width(int t)
 {
     switch (t) {
@@ -747,7 +777,7 @@ int sb_pq_read_chunk(const sb_pq_chunk_ctx *cx, const uint8_t *chunk, size_t len
             rc = sb_err_set(err, "out of memory");
     }
     if (rc == 0)
-        rc = page_loop(&s, chunk, len, err);
+        rc = cx->spans != NULL ? span_loop(&s, chunk, len, err) : page_loop(&s, chunk, len, err);
     if (rc == 0 && cx->as_list) {
         if (s.in_row) { /* the last row ends with the chunk */
             if (out->list_len == 0)

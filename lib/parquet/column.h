@@ -35,11 +35,22 @@ typedef struct sb_pq_colbuf {
     uint32_t list_len; /* list columns: values per row (0 until the first row ends) */
 } sb_pq_colbuf;
 
+/* A byte range of the chunk buffer. */
+typedef struct sb_pq_span {
+    size_t off, len;
+} sb_pq_span;
+
 typedef struct sb_pq_chunk_ctx {
     const sb_pq_meta *m;
     size_t rg, leaf;
     bool as_list;       /* the leaf is the element of a LIST read as a fixed-size list */
     size_t max_decoded; /* bound on the decoded column's bytes */
+    /* Some pages only (the page index, pindex.h): NULL reads every page up to the chunk's value
+     * count. Otherwise spans[0] holds the pages before the first data page (a dictionary page,
+     * or nothing; a data page there is an error) and each further span exactly one data page
+     * (header and body); the decoded rows are those of these pages, in order. */
+    const sb_pq_span *spans;
+    size_t nspans;
 } sb_pq_chunk_ctx;
 
 /* Decodes the chunk's bytes chunk[0..len) (the range the metadata gives) into out. */

@@ -369,6 +369,14 @@ static void column_chunk(sb_tc_reader *r, sb_pq_chunk *c, bool *have_meta)
         } else if (id == 3 && t == SB_TC_STRUCT) {
             *have_meta = true;
             column_meta(r, c);
+        } else if (id == 4) {
+            c->oi_off = int_val(r, t);
+        } else if (id == 5) {
+            c->oi_len = i32_val(r, t);
+        } else if (id == 6) {
+            c->ci_off = int_val(r, t);
+        } else if (id == 7) {
+            c->ci_len = i32_val(r, t);
         } else {
             sb_tc_skip(r, t);
         }

@@ -117,6 +117,10 @@ typedef struct sb_pq_chunk {
     uint64_t start, len;      /* the chunk's byte range in the file, checked against its size */
     sb_pq_stats stats;
     bool has_external_path; /* file_path set: the chunk is in another file (refused) */
+    /* the page index (ColumnChunk fields 4-7): byte ranges in the file, length 0 when absent;
+     * not checked here: pindex.h checks them when it reads them, and ignores a bad one */
+    int64_t oi_off, ci_off;
+    int32_t oi_len, ci_len;
 } sb_pq_chunk;
 
 typedef struct sb_pq_row_group {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "parquet/column.h"
+#include "parquet/pindex.h"
 
 int sb_pq_open(sb_pq_file *f, const char *name, uint64_t size, sb_pq_read_fn read, void *ud,
                sb_err *err)
@@ -363,7 +364,40 @@ static int append_slice(sb_batch_builder *b, size_t col, const conv *v, const sb
     return sb_batch_builder_lend_values(b, col, vals + first * w, n, valid, err);
 }
 
-static int emit_slices(const sb_pq_file *f, const sb_pq_plan *p, size_t rg, conv *cv, size_t rows,
+/* Rows [first, first + n) of the emitted rows of every column: the selection's ranges in
+ * order, range j of column k starting at row pos[k * nr + j] of its decoded column. */
+typedef struct {
+    size_t nr;
+    const int64_t *first, *count;
+    const size_t *pos;
+} cut;
+
+/* Appends the next (at most step) rows of the cut, from range *j, row *in of it. */
+static int append_part(sb_batch_builder *b, const sb_pq_file *f, const sb_pq_plan *p, size_t rg,
+                       conv *cv, const cut *c, size_t step, size_t *j, size_t *in, size_t *n,
+                       uint8_t *bits, sb_err *err)
+{
+    *n = 0;
+    while (*j < c->nr && *n < step) {
+        size_t left = (size_t)c->count[*j] - *in, take = left < step - *n ? left : step - *n;
+        for (size_t k = 0; take > 0 && k < p->ncols; k++)
+            if (append_slice(b, k, &cv[k], &p->cols[k], c->pos[k * c->nr + *j] + *in, take, bits,
+                             err) != 0)
+                return sb_err_wrap(
+                    err, "%.300s: row group %zu, column \"%.200s\", rows %" PRId64 "-%" PRId64,
+                    f->name, rg, p->cols[k].field.name, c->first[*j] + (int64_t)*in,
+                    c->first[*j] + (int64_t)(*in + take));
+        *n += take;
+        *in += take;
+        if (*in == (size_t)c->count[*j]) {
+            (*j)++;
+            *in = 0;
+        }
+    }
+    return 0;
+}
+
+static int emit_slices(const sb_pq_file *f, const sb_pq_plan *p, size_t rg, conv *cv, const cut *c,
                        const sb_pq_read_opts *o, sb_pq_emit_fn emit, void *ud, sb_err *err)
 {
     sb_field *fields = calloc(p->ncols ? p->ncols : 1, sizeof *fields);
@@ -388,17 +422,16 @@ static int emit_slices(const sb_pq_file *f, const sb_pq_plan *p, size_t rg, conv
         rc = sb_err_set(err, "%.300s: out of memory", f->name);
     else if (b == NULL) /* e.g. a column name that is not UTF-8 */
         rc = sb_err_wrap(err, "%.300s: row group %zu", f->name, rg);
-    for (size_t first = 0; rc == 0 && first < rows; first += step) {
-        size_t n = rows - first < step ? rows - first : step;
-        for (size_t k = 0; rc == 0 && k < p->ncols; k++)
-            if (append_slice(b, k, &cv[k], &p->cols[k], first, n, bits, err) != 0)
-                rc = sb_err_wrap(err, "%.300s: row group %zu, column \"%.200s\", rows %zu-%zu",
-                                 f->name, rg, p->cols[k].field.name, first, first + n);
+    size_t j = 0, in = 0;
+    while (rc == 0 && j < c->nr) {
+        size_t n = 0;
+        rc = append_part(b, f, p, rg, cv, c, step, &j, &in, &n, bits, err);
+        if (rc != 0 || n == 0)
+            break;
         void *blob = NULL;
         size_t len = 0;
-        if (rc == 0)
-            rc = o->unsealed ? sb_batch_builder_finish_unsealed(b, &blob, &len, err)
-                             : sb_batch_builder_finish(b, &blob, &len, err);
+        rc = o->unsealed ? sb_batch_builder_finish_unsealed(b, &blob, &len, err)
+                         : sb_batch_builder_finish(b, &blob, &len, err);
         if (rc != 0)
             rc = sb_err_wrap(err, "%.300s: row group %zu", f->name, rg);
         if (rc == 0) {
@@ -417,68 +450,111 @@ static int emit_slices(const sb_pq_file *f, const sb_pq_plan *p, size_t rg, conv
     return rc;
 }
 
+/* Reads column chunk cx whole into c (every row of the row group). */
+static int read_whole(const sb_pq_file *f, const sb_pq_chunk_ctx *cx, const char *col, size_t rows,
+                      sb_pq_colbuf *c, sb_err *err)
+{
+    const sb_pq_chunk *ch = &f->meta.rgs[cx->rg].cols[cx->leaf];
+    if (ch->len > cx->max_decoded)
+        return sb_err_data(
+            err, "%.300s: row group %zu, column \"%.200s\": a %" PRIu64 "-byte chunk (at most %zu)",
+            f->name, cx->rg, col, ch->len, cx->max_decoded);
+    uint8_t *buf = malloc(ch->len ? (size_t)ch->len : 1);
+    if (buf == NULL)
+        return sb_err_set(err, "%.300s: out of memory for a chunk", f->name);
+    if (f->read(f->ud, ch->start, buf, (size_t)ch->len, err) != 0) {
+        free(buf);
+        return sb_err_wrap(err, "%.300s: row group %zu", f->name, cx->rg);
+    }
+    int rc = sb_pq_read_chunk(cx, buf, (size_t)ch->len, c, err);
+    free(buf);
+    if (rc != 0)
+        return sb_err_wrap(err, "%.300s", f->name);
+    if (c->rows != rows)
+        return sb_err_data(err,
+                           "%.300s: row group %zu, column \"%.200s\": %zu rows, the row "
+                           "group has %zu",
+                           f->name, cx->rg, col, c->rows, rows);
+    return 0;
+}
+
+/* Column k of the plan into cv: only the selected rows' pages where its offset index allows
+ * (pos: where each range starts in what was decoded), else the whole chunk. */
+static int read_column(const sb_pq_file *f, const sb_pq_plan *p, size_t k, size_t rg,
+                       const sb_pq_read_opts *o, size_t rows, conv *cv, size_t *pos, sb_err *err)
+{
+    sb_pq_chunk_ctx cx = {.m = &f->meta,
+                          .rg = rg,
+                          .leaf = (size_t)p->cols[k].leaf,
+                          .as_list = p->cols[k].as_list,
+                          .max_decoded =
+                              o->max_decoded ? o->max_decoded : SB_PQ_DEFAULT_MAX_DECODED};
+    const char *col = p->cols[k].field.name;
+    if (o->sel != NULL) {
+        int r = sb_pq_read_pages(f, &cx, o->sel, &cv->c, pos, o->pages, err);
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            return convert(cv, &p->cols[k], err) != 0
+                       ? sb_err_wrap(err, "%.300s: row group %zu", f->name, rg)
+                       : 0;
+        for (size_t j = 0; j < o->sel->n; j++) /* no usable offset index: the whole chunk */
+            pos[j] = (size_t)o->sel->first[j];
+    }
+    if (read_whole(f, &cx, col, rows, &cv->c, err) != 0)
+        return -1;
+    if (convert(cv, &p->cols[k], err) != 0)
+        return sb_err_wrap(err, "%.300s: row group %zu", f->name, rg);
+    return 0;
+}
+
 int sb_pq_read_row_group(const sb_pq_file *f, const sb_pq_plan *p, size_t rg,
                          const sb_pq_read_opts *o, sb_pq_emit_fn emit, void *ud, sb_err *err)
 {
-    const sb_pq_meta *m = &f->meta;
-    const sb_pq_row_group *g = &m->rgs[rg];
-    size_t maxd = o->max_decoded ? o->max_decoded : SB_PQ_DEFAULT_MAX_DECODED;
+    const sb_pq_row_group *g = &f->meta.rgs[rg];
     if (g->num_rows == 0)
         return 0;
     if ((uint64_t)g->num_rows > INT32_MAX)
         return sb_err_data(err, "%.300s: row group %zu has %" PRId64 " rows (at most 2^31-1)",
                            f->name, rg, g->num_rows);
-    size_t rows = (size_t)g->num_rows;
-    conv *cv = calloc(p->ncols ? p->ncols : 1, sizeof *cv);
-    if (cv == NULL)
-        return sb_err_set(err, "out of memory");
-    int rc = 0;
-    for (size_t k = 0; rc == 0 && k < p->ncols; k++) {
-        const sb_pq_chunk *ch = &g->cols[p->cols[k].leaf];
-        if (ch->len > maxd) {
-            rc = sb_err_data(err,
-                             "%.300s: row group %zu, column \"%.200s\": a %" PRIu64
-                             "-byte chunk (at most %zu)",
-                             f->name, rg, p->cols[k].field.name, ch->len, maxd);
-            break;
-        }
-        uint8_t *buf = malloc(ch->len ? (size_t)ch->len : 1);
-        if (buf == NULL) {
-            rc = sb_err_set(err, "%.300s: out of memory for a chunk", f->name);
-            break;
-        }
-        if (f->read(f->ud, ch->start, buf, (size_t)ch->len, err) != 0) {
-            free(buf);
-            rc = sb_err_wrap(err, "%.300s: row group %zu", f->name, rg);
-            break;
-        }
-        sb_pq_chunk_ctx cx = {.m = m,
-                              .rg = rg,
-                              .leaf = (size_t)p->cols[k].leaf,
-                              .as_list = p->cols[k].as_list,
-                              .max_decoded = maxd};
-        rc = sb_pq_read_chunk(&cx, buf, (size_t)ch->len, &cv[k].c, err);
-        free(buf);
-        if (rc != 0) {
-            rc = sb_err_wrap(err, "%.300s", f->name);
-            break;
-        }
-        if (cv[k].c.rows != rows)
-            rc = sb_err_data(err,
-                             "%.300s: row group %zu, column \"%.200s\": %zu rows, the row "
-                             "group has %zu",
-                             f->name, rg, p->cols[k].field.name, cv[k].c.rows, rows);
-        else if (convert(&cv[k], &p->cols[k], err) != 0)
-            rc = sb_err_wrap(err, "%.300s: row group %zu", f->name, rg);
+    int64_t rows = g->num_rows, zero = 0;
+    cut c = {.nr = 1, .first = &zero, .count = &rows};
+    if (o->sel != NULL) {
+        c.nr = o->sel->n;
+        c.first = o->sel->first;
+        c.count = o->sel->count;
+        if (c.nr == 0)
+            return 0;
+        for (size_t j = 0; j < c.nr; j++) /* ascending, disjoint, inside the row group */
+            if (c.first[j] < (j > 0 ? c.first[j - 1] + c.count[j - 1] : 0) || c.count[j] < 0 ||
+                c.count[j] > rows - c.first[j])
+                return sb_err_set(err,
+                                  "%.300s: row group %zu: row range %zu [%" PRId64 ", +%" PRId64
+                                  ") is out of order or past its %" PRId64 " rows",
+                                  f->name, rg, j, c.first[j], c.count[j], rows);
     }
+    conv *cv = calloc(p->ncols ? p->ncols : 1, sizeof *cv);
+    size_t *pos = calloc(p->ncols * c.nr + 1, sizeof *pos);
+    int rc = cv == NULL || pos == NULL ? sb_err_set(err, "out of memory") : 0;
+    for (size_t k = 0; rc == 0 && k < p->ncols; k++)
+        rc = read_column(f, p, k, rg, o, (size_t)rows, &cv[k], pos + k * c.nr, err);
+    c.pos = pos;
     if (rc == 0)
-        rc = emit_slices(f, p, rg, cv, rows, o, emit, ud, err);
-    for (size_t k = 0; k < p->ncols; k++) {
+        rc = emit_slices(f, p, rg, cv, &c, o, emit, ud, err);
+    for (size_t k = 0; cv != NULL && k < p->ncols; k++) {
         sb_pq_colbuf_free(&cv[k].c);
         free(cv[k].offs32);
         free(cv[k].bitmap);
         free(cv[k].narrow);
     }
     free(cv);
+    free(pos);
     return rc;
+}
+
+void sb_pq_rowsel_free(sb_pq_rowsel *s)
+{
+    free(s->first);
+    free(s->count);
+    memset(s, 0, sizeof *s);
 }

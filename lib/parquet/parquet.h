@@ -18,7 +18,8 @@
  * every row group once, and a large file spreads over tasks by row groups.
  *
  * Memory: sb_pq_file owns its metadata (sb_pq_close). I/O goes through the caller's read_at
- * callback; a row group's selected chunks are read whole, decoded, cut into partitions of about
+ * callback; a row group's selected chunks are read whole (or, given a row selection, only the
+ * pages of each chunk that hold its rows, pindex.h), decoded, cut into partitions of about
  * target_bytes, then freed. Emitted blobs belong to the callback, as with reader.h.
  */
 #ifndef SB_PARQUET_PARQUET_H
@@ -71,13 +72,34 @@ int sb_pq_plan_make(const sb_pq_file *f, const char *const *columns, size_t n, s
                     sb_err *err);
 void sb_pq_plan_free(sb_pq_plan *p);
 
+/* Rows of a row group to read: n ranges [first[i], first[i] + count[i]), ascending and
+ * disjoint (pindex.h makes them from a filter column's page index). Owns its arrays. */
+typedef struct sb_pq_rowsel {
+    size_t n;
+    int64_t *first, *count;
+} sb_pq_rowsel;
+
+void sb_pq_rowsel_free(sb_pq_rowsel *s);
+
+/* Pages of the selected column chunks read and skipped through their offset index, and the
+ * bytes of the skipped ones (added to). */
+typedef struct sb_pq_page_stats {
+    uint64_t pages_read, pages_skipped, bytes_skipped;
+} sb_pq_page_stats;
+
 typedef struct sb_pq_read_opts {
     size_t target_bytes; /* partition size (> 0) */
     bool unsealed;       /* sb_batch_builder_finish_unsealed instead of finish */
     size_t max_decoded;  /* 0: SB_PQ_DEFAULT_MAX_DECODED */
+    /* NULL: every row. Otherwise only these rows are emitted, and of each column chunk with a
+     * usable offset index only the pages that hold them are fetched (a chunk without one is
+     * read whole and cut). */
+    const sb_pq_rowsel *sel;
+    sb_pq_page_stats *pages; /* counted into when not NULL */
 } sb_pq_read_opts;
 
-/* Reads row group rg into partitions. -1 + err naming the file, row group, column, page. */
+/* Reads row group rg (o->sel's rows of it) into partitions. -1 + err naming the file, row
+ * group, column, page. */
 int sb_pq_read_row_group(const sb_pq_file *f, const sb_pq_plan *p, size_t rg,
                          const sb_pq_read_opts *o, sb_pq_emit_fn emit, void *ud, sb_err *err);
 

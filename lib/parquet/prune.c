@@ -176,22 +176,20 @@ static bool bounds_trusted(const sb_pq_meta *m, int leaf, sb_type t, const sb_pq
     return signed_order || (m->type_order != NULL && m->type_order[leaf]);
 }
 
-bool sb_pq_rg_excluded(const sb_pq_meta *m, const sb_pq_plan *p, int col, size_t rg,
-                       const sb_pq_pred *pr)
+bool sb_pq_stats_exclude(const sb_pq_meta *m, const sb_pq_plan *p, int col, int64_t rows,
+                         const sb_pq_stats *s, const sb_pq_pred *pr)
 {
-    if (col < 0 || (size_t)col >= p->ncols || rg >= m->nrgs)
+    if (col < 0 || (size_t)col >= p->ncols)
         return false;
     const sb_pq_out *o = &p->cols[col];
-    const sb_pq_row_group *g = &m->rgs[rg];
     sb_type t = o->as_list ? SB_TYPE_FIXED_LIST : o->field.type;
-    if (g->num_rows <= 0 || o->leaf < 0 || (size_t)o->leaf >= m->nleaves)
+    if (rows <= 0 || o->leaf < 0 || (size_t)o->leaf >= m->nleaves)
         return false;
     if (!comparable(t, pr)) /* every row, null or not, satisfies only ne */
         return pr->op != SB_PQ_NE;
-    const sb_pq_stats *s = &g->cols[o->leaf].stats;
     const sb_pq_schema_el *e = &m->schema[m->leaves[o->leaf]];
-    bool known_nulls = s->has_null_count && s->null_count >= 0 && s->null_count <= g->num_rows;
-    if (pr->op != SB_PQ_NE && known_nulls && s->null_count == g->num_rows)
+    bool known_nulls = s->has_null_count && s->null_count >= 0 && s->null_count <= rows;
+    if (pr->op != SB_PQ_NE && known_nulls && s->null_count == rows)
         return true; /* all null: a null satisfies only ne */
     bound lo, hi;
     if (!s->has_min || !s->has_max || !bounds_trusted(m, o->leaf, t, s) ||
@@ -224,4 +222,16 @@ bool sb_pq_rg_excluded(const sb_pq_meta *m, const sb_pq_plan *p, int col, size_t
         return a == 0 && b == 0 && no_nulls && t != SB_TYPE_FLOAT32 && t != SB_TYPE_FLOAT64;
     }
     return false;
+}
+
+bool sb_pq_rg_excluded(const sb_pq_meta *m, const sb_pq_plan *p, int col, size_t rg,
+                       const sb_pq_pred *pr)
+{
+    if (col < 0 || (size_t)col >= p->ncols || rg >= m->nrgs)
+        return false;
+    int leaf = p->cols[col].leaf;
+    if (leaf < 0 || (size_t)leaf >= m->nleaves)
+        return false;
+    const sb_pq_row_group *g = &m->rgs[rg];
+    return sb_pq_stats_exclude(m, p, col, g->num_rows, &g->cols[leaf].stats, pr);
 }

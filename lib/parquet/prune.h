@@ -48,4 +48,9 @@ int sb_pq_pred_column(const sb_pq_plan *p, const sb_pq_pred *pred);
 bool sb_pq_rg_excluded(const sb_pq_meta *m, const sb_pq_plan *p, int col, size_t rg,
                        const sb_pq_pred *pred);
 
+/* The same decision for any set of `rows` rows of plan column `col` that statistics `s`
+ * describe (a row group's chunk, or one page of the page index, pindex.h). */
+bool sb_pq_stats_exclude(const sb_pq_meta *m, const sb_pq_plan *p, int col, int64_t rows,
+                         const sb_pq_stats *s, const sb_pq_pred *pr);
+
 #endif

@@ -8,11 +8,12 @@ statistics allow (e.g. a filter matching 1 of 20 row groups reads at most 2 of t
 
   pushdown.py STREAMBATCH_BINARY WORKDIR
 Prints one line per check and "N passed, N failed"; exits non-zero on any failure."""
-import json, math, os, shutil, subprocess, sys
+import json, math, os, sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tally import check, finish  # noqa: E402
+from pqrun import run_pipeline  # noqa: E402
 
 sb, work = sys.argv[1], sys.argv[2]
 
@@ -64,29 +65,10 @@ RUNS = [0]
 
 def run(src, out, stages, psize="1Gi"):
     RUNS[0] += 1
-    spec = os.path.join(work, "p.yaml")
-    summ = os.path.join(work, f"sum-{RUNS[0]}.json")
-    with open(spec, "w") as f:
-        f.write(f"""apiVersion: streambatch.dev/v1alpha1
-kind: Pipeline
-metadata: {{name: pd{RUNS[0]}}}
-spec:
-  source: {{uri: "file://{src}/", format: parquet, partitionSize: {psize}}}
-  stages:
-{stages}
-  sink: {{uri: "file://{out}/", format: parquet}}
-""")
-    shutil.rmtree(out, ignore_errors=True)
-    p = subprocess.run([sb, "run", spec, "--checkpoint", os.path.join(work, f"ck-{RUNS[0]}"),
-                        "--summary-json", summ], capture_output=True, text=True, timeout=300)
-    rows, s = [], {}
-    if p.returncode == 0:
-        for fn in sorted(os.listdir(out)):
-            if fn.endswith(".parquet"):  # NaN kept (JSON has none): compared as a string
-                rows += [{k: "NaN" if isinstance(v, float) and math.isnan(v) else v
-                          for k, v in r.items()} for r in pq.read_table(os.path.join(out, fn)).to_pylist()]
-        with open(summ) as f:
-            s = json.load(f)
+    p, rows, s = run_pipeline(sb, work, f"pd{RUNS[0]}", src, out, stages, psize)
+    # NaN kept (JSON has none): compared as a string
+    rows = [{k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+            for r in rows]
     return p, sorted(rows, key=lambda r: r["id"]), s
 
 
@@ -158,7 +140,7 @@ nostats = os.path.join(work, "nostats")
 os.makedirs(nostats, exist_ok=True)
 pq.write_table(T, os.path.join(nostats, "t.parquet"), row_group_size=RG, write_statistics=False)
 case("pyarrow without statistics", nostats, vals, "id", "gt", 18500, min_skip=0, max_read=20)
-# the page index written too (pages are not skipped yet: the row groups are)
+# the page index written too (the row groups are skipped; pageindex.py checks the pages)
 pidx = os.path.join(work, "pidx")
 os.makedirs(pidx, exist_ok=True)
 pq.write_table(T, os.path.join(pidx, "t.parquet"), row_group_size=RG, write_page_index=True,

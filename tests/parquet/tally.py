@@ -1,6 +1,6 @@
-"""The tally the parquet test scripts share (conformance.py, writer.py, pushdown.py): check()
-prints one line per check, finish() prints the "N passed, N failed" line that make test counts
-and exits non-zero on any failure."""
+"""The tally the parquet test scripts share (conformance.py, writer.py, pushdown.py,
+pageindex.py): check() prints one line per check, finish() prints the "N passed, N failed" line
+that make test counts and exits non-zero on any failure."""
 import sys
 
 counts = {"passed": 0, "failed": 0}

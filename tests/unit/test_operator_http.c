@@ -154,6 +154,8 @@ static void one_pipeline(void *ud, sb_cmetrics *cm)
     s.stats.row_groups_skipped = 97;
     s.stats.source_bytes_read = 2000;
     s.stats.source_bytes_skipped = 98000;
+    s.stats.pages_read = 12; /* and its page index's */
+    s.stats.pages_skipped = 88;
     sb_cmetrics_pool p = {"cpu", 3, 2, 1};
     sb_cmetrics_add(cm, "team", "logs", &s, &p, 1);
 }
@@ -189,6 +191,8 @@ Test(opr_http, only_the_leader_reports_pipelines)
         "state=\"skipped\"} 97\n",
         "streambatch_pipeline_parquet_source_bytes_total{namespace=\"team\",pipeline=\"logs\","
         "state=\"read\"} 2000\n",
+        "streambatch_pipeline_parquet_pages_total{namespace=\"team\",pipeline=\"logs\","
+        "state=\"skipped\"} 88\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         cr_expect(strstr(t, want[i]) != NULL, "missing %s in:\n%s", want[i], t);
