@@ -3862,3 +3862,26 @@ uint32_t sb_sched_stream_epochs(const sb_sched *s)
 {
     return s->stream ? s->stream_epochs : 0;
 }
+
+size_t sb_sched_stream_waiting(const sb_sched *s, sb_sched_stream_holder *out, size_t max)
+{
+    size_t n = 0;
+    for (uint32_t e = 0; s->stream && e < s->stream_epochs; e++)
+        for (size_t k = 0; k < s->sq[e].len; k++) {
+            const part *p = &s->parts[s->sq[e].q[s->sq[e].head + k]];
+            if (p->state != P_AVAILABLE || p->worker == NONE)
+                continue;
+            const char *id = s->workers[p->worker].id;
+            size_t i = 0;
+            while (i < n && strcmp(out[i].worker_id, id) != 0)
+                i++;
+            if (i == n) {
+                if (n == max)
+                    continue;
+                out[n++] = (sb_sched_stream_holder){.worker_id = id};
+            }
+            out[i].parts++;
+            out[i].bytes += p->bytes;
+        }
+    return n;
+}

@@ -447,5 +447,13 @@ int sb_sched_stream_lost(sb_sched *s, const char *id);
 int sb_sched_stream_get(sb_sched *s, const char *id, sb_sched_stream_part *out);
 /* Epochs of the stream (0 when the sink is not a stream). */
 uint32_t sb_sched_stream_epochs(const sb_sched *s);
+/* The stream's backlog by the worker holding it: partitions made and not taken yet (a worker
+ * lost with them means re-making them by lineage). */
+typedef struct sb_sched_stream_holder {
+    const char *worker_id; /* valid until the next mutating call */
+    uint64_t parts, bytes;
+} sb_sched_stream_holder;
+/* Fills up to max holders (workers with at least one such partition); returns how many. */
+size_t sb_sched_stream_waiting(const sb_sched *s, sb_sched_stream_holder *out, size_t max);
 
 #endif

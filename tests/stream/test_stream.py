@@ -321,35 +321,68 @@ def example_test():
               f"rc {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
 
 
-def worker_pids(run_pid):
+def stream_backlog(port):
+    """The run's metrics: {worker id: stream partitions made and not yet dealt} it holds."""
+    import re
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    return {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'streambatch_stream_partitions_waiting\{[^}]*worker="([^"]+)"[^}]*\} (\S+)', text)}
+
+
+def worker_pid(run_pid, worker_id):
+    """The pid of the run's worker process started with --id worker_id (None if none)."""
     with open(f"/proc/{run_pid}/task/{run_pid}/children") as f:
         kids = [int(x) for x in f.read().split()]
-    return [k for k in kids if b"streambatch-worker" in open(f"/proc/{k}/cmdline", "rb").read()]
+    for k in kids:
+        try:
+            argv = open(f"/proc/{k}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--id" in argv and argv[argv.index(b"--id") + 1].decode() == worker_id:
+            return k
+    return None
 
 
 def worker_kill_test(src):
     """A worker SIGKILLed while two ranks read: its partitions are re-made by lineage (those
     not dealt yet, and those dealt but not yet read, which the rank reports), and every record
-    still reaches exactly one rank."""
+    still reaches exactly one rank. Rank 0 pauses after 2 batches, so the dealer holds rank 1
+    too and the budget fills with partitions not dealt; the run's metrics say which worker holds
+    the most of them (streambatch_stream_partitions_waiting), and that one is killed: the
+    lineage re-make must then happen, whatever the timing."""
     import signal
     import threading
     name = "kill"
-    p, info, summary = serve(spec(src, name, budget="256Ki", part="16Ki"), epochs=1)
+    port = free_port()
+    p, info, summary = serve(spec(src, name, budget="256Ki", part="16Ki"), epochs=1,
+                             extra=["--metrics-addr", f"127.0.0.1:{port}"])
     killed = []
 
     def killer():
-        time.sleep(1.5)  # rank 0 pauses after 2 batches for 3 s: both ranks are mid-epoch
-        pids = worker_pids(p.pid)
-        if pids:
-            os.kill(pids[0], signal.SIGKILL)
-            killed.append(pids[0])
+        deadline = time.time() + 30
+        while time.time() < deadline and p.poll() is None:
+            backlog = stream_backlog(port)
+            if backlog and max(backlog.values()) >= 2:
+                wid = max(backlog, key=backlog.get)
+                pid = worker_pid(p.pid, wid)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append((wid, int(backlog[wid])))
+                    return
+            time.sleep(0.05)
 
     t = threading.Thread(target=killer)
     t.start()
-    codes, res = ranks(info, 2, 1, 64, drop_last=False, pause=(2, 3.0), tag=name)
+    codes, res = ranks(info, 2, 1, 64, drop_last=False, pause=(2, 5.0), tag=name)
     t.join()
     finish(p, name)
-    check("worker killed: a worker was SIGKILLed mid-epoch", len(killed) == 1, killed)
+    check("worker killed: the worker holding the most partitions not yet dealt (at least 2, "
+          "from the run's metrics) was SIGKILLed mid-epoch", len(killed) == 1, killed)
     ok = all(c == 0 for c in codes)
     ids = [i for r in res for i in r["epochs"][0]["ids"]] if ok else []
     check("worker killed: every record exactly once across the 2 ranks",
