@@ -435,6 +435,8 @@ static void plan_ready(sb_ctl *c)
                           .start_ms = now_ms(),
                           .resume = c->have_resume ? &c->resume : NULL,
                           .stream = c->stream.stream,
+                          .stream_cache =
+                              c->stream.stream && sb_sink_stream_cache(&c->pipeline->spec.sink),
                           .stream_epochs = c->stream.stream_epochs,
                           .stream_shuffle = c->stream.stream_shuffle,
                           .stream_seed = c->stream.stream_seed};

@@ -106,8 +106,11 @@ typedef struct sb_sched_config {
     /* A stream:// sink (see "Stream sink" below): the last op's outputs stay in the workers'
      * stores for consumers instead of being written out. stream_epochs: how many times the
      * source is read (0 is 1); stream_seed: with stream_shuffle, each epoch's splits are
-     * shuffled by (seed, epoch). Not with resume. */
+     * shuffled by (seed, epoch). Not with resume. stream_cache (sink.args.cacheEpochs): the
+     * source is read once; epoch 0's partitions are kept and dealt again in every later epoch,
+     * in an order shuffled by (seed, epoch) with stream_shuffle. */
     int stream;
+    int stream_cache;
     uint32_t stream_epochs;
     int stream_shuffle;
     uint64_t stream_seed;
@@ -422,7 +425,13 @@ int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char
  * no task mixes rows of two epochs. The run succeeds once every epoch has been made and every
  * partition released (sb_sched_stream_release). A partition taken and then lost with its worker
  * is re-made only when its consumer says it could not read it (sb_sched_stream_lost): one that
- * read it first needs nothing more. */
+ * read it first needs nothing more.
+ *
+ * With stream_cache, epoch 0 alone runs the pipeline; once all of it has been made, every later
+ * epoch's queue is those partitions again (shuffled per epoch with a seed). A partition is then
+ * released by its last epoch only: an epoch that releases it before leaves it with its worker,
+ * no longer counted against the memory budget (the worker's store spills it to disk under its
+ * own budget), and a worker lost with kept partitions has them re-made by lineage at once. */
 
 /* A partition of the stream (a view, valid until the next mutating call). */
 typedef struct sb_sched_stream_part {

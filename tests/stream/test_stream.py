@@ -39,7 +39,7 @@ def make_source():
     return src, lines
 
 
-def spec(src, name, budget="1Mi", part="16Ki"):
+def spec(src, name, budget="1Mi", part="16Ki", sink_args=""):
     path = os.path.join(WORK, f"{name}.yaml")
     with open(path, "w") as f:
         f.write(f"""apiVersion: streambatch.dev/v1alpha1
@@ -57,7 +57,7 @@ spec:
   sink:
     uri: stream://
     format: jsonl
-  execution:
+{sink_args}  execution:
     memoryBudget: {budget}
 """)
     return path
@@ -394,6 +394,87 @@ def worker_kill_test(src):
           json.dumps(s)[:300])
 
 
+def cache_test(src):
+    """sink.args.cacheEpochs: 2 epochs of 2 ranks from one read of the source. The budget
+    (256Ki) is well under the output (~650 KB), so the kept partitions must leave it (the
+    workers' stores keep them) for epoch 0 to finish. Every record exactly once per epoch across
+    the ranks, epoch 1 in another order (the seed shuffles the kept partitions), and the source
+    stage read each record once (its rowsOut: 20000 when each epoch re-reads the source)."""
+    name = "cache"
+    p, info, summary = serve(spec(src, name, budget="256Ki", part="16Ki",
+                                  sink_args="    args: {cacheEpochs: true}\n"), epochs=2, seed=3)
+    codes, res = ranks(info, 2, 2, 256, drop_last=False, tag=name)
+    finish(p, name)
+    ok = all(c == 0 for c in codes)
+    check("cacheEpochs: both ranks read 2 epochs", ok, codes)
+    if not ok:
+        return
+    for e in range(2):
+        ids = [i for r in res for i in r["epochs"][e]["ids"]]
+        check(f"cacheEpochs epoch {e}: every record exactly once across the ranks",
+              sorted(ids) == list(range(NREC)), f"{len(ids)} rows, {len(set(ids))} distinct")
+    order = [[i for r in res for i in r["epochs"][e]["ids"]] for e in range(2)]
+    check("cacheEpochs: epoch 1 is dealt in another order (shuffled by the seed)",
+          order[0] != order[1], "same order")
+    s = json.load(open(summary))
+    src_rows = s["stages"][0]["rowsOut"] if s.get("stages") else None
+    check("cacheEpochs: the source was read once (the source stage made each record once)",
+          src_rows == NREC, f"rowsOut {src_rows}: {json.dumps(s)[:300]}")
+    cache_kill_test(src)
+    bad = [("{cacheEpochs: 1}", "cacheEpochs"), ("{cacheEpochs: true, keep: 1}", "keep")]
+    for args, word in bad:
+        path = spec(src, "cachebad", sink_args=f"    args: {args}\n")
+        r = subprocess.run([BIN, "validate", path], capture_output=True, text=True, timeout=60)
+        check(f"validate refuses sink.args {args} on a stream:// sink, naming {word}",
+              r.returncode != 0 and word in r.stdout + r.stderr,
+              f"rc {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
+
+
+def cache_kill_test(src):
+    """cacheEpochs with its one worker SIGKILLed once epoch 0 is made and the kept partitions
+    are queued for epoch 1 (the metrics' backlog then exceeds one epoch's ~40 partitions; the
+    1Mi budget holds all of epoch 0 while rank 0 pauses): the kept partitions are re-made by
+    lineage and both epochs still give every record exactly once."""
+    import signal
+    import threading
+    name = "cachekill"
+    port = free_port()
+    p, info, summary = serve(spec(src, name, budget="1Mi", part="16Ki",
+                                  sink_args="    args: {cacheEpochs: true}\n"), epochs=2, cpus=1,
+                             extra=["--metrics-addr", f"127.0.0.1:{port}"])
+    killed = []
+
+    def killer():
+        deadline = time.time() + 30
+        while time.time() < deadline and p.poll() is None:
+            backlog = stream_backlog(port)
+            if backlog and max(backlog.values()) >= 45:
+                wid = max(backlog, key=backlog.get)
+                pid = worker_pid(p.pid, wid)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append((wid, int(backlog[wid])))
+                    return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    codes, res = ranks(info, 2, 2, 64, drop_last=False, pause=(2, 5.0), tag=name)
+    t.join()
+    finish(p, name)
+    check("cacheEpochs, worker killed: the worker holding epoch 0's kept partitions (a backlog "
+          "past one epoch) was SIGKILLed", len(killed) == 1, killed)
+    ok = all(c == 0 for c in codes)
+    for e in range(2):
+        ids = [i for r in res for i in r["epochs"][e]["ids"]] if ok else []
+        check(f"cacheEpochs, worker killed, epoch {e}: every record exactly once across the ranks",
+              ok and sorted(ids) == list(range(NREC)),
+              f"codes {codes}, {len(ids)} rows, {len(set(ids))} distinct")
+    s = json.load(open(summary))
+    check("cacheEpochs, worker killed: the kept partitions were re-made (lineage)",
+          s.get("partitionsRecovered", 0) >= 1, json.dumps(s)[:300])
+
+
 def c_api_test(src):
     """The C API without Python: api/examples/consumer/count.c reads a whole epoch."""
     exe = os.path.join(os.path.dirname(os.environ["STREAMBATCH_CONSUMER_LIB"]), "stream-count")
@@ -439,6 +520,7 @@ def main():
              ("formats", lambda: formats_test(src, lines)),
              ("slow", lambda: slow_consumer_test(src)),
              ("kill", lambda: worker_kill_test(src)),
+             ("cache", lambda: cache_test(src)),
              ("capi", lambda: c_api_test(src)),
              ("lbbsp", lambda: lbbsp_test(src)),
              ("restart", lambda: restart_test(src)),
