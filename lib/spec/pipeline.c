@@ -1089,8 +1089,8 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
 }
 
 /* A stream:// sink keeps the output in the workers for consumers: what only makes sense for
- * files (write modes, credentials; its args are its own, check_io) and what the stream does not do (order by
- * lineage, the staged mode, which runs without a budget) is refused. */
+ * files (write modes, credentials; its args are its own, check_io) and what the stream does not do
+ * (order by lineage, the staged mode, which runs without a budget) is refused. */
 static void stream_sink_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
                               sb_diags *d)
 {
