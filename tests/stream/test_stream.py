@@ -348,26 +348,18 @@ def worker_pid(run_pid, worker_id):
     return None
 
 
-def worker_kill_test(src):
-    """A worker SIGKILLed while two ranks read: its partitions are re-made by lineage (those
-    not dealt yet, and those dealt but not yet read, which the rank reports), and every record
-    still reaches exactly one rank. Rank 0 pauses after 2 batches, so the dealer holds rank 1
-    too and the budget fills with partitions not dealt; the run's metrics say which worker holds
-    the most of them (streambatch_stream_partitions_waiting), and that one is killed: the
-    lineage re-make must then happen, whatever the timing."""
+def kill_holder(p, port, least, killed):
+    """A thread (started) that SIGKILLs the run p's worker holding the most stream partitions
+    not yet dealt, once one holds at least `least` (the run's metrics on port), and appends
+    (worker id, its backlog) to killed; it gives up after 30 s or when the run ends."""
     import signal
     import threading
-    name = "kill"
-    port = free_port()
-    p, info, summary = serve(spec(src, name, budget="256Ki", part="16Ki"), epochs=1,
-                             extra=["--metrics-addr", f"127.0.0.1:{port}"])
-    killed = []
 
     def killer():
         deadline = time.time() + 30
         while time.time() < deadline and p.poll() is None:
             backlog = stream_backlog(port)
-            if backlog and max(backlog.values()) >= 2:
+            if backlog and max(backlog.values()) >= least:
                 wid = max(backlog, key=backlog.get)
                 pid = worker_pid(p.pid, wid)
                 if pid is not None:
@@ -378,9 +370,34 @@ def worker_kill_test(src):
 
     t = threading.Thread(target=killer)
     t.start()
-    codes, res = ranks(info, 2, 1, 64, drop_last=False, pause=(2, 5.0), tag=name)
+    return t
+
+
+def read_and_kill(path, epochs, cpus, least):
+    """Serves path with its metrics on, two ranks read `epochs` epochs in batches of 64 (rank 0
+    pausing 5 s after its second batch), while kill_holder kills the worker holding `least`
+    partitions not yet dealt. Returns (killed, the ranks' exit codes, their results, the
+    summary's path)."""
+    port = free_port()
+    p, info, summary = serve(path, epochs=epochs, cpus=cpus,
+                             extra=["--metrics-addr", f"127.0.0.1:{port}"])
+    killed = []
+    t = kill_holder(p, port, least, killed)
+    name = os.path.basename(path)[:-5]
+    codes, res = ranks(info, 2, epochs, 64, drop_last=False, pause=(2, 5.0), tag=name)
     t.join()
     finish(p, name)
+    return killed, codes, res, summary
+
+
+def worker_kill_test(src):
+    """A worker SIGKILLed while two ranks read: its partitions are re-made by lineage (those
+    not dealt yet, and those dealt but not yet read, which the rank reports), and every record
+    still reaches exactly one rank. Rank 0 pauses after 2 batches, so the dealer holds rank 1
+    too and the budget fills with partitions not dealt; the run's metrics say which worker holds
+    the most of them (streambatch_stream_partitions_waiting), and that one is killed: the
+    lineage re-make must then happen, whatever the timing."""
+    killed, codes, res, summary = read_and_kill(spec(src, "kill", budget="256Ki"), 1, 2, 2)
     check("worker killed: the worker holding the most partitions not yet dealt (at least 2, "
           "from the run's metrics) was SIGKILLed mid-epoch", len(killed) == 1, killed)
     ok = all(c == 0 for c in codes)
@@ -435,33 +452,8 @@ def cache_kill_test(src):
     are queued for epoch 1 (the metrics' backlog then exceeds one epoch's ~40 partitions; the
     1Mi budget holds all of epoch 0 while rank 0 pauses): the kept partitions are re-made by
     lineage and both epochs still give every record exactly once."""
-    import signal
-    import threading
-    name = "cachekill"
-    port = free_port()
-    p, info, summary = serve(spec(src, name, budget="1Mi", part="16Ki",
-                                  sink_args="    args: {cacheEpochs: true}\n"), epochs=2, cpus=1,
-                             extra=["--metrics-addr", f"127.0.0.1:{port}"])
-    killed = []
-
-    def killer():
-        deadline = time.time() + 30
-        while time.time() < deadline and p.poll() is None:
-            backlog = stream_backlog(port)
-            if backlog and max(backlog.values()) >= 45:
-                wid = max(backlog, key=backlog.get)
-                pid = worker_pid(p.pid, wid)
-                if pid is not None:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append((wid, int(backlog[wid])))
-                    return
-            time.sleep(0.05)
-
-    t = threading.Thread(target=killer)
-    t.start()
-    codes, res = ranks(info, 2, 2, 64, drop_last=False, pause=(2, 5.0), tag=name)
-    t.join()
-    finish(p, name)
+    killed, codes, res, summary = read_and_kill(
+        spec(src, "cachekill", sink_args="    args: {cacheEpochs: true}\n"), 2, 1, 45)
     check("cacheEpochs, worker killed: the worker holding epoch 0's kept partitions (a backlog "
           "past one epoch) was SIGKILLed", len(killed) == 1, killed)
     ok = all(c == 0 for c in codes)
