@@ -11,7 +11,7 @@
 # both when preprocessing is the bottleneck (STEP_MS 0) and when the step is (STEP_MS SLOW_MS).
 # Samples/s: images over the wall seconds from the start (server or pool) to the last batch;
 # peak RSS: the whole process tree (trainer + pool, or trainer + server + its workers), sampled
-# every 20 ms. Prints one markdown section. Environment: IMAGES (2000), REPS (3), SLOW_MS (400),
+# every 20 ms. Prints one markdown section. Environment: IMAGES (2000), REPS (3), SLOW_MS (1500),
 # BUDGET (64Mi), SB_BIN_DIR, SB_BUILD_DIR. The images (tests/bench/inference_data.py) are cached
 # in $SB_BUILD_DIR/bench/images-N, as bench-images.sh's.
 set -euo pipefail
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 bin=$(realpath "${SB_BIN_DIR:-bin}")
 build=$(realpath "${SB_BUILD_DIR:-build}")
-n=${IMAGES:-2000} reps=${REPS:-3} slow=${SLOW_MS:-400} budget=${BUDGET:-64Mi}
+n=${IMAGES:-2000} reps=${REPS:-3} slow=${SLOW_MS:-1500} budget=${BUDGET:-64Mi}
 py=$build/resize-venv/bin/python
 if ! "$py" -c 'import numpy, PIL' 2>/dev/null; then
   bench_venv "$build/resize-venv" PIL pillow==13.0.0 numpy==2.4.6 ||
@@ -54,24 +54,25 @@ kind, step_ms, imgs, spec, sbbin = sys.argv[1], float(sys.argv[2]), sys.argv[3],
 B = 256
 
 def tree_rss():
-    """VmRSS of this process and all its descendants, bytes."""
-    total, todo = 0, [os.getpid()]
+    """VmRSS of this process and all its descendants, and of the descendants alone, bytes."""
+    total, me, todo = 0, 0, [os.getpid()]
     while todo:
         pid = todo.pop()
         try:
             for line in open(f"/proc/{pid}/status"):
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
+                    me = me or total
             for t in os.listdir(f"/proc/{pid}/task"):
                 todo += [int(x) for x in open(f"/proc/{pid}/task/{t}/children").read().split()]
         except OSError:
             pass
-    return total
+    return total, total - me
 
-peak, done = [0], threading.Event()
+peak, done = [0, 0], threading.Event()
 def sample():
     while not done.is_set():
-        peak[0] = max(peak[0], tree_rss())
+        peak[:] = [max(a, b) for a, b in zip(peak, tree_rss())]
         done.wait(0.02)
 
 def step(batch):
@@ -118,19 +119,19 @@ t0 = time.time()
 rows, batches = run_pool() if kind == "pool" else run_sb()
 wall = time.time() - t0
 done.set(); t.join()
-print(f"{rows / wall:.1f} {peak[0] / 2**20:.1f} {batches} {rows}")
+print(f"{rows / wall:.1f} {peak[0] / 2**20:.1f} {peak[1] / 2**20:.1f} {batches} {rows}")
 PY
 export PYTHONPATH=$PWD/sdk/python STREAMBATCH_CONSUMER_LIB=$build/lib/libstreambatch_consumer.so
-declare -A sps rss
+declare -A sps rss kids
 before=$(pressure)
 for ((r = 0; r < reps; r++)); do
   for ms in 0 "$slow"; do
     for k in sb pool; do
       out=$("$py" "$work/ingest.py" "$k" "$ms" "$imgs" "$work/p.yaml" "$bin/streambatch") ||
         { echo "bench-ingest: $k at step $ms ms failed" >&2; exit 1; }
-      read -r s m _ rows <<<"$out"
+      read -r s m c _ rows <<<"$out"
       ((rows == n)) || { echo "bench-ingest: $k fed $rows samples, want $n" >&2; exit 1; }
-      sps[$k-$ms]+="$s " rss[$k-$ms]+="$m "
+      sps[$k-$ms]+="$s " rss[$k-$ms]+="$m " kids[$k-$ms]+="$c "
     done
   done
 done
@@ -141,15 +142,16 @@ echo "0 ms (preprocessing the bottleneck) or $slow ms per batch (the step the bo
 echo "\`run --serve --cpus 2\`, memoryBudget $budget, read with \`iter_batches(batch_format=\"numpy\")\`;"
 echo "against a multiprocessing.Pool of 2 Pillow processes batching in the trainer (the DataLoader"
 echo "stand-in: torch is not installed). $reps runs each alternating, median (range); peak RSS of the"
-echo "whole process tree. Before: $before; after: $(pressure). The machine is shared: other jobs ran."
+echo "whole process tree, and of what runs beside the trainer (the server and its 2 workers; the"
+echo "pool's 2 processes). Before: $before; after: $(pressure). The machine is shared: other jobs ran."
 echo
-echo "| step | streambatch samples/s | pool samples/s | ratio | streambatch peak RSS MiB | pool peak RSS MiB |"
+echo "| step | streambatch samples/s | pool samples/s | ratio | streambatch peak RSS MiB: tree, beside the trainer | pool: tree, beside the trainer |"
 echo "|---|---|---|---|---|---|"
 for ms in 0 "$slow"; do
   # shellcheck disable=SC2086
   a=$(median ${sps[sb-$ms]}) b=$(median ${sps[pool-$ms]})
   # shellcheck disable=SC2086
-  printf '| %s ms | %s (%s) | %s (%s) | %.2fx | %s (%s) | %s (%s) |\n' "$ms" "$a" "$(range ${sps[sb-$ms]})" \
+  printf '| %s ms | %s (%s) | %s (%s) | %.2fx | %s, %s | %s, %s |\n' "$ms" "$a" "$(range ${sps[sb-$ms]})" \
     "$b" "$(range ${sps[pool-$ms]})" "$(awk -v a="$a" -v b="$b" 'BEGIN{print a/b}')" \
-    "$(median ${rss[sb-$ms]})" "$(range ${rss[sb-$ms]})" "$(median ${rss[pool-$ms]})" "$(range ${rss[pool-$ms]})"
+    "$(median ${rss[sb-$ms]})" "$(median ${kids[sb-$ms]})" "$(median ${rss[pool-$ms]})" "$(median ${kids[pool-$ms]})"
 done
