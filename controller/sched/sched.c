@@ -3791,7 +3791,7 @@ static void stream_advance(sb_sched *s)
         if (s->stream_cache) {
             stream_q *q = &s->sq[e];
             if (GROW(s, q->q, q->cap, s->ncached) != 0)
-                return; /* (out of memory: set_failure'd by GROW; let in again on the next call) */
+                return; /* out of memory (GROW sets s->oom): tried again on the next call */
             memcpy(q->q, s->cached, s->ncached * sizeof *q->q);
             q->head = 0;
             q->len = s->ncached;
