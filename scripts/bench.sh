@@ -194,6 +194,8 @@ echo "bench: cost-aware placement (scripts/bench-plan.sh: the plan vs a brute fo
 scripts/bench-plan.sh >>"$out"
 echo "bench: LB-BSP (scripts/bench-ingest-lbbsp.sh: two ranks, one at half speed, lbbsp vs equal batches)" >&2
 scripts/bench-ingest-lbbsp.sh >>"$out"
+echo "bench: ingest into a training step (scripts/bench-ingest.sh: stream:// + iter_batches vs a Pillow pool)" >&2
+{ echo; scripts/bench-ingest.sh; } >>"$out"
 # Issue 38's checkpoints at scale (scripts/bench-ckpt-scale.sh): the local run, then the
 # lifecycle case on the test cluster, when its binaries can be built (tests/k8s/build.sh: Go and
 # the module proxy, cached after the first time); otherwise only the local run, and the report

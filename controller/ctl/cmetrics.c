@@ -32,6 +32,7 @@ enum {
     C_PQ_BYTES,
     C_RANK_BATCH,
     C_RANK_STEP,
+    C_STREAM_WAITING,
     NC,
     /* then the worker families, summed per pool (lib/metrics/families.h) */
     NALL = NC + SB_WF_COUNT
@@ -46,7 +47,8 @@ enum {
     L_STAGE_OUTCOME,
     L_POOL_STATE,
     L_PIPE_STATE,
-    L_RANK
+    L_RANK,
+    L_WORKER
 };
 static const char *const labelsets[][6] = {
     [L_PIPE] = {"namespace", "pipeline", NULL},
@@ -57,6 +59,7 @@ static const char *const labelsets[][6] = {
     [L_STAGE_OUTCOME] = {"namespace", "pipeline", "stage", "outcome", NULL},
     [L_POOL_STATE] = {"namespace", "pipeline", "pool", "state", NULL},
     [L_RANK] = {"namespace", "pipeline", "rank", NULL},
+    [L_WORKER] = {"namespace", "pipeline", "worker", NULL},
 };
 
 static const struct {
@@ -121,6 +124,10 @@ static const struct {
                       L_RANK},
     [C_RANK_STEP] = {SB_METRIC_GAUGE, "streambatch_stream_rank_step_seconds",
                      "A stream's trainer rank: its latest reported training step time.", L_RANK},
+    [C_STREAM_WAITING] = {SB_METRIC_GAUGE, "streambatch_stream_partitions_waiting",
+                          "A stream's partitions made and not yet dealt to a rank, by the worker "
+                          "holding them (the backlog a slow trainer leaves).",
+                          L_WORKER},
 };
 
 struct sb_cmetrics {
@@ -229,6 +236,10 @@ void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipelin
         const char *const r[] = {ns, pl, rank};
         sb_metric_set(m->f[C_RANK_BATCH], r, (double)s->ranks[i].batch_rows);
         sb_metric_set(m->f[C_RANK_STEP], r, s->ranks[i].step_seconds);
+    }
+    for (size_t i = 0; i < s->nholders; i++) {
+        const char *const w[] = {ns, pl, s->holders[i].worker_id};
+        sb_metric_set(m->f[C_STREAM_WAITING], w, (double)s->holders[i].parts);
     }
     for (size_t i = 0; i < npools; i++) {
         static const char *const states[] = {"desired", "ready", "pending"};

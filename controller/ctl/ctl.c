@@ -435,6 +435,8 @@ static void plan_ready(sb_ctl *c)
                           .start_ms = now_ms(),
                           .resume = c->have_resume ? &c->resume : NULL,
                           .stream = c->stream.stream,
+                          .stream_cache =
+                              c->stream.stream && sb_sink_stream_cache(&c->pipeline->spec.sink),
                           .stream_epochs = c->stream.stream_epochs,
                           .stream_shuffle = c->stream.stream_shuffle,
                           .stream_seed = c->stream.stream_seed};
@@ -1539,6 +1541,15 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
         sb_sched_get_group_stats(c->sched, i, &out->ops[i]);
     if (c->deal != NULL)
         out->nranks = sb_deal_ranks(c->deal, out->ranks, 16);
+    if (c->sched != NULL) {
+        sb_sched_stream_holder h[16];
+        out->nholders = sb_sched_stream_waiting(c->sched, h, 16);
+        for (size_t i = 0; i < out->nholders; i++) {
+            snprintf(out->holders[i].worker_id, sizeof out->holders[i].worker_id, "%s",
+                     h[i].worker_id);
+            out->holders[i].parts = h[i].parts;
+        }
+    }
     out->workers_registered = c->registered;
     out->workers_lost = c->lost;
     out->workers_retired = c->retired;

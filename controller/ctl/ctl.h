@@ -114,6 +114,11 @@ typedef struct sb_ctl_snapshot {
     sb_ctl_pool_figures pools[4]; /* live workers per pool (heartbeat figures summed) */
     size_t nranks;
     sb_deal_rank ranks[16]; /* a stream's trainer ranks (the first 16): batch, step time */
+    size_t nholders;        /* a stream's backlog by worker (the first 16 workers holding any) */
+    struct {
+        char worker_id[128];
+        uint64_t parts;
+    } holders[16];
 } sb_ctl_snapshot;
 
 sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *err);

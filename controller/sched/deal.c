@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A partition with slices dealt and not all acknowledged. */
+/* A partition with slices dealt and not all acknowledged, in one epoch (with
+ * sink.args.cacheEpochs the same partition is dealt again in each epoch: one entry per epoch). */
 typedef struct {
     char *id;
+    uint32_t epoch;
     uint32_t open; /* slices not acknowledged yet */
     int fully;     /* every row of it has been dealt */
 } held;
@@ -117,10 +119,10 @@ static int room(void *arr, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
-static held *held_find(sb_deal *d, const char *id)
+static held *held_find(sb_deal *d, uint32_t epoch, const char *id)
 {
     for (size_t i = 0; i < d->nh; i++)
-        if (strcmp(d->h[i].id, id) == 0)
+        if (d->h[i].epoch == epoch && strcmp(d->h[i].id, id) == 0)
             return &d->h[i];
     return NULL;
 }
@@ -139,13 +141,14 @@ typedef struct {
     sb_deal *d;
     sb_sched *s;
     uint64_t now_ms;
+    uint32_t epoch;
 } hold_ctx;
 
 /* One slice of the partition more (+1) or fewer (-1) out with a rank (ranklog.h's hold). */
 static void hold(void *ctx, const char *id, int delta)
 {
     hold_ctx *c = ctx;
-    held *h = held_find(c->d, id);
+    held *h = held_find(c->d, c->epoch, id);
     if (h == NULL)
         return;
     if (delta > 0) {
@@ -173,7 +176,7 @@ static int lost_all(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
 {
     for (size_t i = 0; i < req->nlost; i++) {
         const sb_deal_lost *l = &req->lost[i];
-        held *h = held_find(d, l->id);
+        held *h = held_find(d, req->epoch, l->id);
         if (h == NULL || h->open == 0 || l->hi - l->lo > e->dealt[req->rank] ||
             !sb_ranklog_lost(&e->logs[req->rank], l->id, l->lo, l->hi))
             continue; /* not a slice of this rank's out there: nothing to deal again */
@@ -230,7 +233,7 @@ static void deal_again(sb_deal *d, epoch_deal *e, sb_sched *s, redeal *r,
     rep->row_hi = r->lo + n;
     r->lo += n;
     e->dealt[rank] += n;
-    held *h = held_find(d, id);
+    held *h = held_find(d, (uint32_t)(e - d->ep), id);
     if (h != NULL)
         h->open++;
     if (r->lo == r->hi) {
@@ -456,7 +459,7 @@ static int take_head(sb_deal *d, epoch_deal *e, sb_sched *s, uint32_t epoch)
             free(hid);
             return -1;
         }
-        d->h[d->nh++] = (held){.id = hid, .open = 0, .fully = p.rows == 0};
+        d->h[d->nh++] = (held){.id = hid, .epoch = epoch, .open = 0, .fully = p.rows == 0};
         if (p.rows == 0) { /* nothing to deal: free it now */
             free(id);
             free(addr);
@@ -548,7 +551,7 @@ static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
     uint64_t n = e->rows - e->next_row;
     if (n > cap - e->dealt[req->rank])
         n = cap - e->dealt[req->rank];
-    held *h = held_find(d, e->id);
+    held *h = held_find(d, req->epoch, e->id);
     if (h == NULL) { /* cannot be: every head is held */
         snprintf(rep->message, sizeof rep->message, "partition %s is not held", e->id);
         return -2;
@@ -583,7 +586,7 @@ static int session_check(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_r
                          uint64_t now_ms, sb_deal_reply *rep)
 {
     sb_ranklog *l = &e->logs[req->rank];
-    hold_ctx hc = {d, s, now_ms};
+    hold_ctx hc = {d, s, now_ms, req->epoch};
     int sess = sb_ranklog_session(l, req->session);
     if (sess < 0) {
         snprintf(rep->message, sizeof rep->message,
@@ -612,7 +615,7 @@ static int session_check(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_r
  * report that cannot be changes nothing (sb_ranklog_ack): the rows stay held. */
 static void ack(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req, uint64_t now_ms)
 {
-    hold_ctx hc = {d, s, now_ms};
+    hold_ctx hc = {d, s, now_ms, req->epoch};
     sb_ranklog_ack(&e->logs[req->rank], req->consumed_base, req->consumed_bits, req->nconsumed_bits,
                    req->consumed_batches, hold, &hc);
 }

@@ -37,6 +37,8 @@ typedef struct {
     size_t consumer; /* task that reads it, NONE while waiting in the op's input FIFO */
     part_state state;
     uint32_t next_out; /* the producer's next output (task.out_first's list), NO_PART at the end */
+    uint32_t uses;     /* stream_cache: epochs that have not released it yet */
+    uint8_t parked;    /* stream_cache: released by an epoch, kept: its bytes not counted */
 } part;
 
 #define NO_PART UINT32_MAX
@@ -251,6 +253,11 @@ struct sb_sched {
     size_t epoch_splits;                 /* splits per epoch (op 0's tasks e * this ..) */
     stream_q *sq;                        /* per epoch */
     uint64_t stream_taken;               /* taken and not released yet */
+    int stream_cache;                    /* sb_sched_config.stream_cache */
+    uint64_t stream_seed;                /* with stream_shuffle: later epochs' order */
+    int stream_shuffle;
+    size_t *cached; /* stream_cache: epoch 0's partitions, in the order they were made */
+    size_t ncached, capcached;
     uint64_t now_ms; /* the latest clock a call brought (open backpressure spells end there) */
     /* a parquet sink's records schema inferred by the first sink task (sink_gated) */
     int infer_schema;  /* the run infers one (sb_io_sink_infers_schema) */
@@ -327,8 +334,9 @@ static void set_waiting(sb_sched *s, task *t, int v)
 
 static void part_drop_bytes(sb_sched *s, part *p)
 {
-    if (p->state == P_AVAILABLE)
+    if (p->state == P_AVAILABLE && !p->parked)
         s->partition_bytes -= p->bytes;
+    p->parked = 0;
 }
 
 /* The partition will not be read again: free it where it lives. */
@@ -861,7 +869,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
         if (stream_setup(s, cfg, splits, nsplits, &expanded, err) != 0)
             goto fail;
         splits = expanded;
-        nsplits *= s->stream_epochs;
+        nsplits *= s->stream_cache ? 1 : s->stream_epochs; /* cached: the source is read once */
     }
     int seeded = sched_seed_tasks(s, cfg, splits, nsplits, err);
     free(expanded);
@@ -932,6 +940,7 @@ void sb_sched_free(sb_sched *s)
     for (uint32_t e = 0; s->sq != NULL && e < s->stream_epochs; e++)
         free(s->sq[e].q);
     free(s->sq);
+    free(s->cached);
     free(s->parts);
     for (size_t i = 0; i < s->nworkers; i++) {
         worker *w = &s->workers[i];
@@ -3675,8 +3684,24 @@ static uint64_t splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-/* The plan's splits once per epoch, each epoch's in its own order when shuffled (a pure
- * function of the seed and the epoch: Fisher-Yates over splitmix64). */
+/* n elements of size sz in an order shuffled by (seed, epoch) when on (a pure function of the
+ * two: Fisher-Yates over splitmix64). */
+static void stream_shuffle(int on, uint64_t seed, uint32_t epoch, void *base, size_t n, size_t sz)
+{
+    uint64_t x = seed ^ ((uint64_t)epoch * 0xd1b54a32d192ed03ULL);
+    unsigned char tmp[sizeof(sb_storage_split)], *a = base;
+    if (sz > sizeof tmp)
+        return;
+    for (size_t i = n; on && i > 1; i--) {
+        size_t j = (size_t)(splitmix64(&x) % i);
+        memcpy(tmp, a + (i - 1) * sz, sz);
+        memcpy(a + (i - 1) * sz, a + j * sz, sz);
+        memcpy(a + j * sz, tmp, sz);
+    }
+}
+
+/* The plan's splits once per epoch (once in all with stream_cache), each epoch's in its own
+ * order when shuffled. */
 static int stream_setup(sb_sched *s, const sb_sched_config *cfg, const sb_storage_split *splits,
                         size_t nsplits, sb_storage_split **expanded, sb_err *err)
 {
@@ -3687,21 +3712,19 @@ static int stream_setup(sb_sched *s, const sb_sched_config *cfg, const sb_storag
         return sb_err_set(err, "scheduler: %u epochs of %zu splits are too many", epochs, nsplits);
     s->stream = 1;
     s->stream_epochs = epochs;
+    s->stream_cache = cfg->stream_cache != 0;
+    s->stream_shuffle = cfg->stream_shuffle;
+    s->stream_seed = cfg->stream_seed;
     s->epoch_splits = nsplits;
+    uint32_t read = s->stream_cache ? 1 : epochs; /* the epochs that read the source */
     s->sq = calloc(epochs, sizeof *s->sq);
-    *expanded = malloc((nsplits > 0 ? nsplits * epochs : 1) * sizeof **expanded);
+    *expanded = malloc((nsplits > 0 ? nsplits * read : 1) * sizeof **expanded);
     if (s->sq == NULL || *expanded == NULL)
         return sb_err_set(err, "scheduler: out of memory");
-    for (uint32_t e = 0; e < epochs; e++) {
+    for (uint32_t e = 0; e < read; e++) {
         sb_storage_split *ep = *expanded + (size_t)e * nsplits;
         memcpy(ep, splits, nsplits * sizeof *ep);
-        uint64_t x = cfg->stream_seed ^ ((uint64_t)e * 0xd1b54a32d192ed03ULL);
-        for (size_t i = nsplits; cfg->stream_shuffle && i > 1; i--) {
-            size_t j = (size_t)(splitmix64(&x) % i);
-            sb_storage_split tmp = ep[i - 1];
-            ep[i - 1] = ep[j];
-            ep[j] = tmp;
-        }
+        stream_shuffle(cfg->stream_shuffle, cfg->stream_seed, e, ep, nsplits, sizeof *ep);
     }
     return 0;
 }
@@ -3720,10 +3743,22 @@ static uint32_t task_epoch(const sb_sched *s, size_t ti)
     return 0;
 }
 
+static int q_push(sb_sched *s, stream_q *q, size_t pi);
+
 static int stream_push(sb_sched *s, size_t ti, size_t pi)
 {
-    stream_q *q = &s->sq[task_epoch(s, ti)];
     s->parts[pi].consumer = NONE;
+    if (s->stream_cache) { /* kept for the later epochs (stream_advance queues it again) */
+        if (GROW(s, s->cached, s->capcached, s->ncached + 1) != 0)
+            return -1;
+        s->cached[s->ncached++] = pi;
+        s->parts[pi].uses = s->stream_epochs;
+    }
+    return q_push(s, &s->sq[task_epoch(s, ti)], pi);
+}
+
+static int q_push(sb_sched *s, stream_q *q, size_t pi)
+{
     if (q->head > 0 && q->head + q->len == q->cap) { /* compact before growing */
         memmove(q->q, q->q + q->head, q->len * sizeof *q->q);
         q->head = 0;
@@ -3751,10 +3786,23 @@ static int stream_made(const sb_sched *s)
     return 1;
 }
 
+/* Lets the next epochs in once everything before has been made. With stream_cache an epoch
+ * let in is epoch 0's partitions queued again, in the epoch's order. */
 static void stream_advance(sb_sched *s)
 {
-    while (s->stream && s->stream_open + 1 < s->stream_epochs && stream_made(s))
-        s->stream_open++;
+    while (s->stream && s->stream_open + 1 < s->stream_epochs && stream_made(s)) {
+        uint32_t e = s->stream_open + 1;
+        if (s->stream_cache) {
+            stream_q *q = &s->sq[e];
+            if (GROW(s, q->q, q->cap, s->ncached) != 0)
+                return; /* out of memory (GROW sets s->oom): tried again on the next call */
+            memcpy(q->q, s->cached, s->ncached * sizeof *q->q);
+            q->head = 0;
+            q->len = s->ncached;
+            stream_shuffle(s->stream_shuffle, s->stream_seed, e, q->q, q->len, sizeof *q->q);
+        }
+        s->stream_open = e;
+    }
 }
 
 /* Op 0's task ti belongs to an epoch not let in yet (op 0's tasks are tasks[0..), by index). */
@@ -3802,7 +3850,8 @@ int sb_sched_stream_take(sb_sched *s, uint32_t epoch, sb_sched_stream_part *out)
         memmove(q->q + q->head + 1, q->q + q->head, k * sizeof *q->q);
         q->head++;
         q->len--;
-        p->consumer = DEALT;
+        if (!s->stream_cache) /* (kept ones stay NONE: needed, re-made whenever lost) */
+            p->consumer = DEALT;
         s->stream_taken++;
         *out = (sb_sched_stream_part){.id = p->id,
                                       .address = s->workers[p->worker].address,
@@ -3823,9 +3872,29 @@ int sb_sched_stream_done(sb_sched *s, uint32_t epoch)
     return epoch < s->stream_open || stream_made(s);
 }
 
+/* stream_cache: an epoch is done with a kept partition; the last one releases it. */
+static int cache_release(sb_sched *s, size_t pi, uint64_t now_ms)
+{
+    part *p = &s->parts[pi];
+    if (p->state == P_RELEASED || p->uses == 0 || s->stream_taken == 0)
+        return 0;
+    if (--p->uses == 0) {
+        part_release(s, pi);
+    } else if (p->state == P_AVAILABLE && !p->parked) {
+        s->partition_bytes -= p->bytes; /* its worker's store keeps it (and may spill it) */
+        p->parked = 1;
+    }
+    s->stream_taken--;
+    s->last_progress_ms = now_ms;
+    check_finished(s);
+    return 1;
+}
+
 int sb_sched_stream_release(sb_sched *s, const char *id, uint64_t now_ms)
 {
     size_t pi;
+    if (s->stream && s->stream_cache && sb_idmap_get(&s->part_ids, id, &pi))
+        return cache_release(s, pi, now_ms);
     if (!s->stream || !sb_idmap_get(&s->part_ids, id, &pi) || s->parts[pi].consumer != DEALT ||
         s->parts[pi].state == P_RELEASED)
         return 0;
@@ -3839,6 +3908,13 @@ int sb_sched_stream_release(sb_sched *s, const char *id, uint64_t now_ms)
 int sb_sched_stream_lost(sb_sched *s, const char *id)
 {
     size_t pi;
+    if (s->stream && s->stream_cache && sb_idmap_get(&s->part_ids, id, &pi)) {
+        if (s->parts[pi].state == P_RELEASED || s->parts[pi].uses == 0)
+            return 0;
+        if (s->parts[pi].state != P_AVAILABLE) /* (mostly re-made already: worker_lost) */
+            recover_partition(s, pi, 0);
+        return 1;
+    }
     if (!s->stream || !sb_idmap_get(&s->part_ids, id, &pi) || s->parts[pi].consumer != DEALT ||
         s->parts[pi].state == P_RELEASED)
         return 0;
@@ -3853,10 +3929,12 @@ int sb_sched_stream_get(sb_sched *s, const char *id, sb_sched_stream_part *out)
 {
     size_t pi;
     if (!s->stream || !sb_idmap_get(&s->part_ids, id, &pi) || s->parts[pi].state != P_AVAILABLE ||
-        (s->parts[pi].consumer != NONE && s->parts[pi].consumer != DEALT))
+        (s->parts[pi].consumer != NONE && s->parts[pi].consumer != DEALT) ||
+        (s->stream_cache && s->parts[pi].uses == 0))
         return 0;
     part *p = &s->parts[pi];
-    p->consumer = DEALT;
+    if (!s->stream_cache)
+        p->consumer = DEALT;
     *out = (sb_sched_stream_part){
         .id = p->id, .address = s->workers[p->worker].address, .bytes = p->bytes, .rows = p->rows};
     return 1;
@@ -3865,4 +3943,27 @@ int sb_sched_stream_get(sb_sched *s, const char *id, sb_sched_stream_part *out)
 uint32_t sb_sched_stream_epochs(const sb_sched *s)
 {
     return s->stream ? s->stream_epochs : 0;
+}
+
+size_t sb_sched_stream_waiting(const sb_sched *s, sb_sched_stream_holder *out, size_t max)
+{
+    size_t n = 0;
+    for (uint32_t e = 0; s->stream && e < s->stream_epochs; e++)
+        for (size_t k = 0; k < s->sq[e].len; k++) {
+            const part *p = &s->parts[s->sq[e].q[s->sq[e].head + k]];
+            if (p->state != P_AVAILABLE || p->worker == NONE)
+                continue;
+            const char *id = s->workers[p->worker].id;
+            size_t i = 0;
+            while (i < n && strcmp(out[i].worker_id, id) != 0)
+                i++;
+            if (i == n) {
+                if (n == max)
+                    continue;
+                out[n++] = (sb_sched_stream_holder){.worker_id = id};
+            }
+            out[i].parts++;
+            out[i].bytes += p->bytes;
+        }
+    return n;
 }

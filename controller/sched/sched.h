@@ -106,8 +106,11 @@ typedef struct sb_sched_config {
     /* A stream:// sink (see "Stream sink" below): the last op's outputs stay in the workers'
      * stores for consumers instead of being written out. stream_epochs: how many times the
      * source is read (0 is 1); stream_seed: with stream_shuffle, each epoch's splits are
-     * shuffled by (seed, epoch). Not with resume. */
+     * shuffled by (seed, epoch). Not with resume. stream_cache (sink.args.cacheEpochs): the
+     * source is read once; epoch 0's partitions are kept and dealt again in every later epoch,
+     * in an order shuffled by (seed, epoch) with stream_shuffle. */
     int stream;
+    int stream_cache;
     uint32_t stream_epochs;
     int stream_shuffle;
     uint64_t stream_seed;
@@ -424,7 +427,13 @@ int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char
  * no task mixes rows of two epochs. The run succeeds once every epoch has been made and every
  * partition released (sb_sched_stream_release). A partition taken and then lost with its worker
  * is re-made only when its consumer says it could not read it (sb_sched_stream_lost): one that
- * read it first needs nothing more. */
+ * read it first needs nothing more.
+ *
+ * With stream_cache, epoch 0 alone runs the pipeline; once all of it has been made, every later
+ * epoch's queue is those partitions again (shuffled per epoch with a seed). A partition is then
+ * released by its last epoch only: an epoch that releases it before leaves it with its worker,
+ * no longer counted against the memory budget (the worker's store spills it to disk under its
+ * own budget), and a worker lost with kept partitions has them re-made by lineage at once. */
 
 /* A partition of the stream (a view, valid until the next mutating call). */
 typedef struct sb_sched_stream_part {
@@ -449,5 +458,13 @@ int sb_sched_stream_lost(sb_sched *s, const char *id);
 int sb_sched_stream_get(sb_sched *s, const char *id, sb_sched_stream_part *out);
 /* Epochs of the stream (0 when the sink is not a stream). */
 uint32_t sb_sched_stream_epochs(const sb_sched *s);
+/* The stream's backlog by the worker holding it: partitions made and not taken yet (a worker
+ * lost with them means re-making them by lineage). */
+typedef struct sb_sched_stream_holder {
+    const char *worker_id; /* valid until the next mutating call */
+    uint64_t parts, bytes;
+} sb_sched_stream_holder;
+/* Fills up to max holders (workers with at least one such partition); returns how many. */
+size_t sb_sched_stream_waiting(const sb_sched *s, sb_sched_stream_holder *out, size_t max);
 
 #endif

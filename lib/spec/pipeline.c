@@ -368,6 +368,20 @@ static void check_parquet_schema(const sb_node *s, const char *args_path, sb_dia
     }
 }
 
+/* A stream:// sink's args (whatever its format: nothing is written). */
+static const argspec stream_sink_args[] = {{"cacheEpochs", A_BOOL, 0, 0, NULL, 0},
+                                           {NULL, A_ANY, 0, 0, NULL, 0}};
+
+bool sb_sink_stream_cache(const sb_sink_spec *sink)
+{
+    if (sink->uri == NULL || strcmp(sink->uri, "stream://") != 0 || sink->args_json == NULL)
+        return false;
+    cJSON *a = cJSON_Parse(sink->args_json);
+    bool on = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "cacheEpochs"));
+    cJSON_Delete(a);
+    return on;
+}
+
 static const argspec *format_args(sb_format f, int is_sink)
 {
     switch (f) {
@@ -714,8 +728,10 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
     if (fnode != NULL && fnode->kind == SB_NODE_STRING &&
         (args == NULL || args->kind == SB_NODE_MAP)) {
         char what[64];
-        snprintf(what, sizeof what, "format \"%s\"", sb_format_names[fmt]);
-        check_args(format_args(fmt, is_sink), args,
+        int stream = is_sink && uri != NULL && strcmp(uri, "stream://") == 0;
+        snprintf(what, sizeof what, stream ? "a stream:// sink" : "format \"%s\"",
+                 sb_format_names[fmt]);
+        check_args(stream ? stream_sink_args : format_args(fmt, is_sink), args,
                    sb_spec_path_field(buf, sizeof buf, path, "args"), node, what, 0, d);
     }
 }
@@ -1073,8 +1089,8 @@ static void stage_check(void *obj, const sb_node *node, const char *path, sb_dia
 }
 
 /* A stream:// sink keeps the output in the workers for consumers: what only makes sense for
- * files (write modes, credentials, sink args) and what the stream does not do (order by
- * lineage, the staged mode, which runs without a budget) is refused. */
+ * files (write modes, credentials; its args are its own, check_io) and what the stream does not do
+ * (order by lineage, the staged mode, which runs without a budget) is refused. */
 static void stream_sink_check(const sb_pipeline_spec *sp, const sb_node *node, const char *path,
                               sb_diags *d)
 {
@@ -1082,7 +1098,7 @@ static void stream_sink_check(const sb_pipeline_spec *sp, const sb_node *node, c
         return;
     char buf[512];
     const sb_node *sink = sb_node_get(node, "sink"), *ex = sb_node_get(node, "execution");
-    static const char *const file_only[] = {"mode", "credentialsSecret", "args"};
+    static const char *const file_only[] = {"mode", "credentialsSecret"};
     for (size_t i = 0; i < sizeof file_only / sizeof *file_only; i++) {
         const sb_node *n = sb_node_get(sink, file_only[i]);
         if (n == NULL)

@@ -76,6 +76,10 @@ typedef struct sb_sink_spec {
     char **infer_out;
 } sb_sink_spec;
 
+/* A stream:// sink with sink.args.cacheEpochs: true (epoch 0's output kept and dealt again in
+ * the later epochs instead of reading the source again; docs/training.md). */
+bool sb_sink_stream_cache(const sb_sink_spec *sink);
+
 typedef struct sb_resources_spec {
     int64_t cpu_milli;    /* default 1 (1000m) */
     int64_t memory_bytes; /* 0 = not set */

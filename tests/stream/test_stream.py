@@ -39,7 +39,7 @@ def make_source():
     return src, lines
 
 
-def spec(src, name, budget="1Mi", part="16Ki"):
+def spec(src, name, budget="1Mi", part="16Ki", sink_args=""):
     path = os.path.join(WORK, f"{name}.yaml")
     with open(path, "w") as f:
         f.write(f"""apiVersion: streambatch.dev/v1alpha1
@@ -57,7 +57,7 @@ spec:
   sink:
     uri: stream://
     format: jsonl
-  execution:
+{sink_args}  execution:
     memoryBudget: {budget}
 """)
     return path
@@ -321,35 +321,85 @@ def example_test():
               f"rc {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
 
 
-def worker_pids(run_pid):
+def stream_backlog(port):
+    """The run's metrics: {worker id: stream partitions made and not yet dealt} it holds."""
+    import re
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    return {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'streambatch_stream_partitions_waiting\{[^}]*worker="([^"]+)"[^}]*\} (\S+)', text)}
+
+
+def worker_pid(run_pid, worker_id):
+    """The pid of the run's worker process started with --id worker_id (None if none)."""
     with open(f"/proc/{run_pid}/task/{run_pid}/children") as f:
         kids = [int(x) for x in f.read().split()]
-    return [k for k in kids if b"streambatch-worker" in open(f"/proc/{k}/cmdline", "rb").read()]
+    for k in kids:
+        try:
+            argv = open(f"/proc/{k}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--id" in argv and argv[argv.index(b"--id") + 1].decode() == worker_id:
+            return k
+    return None
+
+
+def kill_holder(p, port, least, killed):
+    """A thread (started) that SIGKILLs the run p's worker holding the most stream partitions
+    not yet dealt, once one holds at least `least` (the run's metrics on port), and appends
+    (worker id, its backlog) to killed; it gives up after 30 s or when the run ends."""
+    import signal
+    import threading
+
+    def killer():
+        deadline = time.time() + 30
+        while time.time() < deadline and p.poll() is None:
+            backlog = stream_backlog(port)
+            if backlog and max(backlog.values()) >= least:
+                wid = max(backlog, key=backlog.get)
+                pid = worker_pid(p.pid, wid)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append((wid, int(backlog[wid])))
+                    return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    return t
+
+
+def read_and_kill(path, epochs, cpus, least):
+    """Serves path with its metrics on, two ranks read `epochs` epochs in batches of 64 (rank 0
+    pausing 5 s after its second batch), while kill_holder kills the worker holding `least`
+    partitions not yet dealt. Returns (killed, the ranks' exit codes, their results, the
+    summary's path)."""
+    port = free_port()
+    p, info, summary = serve(path, epochs=epochs, cpus=cpus,
+                             extra=["--metrics-addr", f"127.0.0.1:{port}"])
+    killed = []
+    t = kill_holder(p, port, least, killed)
+    name = os.path.basename(path)[:-5]
+    codes, res = ranks(info, 2, epochs, 64, drop_last=False, pause=(2, 5.0), tag=name)
+    t.join()
+    finish(p, name)
+    return killed, codes, res, summary
 
 
 def worker_kill_test(src):
     """A worker SIGKILLed while two ranks read: its partitions are re-made by lineage (those
     not dealt yet, and those dealt but not yet read, which the rank reports), and every record
-    still reaches exactly one rank."""
-    import signal
-    import threading
-    name = "kill"
-    p, info, summary = serve(spec(src, name, budget="256Ki", part="16Ki"), epochs=1)
-    killed = []
-
-    def killer():
-        time.sleep(1.5)  # rank 0 pauses after 2 batches for 3 s: both ranks are mid-epoch
-        pids = worker_pids(p.pid)
-        if pids:
-            os.kill(pids[0], signal.SIGKILL)
-            killed.append(pids[0])
-
-    t = threading.Thread(target=killer)
-    t.start()
-    codes, res = ranks(info, 2, 1, 64, drop_last=False, pause=(2, 3.0), tag=name)
-    t.join()
-    finish(p, name)
-    check("worker killed: a worker was SIGKILLed mid-epoch", len(killed) == 1, killed)
+    still reaches exactly one rank. Rank 0 pauses after 2 batches, so the dealer holds rank 1
+    too and the budget fills with partitions not dealt; the run's metrics say which worker holds
+    the most of them (streambatch_stream_partitions_waiting), and that one is killed: the
+    lineage re-make must then happen, whatever the timing."""
+    killed, codes, res, summary = read_and_kill(spec(src, "kill", budget="256Ki"), 1, 2, 2)
+    check("worker killed: the worker holding the most partitions not yet dealt (at least 2, "
+          "from the run's metrics) was SIGKILLed mid-epoch", len(killed) == 1, killed)
     ok = all(c == 0 for c in codes)
     ids = [i for r in res for i in r["epochs"][0]["ids"]] if ok else []
     check("worker killed: every record exactly once across the 2 ranks",
@@ -359,6 +409,62 @@ def worker_kill_test(src):
     check("worker killed: the run re-made partitions (lineage)",
           s.get("partitionsRecovered", 0) >= 1 or s.get("tasksRerun", 0) >= 1,
           json.dumps(s)[:300])
+
+
+def cache_test(src):
+    """sink.args.cacheEpochs: 2 epochs of 2 ranks from one read of the source. The budget
+    (256Ki) is well under the output (~650 KB), so the kept partitions must leave it (the
+    workers' stores keep them) for epoch 0 to finish. Every record exactly once per epoch across
+    the ranks, epoch 1 in another order (the seed shuffles the kept partitions), and the source
+    stage read each record once (its rowsOut: 20000 when each epoch re-reads the source)."""
+    name = "cache"
+    p, info, summary = serve(spec(src, name, budget="256Ki", part="16Ki",
+                                  sink_args="    args: {cacheEpochs: true}\n"), epochs=2, seed=3)
+    codes, res = ranks(info, 2, 2, 256, drop_last=False, tag=name)
+    finish(p, name)
+    ok = all(c == 0 for c in codes)
+    check("cacheEpochs: both ranks read 2 epochs", ok, codes)
+    if not ok:
+        return
+    for e in range(2):
+        ids = [i for r in res for i in r["epochs"][e]["ids"]]
+        check(f"cacheEpochs epoch {e}: every record exactly once across the ranks",
+              sorted(ids) == list(range(NREC)), f"{len(ids)} rows, {len(set(ids))} distinct")
+    order = [[i for r in res for i in r["epochs"][e]["ids"]] for e in range(2)]
+    check("cacheEpochs: epoch 1 is dealt in another order (shuffled by the seed)",
+          order[0] != order[1], "same order")
+    s = json.load(open(summary))
+    src_rows = s["stages"][0]["rowsOut"] if s.get("stages") else None
+    check("cacheEpochs: the source was read once (the source stage made each record once)",
+          src_rows == NREC, f"rowsOut {src_rows}: {json.dumps(s)[:300]}")
+    cache_kill_test(src)
+    bad = [("{cacheEpochs: 1}", "cacheEpochs"), ("{cacheEpochs: true, keep: 1}", "keep")]
+    for args, word in bad:
+        path = spec(src, "cachebad", sink_args=f"    args: {args}\n")
+        r = subprocess.run([BIN, "validate", path], capture_output=True, text=True, timeout=60)
+        check(f"validate refuses sink.args {args} on a stream:// sink, naming {word}",
+              r.returncode != 0 and word in r.stdout + r.stderr,
+              f"rc {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
+
+
+def cache_kill_test(src):
+    """cacheEpochs with its one worker SIGKILLed once epoch 0 is made and the kept partitions
+    are queued for epoch 1 (the metrics' backlog then exceeds one epoch's ~40 partitions; the
+    1Mi budget holds all of epoch 0 while rank 0 pauses): the kept partitions are re-made by
+    lineage and both epochs still give every record exactly once."""
+    killed, codes, res, summary = read_and_kill(
+        spec(src, "cachekill", sink_args="    args: {cacheEpochs: true}\n"), 2, 1, 45)
+    check("cacheEpochs, worker killed: the worker holding epoch 0's kept partitions (a backlog "
+          "past one epoch) was SIGKILLed", len(killed) == 1, killed)
+    ok = all(c == 0 for c in codes)
+    for e in range(2):
+        ids = [i for r in res for i in r["epochs"][e]["ids"]] if ok else []
+        check(f"cacheEpochs, worker killed, epoch {e}: every record exactly once across the ranks",
+              ok and sorted(ids) == list(range(NREC)),
+              f"codes {codes}, {len(ids)} rows, {len(set(ids))} distinct")
+    s = json.load(open(summary))
+    check("cacheEpochs, worker killed: the kept partitions were re-made (lineage)",
+          s.get("partitionsRecovered", 0) >= 1, json.dumps(s)[:300])
 
 
 def c_api_test(src):
@@ -406,6 +512,7 @@ def main():
              ("formats", lambda: formats_test(src, lines)),
              ("slow", lambda: slow_consumer_test(src)),
              ("kill", lambda: worker_kill_test(src)),
+             ("cache", lambda: cache_test(src)),
              ("capi", lambda: c_api_test(src)),
              ("lbbsp", lambda: lbbsp_test(src)),
              ("restart", lambda: restart_test(src)),

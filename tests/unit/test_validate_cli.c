@@ -345,6 +345,12 @@ static const invalid_case cases[] = {
       "budget (a slow consumer holds the pipeline back); mode staged runs without one",
       "stream-sink-file-options.yaml:19:20: spec.execution.preserveOrder: a stream:// sink deals "
       "partitions in the order they are made; preserveOrder is not built for it"}},
+    {"stream-sink-args.yaml",
+     1,
+     {"stream-sink-args.yaml:15:25: spec.sink.args.cacheEpochs: must be a boolean (true or "
+      "false), got 1",
+      "stream-sink-args.yaml:15:28: spec.sink.args.keep: unknown argument \"keep\" for a "
+      "stream:// sink"}},
     {"stream-sink-path.yaml",
      1,
      {"stream-sink-path.yaml:13:10: spec.sink.uri: \"stream://trainer\": a stream sink is "

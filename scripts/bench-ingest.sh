@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# bench-ingest.sh — ingest throughput into a training step (issue 40, "Ingest throughput on this
+# machine"): JPEG files decoded, resized to 64x64 and normalized (chw), in batches of 256, fed to a
+# step that sleeps STEP_MS per batch. Side by side in one run, alternating, REPS times each:
+#   streambatch  image source -> image.resize -> image.normalize -> stream://, served by
+#                `streambatch run --serve --cpus 2`, read by iter_batches(batch_format="numpy")
+#   Pillow pool  a multiprocessing.Pool of 2 processes decoding with Pillow, resizing (BILINEAR)
+#                and normalizing with numpy, stacked into batches of 256 in the trainer: the
+#                DataLoader stand-in (torch is not installed here: its PyPI wheel is the CUDA
+#                one, several GiB; a DataLoader's workers do this same work in 2 processes)
+# both when preprocessing is the bottleneck (STEP_MS 0) and when the step is (STEP_MS SLOW_MS).
+# Samples/s: images over the wall seconds from the start (server or pool) to the last batch;
+# peak RSS: the whole process tree (trainer + pool, or trainer + server + its workers), sampled
+# every 20 ms. Prints one markdown section. Environment: IMAGES (2000), REPS (3), SLOW_MS (1500),
+# BUDGET (64Mi), SB_BIN_DIR, SB_BUILD_DIR. The images (tests/bench/inference_data.py) are cached
+# in $SB_BUILD_DIR/bench/images-N, as bench-images.sh's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
+bin=$(realpath "${SB_BIN_DIR:-bin}")
+build=$(realpath "${SB_BUILD_DIR:-build}")
+n=${IMAGES:-2000} reps=${REPS:-3} slow=${SLOW_MS:-1500} budget=${BUDGET:-64Mi}
+py=$build/resize-venv/bin/python
+if ! "$py" -c 'import numpy, PIL' 2>/dev/null; then
+  bench_venv "$build/resize-venv" PIL pillow==13.0.0 numpy==2.4.6 ||
+    { echo "bench-ingest: no Pillow venv; skipped"; exit 0; }
+fi
+[[ -e $build/lib/libstreambatch_consumer.so ]] ||
+  { echo "bench-ingest: $build/lib/libstreambatch_consumer.so is not built; skipped"; exit 0; }
+imgs=$build/bench/images-$n
+if [[ ! -e $imgs/.done ]]; then
+  rm -rf "$imgs" && mkdir -p "$imgs"
+  "$py" tests/bench/inference_data.py images "$imgs" "$n" 2 && touch "$imgs/.done"
+fi
+work=$(mktemp -d /tmp/sb-bench-ingest-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cat >"$work/p.yaml" <<YAML
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: bench-ingest}
+spec:
+  source: {uri: "file://$imgs/", format: image}
+  stages:
+    - {name: resize, op: image.resize, args: {width: 64, height: 64}}
+    - {name: norm, op: image.normalize, args: {mean: 0.5, std: 0.25, layout: chw}}
+  sink: {uri: "stream://", format: jsonl}
+  execution: {memoryBudget: $budget}
+YAML
+cat >"$work/ingest.py" <<'PY'
+# One run: KIND (pool | sb) STEP_MS -> "samples/s peak_rss_mib batches rows"
+import glob, json, os, subprocess, sys, threading, time
+import numpy as np
+kind, step_ms, imgs, spec, sbbin = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+B = 256
+
+def tree_rss():
+    """VmRSS of this process and all its descendants, and of the descendants alone, bytes."""
+    total, me, todo = 0, 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            for line in open(f"/proc/{pid}/status"):
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+                    me = me or total
+            for t in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(x) for x in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        except OSError:
+            pass
+    return total, total - me
+
+peak, done = [0, 0], threading.Event()
+def sample():
+    while not done.is_set():
+        peak[:] = [max(a, b) for a, b in zip(peak, tree_rss())]
+        done.wait(0.02)
+
+def step(batch):
+    if step_ms > 0:
+        time.sleep(step_ms / 1000)
+
+def one(p):
+    from PIL import Image
+    a = np.asarray(Image.open(p).convert("RGB").resize((64, 64), Image.BILINEAR), dtype=np.float32)
+    return ((a / 255.0 - 0.5) / 0.25).transpose(2, 0, 1)
+
+def run_pool():
+    from multiprocessing import Pool
+    files = sorted(glob.glob(imgs + "/*.jpg"))
+    rows = batches = 0
+    with Pool(2) as pool:
+        buf = []
+        for a in pool.imap(one, files, chunksize=16):  # ordered, as a DataLoader's sampler
+            buf.append(a)
+            if len(buf) == B:
+                step(np.stack(buf)); rows += B; batches += 1; buf = []
+        if buf:
+            step(np.stack(buf)); rows += len(buf); batches += 1
+    return rows, batches
+
+def run_sb():
+    import streambatch
+    srv = subprocess.Popen([sbbin, "run", spec, "--cpus", "2", "--serve", "127.0.0.1:0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    info = json.loads(srv.stdout.readline())
+    rows = batches = 0
+    for b in streambatch.iter_batches(info["address"], batch_size=B, batch_format="numpy",
+                                      drop_last=False, token_file=info["tokenFile"]):
+        x = b["image"]
+        if batches == 0 and (x.dtype != np.float32 or x.shape[1] != 3 * 64 * 64):
+            sys.exit(f"unexpected image column {x.dtype} {x.shape}")
+        step(x); rows += len(x); batches += 1
+    if srv.wait(timeout=60) != 0:
+        sys.exit("the server did not exit 0")
+    return rows, batches
+
+t = threading.Thread(target=sample); t.start()
+t0 = time.time()
+rows, batches = run_pool() if kind == "pool" else run_sb()
+wall = time.time() - t0
+done.set(); t.join()
+print(f"{rows / wall:.1f} {peak[0] / 2**20:.1f} {peak[1] / 2**20:.1f} {batches} {rows}")
+PY
+export PYTHONPATH=$PWD/sdk/python STREAMBATCH_CONSUMER_LIB=$build/lib/libstreambatch_consumer.so
+declare -A sps rss kids
+before=$(pressure)
+for ((r = 0; r < reps; r++)); do
+  for ms in 0 "$slow"; do
+    for k in sb pool; do
+      out=$("$py" "$work/ingest.py" "$k" "$ms" "$imgs" "$work/p.yaml" "$bin/streambatch") ||
+        { echo "bench-ingest: $k at step $ms ms failed" >&2; exit 1; }
+      read -r s m c _ rows <<<"$out"
+      ((rows == n)) || { echo "bench-ingest: $k fed $rows samples, want $n" >&2; exit 1; }
+      sps[$k-$ms]+="$s " rss[$k-$ms]+="$m " kids[$k-$ms]+="$c "
+    done
+  done
+done
+echo "## Ingest into a training step (scripts/bench-ingest.sh; issue 40)"
+echo
+echo "$n JPEGs (200-320 px) -> 64x64 -> normalize (chw), batches of 256, into a step that sleeps"
+echo "0 ms (preprocessing the bottleneck) or $slow ms per batch (the step the bottleneck). streambatch:"
+echo "\`run --serve --cpus 2\`, memoryBudget $budget, read with \`iter_batches(batch_format=\"numpy\")\`;"
+echo "against a multiprocessing.Pool of 2 Pillow processes batching in the trainer (the DataLoader"
+echo "stand-in: torch is not installed). $reps runs each alternating, median (range); peak RSS of the"
+echo "whole process tree, and of what runs beside the trainer (the server and its 2 workers; the"
+echo "pool's 2 processes). Before: $before; after: $(pressure). The machine is shared: other jobs ran."
+echo
+echo "| step | streambatch samples/s | pool samples/s | ratio | streambatch peak RSS MiB: tree, beside the trainer | pool: tree, beside the trainer |"
+echo "|---|---|---|---|---|---|"
+for ms in 0 "$slow"; do
+  # shellcheck disable=SC2086
+  a=$(median ${sps[sb-$ms]}) b=$(median ${sps[pool-$ms]})
+  # shellcheck disable=SC2086
+  printf '| %s ms | %s (%s) | %s (%s) | %.2fx | %s, %s | %s, %s |\n' "$ms" "$a" "$(range ${sps[sb-$ms]})" \
+    "$b" "$(range ${sps[pool-$ms]})" "$(awk -v a="$a" -v b="$b" 'BEGIN{print a/b}')" \
+    "$(median ${rss[sb-$ms]})" "$(median ${kids[sb-$ms]})" "$(median ${rss[pool-$ms]})" "$(median ${kids[pool-$ms]})"
+done
