@@ -6,7 +6,6 @@
  * reduce side spills the table as a run of partials sorted by key, then merges the runs at the
  * end (an external merge), so the output is the one an unbounded table would give. */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -61,9 +60,7 @@ struct xgroupby {
     xbuf kb;               /* scratch: one row's key encoding */
     xgroupby_full_fn full; /* the map side's hook when the table is full (NULL: spill a run) */
     void *full_ud;
-    FILE **runs; /* spilled runs (reduce side), oldest first */
-    size_t nruns, capruns;
-    uint64_t spilled; /* bytes written to runs this task */
+    xruns *runs; /* spilled runs (reduce side; made on the first spill) */
 };
 
 static char *json_quote(const char *s)
@@ -163,18 +160,10 @@ static void groups_clear(xgroupby *g)
     g->bytes = 0;
 }
 
-static void runs_close(xgroupby *g)
-{
-    for (size_t i = 0; i < g->nruns; i++)
-        fclose(g->runs[i]);
-    g->nruns = 0;
-    g->spilled = 0;
-}
-
 void xgroupby_reset(xgroupby *g)
 {
     groups_clear(g);
-    runs_close(g);
+    xruns_clear(g->runs);
 }
 
 void xgroupby_on_full(xgroupby *g, xgroupby_full_fn fn, void *ud)
@@ -185,7 +174,7 @@ void xgroupby_on_full(xgroupby *g, xgroupby_full_fn fn, void *ud)
 
 uint64_t xgroupby_spilled(const xgroupby *g)
 {
-    return g->spilled;
+    return xruns_spilled(g->runs);
 }
 
 void xgroupby_free(xgroupby *g)
@@ -193,8 +182,7 @@ void xgroupby_free(xgroupby *g)
     if (g == NULL)
         return;
     groups_clear(g);
-    runs_close(g);
-    free(g->runs);
+    xruns_free(g->runs);
     xset_free(&g->set);
     free(g->groups);
     for (size_t i = 0; i < g->naggs; i++)
@@ -522,7 +510,7 @@ static int merge_runs(xgroupby *g, sb_op_out *out, sb_err *err);
 
 int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err)
 {
-    if (g->nruns > 0) /* the rest joins the runs, and the runs merge */
+    if (xruns_count(g->runs) > 0) /* the rest joins the runs, and the runs merge */
         return spill_run(g, err) != 0 ? -1 : merge_runs(g, out, err);
     korder *ord = groups_sorted(g);
     xbuf rec = {0};
@@ -728,186 +716,84 @@ static int partial_add(xgroupby *g, const char *r, size_t len, size_t row, sb_op
 }
 
 /* ---- spilling: sorted runs of partials, merged at the end (reduce side) ------------------
- * A run is a spill file (sb_op_spill_file: unnamed, gone with its descriptor) of records
- *     u32 key length, the key's encoding, u32 partial length, the partial record's JSON
- * in the order of the keys' encodings, one per group of the table when it was spilled. The
- * merge reads every run at once, takes the smallest key, merges its partials from the runs
- * that hold it in run order (run i holds rows that came before run i+1's, which keeps first,
- * last and collect in input order), emits that one group and goes on: its memory is one
- * group plus a record buffer per run. */
-
-static int put_u32(FILE *f, size_t v)
-{
-    uint32_t u = (uint32_t)v;
-    return fwrite(&u, sizeof u, 1, f) == 1 ? 0 : -1;
-}
+ * A run (runs.c) holds one pair per group of the table when it was spilled: the key's encoding
+ * and the group's partial record, in the order of the keys' encodings. The merge takes the
+ * smallest key, merges its partials from the runs that hold it in run order (run i holds rows
+ * that came before run i+1's, which keeps first, last and collect in input order), emits that
+ * one group and goes on: its memory is one group plus a record buffer per run. */
 
 static int spill_run(xgroupby *g, sb_err *err)
 {
-    if (g->nruns == g->capruns) {
-        size_t cap = g->capruns ? g->capruns * 2 : 8;
-        FILE **nr = realloc(g->runs, cap * sizeof *nr);
-        if (nr == NULL)
-            return sb_err_set(err, "out of memory");
-        g->runs = nr;
-        g->capruns = cap;
-    }
-    FILE *f = sb_op_spill_file(err);
-    if (f == NULL)
-        return sb_err_wrap(err, "groupby: spilling its groups");
+    if (g->runs == NULL && (g->runs = xruns_new("groupby")) == NULL)
+        return sb_err_set(err, "out of memory");
+    if (xruns_begin(g->runs, err) != 0)
+        return -1;
     korder *ord = groups_sorted(g);
     xbuf rec = {0};
     int rc = ord == NULL ? sb_err_set(err, "out of memory") : 0;
     for (size_t i = 0; rc == 0 && i < g->set.n; i++) {
         rc = partial_record(g, ord[i].gi, "", &rec, err);
-        if (rc == 0 && (put_u32(f, ord[i].n) || fwrite(ord[i].k, 1, ord[i].n, f) != ord[i].n ||
-                        put_u32(f, rec.n) || fwrite(rec.p, 1, rec.n, f) != rec.n))
-            rc = sb_err_set(err, "groupby: writing a spill file: %s", strerror(errno));
-        g->spilled += 8 + ord[i].n + rec.n;
+        if (rc == 0)
+            rc = xruns_put(g->runs, ord[i].k, ord[i].n, rec.p, rec.n, err);
     }
-    if (rc == 0 && (fflush(f) != 0 || fseek(f, 0, SEEK_SET) != 0))
-        rc = sb_err_set(err, "groupby: writing a spill file: %s", strerror(errno));
     free(ord);
     xbuf_free(&rec);
-    if (rc != 0) {
-        fclose(f);
+    if (xruns_end(g->runs, err) != 0 || rc != 0)
         return -1;
-    }
-    g->runs[g->nruns++] = f;
     groups_clear(g);
     xset_free(&g->set); /* give the table's memory back: the next one grows again */
     return 0;
 }
 
+/* The merge's state: the key of the group being merged (cur; none yet when have == 0). */
 typedef struct {
-    FILE *f;
-    xbuf key, rec;
-    size_t run; /* its place among the runs: ties merge in this order */
-} rhead;
+    xgroupby *g;
+    sb_op_out *out;
+    sb_op_json_span *found;
+    xbuf cur, rec;
+    int have;
+} gmerge;
 
-/* Reads n bytes of run r into b (b->n = n). 0, or -1 + err. */
-static int rhead_read(rhead *r, xbuf *b, uint32_t n, sb_err *err)
+/* Emits the group merged so far and clears the table. */
+static int merged_emit(gmerge *m, sb_err *err)
 {
-    b->n = 0;
-    if (xbuf_reserve(b, n) != 0)
-        return sb_err_set(err, "out of memory");
-    if (fread(b->p, 1, n, r->f) != n)
-        return sb_err_set(err, "groupby: a spill file ends inside a record");
-    b->n = n;
-    return 0;
-}
-
-/* Reads run r's next record into its head: 1 read, 0 at the end, -1 + err. */
-static int rhead_next(rhead *r, sb_err *err)
-{
-    uint32_t n;
-    if (fread(&n, sizeof n, 1, r->f) != 1)
-        return ferror(r->f) ? sb_err_set(err, "groupby: reading a spill file: %s", strerror(errno))
-                            : 0;
-    if (rhead_read(r, &r->key, n, err) != 0)
-        return -1;
-    if (fread(&n, sizeof n, 1, r->f) != 1)
-        return sb_err_set(err, "groupby: a spill file ends inside a record");
-    return rhead_read(r, &r->rec, n, err) != 0 ? -1 : 1;
-}
-
-/* Heap order: the smaller key first, then the older run. */
-static int rhead_less(const rhead *a, const rhead *b)
-{
-    size_t n = a->key.n < b->key.n ? a->key.n : b->key.n;
-    int c = memcmp(a->key.p, b->key.p, n);
-    if (c == 0)
-        c = (a->key.n > b->key.n) - (a->key.n < b->key.n);
-    return c != 0 ? c < 0 : a->run < b->run;
-}
-
-static void heap_down(rhead **h, size_t n, size_t i)
-{
-    for (;;) {
-        size_t m = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && rhead_less(h[l], h[m]))
-            m = l;
-        if (r < n && rhead_less(h[r], h[m]))
-            m = r;
-        if (m == i)
-            return;
-        rhead *t = h[i];
-        h[i] = h[m];
-        h[m] = t;
-        i = m;
-    }
-}
-
-static void heap_up(rhead **h, size_t i)
-{
-    while (i > 0 && rhead_less(h[i], h[(i - 1) / 2])) {
-        rhead *t = h[i];
-        h[i] = h[(i - 1) / 2];
-        h[(i - 1) / 2] = t;
-        i = (i - 1) / 2;
-    }
-}
-
-/* Merges the partials of the smallest key of the heap (every run holding it, oldest first: the
- * heap's order) into the empty table, advancing those runs; then emits that group. */
-static int merge_one(xgroupby *g, rhead **h, size_t *n, sb_op_json_span *found, xbuf *cur,
-                     sb_op_out *out, sb_err *err)
-{
-    cur->n = 0;
-    if (xbuf_put(cur, h[0]->key.p, h[0]->key.n) != 0)
-        return sb_err_set(err, "out of memory");
-    while (*n > 0 && h[0]->key.n == cur->n && memcmp(h[0]->key.p, cur->p, cur->n) == 0) {
-        rhead *r = h[0];
-        if (partial_add(g, r->rec.p, r->rec.n, 0, found, err) != 0)
-            return -1;
-        int more = rhead_next(r, err);
-        if (more < 0)
-            return -1;
-        if (more == 0)
-            h[0] = h[--*n];
-        heap_down(h, *n, 0);
-    }
-    xbuf rec = {0};
+    xgroupby *g = m->g;
     int rc =
-        g->set.n != 1 || group_record(g, &g->groups[0], &rec) != 0
+        g->set.n != 1 || group_record(g, &g->groups[0], &m->rec) != 0
             ? sb_err_set(err, "groupby: merging spilled runs went wrong (%zu groups)", g->set.n)
-            : sb_op_out_append_binary(out, rec.p, rec.n, err);
-    xbuf_free(&rec);
+            : sb_op_out_append_binary(m->out, m->rec.p, m->rec.n, err);
     groups_clear(g);
+    m->have = 0;
     return rc;
+}
+
+/* One pair of the merge: a new key emits the group before it; the partial joins its group. */
+static int merged_pair(void *ctx, const xruns_item *it, sb_err *err)
+{
+    gmerge *m = ctx;
+    if (m->have && (m->cur.n != it->kn || memcmp(m->cur.p, it->key, it->kn) != 0) &&
+        merged_emit(m, err) != 0)
+        return -1;
+    if (!m->have) {
+        m->cur.n = 0;
+        if (xbuf_put(&m->cur, it->key, it->kn) != 0)
+            return sb_err_set(err, "out of memory");
+        m->have = 1;
+    }
+    return partial_add(m->g, it->rec, it->rn, 0, m->found, err);
 }
 
 static int merge_runs(xgroupby *g, sb_op_out *out, sb_err *err)
 {
-    size_t nr = g->nruns, n = 0;
-    rhead *heads = calloc(nr + 1, sizeof *heads);
-    rhead **h = calloc(nr + 1, sizeof *h);
-    sb_op_json_span *found = calloc(g->nscan + 1, sizeof *found);
-    xbuf cur = {0};
-    int rc = heads == NULL || h == NULL || found == NULL ? sb_err_set(err, "out of memory") : 0;
-    for (size_t i = 0; rc == 0 && i < nr; i++) {
-        heads[i].f = g->runs[i];
-        heads[i].run = i;
-        int more = rhead_next(&heads[i], err);
-        if (more < 0)
-            rc = -1;
-        else if (more > 0) {
-            h[n] = &heads[i];
-            heap_up(h, n++);
-        }
-    }
-    while (rc == 0 && n > 0)
-        rc = merge_one(g, h, &n, found, &cur, out, err);
-    for (size_t i = 0; heads != NULL && i < nr; i++) {
-        xbuf_free(&heads[i].key);
-        xbuf_free(&heads[i].rec);
-    }
-    free(heads);
-    free(h);
-    free(found);
-    xbuf_free(&cur);
-    uint64_t spilled = g->spilled;
-    runs_close(g);
-    g->spilled = spilled; /* kept for the task's report until the next reset */
+    gmerge m = {g, out, calloc(g->nscan + 1, sizeof *m.found), {0}, {0}, 0};
+    int rc = m.found == NULL ? sb_err_set(err, "out of memory") : 0;
+    if (rc == 0)
+        rc = xruns_merge(g->runs, NULL, NULL, merged_pair, &m, err);
+    if (rc == 0 && m.have)
+        rc = merged_emit(&m, err);
+    groups_clear(g);
+    free(m.found);
+    xbuf_free(&m.cur);
+    xbuf_free(&m.rec);
     return rc;
 }

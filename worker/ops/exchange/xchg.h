@@ -84,6 +84,40 @@ int xkeys_encode(const xkeys *ks, const char *op, const char *r, size_t len, siz
 int xkeys_encode_found(const xkeys *ks, const char *op, size_t row, const sb_op_json_span *found,
                        xbuf *out, sb_err *err);
 
+/* ---- spilled sorted runs and their k-way merge (runs.c) ----------------------------------
+ * Every op that spills under the memory budget writes runs here: each run a spill file of
+ * (key, record) pairs the caller put in its comparator's order; the merge hands the pairs of
+ * all runs back in one order. The runs' files are owned by the xruns. */
+typedef struct xruns xruns;
+/* op: named in messages (a static string). NULL out of memory. */
+xruns *xruns_new(const char *op);
+void xruns_free(xruns *rs);
+/* Closes the runs and zeroes the spilled bytes (a new task). */
+void xruns_clear(xruns *rs);
+/* A new run (xruns_put its pairs, in order, then xruns_end). */
+int xruns_begin(xruns *rs, sb_err *err);
+int xruns_put(xruns *rs, const void *key, size_t kn, const void *rec, size_t rn, sb_err *err);
+int xruns_end(xruns *rs, sb_err *err);
+/* Runs written (ended) and not yet merged; bytes written since the last clear (0 for NULL). */
+size_t xruns_count(const xruns *rs);
+uint64_t xruns_spilled(const xruns *rs);
+/* A key order: <0, 0, >0. */
+typedef int (*xruns_cmp)(void *ctx, const char *a, size_t an, const char *b, size_t bn);
+/* Keys as bytes (memcmp, then the shorter first). */
+int xruns_bytes_cmp(void *ctx, const char *a, size_t an, const char *b, size_t bn);
+typedef struct {
+    const char *key;
+    size_t kn;
+    const char *rec;
+    size_t rn;
+    size_t run; /* the run it came from (0 the oldest) */
+} xruns_item;
+typedef int (*xruns_fn)(void *ctx, const xruns_item *it, sb_err *err);
+/* Hands fn every pair of every run in one order: cmp (NULL: bytes) on the keys, equal keys by
+ * the runs' age, then their order within the run; the item's bytes live until fn returns. The
+ * runs are closed after; xruns_spilled stays until the next clear. */
+int xruns_merge(xruns *rs, xruns_cmp cmp, void *ctx, xruns_fn fn, void *fctx, sb_err *err);
+
 /* ---- limit (limit.c) --------------------------------------------------------------------- */
 
 /* Appends rows [first, first+n) of in to out while *taken < max, counting them in *taken; with
@@ -171,6 +205,9 @@ void xsort_task(xsort *so, uint64_t index);
 int xsort_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err *err);
 /* Round 0 and 1: one partition per bucket, in bucket order; round 2: the rows in order. */
 int xsort_finish(xsort *so, sb_op_out *out, sb_err *err);
+/* Bytes this task spilled (rounds 1 and 2: past half the task's memory; runs.c); 0 after a
+ * reset. */
+uint64_t xsort_spilled(const xsort *so);
 
 /* ---- a hash set of byte strings (distinct; groupby's table) ------------------------------- */
 
