@@ -42,7 +42,12 @@ typedef struct {
     uint64_t rows;       /* groupby's map half, limit: rows of this task so far */
     int uncombined; /* groupby's map half: its keys barely repeat, rows now go on as they are */
     int rr_set;
-    xset seen; /* distinct: keys met in this task */
+    xset seen; /* distinct: keys met in this task (since its last spill) */
+    /* distinct's reduce side past its memory: the keys emitted so far as a run of markers, then
+     * runs of first rows not yet emitted (dpend: u32 key length, key, u32 length, record) */
+    xruns *druns;
+    xbuf dpend;
+    size_t ndpend;
     xbuf kb;
     uint32_t *row_bucket; /* map scratch: per row of a call, its bucket (UINT32_MAX: dropped) */
     size_t *order, *runs_first, *runs_n;
@@ -137,6 +142,9 @@ static void xstate_clear(xstate *st)
     xshuffle_runs_free(st->runs);
     st->runs = NULL;
     xset_clear(&st->seen);
+    xruns_clear(st->druns);
+    xbuf_free(&st->dpend);
+    st->ndpend = 0;
     if (st->gb != NULL)
         xgroupby_reset(st->gb);
     if (st->so != NULL)
@@ -153,6 +161,8 @@ static void x_free(void *state)
         return;
     xstate_clear(st);
     xset_free(&st->seen);
+    xruns_free(st->druns);
+    xbuf_free(&st->dpend);
     xbuf_free(&st->kb);
     if (st->kind == X_DISTINCT)
         xkeys_free(&st->keys);
@@ -246,16 +256,7 @@ static int seen_before(xstate *st, sb_err *err)
         xset_free(&st->seen);
         return 0;
     }
-    if (st->memory > 0 && xset_bytes(&st->seen) > st->memory) {
-        char b[32];
-        return sb_err_permanent(err,
-                                "distinct: the keys of one task take more than %s, its share of "
-                                "execution.memoryBudget (%zu keys); distinct does not spill yet: "
-                                "give the stage more partitions or a larger memoryBudget",
-                                sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b),
-                                st->seen.n);
-    }
-    return !added;
+    return !added; /* the reduce side spills past its memory (distinct_row) */
 }
 
 static int grow_rows(xstate *st, size_t n, sb_err *err)
@@ -454,6 +455,9 @@ static int map_finish(void *state, sb_op_out *out, sb_err *err)
     return st->bk != NULL ? xwhole_put_all(st->bk, st->buckets, out, err) : 0;
 }
 
+static int distinct_row(xstate *st, const sb_batch *in, const sb_column *c, size_t r,
+                        sb_op_out *out, sb_err *err);
+
 static int reduce_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                           sb_err *err)
 {
@@ -498,15 +502,140 @@ static int reduce_process(void *state, const sb_batch *in, size_t first, size_t 
         if (col < 0)
             return -1;
         const sb_column *c = sb_batch_column(in, (size_t)col);
-        for (size_t r = first; r < first + n; r++) {
-            int dup = row_key(st, c, r, err) != 0 ? -1 : seen_before(st, err);
-            if (dup < 0 || (!dup && sb_op_out_append_rows(out, in, r, 1, err) != 0))
+        if (!sb_op_out_has_schema(out) && sb_op_out_set_schema_like(out, in, err) != 0)
+            return -1;
+        for (size_t r = first; r < first + n; r++)
+            if (row_key(st, c, r, err) != 0 || distinct_row(st, in, c, r, out, err) != 0)
                 return -1;
-        }
         return 0;
     }
     }
     return 0;
+}
+
+/* ---- distinct's reduce side past its memory (runs.c) -----------------------------------------
+ * Until the keys met outgrow the task's memory, a row goes out when its key is new. Then the
+ * keys met so far become a run of markers ("E": emitted), and from there on a row whose key is
+ * new to the current table waits in dpend ("R" and the record); each time the table and dpend
+ * outgrow the memory they become a run sorted by key. At the end the runs merge: of each key's
+ * pairs, oldest first, the first decides: a marker drops them all, else its row goes out. So
+ * every key goes out once, with the first row that had it; the rows after the first spill come
+ * in the order of their keys' encodings. */
+
+typedef struct {
+    const char *k, *r;
+    uint32_t kn, rn;
+} dpair;
+
+static int dpair_cmp(const void *a, const void *b)
+{
+    const dpair *x = a, *y = b;
+    return xruns_bytes_cmp(NULL, x->k, x->kn, y->k, y->kn);
+}
+
+/* The table's keys as markers (first), or dpend's rows, as a run sorted by key; both cleared. */
+static int distinct_spill(xstate *st, sb_err *err)
+{
+    int first = xruns_spilled(st->druns) == 0;
+    size_t n = first ? st->seen.n : st->ndpend;
+    dpair *pr = calloc(n + 1, sizeof *pr);
+    if (pr == NULL || (st->druns == NULL && (st->druns = xruns_new("distinct")) == NULL)) {
+        free(pr);
+        return sb_err_set(err, "out of memory");
+    }
+    const char *p = st->dpend.p;
+    for (size_t i = 0; i < n; i++) {
+        size_t kn;
+        if (first) {
+            pr[i].k = xset_key(&st->seen, i, &kn);
+            pr[i].kn = (uint32_t)kn;
+            pr[i].r = "E";
+            pr[i].rn = 1;
+            continue;
+        }
+        memcpy(&pr[i].kn, p, 4);
+        pr[i].k = p + 4;
+        memcpy(&pr[i].rn, p + 4 + pr[i].kn, 4);
+        pr[i].r = p + 8 + pr[i].kn;
+        p = pr[i].r + pr[i].rn;
+    }
+    qsort(pr, n, sizeof *pr, dpair_cmp); /* one pair per key: the table dropped repeats */
+    int rc = xruns_begin(st->druns, err);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = xruns_put(st->druns, pr[i].k, pr[i].kn, pr[i].r, pr[i].rn, err);
+    if (rc == 0)
+        rc = xruns_end(st->druns, err);
+    free(pr);
+    xset_free(&st->seen); /* both give their memory back: the next ones grow again */
+    xbuf_free(&st->dpend);
+    st->ndpend = 0;
+    return rc;
+}
+
+/* Row r (its key in st->kb) of distinct's reduce side. */
+static int distinct_row(xstate *st, const sb_batch *in, const sb_column *c, size_t r,
+                        sb_op_out *out, sb_err *err)
+{
+    int dup = seen_before(st, err);
+    if (dup != 0)
+        return dup < 0 ? -1 : 0;
+    if (xruns_spilled(st->druns) == 0) { /* no spill yet: the row goes out now */
+        if (sb_op_out_append_rows(out, in, r, 1, err) != 0)
+            return -1;
+    } else {
+        size_t len;
+        const char *p = sb_column_binary(c, r, &len);
+        uint32_t kn = (uint32_t)st->kb.n, rn = (uint32_t)len + 1;
+        if (xbuf_put(&st->dpend, &kn, 4) || xbuf_put(&st->dpend, st->kb.p, kn) ||
+            xbuf_put(&st->dpend, &rn, 4) || xbuf_put(&st->dpend, "R", 1) ||
+            xbuf_put(&st->dpend, p, len))
+            return sb_err_set(err, "out of memory");
+        st->ndpend++;
+    }
+    if (st->memory == 0 || xset_bytes(&st->seen) + st->dpend.cap <= st->memory)
+        return 0;
+    if (sb_batch_ncols(in) != 1) {
+        char b[32];
+        return sb_err_permanent(err,
+                                "distinct: the keys of one task take more than %s, its share of "
+                                "execution.memoryBudget, and its rows have more columns than "
+                                "their records, which it cannot spill: give the stage more "
+                                "partitions or a larger memoryBudget",
+                                sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b));
+    }
+    return distinct_spill(st, err);
+}
+
+typedef struct {
+    sb_op_out *out;
+    xbuf cur;
+    int have;
+} dmerge;
+
+static int distinct_pair(void *ctx, const xruns_item *it, sb_err *err)
+{
+    dmerge *m = ctx;
+    if (m->have && m->cur.n == it->kn && memcmp(m->cur.p, it->key, it->kn) == 0)
+        return 0; /* a later pair of the key that went (or was dropped) first */
+    m->cur.n = 0;
+    m->have = 1;
+    if (xbuf_put(&m->cur, it->key, it->kn) != 0)
+        return sb_err_set(err, "out of memory");
+    return it->rn > 0 && it->rec[0] == 'R'
+               ? sb_op_out_append_binary(m->out, it->rec + 1, it->rn - 1, err)
+               : 0;
+}
+
+static int distinct_finish(xstate *st, sb_op_out *out, sb_err *err)
+{
+    if (xruns_spilled(st->druns) == 0)
+        return 0;
+    if (st->ndpend > 0 && distinct_spill(st, err) != 0)
+        return -1;
+    dmerge m = {out, {0}, 0};
+    int rc = xruns_merge(st->druns, NULL, NULL, distinct_pair, &m, err);
+    xbuf_free(&m.cur);
+    return rc;
 }
 
 /* random_shuffle's order: rows sorted by a seeded hash of their content (the rows are a
@@ -542,6 +671,8 @@ static int reduce_finish(void *state, sb_op_out *out, sb_err *err)
         return xsort_finish(st->so, out, err);
     if (st->kind == X_SHUFFLE)
         return shuffle_finish(st, out, err);
+    if (st->kind == X_DISTINCT)
+        return distinct_finish(st, out, err);
     if (st->kind != X_GROUPBY)
         return 0;
     sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
@@ -567,11 +698,13 @@ const sb_op_impl sb_op_exchange_map_impl = {
     .task_begin = map_task_begin,
 };
 
-/* groupby's and random_shuffle's runs of this task (kept until the reset after it) */
+/* groupby's, random_shuffle's, sort's and distinct's runs of this task (kept until the reset
+ * after it) */
 static uint64_t reduce_spilled(void *state)
 {
     const xstate *st = state;
-    return (st->gb != NULL ? xgroupby_spilled(st->gb) : 0) + xshuffle_spilled(st->runs);
+    return (st->gb != NULL ? xgroupby_spilled(st->gb) : 0) + xshuffle_spilled(st->runs) +
+           (st->so != NULL ? xsort_spilled(st->so) : 0) + xruns_spilled(st->druns);
 }
 
 const sb_op_impl sb_op_exchange_reduce_impl = {

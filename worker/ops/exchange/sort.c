@@ -4,6 +4,7 @@
  * output, so every task of it holds every map task's sample) picks the same range boundaries in
  * every task and writes its rows into range buckets; round 2 (the reduce) sorts its range. */
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,16 @@ struct xsort {
     size_t *soff; /* per sample: its offset in samples */
     size_t nsamples, capsoff;
     xbuf kb, rb; /* scratch: one key; one record */
+    /* spilling (runs.c) past half the task's memory: round 1 writes its rows as they came to
+     * runs, then by range bucket to ranges; round 2 writes sorted runs to runs */
+    xruns *runs, *ranges;
+    xbuf chunk;         /* round 1: rows routed to their buckets, not yet spilled (u32 + bytes) */
+    size_t *coff;       /* per row in chunk: its offset */
+    uint32_t *cbk;      /* per row in chunk: its bucket */
+    size_t cn, ccap;    /* rows in chunk; room */
+    char *colname;      /* the records column (the schema of the rows spilled) */
+    sb_type coltype;
+    bool colnullable;
 };
 
 /* w's output made (once) with the schema of like. */
@@ -168,11 +179,9 @@ static int key_cmp(const xsort *so, const char *a, const char *b)
     return 0;
 }
 
-/* Row r's record (past a stable tag) and its key into so->kb. */
-static int row_key(xsort *so, const sb_column *c, size_t r, const char **rec, size_t *len,
-                   sb_err *err)
+/* Record p[0..*len) (row r) past a stable tag into *rec, *len, and its key into so->kb. */
+static int rec_key(xsort *so, const char *p, size_t r, const char **rec, size_t *len, sb_err *err)
 {
-    const char *p = sb_column_binary(c, r, len);
     if (so->stable && so->round > 0 && *len >= STABLE_PREFIX && p[0] == TAG_STABLE) {
         p += STABLE_PREFIX;
         *len -= STABLE_PREFIX;
@@ -180,6 +189,13 @@ static int row_key(xsort *so, const sb_column *c, size_t r, const char **rec, si
     *rec = p;
     so->kb.n = 0;
     return xkeys_encode(&so->keys, "sort", p, *len, r, NULL, &so->kb, err);
+}
+
+/* Row r's record (past a stable tag) and its key into so->kb. */
+static int row_key(xsort *so, const sb_column *c, size_t r, const char **rec, size_t *len,
+                   sb_err *err)
+{
+    return rec_key(so, sb_column_binary(c, r, len), r, rec, len, err);
 }
 
 /* ---- a merge sort with a context (qsort has none) ------------------------------------------ */
@@ -265,6 +281,11 @@ void xsort_reset(xsort *so)
     free(so->bk);
     so->bk = NULL;
     xwhole_free(&so->all);
+    xruns_clear(so->runs);
+    xruns_clear(so->ranges);
+    so->chunk.n = so->cn = 0;
+    free(so->colname);
+    so->colname = NULL;
     so->rows = so->rr = so->task = 0;
     so->every = SAMPLE_EVERY;
     so->samples.n = 0;
@@ -276,6 +297,11 @@ void xsort_free(xsort *so)
     if (so == NULL)
         return;
     xsort_reset(so);
+    xruns_free(so->runs);
+    xruns_free(so->ranges);
+    xbuf_free(&so->chunk);
+    free(so->coff);
+    free(so->cbk);
     free(so->keys.k);
     free(so->desc);
     free(so->soff);
@@ -326,18 +352,71 @@ static int records_column(const sb_batch *in, sb_err *err)
                                  "columns");
 }
 
+static uint64_t held_bytes(const xsort *so)
+{
+    return so->all.out != NULL ? sb_batch_builder_bytes(sb_op_out_builder(so->all.out)) : 0;
+}
+
+/* The rows a task holds spill past half its memory (sorting or routing them takes as much
+ * again); the map tasks' samples, which every task of round 1 holds whole, cannot. */
 static int over_budget(const xsort *so, sb_err *err)
 {
-    uint64_t held =
-        so->all.out != NULL ? sb_batch_builder_bytes(sb_op_out_builder(so->all.out)) : 0;
-    if (so->memory == 0 || held + so->samples.cap <= so->memory)
+    if (so->memory == 0 || so->samples.cap <= so->memory / 2)
         return 0;
     char b[32];
     return sb_err_permanent(err,
-                            "sort: the rows of one task take more than %s, its share of "
-                            "execution.memoryBudget; sort does not spill yet: give the stage "
-                            "more partitions (args.partitions) or a larger memoryBudget",
+                            "sort: the map tasks' key samples take more than half of %s, a "
+                            "task's share of execution.memoryBudget: give the pipeline a larger "
+                            "memoryBudget or larger partitions (fewer map tasks)",
                             sb_quantity_format_bytes((int64_t)so->memory, b, sizeof b));
+}
+
+static int must_spill(const xsort *so)
+{
+    return so->memory > 0 && held_bytes(so) + so->samples.cap > so->memory / 2;
+}
+
+/* ---- spilling: the rows held as a batch, the schema of the rows spilled -------------------- */
+
+/* The rows held so far as a batch *b (NULL: none), the records column noted; sb_batch_close it,
+ * then held_drop. */
+static int held_batch(xsort *so, sb_batch **b, sb_err *err)
+{
+    xwhole *w = &so->all;
+    *b = NULL;
+    if (w->out == NULL || sb_op_out_cut(w->out, err) != 0 || w->blob == NULL)
+        return w->out == NULL || w->blob == NULL ? 0 : -1;
+    if (sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, b,
+                         err) != 0)
+        return -1;
+    const sb_column *c = sb_batch_column(*b, 0);
+    if (so->colname != NULL)
+        return 0;
+    so->coltype = c->type;
+    so->colnullable = c->nullable;
+    return (so->colname = strdup(c->name)) == NULL ? sb_err_set(err, "out of memory") : 0;
+}
+
+/* Frees the batch of held_batch and its rows (the output stays open: its schema, for more). */
+static void held_drop(xsort *so, sb_batch *b)
+{
+    sb_batch_close(b);
+    sb_part_free(so->all.blob);
+    so->all.blob = NULL;
+}
+
+/* out's schema: the records column the rows spilled came in. */
+static int spilled_schema(const xsort *so, sb_op_out *out, sb_err *err)
+{
+    sb_field f = {.name = so->colname, .type = so->coltype, .nullable = so->colnullable};
+    return sb_op_out_has_schema(out) ? 0 : sb_op_out_set_schema(out, &f, 1, err);
+}
+
+static int runs_open(xruns **rs, sb_err *err)
+{
+    if (*rs == NULL && (*rs = xruns_new("sort")) == NULL)
+        return sb_err_set(err, "out of memory");
+    return xruns_begin(*rs, err);
 }
 
 /* ---- round 0: spread the rows, sample the keys ---------------------------------------------- */
@@ -487,6 +566,28 @@ static int read_sample(xsort *so, const char *p, size_t len, sb_err *err)
     return add_sample(so, w, so->kb.p, so->kb.n) != 0 ? sb_err_set(err, "out of memory") : 0;
 }
 
+/* Round 1 past its memory: the rows held go to a run as they came (the boundaries need every
+ * map task's sample, so the rows wait for the last input); the key is empty. */
+static int mid_spill(xsort *so, sb_err *err)
+{
+    sb_batch *b = NULL;
+    if (held_batch(so, &b, err) != 0)
+        return -1;
+    if (b == NULL)
+        return 0;
+    const sb_column *c = sb_batch_column(b, 0);
+    int rc = runs_open(&so->runs, err);
+    for (size_t r = 0; rc == 0 && r < sb_batch_rows(b); r++) {
+        size_t len;
+        const char *p = sb_column_binary(c, r, &len);
+        rc = xruns_put(so->runs, "", 0, p, len, err);
+    }
+    if (rc == 0)
+        rc = xruns_end(so->runs, err);
+    held_drop(so, b);
+    return rc;
+}
+
 static int mid_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err *err)
 {
     if (records_column(in, err) != 0 || whole_open(&so->all, in, err) != 0)
@@ -505,7 +606,7 @@ static int mid_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb
     }
     if (first + n > run && sb_op_out_append_rows(so->all.out, in, run, first + n - run, err) != 0)
         return -1;
-    return over_budget(so, err);
+    return over_budget(so, err) != 0 || (must_spill(so) && mid_spill(so, err) != 0) ? -1 : 0;
 }
 
 static int sample_cmp(const void *ctx, size_t a, size_t b)
@@ -572,9 +673,150 @@ static uint32_t bucket_of(const xsort *so, const char **bd, const char *key)
     return lo - 1;
 }
 
+/* ---- round 1 after a spill: every row to its range bucket through runs ------------------
+ * The rows (those spilled as they came, then those held) are routed to their buckets in
+ * chunks of half the task's memory; each chunk, ordered by bucket, is a run keyed by the bucket
+ * (big-endian, so bytes order it); the merge of those runs is the buckets in order. */
+
+/* Writes the chunk's rows as a run in bucket order (a counting sort keeps their order). */
+static int chunk_spill(xsort *so, sb_err *err)
+{
+    if (so->cn == 0)
+        return 0;
+    size_t *cnt = calloc((size_t)so->buckets + 1, sizeof *cnt);
+    size_t *ord = malloc(so->cn * sizeof *ord);
+    int rc = cnt == NULL || ord == NULL ? sb_err_set(err, "out of memory") : 0;
+    for (size_t i = 0; rc == 0 && i < so->cn; i++)
+        cnt[so->cbk[i] + 1]++;
+    for (uint32_t b = 0; rc == 0 && b < so->buckets; b++)
+        cnt[b + 1] += cnt[b];
+    for (size_t i = 0; rc == 0 && i < so->cn; i++)
+        ord[cnt[so->cbk[i]]++] = i;
+    if (rc == 0)
+        rc = runs_open(&so->ranges, err);
+    for (size_t k = 0; rc == 0 && k < so->cn; k++) {
+        size_t i = ord[k];
+        uint32_t len, bk = so->cbk[i];
+        memcpy(&len, so->chunk.p + so->coff[i], 4);
+        unsigned char be[4] = {(unsigned char)(bk >> 24), (unsigned char)(bk >> 16),
+                               (unsigned char)(bk >> 8), (unsigned char)bk};
+        rc = xruns_put(so->ranges, be, 4, so->chunk.p + so->coff[i] + 4, len, err);
+    }
+    if (rc == 0)
+        rc = xruns_end(so->ranges, err);
+    free(cnt);
+    free(ord);
+    so->chunk.n = so->cn = 0;
+    return rc;
+}
+
+/* Record p[0..len) (its stable tag kept) into the chunk with its bucket. */
+static int route(xsort *so, const char **bd, const char *p, size_t len, size_t row, sb_err *err)
+{
+    const char *rec;
+    size_t rl = len;
+    if (rec_key(so, p, row, &rec, &rl, err) != 0)
+        return -1;
+    if (so->cn == so->ccap) {
+        size_t cap = so->ccap ? so->ccap * 2 : 1024;
+        size_t *no = realloc(so->coff, cap * sizeof *no);
+        if (no != NULL)
+            so->coff = no;
+        uint32_t *nb = no != NULL ? realloc(so->cbk, cap * sizeof *nb) : NULL;
+        if (nb == NULL)
+            return sb_err_set(err, "out of memory");
+        so->cbk = nb;
+        so->ccap = cap;
+    }
+    uint32_t l32 = (uint32_t)len;
+    so->coff[so->cn] = so->chunk.n;
+    so->cbk[so->cn++] = bucket_of(so, bd, so->kb.p);
+    if (xbuf_put(&so->chunk, &l32, 4) != 0 || xbuf_put(&so->chunk, p, len) != 0)
+        return sb_err_set(err, "out of memory");
+    return so->chunk.n + so->cn * 12 > so->memory / 2 ? chunk_spill(so, err) : 0;
+}
+
+typedef struct {
+    xsort *so;
+    const char **bd;
+    size_t row;
+} router;
+
+static int route_item(void *ctx, const xruns_item *it, sb_err *err)
+{
+    router *rt = ctx;
+    return route(rt->so, rt->bd, it->rec, it->rn, rt->row++, err);
+}
+
+/* Run order only: the raw runs read back one after another. */
+static int same_cmp(void *ctx, const char *a, size_t an, const char *b, size_t bn)
+{
+    (void)ctx, (void)a, (void)an, (void)b, (void)bn;
+    return 0;
+}
+
+/* The bucket being filled (next) and its rows. */
+typedef struct {
+    xsort *so;
+    sb_op_out *out;
+    uint32_t next;
+    xwhole cur;
+} ranger;
+
+/* Puts bucket rg->next (empty too: a partition's place is its bucket) and moves on. */
+static int range_put(ranger *rg, sb_err *err)
+{
+    if (rg->cur.out == NULL &&
+        (rg->cur.out = sb_op_out_new(XWHOLE_TARGET, xwhole_emit, &rg->cur, err)) == NULL)
+        return -1;
+    if (spilled_schema(rg->so, rg->cur.out, err) != 0 || xwhole_put_all(&rg->cur, 1, rg->out, err))
+        return -1;
+    rg->next++;
+    return 0;
+}
+
+static int range_item(void *ctx, const xruns_item *it, sb_err *err)
+{
+    ranger *rg = ctx;
+    const unsigned char *k = (const unsigned char *)it->key;
+    uint32_t b = (uint32_t)k[0] << 24 | (uint32_t)k[1] << 16 | (uint32_t)k[2] << 8 | k[3];
+    while (rg->next < b)
+        if (range_put(rg, err) != 0)
+            return -1;
+    if (rg->cur.out == NULL &&
+        (rg->cur.out = sb_op_out_new(XWHOLE_TARGET, xwhole_emit, &rg->cur, err)) == NULL)
+        return -1;
+    return spilled_schema(rg->so, rg->cur.out, err) != 0
+               ? -1
+               : sb_op_out_append_binary(rg->cur.out, it->rec, it->rn, err);
+}
+
+static int mid_finish_spilled(xsort *so, sb_op_out *out, sb_err *err)
+{
+    if (mid_spill(so, err) != 0) /* the rows still held join the raw runs */
+        return -1;
+    const char **bd = boundaries(so, err);
+    if (bd == NULL)
+        return -1;
+    router rt = {so, bd, 0};
+    int rc = xruns_merge(so->runs, same_cmp, NULL, route_item, &rt, err);
+    free(bd);
+    if (rc == 0)
+        rc = chunk_spill(so, err);
+    ranger rg = {so, out, 0, {0}};
+    if (rc == 0)
+        rc = xruns_merge(so->ranges, NULL, NULL, range_item, &rg, err);
+    while (rc == 0 && rg.next < so->buckets)
+        rc = range_put(&rg, err);
+    xwhole_free(&rg.cur);
+    return rc;
+}
+
 static int mid_finish(xsort *so, sb_op_out *out, sb_err *err)
 {
     xwhole *w = &so->all;
+    if (xruns_count(so->runs) > 0)
+        return mid_finish_spilled(so, out, err);
     if (w->out == NULL)
         return 0; /* no input: no buckets */
     if (sb_op_out_cut(w->out, err) != 0)
@@ -645,40 +887,109 @@ static int emit_sorted(xsort *so, const sb_batch *b, const size_t *idx, size_t n
     return rc;
 }
 
-static int reduce_finish(xsort *so, sb_op_out *out, sb_err *err)
+/* The rows of b in sort order: idx[0..n) (malloc'd), with every row's key in keys at koff[r]
+ * (koff[n] is the end). */
+static int sort_rows(xsort *so, const sb_batch *b, xbuf *keys, size_t **koff, size_t **idx,
+                     sb_err *err)
 {
-    xwhole *w = &so->all;
-    if (w->out == NULL || sb_op_out_cut(w->out, err) != 0 || w->blob == NULL)
-        return w->out == NULL || w->blob == NULL ? 0 : -1;
-    sb_batch *b = NULL;
-    if (sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
-                         err) != 0)
-        return -1;
     size_t n = sb_batch_rows(b);
     const sb_column *c = sb_batch_column(b, 0);
-    xbuf keys = {0};
-    size_t *koff = malloc((n + 1) * sizeof *koff), *idx = malloc((n + 1) * sizeof *idx);
-    int rc = koff == NULL || idx == NULL ? sb_err_set(err, "out of memory") : 0;
+    *koff = malloc((n + 1) * sizeof **koff);
+    *idx = malloc((n + 1) * sizeof **idx);
+    int rc = *koff == NULL || *idx == NULL ? sb_err_set(err, "out of memory") : 0;
     for (size_t r = 0; rc == 0 && r < n; r++) {
         const char *rec;
         size_t len;
-        koff[r] = keys.n;
-        idx[r] = r;
+        (*koff)[r] = keys->n;
+        (*idx)[r] = r;
         rc = row_key(so, c, r, &rec, &len, err);
-        if (rc == 0 && xbuf_put(&keys, so->kb.p, so->kb.n) != 0)
+        if (rc == 0 && xbuf_put(keys, so->kb.p, so->kb.n) != 0)
             rc = sb_err_set(err, "out of memory");
     }
-    rowsort rs = {so, &keys, koff, c};
-    if (rc == 0 && merge_sort(idx, n, row_cmp, &rs) != 0)
-        rc = sb_err_set(err, "out of memory");
     if (rc == 0)
-        rc = emit_sorted(so, b, idx, n, out, err);
+        (*koff)[n] = keys->n;
+    rowsort rs = {so, keys, *koff, c};
+    if (rc == 0 && merge_sort(*idx, n, row_cmp, &rs) != 0)
+        rc = sb_err_set(err, "out of memory");
+    return rc;
+}
+
+/* Writes rows idx[0..n) of b as a run: each row's key (with stable: then its 32 hex digits of
+ * task and row) and its record (past the stable tag). */
+static int write_run(xsort *so, const sb_batch *b, const xbuf *keys, const size_t *koff,
+                     const size_t *idx, sb_err *err)
+{
+    size_t n = sb_batch_rows(b);
+    const sb_column *c = sb_batch_column(b, 0);
+    int rc = runs_open(&so->runs, err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        size_t r = idx[k], len, skip;
+        const char *p = sb_column_binary(c, r, &len);
+        so->rb.n = 0;
+        if (xbuf_put(&so->rb, keys->p + koff[r], koff[r + 1] - koff[r]) != 0)
+            return sb_err_set(err, "out of memory");
+        skip = so->stable && len >= STABLE_PREFIX && p[0] == TAG_STABLE ? STABLE_PREFIX : 0;
+        if (skip > 0 && xbuf_put(&so->rb, p + 1, STABLE_PREFIX - 1) != 0)
+            return sb_err_set(err, "out of memory");
+        rc = xruns_put(so->runs, so->rb.p, so->rb.n, p + skip, len - skip, err);
+    }
+    return rc == 0 ? xruns_end(so->runs, err) : -1;
+}
+
+/* Round 2: the rows held, sorted, to out (to_run 0) or as a new run (to_run 1). */
+static int reduce_sorted(xsort *so, int to_run, sb_op_out *out, sb_err *err)
+{
+    sb_batch *b = NULL;
+    if (held_batch(so, &b, err) != 0)
+        return -1;
+    if (b == NULL || (to_run && sb_batch_rows(b) == 0)) {
+        held_drop(so, b);
+        return 0;
+    }
+    xbuf keys = {0};
+    size_t *koff = NULL, *idx = NULL;
+    int rc = sort_rows(so, b, &keys, &koff, &idx, err);
+    if (rc == 0)
+        rc = to_run ? write_run(so, b, &keys, koff, idx, err)
+                    : emit_sorted(so, b, idx, sb_batch_rows(b), out, err);
     free(koff);
     free(idx);
     xbuf_free(&keys);
-    sb_batch_close(b);
-    xwhole_free(w);
+    held_drop(so, b);
     return rc;
+}
+
+/* The merge's order of two run keys: the sort keys, then (stable) task and row. */
+static int run_cmp(void *ctx, const char *a, size_t an, const char *b, size_t bn)
+{
+    const xsort *so = ctx;
+    int c = key_cmp(so, a, b);
+    if (c != 0 || !so->stable)
+        return c;
+    size_t ta = an >= STABLE_PREFIX - 1 ? an - (STABLE_PREFIX - 1) : 0;
+    size_t tb = bn >= STABLE_PREFIX - 1 ? bn - (STABLE_PREFIX - 1) : 0;
+    return memcmp(a + ta, b + tb, STABLE_PREFIX - 1);
+}
+
+static int merged_row(void *ctx, const xruns_item *it, sb_err *err)
+{
+    return sb_op_out_append_binary(ctx, it->rec, it->rn, err);
+}
+
+static int reduce_finish(xsort *so, sb_op_out *out, sb_err *err)
+{
+    int rc = 0;
+    if (xruns_count(so->runs) == 0)
+        rc = reduce_sorted(so, 0, out, err);
+    else if ((rc = reduce_sorted(so, 1, out, err)) == 0 && (rc = spilled_schema(so, out, err)) == 0)
+        rc = xruns_merge(so->runs, run_cmp, so, merged_row, out, err);
+    xwhole_free(&so->all);
+    return rc;
+}
+
+uint64_t xsort_spilled(const xsort *so)
+{
+    return xruns_spilled(so->runs) + xruns_spilled(so->ranges);
 }
 
 /* ---- the op's entry points (exchange.c) ------------------------------------------------------ */
@@ -693,7 +1004,7 @@ int xsort_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err 
         return -1;
     if (n > 0 && sb_op_out_append_rows(so->all.out, in, first, n, err) != 0)
         return -1;
-    return over_budget(so, err);
+    return must_spill(so) ? reduce_sorted(so, 1, NULL, err) : 0;
 }
 
 int xsort_finish(xsort *so, sb_op_out *out, sb_err *err)
