@@ -3,6 +3,11 @@
 
     check.py gen DIR FILES ROWS SEED        writes DIR/fNN.jsonl: mixed-type keys (1, 1.0, "1",
                                             true, null, missing), ties, nulls, floats, strings
+    check.py genpad DIR FILES ROWS SEED PADS
+                                            the same shape with wide rows (~1 KiB: tens of MiB
+                                            in seconds, for the spill tests): g in 0..40 (ties),
+                                            v int, float or missing (null), pad one of PADS
+                                            strings of 960 bytes (distinct's repeats)
     check.py OP ARGS_JSON IN_DIR OUT_DIR    checks the sink OUT_DIR against the reference of op
                                             OP with ARGS over the jsonl files of IN_DIR
     check.py order OUT_DIR                  prints the rows in part order (task, then part number)
@@ -283,9 +288,27 @@ def gen(d, files, nrows, seed):
                 o.write(json.dumps(r) + "\n")
 
 
+def genpad(d, files, nrows, seed, npads):
+    rnd = random.Random(seed)
+    pads = ["%08x" % rnd.getrandbits(32) * 120 for _ in range(npads)]
+    os.makedirs(d, exist_ok=True)
+    for f in range(files):
+        with open(os.path.join(d, "f%02d.jsonl" % f), "w") as o:
+            for i in range(nrows):
+                r = {"id": f * 1000000 + i, "g": rnd.randint(0, 40)}
+                v = rnd.choice([rnd.randint(-1000, 1000), rnd.random() * 100, None])
+                if v is not None:
+                    r["v"] = v
+                r["pad"] = rnd.choice(pads)
+                o.write(json.dumps(r) + "\n")
+
+
 def main(argv):
     if argv[1] == "gen":
         gen(argv[2], int(argv[3]), int(argv[4]), int(argv[5]))
+        return 0
+    if argv[1] == "genpad":
+        genpad(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]))
         return 0
     if argv[1] == "order":
         for p in read_out(argv[2]):

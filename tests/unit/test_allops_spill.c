@@ -1,0 +1,307 @@
+/* sort's and distinct's spilling (worker/ops/exchange/sort.c, exchange.c, runs.c; issue 41),
+ * driven through the ops the scheduler runs: sort's three rounds (map, middle, reduce) over
+ * three buckets give the same rows in the same order with a memory far below the rows (every
+ * middle and reduce task spilling) as with no bound, stable ties in source order and nulls
+ * placed as asked; distinct's reduce past its memory keeps every key once, with the first row
+ * that had it; the shared merge hands equal keys back oldest run first. Before, the middle and
+ * reduce tasks failed ("sort does not spill yet") and so did distinct's ("distinct does not
+ * spill yet"). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/ops/exchange/xchg.h"
+#include "recs_coll.h"
+
+enum { ROWS = 3000, B = 3 };
+
+/* Partitions as emitted: blob, length. */
+typedef struct {
+    void *blob[64];
+    size_t len[64], n;
+} parts;
+
+static int keep_blob(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    (void)rows;
+    parts *p = ud;
+    cr_assert_lt(p->n, 64);
+    p->blob[p->n] = blob;
+    p->len[p->n++] = len;
+    return 0;
+}
+
+static void parts_free(parts *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        sb_part_free(p->blob[i]);
+    p->n = 0;
+}
+
+static void feed(const sb_op_impl *op, void *st, const void *blob, size_t len, sb_op_out *out)
+{
+    sb_batch *b;
+    sb_err e;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    if (sb_batch_rows(b) == 0) /* as the runtime does: an empty input still has a schema */
+        cr_assert_eq(op->process(st, b, 0, 0, out, &e), 0, "%s", e.msg);
+    for (size_t s = 0; s < sb_batch_rows(b); s += 200) {
+        size_t n = sb_batch_rows(b) - s < 200 ? sb_batch_rows(b) - s : 200;
+        cr_assert_eq(op->process(st, b, s, n, out, &e), 0, "%s", e.msg);
+    }
+    sb_batch_close(b);
+}
+
+static void *op_init(const sb_op_impl *op, const char *kind, int round, long memory,
+                     const char *args)
+{
+    char w[512];
+    snprintf(w, sizeof w, "{\"op\":\"%s\",\"buckets\":%d,\"memory\":%ld,\"round\":%d,\"args\":%s}",
+             kind, B, memory, round, args);
+    void *st;
+    sb_err e;
+    cr_assert_eq(op->init(w, &st, &e), 0, "%s", e.msg);
+    return st;
+}
+
+/* The three rounds of sort over the rows of blob: the records in part order; *spilled: the
+ * bytes the middle and reduce tasks spilled. */
+static void sort_chain(const void *blob, size_t len, long memory, const char *args, coll *got,
+                       uint64_t *spilled)
+{
+    const sb_op_impl *map = sb_op_find("exchange.map"), *red = sb_op_find("exchange.reduce");
+    sb_err e;
+    static parts mp, mid[B]; /* large: off the stack; empty again after each chain */
+    void *st = op_init(map, "sort", 0, memory, args);
+    sb_op_out *out = sb_op_out_new(1 << 20, keep_blob, &mp, &e);
+    map->task_begin(st, 0);
+    feed(map, st, blob, len, out);
+    cr_assert_eq(map->finish(st, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(mp.n, B, "one partition per bucket");
+    sb_op_out_free(out);
+    map->free(st);
+    *spilled = 0;
+    st = op_init(red, "sort", 1, memory, args);
+    for (int t = 0; t < B; t++) { /* middle task t reads bucket t */
+        out = sb_op_out_new(1 << 20, keep_blob, &mid[t], &e);
+        feed(red, st, mp.blob[t], mp.len[t], out);
+        cr_assert_eq(red->finish(st, out, &e), 0, "%s", e.msg);
+        cr_assert_eq(mid[t].n, B, "middle task %d: one partition per range", t);
+        *spilled += red->spilled(st);
+        cr_assert_eq(red->reset(st, &e), 0);
+        sb_op_out_free(out);
+    }
+    red->free(st);
+    st = op_init(red, "sort", 2, memory, args);
+    for (int r = 0; r < B; r++) { /* reduce task r reads range r of every middle output */
+        out = sb_op_out_new(1 << 12, collect, got, &e);
+        for (int t = 0; t < B; t++)
+            feed(red, st, mid[t].blob[r], mid[t].len[r], out);
+        cr_assert_eq(red->finish(st, out, &e), 0, "%s", e.msg);
+        cr_assert_eq(sb_op_out_flush(out, &e), 0, "%s", e.msg);
+        *spilled += red->spilled(st);
+        cr_assert_eq(red->reset(st, &e), 0);
+        sb_op_out_free(out);
+    }
+    red->free(st);
+    parts_free(&mp);
+    for (int t = 0; t < B; t++)
+        parts_free(&mid[t]);
+}
+
+static sb_batch *batch_of(char **recs, size_t n, void **blob, size_t *len)
+{
+    sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+    sb_err e;
+    sb_batch_builder *b = sb_batch_builder_new(&f, 1, &e);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(sb_batch_builder_append_binary(b, 0, recs[i], strlen(recs[i]), &e), 0);
+    cr_assert_eq(sb_batch_builder_finish(b, blob, len, &e), 0, "%s", e.msg);
+    sb_batch_builder_free(b);
+    sb_batch *out;
+    cr_assert_eq(sb_batch_open(*blob, *len, &out, &e), 0, "%s", e.msg);
+    return out;
+}
+
+/* Row i: g (7 values and, one row in 5, null), mixed with 1.0 and "1" (by value and type),
+ * id its place in the source, a pad. */
+static char **make_rows(void)
+{
+    char **rows = calloc(ROWS, sizeof *rows);
+    for (int i = 0; i < ROWS; i++) {
+        char r[128], g[16];
+        if (i % 5 == 0)
+            snprintf(g, sizeof g, "null");
+        else if (i % 11 == 0)
+            snprintf(g, sizeof g, i % 2 ? "1.0" : "\"1\"");
+        else
+            snprintf(g, sizeof g, "%d", (i * 7919) % 7);
+        snprintf(r, sizeof r, "{\"g\":%s,\"id\":%d,\"pad\":\"%0*d\"}", g, i, 10 + i % 20, i);
+        rows[i] = strdup(r);
+    }
+    return rows;
+}
+
+static void free_rows(char **rows)
+{
+    for (int i = 0; i < ROWS; i++)
+        free(rows[i]);
+    free(rows);
+}
+
+/* g's rank for the check: null per nulls_first, numbers by value, the string "1" after them. */
+static double g_rank(const char *rec, int nulls_first, int desc)
+{
+    const char *g = strstr(rec, "\"g\":") + 4;
+    if (strncmp(g, "null", 4) == 0)
+        return nulls_first ? -1e9 : 1e9;
+    double v = *g == '"' ? 100 : atof(g);
+    return desc ? -v : v;
+}
+
+static void check_stable_order(const coll *got, int nulls_first, int desc)
+{
+    cr_assert_eq(got->n, ROWS);
+    for (size_t i = 1; i < got->n; i++) {
+        double a = g_rank(got->recs[i - 1], nulls_first, desc);
+        double b = g_rank(got->recs[i], nulls_first, desc);
+        cr_assert(a < b || (a == b && atoi(strstr(got->recs[i - 1], "\"id\":") + 5) <
+                                          atoi(strstr(got->recs[i], "\"id\":") + 5)),
+                  "rows %zu and %zu out of stable order: %s then %s", i - 1, i, got->recs[i - 1],
+                  got->recs[i]);
+    }
+}
+
+Test(allops_spill, sort_spilled_gives_the_order_of_one_in_memory)
+{
+    static const struct {
+        const char *args;
+        int stable, nulls_first, desc;
+    } cases[] = {
+        {"{\"keys\":[{\"field\":\"g\"}],\"stable\":true,\"missingKey\":null}", 1, 0, 0},
+        {"{\"keys\":[{\"field\":\"g\",\"descending\":true}],\"stable\":true,\"nulls\":\"first\"}",
+         1, 1, 1},
+        {"{\"keys\":[{\"field\":\"g\"},{\"field\":\"pad\",\"descending\":true}],\"nulls\":"
+         "\"first\"}",
+         0, 1, 0},
+    };
+    char **rows = make_rows();
+    void *blob;
+    size_t len;
+    sb_batch *b = batch_of(rows, ROWS, &blob, &len);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        coll want = {0}, got = {0};
+        uint64_t sp0, sp1;
+        sort_chain(blob, len, 0, cases[c].args, &want, &sp0);
+        /* 64 KiB: a task's share is 16 KiB and it spills at 8 KiB; each holds ~70 KiB */
+        sort_chain(blob, len, 65536, cases[c].args, &got, &sp1);
+        cr_expect_eq(sp0, 0);
+        cr_expect_gt(sp1, 0, "case %zu spilled", c);
+        cr_assert_eq(got.n, want.n);
+        cr_assert_eq(got.n, ROWS);
+        for (size_t i = 0; i < got.n; i++)
+            cr_assert_str_eq(got.recs[i], want.recs[i], "case %zu row %zu", c, i);
+        if (cases[c].stable)
+            check_stable_order(&got, cases[c].nulls_first, cases[c].desc);
+        coll_free(&want);
+        coll_free(&got);
+    }
+    /* an empty input with a bound: no rows, no spill */
+    coll got = {0};
+    uint64_t sp;
+    void *eblob;
+    size_t elen;
+    sb_batch *eb = batch_of(rows, 0, &eblob, &elen);
+    sort_chain(eblob, elen, 65536, cases[0].args, &got, &sp);
+    cr_expect_eq(got.n, 0);
+    cr_expect_eq(sp, 0);
+    sb_batch_close(eb);
+    sb_part_free(eblob);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    free_rows(rows);
+}
+
+Test(allops_spill, distinct_reduce_past_its_memory_keeps_each_key_once_with_its_first_row)
+{
+    enum { KEYS = 1200 };
+    char **rows = calloc(ROWS, sizeof *rows);
+    for (int i = 0; i < ROWS; i++) {
+        char r[128];
+        /* key k: a long string, so the keys pass the memory; repeats far apart */
+        snprintf(r, sizeof r, "{\"k\":\"%060d\",\"id\":%d}", (i * 7) % KEYS, i);
+        rows[i] = strdup(r);
+    }
+    void *blob;
+    size_t len;
+    sb_batch *b = batch_of(rows, ROWS, &blob, &len);
+    const sb_op_impl *red = sb_op_find("exchange.reduce");
+    void *st = op_init(red, "distinct", 0, 32768, "{\"fields\":[\"k\"]}");
+    coll got = {0};
+    sb_err e;
+    sb_op_out *out = sb_op_out_new(1 << 12, collect, &got, &e);
+    feed(red, st, blob, len, out);
+    cr_assert_eq(red->finish(st, out, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_op_out_flush(out, &e), 0, "%s", e.msg);
+    cr_expect_gt(red->spilled(st), 0);
+    cr_assert_eq(got.n, KEYS, "%zu rows for %d keys", got.n, KEYS);
+    char *seen = calloc(KEYS, 1);
+    for (size_t i = 0; i < got.n; i++) {
+        int k = atoi(strstr(got.recs[i], "\"k\":\"") + 5);
+        int id = atoi(strstr(got.recs[i], "\"id\":") + 5);
+        cr_expect(!seen[k], "key %d twice", k);
+        seen[k] = 1;
+        int first = 0;
+        while ((first * 7) % KEYS != k)
+            first++;
+        cr_expect_eq(id, first, "key %d: row %d, not its first %d", k, id, first);
+    }
+    free(seen);
+    coll_free(&got);
+    sb_op_out_free(out);
+    red->free(st);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    free_rows(rows);
+}
+
+static int keep_item(void *ctx, const xruns_item *it, sb_err *err)
+{
+    (void)err;
+    char r[64];
+    snprintf(r, sizeof r, "%.*s/%zu/%.*s", (int)it->kn, it->key, it->run, (int)it->rn, it->rec);
+    coll_add(ctx, r, strlen(r));
+    return 0;
+}
+
+Test(allops_spill, runs_merge_in_key_order_equal_keys_oldest_run_first)
+{
+    static const char *const runs[][4] = {{"a", "c", "c", "e"}, {"b", "c", "e", NULL}, {NULL}};
+    xruns *rs = xruns_new("test");
+    sb_err e;
+    for (size_t r = 0; r < 3; r++) {
+        cr_assert_eq(xruns_begin(rs, &e), 0, "%s", e.msg);
+        for (size_t i = 0; i < 4 && runs[r][i] != NULL; i++) {
+            char rec[8];
+            snprintf(rec, sizeof rec, "%zu", i);
+            cr_assert_eq(xruns_put(rs, runs[r][i], 1, rec, strlen(rec), &e), 0);
+        }
+        cr_assert_eq(xruns_end(rs, &e), 0, "%s", e.msg);
+    }
+    cr_expect_eq(xruns_count(rs), 3);
+    cr_expect_eq(xruns_spilled(rs), 7 * 10);
+    coll got = {0};
+    cr_assert_eq(xruns_merge(rs, NULL, NULL, keep_item, &got, &e), 0, "%s", e.msg);
+    static const char *const want[] = {"a/0/0", "b/1/0", "c/0/1", "c/0/2",
+                                       "c/1/1", "e/0/3", "e/1/2"};
+    cr_assert_eq(got.n, 7);
+    for (size_t i = 0; i < 7; i++)
+        cr_expect_str_eq(got.recs[i], want[i]);
+    cr_expect_eq(xruns_count(rs), 0, "merged runs are closed");
+    cr_expect_eq(xruns_spilled(rs), 7 * 10, "the bytes stay for the task's report");
+    xruns_clear(rs);
+    cr_expect_eq(xruns_spilled(rs), 0);
+    coll_free(&got);
+    xruns_free(rs);
+}
