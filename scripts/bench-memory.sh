@@ -10,15 +10,21 @@
 #     GPU slot, budgets 16Mi and 64Mi (the memory microbenchmark of bench-engine.sh)
 #   tiny: 2,000 one-record files -> identity, budget 64Mi
 # One run each (the peak, not a time: no rounds). SB_BIN_DIR as for the other scripts.
+# `scripts/bench-memory.sh sort` runs only the external sort of issue 41 instead: SORT_MIB
+# (default 10240: 10 GiB) of jsonl rows with 100-byte random keys sorted by them under
+# SORT_BUDGET (default 512Mi) with SORT_PARTITIONS (default 64) partitions, read in
+# SORT_PARTITION_SIZE (default 16Mi) source partitions, every middle and
+# reduce task spilling sorted runs; the output is checked in order and complete.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh # SB_BIN_DIR, SB_BUILD_DIR
 bin=$SB_BIN_DIR
 mib=${ETL_MIB:-256}
+mode=${1:-all}
 work=$(mktemp -d /tmp/sb-bench-mem-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-python3 - "$work" "$mib" <<'PY'
+[[ $mode == sort ]] || python3 - "$work" "$mib" <<'PY'
 import os, random, sys
 work, mib = sys.argv[1], int(sys.argv[2])
 random.seed(7)
@@ -126,6 +132,63 @@ print(f"| {name} | {budget} | {workers} | {mib(goal)} | {mib(peak)} ({procs} pro
       f"{'**yes**' if peak <= goal else '**no**'} |")
 PY
 }
+
+# sort_check: the jsonl of dir out-sort, parts in _manifest.json's order, are SORT_MIB's rows
+# ordered by k (the keys are lowercase hex: bytes order them as the engine does)
+sort_check() {
+  python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+man = json.load(open(f"{work}/out-sort/_manifest.json"))
+prev, rows = "", 0
+for part in man["parts"]:
+    with open(f"{work}/out-sort/{part['name']}") as f:
+        for line in f:
+            k = line[7:107]  # {"k": "<100 hex digits>", ...
+            if k < prev:
+                sys.exit(f"bench-memory: sort output out of order at row {rows}")
+            prev, rows = k, rows + 1
+want = int(open(f"{work}/sort.count").read())
+if rows != want:
+    sys.exit(f"bench-memory: sort output has {rows} rows of {want}")
+print(f"sort: {rows} rows in order", file=sys.stderr)
+PY
+}
+
+if [[ $mode == sort ]]; then
+  smib=${SORT_MIB:-10240} sbudget=${SORT_BUDGET:-512Mi} sparts=${SORT_PARTITIONS:-64}
+  spsize=${SORT_PARTITION_SIZE:-16Mi}
+  python3 - "$work" "$smib" <<'PY'
+import os, sys
+work, mib = sys.argv[1], int(sys.argv[2])
+os.makedirs(f"{work}/sort")
+per, i = (mib << 20) // 16, 0
+for k in range(16):
+    with open(f"{work}/sort/part-{k:02d}.jsonl", "w") as f:
+        buf = []
+        while f.tell() < per:
+            for _ in range(4096):
+                buf.append('{"k": "%s", "id": %d, "v": "%s"}\n' % (os.urandom(50).hex(), i, "x" * 60))
+                i += 1
+            f.write("".join(buf))
+            buf.clear()
+with open(f"{work}/sort.count", "w") as f:  # beside the source, not in it
+    f.write(str(i))
+PY
+  pipeline sort sort jsonl "$spsize" "$sbudget" "  - {name: x, op: sort, args: {keys: [{field: k}], partitions: $sparts}}"
+  echo
+  echo "## External sort under the memory budget (scripts/bench-memory.sh sort)"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'); one run; $smib MiB of jsonl (100-byte keys) sorted with"
+  echo "\`memoryBudget: $sbudget\`, $sparts partitions; peak summed Pss of the process tree as above."
+  echo "Goal (issue 41): 10 GiB with 512Mi at most the budget + 40 MiB per worker."
+  echo
+  echo "| pipeline | budget MiB | workers | goal MiB | peak tree Pss MiB | peak tree VmRSS MiB | partitions in flight MiB | within goal |"
+  echo "|---|---|---|---|---|---|---|---|"
+  measure sort "$(python3 -c "import sys; q=sys.argv[1]; print(int(q[:-2]) * (1024 if q.endswith('Gi') else 1) if q[-2:] in ('Mi', 'Gi') else int(q) >> 20)" "$sbudget")" --cpus 2
+  sort_check
+  exit 0
+fi
 
 echo
 echo "## Memory of the whole process tree (scripts/bench-memory.sh)"

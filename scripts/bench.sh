@@ -183,6 +183,8 @@ echo "bench: images decoded and resized on the CPU (scripts/bench-images.sh: ful
 { echo; scripts/bench-images.sh; } >>"$out"
 echo "bench: memory of the process tree (scripts/bench-memory.sh: peak Pss vs budget + 40 MiB/worker)" >&2
 scripts/bench-memory.sh >>"$out"
+echo "bench: external sort, 10 GiB under memoryBudget 512Mi (scripts/bench-memory.sh sort: peak Pss vs budget + 40 MiB/worker)" >&2
+scripts/bench-memory.sh sort >>"$out"
 echo "bench: controller under load (scripts/bench-ctl-load.sh: 1,000 and 10,000 simulated workers)" >&2
 scripts/bench-ctl-load.sh >>"$out"
 echo "bench: a sick worker (scripts/bench-stragglers.sh: tail sizing, copies, drain vs none)" >&2

@@ -89,8 +89,7 @@ int xruns_put(xruns *rs, const void *key, size_t kn, const void *rec, size_t rn,
 {
     FILE *f = rs->f[rs->n];
     if (kn > UINT32_MAX || rn > UINT32_MAX)
-        return sb_err_permanent(err, "%s: a record of %zu bytes is too large to spill", rs->op,
-                                rn);
+        return sb_err_permanent(err, "%s: a record of %zu bytes is too large to spill", rs->op, rn);
     if (put_u32(f, kn) || fwrite(key, 1, kn, f) != kn || put_u32(f, rn) ||
         fwrite(rec, 1, rn, f) != rn)
         return sb_err_set(err, "%s: writing a spill file: %s", rs->op, strerror(errno));
@@ -141,9 +140,9 @@ static int rhead_next(const xruns *rs, rhead *r, sb_err *err)
 {
     uint32_t n;
     if (fread(&n, sizeof n, 1, r->f) != 1)
-        return ferror(r->f) ? sb_err_set(err, "%s: reading a spill file: %s", rs->op,
-                                         strerror(errno))
-                            : 0;
+        return ferror(r->f)
+                   ? sb_err_set(err, "%s: reading a spill file: %s", rs->op, strerror(errno))
+                   : 0;
     if (rhead_read(rs, r, &r->key, n, err) != 0)
         return -1;
     if (fread(&n, sizeof n, 1, r->f) != 1)

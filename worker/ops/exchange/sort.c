@@ -38,11 +38,11 @@ struct xsort {
     /* spilling (runs.c) past half the task's memory: round 1 writes its rows as they came to
      * runs, then by range bucket to ranges; round 2 writes sorted runs to runs */
     xruns *runs, *ranges;
-    xbuf chunk;         /* round 1: rows routed to their buckets, not yet spilled (u32 + bytes) */
-    size_t *coff;       /* per row in chunk: its offset */
-    uint32_t *cbk;      /* per row in chunk: its bucket */
-    size_t cn, ccap;    /* rows in chunk; room */
-    char *colname;      /* the records column (the schema of the rows spilled) */
+    xbuf chunk;      /* round 1: rows routed to their buckets, not yet spilled (u32 + bytes) */
+    size_t *coff;    /* per row in chunk: its offset */
+    uint32_t *cbk;   /* per row in chunk: its bucket */
+    size_t cn, ccap; /* rows in chunk; room */
+    char *colname;   /* the records column (the schema of the rows spilled) */
     sb_type coltype;
     bool colnullable;
 };
