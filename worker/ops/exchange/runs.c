@@ -164,21 +164,31 @@ static int rhead_less(const morder *o, const rhead *a, const rhead *b)
     return c != 0 ? c < 0 : a->run < b->run;
 }
 
-static void heap_down(const morder *o, rhead **h, size_t n, size_t i)
+void xheap_down(void **h, size_t n, size_t i, xheap_less less, const void *ctx)
 {
     for (;;) {
         size_t m = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && rhead_less(o, h[l], h[m]))
+        if (l < n && less(ctx, h[l], h[m]))
             m = l;
-        if (r < n && rhead_less(o, h[r], h[m]))
+        if (r < n && less(ctx, h[r], h[m]))
             m = r;
         if (m == i)
             return;
-        rhead *t = h[i];
+        void *t = h[i];
         h[i] = h[m];
         h[m] = t;
         i = m;
     }
+}
+
+static int rhead_less_v(const void *o, const void *a, const void *b)
+{
+    return rhead_less(o, a, b);
+}
+
+static void heap_down(const morder *o, rhead **h, size_t n, size_t i)
+{
+    xheap_down((void **)h, n, i, rhead_less_v, o);
 }
 
 /* Every run's records in one order (cmp on the keys, then the run's age, then the order within

@@ -149,26 +149,16 @@ typedef struct {
     size_t run;
 } mrun;
 
-static int mrun_less(const mrun *a, const mrun *b)
+static int mrun_less(const void *ctx, const void *pa, const void *pb)
 {
+    (void)ctx;
+    const mrun *a = pa, *b = pb;
     return a->h != b->h ? a->h < b->h : a->run < b->run;
 }
 
 static void heap_down(mrun **h, size_t n, size_t i)
 {
-    for (;;) {
-        size_t m = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && mrun_less(h[l], h[m]))
-            m = l;
-        if (r < n && mrun_less(h[r], h[m]))
-            m = r;
-        if (m == i)
-            return;
-        mrun *t = h[i];
-        h[i] = h[m];
-        h[m] = t;
-        i = m;
-    }
+    xheap_down((void **)h, n, i, mrun_less, NULL);
 }
 
 static int mrun_open(mrun *m, FILE *f, size_t run, sb_err *err)

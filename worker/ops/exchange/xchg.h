@@ -98,6 +98,10 @@ void xruns_clear(xruns *rs);
 int xruns_begin(xruns *rs, sb_err *err);
 int xruns_put(xruns *rs, const void *key, size_t kn, const void *rec, size_t rn, sb_err *err);
 int xruns_end(xruns *rs, sb_err *err);
+/* A binary min-heap's sift down from i over h[0..n) (less: a before b), shared by the merges
+ * (this one and random_shuffle's, whose runs are batches). */
+typedef int (*xheap_less)(const void *ctx, const void *a, const void *b);
+void xheap_down(void **h, size_t n, size_t i, xheap_less less, const void *ctx);
 /* Runs written (ended) and not yet merged; bytes written since the last clear (0 for NULL). */
 size_t xruns_count(const xruns *rs);
 uint64_t xruns_spilled(const xruns *rs);
