@@ -5,7 +5,8 @@
  * against the Python reference tests/allops/check.py (stable: the exact order; otherwise the
  * rows kept and in order), the stages report spilled bytes, and the workers' peak RSS stays
  * within that of an identity pipeline over the same input and budget plus SPILL_RSS_SLACK (the
- * documented per-worker constant: docs/pipeline-api.md). Before the spilling these runs failed:
+ * documented per-worker constant: docs/pipeline-api.md; an empty input under a spilling
+ * budget: test_allops_spill.c). Before the spilling these runs failed:
  * "sort does not spill yet", "distinct does not spill yet". */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -17,8 +18,9 @@
 
 /* What a worker's RSS may rise above the identity run's while it spills (the issue's goal is
  * the budget plus 40 MiB per worker): two slots' chunks, sort arrays and run read buffers, the
- * outputs a middle task hands on at its end (one partition per bucket, ~5 MiB a task here) and
- * allocator slack; measured 5-29 MiB above it on the shared 2-core test machine. */
+ * partitions a middle task hands on (one per bucket) and allocator slack; measured -7 to +13 MiB
+ * on the shared 2-core test machine (5 to 29 before the exchange ops trimmed the heap after
+ * each task). */
 #define SPILL_RSS_SLACK (40l << 20)
 
 static void setup(void)
@@ -26,9 +28,7 @@ static void setup(void)
     itest_mkdtemp("sb-spill");
     setenv("TMPDIR", dir, 1); /* the workers' spill files land in the test's directory */
     /* 8 files of 10,000 rows; distinct's key pad takes 20,000 values */
-    sh("cd %s && python3 %s/tests/allops/check.py genpad in 8 10000 5 20000 && mkdir empty && "
-       ": > empty/e.jsonl",
-       dir, sb_test_root());
+    sh("cd %s && python3 %s/tests/allops/check.py genpad in 8 10000 5 20000", dir, sb_test_root());
 }
 
 static void teardown(void)
@@ -110,10 +110,6 @@ Test(spill, sort_and_distinct_nineteen_times_the_budget)
        dir, sb_test_root());
     cr_expect_gt(stage_spilled("nl", "x"), 0);
     rss_within("nl");
-    /* an empty input under the same budget: nothing to spill, an empty output */
-    spill_pipeline("e", "empty", "sort", "{keys: [{field: g}], partitions: 4}");
-    run_ok("e");
-    cr_expect_eq(summary_num("e", "sinkRows"), 0);
     /* the key is ~1 KiB, ~19,600 of them over 80,000 rows: a reduce task's keys alone are
      * ~1.2 MiB; every key once, with a row that had it */
     spill_pipeline("d", "in", "distinct", "{fields: [pad], partitions: 16}");
@@ -126,12 +122,4 @@ Test(spill, sort_and_distinct_nineteen_times_the_budget)
                      dir));
     cr_expect_gt(stage_spilled("d", "x"), 0, "the reduce spilled");
     rss_within("d");
-    /* all fields (the whole record the key): no repeats, every row once */
-    spill_pipeline("da", "in", "distinct", "{partitions: 16}");
-    run_ok("da");
-    cr_expect_eq(summary_num("da", "sinkRows"), 80000);
-    cr_expect_gt(stage_spilled("da", "x"), 0);
-    spill_pipeline("de", "empty", "distinct", "{fields: [pad], partitions: 4}");
-    run_ok("de");
-    cr_expect_eq(summary_num("de", "sinkRows"), 0);
 }
