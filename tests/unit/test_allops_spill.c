@@ -2,8 +2,9 @@
  * driven through the ops the scheduler runs: sort's three rounds (map, middle, reduce) over
  * three buckets give the same rows in the same order with a memory far below the rows (every
  * middle and reduce task spilling) as with no bound, stable ties in source order and nulls
- * placed as asked; distinct's reduce past its memory keeps every key once, with the first row
- * that had it; the shared merge hands equal keys back oldest run first. Before, the middle and
+ * placed as asked, an empty input spilling nothing; distinct's reduce past its memory keeps
+ * every key once, with the first row that had it (by a field and by the whole record), and a
+ * task after it starts clean; the shared merge hands equal keys back oldest run first. Before, the middle and
  * reduce tasks failed ("sort does not spill yet") and so did distinct's ("distinct does not
  * spill yet"). */
 #include <criterion/criterion.h>
@@ -263,6 +264,50 @@ Test(allops_spill, distinct_reduce_past_its_memory_keeps_each_key_once_with_its_
     red->free(st);
     sb_batch_close(b);
     sb_part_free(blob);
+    free_rows(rows);
+}
+
+/* distinct over whole records (no fields) past its memory: every row is its own key, each once;
+ * an empty input under the same memory: nothing. */
+Test(allops_spill, distinct_whole_records_and_an_empty_input_past_the_memory)
+{
+    char **rows = make_rows();
+    void *blob, *eblob;
+    size_t len, elen;
+    sb_batch *b = batch_of(rows, ROWS, &blob, &len), *eb = batch_of(rows, 0, &eblob, &elen);
+    const sb_op_impl *red = sb_op_find("exchange.reduce");
+    void *st = op_init(red, "distinct", 0, 32768, "{}");
+    sb_err e;
+    for (int pass = 0; pass < 2; pass++) {
+        coll got = {0};
+        sb_op_out *out = sb_op_out_new(1 << 12, collect, &got, &e);
+        feed(red, st, pass == 0 ? blob : eblob, pass == 0 ? len : elen, out);
+        cr_assert_eq(red->finish(st, out, &e), 0, "%s", e.msg);
+        cr_assert_eq(sb_op_out_flush(out, &e), 0, "%s", e.msg);
+        if (pass == 0) {
+            cr_expect_gt(red->spilled(st), 0);
+            cr_assert_eq(got.n, ROWS);
+            char *seen = calloc(ROWS, 1);
+            for (size_t i = 0; i < got.n; i++) {
+                int id = atoi(strstr(got.recs[i], "\"id\":") + 5);
+                cr_expect(!seen[id], "row %d twice", id);
+                cr_expect_str_eq(got.recs[i], rows[id]);
+                seen[id] = 1;
+            }
+            free(seen);
+        } else {
+            cr_expect_eq(got.n, 0);
+            cr_expect_eq(red->spilled(st), 0, "a reset task starts with nothing spilled");
+        }
+        cr_assert_eq(red->reset(st, &e), 0);
+        coll_free(&got);
+        sb_op_out_free(out);
+    }
+    red->free(st);
+    sb_batch_close(b);
+    sb_batch_close(eb);
+    sb_part_free(blob);
+    sb_part_free(eblob);
     free_rows(rows);
 }
 
