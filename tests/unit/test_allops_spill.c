@@ -4,9 +4,9 @@
  * middle and reduce task spilling) as with no bound, stable ties in source order and nulls
  * placed as asked, an empty input spilling nothing; distinct's reduce past its memory keeps
  * every key once, with the first row that had it (by a field and by the whole record), and a
- * task after it starts clean; the shared merge hands equal keys back oldest run first. Before, the middle and
- * reduce tasks failed ("sort does not spill yet") and so did distinct's ("distinct does not
- * spill yet"). */
+ * task after it starts clean; the shared merge hands equal keys back oldest run first. Before, the
+ * middle and reduce tasks failed ("sort does not spill yet") and so did distinct's ("distinct does
+ * not spill yet"). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
