@@ -61,18 +61,25 @@ void xruns_free(xruns *rs)
     free(rs);
 }
 
+int xfiles_room(FILE ***f, size_t *cap, size_t n, sb_err *err)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 8;
+    FILE **nf = realloc(*f, c * sizeof *nf);
+    if (nf == NULL)
+        return sb_err_set(err, "out of memory");
+    *f = nf;
+    *cap = c;
+    return 0;
+}
+
 int xruns_begin(xruns *rs, sb_err *err)
 {
     if (rs->open)
         return sb_err_set(err, "%s: a run begun twice", rs->op);
-    if (rs->n + 1 >= rs->cap) {
-        size_t cap = rs->cap ? rs->cap * 2 : 8;
-        FILE **nf = realloc(rs->f, cap * sizeof *nf);
-        if (nf == NULL)
-            return sb_err_set(err, "out of memory");
-        rs->f = nf;
-        rs->cap = cap;
-    }
+    if (xfiles_room(&rs->f, &rs->cap, rs->n + 1, err) != 0)
+        return -1;
     if ((rs->f[rs->n] = sb_op_spill_file(err)) == NULL)
         return sb_err_wrap(err, "%s: spilling", rs->op);
     rs->open = 1;

@@ -96,14 +96,8 @@ int xshuffle_spill(xshuffle_runs **rsp, const void *blob, size_t len, uint64_t s
     xshuffle_runs *rs = *rsp;
     if (rs == NULL && (rs = *rsp = calloc(1, sizeof *rs)) == NULL)
         return sb_err_set(err, "out of memory");
-    if (rs->n == rs->cap) {
-        size_t cap = rs->cap ? rs->cap * 2 : 8;
-        FILE **nf = realloc(rs->f, cap * sizeof *nf);
-        if (nf == NULL)
-            return sb_err_set(err, "out of memory");
-        rs->f = nf;
-        rs->cap = cap;
-    }
+    if (xfiles_room(&rs->f, &rs->cap, rs->n, err) != 0)
+        return -1;
     caught c = {0};
     if (sort_blob(blob, len, seed, &c, err) != 0) {
         sb_part_free(c.blob);

@@ -14,6 +14,7 @@
 #define SB_WORKER_OPS_EXCHANGE_XCHG_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "core/err.h"
@@ -98,6 +99,8 @@ void xruns_clear(xruns *rs);
 int xruns_begin(xruns *rs, sb_err *err);
 int xruns_put(xruns *rs, const void *key, size_t kn, const void *rec, size_t rn, sb_err *err);
 int xruns_end(xruns *rs, sb_err *err);
+/* Room in the list of files *f (of *cap) for f[n]: doubled when full. -1 + err. */
+int xfiles_room(FILE ***f, size_t *cap, size_t n, sb_err *err);
 /* A binary min-heap's sift down from i over h[0..n) (less: a before b), shared by the merges
  * (this one and random_shuffle's, whose runs are batches). */
 typedef int (*xheap_less)(const void *ctx, const void *a, const void *b);
