@@ -8,7 +8,7 @@
 # `streambatch run` wall times (start-up included), best of ROUNDS; beside a single-process
 # Python groupby and join of the same rows (json + dict), the references they are checked against,
 # and a single-process Python sort (json.loads, list.sort, json.dumps).
-# Not yet the issue's side-by-side with Ray Data, Daft and DuckDB (not installed here).
+# The issue's side by side with Ray Data, Daft and DuckDB at its sizes is scripts/bench-a2a.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh # SB_BIN_DIR
