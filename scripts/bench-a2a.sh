@@ -15,25 +15,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 . scripts/env.sh       # SB_BIN_DIR
-. scripts/bench-lib.sh # pressure, bench_venv
+. scripts/bench-lib.sh # pressure, bench_peers
 bin=$SB_BIN_DIR here=$top/tests/bench/a2a peers=$top/tests/bench/peers
 mib=${SIZE:-1024} sort_mib=${SORT_MIB:-$((2 * ${SIZE:-1024}))} rounds=${ROUNDS:-1}
 systems=${PEERS:-ray,daft,duckdb} ops=${OPS:-sort,groupby,shuffle}
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch
 [[ -x $bin/streambatch ]] || { echo "bench-a2a: $bin/streambatch is missing" >&2; exit 1; }
 work=$(mktemp -d /tmp/sb-bench-a2a-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# venv NAME IMPORT PIP-SPEC...: the cached venv (bench-lib.sh; shared with bench-parquet.sh)
-venv() { local d=$1 m=$2; shift 2; bench_venv "$cache/$d" "$m" "$@"; }
-want() { [[ ",$systems," == *",$1,"* ]]; }
 declare -A py
-have=(sb)
-venv bench-ray-venv 'ray.data, numpy, pyarrow' 'ray[data]>=2.9,<3' || { echo "bench-a2a: needs numpy and pyarrow (the Ray venv)" >&2; exit 1; }
-tool=$cache/bench-ray-venv/bin/python # numpy + pyarrow: gen.py, check.py, measure.py
-want ray && py[ray]=$tool && have+=(ray)
-want daft && venv bench-daft-venv daft 'daft==0.7.26' && py[daft]=$cache/bench-daft-venv/bin/python && have+=(daft)
-want duckdb && venv parquet-venv duckdb 'pyarrow==26.0.1' 'duckdb==2.0.1' && py[duckdb]=$cache/parquet-venv/bin/python && have+=(duckdb)
+bench_peers bench-a2a "$systems" # tool, py[...], have (bench-lib.sh; shared with bench-parquet.sh)
 
 echo "bench-a2a: generating $sort_mib MiB (sort) and $mib MiB (groupby, shuffle) of jsonl" >&2
 sort_rows=0 group_rows=0

@@ -43,3 +43,26 @@ bench_venv() {
   fi
   "$py" -c "import $m" 2>/dev/null
 }
+
+# bench_peers NAME SYSTEMS: the peer systems' Python interpreters, from the cached venvs
+# (installed once by bench_venv). Sets tool (the Ray venv's python, with numpy and pyarrow, for
+# the generators and checks; without it NAME says so and exits), py[SYSTEM] for each of pyarrow,
+# ray, duckdb and daft named in SYSTEMS (comma-separated) that is installed, and have: sb, then
+# those, in SYSTEMS' order. The caller declares `declare -A py`.
+bench_peers() {
+  local name=$1 systems=$2 s cache=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch
+  have=(sb)
+  bench_venv "$cache/bench-ray-venv" 'ray.data, numpy, pyarrow' 'ray[data]>=2.9,<3' ||
+    { echo "$name: needs numpy and pyarrow (the Ray venv)" >&2; exit 1; }
+  tool=$cache/bench-ray-venv/bin/python
+  for s in ${systems//,/ }; do
+    case $s in
+    pyarrow | ray) py[$s]=$tool ;;
+    duckdb) bench_venv "$cache/parquet-venv" duckdb 'pyarrow==26.0.1' 'duckdb==2.0.1' &&
+      py[duckdb]=$cache/parquet-venv/bin/python ;;
+    daft) bench_venv "$cache/bench-daft-venv" daft 'daft==0.7.26' && py[daft]=$cache/bench-daft-venv/bin/python ;;
+    esac
+    [[ -n ${py[$s]:-} ]] && have+=("$s")
+  done
+  return 0
+}

@@ -13,26 +13,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 . scripts/env.sh # SB_BIN_DIR
-. scripts/bench-lib.sh # pressure, bench_venv
+. scripts/bench-lib.sh # pressure, bench_peers
 bin=$SB_BIN_DIR here=$top/tests/bench/parquet peers=$top/tests/bench/peers
 mib=${PQ_MIB:-1024} rounds=${ROUNDS:-1} systems=${PEERS:-pyarrow,duckdb,daft,ray}
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/streambatch
 [[ -x $bin/streambatch ]] || { echo "bench-parquet: $bin/streambatch is missing" >&2; exit 1; }
 work=$(mktemp -d /tmp/sb-bench-parquet-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# venv NAME IMPORT PIP-SPEC...: the cached venv (bench-lib.sh; shared with bench-peers.sh)
-venv() { local d=$1 m=$2; shift 2; bench_venv "$cache/$d" "$m" "$@"; }
-want() { [[ ",$systems," == *",$1,"* ]]; }
 declare -A py
-have=(sb)
-venv bench-ray-venv 'ray.data, numpy, pyarrow' 'ray[data]>=2.9,<3' || { echo "bench-parquet: needs numpy and pyarrow (the Ray venv)" >&2; exit 1; }
-tool=$cache/bench-ray-venv/bin/python # numpy + pyarrow: gen.py, digest.py, measure.py
-py[pyarrow]=$tool py[ray]=$tool
-want pyarrow && have+=(pyarrow)
-want duckdb && venv parquet-venv duckdb 'pyarrow==26.0.1' 'duckdb==2.0.1' && py[duckdb]=$cache/parquet-venv/bin/python && have+=(duckdb)
-want daft && venv bench-daft-venv daft 'daft==0.7.26' && py[daft]=$cache/bench-daft-venv/bin/python && have+=(daft)
-want ray && have+=(ray)
+bench_peers bench-parquet "$systems" # tool, py[...], have (bench-lib.sh; shared with bench-a2a.sh)
+py[pyarrow]=$tool py[ray]=$tool      # numpy + pyarrow: gen.py, digest.py, measure.py
 
 echo "bench-parquet: generating $mib MiB of Parquet" >&2
 "$tool" "$here/gen.py" "$work/in" "$mib" >"$work/gen.txt"

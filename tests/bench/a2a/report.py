@@ -74,4 +74,5 @@ for op in ("sort", "groupby", "shuffle"):
         print(f"| {NAMES[s]} | {w:.2f}{rng(op, s)} | {med(op, s, 'cpu'):.2f} | "
               f"{med(op, s, 'peak_rss') / 2**20:.0f} MiB | {med(op, s, 'peak_pss') / 2**20:.0f} MiB | "
               f"{rows} | {why}{extra} | {up} | {goal} |")
-print(f"\nSummary: {', '.join(summary)}.")
+if summary:
+    print(f"\nSummary: {', '.join(summary)}.")
