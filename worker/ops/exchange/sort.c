@@ -4,6 +4,7 @@
  * output, so every task of it holds every map task's sample) picks the same range boundaries in
  * every task and writes its rows into range buckets; round 2 (the reduce) sorts its range. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ struct xsort {
     xkeys keys;
     uint8_t *desc; /* per key field: descending */
     int nulls_first, stable;
+    int nopfx;     /* a key without a prefix met (NaN): this task compares keys alone */
     uint64_t task; /* stable: the map task's index (xsort_task) */
     xwhole *bk;    /* rounds 0 and 1: per bucket */
     xwhole all;    /* rounds 1 and 2: the task's rows */
@@ -179,6 +181,11 @@ static int key_cmp(const xsort *so, const char *a, const char *b)
     return 0;
 }
 
+int xsort_key_cmp(const xsort *so, const char *a, const char *b)
+{
+    return key_cmp(so, a, b);
+}
+
 /* Record p[0..*len) (row r) past a stable tag into *rec, *len, and its key into so->kb. */
 static int rec_key(xsort *so, const char *p, size_t r, const char **rec, size_t *len, sb_err *err)
 {
@@ -198,13 +205,84 @@ static int row_key(xsort *so, const sb_column *c, size_t r, const char **rec, si
     return rec_key(so, sb_column_binary(c, r, len), r, rec, len, err);
 }
 
-/* ---- a merge sort with a context (qsort has none) ------------------------------------------ */
+/* ---- the 8-byte prefix of a key, compared before the key ------------------------------------
+ * A key's prefix is a u64 whose unsigned order never contradicts key_cmp on the first field:
+ * prefix(a) < prefix(b) only when a sorts before b, so a sort compares the prefixes held beside
+ * the row indices (no cache miss) and reads the keys only on equal prefixes. Null is 0 (nulls
+ * first) or all ones (last); any other value is its type's rank (enc_rank: 1 to 6) in the top
+ * byte, then 7 bytes of a number's order-preserving bits or a string's first bytes (zeros past
+ * its end), the whole inverted when descending (inside (0, all ones): nulls keep their end). */
 
+/* A double's bits as a u64 whose unsigned order is the numeric order (-0.0 as 0.0). */
+static uint64_t dbl_order(double d)
+{
+    uint64_t u;
+    if (d == 0)
+        d = 0.0;
+    memcpy(&u, &d, 8);
+    return u >> 63 ? ~u : u | (1ULL << 63);
+}
+
+int xsort_key_prefix(const xsort *so, const char *key, uint64_t *pfx)
+{
+    char tag = *key;
+    if (tag == 'N') {
+        *pfx = so->nulls_first ? 0 : UINT64_MAX;
+        return 0;
+    }
+    uint64_t v = (uint64_t)enc_rank(tag) << 56;
+    if (tag == 'i' || tag == 'd') {
+        double d;
+        int64_t i;
+        if (tag == 'i') {
+            memcpy(&i, key + 1, 8);
+            d = (double)i; /* rounding keeps the order (ties to the prefix's equality) */
+        } else {
+            memcpy(&d, key + 1, 8);
+        }
+        if (isnan(d))
+            return -1; /* enc_cmp takes NaN as equal to every number: no prefix can say that */
+        v |= dbl_order(d) >> 8;
+    } else if (tag == 's') {
+        uint32_t n;
+        memcpy(&n, key + 1, 4);
+        for (uint32_t k = 0; k < 7 && k < n; k++)
+            v |= (uint64_t)(unsigned char)key[5 + k] << (48 - 8 * k);
+    }
+    *pfx = so->desc[0] ? ~v : v;
+    return 0;
+}
+
+/* Key's prefix; a key without one (NaN) turns the prefixes off for the task (so->nopfx). */
+static uint64_t key_prefix(xsort *so, const char *key)
+{
+    uint64_t p = 0;
+    if (xsort_key_prefix(so, key, &p) != 0)
+        so->nopfx = 1;
+    return p;
+}
+
+/* ---- a merge sort of (prefix, index) pairs ---------------------------------------------------- */
+
+typedef struct {
+    uint64_t p; /* the key's prefix */
+    size_t r;   /* the row (or sample) */
+} pent;
+
+/* The order of the items at indices a and b whose prefixes are equal (or off). */
 typedef int (*idx_cmp)(const void *ctx, size_t a, size_t b);
 
-static int merge_sort(size_t *idx, size_t n, idx_cmp cmp, const void *ctx)
+static int pent_cmp(int nopfx, const pent *a, const pent *b, idx_cmp cmp, const void *ctx)
 {
-    size_t *tmp = malloc((n ? n : 1) * sizeof *tmp), *src = idx, *dst = tmp;
+    if (!nopfx && a->p != b->p)
+        return a->p < b->p ? -1 : 1;
+    return cmp(ctx, a->r, b->r);
+}
+
+/* Sorts e[0..n) (stable). nopfx: the prefixes say nothing; cmp alone orders. */
+static int merge_sort(pent *e, size_t n, int nopfx, idx_cmp cmp, const void *ctx)
+{
+    pent *tmp = malloc((n ? n : 1) * sizeof *tmp), *src = e, *dst = tmp;
     if (tmp == NULL)
         return -1;
     for (size_t w = 1; w < n; w *= 2) {
@@ -212,18 +290,18 @@ static int merge_sort(size_t *idx, size_t n, idx_cmp cmp, const void *ctx)
             size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
             size_t a = lo, b = mid, k = lo;
             while (a < mid && b < hi)
-                dst[k++] = cmp(ctx, src[b], src[a]) < 0 ? src[b++] : src[a++];
+                dst[k++] = pent_cmp(nopfx, &src[b], &src[a], cmp, ctx) < 0 ? src[b++] : src[a++];
             while (a < mid)
                 dst[k++] = src[a++];
             while (b < hi)
                 dst[k++] = src[b++];
         }
-        size_t *t = src;
+        pent *t = src;
         src = dst;
         dst = t;
     }
-    if (src != idx)
-        memcpy(idx, src, n * sizeof *idx);
+    if (src != e)
+        memcpy(e, src, n * sizeof *e);
     free(tmp);
     return 0;
 }
@@ -290,6 +368,7 @@ void xsort_reset(xsort *so)
     so->every = SAMPLE_EVERY;
     so->samples.n = 0;
     so->nsamples = 0;
+    so->nopfx = 0;
 }
 
 void xsort_free(xsort *so)
@@ -615,57 +694,68 @@ static int sample_cmp(const void *ctx, size_t a, size_t b)
     return key_cmp(so, sample_key(so, a, NULL), sample_key(so, b, NULL));
 }
 
+/* The range boundaries (bucket j starts at key[j], j >= 1) and their prefixes. */
+typedef struct {
+    const char **key;
+    uint64_t *pfx;
+} bounds;
+
+static void bounds_free(bounds *bd)
+{
+    free(bd->key);
+    free(bd->pfx);
+}
+
 /* The buckets' boundaries: the sample sorted, boundary j the first key at which the weight so
  * far reaches j/N of the whole. Every task of the round has the same samples (every map task
  * wrote its own to every bucket), so every task picks the same boundaries. */
-static const char **boundaries(xsort *so, sb_err *err)
+static int boundaries(xsort *so, bounds *bd, sb_err *err)
 {
-    const char **bd = calloc(so->buckets, sizeof *bd);
-    size_t *idx = malloc((so->nsamples + 1) * sizeof *idx);
-    if (bd == NULL || idx == NULL) {
-        free(bd);
-        free(idx);
-        sb_err_set(err, "out of memory");
-        return NULL;
-    }
+    bd->key = calloc(so->buckets, sizeof *bd->key);
+    bd->pfx = calloc(so->buckets, sizeof *bd->pfx);
+    pent *e = malloc((so->nsamples + 1) * sizeof *e);
     uint64_t total = 0;
-    for (size_t i = 0; i < so->nsamples; i++) {
+    for (size_t i = 0; e != NULL && i < so->nsamples; i++) {
         uint64_t w;
-        sample_key(so, i, &w);
+        e[i].p = key_prefix(so, sample_key(so, i, &w));
+        e[i].r = i;
         total += w;
-        idx[i] = i;
     }
-    if (merge_sort(idx, so->nsamples, sample_cmp, so) != 0) {
-        free(bd);
-        free(idx);
-        sb_err_set(err, "out of memory");
-        return NULL;
+    if (bd->key == NULL || bd->pfx == NULL || e == NULL ||
+        merge_sort(e, so->nsamples, so->nopfx, sample_cmp, so) != 0) {
+        bounds_free(bd);
+        free(e);
+        return sb_err_set(err, "out of memory");
     }
     uint64_t cum = 0;
     size_t k = 0;
     for (uint32_t j = 1; j < so->buckets && so->nsamples > 0; j++) {
         long double want = (long double)total * j / so->buckets;
         for (uint64_t w; k < so->nsamples; k++) {
-            sample_key(so, idx[k], &w);
+            sample_key(so, e[k].r, &w);
             if ((long double)(cum + w) >= want)
                 break;
             cum += w;
         }
-        bd[j] = sample_key(so, idx[k < so->nsamples ? k : so->nsamples - 1], NULL);
+        const pent *at = &e[k < so->nsamples ? k : so->nsamples - 1];
+        bd->key[j] = sample_key(so, at->r, NULL);
+        bd->pfx[j] = at->p;
     }
-    free(idx);
-    return bd;
+    free(e);
+    return 0;
 }
 
-/* The bucket of a key: how many boundaries are at or below it. */
-static uint32_t bucket_of(const xsort *so, const char **bd, const char *key)
+/* The bucket of a key (kp its prefix): how many boundaries are at or below it. */
+static uint32_t bucket_of(const xsort *so, const bounds *bd, const char *key, uint64_t kp)
 {
     if (so->nsamples == 0)
         return 0;
     uint32_t lo = 1, hi = so->buckets; /* the first boundary above key, in [1, buckets] */
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (key_cmp(so, bd[mid], key) <= 0)
+        int c = !so->nopfx && bd->pfx[mid] != kp ? (bd->pfx[mid] < kp ? -1 : 1)
+                                                 : key_cmp(so, bd->key[mid], key);
+        if (c <= 0)
             lo = mid + 1;
         else
             hi = mid;
@@ -711,7 +801,7 @@ static int chunk_spill(xsort *so, sb_err *err)
 }
 
 /* Record p[0..len) (its stable tag kept) into the chunk with its bucket. */
-static int route(xsort *so, const char **bd, const char *p, size_t len, size_t row, sb_err *err)
+static int route(xsort *so, const bounds *bd, const char *p, size_t len, size_t row, sb_err *err)
 {
     const char *rec;
     size_t rl = len;
@@ -730,7 +820,7 @@ static int route(xsort *so, const char **bd, const char *p, size_t len, size_t r
     }
     uint32_t l32 = (uint32_t)len;
     so->coff[so->cn] = so->chunk.n;
-    so->cbk[so->cn++] = bucket_of(so, bd, so->kb.p);
+    so->cbk[so->cn++] = bucket_of(so, bd, so->kb.p, key_prefix(so, so->kb.p));
     if (xbuf_put(&so->chunk, &l32, 4) != 0 || xbuf_put(&so->chunk, p, len) != 0)
         return sb_err_set(err, "out of memory");
     return so->chunk.n + so->cn * 12 > so->memory / 2 ? chunk_spill(so, err) : 0;
@@ -738,7 +828,7 @@ static int route(xsort *so, const char **bd, const char *p, size_t len, size_t r
 
 typedef struct {
     xsort *so;
-    const char **bd;
+    const bounds *bd;
     size_t row;
 } router;
 
@@ -795,12 +885,12 @@ static int mid_finish_spilled(xsort *so, sb_op_out *out, sb_err *err)
 {
     if (mid_spill(so, err) != 0) /* the rows still held join the raw runs */
         return -1;
-    const char **bd = boundaries(so, err);
-    if (bd == NULL)
+    bounds bd;
+    if (boundaries(so, &bd, err) != 0)
         return -1;
-    router rt = {so, bd, 0};
+    router rt = {so, &bd, 0};
     int rc = xruns_merge(so->runs, same_cmp, NULL, route_item, &rt, err);
-    free(bd);
+    bounds_free(&bd);
     if (rc == 0)
         rc = chunk_spill(so, err);
     ranger rg = {so, out, 0, {0}};
@@ -826,8 +916,8 @@ static int mid_finish(xsort *so, sb_op_out *out, sb_err *err)
         sb_batch_open_ex(w->blob, w->len, SB_BATCH_OPEN_SKIP_CHECKSUM | SB_BATCH_OPEN_SKIP_UTF8, &b,
                          err) != 0)
         return w->blob == NULL ? sb_err_set(err, "sort: no rows gathered") : -1;
-    const char **bd = boundaries(so, err);
-    int rc = bd == NULL ? -1 : 0;
+    bounds bd = {0};
+    int rc = boundaries(so, &bd, err);
     if (rc == 0 && (so->bk = calloc(so->buckets, sizeof *so->bk)) == NULL)
         rc = sb_err_set(err, "out of memory");
     for (uint32_t k = 0; rc == 0 && k < so->buckets; k++)
@@ -838,9 +928,10 @@ static int mid_finish(xsort *so, sb_op_out *out, sb_err *err)
         size_t len;
         rc = row_key(so, c, r, &rec, &len, err);
         if (rc == 0)
-            rc = sb_op_out_append_rows(so->bk[bucket_of(so, bd, so->kb.p)].out, b, r, 1, err);
+            rc = sb_op_out_append_rows(
+                so->bk[bucket_of(so, &bd, so->kb.p, key_prefix(so, so->kb.p))].out, b, r, 1, err);
     }
-    free(bd);
+    bounds_free(&bd);
     sb_batch_close(b);
     return rc == 0 ? xwhole_put_all(so->bk, so->buckets, out, err) : -1;
 }
@@ -878,11 +969,18 @@ static int emit_sorted(xsort *so, const sb_batch *b, const size_t *idx, size_t n
             rc = sb_op_out_append_binary(out, p + skip, len - skip, err);
             continue;
         }
-        size_t m = n - k < 1024 ? n - k : 1024, ones[1024];
-        for (size_t i = 0; i < m; i++)
-            ones[i] = 1;
-        rc = sb_op_out_append_runs(out, b, idx + k, ones, m, err);
-        k += m - 1;
+        /* up to 1024 runs of rows adjacent in b (rows that came in order go out in one copy) */
+        size_t first[1024], len[1024], m = 0;
+        for (; k < n && m < 1024; k++) {
+            if (m > 0 && idx[k] == first[m - 1] + len[m - 1]) {
+                len[m - 1]++;
+                continue;
+            }
+            first[m] = idx[k];
+            len[m++] = 1;
+        }
+        rc = sb_op_out_append_runs(out, b, first, len, m, err);
+        k--;
     }
     return rc;
 }
@@ -895,22 +993,28 @@ static int sort_rows(xsort *so, const sb_batch *b, xbuf *keys, size_t **koff, si
     size_t n = sb_batch_rows(b);
     const sb_column *c = sb_batch_column(b, 0);
     *koff = malloc((n + 1) * sizeof **koff);
-    *idx = malloc((n + 1) * sizeof **idx);
-    int rc = *koff == NULL || *idx == NULL ? sb_err_set(err, "out of memory") : 0;
+    pent *e = malloc((n + 1) * sizeof *e);
+    int rc = *koff == NULL || e == NULL ? sb_err_set(err, "out of memory") : 0;
     for (size_t r = 0; rc == 0 && r < n; r++) {
         const char *rec;
         size_t len;
         (*koff)[r] = keys->n;
-        (*idx)[r] = r;
         rc = row_key(so, c, r, &rec, &len, err);
         if (rc == 0 && xbuf_put(keys, so->kb.p, so->kb.n) != 0)
             rc = sb_err_set(err, "out of memory");
+        if (rc == 0)
+            e[r] = (pent){key_prefix(so, so->kb.p), r};
     }
     if (rc == 0)
         (*koff)[n] = keys->n;
     rowsort rs = {so, keys, *koff, c};
-    if (rc == 0 && merge_sort(*idx, n, row_cmp, &rs) != 0)
+    if (rc == 0 && merge_sort(e, n, so->nopfx, row_cmp, &rs) != 0)
         rc = sb_err_set(err, "out of memory");
+    if (rc == 0 && (*idx = malloc((n + 1) * sizeof **idx)) == NULL)
+        rc = sb_err_set(err, "out of memory");
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        (*idx)[k] = e[k].r;
+    free(e);
     return rc;
 }
 

@@ -215,6 +215,12 @@ int xsort_finish(xsort *so, sb_op_out *out, sb_err *err);
 /* Bytes this task spilled (rounds 1 and 2: past half the task's memory; runs.c); 0 after a
  * reset. */
 uint64_t xsort_spilled(const xsort *so);
+/* The sort order of two keys (every key field's encoding, in order): <0, 0, >0. */
+int xsort_key_cmp(const xsort *so, const char *a, const char *b);
+/* The 8-byte prefix of a key the sort compares first (sort.c says how it is made): whenever
+ * *pfx of a is below b's, xsort_key_cmp(a, b) < 0; equal prefixes say nothing. -1: the key has
+ * no prefix (a NaN, which compares equal to every number), *pfx then unset. */
+int xsort_key_prefix(const xsort *so, const char *key, uint64_t *pfx);
 
 /* ---- a hash set of byte strings (distinct; groupby's table) ------------------------------- */
 
