@@ -902,6 +902,50 @@ static int mid_finish_spilled(xsort *so, sb_op_out *out, sb_err *err)
     return rc;
 }
 
+/* Reserves in every bucket's output room for rows[k] rows of bytes[k] bytes. */
+static int buckets_reserve(xsort *so, const uint64_t *rows, const uint64_t *bytes, sb_err *err)
+{
+    for (uint32_t k = 0; k < so->buckets; k++)
+        if (rows[k] > 0 && sb_batch_builder_reserve(sb_op_out_builder(so->bk[k].out), 0, rows[k],
+                                                    bytes[k], err) != 0)
+            return -1;
+    return 0;
+}
+
+/* The rows of b (the task's, held) into their range buckets (so->bk, open): every row's bucket
+ * first, so that each bucket's output is sized once, exactly (grown row by row, its regrowth
+ * copies and faults on fresh pages were a fifth of the sort), then the rows copied in, rows
+ * adjacent in b and in one bucket in one copy. */
+static int route_held(xsort *so, const sb_batch *b, const bounds *bd, sb_err *err)
+{
+    size_t n = sb_batch_rows(b);
+    const sb_column *c = sb_batch_column(b, 0);
+    uint32_t *bkt = malloc((n ? n : 1) * sizeof *bkt);
+    uint64_t *rows = calloc(so->buckets, sizeof *rows), *bytes = calloc(so->buckets, sizeof *bytes);
+    int rc = bkt == NULL || rows == NULL || bytes == NULL ? sb_err_set(err, "out of memory") : 0;
+    for (size_t r = 0; rc == 0 && r < n; r++) {
+        const char *rec;
+        size_t len, whole;
+        if ((rc = row_key(so, c, r, &rec, &len, err)) != 0)
+            break;
+        bkt[r] = bucket_of(so, bd, so->kb.p, key_prefix(so, so->kb.p));
+        sb_column_binary(c, r, &whole); /* with a stable tag: the row goes on as it came */
+        rows[bkt[r]]++;
+        bytes[bkt[r]] += whole;
+    }
+    if (rc == 0)
+        rc = buckets_reserve(so, rows, bytes, err);
+    for (size_t r = 0, end; rc == 0 && r < n; r = end) {
+        for (end = r + 1; end < n && bkt[end] == bkt[r]; end++)
+            ;
+        rc = sb_op_out_append_rows(so->bk[bkt[r]].out, b, r, end - r, err);
+    }
+    free(bkt);
+    free(rows);
+    free(bytes);
+    return rc;
+}
+
 static int mid_finish(xsort *so, sb_op_out *out, sb_err *err)
 {
     xwhole *w = &so->all;
@@ -922,15 +966,8 @@ static int mid_finish(xsort *so, sb_op_out *out, sb_err *err)
         rc = sb_err_set(err, "out of memory");
     for (uint32_t k = 0; rc == 0 && k < so->buckets; k++)
         rc = whole_open(&so->bk[k], b, err);
-    const sb_column *c = sb_batch_column(b, 0);
-    for (size_t r = 0; rc == 0 && r < sb_batch_rows(b); r++) {
-        const char *rec;
-        size_t len;
-        rc = row_key(so, c, r, &rec, &len, err);
-        if (rc == 0)
-            rc = sb_op_out_append_rows(
-                so->bk[bucket_of(so, &bd, so->kb.p, key_prefix(so, so->kb.p))].out, b, r, 1, err);
-    }
+    if (rc == 0)
+        rc = route_held(so, b, &bd, err);
     bounds_free(&bd);
     sb_batch_close(b);
     return rc == 0 ? xwhole_put_all(so->bk, so->buckets, out, err) : -1;
