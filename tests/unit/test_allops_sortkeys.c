@@ -154,8 +154,7 @@ static size_t check_pairs(const xsort *so, const xbuf *k, size_t n, const char *
                              what, i, j, (unsigned long long)p[i], (unsigned long long)p[j], c);
             }
             if (c == 0)
-                cr_assert_eq(p[i], p[j], "%s: equal keys %zu and %zu, prefixes differ", what, i,
-                             j);
+                cr_assert_eq(p[i], p[j], "%s: equal keys %zu and %zu, prefixes differ", what, i, j);
         }
     }
     free(p);
@@ -214,10 +213,10 @@ Test(allops_sortkeys, prefix_tells_apart_what_it_can)
     xsort *so = sorter(1, 0, 0, 0);
     /* each strictly below the next by its prefix alone (numbers by value across int and double,
      * -0.0 as 0, strings by their first 7 bytes, types by rank, nulls last) */
-    const char *asc[] = {"false",   "true",       "-1e400", "-1e300", "-9223372036854775808",
-                         "-1",      "-0.5",       "-0.0",   "0.5",    "1",
-                         "256",     "1e300",      "1e400",  "\"\"",   "\"a\"",
-                         "\"ab\"",  "\"\\u00e9\"", "[]",    "{}",     "null"};
+    const char *asc[] = {"false",  "true",        "-1e400", "-1e300", "-9223372036854775808",
+                         "-1",     "-0.5",        "-0.0",   "0.5",    "1",
+                         "256",    "1e300",       "1e400",  "\"\"",   "\"a\"",
+                         "\"ab\"", "\"\\u00e9\"", "[]",     "{}",     "null"};
     for (size_t i = 0; i + 1 < sizeof asc / sizeof *asc; i++)
         cr_expect_lt(prefix_of(so, asc[i]), prefix_of(so, asc[i + 1]), "%s < %s", asc[i],
                      asc[i + 1]);

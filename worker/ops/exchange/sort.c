@@ -262,7 +262,7 @@ static uint64_t key_prefix(xsort *so, const char *key)
     return p;
 }
 
-/* ---- a merge sort of (prefix, index) pairs ---------------------------------------------------- */
+/* ---- a merge sort of (prefix, index) pairs ------------------------------------------------ */
 
 typedef struct {
     uint64_t p; /* the key's prefix */
