@@ -2,11 +2,14 @@
  * for slices (Control.StreamNext), fetches their partitions from the workers (worker/data's
  * resumable Data.Fetch client), keeps the dealt rows as references into the fetched blobs,
  * gathers them into batches (in order, or shuffled within a window), and tells the controller
- * which rows were consumed: a batch's once the next one is asked for (the restart point). */
+ * which rows were consumed: a batch's once the next one is asked for (the restart point). While
+ * the trainer works on a batch, a prefetch thread asks for and fetches the next batch's rows. */
 
 #include "api/consumer/streambatch_consumer.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +82,9 @@ struct sbc_stream {
     uint32_t lost_streak; /* fetches failed in a row: past a bound the stream fails */
     rowref *pool;         /* dealt rows not yet yielded; [head, len) in order */
     size_t head, len, cap;
-    uint64_t floor_rows, end_rows, emitted, dealt, fetches, bytes;
+    uint64_t floor_rows, end_rows, emitted;
+    _Atomic uint64_t dealt, fetches, bytes; /* sbc_stats reads them while the prefetch runs */
+    uint32_t retry_ms;                      /* the last WAIT's advice */
     int ended; /* the controller said END */
     uint64_t rng;
     outcol *cols;
@@ -97,9 +102,18 @@ struct sbc_stream {
     src **batch_srcs;                   /* sources whose rows the current batch was gathered from */
     size_t nbatch_srcs, capbatch_srcs;
     char err[1024];
+    /* The prefetch thread (one at a time): from a batch's return to the next sbc_next (or
+     * sbc_report_step, sbc_close) it owns everything above but the batch's columns; the caller's
+     * thread joins it before touching any of it. It only asks and fetches: it never acknowledges
+     * the batch being worked on (its seqs wait in bseq), so a restart still gets those rows. */
+    pthread_t pf;
+    pthread_mutex_t step_mu; /* step_rows, step_us, steps: sbc_report_step adds while it asks */
+    int pf_running, pf_rc; /* pf_rc: -1 it failed (the reason in err) */
+    atomic_int pf_stop;
 };
 
 static int fail(sbc_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int prefetch_join(sbc_stream *s);
 static int fail(sbc_stream *s, const char *fmt, ...)
 {
     va_list ap;
@@ -185,6 +199,7 @@ sbc_stream *sbc_open(const sbc_options *o, char *err, size_t errlen)
     s->o = *o;
     s->o.token = s->o.token_file = s->o.tls_dir = NULL; /* not kept: the caller's strings */
     s->o.address = NULL;
+    pthread_mutex_init(&s->step_mu, NULL);
     if (s->o.timeout_ms <= 0)
         s->o.timeout_ms = 600000;
     sb_err e;
@@ -244,6 +259,7 @@ void sbc_close(sbc_stream *s)
 {
     if (s == NULL)
         return;
+    prefetch_join(s);
     batch_release(s);
     src_unref(s->last);
     free(s->last_id);
@@ -260,6 +276,7 @@ void sbc_close(sbc_stream *s)
     free(s->chans);
     if (s->ctl != NULL)
         sb_rpc_channel_free(s->ctl);
+    pthread_mutex_destroy(&s->step_mu);
     free(s);
 }
 
@@ -456,20 +473,32 @@ static int ask_ex(sbc_stream *s, int nap, int ack_only)
     req.consumed_bits.len = s->ncbits;
     while (req.consumed_bits.len > 0 && s->cbits[req.consumed_bits.len - 1] == 0)
         req.consumed_bits.len--;
-    req.consumed_batches = s->batches;
+    /* the batch being worked on (its seqs in bseq) is not consumed yet: the prefetch asks
+     * while it is */
+    req.consumed_batches = s->batches - (s->nbseq > 0 ? 1 : 0);
     req.ack_only = ack_only != 0;
     uint32_t asked = (uint32_t)s->batches;
     req.lost = s->lostp;
     req.n_lost = s->nlost;
     req.balance = (uint32_t)s->o.balance;
     req.iteration = (uint32_t)s->batches;
+    pthread_mutex_lock(&s->step_mu);
     req.step_rows = s->step_rows;
     req.step_us = s->step_us;
     req.steps = s->steps;
+    s->step_rows = s->step_us = s->steps = 0;
+    pthread_mutex_unlock(&s->step_mu);
     ProtobufCMessage *resp = NULL;
     sb_err e;
     sb_rpc_code code =
         sb_rpc_call_msg(s->ctl, SB_RPC_CONTROL_STREAM_NEXT, &req.base, 30000, 0, &resp, &e);
+    if (code != SB_RPC_OK) { /* not delivered: the steps go with the next call */
+        pthread_mutex_lock(&s->step_mu);
+        s->step_rows += req.step_rows;
+        s->step_us += req.step_us;
+        s->steps += req.steps;
+        pthread_mutex_unlock(&s->step_mu);
+    }
     if (code == SB_RPC_UNAVAILABLE) { /* not up yet, or restarting: ask again */
         sb_clock_sleep_ms(50);
         return 0;
@@ -478,7 +507,6 @@ static int ask_ex(sbc_stream *s, int nap, int ack_only)
         return fail(s, "StreamNext: %s", e.msg);
     s->unsent = 0; /* delivered: the controller has them */
     s->nlost = 0;
-    s->step_rows = s->step_us = s->steps = 0;
     Streambatch__V1__StreamNextReply *r = (Streambatch__V1__StreamNextReply *)resp;
     s->budget_full = r->budget_full || r->at_cap;
     if (r->restarted)
@@ -506,6 +534,7 @@ static int ask_ex(sbc_stream *s, int nap, int ack_only)
         s->dealt = r->dealt_rows;
         break;
     case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__WAIT:
+        s->retry_ms = r->retry_ms ? r->retry_ms : 5;
         if (nap)
             sb_clock_sleep_ms(r->retry_ms ? r->retry_ms : 5);
         rc = 0;
@@ -576,7 +605,8 @@ static int fill(sbc_stream *s)
              * batch while it works on this one lifts the floor the other ranks wait on (with
              * drop_last a rank yields a batch only once every rank has been dealt it). Else
              * acknowledge the batch consumed, so a restart does not see it again. */
-            if (have < b + want ? ask_ex(s, 0, 0) < 0 : s->unsent && ask_ex(s, 0, 1) < 0)
+            int ahead = have < b + want && s->o.no_prefetch; /* else the prefetch asks ahead */
+            if (ahead ? ask_ex(s, 0, 0) < 0 : s->unsent && ask_ex(s, 0, 1) < 0)
                 return -1;
             return 1;
         }
@@ -706,22 +736,71 @@ static uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+/* The prefetch thread: the next batch's rows (or the shuffle window's) dealt and fetched while
+ * the trainer works on this one: one batch ahead, no more. It stops at pf_stop; a WAIT naps in
+ * short steps so that the trainer's next sbc_next does not wait out a long nap. The epoch's end
+ * is left to sbc_next (finish_epoch acknowledges, which must follow the batch's consumption). */
+static void *prefetch_main(void *arg)
+{
+    sbc_stream *s = arg;
+    while (!atomic_load(&s->pf_stop) && !s->ended) {
+        size_t have = s->len - s->head, b = batch_now(s), w = s->o.local_shuffle_buffer;
+        if (b > 0 && have >= (w > b ? w : b))
+            break;
+        int rc = ask_ex(s, 0, 0);
+        if (rc < 0) {
+            s->pf_rc = -1;
+            break;
+        }
+        for (uint32_t t = 0; rc == 0 && t < s->retry_ms && !atomic_load(&s->pf_stop); t += 5)
+            sb_clock_sleep_ms(5);
+    }
+    return NULL;
+}
+
+static void prefetch_start(sbc_stream *s)
+{
+    if (s->o.no_prefetch || s->ended || s->pf_running)
+        return;
+    atomic_store(&s->pf_stop, 0);
+    s->pf_rc = 0;
+    /* no thread (out of resources): sbc_next fetches in the caller's thread as before */
+    s->pf_running = pthread_create(&s->pf, NULL, prefetch_main, s) == 0;
+}
+
+/* Stops the prefetch (an ask or fetch in flight completes) and takes the stream back: -1 it
+ * had failed (the reason in err). */
+static int prefetch_join(sbc_stream *s)
+{
+    if (!s->pf_running)
+        return 0;
+    atomic_store(&s->pf_stop, 1);
+    pthread_join(s->pf, NULL);
+    s->pf_running = 0;
+    return s->pf_rc;
+}
+
 void sbc_report_step(sbc_stream *s, double seconds)
 {
     s->reported = 1;
     if (s->rows == 0 || !(seconds > 0) || seconds > 1e6)
         return; /* no batch out, or a time that means nothing: nothing to learn from */
+    pthread_mutex_lock(&s->step_mu); /* the prefetch's ask may be sending them */
     s->step_rows += s->rows;
     s->step_us += (uint64_t)(seconds * 1e6);
     s->steps++;
+    pthread_mutex_unlock(&s->step_mu);
 }
 
 int sbc_next(sbc_stream *s)
 {
+    uint64_t t = now_us();
+    if (prefetch_join(s) != 0)
+        return -1;
     /* the caller's step on the last batch: from its return until now (unless it reports) */
     if (s->yielded_us != 0 && !s->reported && s->rows > 0) {
         s->step_rows += s->rows;
-        s->step_us += now_us() - s->yielded_us;
+        s->step_us += t - s->yielded_us;
         s->steps++;
     }
     s->yielded_us = 0;
@@ -788,6 +867,7 @@ int sbc_next(sbc_stream *s)
     s->emitted += n;
     s->batches++;
     s->yielded_us = now_us();
+    prefetch_start(s);
     return 1;
 }
 

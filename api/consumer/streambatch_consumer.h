@@ -29,6 +29,12 @@
  * many rows this batch has. Sizes change only between iterations; with drop_last every rank
  * still yields the same number of batches.
  *
+ * Prefetch. Once sbc_next returns a batch, a thread of the stream asks for and fetches the
+ * next batch's rows (or the shuffle window's) while the trainer works, so that the next
+ * sbc_next finds them ready: one batch ahead, no more, and none of them acknowledged until
+ * yielded and the batch after them asked for (a restart still gets them). sbc_next, and
+ * sbc_close, stop it first (a fetch in flight completes).
+ *
  * Ownership: the stream owns everything it returns; a batch and its columns stay valid until
  * the next sbc_next() or sbc_close(). One thread at a time per stream. Links against the
  * streambatch build (libstreambatch_consumer.so, `make consumer`); Python's
@@ -59,6 +65,7 @@ typedef struct sbc_options {
     uint64_t seed;
     int timeout_ms; /* longest wait for the controller or a fetch (0: 600000) */
     int balance;    /* SBC_BALANCE_EQUAL (0) or SBC_BALANCE_LBBSP; every rank the same */
+    int no_prefetch; /* 1: fetch only inside sbc_next (no thread); 0: prefetch, see above */
 } sbc_options;
 
 enum { SBC_BALANCE_EQUAL = 0, SBC_BALANCE_LBBSP = 1 };

@@ -41,7 +41,7 @@ class _Options(ctypes.Structure):
                 ("epoch", ctypes.c_uint32), ("batch_size", ctypes.c_uint32),
                 ("drop_last", ctypes.c_int), ("local_shuffle_buffer", ctypes.c_uint32),
                 ("seeded", ctypes.c_int), ("seed", ctypes.c_uint64), ("timeout_ms", ctypes.c_int),
-                ("balance", ctypes.c_int)]
+                ("balance", ctypes.c_int), ("no_prefetch", ctypes.c_int)]
 
 _BALANCE = {None: 0, "equal": 0, "lbbsp": 1}
 
@@ -273,6 +273,14 @@ class BatchIterator:
         if self._h:
             self._lib.sbc_report_step(self._h, float(seconds))
 
+    def stats(self):
+        """What the stream did so far: rows yielded, rows dealt to this rank, partitions fetched
+        and bytes fetched (the prefetch's included, while it runs)."""
+        v = [ctypes.c_uint64() for _ in range(4)]
+        if self._h:
+            self._lib.sbc_stats(self._h, *[ctypes.byref(x) for x in v])
+        return dict(zip(("rows", "dealt", "fetches", "bytes"), (x.value for x in v)))
+
     def close(self):
         if self._h:
             self._lib.sbc_close(self._h)
@@ -284,7 +292,7 @@ class BatchIterator:
 
 def iter_batches(address, batch_size=256, batch_format="numpy", rank=0, world_size=1, epoch=0,
                  drop_last=True, local_shuffle_buffer=0, seed=None, token=None, token_file=None,
-                 tls_dir=None, timeout_s=600, balance=None):
+                 tls_dir=None, timeout_s=600, balance=None, prefetch=True):
     """Returns an iterator over this rank's batches of one epoch of the stream at `address`.
 
     Every row of the epoch goes to exactly one rank; with drop_last every rank yields the same
@@ -293,6 +301,8 @@ def iter_batches(address, batch_size=256, batch_format="numpy", rank=0, world_si
     order is a pure function of (seed, epoch, rank) given the same deal. balance="lbbsp" sizes
     each rank's batches by its measured speed (LB-BSP), world_size * batch_size rows per
     iteration in all (every rank must ask the same); see BatchIterator.report_step.
+    prefetch=True fetches the next batch's rows in the background while the trainer works on
+    a batch (one batch ahead; unacknowledged until the batch after them is asked for).
     """
     _check_format(batch_format)
     if balance not in _BALANCE:
@@ -307,7 +317,7 @@ def iter_batches(address, batch_size=256, batch_format="numpy", rank=0, world_si
                     int(world_size), int(epoch), int(batch_size), 1 if drop_last else 0,
                     int(local_shuffle_buffer), 0 if seed is None else 1,
                     0 if seed is None else int(seed) & (2**64 - 1), int(timeout_s * 1000),
-                    _BALANCE[balance])
+                    _BALANCE[balance], 0 if prefetch else 1)
     err = ctypes.create_string_buffer(1024)
     h = lib.sbc_open(ctypes.byref(opts), err, len(err))
     if not h:
