@@ -85,7 +85,7 @@ struct sbc_stream {
     uint64_t floor_rows, end_rows, emitted;
     _Atomic uint64_t dealt, fetches, bytes; /* sbc_stats reads them while the prefetch runs */
     uint32_t retry_ms;                      /* the last WAIT's advice */
-    int ended; /* the controller said END */
+    int ended;                              /* the controller said END */
     uint64_t rng;
     outcol *cols;
     size_t ncols, rows;
@@ -108,8 +108,9 @@ struct sbc_stream {
      * the batch being worked on (its seqs wait in bseq), so a restart still gets those rows. */
     pthread_t pf;
     pthread_mutex_t step_mu; /* step_rows, step_us, steps: sbc_report_step adds while it asks */
-    int pf_running, pf_rc; /* pf_rc: -1 it failed (the reason in err) */
+    int pf_running, pf_rc;   /* pf_rc: -1 it failed (the reason in err) */
     atomic_int pf_stop;
+    int ahead_asked; /* the prefetch made fill's ask-ahead for the coming batch */
 };
 
 static int fail(sbc_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -605,7 +606,7 @@ static int fill(sbc_stream *s)
              * batch while it works on this one lifts the floor the other ranks wait on (with
              * drop_last a rank yields a batch only once every rank has been dealt it). Else
              * acknowledge the batch consumed, so a restart does not see it again. */
-            int ahead = have < b + want && s->o.no_prefetch; /* else the prefetch asks ahead */
+            int ahead = have < b + want && !s->ahead_asked; /* (the prefetch may have) */
             if (ahead ? ask_ex(s, 0, 0) < 0 : s->unsent && ask_ex(s, 0, 1) < 0)
                 return -1;
             return 1;
@@ -745,8 +746,15 @@ static void *prefetch_main(void *arg)
     sbc_stream *s = arg;
     while (!atomic_load(&s->pf_stop) && !s->ended) {
         size_t have = s->len - s->head, b = batch_now(s), w = s->o.local_shuffle_buffer;
-        if (b > 0 && have >= (w > b ? w : b))
+        size_t want = w > b ? w : b;
+        if (b > 0 && have >= want) {
+            /* fill's ask-ahead, made here: the same asks in the same order as without the
+             * prefetch, so the pool (the shuffle's window) holds the same rows at each pick */
+            if (have < b + want && ask_ex(s, 0, 0) < 0)
+                s->pf_rc = -1;
+            s->ahead_asked = 1;
             break;
+        }
         int rc = ask_ex(s, 0, 0);
         if (rc < 0) {
             s->pf_rc = -1;
@@ -763,7 +771,7 @@ static void prefetch_start(sbc_stream *s)
     if (s->o.no_prefetch || s->ended || s->pf_running)
         return;
     atomic_store(&s->pf_stop, 0);
-    s->pf_rc = 0;
+    s->pf_rc = s->ahead_asked = 0;
     /* no thread (out of resources): sbc_next fetches in the caller's thread as before */
     s->pf_running = pthread_create(&s->pf, NULL, prefetch_main, s) == 0;
 }
@@ -810,6 +818,7 @@ int sbc_next(sbc_stream *s)
     s->nbseq = 0;
     batch_release(s);
     int rc = fill(s);
+    s->ahead_asked = 0;
     if (rc <= 0)
         return rc;
     size_t n = batch_now(s), have = s->len - s->head;

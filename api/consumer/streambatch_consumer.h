@@ -63,8 +63,8 @@ typedef struct sbc_options {
     uint32_t local_shuffle_buffer; /* rows; 0: the order they were dealt */
     int seeded;
     uint64_t seed;
-    int timeout_ms; /* longest wait for the controller or a fetch (0: 600000) */
-    int balance;    /* SBC_BALANCE_EQUAL (0) or SBC_BALANCE_LBBSP; every rank the same */
+    int timeout_ms;  /* longest wait for the controller or a fetch (0: 600000) */
+    int balance;     /* SBC_BALANCE_EQUAL (0) or SBC_BALANCE_LBBSP; every rank the same */
     int no_prefetch; /* 1: fetch only inside sbc_next (no thread); 0: prefetch, see above */
 } sbc_options;
 
