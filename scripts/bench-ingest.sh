@@ -9,17 +9,22 @@
 #                DataLoader stand-in (torch is not installed here: its PyPI wheel is the CUDA
 #                one, several GiB; a DataLoader's workers do this same work in 2 processes)
 # both when preprocessing is the bottleneck (STEP_MS 0) and when the step is (STEP_MS SLOW_MS).
-# Samples/s: images over the wall seconds from the start (server or pool) to the last batch;
-# peak RSS: the whole process tree (trainer + pool, or trainer + server + its workers), sampled
-# every 20 ms. Prints one markdown section. Environment: IMAGES (2000), REPS (3), SLOW_MS (1500),
-# BUDGET (64Mi), SB_BIN_DIR, SB_BUILD_DIR. The images (tests/bench/inference_data.py) are cached
-# in $SB_BUILD_DIR/bench/images-N, as bench-images.sh's.
+# Both feed the same batches (every image once, the last batch short). Per run: the time to the
+# first batch (from the start of the server or pool), steady-state samples/s (the images after
+# the first batch over the seconds from the first batch to the last), the whole run's samples/s,
+# and the trainer's median wait inside next() per batch after the first (the time it is blocked
+# on data); peak RSS: the whole process tree (trainer + pool, or trainer + server + its
+# workers), sampled every 20 ms. Prints one markdown section. Environment: IMAGES (5120: 20
+# batches), REPS (3), SLOW_MS (1500), BUDGET (64Mi), SB_BIN_DIR, SB_BUILD_DIR, PREFETCH (1; 0:
+# iter_batches(prefetch=False), the consumer fetching inside next()). The images
+# (tests/bench/inference_data.py) are cached in $SB_BUILD_DIR/bench/images-N, as
+# bench-images.sh's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 bin=$(realpath "${SB_BIN_DIR:-bin}")
 build=$(realpath "${SB_BUILD_DIR:-build}")
-n=${IMAGES:-2000} reps=${REPS:-3} slow=${SLOW_MS:-1500} budget=${BUDGET:-64Mi}
+n=${IMAGES:-5120} reps=${REPS:-3} slow=${SLOW_MS:-1500} budget=${BUDGET:-64Mi}
 py=$build/resize-venv/bin/python
 if ! "$py" -c 'import numpy, PIL' 2>/dev/null; then
   bench_venv "$build/resize-venv" PIL pillow==13.0.0 numpy==2.4.6 ||
@@ -47,7 +52,8 @@ spec:
   execution: {memoryBudget: $budget}
 YAML
 cat >"$work/ingest.py" <<'PY'
-# One run: KIND (pool | sb) STEP_MS -> "samples/s peak_rss_mib batches rows"
+# One run: KIND (pool | sb) STEP_MS ->
+#   "samples/s peak_rss_mib beside_mib batches rows first_batch_s steady_samples/s wait_ms"
 import glob, json, os, subprocess, sys, threading, time
 import numpy as np
 kind, step_ms, imgs, spec, sbbin = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
@@ -75,6 +81,17 @@ def sample():
         peak[:] = [max(a, b) for a, b in zip(peak, tree_rss())]
         done.wait(0.02)
 
+marks = []  # per batch: when the trainer asked for it, when it had it
+def timed(it):
+    """The batches of `it`, timing the trainer's wait for each."""
+    while True:
+        t = time.time()
+        b = next(it, None)
+        if b is None:
+            return
+        marks.append((t, time.time()))
+        yield b
+
 def step(batch):
     if step_ms > 0:
         time.sleep(step_ms / 1000)
@@ -88,14 +105,17 @@ def run_pool():
     from multiprocessing import Pool
     files = sorted(glob.glob(imgs + "/*.jpg"))
     rows = batches = 0
-    with Pool(2) as pool:
+    def gen(pool):
         buf = []
         for a in pool.imap(one, files, chunksize=16):  # ordered, as a DataLoader's sampler
             buf.append(a)
             if len(buf) == B:
-                step(np.stack(buf)); rows += B; batches += 1; buf = []
+                yield np.stack(buf); buf = []
         if buf:
-            step(np.stack(buf)); rows += len(buf); batches += 1
+            yield np.stack(buf)
+    with Pool(2) as pool:
+        for x in timed(gen(pool)):
+            step(x); rows += len(x); batches += 1
     return rows, batches
 
 def run_sb():
@@ -104,8 +124,9 @@ def run_sb():
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     info = json.loads(srv.stdout.readline())
     rows = batches = 0
-    for b in streambatch.iter_batches(info["address"], batch_size=B, batch_format="numpy",
-                                      drop_last=False, token_file=info["tokenFile"]):
+    for b in timed(streambatch.iter_batches(info["address"], batch_size=B, batch_format="numpy",
+                                            drop_last=False, token_file=info["tokenFile"],
+                                            prefetch=os.environ.get("PREFETCH", "1") != "0")):
         x = b["image"]
         if batches == 0 and (x.dtype != np.float32 or x.shape[1] != 3 * 64 * 64):
             sys.exit(f"unexpected image column {x.dtype} {x.shape}")
@@ -119,31 +140,53 @@ t0 = time.time()
 rows, batches = run_pool() if kind == "pool" else run_sb()
 wall = time.time() - t0
 done.set(); t.join()
-print(f"{rows / wall:.1f} {peak[0] / 2**20:.1f} {peak[1] / 2**20:.1f} {batches} {rows}")
+first = marks[0][1] - t0
+steady = (rows - min(B, rows)) / (marks[-1][1] - marks[0][1]) if len(marks) > 1 else 0
+waits = sorted(b - a for a, b in marks[1:]) or [0]
+print(f"{rows / wall:.1f} {peak[0] / 2**20:.1f} {peak[1] / 2**20:.1f} {batches} {rows} "
+      f"{first:.2f} {steady:.1f} {waits[len(waits) // 2] * 1e3:.1f}")
 PY
 export PYTHONPATH=$PWD/sdk/python STREAMBATCH_CONSUMER_LIB=$build/lib/libstreambatch_consumer.so
-declare -A sps rss kids
+declare -A sps rss kids ttfb ssps wait
 before=$(pressure)
 for ((r = 0; r < reps; r++)); do
   for ms in 0 "$slow"; do
     for k in sb pool; do
       out=$("$py" "$work/ingest.py" "$k" "$ms" "$imgs" "$work/p.yaml" "$bin/streambatch") ||
         { echo "bench-ingest: $k at step $ms ms failed" >&2; exit 1; }
-      read -r s m c _ rows <<<"$out"
+      read -r s m c _ rows f st w <<<"$out"
       ((rows == n)) || { echo "bench-ingest: $k fed $rows samples, want $n" >&2; exit 1; }
       sps[$k-$ms]+="$s " rss[$k-$ms]+="$m " kids[$k-$ms]+="$c "
+      ttfb[$k-$ms]+="$f " ssps[$k-$ms]+="$st " wait[$k-$ms]+="$w "
     done
   done
 done
 echo "## Ingest into a training step (scripts/bench-ingest.sh; issue 40)"
 echo
-echo "$n JPEGs (200-320 px) -> 64x64 -> normalize (chw), batches of 256, into a step that sleeps"
+echo "$n JPEGs (200-320 px; $(((n + 255) / 256)) batches each side) -> 64x64 -> normalize (chw), batches of 256, into a step that sleeps"
 echo "0 ms (preprocessing the bottleneck) or $slow ms per batch (the step the bottleneck). streambatch:"
 echo "\`run --serve --cpus 2\`, memoryBudget $budget, read with \`iter_batches(batch_format=\"numpy\")\`;"
 echo "against a multiprocessing.Pool of 2 Pillow processes batching in the trainer (the DataLoader"
 echo "stand-in: torch is not installed). $reps runs each alternating, median (range); peak RSS of the"
 echo "whole process tree, and of what runs beside the trainer (the server and its 2 workers; the"
-echo "pool's 2 processes). Before: $before; after: $(pressure). The machine is shared: other jobs ran."
+echo "pool's 2 processes). Steady state: samples after the first batch over the seconds from the"
+echo "first batch to the last; wait: the trainer's median time blocked in next() per batch after the"
+echo "first. streambatch's consumer prefetch: $([[ ${PREFETCH:-1} == 0 ]] && echo off || echo on)."
+echo "Before: $before; after: $(pressure). The machine is shared: other jobs ran."
+echo
+echo "| step | first batch s: streambatch, pool | steady samples/s: streambatch, pool, ratio | wait ms per batch: streambatch, pool |"
+echo "|---|---|---|---|"
+for ms in 0 "$slow"; do
+  # shellcheck disable=SC2086
+  a=$(median ${ssps[sb-$ms]}) b=$(median ${ssps[pool-$ms]})
+  # shellcheck disable=SC2086
+  printf '| %s ms | %s (%s), %s (%s) | %s (%s), %s (%s), %.2fx | %s, %s |\n' "$ms" \
+    "$(median ${ttfb[sb-$ms]})" "$(range ${ttfb[sb-$ms]})" "$(median ${ttfb[pool-$ms]})" \
+    "$(range ${ttfb[pool-$ms]})" "$a" "$(range ${ssps[sb-$ms]})" "$b" "$(range ${ssps[pool-$ms]})" \
+    "$(awk -v a="$a" -v b="$b" 'BEGIN{print a/b}')" "$(median ${wait[sb-$ms]})" "$(median ${wait[pool-$ms]})"
+done
+echo
+echo "Whole runs, from the start to the last batch:"
 echo
 echo "| step | streambatch samples/s | pool samples/s | ratio | streambatch peak RSS MiB: tree, beside the trainer | pool: tree, beside the trainer |"
 echo "|---|---|---|---|---|---|"
