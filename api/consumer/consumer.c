@@ -738,9 +738,10 @@ static uint64_t now_us(void)
 }
 
 /* The prefetch thread: the next batch's rows (or the shuffle window's) dealt and fetched while
- * the trainer works on this one: one batch ahead, no more. It stops at pf_stop; a WAIT naps in
- * short steps so that the trainer's next sbc_next does not wait out a long nap. The epoch's end
- * is left to sbc_next (finish_epoch acknowledges, which must follow the batch's consumption). */
+ * the trainer works on this one: one batch ahead, and fill's one slice past it. It stops at
+ * pf_stop; a WAIT naps in short steps so that the trainer's next sbc_next does not wait out a long
+ * nap. The epoch's end is left to sbc_next (finish_epoch acknowledges, which must follow the
+ * batch's consumption). */
 static void *prefetch_main(void *arg)
 {
     sbc_stream *s = arg;

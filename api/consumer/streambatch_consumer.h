@@ -31,7 +31,8 @@
  *
  * Prefetch. Once sbc_next returns a batch, a thread of the stream asks for and fetches the
  * next batch's rows (or the shuffle window's) while the trainer works, so that the next
- * sbc_next finds them ready: one batch ahead, no more, and none of them acknowledged until
+ * sbc_next finds them ready: one batch ahead and one slice past it (the asks sbc_next made
+ * itself before, in the same order), and none of them acknowledged until
  * yielded and the batch after them asked for (a restart still gets them). sbc_next, and
  * sbc_close, stop it first (a fetch in flight completes).
  *
