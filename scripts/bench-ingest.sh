@@ -174,16 +174,17 @@ echo "first batch to the last; wait: the trainer's median time blocked in next()
 echo "first. streambatch's consumer prefetch: $([[ ${PREFETCH:-1} == 0 ]] && echo off || echo on)."
 echo "Before: $before; after: $(pressure). The machine is shared: other jobs ran."
 echo
+# "median (range)" of the numbers given; the ratio of two lists' medians
+mr() { printf '%s (%s)' "$(median "$@")" "$(range "$@")"; }
+# shellcheck disable=SC2086
+ratio() { awk -v a="$(median $1)" -v b="$(median $2)" 'BEGIN{printf "%.2fx", a/b}'; }
 echo "| step | first batch s: streambatch, pool | steady samples/s: streambatch, pool, ratio | wait ms per batch: streambatch, pool |"
 echo "|---|---|---|---|"
 for ms in 0 "$slow"; do
   # shellcheck disable=SC2086
-  a=$(median ${ssps[sb-$ms]}) b=$(median ${ssps[pool-$ms]})
-  # shellcheck disable=SC2086
-  printf '| %s ms | %s (%s), %s (%s) | %s (%s), %s (%s), %.2fx | %s, %s |\n' "$ms" \
-    "$(median ${ttfb[sb-$ms]})" "$(range ${ttfb[sb-$ms]})" "$(median ${ttfb[pool-$ms]})" \
-    "$(range ${ttfb[pool-$ms]})" "$a" "$(range ${ssps[sb-$ms]})" "$b" "$(range ${ssps[pool-$ms]})" \
-    "$(awk -v a="$a" -v b="$b" 'BEGIN{print a/b}')" "$(median ${wait[sb-$ms]})" "$(median ${wait[pool-$ms]})"
+  printf '| %s ms | %s, %s | %s, %s, %s | %s, %s |\n' "$ms" "$(mr ${ttfb[sb-$ms]})" \
+    "$(mr ${ttfb[pool-$ms]})" "$(mr ${ssps[sb-$ms]})" "$(mr ${ssps[pool-$ms]})" \
+    "$(ratio "${ssps[sb-$ms]}" "${ssps[pool-$ms]}")" "$(median ${wait[sb-$ms]})" "$(median ${wait[pool-$ms]})"
 done
 echo
 echo "Whole runs, from the start to the last batch:"
@@ -192,9 +193,7 @@ echo "| step | streambatch samples/s | pool samples/s | ratio | streambatch peak
 echo "|---|---|---|---|---|---|"
 for ms in 0 "$slow"; do
   # shellcheck disable=SC2086
-  a=$(median ${sps[sb-$ms]}) b=$(median ${sps[pool-$ms]})
-  # shellcheck disable=SC2086
-  printf '| %s ms | %s (%s) | %s (%s) | %.2fx | %s, %s | %s, %s |\n' "$ms" "$a" "$(range ${sps[sb-$ms]})" \
-    "$b" "$(range ${sps[pool-$ms]})" "$(awk -v a="$a" -v b="$b" 'BEGIN{print a/b}')" \
-    "$(median ${rss[sb-$ms]})" "$(median ${kids[sb-$ms]})" "$(median ${rss[pool-$ms]})" "$(median ${kids[pool-$ms]})"
+  printf '| %s ms | %s | %s | %s | %s, %s | %s, %s |\n' "$ms" "$(mr ${sps[sb-$ms]})" "$(mr ${sps[pool-$ms]})" \
+    "$(ratio "${sps[sb-$ms]}" "${sps[pool-$ms]}")" "$(median ${rss[sb-$ms]})" "$(median ${kids[sb-$ms]})" \
+    "$(median ${rss[pool-$ms]})" "$(median ${kids[pool-$ms]})"
 done
