@@ -130,7 +130,7 @@ layers-test:
 dashboard-test: build
 	@SB_BIN_DIR=$(abspath $(BINDIR)) tests/dashboard/test-dashboard.sh
 # The Python UDF kit (sdk/python) pip-installed into a venv, driving exec stages (tests/sdk/).
-sdk-test: build
+sdk-test: build $(BUILD)/tests/helpers/sb_arrow_ipc
 	@SB_BIN_DIR=$(abspath $(BINDIR)) SB_BUILD_DIR=$(abspath $(BUILD)) tests/sdk/test-python-kit.sh
 # Batch inference with a real model (all-MiniLM-L6-v2 from PyPI) through exec: the example, and
 # the test that checks its vectors against the model called directly.
