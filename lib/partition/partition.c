@@ -131,6 +131,24 @@ sb_type sb_type_parse(const char *name)
     return (sb_type)0;
 }
 
+const char *sb_logical_name(sb_logical l)
+{
+    static const char *const names[] = {"", "date", "timestamp[ms]", "timestamp[us]",
+                                        "timestamp[ns]"};
+    return (unsigned)l <= SB_LOGICAL_TS_NANOS ? names[l] : "?";
+}
+
+const char *sb_logical_problem(unsigned logical, unsigned type)
+{
+    if (logical == SB_LOGICAL_NONE)
+        return NULL;
+    if (logical == SB_LOGICAL_DATE)
+        return type == SB_TYPE_INT32 ? NULL : "logical type date needs physical type int32";
+    if (logical <= SB_LOGICAL_TS_NANOS)
+        return type == SB_TYPE_INT64 ? NULL : "logical type timestamp needs physical type int64";
+    return "unknown logical type";
+}
+
 static bool is_var(sb_type t)
 {
     return t == SB_TYPE_BINARY || t == SB_TYPE_UTF8;
@@ -181,6 +199,7 @@ typedef struct bcol {
     sb_type type, child_type;
     uint32_t list_size;
     bool nullable;
+    sb_logical logical;
     bool has_validity; /* bitmap materialized (lazily, on the first null) */
     size_t width;      /* bytes per value for numeric/list, 0 otherwise */
     size_t length, null_count;
@@ -340,6 +359,8 @@ sb_batch_builder *sb_batch_builder_new(const sb_field *fields, size_t nfields, s
             goto fail;
         }
         const char *why = field_problem((unsigned)f->type, (unsigned)f->child_type, f->list_size);
+        if (why == NULL)
+            why = sb_logical_problem((unsigned)f->logical, (unsigned)f->type);
         if (why != NULL) {
             sb_err_set(err, "partition builder: field %zu \"%.64s\" (%s): %s", i, f->name,
                        sb_type_name(f->type), why);
@@ -354,6 +375,7 @@ sb_batch_builder *sb_batch_builder_new(const sb_field *fields, size_t nfields, s
         c->child_type = f->child_type;
         c->list_size = f->list_size;
         c->nullable = f->nullable;
+        c->logical = f->logical;
         c->width = row_width(f->type, f->child_type, f->list_size);
         if (is_var(c->type)) {
             if (buf_reserve(&c->offsets, 64 * sizeof(int32_t)) != 0)
@@ -370,6 +392,16 @@ fail:
     return NULL;
 }
 
+sb_field sb_field_of(const sb_column *c)
+{
+    return (sb_field){.name = c->name,
+                      .type = c->type,
+                      .child_type = c->child_type,
+                      .list_size = c->list_size,
+                      .nullable = c->nullable,
+                      .logical = c->logical};
+}
+
 sb_batch_builder *sb_batch_builder_new_like(const sb_batch *batch, sb_err *err)
 {
     size_t n = sb_batch_ncols(batch);
@@ -378,14 +410,8 @@ sb_batch_builder *sb_batch_builder_new_like(const sb_batch *batch, sb_err *err)
         sb_err_set(err, "partition builder: out of memory");
         return NULL;
     }
-    for (size_t i = 0; i < n; i++) {
-        const sb_column *c = sb_batch_column(batch, i);
-        fields[i] = (sb_field){.name = c->name,
-                               .type = c->type,
-                               .child_type = c->child_type,
-                               .list_size = c->list_size,
-                               .nullable = c->nullable};
-    }
+    for (size_t i = 0; i < n; i++)
+        fields[i] = sb_field_of(sb_batch_column(batch, i));
     sb_batch_builder *b = sb_batch_builder_new(fields, n, err);
     free(fields);
     return b;
@@ -1075,6 +1101,7 @@ static int finish_into(sb_batch_builder *b, void *dst, size_t cap, size_t *len_o
         ce[0] = (uint8_t)c->type;
         ce[1] = (uint8_t)c->child_type;
         ce[2] = c->nullable ? 1 : 0;
+        ce[3] = (uint8_t)c->logical;
         wr32(ce + 4, c->list_size);
         wr64(ce + 8, c->null_count);
         wr32(ce + 16, (uint32_t)name_off);
@@ -1157,6 +1184,7 @@ static void finish_in_place(sb_batch_builder *b, size_t data_off, void **blob_ou
     size_t name_off = SB_PART_HEADER_SIZE + COL_ENTRY + 3 * BUF_ENTRY;
     ce[0] = (uint8_t)c->type;
     ce[2] = c->nullable ? 1 : 0;
+    ce[3] = (uint8_t)c->logical; /* always 0: binary/utf8 carry no logical type */
     wr32(ce + 16, (uint32_t)name_off);
     wr32(ce + 20, (uint32_t)c->name_len);
     memcpy(out + name_off, c->name, c->name_len + 1);
@@ -1483,8 +1511,12 @@ static int open_column_entry(const open_ctx *x, sb_batch *b, size_t i, sb_err *e
                               c->name, type);
         return col_err(err, i, c, "%s", why);
     }
-    if ((ce[2] & ~1u) != 0 || ce[3] != 0 || rd64(ce + 24) != 0)
+    if ((ce[2] & ~1u) != 0 || rd64(ce + 24) != 0)
         return col_err(err, i, c, "nonzero reserved bits in the column entry");
+    why = sb_logical_problem(ce[3], type);
+    if (why != NULL)
+        return col_err(err, i, c, "%s (logical byte %u)", why, (unsigned)ce[3]);
+    c->logical = (sb_logical)ce[3];
     c->child_type = (sb_type)child;
     c->list_size = rd32(ce + 4);
     c->nullable = (ce[2] & 1) != 0;

@@ -35,7 +35,9 @@
  *    56  u64 reserved (0)
  *   column table, 32 bytes per column, at 64
  *     0  u8 type (sb_type)   1 u8 child type (fixed-size list)   2 u8 flags (bit 0: nullable)
- *     3  u8 reserved (0)     4 u32 fixed-size-list width (0 for other types)
+ *     3  u8 logical type (sb_logical: 0 none, 1 date (days since the epoch, int32 only),
+ *        2/3/4 timestamp millis/micros/nanos since the epoch (int64 only); any other value or
+ *        physical type is refused)     4 u32 fixed-size-list width (0 for other types)
  *     8  u64 null count     16 u32 name offset   20 u32 name length (bytes, no NUL)
  *    24  u64 reserved (0)
  *   buffer table, 16 bytes per buffer: u64 offset (multiple of 64), u64 length in bytes.
@@ -93,6 +95,17 @@ typedef enum sb_type {
     SB_TYPE_FIXED_LIST = 14, /* `list_size` values of a numeric child type per row (tensors) */
 } sb_type;
 
+/* A logical type on top of a physical one: what the integers mean (kept so that a source's
+ * DATE/TIMESTAMP columns come out of a sink as the same type). Stored in the blob: never
+ * renumber. Zero (none) is what every field built with a designated initializer gets. */
+typedef enum sb_logical {
+    SB_LOGICAL_NONE = 0,
+    SB_LOGICAL_DATE = 1,     /* int32 days since 1970-01-01 */
+    SB_LOGICAL_TS_MILLIS = 2, /* int64 milliseconds since the epoch */
+    SB_LOGICAL_TS_MICROS = 3, /* int64 microseconds since the epoch */
+    SB_LOGICAL_TS_NANOS = 4,  /* int64 nanoseconds since the epoch */
+} sb_logical;
+
 /* A column's description, given to the builder. `child_type` (a numeric type: INT8..FLOAT64)
  * and `list_size` (>= 1) are used only by SB_TYPE_FIXED_LIST and must be 0 otherwise. */
 typedef struct sb_field {
@@ -101,6 +114,7 @@ typedef struct sb_field {
     sb_type child_type;
     uint32_t list_size;
     bool nullable;
+    sb_logical logical; /* 0, or DATE on INT32 / TS_* on INT64 (else the builder refuses it) */
 } sb_field;
 
 /* A read-only view of one column of an opened batch; every pointer points into the blob. */
@@ -111,6 +125,7 @@ typedef struct sb_column {
     sb_type child_type; /* fixed-size list only */
     uint32_t list_size; /* fixed-size list only */
     bool nullable;
+    sb_logical logical;      /* what the values mean (DATE/TIMESTAMP) or SB_LOGICAL_NONE */
     size_t length;           /* rows */
     size_t null_count;       /* 0 when validity is NULL */
     const uint8_t *validity; /* LSB-first bitmap, 1 = valid; NULL when there are no nulls */
@@ -131,11 +146,23 @@ size_t sb_type_width(sb_type t);
 /* Parses a type name from sb_type_name(); 0 when unknown. */
 sb_type sb_type_parse(const char *name);
 
+/* "date", "timestamp[ms]", "timestamp[us]", "timestamp[ns]"; "" for none, "?" when unknown. */
+const char *sb_logical_name(sb_logical l);
+
+/* NULL when `logical` may sit on physical type `type` (none on anything, DATE on INT32,
+ * TS_* on INT64), else why not. */
+const char *sb_logical_problem(unsigned logical, unsigned type);
+
 /* ---- builder -------------------------------------------------------------------------- */
 
 /* A builder for batches with these columns (nfields may be 0 only for a row-count-only batch,
  * which is rarely useful). NULL + err when a field is invalid (bad type, list width, name). */
 sb_batch_builder *sb_batch_builder_new(const sb_field *fields, size_t nfields, sb_err *err);
+
+/* The field that describes column `c` (name, types, width, nullability, logical type), for a
+ * builder that copies or rebuilds the column: every place that passes columns on uses it, so
+ * that nothing about a column is dropped on the way. The name still points into c's batch. */
+sb_field sb_field_of(const sb_column *c);
 
 /* A builder for batches with the same schema as an opened batch. */
 sb_batch_builder *sb_batch_builder_new_like(const sb_batch *b, sb_err *err);

@@ -536,6 +536,59 @@ Test(partition_builder, truncate_undoes_half_rows)
     sb_batch_builder_free(b);
 }
 
+/* DATE and the three TIMESTAMP units survive builder -> blob -> open -> new_like -> blob (the
+ * byte at offset 3 of the column entry), and the builder refuses a logical type on the wrong
+ * physical type, naming the field. */
+Test(partition_builder, logical_types_round_trip)
+{
+    const sb_field f[] = {{.name = "d", .type = SB_TYPE_INT32, .logical = SB_LOGICAL_DATE},
+                          {.name = "ms", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MILLIS},
+                          {.name = "us", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MICROS},
+                          {.name = "ns",
+                           .type = SB_TYPE_INT64,
+                           .nullable = true,
+                           .logical = SB_LOGICAL_TS_NANOS},
+                          {.name = "plain", .type = SB_TYPE_INT64}};
+    sb_err err = {0};
+    sb_batch_builder *b = sb_batch_builder_new(f, 5, &err);
+    cr_assert_not_null(b, "%s", err.msg);
+    for (size_t c = 0; c < 5; c++)
+        cr_assert_eq(sb_batch_builder_append_int(b, c, 19000 + (int64_t)c, &err), 0, "%s", err.msg);
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, &len, &err), 0, "%s", err.msg);
+    sb_batch_builder_free(b);
+    cr_assert_eq(((uint8_t *)blob)[SB_PART_HEADER_SIZE + 32 * 1 + 3], SB_LOGICAL_TS_MILLIS);
+    sb_batch *bt;
+    cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
+    for (size_t c = 0; c < 5; c++) {
+        cr_assert_eq(sb_batch_column(bt, c)->logical, f[c].logical, "column %zu", c);
+        cr_assert_eq(sb_field_of(sb_batch_column(bt, c)).logical, f[c].logical);
+    }
+    cr_assert_str_eq(sb_logical_name(sb_batch_column(bt, 2)->logical), "timestamp[us]");
+    b = sb_batch_builder_new_like(bt, &err);
+    cr_assert_not_null(b, "%s", err.msg);
+    for (size_t c = 0; c < 5; c++)
+        cr_assert_eq(sb_batch_builder_append_int(b, c, 19000 + (int64_t)c, &err), 0, "%s", err.msg);
+    void *blob2;
+    size_t len2;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob2, &len2, &err), 0, "%s", err.msg);
+    cr_assert_eq(len2, len);
+    cr_assert_eq(memcmp(blob, blob2, len), 0, "new_like keeps every logical byte");
+    sb_part_free(blob2);
+    sb_batch_builder_free(b);
+    sb_batch_close(bt);
+    sb_part_free(blob);
+
+    const sb_field bad[] = {{.name = "x", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_DATE}};
+    cr_assert_null(sb_batch_builder_new(bad, 1, &err));
+    cr_assert_str_eq(err.msg, "partition builder: field 0 \"x\" (int64): logical type date needs "
+                              "physical type int32");
+    const sb_field bad2[] = {{.name = "y", .type = SB_TYPE_UINT64, .logical = 9}};
+    cr_assert_null(sb_batch_builder_new(bad2, 1, &err));
+    cr_assert_str_eq(err.msg, "partition builder: field 0 \"y\" (uint64): unknown logical type");
+}
+
 Test(partition_builder, new_like_copies_schema)
 {
     size_t len;
@@ -787,7 +840,29 @@ static void e_ncols(uint8_t *b, size_t *len)
 static void e_reserved(uint8_t *b, size_t *len)
 {
     (void)len;
-    col_entry(b, 3)[3] = 1;
+    col_entry(b, 3)[24] = 1;
+}
+/* The logical byte (offset 3 of a column entry): a timestamp on the int64 "id" is a schema;
+ * a date on it, a timestamp on the utf8 "name" and an unknown value are not. */
+static void e_logical_ts(uint8_t *b, size_t *len)
+{
+    (void)len;
+    col_entry(b, 0)[3] = SB_LOGICAL_TS_NANOS;
+}
+static void e_logical_date_on_int64(uint8_t *b, size_t *len)
+{
+    (void)len;
+    col_entry(b, 0)[3] = SB_LOGICAL_DATE;
+}
+static void e_logical_ts_on_utf8(uint8_t *b, size_t *len)
+{
+    (void)len;
+    col_entry(b, 3)[3] = SB_LOGICAL_TS_MILLIS;
+}
+static void e_logical_unknown(uint8_t *b, size_t *len)
+{
+    (void)len;
+    col_entry(b, 0)[3] = 5;
 }
 static void e_bool_values(uint8_t *b, size_t *len)
 {
@@ -925,6 +1000,20 @@ Test(partition_open, column_table_lies)
     cr_assert_str_eq(open_edited(e_reserved, true, 0),
                      "partition blob: column 3 \"name\" (utf8): nonzero reserved bits in the "
                      "column entry");
+}
+
+Test(partition_open, logical_byte_must_fit_the_physical_type)
+{
+    cr_assert_str_eq(open_edited(e_logical_ts, true, 0), "");
+    cr_assert_str_eq(open_edited(e_logical_date_on_int64, true, 0),
+                     "partition blob: column 0 \"id\" (int64): logical type date needs physical "
+                     "type int32 (logical byte 1)");
+    cr_assert_str_eq(open_edited(e_logical_ts_on_utf8, true, 0),
+                     "partition blob: column 3 \"name\" (utf8): logical type timestamp needs "
+                     "physical type int64 (logical byte 2)");
+    cr_assert_str_eq(open_edited(e_logical_unknown, true, 0),
+                     "partition blob: column 0 \"id\" (int64): unknown logical type (logical "
+                     "byte 5)");
 }
 
 Test(partition_open, short_unaligned_and_null)
