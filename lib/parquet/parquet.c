@@ -143,6 +143,21 @@ static sb_type leaf_type(const sb_pq_schema_el *e)
     }
 }
 
+/* The partition's logical type of a leaf read as physical type t: DATE stays a date, TIMESTAMP
+ * keeps its unit. isAdjustedToUTC is not kept (the integers are the same either way); the sink
+ * writes isAdjustedToUTC=false, so a UTC-adjusted input comes back without its time zone. */
+static sb_logical logical_of(const sb_pq_schema_el *e, sb_type t)
+{
+    if (e->lt == SB_PQ_LT_DATE && t == SB_TYPE_INT32)
+        return SB_LOGICAL_DATE;
+    if (e->lt != SB_PQ_LT_TIMESTAMP || t != SB_TYPE_INT64)
+        return SB_LOGICAL_NONE;
+    return e->ts_unit == SB_PQ_MILLIS   ? SB_LOGICAL_TS_MILLIS
+           : e->ts_unit == SB_PQ_MICROS ? SB_LOGICAL_TS_MICROS
+           : e->ts_unit == SB_PQ_NANOS  ? SB_LOGICAL_TS_NANOS
+                                        : SB_LOGICAL_NONE;
+}
+
 /* The only child of group g, or -1. */
 static int only_child(const sb_pq_meta *m, int g)
 {
@@ -173,6 +188,7 @@ static int plan_one(const sb_pq_file *f, int i, sb_pq_out *o, sb_err *err)
         o->field.nullable = e->repetition == 1;
         o->leaf = e->leaf;
         o->unit = e->ts_unit;
+        o->field.logical = logical_of(e, t);
         return 0;
     }
     if (e->lt == SB_PQ_LT_LIST && e->repetition != 2) {

@@ -940,6 +940,31 @@ static void w_int_type(sb_tc_wbuf *t, sb_type vt)
     }
 }
 
+/* DATE or TIMESTAMP(isAdjustedToUTC=false, unit) as LogicalType field 10; DATE also as its
+ * ConvertedType. The TIMESTAMP_MILLIS/MICROS converted types are left out on purpose: the
+ * format says they mean UTC-adjusted instants, and the engine does not keep that flag (the
+ * source drops it), so writing them would claim what is not known. */
+static void w_time_type(sb_tc_wbuf *t, sb_logical l)
+{
+    if (l == SB_LOGICAL_DATE)
+        sb_tc_w_i32(t, 6, 6); /* ConvertedType DATE */
+    sb_tc_w_field(t, 10, SB_TC_STRUCT);
+    sb_tc_w_struct_begin(t); /* LogicalType */
+    sb_tc_w_field(t, (int16_t)(l == SB_LOGICAL_DATE ? 6 : 8), SB_TC_STRUCT);
+    sb_tc_w_struct_begin(t); /* DateType or TimestampType */
+    if (l != SB_LOGICAL_DATE) {
+        sb_tc_w_bool(t, 1, false); /* isAdjustedToUTC */
+        sb_tc_w_field(t, 2, SB_TC_STRUCT);
+        sb_tc_w_struct_begin(t); /* TimeUnit: 1 MILLIS, 2 MICROS, 3 NANOS */
+        sb_tc_w_field(t, (int16_t)(l - SB_LOGICAL_TS_MILLIS + 1), SB_TC_STRUCT);
+        sb_tc_w_struct_begin(t);
+        sb_tc_w_struct_end(t);
+        sb_tc_w_struct_end(t);
+    }
+    sb_tc_w_struct_end(t);
+    sb_tc_w_struct_end(t);
+}
+
 /* One primitive SchemaElement. */
 static void w_leaf(sb_tc_wbuf *t, const colw *w, const char *name, int repetition)
 {
@@ -955,6 +980,8 @@ static void w_leaf(sb_tc_wbuf *t, const colw *w, const char *name, int repetitio
         sb_tc_w_struct_begin(t);
         sb_tc_w_struct_end(t);
         sb_tc_w_struct_end(t);
+    } else if (!w->list && w->c->logical != SB_LOGICAL_NONE) {
+        w_time_type(t, w->c->logical);
     } else {
         w_int_type(t, w->vt);
     }

@@ -2,7 +2,8 @@
 # The Parquet reader against two independent writers (pyarrow and DuckDB, from PyPI, in a venv
 # cached under ~/.cache/streambatch), then refused types and hostile files (conformance.py); then
 # the writer: our files read back by both and by our reader (writer.py); filter pushdown
-# (pushdown.py), and by the page index (pageindex.py).
+# (pushdown.py), and by the page index (pageindex.py); DATE and TIMESTAMP through the engine
+# (timestamps.py).
 #   SB_BIN_DIR=... tests/parquet/test-parquet.sh
 # Prints "N passed, N failed". Skips (passing) with a clear message only when the packages
 # cannot be installed because the registry is unreachable.
@@ -43,5 +44,6 @@ run_py 900 conformance.py w   # the reader against pyarrow- and DuckDB-written f
 run_py 600 pushdown.py pd     # filter pushdown: the same rows with and without it
 run_py 600 pageindex.py pi    # page-index pushdown: the rows pyarrow and DuckDB give
 run_py 600 writer.py wr       # the writer: our files read by pyarrow, DuckDB and our reader
+run_py 300 timestamps.py ts   # DATE/TIMESTAMP units through filter/project to the writer
 echo "parquet-test: $total_p passed, $total_f failed"
 exit $rc

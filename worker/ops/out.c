@@ -70,10 +70,11 @@ bool sb_op_out_has_schema(const sb_op_out *o)
 static bool same_field(const sb_field *a, const sb_field *b)
 {
     return strcmp(a->name, b->name) == 0 && a->type == b->type && a->child_type == b->child_type &&
-           a->list_size == b->list_size && a->nullable == b->nullable;
+           a->list_size == b->list_size && a->nullable == b->nullable && a->logical == b->logical;
 }
 
-/* Equal but for the widths of fixed-size lists (images of different sizes). */
+/* Equal but for the widths of fixed-size lists (images of different sizes) or the logical types
+ * (files whose timestamps have different units): a new partition, never a reinterpretation. */
 static bool same_but_widths(const sb_field *a, const sb_field *b)
 {
     return strcmp(a->name, b->name) == 0 && a->type == b->type && a->child_type == b->child_type &&
@@ -95,7 +96,8 @@ int sb_op_out_set_schema(sb_op_out *o, const sb_field *fields, size_t n, sb_err 
                               "op output: the inputs of one task have different schemas "
                               "(%zu columns, then %zu)",
                               o->nfields, n);
-        /* only list widths differ: the rows so far become a partition of their own */
+        /* only list widths or logical types differ: the rows so far become a partition of their
+         * own */
         if (sb_op_out_flush(o, err) != 0)
             return -1;
         sb_batch_builder_free(o->b);
@@ -144,12 +146,7 @@ int sb_op_out_set_schema_like(sb_op_out *o, const sb_batch *in, sb_err *err)
     if (f == NULL)
         return sb_err_set(err, "op output: out of memory");
     for (size_t i = 0; i < n; i++) {
-        const sb_column *c = sb_batch_column(in, i);
-        f[i] = (sb_field){.name = c->name,
-                          .type = c->type,
-                          .child_type = c->child_type,
-                          .list_size = c->list_size,
-                          .nullable = c->nullable};
+        f[i] = sb_field_of(sb_batch_column(in, i));
     }
     int rc = sb_op_out_set_schema(o, f, n, err);
     if (f != stack)
@@ -464,11 +461,7 @@ int sb_op_out_append_rows(sb_op_out *o, const sb_batch *in, size_t first, size_t
     }
     for (size_t i = 0; i < ncols; i++) {
         c[i] = *sb_batch_column(in, i);
-        f[i] = (sb_field){.name = c[i].name,
-                          .type = c[i].type,
-                          .child_type = c[i].child_type,
-                          .list_size = c[i].list_size,
-                          .nullable = c[i].nullable};
+        f[i] = sb_field_of(&c[i]);
     }
     rc = append_columns(o, f, c, ncols, NULL, first, n, false, NULL, err);
 out:

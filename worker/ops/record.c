@@ -622,8 +622,7 @@ static int project_columns(const project_st *st, const sb_batch *in, size_t firs
                                st->keys[k].name, names);
         }
         cols[k] = *sb_batch_column(in, (size_t)ci);
-        f[k] = (sb_field){cols[k].name, cols[k].type, cols[k].child_type, cols[k].list_size,
-                          cols[k].nullable};
+        f[k] = sb_field_of(&cols[k]);
     }
     return sb_op_out_append_columns_of(out, in, f, cols, st->n, first, n, err);
 }

@@ -29,14 +29,15 @@ static char *schema_key(const char *args, const sb_field *f, size_t n)
 {
     size_t cap = strlen(args) + 2;
     for (size_t i = 0; i < n; i++)
-        cap += strlen(f[i].name) + 48;
+        cap += strlen(f[i].name) + 56;
     char *k = malloc(cap);
     if (k == NULL)
         return NULL;
     size_t at = (size_t)snprintf(k, cap, "%s\n", args);
     for (size_t i = 0; i < n && at < cap; i++)
-        at += (size_t)snprintf(k + at, cap - at, "%s\x1f%d.%d.%u.%d\x1e", f[i].name, (int)f[i].type,
-                               (int)f[i].child_type, (unsigned)f[i].list_size, (int)f[i].nullable);
+        at += (size_t)snprintf(k + at, cap - at, "%s\x1f%d.%d.%u.%d.%d\x1e", f[i].name,
+                               (int)f[i].type, (int)f[i].child_type, (unsigned)f[i].list_size,
+                               (int)f[i].nullable, (int)f[i].logical);
     return k;
 }
 
@@ -162,8 +163,7 @@ int sb_exec_arrow_process(sb_exec_state *s, const sb_batch *in, size_t first, si
     }
     for (size_t i = 0; i < ncols; i++) {
         cols[i] = *sb_batch_column(in, i);
-        f[i] = (sb_field){cols[i].name, cols[i].type, cols[i].child_type, cols[i].list_size,
-                          cols[i].nullable};
+        f[i] = sb_field_of(&cols[i]);
     }
     if (s->c == NULL && take_child(s, f, ncols, err) != 0)
         goto done;

@@ -268,8 +268,7 @@ static int append_replaced(const sb_batch *in, const img_cols *ic, const void *p
         } else if (wv != NULL && cols[i].values == ic->w->values) {
             cols[i].values = wv;
         }
-        f[i] = (sb_field){cols[i].name, cols[i].type, cols[i].child_type, cols[i].list_size,
-                          cols[i].nullable};
+        f[i] = sb_field_of(&cols[i]);
     }
     size_t row_bytes = (size_t)lw * sb_type_width(ct) + 64;
     int rc = sb_op_out_append_columns(out, f, cols, ncols, first, n, row_bytes, err);

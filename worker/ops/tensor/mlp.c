@@ -811,8 +811,7 @@ static int tensor_output(const mlp_state *s, const sb_batch *in, size_t ci, size
         firsts[total - 1] = 0;
     }
     for (size_t i = 0; i < total; i++)
-        f[i] = (sb_field){cols[i].name, cols[i].type, cols[i].child_type, cols[i].list_size,
-                          cols[i].nullable};
+        f[i] = sb_field_of(&cols[i]);
     size_t in_row = sb_batch_blob_len(in) / (sb_batch_rows(in) ? sb_batch_rows(in) : 1);
     size_t row_bytes = in_row + dout * 4 + s->topk * 4;
     if (replace)
