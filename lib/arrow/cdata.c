@@ -46,6 +46,10 @@ const char *sb_arrow_format(sb_type t, uint32_t list_size, char buf[16])
     }
 }
 
+/* Arrow's format of a logical type: date32 (days) and timestamps without a time zone, in the
+ * same order as sb_logical. */
+static const char *const logical_formats[] = {NULL, "tdD", "tsm:", "tsu:", "tsn:"};
+
 /* Every node (schema or array) owns one allocation holding its children's structs, the
  * pointers to them, and (schema) its strings or (array) its buffer pointers. A parent's
  * release releases the children that are still unreleased (the consumer may have moved some
@@ -134,7 +138,8 @@ static int export_schema(const sb_batch *b, struct ArrowSchema *out)
     for (size_t i = 0; i < n; i++) {
         const sb_column *c = sb_batch_column(b, i);
         char fbuf[16], cbuf[16];
-        const char *fmt = sb_arrow_format(c->type, c->list_size, fbuf);
+        const char *fmt = c->logical != SB_LOGICAL_NONE ? logical_formats[c->logical]
+                                                        : sb_arrow_format(c->type, c->list_size, fbuf);
         bool list = c->type == SB_TYPE_FIXED_LIST;
         struct ArrowSchema *kid = out->children[i];
         if (schema_init(kid, fmt, c->name, c->nullable ? ARROW_FLAG_NULLABLE : 0, list) != 0)
@@ -198,7 +203,9 @@ int sb_batch_export(const sb_batch *b, struct ArrowSchema *schema, struct ArrowA
 
 /* ---- importing -------------------------------------------------------------------------- */
 
-static int parse_format(const char *f, sb_type *t, sb_type *child, uint32_t *list)
+/* A format into its column type; `lg` gets the logical type (a timestamp's time zone, after
+ * the colon, is dropped like the Parquet source's isAdjustedToUTC). */
+static int parse_format(const char *f, sb_type *t, sb_type *child, uint32_t *list, sb_logical *lg)
 {
     static const struct {
         const char *f;
@@ -210,6 +217,15 @@ static int parse_format(const char *f, sb_type *t, sb_type *child, uint32_t *lis
                   {"u", SB_TYPE_UTF8}};
     *child = 0;
     *list = 0;
+    *lg = SB_LOGICAL_NONE;
+    for (unsigned l = SB_LOGICAL_DATE; l <= SB_LOGICAL_TS_NANOS; l++) {
+        const char *lf = logical_formats[l];
+        if (l == SB_LOGICAL_DATE ? strcmp(f, lf) == 0 : strncmp(f, lf, 4) == 0) {
+            *t = l == SB_LOGICAL_DATE ? SB_TYPE_INT32 : SB_TYPE_INT64;
+            *lg = (sb_logical)l;
+            return 0;
+        }
+    }
     for (size_t i = 0; i < sizeof simple / sizeof *simple; i++)
         if (strcmp(f, simple[i].f) == 0) {
             *t = simple[i].t;
@@ -298,8 +314,9 @@ static const char *view_values(sb_arrow_view *v, const struct ArrowSchema *cs,
         const struct ArrowArray *ka = ca->n_children == 1 ? ca->children[0] : NULL;
         sb_type kt, kk;
         uint32_t kl;
+        sb_logical klg;
         if (ks == NULL || ka == NULL || ks->format == NULL ||
-            parse_format(ks->format, &kt, &kk, &kl) != 0 || kt < SB_TYPE_INT8 ||
+            parse_format(ks->format, &kt, &kk, &kl, &klg) != 0 || kt < SB_TYPE_INT8 ||
             kt > SB_TYPE_FLOAT64 || ka->n_buffers != 2 || ka->null_count > 0 || ka->offset < 0 ||
             (ka->buffers[1] == NULL && n > 0) ||
             (uint64_t)ka->length + (uint64_t)ka->offset <
@@ -332,8 +349,9 @@ static int view_column(sb_arrow_view *v, const struct ArrowSchema *s, const stru
     const char *name = cs && cs->name ? cs->name : "";
     sb_type t, ct;
     uint32_t ls;
+    sb_logical lg = SB_LOGICAL_NONE;
     if (cs == NULL || ca == NULL || cs->format == NULL ||
-        parse_format(cs->format, &t, &ct, &ls) != 0 || cs->dictionary != NULL)
+        parse_format(cs->format, &t, &ct, &ls, &lg) != 0 || cs->dictionary != NULL)
         return sb_err_set(err, "arrow: column %zu \"%.64s\": unsupported format \"%.32s\"", i, name,
                           cs && cs->format ? cs->format : "(null)");
     int64_t need_buf = t == SB_TYPE_BINARY || t == SB_TYPE_UTF8 ? 3
@@ -354,6 +372,7 @@ static int view_column(sb_arrow_view *v, const struct ArrowSchema *s, const stru
                      .child_type = ct,
                      .list_size = ls,
                      .nullable = (cs->flags & ARROW_FLAG_NULLABLE) != 0,
+                     .logical = lg,
                      .length = n};
     const uint8_t *valid;
     if (bits_at(v, ca->null_count == 0 ? NULL : ca->buffers[0], base, n, &valid) != 0)
@@ -371,7 +390,8 @@ static int view_column(sb_arrow_view *v, const struct ArrowSchema *s, const stru
                               .type = t,
                               .child_type = c->child_type,
                               .list_size = ls,
-                              .nullable = c->nullable};
+                              .nullable = c->nullable,
+                              .logical = lg};
     return 0;
 }
 

@@ -25,6 +25,8 @@ enum {
     T_BINARY,
     T_UTF8,
     T_BOOL,
+    T_DATE = 8,
+    T_TIMESTAMP = 10,
     T_FIXED_LIST = 16,
     T_LARGE_BINARY = 19,
     T_LARGE_UTF8 = 20,
@@ -120,8 +122,18 @@ static int frame(sb_ipc_buf *out, sb_fbw *w, size_t body_len, sb_err *err)
     return 0;
 }
 
-static uint8_t wire_type(sb_type t)
+/* Arrow's TimeUnit of a timestamp (1 millisecond, 2 microsecond, 3 nanosecond) and back. */
+static int16_t ts_unit(sb_logical l)
 {
+    return (int16_t)(l - SB_LOGICAL_TS_MILLIS + 1);
+}
+
+static uint8_t wire_type(sb_type t, sb_logical l)
+{
+    if (l == SB_LOGICAL_DATE)
+        return T_DATE;
+    if (l != SB_LOGICAL_NONE)
+        return T_TIMESTAMP;
     switch (t) {
     case SB_TYPE_BOOL:
         return T_BOOL;
@@ -139,10 +151,17 @@ static uint8_t wire_type(sb_type t)
     }
 }
 
-static void write_type(sb_fbw *w, size_t slot, sb_type t, uint32_t list_size)
+static void write_type(sb_fbw *w, size_t slot, sb_type t, sb_logical l, uint32_t list_size)
 {
     sb_fb_field f[2] = {{0}, {0}};
     size_t n = 0;
+    if (l != SB_LOGICAL_NONE) {
+        /* Date {unit: DAY (0)}, written although Arrow's default is MILLISECOND;
+         * Timestamp {unit, no timezone} */
+        f[0] = (sb_fb_field){2, false, l == SB_LOGICAL_DATE ? 0 : (uint64_t)ts_unit(l)};
+        sb_fbw_ref_to(w, slot, sb_fbw_table(w, f, 1, NULL));
+        return;
+    }
     switch (t) {
     case SB_TYPE_INT8:
     case SB_TYPE_INT16:
@@ -173,27 +192,28 @@ static void write_type(sb_fbw *w, size_t slot, sb_type t, uint32_t list_size)
     sb_fbw_ref_to(w, slot, sb_fbw_table(w, f, n, NULL));
 }
 
-static void write_field(sb_fbw *w, size_t slot, const char *name, sb_type t, sb_type child,
-                        uint32_t list_size, bool nullable)
+static void write_field(sb_fbw *w, size_t slot, const char *name, sb_type t, sb_logical l,
+                        sb_type child, uint32_t list_size, bool nullable)
 {
-    sb_fb_field f[6] = {{4, true, 0}, {1, false, nullable}, {1, false, wire_type(t)},
+    sb_fb_field f[6] = {{4, true, 0}, {1, false, nullable}, {1, false, wire_type(t, l)},
                         {4, true, 0}, {0, false, 0},        {4, true, 0}};
     size_t s[6] = {0};
     sb_fbw_ref_to(w, slot, sb_fbw_table(w, f, 6, s));
     sb_fbw_ref_to(w, s[FIELD_NAME], sb_fbw_string(w, name, strlen(name)));
-    write_type(w, s[FIELD_TYPE], t, list_size);
+    write_type(w, s[FIELD_TYPE], t, l, list_size);
     size_t kids = t == SB_TYPE_FIXED_LIST ? 1 : 0; /* Arrow's readers require the vector */
     size_t v = sb_fbw_ref_vector(w, kids);
     sb_fbw_ref_to(w, s[FIELD_CHILDREN], v);
     if (kids)
-        write_field(w, v + 4, "item", child, 0, 0, false);
+        write_field(w, v + 4, "item", child, SB_LOGICAL_NONE, 0, 0, false);
 }
 
 int sb_ipc_write_schema(sb_ipc_buf *out, const sb_field *fields, size_t n, sb_err *err)
 {
     for (size_t i = 0; i < n; i++)
         if (fields[i].type < SB_TYPE_BOOL || fields[i].type > SB_TYPE_FIXED_LIST ||
-            (fields[i].type == SB_TYPE_FIXED_LIST && sb_type_width(fields[i].child_type) == 0))
+            (fields[i].type == SB_TYPE_FIXED_LIST && sb_type_width(fields[i].child_type) == 0) ||
+            sb_logical_problem(fields[i].logical, fields[i].type) != NULL)
             return sb_err_set(err, "arrow ipc: column %zu has no Arrow type (type %d)", i,
                               (int)fields[i].type);
     sb_fbw w = {0};
@@ -204,8 +224,8 @@ int sb_ipc_write_schema(sb_ipc_buf *out, const sb_field *fields, size_t n, sb_er
     size_t v = sb_fbw_ref_vector(&w, n);
     sb_fbw_ref_to(&w, s[SCHEMA_FIELDS], v);
     for (size_t i = 0; i < n; i++)
-        write_field(&w, v + 4 + 4 * i, fields[i].name, fields[i].type, fields[i].child_type,
-                    fields[i].list_size, fields[i].nullable);
+        write_field(&w, v + 4 + 4 * i, fields[i].name, fields[i].type, fields[i].logical,
+                    fields[i].child_type, fields[i].list_size, fields[i].nullable);
     int rc = frame(out, &w, 0, err);
     sb_fbw_free(&w);
     return rc;
@@ -487,6 +507,20 @@ static int field_type(sb_fbr *fr, sb_fbt fld, const char *name, sb_field *f, boo
     case T_BOOL:
         f->type = SB_TYPE_BOOL;
         break;
+    case T_DATE:
+    case T_TIMESTAMP: {
+        /* date32 (unit DAY) and timestamps in ms/us/ns; a timestamp's time zone is dropped,
+         * like the Parquet source drops isAdjustedToUTC */
+        int16_t unit = sb_fbr_i16(fr, ty, 0, tt == T_DATE ? 1 : 0);
+        if (tt == T_DATE ? unit != 0 : (unit < 1 || unit > 3))
+            return sb_err_set(err,
+                              "arrow ipc: field \"%.100s\": %s with unit %d is not supported "
+                              "(date32 and timestamps in ms, us or ns are)",
+                              name, type_name(tt), (int)unit);
+        f->type = tt == T_DATE ? SB_TYPE_INT32 : SB_TYPE_INT64;
+        f->logical = tt == T_DATE ? SB_LOGICAL_DATE : (sb_logical)(SB_LOGICAL_TS_MILLIS + unit - 1);
+        break;
+    }
     case T_UTF8:
     case T_LARGE_UTF8:
         f->type = SB_TYPE_UTF8;
@@ -530,7 +564,8 @@ static int field_type(sb_fbr *fr, sb_fbt fld, const char *name, sb_field *f, boo
             break;
         return sb_err_set(err,
                           "arrow ipc: field \"%.100s\" has Arrow type %s, which has no column "
-                          "type here (supported: bool, int8-64, uint8-64, float32/64, utf8, "
+                          "type here (supported: bool, int8-64, uint8-64, float32/64, date32, "
+                          "timestamp (ms/us/ns), utf8, "
                           "binary, large_utf8, large_binary, fixed-size lists of numbers)",
                           name, type_name(tt));
     }
@@ -721,6 +756,7 @@ static int read_batch(sb_ipc_reader *r, sb_fbr *fr, sb_fbt rb, const uint8_t *bo
                          .child_type = f->child_type,
                          .list_size = f->list_size,
                          .nullable = f->nullable,
+                         .logical = f->logical,
                          .length = n};
         int64_t len, nulls;
         const uint8_t *vp, *bp;

@@ -41,21 +41,21 @@ static bool is_null(size_t i)
 static int build_sample(void **blob, size_t *len, sb_err *err)
 {
     sb_field f[] = {
-        {"i8", SB_TYPE_INT8, 0, 0, true},
-        {"i16", SB_TYPE_INT16, 0, 0, false},
-        {"i32", SB_TYPE_INT32, 0, 0, true},
-        {"i64", SB_TYPE_INT64, 0, 0, false},
-        {"u8", SB_TYPE_UINT8, 0, 0, false},
-        {"u16", SB_TYPE_UINT16, 0, 0, false},
-        {"u32", SB_TYPE_UINT32, 0, 0, false},
-        {"u64", SB_TYPE_UINT64, 0, 0, false},
-        {"f32", SB_TYPE_FLOAT32, 0, 0, false},
-        {"f64", SB_TYPE_FLOAT64, 0, 0, true},
-        {"b", SB_TYPE_BOOL, 0, 0, true},
-        {"s", SB_TYPE_UTF8, 0, 0, true},
-        {"bin", SB_TYPE_BINARY, 0, 0, false},
-        {"t", SB_TYPE_FIXED_LIST, SB_TYPE_FLOAT32, 3, true},
-        {"ti", SB_TYPE_FIXED_LIST, SB_TYPE_INT64, 2, false},
+        {"i8", SB_TYPE_INT8, 0, 0, true, SB_LOGICAL_NONE},
+        {"i16", SB_TYPE_INT16, 0, 0, false, SB_LOGICAL_NONE},
+        {"i32", SB_TYPE_INT32, 0, 0, true, SB_LOGICAL_NONE},
+        {"i64", SB_TYPE_INT64, 0, 0, false, SB_LOGICAL_NONE},
+        {"u8", SB_TYPE_UINT8, 0, 0, false, SB_LOGICAL_NONE},
+        {"u16", SB_TYPE_UINT16, 0, 0, false, SB_LOGICAL_NONE},
+        {"u32", SB_TYPE_UINT32, 0, 0, false, SB_LOGICAL_NONE},
+        {"u64", SB_TYPE_UINT64, 0, 0, false, SB_LOGICAL_NONE},
+        {"f32", SB_TYPE_FLOAT32, 0, 0, false, SB_LOGICAL_NONE},
+        {"f64", SB_TYPE_FLOAT64, 0, 0, true, SB_LOGICAL_NONE},
+        {"b", SB_TYPE_BOOL, 0, 0, true, SB_LOGICAL_NONE},
+        {"s", SB_TYPE_UTF8, 0, 0, true, SB_LOGICAL_NONE},
+        {"bin", SB_TYPE_BINARY, 0, 0, false, SB_LOGICAL_NONE},
+        {"t", SB_TYPE_FIXED_LIST, SB_TYPE_FLOAT32, 3, true, SB_LOGICAL_NONE},
+        {"ti", SB_TYPE_FIXED_LIST, SB_TYPE_INT64, 2, false, SB_LOGICAL_NONE},
     };
     sb_batch_builder *b = sb_batch_builder_new(f, sizeof f / sizeof *f, err);
     if (b == NULL)
@@ -112,7 +112,7 @@ static int sample(void)
     sb_column c[16];
     for (size_t i = 0; i < n; i++) {
         c[i] = *sb_batch_column(bt, i);
-        f[i] = (sb_field){c[i].name, c[i].type, c[i].child_type, c[i].list_size, c[i].nullable};
+        f[i] = sb_field_of(&c[i]);
     }
     if (sb_ipc_write_schema(&out, f, n, &err) != 0 ||
         sb_ipc_write_batch(&out, c, n, 0, 5, &err) != 0 ||

@@ -167,3 +167,59 @@ Test(arrow, export_schema_only_and_empty_batch)
     sb_part_free(blob);
     sb_batch_builder_free(b);
 }
+
+/* DATE and TIMESTAMP columns export as date32 ("tdD") and time-zone-less timestamps ("tsm:",
+ * "tsu:", "tsn:"), and a view of the export (or of a timestamp with a time zone, which is
+ * dropped) has the same logical types. */
+Test(arrow, date_and_timestamp_formats_both_ways)
+{
+    const sb_field lf[] = {{.name = "d", .type = SB_TYPE_INT32, .logical = SB_LOGICAL_DATE},
+                           {.name = "ms", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MILLIS},
+                           {.name = "us", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MICROS},
+                           {.name = "ns", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_NANOS},
+                           {.name = "n", .type = SB_TYPE_INT64}};
+    sb_err err = {0};
+    sb_batch_builder *b = sb_batch_builder_new(lf, 5, &err);
+    cr_assert_not_null(b, "%s", err.msg);
+    for (int64_t i = 0; i < 3; i++)
+        for (size_t c = 0; c < 5; c++)
+            cr_assert_eq(sb_batch_builder_append_int(b, c, i * 1000 - (int64_t)c, &err), 0, "%s",
+                         err.msg);
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, &len, &err), 0, "%s", err.msg);
+    sb_batch_builder_free(b);
+    sb_batch *bt;
+    cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
+    struct ArrowSchema s;
+    struct ArrowArray a;
+    cr_assert_eq(sb_batch_export(bt, &s, &a, &err), 0, "%s", err.msg);
+    const char *want[] = {"tdD", "tsm:", "tsu:", "tsn:", "l"};
+    for (size_t c = 0; c < 5; c++)
+        cr_assert_str_eq(s.children[c]->format, want[c]);
+    sb_arrow_view v;
+    cr_assert_eq(sb_arrow_view_open(&s, &a, &v, &err), 0, "%s", err.msg);
+    for (size_t c = 0; c < 5; c++) {
+        cr_assert_eq(v.fields[c].type, lf[c].type, "%s", lf[c].name);
+        cr_assert_eq(v.fields[c].logical, lf[c].logical, "%s", lf[c].name);
+        cr_assert_eq(v.cols[c].logical, lf[c].logical, "%s", lf[c].name);
+        cr_assert_eq(memcmp(v.cols[c].values, sb_batch_column(bt, c)->values,
+                            3 * sb_type_width(lf[c].type)),
+                     0);
+    }
+    sb_arrow_view_close(&v);
+    /* a producer's timestamp with a time zone: the unit is kept, the zone dropped */
+    const char *fmt = s.children[1]->format;
+    s.children[1]->format = "tsm:Europe/Paris";
+    cr_assert_eq(sb_arrow_view_open(&s, &a, &v, &err), 0, "%s", err.msg);
+    cr_assert_eq(v.fields[1].logical, SB_LOGICAL_TS_MILLIS);
+    sb_arrow_view_close(&v);
+    s.children[1]->format = "tdm"; /* date64 has no column type here */
+    cr_assert_neq(sb_arrow_view_open(&s, &a, &v, &err), 0);
+    cr_assert(strstr(err.msg, "unsupported format \"tdm\"") != NULL, "%s", err.msg);
+    s.children[1]->format = fmt;
+    s.release(&s);
+    a.release(&a);
+    sb_batch_close(bt);
+    sb_part_free(blob);
+}

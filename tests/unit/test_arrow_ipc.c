@@ -310,3 +310,56 @@ Test(arrow_ipc, message_order)
     sb_ipc_reader_free(&r);
     sb_ipc_buf_free(&buf);
 }
+
+/* DATE and TIMESTAMP columns go out as Arrow's Date(DAY) and Timestamp(unit) and come back as
+ * int32/int64 with the same logical type and values. */
+Test(arrow_ipc, date_and_timestamp_keep_their_logical_type)
+{
+    const sb_field lf[] = {{.name = "d", .type = SB_TYPE_INT32, .logical = SB_LOGICAL_DATE},
+                           {.name = "ms", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MILLIS},
+                           {.name = "us", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MICROS},
+                           {.name = "ns", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_NANOS}};
+    sb_err err = {0};
+    sb_batch_builder *b = sb_batch_builder_new(lf, 4, &err);
+    cr_assert_not_null(b, "%s", err.msg);
+    for (int64_t i = 0; i < 5; i++)
+        for (size_t c = 0; c < 4; c++)
+            cr_assert_eq(sb_batch_builder_append_int(b, c, (i - 2) * 86400 + (int64_t)c, &err), 0,
+                         "%s", err.msg);
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, &len, &err), 0, "%s", err.msg);
+    sb_batch_builder_free(b);
+    sb_batch *bt;
+    cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
+    sb_column cols[4];
+    for (size_t c = 0; c < 4; c++)
+        cols[c] = *sb_batch_column(bt, c);
+    sb_ipc_buf buf = {0};
+    cr_assert_eq(sb_ipc_write_schema(&buf, lf, 4, &err), 0, "%s", err.msg);
+    cr_assert_eq(sb_ipc_write_batch(&buf, cols, 4, 0, 5, &err), 0, "%s", err.msg);
+    sb_ipc_reader r;
+    sb_ipc_reader_init(&r);
+    size_t at = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t total;
+        cr_assert_eq(sb_ipc_frame(buf.p + at, buf.len - at, buf.len, &total, &err), 0, "%s",
+                     err.msg);
+        sb_ipc_kind kind;
+        cr_assert_eq(sb_ipc_read(&r, buf.p + at, total, &kind, &err), 0, "%s", err.msg);
+        cr_assert_eq(kind, k == 0 ? SB_IPC_SCHEMA : SB_IPC_BATCH);
+        at += total;
+    }
+    cr_assert_eq(r.ncols, 4);
+    for (size_t c = 0; c < 4; c++) {
+        cr_assert_eq(r.fields[c].type, lf[c].type, "%s", lf[c].name);
+        cr_assert_eq(r.fields[c].logical, lf[c].logical, "%s", lf[c].name);
+        cr_assert_eq(r.cols[c].logical, lf[c].logical, "%s", lf[c].name);
+        for (size_t i = 0; i < 5; i++)
+            same_row(&cols[c], i, &r.cols[c], i);
+    }
+    sb_ipc_reader_free(&r);
+    sb_ipc_buf_free(&buf);
+    sb_batch_close(bt);
+    sb_part_free(blob);
+}
