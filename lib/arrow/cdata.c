@@ -138,8 +138,9 @@ static int export_schema(const sb_batch *b, struct ArrowSchema *out)
     for (size_t i = 0; i < n; i++) {
         const sb_column *c = sb_batch_column(b, i);
         char fbuf[16], cbuf[16];
-        const char *fmt = c->logical != SB_LOGICAL_NONE ? logical_formats[c->logical]
-                                                        : sb_arrow_format(c->type, c->list_size, fbuf);
+        const char *fmt = c->logical != SB_LOGICAL_NONE
+                              ? logical_formats[c->logical]
+                              : sb_arrow_format(c->type, c->list_size, fbuf);
         bool list = c->type == SB_TYPE_FIXED_LIST;
         struct ArrowSchema *kid = out->children[i];
         if (schema_init(kid, fmt, c->name, c->nullable ? ARROW_FLAG_NULLABLE : 0, list) != 0)

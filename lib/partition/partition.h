@@ -100,7 +100,7 @@ typedef enum sb_type {
  * renumber. Zero (none) is what every field built with a designated initializer gets. */
 typedef enum sb_logical {
     SB_LOGICAL_NONE = 0,
-    SB_LOGICAL_DATE = 1,     /* int32 days since 1970-01-01 */
+    SB_LOGICAL_DATE = 1,      /* int32 days since 1970-01-01 */
     SB_LOGICAL_TS_MILLIS = 2, /* int64 milliseconds since the epoch */
     SB_LOGICAL_TS_MICROS = 3, /* int64 microseconds since the epoch */
     SB_LOGICAL_TS_NANOS = 4,  /* int64 nanoseconds since the epoch */

@@ -50,6 +50,9 @@ def keeps(v, op, val):
 
 def run(src, stages, tag):
     p, rows, s = run_pipeline(sb, work, tag, src, os.path.join(work, f"out-{tag}"), stages)
+    # the sink writes ts back as timestamp[us] (its unit kept): compared in micros, like REF
+    rows = [dict(r, ts=(r["ts"] - EPOCH) // US) if isinstance(r.get("ts"), datetime.datetime)
+            else r for r in rows]
     return p, sorted(rows, key=lambda r: r["id"]), s
 
 

@@ -203,9 +203,9 @@ Test(arrow, date_and_timestamp_formats_both_ways)
         cr_assert_eq(v.fields[c].type, lf[c].type, "%s", lf[c].name);
         cr_assert_eq(v.fields[c].logical, lf[c].logical, "%s", lf[c].name);
         cr_assert_eq(v.cols[c].logical, lf[c].logical, "%s", lf[c].name);
-        cr_assert_eq(memcmp(v.cols[c].values, sb_batch_column(bt, c)->values,
-                            3 * sb_type_width(lf[c].type)),
-                     0);
+        cr_assert_eq(
+            memcmp(v.cols[c].values, sb_batch_column(bt, c)->values, 3 * sb_type_width(lf[c].type)),
+            0);
     }
     sb_arrow_view_close(&v);
     /* a producer's timestamp with a time zone: the unit is kept, the zone dropped */

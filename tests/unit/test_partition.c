@@ -536,28 +536,33 @@ Test(partition_builder, truncate_undoes_half_rows)
     sb_batch_builder_free(b);
 }
 
+/* One row of integers (19000 + the column's index) in every column of b, finished; b freed. */
+static void *one_row_blob(sb_batch_builder *b, size_t *len)
+{
+    sb_err err = {0};
+    cr_assert_not_null(b);
+    for (size_t c = 0; c < sb_batch_builder_ncols(b); c++)
+        cr_assert_eq(sb_batch_builder_append_int(b, c, 19000 + (int64_t)c, &err), 0, "%s", err.msg);
+    void *blob;
+    cr_assert_eq(sb_batch_builder_finish(b, &blob, len, &err), 0, "%s", err.msg);
+    sb_batch_builder_free(b);
+    return blob;
+}
+
 /* DATE and the three TIMESTAMP units survive builder -> blob -> open -> new_like -> blob (the
  * byte at offset 3 of the column entry), and the builder refuses a logical type on the wrong
  * physical type, naming the field. */
 Test(partition_builder, logical_types_round_trip)
 {
-    const sb_field f[] = {{.name = "d", .type = SB_TYPE_INT32, .logical = SB_LOGICAL_DATE},
-                          {.name = "ms", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MILLIS},
-                          {.name = "us", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MICROS},
-                          {.name = "ns",
-                           .type = SB_TYPE_INT64,
-                           .nullable = true,
-                           .logical = SB_LOGICAL_TS_NANOS},
-                          {.name = "plain", .type = SB_TYPE_INT64}};
+    const sb_field f[] = {
+        {.name = "d", .type = SB_TYPE_INT32, .logical = SB_LOGICAL_DATE},
+        {.name = "ms", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MILLIS},
+        {.name = "us", .type = SB_TYPE_INT64, .logical = SB_LOGICAL_TS_MICROS},
+        {.name = "ns", .type = SB_TYPE_INT64, .nullable = true, .logical = SB_LOGICAL_TS_NANOS},
+        {.name = "plain", .type = SB_TYPE_INT64}};
     sb_err err = {0};
-    sb_batch_builder *b = sb_batch_builder_new(f, 5, &err);
-    cr_assert_not_null(b, "%s", err.msg);
-    for (size_t c = 0; c < 5; c++)
-        cr_assert_eq(sb_batch_builder_append_int(b, c, 19000 + (int64_t)c, &err), 0, "%s", err.msg);
-    void *blob;
     size_t len;
-    cr_assert_eq(sb_batch_builder_finish(b, &blob, &len, &err), 0, "%s", err.msg);
-    sb_batch_builder_free(b);
+    void *blob = one_row_blob(sb_batch_builder_new(f, 5, &err), &len);
     cr_assert_eq(((uint8_t *)blob)[SB_PART_HEADER_SIZE + 32 * 1 + 3], SB_LOGICAL_TS_MILLIS);
     sb_batch *bt;
     cr_assert_eq(sb_batch_open(blob, len, &bt, &err), 0, "%s", err.msg);
@@ -566,17 +571,11 @@ Test(partition_builder, logical_types_round_trip)
         cr_assert_eq(sb_field_of(sb_batch_column(bt, c)).logical, f[c].logical);
     }
     cr_assert_str_eq(sb_logical_name(sb_batch_column(bt, 2)->logical), "timestamp[us]");
-    b = sb_batch_builder_new_like(bt, &err);
-    cr_assert_not_null(b, "%s", err.msg);
-    for (size_t c = 0; c < 5; c++)
-        cr_assert_eq(sb_batch_builder_append_int(b, c, 19000 + (int64_t)c, &err), 0, "%s", err.msg);
-    void *blob2;
     size_t len2;
-    cr_assert_eq(sb_batch_builder_finish(b, &blob2, &len2, &err), 0, "%s", err.msg);
+    void *blob2 = one_row_blob(sb_batch_builder_new_like(bt, &err), &len2);
     cr_assert_eq(len2, len);
     cr_assert_eq(memcmp(blob, blob2, len), 0, "new_like keeps every logical byte");
     sb_part_free(blob2);
-    sb_batch_builder_free(b);
     sb_batch_close(bt);
     sb_part_free(blob);
 
