@@ -330,7 +330,7 @@ lint:
 	@scripts/lint.sh
 
 FUZZ_OBJS := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS)) $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(GEN_SRCS))
-FUZZ_FLAGS := $(CSTD) -g -O1 $(INCS) $(PKG_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+FUZZ_FLAGS := $(CSTD) -g -O1 $(INCS) $(PKG_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -MMD -MP
 $(BUILD)/fuzz/obj/%.o: %.c | $(GEN_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CLANG  $<"
@@ -367,3 +367,4 @@ clean:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 -include $(shell find $(BUILD)/pic -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/fuzz -name '*.d' 2>/dev/null)
