@@ -8,7 +8,7 @@ that has pyarrow; argv[1] is build/tests/helpers/sb_arrow_ipc).
      with nulls, sliced arrays (non-zero offsets) and several batches, in the current and the
      legacy framing: the helper's dump equals pyarrow's own values.
   3. what we do not take is refused with a message naming the field or the feature, never a
-     crash: dictionaries, timestamps, nested lists, float16, compression, nulls inside a
+     crash: dictionaries, timestamps in seconds, nested lists, float16, compression, nulls inside a
      fixed-size list, a truncated stream.
 Prints one "ok"/"FAIL" line per check and exits 1 on any failure.
 """
@@ -160,6 +160,14 @@ check("we read sliced arrays (non-zero offsets in every buffer)",
 rc, rows, tail, err = dump(stream([pa.record_batch([pa.array([], pa.string())], names=["e"])]))
 check("we read an empty batch", rc == 0 and rows == [] and tail == ["batches 1 rows 0"], (rc, err, tail))
 
+t = pa.table({"d": pa.array([-1, 19000], pa.date32()),
+              **{u: pa.array([-5, 2 ** 40], pa.timestamp(u)) for u in ("ms", "us", "ns")}})
+rc, rows, tail, err = dump(stream(t))
+check("we read date32 and timestamps in ms, us and ns (their int values)",
+      rc == 0 and rows == [{"d": -1, "ms": -5, "us": -5, "ns": -5},
+                           {"d": 19000, "ms": 2 ** 40, "us": 2 ** 40, "ns": 2 ** 40}],
+      (rc, err, rows))
+
 # ---- 3. refused with a clear message --------------------------------------------------------
 def refused(name, data, *needles):
     rc, rows, tail, err = dump(data)
@@ -170,8 +178,9 @@ def refused(name, data, *needles):
 refused("a dictionary-encoded column",
         stream(pa.table({"d": pa.array(["a", "b", "a"]).dictionary_encode()})),
         'field "d"', "dictionary")
-refused("a timestamp column",
-        stream(pa.table({"ts": pa.array([1, 2], pa.timestamp("ms"))})), 'field "ts"', "Timestamp")
+refused("a timestamp in seconds (ms, us and ns are read)",
+        stream(pa.table({"ts": pa.array([1, 2], pa.timestamp("s"))})), 'field "ts"', "Timestamp",
+        "unit 0")
 refused("a variable-size list column",
         stream(pa.table({"l": pa.array([[1], [2, 3]])})), 'field "l"', "List")
 refused("a float16 column",
