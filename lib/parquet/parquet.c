@@ -187,7 +187,6 @@ static int plan_one(const sb_pq_file *f, int i, sb_pq_out *o, sb_err *err)
         o->field.type = t;
         o->field.nullable = e->repetition == 1;
         o->leaf = e->leaf;
-        o->unit = e->ts_unit;
         o->field.logical = logical_of(e, t);
         return 0;
     }

@@ -5,8 +5,8 @@
  * Types read (a top-level column of the schema becomes one partition column of the same name):
  *   BOOLEAN -> bool; INT32 -> int32 (INT(8|16|32, signed) -> int8/16/32, unsigned ->
  *   uint8/16/32, DATE -> int32 days); INT64 -> int64 (INT(64, unsigned) -> uint64, TIMESTAMP
- *   millis/micros/nanos -> int64 in that unit, the unit kept in sb_pq_out.unit and as the
- *   field's logical type, like DATE's); FLOAT ->
+ *   millis/micros/nanos -> int64 in that unit, the unit kept as the field's logical type,
+ *   like DATE's); FLOAT ->
  *   float32; DOUBLE -> float64; BYTE_ARRAY -> binary, or utf8 when STRING/UTF8/ENUM/JSON
  *   (validated); FIXED_LEN_BYTE_ARRAY -> binary. A LIST of a numeric type whose rows all have
  *   the same length, without nulls -> fixed-size list (a tensor column). Required and optional
@@ -58,7 +58,6 @@ typedef struct sb_pq_out {
     sb_field field; /* name points into the metadata */
     int leaf;       /* the leaf column read */
     bool as_list;
-    sb_pq_unit unit; /* TIMESTAMP columns */
 } sb_pq_out;
 
 typedef struct sb_pq_plan {
