@@ -338,7 +338,7 @@ $(BUILD)/fuzz/obj/%.o: %.c | $(GEN_HDRS)
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CLANG) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+	$(Q)$(CLANG) $(FUZZ_FLAGS) -fsanitize=fuzzer $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 fuzz-build: $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 fuzz: fuzz-build
 	@scripts/fuzz.sh $(BUILD)/fuzz $(FUZZ_SECONDS)
