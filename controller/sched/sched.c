@@ -646,8 +646,10 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
     int prev_alone = 0;
     for (size_t i = 0; i < s->nstages; i++) {
         const char *pool = pool_of(s->stage_ptrs[i]);
-        /* a stage that may move to another shape while running is an op of its own */
-        int alone = cfg->no_fuse_choices && s->shape_args[i][0] != NULL;
+        /* a stage that may move to another shape while running is an op of its own, except
+         * after a sort: there it must run in the sort's reduce tasks, or it would take the
+         * ranges in no order (validate accepts it because its pool is the sort's) */
+        int alone = cfg->no_fuse_choices && s->shape_args[i][0] != NULL && !s->sort_sink;
         int join = fuse && !alone && !prev_alone && s->nops > 0;
         prev_alone = alone;
         if (join && strcmp(s->ops[s->nops - 1].pool, pool) == 0) {

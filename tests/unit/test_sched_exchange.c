@@ -27,6 +27,7 @@ static const char *yaml = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\
 
 static spec_holder h;
 static char names[NSPLITS][64];
+static int g_no_fuse_choices; /* sb_sched_config.no_fuse_choices (the operator, when it plans) */
 
 static sb_sched *make_from(const char *y)
 {
@@ -37,7 +38,8 @@ static sb_sched *make_from(const char *y)
         sp[i].split = names[i];
         sp[i].bytes = 1024;
     }
-    sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/x"};
+    sb_sched_config cfg = {
+        .pipeline = &h.p, .pipeline_id = "ns/x", .no_fuse_choices = g_no_fuse_choices};
     sb_err err;
     sb_sched *s = sb_sched_new(&cfg, sp, NSPLITS, &err);
     cr_assert_not_null(s, "%s", err.msg);
@@ -306,6 +308,34 @@ Test(sched_exchange, sort_runs_three_ops_and_lists_its_sink_in_range_order)
         if (b > 0)
             cr_expect_lt(red[b - 1].index, red[b].index);
     }
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* A stage after a sort that may run on two shapes stays in the sort's reduce op even where the
+ * operator plans (no_fuse_choices makes such a stage an op of its own elsewhere): in tasks of its
+ * own it would take the ranges in no order, and the sink's parts would lose the sort's order
+ * (before the fix: four ops, the last "b" alone). It cannot move to the other shape. */
+Test(sched_exchange, a_stage_with_a_shape_choice_after_a_sort_stays_in_its_reduce)
+{
+    g_no_fuse_choices = 1;
+    sb_sched *s = make_from("apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\n"
+                            "metadata: {name: x}\nspec:\n"
+                            "  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
+                            "  stages:\n"
+                            "  - {name: o, op: sort, args: {keys: [{field: k}], partitions: 3}}\n"
+                            "  - {name: b, op: bench.sleep, placement: [cpu, gpu],\n"
+                            "     args: {msPerRecord: 0}}\n"
+                            "  sink: {uri: 'file:///out/', format: jsonl}\n"
+                            "  execution: {memoryBudget: 1Ti}\n");
+    g_no_fuse_choices = 0;
+    cr_assert_eq(sb_sched_group_count(s), 3);
+    sb_sched_group_stats st;
+    sb_sched_get_group_stats(s, 2, &st);
+    cr_expect_str_eq(st.name, "o+b");
+    sb_err err = {0};
+    cr_expect_eq(sb_sched_stage_move(s, 1, "gpu", &err), -1);
+    cr_expect(strstr(err.msg, "fused") != NULL, "%s", err.msg);
     sb_sched_free(s);
     spec_fixture_free(&h);
 }
