@@ -2,7 +2,9 @@
  * exchange.h): "exchange.map" writes each task's rows into its buckets, one output partition per
  * bucket in bucket order (partition p<b> is bucket b); "exchange.reduce" turns bucket b of every
  * map output into the stage's result: rows as they come (repartition), in a seeded random order
- * (random_shuffle), once per key (distinct), one record per key (groupby). */
+ * (random_shuffle), once per key (distinct), one record per key (groupby), the bucket's left rows
+ * joined with its right rows (the exchanged join: its map tasks also read their share of the right
+ * side). */
 #include <cjson/cJSON.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -14,11 +16,11 @@
 #include "worker/ops/exchange/xchg.h"
 #include "worker/ops/impls.h"
 
-typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT, X_LIMIT, X_SORT } xkind;
+typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT, X_LIMIT, X_SORT, X_JOIN } xkind;
 
 #define COMBINE_PROBE 4096 /* rows a groupby map task combines before it judges the gain */
-static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby",
-                                          "distinct",    "limit",          "sort"};
+static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby", "distinct",
+                                          "limit",       "sort",           "join"};
 #define XKINDS (sizeof xkind_names / sizeof *xkind_names)
 
 /* A bucket's (or a shuffle's) rows, gathered whole (xchg.h). */
@@ -53,6 +55,15 @@ typedef struct {
     uint32_t *row_bucket; /* map scratch: per row of a call, its bucket (UINT32_MAX: dropped) */
     size_t *order, *runs_first, *runs_n;
     size_t cap_rows;
+    /* the exchanged join (join_* below): the table of the bucket's right rows (reduce), its left
+     * rows waiting for the table to be whole (u32 length, record), spilled past an eighth of the
+     * memory as runs; the map side's share of the right side: pieces i % maps == task index */
+    xjoin *jn;
+    char *jargs;
+    uint64_t jmaps, jbytes, jtask;
+    xbuf jleft;
+    xruns *jruns;
+    xbuf jrec; /* a tagged row */
 } xstate;
 
 int xwhole_emit(void *blob, size_t len, uint64_t rows, void *ud)
@@ -114,6 +125,20 @@ static int parse_wrapper(xstate *st, const char *args_json, sb_err *err)
         int r = st->map ? 0 : cJSON_IsNumber(round) && round->valueint == 1 ? 1 : 2;
         return (st->so = xsort_new(args, r, st->buckets, st->memory, err)) != NULL ? 0 : -1;
     }
+    if (st->kind == X_JOIN) {
+        const cJSON *maps = cJSON_GetObjectItemCaseSensitive(st->root, "maps");
+        const cJSON *rb = cJSON_GetObjectItemCaseSensitive(st->root, "rightBytes");
+        st->jmaps =
+            cJSON_IsNumber(maps) && maps->valuedouble >= 1 ? (uint64_t)maps->valuedouble : 0;
+        st->jbytes = cJSON_IsNumber(rb) && rb->valuedouble >= 0 ? (uint64_t)rb->valuedouble : 0;
+        if (st->map && st->jmaps == 0)
+            return sb_err_permanent(err, "exchange: join's map half has no \"maps\" (the "
+                                         "scheduler writes it)");
+        st->jargs = cJSON_PrintUnformatted(args);
+        if (st->jargs == NULL)
+            return sb_err_set(err, "out of memory");
+        return (st->jn = xjoin_new(st->jargs, err)) != NULL ? 0 : -1;
+    }
     if (st->kind == X_GROUPBY) {
         char *text = cJSON_PrintUnformatted(args);
         st->gb = text != NULL ? xgroupby_new(text, st->memory, err) : NULL;
@@ -150,6 +175,10 @@ static void xstate_clear(xstate *st)
         xgroupby_reset(st->gb);
     if (st->so != NULL)
         xsort_reset(st->so);
+    if (st->jn != NULL)
+        xjoin_clear(st->jn);
+    xbuf_free(&st->jleft);
+    xruns_clear(st->jruns);
     st->rr_set = 0;
     st->rows = 0;
     st->uncombined = 0;
@@ -169,6 +198,10 @@ static void x_free(void *state)
         xkeys_free(&st->keys);
     xgroupby_free(st->gb);
     xsort_free(st->so);
+    xjoin_free(st->jn);
+    free(st->jargs);
+    xruns_free(st->jruns);
+    xbuf_free(&st->jrec);
     cJSON_Delete(st->root);
     free(st->row_bucket);
     free(st->order);
@@ -336,12 +369,15 @@ static int map_schema(xstate *st, const sb_batch *in, sb_err *err)
             return -1;
         if (sb_op_out_has_schema(w->out))
             continue;
-        if ((st->kind == X_GROUPBY ? sb_op_out_set_schema(w->out, &rec, 1, err)
-                                   : sb_op_out_set_schema_like(w->out, in, err)) != 0)
+        if ((st->kind == X_GROUPBY || st->kind == X_JOIN
+                 ? sb_op_out_set_schema(w->out, &rec, 1, err)
+                 : sb_op_out_set_schema_like(w->out, in, err)) != 0)
             return -1;
     }
     return 0;
 }
+
+static int join_map_rows(xstate *st, const sb_batch *in, size_t first, size_t n, sb_err *err);
 
 static int map_records(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                        sb_err *err)
@@ -354,6 +390,8 @@ static int map_records(void *state, const sb_batch *in, size_t first, size_t n, 
         return -1;
     if (st->kind == X_LIMIT) /* the task's first rows, all in bucket 0 */
         return xlimit_take(st->bk[0].out, in, first, n, st->limit, &st->rows, err);
+    if (st->kind == X_JOIN)
+        return join_map_rows(st, in, first, n, err);
     if (n == 0)
         return 0;
     if (st->kind == X_GROUPBY && !st->uncombined) { /* combined per key, bucketed at finish */
@@ -400,6 +438,142 @@ static int map_records(void *state, const sb_batch *in, size_t first, size_t n, 
         rc = sb_op_out_append_runs(st->bk[b].out, in, st->runs_first, st->runs_n, nruns, err);
     }
     return rc;
+}
+
+/* ---- the exchanged join -----------------------------------------------------------------------
+ * Its map tasks write every row tagged with its side ('L' then the left record, 'R' then the right
+ * record) into the bucket of its key's hash, as groupby's map does: the left rows of the task's
+ * input, then (at finish) the right records of its share of the right side's pieces. Reduce task
+ * b adds the right rows of bucket b to its table (xjoin) and keeps the left rows aside until every
+ * map output is in, then probes the table with them. */
+
+/* Appends tag and rec[0..len) to bucket b. */
+static int join_put(xstate *st, uint32_t b, char tag, const char *rec, size_t len, sb_err *err)
+{
+    st->jrec.n = 0;
+    if (xbuf_put(&st->jrec, &tag, 1) != 0 || xbuf_put(&st->jrec, rec, len) != 0)
+        return sb_err_set(err, "out of memory");
+    return sb_op_out_append_binary(st->bk[b].out, st->jrec.p, st->jrec.n, err);
+}
+
+static int join_map_rows(xstate *st, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    if (n == 0)
+        return 0;
+    int col = keyed_column(st, in, err);
+    if (col < 0)
+        return -1;
+    const sb_column *c = sb_batch_column(in, (size_t)col);
+    for (size_t r = first; r < first + n; r++) {
+        size_t len;
+        uint64_t h;
+        const char *p = sb_column_binary(c, r, &len);
+        if (xjoin_left_key(st->jn, p, len, r, &h, err) != 0 ||
+            join_put(st, (uint32_t)(h % st->buckets), 'L', p, len, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int join_put_right(void *ud, const char *r, size_t len, uint64_t hash, sb_err *err)
+{
+    xstate *st = ud;
+    return join_put(st, (uint32_t)(hash % st->buckets), 'R', r, len, err);
+}
+
+/* The map task's share of the right side, into its buckets. */
+static int join_map_finish(xstate *st, sb_err *err)
+{
+    if (map_schema(st, NULL, err) != 0)
+        return -1;
+    return xjoin_read_right(st->jn, st->jargs, st->jtask, st->jmaps, st->jbytes, join_put_right, st,
+                            err);
+}
+
+/* The left rows waiting in st->jleft as a run (spill files, runs.c). */
+static int join_spill_left(xstate *st, sb_err *err)
+{
+    if (st->jruns == NULL && (st->jruns = xruns_new("join")) == NULL)
+        return sb_err_set(err, "out of memory");
+    int rc = xruns_begin(st->jruns, err);
+    for (size_t off = 0; rc == 0 && off < st->jleft.n;) {
+        uint32_t len;
+        memcpy(&len, st->jleft.p + off, 4);
+        rc = xruns_put(st->jruns, "", 0, st->jleft.p + off + 4, len, err);
+        off += 4 + (size_t)len;
+    }
+    if (rc == 0)
+        rc = xruns_end(st->jruns, err);
+    xbuf_free(&st->jleft);
+    return rc;
+}
+
+static int join_reduce_rows(xstate *st, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    if (n == 0)
+        return 0;
+    int col = keyed_column(st, in, err);
+    if (col < 0)
+        return -1;
+    const sb_column *c = sb_batch_column(in, (size_t)col);
+    for (size_t r = first; r < first + n; r++) {
+        size_t len;
+        const char *p = sb_column_binary(c, r, &len);
+        if (len > 0 && p[0] == 'R') {
+            if (xjoin_add_right(st->jn, p + 1, len - 1, r, err) != 0)
+                return -1;
+            if (st->memory > 0 && xjoin_bytes(st->jn) > st->memory) {
+                char b[32];
+                return sb_err_permanent(err,
+                                        "join: the right rows of one bucket take more than %s, "
+                                        "the task's share of execution.memoryBudget (the build "
+                                        "side is not spilled): give the join more partitions "
+                                        "or a larger memoryBudget",
+                                        sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b));
+            }
+            continue;
+        }
+        uint32_t l32 = (uint32_t)(len - 1);
+        if (len == 0 || p[0] != 'L' || len - 1 > UINT32_MAX)
+            return sb_err_permanent(err, "join: a bucket's row is not tagged L or R (the map "
+                                         "half writes them)");
+        if (xbuf_put(&st->jleft, &l32, 4) != 0 || xbuf_put(&st->jleft, p + 1, len - 1) != 0)
+            return sb_err_set(err, "out of memory");
+        if (st->memory > 0 && st->jleft.n > st->memory / 8 && join_spill_left(st, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    xstate *st;
+    sb_op_out *out;
+    size_t row;
+} jprobe;
+
+static int join_probe_item(void *ctx, const xruns_item *it, sb_err *err)
+{
+    jprobe *p = ctx;
+    return xjoin_probe(p->st->jn, it->rec, it->rn, p->row++, p->out, err);
+}
+
+/* Every left row of the bucket through the whole table: the spilled ones, then those held. */
+static int join_reduce_finish(xstate *st, sb_op_out *out, sb_err *err)
+{
+    if (xjoin_schema(out, err) != 0 || xjoin_seal(st->jn, err) != 0)
+        return -1;
+    jprobe p = {st, out, 0};
+    if (xruns_count(st->jruns) > 0 &&
+        xruns_merge(st->jruns, NULL, NULL, join_probe_item, &p, err) != 0)
+        return -1;
+    for (size_t off = 0; off < st->jleft.n; p.row++) {
+        uint32_t len;
+        memcpy(&len, st->jleft.p + off, 4);
+        if (xjoin_probe(st->jn, st->jleft.p + off + 4, len, p.row, out, err) != 0)
+            return -1;
+        off += 4 + (size_t)len;
+    }
+    return 0;
 }
 
 /* True when b has no records column (neither "record" nor a lone binary/utf8 column). */
@@ -456,6 +630,8 @@ static int map_finish(void *state, sb_op_out *out, sb_err *err)
     xstate *st = state;
     if (st->so != NULL)
         return xsort_finish(st->so, out, err);
+    if (st->kind == X_JOIN && join_map_finish(st, err) != 0)
+        return -1;
     if (st->kind == X_GROUPBY && st->bk != NULL &&
         xgroupby_emit_partials(st->gb, st->buckets, put_partial, st, err) != 0)
         return -1;
@@ -500,6 +676,8 @@ static int reduce_process(void *state, const sb_batch *in, size_t first, size_t 
         int col = keyed_column(st, in, err);
         return col < 0 ? -1 : xgroupby_add_partials(st->gb, in, col, first, n, err);
     }
+    case X_JOIN:
+        return join_reduce_rows(st, in, first, n, err);
     case X_LIMIT: /* map outputs come in split order: the first rows of them */
         return xlimit_take(out, in, first, n, st->limit, &st->rows, err);
     case X_DISTINCT: {
@@ -680,6 +858,8 @@ static int reduce_finish(void *state, sb_op_out *out, sb_err *err)
         return shuffle_finish(st, out, err);
     if (st->kind == X_DISTINCT)
         return distinct_finish(st, out, err);
+    if (st->kind == X_JOIN)
+        return join_reduce_finish(st, out, err);
     if (st->kind != X_GROUPBY)
         return 0;
     sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
@@ -693,6 +873,7 @@ static void map_task_begin(void *state, uint64_t task_index)
     xstate *st = state;
     if (st->so != NULL)
         xsort_task(st->so, task_index);
+    st->jtask = task_index;
 }
 
 const sb_op_impl sb_op_exchange_map_impl = {
@@ -711,7 +892,8 @@ static uint64_t reduce_spilled(void *state)
 {
     const xstate *st = state;
     return (st->gb != NULL ? xgroupby_spilled(st->gb) : 0) + xshuffle_spilled(st->runs) +
-           (st->so != NULL ? xsort_spilled(st->so) : 0) + xruns_spilled(st->druns);
+           (st->so != NULL ? xsort_spilled(st->so) : 0) + xruns_spilled(st->druns) +
+           xruns_spilled(st->jruns);
 }
 
 const sb_op_impl sb_op_exchange_reduce_impl = {

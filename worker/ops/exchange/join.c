@@ -1,9 +1,10 @@
-/* join.c — the join op (issue 41): a hash join of the stream (the left side) with a right source
- * loaded whole when the op state is made (once per worker and stage while the state cache keeps
- * it, worker/ops/statecache.h) and probed by every row. Keys compare as the exchange's do
- * (keys.c). A matched row is the left record with the right record's fields appended (the `on`
- * fields once, the left's; a right field whose name the left record has too as right_<name>);
- * `how: left` keeps unmatched rows as they are. */
+/* join.c — the join's hash table (xjoin, xchg.h) and the broadcast join op (issue 41): right
+ * records are added under their keys, then left records probe them. The op loads the right source
+ * whole when its state is made (once per worker and stage while the state cache keeps it,
+ * worker/ops/statecache.h); the exchanged join's halves (exchange.c) add a bucket's right rows
+ * instead. Keys compare as the exchange's do (keys.c). A matched row is the left record with the
+ * right record's fields appended (the `on` fields once, the left's; a right field whose name the
+ * left record has too as right_<name>); `how: left` keeps unmatched rows as they are. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@ typedef struct {
     uint32_t first_mem, nmem, next; /* next: the key's next right record, NO_REC at the end */
 } jrec;
 
-typedef struct {
+struct xjoin {
     cJSON *root;
     xkeys on;      /* the key fields (names point into root) */
     int keep_left; /* how: left */
@@ -47,7 +48,8 @@ typedef struct {
     xbuf kb, ob, nb;
     const char *uri;
     sb_err load_err; /* the loader's error (the reader wraps a refusing callback's) */
-} jstate;
+};
+typedef xjoin jstate;
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -110,9 +112,9 @@ static int add_members(jstate *st, jrec *rec, const char *r, size_t len, sb_err 
     return 0;
 }
 
-/* Adds right record r[0..len) (the row-th of the right side) under its key. Bad right records
+/* Right record r[0..len) (the row-th of the right side)'s key into st->kb. Bad right records
  * fail the stage (every task would meet them): permanent errors. */
-static int add_right(jstate *st, const char *r, size_t len, uint64_t row, sb_err *err)
+static int right_key(jstate *st, const char *r, size_t len, uint64_t row, sb_err *err)
 {
     sb_op_json_type top;
     char msg[160];
@@ -129,7 +131,15 @@ static int add_right(jstate *st, const char *r, size_t len, uint64_t row, sb_err
                                     "null takes such records' key as null)",
                                     (unsigned long long)row, st->uri, st->on.k[i].name);
     st->kb.n = 0;
-    if (xkeys_encode_found(&st->on, "join", row, st->found, &st->kb, err) != 0)
+    return xkeys_encode_found(&st->on, "join", row, st->found, &st->kb, err);
+}
+
+/* Adds right record r[0..len) (the row-th of the right side) under its key. */
+static int add_right(jstate *st, const char *r, size_t len, uint64_t row, sb_err *err)
+{
+    if (st->scan != NULL)
+        return sb_err_set(err, "join: a right record came after the table was sealed");
+    if (right_key(st, r, len, row, err) != 0)
         return -1;
     int added;
     long e = xset_find_add(&st->keys, st->kb.p, st->kb.n, xhash(st->kb.p, st->kb.n, 0), &added);
@@ -153,6 +163,8 @@ static int add_right(jstate *st, const char *r, size_t len, uint64_t row, sb_err
 typedef struct {
     jstate *st;
     uint64_t rows;
+    xjoin_right_fn fn; /* NULL: add_right */
+    void *ud;
 } loader;
 
 static int load_part(void *blob, size_t len, uint64_t rows, void *ud)
@@ -167,10 +179,60 @@ static int load_part(void *blob, size_t len, uint64_t rows, void *ud)
     for (size_t r = 0; rc == 0 && r < sb_batch_rows(b); r++) {
         size_t n;
         const char *p = sb_column_binary(sb_batch_column(b, (size_t)col), r, &n);
-        rc = add_right(l->st, p, n, l->rows++, &l->st->load_err);
+        uint64_t row = l->rows++;
+        if (l->fn == NULL)
+            rc = add_right(l->st, p, n, row, &l->st->load_err);
+        else if ((rc = right_key(l->st, p, n, row, &l->st->load_err)) == 0)
+            rc = l->fn(l->ud, p, n, xhash(l->st->kb.p, l->st->kb.n, 0), &l->st->load_err);
     }
     sb_batch_close(b);
     sb_part_free(blob);
+    return rc;
+}
+
+/* Reads the right side's pieces i with i % maps == index, each record to fn (NULL: into the
+ * table). bytes_is: the right side's bytes as listed now, compared by the caller. */
+static int read_right(jstate *st, const char *args_json, uint64_t index, uint64_t maps,
+                      int64_t below, uint64_t expect, xjoin_right_fn fn, void *ud, sb_err *err)
+{
+    sb_source_spec src;
+    if (sb_spec_join_right(args_json, &src, err) != 0)
+        return -1;
+    sb_io_split *sp = NULL;
+    size_t n = 0, k = 0;
+    int rc = sb_io_plan_splits(&src, &sp, &n, err);
+    uint64_t bytes = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        bytes += sp[i].end - sp[i].start;
+        if (maps > 0 && i % maps == index) /* this map task's share, in listing order */
+            sp[k++] = sp[i];
+        else if (maps > 0)
+            free(sp[i].path);
+    }
+    char a[32], b[32];
+    if (rc == 0 && below > 0 && (int64_t)bytes >= below)
+        rc = sb_err_permanent(err,
+                              "join: the right side %s is now %s, at or above broadcastBelow "
+                              "(%s)",
+                              src.uri, sb_quantity_format_bytes((int64_t)bytes, a, sizeof a),
+                              sb_quantity_format_bytes(below, b, sizeof b));
+    if (rc == 0 && below == 0 && bytes != expect) /* every map task must read the same listing */
+        rc = sb_err_permanent(err,
+                              "join: the right side %s is now %llu bytes, not the %llu the plan "
+                              "listed: it changed while the join ran",
+                              src.uri, (unsigned long long)bytes, (unsigned long long)expect);
+    if (maps > 0)
+        n = k;
+    loader l = {st, 0, fn, ud};
+    sb_err_clear(&st->load_err);
+    if (rc == 0 && n > 0 &&
+        sb_io_read_splits(sp, n, src.format, src.args_json, 4u << 20, load_part, &l, err) != 0) {
+        if (st->load_err.msg[0] != '\0')
+            *err = st->load_err;
+        rc = -1;
+    }
+    sb_io_splits_free(sp, n);
+    sb_spec_join_right_free(&src);
     return rc;
 }
 
@@ -203,47 +265,32 @@ static int build_scan(jstate *st, sb_err *err)
  * it (every task that runs the join holds it, validate bounds the threshold by the budget). */
 static int load_right(jstate *st, const char *args_json, sb_err *err)
 {
-    sb_source_spec src;
-    if (sb_spec_join_right(args_json, &src, err) != 0)
-        return -1;
-    sb_io_split *sp = NULL;
-    size_t n = 0;
-    int rc = sb_io_plan_splits(&src, &sp, &n, err);
-    uint64_t bytes = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        bytes += sp[i].end - sp[i].start;
     int64_t below = sb_spec_join_broadcast_below(args_json);
-    if (rc == 0 && (int64_t)bytes >= below) {
-        char a[32], b[32];
-        rc = sb_err_permanent(err,
-                              "join: the right side %s is now %s, at or above broadcastBelow "
-                              "(%s)",
-                              src.uri, sb_quantity_format_bytes((int64_t)bytes, a, sizeof a),
-                              sb_quantity_format_bytes(below, b, sizeof b));
-    }
-    loader l = {st, 0};
-    sb_err_clear(&st->load_err);
-    if (rc == 0 && n > 0 &&
-        sb_io_read_splits(sp, n, src.format, src.args_json, 4u << 20, load_part, &l, err) != 0) {
-        if (st->load_err.msg[0] != '\0')
-            *err = st->load_err;
-        rc = -1;
-    }
-    sb_io_splits_free(sp, n);
-    sb_spec_join_right_free(&src);
-    return rc == 0 ? build_scan(st, err) : -1;
+    if (read_right(st, args_json, 0, 0, below > 0 ? below : 1, 0, NULL, NULL, err) != 0)
+        return -1;
+    return build_scan(st, err);
 }
 
-static void j_free(void *state)
+/* Frees the scan of a sealed table (build_scan's). */
+static void scan_free(jstate *st)
 {
-    jstate *st = state;
-    if (st == NULL)
-        return;
-    xkeys_free(&st->on);
-    cJSON_Delete(st->root);
-    for (size_t i = 0; st->prefixed != NULL && i < st->names.n; i++)
+    size_t nn = st->nscan > st->on.n ? (st->nscan - st->on.n) / 2 : 0;
+    for (size_t i = 0; st->prefixed != NULL && i < nn; i++)
         free(st->prefixed[i]);
     free(st->prefixed);
+    free(st->scan);
+    st->prefixed = NULL;
+    st->scan = NULL;
+    st->nscan = 0;
+}
+
+void xjoin_free(xjoin *st)
+{
+    if (st == NULL)
+        return;
+    scan_free(st);
+    xkeys_free(&st->on);
+    cJSON_Delete(st->root);
     xset_free(&st->keys);
     xset_free(&st->names);
     free(st->head);
@@ -251,7 +298,6 @@ static void j_free(void *state)
     free(st->recs);
     free(st->mems);
     xbuf_free(&st->text);
-    free(st->scan);
     free(st->found);
     xbuf_free(&st->kb);
     xbuf_free(&st->ob);
@@ -259,11 +305,13 @@ static void j_free(void *state)
     free(st);
 }
 
-static int j_init(const char *args_json, void **state, sb_err *err)
+xjoin *xjoin_new(const char *args_json, sb_err *err)
 {
     jstate *st = calloc(1, sizeof *st);
-    if (st == NULL)
-        return sb_err_set(err, "out of memory");
+    if (st == NULL) {
+        sb_err_set(err, "out of memory");
+        return NULL;
+    }
     st->root = cJSON_Parse(args_json != NULL ? args_json : "{}");
     const cJSON *how = cJSON_GetObjectItemCaseSensitive(st->root, "how");
     const cJSON *right = cJSON_GetObjectItemCaseSensitive(st->root, "right");
@@ -277,12 +325,52 @@ static int j_init(const char *args_json, void **state, sb_err *err)
         rc = sb_err_permanent(err, "join: args.on must name at least one key field");
     if (rc == 0 && (st->found = calloc(st->on.n, sizeof *st->found)) == NULL)
         rc = sb_err_set(err, "out of memory");
-    if (rc != 0 || load_right(st, args_json, err) != 0) {
-        j_free(st);
-        return -1;
+    if (rc != 0) {
+        xjoin_free(st);
+        return NULL;
     }
-    *state = st;
+    return st;
+}
+
+void xjoin_clear(xjoin *st)
+{
+    scan_free(st);
+    xset_clear(&st->keys);
+    xset_clear(&st->names);
+    st->nrecs = st->nmems = 0;
+    st->text.n = 0;
+}
+
+int xjoin_add_right(xjoin *st, const char *r, size_t len, uint64_t row, sb_err *err)
+{
+    return add_right(st, r, len, row, err);
+}
+
+int xjoin_seal(xjoin *st, sb_err *err)
+{
+    return st->scan != NULL ? 0 : build_scan(st, err);
+}
+
+uint64_t xjoin_bytes(const xjoin *st)
+{
+    return xset_bytes(&st->keys) + xset_bytes(&st->names) + st->text.cap +
+           st->cap_ent * 2 * sizeof *st->head + st->caprecs * sizeof *st->recs +
+           st->capmems * sizeof *st->mems;
+}
+
+int xjoin_left_key(xjoin *st, const char *l, size_t len, size_t row, uint64_t *hash, sb_err *err)
+{
+    st->kb.n = 0;
+    if (xkeys_encode(&st->on, "join", l, len, row, NULL, &st->kb, err) != 0)
+        return -1;
+    *hash = xhash(st->kb.p, st->kb.n, 0);
     return 0;
+}
+
+int xjoin_read_right(xjoin *st, const char *args_json, uint64_t index, uint64_t maps,
+                     uint64_t bytes, xjoin_right_fn fn, void *ud, sb_err *err)
+{
+    return read_right(st, args_json, index, maps, 0, bytes, fn, ud, err);
 }
 
 /* Appends left record l[0..len) joined with right record ri to out. */
@@ -325,12 +413,57 @@ static int emit_match(jstate *st, const char *l, size_t len, size_t row, uint32_
     return sb_op_out_append_binary(out, st->ob.p, st->ob.n, err);
 }
 
+int xjoin_probe(xjoin *st, const char *l, size_t len, size_t r, sb_op_out *out, sb_err *err)
+{
+    sb_op_json_type top;
+    char msg[160];
+    if (sb_op_json_scan(l, len, st->scan, st->nscan, st->found, &top, msg, sizeof msg) != 0)
+        return sb_err_data(err, "join: record %zu is not valid JSON: %s", r, msg);
+    if (top != SB_OP_JSON_OBJECT)
+        return sb_err_data(err, "join: record %zu is a JSON %s, not an object", r,
+                           sb_op_json_type_name(top));
+    st->kb.n = 0;
+    if (xkeys_encode_found(&st->on, "join", r, st->found, &st->kb, err) != 0)
+        return -1;
+    long e = xset_find(&st->keys, st->kb.p, st->kb.n, xhash(st->kb.p, st->kb.n, 0));
+    if (e < 0)
+        return st->keep_left ? sb_op_out_append_binary(out, l, len, err) : 0;
+    for (uint32_t ri = st->head[e]; ri != NO_REC; ri = st->recs[ri].next)
+        if (emit_match(st, l, len, r, ri, out, err) != 0)
+            return -1;
+    return 0;
+}
+
+int xjoin_schema(sb_op_out *out, sb_err *err)
+{
+    sb_field rf = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
+    return sb_op_out_has_schema(out) ? 0 : sb_op_out_set_schema(out, &rf, 1, err);
+}
+
+/* ---- the broadcast join op ------------------------------------------------------------------ */
+
+static int j_init(const char *args_json, void **state, sb_err *err)
+{
+    xjoin *st = xjoin_new(args_json, err);
+    if (st == NULL)
+        return -1;
+    if (load_right(st, args_json, err) != 0) {
+        xjoin_free(st);
+        return -1;
+    }
+    *state = st;
+    return 0;
+}
+
+static void j_free(void *state)
+{
+    xjoin_free(state);
+}
+
 static int j_process(void *state, const sb_batch *in, size_t first, size_t n, sb_op_out *out,
                      sb_err *err)
 {
-    jstate *st = state;
-    sb_field rf = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
-    if (!sb_op_out_has_schema(out) && sb_op_out_set_schema(out, &rf, 1, err) != 0)
+    if (xjoin_schema(out, err) != 0)
         return -1;
     int col = sb_batch_find(in, SB_OP_RECORD_COLUMN);
     if (col < 0 || (sb_batch_column(in, (size_t)col)->type != SB_TYPE_UTF8 &&
@@ -341,25 +474,8 @@ static int j_process(void *state, const sb_batch *in, size_t first, size_t n, sb
     for (size_t r = first; r < first + n; r++) {
         size_t len;
         const char *l = sb_column_binary(c, r, &len);
-        sb_op_json_type top;
-        char msg[160];
-        if (sb_op_json_scan(l, len, st->scan, st->nscan, st->found, &top, msg, sizeof msg) != 0)
-            return sb_err_data(err, "join: record %zu is not valid JSON: %s", r, msg);
-        if (top != SB_OP_JSON_OBJECT)
-            return sb_err_data(err, "join: record %zu is a JSON %s, not an object", r,
-                               sb_op_json_type_name(top));
-        st->kb.n = 0;
-        if (xkeys_encode_found(&st->on, "join", r, st->found, &st->kb, err) != 0)
+        if (xjoin_probe(state, l, len, r, out, err) != 0)
             return -1;
-        long e = xset_find(&st->keys, st->kb.p, st->kb.n, xhash(st->kb.p, st->kb.n, 0));
-        if (e < 0) {
-            if (st->keep_left && sb_op_out_append_binary(out, l, len, err) != 0)
-                return -1;
-            continue;
-        }
-        for (uint32_t ri = st->head[e]; ri != NO_REC; ri = st->recs[ri].next)
-            if (emit_match(st, l, len, r, ri, out, err) != 0)
-                return -1;
     }
     return 0;
 }
@@ -367,8 +483,7 @@ static int j_process(void *state, const sb_batch *in, size_t first, size_t n, sb
 static int j_finish(void *state, sb_op_out *out, sb_err *err)
 {
     (void)state;
-    sb_field rf = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
-    return sb_op_out_has_schema(out) ? 0 : sb_op_out_set_schema(out, &rf, 1, err);
+    return xjoin_schema(out, err);
 }
 
 /* Nothing per task: the right side stays for the worker's next task of the stage. */

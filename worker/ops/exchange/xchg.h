@@ -222,6 +222,38 @@ int xsort_key_cmp(const xsort *so, const char *a, const char *b);
  * no prefix (a NaN, which compares equal to every number), *pfx then unset. */
 int xsort_key_prefix(const xsort *so, const char *key, uint64_t *pfx);
 
+/* ---- join's hash table (join.c) ---------------------------------------------------------------
+ * Right records go in under their keys (xjoin_add_right), then the table is sealed and left
+ * records probe it (xjoin_probe), each giving its joined rows: the broadcast join loads the whole
+ * right side at init; the exchanged join's reduce task adds the right rows of its bucket. */
+typedef struct xjoin xjoin;
+/* args: the join stage's args ({right, on, how, missingKey}). NULL + err. */
+xjoin *xjoin_new(const char *args_json, sb_err *err);
+void xjoin_free(xjoin *j);
+/* Empties the table (a new task). */
+void xjoin_clear(xjoin *j);
+/* Adds right record r[0..len) (row: its number, for messages); permanent errors for a record
+ * that is not an object or lacks a key field without missingKey: null. Not after xjoin_seal. */
+int xjoin_add_right(xjoin *j, const char *r, size_t len, uint64_t row, sb_err *err);
+/* Ends the adding: the table takes probes from now on. */
+int xjoin_seal(xjoin *j, sb_err *err);
+/* Bytes the table takes. */
+uint64_t xjoin_bytes(const xjoin *j);
+/* Appends the rows left record l[0..len) (row: its number, for messages) gives to out (its
+ * matches; itself alone under how: left when it has none). Data errors for bad records. */
+int xjoin_probe(xjoin *j, const char *l, size_t len, size_t row, sb_op_out *out, sb_err *err);
+/* Sets out's schema to the records column when it has none. */
+int xjoin_schema(sb_op_out *out, sb_err *err);
+/* The hash of left record l[0..len)'s key (the bucket it goes to); data errors as a probe's. */
+int xjoin_left_key(xjoin *j, const char *l, size_t len, size_t row, uint64_t *hash, sb_err *err);
+/* Reads the right side's pieces (lib/io/split.h's listing) i with i % maps == index: each
+ * record, checked as xjoin_add_right checks it, to fn with the hash of its key. bytes: the right
+ * side's size the plan listed; a listing of another size is a permanent error (every map task
+ * must split the same listing). */
+typedef int (*xjoin_right_fn)(void *ud, const char *r, size_t len, uint64_t hash, sb_err *err);
+int xjoin_read_right(xjoin *j, const char *args_json, uint64_t index, uint64_t maps, uint64_t bytes,
+                     xjoin_right_fn fn, void *ud, sb_err *err);
+
 /* ---- a hash set of byte strings (distinct; groupby's table) ------------------------------- */
 
 typedef struct xset {
