@@ -1535,6 +1535,8 @@ static void run_storage_job(worker *w, const Streambatch__V1__StorageJob *job, u
             res.n_split_bytes = k;
             res.split_bytes = bytes + from;
             res.more = from + k < plan.nsplits;
+            res.n_join_right_bytes = from == 0 && plan.join_right ? w->pipeline.spec.nstages : 0;
+            res.join_right_bytes = plan.join_right;
         }
         const char *why = NULL;
         ProtobufCMessage *resp = storage_report(w, &req, gen, &why);

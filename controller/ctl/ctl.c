@@ -439,7 +439,9 @@ static void plan_ready(sb_ctl *c)
                               c->stream.stream && sb_sink_stream_cache(&c->pipeline->spec.sink),
                           .stream_epochs = c->stream.stream_epochs,
                           .stream_shuffle = c->stream.stream_shuffle,
-                          .stream_seed = c->stream.stream_seed};
+                          .stream_seed = c->stream.stream_seed,
+                          .join_right = c->plan.join_right,
+                          .njoin_right = c->plan.njoin_right};
     c->sched = sb_sched_new(&sc, ss, c->plan.n, &err);
     free(ss);
     c->nsplits = c->plan.n;
@@ -1086,7 +1088,10 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
         job_ended(c, 0, err.msg);
         return 1;
     }
-    if (sb_storage_pieces_add(&c->plan, r->offset, (const char *const *)r->splits, r->split_bytes,
+    if ((r->offset == 0 && r->n_join_right_bytes > 0 &&
+         sb_storage_pieces_joins(&c->plan, r->join_right_bytes, r->n_join_right_bytes, &err) !=
+             0) ||
+        sb_storage_pieces_add(&c->plan, r->offset, (const char *const *)r->splits, r->split_bytes,
                               r->n_splits, &err) < 0) {
         job_ended(c, 0, err.msg);
         return 1;

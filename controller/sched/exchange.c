@@ -70,3 +70,28 @@ int sb_exchange_rounds(const char *op)
 {
     return op != NULL && strcmp(op, "sort") == 0 ? 2 : 1;
 }
+
+char *sb_exchange_join_args(const sb_stage_spec *st, uint32_t buckets, uint64_t memory,
+                            uint64_t maps, uint64_t right_bytes)
+{
+    const char *args = st->args_json != NULL && *st->args_json ? st->args_json : "{}";
+    size_t len = strlen(args) + 160;
+    char *out = malloc(len);
+    if (out != NULL)
+        snprintf(out, len,
+                 "{\"op\":\"join\",\"buckets\":%u,\"memory\":%llu,\"maps\":%llu,"
+                 "\"rightBytes\":%llu,\"args\":%s}",
+                 buckets, (unsigned long long)memory, (unsigned long long)maps,
+                 (unsigned long long)right_bytes, args);
+    return out;
+}
+
+uint32_t sb_exchange_join_buckets(uint32_t buckets, uint64_t right_bytes, uint64_t memory)
+{
+    uint64_t share = memory / 4, n = buckets;
+    uint64_t need =
+        share > 0 ? (4 * right_bytes + share - 1) / share : 0; /* 4 x right / n <= share */
+    if (need > n)
+        n = need;
+    return n > SB_EXCHANGE_MAX_BUCKETS ? SB_EXCHANGE_MAX_BUCKETS : (uint32_t)n;
+}

@@ -15,6 +15,12 @@
  * buckets, and the reduce op sorts each range (worker/ops/exchange/sort.c). The reduce tasks are
  * formed in bucket order, so their indices are the ranges' order (the sink lists them so).
  *
+ * The exchanged join (a join whose right side the plan found at or above broadcastBelow:
+ * sb_sched_config.join_right) is an exchange stage too, planned only where its map half is op 0's
+ * (its map tasks are the source's splits): map task i also reads the right side's pieces j with
+ * j % maps == i, so every right row goes through a map output exactly once and a lost one is
+ * made again by running its task again (worker/ops/exchange/exchange.c).
+ *
  * Memory: strings returned are malloc'd; the caller frees them.
  */
 #ifndef SB_SCHED_EXCHANGE_H
@@ -46,5 +52,17 @@ int sb_exchange_rounds(const char *op);
 /* The args of the middle op of a two-round stage: the wrapper above with "round": round. NULL
  * when out of memory. */
 char *sb_exchange_args_round(const sb_stage_spec *st, uint32_t buckets, uint64_t memory, int round);
+
+/* The args of a join stage's exchange halves: the wrapper above with "maps" (op 0's tasks, one
+ * per source split) and "rightBytes" (the right side's bytes the plan listed). NULL when out of
+ * memory. */
+char *sb_exchange_join_args(const sb_stage_spec *st, uint32_t buckets, uint64_t memory,
+                            uint64_t maps, uint64_t right_bytes);
+
+/* The buckets of an exchanged join: at least `buckets` (sb_exchange_buckets), and enough that a
+ * bucket's share of right_bytes, at four times its size once in the hash table, fits the reduce
+ * task's share of the memory budget (memory / 4, worker/ops/exchange/exchange.c); at most
+ * SB_EXCHANGE_MAX_BUCKETS. */
+uint32_t sb_exchange_join_buckets(uint32_t buckets, uint64_t right_bytes, uint64_t memory);
 
 #endif

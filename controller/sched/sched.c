@@ -635,6 +635,14 @@ static op *plan_op_new(sb_sched *s, size_t stage, const char *pool)
     return o;
 }
 
+/* Stage i's right side bytes when it is a join the plan exchanges by key (exchange.h), else 0. */
+static uint64_t join_exchanged(const sb_sched *s, const sb_sched_config *cfg, size_t i)
+{
+    if (cfg->join_right == NULL || i >= cfg->njoin_right || strcmp(s->stage_ptrs[i]->op, "join"))
+        return 0;
+    return cfg->join_right[i];
+}
+
 /* Groups the stages into ops: in streaming mode adjacent stages of one pool fuse into one op, so
  * their tasks run back to back with no transfer; each op is named "a+b+...". -1: out of memory. */
 static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
@@ -657,7 +665,8 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
         } else {
             plan_op_new(s, i, pool);
         }
-        if (sb_spec_allop(s->stage_ptrs[i]->op)) { /* map half ends this op, reduce starts one */
+        if (sb_spec_allop(s->stage_ptrs[i]->op) || join_exchanged(s, cfg, i) > 0) {
+            /* map half ends this op, reduce starts one */
             s->ops[s->nops - 1].xmap = 1;
             plan_op_new(s, i, pool)->xreduce = 1;
             if (sb_exchange_rounds(s->stage_ptrs[i]->op) == 2) { /* sort: a middle op, "x.range" */
@@ -698,7 +707,8 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
 /* Every op's stage list (op.sp), where an exchange stage's place holds the spec of its half:
  * op SB_EXCHANGE_MAP_OP or SB_EXCHANGE_REDUCE_OP with the wrapped args (exchange.h), both
  * halves with the stage's buckets (from the splits). -1: out of memory. */
-static int sched_exchange_setup(sb_sched *s, const sb_storage_split *splits, size_t nsplits)
+static int sched_exchange_setup(sb_sched *s, const sb_sched_config *cfg,
+                                const sb_storage_split *splits, size_t nsplits)
 {
     s->xhalves = calloc(2 * s->nops, sizeof *s->xhalves);
     if (s->xhalves == NULL)
@@ -725,12 +735,18 @@ static int sched_exchange_setup(sb_sched *s, const sb_storage_split *splits, siz
                 continue;
             size_t k = half ? 0 : o->nstages - 1, rop = half ? i : i + 1;
             const sb_stage_spec *st = s->stage_ptrs[o->first_stage + k];
+            uint64_t right = join_exchanged(s, cfg, o->first_stage + k);
             if (s->ops[rop].xbuckets == 0)
                 s->ops[rop].xbuckets = sb_exchange_buckets(st, splits, nsplits);
+            if (right > 0 && !half) /* once: the map half comes first */
+                s->ops[rop].xbuckets =
+                    sb_exchange_join_buckets(s->ops[rop].xbuckets, right, s->budget);
             sb_stage_spec *h = &s->xhalves[2 * i + half];
             *h = *st;
             h->op = strdup(half ? SB_EXCHANGE_REDUCE_OP : SB_EXCHANGE_MAP_OP);
-            h->args_json = sb_exchange_args(st, s->ops[rop].xbuckets, s->budget);
+            h->args_json = right > 0 ? sb_exchange_join_args(st, s->ops[rop].xbuckets, s->budget,
+                                                             nsplits, right)
+                                     : sb_exchange_args(st, s->ops[rop].xbuckets, s->budget);
             if (h->op == NULL || h->args_json == NULL)
                 return -1;
             o->sp[k] = h;
@@ -787,6 +803,40 @@ oom:
 fail:
     free(committed);
     return -1;
+}
+
+static size_t sched_op0_last(const sb_sched *s);
+
+/* An exchanged join's map tasks read the right side in shares by task index (exchange.h), so
+ * they must be op 0's, one per split, each run to its end: refused otherwise, before any task
+ * runs, as a right side that cannot be exchanged here. */
+static int sched_join_check(const sb_sched *s, const sb_sched_config *cfg, sb_err *err)
+{
+    for (size_t i = 0; i < s->nstages; i++) {
+        if (join_exchanged(s, cfg, i) == 0)
+            continue;
+        const char *why = NULL;
+        if (sched_op0_last(s) != i)
+            why = "its map tasks must read the source: no all-to-all stage before it, and every "
+                  "stage before it on cpu in streaming mode";
+        else if (cfg->stream)
+            why = "it cannot feed a stream:// sink";
+        else if (s->max_errored > 0)
+            why = "execution.maxErroredPartitions must be 0 (a map task dropped for its left rows "
+                  "would drop its share of the right side too)";
+        else if (s->preserve_order)
+            why = "execution.preserveOrder cannot hold across an exchange";
+        else if (s->ops[0].resumed > 0)
+            why = "it cannot resume a run whose source splits were committed";
+        if (why != NULL)
+            return sb_err_set(err,
+                              "stage %s (join): the right side is %llu bytes, at or above "
+                              "broadcastBelow, so it is exchanged by key, but %s; or raise "
+                              "broadcastBelow (at most a quarter of execution.memoryBudget)",
+                              s->stages[i].name, (unsigned long long)join_exchanged(s, cfg, i),
+                              why);
+    }
+    return 0;
 }
 
 /* The stage op 0's map half runs when op 0 ends in an exchange stage's map half, else NONE
@@ -877,8 +927,10 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
     free(expanded);
     if (seeded != 0)
         goto fail;
-    if (sched_exchange_setup(s, splits, nsplits) != 0)
+    if (sched_exchange_setup(s, cfg, splits, nsplits) != 0)
         goto oom;
+    if (sched_join_check(s, cfg, err) != 0)
+        goto fail;
     if (sb_exchange_limit_setup(s->stage_ptrs, s->nstages, sched_op0_last(s), &s->ops[0].xlimit,
                                 err) != 0)
         goto fail;

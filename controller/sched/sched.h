@@ -114,6 +114,10 @@ typedef struct sb_sched_config {
     uint32_t stream_epochs;
     int stream_shuffle;
     uint64_t stream_seed;
+    /* per stage (njoin_right entries; NULL: none), a join's right side bytes when the plan
+     * found it at or above broadcastBelow: that join is exchanged by key (exchange.h) */
+    const uint64_t *join_right;
+    size_t njoin_right;
 } sb_sched_config;
 
 /* A partition a task reads. */

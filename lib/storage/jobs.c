@@ -87,8 +87,23 @@ int sb_storage_pieces_add(sb_storage_pieces *p, uint64_t offset, const char *con
     return 1;
 }
 
+int sb_storage_pieces_joins(sb_storage_pieces *p, const uint64_t *join_right, size_t n, sb_err *err)
+{
+    free(p->join_right);
+    p->join_right = NULL;
+    p->njoin_right = 0;
+    if (n == 0)
+        return 0;
+    if ((p->join_right = malloc(n * sizeof *p->join_right)) == NULL)
+        return sb_err_set(err, "out of memory");
+    memcpy(p->join_right, join_right, n * sizeof *p->join_right);
+    p->njoin_right = n;
+    return 0;
+}
+
 void sb_storage_pieces_free(sb_storage_pieces *p)
 {
+    free(p->join_right);
     for (size_t i = 0; i < p->n; i++)
         free(p->enc[i]);
     free(p->enc);

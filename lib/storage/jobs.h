@@ -50,7 +50,13 @@ typedef struct sb_storage_pieces {
     char **enc;
     uint64_t *bytes;
     size_t n, cap;
+    uint64_t *join_right; /* the plan's exchanged joins (sb_storage_splits.join_right); NULL */
+    size_t njoin_right;
 } sb_storage_pieces;
+
+/* Keeps a copy of the plan's join_right[0..n) (n == 0: none). -1 + err out of memory. */
+int sb_storage_pieces_joins(sb_storage_pieces *p, const uint64_t *join_right, size_t n,
+                            sb_err *err);
 
 /* Appends the piece enc[0..k) (bytes[0..k)) that starts at plan index `offset`: 1 appended, 0
  * an exact re-send of splits already held (ignored), -1 + err when it does not continue the

@@ -26,10 +26,12 @@ int sb_storage_splits_make(const sb_pipeline *p, sb_storage_splits *out, sb_err 
             return 0;
         }
     }
-    if (sb_storage_join_check(p, err) != 0) /* a right side too large to broadcast */
+    if (sb_storage_join_plan(p, &out->join_right, err) != 0) /* exchanged or broadcast */
         return -1;
-    if (sb_io_plan_splits(&p->spec.source, &io, &n, err) != 0)
+    if (sb_io_plan_splits(&p->spec.source, &io, &n, err) != 0) {
+        sb_storage_splits_free(out);
         return sb_err_wrap(err, "spec.source");
+    }
     out->io = io;
     out->npieces = n;
     if (sb_io_plan_group(&p->spec.source, io, n, &first, &ng, err) != 0) {
@@ -68,6 +70,7 @@ void sb_storage_splits_free(sb_storage_splits *pl)
         free(pl->enc[i]);
     free(pl->enc);
     free(pl->splits);
+    free(pl->join_right);
     sb_io_splits_free(pl->io, pl->npieces);
     memset(pl, 0, sizeof *pl);
 }

@@ -56,6 +56,9 @@ typedef struct sb_storage_errored {
 typedef struct sb_storage_splits {
     sb_storage_split *splits; /* nsplits entries (a non-NULL array even when nsplits is 0) */
     size_t nsplits;
+    /* per stage (the pipeline's nstages): a join's right side bytes when it is exchanged, else
+     * 0; NULL when no join is (storage/joinplan.h) */
+    uint64_t *join_right;
     /* private */
     void *io; /* sb_io_split[npieces]: the files and ranges the splits group */
     size_t npieces;

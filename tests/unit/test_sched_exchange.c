@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/sched/exchange.h"
 #include "controller/sched/sched.h"
 #include "spec_fixture.h"
 
@@ -337,5 +338,96 @@ Test(sched_exchange, a_stage_with_a_shape_choice_after_a_sort_stays_in_its_reduc
     cr_expect_eq(sb_sched_stage_move(s, 1, "gpu", &err), -1);
     cr_expect(strstr(err.msg, "fused") != NULL, "%s", err.msg);
     sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* A join whose right side the plan found at or above broadcastBelow (cfg.join_right): planned
+ * as an exchange whose map half has op 0's task count ("maps") and the right side's bytes, with
+ * enough buckets that a bucket's right rows (four times their bytes in the table) fit a reduce
+ * task's share of the budget; 0 for the stage keeps the broadcast join (one op). */
+static const char *join_yaml =
+    "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: x}\nspec:\n"
+    "  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
+    "  stages:\n  - {name: a, op: identity}\n"
+    "  - {name: j, op: join, args: {right: {uri: 'file:///r/'}, on: [k], broadcastBelow: 1Ki}}\n"
+    "  sink: {uri: 'file:///out/', format: jsonl}\n"
+    "  execution: {memoryBudget: %s%s}\n";
+
+/* The scheduler of join_yaml with budget and extra execution settings, the join's right side
+ * `right` bytes; NULL with the error in *err when it refuses. */
+static sb_sched *make_join(const char *budget, const char *extra, uint64_t right, sb_err *err)
+{
+    static char y[1024];
+    snprintf(y, sizeof y, join_yaml, budget, extra);
+    spec_fixture_load(&h, y);
+    sb_storage_split sp[NSPLITS];
+    for (size_t i = 0; i < NSPLITS; i++) {
+        snprintf(names[i], sizeof names[i], "0\t1024\t1024\t/in/f%zu.jsonl", i);
+        sp[i] = (sb_storage_split){names[i], 1024};
+    }
+    uint64_t jr[2] = {0, right};
+    sb_sched_config cfg = {
+        .pipeline = &h.p, .pipeline_id = "ns/x", .join_right = jr, .njoin_right = 2};
+    return sb_sched_new(&cfg, sp, NSPLITS, err);
+}
+
+Test(sched_exchange, an_exchanged_join_plans_a_map_and_a_reduce_op)
+{
+    sb_err err;
+    sb_sched *s = make_join("1Gi", "", 1 << 20, &err);
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_assert_eq(sb_sched_group_count(s), 2);
+    sb_sched_group_stats st;
+    sb_sched_get_group_stats(s, 0, &st);
+    cr_expect_str_eq(st.name, "a+j.map");
+    cr_assert_eq(sb_sched_worker_add(s, "w1", "cpu", "127.0.0.1:1", 8, NULL, 0, 0, NULL), 0);
+    sb_sched_task t[8];
+    cr_assert_eq(sb_sched_assign(s, "w1", 1, 1, t), 1);
+    cr_expect_str_eq(t[0].stages[1]->op, "exchange.map");
+    /* buckets: one per split (4); the 1 MiB right side fits 1 GiB / 4 */
+    cr_expect(strstr(t[0].stages[1]->args_json,
+                     "{\"op\":\"join\",\"buckets\":4,\"memory\":1073741824,\"maps\":4,"
+                     "\"rightBytes\":1048576,\"args\":{") != NULL,
+              "%s", t[0].stages[1]->args_json);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+    /* 64 MiB of right side under a 256 MiB budget: 4 x 64Mi / (256Mi / 4) = 4 buckets ... */
+    cr_expect_eq(sb_exchange_join_buckets(4, 64 << 20, 256 << 20), 4);
+    /* ... 1 GiB needs 64, and the bound holds */
+    cr_expect_eq(sb_exchange_join_buckets(4, 1 << 30, 256 << 20), 64);
+    cr_expect_eq(sb_exchange_join_buckets(4, (uint64_t)1 << 40, 256 << 20),
+                 SB_EXCHANGE_MAX_BUCKETS);
+    cr_expect_eq(sb_exchange_join_buckets(7, 1 << 20, 0), 7, "no budget: the stage's buckets");
+    /* a right side below broadcastBelow (0 here): the join op, fused with the stage before */
+    s = make_join("1Gi", "", 0, &err);
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_expect_eq(sb_sched_group_count(s), 1);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* The map tasks must be the source's, one per split, each run whole: a join after another
+ * exchange, or under maxErroredPartitions, is refused with both reasons' words. */
+Test(sched_exchange, an_exchanged_join_refuses_what_it_cannot_run)
+{
+    sb_err err;
+    cr_expect_null(make_join("1Gi", ", maxErroredPartitions: 2", 1 << 20, &err));
+    cr_expect(strstr(err.msg, "stage j (join): the right side is 1048576 bytes, at or above "
+                              "broadcastBelow, so it is exchanged by key, but "
+                              "execution.maxErroredPartitions must be 0") != NULL,
+              "%s", err.msg);
+    spec_fixture_free(&h);
+    const char *y = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: x}\n"
+                    "spec:\n  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
+                    "  stages:\n  - {name: d, op: distinct}\n"
+                    "  - {name: j, op: join, args: {right: {uri: 'file:///r/'}, on: [k]}}\n"
+                    "  sink: {uri: 'file:///out/', format: jsonl}\n";
+    spec_fixture_load(&h, y);
+    sb_storage_split sp = {"0\t1024\t1024\t/in/f0.jsonl", 1024};
+    uint64_t jr[2] = {0, 5};
+    sb_sched_config cfg = {
+        .pipeline = &h.p, .pipeline_id = "ns/x", .join_right = jr, .njoin_right = 2};
+    cr_expect_null(sb_sched_new(&cfg, &sp, 1, &err));
+    cr_expect(strstr(err.msg, "its map tasks must read the source") != NULL, "%s", err.msg);
     spec_fixture_free(&h);
 }
