@@ -7,6 +7,8 @@
     check_lj.py join ARGS_JSON LEFT_DIR RIGHT_DIR OUT_DIR
                                                      OUT_DIR's rows are the hash join of LEFT_DIR
                                                      with RIGHT_DIR (ARGS: on, how, missingKey)
+    check_lj.py same OUT_A OUT_B                     the two outputs hold the same rows (each as
+                                                     often), in any order
     check_lj.py genjoin DIR ROWS SEED                writes DIR/left/l.jsonl and DIR/right/r.jsonl:
                                                      keys of mixed types (1, 1.0, "1", true, null,
                                                      missing), duplicates on both sides, clashes
@@ -106,7 +108,13 @@ def main(argv):
     if argv[1] == "genjoin":
         genjoin(argv[2], int(argv[3]), int(argv[4]))
         return 0
-    if argv[1] == "limit":
+    if argv[1] == "same":
+        a, b = multiset([r for p in read_out(argv[2]) for r in p]), multiset(
+            [r for p in read_out(argv[3]) for r in p])
+        errs = ["%s: %dx in %s, %dx in %s" % (k, a.get(k, 0), argv[2], b.get(k, 0), argv[3])
+                for k in sorted(set(a) | set(b)) if a.get(k, 0) != b.get(k, 0)]
+        what = "%s and %s" % (argv[2], argv[3])
+    elif argv[1] == "limit":
         errs = check_limit(int(argv[2]), read_rows(argv[3]), read_out(argv[4]))
         what = "limit %s" % argv[2]
     else:
@@ -116,7 +124,7 @@ def main(argv):
     for e in errs[:10]:
         print(e)
     if not errs:
-        print("%s: matches the reference" % what)
+        print("%s: %s" % (what, "the same rows" if argv[1] == "same" else "matches the reference"))
     return 1 if errs else 0
 
 

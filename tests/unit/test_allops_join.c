@@ -4,7 +4,9 @@
  * order; the key fields once (the left's); a right field the left has too as right_<name>, and
  * a data error when the left has right_<name> as well; how: left keeps unmatched rows as they
  * are; a left or right record without the key is an error unless missingKey: null; typed
- * columns are refused; the state serves a second task unchanged after reset. */
+ * columns are refused; the state serves a second task unchanged after reset. The exchanged join's
+ * halves (exchange.map and exchange.reduce with op join) give the same rows, with the left rows
+ * spilled under a small memory, and refuse a bucket's right rows past the task's share. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +45,9 @@ static const char *join_args(const char *rest)
     return args;
 }
 
-/* Runs the op (state st) over records rows[0..n): 0 with the output in *out, or -1 + e. */
-static int run(void *st, const char *const *rows, size_t n, coll *out, sb_err *e)
+/* Runs impl (state st) over records rows[0..n) into o (then flushed): 0, or -1 + e. */
+static int run_op(const sb_op_impl *impl, void *st, const char *const *rows, size_t n, sb_op_out *o,
+                  sb_err *e)
 {
     sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
     sb_batch_builder *bb = sb_batch_builder_new(&f, 1, e);
@@ -57,15 +60,22 @@ static int run(void *st, const char *const *rows, size_t n, coll *out, sb_err *e
     sb_batch_builder_free(bb);
     sb_batch *in;
     cr_assert_eq(sb_batch_open(blob, len, &in, e), 0, "%s", e->msg);
-    sb_op_out *o = sb_op_out_new(1 << 20, collect, out, e);
-    int rc = sb_op_join_impl.process(st, in, 0, n, o, e);
+    int rc = impl->process(st, in, 0, n, o, e);
     if (rc == 0)
-        rc = sb_op_join_impl.finish(st, o, e);
+        rc = impl->finish(st, o, e);
     if (rc == 0)
         rc = sb_op_out_flush(o, e);
-    sb_op_out_free(o);
     sb_batch_close(in);
     sb_part_free(blob);
+    return rc;
+}
+
+/* Runs the join op (state st) over records rows[0..n): 0 with the output in *out, or -1 + e. */
+static int run(void *st, const char *const *rows, size_t n, coll *out, sb_err *e)
+{
+    sb_op_out *o = sb_op_out_new(1 << 20, collect, out, e);
+    int rc = run_op(&sb_op_join_impl, st, rows, n, o, e);
+    sb_op_out_free(o);
     return rc;
 }
 
@@ -175,5 +185,156 @@ Test(allops_join, an_empty_left_object_and_typed_columns)
     sb_batch_close(in);
     sb_part_free(blob);
     sb_op_join_impl.free(st);
+    cleanup();
+}
+
+/* ---- the exchanged join's halves (worker/ops/exchange/exchange.c) ---------------------------- */
+
+#define XMAPS 2
+#define XBUCKETS 3
+#define XROWS 2000
+
+typedef struct {
+    void *blob[XMAPS][XBUCKETS];
+    size_t len[XMAPS][XBUCKETS], n;
+    int task;
+} parts;
+
+static int keep_part(void *blob, size_t len, uint64_t rows, void *ud)
+{
+    (void)rows;
+    parts *p = ud;
+    cr_assert_lt(p->n, XBUCKETS, "one partition per bucket");
+    p->blob[p->task][p->n] = blob;
+    p->len[p->task][p->n++] = len;
+    return 0;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Left rows: keys 1, 1.0, "1", missing, and one of their own (mostly no right row). */
+static char **left_rows(void)
+{
+    char **rows = calloc(XROWS, sizeof *rows);
+    for (size_t i = 0; i < XROWS; i++) {
+        rows[i] = malloc(64);
+        const char *k[] = {"\"k\":1,", "\"k\":1.0,", "\"k\":\"1\",", "", "\"k\":7,"};
+        snprintf(rows[i], 64, "{%s\"id\":%zu}", k[i % 5], i);
+    }
+    return rows;
+}
+
+/* Runs the exchanged join over left_rows() with the right side in dir tmp (3 files) under
+ * wrapper memory MEMORY: the map half as XMAPS tasks (task i: its half of the rows and its share
+ * of the right side's files), then the reduce half per bucket; its rows into *out. 0, or -1 + e
+ * (the reduce's). *spilled: the reduce tasks' spilled bytes. */
+static int run_exchanged(char **rows, uint64_t memory, coll *out, uint64_t *spilled, sb_err *e)
+{
+    char w[1024];
+    snprintf(w, sizeof w,
+             "{\"op\":\"join\",\"buckets\":%d,\"memory\":%llu,\"maps\":%d,\"rightBytes\":%zu,"
+             "\"args\":{\"right\":{\"uri\":\"file://%s/\"},\"on\":[\"k\"],\"how\":\"left\","
+             "\"missingKey\":null}}",
+             XBUCKETS, (unsigned long long)memory, XMAPS, strlen(right_text), tmp);
+    void *ms = NULL, *rs = NULL;
+    cr_assert_eq(sb_op_exchange_map_impl.init(w, &ms, e), 0, "%s", e->msg);
+    cr_assert_eq(sb_op_exchange_reduce_impl.init(w, &rs, e), 0, "%s", e->msg);
+    parts p = {0};
+    for (int t = 0; t < XMAPS; t++) {
+        p.task = t;
+        p.n = 0;
+        cr_assert_eq(sb_op_exchange_map_impl.reset(ms, e), 0);
+        sb_op_exchange_map_impl.task_begin(ms, (uint64_t)t);
+        sb_op_out *o = sb_op_out_new(1 << 20, keep_part, &p, e);
+        size_t half = XROWS / XMAPS;
+        cr_assert_eq(
+            run_op(&sb_op_exchange_map_impl, ms, (const char *const *)rows + t * half, half, o, e),
+            0, "%s", e->msg);
+        sb_op_out_free(o);
+        cr_assert_eq(p.n, XBUCKETS);
+    }
+    int rc = 0;
+    *spilled = 0;
+    for (int b = 0; b < XBUCKETS && rc == 0; b++) {
+        cr_assert_eq(sb_op_exchange_reduce_impl.reset(rs, e), 0);
+        sb_op_out *o = sb_op_out_new(1 << 20, collect, out, e);
+        for (int t = 0; t < XMAPS && rc == 0; t++) {
+            sb_batch *in;
+            cr_assert_eq(sb_batch_open(p.blob[t][b], p.len[t][b], &in, e), 0, "%s", e->msg);
+            rc = sb_op_exchange_reduce_impl.process(rs, in, 0, sb_batch_rows(in), o, e);
+            sb_batch_close(in);
+        }
+        if (rc == 0 && (rc = sb_op_exchange_reduce_impl.finish(rs, o, e)) == 0)
+            rc = sb_op_out_flush(o, e);
+        *spilled += sb_op_exchange_reduce_impl.spilled(rs);
+        sb_op_out_free(o);
+    }
+    for (int t = 0; t < XMAPS; t++)
+        for (int b = 0; b < XBUCKETS; b++)
+            sb_part_free(p.blob[t][b]);
+    sb_op_exchange_map_impl.free(ms);
+    sb_op_exchange_reduce_impl.free(rs);
+    return rc;
+}
+
+/* The right side as 3 files of 2 rows. */
+static void write_right_files(void)
+{
+    write_right(right_text);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && split -l 2 -d --additional-suffix=.jsonl r.jsonl p && rm r.jsonl", tmp);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The exchanged join gives the broadcast join's rows (in another order): keys 1 = 1.0, "1"
+ * apart, missing as null meeting the right's null and missing, duplicate keys on both sides;
+ * with a small memory the left rows wait in spill files and the rows are the same. */
+Test(allops_join, exchanged_halves_give_the_broadcast_rows)
+{
+    write_right_files();
+    char **rows = left_rows();
+    sb_err e;
+    void *st = NULL;
+    char a[512];
+    snprintf(a, sizeof a,
+             "{\"right\":{\"uri\":\"file://%s/\"},\"on\":[\"k\"],\"how\":\"left\","
+             "\"missingKey\":null}",
+             tmp);
+    cr_assert_eq(sb_op_join_impl.init(a, &st, &e), 0, "%s", e.msg);
+    coll want = {0}, got = {0}, small = {0};
+    cr_assert_eq(run(st, (const char *const *)rows, XROWS, &want, &e), 0, "%s", e.msg);
+    sb_op_join_impl.free(st);
+    uint64_t spilled;
+    cr_assert_eq(run_exchanged(rows, 1 << 30, &got, &spilled, &e), 0, "%s", e.msg);
+    cr_expect_eq(spilled, 0);
+    /* 256 KiB: a reduce task's share 64 KiB, left rows past 8 KiB spilled */
+    cr_assert_eq(run_exchanged(rows, 256 << 10, &small, &spilled, &e), 0, "%s", e.msg);
+    cr_expect_gt(spilled, 0, "the left rows waited in spill files");
+    /* 2000 rows: 400 of each of 1 and 1.0 meet 2 right rows, "1" 1, missing 2, 7 none */
+    cr_assert_eq(want.n, 400 * 2 * 2 + 400 + 400 * 2 + 400);
+    cr_assert_eq(got.n, want.n);
+    cr_assert_eq(small.n, want.n);
+    qsort(want.recs, want.n, sizeof *want.recs, str_cmp);
+    qsort(got.recs, got.n, sizeof *got.recs, str_cmp);
+    qsort(small.recs, small.n, sizeof *small.recs, str_cmp);
+    for (size_t i = 0; i < want.n; i++) {
+        cr_assert_str_eq(got.recs[i], want.recs[i], "row %zu", i);
+        cr_assert_str_eq(small.recs[i], want.recs[i], "row %zu (spilled)", i);
+    }
+    coll_free(&want);
+    coll_free(&got);
+    coll_free(&small);
+    /* a bucket's right rows past the task's share (1 KiB of 4 KiB) are refused, not spilled */
+    cr_expect_neq(run_exchanged(rows, 4 << 10, &got, &spilled, &e), 0);
+    cr_expect(!e.data && strstr(e.msg, "the right rows of one bucket take more than") != NULL, "%s",
+              e.msg);
+    coll_free(&got);
+    for (size_t i = 0; i < XROWS; i++)
+        free(rows[i]);
+    free(rows);
     cleanup();
 }
