@@ -2,10 +2,11 @@
  * types (the right source, the key fields, broadcastBelow against the memory budget, a typed
  * source), and the two things the plan and the worker read from its args JSON: the right side as
  * a source spec and the broadcast threshold. Called by pipeline.c's stage and spec checks,
- * lib/storage/joinplan.c (the size check at plan) and worker/ops/exchange/join.c.
+ * lib/storage/joinplan.c (the size check at plan), controller/sched (through the plan's sizes)
+ * and worker/ops/exchange (join.c, exchange.c).
  *
- * The build runs the broadcast join only: a right side at or above broadcastBelow is refused at
- * plan (the exchanged join is not built).
+ * A right side below broadcastBelow is broadcast (the join op loads it whole); at or above it the
+ * join is exchanged by key (controller/sched/exchange.h).
  *
  * Memory: sb_spec_join_right's spec owns its strings (sb_spec_join_right_free); nothing else
  * allocates.
