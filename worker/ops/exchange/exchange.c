@@ -456,23 +456,36 @@ static int join_put(xstate *st, uint32_t b, char tag, const char *rec, size_t le
     return sb_op_out_append_binary(st->bk[b].out, st->jrec.p, st->jrec.n, err);
 }
 
-static int join_map_rows(xstate *st, const sb_batch *in, size_t first, size_t n, sb_err *err)
+/* Hands each of rows [first, first+n) of a join's input records column to fn; typed columns are
+ * refused. */
+typedef int (*join_row_fn)(xstate *st, const char *p, size_t len, size_t r, sb_err *err);
+static int join_each(xstate *st, const sb_batch *in, size_t first, size_t n, join_row_fn fn,
+                     sb_err *err)
 {
-    if (n == 0)
-        return 0;
-    int col = keyed_column(st, in, err);
+    int col = n > 0 ? keyed_column(st, in, err) : 0;
     if (col < 0)
         return -1;
-    const sb_column *c = sb_batch_column(in, (size_t)col);
     for (size_t r = first; r < first + n; r++) {
         size_t len;
-        uint64_t h;
-        const char *p = sb_column_binary(c, r, &len);
-        if (xjoin_left_key(st->jn, p, len, r, &h, err) != 0 ||
-            join_put(st, (uint32_t)(h % st->buckets), 'L', p, len, err) != 0)
+        const char *p = sb_column_binary(sb_batch_column(in, (size_t)col), r, &len);
+        if (fn(st, p, len, r, err) != 0)
             return -1;
     }
     return 0;
+}
+
+/* A left row into its key's bucket. */
+static int join_map_row(xstate *st, const char *p, size_t len, size_t r, sb_err *err)
+{
+    uint64_t h;
+    if (xjoin_left_key(st->jn, p, len, r, &h, err) != 0)
+        return -1;
+    return join_put(st, (uint32_t)(h % st->buckets), 'L', p, len, err);
+}
+
+static int join_map_rows(xstate *st, const sb_batch *in, size_t first, size_t n, sb_err *err)
+{
+    return join_each(st, in, first, n, join_map_row, err);
 }
 
 static int join_put_right(void *ud, const char *r, size_t len, uint64_t hash, sb_err *err)
@@ -508,41 +521,34 @@ static int join_spill_left(xstate *st, sb_err *err)
     return rc;
 }
 
+/* A bucket's row: a right row into the table, a left row aside. */
+static int join_reduce_row(xstate *st, const char *p, size_t len, size_t r, sb_err *err)
+{
+    if (len > 0 && p[0] == 'R') {
+        if (xjoin_add_right(st->jn, p + 1, len - 1, r, err) != 0)
+            return -1;
+        if (st->memory > 0 && xjoin_bytes(st->jn) > st->memory) {
+            char b[32];
+            return sb_err_permanent(err,
+                                    "join: the right rows of one bucket take more than %s, the "
+                                    "task's share of execution.memoryBudget (the build side is "
+                                    "not spilled): give the join a larger memoryBudget",
+                                    sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b));
+        }
+        return 0;
+    }
+    uint32_t l32 = (uint32_t)(len - 1);
+    if (len == 0 || p[0] != 'L' || len - 1 > UINT32_MAX)
+        return sb_err_permanent(err, "join: a bucket's row is not tagged L or R (the map half "
+                                     "writes them)");
+    if (xbuf_put(&st->jleft, &l32, 4) != 0 || xbuf_put(&st->jleft, p + 1, len - 1) != 0)
+        return sb_err_set(err, "out of memory");
+    return st->memory > 0 && st->jleft.n > st->memory / 8 ? join_spill_left(st, err) : 0;
+}
+
 static int join_reduce_rows(xstate *st, const sb_batch *in, size_t first, size_t n, sb_err *err)
 {
-    if (n == 0)
-        return 0;
-    int col = keyed_column(st, in, err);
-    if (col < 0)
-        return -1;
-    const sb_column *c = sb_batch_column(in, (size_t)col);
-    for (size_t r = first; r < first + n; r++) {
-        size_t len;
-        const char *p = sb_column_binary(c, r, &len);
-        if (len > 0 && p[0] == 'R') {
-            if (xjoin_add_right(st->jn, p + 1, len - 1, r, err) != 0)
-                return -1;
-            if (st->memory > 0 && xjoin_bytes(st->jn) > st->memory) {
-                char b[32];
-                return sb_err_permanent(err,
-                                        "join: the right rows of one bucket take more than %s, "
-                                        "the task's share of execution.memoryBudget (the build "
-                                        "side is not spilled): give the join more partitions "
-                                        "or a larger memoryBudget",
-                                        sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b));
-            }
-            continue;
-        }
-        uint32_t l32 = (uint32_t)(len - 1);
-        if (len == 0 || p[0] != 'L' || len - 1 > UINT32_MAX)
-            return sb_err_permanent(err, "join: a bucket's row is not tagged L or R (the map "
-                                         "half writes them)");
-        if (xbuf_put(&st->jleft, &l32, 4) != 0 || xbuf_put(&st->jleft, p + 1, len - 1) != 0)
-            return sb_err_set(err, "out of memory");
-        if (st->memory > 0 && st->jleft.n > st->memory / 8 && join_spill_left(st, err) != 0)
-            return -1;
-    }
-    return 0;
+    return join_each(st, in, first, n, join_reduce_row, err);
 }
 
 typedef struct {
