@@ -816,6 +816,7 @@ static int sched_join_check(const sb_sched *s, const sb_sched_config *cfg, sb_er
         if (join_exchanged(s, cfg, i) == 0)
             continue;
         const char *why = NULL;
+        uint64_t right = join_exchanged(s, cfg, i), maps = s->nsplits;
         if (sched_op0_last(s) != i)
             why = "its map tasks must read the source: no all-to-all stage before it, and every "
                   "stage before it on cpu in streaming mode";
@@ -828,13 +829,16 @@ static int sched_join_check(const sb_sched *s, const sb_sched_config *cfg, sb_er
             why = "execution.preserveOrder cannot hold across an exchange";
         else if (s->ops[0].resumed > 0)
             why = "it cannot resume a run whose source splits were committed";
+        else if (maps > 0 && s->budget > 0 && (right + maps - 1) / maps > s->budget / 4)
+            why = "each map task would hold its share of it (the right side over the source's "
+                  "splits) past a quarter of execution.memoryBudget: give the source more splits "
+                  "(a smaller partitionSize) or a larger memoryBudget";
         if (why != NULL)
             return sb_err_set(err,
                               "stage %s (join): the right side is %llu bytes, at or above "
                               "broadcastBelow, so it is exchanged by key, but %s; or raise "
                               "broadcastBelow (at most a quarter of execution.memoryBudget)",
-                              s->stages[i].name, (unsigned long long)join_exchanged(s, cfg, i),
-                              why);
+                              s->stages[i].name, (unsigned long long)right, why);
     }
     return 0;
 }

@@ -406,8 +406,9 @@ Test(sched_exchange, an_exchanged_join_plans_a_map_and_a_reduce_op)
     spec_fixture_free(&h);
 }
 
-/* The map tasks must be the source's, one per split, each run whole: a join after another
- * exchange, or under maxErroredPartitions, is refused with both reasons' words. */
+/* The map tasks must be the source's, one per split, each run whole, and hold their share of the
+ * right side within a quarter of the budget: a join after another exchange, under
+ * maxErroredPartitions, or with too few splits for its right side, is refused, saying why. */
 Test(sched_exchange, an_exchanged_join_refuses_what_it_cannot_run)
 {
     sb_err err;
@@ -416,6 +417,15 @@ Test(sched_exchange, an_exchanged_join_refuses_what_it_cannot_run)
                               "broadcastBelow, so it is exchanged by key, but "
                               "execution.maxErroredPartitions must be 0") != NULL,
               "%s", err.msg);
+    spec_fixture_free(&h);
+    /* 2 GiB over 4 splits: each map task would hold 512 MiB, past a quarter of 1 GiB */
+    cr_expect_null(make_join("1Gi", "", (uint64_t)2 << 30, &err));
+    cr_expect(strstr(err.msg, "each map task would hold its share of it") != NULL, "%s", err.msg);
+    spec_fixture_free(&h);
+    /* 1 GiB over 4 splits: 256 MiB each, a quarter: planned */
+    sb_sched *s = make_join("1Gi", "", (uint64_t)1 << 30, &err);
+    cr_expect_not_null(s, "%s", err.msg);
+    sb_sched_free(s);
     spec_fixture_free(&h);
     const char *y = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: x}\n"
                     "spec:\n  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
