@@ -1,7 +1,8 @@
 /* deal.c — the stream's dealer (deal.h): slices of the stream's partitions to the ranks that ask,
- * no rank more than one batch (LB-BSP: one iteration) ahead of the one with the fewest rows, the
- * LB-BSP iterations' batch sizes from the ranks' measured speeds, and the partitions released
- * once every slice of them is acknowledged. */
+ * no rank more than one batch (LB-BSP: one iteration) ahead of the one with the fewest rows, rows
+ * dealt ahead to the ranks behind within their shares of the budget, the LB-BSP iterations' batch
+ * sizes from the ranks' measured speeds, and the partitions released once every slice of them is
+ * acknowledged. */
 
 #include "controller/sched/deal.h"
 
@@ -16,9 +17,24 @@
 typedef struct {
     char *id;
     uint32_t epoch;
-    uint32_t open; /* slices not acknowledged yet */
-    int fully;     /* every row of it has been dealt */
+    uint32_t open;  /* slices not acknowledged yet */
+    int fully;      /* every row of it has been dealt */
+    uint64_t bytes; /* the partition's: a rank's share counts it in full (it is freed whole) */
+    uint32_t *per;  /* open slices per rank of the epoch */
 } held;
+
+/* A slice dealt ahead to a rank that did not ask (it gets it first when it asks). */
+typedef struct {
+    char *id, *address;
+    uint64_t bytes, rows, lo, hi;
+} ahead_slice;
+
+/* A rank's slices dealt ahead, in order: [first, n). */
+typedef struct {
+    ahead_slice *q;
+    size_t first, n, cap;
+    uint64_t rows; /* their rows (counted in dealt already) */
+} ahead_q;
 
 /* Rows of a taken partition to deal again (their rank could not read them). */
 typedef struct {
@@ -33,6 +49,8 @@ typedef struct {
     uint64_t *dealt;  /* rows per rank */
     uint8_t *ended;   /* ranks told the epoch is over */
     sb_ranklog *logs; /* per rank: its slices and what it consumed */
+    uint64_t *charge; /* per rank: bytes of the held partitions it has an open slice of */
+    ahead_q *aq;      /* per rank: slices dealt ahead of its asking */
     uint32_t nended;
     /* the partition being dealt (the stream's oldest not fully dealt) */
     char *id, *address;
@@ -96,10 +114,22 @@ void sb_deal_free(sb_deal *d)
         for (uint32_t r = 0; d->ep[e].logs != NULL && r < d->ep[e].world; r++)
             sb_ranklog_free(&d->ep[e].logs[r]);
         free(d->ep[e].logs);
+        for (uint32_t r = 0; d->ep[e].aq != NULL && r < d->ep[e].world; r++) {
+            ahead_q *q = &d->ep[e].aq[r];
+            for (size_t i = q->first; i < q->n; i++) {
+                free(q->q[i].id);
+                free(q->q[i].address);
+            }
+            free(q->q);
+        }
+        free(d->ep[e].aq);
+        free(d->ep[e].charge);
     }
     free(d->rk);
-    for (size_t i = 0; i < d->nh; i++)
+    for (size_t i = 0; i < d->nh; i++) {
         free(d->h[i].id);
+        free(d->h[i].per);
+    }
     free(d->h);
     free(d->ep);
     free(d);
@@ -134,6 +164,7 @@ static void held_settle(sb_deal *d, sb_sched *s, held *h, uint64_t now_ms)
         return;
     sb_sched_stream_release(s, h->id, now_ms);
     free(h->id);
+    free(h->per);
     *h = d->h[--d->nh];
 }
 
@@ -141,8 +172,23 @@ typedef struct {
     sb_deal *d;
     sb_sched *s;
     uint64_t now_ms;
-    uint32_t epoch;
+    uint32_t epoch, rank;
 } hold_ctx;
+
+/* One slice of h more (+1) or fewer (-1) open with the rank: its share's charge follows (a
+ * partition counts in full for every rank with a slice of it open). */
+static void open_slice(epoch_deal *e, held *h, uint32_t rank, int delta)
+{
+    if (delta > 0) {
+        h->open++;
+        if (h->per != NULL && h->per[rank]++ == 0)
+            e->charge[rank] += h->bytes;
+        return;
+    }
+    h->open--;
+    if (h->per != NULL && h->per[rank] > 0 && --h->per[rank] == 0)
+        e->charge[rank] -= h->bytes;
+}
 
 /* One slice of the partition more (+1) or fewer (-1) out with a rank (ranklog.h's hold). */
 static void hold(void *ctx, const char *id, int delta)
@@ -151,14 +197,17 @@ static void hold(void *ctx, const char *id, int delta)
     held *h = held_find(c->d, c->epoch, id);
     if (h == NULL)
         return;
-    if (delta > 0) {
-        h->open++;
-        return;
-    }
-    if (h->open == 0)
+    if (delta < 0 && h->open == 0)
         return; /* nothing to free twice */
-    h->open--;
-    held_settle(c->d, c->s, h, c->now_ms);
+    open_slice(&c->d->ep[c->epoch], h, c->rank, delta);
+    if (delta < 0)
+        held_settle(c->d, c->s, h, c->now_ms);
+}
+
+/* Rows sent to the rank (those dealt ahead and not sent yet are not). */
+static uint64_t sent_rows(const epoch_deal *e, uint32_t rank)
+{
+    return e->dealt[rank] - e->aq[rank].rows;
 }
 
 static uint64_t min_dealt(const epoch_deal *e)
@@ -187,7 +236,7 @@ static int lost_all(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
             return -1;
         e->re[e->nre++] = (redeal){.id = id, .lo = l->lo, .hi = l->hi};
         e->dealt[req->rank] -= l->hi - l->lo;
-        h->open--;
+        open_slice(e, h, req->rank, -1);
         h->fully = 0;
         sb_sched_stream_lost(s, l->id);
     }
@@ -235,7 +284,7 @@ static void deal_again(sb_deal *d, epoch_deal *e, sb_sched *s, redeal *r,
     e->dealt[rank] += n;
     held *h = held_find(d, (uint32_t)(e - d->ep), id);
     if (h != NULL)
-        h->open++;
+        open_slice(e, h, rank, +1);
     if (r->lo == r->hi) {
         free(r->id);
         *r = e->re[--e->nre];
@@ -246,7 +295,7 @@ static void deal_again(sb_deal *d, epoch_deal *e, sb_sched *s, redeal *r,
             held_settle(d, s, h, now_ms);
         }
     }
-    rep->dealt_rows = e->dealt[rank];
+    rep->dealt_rows = sent_rows(e, rank);
 }
 
 static int epoch_alloc(epoch_deal *e, const sb_deal_request *req)
@@ -254,17 +303,22 @@ static int epoch_alloc(epoch_deal *e, const sb_deal_request *req)
     e->dealt = calloc(req->world, sizeof *e->dealt);
     e->ended = calloc(req->world, 1);
     e->logs = calloc(req->world, sizeof *e->logs);
+    e->charge = calloc(req->world, sizeof *e->charge);
+    e->aq = calloc(req->world, sizeof *e->aq);
     if (req->balance == SB_DEAL_LBBSP) {
         e->capcum = (size_t)req->world * 16;
         e->cum = calloc(e->capcum, sizeof *e->cum); /* iteration 0 starts at 0 rows */
         e->it = calloc(req->world, sizeof *e->it);
         e->share = calloc(req->world, sizeof *e->share);
     }
-    if (e->dealt == NULL || e->ended == NULL || e->logs == NULL ||
+    if (e->dealt == NULL || e->ended == NULL || e->logs == NULL || e->charge == NULL ||
+        e->aq == NULL ||
         (req->balance == SB_DEAL_LBBSP && (e->cum == NULL || e->it == NULL || e->share == NULL))) {
         free(e->dealt);
         free(e->ended);
         free(e->logs);
+        free(e->charge);
+        free(e->aq);
         free(e->cum);
         free(e->it);
         free(e->share);
@@ -453,13 +507,16 @@ static int take_head(sb_deal *d, epoch_deal *e, sb_sched *s, uint32_t epoch)
         if (room(&d->h, &d->caph, d->nh, sizeof *d->h) != 0)
             return -1;
         char *id = strdup(p.id), *addr = strdup(p.address ? p.address : ""), *hid = strdup(p.id);
-        if (id == NULL || addr == NULL || hid == NULL) {
+        uint32_t *per = calloc(e->world, sizeof *per);
+        if (id == NULL || addr == NULL || hid == NULL || per == NULL) {
             free(id);
             free(addr);
             free(hid);
+            free(per);
             return -1;
         }
-        d->h[d->nh++] = (held){.id = hid, .epoch = epoch, .open = 0, .fully = p.rows == 0};
+        d->h[d->nh++] =
+            (held){.id = hid, .epoch = epoch, .fully = p.rows == 0, .bytes = p.bytes, .per = per};
         if (p.rows == 0) { /* nothing to deal: free it now */
             free(id);
             free(addr);
@@ -483,7 +540,7 @@ static void reply_end(epoch_deal *e, uint32_t rank, uint64_t floor, sb_deal_repl
 {
     rep->kind = SB_DEAL_END;
     rep->floor_rows = floor;
-    rep->dealt_rows = e->dealt[rank];
+    rep->dealt_rows = sent_rows(e, rank);
     /* LB-BSP's floor is whole iterations already */
     rep->end_rows = e->balance == SB_DEAL_LBBSP ? floor : floor / e->batch * e->batch;
     if (!e->ended[rank]) {
@@ -516,6 +573,106 @@ static int resend(epoch_deal *e, sb_sched *s, uint32_t rank, sb_deal_reply *rep)
     return 1;
 }
 
+/* ---- Per-rank shares: rows dealt ahead to the ranks that hold the others back ----
+ * A rank as far ahead as the balance lets it would wait for the slowest rank to ask. Instead
+ * the slowest ranks are dealt their next rows ahead, kept in their queues (and in the budget)
+ * until they ask: the floor moves and the asker goes on. Each rank may hold at most its share of
+ * the budget (budget / world_size) in partitions it has a slice open of, counted in full (a
+ * partition is freed whole); past that nothing more is dealt ahead to it, so a rank that stops
+ * reading stalls the others only once its own share is full. */
+
+/* The bytes each rank's open slices may hold when dealt ahead (0: no budget, no limit). */
+static uint64_t rank_share(const epoch_deal *e, const sb_sched *s)
+{
+    sb_sched_stats st;
+    sb_sched_get_stats(s, &st);
+    return st.budget / e->world;
+}
+
+/* Rank r's next rows of the head, dealt ahead up to its cap if its share has room (a rank
+ * holding nothing always gets one slice): 1 dealt, 0 not, -1 out of memory. */
+static int ahead_one(sb_deal *d, epoch_deal *e, sb_sched *s, uint32_t r, uint32_t epoch,
+                     uint64_t share)
+{
+    uint64_t floor, cap;
+    if (e->ended[r] || limits(d, e, r, &floor, &cap) != 0 || e->dealt[r] >= cap)
+        return e->ended[r] || e->dealt[r] >= cap ? 0 : -1;
+    if (!e->has_head) {
+        int got = take_head(d, e, s, epoch);
+        if (got <= 0)
+            return got;
+    }
+    held *h = held_find(d, epoch, e->id);
+    if (h == NULL ||
+        (share > 0 && e->charge[r] > 0 && h->per[r] == 0 && e->charge[r] + h->bytes > share))
+        return 0;
+    ahead_q *q = &e->aq[r];
+    if (room(&q->q, &q->cap, q->n, sizeof *q->q) != 0)
+        return -1;
+    uint64_t n = e->rows - e->next_row;
+    if (n > cap - e->dealt[r])
+        n = cap - e->dealt[r];
+    char *id = strdup(e->id), *addr = strdup(e->address);
+    if (id == NULL || addr == NULL) {
+        free(id);
+        free(addr);
+        return -1;
+    }
+    q->q[q->n++] = (ahead_slice){id, addr, e->bytes, e->rows, e->next_row, e->next_row + n};
+    q->rows += n;
+    e->next_row += n;
+    e->dealt[r] += n;
+    open_slice(e, h, r, +1);
+    if (e->next_row == e->rows) {
+        h->fully = !redeal_pending(e, e->id);
+        e->has_head = 0;
+    }
+    return 1;
+}
+
+/* The asker is at its cap: the ranks behind it are dealt ahead, each as far as its cap and
+ * share let it. -1 out of memory, else 0. */
+static int ahead_all(sb_deal *d, epoch_deal *e, sb_sched *s, uint32_t asker, uint32_t epoch)
+{
+    uint64_t share = rank_share(e, s);
+    for (uint32_t r = 0; r < e->world; r++) {
+        if (r == asker || e->dealt[r] >= e->dealt[asker])
+            continue; /* not holding the asker back */
+        int rc;
+        while ((rc = ahead_one(d, e, s, r, epoch, share)) == 1)
+            ;
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The rank's oldest slice dealt ahead, sent now: 1, or 0 none. */
+static int ahead_send(epoch_deal *e, uint32_t rank, sb_deal_reply *rep)
+{
+    ahead_q *q = &e->aq[rank];
+    if (q->first == q->n)
+        return 0;
+    static char id[256], addr[256]; /* the reply's strings (one call at a time: under the lock) */
+    ahead_slice *x = &q->q[q->first++];
+    snprintf(id, sizeof id, "%s", x->id);
+    snprintf(addr, sizeof addr, "%s", x->address);
+    rep->kind = SB_DEAL_SLICE;
+    rep->part_id = id;
+    rep->address = addr;
+    rep->bytes = x->bytes;
+    rep->rows = x->rows;
+    rep->row_lo = x->lo;
+    rep->row_hi = x->hi;
+    q->rows -= x->hi - x->lo;
+    rep->dealt_rows = sent_rows(e, rank);
+    free(x->id);
+    free(x->address);
+    if (q->first == q->n)
+        q->first = q->n = 0;
+    return 1;
+}
+
 /* Deals the rank its next slice, a wait or the end (rep->kind set): 0, 1 a slice dealt again
  * (logged already), -1 out of memory, -2 a broken invariant (rep->message says which). */
 static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req,
@@ -523,6 +680,8 @@ static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
 {
     if (resend(e, s, req->rank, rep))
         return 1;
+    if (ahead_send(e, req->rank, rep))
+        return 0;
     if (e->ended[req->rank]) {
         reply_end(e, req->rank, floor, rep);
         return 0;
@@ -545,8 +704,15 @@ static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
         }
     }
     if (e->dealt[req->rank] >= cap) {
-        rep->at_cap = 1;
-        return 0; /* a batch (an iteration) ahead of the slowest rank: wait for it */
+        if (ahead_all(d, e, s, req->rank, req->epoch) != 0 ||
+            limits(d, e, req->rank, &floor, &cap) != 0)
+            return -1;
+        if (!e->has_head && take_head(d, e, s, req->epoch) < 0)
+            return -1;
+    }
+    if (e->dealt[req->rank] >= cap || !e->has_head) {
+        rep->at_cap = e->dealt[req->rank] >= cap;
+        return 0; /* a batch (an iteration) ahead of the slowest rank, whose share is full */
     }
     uint64_t n = e->rows - e->next_row;
     if (n > cap - e->dealt[req->rank])
@@ -565,8 +731,8 @@ static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
     rep->row_hi = e->next_row + n;
     e->next_row += n;
     e->dealt[req->rank] += n;
-    rep->dealt_rows = e->dealt[req->rank];
-    h->open++;
+    rep->dealt_rows = sent_rows(e, req->rank);
+    open_slice(e, h, req->rank, +1);
     if (e->next_row == e->rows) {
         h->fully = !redeal_pending(e, e->id); /* (else once those rows are dealt again) */
         e->has_head = 0; /* the reply's strings stay valid: freed at the next head */
@@ -586,7 +752,7 @@ static int session_check(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_r
                          uint64_t now_ms, sb_deal_reply *rep)
 {
     sb_ranklog *l = &e->logs[req->rank];
-    hold_ctx hc = {d, s, now_ms, req->epoch};
+    hold_ctx hc = {d, s, now_ms, req->epoch, req->rank};
     int sess = sb_ranklog_session(l, req->session);
     if (sess < 0) {
         snprintf(rep->message, sizeof rep->message,
@@ -615,7 +781,7 @@ static int session_check(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_r
  * report that cannot be changes nothing (sb_ranklog_ack): the rows stay held. */
 static void ack(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req, uint64_t now_ms)
 {
-    hold_ctx hc = {d, s, now_ms, req->epoch};
+    hold_ctx hc = {d, s, now_ms, req->epoch, req->rank};
     sb_ranklog_ack(&e->logs[req->rank], req->consumed_base, req->consumed_bits, req->nconsumed_bits,
                    req->consumed_batches, hold, &hc);
 }
@@ -650,7 +816,7 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
         return;
     }
     rep->floor_rows = floor;
-    rep->dealt_rows = e->dealt[req->rank];
+    rep->dealt_rows = sent_rows(e, req->rank);
     int rc = req->ack_only ? (rep->kind = SB_DEAL_WAIT, 0)
                            : deal_one(d, e, s, req, floor, cap, now_ms, rep);
     if (rc == 0 && rep->kind == SB_DEAL_SLICE &&
@@ -693,7 +859,9 @@ size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max)
             .batch_rows =
                 e->balance == SB_DEAL_LBBSP && k != NULL && k->batch ? k->batch : e->batch,
             .step_seconds = k != NULL ? k->step_s : 0,
-            .rows_per_s = k != NULL && k->us_per_row > 0 ? 1e6 / k->us_per_row : 0};
+            .rows_per_s = k != NULL && k->us_per_row > 0 ? 1e6 / k->us_per_row : 0,
+            .held_bytes = e->charge[r],
+            .ahead_rows = e->aq[r].rows};
     }
     return n;
 }

@@ -11,6 +11,18 @@
  * same count everywhere. A rank that has not connected yet counts with 0 rows, so the others wait
  * for it after one batch: the split waits where it must to keep the counts equal.
  *
+ * Per-rank shares. A rank at that cap does not wait for the ranks behind it to ask: they are
+ * dealt their next rows ahead (the oldest rows not dealt, up to their own caps), kept in a queue
+ * per rank that the rank gets first when it asks, and the floor moves. Each rank's slices open
+ * (dealt ahead, or sent and not acknowledged) may hold at most its share of the memory budget,
+ * budget / world_size, counting every partition it has a slice of in full (a partition is freed
+ * whole, once every slice of it is acknowledged); nothing more is dealt ahead to a rank past its
+ * share (one holding nothing gets one slice whatever its size). So a rank that stops reading
+ * stalls the others only once its share is full: until then they go on, and its rows wait for
+ * it. A rank's own requests are not held to its share: what it has in hand is bounded by its
+ * batch (and prefetch), acknowledged as it goes. Rows dealt ahead count in the balance like any
+ * others, so the batch counts and exactly-once are as above.
+ *
  * Acknowledgements. A rank says in each request which of its rows it has consumed (ranklog.h: a
  * batch counts as consumed once the next one is requested); a partition whose every slice was
  * consumed is released (its worker frees it, the budget gets the room back). A slice the rank
@@ -101,6 +113,8 @@ typedef struct sb_deal_rank {
     uint64_t batch_rows; /* its batch in the latest iteration decided */
     double step_seconds; /* its latest reported step (0: none yet) */
     double rows_per_s;   /* its measured speed (0: none yet) */
+    uint64_t held_bytes; /* partitions it has a slice open of (its share's charge) */
+    uint64_t ahead_rows; /* rows dealt ahead to it, not sent yet */
 } sb_deal_rank;
 
 /* A dealer for the scheduler's stream (sb_sched_stream_epochs > 0); NULL when out of memory. */

@@ -5,7 +5,8 @@ records' ids in the order they came).
 usage: consume.py ADDRESS TOKEN_FILE RANK WORLD EPOCHS BATCH DROP_LAST SHUFFLE SEED FORMAT OUT
        [PAUSE_AFTER_BATCHES PAUSE_S [BALANCE STEP_S_PER_ROW [DIE_AFTER]]]
 SEED "-" is none. With PAUSE_AFTER_BATCHES (-1: none), the rank stops reading for PAUSE_S seconds
-after that many batches of epoch 0 (a slow consumer). BALANCE ("-": equal batches, or "lbbsp")
+after that many batches of epoch 0 (a slow consumer; "paused" in the output: when it stopped and
+went on; "ended_at": when it read its last epoch). BALANCE ("-": equal batches, or "lbbsp")
 is iter_batches' balance; STEP_S_PER_ROW makes each step sleep that long per row of its batch (a
 trainer whose step time grows with the batch, as LB-BSP assumes). With DIE_AFTER the rank writes
 what it got after that many batches of epoch 0 (the last one it was working on: acknowledged only
@@ -57,13 +58,16 @@ def main():
             if fmt == "numpy":
                 texts.extend(r.decode() for r in batch["record"])
             if e == 0 and k + 1 == pause_after:
+                result["paused"] = [time.time()]
                 time.sleep(pause_s)
+                result["paused"].append(time.time())
             if e == 0 and k + 1 == die_after:
                 result["epochs"].append({"sizes": sizes, "ids": ids, "texts": texts})
                 with open(out, "w") as f:
                     json.dump(result, f)
                 os.kill(os.getpid(), signal.SIGKILL)
         result["epochs"].append({"sizes": sizes, "ids": ids, "texts": texts})
+    result["ended_at"] = time.time()
     with open(out, "w") as f:
         json.dump(result, f)
 

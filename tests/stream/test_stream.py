@@ -205,6 +205,51 @@ def slow_consumer_test(src):
     check("slow consumer: the run waited for it (took past its 3 s pause)", took >= 3.0, took)
 
 
+def share_test(src):
+    """Per-rank shares of the budget: 2 ranks of 4000 records (4 of the 10 files); rank 1 stops
+    reading after its first batch for 6 s. Rank 0 is not held one batch past it: rank 1's rows
+    are dealt ahead into its share of the budget (1Mi / 2, which holds the epoch's ~260 KB), so
+    rank 0 reads its whole share of the epoch and ends while rank 1 is still paused; the
+    partitions in flight stay within budget + one partition; then rank 1 reads its rows and the
+    epoch is whole: no record twice, the same number of whole batches on both ranks (drop_last),
+    fewer than one batch per rank dropped."""
+    sub = os.path.join(WORK, "in4")
+    os.makedirs(sub, exist_ok=True)
+    for f in range(4):
+        name = f"part-{f:02d}.jsonl"
+        if not os.path.exists(os.path.join(sub, name)):
+            os.symlink(os.path.join(src, name), os.path.join(sub, name))
+    name, budget, part = "share", 1024 * 1024, 16 * 1024
+    p, info, summary = serve(spec(sub, name, budget="1Mi", part="16Ki"), epochs=1)
+    base = [sys.executable, os.path.join(HERE, "consume.py"), info["address"], info["tokenFile"]]
+    common = ["2", "1", "64", "1", "0", "-", "numpy"]
+    outs = [os.path.join(WORK, f"{name}-{r}.json") for r in range(2)]
+    procs = [subprocess.Popen(base + ["0"] + common + [outs[0]]),
+             subprocess.Popen(base + ["1"] + common + [outs[1], "1", "6.0"])]
+    codes = [q.wait(timeout=120) for q in procs]
+    finish(p, name)
+    ok = codes == [0, 0]
+    check("shares: both ranks read the epoch", ok, codes)
+    if not ok:
+        return
+    r0, r1 = (json.load(open(o)) for o in outs)
+    check("shares: rank 0 read its whole share and ended while rank 1 was still paused",
+          r0["ended_at"] < r1["paused"][1],
+          f"rank 0 ended {r0['ended_at'] - r1['paused'][0]:.2f} s after rank 1 paused (6 s)")
+    s = json.load(open(summary))
+    peak = s.get("peakPartitionBytes")
+    check("shares: partitions in flight peaked within budget + one partition",
+          peak is not None and peak <= budget + part, f"peak {peak}, budget {budget}")
+    e0, e1 = r0["epochs"][0], r1["epochs"][0]
+    ids = e0["ids"] + e1["ids"]
+    check("shares: after rank 1 resumed the epoch is whole: no record twice, the same whole "
+          "batches on both ranks, fewer than a batch per rank dropped",
+          len(set(ids)) == len(ids) and set(ids) <= set(range(4000)) and 4000 - len(ids) < 2 * 64
+          and len(e0["sizes"]) == len(e1["sizes"]) and set(e0["sizes"] + e1["sizes"]) == {64},
+          f"{len(ids)} rows, {len(set(ids))} distinct, batches {len(e0['sizes'])} and "
+          f"{len(e1['sizes'])}")
+
+
 def prefetch_run(src, name, prefetch):
     """One rank in this process reading an epoch in batches of 500 with a 0.15 s step: per step
     the rows dealt to it and the partitions fetched during it (a partition dealt in several
@@ -559,6 +604,7 @@ def main():
              ("order", lambda: order_test(src)),
              ("formats", lambda: formats_test(src, lines)),
              ("slow", lambda: slow_consumer_test(src)),
+             ("share", lambda: share_test(src)),
              ("kill", lambda: worker_kill_test(src)),
              ("cache", lambda: cache_test(src)),
              ("capi", lambda: c_api_test(src)),

@@ -19,12 +19,18 @@
 #define EPOCHS 2
 #define BATCH 40
 
-static const char *yaml(void)
+/* The spec, with a memory budget of budget_mib MiB (every partition is 1 MiB). */
+static const char *yaml(uint64_t budget_mib)
 {
-    return "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: t}\n"
-           "spec:\n  source: {uri: 'file:///in', format: jsonl, partitionSize: 1Mi}\n"
-           "  stages:\n  - {name: a, op: identity}\n"
-           "  sink: {uri: 'stream://', format: jsonl}\n  execution: {memoryBudget: 4Mi}\n";
+    static char y[512];
+    snprintf(y, sizeof y,
+             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: t}\n"
+             "spec:\n  source: {uri: 'file:///in', format: jsonl, partitionSize: 1Mi}\n"
+             "  stages:\n  - {name: a, op: identity}\n"
+             "  sink: {uri: 'stream://', format: jsonl}\n"
+             "  execution: {memoryBudget: %" PRIu64 "Mi}\n",
+             budget_mib);
+    return y;
 }
 
 typedef struct {
@@ -40,6 +46,7 @@ typedef struct {
     size_t nstarted;
     const char *worker; /* the live worker's id */
     int cache;          /* stream_cache: every epoch deals epoch 0's partitions */
+    uint64_t budget;    /* bytes */
 } sim;
 
 static uint64_t rows_of(uint64_t index)
@@ -47,11 +54,12 @@ static uint64_t rows_of(uint64_t index)
     return 60 + index * 7 % 90; /* uneven: slices cut partitions between ranks */
 }
 
-static void sim_init_cache(sim *m, int shuffle, uint64_t seed, int cache)
+static void sim_init_budget(sim *m, int shuffle, uint64_t seed, int cache, uint64_t budget_mib)
 {
     memset(m, 0, sizeof *m);
     m->cache = cache;
-    spec_fixture_load(&m->h, yaml());
+    m->budget = budget_mib * MiB;
+    spec_fixture_load(&m->h, yaml(budget_mib));
     for (size_t i = 0; i < NSPLITS; i++) {
         snprintf(m->splits[i], sizeof m->splits[i], "split-%zu", i);
         m->sp[i] = (sb_storage_split){.split = m->splits[i], .bytes = MiB};
@@ -71,6 +79,11 @@ static void sim_init_cache(sim *m, int shuffle, uint64_t seed, int cache)
     m->worker = "c1";
     m->d = sb_deal_new(m->s);
     cr_assert_not_null(m->d);
+}
+
+static void sim_init_cache(sim *m, int shuffle, uint64_t seed, int cache)
+{
+    sim_init_budget(m, shuffle, seed, cache, 4);
 }
 
 static void sim_init(sim *m, int shuffle, uint64_t seed)
@@ -110,7 +123,7 @@ static void work(sim *m)
     free(rel);
     sb_sched_stats st;
     sb_sched_get_stats(m->s, &st);
-    cr_assert_leq(st.partition_bytes, 4 * MiB + MiB, "the budget holds: %" PRIu64,
+    cr_assert_leq(st.partition_bytes, m->budget + MiB, "the budget holds: %" PRIu64,
                   st.partition_bytes);
 }
 
@@ -235,6 +248,28 @@ static sb_deal_kind ask(sim *m, rank *rk, uint32_t r, uint32_t world, uint32_t e
     return ask_lost(m, rk, r, world, epoch, NULL);
 }
 
+/* Epoch e is over for its n ranks: each was told so, their rows are within one batch of each
+ * other, and every row of the epoch reached one of them (ask() asserts: never two). */
+static void epoch_whole(const sim *m, const rank *rk, uint32_t n, uint32_t e)
+{
+    uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        cr_assert(rk[r].ended, "epoch %u ended for rank %u", e, r);
+        lo = rk[r].dealt < lo ? rk[r].dealt : lo;
+        hi = rk[r].dealt > hi ? rk[r].dealt : hi;
+        sum += rk[r].dealt;
+    }
+    cr_assert_leq(hi - lo, BATCH, "ranks within one batch: %" PRIu64 "..%" PRIu64, lo, hi);
+    uint64_t want = 0;
+    uint64_t first = m->cache ? 0 : e * NSPLITS; /* cached: epoch 0's partitions again */
+    for (uint64_t t = first; t < first + NSPLITS; t++) {
+        want += rows_of(t);
+        for (uint64_t x = 0; x < rows_of(t); x++)
+            cr_assert_neq(m->dealt[e][t][x], 0, "row %" PRIu64 " of task %" PRIu64 " lost", x, t);
+    }
+    cr_assert_eq(sum, want);
+}
+
 /* Three ranks read both epochs; rank 2 asks only every third step (a slow rank). */
 static void run_epochs(sim *m)
 {
@@ -247,23 +282,7 @@ static void run_epochs(sim *m)
                 if (!rk[r].ended && (r < 2 || step % 3 == 0))
                     ask(m, &rk[r], r, 3, e);
         }
-        cr_assert(rk[0].ended && rk[1].ended && rk[2].ended, "epoch %u ended for every rank", e);
-        uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
-        for (int r = 0; r < 3; r++) {
-            lo = rk[r].dealt < lo ? rk[r].dealt : lo;
-            hi = rk[r].dealt > hi ? rk[r].dealt : hi;
-            sum += rk[r].dealt;
-        }
-        cr_assert_leq(hi - lo, BATCH, "ranks within one batch: %" PRIu64 "..%" PRIu64, lo, hi);
-        uint64_t want = 0;
-        uint64_t first = m->cache ? 0 : e * NSPLITS; /* cached: epoch 0's partitions again */
-        for (uint64_t t = first; t < first + NSPLITS; t++) {
-            want += rows_of(t);
-            for (uint64_t x = 0; x < rows_of(t); x++)
-                cr_assert_neq(m->dealt[e][t][x], 0, "row %" PRIu64 " of task %" PRIu64 " lost", x,
-                              t);
-        }
-        cr_assert_eq(sum, want);
+        epoch_whole(m, rk, 3, e);
     }
 }
 
@@ -668,5 +687,79 @@ Test(stream_deal, lost_slices_of_the_head_keep_it_held_until_all_dealt)
     for (int k = 0; k < 3; k++)
         work(&m);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED, "every partition released");
+    sim_free(&m);
+}
+
+/* Rank 1 of 2 asks once, then stops; rank 0 asks on (steps times), the worker working between.
+ * Checks at every step that rank 1's partitions (those it has a slice of open, its rows dealt
+ * ahead included) stay within its share of the budget (half). */
+static void rank1_stops(sim *m, rank *rk, int steps)
+{
+    work(m);
+    cr_assert_eq(ask(m, &rk[1], 1, 2, 0), SB_DEAL_SLICE);
+    for (int step = 0; step < steps && !rk[0].ended; step++) {
+        m->now++;
+        work(m);
+        ask(m, &rk[0], 0, 2, 0);
+        sb_deal_rank fig[2];
+        cr_assert_eq(sb_deal_ranks(m->d, fig, 2), 2);
+        cr_assert_leq(fig[1].held_bytes, m->budget / 2, "rank 1 holds %" PRIu64 " past its share",
+                      fig[1].held_bytes);
+    }
+}
+
+/* Then rank 1 reads again: both ranks to the end of the epoch, which is whole (epoch_whole). */
+static void both_to_the_end(sim *m, rank *rk)
+{
+    for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended); step++) {
+        m->now++;
+        work(m);
+        for (uint32_t r = 0; r < 2; r++)
+            if (!rk[r].ended)
+                ask(m, &rk[r], r, 2, 0);
+    }
+    epoch_whole(m, rk, 2, 0);
+    cr_assert_eq(rk[0].last.end_rows, rk[1].last.end_rows, "drop_last: the same whole batches");
+}
+
+/* Per-rank shares (deal.h): rank 1 stops after its first slice. Rank 0 is not held one batch
+ * past it: rank 1's next rows are dealt ahead, so rank 0 goes on, until rank 1's partitions fill
+ * its share (4 MiB of the 8 MiB budget: 4 partitions); then rank 0 waits (at its cap), the
+ * budget holding (work() asserts). Rank 1 then reads again: its rows dealt ahead come first, and
+ * the epoch is whole, once each, the ranks within one batch. */
+Test(stream_deal, a_rank_that_stops_stalls_only_its_share)
+{
+    sim m;
+    sim_init_budget(&m, 0, 0, 0, 8);
+    rank rk[2] = {0};
+    rank1_stops(&m, rk, 200);
+    cr_assert_not(rk[0].ended);
+    cr_assert_gt(rk[0].dealt, rk[1].dealt + 2 * BATCH,
+                 "rank 0 went on past rank 1: %" PRIu64 " rows, rank 1 %" PRIu64, rk[0].dealt,
+                 rk[1].dealt);
+    cr_assert_eq(rk[0].last.kind, SB_DEAL_WAIT);
+    cr_assert(rk[0].last.at_cap, "then it waits for rank 1, whose share is full");
+    sb_deal_rank fig[2];
+    sb_deal_ranks(m.d, fig, 2);
+    cr_assert_gt(fig[1].held_bytes, MiB, "rank 1's share was used: %" PRIu64, fig[1].held_bytes);
+    cr_assert_gt(fig[1].ahead_rows, 0);
+    uint64_t before = rk[1].dealt;
+    both_to_the_end(&m, rk);
+    cr_assert_gt(rk[1].dealt, before + fig[1].ahead_rows - 1, "its rows dealt ahead reached it");
+    sim_free(&m);
+}
+
+/* With a budget whose half holds the whole epoch (12 partitions of 1 MiB, share 32 MiB), rank
+ * 0 reads to the end of the epoch while rank 1 does not ask at all after its first slice; rank
+ * 1 then gets the rest of its rows and the same number of whole batches. */
+Test(stream_deal, the_other_rank_reads_its_epoch_while_the_share_has_room)
+{
+    sim m;
+    sim_init_budget(&m, 0, 0, 0, 64);
+    rank rk[2] = {0};
+    rank1_stops(&m, rk, 100000);
+    cr_assert(rk[0].ended, "rank 0 read the epoch without rank 1 asking");
+    cr_assert_geq(rk[0].last.end_rows + 2 * BATCH, rk[0].dealt);
+    both_to_the_end(&m, rk);
     sim_free(&m);
 }
