@@ -29,6 +29,7 @@
 #include "doc/doc.h"
 #include "metrics/serve.h"
 #include "rpc/tlsdir.h"
+#include "spec/allops.h"
 #include "spec/pipeline.h"
 #include "spec/quantity.h"
 #include "spec/validate.h"
@@ -968,8 +969,40 @@ static int run_make_dir(run_ctx *c)
 
 /* ---- --serve: a stream:// sink served to consumers (docs/training.md) ---------------------- */
 
-/* --serve goes with a stream:// sink, and the sink with it; a stream keeps no checkpoint.
- * Returns 0, or the exit code (2). */
+/* What a stream's epochs cannot run, which validate cannot see (--epochs and --seed are run's):
+ * an all-to-all stage's exchange is planned once over every epoch's source tasks, so with the
+ * source read again per epoch its reduce would wait for source tasks of an epoch not let in yet
+ * (the run would hang); with cacheEpochs the pipeline runs once. And limit takes the source's
+ * first rows in order, which --seed's shuffled order of the splits is not. NULL, or why. */
+static const char *stream_plan_check(const sb_pipeline_spec *sp, const sb_run_opts *o, char *buf,
+                                     size_t len)
+{
+    for (size_t i = 0; i < sp->nstages; i++) {
+        const sb_stage_spec *st = &sp->stages[i];
+        if (!sb_spec_allop(st->op))
+            continue;
+        if (o->epochs > 1 && !sb_sink_stream_cache(&sp->sink)) {
+            snprintf(buf, len,
+                     "--epochs %d: stage %s (%s) exchanges rows, and an exchange is planned once "
+                     "for the whole run, not per epoch; set sink.args.cacheEpochs: true (the "
+                     "pipeline runs once and every epoch deals its output) or run one epoch",
+                     o->epochs, st->name, st->op);
+            return buf;
+        }
+        if (o->seed_set && strcmp(st->op, "limit") == 0) {
+            snprintf(buf, len,
+                     "--seed shuffles the order the source's splits are read in, but stage %s "
+                     "(limit) takes the source's first rows in order; drop --seed (iter_batches' "
+                     "local_shuffle_buffer and seed shuffle the rows each rank gets)",
+                     st->name);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+/* --serve goes with a stream:// sink, and the sink with it; a stream keeps no checkpoint; the
+ * stream's epochs run its plan (stream_plan_check). Returns 0, or the exit code (2). */
 static int serve_check(run_ctx *c)
 {
     const sb_run_opts *o = c->o;
@@ -984,6 +1017,9 @@ static int serve_check(run_ctx *c)
         bad = "--resume: a stream:// sink keeps no checkpoint to resume from";
     else if (o->serve == NULL && (o->epochs > 0 || o->seed_set))
         bad = "--epochs and --seed go with --serve";
+    static char why[512];
+    if (bad == NULL && stream)
+        bad = stream_plan_check(&c->r.p.spec, o, why, sizeof why);
     if (bad == NULL)
         return 0;
     fprintf(stderr, "streambatch run: %s\n", bad);

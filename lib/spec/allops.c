@@ -181,8 +181,9 @@ void sb_spec_allop_args_check(const char *op, const sb_node *args, const sb_node
 }
 
 /* limit takes the source's first rows: its map half must run in the source's tasks, so no
- * exchange before it (their output has no source order), and not into a stream sink (whose
- * epochs read the source again). */
+ * exchange before it (their output has no source order). Into a stream:// sink it runs: what
+ * a stream's epochs cannot run (several epochs reading the source again, --seed's shuffled read
+ * order) is `run --serve`'s to refuse, since --epochs and --seed are its options. */
 static void limit_check(const sb_pipeline_spec *sp, size_t i, const char *path, const sb_node *on,
                         const sb_node *node, sb_diags *d)
 {
@@ -195,10 +196,6 @@ static void limit_check(const sb_pipeline_spec *sp, size_t i, const char *path, 
                          k, sp->stages[k].op);
             break;
         }
-    if (sp->sink.uri != NULL && strcmp(sp->sink.uri, "stream://") == 0)
-        sb_diags_add(d, path, line, col,
-                     "limit cannot feed a stream:// sink (its epochs read the source again): "
-                     "write it to files");
 }
 
 /* 1 when stage j runs in the same task as stage i (streaming mode fuses stages of one pool). */

@@ -39,7 +39,7 @@ def make_source():
     return src, lines
 
 
-def spec(src, name, budget="1Mi", part="16Ki", sink_args=""):
+def spec(src, name, budget="1Mi", part="16Ki", sink_args="", op="identity"):
     path = os.path.join(WORK, f"{name}.yaml")
     with open(path, "w") as f:
         f.write(f"""apiVersion: streambatch.dev/v1alpha1
@@ -53,7 +53,7 @@ spec:
     partitionSize: {part}
   stages:
     - name: keep
-      op: identity
+      op: {op}
   sink:
     uri: stream://
     format: jsonl
@@ -560,6 +560,35 @@ def cache_kill_test(src):
           s.get("partitionsRecovered", 0) >= 1, json.dumps(s)[:300])
 
 
+def limit_test(src):
+    """limit into a stream:// sink with sink.args.cacheEpochs: validate accepts it (it used to
+    refuse it, saying the epochs read the source again, which with cacheEpochs they do not), and
+    it runs: 2 epochs of 2 ranks, each epoch exactly the source's first 1500 records once across
+    the ranks. What cannot run is refused by `run --serve` with its reason: several epochs
+    reading the source again (an exchange is planned once for the whole run), and --seed (it
+    shuffles the source's read order, limit takes the first rows)."""
+    lim = "limit\n      args: {rows: 1500}"
+    cached = spec(src, "limit", sink_args="    args: {cacheEpochs: true}\n", op=lim)
+    r = subprocess.run([BIN, "validate", cached], capture_output=True, text=True, timeout=60)
+    check("limit into a stream:// sink with cacheEpochs: validate accepts it", r.returncode == 0,
+          f"rc {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
+    p, info, _ = serve(cached, epochs=2)
+    codes, res = ranks(info, 2, 2, 100, drop_last=False, tag="limit")
+    finish(p, "limit")
+    ok = all(c == 0 for c in codes)
+    for e in range(2):
+        ids = [i for x in res for i in x["epochs"][e]["ids"]] if ok else []
+        check(f"limit + cacheEpochs epoch {e}: the first 1500 records, each once across the ranks",
+              ok and sorted(ids) == list(range(1500)), f"codes {codes}, {len(ids)} rows")
+    plain = spec(src, "limitplain", op=lim)
+    for path, args, want in ((plain, ["--epochs", "2"], "an exchange is planned once"),
+                             (cached, ["--seed", "3"], "takes the source's first rows")):
+        r = subprocess.run([BIN, "run", path, "--serve", "127.0.0.1:0"] + args,
+                           capture_output=True, text=True, timeout=60)
+        check(f"run --serve {os.path.basename(path)} {' '.join(args)}: exit 2, says why",
+              r.returncode == 2 and want in r.stderr, f"rc {r.returncode}: {r.stderr[-300:]}")
+
+
 def c_api_test(src):
     """The C API without Python: api/examples/consumer/count.c reads a whole epoch."""
     exe = os.path.join(os.path.dirname(os.environ["STREAMBATCH_CONSUMER_LIB"]), "stream-count")
@@ -608,6 +637,7 @@ def main():
              ("kill", lambda: worker_kill_test(src)),
              ("cache", lambda: cache_test(src)),
              ("capi", lambda: c_api_test(src)),
+             ("limit", lambda: limit_test(src)),
              ("prefetch", lambda: prefetch_test(src)),
              ("lbbsp", lambda: lbbsp_test(src)),
              ("restart", lambda: restart_test(src)),
