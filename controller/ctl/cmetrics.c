@@ -32,6 +32,7 @@ enum {
     C_PQ_BYTES,
     C_RANK_BATCH,
     C_RANK_STEP,
+    C_RANK_HELD,
     C_STREAM_WAITING,
     NC,
     /* then the worker families, summed per pool (lib/metrics/families.h) */
@@ -124,6 +125,10 @@ static const struct {
                       L_RANK},
     [C_RANK_STEP] = {SB_METRIC_GAUGE, "streambatch_stream_rank_step_seconds",
                      "A stream's trainer rank: its latest reported training step time.", L_RANK},
+    [C_RANK_HELD] = {SB_METRIC_GAUGE, "streambatch_stream_rank_held_bytes",
+                     "A stream's trainer rank: bytes of the partitions it has a slice open of "
+                     "(dealt ahead or not acknowledged), held to its share of the budget.",
+                     L_RANK},
     [C_STREAM_WAITING] = {SB_METRIC_GAUGE, "streambatch_stream_partitions_waiting",
                           "A stream's partitions made and not yet dealt to a rank, by the worker "
                           "holding them (the backlog a slow trainer leaves).",
@@ -236,6 +241,7 @@ void sb_cmetrics_add(sb_cmetrics *m, const char *namespace_, const char *pipelin
         const char *const r[] = {ns, pl, rank};
         sb_metric_set(m->f[C_RANK_BATCH], r, (double)s->ranks[i].batch_rows);
         sb_metric_set(m->f[C_RANK_STEP], r, s->ranks[i].step_seconds);
+        sb_metric_set(m->f[C_RANK_HELD], r, (double)s->ranks[i].held_bytes);
     }
     for (size_t i = 0; i < s->nholders; i++) {
         const char *const w[] = {ns, pl, s->holders[i].worker_id};

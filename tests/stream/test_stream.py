@@ -219,17 +219,32 @@ def share_test(src):
         name = f"part-{f:02d}.jsonl"
         if not os.path.exists(os.path.join(sub, name)):
             os.symlink(os.path.join(src, name), os.path.join(sub, name))
+    import re
+    import urllib.request
     name, budget, part = "share", 1024 * 1024, 16 * 1024
-    p, info, summary = serve(spec(sub, name, budget="1Mi", part="16Ki"), epochs=1)
+    port = free_port()
+    p, info, summary = serve(spec(sub, name, budget="1Mi", part="16Ki"), epochs=1,
+                             extra=["--metrics-addr", f"127.0.0.1:{port}"])
     base = [sys.executable, os.path.join(HERE, "consume.py"), info["address"], info["tokenFile"]]
     common = ["2", "1", "64", "1", "0", "-", "numpy"]
     outs = [os.path.join(WORK, f"{name}-{r}.json") for r in range(2)]
     procs = [subprocess.Popen(base + ["0"] + common + [outs[0]]),
              subprocess.Popen(base + ["1"] + common + [outs[1], "1", "6.0"])]
-    codes = [q.wait(timeout=120) for q in procs]
+    codes = [procs[0].wait(timeout=120)]
+    held = None
+    try:  # rank 0 is done; rank 1 (paused) still holds its rows
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            m = re.search(r'streambatch_stream_rank_held_bytes\{[^}]*rank="1"[^}]*\} (\S+)',
+                          r.read().decode())
+            held = float(m.group(1)) if m else None
+    except OSError as e:
+        held = str(e)
+    codes.append(procs[1].wait(timeout=120))
     finish(p, name)
     ok = codes == [0, 0]
     check("shares: both ranks read the epoch", ok, codes)
+    check("shares: the metrics show rank 1 holding its rows dealt ahead, within its share",
+          isinstance(held, float) and 0 < held <= budget / 2, held)
     if not ok:
         return
     r0, r1 = (json.load(open(o)) for o in outs)
