@@ -13,8 +13,8 @@
 # first batch (from the start of the server or pool), steady-state samples/s (the images after
 # the first batch over the seconds from the first batch to the last), the whole run's samples/s,
 # and the trainer's median wait inside next() per batch after the first (the time it is blocked
-# on data); peak RSS: the whole process tree (trainer + pool, or trainer + server + its
-# workers), sampled every 20 ms. Prints one markdown section. Environment: IMAGES (5120: 20
+# on data); peak memory, summed RSS and summed PSS: the whole process tree (trainer + pool, or
+# trainer + server + its workers), sampled every 20 ms. Prints one markdown section. Environment: IMAGES (5120: 20
 # batches), REPS (3), SLOW_MS (1500), BUDGET (64Mi), SB_BIN_DIR, SB_BUILD_DIR, PREFETCH (1; 0:
 # iter_batches(prefetch=False), the consumer fetching inside next()). The images
 # (tests/bench/inference_data.py) are cached in $SB_BUILD_DIR/bench/images-N, as
@@ -53,15 +53,19 @@ spec:
 YAML
 cat >"$work/ingest.py" <<'PY'
 # One run: KIND (pool | sb) STEP_MS ->
-#   "samples/s peak_rss_mib beside_mib batches rows first_batch_s steady_samples/s wait_ms"
+#   "samples/s peak_rss_mib beside_mib batches rows first_batch_s steady_samples/s wait_ms
+#    peak_pss_mib beside_pss_mib"
 import glob, json, os, subprocess, sys, threading, time
 import numpy as np
 kind, step_ms, imgs, spec, sbbin = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 B = 256
 
 def tree_rss():
-    """VmRSS of this process and all its descendants, and of the descendants alone, bytes."""
-    total, me, todo = 0, 0, [os.getpid()]
+    """Of this process and all its descendants, and of the descendants alone, bytes: the sum of
+    VmRSS, and the sum of Pss (smaps_rollup: a page shared by k processes counts 1/k in each).
+    Summed RSS counts every shared page (the binaries' and shared libraries' code, mapped by the
+    server and each worker) once per process: PSS counts the tree's memory once."""
+    total, me, ptotal, pme, todo = 0, 0, 0, 0, [os.getpid()]
     while todo:
         pid = todo.pop()
         try:
@@ -69,13 +73,17 @@ def tree_rss():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
                     me = me or total
+            for line in open(f"/proc/{pid}/smaps_rollup"):
+                if line.startswith("Pss:"):
+                    ptotal += int(line.split()[1]) * 1024
+                    pme = pme or ptotal
             for t in os.listdir(f"/proc/{pid}/task"):
                 todo += [int(x) for x in open(f"/proc/{pid}/task/{t}/children").read().split()]
         except OSError:
             pass
-    return total, total - me
+    return total, total - me, ptotal, ptotal - pme
 
-peak, done = [0, 0], threading.Event()
+peak, done = [0, 0, 0, 0], threading.Event()
 def sample():
     while not done.is_set():
         peak[:] = [max(a, b) for a, b in zip(peak, tree_rss())]
@@ -144,20 +152,22 @@ first = marks[0][1] - t0
 steady = (rows - min(B, rows)) / (marks[-1][1] - marks[0][1]) if len(marks) > 1 else 0
 waits = sorted(b - a for a, b in marks[1:]) or [0]
 print(f"{rows / wall:.1f} {peak[0] / 2**20:.1f} {peak[1] / 2**20:.1f} {batches} {rows} "
-      f"{first:.2f} {steady:.1f} {waits[len(waits) // 2] * 1e3:.1f}")
+      f"{first:.2f} {steady:.1f} {waits[len(waits) // 2] * 1e3:.1f} {peak[2] / 2**20:.1f} "
+      f"{peak[3] / 2**20:.1f}")
 PY
 export PYTHONPATH=$PWD/sdk/python STREAMBATCH_CONSUMER_LIB=$build/lib/libstreambatch_consumer.so
-declare -A sps rss kids ttfb ssps wait
+declare -A sps rss kids ttfb ssps wait pss pkids
 before=$(pressure)
 for ((r = 0; r < reps; r++)); do
   for ms in 0 "$slow"; do
     for k in sb pool; do
       out=$("$py" "$work/ingest.py" "$k" "$ms" "$imgs" "$work/p.yaml" "$bin/streambatch") ||
         { echo "bench-ingest: $k at step $ms ms failed" >&2; exit 1; }
-      read -r s m c _ rows f st w <<<"$out"
+      read -r s m c _ rows f st w pm pc <<<"$out"
       ((rows == n)) || { echo "bench-ingest: $k fed $rows samples, want $n" >&2; exit 1; }
       sps[$k-$ms]+="$s " rss[$k-$ms]+="$m " kids[$k-$ms]+="$c "
       ttfb[$k-$ms]+="$f " ssps[$k-$ms]+="$st " wait[$k-$ms]+="$w "
+      pss[$k-$ms]+="$pm " pkids[$k-$ms]+="$pc "
     done
   done
 done
@@ -167,9 +177,9 @@ echo "$n JPEGs (200-320 px; $(((n + 255) / 256)) batches each side) -> 64x64 -> 
 echo "0 ms (preprocessing the bottleneck) or $slow ms per batch (the step the bottleneck). streambatch:"
 echo "\`run --serve --cpus 2\`, memoryBudget $budget, read with \`iter_batches(batch_format=\"numpy\")\`;"
 echo "against a multiprocessing.Pool of 2 Pillow processes batching in the trainer (the DataLoader"
-echo "stand-in: torch is not installed). $reps runs each alternating, median (range); peak RSS of the"
-echo "whole process tree, and of what runs beside the trainer (the server and its 2 workers; the"
-echo "pool's 2 processes). Steady state: samples after the first batch over the seconds from the"
+echo "stand-in: torch is not installed). $reps runs each alternating, median (range); peak memory of"
+echo "the whole process tree, and of what runs beside the trainer (the server and its 2 workers; the"
+echo "pool's 2 processes), as summed RSS and as summed PSS. Steady state: samples after the first batch over the seconds from the"
 echo "first batch to the last; wait: the trainer's median time blocked in next() per batch after the"
 echo "first. streambatch's consumer prefetch: $([[ ${PREFETCH:-1} == 0 ]] && echo off || echo on)."
 echo "Before: $before; after: $(pressure). The machine is shared: other jobs ran."
@@ -189,11 +199,17 @@ done
 echo
 echo "Whole runs, from the start to the last batch:"
 echo
-echo "| step | streambatch samples/s | pool samples/s | ratio | streambatch peak RSS MiB: tree, beside the trainer | pool: tree, beside the trainer |"
+echo "| step | streambatch samples/s | pool samples/s | ratio | streambatch peak MiB: RSS tree, beside the trainer; PSS tree, beside | pool: the same |"
 echo "|---|---|---|---|---|---|"
 for ms in 0 "$slow"; do
   # shellcheck disable=SC2086
-  printf '| %s ms | %s | %s | %s | %s, %s | %s, %s |\n' "$ms" "$(mr ${sps[sb-$ms]})" "$(mr ${sps[pool-$ms]})" \
-    "$(ratio "${sps[sb-$ms]}" "${sps[pool-$ms]}")" "$(median ${rss[sb-$ms]})" "$(median ${kids[sb-$ms]})" \
-    "$(median ${rss[pool-$ms]})" "$(median ${kids[pool-$ms]})"
+  printf '| %s ms | %s | %s | %s | %s, %s; %s, %s | %s, %s; %s, %s |\n' "$ms" "$(mr ${sps[sb-$ms]})" \
+    "$(mr ${sps[pool-$ms]})" "$(ratio "${sps[sb-$ms]}" "${sps[pool-$ms]}")" \
+    "$(median ${rss[sb-$ms]})" "$(median ${kids[sb-$ms]})" "$(median ${pss[sb-$ms]})" \
+    "$(median ${pkids[sb-$ms]})" "$(median ${rss[pool-$ms]})" "$(median ${kids[pool-$ms]})" \
+    "$(median ${pss[pool-$ms]})" "$(median ${pkids[pool-$ms]})"
 done
+echo
+echo "RSS sums count each page shared between processes (the binaries' and shared libraries' code,"
+echo "mapped by the server and each worker) once per process; PSS counts the tree's memory once"
+echo "(a page shared by k processes is 1/k in each)."

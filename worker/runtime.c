@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "doc/doc.h"
 #include "partition/partition.h"
@@ -167,10 +170,23 @@ static void set_told_to_exit(worker *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Released partitions leave holes between the ones still held (a stream's consumers free them
+ * in their order, not the order they were made), and malloc keeps free heap (up to 64 MiB per
+ * arena, sb_rpc_tune_malloc): the worker's memory grew with the tasks run, not with what it
+ * holds (bench-ingest's 5,120 images: 18 MiB more anonymous memory over 2 workers than 2,000
+ * images, at the same 64 MiB of partitions). A trim hands the free pages back; at most every
+ * RELEASE_TRIM_MS, since releases come with every poll. */
+#define RELEASE_TRIM_MS 100
+
 static void apply_releases(worker *w, char **ids, size_t n)
 {
+    static _Atomic uint64_t last_trim_ms;
     for (size_t i = 0; i < n; i++)
         sb_store_release(w->store, ids[i], NULL); /* unknown ids are fine */
+    uint64_t now = sb_clock_mono_ms(), last = atomic_load(&last_trim_ms);
+    if (n > 0 && now - last >= RELEASE_TRIM_MS &&
+        atomic_compare_exchange_strong(&last_trim_ms, &last, now))
+        malloc_trim(0);
 }
 
 /* An attempt starts on a slot (its flag is set at once when the worker is stopping already). */
