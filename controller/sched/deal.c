@@ -618,7 +618,11 @@ static int ahead_one(sb_deal *d, epoch_deal *e, sb_sched *s, uint32_t r, uint32_
         free(addr);
         return -1;
     }
-    q->q[q->n++] = (ahead_slice){id, addr, e->bytes, e->rows, e->next_row, e->next_row + n};
+    ahead_slice *x = &q->q[q->n++];
+    *x =
+        (ahead_slice){.bytes = e->bytes, .rows = e->rows, .lo = e->next_row, .hi = e->next_row + n};
+    x->id = id;
+    x->address = addr;
     q->rows += n;
     e->next_row += n;
     e->dealt[r] += n;
