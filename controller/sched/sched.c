@@ -3768,6 +3768,16 @@ static int stream_setup(sb_sched *s, const sb_sched_config *cfg, const sb_storag
     uint32_t epochs = cfg->stream_epochs ? cfg->stream_epochs : 1;
     if (nsplits > 0 && epochs > SIZE_MAX / 2 / sizeof **expanded / nsplits)
         return sb_err_set(err, "scheduler: %u epochs of %zu splits are too many", epochs, nsplits);
+    /* an exchange is planned once over every split it is given: with each epoch reading the
+     * source again, its reduce would wait for map tasks of epochs not let in yet (a hang) */
+    for (size_t k = 0; epochs > 1 && cfg->stream_cache == 0 && k < s->nops; k++)
+        if (s->ops[k].xmap)
+            return sb_err_set(err,
+                              "scheduler: stage %s exchanges rows, and an exchange is planned "
+                              "once for the whole run, not per epoch: %u epochs need "
+                              "sink.args.cacheEpochs: true (the pipeline runs once)",
+                              s->stage_ptrs[s->ops[k].first_stage + s->ops[k].nstages - 1]->name,
+                              epochs);
     s->stream = 1;
     s->stream_epochs = epochs;
     s->stream_cache = cfg->stream_cache != 0;

@@ -763,3 +763,42 @@ Test(stream_deal, the_other_rank_reads_its_epoch_while_the_share_has_room)
     both_to_the_end(&m, rk);
     sim_free(&m);
 }
+
+/* A stream whose plan exchanges rows (groupby here; an exchanged join alike) runs several epochs
+ * only with cacheEpochs: an exchange is planned once over every split it is given, so with each
+ * epoch reading the source again its reduce would wait for epochs not let in (the run hung).
+ * The scheduler refuses it at start, naming the stage; one epoch, or cacheEpochs, plan. */
+Test(stream_deal, an_exchange_over_epochs_read_again_is_refused)
+{
+    static const char *y =
+        "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: t}\n"
+        "spec:\n  source: {uri: 'file:///in', format: jsonl, partitionSize: 1Mi}\n"
+        "  stages:\n  - {name: g, op: groupby, args: {keys: [k], aggregates: [{op: count}]}}\n"
+        "  sink: {uri: 'stream://', format: jsonl}\n  execution: {memoryBudget: 4Mi}\n";
+    spec_holder h;
+    spec_fixture_load(&h, y);
+    char names[NSPLITS][32];
+    sb_storage_split sp[NSPLITS];
+    for (size_t i = 0; i < NSPLITS; i++) {
+        snprintf(names[i], sizeof names[i], "split-%zu", i);
+        sp[i] = (sb_storage_split){.split = names[i], .bytes = MiB};
+    }
+    for (int k = 0; k < 3; k++) {
+        sb_sched_config cfg = {.pipeline = &h.p,
+                               .pipeline_id = "t",
+                               .stream = 1,
+                               .stream_epochs = k == 0 ? 1 : 2,
+                               .stream_cache = k == 2};
+        sb_err err = {0};
+        sb_sched *s = sb_sched_new(&cfg, sp, NSPLITS, &err);
+        if (k == 1) {
+            cr_assert_null(s, "2 epochs read again with a groupby: refused");
+            cr_assert(strstr(err.msg, "stage g exchanges rows") && strstr(err.msg, "cacheEpochs"),
+                      "%s", err.msg);
+        } else {
+            cr_assert_not_null(s, "%s epochs: %s", k == 0 ? "one epoch" : "cached", err.msg);
+            sb_sched_free(s);
+        }
+    }
+    spec_fixture_free(&h);
+}
