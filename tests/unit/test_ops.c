@@ -838,11 +838,13 @@ Test(ops, sleep_waits_the_configured_wall_time)
         {"{\"msPerRecord\":0.1}", 500, 10, 1}, /* 500 short sleeps: the overshoot is repaid */
         {"{\"msPerRecord\":0}", 500, 10, 1},
     };
-    /* Wall time suffers from other processes on a busy machine: a sleep must never be short,
-     * and the best of three attempts must be within 10 ms. */
+    /* Wall time and the CPU of 500 short sleeps suffer from other processes on a busy machine
+     * (a run of make test beside a build once measured 21.7 ms): a sleep must never be short,
+     * and the best of three attempts must be within 10 ms and under 20 ms of CPU. */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        double want = i == 3 ? 0 : 50, best = 1e9;
-        for (int attempt = 0; attempt < 3 && fabs(best - want) > 10.0; attempt++) {
+        double want = i == 3 ? 0 : 50, best = 1e9, best_cpu = 1e9;
+        for (int attempt = 0; attempt < 3 && (fabs(best - want) > 10.0 || best_cpu >= 20.0);
+             attempt++) {
             double base_cpu, base_wall, cpu, wall;
             cost_of("identity", NULL, cases[i].nrec, cases[i].reclen, cases[i].batch, &base_cpu,
                     &base_wall);
@@ -851,11 +853,13 @@ Test(ops, sleep_waits_the_configured_wall_time)
             cr_log_info("sleep %s: %.2f ms wall (identity %.2f ms), %.2f ms CPU", cases[i].args,
                         wall, base_wall, cpu);
             cr_assert_geq(wall, want - 0.5, "%s: slept only %.2f ms", cases[i].args, wall);
-            cr_assert_lt(cpu - base_cpu, 20.0, "%s: sleeping used %.2f ms of CPU", cases[i].args,
-                         cpu - base_cpu);
+            if (cpu - base_cpu < best_cpu)
+                best_cpu = cpu - base_cpu;
             if (fabs(wall - base_wall - want) < fabs(best - want))
                 best = wall - base_wall;
         }
+        cr_assert_lt(best_cpu, 20.0, "%s: sleeping used %.2f ms of CPU at best", cases[i].args,
+                     best_cpu);
         cr_assert(fabs(best - want) <= 10.0, "%s: slept %.2f ms, expected %.0f +- 10",
                   cases[i].args, best, want);
     }
