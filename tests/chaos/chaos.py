@@ -10,13 +10,18 @@ so `--seed S --only I` runs pipeline I of seed S again, faults included):
     fields, big integers), the pipeline: 1-4 stages among filter, project, identity, bench.spin
     and bench.sleep (with `expand`), random partitionSize (2-48 KiB: many tasks), memoryBudget,
     mode, preserveOrder, maxTaskRetries, --cpus; the sink is jsonl (or csv for a csv source);
+    half the pipelines end with an all-to-all op (groupby, distinct, sort, repartition,
+    random_shuffle, limit) or a broadcast join, with random args;
   * faults at random times while it runs: SIGKILL a worker, SIGSTOP a worker for 0.5-8 s,
     SIGKILL `streambatch run` itself and run it again with --resume, fill the run directory (a
     small tmpfs holding the workers' spill dirs: ENOSPC) for a while or for good, and in netns
     mode (--netns: controller and workers in network namespaces) cut a link or make it lossy;
+    SIGKILL a worker once an all-to-all op's map half is done (the reduce phase: progress lines);
   * the expected output is computed here, from docs/pipeline-api.md's semantics of filter,
-    project and expand (never by calling streambatch), and compared with every row of every
-    part file as a multiset (in order under preserveOrder), together with _manifest.json;
+    project, expand and the all-to-all ops (never by calling streambatch), and compared with
+    every row of every part file as a multiset (in order under preserveOrder, limit and a stable
+    sort; groupby by key, its doubles within 1e-9; distinct one of a key's records; sort's order
+    across the parts), together with _manifest.json;
   * a run that fails is acceptable only with an error and no _SUCCESS ("failed clean"); a
     sanitizer report (any file under p<N>/san/: see san_env), or a process dying of a signal
     nobody sent, is a crash;
@@ -32,11 +37,13 @@ the expected rows, or failed clean); exit status 1 when any failed.
 import argparse
 import collections
 import datetime
+import functools
 import glob
 import hashlib
 import hmac
 import http.client
 import json
+import math
 import os
 import random
 import re
@@ -199,6 +206,302 @@ def expected_rows(files, stages):
         elif op in ("bench.spin", "bench.sleep"):
             rows = [r for r in rows for _ in range(a.get("expand", 1))]
     return rows
+
+
+# ---- the all-to-all ops and join (docs/pipeline-api.md, "All-to-all ops" and "join") --------
+
+A2A_OPS = ("groupby", "distinct", "sort", "repartition", "random_shuffle", "limit", "join")
+A2A_SHARE = 0.5  # of the pipelines end with one of them
+# the fields an aggregate may take: every value present of one type (a mix is a data error)
+AGG_FIELDS = {"sum": ["k", "x", "id"], "mean": ["k", "x", "id"], "min": ["k", "x", "g"],
+              "max": ["k", "x", "g", "id"]}
+
+
+def key_of(v):
+    """A key field's value as the exchange compares it: by value and type (1 and 1.0 are one
+    number, "1" and true are others), a missing field as null (missingKey: null)."""
+    if v is None:
+        return ("null",)
+    if isinstance(v, bool):
+        return ("bool", v)
+    if is_num(v):
+        return ("num", v)  # Python compares and hashes an int and a float by exact value
+    if isinstance(v, str):
+        return ("str", v)
+    return ("json", json.dumps(num_norm(v), sort_keys=True, ensure_ascii=False))
+
+
+def keys_of(rec, fields):
+    return tuple(key_of(rec.get(f)) for f in fields)
+
+
+def type_rank(v):
+    if isinstance(v, bool):
+        return 2 if v else 1
+    if is_num(v):
+        return 3
+    if isinstance(v, str):
+        return 4
+    return 5 if isinstance(v, list) else 6
+
+
+def cmp_values(a, b):
+    """sort's order across types: false, true, numbers by value, strings by code point, arrays
+    item by item (the shorter first), objects as their sorted (name, value) lists."""
+    ra, rb = type_rank(a), type_rank(b)
+    if ra != rb:
+        return -1 if ra < rb else 1
+    if ra == 6:
+        a = [x for kv in sorted(a.items()) for x in kv]
+        b = [x for kv in sorted(b.items()) for x in kv]
+    if ra >= 5:
+        for x, y in zip(a, b):
+            c = cmp_values(x, y) if x is not None and y is not None else (x is not None) - (y is not None)
+            if c:
+                return c
+        return (len(a) > len(b)) - (len(a) < len(b))
+    return (a > b) - (a < b)
+
+
+def sort_cmp(args):
+    """The comparison of two records under sort's args: each key in turn, a null (or missing)
+    key field last, or first with nulls: first, whatever the direction."""
+    nulls_first = args.get("nulls") == "first"
+
+    def cmp(ra, rb):
+        for k in args["keys"]:
+            a, b = ra.get(k["field"]), rb.get(k["field"])
+            if a is None or b is None:
+                c = (a is not None) - (b is not None)  # null before a value
+                if not nulls_first:
+                    c = -c
+            else:
+                c = cmp_values(a, b)
+                if k.get("descending"):
+                    c = -c
+            if c:
+                return c
+        return 0
+    return cmp
+
+
+def aggregate(agg, rows):
+    """One aggregate of a group's rows: count; sum/mean/min/max of the values present (nulls
+    and missing fields skipped, null when none is left); sum an integer while every value is one
+    and the sum fits int64, else exact (fsum: the engine's compensated sum is compared within a
+    tolerance)."""
+    if agg["op"] == "count":
+        return len(rows)
+    vals = [r[agg["field"]] for r in rows if r.get(agg["field"]) is not None]
+    if not vals:
+        return None
+    if agg["op"] == "min":
+        return min(vals)
+    if agg["op"] == "max":
+        return max(vals)
+    if agg["op"] == "sum" and all(isinstance(v, int) for v in vals) and \
+            INT64_MIN <= sum(vals) <= INT64_MAX:
+        return sum(vals)
+    s = math.fsum(vals)
+    return s if agg["op"] == "sum" else s / len(vals)
+
+
+def agg_matches(want, have):
+    """An aggregate's value against the model's: integers and strings exactly, doubles within
+    1e-9 (or a few ulps of a value past 1e6: the engine's compensated sum and the model's exact
+    fsum may round apart)."""
+    if want is None or isinstance(want, str):
+        return have == want and type(have) is type(want)
+    if isinstance(have, str) and NUM_RE.match(have):
+        have = json.loads(have)  # read back from csv: past 15 digits a number stays text
+    if not is_num(have):
+        return False
+    if isinstance(want, int):
+        return have == want
+    return abs(have - want) <= max(1e-9, 1e-15 * abs(want))
+
+
+def join_rows(rows, args, right):
+    """The broadcast join: per left row (in order), one row per right row with its key (in the
+    right side's order), the left record with the right one's fields appended (the `on` fields
+    once, as the left has them; a name the left record has too as right_<name>); a left row
+    without a match dropped (inner) or kept as it is (left)."""
+    on = args["on"]
+    index = {}
+    for rr in right:
+        index.setdefault(keys_of(rr, on), []).append(rr)
+    out = []
+    for r in rows:
+        matches = index.get(keys_of(r, on), [])
+        if not matches and args.get("how") == "left":
+            out.append(r)
+        for m in matches:
+            o = dict(r)
+            for name, v in m.items():
+                if name not in on:
+                    o["right_" + name if name in r else name] = v
+            out.append(o)
+    return out
+
+
+def gen_right(rng, fmt):
+    """A join's right side: a few records keyed by k (ints, the same numbers as doubles, and
+    digit strings that match nothing) and/or g, never without a key (so a left record without
+    one matches nothing), some with a field the left records have too."""
+    on = rng.choice([["k"], ["g"], ["k", "g"]])
+    recs = []
+    for i in range(rng.randint(0, 8)):
+        rec = {}
+        for f in on:
+            if f == "k":
+                v = rng.randint(-6, 6)
+                rec[f] = rng.choice([v, v, float(v), str(v)])
+            else:
+                rec[f] = rng.choice(G_VALUES + ["zz"])
+        rec["rv"] = i
+        if rng.random() < 0.5:
+            rec["x" if "g" in on else "g"] = "R%d" % i
+        if rng.random() < 0.3:
+            rec["pad"] = "rp"
+        recs.append(rec)
+    return on, recs
+
+
+def gen_a2a(rng, op, fmt, budget, mode, splits, right_uri):
+    """The args of one all-to-all op (or join) drawn at random for a source of about `splits`
+    splits; right_uri(bytes) stores a join's right side and gives its URI. Returns (stage,
+    right records or None)."""
+    keyf = ["k", "g", "n"] + (["b"] if fmt == "jsonl" else [])
+    fields = CSV_FIELDS if fmt == "csv" else CSV_FIELDS + ["b", "big"]
+    args, right = {}, None
+    if op == "groupby":
+        aggs = [{"op": "count", "as": "cnt"}]
+        for _ in range(rng.randint(1, 4)):
+            a = rng.choice(sorted(AGG_FIELDS))
+            f = rng.choice(AGG_FIELDS[a])
+            aggs.append({"op": a, "field": f, "as": "%s_%s%d" % (a, f, len(aggs))})
+        args = {"keys": rng.sample(keyf, rng.choice([1, 1, 2])), "aggregates": aggs, "missingKey": None}
+    elif op == "distinct":
+        args = {"missingKey": None}
+        if rng.random() < 0.7:
+            args["fields"] = rng.sample(keyf, rng.choice([1, 1, 2]))
+    elif op == "sort":
+        args = {"keys": [{"field": f, "descending": rng.random() < 0.4}
+                         for f in rng.sample(fields, rng.choice([1, 1, 2, 3]))], "missingKey": None}
+        if rng.random() < 0.4:
+            args["nulls"] = rng.choice(["first", "last"])
+        if mode == "streaming" and rng.random() < 0.4:
+            args["stable"] = True
+    elif op == "repartition":
+        args = {"partitions": rng.randint(1, 8)} if rng.random() < 0.7 else \
+            {"bytes": rng.choice([4096, 16384, 65536])}
+    elif op == "random_shuffle":
+        args = {"seed": rng.randint(0, 2**31)}
+    elif op == "limit":
+        args = {"rows": rng.choice([1, 7, 100, 1000, 5000, 10**6])}
+    else:
+        on, right = gen_right(rng, fmt)
+        data = "".join(json.dumps(r) + "\n" for r in right).encode()
+        # at most a quarter of the budget (validate); the right side below it: a broadcast
+        args = {"right": {"uri": right_uri(data), "format": "jsonl"}, "on": on,
+                "how": rng.choice(["inner", "left"]), "broadcastBelow": budget // 4, "missingKey": None}
+    # the default N (one per split, up to 64) only for a small source: a thousand tiny map
+    # tasks of 64 buckets each take minutes on this machine
+    if op in ("groupby", "distinct", "sort", "random_shuffle") and (splits > 16 or rng.random() < 0.5):
+        args["partitions"] = rng.randint(1, 8)
+    return {"name": "a2a", "op": op, "args": args}, right
+
+
+def a2a_model(rows, stage, right):
+    """(the rows the op gives, whether their order is promised); for groupby one record per
+    key (exact aggregates), for distinct the first record of each key (any of a key's records
+    would do: check_a2a knows)."""
+    op, a = stage["op"], stage["args"]
+    if op == "groupby":
+        groups = {}
+        for r in rows:
+            groups.setdefault(keys_of(r, a["keys"]), []).append(r)
+        out = []
+        for g in groups.values():
+            rec = {f: g[0].get(f) for f in a["keys"]}
+            rec.update((x["as"], aggregate(x, g)) for x in a["aggregates"])
+            out.append(rec)
+        return out, False
+    if op == "distinct":
+        seen, out = set(), []
+        for r in rows:
+            k = distinct_key(r, a.get("fields"))
+            if k not in seen:
+                seen.add(k)
+                out.append(r)
+        return out, False
+    if op == "sort":
+        return sorted(rows, key=functools.cmp_to_key(sort_cmp(a))), bool(a.get("stable"))
+    if op == "limit":
+        return rows[:a["rows"]], True
+    if op == "join":
+        return join_rows(rows, a, right), False
+    return rows, False  # repartition, random_shuffle: a permutation
+
+
+def distinct_key(rec, fields):
+    if fields:
+        return keys_of(rec, fields)
+    return json.dumps(num_norm(rec), sort_keys=True, ensure_ascii=False)  # members in any order
+
+
+def show_key(k):
+    return k[:150] if isinstance(k, str) else [x[-1] for x in k]
+
+
+def check_a2a(stage, rows, got):
+    """What groupby, distinct and (unstable) sort promise beyond a multiset: rows are the op's
+    input (the model's, nulls already dropped for a csv sink), got the output records (dicts)
+    in _manifest.json's order. The multiset itself is checked by the caller for the other ops
+    (and sort). Returns a list of problems."""
+    op, a = stage["op"], stage["args"]
+    problems = []
+    if op == "sort":
+        cmp = sort_cmp(a)
+        bad = [i for i in range(1, len(got)) if cmp(got[i - 1], got[i]) > 0]
+        if bad:
+            i = bad[0]
+            problems.append("sort: %d rows out of order across the parts (first at row %d: %s after %s)"
+                            % (len(bad), i, canon(got[i])[:150], canon(got[i - 1])[:150]))
+        return problems
+    if op == "groupby":
+        keyf = a["keys"]
+        names = set(keyf) | {x["as"] for x in a["aggregates"]}
+        key = lambda r: keys_of(r, keyf)  # noqa: E731
+    else:
+        key = lambda r: distinct_key(r, a.get("fields"))  # noqa: E731
+    groups = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    seen = set()
+    for r in got:
+        k = key(r)
+        if k in seen:
+            problems.append("%s: key %s twice" % (op, canon(r)[:150]))
+        elif k not in groups:
+            problems.append("%s: a key of no input row: %s" % (op, canon(r)[:150]))
+        elif op == "distinct":
+            if canon(r) not in {canon(x) for x in groups[k]}:
+                problems.append("distinct: %s is none of its key's records" % canon(r)[:150])
+        else:
+            if set(r) - names:
+                problems.append("groupby: fields %s in %s" % (sorted(set(r) - names), canon(r)[:150]))
+            for x in a["aggregates"]:
+                want = aggregate(x, groups[k])
+                if not agg_matches(want, r.get(x["as"])):
+                    problems.append("groupby: %s = %r, expected %r (key %s, %d rows)" % (
+                        x["as"], r.get(x["as"]), want, show_key(k), len(groups[k])))
+        seen.add(k)
+    missing = [k for k in groups if k not in seen]
+    if missing:
+        problems.append("%s: %d of %d keys missing (e.g. %s)" % (op, len(missing), len(groups),
+                                                                 [show_key(m) for m in missing[:3]]))
+    return problems[:10] + (["... %d more" % (len(problems) - 10)] if len(problems) > 10 else [])
 
 
 def num_norm(v):
@@ -579,6 +882,7 @@ class Stats:
         self.faults = collections.Counter()
         self.fail_kinds = collections.Counter()
         self.problems = []
+        self.a2a = collections.Counter()  # pipelines by their all-to-all op
 
 
 def rand_value(rng, field):
@@ -689,6 +993,7 @@ class Pipeline:
         self.lossy = {}  # node -> time to restore
         self.events = []
         self.proc = None
+        self.kills_in_reduce = 0
 
     def ev(self, msg):
         t = time.monotonic() - self.t0
@@ -702,7 +1007,8 @@ class Pipeline:
         self.files, self.total = write_input(rng, os.path.join(self.dir, "in"), self.fmt)
         self.cpus = rng.randint(2, 3)
         self.preserve = rng.random() < 0.3
-        self.stages, self.target_s = gen_pipeline(rng, self.fmt, self.total, self.cpus, self.preserve)
+        ra = self.draw_a2a()
+        self.stages, self.target_s = gen_pipeline(rng, self.fmt, self.total, self.cpus, self.ordered_in())
         psize = rng.choice([2048, 4096, 8192, 16384, 49152])
         execution = {"maxTaskRetries": rng.choice([3, 5, 10]), "stallTimeout": "10s",
                      "mode": rng.choice(["streaming", "streaming", "staged", "static"]),
@@ -711,6 +1017,7 @@ class Pipeline:
             execution["preserveOrder"] = True
         self.exec = execution
         self.sink_fmt = "csv" if self.fmt == "csv" and rng.random() < 0.6 else "jsonl"
+        self.add_a2a(ra, self.cpus, psize, self.right_file)
         self.out = os.path.join(self.dir, "out")
         # S3 from a random stream of its own: the file-only pipelines of a seed stay as they were
         src, sink = os.path.join(self.dir, "in"), self.out
@@ -755,6 +1062,9 @@ class Pipeline:
                 k = "worker_kill"
             plan.append((rng.uniform(0.2, self.target_s * 1.2 + 0.5), k))
         self.plan = sorted(plan)
+        # a worker SIGKILLed once the all-to-all op's map half is done: it holds map outputs
+        # the reduce tasks still read (re-made by lineage)
+        self.reduce_kill = self.a2a is not None and self.a2a["op"] != "join" and ra.random() < 0.75
         self.desc = ("seed %s: %s %d files %d rows, %d cpus, partitionSize %d, %s%s, stages %s, "
                      "sink %s, faults %s" % (
                          self.seed, self.fmt, len(self.files), self.total, self.cpus, psize,
@@ -763,9 +1073,72 @@ class Pipeline:
                          json.dumps([[s["op"], s.get("args", {})] for s in self.stages],
                                     ensure_ascii=True, separators=(",", ":")),
                          self.sink_fmt + (" (s3)" if self.s3_sink else ""),
-                         ["%.1f:%s" % p for p in self.plan]))
+                         ["%.1f:%s" % p for p in self.plan] + (["reduce:kill"] if self.reduce_kill else [])))
         if self.s3_src:
             self.desc = self.desc.replace(" files ", " files (s3) ", 1)
+
+    # ---- the all-to-all op that ends a pipeline (half of them), from a random stream of its own
+    #      (the other pipelines of a seed stay as they were)
+    def draw_a2a(self):
+        ra = random.Random(self.seed + "-a2a")
+        self.a2a_op = ra.choice(A2A_OPS) if ra.random() < A2A_SHARE else None
+        self.a2a, self.right = None, None
+        return ra
+
+    def ordered_in(self):
+        """Whether expand must repeat each record in place (batchSize 1): under preserveOrder,
+        and before a limit or a sort, whose model needs the rows' source order."""
+        return self.preserve or self.a2a_op in ("limit", "sort")
+
+    def right_file(self, data):
+        path = os.path.join(self.dir, "right.jsonl")
+        with open(path, "wb") as f:
+            f.write(data)
+        return "file://" + path
+
+    def add_a2a(self, ra, cpus, psize, right_uri):
+        """Appends the op drawn by draw_a2a to self.stages (with self.exec and self.sink_fmt
+        drawn) and, when the run is streaming, a bench.sleep after it that runs in its reduce
+        tasks for 1-4 s, so that faults land in the reduce phase too."""
+        if self.a2a_op is None:
+            return
+        ex = self.exec
+        self.preserve = False  # refused with these ops (limit keeps source order itself)
+        ex.pop("preserveOrder", None)
+        if self.a2a_op == "limit":
+            ex["mode"] = "streaming"  # its map half runs in the source's tasks
+        if self.a2a_op == "join":
+            self.sink_fmt = "jsonl"  # a left join's records have different fields
+        # what must fit a task's share of the budget (or the run fails, saying so): sort's key
+        # samples of every map task, groupby's one group (its aggregates take over 1 KiB)
+        if self.a2a_op in ("sort", "groupby"):
+            ex["memoryBudget"] = max(ex["memoryBudget"], 1 << (20 if self.a2a_op == "sort" else 16))
+        src = os.path.join(self.dir, "in")
+        splits = sum(os.path.getsize(os.path.join(src, f)) for f in os.listdir(src)) // psize + 1
+        self.a2a, self.right = gen_a2a(ra, self.a2a_op, self.fmt, ex["memoryBudget"], ex["mode"], splits,
+                                       right_uri)
+        self.stages.append(self.a2a)
+        if ex["mode"] == "streaming" and self.a2a_op != "join":
+            n, _ = a2a_model(expected_rows(self.files, self.stages[:-1]), self.a2a, self.right)
+            ms = min(500.0, ra.uniform(1, 4) * 1000.0 * cpus / max(len(n), 1))
+            self.stages.append({"name": "slow2", "op": "bench.sleep", "args": {"msPerRecord": round(ms, 4)}})
+        self.st.a2a[self.a2a_op] += 1
+
+    def in_reduce(self):
+        """Whether the run's last progress line shows the all-to-all op's map half done (its
+        reduce tasks run, reading the map outputs the workers hold)."""
+        try:
+            with open(self.logs[-1], "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 8192))
+                tail = f.read().decode("utf-8", "replace")
+        except OSError:
+            return False
+        prog = [x for x in tail.splitlines() if x.startswith("progress ")]
+        for name, done, total in re.findall(r"(\S+) (\d+)/(\d+) done", prog[-1] if prog else ""):
+            if "a2a.map" in name.split("+") and 0 < int(total) == int(done):
+                return True
+        return False
 
     # ---- running
     def start(self, attempt, resume):
@@ -777,7 +1150,7 @@ class Pipeline:
         argv = [os.path.join(self.cfg.bin_dir, "streambatch"), "run", self.yaml, "--cpus", str(self.cpus),
                 "--checkpoint", os.path.join(self.dir, "ck.json"), "--run-dir", run_dir,
                 "--summary-json", os.path.join(self.dir, "summary%d.json" % attempt),
-                "--progress-interval-ms", "1000"]
+                "--progress-interval-ms", "200" if self.a2a is not None else "1000"]
         if resume:
             argv.append("--resume")
         env = dict(os.environ, TMPDIR=self.mnt, SB_LOG_LEVEL="info")
@@ -803,13 +1176,15 @@ class Pipeline:
 
     def inject(self, kind, now):
         rng = self.rng
-        if kind == "worker_kill":
+        if kind in ("worker_kill", "reduce_kill"):
             pid, wid = self.pick_worker()
             if pid is None:
                 return False
             self.killed_workers.add(wid)
             os.kill(pid, signal.SIGKILL)
-            self.ev("SIGKILL worker %s (pid %d)" % (wid, pid))
+            in_reduce = self.a2a is not None and self.in_reduce()
+            self.kills_in_reduce += in_reduce
+            self.ev("SIGKILL worker %s (pid %d)%s" % (wid, pid, " in the reduce phase" if in_reduce else ""))
         elif kind == "worker_stop":
             pid, wid = self.pick_worker()
             if pid is None:
@@ -910,6 +1285,9 @@ class Pipeline:
                         self.ev("cannot inject %s: %s" % (kind, e))
                     if self.driver_killed:
                         break
+                if self.reduce_kill and self.proc.poll() is None and self.in_reduce():
+                    self.reduce_kill = False
+                    self.inject("reduce_kill", now)
                 if time.monotonic() > deadline:
                     self.hung = True
                     self.ev("no end after %d s: SIGKILL" % self.cfg.pipeline_limit)
@@ -1033,17 +1411,45 @@ class Pipeline:
             if self.rc == 0:
                 st.c["succeeded"] += 1
             problems += self.check_output()
+        self.count_reduce_kills(succ)
         if problems:
             st.c["bad"] += 1
             st.problems.append((self.seed, self.desc, problems, self.events))
         return verdict, problems
 
+    def count_reduce_kills(self, succeeded):
+        """Kills that landed in the reduce phase, and how many of those runs then re-made lost
+        map outputs by lineage (the run summary's tasksRerun / partitionsRecovered)."""
+        st = self.st
+        st.c["kills_in_reduce"] += self.kills_in_reduce
+        if not self.kills_in_reduce:
+            return
+        st.c["pipelines_killed_in_reduce"] += 1
+        try:
+            with open(os.path.join(self.dir, "summary%d.json" % (len(self.logs) - 1))) as f:
+                summ = json.load(f)
+        except (OSError, ValueError):
+            return
+        self.ev("summary: %d tasks re-run, %d partitions recovered" % (
+            summ.get("tasksRerun", 0), summ.get("partitionsRecovered", 0)))
+        if succeeded and (summ.get("tasksRerun") or summ.get("partitionsRecovered")):
+            st.c["reduce_kills_rerun"] += 1
+
     def check_output(self):
         st = self.st
         problems = []
-        exp = expected_rows(self.files, self.stages)
+        stages, a2a_in = self.stages, None
+        if self.a2a is not None:  # the stages after it only sleep
+            stages = self.stages[:self.stages.index(self.a2a)]
+        exp = expected_rows(self.files, stages)
+        ordered = self.preserve
+        if self.a2a is not None:
+            a2a_in = exp
+            exp, ordered = a2a_model(exp, self.a2a, self.right)
         if self.sink_fmt == "csv":  # a csv sink writes null and a missing key alike
             exp = [{k: v for k, v in r.items() if v is not None} for r in exp]
+            if a2a_in is not None:
+                a2a_in = [{k: v for k, v in r.items() if v is not None} for r in a2a_in]
         exp = [canon(r) for r in exp]
         try:
             with open(os.path.join(self.out, "_manifest.json")) as f:
@@ -1079,6 +1485,16 @@ class Pipeline:
             got_ordered += rows
         st.c["rows_checked"] += len(got_ordered)
         st.c["rows_expected"] += len(exp)
+        if self.a2a is not None and self.a2a["op"] in ("groupby", "distinct"):
+            # one record per key, its values (groupby: doubles within 1e-9) or which of the
+            # key's records (distinct) not a single exact row
+            more = check_a2a(self.a2a, a2a_in, [json.loads(r) for r in got_ordered])
+            st.c["a2a_problems"] += len(more)
+            return problems + more
+        if self.a2a is not None and self.a2a["op"] == "sort" and not ordered:
+            more = check_a2a(self.a2a, a2a_in, [json.loads(r) for r in got_ordered])
+            st.c["order_violations"] += bool(more)
+            problems += more
         ce, cg = collections.Counter(exp), collections.Counter(got_ordered)
         lost = sum((ce - cg).values())
         extra = cg - ce
@@ -1093,10 +1509,11 @@ class Pipeline:
             st.c["rows_lost"] += lost
             st.c["rows_duplicated"] += dup
             st.c["rows_unexpected"] += alien
-        elif self.preserve and got_ordered != exp:
+        elif ordered and got_ordered != exp:
             i = next(i for i, (a, b) in enumerate(zip(got_ordered, exp)) if a != b)
-            problems.append("preserveOrder: same rows, other order (first difference at row %d: "
-                            "%s, expected %s)" % (i, got_ordered[i][:120], exp[i][:120]))
+            problems.append("%s: same rows, other order (first difference at row %d: %s, expected %s)"
+                            % (self.a2a["op"] if self.a2a else "preserveOrder", i, got_ordered[i][:120],
+                               exp[i][:120]))
             st.c["order_violations"] += 1
         return problems
 
@@ -1215,8 +1632,9 @@ def main():
             pipe.run()
             verdict, problems = pipe.check()
             stats.c["pipelines"] += 1
-            log("[%d] %s in %.1f s (%d attempts)%s%s" % (
+            log("[%d] %s in %.1f s (%d attempts)%s%s%s" % (
                 idx, verdict or "BAD", pipe.wall, len(pipe.logs),
+                ", %d kills in the reduce phase" % pipe.kills_in_reduce if pipe.kills_in_reduce else "",
                 ": " + pipe.failure[:800] if verdict == "failed-clean" else "",
                 "".join("\n    PROBLEM " + p for p in problems)))
             if problems:
@@ -1250,6 +1668,10 @@ def main():
         "%s %d" % kv for kv in sorted(stats.faults.items())) or "none"))
     log("  failures (clean)     %s" % (", ".join("%s %d" % kv for kv in sorted(stats.fail_kinds.items()))
                                        or "none"))
+    log("  all-to-all pipelines %d (%s)" % (sum(stats.a2a.values()), ", ".join(
+        "%s %d" % kv for kv in sorted(stats.a2a.items())) or "none"))
+    log("  kills in reduce      %d, in %d pipelines (%d of them succeeded with map tasks re-run)" % (
+        c["kills_in_reduce"], c["pipelines_killed_in_reduce"], c["reduce_kills_rerun"]))
     log("  s3 pipelines         %d (source %d, sink %d; %d objects read back)" % (
         c["s3_pipelines"], c["s3_sources"], c["s3_sinks"], c["s3_objects_read"]))
     log("  bytes checked        %d" % c["bytes_checked"])

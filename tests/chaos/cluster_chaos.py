@@ -9,7 +9,9 @@ Run through scripts/chaos-cluster.sh (`make chaos-cluster DURATION=<seconds>`), 
 time and stops the cluster whatever happens. Per pipeline (seed <master>-<index>, logged; `--seed
 S --only I` replays pipeline I, faults included):
 
-  * input, stages and expected rows from chaos.py (write_input, gen_pipeline, expected_rows); the
+  * input, stages and expected rows from chaos.py (write_input, gen_pipeline, expected_rows, and
+    the all-to-all ops and their model: add_a2a, a2a_model, check_a2a; a join's right side in
+    the bucket; no targeted reduce-phase kill: the status shows no stage's progress); the
     source and the sink are s3:// (no path is shared by the host and a pod); every stage gets
     resources {cpu: 500m} and workers {min: 1, max: 2 or 3};
   * faults, 0-4 at random times after `kubectl apply`: delete a worker pod (graceful, or forced
@@ -197,10 +199,8 @@ class ClusterPipeline(chaos.Pipeline):
         self.files, self.total = chaos.write_input(rng, os.path.join(self.dir, "in"), self.fmt)
         self.preserve = rng.random() < 0.3
         wmax = rng.choice([2, 3])
-        self.stages, self.target_s = chaos.gen_pipeline(rng, self.fmt, self.total, wmax, self.preserve)
-        for s in self.stages:
-            s["resources"] = {"cpu": "500m"}
-            s["workers"] = {"min": 1, "max": wmax}
+        ra = self.draw_a2a()
+        self.stages, self.target_s = chaos.gen_pipeline(rng, self.fmt, self.total, wmax, self.ordered_in())
         psize = rng.choice([4096, 8192, 16384, 49152])
         execution = {"maxTaskRetries": rng.choice([3, 5, 10]), "stallTimeout": "60s",
                      "mode": rng.choice(["streaming", "streaming", "staged", "static"]),
@@ -212,6 +212,10 @@ class ClusterPipeline(chaos.Pipeline):
         self.out = os.path.join(self.dir, "out")
         self.pfx = "c%05d-%d/" % (self.idx, os.getpid())
         s3 = self.cl.minio.s3
+        self.add_a2a(ra, wmax, psize, self.right_object)  # chaos.py's ops and model (no reduce_kill here)
+        for s in self.stages:
+            s["resources"] = {"cpu": "500m"}
+            s["workers"] = {"min": 1, "max": wmax}
         for name in sorted(os.listdir(os.path.join(self.dir, "in"))):
             with open(os.path.join(self.dir, "in", name), "rb") as f:
                 s3.put(self.pfx + "in/" + name, f.read())
@@ -239,6 +243,11 @@ class ClusterPipeline(chaos.Pipeline):
             json.dumps(execution, separators=(",", ":")), wmax,
             json.dumps([[s["op"], s.get("args", {})] for s in self.stages], ensure_ascii=True, separators=(",", ":")),
             self.sink_fmt, ["%.1f:%s" % p for p in self.plan])
+
+    def right_object(self, data):
+        """A join's right side, in the bucket (read by the worker pods with the source's keys)."""
+        self.cl.minio.s3.put(self.pfx + "right.jsonl", data)
+        return "s3://%s/%sright.jsonl" % (chaos.S3_BUCKET, self.pfx)
 
     # ---- faults
     def inject(self, kind):
@@ -529,6 +538,8 @@ def main():
     log("  faults injected      %d (%s)" % (sum(stats.faults.values()), ", ".join(
         "%s %d" % kv for kv in sorted(stats.faults.items())) or "none"))
     log("  faults not injected  %d (errors)" % c["fault_errors"])
+    log("  all-to-all pipelines %d (%s)" % (sum(stats.a2a.values()), ", ".join(
+        "%s %d" % kv for kv in sorted(stats.a2a.items())) or "none"))
     log("  partitions           %d (%d re-made by lineage after a loss)" % (
         c["partitions_total"], c["partitions_recovered"]))
     log("  s3 objects read back %d" % c["s3_objects_read"])
