@@ -1909,11 +1909,16 @@ static size_t downstream_work(const sb_sched *s)
 {
     for (size_t i = s->nops; i-- > 1;) {
         const op *o = &s->ops[i];
-        if (o->xreduce && o->qlen == 0 && !exchange_ready(s, i))
-            continue; /* its map outputs wait for the barrier: the map op must go on */
+        /* its map outputs wait for the barrier (again, after a loss in the reduce phase): no
+         * task forms from them, the map op must go on */
+        int barrier = o->xreduce && !exchange_ready(s, i);
+        if (barrier && o->qlen == 0)
+            continue;
         for (size_t k = 0; k < o->qlen; k++)
             if (inputs_available(s, &s->tasks[o->queue[o->qhead + k]]))
                 return i;
+        if (barrier)
+            continue;
         for (size_t k = 0; k < o->flen; k++)
             if (s->parts[o->fifo[o->fhead + k]].state == P_AVAILABLE)
                 return i;

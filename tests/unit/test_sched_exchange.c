@@ -63,6 +63,8 @@ static void drop_releases(sb_sched *s, const char *w)
     free(rel);
 }
 
+static uint64_t out_bytes = 100; /* a completed task's first output's bytes */
+
 /* Completes task t on worker w: a task that writes the sink makes one output, others NB (their
  * buckets). */
 static void complete(sb_sched *s, const char *w, const sb_sched_task *t, uint64_t now)
@@ -72,7 +74,7 @@ static void complete(sb_sched *s, const char *w, const sb_sched_task *t, uint64_
     size_t n = t->writes_sink ? 1 : NB;
     for (size_t b = 0; b < n; b++) {
         snprintf(ids[b], sizeof ids[b], "s%" PRIu32 "-t%" PRIu64 "-p%zu", t->op, t->index, b);
-        o[b] = (sb_storage_output){.id = ids[b], .bytes = 100 + b, .rows = 1 + b};
+        o[b] = (sb_storage_output){.id = ids[b], .bytes = out_bytes + b, .rows = 1 + b};
     }
     char id[128];
     snprintf(id, sizeof id, "%s", t->task_id);
@@ -173,9 +175,11 @@ Test(sched_exchange, reduce_waits_for_every_map_task_then_reads_its_bucket)
 /* A worker that held map outputs dies while the reduce tasks run: the reduce task that could
  * not fetch them reports them lost, the map task that made them runs again (lineage), and every
  * reduce task then reads all map tasks' buckets; the pipeline succeeds. */
-Test(sched_exchange, lost_map_outputs_rerun_by_lineage)
+/* Runs the map tasks, one reduce task, loses w2 (map tasks 1 and 3) and runs to the end on w1:
+ * only those map tasks run again, then every reduce task. */
+static void lost_map_outputs_rerun(const char *y)
 {
-    sb_sched *s = make();
+    sb_sched *s = make_from(y);
     uint64_t now = 1;
     sb_sched_task last, t[8];
     char id[128], rid[128];
@@ -218,6 +222,27 @@ Test(sched_exchange, lost_map_outputs_rerun_by_lineage)
     cr_expect_eq(st.sink_parts, NB);
     sb_sched_free(s);
     spec_fixture_free(&h);
+}
+
+Test(sched_exchange, lost_map_outputs_rerun_by_lineage)
+{
+    lost_map_outputs_rerun(yaml);
+}
+
+/* The same with the surviving map outputs past the budget (chaos seed 4242-5: a repartition
+ * under memoryBudget 64Ki, a worker SIGKILLed in the reduce phase): nothing runs, the map
+ * re-runs are held by the budget, the reduce task waits for their outputs, and the buckets not
+ * yet taken by a reduce task wait for the barrier. The map re-runs must be forced past the
+ * budget; they were not (the bucket partitions waiting made the reduce op look runnable), and
+ * the run stalled. */
+Test(sched_exchange, lost_map_outputs_rerun_past_a_full_budget)
+{
+    char y[1024];
+    const char *at = strstr(yaml, "memoryBudget: 1Ti");
+    cr_assert_not_null(at);
+    snprintf(y, sizeof y, "%.*smemoryBudget: 1Ki}\n", (int)(at - yaml), yaml);
+    out_bytes = 400; /* each map task's 3 buckets: more than the budget */
+    lost_map_outputs_rerun(y);
 }
 
 static const char *sort_yaml =
