@@ -1113,6 +1113,13 @@ class Pipeline:
         # samples of every map task, groupby's one group (its aggregates take over 1 KiB)
         if self.a2a_op in ("sort", "groupby"):
             ex["memoryBudget"] = max(ex["memoryBudget"], 1 << (20 if self.a2a_op == "sort" else 16))
+        # a reduce task loads each map output whole: one past the budget fails its fetch, and
+        # the run retries it until it hangs (seed 16087104-9: expand 3 into a distinct under
+        # memoryBudget 8Ki), so the budget holds a map task's whole output twice
+        grow = 1
+        for st in self.stages:
+            grow *= st.get("args", {}).get("expand", 1)
+        ex["memoryBudget"] = max(ex["memoryBudget"], 2 * psize * grow)
         src = os.path.join(self.dir, "in")
         splits = sum(os.path.getsize(os.path.join(src, f)) for f in os.listdir(src)) // psize + 1
         self.a2a, self.right = gen_a2a(ra, self.a2a_op, self.fmt, ex["memoryBudget"], ex["mode"], splits,
