@@ -157,11 +157,14 @@ void sb_spec_allop_args_check(const char *op, const sb_node *args, const sb_node
 {
     char ap[512], buf[512];
     sb_spec_path_field(ap, sizeof ap, path, "args");
+    /* "null" as a string too: client-side `kubectl apply` deletes a field whose value is null
+     * (its merge rule), so on the operator a null never reaches us when applied that way */
     const sb_node *mk = sb_node_get(args, "missingKey");
-    if (mk != NULL && mk->kind != SB_NODE_NULL)
+    if (mk != NULL && mk->kind != SB_NODE_NULL &&
+        !(mk->kind == SB_NODE_STRING && strcmp(mk->text, "null") == 0))
         sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, ap, "missingKey"), mk->line, mk->col,
-                     "takes only null (a record without a key field then has the key null); "
-                     "leave it out to make such a record a data error");
+                     "takes only null, or the string \"null\" (a record without a key field then "
+                     "has the key null); leave it out to make such a record a data error");
     if (strcmp(op, "groupby") == 0)
         groupby_check(args, ap, d);
     if (strcmp(op, "sort") == 0)

@@ -219,9 +219,14 @@ class ClusterPipeline(chaos.Pipeline):
         for name in sorted(os.listdir(os.path.join(self.dir, "in"))):
             with open(os.path.join(self.dir, "in", name), "rb") as f:
                 s3.put(self.pfx + "in/" + name, f.read())
+        # `kubectl apply` (client-side) deletes a field whose value is null, so missingKey goes
+        # as the string "null", which the engine takes the same way (docs/pipeline-api.md)
+        stages = [dict(st, args=dict(st["args"], missingKey="null"))
+                  if "missingKey" in st.get("args", {}) and st["args"]["missingKey"] is None else st
+                  for st in self.stages]
         spec = {"source": {"uri": "s3://%s/%sin/" % (chaos.S3_BUCKET, self.pfx), "format": self.fmt,
                            "partitionSize": psize, "credentialsSecret": "s3-creds"},
-                "stages": self.stages,
+                "stages": stages,
                 "sink": {"uri": "s3://%s/%sout/" % (chaos.S3_BUCKET, self.pfx), "format": self.sink_fmt,
                          "credentialsSecret": "s3-creds"},
                 "execution": execution}

@@ -23,9 +23,9 @@ static const invalid_case cases[] = {
      1,
      {"distinct-preserve-order.yaml:11:9: spec.stages[0].op: distinct exchanges rows between "
       "tasks, so execution.preserveOrder cannot hold: drop one of them",
-      "distinct-preserve-order.yaml:12:38: spec.stages[0].args.missingKey: takes only null (a "
-      "record without a key field then has the key null); leave it out to make such a record a "
-      "data error"}},
+      "distinct-preserve-order.yaml:12:38: spec.stages[0].args.missingKey: takes only null, or "
+      "the string \"null\" (a record without a key field then has the key null); leave it out "
+      "to make such a record a data error"}},
     {"groupby-bad-aggregates.yaml",
      1,
      {"groupby-bad-aggregates.yaml:15:14: spec.stages[0].args.aggregates[0].op: must be one of "
@@ -55,9 +55,9 @@ static const invalid_case cases[] = {
       "left, got \"outer\"",
       "join-bad-keys.yaml:12:79: spec.stages[0].args.broadcastBelow: must be a "
       "size above 0 (bytes, or a quantity such as 64Mi)",
-      "join-bad-keys.yaml:12:94: spec.stages[0].args.missingKey: takes only null "
-      "(a record without a key field then has the key null); leave it out to make "
-      "such a record a data error"}},
+      "join-bad-keys.yaml:12:94: spec.stages[0].args.missingKey: takes only null, "
+      "or the string \"null\" (a record without a key field then has the key null); "
+      "leave it out to make such a record a data error"}},
     {"join-no-right.yaml",
      1,
      {"join-no-right.yaml:11:9: spec.stages[0].op: join works on records (jsonl, "

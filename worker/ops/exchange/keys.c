@@ -278,10 +278,16 @@ uint64_t xrow_hash(const sb_batch *b, size_t row, uint64_t seed)
 
 /* ---- key fields --------------------------------------------------------------------------- */
 
+int xkeys_missing_null(const cJSON *missing)
+{
+    return cJSON_IsNull(missing) ||
+           (cJSON_IsString(missing) && strcmp(missing->valuestring, "null") == 0);
+}
+
 int xkeys_parse(const cJSON *list, const cJSON *missing, const char *op, xkeys *ks, sb_err *err)
 {
     memset(ks, 0, sizeof *ks);
-    ks->missing_null = cJSON_IsNull(missing);
+    ks->missing_null = xkeys_missing_null(missing);
     if (list == NULL)
         return 0;
     if (!cJSON_IsArray(list))

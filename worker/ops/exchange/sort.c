@@ -327,7 +327,8 @@ static int parse_args(xsort *so, const cJSON *args, sb_err *err)
         so->keys.k[so->keys.n].name = f->valuestring;
         so->keys.k[so->keys.n++].len = strlen(f->valuestring);
     }
-    so->keys.missing_null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(args, "missingKey"));
+    so->keys.missing_null =
+        xkeys_missing_null(cJSON_GetObjectItemCaseSensitive(args, "missingKey"));
     so->nulls_first = cJSON_IsString(nulls) && strcmp(nulls->valuestring, "first") == 0;
     so->stable = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(args, "stable"));
     return 0;

@@ -193,6 +193,10 @@ void xshuffle_runs_free(xshuffle_runs *rs);
 struct cJSON;
 int xkeys_parse(const struct cJSON *list, const struct cJSON *missing, const char *op, xkeys *ks,
                 sb_err *err);
+
+/* 1 when missingKey asks for null keys: the value null, or the string "null" (what survives a
+ * client-side `kubectl apply`, which deletes null fields; lib/spec/allops.c accepts both). */
+int xkeys_missing_null(const struct cJSON *missing);
 void xkeys_free(xkeys *ks);
 
 /* ---- sort (sort.c) -------------------------------------------------------------------------- */
