@@ -375,6 +375,7 @@ typedef struct {
 
 struct task_ctx {
     worker *w;
+    sb_store_resv *hold_resv; /* the ops' held rows, reserved in the store (task_reserve_holds) */
     const Streambatch__V1__Task *task;
     op_key *key; /* task->n_ops of them (the chain may be shorter after absorb_next) */
     int reuse;   /* the task succeeded: its states go back to the cache */
@@ -708,6 +709,8 @@ static const sb_stage_spec *stage_by_name(const sb_pipeline *p, const char *name
  * of the stage); a failed task's are freed: they may be half-way through anything. */
 static void task_ctx_free(task_ctx *t)
 {
+    sb_store_unreserve(t->hold_resv);
+    t->hold_resv = NULL;
     for (size_t k = 0; k < t->n; k++) {
         if (t->reuse && t->key && !t->key[k].absorbed)
             sb_op_cache_put(sb_op_cache_worker(), t->impl[k], t->key[k].stage, t->key[k].args,
@@ -752,6 +755,23 @@ static void chain_drop_next(task_ctx *t, size_t k)
     t->key[t->n] = dropped; /* its name is freed with the others */
     t->state[t->n] = NULL;
     t->impl[t->n] = NULL;
+}
+
+/* The rows the task's ops hold (sb_op_impl.hold) are reserved in the store until the task ends:
+ * the store spills its partitions to make room, so a worker's partitions and its tasks' tables
+ * share one budget instead of adding up. Room: the store budget over twice the slots (a slot's
+ * task, its inputs and outputs beside the others'). Best effort: when the store cannot make
+ * room in a second (everything pinned or reserved), the task runs on uncounted, as before. */
+static void task_reserve_holds(task_ctx *t)
+{
+    size_t slots = t->w->cfg.slots > 0 ? t->w->cfg.slots : 1;
+    uint64_t room = t->w->cfg.store_budget / (2 * slots), held = 0;
+    for (size_t k = 0; k < t->n; k++)
+        if (t->impl[k]->hold != NULL && held < room)
+            held += t->impl[k]->hold(t->state[k], room - held);
+    if (held > 0 && sb_store_reserve(t->w->store, (size_t)held, 1000, &t->hold_resv, NULL) != 0)
+        sb_log(SB_LOG_DEBUG, "task runs with its ops' memory not reserved", "task",
+               t->task->task_id, NULL);
 }
 
 static int task_setup(task_ctx *t)
@@ -820,6 +840,7 @@ static int task_setup(task_ctx *t)
         if (t->impl[k]->task_begin != NULL)
             t->impl[k]->task_begin(t->state[k], task->task_index);
     }
+    task_reserve_holds(t);
     return 0;
 }
 
