@@ -850,10 +850,19 @@ static int task_setup(task_ctx *t)
  * MANY_BYTES (held until the window has come: no more than one large partition's fetch holds),
  * at most MANY_COUNT of them, whatever peers hold them (a task's inputs alternate between the
  * workers that made them); each peer's share comes in one stream, then the chain runs over the
- * window in the task's order. Larger inputs are fetched one at a time as before. */
+ * window in the task's order. Larger inputs are fetched one at a time as before. A window is
+ * held outside the store's budget, so it is no more than a quarter of a slot's share of the
+ * store (many_bytes): at 64Mi over 2 workers, 8 MiB instead of 16 (issue 41). */
 #define MANY_PART_MAX ((uint64_t)1 << 20)
 #define MANY_BYTES ((uint64_t)16 << 20)
 #define MANY_COUNT 1024
+
+static uint64_t many_bytes(const task_ctx *t)
+{
+    size_t slots = t->w->cfg.slots > 0 ? t->w->cfg.slots : 1;
+    uint64_t b = t->w->cfg.store_budget / (4 * slots);
+    return b > MANY_BYTES ? MANY_BYTES : b < MANY_PART_MAX ? MANY_PART_MAX : b;
+}
 
 /* Runs the chain over input i, held by this worker's store. As task_inputs. */
 static int run_local_input(task_ctx *t, size_t i, char **lost)
@@ -882,12 +891,12 @@ static bool is_local(const task_ctx *t, size_t i)
 static size_t many_window(const task_ctx *t, size_t i)
 {
     const Streambatch__V1__Task *task = t->task;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, most = many_bytes(t);
     size_t j = i, remote = 0;
     while (j < task->n_inputs && j - i < MANY_COUNT) {
         const Streambatch__V1__PartitionRef *r = task->inputs[j];
         if (!is_local(t, j)) {
-            if (r->bytes == 0 || r->bytes > MANY_PART_MAX || bytes + r->bytes > MANY_BYTES)
+            if (r->bytes == 0 || r->bytes > MANY_PART_MAX || bytes + r->bytes > most)
                 break;
             bytes += r->bytes;
             remote++;
