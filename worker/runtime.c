@@ -2236,6 +2236,15 @@ static void worker_free(worker *w)
     ctl_put(w, w->chan); /* every call on it has ended: the slots are joined, the server is down */
     sb_metrics_serve_stop(w->msrv);
     sb_wmetrics_free(w->metrics);
+    if (w->store != NULL) { /* what the budget bounded at its peak, beside the process's RSS */
+        sb_store_stats ss;
+        sb_store_get_stats(w->store, &ss);
+        char pk[32], bd[32];
+        snprintf(pk, sizeof pk, "%zu", ss.peak_mem_bytes);
+        snprintf(bd, sizeof bd, "%zu", w->cfg.store_budget);
+        sb_log(SB_LOG_INFO, "store closed", "worker", w->cfg.id, "peak_mem_bytes", pk, "budget",
+               bd, NULL);
+    }
     sb_store_close(w->store);
     if (w->have_pipeline)
         sb_pipeline_free(&w->pipeline);
