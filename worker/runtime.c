@@ -2242,8 +2242,8 @@ static void worker_free(worker *w)
         char pk[32], bd[32];
         snprintf(pk, sizeof pk, "%zu", ss.peak_mem_bytes);
         snprintf(bd, sizeof bd, "%zu", w->cfg.store_budget);
-        sb_log(SB_LOG_INFO, "store closed", "worker", w->cfg.id, "peak_mem_bytes", pk, "budget",
-               bd, NULL);
+        sb_log(SB_LOG_INFO, "store closed", "worker", w->cfg.id, "peak_mem_bytes", pk, "budget", bd,
+               NULL);
     }
     sb_store_close(w->store);
     if (w->have_pipeline)
