@@ -261,12 +261,16 @@ static int x_reset(void *state, sb_err *err)
 
 /* sb_op_impl.hold: the task's share of the budget, no more than the room its worker can count
  * (the budget over four is the whole run's: on a worker with a fraction of it, that share alone
- * could outgrow the worker's store). Spilling starts earlier then; the output is the same. */
+ * could outgrow the worker's store). Spilling starts earlier then; the output is the same. A
+ * join's build table cannot spill and the plan sized it by the run's quarter: its share stays,
+ * and only the room is reserved. */
 static uint64_t x_hold(void *state, uint64_t room)
 {
     xstate *st = state;
     if (st->memory == 0)
         return 0; /* no budget: nothing spills, nothing to count */
+    if (st->kind == X_JOIN)
+        return room > 0 && room < st->memory ? room : st->memory;
     if (room > 0 && room < st->memory) {
         st->memory = room;
         if (st->gb != NULL)
