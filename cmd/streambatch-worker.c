@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,8 +112,6 @@ static int pipeline_ok(const char *s)
     return 1;
 }
 
-/* Blocks from this size up are mmap()ed, so a freed one goes back to the system at once */
-#define SB_WORKER_MMAP_MIN (1 << 20)
 #define WORKER_GO -1 /* parsing went through: run (any other value is the exit status) */
 
 /* The worker's settings while they are read: the environment first, then the flags; the raw
@@ -371,11 +368,6 @@ static int worker_serve(const worker_args *a)
     sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     sb_rpc_tune_malloc(0); /* keep freed receive buffers: ~40% less CPU per GiB fetched */
-    /* ...but blocks of a MiB and more (partitions, batch builders, the sorts' chunks) get their
-     * own mappings, given back on free: on the heap their holes stayed resident (an identity
-     * run's worker held ~65 MiB of anonymous memory for a ~20 MiB peak heap; 20 MiB so). The
-     * receive buffers the tuning is for stay below it (issue 41). */
-    mallopt(M_MMAP_THRESHOLD, SB_WORKER_MMAP_MIN);
     sb_err err;
     int rc = sb_worker_run(&a->cfg, &err);
     if (sb_worker_abandoned()) { /* slots still run: no cleanup may race them */
