@@ -5,9 +5,9 @@
  * as the run's summary reports it) within an identity run's over the same input and budget (the
  * libraries, the data plane, the reader and sink) plus the budget plus SPILL_TASK_CONST per
  * worker of one slot (docs/pipeline-api.md). At this
- * size (1 MiB partitions, below the worker's mmap threshold) the runs before the exchange ops'
- * rows were reserved in the store (sb_op_impl.hold) measured +9 to +11 MiB and pass too: the
- * larger figures are in docs/benchmarks.md (scripts/bench-memory.sh sort). */
+ * size (1 MiB partitions) the runs before the exchange ops' rows were reserved in the store
+ * (sb_op_impl.hold) measured +9 to +11 MiB and pass too: the larger figures are in
+ * docs/benchmarks.md (scripts/bench-memory.sh sort). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,9 @@
 /* What one task may hold outside its share of the budget beyond what an identity task holds:
  * the merge's read buffers and key arrays, a middle task's range partition being built, and
  * allocator slack. The summed peaks measured +5 to +9 MiB over the identity run's here on the
- * shared 2-core machine (the 2 MiB budget included). */
+ * shared 2-core machine (the 2 MiB budget included) while the worker mapped blocks of 1 MiB and
+ * more on their own (reverted: it cost the identity pipeline a third of its wall time); with
+ * the heap trimmed when partitions are released instead, -9 and -4 MiB. */
 #define SPILL_TASK_CONST (8l << 20)
 #define BUDGET (2l << 20)
 #define WORKERS 2
