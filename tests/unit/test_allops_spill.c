@@ -6,7 +6,7 @@
  * every key once, with the first row that had it (by a field and by the whole record), and a
  * task after it starts clean; the shared merge hands equal keys back oldest run first. Before, the
  * middle and reduce tasks failed ("sort does not spill yet") and so did distinct's ("distinct does
- * not spill yet"). */
+ * not spill yet"). A worker's room below the share caps it (sb_op_impl.hold). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +54,9 @@ static void feed(const sb_op_impl *op, void *st, const void *blob, size_t len, s
     sb_batch_close(b);
 }
 
+/* The room a worker gives a task's ops (sb_op_impl.hold; 0: hold not called). */
+static uint64_t g_room;
+
 static void *op_init(const sb_op_impl *op, const char *kind, int round, long memory,
                      const char *args)
 {
@@ -63,6 +66,8 @@ static void *op_init(const sb_op_impl *op, const char *kind, int round, long mem
     void *st;
     sb_err e;
     cr_assert_eq(op->init(w, &st, &e), 0, "%s", e.msg);
+    if (g_room > 0) /* as the runtime does before a task's first input */
+        cr_assert_leq(op->hold(st, g_room), g_room);
     return st;
 }
 
@@ -349,4 +354,45 @@ Test(allops_spill, runs_merge_in_key_order_equal_keys_oldest_run_first)
     cr_expect_eq(xruns_spilled(rs), 0);
     coll_free(&got);
     xruns_free(rs);
+}
+
+/* A worker's room below the task's share of the run's budget (a quarter of it) caps the share:
+ * the tasks spill as with that budget, the order unchanged; hold reports the bound the runtime
+ * reserves in its store, the share itself when the room is larger. Before, an exchange task
+ * held a quarter of the whole run's budget on any worker, on top of the worker's store. */
+Test(allops_spill, a_workers_room_caps_the_share_and_spills_the_same)
+{
+    const char *args = "{\"keys\":[{\"field\":\"g\"}],\"stable\":true,\"missingKey\":null}";
+    char **rows = make_rows();
+    void *blob;
+    size_t len;
+    sb_batch *b = batch_of(rows, ROWS, &blob, &len);
+    coll want = {0}, got = {0};
+    uint64_t sp0, sp1;
+    g_room = 0;
+    sort_chain(blob, len, 64l << 20, args, &want, &sp0); /* a 16 MiB share: no spill */
+    g_room = 16384;
+    sort_chain(blob, len, 64l << 20, args, &got, &sp1);
+    g_room = 0;
+    cr_expect_eq(sp0, 0);
+    cr_expect_gt(sp1, 0, "the capped tasks spilled");
+    cr_assert_eq(got.n, ROWS);
+    cr_assert_eq(got.n, want.n);
+    for (size_t i = 0; i < got.n; i++)
+        cr_assert_str_eq(got.recs[i], want.recs[i], "row %zu", i);
+    check_stable_order(&got, 0, 0);
+    const sb_op_impl *red = sb_op_find("exchange.reduce");
+    void *st = op_init(red, "groupby", 0, 64l << 20,
+                       "{\"keys\":[\"g\"],\"aggregates\":[{\"op\":\"count\",\"as\":\"n\"}]}");
+    cr_expect_eq(red->hold(st, 1u << 20), 1u << 20, "capped by the room");
+    cr_expect_eq(red->hold(st, 1ull << 40), 1u << 20, "the share kept");
+    red->free(st);
+    st = op_init(red, "groupby", 0, 0, "{\"keys\":[\"g\"],\"aggregates\":[]}");
+    cr_expect_eq(red->hold(st, 1u << 20), 0, "no budget: nothing held to count");
+    red->free(st);
+    coll_free(&want);
+    coll_free(&got);
+    sb_batch_close(b);
+    sb_part_free(blob);
+    free_rows(rows);
 }

@@ -236,6 +236,14 @@ typedef struct sb_op_impl {
      * its op: sort with stable: true orders ties by (task index, row) (source order when its op
      * reads the source). NULL: not used. */
     void (*task_begin)(void *state, uint64_t task_index);
+    /* Called (when set) by the runtime before a task's first input with `room`, the bytes of
+     * its worker's store budget one task's ops may hold (the store budget over twice the
+     * slots): the op keeps the rows it holds (tables, runs' chunks, rows gathered whole) within
+     * the smaller of its own share and room from then on, and returns that bound. The runtime
+     * reserves the bounds of a task's ops in the store until the task ends, so the store
+     * spills its partitions to make room and the op's memory is counted in the budget, not on
+     * top of it (issue 41). NULL: the op holds no more than a partition at a time. */
+    uint64_t (*hold)(void *state, uint64_t room);
 } sb_op_impl;
 
 /* The implementation of a built-in op, or NULL when this build does not have it. */

@@ -259,6 +259,28 @@ static int x_reset(void *state, sb_err *err)
     return 0;
 }
 
+/* sb_op_impl.hold: the task's share of the budget, no more than the room its worker can count
+ * (the budget over four is the whole run's: on a worker with a fraction of it, that share alone
+ * could outgrow the worker's store). Spilling starts earlier then; the output is the same. A
+ * join's build table cannot spill and the plan sized it by the run's quarter: its share stays,
+ * and only the room is reserved. */
+static uint64_t x_hold(void *state, uint64_t room)
+{
+    xstate *st = state;
+    if (st->memory == 0)
+        return 0; /* no budget: nothing spills, nothing to count */
+    if (st->kind == X_JOIN)
+        return room > 0 && room < st->memory ? room : st->memory;
+    if (room > 0 && room < st->memory) {
+        st->memory = room;
+        if (st->gb != NULL)
+            xgroupby_set_memory(st->gb, room);
+        if (st->so != NULL)
+            xsort_set_memory(st->so, room);
+    }
+    return st->memory;
+}
+
 /* The records column, for the ops that read keys (groupby, distinct). */
 static int keyed_column(const xstate *st, const sb_batch *in, sb_err *err)
 {
@@ -884,6 +906,7 @@ static void map_task_begin(void *state, uint64_t task_index)
 
 const sb_op_impl sb_op_exchange_map_impl = {
     .name = "exchange.map",
+    .hold = x_hold,
     .init = map_init,
     .process = map_process,
     .finish = map_finish,
@@ -904,6 +927,7 @@ static uint64_t reduce_spilled(void *state)
 
 const sb_op_impl sb_op_exchange_reduce_impl = {
     .name = "exchange.reduce",
+    .hold = x_hold,
     .init = reduce_init,
     .process = reduce_process,
     .finish = reduce_finish,

@@ -133,6 +133,11 @@ static int groupby_parse(xgroupby *g, const char *args_json, sb_err *err)
     return 0;
 }
 
+void xgroupby_set_memory(xgroupby *g, uint64_t memory)
+{
+    g->memory = memory;
+}
+
 xgroupby *xgroupby_new(const char *args_json, uint64_t memory, sb_err *err)
 {
     xgroupby *g = calloc(1, sizeof *g);

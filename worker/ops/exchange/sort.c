@@ -334,6 +334,11 @@ static int parse_args(xsort *so, const cJSON *args, sb_err *err)
     return 0;
 }
 
+void xsort_set_memory(xsort *so, uint64_t memory)
+{
+    so->memory = memory;
+}
+
 xsort *xsort_new(const struct cJSON *args, int round, uint32_t buckets, uint64_t memory,
                  sb_err *err)
 {

@@ -166,6 +166,8 @@ typedef int (*xgroupby_full_fn)(void *ud, sb_err *err);
 void xgroupby_on_full(xgroupby *g, xgroupby_full_fn fn, void *ud);
 /* Bytes this task's table spilled (reduce side); 0 after a reset. */
 uint64_t xgroupby_spilled(const xgroupby *g);
+/* The table's memory from now on (the smaller share the worker can count: sb_op_impl.hold). */
+void xgroupby_set_memory(xgroupby *g, uint64_t memory);
 /* Emits one record per group, in the order of their keys' encodings, and clears them (after
  * a spill: the runs merged, the same records). */
 int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err);
@@ -219,6 +221,8 @@ int xsort_finish(xsort *so, sb_op_out *out, sb_err *err);
 /* Bytes this task spilled (rounds 1 and 2: past half the task's memory; runs.c); 0 after a
  * reset. */
 uint64_t xsort_spilled(const xsort *so);
+/* The task's memory from now on (the smaller share the worker can count: sb_op_impl.hold). */
+void xsort_set_memory(xsort *so, uint64_t memory);
 /* The sort order of two keys (every key field's encoding, in order): <0, 0, >0. */
 int xsort_key_cmp(const xsort *so, const char *a, const char *b);
 /* The 8-byte prefix of a key the sort compares first (sort.c says how it is made): whenever
