@@ -61,6 +61,15 @@ for t in "${targets[@]}"; do
   else echo "make $t: $p passed ($((SECONDS - t0)) s)"; fi
 done
 
+# The CI keeps only the last lines of this output: repeat each failed suite's failing checks
+# (and the lines just above each, which say why) here at the end, so the tail names them.
+failure_digest() { # LOG: the lines that name failures, with up to 4 lines of context before each
+  grep -a -n -B4 -E '^(FAIL|not ok)\b|\[FAIL\]|timed out after' "$1" | cut -c1-300 | head -n 24
+}
+for s in "${failed_suites[@]}"; do
+  log=$log_dir/$s.log; [[ -f $log ]] || log=$log_dir/make-$s.log
+  [[ -f $log ]] && { echo "==== $s: what failed ($log)"; failure_digest "$log"; }
+done
 ((${#failed_suites[@]})) && echo "failed suites: ${failed_suites[*]} (logs in $log_dir)"
 echo "all suites took $((SECONDS / 60)) min $((SECONDS % 60)) s"
 echo "$passed passed, $failed failed"
