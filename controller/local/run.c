@@ -273,8 +273,9 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
         fprintf(f, ", committed in %.2f s", commit_s);
     fputc('\n', f);
     fprintf(f,
-            "memory: partitions in flight peaked at %s (budget %s); peak worker RSS %s; "
-            "%" PRIu64 " worker processes started, %zu lost; %" PRIu64 " task attempts, %" PRIu64
+            "memory: partitions in flight peaked at %s (budget %s); "
+            "peak worker RSS %s (the workers summed); %" PRIu64
+            " worker processes started, %zu lost; %" PRIu64 " task attempts, %" PRIu64
             " re-run for recovery\n",
             human_bytes(s->stats.peak_partition_bytes, a, sizeof a),
             human_bytes(s->stats.budget, b, sizeof b), human_bytes(peak_rss, c, sizeof c), started,
@@ -1185,7 +1186,7 @@ static void run_wait(run_ctx *c)
     c->st = SB_SCHED_RUNNING;
     while (!g_interrupted) {
         c->st = sb_ctl_wait(c->ctl, 100);
-        uint64_t rss = c->be.rss(c->be.impl);
+        uint64_t rss = c->be.rss(c->be.impl); /* every worker process, summed */
         if (rss > c->peak_rss)
             c->peak_rss = rss;
         /* serving: the run is over when every rank was told its last epoch ended, too (a
