@@ -538,6 +538,104 @@ Test(store, larger_than_budget_goes_straight_to_disk)
     cr_assert_eq(count_files(g_dir), 0);
 }
 
+/* A partition larger than the whole budget is read outside it (issue 41): sb_store_load cannot
+ * (ENOSPACE), and a worker that reported it lost made its producer make it again just as large,
+ * for ever. The copy is the caller's, not counted against the budget, and the partition stays. */
+Test(store, load_whole_reads_a_partition_larger_than_the_budget_outside_it)
+{
+    const size_t chunk = 32 * KiB, len = 1024 * KiB + 5;
+    sb_store *s = open_store(256 * KiB, chunk);
+    put_ok(s, "small", 1, 100 * KiB, 0);
+    put_ok(s, "huge", 2, len, 0);
+    sb_store_whole w;
+    sb_err err = {0};
+    cr_assert_eq(sb_store_load_whole(s, "huge", 0, -1, &w, &err), 0, "%s", err.msg);
+    cr_assert_null(w.ref);
+    cr_assert_not_null(w.own);
+    cr_assert_eq(w.len, len);
+    assert_pattern(w.data, 2, 0, len);
+    sb_store_stats st;
+    sb_store_get_stats(s, &st);
+    cr_expect_eq(st.mem_bytes, 100 * KiB, "the copy is outside the budget");
+    cr_expect_eq(st.peak_mem_bytes, 100 * KiB);
+    cr_expect_eq(st.outside_loads, 1);
+    cr_expect_eq(st.outside_bytes, len);
+    cr_expect_eq(st.disk_bytes, len, "the partition stays in the store");
+    sb_store_whole_done(&w);
+    cr_assert_null(w.own);
+    /* one in memory is the store's own copy, pinned */
+    cr_assert_eq(sb_store_load_whole(s, "small", 0, -1, &w, &err), 0, "%s", err.msg);
+    cr_assert_not_null(w.ref);
+    cr_assert_null(w.own);
+    cr_assert_eq(w.len, 100 * KiB);
+    assert_pattern(w.data, 1, 0, w.len);
+    sb_store_whole_done(&w);
+    cr_assert_eq(sb_store_load_whole(s, "gone", 0, -1, &w, &err), SB_STORE_ENOTFOUND);
+    sb_store_get_stats(s, &st);
+    cr_expect_eq(st.outside_loads, 1);
+    cr_expect_eq(st.pinned_partitions, 0);
+    check_ok(s);
+    sb_store_close(s);
+    cr_assert_eq(count_files(g_dir), 0);
+}
+
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (t1.tv_sec - t0->tv_sec) * 1000 + (t1.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* A spilled partition that fits the budget is loaded into it, unless the room is held by the
+ * caller's own reservation (no wait would free it: read outside at once) or by others' pins
+ * that are not given back in time (read outside after the wait). */
+Test(store, load_whole_reads_outside_when_no_room_can_be_made)
+{
+    sb_store *s = open_store(256 * KiB, 16 * KiB);
+    put_ok(s, "p", 3, 100 * KiB, 10);
+    put_ok(s, "a", 4, 200 * KiB, 1); /* p is needed later: spilled */
+    cr_assert_not(in_memory(s, "p"));
+    sb_store_ref *pin = NULL;
+    sb_err err = {0};
+    cr_assert_eq(sb_store_pin(s, "a", &pin, &err), 0, "%s", err.msg);
+    /* the room is pinned: the load waits 300 ms, then p is read outside */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sb_store_whole w;
+    cr_assert_eq(sb_store_load_whole(s, "p", 0, 300, &w, &err), 0, "%s", err.msg);
+    long waited = ms_since(&t0);
+    cr_expect_geq(waited, 250, "waited %ld ms", waited);
+    cr_assert_not_null(w.own);
+    assert_pattern(w.data, 3, 0, 100 * KiB);
+    sb_store_whole_done(&w);
+    sb_store_unpin(pin);
+    cr_assert_eq(sb_store_release(s, "a", &err), 0, "%s", err.msg);
+    /* the caller's own reservation leaves too little: read outside at once, not after 20 s */
+    sb_store_resv *resv = NULL;
+    cr_assert_eq(sb_store_reserve(s, 200 * KiB, 0, &resv, &err), 0, "%s", err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(sb_store_load_whole(s, "p", 200 * KiB, 20000, &w, &err), 0, "%s", err.msg);
+    waited = ms_since(&t0);
+    cr_expect_lt(waited, 5000, "waited %ld ms for its own reservation", waited);
+    cr_assert_not_null(w.own);
+    sb_store_whole_done(&w);
+    sb_store_unreserve(resv);
+    /* with room, it is loaded into the budget (the store's copy, no longer spilled) */
+    cr_assert_eq(sb_store_load_whole(s, "p", 0, 1000, &w, &err), 0, "%s", err.msg);
+    cr_assert_not_null(w.ref);
+    cr_assert_null(w.own);
+    assert_pattern(w.data, 3, 0, 100 * KiB);
+    sb_store_whole_done(&w);
+    cr_assert(in_memory(s, "p"));
+    sb_store_stats st;
+    sb_store_get_stats(s, &st);
+    cr_expect_eq(st.outside_loads, 2);
+    cr_expect_eq(st.outside_bytes, 200 * KiB);
+    cr_expect_eq(st.load_count, 1);
+    check_ok(s);
+    sb_store_close(s);
+}
+
 Test(store, reservation_covers_put)
 {
     sb_store *s = open_store(1000 * KiB, 10 * KiB);

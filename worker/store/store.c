@@ -69,6 +69,7 @@ struct sb_store {
     unsigned nresv;
     uint64_t seq;
     uint64_t spill_count, spilled_bytes, direct_spills, load_count;
+    uint64_t outside_loads, outside_bytes; /* sb_store_load_whole copies outside the budget */
     _Atomic uint64_t readback;
 };
 
@@ -1232,6 +1233,72 @@ int sb_store_load(sb_store *s, const char *id, int timeout_ms, sb_store_ref **ou
     return 0;
 }
 
+/* Copies the partition of a pinned ref into a buffer of the caller's, outside the budget. */
+static int copy_outside(sb_store *s, sb_store_ref *ref, sb_store_whole *out, sb_err *err)
+{
+    size_t len = ref->len;
+    void *buf = malloc(len ? len : 1);
+    if (buf == NULL)
+        return sb_err_set(err,
+                          "partition %s: out of memory for %zu bytes, read outside the store's "
+                          "budget of %zu bytes",
+                          ref->e->id, len, s->budget);
+    ssize_t n = sb_store_read(ref, 0, buf, len, err);
+    if (n < 0 || (size_t)n != len) {
+        free(buf);
+        return n < 0 ? (int)n
+                     : fail(err, SB_STORE_ECORRUPT, "partition %s: short read (%zd of %zu bytes)",
+                            ref->e->id, n, len);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->outside_loads++;
+    s->outside_bytes += len;
+    pthread_mutex_unlock(&s->mu);
+    out->own = buf;
+    out->data = buf;
+    out->len = len;
+    return 0;
+}
+
+int sb_store_load_whole(sb_store *s, const char *id, size_t held, int timeout_ms,
+                        sb_store_whole *out, sb_err *err)
+{
+    memset(out, 0, sizeof *out);
+    sb_store_ref *ref = NULL;
+    int rc = sb_store_pin(s, id, &ref, err);
+    if (rc != 0)
+        return rc;
+    /* a load's room may come from others' pins and reservations going away, never from ours */
+    if (!ref->in_memory && held <= s->budget && ref->len <= s->budget - held) {
+        sb_store_unpin(ref);
+        ref = NULL;
+        rc = sb_store_load(s, id, timeout_ms, &ref, err);
+        if (rc != SB_STORE_ENOSPACE) {
+            if (rc == 0)
+                *out = (sb_store_whole){.ref = ref, .data = ref->data, .len = ref->len};
+            return rc;
+        }
+        if ((rc = sb_store_pin(s, id, &ref, err)) != 0) /* no room in time: read it outside */
+            return rc;
+    }
+    if (ref->in_memory) {
+        *out = (sb_store_whole){.ref = ref, .data = ref->data, .len = ref->len};
+        return 0;
+    }
+    rc = copy_outside(s, ref, out, err);
+    sb_store_unpin(ref);
+    return rc;
+}
+
+void sb_store_whole_done(sb_store_whole *w)
+{
+    if (w == NULL)
+        return;
+    sb_store_unpin(w->ref);
+    free(w->own);
+    memset(w, 0, sizeof *w);
+}
+
 /* ---- release, stats, list, check ---------------------------------------------------------- */
 
 int sb_store_release(sb_store *s, const char *id, sb_err *err)
@@ -1282,6 +1349,8 @@ void sb_store_get_stats(sb_store *s, sb_store_stats *o)
     o->direct_spill_count = s->direct_spills;
     o->load_count = s->load_count;
     o->readback_bytes = atomic_load(&s->readback);
+    o->outside_loads = s->outside_loads;
+    o->outside_bytes = s->outside_bytes;
     pthread_mutex_unlock(&s->mu);
 }
 

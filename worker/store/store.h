@@ -129,6 +129,8 @@ typedef struct sb_store_stats {
     uint64_t direct_spill_count; /* puts written straight to disk (case 2c) */
     uint64_t load_count;         /* sb_store_load calls that read a spill file */
     uint64_t readback_bytes;     /* bytes read from spill files (loads and sb_store_read) */
+    uint64_t outside_loads;      /* sb_store_load_whole copies made outside the budget */
+    uint64_t outside_bytes;      /* ... and their bytes */
 } sb_store_stats;
 
 typedef struct sb_store_item {
@@ -180,6 +182,30 @@ int sb_store_pin(sb_store *store, const char *id, sb_store_ref **out, sb_err *er
  * sb_store_reserve does. A partition larger than the budget is SB_STORE_ENOSPACE at once (read
  * it with sb_store_read). The spill file is deleted once the partition is back in memory. */
 int sb_store_load(sb_store *store, const char *id, int timeout_ms, sb_store_ref **out, sb_err *err);
+
+/* A whole partition in memory, for a reader that needs it in one piece (sb_store_load_whole). */
+typedef struct sb_store_whole {
+    sb_store_ref *ref; /* the store's in-memory copy, pinned; NULL when own holds the bytes */
+    void *own;         /* a copy read outside the budget (malloc()ed), or NULL */
+    const void *data;  /* the partition's bytes (ref's or own) */
+    size_t len;
+} sb_store_whole;
+
+/* Gives a reader partition id whole: the store's in-memory copy when it has one or can load it
+ * (as sb_store_load, waiting per timeout_ms), else a copy of the caller's read from its spill
+ * file outside the budget, as a fetch from a peer is held. That is the case for a partition
+ * larger than the budget less `held` (what the caller itself keeps reserved, which no wait would
+ * free: its own reservation would make it wait for itself), and for one that no room was made
+ * for in time. Without it such a partition could not be read at all (issue 41: a skewed bucket
+ * bigger than the whole budget). The copy is counted in outside_loads / outside_bytes; the
+ * partition stays in the store. SB_STORE_ENOTFOUND / SB_STORE_ECORRUPT when it is gone or its
+ * file is bad, SB_STORE_EFAIL when the copy cannot be allocated. Give it back with
+ * sb_store_whole_done. */
+int sb_store_load_whole(sb_store *store, const char *id, size_t held, int timeout_ms,
+                        sb_store_whole *out, sb_err *err);
+
+/* Unpins or frees what sb_store_load_whole gave, and zeroes *w. NULL is a no-op. */
+void sb_store_whole_done(sb_store_whole *w);
 
 /* Gives a ref back; performs a deferred release on the last unpin. NULL is a no-op. */
 void sb_store_unpin(sb_store_ref *ref);
