@@ -864,19 +864,41 @@ static uint64_t many_bytes(const task_ctx *t)
     return b > MANY_BYTES ? MANY_BYTES : b < MANY_PART_MAX ? MANY_PART_MAX : b;
 }
 
-/* Runs the chain over input i, held by this worker's store. As task_inputs. */
+/* Runs the chain over input i, held by this worker's store. As task_inputs. Only a partition
+ * that is gone (or whose spill file is bad) is lost: one that is here but does not fit in the
+ * budget is read outside it (sb_store_load_whole), as a peer's would be fetched. Before, such a
+ * partition was reported lost, its producer made it again just as large, and the run never
+ * ended (issue 41). */
 static int run_local_input(task_ctx *t, size_t i, char **lost)
 {
     const Streambatch__V1__PartitionRef *ref = t->task->inputs[i];
-    sb_store_ref *r = NULL;
-    if (sb_store_load(t->w->store, ref->id, 60000, &r, &t->err) != 0) {
+    size_t held = t->hold_resv != NULL ? sb_store_resv_left(t->hold_resv) : 0;
+    sb_store_whole in;
+    int rc = sb_store_load_whole(t->w->store, ref->id, held, 60000, &in, &t->err);
+    if (rc == SB_STORE_ENOTFOUND || rc == SB_STORE_ECORRUPT) {
         *lost = ref->id;
         return -2;
     }
-    size_t len = sb_store_ref_len(r);
-    t->bytes_in += len;
-    int rc = run_chain(t, sb_store_ref_data(r), len, false, i + 1 == t->task->n_inputs);
-    sb_store_unpin(r);
+    if (rc != 0) {
+        char m[sizeof t->err.msg];
+        snprintf(m, sizeof m, "%s", t->err.msg);
+        sb_err_set(&t->err,
+                   "%s (the worker's store budget is %zu bytes: give the pipeline a larger "
+                   "execution.memoryBudget, or smaller partitions: source partitionSize, more "
+                   "partitions for an exchange)",
+                   m, t->w->cfg.store_budget);
+        return -1;
+    }
+    if (in.own != NULL) {
+        char len[32], budget[32];
+        snprintf(len, sizeof len, "%zu", in.len);
+        snprintf(budget, sizeof budget, "%zu", t->w->cfg.store_budget);
+        sb_log(SB_LOG_WARN, "input read outside the store's budget", "task", t->task->task_id,
+               "partition", ref->id, "bytes", len, "budget", budget, NULL);
+    }
+    t->bytes_in += in.len;
+    rc = run_chain(t, in.data, in.len, false, i + 1 == t->task->n_inputs);
+    sb_store_whole_done(&in);
     return rc != 0 ? -1 : 0;
 }
 
