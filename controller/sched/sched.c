@@ -39,6 +39,7 @@ typedef struct {
     uint32_t next_out; /* the producer's next output (task.out_first's list), NO_PART at the end */
     uint32_t uses;     /* stream_cache: epochs that have not released it yet */
     uint8_t parked;    /* stream_cache: released by an epoch, kept: its bytes not counted */
+    uint8_t lost_reports; /* times a consumer reported it lost while it was available */
 } part;
 
 #define NO_PART UINT32_MAX
@@ -2795,22 +2796,61 @@ static int settle_copy(sb_sched *s, size_t w, task *t, int copy, sb_sched_status
     return 0;
 }
 
-/* Task ti could not read some inputs: they are lost, and the task waits for them to be made
- * again. */
-static void complete_input_lost(sb_sched *s, size_t w, size_t ti, const sb_storage_output *outs,
-                                size_t nouts, const char *const *lost, size_t nlost)
+/* A partition its consumers report lost this many times, though it was made again after each
+ * report, is not lost: reading it fails (issue 41: one larger than a worker's store budget was
+ * reported lost and made again for ever). maxTaskRetries + 1 reports, and never fewer than 2,
+ * so that a worker lost between two reads under maxTaskRetries: 0 is still recovered from. */
+static uint32_t lost_reports_max(const sb_sched *s)
 {
+    uint64_t m = s->max_retries + 1 > 2 ? s->max_retries + 1 : 2;
+    return m > UINT8_MAX - 1 ? UINT8_MAX - 1 : (uint32_t)m;
+}
+
+/* Task ti's inputs reported lost again and again (lost_reports_max): the pipeline fails naming
+ * the partition and the consumer's last error, rather than make it once more. */
+static void lost_for_good(sb_sched *s, size_t ti, const part *p, const char *message)
+{
+    task *t = &s->tasks[ti];
+    char name[TASK_NAME_MAX];
+    task_name(s, t, name, sizeof name);
+    task_stop_running(s, t);
+    set_failure(s,
+                "stage %s failed: task %s reported its input partition %s (%" PRIu64
+                " bytes) lost %u times, though it was made again after each report: last error: "
+                "%s",
+                s->ops[t->op].name, name, p->id, p->bytes, (unsigned)p->lost_reports,
+                message && *message ? message : "(no message)");
+    if (t->first_error == NULL)
+        t->first_error = strdup(message && *message ? message : "(no message)");
+    task_errored(s, ti, t->retries + 1, message);
+}
+
+/* Task ti could not read some inputs: they are lost, and the task waits for them to be made
+ * again, unless one of them was reported lost too often already (lost_for_good). */
+static void complete_input_lost(sb_sched *s, size_t w, size_t ti, const char *message,
+                                const sb_storage_output *outs, size_t nouts,
+                                const char *const *lost, size_t nlost)
+{
+    size_t again = NONE;
     for (size_t i = 0; i < nlost; i++) {
         size_t pi;
         if (!sb_idmap_get(&s->part_ids, lost[i], &pi) || s->parts[pi].state != P_AVAILABLE)
             continue;
-        part_drop_bytes(s, &s->parts[pi]);
-        s->parts[pi].state = P_LOST;
-        s->parts[pi].worker = NONE;
+        part *p = &s->parts[pi];
+        if (p->lost_reports < UINT8_MAX)
+            p->lost_reports++;
+        if (p->lost_reports >= lost_reports_max(s))
+            again = pi;
+        part_drop_bytes(s, p);
+        p->state = P_LOST;
+        p->worker = NONE;
         s->partitions_lost++;
     }
     release_outs(s, w, outs, nouts); /* partial outputs are dropped */
-    requeue_task(s, ti, 1);          /* re-queues the producers of the lost inputs too */
+    if (again != NONE)
+        lost_for_good(s, ti, &s->parts[again], message);
+    else
+        requeue_task(s, ti, 1); /* re-queues the producers of the lost inputs too */
 }
 
 /* Task ti failed: retried while it has retries left (an error on its data is not: it would fail
@@ -2945,7 +2985,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
     if (status != SB_SCHED_OK)
         o->failed_attempts++;
     if (status == SB_SCHED_INPUT_LOST) {
-        complete_input_lost(s, w, ti, outs, nouts, lost, nlost);
+        complete_input_lost(s, w, ti, message, outs, nouts, lost, nlost);
         return 1;
     }
     if (status == SB_SCHED_ERROR || status == SB_SCHED_ERROR_DATA ||

@@ -904,6 +904,55 @@ Test(sched, input_lost_recovers_the_input)
     spec_fixture_free(&h);
 }
 
+/* A consumer that keeps reporting its input lost although the input is made again each time
+ * (issue 41: a worker could not read a partition larger than its store budget, and the run
+ * looped for ever) fails the pipeline on the report that makes maxTaskRetries + 1, naming the
+ * partition and the worker's error; the earlier reports re-made it. */
+static void lost_again_and_again(const char *execution, int reports)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text(CPU_GPU, execution));
+    sim m;
+    sim_init(&m, &h, 1, 64 * MiB);
+    sim_add_worker(&m, "c1", "cpu", 1);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sb_sched_task t[2];
+    sb_storage_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
+    const char *lost[] = {"s0-t0-p0"};
+    uint64_t now = 1;
+    for (int r = 1; r <= reports; r++) {
+        cr_assert_eq(sb_sched_assign(m.s, "c1", 1, now++, t), 1, "report %d: producer runs", r);
+        cr_assert_str_eq(t[0].task_id, "ns/t/s0-t0");
+        cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL,
+                                       &o, 1, NULL, 0, NULL, now++, NULL),
+                     1);
+        cr_assert_eq(sb_sched_assign(m.s, "g1", 1, now++, t), 1);
+        cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_RUNNING, "before report %d", r);
+        cr_assert_eq(sb_sched_complete(m.s, "g1", t[0].task_id, t[0].attempt, SB_SCHED_INPUT_LOST,
+                                       "partition s0-t0-p0: cannot be read", NULL, 0, lost, 1,
+                                       NULL, now++, NULL),
+                     1);
+    }
+    const char *why = NULL;
+    cr_assert_eq(sb_sched_state_get(m.s, &why), SB_SCHED_FAILED, "after %d reports", reports);
+    cr_expect(why != NULL && strstr(why, "input partition s0-t0-p0") != NULL &&
+                  strstr(why, "lost ") != NULL && strstr(why, "cannot be read") != NULL,
+              "%s", why ? why : "(none)");
+    cr_expect_eq(sb_sched_assign(m.s, "c1", 1, now++, t), 0, "nothing runs after the failure");
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.partitions_recovered, reports - 1);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
+Test(sched, an_input_reported_lost_again_and_again_fails_the_pipeline)
+{
+    lost_again_and_again("{}", 4);                  /* maxTaskRetries 3 (the default) */
+    lost_again_and_again("{maxTaskRetries: 0}", 2); /* never fewer than 2 */
+    lost_again_and_again("{maxTaskRetries: 6}", 7);
+}
+
 /* A worker declared lost is fenced: a consumer running elsewhere that reads a partition from it
  * (the worker may only be cut off, and serve it after coming back) runs again, so its old
  * attempt's report is stale; its input is re-made. A consumer that writes the sink keeps
