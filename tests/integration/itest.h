@@ -119,6 +119,25 @@ static inline void write_pipeline(const char *name, const char *stages, const ch
     write_pipeline_ps(name, "64Ki", stages, extra);
 }
 
+/* dir/NAME.yaml: dir/IN/ (JSON lines, partitions of PSIZE; SRC_ARGS the source's args as a
+ * YAML flow map, or NULL) through one stage x (OP with ARGS, a YAML flow map) to dir/out-NAME/,
+ * under execution.memoryBudget BUDGET: the budget tests' pipelines. */
+static inline void write_one_stage(const char *name, const char *in, const char *psize,
+                                   const char *src_args, const char *op, const char *args,
+                                   const char *budget)
+{
+    FILE *f = itest_create("%s.yaml", name);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/%s/', format: jsonl, partitionSize: %s%s%s}\n"
+            "  stages:\n  - {name: x, op: %s, args: %s}\n"
+            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
+            "  execution: {memoryBudget: %s}\n",
+            name, dir, in, psize, src_args ? ", args: " : "", src_args ? src_args : "", op, args,
+            dir, name, budget);
+    fclose(f);
+}
+
 /* SIGKILLs one of this test's worker processes (by their spill directories under dir, so
  * TMPDIR must be dir) chosen at random: 1, or 0 when none was running. */
 static inline int itest_kill_worker(void)

@@ -32,20 +32,11 @@ static void teardown(void)
 
 TestSuite(skew, .init = setup, .fini = teardown, .timeout = 120);
 
-/* dir/NAME.yaml: dir/in/ through stage x (OP with ARGS, a YAML flow map) to dir/out-NAME/,
- * under a 1 MiB budget; records up to 8 MiB are allowed. */
+/* dir/NAME.yaml: dir/in/ through stage x (OP with ARGS) to dir/out-NAME/ under a 1 MiB
+ * budget; records up to 8 MiB are allowed. */
 static void skew_pipeline(const char *name, const char *op, const char *args)
 {
-    FILE *f = itest_create("%s.yaml", name);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 256Ki, "
-            "args: {maxRecordSize: 8388608}}\n"
-            "  stages:\n  - {name: x, op: %s, args: %s}\n"
-            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
-            "  execution: {memoryBudget: 1Mi}\n",
-            name, dir, op, args, dir, name);
-    fclose(f);
+    write_one_stage(name, "in", "256Ki", "{maxRecordSize: 8388608}", op, args, "1Mi");
 }
 
 /* Runs NAME (one worker: the reduce reads the map outputs from its own store) within 60 s; it

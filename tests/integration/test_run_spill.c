@@ -43,15 +43,7 @@ TestSuite(spill, .init = setup, .fini = teardown, .timeout = 240);
  * to dir/out-NAME/, under a 4 MiB memory budget. */
 static void spill_pipeline(const char *name, const char *in, const char *op, const char *args)
 {
-    FILE *f = itest_create("%s.yaml", name);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/%s/', format: jsonl, partitionSize: 1Mi}\n"
-            "  stages:\n  - {name: x, op: %s, args: %s}\n"
-            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
-            "  execution: {memoryBudget: 4Mi}\n",
-            name, dir, in, op, args, dir, name);
-    fclose(f);
+    write_one_stage(name, in, "1Mi", NULL, op, args, "4Mi");
 }
 
 static void run_ok(const char *name)

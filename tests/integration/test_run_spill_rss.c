@@ -43,15 +43,7 @@ TestSuite(spillrss, .init = setup, .fini = teardown, .timeout = 120);
 /* dir/NAME.yaml: dir/in/ in 1 MiB partitions through stage x (OP with ARGS) under BUDGET. */
 static void pipeline(const char *name, const char *op, const char *args)
 {
-    FILE *f = itest_create("%s.yaml", name);
-    fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
-            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 1Mi}\n"
-            "  stages:\n  - {name: x, op: %s, args: %s}\n"
-            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n"
-            "  execution: {memoryBudget: 2Mi}\n",
-            name, dir, op, args, dir, name);
-    fclose(f);
+    write_one_stage(name, "in", "1Mi", NULL, op, args, "2Mi");
     char *out = NULL;
     int rc = run_cli(name, "--cpus 2", &out);
     cr_assert_eq(rc, 0, "%s failed:\n%s", name, out);
