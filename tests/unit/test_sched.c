@@ -923,14 +923,14 @@ static void lost_again_and_again(const char *execution, int reports)
     for (int r = 1; r <= reports; r++) {
         cr_assert_eq(sb_sched_assign(m.s, "c1", 1, now++, t), 1, "report %d: producer runs", r);
         cr_assert_str_eq(t[0].task_id, "ns/t/s0-t0");
-        cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL,
-                                       &o, 1, NULL, 0, NULL, now++, NULL),
+        cr_assert_eq(sb_sched_complete(m.s, "c1", t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, &o,
+                                       1, NULL, 0, NULL, now++, NULL),
                      1);
         cr_assert_eq(sb_sched_assign(m.s, "g1", 1, now++, t), 1);
         cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_RUNNING, "before report %d", r);
         cr_assert_eq(sb_sched_complete(m.s, "g1", t[0].task_id, t[0].attempt, SB_SCHED_INPUT_LOST,
-                                       "partition s0-t0-p0: cannot be read", NULL, 0, lost, 1,
-                                       NULL, now++, NULL),
+                                       "partition s0-t0-p0: cannot be read", NULL, 0, lost, 1, NULL,
+                                       now++, NULL),
                      1);
     }
     const char *why = NULL;

@@ -17,6 +17,8 @@
  *    never spilled, moved or freed, even if the partition is released meanwhile (the free is
  *    deferred to the last unpin). A spilled ref keeps its file readable the same way.
  *  - An sb_store_resv (reservation) is owned by the caller until sb_store_unreserve().
+ *  - An sb_store_whole (sb_store_load_whole) is the caller's until sb_store_whole_done(): its
+ *    ref, or its own copy, which the store does not count (it is outside the budget).
  *  - sb_store_list() returns one malloc()ed block (items and their ids): free() it.
  *  - All refs and reservations must be given back before sb_store_close(); close deletes every
  *    spill file and the store's private spill directory.
