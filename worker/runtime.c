@@ -2113,6 +2113,7 @@ static void metrics_sample(void *ud, sb_wmetrics_sample *out)
     out->store_memory_bytes = ss.mem_bytes;
     out->store_spilled_bytes = ss.disk_bytes;
     out->spill_bytes_total = ss.spilled_bytes;
+    out->store_outside_bytes_total = ss.outside_bytes;
     pthread_mutex_lock(&w->mu);
     out->fetch_bytes_total = w->bytes_received;
     pthread_mutex_unlock(&w->mu);

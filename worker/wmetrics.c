@@ -17,6 +17,7 @@ struct sb_wmetrics {
     sb_metrics *reg;
     sb_metric *f[SB_WF_COUNT];
     sb_metric *cuda;    /* this worker's own figure: not summed per pool by `streambatch run` */
+    sb_metric *outside; /* the same: bytes of local inputs read outside the store's budget */
     pthread_mutex_t mu; /* label values, counters below */
     char ns[256], pipeline[256], pool[64];
     uint64_t fetch_errors;
@@ -70,6 +71,8 @@ static void collect(void *ud, sb_metrics *reg)
     sb_metric_set(m->f[SB_WF_CPU], v, cpu);
     sb_metric_set(m->f[SB_WF_RSS], v, (double)rss);
     sb_metric_set(m->f[SB_WF_WORKERS], v, 1);
+    sb_metric_clear(m->outside);
+    sb_metric_set(m->outside, v, (double)s.store_outside_bytes_total);
     /* present once a tensor.mlp stage asked for CUDA devices (0: none usable) */
     int cuda = sb_op_mlp_cuda_devices();
     sb_metric_clear(m->cuda);
@@ -102,7 +105,14 @@ sb_wmetrics *sb_wmetrics_new(const char *pool, sb_wmetrics_sample_fn sample, voi
     m->cuda = sb_metrics_add(m->reg, SB_METRIC_GAUGE, "streambatch_worker_cuda_devices",
                              "CUDA devices tensor.mlp can use (0: it runs on the CPU).", base, NULL,
                              0, err);
-    if (m->cuda == NULL || sb_metrics_on_collect(m->reg, collect, m, err) != 0 ||
+    if (m->cuda != NULL)
+        m->outside = sb_metrics_add(
+            m->reg, SB_METRIC_COUNTER, "streambatch_worker_store_outside_bytes_total",
+            "Bytes of partitions a task read from this worker's store outside its budget (larger "
+            "than the budget could give).",
+            base, NULL, 0, err);
+    if (m->cuda == NULL || m->outside == NULL ||
+        sb_metrics_on_collect(m->reg, collect, m, err) != 0 ||
         sb_metrics_add_process(m->reg, err) != 0) {
         sb_wmetrics_free(m);
         return NULL;

@@ -26,6 +26,7 @@ typedef struct sb_wmetrics sb_wmetrics;
 typedef struct sb_wmetrics_sample {
     uint64_t store_memory_bytes, store_spilled_bytes; /* now */
     uint64_t spill_bytes_total, fetch_bytes_total;    /* since start */
+    uint64_t store_outside_bytes_total; /* since start: local inputs read outside the budget */
 } sb_wmetrics_sample;
 typedef void (*sb_wmetrics_sample_fn)(void *ud, sb_wmetrics_sample *out);
 

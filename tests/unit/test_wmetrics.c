@@ -19,6 +19,7 @@ static void sample(void *ud, sb_wmetrics_sample *out)
     out->store_spilled_bytes = 20;
     out->spill_bytes_total = 300;
     out->fetch_bytes_total = 4000;
+    out->store_outside_bytes_total = 5000;
 }
 
 static int has(const char *text, const char *line)
@@ -59,6 +60,7 @@ Test(wmetrics, tasks_fetch_errors_accelerator_and_samples)
         "streambatch_worker_store_spilled_bytes{" L "} 20\n",
         "streambatch_worker_spill_bytes_total{" L "} 300\n",
         "streambatch_worker_fetch_bytes_total{" L "} 4000\n",
+        "streambatch_worker_store_outside_bytes_total{" L "} 5000\n",
         "streambatch_worker_fetch_errors_total{" L "} 2\n",
         "streambatch_worker_accelerator_busy_seconds_total{" L "} 1.5\n",
         "streambatch_workers{" L "} 1\n",
