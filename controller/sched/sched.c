@@ -40,7 +40,11 @@ typedef struct {
     uint32_t uses;     /* stream_cache: epochs that have not released it yet */
     uint8_t parked;    /* stream_cache: released by an epoch, kept: its bytes not counted */
     uint8_t lost_reports; /* times a consumer reported it lost while it was available */
+    uint16_t lost_from;   /* the worker that held it at the last such report (NO_HOLDER: none
+                           * or an index past 16 bits): its loss explains that report */
 } part;
+
+#define NO_HOLDER UINT16_MAX
 
 #define NO_PART UINT32_MAX
 #define DEALT ((size_t)-2) /* part.consumer of a stream partition the dealer took */
@@ -1358,6 +1362,13 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
     unsigned char *lost_here = calloc(s->nparts + 1, 1);
     for (size_t pi = 0; pi < s->nparts; pi++) {
         part *p = &s->parts[pi];
+        /* a consumer that reported it lost before this worker was found dead was right: that
+         * report does not count towards lost_reports_max (a partition lost to several killed
+         * workers is recovered every time, as before) */
+        if (p->lost_from == w && p->lost_reports > 0) {
+            p->lost_reports--;
+            p->lost_from = NO_HOLDER;
+        }
         if (p->worker != w || p->state != P_AVAILABLE)
             continue;
         if (lost_here != NULL)
@@ -2591,6 +2602,7 @@ static int record_part(sb_sched *s, size_t ti, size_t w, const sb_storage_output
         pi = s->nparts;
         part *p = &s->parts[pi];
         memset(p, 0, sizeof *p);
+        p->lost_from = NO_HOLDER;
         p->id = sb_strpool_dup(&s->ids, out->id);
         if (p->id == NULL || sb_idmap_put(&s->part_ids, out->id, pi) != 0)
             return sb_err_set(err, "scheduler: out of memory");
@@ -2839,6 +2851,7 @@ static void complete_input_lost(sb_sched *s, size_t w, size_t ti, const char *me
         part *p = &s->parts[pi];
         if (p->lost_reports < UINT8_MAX)
             p->lost_reports++;
+        p->lost_from = p->worker < NO_HOLDER ? (uint16_t)p->worker : NO_HOLDER;
         if (p->lost_reports >= lost_reports_max(s))
             again = pi;
         part_drop_bytes(s, p);

@@ -953,6 +953,47 @@ Test(sched, an_input_reported_lost_again_and_again_fails_the_pipeline)
     lost_again_and_again("{maxTaskRetries: 6}", 7);
 }
 
+/* The same reports, each explained by the death of the worker that held the partition (a
+ * consumer's fetch fails before the controller has found the worker dead, as a SIGKILL makes
+ * it): they do not count, and the partition is made again as often as workers die (the chaos
+ * runs kill a worker holding map outputs again and again). Failed before lost_from: the fourth
+ * report failed the pipeline. */
+Test(sched, inputs_lost_with_their_dead_workers_are_recovered_every_time)
+{
+    spec_holder h;
+    spec_fixture_load(&h, spec_text(CPU_GPU, "{}"));
+    sim m;
+    sim_init(&m, &h, 1, 64 * MiB);
+    sim_add_worker(&m, "g1", "gpu", 1);
+    sb_sched_task t[2];
+    sb_storage_output o = {.id = "s0-t0-p0", .bytes = 64 * MiB, .rows = 5};
+    const char *lost[] = {"s0-t0-p0"};
+    uint64_t now = 1;
+    for (int r = 1; r <= 6; r++) {
+        char cpu[16];
+        snprintf(cpu, sizeof cpu, "c%d", r);
+        sim_add_worker(&m, cpu, "cpu", 1);
+        cr_assert_eq(sb_sched_assign(m.s, cpu, 1, now++, t), 1, "report %d: producer runs", r);
+        cr_assert_eq(sb_sched_complete(m.s, cpu, t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL,
+                                       &o, 1, NULL, 0, NULL, now++, NULL),
+                     1);
+        cr_assert_eq(sb_sched_assign(m.s, "g1", 1, now++, t), 1);
+        cr_assert_eq(sb_sched_complete(m.s, "g1", t[0].task_id, t[0].attempt, SB_SCHED_INPUT_LOST,
+                                       "fetch: connection refused", NULL, 0, lost, 1, NULL, now++,
+                                       NULL),
+                     1);
+        sb_sched_worker_lost(m.s, cpu, "killed", now++);
+        cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_RUNNING, "after report %d", r);
+    }
+    sim_add_worker(&m, "c7", "cpu", 1);
+    cr_assert_eq(sb_sched_assign(m.s, "c7", 1, now++, t), 1, "the producer runs a 7th time");
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_expect_eq(st.partitions_recovered, 6);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
 /* A worker declared lost is fenced: a consumer running elsewhere that reads a partition from it
  * (the worker may only be cut off, and serve it after coming back) runs again, so its old
  * attempt's report is stale; its input is re-made. A consumer that writes the sink keeps
