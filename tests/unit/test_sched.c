@@ -974,8 +974,8 @@ Test(sched, inputs_lost_with_their_dead_workers_are_recovered_every_time)
         snprintf(cpu, sizeof cpu, "c%d", r);
         sim_add_worker(&m, cpu, "cpu", 1);
         cr_assert_eq(sb_sched_assign(m.s, cpu, 1, now++, t), 1, "report %d: producer runs", r);
-        cr_assert_eq(sb_sched_complete(m.s, cpu, t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL,
-                                       &o, 1, NULL, 0, NULL, now++, NULL),
+        cr_assert_eq(sb_sched_complete(m.s, cpu, t[0].task_id, t[0].attempt, SB_SCHED_OK, NULL, &o,
+                                       1, NULL, 0, NULL, now++, NULL),
                      1);
         cr_assert_eq(sb_sched_assign(m.s, "g1", 1, now++, t), 1);
         cr_assert_eq(sb_sched_complete(m.s, "g1", t[0].task_id, t[0].attempt, SB_SCHED_INPUT_LOST,
