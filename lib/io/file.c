@@ -1,7 +1,8 @@
 /* file.c — the file:// backend of the storage interface (see store.h): POSIX files; a write is
- * a temporary ".sbtmp-*" file in the target directory renamed into place (not synced: a reader
- * never sees half a file, but a machine crash may lose it); sync makes a directory durable with
- * one syncfs(2). */
+ * a temporary ".sbtmp-*" file in the target directory, locked (flock) by its writer until it is
+ * renamed into place (not synced: a reader never sees half a file, but a machine crash may lose
+ * it); cleanup removes only the temporary files no live writer holds; sync makes a directory
+ * durable with one syncfs(2). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -298,17 +300,34 @@ static int fsync_dir(const char *dir, sb_err *err)
 typedef struct {
     sb_io_wr base;
     int fd;
+    int lock_fd; /* a dup of fd: its flock stays held until the file has its final name */
     uint64_t written; /* bytes written so far */
     char *dir, *final, *tmp;
 } fwr;
 
 static void fwr_free(fwr *w)
 {
+    if (w->lock_fd >= 0)
+        close(w->lock_fd);
     free(w->dir);
     free(w->final);
     free(w->tmp);
     free(w);
 }
+
+/* Takes the writer's lock on a new temporary file (held by its open file description: every
+ * thread or process that opens the file has another one, and the lock goes when the writer's
+ * descriptors close or its process dies). 1 locked; 0 when a cleanup holds the file or removed
+ * it before the lock (the writer takes another name); -1 when the filesystem has no locks. */
+static int tmp_lock(int fd)
+{
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        return errno == EWOULDBLOCK ? 0 : -1;
+    struct stat st;
+    return fstat(fd, &st) == 0 && st.st_nlink == 0 ? 0 : 1;
+}
+
+static void f_write_abort(sb_io_wr *ww);
 
 static int f_write_open(const char *uri, sb_io_wr **out, sb_err *err)
 {
@@ -325,13 +344,10 @@ static int f_write_open(const char *uri, sb_io_wr **out, sb_err *err)
         return rc;
     }
     w->base.be = &sb_io_backend_file;
-    w->fd = -1;
+    w->fd = w->lock_fd = -1;
     w->final = path;
     w->dir = slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
-    unsigned long seq = atomic_fetch_add(&tmp_seq, 1);
-    if (w->dir == NULL || asprintf(&w->tmp, "%s/" TMP_PREFIX "%ld-%lu-%s", w->dir, (long)getpid(),
-                                   seq, slash + 1) < 0) {
-        w->tmp = NULL;
+    if (w->dir == NULL) {
         fwr_free(w);
         return sb_err_set(err, "out of memory");
     }
@@ -339,11 +355,36 @@ static int f_write_open(const char *uri, sb_io_wr **out, sb_err *err)
         fwr_free(w);
         return -1;
     }
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (w->fd < 0) {
-        sb_err_set(err, "cannot create %.300s: %s", w->tmp, strerror(errno));
-        fwr_free(w);
-        return -1;
+    /* A cleanup of the directory that got the new file before its writer locked it removed it
+     * (nlink 0) or holds it: a new name then. */
+    for (int tries = 0; w->fd < 0; tries++) {
+        free(w->tmp);
+        unsigned long seq = atomic_fetch_add(&tmp_seq, 1);
+        if (asprintf(&w->tmp, "%s/" TMP_PREFIX "%ld-%lu-%s", w->dir, (long)getpid(), seq,
+                     slash + 1) < 0) {
+            w->tmp = NULL;
+            fwr_free(w);
+            return sb_err_set(err, "out of memory");
+        }
+        int fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            sb_err_set(err, "cannot create %.300s: %s", w->tmp, strerror(errno));
+            fwr_free(w);
+            return -1;
+        }
+        int locked = tmp_lock(fd);
+        if (locked == 0 && tries < 8) { /* a cleanup has it: it is being removed */
+            close(fd);
+            continue;
+        }
+        w->fd = fd;
+        /* no locks here: unprotected, as before */
+        w->lock_fd = locked > 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+        if (locked > 0 && w->lock_fd < 0) {
+            sb_err_set(err, "cannot create %.300s: F_DUPFD: %s", w->tmp, strerror(errno));
+            f_write_abort(&w->base);
+            return -1;
+        }
     }
     *out = &w->base;
     return 0;
@@ -361,9 +402,9 @@ static int f_write(sb_io_wr *ww, const void *buf, size_t n, sb_err *err)
 static void f_write_abort(sb_io_wr *ww)
 {
     fwr *w = (fwr *)ww;
+    unlink(w->tmp);
     if (w->fd >= 0)
         close(w->fd);
-    unlink(w->tmp);
     fwr_free(w);
 }
 
@@ -383,7 +424,7 @@ static int f_write_commit(sb_io_wr *ww, sb_err *err)
         (void)sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     if (close(w->fd) != 0)
         rc = sb_err_set(err, "closing %.300s: %s", w->tmp, strerror(errno));
-    w->fd = -1;
+    w->fd = -1; /* lock_fd keeps the lock through the rename (fwr_free closes it) */
     if (rc == 0 && rename(w->tmp, w->final) != 0)
         rc = sb_err_set(err, "renaming %.300s to %.300s: %s", w->tmp, w->final, strerror(errno));
     if (rc != 0) {
@@ -446,6 +487,29 @@ static int f_move(const char *from, const char *to, int *absent, sb_err *err)
     return rc;
 }
 
+/* Whether a live writer holds the temporary file at path (its flock, f_write_open): 1 held, -1
+ * gone, 0 to remove, with *lock_fd holding the lock until it is removed (a writer that got the
+ * file before its lock sees it removed, and takes another name), or -1 (unreadable, or no locks
+ * on this filesystem: removed as before). */
+static int tmp_held(const char *path, int *lock_fd)
+{
+    *lock_fd = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return errno == ENOENT ? -1 : 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int busy = errno == EWOULDBLOCK;
+        close(fd);
+        return busy ? 1 : 0;
+    }
+    *lock_fd = fd;
+    return 0;
+}
+
+/* Removes the temporary files of writers that are gone (killed mid-write, or never committed):
+ * those of live writers, which may be tasks still running beside a prepare, an abort or a
+ * commit (a speculative copy's loser, an attempt whose cancel has not reached its worker yet),
+ * are theirs to publish or remove. */
 static int f_cleanup(const char *dir_uri, sb_err *err)
 {
     char *dir = path_of(dir_uri, err);
@@ -469,8 +533,13 @@ static int f_cleanup(const char *dir_uri, sb_err *err)
             continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
             continue;
+        int lock_fd;
+        if (tmp_held(path, &lock_fd) != 0)
+            continue; /* gone meanwhile, or its writer is alive (a task still writing) */
         if (unlink(path) != 0 && errno != ENOENT && rc == 0)
             rc = sb_err_set(err, "cannot remove %.300s: %s", path, strerror(errno));
+        if (lock_fd >= 0)
+            close(lock_fd);
     }
     closedir(d);
     if (rc == 0)

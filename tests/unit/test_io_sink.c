@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "partition/crc32c.h"
@@ -891,4 +893,88 @@ Test(sink, commit_publishes_a_staged_part_over_an_earlier_runs)
     char l[1024];
     listing(l, sizeof l);
     cr_expect_str_eq(l, "_SUCCESS,_manifest.json,part-s0-t0-p0.jsonl");
+}
+
+/* The names in the sink directory that start with ".sbtmp-" (temporary files), counted. */
+static int tmp_files(void)
+{
+    char l[2048];
+    listing(l, sizeof l);
+    int n = 0;
+    for (const char *p = l; (p = strstr(p, ".sbtmp-")) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* A prepare, an abort or a commit of the directory while a task still writes its part there (a
+ * second prepare, a speculative copy's loser beside the commit, an attempt whose cancel has not
+ * reached its worker): the cleanup removed every ".sbtmp-*" file, the writer's too, and its
+ * rename failed ("renaming .../.sbtmp-<pid>-<seq>-.sbatt-1-part-s0-t0-p0.jsonl to ...: No such
+ * file or directory": the task failed and ran again). Only a dead writer's file goes now. */
+Test(sink, cleanup_leaves_a_live_writers_temporary_file)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    FILE *f = fopen(out_path(".sbtmp-77-0-part-s0-t9-p0.jsonl"), "w"); /* a dead writer's */
+    cr_assert_not_null(f);
+    fclose(f);
+    sb_io_wr *h = NULL;
+    cr_assert_eq(sb_io_write_open(out_path(".sbatt-1-part-s0-t0-p0.jsonl"), &h, &e), 0, "%s",
+                 e.msg);
+    cr_assert_eq(sb_io_write(h, "{\"a\":1}\n", 8, &e), 0, "%s", e.msg);
+    cr_assert_eq(tmp_files(), 2);
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    cr_expect_eq(tmp_files(), 1, "the dead writer's file goes, the live one's stays");
+    cr_assert_eq(sb_io_sink_abort(&s, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_write(h, "{\"a\":2}\n", 8, &e), 0, "%s", e.msg);
+    cr_assert_eq(sb_io_write_commit(h, &e), 0, "the writer's rename: %s", e.msg);
+    size_t n;
+    char *got = slurp(out_path(".sbatt-1-part-s0-t0-p0.jsonl"), &n);
+    cr_expect_str_eq(got, "{\"a\":1}\n{\"a\":2}\n");
+    free(got);
+    cr_expect_eq(tmp_files(), 0);
+    /* an aborted writer removes its own file; the commit's cleanup spares one still writing */
+    cr_assert_eq(sb_io_write_open(out_path("part-s0-t1-p0.jsonl"), &h, &e), 0, "%s", e.msg);
+    sb_io_write_abort(h);
+    cr_expect_eq(tmp_files(), 0);
+    cr_assert_eq(sb_io_write_open(out_path(".sbatt-2-part-s0-t0-p0.jsonl"), &h, &e), 0, "%s",
+                 e.msg);
+    cr_assert_eq(sb_io_sink_commit(&s, NULL, 0, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(tmp_files(), 1);
+    cr_assert_eq(sb_io_write_commit(h, &e), 0, "a late loser's rename: %s", e.msg);
+}
+
+/* A writer killed mid-write (a worker SIGKILLed, or OOM-killed) holds nothing: its temporary
+ * file is garbage that the next cleanup removes, as before. */
+Test(sink, cleanup_removes_a_killed_writers_temporary_file)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        sb_io_wr *h = NULL;
+        sb_err ce;
+        if (sb_io_write_open(out_path("part-s0-t0-p0.jsonl"), &h, &ce) != 0 ||
+            sb_io_write(h, "{}\n", 3, &ce) != 0)
+            _exit(1);
+        (void)!write(fds[1], "w", 1);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    char c = 0;
+    cr_assert_eq(read(fds[0], &c, 1), 1, "the child opened its writer");
+    close(fds[0]);
+    cr_assert_eq(tmp_files(), 1);
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    cr_expect_eq(tmp_files(), 1, "a live writer in another process keeps its file");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    cr_expect_eq(tmp_files(), 0, "the killed writer's file is removed");
 }
