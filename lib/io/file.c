@@ -300,7 +300,7 @@ static int fsync_dir(const char *dir, sb_err *err)
 typedef struct {
     sb_io_wr base;
     int fd;
-    int lock_fd; /* a dup of fd: its flock stays held until the file has its final name */
+    int lock_fd;      /* a dup of fd: its flock stays held until the file has its final name */
     uint64_t written; /* bytes written so far */
     char *dir, *final, *tmp;
 } fwr;

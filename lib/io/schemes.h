@@ -30,8 +30,9 @@
  *               deleted; a backend without its own: a streamed copy, committed like a write,
  *               then the source deleted). The sink's staged parts (sink.h).
  *   cleanup     readies a directory URI for writes: removes the backend's own leftovers
- *               (file: .sbtmp-* files; S3: unfinished multipart uploads), e.g. of a killed
- *               worker, and creates the directory where the backend has directories (file).
+ *               (file: .sbtmp-* files no live writer holds, see file.c; S3: unfinished
+ *               multipart uploads, also a live writer's), e.g. of a killed worker, and creates
+ *               the directory where the backend has directories (file).
  *
  * Errors name the URI and wrap the backend's cause (HTTP status, S3 error code, errno).
  * Network backends retry transient failures themselves (5xx, SlowDown, reset connections) with

@@ -13,8 +13,9 @@
  *   .sbatt-<attempt>-part-...   a task attempt's staged part (sb_io_sink_write_staged), hidden
  *                               from readers until published under the part's name.
  *   .sbtmp-*                    files being written (temporary names in the same directory,
- *                               renamed into place, not synced); prepare and abort remove
- *                               leftovers. Readers skip them (and _*) like any source listing.
+ *                               renamed into place, not synced); prepare, abort and commit
+ *                               remove leftovers: those no live writer holds (file.c).
+ *                               Readers skip them (and _*) like any source listing.
  *
  * Record encoding: the partition's "record" column (or its only binary/utf8 column) is written
  * as one line per record ending in "\n" for jsonl and text (a record containing '\n' is an
