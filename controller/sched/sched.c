@@ -2210,7 +2210,10 @@ static int start_copy(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     s->copies[s->ncopies] =
         (copy_rec){.task = ti, .worker = w, .reserved = est, .started_ms = now_ms};
     t->copy = (uint32_t)s->ncopies++;
-    t->spec_attempt = t->attempt + 1;
+    /* past every earlier copy's number too: a dropped copy (it failed, or its worker was lost)
+     * may still be winding down on its worker, and its staged sink parts and cancel are named
+     * by its attempt number */
+    t->spec_attempt = (t->spec_attempt > t->attempt ? t->spec_attempt : t->attempt) + 1;
     s->reserved_bytes += est;
     run_add(s, w, ti);
     wk->running++;

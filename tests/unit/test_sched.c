@@ -1487,6 +1487,34 @@ Test(sched, a_failed_copy_or_a_lost_workers_attempt_is_not_cancelled)
     spec_fixture_free(&h);
 }
 
+/* A copy after a failed one gets a number of its own: the first copy's worker removes that
+ * copy's staged sink parts (".sbatt-<attempt>-part-...") after its report, and the second one,
+ * numbered alike, wrote the same names (its parts could be removed before their publish, and
+ * the commit then failed: "part file ...: No such file or directory"). */
+Test(sched, a_copy_after_a_failed_copy_has_an_attempt_number_of_its_own)
+{
+    spec_holder h;
+    sim m;
+    straggler_setup(&m, &h);
+    sim_add_worker(&m, "c3", "cpu", 1);
+    sb_sched_task t[2];
+    cr_assert_eq(sb_sched_assign(m.s, "c2", 1, 1400, t), 1);
+    cr_assert_eq(t[0].attempt, 1);
+    cr_assert_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_ERROR, NULL, 1500), 1);
+    cr_assert_eq(sb_sched_assign(m.s, "c3", 1, 1700, t), 1, "c3 copies the straggler");
+    cr_expect_str_eq(t[0].task_id, "ns/t/s0-t3");
+    cr_expect_eq(t[0].attempt, 2, "not the failed copy's 1");
+    cr_expect_eq(complete1(m.s, "c2", "ns/t/s0-t3", 1, SB_SCHED_OK, "s0-t3-p0", 1750), 0,
+                 "the first copy's number is stale");
+    cr_assert_eq(complete1(m.s, "c3", "ns/t/s0-t3", 2, SB_SCHED_OK, "s0-t3-p0", 1800), 1);
+    sb_sched_group_stats os;
+    sb_sched_get_group_stats(m.s, 0, &os);
+    cr_expect_eq(os.tasks_done, 4);
+    cr_expect_eq(os.spec_won, 1);
+    sb_sched_free(m.s);
+    spec_fixture_free(&h);
+}
+
 Test(sched, the_copy_takes_over_when_the_original_fails_or_its_worker_dies)
 {
     spec_holder h;
