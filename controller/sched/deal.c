@@ -790,6 +790,33 @@ static void ack(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *r
                    req->consumed_batches, hold, &hc);
 }
 
+/* Rows sent to the rank that it has not reported consumed, as of its latest report. */
+static uint64_t rows_in_hand(const sb_ranklog *l)
+{
+    uint64_t done = l->base;
+    for (size_t i = 0; i < l->nbits; i++)
+        done += (uint64_t)__builtin_popcount(l->bits[i]);
+    return l->next_seq > done ? l->next_seq - done : 0;
+}
+
+/* The asker waits with nothing that could come to it: no head, no rows to deal again or dealt
+ * ahead, not at its cap, fewer than a batch of rows in hand, and every held partition of the
+ * epoch dealt in full, so the budget is
+ * full of partitions the consumers pin with rows they hold (a shuffle window's leftovers) and
+ * cannot yield without more rows. Seen in stream-test's restart case: 17 partitions held, all
+ * dealt, rank 1 with open slices in every one of them. */
+static int starved(const sb_deal *d, const epoch_deal *e, sb_sched *s, const sb_deal_request *req)
+{
+    const ahead_q *q = &e->aq[req->rank];
+    if (e->has_head || e->nre > 0 || q->first != q->n || e->ended[req->rank] ||
+        rows_in_hand(&e->logs[req->rank]) >= req->batch || sb_sched_stream_done(s, req->epoch) != 0)
+        return 0; /* (a rank with a batch's rows in hand can yield them: it is not stuck) */
+    for (size_t i = 0; i < d->nh; i++)
+        if (d->h[i].epoch == req->epoch && !d->h[i].fully)
+            return 0;
+    return 1;
+}
+
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
                   sb_deal_reply *rep)
 {
@@ -849,6 +876,8 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
         sb_sched_get_stats(s, &st);
         /* no room for another partition of the size the plan makes */
         rep->budget_full = st.budget > 0 && st.in_flight_bytes + st.budget / 16 >= st.budget;
+        if (rep->budget_full && !rep->at_cap && !req->ack_only && starved(d, e, s, req))
+            sb_sched_stream_starved(s);
     }
 }
 

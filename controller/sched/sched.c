@@ -258,8 +258,10 @@ struct sb_sched {
     size_t epoch_splits;                 /* splits per epoch (op 0's tasks e * this ..) */
     stream_q *sq;                        /* per epoch */
     uint64_t stream_taken;               /* taken and not released yet */
-    int stream_cache;                    /* sb_sched_config.stream_cache */
-    uint64_t stream_seed;                /* with stream_shuffle: later epochs' order */
+    int stream_starved; /* the dealer found its consumers stuck on pinned rows with nothing to deal
+                         * (sb_sched_stream_starved): one task may pass the budget */
+    int stream_cache;   /* sb_sched_config.stream_cache */
+    uint64_t stream_seed; /* with stream_shuffle: later epochs' order */
     int stream_shuffle;
     size_t *cached; /* stream_cache: epoch 0's partitions, in the order they were made */
     size_t ncached, capcached;
@@ -1832,6 +1834,7 @@ static int grant_forced(const sb_sched *s, size_t ti)
 
 static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
 {
+    s->stream_starved = 0; /* one task for a starved stream is enough: it brings new rows */
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
     worker *wk = &s->workers[w];
@@ -2446,8 +2449,10 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
              * slot's upstream task took the room), and nothing else would ever free it. One task
              * alone, past the budget by at most its output (docs/testing.md, chaos 8869762-56) */
             size_t only = 0;
-            if (pass == 1 && (s->running_total > s->waiting_total || extra || stream_holds(s)))
-                break; /* (a stream's consumers free the budget: nothing is forced past it) */
+            if (pass == 1 && (s->running_total > s->waiting_total || extra ||
+                              (stream_holds(s) && !s->stream_starved)))
+                break; /* (a stream's consumers free the budget: nothing is forced past it,
+                        * unless they cannot: sb_sched_stream_starved) */
             if (pass == 1)
                 only = downstream_work(s);
             for (size_t k = s->nops; k-- > 0 && pick == NONE;) {
@@ -4017,6 +4022,12 @@ static int cache_release(sb_sched *s, size_t pi, uint64_t now_ms)
     s->last_progress_ms = now_ms;
     check_finished(s);
     return 1;
+}
+
+void sb_sched_stream_starved(sb_sched *s)
+{
+    if (s->stream)
+        s->stream_starved = 1;
 }
 
 int sb_sched_stream_release(sb_sched *s, const char *id, uint64_t now_ms)

@@ -453,6 +453,11 @@ int sb_sched_stream_done(sb_sched *s, uint32_t epoch);
 /* A taken partition has been consumed: its worker frees it. 1 released, 0 unknown id or not
  * taken. */
 int sb_sched_stream_release(sb_sched *s, const char *id, uint64_t now_ms);
+/* The dealer's consumers are stuck: every row of the partitions taken is dealt, a rank asks for
+ * more, and the budget is full of partitions its consumers pin with rows in their shuffle
+ * windows (a few unconsumed rows hold a whole partition), which they cannot yield without more.
+ * Then one task runs past the budget, as when nothing runs anywhere, instead of a deadlock. */
+void sb_sched_stream_starved(sb_sched *s);
 /* A taken partition could not be read by its consumer (its worker was lost): it is re-made by
  * lineage where it is gone, and sb_sched_stream_get answers it once it is there again. 1, or 0
  * for an unknown id or one not taken. */
