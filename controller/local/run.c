@@ -1309,6 +1309,10 @@ static void run_report(const run_ctx *c, const sb_ctl_snapshot *s, const char *s
     if (errored_total > 0 && strcmp(state, "Succeeded") == 0)
         printf("%s: Succeeded with %" PRIu64 " errored partition%s in %.2f s\n", name,
                errored_total, errored_total == 1 ? "" : "s", wall);
+    else if (strcmp(state, "Failed") == 0 && s->failure[0] != '\0')
+        /* the reason again on the last line, where a reader of the output's tail looks (it is
+         * on stderr first, which comes before the buffered summary when both are piped) */
+        printf("%s: %s in %.2f s: %.400s\n", name, state, wall, s->failure);
     else
         printf("%s: %s in %.2f s\n", name, state, wall);
     if (c->o->summary_json != NULL)
