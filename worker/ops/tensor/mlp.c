@@ -31,9 +31,9 @@
  * sb_op_shutdown() (their bf16 copy too, made by the first state at precision bf16). A state on
  * CUDA owns a run (a cuBLASLt handle and its GEMM plans, two streams with their pinned and device
  * buffers), kept with the state across tasks: batch k is converted into its slot's pinned buffer
- * and queued, then batch k-1's output is taken and appended while the device works on batch k; the
- * last batch of an input partition is waited for at once, so nothing is held past the partition's
- * last process() call.
+ * (load_nums_par) and queued, then batch k-1's output is taken and appended while the device works
+ * on batch k; the last batch of an input partition is waited for at once, so nothing is held past
+ * the partition's last process() call.
  */
 #include <cblas.h>
 #include <cjson/cJSON.h>
@@ -718,6 +718,57 @@ static void load_nums(sb_type t, const void *base, size_t count, float *x)
 #undef SB_MLP_LOAD
 }
 
+/* The copy of a batch into its pinned buffer (CUDA path) on a few threads. One core copies
+ * 5-10 GB/s, so at batch 1024 of 12288 floats (48 MiB) the copy alone took longer than the GPU's
+ * transfer and GEMMs together, and the op trailed PyTorch, whose loader hands it pinned batches.
+ * A gpu worker's slots share one device and do little else on the CPU, so the copy may take a
+ * few cores for the moment it lasts; below LOAD_PAR_MIN bytes one thread does it (a thread's
+ * start costs ~20 us). */
+#define LOAD_PAR_THREADS 4
+#define LOAD_PAR_MIN (4u << 20)
+
+typedef struct {
+    sb_type t;
+    const uint8_t *base;
+    size_t count;
+    float *x;
+} load_part;
+
+static void *load_part_run(void *arg)
+{
+    const load_part *p = arg;
+    load_nums(p->t, p->base, p->count, p->x);
+    return NULL;
+}
+
+/* load_nums over LOAD_PAR_THREADS slices, this thread taking the last; one thread when the copy
+ * is small or a thread cannot be started (the slices it could not hand off it does itself). */
+static void load_nums_par(sb_type t, const void *base, size_t count, float *x)
+{
+    size_t w = sb_type_width(t);
+    if (count * sizeof(float) < LOAD_PAR_MIN) {
+        load_nums(t, base, count, x);
+        return;
+    }
+    pthread_t th[LOAD_PAR_THREADS];
+    load_part parts[LOAD_PAR_THREADS];
+    bool started[LOAD_PAR_THREADS] = {false};
+    size_t per = (count + LOAD_PAR_THREADS - 1) / LOAD_PAR_THREADS;
+    for (size_t i = 0; i < LOAD_PAR_THREADS; i++) {
+        size_t from = i * per < count ? i * per : count;
+        size_t to = from + per < count ? from + per : count;
+        parts[i] = (load_part){t, (const uint8_t *)base + from * w, to - from, x + from};
+        if (i + 1 < LOAD_PAR_THREADS && parts[i].count > 0)
+            started[i] = pthread_create(&th[i], NULL, load_part_run, &parts[i]) == 0;
+    }
+    for (size_t i = 0; i < LOAD_PAR_THREADS; i++)
+        if (!started[i])
+            load_part_run(&parts[i]);
+    for (size_t i = 0; i < LOAD_PAR_THREADS; i++)
+        if (started[i])
+            pthread_join(th[i], NULL);
+}
+
 /* Whether the output replaces the input column (outputField = field) instead of adding one. */
 static bool replaces_input(const mlp_state *s)
 {
@@ -740,8 +791,11 @@ static int tensor_input(const mlp_state *s, const sb_batch *in, size_t ci, size_
     if (out_taken || (s->topk && sb_batch_find(in, s->topk_field) >= 0))
         return sb_err_data(err, "tensor.mlp: the input already has a column \"%.100s\"",
                            out_taken ? s->out_field : s->topk_field);
-    load_nums(c->child_type,
-              (const uint8_t *)c->values + first * din * sb_type_width(c->child_type), n * din, x);
+    const uint8_t *v = (const uint8_t *)c->values + first * din * sb_type_width(c->child_type);
+    if (s->run != NULL) /* x is the slot's pinned buffer: see load_nums_par */
+        load_nums_par(c->child_type, v, n * din, x);
+    else
+        load_nums(c->child_type, v, n * din, x);
     return 0;
 }
 
