@@ -20,13 +20,15 @@
 #      tests/bench/torch_inference.py (a DataLoader of TORCH_WORKERS processes) on the same files
 #      and model, per precision; their answers compared (top-1 and top-5 agreement); the GPU's
 #      utilisation during each run (nvidia-smi dmon, its mean SM %).
+#   5. ETL (no GPU): ETL_MIB of scripts/bench-etl.sh's jsonl, filter + project, `streambatch run
+#      --cpus N` against tests/bench/bench_etl_c --threads N at N = 2, 8, 16, 3 rounds interleaved
 # Everything printed goes to $OUT/device-inference.log; the RESULT lines also to
 # $OUT/inference-results.txt. Environment (defaults for the GPU machine):
 #   SB_BIN_DIR (bin) SB_BUILD_DIR (build) PYTHON (python3) IMAGES (20000)
 #   DIMS (12288,4096,4096,1000) PRECISIONS ("fp32 tf32") CPUS (15) TORCH_WORKERS (15)
 #   TORCH_DEVICE (cuda) TORCH_ENGINE (torch; numpy: the same data path without torch)
 #   DRAFT (0; 1: both pipelines decode JPEGs reduced: source.args.draft and Pillow's draft())
-#   STEPS ("machine tests bench job")
+#   STEPS ("machine tests bench job etl"; etl: ETL_MIB, default 2048)
 # A dry run on a machine without a GPU (only the job, the op on the CPU fallback):
 #   IMAGES=200 DIMS=12288,64,64,10 CPUS=2 TORCH_WORKERS=2 TORCH_DEVICE=cpu TORCH_ENGINE=numpy \
 #   PYTHON=build/resize-venv/bin/python SB_BIN_DIR=build/hg/bin STEPS=job scripts/device-inference.sh
@@ -35,11 +37,11 @@ cd "$(dirname "$0")/.."
 if [[ ${1:-} == --prepare ]]; then
   b=${SB_BUILD_DIR:-build} bd=${SB_BIN_DIR:-bin}
   make -j2 BUILD="$b" BINDIR="$bd" "$bd/streambatch" "$bd/streambatch-worker" \
-    "$bd/streambatch-worker-gpu" "$b/tests/test_mlp_cuda" "$b/bench/bench_mlp_gpu" >/dev/null || exit 1
+    "$bd/streambatch-worker-gpu" "$b/tests/test_mlp_cuda" "$b/bench/bench_mlp_gpu" "$b/bench/bench_etl_c" >/dev/null || exit 1
   rm -rf .devbin .devlibs && mkdir -p .devbin/bin .devbin/tests .devbin/bench
   for f in streambatch streambatch-worker streambatch-worker-gpu; do strip -o ".devbin/bin/$f" "$bd/$f"; done
   for f in tests/cuda/test_*.c; do cp "$b/tests/$(basename "$f" .c)" .devbin/tests/; done
-  cp "$b/bench/bench_mlp_gpu" .devbin/bench/
+  cp "$b/bench/bench_mlp_gpu" "$b/bench/bench_etl_c" .devbin/bench/
   scripts/device-libs.sh .devlibs .devbin/bin/* .devbin/tests/* .devbin/bench/*
   for d in /.devbin/ /.devlibs/; do grep -qxsF "$d" .git/info/exclude || echo "$d" >>.git/info/exclude; done
   echo "device-inference: .devbin $(du -sh .devbin | cut -f1), .devlibs $(du -sh .devlibs | cut -f1); run:"
@@ -63,7 +65,7 @@ tengine=${TORCH_ENGINE:-torch}
 draft=${DRAFT:-0}
 sbdraft="" tdraft=""
 ((draft)) && sbdraft=", draft: {width: 64, height: 64}" tdraft=--draft
-steps=" ${STEPS:-machine tests bench job} "
+steps=" ${STEPS:-machine tests bench job etl} "
 results=$out/inference-results.txt
 : >"$results"
 work=$(mktemp -d /tmp/sb-inference-XXXXXX)
@@ -101,13 +103,17 @@ if [[ $steps == *" bench "* ]] && ((gpu)); then
   say "3. tensor.mlp alone against PyTorch, model ${dims}"
   "$py" tests/bench/inference_data.py model "$work/model.safetensors" "$dims"
   rows_for() { case $1 in 1) echo 500 ;; 64) echo 2048 ;; *) echo $(($1 * 4)) ;; esac; }
-  for prec in fp32 tf32 bf16; do
+  # replace (outputField = field): the output alone, as PyTorch's loop returns it; add: the
+  # input column kept beside the output (its copy into the output partition included)
+  for pm in fp32:replace tf32:replace bf16:replace fp32:add; do
+    prec=${pm%:*} mode=${pm#*:}
     batches="1 64 1024 4096"
     [[ $prec == bf16 ]] && batches="1 1024"
+    [[ $mode == add ]] && batches="1024 4096"
     for b in $batches; do
       r=$(timeout 90 "$build/bench/bench_mlp_gpu" "$work/model.safetensors" "$din" \
-        "$(rows_for "$b")" "$b" 2 cuda add "$prec" 2>&1 | grep RESULT || echo "failed")
-      result "RESULT op precision=$prec batch=$b rows=$(rows_for "$b") $r"
+        "$(rows_for "$b")" "$b" 2 cuda "$mode" "$prec" 2>&1 | grep RESULT || echo "failed")
+      result "RESULT op precision=$prec mode=$mode batch=$b rows=$(rows_for "$b") $r"
     done
   done
   # PyTorch, the same pairs, in one process per batch list
@@ -184,5 +190,61 @@ if [[ $steps == *" job "* ]]; then
     result "$r precision=$prec exit=$rc"
   done
   cp "$work"/summary-*.json "$out/" 2>/dev/null
+fi
+if [[ $steps == *" etl "* ]]; then
+  # issue 36: ETL filter + project on this machine's cores against the C program with as many
+  # threads (the data of scripts/bench-etl.sh: ~200-byte jsonl records in 16 files, page cache
+  # warm; 16 generator processes, one file each)
+  emib=${ETL_MIB:-2048}
+  say "5. ETL: $emib MiB of jsonl, filter + project, streambatch --cpus N vs bench_etl_c --threads N"
+  mkdir -p "$work/etl/in"
+  "$py" - "$work/etl/in" "$emib" <<'PY' || exit 1
+import multiprocessing, random, sys
+out, mib = sys.argv[1], int(sys.argv[2])
+def one(k):
+    rng, langs, per = random.Random(7 + k), ["en", "de", "fr", "es"], (mib << 20) // 16
+    i, n = k * 100000000, 0
+    with open("%s/part-%02d.jsonl" % (out, k), "w") as f:
+        while n < per:
+            line = '{"id":%d,"lang":"%s","score":%d,"text":"%s"}\n' % (
+                i, langs[i % 4], rng.randrange(1000), "x" * rng.randrange(100, 200))
+            f.write(line)
+            n += len(line)
+            i += 1
+with multiprocessing.Pool(16) as p:
+    p.map(one, range(16))
+PY
+  cat "$work"/etl/in/*.jsonl >/dev/null
+  sync
+  cat >"$work/etl/etl.yaml" <<Y
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: etl}
+spec:
+  source: {uri: "file://$work/etl/in/", format: jsonl, partitionSize: 64Mi}
+  stages:
+  - {name: keep, op: filter, args: {field: lang, op: eq, value: en}}
+  - {name: cut, op: project, args: {fields: [id, score]}}
+  sink: {uri: "file://$work/etl/out-sb/", format: jsonl}
+  execution: {memoryBudget: 4Gi}
+Y
+  secs() { local t0=$EPOCHREALTIME; "$@" >"$work/etl/last.log" 2>&1 || { tail -5 "$work/etl/last.log"; return 1; }
+    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
+  digest() { cat "$@" | LC_ALL=C sort | md5sum | cut -c1-12; }
+  for n in 2 8 16; do
+    for r in 1 2 3; do
+      rm -rf "$work/etl/out-sb" "$work/etl/out-c"
+      if ((r % 2)); then
+        a=$(secs "$bin/streambatch" run "$work/etl/etl.yaml" --cpus "$n")
+        b=$(secs "$build/bench/bench_etl_c" --threads "$n" lang en id,score "$work/etl/out-c" "$work"/etl/in/*.jsonl)
+      else
+        b=$(secs "$build/bench/bench_etl_c" --threads "$n" lang en id,score "$work/etl/out-c" "$work"/etl/in/*.jsonl)
+        a=$(secs "$bin/streambatch" run "$work/etl/etl.yaml" --cpus "$n")
+      fi
+      same=""
+      ((r == 1)) && same=" same_output=$([[ $(digest "$work"/etl/out-sb/part-*.jsonl) == $(digest "$work"/etl/out-c/*.jsonl) ]] && echo yes || echo NO)"
+      result "RESULT etl workers=$n round=$r mib=$emib streambatch_s=$a c_s=$b c_over_sb=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "%.2f", b / a }')$same"
+    done
+  done
 fi
 say "done"
