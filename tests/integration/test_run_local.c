@@ -474,6 +474,15 @@ Test(run, deterministic_op_failure_is_not_retried_and_fails)
     cr_expect(strstr(out, "zz-bad.jsonl") != NULL, "names the input: %s", out);
     cr_expect(strstr(out, "failed 1 time, last error: ") != NULL, "%s", out);
     cr_expect(strstr(out, "record 1 is not valid JSON") != NULL, "the cause is kept: %s", out);
+    /* the reason on the verdict, the last line too: a log's tail shows why */
+    const char *last = out + strlen(out);
+    while (last > out && last[-1] == '\n')
+        last--;
+    while (last > out && last[-1] != '\n')
+        last--;
+    cr_expect(strncmp(last, "fail: Failed in ", 16) == 0 &&
+                  strstr(last, "s: stage pick failed: task default/fail/s0-t") != NULL,
+              "the last line: %s", last);
     free(out);
     struct stat st;
     char p[512];
