@@ -64,8 +64,9 @@ static int list_dir(const char *uri, const char *dir, int flags, sb_io_objlist *
     int rc = 0;
     struct dirent *de;
     char path[PATH_MAX];
-    errno = 0;
-    while ((de = readdir(d)) != NULL) {
+    /* errno is cleared before every readdir: only then does NULL with errno set mean a read
+     * error and not the end (a stat below that found a file gone leaves ENOENT in it) */
+    while ((errno = 0, de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
         if (!(flags & SB_IO_LIST_ALL) && skipped_name(de->d_name))
@@ -86,7 +87,6 @@ static int list_dir(const char *uri, const char *dir, int flags, sb_io_objlist *
             continue;
         if ((rc = objs_add(f, path, (uint64_t)st.st_size, err)) != 0)
             break;
-        errno = 0;
     }
     if (rc == 0 && errno != 0)
         rc = sb_err_set(err, "\"%.200s\": reading directory %.200s: %s", uri, dir, strerror(errno));

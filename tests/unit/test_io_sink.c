@@ -978,3 +978,32 @@ Test(sink, cleanup_removes_a_killed_writers_temporary_file)
     cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
     cr_expect_eq(tmp_files(), 0, "the killed writer's file is removed");
 }
+
+/* A file that goes between the commit's readdir and its stat (a speculative copy's loser
+ * discarding its staged part, or a winner publishing one, while the commit lists the directory;
+ * a dangling link is the same to the listing): it is skipped, and the listing goes on. The stat's
+ * ENOENT stayed in errno, so the end of the directory read as a readdir error and the commit
+ * failed ("reading directory .../out-s2: No such file or directory", test_run_allops s2) when no
+ * regular file came after it. */
+Test(sink, a_file_gone_while_the_commit_lists_the_directory)
+{
+    sb_sink_spec s = spec(SB_FMT_JSONL, NULL);
+    sb_err e;
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    /* only the vanished file (any readdir order then ends past it) */
+    cr_assert_eq(symlink(out_path("gone"), out_path(".sbatt-2-part-s0-t0-p0.jsonl")), 0);
+    sb_io_obj *objs = NULL;
+    size_t nobjs = 9;
+    cr_assert_eq(sb_io_list(g_uri, SB_IO_LIST_ALL | SB_IO_LIST_DIR, &objs, &nobjs, &e), 0, "%s",
+                 e.msg);
+    cr_expect_eq(nobjs, 0);
+    sb_io_objs_free(objs, nobjs);
+    cr_assert_eq(sb_io_sink_commit(&s, NULL, 0, NULL, 0, &e), 0, "%s", e.msg);
+    /* beside the winner's part, still staged (the commit publishes it) */
+    cr_assert_eq(sb_io_sink_prepare(&s, &e), 0, "%s", e.msg);
+    const char *won[] = {"{\"a\":1}"};
+    sb_io_part_info wi;
+    write_staged(&s, "s0-t0-p0", 1, won, 1, &wi);
+    cr_assert_eq(sb_io_sink_commit(&s, &wi, 1, NULL, 0, &e), 0, "%s", e.msg);
+    cr_expect(exists("part-s0-t0-p0.jsonl"));
+}
