@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # GPU inference against a hand-written PyTorch loop (issue 36), in one short run on a machine with
 # an NVIDIA GPU (the session tool `device`: an H200, 16 cores, python3 with torch, numpy and
-# Pillow, no network), over binaries built here. Under 6 minutes there. Prepare here:
+# Pillow, no network), over binaries built here. Prepare here:
 #   scripts/device-inference.sh --prepare   [SB_BUILD_DIR=build SB_BIN_DIR=bin]
-# builds what it needs, copies it into .devbin/ (the three binaries stripped: a device run
-# carries at most 64 MiB) and the shared libraries into .devlibs/, and prints the device call:
-#   carry [".devbin", ".devlibs"], timeout_s 420,
-#   command: SB_BIN_DIR=.devbin/bin SB_BUILD_DIR=.devbin scripts/device-inference.sh
+# builds what it needs, copies it into .devbin/ (the three binaries stripped) and the shared
+# libraries into .devlibs/, packs both into .devpack/dev.tar.xz (~17 MiB: a device run carries
+# at most 64 MiB, and the folders are ~86), and prints the device call:
+#   carry [".devpack"], timeout_s 480,
+#   command: tar -xJf .devpack/dev.tar.xz && SB_BIN_DIR=.devbin/bin SB_BUILD_DIR=.devbin \
+#            scripts/device-inference.sh
+# (2026-11-29 on an H200: about 2 minutes, machine start not counted)
 # cuBLASLt is not carried (its libcublasLt.so.13 alone is 490 MiB): the GPU machine's own copy,
 # from torch's nvidia-cublas wheel, is found with device-libs.sh --find-cublas.
 #   1. machine: the GPU's name and driver (nvidia-smi), missing libraries
@@ -43,10 +46,12 @@ if [[ ${1:-} == --prepare ]]; then
   for f in tests/cuda/test_*.c; do cp "$b/tests/$(basename "$f" .c)" .devbin/tests/; done
   cp "$b/bench/bench_mlp_gpu" "$b/bench/bench_etl_c" .devbin/bench/
   scripts/device-libs.sh .devlibs .devbin/bin/* .devbin/tests/* .devbin/bench/*
-  for d in /.devbin/ /.devlibs/; do grep -qxsF "$d" .git/info/exclude || echo "$d" >>.git/info/exclude; done
-  echo "device-inference: .devbin $(du -sh .devbin | cut -f1), .devlibs $(du -sh .devlibs | cut -f1); run:"
-  echo '  carry [".devbin", ".devlibs"], timeout_s 420, command:'
-  echo '  SB_BIN_DIR=.devbin/bin SB_BUILD_DIR=.devbin scripts/device-inference.sh'
+  for d in /.devbin/ /.devlibs/ /.devpack/; do grep -qxsF "$d" .git/info/exclude || echo "$d" >>.git/info/exclude; done
+  # the two folders (~86 MiB) are over a device run's 64 MiB: they travel as one xz tarball
+  mkdir -p .devpack && tar -cf - .devbin .devlibs | xz -T2 -6 >.devpack/dev.tar.xz || exit 1
+  echo "device-inference: .devbin $(du -sh .devbin | cut -f1), .devlibs $(du -sh .devlibs | cut -f1), packed $(du -sh .devpack/dev.tar.xz | cut -f1); run:"
+  echo '  carry [".devpack"], timeout_s 480, command:'
+  echo '  tar -xJf .devpack/dev.tar.xz && SB_BIN_DIR=.devbin/bin SB_BUILD_DIR=.devbin scripts/device-inference.sh'
   exit 0
 fi
 out=${OUT:-$(mktemp -d /tmp/sb-device-XXXXXX)}
