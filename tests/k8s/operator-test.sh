@@ -1002,10 +1002,23 @@ pod_loss() {
   pipeline podloss "$LINEAGE_STAGES" "  ttlSecondsAfterFinished: 8" >"$tmp/podloss.yaml"
   kubectl apply -f "$tmp/podloss.yaml" || return 1
   wait_progress podloss 2 120 || return 1
-  local victim pid
-  victim=$(kubectl -n "$NS" get pods -l streambatch.dev/pipeline=podloss,streambatch.dev/pool=cpu \
-    --field-selector status.phase=Running -o 'jsonpath={.items[0].metadata.name}')
-  [[ -n $victim ]] || { echo "no running cpu worker pod"; return 1; }
+  # the victim is the cpu pod holding the most partition bytes (its store gauges): the first pod
+  # listed held none once (a proof run: "partitions recovered 0"), and the case is about losing
+  # partitions that are still needed
+  local victim="" pid held best end=$((SECONDS + 30)) p ip
+  while [[ -z $victim ]] && ((SECONDS < end)); do
+    best=0
+    for p in $(worker_pods podloss status.phase=Running); do
+      [[ $p == podloss-cpu-* ]] || continue
+      ip=$(kubectl -n "$NS" get pod "$p" -o 'jsonpath={.status.podIP}')
+      held=$(curl -fsS --max-time 2 "http://$ip:9102/metrics" 2>/dev/null | awk '
+        /^streambatch_worker_store_(memory|spilled)_bytes[{ ]/ { s += $NF } END { printf "%d\n", s }')
+      ((${held:-0} > best)) && best=$held victim=$p
+    done
+    [[ -n $victim ]] || sleep 0.5
+  done
+  [[ -n $victim ]] || { echo "no running cpu worker pod held a partition within 30 s"; return 1; }
+  echo "victim $victim holds $best partition bytes"
   pid=$(pod_pid "$NS" "$victim" worker)
   echo "deleting cpu worker pod $victim (pid $pid) at $(jp podloss '{.status.progress}')"
   kubectl -n "$NS" delete pod "$victim" --wait=false || return 1
