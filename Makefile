@@ -87,11 +87,12 @@ CUDA_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 NVCCFLAGS := -ccbin $(CC) -std=c++17 -O2 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
              $(INCS) -MMD -MP
 CUDA_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard worker/ops/tensor/*.cu))
-# cuBLASLt (tensor.mlp's GEMMs) is linked shared, as its wheel has no static library: RUNPATH
-# $$ORIGIN/../lib/streambatch (where the worker-gpu image puts it, beside /usr/local/bin), then
-# the wheel's folder here; LD_LIBRARY_PATH comes first (scripts/device-*.sh point it at the GPU
-# machine's own copy, torch's nvidia-cublas wheel).
-CUDA_LIBS := -L$(CUDA_HOME)/lib -l:libcublasLt.so.13 -l:libcudart_static.a -lstdc++ -ldl -lpthread -lrt \
+# cuBLASLt (tensor.mlp's GEMMs; its wheel has no static library) is opened with dlopen on first
+# use (mlp_cuda.cu: loading it costs a process ~160 MiB), found as a link would find it:
+# LD_LIBRARY_PATH first (scripts/device-*.sh point it at the GPU machine's own copy, torch's
+# nvidia-cublas wheel), then RUNPATH $$ORIGIN/../lib/streambatch (where the worker-gpu image puts
+# it, beside /usr/local/bin), then the wheel's folder here.
+CUDA_LIBS := -L$(CUDA_HOME)/lib -l:libcudart_static.a -lstdc++ -ldl -lpthread -lrt \
              -Wl,--enable-new-dtags,-rpath,'$$ORIGIN/../lib/streambatch',-rpath,$(CUDA_HOME)/lib
 GPU_BINS  := $(BINDIR)/streambatch-worker-gpu
 CUDA_TEST_BINS := $(patsubst tests/cuda/%.c,$(BUILD)/tests/%,$(wildcard tests/cuda/test_*.c))

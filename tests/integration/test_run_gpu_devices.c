@@ -69,3 +69,44 @@ Test(gpudev, each_gpu_worker_sees_its_own_device)
               "devices outside CUDA_VISIBLE_DEVICES=5,7:\n%s", seen);
     free(seen);
 }
+
+/* A worker of the gpu pool whose stages have no tensor.mlp never loads cuBLASLt: loading it
+ * costs a process ~160 MiB (its .bss and its pages), which put scripts/bench-memory.sh's
+ * accelerator pipelines at 254 MiB against goals of 136 and 184 while it was linked. The exec
+ * stage reads its worker's (its parent's) binary and mappings. */
+Test(gpudev, a_gpu_worker_without_tensor_mlp_does_not_load_cublas)
+{
+    sh("mkdir -p %s/in && cd %s/in && for f in $(seq 1 4); do for i in $(seq 1 50); do "
+       "echo \"{\\\"f\\\": $f, \\\"i\\\": $i}\"; done > f$f.jsonl; done",
+       dir, dir);
+    FILE *f = itest_create("maps.py");
+    fprintf(f, "import json, os, sys\n"
+               "w = os.getppid()\n"
+               "exe = os.path.basename(os.readlink(f'/proc/{w}/exe'))\n"
+               "lt = any('libcublasLt' in l for l in open(f'/proc/{w}/maps'))\n"
+               "for line in sys.stdin:\n"
+               "    print(json.dumps({'exe': exe, 'lt': lt}))\n");
+    fclose(f);
+    char stages[512];
+    snprintf(
+        stages, sizeof stages,
+        "  - {name: g, op: exec, args: {command: [python3, %s/maps.py]}, resources: {gpu: 1}}\n",
+        dir);
+    write_pipeline_ps("nolt", "1Ki", stages, "");
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "cd %s && timeout 120 %s run nolt.yaml --cpus 1 --gpus 1 2>&1", dir,
+             sb_test_bin("streambatch"));
+    int rc = sb_test_run(cmd, &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *seen = sb_test_sh_out("cat %s/out-nolt/part-* | sort -u", dir);
+    /* the CUDA build runs the gpu pool when it is built (make build builds it) */
+    char *gpu = sb_test_sh_out("test -x %s && echo yes", sb_test_bin("streambatch-worker-gpu"));
+    if (strcmp(gpu, "yes") == 0)
+        cr_assert(strstr(seen, "\"exe\": \"streambatch-worker-gpu\"") != NULL,
+                  "the gpu stage did not run on streambatch-worker-gpu:\n%s", seen);
+    cr_assert(strstr(seen, "\"lt\": false") != NULL && strstr(seen, "\"lt\": true") == NULL,
+              "a gpu worker mapped libcublasLt without running tensor.mlp:\n%s", seen);
+    free(gpu);
+    free(seen);
+}

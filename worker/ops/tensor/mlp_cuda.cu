@@ -29,6 +29,9 @@ extern "C" { /* (C headers without extern "C" of their own) */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +39,58 @@ extern "C" { /* (C headers without extern "C" of their own) */
 #define MAX_LAYERS 64
 #define PLANS 2                      /* plans kept per layer: batch sizes */
 #define WORKSPACE ((size_t)32 << 20) /* cuBLASLt's workspace per slot (32 MiB for Hopper) */
+
+/* cuBLASLt is opened on first use, not linked. Its load alone costs a process ~160 MiB: 95 MiB
+ * of .bss its initializers write and ~65 MiB of the library's pages (measured here: a GPU-pool
+ * worker that never ran a GEMM held 198 MiB of Pss, and scripts/bench-memory.sh's accelerator
+ * pipelines went over their goal). A worker of a GPU pool on a machine without a GPU (the CPU
+ * fallback), or one whose stages have no tensor.mlp, never pays it. dlopen searches as the link
+ * did: LD_LIBRARY_PATH, then the binary's RUNPATH (the image's lib/streambatch, the wheel's
+ * folder). The functions are called through lt_fn, their types taken from cublasLt.h. */
+#define LT_SONAME "libcublasLt.so.13"
+/* clang-format off */
+#define LT_FUNCS(X)                                                                                \
+    X(Create) X(Destroy) X(GetStatusName) X(GetStatusString) X(Matmul) X(MatmulAlgoGetHeuristic)  \
+    X(MatmulDescCreate) X(MatmulDescDestroy) X(MatmulDescSetAttribute) X(MatmulPreferenceCreate)   \
+    X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate)               \
+    X(MatrixLayoutDestroy)
+/* clang-format on */
+
+static struct {
+#define LT_PTR(f) decltype(&::cublasLt##f) f;
+    LT_FUNCS(LT_PTR)
+#undef LT_PTR
+} lt_fn;
+static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
+static bool lt_ok;
+static char lt_why[400];
+
+static void lt_load(void)
+{
+    void *h = dlopen(LT_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        snprintf(lt_why, sizeof lt_why, "%s", e != NULL ? e : "dlopen failed");
+        return;
+    }
+#define LT_SYM(f)                                                                                  \
+    if ((lt_fn.f = (decltype(lt_fn.f))dlsym(h, "cublasLt" #f)) == NULL) {                          \
+        snprintf(lt_why, sizeof lt_why, "%s has no symbol cublasLt" #f, LT_SONAME);                \
+        return;                                                                                    \
+    }
+    LT_FUNCS(LT_SYM)
+#undef LT_SYM
+    lt_ok = true; /* the handle stays open for the life of the process */
+}
+
+/* Opens cuBLASLt once per process; -1 + err naming the library and why when it cannot. */
+static int lt_open(sb_err *err)
+{
+    pthread_once(&lt_once, lt_load);
+    if (!lt_ok)
+        return sb_err_set(err, "cuBLAS: cannot load %s: %s", LT_SONAME, lt_why);
+    return 0;
+}
 
 #define CK(call, what)                                                                             \
     do {                                                                                           \
@@ -58,8 +113,8 @@ static int fail(sb_err *err, const char *what, cudaError_t e)
 
 static int lt_fail(sb_err *err, const char *what, cublasStatus_t s)
 {
-    return sb_err_set(err, "cuBLAS: %s: %s (%s)", what, cublasLtGetStatusString(s),
-                      cublasLtGetStatusName(s));
+    return sb_err_set(err, "cuBLAS: %s: %s (%s)", what, lt_fn.GetStatusString(s),
+                      lt_fn.GetStatusName(s));
 }
 
 /* For the release paths (frees, stream teardown): a failure is logged, nothing else to do. */
@@ -74,7 +129,7 @@ static void lt_released(cublasStatus_t s, const char *what)
 {
     if (s != CUBLAS_STATUS_SUCCESS)
         sb_log(SB_LOG_WARN, "cuBLAS: releasing failed", "call", what, "error",
-               cublasLtGetStatusString(s), (const char *)NULL);
+               lt_fn.GetStatusString(s), (const char *)NULL);
 }
 
 __device__ __forceinline__ float act_apply(float v, int act)
@@ -219,13 +274,13 @@ typedef struct {
 static void plan_release(plan_t *p)
 {
     if (p->op != NULL)
-        lt_released(cublasLtMatmulDescDestroy(p->op), "cublasLtMatmulDescDestroy");
+        lt_released(lt_fn.MatmulDescDestroy(p->op), "cublasLtMatmulDescDestroy");
     if (p->a != NULL)
-        lt_released(cublasLtMatrixLayoutDestroy(p->a), "cublasLtMatrixLayoutDestroy");
+        lt_released(lt_fn.MatrixLayoutDestroy(p->a), "cublasLtMatrixLayoutDestroy");
     if (p->b != NULL)
-        lt_released(cublasLtMatrixLayoutDestroy(p->b), "cublasLtMatrixLayoutDestroy");
+        lt_released(lt_fn.MatrixLayoutDestroy(p->b), "cublasLtMatrixLayoutDestroy");
     if (p->d != NULL)
-        lt_released(cublasLtMatrixLayoutDestroy(p->d), "cublasLtMatrixLayoutDestroy");
+        lt_released(lt_fn.MatrixLayoutDestroy(p->d), "cublasLtMatrixLayoutDestroy");
     memset(p, 0, sizeof *p);
 }
 
@@ -242,24 +297,23 @@ static cublasLtEpilogue_t fused_epilogue(int act, bool bias)
 static int plan_algo(cublasLtHandle_t lt, plan_t *p, cublasLtEpilogue_t ep, const float *bias,
                      int *found, sb_err *err)
 {
-    LK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep),
+    LK(lt_fn.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep),
        "cublasLtMatmulDescSetAttribute (epilogue)");
     const float *bp =
         ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_RELU_BIAS ? bias : NULL;
-    LK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+    LK(lt_fn.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
        "cublasLtMatmulDescSetAttribute (bias)");
     cublasLtMatmulPreference_t pref = NULL;
-    LK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    LK(lt_fn.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     size_t ws = WORKSPACE;
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+    cublasStatus_t st = lt_fn.MatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof res);
     int count = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res,
-                                            &count);
-    lt_released(cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
+        st = lt_fn.MatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res, &count);
+    lt_released(lt_fn.MatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
         return lt_fail(err, "cublasLtMatmulAlgoGetHeuristic", st);
     *found = st == CUBLAS_STATUS_SUCCESS && count > 0 && res.state == CUBLAS_STATUS_SUCCESS;
@@ -276,16 +330,16 @@ static int plan_build(cublasLtHandle_t lt, plan_t *p, size_t din, size_t dout, c
         precision == SB_MLP_CUDA_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cudaDataType_t ab = precision == SB_MLP_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LK(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F), "cublasLtMatmulDescCreate");
-    LK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+    LK(lt_fn.MatmulDescCreate(&p->op, ct, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    LK(lt_fn.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
        "cublasLtMatmulDescSetAttribute (transa)");
-    LK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+    LK(lt_fn.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
        "cublasLtMatmulDescSetAttribute (transb)");
-    LK(cublasLtMatrixLayoutCreate(&p->a, ab, din, dout, (int64_t)din),
+    LK(lt_fn.MatrixLayoutCreate(&p->a, ab, din, dout, (int64_t)din),
        "cublasLtMatrixLayoutCreate (weights)");
-    LK(cublasLtMatrixLayoutCreate(&p->b, ab, din, n, (int64_t)din),
+    LK(lt_fn.MatrixLayoutCreate(&p->b, ab, din, n, (int64_t)din),
        "cublasLtMatrixLayoutCreate (input)");
-    LK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, dout, n, (int64_t)dout),
+    LK(lt_fn.MatrixLayoutCreate(&p->d, CUDA_R_32F, dout, n, (int64_t)dout),
        "cublasLtMatrixLayoutCreate (output)");
     cublasLtEpilogue_t ep = fused_epilogue(act, bias != NULL);
     int found = 0;
@@ -365,7 +419,7 @@ extern "C" void sb_mlp_cuda_run_free(sb_mlp_cuda_run *r)
         for (int k = 0; k < PLANS; k++)
             plan_release(&r->plan[l][k]);
     if (r->lt != NULL)
-        lt_released(cublasLtDestroy(r->lt), "cublasLtDestroy");
+        lt_released(lt_fn.Destroy(r->lt), "cublasLtDestroy");
     free(r);
 }
 
@@ -375,7 +429,9 @@ static int run_init(sb_mlp_cuda_run *r, sb_err *err)
         return sb_err_set(err, "CUDA: no precision %d", r->precision);
     if (r->precision == SB_MLP_CUDA_BF16 && r->m->wb[0] == NULL)
         return sb_err_set(err, "CUDA: the model has no bf16 weights (sb_mlp_cuda_model_prepare)");
-    LK(cublasLtCreate(&r->lt), "cublasLtCreate");
+    if (lt_open(err) != 0)
+        return -1;
+    LK(lt_fn.Create(&r->lt), "cublasLtCreate");
     for (int i = 0; i < SB_MLP_CUDA_SLOTS; i++) {
         cudaError_t e = cudaStreamCreateWithFlags(&r->slot[i].s, cudaStreamNonBlocking);
         if (e != cudaSuccess) {
@@ -482,8 +538,8 @@ static int layer(sb_mlp_cuda_run *r, slot_t *s, size_t l, const float *in, float
         b = s->xb;
     }
     const float one = 1.0f, zero = 0.0f;
-    LK(cublasLtMatmul(r->lt, p->op, &one, a, p->a, b, p->b, &zero, out, p->d, out, p->d, &p->algo,
-                      s->ws, WORKSPACE, s->s),
+    LK(lt_fn.Matmul(r->lt, p->op, &one, a, p->a, b, p->b, &zero, out, p->d, out, p->d, &p->algo,
+                    s->ws, WORKSPACE, s->s),
        "cublasLtMatmul");
     if (p->post) {
         bias_act<<<blocks_for(n * dout), THREADS, 0, s->s>>>(out, p->post_bias ? m->b[l] : NULL,
