@@ -257,8 +257,12 @@ static int buf_grow(buf *b, size_t extra)
         b->cap = cap;
         return 0;
     }
-    uint8_t *p = realloc(b->p, cap);
-    if (p == NULL)
+    uint8_t *p;
+    if (b->len == 0 && b->p != NULL) { /* nothing to keep: realloc would copy the old capacity */
+        free(b->p);
+        b->p = NULL;
+    }
+    if ((p = realloc(b->p, cap)) == NULL)
         return -1;
     b->p = p;
     b->cap = cap;
