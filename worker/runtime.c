@@ -396,8 +396,9 @@ struct task_ctx {
     size_t npending, cappending;
     uint32_t seq;
     uint64_t rows_in, bytes_in;
-    sb_pq_scan_stats scan; /* a parquet source's row groups read and skipped (pushdown) */
-    int from_source;       /* op 0 reads a source split (its rows are counted as read) */
+    uint64_t outside, outside_bytes; /* inputs read outside the store's budget (TaskMetrics) */
+    sb_pq_scan_stats scan;           /* a parquet source's row groups read and skipped (pushdown) */
+    int from_source;                 /* op 0 reads a source split (its rows are counted as read) */
     int check_json; /* the source's jsonl records are validated as read (source_check_json) */
     sb_err err;
     int failed;
@@ -895,6 +896,8 @@ static int run_local_input(task_ctx *t, size_t i, char **lost)
         snprintf(budget, sizeof budget, "%zu", t->w->cfg.store_budget);
         sb_log(SB_LOG_WARN, "input read outside the store's budget", "task", t->task->task_id,
                "partition", ref->id, "bytes", len, "budget", budget, NULL);
+        t->outside++;
+        t->outside_bytes += in.len;
     }
     t->bytes_in += in.len;
     rc = run_chain(t, in.data, in.len, false, i + 1 == t->task->n_inputs);
@@ -1243,6 +1246,8 @@ static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int 
     met->source_bytes_skipped = t.scan.bytes_skipped;
     met->pages_read = t.scan.pages_read;
     met->pages_skipped = t.scan.pages_skipped;
+    met->inputs_outside_budget = (uint32_t)t.outside;
+    met->inputs_outside_budget_bytes = t.outside_bytes;
     for (size_t k = 0; k < t.n && t.impl != NULL && t.state != NULL; k++)
         if (t.impl[k] != NULL && t.state[k] != NULL && t.impl[k]->spilled != NULL)
             met->op_spilled_bytes += t.impl[k]->spilled(t.state[k]);

@@ -23,6 +23,7 @@ enum {
     C_QUEUED_BYTES,
     C_BACKPRESSURE,
     C_SPILLED,
+    C_OUTSIDE,
     C_MEM_USED,
     C_MEM_BUDGET,
     C_POOL_WORKERS,
@@ -96,6 +97,10 @@ static const struct {
     [C_SPILLED] = {SB_METRIC_COUNTER, "streambatch_stage_op_spilled_bytes_total",
                    "Bytes the stage's ops wrote to their own spill files (groupby's and "
                    "random_shuffle's sorted runs).",
+                   L_STAGE},
+    [C_OUTSIDE] = {SB_METRIC_COUNTER, "streambatch_stage_inputs_outside_budget_bytes_total",
+                   "Bytes of the stage's inputs too large for the room their worker's store "
+                   "could make, read into memory outside the budget.",
                    L_STAGE},
     [C_MEM_USED] = {SB_METRIC_GAUGE, "streambatch_pipeline_memory_used_bytes",
                     "Bytes counted against the memory budget.", L_PIPE},
@@ -199,6 +204,7 @@ static void stage_figures(sb_cmetrics *m, const char *ns, const char *pl,
     sb_metric_set(m->f[C_QUEUED_BYTES], v, (double)o->queued_input_bytes);
     sb_metric_set(m->f[C_BACKPRESSURE], v, o->backpressure_seconds);
     sb_metric_set(m->f[C_SPILLED], v, (double)o->spilled_bytes);
+    sb_metric_set(m->f[C_OUTSIDE], v, (double)o->outside_bytes);
     if (!m->workers)
         return;
     const char *pool = o->pool ? o->pool : "";

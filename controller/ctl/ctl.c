@@ -1137,7 +1137,9 @@ static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m
                                      m->metrics->source_bytes_skipped,
                                      m->metrics->op_spilled_bytes,
                                      m->metrics->pages_read,
-                                     m->metrics->pages_skipped};
+                                     m->metrics->pages_skipped,
+                                     m->metrics->inputs_outside_budget,
+                                     m->metrics->inputs_outside_budget_bytes};
         rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt,
                                status_of(m->status, m->deterministic, m->permanent), m->message,
                                outs, m->n_outputs, (const char *const *)m->lost_inputs,

@@ -250,6 +250,34 @@ static void print_progress(const sb_ctl_snapshot *s, double elapsed, int tty, in
             human_bytes(s->stats.budget, b, sizeof b));
 }
 
+/* Inputs too large for the room their worker's store could make, read outside the budget (the
+ * store's sb_store_load_whole): the run went over its budget by up to their size, which only the
+ * workers' logs said before. One line, per stage, only when there were some. */
+static void print_outside(FILE *f, const sb_ctl_snapshot *s)
+{
+    uint64_t n = 0, bytes = 0;
+    for (size_t i = 0; i < s->nops; i++) {
+        n += s->ops[i].outside;
+        bytes += s->ops[i].outside_bytes;
+    }
+    if (n == 0)
+        return;
+    char a[32];
+    fprintf(f,
+            "memory: %" PRIu64 " input%s (%s) too large for the room in a worker's budget, "
+            "read outside it:",
+            n, n == 1 ? "" : "s", human_bytes(bytes, a, sizeof a));
+    const char *sep = " ";
+    for (size_t i = 0; i < s->nops; i++) {
+        if (s->ops[i].outside == 0)
+            continue;
+        fprintf(f, "%s%s %" PRIu64 " (%s)", sep, s->ops[i].name, s->ops[i].outside,
+                human_bytes(s->ops[i].outside_bytes, a, sizeof a));
+        sep = ", ";
+    }
+    fputc('\n', f);
+}
+
 static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double commit_s,
                           double cpu_total, uint64_t peak_rss, uint64_t started)
 {
@@ -280,6 +308,7 @@ static void print_summary(FILE *f, const sb_ctl_snapshot *s, double wall, double
             human_bytes(s->stats.peak_partition_bytes, a, sizeof a),
             human_bytes(s->stats.budget, b, sizeof b), human_bytes(peak_rss, c, sizeof c), started,
             s->workers_lost, s->stats.tasks_run, s->stats.tasks_rerun);
+    print_outside(f, s);
     uint64_t spec = 0, won = 0, cancelled = 0;
     for (size_t i = 0; i < s->nops; i++) {
         spec += s->ops[i].speculated;
@@ -379,6 +408,8 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
         cJSON_AddNumberToObject(o, "rowsOut", (double)s->ops[i].rows_out);
         cJSON_AddNumberToObject(o, "bytesOut", (double)s->ops[i].bytes_out);
         cJSON_AddNumberToObject(o, "opSpilledBytes", (double)s->ops[i].spilled_bytes);
+        cJSON_AddNumberToObject(o, "inputsOutsideBudget", (double)s->ops[i].outside);
+        cJSON_AddNumberToObject(o, "inputsOutsideBudgetBytes", (double)s->ops[i].outside_bytes);
         cJSON_AddNumberToObject(o, "retries", (double)s->ops[i].retries);
         cJSON_AddNumberToObject(o, "recovered", (double)s->ops[i].recovered);
         cJSON_AddNumberToObject(o, "speculated", (double)s->ops[i].speculated);

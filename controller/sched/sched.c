@@ -152,7 +152,8 @@ typedef struct {
     uint64_t fifo_bytes;
     uint64_t tasks_total, done, running, retries, recovered, errored, resumed;
     uint64_t rows_in, bytes_in, rows_out, bytes_out;
-    uint64_t spilled_bytes; /* by the ops of its successful attempts (sb_sched_metrics) */
+    uint64_t spilled_bytes;          /* by the ops of its successful attempts (sb_sched_metrics) */
+    uint64_t outside, outside_bytes; /* their inputs read outside the budget (the same) */
     double task_seconds, cpu_seconds;
     uint64_t attempts, failed_attempts; /* task attempts started, ended without success */
     uint64_t timed;                     /* successful attempts with a reported wall time */
@@ -2949,8 +2950,11 @@ static void complete_rows(sb_sched *s, size_t w, task *t, const sb_storage_outpu
     /* a source task's input rows are known only to the worker that read its split */
     uint64_t rows_in = t->op == 0 && metrics != NULL ? metrics->rows_in : t->in_rows;
     o->rows_in += rows_in;
-    if (metrics != NULL)
+    if (metrics != NULL) {
         o->spilled_bytes += metrics->spilled_bytes;
+        o->outside += metrics->outside;
+        o->outside_bytes += metrics->outside_bytes;
+    }
     if (t->op == 0 && metrics != NULL) {
         s->source.source_bytes_read += metrics->source_bytes_read;
         s->source.row_groups_read += metrics->row_groups_read;
@@ -3240,6 +3244,8 @@ void sb_sched_get_group_stats(const sb_sched *s, size_t i, sb_sched_group_stats 
     out->rows_out = o->rows_out;
     out->bytes_out = o->bytes_out;
     out->spilled_bytes = o->spilled_bytes;
+    out->outside = o->outside;
+    out->outside_bytes = o->outside_bytes;
     out->queued_input_bytes = o->fifo_bytes;
     out->task_seconds = o->task_seconds;
     out->cpu_seconds = o->cpu_seconds;

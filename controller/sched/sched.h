@@ -157,6 +157,8 @@ typedef struct sb_sched_metrics {
     uint64_t source_bytes_read, row_groups_read, row_groups_skipped, source_bytes_skipped;
     uint64_t spilled_bytes;             /* written by the task's ops to their own spill files */
     uint64_t pages_read, pages_skipped; /* parquet: pages fetched / skipped by the page index */
+    uint64_t outside, outside_bytes;    /* inputs too large for the worker's room in its budget,
+                                           read outside it, and their bytes */
 } sb_sched_metrics;
 
 typedef enum {
@@ -193,16 +195,17 @@ typedef struct sb_sched_group_stats {
     uint64_t retries, recovered, errored;
     uint64_t resumed; /* source tasks of committed splits a resume skipped (in tasks_done) */
     uint64_t rows_in, bytes_in, rows_out, bytes_out;
-    uint64_t spilled_bytes;      /* successful attempts' ops wrote to their spill files */
-    uint64_t queued_input_bytes; /* produced upstream, not yet in a task */
-    double task_seconds;         /* sum of completed task wall times reported */
-    double cpu_seconds;          /* sum of completed task CPU times reported */
-    uint64_t attempts;           /* task attempts started (re-runs included) */
-    uint64_t failed_attempts;    /* attempts that ended with an error or a lost input */
-    uint64_t speculated;         /* speculative copies of stragglers started (sched.c) */
-    uint64_t spec_won;           /* of those, copies that finished before the original */
-    uint64_t cancelled;          /* losing or stale attempts their workers were told to stop */
-    uint64_t timed_tasks;        /* successful attempts with a wall time (duration_buckets) */
+    uint64_t spilled_bytes;          /* successful attempts' ops wrote to their spill files */
+    uint64_t outside, outside_bytes; /* successful attempts' inputs read outside the budget */
+    uint64_t queued_input_bytes;     /* produced upstream, not yet in a task */
+    double task_seconds;             /* sum of completed task wall times reported */
+    double cpu_seconds;              /* sum of completed task CPU times reported */
+    uint64_t attempts;               /* task attempts started (re-runs included) */
+    uint64_t failed_attempts;        /* attempts that ended with an error or a lost input */
+    uint64_t speculated;             /* speculative copies of stragglers started (sched.c) */
+    uint64_t spec_won;               /* of those, copies that finished before the original */
+    uint64_t cancelled;              /* losing or stale attempts their workers were told to stop */
+    uint64_t timed_tasks;            /* successful attempts with a wall time (duration_buckets) */
     /* successful attempts' wall times per bucket: bucket b counts those <= the b-th bound of
      * sb_metrics_task_buckets (lib/metrics/metrics.h) and > the one before */
     uint64_t duration_buckets[SB_SCHED_DURATION_BUCKETS];

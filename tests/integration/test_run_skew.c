@@ -39,16 +39,29 @@ static void skew_pipeline(const char *name, const char *op, const char *args)
     write_one_stage(name, "in", "256Ki", "{maxRecordSize: 8388608}", op, args, "1Mi");
 }
 
+/* The sum over NAME's stages of the summary's per-stage figure KEY. */
+static long stages_sum(const char *name, const char *key)
+{
+    return num("python3 -c 'import json; print(sum(s[\"%s\"] for s in "
+               "json.load(open(\"%s/%s.summary.json\"))[\"stages\"]))'",
+               key, dir, name);
+}
+
 /* Runs NAME (one worker: the reduce reads the map outputs from its own store) within 60 s; it
  * must succeed without re-running anything for lost inputs, with every row, and its worker must
- * have logged the read outside the budget. */
+ * have logged the read outside the budget, which the run's summary says too (per stage in the
+ * JSON, one line in the printed one). */
 static void run_skewed(const char *name)
 {
     char flags[512], *out = NULL;
     snprintf(flags, sizeof flags, "--cpus 1 --run-dir %s/run-%s", dir, name);
     int rc = run_cli_timeout(60, name, flags, &out);
     cr_assert_eq(rc, 0, "%s failed (124: it did not end):\n%s", name, out);
+    cr_expect(strstr(out, "too large for the room in a worker's budget, read outside it: ") != NULL,
+              "the summary does not say an input was read outside the budget:\n%s", out);
     free(out);
+    cr_expect_geq(stages_sum(name, "inputsOutsideBudget"), 1);
+    cr_expect_gt(stages_sum(name, "inputsOutsideBudgetBytes"), 3l << 20, "the 3 MiB record's");
     cr_expect_eq(summary_num(name, "sinkRows"), 201);
     cr_expect_eq(summary_num(name, "tasksRerun"), 0, "no input was reported lost");
     cr_expect_eq(summary_num(name, "partitionsLost"), 0);
