@@ -30,7 +30,12 @@ static void setup(void)
     setenv("TMPDIR", dir, 1); /* the runs' worker spill dirs: kill_worker finds ours only */
     sh("cd %s && python3 %s/tests/allops/check.py gen in 6 2000 11 && "
        "python3 %s/tests/allops/check.py gen one 1 300 12 && mkdir empty && : > empty/e.jsonl && "
-       "python3 %s/tests/allops/check.py gen big 1 9000 13",
+       "python3 %s/tests/allops/check.py gen big 1 40000 13 && mkdir rep && python3 -c '"
+       "import json\nwith open(\"rep/r.jsonl\", \"w\") as f:\n"
+       "    for i in range(60000):\n"
+       "        f.write(json.dumps({\"id\": i, \"k\": i * 7919 %% 10000, \"v\": i %% 97, \"pad\": "
+       "\"p\" * 100}) + "
+       "\"\\n\")'",
        dir, sb_test_root(), sb_test_root(), sb_test_root());
 }
 
@@ -95,8 +100,9 @@ Test(allops, groupby_two_keys_many_tiny_partitions)
  * and passes rows on; the reduce side merges the partial records and the rows alike. */
 Test(allops, groupby_keys_that_barely_repeat)
 {
-    /* one split of 9000 rows: a map task past the 4096 rows it combines before judging */
-    pipeline("g6", "big", "4Mi", "groupby",
+    /* one split of 40,000 rows, every id once: a map task past the two windows of 16,384 rows
+     * it combines before judging */
+    pipeline("g6", "big", "16Mi", "groupby",
              "{keys: [id], aggregates: [{op: count}, {op: collect, field: g}, {op: first, field: "
              "s}, {op: std, field: v}, {op: min, field: v}]}",
              "", "");
@@ -104,7 +110,28 @@ Test(allops, groupby_keys_that_barely_repeat)
                   "{\"keys\":[\"id\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":\"collect\","
                   "\"field\":\"g\"},{\"op\":\"first\",\"field\":\"s\"},{\"op\":\"std\",\"field\":"
                   "\"v\"},{\"op\":\"min\",\"field\":\"v\"}]}");
-    cr_expect_eq(summary_num("g6", "sinkRows"), 9000);
+    cr_expect_eq(summary_num("g6", "sinkRows"), 40000);
+}
+
+/* 10,000 keys, each met once in every 10,000 rows of one map task of 60,000 (rows of ~150
+ * bytes: the source hands the op ~7,000 a call): the task's first rows are all new keys, but
+ * combining pays, and its map half sends on one partial record per key. The old rule (more than
+ * half of the rows distinct after the first call of 4,096 or more: stop combining) sent nearly
+ * all 60,000 rows on as they were. */
+Test(allops, groupby_combines_keys_that_repeat_later_in_a_task)
+{
+    pipeline("g7", "rep", "16Mi", "groupby",
+             "{keys: [k], aggregates: [{op: count}, {op: sum, field: v}, {op: mean, field: v}]}",
+             "", "");
+    run_and_check("g7", "rep", "groupby",
+                  "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":\"sum\","
+                  "\"field\":\"v\"},{\"op\":\"mean\",\"field\":\"v\"}]}");
+    cr_expect_eq(summary_num("g7", "sinkRows"), 10000);
+    long map_rows = num("python3 -c 'import json; print(sum(s[\"rowsOut\"] for s in "
+                        "json.load(open(\"%s/g7.summary.json\"))[\"stages\"] if s[\"name\"] == "
+                        "\"x.map\"))'",
+                        dir);
+    cr_expect_eq(map_rows, 10000, "the map half sent on %ld records for 10,000 keys", map_rows);
 }
 
 Test(allops, groupby_single_partition_and_empty_input)

@@ -18,7 +18,10 @@
 
 typedef enum { X_REPARTITION, X_SHUFFLE, X_GROUPBY, X_DISTINCT, X_LIMIT, X_SORT, X_JOIN } xkind;
 
-#define COMBINE_PROBE 4096 /* rows a groupby map task combines before it judges the gain */
+/* A groupby map task judges whether combining pays by the share of new keys among its rows,
+ * one window of COMBINE_WINDOW rows after another, from its second window on (the first is
+ * mostly keys seen for the first time, however often they repeat later). */
+#define COMBINE_WINDOW 16384
 static const char *const xkind_names[] = {"repartition", "random_shuffle", "groupby", "distinct",
                                           "limit",       "sort",           "join"};
 #define XKINDS (sizeof xkind_names / sizeof *xkind_names)
@@ -44,6 +47,7 @@ typedef struct {
     uint64_t rr;         /* repartition: the next row's bucket */
     uint64_t rows;       /* groupby's map half, limit: rows of this task so far */
     int uncombined; /* groupby's map half: its keys barely repeat, rows now go on as they are */
+    uint64_t win_rows, win_groups; /* groupby's map half: where the window being judged began */
     int rr_set;
     xset seen; /* distinct: keys met in this task (since its last spill) */
     /* distinct's reduce side past its memory: the keys emitted so far as a run of markers, then
@@ -182,6 +186,31 @@ static void xstate_clear(xstate *st)
     st->rr_set = 0;
     st->rows = 0;
     st->uncombined = 0;
+    st->win_rows = st->win_groups = 0;
+}
+
+/* Combining pays when keys repeat within a task. A window of rows in which more than half
+ * brought a new key says they barely do: the rest of the task's rows go on uncombined (the
+ * reduce side takes partials and rows alike). Judged from the second window on: with 10,000
+ * keys drawn evenly, the first 16,384 rows hold ~8,000 of them, the next 16,384 ~1,600 new ones,
+ * and a task of 290,000 rows (32 MiB of such jsonl) combines to 10,000 partial records. The
+ * old rule (more than half distinct within the first 4,096 rows) sent every row of that task on
+ * as it was: a 256 MiB groupby took 2.3-2.6 s instead of 1.4-1.7. A table sent on early when
+ * full (fewer groups than at the window's start) starts a new window. */
+static void combine_judge(xstate *st)
+{
+    size_t g = xgroupby_groups(st->gb);
+    if (g < st->win_groups) {
+        st->win_rows = st->rows;
+        st->win_groups = g;
+        return;
+    }
+    if (st->rows < st->win_rows + COMBINE_WINDOW)
+        return;
+    if (st->win_rows > 0) /* the first window only warms up */
+        st->uncombined = (g - st->win_groups) * 2 > st->rows - st->win_rows;
+    st->win_rows = st->rows;
+    st->win_groups = g;
 }
 
 static void x_free(void *state)
@@ -420,12 +449,8 @@ static int map_records(void *state, const sb_batch *in, size_t first, size_t n, 
         int col = keyed_column(st, in, err);
         if (col < 0 || xgroupby_add(st->gb, in, col, first, n, err) != 0)
             return -1;
-        /* combining pays when keys repeat within a task; past COMBINE_PROBE rows with more
-         * than half of them distinct keys, the rest go on uncombined (the reduce side takes
-         * both) */
         st->rows += n;
-        st->uncombined =
-            st->rows >= COMBINE_PROBE && xgroupby_groups(st->gb) * 2 > (size_t)st->rows;
+        combine_judge(st);
         return 0;
     }
     if (grow_rows(st, n, err) != 0 || map_buckets(st, in, first, n, err) != 0)
