@@ -350,7 +350,7 @@ static bool slice_of(const sb_batch *from, const sb_column *c)
  * partition will hold (at most the target's worth, at most AHEAD_CALLS calls like this one),
  * sized by these rows' bytes per column, instead of growing by doubling from 64 bytes. Growing
  * 64 MiB of an op's output that way copied ~64 MiB more and faulted ~128 MiB of fresh pages:
- * bench_mlp (16 -> 1000 model, CPU) went from 73 to 35 ms per 16,384 rows without it. Only
+ * bench_mlp (16 -> 1000 model, CPU): a median 94 -> 37 ms per 16,384 rows without it. Only
  * address space is reserved; pages are touched as rows arrive. Var-width columns are sized by
  * these rows' average; a later shortfall grows by doubling as before. */
 static int reserve_ahead(sb_op_out *o, const sb_column *cols, const size_t *firsts, size_t first,
