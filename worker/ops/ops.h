@@ -100,6 +100,15 @@ void sb_op_out_free(sb_op_out *o);
  * op of a task's chain). */
 void sb_op_out_set_unsealed(sb_op_out *o);
 
+/* For rows an op holds and cuts itself (sb_op_out_cut) at about `bytes` to sort or spill them
+ * in this process (the exchange ops' held rows; bytes > 0): unsealed as above, and a records
+ * schema (one binary/utf8 column) is built in place with its values reserved for `bytes` at
+ * once (address space; pages are touched as rows arrive), so that a cut copies only the
+ * offsets, not the rows: the rows are in memory once, not twice, while they are sorted or
+ * written out. More rows than that still work (the buffer grows; the cut then copies). Call
+ * before the schema is set. */
+void sb_op_out_set_held(sb_op_out *o, size_t bytes);
+
 /* Sets the output schema (copied). If a schema is already set it must be identical (names,
  * types, nullability), else -1 + err; except that fixed-size-list widths may change (images of
  * different sizes): the pending rows are then flushed as a partition and the new schema

@@ -19,6 +19,7 @@ struct sb_op_out {
     size_t scratch_cap;
     uint64_t rows_emitted, parts, bytes;
     bool unsealed; /* blobs for a consumer in this process: no checksums */
+    size_t held;   /* sb_op_out_set_held's bytes (0: not set) */
 };
 
 sb_op_out *sb_op_out_new(size_t target_bytes, sb_op_emit_fn emit, void *ud, sb_err *err)
@@ -60,6 +61,12 @@ void sb_op_out_free(sb_op_out *o)
 void sb_op_out_set_unsealed(sb_op_out *o)
 {
     o->unsealed = true;
+}
+
+void sb_op_out_set_held(sb_op_out *o, size_t bytes)
+{
+    o->unsealed = true;
+    o->held = bytes;
 }
 
 bool sb_op_out_has_schema(const sb_op_out *o)
@@ -108,11 +115,15 @@ int sb_op_out_set_schema(sb_op_out *o, const sb_field *fields, size_t n, sb_err 
     sb_batch_builder *b = sb_batch_builder_new(fields, n, err);
     if (b == NULL)
         return sb_err_wrap(err, "op output");
-    /* records for the next op of this task (small partitions): built in place, so that a flush
-     * copies only the offsets (room for records of 64 bytes on average) */
+    /* records for the next op of this task (small partitions) or held by an op
+     * (sb_op_out_set_held): built in place, so that a flush copies only the offsets (room for
+     * records of 64 bytes on average); held ones reserve their values at once, since growing a
+     * buffer built in place copies it */
+    size_t span = o->held > 0 ? o->held : o->target;
     if (o->unsealed && n == 1 &&
         (fields[0].type == SB_TYPE_BINARY || fields[0].type == SB_TYPE_UTF8) &&
-        sb_batch_builder_build_in_place(b, o->target / 64 + 16, err) != 0) {
+        (sb_batch_builder_build_in_place(b, span / 64 + 16, err) != 0 ||
+         (o->held > 0 && sb_batch_builder_reserve(b, 0, 0, o->held, err) != 0))) {
         sb_batch_builder_free(b);
         return sb_err_wrap(err, "op output");
     }

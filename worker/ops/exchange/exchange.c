@@ -706,8 +706,12 @@ static int reduce_process(void *state, const sb_batch *in, size_t first, size_t 
                       : sb_op_out_append_rows(out, in, first, n, err);
     case X_SHUFFLE: {
         whole *w = &st->all;
-        if (w->out == NULL && (w->out = sb_op_out_new(WHOLE_TARGET, xwhole_emit, w, err)) == NULL)
-            return -1;
+        if (w->out == NULL) {
+            if ((w->out = sb_op_out_new(WHOLE_TARGET, xwhole_emit, w, err)) == NULL)
+                return -1;
+            /* cut in place at the spill's half (a cut copies no rows: sb_op_out_set_held) */
+            sb_op_out_set_held(w->out, st->memory > 0 ? st->memory / 2 : (size_t)16 << 20);
+        }
         if (n == 0)
             return sb_op_out_has_schema(w->out) ? 0 : sb_op_out_set_schema_like(w->out, in, err);
         if (sb_op_out_append_rows(w->out, in, first, n, err) != 0)
