@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/pct.h"
 #include "spec/quantity.h"
 #include "worker/ops/exchange/xchg.h"
 
@@ -534,27 +535,78 @@ int xgroupby_emit(xgroupby *g, sb_op_out *out, sb_err *err)
 
 static int agg_value(const aspec *sp, const astate *a, xbuf *out);
 
+/* Partials carry numbers cheaply and doubles exactly: integers in decimal, doubles as their
+ * IEEE-754 bits in a string of 16 hex digits ("%.17g" on the map side and strtod on the reduce
+ * side took ~8% of a 1 GiB groupby's CPU). Partials never leave the pipeline; state_merge also
+ * reads doubles written as JSON numbers. */
+static char *put_u64(char *p, uint64_t v)
+{
+    char t[20];
+    int n = 0;
+    do
+        t[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n > 0)
+        *p++ = t[--n];
+    return p;
+}
+
+static char *put_i64(char *p, int64_t v)
+{
+    if (v >= 0)
+        return put_u64(p, (uint64_t)v);
+    *p++ = '-';
+    return put_u64(p, (uint64_t)0 - (uint64_t)v);
+}
+
+static char *put_bits(char *p, double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    *p++ = '"';
+    for (int sh = 60; sh >= 0; sh -= 4)
+        *p++ = "0123456789abcdef"[(u >> sh) & 15];
+    *p++ = '"';
+    return p;
+}
+
 /* Aggregate a's partial state as a JSON array (see state_merge for each op's fields). */
 static int state_put(const aspec *sp, const astate *a, xbuf *out, sb_err *err)
 {
-    char num[160];
+    char num[160], *p = num;
     int bad = 0;
     switch (sp->op) {
     case A_COUNT:
-        snprintf(num, sizeof num, "[%llu]", (unsigned long long)a->n);
+        *p++ = '[';
+        p = put_u64(p, a->n);
         break;
     case A_SUM:
     case A_MEAN:
         if (!isfinite(a->dsum) || !isfinite(a->dcomp))
             return sb_err_data(err, "groupby: %s of field %s is beyond double range",
                                aop_names[sp->op], sp->field);
-        snprintf(num, sizeof num, "[%llu,%d,%d,%lld,%.17g,%.17g]", (unsigned long long)a->n,
-                 a->all_int, a->overflow, (long long)a->isum, a->dsum, a->dcomp);
+        *p++ = '[';
+        p = put_u64(p, a->n);
+        *p++ = ',';
+        *p++ = a->all_int ? '1' : '0';
+        *p++ = ',';
+        *p++ = a->overflow ? '1' : '0';
+        *p++ = ',';
+        p = put_i64(p, a->isum);
+        *p++ = ',';
+        p = put_bits(p, a->dsum);
+        *p++ = ',';
+        p = put_bits(p, a->dcomp);
         break;
     case A_STD:
         if (!isfinite(a->mean) || !isfinite(a->m2))
             return sb_err_data(err, "groupby: std of field %s is beyond double range", sp->field);
-        snprintf(num, sizeof num, "[%llu,%.17g,%.17g]", (unsigned long long)a->n, a->mean, a->m2);
+        *p++ = '[';
+        p = put_u64(p, a->n);
+        *p++ = ',';
+        p = put_bits(p, a->mean);
+        *p++ = ',';
+        p = put_bits(p, a->m2);
         break;
     case A_MIN:
     case A_MAX:
@@ -572,7 +624,8 @@ static int state_put(const aspec *sp, const astate *a, xbuf *out, sb_err *err)
               xbuf_put(out, "]", 1);
         return bad ? sb_err_set(err, "out of memory") : 0;
     }
-    return xbuf_put(out, num, strlen(num)) ? sb_err_set(err, "out of memory") : 0;
+    *p++ = ']';
+    return xbuf_put(out, num, (size_t)(p - num)) ? sb_err_set(err, "out of memory") : 0;
 }
 
 /* Group gi's partial record {"k": {keys}, "a": [states]} into rec (cleared first), after the
@@ -629,6 +682,20 @@ static size_t arr_items(const sb_op_json_span *arr, sb_op_json_span *it, size_t 
 
 static double span_num(const sb_op_json_span *s, int64_t *i)
 {
+    if (s->n == 18 && s->p[0] == '"') { /* a double's bits (put_bits) */
+        uint64_t u = 0;
+        int ok = 1;
+        for (size_t k = 1; k <= 16; k++) {
+            int h = sb_hex_digit((unsigned char)s->p[k]);
+            ok &= h >= 0;
+            u = u << 4 | (uint64_t)(h & 15);
+        }
+        double d;
+        memcpy(&d, &u, sizeof d);
+        if (i != NULL)
+            *i = 0; /* a count or an integer sum is never a double's bits */
+        return ok ? d : NAN;
+    }
     double d;
     int64_t v = 0;
     bool is_int;
