@@ -433,39 +433,54 @@ static void shuffle_reduce(const char *args, sb_batch *b, size_t rows, coll *got
     op->free(st);
 }
 
-Test(allops_keys, random_shuffle_beyond_its_memory_spills_the_same_permutation)
+/* nrows rows of pad bytes or more, shuffled in memory and under memory bytes: the same order. */
+static void shuffle_spilled_equals_in_memory(int nrows, int pad, long memory)
 {
-    enum { ROWS = 5000 };
-    char **rows = calloc(ROWS, sizeof *rows);
-    for (int i = 0; i < ROWS; i++) {
-        char r[96];
-        snprintf(r, sizeof r, "{\"id\":%d,\"pad\":\"%0*d\"}", i % 4000, 20 + i % 30, i);
+    char **rows = calloc((size_t)nrows, sizeof *rows);
+    for (int i = 0; i < nrows; i++) {
+        char r[2200];
+        snprintf(r, sizeof r, "{\"id\":%d,\"pad\":\"%0*d\"}", i % 4000, pad + i % 30, i);
         rows[i] = strdup(r);
     }
     void *blob;
-    sb_batch *b = batch_of((const char *const *)rows, ROWS, &blob);
+    sb_batch *b = batch_of((const char *const *)rows, (size_t)nrows, &blob);
     coll want = {0}, got = {0};
     shuffle_reduce("{\"op\":\"random_shuffle\",\"buckets\":1,\"memory\":0,\"args\":{\"seed\":7}}",
-                   b, ROWS, &want);
-    /* 64 KiB: a quarter is the task's, and it spills at half of that, ~8 KiB of ~300 KiB */
-    shuffle_reduce("{\"op\":\"random_shuffle\",\"buckets\":1,\"memory\":65536,\"args\":"
-                   "{\"seed\":7}}",
-                   b, ROWS, &got);
-    cr_assert_eq(want.n, ROWS);
-    cr_assert_eq(got.n, ROWS);
+                   b, (size_t)nrows, &want);
+    char args[160];
+    snprintf(args, sizeof args,
+             "{\"op\":\"random_shuffle\",\"buckets\":1,\"memory\":%ld,\"args\":{\"seed\":7}}",
+             memory);
+    shuffle_reduce(args, b, (size_t)nrows, &got);
+    cr_assert_eq(want.n, (size_t)nrows);
+    cr_assert_eq(got.n, (size_t)nrows);
     size_t moved = 0;
-    for (size_t i = 0; i < ROWS; i++) {
+    for (size_t i = 0; i < (size_t)nrows; i++) {
         cr_assert_str_eq(got.recs[i], want.recs[i], "row %zu", i);
         moved += strcmp(want.recs[i], rows[i]) != 0;
     }
-    cr_expect_gt(moved, ROWS * 9 / 10, "a permutation: %zu of %d rows moved", moved, ROWS);
+    cr_expect_gt(moved, (size_t)nrows * 9 / 10, "a permutation: %zu of %d rows moved", moved,
+                 nrows);
     coll_free(&want);
     coll_free(&got);
     sb_batch_close(b);
     sb_part_free(blob);
-    for (int i = 0; i < ROWS; i++)
+    for (int i = 0; i < nrows; i++)
         free(rows[i]);
     free(rows);
+}
+
+Test(allops_keys, random_shuffle_beyond_its_memory_spills_the_same_permutation)
+{
+    /* 64 KiB: a quarter is the task's, and it spills at half of that, ~8 KiB of ~300 KiB */
+    shuffle_spilled_equals_in_memory(5000, 20, 65536);
+}
+
+/* Runs larger than a spill's chunk (4 MiB, shuffle.c): ~50 MiB of rows under 48 MiB, a quarter
+ * the task's, spilled at half of that: runs of ~6 MiB, two chunks each, merged chunk by chunk. */
+Test(allops_keys, random_shuffle_runs_of_many_chunks_merge_to_the_same_permutation)
+{
+    shuffle_spilled_equals_in_memory(24000, 2000, 48L << 20);
 }
 
 /* missingKey as the string "null" means what null means: client-side `kubectl apply` deletes a
