@@ -88,6 +88,17 @@ static void emit_all(xgroupby *g, coll *out)
     sb_op_out_free(o);
 }
 
+/* The output of one table over rows [0, n) of b (what combined partials must equal). */
+static xgroupby *one_table(const char *args, sb_batch *b, size_t n, coll *want)
+{
+    sb_err e;
+    xgroupby *whole = xgroupby_new(args, 0, &e);
+    cr_assert_not_null(whole, "%s", e.msg);
+    cr_assert_eq(xgroupby_add(whole, b, 0, 0, n, &e), 0, "%s", e.msg);
+    emit_all(whole, want);
+    return whole;
+}
+
 Test(allops_keys, combined_partials_equal_one_table)
 {
     static const char *rows[] = {
@@ -111,12 +122,8 @@ Test(allops_keys, combined_partials_equal_one_table)
     sb_err e;
     void *blob;
     sb_batch *b = batch_of(rows, n, &blob);
-    /* one table over every row */
-    xgroupby *whole = xgroupby_new(args, 0, &e);
-    cr_assert_not_null(whole, "%s", e.msg);
-    cr_assert_eq(xgroupby_add(whole, b, 0, 0, n, &e), 0, "%s", e.msg);
     coll want = {0};
-    emit_all(whole, &want);
+    xgroupby *whole = one_table(args, b, n, &want);
     /* three map tasks (rows 0-2, 3-6, 7-9) combined, their partials merged in task order */
     xgroupby *map = xgroupby_new(args, 0, &e), *red = xgroupby_new(args, 0, &e);
     coll partials = {0};
@@ -176,11 +183,8 @@ Test(allops_keys, partials_carry_doubles_exactly)
     sb_err e;
     void *blob;
     sb_batch *b = batch_of(rows, n, &blob);
-    xgroupby *whole = xgroupby_new(args, 0, &e);
-    cr_assert_not_null(whole, "%s", e.msg);
-    cr_assert_eq(xgroupby_add(whole, b, 0, 0, n, &e), 0, "%s", e.msg);
     coll want = {0};
-    emit_all(whole, &want);
+    xgroupby *whole = one_table(args, b, n, &want);
     for (size_t split = 1; split < n; split++) { /* two map tasks: rows [0, split), [split, n) */
         xgroupby *map = xgroupby_new(args, 0, &e), *red = xgroupby_new(args, 0, &e);
         coll partials = {0}, got = {0};
