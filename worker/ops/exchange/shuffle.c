@@ -170,45 +170,47 @@ static void mrun_drop(mrun *m)
     m->row = m->rows = 0;
 }
 
+/* Reads the run's next chunk into m (opened as a batch): 1, 0 at the run's end, -1 + err. */
+static int chunk_read(mrun *m, sb_err *err)
+{
+    mrun_drop(m);
+    uint64_t len;
+    if (fread(&len, sizeof len, 1, m->f) != 1)
+        return ferror(m->f)
+                   ? sb_err_set(err, "random_shuffle: reading a spill file: %s", strerror(errno))
+                   : 0;
+    if (len == 0 || len > ((uint64_t)1 << 40) || (m->chunk = sb_part_alloc(len)) == NULL)
+        return sb_err_set(err, "random_shuffle: a spill file's chunk of %llu bytes",
+                          (unsigned long long)len);
+    if (fread(m->chunk, 1, len, m->f) != len)
+        return sb_err_set(err, "random_shuffle: a spill file ends inside a chunk");
+    if (sb_batch_open_ex(m->chunk, len, SB_BATCH_OPEN_SKIP_UTF8, &m->b, err) != 0)
+        return sb_err_wrap(err, "random_shuffle: a spill file");
+    m->rows = sb_batch_rows(m->b);
+    return 1;
+}
+
 /* The run's next chunk that has rows: 1, 0 at the run's end, -1 + err. */
 static int mrun_next(mrun *m, sb_err *err)
 {
-    for (;;) {
-        mrun_drop(m);
-        uint64_t len;
-        if (fread(&len, sizeof len, 1, m->f) != 1)
-            return ferror(m->f) ? sb_err_set(err, "random_shuffle: reading a spill file: %s",
-                                             strerror(errno))
-                                : 0;
-        if (len == 0 || len > ((uint64_t)1 << 40) || (m->chunk = sb_part_alloc(len)) == NULL)
-            return sb_err_set(err, "random_shuffle: a spill file's chunk of %llu bytes",
-                              (unsigned long long)len);
-        if (fread(m->chunk, 1, len, m->f) != len)
-            return sb_err_set(err, "random_shuffle: a spill file ends inside a chunk");
-        if (sb_batch_open_ex(m->chunk, len, SB_BATCH_OPEN_SKIP_UTF8, &m->b, err) != 0)
-            return sb_err_wrap(err, "random_shuffle: a spill file");
-        if ((m->rows = sb_batch_rows(m->b)) > 0)
-            return 1;
-    }
+    int rc;
+    while ((rc = chunk_read(m, err)) > 0 && m->rows == 0)
+        ;
+    return rc;
 }
 
-/* Opens run m at its first chunk (whose schema out takes when it has none); 1 when it has a
- * row, 0 when empty, -1 + err. */
+/* Opens run m at its first chunk (whose schema out takes when it has none; every run has one);
+ * 1 when it has a row, 0 when empty, -1 + err. */
 static int mrun_open(mrun *m, FILE *f, size_t run, sb_op_out *out, sb_err *err)
 {
     m->f = f;
     m->run = run;
-    uint64_t len;
-    if (fread(&len, sizeof len, 1, f) != 1 || len == 0 || len > ((uint64_t)1 << 40) ||
-        (m->chunk = sb_part_alloc(len)) == NULL || fread(m->chunk, 1, len, f) != len)
-        return sb_err_set(err, "random_shuffle: a spill file cannot be read: %s", strerror(errno));
-    if (sb_batch_open_ex(m->chunk, len, SB_BATCH_OPEN_SKIP_UTF8, &m->b, err) != 0)
-        return sb_err_wrap(err, "random_shuffle: a spill file");
-    if (!sb_op_out_has_schema(out) && sb_op_out_set_schema_like(out, m->b, err) != 0)
+    int rc = chunk_read(m, err);
+    if (rc == 0)
+        return sb_err_set(err, "random_shuffle: a spill file is empty");
+    if (rc < 0 || (!sb_op_out_has_schema(out) && sb_op_out_set_schema_like(out, m->b, err) != 0))
         return -1;
-    if ((m->rows = sb_batch_rows(m->b)) > 0)
-        return 1;
-    return mrun_next(m, err);
+    return m->rows > 0 ? 1 : mrun_next(m, err);
 }
 
 int xshuffle_merge(xshuffle_runs *rs, uint64_t seed, sb_op_out *out, sb_err *err)
