@@ -891,8 +891,13 @@ Test(data, in_process_shutdown_graceful_and_forced)
 
     /* Forced: readers that stopped reading are cancelled after the grace period, and every
      * pin and buffer comes back. */
-    local_start(&l, 1, 32 * MIB, 1, 32 * MIB, 2);
     enum { N = 8 };
+    /* Spill buffers for every reader of the spilled partition: each of its N/2 streams can hold
+     * READ_AHEAD (2) chunks read plus one in gRPC's hands while its reader does not read. With
+     * fewer, a stalled stream keeps the pool, a later reader waits for a buffer until its
+     * deadline and never sees a first chunk (a CI run failed so: DEADLINE_EXCEEDED at the
+     * assert below). Waiting for the pool is cancelled_fetches_free_everything's case. */
+    local_start(&l, 1, 32 * MIB, 1, 32 * MIB, 3 * N / 2);
     /* one connection per reader: on a shared one, the unread data of the first streams can
      * fill the connection's flow-control window and starve the later ones (seen once: a
      * reader got no first chunk within 30 s) */
@@ -906,6 +911,9 @@ Test(data, in_process_shutdown_graceful_and_forced)
         r[i] = open_fetch(ch[i], i % 2 ? "s8-t0-p0" : "s7-t0-p0", 0, 30000);
         cr_assert_eq(sb_rpc_reader_next(r[i], &pc, &np, &n, &err), 1, "%s", err.msg);
     }
+    /* with 2 buffers, 11 to 19 waits were counted here */
+    sb_data_server_get_stats(l.ds, &st);
+    cr_assert_eq(st.buffer_waits, 0, "a reader waited for a spill buffer");
     int64_t t0 = now_ms();
     sb_rpc_server_shutdown(l.rpc, 300);
     cr_assert_lt(now_ms() - t0, 5000, "shutdown took %lld ms", (long long)(now_ms() - t0));
