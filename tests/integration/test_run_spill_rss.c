@@ -40,15 +40,22 @@ static void teardown(void)
 
 TestSuite(spillrss, .init = setup, .fini = teardown, .timeout = 120);
 
-/* dir/NAME.yaml: dir/in/ in 1 MiB partitions through stage x (OP with ARGS) under BUDGET. */
-static void pipeline(const char *name, const char *op, const char *args)
+/* dir/NAME.yaml: dir/IN/ in PSIZE partitions through stage x (OP with ARGS) under BUDGET_Q. */
+static void pipeline_of(const char *name, const char *in, const char *psize, const char *op,
+                        const char *args, const char *budget_q)
 {
-    write_one_stage(name, "in", "1Mi", NULL, op, args, "2Mi");
+    write_one_stage(name, in, psize, NULL, op, args, budget_q);
     char *out = NULL;
     int rc = run_cli(name, "--cpus 2", &out);
     cr_assert_eq(rc, 0, "%s failed:\n%s", name, out);
     free(out);
     cr_assert_eq(summary_num(name, "workersStarted"), WORKERS);
+}
+
+/* dir/in/ in 1 MiB partitions through stage x (OP with ARGS) under BUDGET. */
+static void pipeline(const char *name, const char *op, const char *args)
+{
+    pipeline_of(name, "in", "1Mi", op, args, "2Mi");
 }
 
 static long reduce_spilled(const char *name)
@@ -92,4 +99,28 @@ Test(spillrss, sort_and_groupby_within_identity_plus_share_plus_constant)
        dir, sb_test_root());
     cr_expect_gt(reduce_spilled("gb"), 0, "the groupby's reduce spilled");
     rss_bound("gb");
+}
+
+Test(spillrss, a_task_writes_its_output_as_it_makes_it)
+{
+    /* One groupby reduce task (partitions: 1) makes its whole output, ~62 MiB (a collect per
+     * row), in its finish. A worker without an accelerator queued a task's outputs until the
+     * op call returned, so that task held them all: its worker's peak RSS was ~95 MiB above an
+     * identity run's over the same input and budget (216 and 223 MiB summed against 123). Now
+     * they are written as they come, and the peak is the identity's (124-126 against 123-127). */
+    sh("cd %s && python3 %s/tests/allops/check.py genpad big 4 16000 5 20000", dir, sb_test_root());
+    long input = num("du -cb %s/big/*.jsonl | tail -1 | cut -f1", dir);
+    cr_assert_geq(input, 60l << 20, "input %ld", input);
+    pipeline_of("bident", "big", "4Mi", "identity", "{}", "64Mi");
+    pipeline_of("bgb", "big", "4Mi", "groupby",
+                "{keys: [id], aggregates: [{op: collect, field: pad, as: pads}], partitions: 1}",
+                "64Mi");
+    cr_assert_eq(summary_num("bgb", "sinkRows"), 64000);
+    long base = summary_num("bident", "peakWorkerRss"), peak = summary_num("bgb", "peakWorkerRss");
+    printf("spillrss: groupby of one task: peak worker RSS %.1f MiB, identity %.1f MiB\n",
+           peak / 1048576.0, base / 1048576.0);
+    cr_expect_gt(base, 0);
+    cr_expect_leq(peak, base + (32l << 20),
+                  "peak worker RSS %ld > identity's %ld + 32 MiB: the task held its output", peak,
+                  base);
 }
