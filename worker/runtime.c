@@ -27,6 +27,7 @@
 #include "spec/pipeline.h"
 #include "worker/data/fetch.h"
 #include "worker/data/service.h"
+#include "worker/heap.h"
 #include "worker/wmetrics.h"
 #include "worker/slice.h"
 #include "metrics/serve.h"
@@ -2042,10 +2043,13 @@ static void main_nap(worker *w, int ms)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* How often the main thread looks for resident freed heap (heap.h). */
+#define HEAP_CHECK_MS 250
+
 /* The main thread: (re-)registration, heartbeats, and the controller-loss timeout. */
 static void main_loop(worker *w)
 {
-    double next_hb = mono_s(), next_reg = 0;
+    double next_hb = mono_s(), next_reg = 0, next_heap = 0;
     int hb_backoff = BACKOFF_FIRST_MS, reg_backoff = BACKOFF_FIRST_MS;
     uint64_t seen_gen = cur_gen(w);
     while (!stopping(w)) {
@@ -2106,6 +2110,10 @@ static void main_loop(worker *w)
                 next_hb = mono_s() + hb_backoff / 1000.0;
                 hb_backoff = backoff_next(hb_backoff);
             }
+        }
+        if (now >= next_heap) {
+            (void)sb_heap_check(sb_heap_keep(w->cfg.store_budget));
+            next_heap = now + HEAP_CHECK_MS / 1000.0;
         }
         main_nap(w, 20);
     }

@@ -1,0 +1,32 @@
+/* heap.c — the worker's check for resident freed heap (heap.h): the anonymous resident memory
+ * from /proc/self/statm against malloc's figures (mallinfo2), and a trim past the margin. */
+#include "worker/heap.h"
+
+#include <malloc.h>
+#include <stdio.h>
+#include <unistd.h>
+
+size_t sb_heap_keep(size_t store_budget)
+{
+    size_t keep = store_budget / 16, lo = (size_t)4 << 20, hi = (size_t)32 << 20;
+    return keep < lo ? lo : keep > hi ? hi : keep;
+}
+
+int sb_heap_check(size_t keep)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        return -1;
+    unsigned long size, resident, shared;
+    int n = fscanf(f, "%lu %lu %lu", &size, &resident, &shared);
+    fclose(f);
+    if (n != 3 || resident < shared)
+        return -1;
+    /* statm's shared is the file-backed and shmem pages: the rest is anonymous */
+    size_t anon = (size_t)(resident - shared) * (size_t)sysconf(_SC_PAGESIZE);
+    struct mallinfo2 mi = mallinfo2();
+    if (anon <= mi.uordblks + mi.hblkhd + keep)
+        return 0;
+    malloc_trim(0);
+    return 1;
+}
