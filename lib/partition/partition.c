@@ -191,6 +191,7 @@ typedef struct buf {
     uint8_t *p;
     size_t len, cap;
     size_t front; /* bytes allocated before p (64-byte aligned base): a blob's header room */
+    size_t want;  /* the capacity the first growth takes at least (finish_in_place) */
 } buf;
 
 typedef struct bcol {
@@ -214,6 +215,7 @@ typedef struct bcol {
 struct sb_batch_builder {
     size_t ncols;
     bcol *cols;
+    void *last_in_place; /* the last blob finished in place (sb_batch_builder_recycle) */
 };
 
 /* In place (sb_batch_builder_build_in_place): column 0's values sit where the blob will have
@@ -236,6 +238,8 @@ static int buf_grow(buf *b, size_t extra)
     if (__builtin_add_overflow(b->len, extra, &need))
         return -1;
     size_t cap = b->cap < 64 ? 64 : b->cap;
+    if (cap < b->want)
+        cap = b->want;
     while (cap < need) {
         if (cap > SIZE_MAX / 2 - SB_PART_ALIGN) {
             cap = need;
@@ -1205,11 +1209,15 @@ static void finish_in_place(sb_batch_builder *b, size_t data_off, void **blob_ou
     *blob_out = out;
     if (len_out != NULL)
         *len_out = total;
-    size_t keep = c->values.cap; /* the next batch gets a buffer as large at once */
+    /* The next batch gets a buffer as large at once, at its first row: allocated here, it came
+     * while this blob was still held, and once the blob was freed the hole it left was split by
+     * smaller blocks, so the next buffer could not take it: a sort's reduce, which cuts its
+     * held rows into a blob and frees it for each run, grew its heap by ~3x its run per run. */
+    c->values.want = c->values.cap;
+    b->last_in_place = out;
     c->values.p = NULL;
     c->values.cap = 0;
     c->values.len = 0;
-    (void)buf_grow(&c->values, keep); /* on failure appends allocate as they go */
     sb_batch_builder_reset(b);
 }
 
@@ -1220,6 +1228,7 @@ static int finish(sb_batch_builder *b, void **blob_out, size_t *len_out, bool se
         finish_in_place(b, data_off, blob_out, len_out, sealed);
         return 0;
     }
+    b->last_in_place = NULL; /* a copy: what recycle gets back may sit where that blob was */
     size_t total = copy_bytes(b);
     void *blob = sb_part_alloc(total);
     if (blob == NULL)
@@ -1252,12 +1261,28 @@ int sb_batch_builder_build_in_place(sb_batch_builder *b, size_t max_rows, sb_err
         return sb_err_set(err, "partition builder: room for %zu rows is too large", max_rows);
     buf_free(&c->values);
     c->values = (buf){.front = align_up(front)};
+    b->last_in_place = NULL;
     c->length = 0;
     c->null_count = 0;
     c->has_validity = false;
     c->validity.len = 0;
     c->offsets.len = sizeof(int32_t);
     return 0;
+}
+
+void sb_batch_builder_recycle(sb_batch_builder *b, void *blob)
+{
+    bcol *c = b->ncols == 1 ? &b->cols[0] : NULL;
+    if (c == NULL || blob == NULL || blob != b->last_in_place || c->values.p != NULL ||
+        c->values.front == 0 || c->values.want == 0) {
+        sb_part_free(blob);
+        return;
+    }
+    /* allocated as front + want bytes (buf_grow), the blob's whole room is the values' again */
+    c->values.p = (uint8_t *)blob + c->values.front;
+    c->values.cap = c->values.want;
+    c->values.len = 0;
+    b->last_in_place = NULL;
 }
 
 int sb_batch_builder_finish_unsealed(sb_batch_builder *b, void **blob_out, size_t *len_out,

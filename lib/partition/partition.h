@@ -260,6 +260,13 @@ int sb_batch_builder_finish(sb_batch_builder *b, void **blob_out, size_t *len_ou
  * builder has another schema. */
 int sb_batch_builder_build_in_place(sb_batch_builder *b, size_t max_rows, sb_err *err);
 
+/* Hands back a blob this builder finished in place, no longer needed, as the values buffer of
+ * its next batch (no rows appended since), instead of allocating one: an op that cuts and
+ * frees its held rows over and over (sort's runs) then allocates once, where a new buffer per
+ * cut left holes that smaller blocks split, and the heap grew with every cut. Any other blob
+ * (a copy, an older one, NULL) is freed. The builder owns blob from now on. */
+void sb_batch_builder_recycle(sb_batch_builder *b, void *blob);
+
 /* Like finish, but both checksums are left 0 (computing them is a pass over the whole blob): for
  * a blob that stays in this process and is opened with SB_BATCH_OPEN_SKIP_CHECKSUM, e.g. handed
  * from one operator to the next inside a task. sb_part_seal() makes it a normal blob. */

@@ -51,7 +51,10 @@
  *    anything), when reset fails, and at the worker's exit or sb_op_shutdown(). So init does
  *    what every task of the stage shares (args, models, streams, pinned and device buffers),
  *    and reset clears what one task leaves behind (counters, pending rows, flags set per task
- *    such as input_valid_json, which the runtime sets again for every task). An op without
+ *    such as input_valid_json, which the runtime sets again for every task) and frees the
+ *    memory sized by the task's rows (an idle state is outside the budget while the worker
+ *    runs other stages' tasks: sort's middle op kept its routed chunk, up to half a share,
+ *    until it freed it at reset). An op without
  *    reset (plugin: its ABI promises init, process, finish, free per task; exec: its own
  *    pool keeps the process per worker already, exec.c) keeps init and free per task. A
  *    filter that absorbed the next op (absorb_next) is freed at the task's end, with the state
@@ -108,6 +111,11 @@ void sb_op_out_set_unsealed(sb_op_out *o);
  * written out. More rows than that still work (the buffer grows; the cut then copies). Call
  * before the schema is set. */
 void sb_op_out_set_held(sb_op_out *o, size_t bytes);
+
+/* A held output's blob (the last its cut made), done with: back to o as the buffer of its next
+ * rows (sb_batch_builder_recycle), so that cutting and freeing held rows over and over does not
+ * make the heap grow. Any other blob is freed. Takes blob. */
+void sb_op_out_recycle(sb_op_out *o, void *blob);
 
 /* Sets the output schema (copied). If a schema is already set it must be identical (names,
  * types, nullability), else -1 + err; except that fixed-size-list widths may change (images of
@@ -195,7 +203,8 @@ typedef struct sb_op_impl {
     void (*free)(void *state);
     /* Makes the state of a task that finished successfully ready for another task of the same
      * stage and args (see "Lifetime of an op state"): clears per-task counters, pending rows
-     * and per-task flags, keeps what init made for all tasks. Nonzero + err: the state is
+     * and per-task flags, frees what the task's rows sized, keeps what init made for all
+     * tasks. Nonzero + err: the state is
      * freed instead. NULL: the op's state is made and freed per task. */
     int (*reset)(void *state, sb_err *err);
     /* Releases what the op keeps across tasks (exec's pooled processes, tensor.mlp's loaded

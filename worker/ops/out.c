@@ -69,6 +69,14 @@ void sb_op_out_set_held(sb_op_out *o, size_t bytes)
     o->held = bytes;
 }
 
+void sb_op_out_recycle(sb_op_out *o, void *blob)
+{
+    if (o->b != NULL)
+        sb_batch_builder_recycle(o->b, blob);
+    else
+        sb_part_free(blob);
+}
+
 bool sb_op_out_has_schema(const sb_op_out *o)
 {
     return o->has_schema;

@@ -171,7 +171,7 @@ static void xstate_clear(xstate *st)
     xwhole_free(&st->all);
     xshuffle_runs_free(st->runs);
     st->runs = NULL;
-    xset_clear(&st->seen);
+    xset_free(&st->seen); /* sized by the task's keys: not kept idle (ops.h) */
     xruns_clear(st->druns);
     xbuf_free(&st->dpend);
     st->ndpend = 0;

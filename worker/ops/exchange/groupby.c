@@ -169,6 +169,12 @@ static void groups_clear(xgroupby *g)
 void xgroupby_reset(xgroupby *g)
 {
     groups_clear(g);
+    /* the table sized by the task's keys goes with it (ops.h: an idle state is outside the
+     * budget); groups_clear alone keeps it for a task's next table */
+    xset_free(&g->set);
+    free(g->groups);
+    g->groups = NULL;
+    g->capgroups = 0;
     xruns_clear(g->runs);
 }
 

@@ -335,10 +335,18 @@ xjoin *xjoin_new(const char *args_json, sb_err *err)
 void xjoin_clear(xjoin *st)
 {
     scan_free(st);
-    xset_clear(&st->keys);
-    xset_clear(&st->names);
-    st->nrecs = st->nmems = 0;
-    st->text.n = 0;
+    /* the table sized by the task's right rows goes with the task (ops.h) */
+    xset_free(&st->keys);
+    xset_free(&st->names);
+    free(st->recs);
+    free(st->mems);
+    st->recs = NULL;
+    st->mems = NULL;
+    free(st->head);
+    free(st->tail);
+    st->head = st->tail = NULL;
+    st->nrecs = st->nmems = st->caprecs = st->capmems = st->cap_ent = 0;
+    xbuf_free(&st->text);
 }
 
 int xjoin_add_right(xjoin *st, const char *r, size_t len, uint64_t row, sb_err *err)

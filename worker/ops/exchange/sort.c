@@ -20,6 +20,11 @@
 #define TAG_SAMPLE '\x01' /* a sample record: tag, 16 hex digits of its weight, the key in hex */
 #define TAG_STABLE '\x02' /* stable: tag, 16 hex digits of the task, 16 of the row, the record */
 #define STABLE_PREFIX 33
+/* Round 2 takes its input SORT_SLICE rows at a time, and judges its memory after each slice. */
+#define SORT_SLICE 4096
+/* What sorting a held row takes beyond the row and its key: the key's offset (8), its (prefix,
+ * row) pair and the merge's copy of it (2 x 16), its place in the order (8). */
+#define SORT_ROW_BYTES 48
 
 struct xsort {
     int round;
@@ -28,10 +33,16 @@ struct xsort {
     xkeys keys;
     uint8_t *desc; /* per key field: descending */
     int nulls_first, stable;
-    int nopfx;     /* a key without a prefix met (NaN): this task compares keys alone */
-    uint64_t task; /* stable: the map task's index (xsort_task) */
-    xwhole *bk;    /* rounds 0 and 1: per bucket */
-    xwhole all;    /* rounds 1 and 2: the task's rows */
+    int nopfx;      /* a key without a prefix met (NaN): this task compares keys alone */
+    uint64_t task;  /* stable: the map task's index (xsort_task) */
+    xwhole *bk;     /* rounds 0 and 1: per bucket */
+    xwhole all;     /* rounds 1 and 2: the task's rows */
+    bool finishing; /* the finish runs: no rows come after those held (held_drop frees them) */
+    /* round 2: the held rows' keys, encoded as the rows came (back to back), and each row's
+     * offset in them (hkoff[hrows] is the end) */
+    xbuf hkeys;
+    size_t *hkoff;
+    size_t hrows, hkcap;
     uint64_t rows, every, rr;
     xbuf samples; /* round 0: each sampled key (u64 weight, u32 length, bytes) */
     size_t *soff; /* per sample: its offset in samples */
@@ -67,7 +78,7 @@ static int held_open(xsort *so, const sb_batch *like, sb_err *err)
     if (w->out == NULL) {
         if ((w->out = sb_op_out_new(XWHOLE_TARGET, xwhole_emit, w, err)) == NULL)
             return -1;
-        sb_op_out_set_held(w->out, so->memory > 0 ? (size_t)(so->memory / 2) : (size_t)16 << 20);
+        sb_op_out_set_held(w->out, so->memory > 0 ? (size_t)so->memory : (size_t)16 << 20);
     }
     return sb_op_out_has_schema(w->out) ? 0 : sb_op_out_set_schema_like(w->out, like, err);
 }
@@ -380,12 +391,25 @@ void xsort_reset(xsort *so)
     free(so->bk);
     so->bk = NULL;
     xwhole_free(&so->all);
+    xbuf_free(&so->hkeys); /* the next task's keys reserve for its memory again */
+    free(so->hkoff);
+    so->hkoff = NULL;
+    so->hrows = so->hkcap = 0;
     xruns_clear(so->runs);
     xruns_clear(so->ranges);
-    so->chunk.n = so->cn = 0;
+    /* per-task scratch goes with the task: an idle state (the worker keeps it for the stage's
+     * next task, ops.h) held round 1's routed chunk, up to half a task's memory, resident and
+     * outside the budget while the worker ran other stages' tasks */
+    xbuf_free(&so->chunk);
+    free(so->coff);
+    free(so->cbk);
+    so->coff = NULL;
+    so->cbk = NULL;
+    so->cn = so->ccap = 0;
     free(so->colname);
     so->colname = NULL;
     so->rows = so->rr = so->task = 0;
+    so->finishing = false;
     so->every = SAMPLE_EVERY;
     so->samples.n = 0;
     so->nsamples = 0;
@@ -471,6 +495,7 @@ static int over_budget(const xsort *so, sb_err *err)
                             sb_quantity_format_bytes((int64_t)so->memory, b, sizeof b));
 }
 
+/* Round 1's rows (routing them copies them once); round 2 has its own measure (must_sort). */
 static int must_spill(const xsort *so)
 {
     return so->memory > 0 && held_bytes(so) + so->samples.cap > so->memory / 2;
@@ -497,11 +522,16 @@ static int held_batch(xsort *so, sb_batch **b, sb_err *err)
     return (so->colname = strdup(c->name)) == NULL ? sb_err_set(err, "out of memory") : 0;
 }
 
-/* Frees the batch of held_batch and its rows (the output stays open: its schema, for more). */
+/* Closes the batch of held_batch; its rows' memory goes back to the output (still open: its
+ * schema) for the next rows, or is freed once no more come (kept through the finish, it stayed
+ * resident beside a middle task's routing: +64 MiB per worker in a 512 MiB sort). */
 static void held_drop(xsort *so, sb_batch *b)
 {
     sb_batch_close(b);
-    sb_part_free(so->all.blob);
+    if (so->all.out != NULL && !so->finishing)
+        sb_op_out_recycle(so->all.out, so->all.blob);
+    else
+        sb_part_free(so->all.blob);
     so->all.blob = NULL;
 }
 
@@ -1043,37 +1073,67 @@ static int emit_sorted(xsort *so, const sb_batch *b, const size_t *idx, size_t n
     return rc;
 }
 
-/* The rows of b in sort order: idx[0..n) (malloc'd), with every row's key in keys at koff[r]
- * (koff[n] is the end). */
-static int sort_rows(xsort *so, const sb_batch *b, xbuf *keys, size_t **koff, size_t **idx,
-                     sb_err *err)
+/* Round 2: the keys of rows [at, at + m) of in (rows just held) to so->hkeys. The buffer is
+ * reserved at once for the task's memory (address space: pages are touched as keys are
+ * written; must_sort keeps them within it), not grown by doubling: each doubling under the heap's
+ * mmap threshold left the old buffer behind as a resident hole of the slot thread's arena. */
+static int held_keys(xsort *so, const sb_batch *in, size_t at, size_t m, sb_err *err)
 {
-    size_t n = sb_batch_rows(b);
-    const sb_column *c = sb_batch_column(b, 0);
-    /* the keys reserved at once for about the rows' bytes (address space: pages are touched as
-     * keys are written), not grown by doubling: each doubling under the heap's mmap threshold
-     * left the old buffer behind as a resident hole of the slot thread's arena */
-    if (xbuf_reserve(keys, c->values_len + 16 * n) != 0)
+    if (so->hrows + m + 1 > so->hkcap) {
+        size_t cap = so->hkcap ? so->hkcap : SORT_SLICE;
+        while (cap < so->hrows + m + 1)
+            cap *= 2;
+        size_t *p = realloc(so->hkoff, cap * sizeof *p);
+        if (p == NULL)
+            return sb_err_set(err, "out of memory");
+        so->hkoff = p;
+        so->hkcap = cap;
+    }
+    if (so->hkeys.cap == 0 && so->memory > 0 && xbuf_reserve(&so->hkeys, so->memory) != 0)
         return sb_err_set(err, "out of memory");
-    *koff = malloc((n + 1) * sizeof **koff);
-    pent *e = malloc((n + 1) * sizeof *e);
-    int rc = *koff == NULL || e == NULL ? sb_err_set(err, "out of memory") : 0;
-    for (size_t r = 0; rc == 0 && r < n; r++) {
+    const sb_column *c = sb_batch_column(in, 0);
+    for (size_t r = at; r < at + m; r++) {
         const char *rec;
         size_t len;
-        (*koff)[r] = keys->n;
-        rc = row_key(so, c, r, &rec, &len, err);
-        if (rc == 0 && xbuf_put(keys, so->kb.p, so->kb.n) != 0)
-            rc = sb_err_set(err, "out of memory");
-        if (rc == 0)
-            e[r] = (pent){key_prefix(so, so->kb.p), r};
+        so->hkoff[so->hrows] = so->hkeys.n;
+        if (row_key(so, c, r, &rec, &len, err) != 0)
+            return -1;
+        if (xbuf_put(&so->hkeys, so->kb.p, so->kb.n) != 0)
+            return sb_err_set(err, "out of memory");
+        so->hrows++;
     }
-    if (rc == 0)
-        (*koff)[n] = keys->n;
-    rowsort rs = {so, keys, *koff, c};
-    if (rc == 0 && merge_sort(e, n, so->nopfx, row_cmp, &rs) != 0)
-        rc = sb_err_set(err, "out of memory");
-    if (rc == 0 && (*idx = malloc((n + 1) * sizeof **idx)) == NULL)
+    so->hkoff[so->hrows] = so->hkeys.n;
+    return 0;
+}
+
+/* Round 2 sorts what it holds into a run once the rows, their keys and what sorting them takes
+ * would pass the task's memory less the input in hand (the worker holds that blob while the op
+ * reads it; counted up to a quarter of the memory, so that a large input still leaves runs of
+ * some size). Before, the rows alone spilled at half the memory, and their keys and the sort's
+ * arrays came on top: a 512 MiB sort's reduce tasks held ~150 MiB against a share of 128. */
+static int must_sort(const xsort *so, size_t in_bytes)
+{
+    if (so->memory == 0 || so->hrows == 0)
+        return 0;
+    uint64_t in = in_bytes < so->memory / 4 ? in_bytes : so->memory / 4;
+    return held_bytes(so) + so->hkeys.n + so->hrows * SORT_ROW_BYTES + in > so->memory;
+}
+
+/* The rows of b (the rows held, whose keys are so->hkeys) in sort order: idx[0..n) (malloc'd). */
+static int sort_rows(xsort *so, const sb_batch *b, size_t **idx, sb_err *err)
+{
+    size_t n = sb_batch_rows(b);
+    if (n != so->hrows)
+        return sb_err_set(err, "sort: %zu rows held, %zu keys", n, so->hrows);
+    pent *e = malloc((n + 1) * sizeof *e);
+    if (e == NULL)
+        return sb_err_set(err, "out of memory");
+    for (size_t r = 0; r < n; r++)
+        e[r] = (pent){key_prefix(so, so->hkeys.p + so->hkoff[r]), r};
+    rowsort rs = {so, &so->hkeys, so->hkoff, sb_batch_column(b, 0)};
+    int rc = 0;
+    if (merge_sort(e, n, so->nopfx, row_cmp, &rs) != 0 ||
+        (*idx = malloc((n + 1) * sizeof **idx)) == NULL)
         rc = sb_err_set(err, "out of memory");
     for (size_t k = 0; rc == 0 && k < n; k++)
         (*idx)[k] = e[k].r;
@@ -1083,9 +1143,10 @@ static int sort_rows(xsort *so, const sb_batch *b, xbuf *keys, size_t **koff, si
 
 /* Writes rows idx[0..n) of b as a run: each row's key (with stable: then its 32 hex digits of
  * task and row) and its record (past the stable tag). */
-static int write_run(xsort *so, const sb_batch *b, const xbuf *keys, const size_t *koff,
-                     const size_t *idx, sb_err *err)
+static int write_run(xsort *so, const sb_batch *b, const size_t *idx, sb_err *err)
 {
+    const xbuf *keys = &so->hkeys;
+    const size_t *koff = so->hkoff;
     size_t n = sb_batch_rows(b);
     const sb_column *c = sb_batch_column(b, 0);
     int rc = runs_open(&so->runs, err);
@@ -1113,15 +1174,14 @@ static int reduce_sorted(xsort *so, int to_run, sb_op_out *out, sb_err *err)
         held_drop(so, b);
         return 0;
     }
-    xbuf keys = {0};
-    size_t *koff = NULL, *idx = NULL;
-    int rc = sort_rows(so, b, &keys, &koff, &idx, err);
+    size_t *idx = NULL;
+    int rc = sort_rows(so, b, &idx, err);
     if (rc == 0)
-        rc = to_run ? write_run(so, b, &keys, koff, idx, err)
+        rc = to_run ? write_run(so, b, idx, err)
                     : emit_sorted(so, b, idx, sb_batch_rows(b), out, err);
-    free(koff);
     free(idx);
-    xbuf_free(&keys);
+    so->hkeys.n = 0; /* the buffer stays for the next run's keys */
+    so->hrows = 0;
     held_drop(so, b);
     return rc;
 }
@@ -1169,13 +1229,20 @@ int xsort_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err 
         return mid_process(so, in, first, n, err);
     if (records_column(in, err) != 0 || held_open(so, in, err) != 0)
         return -1;
-    if (n > 0 && sb_op_out_append_rows(so->all.out, in, first, n, err) != 0)
-        return -1;
-    return must_spill(so) ? reduce_sorted(so, 1, NULL, err) : 0;
+    for (size_t at = first, m; at < first + n; at += m) {
+        m = first + n - at < SORT_SLICE ? first + n - at : SORT_SLICE;
+        if (sb_op_out_append_rows(so->all.out, in, at, m, err) != 0 ||
+            held_keys(so, in, at, m, err) != 0)
+            return -1;
+        if (must_sort(so, sb_batch_blob_len(in)) && reduce_sorted(so, 1, NULL, err) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 int xsort_finish(xsort *so, sb_op_out *out, sb_err *err)
 {
+    so->finishing = true;
     if (so->round == 0)
         return map_finish(so, out, err);
     if (so->round == 1)
