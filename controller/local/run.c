@@ -1001,40 +1001,24 @@ static int run_make_dir(run_ctx *c)
 
 /* ---- --serve: a stream:// sink served to consumers (docs/training.md) ---------------------- */
 
-/* What a stream's epochs cannot run, which validate cannot see (--epochs and --seed are run's):
- * an all-to-all stage's exchange is planned once over every epoch's source tasks, so with the
- * source read again per epoch its reduce would wait for source tasks of an epoch not let in yet
- * (the run would hang); with cacheEpochs the pipeline runs once. And limit takes the source's
- * first rows in order, which --seed's shuffled order of the splits is not. NULL, or why. */
-static const char *stream_plan_check(const sb_pipeline_spec *sp, const sb_run_opts *o, char *buf,
-                                     size_t len)
+/* The stream's epochs and seed: the flags, else sink.args (validate checked those). */
+static uint32_t serve_epochs(const run_ctx *c)
 {
-    for (size_t i = 0; i < sp->nstages; i++) {
-        const sb_stage_spec *st = &sp->stages[i];
-        if (!sb_spec_allop(st->op))
-            continue;
-        if (o->epochs > 1 && !sb_sink_stream_cache(&sp->sink)) {
-            snprintf(buf, len,
-                     "--epochs %d: stage %s (%s) exchanges rows, and an exchange is planned once "
-                     "for the whole run, not per epoch; set sink.args.cacheEpochs: true (the "
-                     "pipeline runs once and every epoch deals its output) or run one epoch",
-                     o->epochs, st->name, st->op);
-            return buf;
-        }
-        if (o->seed_set && strcmp(st->op, "limit") == 0) {
-            snprintf(buf, len,
-                     "--seed shuffles the order the source's splits are read in, but stage %s "
-                     "(limit) takes the source's first rows in order; drop --seed (iter_batches' "
-                     "local_shuffle_buffer and seed shuffle the rows each rank gets)",
-                     st->name);
-            return buf;
-        }
-    }
-    return NULL;
+    uint32_t spec = sb_sink_stream_epochs(&c->r.p.spec.sink);
+    return c->o->epochs > 0 ? (uint32_t)c->o->epochs : spec > 0 ? spec : 1;
+}
+
+static int serve_seed(const run_ctx *c, uint64_t *seed)
+{
+    uint64_t s = 0;
+    int set = c->o->seed_set ? (s = c->o->seed, 1) : sb_sink_stream_seed(&c->r.p.spec.sink, &s);
+    if (seed != NULL)
+        *seed = s;
+    return set;
 }
 
 /* --serve goes with a stream:// sink, and the sink with it; a stream keeps no checkpoint; the
- * stream's epochs run its plan (stream_plan_check). Returns 0, or the exit code (2). */
+ * stream's epochs run its plan (sb_spec_stream_plan_check). Returns 0, or the exit code (2). */
 static int serve_check(run_ctx *c)
 {
     const sb_run_opts *o = c->o;
@@ -1051,7 +1035,8 @@ static int serve_check(run_ctx *c)
         bad = "--epochs and --seed go with --serve";
     static char why[512];
     if (bad == NULL && stream)
-        bad = stream_plan_check(&c->r.p.spec, o, why, sizeof why);
+        bad = sb_spec_stream_plan_check(&c->r.p.spec, serve_epochs(c), serve_seed(c, NULL), why,
+                                        sizeof why);
     if (bad == NULL)
         return 0;
     fprintf(stderr, "streambatch run: %s\n", bad);
@@ -1114,6 +1099,8 @@ static int run_start_controller(run_ctx *c)
     snprintf(c->listen, sizeof c->listen, "%s:0", c->chost);
     if (o->serve != NULL && serve_listen(c) != 0)
         return 2;
+    uint64_t seed = 0;
+    int shuffle = serve_seed(c, &seed);
     c->cc = (sb_ctl_config){
         .sink_tag = c->r.p.spec.sink.part_tag,
         .pipeline = &c->r.p,
@@ -1130,9 +1117,9 @@ static int run_start_controller(run_ctx *c)
         .no_eft = c->off.eft,
         .no_early = c->off.early,
         .stream = o->serve != NULL,
-        .stream_epochs = (uint32_t)(o->epochs > 0 ? o->epochs : 1),
-        .stream_shuffle = o->seed_set,
-        .stream_seed = o->seed,
+        .stream_epochs = serve_epochs(c),
+        .stream_shuffle = shuffle,
+        .stream_seed = seed,
         .listen_addr = c->listen};
     c->ctl = sb_ctl_start(&c->cc, &c->rpc, &err);
     sb_ckpt_free(&c->prev); /* the controller copied it */

@@ -824,7 +824,8 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
     rep->kind = SB_DEAL_ERROR;
     if (req->epoch >= d->nepochs) {
         snprintf(rep->message, sizeof rep->message,
-                 "epoch %u is not served: this stream runs %u epoch%s (streambatch run --epochs)",
+                 "epoch %u is not served: this stream runs %u epoch%s (sink.args.epochs, or "
+                 "streambatch run --epochs)",
                  req->epoch, d->nepochs, d->nepochs == 1 ? "" : "s");
         return;
     }

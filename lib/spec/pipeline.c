@@ -368,18 +368,78 @@ static void check_parquet_schema(const sb_node *s, const char *args_path, sb_dia
     }
 }
 
-/* A stream:// sink's args (whatever its format: nothing is written). */
+/* A stream:// sink's args (whatever its format: nothing is written). epochs and seed are what
+ * `run --epochs/--seed` set locally; on Kubernetes they are the only way to give them. */
 static const argspec stream_sink_args[] = {{"cacheEpochs", A_BOOL, 0, 0, NULL, 0},
+                                           {"epochs", A_INT, 0, 1, NULL, 100000},
+                                           {"seed", A_INT, 0, 0, NULL, 0},
                                            {NULL, A_ANY, 0, 0, NULL, 0}};
+
+/* sink.args.<key> of a stream:// sink (parsed; the caller frees it), or NULL. */
+static cJSON *stream_arg(const sb_sink_spec *sink, const char *key, cJSON **args)
+{
+    *args = NULL;
+    if (sink->uri == NULL || strcmp(sink->uri, "stream://") != 0 || sink->args_json == NULL)
+        return NULL;
+    *args = cJSON_Parse(sink->args_json);
+    return cJSON_GetObjectItemCaseSensitive(*args, key);
+}
 
 bool sb_sink_stream_cache(const sb_sink_spec *sink)
 {
-    if (sink->uri == NULL || strcmp(sink->uri, "stream://") != 0 || sink->args_json == NULL)
-        return false;
-    cJSON *a = cJSON_Parse(sink->args_json);
-    bool on = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "cacheEpochs"));
+    cJSON *a;
+    bool on = cJSON_IsTrue(stream_arg(sink, "cacheEpochs", &a));
     cJSON_Delete(a);
     return on;
+}
+
+uint32_t sb_sink_stream_epochs(const sb_sink_spec *sink)
+{
+    cJSON *a;
+    const cJSON *v = stream_arg(sink, "epochs", &a);
+    uint32_t n = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 100000
+                     ? (uint32_t)v->valuedouble
+                     : 0;
+    cJSON_Delete(a);
+    return n;
+}
+
+bool sb_sink_stream_seed(const sb_sink_spec *sink, uint64_t *seed)
+{
+    cJSON *a;
+    const cJSON *v = stream_arg(sink, "seed", &a);
+    bool set = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 18446744073709551616.0;
+    if (set)
+        *seed = (uint64_t)v->valuedouble;
+    cJSON_Delete(a);
+    return set;
+}
+
+const char *sb_spec_stream_plan_check(const sb_pipeline_spec *sp, uint32_t epochs, int seed_set,
+                                      char *buf, size_t len)
+{
+    for (size_t i = 0; i < sp->nstages; i++) {
+        const sb_stage_spec *st = &sp->stages[i];
+        if (!sb_spec_allop(st->op))
+            continue;
+        if (epochs > 1 && !sb_sink_stream_cache(&sp->sink)) {
+            snprintf(buf, len,
+                     "%u epochs: stage %s (%s) exchanges rows, and an exchange is planned once "
+                     "for the whole run, not per epoch; set sink.args.cacheEpochs: true (the "
+                     "pipeline runs once and every epoch deals its output) or run one epoch",
+                     epochs, st->name, st->op);
+            return buf;
+        }
+        if (seed_set && strcmp(st->op, "limit") == 0) {
+            snprintf(buf, len,
+                     "a seed shuffles the order the source's splits are read in, but stage %s "
+                     "(limit) takes the source's first rows in order; drop the seed (iter_batches' "
+                     "local_shuffle_buffer and seed shuffle the rows each rank gets)",
+                     st->name);
+            return buf;
+        }
+    }
+    return NULL;
 }
 
 static const argspec *format_args(sb_format f, int is_sink)
@@ -650,10 +710,12 @@ static void check_uri(const char *uri, const sb_node *node, const char *path, in
                          uri);
     } else if (is_sink && sl == 6 && strncmp(uri, "stream", 6) == 0) {
         if (*rest != '\0')
-            sb_diags_add(d, path, line, col,
-                         "\"%.80s\": a stream sink is \"stream://\" with nothing after it (its "
-                         "consumers connect to `streambatch run --serve HOST:PORT`)",
-                         uri);
+            sb_diags_add(
+                d, path, line, col,
+                "\"%.80s\": a stream sink is \"stream://\" with nothing after it (its "
+                "consumers connect to `streambatch run --serve HOST:PORT`, or on Kubernetes "
+                "to status.stream.address)",
+                uri);
     } else if (!is_sink && ((sl == 4 && strncmp(uri, "http", 4) == 0) ||
                             (sl == 5 && strncmp(uri, "https", 5) == 0))) {
         if (*rest == '\0' || *rest == '/')
@@ -1101,7 +1163,8 @@ static void stream_sink_check(const sb_pipeline_spec *sp, const sb_node *node, c
     static const char *const file_only[] = {"mode", "credentialsSecret"};
     for (size_t i = 0; i < sizeof file_only / sizeof *file_only; i++) {
         const sb_node *n = sb_node_get(sink, file_only[i]);
-        if (n == NULL)
+        /* (the CRD defaults mode to overwrite on every sink: that one says nothing) */
+        if (n == NULL || (i == 0 && n->kind == SB_NODE_STRING && strcmp(n->text, "overwrite") == 0))
             continue;
         snprintf(buf, sizeof buf, "%s.sink.%s", path, file_only[i]);
         sb_diags_add(d, buf, n->line, n->col,
@@ -1114,6 +1177,19 @@ static void stream_sink_check(const sb_pipeline_spec *sp, const sb_node *node, c
         sb_diags_add(d, buf, po->line, po->col,
                      "a stream:// sink deals partitions in the order they are made; "
                      "preserveOrder is not built for it");
+    }
+    uint64_t seed;
+    char why[512];
+    const char *bad =
+        sb_spec_stream_plan_check(sp, sb_sink_stream_epochs(&sp->sink),
+                                  sb_sink_stream_seed(&sp->sink, &seed), why, sizeof why);
+    const sb_node *args = sb_node_get(sink, "args");
+    if (bad != NULL) {
+        const sb_node *at = sb_node_get(args, strncmp(bad, "a seed", 6) == 0 ? "seed" : "epochs");
+        at = at != NULL ? at : sink;
+        snprintf(buf, sizeof buf, "%s.sink.args.%s", path,
+                 strncmp(bad, "a seed", 6) == 0 ? "seed" : "epochs");
+        sb_diags_add(d, buf, at->line, at->col, "%s", bad);
     }
     const sb_node *mode = sb_node_get(ex, "mode");
     if (sp->execution.mode == SB_MODE_STAGED && mode != NULL) {

@@ -79,6 +79,11 @@ typedef struct sb_sink_spec {
 /* A stream:// sink with sink.args.cacheEpochs: true (epoch 0's output kept and dealt again in
  * the later epochs instead of reading the source again; docs/training.md). */
 bool sb_sink_stream_cache(const sb_sink_spec *sink);
+/* sink.args.epochs of a stream:// sink (1..100000), 0 when not given: the epochs the stream
+ * serves (`run --epochs` overrides it). */
+uint32_t sb_sink_stream_epochs(const sb_sink_spec *sink);
+/* sink.args.seed of a stream:// sink: true and *seed when given (`run --seed` overrides it). */
+bool sb_sink_stream_seed(const sb_sink_spec *sink, uint64_t *seed);
 
 typedef struct sb_resources_spec {
     int64_t cpu_milli;    /* default 1 (1000m) */
@@ -185,6 +190,13 @@ void sb_pipeline_free(sb_pipeline *p);
  * name is an op the API knows (also the planned image.decode, which the validator refuses). */
 extern const char *const sb_op_names[];
 int sb_spec_op_known(const char *name);
+
+/* What a stream:// sink cannot serve over `epochs` epochs, with a seed or not (validate checks
+ * sink.args; `run --serve` its flags): an exchange over several epochs without cacheEpochs (it
+ * is planned once for the whole run), a limit with a seed (the shuffled split order is not the
+ * source's). NULL, or why (in buf). */
+const char *sb_spec_stream_plan_check(const sb_pipeline_spec *sp, uint32_t epochs, int seed_set,
+                                      char *buf, size_t len);
 
 /* The pool a stage runs in: "cpu" or "gpu" (its first placement shape; without placement, gpu
  * for stages with resources.gpu > 0). */

@@ -66,8 +66,10 @@ spec:
 def serve(path, epochs, seed=None, cpus=2, extra=()):
     name = os.path.basename(path)[:-5]
     summary = os.path.join(WORK, f"{name}.summary.json")
-    cmd = [BIN, "run", path, "--cpus", str(cpus), "--serve", "127.0.0.1:0", "--epochs",
-           str(epochs), "--summary-json", summary, "--progress-interval-ms", "1000"]
+    cmd = [BIN, "run", path, "--cpus", str(cpus), "--serve", "127.0.0.1:0", "--summary-json",
+           summary, "--progress-interval-ms", "1000"]
+    if epochs is not None:  # None: the spec's sink.args.epochs (default 1)
+        cmd += ["--epochs", str(epochs)]
     if seed is not None:
         cmd += ["--seed", str(seed)]
     cmd += list(extra)
@@ -600,11 +602,12 @@ def limit_test(src):
     reading the source again (an exchange is planned once for the whole run), and --seed (it
     shuffles the source's read order, limit takes the first rows)."""
     lim = "limit\n      args: {rows: 1500}"
-    cached = spec(src, "limit", sink_args="    args: {cacheEpochs: true}\n", op=lim)
+    # (epochs from sink.args, not --epochs: the spec's way, which the operator uses)
+    cached = spec(src, "limit", sink_args="    args: {cacheEpochs: true, epochs: 2}\n", op=lim)
     r = subprocess.run([BIN, "validate", cached], capture_output=True, text=True, timeout=60)
     check("limit into a stream:// sink with cacheEpochs: validate accepts it", r.returncode == 0,
           f"rc {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
-    p, info, _ = serve(cached, epochs=2)
+    p, info, _ = serve(cached, epochs=None)
     codes, res = ranks(info, 2, 2, 100, drop_last=False, tag="limit")
     finish(p, "limit")
     ok = all(c == 0 for c in codes)

@@ -349,13 +349,30 @@ static const invalid_case cases[] = {
      1,
      {"stream-sink-args.yaml:15:25: spec.sink.args.cacheEpochs: must be a boolean (true or "
       "false), got 1",
-      "stream-sink-args.yaml:15:28: spec.sink.args.keep: unknown argument \"keep\" for a "
+      "stream-sink-args.yaml:15:28: spec.sink.args.retain: unknown argument \"retain\" for a "
       "stream:// sink"}},
+    /* sink.args.epochs and seed (what `run --epochs/--seed` set; on Kubernetes the only way):
+     * what the stream cannot serve with them is refused here, not at start */
+    {"stream-sink-epochs.yaml",
+     1,
+     {"stream-sink-epochs.yaml:16:20: spec.sink.args.epochs: 2 epochs: stage g (groupby) exchanges "
+      "rows, and an exchange is planned once for the whole run, not per epoch; set "
+      "sink.args.cacheEpochs: true (the pipeline runs once and every epoch deals its output) or "
+      "run one epoch",
+      "stream-sink-epochs.yaml:16:29: spec.sink.args.seed: must be an integer, got -1"}},
+    {"stream-sink-seed-limit.yaml",
+     1,
+     {"stream-sink-seed-limit.yaml:16:20: spec.sink.args.epochs: must be an integer from 1 to "
+      "100000, got 0",
+      "stream-sink-seed-limit.yaml:16:48: spec.sink.args.seed: a seed shuffles the order the "
+      "source's splits are read in, but stage first (limit) takes the source's first rows in "
+      "order; drop the seed (iter_batches' local_shuffle_buffer and seed shuffle the rows each "
+      "rank gets)"}},
     {"stream-sink-path.yaml",
      1,
      {"stream-sink-path.yaml:13:10: spec.sink.uri: \"stream://trainer\": a stream sink is "
       "\"stream://\" with nothing after it (its consumers connect to `streambatch run --serve "
-      "HOST:PORT`)"}},
+      "HOST:PORT`, or on Kubernetes to status.stream.address)"}},
     {"sink-equals-source.yaml",
      1,
      {"sink-equals-source.yaml:13:10: spec.sink.uri: the sink is the source directory "
@@ -533,6 +550,12 @@ Test(validate_cli, examples_are_valid)
     int rc = sb_test_run(cmd, &out);
     cr_expect_eq(rc, 0, "examples: exit %d:\n%s", rc, out);
     cr_expect(strstr(out, "0 problems in 9 documents of 8 files") != NULL, "%s", out);
+    free(out);
+    /* the Pipeline of the trainer Job example (docs/training.md, "On Kubernetes") */
+    snprintf(cmd, sizeof cmd, "cd %s && %s validate api/examples/training/k8s-pipeline.yaml 2>&1",
+             sb_test_root(), sb_test_bin("streambatch"));
+    rc = sb_test_run(cmd, &out);
+    cr_expect_eq(rc, 0, "k8s-pipeline.yaml: exit %d:\n%s", rc, out);
     free(out);
 }
 
