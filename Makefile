@@ -295,6 +295,7 @@ $(BUILD)/itests/%: $(BUILD)/obj/tests/integration/%.o $(LIBSB)
 	$(call LINK,-lcriterion)
 
 tests-build: $(BINS) $(GPU_BINS) $(TEST_BINS) $(CUDA_TEST_BINS) $(HELPER_BINS) $(ITEST_BINS) $(PLUGINS) \
+             $(CONSUMER_LIB) \
              $(BUILD)/bench/bench_mlp_gpu
 
 $(BUILD)/plugins/lib%.so: examples/plugins/%.c api/plugin/streambatch_plugin.h

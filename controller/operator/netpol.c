@@ -126,6 +126,11 @@ void sb_netpol_name(const char *pipeline, char *out, size_t n)
     snprintf(out, n, "streambatch-%s", pipeline);
 }
 
+void sb_netpol_consumer_label(const char *pipeline, char *out, size_t n)
+{
+    snprintf(out, n, "%s=%s", SB_NETPOL_CONSUMER_LABEL, pipeline);
+}
+
 static const char *str_at(const cJSON *o, const char *a, const char *b)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, a), b);
@@ -171,7 +176,7 @@ static void build_metadata(cJSON *o, const char *name, const char *ns, const cha
     cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
 }
 
-static cJSON *build_spec(const sb_netpol_settings *s, const char *pipeline)
+static cJSON *build_spec(const sb_netpol_settings *s, const char *pipeline, int stream)
 {
     cJSON *spec = cJSON_CreateObject();
     cJSON_AddItemToObject(spec, "podSelector", worker_selector(pipeline));
@@ -192,6 +197,13 @@ static cJSON *build_spec(const sb_netpol_settings *s, const char *pipeline)
     cJSON_AddItemToObject(cJSON_AddObjectToObject(peer, "podSelector"), "matchLabels",
                           cJSON_Duplicate(s->controller_labels, 1));
     cJSON_AddItemToArray(from, peer);
+    if (stream) { /* the stream's consumers, in the Pipeline's namespace */
+        peer = cJSON_CreateObject();
+        cJSON *ml =
+            cJSON_AddObjectToObject(cJSON_AddObjectToObject(peer, "podSelector"), "matchLabels");
+        cJSON_AddStringToObject(ml, SB_NETPOL_CONSUMER_LABEL, pipeline);
+        cJSON_AddItemToArray(from, peer);
+    }
     cJSON_AddItemToArray(ingress, data);
     /* 9102 from the configured peers only */
     if (cJSON_GetArraySize(s->metrics_from) > 0) {
@@ -222,7 +234,9 @@ cJSON *sb_netpol_build(const sb_netpol_settings *s, const cJSON *pipeline, sb_er
     cJSON_AddStringToObject(o, "apiVersion", "networking.k8s.io/v1");
     cJSON_AddStringToObject(o, "kind", "NetworkPolicy");
     build_metadata(o, np, ns, name, str_at(pipeline, "metadata", "uid"));
-    cJSON_AddItemToObject(o, "spec", build_spec(s, name));
+    const char *uri = str_at(cJSON_GetObjectItemCaseSensitive(pipeline, "spec"), "sink", "uri");
+    int stream = uri != NULL && strcmp(uri, "stream://") == 0;
+    cJSON_AddItemToObject(o, "spec", build_spec(s, name, stream));
     return o;
 }
 

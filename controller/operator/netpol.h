@@ -7,6 +7,8 @@
  * lets in only
  *   - the Data and Worker port (SB_NETPOL_WORKER_PORT, 7070) from the same pipeline's worker
  *     pods and from the controller pods (controllerLabels in controllerNamespace);
+ *   - with a stream:// sink, that port also from the pods labelled SB_NETPOL_CONSUMER_LABEL=
+ *     <pipeline> in its namespace: the trainers that consume the stream (docs/training.md);
  *   - the metrics port (SB_KUBE_METRICS_PORT, 9102) from the metricsFrom peers (none: nobody).
  * Every other ingress is denied; egress is not restricted (workers reach storage, the
  * controller and each other). The policy is owned by the Pipeline (controller and
@@ -48,6 +50,13 @@ int sb_netpol_configure(const char *spec, sb_err *err);
 /* The NetworkPolicy for a Pipeline object (its metadata name, namespace and uid; no uid: no
  * ownerReference). NULL with err when name or namespace is missing. */
 cJSON *sb_netpol_build(const sb_netpol_settings *s, const cJSON *pipeline, sb_err *err);
+
+/* The label of a stream's consumer pods: SB_NETPOL_CONSUMER_LABEL=<pipeline> lets them reach the
+ * pipeline's workers (this policy) and the controller's Control services (the chart's). */
+#define SB_NETPOL_CONSUMER_LABEL "streambatch.dev/stream-consumer"
+
+/* "streambatch.dev/stream-consumer=<pipeline>" into out (n >= 100 holds every valid name). */
+void sb_netpol_consumer_label(const char *pipeline, char *out, size_t n);
 
 /* "streambatch-<pipeline>" into out (n >= 80 holds every valid name). */
 void sb_netpol_name(const char *pipeline, char *out, size_t n);

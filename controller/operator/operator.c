@@ -799,14 +799,6 @@ static rresult reconcile_start(op *o, sb_k8s_client *c, const cJSON *obj, const 
     x.phase = phase_of(cur);
     sb_pipeline p;
     int bad = sb_operator_decode(obj, &p, NULL, msg, sizeof msg);
-    if (bad == 0 && p.spec.sink.uri != NULL && strncmp(p.spec.sink.uri, "stream://", 9) == 0) {
-        /* (the CRD's pattern refuses it first; an older CRD may not) */
-        snprintf(msg, sizeof msg,
-                 "spec.sink.uri: stream:// is served only by `streambatch run --serve` for now; "
-                 "the operator does not serve it yet");
-        sb_pipeline_free(&p);
-        bad = 1;
-    }
     if (bad != 0) {
         rresult r = bad < 0 ? RC_ERROR : start_invalid(&x, msg);
         cJSON_Delete(x.st);

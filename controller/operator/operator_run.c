@@ -89,6 +89,8 @@ struct sb_operator_pipeline {
     sb_rpc_opts rpc; /* cfg->rpc (TLS) + creds: the Control service and the Rebind calls */
     char worker_token[SB_RPC_TOKEN_HEX + 1], controller_sha256[SB_RPC_DIGEST_HEX + 1];
     char auth_secret[96];    /* "sb-auth-<uid>-<key id>": the Secret the pods take the token from */
+    int stream;              /* a stream:// sink: served until its consumers end every epoch */
+    char address[300];       /* the Control service's HOST:PORT (workers and consumers call it) */
     pthread_mutex_t kube_mu; /* guards the kube pointer: on_pod (informer thread) vs stop */
     run_pool pools[MAX_POOLS];
     size_t npools;
@@ -958,6 +960,15 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
         run_free(r);
         return NULL;
     }
+    /* a stream keeps no checkpoint: a new leader serves it again from its first epoch */
+    r->stream = r->p.spec.sink.uri != NULL && strcmp(r->p.spec.sink.uri, "stream://") == 0;
+    sb_operator_pipeline_config nockpt;
+    if (r->stream) {
+        nockpt = *cfg;
+        nockpt.resume = NULL;
+        nockpt.resume_log = NULL;
+        cfg = &nockpt;
+    }
     /* the source is planned and the sink prepared by a worker pod (storage jobs): the
      * controller has no access to user storage */
     sb_sched_resume resume;
@@ -983,9 +994,15 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
         run_free(r);
         return NULL;
     }
-    if (!r->loading) /* else once the log is read (run_loaded) */
+    if (!r->loading && !r->stream) /* else once the log is read (run_loaded) */
         run_ckpt_init(r, NULL, cfg->resume_log ? cfg->resume_log->generation : 0);
     cc.sink_tag = r->p.spec.sink.part_tag;
+    if (r->stream) { /* sink.args: the operator has no flags per run (validate checked them) */
+        uint32_t ep = sb_sink_stream_epochs(&r->p.spec.sink);
+        cc.stream = 1;
+        cc.stream_epochs = ep > 0 ? ep : 1;
+        cc.stream_shuffle = sb_sink_stream_seed(&r->p.spec.sink, &cc.stream_seed);
+    }
     uint64_t maxw = 0; /* the pools' largest sizes, twice: pods being replaced overlap */
     for (size_t i = 0; i < r->p.spec.nstages; i++)
         maxw += r->p.spec.stages[i].workers.max;
@@ -997,8 +1014,8 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
         run_free(r);
         return NULL;
     }
-    char caddr[300];
-    snprintf(caddr, sizeof caddr, "%s:%d", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1",
+    char *caddr = r->address;
+    snprintf(r->address, sizeof r->address, "%s:%d", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1",
              sb_ctl_port(r->ctl));
     if (sb_netpol_ensure(cfg->client, cfg->object, err) != 0) { /* before any worker pod */
         run_free(r);
@@ -1281,7 +1298,9 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
             return fail(r, "WorkersFailing", pm, !s.planning, t, reason, rlen, message, mlen);
         }
         char stall[1024];
-        if (r->stall_ms > 0 && sb_ctl_stalled(r->ctl, r->stall_ms, stall, sizeof stall)) {
+        /* (a stream waits for its consumers as long as they take: no watchdog) */
+        if (!r->stream && r->stall_ms > 0 &&
+            sb_ctl_stalled(r->ctl, r->stall_ms, stall, sizeof stall)) {
             if (!r->stall_warned && r->on_event != NULL)
                 r->on_event(r->ud, "Warning", "Stalled", stall);
             r->stall_warned = 1;
@@ -1296,6 +1315,12 @@ sb_operator_outcome sb_operator_pipeline_tick(sb_operator_pipeline *r, char *rea
         } else {
             r->stall_warned = 0;
         }
+        return SB_OPERATOR_RUNNING;
+    }
+    if (st == SB_SCHED_SUCCEEDED && r->stream && !sb_ctl_stream_ended(r->ctl)) {
+        /* every partition is made: the stream is served until every rank of every epoch was
+         * told its epoch ended (a rank that waits for its turn has not heard yet) */
+        autoscale(r, t);
         return SB_OPERATOR_RUNNING;
     }
     if (st == SB_SCHED_SUCCEEDED) {
@@ -1388,6 +1413,28 @@ static void run_ckpt_status(sb_operator_pipeline *r, cJSON *status)
         cJSON_AddItemToObject(status, "checkpoint", cp);
 }
 
+/* status.stream of a stream:// sink: the address its consumers call (this leader's Control
+ * service: a new leader serves at its own), the Secret with their token, its epochs and the
+ * label that lets a consumer pod through the NetworkPolicies (netpol.h). 0, or -1. */
+static int run_stream_status(sb_operator_pipeline *r, cJSON *status)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(status, "stream");
+    if (!r->stream)
+        return 0;
+    cJSON *st = cJSON_AddObjectToObject(status, "stream");
+    if (st == NULL)
+        return -1;
+    uint32_t ep = sb_sink_stream_epochs(&r->p.spec.sink);
+    char label[300];
+    sb_netpol_consumer_label(r->p.metadata.name, label, sizeof label);
+    int ok = cJSON_AddStringToObject(st, "address", r->address) != NULL &&
+             cJSON_AddNumberToObject(st, "epochs", ep > 0 ? ep : 1) != NULL &&
+             cJSON_AddStringToObject(st, "consumerLabel", label) != NULL;
+    if (ok && r->auth_secret[0] != '\0')
+        ok = cJSON_AddStringToObject(st, "tokenSecret", r->auth_secret) != NULL;
+    return ok ? 0 : -1;
+}
+
 int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t generation,
                                 const char *now)
 {
@@ -1433,6 +1480,8 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
     sb_ctl_errored_free(errs, nerr);
     if (rc == 0)
         rc = plan_status(r, status);
+    if (rc == 0)
+        rc = run_stream_status(r, status);
     if (rc != 0)
         return -1;
     run_ckpt_status(r, status);

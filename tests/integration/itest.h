@@ -9,7 +9,11 @@
  *   sh("cd %s && ...", dir);                a command that must exit 0 (else the test fails)
  *   write_pipeline("p", stages, extra);     dir/p.yaml: dir/in/ (jsonl) -> stages -> dir/out-p/
  *   run_cli("p", flags, &out);              `streambatch run p.yaml` in dir, with its summary
- *   summary_num("p", "records");            a number of dir/p.summary.json */
+ *   summary_num("p", "records");            a number of dir/p.summary.json
+ * and for the operator tests on the private test cluster (tests/helpers/kube_cluster.h):
+ *   kubectl("get pipeline p");              kubectl's output
+ *   itest_crd_apply();                      the Pipeline CRD, Established
+ *   pid = itest_controller_start(flag);     streambatch-controller, its log in dir */
 #ifndef SB_ITEST_H
 #define SB_ITEST_H
 
@@ -18,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../unit/testutil.h"
@@ -251,6 +257,46 @@ static inline char *kubectl(const char *fmt, ...)
     const char *st = getenv("SB_KC_STATE");
     return sb_test_sh_out("KUBECONFIG=%s/kubeconfig timeout 60 %s/bin/kubectl %s 2>&1", st, st,
                           args);
+}
+
+/* The Pipeline CRD of api/crd/ applied to the test cluster, and Established. */
+static inline void itest_crd_apply(void)
+{
+    free(kubectl("apply --server-side -f %s/api/crd/pipelines.streambatch.dev.yaml",
+                 sb_test_root()));
+    free(kubectl("wait --for=condition=Established crd/pipelines.streambatch.dev --timeout=30s"));
+}
+
+/* Starts streambatch-controller against the test cluster (no leader election, status every
+ * second, one more flag when extra is not NULL), its stderr in dir/controller.log. Its pid. */
+static inline pid_t itest_controller_start(const char *extra)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        char kc[512], log[512];
+        snprintf(kc, sizeof kc, "%s/kubeconfig", getenv("SB_KC_STATE"));
+        snprintf(log, sizeof log, "%s/controller.log", dir);
+        FILE *f = freopen(log, "w", stderr);
+        (void)f;
+        execl(sb_test_bin("streambatch-controller"), "streambatch-controller", "--kubeconfig", kc,
+              "--leader-elect=false", "--metrics-listen", "127.0.0.1:0", "--status-interval", "1s",
+              extra, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* SIGTERM to the controller (*pid > 0) and its exit status (-1: none); *pid becomes 0. */
+static inline int itest_controller_stop(pid_t *pid)
+{
+    int st = -1;
+    if (*pid > 0) {
+        kill(*pid, SIGTERM);
+        waitpid(*pid, &st, 0);
+        *pid = 0;
+    }
+    return st;
 }
 
 #endif

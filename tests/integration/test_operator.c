@@ -44,33 +44,16 @@ static const char *strrstr_(const char *s, const char *needle)
 /* Starts the controller, with one more flag (a test's). */
 static void ctl_start(const char *extra)
 {
-    ctl_pid = fork();
-    cr_assert_geq(ctl_pid, 0);
-    if (ctl_pid == 0) {
-        char kc[512], log[512];
-        snprintf(kc, sizeof kc, "%s/kubeconfig", getenv("SB_KC_STATE"));
-        snprintf(log, sizeof log, "%s/controller.log", dir);
-        FILE *f = freopen(log, "w", stderr);
-        (void)f;
-        execl(sb_test_bin("streambatch-controller"), "streambatch-controller", "--kubeconfig", kc,
-              "--leader-elect=false", "--metrics-listen", "127.0.0.1:0", "--status-interval", "1s",
-              extra, (char *)NULL);
-        _exit(127);
-    }
+    ctl_pid = itest_controller_start(extra);
 }
 
 /* check: its exit status must be 0 (not for one just started: SIGTERM may come before it
  * handles it) */
 static void ctl_stop(int check)
 {
-    if (ctl_pid > 0) {
-        kill(ctl_pid, SIGTERM);
-        int st = 0;
-        waitpid(ctl_pid, &st, 0);
-        cr_expect(!check || (WIFEXITED(st) && WEXITSTATUS(st) == 0),
-                  "the controller exits 0 on SIGTERM");
-        ctl_pid = 0;
-    }
+    int st = itest_controller_stop(&ctl_pid);
+    cr_expect(!check || st == -1 || (WIFEXITED(st) && WEXITSTATUS(st) == 0),
+              "the controller exits 0 on SIGTERM");
 }
 
 static void setup(void)
@@ -84,9 +67,7 @@ static void setup(void)
         "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(2000):\n"
         "      o.write(json.dumps({'id': f*100000+i, 'pad': 'x'*50}) + '\\\\n')\n\"",
         dir));
-    free(kubectl("apply --server-side -f %s/api/crd/pipelines.streambatch.dev.yaml",
-                 sb_test_root()));
-    free(kubectl("wait --for=condition=Established crd/pipelines.streambatch.dev --timeout=30s"));
+    itest_crd_apply();
     ctl_start("--status-interval=1s");
 }
 

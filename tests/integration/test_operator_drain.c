@@ -41,31 +41,13 @@ static void setup(void)
         "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(2500):\n"
         "      o.write(json.dumps({'id': f*100000+i, 'pad': 'x'*80}) + '\\\\n')\n\"",
         dir));
-    free(kubectl("apply --server-side -f %s/api/crd/pipelines.streambatch.dev.yaml",
-                 sb_test_root()));
-    free(kubectl("wait --for=condition=Established crd/pipelines.streambatch.dev --timeout=30s"));
-    ctl_pid = fork();
-    cr_assert_geq(ctl_pid, 0);
-    if (ctl_pid == 0) {
-        char kc[512], log[512];
-        snprintf(kc, sizeof kc, "%s/kubeconfig", getenv("SB_KC_STATE"));
-        snprintf(log, sizeof log, "%s/controller.log", dir);
-        FILE *f = freopen(log, "w", stderr);
-        (void)f;
-        execl(sb_test_bin("streambatch-controller"), "streambatch-controller", "--kubeconfig", kc,
-              "--leader-elect=false", "--metrics-listen", "127.0.0.1:0", "--status-interval", "1s",
-              (char *)NULL);
-        _exit(127);
-    }
+    itest_crd_apply();
+    ctl_pid = itest_controller_start(NULL);
 }
 
 static void teardown(void)
 {
-    if (ctl_pid > 0) {
-        kill(ctl_pid, SIGTERM);
-        waitpid(ctl_pid, NULL, 0);
-        ctl_pid = 0;
-    }
+    itest_controller_stop(&ctl_pid);
     free(sb_test_sh_out("rm -rf %s", dir));
 }
 

@@ -404,6 +404,9 @@ assert np["spec"]["policyTypes"] == ["Ingress"]
 ing = np["spec"]["ingress"]
 assert ing[0] == {"ports": [{"port": 8080, "protocol": "TCP"}]}, ing[0]
 assert ing[1]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "streambatch-worker", ing[1]
+# the consumer pods of stream:// sinks (trainers) call their Pipeline's Control service too
+assert ing[1]["from"][1]["podSelector"] == {"matchExpressions": [
+    {"key": "streambatch.dev/stream-consumer", "operator": "Exists"}]}, ing[1]
 assert len(ing) == 2, ing
 dep = [d for d in docs if d["kind"] == "Deployment"][0]
 args = dep["spec"]["template"]["spec"]["containers"][0]["args"]

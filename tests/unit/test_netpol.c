@@ -166,6 +166,52 @@ Test(netpol, object_selects_the_pipeline_and_lets_in_only_its_peers)
     cJSON_Delete(p);
 }
 
+/* A stream:// sink's consumers (trainer pods labelled streambatch.dev/stream-consumer=<name>)
+ * read the workers' Data service: the policy lets them in, in the Pipeline's namespace only, and
+ * only for a stream (a file sink's workers stay closed to them). */
+Test(netpol, a_stream_lets_in_its_labelled_consumer_pods_and_only_a_stream)
+{
+    sb_netpol_settings s;
+    sb_err e = {0};
+    cr_assert_eq(sb_netpol_parse(SETTINGS, &s, &e), 0, "%s", e.msg);
+    cJSON *p = cJSON_Parse("{\"metadata\": {\"name\": \"train\", \"namespace\": \"ml\", "
+                           "\"uid\": \"u-2\"}, \"spec\": {\"sink\": {\"uri\": \"stream://\", "
+                           "\"format\": \"jsonl\"}}}");
+    cJSON *o = sb_netpol_build(&s, p, &e);
+    cr_assert_not_null(o, "%s", e.msg);
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+                               cJSON_GetObjectItemCaseSensitive(o, "spec"), "ingress"),
+                           0),
+        "from");
+    cr_assert_eq(cJSON_GetArraySize(from), 3);
+    cJSON *want = cJSON_Parse(
+        "{\"podSelector\": {\"matchLabels\": {\"streambatch.dev/stream-consumer\": \"train\"}}}");
+    char *got = cJSON_PrintUnformatted(cJSON_GetArrayItem(from, 2));
+    cr_assert(cJSON_Compare(want, cJSON_GetArrayItem(from, 2), 1), "third peer: %s", got);
+    free(got);
+    cJSON_Delete(want);
+    cJSON_Delete(o);
+    char label[128];
+    sb_netpol_consumer_label("train", label, sizeof label);
+    cr_assert_str_eq(label, "streambatch.dev/stream-consumer=train");
+    /* the same Pipeline writing files: no consumer peer */
+    cJSON *sink =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(p, "spec"), "sink");
+    cJSON_ReplaceItemInObjectCaseSensitive(sink, "uri", cJSON_CreateString("s3://b/out/"));
+    o = sb_netpol_build(&s, p, &e);
+    cr_assert_not_null(o, "%s", e.msg);
+    from = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+                               cJSON_GetObjectItemCaseSensitive(o, "spec"), "ingress"),
+                           0),
+        "from");
+    cr_assert_eq(cJSON_GetArraySize(from), 2);
+    cJSON_Delete(o);
+    cJSON_Delete(p);
+    sb_netpol_settings_free(&s);
+}
+
 /* ---- sb_netpol_ensure against a scripted API server ---- */
 
 typedef struct reply {

@@ -1,0 +1,166 @@
+/* A stream:// sink served by the operator (issue 40) on the private test cluster (as
+ * test_operator.c): the Pipeline's status says where its consumers connect and which Secret
+ * holds their token; two trainer ranks read two epochs of it with the Python kit (reading the
+ * token from that Secret, as a trainer pod mounts it); every record reaches exactly one rank per
+ * epoch, the seeded epochs come in different orders; the Pipeline stays Running while the ranks
+ * read and succeeds once both ended both epochs. */
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../unit/testutil.h"
+#include "../helpers/kube_cluster.h"
+#include "itest.h"
+
+#define NFILES 8
+#define PER_FILE 600
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+    (void)set;
+    sb_kc_up("op-stream", NULL);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+    (void)stats;
+    sb_kc_down();
+}
+
+static pid_t ctl_pid;
+
+static void setup(void)
+{
+    const char *e = getenv("SB_KC_ERROR");
+    if (e != NULL)
+        cr_assert_fail("no test cluster: %s", e);
+    itest_mkdtemp("sb-opstream");
+    free(sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport json, os\nos.makedirs('in')\nfor f in range(%d):\n"
+        "  with open('in/f%%02d.jsonl' %% f, 'w') as o:\n    for i in range(%d):\n"
+        "      o.write(json.dumps({'id': f*%d+i, 'pad': 'x'*60}) + '\\\\n')\n\"",
+        dir, NFILES, PER_FILE, PER_FILE));
+    itest_crd_apply();
+    ctl_pid = itest_controller_start(NULL);
+}
+
+static void teardown(void)
+{
+    itest_controller_stop(&ctl_pid);
+    free(sb_test_sh_out("rm -rf %s", dir));
+}
+
+TestSuite(operator_stream, .init = setup, .fini = teardown, .timeout = 300);
+
+/* jsonpath of the Pipeline (output trimmed of quotes by kubectl's -o jsonpath). */
+static char *jp(const char *path)
+{
+    return kubectl("get pipeline train -o jsonpath='%s'", path);
+}
+
+/* Every id of 0..NFILES*PER_FILE once across the two ranks' epoch e, both ranks dealt rows; and
+ * the files in the order rank 0 first got a row of each (a Python list) into order: the order
+ * the epoch read its splits in (plan order, f00 to f07, without a seed). */
+static void check_epoch(int e, char *order, size_t olen)
+{
+    char *v = sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport json\nr = [json.load(open('rank-%%d.json' %% k)) for k in "
+        "(0, 1)]\nids = [i for x in r for i in x['epochs'][%d]['ids']]\n"
+        "print(len(ids), len(set(ids)), sorted(ids) == list(range(%d)), "
+        "min(len(x['epochs'][%d]['ids']) for x in r))\nf = []\n"
+        "[f.append(i // %d) for i in r[0]['epochs'][%d]['ids'] if i // %d not in f]\nprint(f)\"",
+        dir, e, NFILES * PER_FILE, e, PER_FILE, e, PER_FILE);
+    char want[64];
+    snprintf(want, sizeof want, "%d %d True ", NFILES * PER_FILE, NFILES * PER_FILE);
+    cr_expect(strncmp(v, want, strlen(want)) == 0,
+              "epoch %d: want every id once across the ranks (\"%s\" then the fewest rows a rank "
+              "got), got: %s",
+              e, want, v);
+    char *nl = strchr(v, '\n');
+    cr_assert_not_null(nl, "%s", v);
+    *nl = '\0';
+    const char *sp = strrchr(v, ' ');
+    cr_expect(sp != NULL && atol(sp + 1) > 0, "epoch %d: a rank got no rows: %s", e, v);
+    snprintf(order, olen, "%s", nl + 1);
+    free(v);
+}
+
+Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
+{
+    FILE *f = itest_create("train.yaml");
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: train}\n"
+            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
+            "  stages:\n  - {name: keep, op: identity, workers: {min: 1, max: 2}}\n"
+            "  sink: {uri: 'stream://', format: jsonl, args: {epochs: 2, seed: 9}}\n"
+            "  execution: {memoryBudget: 1Mi}\n",
+            dir);
+    fclose(f);
+    char *out = kubectl("apply -f %s/train.yaml", dir);
+    cr_assert(strstr(out, "created") != NULL, "the CRD admits a stream:// sink: %s", out);
+    free(out);
+    char *addr = NULL;
+    for (int i = 0; i < 120; i++) {
+        free(addr);
+        addr = jp("{.status.stream.address}");
+        if (strchr(addr, ':') != NULL && strstr(addr, "rror") == NULL)
+            break;
+        usleep(500 * 1000);
+    }
+    char *ph = jp("{.status.phase}");
+    cr_assert(strchr(addr, ':') != NULL, "no status.stream.address (phase %s, message %s): %s", ph,
+              jp("{.status.message}"), addr);
+    cr_expect_str_eq(ph, "Running");
+    free(ph);
+    char *secret = jp("{.status.stream.tokenSecret}");
+    char *label = jp("{.status.stream.consumerLabel}");
+    char *epochs = jp("{.status.stream.epochs}");
+    cr_expect(strncmp(secret, "sb-auth-", 8) == 0, "tokenSecret: %s", secret);
+    cr_expect_str_eq(label, "streambatch.dev/stream-consumer=train");
+    cr_expect_str_eq(epochs, "2");
+    /* the token as a trainer pod gets it: key "token" of that Secret */
+    free(kubectl("get secret %s -o jsonpath='{.data.token}' | base64 -d > %s/token", secret, dir));
+    /* a memory budget of 1Mi against 280 KiB of input a rank reads over time: the ranks start
+     * once the Pipeline runs, and read while it makes partitions */
+    char *rc = sb_test_sh_out(
+        "cd %s && export PYTHONPATH=%s/sdk/python STREAMBATCH_CONSUMER_LIB=%s/lib/"
+        "libstreambatch_consumer.so; for r in 0 1; do timeout 200 python3 "
+        "%s/tests/stream/consume.py %s token $r 2 2 64 0 0 - rows rank-$r.json > rank-$r.log "
+        "2>&1 & p=\"$p $!\"; done; c=; for x in $p; do wait $x; c=\"$c$?\"; done; echo $c",
+        dir, sb_test_root(), getenv("SB_BUILD_DIR") ? getenv("SB_BUILD_DIR") : "build",
+        sb_test_root(), addr);
+    cr_assert_str_eq(rc, "00", "ranks' exit codes: %s; rank 0: %s; rank 1: %s", rc,
+                     sb_test_sh_out("tail -5 %s/rank-0.log", dir),
+                     sb_test_sh_out("tail -5 %s/rank-1.log", dir));
+    free(rc);
+    /* seed 9 (sink.args): each epoch reads the files in an order of its own (without it both
+     * read f00 to f07 in turn: measured) */
+    char o0[256], o1[256];
+    check_epoch(0, o0, sizeof o0);
+    check_epoch(1, o1, sizeof o1);
+    cr_expect_str_neq(o0, "[0, 1, 2, 3, 4, 5, 6, 7]", "epoch 0 read the files in plan order");
+    cr_expect_str_neq(o0, o1, "seed 9: epoch 1 reads the files in the order of epoch 0: %s", o0);
+    /* every rank ended every epoch: the run ends, Succeeded, and its pods go */
+    ph = NULL;
+    for (int i = 0; i < 120; i++) {
+        free(ph);
+        ph = jp("{.status.phase}");
+        if (strcmp(ph, "Succeeded") == 0 || strcmp(ph, "Failed") == 0)
+            break;
+        usleep(500 * 1000);
+    }
+    cr_assert_str_eq(ph, "Succeeded", "phase %s (%s); controller log:\n%s", ph,
+                     jp("{.status.message}"), sb_test_sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    free(addr);
+    free(secret);
+    free(label);
+    free(epochs);
+    free(kubectl("delete pipeline train --timeout=30s"));
+}
