@@ -421,6 +421,9 @@ PY
   helm template "$REL" "$CHART" -n "$SYS" --set networkPolicy.enabled=false >"$f" || return 1
   ! grep -q "kind: NetworkPolicy" "$f" && ! grep -q -- "--worker-network-policy" "$f" && ! grep -q networkpolicies "$f" ||
     { echo "networkPolicy.enabled=false still renders a policy, the flag or the RBAC rule"; return 1; }
+  # a fixed Control port: the controller refuses it (port 0 only), so the chart does before install
+  ! helm template "$REL" "$CHART" --set controller.grpcPort=7000 >/dev/null 2>"$tmp/err" &&
+    grep -q "controller.grpcPort: only 0" "$tmp/err" || { echo "grpcPort=7000: $(cat "$tmp/err")"; return 1; }
   ! helm template "$REL" "$CHART" --set networkPolicy.perPipeline=false >/dev/null 2>"$tmp/err" &&
     grep -q "needs watchNamespaces" "$tmp/err" || { echo "perPipeline=false without namespaces: $(cat "$tmp/err")"; return 1; }
   helm template "$REL" "$CHART" -n "$SYS" --set networkPolicy.perPipeline=false --set 'watchNamespaces={team-a,team-b}' >"$f" || return 1
