@@ -12,18 +12,30 @@ size_t sb_heap_keep(size_t store_budget)
     return keep < lo ? lo : keep > hi ? hi : keep;
 }
 
-int sb_heap_check(size_t keep)
+size_t sb_heap_anon(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
     if (f == NULL)
-        return -1;
+        return 0;
     unsigned long size, resident, shared;
     int n = fscanf(f, "%lu %lu %lu", &size, &resident, &shared);
     fclose(f);
     if (n != 3 || resident < shared)
-        return -1;
+        return 0;
     /* statm's shared is the file-backed and shmem pages: the rest is anonymous */
-    size_t anon = (size_t)(resident - shared) * (size_t)sysconf(_SC_PAGESIZE);
+    return (size_t)(resident - shared) * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+size_t sb_heap_outside(size_t anon, size_t store_mem, size_t allowance)
+{
+    return anon > store_mem && anon - store_mem > allowance ? anon - store_mem - allowance : 0;
+}
+
+int sb_heap_check(size_t keep)
+{
+    size_t anon = sb_heap_anon();
+    if (anon == 0)
+        return -1;
     struct mallinfo2 mi = mallinfo2();
     if (anon <= mi.uordblks + mi.hblkhd + keep)
         return 0;

@@ -11,12 +11,32 @@
  * freed heap is resident. Trimming every time instead cost an identity pipeline 0.2-0.3 s of
  * its 0.6 s (it re-faulted the buffers it reuses).
  *
+ * The same reading tells the store how much memory the process holds outside it (sb_heap_outside):
+ * the store's admission limit shrinks by what passes SB_HEAP_ALLOWANCE, so that what the budget
+ * does not count (fragments, gRPC's buffers, a task's working memory beyond its reservation) is
+ * paid for by spilling partitions instead of growing the process. At 2 GiB sorted under 512Mi
+ * each worker held ~320 MiB against its 256 MiB store budget (docs/benchmarks.md).
+ *
  * Thread-safe (malloc's own locks); owns nothing.
  */
 #ifndef SB_WORKER_HEAP_H
 #define SB_WORKER_HEAP_H
 
 #include <stddef.h>
+
+/* The memory a worker may hold outside its store's budget (its code, libraries, threads, the
+ * tasks' and the data plane's buffers) before the store makes room for it by spilling: with the
+ * libraries' pages (shared by the workers, about 8 MiB of Pss each) within issue 41's budget +
+ * 40 MiB per worker. */
+#define SB_HEAP_ALLOWANCE ((size_t)32 << 20)
+
+/* The process's anonymous resident bytes (statm's resident less its shared), or 0 when
+ * /proc/self/statm cannot be read. */
+size_t sb_heap_anon(void);
+
+/* What of a worker's anonymous memory lies beyond its store's bytes (store_mem: resident and
+ * reserved) and the allowance: what the store should make room for (sb_store_set_outside). */
+size_t sb_heap_outside(size_t anon, size_t store_mem, size_t allowance);
 
 /* The freed heap a worker with this store budget may keep resident: a sixteenth of the budget,
  * between 4 and 32 MiB. */

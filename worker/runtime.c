@@ -2043,8 +2043,18 @@ static void main_nap(worker *w, int ms)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* How often the main thread looks for resident freed heap (heap.h). */
+/* How often the main thread looks for resident freed heap and tells the store what the process
+ * holds outside it (heap.h). */
 #define HEAP_CHECK_MS 250
+
+static void heap_tick(worker *w)
+{
+    (void)sb_heap_check(sb_heap_keep(w->cfg.store_budget));
+    sb_store_stats st;
+    sb_store_get_stats(w->store, &st);
+    sb_store_set_outside(w->store,
+                         sb_heap_outside(sb_heap_anon(), st.mem_bytes, SB_HEAP_ALLOWANCE));
+}
 
 /* The main thread: (re-)registration, heartbeats, and the controller-loss timeout. */
 static void main_loop(worker *w)
@@ -2112,7 +2122,7 @@ static void main_loop(worker *w)
             }
         }
         if (now >= next_heap) {
-            (void)sb_heap_check(sb_heap_keep(w->cfg.store_budget));
+            heap_tick(w);
             next_heap = now + HEAP_CHECK_MS / 1000.0;
         }
         main_nap(w, 20);

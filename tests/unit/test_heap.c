@@ -37,6 +37,26 @@ Test(heap, keep_is_a_sixteenth_of_the_store_between_4_and_32_mib)
     cr_expect_eq(sb_heap_keep((size_t)4 << 30), 32u << 20);
 }
 
+/* What the store makes room for: the anonymous memory beyond the store's bytes and the
+ * allowance, never negative; and the process's anonymous memory is read (it grows by what this
+ * test touches). */
+Test(heap, outside_is_what_passes_the_store_and_the_allowance)
+{
+    const size_t M = (size_t)1 << 20;
+    cr_expect_eq(sb_heap_outside(300 * M, 256 * M, 32 * M), 12 * M);
+    cr_expect_eq(sb_heap_outside(280 * M, 256 * M, 32 * M), 0);
+    cr_expect_eq(sb_heap_outside(100 * M, 256 * M, 32 * M), 0, "a store larger than the process");
+    cr_expect_eq(sb_heap_outside(64 * M, 0, SB_HEAP_ALLOWANCE), 32 * M);
+    size_t before = sb_heap_anon();
+    cr_assert_gt(before, 0);
+    char *p = malloc(64 * M);
+    cr_assert_not_null(p);
+    memset(p, 1, 64 * M);
+    size_t after = sb_heap_anon();
+    cr_expect_geq(after, before + 60 * M, "anon %zu -> %zu after touching 64 MiB", before, after);
+    free(p);
+}
+
 Test(heap, resident_holes_past_the_margin_are_trimmed_and_only_then)
 {
 #ifdef UNDER_ASAN

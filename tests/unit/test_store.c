@@ -677,6 +677,65 @@ Test(store, reservation_covers_put)
     sb_store_close(s);
 }
 
+/* The process's memory outside the store (sb_store_set_outside, from the worker's heap check)
+ * shrinks what the store admits: it spills down to budget - outside at once, puts and
+ * reservations stay within it, it is clamped to half the budget, and 0 gives the whole budget
+ * back. Pinned partitions are not spilled for it. */
+Test(store, memory_outside_the_store_shrinks_what_it_admits)
+{
+    sb_store *s = open_store(800 * KiB, 10 * KiB);
+    char id[8];
+    for (unsigned i = 0; i < 7; i++) {
+        snprintf(id, sizeof id, "p%u", i);
+        put_ok(s, id, i, 100 * KiB, i);
+    }
+    sb_store_ref *pinned = NULL;
+    sb_err err = {0};
+    cr_assert_eq(sb_store_pin(s, "p0", &pinned, &err), 0, "%s", err.msg);
+    sb_store_stats st;
+    sb_store_get_stats(s, &st);
+    cr_assert_eq(st.resident_bytes, 700 * KiB);
+    cr_assert_eq(st.spill_count, 0);
+    sb_store_set_outside(s, 300 * KiB);
+    sb_store_get_stats(s, &st);
+    cr_assert_eq(st.outside_counted, 300 * KiB);
+    cr_assert_leq(st.mem_bytes, 500 * KiB, "spilled down to budget - outside: %zu", st.mem_bytes);
+    cr_assert_eq(st.spill_count, 2);
+    cr_assert(in_memory(s, "p0"), "the pinned partition stays");
+    /* a new put fits the limit by spilling another, not the budget */
+    put_ok(s, "q", 9, 100 * KiB, 0);
+    sb_store_get_stats(s, &st);
+    cr_assert_leq(st.mem_bytes, 500 * KiB);
+    /* a reservation too */
+    sb_store_resv *resv = NULL;
+    cr_assert_eq(sb_store_reserve(s, 300 * KiB, 0, &resv, &err), 0, "%s", err.msg);
+    sb_store_get_stats(s, &st);
+    cr_assert_leq(st.mem_bytes, 500 * KiB);
+    sb_store_unreserve(resv);
+    check_ok(s);
+    /* clamped to half the budget */
+    sb_store_set_outside(s, 100000 * KiB);
+    sb_store_get_stats(s, &st);
+    cr_assert_eq(st.outside_counted, 400 * KiB);
+    cr_assert_leq(st.mem_bytes, 400 * KiB);
+    /* 0: the whole budget again (a load of everything spilled fits) */
+    sb_store_set_outside(s, 0);
+    sb_store_get_stats(s, &st);
+    cr_assert_eq(st.outside_counted, 0);
+    sb_store_ref *r = NULL;
+    for (unsigned i = 1; i < 7; i++) {
+        snprintf(id, sizeof id, "p%u", i);
+        cr_assert_eq(sb_store_load(s, id, 0, &r, &err), 0, "%s", err.msg);
+        sb_store_unpin(r);
+    }
+    sb_store_get_stats(s, &st);
+    cr_assert_gt(st.mem_bytes, 500 * KiB, "loads use the whole budget again: %zu", st.mem_bytes);
+    cr_assert_leq(st.mem_bytes, 800 * KiB);
+    sb_store_unpin(pinned);
+    check_ok(s);
+    sb_store_close(s);
+}
+
 Test(store, reserve_times_out_when_everything_is_pinned)
 {
     sb_store *s = open_store(100 * KiB, 4 * KiB);

@@ -54,6 +54,8 @@ struct sb_store {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     size_t budget;
+    size_t outside; /* the process's memory beyond its allowance, at most budget / 2
+                       (sb_store_set_outside): admission keeps mem_bytes within budget - outside */
     size_t chunk;
     void (*free_fn)(void *, void *);
     void *free_ctx;
@@ -182,6 +184,13 @@ static int fail(sb_err *err, int code, const char *fmt, ...)
         va_end(ap);
     }
     return code;
+}
+
+/* What admission keeps mem_bytes within: the budget, less the memory the process holds beyond
+ * its allowance outside the store (sb_store_set_outside). */
+static size_t limit_of(const sb_store *s)
+{
+    return s->budget - s->outside;
 }
 
 /* budget + chunk without overflow. */
@@ -721,6 +730,25 @@ const char *sb_store_spill_path(const sb_store *s)
     return s->dir;
 }
 
+/* ---- the process's memory outside the store ------------------------------------------------ */
+
+void sb_store_set_outside(sb_store *s, size_t bytes)
+{
+    pthread_mutex_lock(&s->mu);
+    size_t was = s->outside;
+    s->outside = bytes < s->budget / 2 ? bytes : s->budget / 2;
+    if (s->outside > was && mem_bytes(s) > limit_of(s)) {
+        /* spill down to the new limit now, as far as unpinned partitions allow: a put or a
+         * reservation would only start from there */
+        wait_spec w;
+        wait_init(&w, 0);
+        sb_err tmp;
+        if (room_loop(s, 0, limit_of(s), &w, NULL, &tmp) == SB_STORE_EFAIL)
+            sb_log(SB_LOG_WARN, "cannot spill down to the limit", "error", tmp.msg, (char *)NULL);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- reservations ------------------------------------------------------------------------- */
 
 static int reserve_locked(sb_store *s, size_t bytes, int timeout_ms, sb_err *err)
@@ -732,12 +760,12 @@ static int reserve_locked(sb_store *s, size_t bytes, int timeout_ms, sb_err *err
         return 0;
     wait_spec w;
     wait_init(&w, timeout_ms);
-    int rc = room_loop(s, bytes, s->budget, &w, NULL, err);
+    int rc = room_loop(s, bytes, limit_of(s), &w, NULL, err);
     if (rc == SB_STORE_ENOSPACE)
         sb_err_set(err,
                    "partition store: no room for %zu bytes (memory %zu of %zu: %zu reserved, "
                    "%zu pinned partitions)",
-                   bytes, mem_bytes(s), s->budget, s->reserved, s->pinned_parts);
+                   bytes, mem_bytes(s), limit_of(s), s->reserved, s->pinned_parts);
     if (rc != 0)
         return rc;
     s->reserved += bytes;
@@ -902,21 +930,21 @@ int sb_store_put(sb_store *s, const char *id, void *blob, size_t len, const sb_s
      * Case c keeps e PENDING while it unlocks, which defers any release to here. */
     size_t mem = mem_bytes(s);
     entry *dead = NULL;
-    if (mem + excess <= s->budget) { /* a */
+    if (mem + excess <= limit_of(s)) { /* a */
         admit(s, e);
     } else if (excess <= s->chunk && mem + excess <= slack_limit(s)) { /* b */
         admit(s, e);
         wait_spec w;
         wait_init(&w, 0);
         sb_err tmp;
-        if (room_loop(s, 0, s->budget, &w, NULL, &tmp) == SB_STORE_EFAIL)
+        if (room_loop(s, 0, limit_of(s), &w, NULL, &tmp) == SB_STORE_EFAIL)
             sb_log(SB_LOG_WARN, "cannot spill back under the memory budget", "partition", id,
                    "error", tmp.msg, (char *)NULL);
     } else { /* c */
         wait_spec w;
         wait_init(&w, 0);
         sb_err tmp;
-        if (room_loop(s, excess, s->budget, &w, e, &tmp) == 0) {
+        if (room_loop(s, excess, limit_of(s), &w, e, &tmp) == 0) {
             admit(s, e);
         } else if ((rc = put_direct(s, e, err)) != 0) {
             entry_detach(s, e);
@@ -1172,13 +1200,13 @@ int sb_store_load(sb_store *s, const char *id, int timeout_ms, sb_store_ref **ou
             drop_and_unlock(s, e);
             return SB_STORE_ENOSPACE;
         }
-        rc = room_loop(s, e->len, s->budget, &w, NULL, err);
+        rc = room_loop(s, e->len, limit_of(s), &w, NULL, err);
         if (rc != 0) {
             if (rc == SB_STORE_ENOSPACE)
                 sb_err_set(err,
                            "partition %s: no room to load %zu bytes (memory %zu of %zu: %zu "
                            "reserved, %zu pinned partitions)",
-                           id, e->len, mem_bytes(s), s->budget, s->reserved, s->pinned_parts);
+                           id, e->len, mem_bytes(s), limit_of(s), s->reserved, s->pinned_parts);
             drop_and_unlock(s, e);
             return rc;
         }
@@ -1269,7 +1297,8 @@ int sb_store_load_whole(sb_store *s, const char *id, size_t held, int timeout_ms
     if (rc != 0)
         return rc;
     /* a load's room may come from others' pins and reservations going away, never from ours */
-    if (!ref->in_memory && held <= s->budget && ref->len <= s->budget - held) {
+    size_t lim = limit_of(s); /* (read unlocked: a hint; the load decides under the lock) */
+    if (!ref->in_memory && held <= lim && ref->len <= lim - held) {
         sb_store_unpin(ref);
         ref = NULL;
         rc = sb_store_load(s, id, timeout_ms, &ref, err);
@@ -1333,6 +1362,7 @@ void sb_store_get_stats(sb_store *s, sb_store_stats *o)
     pthread_mutex_lock(&s->mu);
     memset(o, 0, sizeof *o);
     o->budget = s->budget;
+    o->outside_counted = s->outside;
     o->chunk_size = s->chunk;
     o->mem_bytes = mem_bytes(s);
     o->resident_bytes = s->resident;

@@ -30,7 +30,10 @@
  *  progress, and a released partition still pinned) — and reserved_bytes are reservations not
  *  yet consumed by a put nor given back.
  *
- *  Guarantee: mem_bytes <= budget + chunk_size at every instant. Precisely:
+ *  Guarantee: mem_bytes <= budget + chunk_size at every instant. Below, "budget" in the
+ *  admission rules (not in the bounds a request is refused by at once) is the limit: the budget
+ *  less the memory the process holds outside the store beyond its allowance, which the worker
+ *  reports (sb_store_set_outside; 0 unless it does). Precisely:
  *   1. sb_store_reserve() and sb_store_load() admit n bytes only if mem_bytes + n <= budget after
  *      spilling; they never use the slack. When room cannot be made (everything else is pinned,
  *      reserved or itself loading) they wait up to their timeout, then fail with
@@ -133,6 +136,8 @@ typedef struct sb_store_stats {
     uint64_t readback_bytes;     /* bytes read from spill files (loads and sb_store_read) */
     uint64_t outside_loads;      /* sb_store_load_whole copies made outside the budget */
     uint64_t outside_bytes;      /* ... and their bytes */
+    size_t outside_counted;      /* the process's memory beyond its allowance the store makes
+                                    room for now (sb_store_set_outside) */
 } sb_store_stats;
 
 typedef struct sb_store_item {
@@ -140,6 +145,14 @@ typedef struct sb_store_item {
     size_t len;
     int in_memory;
 } sb_store_item;
+
+/* The process's memory outside the store beyond what its owner allows it (heap the tasks and
+ * the data plane hold, fragments): the store admits partitions and reservations only within
+ * budget - bytes, spilling down to it now where unpinned partitions allow, so the process stays
+ * near budget + its allowance (worker/heap.h). Clamped to half the budget, so the store keeps
+ * room to work; 0 restores the whole budget. What it holds already above the limit stays (pinned
+ * or reserved) until given back. */
+void sb_store_set_outside(sb_store *store, size_t bytes);
 
 /* Opens a store. Fails on a bad config or an unusable spill directory. */
 int sb_store_open(const sb_store_config *cfg, sb_store **out, sb_err *err);
