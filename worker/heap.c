@@ -31,9 +31,8 @@ size_t sb_heap_outside(size_t anon, size_t store_mem, size_t allowance)
     return anon > store_mem && anon - store_mem > allowance ? anon - store_mem - allowance : 0;
 }
 
-int sb_heap_check(size_t keep)
+int sb_heap_check(size_t anon, size_t keep)
 {
-    size_t anon = sb_heap_anon();
     if (anon == 0)
         return -1;
     struct mallinfo2 mi = mallinfo2();

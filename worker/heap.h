@@ -43,7 +43,8 @@ size_t sb_heap_outside(size_t anon, size_t store_mem, size_t allowance);
 size_t sb_heap_keep(size_t store_budget);
 
 /* Trims the heap (malloc_trim) when more than `keep` bytes of it are free and resident, as
- * above. 1 when it trimmed, 0 when not, -1 when /proc/self/statm could not be read. */
-int sb_heap_check(size_t keep);
+ * above, given the process's anonymous resident bytes (sb_heap_anon). 1 when it trimmed (the
+ * reading is then stale), 0 when not, -1 when anon is 0 (statm could not be read). */
+int sb_heap_check(size_t anon, size_t keep);
 
 #endif

@@ -2049,11 +2049,12 @@ static void main_nap(worker *w, int ms)
 
 static void heap_tick(worker *w)
 {
-    (void)sb_heap_check(sb_heap_keep(w->cfg.store_budget));
+    size_t anon = sb_heap_anon();
+    if (sb_heap_check(anon, sb_heap_keep(w->cfg.store_budget)) == 1)
+        anon = sb_heap_anon(); /* the trim returned pages: read what is left */
     sb_store_stats st;
     sb_store_get_stats(w->store, &st);
-    sb_store_set_outside(w->store,
-                         sb_heap_outside(sb_heap_anon(), st.mem_bytes, SB_HEAP_ALLOWANCE));
+    sb_store_set_outside(w->store, sb_heap_outside(anon, st.mem_bytes, SB_HEAP_ALLOWANCE));
 }
 
 /* The main thread: (re-)registration, heartbeats, and the controller-loss timeout. */

@@ -1035,8 +1035,8 @@ static int serve_check(run_ctx *c)
         bad = "--epochs and --seed go with --serve";
     static char why[512];
     if (bad == NULL && stream)
-        bad = sb_spec_stream_plan_check(&c->r.p.spec, serve_epochs(c), serve_seed(c, NULL), why,
-                                        sizeof why);
+        bad = sb_spec_stream_plan_check(&c->r.p.spec, serve_epochs(c), serve_seed(c, NULL), NULL,
+                                        why, sizeof why);
     if (bad == NULL)
         return 0;
     fprintf(stderr, "streambatch run: %s\n", bad);

@@ -416,8 +416,10 @@ bool sb_sink_stream_seed(const sb_sink_spec *sink, uint64_t *seed)
 }
 
 const char *sb_spec_stream_plan_check(const sb_pipeline_spec *sp, uint32_t epochs, int seed_set,
-                                      char *buf, size_t len)
+                                      const char **arg, char *buf, size_t len)
 {
+    const char *unused;
+    arg = arg != NULL ? arg : &unused;
     for (size_t i = 0; i < sp->nstages; i++) {
         const sb_stage_spec *st = &sp->stages[i];
         if (!sb_spec_allop(st->op))
@@ -428,6 +430,7 @@ const char *sb_spec_stream_plan_check(const sb_pipeline_spec *sp, uint32_t epoch
                      "for the whole run, not per epoch; set sink.args.cacheEpochs: true (the "
                      "pipeline runs once and every epoch deals its output) or run one epoch",
                      epochs, st->name, st->op);
+            *arg = "epochs";
             return buf;
         }
         if (seed_set && strcmp(st->op, "limit") == 0) {
@@ -436,6 +439,7 @@ const char *sb_spec_stream_plan_check(const sb_pipeline_spec *sp, uint32_t epoch
                      "(limit) takes the source's first rows in order; drop the seed (iter_batches' "
                      "local_shuffle_buffer and seed shuffle the rows each rank gets)",
                      st->name);
+            *arg = "seed";
             return buf;
         }
     }
@@ -1180,15 +1184,15 @@ static void stream_sink_check(const sb_pipeline_spec *sp, const sb_node *node, c
     }
     uint64_t seed;
     char why[512];
+    const char *arg = NULL;
     const char *bad =
         sb_spec_stream_plan_check(sp, sb_sink_stream_epochs(&sp->sink),
-                                  sb_sink_stream_seed(&sp->sink, &seed), why, sizeof why);
+                                  sb_sink_stream_seed(&sp->sink, &seed), &arg, why, sizeof why);
     const sb_node *args = sb_node_get(sink, "args");
     if (bad != NULL) {
-        const sb_node *at = sb_node_get(args, strncmp(bad, "a seed", 6) == 0 ? "seed" : "epochs");
+        const sb_node *at = sb_node_get(args, arg);
         at = at != NULL ? at : sink;
-        snprintf(buf, sizeof buf, "%s.sink.args.%s", path,
-                 strncmp(bad, "a seed", 6) == 0 ? "seed" : "epochs");
+        snprintf(buf, sizeof buf, "%s.sink.args.%s", path, arg);
         sb_diags_add(d, buf, at->line, at->col, "%s", bad);
     }
     const sb_node *mode = sb_node_get(ex, "mode");

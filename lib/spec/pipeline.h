@@ -194,9 +194,10 @@ int sb_spec_op_known(const char *name);
 /* What a stream:// sink cannot serve over `epochs` epochs, with a seed or not (validate checks
  * sink.args; `run --serve` its flags): an exchange over several epochs without cacheEpochs (it
  * is planned once for the whole run), a limit with a seed (the shuffled split order is not the
- * source's). NULL, or why (in buf). */
+ * source's). NULL, or why (in buf); *arg (when not NULL) is then the sink argument at fault,
+ * "epochs" or "seed". */
 const char *sb_spec_stream_plan_check(const sb_pipeline_spec *sp, uint32_t epochs, int seed_set,
-                                      char *buf, size_t len);
+                                      const char **arg, char *buf, size_t len);
 
 /* The pool a stage runs in: "cpu" or "gpu" (its first placement shape; without placement, gpu
  * for stages with resources.gpu > 0). */

@@ -73,19 +73,21 @@ Test(heap, resident_holes_past_the_margin_are_trimmed_and_only_then)
         memset(b[i], i + 1, SZ);
     }
     malloc_trim(0);
-    cr_expect_eq(sb_heap_check(4u << 20), 0, "all in use: nothing to trim");
+    cr_expect_eq(sb_heap_check(sb_heap_anon(), 4u << 20), 0, "all in use: nothing to trim");
     for (int i = 0; i < N; i += 2) { /* 32 holes of 1 MiB between blocks in use */
         free(b[i]);
         b[i] = NULL;
     }
     long before = anon_bytes();
-    cr_expect_eq(sb_heap_check(64u << 20), 0, "32 MiB free is within a 64 MiB margin");
+    cr_expect_eq(sb_heap_check(sb_heap_anon(), 64u << 20), 0,
+                 "32 MiB free is within a 64 MiB margin");
     cr_expect_geq(anon_bytes(), before - (4l << 20), "no trim: the holes stay resident");
-    cr_expect_eq(sb_heap_check(4u << 20), 1, "32 MiB free and resident: trimmed");
+    cr_expect_eq(sb_heap_check(sb_heap_anon(), 4u << 20), 1, "32 MiB free and resident: trimmed");
     long after = anon_bytes();
     cr_expect_leq(after, before - (24l << 20), "the trim gave back %ld bytes of ~32 MiB",
                   before - after);
-    cr_expect_eq(sb_heap_check(4u << 20), 0, "once trimmed, the free heap is no longer resident");
+    cr_expect_eq(sb_heap_check(sb_heap_anon(), 4u << 20), 0,
+                 "once trimmed, the free heap is no longer resident");
     for (int i = 1; i < N; i += 2) {
         cr_assert_eq(b[i][0], i + 1);
         cr_assert_eq(b[i][SZ - 1], i + 1, "a block in use kept its bytes");
