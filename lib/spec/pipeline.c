@@ -418,9 +418,8 @@ bool sb_sink_stream_seed(const sb_sink_spec *sink, uint64_t *seed)
 const char *sb_spec_stream_plan_check(const sb_pipeline_spec *sp, uint32_t epochs, int seed_set,
                                       const char **arg, char *buf, size_t len)
 {
-    const char *unused;
-    arg = arg != NULL ? arg : &unused;
-    for (size_t i = 0; i < sp->nstages; i++) {
+    const char *which = NULL;
+    for (size_t i = 0; i < sp->nstages && which == NULL; i++) {
         const sb_stage_spec *st = &sp->stages[i];
         if (!sb_spec_allop(st->op))
             continue;
@@ -430,20 +429,19 @@ const char *sb_spec_stream_plan_check(const sb_pipeline_spec *sp, uint32_t epoch
                      "for the whole run, not per epoch; set sink.args.cacheEpochs: true (the "
                      "pipeline runs once and every epoch deals its output) or run one epoch",
                      epochs, st->name, st->op);
-            *arg = "epochs";
-            return buf;
-        }
-        if (seed_set && strcmp(st->op, "limit") == 0) {
+            which = "epochs";
+        } else if (seed_set && strcmp(st->op, "limit") == 0) {
             snprintf(buf, len,
                      "a seed shuffles the order the source's splits are read in, but stage %s "
                      "(limit) takes the source's first rows in order; drop the seed (iter_batches' "
                      "local_shuffle_buffer and seed shuffle the rows each rank gets)",
                      st->name);
-            *arg = "seed";
-            return buf;
+            which = "seed";
         }
     }
-    return NULL;
+    if (arg != NULL)
+        *arg = which;
+    return which != NULL ? buf : NULL;
 }
 
 static const argspec *format_args(sb_format f, int is_sink)
