@@ -4,8 +4,9 @@
  * lists, objects, missing under missingKey: null), duplicate keys on both sides and a right side
  * in many small files; each output matches the Python reference tests/allops/check_lj.py and the
  * exchanged one holds the broadcast one's rows. A worker SIGKILLed during the reduce phase gives
- * the same output (the map outputs of both sides re-made by lineage), and the shapes the
- * exchanged join cannot run in are refused before any task runs. */
+ * the same output (the map outputs of both sides re-made by lineage), a hot right key past the
+ * budget spills the build side, and the shapes the exchanged join cannot run in are refused
+ * before any task runs. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,15 +53,22 @@ static long ops_of(const char *name)
                dir, name);
 }
 
-/* Runs NAME (must succeed) and checks it against the reference join under ARGS_JSON. */
-static void run_check(const char *name, const char *args_json)
+/* Runs NAME (must succeed) and checks it against the reference join under ARGS_JSON with the
+ * right side in dir/RIGHT. */
+static void run_check_right(const char *name, const char *args_json, const char *right)
 {
     char *out = NULL;
     int rc = run_cli(name, "--cpus 2", &out);
     cr_assert_eq(rc, 0, "%s failed:\n%s", name, out);
     free(out);
-    sh("cd %s && python3 %s/tests/allops/check_lj.py join '%s' j/left rm out-%s", dir,
-       sb_test_root(), args_json, name);
+    sh("cd %s && python3 %s/tests/allops/check_lj.py join '%s' j/left %s out-%s", dir,
+       sb_test_root(), args_json, right, name);
+}
+
+/* The same with the right side dir/rm. */
+static void run_check(const char *name, const char *args_json)
+{
+    run_check_right(name, args_json, "rm");
 }
 
 /* HOW joined both ways: broadcast (the default broadcastBelow, 64Mi, is above the right side's
@@ -120,6 +128,37 @@ Test(join_exchange, kill_during_reduce_gives_the_same_output)
        "'{\"on\":[\"k\"],\"how\":\"left\",\"missingKey\":null}' j/left rm out-k1",
        dir, sb_test_root());
     cr_expect_gt(summary_num("k1", "partitionsRecovered"), 0, "map outputs re-made by lineage");
+}
+
+/* One right key repeated past a reduce task's share (500 rows of ~70 bytes under a share of
+ * 16 KiB): the build side spills (both sides by key into spill files, the hot key's part built in
+ * chunks) and the output is the reference's, inner and left. Before, the stage failed: "the
+ * right rows of one bucket take more than 16Ki". */
+Test(join_exchange, a_hot_right_key_past_the_budget_spills_the_build_side)
+{
+    sh("mkdir -p %s/hot && python3 -c \"import json\n"
+       "with open('%s/hot/r.jsonl', 'w') as o:\n"
+       "  for i in range(600): o.write(json.dumps({'k': 'a' if i < 500 else i %% 9, 'rid': i, "
+       "'pad': 'p' * 40}) + '\\n')\"",
+       dir, dir);
+    const char *hows[] = {"inner", "left"};
+    for (int h = 0; h < 2; h++) {
+        char name[16], args[160], json[160];
+        snprintf(name, sizeof name, "hot-%s", hows[h]);
+        snprintf(args, sizeof args, "on: [k], how: %s, missingKey: null, broadcastBelow: 1Ki",
+                 hows[h]);
+        snprintf(json, sizeof json, "{\"on\":[\"k\"],\"how\":\"%s\",\"missingKey\":null}", hows[h]);
+        pipeline(name, args, "", "  execution: {memoryBudget: 64Ki}\n");
+        sh("sed -i 's|file://%s/rm/|file://%s/hot/|' %s/%s.yaml", dir, dir, dir, name);
+        run_check_right(name, json, "hot");
+        cr_expect_gt(summary_num(name, "sinkRows"), 100 * 500, "%s: key a's rows multiply",
+                     hows[h]);
+        cr_expect_gt(num("python3 -c 'import json; print(sum(s[\"opSpilledBytes\"] for s in "
+                         "json.load(open(\"%s/%s.summary.json\"))[\"stages\"] if s[\"name\"] "
+                         "== \"x\"))'",
+                         dir, name),
+                     30000, "%s: the reduce spilled both sides", hows[h]);
+    }
 }
 
 /* Runs NAME, which must be refused at plan with WHY, nothing written. */

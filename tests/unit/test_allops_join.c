@@ -6,7 +6,8 @@
  * are; a left or right record without the key is an error unless missingKey: null; typed
  * columns are refused; the state serves a second task unchanged after reset. The exchanged join's
  * halves (exchange.map and exchange.reduce with op join) give the same rows, with the left rows
- * spilled under a small memory, and refuse a bucket's right rows past the task's share. */
+ * spilled under a small memory, and with the right rows spilled too past the task's share (a grace
+ * hash join; a hot key's part built in chunks). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,9 +19,11 @@
 #include "recs_coll.h"
 
 static char tmp[256], args[1024];
+static size_t right_bytes; /* the right side's bytes, as the plan would list them */
 
 static void write_right(const char *text)
 {
+    right_bytes = strlen(text);
     snprintf(tmp, sizeof tmp, "/tmp/sb-join-unit-XXXXXX");
     cr_assert_not_null(mkdtemp(tmp));
     char path[300];
@@ -227,18 +230,19 @@ static char **left_rows(void)
     return rows;
 }
 
-/* Runs the exchanged join over left_rows() with the right side in dir tmp (3 files) under
+/* Runs the exchanged join (how: HOW) over XROWS left rows with the right side in dir tmp under
  * wrapper memory MEMORY: the map half as XMAPS tasks (task i: its half of the rows and its share
  * of the right side's files), then the reduce half per bucket; its rows into *out. 0, or -1 + e
  * (the reduce's). *spilled: the reduce tasks' spilled bytes. */
-static int run_exchanged(char **rows, uint64_t memory, coll *out, uint64_t *spilled, sb_err *e)
+static int run_exchanged_how(char **rows, const char *how, uint64_t memory, coll *out,
+                             uint64_t *spilled, sb_err *e)
 {
     char w[1024];
     snprintf(w, sizeof w,
              "{\"op\":\"join\",\"buckets\":%d,\"memory\":%llu,\"maps\":%d,\"rightBytes\":%zu,"
-             "\"args\":{\"right\":{\"uri\":\"file://%s/\"},\"on\":[\"k\"],\"how\":\"left\","
+             "\"args\":{\"right\":{\"uri\":\"file://%s/\"},\"on\":[\"k\"],\"how\":\"%s\","
              "\"missingKey\":null}}",
-             XBUCKETS, (unsigned long long)memory, XMAPS, strlen(right_text), tmp);
+             XBUCKETS, (unsigned long long)memory, XMAPS, right_bytes, tmp, how);
     void *ms = NULL, *rs = NULL;
     cr_assert_eq(sb_op_exchange_map_impl.init(w, &ms, e), 0, "%s", e->msg);
     cr_assert_eq(sb_op_exchange_reduce_impl.init(w, &rs, e), 0, "%s", e->msg);
@@ -278,6 +282,12 @@ static int run_exchanged(char **rows, uint64_t memory, coll *out, uint64_t *spil
     sb_op_exchange_map_impl.free(ms);
     sb_op_exchange_reduce_impl.free(rs);
     return rc;
+}
+
+/* The same with how: left. */
+static int run_exchanged(char **rows, uint64_t memory, coll *out, uint64_t *spilled, sb_err *e)
+{
+    return run_exchanged_how(rows, "left", memory, out, spilled, e);
 }
 
 /* The right side as 3 files of 2 rows. */
@@ -325,14 +335,66 @@ Test(allops_join, exchanged_halves_give_the_broadcast_rows)
         cr_assert_str_eq(got.recs[i], want.recs[i], "row %zu", i);
         cr_assert_str_eq(small.recs[i], want.recs[i], "row %zu (spilled)", i);
     }
-    coll_free(&want);
     coll_free(&got);
     coll_free(&small);
-    /* a bucket's right rows past the task's share (1 KiB of 4 KiB) are refused, not spilled */
-    cr_expect_neq(run_exchanged(rows, 4 << 10, &got, &spilled, &e), 0);
-    cr_expect(!e.data && strstr(e.msg, "the right rows of one bucket take more than") != NULL, "%s",
-              e.msg);
+    /* a bucket's right rows past the task's share (1 KiB of 4 KiB): the build side spills too
+     * (before, the task failed: "the right rows of one bucket take more than 1Ki") */
+    cr_assert_eq(run_exchanged(rows, 4 << 10, &got, &spilled, &e), 0, "%s", e.msg);
+    cr_expect_gt(spilled, 0);
+    cr_assert_eq(got.n, want.n);
+    qsort(got.recs, got.n, sizeof *got.recs, str_cmp);
+    for (size_t i = 0; i < want.n; i++)
+        cr_assert_str_eq(got.recs[i], want.recs[i], "row %zu (build side spilled)", i);
     coll_free(&got);
+    coll_free(&want);
+    for (size_t i = 0; i < XROWS; i++)
+        free(rows[i]);
+    free(rows);
+    cleanup();
+}
+
+/* One key repeated past the task's share: the build side spills as a grace hash join and the part
+ * holding that key is built in chunks, each probed by all of its left rows; how: left keeps the
+ * rows no chunk met once. Both hows give the broadcast join's rows. */
+Test(allops_join, a_hot_key_past_the_share_is_joined_in_chunks)
+{
+    char *text = malloc(64 << 10), *p = text;
+    for (int i = 0; i < 500; i++) /* 400 rows of key 1, then keys 2..51 */
+        p += sprintf(p, "{\"k\":%d,\"r\":%d,\"pad\":\"%s\"}\n", i < 400 ? 1 : 2 + i % 50, i,
+                     "abcdefghijklmnopqrstuvwxyz");
+    write_right(text);
+    free(text);
+    char **rows = calloc(XROWS, sizeof *rows);
+    for (size_t i = 0; i < XROWS; i++) { /* keys 0..59: 0 and 52..59 meet no right row */
+        rows[i] = malloc(64);
+        snprintf(rows[i], 64, "{\"k\":%zu,\"id\":%zu}", i % 60, i);
+    }
+    const char *hows[] = {"inner", "left"};
+    for (int h = 0; h < 2; h++) {
+        sb_err e;
+        void *st = NULL;
+        char a[512];
+        snprintf(a, sizeof a, "{\"right\":{\"uri\":\"file://%s/\"},\"on\":[\"k\"],\"how\":\"%s\"}",
+                 tmp, hows[h]);
+        cr_assert_eq(sb_op_join_impl.init(a, &st, &e), 0, "%s", e.msg);
+        coll want = {0}, got = {0};
+        cr_assert_eq(run(st, (const char *const *)rows, XROWS, &want, &e), 0, "%s", e.msg);
+        sb_op_join_impl.free(st);
+        uint64_t spilled;
+        /* 32 KiB: a reduce task's share 8 KiB, key 1's right rows ~20 KB */
+        cr_assert_eq(run_exchanged_how(rows, hows[h], 32 << 10, &got, &spilled, &e), 0, "%s",
+                     e.msg);
+        cr_expect_gt(spilled, 20000, "%s: both sides spilled", hows[h]);
+        /* key 1: 34 left rows x 400; keys 2..51: 33 or 34 x 2; how: left adds 9 keys' rows */
+        cr_assert_eq(got.n, want.n, "%s", hows[h]);
+        cr_assert_gt(want.n, 34 * 400, "%s", hows[h]);
+        qsort(want.recs, want.n, sizeof *want.recs, str_cmp);
+        qsort(got.recs, got.n, sizeof *got.recs, str_cmp);
+        for (size_t i = 0; i < want.n; i++)
+            cr_assert_str_eq(got.recs[i], want.recs[i], "%s: row %zu", hows[h], i);
+        coll_free(&want);
+        coll_free(&got);
+    }
     for (size_t i = 0; i < XROWS; i++)
         free(rows[i]);
     free(rows);

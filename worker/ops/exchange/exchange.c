@@ -59,14 +59,13 @@ typedef struct {
     uint32_t *row_bucket; /* map scratch: per row of a call, its bucket (UINT32_MAX: dropped) */
     size_t *order, *runs_first, *runs_n;
     size_t cap_rows;
-    /* the exchanged join (join_* below): the table of the bucket's right rows (reduce), its left
-     * rows waiting for the table to be whole (u32 length, record), spilled past an eighth of the
-     * memory as runs; the map side's share of the right side: pieces i % maps == task index */
+    /* the exchanged join (join_* below): the table of the bucket's right rows, filled by the
+     * reduce side (jr, jreduce.c); the map side's share of the right side: pieces i % maps ==
+     * task index */
     xjoin *jn;
+    xjreduce *jr;
     char *jargs;
     uint64_t jmaps, jbytes, jtask;
-    xbuf jleft;
-    xruns *jruns;
     xbuf jrec; /* a tagged row */
 } xstate;
 
@@ -141,7 +140,11 @@ static int parse_wrapper(xstate *st, const char *args_json, sb_err *err)
         st->jargs = cJSON_PrintUnformatted(args);
         if (st->jargs == NULL)
             return sb_err_set(err, "out of memory");
-        return (st->jn = xjoin_new(st->jargs, err)) != NULL ? 0 : -1;
+        if ((st->jn = xjoin_new(st->jargs, err)) == NULL)
+            return -1;
+        if (!st->map && (st->jr = xjreduce_new(st->jn, st->memory)) == NULL)
+            return sb_err_set(err, "out of memory");
+        return 0;
     }
     if (st->kind == X_GROUPBY) {
         char *text = cJSON_PrintUnformatted(args);
@@ -181,8 +184,7 @@ static void xstate_clear(xstate *st)
         xsort_reset(st->so);
     if (st->jn != NULL)
         xjoin_clear(st->jn);
-    xbuf_free(&st->jleft);
-    xruns_clear(st->jruns);
+    xjreduce_clear(st->jr);
     st->rr_set = 0;
     st->rows = 0;
     st->uncombined = 0;
@@ -229,7 +231,7 @@ static void x_free(void *state)
     xsort_free(st->so);
     xjoin_free(st->jn);
     free(st->jargs);
-    xruns_free(st->jruns);
+    xjreduce_free(st->jr);
     xbuf_free(&st->jrec);
     cJSON_Delete(st->root);
     free(st->row_bucket);
@@ -290,18 +292,16 @@ static int x_reset(void *state, sb_err *err)
 
 /* sb_op_impl.hold: the task's share of the budget, no more than the room its worker can count
  * (the budget over four is the whole run's: on a worker with a fraction of it, that share alone
- * could outgrow the worker's store). Spilling starts earlier then; the output is the same. A
- * join's build table cannot spill and the plan sized it by the run's quarter: its share stays,
- * and only the room is reserved. */
+ * could outgrow the worker's store). Spilling starts earlier then; the output is the same. */
 static uint64_t x_hold(void *state, uint64_t room)
 {
     xstate *st = state;
     if (st->memory == 0)
         return 0; /* no budget: nothing spills, nothing to count */
-    if (st->kind == X_JOIN)
-        return room > 0 && room < st->memory ? room : st->memory;
     if (room > 0 && room < st->memory) {
         st->memory = room;
+        if (st->jr != NULL)
+            xjreduce_set_memory(st->jr, room);
         if (st->gb != NULL)
             xgroupby_set_memory(st->gb, room);
         if (st->so != NULL)
@@ -491,8 +491,9 @@ static int map_records(void *state, const sb_batch *in, size_t first, size_t n, 
  * Its map tasks write every row tagged with its side ('L' then the left record, 'R' then the right
  * record) into the bucket of its key's hash, as groupby's map does: the left rows of the task's
  * input, then (at finish) the right records of its share of the right side's pieces. Reduce task
- * b adds the right rows of bucket b to its table (xjoin) and keeps the left rows aside until every
- * map output is in, then probes the table with them. */
+ * b hands bucket b's rows to the reduce side (jreduce.c), which builds the table of its right rows
+ * once every map output is in and probes it with the left rows, spilling both when they outgrow
+ * the task's share. */
 
 /* Appends tag and rec[0..len) to bucket b. */
 static int join_put(xstate *st, uint32_t b, char tag, const char *rec, size_t len, sb_err *err)
@@ -550,83 +551,16 @@ static int join_map_finish(xstate *st, sb_err *err)
                             err);
 }
 
-/* The left rows waiting in st->jleft as a run (spill files, runs.c). */
-static int join_spill_left(xstate *st, sb_err *err)
-{
-    if (st->jruns == NULL && (st->jruns = xruns_new("join")) == NULL)
-        return sb_err_set(err, "out of memory");
-    int rc = xruns_begin(st->jruns, err);
-    for (size_t off = 0; rc == 0 && off < st->jleft.n;) {
-        uint32_t len;
-        memcpy(&len, st->jleft.p + off, 4);
-        rc = xruns_put(st->jruns, "", 0, st->jleft.p + off + 4, len, err);
-        off += 4 + (size_t)len;
-    }
-    if (rc == 0)
-        rc = xruns_end(st->jruns, err);
-    xbuf_free(&st->jleft);
-    return rc;
-}
-
-/* A bucket's row: a right row into the table, a left row aside. */
+/* A bucket's row to the reduce side (jreduce.c). */
 static int join_reduce_row(xstate *st, const char *p, size_t len, size_t r, sb_err *err)
 {
-    if (len > 0 && p[0] == 'R') {
-        if (xjoin_add_right(st->jn, p + 1, len - 1, r, err) != 0)
-            return -1;
-        if (st->memory > 0 && xjoin_bytes(st->jn) > st->memory) {
-            char b[32];
-            return sb_err_permanent(err,
-                                    "join: the right rows of one bucket take more than %s, the "
-                                    "task's share of execution.memoryBudget (the build side is "
-                                    "not spilled): give the join a larger memoryBudget",
-                                    sb_quantity_format_bytes((int64_t)st->memory, b, sizeof b));
-        }
-        return 0;
-    }
-    uint32_t l32 = (uint32_t)(len - 1);
-    if (len == 0 || p[0] != 'L' || len - 1 > UINT32_MAX)
-        return sb_err_permanent(err, "join: a bucket's row is not tagged L or R (the map half "
-                                     "writes them)");
-    if (xbuf_put(&st->jleft, &l32, 4) != 0 || xbuf_put(&st->jleft, p + 1, len - 1) != 0)
-        return sb_err_set(err, "out of memory");
-    return st->memory > 0 && st->jleft.n > st->memory / 8 ? join_spill_left(st, err) : 0;
+    (void)r;
+    return xjreduce_row(st->jr, p, len, err);
 }
 
 static int join_reduce_rows(xstate *st, const sb_batch *in, size_t first, size_t n, sb_err *err)
 {
     return join_each(st, in, first, n, join_reduce_row, err);
-}
-
-typedef struct {
-    xstate *st;
-    sb_op_out *out;
-    size_t row;
-} jprobe;
-
-static int join_probe_item(void *ctx, const xruns_item *it, sb_err *err)
-{
-    jprobe *p = ctx;
-    return xjoin_probe(p->st->jn, it->rec, it->rn, p->row++, p->out, err);
-}
-
-/* Every left row of the bucket through the whole table: the spilled ones, then those held. */
-static int join_reduce_finish(xstate *st, sb_op_out *out, sb_err *err)
-{
-    if (xjoin_schema(out, err) != 0 || xjoin_seal(st->jn, err) != 0)
-        return -1;
-    jprobe p = {st, out, 0};
-    if (xruns_count(st->jruns) > 0 &&
-        xruns_merge(st->jruns, NULL, NULL, join_probe_item, &p, err) != 0)
-        return -1;
-    for (size_t off = 0; off < st->jleft.n; p.row++) {
-        uint32_t len;
-        memcpy(&len, st->jleft.p + off, 4);
-        if (xjoin_probe(st->jn, st->jleft.p + off + 4, len, p.row, out, err) != 0)
-            return -1;
-        off += 4 + (size_t)len;
-    }
-    return 0;
 }
 
 /* True when b has no records column (neither "record" nor a lone binary/utf8 column). */
@@ -916,7 +850,7 @@ static int reduce_finish(void *state, sb_op_out *out, sb_err *err)
     if (st->kind == X_DISTINCT)
         return distinct_finish(st, out, err);
     if (st->kind == X_JOIN)
-        return join_reduce_finish(st, out, err);
+        return xjreduce_finish(st->jr, out, err);
     if (st->kind != X_GROUPBY)
         return 0;
     sb_field f = {.name = SB_OP_RECORD_COLUMN, .type = SB_TYPE_UTF8};
@@ -951,7 +885,7 @@ static uint64_t reduce_spilled(void *state)
     const xstate *st = state;
     return (st->gb != NULL ? xgroupby_spilled(st->gb) : 0) + xshuffle_spilled(st->runs) +
            (st->so != NULL ? xsort_spilled(st->so) : 0) + xruns_spilled(st->druns) +
-           xruns_spilled(st->jruns);
+           xjreduce_spilled(st->jr);
 }
 
 const sb_op_impl sb_op_exchange_reduce_impl = {

@@ -421,7 +421,21 @@ static int emit_match(jstate *st, const char *l, size_t len, size_t row, uint32_
     return sb_op_out_append_binary(out, st->ob.p, st->ob.n, err);
 }
 
+int xjoin_right_key(xjoin *st, const char *r, size_t len, uint64_t row, uint64_t *hash, sb_err *err)
+{
+    if (right_key(st, r, len, row, err) != 0)
+        return -1;
+    *hash = xhash(st->kb.p, st->kb.n, 0);
+    return 0;
+}
+
 int xjoin_probe(xjoin *st, const char *l, size_t len, size_t r, sb_op_out *out, sb_err *err)
+{
+    return xjoin_probe_hit(st, l, len, r, st->keep_left, out, NULL, err);
+}
+
+int xjoin_probe_hit(xjoin *st, const char *l, size_t len, size_t r, int keep, sb_op_out *out,
+                    int *hit, sb_err *err)
 {
     sb_op_json_type top;
     char msg[160];
@@ -434,12 +448,19 @@ int xjoin_probe(xjoin *st, const char *l, size_t len, size_t r, sb_op_out *out, 
     if (xkeys_encode_found(&st->on, "join", r, st->found, &st->kb, err) != 0)
         return -1;
     long e = xset_find(&st->keys, st->kb.p, st->kb.n, xhash(st->kb.p, st->kb.n, 0));
+    if (hit != NULL)
+        *hit = e >= 0;
     if (e < 0)
-        return st->keep_left ? sb_op_out_append_binary(out, l, len, err) : 0;
+        return keep ? sb_op_out_append_binary(out, l, len, err) : 0;
     for (uint32_t ri = st->head[e]; ri != NO_REC; ri = st->recs[ri].next)
         if (emit_match(st, l, len, r, ri, out, err) != 0)
             return -1;
     return 0;
+}
+
+int xjoin_keeps_left(const xjoin *st)
+{
+    return st->keep_left;
 }
 
 int xjoin_schema(sb_op_out *out, sb_err *err)

@@ -160,7 +160,8 @@ static int rhead_next(const xruns *rs, rhead *r, sb_err *err)
 int xruns_bytes_cmp(void *ctx, const char *a, size_t an, const char *b, size_t bn)
 {
     (void)ctx;
-    int c = memcmp(a, b, an < bn ? an : bn);
+    size_t n = an < bn ? an : bn;
+    int c = n > 0 ? memcmp(a, b, n) : 0; /* an empty key may have no buffer (NULL) */
     return c != 0 ? c : (an > bn) - (an < bn);
 }
 

@@ -250,6 +250,14 @@ uint64_t xjoin_bytes(const xjoin *j);
 /* Appends the rows left record l[0..len) (row: its number, for messages) gives to out (its
  * matches; itself alone under how: left when it has none). Data errors for bad records. */
 int xjoin_probe(xjoin *j, const char *l, size_t len, size_t row, sb_op_out *out, sb_err *err);
+/* The same with the unmatched row kept only when keep, whatever `how` says; *hit (when not NULL)
+ * 1 when the row met a right row (a table built in chunks probes each left row once a chunk). */
+int xjoin_probe_hit(xjoin *j, const char *l, size_t len, size_t row, int keep, sb_op_out *out,
+                    int *hit, sb_err *err);
+/* 1 under how: left. */
+int xjoin_keeps_left(const xjoin *j);
+/* The hash of right record r[0..len)'s key (its bucket's), checked as xjoin_add_right checks. */
+int xjoin_right_key(xjoin *j, const char *r, size_t len, uint64_t row, uint64_t *hash, sb_err *err);
 /* Sets out's schema to the records column when it has none. */
 int xjoin_schema(sb_op_out *out, sb_err *err);
 /* The hash of left record l[0..len)'s key (the bucket it goes to); data errors as a probe's. */
@@ -261,6 +269,26 @@ int xjoin_left_key(xjoin *j, const char *l, size_t len, size_t row, uint64_t *ha
 typedef int (*xjoin_right_fn)(void *ud, const char *r, size_t len, uint64_t hash, sb_err *err);
 int xjoin_read_right(xjoin *j, const char *args_json, uint64_t index, uint64_t maps, uint64_t bytes,
                      xjoin_right_fn fn, void *ud, sb_err *err);
+
+/* ---- the exchanged join's reduce side (jreduce.c) ---------------------------------------------
+ * Reduce task b's rows of bucket b, tagged 'R' (right) or 'L' (left) by the map half: the right
+ * rows build the table once every map output is in, then the left rows probe it. Under a budget
+ * the build side spills as a grace hash join (jreduce.c says how), so no bucket is too large. */
+typedef struct xjreduce xjreduce;
+/* jn: the table it fills (not owned); memory: the task's share of the budget (0: none). NULL
+ * out of memory. */
+xjreduce *xjreduce_new(xjoin *jn, uint64_t memory);
+void xjreduce_free(xjreduce *r);
+/* Drops the task's rows and spill files (a new task); the table is the caller's to clear. */
+void xjreduce_clear(xjreduce *r);
+/* A smaller share (the room its worker can count: sb_op_impl.hold). */
+void xjreduce_set_memory(xjreduce *r, uint64_t memory);
+/* One tagged row of the bucket. Permanent errors for an untagged row or a bad right record. */
+int xjreduce_row(xjreduce *r, const char *p, size_t len, sb_err *err);
+/* The joined rows of the bucket into out (its schema set first). */
+int xjreduce_finish(xjreduce *r, sb_op_out *out, sb_err *err);
+/* Bytes written to spill files since the last clear (0 for NULL). */
+uint64_t xjreduce_spilled(const xjreduce *r);
 
 /* ---- a hash set of byte strings (distinct; groupby's table) ------------------------------- */
 
