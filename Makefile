@@ -60,8 +60,8 @@ LDLIBS   = $(PKG_LIBS) $(BLAS_LIBS) -lpthread -lm
 PROTOS    := $(wildcard api/proto/*.proto)
 GEN_SRCS  := $(patsubst api/proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
 GEN_HDRS  := $(GEN_SRCS:.c=.h)
-LIB_SRCS  := $(wildcard lib/*/*.c controller/*.c controller/*/*.c worker/*.c worker/*/*.c \
-               worker/*/*/*.c)
+LIB_SRCS  := $(wildcard lib/*/*.c controller/*.c controller/*/*.c controller/*/*/*.c worker/*.c \
+               worker/*/*.c worker/*/*/*.c)
 LIB_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(GEN_SRCS:.c=.o)
 LIBSB     := $(BUILD)/libstreambatch.a
 BINS      := $(patsubst cmd/%.c,$(BINDIR)/%,$(wildcard cmd/*.c))

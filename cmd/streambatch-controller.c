@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "controller/operator/netpol.h"
+#include "controller/operator/objects/netpol.h"
 #include "controller/operator/operator.h"
 #include "controller/operator/testrun.h"
 #include "controller/operator/uninstall.h"

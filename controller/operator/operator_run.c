@@ -15,7 +15,8 @@
 #include "controller/sched/autoscale.h"
 #include "controller/ctl/ctl.h"
 #include "controller/operator/kube.h"
-#include "controller/operator/netpol.h"
+#include "controller/operator/objects/netpol.h"
+#include "controller/operator/objects/streamsvc.h"
 #include "controller/operator/opckpt.h"
 #include "controller/operator/operator_events.h"
 #include "controller/operator/podstate.h"
@@ -91,6 +92,7 @@ struct sb_operator_pipeline {
     char auth_secret[96];    /* "sb-auth-<uid>-<key id>": the Secret the pods take the token from */
     int stream;              /* a stream:// sink: served until its consumers end every epoch */
     char address[300];       /* the Control service's HOST:PORT (workers and consumers call it) */
+    char service[300];       /* a stream's Service ("<name>.<ns>.svc:7070", streamsvc.h), or "" */
     pthread_mutex_t kube_mu; /* guards the kube pointer: on_pod (informer thread) vs stop */
     run_pool pools[MAX_POOLS];
     size_t npools;
@@ -883,6 +885,22 @@ static void run_ckpt_init(sb_operator_pipeline *r, const char *id, uint32_t gen)
                NULL);
 }
 
+/* A stream's Service and EndpointSlice pointing at this leader (streamsvc.h). Without them the
+ * stream still serves at r->address, so a refusal (RBAC of an older chart, an address the API
+ * refuses) is logged and status.stream leaves `service` out. */
+static void run_stream_service(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg)
+{
+    sb_err e = {0};
+    r->service[0] = '\0';
+    if (sb_streamsvc_ensure(cfg->client, cfg->object,
+                            cfg->grpc_host != NULL ? cfg->grpc_host : "127.0.0.1",
+                            sb_ctl_port(r->ctl), r->service, sizeof r->service, &e) != 0) {
+        r->service[0] = '\0';
+        sb_log(SB_LOG_WARN, "stream Service not made; consumers use status.stream.address",
+               "pipeline", r->key, "error", e.msg, NULL);
+    }
+}
+
 /* The log a worker read before planning: its committed work becomes the resume (or, refused,
  * an InvalidCheckpoint event and a run of everything at the new epoch), then planning goes
  * on. Called from the tick while r->loading. */
@@ -1021,6 +1039,8 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
         run_free(r);
         return NULL;
     }
+    if (r->stream)
+        run_stream_service(r, cfg);
     sb_kube_config kc;
     run_kube_config(r, cfg, caddr, &kc);
     r->npools = kc.npools;
@@ -1432,6 +1452,8 @@ static int run_stream_status(sb_operator_pipeline *r, cJSON *status)
              cJSON_AddStringToObject(st, "consumerLabel", label) != NULL;
     if (ok && r->auth_secret[0] != '\0')
         ok = cJSON_AddStringToObject(st, "tokenSecret", r->auth_secret) != NULL;
+    if (ok && r->service[0] != '\0')
+        ok = cJSON_AddStringToObject(st, "service", r->service) != NULL;
     return ok ? 0 : -1;
 }
 

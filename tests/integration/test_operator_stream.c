@@ -3,7 +3,8 @@
  * holds their token; two trainer ranks read two epochs of it with the Python kit (reading the
  * token from that Secret, as a trainer pod mounts it); every record reaches exactly one rank per
  * epoch, the seeded epochs come in different orders; the Pipeline stays Running while the ranks
- * read and succeeds once both ended both epochs. */
+ * read and succeeds once both ended both epochs. Its Service and EndpointSlice point at the
+ * leader's address. */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <signal.h>
@@ -34,6 +35,7 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
 }
 
 static pid_t ctl_pid;
+static char host_ip[64]; /* where the Control services listen; "": 127.0.0.1 */
 
 static void setup(void)
 {
@@ -47,7 +49,15 @@ static void setup(void)
         "      o.write(json.dumps({'id': f*%d+i, 'pad': 'x'*60}) + '\\\\n')\n\"",
         dir, NFILES, PER_FILE, PER_FILE));
     itest_crd_apply();
-    ctl_pid = itest_controller_start(NULL);
+    /* an EndpointSlice refuses a loopback address: the Control services listen on this host's
+     * first other IPv4 address when it has one (the ranks and worker pods reach it as well) */
+    char *ip = sb_test_sh_out("hostname -I 2>/dev/null | tr ' ' '\\n' | "
+                              "grep -E '^[0-9]+[.][0-9.]+$' | grep -v '^127[.]' | head -1");
+    snprintf(host_ip, sizeof host_ip, "%s", ip);
+    free(ip);
+    char flag[300];
+    snprintf(flag, sizeof flag, "--grpc-listen=%s:0", host_ip);
+    ctl_pid = itest_controller_start(host_ip[0] != '\0' ? flag : NULL);
 }
 
 static void teardown(void)
@@ -91,6 +101,40 @@ static void check_epoch(int e, char *order, size_t olen)
     free(v);
 }
 
+/* The stream's Service (streamsvc.h): status.stream.service names it; it has no selector, and its
+ * EndpointSlice holds the leader's address ADDR (what status.stream.address says) under port name
+ * "control", both owned by the Pipeline. (The private cluster has no kube-proxy or DNS: the ranks
+ * below connect to ADDR; the Service is checked as objects.) On a host with loopback alone
+ * there is no Service (an EndpointSlice refuses 127.0.0.1) and the controller says so. */
+static void check_service(const char *addr)
+{
+    char *svc = jp("{.status.stream.service}");
+    if (host_ip[0] == '\0') { /* loopback only: no Service, said in the log, the stream serves */
+        cr_expect_str_eq(svc, "", "a Service for a loopback address");
+        char *n = sb_test_sh_out(
+            "grep -c 'stream Service not made.*loopback' %s/controller.log || true", dir);
+        cr_expect_gt(atoi(n), 0, "the controller logs why there is no Service");
+        free(n);
+        free(svc);
+        return;
+    }
+    cr_expect_str_eq(svc, "sb-stream-train.default.svc:7070", "controller log:\n%s",
+                     sb_test_sh_out("grep -i stream %s/controller.log | tail -5", dir));
+    free(svc);
+    char *got = kubectl("get service sb-stream-train -o jsonpath='{.spec.ports[0].name} "
+                        "{.spec.ports[0].port} {.spec.selector} "
+                        "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}'");
+    cr_expect_str_eq(got, "control 7070  Pipeline/train");
+    free(got);
+    got = kubectl("get endpointslice sb-stream-train -o jsonpath='{.endpoints[0].addresses[0]}:"
+                  "{.ports[0].port} {.ports[0].name} {.metadata.labels.kubernetes\\.io/"
+                  "service-name} {.metadata.ownerReferences[0].kind}'");
+    char want[400];
+    snprintf(want, sizeof want, "%s control sb-stream-train Pipeline", addr);
+    cr_expect_str_eq(got, want);
+    free(got);
+}
+
 Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
 {
     FILE *f = itest_create("train.yaml");
@@ -124,6 +168,7 @@ Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
     cr_expect(strncmp(secret, "sb-auth-", 8) == 0, "tokenSecret: %s", secret);
     cr_expect_str_eq(label, "streambatch.dev/stream-consumer=train");
     cr_expect_str_eq(epochs, "2");
+    check_service(addr);
     /* the token as a trainer pod gets it: key "token" of that Secret */
     free(kubectl("get secret %s -o jsonpath='{.data.token}' | base64 -d > %s/token", secret, dir));
     /* a memory budget of 1Mi against 280 KiB of input a rank reads over time: the ranks start

@@ -328,6 +328,8 @@ streambatch.dev|pipelines/finalizers||update
 |pods||create,delete,list,watch
 |events||create
 |secrets||create
+|services||create,delete,get
+discovery.k8s.io|endpointslices||create,delete,get
 networking.k8s.io|networkpolicies||create,delete,get'
 render_all_namespaces() {
   helm template "$REL" "$CHART" -n "$SYS" --no-hooks >"$tmp/all.yaml" || return 1
@@ -666,6 +668,12 @@ create networkpolicies.networking.k8s.io -n $NS
 get networkpolicies.networking.k8s.io -n $NS
 delete networkpolicies.networking.k8s.io -n $NS
 create secrets -n $NS
+create services -n $NS
+get services -n $NS
+delete services -n $NS
+create endpointslices.discovery.k8s.io -n $NS
+get endpointslices.discovery.k8s.io -n $NS
+delete endpointslices.discovery.k8s.io -n $NS
 create leases.coordination.k8s.io -n $SYS
 get leases.coordination.k8s.io/$LEASE -n $SYS
 update leases.coordination.k8s.io/$LEASE -n $SYS
@@ -688,6 +696,10 @@ get secrets -n $SYS
 get configmaps -n $NS
 list networkpolicies.networking.k8s.io -A
 update networkpolicies.networking.k8s.io -n $NS
+list services -A
+update services -n $NS
+list endpointslices.discovery.k8s.io -A
+update endpointslices.discovery.k8s.io -n $NS
 list nodes
 get nodes
 patch pods -n $NS

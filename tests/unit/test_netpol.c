@@ -1,5 +1,5 @@
-/* The per-Pipeline NetworkPolicy (controller/operator/netpol.h): the flag's settings (errors
- * name the key), the object built for a Pipeline (selector, the 7070 and 9102 rules, owner
+/* The per-Pipeline NetworkPolicy (controller/operator/objects/netpol.h): the flag's settings
+ * (errors name the key), the object built for a Pipeline (selector, the 7070 and 9102 rules, owner
  * reference), and sb_netpol_ensure against a scripted API server (libmicrohttpd, plain http):
  * create, keep our own on 409, replace a stale one of the controller's, never delete one that
  * is not the controller's, no request when disabled. The live cluster (ownership and garbage
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller/operator/netpol.h"
+#include "controller/operator/objects/netpol.h"
 
 #define SETTINGS                                                                                   \
     "{\"controllerNamespace\": \"sb-system\", \"controllerLabels\": "                              \

@@ -74,6 +74,12 @@ the requests the controller makes (controller/operator/*.c):
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create, get, delete]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [create, get, delete]
 {{- if and .Values.networkPolicy.enabled .Values.networkPolicy.perPipeline }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

@@ -2,16 +2,16 @@
  * --worker-network-policy settings, building the object, and creating it (or replacing a stale
  * one of the controller's) through the API client. Owns the process-wide settings. */
 
-#include "controller/operator/netpol.h"
+#include "controller/operator/objects/netpol.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "controller/operator/kube.h"
+#include "controller/operator/objects/owned.h"
 
 #define NETPOL_API "/apis/networking.k8s.io/v1/namespaces"
-#define MANAGED_BY "streambatch-controller"
 
 static sb_netpol_settings g_settings;
 
@@ -131,12 +131,6 @@ void sb_netpol_consumer_label(const char *pipeline, char *out, size_t n)
     snprintf(out, n, "%s=%s", SB_NETPOL_CONSUMER_LABEL, pipeline);
 }
 
-static const char *str_at(const cJSON *o, const char *a, const char *b)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, a), b);
-    return cJSON_IsString(v) && v->valuestring[0] != '\0' ? v->valuestring : NULL;
-}
-
 static void add_port(cJSON *rule, int port)
 {
     cJSON *p = cJSON_CreateObject();
@@ -153,27 +147,6 @@ static cJSON *worker_selector(const char *pipeline)
     cJSON_AddStringToObject(ml, "streambatch.dev/pipeline", pipeline);
     cJSON_AddStringToObject(ml, "app.kubernetes.io/name", "streambatch-worker");
     return sel;
-}
-
-static void build_metadata(cJSON *o, const char *name, const char *ns, const char *pipeline,
-                           const char *uid)
-{
-    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
-    cJSON_AddStringToObject(md, "name", name);
-    cJSON_AddStringToObject(md, "namespace", ns);
-    cJSON *labels = cJSON_AddObjectToObject(md, "labels");
-    cJSON_AddStringToObject(labels, "streambatch.dev/pipeline", pipeline);
-    cJSON_AddStringToObject(labels, "app.kubernetes.io/managed-by", MANAGED_BY);
-    if (uid == NULL)
-        return;
-    cJSON *ref = cJSON_CreateObject();
-    cJSON_AddStringToObject(ref, "apiVersion", "streambatch.dev/v1alpha1");
-    cJSON_AddStringToObject(ref, "kind", "Pipeline");
-    cJSON_AddStringToObject(ref, "name", pipeline);
-    cJSON_AddStringToObject(ref, "uid", uid);
-    cJSON_AddBoolToObject(ref, "controller", 1);
-    cJSON_AddBoolToObject(ref, "blockOwnerDeletion", 1);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"), ref);
 }
 
 static cJSON *build_spec(const sb_netpol_settings *s, const char *pipeline, int stream)
@@ -217,8 +190,8 @@ static cJSON *build_spec(const sb_netpol_settings *s, const char *pipeline, int 
 
 cJSON *sb_netpol_build(const sb_netpol_settings *s, const cJSON *pipeline, sb_err *err)
 {
-    const char *name = str_at(pipeline, "metadata", "name");
-    const char *ns = str_at(pipeline, "metadata", "namespace");
+    const char *name = sb_owned_str(pipeline, "metadata", "name");
+    const char *ns = sb_owned_str(pipeline, "metadata", "namespace");
     if (name == NULL || ns == NULL) {
         sb_err_set(err, "NetworkPolicy: the Pipeline has no metadata.%s",
                    name == NULL ? "name" : "namespace");
@@ -233,86 +206,28 @@ cJSON *sb_netpol_build(const sb_netpol_settings *s, const cJSON *pipeline, sb_er
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "apiVersion", "networking.k8s.io/v1");
     cJSON_AddStringToObject(o, "kind", "NetworkPolicy");
-    build_metadata(o, np, ns, name, str_at(pipeline, "metadata", "uid"));
-    const char *uri = str_at(cJSON_GetObjectItemCaseSensitive(pipeline, "spec"), "sink", "uri");
+    sb_owned_metadata(o, np, ns, name, sb_owned_str(pipeline, "metadata", "uid"));
+    const char *uri =
+        sb_owned_str(cJSON_GetObjectItemCaseSensitive(pipeline, "spec"), "sink", "uri");
     int stream = uri != NULL && strcmp(uri, "stream://") == 0;
     cJSON_AddItemToObject(o, "spec", build_spec(s, name, stream));
     return o;
 }
 
-/* Whether the existing object is ours to keep (1), ours to replace (0), or not ours (-1). */
-static int judge_existing(const cJSON *got, const cJSON *want)
-{
-    const cJSON *md = cJSON_GetObjectItemCaseSensitive(got, "metadata");
-    const char *by = str_at(md, "labels", "app.kubernetes.io/managed-by");
-    if (by == NULL || strcmp(by, MANAGED_BY) != 0)
-        return -1;
-    const cJSON *want_refs = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(want, "metadata"), "ownerReferences");
-    const cJSON *want_uid =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(want_refs, 0), "uid");
-    int owned = want_uid == NULL;
-    const cJSON *r;
-    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(md, "ownerReferences"))
-    {
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "uid");
-        if (want_uid != NULL && cJSON_IsString(u) &&
-            strcmp(u->valuestring, want_uid->valuestring) == 0)
-            owned = 1;
-    }
-    const cJSON *gs = cJSON_GetObjectItemCaseSensitive(got, "spec");
-    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(want, "spec");
-    return owned && cJSON_Compare(gs, ws, 1) ? 1 : 0;
-}
-
-/* After a 409 on create: keep, or delete and create again, or refuse (see netpol.h). */
-static int on_conflict(sb_k8s_client *c, const char *coll, const char *name, const cJSON *want,
-                       sb_err *err)
-{
-    char path[400];
-    snprintf(path, sizeof path, "%s/%s", coll, name);
-    long st = 0;
-    sb_err e = {0};
-    cJSON *got = sb_k8s_get(c, path, &st, &e);
-    if (got == NULL)
-        return sb_err_set(err, "%s", e.msg);
-    int verdict = judge_existing(got, want);
-    cJSON_Delete(got);
-    if (verdict == 1)
-        return 0;
-    if (verdict < 0)
-        return sb_err_set(err, "exists and is not the controller's (no label "
-                               "app.kubernetes.io/managed-by=" MANAGED_BY "): rename or delete it");
-    if (sb_k8s_delete(c, path, &st, &e) != 0 && st != 404)
-        return sb_err_set(err, "deleting the stale one: %s", e.msg);
-    cJSON *made = sb_k8s_create(c, coll, want, &st, &e);
-    if (made == NULL)
-        return sb_err_set(err, "creating it again: %s", e.msg);
-    cJSON_Delete(made);
-    return 0;
-}
-
 int sb_netpol_ensure(sb_k8s_client *c, const cJSON *pipeline, sb_err *err)
 {
+    static const char *const fields[] = {"spec", NULL};
     if (!g_settings.enabled)
         return 0;
     cJSON *want = sb_netpol_build(&g_settings, pipeline, err);
     if (want == NULL)
         return -1;
-    const char *ns = str_at(pipeline, "metadata", "namespace");
-    const char *name = str_at(want, "metadata", "name");
+    const char *ns = sb_owned_str(pipeline, "metadata", "namespace");
+    const char *name = sb_owned_str(want, "metadata", "name");
     char coll[300];
     snprintf(coll, sizeof coll, NETPOL_API "/%s/networkpolicies", ns);
-    long st = 0;
     sb_err e = {0};
-    cJSON *made = sb_k8s_create(c, coll, want, &st, &e);
-    int rc = 0;
-    if (made != NULL)
-        cJSON_Delete(made);
-    else if (st == 409)
-        rc = on_conflict(c, coll, name, want, &e);
-    else
-        rc = -1;
+    int rc = sb_owned_ensure(c, coll, want, fields, &e);
     if (rc != 0)
         sb_err_set(err, "NetworkPolicy %s/%s: %s", ns, name, e.msg);
     cJSON_Delete(want);
