@@ -72,6 +72,28 @@ static void *op_init(const sb_op_impl *op, const char *kind, int round, long mem
     return st;
 }
 
+/* Sort's reduce round: task r reads range r of every middle output mid[t], its records into got
+ * in part order. The bytes its tasks spilled. */
+static uint64_t sort_reduce(parts *mid, long memory, const char *args, coll *got)
+{
+    const sb_op_impl *red = sb_op_find("exchange.reduce");
+    sb_err e;
+    uint64_t spilled = 0;
+    void *st = op_init(red, "sort", 2, memory, args);
+    for (int r = 0; r < B; r++) {
+        sb_op_out *out = sb_op_out_new(1 << 12, collect, got, &e);
+        for (int t = 0; t < B; t++)
+            feed(red, st, mid[t].blob[r], mid[t].len[r], out);
+        cr_assert_eq(red->finish(st, out, &e), 0, "%s", e.msg);
+        cr_assert_eq(sb_op_out_flush(out, &e), 0, "%s", e.msg);
+        spilled += red->spilled(st);
+        cr_assert_eq(red->reset(st, &e), 0);
+        sb_op_out_free(out);
+    }
+    red->free(st);
+    return spilled;
+}
+
 /* The three rounds of sort over the rows of blob: the records in part order; *spilled: the
  * bytes the middle and reduce tasks spilled. */
 static void sort_chain(const void *blob, size_t len, long memory, const char *args, coll *got,
@@ -100,18 +122,7 @@ static void sort_chain(const void *blob, size_t len, long memory, const char *ar
         sb_op_out_free(out);
     }
     red->free(st);
-    st = op_init(red, "sort", 2, memory, args);
-    for (int r = 0; r < B; r++) { /* reduce task r reads range r of every middle output */
-        out = sb_op_out_new(1 << 12, collect, got, &e);
-        for (int t = 0; t < B; t++)
-            feed(red, st, mid[t].blob[r], mid[t].len[r], out);
-        cr_assert_eq(red->finish(st, out, &e), 0, "%s", e.msg);
-        cr_assert_eq(sb_op_out_flush(out, &e), 0, "%s", e.msg);
-        *spilled += red->spilled(st);
-        cr_assert_eq(red->reset(st, &e), 0);
-        sb_op_out_free(out);
-    }
-    red->free(st);
+    *spilled += sort_reduce(mid, memory, args, got);
     parts_free(&mp);
     for (int t = 0; t < B; t++)
         parts_free(&mid[t]);
@@ -630,5 +641,76 @@ Test(allops_spill, idle_groupby_and_distinct_states_hold_no_table_of_their_last_
                           kept);
         red->free(st);
     }
+    sb_part_free(blob);
+}
+
+/* ---- sort's samples: thinned alike in every middle task ------------------------------------ */
+
+enum { MAPS = 100 };
+
+/* The three rounds of sort with MAPS map tasks over consecutive slices of blob's rows, middle
+ * task t reading its bucket of the map outputs in an order of its own (from map 37 t on): the
+ * records in part order. */
+static void sort_chain_maps(const void *blob, size_t len, long memory, const char *args, coll *got)
+{
+    const sb_op_impl *map = sb_op_find("exchange.map"), *red = sb_op_find("exchange.reduce");
+    sb_err e;
+    static parts mp[MAPS], mid[B];
+    sb_batch *in;
+    cr_assert_eq(sb_batch_open(blob, len, &in, &e), 0, "%s", e.msg);
+    size_t rows = sb_batch_rows(in);
+    void *st = op_init(map, "sort", 0, memory, args);
+    for (size_t m = 0; m < MAPS; m++) {
+        sb_op_out *out = sb_op_out_new(1 << 20, keep_blob, &mp[m], &e);
+        size_t a = m * rows / MAPS, b = (m + 1) * rows / MAPS;
+        cr_assert_eq(map->reset(st, &e), 0);
+        map->task_begin(st, m);
+        cr_assert_eq(map->process(st, in, a, b - a, out, &e), 0, "%s", e.msg);
+        cr_assert_eq(map->finish(st, out, &e), 0, "%s", e.msg);
+        cr_assert_eq(mp[m].n, B);
+        sb_op_out_free(out);
+    }
+    map->free(st);
+    sb_batch_close(in);
+    st = op_init(red, "sort", 1, memory, args);
+    for (int t = 0; t < B; t++) {
+        sb_op_out *out = sb_op_out_new(1 << 20, keep_blob, &mid[t], &e);
+        for (size_t i = 0; i < MAPS; i++) {
+            size_t m = (i + 37 * (size_t)t) % MAPS;
+            feed(red, st, mp[m].blob[t], mp[m].len[t], out);
+        }
+        cr_assert_eq(red->finish(st, out, &e), 0, "%s", e.msg);
+        cr_assert_eq(red->reset(st, &e), 0);
+        sb_op_out_free(out);
+    }
+    red->free(st);
+    (void)sort_reduce(mid, memory, args, got);
+    for (size_t m = 0; m < MAPS; m++)
+        parts_free(&mp[m]);
+    for (int t = 0; t < B; t++)
+        parts_free(&mid[t]);
+}
+
+/* 100 map tasks' samples of 100-character keys (~12 KiB) past a middle task's share (16 KiB of
+ * 64 KiB): the middle tasks thin them alike, whatever order they read the map outputs in, so the
+ * parts hold one total order, the rows of the unbounded sort's. Before, the middle tasks failed:
+ * "the map tasks' key samples take more than half of 16Ki". */
+Test(allops_spill, many_map_tasks_samples_are_thinned_alike_in_every_middle_task)
+{
+    const char *args = "{\"keys\":[{\"field\":\"k\"}]}";
+    size_t len;
+    void *blob = big_key_blob(300 << 10, 11, &len);
+    coll want = {0}, got = {0};
+    sort_chain_maps(blob, len, 0, args, &want);
+    sort_chain_maps(blob, len, 65536, args, &got);
+    cr_assert_gt(want.n, 2000);
+    cr_assert_eq(got.n, want.n);
+    for (size_t i = 0; i < got.n; i++) {
+        cr_assert_str_eq(got.recs[i], want.recs[i], "row %zu", i);
+        if (i > 0) /* keys are distinct: the order is strict; "{"k":" then the key */
+            cr_assert_lt(strncmp(want.recs[i - 1] + 6, want.recs[i] + 6, 100), 0, "row %zu", i);
+    }
+    coll_free(&want);
+    coll_free(&got);
     sb_part_free(blob);
 }

@@ -17,7 +17,18 @@
 /* One key per SAMPLE_EVERY rows at least: every bucket gets a copy of every map task's sample,
  * so tiny map tasks must not send every key (the samples would be the data times the buckets) */
 #define SAMPLE_EVERY 64
-#define TAG_SAMPLE '\x01' /* a sample record: tag, 16 hex digits of its weight, the key in hex */
+/* A sample record: tag, 16 hex digits of its weight, 16 of its id (a hash of the map task and
+ * the sample's place in its sample), the key in hex. */
+#define TAG_SAMPLE '\x01'
+#define SAMPLE_HEAD 33 /* the tag and the two numbers */
+#define SAMPLE_SEED 0x73616d706c65ull
+/* Round 1 thins the samples it holds past an eighth of the share it was made with (not the
+ * worker's room, which differs between tasks) by keeping those whose id has `level` leading zero
+ * bits, one level more each time: the ids are hashes, so each level keeps a random half, every
+ * task of the round ends at the same level (the least that fits: the samples are the same in
+ * every task, whatever the order they come in), and so picks the same boundaries. A level
+ * thins every map task's sample alike, so the weights need no change. */
+#define SAMPLE_SHARE 8
 #define TAG_STABLE '\x02' /* stable: tag, 16 hex digits of the task, 16 of the row, the record */
 #define STABLE_PREFIX 33
 /* Round 2 takes its input SORT_SLICE rows at a time, and judges its memory after each slice. */
@@ -44,10 +55,12 @@ struct xsort {
     size_t *hkoff;
     size_t hrows, hkcap;
     uint64_t rows, every, rr;
-    xbuf samples; /* round 0: each sampled key (u64 weight, u32 length, bytes) */
+    xbuf samples; /* each sampled key (u64 weight, u64 id, u32 length, bytes) */
     size_t *soff; /* per sample: its offset in samples */
     size_t nsamples, capsoff;
-    xbuf kb, rb; /* scratch: one key; one record */
+    uint64_t samples_max; /* round 1: the samples' bytes before thinning (0: no bound) */
+    int level;            /* round 1: ids kept have this many leading zero bits */
+    xbuf kb, rb;          /* scratch: one key; one record */
     /* spilling (runs.c) past half the task's memory: round 1 writes its rows as they came to
      * runs, then by range bucket to ranges; round 2 writes sorted runs to runs */
     xruns *runs, *ranges;
@@ -376,6 +389,7 @@ xsort *xsort_new(const struct cJSON *args, int round, uint32_t buckets, uint64_t
     so->round = round;
     so->buckets = buckets;
     so->memory = memory;
+    so->samples_max = memory / SAMPLE_SHARE;
     so->every = SAMPLE_EVERY;
     if (parse_args(so, args, err) != 0) {
         xsort_free(so);
@@ -413,6 +427,7 @@ void xsort_reset(xsort *so)
     so->every = SAMPLE_EVERY;
     so->samples.n = 0;
     so->nsamples = 0;
+    so->level = 0;
     so->nopfx = 0;
 }
 
@@ -440,7 +455,7 @@ void xsort_task(xsort *so, uint64_t index)
     so->task = index;
 }
 
-static int add_sample(xsort *so, uint64_t weight, const char *key, size_t n)
+static int add_sample(xsort *so, uint64_t weight, uint64_t id, const char *key, size_t n)
 {
     if (so->nsamples == so->capsoff) {
         size_t cap = so->capsoff ? so->capsoff * 2 : 256;
@@ -452,8 +467,8 @@ static int add_sample(xsort *so, uint64_t weight, const char *key, size_t n)
     }
     so->soff[so->nsamples++] = so->samples.n;
     uint32_t len = (uint32_t)n;
-    return xbuf_put(&so->samples, &weight, 8) != 0 || xbuf_put(&so->samples, &len, 4) != 0 ||
-                   xbuf_put(&so->samples, key, n) != 0
+    return xbuf_put(&so->samples, &weight, 8) != 0 || xbuf_put(&so->samples, &id, 8) != 0 ||
+                   xbuf_put(&so->samples, &len, 4) != 0 || xbuf_put(&so->samples, key, n) != 0
                ? -1
                : 0;
 }
@@ -463,7 +478,44 @@ static const char *sample_key(const xsort *so, size_t i, uint64_t *weight)
     const char *p = so->samples.p + so->soff[i];
     if (weight != NULL)
         memcpy(weight, p, 8);
-    return p + 12;
+    return p + 20;
+}
+
+static uint64_t sample_id(const xsort *so, size_t i)
+{
+    uint64_t id;
+    memcpy(&id, so->samples.p + so->soff[i] + 8, 8);
+    return id;
+}
+
+/* Keeps the samples i for which keep(so, i) holds, in order, in a buffer of their size. -1 out
+ * of memory. */
+static int samples_keep(xsort *so, int (*keep)(const xsort *, size_t))
+{
+    xbuf kept = {0};
+    size_t n = 0;
+    for (size_t i = 0; i < so->nsamples; i++) {
+        if (!keep(so, i))
+            continue;
+        const char *k = sample_key(so, i, NULL);
+        uint32_t kl;
+        memcpy(&kl, k - 4, 4);
+        size_t at = kept.n;
+        if (xbuf_put(&kept, so->samples.p + so->soff[i], 20 + kl) != 0) {
+            xbuf_free(&kept);
+            return -1;
+        }
+        so->soff[n++] = at;
+    }
+    xbuf_free(&so->samples);
+    so->samples = kept;
+    so->nsamples = n;
+    return 0;
+}
+
+static int at_level(const xsort *so, size_t i)
+{
+    return so->level == 0 || sample_id(so, i) >> (64 - so->level) == 0;
 }
 
 /* The records column of in: its only column, binary or utf8 (sort reads records). */
@@ -479,20 +531,6 @@ static int records_column(const sb_batch *in, sb_err *err)
 static uint64_t held_bytes(const xsort *so)
 {
     return so->all.out != NULL ? sb_batch_builder_bytes(sb_op_out_builder(so->all.out)) : 0;
-}
-
-/* The rows a task holds spill past half its memory (sorting or routing them takes as much
- * again); the map tasks' samples, which every task of round 1 holds whole, cannot. */
-static int over_budget(const xsort *so, sb_err *err)
-{
-    if (so->memory == 0 || so->samples.cap <= so->memory / 2)
-        return 0;
-    char b[32];
-    return sb_err_permanent(err,
-                            "sort: the map tasks' key samples take more than half of %s, a "
-                            "task's share of execution.memoryBudget: give the pipeline a larger "
-                            "memoryBudget or larger partitions (fewer map tasks)",
-                            sb_quantity_format_bytes((int64_t)so->memory, b, sizeof b));
 }
 
 /* Round 1's rows (routing them copies them once); round 2 has its own measure (must_sort). */
@@ -573,6 +611,12 @@ static int hex_u64(xbuf *b, uint64_t v)
 
 /* Keeps every so->every-th row's key; at SAMPLE_MAX keys every other one goes and the step
  * doubles, so a task's sample is evenly spread whatever its length. */
+static int even(const xsort *so, size_t i)
+{
+    (void)so;
+    return i % 2 == 0;
+}
+
 static int sample_row(xsort *so, const sb_column *c, size_t r, sb_err *err)
 {
     if (so->rows++ % so->every != 0)
@@ -581,26 +625,12 @@ static int sample_row(xsort *so, const sb_column *c, size_t r, sb_err *err)
     size_t len;
     if (row_key(so, c, r, &rec, &len, err) != 0)
         return -1;
-    if (add_sample(so, 0, so->kb.p, so->kb.n) != 0)
+    if (add_sample(so, 0, 0, so->kb.p, so->kb.n) != 0)
         return sb_err_set(err, "out of memory");
     if (so->nsamples < SAMPLE_MAX)
         return 0;
-    xbuf kept = {0};
-    size_t n = 0;
-    for (size_t i = 0; i < so->nsamples; i += 2) {
-        const char *k = sample_key(so, i, NULL);
-        uint32_t kl;
-        memcpy(&kl, k - 4, 4);
-        size_t at = kept.n;
-        if (xbuf_put(&kept, so->samples.p + so->soff[i], 12 + kl) != 0) {
-            xbuf_free(&kept);
-            return sb_err_set(err, "out of memory");
-        }
-        so->soff[n++] = at;
-    }
-    xbuf_free(&so->samples);
-    so->samples = kept;
-    so->nsamples = n;
+    if (samples_keep(so, even) != 0)
+        return sb_err_set(err, "out of memory");
     so->every *= 2;
     return 0;
 }
@@ -658,8 +688,10 @@ static int map_finish(xsort *so, sb_op_out *out, sb_err *err)
             uint32_t kl;
             memcpy(&kl, k - 4, 4);
             char tag = TAG_SAMPLE;
+            uint64_t at[2] = {so->task, i};
             so->rb.n = 0;
             if (xbuf_put(&so->rb, &tag, 1) != 0 || hex_u64(&so->rb, w) != 0 ||
+                hex_u64(&so->rb, xhash(at, sizeof at, SAMPLE_SEED)) != 0 ||
                 hex_put(&so->rb, k, kl) != 0)
                 return sb_err_set(err, "out of memory");
             if (sb_op_out_append_binary(so->bk[b].out, so->rb.p, so->rb.n, err) != 0)
@@ -678,11 +710,11 @@ static int unhex(char c)
 
 static int read_sample(xsort *so, const char *p, size_t len, sb_err *err)
 {
-    if (len < 17 || (len - 17) % 2 != 0)
+    if (len < SAMPLE_HEAD || (len - SAMPLE_HEAD) % 2 != 0)
         return sb_err_permanent(err, "sort: a damaged sample record (%zu bytes)", len);
-    uint64_t w = 0;
+    uint64_t w = 0, id = 0;
     so->kb.n = 0;
-    if (xbuf_reserve(&so->kb, (len - 17) / 2) != 0)
+    if (xbuf_reserve(&so->kb, (len - SAMPLE_HEAD) / 2) != 0)
         return sb_err_set(err, "out of memory");
     for (size_t i = 1; i < len; i += 2) {
         int h = unhex(p[i]), l = unhex(p[i + 1]);
@@ -690,10 +722,21 @@ static int read_sample(xsort *so, const char *p, size_t len, sb_err *err)
             return sb_err_permanent(err, "sort: a damaged sample record");
         if (i < 17)
             w = w << 8 | (uint64_t)(h << 4 | l);
+        else if (i < SAMPLE_HEAD)
+            id = id << 8 | (uint64_t)(h << 4 | l);
         else
             so->kb.p[so->kb.n++] = (char)(h << 4 | l);
     }
-    return add_sample(so, w, so->kb.p, so->kb.n) != 0 ? sb_err_set(err, "out of memory") : 0;
+    if (so->level > 0 && id >> (64 - so->level) != 0)
+        return 0; /* thinned out at this level */
+    if (add_sample(so, w, id, so->kb.p, so->kb.n) != 0)
+        return sb_err_set(err, "out of memory");
+    while (so->samples_max > 0 && so->samples.n > so->samples_max && so->level < 63) {
+        so->level++;
+        if (samples_keep(so, at_level) != 0)
+            return sb_err_set(err, "out of memory");
+    }
+    return 0;
 }
 
 /* Round 1 past its memory: the rows held go to a run as they came (the boundaries need every
@@ -736,7 +779,7 @@ static int mid_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb
     }
     if (first + n > run && sb_op_out_append_rows(so->all.out, in, run, first + n - run, err) != 0)
         return -1;
-    return over_budget(so, err) != 0 || (must_spill(so) && mid_spill(so, err) != 0) ? -1 : 0;
+    return must_spill(so) && mid_spill(so, err) != 0 ? -1 : 0;
 }
 
 static int sample_cmp(const void *ctx, size_t a, size_t b)
