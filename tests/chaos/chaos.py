@@ -1109,8 +1109,9 @@ class Pipeline:
             ex["mode"] = "streaming"  # its map half runs in the source's tasks
         if self.a2a_op == "join":
             self.sink_fmt = "jsonl"  # a left join's records have different fields
-        # what must fit a task's share of the budget (or the run fails, saying so): sort's key
-        # samples of every map task, groupby's one group (its aggregates take over 1 KiB)
+        # what must fit a task's share of the budget (or the run fails, saying so): groupby's
+        # one group (its aggregates take over 1 KiB); sort's 1 MiB dates from before its middle
+        # op thinned the map tasks' key samples instead of failing (not lowered yet)
         if self.a2a_op in ("sort", "groupby"):
             ex["memoryBudget"] = max(ex["memoryBudget"], 1 << (20 if self.a2a_op == "sort" else 16))
         # a reduce task loads each map output whole: one past the budget fails its fetch, and
