@@ -60,11 +60,11 @@ import numpy as np
 kind, step_ms, imgs, spec, sbbin = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 B = 256
 
-def tree_rss():
+def tree_rss(pss):
     """Of this process and all its descendants, and of the descendants alone, bytes: the sum of
-    VmRSS, and the sum of Pss (smaps_rollup: a page shared by k processes counts 1/k in each).
-    Summed RSS counts every shared page (the binaries' and shared libraries' code, mapped by the
-    server and each worker) once per process: PSS counts the tree's memory once."""
+    VmRSS, and (when pss) the sum of Pss (smaps_rollup: a page shared by k processes counts 1/k
+    in each). Summed RSS counts every shared page (the binaries' and shared libraries' code,
+    mapped by the server and each worker) once per process: PSS counts the tree's memory once."""
     total, me, ptotal, pme, todo = 0, 0, 0, 0, [os.getpid()]
     while todo:
         pid = todo.pop()
@@ -73,7 +73,7 @@ def tree_rss():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
                     me = me or total
-            for line in open(f"/proc/{pid}/smaps_rollup"):
+            for line in open(f"/proc/{pid}/smaps_rollup") if pss else ():
                 if line.startswith("Pss:"):
                     ptotal += int(line.split()[1]) * 1024
                     pme = pme or ptotal
@@ -85,8 +85,16 @@ def tree_rss():
 
 peak, done = [0, 0, 0, 0], threading.Event()
 def sample():
+    """RSS every 20 ms; PSS only at a new high of the tree's RSS and every 200 ms. smaps_rollup
+    walks every page table of the tree: read every 20 ms it took ~10% of this 2-core machine's
+    CPU in the trainer's process (perf), more on the side with more processes and mappings."""
+    tick = 0
     while not done.is_set():
-        peak[:] = [max(a, b) for a, b in zip(peak, tree_rss())]
+        rss = tree_rss(False)
+        if rss[0] > peak[0] or tick % 10 == 0:
+            rss = tree_rss(True)
+        peak[:] = [max(a, b) for a, b in zip(peak, rss)]
+        tick += 1
         done.wait(0.02)
 
 marks = []  # per batch: when the trainer asked for it, when it had it
