@@ -328,8 +328,14 @@ static int pool_reserve(sbc_stream *s, size_t more)
     return 0;
 }
 
+/* One slice of a StreamNext reply: its first (the reply's own fields) or one of `more`. */
+typedef struct {
+    const char *partition_id, *address;
+    uint64_t bytes, rows, row_lo, row_hi, seq;
+} slice;
+
 /* Fetches the slice's partition and adds its rows [lo, hi) to the pool. */
-static int add_rows(sbc_stream *s, src *x, const Streambatch__V1__StreamNextReply *r)
+static int add_rows(sbc_stream *s, src *x, const slice *r)
 {
     size_t n = (size_t)(r->row_hi - r->row_lo);
     if (pool_reserve(s, n) != 0)
@@ -340,29 +346,41 @@ static int add_rows(sbc_stream *s, src *x, const Streambatch__V1__StreamNextRepl
     return 0;
 }
 
-static int take_slice(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
-{
-    if (s->last != NULL && strcmp(s->last_id, r->partition_id) == 0 &&
-        sb_batch_rows(s->last->b) == r->rows)
-        return add_rows(s, s->last, r);
-    sb_rpc_channel *ch = chan_for(s, r->address);
-    if (ch == NULL)
-        return fail(s, "out of memory (a channel to %s)", r->address);
-    void *blob = NULL;
-    size_t len = 0;
+/* The fetch of one slice's partition. Several run at once on a reply's threads (fetch_all):
+ * each only reads its job and writes its result. */
+typedef struct {
+    const slice *r;
+    sb_rpc_channel *ch; /* NULL: none (the slice before it in the reply has its partition) */
+    int rc;
+    void *blob;
+    size_t len;
     sb_err e;
+} fetch_job;
+
+static void fetch_run(fetch_job *j, int timeout_ms)
+{
     /* a lost worker is given up on after a few tries (~3 s): its rows are dealt again */
     sb_data_fetch_opts fo = {.requester_id = "consumer",
                              .flags = SB_DATA_FETCH_NO_VERIFY,
                              .max_retries = 2,
                              .reconnect_wait_ms = 1000};
-    int rc = sb_data_fetch(ch, r->partition_id, (size_t)r->bytes, 0, s->o.timeout_ms, &fo, &blob,
-                           &len, NULL, &e);
+    j->rc = sb_data_fetch(j->ch, j->r->partition_id, (size_t)j->r->bytes, 0, timeout_ms, &fo,
+                          &j->blob, &j->len, NULL, &j->e);
+}
+
+/* Takes the fetched partition of slice r (job j: its result) as the stream's last and adds the
+ * rows: 0, 1 its worker was lost (reported next time), -1 failed. The blob is taken. */
+static int adopt(sbc_stream *s, const slice *r, fetch_job *j)
+{
+    void *blob = j->blob;
+    j->blob = NULL;
+    int rc = j->rc;
     if (rc == SB_DATA_ENOTFOUND || rc == SB_DATA_EUNAVAILABLE || rc == SB_DATA_EDEADLINE) {
+        sb_part_free(blob);
         /* its worker is gone: the controller has it re-made and deals the rows again */
         if (++s->lost_streak > 20 || s->nlost == 64 || strlen(r->partition_id) >= 256)
             return fail(s, "fetching partition %s from %s: %s (%u fetches failed in a row)",
-                        r->partition_id, r->address, e.msg, s->lost_streak);
+                        r->partition_id, r->address, j->e.msg, s->lost_streak);
         Streambatch__V1__LostSlice *l = &s->lost[s->nlost];
         *l = (Streambatch__V1__LostSlice)STREAMBATCH__V1__LOST_SLICE__INIT;
         snprintf(s->lost_ids[s->nlost], sizeof s->lost_ids[s->nlost], "%s", r->partition_id);
@@ -372,8 +390,10 @@ static int take_slice(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
         s->lostp[s->nlost++] = l;
         return 1;
     }
-    if (rc != 0)
-        return fail(s, "fetching partition %s from %s: %s", r->partition_id, r->address, e.msg);
+    if (rc != 0) {
+        sb_part_free(blob);
+        return fail(s, "fetching partition %s from %s: %s", r->partition_id, r->address, j->e.msg);
+    }
     s->lost_streak = 0;
     src *x = calloc(1, sizeof *x);
     if (x == NULL) {
@@ -381,8 +401,9 @@ static int take_slice(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
         return fail(s, "out of memory");
     }
     x->blob = blob;
+    sb_err e;
     /* every chunk's crc32c was checked on the way: the structure is checked here */
-    if (sb_batch_open_ex(blob, len, SB_BATCH_OPEN_SKIP_CHECKSUM, &x->b, &e) != 0) {
+    if (sb_batch_open_ex(blob, j->len, SB_BATCH_OPEN_SKIP_CHECKSUM, &x->b, &e) != 0) {
         sb_part_free(blob);
         free(x);
         return fail(s, "partition %s: %s", r->partition_id, e.msg);
@@ -404,8 +425,22 @@ static int take_slice(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
     s->last = x;
     s->last_id = id;
     s->fetches++;
-    s->bytes += len;
+    s->bytes += j->len;
     return add_rows(s, x, r);
+}
+
+/* The slice's rows into the pool, its partition fetched unless it is the last one fetched (a
+ * partition dealt in several slices is fetched once): 0, 1 lost, -1 failed. */
+static int take_slice(sbc_stream *s, const slice *r)
+{
+    if (s->last != NULL && strcmp(s->last_id, r->partition_id) == 0 &&
+        sb_batch_rows(s->last->b) == r->rows)
+        return add_rows(s, s->last, r);
+    fetch_job j = {.r = r, .ch = chan_for(s, r->address)};
+    if (j.ch == NULL)
+        return fail(s, "out of memory (a channel to %s)", r->address);
+    fetch_run(&j, s->o.timeout_ms);
+    return adopt(s, r, &j);
 }
 
 /* Row `seq` of the rank's sequence was consumed (or dropped, or lost: not the rank's to
@@ -459,9 +494,96 @@ static void resume(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
     s->batches = r->resume_batches;
 }
 
+/* Fetches run at once for one reply's slices: the workers serve each Data.Fetch on their own
+ * threads, and a batch of one-row partitions is hundreds of fetches whose round trips would
+ * otherwise add up one after another. */
+#define FETCH_THREADS 4
+
+typedef struct {
+    fetch_job *jobs;
+    size_t n;
+    atomic_size_t next;
+    int timeout_ms;
+} fetch_set;
+
+static void *fetch_main(void *arg)
+{
+    fetch_set *f = arg;
+    for (size_t i; (i = atomic_fetch_add(&f->next, 1)) < f->n;)
+        if (f->jobs[i].ch != NULL)
+            fetch_run(&f->jobs[i], f->timeout_ms);
+    return NULL;
+}
+
+/* Fetches the partitions of slices x[0..n) at once, each unless the slice before it (or, for the
+ * first, the stream's last fetch) has it: into jobs[i]. 0, or -1 out of memory. */
+static int fetch_all(sbc_stream *s, const slice *x, size_t n, fetch_job *jobs)
+{
+    size_t todo = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *prev = i > 0 ? x[i - 1].partition_id : s->last_id;
+        uint64_t prev_rows = i > 0 ? x[i - 1].rows : s->last ? sb_batch_rows(s->last->b) : 0;
+        jobs[i] = (fetch_job){.r = &x[i]};
+        if (prev != NULL && strcmp(prev, x[i].partition_id) == 0 && prev_rows == x[i].rows)
+            continue;
+        if ((jobs[i].ch = chan_for(s, x[i].address)) == NULL)
+            return fail(s, "out of memory (a channel to %s)", x[i].address);
+        todo++;
+    }
+    fetch_set f = {.jobs = jobs, .n = n, .timeout_ms = s->o.timeout_ms};
+    atomic_init(&f.next, 0);
+    pthread_t th[FETCH_THREADS - 1];
+    size_t nth = 0;
+    while (nth + 1 < FETCH_THREADS && nth + 1 < todo &&
+           pthread_create(&th[nth], NULL, fetch_main, &f) == 0)
+        nth++;
+    fetch_main(&f); /* (no thread: this one fetches them all) */
+    for (size_t i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+    return 0;
+}
+
+/* Takes the reply's slices in order (its first, then `more`): 0, or -1 failed. Their partitions
+ * are fetched at once first; a slice whose worker was lost is reported in the next request and
+ * its rows count as consumed here. */
+static int take_slices(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
+{
+    size_t n = r->n_more + 1;
+    slice *x = calloc(n, sizeof *x);
+    fetch_job *jobs = calloc(n, sizeof *jobs);
+    int rc = x == NULL || jobs == NULL ? fail(s, "out of memory") : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const Streambatch__V1__StreamSlice *m = i > 0 ? r->more[i - 1] : NULL;
+        x[i] = m ? (slice){m->partition_id, m->address, m->bytes, m->rows,
+                           m->row_lo,       m->row_hi,  m->seq}
+                 : (slice){r->partition_id, r->address, r->bytes, r->rows,
+                           r->row_lo,       r->row_hi,  r->seq};
+        if (x[i].row_hi < x[i].row_lo)
+            rc = fail(s, "the controller dealt rows %llu..%llu of partition %s",
+                      (unsigned long long)x[i].row_lo, (unsigned long long)x[i].row_hi,
+                      x[i].partition_id);
+    }
+    if (rc == 0 && n > 1)
+        rc = fetch_all(s, x, n, jobs);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        /* a slice whose partition the one before it had: that one's, unless it was lost (then
+         * fetched again here, as one at a time would) */
+        int got = n > 1 && jobs[i].ch != NULL ? adopt(s, &x[i], &jobs[i]) : take_slice(s, &x[i]);
+        if (got == 1 && consume_range(s, x[i].seq, x[i].row_hi - x[i].row_lo) != 0)
+            got = fail(s, "out of memory"); /* a lost slice is not this rank's to consume */
+        rc = got < 0 ? -1 : 0;
+    }
+    for (size_t i = 0; jobs != NULL && i < n; i++)
+        sb_part_free(jobs[i].blob); /* (fetched, not taken: a slice before it failed) */
+    free(jobs);
+    free(x);
+    return rc;
+}
+
 /* One StreamNext: 1 rows were added or the state moved, 0 wait (slept when `nap`), -1 error.
- * ack_only: only the acknowledgement (nothing dealt). */
-static int ask_ex(sbc_stream *s, int nap, int ack_only)
+ * ack_only: only the acknowledgement (nothing dealt). max_rows: the rows wanted now (the
+ * controller deals slices until they reach it; 0: one slice). */
+static int ask_ex(sbc_stream *s, int nap, int ack_only, uint64_t max_rows)
 {
     Streambatch__V1__StreamNextRequest req = STREAMBATCH__V1__STREAM_NEXT_REQUEST__INIT;
     req.rank = s->o.rank;
@@ -478,6 +600,7 @@ static int ask_ex(sbc_stream *s, int nap, int ack_only)
      * while it is */
     req.consumed_batches = s->batches - (s->nbseq > 0 ? 1 : 0);
     req.ack_only = ack_only != 0;
+    req.max_rows = max_rows;
     uint32_t asked = (uint32_t)s->batches;
     req.lost = s->lostp;
     req.n_lost = s->nlost;
@@ -523,10 +646,7 @@ static int ask_ex(sbc_stream *s, int nap, int ack_only)
         s->floor_rows = r->floor_rows;
     switch (r->kind) {
     case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE:
-        rc = take_slice(s, r); /* 0 read, 1 lost (reported next time), -1 failed */
-        if (rc == 1 && consume_range(s, r->seq, r->row_hi - r->row_lo) != 0)
-            rc = fail(s, "out of memory"); /* a lost slice is not this rank's to consume */
-        rc = rc >= 0 ? 1 : -1;
+        rc = take_slices(s, r) == 0 ? 1 : -1;
         s->dealt = r->dealt_rows;
         break;
     case STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__END:
@@ -577,7 +697,7 @@ static void finish_epoch(sbc_stream *s)
         s->final_acked = 1;
         char keep[sizeof s->err];
         memcpy(keep, s->err, sizeof keep);
-        ask_ex(s, 0, 1);
+        ask_ex(s, 0, 1, 0);
         memcpy(s->err, keep, sizeof keep);
     }
 }
@@ -607,11 +727,11 @@ static int fill(sbc_stream *s)
              * drop_last a rank yields a batch only once every rank has been dealt it). Else
              * acknowledge the batch consumed, so a restart does not see it again. */
             int ahead = have < b + want && !s->ahead_asked; /* (the prefetch may have) */
-            if (ahead ? ask_ex(s, 0, 0) < 0 : s->unsent && ask_ex(s, 0, 1) < 0)
+            if (ahead ? ask_ex(s, 0, 0, 0) < 0 : s->unsent && ask_ex(s, 0, 1, 0) < 0)
                 return -1;
             return 1;
         }
-        int rc = ask_ex(s, 1, 0);
+        int rc = ask_ex(s, 1, 0, want > have ? want - have : 0);
         if (rc < 0)
             return -1;
         if (rc == 0 && sb_clock_mono_ms() > deadline)
@@ -751,12 +871,12 @@ static void *prefetch_main(void *arg)
         if (b > 0 && have >= want) {
             /* fill's ask-ahead, made here: the same asks in the same order as without the
              * prefetch, so the pool (the shuffle's window) holds the same rows at each pick */
-            if (have < b + want && ask_ex(s, 0, 0) < 0)
+            if (have < b + want && ask_ex(s, 0, 0, 0) < 0)
                 s->pf_rc = -1;
             s->ahead_asked = 1;
             break;
         }
-        int rc = ask_ex(s, 0, 0);
+        int rc = ask_ex(s, 0, 0, want > have ? want - have : 0);
         if (rc < 0) {
             s->pf_rc = -1;
             break;

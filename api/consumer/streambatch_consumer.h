@@ -4,7 +4,7 @@
  * rank opens the stream with that address and token, its rank, the world size, the epoch and a
  * batch size, then calls sbc_next() until it returns 0: each call gives one batch of rows, as
  * columns (numbers as fixed-width arrays, bytes and strings as int64 offsets + data, tensors as
- * fixed-width rows). Behind it: Control.StreamNext deals this rank its next slice of the output
+ * fixed-width rows). Behind it: Control.StreamNext deals this rank its next slices of the output
  * (docs/training.md, "Splits"), Data.Fetch reads the partition from the worker holding it. A
  * batch counts as consumed once the next one is asked for (sbc_next again, or the end of the
  * epoch): then the controller hears of it, the worker frees what is consumed, and the pipeline

@@ -1254,6 +1254,76 @@ static void h_heartbeat(sb_rpc_call *call, const uint8_t *req, size_t len, void 
     sb_rpc_msg_free(&m->base);
 }
 
+/* The slices of one StreamNext reply past its first, with copies of every slice's strings (the
+ * dealer's are valid only until its next call). */
+typedef struct {
+    Streambatch__V1__StreamSlice *slices, **slicep;
+    size_t n;
+    char *first_id, *first_addr;
+} stream_slices;
+
+#define STREAM_MORE_MAX 255 /* a reply's slices past the first: a bounded reply */
+
+static void stream_more_free(stream_slices *x)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        free(x->slices[i].partition_id);
+        free(x->slices[i].address);
+    }
+    free(x->slices);
+    free(x->slicep);
+    free(x->first_id);
+    free(x->first_addr);
+    *x = (stream_slices){0};
+}
+
+/* Deals the rank more slices after the first in *dr (its strings copied into x first) while
+ * their rows are under max_rows; *dr's floor, dealt rows and LB-BSP sizes become the last
+ * slice's. 0, or -1 out of memory. Under c->mu. */
+static int stream_more(sb_ctl *c, const sb_deal_request *dq, uint64_t max_rows, sb_deal_reply *dr,
+                       stream_slices *x)
+{
+    x->first_id = strdup(dr->part_id ? dr->part_id : "");
+    x->first_addr = strdup(dr->address ? dr->address : "");
+    x->slices = calloc(STREAM_MORE_MAX, sizeof *x->slices);
+    x->slicep = calloc(STREAM_MORE_MAX, sizeof *x->slicep);
+    sb_deal_reply *r = malloc(sizeof *r);
+    if (x->first_id == NULL || x->first_addr == NULL || x->slices == NULL || x->slicep == NULL ||
+        r == NULL) {
+        free(r);
+        return -1;
+    }
+    uint64_t rows = dr->row_hi - dr->row_lo;
+    while (rows < max_rows && x->n < STREAM_MORE_MAX) {
+        sb_deal_more(c->deal, c->sched, dq, now_ms(), r);
+        if (r->kind != SB_DEAL_SLICE)
+            break;
+        Streambatch__V1__StreamSlice *sl = &x->slices[x->n];
+        *sl = (Streambatch__V1__StreamSlice)STREAMBATCH__V1__STREAM_SLICE__INIT;
+        sl->partition_id = strdup(r->part_id ? r->part_id : "");
+        sl->address = strdup(r->address ? r->address : "");
+        x->slicep[x->n++] = sl;
+        if (sl->partition_id == NULL || sl->address == NULL) {
+            free(r);
+            return -1; /* (its rows are in the rank's log: a restart of it gets them) */
+        }
+        sl->bytes = r->bytes;
+        sl->rows = r->rows;
+        sl->row_lo = r->row_lo;
+        sl->row_hi = r->row_hi;
+        sl->seq = r->seq;
+        rows += r->row_hi - r->row_lo;
+        dr->floor_rows = r->floor_rows;
+        dr->dealt_rows = r->dealt_rows;
+        if (r->nsizes > 0) {
+            memcpy(dr->sizes, r->sizes, r->nsizes * sizeof r->sizes[0]);
+            dr->nsizes = r->nsizes;
+        }
+    }
+    free(r);
+    return 0;
+}
+
 /* A consumer of the stream sink asks for its next slice (sched/deal.h). */
 static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
 {
@@ -1265,6 +1335,7 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
         return;
     Streambatch__V1__StreamNextReply rep = STREAMBATCH__V1__STREAM_NEXT_REPLY__INIT;
     sb_deal_reply dr = {.kind = SB_DEAL_WAIT};
+    stream_slices more = {0};
     pthread_mutex_lock(&c->mu);
     const char *failure = NULL;
     if (state_of(c, &failure) == SB_SCHED_FAILED) {
@@ -1298,6 +1369,11 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
                               .step_us = m->step_us,
                               .steps = m->steps};
         sb_deal_next(c->deal, c->sched, &dq, now_ms(), &dr);
+        if (dr.kind == SB_DEAL_SLICE && m->max_rows > dr.row_hi - dr.row_lo &&
+            stream_more(c, &dq, m->max_rows, &dr, &more) != 0) {
+            dr.kind = SB_DEAL_ERROR;
+            snprintf(dr.message, sizeof dr.message, "the controller is out of memory");
+        }
     }
     static const Streambatch__V1__StreamNextReply__Kind kinds[] = {
         STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE,
@@ -1324,7 +1400,14 @@ static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, voi
     rep.resume_batches = dr.resume_batches;
     rep.budget_full = dr.budget_full;
     rep.at_cap = dr.at_cap;
+    if (dr.kind == SB_DEAL_SLICE && more.first_id != NULL) {
+        rep.partition_id = more.first_id;
+        rep.address = more.first_addr;
+        rep.more = more.slicep;
+        rep.n_more = more.n;
+    }
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
+    stream_more_free(&more);
     if (m->consumed_base > 0 || m->consumed_bits.len > 0 || dr.restarted)
         serve_pending(c, 0); /* acks may have freed budget: waiting polls may get tasks now */
     pthread_cond_broadcast(&c->changed); /* acks may have ended the run */

@@ -678,9 +678,10 @@ static int ahead_send(epoch_deal *e, uint32_t rank, sb_deal_reply *rep)
 }
 
 /* Deals the rank its next slice, a wait or the end (rep->kind set): 0, 1 a slice dealt again
- * (logged already), -1 out of memory, -2 a broken invariant (rep->message says which). */
+ * (logged already), -1 out of memory, -2 a broken invariant (rep->message says which). Without
+ * may_end, an epoch over for the rank that it was not told yet is a wait. */
 static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req,
-                    uint64_t floor, uint64_t cap, uint64_t now_ms, sb_deal_reply *rep)
+                    uint64_t floor, uint64_t cap, uint64_t now_ms, int may_end, sb_deal_reply *rep)
 {
     if (resend(e, s, req->rank, rep))
         return 1;
@@ -702,7 +703,9 @@ static int deal_one(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_reques
         if (got < 0)
             return -1;
         if (got == 0) {
-            if (e->nre == 0 && sb_sched_stream_done(s, req->epoch) == 1)
+            /* (not after other slices of one reply: the rank must fetch those before the
+             * stream may end, which it may once every rank got its end) */
+            if (may_end && e->nre == 0 && sb_sched_stream_done(s, req->epoch) == 1)
                 reply_end(e, req->rank, floor, rep);
             return 0;
         }
@@ -817,6 +820,52 @@ static int starved(const sb_deal *d, const epoch_deal *e, sb_sched *s, const sb_
     return 1;
 }
 
+/* The deal proper, once the request's prologue ran (sb_deal_next): the limits, then a slice,
+ * a wait or the end into rep. `first`: the request's first deal; only its wait reports a full
+ * budget (and may tell the scheduler the rank starves). */
+static void deal_step(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_request *req,
+                      uint64_t now_ms, int first, sb_deal_reply *rep)
+{
+    uint64_t floor, cap;
+    if (limits(d, e, req->rank, &floor, &cap) != 0) {
+        oom(rep);
+        return;
+    }
+    rep->floor_rows = floor;
+    rep->dealt_rows = sent_rows(e, req->rank);
+    int rc = req->ack_only ? (rep->kind = SB_DEAL_WAIT, 0)
+                           : deal_one(d, e, s, req, floor, cap, now_ms, first, rep);
+    if (rc == 0 && rep->kind == SB_DEAL_SLICE &&
+        sb_ranklog_add(&e->logs[req->rank], rep->part_id, rep->address, rep->bytes, rep->rows,
+                       rep->row_lo, rep->row_hi, &rep->seq) != 0)
+        rc = -1;
+    if (rc == -1) {
+        oom(rep);
+        return;
+    }
+    if (rc == -2) {
+        rep->kind = SB_DEAL_ERROR;
+        return;
+    }
+    if (rep->kind == SB_DEAL_SLICE) { /* the floor may have moved with the rows dealt */
+        if (limits(d, e, req->rank, &floor, &cap) != 0) {
+            oom(rep);
+            return;
+        }
+        rep->floor_rows = floor;
+    }
+    if (e->balance == SB_DEAL_LBBSP)
+        lb_list(e, req->rank, req->iteration, rep);
+    if (rep->kind == SB_DEAL_WAIT && first) {
+        sb_sched_stats st;
+        sb_sched_get_stats(s, &st);
+        /* no room for another partition of the size the plan makes */
+        rep->budget_full = st.budget > 0 && st.in_flight_bytes + st.budget / 16 >= st.budget;
+        if (rep->budget_full && !rep->at_cap && !req->ack_only && starved(d, e, s, req))
+            sb_sched_stream_starved(s);
+    }
+}
+
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
                   sb_deal_reply *rep)
 {
@@ -840,46 +889,26 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
     if (epoch_bind(e, req, rep) != 0 || session_check(d, e, s, req, now_ms, rep) != 0)
         return;
     d->last_epoch = req->epoch;
-    uint64_t floor, cap;
     /* one rank alone needs no balance: it takes whole partitions */
-    if (speed_report(d, req) != 0 || lost_all(d, e, s, req) != 0 ||
-        (ack(d, e, s, req, now_ms), limits(d, e, req->rank, &floor, &cap) != 0)) {
+    if (speed_report(d, req) != 0 || lost_all(d, e, s, req) != 0) {
         oom(rep);
         return;
     }
-    rep->floor_rows = floor;
-    rep->dealt_rows = sent_rows(e, req->rank);
-    int rc = req->ack_only ? (rep->kind = SB_DEAL_WAIT, 0)
-                           : deal_one(d, e, s, req, floor, cap, now_ms, rep);
-    if (rc == 0 && rep->kind == SB_DEAL_SLICE &&
-        sb_ranklog_add(&e->logs[req->rank], rep->part_id, rep->address, rep->bytes, rep->rows,
-                       rep->row_lo, rep->row_hi, &rep->seq) != 0)
-        rc = -1;
-    if (rc == -1) {
-        oom(rep);
+    ack(d, e, s, req, now_ms);
+    deal_step(d, e, s, req, now_ms, 1, rep);
+}
+
+void sb_deal_more(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
+                  sb_deal_reply *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->kind = SB_DEAL_WAIT;
+    if (req->ack_only || req->epoch >= d->nepochs)
         return;
-    }
-    if (rc == -2) {
-        rep->kind = SB_DEAL_ERROR;
-        return;
-    }
-    if (rep->kind == SB_DEAL_SLICE) { /* the floor may have moved with the rows dealt */
-        if (limits(d, e, req->rank, &floor, &cap) != 0) {
-            oom(rep);
-            return;
-        }
-        rep->floor_rows = floor;
-    }
-    if (e->balance == SB_DEAL_LBBSP)
-        lb_list(e, req->rank, req->iteration, rep);
-    if (rep->kind == SB_DEAL_WAIT) {
-        sb_sched_stats st;
-        sb_sched_get_stats(s, &st);
-        /* no room for another partition of the size the plan makes */
-        rep->budget_full = st.budget > 0 && st.in_flight_bytes + st.budget / 16 >= st.budget;
-        if (rep->budget_full && !rep->at_cap && !req->ack_only && starved(d, e, s, req))
-            sb_sched_stream_starved(s);
-    }
+    epoch_deal *e = &d->ep[req->epoch];
+    if (e->world == 0 || req->rank >= e->world)
+        return; /* (sb_deal_next refused the request: no more) */
+    deal_step(d, e, s, req, now_ms, 0, rep);
 }
 
 size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max)

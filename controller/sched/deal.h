@@ -127,6 +127,14 @@ void sb_deal_free(sb_deal *d);
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
                   sb_deal_reply *rep);
 
+/* One more slice for the request sb_deal_next just answered with a slice, under the same lock
+ * (Control.StreamNext's max_rows: several slices in one reply); its acknowledgements, steps and
+ * lost slices were taken then. A wait instead when the rank has nothing more now, and never the
+ * end (the rank hears it at its next request, after fetching these). The reply's strings are
+ * valid until the next call: copy them first. */
+void sb_deal_more(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
+                  sb_deal_reply *rep);
+
 /* Up to max ranks' figures of the latest epoch any rank asked about; returns how many. */
 size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max);
 

@@ -153,7 +153,11 @@ typedef struct {
     uint32_t sizes[512];
     uint32_t nsizes, iteration; /* iterations known; the batch it forms next */
     uint64_t end_rows;
+    uint64_t more_rows;   /* > 0: each request asks for slices until their rows reach it */
+    uint64_t more_slices; /* slices it got past a request's first */
 } rank;
+
+static void record(sim *m, rank *rk, uint32_t r, uint32_t epoch, const sb_deal_reply *p);
 
 /* The rank's rows before iteration k (its listed sizes summed). */
 static uint64_t rows_before(const rank *rk, uint32_t k)
@@ -193,6 +197,29 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
     }
     sb_deal_reply rep;
     sb_deal_next(m->d, m->s, &q, m->now, &rep);
+    record(m, rk, r, epoch, &rep);
+    /* with more_rows, the slices one request gets (Control.StreamNext's max_rows) */
+    for (uint64_t got = rep.kind == SB_DEAL_SLICE ? rep.row_hi - rep.row_lo : 0;
+         rk->more_rows > 0 && rep.kind == SB_DEAL_SLICE && got < rk->more_rows;) {
+        sb_deal_reply more;
+        sb_deal_more(m->d, m->s, &q, m->now, &more);
+        cr_assert(more.kind == SB_DEAL_SLICE || more.kind == SB_DEAL_WAIT,
+                  "more slices, or a wait: never the end (kind %d)", (int)more.kind);
+        if (more.kind != SB_DEAL_SLICE)
+            break;
+        record(m, rk, r, epoch, &more);
+        got += more.row_hi - more.row_lo;
+        rk->more_slices++;
+        rep = more;
+    }
+    return rep.kind;
+}
+
+/* Records one reply of rank r (a slice's rows, the end, LB-BSP's sizes), asserting what the
+ * dealer promises. */
+static void record(sim *m, rank *rk, uint32_t r, uint32_t epoch, const sb_deal_reply *p)
+{
+    sb_deal_reply rep = *p;
     if (rep.kind == SB_DEAL_SLICE) {
         uint64_t t;
         cr_assert_eq(sscanf(rep.part_id, "s0-t%" SCNu64 "-p0", &t), 1, "%s", rep.part_id);
@@ -245,7 +272,6 @@ static sb_deal_kind ask_lost(sim *m, rank *rk, uint32_t r, uint32_t world, uint3
     rk->last = rep;
     if (rep.kind == SB_DEAL_SLICE)
         snprintf(rk->last_id, sizeof rk->last_id, "%s", rep.part_id);
-    return rep.kind;
 }
 
 static sb_deal_kind ask(sim *m, rank *rk, uint32_t r, uint32_t world, uint32_t epoch)
@@ -306,6 +332,38 @@ Test(stream_deal, every_row_once_ranks_balanced_epochs_in_order)
             cr_assert_not(seen1, "epoch 0's task %s after an epoch 1 task", m.started[i]);
     }
     for (int k = 0; k < 3; k++) /* the last acks were sent with the END requests */
+        work(&m);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_assert(sb_deal_all_ended(m.d));
+    sim_free(&m);
+}
+
+/* Ranks that ask for a batch's rows in one request (sb_deal_more, as the consumer does: one
+ * call per batch of one-row partitions instead of one per row): every row still goes to exactly
+ * one rank, in each rank's sequence, the ranks stay within a batch, and the end comes only as a
+ * request's first answer, so the run ends only after the ranks had their slices. */
+Test(stream_deal, several_slices_per_request_keep_the_promises)
+{
+    sim m;
+    sim_init(&m, 1, 7);
+    uint64_t more = 0;
+    for (uint32_t e = 0; e < EPOCHS; e++) {
+        rank rk[3] = {0};
+        for (uint32_t r = 0; r < 3; r++)
+            rk[r].more_rows = BATCH + 25 * r; /* over a partition's rows, and several sizes */
+        for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended && rk[2].ended); step++) {
+            m.now += 1;
+            work(&m);
+            for (uint32_t r = 0; r < 3; r++)
+                if (!rk[r].ended && (r < 2 || step % 3 == 0))
+                    ask(&m, &rk[r], r, 3, e);
+        }
+        epoch_whole(&m, rk, 3, e);
+        for (uint32_t r = 0; r < 3; r++)
+            more += rk[r].more_slices;
+    }
+    cr_assert_gt(more, 0, "requests got more than one slice");
+    for (int k = 0; k < 3; k++)
         work(&m);
     cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
     cr_assert(sb_deal_all_ended(m.d));
