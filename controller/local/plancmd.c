@@ -26,6 +26,7 @@
 #include "plan/price.h"
 #include "spec/pipeline.h"
 #include "spec/validate.h"
+#include "storage/joinplan.h"
 
 typedef struct {
     char *buf;
@@ -42,6 +43,9 @@ typedef struct {
     size_t nnotes;
     double profiled_bytes, total_bytes, profiled_rows; /* with --profile */
     int sampled;
+    /* the profiling run streams (stages fuse) instead of timing each stage alone: an exchanged
+     * join after other stages needs them in its map tasks, which staged mode refuses */
+    int profile_fused;
 } plan_state;
 
 static void plan_state_free(plan_state *s)
@@ -200,8 +204,40 @@ static cJSON *sample_uris(plan_state *s, int64_t want, sb_err *err)
     return uris;
 }
 
-/* The pipeline as a profiling run takes it: stage i on shapes[i] first, staged mode, the sink in
- * dir, the source cut to `uris` (when not null). */
+/* Adds one op of a profiling run's summary (`stages[]` entry) to its stages' task seconds. Its
+ * name is its stages' joined with '+' (fused: they share its time evenly), each maybe with its
+ * half's suffix: an all-to-all stage runs as "<stage>.map" and "<stage>" (its reduce half), a
+ * sort as three ("<stage>.range" between), and its cost is all of them. */
+static void op_seconds(const plan_state *s, const cJSON *e, double *secs, int *found)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    if (!cJSON_IsString(name))
+        return;
+    const char *nm = name->valuestring;
+    size_t k = 1;
+    for (const char *c = nm; *c; c++)
+        k += *c == '+';
+    double t = json_num(e, "taskSeconds", 0) / (double)k;
+    for (const char *part = nm; part != NULL;) {
+        const char *plus = strchr(part, '+');
+        size_t len = plus ? (size_t)(plus - part) : strlen(part);
+        if (len > 4 && strncmp(part + len - 4, ".map", 4) == 0)
+            len -= 4;
+        else if (len > 6 && strncmp(part + len - 6, ".range", 6) == 0)
+            len -= 6;
+        for (size_t i = 0; i < s->p.spec.nstages; i++) {
+            const char *sn = s->p.spec.stages[i].name;
+            if (strlen(sn) == len && strncmp(sn, part, len) == 0) {
+                secs[i] += t;
+                found[i] = 1;
+            }
+        }
+        part = plus ? plus + 1 : NULL;
+    }
+}
+
+/* The pipeline as a profiling run takes it: stage i on shapes[i] first, staged mode (streaming
+ * with s->profile_fused), the sink in dir, the source cut to `uris` (when not null). */
 static char *profile_json(const plan_state *s, const sb_shape *shapes, const cJSON *uris,
                           const char *sink_dir)
 {
@@ -219,7 +255,7 @@ static char *profile_json(const plan_state *s, const sb_shape *shapes, const cJS
         ex = cJSON_AddObjectToObject(spec, "execution");
     }
     cJSON_DeleteItemFromObjectCaseSensitive(ex, "mode");
-    cJSON_AddStringToObject(ex, "mode", "staged");
+    cJSON_AddStringToObject(ex, "mode", s->profile_fused ? "streaming" : "staged");
     cJSON *sink = cJSON_GetObjectItemCaseSensitive(spec, "sink");
     char u[PATH_MAX + 16];
     snprintf(u, sizeof u, "file://%s/", sink_dir);
@@ -332,27 +368,12 @@ static int profile_run(plan_state *s, const sb_local_plan_opts *o, const char *d
                           "out of the pipeline, so there is no rate to measure",
                           tag);
     }
+    double secs[SB_PLAN_MAX_STAGES] = {0};
+    int found[SB_PLAN_MAX_STAGES] = {0};
+    for (int k = 0; k < n; k++)
+        op_seconds(s, cJSON_GetArrayItem(stages, k), secs, found);
     for (size_t i = 0; i < s->p.spec.nstages; i++) {
-        rates[i] = 0;
-        double secs = 0;
-        int found = 0;
-        for (int k = 0; k < n; k++) {
-            const cJSON *e = cJSON_GetArrayItem(stages, k);
-            const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
-            /* an all-to-all stage runs as two ops, "<stage>.map" and "<stage>" (its reduce
-             * half), a sort as three ("<stage>.range" between): its cost is all of them (staged
-             * mode fuses nothing) */
-            const char *sn = s->p.spec.stages[i].name;
-            size_t sl = strlen(sn);
-            if (cJSON_IsString(name) && strncmp(name->valuestring, sn, sl) == 0 &&
-                (name->valuestring[sl] == '\0' || strcmp(name->valuestring + sl, ".map") == 0 ||
-                 strcmp(name->valuestring + sl, ".range") == 0)) {
-                secs += json_num(e, "taskSeconds", 0);
-                found = 1;
-            }
-        }
-        if (found)
-            rates[i] = *rows_last / (secs > 1e-6 ? secs : 1e-6);
+        rates[i] = found[i] ? *rows_last / (secs[i] > 1e-6 ? secs[i] : 1e-6) : 0;
         if (rates[i] <= 0) {
             cJSON_Delete(j);
             return sb_err_set(err, "profiling run on %s: no figures for stage %s in %s", tag,
@@ -361,6 +382,23 @@ static int profile_run(plan_state *s, const sb_local_plan_opts *o, const char *d
     }
     cJSON_Delete(j);
     return 0;
+}
+
+/* An exchanged join after another stage (the right side at or above broadcastBelow): its map
+ * tasks must run the stages before it, which staged mode refuses. 1 yes, 0 no, -1 + err (the
+ * right side could not be listed). */
+static int needs_fusing(const plan_state *s, sb_err *err)
+{
+    uint64_t *right = NULL;
+    if (sb_storage_join_plan(&s->p, &right, err) != 0) {
+        sb_err_wrap(err, "profiling");
+        return -1;
+    }
+    int yes = 0;
+    for (size_t i = 1; right != NULL && i < s->p.spec.nstages; i++)
+        yes |= right[i] > 0;
+    free(right);
+    return yes;
 }
 
 static int profile(plan_state *s, const sb_local_plan_opts *o, sb_err *err)
@@ -378,6 +416,12 @@ static int profile(plan_state *s, const sb_local_plan_opts *o, sb_err *err)
         sb_err_wrap(err, "profiling: listing the source");
         return -1;
     }
+    int fuse = needs_fusing(s, err);
+    if (fuse < 0) {
+        cJSON_Delete(uris);
+        return -1;
+    }
+    s->profile_fused = fuse;
     int choice = 0, gpu_used = 0;
     for (size_t i = 0; i < n; i++)
         choice |= s->st[i].shapes[0].allowed && s->st[i].shapes[1].allowed;
@@ -422,10 +466,14 @@ static int profile(plan_state *s, const sb_local_plan_opts *o, sb_err *err)
             note(s, "gpu rates were measured with streambatch-worker-gpu on this machine's GPU");
     }
     note(s,
-         "rates measured on %s of the source (%.0f of %.0f bytes, %.0f rows out), each stage "
-         "timed alone (mode staged); one worker = one task slot",
+         "rates measured on %s of the source (%.0f of %.0f bytes, %.0f rows out), %s; one "
+         "worker = one task slot",
          s->sampled ? "the first objects" : "the whole", s->profiled_bytes, s->total_bytes,
-         s->profiled_rows);
+         s->profiled_rows,
+         s->profile_fused ? "in streaming mode (an exchanged join reads the stages before it in "
+                            "its map tasks: stages that fused share their op's time evenly; the "
+                            "whole right side was read for this part of the source)"
+                          : "each stage timed alone (mode staged)");
     return 0;
 }
 

@@ -175,8 +175,10 @@ typedef struct {
     uint64_t max_part; /* its largest output partition (the grant of early outputs) */
     sb_sched_pool_figures by_pool[2]; /* sb_sched_group_stats.by_pool */
     /* exchange stages (exchange.h): xmap, its last stage runs the map half; xreduce, its first
-     * runs the reduce half over xbuckets buckets, formed once the op before is finished */
-    uint8_t xmap, xreduce;
+     * runs the reduce half over xbuckets buckets, formed once the op before is finished. An op
+     * may be both: one exchange's reduce fused with the stages after it up to the next one's
+     * map (groupby, then sort). xmiddle: sort's middle op, one stage that is both halves. */
+    uint8_t xmap, xreduce, xmiddle;
     uint32_t xbuckets;
     uint64_t xlimit; /* op 0 running a limit's map half: its rows (limit_cut); 0 for none */
     const sb_stage_spec **sp; /* the stages its tasks run (a half's spec in place of the stage) */
@@ -679,6 +681,7 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
             plan_op_new(s, i, pool)->xreduce = 1;
             if (sb_exchange_rounds(s->stage_ptrs[i]->op) == 2) { /* sort: a middle op, "x.range" */
                 s->ops[s->nops - 1].xmap = 1;
+                s->ops[s->nops - 1].xmiddle = 1;
                 plan_op_new(s, i, pool)->xreduce = 1;
                 s->sort_sink = 1;
             } else if (s->sort_sink) {
@@ -707,7 +710,7 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
             strcat(o->name, s->stages[o->first_stage + k].name);
         }
         if (o->xmap) /* the stage's map half: its reduce half's op has the stage's name */
-            strcat(o->name, o->xreduce ? ".range" : ".map"); /* sort's middle op: both */
+            strcat(o->name, o->xmiddle ? ".range" : ".map");
     }
     return 0;
 }
@@ -726,7 +729,7 @@ static int sched_exchange_setup(sb_sched *s, const sb_sched_config *cfg,
         if ((o->sp = malloc(o->nstages * sizeof *o->sp)) == NULL)
             return -1;
         memcpy(o->sp, s->stage_ptrs + o->first_stage, o->nstages * sizeof *o->sp);
-        if (o->xmap && o->xreduce) { /* sort's middle op: one stage, the exchange's round 1 */
+        if (o->xmiddle) { /* sort's middle op: one stage, the exchange's round 1 */
             const sb_stage_spec *st = s->stage_ptrs[o->first_stage];
             s->ops[i + 1].xbuckets = o->xbuckets;
             sb_stage_spec *h = &s->xhalves[2 * i];

@@ -221,6 +221,26 @@ Test(allops, kill_during_reduce_gives_the_same_output)
     cr_expect_gt(summary_num("k1", "partitionsRecovered"), 0, "map outputs re-made by lineage");
 }
 
+/* Two exchanges in a row: a groupby, then a sort by its counts and a distinct of them (the
+ * groupby's reduce runs in the same tasks as the next stage's map half). Before the fix both
+ * failed: "stage x+s.range failed: ... op sort is not available in this worker build". */
+Test(allops, an_exchange_right_after_a_groupby)
+{
+    const char *gb = "{keys: [k], aggregates: [{op: count, as: n}, {op: sum, field: v}]}";
+    pipeline("gs", "in", "8Ki", "groupby", gb,
+             "  - {name: s, op: sort, args: {keys: [{field: n, descending: true}]}}\n", "");
+    run_and_check("gs", "in", "groupby",
+                  "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\",\"as\":\"n\"},"
+                  "{\"op\":\"sum\",\"field\":\"v\"}]}");
+    /* the same rows, in order across the parts the manifest lists */
+    sh("cd %s && python3 %s/tests/allops/check.py sort "
+       "'{\"keys\":[{\"field\":\"n\",\"descending\":true}]}' out-gs out-gs",
+       dir, sb_test_root());
+    pipeline("gd", "in", "8Ki", "groupby", gb, "  - {name: d, op: distinct, args: {fields: [n]}}\n",
+             "");
+    run_and_check("gd", "out-gs", "distinct", "{\"fields\":[\"n\"]}");
+}
+
 Test(allops, plan_profiles_an_exchange_stage)
 {
     pipeline("p1", "in", "64Ki", "groupby", "{keys: [k], aggregates: [{op: count}]}",

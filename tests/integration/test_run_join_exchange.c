@@ -104,6 +104,36 @@ Test(join_exchange, inner_join_exchanged_equals_broadcast)
     both_ways("inner");
 }
 
+/* The exchanged join followed at once by another exchange (repartition): the join's reduce and
+ * the repartition's map half run in the same tasks. Before the fix that op was taken for a
+ * sort's middle op and the run failed ("op repartition is not available in this worker
+ * build"). */
+Test(join_exchange, an_exchange_right_after_the_join)
+{
+    pipeline("xr", "on: [k], how: left, missingKey: null, broadcastBelow: 1Ki",
+             "  - {name: r, op: repartition, args: {partitions: 3}}\n", "");
+    run_check("xr", "{\"on\":[\"k\"],\"how\":\"left\",\"missingKey\":null}");
+    cr_expect_eq(ops_of("xr"), 3,
+                 "the join's map, its reduce with the repartition's map, the "
+                 "repartition's reduce");
+}
+
+/* `plan --profile` of an exchanged join after another stage: its map tasks must run that stage,
+ * which a profile's staged mode refuses, so the profile streams (the stages fuse and share their
+ * op's time). Before the fix: "profiling run on cpu failed: ... its map tasks must read the
+ * source". */
+Test(join_exchange, plan_profiles_a_join_after_another_stage)
+{
+    pipeline("pf", "on: [k], how: inner, missingKey: null, broadcastBelow: 1Ki", "", "");
+    sh("sed -i 's|^  stages:$|  stages:\\n  - {name: f, op: identity}|' %s/pf.yaml", dir);
+    char *out = sb_test_sh_out("cd %s && timeout 120 %s plan --profile pf.yaml 2>&1; echo rc=$?",
+                               dir, sb_test_bin("streambatch"));
+    cr_expect(strstr(out, "rc=0") != NULL, "%s", out);
+    cr_expect(strstr(out, "\nf ") != NULL && strstr(out, "\nx ") != NULL, "%s", out);
+    cr_expect(strstr(out, "in streaming mode") != NULL, "%s", out);
+    free(out);
+}
+
 /* A worker killed once every map task is done and the reduce tasks run: the map outputs it held
  * (left rows and right rows) are made again by lineage, and the output is the reference's. A
  * slow stage before the join spreads the map tasks over both workers. */

@@ -338,6 +338,61 @@ Test(sched_exchange, sort_runs_three_ops_and_lists_its_sink_in_range_order)
     spec_fixture_free(&h);
 }
 
+/* Two exchanges in a row (groupby, then sort): the groupby's reduce half and the sort's map half
+ * run in the same tasks (op "g+o.map"), then the sort's middle op and its reduce. Before the fix
+ * that op was taken for a sort's middle op (both halves in one op), named "g+o.range" and given
+ * the sort's stage as is: every such pipeline failed ("op sort is not available"). */
+Test(sched_exchange, an_exchange_right_after_another_runs_both_halves_in_one_op)
+{
+    sb_sched *s = make_from("apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\n"
+                            "metadata: {name: x}\nspec:\n"
+                            "  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
+                            "  stages:\n  - {name: a, op: identity}\n"
+                            "  - {name: g, op: groupby, args: {keys: [k], partitions: 3}}\n"
+                            "  - {name: o, op: sort, args: {keys: [{field: n}], partitions: 3}}\n"
+                            "  sink: {uri: 'file:///out/', format: jsonl}\n"
+                            "  execution: {memoryBudget: 1Ti}\n");
+    cr_assert_eq(sb_sched_group_count(s), 4);
+    sb_sched_group_stats st;
+    const char *want[4] = {"a+g.map", "g+o.map", "o.range", "o"};
+    for (size_t i = 0; i < 4; i++) {
+        sb_sched_get_group_stats(s, i, &st);
+        cr_expect_str_eq(st.name, want[i]);
+    }
+    uint64_t now = 1;
+    size_t done[4] = {0};
+    for (int guard = 0; sb_sched_state_get(s, NULL) == SB_SCHED_RUNNING && guard < 100; guard++) {
+        sb_sched_task t[8];
+        size_t n = sb_sched_assign(s, "w1", 8, now++, t);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_lt(t[i].op, 4);
+            for (uint32_t k = 0; k < t[i].op; k++) /* each op after the one before finished */
+                cr_expect_eq(done[k], k == 0 ? NSPLITS : NB, "op %u before op %u", k, t[i].op);
+            if (t[i].op == 1) {
+                cr_assert_eq(t[i].nstages, 2);
+                cr_expect_str_eq(t[i].stages[0]->op, "exchange.reduce");
+                cr_expect(strstr(t[i].stages[0]->args_json, "\"op\":\"groupby\"") != NULL, "%s",
+                          t[i].stages[0]->args_json);
+                cr_expect_str_eq(t[i].stages[1]->op, "exchange.map");
+                cr_expect(strstr(t[i].stages[1]->args_json, "\"op\":\"sort\",\"buckets\":3,") !=
+                              NULL,
+                          "%s", t[i].stages[1]->args_json);
+                check_bucket_inputs(&t[i], NSPLITS);
+            } else if (t[i].op == 2) {
+                cr_assert_eq(t[i].nstages, 1);
+                cr_expect(strstr(t[i].stages[0]->args_json, "\"round\":1,") != NULL, "%s",
+                          t[i].stages[0]->args_json);
+            }
+            done[t[i].op]++;
+            complete(s, "w1", &t[i], now++);
+        }
+    }
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_eq(done[3], NB);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
 /* A stage after a sort that may run on two shapes stays in the sort's reduce op even where the
  * operator plans (no_fuse_choices makes such a stage an op of its own elsewhere): in tasks of its
  * own it would take the ranges in no order, and the sink's parts would lose the sort's order
