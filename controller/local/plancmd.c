@@ -220,17 +220,11 @@ static void op_seconds(const plan_state *s, const cJSON *e, double *secs, int *f
     double t = json_num(e, "taskSeconds", 0) / (double)k;
     for (const char *part = nm; part != NULL;) {
         const char *plus = strchr(part, '+');
-        size_t len = plus ? (size_t)(plus - part) : strlen(part);
-        if (len > 4 && strncmp(part + len - 4, ".map", 4) == 0)
-            len -= 4;
-        else if (len > 6 && strncmp(part + len - 6, ".range", 6) == 0)
-            len -= 6;
-        for (size_t i = 0; i < s->p.spec.nstages; i++) {
-            const char *sn = s->p.spec.stages[i].name;
-            if (strlen(sn) == len && strncmp(sn, part, len) == 0) {
-                secs[i] += t;
-                found[i] = 1;
-            }
+        int half;
+        long i = sb_plan_op_stage(&s->p, part, plus ? (size_t)(plus - part) : strlen(part), &half);
+        if (i >= 0) {
+            secs[i] += t;
+            found[i] = 1;
         }
         part = plus ? plus + 1 : NULL;
     }

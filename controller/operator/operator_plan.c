@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "controller/operator/operator_status.h"
+#include "plan/fromspec.h"
 
 int sb_operator_plan_wanted(const sb_pipeline *p)
 {
@@ -22,15 +23,6 @@ int sb_operator_plan_wanted(const sb_pipeline *p)
 }
 
 /* Index of the stage named by the `len` bytes at name, or -1. */
-static long stage_index(const sb_pipeline *p, const char *name, size_t len)
-{
-    for (size_t i = 0; i < p->spec.nstages; i++)
-        if (strlen(p->spec.stages[i].name) == len &&
-            strncmp(p->spec.stages[i].name, name, len) == 0)
-            return (long)i;
-    return -1;
-}
-
 int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots,
                              const sb_operator_plan_op *base, const sb_operator_plan_op *cur,
                              size_t nops, uint64_t min_tasks, double *rates)
@@ -67,14 +59,11 @@ int sb_operator_plan_measure(const sb_pipeline *p, const uint32_t *slots,
         for (const char *s = cur[j].name; s != NULL && *s;) {
             const char *plus = strchr(s, '+');
             size_t len = plus ? (size_t)(plus - s) : strlen(s);
-            long i = stage_index(p, s, len);
             /* an all-to-all stage's map half ("<stage>.map", and a sort's middle op
              * "<stage>.range"): its task time adds to that of the stage's reduce half (an op
              * after it, so measured first) */
-            int map = i < 0 && len > 4 && strncmp(s + len - 4, ".map", 4) == 0 &&
-                      (i = stage_index(p, s, len - 4)) >= 0;
-            if (i < 0 && len > 6 && strncmp(s + len - 6, ".range", 6) == 0)
-                map = (i = stage_index(p, s, len - 6)) >= 0;
+            int map;
+            long i = sb_plan_op_stage(p, s, len, &map);
             if (i >= 0) { /* fused stages share the op's task time evenly */
                 double v = op_rate * (double)k * (double)(slots != NULL && slots[i] ? slots[i] : 1);
                 r[i] = map && r[i] > 0 ? 1 / (1 / r[i] + 1 / v) : v;

@@ -101,3 +101,23 @@ int sb_plan_declared_rates(const sb_pipeline *p, sb_plan_stage_in *st,
     }
     return (int)missing;
 }
+
+static long stage_named(const sb_pipeline *p, const char *name, size_t len)
+{
+    for (size_t i = 0; i < p->spec.nstages; i++)
+        if (strlen(p->spec.stages[i].name) == len &&
+            strncmp(p->spec.stages[i].name, name, len) == 0)
+            return (long)i;
+    return -1;
+}
+
+long sb_plan_op_stage(const sb_pipeline *p, const char *part, size_t len, int *half)
+{
+    *half = 0;
+    long i = stage_named(p, part, len);
+    if (i < 0 && len > 4 && strncmp(part + len - 4, ".map", 4) == 0)
+        *half = (i = stage_named(p, part, len - 4)) >= 0;
+    if (i < 0 && len > 6 && strncmp(part + len - 6, ".range", 6) == 0)
+        *half = (i = stage_named(p, part, len - 6)) >= 0;
+    return i;
+}

@@ -23,4 +23,10 @@ void sb_plan_stages_from_spec(const sb_pipeline *p, sb_plan_stage_in *st);
 int sb_plan_declared_rates(const sb_pipeline *p, sb_plan_stage_in *st,
                            char (*why)[SB_SHAPE_COUNT][SB_PLAN_WHY_MAX]);
 
+/* The stage one part of an op's name names (an op's name is its stages' joined with '+'): the
+ * stage itself, or an all-to-all stage's map half "<stage>.map" or a sort's middle op
+ * "<stage>.range" (*half set to 1; else 0). -1 when none. Both the profile's and the operator's
+ * measured rates read run summaries by it. */
+long sb_plan_op_stage(const sb_pipeline *p, const char *part, size_t len, int *half);
+
 #endif
