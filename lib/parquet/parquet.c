@@ -276,16 +276,18 @@ typedef struct {
     size_t width;    /* bytes per row in the partition type (list: whole row) */
 } conv;
 
-/* Narrows INT32 values to INT8/16/UINT8/16 with a range check on every value present. */
-static int narrow_ints(conv *v, sb_type t, const char *col, sb_err *err)
+/* Narrows n INT32 values (per_row of them a row: 1, or a list's length) to INT8/16/UINT8/16,
+ * with a range check on every value present. */
+static int narrow_ints(conv *v, sb_type t, size_t n, size_t per_row, const char *col, sb_err *err)
 {
-    size_t w = sb_type_width(t), rows = v->c.rows;
-    v->narrow = malloc(rows * w + 1);
+    size_t w = sb_type_width(t);
+    v->narrow = malloc(n * w + 1);
     if (v->narrow == NULL)
         return sb_err_set(err, "out of memory");
-    for (size_t r = 0; r < rows; r++) {
+    for (size_t i = 0; i < n; i++) {
+        size_t r = i / per_row;
         int32_t x;
-        memcpy(&x, v->c.vals + 4 * r, 4);
+        memcpy(&x, v->c.vals + 4 * i, 4);
         bool ok = t == SB_TYPE_INT8    ? x >= INT8_MIN && x <= INT8_MAX
                   : t == SB_TYPE_INT16 ? x >= INT16_MIN && x <= INT16_MAX
                   : t == SB_TYPE_UINT8 ? (uint32_t)x <= UINT8_MAX
@@ -295,10 +297,10 @@ static int narrow_ints(conv *v, sb_type t, const char *col, sb_err *err)
                                r, x, sb_type_name(t));
         if (w == 1) {
             uint8_t b = (uint8_t)x;
-            v->narrow[r] = b;
+            v->narrow[i] = b;
         } else {
             uint16_t h = (uint16_t)x;
-            memcpy(v->narrow + 2 * r, &h, 2);
+            memcpy(v->narrow + 2 * i, &h, 2);
         }
     }
     return 0;
@@ -319,6 +321,11 @@ static int convert(conv *v, const sb_pq_out *o, sb_err *err)
         v->width = (size_t)c->list_len * sb_type_width(o->field.child_type);
         if (c->rows > 0 && c->list_len == 0)
             return sb_err_data(err, "column \"%.200s\": empty lists", o->field.name);
+        /* INT32 leaves annotated INT(8|16) hold 4 bytes a value; the list's child type is narrower
+         */
+        if (c->ptype == SB_PQ_INT32 && sb_type_width(o->field.child_type) < 4)
+            return narrow_ints(v, o->field.child_type, c->vals_len / 4, c->list_len, o->field.name,
+                               err);
         return 0;
     }
     sb_type t = o->field.type;
@@ -347,7 +354,7 @@ static int convert(conv *v, const sb_pq_out *o, sb_err *err)
     }
     v->width = sb_type_width(t) ? sb_type_width(t) : 1;
     if (c->ptype == SB_PQ_INT32 && sb_type_width(t) < 4)
-        return narrow_ints(v, t, o->field.name, err);
+        return narrow_ints(v, t, c->rows, 1, o->field.name, err);
     return 0;
 }
 
@@ -365,11 +372,11 @@ static int append_slice(sb_batch_builder *b, size_t col, const conv *v, const sb
 {
     /* lent, not copied: the decoded row group outlives the slice's partition (finished before
      * the next slice), so its values go into the blob with one copy */
+    const uint8_t *vals = v->narrow != NULL ? v->narrow : v->c.vals;
     if (o->as_list)
-        return sb_batch_builder_lend_values(b, col, v->c.vals + first * v->width, n, NULL, err);
+        return sb_batch_builder_lend_values(b, col, vals + first * v->width, n, NULL, err);
     if (v->c.binary)
         return sb_batch_builder_append_range(b, col, &v->view, first, n, true, err);
-    const uint8_t *vals = v->narrow != NULL ? v->narrow : v->c.vals;
     size_t w = v->width;
     const uint8_t *valid = NULL;
     if (v->bitmap != NULL) {

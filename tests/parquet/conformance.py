@@ -46,6 +46,13 @@ def table(nulls=True):
         "tns": pa.array(nv([1_600_000_000_000_000_000 + i * 13 for i in r]), pa.timestamp("ns")),
         "vec": pa.array([[float(i), i / 2.0, -i * 0.25, 1.0] for i in r], pa.list_(pa.float32())),
         "ivec": pa.array([[i, -i, i * 3] for i in r], pa.list_(pa.int64(), 3)),
+        # lists of 8- and 16-bit integers: INT32 leaves annotated INT(8|16), 4 bytes a value in
+        # the file (read as raw int32 bytes before 2026-11-30: a pre-decoded image's pixels came
+        # back as 252, 0, 0, 0, 198, ...)
+        "u8vec": pa.array([[(i * 31) % 256, 255, 0, i % 7] for i in r], pa.list_(pa.uint8())),
+        "i8vec": pa.array([[(i * 37) % 256 - 128, -128, 127] for i in r], pa.list_(pa.int8())),
+        "u16vec": pa.array([[(i * 7919) % 65536, 65535] for i in r], pa.list_(pa.uint16())),
+        "i16vec": pa.array([[(i * 997) % 65536 - 32768, -1] for i in r], pa.list_(pa.int16(), 2)),
     }
     return pa.table(cols)
 
