@@ -378,6 +378,16 @@ pos = max(b.find(b"\x4c\x15\x04", off, off + 48), b.find(b"\x3c\x15\x04", off, o
 assert pos >= 0, "no dictionary page header found"
 b[pos + 2] = 0x02
 hostile("a dictionary index out of range", bytes(b), "dictionary index")
+# a list<uint8> value out of its type's range: the file holds INT32s annotated INT(8, unsigned),
+# one of them patched from 177 to 300 (plain, uncompressed, no statistics)
+u8f = os.path.join(work, "u8.parquet")
+pq.write_table(pa.table({"v": pa.array([[7, 77, 177]] * 100, pa.list_(pa.uint8()))}), u8f,
+               compression="NONE", use_dictionary=False, write_statistics=False)
+b = bytearray(open(u8f, "rb").read())
+pos = b.find(b"\xb1\x00\x00\x00")
+assert pos >= 0, "no value 177 found"
+b[pos:pos + 4] = struct.pack("<i", 300)
+hostile("a list<uint8> value out of range", bytes(b), "300 does not fit its uint8 type")
 # a decompression bomb: a page whose declared uncompressed size is larger than what it inflates to
 bombf = os.path.join(work, "bomb.parquet")
 pq.write_table(pa.table({"z": pa.array([0] * 200000, pa.int64())}), bombf, compression="ZSTD",
