@@ -23,15 +23,27 @@
 #      tests/bench/torch_inference.py (a DataLoader of TORCH_WORKERS processes) on the same files
 #      and model, per precision; their answers compared (top-1 and top-5 agreement); the GPU's
 #      utilisation during each run (nvidia-smi dmon, its mean SM %).
-#   5. ETL (no GPU): ETL_MIB of scripts/bench-etl.sh's jsonl, filter + project, `streambatch run
+#   5. the GPU-bound variant: pre-decoded tensors and a wider MLP. The job's images are resized
+#      once into parquet (uint8 64x64x3, not timed), linked GB_REPEAT times; then, timed, parquet
+#      -> identity (CPU) -> tensor.mlp GB_DIMS (batchSize 1024) -> jsonl, per GB_VARIANTS, against
+#      torch_inference.py --predecoded GB_REPEAT (the same images decoded by Pillow before its
+#      clock starts), with the GPU's utilisation (the whole run's mean, and the mean from its
+#      first busy second to its last) and the answers compared
+#   6. ETL (no GPU): ETL_MIB of scripts/bench-etl.sh's jsonl, filter + project, `streambatch run
 #      --cpus N` against tests/bench/bench_etl_c --threads N at N = 2, 8, 16, 3 rounds interleaved
+#   7. ingest (issue 40): INGEST_IMAGES (10240) of the job's JPEGs -> 64x64 -> normalize, batches
+#      of 256, into a torch training step on the GPU (tests/bench/torch_ingest.py: light, then
+#      heavy), fed by a DataLoader of CPUS workers and by `streambatch run --serve --cpus CPUS`
+#      read with iter_batches, 2 rounds alternating (memoryBudget INGEST_BUDGET, 1Gi)
 # Everything printed goes to $OUT/device-inference.log; the RESULT lines also to
 # $OUT/inference-results.txt. Environment (defaults for the GPU machine):
 #   SB_BIN_DIR (bin) SB_BUILD_DIR (build) PYTHON (python3) IMAGES (20000)
 #   DIMS (12288,4096,4096,1000) PRECISIONS ("fp32 tf32") CPUS (15) TORCH_WORKERS (15)
 #   TORCH_DEVICE (cuda) TORCH_ENGINE (torch; numpy: the same data path without torch)
 #   DRAFT (0; 1: both pipelines decode JPEGs reduced: source.args.draft and Pillow's draft())
-#   STEPS ("machine tests bench job etl"; etl: ETL_MIB, default 2048)
+#   STEPS ("machine tests bench job gpubound etl ingest"; etl: ETL_MIB, default 2048)
+#   GB_DIMS (12288,8192,8192,8192,1000) GB_REPEAT (15) GB_PRECISION (fp32)
+#   GB_VARIANTS ("add:64Mi replace:64Mi": MODE:PARTITIONSIZE, mode add or replace)
 # A dry run on a machine without a GPU (only the job, the op on the CPU fallback):
 #   IMAGES=200 DIMS=12288,64,64,10 CPUS=2 TORCH_WORKERS=2 TORCH_DEVICE=cpu TORCH_ENGINE=numpy \
 #   PYTHON=build/resize-venv/bin/python SB_BIN_DIR=build/hg/bin STEPS=job scripts/device-inference.sh
@@ -40,12 +52,13 @@ cd "$(dirname "$0")/.."
 if [[ ${1:-} == --prepare ]]; then
   b=${SB_BUILD_DIR:-build} bd=${SB_BIN_DIR:-bin}
   make -j2 BUILD="$b" BINDIR="$bd" "$bd/streambatch" "$bd/streambatch-worker" \
-    "$bd/streambatch-worker-gpu" "$b/tests/test_mlp_cuda" "$b/bench/bench_mlp_gpu" "$b/bench/bench_etl_c" >/dev/null || exit 1
-  rm -rf .devbin .devlibs && mkdir -p .devbin/bin .devbin/tests .devbin/bench
+    "$bd/streambatch-worker-gpu" "$b/tests/test_mlp_cuda" "$b/bench/bench_mlp_gpu" "$b/bench/bench_etl_c" "$b/lib/libstreambatch_consumer.so" >/dev/null || exit 1
+  rm -rf .devbin .devlibs && mkdir -p .devbin/bin .devbin/tests .devbin/bench .devbin/lib
+  strip -o .devbin/lib/libstreambatch_consumer.so "$b/lib/libstreambatch_consumer.so"
   for f in streambatch streambatch-worker streambatch-worker-gpu; do strip -o ".devbin/bin/$f" "$bd/$f"; done
   for f in tests/cuda/test_*.c; do cp "$b/tests/$(basename "$f" .c)" .devbin/tests/; done
   cp "$b/bench/bench_mlp_gpu" "$b/bench/bench_etl_c" .devbin/bench/
-  scripts/device-libs.sh .devlibs .devbin/bin/* .devbin/tests/* .devbin/bench/*
+  scripts/device-libs.sh .devlibs .devbin/bin/* .devbin/tests/* .devbin/bench/* .devbin/lib/*
   for d in /.devbin/ /.devlibs/ /.devpack/; do grep -qxsF "$d" .git/info/exclude || echo "$d" >>.git/info/exclude; done
   # the two folders (~86 MiB) are over a device run's 64 MiB: they travel as one xz tarball
   mkdir -p .devpack && tar -cf - .devbin .devlibs | xz -T2 -6 >.devpack/dev.tar.xz || exit 1
@@ -70,7 +83,7 @@ tengine=${TORCH_ENGINE:-torch}
 draft=${DRAFT:-0}
 sbdraft="" tdraft=""
 ((draft)) && sbdraft=", draft: {width: 64, height: 64}" tdraft=--draft
-steps=" ${STEPS:-machine tests bench job etl} "
+steps=" ${STEPS:-machine tests bench job gpubound etl ingest} "
 results=$out/inference-results.txt
 : >"$results"
 work=$(mktemp -d /tmp/sb-inference-XXXXXX)
@@ -163,7 +176,10 @@ dmon_stop() { # file label: the mean SM % of the samples
   ((gpu)) || return 0
   kill "$dmon_pid" 2>/dev/null
   wait "$dmon_pid" 2>/dev/null
-  result "RESULT gpu-busy $2 $(awk '!/^#/ && NF >= 2 { s += $2; n++ } END { if (n) printf "sm_mean=%.1f%% samples=%d", s / n, n; else print "no samples" }' "$1")"
+  result "RESULT gpu-busy $2 $(awk '!/^#/ && NF >= 2 { s += $2; n++; v[n] = $2; if ($2 >= 1) { if (!f) f = n; l = n } }
+    END { if (!n) { print "no samples"; exit }
+          printf "sm_mean=%.1f%% samples=%d", s / n, n
+          if (f) { for (i = f; i <= l; i++) b += v[i]; printf " busy_span_mean=%.1f%% span_samples=%d", b / (l - f + 1), l - f + 1 } }' "$1")"
 }
 
 if [[ $steps == *" job "* ]]; then
@@ -196,12 +212,78 @@ if [[ $steps == *" job "* ]]; then
   done
   cp "$work"/summary-*.json "$out/" 2>/dev/null
 fi
+if [[ $steps == *" gpubound "* ]]; then
+  gdims=${GB_DIMS:-12288,8192,8192,8192,1000} rep=${GB_REPEAT:-15} gprec=${GB_PRECISION:-fp32}
+  say "5. GPU-bound: pre-decoded $images images x $rep -> tensor.mlp $gdims ($gprec)"
+  [[ -d $work/images ]] || "$py" tests/bench/inference_data.py images "$work/images" "$images" "$(nproc)" || exit 1
+  "$py" tests/bench/inference_data.py model "$work/wide.safetensors" "$gdims" || exit 1
+  mkdir -p "$work/gb/src" "$work/gb/run-pre"
+  cat >"$work/gb/pre.yaml" <<EOF
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: predecode}
+spec:
+  source: {uri: "file://$work/images/", format: image, args: {channels: 3}}
+  stages:
+  - {name: resize, op: image.resize, args: {width: 64, height: 64}}
+  - {name: keep, op: project, args: {fields: [path, image]}}
+  - {name: merge, op: repartition, args: {partitions: 32}}
+  sink: {uri: "file://$work/gb/pq/", format: parquet}
+EOF
+  timeout 300 "$bin/streambatch" run "$work/gb/pre.yaml" --cpus "$cpus" --run-dir "$work/gb/run-pre" 2>&1 | tail -2
+  for r in $(seq 1 "$rep"); do
+    for f in "$work"/gb/pq/*.parquet; do ln "$f" "$work/gb/src/r$r-$(basename "$f")"; done
+  done
+  echo "pre-decoded: $(find "$work/gb/pq" -name '*.parquet' | wc -l) parquet files, $(du -sh "$work/gb/pq" | cut -f1), linked $rep times; model $(du -h "$work/wide.safetensors" | cut -f1)"
+  dmon_start "$work/gb/dmon-torch.txt"
+  timeout 300 "$py" tests/bench/torch_inference.py "$work/images" "$work/wide.safetensors" \
+    "$work/gb/torch.jsonl" --device "$tdevice" --workers "$tworkers" --batch 1024 \
+    --precision "$gprec" --predecoded "$rep" 2>&1 | tail -3 | tee -a "$results"
+  dmon_stop "$work/gb/dmon-torch.txt" "gpubound-torch-$gprec"
+  # variants: MODE:PSIZE; add keeps the input column beside the logits (outputField logits),
+  # replace writes the logits over it (outputField image: PyTorch's loop keeps no input);
+  # PSIZE the source's partitionSize
+  for v in ${GB_VARIANTS:-add:64Mi replace:64Mi}; do
+    mode=${v%%:*} psize=${v#*:} of=logits
+    [[ $mode == replace ]] && of=image
+    cat >"$work/gb/gb.yaml" <<EOF
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: gpubound}
+spec:
+  source: {uri: "file://$work/gb/src/", format: parquet, partitionSize: $psize}
+  stages:
+  - {name: read, op: identity, resources: {cpu: "1"}}
+  - name: classify
+    op: tensor.mlp
+    args: {weights: "file://$work/wide.safetensors", field: image, activation: relu,
+           outputField: $of, topK: 5, precision: $gprec}
+    batchSize: 1024
+    resources: {gpu: 1, cpu: "1"}
+  - {name: answer, op: project, args: {fields: [path, ${of}TopK]}, resources: {cpu: "1"}}
+  sink: {uri: "file://$work/gb/out-sb/", format: jsonl}
+EOF
+    rm -rf "$work/gb/out-sb" "$work/gb/run" && mkdir -p "$work/gb/run"
+    dmon_start "$work/gb/dmon-sb.txt"
+    t0=$EPOCHREALTIME
+    timeout 300 "$bin/streambatch" run "$work/gb/gb.yaml" --cpus "$cpus" --gpus 1 --memory-budget 8Gi \
+      --run-dir "$work/gb/run" --summary-json "$work/gb/summary-$mode-$psize.json" 2>&1 | tail -5
+    rc=${PIPESTATUS[0]}
+    t1=$EPOCHREALTIME
+    dmon_stop "$work/gb/dmon-sb.txt" "gpubound-streambatch-$gprec-$mode-$psize"
+    rows=$(cat "$work"/gb/out-sb/*.jsonl 2>/dev/null | wc -l)
+    result "RESULT gpubound streambatch precision=$gprec mode=$mode partitionSize=$psize dims=$gdims images=$((images * rep)) rows_out=$rows seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') exit=$rc"
+    cp "$work/gb/summary-$mode-$psize.json" "$out/" 2>/dev/null
+    r=$("$py" tests/bench/inference_data.py compare "$work/gb/out-sb" "$work/gb/torch.jsonl" "$images")
+    result "$r gpubound mode=$mode partitionSize=$psize exit=$?"
+  done
+fi
 if [[ $steps == *" etl "* ]]; then
   # issue 36: ETL filter + project on this machine's cores against the C program with as many
   # threads (the data of scripts/bench-etl.sh: ~200-byte jsonl records in 16 files, page cache
   # warm; 16 generator processes, one file each)
   emib=${ETL_MIB:-2048}
-  say "5. ETL: $emib MiB of jsonl, filter + project, streambatch --cpus N vs bench_etl_c --threads N"
+  say "6. ETL: $emib MiB of jsonl, filter + project, streambatch --cpus N vs bench_etl_c --threads N"
   mkdir -p "$work/etl/in"
   "$py" - "$work/etl/in" "$emib" <<'PY' || exit 1
 import multiprocessing, random, sys
@@ -249,6 +331,38 @@ Y
       same=""
       ((r == 1)) && same=" same_output=$([[ $(digest "$work"/etl/out-sb/part-*.jsonl) == $(digest "$work"/etl/out-c/*.jsonl) ]] && echo yes || echo NO)"
       result "RESULT etl workers=$n round=$r mib=$emib streambatch_s=$a c_s=$b c_over_sb=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "%.2f", b / a }')$same"
+    done
+  done
+fi
+if [[ $steps == *" ingest "* ]]; then
+  # issue 40 on a GPU machine: the DataLoader (CPUS workers) against streambatch (--cpus CPUS)
+  # feeding a torch training step on the GPU (tests/bench/torch_ingest.py)
+  ni=${INGEST_IMAGES:-10240}
+  say "7. ingest: $ni JPEGs -> 64x64 -> normalize -> a torch training step (light, heavy)"
+  [[ -d $work/images ]] || "$py" tests/bench/inference_data.py images "$work/images" "$images" "$(nproc)" || exit 1
+  mkdir -p "$work/ingest/images"
+  find "$work/images" -name '*.jpg' | sort | head -n "$ni" | while read -r f; do ln "$f" "$work/ingest/images/"; done
+  cat >"$work/ingest/p.yaml" <<EOF
+apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {name: ingest}
+spec:
+  source: {uri: "file://$work/ingest/images/", format: image}
+  stages:
+    - {name: resize, op: image.resize, args: {width: 64, height: 64}}
+    - {name: norm, op: image.normalize, args: {mean: 0.5, std: 0.25, layout: chw}}
+  sink: {uri: "stream://", format: jsonl}
+  execution: {memoryBudget: ${INGEST_BUDGET:-1Gi}}
+EOF
+  for st in light heavy; do
+    for r in 1 2; do
+      kinds="sb loader"
+      ((r == 2)) && kinds="loader sb"
+      for k in $kinds; do
+        PYTHONPATH=$PWD/sdk/python STREAMBATCH_CONSUMER_LIB=$build/lib/libstreambatch_consumer.so \
+          timeout 180 "$py" tests/bench/torch_ingest.py "$k" "$work/ingest/images" "$work/ingest/p.yaml" \
+          "$bin/streambatch" --workers "$cpus" --step "$st" --device "$tdevice" 2>&1 | tail -2 | tee -a "$results"
+      done
     done
   done
 fi
