@@ -934,121 +934,40 @@ static size_t many_window(const task_ctx *t, size_t i)
     return remote > 1 ? j - i : 0;
 }
 
-/* One peer's share of a window: its inputs' ids and sizes, fetched in one stream into got/glens
- * (slices of task_inputs_many's arrays) by a thread of its own. */
-typedef struct {
-    const char *addr;
-    const char **ids;
-    size_t *expected;
-    size_t m;
-    void **got;
-    size_t *glens;
-    size_t failed; /* the index in ids of the input that failed */
-    int rc;
-    sb_err err;
-} peer_share;
-
-typedef struct {
-    task_ctx *t;
-    peer_share *shares;
-    size_t nshares;
-    size_t next; /* the next share to fetch (mu) */
-    pthread_mutex_t mu;
-} peer_fetches;
-
-#define PEER_THREADS 8
-
-static void *peer_fetch_run(void *arg)
-{
-    peer_fetches *f = arg;
-    sb_data_fetch_opts fo = {.requester_id = f->t->w->cfg.id, .rpc = f->t->w->cfg.rpc};
-    for (;;) {
-        pthread_mutex_lock(&f->mu);
-        size_t k = f->next++;
-        pthread_mutex_unlock(&f->mu);
-        if (k >= f->nshares)
-            return NULL;
-        peer_share *p = &f->shares[k];
-        p->rc = sb_data_fetch_many_addr(p->addr, p->ids, p->expected, p->m, 0, 60000, &fo, p->got,
-                                        p->glens, &p->failed, NULL, &p->err);
-    }
-}
-
-/* Fetches the window's remote inputs [i, i + n) into blobs/lens, one stream per peer and the
- * peers' streams at once, on up to PEER_THREADS threads: a task's inputs come from every worker
- * of the stage before (15 on a 16-core machine), and one stream after another made a GPU
- * stage's task of 1,024 one-image inputs wait ~0.3 s on its fetches (issue 36, on an H200).
- * The window's bytes are bounded as before (many_bytes); only the waiting overlaps. As
- * task_inputs. */
-static int many_fetch_peers(task_ctx *t, size_t i, size_t n, const char **ids, size_t *expected,
-                            size_t *at, void **blobs, size_t *lens, char **lost)
+/* Fetches the window's inputs of the peer of input i + first (those not fetched yet, in order)
+ * in one stream into blobs/lens. As task_inputs. */
+static int many_fetch_peer(task_ctx *t, size_t i, size_t n, size_t first, const char **ids,
+                           size_t *expected, size_t *at, void **blobs, size_t *lens, char **lost)
 {
     const Streambatch__V1__Task *task = t->task;
-    peer_share *shares = calloc(n, sizeof *shares);
-    if (shares == NULL)
-        return sb_err_set(&t->err, "out of memory");
-    /* the remote inputs grouped by peer, in order within each: at[] lists window positions */
-    size_t m = 0, ns = 0;
-    bool *taken = calloc(n, sizeof *taken);
-    if (taken == NULL) {
-        free(shares);
-        return sb_err_set(&t->err, "out of memory");
-    }
-    for (size_t k = 0; k < n; k++) {
-        if (taken[k] || is_local(t, i + k))
-            continue;
-        const char *addr = task->inputs[i + k]->worker_address;
-        peer_share *p = &shares[ns++];
-        *p = (peer_share){.addr = addr,
-                          .ids = ids + m,
-                          .expected = expected + m,
-                          .got = blobs + n + m,
-                          .glens = lens + n + m};
-        for (size_t q = k; q < n; q++)
-            if (!taken[q] && !is_local(t, i + q) &&
-                strcmp(task->inputs[i + q]->worker_address, addr) == 0) {
-                taken[q] = true;
-                ids[m] = task->inputs[i + q]->id;
-                expected[m] = (size_t)task->inputs[i + q]->bytes;
-                at[m++] = q;
-                p->m++;
-            }
-    }
-    free(taken);
-    peer_fetches f = {.t = t, .shares = shares, .nshares = ns};
-    pthread_mutex_init(&f.mu, NULL);
-    pthread_t th[PEER_THREADS];
-    size_t nth = 0;
-    for (; ns > 1 && nth < PEER_THREADS - 1 && nth + 1 < ns; nth++)
-        if (pthread_create(&th[nth], NULL, peer_fetch_run, &f) != 0)
-            break;
-    peer_fetch_run(&f); /* this thread fetches too */
-    for (size_t k = 0; k < nth; k++)
-        pthread_join(th[k], NULL);
-    pthread_mutex_destroy(&f.mu);
-    int rc = 0;
-    size_t base = 0;
-    for (size_t s = 0; s < ns; s++) {
-        if (rc == 0 && shares[s].rc != 0) {
-            sb_wmetrics_fetch_error(t->w->metrics);
-            t->err = shares[s].err;
-            *lost = task->inputs[i + at[base + shares[s].failed]]->id;
-            rc = -2;
+    const char *addr = task->inputs[i + first]->worker_address;
+    size_t m = 0;
+    for (size_t k = first; k < n; k++)
+        if (blobs[k] == NULL && !is_local(t, i + k) &&
+            strcmp(task->inputs[i + k]->worker_address, addr) == 0) {
+            ids[m] = task->inputs[i + k]->id;
+            expected[m] = (size_t)task->inputs[i + k]->bytes;
+            at[m++] = k;
         }
-        base += shares[s].m;
+    void **got = blobs + n; /* scratch: the second half */
+    size_t *glens = lens + n, failed = 0;
+    sb_data_fetch_opts fo = {.requester_id = t->w->cfg.id, .rpc = t->w->cfg.rpc};
+    if (sb_data_fetch_many_addr(addr, ids, expected, m, 0, 60000, &fo, got, glens, &failed, NULL,
+                                &t->err) != 0) {
+        sb_wmetrics_fetch_error(t->w->metrics);
+        *lost = task->inputs[i + at[failed]]->id;
+        return -2;
     }
-    /* got[] fills the second halves in share order; move each to its window position */
     for (size_t k = 0; k < m; k++) {
-        blobs[at[k]] = blobs[n + k];
-        lens[at[k]] = lens[n + k];
-        blobs[n + k] = NULL;
+        blobs[at[k]] = got[k];
+        lens[at[k]] = glens[k];
+        got[k] = NULL;
     }
-    free(shares);
-    return rc;
+    return 0;
 }
 
-/* Fetches inputs [i, i + n) (the remote ones at once, many_fetch_peers) and runs the chain over
- * each, in order. As task_inputs. */
+/* Fetches inputs [i, i + n) (one stream per peer) and runs the chain over each, in order. As
+ * task_inputs. */
 static int task_inputs_many(task_ctx *t, size_t i, size_t n, char **lost)
 {
     const Streambatch__V1__Task *task = t->task;
@@ -1060,8 +979,9 @@ static int task_inputs_many(task_ctx *t, size_t i, size_t n, char **lost)
     int rc = 0;
     if (!ids || !expected || !at || !lens || !blobs)
         rc = sb_err_set(&t->err, "out of memory");
-    if (rc == 0)
-        rc = many_fetch_peers(t, i, n, ids, expected, at, blobs, lens, lost);
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if (blobs[k] == NULL && !is_local(t, i + k))
+            rc = many_fetch_peer(t, i, n, k, ids, expected, at, blobs, lens, lost);
     for (size_t k = 0; rc == 0 && k < n; k++) {
         if (is_local(t, i + k)) {
             rc = run_local_input(t, i + k, lost);
