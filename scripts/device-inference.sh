@@ -34,12 +34,15 @@
 #   7. ingest (issue 40): INGEST_IMAGES (10240) of the job's JPEGs -> 64x64 -> normalize, batches
 #      of 256, into a torch training step on the GPU (tests/bench/torch_ingest.py: light, then
 #      heavy), fed by a DataLoader of CPUS workers and by `streambatch run --serve --cpus CPUS`
-#      read with iter_batches, 2 rounds alternating (memoryBudget INGEST_BUDGET, 1Gi)
+#      read with iter_batches, 2 rounds alternating (memoryBudget INGEST_BUDGET, 1Gi; the steps
+#      INGEST_STEPS, "light heavy")
 # Everything printed goes to $OUT/device-inference.log; the RESULT lines also to
 # $OUT/inference-results.txt. Environment (defaults for the GPU machine):
 #   SB_BIN_DIR (bin) SB_BUILD_DIR (build) PYTHON (python3) IMAGES (20000)
 #   DIMS (12288,4096,4096,1000) PRECISIONS ("fp32 tf32") CPUS (15) TORCH_WORKERS (15)
 #   TORCH_DEVICE (cuda) TORCH_ENGINE (torch; numpy: the same data path without torch)
+#   JOB_OUTPUT_FIELD (logits; image: tensor.mlp writes its output over the input column, as
+#   PyTorch's loop keeps no input, instead of beside it)
 #   DRAFT (0; 1: both pipelines decode JPEGs reduced: source.args.draft and Pillow's draft())
 #   STEPS ("machine tests bench job gpubound etl ingest"; etl: ETL_MIB, default 2048)
 #   GB_DIMS (12288,8192,8192,8192,1000) GB_REPEAT (15) GB_PRECISION (fp32)
@@ -159,10 +162,10 @@ spec:
   - name: classify
     op: tensor.mlp
     args: {weights: "file://$work/model.safetensors", field: image, activation: relu,
-           outputField: logits, topK: 5, precision: $1}
+           outputField: ${JOB_OUTPUT_FIELD:-logits}, topK: 5, precision: $1}
     batchSize: 1024
     resources: {gpu: 1, cpu: "1"}
-  - {name: answer, op: project, args: {fields: [path, logitsTopK]}, resources: {cpu: "1"}}
+  - {name: answer, op: project, args: {fields: [path, ${JOB_OUTPUT_FIELD:-logits}TopK]}, resources: {cpu: "1"}}
   sink: {uri: "file://$work/out-sb-$1/", format: jsonl}
 EOF
   echo "$f"
@@ -198,7 +201,7 @@ if [[ $steps == *" job "* ]]; then
     rc=${PIPESTATUS[0]}
     t1=$EPOCHREALTIME
     dmon_stop "$work/dmon-sb-$prec.txt" "streambatch-$prec"
-    result "RESULT streambatch precision=$prec draft=$draft images=$images seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') exit=$rc"
+    result "RESULT streambatch precision=$prec draft=$draft output=${JOB_OUTPUT_FIELD:-logits} images=$images seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') exit=$rc"
     grep -h "tensor.mlp runs" "$work/run-$prec"/*.log 2>/dev/null | head -2
     say "4. $prec: tests/bench/torch_inference.py ($tengine on $tdevice, $tworkers workers)"
     dmon_start "$work/dmon-torch-$prec.txt"
@@ -354,7 +357,7 @@ spec:
   sink: {uri: "stream://", format: jsonl}
   execution: {memoryBudget: ${INGEST_BUDGET:-1Gi}}
 EOF
-  for st in light heavy; do
+  for st in ${INGEST_STEPS:-light heavy}; do
     for r in 1 2; do
       kinds="sb loader"
       ((r == 2)) && kinds="loader sb"
