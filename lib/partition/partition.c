@@ -1072,6 +1072,12 @@ int sb_batch_builder_finish_into(sb_batch_builder *b, void *dst, size_t cap, siz
     return finish_into(b, dst, cap, len_out, true, err);
 }
 
+int sb_batch_builder_finish_into_unsealed(sb_batch_builder *b, void *dst, size_t cap,
+                                          size_t *len_out, sb_err *err)
+{
+    return finish_into(b, dst, cap, len_out, false, err);
+}
+
 static int finish_into(sb_batch_builder *b, void *dst, size_t cap, size_t *len_out, bool sealed,
                        sb_err *err)
 {

@@ -278,6 +278,10 @@ int sb_batch_builder_finish_unsealed(sb_batch_builder *b, void **blob_out, size_
 int sb_batch_builder_finish_into(sb_batch_builder *b, void *dst, size_t cap, size_t *len_out,
                                  sb_err *err);
 
+/* Both: into a caller buffer, checksums left 0. */
+int sb_batch_builder_finish_into_unsealed(sb_batch_builder *b, void *dst, size_t cap,
+                                          size_t *len_out, sb_err *err);
+
 /* Allocates `n` bytes aligned to SB_PART_ALIGN (n is rounded up to a multiple of it); NULL on
  * allocation failure. Free with sb_part_free(). */
 void *sb_part_alloc(size_t n);

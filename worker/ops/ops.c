@@ -2,6 +2,7 @@
  * errors, the ops' spill files and the running attempt's cancel flag (see ops.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,10 +116,44 @@ struct sb_op_feed {
     void *state;
     size_t batch; /* > 0 */
     sb_op_out *out;
-    sb_op_out *carry; /* rows waiting for a full batch; NULL until the first remainder */
-    size_t carried;   /* its rows */
-    sb_err *err;      /* the push's or flush's, for carry_emit */
+    sb_op_out *carry;   /* rows waiting for a full batch; NULL until the first remainder */
+    size_t carried;     /* its rows */
+    sb_err *err;        /* the push's or flush's, for carry_emit */
+    sb_op_spare *spare; /* this thread's (thread_spare): the carry finishes into it */
 };
+
+/* One spare per thread (a worker's slot runs one task at a time), kept across its tasks: the
+ * carry of every batch a slot gathers is finished into the same buffer (sb_op_spare). Freed
+ * when the thread ends. */
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static int spare_key_ok;
+
+static void spare_free(void *p)
+{
+    sb_op_spare *s = p;
+    if (!s->lent)
+        sb_part_free(s->p);
+    free(s);
+}
+
+static void spare_key_make(void)
+{
+    spare_key_ok = pthread_key_create(&spare_key, spare_free) == 0;
+}
+
+static sb_op_spare *thread_spare(void)
+{
+    pthread_once(&spare_once, spare_key_make);
+    if (!spare_key_ok)
+        return NULL;
+    sb_op_spare *s = pthread_getspecific(spare_key);
+    if (s == NULL && (s = calloc(1, sizeof *s)) != NULL && pthread_setspecific(spare_key, s) != 0) {
+        free(s);
+        s = NULL;
+    }
+    return s;
+}
 
 sb_op_feed *sb_op_feed_new(const sb_op_impl *op, void *state, size_t batch_size, sb_op_out *out,
                            sb_err *err)
@@ -160,7 +195,10 @@ static int carry_emit(void *blob, size_t len, uint64_t rows, void *ud)
     if (rc == 0)
         rc = f->op->process(f->state, b, 0, (size_t)rows, f->out, f->err);
     sb_batch_close(b);
-    sb_part_free(blob);
+    if (f->spare != NULL && f->spare->lent && blob == f->spare->p)
+        f->spare->lent = false; /* given back: the next batch is finished into it */
+    else
+        sb_part_free(blob);
     f->carried = 0;
     return rc;
 }
@@ -187,6 +225,8 @@ static int carry_schema(sb_op_feed *f, const sb_batch *in, sb_err *err)
     f->carry = sb_op_out_new(CARRY_TARGET, carry_emit, f, err);
     if (f->carry == NULL)
         return -1;
+    f->spare = thread_spare();
+    sb_op_out_set_spare(f->carry, f->spare);
     return sb_op_out_set_schema_like(f->carry, in, err);
 }
 

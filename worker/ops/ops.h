@@ -103,6 +103,24 @@ void sb_op_out_free(sb_op_out *o);
  * op of a task's chain). */
 void sb_op_out_set_unsealed(sb_op_out *o);
 
+/* A buffer an output finishes its partitions into instead of a new one each time, unsealed (the
+ * emit callback opens them with SB_BATCH_OPEN_SKIP_CHECKSUM: a checksum is a pass over the whole
+ * batch), lent to the emit callback, which gives it back (lent = false) when it is done with the
+ * partition, or frees the blob when it is not p. Only partitions of at most
+ * SB_OP_SPARE_MAX bytes: the owner (a thread, sb_op_feed's carry) keeps p until it ends, so it is
+ * memory outside the store's budget. Why: a batch of 1,024 images is a 48 MiB blob, and a fresh
+ * one per batch cost the GPU worker the kernel's zeroing of its pages (perf, issue 36). */
+typedef struct {
+    void *p; /* sb_part_alloc'd, cap bytes; NULL: none yet */
+    size_t cap;
+    bool lent; /* p is a partition the emit callback has not given back */
+} sb_op_spare;
+
+#define SB_OP_SPARE_MAX ((size_t)64 << 20)
+
+/* From now on flushes finish into *s (NULL: no spare). */
+void sb_op_out_set_spare(sb_op_out *o, sb_op_spare *s);
+
 /* For rows an op holds and cuts itself (sb_op_out_cut) at about `bytes` to sort or spill them
  * in this process (the exchange ops' held rows; bytes > 0): unsealed as above, and a records
  * schema (one binary/utf8 column) is built in place with its values reserved for `bytes` at

@@ -18,8 +18,9 @@ struct sb_op_out {
     uint8_t *scratch; /* shifted validity bitmaps */
     size_t scratch_cap;
     uint64_t rows_emitted, parts, bytes;
-    bool unsealed; /* blobs for a consumer in this process: no checksums */
-    size_t held;   /* sb_op_out_set_held's bytes (0: not set) */
+    bool unsealed;      /* blobs for a consumer in this process: no checksums */
+    size_t held;        /* sb_op_out_set_held's bytes (0: not set) */
+    sb_op_spare *spare; /* sb_op_out_set_spare's (NULL: none) */
 };
 
 sb_op_out *sb_op_out_new(size_t target_bytes, sb_op_emit_fn emit, void *ud, sb_err *err)
@@ -61,6 +62,11 @@ void sb_op_out_free(sb_op_out *o)
 void sb_op_out_set_unsealed(sb_op_out *o)
 {
     o->unsealed = true;
+}
+
+void sb_op_out_set_spare(sb_op_out *o, sb_op_spare *s)
+{
+    o->spare = s;
 }
 
 void sb_op_out_set_held(sb_op_out *o, size_t bytes)
@@ -205,6 +211,22 @@ static int flush_rows(sb_op_out *o, int empty_ok, sb_err *err)
         return 0;
     void *blob;
     size_t len;
+    sb_op_spare *sp = o->spare;
+    size_t need = sp != NULL && !sp->lent ? sb_batch_builder_bytes(o->b) : 0;
+    if (need > 0 && need <= SB_OP_SPARE_MAX) {
+        if (sp->cap < need) {
+            sb_part_free(sp->p);
+            size_t cap = need + need / 8 < SB_OP_SPARE_MAX ? need + need / 8 : SB_OP_SPARE_MAX;
+            sp->p = sb_part_alloc(cap);
+            sp->cap = sp->p != NULL ? cap : 0;
+        }
+        if (sp->p != NULL &&
+            sb_batch_builder_finish_into_unsealed(o->b, sp->p, sp->cap, &len, err) == 0) {
+            sp->lent = true;
+            return emit_blob(o, sp->p, len, rows, err);
+        }
+        sb_err_clear(err); /* too small after all (the builder is unchanged): a new blob */
+    }
     int frc = o->unsealed ? sb_batch_builder_finish_unsealed(o->b, &blob, &len, err)
                           : sb_batch_builder_finish(o->b, &blob, &len, err);
     if (frc != 0)
