@@ -84,6 +84,7 @@ struct sbc_stream {
     size_t head, len, cap;
     uint64_t floor_rows, end_rows, emitted;
     _Atomic uint64_t dealt, fetches, bytes; /* sbc_stats reads them while the prefetch runs */
+    _Atomic uint64_t streams;               /* Data.Fetch streams opened (sbc_streams) */
     uint32_t retry_ms;                      /* the last WAIT's advice */
     int ended;                              /* the controller said END */
     uint64_t rng;
@@ -440,6 +441,7 @@ static int take_slice(sbc_stream *s, const slice *r)
     if (j.ch == NULL)
         return fail(s, "out of memory (a channel to %s)", r->address);
     fetch_run(&j, s->o.timeout_ms);
+    s->streams++;
     return adopt(s, r, &j);
 }
 
@@ -496,30 +498,147 @@ static void resume(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
 
 /* Fetches run at once for one reply's slices: the workers serve each Data.Fetch on their own
  * threads, and a batch of one-row partitions is hundreds of fetches whose round trips would
- * otherwise add up one after another. */
+ * otherwise add up one after another. Partitions of a few KiB from one peer come in one stream
+ * (sb_data_fetch_many), as a task's inputs do (worker/runtime.c): a stream per one-image
+ * partition cost the trainer more CPU than the rows' copy (issue 40). A unit is one stream:
+ * a peer's small partitions, up to MANY_BYTES together (held until all have come), or one
+ * partition alone. */
 #define FETCH_THREADS 4
+#define MANY_PART_MAX ((uint64_t)1 << 20)
+#define MANY_BYTES ((uint64_t)16 << 20)
+
+typedef struct {
+    size_t *idx; /* the jobs it fetches, in the reply's order (into fetch_set.idx) */
+    size_t n;
+    uint64_t bytes;
+    sb_rpc_channel *ch;
+} fetch_unit;
 
 typedef struct {
     fetch_job *jobs;
-    size_t n;
+    fetch_unit *units;
+    size_t nunits;
     atomic_size_t next;
     int timeout_ms;
 } fetch_set;
 
+/* The unit's partitions in one stream. A partition the peer does not hold is marked so and the
+ * rest asked again without it; any other failure (the peer lost, the deadline) is every job's,
+ * so each slice is reported lost as when fetched alone. */
+static void fetch_unit_many(fetch_set *f, const fetch_unit *u)
+{
+    const char **ids = malloc(u->n * sizeof *ids);
+    size_t *exp = malloc(u->n * sizeof *exp), *lens = malloc(u->n * sizeof *lens);
+    size_t *at = malloc(u->n * sizeof *at);
+    void **blobs = malloc(u->n * sizeof *blobs);
+    if (!ids || !exp || !lens || !at || !blobs) { /* each alone, then */
+        for (size_t k = 0; k < u->n; k++)
+            fetch_run(&f->jobs[u->idx[k]], f->timeout_ms);
+        goto out;
+    }
+    size_t m = u->n;
+    for (size_t k = 0; k < m; k++)
+        at[k] = u->idx[k];
+    sb_data_fetch_opts fo = {.requester_id = "consumer",
+                             .flags = SB_DATA_FETCH_NO_VERIFY,
+                             .max_retries = 2,
+                             .reconnect_wait_ms = 1000};
+    while (m > 0) {
+        for (size_t k = 0; k < m; k++) {
+            ids[k] = f->jobs[at[k]].r->partition_id;
+            exp[k] = (size_t)f->jobs[at[k]].r->bytes;
+        }
+        size_t failed = 0;
+        sb_err e;
+        int rc = sb_data_fetch_many(u->ch, ids, exp, m, 0, f->timeout_ms, &fo, blobs, lens, &failed,
+                                    NULL, &e);
+        if (rc == 0) {
+            for (size_t k = 0; k < m; k++) {
+                f->jobs[at[k]].rc = 0;
+                f->jobs[at[k]].blob = blobs[k];
+                f->jobs[at[k]].len = lens[k];
+            }
+            break;
+        }
+        if (rc != SB_DATA_ENOTFOUND || failed >= m) {
+            for (size_t k = 0; k < m; k++) {
+                f->jobs[at[k]].rc = rc;
+                f->jobs[at[k]].e = e;
+            }
+            break;
+        }
+        f->jobs[at[failed]].rc = rc;
+        f->jobs[at[failed]].e = e;
+        memmove(at + failed, at + failed + 1, (m - failed - 1) * sizeof *at);
+        m--;
+    }
+out:
+    free(ids);
+    free(exp);
+    free(lens);
+    free(at);
+    free(blobs);
+}
+
 static void *fetch_main(void *arg)
 {
     fetch_set *f = arg;
-    for (size_t i; (i = atomic_fetch_add(&f->next, 1)) < f->n;)
-        if (f->jobs[i].ch != NULL)
-            fetch_run(&f->jobs[i], f->timeout_ms);
+    for (size_t i; (i = atomic_fetch_add(&f->next, 1)) < f->nunits;) {
+        const fetch_unit *u = &f->units[i];
+        if (u->n == 1)
+            fetch_run(&f->jobs[u->idx[0]], f->timeout_ms);
+        else
+            fetch_unit_many(f, u);
+    }
     return NULL;
+}
+
+/* Groups the jobs to fetch into units (at most n, their indices in idx): a peer's small
+ * partitions together, in the reply's order within each, the units in the order of their
+ * first job. */
+static size_t fetch_units(fetch_job *jobs, size_t n, fetch_unit *units, size_t *idx)
+{
+    size_t nunits = 0, used = 0;
+    /* first the units' sizes, then their slots in idx: two passes over the same grouping */
+    size_t *unit_of = idx + n; /* scratch: the unit of job i */
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i].ch == NULL)
+            continue;
+        uint64_t b = jobs[i].r->bytes;
+        size_t u = nunits;
+        if (b > 0 && b <= MANY_PART_MAX)
+            for (size_t k = nunits; k-- > 0;)
+                if (units[k].ch == jobs[i].ch && units[k].bytes > 0 &&
+                    units[k].bytes + b <= MANY_BYTES && units[k].n < SB_DATA_FETCH_MANY_MAX) {
+                    u = k;
+                    break;
+                }
+        if (u == nunits)
+            units[nunits++] = (fetch_unit){.ch = jobs[i].ch, .bytes = 0};
+        if (b > 0 && b <= MANY_PART_MAX)
+            units[u].bytes += b;
+        else
+            units[u].bytes = 0; /* a large or unknown one: alone, nothing joins it */
+        units[u].n++;
+        unit_of[i] = u;
+    }
+    for (size_t k = 0; k < nunits; k++) {
+        units[k].idx = idx + used;
+        used += units[k].n;
+        units[k].n = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].ch != NULL) {
+            fetch_unit *u = &units[unit_of[i]];
+            u->idx[u->n++] = i;
+        }
+    return nunits;
 }
 
 /* Fetches the partitions of slices x[0..n) at once, each unless the slice before it (or, for the
  * first, the stream's last fetch) has it: into jobs[i]. 0, or -1 out of memory. */
 static int fetch_all(sbc_stream *s, const slice *x, size_t n, fetch_job *jobs)
 {
-    size_t todo = 0;
     for (size_t i = 0; i < n; i++) {
         const char *prev = i > 0 ? x[i - 1].partition_id : s->last_id;
         uint64_t prev_rows = i > 0 ? x[i - 1].rows : s->last ? sb_batch_rows(s->last->b) : 0;
@@ -528,18 +647,28 @@ static int fetch_all(sbc_stream *s, const slice *x, size_t n, fetch_job *jobs)
             continue;
         if ((jobs[i].ch = chan_for(s, x[i].address)) == NULL)
             return fail(s, "out of memory (a channel to %s)", x[i].address);
-        todo++;
     }
-    fetch_set f = {.jobs = jobs, .n = n, .timeout_ms = s->o.timeout_ms};
+    fetch_unit *units = malloc(n * sizeof *units);
+    size_t *idx = malloc(2 * n * sizeof *idx);
+    if (units == NULL || idx == NULL) {
+        free(units);
+        free(idx);
+        return fail(s, "out of memory");
+    }
+    fetch_set f = {.jobs = jobs, .units = units, .timeout_ms = s->o.timeout_ms};
+    f.nunits = fetch_units(jobs, n, units, idx);
     atomic_init(&f.next, 0);
     pthread_t th[FETCH_THREADS - 1];
     size_t nth = 0;
-    while (nth + 1 < FETCH_THREADS && nth + 1 < todo &&
+    while (nth + 1 < FETCH_THREADS && nth + 1 < f.nunits &&
            pthread_create(&th[nth], NULL, fetch_main, &f) == 0)
         nth++;
     fetch_main(&f); /* (no thread: this one fetches them all) */
     for (size_t i = 0; i < nth; i++)
         pthread_join(th[i], NULL);
+    s->streams += f.nunits;
+    free(units);
+    free(idx);
     return 0;
 }
 
@@ -1049,4 +1178,9 @@ void sbc_stats(const sbc_stream *s, uint64_t *rows, uint64_t *dealt, uint64_t *f
     *dealt = s->dealt;
     *fetches = s->fetches;
     *bytes = s->bytes;
+}
+
+uint64_t sbc_streams(const sbc_stream *s)
+{
+    return s->streams;
 }

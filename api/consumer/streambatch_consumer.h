@@ -120,6 +120,10 @@ const uint8_t *sbc_col_valid(const sbc_stream *s, size_t col); /* 1 byte per row
 void sbc_stats(const sbc_stream *s, uint64_t *rows, uint64_t *dealt, uint64_t *fetches,
                uint64_t *bytes);
 
+/* The Data.Fetch streams it opened for them: a peer's partitions of a few KiB dealt together
+ * come in one stream, so this is at most the partitions fetched. */
+uint64_t sbc_streams(const sbc_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

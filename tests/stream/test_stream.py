@@ -319,6 +319,27 @@ def prefetch_test(src):
           f"{med(waits0[1:]) * 1e3:.2f} ms without (after the first batch)")
 
 
+def grouped_fetch_test(src):
+    """Partitions of a few KiB dealt in one reply come from each worker in one Data.Fetch stream
+    (sb_data_fetch_many), not one stream each: with 1 KiB partitions a batch of 500 rows is
+    ~30 partitions from 2 workers. Every record still comes once."""
+    import streambatch
+    p, info, _ = serve(spec(src, "grouped", part="1Ki"), epochs=1)
+    it = streambatch.iter_batches(info["address"], batch_size=500, batch_format="numpy",
+                                  drop_last=False, token_file=info["tokenFile"], timeout_s=120)
+    ids, st = [], {}
+    for batch in it:
+        ids += [json.loads(r)["id"] for r in batch["record"]]
+        st = it.stats()  # (the last batch's: the stream is closed once the epoch ends)
+    finish(p, "grouped")
+    print(f"     {st.get('fetches')} partitions fetched in {st.get('streams')} streams")
+    check("grouped fetch: every record once, and the partitions came in at most a quarter as "
+          "many streams (a worker's dealt together share one)",
+          sorted(ids) == list(range(NREC)) and st["fetches"] >= 100
+          and 0 < st["streams"] * 4 <= st["fetches"],
+          f"{len(ids)} rows, {len(set(ids))} distinct; stats {st}")
+
+
 def free_port():
     import socket
     with socket.socket() as so:
@@ -674,6 +695,7 @@ def main():
              ("capi", lambda: c_api_test(src)),
              ("limit", lambda: limit_test(src)),
              ("prefetch", lambda: prefetch_test(src)),
+             ("grouped", lambda: grouped_fetch_test(src)),
              ("lbbsp", lambda: lbbsp_test(src)),
              ("restart", lambda: restart_test(src)),
              ("example", example_test),

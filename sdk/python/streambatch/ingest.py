@@ -97,6 +97,9 @@ def _load():
     u64p = ctypes.POINTER(ctypes.c_uint64)
     lib.sbc_stats.argtypes = [p, u64p, u64p, u64p, u64p]
     lib.sbc_stats.restype = None
+    if hasattr(lib, "sbc_streams"):  # (a library older than the kit: stats() gives 0)
+        lib.sbc_streams.argtypes = [p]
+        lib.sbc_streams.restype = ctypes.c_uint64
     _lib = lib
     return lib
 
@@ -274,12 +277,17 @@ class BatchIterator:
             self._lib.sbc_report_step(self._h, float(seconds))
 
     def stats(self):
-        """What the stream did so far: rows yielded, rows dealt to this rank, partitions fetched
-        and bytes fetched (the prefetch's included, while it runs)."""
+        """What the stream did so far: rows yielded, rows dealt to this rank, partitions fetched,
+        bytes fetched (the prefetch's included, while it runs) and the Data.Fetch streams that
+        carried them (a worker's small partitions dealt together share one)."""
         v = [ctypes.c_uint64() for _ in range(4)]
+        streams = 0
         if self._h:
             self._lib.sbc_stats(self._h, *[ctypes.byref(x) for x in v])
-        return dict(zip(("rows", "dealt", "fetches", "bytes"), (x.value for x in v)))
+            streams = self._lib.sbc_streams(self._h) if hasattr(self._lib, "sbc_streams") else 0
+        st = dict(zip(("rows", "dealt", "fetches", "bytes"), (x.value for x in v)))
+        st["streams"] = streams
+        return st
 
     def close(self):
         if self._h:
