@@ -31,6 +31,7 @@
 #include "worker/wmetrics.h"
 #include "worker/slice.h"
 #include "metrics/serve.h"
+#include "io/imgread.h"
 #include "io/pqread.h"
 #include "io/reader.h"
 #include "io/sink.h"
@@ -400,7 +401,11 @@ struct task_ctx {
     uint64_t outside, outside_bytes; /* inputs read outside the store's budget (TaskMetrics) */
     sb_pq_scan_stats scan;           /* a parquet source's row groups read and skipped (pushdown) */
     int from_source;                 /* op 0 reads a source split (its rows are counted as read) */
-    int check_json; /* the source's jsonl records are validated as read (source_check_json) */
+    int check_json;  /* the source's jsonl records are validated as read (source_check_json) */
+    int emit_failed; /* source_emit: the chain (or the JSON check) refused a partition */
+    /* an image source's objects that could not be decoded, skipped (read_images) */
+    Streambatch__V1__ErroredPiece *bad;
+    size_t nbad;
     sb_err err;
     int failed;
     int finishing; /* the ops' finish: its outputs are the task's last (no grant to wait for) */
@@ -691,13 +696,45 @@ static int source_emit(void *blob, size_t len, uint64_t rows, void *ud)
     task_ctx *t = ud;
     if (t->check_json && source_check_json(t, blob, len) != 0) {
         sb_part_free(blob);
+        t->emit_failed = 1;
         return -1;
     }
     t->rows_in += rows;
     t->bytes_in += len;
     int rc = run_chain(t, blob, len, true, false);
     sb_part_free(blob);
+    if (rc != 0)
+        t->emit_failed = 1;
     return rc;
+}
+
+/* An image source's split of several objects (split.h groups small ones): each is read alone,
+ * and one the reader cannot decode (a data error: truncated, corrupt, not an image, too large)
+ * is noted and skipped, so that it does not take the split's good images with it; the report
+ * lists it (errored_pieces) and the controller counts it as an errored partition. Any other
+ * failure (an unreadable object, an op's error) fails the task as before. */
+static int read_images(task_ctx *t, const sb_io_split *sp, size_t np, size_t target)
+{
+    const char *args = t->w->pipeline.spec.source.args_json;
+    for (size_t i = 0; i < np; i++) {
+        t->emit_failed = 0;
+        if (sb_io_read_image(&sp[i], args, target, source_emit, t, &t->err) == 0)
+            continue;
+        if (t->emit_failed || !t->err.data)
+            return -1;
+        Streambatch__V1__ErroredPiece *nb = realloc(t->bad, (t->nbad + 1) * sizeof *nb);
+        if (nb == NULL)
+            return sb_err_set(&t->err, "out of memory");
+        t->bad = nb;
+        streambatch__v1__errored_piece__init(&nb[t->nbad]);
+        nb[t->nbad].path = strdup(sp[i].path);
+        nb[t->nbad].error = strdup(t->err.msg);
+        if (nb[t->nbad++].path == NULL || nb[t->nbad - 1].error == NULL)
+            return sb_err_set(&t->err, "out of memory");
+        sb_log(SB_LOG_WARN, "image skipped", "task", t->task->task_id, "error", t->err.msg, NULL);
+        sb_err_clear(&t->err);
+    }
+    return 0;
 }
 
 static const sb_stage_spec *stage_by_name(const sb_pipeline *p, const char *name, size_t len)
@@ -742,6 +779,11 @@ static void task_ctx_free(task_ctx *t)
         sb_part_free(t->pending[i].blob);
     free(t->pending);
     free(t->sink_schema);
+    for (size_t i = 0; i < t->nbad; i++) {
+        free(t->bad[i].path);
+        free(t->bad[i].error);
+    }
+    free(t->bad);
 }
 
 /* Drops op k+1 from the chain once op k absorbed it (it owns its state now). */
@@ -1029,10 +1071,12 @@ static int task_inputs(task_ctx *t, char **lost)
         sb_pq_pred pred;
         bool pd = w->pipeline.spec.source.format == SB_FMT_PARQUET &&
                   t->impl[0]->pushdown != NULL && t->impl[0]->pushdown(t->state[0], &pred);
-        int rc = sb_io_read_splits_pushdown(sp, np, w->pipeline.spec.source.format,
-                                            w->pipeline.spec.source.args_json, target + target / 16,
-                                            SOURCE_CHUNK, pd ? &pred : NULL, &t->scan, source_emit,
-                                            t, &t->err);
+        int rc = w->pipeline.spec.source.format == SB_FMT_IMAGE && np > 1
+                     ? read_images(t, sp, np, target + target / 16)
+                     : sb_io_read_splits_pushdown(
+                           sp, np, w->pipeline.spec.source.format,
+                           w->pipeline.spec.source.args_json, target + target / 16, SOURCE_CHUNK,
+                           pd ? &pred : NULL, &t->scan, source_emit, t, &t->err);
         sb_io_splits_free(sp, np);
         return rc;
     }
@@ -1085,6 +1129,9 @@ typedef struct task_done {
     char *task_id, *lost, *sink_schema;
     out_part *parts;
     size_t nparts;
+    Streambatch__V1__ErroredPiece *bad; /* and bad_ptrs: the task's errored_pieces */
+    Streambatch__V1__ErroredPiece **bad_ptrs;
+    size_t nbad;
     int writes_sink;
     char msg[SB_ERR_MAX + 128];
 } task_done;
@@ -1101,6 +1148,12 @@ static void task_done_free(task_done *d)
     free(d->task_id);
     free(d->lost);
     free(d->sink_schema);
+    for (size_t i = 0; i < d->nbad; i++) {
+        free(d->bad[i].path);
+        free(d->bad[i].error);
+    }
+    free(d->bad);
+    free(d->bad_ptrs);
     free(d);
 }
 
@@ -1300,6 +1353,23 @@ static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int 
         d->sink_schema = t.sink_schema;
         t.sink_schema = NULL;
         req->sink_schema = d->sink_schema;
+    }
+    if (req->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK && t.nbad > 0 &&
+        (d->bad_ptrs = calloc(t.nbad, sizeof *d->bad_ptrs)) != NULL) {
+        d->bad = t.bad; /* the report owns them now */
+        d->nbad = t.nbad;
+        t.bad = NULL;
+        t.nbad = 0;
+        for (size_t i = 0; i < d->nbad; i++)
+            d->bad_ptrs[i] = &d->bad[i];
+        req->errored_pieces = d->bad_ptrs;
+        req->n_errored_pieces = d->nbad;
+    } else if (t.nbad > 0 && req->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK) {
+        /* out of memory for the list: the task fails (retried) rather than drop the images
+         * silently */
+        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+        snprintf(d->msg, sizeof d->msg, "out of memory listing the images that errored");
+        req->message = d->msg;
     }
     /* the report owns the outputs' ids now */
     d->parts = t.parts;

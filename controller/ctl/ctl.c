@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "controller/sched/strmap.h"
+#include "io/split.h"
 #include "core/log.h"
 #include "core/redact.h"
 #include "rpc/proto.h"
@@ -1140,10 +1141,18 @@ static int complete_one(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m
                                      m->metrics->pages_skipped,
                                      m->metrics->inputs_outside_budget,
                                      m->metrics->inputs_outside_budget_bytes};
-        rc = sb_sched_complete(c->sched, m->worker_id, m->task_id, m->attempt,
-                               status_of(m->status, m->deterministic, m->permanent), m->message,
-                               outs, m->n_outputs, (const char *const *)m->lost_inputs,
-                               m->n_lost_inputs, &met, now_ms(), &err);
+        /* an image source's objects that errored alone (a bounded list: at most the split's
+         * SB_IO_MAX_FILES_PER_SPLIT objects) */
+        sb_sched_piece pieces[SB_IO_MAX_FILES_PER_SPLIT];
+        size_t np = m->n_errored_pieces < SB_IO_MAX_FILES_PER_SPLIT ? m->n_errored_pieces
+                                                                    : SB_IO_MAX_FILES_PER_SPLIT;
+        for (size_t i = 0; i < np; i++)
+            pieces[i] = (sb_sched_piece){m->errored_pieces[i]->path, m->errored_pieces[i]->error};
+        rc = sb_sched_complete_pieces(c->sched, m->worker_id, m->task_id, m->attempt,
+                                      status_of(m->status, m->deterministic, m->permanent),
+                                      m->message, outs, m->n_outputs,
+                                      (const char *const *)m->lost_inputs, m->n_lost_inputs, &met,
+                                      pieces, np, now_ms(), &err);
         if (rc == 1 && m->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK &&
             sb_sched_sink_schema_set(c->sched, m->sink_schema) > 0) /* the records schema */
             sb_log(SB_LOG_INFO, "parquet sink schema inferred", "task", m->task_id, "schema",

@@ -96,6 +96,7 @@ typedef struct {
     uint8_t grants : 1;      /* its running attempt publishes early (see early_wanted) */
     uint8_t chunked : 1;     /* ... charged one output at a time (start_reserve) */
     uint8_t waiting : 1;     /* ... and waits for the next grant: it makes nothing until then */
+    uint8_t pieces : 1;      /* its split's objects that errored alone were counted (once) */
 } task;
 
 #define NO_COPY UINT32_MAX
@@ -2737,6 +2738,56 @@ static void check_finished(sb_sched *s)
         s->state = SB_SCHED_SUCCEEDED;
 }
 
+/* Lists an errored partition (the first SB_SCHED_ERRORED_KEEP are kept). */
+static void errored_list(sb_sched *s, const op *o, const char *task_name, const char *what,
+                         const char *error)
+{
+    if (s->nerrored >= SB_SCHED_ERRORED_KEEP ||
+        GROW(s, s->errored, s->caperrored, s->nerrored + 1) != 0)
+        return;
+    sb_storage_errored *e = &s->errored[s->nerrored];
+    e->stage = o->name;
+    e->task_id = strdup(task_name);
+    e->input = strdup(what);
+    e->error = strdup(error);
+    if (e->task_id == NULL || e->input == NULL || e->error == NULL) {
+        free((char *)e->task_id);
+        free((char *)e->input);
+        free((char *)e->error);
+        s->oom = 1;
+    } else {
+        s->nerrored++;
+    }
+}
+
+/* Done task ti's split had objects that errored alone (an image source's grouped split): each
+ * is an errored partition, counted once whatever attempts or lineage re-runs report them again,
+ * and the pipeline fails past maxErroredPartitions. */
+static void pieces_errored(sb_sched *s, size_t ti, const sb_sched_piece *pieces, size_t n)
+{
+    task *t = &s->tasks[ti];
+    if (n == 0 || t->pieces)
+        return;
+    t->pieces = 1;
+    op *o = &s->ops[t->op];
+    char name[TASK_NAME_MAX], what[256], shown[1024];
+    task_name(s, t, name, sizeof name);
+    for (size_t i = 0; i < n; i++) {
+        s->errored_total++;
+        snprintf(what, sizeof what, "split %" PRIu64 " object %.200s", t->index,
+                 pieces[i].path ? pieces[i].path : "");
+        sb_redact_text(pieces[i].error ? pieces[i].error : "(no message)", shown, sizeof shown);
+        errored_list(s, o, name, what, shown);
+    }
+    o->errored += n;
+    if (s->errored_total > s->max_errored)
+        set_failure(s,
+                    "stage %s failed: task %s: %s: %s (%" PRIu64 " errored partition%s, "
+                    "maxErroredPartitions is %" PRIu64 ")",
+                    o->name, name, what, shown, s->errored_total, s->errored_total == 1 ? "" : "s",
+                    s->max_errored);
+}
+
 /* Task ti (no longer running) failed for good after `times` attempts: its partition is errored,
  * and the pipeline fails past maxErroredPartitions. */
 static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *message)
@@ -2758,24 +2809,10 @@ static void task_errored(sb_sched *s, size_t ti, uint32_t times, const char *mes
                  t->ninputs > 1 ? " (and more)" : "");
     else
         snprintf(what, sizeof what, "no input");
-    if (s->nerrored < SB_SCHED_ERRORED_KEEP &&
-        GROW(s, s->errored, s->caperrored, s->nerrored + 1) == 0) {
-        sb_storage_errored *e = &s->errored[s->nerrored];
-        e->stage = o->name;
-        e->task_id = strdup(name);
-        e->input = strdup(what);
-        e->error = strdup(t->first_error        ? t->first_error
-                          : message && *message ? message
-                                                : "(no message)");
-        if (e->task_id == NULL || e->input == NULL || e->error == NULL) {
-            free((char *)e->task_id);
-            free((char *)e->input);
-            free((char *)e->error);
-            s->oom = 1;
-        } else {
-            s->nerrored++;
-        }
-    }
+    errored_list(s, o, name, what,
+                 t->first_error        ? t->first_error
+                 : message && *message ? message
+                                       : "(no message)");
     if (s->errored_total > s->max_errored)
         set_failure(s,
                     "stage %s failed: task %s (%s) failed %u time%s, last error: %s "
@@ -2982,6 +3019,17 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
                       size_t nouts, const char *const *lost, size_t nlost,
                       const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err)
 {
+    return sb_sched_complete_pieces(s, worker_id, task_id, attempt, status, message, outs, nouts,
+                                    lost, nlost, metrics, NULL, 0, now_ms, err);
+}
+
+int sb_sched_complete_pieces(sb_sched *s, const char *worker_id, const char *task_id,
+                             uint32_t attempt, sb_sched_status status, const char *message,
+                             const sb_storage_output *outs, size_t nouts, const char *const *lost,
+                             size_t nlost, const sb_sched_metrics *metrics,
+                             const sb_sched_piece *pieces, size_t npieces, uint64_t now_ms,
+                             sb_err *err)
+{
     size_t w = worker_find(s, worker_id ? worker_id : "");
     size_t ti;
     if (w == NONE)
@@ -3028,6 +3076,7 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
         return -1;
     t->state = T_DONE;
     o->done++;
+    pieces_errored(s, ti, pieces, npieces);
     consume_inputs(s, t);
     if (t->op == 0 && o->xlimit > 0)
         limit_cut(s);

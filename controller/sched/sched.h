@@ -302,6 +302,25 @@ int sb_sched_complete(sb_sched *s, const char *worker_id, const char *task_id, u
                       size_t nouts, const char *const *lost, size_t nlost,
                       const sb_sched_metrics *metrics, uint64_t now_ms, sb_err *err);
 
+/* An object of a source split that errored alone: an image source groups several small images
+ * per split, and one the reader cannot decode is skipped by the worker and reported with the
+ * task's rows (CompleteTaskRequest.errored_pieces) rather than taking the good ones with it. */
+typedef struct sb_sched_piece {
+    const char *path;  /* the object's path or URI */
+    const char *error; /* the reader's message (redacted here before it is shown) */
+} sb_sched_piece;
+
+/* sb_sched_complete for a task whose split's objects pieces[0..npieces) errored alone (status
+ * OK; ignored otherwise): once the report is accepted each counts as one errored partition,
+ * listed by sb_sched_errored_list as "split N object PATH", once per task whatever attempts or
+ * lineage re-runs report them again; past maxErroredPartitions the pipeline fails. */
+int sb_sched_complete_pieces(sb_sched *s, const char *worker_id, const char *task_id,
+                             uint32_t attempt, sb_sched_status status, const char *message,
+                             const sb_storage_output *outs, size_t nouts, const char *const *lost,
+                             size_t nlost, const sb_sched_metrics *metrics,
+                             const sb_sched_piece *pieces, size_t npieces, uint64_t now_ms,
+                             sb_err *err);
+
 /* Records schema inference for a parquet sink (lib/parquet/records.h; the run infers one when
  * sb_io_sink_infers_schema says so): the first sink task to start gets infer_sink_schema and the
  * other sink tasks wait until its accepted report brings the schema (a JSON list; "[]" when its

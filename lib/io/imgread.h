@@ -3,8 +3,9 @@
  *     path      utf8       the object's path or URI
  *     image     fixed-size list of uint8, height * width * channels values (HWC, row-major)
  *     height, width, channels   int32
- * One object is one split (never cut by range) and one partition; partitions of different
- * images have different list widths, which the operators accept (image.resize makes them equal).
+ * One object is one partition, never cut by range (small objects share a split: split.h, each
+ * read alone by sb_io_read_image); partitions of different images have different list widths,
+ * which the operators accept (image.resize makes them equal).
  *
  * Format args (args_json, all optional): channels (1, 3 or 4; default 3: gray is expanded,
  * alpha composited onto black), maxPixels (width x height bound, default

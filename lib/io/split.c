@@ -328,14 +328,14 @@ int sb_io_plan_group(const sb_source_spec *src, const sb_io_split *pieces, size_
     if (*first == NULL)
         return sb_err_set(err, "source: out of memory grouping %zu splits", n);
     uint64_t ps = src->partition_size > 0 ? (uint64_t)src->partition_size : 1;
-    int group = src->format != SB_FMT_IMAGE;
+    size_t most =
+        src->format == SB_FMT_IMAGE ? SB_IO_MAX_IMAGES_PER_SPLIT : SB_IO_MAX_FILES_PER_SPLIT;
     uint64_t sum = 0;
     size_t count = 0;
     for (size_t i = 0; i < n; i++) {
         const sb_io_split *p = &pieces[i];
         int whole_small = p->start == 0 && p->end == p->file_size && p->file_size < ps;
-        int joins = group && whole_small && count > 0 && sum + p->file_size <= ps &&
-                    count < SB_IO_MAX_FILES_PER_SPLIT;
+        int joins = whole_small && count > 0 && sum + p->file_size <= ps && count < most;
         if (!joins) {
             (*first)[(*ngroups)++] = i;
             sum = 0;

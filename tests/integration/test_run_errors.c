@@ -85,3 +85,62 @@ Test(run_errors, a_record_that_is_not_json_does_not_reach_a_jsonl_sink)
     cr_expect_eq(num("cat %s/out-ident/part-*.jsonl | grep -c pad", dir), 80,
                  "the good files' records");
 }
+
+/* PNG files written by a few lines of Python (zlib, independent of libpng): dir/NAME/p00..p<N-1>
+ * of different sizes, and the one at `bad` truncated. */
+static void write_pngs(const char *name, int n, int bad)
+{
+    sh("cd %s && mkdir -p %s && python3 -c \"\nimport struct, zlib\n"
+       "def png(w, h, seed):\n"
+       "  raw = b''.join(b'\\\\x00' + bytes((x * 7 + y * 13 + seed + c) %% 256 for x in range(w)"
+       " for c in range(3)) for y in range(h))\n"
+       "  def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I',"
+       " zlib.crc32(t + d))\n"
+       "  return b'\\\\x89PNG\\\\r\\\\n\\\\x1a\\\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h,"
+       " 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')\n"
+       "for i in range(%d):\n  d = png(3 + i %% 9, 20 - i %% 7, i)\n"
+       "  open('%s/p%%02d.png' %% i, 'wb').write(d[:len(d) // 2] if i == %d else d)\n\"",
+       dir, name, n, name, bad);
+    FILE *f = itest_create("%s.yaml", name);
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+            "spec:\n  source: {uri: 'file://%s/%s/', format: image}\n"
+            "  stages:\n  - {name: small, op: image.resize, args: {width: 4, height: 4}}\n"
+            "  - {name: answer, op: project, args: {fields: [path, width]}}\n"
+            "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n",
+            name, dir, name, dir, name);
+    fclose(f);
+}
+
+/* Small images share a split (split.h: up to 64 each), so a corrupt one sits with good ones:
+ * it errors alone. 20 PNGs in one split, p07 truncated: under maxErroredPartitions 1 the run
+ * succeeds with the other 19 images and one errored partition naming p07 (before: the whole
+ * split errored, or, one split per image, 20 tasks); under 0 the run fails naming it. */
+Test(run_errors, a_corrupt_image_grouped_with_good_ones_errors_alone)
+{
+    write_pngs("img", 20, 7);
+    sh("printf '  execution: {maxErroredPartitions: 1}\\n' >> %s/img.yaml", dir);
+    char *out;
+    int rc = run_cli("img", "--cpus 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "Succeeded with 1 errored partition") != NULL, "%s", out);
+    cr_expect(strstr(out, "p07.png") != NULL && strstr(out, "png:") != NULL,
+              "the errored partition names the image and the codec: %s", out);
+    free(out);
+    char *rows = sb_test_sh_out("cat %s/out-img/*.jsonl | python3 -c \"\nimport json, sys\n"
+                                "rows = [json.loads(l) for l in sys.stdin]\n"
+                                "assert all(r['width'] == 4 for r in rows), rows\n"
+                                "print(len(rows), len({r['path'] for r in rows}),"
+                                " any('p07' in r['path'] for r in rows))\n\"",
+                                dir);
+    cr_expect_str_eq(rows, "19 19 False", "rows, distinct images, the bad one among them");
+    free(rows);
+    cr_expect_eq(summary_num("img", "erroredPartitions"), 1);
+    cr_expect_eq(stage_num("img", "tasks"), 1, "the 20 images were one task");
+    write_pngs("strict", 20, 7);
+    rc = run_cli("strict", "--cpus 2", &out);
+    cr_expect_neq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "p07.png") != NULL && strstr(out, "maxErroredPartitions is 0") != NULL,
+              "fails naming the image: %s", out);
+    free(out);
+}

@@ -83,9 +83,12 @@ Test(io_group, small_whole_files_share_splits_up_to_the_partition_size)
     for (size_t g = 0; g < ng; g++)
         cr_expect_eq(first[g], want[g], "group %zu starts at piece %zu", g, first[g]);
     free(first);
-    /* images are never grouped */
+    /* images group alike (d is never cut: an image is read whole) */
     plan_groups(SB_FMT_IMAGE, 100, &sp, &n, &first, &ng);
-    cr_expect_eq(ng, 7, "one split per image file (d is never cut either)");
+    size_t want_img[] = {0, 3, 4, 5};
+    cr_assert_eq(ng, sizeof want_img / sizeof *want_img, "%zu image groups", ng);
+    for (size_t g = 0; g < ng; g++)
+        cr_expect_eq(first[g], want_img[g], "image group %zu starts at piece %zu", g, first[g]);
     free(first);
     sb_io_splits_free(sp, n);
 }
@@ -107,6 +110,24 @@ Test(io_group, at_most_256_files_per_split)
     cr_assert_not_null(enc);
     cr_expect_leq(strlen(enc), SB_IO_SPLITS_ENCODED_MAX);
     free(enc);
+    free(first);
+    sb_io_splits_free(sp, n);
+}
+
+Test(io_group, at_most_64_images_per_split)
+{
+    for (int i = 0; i < 300; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "i%03d", i);
+        write_named(name, "img", 3);
+    }
+    sb_io_split *sp;
+    size_t n, *first, ng;
+    plan_groups(SB_FMT_IMAGE, 1 << 20, &sp, &n, &first, &ng);
+    cr_assert_eq(n, 300);
+    cr_assert_eq(ng, 5, "300 images in splits of 64: %zu", ng);
+    for (size_t g = 0; g < ng; g++)
+        cr_expect_eq(first[g], g * SB_IO_MAX_IMAGES_PER_SPLIT);
     free(first);
     sb_io_splits_free(sp, n);
 }
