@@ -183,6 +183,7 @@ typedef struct {
     uint32_t xbuckets;
     uint64_t xlimit; /* op 0 running a limit's map half: its rows (limit_cut); 0 for none */
     const sb_stage_spec **sp; /* the stages its tasks run (a half's spec in place of the stage) */
+    uint8_t pushed;           /* sp[nstages] is the next op's leading project (project_pushed) */
 } op;
 
 /* A stream's queue of one epoch ("Stream sink" at the end of this file). */
@@ -716,6 +717,22 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
     return 0;
 }
 
+/* Does op i's task also run a copy of the project that starts op i + 1? Ops of two pools meet at
+ * a transfer, and a project right after it keeps only some columns: run there first, the
+ * partitions that cross and wait in the store are those columns only. The headline job's GPU
+ * stage kept each row's 48 KiB input image beside its logits for a CPU project to drop (issue
+ * 36). Its own op still runs it (a project of projected columns changes nothing), so its
+ * metrics and lineage stay its own; an error of the copy (a missing column) fails the task
+ * before it, naming op project. Not after a map half (its outputs are buckets), nor with fusion
+ * off, nor for a stage whose args depend on its shape. */
+static int project_pushed(const sb_sched *s, const sb_sched_config *cfg, size_t i)
+{
+    if (cfg->no_fusion || i + 1 >= s->nops || s->ops[i].xmap || s->ops[i + 1].xreduce)
+        return 0;
+    size_t k = s->ops[i + 1].first_stage;
+    return strcmp(s->stage_ptrs[k]->op, "project") == 0 && s->shape_args[k][0] == NULL;
+}
+
 /* Every op's stage list (op.sp), where an exchange stage's place holds the spec of its half:
  * op SB_EXCHANGE_MAP_OP or SB_EXCHANGE_REDUCE_OP with the wrapped args (exchange.h), both
  * halves with the stage's buckets (from the splits). -1: out of memory. */
@@ -727,9 +744,11 @@ static int sched_exchange_setup(sb_sched *s, const sb_sched_config *cfg,
         return -1;
     for (size_t i = 0; i < s->nops; i++) {
         op *o = &s->ops[i];
-        if ((o->sp = malloc(o->nstages * sizeof *o->sp)) == NULL)
+        if ((o->sp = malloc((o->nstages + 1) * sizeof *o->sp)) == NULL)
             return -1;
         memcpy(o->sp, s->stage_ptrs + o->first_stage, o->nstages * sizeof *o->sp);
+        if ((o->pushed = project_pushed(s, cfg, i)) != 0)
+            o->sp[o->nstages] = s->stage_ptrs[s->ops[i + 1].first_stage];
         if (o->xmiddle) { /* sort's middle op: one stage, the exchange's round 1 */
             const sb_stage_spec *st = s->stage_ptrs[o->first_stage];
             s->ops[i + 1].xbuckets = o->xbuckets;
@@ -1893,7 +1912,7 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
     out->index = t->index;
     out->attempt = copy ? t->spec_attempt : t->attempt;
     out->stages = o->sp;
-    out->nstages = o->nstages;
+    out->nstages = o->nstages + o->pushed;
     out->split = t->op == 0 ? s->splits[t->index] : NULL;
     out->writes_sink = t->op == s->nops - 1 && !s->stream;
     out->sink_schema = out->writes_sink ? s->sink_schema : NULL;

@@ -150,3 +150,39 @@ Test(batch, tensor_mlp_at_batch_512_uses_at_most_a_third_of_the_cpu_at_1)
     cr_expect_leq(best[1], best[0] / 3, "batchSize 512 used %.3f s of CPU, batchSize 1 %.3f s",
                   best[1], best[0]);
 }
+
+/* The project after a gpu stage also runs at the end of the gpu stage's tasks (sched.c,
+ * project_pushed): the rows that cross to the cpu pool are the kept columns only. A 64-wide
+ * input through an MLP to 10 logits, then project [i, yTopK]: the gpu stage's output is those
+ * two columns (before: the input's 64 numbers and the logits too, ~10x the bytes), and every
+ * record reaches the sink with them. */
+Test(batch, the_project_after_a_gpu_stage_shrinks_what_crosses)
+{
+    mlp_input("[64, 32, 10]");
+    char stage[512];
+    snprintf(stage, sizeof stage,
+             "  - {name: m, op: tensor.mlp, batchSize: 256, args: {weights: "
+             "'file://%s/model.safetensors', field: x, topK: 3}, resources: {gpu: 1}}\n"
+             "  - {name: p, op: project, args: {fields: [i, yTopK]}}\n",
+             dir);
+    write_two_ops("push", stage);
+    char *out;
+    int rc = run_cli_timeout(200, "push", "--cpus 2 --gpus 1", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *v = sb_test_sh_out(
+        "cd %s && python3 -c \"\nimport json, glob\nd=json.load(open('push.summary.json'))\n"
+        "m=[s for s in d['stages'] if s['name']=='m'][0]\n"
+        "rows=[json.loads(l) for f in glob.glob('out-push/*.jsonl') for l in open(f)]\n"
+        "ok=sorted(r['i'] for r in rows)==list(range(1500)) and all(set(r)=={'i','yTopK'} and "
+        "len(r['yTopK'])==3 for r in rows)\n"
+        "print(m['bytesOut'] // 1500, ok)\n\"",
+        dir);
+    long per_row = 0;
+    char ok[8] = "";
+    cr_assert_eq(sscanf(v, "%ld %7s", &per_row, ok), 2, "%s", v);
+    cr_expect_str_eq(ok, "True", "every record once with [i, yTopK]: %s", v);
+    /* i (8) and 3 int64 of topK (24) plus offsets; the 64 floats of x alone are 256 */
+    cr_expect_leq(per_row, 100, "the gpu stage wrote %ld bytes a row", per_row);
+    free(v);
+}
