@@ -723,11 +723,12 @@ static int sched_plan_ops(sb_sched *s, const sb_sched_config *cfg)
  * stage kept each row's 48 KiB input image beside its logits for a CPU project to drop (issue
  * 36). Its own op still runs it (a project of projected columns changes nothing), so its
  * metrics and lineage stay its own; an error of the copy (a missing column) fails the task
- * before it, naming op project. Not after a map half (its outputs are buckets), nor with fusion
- * off, nor for a stage whose args depend on its shape. */
+ * before it, naming op project. Only where stages fuse (streaming mode, fusion on); not after a
+ * map half (its outputs are buckets), nor for a stage whose args depend on its shape. */
 static int project_pushed(const sb_sched *s, const sb_sched_config *cfg, size_t i)
 {
-    if (cfg->no_fusion || i + 1 >= s->nops || s->ops[i].xmap || s->ops[i + 1].xreduce)
+    if (s->mode != SB_MODE_STREAMING || cfg->no_fusion || i + 1 >= s->nops || s->ops[i].xmap ||
+        s->ops[i + 1].xreduce)
         return 0;
     size_t k = s->ops[i + 1].first_stage;
     return strcmp(s->stage_ptrs[k]->op, "project") == 0 && s->shape_args[k][0] == NULL;
