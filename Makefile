@@ -210,7 +210,7 @@ $(BUILD)/pic/%.o: %.c | $(GEN_HDRS)
 $(CONSUMER_LIB): $(CONSUMER_OBJS)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CC) -shared -Wl,--no-undefined -Wl,-soname,libstreambatch_consumer.so -o $@ $^ \
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libstreambatch_consumer.so -o $@ $^ \
 	  $(shell pkg-config --libs grpc libprotobuf-c libcjson zlib 2>/dev/null) -lssl -lcrypto \
 	  -lpthread -lm
 .PHONY: consumer
