@@ -892,22 +892,23 @@ static int task_setup(task_ctx *t)
 
 /* Inputs of a few KiB each come in one stream per peer (sb_data_fetch_many): a stream per
  * one-record partition cost most of such a task's CPU (issue 36). A window is the task's next
- * inputs held by other workers, each of known size up to MANY_PART_MAX, together up to
- * MANY_BYTES (held until the window has come: no more than one large partition's fetch holds),
- * at most MANY_COUNT of them, whatever peers hold them (a task's inputs alternate between the
- * workers that made them); each peer's share comes in one stream, then the chain runs over the
- * window in the task's order. Larger inputs are fetched one at a time as before. A window is
- * held outside the store's budget, so it is no more than a quarter of a slot's share of the
- * store (many_bytes): at 64Mi over 2 workers, 8 MiB instead of 16 (issue 41). */
-#define MANY_PART_MAX ((uint64_t)1 << 20)
-#define MANY_BYTES ((uint64_t)16 << 20)
+ * inputs held by other workers, each of known size up to SB_DATA_FETCH_MANY_PART, together up
+ * to SB_DATA_FETCH_MANY_BYTES (held until the window has come: no more than one large
+ * partition's fetch holds), at most MANY_COUNT of them, whatever peers hold them (a task's
+ * inputs alternate between the workers that made them); each peer's share comes in one
+ * stream, then the chain runs over the window in the task's order. Larger inputs are fetched
+ * one at a time as before. A window is held outside the store's budget, so it is no more than
+ * a quarter of a slot's share of the store (many_bytes): at 64Mi over 2 workers, 8 MiB instead
+ * of 16 (issue 41). */
 #define MANY_COUNT 1024
 
 static uint64_t many_bytes(const task_ctx *t)
 {
     size_t slots = t->w->cfg.slots > 0 ? t->w->cfg.slots : 1;
     uint64_t b = t->w->cfg.store_budget / (4 * slots);
-    return b > MANY_BYTES ? MANY_BYTES : b < MANY_PART_MAX ? MANY_PART_MAX : b;
+    return b > SB_DATA_FETCH_MANY_BYTES  ? SB_DATA_FETCH_MANY_BYTES
+           : b < SB_DATA_FETCH_MANY_PART ? SB_DATA_FETCH_MANY_PART
+                                         : b;
 }
 
 /* Runs the chain over input i, held by this worker's store. As task_inputs. Only a partition
@@ -966,7 +967,7 @@ static size_t many_window(const task_ctx *t, size_t i)
     while (j < task->n_inputs && j - i < MANY_COUNT) {
         const Streambatch__V1__PartitionRef *r = task->inputs[j];
         if (!is_local(t, j)) {
-            if (r->bytes == 0 || r->bytes > MANY_PART_MAX || bytes + r->bytes > most)
+            if (r->bytes == 0 || r->bytes > SB_DATA_FETCH_MANY_PART || bytes + r->bytes > most)
                 break;
             bytes += r->bytes;
             remote++;

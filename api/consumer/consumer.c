@@ -501,11 +501,9 @@ static void resume(sbc_stream *s, const Streambatch__V1__StreamNextReply *r)
  * otherwise add up one after another. Partitions of a few KiB from one peer come in one stream
  * (sb_data_fetch_many), as a task's inputs do (worker/runtime.c): a stream per one-image
  * partition cost the trainer more CPU than the rows' copy (issue 40). A unit is one stream:
- * a peer's small partitions, up to MANY_BYTES together (held until all have come), or one
- * partition alone. */
+ * a peer's small partitions, up to SB_DATA_FETCH_MANY_BYTES together (held until all have
+ * come), or one partition alone. */
 #define FETCH_THREADS 4
-#define MANY_PART_MAX ((uint64_t)1 << 20)
-#define MANY_BYTES ((uint64_t)16 << 20)
 
 typedef struct {
     size_t *idx; /* the jobs it fetches, in the reply's order (into fetch_set.idx) */
@@ -606,16 +604,17 @@ static size_t fetch_units(fetch_job *jobs, size_t n, fetch_unit *units, size_t *
             continue;
         uint64_t b = jobs[i].r->bytes;
         size_t u = nunits;
-        if (b > 0 && b <= MANY_PART_MAX)
+        if (b > 0 && b <= SB_DATA_FETCH_MANY_PART)
             for (size_t k = nunits; k-- > 0;)
                 if (units[k].ch == jobs[i].ch && units[k].bytes > 0 &&
-                    units[k].bytes + b <= MANY_BYTES && units[k].n < SB_DATA_FETCH_MANY_MAX) {
+                    units[k].bytes + b <= SB_DATA_FETCH_MANY_BYTES &&
+                    units[k].n < SB_DATA_FETCH_MANY_MAX) {
                     u = k;
                     break;
                 }
         if (u == nunits)
             units[nunits++] = (fetch_unit){.ch = jobs[i].ch, .bytes = 0};
-        if (b > 0 && b <= MANY_PART_MAX)
+        if (b > 0 && b <= SB_DATA_FETCH_MANY_PART)
             units[u].bytes += b;
         else
             units[u].bytes = 0; /* a large or unknown one: alone, nothing joins it */

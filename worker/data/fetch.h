@@ -127,6 +127,12 @@ int sb_data_fetch_addr(const char *address, const char *partition_id, size_t exp
  * sb_data_status as above, with *failed = the index of the partition it concerns (ENOTFOUND:
  * the one the peer does not hold) and err naming it; on failure nothing is handed over. */
 #define SB_DATA_FETCH_MANY_MAX 4096
+/* What its callers (a task's inputs, worker/runtime.c; the trainer's consumer, api/consumer)
+ * put in one such stream: partitions of at most SB_DATA_FETCH_MANY_PART bytes each, at most
+ * SB_DATA_FETCH_MANY_BYTES together (all held until the last has come); larger ones come
+ * alone through sb_data_fetch. */
+#define SB_DATA_FETCH_MANY_PART ((uint64_t)1 << 20)
+#define SB_DATA_FETCH_MANY_BYTES ((uint64_t)16 << 20)
 
 int sb_data_fetch_many(sb_rpc_channel *ch, const char *const *ids, const size_t *expected_lens,
                        size_t n, size_t max_len, int timeout_ms, const sb_data_fetch_opts *opts,
