@@ -86,21 +86,12 @@ Test(run_errors, a_record_that_is_not_json_does_not_reach_a_jsonl_sink)
                  "the good files' records");
 }
 
-/* PNG files written by a few lines of Python (zlib, independent of libpng): dir/NAME/p00..p<N-1>
- * of different sizes, and the one at `bad` truncated. */
+/* PNG files written with zlib alone (tests/integration/pngs.py, independent of libpng):
+ * dir/NAME/p00..p<N-1> of different sizes, and the one at `bad` truncated. */
 static void write_pngs(const char *name, int n, int bad)
 {
-    sh("cd %s && mkdir -p %s && python3 -c \"\nimport struct, zlib\n"
-       "def png(w, h, seed):\n"
-       "  raw = b''.join(b'\\\\x00' + bytes((x * 7 + y * 13 + seed + c) %% 256 for x in range(w)"
-       " for c in range(3)) for y in range(h))\n"
-       "  def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I',"
-       " zlib.crc32(t + d))\n"
-       "  return b'\\\\x89PNG\\\\r\\\\n\\\\x1a\\\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h,"
-       " 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')\n"
-       "for i in range(%d):\n  d = png(3 + i %% 9, 20 - i %% 7, i)\n"
-       "  open('%s/p%%02d.png' %% i, 'wb').write(d[:len(d) // 2] if i == %d else d)\n\"",
-       dir, name, n, name, bad);
+    sh("cd %s && python3 %s/tests/integration/pngs.py %s p %d --bad %d", dir, sb_test_root(), name,
+       n, bad);
     FILE *f = itest_create("%s.yaml", name);
     fprintf(f,
             "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"

@@ -424,21 +424,12 @@ Test(run_s3, workers_killed_mid_upload_leave_identical_output_and_no_uploads)
 }
 
 /* JPEG/PNG decoding reads from any backend: PNG objects of different sizes in MinIO (written
- * by a few lines of Python with zlib, independent of libpng), resized to one size; a truncated
- * object is one errored partition naming it, the others all arrive once. */
+ * with zlib alone by tests/integration/pngs.py, independent of libpng), resized to one size; a
+ * truncated object is one errored partition naming it, the others all arrive once. */
 Test(run_s3, images_from_s3_resized_and_a_truncated_one_errored)
 {
-    sh("cd %s && mkdir img && python3 -c \"\nimport struct, zlib\n"
-       "def png(w, h, seed):\n"
-       "  raw = b''.join(b'\\\\x00' + bytes((x * 7 + y * 13 + seed + c) %% 256 for x in range(w)"
-       " for c in range(3)) for y in range(h))\n"
-       "  def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I',"
-       " zlib.crc32(t + d))\n"
-       "  return b'\\\\x89PNG\\\\r\\\\n\\\\x1a\\\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h,"
-       " 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')\n"
-       "for i in range(12):\n  open('img/i%%02d.png' %% i, 'wb').write(png(3 + i, 20 - i, i))\n"
-       "d = png(30, 30, 99)\nopen('img/i12.png', 'wb').write(d[:len(d) // 2])\n\"",
-       dir);
+    sh("cd %s && python3 %s/tests/integration/pngs.py img i 13 --bad 12 --sizes ramp", dir,
+       sb_test_root());
     sh("cd %s/img && " S3CURL " -T 'i[00-12].png' %s/data/img/ -o /dev/null", dir, mio.url);
     write_yaml("img", "  source: {uri: 's3://data/img/', format: image}\n"
                       "  stages:\n"
