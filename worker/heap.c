@@ -1,5 +1,6 @@
 /* heap.c — the worker's check for resident freed heap (heap.h): the anonymous resident memory
- * from /proc/self/statm against malloc's figures (mallinfo2), and a trim past the margin. */
+ * from /proc/self/statm against malloc's figures (mallinfo2), and a trim past the margin; and
+ * the window over which the memory outside the store is counted at its peak. */
 #include "worker/heap.h"
 
 #include <malloc.h>
@@ -40,4 +41,24 @@ int sb_heap_check(size_t anon, size_t keep)
         return 0;
     malloc_trim(0);
     return 1;
+}
+
+size_t sb_heap_peak_add(sb_heap_peak *p, uint64_t now_ms, size_t bytes)
+{
+    uint64_t k = now_ms / SB_HEAP_PEAK_SLOT_MS;
+    if (k != p->at) {
+        /* the slots passed since the newest reading are empty (all of them after a long gap,
+         * or a clock that went back) */
+        uint64_t gap = k > p->at ? k - p->at : SB_HEAP_PEAK_SLOTS;
+        for (uint64_t i = 1; i <= gap && i <= SB_HEAP_PEAK_SLOTS; i++)
+            p->slot[(p->at + i) % SB_HEAP_PEAK_SLOTS] = 0;
+        p->at = k;
+    }
+    size_t *cur = &p->slot[k % SB_HEAP_PEAK_SLOTS];
+    if (bytes > *cur)
+        *cur = bytes;
+    size_t most = 0;
+    for (size_t i = 0; i < SB_HEAP_PEAK_SLOTS; i++)
+        most = p->slot[i] > most ? p->slot[i] : most;
+    return most;
 }

@@ -17,18 +17,39 @@
  * paid for by spilling partitions instead of growing the process. At 2 GiB sorted under 512Mi
  * each worker held ~320 MiB against its 256 MiB store budget (docs/benchmarks.md).
  *
+ * What counts is the most it held outside over the last two seconds (sb_heap_peak), read every
+ * pass of the worker's main loop (~20 ms), not one reading every quarter second: a sort's
+ * reduce tasks, 0.45 s each, swing the process by ~170 MiB (their freed heap stays resident
+ * until a trim), and readings that fell between the swings let the store refill to its whole
+ * budget just before the next one. With the peak the store keeps room for the swing the next
+ * task will make: the 2 GiB sort's tree peaked at 513-542 MiB instead of 636-662 (3 runs
+ * each, alternating).
+ *
  * Thread-safe (malloc's own locks); owns nothing.
  */
 #ifndef SB_WORKER_HEAP_H
 #define SB_WORKER_HEAP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The memory a worker may hold outside its store's budget (its code, libraries, threads, the
  * tasks' and the data plane's buffers) before the store makes room for it by spilling: with the
  * libraries' pages (shared by the workers, about 8 MiB of Pss each) within issue 41's budget +
  * 40 MiB per worker. */
 #define SB_HEAP_ALLOWANCE ((size_t)32 << 20)
+
+/* The most of the readings over the last SB_HEAP_PEAK_SLOTS slots of SB_HEAP_PEAK_SLOT_MS (the
+ * current one included): each slot keeps its largest reading. Zero-initialize. */
+#define SB_HEAP_PEAK_SLOTS 8
+#define SB_HEAP_PEAK_SLOT_MS 250
+typedef struct sb_heap_peak {
+    size_t slot[SB_HEAP_PEAK_SLOTS];
+    uint64_t at; /* the newest reading's slot: its time / SB_HEAP_PEAK_SLOT_MS */
+} sb_heap_peak;
+
+/* Adds a reading of `bytes` at now_ms (a monotonic clock); returns the window's most. */
+size_t sb_heap_peak_add(sb_heap_peak *p, uint64_t now_ms, size_t bytes);
 
 /* The process's anonymous resident bytes (statm's resident less its shared), or 0 when
  * /proc/self/statm cannot be read. */

@@ -2114,24 +2114,29 @@ static void main_nap(worker *w, int ms)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* How often the main thread looks for resident freed heap and tells the store what the process
- * holds outside it (heap.h). */
+/* How often the main thread looks for resident freed heap (heap.h). What the process holds
+ * outside the store is read at every pass of the loop, and the store makes room for its peak
+ * over the last two seconds (sb_heap_peak). */
 #define HEAP_CHECK_MS 250
 
-static void heap_tick(worker *w)
+static void heap_tick(worker *w, sb_heap_peak *peak, bool check)
 {
     size_t anon = sb_heap_anon();
-    if (sb_heap_check(anon, sb_heap_keep(w->cfg.store_budget)) == 1)
+    if (check && sb_heap_check(anon, sb_heap_keep(w->cfg.store_budget)) == 1)
         anon = sb_heap_anon(); /* the trim returned pages: read what is left */
+    if (anon == 0)
+        return; /* statm could not be read: the store keeps what it was told */
     sb_store_stats st;
     sb_store_get_stats(w->store, &st);
-    sb_store_set_outside(w->store, sb_heap_outside(anon, st.mem_bytes, SB_HEAP_ALLOWANCE));
+    size_t outside = sb_heap_outside(anon, st.mem_bytes, SB_HEAP_ALLOWANCE);
+    sb_store_set_outside(w->store, sb_heap_peak_add(peak, (uint64_t)(mono_s() * 1000), outside));
 }
 
 /* The main thread: (re-)registration, heartbeats, and the controller-loss timeout. */
 static void main_loop(worker *w)
 {
     double next_hb = mono_s(), next_reg = 0, next_heap = 0;
+    sb_heap_peak peak = {0};
     int hb_backoff = BACKOFF_FIRST_MS, reg_backoff = BACKOFF_FIRST_MS;
     uint64_t seen_gen = cur_gen(w);
     while (!stopping(w)) {
@@ -2193,10 +2198,10 @@ static void main_loop(worker *w)
                 hb_backoff = backoff_next(hb_backoff);
             }
         }
-        if (now >= next_heap) {
-            heap_tick(w);
+        bool check = now >= next_heap;
+        heap_tick(w, &peak, check);
+        if (check)
             next_heap = now + HEAP_CHECK_MS / 1000.0;
-        }
         main_nap(w, 20);
     }
 }

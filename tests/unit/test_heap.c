@@ -94,3 +94,32 @@ Test(heap, resident_holes_past_the_margin_are_trimmed_and_only_then)
         free(b[i]);
     }
 }
+
+/* The store makes room for the most the process held outside it over the last two seconds, not
+ * for the last reading: a sort's reduce tasks swing the process by ~170 MiB within half a
+ * second, and readings between the swings let the store refill just before the next one. */
+Test(heap, the_peak_outside_holds_for_the_window_then_expires)
+{
+    const size_t M = (size_t)1 << 20;
+    sb_heap_peak p = {0};
+    uint64_t t = 1000000; /* any monotonic clock */
+    cr_expect_eq(sb_heap_peak_add(&p, t, 10 * M), 10 * M);
+    cr_expect_eq(sb_heap_peak_add(&p, t + 20, 90 * M), 90 * M, "a swing");
+    cr_expect_eq(sb_heap_peak_add(&p, t + 40, 0), 90 * M, "the swing ended: still counted");
+    uint64_t window = (uint64_t)SB_HEAP_PEAK_SLOTS * SB_HEAP_PEAK_SLOT_MS;
+    cr_expect_eq(window, 2000, "two seconds, as heap.h says");
+    cr_expect_eq(sb_heap_peak_add(&p, t + window - SB_HEAP_PEAK_SLOT_MS, 5 * M), 90 * M,
+                 "within the window");
+    cr_expect_eq(sb_heap_peak_add(&p, t + window + SB_HEAP_PEAK_SLOT_MS, 5 * M), 5 * M,
+                 "past the window the swing no longer counts");
+    cr_expect_eq(sb_heap_peak_add(&p, t + 10 * window, 0), 0, "after a long gap: empty");
+    /* a swing every half second keeps the peak counted */
+    size_t least = SIZE_MAX;
+    for (uint64_t ms = 0; ms < 10 * window; ms += 20) {
+        size_t got = sb_heap_peak_add(&p, t + 20 * window + ms, ms % 500 < 100 ? 70 * M : M);
+        if (ms >= 500 && got < least)
+            least = got;
+    }
+    cr_expect_eq(least, 70 * M, "swings every 0.5 s: counted at their peak throughout");
+    cr_expect_eq(sb_heap_peak_add(&p, 5, 3 * M), 3 * M, "a clock that went back starts afresh");
+}
