@@ -25,7 +25,8 @@
  * task will make: the 2 GiB sort's tree peaked at 513-542 MiB instead of 636-662 (3 runs
  * each, alternating).
  *
- * Thread-safe (malloc's own locks); owns nothing.
+ * Thread-safe (malloc's own locks); owns nothing. An sb_heap_peak is its one caller's (the
+ * worker's main thread), unlocked.
  */
 #ifndef SB_WORKER_HEAP_H
 #define SB_WORKER_HEAP_H
