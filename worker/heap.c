@@ -32,12 +32,17 @@ size_t sb_heap_outside(size_t anon, size_t store_mem, size_t allowance)
     return anon > store_mem && anon - store_mem > allowance ? anon - store_mem - allowance : 0;
 }
 
-int sb_heap_check(size_t anon, size_t keep)
+int sb_heap_check(size_t anon, size_t outside, size_t keep)
 {
     if (anon == 0)
         return -1;
     struct mallinfo2 mi = mallinfo2();
-    if (anon <= mi.uordblks + mi.hblkhd + keep)
+    /* freed heap is surely resident: more is resident than malloc handed out */
+    int holes = anon > mi.uordblks + mi.hblkhd + keep;
+    /* it may be: the process is past what its store accounts for, and the arenas hold free
+     * blocks (their pages may already be given back: then the trim only walks them) */
+    int over = outside > keep && mi.fordblks > keep;
+    if (!holes && !over)
         return 0;
     malloc_trim(0);
     return 1;

@@ -5,11 +5,18 @@
  * the exchange ops trim the heap after each task, as partition releases do. Within a task,
  * though, the holes its blocks leave stay resident: a 512 MiB sort under `memoryBudget: 512Mi`
  * peaked 30-60 MiB higher so (docs/benchmarks.md). The worker's main thread calls
- * sb_heap_check every quarter second; it trims only when the process's anonymous resident
- * memory exceeds what malloc has handed out (blocks in use, mapped blocks at their whole
- * size: an upper bound on their resident part) by more than `keep`: then at least that much
- * freed heap is resident. Trimming every time instead cost an identity pipeline 0.2-0.3 s of
- * its 0.6 s (it re-faulted the buffers it reuses).
+ * sb_heap_check every quarter second; it trims when the process's anonymous resident memory
+ * exceeds what malloc has handed out (blocks in use, mapped blocks at their whole size: an
+ * upper bound on their resident part) by more than `keep`: then at least that much freed heap
+ * is resident. That bound is blind beside blocks reserved ahead and touched as they fill: a
+ * sort's reduce reserves 264 MiB of mapped blocks and touches ~100, and the ~130 MiB of freed
+ * inputs it left resident hid under the rest. So it also trims when the process holds more
+ * than `keep` past what its store accounts for (sb_heap_outside) while the arenas hold more
+ * than `keep` free: some of that may be resident, and giving it back beats spilling
+ * partitions for it (a sort of 2 GiB into 12 parts under 512Mi: tree peak 586-639 MiB against
+ * 645-684, 3 rounds alternating). Trimming every time instead cost an identity pipeline 0.2-0.3 s
+ * of its 0.6 s (it re-faulted the buffers it reuses); these two rules leave such a pipeline, within
+ * its budget, untrimmed.
  *
  * The same reading tells the store how much memory the process holds outside it (sb_heap_outside):
  * the store's admission limit shrinks by what passes SB_HEAP_ALLOWANCE, so that what the budget
@@ -64,9 +71,11 @@ size_t sb_heap_outside(size_t anon, size_t store_mem, size_t allowance);
  * between 4 and 32 MiB. */
 size_t sb_heap_keep(size_t store_budget);
 
-/* Trims the heap (malloc_trim) when more than `keep` bytes of it are free and resident, as
- * above, given the process's anonymous resident bytes (sb_heap_anon). 1 when it trimmed (the
- * reading is then stale), 0 when not, -1 when anon is 0 (statm could not be read). */
-int sb_heap_check(size_t anon, size_t keep);
+/* Trims the heap (malloc_trim) when more than `keep` bytes of it are free and resident, or may
+ * be while the process is past its store's accounting, as above, given the process's anonymous
+ * resident bytes (sb_heap_anon) and what of them lies outside the store (sb_heap_outside).
+ * 1 when it trimmed (the reading is then stale), 0 when not, -1 when anon is 0 (statm could
+ * not be read). */
+int sb_heap_check(size_t anon, size_t outside, size_t keep);
 
 #endif

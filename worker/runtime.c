@@ -2122,13 +2122,14 @@ static void main_nap(worker *w, int ms)
 static void heap_tick(worker *w, sb_heap_peak *peak, bool check)
 {
     size_t anon = sb_heap_anon();
-    if (check && sb_heap_check(anon, sb_heap_keep(w->cfg.store_budget)) == 1)
-        anon = sb_heap_anon(); /* the trim returned pages: read what is left */
     if (anon == 0)
         return; /* statm could not be read: the store keeps what it was told */
     sb_store_stats st;
     sb_store_get_stats(w->store, &st);
     size_t outside = sb_heap_outside(anon, st.mem_bytes, SB_HEAP_ALLOWANCE);
+    if (check && sb_heap_check(anon, outside, sb_heap_keep(w->cfg.store_budget)) == 1 &&
+        (anon = sb_heap_anon()) != 0) /* the trim returned pages: read what is left */
+        outside = sb_heap_outside(anon, st.mem_bytes, SB_HEAP_ALLOWANCE);
     sb_store_set_outside(w->store, sb_heap_peak_add(peak, (uint64_t)(mono_s() * 1000), outside));
 }
 
