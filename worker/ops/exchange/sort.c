@@ -398,6 +398,17 @@ xsort *xsort_new(const struct cJSON *args, int round, uint32_t buckets, uint64_t
     return so;
 }
 
+/* The chunk and its row index go back to the allocator whole. */
+static void chunk_free(xsort *so)
+{
+    xbuf_free(&so->chunk);
+    free(so->coff);
+    free(so->cbk);
+    so->coff = NULL;
+    so->cbk = NULL;
+    so->cn = so->ccap = 0;
+}
+
 void xsort_reset(xsort *so)
 {
     for (uint32_t b = 0; so->bk != NULL && b < so->buckets; b++)
@@ -414,12 +425,7 @@ void xsort_reset(xsort *so)
     /* per-task scratch goes with the task: an idle state (the worker keeps it for the stage's
      * next task, ops.h) held round 1's routed chunk, up to half a task's memory, resident and
      * outside the budget while the worker ran other stages' tasks */
-    xbuf_free(&so->chunk);
-    free(so->coff);
-    free(so->cbk);
-    so->coff = NULL;
-    so->cbk = NULL;
-    so->cn = so->ccap = 0;
+    chunk_free(so);
     free(so->colname);
     so->colname = NULL;
     so->rows = so->rr = so->task = 0;
@@ -438,9 +444,6 @@ void xsort_free(xsort *so)
     xsort_reset(so);
     xruns_free(so->runs);
     xruns_free(so->ranges);
-    xbuf_free(&so->chunk);
-    free(so->coff);
-    free(so->cbk);
     free(so->keys.k);
     free(so->desc);
     free(so->soff);
@@ -901,6 +904,10 @@ static int route(xsort *so, const bounds *bd, const char *p, size_t len, size_t 
     size_t rl = len;
     if (rec_key(so, p, row, &rec, &rl, err) != 0)
         return -1;
+    /* reserved once at its limit (a mapping, touched only as it fills): grown by doubling, it
+     * left every smaller size behind as freed arena blocks, resident after the task */
+    if (so->chunk.cap == 0 && so->memory > 0 && xbuf_reserve(&so->chunk, so->memory / 2) != 0)
+        return sb_err_set(err, "out of memory");
     if (so->cn == so->ccap) {
         size_t cap = so->ccap ? so->ccap * 2 : 1024;
         size_t *no = realloc(so->coff, cap * sizeof *no);
@@ -987,6 +994,7 @@ static int mid_finish_spilled(xsort *so, sb_op_out *out, sb_err *err)
     bounds_free(&bd);
     if (rc == 0)
         rc = chunk_spill(so, err);
+    chunk_free(so); /* the range merge reads the runs only: half the task's memory back now */
     ranger rg = {so, out, 0, {0}};
     if (rc == 0)
         rc = xruns_merge(so->ranges, NULL, NULL, range_item, &rg, err);
