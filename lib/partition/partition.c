@@ -771,7 +771,7 @@ int sb_batch_builder_append_range(sb_batch_builder *b, size_t col, const sb_colu
     }
     const int32_t *o = src->offsets + first;
     size_t bytes = (size_t)(o[n] - o[0]);
-    const uint8_t *data = (const uint8_t *)src->values + o[0];
+    const uint8_t *data = src->values == NULL ? NULL : (const uint8_t *)src->values + o[0];
     size_t bad;
     bool check = c->type == SB_TYPE_UTF8 && (verify || src->type != SB_TYPE_UTF8);
     if (check && !sb_utf8_valid(data, bytes, &bad)) {
@@ -801,7 +801,8 @@ int sb_batch_builder_append_range(sb_batch_builder *b, size_t col, const sb_colu
         buf_reserve(&c->offsets, ob) != 0 ||
         (c->has_validity && buf_reserve(&c->validity, bitmap_bytes(c->length + n) + 1) != 0))
         return oom(err, c, col);
-    memcpy(c->values.p + c->values.len, data, bytes);
+    if (bytes > 0)
+        memcpy(c->values.p + c->values.len, data, bytes);
     int32_t shift = (int32_t)c->values.len - o[0];
     uint8_t *dst = c->offsets.p + c->offsets.len;
     for (size_t i = 0; i < n; i++) {

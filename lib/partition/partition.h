@@ -338,7 +338,9 @@ static inline const void *sb_column_binary(const sb_column *c, size_t row, size_
 {
     int32_t s = c->offsets[row];
     *len = (size_t)(c->offsets[row + 1] - s);
-    return (const uint8_t *)c->values + s;
+    /* a column whose values are all empty or null may have no bytes at all (values NULL), and
+     * even NULL + 0 is undefined in C */
+    return c->values == NULL ? NULL : (const uint8_t *)c->values + s;
 }
 
 static inline bool sb_column_bool(const sb_column *c, size_t row)
