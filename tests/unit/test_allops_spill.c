@@ -633,8 +633,10 @@ Test(allops_spill, a_spilled_middle_task_frees_its_routed_chunk_before_the_range
     void *st;
     sb_err e;
     static parts mp; /* the map side, one middle task: its rows and their samples */
-    snprintf(w, sizeof w, "{\"op\":\"sort\",\"buckets\":1,\"memory\":%ld,\"round\":0,"
-             "\"args\":%s}", memory, args);
+    snprintf(w, sizeof w,
+             "{\"op\":\"sort\",\"buckets\":1,\"memory\":%ld,\"round\":0,"
+             "\"args\":%s}",
+             memory, args);
     cr_assert_eq(map->init(w, &st, &e), 0, "%s", e.msg);
     sb_op_out *out = sb_op_out_new(1 << 20, keep_blob, &mp, &e);
     map->task_begin(st, 0);
@@ -645,8 +647,10 @@ Test(allops_spill, a_spilled_middle_task_frees_its_routed_chunk_before_the_range
     map->free(st);
     sb_part_free(blob);
     cr_assert_eq(mp.n, 1);
-    snprintf(w, sizeof w, "{\"op\":\"sort\",\"buckets\":32,\"memory\":%ld,\"round\":1,"
-             "\"args\":%s}", memory, args);
+    snprintf(w, sizeof w,
+             "{\"op\":\"sort\",\"buckets\":32,\"memory\":%ld,\"round\":1,"
+             "\"args\":%s}",
+             memory, args);
     cr_assert_eq(red->init(w, &st, &e), 0, "%s", e.msg);
     static watched wt;
     out = sb_op_out_new(1 << 20, keep_watched, &wt, &e);
