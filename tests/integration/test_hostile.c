@@ -48,8 +48,12 @@
  * memory quota (lib/rpc: max message 16 MiB + 16 MiB = 32 MiB), which gRPC enforces late (it
  * reclaims asynchronously, while a loopback sender goes on at GB/s): measured +20..+96 MiB
  * with the quota, +256..+370 MiB for 4 x 100 MB at once without it. Idle connections:
- * measured 11-16 KiB each. Slow readers pin partitions already in memory: close to nothing. */
+ * measured 11-16 KiB each. Slow readers pin partitions already in memory: close to nothing.
+ * Four at once overlap for as long as the reclaimer lags, so their bound is looser: measured
+ * +73 and +197 MiB with the quota (2026-12-02, the second in a cold `make test`, which failed
+ * the old bound of 160); 240 still fails a server without the quota. */
 #define BIG_MSG_BOUND_MIB 160
+#define BIG_MSGS_AT_ONCE_BOUND_MIB 240
 #define IDLE_BOUND_MIB 64
 #define SLOW_BOUND_MIB 64
 #ifndef __SANITIZE_ADDRESS__
@@ -988,7 +992,7 @@ Test(hostile, servers_survive_hostile_peers_and_the_run_completes)
     watch_end("100 MB via gRPC", BIG_MSG_BOUND_MIB);
     watch_start();
     attack_big_parallel(caddr, ctl_method);
-    watch_end("4 x 100 MB via gRPC at once", BIG_MSG_BOUND_MIB);
+    watch_end("4 x 100 MB via gRPC at once", BIG_MSGS_AT_ONCE_BOUND_MIB);
     watch_start();
     attack_big_raw(caddr, ctl_method, 0);
     attack_big_raw(waddr, wk_methods[0], 0);
