@@ -752,15 +752,20 @@ static void task_ctx_free(task_ctx *t)
 {
     sb_store_unreserve(t->hold_resv);
     t->hold_resv = NULL;
-    for (size_t k = 0; k < t->n; k++) {
+    /* the chain's ops, then the states borrowed by an op of it (past its end: chain_drop_next),
+     * after their borrower's reset has forgotten them */
+    size_t nstates = t->task != NULL && t->key != NULL ? t->task->n_ops : t->n;
+    for (size_t k = 0; k < nstates; k++) {
+        if (t->impl == NULL || t->impl[k] == NULL || t->state == NULL || t->state[k] == NULL)
+            continue;
         if (t->reuse && t->key && !t->key[k].absorbed)
             sb_op_cache_put(sb_op_cache_worker(), t->impl[k], t->key[k].stage, t->key[k].args,
                             t->state[k]);
-        else if (t->impl && t->impl[k] && t->state && t->state[k] && t->impl[k]->free)
+        else if (t->impl[k]->free)
             t->impl[k]->free(t->state[k]);
-        if (t->out)
-            sb_op_out_free(t->out[k]);
     }
+    for (size_t k = 0; t->out != NULL && k < t->n; k++)
+        sb_op_out_free(t->out[k]);
     for (size_t k = 0; t->key != NULL && k < t->task->n_ops; k++)
         free(t->key[k].stage);
     free(t->key);
@@ -786,11 +791,17 @@ static void task_ctx_free(task_ctx *t)
     free(t->bad);
 }
 
-/* Drops op k+1 from the chain once op k absorbed it (it owns its state now). */
+/* Drops op k+1 from the chain once op k absorbed it. An op that owns what it absorbed makes the
+ * two states one, never kept; one that borrows it (absorb_borrows) leaves the dropped state
+ * here, past the chain's end, so that task_ctx_free keeps or frees each on its own (ops.h). */
 static void chain_drop_next(task_ctx *t, size_t k)
 {
     op_key dropped = t->key[k + 1];
-    t->key[k].absorbed = 1; /* the two states are one now: not kept (ops.h) */
+    const sb_op_impl *dimpl = t->impl[k + 1];
+    void *dstate = t->state[k + 1];
+    bool borrowed = t->impl[k]->absorb_borrows;
+    if (!borrowed)
+        t->key[k].absorbed = 1;
     for (size_t i = k + 1; i + 1 < t->n; i++) {
         t->impl[i] = t->impl[i + 1];
         t->state[i] = t->state[i + 1];
@@ -799,8 +810,8 @@ static void chain_drop_next(task_ctx *t, size_t k)
     }
     t->n--;
     t->key[t->n] = dropped; /* its name is freed with the others */
-    t->state[t->n] = NULL;
-    t->impl[t->n] = NULL;
+    t->state[t->n] = borrowed ? dstate : NULL;
+    t->impl[t->n] = borrowed ? dimpl : NULL;
 }
 
 /* The rows the task's ops hold (sb_op_impl.hold) are reserved in the store until the task ends:

@@ -1,7 +1,8 @@
 /* Op states live per worker, not per task (ops.h, "Lifetime of an op state"): `streambatch run`
  * with one worker process, and the worker's exit line "op states" (created, reused) read from
  * its log. Many tasks of a stage make its state once per slot; an absorbed filter+project chain
- * is made per task (not kept); the output is right either way. */
+ * is made per task (not kept), tensor.mlp+project (borrowed) is kept; the output is right either
+ * way. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,8 @@ static void setup(void)
     /* 4 files of 2500 JSON lines (~250 KiB): 32 KiB partitions make ~30 tasks */
     sh("cd %s && python3 -c \"\nimport json, os\nos.makedirs('in')\nfor f in range(4):\n"
        "  with open('in/f%%d.jsonl' %% f, 'w') as o:\n    for i in range(2500):\n"
-       "      o.write(json.dumps({'id': f*10000+i, 'n': i %% 100, 'pad': 'x'*60}) + '\\\\n')\n\"",
+       "      o.write(json.dumps({'id': f*10000+i, 'n': i %% 100, 'pad': 'x'*60, "
+       "'x': [i %% 100 / 100, f]}) + '\\\\n')\n\"",
        dir);
 }
 
@@ -97,6 +99,32 @@ Test(opstate, absorbed_chains_are_not_kept)
     cr_expect_eq(op_states("absorb", "created"), 1 + 2 * tasks);
     cr_expect_eq(op_states("absorb", "reused"), tasks - 1);
     cr_expect_eq(records("absorb", "json.loads(l)['n'] < 50 and 'pad' not in json.loads(l)"), 5000);
+}
+
+/* tensor.mlp absorbs the project after it but only borrows its state (absorb_borrows): unlike
+ * filter's chain, both states are kept per worker, one each, and reused by every later task. */
+Test(opstate, an_mlp_that_absorbs_a_project_keeps_both_states)
+{
+    sh("cd %s && python3 -c \"\nimport json, struct, array\n"
+       "w = array.array('f', [0.5, -1, 1, 2, -0.25, 0.75]).tobytes()\n"
+       "b = array.array('f', [0.1, 0, -0.1]).tobytes()\n"
+       "h = json.dumps({'0.weight': {'dtype': 'F32', 'shape': [3, 2], 'data_offsets': [0, 24]},"
+       " '0.bias': {'dtype': 'F32', 'shape': [3], 'data_offsets': [24, 36]}}).encode()\n"
+       "open('model.safetensors', 'wb').write(struct.pack('<Q', len(h)) + h + w + b)\n\"",
+       dir);
+    char stages[512];
+    snprintf(stages, sizeof stages,
+             "  - {name: m, op: tensor.mlp, args: {weights: 'file://%s/model.safetensors', "
+             "field: x, topK: 1}}\n"
+             "  - {name: cut, op: project, args: {fields: [id, yTopK]}}\n",
+             dir);
+    long tasks = run_one_worker("mlpp", stages, 1);
+    cr_assert_gt(tasks, 8);
+    cr_expect_eq(op_states("mlpp", "created"), 2, "one per stage, for %ld tasks", tasks);
+    cr_expect_eq(op_states("mlpp", "reused"), 2 * (tasks - 1));
+    cr_expect_eq(records("mlpp", "sorted(json.loads(l)) == ['id', 'yTopK'] and "
+                                 "len(json.loads(l)['yTopK']) == 1"),
+                 10000);
 }
 
 /* Two slots: at most one state per slot (two tasks never share one), reused all the same. */

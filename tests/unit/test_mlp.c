@@ -641,3 +641,171 @@ Test(mlp, every_batch_size_matches_the_reference_on_a_wider_model)
     free(args);
     sb_op_shutdown();
 }
+
+/* The rows of an output partition as JSON text, one line a row (typed columns through
+ * sb_batch_rows_json; records as they are). */
+static char *rows_text(const void *blob, size_t len)
+{
+    sb_err e = {0};
+    sb_batch *b, *rb = NULL;
+    cr_assert_eq(sb_batch_open(blob, len, &b, &e), 0, "%s", e.msg);
+    void *rj = NULL;
+    size_t rl = 0;
+    if (sb_batch_find(b, "record") < 0) {
+        cr_assert_eq(sb_batch_rows_json(b, &rj, &rl, &e), 0, "%s", e.msg);
+        cr_assert_eq(sb_batch_open(rj, rl, &rb, &e), 0, "%s", e.msg);
+    }
+    const sb_batch *r = rb != NULL ? rb : b;
+    const sb_column *c = sb_batch_column(r, 0);
+    char *text = NULL;
+    size_t tl = 0;
+    FILE *f = open_memstream(&text, &tl);
+    for (size_t i = 0; i < sb_batch_rows(r); i++) {
+        size_t n;
+        const char *p = sb_column_binary(c, i, &n);
+        fprintf(f, "%.*s\n", (int)n, p);
+    }
+    fclose(f);
+    if (rb != NULL)
+        sb_batch_close(rb);
+    sb_part_free(rj);
+    sb_batch_close(b);
+    return text;
+}
+
+/* tensor.mlp then project in one call chain, or (fused) tensor.mlp having absorbed project:
+ * the rows text of the output. The states come from cache c (stage "score" and "keep") and go
+ * back to it, as the runtime does: the project's state after the mlp's, whose reset forgets the
+ * borrowed project. 0, or -1 + e. */
+static int mlp_then_project(sb_op_cache *c, const char *margs, const char *pargs, bool fused,
+                            void *blob, size_t len, char **text, sb_err *e)
+{
+    const sb_op_impl *mlp = sb_op_find("tensor.mlp"), *prj = sb_op_find("project");
+    void *ms, *ps;
+    cr_assert_eq(sb_op_cache_get(c, mlp, "score", margs, &ms, e), 0, "%s", e->msg);
+    cr_assert_eq(sb_op_cache_get(c, prj, "keep", pargs, &ps, e), 0, "%s", e->msg);
+    if (fused) {
+        cr_assert_not_null(mlp->absorb_next, "tensor.mlp absorbs a project after it");
+        cr_assert(mlp->absorb_next(ms, prj, ps), "tensor.mlp absorbs the project after it");
+    }
+    sb_batch *b;
+    cr_assert_eq(sb_batch_open(blob, len, &b, e), 0);
+    sb_op_out *o = sb_op_out_new(64 << 20, collect, NULL, e);
+    g_blob = NULL;
+    int rc = sb_op_run(mlp, ms, b, 2, o, e);
+    if (rc == 0)
+        rc = mlp->finish(ms, o, e);
+    if (rc == 0)
+        rc = sb_op_out_flush(o, e);
+    sb_op_out_free(o);
+    sb_batch_close(b);
+    if (rc == 0 && !fused) {
+        void *mid = g_blob;
+        cr_assert_eq(sb_batch_open(mid, g_len, &b, e), 0);
+        o = sb_op_out_new(64 << 20, collect, NULL, e);
+        g_blob = NULL;
+        rc = sb_op_run(prj, ps, b, 0, o, e);
+        if (rc == 0)
+            rc = sb_op_out_flush(o, e);
+        sb_op_out_free(o);
+        sb_batch_close(b);
+        sb_part_free(mid);
+    }
+    if (rc == 0) {
+        *text = rows_text(g_blob, g_len);
+        sb_part_free(g_blob);
+        g_blob = NULL;
+        sb_op_cache_put(c, mlp, "score", margs, ms);
+        sb_op_cache_put(c, prj, "keep", pargs, ps);
+    } else {
+        mlp->free(ms); /* never the borrowed project's state */
+        prj->free(ps);
+    }
+    return rc;
+}
+
+/* tensor.mlp absorbs a project right after it (issue 36: the headline job's 48 KiB image a row
+ * was copied into the GPU stage's output only for the project to drop it). The fused output is
+ * the two ops' output, over typed columns and over records; a column the project lists and the
+ * output lacks is project's data error; the absorbed project is only borrowed: after the task
+ * both states are kept (and reused), and the mlp's next task without a project keeps every
+ * column. */
+Test(mlp, a_project_after_it_is_absorbed_and_both_states_kept)
+{
+    sb_field f[3] = {{.name = "id", .type = SB_TYPE_INT64},
+                     {.name = "x",
+                      .type = SB_TYPE_FIXED_LIST,
+                      .child_type = SB_TYPE_FLOAT32,
+                      .list_size = 3,
+                      .nullable = true},
+                     {.name = "tag", .type = SB_TYPE_UTF8}};
+    sb_err e = {0};
+    sb_batch_builder *bb = sb_batch_builder_new(f, 3, &e);
+    for (int r = 0; r < 5; r++) {
+        char tag[8];
+        snprintf(tag, sizeof tag, "t%d", r);
+        cr_assert_eq(sb_batch_builder_append_int(bb, 0, 100 + r, &e), 0);
+        cr_assert_eq(r == 3 ? sb_batch_builder_append_null(bb, 1, &e)
+                            : sb_batch_builder_append_list(bb, 1, X[r], 3, &e),
+                     0);
+        cr_assert_eq(sb_batch_builder_append_binary(bb, 2, tag, strlen(tag), &e), 0);
+    }
+    void *blob;
+    size_t len;
+    cr_assert_eq(sb_batch_builder_finish(bb, &blob, &len, &e), 0);
+    sb_batch_builder_free(bb);
+    char *margs;
+    cr_assert(asprintf(&margs, "{\"weights\":\"%s\",\"field\":\"x\",\"topK\":1}", model_file()) >
+              0);
+    const char *pargs = "{\"fields\":[\"yTopK\",\"tag\",\"y\"]}";
+    sb_op_cache *c = sb_op_cache_new(4);
+    char *two, *one;
+    cr_assert_eq(mlp_then_project(c, margs, pargs, false, blob, len, &two, &e), 0, "%s", e.msg);
+    cr_assert_eq(mlp_then_project(c, margs, pargs, true, blob, len, &one, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(one, two, "fused output is the two ops' output");
+    cr_expect(strstr(one, "\"id\"") == NULL && strstr(one, "\"x\"") == NULL, "%s", one);
+    cr_expect(strncmp(one, "{\"yTopK\":[", 10) == 0, "the listed order: %s", one);
+    free(two);
+    free(one);
+    /* the next task of the mlp alone (its state reused, reset): every column again */
+    cr_assert_eq(run_cached(c, margs, blob, len, &(void *){NULL}, &e), 0, "%s", e.msg);
+    char *all = rows_text(g_blob, g_len);
+    cr_expect(strstr(all, "\"id\":100") != NULL && strstr(all, "\"x\":[") != NULL, "%s", all);
+    free(all);
+    sb_part_free(g_blob);
+    g_blob = NULL;
+    sb_op_cache_stats st;
+    sb_op_cache_stats_get(c, &st);
+    cr_expect_eq(st.created, 2, "one mlp and one project state");
+    cr_expect_eq(st.reused, 3, "both after the first task, the mlp's once more");
+    /* a listed column the output lacks: project's data error, naming the output's columns */
+    char *out = NULL;
+    cr_assert_neq(
+        mlp_then_project(c, margs, "{\"fields\":[\"tag\",\"zz\"]}", true, blob, len, &out, &e), 0);
+    cr_expect(e.data, "a data error");
+    cr_expect(strstr(e.msg, "project: the input has no column \"zz\" (its columns: id, x, tag, y, "
+                            "yTopK)") != NULL,
+              "%s", e.msg);
+    sb_part_free(g_blob);
+    g_blob = NULL;
+    sb_part_free(blob);
+
+    /* records: the output record written projected; a field the record lacks is left out */
+    const char *recs[] = {"{\"id\":1,\"v\":[1,2,3],\"pad\":\"xxxx\"}", "{\"v\":[3,-2,1]}"};
+    blob = json_part(recs, 2, &len);
+    free(margs);
+    cr_assert(asprintf(&margs, "{\"weights\":\"%s\",\"field\":\"v\",\"topK\":2}", model_file()) >
+              0);
+    pargs = "{\"fields\":[\"id\",\"yTopK\"]}";
+    cr_assert_eq(mlp_then_project(c, margs, pargs, false, blob, len, &two, &e), 0, "%s", e.msg);
+    cr_assert_eq(mlp_then_project(c, margs, pargs, true, blob, len, &one, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(one, two);
+    cr_expect(strncmp(one, "{\"id\":1,\"yTopK\":[", 17) == 0, "%s", one);
+    cr_expect(strstr(one, "\n{\"yTopK\":[") != NULL, "%s", one);
+    free(two);
+    free(one);
+    sb_op_cache_free(c);
+    sb_part_free(blob);
+    free(margs);
+    sb_op_shutdown();
+}

@@ -58,7 +58,8 @@
  *    reset (plugin: its ABI promises init, process, finish, free per task; exec: its own
  *    pool keeps the process per worker already, exec.c) keeps init and free per task. A
  *    filter that absorbed the next op (absorb_next) is freed at the task's end, with the state
- *    it absorbed: a chain is not kept.
+ *    it absorbed: a chain is not kept. An op that borrows the state it absorbed
+ *    (absorb_borrows: tensor.mlp) is kept, and so is the state it borrowed, each on its own.
  *  - process() reads `in` (owned by the caller, not retained past the call) and appends to
  *    `out` (owned by the caller).
  *  - sb_op_out: created and freed by the caller; it copies every value appended. Each blob it
@@ -249,11 +250,16 @@ typedef struct sb_op_impl {
     /* Called (when set) by the runtime after every op of a task is initialized, with the op
      * that follows this one in the same task: true when this op takes over that op's work — it
      * emits from then on what `next` would have emitted from this op's output, and owns
-     * next_state (its free() frees it) — and the runtime drops `next` from the chain. false
-     * (next_state untouched): the two run one after the other as usual. filter absorbs project
-     * (one scan of each record finds the compared field and the kept fields, and kept records
-     * are not copied into a partition only to be rewritten). */
+     * next_state (its free() frees it, unless absorb_borrows) — and the runtime drops `next`
+     * from the chain. false (next_state untouched): the two run one after the other as usual.
+     * filter absorbs project (one scan of each record finds the compared field and the kept
+     * fields, and kept records are not copied into a partition only to be rewritten). */
     bool (*absorb_next)(void *state, const struct sb_op_impl *next, void *next_state);
+    /* With absorb_next: the op only borrows next_state for the task. The runtime keeps it and
+     * frees it or puts it back in the worker's cache on its own, and this op's reset() and
+     * free() forget it (never free it). So the chain is kept: tensor.mlp absorbs the project
+     * after it, and its model, CUDA streams and pinned buffers live per worker, not per task. */
+    bool absorb_borrows;
     /* Called (when set) by sb_op_feed after its last process() call on `in` when that call did
      * not reach in's last row (the rest was carried into the next batch), before `in` goes:
      * an op that keeps a batch of `in` in flight across calls (tensor.mlp on CUDA overlaps a

@@ -602,6 +602,17 @@ out:
     return 0;
 }
 
+/* A listed column the input lacks: a data error naming the input's columns (cols[0..ncols)). */
+static int no_column(const char *want, const sb_column *const *cols, size_t ncols, sb_err *err)
+{
+    char names[256] = "";
+    size_t o = 0;
+    for (size_t i = 0; i < ncols && o < sizeof names - 1; i++)
+        o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", cols[i]->name);
+    return sb_err_data(err, "project: the input has no column \"%.100s\" (its columns: %s)", want,
+                       names);
+}
+
 /* Typed input (columns, not jsonl records): the listed columns in the listed order. */
 static int project_columns(const project_st *st, const sb_batch *in, size_t first, size_t n,
                            sb_op_out *out, sb_err *err)
@@ -613,18 +624,53 @@ static int project_columns(const project_st *st, const sb_batch *in, size_t firs
     for (size_t k = 0; k < st->n; k++) {
         int ci = sb_batch_find(in, st->keys[k].name);
         if (ci < 0) {
-            char names[256] = "";
-            size_t o = 0;
-            for (size_t i = 0; i < sb_batch_ncols(in) && o < sizeof names - 1; i++)
-                o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "",
-                                      sb_batch_column(in, i)->name);
-            return sb_err_data(err, "project: the input has no column \"%.100s\" (its columns: %s)",
-                               st->keys[k].name, names);
+            const sb_column *all[64];
+            size_t nc = sb_batch_ncols(in) < 64 ? sb_batch_ncols(in) : 64;
+            for (size_t i = 0; i < nc; i++)
+                all[i] = sb_batch_column(in, i);
+            return no_column(st->keys[k].name, all, nc, err);
         }
         cols[k] = *sb_batch_column(in, (size_t)ci);
         f[k] = sb_field_of(&cols[k]);
     }
     return sb_op_out_append_columns_of(out, in, f, cols, st->n, first, n, err);
+}
+
+int sb_op_project_columns_at(const void *state, const sb_column *cols, const size_t *firsts,
+                             size_t ncols, size_t n, sb_op_out *out, sb_err *err)
+{
+    const project_st *st = state;
+    sb_field f[64];
+    sb_column sel[64];
+    size_t sfirst[64];
+    const sb_column *all[64];
+    if (st->n > 64 || ncols > 64)
+        return sb_err_set(err, "project: more than 64 columns listed or given");
+    for (size_t i = 0; i < ncols; i++)
+        all[i] = &cols[i];
+    for (size_t k = 0; k < st->n; k++) {
+        size_t ci = 0;
+        while (ci < ncols && (cols[ci].name_len != st->keys[k].len ||
+                              memcmp(cols[ci].name, st->keys[k].name, st->keys[k].len) != 0))
+            ci++;
+        if (ci == ncols)
+            return no_column(st->keys[k].name, all, ncols, err);
+        sel[k] = cols[ci];
+        sfirst[k] = firsts[ci];
+        f[k] = sb_field_of(&sel[k]);
+    }
+    return sb_op_out_append_columns_at(out, f, sel, sfirst, st->n, n, 0, err);
+}
+
+int sb_op_project_record(void *state, size_t row, const char *p, size_t len, sb_op_out *out,
+                         sb_err *err)
+{
+    project_st *st = state;
+    const sb_column c = {.type = SB_TYPE_UTF8}; /* what the op before emits: records as UTF-8 */
+    sb_op_json_type top;
+    if (scan_record("project", &c, row, p, len, st->keys, st->n, st->found, &top, false, err) != 0)
+        return -1;
+    return project_record(st, row, p, len, top, st->found, out, err);
 }
 
 /* Records (jsonl) or typed columns: typed when there is no "record" column and the input is not

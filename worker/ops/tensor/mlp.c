@@ -18,7 +18,9 @@
  * Otherwise jsonl records: `field` is a top-level member holding an array of numbers, and each
  * output record is the input record with the output members added. A record without the field,
  * with a non-number or the wrong width, or that already has the output member is a data error
- * naming the record.
+ * naming the record. A project right after it in the same task is absorbed (absorb_next,
+ * borrowed): each batch's output is written with the project's columns only, as project would
+ * have written it, and nothing else is copied.
  *
  * Weights are loaded once per worker process and kept (keyed by URI) across tasks; a file over
  * 2 GiB is refused. Memory: the state owns its scratch; the model cache owns the models until
@@ -101,6 +103,7 @@ typedef struct {
     char *out_key, *topk_key; /* jsonl: "<outputField>":[ and ,"<topk field>":[ as JSON text */
     char *rec;                /* jsonl: the output record being built */
     size_t rec_cap;
+    void *proj; /* the project after this op in the task, borrowed (absorb_next), or NULL */
 } mlp_state;
 
 /* ---- the model cache ---------------------------------------------------------------------- */
@@ -864,16 +867,13 @@ static int tensor_output(const mlp_state *s, const sb_batch *in, size_t ci, size
         cols[total - 1].values_len = n * s->topk * sizeof(int32_t);
         firsts[total - 1] = 0;
     }
+    if (s->proj != NULL) { /* only the columns the project keeps are copied */
+        rc = sb_op_project_columns_at(s->proj, cols, firsts, total, n, out, err);
+        goto done;
+    }
     for (size_t i = 0; i < total; i++)
         f[i] = sb_field_of(&cols[i]);
-    size_t in_row = sb_batch_blob_len(in) / (sb_batch_rows(in) ? sb_batch_rows(in) : 1);
-    size_t row_bytes = in_row + dout * 4 + s->topk * 4;
-    if (replace)
-        row_bytes =
-            in_row > c->list_size * sb_type_width(c->child_type)
-                ? in_row - c->list_size * sb_type_width(c->child_type) + dout * 4 + s->topk * 4
-                : dout * 4 + s->topk * 4;
-    rc = sb_op_out_append_columns_at(out, f, cols, firsts, total, n, row_bytes, err);
+    rc = sb_op_out_append_columns_at(out, f, cols, firsts, total, n, 0, err);
 done:
     free(f);
     free(cols);
@@ -1036,7 +1036,8 @@ static int json_output(mlp_state *s, const sb_batch *in, size_t ci, size_t first
             rc = sb_err_set(err, "tensor.mlp: out of memory");
             break;
         }
-        rc = sb_op_out_append_binary(out, s->rec, at, err);
+        rc = s->proj != NULL ? sb_op_project_record(s->proj, first + r, s->rec, at, out, err)
+                             : sb_op_out_append_binary(out, s->rec, at, err);
     }
     free(idx);
     return rc;
@@ -1147,7 +1148,21 @@ static int mlp_reset(void *state, sb_err *err)
     mlp_state *s = state;
     s->pending.active = false;
     s->next_slot = 0;
+    s->proj = NULL; /* borrowed for the task (absorb_borrows) */
     return 0;
+}
+
+/* A project right after this op in the task: each batch's output is written projected, so the
+ * input columns the project drops (a 48 KiB image a row in the headline job) are not copied
+ * into a partition only to be dropped. Borrowed: the runtime keeps the project's state and its
+ * own (ops.h), so the model and the CUDA run stay with the worker. */
+static bool mlp_absorb_next(void *state, const sb_op_impl *next, void *next_state)
+{
+    mlp_state *s = state;
+    if (next != &sb_op_project_impl || s->proj != NULL)
+        return false;
+    s->proj = next_state;
+    return true;
 }
 
 const sb_op_impl sb_op_mlp_impl = {
@@ -1158,6 +1173,8 @@ const sb_op_impl sb_op_mlp_impl = {
     .input_end = mlp_input_end,
     .free = mlp_free,
     .reset = mlp_reset,
+    .absorb_next = mlp_absorb_next,
+    .absorb_borrows = true,
     .shutdown = mlp_shutdown,
     .default_batch = 256,
     .init_may_recover = true, /* the weights' fetch, a CUDA device on another worker */
