@@ -602,15 +602,18 @@ out:
     return 0;
 }
 
-/* A listed column the input lacks: a data error naming the input's columns (cols[0..ncols)). */
-static int no_column(const char *want, const sb_column *const *cols, size_t ncols, sb_err *err)
+/* A listed column the input lacks: a data error naming the input's columns (names, listed
+ * with names_add). */
+static int no_column(const char *want, const char *names, sb_err *err)
 {
-    char names[256] = "";
-    size_t o = 0;
-    for (size_t i = 0; i < ncols && o < sizeof names - 1; i++)
-        o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", cols[i]->name);
     return sb_err_data(err, "project: the input has no column \"%.100s\" (its columns: %s)", want,
                        names);
+}
+
+static void names_add(char *names, size_t cap, size_t *o, const char *name)
+{
+    if (*o < cap - 1)
+        *o += (size_t)snprintf(names + *o, cap - *o, "%s%s", *o ? ", " : "", name);
 }
 
 /* Typed input (columns, not jsonl records): the listed columns in the listed order. */
@@ -624,11 +627,11 @@ static int project_columns(const project_st *st, const sb_batch *in, size_t firs
     for (size_t k = 0; k < st->n; k++) {
         int ci = sb_batch_find(in, st->keys[k].name);
         if (ci < 0) {
-            const sb_column *all[64];
-            size_t nc = sb_batch_ncols(in) < 64 ? sb_batch_ncols(in) : 64;
-            for (size_t i = 0; i < nc; i++)
-                all[i] = sb_batch_column(in, i);
-            return no_column(st->keys[k].name, all, nc, err);
+            char names[256] = "";
+            size_t o = 0;
+            for (size_t i = 0; i < sb_batch_ncols(in); i++)
+                names_add(names, sizeof names, &o, sb_batch_column(in, i)->name);
+            return no_column(st->keys[k].name, names, err);
         }
         cols[k] = *sb_batch_column(in, (size_t)ci);
         f[k] = sb_field_of(&cols[k]);
@@ -643,18 +646,20 @@ int sb_op_project_columns_at(const void *state, const sb_column *cols, const siz
     sb_field f[64];
     sb_column sel[64];
     size_t sfirst[64];
-    const sb_column *all[64];
-    if (st->n > 64 || ncols > 64)
-        return sb_err_set(err, "project: more than 64 columns listed or given");
-    for (size_t i = 0; i < ncols; i++)
-        all[i] = &cols[i];
+    if (st->n > 64)
+        return sb_err_set(err, "project: more than 64 columns listed");
     for (size_t k = 0; k < st->n; k++) {
         size_t ci = 0;
         while (ci < ncols && (cols[ci].name_len != st->keys[k].len ||
                               memcmp(cols[ci].name, st->keys[k].name, st->keys[k].len) != 0))
             ci++;
-        if (ci == ncols)
-            return no_column(st->keys[k].name, all, ncols, err);
+        if (ci == ncols) {
+            char names[256] = "";
+            size_t o = 0;
+            for (size_t i = 0; i < ncols; i++)
+                names_add(names, sizeof names, &o, cols[i].name);
+            return no_column(st->keys[k].name, names, err);
+        }
         sel[k] = cols[ci];
         sfirst[k] = firsts[ci];
         f[k] = sb_field_of(&sel[k]);
