@@ -15,6 +15,7 @@
 #   SB_IMAGES_DIR  output (default build/images)
 #   SB_CACHE_DIR   cache of base root filesystems (default ~/.cache/streambatch/images)
 #   SB_DEBIAN_MIRROR  (default http://deb.debian.org/debian)
+#   --base PKG...  only the cached base root filesystem of those packages; prints its path
 #   CUDA_HOME      the CUDA wheels' folder, as the Makefile's (wheellibs come from its lib/)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -58,6 +59,15 @@ base_of() { # packages... -> path of the cached tarball
   fi
   echo "$tar"
 }
+# `images.sh --base PACKAGE...`: only the base root filesystem of that list, from the cache (built
+# when missing); prints its path. For images of one's own on the same base: the lifecycle suite
+# builds a trainer image on it (tests/k8s/lifecycle/50-trainer-job.sh).
+if [[ ${1:-} == --base ]]; then
+  shift
+  (($#)) || { echo "images: --base needs the packages" >&2; exit 2; }
+  base_of "$@"
+  exit
+fi
 
 work=$(mktemp -d /tmp/sb-images-XXXXXX)
 trap 'rm -rf "$work"' EXIT
