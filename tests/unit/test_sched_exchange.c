@@ -520,4 +520,29 @@ Test(sched_exchange, an_exchanged_join_refuses_what_it_cannot_run)
     cr_expect_null(sb_sched_new(&cfg, &sp, 1, &err));
     cr_expect(strstr(err.msg, "its map tasks must read the source") != NULL, "%s", err.msg);
     spec_fixture_free(&h);
+    /* into a stream:// sink (docs/training.md): refused at start, naming the stage; below
+     * broadcastBelow the same join streams (one op, no exchange) */
+    y = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: x}\n"
+        "spec:\n  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
+        "  stages:\n  - {name: j, op: join, args: {right: {uri: 'file:///r/'}, on: [k], "
+        "broadcastBelow: 1Ki}}\n  sink: {uri: 'stream://', format: jsonl}\n";
+    for (int exchanged = 1; exchanged >= 0; exchanged--) {
+        spec_fixture_load(&h, y);
+        uint64_t sr[1] = {exchanged ? 1 << 20 : 0};
+        sb_sched_config sc = {.pipeline = &h.p,
+                              .pipeline_id = "ns/x",
+                              .join_right = sr,
+                              .njoin_right = 1,
+                              .stream = 1};
+        sb_sched *st = sb_sched_new(&sc, &sp, 1, &err);
+        if (exchanged) {
+            cr_expect_null(st, "an exchanged join into a stream");
+            cr_expect(strstr(err.msg, "stage j (join)") && strstr(err.msg, "stream:// sink"), "%s",
+                      err.msg);
+        } else {
+            cr_expect_not_null(st, "a broadcast join into a stream: %s", err.msg);
+        }
+        sb_sched_free(st);
+        spec_fixture_free(&h);
+    }
 }

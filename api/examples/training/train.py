@@ -199,7 +199,8 @@ def main():
         if not got or server.returncode != 0:
             sys.exit(f"train.py: ranks {[pr.exitcode for pr in procs]}, server {server.returncode}")
         last = [g for g in got if g[1] == a.epochs - 1]
-        if len({g[2] for g in got if g[1] == 0}) != 1 or min(g[3] for g in last) < 0.9:
+        unequal = [e for e in range(a.epochs) if len({g[2] for g in got if g[1] == e}) != 1]
+        if unequal or min(g[3] for g in last) < 0.9:
             sys.exit(f"train.py: unequal steps or not learned: {got}")
     finally:
         if server is not None and server.poll() is None:

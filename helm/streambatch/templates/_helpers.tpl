@@ -61,7 +61,7 @@ the requests the controller makes (controller/operator/*.c):
   verbs: [get, list, watch, patch, delete]
 - apiGroups: [streambatch.dev]
   resources: [pipelines/status]
-  verbs: [update]
+  verbs: [update, patch]
 - apiGroups: [streambatch.dev]
   resources: [pipelines/finalizers]
   verbs: [update]

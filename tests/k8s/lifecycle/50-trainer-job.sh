@@ -10,7 +10,7 @@
 #       and its filter at a field the input has) and k8s-trainer-job.yaml (ADDRESS and SECRET
 #       from the Pipeline's status, the image above): the Job's two ranks, containers of that
 #       image mounting the token Secret, complete; each prints its rows of both epochs, equal
-#       across the ranks (drop_last), short of the filter's count by less than a batch per rank;
+#       across the ranks (drop_last), short of the filter's count by less than two batches a rank;
 #       the Pipeline is Succeeded once both ranks ended both epochs, and its worker pods go.
 # Uses the suite's helpers (opcheck, jp, wait_phase, worker_pods, no_worker_pods, figure).
 
@@ -79,9 +79,9 @@ if bad:
     sys.exit("no line for (rank, epoch) %s" % bad)
 for e in (0, 1):
     a, b = got[(0, e)], got[(1, e)]
-    # drop_last: the same number of whole batches of 256 on each rank, and less than a batch
-    # per rank left over
-    if a != b or a % 256 or not (want - 2 * 256 < a + b <= want):
+    # drop_last: the same number of whole batches of 256 on each rank, dropping fewer than two
+    # batches' rows per rank (docs/training.md, "Balance")
+    if a != b or a % 256 or not (want - 2 * 2 * 256 < a + b <= want):
         sys.exit("epoch %d: ranks read %d and %d rows of %d" % (e, a, b, want))
 PY
   wait_phase train-data Succeeded 60 || { echo "$(jp train-data '{.status}')"; return 1; }
