@@ -271,7 +271,6 @@ static const opspec ops[] = {
     {"distinct", args_distinct, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     {"limit", args_limit, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
     {"join", args_join, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
-    /* issue 41's other ops, not built yet: refused as such, not as unknown */
     {"sort", args_sort, NULL, 0, SB_SHAPE_BIT_CPU, NULL},
 };
 #define NOPS (sizeof ops / sizeof *ops)
@@ -588,7 +587,9 @@ static const char *arg_want(const argspec *a, const sb_node *v, const char *path
             return wbuf;
         }
         if (v->kind != SB_NODE_INT || v->v.i < (long long)a->min)
-            return a->min >= 1 ? "a positive integer" : "an integer";
+            return a->min >= 1   ? "a positive integer"
+                   : a->min == 0 ? "a non-negative integer"
+                                 : "an integer";
         return NULL;
     case A_NUM:
         if (!finite_number(v) || (v->kind == SB_NODE_INT ? (double)v->v.i : v->v.f) < a->min)
@@ -761,8 +762,8 @@ static void check_io(const sb_node *node, const char *path, const char *uri, sb_
     if (fmt == SB_FMT_IMAGE && is_sink && fnode != NULL && fnode->kind == SB_NODE_STRING)
         sb_diags_add(d, sb_spec_path_field(buf, sizeof buf, path, "format"), fnode->line,
                      fnode->col,
-                     "format \"image\" is a source format only; sinks write jsonl, csv, text "
-                     "and binary");
+                     "format \"image\" is a source format only; sinks write jsonl, csv, text, "
+                     "binary and parquet");
     const sb_node *args = sb_node_get(node, "args");
     if (fmt == SB_FMT_PARQUET && is_sink && args != NULL && args->kind == SB_NODE_MAP) {
         check_parquet_schema(sb_node_get(args, "schema"),
