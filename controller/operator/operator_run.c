@@ -1486,10 +1486,12 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
         sb_log(SB_LOG_WARN, "checkpoint failed", "pipeline", r->key, "error", e2.msg, NULL);
         return -1;
     }
-    /* committed: what the checkpoint log holds (opckpt.h, "Counting"), all once the sink is */
+    /* committed: what the checkpoint log holds (opckpt.h, "Counting"), all once the sink is; a
+     * stream commits nothing to a sink (its checkpoint is empty): none while it serves, every
+     * split once its consumers have ended every epoch */
     size_t committed =
         r->finished == SB_OPERATOR_SUCCEEDED
-            ? finished
+            ? (r->stream ? nsplits : finished)
             : sb_opckpt_committed(r->ck_ok ? &r->ck : NULL, r->committed_at_start, finished);
     double elapsed = (double)(sb_operator_mono_ms() - r->started_ms) / 1000.0;
     int rc = sb_operator_status_progress(status, &s, nsplits, committed, views, r->npools, elapsed);

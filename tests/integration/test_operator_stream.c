@@ -203,6 +203,16 @@ Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
     cr_assert_str_eq(ph, "Succeeded", "phase %s (%s); controller log:\n%s", ph,
                      jp("{.status.message}"), sb_test_sh_out("tail -30 %s/controller.log", dir));
     free(ph);
+    /* the progress cell of a served stream: every split (it showed 0/N, a stream committing
+     * nothing to a sink) */
+    char *prog = jp("{.status.progress}");
+    char *parts = jp("{.status.partitions.committed}/{.status.partitions.total}");
+    const char *slash = strchr(parts, '/');
+    cr_expect(slash != NULL && atol(slash + 1) > 0 && atol(parts) == atol(slash + 1),
+              "a Succeeded stream's partitions committed/total: %s", parts);
+    cr_expect_str_eq(prog, parts, "the progress cell");
+    free(prog);
+    free(parts);
     free(addr);
     free(secret);
     free(label);
