@@ -894,13 +894,14 @@ static void h_register(sb_rpc_call *call, const uint8_t *req, size_t len, void *
             w->told_lost = 0;
             w->retired = 0;
             w->last_seen_ms = now_ms();
+            /* the per-pool figures (sb_ctl_snapshot_get) group by it, whenever it registers */
+            snprintf(w->pool, sizeof w->pool, "%s", m->pool);
+            snprintf(w->address, sizeof w->address, "%s", m->address);
+            w->slots = m->slots;
         }
         if (w != NULL && c->sched == NULL) {
             held_free(w);
             w->deferred = 1;
-            snprintf(w->pool, sizeof w->pool, "%s", m->pool);
-            snprintf(w->address, sizeof w->address, "%s", m->address);
-            w->slots = m->slots;
             w->early = m->early_outputs;
             w->held = calloc(m->n_partitions + 1, sizeof *w->held);
             for (size_t i = 0; w->held != NULL && i < m->n_partitions; i++) {

@@ -260,6 +260,9 @@ Test(ctl, many_workers_are_each_found_by_id)
     sb_ctl_snapshot s;
     sb_ctl_snapshot_get(f.ctl, &s);
     cr_expect_eq(s.npools, 1);
+    /* workers that register once the plan is made are counted under their pool too (they were
+     * under pool "": streambatch_workers{pool=""} on `run --metrics-addr`) */
+    cr_expect_str_eq(s.pools[0].pool, "cpu");
     cr_expect_eq(s.pools[0].workers, 300);
     cr_expect_eq(s.workers_registered, 301);
     sb_ctl_worker_exited(f.ctl, "w150", "test");

@@ -112,7 +112,8 @@ static const invalid_case cases[] = {
       "on cpu in streaming mode, or before the sort"}},
     {"shuffle-bad-args.yaml",
      1,
-     {"shuffle-bad-args.yaml:12:18: spec.stages[0].args.seed: must be a non-negative integer, got 1.5",
+     {"shuffle-bad-args.yaml:12:18: spec.stages[0].args.seed: must be a non-negative integer, got "
+      "1.5",
       "shuffle-bad-args.yaml:12:35: spec.stages[0].args.partitions: must be an integer from 1 to "
       "4096, got 0"}},
     {"batchsize-zero.yaml",
@@ -359,7 +360,8 @@ static const invalid_case cases[] = {
       "rows, and an exchange is planned once for the whole run, not per epoch; set "
       "sink.args.cacheEpochs: true (the pipeline runs once and every epoch deals its output) or "
       "run one epoch",
-      "stream-sink-epochs.yaml:16:29: spec.sink.args.seed: must be a non-negative integer, got -1"}},
+      "stream-sink-epochs.yaml:16:29: spec.sink.args.seed: must be a non-negative integer, got "
+      "-1"}},
     {"stream-sink-seed-limit.yaml",
      1,
      {"stream-sink-seed-limit.yaml:16:20: spec.sink.args.epochs: must be an integer from 1 to "
