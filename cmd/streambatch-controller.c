@@ -76,7 +76,7 @@ static void usage(FILE *f)
             "  --tls-server-name NAME      the name certificates are checked for (peers are\n"
             "                              dialled by IP), default streambatch\n"
             "                                                             (SB_TLS_SERVER_NAME)\n"
-            "  environment SB_AUTH_KEY     the operator's key (32 or more characters, the same in\n"
+            "  environment SB_AUTH_KEY     the operator's key (32 to 256 characters, the same in\n"
             "                              every replica): each Pipeline's credentials derive\n"
             "                              from it (the Helm chart keeps one in a Secret)\n"
             "                              /metrics, /healthz and /readyz stay plain HTTP\n"

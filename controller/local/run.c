@@ -856,7 +856,7 @@ static int run_check_env(run_ctx *c)
                         &c->off.eft, &c->off.early, bad, sizeof bad) != 0) {
         fprintf(stderr,
                 "streambatch run: SB_SCHED_OFF: unknown \"%s\" (comma-separated: tail-sizing, "
-                "speculation, drain, earliest-finish)\n",
+                "speculation, drain, earliest-finish, early-outputs)\n",
                 bad);
         return 2;
     }
