@@ -1639,8 +1639,10 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
         out->nops = 16;
     for (size_t i = 0; i < out->nops; i++)
         sb_sched_get_group_stats(c->sched, i, &out->ops[i]);
-    if (c->deal != NULL)
+    if (c->deal != NULL) {
         out->nranks = sb_deal_ranks(c->deal, out->ranks, 16);
+        sb_deal_progress(c->deal, &out->stream_epochs_ended, &out->stream_rows);
+    }
     if (c->sched != NULL) {
         sb_sched_stream_holder h[16];
         out->nholders = sb_sched_stream_waiting(c->sched, h, 16);

@@ -113,8 +113,10 @@ typedef struct sb_ctl_snapshot {
     size_t npools;
     sb_ctl_pool_figures pools[4]; /* live workers per pool (heartbeat figures summed) */
     size_t nranks;
-    sb_deal_rank ranks[16]; /* a stream's trainer ranks (the first 16): batch, step time */
-    size_t nholders;        /* a stream's backlog by worker (the first 16 workers holding any) */
+    sb_deal_rank ranks[16];       /* a stream's trainer ranks (the first 16): batch, step time */
+    uint32_t stream_epochs_ended; /* a stream's consumers (sb_deal_progress): epochs ended, */
+    uint64_t stream_rows;         /* and rows sent of the epoch after them */
+    size_t nholders; /* a stream's backlog by worker (the first 16 workers holding any) */
     struct {
         char worker_id[128];
         uint64_t parts;

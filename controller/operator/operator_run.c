@@ -1435,8 +1435,10 @@ static void run_ckpt_status(sb_operator_pipeline *r, cJSON *status)
 
 /* status.stream of a stream:// sink: the address its consumers call (this leader's Control
  * service: a new leader serves at its own), the Secret with their token, its epochs and the
- * label that lets a consumer pod through the NetworkPolicies (netpol.h). 0, or -1. */
-static int run_stream_status(sb_operator_pipeline *r, cJSON *status)
+ * label that lets a consumer pod through the NetworkPolicies (netpol.h), and how far the
+ * consumers are (epochs every rank ended, rows sent of the next: the progress cell counts
+ * splits committed to a sink, none for a stream). 0, or -1. */
+static int run_stream_status(sb_operator_pipeline *r, const sb_ctl_snapshot *s, cJSON *status)
 {
     cJSON_DeleteItemFromObjectCaseSensitive(status, "stream");
     if (!r->stream)
@@ -1449,7 +1451,9 @@ static int run_stream_status(sb_operator_pipeline *r, cJSON *status)
     sb_netpol_consumer_label(r->p.metadata.name, label, sizeof label);
     int ok = cJSON_AddStringToObject(st, "address", r->address) != NULL &&
              cJSON_AddNumberToObject(st, "epochs", ep > 0 ? ep : 1) != NULL &&
-             cJSON_AddStringToObject(st, "consumerLabel", label) != NULL;
+             cJSON_AddStringToObject(st, "consumerLabel", label) != NULL &&
+             cJSON_AddNumberToObject(st, "epochsEnded", s->stream_epochs_ended) != NULL &&
+             cJSON_AddNumberToObject(st, "rowsSent", (double)s->stream_rows) != NULL;
     if (ok && r->auth_secret[0] != '\0')
         ok = cJSON_AddStringToObject(st, "tokenSecret", r->auth_secret) != NULL;
     if (ok && r->service[0] != '\0')
@@ -1505,7 +1509,7 @@ int sb_operator_pipeline_status(sb_operator_pipeline *r, cJSON *status, int64_t 
     if (rc == 0)
         rc = plan_status(r, status);
     if (rc == 0)
-        rc = run_stream_status(r, status);
+        rc = run_stream_status(r, &s, status);
     if (rc != 0)
         return -1;
     run_ckpt_status(r, status);

@@ -929,6 +929,17 @@ size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max)
     return n;
 }
 
+void sb_deal_progress(const sb_deal *d, uint32_t *ended, uint64_t *rows)
+{
+    uint32_t e = 0;
+    while (e < d->nepochs && d->ep[e].world > 0 && d->ep[e].nended == d->ep[e].world)
+        e++;
+    *ended = e;
+    *rows = 0;
+    for (uint32_t r = 0; e < d->nepochs && r < d->ep[e].world; r++)
+        *rows += sent_rows(&d->ep[e], r);
+}
+
 int sb_deal_all_ended(const sb_deal *d)
 {
     for (uint32_t e = 0; e < d->nepochs; e++)

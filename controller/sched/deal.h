@@ -141,4 +141,9 @@ size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max);
 /* Ranks that got the end of every epoch (all ranks of every epoch: the stream is over). */
 int sb_deal_all_ended(const sb_deal *d);
 
+/* How far the consumers are (a Pipeline's status.stream): *ended, the epochs from the first
+ * that every rank was told are over; *rows, the rows sent to the ranks in the epoch after them
+ * (0 once every epoch ended, or before any rank asked for it). */
+void sb_deal_progress(const sb_deal *d, uint32_t *ended, uint64_t *rows);
+
 #endif

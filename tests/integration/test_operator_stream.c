@@ -213,6 +213,10 @@ Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
     cr_expect_str_eq(prog, parts, "the progress cell");
     free(prog);
     free(parts);
+    /* how far the consumers came: both epochs ended by both ranks, none after them */
+    char *far = jp("{.status.stream.epochsEnded} {.status.stream.rowsSent}");
+    cr_expect_str_eq(far, "2 0", "status.stream's epochsEnded and rowsSent");
+    free(far);
     free(addr);
     free(secret);
     free(label);

@@ -301,9 +301,12 @@ static void epoch_whole(const sim *m, const rank *rk, uint32_t n, uint32_t e)
     cr_assert_eq(sum, want);
 }
 
-/* Three ranks read both epochs; rank 2 asks only every third step (a slow rank). */
+/* Three ranks read both epochs; rank 2 asks only every third step (a slow rank). The progress
+ * the status shows follows: the epochs ended, and the rows the ranks got of the one they read. */
 static void run_epochs(sim *m)
 {
+    uint32_t ended;
+    uint64_t rows;
     for (uint32_t e = 0; e < EPOCHS; e++) {
         rank rk[3] = {0};
         for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended && rk[2].ended); step++) {
@@ -312,8 +315,16 @@ static void run_epochs(sim *m)
             for (uint32_t r = 0; r < 3; r++)
                 if (!rk[r].ended && (r < 2 || step % 3 == 0))
                     ask(m, &rk[r], r, 3, e);
+            sb_deal_progress(m->d, &ended, &rows);
+            if (!(rk[0].ended && rk[1].ended && rk[2].ended)) {
+                cr_assert_eq(ended, e, "epoch %u not ended by every rank", e);
+                cr_assert_eq(rows, rk[0].dealt + rk[1].dealt + rk[2].dealt);
+            }
         }
         epoch_whole(m, rk, 3, e);
+        sb_deal_progress(m->d, &ended, &rows);
+        cr_assert_eq(ended, e + 1);
+        cr_assert_eq(rows, 0, "no rank asked for epoch %u yet", e + 1);
     }
 }
 
