@@ -58,6 +58,31 @@ Test(run_errors, an_op_init_failure_is_tried_once_and_named_once)
     cr_expect_eq(stage_num("badarg", "retries"), 0, "an op init failure was retried");
 }
 
+/* An exec command that does not exist fails the run at once, with either framing (docs/exec.md,
+ * "Failures"): with framing arrow the process starts at the first batch, and the failure was
+ * retried and then errored every partition one by one ("Succeeded with 4 errored partitions"). */
+Test(run_errors, an_exec_command_that_does_not_exist_fails_the_run_with_either_framing)
+{
+    const char *framing[] = {"lines", "arrow"};
+    for (int k = 0; k < 2; k++) {
+        char stages[256], name[32];
+        snprintf(name, sizeof name, "nocmd-%s", framing[k]);
+        snprintf(stages, sizeof stages,
+                 "  - {name: run, op: exec, args: {command: [no-such-program-sb], framing: %s}}\n",
+                 framing[k]);
+        write_pipeline(name, stages,
+                       "  execution: {maxTaskRetries: 3, maxErroredPartitions: 10}\n");
+        char *out;
+        int rc = run_cli(name, "--cpus 1", &out);
+        cr_expect_neq(rc, 0, "%s: %s", framing[k], out);
+        cr_expect(strstr(out, "command \"no-such-program-sb\" not found in PATH") != NULL, "%s: %s",
+                  framing[k], out);
+        cr_expect(strstr(out, "a retry would repeat") != NULL, "%s: %s", framing[k], out);
+        free(out);
+        cr_expect_eq(stage_num(name, "retries"), 0, "%s: retried", framing[k]);
+    }
+}
+
 /* identity only: "not json" and a truncated last line were written to the jsonl sink under
  * _SUCCESS. Each is a data error of its split, named in the output; the good files' records
  * are written and the bad ones are not. */

@@ -69,7 +69,7 @@ static int resolve(const char *argv0, const char *const *env, char *out, size_t 
     struct stat st;
     if (strchr(argv0, '/') != NULL) {
         if (strlen(argv0) >= cap)
-            return sb_err_set(err, "command \"%.80s...\" is too long", argv0);
+            return sb_err_permanent(err, "command \"%.80s...\" is too long", argv0);
         strcpy(out, argv0);
         return 0;
     }
@@ -88,7 +88,8 @@ static int resolve(const char *argv0, const char *const *env, char *out, size_t 
             break;
         d = colon + 1;
     }
-    return sb_err_set(err, "command \"%.80s\" not found in PATH (%.200s)", argv0, path);
+    /* permanent: a retry would find the same PATH (exec's either framing fails the run at once) */
+    return sb_err_permanent(err, "command \"%.80s\" not found in PATH (%.200s)", argv0, path);
 }
 
 /* In the child, between fork and exec: only async-signal-safe calls. */
@@ -189,8 +190,9 @@ int sb_proc_start(const char *const *argv, const char *const *env, const char *c
         sb_proc_kill(p);
         sb_proc_free(p);
         if (msg[0] == 1)
-            return sb_err_set(err, "working directory \"%.200s\": %s", cwd, strerror(msg[1]));
-        return sb_err_set(err, "command \"%.200s\" could not start: %s", exe, strerror(msg[1]));
+            return sb_err_permanent(err, "working directory \"%.200s\": %s", cwd, strerror(msg[1]));
+        return sb_err_permanent(err, "command \"%.200s\" could not start: %s", exe,
+                                strerror(msg[1]));
     }
     if (set_nonblock(p->in) != 0 || set_nonblock(p->out) != 0 || set_nonblock(p->errfd) != 0) {
         int e = errno;
