@@ -17,6 +17,11 @@
 #include "spec/join.h"
 #include "spec/quantity.h"
 
+/* Why a boolean may stand where the file has a word: Kubernetes reads manifests as YAML 1.1. */
+#define YAML11_HINT                                                                                \
+    "kubectl and other YAML 1.1 readers take an unquoted on, yes or y as true and off, no or n "   \
+    "as false; quote it (\"on\", \"n\")"
+
 const char *const sb_format_names[] = {"jsonl", "csv", "text", "binary", "image", "parquet", NULL};
 const char *const sb_exec_mode_names[] = {"streaming", "staged", "static", NULL};
 const char *const sb_sink_mode_names[] = {"overwrite", "append", "errorIfExists", "ignore", NULL};
@@ -503,7 +508,11 @@ static void check_unknown_args(const argspec *spec, const sb_node *args, const c
             continue;
         sb_spec_path_field(buf, sizeof buf, path, key);
         const char *s = sb_suggest(key, names);
-        if (nn == 0)
+        if (strcmp(key, "true") == 0 || strcmp(key, "false") == 0)
+            /* kubectl (YAML 1.1) turns an unquoted on/yes/y key into "true" (join's `on`) */
+            sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
+                         "unknown argument \"%s\" for %s: " YAML11_HINT, key, what);
+        else if (nn == 0)
             sb_diags_add(d, buf, args->keys[k]->line, args->keys[k]->col,
                          "unknown argument \"%.80s\": %s takes no arguments", key, what);
         else if (s != NULL)
@@ -652,12 +661,13 @@ static void check_args(const argspec *spec, const sb_node *args, const char *pat
         }
         const char *want = arg_want(a, v, buf, wbuf, sizeof wbuf, d);
         if (want != NULL)
-            sb_diags_add(d, buf, v->line, v->col, "must be %s, got %s%.60s%s", want,
+            sb_diags_add(d, buf, v->line, v->col, "must be %s, got %s%.60s%s%s", want,
                          v->kind == SB_NODE_STRING ? "\"" : "",
                          v->kind == SB_NODE_MAP   ? "an object"
                          : v->kind == SB_NODE_SEQ ? "a list"
                                                   : v->text,
-                         v->kind == SB_NODE_STRING ? "\"" : "");
+                         v->kind == SB_NODE_STRING ? "\"" : "",
+                         v->kind == SB_NODE_BOOL && a->kind != A_BOOL ? " (" YAML11_HINT ")" : "");
     }
 }
 

@@ -362,6 +362,17 @@ static const invalid_case cases[] = {
       "run one epoch",
       "stream-sink-epochs.yaml:16:29: spec.sink.args.seed: must be a non-negative integer, got "
       "-1"}},
+    /* kubectl's YAML 1.1: an unquoted `on` key arrives as "true", `n` as false */
+    {"yaml11-booleans.yaml",
+     1,
+     {"yaml11-booleans.yaml:12:31: spec.stages[0].args.on: required argument of op \"join\" is "
+      "missing",
+      "yaml11-booleans.yaml:12:75: spec.stages[0].args.true: unknown argument \"true\" for op "
+      "\"join\": kubectl and other YAML 1.1 readers take an unquoted on, yes or y as true and "
+      "off, no or n as false; quote it (\"on\", \"n\")",
+      "yaml11-booleans.yaml:13:41: spec.stages[1].args.field: must be a non-empty string, got "
+      "false (kubectl and other YAML 1.1 readers take an unquoted on, yes or y as true and off, "
+      "no or n as false; quote it (\"on\", \"n\"))"}},
     {"stream-sink-seed-limit.yaml",
      1,
      {"stream-sink-seed-limit.yaml:16:20: spec.sink.args.epochs: must be an integer from 1 to "
