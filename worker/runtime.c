@@ -1244,6 +1244,124 @@ static void task_cancelled(worker *w, task_ctx *t, double wall0)
     task_discard(w, t);
 }
 
+/* Runs the attempt's ops over its inputs, then drains the chain front to back. 0, -2 when an
+ * input is lost (*lost names it), or -1 (t->err says why). */
+static int attempt_run_ops(task_ctx *t, char **lost)
+{
+    worker *w = t->w;
+    int rc = task_setup(t);
+    if (rc == 0)
+        rc = task_inputs(t, lost);
+    if (rc != 0 && t->accel_held) { /* (nothing fails after the last input's run today) */
+        accel_release(w, t->accel_since);
+        t->accel_held = 0;
+        drain_pending(t);
+    }
+    if (rc == 0) {
+        t->finishing = 1;
+        double a0 = t->accel_held ? t->accel_since : accel_acquire(w);
+        for (size_t k = 0; rc == 0 && k < t->n; k++) /* drain the chain front to back */
+            rc = finish_stage(t, k);
+        accel_release(w, a0);
+        int rc2 = drain_pending(t);
+        if (rc == 0)
+            rc = rc2;
+    }
+    return rc;
+}
+
+/* The report's TaskMetrics: times since (wall0, cpu0), bytes and rows in, the scan's counts,
+ * inputs read outside the budget, and what the ops spilled and their programs spent. */
+static void report_metrics(task_done *d, const task_ctx *t, double wall0, double cpu0)
+{
+    Streambatch__V1__TaskMetrics *met = &d->met;
+    met->wall_seconds = mono_s() - wall0;
+    met->cpu_seconds = thread_cpu_s() - cpu0;
+    met->bytes_in = t->bytes_in;
+    met->rows_in = t->rows_in;
+    met->source_bytes_read = t->scan.bytes_read;
+    met->row_groups_read = t->scan.rgs_read;
+    met->row_groups_skipped = t->scan.rgs_skipped;
+    met->source_bytes_skipped = t->scan.bytes_skipped;
+    met->pages_read = t->scan.pages_read;
+    met->pages_skipped = t->scan.pages_skipped;
+    met->inputs_outside_budget = (uint32_t)t->outside;
+    met->inputs_outside_budget_bytes = t->outside_bytes;
+    for (size_t k = 0; k < t->n && t->impl != NULL && t->state != NULL; k++) {
+        if (t->impl[k] == NULL || t->state[k] == NULL)
+            continue;
+        if (t->impl[k]->child_cpu != NULL)
+            met->cpu_seconds += t->impl[k]->child_cpu(t->state[k]); /* exec's program */
+        if (t->impl[k]->spilled != NULL)
+            met->op_spilled_bytes += t->impl[k]->spilled(t->state[k]);
+    }
+}
+
+/* The report's status and message from rc (0, -2: d->lost is gone, -1: t->err), and its
+ * outputs when it has room to list them (have). */
+static void report_status(task_done *d, const task_ctx *t, int rc, int have)
+{
+    Streambatch__V1__CompleteTaskRequest *req = &d->req;
+    if (rc == 0 && have) {
+        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    } else if (rc == -2) {
+        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST;
+        req->n_lost_inputs = 1;
+        req->lost_inputs = &d->lost;
+        snprintf(d->msg, sizeof d->msg, "input %s could not be fetched: %s", d->lost, t->err.msg);
+        req->message = d->msg;
+    } else {
+        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+        /* the source or an op failed on the records themselves: a retry would fail the same
+         * way */
+        req->deterministic = t->err.data != 0 || t->err.permanent != 0;
+        req->permanent = t->err.permanent != 0; /* nothing to retry: the pipeline fails */
+        snprintf(d->msg, sizeof d->msg, "%s", have ? t->err.msg : "out of memory");
+        req->message = d->msg;
+    }
+    for (size_t i = 0; have && i < t->nparts; i++) {
+        streambatch__v1__partition_info__init(&d->infos[i]);
+        d->infos[i].id = t->parts[i].id;
+        d->infos[i].bytes = t->parts[i].bytes;
+        d->infos[i].rows = t->parts[i].rows;
+        d->infos[i].crc32c = t->parts[i].crc;
+        d->ptrs[i] = &d->infos[i];
+    }
+    if (have) {
+        req->n_outputs = t->nparts;
+        req->outputs = d->ptrs;
+    }
+}
+
+/* What an OK report carries beyond its outputs: the sink schema the task inferred, and the
+ * pieces (images) that errored, whose list the report takes from t. Out of memory for that
+ * list, the task fails (retried) rather than drop the images silently. */
+static void report_extras(task_done *d, task_ctx *t)
+{
+    Streambatch__V1__CompleteTaskRequest *req = &d->req;
+    if (t->sink_schema != NULL && t->task->infer_sink_schema) { /* the schema it inferred */
+        d->sink_schema = t->sink_schema;
+        t->sink_schema = NULL;
+        req->sink_schema = d->sink_schema;
+    }
+    if (req->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK || t->nbad == 0)
+        return;
+    if ((d->bad_ptrs = calloc(t->nbad, sizeof *d->bad_ptrs)) == NULL) {
+        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
+        snprintf(d->msg, sizeof d->msg, "out of memory listing the images that errored");
+        req->message = d->msg;
+        return;
+    }
+    d->bad = t->bad; /* the report owns them now */
+    d->nbad = t->nbad;
+    t->bad = NULL;
+    t->nbad = 0;
+    for (size_t i = 0; i < d->nbad; i++)
+        d->bad_ptrs[i] = &d->bad[i];
+    req->errored_pieces = d->bad_ptrs;
+    req->n_errored_pieces = d->nbad;
+}
+
 /* Runs a task attempt and builds its report; NULL when it was cancelled or the worker stops
  * (nothing is reported then: the controller re-runs what a stopped worker had). */
 static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int *cancel)
@@ -1257,24 +1375,7 @@ static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int 
     char *lost = NULL;
     const char *stage = task->stage ? task->stage : "";
     sb_wmetrics_task_started(w->metrics, stage);
-    int rc = task_setup(&t);
-    if (rc == 0)
-        rc = task_inputs(&t, &lost);
-    if (rc != 0 && t.accel_held) { /* (nothing fails after the last input's run today) */
-        accel_release(w, t.accel_since);
-        t.accel_held = 0;
-        drain_pending(&t);
-    }
-    if (rc == 0) {
-        t.finishing = 1;
-        double a0 = t.accel_held ? t.accel_since : accel_acquire(w);
-        for (size_t k = 0; rc == 0 && k < t.n; k++) /* drain the chain front to back */
-            rc = finish_stage(&t, k);
-        accel_release(w, a0);
-        int rc2 = drain_pending(&t);
-        if (rc == 0)
-            rc = rc2;
-    }
+    int rc = attempt_run_ops(&t, &lost);
     if (__atomic_load_n(cancel, __ATOMIC_RELAXED)) { /* also one that ended meanwhile */
         task_cancelled(w, &t, wall0);
         return NULL;
@@ -1292,65 +1393,18 @@ static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int 
         usleep(10000);
     }
     Streambatch__V1__CompleteTaskRequest *req = &d->req;
-    Streambatch__V1__TaskMetrics *met = &d->met;
     streambatch__v1__complete_task_request__init(req);
-    streambatch__v1__task_metrics__init(met);
+    streambatch__v1__task_metrics__init(&d->met);
     d->writes_sink = task->writes_sink;
     req->worker_id = (char *)w->cfg.id;
     req->session = w->session;
     req->task_id = d->task_id;
     req->attempt = task->attempt;
-    req->metrics = met;
-    met->wall_seconds = mono_s() - wall0;
-    met->cpu_seconds = thread_cpu_s() - cpu0;
-    for (size_t k = 0; k < t.n && t.impl != NULL && t.state != NULL; k++)
-        if (t.impl[k] != NULL && t.state[k] != NULL && t.impl[k]->child_cpu != NULL)
-            met->cpu_seconds += t.impl[k]->child_cpu(t.state[k]); /* exec's program */
-    met->bytes_in = t.bytes_in;
-    met->rows_in = t.rows_in;
-    met->source_bytes_read = t.scan.bytes_read;
-    met->row_groups_read = t.scan.rgs_read;
-    met->row_groups_skipped = t.scan.rgs_skipped;
-    met->source_bytes_skipped = t.scan.bytes_skipped;
-    met->pages_read = t.scan.pages_read;
-    met->pages_skipped = t.scan.pages_skipped;
-    met->inputs_outside_budget = (uint32_t)t.outside;
-    met->inputs_outside_budget_bytes = t.outside_bytes;
-    for (size_t k = 0; k < t.n && t.impl != NULL && t.state != NULL; k++)
-        if (t.impl[k] != NULL && t.state[k] != NULL && t.impl[k]->spilled != NULL)
-            met->op_spilled_bytes += t.impl[k]->spilled(t.state[k]);
+    req->metrics = &d->met;
+    report_metrics(d, &t, wall0, cpu0);
     d->infos = calloc(t.nparts + 1, sizeof *d->infos);
     d->ptrs = calloc(t.nparts + 1, sizeof *d->ptrs);
-    int have = d->infos != NULL && d->ptrs != NULL;
-    if (rc == 0 && have) {
-        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
-    } else if (rc == -2) {
-        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_INPUT_LOST;
-        req->n_lost_inputs = 1;
-        req->lost_inputs = &d->lost;
-        snprintf(d->msg, sizeof d->msg, "input %s could not be fetched: %s", d->lost, t.err.msg);
-        req->message = d->msg;
-    } else {
-        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
-        /* the source or an op failed on the records themselves: a retry would fail the same
-         * way */
-        req->deterministic = t.err.data != 0 || t.err.permanent != 0;
-        req->permanent = t.err.permanent != 0; /* nothing to retry: the pipeline fails */
-        snprintf(d->msg, sizeof d->msg, "%s", have ? t.err.msg : "out of memory");
-        req->message = d->msg;
-    }
-    for (size_t i = 0; have && i < t.nparts; i++) {
-        streambatch__v1__partition_info__init(&d->infos[i]);
-        d->infos[i].id = t.parts[i].id;
-        d->infos[i].bytes = t.parts[i].bytes;
-        d->infos[i].rows = t.parts[i].rows;
-        d->infos[i].crc32c = t.parts[i].crc;
-        d->ptrs[i] = &d->infos[i];
-    }
-    if (have) {
-        req->n_outputs = t.nparts;
-        req->outputs = d->ptrs;
-    }
+    report_status(d, &t, rc, d->infos != NULL && d->ptrs != NULL);
     uint64_t rows_out = 0, bytes_out = 0;
     for (size_t i = 0; i < t.nparts; i++) {
         rows_out += t.parts[i].rows;
@@ -1358,31 +1412,10 @@ static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int 
     }
     sb_wmetrics_task_ended(w->metrics, stage,
                            req->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK,
-                           met->wall_seconds, t.rows_in, t.bytes_in, rows_out, bytes_out);
+                           d->met.wall_seconds, t.rows_in, t.bytes_in, rows_out, bytes_out);
     if (req->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
         sb_log(SB_LOG_WARN, "task failed", "task", task->task_id, "error", req->message, NULL);
-    if (t.sink_schema != NULL && task->infer_sink_schema) { /* the schema it inferred */
-        d->sink_schema = t.sink_schema;
-        t.sink_schema = NULL;
-        req->sink_schema = d->sink_schema;
-    }
-    if (req->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK && t.nbad > 0 &&
-        (d->bad_ptrs = calloc(t.nbad, sizeof *d->bad_ptrs)) != NULL) {
-        d->bad = t.bad; /* the report owns them now */
-        d->nbad = t.nbad;
-        t.bad = NULL;
-        t.nbad = 0;
-        for (size_t i = 0; i < d->nbad; i++)
-            d->bad_ptrs[i] = &d->bad[i];
-        req->errored_pieces = d->bad_ptrs;
-        req->n_errored_pieces = d->nbad;
-    } else if (t.nbad > 0 && req->status == STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK) {
-        /* out of memory for the list: the task fails (retried) rather than drop the images
-         * silently */
-        req->status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
-        snprintf(d->msg, sizeof d->msg, "out of memory listing the images that errored");
-        req->message = d->msg;
-    }
+    report_extras(d, &t);
     /* the report owns the outputs' ids now */
     d->parts = t.parts;
     d->nparts = t.nparts;
@@ -1789,6 +1822,58 @@ static void slot_short_slice(worker *w)
                NULL);
 }
 
+/* running_tasks counts the slots inside a task or storage job (what a drain waits for). */
+static void running_add(worker *w, int delta)
+{
+    pthread_mutex_lock(&w->mu);
+    w->running_tasks += delta;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* What a slot does with a poll reply r of controller generation gen (cur: the controller is
+ * still the one this slot's channel reached): the answers to the reports it carried, the
+ * releases and cancels, then the storage job or the tasks it holds, run here; their reports
+ * join sr (batched) or go at once. */
+static void slot_apply_reply(worker *w, slot_reports *sr, Streambatch__V1__PollTasksReply *r,
+                             int cur, int batched, uint64_t gen)
+{
+    if (sr->n > 0 && !cur) {
+        reports_drop(w, sr, "the controller changed (Rebind)");
+    } else if (sr->n > 0) {
+        if (r->n_accepted != sr->n)
+            sb_log(SB_LOG_WARN, "poll reply acknowledged another number of completions", "worker",
+                   w->cfg.id, NULL);
+        /* a missing answer counts as accepted: its outputs are kept (dropping outputs the
+         * controller took would lose them) */
+        for (size_t i = 0; i < sr->n; i++)
+            task_done_acked(w, sr->d[i], i < r->n_accepted ? r->accepted[i] : 1);
+        sr->n = 0;
+        apply_releases(w, r->release, r->n_release);
+    }
+    if (cur)
+        apply_cancels(w, r->cancel, r->n_cancel);
+    if (cur && r->storage_job != NULL && !stopping(w) && cur_gen(w) == gen) {
+        running_add(w, 1);
+        run_storage_job(w, r->storage_job, gen);
+        running_add(w, -1);
+    }
+    for (size_t i = 0; cur && i < r->n_tasks && !stopping(w) && cur_gen(w) == gen; i++) {
+        running_add(w, 1);
+        task_done *d = run_task(w, r->tasks[i]);
+        running_add(w, -1);
+        if (d == NULL)
+            continue;
+        if (batched && sr->n < SLOT_DONE_MAX) {
+            sr->d[sr->n++] = d;
+            sr->gen = gen;
+        } else {
+            report_single(w, d, gen);
+        }
+    }
+    if (cur && r->shutdown && cur_gen(w) == gen)
+        set_told_to_exit(w);
+}
+
 /* Polls for tasks and runs them. A task's report rides on the slot's next poll when the
  * controller takes batched completions (one call per task instead of two), else it is sent by
  * CompleteTask at once. A controller that cannot be reached is retried with backoff (the main
@@ -1855,50 +1940,7 @@ static void *slot_main(void *arg)
         }
         backoff = BACKOFF_FIRST_MS;
         errors = 0;
-        Streambatch__V1__PollTasksReply *r = (Streambatch__V1__PollTasksReply *)resp;
-        if (sr.n > 0 && !cur) {
-            reports_drop(w, &sr, "the controller changed (Rebind)");
-        } else if (sr.n > 0) {
-            if (r->n_accepted != sr.n)
-                sb_log(SB_LOG_WARN, "poll reply acknowledged another number of completions",
-                       "worker", w->cfg.id, NULL);
-            /* a missing answer counts as accepted: its outputs are kept (dropping outputs the
-             * controller took would lose them) */
-            for (size_t i = 0; i < sr.n; i++)
-                task_done_acked(w, sr.d[i], i < r->n_accepted ? r->accepted[i] : 1);
-            sr.n = 0;
-            apply_releases(w, r->release, r->n_release);
-        }
-        if (cur)
-            apply_cancels(w, r->cancel, r->n_cancel);
-        if (cur && r->storage_job != NULL && !stopping(w) && cur_gen(w) == gen) {
-            pthread_mutex_lock(&w->mu);
-            w->running_tasks++;
-            pthread_mutex_unlock(&w->mu);
-            run_storage_job(w, r->storage_job, gen);
-            pthread_mutex_lock(&w->mu);
-            w->running_tasks--;
-            pthread_mutex_unlock(&w->mu);
-        }
-        for (size_t i = 0; cur && i < r->n_tasks && !stopping(w) && cur_gen(w) == gen; i++) {
-            pthread_mutex_lock(&w->mu);
-            w->running_tasks++;
-            pthread_mutex_unlock(&w->mu);
-            task_done *d = run_task(w, r->tasks[i]);
-            pthread_mutex_lock(&w->mu);
-            w->running_tasks--;
-            pthread_mutex_unlock(&w->mu);
-            if (d == NULL)
-                continue;
-            if (batched && sr.n < SLOT_DONE_MAX) {
-                sr.d[sr.n++] = d;
-                sr.gen = gen;
-            } else {
-                report_single(w, d, gen);
-            }
-        }
-        if (cur && r->shutdown && cur_gen(w) == gen)
-            set_told_to_exit(w);
+        slot_apply_reply(w, &sr, (Streambatch__V1__PollTasksReply *)resp, cur, batched, gen);
         sb_rpc_msg_free(resp);
     }
     reports_drop(w, &sr, "the worker is stopping");

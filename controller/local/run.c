@@ -636,22 +636,12 @@ static int ckpt_remove_logs(const run_ckpt *ck, sb_err *err)
     return 0;
 }
 
-/* Prepares the checkpoint: its path, the spec's hash, and with --resume the checkpoint to
- * continue (*have set). Returns 0, or the exit code (2). */
-static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_ckpt *prev,
-                     int *have)
+/* Claims the checkpoint for this run before it is read or removed: a live run of this
+ * pipeline keeps both (-1, said on stderr), and what a killed one left (its run dir, its
+ * workers' spill files) is removed. 0 when this run may go on. */
+static int ckpt_claim(run_ckpt *ck)
 {
     sb_err err = {0};
-    *have = 0;
-    memset(prev, 0, sizeof *prev);
-    if (o->checkpoint != NULL)
-        snprintf(ck->path, sizeof ck->path, "%s", o->checkpoint);
-    else if (sb_runckpt_default_path(&r->p, ck->path, sizeof ck->path, &err) != 0) {
-        fprintf(stderr, "streambatch run: %s\n", err.msg);
-        return 2;
-    }
-    /* before the checkpoint is read or removed: a live run of this pipeline keeps both, and
-     * what a killed one left (its run dir, its workers' spill files) is removed */
     sb_runckpt_owner owner;
     int had_owner = 0;
     int cl = sb_runckpt_claim_take(ck->path, &ck->claim, &owner, &had_owner, &err);
@@ -661,7 +651,7 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
                 "pipeline into this sink (checkpoint %s); its files are left alone: wait for it "
                 "or stop it\n",
                 owner.pid, owner.run_dir[0] ? owner.run_dir : "not yet made", ck->path);
-        return 2;
+        return -1;
     }
     if (cl < 0)
         fprintf(stderr, "streambatch run: %s (what a killed earlier run left is not removed)\n",
@@ -677,6 +667,25 @@ static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_
                 owner.pid, removed, owner.run_dir,
                 owner.own_dir ? "" : ": the workers' spill dirs");
     }
+    return 0;
+}
+
+/* Prepares the checkpoint: its path, the spec's hash, and with --resume the checkpoint to
+ * continue (*have set). Returns 0, or the exit code (2). */
+static int ckpt_open(const sb_run_opts *o, const run_state *r, run_ckpt *ck, sb_ckpt *prev,
+                     int *have)
+{
+    sb_err err = {0};
+    *have = 0;
+    memset(prev, 0, sizeof *prev);
+    if (o->checkpoint != NULL)
+        snprintf(ck->path, sizeof ck->path, "%s", o->checkpoint);
+    else if (sb_runckpt_default_path(&r->p, ck->path, sizeof ck->path, &err) != 0) {
+        fprintf(stderr, "streambatch run: %s\n", err.msg);
+        return 2;
+    }
+    if (ckpt_claim(ck) != 0)
+        return 2;
     cJSON *j = cJSON_Parse(r->json);
     sb_ckpt_spec_hash(cJSON_GetObjectItemCaseSensitive(j, "spec"), ck->spec_hash);
     cJSON_Delete(j);

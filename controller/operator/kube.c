@@ -868,6 +868,130 @@ static int create_pods(sb_kube *k, kpool *kp, uint32_t n, sb_err *err)
     return rc;
 }
 
+/* One pool's pods as a sync sees them (under k->mu): running and pending counts, the ended pods
+ * it takes to delete (at most 32 a pass), and, when the pool has more than it wants, the
+ * victims in the order they go: Pending first, then Running, newest first in each (*v, *nv;
+ * NULL when out of memory: nothing is removed this pass). */
+typedef struct pool_survey {
+    uint32_t running, pending, desired;
+    char ended[32][64];
+    size_t nended;
+    victim *v;
+    size_t nv;
+} pool_survey;
+
+static void survey_victims(sb_kube *k, const kpool *kp, pool_survey *ps)
+{
+    ps->v = calloc(ps->running + ps->pending, sizeof *ps->v);
+    for (int pass = 0; ps->v != NULL && pass < 2; pass++) {
+        size_t start = ps->nv;
+        for (size_t i = 0; i < k->npods; i++) {
+            kpod *p = &k->pods[i];
+            if (strcmp(p->pool, kp->name) != 0 || !(pass == 0 ? is_pending(p) : is_running(p)))
+                continue;
+            snprintf(ps->v[ps->nv].name, sizeof ps->v[ps->nv].name, "%s", p->name);
+            ps->v[ps->nv].running = pass;
+            ps->nv++;
+        }
+        /* newest first: sort this pass by seq, descending */
+        for (size_t a = start; a < ps->nv; a++)
+            for (size_t b = a + 1; b < ps->nv; b++) {
+                kpod *pa = pod_find(k, ps->v[a].name), *pb = pod_find(k, ps->v[b].name);
+                if (pa != NULL && pb != NULL && pb->seq > pa->seq) {
+                    victim t = ps->v[a];
+                    ps->v[a] = ps->v[b];
+                    ps->v[b] = t;
+                }
+            }
+    }
+}
+
+/* Fills ps for pool kp under k->mu; 0, or -1 when the backend is stopping. */
+static int survey_pool(sb_kube *k, kpool *kp, pool_survey *ps)
+{
+    memset(ps, 0, sizeof *ps);
+    pthread_mutex_lock(&k->mu);
+    if (k->stopping) {
+        pthread_mutex_unlock(&k->mu);
+        return -1;
+    }
+    ps->desired = kp->desired;
+    for (size_t i = 0; i < k->npods; i++) {
+        kpod *p = &k->pods[i];
+        if (strcmp(p->pool, kp->name) != 0)
+            continue;
+        ps->running += is_running(p);
+        ps->pending += is_pending(p);
+        /* ended pods (Failed/Succeeded) are removed so they do not linger */
+        if (!p->by_us && !p->terminating && ps->nended < 32 &&
+            (strcmp(p->phase, "Failed") == 0 || strcmp(p->phase, "Succeeded") == 0)) {
+            p->by_us = 1;
+            snprintf(ps->ended[ps->nended++], sizeof ps->ended[0], "%s", p->name);
+        }
+    }
+    if (ps->running + ps->pending > ps->desired)
+        survey_victims(k, kp, ps);
+    pthread_mutex_unlock(&k->mu);
+    return 0;
+}
+
+/* Deletes pods of a pool with more than it wants, in the survey's order, skipping Running
+ * ones the controller still needs (cfg.can_remove). 0, or -1 (err set; the rest still go). */
+static int pool_scale_down(sb_kube *k, const kpool *kp, const pool_survey *ps, sb_err *err)
+{
+    int rc = 0;
+    uint32_t excess = ps->running + ps->pending - ps->desired, removed = 0;
+    for (size_t i = 0; i < ps->nv && removed < excess; i++) {
+        const victim *v = &ps->v[i];
+        if (v->running && k->cfg.can_remove != NULL && !k->cfg.can_remove(k->cfg.ud, v->name))
+            continue;
+        pthread_mutex_lock(&k->mu);
+        kpod *p = pod_find(k, v->name);
+        int ok = p != NULL && alive(p) && !k->stopping;
+        if (ok)
+            p->by_us = 1;
+        pthread_mutex_unlock(&k->mu);
+        if (!ok)
+            continue;
+        sb_err e = {0};
+        if (delete_pod(k, v->name, &e) != 0) {
+            rc = sb_err_set(err, "%s", e.msg);
+            pthread_mutex_lock(&k->mu);
+            p = pod_find(k, v->name);
+            if (p != NULL)
+                p->by_us = 0;
+            pthread_mutex_unlock(&k->mu);
+            continue;
+        }
+        sb_log(SB_LOG_INFO, "worker pod deleted (scale down)", "pipeline", k->pipeline_id, "pod",
+               v->name, "pool", kp->name, NULL);
+        removed++;
+    }
+    return rc;
+}
+
+/* Creates pods for a pool with fewer than it wants, at most cfg.max_pending pending at once;
+ * pods that keep ending as they start get one new pod per back-off, as the kubelet restarts
+ * a crashing container, not a pod a second (podstate.h). 0, or -1. */
+static int pool_scale_up(sb_kube *k, kpool *kp, const pool_survey *ps, sb_err *err)
+{
+    uint32_t have = ps->running + ps->pending;
+    uint32_t room = ps->pending < k->cfg.max_pending ? k->cfg.max_pending - ps->pending : 0;
+    uint32_t n = ps->desired - have < room ? ps->desired - have : room;
+    pthread_mutex_lock(&k->mu);
+    uint64_t now = sb_operator_mono_ms();
+    if (n > 0 && sb_podstate_churning(&kp->churn, NULL, 0)) {
+        if (now < kp->churn_next_ms) {
+            n = 0;
+        } else {
+            n = 1;
+            kp->churn_next_ms = now + sb_podstate_churn_backoff_ms(kp->churn.streak);
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+    return n > 0 ? create_pods(k, kp, n, err) : 0;
+}
+
 int sb_kube_sync(sb_kube *k, sb_err *err)
 {
     if (k == NULL)
@@ -876,112 +1000,20 @@ int sb_kube_sync(sb_kube *k, sb_err *err)
     pthread_mutex_lock(&k->sync_mu);
     for (size_t pi = 0; pi < k->npools; pi++) {
         kpool *kp = &k->pools[pi];
-        victim *v = NULL;
-        size_t nv = 0;
-        char ended[32][64];
-        size_t nended = 0;
-        uint32_t running = 0, pending = 0, desired;
-        pthread_mutex_lock(&k->mu);
-        if (k->stopping) {
-            pthread_mutex_unlock(&k->mu);
+        pool_survey ps;
+        if (survey_pool(k, kp, &ps) != 0)
             break;
-        }
-        desired = kp->desired;
-        for (size_t i = 0; i < k->npods; i++) {
-            kpod *p = &k->pods[i];
-            if (strcmp(p->pool, kp->name) != 0)
-                continue;
-            running += is_running(p);
-            pending += is_pending(p);
-            /* ended pods (Failed/Succeeded) are removed so they do not linger */
-            if (!p->by_us && !p->terminating && nended < 32 &&
-                (strcmp(p->phase, "Failed") == 0 || strcmp(p->phase, "Succeeded") == 0)) {
-                p->by_us = 1;
-                snprintf(ended[nended++], sizeof ended[0], "%s", p->name);
-            }
-        }
-        uint32_t have = running + pending;
-        if (have > desired) {
-            v = calloc(have, sizeof *v);
-            /* Pending first, newest first; then Running, newest first. */
-            for (int pass = 0; v != NULL && pass < 2; pass++) {
-                size_t start = nv;
-                for (size_t i = 0; i < k->npods; i++) {
-                    kpod *p = &k->pods[i];
-                    if (strcmp(p->pool, kp->name) != 0 ||
-                        !(pass == 0 ? is_pending(p) : is_running(p)))
-                        continue;
-                    snprintf(v[nv].name, sizeof v[nv].name, "%s", p->name);
-                    v[nv].running = pass;
-                    nv++;
-                }
-                /* newest first: sort this pass by seq, descending */
-                for (size_t a = start; a < nv; a++)
-                    for (size_t b = a + 1; b < nv; b++) {
-                        kpod *pa = pod_find(k, v[a].name), *pb = pod_find(k, v[b].name);
-                        if (pa != NULL && pb != NULL && pb->seq > pa->seq) {
-                            victim t = v[a];
-                            v[a] = v[b];
-                            v[b] = t;
-                        }
-                    }
-            }
-        }
-        pthread_mutex_unlock(&k->mu);
-
-        for (size_t i = 0; i < nended; i++) {
+        for (size_t i = 0; i < ps.nended; i++) {
             sb_err e = {0};
-            if (delete_pod(k, ended[i], &e) != 0)
+            if (delete_pod(k, ps.ended[i], &e) != 0)
                 rc = sb_err_set(err, "%s", e.msg);
         }
-        if (have > desired) {
-            uint32_t excess = have - desired, removed = 0;
-            for (size_t i = 0; i < nv && removed < excess; i++) {
-                if (v[i].running && k->cfg.can_remove != NULL &&
-                    !k->cfg.can_remove(k->cfg.ud, v[i].name))
-                    continue;
-                pthread_mutex_lock(&k->mu);
-                kpod *p = pod_find(k, v[i].name);
-                int ok = p != NULL && alive(p) && !k->stopping;
-                if (ok)
-                    p->by_us = 1;
-                pthread_mutex_unlock(&k->mu);
-                if (!ok)
-                    continue;
-                sb_err e = {0};
-                if (delete_pod(k, v[i].name, &e) != 0) {
-                    rc = sb_err_set(err, "%s", e.msg);
-                    pthread_mutex_lock(&k->mu);
-                    p = pod_find(k, v[i].name);
-                    if (p != NULL)
-                        p->by_us = 0;
-                    pthread_mutex_unlock(&k->mu);
-                    continue;
-                }
-                sb_log(SB_LOG_INFO, "worker pod deleted (scale down)", "pipeline", k->pipeline_id,
-                       "pod", v[i].name, "pool", kp->name, NULL);
-                removed++;
-            }
-        } else if (have < desired) {
-            uint32_t room = pending < k->cfg.max_pending ? k->cfg.max_pending - pending : 0;
-            uint32_t n = desired - have < room ? desired - have : room;
-            /* pods that keep ending as they start: one new pod per back-off, as the kubelet
-             * restarts a crashing container, not a pod a second (podstate.h) */
-            pthread_mutex_lock(&k->mu);
-            uint64_t now = sb_operator_mono_ms();
-            if (n > 0 && sb_podstate_churning(&kp->churn, NULL, 0)) {
-                if (now < kp->churn_next_ms) {
-                    n = 0;
-                } else {
-                    n = 1;
-                    kp->churn_next_ms = now + sb_podstate_churn_backoff_ms(kp->churn.streak);
-                }
-            }
-            pthread_mutex_unlock(&k->mu);
-            if (n > 0 && create_pods(k, kp, n, err) != 0)
-                rc = -1;
-        }
-        free(v);
+        uint32_t have = ps.running + ps.pending;
+        if (have > ps.desired && pool_scale_down(k, kp, &ps, err) != 0)
+            rc = -1;
+        else if (have < ps.desired && pool_scale_up(k, kp, &ps, err) != 0)
+            rc = -1;
+        free(ps.v);
     }
     pthread_mutex_unlock(&k->sync_mu);
     return rc;
@@ -1250,6 +1282,70 @@ static int auth_secret_create(const sb_kube_config *cfg, sb_err *err)
     return 0;
 }
 
+/* Copies cfg's pools into k (names, cpu and memory requests into k's own buffers; slots at
+ * least 1). 0, or -1 naming the pool without a valid name. */
+static int kube_pools_copy(sb_kube *k, const sb_kube_config *cfg, sb_err *err)
+{
+    for (size_t i = 0; i < cfg->npools; i++) {
+        const sb_kube_pool *src = &cfg->pools[i];
+        kpool *kp = &k->pools[i];
+        kp->p = *src;
+        if (src->pool == NULL || src->pool[0] == '\0' || strlen(src->pool) >= sizeof kp->name)
+            return sb_err_set(err, "kube backend: pool %zu has no valid name", i);
+        snprintf(kp->name, sizeof kp->name, "%s", src->pool);
+        const char *cpu = src->cpu_buf[0] ? src->cpu_buf : src->cpu;
+        const char *mem = src->memory_buf[0] ? src->memory_buf : src->memory;
+        snprintf(kp->cpu, sizeof kp->cpu, "%s", cpu ? cpu : "");
+        snprintf(kp->memory, sizeof kp->memory, "%s", mem ? mem : "");
+        kp->p.pool = kp->name;
+        kp->p.cpu = kp->cpu[0] ? kp->cpu : NULL;
+        kp->p.memory = kp->memory[0] ? kp->memory : NULL;
+        if (kp->p.slots == 0)
+            kp->p.slots = 1;
+    }
+    return 0;
+}
+
+/* Adopts this Pipeline's worker pods that already run (a new leader's, or a restarted
+ * controller's): each live one counts toward its pool's desired size. 0, or -1 when the list
+ * failed (err set). */
+static int kube_adopt_pods(sb_kube *k, sb_err *err)
+{
+    cJSON *l = list_pods(k, err);
+    if (l == NULL)
+        return -1;
+    const cJSON *pod;
+    size_t adopted = 0;
+    cJSON_ArrayForEach(pod, jobj(l, "items"))
+    {
+        if (!ours(k, pod))
+            continue;
+        const cJSON *md = jobj(pod, "metadata");
+        const char *name = jstr(md, "name");
+        const char *pool = jstr(jobj(md, "labels"), LABEL_POOL);
+        kpool *kp = pool_find(k, pool);
+        if (name == NULL || kp == NULL || strlen(name) >= sizeof k->pods[0].name)
+            continue;
+        kpod *p = pod_add(k, name, pool);
+        if (p == NULL)
+            break;
+        read_pod(p, pod);
+        p->adopted = 1;
+        if (alive(p)) {
+            kp->desired++;
+            adopted++;
+        }
+    }
+    cJSON_Delete(l);
+    if (adopted > 0) {
+        char n[16];
+        snprintf(n, sizeof n, "%zu", adopted);
+        sb_log(SB_LOG_INFO, "adopted existing worker pods", "pipeline", k->pipeline_id, "pods", n,
+               NULL);
+    }
+    return 0;
+}
+
 sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
 {
     if (cfg == NULL || cfg->client == NULL || cfg->namespace == NULL || cfg->pipeline == NULL ||
@@ -1301,60 +1397,14 @@ sb_kube *sb_kube_start(const sb_kube_config *cfg, sb_err *err)
         return NULL;
     }
     snprintf(k->pipeline_id, idl, "%s/%s", cfg->namespace, cfg->pipeline);
-    for (size_t i = 0; i < cfg->npools; i++) {
-        const sb_kube_pool *src = &cfg->pools[i];
-        kpool *kp = &k->pools[i];
-        kp->p = *src;
-        if (src->pool == NULL || src->pool[0] == '\0' || strlen(src->pool) >= sizeof kp->name) {
-            sb_kube_free(k);
-            sb_err_set(err, "kube backend: pool %zu has no valid name", i);
-            return NULL;
-        }
-        snprintf(kp->name, sizeof kp->name, "%s", src->pool);
-        const char *cpu = src->cpu_buf[0] ? src->cpu_buf : src->cpu;
-        const char *mem = src->memory_buf[0] ? src->memory_buf : src->memory;
-        snprintf(kp->cpu, sizeof kp->cpu, "%s", cpu ? cpu : "");
-        snprintf(kp->memory, sizeof kp->memory, "%s", mem ? mem : "");
-        kp->p.pool = kp->name;
-        kp->p.cpu = kp->cpu[0] ? kp->cpu : NULL;
-        kp->p.memory = kp->memory[0] ? kp->memory : NULL;
-        if (kp->p.slots == 0)
-            kp->p.slots = 1;
-    }
-    k->npools = cfg->npools;
-    cJSON *l = list_pods(k, err);
-    if (l == NULL) {
+    if (kube_pools_copy(k, cfg, err) != 0) {
         sb_kube_free(k);
         return NULL;
     }
-    const cJSON *pod;
-    size_t adopted = 0;
-    cJSON_ArrayForEach(pod, jobj(l, "items"))
-    {
-        if (!ours(k, pod))
-            continue;
-        const cJSON *md = jobj(pod, "metadata");
-        const char *name = jstr(md, "name");
-        const char *pool = jstr(jobj(md, "labels"), LABEL_POOL);
-        kpool *kp = pool_find(k, pool);
-        if (name == NULL || kp == NULL || strlen(name) >= sizeof k->pods[0].name)
-            continue;
-        kpod *p = pod_add(k, name, pool);
-        if (p == NULL)
-            break;
-        read_pod(p, pod);
-        p->adopted = 1;
-        if (alive(p)) {
-            kp->desired++;
-            adopted++;
-        }
-    }
-    cJSON_Delete(l);
-    if (adopted > 0) {
-        char n[16];
-        snprintf(n, sizeof n, "%zu", adopted);
-        sb_log(SB_LOG_INFO, "adopted existing worker pods", "pipeline", k->pipeline_id, "pods", n,
-               NULL);
+    k->npools = cfg->npools;
+    if (kube_adopt_pods(k, err) != 0) {
+        sb_kube_free(k);
+        return NULL;
     }
     return k;
 }

@@ -508,16 +508,14 @@ static rresult reconcile_finished(op *o, sb_k8s_client *c, const cJSON *obj, con
     return RC_OK;
 }
 
-static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON *obj, int64_t gen,
-                                 long *requeue)
+/* Spec changes to a running Pipeline: none can be applied (the running spec goes on), so a
+ * change sets SpecChangeRefused naming the fields (one Event per generation), and a spec back
+ * at the running one clears it. The number of changed fields. */
+static int running_spec_diff(op *o, sb_k8s_client *c, entry *e, const cJSON *spec, int64_t gen,
+                             const char *now)
 {
-    char now[32], reason[64], msg[2048];
-    now_str(now, sizeof now);
-    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    char fields[1024], msg[2048];
     cJSON *st = e->status;
-    e->gen = gen;
-    /* spec changes */
-    char fields[1024];
     int nd = sb_operator_spec_diff(sb_operator_pipeline_spec(e->run), spec, fields, sizeof fields);
     if (nd > 0) {
         snprintf(msg, sizeof msg,
@@ -532,6 +530,67 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
     } else if (sb_operator_condition_get(st, "SpecChangeRefused") != NULL) {
         sb_operator_condition_set(st, "SpecChangeRefused", 0, "SpecApplied", "", gen, now);
     }
+    return nd;
+}
+
+/* spec.suspend on a running Pipeline: its workers stop, its progress (the checkpoint) stays in
+ * the status it writes, phase Suspended; the entry goes. */
+static rresult running_suspend(op *o, sb_k8s_client *c, entry *e, const cJSON *obj, int64_t gen,
+                               const char *now)
+{
+    cJSON *st = e->status;
+    sb_operator_pipeline_status(e->run, st, gen, now);
+    sb_operator_pipeline_stop(detach_run(o, e), 1);
+    set_str(st, "phase", "Suspended");
+    sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept",
+                              gen, now);
+    sb_operator_condition_set(st, "Running", 0, "Suspended", "", gen, now);
+    sb_operator_condition_set(st, "WorkersPending", 0, "Suspended", "", gen, now);
+    if (sb_operator_condition_get(st, "WorkersFailing") != NULL)
+        sb_operator_condition_set(st, "WorkersFailing", 0, "Suspended", "", gen, now);
+    if (sb_operator_condition_get(st, "SpecChangeRefused") != NULL)
+        sb_operator_condition_set(st, "SpecChangeRefused", 0, "Suspended", "", gen, now);
+    int rc = write_status(c, obj, st);
+    post_event(o, c, e->ns, e->name, e->uid, "Normal", "Suspended",
+               "workers stopped; the checkpoint is kept in status");
+    entry_remove(o, e);
+    entry_free(e);
+    return rc == 0 ? RC_OK : RC_ERROR;
+}
+
+/* The Events of every tick: Recovered when the controller's count of partitions re-made by
+ * lineage rose, and one PartitionErrored per errored partition (bounded: the scheduler lists
+ * the first SB_SCHED_ERRORED_KEEP). */
+static void running_events(op *o, sb_k8s_client *c, entry *e)
+{
+    uint64_t recovered = sb_operator_pipeline_recovered(e->run);
+    if (recovered > e->recovered) {
+        char m[128];
+        snprintf(m, sizeof m, "%llu partitions re-produced from lineage after worker loss",
+                 (unsigned long long)recovered);
+        post_event(o, c, e->ns, e->name, e->uid, "Normal", "Recovered", m);
+        e->recovered = recovered;
+    }
+    size_t nerr = 0;
+    sb_storage_errored *errs = sb_operator_pipeline_errored(e->run, &nerr);
+    for (; e->errored_posted < nerr; e->errored_posted++) {
+        const sb_storage_errored *x = &errs[e->errored_posted];
+        char m[1024];
+        sb_operator_event_errored_message(x->stage, x->input, x->error, m, sizeof m);
+        post_event(o, c, e->ns, e->name, e->uid, "Warning", "PartitionErrored", m);
+    }
+    sb_ctl_errored_free(errs, nerr);
+}
+
+static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON *obj, int64_t gen,
+                                 long *requeue)
+{
+    char now[32], reason[64], msg[2048];
+    now_str(now, sizeof now);
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    cJSON *st = e->status;
+    e->gen = gen;
+    int nd = running_spec_diff(o, c, e, spec, gen, now);
     sb_pipeline p;
     int bad = sb_operator_decode(obj, &p, NULL, msg, sizeof msg);
     int suspend = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "suspend"));
@@ -543,47 +602,11 @@ static rresult reconcile_running(op *o, sb_k8s_client *c, entry *e, const cJSON 
     if (nd == 0 || suspend)
         set_num(st, "observedGeneration", (double)gen);
     const char *old_phase = phase_of(cJSON_GetObjectItemCaseSensitive(obj, "status"));
-    if (suspend) {
-        sb_operator_pipeline_status(e->run, st, gen, now);
-        sb_operator_pipeline_stop(detach_run(o, e), 1);
-        set_str(st, "phase", "Suspended");
-        sb_operator_condition_set(st, "Suspended", 1, "Suspended", "workers stopped; progress kept",
-                                  gen, now);
-        sb_operator_condition_set(st, "Running", 0, "Suspended", "", gen, now);
-        sb_operator_condition_set(st, "WorkersPending", 0, "Suspended", "", gen, now);
-        if (sb_operator_condition_get(st, "WorkersFailing") != NULL)
-            sb_operator_condition_set(st, "WorkersFailing", 0, "Suspended", "", gen, now);
-        if (sb_operator_condition_get(st, "SpecChangeRefused") != NULL)
-            sb_operator_condition_set(st, "SpecChangeRefused", 0, "Suspended", "", gen, now);
-        int rc = write_status(c, obj, st);
-        post_event(o, c, e->ns, e->name, e->uid, "Normal", "Suspended",
-                   "workers stopped; the checkpoint is kept in status");
-        entry_remove(o, e);
-        entry_free(e);
-        return rc == 0 ? RC_OK : RC_ERROR;
-    }
+    if (suspend)
+        return running_suspend(o, c, e, obj, gen, now);
     sb_operator_outcome out =
         sb_operator_pipeline_tick(e->run, reason, sizeof reason, msg, sizeof msg);
-    /* recovery events, from the controller's counter at every tick */
-    uint64_t recovered = sb_operator_pipeline_recovered(e->run);
-    if (recovered > e->recovered) {
-        char m[128];
-        snprintf(m, sizeof m, "%llu partitions re-produced from lineage after worker loss",
-                 (unsigned long long)recovered);
-        post_event(o, c, e->ns, e->name, e->uid, "Normal", "Recovered", m);
-        e->recovered = recovered;
-    }
-    /* one PartitionErrored event per errored partition (bounded: the scheduler lists the
-     * first SB_SCHED_ERRORED_KEEP) */
-    size_t nerr = 0;
-    sb_storage_errored *errs = sb_operator_pipeline_errored(e->run, &nerr);
-    for (; e->errored_posted < nerr; e->errored_posted++) {
-        const sb_storage_errored *x = &errs[e->errored_posted];
-        char m[1024];
-        sb_operator_event_errored_message(x->stage, x->input, x->error, m, sizeof m);
-        post_event(o, c, e->ns, e->name, e->uid, "Warning", "PartitionErrored", m);
-    }
-    sb_ctl_errored_free(errs, nerr);
+    running_events(o, c, e);
     /* the status (with its checkpoint, computed under the controller's lock) is built only
      * when it is written: at the status interval, a phase change, or the end */
     uint64_t t = sb_operator_mono_ms();

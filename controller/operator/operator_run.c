@@ -945,6 +945,83 @@ static void run_loaded(sb_operator_pipeline *r)
     sb_ckpt_free(&cp);
 }
 
+/* Starts the run's Control service (the scheduler, resumed from the checkpoint where cfg
+ * has one; a stream keeps none) and records its address in r->address. 0, or -1 (err set;
+ * the caller frees r). */
+static int run_ctl_start(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg,
+                         sb_err *err)
+{
+    /* the source is planned and the sink prepared by a worker pod (storage jobs): the
+     * controller has no access to user storage */
+    sb_sched_resume resume;
+    sb_ckpt_spec_hash(r->spec, r->spec_hash);
+    run_resume(r, cfg, &resume);
+    r->epoch = resume.epoch;
+    char listen[300];
+    snprintf(listen, sizeof listen, "%s:0", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1");
+    sb_ctl_config cc = {.pipeline = &r->p,
+                        .pipeline_id = r->key,
+                        .pipeline_json = r->json,
+                        .storage_on_workers = 1,
+                        /* a stage with a choice stays an op of its own, so a re-plan can move it */
+                        .no_fuse_choices = r->plan != NULL,
+                        .listen_addr = listen,
+                        .heartbeat_timeout_ms = cfg->heartbeat_timeout_ms,
+                        .resume = cfg->resume != NULL || cfg->resume_log != NULL ? &resume : NULL,
+                        .ckpt_load = r->loading,
+                        .resume_plan_hash = cfg->resume != NULL && resume.committed_splits != NULL
+                                                ? cfg->resume->plan_hash
+                                                : NULL};
+    if (run_credentials(r, cfg, err) != 0 || run_sink_tag(r, cfg, err) != 0)
+        return -1;
+    if (!r->loading && !r->stream) /* else once the log is read (run_loaded) */
+        run_ckpt_init(r, NULL, cfg->resume_log ? cfg->resume_log->generation : 0);
+    cc.sink_tag = r->p.spec.sink.part_tag;
+    if (r->stream) { /* sink.args: the operator has no flags per run (validate checked them) */
+        uint32_t ep = sb_sink_stream_epochs(&r->p.spec.sink);
+        cc.stream = 1;
+        cc.stream_epochs = ep > 0 ? ep : 1;
+        cc.stream_shuffle = sb_sink_stream_seed(&r->p.spec.sink, &cc.stream_seed);
+    }
+    uint64_t maxw = 0; /* the pools' largest sizes, twice: pods being replaced overlap */
+    for (size_t i = 0; i < r->p.spec.nstages; i++)
+        maxw += r->p.spec.stages[i].workers.max;
+    cc.max_workers = maxw * 2 + 8 < SB_CTL_DEFAULT_MAX_WORKERS ? (uint32_t)(maxw * 2 + 8)
+                                                               : SB_CTL_DEFAULT_MAX_WORKERS;
+    r->ctl = sb_ctl_start(&cc, &r->rpc, err);
+    if (r->ctl == NULL)
+        return sb_err_wrap(err, "starting the Control service on %s", listen);
+    snprintf(r->address, sizeof r->address, "%s:%d", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1",
+             sb_ctl_port(r->ctl));
+    return 0;
+}
+
+/* Makes what the run's worker pods need (the NetworkPolicies before any pod, a stream's
+ * Service), then the kube backend that makes the pods, its pools sized by the plan. 0, or -1
+ * (err set; the caller frees r). */
+static int run_pods_start(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg,
+                          sb_err *err)
+{
+    if (sb_netpol_ensure(cfg->client, cfg->object, err) != 0) /* before any worker pod */
+        return -1;
+    if (r->stream)
+        run_stream_service(r, cfg);
+    sb_kube_config kc;
+    run_kube_config(r, cfg, r->address, &kc);
+    r->npools = kc.npools;
+    for (size_t i = 0; i < kc.npools; i++)
+        r->pools[i].spec = kc.pools[i];
+    if (r->plan != NULL && r->plan->have)
+        plan_size_pools(r);
+    r->kube = sb_kube_start(&kc, err);
+    if (r->kube == NULL)
+        return sb_err_wrap(err, "worker pods");
+    /* pool names point into kc (stack): re-point them at static strings */
+    for (size_t i = 0; i < r->npools; i++)
+        r->pools[i].spec.pool = strcmp(kc.pools[i].pool, "gpu") == 0 ? "gpu" : "cpu";
+    return 0;
+}
+
 sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_config *cfg,
                                                  int *plan_error, sb_err *err)
 {
@@ -987,81 +1064,15 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
         nockpt.resume_log = NULL;
         cfg = &nockpt;
     }
-    /* the source is planned and the sink prepared by a worker pod (storage jobs): the
-     * controller has no access to user storage */
-    sb_sched_resume resume;
-    sb_ckpt_spec_hash(r->spec, r->spec_hash);
-    run_resume(r, cfg, &resume);
-    r->epoch = resume.epoch;
-    char listen[300];
-    snprintf(listen, sizeof listen, "%s:0", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1");
-    sb_ctl_config cc = {.pipeline = &r->p,
-                        .pipeline_id = r->key,
-                        .pipeline_json = r->json,
-                        .storage_on_workers = 1,
-                        /* a stage with a choice stays an op of its own, so a re-plan can move it */
-                        .no_fuse_choices = r->plan != NULL,
-                        .listen_addr = listen,
-                        .heartbeat_timeout_ms = cfg->heartbeat_timeout_ms,
-                        .resume = cfg->resume != NULL || cfg->resume_log != NULL ? &resume : NULL,
-                        .ckpt_load = r->loading,
-                        .resume_plan_hash = cfg->resume != NULL && resume.committed_splits != NULL
-                                                ? cfg->resume->plan_hash
-                                                : NULL};
-    if (run_credentials(r, cfg, err) != 0 || run_sink_tag(r, cfg, err) != 0) {
+    if (run_ctl_start(r, cfg, err) != 0 || run_pods_start(r, cfg, err) != 0) {
         run_free(r);
         return NULL;
     }
-    if (!r->loading && !r->stream) /* else once the log is read (run_loaded) */
-        run_ckpt_init(r, NULL, cfg->resume_log ? cfg->resume_log->generation : 0);
-    cc.sink_tag = r->p.spec.sink.part_tag;
-    if (r->stream) { /* sink.args: the operator has no flags per run (validate checked them) */
-        uint32_t ep = sb_sink_stream_epochs(&r->p.spec.sink);
-        cc.stream = 1;
-        cc.stream_epochs = ep > 0 ? ep : 1;
-        cc.stream_shuffle = sb_sink_stream_seed(&r->p.spec.sink, &cc.stream_seed);
-    }
-    uint64_t maxw = 0; /* the pools' largest sizes, twice: pods being replaced overlap */
-    for (size_t i = 0; i < r->p.spec.nstages; i++)
-        maxw += r->p.spec.stages[i].workers.max;
-    cc.max_workers = maxw * 2 + 8 < SB_CTL_DEFAULT_MAX_WORKERS ? (uint32_t)(maxw * 2 + 8)
-                                                               : SB_CTL_DEFAULT_MAX_WORKERS;
-    r->ctl = sb_ctl_start(&cc, &r->rpc, err);
-    if (r->ctl == NULL) {
-        sb_err_wrap(err, "starting the Control service on %s", listen);
-        run_free(r);
-        return NULL;
-    }
-    char *caddr = r->address;
-    snprintf(r->address, sizeof r->address, "%s:%d", cfg->grpc_host ? cfg->grpc_host : "127.0.0.1",
-             sb_ctl_port(r->ctl));
-    if (sb_netpol_ensure(cfg->client, cfg->object, err) != 0) { /* before any worker pod */
-        run_free(r);
-        return NULL;
-    }
-    if (r->stream)
-        run_stream_service(r, cfg);
-    sb_kube_config kc;
-    run_kube_config(r, cfg, caddr, &kc);
-    r->npools = kc.npools;
-    for (size_t i = 0; i < kc.npools; i++)
-        r->pools[i].spec = kc.pools[i];
-    if (r->plan != NULL && r->plan->have)
-        plan_size_pools(r);
-    r->kube = sb_kube_start(&kc, err);
-    if (r->kube == NULL) {
-        sb_err_wrap(err, "worker pods");
-        run_free(r);
-        return NULL;
-    }
-    /* pool names point into kc (stack): re-point them at static strings */
-    for (size_t i = 0; i < r->npools; i++)
-        r->pools[i].spec.pool = strcmp(kc.pools[i].pool, "gpu") == 0 ? "gpu" : "cpu";
     if (cfg->resume != NULL || cfg->resume_log != NULL)
         run_rebind(r);
     r->stall_ms = (uint64_t)(r->p.spec.execution.stall_timeout_ns / 1000000);
     r->started_ms = sb_operator_mono_ms();
-    sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", caddr, NULL);
+    sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", r->address, NULL);
     return r;
 }
 

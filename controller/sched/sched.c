@@ -2441,6 +2441,73 @@ size_t sb_sched_assign(sb_sched *s, const char *worker_id, size_t max, uint64_t 
     return sb_sched_assign_batch(s, worker_id, max, 1, now_ms, out);
 }
 
+/* The op whose next task worker w takes now, or NONE: the most downstream op with a ready
+ * task (or one it can form) that fits the budget, else, when nothing runs anywhere, one task
+ * past it. extra: past the worker's free slots, only a batch of short queued tasks; got tasks
+ * are chosen so far of max slots, batch per slot. */
+static size_t assign_pick(sb_sched *s, size_t w, int extra, size_t got, size_t max, size_t batch,
+                          uint64_t now_ms)
+{
+    worker *wk = &s->workers[w];
+    size_t pick = NONE;
+    uint64_t in_flight = s->partition_bytes + s->reserved_bytes;
+    for (size_t pass = 0; pass < 2 && pick == NONE; pass++) {
+        /* pass 0: within budget; pass 1: nothing runs anywhere, take the most downstream —
+         * only the most downstream op with work when there is work after the first op: an
+         * expanding op's task may not fit a budget its own inputs fill (static mode: another
+         * slot's upstream task took the room), and nothing else would ever free it. One task
+         * alone, past the budget by at most its output (docs/testing.md, chaos 8869762-56) */
+        size_t only = 0;
+        if (pass == 1 && (s->running_total > s->waiting_total || extra ||
+                          (stream_holds(s) && !s->stream_starved)))
+            break; /* (a stream's consumers free the budget: nothing is forced past it,
+                    * unless they cannot: sb_sched_stream_starved) */
+        if (pass == 1)
+            only = downstream_work(s);
+        for (size_t k = s->nops; k-- > 0 && pick == NONE;) {
+            if (!op_eligible(s, wk, k) || (only > 0 && k != only) || sink_gated(s, k))
+                continue;
+            if (extra) { /* a batch: short tasks already queued, a batch's worth left */
+                size_t n = batch_len(s, k, batch);
+                if (n <= 1 || got >= max * n || s->ops[k].qlen < n)
+                    continue;
+            }
+            uint64_t in_bytes = 0;
+            size_t ti = peek_ready(s, k, &in_bytes);
+            if (ti == NONE && k > 0 && !extra)
+                ti = form_task(s, k,
+                               pass == 1 || s->running_total == 0 ? 2
+                               : s->mode != SB_MODE_STREAMING     ? 1
+                                                                  : 0,
+                               w);
+            if (ti == NONE || (extra && s->tasks[ti].solo))
+                continue;
+            in_bytes = s->tasks[ti].in_bytes;
+            uint64_t est = start_reserve(s, &s->tasks[ti], estimate(s, &s->ops[k], in_bytes, k), w,
+                                         NULL, NULL);
+            /* a downstream task frees its inputs when it finishes: only growth counts */
+            uint64_t grow = k == 0 ? est : est > in_bytes ? est - in_bytes : 0;
+            /* a second probe of an unmeasured op (another already runs): its whole output
+             * counts as growth, so probes beyond the first fit the budget at ratio 2 */
+            if (s->ops[k].ratio == 0 && s->ops[k].running > 0 && k + 1 < s->nops && grow < in_bytes)
+                grow = in_bytes;
+            if (pass == 0 && s->mode != SB_MODE_STAGED && grow > 0 &&
+                in_flight + grow > s->budget) {
+                op *ho = &s->ops[k]; /* a task ready, held back by the budget */
+                if (!ho->held) {
+                    ho->held = 1;
+                    ho->held_since_ms = now_ms;
+                }
+                continue;
+            }
+            if (pass == 0 && eft_defer(s, w, k, ti, now_ms))
+                continue; /* a faster worker of the pool finishes it sooner */
+            pick = k;
+        }
+    }
+    return pick;
+}
+
 size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, size_t batch,
                              uint64_t now_ms, sb_sched_task *out)
 {
@@ -2465,63 +2532,7 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
         int extra = got >= max || wk->running >= wk->slots;
         if (extra && (batch <= 1 || got == 0 || solo))
             break;
-        size_t pick = NONE;
-        uint64_t in_flight = s->partition_bytes + s->reserved_bytes;
-        for (size_t pass = 0; pass < 2 && pick == NONE; pass++) {
-            /* pass 0: within budget; pass 1: nothing runs anywhere, take the most downstream —
-             * only the most downstream op with work when there is work after the first op: an
-             * expanding op's task may not fit a budget its own inputs fill (static mode: another
-             * slot's upstream task took the room), and nothing else would ever free it. One task
-             * alone, past the budget by at most its output (docs/testing.md, chaos 8869762-56) */
-            size_t only = 0;
-            if (pass == 1 && (s->running_total > s->waiting_total || extra ||
-                              (stream_holds(s) && !s->stream_starved)))
-                break; /* (a stream's consumers free the budget: nothing is forced past it,
-                        * unless they cannot: sb_sched_stream_starved) */
-            if (pass == 1)
-                only = downstream_work(s);
-            for (size_t k = s->nops; k-- > 0 && pick == NONE;) {
-                if (!op_eligible(s, wk, k) || (only > 0 && k != only) || sink_gated(s, k))
-                    continue;
-                if (extra) { /* a batch: short tasks already queued, a batch's worth left */
-                    size_t n = batch_len(s, k, batch);
-                    if (n <= 1 || got >= max * n || s->ops[k].qlen < n)
-                        continue;
-                }
-                uint64_t in_bytes = 0;
-                size_t ti = peek_ready(s, k, &in_bytes);
-                if (ti == NONE && k > 0 && !extra)
-                    ti = form_task(s, k,
-                                   pass == 1 || s->running_total == 0 ? 2
-                                   : s->mode != SB_MODE_STREAMING     ? 1
-                                                                      : 0,
-                                   w);
-                if (ti == NONE || (extra && s->tasks[ti].solo))
-                    continue;
-                in_bytes = s->tasks[ti].in_bytes;
-                uint64_t est = start_reserve(s, &s->tasks[ti], estimate(s, &s->ops[k], in_bytes, k),
-                                             w, NULL, NULL);
-                /* a downstream task frees its inputs when it finishes: only growth counts */
-                uint64_t grow = k == 0 ? est : est > in_bytes ? est - in_bytes : 0;
-                /* a second probe of an unmeasured op (another already runs): its whole output
-                 * counts as growth, so probes beyond the first fit the budget at ratio 2 */
-                if (s->ops[k].ratio == 0 && s->ops[k].running > 0 && k + 1 < s->nops &&
-                    grow < in_bytes)
-                    grow = in_bytes;
-                if (pass == 0 && s->mode != SB_MODE_STAGED && grow > 0 &&
-                    in_flight + grow > s->budget) {
-                    op *ho = &s->ops[k]; /* a task ready, held back by the budget */
-                    if (!ho->held) {
-                        ho->held = 1;
-                        ho->held_since_ms = now_ms;
-                    }
-                    continue;
-                }
-                if (pass == 0 && eft_defer(s, w, k, ti, now_ms))
-                    continue; /* a faster worker of the pool finishes it sooner */
-                pick = k;
-            }
-        }
+        size_t pick = assign_pick(s, w, extra, got, max, batch, now_ms);
         if (pick == NONE)
             break;
         size_t ti = pop_ready(s, pick);

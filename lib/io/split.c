@@ -52,15 +52,18 @@ static int list_source(const sb_source_spec *src, sb_io_obj **out, size_t *n, sb
     return 0;
 }
 
-int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, sb_err *err)
+/* How a source's files are cut: a record's bytes (binary's recordSize, else 1), files never
+ * cut (images, multiline csv) and the compression argument (decomp.h). */
+typedef struct split_rules {
+    uint64_t rs, ps;
+    int whole_files, carg;
+} split_rules;
+
+/* Checks the source's URIs, format and partitionSize and reads its cutting rules. 0, or -1
+ * naming what is wrong. */
+static int split_rules_read(const sb_source_spec *src, const char *suri, split_rules *r,
+                            sb_err *err)
 {
-    *out = NULL;
-    *n = 0;
-    if (src == NULL)
-        return sb_err_set(err, "source: no source spec");
-    const char *suri = src->uri != NULL ? src->uri : src->nuris > 0 ? src->uris[0] : NULL;
-    if (suri == NULL || suri[0] == '\0')
-        return sb_err_set(err, "source: no uri given");
     for (size_t i = 0; i < (src->uri != NULL ? 1 : src->nuris); i++) {
         const char *u = src->uri != NULL ? src->uri : src->uris[i];
         if (u == NULL || strstr(u, "://") == NULL)
@@ -75,63 +78,83 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
         return sb_err_set(err,
                           "source uri \"%.200s\": partitionSize must be positive, got %" PRId64,
                           suri, src->partition_size);
-    uint64_t rs = 1;
-    if (src->format == SB_FMT_BINARY) {
-        if (sb_io_record_size(src->args_json, 1, "source", &rs, err) != 0)
-            return -1;
-    }
-
+    r->rs = 1;
+    r->ps = (uint64_t)src->partition_size;
+    if (src->format == SB_FMT_BINARY &&
+        sb_io_record_size(src->args_json, 1, "source", &r->rs, err) != 0)
+        return -1;
     /* csv with multiline records: a file is never cut (a quoted newline may sit anywhere). */
-    int whole_files = src->format == SB_FMT_IMAGE; /* an image is decoded whole */
+    r->whole_files = src->format == SB_FMT_IMAGE; /* an image is decoded whole */
     if (src->format == SB_FMT_CSV) {
         sb_csv_opts co;
         if (sb_csv_opts_parse(src->args_json, &co, err) != 0)
             return sb_err_wrap(err, "source");
-        whole_files = co.multiline;
+        r->whole_files = co.multiline;
         sb_csv_opts_free(&co);
     }
-
     /* A compressed file (decomp.h) is read from its first byte: one split, never cut. */
-    int carg = SB_IO_CODEC_NONE;
+    r->carg = SB_IO_CODEC_NONE;
     if (src->format != SB_FMT_BINARY && src->format != SB_FMT_IMAGE &&
-        sb_io_compression_arg(src->args_json, &carg, err) != 0)
+        sb_io_compression_arg(src->args_json, &r->carg, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* The splits of one listed object: its records over partitionSize, at most one per record,
+ * and one for an object the server cannot read from an offset, a multiline csv or a
+ * compressed file. */
+static uint64_t object_splits(const sb_io_obj *o, const split_rules *r)
+{
+    uint64_t k = o->size == 0 ? 0 : (o->size + r->ps - 1) / r->ps;
+    if (k > o->size / r->rs)
+        k = o->size / r->rs;
+    if (k > 1 && (o->whole || r->whole_files || sb_io_codec_for(r->carg, o->uri) != 0))
+        k = 1;
+    return k;
+}
+
+/* Counts the listing's splits before any is made, so the array is allocated once and the
+ * limit is checked first. 0, or -1 (a binary file that is not whole records, or too many). */
+static int splits_count(const sb_io_obj *v, size_t nv, const split_rules *r, const char *suri,
+                        size_t *total, sb_err *err)
+{
+    *total = 0;
+    for (size_t i = 0; i < nv; i++) {
+        if (v[i].size % r->rs != 0)
+            return sb_err_set(err,
+                              "source: %.300s has %" PRIu64 " bytes, not a multiple of "
+                              "recordSize %" PRIu64 " (%" PRIu64 " bytes left over)",
+                              v[i].uri, v[i].size, r->rs, v[i].size % r->rs);
+        uint64_t k = object_splits(&v[i], r);
+        if (k > SB_IO_MAX_SPLITS - *total)
+            return sb_err_set(err,
+                              "source uri \"%.200s\": more than %zu splits (partitionSize %" PRIu64
+                              " is too small for the input)",
+                              suri, SB_IO_MAX_SPLITS, r->ps);
+        *total += (size_t)k;
+    }
+    return 0;
+}
+
+int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, sb_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (src == NULL)
+        return sb_err_set(err, "source: no source spec");
+    const char *suri = src->uri != NULL ? src->uri : src->nuris > 0 ? src->uris[0] : NULL;
+    if (suri == NULL || suri[0] == '\0')
+        return sb_err_set(err, "source: no uri given");
+    split_rules r;
+    if (split_rules_read(src, suri, &r, err) != 0)
         return -1;
 
     /* The listing is sorted by URI, so a split's index is stable for an unchanged source. */
-    struct {
-        sb_io_obj *v;
-        size_t n;
-    } f = {0};
-    int rc = 0;
-    if (list_source(src, &f.v, &f.n, err) != 0)
+    sb_io_obj *f = NULL;
+    size_t nf = 0, total = 0;
+    if (list_source(src, &f, &nf, err) != 0)
         return -1; /* the backend names the URI; the caller says it is the source */
-
-    /* Count first, so the array is allocated once and the limit is checked before. */
-    uint64_t ps = (uint64_t)src->partition_size;
-    size_t total = 0;
-    for (size_t i = 0; i < f.n; i++) {
-        uint64_t size = f.v[i].size;
-        if (size % rs != 0) {
-            rc = sb_err_set(err,
-                            "source: %.300s has %" PRIu64 " bytes, not a multiple of "
-                            "recordSize %" PRIu64 " (%" PRIu64 " bytes left over)",
-                            f.v[i].uri, size, rs, size % rs);
-            break;
-        }
-        uint64_t k = size == 0 ? 0 : (size + ps - 1) / ps;
-        if (k > size / rs)
-            k = size / rs;
-        if (k > 1 && (f.v[i].whole || whole_files || sb_io_codec_for(carg, f.v[i].uri) != 0))
-            k = 1; /* the server cannot read from an offset, multiline csv, or compressed */
-        if (k > SB_IO_MAX_SPLITS - total) {
-            rc = sb_err_set(err,
-                            "source uri \"%.200s\": more than %zu splits (partitionSize %" PRIu64
-                            " is too small for the input)",
-                            suri, SB_IO_MAX_SPLITS, ps);
-            break;
-        }
-        total += (size_t)k;
-    }
+    int rc = splits_count(f, nf, &r, suri, &total, err);
     sb_io_split *v = NULL;
     if (rc == 0 && total > 0) {
         v = calloc(total, sizeof *v);
@@ -139,29 +162,21 @@ int sb_io_plan_splits(const sb_source_spec *src, sb_io_split **out, size_t *n, s
             rc = sb_err_set(err, "source: out of memory for %zu splits", total);
     }
     size_t j = 0;
-    for (size_t i = 0; rc == 0 && i < f.n; i++) {
-        uint64_t size = f.v[i].size;
-        if (size == 0)
-            continue;
-        uint64_t recs = size / rs;
-        uint64_t k = (size + ps - 1) / ps;
-        if (k > recs)
-            k = recs;
-        if (k > 1 && (f.v[i].whole || whole_files || sb_io_codec_for(carg, f.v[i].uri) != 0))
-            k = 1;
+    for (size_t i = 0; rc == 0 && i < nf; i++) {
+        uint64_t recs = f[i].size / r.rs, k = object_splits(&f[i], &r);
         for (uint64_t p = 0; p < k; p++) {
-            v[j].path = strdup(f.v[i].uri);
+            v[j].path = strdup(f[i].uri);
             if (v[j].path == NULL) {
                 rc = sb_err_set(err, "source: out of memory for split paths");
                 break;
             }
-            v[j].start = muldiv(recs, p, k) * rs;
-            v[j].end = muldiv(recs, p + 1, k) * rs;
-            v[j].file_size = size;
+            v[j].start = muldiv(recs, p, k) * r.rs;
+            v[j].end = muldiv(recs, p + 1, k) * r.rs;
+            v[j].file_size = f[i].size;
             j++;
         }
     }
-    sb_io_objs_free(f.v, f.n);
+    sb_io_objs_free(f, nf);
     if (rc != 0) {
         sb_io_splits_free(v, j);
         return -1;

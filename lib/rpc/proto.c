@@ -210,6 +210,66 @@ static int v_cancels(Streambatch__V1__TaskAttempt *const *v, size_t n, sb_err *e
     return 0;
 }
 
+static int v_register(const Streambatch__V1__RegisterRequest *m, sb_err *err)
+{
+    if (check_token(m->worker_id, "worker_id", err) < 0 || check_token(m->pool, "pool", err) < 0 ||
+        check_token(m->address, "address", err) < 0)
+        return -1;
+    if (m->slots == 0)
+        return sb_err_set(err, "slots must be at least 1");
+    for (size_t i = 0; i < m->n_partitions; i++)
+        if (v_partition_info(m->partitions[i], "partitions", i, err) < 0)
+            return -1;
+    return 0;
+}
+
+static int v_heartbeat(const Streambatch__V1__HeartbeatRequest *m, sb_err *err)
+{
+    if (check_token(m->worker_id, "worker_id", err) < 0 || v_worker_metrics(m->metrics, err) < 0)
+        return -1;
+    for (size_t i = 0; i < m->n_running_task_ids; i++)
+        if (check_token(m->running_task_ids[i], "running_task_ids", err) < 0)
+            return sb_err_wrap(err, "[%zu]", i);
+    return 0;
+}
+
+static int v_stream_next(const Streambatch__V1__StreamNextRequest *m, sb_err *err)
+{
+    if (m->world_size == 0)
+        return sb_err_set(err, "world_size is missing");
+    if (m->batch_size == 0)
+        return sb_err_set(err, "batch_size is missing");
+    if (m->rank >= m->world_size)
+        return sb_err_set(err, "rank %u is not below world_size %u", m->rank, m->world_size);
+    if (m->consumed_bits.len > (1u << 20))
+        return sb_err_set(err, "consumed_bits: %zu bytes, over 1 MiB", m->consumed_bits.len);
+    for (size_t i = 0; i < m->n_lost; i++) {
+        const Streambatch__V1__LostSlice *l = m->lost[i];
+        if (l == NULL)
+            return sb_err_set(err, "lost[%zu] is missing", i);
+        if (check_pid(l->partition_id, "lost", i, err) < 0)
+            return -1;
+        if (l->row_lo >= l->row_hi)
+            return sb_err_set(err, "lost[%zu]: an empty row range", i);
+    }
+    return 0;
+}
+
+/* A StreamNextReply: only a SLICE names a partition, its holder and a row range. */
+static int v_stream_slice(const Streambatch__V1__StreamNextReply *m, sb_err *err)
+{
+    if (m->kind != STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE)
+        return 0;
+    if (check_pid(m->partition_id, "partition_id", 0, err) < 0 ||
+        check_token(m->address, "address", err) < 0)
+        return -1;
+    if (m->row_lo >= m->row_hi || m->row_hi > m->rows)
+        return sb_err_set(err, "rows [%llu, %llu) outside the partition's %llu",
+                          (unsigned long long)m->row_lo, (unsigned long long)m->row_hi,
+                          (unsigned long long)m->rows);
+    return 0;
+}
+
 int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
 {
     if (!msg)
@@ -217,14 +277,7 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
     const ProtobufCMessageDescriptor *d = msg->descriptor;
     int rc = 0;
     if (d == &streambatch__v1__register_request__descriptor) {
-        const Streambatch__V1__RegisterRequest *m = (const void *)msg;
-        if (check_token(m->worker_id, "worker_id", err) < 0 ||
-            check_token(m->pool, "pool", err) < 0 || check_token(m->address, "address", err) < 0)
-            rc = -1;
-        else if (m->slots == 0)
-            rc = sb_err_set(err, "slots must be at least 1");
-        for (size_t i = 0; rc == 0 && i < m->n_partitions; i++)
-            rc = v_partition_info(m->partitions[i], "partitions", i, err);
+        rc = v_register((const void *)msg, err);
     } else if (d == &streambatch__v1__register_reply__descriptor) {
         const Streambatch__V1__RegisterReply *m = (const void *)msg;
         rc = check_pids(m->release, m->n_release, "release", err);
@@ -249,47 +302,16 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
         const Streambatch__V1__CompleteTaskReply *m = (const void *)msg;
         rc = check_pids(m->release, m->n_release, "release", err);
     } else if (d == &streambatch__v1__heartbeat_request__descriptor) {
-        const Streambatch__V1__HeartbeatRequest *m = (const void *)msg;
-        rc = check_token(m->worker_id, "worker_id", err);
-        if (rc == 0)
-            rc = v_worker_metrics(m->metrics, err);
-        for (size_t i = 0; rc == 0 && i < m->n_running_task_ids; i++)
-            if (check_token(m->running_task_ids[i], "running_task_ids", err) < 0)
-                rc = sb_err_wrap(err, "[%zu]", i);
+        rc = v_heartbeat((const void *)msg, err);
     } else if (d == &streambatch__v1__heartbeat_reply__descriptor) {
         const Streambatch__V1__HeartbeatReply *m = (const void *)msg;
         rc = check_pids(m->release, m->n_release, "release", err);
         if (rc == 0)
             rc = v_cancels(m->cancel, m->n_cancel, err);
     } else if (d == &streambatch__v1__stream_next_request__descriptor) {
-        const Streambatch__V1__StreamNextRequest *m = (const void *)msg;
-        rc = m->world_size == 0   ? sb_err_set(err, "world_size is missing")
-             : m->batch_size == 0 ? sb_err_set(err, "batch_size is missing")
-             : m->rank >= m->world_size
-                 ? sb_err_set(err, "rank %u is not below world_size %u", m->rank, m->world_size)
-             : m->consumed_bits.len > (1u << 20)
-                 ? sb_err_set(err, "consumed_bits: %zu bytes, over 1 MiB", m->consumed_bits.len)
-                 : 0;
-        for (size_t i = 0; rc == 0 && i < m->n_lost; i++) {
-            const Streambatch__V1__LostSlice *l = m->lost[i];
-            if (l == NULL)
-                rc = sb_err_set(err, "lost[%zu] is missing", i);
-            else if (check_pid(l->partition_id, "lost", i, err) < 0)
-                rc = -1;
-            else if (l->row_lo >= l->row_hi)
-                rc = sb_err_set(err, "lost[%zu]: an empty row range", i);
-        }
+        rc = v_stream_next((const void *)msg, err);
     } else if (d == &streambatch__v1__stream_next_reply__descriptor) {
-        const Streambatch__V1__StreamNextReply *m = (const void *)msg;
-        if (m->kind == STREAMBATCH__V1__STREAM_NEXT_REPLY__KIND__SLICE) {
-            rc = check_pid(m->partition_id, "partition_id", 0, err);
-            if (rc == 0)
-                rc = check_token(m->address, "address", err);
-            if (rc == 0 && (m->row_lo >= m->row_hi || m->row_hi > m->rows))
-                rc = sb_err_set(err, "rows [%llu, %llu) outside the partition's %llu",
-                                (unsigned long long)m->row_lo, (unsigned long long)m->row_hi,
-                                (unsigned long long)m->rows);
-        }
+        rc = v_stream_slice((const void *)msg, err);
     } else if (d == &streambatch__v1__fetch_request__descriptor) {
         const Streambatch__V1__FetchRequest *m = (const void *)msg;
         rc = check_pid(m->partition_id, "partition_id", 0, err);

@@ -364,6 +364,41 @@ static int classify(sb_rpc_code code)
     }
 }
 
+/* Feeds the chunks of one opened stream rd to f's receiver. 0 once the partition is complete
+ * (rd closed), a negative SB_DATA_E* code to return (rd closed), or 1: the stream ended (*rrc
+ * 0) or broke (*rrc < 0, serr says why) first, rd still open for its status. */
+static int feed_stream(sb_data_fetcher *f, sb_rpc_reader *rd, int *rrc, sb_err *serr, sb_err *err)
+{
+    sb_data_fetch_info *in = &f->info;
+    const sb_rpc_piece *pc;
+    size_t np, len;
+    while ((*rrc = sb_rpc_reader_next(rd, &pc, &np, &len, serr)) == 1) {
+        int frc = sb_data_recv_feed(f->r, pc, np, err);
+        if (frc != 0) {
+            sb_rpc_reader_close(rd);
+            return frc;
+        }
+        in->chunks = f->r->chunks;
+        in->bytes = f->r->bytes;
+        in->total = sb_data_recv_total(f->r);
+        if (f->o.on_chunk) {
+            uint64_t end = sb_data_recv_next_offset(f->r);
+            if (f->o.on_chunk(f->o.on_chunk_ud, end - len, len, in->total) != 0) {
+                sb_rpc_reader_close(rd);
+                return fail(err, SB_DATA_ECANCELLED, "cancelled by the caller at byte %" PRIu64,
+                            end);
+            }
+        }
+        if (sb_data_recv_done(f->r)) {
+            /* Collect the end of the stream; the data is complete whatever it says. */
+            (void)sb_rpc_reader_next(rd, &pc, &np, &len, serr);
+            sb_rpc_reader_close(rd);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* The run proper; fills err without the "fetch ID: " prefix. */
 static int run(sb_data_fetcher *f, sb_rpc_channel *ch, const char *id, int timeout_ms, sb_err *err)
 {
@@ -412,33 +447,10 @@ static int run(sb_data_fetcher *f, sb_rpc_channel *ch, const char *id, int timeo
         sb_rpc_reader *rd = sb_rpc_stream_open(ch, SB_RPC_DATA_FETCH, buf, n, (int)left, 0, &serr);
         if (!rd)
             return fail(err, SB_DATA_EFAIL, "%s", serr.msg);
-        const sb_rpc_piece *pc;
-        size_t np, len;
         int rc;
-        while ((rc = sb_rpc_reader_next(rd, &pc, &np, &len, &serr)) == 1) {
-            int frc = sb_data_recv_feed(f->r, pc, np, err);
-            if (frc != 0) {
-                sb_rpc_reader_close(rd);
-                return frc;
-            }
-            in->chunks = f->r->chunks;
-            in->bytes = f->r->bytes;
-            in->total = sb_data_recv_total(f->r);
-            if (f->o.on_chunk) {
-                uint64_t end = sb_data_recv_next_offset(f->r);
-                if (f->o.on_chunk(f->o.on_chunk_ud, end - len, len, in->total) != 0) {
-                    sb_rpc_reader_close(rd);
-                    return fail(err, SB_DATA_ECANCELLED, "cancelled by the caller at byte %" PRIu64,
-                                end);
-                }
-            }
-            if (sb_data_recv_done(f->r)) {
-                /* Collect the end of the stream; the data is complete whatever it says. */
-                (void)sb_rpc_reader_next(rd, &pc, &np, &len, &serr);
-                sb_rpc_reader_close(rd);
-                return 0;
-            }
-        }
+        int frc = feed_stream(f, rd, &rc, &serr, err);
+        if (frc <= 0) /* the partition is complete (0), or an error to return */
+            return frc;
         sb_rpc_code code = sb_rpc_reader_code(rd);
         sb_rpc_reader_close(rd);
         if (rc == 0) {

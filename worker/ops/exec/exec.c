@@ -237,10 +237,84 @@ static int build_env(sb_exec_cfg *c, const cJSON *env, const cJSON *inherit, sb_
     return 0;
 }
 
+/* args.command: a non-empty list of strings, its first non-empty, into c->argv. 0, or -1. */
+static int parse_command(const cJSON *cmd, sb_exec_cfg *c, sb_err *err)
+{
+    if (!cJSON_IsArray(cmd) || cJSON_GetArraySize(cmd) == 0)
+        return sb_err_set(err, "exec: args.command must be a non-empty list of strings");
+    size_t argc = (size_t)cJSON_GetArraySize(cmd);
+    if ((c->argv = calloc(argc + 1, sizeof *c->argv)) == NULL)
+        return sb_err_set(err, "out of memory");
+    size_t i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, cmd)
+    {
+        if (!cJSON_IsString(v) || (i == 0 && v->valuestring[0] == '\0'))
+            return sb_err_set(err, "exec: args.command[%zu] must be a%s string", i,
+                              i == 0 ? " non-empty" : "");
+        if ((c->argv[i++] = strdup(v->valuestring)) == NULL)
+            return sb_err_set(err, "out of memory");
+    }
+    return 0;
+}
+
+/* args.framing, args.mode and args.output, each one of its words. 0, or -1. */
+static int parse_words(const cJSON *a, sb_exec_cfg *c, sb_err *err)
+{
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "framing")) != NULL) {
+        if (!cJSON_IsString(v) ||
+            (strcmp(v->valuestring, "lines") != 0 && strcmp(v->valuestring, "arrow") != 0))
+            return sb_err_set(err, "exec: args.framing must be \"lines\" or \"arrow\"");
+        c->arrow = strcmp(v->valuestring, "arrow") == 0;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "mode")) != NULL) {
+        if (cJSON_IsString(v) && strcmp(v->valuestring, "filter") == 0)
+            c->mode = MODE_FILTER;
+        else if (cJSON_IsString(v) && strcmp(v->valuestring, "batches") == 0)
+            c->mode = MODE_BATCHES;
+        else
+            return sb_err_set(err, "exec: args.mode must be \"filter\" or \"batches\"");
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "output")) != NULL) {
+        if (!cJSON_IsString(v) ||
+            (strcmp(v->valuestring, "jsonl") != 0 && strcmp(v->valuestring, "text") != 0))
+            return sb_err_set(err, "exec: args.output must be \"jsonl\" or \"text\"");
+        c->jsonl = strcmp(v->valuestring, "jsonl") == 0;
+    }
+    return 0;
+}
+
+/* args.batchSize (else 0: the stage's batchSize, else default_batch, the runtime's chunks)
+ * and args.timeout, a duration more than 0. 0, or -1. */
+static int parse_limits(const cJSON *a, sb_exec_cfg *c, sb_err *err)
+{
+    const cJSON *v;
+    c->batch = 0;
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "batchSize")) != NULL) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e9 ||
+            v->valuedouble != (double)(int64_t)v->valuedouble)
+            return sb_err_set(err, "exec: args.batchSize must be an integer >= 1");
+        c->batch = (size_t)v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "timeout")) != NULL) {
+        int64_t ns = 0;
+        if (!cJSON_IsString(v))
+            return sb_err_set(err, "exec: args.timeout must be a duration such as \"30s\"");
+        if (sb_duration_parse(v->valuestring, &ns, err) != 0) {
+            sb_err_wrap(err, "exec: args.timeout");
+            return -1;
+        }
+        if (ns <= 0)
+            return sb_err_set(err, "exec: args.timeout must be more than 0");
+        c->timeout_ms = ns / 1000000 > 0 ? ns / 1000000 : 1;
+    }
+    return 0;
+}
+
 static int parse_args(const char *args_json, sb_exec_cfg *c, sb_err *err)
 {
     memset(c, 0, sizeof *c);
-    c->batch = DEFAULT_BATCH;
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     c->jsonl = true;
     if (args_json == NULL)
@@ -251,83 +325,10 @@ static int parse_args(const char *args_json, sb_exec_cfg *c, sb_err *err)
         return sb_err_set(err, "exec: args are not a JSON object");
     }
     int rc = -1;
-    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(a, "command");
     const cJSON *v;
-    if (!cJSON_IsArray(cmd) || cJSON_GetArraySize(cmd) == 0) {
-        sb_err_set(err, "exec: args.command must be a non-empty list of strings");
+    if (parse_command(cJSON_GetObjectItemCaseSensitive(a, "command"), c, err) != 0 ||
+        parse_words(a, c, err) != 0 || parse_limits(a, c, err) != 0)
         goto out;
-    }
-    size_t argc = (size_t)cJSON_GetArraySize(cmd);
-    if ((c->argv = calloc(argc + 1, sizeof *c->argv)) == NULL) {
-        sb_err_set(err, "out of memory");
-        goto out;
-    }
-    size_t i = 0;
-    cJSON_ArrayForEach(v, cmd)
-    {
-        if (!cJSON_IsString(v) || (i == 0 && v->valuestring[0] == '\0')) {
-            sb_err_set(err, "exec: args.command[%zu] must be a%s string", i,
-                       i == 0 ? " non-empty" : "");
-            goto out;
-        }
-        if ((c->argv[i++] = strdup(v->valuestring)) == NULL) {
-            sb_err_set(err, "out of memory");
-            goto out;
-        }
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(a, "framing")) != NULL) {
-        if (!cJSON_IsString(v) ||
-            (strcmp(v->valuestring, "lines") != 0 && strcmp(v->valuestring, "arrow") != 0)) {
-            sb_err_set(err, "exec: args.framing must be \"lines\" or \"arrow\"");
-            goto out;
-        }
-        c->arrow = strcmp(v->valuestring, "arrow") == 0;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(a, "mode")) != NULL) {
-        if (cJSON_IsString(v) && strcmp(v->valuestring, "filter") == 0) {
-            c->mode = MODE_FILTER;
-        } else if (cJSON_IsString(v) && strcmp(v->valuestring, "batches") == 0) {
-            c->mode = MODE_BATCHES;
-        } else {
-            sb_err_set(err, "exec: args.mode must be \"filter\" or \"batches\"");
-            goto out;
-        }
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(a, "output")) != NULL) {
-        if (cJSON_IsString(v) &&
-            (strcmp(v->valuestring, "jsonl") == 0 || strcmp(v->valuestring, "text") == 0)) {
-            c->jsonl = strcmp(v->valuestring, "jsonl") == 0;
-        } else {
-            sb_err_set(err, "exec: args.output must be \"jsonl\" or \"text\"");
-            goto out;
-        }
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(a, "batchSize")) != NULL) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e9 ||
-            v->valuedouble != (double)(int64_t)v->valuedouble) {
-            sb_err_set(err, "exec: args.batchSize must be an integer >= 1");
-            goto out;
-        }
-        c->batch = (size_t)v->valuedouble;
-    } else {
-        c->batch = 0; /* the stage's batchSize, else default_batch (the runtime's chunks) */
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(a, "timeout")) != NULL) {
-        int64_t ns = 0;
-        if (!cJSON_IsString(v)) {
-            sb_err_set(err, "exec: args.timeout must be a duration such as \"30s\"");
-            goto out;
-        }
-        if (sb_duration_parse(v->valuestring, &ns, err) != 0) {
-            sb_err_wrap(err, "exec: args.timeout");
-            goto out;
-        }
-        if (ns <= 0) {
-            sb_err_set(err, "exec: args.timeout must be more than 0");
-            goto out;
-        }
-        c->timeout_ms = ns / 1000000 > 0 ? ns / 1000000 : 1;
-    }
     if ((v = cJSON_GetObjectItemCaseSensitive(a, "workingDir")) != NULL) {
         if (!cJSON_IsString(v) || v->valuestring[0] == '\0') {
             sb_err_set(err, "exec: args.workingDir must be a non-empty string");

@@ -562,6 +562,36 @@ static int parse_precision(const cJSON *p, dev_kind device, prec_kind *out, sb_e
     return 0;
 }
 
+/* args.activation (relu, gelu or none; relu when absent) and args.device (auto, cpu or cuda;
+ * auto when absent). 0, or -1 naming the argument. */
+static int parse_act_device(const cJSON *act, const cJSON *dev, act_kind *out_act,
+                            dev_kind *out_dev, sb_err *err)
+{
+    static const char *const acts[] = {"relu", "gelu", "none"};
+    static const act_kind act_vals[] = {ACT_RELU, ACT_GELU, ACT_NONE};
+    static const char *const devs[] = {"auto", "cpu", "cuda"};
+    static const dev_kind dev_vals[] = {DEV_AUTO, DEV_CPU, DEV_CUDA};
+    *out_act = ACT_RELU;
+    *out_dev = DEV_AUTO;
+    if (act != NULL) {
+        size_t i = 0;
+        while (i < 3 && !(cJSON_IsString(act) && strcmp(act->valuestring, acts[i]) == 0))
+            i++;
+        if (i == 3)
+            return sb_err_set(err, "tensor.mlp: args.activation must be relu, gelu or none");
+        *out_act = act_vals[i];
+    }
+    if (dev != NULL) {
+        size_t i = 0;
+        while (i < 3 && !(cJSON_IsString(dev) && strcmp(dev->valuestring, devs[i]) == 0))
+            i++;
+        if (i == 3)
+            return sb_err_set(err, "tensor.mlp: args.device must be auto, cpu or cuda");
+        *out_dev = dev_vals[i];
+    }
+    return 0;
+}
+
 static int mlp_init(const char *args_json, void **state, sb_err *err)
 {
     *state = NULL;
@@ -592,36 +622,13 @@ static int mlp_init(const char *args_json, void **state, sb_err *err)
         sb_err_set(err, "tensor.mlp: args.outputField must be a non-empty string");
         goto out;
     }
-    s->act = ACT_RELU;
-    if (act != NULL) {
-        if (cJSON_IsString(act) && strcmp(act->valuestring, "relu") == 0)
-            s->act = ACT_RELU;
-        else if (cJSON_IsString(act) && strcmp(act->valuestring, "gelu") == 0)
-            s->act = ACT_GELU;
-        else if (cJSON_IsString(act) && strcmp(act->valuestring, "none") == 0)
-            s->act = ACT_NONE;
-        else {
-            sb_err_set(err, "tensor.mlp: args.activation must be relu, gelu or none");
-            goto out;
-        }
-    }
+    dev_kind device = DEV_AUTO;
+    if (parse_act_device(act, dev, &s->act, &device, err) != 0)
+        goto out;
     if (tk != NULL && (!cJSON_IsNumber(tk) || tk->valuedouble < 1 || tk->valuedouble > 1e6 ||
                        tk->valuedouble != (double)(size_t)tk->valuedouble)) {
         sb_err_set(err, "tensor.mlp: args.topK must be an integer >= 1");
         goto out;
-    }
-    dev_kind device = DEV_AUTO;
-    if (dev != NULL) {
-        if (cJSON_IsString(dev) && strcmp(dev->valuestring, "auto") == 0)
-            device = DEV_AUTO;
-        else if (cJSON_IsString(dev) && strcmp(dev->valuestring, "cpu") == 0)
-            device = DEV_CPU;
-        else if (cJSON_IsString(dev) && strcmp(dev->valuestring, "cuda") == 0)
-            device = DEV_CUDA;
-        else {
-            sb_err_set(err, "tensor.mlp: args.device must be auto, cpu or cuda");
-            goto out;
-        }
     }
     if (parse_precision(prec, device, &s->prec, err) != 0)
         goto out;
