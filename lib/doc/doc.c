@@ -580,8 +580,10 @@ static int on_event(yparse *p, const yaml_event_t *ev, int *doc_start_line)
         const char *tag = (const char *)ev->data.scalar.tag;
         if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
             (tag == NULL || strcmp(tag, "!") != 0) &&
-            (tag == NULL || strcmp(tag, YAML_STR_TAG) != 0))
+            (tag == NULL || strcmp(tag, YAML_STR_TAG) != 0)) {
+            nd->plain = 1;
             resolve_plain(nd);
+        }
         if (ev->data.scalar.anchor != NULL &&
             anchors_put(&p->anchors, (const char *)ev->data.scalar.anchor, nd) != 0)
             return -1;

@@ -44,6 +44,7 @@ struct sb_node {
     sb_node **keys;  /* MAP: key nodes (scalars), n of them */
     sb_node **items; /* MAP: values; SEQ: items */
     size_t weight;   /* nodes in this subtree, alias expansions counted */
+    int plain;       /* YAML scalars: written without quotes or a tag (what resolution saw) */
 };
 
 typedef struct sb_doc_limits {

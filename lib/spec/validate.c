@@ -199,6 +199,53 @@ static void print_problem(FILE *out, const char *name, int line, int col, const 
         fprintf(out, "%s:%d:%d: %s\n", name, line, col, msg);
 }
 
+/* The plain words YAML 1.1 reads as booleans that the YAML 1.2 core schema (this parser) reads
+ * as strings: kubectl, and the Kubernetes tools built on go-yaml, send them as true or false. */
+static const char *yaml11_bool(const sb_node *n)
+{
+    static const char *const yes[] = {"y", "Y", "yes", "Yes", "YES", "on", "On", "ON", NULL};
+    static const char *const no[] = {"n", "N", "no", "No", "NO", "off", "Off", "OFF", NULL};
+    if (n->kind != SB_NODE_STRING || !n->plain)
+        return NULL;
+    for (size_t i = 0; yes[i] != NULL; i++)
+        if (strcmp(n->text, yes[i]) == 0)
+            return "true";
+    for (size_t i = 0; no[i] != NULL; i++)
+        if (strcmp(n->text, no[i]) == 0)
+            return "false";
+    return NULL;
+}
+
+/* Warns of each unquoted key or value under n that a YAML 1.1 reader would turn into a
+ * boolean: applied with kubectl, join's `on:` arrives as the key "true" and `field: n` as
+ * false, so the file means one thing to `streambatch run` and another to the cluster. A
+ * warning, not a problem: the file is valid as written. Where a problem d names the node
+ * already (a boolean field given "yes"), it says what the field takes instead. Returns the
+ * number written. */
+static size_t warn_yaml11(FILE *out, const char *name, const sb_node *n, const sb_diags *d)
+{
+    size_t w = 0;
+    const char *b = n != NULL ? yaml11_bool(n) : NULL;
+    for (size_t i = 0; b != NULL && i < d->n; i++)
+        if (d->items[i].line == n->line && d->items[i].col == n->col)
+            b = NULL; /* a problem there already says what the field takes (a boolean?) */
+    if (b != NULL) {
+        fprintf(out,
+                "%s:%d:%d: warning: unquoted %s is the string \"%s\" here, but kubectl and other "
+                "YAML 1.1 readers take it as %s: quote it (\"%s\") to keep the word\n",
+                name, n->line, n->col, n->text, n->text, b, n->text);
+        return 1;
+    }
+    if (n == NULL || (n->kind != SB_NODE_MAP && n->kind != SB_NODE_SEQ))
+        return 0;
+    for (size_t i = 0; i < n->n; i++) {
+        if (n->kind == SB_NODE_MAP)
+            w += warn_yaml11(out, name, n->keys[i], d);
+        w += warn_yaml11(out, name, n->items[i], d);
+    }
+    return w;
+}
+
 int sb_validate_buffer(const char *name, const char *buf, size_t len, FILE *out, size_t *ndocs)
 {
     size_t checked = 0;
@@ -241,6 +288,7 @@ int sb_validate_buffer(const char *name, const char *buf, size_t len, FILE *out,
             print_problem(out, name, line, col, d.items[k].path, d.items[k].msg);
         }
         problems += (int)d.n;
+        warn_yaml11(out, name, root, &d);
         int oom = d.oom || rc != 0;
         sb_diags_free(&d);
         sb_pipeline_free(&p);

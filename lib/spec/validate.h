@@ -1,5 +1,8 @@
 /* validate.h — `streambatch validate`: checks files of Pipeline manifests and prints one line per
- * problem, `FILE:LINE:COL: FIELD.PATH: message`, in file order.
+ * problem, `FILE:LINE:COL: FIELD.PATH: message`, in file order; after each document's problems,
+ * `FILE:LINE:COL: warning: ...` for each unquoted key or value that YAML 1.1 readers (kubectl)
+ * take as a boolean (on, yes, y, off, no, n), which the file's reader here takes as a word.
+ * Warnings are not problems: they change neither the count nor the exit status.
  *
  * Files are read whole (limit 8 MiB; larger files are refused before they are read) and parsed
  * as multi-document YAML; empty documents (a trailing "---") are skipped. Nothing here exits.

@@ -657,10 +657,11 @@ Test(image, normalize_scales_per_channel_in_either_layout)
  * channel, as the same number repeated per channel does. */
 Test(image, normalize_takes_one_number_for_every_channel)
 {
-    const char *yaml = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: n}\n"
-                       "spec:\n  source: {uri: 'file:///in/', format: image}\n"
-                       "  stages: [{name: n, op: image.normalize, args: {mean: 0.5, std: 0.25}}]\n"
-                       "  sink: {uri: 'file:///out/', format: jsonl}\n";
+    const char *yaml =
+        "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: nm}\n"
+        "spec:\n  source: {uri: 'file:///in/', format: image}\n"
+        "  stages: [{name: nm, op: image.normalize, args: {mean: 0.5, std: 0.25}}]\n"
+        "  sink: {uri: 'file:///out/', format: jsonl}\n";
     char *report = NULL;
     size_t rlen = 0;
     FILE *f = open_memstream(&report, &rlen);

@@ -50,12 +50,12 @@ static const invalid_case cases[] = {
       "\"path\" of join's right (uri, format, args)"}},
     {"join-bad-keys.yaml",
      1,
-     {"join-bad-keys.yaml:12:47: spec.stages[0].args.on: names field \"k\" twice",
-      "join-bad-keys.yaml:12:56: spec.stages[0].args.how: must be one of inner, "
+     {"join-bad-keys.yaml:12:49: spec.stages[0].args.on: names field \"k\" twice",
+      "join-bad-keys.yaml:12:58: spec.stages[0].args.how: must be one of inner, "
       "left, got \"outer\"",
-      "join-bad-keys.yaml:12:79: spec.stages[0].args.broadcastBelow: must be a "
+      "join-bad-keys.yaml:12:81: spec.stages[0].args.broadcastBelow: must be a "
       "size above 0 (bytes, or a quantity such as 64Mi)",
-      "join-bad-keys.yaml:12:94: spec.stages[0].args.missingKey: takes only null, "
+      "join-bad-keys.yaml:12:96: spec.stages[0].args.missingKey: takes only null, "
       "or the string \"null\" (a record without a key field then has the key null); "
       "leave it out to make such a record a data error"}},
     {"join-no-right.yaml",
@@ -64,11 +64,11 @@ static const invalid_case cases[] = {
       "csv) in this build, not on a parquet source's typed columns",
       "join-no-right.yaml:12:11: spec.stages[0].args.right: required argument of "
       "op \"join\" is missing",
-      "join-no-right.yaml:12:16: spec.stages[0].args.on: must be a non-empty list "
+      "join-no-right.yaml:12:18: spec.stages[0].args.on: must be a non-empty list "
       "of strings, got a list"}},
     {"join-over-budget.yaml",
      1,
-     {"join-over-budget.yaml:12:70: spec.stages[0].args.broadcastBelow: is 300Mi "
+     {"join-over-budget.yaml:12:72: spec.stages[0].args.broadcastBelow: is 300Mi "
       "(64Mi when left out), above a quarter of execution.memoryBudget (256Mi): "
       "every task that runs the join holds the right side whole; lower it or raise "
       "the budget"}},
@@ -697,4 +697,67 @@ Test(validate_cli, sink_seen_by_the_source_listing)
         if (r)
             cr_expect(strstr(msg, "spec.sink.uri") && strstr(msg, "spec.source.uri"), "%s", msg);
     }
+}
+
+/* kubectl reads manifests as YAML 1.1, where an unquoted on/yes/y is true and off/no/n false;
+ * validate (YAML 1.2) reads them as words. A join applied with kubectl lost its `on:` that way
+ * while `streambatch run` took it: each such key or value gets a warning naming where, the
+ * quoted word none, and the file stays valid (exit 0). */
+Test(validate_cli, yaml11_words_are_warned)
+{
+    char dir[] = "/tmp/sbtest-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    static const char *const head = "apiVersion: streambatch.dev/v1alpha1\n"
+                                    "kind: Pipeline\n"
+                                    "metadata:\n"
+                                    "  name: p\n"
+                                    "spec:\n"
+                                    "  source: {uri: 'file:///in', format: jsonl}\n"
+                                    "  sink: {uri: 'file:///out', format: jsonl}\n"
+                                    "  stages:\n";
+    static const char *const plain =
+        "  - name: j\n"
+        "    op: join\n"
+        "    args:\n"
+        "      right: {uri: 'file:///r/', format: jsonl}\n"
+        "      on: [k]\n"
+        "  - {name: f, op: filter, args: {field: n, op: eq, value: \"yes\"}}\n";
+    static const char *const quoted =
+        "  - name: j\n"
+        "    op: join\n"
+        "    args:\n"
+        "      right: {uri: 'file:///r/', format: jsonl}\n"
+        "      \"on\": [k]\n"
+        "  - {name: f, op: filter, args: {field: 'n', op: eq, value: \"yes\"}}\n";
+    const char *bodies[] = {plain, quoted};
+    for (int q = 0; q < 2; q++) {
+        char path[600], cmd[1400], *out = NULL;
+        snprintf(path, sizeof path, "%s/y%d.yaml", dir, q);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "%s%s", head, bodies[q]);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "cd %s && %s validate -q y%d.yaml 2>&1", dir,
+                 sb_test_bin("streambatch"), q);
+        int rc = sb_test_run(cmd, &out);
+        cr_expect_eq(rc, 0, "y%d.yaml: exit %d:\n%s", q, rc, out);
+        if (q == 0) {
+            cr_expect(sb_test_has_line(out, "y0.yaml:13:7: warning: unquoted on is the string "
+                                            "\"on\" here, but kubectl and other YAML 1.1 readers "
+                                            "take it as true: quote it (\"on\") to keep the word"),
+                      "%s", out);
+            cr_expect(sb_test_has_line(out, "y0.yaml:14:41: warning: unquoted n is the string "
+                                            "\"n\" here, but kubectl and other YAML 1.1 readers "
+                                            "take it as false: quote it (\"n\") to keep the word"),
+                      "%s", out);
+            cr_expect_eq(sb_test_count_lines(out), 2, "%s", out);
+        } else {
+            cr_expect_eq(sb_test_count_lines(out), 0, "quoted words warned:\n%s", out);
+        }
+        free(out);
+    }
+    char cmd[600], *out = NULL;
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(sb_test_run(cmd, &out), 0);
+    free(out);
 }
