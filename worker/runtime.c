@@ -416,6 +416,14 @@ struct task_ctx {
     /* a parquet sink's records schema this task inferred (Task.infer_sink_schema): its first
      * output's, used for the rest and reported */
     char *sink_schema;
+    /* its inputs: the task's, then those an early reduce's asks added (inputs_more); capin 0:
+     * `in` is the task's own array. in_open: more may come (Task.inputs_open) until a reply
+     * says inputs_closed. replies: the asks' replies, which own the added refs */
+    Streambatch__V1__PartitionRef **in;
+    size_t nin, capin;
+    int in_open;
+    ProtobufCMessage **replies;
+    size_t nreplies, capreplies;
 };
 
 /* Op k's feed (its batchSize's carried rows), made at its first input. NULL + t->err. */
@@ -789,6 +797,11 @@ static void task_ctx_free(task_ctx *t)
         free(t->bad[i].error);
     }
     free(t->bad);
+    if (t->capin > 0)
+        free(t->in);
+    for (size_t i = 0; i < t->nreplies; i++)
+        sb_rpc_msg_free(t->replies[i]);
+    free(t->replies);
 }
 
 /* Drops op k+1 from the chain once op k absorbed it. An op that owns what it absorbed makes the
@@ -922,6 +935,95 @@ static uint64_t many_bytes(const task_ctx *t)
                                          : b;
 }
 
+/* Input i is the task's last: its inputs are all known and i ends them (the accelerator is then
+ * kept for the ops' finish: run_chain). */
+static bool last_input(const task_ctx *t, size_t i)
+{
+    return !t->in_open && i + 1 == t->nin;
+}
+
+/* One ask of an early reduce (Task.inputs_open) for its inputs past those it has (a partial
+ * report with want_inputs): the reply's inputs are added, and in_open cleared once it says
+ * inputs_closed. 1 answered, 0 not (the controller unreachable: ask again), -1 the attempt no
+ * longer counts (the reply not accepted) or out of memory (t->err). */
+static int inputs_ask(task_ctx *t)
+{
+    worker *w = t->w;
+    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    req.worker_id = (char *)w->cfg.id;
+    req.session = w->session;
+    req.task_id = t->task->task_id;
+    req.attempt = t->task->attempt;
+    req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    req.partial = 1;
+    req.want_inputs = 1;
+    req.inputs_have = (uint32_t)t->nin;
+    ProtobufCMessage *resp;
+    sb_err err;
+    int cur;
+    ctl_call(w, SB_RPC_CONTROL_COMPLETE_TASK, &req.base, 5000, &resp, &cur, &err);
+    if (!cur) {
+        sb_rpc_msg_free(resp);
+        return 0;
+    }
+    Streambatch__V1__CompleteTaskReply *r = (Streambatch__V1__CompleteTaskReply *)resp;
+    apply_releases(w, r->release, r->n_release);
+    size_t n = r->n_more_inputs;
+    if (!r->accepted) {
+        sb_rpc_msg_free(resp);
+        return sb_err_set(&t->err, "the controller took the task back (its map op needs the slot)");
+    }
+    if (n > 0 && t->capin < t->nin + n) { /* the task's own array first, then a copy */
+        size_t cap = (t->nin + n) * 2;
+        Streambatch__V1__PartitionRef **in = malloc(cap * sizeof *in);
+        if (in == NULL) {
+            sb_rpc_msg_free(resp);
+            return sb_err_set(&t->err, "out of memory");
+        }
+        memcpy(in, t->in, t->nin * sizeof *in);
+        if (t->capin > 0)
+            free(t->in);
+        t->in = in;
+        t->capin = cap;
+    }
+    if (t->nreplies == t->capreplies) {
+        size_t cap = t->capreplies ? 2 * t->capreplies : 8;
+        ProtobufCMessage **rs = realloc(t->replies, cap * sizeof *rs);
+        if (rs == NULL) {
+            sb_rpc_msg_free(resp);
+            return sb_err_set(&t->err, "out of memory");
+        }
+        t->replies = rs;
+        t->capreplies = cap;
+    }
+    t->replies[t->nreplies++] = resp;
+    memcpy(t->in + t->nin, r->more_inputs, n * sizeof *t->in);
+    t->nin += n;
+    t->in_open = !r->inputs_closed;
+    return 1;
+}
+
+/* An early reduce has read every input it knows: asks for more after 2, 4, 8, then every 10 ms
+ * (as publish_part waits for a grant) until some come or none can (in_open cleared). 0 then; -1
+ * (t->err) when the attempt is cancelled, no longer counts, or the worker stops: it ends
+ * without a report, as a cancelled one. */
+static int inputs_more(task_ctx *t)
+{
+    size_t had = t->nin;
+    for (int ms = WAIT_FIRST_MS;; ms = ms * 2 < WAIT_MAX_MS ? ms * 2 : WAIT_MAX_MS) {
+        int rc = __atomic_load_n(t->cancel, __ATOMIC_RELAXED) || stopping(t->w)
+                     ? sb_op_cancel_err(&t->err, t->task->stage ? t->task->stage : "?")
+                     : inputs_ask(t);
+        if (rc < 0) {
+            __atomic_store_n(t->cancel, 1, __ATOMIC_RELAXED); /* no report: as cancelled */
+            return -1;
+        }
+        if (t->nin > had || !t->in_open)
+            return 0;
+        usleep((useconds_t)ms * 1000);
+    }
+}
+
 /* Runs the chain over input i, held by this worker's store. As task_inputs. Only a partition
  * that is gone (or whose spill file is bad) is lost: one that is here but does not fit in the
  * budget is read outside it (sb_store_load_whole), as a peer's would be fetched. Before, such a
@@ -929,7 +1031,7 @@ static uint64_t many_bytes(const task_ctx *t)
  * ended (issue 41). */
 static int run_local_input(task_ctx *t, size_t i, char **lost)
 {
-    const Streambatch__V1__PartitionRef *ref = t->task->inputs[i];
+    const Streambatch__V1__PartitionRef *ref = t->in[i];
     size_t held = t->hold_resv != NULL ? sb_store_resv_left(t->hold_resv) : 0;
     sb_store_whole in;
     int rc = sb_store_load_whole(t->w->store, ref->id, held, 60000, &in, &t->err);
@@ -957,14 +1059,14 @@ static int run_local_input(task_ctx *t, size_t i, char **lost)
         t->outside_bytes += in.len;
     }
     t->bytes_in += in.len;
-    rc = run_chain(t, in.data, in.len, false, i + 1 == t->task->n_inputs);
+    rc = run_chain(t, in.data, in.len, false, last_input(t, i));
     sb_store_whole_done(&in);
     return rc != 0 ? -1 : 0;
 }
 
 static bool is_local(const task_ctx *t, size_t i)
 {
-    return strcmp(t->task->inputs[i]->worker_address, t->w->address) == 0;
+    return strcmp(t->in[i]->worker_address, t->w->address) == 0;
 }
 
 /* How many inputs from i on form a window (0 or 1: fetch input i alone). Inputs held here may
@@ -972,11 +1074,10 @@ static bool is_local(const task_ctx *t, size_t i)
  * store in their turn. */
 static size_t many_window(const task_ctx *t, size_t i)
 {
-    const Streambatch__V1__Task *task = t->task;
     uint64_t bytes = 0, most = many_bytes(t);
     size_t j = i, remote = 0;
-    while (j < task->n_inputs && j - i < MANY_COUNT) {
-        const Streambatch__V1__PartitionRef *r = task->inputs[j];
+    while (j < t->nin && j - i < MANY_COUNT) {
+        const Streambatch__V1__PartitionRef *r = t->in[j];
         if (!is_local(t, j)) {
             if (r->bytes == 0 || r->bytes > SB_DATA_FETCH_MANY_PART || bytes + r->bytes > most)
                 break;
@@ -993,14 +1094,13 @@ static size_t many_window(const task_ctx *t, size_t i)
 static int many_fetch_peer(task_ctx *t, size_t i, size_t n, size_t first, const char **ids,
                            size_t *expected, size_t *at, void **blobs, size_t *lens, char **lost)
 {
-    const Streambatch__V1__Task *task = t->task;
-    const char *addr = task->inputs[i + first]->worker_address;
+    const char *addr = t->in[i + first]->worker_address;
     size_t m = 0;
     for (size_t k = first; k < n; k++)
         if (blobs[k] == NULL && !is_local(t, i + k) &&
-            strcmp(task->inputs[i + k]->worker_address, addr) == 0) {
-            ids[m] = task->inputs[i + k]->id;
-            expected[m] = (size_t)task->inputs[i + k]->bytes;
+            strcmp(t->in[i + k]->worker_address, addr) == 0) {
+            ids[m] = t->in[i + k]->id;
+            expected[m] = (size_t)t->in[i + k]->bytes;
             at[m++] = k;
         }
     void **got = blobs + n; /* scratch: the second half */
@@ -1009,7 +1109,7 @@ static int many_fetch_peer(task_ctx *t, size_t i, size_t n, size_t first, const 
     if (sb_data_fetch_many_addr(addr, ids, expected, m, 0, 60000, &fo, got, glens, &failed, NULL,
                                 &t->err) != 0) {
         sb_wmetrics_fetch_error(t->w->metrics);
-        *lost = task->inputs[i + at[failed]]->id;
+        *lost = t->in[i + at[failed]]->id;
         return -2;
     }
     for (size_t k = 0; k < m; k++) {
@@ -1024,7 +1124,6 @@ static int many_fetch_peer(task_ctx *t, size_t i, size_t n, size_t first, const 
  * task_inputs. */
 static int task_inputs_many(task_ctx *t, size_t i, size_t n, char **lost)
 {
-    const Streambatch__V1__Task *task = t->task;
     worker *w = t->w;
     const char **ids = calloc(n, sizeof *ids);
     size_t *expected = calloc(n, sizeof *expected), *at = calloc(n, sizeof *at);
@@ -1045,7 +1144,7 @@ static int task_inputs_many(task_ctx *t, size_t i, size_t n, char **lost)
         pthread_mutex_lock(&w->mu);
         w->bytes_received += lens[k];
         pthread_mutex_unlock(&w->mu);
-        if (run_chain(t, blobs[k], lens[k], false, i + k + 1 == task->n_inputs) != 0)
+        if (run_chain(t, blobs[k], lens[k], false, last_input(t, i + k)) != 0)
             rc = -1;
     }
     for (size_t k = 0; blobs && k < 2 * n; k++)
@@ -1092,8 +1191,10 @@ static int task_inputs(task_ctx *t, char **lost)
         sb_io_splits_free(sp, np);
         return rc;
     }
-    for (size_t i = 0; i < task->n_inputs; i++) {
-        const Streambatch__V1__PartitionRef *ref = task->inputs[i];
+    for (size_t i = 0; i < t->nin || t->in_open; i++) {
+        if (i == t->nin && (inputs_more(t) != 0 || i == t->nin))
+            return i == t->nin && !t->in_open ? 0 : -1; /* closed with nothing more, or not */
+        const Streambatch__V1__PartitionRef *ref = t->in[i];
         size_t group = many_window(t, i);
         if (group == 0 && strcmp(ref->worker_address, w->address) == 0) {
             int rc = run_local_input(t, i, lost);
@@ -1122,7 +1223,7 @@ static int task_inputs(task_ctx *t, char **lost)
         pthread_mutex_lock(&w->mu);
         w->bytes_received += len;
         pthread_mutex_unlock(&w->mu);
-        rc = run_chain(t, blob, len, false, i + 1 == task->n_inputs);
+        rc = run_chain(t, blob, len, false, last_input(t, i));
         sb_part_free(blob);
         if (rc != 0)
             return -1;
@@ -1371,6 +1472,9 @@ static task_done *run_attempt(worker *w, const Streambatch__V1__Task *task, int 
     t.w = w;
     t.task = task;
     t.cancel = cancel;
+    t.in = task->inputs;
+    t.nin = task->n_inputs;
+    t.in_open = task->inputs_open;
     double wall0 = mono_s(), cpu0 = thread_cpu_s();
     char *lost = NULL;
     const char *stage = task->stage ? task->stage : "";

@@ -104,9 +104,10 @@ struct sb_ctl {
     /* storage jobs (storage_on_workers) */
     const sb_pipeline *pipeline;
     int no_fusion, no_fuse_choices;
-    int no_tail_sizing, no_speculation, no_drain, no_eft, no_early; /* sb_ctl_config */
-    int planning; /* PLAN/PREPARE under way: sched is NULL */
-    int failed;   /* a storage job failed the pipeline before the scheduler */
+    int no_tail_sizing, no_speculation, no_drain, no_eft, no_early,
+        no_early_reduce; /* sb_ctl_config */
+    int planning;        /* PLAN/PREPARE under way: sched is NULL */
+    int failed;          /* a storage job failed the pipeline before the scheduler */
     char failure[SB_ERR_MAX + 256];
     sb_storage_pieces plan; /* the PLAN result being received */
     size_t nsplits;
@@ -433,6 +434,7 @@ static void plan_ready(sb_ctl *c)
                           .no_drain = c->no_drain,
                           .no_eft = c->no_eft,
                           .no_early = c->no_early,
+                          .no_early_reduce = c->no_early_reduce,
                           .start_ms = now_ms(),
                           .resume = c->have_resume ? &c->resume : NULL,
                           .stream = c->stream.stream,
@@ -581,6 +583,7 @@ static int poll_reply_build(sb_ctl *c, poll_reply *r, const sb_sched_task *t, si
         m->publish_early = t[i].publish_early;
         m->sink_schema = keep(r, t[i].sink_schema);
         m->infer_sink_schema = t[i].infer_sink_schema;
+        m->inputs_open = t[i].inputs_open;
         m->n_ops = t[i].nstages;
         m->ops = &r->op_ptrs[oi];
         for (size_t k = 0; k < t[i].nstages; k++, oi++) {
@@ -1103,6 +1106,46 @@ static int storage_report(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest 
     return 1;
 }
 
+/* The reply's more_inputs (more_inputs), freed after it is sent. */
+typedef struct {
+    Streambatch__V1__PartitionRef *refs, **ptrs;
+} more_refs;
+
+/* A running early reduce task asks for its inputs past inputs_have (sb_sched_more_inputs): the
+ * reply lists them (pointing at the scheduler's views: sent before the lock is released) and
+ * says whether they are the last. 1 answered, 0 not (the attempt no longer counts). Lock held. */
+static int more_inputs(sb_ctl *c, const Streambatch__V1__CompleteTaskRequest *m,
+                       Streambatch__V1__CompleteTaskReply *rep, more_refs *mr, int *live)
+{
+    *live = touch_worker(c, m->worker_id) != NULL;
+    if (!*live || c->sched == NULL)
+        return 0;
+    const sb_sched_input *in;
+    size_t n;
+    int closed;
+    sb_err err = {0};
+    int rc = sb_sched_more_inputs(c->sched, m->worker_id, m->task_id, m->attempt, m->inputs_have,
+                                  now_ms(), &in, &n, &closed, &err);
+    if (rc < 0)
+        sb_log(SB_LOG_WARN, "inputs request refused", "task", m->task_id, "error", err.msg, NULL);
+    if (rc != 1)
+        return rc < 0 ? 0 : rc;
+    if (n > 0 && ((mr->refs = calloc(n, sizeof *mr->refs)) == NULL ||
+                  (mr->ptrs = calloc(n, sizeof *mr->ptrs)) == NULL))
+        return 1; /* out of memory: nothing yet, not closed (the worker asks again) */
+    for (size_t k = 0; k < n; k++) {
+        streambatch__v1__partition_ref__init(&mr->refs[k]);
+        mr->refs[k].id = (char *)in[k].id;
+        mr->refs[k].worker_address = (char *)in[k].address;
+        mr->refs[k].bytes = in[k].bytes;
+        mr->ptrs[k] = &mr->refs[k];
+    }
+    rep->n_more_inputs = n;
+    rep->more_inputs = mr->ptrs;
+    rep->inputs_closed = closed;
+    return 1;
+}
+
 /* Handles one task completion or storage job report (a CompleteTask call, or one of a poll's
  * batched completions: both go through here, so they are accounted alike). *live: the worker is
  * registered and live. 1 accepted, 0 stale (ignored), -1 refused (logged). Lock held. */
@@ -1196,9 +1239,13 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
         sb_rpc_msg_free(&m->base);
         return;
     }
-    int live = 0, wait = 0;
-    int rc = complete_one(c, m, outs, &live, &wait);
+    int live = 0, wait = 0, rc;
     Streambatch__V1__CompleteTaskReply rep = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
+    more_refs more = {0};
+    if (m->partial && m->want_inputs)
+        rc = more_inputs(c, m, &rep, &more, &live);
+    else
+        rc = complete_one(c, m, outs, &live, &wait);
     rep.accepted = rc == 1;
     rep.wait = wait;
     char **rel = NULL;
@@ -1207,6 +1254,8 @@ static void h_complete(sb_rpc_call *call, const uint8_t *req, size_t len, void *
     rep.release = rel;
     sb_rpc_call_reply_msg(call, &rep.base, NULL);
     free_releases(rel, rep.n_release);
+    free(more.refs);
+    free(more.ptrs);
     serve_pending(c, 0);
     pthread_mutex_unlock(&c->mu);
     free(outs);
@@ -1513,6 +1562,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
                           .no_drain = cfg->no_drain,
                           .no_eft = cfg->no_eft,
                           .no_early = cfg->no_early,
+                          .no_early_reduce = cfg->no_early_reduce,
                           .start_ms = now_ms(),
                           .resume = cfg->resume,
                           .stream = cfg->stream,
@@ -1530,6 +1580,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
     c->no_drain = cfg->no_drain;
     c->no_eft = cfg->no_eft;
     c->no_early = cfg->no_early;
+    c->no_early_reduce = cfg->no_early_reduce;
     c->job_pool = "cpu";
     if (cfg->pipeline != NULL && cfg->pipeline->spec.nstages > 0) {
         int any_cpu = 0;

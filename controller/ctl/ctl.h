@@ -54,8 +54,9 @@ typedef struct sb_ctl_config {
     int no_fusion;
     int no_fuse_choices; /* sb_sched_config.no_fuse_choices (the operator, when it plans) */
     int no_tail_sizing, no_speculation, no_drain,
-        no_eft,   /* sb_sched_config's straggler switches (ablations; run.h: SB_SCHED_OFF) */
-        no_early; /* sb_sched_config.no_early (ablations) */
+        no_eft,          /* sb_sched_config's straggler switches (ablations; run.h: SB_SCHED_OFF) */
+        no_early;        /* sb_sched_config.no_early (ablations) */
+    int no_early_reduce; /* sb_sched_config.no_early_reduce (ablations) */
     const sb_sched_resume *resume; /* NULL: a fresh run; else passed to sb_sched_new() (copied
                                       when storage_on_workers defers it) */
     int storage_on_workers;        /* 1: ignore splits; plan the source and prepare the sink on a

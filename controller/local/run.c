@@ -384,6 +384,7 @@ static void write_summary_json(const char *path, const sb_ctl_snapshot *s, const
     cJSON_AddNumberToObject(j, "tasksRerun", (double)s->stats.tasks_rerun);
     cJSON_AddNumberToObject(j, "tasksBatched", (double)s->stats.tasks_batched);
     cJSON_AddNumberToObject(j, "earlyOutputs", (double)s->stats.early_outputs);
+    cJSON_AddNumberToObject(j, "earlyReduces", (double)s->stats.early_reduces);
     cJSON_AddNumberToObject(j, "partitionsRecovered", (double)s->stats.partitions_recovered);
     cJSON_AddNumberToObject(j, "partitionsLost", (double)s->stats.partitions_lost);
     cJSON_AddNumberToObject(j, "sinkParts", (double)s->stats.sink_parts);
@@ -780,26 +781,32 @@ static int resume_verify(const sb_sink_spec *sink, sb_ckpt *prev)
     return 0;
 }
 
+/* Scheduler mechanisms SB_SCHED_OFF switches off (sched_off_parse). */
+typedef struct {
+    int tail, spec, drain, eft, early, early_reduce;
+} run_sched_off;
+
 /* SB_SCHED_OFF: the scheduler mechanisms to switch off, comma-separated words of
- * "tail-sizing", "speculation", "drain", "earliest-finish", "early-outputs" (ablations:
- * scripts/bench-stragglers.sh, bench-engine.sh). 0, or -1 with the bad word in bad. */
-static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int *eft, int *early,
-                           char *bad, size_t len)
+ * "tail-sizing", "speculation", "drain", "earliest-finish", "early-outputs", "early-reduces"
+ * (ablations: scripts/bench-stragglers.sh, bench-engine.sh). 0, or -1 with the bad word in
+ * bad. */
+static int sched_off_parse(const char *v, run_sched_off *off, char *bad, size_t len)
 {
-    *tail = *spec = *drain = *eft = *early = 0;
+    const struct {
+        const char *word;
+        int *flag;
+    } words[] = {{"tail-sizing", &off->tail},    {"speculation", &off->spec},
+                 {"drain", &off->drain},         {"earliest-finish", &off->eft},
+                 {"early-outputs", &off->early}, {"early-reduces", &off->early_reduce}};
+    memset(off, 0, sizeof *off);
     while (v != NULL && *v) {
-        size_t n = strcspn(v, ",");
-        if (n == 11 && strncmp(v, "tail-sizing", n) == 0)
-            *tail = 1;
-        else if (n == 11 && strncmp(v, "speculation", n) == 0)
-            *spec = 1;
-        else if (n == 5 && strncmp(v, "drain", n) == 0)
-            *drain = 1;
-        else if (n == 15 && strncmp(v, "earliest-finish", n) == 0)
-            *eft = 1;
-        else if (n == 13 && strncmp(v, "early-outputs", n) == 0)
-            *early = 1;
-        else if (n > 0) {
+        size_t n = strcspn(v, ","), k = 0;
+        while (k < sizeof words / sizeof *words &&
+               (strlen(words[k].word) != n || strncmp(v, words[k].word, n) != 0))
+            k++;
+        if (k < sizeof words / sizeof *words) {
+            *words[k].flag = 1;
+        } else if (n > 0) {
             snprintf(bad, len, "%.*s", (int)n, v);
             return -1;
         }
@@ -809,11 +816,6 @@ static int sched_off_parse(const char *v, int *tail, int *spec, int *drain, int 
 }
 
 /* ---- sb_run's phases --------------------------------------------------------------------- */
-
-/* Scheduler mechanisms SB_SCHED_OFF switches off (sched_off_parse). */
-typedef struct {
-    int tail, spec, drain, eft, early;
-} run_sched_off;
 
 /* Everything one run holds, from the manifest to the workers. The phases below fill it in
  * order and run_teardown releases it; it lives for the whole of sb_run because the controller
@@ -861,11 +863,10 @@ static int run_check_env(run_ctx *c)
 {
     static sb_rpc_tlsdir tls;
     char bad[64];
-    if (sched_off_parse(getenv("SB_SCHED_OFF"), &c->off.tail, &c->off.spec, &c->off.drain,
-                        &c->off.eft, &c->off.early, bad, sizeof bad) != 0) {
+    if (sched_off_parse(getenv("SB_SCHED_OFF"), &c->off, bad, sizeof bad) != 0) {
         fprintf(stderr,
                 "streambatch run: SB_SCHED_OFF: unknown \"%s\" (comma-separated: tail-sizing, "
-                "speculation, drain, earliest-finish, early-outputs)\n",
+                "speculation, drain, earliest-finish, early-outputs, early-reduces)\n",
                 bad);
         return 2;
     }
@@ -1125,6 +1126,7 @@ static int run_start_controller(run_ctx *c)
         .no_drain = c->off.drain,
         .no_eft = c->off.eft,
         .no_early = c->off.early,
+        .no_early_reduce = c->off.early_reduce,
         .stream = o->serve != NULL,
         .stream_epochs = serve_epochs(c),
         .stream_shuffle = shuffle,

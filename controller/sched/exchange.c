@@ -95,3 +95,25 @@ uint32_t sb_exchange_join_buckets(uint32_t buckets, uint64_t right_bytes, uint64
         n = need;
     return n > SB_EXCHANGE_MAX_BUCKETS ? SB_EXCHANGE_MAX_BUCKETS : (uint32_t)n;
 }
+
+int sb_exchange_early(const sb_stage_spec *st)
+{
+    static const char *const any_order[] = {"repartition", "random_shuffle", "distinct"};
+    for (size_t i = 0; i < sizeof any_order / sizeof *any_order; i++)
+        if (strcmp(st->op, any_order[i]) == 0)
+            return 1;
+    if (strcmp(st->op, "groupby") != 0)
+        return 0;
+    cJSON *root = st->args_json != NULL ? cJSON_Parse(st->args_json) : NULL;
+    const cJSON *aggs = cJSON_GetObjectItemCaseSensitive(root, "aggregates"), *a;
+    int ok = root != NULL;
+    cJSON_ArrayForEach(a, aggs)
+    {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(a, "op");
+        const char *n = cJSON_IsString(o) ? o->valuestring : "";
+        ok &= strcmp(n, "count") == 0 || strcmp(n, "sum") == 0 || strcmp(n, "min") == 0 ||
+              strcmp(n, "max") == 0 || strcmp(n, "mean") == 0 || strcmp(n, "std") == 0;
+    }
+    cJSON_Delete(root);
+    return ok;
+}

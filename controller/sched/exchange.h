@@ -5,7 +5,9 @@
  * its map half ends the op group before it (fused with the stages before it, or alone) and writes
  * every task's rows into N buckets, one output partition per bucket (the partition's sequence
  * number is its bucket, "s<op>-t<task>-p<bucket>"); its reduce half starts the next op group,
- * whose task b reads bucket b of every map output once the map op is finished (a barrier). The
+ * whose task b reads bucket b of every map output once the map op is finished (a barrier; for
+ * the ops sb_exchange_early allows, a reduce task may start sooner and take its bucket's map
+ * outputs as they come: sched.c, "Early reduces"). The
  * halves are the worker ops "exchange.map" and "exchange.reduce" (worker/ops/exchange), given
  * the stage's op and args wrapped as {"op": OP, "buckets": N, "memory": BYTES, "args": ARGS}.
  *
@@ -35,6 +37,14 @@
 #define SB_EXCHANGE_MAP_OP "exchange.map"
 #define SB_EXCHANGE_REDUCE_OP "exchange.reduce"
 #define SB_EXCHANGE_MAX_BUCKETS 4096 /* the most reduce tasks a stage gets (validate's bound) */
+
+/* 1 when stage st's reduce tasks may start before its map op finished (sched.c, "Early
+ * reduces"): its reduce side gives the same rows whatever order its inputs come in (but for
+ * the last bits of a double's sum, mean or std) —
+ * repartition, random_shuffle, distinct (none promises an order, and random_shuffle orders by
+ * seeded hashes), groupby whose aggregates are all count, sum, min, max, mean or std (first,
+ * last and collect keep the map order). Not sort (its boundaries come first), limit, join. */
+int sb_exchange_early(const sb_stage_spec *st);
 
 /* The buckets of an exchange stage: 1 for limit (limit.h); args.partitions when given; repartition
  * {bytes: SIZE}: the source bytes over SIZE (at least 1); else one per source split, between 1

@@ -97,6 +97,8 @@ typedef struct {
     uint8_t chunked : 1;     /* ... charged one output at a time (start_reserve) */
     uint8_t waiting : 1;     /* ... and waits for the next grant: it makes nothing until then */
     uint8_t pieces : 1;      /* its split's objects that errored alone were counted (once) */
+    uint8_t open : 1;        /* an early reduce whose map outputs may still come ("Early
+                                reduces"): in its op's xopens */
 } task;
 
 #define NO_COPY UINT32_MAX
@@ -180,7 +182,10 @@ typedef struct {
      * may be both: one exchange's reduce fused with the stages after it up to the next one's
      * map (groupby, then sort). xmiddle: sort's middle op, one stage that is both halves. */
     uint8_t xmap, xreduce, xmiddle;
+    uint8_t xopen; /* a reduce half whose tasks may start early (sb_exchange_early) */
     uint32_t xbuckets;
+    uint32_t *xopens; /* its open tasks ("Early reduces") */
+    size_t nxopens, capxopens;
     uint64_t xlimit; /* op 0 running a limit's map half: its rows (limit_cut); 0 for none */
     const sb_stage_spec **sp; /* the stages its tasks run (a half's spec in place of the stage) */
     uint8_t pushed;           /* sp[nstages] is the next op's leading project (project_pushed) */
@@ -278,7 +283,10 @@ struct sb_sched {
     /* assignment scratch */
     sb_sched_input *in_scratch;
     size_t in_scratch_cap;
-    size_t *pick_scratch; /* form_task's picks */
+    sb_sched_input *more_scratch; /* sb_sched_more_inputs' views */
+    size_t more_scratch_cap;
+    uint64_t early_reduces; /* sb_sched_stats.early_reduces */
+    size_t *pick_scratch;   /* form_task's picks */
     size_t pick_cap;
     int oom;
 };
@@ -782,6 +790,9 @@ static int sched_exchange_setup(sb_sched *s, const sb_sched_config *cfg,
             if (h->op == NULL || h->args_json == NULL)
                 return -1;
             o->sp[k] = h;
+            if (half && right == 0 && !cfg->no_early_reduce && s->mode == SB_MODE_STREAMING &&
+                sb_exchange_early(st))
+                o->xopen = 1;
         }
     }
     return 0;
@@ -1002,6 +1013,7 @@ void sb_sched_free(sb_sched *s)
         free(s->ops[i].queue);
         free(s->ops[i].fifo);
         free(s->ops[i].tis);
+        free(s->ops[i].xopens);
         free(s->ops[i].sp);
     }
     for (size_t i = 0; s->xhalves != NULL && i < 2 * s->nops; i++) {
@@ -1062,6 +1074,7 @@ void sb_sched_free(sb_sched *s)
     free(s->failure);
     free(s->sink_schema);
     free(s->in_scratch);
+    free(s->more_scratch);
     free(s->pick_scratch);
     free(s->pipeline_id);
     free(s);
@@ -1626,16 +1639,193 @@ static int xpick_cmp(const void *a, const void *b)
     return x->key < y->key ? -1 : x->key > y->key ? 1 : (x->pos > y->pos) - (x->pos < y->pos);
 }
 
+/* ---- early reduces ----------------------------------------------------------------------------
+ * A reduce task of an op that allows it (o->xopen: exchange.h, sb_exchange_early) may start
+ * before the barrier, once every map task still to end is running and nothing else upstream
+ * waits (early_room): a slot that would idle in the map op's tail then takes it with the map
+ * outputs of its bucket made so far, and the task is open: its worker, having read them, asks
+ * for the rest (sb_sched_more_inputs), which the task absorbs as their map tasks finish, and it
+ * closes once the map op has finished and no output of its bucket waits. Only then may its ops
+ * finish. Why only in the tail: an open task holds its slot while it waits, and with reduce
+ * tasks started at the first map output (Hadoop's "slowstart" of 5%) the reduces fill the slots
+ * the remaining map tasks need. Should map work wait for a slot again later (a map task re-run
+ * after a lost worker), an open task of the same pool is handed back at its next ask (it is
+ * queued again, its attempt stopped) and starts again only when there is room. Inputs are taken
+ * in the order their map tasks finish (in map task order within one ask), so only ops whose
+ * output does not depend on that order start early. An open task is never copied
+ * (speculation) nor batched. */
+
+/* The bucket of reduce task t: its first input's sequence number (a map output p<b>). */
+static uint64_t task_bucket(const sb_sched *s, const task *t)
+{
+    return id_seq(s->parts[task_inputs(t)[0]].id);
+}
+
+/* A map output op i's open task may take now: available, and its map task finished (an early
+ * output of a running map task may be made again if that attempt fails). */
+static int part_ready(const sb_sched *s, const part *p)
+{
+    return p->state == P_AVAILABLE && s->tasks[p->producer].state == T_DONE;
+}
+
+/* Op i's reduce tasks may start early: it allows it, and upstream only map tasks of op i - 1 are
+ * left, all running (none queued, no input waiting for one, every op before finished). */
+static int early_room(const sb_sched *s, size_t i)
+{
+    const op *o = &s->ops[i], *m = &s->ops[i - 1];
+    if (!o->xopen || m->running == 0 || m->qlen > 0 || m->flen > 0)
+        return 0;
+    return i < 2 || op_finished(s, i - 2);
+}
+
+/* Whether op i's open task may be handed out now (early_room, or the barrier passed: the task
+ * then closes as it starts). */
+static int open_ready(const sb_sched *s, size_t i)
+{
+    return early_room(s, i) || exchange_ready(s, i);
+}
+
+/* Free slots of the live, not draining workers of a pool. */
+static uint64_t pool_free(const sb_sched *s, const char *pool)
+{
+    uint64_t n = 0;
+    for (size_t k = 0; k < s->nworkers; k++) {
+        const worker *x = &s->workers[k];
+        if (x->alive && !x->draining && strcmp(x->pool, pool) == 0 && x->slots > x->running)
+            n += x->slots - x->running;
+    }
+    return n;
+}
+
+/* Work upstream of op i in its pool waits for a slot and none is free: its open tasks give
+ * theirs back. */
+static int upstream_starved(const sb_sched *s, size_t i)
+{
+    for (size_t k = 0; k < i; k++) {
+        const op *o = &s->ops[k];
+        if ((o->qlen > 0 || o->flen > 0) && strcmp(o->pool, s->ops[i].pool) == 0)
+            return pool_free(s, o->pool) == 0;
+    }
+    return 0;
+}
+
+/* Moves the FIFO entries of op i that `take` selects for bucket b into pk (their producers'
+ * indices and FIFO positions), in map task order; returns how many, and in *left those of
+ * bucket b it did not select. pk has room for o->flen entries. */
+static size_t bucket_pick(const sb_sched *s, size_t i, uint64_t b, int ready_only, xpick *pk,
+                          size_t *left)
+{
+    const op *o = &s->ops[i];
+    size_t m = 0;
+    *left = 0;
+    for (size_t k = 0; k < o->flen; k++) {
+        const part *p = &s->parts[o->fifo[o->fhead + k]];
+        if (id_seq(p->id) != b)
+            continue;
+        if (ready_only && !part_ready(s, p))
+            (*left)++;
+        else
+            pk[m++] = (xpick){s->tasks[p->producer].index, k};
+    }
+    qsort(pk, m, sizeof *pk, xpick_cmp);
+    return m;
+}
+
+/* Appends the picked FIFO entries pk[0..n) to task ti's inputs (in pk's order) and removes them
+ * from the FIFO, the others kept in order. -1 out of memory (nothing changed). */
+static int task_take(sb_sched *s, size_t ti, const xpick *pk, size_t n)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    size_t have = t->ninputs, total = have + n;
+    if (n == 0)
+        return 0;
+    if (total > 1) {
+        uint32_t *many = malloc(total * sizeof *many);
+        if (many == NULL)
+            return -1;
+        if (have > 0)
+            memcpy(many, task_inputs(t), have * sizeof *many);
+        if (have > 1)
+            free(t->in.many);
+        t->in.many = many;
+    }
+    uint32_t *ins = total > 1 ? t->in.many : &t->in.one;
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < n; k++) {
+        size_t pi = o->fifo[o->fhead + pk[k].pos];
+        ins[have + k] = (uint32_t)pi;
+        s->parts[pi].consumer = ti;
+        bytes += s->parts[pi].bytes;
+        t->in_rows += s->parts[pi].rows;
+    }
+    t->in_bytes += bytes;
+    t->ninputs = (uint32_t)total;
+    size_t kept = 0;
+    for (size_t k = 0; k < o->flen; k++) {
+        size_t pi = o->fifo[o->fhead + k];
+        if (s->parts[pi].consumer != ti)
+            o->fifo[o->fhead + kept++] = pi;
+    }
+    o->flen = kept;
+    o->fifo_bytes -= bytes;
+    if (t->state == T_RUNNING && have > 0 && !t->chunked) { /* its output grows with them */
+        uint64_t e = estimate(s, o, bytes, t->op);
+        t->reserved += e;
+        s->reserved_bytes += e;
+    }
+    return 0;
+}
+
+/* Open task ti takes the finished map outputs of its bucket, and closes when none can come. -1
+ * out of memory. */
+static int open_absorb(sb_sched *s, size_t ti)
+{
+    task *t = &s->tasks[ti];
+    op *o = &s->ops[t->op];
+    xpick *pk = o->flen > 0 ? malloc(o->flen * sizeof *pk) : NULL;
+    if (o->flen > 0 && pk == NULL)
+        return -1;
+    size_t left = 0, n = o->flen > 0 ? bucket_pick(s, t->op, task_bucket(s, t), 1, pk, &left) : 0;
+    int rc = task_take(s, ti, pk, n);
+    free(pk);
+    if (rc != 0 || left > 0 || !op_finished(s, t->op - 1))
+        return rc;
+    t->open = 0;
+    for (size_t k = 0; k < o->nxopens; k++)
+        if (o->xopens[k] == ti) {
+            o->xopens[k] = o->xopens[--o->nxopens];
+            break;
+        }
+    return 0;
+}
+
+/* Every open task of op i takes what it can (before the op forms tasks: a bucket with an open
+ * task gets no other). */
+static void open_settle(sb_sched *s, size_t i)
+{
+    op *o = &s->ops[i];
+    for (size_t k = o->nxopens; k-- > 0;)
+        if (k < o->nxopens && open_absorb(s, o->xopens[k]) != 0)
+            s->oom = 1;
+}
+
 /* The task of the lowest bucket still waiting: every map output of that bucket (a map task's
  * output p<b> is bucket b), in map task order, so a reduce task reads the same rows in the same
- * order on every run of the same map tasks. NONE before the barrier or when none waits. */
+ * order on every run of the same map tasks. NONE before the barrier or when none waits. Before
+ * the barrier, where early_room allows, an open task instead: the bucket's finished map outputs
+ * so far ("Early reduces"). */
 static size_t exchange_form(sb_sched *s, size_t i)
 {
     op *o = &s->ops[i];
-    if (o->flen == 0 || !exchange_ready(s, i))
+    if (o->nxopens > 0)
+        open_settle(s, i);
+    if (o->flen == 0)
+        return NONE;
+    int early = !exchange_ready(s, i);
+    if (early && !early_room(s, i))
         return NONE;
     uint64_t b = UINT64_MAX;
-    size_t n = 0;
     for (size_t k = 0; k < o->flen; k++) {
         const part *p = &s->parts[o->fifo[o->fhead + k]];
         uint64_t seq = id_seq(p->id);
@@ -1644,48 +1834,31 @@ static size_t exchange_form(sb_sched *s, size_t i)
                         o->name, p->id, o->xbuckets);
             return NONE;
         }
-        n = seq < b ? 1 : seq == b ? n + 1 : n;
-        b = seq < b ? seq : b;
+        if (seq < b && (!early || part_ready(s, p)))
+            b = seq;
     }
-    xpick *pk = malloc(n * sizeof *pk);
+    if (b == UINT64_MAX)
+        return NONE; /* (early: no map task finished yet) */
+    xpick *pk = malloc(o->flen * sizeof *pk);
     size_t ti = pk != NULL ? task_new(s, (uint32_t)i, o->next_index) : NONE;
-    if (ti == NONE) {
+    if (ti == NONE || (early && GROW(s, o->xopens, o->capxopens, o->nxopens + 1) != 0)) {
         free(pk);
         s->oom = 1;
         return NONE;
     }
     o->next_index++;
-    task *t = &s->tasks[ti];
-    uint32_t *ins = &t->in.one;
-    if (n > 1 && (ins = t->in.many = malloc(n * sizeof *ins)) == NULL) {
+    size_t left = 0, n = bucket_pick(s, i, b, early, pk, &left);
+    if (task_take(s, ti, pk, n) != 0) {
         free(pk);
         s->oom = 1;
         return NONE;
     }
-    size_t m = 0;
-    for (size_t k = 0; k < o->flen; k++) {
-        size_t pi = o->fifo[o->fhead + k];
-        if (id_seq(s->parts[pi].id) == b)
-            pk[m++] = (xpick){s->tasks[s->parts[pi].producer].index, k};
-    }
-    qsort(pk, n, sizeof *pk, xpick_cmp);
-    for (size_t k = 0; k < n; k++) {
-        size_t pi = o->fifo[o->fhead + pk[k].pos];
-        ins[k] = (uint32_t)pi;
-        s->parts[pi].consumer = ti;
-        t->in_bytes += s->parts[pi].bytes;
-        t->in_rows += s->parts[pi].rows;
-    }
-    t->ninputs = (uint32_t)n;
     free(pk);
-    size_t kept = 0; /* the other buckets stay, in order */
-    for (size_t k = 0; k < o->flen; k++) {
-        size_t pi = o->fifo[o->fhead + k];
-        if (s->parts[pi].consumer != ti)
-            o->fifo[o->fhead + kept++] = pi;
+    if (early) {
+        s->tasks[ti].open = 1;
+        o->xopens[o->nxopens++] = (uint32_t)ti;
+        s->early_reduces++;
     }
-    o->flen = kept;
-    o->fifo_bytes -= t->in_bytes;
     queue_push(s, o, ti);
     return ti;
 }
@@ -1743,6 +1916,14 @@ static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
     return ti;
 }
 
+/* Queued task ti may run now: its inputs are there, a stream lets it in, and an open one has
+ * its room ("Early reduces"). */
+static int task_ready(const sb_sched *s, size_t ti)
+{
+    const task *t = &s->tasks[ti];
+    return inputs_available(s, t) && !stream_gated(s, ti) && (!t->open || open_ready(s, t->op));
+}
+
 /* The first runnable queued task of op i (removed from the queue), or NONE. */
 static size_t pop_ready(sb_sched *s, size_t i)
 {
@@ -1751,7 +1932,7 @@ static size_t pop_ready(sb_sched *s, size_t i)
         stream_advance(s);
     for (size_t k = 0; k < o->qlen; k++) {
         size_t ti = o->queue[o->qhead + k];
-        if (!inputs_available(s, &s->tasks[ti]) || stream_gated(s, ti))
+        if (!task_ready(s, ti))
             continue;
         /* close the gap from the head side: O(k), and k is 0 unless inputs were lost */
         memmove(o->queue + o->qhead + 1, o->queue + o->qhead, k * sizeof *o->queue);
@@ -1770,7 +1951,7 @@ static size_t peek_ready(sb_sched *s, size_t i, uint64_t *in_bytes)
         stream_advance(s);
     for (size_t k = 0; k < o->qlen; k++) {
         size_t ti = o->queue[o->qhead + k];
-        if (inputs_available(s, &s->tasks[ti]) && !stream_gated(s, ti)) {
+        if (task_ready(s, ti)) {
             *in_bytes = s->tasks[ti].in_bytes;
             return ti;
         }
@@ -1863,6 +2044,8 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
     worker *wk = &s->workers[w];
+    if (t->open && open_absorb(s, ti) != 0) /* what came since it was formed or handed back */
+        s->oom = 1;
     t->state = T_RUNNING;
     t->worker = w;
     t->started_ms = now_ms;
@@ -1921,6 +2104,7 @@ static void fill_task_view(sb_sched *s, size_t ti, int copy, sb_sched_task *out,
     out->target_bytes = o->target;
     /* early outputs (start_task, early_wanted): not for a speculative copy */
     out->publish_early = !copy && t->grants;
+    out->inputs_open = t->open;
     out->ninputs = t->ninputs;
     out->inputs = NULL;
     if (t->ninputs > 0) {
@@ -1954,9 +2138,11 @@ static size_t downstream_work(const sb_sched *s)
         int barrier = o->xreduce && !exchange_ready(s, i);
         if (barrier && o->qlen == 0)
             continue;
-        for (size_t k = 0; k < o->qlen; k++)
-            if (inputs_available(s, &s->tasks[o->queue[o->qhead + k]]))
+        for (size_t k = 0; k < o->qlen; k++) {
+            const task *t = &s->tasks[o->queue[o->qhead + k]];
+            if (inputs_available(s, t) && (!t->open || open_ready(s, i)))
                 return i;
+        }
         if (barrier)
             continue;
         for (size_t k = 0; k < o->flen; k++)
@@ -2198,7 +2384,7 @@ static size_t spec_candidate(sb_sched *s, size_t w, uint64_t now_ms)
         for (size_t ti = 0; ti < s->ntasks; ti++) {
             const task *t = &s->tasks[ti];
             if (t->op != k || t->state != T_RUNNING || t->copy != NO_COPY || t->worker == w ||
-                !inputs_available(s, t))
+                t->open || !inputs_available(s, t))
                 continue;
             const worker *x = &s->workers[t->worker];
             int sick = x->draining || x->suspect;
@@ -2480,7 +2666,7 @@ static size_t assign_pick(sb_sched *s, size_t w, int extra, size_t got, size_t m
                                : s->mode != SB_MODE_STREAMING     ? 1
                                                                   : 0,
                                w);
-            if (ti == NONE || (extra && s->tasks[ti].solo))
+            if (ti == NONE || (extra && (s->tasks[ti].solo || s->tasks[ti].open)))
                 continue;
             in_bytes = s->tasks[ti].in_bytes;
             uint64_t est = start_reserve(s, &s->tasks[ti], estimate(s, &s->ops[k], in_bytes, k), w,
@@ -3086,6 +3272,11 @@ int sb_sched_complete_pieces(sb_sched *s, const char *worker_id, const char *tas
     op *o = &s->ops[t->op];
     if (settle_copy(s, w, t, copy, status, message, outs, nouts))
         return 1;
+    if (status == SB_SCHED_OK && t->open) { /* its output would lack the rows still to come */
+        status = SB_SCHED_ERROR;
+        message = "the worker ended an early reduce task before its inputs were closed "
+                  "(Task.inputs_open)";
+    }
     s->last_progress_ms = now_ms;
     if (now_ms > s->now_ms)
         s->now_ms = now_ms;
@@ -3125,6 +3316,51 @@ int sb_sched_sink_schema_set(sb_sched *s, const char *schema)
 const char *sb_sched_sink_schema(const sb_sched *s)
 {
     return s->sink_schema;
+}
+
+int sb_sched_more_inputs(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                         uint32_t have, uint64_t now_ms, const sb_sched_input **more, size_t *nmore,
+                         int *closed, sb_err *err)
+{
+    *more = NULL;
+    *nmore = 0;
+    *closed = 0;
+    size_t w = worker_find(s, worker_id ? worker_id : "");
+    if (w == NONE)
+        return sb_err_set(err, "scheduler: inputs asked by unknown worker \"%s\"",
+                          worker_id ? worker_id : "");
+    size_t ti = task_find(s, task_id ? task_id : "");
+    if (ti == NONE)
+        return 0;
+    task *t = &s->tasks[ti];
+    if (t->state != T_RUNNING || t->attempt != attempt || t->worker != w)
+        return 0;
+    if (have > t->ninputs) { /* (a worker's bug: the attempt cannot go on) */
+        requeue_task(s, ti, 0);
+        return 0;
+    }
+    if (now_ms > s->now_ms)
+        s->now_ms = now_ms;
+    if (t->open && !open_ready(s, t->op) && upstream_starved(s, t->op)) {
+        requeue_task(s, ti, 0); /* map work needs its slot: it starts again later */
+        return 0;
+    }
+    if (t->open && open_absorb(s, ti) != 0)
+        return sb_err_set(err, "scheduler: out of memory");
+    size_t n = t->ninputs - have;
+    if (GROW(s, s->more_scratch, s->more_scratch_cap, n + 1) != 0)
+        return sb_err_set(err, "scheduler: out of memory");
+    const uint32_t *ins = task_inputs(t);
+    for (size_t k = 0; k < n; k++) {
+        const part *p = &s->parts[ins[have + k]];
+        size_t holder = p->worker != NONE ? p->worker : w; /* (lost: its fetch reports it) */
+        s->more_scratch[k] =
+            (sb_sched_input){p->id, s->workers[holder].address, s->workers[holder].id, p->bytes};
+    }
+    *more = s->more_scratch;
+    *nmore = n;
+    *closed = !t->open;
+    return 1;
 }
 
 int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
@@ -3243,6 +3479,7 @@ void sb_sched_get_stats(const sb_sched *s, sb_sched_stats *out)
     out->tasks_batched = s->tasks_batched;
     out->tasks_rerun = s->tasks_rerun;
     out->early_outputs = s->early_outputs;
+    out->early_reduces = s->early_reduces;
     out->partitions_recovered = s->partitions_recovered;
     out->partitions_lost = s->partitions_lost;
     out->sink_parts = s->nsink;
@@ -3795,10 +4032,11 @@ void sb_sched_pool_demand(const sb_sched *s, const char *pool, uint64_t *queued,
             continue;
         q += o->qlen;
         if (o->flen > 0) { /* tasks these partitions will form (a reduce op: one per bucket) */
-            uint64_t t = o->xreduce  ? (o->flen < o->xbuckets ? o->flen : o->xbuckets)
+            uint64_t unformed = o->xbuckets > o->ntis ? o->xbuckets - o->ntis : 0;
+            uint64_t t = o->xreduce  ? (o->flen < unformed ? o->flen : unformed)
                          : o->target ? (o->fifo_bytes + o->target - 1) / o->target
                                      : o->flen;
-            q += t > 0 ? t : 1;
+            q += t > 0 || o->xreduce ? t : 1; /* (a reduce: buckets whose task waits for them) */
         }
         r += o->running;
         if (s->state == SB_SCHED_RUNNING && !op_finished(s, i))

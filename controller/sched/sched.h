@@ -99,6 +99,8 @@ typedef struct sb_sched_config {
     int no_eft;                    /* 1: at an op's tail a slow worker takes a task even when a
                                       faster one would finish it sooner (ablations) */
     int no_early;                  /* 1: no early outputs (sb_sched_publish; ablations) */
+    int no_early_reduce;           /* 1: an exchange's reduce tasks wait for the barrier even
+                                      where they may start early (sb_sched_more_inputs) */
     int no_fuse_choices;           /* 1: a stage that allows more than one shape (placement) is
                                       an op of its own, so sb_sched_stage_move can move it */
     uint64_t start_ms;             /* the clock at creation (the stall watchdog starts there) */
@@ -146,6 +148,7 @@ typedef struct sb_sched_task {
      * unknown; infer_sink_schema: this task infers it (the other sink tasks wait meanwhile) */
     const char *sink_schema;
     int infer_sink_schema;
+    int inputs_open; /* an early reduce: more inputs come (sb_sched_more_inputs) */
 } sb_sched_task;
 
 /* What a task attempt cost, as the worker measured it (may be NULL). */
@@ -224,6 +227,8 @@ typedef struct sb_sched_stats {
     uint64_t tasks_rerun;          /* attempts caused by lost workers or lost inputs */
     uint64_t tasks_batched;        /* tasks given past a slot's first in a poll (batched polls) */
     uint64_t early_outputs;        /* outputs taken while their task ran (sb_sched_publish) */
+    uint64_t early_reduces;        /* reduce tasks started before their map op finished
+                                      (sb_sched_more_inputs) */
     uint64_t partitions_recovered; /* producer re-runs queued to re-make lost partitions */
     uint64_t partitions_lost;      /* still-needed partitions lost with a worker or a fetch */
     uint64_t sink_parts, sink_rows, sink_bytes;
@@ -293,6 +298,20 @@ size_t sb_sched_assign_batch(sb_sched *s, const char *worker_id, size_t max, siz
 int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
                      const sb_storage_output *outs, size_t nouts, uint64_t now_ms, int *wait,
                      sb_err *err);
+
+/* Early reduces. A reduce task of an exchange stage whose op allows it (exchange.h,
+ * sb_exchange_early) may start before its map op finished: when every map task still to end is
+ * already running, a slot that would idle takes it with its bucket's map outputs made so far
+ * (sb_sched_task.inputs_open). Its worker, once it has read the `have` inputs it was given, asks
+ * here for the rest: *more (nmore views, valid until the next mutating call) are the map outputs
+ * of its bucket finished since, in map task order; *closed = 1 once no more can come (the map op
+ * finished), and only then may the task's ops finish. 1 answered (nmore may be 0: ask again);
+ * 0 the attempt no longer counts (stale, or handed back because map work waits for a slot it
+ * holds, or `have` is past its inputs: it is queued again, and the worker stops it without a
+ * report); -1 with err (an unknown worker, out of memory). */
+int sb_sched_more_inputs(sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                         uint32_t have, uint64_t now_ms, const sb_sched_input **more, size_t *nmore,
+                         int *closed, sb_err *err);
 
 /* A task finished. Returns 1 if accepted, 0 if stale (unknown task, old attempt, or not running
  * on that worker: the worker should drop its outputs, which are queued for release), -1 with

@@ -169,6 +169,8 @@ static int v_complete(const Streambatch__V1__CompleteTaskRequest *m, sb_err *err
     else if (m->partial && m->status != STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK)
         rc = sb_err_set(err, "partial: a report of a running task's outputs has status OK, not %d",
                         (int)m->status);
+    else if (m->want_inputs && !m->partial)
+        rc = sb_err_set(err, "want_inputs: only a partial report asks for a task's inputs");
     for (size_t i = 0; rc == 0 && i < m->n_outputs; i++)
         rc = v_partition_info(m->outputs[i], "outputs", i, err);
     if (rc == 0)
@@ -301,6 +303,8 @@ int sb_rpc_msg_validate(const ProtobufCMessage *msg, sb_err *err)
     } else if (d == &streambatch__v1__complete_task_reply__descriptor) {
         const Streambatch__V1__CompleteTaskReply *m = (const void *)msg;
         rc = check_pids(m->release, m->n_release, "release", err);
+        for (size_t i = 0; rc == 0 && i < m->n_more_inputs; i++)
+            rc = v_partition_ref(m->more_inputs[i], i, err);
     } else if (d == &streambatch__v1__heartbeat_request__descriptor) {
         rc = v_heartbeat((const void *)msg, err);
     } else if (d == &streambatch__v1__heartbeat_reply__descriptor) {

@@ -2,8 +2,8 @@
  * output checked against the Python reference tests/allops/check.py on generated data with
  * ties, nulls and keys of mixed types (1, 1.0, "1", true, null, missing), on an empty input, a
  * single partition and many tiny partitions; random_shuffle's order fixed by its seed; a
- * missing key as a data error; a worker SIGKILLed during the reduce phase; `plan --profile` on
- * a pipeline with an exchange stage. */
+ * missing key as a data error; a worker SIGKILLed during the reduce phase; a reduce task that
+ * starts while the last map task runs; `plan --profile` on a pipeline with an exchange stage. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -219,6 +219,53 @@ Test(allops, kill_during_reduce_gives_the_same_output)
        "[{\"op\":\"count\"},{\"op\":\"sum\",\"field\":\"v\"}]}' in out-k1",
        dir, sb_test_root());
     cr_expect_gt(summary_num("k1", "partitionsRecovered"), 0, "map outputs re-made by lineage");
+}
+
+/* Early reduces (controller/sched/sched.c): nine splits of 50 records at 2 ms each before the
+ * groupby's map half, on two workers of one slot, so one worker finishes its last map task while
+ * the other still runs the ninth; its free slot then takes a reduce task, open, which reads the
+ * buckets of the finished map tasks and the last one's once it ends. The output is the
+ * reference's, as with the mechanism switched off (SB_SCHED_OFF=early-reduces: none starts
+ * early). */
+Test(allops, a_reduce_task_starts_while_the_last_map_task_runs)
+{
+    sh("cd %s && mkdir early && python3 -c '"
+       "import json\n"
+       "for f in range(9):\n"
+       "    with open(\"early/f%%d.jsonl\" %% f, \"w\") as o:\n"
+       "        for i in range(50):\n"
+       "            o.write(json.dumps({\"k\": (f * 7 + i) %% 13, \"v\": i}) + \"\\n\")'",
+       dir);
+    const char *args = "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":"
+                       "\"sum\",\"field\":\"v\"}]}";
+    for (int off = 0; off < 2; off++) {
+        const char *name = off ? "eo" : "ee";
+        FILE *f = itest_create("%s.yaml", name);
+        fprintf(f,
+                "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
+                "spec:\n  source: {uri: 'file://%s/early/', format: jsonl, partitionSize: 1Ki}\n"
+                "  stages:\n"
+                "  - {name: slow, op: bench.sleep, args: {msPerRecord: 2}}\n"
+                "  - {name: x, op: groupby, args: {keys: [k], partitions: 3, aggregates: "
+                "[{op: count}, {op: sum, field: v}]}}\n"
+                "  sink: {uri: 'file://%s/out-%s/', format: jsonl}\n",
+                name, dir, dir, name);
+        fclose(f);
+        if (off)
+            setenv("SB_SCHED_OFF", "early-reduces", 1);
+        char *out = NULL;
+        int rc = run_cli(name, "--cpus 2", &out);
+        unsetenv("SB_SCHED_OFF");
+        cr_assert_eq(rc, 0, "%s failed:\n%s", name, out);
+        free(out);
+        sh("cd %s && python3 %s/tests/allops/check.py groupby '%s' early out-%s", dir,
+           sb_test_root(), args, name);
+        if (off)
+            cr_expect_eq(summary_num(name, "earlyReduces"), 0, "switched off");
+        else
+            cr_expect_geq(summary_num(name, "earlyReduces"), 1, "a reduce task started early");
+        cr_expect_eq(summary_num(name, "tasksRerun"), 0);
+    }
 }
 
 /* Two exchanges in a row: a groupby, then a sort by its counts and a distinct of them (the

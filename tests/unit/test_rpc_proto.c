@@ -479,6 +479,25 @@ Test(rpc_msgs, complete_task_and_replies)
     cr_assert(strstr(err.msg, "completions[0]") && strstr(err.msg, "partial"), "%s", err.msg);
     c.partial = 0;
     cr_assert_eq(sb_rpc_msg_validate(&pq.base, &err), 0, "%s", err.msg);
+    /* an early reduce's ask for inputs (want_inputs) is a partial report; its reply's inputs are
+     * checked as a task's are */
+    c.want_inputs = 1;
+    cr_assert_eq(sb_rpc_msg_validate(&c.base, &err), -1);
+    cr_assert(strstr(err.msg, "want_inputs"), "%s", err.msg);
+    c.partial = 1;
+    cr_assert_eq(sb_rpc_msg_validate(&c.base, &err), 0, "%s", err.msg);
+    c.partial = 0;
+    c.want_inputs = 0;
+    Streambatch__V1__PartitionRef more = STREAMBATCH__V1__PARTITION_REF__INIT, *mores[] = {&more};
+    more.id = "s1-t1-p0";
+    more.worker_address = "10.0.0.1:7070";
+    Streambatch__V1__CompleteTaskReply cr = STREAMBATCH__V1__COMPLETE_TASK_REPLY__INIT;
+    cr.accepted = 1;
+    cr.n_more_inputs = 1;
+    cr.more_inputs = mores;
+    cr_assert_eq(sb_rpc_msg_validate(&cr.base, &err), 0, "%s", err.msg);
+    more.id = "../etc/passwd";
+    cr_assert_eq(sb_rpc_msg_validate(&cr.base, &err), -1);
     c.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_ERROR;
 
     /* a PollTasks reply with a task whose input id is bad */

@@ -29,6 +29,7 @@ static const char *yaml = "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\
 static spec_holder h;
 static char names[NSPLITS][64];
 static int g_no_fuse_choices; /* sb_sched_config.no_fuse_choices (the operator, when it plans) */
+static int g_no_early_reduce; /* sb_sched_config.no_early_reduce */
 
 static sb_sched *make_from(const char *y)
 {
@@ -39,8 +40,10 @@ static sb_sched *make_from(const char *y)
         sp[i].split = names[i];
         sp[i].bytes = 1024;
     }
-    sb_sched_config cfg = {
-        .pipeline = &h.p, .pipeline_id = "ns/x", .no_fuse_choices = g_no_fuse_choices};
+    sb_sched_config cfg = {.pipeline = &h.p,
+                           .pipeline_id = "ns/x",
+                           .no_fuse_choices = g_no_fuse_choices,
+                           .no_early_reduce = g_no_early_reduce};
     sb_err err;
     sb_sched *s = sb_sched_new(&cfg, sp, NSPLITS, &err);
     cr_assert_not_null(s, "%s", err.msg);
@@ -132,6 +135,7 @@ static void run_maps_but_one(sb_sched *s, uint64_t *now, sb_sched_task *last, ch
 
 Test(sched_exchange, reduce_waits_for_every_map_task_then_reads_its_bucket)
 {
+    g_no_early_reduce = 1; /* (the early reduces are below) */
     sb_sched *s = make();
     uint64_t now = 1;
     sb_sched_task last, t[8];
@@ -172,6 +176,190 @@ Test(sched_exchange, reduce_waits_for_every_map_task_then_reads_its_bucket)
     spec_fixture_free(&h);
 }
 
+/* Asks for task t's inputs past `have` (sb_sched_more_inputs): returns how many came, the first
+ * one's id in first (when any), and whether they are closed. */
+static size_t ask(sb_sched *s, const char *w, const sb_sched_task *t, uint32_t have, uint64_t now,
+                  char *first, int *closed)
+{
+    const sb_sched_input *in;
+    size_t n;
+    sb_err err;
+    cr_assert_eq(
+        sb_sched_more_inputs(s, w, t->task_id, t->attempt, have, now, &in, &n, closed, &err), 1,
+        "%s", err.msg);
+    if (n > 0)
+        snprintf(first, 64, "%s", in[0].id);
+    return n;
+}
+
+/* Early reduces (sched.c): with every map task but the last finished and that one running, a
+ * worker with free slots gets the reduce tasks at once, open, each with its bucket of the
+ * finished map tasks in map task order; asked again while the last map task runs they get
+ * nothing more and stay open; once it finished each gets its bucket of it and is closed. A
+ * reduce task that reports success before its inputs closed is failed and run again, whole. */
+Test(sched_exchange, early_reduces_start_in_the_map_tail_and_take_their_bucket_as_it_comes)
+{
+    sb_sched *s = make();
+    uint64_t now = 1;
+    sb_sched_task last, t[8];
+    char id[128], ids[NB][128], first[64];
+    run_maps_but_one(s, &now, &last, id, sizeof id);
+    size_t n = sb_sched_assign(s, "w1", 8, now++, t);
+    cr_assert_eq(n, NB, "the reduce tasks start before the last map task ends");
+    for (size_t b = 0; b < n; b++) {
+        cr_expect_eq(t[b].op, 1);
+        cr_expect(t[b].inputs_open, "bucket %zu: open", b);
+        cr_assert_eq(t[b].ninputs, NSPLITS - 1, "bucket %zu: %zu inputs", b, t[b].ninputs);
+        for (size_t k = 0; k + 1 < NSPLITS; k++) {
+            char want[64];
+            snprintf(want, sizeof want, "s0-t%zu-p%zu", k, b);
+            cr_expect_str_eq(t[b].inputs[k].id, want);
+        }
+        snprintf(ids[b], sizeof ids[b], "%s", t[b].task_id);
+        t[b].task_id = ids[b];
+    }
+    int closed = -1;
+    cr_expect_eq(ask(s, "w1", &t[0], NSPLITS - 1, now++, first, &closed), 0);
+    cr_expect_eq(closed, 0, "open while a map task runs");
+    complete(s, "w2", &last, now++);
+    cr_assert_eq(ask(s, "w1", &t[0], NSPLITS - 1, now++, first, &closed), 1);
+    cr_expect_str_eq(first, "s0-t3-p0");
+    cr_expect_eq(closed, 1);
+    cr_expect_eq(ask(s, "w1", &t[0], NSPLITS, now++, first, &closed), 0, "asked again: nothing");
+    cr_expect_eq(closed, 1);
+    complete(s, "w1", &t[0], now++);
+    /* bucket 1 reports success without asking: its output lacks map task 3's rows */
+    sb_err err;
+    cr_assert_eq(sb_sched_complete(s, "w1", t[1].task_id, t[1].attempt, SB_SCHED_OK, NULL, NULL, 0,
+                                   NULL, 0, NULL, now++, &err),
+                 1, "%s", err.msg);
+    cr_assert_eq(ask(s, "w1", &t[2], NSPLITS - 1, now++, first, &closed), 1);
+    cr_expect_str_eq(first, "s0-t3-p2");
+    complete(s, "w1", &t[2], now++);
+    cr_assert_eq(sb_sched_assign(s, "w1", 8, now++, t), 1, "bucket 1 runs again");
+    cr_expect_eq(t[0].index, 1);
+    cr_expect_eq(t[0].attempt, 1);
+    cr_expect(!t[0].inputs_open, "closed: its bucket is whole");
+    cr_expect_eq(t[0].ninputs, NSPLITS);
+    complete(s, "w1", &t[0], now++);
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(s, &st);
+    cr_expect_eq(st.sink_parts, NB);
+    cr_expect_eq(st.early_reduces, NB);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* An early reduce holds a slot the map op needs again (a worker holding map outputs was lost, so
+ * a map task must run again, and the pool has no free slot): at its next ask the reduce task is
+ * handed back (its attempt cancelled) and the slot goes to the map task; the reduce task starts
+ * again once there is room and reads its whole bucket. */
+Test(sched_exchange, an_early_reduce_gives_its_slot_back_to_a_map_task_that_must_run_again)
+{
+    spec_fixture_load(&h, yaml);
+    sb_storage_split sp[NSPLITS];
+    for (size_t i = 0; i < NSPLITS; i++) {
+        snprintf(names[i], sizeof names[i], "0\t1024\t1024\t/in/f%zu.jsonl", i);
+        sp[i] = (sb_storage_split){.split = names[i], .bytes = 1024};
+    }
+    /* (no_eft: the idle w2 would take the reduce task, w1 being busy) */
+    sb_sched_config cfg = {.pipeline = &h.p, .pipeline_id = "ns/x", .no_eft = 1};
+    sb_err err;
+    sb_sched *s = sb_sched_new(&cfg, sp, NSPLITS, &err);
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_assert_eq(sb_sched_worker_add(s, "w1", "cpu", "127.0.0.1:1", 2, NULL, 0, 0, NULL), 0);
+    cr_assert_eq(sb_sched_worker_add(s, "w2", "cpu", "127.0.0.1:2", 1, NULL, 0, 0, NULL), 0);
+    uint64_t now = 1;
+    sb_sched_task t[8], m[4], r;
+    char mid[4][128], rid[128];
+    for (size_t k = 0; k < 3; k++) { /* map task 0 on w2, 1 and 2 on w1 */
+        cr_assert_eq(sb_sched_assign(s, k == 0 ? "w2" : "w1", 1, now++, t), 1);
+        m[k] = t[0];
+        snprintf(mid[k], sizeof mid[k], "%s", m[k].task_id);
+        m[k].task_id = mid[k];
+        complete(s, k == 0 ? "w2" : "w1", &m[k], now++);
+    }
+    cr_assert_eq(sb_sched_assign(s, "w1", 2, now++, t), 2, "map task 3 and an early reduce");
+    cr_assert_eq(t[0].op, 0);
+    m[3] = t[0];
+    snprintf(mid[3], sizeof mid[3], "%s", m[3].task_id);
+    m[3].task_id = mid[3];
+    cr_assert_eq(t[1].op, 1);
+    cr_assert(t[1].inputs_open);
+    r = t[1];
+    snprintf(rid, sizeof rid, "%s", r.task_id);
+    r.task_id = rid;
+    sb_sched_worker_lost(s, "w2", "killed", now++); /* map task 0's outputs with it */
+    const sb_sched_input *in;
+    size_t n;
+    int closed;
+    cr_expect_eq(sb_sched_more_inputs(s, "w1", r.task_id, r.attempt, r.ninputs, now++, &in, &n,
+                                      &closed, &err),
+                 0, "handed back: map task 0 needs the slot");
+    sb_sched_cancel *c = NULL;
+    size_t nc = sb_sched_take_cancels(s, "w1", &c);
+    cr_expect_eq(nc, 1);
+    if (nc == 1)
+        cr_expect_str_eq(c[0].task_id, rid);
+    sb_sched_cancels_free(c, nc);
+    cr_assert_eq(sb_sched_assign(s, "w1", 2, now++, t), 1);
+    cr_expect_eq(t[0].op, 0, "the slot goes to the map task");
+    cr_expect_eq(t[0].index, 0);
+    m[0] = t[0];
+    m[0].task_id = mid[0];
+    complete(s, "w1", &m[0], now++);
+    complete(s, "w1", &m[3], now++);
+    size_t reduces = 0;
+    for (int guard = 0; sb_sched_state_get(s, NULL) == SB_SCHED_RUNNING && guard < 20; guard++) {
+        size_t k = sb_sched_assign(s, "w1", 2, now++, t);
+        char ids[8][128];
+        for (size_t i = 0; i < k; i++) {
+            snprintf(ids[i], sizeof ids[i], "%s", t[i].task_id);
+            t[i].task_id = ids[i];
+            cr_expect(!t[i].inputs_open, "the map op is finished: closed");
+            cr_expect_eq(t[i].ninputs, NSPLITS, "each reads its whole bucket");
+            reduces++;
+        }
+        for (size_t i = 0; i < k; i++)
+            complete(s, "w1", &t[i], now++);
+    }
+    cr_expect_eq(sb_sched_state_get(s, NULL), SB_SCHED_SUCCEEDED);
+    cr_expect_eq(reduces, NB);
+    sb_sched_free(s);
+    spec_fixture_free(&h);
+}
+
+/* Which ops start their reduces early (exchange.h): not sort, limit, or a groupby with an
+ * order-bound aggregate. */
+Test(sched_exchange, only_ops_that_ignore_input_order_start_early)
+{
+    static const struct {
+        const char *op, *args;
+        int early;
+    } cases[] = {
+        {"repartition", "{\"partitions\":2}", 1},
+        {"random_shuffle", "{\"seed\":1}", 1},
+        {"distinct", "{}", 1},
+        {"groupby",
+         "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"count\"},{\"op\":\"std\","
+         "\"field\":\"v\"}]}",
+         1},
+        {"groupby",
+         "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"sum\",\"field\":\"v\"},"
+         "{\"op\":\"first\",\"field\":\"v\"}]}",
+         0},
+        {"groupby", "{\"keys\":[\"k\"],\"aggregates\":[{\"op\":\"collect\",\"field\":\"v\"}]}", 0},
+        {"sort", "{\"keys\":[{\"field\":\"k\"}]}", 0},
+        {"limit", "{\"rows\":3}", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sb_stage_spec st = {
+            .name = "x", .op = (char *)cases[i].op, .args_json = (char *)cases[i].args};
+        cr_expect_eq(sb_exchange_early(&st), cases[i].early, "%s %s", cases[i].op, cases[i].args);
+    }
+}
+
 /* A worker that held map outputs dies while the reduce tasks run: the reduce task that could
  * not fetch them reports them lost, the map task that made them runs again (lineage), and every
  * reduce task then reads all map tasks' buckets; the pipeline succeeds. */
@@ -179,6 +367,7 @@ Test(sched_exchange, reduce_waits_for_every_map_task_then_reads_its_bucket)
  * only those map tasks run again, then every reduce task. */
 static void lost_map_outputs_rerun(const char *y)
 {
+    g_no_early_reduce = 1; /* the barrier's lineage (an early reduce's: below) */
     sb_sched *s = make_from(y);
     uint64_t now = 1;
     sb_sched_task last, t[8];
@@ -344,6 +533,7 @@ Test(sched_exchange, sort_runs_three_ops_and_lists_its_sink_in_range_order)
  * the sort's stage as is: every such pipeline failed ("op sort is not available"). */
 Test(sched_exchange, an_exchange_right_after_another_runs_both_halves_in_one_op)
 {
+    g_no_early_reduce = 1; /* each op formed after the one before finished */
     sb_sched *s = make_from("apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\n"
                             "metadata: {name: x}\nspec:\n"
                             "  source: {uri: 'file:///in/', format: jsonl, partitionSize: 1Ki}\n"
