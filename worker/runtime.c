@@ -980,7 +980,8 @@ static int inputs_ask(task_ctx *t)
             sb_rpc_msg_free(resp);
             return sb_err_set(&t->err, "out of memory");
         }
-        memcpy(in, t->in, t->nin * sizeof *in);
+        if (t->nin > 0)
+            memcpy(in, t->in, t->nin * sizeof *in);
         if (t->capin > 0)
             free(t->in);
         t->in = in;
@@ -997,20 +998,24 @@ static int inputs_ask(task_ctx *t)
         t->capreplies = cap;
     }
     t->replies[t->nreplies++] = resp;
-    memcpy(t->in + t->nin, r->more_inputs, n * sizeof *t->in);
+    if (n > 0)
+        memcpy(t->in + t->nin, r->more_inputs, n * sizeof *t->in);
     t->nin += n;
     t->in_open = !r->inputs_closed;
     return 1;
 }
 
-/* An early reduce has read every input it knows: asks for more after 2, 4, 8, then every 10 ms
- * (as publish_part waits for a grant) until some come or none can (in_open cleared). 0 then; -1
- * (t->err) when the attempt is cancelled, no longer counts, or the worker stops: it ends
- * without a report, as a cancelled one. */
+/* An early reduce has read every input it knows: asks for more after 2, 4, 8, 16, then every 20
+ * ms until some come or none can (in_open cleared). 0 then; -1 (t->err) when the attempt is
+ * cancelled, no longer counts, or the worker stops: it ends without a report, as a cancelled
+ * one. Why 20 ms and not a grant's 10 (publish_part): every open task of a wide stage asks at
+ * that rate for as long as the map op's tail lasts, and each ask costs the controller a call,
+ * while a map task takes far longer than the 20 ms its output may wait. */
+#define INPUTS_WAIT_MAX_MS 20
 static int inputs_more(task_ctx *t)
 {
     size_t had = t->nin;
-    for (int ms = WAIT_FIRST_MS;; ms = ms * 2 < WAIT_MAX_MS ? ms * 2 : WAIT_MAX_MS) {
+    for (int ms = WAIT_FIRST_MS;; ms = ms * 2 < INPUTS_WAIT_MAX_MS ? ms * 2 : INPUTS_WAIT_MAX_MS) {
         int rc = __atomic_load_n(t->cancel, __ATOMIC_RELAXED) || stopping(t->w)
                      ? sb_op_cancel_err(&t->err, t->task->stage ? t->task->stage : "?")
                      : inputs_ask(t);
