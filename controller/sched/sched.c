@@ -97,8 +97,9 @@ typedef struct {
     uint8_t chunked : 1;     /* ... charged one output at a time (start_reserve) */
     uint8_t waiting : 1;     /* ... and waits for the next grant: it makes nothing until then */
     uint8_t pieces : 1;      /* its split's objects that errored alone were counted (once) */
-    uint8_t open : 1;        /* an early reduce whose map outputs may still come ("Early
-                                reduces"): in its op's xopens */
+    uint8_t open : 1;        /* an early reduce whose worker has not been told yet that its
+                                inputs are closed ("Early reduces"); while its bucket's map
+                                outputs may still come, it is in its op's xopens */
 } task;
 
 #define NO_COPY UINT32_MAX
@@ -186,7 +187,9 @@ typedef struct {
     uint32_t xbuckets;
     uint32_t *xopens; /* its open tasks ("Early reduces") */
     size_t nxopens, capxopens;
-    uint64_t xlimit; /* op 0 running a limit's map half: its rows (limit_cut); 0 for none */
+    uint32_t *xbucket; /* per bucket, its open task (NO_TASK: none); NULL before the first */
+    uint64_t xsettled; /* s->gen at its last open_settle */
+    uint64_t xlimit;   /* op 0 running a limit's map half: its rows (limit_cut); 0 for none */
     const sb_stage_spec **sp; /* the stages its tasks run (a half's spec in place of the stage) */
     uint8_t pushed;           /* sp[nstages] is the next op's leading project (project_pushed) */
 } op;
@@ -286,7 +289,8 @@ struct sb_sched {
     sb_sched_input *more_scratch; /* sb_sched_more_inputs' views */
     size_t more_scratch_cap;
     uint64_t early_reduces; /* sb_sched_stats.early_reduces */
-    size_t *pick_scratch;   /* form_task's picks */
+    uint64_t gen; /* bumped by each accepted report and each worker gone or come (open_settle) */
+    size_t *pick_scratch; /* form_task's picks */
     size_t pick_cap;
     int oom;
 };
@@ -1014,6 +1018,7 @@ void sb_sched_free(sb_sched *s)
         free(s->ops[i].fifo);
         free(s->ops[i].tis);
         free(s->ops[i].xopens);
+        free(s->ops[i].xbucket);
         free(s->ops[i].sp);
     }
     for (size_t i = 0; s->xhalves != NULL && i < 2 * s->nops; i++) {
@@ -1174,6 +1179,7 @@ int sb_sched_worker_add(sb_sched *s, const char *id, const char *pool, const cha
 {
     if (id == NULL || *id == '\0' || pool == NULL || address == NULL || slots == 0)
         return sb_err_set(err, "scheduler: a worker needs an id, a pool, an address and slots");
+    s->gen++; /* (the partitions it holds may be available again) */
     size_t w = worker_find(s, id);
     if (w != NONE && s->workers[w].alive)
         sb_sched_worker_lost(s, id, "it registered again: restarted",
@@ -1384,6 +1390,7 @@ void sb_sched_worker_lost(sb_sched *s, const char *id, const char *why, uint64_t
     size_t w = worker_find(s, id);
     if (w == NONE || !s->workers[w].alive)
         return;
+    s->gen++;
     worker *wk = &s->workers[w];
     wk->alive = 0;
     if (wk->draining)
@@ -1655,12 +1662,6 @@ static int xpick_cmp(const void *a, const void *b)
  * output does not depend on that order start early. An open task is never copied
  * (speculation) nor batched. */
 
-/* The bucket of reduce task t: its first input's sequence number (a map output p<b>). */
-static uint64_t task_bucket(const sb_sched *s, const task *t)
-{
-    return id_seq(s->parts[task_inputs(t)[0]].id);
-}
-
 /* A map output op i's open task may take now: available, and its map task finished (an early
  * output of a running map task may be made again if that attempt fails). */
 static int part_ready(const sb_sched *s, const part *p)
@@ -1709,30 +1710,8 @@ static int upstream_starved(const sb_sched *s, size_t i)
     return 0;
 }
 
-/* Moves the FIFO entries of op i that `take` selects for bucket b into pk (their producers'
- * indices and FIFO positions), in map task order; returns how many, and in *left those of
- * bucket b it did not select. pk has room for o->flen entries. */
-static size_t bucket_pick(const sb_sched *s, size_t i, uint64_t b, int ready_only, xpick *pk,
-                          size_t *left)
-{
-    const op *o = &s->ops[i];
-    size_t m = 0;
-    *left = 0;
-    for (size_t k = 0; k < o->flen; k++) {
-        const part *p = &s->parts[o->fifo[o->fhead + k]];
-        if (id_seq(p->id) != b)
-            continue;
-        if (ready_only && !part_ready(s, p))
-            (*left)++;
-        else
-            pk[m++] = (xpick){s->tasks[p->producer].index, k};
-    }
-    qsort(pk, m, sizeof *pk, xpick_cmp);
-    return m;
-}
-
-/* Appends the picked FIFO entries pk[0..n) to task ti's inputs (in pk's order) and removes them
- * from the FIFO, the others kept in order. -1 out of memory (nothing changed). */
+/* Appends op i's FIFO entries at pk[0..n) (in pk's order) to task ti's inputs. The caller
+ * removes them from the FIFO (fifo_drop). -1 out of memory (nothing changed). */
 static int task_take(sb_sched *s, size_t ti, const xpick *pk, size_t n)
 {
     task *t = &s->tasks[ti];
@@ -1761,13 +1740,6 @@ static int task_take(sb_sched *s, size_t ti, const xpick *pk, size_t n)
     }
     t->in_bytes += bytes;
     t->ninputs = (uint32_t)total;
-    size_t kept = 0;
-    for (size_t k = 0; k < o->flen; k++) {
-        size_t pi = o->fifo[o->fhead + k];
-        if (s->parts[pi].consumer != ti)
-            o->fifo[o->fhead + kept++] = pi;
-    }
-    o->flen = kept;
     o->fifo_bytes -= bytes;
     if (t->state == T_RUNNING && have > 0 && !t->chunked) { /* its output grows with them */
         uint64_t e = estimate(s, o, bytes, t->op);
@@ -1777,49 +1749,90 @@ static int task_take(sb_sched *s, size_t ti, const xpick *pk, size_t n)
     return 0;
 }
 
-/* Open task ti takes the finished map outputs of its bucket, and closes when none can come. -1
- * out of memory. */
-static int open_absorb(sb_sched *s, size_t ti)
+/* Removes from op o's FIFO the entries a task took (their consumer set), the others kept in
+ * order. */
+static void fifo_drop(sb_sched *s, op *o)
 {
-    task *t = &s->tasks[ti];
-    op *o = &s->ops[t->op];
-    xpick *pk = o->flen > 0 ? malloc(o->flen * sizeof *pk) : NULL;
-    if (o->flen > 0 && pk == NULL)
-        return -1;
-    size_t left = 0, n = o->flen > 0 ? bucket_pick(s, t->op, task_bucket(s, t), 1, pk, &left) : 0;
-    int rc = task_take(s, ti, pk, n);
-    free(pk);
-    if (rc != 0 || left > 0 || !op_finished(s, t->op - 1))
-        return rc;
-    t->open = 0;
-    for (size_t k = 0; k < o->nxopens; k++)
-        if (o->xopens[k] == ti) {
-            o->xopens[k] = o->xopens[--o->nxopens];
-            break;
-        }
-    return 0;
+    size_t kept = 0;
+    for (size_t k = 0; k < o->flen; k++) {
+        size_t pi = o->fifo[o->fhead + k];
+        if (s->parts[pi].consumer == NONE)
+            o->fifo[o->fhead + kept++] = pi;
+    }
+    o->flen = kept;
 }
 
-/* Every open task of op i takes what it can (before the op forms tasks: a bucket with an open
- * task gets no other). */
+/* The bucket of reduce task t: its first input's sequence number (a map output p<b>). */
+static uint64_t task_bucket(const sb_sched *s, const task *t)
+{
+    return id_seq(s->parts[task_inputs(t)[0]].id);
+}
+
+/* Open task ti's bucket may still get map outputs (it is in its op's xopens). */
+static int absorbing(const sb_sched *s, size_t ti)
+{
+    const task *t = &s->tasks[ti];
+    const op *o = &s->ops[t->op];
+    return t->open && o->xbucket != NULL && o->xbucket[task_bucket(s, t)] == ti;
+}
+
+/* Every open task of op i takes the finished map outputs of its bucket, and closes when none can
+ * come: one pass over the FIFO, and none while nothing changed since the last (s->gen: a report
+ * accepted, a worker gone or come). Out of memory: s->oom. */
 static void open_settle(sb_sched *s, size_t i)
 {
     op *o = &s->ops[i];
-    for (size_t k = o->nxopens; k-- > 0;)
-        if (k < o->nxopens && open_absorb(s, o->xopens[k]) != 0)
+    if (o->nxopens == 0 || o->xsettled == s->gen)
+        return;
+    xpick *pk = malloc((o->flen + 1) * sizeof *pk);
+    uint32_t *left = calloc(o->xbuckets, sizeof *left); /* per bucket: outputs still to come */
+    if (pk == NULL || left == NULL) {
+        free(pk);
+        free(left);
+        s->oom = 1;
+        return;
+    }
+    size_t n = 0;
+    for (size_t k = 0; k < o->flen; k++) {
+        const part *p = &s->parts[o->fifo[o->fhead + k]];
+        uint64_t b = id_seq(p->id);
+        if (b >= o->xbuckets || o->xbucket[b] == NO_TASK)
+            continue;
+        if (part_ready(s, p)) /* key: its task, then its map task's index */
+            pk[n++] = (xpick){((uint64_t)o->xbucket[b] << 32) | s->tasks[p->producer].index, k};
+        else
+            left[b]++;
+    }
+    qsort(pk, n, sizeof *pk, xpick_cmp);
+    for (size_t a = 0, z; a < n; a = z) {
+        for (z = a; z < n && pk[z].key >> 32 == pk[a].key >> 32; z++)
+            ;
+        if (task_take(s, (size_t)(pk[a].key >> 32), pk + a, z - a) != 0)
             s->oom = 1;
+    }
+    fifo_drop(s, o);
+    int closing = op_finished(s, i - 1);
+    for (size_t k = o->nxopens; k-- > 0;) { /* (each task is told at its next ask) */
+        uint64_t b = task_bucket(s, &s->tasks[o->xopens[k]]);
+        if (!closing || left[b] > 0)
+            continue;
+        o->xbucket[b] = NO_TASK;
+        o->xopens[k] = o->xopens[--o->nxopens];
+    }
+    o->xsettled = s->gen;
+    free(pk);
+    free(left);
 }
 
 /* The task of the lowest bucket still waiting: every map output of that bucket (a map task's
  * output p<b> is bucket b), in map task order, so a reduce task reads the same rows in the same
  * order on every run of the same map tasks. NONE before the barrier or when none waits. Before
  * the barrier, where early_room allows, an open task instead: the bucket's finished map outputs
- * so far ("Early reduces"). */
+ * so far ("Early reduces"). A bucket with an open task gets no other. */
 static size_t exchange_form(sb_sched *s, size_t i)
 {
     op *o = &s->ops[i];
-    if (o->nxopens > 0)
-        open_settle(s, i);
+    open_settle(s, i);
     if (o->flen == 0)
         return NONE;
     int early = !exchange_ready(s, i);
@@ -1834,11 +1847,20 @@ static size_t exchange_form(sb_sched *s, size_t i)
                         o->name, p->id, o->xbuckets);
             return NONE;
         }
-        if (seq < b && (!early || part_ready(s, p)))
+        if (seq < b && (!early || part_ready(s, p)) &&
+            (o->xbucket == NULL || o->xbucket[seq] == NO_TASK))
             b = seq;
     }
     if (b == UINT64_MAX)
         return NONE; /* (early: no map task finished yet) */
+    if (early && o->xbucket == NULL) {
+        if ((o->xbucket = malloc(o->xbuckets * sizeof *o->xbucket)) == NULL) {
+            s->oom = 1;
+            return NONE;
+        }
+        for (uint32_t k = 0; k < o->xbuckets; k++)
+            o->xbucket[k] = NO_TASK;
+    }
     xpick *pk = malloc(o->flen * sizeof *pk);
     size_t ti = pk != NULL ? task_new(s, (uint32_t)i, o->next_index) : NONE;
     if (ti == NONE || (early && GROW(s, o->xopens, o->capxopens, o->nxopens + 1) != 0)) {
@@ -1847,16 +1869,25 @@ static size_t exchange_form(sb_sched *s, size_t i)
         return NONE;
     }
     o->next_index++;
-    size_t left = 0, n = bucket_pick(s, i, b, early, pk, &left);
-    if (task_take(s, ti, pk, n) != 0) {
-        free(pk);
+    size_t n = 0;
+    for (size_t k = 0; k < o->flen; k++) {
+        const part *p = &s->parts[o->fifo[o->fhead + k]];
+        if (id_seq(p->id) == b && (!early || part_ready(s, p)))
+            pk[n++] = (xpick){s->tasks[p->producer].index, k};
+    }
+    qsort(pk, n, sizeof *pk, xpick_cmp);
+    int rc = task_take(s, ti, pk, n);
+    free(pk);
+    if (rc != 0) {
         s->oom = 1;
         return NONE;
     }
-    free(pk);
+    fifo_drop(s, o);
     if (early) {
         s->tasks[ti].open = 1;
         o->xopens[o->nxopens++] = (uint32_t)ti;
+        o->xbucket[b] = (uint32_t)ti;
+        o->xsettled = s->gen - 1; /* its bucket's other outputs: taken at the next settle */
         s->early_reduces++;
     }
     queue_push(s, o, ti);
@@ -1921,7 +1952,8 @@ static size_t form_task(sb_sched *s, size_t i, int force, size_t w)
 static int task_ready(const sb_sched *s, size_t ti)
 {
     const task *t = &s->tasks[ti];
-    return inputs_available(s, t) && !stream_gated(s, ti) && (!t->open || open_ready(s, t->op));
+    return inputs_available(s, t) && !stream_gated(s, ti) &&
+           (!absorbing(s, ti) || open_ready(s, t->op));
 }
 
 /* The first runnable queued task of op i (removed from the queue), or NONE. */
@@ -2044,8 +2076,10 @@ static void start_task(sb_sched *s, size_t ti, size_t w, uint64_t now_ms)
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
     worker *wk = &s->workers[w];
-    if (t->open && open_absorb(s, ti) != 0) /* what came since it was formed or handed back */
-        s->oom = 1;
+    if (t->open) { /* what came since it was formed or handed back; all, when all came */
+        open_settle(s, t->op);
+        t->open = (uint8_t)absorbing(s, ti);
+    }
     t->state = T_RUNNING;
     t->worker = w;
     t->started_ms = now_ms;
@@ -2140,7 +2174,8 @@ static size_t downstream_work(const sb_sched *s)
             continue;
         for (size_t k = 0; k < o->qlen; k++) {
             const task *t = &s->tasks[o->queue[o->qhead + k]];
-            if (inputs_available(s, t) && (!t->open || open_ready(s, i)))
+            if (inputs_available(s, t) &&
+                (!absorbing(s, (size_t)(t - s->tasks)) || open_ready(s, i)))
                 return i;
         }
         if (barrier)
@@ -3270,6 +3305,7 @@ int sb_sched_complete_pieces(sb_sched *s, const char *worker_id, const char *tas
     }
     task *t = &s->tasks[ti];
     op *o = &s->ops[t->op];
+    s->gen++; /* (open_settle: map outputs finished, or an op may have) */
     if (settle_copy(s, w, t, copy, status, message, outs, nouts))
         return 1;
     if (status == SB_SCHED_OK && t->open) { /* its output would lack the rows still to come */
@@ -3341,12 +3377,12 @@ int sb_sched_more_inputs(sb_sched *s, const char *worker_id, const char *task_id
     }
     if (now_ms > s->now_ms)
         s->now_ms = now_ms;
-    if (t->open && !open_ready(s, t->op) && upstream_starved(s, t->op)) {
+    if (absorbing(s, ti) && !open_ready(s, t->op) && upstream_starved(s, t->op)) {
         requeue_task(s, ti, 0); /* map work needs its slot: it starts again later */
         return 0;
     }
-    if (t->open && open_absorb(s, ti) != 0)
-        return sb_err_set(err, "scheduler: out of memory");
+    if (t->open)
+        open_settle(s, t->op);
     size_t n = t->ninputs - have;
     if (GROW(s, s->more_scratch, s->more_scratch_cap, n + 1) != 0)
         return sb_err_set(err, "scheduler: out of memory");
@@ -3359,7 +3395,9 @@ int sb_sched_more_inputs(sb_sched *s, const char *worker_id, const char *task_id
     }
     *more = s->more_scratch;
     *nmore = n;
-    *closed = !t->open;
+    *closed = !absorbing(s, ti);
+    if (*closed)
+        t->open = 0; /* told: it may finish once it has read them */
     return 1;
 }
 
