@@ -7,7 +7,8 @@
 # groupby and shuffle; distinct: one row per key). Prints a Markdown table: median wall seconds
 # of each (and their range), the ratio, and how many reduce tasks started early.
 #   scripts/bench-early-reduce.sh   (SB_BIN_DIR; SIZE=1024, ROUNDS=3, PSIZE=32Mi; the data is
-#   made and checked with numpy and pyarrow from parquet-test's venv, SB_PARQUET_VENV)
+#   made and checked with numpy and pyarrow, installed from PyPI into a venv under
+#   ~/.cache/streambatch the first time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh       # SB_BIN_DIR
@@ -15,11 +16,13 @@ cd "$(dirname "$0")/.."
 bin=$SB_BIN_DIR here=$PWD/tests/bench/a2a
 mib=${SIZE:-1024} rounds=${ROUNDS:-3} psize=${PSIZE:-32Mi}
 [[ -x $bin/streambatch ]] || { echo "bench-early-reduce: $bin/streambatch is missing" >&2; exit 1; }
-py=${SB_PARQUET_VENV:-$HOME/.cache/streambatch/parquet-venv}/bin/python
-"$py" -c 'import numpy, pyarrow' 2>/dev/null || {
-  echo "bench-early-reduce: $py lacks numpy or pyarrow (run make parquet-test once)" >&2
-  exit 1
-}
+venv=$HOME/.cache/streambatch/bench-early-venv py=$venv/bin/python
+if ! "$py" -c 'import numpy, pyarrow' 2>/dev/null; then
+  echo "bench-early-reduce: installing numpy and pyarrow into $venv" >&2
+  rm -rf "$venv" && python3 -m venv "$venv" &&
+    "$venv/bin/pip" install -q --disable-pip-version-check numpy pyarrow >&2 ||
+    { echo "bench-early-reduce: could not install numpy and pyarrow" >&2; exit 1; }
+fi
 work=$(mktemp -d /tmp/sb-bench-early-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 echo "bench-early-reduce: generating $mib MiB of jsonl" >&2

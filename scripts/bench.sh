@@ -181,6 +181,8 @@ echo "bench: Parquet (scripts/bench-parquet.sh: 1 GiB filter + project + write v
 { echo; scripts/bench-parquet.sh; } >>"$out"
 echo "bench: all-to-all ops (scripts/bench-a2a.sh: sort 2 GiB, groupby and random_shuffle 1 GiB vs Ray Data, Daft, DuckDB)" >&2
 { echo; scripts/bench-a2a.sh; } >>"$out"
+echo "bench: early reduces (scripts/bench-early-reduce.sh: groupby, random_shuffle, distinct of 1 GiB, on vs off)" >&2
+{ echo; scripts/bench-early-reduce.sh; } >>"$out"
 echo "bench: images decoded and resized on the CPU (scripts/bench-images.sh: full decode vs draft vs a Pillow pool)" >&2
 { echo; scripts/bench-images.sh; } >>"$out"
 echo "bench: memory of the process tree (scripts/bench-memory.sh: peak Pss vs budget + 40 MiB/worker)" >&2
