@@ -731,6 +731,42 @@ static int read_varlen(sb_ipc_reader *r, walk *w, sb_column *c, bool wide, sb_er
     return 0;
 }
 
+/* A fixed-size list column of n rows (its child node, validity and values) into c, whose own
+ * validity is set. */
+static int read_fixed_list(walk *w, const sb_field *f, sb_column *c, size_t n, sb_err *err)
+{
+    int64_t len, nulls;
+    const uint8_t *bp;
+    size_t bl, cw = sb_type_width(f->child_type);
+    if (n > SIZE_MAX / f->list_size / cw)
+        return sb_err_set(err, "arrow ipc: column \"%.100s\": too many values", f->name);
+    if (next_node(w, &len, &nulls, f->name, err) != 0)
+        return -1;
+    if ((size_t)len != n * f->list_size)
+        return sb_err_set(err, "arrow ipc: column \"%.100s\": %lld list values for %zu rows of %u",
+                          f->name, (long long)len, n, (unsigned)f->list_size);
+    size_t nv = n * f->list_size;
+    if (next_buf(w, nulls ? (nv + 7) / 8 : 0, 1, &bp, &bl, f->name, err) != 0)
+        return -1;
+    /* child nulls are fine under a null row (pyarrow writes them there), not inside a valid one:
+     * a tensor has no missing elements here */
+    for (size_t i = 0; nulls > 0 && i < n; i++) {
+        if (c->validity != NULL && !bit(c->validity, i))
+            continue;
+        for (size_t k = i * f->list_size; k < (i + 1) * f->list_size; k++)
+            if (!bit(bp, k))
+                return sb_err_set(err,
+                                  "arrow ipc: column \"%.100s\", row %zu: null values inside a "
+                                  "fixed-size list (not supported; a whole row may be null)",
+                                  f->name, i);
+    }
+    if (next_buf(w, nv * cw, cw, &bp, &bl, f->name, err) != 0)
+        return -1;
+    c->values = bp;
+    c->values_len = nv * cw;
+    return 0;
+}
+
 static int read_batch(sb_ipc_reader *r, sb_fbr *fr, sb_fbt rb, const uint8_t *body, size_t body_len,
                       sb_err *err)
 {
@@ -789,39 +825,10 @@ static int read_batch(sb_ipc_reader *r, sb_fbr *fr, sb_fbt rb, const uint8_t *bo
             if (read_varlen(r, &w, c, r->wide[ci], err) != 0)
                 return -1;
             break;
-        case SB_TYPE_FIXED_LIST: {
-            size_t cw = sb_type_width(f->child_type);
-            if (n > SIZE_MAX / f->list_size / cw)
-                return sb_err_set(err, "arrow ipc: column \"%.100s\": too many values", f->name);
-            if (next_node(&w, &len, &nulls, f->name, err) != 0)
+        case SB_TYPE_FIXED_LIST:
+            if (read_fixed_list(&w, f, c, n, err) != 0)
                 return -1;
-            if ((size_t)len != n * f->list_size)
-                return sb_err_set(err,
-                                  "arrow ipc: column \"%.100s\": %lld list values for %zu rows of "
-                                  "%u",
-                                  f->name, (long long)len, n, (unsigned)f->list_size);
-            size_t nv = n * f->list_size;
-            if (next_buf(&w, nulls ? (nv + 7) / 8 : 0, 1, &bp, &bl, f->name, err) != 0)
-                return -1;
-            /* child nulls are fine under a null row (pyarrow writes them there), not inside a
-             * valid one: a tensor has no missing elements here */
-            for (size_t i = 0; nulls > 0 && i < n; i++) {
-                if (c->validity != NULL && !bit(c->validity, i))
-                    continue;
-                for (size_t k = i * f->list_size; k < (i + 1) * f->list_size; k++)
-                    if (!bit(bp, k))
-                        return sb_err_set(err,
-                                          "arrow ipc: column \"%.100s\", row %zu: null values "
-                                          "inside a fixed-size list (not supported; a whole row "
-                                          "may be null)",
-                                          f->name, i);
-            }
-            if (next_buf(&w, nv * cw, cw, &bp, &bl, f->name, err) != 0)
-                return -1;
-            c->values = bp;
-            c->values_len = n * f->list_size * cw;
             break;
-        }
         default: {
             size_t vw = sb_type_width(f->type);
             if (n > SIZE_MAX / vw)
