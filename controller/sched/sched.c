@@ -1658,8 +1658,8 @@ static int xpick_cmp(const void *a, const void *b)
  * the remaining map tasks need. Should map work wait for a slot again later (a map task re-run
  * after a lost worker), an open task of the same pool is handed back at its next ask (it is
  * queued again, its attempt stopped) and starts again only when there is room. Inputs are taken
- * in the order their map tasks finish (in map task order within one ask), so only ops whose
- * output does not depend on that order start early. An open task is never copied
+ * in the order their map tasks finish (in map task order among those taken together), so only ops
+ * whose output does not depend on that order start early. An open task is never copied
  * (speculation) nor batched. */
 
 /* A map output op i's open task may take now: available, and its map task finished (an early

@@ -304,7 +304,8 @@ int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, ui
  * already running, a slot that would idle takes it with its bucket's map outputs made so far
  * (sb_sched_task.inputs_open). Its worker, once it has read the `have` inputs it was given, asks
  * here for the rest: *more (nmore views, valid until the next mutating call) are the map outputs
- * of its bucket finished since, in map task order; *closed = 1 once no more can come (the map op
+ * of its bucket finished since (in the order they finished; in map task order among those
+ * taken together); *closed = 1 once no more can come (the map op
  * finished), and only then may the task's ops finish. 1 answered (nmore may be 0: ask again);
  * 0 the attempt no longer counts (stale, or handed back because map work waits for a slot it
  * holds, or `have` is past its inputs: it is queued again, and the worker stops it without a
