@@ -497,7 +497,21 @@ static int add_part(task_ctx *t, const char *id, uint64_t bytes, uint64_t rows, 
     return 0;
 }
 
-/* One partial report (CompleteTaskRequest.partial) of a running task: output p, or none (asking
+/* A partial report (CompleteTaskRequest.partial) of task t's running attempt, nothing in it yet:
+ * early outputs (partial_report) and an early reduce's asks for inputs (inputs_ask). */
+static Streambatch__V1__CompleteTaskRequest partial_req(const task_ctx *t)
+{
+    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
+    req.worker_id = (char *)t->w->cfg.id;
+    req.session = t->w->session;
+    req.task_id = t->task->task_id;
+    req.attempt = t->task->attempt;
+    req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
+    req.partial = 1;
+    return req;
+}
+
+/* One partial report of a running task: output p, or none (asking
  * for the grant of its next output again). 1 answered "wait for budget", else 0; sets
  * p->published when the controller took it. */
 static int partial_report(task_ctx *t, out_part *p)
@@ -505,13 +519,7 @@ static int partial_report(task_ctx *t, out_part *p)
     worker *w = t->w;
     Streambatch__V1__PartitionInfo info = STREAMBATCH__V1__PARTITION_INFO__INIT,
                                    *infos[1] = {&info};
-    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
-    req.worker_id = (char *)w->cfg.id;
-    req.session = w->session;
-    req.task_id = t->task->task_id;
-    req.attempt = t->task->attempt;
-    req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
-    req.partial = 1;
+    Streambatch__V1__CompleteTaskRequest req = partial_req(t);
     if (p != NULL) {
         info.id = p->id;
         info.bytes = p->bytes;
@@ -949,13 +957,7 @@ static bool last_input(const task_ctx *t, size_t i)
 static int inputs_ask(task_ctx *t)
 {
     worker *w = t->w;
-    Streambatch__V1__CompleteTaskRequest req = STREAMBATCH__V1__COMPLETE_TASK_REQUEST__INIT;
-    req.worker_id = (char *)w->cfg.id;
-    req.session = w->session;
-    req.task_id = t->task->task_id;
-    req.attempt = t->task->attempt;
-    req.status = STREAMBATCH__V1__TASK_STATUS__TASK_STATUS_OK;
-    req.partial = 1;
+    Streambatch__V1__CompleteTaskRequest req = partial_req(t);
     req.want_inputs = 1;
     req.inputs_have = (uint32_t)t->nin;
     ProtobufCMessage *resp;
