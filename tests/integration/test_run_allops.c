@@ -221,7 +221,7 @@ Test(allops, kill_during_reduce_gives_the_same_output)
     cr_expect_gt(summary_num("k1", "partitionsRecovered"), 0, "map outputs re-made by lineage");
 }
 
-/* Early reduces (controller/sched/sched.c): nine splits of 50 records at 2 ms each before the
+/* Early reduces (controller/sched/core/early.c): nine splits of 50 records at 2 ms each before the
  * groupby's map half, on two workers of one slot, so one worker finishes its last map task while
  * the other still runs the ninth; its free slot then takes a reduce task, open, which reads the
  * buckets of the finished map tasks and the last one's once it ends. The output is the

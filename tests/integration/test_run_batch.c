@@ -1,4 +1,4 @@
-/* The batch rule end to end (worker/ops/ops.h, controller/sched/sched.c's tasks of whole
+/* The batch rule end to end (worker/ops/ops.h, controller/sched/core/dispatch.c's tasks of whole
  * batches; issue 36 item 1): a stage with a batchSize, fed one-record partitions from another
  * worker, gets process() calls of exactly batchSize rows (only a task's last call shorter),
  * every record exactly once; tensor.mlp on the CPU at batchSize 512 over 1,500 one-record
@@ -151,7 +151,7 @@ Test(batch, tensor_mlp_at_batch_512_uses_at_most_a_third_of_the_cpu_at_1)
                   best[1], best[0]);
 }
 
-/* The project after a gpu stage also runs at the end of the gpu stage's tasks (sched.c,
+/* The project after a gpu stage also runs at the end of the gpu stage's tasks (core/plan.c,
  * project_pushed): the rows that cross to the cpu pool are the kept columns only. A 64-wide
  * input through an MLP to 10 logits, then project [i, yTopK]: the gpu stage's output is those
  * two columns (before: the input's 64 numbers and the logits too, ~10x the bytes), and every

@@ -36,7 +36,7 @@ inject() {
 }
 inject worker/runtime.c controller/ctl/ctl.h "worker/runtime.c:2: worker/ may not include controller/ctl/ctl.h"
 inject lib/io/sink.c worker/store/store.h "lib/io/sink.c:2: lib/ may not include worker/store/store.h"
-inject controller/sched/sched.c worker/ops/ops.h "controller/sched/sched.c:2: controller/ may not include worker/ops/ops.h"
+inject controller/sched/core/plan.c worker/ops/ops.h "controller/sched/core/plan.c:2: controller/ may not include worker/ops/ops.h"
 inject lib/core/log.c cmd/version.h "lib/core/log.c:2: lib/ may not include cmd/version.h"
 inject lib/core/num.c io/reader.h "include cycle:"
 inject controller/sched/ranges.c controller/operator/kube.h "include cycle:"

@@ -2156,8 +2156,8 @@ static uint64_t sick_gpu_run(const char *psize, size_t nsplits, int ngpu, uint64
  * sizing cannot cut it). The bound counts the sick worker at a quarter speed: the healthy
  * worker's time alone / 1.25. The sick worker's second slot took a task at the tail that waited
  * behind its first (4x slower, on the shared accelerator): 1.25x the bound with or without tail
- * sizing, copies and drain. With the earliest-finish rule (sched.c, "Earliest finish at the
- * tail") the healthy worker runs it: within 1.15x, whatever else is on or off. */
+ * sizing, copies and drain. With the earliest-finish rule (core/stragglers.c, "Earliest finish at
+ * the tail") the healthy worker runs it: within 1.15x, whatever else is on or off. */
 Test(sched, a_sick_gpu_worker_with_coarse_tasks_stays_within_1_15x_of_the_bound)
 {
     uint64_t alone = sick_gpu_run("512Ki", 16, 1, 1, 0, NULL);

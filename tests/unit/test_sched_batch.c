@@ -1,5 +1,5 @@
-/* The scheduler's tasks of whole batches (sched.c, pick_inputs/form_task): a stage with a
- * batchSize gets tasks of at least that many rows, many small partitions per task, ending at a
+/* The scheduler's tasks of whole batches (core/dispatch.c, pick_inputs/sc_form_task): a stage with
+ * a batchSize gets tasks of at least that many rows, many small partitions per task, ending at a
  * whole batch; while upstream still produces, fewer rows wait; once it is done the remainder
  * goes out. Every input partition goes to exactly one task, in order. */
 #include <criterion/criterion.h>

@@ -192,9 +192,9 @@ static size_t ask(sb_sched *s, const char *w, const sb_sched_task *t, uint32_t h
     return n;
 }
 
-/* Early reduces (sched.c): with every map task but the last finished and that one running, a
- * worker with free slots gets the reduce tasks at once, open, each with its bucket of the
- * finished map tasks in map task order; asked again while the last map task runs they get
+/* Early reduces (controller/sched/core/early.c): with every map task but the last finished and that
+ * one running, a worker with free slots gets the reduce tasks at once, open, each with its bucket
+ * of the finished map tasks in map task order; asked again while the last map task runs they get
  * nothing more and stay open; once it finished each gets its bucket of it and is closed. A
  * reduce task that reports success before its inputs closed is failed and run again, whole. */
 Test(sched_exchange, early_reduces_start_in_the_map_tail_and_take_their_bucket_as_it_comes)

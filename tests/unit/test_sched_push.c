@@ -1,5 +1,5 @@
 /* The project that starts an op of another pool also runs at the end of the op before it
- * (sched.c, project_pushed): the partitions that cross between the pools hold only the columns
+ * (core/plan.c, project_pushed): the partitions that cross between the pools hold only the columns
  * the project keeps. The op's own tasks still run it; fusion off, nothing is pushed. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
