@@ -173,13 +173,20 @@ Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
     free(kubectl("get secret %s -o jsonpath='{.data.token}' | base64 -d > %s/token", secret, dir));
     /* a memory budget of 1Mi against 280 KiB of input a rank reads over time: the ranks start
      * once the Pipeline runs, and read while it makes partitions */
+    /* the ranks run in dir: the build folder by its absolute path (SB_BUILD_DIR, or build/ in
+     * the repository when a test is run by hand) */
+    char build[4096];
+    const char *b = getenv("SB_BUILD_DIR");
+    if (b != NULL && b[0] == '/')
+        snprintf(build, sizeof build, "%s", b);
+    else
+        snprintf(build, sizeof build, "%s/%s", sb_test_root(), b != NULL ? b : "build");
     char *rc = sb_test_sh_out(
         "cd %s && export PYTHONPATH=%s/sdk/python STREAMBATCH_CONSUMER_LIB=%s/lib/"
         "libstreambatch_consumer.so; for r in 0 1; do timeout 200 python3 "
         "%s/tests/stream/consume.py %s token $r 2 2 64 0 0 - rows rank-$r.json > rank-$r.log "
         "2>&1 & p=\"$p $!\"; done; c=; for x in $p; do wait $x; c=\"$c$?\"; done; echo $c",
-        dir, sb_test_root(), getenv("SB_BUILD_DIR") ? getenv("SB_BUILD_DIR") : "build",
-        sb_test_root(), addr);
+        dir, sb_test_root(), build, sb_test_root(), addr);
     cr_assert_str_eq(rc, "00", "ranks' exit codes: %s; rank 0: %s; rank 1: %s", rc,
                      sb_test_sh_out("tail -5 %s/rank-0.log", dir),
                      sb_test_sh_out("tail -5 %s/rank-1.log", dir));
