@@ -43,7 +43,7 @@ typedef struct {
 
 typedef struct {
     xbuf keytext; /* "\"k\":v,..." of the first row of the group */
-    astate *a;
+    astate *a;    /* its naggs aggregates: xgroupby.states[gi * naggs ..] */
 } group;
 
 struct xgroupby {
@@ -57,6 +57,13 @@ struct xgroupby {
     xset set;
     group *groups;
     size_t capgroups;
+    /* every group's aggregates in one array, group gi's at gi * naggs. Each row updates its
+     * group's: with a malloc of their own per group, 10,000 groups' aggregates lay scattered
+     * over the heap and the update waited on the pointer and then the state (36% of a groupby
+     * worker's CPU under perf). In one array, the 1 GiB groupby of bench-a2a took 0.76-0.99x
+     * the time (7 rounds alternating, median 0.90x). */
+    astate *states;
+    size_t capstates; /* in groups */
     uint64_t memory, bytes;
     xbuf kb;               /* scratch: one row's key encoding */
     xgroupby_full_fn full; /* the map side's hook when the table is full (NULL: spill a run) */
@@ -158,9 +165,8 @@ static void groups_clear(xgroupby *g)
 {
     for (size_t i = 0; i < g->set.n; i++) {
         xbuf_free(&g->groups[i].keytext);
-        for (size_t k = 0; k < g->naggs; k++)
-            xbuf_free(&g->groups[i].a[k].text);
-        free(g->groups[i].a);
+        for (size_t k = 0; g->groups[i].a != NULL && k < g->naggs; k++)
+            xbuf_free(&g->groups[i].a[k].text); /* (a: NULL where group_init ran out of memory) */
     }
     xset_clear(&g->set);
     g->bytes = 0;
@@ -175,6 +181,9 @@ void xgroupby_reset(xgroupby *g)
     free(g->groups);
     g->groups = NULL;
     g->capgroups = 0;
+    free(g->states);
+    g->states = NULL;
+    g->capstates = 0;
     xruns_clear(g->runs);
 }
 
@@ -197,6 +206,7 @@ void xgroupby_free(xgroupby *g)
     xruns_free(g->runs);
     xset_free(&g->set);
     free(g->groups);
+    free(g->states);
     for (size_t i = 0; i < g->naggs; i++)
         free(g->aggs[i].as);
     free(g->aggs);
@@ -223,8 +233,18 @@ static int group_init(xgroupby *g, size_t gi, const sb_op_json_span *found, sb_e
     }
     group *gr = &g->groups[gi];
     memset(gr, 0, sizeof *gr);
-    if ((gr->a = calloc(g->naggs + 1, sizeof *gr->a)) == NULL)
-        return sb_err_set(err, "out of memory");
+    if (gi >= g->capstates) { /* grown: the groups before gi point into the new array */
+        size_t cap = g->capstates ? g->capstates * 2 : 64;
+        astate *ns = realloc(g->states, cap * (g->naggs ? g->naggs : 1) * sizeof *ns);
+        if (ns == NULL)
+            return sb_err_set(err, "out of memory");
+        g->states = ns;
+        g->capstates = cap;
+        for (size_t j = 0; j < gi; j++)
+            g->groups[j].a = &ns[j * g->naggs];
+    }
+    gr->a = &g->states[gi * g->naggs];
+    memset(gr->a, 0, g->naggs * sizeof *gr->a);
     for (size_t i = 0; i < g->keys.n; i++) {
         int none = found[i].type == SB_OP_JSON_NONE;
         if ((i && xbuf_put(&gr->keytext, ",", 1) != 0) ||
@@ -235,7 +255,7 @@ static int group_init(xgroupby *g, size_t gi, const sb_op_json_span *found, sb_e
     }
     for (size_t k = 0; k < g->naggs; k++)
         gr->a[k].all_int = 1;
-    g->bytes += sizeof *gr + gr->keytext.cap + (g->naggs + 1) * sizeof(astate);
+    g->bytes += sizeof *gr + gr->keytext.cap + g->naggs * sizeof(astate);
     return 0;
 }
 
