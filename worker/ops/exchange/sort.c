@@ -1005,12 +1005,18 @@ static int mid_finish_spilled(xsort *so, sb_op_out *out, sb_err *err)
 }
 
 /* Reserves in every bucket's output room for rows[k] rows of bytes[k] bytes. */
+/* Each range bucket's output sized exactly and built in place: its rows go straight where the
+ * blob will hold them, and the cut writes only the header and offsets in front of them. Built
+ * the usual way, the cut copied every bucket into a new blob: a second copy of the whole range
+ * round's output, on fresh pages. */
 static int buckets_reserve(xsort *so, const uint64_t *rows, const uint64_t *bytes, sb_err *err)
 {
-    for (uint32_t k = 0; k < so->buckets; k++)
-        if (rows[k] > 0 && sb_batch_builder_reserve(sb_op_out_builder(so->bk[k].out), 0, rows[k],
-                                                    bytes[k], err) != 0)
+    for (uint32_t k = 0; k < so->buckets; k++) {
+        sb_batch_builder *b = sb_op_out_builder(so->bk[k].out);
+        if (rows[k] > 0 && (sb_batch_builder_build_in_place(b, rows[k], err) != 0 ||
+                            sb_batch_builder_reserve(b, 0, rows[k], bytes[k], err) != 0))
             return -1;
+    }
     return 0;
 }
 
