@@ -21,6 +21,7 @@
  * the sample's place in its sample), the key in hex. */
 #define TAG_SAMPLE '\x01'
 #define SAMPLE_HEAD 33 /* the tag and the two numbers */
+#define SAMPLE_ROOM 256 /* room per sample record a map bucket reserves (more grows it) */
 #define SAMPLE_SEED 0x73616d706c65ull
 /* Round 1 thins the samples it holds past an eighth of the share it was made with (not the
  * worker's room, which differs between tasks) by keeping those whose id has `level` leading zero
@@ -638,6 +639,26 @@ static int sample_row(xsort *so, const sb_column *c, size_t r, sb_err *err)
     return 0;
 }
 
+/* Room for the rows [r, end) of c that bucket b starts with, and for the task's sample: built in
+ * place, so that the cut writes only the header and offsets, where a bucket grown row by row
+ * was copied whole into a new blob (as the range round's, buckets_reserve). A bucket that gets
+ * more rows later (a task of several input batches) outgrows its room and is copied as before. */
+static int bucket_size(xsort *so, uint32_t b, const sb_column *c, size_t r, size_t end, sb_err *err)
+{
+    sb_batch_builder *bb = sb_op_out_builder(so->bk[b].out);
+    if (sb_batch_builder_rows(bb) != 0 || end <= r)
+        return 0;
+    size_t n0, n1;
+    const char *p0 = sb_column_binary(c, r, &n0), *p1 = sb_column_binary(c, end - 1, &n1);
+    if (p0 == NULL || p1 == NULL || p1 < p0)
+        return 0; /* a null at an end, or values not back to back: grown as usual */
+    size_t rows = end - r + SAMPLE_MAX, bytes = (size_t)(p1 + n1 - p0) + SAMPLE_MAX * SAMPLE_ROOM;
+    if (sb_batch_builder_build_in_place(bb, rows, err) != 0 ||
+        sb_batch_builder_reserve(bb, 0, rows, bytes, err) != 0)
+        return -1;
+    return 0;
+}
+
 static int map_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err *err)
 {
     if (records_column(in, err) != 0)
@@ -664,7 +685,8 @@ static int map_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb
             for (; end < r + run; end++)
                 if (sample_row(so, c, end, err) != 0)
                     return -1;
-            if (sb_op_out_append_rows(so->bk[b].out, in, r, end - r, err) != 0)
+            if (bucket_size(so, b, c, r, end, err) != 0 ||
+                sb_op_out_append_rows(so->bk[b].out, in, r, end - r, err) != 0)
                 return -1;
             r = end - 1;
             continue;
