@@ -16,6 +16,14 @@
 #include "partition/crc32c.h"
 #include "partition/utf8.h"
 
+/* valgrind's client request, where its header is (zero_untouched); nothing otherwise */
+#if defined(__has_include) && __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define MAKE_DEFINED(p, n) (void)VALGRIND_MAKE_MEM_DEFINED((p), (n))
+#else
+#define MAKE_DEFINED(p, n) ((void)(p), (void)(n))
+#endif
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the partition format is little-endian and this code reads it in place"
 #endif
@@ -1185,12 +1193,6 @@ void sb_part_free(void *blob)
  * budget. Instead the whole pages inside are handed back (MADV_DONTNEED: a private anonymous
  * page, as malloc's are, reads as zeros afterwards, and an untouched one stays unbacked); the
  * partial pages at the ends, and all of a small gap, are memset. */
-#if defined(__has_include) && __has_include(<valgrind/memcheck.h>)
-#include <valgrind/memcheck.h>
-#define MAKE_DEFINED(p, n) (void)VALGRIND_MAKE_MEM_DEFINED((p), (n))
-#else
-#define MAKE_DEFINED(p, n) ((void)(p), (void)(n))
-#endif
 static void zero_untouched(uint8_t *p, size_t n)
 {
     const size_t least = (size_t)1 << 20;

@@ -20,7 +20,7 @@
 /* A sample record: tag, 16 hex digits of its weight, 16 of its id (a hash of the map task and
  * the sample's place in its sample), the key in hex. */
 #define TAG_SAMPLE '\x01'
-#define SAMPLE_HEAD 33 /* the tag and the two numbers */
+#define SAMPLE_HEAD 33  /* the tag and the two numbers */
 #define SAMPLE_ROOM 256 /* room per sample record a map bucket reserves (more grows it) */
 #define SAMPLE_SEED 0x73616d706c65ull
 /* Round 1 thins the samples it holds past an eighth of the share it was made with (not the
@@ -639,24 +639,32 @@ static int sample_row(xsort *so, const sb_column *c, size_t r, sb_err *err)
     return 0;
 }
 
-/* Room for the rows [r, end) of c that bucket b starts with, and for the task's sample: built in
- * place, so that the cut writes only the header and offsets, where a bucket grown row by row
- * was copied whole into a new blob (as the range round's, buckets_reserve). A bucket that gets
- * more rows later (a task of several input batches) outgrows its room and is copied as before. */
+/* A bucket's output (open, no rows yet) built in place with room for `rows` rows of `bytes`:
+ * its rows go straight where the blob will hold them, and the cut writes only the header and
+ * offsets in front of them. Grown row by row, a bucket was copied whole into a new blob at the
+ * cut: a second copy of the round's output, on fresh pages. A bucket that outgrows its room
+ * (more rows than it was sized for) is copied at the cut as before. */
+static int bucket_in_place(xwhole *w, size_t rows, size_t bytes, sb_err *err)
+{
+    sb_batch_builder *b = sb_op_out_builder(w->out);
+    if (sb_batch_builder_build_in_place(b, rows, err) != 0 ||
+        sb_batch_builder_reserve(b, 0, rows, bytes, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* Map round: bucket b sized for the rows [r, end) of c it starts with and the task's sample (a
+ * task of several input batches adds more: then it outgrows its room). */
 static int bucket_size(xsort *so, uint32_t b, const sb_column *c, size_t r, size_t end, sb_err *err)
 {
-    sb_batch_builder *bb = sb_op_out_builder(so->bk[b].out);
-    if (sb_batch_builder_rows(bb) != 0 || end <= r)
+    if (sb_batch_builder_rows(sb_op_out_builder(so->bk[b].out)) != 0 || end <= r)
         return 0;
     size_t n0, n1;
     const char *p0 = sb_column_binary(c, r, &n0), *p1 = sb_column_binary(c, end - 1, &n1);
     if (p0 == NULL || p1 == NULL || p1 < p0)
         return 0; /* a null at an end, or values not back to back: grown as usual */
-    size_t rows = end - r + SAMPLE_MAX, bytes = (size_t)(p1 + n1 - p0) + SAMPLE_MAX * SAMPLE_ROOM;
-    if (sb_batch_builder_build_in_place(bb, rows, err) != 0 ||
-        sb_batch_builder_reserve(bb, 0, rows, bytes, err) != 0)
-        return -1;
-    return 0;
+    return bucket_in_place(&so->bk[b], end - r + SAMPLE_MAX,
+                           (size_t)(p1 + n1 - p0) + SAMPLE_MAX * SAMPLE_ROOM, err);
 }
 
 static int map_process(xsort *so, const sb_batch *in, size_t first, size_t n, sb_err *err)
@@ -1026,19 +1034,13 @@ static int mid_finish_spilled(xsort *so, sb_op_out *out, sb_err *err)
     return rc;
 }
 
-/* Reserves in every bucket's output room for rows[k] rows of bytes[k] bytes. */
-/* Each range bucket's output sized exactly and built in place: its rows go straight where the
- * blob will hold them, and the cut writes only the header and offsets in front of them. Built
- * the usual way, the cut copied every bucket into a new blob: a second copy of the whole range
- * round's output, on fresh pages. */
+/* Every range bucket's output sized exactly, rows[k] rows of bytes[k] bytes, in place
+ * (bucket_in_place). */
 static int buckets_reserve(xsort *so, const uint64_t *rows, const uint64_t *bytes, sb_err *err)
 {
-    for (uint32_t k = 0; k < so->buckets; k++) {
-        sb_batch_builder *b = sb_op_out_builder(so->bk[k].out);
-        if (rows[k] > 0 && (sb_batch_builder_build_in_place(b, rows[k], err) != 0 ||
-                            sb_batch_builder_reserve(b, 0, rows[k], bytes[k], err) != 0))
+    for (uint32_t k = 0; k < so->buckets; k++)
+        if (rows[k] > 0 && bucket_in_place(&so->bk[k], rows[k], bytes[k], err) != 0)
             return -1;
-    }
     return 0;
 }
 
