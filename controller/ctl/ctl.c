@@ -441,6 +441,7 @@ static void plan_ready(sb_ctl *c)
                           .stream_cache =
                               c->stream.stream && sb_sink_stream_cache(&c->pipeline->spec.sink),
                           .stream_epochs = c->stream.stream_epochs,
+                          .stream_first = c->stream.stream_first,
                           .stream_shuffle = c->stream.stream_shuffle,
                           .stream_seed = c->stream.stream_seed,
                           .join_right = c->plan.join_right,
@@ -1567,6 +1568,7 @@ sb_ctl *sb_ctl_start(const sb_ctl_config *cfg, const sb_rpc_opts *opts, sb_err *
                           .resume = cfg->resume,
                           .stream = cfg->stream,
                           .stream_epochs = cfg->stream_epochs,
+                          .stream_first = cfg->stream_first,
                           .stream_shuffle = cfg->stream_shuffle,
                           .stream_seed = cfg->stream_seed};
     c->stream = sc;
@@ -1693,6 +1695,9 @@ void sb_ctl_snapshot_get(sb_ctl *c, sb_ctl_snapshot *out)
     if (c->deal != NULL) {
         out->nranks = sb_deal_ranks(c->deal, out->ranks, 16);
         sb_deal_progress(c->deal, &out->stream_epochs_ended, &out->stream_rows);
+    } else if (c->stream.stream) { /* no rank asked yet: the epochs ended under earlier leaders
+                                      (the status must not go back to 0 meanwhile) */
+        out->stream_epochs_ended = c->stream.stream_first;
     }
     if (c->sched != NULL) {
         sb_sched_stream_holder h[16];

@@ -67,6 +67,7 @@ typedef struct sb_ctl_config {
                                       sched/deal.h); epochs, and each epoch's splits shuffled
                                       by the seed when stream_shuffle (sb_sched_config) */
     uint32_t stream_epochs;
+    uint32_t stream_first; /* the epochs before it ended under an earlier leader: not run */
     int stream_shuffle;
     uint64_t stream_seed;
     const char *resume_plan_hash; /* with resume: the plan hash its checkpoint was taken against

@@ -1114,6 +1114,26 @@ int sb_kube_pool_churn(sb_kube *k, const char *pool, uint64_t *since_ms, char *d
     return churning;
 }
 
+/* Deletes adopted pod `name`, which never worked for this leader (so its exit is not a worker's
+ * exit), with an Event (type, reason) saying why. */
+static void drop_adopted(sb_kube *k, const char *name, const char *type, const char *reason,
+                         const char *why)
+{
+    pthread_mutex_lock(&k->mu);
+    kpod *p = pod_find(k, name);
+    if (p != NULL) {
+        p->by_us = 1;
+        p->reported = 1; /* it never worked for this leader: not a worker exit */
+    }
+    pthread_mutex_unlock(&k->mu);
+    char msg[SB_ERR_MAX + 256];
+    snprintf(msg, sizeof msg, "worker pod %s deleted: %s", name, why);
+    emit(k, type, reason, msg);
+    sb_err de = {0};
+    if (delete_pod(k, name, &de) != 0)
+        sb_log(SB_LOG_WARN, "deleting a worker pod failed", "pod", name, "error", de.msg, NULL);
+}
+
 int sb_kube_rebind(sb_kube *k, sb_err *err)
 {
     if (k == NULL)
@@ -1177,24 +1197,29 @@ int sb_kube_rebind(sb_kube *k, sb_err *err)
                    "controller", k->controller, NULL);
             continue;
         }
-        pthread_mutex_lock(&k->mu);
-        kpod *p = pod_find(k, v[i].name);
-        if (p != NULL) {
-            p->by_us = 1;
-            p->reported = 1; /* it never worked for this leader: not a worker exit */
-        }
-        pthread_mutex_unlock(&k->mu);
-        char msg[sizeof why + 128];
-        snprintf(msg, sizeof msg, "worker pod %s deleted: %s", v[i].name, why);
-        emit(k, "Warning", "WorkerRebindFailed", msg);
-        sb_err de = {0};
-        if (delete_pod(k, v[i].name, &de) != 0)
-            sb_log(SB_LOG_WARN, "deleting a worker pod failed", "pod", v[i].name, "error", de.msg,
-                   NULL);
+        drop_adopted(k, v[i].name, "Warning", "WorkerRebindFailed", why);
     }
     free(v);
     free(ips);
     return rebound;
+}
+
+int sb_kube_replace_adopted(sb_kube *k, const char *why)
+{
+    size_t n = 0;
+    victim *v = NULL;
+    pthread_mutex_lock(&k->mu);
+    v = calloc(k->npods + 1, sizeof *v);
+    for (size_t i = 0; v != NULL && i < k->npods; i++)
+        if (k->pods[i].adopted && !k->pods[i].by_us)
+            snprintf(v[n++].name, sizeof v[0].name, "%s", k->pods[i].name);
+    pthread_mutex_unlock(&k->mu);
+    if (v == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        drop_adopted(k, v[i].name, "Normal", "WorkerPodReplaced", why);
+    free(v);
+    return (int)n;
 }
 
 int sb_kube_delete_all(sb_kube *k, sb_err *err)

@@ -155,6 +155,10 @@ void sb_kube_on_pod(sb_kube *k, const cJSON *pod, int deleted);
 /* Worker.Rebind on every Running adopted pod; deletes pods that refuse or cannot be reached.
  * Returns the number rebound, or -1 (err set) when no pod could be asked at all. */
 int sb_kube_rebind(sb_kube *k, sb_err *err);
+/* Deletes every adopted pod instead (Event Normal WorkerPodReplaced, saying why): a new leader of
+ * a stream, whose run starts over at an epoch, has no use for what they hold. Desired sizes are
+ * left to the caller's next set_pool_size. The number deleted, or -1 out of memory. */
+int sb_kube_replace_adopted(sb_kube *k, const char *why);
 /* Creates/deletes pods toward the desired sizes (bounded pending). 0, or -1 with err set when
  * an API call failed (the rest is still done). */
 int sb_kube_sync(sb_kube *k, sb_err *err);

@@ -789,7 +789,19 @@ static void start_running(start_ctx *x, entry *e, sb_operator_pipeline *run, int
         sb_operator_condition_set(st, "Suspended", 0, "Resumed", "", x->gen, x->now);
     sb_operator_pipeline_status(run, st, x->gen, x->now);
     char m[256];
-    if (have_cp == 2) {
+    uint32_t first = 0;
+    if (have_cp && sb_operator_pipeline_stream(run, &first)) {
+        /* a stream keeps no checkpoint: its status says how far the consumers came */
+        if (first > 0)
+            snprintf(m, sizeof m,
+                     "a stream: epochs 0 to %u ended under the leader before; "
+                     "serving from epoch %u",
+                     first - 1, first);
+        else
+            snprintf(m, sizeof m, "a stream: no epoch had ended; serving from epoch 0");
+        post_event(x->o, x->c, x->ns, x->name, x->uid, "Normal",
+                   strcmp(x->phase, "Running") == 0 ? "TookOver" : "Resumed", m);
+    } else if (have_cp == 2) {
         /* the log's committed work is known once a worker read it (CheckpointLoaded) */
         snprintf(m, sizeof m, "epoch %u; a worker reads the checkpoint log beside the sink",
                  sb_operator_pipeline_epoch(run));

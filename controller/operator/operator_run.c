@@ -91,6 +91,7 @@ struct sb_operator_pipeline {
     char worker_token[SB_RPC_TOKEN_HEX + 1], controller_sha256[SB_RPC_DIGEST_HEX + 1];
     char auth_secret[96];    /* "sb-auth-<uid>-<key id>": the Secret the pods take the token from */
     int stream;              /* a stream:// sink: served until its consumers end every epoch */
+    uint32_t stream_first;   /* a stream's first epoch this leader serves (run_stream_ended) */
     char address[300];       /* the Control service's HOST:PORT (workers and consumers call it) */
     char service[300];       /* a stream's Service ("<name>.<ns>.svc:7070", streamsvc.h), or "" */
     pthread_mutex_t kube_mu; /* guards the kube pointer: on_pod (informer thread) vs stop */
@@ -945,9 +946,22 @@ static void run_loaded(sb_operator_pipeline *r)
     sb_ckpt_free(&cp);
 }
 
+/* The epochs of a stream that every rank ended under an earlier leader (status.stream's
+ * epochsEnded: the status is written after the fact, so it may lag, never lead), at most epochs;
+ * 0 for a Pipeline that has not served yet. */
+static uint32_t run_stream_ended(const cJSON *object, uint32_t epochs)
+{
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(object, "status");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(st, "stream"), "epochsEnded");
+    if (!cJSON_IsNumber(n) || !(n->valuedouble >= 1))
+        return 0;
+    return n->valuedouble >= epochs ? epochs : (uint32_t)n->valuedouble;
+}
+
 /* Starts the run's Control service (the scheduler, resumed from the checkpoint where cfg
- * has one; a stream keeps none) and records its address in r->address. 0, or -1 (err set;
- * the caller frees r). */
+ * has one; a stream keeps none, and starts at the first epoch some rank had not ended) and records
+ * its address in r->address. 0, or -1 (err set; the caller frees r). */
 static int run_ctl_start(sb_operator_pipeline *r, const sb_operator_pipeline_config *cfg,
                          sb_err *err)
 {
@@ -982,6 +996,15 @@ static int run_ctl_start(sb_operator_pipeline *r, const sb_operator_pipeline_con
         cc.stream = 1;
         cc.stream_epochs = ep > 0 ? ep : 1;
         cc.stream_shuffle = sb_sink_stream_seed(&r->p.spec.sink, &cc.stream_seed);
+        cc.stream_first = r->stream_first = run_stream_ended(cfg->object, cc.stream_epochs);
+        if (cc.stream_first > 0) {
+            char nb[16];
+            snprintf(nb, sizeof nb, "%u", cc.stream_first);
+            sb_log(SB_LOG_INFO,
+                   "stream taken over: the epochs every rank ended are not served "
+                   "again",
+                   "pipeline", r->key, "epochsEnded", nb, NULL);
+        }
     }
     uint64_t maxw = 0; /* the pools' largest sizes, twice: pods being replaced overlap */
     for (size_t i = 0; i < r->p.spec.nstages; i++)
@@ -1055,7 +1078,8 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
         run_free(r);
         return NULL;
     }
-    /* a stream keeps no checkpoint: a new leader serves it again from its first epoch */
+    /* a stream keeps no checkpoint: a new leader serves it from the first epoch some rank had
+     * not ended (its status says which: run_stream_ended) */
     r->stream = r->p.spec.sink.uri != NULL && strcmp(r->p.spec.sink.uri, "stream://") == 0;
     sb_operator_pipeline_config nockpt;
     if (r->stream) {
@@ -1070,6 +1094,11 @@ sb_operator_pipeline *sb_operator_pipeline_start(const sb_operator_pipeline_conf
     }
     if (cfg->resume != NULL || cfg->resume_log != NULL)
         run_rebind(r);
+    else if (r->stream && r->kube != NULL &&
+             sb_kube_replace_adopted(r->kube, "a new leader serves the stream from the first "
+                                              "epoch some rank had not ended; this pod's "
+                                              "partitions are of the run before") > 0)
+        sb_log(SB_LOG_INFO, "a stream's worker pods replaced", "pipeline", r->key, NULL);
     r->stall_ms = (uint64_t)(r->p.spec.execution.stall_timeout_ns / 1000000);
     r->started_ms = sb_operator_mono_ms();
     sb_log(SB_LOG_INFO, "pipeline run started", "pipeline", r->key, "controller", r->address, NULL);
@@ -1096,6 +1125,12 @@ size_t sb_operator_pipeline_committed_at_start(const sb_operator_pipeline *r)
 uint32_t sb_operator_pipeline_epoch(const sb_operator_pipeline *r)
 {
     return r->epoch;
+}
+
+int sb_operator_pipeline_stream(const sb_operator_pipeline *r, uint32_t *first)
+{
+    *first = r->stream_first;
+    return r->stream;
 }
 
 size_t sb_operator_pipeline_splits(const sb_operator_pipeline *r)

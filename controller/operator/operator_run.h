@@ -116,6 +116,9 @@ uint64_t sb_operator_pipeline_recovered(sb_operator_pipeline *r);
 size_t sb_operator_pipeline_committed_at_start(const sb_operator_pipeline *r);
 uint32_t sb_operator_pipeline_epoch(const sb_operator_pipeline *r);
 size_t sb_operator_pipeline_splits(const sb_operator_pipeline *r);
+/* 1 for a stream:// sink, *first its first epoch served by this leader (the ones before ended
+ * under an earlier leader); 0 otherwise. */
+int sb_operator_pipeline_stream(const sb_operator_pipeline *r, uint32_t *first);
 
 /* The spec the run was started with (borrowed). */
 const cJSON *sb_operator_pipeline_spec(const sb_operator_pipeline *r);

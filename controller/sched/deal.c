@@ -74,6 +74,11 @@ typedef struct {
 
 struct sb_deal {
     uint32_t nepochs;
+    uint32_t first; /* epochs before it are over: ended under an earlier leader
+                       (sb_sched_stream_first), or passed over by every rank (pass_over) */
+    uint32_t drain; /* epochs [drain, first) may still have partitions to release unread */
+    uint32_t *lo;   /* per rank: the lowest epoch it asked for here (UINT32_MAX: none yet) */
+    uint32_t nlo;   /* ranks in lo (the largest world_size asked with) */
     epoch_deal *ep;
     rank_speed *rk;
     uint32_t nrk;
@@ -88,6 +93,7 @@ sb_deal *sb_deal_new(const sb_sched *s)
     if (d == NULL)
         return NULL;
     d->nepochs = sb_sched_stream_epochs(s);
+    d->first = d->drain = sb_sched_stream_first(s);
     d->ep = calloc(d->nepochs ? d->nepochs : 1, sizeof *d->ep);
     if (d->ep == NULL) {
         free(d);
@@ -100,6 +106,7 @@ void sb_deal_free(sb_deal *d)
 {
     if (d == NULL)
         return;
+    free(d->lo);
     for (uint32_t e = 0; e < d->nepochs; e++) {
         free(d->ep[e].dealt);
         free(d->ep[e].ended);
@@ -760,6 +767,17 @@ static int session_check(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_r
 {
     sb_ranklog *l = &e->logs[req->rank];
     hold_ctx hc = {d, s, now_ms, req->epoch, req->rank};
+    if (l->next_seq == 0 && l->session == 0 &&
+        (req->consumed_base > 0 || req->consumed_batches > 0)) {
+        /* a consumer's first request here says it consumed rows: it read this epoch from a
+         * controller before this one, whose deal this one does not know */
+        snprintf(rep->message, sizeof rep->message,
+                 "rank %u was reading epoch %u from a controller that was replaced: this one "
+                 "serves the epoch again from its start; read it again (a new iter_batches or "
+                 "sbc_open for epoch %u)",
+                 req->rank, req->epoch, req->epoch);
+        return -1;
+    }
     int sess = sb_ranklog_session(l, req->session);
     if (sess < 0) {
         snprintf(rep->message, sizeof rep->message,
@@ -814,6 +832,10 @@ static int starved(const sb_deal *d, const epoch_deal *e, sb_sched *s, const sb_
     if (e->has_head || e->nre > 0 || q->first != q->n || e->ended[req->rank] ||
         rows_in_hand(&e->logs[req->rank]) >= req->batch || sb_sched_stream_done(s, req->epoch) != 0)
         return 0; /* (a rank with a batch's rows in hand can yield them: it is not stuck) */
+    for (uint32_t k = d->first; k < req->epoch; k++)
+        if (sb_sched_stream_done(s, k) != 1)
+            return 0; /* an earlier epoch's partitions fill the budget: its readers free them
+                         (a task past it would only make more of them) */
     for (size_t i = 0; i < d->nh; i++)
         if (d->h[i].epoch == req->epoch && !d->h[i].fully)
             return 0;
@@ -866,6 +888,60 @@ static void deal_step(sb_deal *d, epoch_deal *e, sb_sched *s, const sb_deal_requ
     }
 }
 
+/* Epochs passed over, after a takeover. A new leader serves the epoch in progress again from its
+ * start; its status may lag (written every few seconds), so the ranks may all have ended that
+ * epoch already and ask for the next. A rank reads epochs in order, so a rank whose first request
+ * here is for a later epoch has ended the ones before: an epoch that every rank passed over so
+ * is skipped (its partitions released unread as they come), and one that other ranks read again
+ * is refused to a rank that passed it over (it must read it again too, or the others would wait
+ * for its share). 0, or -1 with rep an error. */
+static int pass_over(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
+                     sb_deal_reply *rep)
+{
+    if (req->world > d->nlo) {
+        uint32_t *lo = realloc(d->lo, req->world * sizeof *lo);
+        if (lo == NULL) {
+            snprintf(rep->message, sizeof rep->message, "the controller is out of memory");
+            return -1;
+        }
+        for (uint32_t r = d->nlo; r < req->world; r++)
+            lo[r] = UINT32_MAX;
+        d->lo = lo;
+        d->nlo = req->world;
+    }
+    if (req->epoch < d->lo[req->rank])
+        d->lo[req->rank] = req->epoch;
+    for (;;) { /* skip the first epoch while every rank's first request was past it */
+        uint32_t r = 0;
+        while (r < req->world && d->lo[r] != UINT32_MAX && d->lo[r] > d->first)
+            r++;
+        if (r < req->world || d->first >= d->nepochs || d->ep[d->first].world > 0)
+            break;
+        d->first++;
+    }
+    for (uint32_t e = d->drain; e < d->first; e++) { /* release what the skipped ones made */
+        sb_sched_stream_part p;
+        while (sb_sched_stream_take(s, e, &p) == 1) {
+            char *id = strdup(p.id);
+            if (id != NULL)
+                sb_sched_stream_release(s, id, now_ms);
+            free(id);
+        }
+        if (e == d->drain && sb_sched_stream_done(s, e) == 1)
+            d->drain = e + 1;
+    }
+    for (uint32_t e = d->first; e < req->epoch; e++)
+        if (d->ep[e].world > 0 && d->lo[req->rank] > e) {
+            snprintf(rep->message, sizeof rep->message,
+                     "epoch %u is served again from its start after a controller takeover, and "
+                     "other ranks read it: rank %u must read it again too (epoch=%u) before "
+                     "epoch %u",
+                     e, req->rank, e, req->epoch);
+            return -1;
+        }
+    return 0;
+}
+
 void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t now_ms,
                   sb_deal_reply *rep)
 {
@@ -883,6 +959,15 @@ void sb_deal_next(sb_deal *d, sb_sched *s, const sb_deal_request *req, uint64_t 
                  "rank %u of world_size %u with batch_size %u: need rank < world_size and "
                  "batch_size >= 1",
                  req->rank, req->world, req->batch);
+        return;
+    }
+    if (req->epoch >= d->first && pass_over(d, s, req, now_ms, rep) != 0)
+        return;
+    if (req->epoch < d->first) {
+        snprintf(rep->message, sizeof rep->message,
+                 "epoch %u ended before this controller took the stream over (every rank was "
+                 "told it ended, or asked for a later epoch); epochs %u to %u are served",
+                 req->epoch, d->first, d->nepochs - 1);
         return;
     }
     epoch_deal *e = &d->ep[req->epoch];
@@ -931,7 +1016,7 @@ size_t sb_deal_ranks(const sb_deal *d, sb_deal_rank *out, size_t max)
 
 void sb_deal_progress(const sb_deal *d, uint32_t *ended, uint64_t *rows)
 {
-    uint32_t e = 0;
+    uint32_t e = d->first;
     while (e < d->nepochs && d->ep[e].world > 0 && d->ep[e].nended == d->ep[e].world)
         e++;
     *ended = e;
@@ -942,7 +1027,7 @@ void sb_deal_progress(const sb_deal *d, uint32_t *ended, uint64_t *rows)
 
 int sb_deal_all_ended(const sb_deal *d)
 {
-    for (uint32_t e = 0; e < d->nepochs; e++)
+    for (uint32_t e = d->first; e < d->nepochs; e++)
         if (d->ep[e].world == 0 || d->ep[e].nended < d->ep[e].world)
             return 0;
     return 1;

@@ -48,6 +48,17 @@
  * (the same count), and without it the counts differ by at most one. A reply lists the rank's
  * sizes from the iteration it asked about (sizes[], as far as decided).
  *
+ * A new leader. The scheduler of an operator leader that took a stream over starts at the first
+ * epoch some rank had not ended, as the status said (sb_sched_stream_first): requests for the
+ * epochs before it are refused, naming them, and they count as ended. The epoch in progress is
+ * served again from its start. The status lags (it is written every few seconds), so the ranks
+ * may have ended that epoch too: ranks read epochs in order, so a rank whose first request here
+ * is for a later epoch passed the earlier ones over. An epoch every rank passed over is skipped
+ * (its partitions are released unread as they are made, and it counts as ended); a rank that
+ * passed over an epoch other ranks read again is refused, naming it, since they would wait for
+ * its share. A rank asking for a later epoch never forces a task past the budget while an
+ * earlier epoch is still being made (that task would only make more of the earlier epoch).
+ *
  * Memory: the dealer owns its strings; a reply's strings stay valid until the next call.
  */
 #ifndef SB_SCHED_DEAL_H

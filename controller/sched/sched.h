@@ -110,10 +110,14 @@ typedef struct sb_sched_config {
      * source is read (0 is 1); stream_seed: with stream_shuffle, each epoch's splits are
      * shuffled by (seed, epoch). Not with resume. stream_cache (sink.args.cacheEpochs): the
      * source is read once; epoch 0's partitions are kept and dealt again in every later epoch,
-     * in an order shuffled by (seed, epoch) with stream_shuffle. */
+     * in an order shuffled by (seed, epoch) with stream_shuffle. stream_first: the epochs before
+     * it are not run (a new operator leader's: every rank ended them under the one before, as
+     * status.stream.epochsEnded says); they count as done, and the first epoch run reads the
+     * source (and fills the cache) in their stead. */
     int stream;
     int stream_cache;
     uint32_t stream_epochs;
+    uint32_t stream_first;
     int stream_shuffle;
     uint64_t stream_seed;
     /* per stage (njoin_right entries; NULL: none), a join's right side bytes when the plan
@@ -509,6 +513,8 @@ int sb_sched_stream_lost(sb_sched *s, const char *id);
 int sb_sched_stream_get(sb_sched *s, const char *id, sb_sched_stream_part *out);
 /* Epochs of the stream (0 when the sink is not a stream). */
 uint32_t sb_sched_stream_epochs(const sb_sched *s);
+/* The first epoch this run makes (sb_sched_config.stream_first, at most the epochs). */
+uint32_t sb_sched_stream_first(const sb_sched *s);
 /* The stream's backlog by the worker holding it: partitions made and not taken yet (a worker
  * lost with them means re-making them by lineage). */
 typedef struct sb_sched_stream_holder {

@@ -57,35 +57,60 @@ static void setup(void)
     free(ip);
     char flag[300];
     snprintf(flag, sizeof flag, "--grpc-listen=%s:0", host_ip);
+    /* the operator's key, as the chart gives every replica: a successor derives the same tokens
+     * (the ranks' Secret stays valid across a takeover) */
+    setenv("SB_AUTH_KEY", "operator-stream-test-key-0123456789abcdef", 1);
     ctl_pid = itest_controller_start(host_ip[0] != '\0' ? flag : NULL);
 }
 
 static void teardown(void)
 {
+    /* a test that failed midway leaves its Pipeline: gone before the next test's starts (the
+     * controller, still running, removes its pods) */
+    free(kubectl("delete pipeline --all --timeout=30s"));
     itest_controller_stop(&ctl_pid);
     free(sb_test_sh_out("rm -rf %s", dir));
 }
 
 TestSuite(operator_stream, .init = setup, .fini = teardown, .timeout = 300);
 
-/* jsonpath of the Pipeline (output trimmed of quotes by kubectl's -o jsonpath). */
-static char *jp(const char *path)
+/* The build folder by its absolute path (SB_BUILD_DIR, or build/ in the repository when a test
+ * is run by hand): the ranks run in dir. */
+static const char *build_dir(void)
 {
-    return kubectl("get pipeline train -o jsonpath='%s'", path);
+    static char build[4096];
+    const char *b = getenv("SB_BUILD_DIR");
+    if (b != NULL && b[0] == '/')
+        snprintf(build, sizeof build, "%s", b);
+    else
+        snprintf(build, sizeof build, "%s/%s", sb_test_root(), b != NULL ? b : "build");
+    return build;
 }
 
-/* Every id of 0..NFILES*PER_FILE once across the two ranks' epoch e, both ranks dealt rows; and
- * the files in the order rank 0 first got a row of each (a Python list) into order: the order
- * the epoch read its splits in (plan order, f00 to f07, without a seed). */
-static void check_epoch(int e, char *order, size_t olen)
+/* jsonpath of the Pipeline (output trimmed of quotes by kubectl's -o jsonpath). */
+static char *jpn(const char *name, const char *path)
+{
+    return kubectl("get pipeline %s -o jsonpath='%s'", name, path);
+}
+
+static char *jp(const char *path)
+{
+    return jpn("train", path);
+}
+
+/* Every id of 0..NFILES*PER_FILE once across the two ranks' epoch e (the e-th they read, from
+ * PREFIX-0.json and PREFIX-1.json), both ranks dealt rows; and the files in the order rank 0
+ * first got a row of each (a Python list) into order: the order the epoch read its splits in
+ * (plan order, f00 to f07, without a seed). */
+static void check_epoch(const char *prefix, int e, char *order, size_t olen)
 {
     char *v = sb_test_sh_out(
-        "cd %s && python3 -c \"\nimport json\nr = [json.load(open('rank-%%d.json' %% k)) for k in "
+        "cd %s && python3 -c \"\nimport json\nr = [json.load(open('%s-%%d.json' %% k)) for k in "
         "(0, 1)]\nids = [i for x in r for i in x['epochs'][%d]['ids']]\n"
         "print(len(ids), len(set(ids)), sorted(ids) == list(range(%d)), "
         "min(len(x['epochs'][%d]['ids']) for x in r))\nf = []\n"
         "[f.append(i // %d) for i in r[0]['epochs'][%d]['ids'] if i // %d not in f]\nprint(f)\"",
-        dir, e, NFILES * PER_FILE, e, PER_FILE, e, PER_FILE);
+        dir, prefix, e, NFILES * PER_FILE, e, PER_FILE, e, PER_FILE);
     char want[64];
     snprintf(want, sizeof want, "%d %d True ", NFILES * PER_FILE, NFILES * PER_FILE);
     cr_expect(strncmp(v, want, strlen(want)) == 0,
@@ -173,20 +198,12 @@ Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
     free(kubectl("get secret %s -o jsonpath='{.data.token}' | base64 -d > %s/token", secret, dir));
     /* a memory budget of 1Mi against 280 KiB of input a rank reads over time: the ranks start
      * once the Pipeline runs, and read while it makes partitions */
-    /* the ranks run in dir: the build folder by its absolute path (SB_BUILD_DIR, or build/ in
-     * the repository when a test is run by hand) */
-    char build[4096];
-    const char *b = getenv("SB_BUILD_DIR");
-    if (b != NULL && b[0] == '/')
-        snprintf(build, sizeof build, "%s", b);
-    else
-        snprintf(build, sizeof build, "%s/%s", sb_test_root(), b != NULL ? b : "build");
     char *rc = sb_test_sh_out(
         "cd %s && export PYTHONPATH=%s/sdk/python STREAMBATCH_CONSUMER_LIB=%s/lib/"
         "libstreambatch_consumer.so; for r in 0 1; do timeout 200 python3 "
         "%s/tests/stream/consume.py %s token $r 2 2 64 0 0 - rows rank-$r.json > rank-$r.log "
         "2>&1 & p=\"$p $!\"; done; c=; for x in $p; do wait $x; c=\"$c$?\"; done; echo $c",
-        dir, sb_test_root(), build, sb_test_root(), addr);
+        dir, sb_test_root(), build_dir(), sb_test_root(), addr);
     cr_assert_str_eq(rc, "00", "ranks' exit codes: %s; rank 0: %s; rank 1: %s", rc,
                      sb_test_sh_out("tail -5 %s/rank-0.log", dir),
                      sb_test_sh_out("tail -5 %s/rank-1.log", dir));
@@ -194,8 +211,8 @@ Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
     /* seed 9 (sink.args): each epoch reads the files in an order of its own (without it both
      * read f00 to f07 in turn: measured) */
     char o0[256], o1[256];
-    check_epoch(0, o0, sizeof o0);
-    check_epoch(1, o1, sizeof o1);
+    check_epoch("rank", 0, o0, sizeof o0);
+    check_epoch("rank", 1, o1, sizeof o1);
     cr_expect_str_neq(o0, "[0, 1, 2, 3, 4, 5, 6, 7]", "epoch 0 read the files in plan order");
     cr_expect_str_neq(o0, o1, "seed 9: epoch 1 reads the files in the order of epoch 0: %s", o0);
     /* every rank ended every epoch: the run ends, Succeeded, and its pods go */
@@ -229,4 +246,125 @@ Test(operator_stream, two_ranks_read_two_epochs_from_the_address_in_the_status)
     free(label);
     free(epochs);
     free(kubectl("delete pipeline train --timeout=30s"));
+}
+
+/* The address in status.stream of Pipeline name once it has one other than `not` (NULL: any). */
+static char *wait_address(const char *name, const char * not )
+{
+    char *addr = NULL;
+    for (int i = 0; i < 160; i++) {
+        free(addr);
+        addr = jpn(name, "{.status.stream.address}");
+        if (strchr(addr, ':') != NULL && strstr(addr, "rror") == NULL &&
+            (not == NULL || strcmp(addr, not ) != 0))
+            return addr;
+        usleep(500 * 1000);
+    }
+    cr_assert_fail("no new status.stream.address for %s (phase %s, message %s): %s", name,
+                   jpn(name, "{.status.phase}"), jpn(name, "{.status.message}"), addr);
+    return NULL;
+}
+
+/* Two ranks read epochs [first, epochs) of the stream at addr (consume.py, 2 ranks, batches of
+ * 64, rows), each into OUT-r.json; their exit codes ("00": both read them all). */
+static char *read_epochs(const char *addr, int first, int epochs, const char *out)
+{
+    return sb_test_sh_out(
+        "cd %s && export FIRST_EPOCH=%d PYTHONPATH=%s/sdk/python STREAMBATCH_CONSUMER_LIB=%s/lib/"
+        "libstreambatch_consumer.so; for r in 0 1; do timeout 100 python3 "
+        "%s/tests/stream/consume.py %s token $r 2 %d 64 0 0 9 rows %s-$r.json > %s-$r.log "
+        "2>&1 & p=\"$p $!\"; done; c=; for x in $p; do wait $x; c=\"$c$?\"; done; echo $c",
+        dir, first, sb_test_root(), build_dir(), sb_test_root(), addr, epochs, out, out);
+}
+
+/* The leader dies (SIGKILL) after both ranks ended epoch 0 of 2; a new controller takes the
+ * stream over from the status: it serves epoch 1 alone at its own address, refusing epoch 0 by
+ * name, both ranks read every record of epoch 1 once from it, and the Pipeline succeeds. (Before,
+ * a new leader served the stream again from epoch 0, and ranks going on with epoch 1 waited for
+ * rows it never made.) */
+Test(operator_stream, a_new_leader_serves_the_epochs_not_ended)
+{
+    FILE *f = itest_create("relay.yaml");
+    fprintf(f,
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: relay}\n"
+            "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
+            "  stages:\n  - {name: keep, op: identity, workers: {min: 1, max: 2}}\n"
+            "  sink: {uri: 'stream://', format: jsonl, args: {epochs: 2, seed: 9}}\n"
+            "  execution: {memoryBudget: 1Mi}\n",
+            dir);
+    fclose(f);
+    free(kubectl("apply -f %s/relay.yaml", dir));
+    char *a1 = wait_address("relay", NULL);
+    char *secret = jpn("relay", "{.status.stream.tokenSecret}");
+    free(kubectl("get secret %s -o jsonpath='{.data.token}' | base64 -d > %s/token", secret, dir));
+    char *rc = read_epochs(a1, 0, 1, "first");
+    cr_assert_str_eq(rc, "00", "epoch 0: ranks' exit codes %s; rank 0: %s", rc,
+                     sb_test_sh_out("tail -5 %s/first-0.log", dir));
+    free(rc);
+    char o0[256], o1[256];
+    check_epoch("first", 0, o0, sizeof o0);
+    char *ended = NULL;
+    for (int i = 0; i < 40 && (ended == NULL || strcmp(ended, "1") != 0); i++) {
+        free(ended);
+        usleep(250 * 1000);
+        ended = jpn("relay", "{.status.stream.epochsEnded}");
+    }
+    cr_assert_str_eq(ended, "1", "status.stream.epochsEnded after epoch 0");
+    free(ended);
+    /* the leader dies; a new one takes over (no leader election here: it starts at once) */
+    kill(ctl_pid, SIGKILL);
+    waitpid(ctl_pid, NULL, 0);
+    free(sb_test_sh_out("mv %s/controller.log %s/controller-1.log", dir, dir));
+    char flag[300];
+    snprintf(flag, sizeof flag, "--grpc-listen=%s:0", host_ip);
+    ctl_pid = itest_controller_start(host_ip[0] != '\0' ? flag : NULL);
+    char *a2 = wait_address("relay", a1);
+    ended = jpn("relay", "{.status.stream.epochsEnded}");
+    cr_expect_str_eq(ended, "1", "the new leader's status.stream.epochsEnded");
+    free(ended);
+    char *log = sb_test_sh_out("grep -c 'stream taken over' %s/controller.log || true", dir);
+    cr_expect_gt(atoi(log), 0, "the new leader logs the takeover");
+    free(log);
+    char *ev = kubectl("get events --field-selector involvedObject.name=relay,reason=TookOver "
+                       "-o jsonpath='{.items[*].message}'");
+    cr_expect(strstr(ev, "epochs 0 to 0 ended under the leader before; serving from epoch 1"),
+              "the TookOver event: %s", ev);
+    free(ev);
+    /* epoch 0 again: refused, by name */
+    rc = sb_test_sh_out("cd %s && FIRST_EPOCH=0 PYTHONPATH=%s/sdk/python "
+                        "STREAMBATCH_CONSUMER_LIB=%s/lib/libstreambatch_consumer.so timeout 60 "
+                        "python3 %s/tests/stream/consume.py %s token 0 2 1 64 0 0 9 rows "
+                        "again.json > again.log 2>&1; echo $?; grep -c 'epoch 0 ended before "
+                        "this controller took the stream over' again.log",
+                        dir, sb_test_root(), build_dir(), sb_test_root(), a2);
+    cr_expect(strncmp(rc, "0\n", 2) != 0 && strstr(rc, "\n1") != NULL,
+              "epoch 0 from the new leader: want a failure naming it, got %s: %s", rc,
+              sb_test_sh_out("tail -3 %s/again.log", dir));
+    free(rc);
+    rc = read_epochs(a2, 1, 2, "second");
+    cr_assert_str_eq(rc, "00", "epoch 1: ranks' exit codes %s; rank 0: %s; controller: %s", rc,
+                     sb_test_sh_out("tail -5 %s/second-0.log", dir),
+                     sb_test_sh_out("tail -20 %s/controller.log", dir));
+    free(rc);
+    check_epoch("second", 0, o1, sizeof o1);
+    cr_expect_str_neq(o0, o1, "seed 9: epoch 1 reads the files in the order of epoch 0: %s", o0);
+    char *ph = NULL;
+    for (int i = 0; i < 120; i++) {
+        free(ph);
+        ph = jpn("relay", "{.status.phase}");
+        if (strcmp(ph, "Succeeded") == 0 || strcmp(ph, "Failed") == 0)
+            break;
+        usleep(500 * 1000);
+    }
+    cr_assert_str_eq(ph, "Succeeded", "phase %s (%s); controller log:\n%s", ph,
+                     jpn("relay", "{.status.message}"),
+                     sb_test_sh_out("tail -30 %s/controller.log", dir));
+    free(ph);
+    ended = jpn("relay", "{.status.stream.epochsEnded}");
+    cr_expect_str_eq(ended, "2");
+    free(ended);
+    free(a1);
+    free(a2);
+    free(secret);
+    free(kubectl("delete pipeline relay --timeout=30s"));
 }

@@ -4,7 +4,8 @@ records' ids in the order they came).
 
 usage: consume.py ADDRESS TOKEN_FILE RANK WORLD EPOCHS BATCH DROP_LAST SHUFFLE SEED FORMAT OUT
        [PAUSE_AFTER_BATCHES PAUSE_S [BALANCE STEP_S_PER_ROW [DIE_AFTER]]]
-SEED "-" is none. With PAUSE_AFTER_BATCHES (-1: none), the rank stops reading for PAUSE_S seconds
+SEED "-" is none; FIRST_EPOCH in the environment: the first epoch read (0). With
+PAUSE_AFTER_BATCHES (-1: none), the rank stops reading for PAUSE_S seconds
 after that many batches of epoch 0 (a slow consumer; "paused" in the output: when it stopped and
 went on; "ended_at": when it read its last epoch). BALANCE ("-": equal batches, or "lbbsp")
 is iter_batches' balance; STEP_S_PER_ROW makes each step sleep that long per row of its batch (a
@@ -44,7 +45,8 @@ def main():
     per_row = float(a[14]) if len(a) > 14 else 0
     die_after = int(a[15]) if len(a) > 15 else -1
     result = {"rank": rank, "epochs": []}
-    for e in range(epochs):
+    # FIRST_EPOCH (env): the epochs before it are not read (a rank going on after a takeover)
+    for e in range(int(os.environ.get("FIRST_EPOCH", "0")), epochs):
         sizes, ids, texts = [], [], []
         for k, batch in enumerate(streambatch.iter_batches(
                 address, batch_size=bsz, batch_format=fmt, rank=rank, world_size=world, epoch=e,

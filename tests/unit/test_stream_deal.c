@@ -46,6 +46,7 @@ typedef struct {
     size_t nstarted;
     const char *worker; /* the live worker's id */
     int cache;          /* stream_cache: every epoch deals epoch 0's partitions */
+    uint32_t first;     /* stream_first: the epochs before it are not run (task 0 is its) */
     uint64_t budget;    /* bytes */
 } sim;
 
@@ -54,10 +55,13 @@ static uint64_t rows_of(uint64_t index)
     return 60 + index * 7 % 90; /* uneven: slices cut partitions between ranks */
 }
 
+static uint32_t sim_first; /* the next sim's stream_first (a new leader's) */
+
 static void sim_init_budget(sim *m, int shuffle, uint64_t seed, int cache, uint64_t budget_mib)
 {
     memset(m, 0, sizeof *m);
     m->cache = cache;
+    m->first = sim_first;
     m->budget = budget_mib * MiB;
     spec_fixture_load(&m->h, yaml(budget_mib));
     for (size_t i = 0; i < NSPLITS; i++) {
@@ -70,7 +74,8 @@ static void sim_init_budget(sim *m, int shuffle, uint64_t seed, int cache, uint6
                            .stream_epochs = EPOCHS,
                            .stream_shuffle = shuffle,
                            .stream_seed = seed,
-                           .stream_cache = cache};
+                           .stream_cache = cache,
+                           .stream_first = sim_first};
     sb_err err;
     m->s = sb_sched_new(&cfg, m->sp, NSPLITS, &err);
     cr_assert_not_null(m->s, "%s", err.msg);
@@ -224,8 +229,8 @@ static void record(sim *m, rank *rk, uint32_t r, uint32_t epoch, const sb_deal_r
         uint64_t t;
         cr_assert_eq(sscanf(rep.part_id, "s0-t%" SCNu64 "-p0", &t), 1, "%s", rep.part_id);
         cr_assert_lt(t, NSPLITS * EPOCHS);
-        cr_assert_eq(t / NSPLITS, m->cache ? 0 : epoch, "partition %s dealt in epoch %u",
-                     rep.part_id, epoch);
+        cr_assert_eq(t / NSPLITS + m->first, m->cache ? m->first : epoch,
+                     "partition %s dealt in epoch %u", rep.part_id, epoch);
         cr_assert_eq(rep.rows, rows_of(t));
         cr_assert_lt(rep.row_lo, rep.row_hi);
         for (uint64_t x = rep.row_lo; x < rep.row_hi; x++) {
@@ -292,7 +297,8 @@ static void epoch_whole(const sim *m, const rank *rk, uint32_t n, uint32_t e)
     }
     cr_assert_leq(hi - lo, BATCH, "ranks within one batch: %" PRIu64 "..%" PRIu64, lo, hi);
     uint64_t want = 0;
-    uint64_t first = m->cache ? 0 : e * NSPLITS; /* cached: epoch 0's partitions again */
+    /* cached: the first epoch's partitions again */
+    uint64_t first = m->cache ? 0 : (e - m->first) * NSPLITS;
     for (uint64_t t = first; t < first + NSPLITS; t++) {
         want += rows_of(t);
         for (uint64_t x = 0; x < rows_of(t); x++)
@@ -307,7 +313,7 @@ static void run_epochs(sim *m)
 {
     uint32_t ended;
     uint64_t rows;
-    for (uint32_t e = 0; e < EPOCHS; e++) {
+    for (uint32_t e = m->first; e < EPOCHS; e++) {
         rank rk[3] = {0};
         for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended && rk[2].ended); step++) {
             m->now += 1;
@@ -483,6 +489,148 @@ Test(stream_deal, seed_shuffles_each_epochs_splits)
         }
 }
 
+/* An operator leader that took a stream over once every rank had ended epoch 0 under its
+ * predecessor (status.stream.epochsEnded 1): it reads the source for epoch 1 alone, its splits in
+ * the order the seed gives epoch 1 (the predecessor's order for it), refuses epoch 0 naming it,
+ * and ends once every rank ended epoch 1. */
+Test(stream_deal, a_new_leader_serves_from_the_first_epoch_not_ended)
+{
+    static char whole[EPOCHS][NSPLITS][32];
+    split_order(7, 1, whole);
+    sim_first = 1;
+    sim m;
+    sim_init(&m, 1, 7);
+    sim_first = 0;
+    cr_assert_eq(sb_sched_stream_first(m.s), 1);
+    uint32_t ended;
+    uint64_t rows;
+    sb_deal_progress(m.d, &ended, &rows);
+    cr_assert_eq(ended, 1, "epoch 0 counts as ended");
+    sb_deal_reply rep;
+    sb_deal_request q = {.rank = 0, .world = 3, .epoch = 0, .batch = BATCH};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR);
+    cr_assert(strstr(rep.message, "epoch 0 ended before this controller took the stream over"),
+              "%s", rep.message);
+    run_epochs(&m);
+    cr_assert_eq(m.nstarted, NSPLITS, "epoch 1 alone read the source: %zu tasks", m.nstarted);
+    for (size_t i = 0; i < m.nstarted; i++) {
+        uint64_t idx = strtoull(m.started[i], NULL, 10);
+        cr_assert_lt(idx, NSPLITS);
+        cr_assert_str_eq(strchr(m.started[i], ':') + 1, whole[1][idx],
+                         "task %" PRIu64 " reads epoch 1's split of the whole run", idx);
+    }
+    for (int k = 0; k < 3; k++)
+        work(&m);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    cr_assert(sb_deal_all_ended(m.d));
+    sim_free(&m);
+}
+
+/* A leader that took over after every rank ended every epoch (its predecessor died before it
+ * wrote Succeeded) runs nothing and ends. */
+Test(stream_deal, a_new_leader_after_the_last_epoch_ends_at_once)
+{
+    sim_first = EPOCHS + 3; /* clamped to the epochs */
+    sim m;
+    sim_init(&m, 1, 7);
+    sim_first = 0;
+    cr_assert_eq(sb_sched_stream_first(m.s), EPOCHS);
+    uint32_t ended;
+    uint64_t rows;
+    sb_deal_progress(m.d, &ended, &rows);
+    cr_assert_eq(ended, EPOCHS);
+    cr_assert(sb_deal_all_ended(m.d));
+    for (int k = 0; k < 3; k++)
+        work(&m);
+    cr_assert_eq(m.nstarted, 0);
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sim_free(&m);
+}
+
+/* Rank r of world asks for epoch e and is refused with an error that starts with want. */
+static void q_refused(sim *m, uint32_t r, uint32_t world, uint32_t e, const char *want)
+{
+    sb_deal_reply rep;
+    sb_deal_request q = {.rank = r, .world = world, .epoch = e, .batch = BATCH, .session = r + 1};
+    sb_deal_next(m->d, m->s, &q, m->now, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR, "rank %u, epoch %u: not refused", r, e);
+    cr_assert(strncmp(rep.message, want, strlen(want)) == 0, "%s", rep.message);
+}
+
+/* A leader whose status lagged (the leader before died within a status interval of the end of
+ * epoch 0, so the status said no epoch ended): it serves epoch 0 again, but every rank asks for
+ * epoch 1, having ended 0. Epoch 0 is skipped once every rank passed it over (its partitions made
+ * and released unread, the budget held meanwhile), and epoch 1 is dealt as usual. */
+Test(stream_deal, an_epoch_every_rank_passed_over_is_skipped)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    rank rk[3] = {0};
+    uint32_t ended;
+    uint64_t rows;
+    for (int step = 0; step < 20; step++) { /* ranks 0 and 1 ask: they wait */
+        m.now++;
+        work(&m);
+        for (uint32_t r = 0; r < 2; r++)
+            cr_assert_eq(ask(&m, &rk[r], r, 3, 1), SB_DEAL_WAIT);
+    }
+    sb_deal_progress(m.d, &ended, &rows);
+    cr_assert_eq(ended, 0, "epoch 0 is not skipped while rank 2 may still read it");
+    for (int step = 0; step < 100000 && !(rk[0].ended && rk[1].ended && rk[2].ended); step++) {
+        m.now++;
+        work(&m);
+        for (uint32_t r = 0; r < 3; r++)
+            if (!rk[r].ended)
+                ask(&m, &rk[r], r, 3, 1);
+    }
+    epoch_whole(&m, rk, 3, 1);
+    sb_deal_progress(m.d, &ended, &rows);
+    cr_assert_eq(ended, 2);
+    for (uint64_t t = 0; t < NSPLITS; t++)
+        for (uint64_t x = 0; x < rows_of(t); x++)
+            cr_assert_eq(m.dealt[0][t][x], 0, "epoch 0's row %" PRIu64 " of task %" PRIu64 " dealt",
+                         x, t);
+    for (int k = 0; k < 3; k++)
+        work(&m);
+    cr_assert_eq(m.nstarted, 2 * NSPLITS, "epoch 0 was made again, then released unread");
+    cr_assert_eq(sb_sched_state_get(m.s, NULL), SB_SCHED_SUCCEEDED);
+    sb_sched_stats st;
+    sb_sched_get_stats(m.s, &st);
+    cr_assert_eq(st.partition_bytes, 0);
+    cr_assert(sb_deal_all_ended(m.d));
+    q_refused(&m, 0, 3, 0, "epoch 0 ended before this controller took the stream over");
+    sim_free(&m);
+}
+
+/* After a takeover, a rank that had ended epoch 0 asks for epoch 1 while another reads epoch 0
+ * again: the first is told to read epoch 0 again too (else the other would wait for its share),
+ * and once it does, both read epoch 0, then 1. */
+Test(stream_deal, a_rank_passing_over_an_epoch_others_read_is_refused)
+{
+    sim m;
+    sim_init(&m, 0, 0);
+    rank rk[2] = {0};
+    m.now++;
+    work(&m);
+    cr_assert_neq(ask(&m, &rk[1], 1, 2, 0), SB_DEAL_ERROR);
+    q_refused(&m, 0, 2, 1, "epoch 0 is served again from its start after a controller takeover");
+    for (uint32_t e = 0; e < EPOCHS; e++) {
+        rank r2[2] = {0};
+        if (e == 0)
+            r2[1] = rk[1];
+        for (int step = 0; step < 100000 && !(r2[0].ended && r2[1].ended); step++) {
+            m.now++;
+            work(&m);
+            for (uint32_t r = 0; r < 2; r++)
+                if (!r2[r].ended)
+                    ask(&m, &r2[r], r, 2, e);
+        }
+        cr_assert(r2[0].ended && r2[1].ended, "epoch %u ended", e);
+    }
+    sim_free(&m);
+}
+
 Test(stream_deal, bad_requests_are_errors)
 {
     sim m;
@@ -502,10 +650,20 @@ Test(stream_deal, bad_requests_are_errors)
     sb_deal_next(m.d, m.s, &q, 0, &rep);
     cr_assert_eq(rep.kind, SB_DEAL_ERROR);
     cr_assert(strstr(rep.message, "every rank must ask the same"), "%s", rep.message);
-    /* acknowledgements of rows never dealt, or bits past them, free nothing and break nothing */
-    const uint8_t bits[] = {0xff, 0xff};
+    /* a first request that says it consumed rows read the epoch from a controller before this
+     * one: refused, saying so */
     q = (sb_deal_request){
         .rank = 1, .world = 2, .epoch = 0, .batch = 8, .session = 9, .consumed_base = 1000};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_eq(rep.kind, SB_DEAL_ERROR);
+    cr_assert(strstr(rep.message, "from a controller that was replaced"), "%s", rep.message);
+    /* after a first request, acknowledgements of rows never dealt, or bits past them, free
+     * nothing and break nothing */
+    const uint8_t bits[] = {0xff, 0xff};
+    q = (sb_deal_request){.rank = 1, .world = 2, .epoch = 0, .batch = 8, .session = 9};
+    sb_deal_next(m.d, m.s, &q, 0, &rep);
+    cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
+    q.consumed_base = 1000;
     sb_deal_next(m.d, m.s, &q, 0, &rep);
     cr_assert_neq(rep.kind, SB_DEAL_ERROR, "%s", rep.message);
     q = (sb_deal_request){.rank = 1,

@@ -279,6 +279,7 @@ struct sb_sched {
     /* stream sink (sb_sched_config.stream; stream.c) */
     int stream;
     uint32_t stream_epochs, stream_open; /* epochs planned; the latest one let in */
+    uint32_t stream_first;               /* the first epoch run (those before: not run) */
     size_t epoch_splits;                 /* splits per epoch (op 0's tasks e * this ..) */
     stream_q *sq;                        /* per epoch */
     uint64_t stream_taken;               /* taken and not released yet */
@@ -396,6 +397,8 @@ char *sc_order_key_format(const sb_sched *s, size_t k);
 int sc_stream_setup(sb_sched *s, const sb_sched_config *cfg, const sb_storage_split *splits,
                     size_t nsplits, sb_storage_split **expanded, sb_err *err);
 int sc_stream_push(sb_sched *s, size_t ti, size_t pi);
+/* The epochs whose splits this run reads from the source (0 when none is left to run). */
+uint32_t sc_stream_reads(const sb_sched *s);
 void sc_stream_advance(sb_sched *s);
 int sc_stream_gated(const sb_sched *s, size_t ti);
 int sc_stream_holds(const sb_sched *s);

@@ -485,7 +485,7 @@ sb_sched *sb_sched_new(const sb_sched_config *cfg, const sb_storage_split *split
         if (sc_stream_setup(s, cfg, splits, nsplits, &expanded, err) != 0)
             goto fail;
         splits = expanded;
-        nsplits *= s->stream_cache ? 1 : s->stream_epochs; /* cached: the source is read once */
+        nsplits *= sc_stream_reads(s); /* cached: the source is read once */
     }
     int seeded = sched_seed_tasks(s, cfg, splits, nsplits, err);
     free(expanded);

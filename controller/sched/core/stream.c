@@ -6,9 +6,10 @@
 
 /* ---- Stream sink ----------------------------------------------------------------------------
  * sb_sched_config.stream (sched.h, "Stream sink"): the last op's outputs wait in a queue per
- * epoch for the dealer. Epoch e is op 0's tasks [e * epoch_splits, (e + 1) * epoch_splits),
- * let in (sc_stream_gated) only once everything of the epochs before has been made, so a task of
- * a later op never coalesces rows of two epochs. */
+ * epoch for the dealer. Epoch e is op 0's tasks [(e - first) * epoch_splits, (e - first + 1) *
+ * epoch_splits) (first: stream_first, the epochs before it are done and empty), let in
+ * (sc_stream_gated) only once everything of the epochs before has been made, so a task of a later
+ * op never coalesces rows of two epochs. */
 
 static uint64_t splitmix64(uint64_t *x)
 {
@@ -60,17 +61,33 @@ int sc_stream_setup(sb_sched *s, const sb_sched_config *cfg, const sb_storage_sp
     s->stream_shuffle = cfg->stream_shuffle;
     s->stream_seed = cfg->stream_seed;
     s->epoch_splits = nsplits;
-    uint32_t read = s->stream_cache ? 1 : epochs; /* the epochs that read the source */
+    /* the epochs before the first are let in already, empty: done */
+    s->stream_first = s->stream_open = cfg->stream_first < epochs ? cfg->stream_first : epochs;
+    uint32_t read = sc_stream_reads(s); /* the epochs that read the source */
     s->sq = calloc(epochs, sizeof *s->sq);
-    *expanded = malloc((nsplits > 0 ? nsplits * read : 1) * sizeof **expanded);
+    *expanded = malloc((nsplits > 0 && read > 0 ? nsplits * read : 1) * sizeof **expanded);
     if (s->sq == NULL || *expanded == NULL)
         return sb_err_set(err, "scheduler: out of memory");
     for (uint32_t e = 0; e < read; e++) {
         sb_storage_split *ep = *expanded + (size_t)e * nsplits;
         memcpy(ep, splits, nsplits * sizeof *ep);
-        stream_shuffle(cfg->stream_shuffle, cfg->stream_seed, e, ep, nsplits, sizeof *ep);
+        stream_shuffle(cfg->stream_shuffle, cfg->stream_seed, s->stream_first + e, ep, nsplits,
+                       sizeof *ep);
     }
     return 0;
+}
+
+uint32_t sc_stream_reads(const sb_sched *s)
+{
+    if (s->stream_first >= s->stream_epochs)
+        return 0;
+    return s->stream_cache ? 1 : s->stream_epochs - s->stream_first;
+}
+
+/* The epoch of op 0's task index (epochs before the first have no tasks). */
+static uint32_t index_epoch(const sb_sched *s, size_t index)
+{
+    return s->stream_first + (s->epoch_splits ? (uint32_t)(index / s->epoch_splits) : 0);
 }
 
 /* The epoch a task's rows belong to: its source split's, up the lineage. */
@@ -79,7 +96,7 @@ static uint32_t task_epoch(const sb_sched *s, size_t ti)
     for (int depth = 0; depth < 64; depth++) {
         const task *t = &s->tasks[ti];
         if (t->op == 0)
-            return s->epoch_splits ? (uint32_t)(t->index / s->epoch_splits) : 0;
+            return index_epoch(s, t->index);
         if (t->ninputs == 0)
             break;
         ti = s->parts[sc_task_inputs(t)[0]].producer;
@@ -96,7 +113,7 @@ int sc_stream_push(sb_sched *s, size_t ti, size_t pi)
         if (GROW(s, s->cached, s->capcached, s->ncached + 1) != 0)
             return -1;
         s->cached[s->ncached++] = pi;
-        s->parts[pi].uses = s->stream_epochs;
+        s->parts[pi].uses = s->stream_epochs - s->stream_first;
     }
     return q_push(s, &s->sq[task_epoch(s, ti)], pi);
 }
@@ -124,8 +141,7 @@ static int stream_made(const sb_sched *s)
     }
     const op *o0 = &s->ops[0];
     for (size_t k = 0; k < o0->qlen; k++)
-        if (s->tasks[o0->queue[o0->qhead + k]].index / (s->epoch_splits ? s->epoch_splits : 1) <=
-            s->stream_open)
+        if (index_epoch(s, s->tasks[o0->queue[o0->qhead + k]].index) <= s->stream_open)
             return 0;
     return 1;
 }
@@ -153,7 +169,7 @@ void sc_stream_advance(sb_sched *s)
 int sc_stream_gated(const sb_sched *s, size_t ti)
 {
     return s->stream && s->tasks[ti].op == 0 && s->epoch_splits > 0 &&
-           s->tasks[ti].index / s->epoch_splits > s->stream_open;
+           index_epoch(s, s->tasks[ti].index) > s->stream_open;
 }
 
 /* Stream partitions hold part of the budget: the consumers will free it, so nothing is forced
@@ -293,6 +309,11 @@ int sb_sched_stream_get(sb_sched *s, const char *id, sb_sched_stream_part *out)
 uint32_t sb_sched_stream_epochs(const sb_sched *s)
 {
     return s->stream ? s->stream_epochs : 0;
+}
+
+uint32_t sb_sched_stream_first(const sb_sched *s)
+{
+    return s->stream ? s->stream_first : 0;
 }
 
 size_t sb_sched_stream_waiting(const sb_sched *s, sb_sched_stream_holder *out, size_t max)
