@@ -268,9 +268,14 @@ static inline void itest_crd_apply(void)
 }
 
 /* Starts streambatch-controller against the test cluster (no leader election, status every
- * second, one more flag when extra is not NULL), its stderr in dir/controller.log. Its pid. */
-static inline pid_t itest_controller_start(const char *extra)
+ * second, up to two more flags: extra, then extra2, each when not NULL; a later flag overrides),
+ * its stderr in dir/controller.log. Its pid. */
+static inline pid_t itest_controller_start2(const char *extra, const char *extra2)
 {
+    if (extra == NULL) {
+        extra = extra2;
+        extra2 = NULL;
+    }
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -281,10 +286,15 @@ static inline pid_t itest_controller_start(const char *extra)
         (void)f;
         execl(sb_test_bin("streambatch-controller"), "streambatch-controller", "--kubeconfig", kc,
               "--leader-elect=false", "--metrics-listen", "127.0.0.1:0", "--status-interval", "1s",
-              extra, (char *)NULL);
+              extra, extra2, (char *)NULL);
         _exit(127);
     }
     return pid;
+}
+
+static inline pid_t itest_controller_start(const char *extra)
+{
+    return itest_controller_start2(extra, NULL);
 }
 
 /* SIGTERM to the controller (*pid > 0) and its exit status (-1: none); *pid becomes 0. */

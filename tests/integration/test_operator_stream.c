@@ -278,24 +278,33 @@ static char *read_epochs(const char *addr, int first, int epochs, const char *ou
 }
 
 /* The leader dies (SIGKILL) after both ranks ended epoch 0 of 2; a new controller takes the
- * stream over from the status: it serves epoch 1 alone at its own address, refusing epoch 0 by
- * name, both ranks read every record of epoch 1 once from it, and the Pipeline succeeds. (Before,
- * a new leader served the stream again from epoch 0, and ranks going on with epoch 1 waited for
- * rows it never made.) */
-Test(operator_stream, a_new_leader_serves_the_epochs_not_ended)
+ * stream over from the status and both ranks read every record of epoch 1 once from it, then the
+ * Pipeline succeeds. With lag, the first controller writes its status once a minute, so the status
+ * still says no epoch ended when it dies: the new leader serves epoch 0 again, and skips it once
+ * both ranks asked for epoch 1. Without, it serves epoch 1 alone, refusing epoch 0 by name.
+ * (Before, a new leader served the stream again from epoch 0, and ranks going on with epoch 1
+ * waited for rows it never made.) */
+static void take_over(const char *name, int lag)
 {
     FILE *f = itest_create("relay.yaml");
     fprintf(f,
-            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: relay}\n"
+            "apiVersion: streambatch.dev/v1alpha1\nkind: Pipeline\nmetadata: {name: %s}\n"
             "spec:\n  source: {uri: 'file://%s/in/', format: jsonl, partitionSize: 16Ki}\n"
             "  stages:\n  - {name: keep, op: identity, workers: {min: 1, max: 2}}\n"
             "  sink: {uri: 'stream://', format: jsonl, args: {epochs: 2, seed: 9}}\n"
             "  execution: {memoryBudget: 1Mi}\n",
-            dir);
+            name, dir);
     fclose(f);
+    char flag[300];
+    snprintf(flag, sizeof flag, "--grpc-listen=%s:0", host_ip);
+    if (lag) { /* the suite's controller, again with a status written once a minute */
+        itest_controller_stop(&ctl_pid);
+        ctl_pid =
+            itest_controller_start2(host_ip[0] != '\0' ? flag : NULL, "--status-interval=60s");
+    }
     free(kubectl("apply -f %s/relay.yaml", dir));
-    char *a1 = wait_address("relay", NULL);
-    char *secret = jpn("relay", "{.status.stream.tokenSecret}");
+    char *a1 = wait_address(name, NULL);
+    char *secret = jpn(name, "{.status.stream.tokenSecret}");
     free(kubectl("get secret %s -o jsonpath='{.data.token}' | base64 -d > %s/token", secret, dir));
     char *rc = read_epochs(a1, 0, 1, "first");
     cr_assert_str_eq(rc, "00", "epoch 0: ranks' exit codes %s; rank 0: %s", rc,
@@ -303,44 +312,50 @@ Test(operator_stream, a_new_leader_serves_the_epochs_not_ended)
     free(rc);
     char o0[256], o1[256];
     check_epoch("first", 0, o0, sizeof o0);
+    const char *want = lag ? "0" : "1";
     char *ended = NULL;
-    for (int i = 0; i < 40 && (ended == NULL || strcmp(ended, "1") != 0); i++) {
+    for (int i = 0; i < 40 && (ended == NULL || strcmp(ended, want) != 0); i++) {
         free(ended);
         usleep(250 * 1000);
-        ended = jpn("relay", "{.status.stream.epochsEnded}");
+        ended = jpn(name, "{.status.stream.epochsEnded}");
     }
-    cr_assert_str_eq(ended, "1", "status.stream.epochsEnded after epoch 0");
+    if (lag) /* (absent or 0: the one write was at the start) */
+        cr_assert(strcmp(ended, "0") == 0 || strcmp(ended, "") == 0, "a lagging status: %s", ended);
+    else
+        cr_assert_str_eq(ended, "1", "status.stream.epochsEnded after epoch 0");
     free(ended);
     /* the leader dies; a new one takes over (no leader election here: it starts at once) */
     kill(ctl_pid, SIGKILL);
     waitpid(ctl_pid, NULL, 0);
     free(sb_test_sh_out("mv %s/controller.log %s/controller-1.log", dir, dir));
-    char flag[300];
-    snprintf(flag, sizeof flag, "--grpc-listen=%s:0", host_ip);
     ctl_pid = itest_controller_start(host_ip[0] != '\0' ? flag : NULL);
-    char *a2 = wait_address("relay", a1);
-    ended = jpn("relay", "{.status.stream.epochsEnded}");
-    cr_expect_str_eq(ended, "1", "the new leader's status.stream.epochsEnded");
+    char *a2 = wait_address(name, a1);
+    ended = jpn(name, "{.status.stream.epochsEnded}");
+    cr_expect_str_eq(ended, lag ? "0" : "1", "the new leader's status.stream.epochsEnded");
     free(ended);
-    char *log = sb_test_sh_out("grep -c 'stream taken over' %s/controller.log || true", dir);
-    cr_expect_gt(atoi(log), 0, "the new leader logs the takeover");
-    free(log);
-    char *ev = kubectl("get events --field-selector involvedObject.name=relay,reason=TookOver "
-                       "-o jsonpath='{.items[*].message}'");
-    cr_expect(strstr(ev, "epochs 0 to 0 ended under the leader before; serving from epoch 1"),
+    char *ev = kubectl("get events --field-selector involvedObject.name=%s,reason=TookOver "
+                       "-o jsonpath='{.items[*].message}'",
+                       name);
+    cr_expect(strstr(ev, lag ? "a stream: no epoch had ended; serving from epoch 0"
+                             : "epochs 0 to 0 ended under the leader before; serving from epoch 1"),
               "the TookOver event: %s", ev);
     free(ev);
-    /* epoch 0 again: refused, by name */
-    rc = sb_test_sh_out("cd %s && FIRST_EPOCH=0 PYTHONPATH=%s/sdk/python "
-                        "STREAMBATCH_CONSUMER_LIB=%s/lib/libstreambatch_consumer.so timeout 60 "
-                        "python3 %s/tests/stream/consume.py %s token 0 2 1 64 0 0 9 rows "
-                        "again.json > again.log 2>&1; echo $?; grep -c 'epoch 0 ended before "
-                        "this controller took the stream over' again.log",
-                        dir, sb_test_root(), build_dir(), sb_test_root(), a2);
-    cr_expect(strncmp(rc, "0\n", 2) != 0 && strstr(rc, "\n1") != NULL,
-              "epoch 0 from the new leader: want a failure naming it, got %s: %s", rc,
-              sb_test_sh_out("tail -3 %s/again.log", dir));
-    free(rc);
+    if (!lag) { /* epoch 0 again: refused, by name */
+        char *log = sb_test_sh_out("grep -c 'stream taken over' %s/controller.log || true", dir);
+        cr_expect_gt(atoi(log), 0, "the new leader logs the takeover");
+        free(log);
+        rc = sb_test_sh_out("cd %s && FIRST_EPOCH=0 PYTHONPATH=%s/sdk/python "
+                            "STREAMBATCH_CONSUMER_LIB=%s/lib/libstreambatch_consumer.so timeout 60 "
+                            "python3 %s/tests/stream/consume.py %s token 0 2 1 64 0 0 9 rows "
+                            "again.json > again.log 2>&1; echo $?; grep -c 'epoch 0 ended before "
+                            "this controller took the stream over' again.log",
+                            dir, sb_test_root(), build_dir(), sb_test_root(), a2);
+        cr_expect(strncmp(rc, "0\n", 2) != 0 && strstr(rc, "\n1") != NULL,
+                  "epoch 0 from the new leader: want a failure naming it, got %s: %s", rc,
+                  sb_test_sh_out("tail -3 %s/again.log", dir));
+        free(rc);
+    }
+    /* both ranks go on with epoch 1 (with lag: each asks for it, passing epoch 0 over) */
     rc = read_epochs(a2, 1, 2, "second");
     cr_assert_str_eq(rc, "00", "epoch 1: ranks' exit codes %s; rank 0: %s; controller: %s", rc,
                      sb_test_sh_out("tail -5 %s/second-0.log", dir),
@@ -351,20 +366,30 @@ Test(operator_stream, a_new_leader_serves_the_epochs_not_ended)
     char *ph = NULL;
     for (int i = 0; i < 120; i++) {
         free(ph);
-        ph = jpn("relay", "{.status.phase}");
+        ph = jpn(name, "{.status.phase}");
         if (strcmp(ph, "Succeeded") == 0 || strcmp(ph, "Failed") == 0)
             break;
         usleep(500 * 1000);
     }
     cr_assert_str_eq(ph, "Succeeded", "phase %s (%s); controller log:\n%s", ph,
-                     jpn("relay", "{.status.message}"),
+                     jpn(name, "{.status.message}"),
                      sb_test_sh_out("tail -30 %s/controller.log", dir));
     free(ph);
-    ended = jpn("relay", "{.status.stream.epochsEnded}");
+    ended = jpn(name, "{.status.stream.epochsEnded}");
     cr_expect_str_eq(ended, "2");
     free(ended);
     free(a1);
     free(a2);
     free(secret);
-    free(kubectl("delete pipeline relay --timeout=30s"));
+    free(kubectl("delete pipeline %s --timeout=30s", name));
+}
+
+Test(operator_stream, a_new_leader_serves_the_epochs_not_ended)
+{
+    take_over("relay", 0);
+}
+
+Test(operator_stream, a_new_leader_skips_the_epoch_a_lagging_status_missed)
+{
+    take_over("lagged", 1);
 }
