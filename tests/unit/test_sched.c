@@ -814,27 +814,33 @@ Test(sched, static_mode_gives_each_stage_its_own_slots_when_there_are_enough)
  * worker's registration by its index: the lost worker's stage had no slot ("stalled"). */
 static uint64_t g_static_kill;
 static int g_static_respawn;
-static void kill_c2_maybe_respawn(sim *m, uint64_t ev)
+static size_t g_static_victim; /* the worker killed: c1, c2 or c3 (bound to op 0, 1 or 2) */
+static void kill_maybe_respawn(sim *m, uint64_t ev)
 {
     if (ev != g_static_kill)
         return;
-    m->w[1].alive = 0;
-    m->w[1].nrun = 0;
-    sb_sched_worker_lost(m->s, m->w[1].id, "test: killed", m->now);
-    if (g_static_respawn)
-        sim_add_worker(m, "c2-r1", "cpu", 1);
+    simworker *w = &m->w[g_static_victim];
+    w->alive = 0;
+    w->nrun = 0;
+    sb_sched_worker_lost(m->s, w->id, "test: killed", m->now);
+    if (g_static_respawn) {
+        char id[32];
+        snprintf(id, sizeof id, "%s-r1", w->id);
+        sim_add_worker(m, id, "cpu", 1);
+    }
 }
 
 Test(sched, static_mode_binds_slots_again_when_a_worker_is_lost_or_replaced)
 {
     char why[1024];
     uint64_t parts = 0;
-    for (g_static_respawn = 0; g_static_respawn < 2; g_static_respawn++)
-        for (g_static_kill = 1; g_static_kill < 16; g_static_kill++) {
-            static_run(3, 1, kill_c2_maybe_respawn, &parts, why, sizeof why);
-            cr_expect_eq(parts, 8, "kill c2 at event %" PRIu64 "%s: %s", g_static_kill,
-                         g_static_respawn ? ", respawned" : "", why);
-        }
+    for (g_static_victim = 0; g_static_victim < 3; g_static_victim++)
+        for (g_static_respawn = 0; g_static_respawn < 2; g_static_respawn++)
+            for (g_static_kill = 1; g_static_kill < 16; g_static_kill++) {
+                static_run(3, 1, kill_maybe_respawn, &parts, why, sizeof why);
+                cr_expect_eq(parts, 8, "kill c%zu at event %" PRIu64 "%s: %s", g_static_victim + 1,
+                             g_static_kill, g_static_respawn ? ", respawned" : "", why);
+            }
 }
 
 Test(sched, stale_and_unknown_completions)
