@@ -1112,7 +1112,8 @@ static int many_fetch_peer(task_ctx *t, size_t i, size_t n, size_t first, const 
         }
     void **got = blobs + n; /* scratch: the second half */
     size_t *glens = lens + n, failed = 0;
-    sb_data_fetch_opts fo = {.requester_id = t->w->cfg.id, .rpc = t->w->cfg.rpc};
+    sb_data_fetch_opts fo = {
+        .requester_id = t->w->cfg.id, .rpc = t->w->cfg.rpc, .cancel = t->cancel};
     if (sb_data_fetch_many_addr(addr, ids, expected, m, 0, 60000, &fo, got, glens, &failed, NULL,
                                 &t->err) != 0) {
         sb_wmetrics_fetch_error(t->w->metrics);
@@ -1218,7 +1219,7 @@ static int task_inputs(task_ctx *t, char **lost)
         }
         void *blob = NULL;
         size_t len = 0;
-        sb_data_fetch_opts fo = {.requester_id = w->cfg.id, .rpc = w->cfg.rpc};
+        sb_data_fetch_opts fo = {.requester_id = w->cfg.id, .rpc = w->cfg.rpc, .cancel = t->cancel};
         int rc = sb_data_fetch_addr(ref->worker_address, ref->id, (size_t)ref->bytes, 0, 60000, &fo,
                                     &blob, &len, NULL, &t->err);
         if (rc != 0) {

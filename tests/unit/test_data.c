@@ -690,6 +690,51 @@ Test(data, server_killed_mid_stream_fails_within_deadline)
     sb_rpc_channel_free(ch);
 }
 
+/* The caller's cancel flag, set 300 ms after the killer acted (sb_data_fetch_opts.cancel). */
+typedef struct canceller {
+    killer *k;
+    int flag;
+} canceller;
+
+static void *cancel_later(void *arg)
+{
+    canceller *c = arg;
+    while (!__atomic_load_n(&c->k->acted, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    usleep(300 * 1000);
+    __atomic_store_n(&c->flag, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+/* A fetch whose peer died, by a task no longer needed: its cancel flag ends the fetch within a
+ * poll of the flag. Before, it retried the dead peer for max_retries x reconnect_wait_ms (5 x
+ * 2 s) whatever the task's flag said, holding the task's slot: in static mode that slot was the
+ * only one of its stage, and the run stalled (test_run_local, under load: "attempt stopped:
+ * cancelled ... ran_s=10.061"). */
+Test(data, a_cancelled_fetch_from_a_dead_peer_ends_at_once)
+{
+    const char *args[] = {"--part", "s1-t0-p0:40000000", NULL};
+    proc *p = proc_start(args);
+    sb_rpc_channel *ch = chan(p->addr);
+    killer k = {.p = p, .after = 2, .sig = SIGKILL};
+    canceller c = {.k = &k};
+    sb_data_fetch_opts o = {.on_chunk = on_chunk_kill, .on_chunk_ud = &k, .cancel = &c.flag};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, cancel_later, &c), 0);
+    sb_err err;
+    void *blob = NULL;
+    size_t len;
+    int rc = sb_data_fetch(ch, "s1-t0-p0", 0, 0, 60000, &o, &blob, &len, NULL, &err);
+    int64_t dt = now_ms() - k.acted_at;
+    pthread_join(th, NULL);
+    cr_assert_eq(k.acted, 1);
+    cr_assert_eq(rc, SB_DATA_ECANCELLED, "%s: %s", sb_data_status_name(rc), err.msg);
+    cr_assert_lt(dt, 1500, "the fetch ended %lld ms after the kill (cancelled at 300 ms)",
+                 (long long)dt);
+    cr_assert_null(blob);
+    sb_rpc_channel_free(ch);
+}
+
 Test(data, stopped_server_fails_at_the_deadline)
 {
     const char *args[] = {"--part", "s1-t0-p0:40000000", NULL};

@@ -285,6 +285,39 @@ static void sleep_ms(int64_t ms)
         ;
 }
 
+#define CANCEL_POLL_MS 50 /* the slices of a wait, between looks at the cancel flag */
+
+static int cancelled(const sb_data_fetcher *f)
+{
+    return f->o.cancel != NULL && __atomic_load_n(f->o.cancel, __ATOMIC_RELAXED) != 0;
+}
+
+/* Sleeps ms, or less once the fetch is cancelled. */
+static void nap(const sb_data_fetcher *f, int64_t ms)
+{
+    while (ms > 0 && !cancelled(f)) {
+        int64_t step = ms < CANCEL_POLL_MS || f->o.cancel == NULL ? ms : CANCEL_POLL_MS;
+        sleep_ms(step);
+        ms -= step;
+    }
+}
+
+/* sb_rpc_channel_wait_ready for up to ms, in slices that look at the cancel flag: 0 ready, -1
+ * not (werr set; "cancelled" once the fetch is). */
+static int wait_ready(const sb_data_fetcher *f, sb_rpc_channel *ch, int64_t ms, sb_err *werr)
+{
+    for (;;) {
+        if (cancelled(f))
+            return sb_err_set(werr, "cancelled while waiting for the connection");
+        int64_t step = ms < CANCEL_POLL_MS || f->o.cancel == NULL ? ms : CANCEL_POLL_MS;
+        if (sb_rpc_channel_wait_ready(ch, (int)step, werr) == 0)
+            return 0;
+        ms -= step;
+        if (ms <= 0)
+            return -1;
+    }
+}
+
 sb_data_fetcher *sb_data_fetcher_new(const sb_data_fetch_opts *opts, sb_err *err)
 {
     sb_data_fetcher *f = calloc(1, sizeof *f);
@@ -410,6 +443,9 @@ static int run(sb_data_fetcher *f, sb_rpc_channel *ch, const char *id, int timeo
     for (;;) {
         int64_t left = deadline - now_ms();
         uint64_t have = sb_data_recv_next_offset(f->r);
+        if (cancelled(f))
+            return fail(err, SB_DATA_ECANCELLED, "cancelled by the caller after %d attempts",
+                        in->attempts);
         if (left <= 0)
             return fail(err, SB_DATA_EDEADLINE,
                         "deadline of %d ms passed after %" PRIu64 " of %" PRIu64
@@ -419,7 +455,7 @@ static int run(sb_data_fetcher *f, sb_rpc_channel *ch, const char *id, int timeo
         if (in->attempts > 0 && !sb_rpc_channel_is_ready(ch)) {
             int64_t w = left < f->o.reconnect_wait_ms ? left : f->o.reconnect_wait_ms;
             sb_err werr;
-            if (sb_rpc_channel_wait_ready(ch, (int)w, &werr) != 0) {
+            if (wait_ready(f, ch, w, &werr) != 0) {
                 in->attempts++; /* a try, although no stream could be opened */
                 snprintf(last, sizeof last, "%s", werr.msg);
                 if (++failures > f->o.max_retries)
@@ -482,7 +518,7 @@ static int run(sb_data_fetcher *f, sb_rpc_channel *ch, const char *id, int timeo
                         "gave up after %d attempts at byte %" PRIu64 ": %s", in->attempts,
                         sb_data_recv_next_offset(f->r), last);
         left = deadline - now_ms();
-        sleep_ms(backoff < left ? backoff : left);
+        nap(f, backoff < left ? backoff : left);
         backoff = backoff * 2 < MAX_BACKOFF_MS ? backoff * 2 : MAX_BACKOFF_MS;
     }
 }
@@ -679,6 +715,10 @@ static int run_many(sb_data_fetcher *f, sb_rpc_channel *ch, many *m, int timeout
         int64_t left = deadline - now_ms();
         size_t k0 = m->k;
         uint64_t have = sb_data_recv_next_offset(f->r);
+        if (cancelled(f))
+            return fail(err, SB_DATA_ECANCELLED,
+                        "cancelled by the caller in partition %zu of %zu (%s) after %d attempts",
+                        m->k + 1, m->n, m->ids[m->k], in->attempts);
         if (left <= 0)
             return fail(err, SB_DATA_EDEADLINE,
                         "deadline of %d ms passed in partition %zu of %zu (%s) at byte %" PRIu64
@@ -687,9 +727,8 @@ static int run_many(sb_data_fetcher *f, sb_rpc_channel *ch, many *m, int timeout
                         last[0] ? "; last error: " : "", last);
         sb_err serr = {0};
         if (in->attempts > 0 && !sb_rpc_channel_is_ready(ch) &&
-            sb_rpc_channel_wait_ready(
-                ch, (int)(left < f->o.reconnect_wait_ms ? left : f->o.reconnect_wait_ms), &serr) !=
-                0) {
+            wait_ready(f, ch, left < f->o.reconnect_wait_ms ? left : f->o.reconnect_wait_ms,
+                       &serr) != 0) {
             in->attempts++;
             snprintf(last, sizeof last, "%s", serr.msg);
         } else {
@@ -730,7 +769,7 @@ static int run_many(sb_data_fetcher *f, sb_rpc_channel *ch, many *m, int timeout
                 "gave up after %d attempts in partition %zu of %zu (%s) at byte %" PRIu64 ": %s",
                 in->attempts, m->k + 1, m->n, m->ids[m->k], sb_data_recv_next_offset(f->r), last);
         left = deadline - now_ms();
-        sleep_ms(backoff < left ? backoff : left);
+        nap(f, backoff < left ? backoff : left);
         backoff = backoff * 2 < MAX_BACKOFF_MS ? backoff * 2 : MAX_BACKOFF_MS;
     }
 }

@@ -84,6 +84,11 @@ typedef struct sb_data_fetch_opts {
     int (*on_chunk)(void *ud, uint64_t offset, size_t len, uint64_t total);
     void *on_chunk_ud;
     const sb_rpc_opts *rpc; /* channel options for the *_addr variants (NULL = defaults) */
+    /* A flag another thread sets (read atomically), or NULL: once nonzero the fetch ends at its
+     * next attempt or within ~50 ms of a wait (for a connection, or between attempts) with
+     * SB_DATA_ECANCELLED. A task that is no longer needed stops so, instead of retrying a dead
+     * peer for up to max_retries x reconnect_wait_ms while it holds its slot. */
+    const int *cancel;
 } sb_data_fetch_opts;
 
 /* What a fetch did (also filled in on failure). */
