@@ -4,7 +4,7 @@
  * stalls, and the snapshots the backends read. Owns the scheduler, its mutex and the timer. */
 
 #include "controller/ctl/ctl.h"
-#include "controller/sched/deal.h"
+#include "controller/sched/stream/deal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -1384,7 +1384,7 @@ static int stream_more(sb_ctl *c, const sb_deal_request *dq, uint64_t max_rows, 
     return 0;
 }
 
-/* A consumer of the stream sink asks for its next slice (sched/deal.h). */
+/* A consumer of the stream sink asks for its next slice (sched/stream/deal.h). */
 static void h_stream_next(sb_rpc_call *call, const uint8_t *req, size_t len, void *ud)
 {
     sb_ctl *c = ud;

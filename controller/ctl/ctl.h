@@ -32,7 +32,7 @@
 
 #include "storage/ckptjob.h"
 #include "storage/jobs.h"
-#include "controller/sched/deal.h"
+#include "controller/sched/stream/deal.h"
 #include "controller/sched/sched.h"
 #include "core/err.h"
 #include "rpc/rpc.h"
@@ -64,7 +64,7 @@ typedef struct sb_ctl_config {
     uint32_t max_workers;          /* live workers at most: a registration past it is refused
                                       RESOURCE_EXHAUSTED (0: SB_CTL_DEFAULT_MAX_WORKERS) */
     int stream;                    /* a stream:// sink: consumers read it (Control.StreamNext,
-                                      sched/deal.h); epochs, and each epoch's splits shuffled
+                                      sched/stream/deal.h); epochs, and each epoch's splits shuffled
                                       by the seed when stream_shuffle (sb_sched_config) */
     uint32_t stream_epochs;
     uint32_t stream_first; /* the epochs before it ended under an earlier leader: not run */

@@ -471,7 +471,7 @@ int sb_sched_stalled(const sb_sched *s, uint64_t now_ms, uint64_t stall_ms, char
 /* ---- Stream sink (sb_sched_config.stream) --------------------------------------------------
  * The last op's outputs are partitions like any other: held by a worker, counted against the
  * memory budget until released, re-made by lineage while nobody has taken them. They wait in a
- * queue per epoch, in the order they were made, until the controller's dealer (deal.h) takes
+ * queue per epoch, in the order they were made, until the controller's dealer (stream/deal.h) takes
  * them for the consumers. Epoch e is the plan's splits read once more (op 0's tasks
  * e * nsplits ..); its source tasks start only when everything of epoch e - 1 has been made, so
  * no task mixes rows of two epochs. The run succeeds once every epoch has been made and every

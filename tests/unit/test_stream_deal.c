@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller/sched/deal.h"
+#include "controller/sched/stream/deal.h"
 #include "controller/sched/sched.h"
 #include "spec_fixture.h"
 

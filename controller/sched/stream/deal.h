@@ -61,8 +61,8 @@
  *
  * Memory: the dealer owns its strings; a reply's strings stay valid until the next call.
  */
-#ifndef SB_SCHED_DEAL_H
-#define SB_SCHED_DEAL_H
+#ifndef SB_SCHED_STREAM_DEAL_H
+#define SB_SCHED_STREAM_DEAL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -14,8 +14,8 @@
  * Memory: the log owns its entries' strings; an entry returned by sb_ranklog_resend is valid
  * until the next mutating call.
  */
-#ifndef SB_SCHED_RANKLOG_H
-#define SB_SCHED_RANKLOG_H
+#ifndef SB_SCHED_STREAM_RANKLOG_H
+#define SB_SCHED_STREAM_RANKLOG_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,9 +4,9 @@
  * sizes from the ranks' measured speeds, and the partitions released once every slice of them is
  * acknowledged. */
 
-#include "controller/sched/deal.h"
+#include "controller/sched/stream/deal.h"
 
-#include "controller/sched/ranklog.h"
+#include "controller/sched/stream/ranklog.h"
 
 #include <stdio.h>
 #include <stdlib.h>

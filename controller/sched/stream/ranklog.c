@@ -1,7 +1,7 @@
 /* ranklog.c — one rank's log of dealt slices and the rows of them it consumed (ranklog.h): acks
  * drop what is consumed in full, a restart rebuilds the log from the rows not consumed. */
 
-#include "controller/sched/ranklog.h"
+#include "controller/sched/stream/ranklog.h"
 
 #include <stdlib.h>
 #include <string.h>
