@@ -571,17 +571,14 @@ int sb_sched_publish(sb_sched *s, const char *worker_id, const char *task_id, ui
                      sb_err *err)
 {
     *wait = 0;
-    size_t w = sc_worker_find(s, worker_id ? worker_id : "");
-    if (w == NONE)
-        return sb_err_set(err, "scheduler: early outputs from unknown worker \"%s\"",
-                          worker_id ? worker_id : "");
-    size_t ti = sc_task_find(s, task_id ? task_id : "");
-    if (ti == NONE)
-        return 0;
+    size_t w, ti;
+    int found = sc_attempt_find(s, worker_id, task_id, attempt, "early outputs from", &w, &ti, err);
+    if (found <= 0)
+        return found;
     task *t = &s->tasks[ti];
-    /* the primary attempt, where early outputs are safe (as sc_fill_task_view asks); anything else
-     * waits for its final report */
-    if (t->state != T_RUNNING || t->attempt != attempt || t->worker != w || !sc_early_safe(s, t))
+    /* where early outputs are safe (as sc_fill_task_view asks); anything else waits for its
+     * final report */
+    if (!sc_early_safe(s, t))
         return 0;
     for (size_t i = 0; i < nouts; i++) {
         if (sc_record_part(s, ti, w, &outs[i], err) != 0)

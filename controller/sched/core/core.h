@@ -336,6 +336,12 @@ void sc_limit_cut(sb_sched *s);
 
 /* workers.c */
 size_t sc_worker_find(const sb_sched *s, const char *id);
+/* The running primary attempt `attempt` of task_id on worker_id (a call the worker makes while
+ * it runs it): 1 with *w and *ti set; 0 when it is not that (an unknown task, a stale attempt,
+ * another worker's: the call is ignored); -1 for an unknown worker (err names it, after
+ * "scheduler: " and what, e.g. "early outputs from"). */
+int sc_attempt_find(const sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                    const char *what, size_t *w, size_t *ti, sb_err *err);
 void sc_run_add(sb_sched *s, size_t w, size_t ti);
 void sc_run_del(sb_sched *s, size_t w, size_t ti);
 void sc_cancel_on(sb_sched *s, size_t w, const task *t, uint32_t attempt);

@@ -285,16 +285,11 @@ int sb_sched_more_inputs(sb_sched *s, const char *worker_id, const char *task_id
     *more = NULL;
     *nmore = 0;
     *closed = 0;
-    size_t w = sc_worker_find(s, worker_id ? worker_id : "");
-    if (w == NONE)
-        return sb_err_set(err, "scheduler: inputs asked by unknown worker \"%s\"",
-                          worker_id ? worker_id : "");
-    size_t ti = sc_task_find(s, task_id ? task_id : "");
-    if (ti == NONE)
-        return 0;
+    size_t w, ti;
+    int found = sc_attempt_find(s, worker_id, task_id, attempt, "inputs asked by", &w, &ti, err);
+    if (found <= 0)
+        return found;
     task *t = &s->tasks[ti];
-    if (t->state != T_RUNNING || t->attempt != attempt || t->worker != w)
-        return 0;
     if (have > t->ninputs) { /* (a worker's bug: the attempt cannot go on) */
         sc_requeue_task(s, ti, 0);
         return 0;

@@ -10,6 +10,20 @@ size_t sc_worker_find(const sb_sched *s, const char *id)
     return sb_strmap_get(&s->worker_ids, id, &w) ? w : NONE;
 }
 
+int sc_attempt_find(const sb_sched *s, const char *worker_id, const char *task_id, uint32_t attempt,
+                    const char *what, size_t *w, size_t *ti, sb_err *err)
+{
+    *w = sc_worker_find(s, worker_id ? worker_id : "");
+    if (*w == NONE)
+        return sb_err_set(err, "scheduler: %s unknown worker \"%s\"", what,
+                          worker_id ? worker_id : "");
+    *ti = sc_task_find(s, task_id ? task_id : "");
+    if (*ti == NONE)
+        return 0;
+    const task *t = &s->tasks[*ti];
+    return t->state == T_RUNNING && t->attempt == attempt && t->worker == *w;
+}
+
 void sb_sched_worker_set_early(sb_sched *s, const char *id, int on)
 {
     size_t w = sc_worker_find(s, id ? id : "");
