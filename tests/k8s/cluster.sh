@@ -13,6 +13,7 @@
 # kube-apiserver exiting during start-up is started again on fresh ports (up to 3 starts); a
 # component that fails to start has its log tail printed and all logs copied to
 # ${SB_K8S_KEEP_LOGS:-/tmp/sb-k8s-failed-starts}/, which `down` does not remove.
+# SB_K8S_CPU_CFS_QUOTA=1 makes the agent enforce containers' limits.cpu (--cpu-cfs-quota).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -272,6 +273,8 @@ up() {
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --profiling=false --v 1
   local nodeargs=() n
   for n in $NODES; do nodeargs+=(--node "$n"); done
+  # SB_K8S_CPU_CFS_QUOTA=1: containers' limits.cpu enforced (a measurement's CPU budget)
+  [[ ${SB_K8S_CPU_CFS_QUOTA:-0} == 1 ]] && nodeargs+=(--cpu-cfs-quota)
   # Pod IPs: 127.0.0.2, .3, ... for the default state dir; another state dir (the self-test's)
   # gets its own block 127.0.B.x so that clusters running side by side do not share pod IPs.
   local block=${SB_K8S_POD_IP_BLOCK:-0}

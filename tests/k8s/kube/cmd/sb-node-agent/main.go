@@ -66,6 +66,7 @@ func main() {
 	backoff := flag.Duration("restart-backoff", time.Second, "first container restart delay (doubles)")
 	maxBackoff := flag.Duration("max-restart-backoff", 20*time.Second, "longest container restart delay")
 	ipBlock := flag.Int("pod-ip-block", 0, "pod IPs start at 127.0.BLOCK.2 (0-249); clusters running side by side use different blocks")
+	flag.BoolVar(&cpuCFSQuota, "cpu-cfs-quota", false, "enforce containers' limits.cpu as a CFS quota (kubelet's flag; off: the suites' timings were measured without it)")
 	flag.Var(&nodeSpecs, "node", "node to register: name=N,RESOURCE=QTY,...,label:KEY=VALUE (repeatable)")
 	klog.InitFlags(nil)
 	flag.Parse()

@@ -11,6 +11,8 @@ package main
 //     runAsUser/runAsGroup/fsGroup/supplementalGroups, readOnlyRootFilesystem,
 //     capabilities, allowPrivilegeEscalation, and the volumes its volumeMounts name (emptyDir,
 //     hostPath, secret, configMap, the projected service-account token);
+//   - with --cpu-cfs-quota, the container's limits.cpu becomes a CFS quota over a 100 ms period
+//     and its requests.cpu its cpu shares, as the kubelet sets them (ociCPU);
 //   - the container shares the host's network namespace (each pod binds its own pod IP, as
 //     process pods do) and has its own mount, pid, ipc and uts namespaces.
 // runc runs in the foreground (its output is the container log); stopping sends the signal
@@ -408,6 +410,14 @@ func (r *podRunner) ociBundle(c *ctr, img *ociImg, argv, env []string, dir strin
 		lin["namespaces"] = keep
 		delete(lin, "uidMappings")
 		delete(lin, "gidMappings")
+		if cpu := ociCPU(&c.spec); cpu != nil {
+			res, _ := lin["resources"].(map[string]any)
+			if res == nil {
+				res = map[string]any{}
+				lin["resources"] = res
+			}
+			res["cpu"] = cpu
+		}
 	}
 	mounts, _ := spec["mounts"].([]any)
 	bind := func(src, dst string, ro bool) {
@@ -455,6 +465,28 @@ func (r *podRunner) ociBundle(c *ctr, img *ociImg, argv, env []string, dir strin
 		return "", nil, err
 	}
 	return b, cleanup, nil
+}
+
+// cpuCFSQuota: --cpu-cfs-quota (main.go).
+var cpuCFSQuota bool
+
+// ociCPU is the runtime config's linux.resources.cpu for a container, as the kubelet makes it:
+// limits.cpu as a quota of limit x 100 ms per 100 ms period (at least 1 ms), requests.cpu (else
+// the limit) as shares of 1024 a CPU (at least 2). nil without --cpu-cfs-quota or without a
+// limit: the container may use every CPU of the machine, as before.
+func ociCPU(c *v1.Container) map[string]any {
+	lim, ok := c.Resources.Limits[v1.ResourceCPU]
+	if !cpuCFSQuota || !ok || lim.MilliValue() <= 0 {
+		return nil
+	}
+	const period = 100000
+	quota := max(lim.MilliValue()*period/1000, 1000)
+	req, ok := c.Resources.Requests[v1.ResourceCPU]
+	if !ok {
+		req = lim
+	}
+	shares := max(req.MilliValue()*1024/1000, 2)
+	return map[string]any{"quota": quota, "period": period, "shares": shares}
 }
 
 // runcRoot is where runc keeps the state of this agent's containers.
