@@ -61,7 +61,7 @@ base_of() { # packages... -> path of the cached tarball
 }
 # `images.sh --base PACKAGE...`: only the base root filesystem of that list, from the cache (built
 # when missing); prints its path. For images of one's own on the same base: the lifecycle suite
-# builds a trainer image on it (tests/k8s/lifecycle/50-trainer-job.sh).
+# builds its trainer images on it (trainer_image in tests/k8s/operator-test.sh).
 if [[ ${1:-} == --base ]]; then
   shift
   (($#)) || { echo "images: --base needs the packages" >&2; exit 2; }

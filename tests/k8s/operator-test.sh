@@ -269,6 +269,31 @@ fetch_output() {
   done
   if s3c "$S3_EP/$BUCKET/out/$1/_SUCCESS" -o /dev/null 2>/dev/null; then : >"$d/_SUCCESS"; fi
 }
+# trainer_image TAG [PKG...]: sb-oci/trainer:TAG, a trainer image as a user would make one: a
+# Debian root with Python 3, numpy, the libraries the consumer library links (ldd: gRPC and
+# Abseil, protobuf-c, OpenSSL) and PKG... (scripts/images.sh --base, cached), the kit
+# (sdk/python) and libstreambatch_consumer.so where the docs' STREAMBATCH_CONSUMER_LIB says
+TRAINER_PKGS="python3 python3-numpy libgrpc29 libprotobuf-c1 libssl3"
+trainer_image() {
+  local tag=$1 lib=${SB_BUILD_DIR:-$repo/build}/lib/libstreambatch_consumer.so base app
+  shift
+  [[ -f $lib ]] || { echo "$lib is missing (make build)"; return 1; }
+  # shellcheck disable=SC2086
+  base=$("$repo/scripts/images.sh" --base $TRAINER_PKGS "$@") || return 1
+  app=$tmp/trainer-app-$tag
+  rm -rf "$app" && mkdir -p "$app/opt/streambatch/lib" "$app/usr/local/lib/python3.11/dist-packages"
+  install -m 0644 "$lib" "$app/opt/streambatch/lib/"
+  cp -r "$repo/sdk/python/streambatch" "$app/usr/local/lib/python3.11/dist-packages/"
+  find "$app" -name __pycache__ -prune -exec rm -rf {} +
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mode=go-w -C "$app" -cf "$app.tar" opt usr
+  umoci new --image "$tmp/images/oci:trainer-$tag" &&
+    umoci raw add-layer --image "$tmp/images/oci:trainer-$tag" "$base" &&
+    umoci raw add-layer --image "$tmp/images/oci:trainer-$tag" "$app.tar" &&
+    umoci config --image "$tmp/images/oci:trainer-$tag" --config.user 65532:65532 \
+      --config.entrypoint python3 --config.workingdir / \
+      --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin || return 1
+  echo "sb-oci/trainer:$tag: $(du -m "$base" | cut -f1) MiB base ($TRAINER_PKGS $*) + the kit and the library"
+}
 output_digest() { fetch_output "$1" && cat "$tmp/out/$1"/part-* 2>/dev/null | sort | md5sum | cut -d' ' -f1; }
 expected_digest() { # PYTHON-CONDITION on r (the record)
   python3 - "$IN" "$1" <<'PY'

@@ -12,31 +12,9 @@
 #       image mounting the token Secret, complete; each prints its rows of both epochs, equal
 #       across the ranks (drop_last), short of the filter's count by less than two batches a rank;
 #       the Pipeline is Succeeded once both ranks ended both epochs, and its worker pods go.
-# Uses the suite's helpers (opcheck, jp, wait_phase, worker_pods, no_worker_pods, figure).
+# Uses the suite's helpers (opcheck, jp, wait_phase, worker_pods, no_worker_pods, figure, trainer_image).
 
-# The packages of the image's Python and of the libraries the consumer library links (ldd:
-# gRPC and Abseil, protobuf-c, OpenSSL); the Job in j2 loads both
-TRAINER_PKGS="python3 python3-numpy libgrpc29 libprotobuf-c1 libssl3"
-
-trainer_image() {
-  local lib=${SB_BUILD_DIR:-$repo/build}/lib/libstreambatch_consumer.so base app
-  [[ -f $lib ]] || { echo "$lib is missing (make build)"; return 1; }
-  base=$("$repo/scripts/images.sh" --base $TRAINER_PKGS) || return 1
-  app=$tmp/trainer-app
-  rm -rf "$app" && mkdir -p "$app/opt/streambatch/lib" "$app/usr/local/lib/python3.11/dist-packages"
-  install -m 0644 "$lib" "$app/opt/streambatch/lib/"
-  cp -r "$repo/sdk/python/streambatch" "$app/usr/local/lib/python3.11/dist-packages/"
-  find "$app" -name __pycache__ -prune -exec rm -rf {} +
-  tar --sort=name --owner=0 --group=0 --numeric-owner --mode=go-w -C "$app" -cf "$tmp/trainer-app.tar" opt usr
-  umoci new --image "$tmp/images/oci:trainer-test" &&
-    umoci raw add-layer --image "$tmp/images/oci:trainer-test" "$base" &&
-    umoci raw add-layer --image "$tmp/images/oci:trainer-test" "$tmp/trainer-app.tar" &&
-    umoci config --image "$tmp/images/oci:trainer-test" --config.user 65532:65532 \
-      --config.entrypoint python3 --config.workingdir / \
-      --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin || return 1
-  echo "sb-oci/trainer:test: $(du -m "$base" | cut -f1) MiB base ($TRAINER_PKGS) + the kit and the library"
-}
-opcheck "j1: a trainer image: Python 3, numpy, the kit and libstreambatch_consumer.so (the base cached)" trainer_image
+opcheck "j1: a trainer image: Python 3, numpy, the kit and libstreambatch_consumer.so (the base cached)" trainer_image test
 
 trainer_logs() { # the ranks' output: the agent's container logs (the cluster has no DNS for
   # kubectl logs to reach a node by name)
