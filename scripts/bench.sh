@@ -221,5 +221,21 @@ echo "bench: checkpoints at scale (scripts/bench-ckpt-scale.sh $ckn $ckpt_cluste
   BUILD=$build BINDIR=$SB_BIN_DIR scripts/bench-ckpt-scale.sh "$ckn" $ckpt_cluster 2>&1 |
     grep -E '^figure:|^(ok|FAIL) - |passed, [0-9]+ failed' | sed 's/^/    /' || true
 } >>"$out"
+# Issue 40's cluster effect: a trainer pod fed by its own pool, then by 1-3 worker pods, on the
+# test cluster with the pods' CPU limits enforced (skipped, saying why, where it cannot be built)
+echo "bench: ingest on the test cluster (scripts/bench-ingest-cluster.sh: a 500m trainer pod, its own pool vs 1-3 worker pods)" >&2
+{
+  echo
+  echo "## Ingest on the test cluster (issue 40)"
+  echo
+  if [[ -z $ckpt_why ]]; then
+    echo "Command: \`BUILD=$build BINDIR=$SB_BIN_DIR scripts/bench-ingest-cluster.sh\`."
+    echo
+    BUILD=$build BINDIR=$SB_BIN_DIR scripts/bench-ingest-cluster.sh 2>&1 |
+      grep -E '^figure:|^\||^(ok|FAIL) - |passed, [0-9]+ failed' | sed 's/^/    /' || true
+  else
+    echo "Skipped: $ckpt_why."
+  fi
+} >>"$out"
 echo "bench: wrote $out (${elapsed} s for the data plane)" >&2
 cat "$out"
