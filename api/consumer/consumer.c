@@ -90,6 +90,11 @@ struct sbc_stream {
     uint64_t rng;
     outcol *cols;
     size_t ncols, rows;
+    /* the fixed-width value buffers of the last batch's first columns, kept for the next: a
+     * buffer new at every batch has each page zeroed by the kernel on first touch (perf: more
+     * than the copy into it) */
+    uint8_t *spare[8];
+    size_t spare_cap[8];
     src *last; /* the partition fetched last (one reference): a partition dealt to this
                   rank in several slices is fetched once */
     char *last_id;
@@ -248,7 +253,14 @@ static void batch_release(sbc_stream *s)
     s->nbatch_srcs = 0;
     for (size_t c = 0; c < s->ncols; c++) {
         free(s->cols[c].name);
-        free(s->cols[c].values);
+        if (s->cols[c].offsets == NULL && c < sizeof s->spare / sizeof *s->spare &&
+            s->cols[c].values_cap >= s->spare_cap[c]) {
+            free(s->spare[c]);
+            s->spare[c] = s->cols[c].values;
+            s->spare_cap[c] = s->cols[c].values_cap;
+        } else {
+            free(s->cols[c].values);
+        }
         free(s->cols[c].offsets);
         free(s->cols[c].valid);
     }
@@ -263,6 +275,8 @@ void sbc_close(sbc_stream *s)
         return;
     prefetch_join(s);
     batch_release(s);
+    for (size_t c = 0; c < sizeof s->spare / sizeof *s->spare; c++)
+        free(s->spare[c]);
     src_unref(s->last);
     free(s->last_id);
     for (size_t i = s->head; i < s->len; i++)
@@ -890,8 +904,9 @@ static size_t pick_rows(sbc_stream *s, rowref *out, size_t n)
     return n;
 }
 
-static int col_init(sbc_stream *s, outcol *oc, const sb_column *c, size_t rows)
+static int col_init(sbc_stream *s, size_t ci, const sb_column *c, size_t rows)
 {
+    outcol *oc = &s->cols[ci];
     oc->name = strndup(c->name, c->name_len);
     oc->type = (int)c->type;
     oc->child = (int)c->child_type;
@@ -904,7 +919,15 @@ static int col_init(sbc_stream *s, outcol *oc, const sb_column *c, size_t rows)
                     : c->type == SB_TYPE_FIXED_LIST ? c->list_size * sb_type_width(c->child_type)
                                                     : sb_type_width(c->type);
         oc->values_cap = rows * oc->width;
-        oc->values = malloc(oc->values_cap ? oc->values_cap : 1);
+        if (ci < sizeof s->spare / sizeof *s->spare && s->spare[ci] != NULL &&
+            s->spare_cap[ci] >= oc->values_cap && s->spare_cap[ci] / 2 <= oc->values_cap + 4096) {
+            oc->values = s->spare[ci]; /* the last batch's (the trainer copied it out) */
+            oc->values_cap = s->spare_cap[ci];
+            s->spare[ci] = NULL;
+            s->spare_cap[ci] = 0;
+        } else {
+            oc->values = malloc(oc->values_cap ? oc->values_cap : 1);
+        }
     }
     oc->valid = malloc(rows ? rows : 1);
     if (oc->name == NULL || oc->valid == NULL || (oc->offsets == NULL && oc->values == NULL))
@@ -953,7 +976,7 @@ static int gather(sbc_stream *s, const rowref *rows, size_t n)
     if (s->cols == NULL)
         return fail(s, "out of memory");
     for (size_t c = 0; c < s->ncols; c++)
-        if (col_init(s, &s->cols[c], sb_batch_column(first, c), n) != 0)
+        if (col_init(s, c, sb_batch_column(first, c), n) != 0)
             return -1;
     for (size_t i = 0; i < n; i++) {
         const sb_batch *b = rows[i].s->b;

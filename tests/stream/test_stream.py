@@ -660,6 +660,72 @@ def c_api_test(src):
           and "column record type 13" in r.stdout, f"rc {r.returncode}: {r.stdout} {r.stderr}")
 
 
+def buffers_test():
+    """The kit copies a batch's fixed-width columns into buffers it reuses (ingest.py, _Buffers):
+    a buffer never changes under a batch the trainer still holds, and a trainer that drops its
+    batches gets the same few buffers back. 4,000 rows of Parquet (int64 id, a list of 16
+    float32 per row: a fixed-size list), batches of 100."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import streambatch
+    d = os.path.join(WORK, "pq")
+    os.makedirs(d, exist_ok=True)
+    n, k = 4000, 16
+    ids = np.arange(n, dtype=np.int64)
+    vec = (ids[:, None] * k + np.arange(k)).astype(np.float32)
+    vals = pa.array(vec.reshape(-1))
+    lists = pa.ListArray.from_arrays(pa.array(np.arange(0, n * k + 1, k, dtype=np.int32)), vals)
+    for f in range(4):
+        part = slice(f * 1000, (f + 1) * 1000)
+        pq.write_table(pa.table({"id": ids[part], "vec": lists[part]}), os.path.join(d, f"p{f}.parquet"))
+    path = os.path.join(WORK, "buffers.yaml")
+    with open(path, "w") as f:
+        f.write(f"""apiVersion: streambatch.dev/v1alpha1
+kind: Pipeline
+metadata: {{name: buffers}}
+spec:
+  source: {{uri: "file://{d}/", format: parquet, partitionSize: 16Ki}}
+  stages: [{{name: keep, op: identity}}]
+  sink: {{uri: "stream://", format: jsonl}}
+  execution: {{memoryBudget: 4Mi}}
+""")
+    p, info, _ = serve(path, epochs=2)
+    held, bad = [], []
+    try:
+        it = streambatch.iter_batches(info["address"], batch_size=100, epoch=0, drop_last=False,
+                                      token_file=info["tokenFile"])
+        for b in it:  # epoch 0: every batch kept, then each checked at the end
+            held.append(b)
+            b["vec"][:] = -1.0  # the arrays are the trainer's to write
+        for b in held:
+            if not (b["vec"] == -1.0).all():
+                bad.append("a held batch's vec changed after the trainer wrote it")
+                break
+        got = np.sort(np.concatenate([b["id"] for b in held]))
+        check("buffers: held batches keep their rows (every id once in epoch 0, none rewritten)",
+              not bad and np.array_equal(got, ids) and len(set(map(id, (b["id"].base.obj for b in held)))) == len(held),
+              bad or f"{len(got)} ids")
+        held.clear()
+        it = streambatch.iter_batches(info["address"], batch_size=100, epoch=1, drop_last=False,
+                                      token_file=info["tokenFile"])
+        rows = 0
+        for b in it:  # epoch 1: each batch dropped before the next
+            i = b["id"]
+            if not np.array_equal(b["vec"], vec[i]):
+                bad.append(f"epoch 1: the vec of ids {i[:3]}... is not the source's")
+                break
+            rows += len(i)
+        made = it._bufs.made
+        check("buffers: a trainer that drops its batches gets the same buffers back "
+              f"({made} made for 2 columns x {rows // 100} batches)",
+              not bad and rows == n and made <= 2 * streambatch.ingest._Buffers.KEEP, bad or made)
+    except Exception as e:  # e.g. a read-only array, or no _bufs: the check fails, the run goes on
+        check("buffers: the batches read, written and checked", False, repr(e))
+    finally:
+        finish(p, "buffers")
+
+
 def cli_test(src):
     """`run` refuses what does not go together, exit 2 with the reason, before starting."""
     stream = spec(src, "cli")
@@ -699,6 +765,7 @@ def main():
              ("lbbsp", lambda: lbbsp_test(src)),
              ("restart", lambda: restart_test(src)),
              ("example", example_test),
+             ("buffers", buffers_test),
              ("cli", lambda: cli_test(src))]
     for name, run in tests:
         if not only or name in only.split(","):

@@ -8,7 +8,8 @@
 `streambatch run FILE --serve HOST:PORT` prints {"address": ..., "tokenFile": ...}; pass both
 (or set STREAMBATCH_TOKEN_FILE). This module wraps the C consumer library
 (api/consumer/streambatch_consumer.h, libstreambatch_consumer.so) with ctypes, so the protocol has
-one implementation; columns come out of it as contiguous buffers and become numpy arrays with
+one implementation; columns come out of it as contiguous buffers, copied into buffers of the
+kit's (numbers: reused once no array of theirs is left, _Buffers) and made numpy arrays with
 numpy.frombuffer. Formats: "numpy" (dict of column -> ndarray; bytes and strings as object
 arrays, jsonl records as the "record" column of bytes), "pyarrow" (a pyarrow.RecordBatch),
 "rows" (a list of dicts), "torch" (dict of column -> torch.Tensor for numbers, lists otherwise).
@@ -19,6 +20,7 @@ The library is found at $STREAMBATCH_CONSUMER_LIB, else beside the `streambatch`
 import ctypes
 import os
 import shutil
+import sys
 
 __all__ = ["iter_batches", "BatchIterator", "StreamError"]
 
@@ -116,18 +118,58 @@ _CODES = {1: "B", 2: "b", 3: "h", 4: "i", 5: "q", 6: "B", 7: "H", 8: "I", 9: "Q"
           11: "d"}
 
 
+class _Buffers:
+    """The buffers the fixed-width columns of a stream's batches are copied into, reused once
+    nothing refers to one any more: no array, tensor or view the trainer kept of the batch it
+    went into. A buffer new at every batch costs the kernel's zeroing of each of its pages on
+    first touch, which perf showed as over half of a trainer's CPU in iter_batches; a trainer
+    holds one batch while the next is copied, so a few buffers a column go round. At most KEEP a
+    column are kept: a trainer that keeps every batch gets new buffers, as before."""
+
+    KEEP = 3
+
+    def __init__(self):
+        self._cols = {}  # column index -> [bytearray]
+        self.made = 0  # buffers made so far (tests/stream checks the reuse with it)
+
+    def copy(self, c, ptr, n):
+        """A writable view of n bytes copied from ptr, in a buffer of column c's."""
+        kept = self._cols.setdefault(c, [])
+        buf = None
+        for i in range(len(kept)):
+            b = kept[i]
+            # free: only the list and b refer to it (getrefcount's argument is the third)
+            if n <= len(b) <= 2 * n + 4096 and sys.getrefcount(b) == 3:
+                buf = b
+                break
+            del b
+        if buf is None:
+            buf = bytearray(n)
+            self.made += 1
+            if len(kept) >= self.KEEP:
+                del kept[0]  # the oldest may still be held; it is the trainer's from now on
+            kept.append(buf)
+        if n:
+            ctypes.memmove((ctypes.c_char * n).from_buffer(buf), ptr, n)
+        return memoryview(buf)[:n]
+
+
 class _Col:
     """One column of the current batch, copied out of the library: raw buffers."""
 
-    def __init__(self, lib, h, c, rows):
+    def __init__(self, lib, h, c, rows, bufs=None):
         self.name = lib.sbc_col_name(h, c).decode("utf-8")
         self.type = lib.sbc_col_type(h, c)
         self.rows = rows
         vptr = lib.sbc_col_valid(h, c)
         self.valid = _buf(vptr, rows) if vptr else None  # one byte per row, or None
-        self.data = _buf(lib.sbc_col_values(h, c), lib.sbc_col_values_len(h, c))
+        vals, vlen = lib.sbc_col_values(h, c), lib.sbc_col_values_len(h, c)
         self.offsets = None
         self.child, self.list_size = 0, 0
+        if self.type in (_BINARY, _UTF8) or bufs is None or not vals:
+            self.data = _buf(vals, vlen)  # bytes: values() slices them into bytes
+        else:
+            self.data = bufs.copy(c, vals, vlen)
         if self.type in (_BINARY, _UTF8):
             self.offsets = _buf(lib.sbc_col_offsets(h, c), 8 * (rows + 1))
         elif self.type == _FIXED_LIST:
@@ -156,9 +198,9 @@ class _Col:
         return vals
 
 
-def _columns(lib, h):
+def _columns(lib, h, bufs=None):
     rows = lib.sbc_rows(h)
-    return rows, [_Col(lib, h, c, rows) for c in range(lib.sbc_ncols(h))]
+    return rows, [_Col(lib, h, c, rows, bufs) for c in range(lib.sbc_ncols(h))]
 
 
 def _to_numpy(rows, cols):
@@ -224,13 +266,16 @@ def _to_rows(rows, cols):
 
 
 def _to_torch(rows, cols):
+    import numpy as np
     import torch
     out = {}
     for name, value in _to_numpy(rows, cols).items():
         if value.dtype == object:
             out[name] = list(value)
-        else:
+        elif isinstance(value, np.ma.MaskedArray):
             out[name] = torch.from_numpy(value.copy())
+        else:
+            out[name] = torch.from_numpy(value)  # shares the writable array's buffer
     return out
 
 
@@ -255,6 +300,7 @@ class BatchIterator:
 
     def __init__(self, lib, handle, convert):
         self._lib, self._h, self._convert = lib, handle, convert
+        self._bufs = _Buffers()
 
     def __iter__(self):
         return self
@@ -270,7 +316,7 @@ class BatchIterator:
             msg = self._lib.sbc_error(self._h).decode("utf-8", "replace")
             self.close()
             raise StreamError(msg)
-        return self._convert(*_columns(self._lib, self._h))
+        return self._convert(*_columns(self._lib, self._h, self._bufs))
 
     def report_step(self, seconds):
         if self._h:
