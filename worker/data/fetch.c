@@ -292,11 +292,17 @@ static int cancelled(const sb_data_fetcher *f)
     return f->o.cancel != NULL && __atomic_load_n(f->o.cancel, __ATOMIC_RELAXED) != 0;
 }
 
+/* The next slice of a wait of ms: all of it without a cancel flag to look at. */
+static int64_t wait_slice(const sb_data_fetcher *f, int64_t ms)
+{
+    return ms < CANCEL_POLL_MS || f->o.cancel == NULL ? ms : CANCEL_POLL_MS;
+}
+
 /* Sleeps ms, or less once the fetch is cancelled. */
 static void nap(const sb_data_fetcher *f, int64_t ms)
 {
     while (ms > 0 && !cancelled(f)) {
-        int64_t step = ms < CANCEL_POLL_MS || f->o.cancel == NULL ? ms : CANCEL_POLL_MS;
+        int64_t step = wait_slice(f, ms);
         sleep_ms(step);
         ms -= step;
     }
@@ -309,7 +315,7 @@ static int wait_ready(const sb_data_fetcher *f, sb_rpc_channel *ch, int64_t ms, 
     for (;;) {
         if (cancelled(f))
             return sb_err_set(werr, "cancelled while waiting for the connection");
-        int64_t step = ms < CANCEL_POLL_MS || f->o.cancel == NULL ? ms : CANCEL_POLL_MS;
+        int64_t step = wait_slice(f, ms);
         if (sb_rpc_channel_wait_ready(ch, (int)step, werr) == 0)
             return 0;
         ms -= step;
