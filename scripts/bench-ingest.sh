@@ -16,7 +16,8 @@
 # on data); peak memory, summed RSS and summed PSS: the whole process tree (trainer + pool, or
 # trainer + server + its workers), sampled every 20 ms. Prints one markdown section. Environment: IMAGES (5120: 20
 # batches), REPS (3), SLOW_MS (1500), BUDGET (64Mi), SB_BIN_DIR, SB_BUILD_DIR, PREFETCH (1; 0:
-# iter_batches(prefetch=False), the consumer fetching inside next()). The images
+# iter_batches(prefetch=False), the consumer fetching inside next()), SB_KIT_DIR and
+# SB_CONSUMER_LIB (the kit's directory and the library; default this tree's). The images
 # (tests/bench/inference_data.py) are cached in $SB_BUILD_DIR/bench/images-N, as
 # bench-images.sh's.
 set -euo pipefail
@@ -163,7 +164,9 @@ print(f"{rows / wall:.1f} {peak[0] / 2**20:.1f} {peak[1] / 2**20:.1f} {batches} 
       f"{first:.2f} {steady:.1f} {waits[len(waits) // 2] * 1e3:.1f} {peak[2] / 2**20:.1f} "
       f"{peak[3] / 2**20:.1f}")
 PY
-export PYTHONPATH=$PWD/sdk/python STREAMBATCH_CONSUMER_LIB=$build/lib/libstreambatch_consumer.so
+# SB_KIT_DIR and SB_CONSUMER_LIB put another kit or consumer library in (a change side by side)
+export PYTHONPATH=${SB_KIT_DIR:-$PWD/sdk/python}
+export STREAMBATCH_CONSUMER_LIB=${SB_CONSUMER_LIB:-$build/lib/libstreambatch_consumer.so}
 declare -A sps rss kids ttfb ssps wait pss pkids
 before=$(pressure)
 for ((r = 0; r < reps; r++)); do
